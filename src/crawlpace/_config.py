@@ -1,0 +1,674 @@
+"""Typed settings, their validation, and the two ways to spell them.
+
+Settings reach crawlpace in three forms, all ending in one frozen
+:class:`Settings` object:
+
+* Python objects: ``Settings(scope_defaults=ScopeConfig(delay=0.5), ...)``.
+* Scrapy-style names (seed 001), for the Scrapy add-on and for users who know
+  them: ``Settings.from_scrapy({"DOWNLOAD_DELAY": 0.5, "THROTTLING_SCOPES": {...}})``.
+* A TOML file with lower-case keys, for the command line:
+  ``Settings.from_toml("crawlpace.toml")``.
+
+Every problem found is reported at once, in one :class:`ConfigError` whose
+lines each name the setting as the user spelled it, the value and the fix.
+"""
+
+from __future__ import annotations
+
+import difflib
+import math
+import tomllib
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from typing import Any, TypeVar
+
+from ._exceptions import ConfigError
+from ._jitter import NO_JITTER, Jitter
+
+__all__ = [
+    "AutoThrottleConfig",
+    "BackoffConfig",
+    "ScopeConfig",
+    "Settings",
+    "parse_jitter",
+]
+
+T = TypeVar("T")
+
+DEFAULT_BACKOFF_HTTP_CODES: frozenset[int] = frozenset({429, 502, 503, 504, 520, 521, 522, 523, 524})
+# asyncio crawlers see these for timeouts and dropped connections; the HTTP
+# adapters add their own client's classes when they land.
+DEFAULT_BACKOFF_EXCEPTIONS: tuple[str, ...] = (
+    "builtins.TimeoutError",
+    "builtins.ConnectionError",
+)
+
+
+@dataclass(frozen=True, slots=True)
+class BackoffConfig:
+    """How a scope slows down when the server pushes back (seed 001, "Backoff")."""
+
+    http_codes: frozenset[int] = DEFAULT_BACKOFF_HTTP_CODES
+    exceptions: tuple[str | type[BaseException], ...] = DEFAULT_BACKOFF_EXCEPTIONS
+    delay_factor: float = 2.0
+    min_delay: float = 1.0
+    max_delay: float = 300.0
+    jitter: Jitter = Jitter(-0.1, 0.1)
+    concurrency_factor: float = 0.5
+    window: float = 60.0
+
+    def __post_init__(self) -> None:
+        _Checker("BackoffConfig").check_backoff_object(self)
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeConfig:
+    """Throttling settings of one scope (the value type of ``THROTTLING_SCOPES``).
+
+    Defaults are the seed's: one slot, one second between sends, one second
+    between two sends of the same slot, and +/-50 % jitter.
+    """
+
+    concurrency: int = 1
+    delay: float = 1.0
+    delay_per_slot: float = 1.0
+    jitter: Jitter = Jitter(-0.5, 0.5)
+    backoff: BackoffConfig = field(default_factory=BackoffConfig)
+    rampup: bool = False
+    quota: float | None = None
+    window: float = 60.0
+    manager: str | None = None
+    ignore_robots_txt: bool = False
+
+    def __post_init__(self) -> None:
+        _Checker("ScopeConfig").check_scope_object(self)
+
+
+@dataclass(frozen=True, slots=True)
+class AutoThrottleConfig:
+    """Latency-driven delays in the manner of Scrapy's AutoThrottle (seed 000)."""
+
+    enabled: bool = False
+    start_delay: float = 5.0
+    max_delay: float = 60.0
+    target_concurrency: float = 1.0
+    debug: bool = False
+
+
+@dataclass(frozen=True, slots=True)
+class Settings:
+    """Every throttling setting of a crawl.
+
+    Attributes:
+        concurrent_requests: requests in flight at once across all scopes of
+            this process (``CONCURRENT_REQUESTS``).
+        scope_defaults: settings of any scope not named in ``scopes``.
+        scopes: per-scope settings, already merged over ``scope_defaults``.
+    """
+
+    concurrent_requests: int = 16
+    scope_defaults: ScopeConfig = field(default_factory=ScopeConfig)
+    scopes: Mapping[str, ScopeConfig] = field(default_factory=dict)
+    manager: str | None = None
+    rampup_backoff_target: tuple[float, float] = (1.0, 1.0)
+    robotstxt_obey: bool = True
+    robotstxt_max_delay: float = 60.0
+    redirect_max_delay: float | None = None
+    delayed_requests_warn_threshold: int = 500
+    autothrottle: AutoThrottleConfig = field(default_factory=AutoThrottleConfig)
+
+    def scope_config(self, scope: str) -> ScopeConfig:
+        """Return the settings that apply to ``scope``."""
+        return self.scopes.get(scope, self.scope_defaults)
+
+    @classmethod
+    def from_scrapy(cls, settings: Mapping[str, Any]) -> Settings:
+        """Build settings from seed 001's Scrapy-style names.
+
+        Keys that are not throttling settings are ignored, so a whole Scrapy
+        settings object can be passed; a key that looks like one of ours
+        (``THROTTLING_*``, ``BACKOFF_*``, ``RAMPUP_*``, ``AUTOTHROTTLE_*``) but
+        is unknown is an error, with a suggestion.
+
+        Raises:
+            ConfigError: listing every invalid setting.
+        """
+        return _parse(_scrapy_to_tree(settings), _ScrapyLabels())
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any], *, source: str = "") -> Settings:
+        """Build settings from the lower-case layout of the TOML file.
+
+        Raises:
+            ConfigError: listing every invalid setting.
+        """
+        return _parse(data, _TreeLabels(source))
+
+    @classmethod
+    def from_toml(cls, path: str | Path) -> Settings:
+        """Read a TOML settings file (see docs/settings.md for its layout).
+
+        Raises:
+            ConfigError: when the file cannot be read or parsed, or holds
+                invalid settings.
+        """
+        path = Path(path)
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except OSError as exc:
+            raise ConfigError([f"{path}: cannot read the settings file ({exc.strerror})"]) from exc
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError([f"{path}: not valid TOML ({exc}); fix the syntax"]) from exc
+        return cls.from_dict(data, source=f"{path}: ")
+
+    def inactive(self) -> list[str]:
+        """Name the settings that are set but have no effect in this version.
+
+        The feedback, rampup, quota and robots.txt rules are accepted and
+        validated now so that configuration files keep working as those
+        features land; until then the throttler warns about them once.
+        """
+        notes: list[str] = []
+        configs = [("scope defaults", self.scope_defaults)]
+        configs += [(f"scope {name!r}", cfg) for name, cfg in self.scopes.items()]
+        for where, cfg in configs:
+            if cfg.rampup:
+                notes.append(f"{where}: rampup")
+            if cfg.quota is not None:
+                notes.append(f"{where}: quota")
+            if cfg.manager is not None:
+                notes.append(f"{where}: manager")
+        if self.autothrottle.enabled:
+            notes.append("AUTOTHROTTLE_ENABLED")
+        return notes
+
+
+# --------------------------------------------------------------------------
+# Labels: how a setting is named in messages, depending on how it was given.
+
+
+class _TreeLabels:
+    """Names settings by their path in the TOML layout (``scopes."a.b".delay``)."""
+
+    def __init__(self, source: str = "") -> None:
+        self.source = source
+
+    def top(self, key: str) -> str:
+        return f"{self.source}{key}"
+
+    def scope(self, name: str | None, key: str | None = None) -> str:
+        base = f'{self.source}scopes."{name}"' if name is not None else f"{self.source}scope_defaults"
+        return base if key is None else f"{base}.{key}"
+
+    def backoff(self, name: str | None, key: str | None = None) -> str:
+        base = self.scope(name, "backoff")
+        return base if key is None else f"{base}.{key}"
+
+    def autothrottle(self, key: str | None = None) -> str:
+        return self.top("autothrottle") if key is None else self.top(f"autothrottle.{key}")
+
+
+# Where each Scrapy name lands in the tree: (section, key). Section "" is the
+# top level, "scope" the scope defaults, "backoff" the default backoff.
+_SCRAPY_NAMES: dict[str, tuple[str, str]] = {
+    "CONCURRENT_REQUESTS": ("", "concurrent_requests"),
+    "CONCURRENT_REQUESTS_PER_DOMAIN": ("scope", "concurrency"),
+    "DOWNLOAD_DELAY": ("scope", "delay"),
+    "DOWNLOAD_DELAY_PER_SLOT": ("scope", "delay_per_slot"),
+    "RANDOMIZE_DOWNLOAD_DELAY": ("scope", "jitter"),
+    "THROTTLING_WINDOW": ("scope", "window"),
+    "THROTTLING_SCOPE_MANAGER": ("scope", "manager"),
+    "THROTTLING_SCOPES": ("", "scopes"),
+    "THROTTLING_SCOPE_DEFAULTS": ("", "scope_defaults"),
+    "THROTTLING_MANAGER": ("", "manager"),
+    "THROTTLING_ROBOTSTXT_OBEY": ("", "robotstxt_obey"),
+    "THROTTLING_ROBOTSTXT_MAX_DELAY": ("", "robotstxt_max_delay"),
+    "RAMPUP_BACKOFF_TARGET": ("", "rampup_backoff_target"),
+    "REDIRECT_MAX_DELAY": ("", "redirect_max_delay"),
+    "DELAYED_REQUESTS_WARN_THRESHOLD": ("", "delayed_requests_warn_threshold"),
+    "BACKOFF_HTTP_CODES": ("backoff", "http_codes"),
+    "BACKOFF_EXCEPTIONS": ("backoff", "exceptions"),
+    "BACKOFF_DELAY_FACTOR": ("backoff", "delay_factor"),
+    "BACKOFF_MIN_DELAY": ("backoff", "min_delay"),
+    "BACKOFF_MAX_DELAY": ("backoff", "max_delay"),
+    "BACKOFF_JITTER": ("backoff", "jitter"),
+    "BACKOFF_CONCURRENCY_FACTOR": ("backoff", "concurrency_factor"),
+    "BACKOFF_WINDOW": ("backoff", "window"),
+    "AUTOTHROTTLE_ENABLED": ("autothrottle", "enabled"),
+    "AUTOTHROTTLE_START_DELAY": ("autothrottle", "start_delay"),
+    "AUTOTHROTTLE_MAX_DELAY": ("autothrottle", "max_delay"),
+    "AUTOTHROTTLE_TARGET_CONCURRENCY": ("autothrottle", "target_concurrency"),
+    "AUTOTHROTTLE_DEBUG": ("autothrottle", "debug"),
+}
+_SCRAPY_BY_PATH = {path: name for name, path in _SCRAPY_NAMES.items()}
+_OUR_PREFIXES = ("THROTTLING_", "BACKOFF_", "RAMPUP_", "AUTOTHROTTLE_")
+
+
+class _ScrapyLabels(_TreeLabels):
+    """Names settings the way Scrapy users wrote them (``THROTTLING_SCOPES["a"]``)."""
+
+    def top(self, key: str) -> str:
+        return _SCRAPY_BY_PATH.get(("", key), key)
+
+    def scope(self, name: str | None, key: str | None = None) -> str:
+        if name is None:
+            if key is None:
+                return "THROTTLING_SCOPE_DEFAULTS"
+            return _SCRAPY_BY_PATH.get(("scope", key), f'THROTTLING_SCOPE_DEFAULTS["{key}"]')
+        base = f'THROTTLING_SCOPES["{name}"]'
+        return base if key is None else f'{base}["{key}"]'
+
+    def backoff(self, name: str | None, key: str | None = None) -> str:
+        if name is None and key is not None:
+            return _SCRAPY_BY_PATH.get(("backoff", key), f'BACKOFF["{key}"]')
+        base = self.scope(name, "backoff")
+        return base if key is None else f'{base}["{key}"]'
+
+    def autothrottle(self, key: str | None = None) -> str:
+        if key is None:
+            return "AUTOTHROTTLE_*"
+        return _SCRAPY_BY_PATH.get(("autothrottle", key), key)
+
+
+def _scrapy_to_tree(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """Rearrange Scrapy names into the TOML layout; flag our unknown names."""
+    tree: dict[str, Any] = {}
+    scope: dict[str, Any] = {}
+    backoff: dict[str, Any] = {}
+    autothrottle: dict[str, Any] = {}
+    unknown: list[str] = []
+    for name, value in settings.items():
+        if not isinstance(name, str):
+            continue
+        where = _SCRAPY_NAMES.get(name)
+        if where is None:
+            if name.startswith(_OUR_PREFIXES):
+                unknown.append(_unknown_key_message("settings", name, _SCRAPY_NAMES))
+            continue
+        section, key = where
+        target = {"": tree, "scope": scope, "backoff": backoff, "autothrottle": autothrottle}[section]
+        target[key] = value
+    if unknown:
+        raise ConfigError(unknown)
+    if backoff:
+        scope["backoff"] = backoff
+    if scope:
+        # The plain Scrapy globals come first; THROTTLING_SCOPE_DEFAULTS refines them.
+        explicit = tree.get("scope_defaults")
+        if isinstance(explicit, Mapping):
+            merged = {**scope, **explicit}
+            if isinstance(explicit.get("backoff"), Mapping) and backoff:
+                merged["backoff"] = {**backoff, **explicit["backoff"]}
+            tree["scope_defaults"] = merged
+        elif explicit is None:
+            tree["scope_defaults"] = scope
+    if autothrottle:
+        tree["autothrottle"] = autothrottle
+    return tree
+
+
+# --------------------------------------------------------------------------
+# Checking values. Each check records a problem and returns None on failure so
+# that parsing can go on and report every problem in one error.
+
+
+def _kind(value: object) -> str:
+    return f"{value!r} ({type(value).__name__})"
+
+
+def _unknown_key_message(where: str, key: str, valid: Iterable[str]) -> str:
+    valid = sorted(valid)
+    close = difflib.get_close_matches(key, valid, n=1, cutoff=0.6)
+    hint = f' did you mean "{close[0]}"?' if close else ""
+    return f'{where}: unknown key "{key}";{hint} Valid keys: {", ".join(valid)}'
+
+
+class _Checker:
+    def __init__(self, owner: str = "") -> None:
+        self.owner = owner
+        self.problems: list[str] = []
+
+    def fail(self, message: str) -> None:
+        self.problems.append(message)
+
+    def raise_if_any(self) -> None:
+        if self.problems:
+            raise ConfigError(self.problems)
+
+    # -- scalars --------------------------------------------------------
+
+    def seconds(self, label: str, value: object, *, optional: bool = False) -> float | None:
+        """A finite, non-negative number of seconds."""
+        if value is None and optional:
+            return None
+        return self.number(label, value, example="1.0", unit=" seconds")
+
+    def number(self, label: str, value: object, *, example: str, unit: str = "",
+               positive: bool = False, maximum: float | None = None) -> float | None:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(f"{label}: expected a number{unit}, got {_kind(value)}; use a number such as {example}")
+            return None
+        number = float(value)
+        if math.isnan(number):
+            self.fail(f"{label}: NaN is not allowed; use a finite number such as {example}")
+            return None
+        if math.isinf(number):
+            self.fail(f"{label}: {value!r} is infinite; use a finite number such as {example}")
+            return None
+        if number < 0 or (positive and number == 0):
+            need = "more than 0" if positive else "0 or more"
+            self.fail(f"{label}: {value!r} is {'negative' if number < 0 else 'zero'}; use {need}")
+            return None
+        if maximum is not None and number > maximum:
+            self.fail(f"{label}: {value!r} is too large; use at most {maximum:g}")
+            return None
+        return number
+
+    def count(self, label: str, value: object, *, example: str = "8") -> int | None:
+        """A whole number of 1 or more."""
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            self.fail(f"{label}: expected a whole number, got {_kind(value)}; use a whole number such as {example}")
+            return None
+        if isinstance(value, float):
+            if not value.is_integer():
+                self.fail(f"{label}: {value!r} is not a whole number; use a whole number such as {example}")
+                return None
+            value = int(value)
+        if value < 1:
+            self.fail(f"{label}: {value!r} is too small; use a whole number of 1 or more")
+            return None
+        return value
+
+    def flag(self, label: str, value: object) -> bool | None:
+        if not isinstance(value, bool):
+            self.fail(f"{label}: expected true or false, got {_kind(value)}")
+            return None
+        return value
+
+    def import_path(self, label: str, value: object, *, optional: bool = True) -> str | None:
+        if value is None and optional:
+            return None
+        if not isinstance(value, str) or "." not in value.strip(". "):
+            self.fail(f"{label}: expected an import path such as 'myproject.throttling.Manager', got {_kind(value)}")
+            return None
+        return value
+
+    def jitter(self, label: str, value: object) -> Jitter | None:
+        try:
+            return parse_jitter(value, label=label)
+        except ConfigError as exc:
+            self.problems.extend(exc.problems)
+            return None
+
+    def pair(self, label: str, value: object) -> tuple[float, float] | None:
+        """A number, or a [low, high] pair of numbers (RAMPUP_BACKOFF_TARGET)."""
+        if isinstance(value, list | tuple):
+            if len(value) != 2:
+                self.fail(f"{label}: expected a number or a [low, high] pair, got {_kind(value)}")
+                return None
+            low = self.number(f"{label}[0]", value[0], example="1")
+            high = self.number(f"{label}[1]", value[1], example="3")
+            if low is None or high is None:
+                return None
+            if low > high:
+                self.fail(f"{label}: {list(value)!r} has low > high; write [low, high] with low <= high")
+                return None
+            return (low, high)
+        single = self.number(label, value, example="1")
+        return None if single is None else (single, single)
+
+    def keys(self, where: str, data: Mapping[str, Any], valid: Iterable[str]) -> None:
+        valid = set(valid)
+        for key in data:
+            if key not in valid:
+                self.fail(_unknown_key_message(where, str(key), valid))
+
+    def mapping(self, label: str, value: object) -> Mapping[str, Any] | None:
+        if not isinstance(value, Mapping):
+            self.fail(f"{label}: expected a table of settings (a dict), got {_kind(value)}")
+            return None
+        return value
+
+    # -- objects built directly in Python ----------------------------------
+
+    def check_backoff_object(self, cfg: BackoffConfig) -> None:
+        o = self.owner
+        for name in ("delay_factor", "min_delay", "max_delay", "window", "concurrency_factor"):
+            self.number(f"{o}.{name}", getattr(cfg, name), example="1.0")
+        self.codes(f"{o}.http_codes", cfg.http_codes)
+        if not self.problems:
+            self.backoff_relations(f"{o}", cfg.delay_factor, cfg.min_delay, cfg.max_delay,
+                                   cfg.concurrency_factor)
+        self.raise_if_any()
+
+    def check_scope_object(self, cfg: ScopeConfig) -> None:
+        o = self.owner
+        self.count(f"{o}.concurrency", cfg.concurrency)
+        self.seconds(f"{o}.delay", cfg.delay)
+        self.seconds(f"{o}.delay_per_slot", cfg.delay_per_slot)
+        self.number(f"{o}.window", cfg.window, example="60.0", positive=True)
+        if cfg.quota is not None:
+            self.number(f"{o}.quota", cfg.quota, example="500.0", positive=True)
+        self.raise_if_any()
+
+    # -- compound values --------------------------------------------------
+
+    def codes(self, label: str, value: object) -> frozenset[int] | None:
+        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+            self.fail(f"{label}: expected a list of HTTP status codes such as [429, 503], got {_kind(value)}")
+            return None
+        codes: set[int] = set()
+        for code in value:
+            if isinstance(code, bool) or not isinstance(code, int) or not 100 <= code <= 599:
+                self.fail(f"{label}: {code!r} is not an HTTP status code; use whole numbers from 100 to 599")
+                return None
+            codes.add(code)
+        return frozenset(codes)
+
+    def exceptions(self, label: str, value: object) -> tuple[str | type[BaseException], ...] | None:
+        if isinstance(value, str | bytes) or not isinstance(value, Iterable):
+            self.fail(f"{label}: expected a list of exception classes or import paths, got {_kind(value)}")
+            return None
+        out: list[str | type[BaseException]] = []
+        for item in value:
+            if isinstance(item, type) and issubclass(item, BaseException):
+                out.append(item)
+            elif isinstance(item, str) and "." in item.strip("."):
+                out.append(item)
+            else:
+                self.fail(f"{label}: {item!r} is neither an exception class nor an import path "
+                          "such as 'builtins.TimeoutError'")
+                return None
+        return tuple(out)
+
+    def backoff_relations(self, label: str, factor: float, low: float, high: float,
+                          concurrency_factor: float) -> None:
+        if factor < 1.0:
+            self.fail(f"{label}: delay factor {factor:g} would shorten delays on backoff; use 1.0 or more")
+        if low > high:
+            self.fail(f"{label}: min delay {low:g} is above max delay {high:g}; make min_delay <= max_delay")
+        if not 0.0 < concurrency_factor <= 1.0:
+            self.fail(f"{label}: concurrency factor {concurrency_factor:g} must be in (0, 1], e.g. 0.5")
+
+
+def parse_jitter(value: object, *, label: str = "RANDOMIZE_DOWNLOAD_DELAY") -> Jitter:
+    """Turn the seed's jitter forms into a :class:`Jitter`.
+
+    ``True`` means +/-50 %, ``False`` none, a float ``f`` means +/-``f`` and a
+    ``[low, high]`` pair means ``delay * (1 + low)`` to ``delay * (1 + high)``.
+
+    Raises:
+        ConfigError: naming ``label`` when the value has none of those forms.
+    """
+    if value is True:
+        return Jitter(-0.5, 0.5)
+    if value is False or value is None:
+        return NO_JITTER
+    if isinstance(value, Jitter):
+        return value
+    if isinstance(value, int | float):
+        number = float(value)
+        if math.isnan(number) or not 0.0 <= number <= 1.0:
+            raise ConfigError([f"{label}: {value!r} is out of range; use a factor from 0 to 1 "
+                               "(0.5 means +/-50 %)"])
+        return Jitter(-number, number) if number else NO_JITTER
+    if isinstance(value, list | tuple) and len(value) == 2 and all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value
+    ):
+        low, high = float(value[0]), float(value[1])
+        if any(math.isnan(v) or math.isinf(v) for v in (low, high)):
+            raise ConfigError([f"{label}: {list(value)!r} must hold finite numbers, e.g. [-0.1, 0.3]"])
+        if low > high:
+            raise ConfigError([f"{label}: {list(value)!r} has low > high; write [low, high] with "
+                               "low <= high, e.g. [-0.1, 0.3]"])
+        if low < -1.0:
+            raise ConfigError([f"{label}: {list(value)!r} would make delays negative; keep low >= -1"])
+        return Jitter(low, high)
+    raise ConfigError([f"{label}: expected true, false, a factor such as 0.5 or a [low, high] pair, "
+                       f"got {_kind(value)}"])
+
+
+# --------------------------------------------------------------------------
+# Parsing the tree layout.
+
+_TOP_KEYS = frozenset({
+    "concurrent_requests", "scope_defaults", "scopes", "manager", "rampup_backoff_target",
+    "robotstxt_obey", "robotstxt_max_delay", "redirect_max_delay",
+    "delayed_requests_warn_threshold", "autothrottle",
+})
+_SCOPE_KEYS = frozenset(f.name for f in fields(ScopeConfig))
+_BACKOFF_KEYS = frozenset(f.name for f in fields(BackoffConfig))
+_AUTOTHROTTLE_KEYS = frozenset(f.name for f in fields(AutoThrottleConfig))
+
+
+def _parse(tree: Mapping[str, Any], labels: _TreeLabels) -> Settings:
+    check = _Checker()
+    if not isinstance(tree, Mapping):  # pragma: no cover - callers pass mappings
+        raise ConfigError([f"settings: expected a table, got {_kind(tree)}"])
+    check.keys(labels.source.rstrip(": ") or "settings", tree, _TOP_KEYS)
+    top: dict[str, Any] = {}
+
+    def take(key: str, parse: Callable[[str, object], T | None]) -> None:
+        if key in tree:
+            parsed = parse(labels.top(key), tree[key])
+            if parsed is not None:
+                top[key] = parsed
+
+    take("concurrent_requests", check.count)
+    take("rampup_backoff_target", check.pair)
+    take("robotstxt_max_delay", check.seconds)
+    take("delayed_requests_warn_threshold", check.count)
+    take("robotstxt_obey", check.flag)
+    take("manager", check.import_path)
+    if tree.get("redirect_max_delay") is not None:
+        take("redirect_max_delay", check.seconds)
+
+    defaults = ScopeConfig()
+    raw_defaults = tree.get("scope_defaults")
+    if raw_defaults is not None:
+        data = check.mapping(labels.scope(None), raw_defaults)
+        if data is not None:
+            defaults = _parse_scope(check, labels, None, data, ScopeConfig()) or defaults
+    scopes: dict[str, ScopeConfig] = {}
+    raw_scopes = tree.get("scopes")
+    if raw_scopes is not None:
+        table = check.mapping(labels.top("scopes"), raw_scopes)
+        for name, raw in (table or {}).items():
+            if not isinstance(name, str) or not name.strip():
+                check.fail(f"{labels.top('scopes')}: scope names must be non-empty strings, got {_kind(name)}")
+                continue
+            data = check.mapping(labels.scope(name), raw)
+            if data is not None:
+                parsed = _parse_scope(check, labels, name, data, defaults)
+                if parsed is not None:
+                    scopes[name] = parsed
+    autothrottle = AutoThrottleConfig()
+    if "autothrottle" in tree:
+        data = check.mapping(labels.autothrottle(), tree["autothrottle"])
+        if data is not None:
+            autothrottle = _parse_autothrottle(check, labels, data)
+    check.raise_if_any()
+    return Settings(scope_defaults=defaults, scopes=scopes, autothrottle=autothrottle, **top)
+
+
+def _parse_fields(data: Mapping[str, Any], parsers: Mapping[str, Callable[[str, object], Any]],
+                  label: Callable[[str], str]) -> dict[str, Any]:
+    """Run each field's parser on the keys present; keep the values that passed."""
+    values: dict[str, Any] = {}
+    for key, parse in parsers.items():
+        if key in data:
+            parsed = parse(label(key), data[key])
+            if parsed is not None:
+                values[key] = parsed
+    return values
+
+
+def _parse_scope(check: _Checker, labels: _TreeLabels, name: str | None,
+                 data: Mapping[str, Any], base: ScopeConfig) -> ScopeConfig | None:
+    before = len(check.problems)
+    check.keys(labels.scope(name), data, _SCOPE_KEYS)
+    values: dict[str, Any] = {}
+    parsers: dict[str, Callable[[str, object], Any]] = {
+        "concurrency": check.count,
+        "delay": check.seconds,
+        "delay_per_slot": check.seconds,
+        "jitter": check.jitter,
+        "rampup": check.flag,
+        "ignore_robots_txt": check.flag,
+        "manager": check.import_path,
+        "window": lambda label, v: check.number(label, v, example="60.0", unit=" seconds", positive=True),
+        "quota": lambda label, v: None if v is None else check.number(label, v, example="500.0",
+                                                                     positive=True),
+    }
+    values.update(_parse_fields(data, parsers, lambda key: labels.scope(name, key)))
+    if "backoff" in data:
+        raw = check.mapping(labels.backoff(name), data["backoff"])
+        if raw is not None:
+            backoff = _parse_backoff(check, labels, name, raw, base.backoff)
+            if backoff is not None:
+                values["backoff"] = backoff
+    if len(check.problems) > before:
+        return None
+    return replace(base, **values)
+
+
+def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
+                   data: Mapping[str, Any], base: BackoffConfig) -> BackoffConfig | None:
+    before = len(check.problems)
+    check.keys(labels.backoff(name), data, _BACKOFF_KEYS)
+    values: dict[str, Any] = {}
+    parsers: dict[str, Callable[[str, object], Any]] = {
+        "http_codes": check.codes,
+        "exceptions": check.exceptions,
+        "delay_factor": lambda label, v: check.number(label, v, example="2.0"),
+        "min_delay": check.seconds,
+        "max_delay": check.seconds,
+        "window": lambda label, v: check.number(label, v, example="60.0", unit=" seconds", positive=True),
+        "concurrency_factor": lambda label, v: check.number(label, v, example="0.5", positive=True),
+        "jitter": check.jitter,
+    }
+    values.update(_parse_fields(data, parsers, lambda key: labels.backoff(name, key)))
+    if len(check.problems) > before:
+        return None
+    merged = {f.name: values.get(f.name, getattr(base, f.name)) for f in fields(BackoffConfig)}
+    check.backoff_relations(labels.backoff(name), merged["delay_factor"], merged["min_delay"],
+                            merged["max_delay"], merged["concurrency_factor"])
+    if len(check.problems) > before:
+        return None
+    return replace(base, **values)
+
+
+def _parse_autothrottle(check: _Checker, labels: _TreeLabels,
+                        data: Mapping[str, Any]) -> AutoThrottleConfig:
+    check.keys(labels.autothrottle(), data, _AUTOTHROTTLE_KEYS)
+    values: dict[str, Any] = {}
+    parsers: dict[str, Callable[[str, object], Any]] = {
+        "enabled": check.flag,
+        "debug": check.flag,
+        "start_delay": check.seconds,
+        "max_delay": check.seconds,
+        "target_concurrency": lambda label, v: check.number(label, v, example="1.0", positive=True),
+    }
+    values.update(_parse_fields(data, parsers, labels.autothrottle))
+    return AutoThrottleConfig(**values)

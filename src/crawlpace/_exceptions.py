@@ -1,0 +1,48 @@
+"""Errors raised by crawlpace.
+
+Every error derives from one base class, so ``except CrawlpaceError`` catches
+anything this package raises on purpose::
+
+    CrawlpaceError
+    ├── ConfigError          invalid settings; raised at start-up (also a ValueError)
+    ├── ScopeError           a request's throttling scopes cannot be used (also a ValueError)
+    ├── ThrottlerClosed      the throttler was closed while a request waited or tried to enter
+    └── PermitError          a permit was misused (released twice, feedback after release)
+
+Misuse by the caller (``ConfigError``, ``ScopeError``, ``PermitError``) is kept
+apart from conditions that arise while running (``ThrottlerClosed``). Errors
+from third-party libraries are translated at the boundary where they enter
+crawlpace and chained with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ConfigError", "CrawlpaceError", "PermitError", "ScopeError", "ThrottlerClosed"]
+
+
+class CrawlpaceError(Exception):
+    """Base class of every error crawlpace raises on purpose."""
+
+
+class ConfigError(CrawlpaceError, ValueError):
+    """One or more settings are invalid.
+
+    The message has one line per problem; each line names the setting, the
+    offending value and how to fix it. ``problems`` holds those lines.
+    """
+
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(self.problems))
+
+
+class ScopeError(CrawlpaceError, ValueError):
+    """A request's throttling scopes are malformed (empty, wrong type, bad quota use)."""
+
+
+class ThrottlerClosed(CrawlpaceError):
+    """The throttler was closed; no more permits are handed out."""
+
+
+class PermitError(CrawlpaceError, RuntimeError):
+    """A permit was used after release, or released twice."""

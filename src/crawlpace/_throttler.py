@@ -1,0 +1,393 @@
+"""The async facade: wait for a request's scopes, hand out permits, take feedback.
+
+Waiting works without one timer or task per waiter. Each scope with waiting
+requests has a FIFO queue; a request with several scopes sits in each of
+their queues. When something may have freed a scope (a release, or the
+scope's delay running out on its single timer), the scope is marked dirty
+and one pump task walks its queue in order, admitting every waiter that all
+of its scopes now accept and skipping those held back by another scope. The
+walk stops at the first waiter this scope itself refuses, since nobody behind
+it could pass either. Only waiters that can proceed are ever woken.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import random
+from collections import deque
+from collections.abc import Mapping
+from types import TracebackType
+from typing import Any
+
+from ._clock import AsyncioClock, Clock, TimerHandle
+from ._config import Settings
+from ._exceptions import ThrottlerClosed
+from ._permit import NotReady, Permit
+from ._scopes import Demand, ThrottlingManager, ThrottlingManagerProtocol, normalize_scopes
+from ._stats import ScopeStats
+from .stores import open_store
+from .stores.base import Blocked, Lease, Outcome, Store
+
+__all__ = ["Throttler"]
+
+logger = logging.getLogger(__name__)
+
+# How often a waiter blocked by slots that other processes hold re-asks a shared store.
+_SHARED_POLL = 0.05
+
+
+class _Waiter:
+    __slots__ = ("demands", "future", "queued")
+
+    def __init__(self, demands: tuple[Demand, ...], future: asyncio.Future[Lease]) -> None:
+        self.demands = demands
+        self.future = future
+        self.queued = True
+
+
+class _Slot:
+    """``async with throttler.slot(request) as permit``: acquire, then release."""
+
+    __slots__ = ("_permit", "_request", "_scopes", "_throttler")
+
+    def __init__(self, throttler: Throttler, request: object, scopes: object) -> None:
+        self._throttler = throttler
+        self._request = request
+        self._scopes = scopes
+        self._permit: Permit | None = None
+
+    async def __aenter__(self) -> Permit:
+        self._permit = await self._throttler.acquire(self._request, scopes=self._scopes)
+        return self._permit
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        permit = self._permit
+        if permit is not None:
+            await permit.__aexit__(exc_type, exc, tb)
+
+
+class Throttler:
+    """Decides when each request may be sent.
+
+    Args:
+        settings: a :class:`Settings`, a mapping of Scrapy-style names, or
+            ``None`` for the defaults.
+        store: a :class:`~crawlpace.stores.Store` or a store URL
+            (``"memory://"``, the default).
+        clock: the time source; the event loop's clock by default.
+        rng: the random source for jitter; pass a seeded one for repeatable runs.
+        manager: decides each request's scopes; by default the request's
+            ``meta["throttling_scopes"]`` or its URL's host.
+
+    Raises:
+        ConfigError: when the settings are invalid.
+
+    Example::
+
+        async with Throttler({"DOWNLOAD_DELAY": 0.5}) as throttler:
+            async with throttler.slot("https://example.com/") as permit:
+                response = await client.get(permit.request)
+                permit.feedback(response)
+    """
+
+    def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
+                 store: Store | str = "memory://", clock: Clock | None = None,
+                 rng: random.Random | None = None,
+                 manager: ThrottlingManagerProtocol | None = None) -> None:
+        if settings is None:
+            settings = Settings()
+        elif not isinstance(settings, Settings):
+            settings = Settings.from_scrapy(settings)
+        self.settings = settings
+        self.clock: Clock = clock if clock is not None else AsyncioClock()
+        self._rng = rng if rng is not None else random.Random()
+        self._store: Store = (open_store(store, settings, self.clock, self._rng)
+                              if isinstance(store, str) else store)
+        self._manager: ThrottlingManagerProtocol = manager if manager is not None \
+            else ThrottlingManager()
+        self._cap = settings.concurrent_requests
+        self._inflight = 0
+        self._queues: dict[str, deque[_Waiter]] = {}
+        self._waiting = 0
+        self._warned_waiting = False
+        self._timers: dict[str, tuple[float, TimerHandle]] = {}
+        self._dirty: dict[str, None] = {}
+        self._starved: dict[str, None] = {}
+        self._pump_task: asyncio.Task[None] | None = None
+        self._background: set[asyncio.Task[None]] = set()
+        self._closed = False
+        for note in settings.inactive():
+            logger.warning("setting has no effect in this version of crawlpace and is ignored: %s",
+                           note)
+
+    # -- public API ----------------------------------------------------------
+
+    @property
+    def store(self) -> Store:
+        """The store holding admission state."""
+        return self._store
+
+    @property
+    def inflight(self) -> int:
+        """Permits of this throttler not yet released."""
+        return self._inflight
+
+    @property
+    def waiting(self) -> int:
+        """Requests of this process waiting for a permit."""
+        return self._waiting
+
+    def slot(self, request: object = None, *, scopes: object = None) -> _Slot:
+        """Wait for a permit for ``request`` in an ``async with`` block.
+
+        The block's exception, if any, is fed back before the permit is
+        released; cancellation is not counted as a failure.
+        """
+        return _Slot(self, request, scopes)
+
+    async def acquire(self, request: object = None, *, scopes: object = None) -> Permit:
+        """Wait until every scope of ``request`` admits it, then return a permit.
+
+        Args:
+            request: a URL string or an object with ``url`` (and ``meta``).
+            scopes: explicit scopes, overriding the manager.
+
+        Raises:
+            ScopeError: when the request's scopes are malformed.
+            ThrottlerClosed: when the throttler is or gets closed.
+        """
+        demands = await self._demands(request, scopes)
+        lease = await self._acquire(demands)
+        return Permit(self, lease, request)
+
+    async def try_acquire(self, request: object = None, *,
+                          scopes: object = None) -> Permit | NotReady:
+        """Return a permit if one can be granted now, else when one could be.
+
+        Never waits. Requests already waiting in :meth:`acquire` keep their
+        turn: while any waits for one of these scopes, the answer is
+        :class:`NotReady` with ``ready_at=None``.
+        """
+        self._check_open()
+        demands = await self._demands(request, scopes)
+        if self._inflight >= self._cap or self._starved:
+            return NotReady(None, ())
+        queued = tuple((name, None) for name, _ in demands if name in self._queues)
+        if queued:
+            return NotReady(None, queued)
+        result = await self._store.acquire(demands)
+        if isinstance(result, Lease):
+            self._inflight += 1
+            return Permit(self, result, request)
+        return NotReady(result.ready_at, result.waiting_on)
+
+    async def stats(self) -> dict[str, ScopeStats]:
+        """Describe every scope the store holds state for."""
+        out: dict[str, ScopeStats] = {}
+        for name in await self._store.scopes():
+            snap = await self.scope_stats(name)
+            if snap is not None:
+                out[name] = snap
+        return out
+
+    async def scope_stats(self, scope: str) -> ScopeStats | None:
+        """Describe one scope, or ``None`` if nothing is known about it."""
+        snap = await self._store.snapshot(scope)
+        if snap is None:
+            return None
+        queue = self._queues.get(scope)
+        return ScopeStats.from_snapshot(snap, len(queue) if queue else 0)
+
+    async def aclose(self) -> None:
+        """Stop handing out permits; waiting requests get :class:`ThrottlerClosed`."""
+        if self._closed:
+            return
+        self._closed = True
+        for _when, handle in self._timers.values():
+            handle.cancel()
+        self._timers.clear()
+        for queue in self._queues.values():
+            for waiter in queue:
+                if not waiter.future.done():
+                    waiter.future.set_exception(ThrottlerClosed("the throttler was closed"))
+        self._queues.clear()
+        self._dirty.clear()
+        self._starved.clear()
+        if self._pump_task is not None:
+            self._pump_task.cancel()
+        for task in list(self._background):
+            await task
+        await self._store.aclose()
+
+    async def __aenter__(self) -> Throttler:
+        return self
+
+    async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
+                        tb: TracebackType | None) -> None:
+        await self.aclose()
+
+    def __repr__(self) -> str:
+        state = "closed" if self._closed else "open"
+        return (f"<Throttler {state} inflight={self._inflight}/{self._cap} "
+                f"waiting={self._waiting} scopes_with_queues={len(self._queues)}>")
+
+    # -- admission -------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise ThrottlerClosed("the throttler is closed; create a new one")
+
+    async def _demands(self, request: object, scopes: object) -> tuple[Demand, ...]:
+        if scopes is None:
+            if request is None:
+                raise TypeError("give a request (a URL or an object with .url) or scopes=...")
+            scopes = await self._manager.get_scopes(request)
+        return normalize_scopes(scopes)
+
+    async def _acquire(self, demands: tuple[Demand, ...]) -> Lease:
+        self._check_open()
+        queues = self._queues
+        blocked: Blocked | None = None
+        if self._inflight < self._cap and not self._starved and (
+            demands[0][0] not in queues if len(demands) == 1
+            else not any(name in queues for name, _ in demands)
+        ):
+            result = await self._store.acquire(demands)
+            if isinstance(result, Lease):
+                self._inflight += 1
+                return result
+            blocked = result
+        return await self._wait(demands, blocked)
+
+    async def _wait(self, demands: tuple[Demand, ...], blocked: Blocked | None) -> Lease:
+        waiter = _Waiter(demands, asyncio.get_running_loop().create_future())
+        for name, _ in demands:
+            queue = self._queues.get(name)
+            if queue is None:
+                queue = self._queues[name] = deque()
+            queue.append(waiter)
+        self._waiting += 1
+        if self._waiting >= self.settings.delayed_requests_warn_threshold \
+                and not self._warned_waiting:
+            self._warned_waiting = True
+            logger.warning("%d requests are waiting in memory for a permit "
+                           "(DELAYED_REQUESTS_WARN_THRESHOLD); consider queueing fewer at once",
+                           self._waiting)
+        if blocked is not None:
+            self._arm(blocked)
+        elif self._inflight >= self._cap:
+            self._starved[demands[0][0]] = None
+        else:
+            for name, _ in demands:
+                self._mark(name)
+        try:
+            return await waiter.future
+        except BaseException:
+            self._forget(waiter)
+            future = waiter.future
+            if future.done() and not future.cancelled() and future.exception() is None:
+                # Granted in the same breath as the cancellation: give it back.
+                self._spawn(self._release(future.result(), Outcome()))
+            raise
+
+    def _forget(self, waiter: _Waiter) -> None:
+        if not waiter.queued:
+            return
+        waiter.queued = False
+        self._waiting -= 1
+        for name, _ in waiter.demands:
+            queue = self._queues.get(name)
+            if queue is None:
+                continue
+            try:
+                queue.remove(waiter)
+            except ValueError:
+                pass
+            if not queue:
+                self._drop_queue(name)
+
+    def _drop_queue(self, name: str) -> None:
+        del self._queues[name]
+        timer = self._timers.pop(name, None)
+        if timer is not None:
+            timer[1].cancel()
+
+    async def _release(self, lease: Lease, outcome: Outcome) -> None:
+        self._inflight -= 1
+        await self._store.release(lease, outcome)
+        for name, _ in lease.demands:
+            if name in self._queues:
+                self._mark(name)
+        if self._starved:
+            starved = list(self._starved)
+            self._starved.clear()
+            for name in starved:
+                self._mark(name)
+
+    # -- waking ----------------------------------------------------------------
+
+    def _mark(self, name: str) -> None:
+        """Note that ``name`` may admit a waiter now, and make sure the pump runs."""
+        if self._closed:
+            return
+        self._dirty[name] = None
+        task = self._pump_task
+        if task is None or task.done():
+            self._pump_task = asyncio.get_running_loop().create_task(self._pump())
+
+    def _arm(self, blocked: Blocked) -> None:
+        """Schedule a wake-up for each scope that said when it will be ready."""
+        for name, when in blocked.waiting_on:
+            if when is None:
+                if not self._store.shared:
+                    continue  # a release of ours will wake it
+                when = self.clock.now() + _SHARED_POLL
+            current = self._timers.get(name)
+            if current is not None:
+                if current[0] <= when:
+                    continue
+                current[1].cancel()
+            handle = self.clock.call_at(when, lambda name=name: self._on_timer(name))
+            self._timers[name] = (when, handle)
+
+    def _on_timer(self, name: str) -> None:
+        self._timers.pop(name, None)
+        if name in self._queues:
+            self._mark(name)
+
+    async def _pump(self) -> None:
+        dirty = self._dirty
+        while dirty:
+            name = next(iter(dirty))
+            del dirty[name]
+            queue = self._queues.get(name)
+            if queue:
+                await self._serve(name, queue)
+
+    async def _serve(self, name: str, queue: deque[_Waiter]) -> None:
+        """Admit, in order, every waiter of ``name`` that can go now."""
+        for waiter in list(queue):
+            if waiter.future.done():
+                continue
+            if self._inflight >= self._cap:
+                self._starved[name] = None
+                return
+            result = await self._store.acquire(waiter.demands)
+            if isinstance(result, Lease):
+                if waiter.future.done():  # cancelled while the store answered
+                    await self._store.release(result, Outcome())
+                    continue
+                self._inflight += 1
+                waiter.future.set_result(result)
+                self._forget(waiter)
+                continue
+            self._arm(result)
+            if any(scope == name for scope, _ in result.waiting_on):
+                return
+
+    def _spawn(self, coro: Any) -> None:
+        task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
+        self._background.add(task)
+        task.add_done_callback(self._background.discard)

@@ -1,0 +1,141 @@
+"""Admission of one scope: slots, the delay between sends, the delay per slot.
+
+Pure state plus ``now``: nothing here reads a clock, sleeps or awaits.
+
+A scope has ``concurrency`` slots. A request may be sent when
+
+* fewer than ``concurrency`` requests of the scope are in flight,
+* at least ``delay`` has passed since the scope's previous send, and
+* some idle slot has rested ``delay_per_slot`` since *its* previous send.
+
+Slots are interchangeable, so the state keeps no slot identities: only the
+times at which the idle slots that are still resting become usable again, in a
+min-heap. A slot whose rest is over is indistinguishable from one never used,
+so it is dropped from the heap; "fresh" slots are simply those neither in
+flight nor resting. This keeps the state of an idle scope a few numbers, and
+the cost of an admission O(log concurrency).
+
+Jitter is drawn once per send and applied to both delays of that send, so the
+spread the user asked for shows up in the spacing instead of being masked by
+whichever of the two delays is not jittered.
+"""
+
+from __future__ import annotations
+
+import heapq
+from dataclasses import dataclass
+
+__all__ = ["Limits", "ScopeState"]
+
+_NEVER = float("-inf")
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """The effective admission limits of a scope at one moment."""
+
+    concurrency: int
+    delay: float
+    delay_per_slot: float
+
+
+class ScopeState:
+    """Admission state of one scope.
+
+    Attributes:
+        limits: the limits in force; replace with :meth:`set_limits`.
+        inflight: admitted requests not yet released.
+        next_send: earliest time the scope's delay allows another send.
+        sends: requests admitted over the state's lifetime.
+    """
+
+    __slots__ = ("_resting", "inflight", "last_send", "limits", "next_send", "sends")
+
+    def __init__(self, limits: Limits) -> None:
+        self.limits = limits
+        self.inflight = 0
+        self.next_send = _NEVER
+        self.last_send = _NEVER
+        self.sends = 0
+        self._resting: list[float] = []
+
+    # -- queries -----------------------------------------------------------
+
+    def ready_at(self, now: float) -> float | None:
+        """Return when a send could next be admitted.
+
+        A value ``<= now`` means "now". ``None`` means every slot is in flight,
+        so only a release can make room.
+        """
+        concurrency = self.limits.concurrency
+        if self.inflight >= concurrency:
+            return None
+        resting = self._resting
+        while resting and resting[0] <= now:
+            heapq.heappop(resting)
+        if self.inflight + len(resting) < concurrency:
+            return self.next_send
+        # Every slot not in flight is resting; the first to wake decides. When
+        # the limits shrank, more slots may be resting than there is room for.
+        excess = self.inflight + len(resting) - concurrency
+        wake = resting[0] if excess == 0 else heapq.nsmallest(excess + 1, resting)[-1]
+        return wake if wake > self.next_send else self.next_send
+
+    def is_idle(self, now: float) -> bool:
+        """True when the state holds nothing a fresh state would not.
+
+        Such a scope can be forgotten and recreated later with no change in
+        behaviour.
+        """
+        if self.inflight or self.next_send > now:
+            return False
+        resting = self._resting
+        while resting and resting[0] <= now:
+            heapq.heappop(resting)
+        return not resting
+
+    @property
+    def resting(self) -> int:
+        """Idle slots still waiting out their per-slot delay."""
+        return len(self._resting)
+
+    # -- transitions -------------------------------------------------------
+
+    def admit(self, now: float, factor: float = 1.0) -> float:
+        """Record a send at ``now``; the caller checked :meth:`ready_at` first.
+
+        Args:
+            now: the send time.
+            factor: the jitter multiplier drawn for this send.
+
+        Returns:
+            When the slot used by this send may send again; hand it back to
+            :meth:`release`.
+        """
+        limits = self.limits
+        self.inflight += 1
+        self.sends += 1
+        self.last_send = now
+        self.next_send = now + limits.delay * factor
+        # A ready scope always has a fresh slot (ready_at dropped the slots
+        # whose rest is over), so the send takes that one: nothing to pop.
+        return now + limits.delay_per_slot * factor
+
+    def release(self, slot_ready: float, now: float) -> None:
+        """Return a slot once its request is answered (or failed)."""
+        self.inflight -= 1
+        if slot_ready > now and self.inflight + len(self._resting) < self.limits.concurrency:
+            heapq.heappush(self._resting, slot_ready)
+
+    def set_limits(self, limits: Limits) -> None:
+        """Change the limits; slots beyond a lower concurrency are retired."""
+        self.limits = limits
+        room = max(0, limits.concurrency - self.inflight)
+        if len(self._resting) > room:
+            self._resting = heapq.nsmallest(room, self._resting)
+
+    def __repr__(self) -> str:
+        limits = self.limits
+        return (f"<ScopeState inflight={self.inflight}/{limits.concurrency} "
+                f"delay={limits.delay:g}s per_slot={limits.delay_per_slot:g}s "
+                f"resting={len(self._resting)} sends={self.sends}>")

@@ -1,0 +1,116 @@
+"""The interface every state store implements, and the values it exchanges.
+
+A store owns the admission state of every scope: requests in flight, the last
+send, resting slots, and the limits in force. The async facade asks it to
+admit a request against *all* of its scopes at once (:meth:`Store.acquire`)
+and to take a slot back with the request's outcome (:meth:`Store.release`).
+
+Admission is all-or-nothing: a store either records the send in every scope
+or in none, so a request never holds one scope while waiting for another and
+two requests that share scopes cannot deadlock, whatever order they list them.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol, runtime_checkable
+
+from .._scopes import Demand
+
+__all__ = ["Blocked", "Lease", "Outcome", "ScopeSnapshot", "Store"]
+
+
+@dataclass(slots=True)
+class Lease:
+    """Proof that a request was admitted; give it back to :meth:`Store.release`.
+
+    Attributes:
+        demands: the scopes and expected quota uses the request was admitted to.
+        slot_ready: per scope, when the slot the request used may send again.
+        granted_at: the store clock's reading at admission.
+    """
+
+    demands: tuple[Demand, ...]
+    slot_ready: tuple[float, ...]
+    granted_at: float
+
+
+@dataclass(frozen=True, slots=True)
+class Blocked:
+    """Why a request cannot be admitted yet.
+
+    Attributes:
+        ready_at: the earliest time every scope could admit it, or ``None`` if
+            some scope has all its slots in flight (only a release helps).
+        waiting_on: each scope that is not ready, with its own ready time
+            (``None``: full).
+    """
+
+    ready_at: float | None
+    waiting_on: tuple[tuple[str, float | None], ...]
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """What happened to an admitted request, as fed back on release.
+
+    Attributes:
+        status: the HTTP status, when a response arrived.
+        error: the exception's class name, when the request failed.
+        latency: seconds from connection to response headers, when known.
+    """
+
+    status: int | None = None
+    error: str | None = None
+    latency: float | None = None
+
+    @property
+    def ok(self) -> bool:
+        """True for a response below 400 with no exception."""
+        return self.error is None and self.status is not None and self.status < 400
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeSnapshot:
+    """A store's view of one scope at one moment (the throttler adds the queue)."""
+
+    scope: str
+    concurrency: int
+    delay: float
+    delay_per_slot: float
+    inflight: int
+    resting: int
+    sends: int
+    responses: int
+    errors: int
+    ready_in: float | None
+    last_latency: float | None
+    mean_latency: float | None
+
+
+@runtime_checkable
+class Store(Protocol):
+    """Admission state behind the throttler.
+
+    ``shared`` tells the throttler whether other processes change this state:
+    a local store's slots only free up through this process's releases, which
+    the throttler sees; a shared store's slots also free up elsewhere, so the
+    throttler polls instead of waiting for a release it would never see.
+    """
+
+    shared: bool
+
+    async def acquire(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
+        """Admit a request to all of its scopes now, or say why not."""
+
+    async def release(self, lease: Lease, outcome: Outcome) -> None:
+        """Free the request's slots and record its outcome."""
+
+    async def snapshot(self, scope: str) -> ScopeSnapshot | None:
+        """Describe ``scope``, or ``None`` if the store holds no state for it."""
+
+    async def scopes(self) -> list[str]:
+        """List the scopes the store holds state for."""
+
+    async def aclose(self) -> None:
+        """Release connections and background work."""
