@@ -9,6 +9,7 @@ loop's monotonic clock); tests use :class:`crawlpace.testing.MockClock`.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from typing import Protocol, runtime_checkable
 
@@ -43,25 +44,27 @@ class Clock(Protocol):
 
 
 class AsyncioClock:
-    """The running event loop's monotonic clock.
+    """The system's monotonic clock, with timers on the running event loop.
 
-    The loop is looked up on each call, so one instance can be created before
-    the loop starts and shared by every component of a process.
+    Readings come from :func:`time.monotonic` (what the standard loop's
+    ``time()`` returns too); timers are converted to a delay, so they stay
+    right on loops whose ``time()`` has another origin or resolution. One
+    instance can be created before the loop starts and shared.
     """
 
     __slots__ = ()
 
     def now(self) -> float:
-        """Return ``loop.time()`` of the running loop."""
-        return asyncio.get_running_loop().time()
+        """Return :func:`time.monotonic`."""
+        return time.monotonic()
 
     async def sleep(self, seconds: float) -> None:
         """Sleep with :func:`asyncio.sleep`."""
         await asyncio.sleep(max(0.0, seconds))
 
     def call_at(self, when: float, callback: Callable[[], object]) -> TimerHandle:
-        """Schedule with ``loop.call_at``."""
-        return asyncio.get_running_loop().call_at(when, callback)
+        """Schedule ``callback`` on the running loop ``when - now()`` from now."""
+        return asyncio.get_running_loop().call_later(max(0.0, when - time.monotonic()), callback)
 
     def __repr__(self) -> str:
         return "AsyncioClock()"

@@ -36,6 +36,8 @@ __all__ = [
 
 T = TypeVar("T")
 
+HALF_JITTER = Jitter(-0.5, 0.5)
+BACKOFF_JITTER = Jitter(-0.1, 0.1)
 DEFAULT_BACKOFF_HTTP_CODES: frozenset[int] = frozenset({429, 502, 503, 504, 520, 521, 522, 523, 524})
 # asyncio crawlers see these for timeouts and dropped connections; the HTTP
 # adapters add their own client's classes when they land.
@@ -54,7 +56,7 @@ class BackoffConfig:
     delay_factor: float = 2.0
     min_delay: float = 1.0
     max_delay: float = 300.0
-    jitter: Jitter = Jitter(-0.1, 0.1)
+    jitter: Jitter = BACKOFF_JITTER
     concurrency_factor: float = 0.5
     window: float = 60.0
 
@@ -73,7 +75,7 @@ class ScopeConfig:
     concurrency: int = 1
     delay: float = 1.0
     delay_per_slot: float = 1.0
-    jitter: Jitter = Jitter(-0.5, 0.5)
+    jitter: Jitter = HALF_JITTER
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
     rampup: bool = False
     quota: float | None = None
@@ -271,7 +273,7 @@ class _ScrapyLabels(_TreeLabels):
         return _SCRAPY_BY_PATH.get(("autothrottle", key), key)
 
 
-def _scrapy_to_tree(settings: Mapping[str, Any]) -> dict[str, Any]:
+def _scrapy_to_tree(settings: Mapping[Any, Any]) -> dict[str, Any]:
     """Rearrange Scrapy names into the TOML layout; flag our unknown names."""
     tree: dict[str, Any] = {}
     scope: dict[str, Any] = {}
@@ -347,7 +349,8 @@ class _Checker:
     def number(self, label: str, value: object, *, example: str, unit: str = "",
                positive: bool = False, maximum: float | None = None) -> float | None:
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(f"{label}: expected a number{unit}, got {_kind(value)}; use a number such as {example}")
+            self.fail(f"{label}: expected a number{unit}, got {_kind(value)}; "
+                      f"use a number such as {example}")
             return None
         number = float(value)
         if math.isnan(number):
@@ -368,11 +371,13 @@ class _Checker:
     def count(self, label: str, value: object, *, example: str = "8") -> int | None:
         """A whole number of 1 or more."""
         if isinstance(value, bool) or not isinstance(value, int | float):
-            self.fail(f"{label}: expected a whole number, got {_kind(value)}; use a whole number such as {example}")
+            self.fail(f"{label}: expected a whole number, got {_kind(value)}; "
+                      f"use a whole number such as {example}")
             return None
         if isinstance(value, float):
             if not value.is_integer():
-                self.fail(f"{label}: {value!r} is not a whole number; use a whole number such as {example}")
+                self.fail(f"{label}: {value!r} is not a whole number; "
+                          f"use a whole number such as {example}")
                 return None
             value = int(value)
         if value < 1:
@@ -390,7 +395,8 @@ class _Checker:
         if value is None and optional:
             return None
         if not isinstance(value, str) or "." not in value.strip(". "):
-            self.fail(f"{label}: expected an import path such as 'myproject.throttling.Manager', got {_kind(value)}")
+            self.fail(f"{label}: expected an import path such as "
+                      f"'myproject.throttling.Manager', got {_kind(value)}")
             return None
         return value
 
@@ -456,7 +462,8 @@ class _Checker:
 
     def codes(self, label: str, value: object) -> frozenset[int] | None:
         if isinstance(value, str | bytes) or not isinstance(value, Iterable):
-            self.fail(f"{label}: expected a list of HTTP status codes such as [429, 503], got {_kind(value)}")
+            self.fail(f"{label}: expected a list of HTTP status codes such as [429, 503], "
+                      f"got {_kind(value)}")
             return None
         codes: set[int] = set()
         for code in value:
@@ -472,9 +479,8 @@ class _Checker:
             return None
         out: list[str | type[BaseException]] = []
         for item in value:
-            if isinstance(item, type) and issubclass(item, BaseException):
-                out.append(item)
-            elif isinstance(item, str) and "." in item.strip("."):
+            is_class = isinstance(item, type) and issubclass(item, BaseException)
+            if is_class or (isinstance(item, str) and "." in item.strip(".")):
                 out.append(item)
             else:
                 self.fail(f"{label}: {item!r} is neither an exception class nor an import path "
@@ -502,7 +508,7 @@ def parse_jitter(value: object, *, label: str = "RANDOMIZE_DOWNLOAD_DELAY") -> J
         ConfigError: naming ``label`` when the value has none of those forms.
     """
     if value is True:
-        return Jitter(-0.5, 0.5)
+        return HALF_JITTER
     if value is False or value is None:
         return NO_JITTER
     if isinstance(value, Jitter):
@@ -544,8 +550,6 @@ _AUTOTHROTTLE_KEYS = frozenset(f.name for f in fields(AutoThrottleConfig))
 
 def _parse(tree: Mapping[str, Any], labels: _TreeLabels) -> Settings:
     check = _Checker()
-    if not isinstance(tree, Mapping):  # pragma: no cover - callers pass mappings
-        raise ConfigError([f"settings: expected a table, got {_kind(tree)}"])
     check.keys(labels.source.rstrip(": ") or "settings", tree, _TOP_KEYS)
     top: dict[str, Any] = {}
 
@@ -576,7 +580,8 @@ def _parse(tree: Mapping[str, Any], labels: _TreeLabels) -> Settings:
         table = check.mapping(labels.top("scopes"), raw_scopes)
         for name, raw in (table or {}).items():
             if not isinstance(name, str) or not name.strip():
-                check.fail(f"{labels.top('scopes')}: scope names must be non-empty strings, got {_kind(name)}")
+                check.fail(f"{labels.top('scopes')}: scope names must be non-empty strings, "
+                           f"got {_kind(name)}")
                 continue
             data = check.mapping(labels.scope(name), raw)
             if data is not None:

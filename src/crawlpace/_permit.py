@@ -114,7 +114,11 @@ class Permit:
         outcome = self._outcome
         if outcome is None:
             outcome = Outcome(latency=self._throttler.clock.now() - self._lease.granted_at)
-        await self._throttler._release(self._lease, outcome)
+        throttler = self._throttler
+        if throttler._local is not None:
+            throttler._release_nowait(self._lease, outcome)
+        else:
+            await throttler._release(self._lease, outcome)
 
     async def __aenter__(self) -> Permit:
         return self

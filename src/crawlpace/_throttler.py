@@ -13,6 +13,8 @@ it could pass either. Only waiters that can proceed are ever woken.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import logging
 import random
 from collections import deque
@@ -27,7 +29,7 @@ from ._permit import NotReady, Permit
 from ._scopes import Demand, ThrottlingManager, ThrottlingManagerProtocol, normalize_scopes
 from ._stats import ScopeStats
 from .stores import open_store
-from .stores.base import Blocked, Lease, Outcome, Store
+from .stores.base import Blocked, Lease, LocalStore, Outcome, Store
 
 __all__ = ["Throttler"]
 
@@ -105,6 +107,7 @@ class Throttler:
         self._rng = rng if rng is not None else random.Random()
         self._store: Store = (open_store(store, settings, self.clock, self._rng)
                               if isinstance(store, str) else store)
+        self._local: LocalStore | None = self._store if isinstance(self._store, LocalStore) else None
         self._manager: ThrottlingManagerProtocol = manager if manager is not None \
             else ThrottlingManager()
         self._cap = settings.concurrent_requests
@@ -158,9 +161,29 @@ class Throttler:
             ScopeError: when the request's scopes are malformed.
             ThrottlerClosed: when the throttler is or gets closed.
         """
-        demands = await self._demands(request, scopes)
-        lease = await self._acquire(demands)
-        return Permit(self, lease, request)
+        if scopes is None:
+            if request is None:
+                raise TypeError("give a request (a URL or an object with .url) or scopes=...")
+            scopes = await self._manager.get_scopes(request)
+        demands = normalize_scopes(scopes)
+        if self._closed:
+            raise ThrottlerClosed("the throttler is closed; create a new one")
+        queues = self._queues
+        blocked: Blocked | None = None
+        # The uncontended path: nobody queued ahead, room under the global cap.
+        if self._inflight < self._cap and not self._starved and (
+            demands[0][0] not in queues if len(demands) == 1
+            else not any(name in queues for name, _ in demands)
+        ):
+            local = self._local
+            result = local.acquire_nowait(demands) if local is not None \
+                else await self._store.acquire(demands)
+            if type(result) is Lease:
+                self._inflight += 1
+                return Permit(self, result, request)
+            assert isinstance(result, Blocked)
+            blocked = result
+        return Permit(self, await self._wait(demands, blocked), request)
 
     async def try_acquire(self, request: object = None, *,
                           scopes: object = None) -> Permit | NotReady:
@@ -171,7 +194,11 @@ class Throttler:
         :class:`NotReady` with ``ready_at=None``.
         """
         self._check_open()
-        demands = await self._demands(request, scopes)
+        if scopes is None:
+            if request is None:
+                raise TypeError("give a request (a URL or an object with .url) or scopes=...")
+            scopes = await self._manager.get_scopes(request)
+        demands = normalize_scopes(scopes)
         if self._inflight >= self._cap or self._starved:
             return NotReady(None, ())
         queued = tuple((name, None) for name, _ in demands if name in self._queues)
@@ -239,28 +266,6 @@ class Throttler:
         if self._closed:
             raise ThrottlerClosed("the throttler is closed; create a new one")
 
-    async def _demands(self, request: object, scopes: object) -> tuple[Demand, ...]:
-        if scopes is None:
-            if request is None:
-                raise TypeError("give a request (a URL or an object with .url) or scopes=...")
-            scopes = await self._manager.get_scopes(request)
-        return normalize_scopes(scopes)
-
-    async def _acquire(self, demands: tuple[Demand, ...]) -> Lease:
-        self._check_open()
-        queues = self._queues
-        blocked: Blocked | None = None
-        if self._inflight < self._cap and not self._starved and (
-            demands[0][0] not in queues if len(demands) == 1
-            else not any(name in queues for name, _ in demands)
-        ):
-            result = await self._store.acquire(demands)
-            if isinstance(result, Lease):
-                self._inflight += 1
-                return result
-            blocked = result
-        return await self._wait(demands, blocked)
-
     async def _wait(self, demands: tuple[Demand, ...], blocked: Blocked | None) -> Lease:
         waiter = _Waiter(demands, asyncio.get_running_loop().create_future())
         for name, _ in demands:
@@ -289,7 +294,10 @@ class Throttler:
             future = waiter.future
             if future.done() and not future.cancelled() and future.exception() is None:
                 # Granted in the same breath as the cancellation: give it back.
-                self._spawn(self._release(future.result(), Outcome()))
+                if self._local is not None:
+                    self._release_nowait(future.result(), Outcome())
+                else:
+                    self._spawn(self._release(future.result(), Outcome()))
             raise
 
     def _forget(self, waiter: _Waiter) -> None:
@@ -301,10 +309,8 @@ class Throttler:
             queue = self._queues.get(name)
             if queue is None:
                 continue
-            try:
+            with contextlib.suppress(ValueError):
                 queue.remove(waiter)
-            except ValueError:
-                pass
             if not queue:
                 self._drop_queue(name)
 
@@ -315,8 +321,23 @@ class Throttler:
             timer[1].cancel()
 
     async def _release(self, lease: Lease, outcome: Outcome) -> None:
+        local = self._local
+        if local is not None:
+            local.release_nowait(lease, outcome)
+        else:
+            await self._store.release(lease, outcome)
+        self._released(lease)
+
+    def _release_nowait(self, lease: Lease, outcome: Outcome) -> None:
+        """Release through a local store without awaiting (the permit's hot path)."""
+        assert self._local is not None
+        self._local.release_nowait(lease, outcome)
+        self._released(lease)
+
+    def _released(self, lease: Lease) -> None:
         self._inflight -= 1
-        await self._store.release(lease, outcome)
+        if not self._queues and not self._starved:
+            return
         for name, _ in lease.demands:
             if name in self._queues:
                 self._mark(name)
@@ -349,7 +370,7 @@ class Throttler:
                 if current[0] <= when:
                     continue
                 current[1].cancel()
-            handle = self.clock.call_at(when, lambda name=name: self._on_timer(name))
+            handle = self.clock.call_at(when, functools.partial(self._on_timer, name))
             self._timers[name] = (when, handle)
 
     def _on_timer(self, name: str) -> None:
@@ -374,12 +395,14 @@ class Throttler:
             if self._inflight >= self._cap:
                 self._starved[name] = None
                 return
-            result = await self._store.acquire(waiter.demands)
+            local = self._local
+            result = local.acquire_nowait(waiter.demands) if local is not None \
+                else await self._store.acquire(waiter.demands)
             if isinstance(result, Lease):
-                if waiter.future.done():  # cancelled while the store answered
-                    await self._store.release(result, Outcome())
-                    continue
                 self._inflight += 1
+                if waiter.future.done():  # cancelled while a shared store answered
+                    await self._release(result, Outcome())
+                    continue
                 waiter.future.set_result(result)
                 self._forget(waiter)
                 continue

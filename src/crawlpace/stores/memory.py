@@ -113,9 +113,10 @@ class MemoryStore:
             if ready is None or ready > now:
                 return Blocked(ready, ((name, ready),))
             jitter = state.jitter
-            factor = jitter.factor(self._rng) if jitter.enabled else 1.0
-            self._tick()
-            return Lease(demands, (state.admit(now, factor),), now)
+            lease = Lease(demands, (state.admit(now, jitter.factor(self._rng) if jitter.enabled else 1.0),),
+                          now)
+            self._tick()  # after admit: the sweep must see this scope as busy
+            return lease
         states: list[_Scope] = []
         waiting: list[tuple[str, float | None]] = []
         for name, _use in demands:
@@ -135,8 +136,9 @@ class MemoryStore:
             state.admit(now, state.jitter.factor(rng) if state.jitter.enabled else 1.0)
             for state in states
         )
+        lease = Lease(demands, slot_ready, now)
         self._tick()
-        return Lease(demands, slot_ready, now)
+        return lease
 
     def release_nowait(self, lease: Lease, outcome: Outcome) -> None:
         """The body of :meth:`release`."""
