@@ -1,0 +1,95 @@
+"""The ``crawlpace`` command line."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import sys
+from collections.abc import Sequence
+from dataclasses import asdict
+
+from .. import __version__
+from .._config import Settings
+from .._exceptions import ConfigError
+
+__all__ = ["main"]
+
+
+def _parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="crawlpace",
+        description="Throttling for crawlers and API clients.",
+    )
+    parser.add_argument("--version", action="version", version=f"crawlpace {__version__}")
+    parser.add_argument("-v", "--verbose", action="count", default=0,
+                        help="log more (-v: info, -vv: debug)")
+    sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    demo = sub.add_parser("demo", help="run a scripted crawl on the fake clock and show the spacing")
+    demo.add_argument("--quick", action="store_true", help="fewer requests")
+    demo.add_argument("--json", action="store_true",
+                      help="end with one line of JSON holding every figure")
+    demo.add_argument("--seed", type=int, default=7, help="seed of the simulated latencies")
+
+    check = sub.add_parser("check", help="validate a TOML settings file and print what it means")
+    check.add_argument("config", help="path to a crawlpace TOML file")
+    check.add_argument("--json", action="store_true", help="print the settings as JSON")
+    return parser
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from .demo import render, run_demo
+
+    result = run_demo(quick=args.quick, seed=args.seed)
+    print(render(result))
+    if args.json:
+        print(json.dumps(result.as_dict(), sort_keys=True))
+    return 0
+
+
+def _cmd_check(args: argparse.Namespace) -> int:
+    settings = Settings.from_toml(args.config)
+    data = asdict(settings)
+    if args.json:
+        print(json.dumps(data, default=_jsonable, sort_keys=True))
+        return 0
+    print(f"{args.config}: valid")
+    print(f"  concurrent_requests = {settings.concurrent_requests}")
+    d = settings.scope_defaults
+    print(f"  every scope: concurrency={d.concurrency} delay={d.delay:g}s "
+          f"delay_per_slot={d.delay_per_slot:g}s jitter={d.jitter.describe()}")
+    for name, cfg in sorted(settings.scopes.items()):
+        print(f"  scope {name!r}: concurrency={cfg.concurrency} delay={cfg.delay:g}s "
+              f"delay_per_slot={cfg.delay_per_slot:g}s jitter={cfg.jitter.describe()}")
+    for note in settings.inactive():
+        print(f"  note: {note} is accepted but has no effect in this version")
+    return 0
+
+
+def _jsonable(value: object) -> object:
+    if isinstance(value, frozenset | set):
+        return sorted(value)  # type: ignore[type-var]
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return str(value)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the command line; return the exit status."""
+    args = _parser().parse_args(argv)
+    level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    try:
+        if args.command == "demo":
+            return _cmd_demo(args)
+        if args.command == "check":
+            return _cmd_check(args)
+    except ConfigError as exc:
+        print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
+        return 2
+    return 1  # pragma: no cover - argparse rejects unknown commands
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())
