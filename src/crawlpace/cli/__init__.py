@@ -69,7 +69,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
 def _jsonable(value: object) -> object:
     if isinstance(value, frozenset | set):
-        return sorted(value)  # type: ignore[type-var]
+        return sorted(value)
     if isinstance(value, type):
         return f"{value.__module__}.{value.__qualname__}"
     return str(value)
