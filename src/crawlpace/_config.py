@@ -136,7 +136,7 @@ class Settings:
         Raises:
             ConfigError: listing every invalid setting.
         """
-        return _parse(_scrapy_to_tree(settings), _ScrapyLabels())
+        return _parse(*_scrapy_to_tree(settings))
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], *, source: str = "") -> Settings:
@@ -248,22 +248,32 @@ _OUR_PREFIXES = ("THROTTLING_", "BACKOFF_", "RAMPUP_", "AUTOTHROTTLE_")
 
 
 class _ScrapyLabels(_TreeLabels):
-    """Names settings the way Scrapy users wrote them (``THROTTLING_SCOPES["a"]``)."""
+    """Names settings the way Scrapy users wrote them (``THROTTLING_SCOPES["a"]``).
+
+    A scope default may come from a plain Scrapy setting (``DOWNLOAD_DELAY``)
+    or from ``THROTTLING_SCOPE_DEFAULTS``; messages use whichever was written.
+    """
+
+    def __init__(self, explicit: set[str], explicit_backoff: set[str]) -> None:
+        super().__init__()
+        self.explicit = explicit
+        self.explicit_backoff = explicit_backoff
 
     def top(self, key: str) -> str:
         return _SCRAPY_BY_PATH.get(("", key), key)
 
     def scope(self, name: str | None, key: str | None = None) -> str:
         if name is None:
-            if key is None:
-                return "THROTTLING_SCOPE_DEFAULTS"
-            return _SCRAPY_BY_PATH.get(("scope", key), f'THROTTLING_SCOPE_DEFAULTS["{key}"]')
+            if key is None or key in self.explicit or ("scope", key) not in _SCRAPY_BY_PATH:
+                base = "THROTTLING_SCOPE_DEFAULTS"
+                return base if key is None else f'{base}["{key}"]'
+            return _SCRAPY_BY_PATH[("scope", key)]
         base = f'THROTTLING_SCOPES["{name}"]'
         return base if key is None else f'{base}["{key}"]'
 
     def backoff(self, name: str | None, key: str | None = None) -> str:
-        if name is None and key is not None:
-            return _SCRAPY_BY_PATH.get(("backoff", key), f'BACKOFF["{key}"]')
+        if name is None and key is not None and key not in self.explicit_backoff:
+            return _SCRAPY_BY_PATH[("backoff", key)]
         base = self.scope(name, "backoff")
         return base if key is None else f'{base}["{key}"]'
 
@@ -273,7 +283,7 @@ class _ScrapyLabels(_TreeLabels):
         return _SCRAPY_BY_PATH.get(("autothrottle", key), key)
 
 
-def _scrapy_to_tree(settings: Mapping[Any, Any]) -> dict[str, Any]:
+def _scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], _ScrapyLabels]:
     """Rearrange Scrapy names into the TOML layout; flag our unknown names."""
     tree: dict[str, Any] = {}
     scope: dict[str, Any] = {}
@@ -286,7 +296,10 @@ def _scrapy_to_tree(settings: Mapping[Any, Any]) -> dict[str, Any]:
         where = _SCRAPY_NAMES.get(name)
         if where is None:
             if name.startswith(_OUR_PREFIXES):
-                unknown.append(_unknown_key_message("settings", name, _SCRAPY_NAMES))
+                close = difflib.get_close_matches(name, _SCRAPY_NAMES, n=1, cutoff=0.6)
+                hint = f' did you mean "{close[0]}"?' if close else ""
+                unknown.append(f"{name}: unknown crawlpace setting;{hint} "
+                               "see docs/settings.md for the full list")
             continue
         section, key = where
         target = {"": tree, "scope": scope, "backoff": backoff, "autothrottle": autothrottle}[section]
@@ -295,19 +308,22 @@ def _scrapy_to_tree(settings: Mapping[Any, Any]) -> dict[str, Any]:
         raise ConfigError(unknown)
     if backoff:
         scope["backoff"] = backoff
-    if scope:
+    explicit = tree.get("scope_defaults")
+    labels = _ScrapyLabels(set(), set())
+    if isinstance(explicit, Mapping):
         # The plain Scrapy globals come first; THROTTLING_SCOPE_DEFAULTS refines them.
-        explicit = tree.get("scope_defaults")
-        if isinstance(explicit, Mapping):
-            merged = {**scope, **explicit}
-            if isinstance(explicit.get("backoff"), Mapping) and backoff:
-                merged["backoff"] = {**backoff, **explicit["backoff"]}
-            tree["scope_defaults"] = merged
-        elif explicit is None:
-            tree["scope_defaults"] = scope
+        labels.explicit.update(str(key) for key in explicit)
+        merged = {**scope, **explicit}
+        explicit_backoff = explicit.get("backoff")
+        if isinstance(explicit_backoff, Mapping):
+            labels.explicit_backoff.update(str(key) for key in explicit_backoff)
+            merged["backoff"] = {**backoff, **explicit_backoff}
+        tree["scope_defaults"] = merged
+    elif explicit is None and scope:
+        tree["scope_defaults"] = scope
     if autothrottle:
         tree["autothrottle"] = autothrottle
-    return tree
+    return tree, labels
 
 
 # --------------------------------------------------------------------------
@@ -344,7 +360,7 @@ class _Checker:
         """A finite, non-negative number of seconds."""
         if value is None and optional:
             return None
-        return self.number(label, value, example="1.0", unit=" seconds")
+        return self.number(label, value, example="1.0", unit=" of seconds")
 
     def number(self, label: str, value: object, *, example: str, unit: str = "",
                positive: bool = False, maximum: float | None = None) -> float | None:
@@ -444,8 +460,8 @@ class _Checker:
             self.number(f"{o}.{name}", getattr(cfg, name), example="1.0")
         self.codes(f"{o}.http_codes", cfg.http_codes)
         if not self.problems:
-            self.backoff_relations(f"{o}", cfg.delay_factor, cfg.min_delay, cfg.max_delay,
-                                   cfg.concurrency_factor)
+            self.backoff_relations(lambda key: f"{o}.{key}",
+                                   {f.name: getattr(cfg, f.name) for f in fields(cfg)})
         self.raise_if_any()
 
     def check_scope_object(self, cfg: ScopeConfig) -> None:
@@ -488,14 +504,19 @@ class _Checker:
                 return None
         return tuple(out)
 
-    def backoff_relations(self, label: str, factor: float, low: float, high: float,
-                          concurrency_factor: float) -> None:
+    def backoff_relations(self, label: Callable[[str], str], values: Mapping[str, Any]) -> None:
+        """Check the backoff values against each other; ``label`` names each key."""
+        factor, low, high = values["delay_factor"], values["min_delay"], values["max_delay"]
         if factor < 1.0:
-            self.fail(f"{label}: delay factor {factor:g} would shorten delays on backoff; use 1.0 or more")
+            self.fail(f"{label('delay_factor')}: {factor:g} would shorten delays on backoff; "
+                      "use 1.0 or more")
         if low > high:
-            self.fail(f"{label}: min delay {low:g} is above max delay {high:g}; make min_delay <= max_delay")
+            self.fail(f"{label('min_delay')}: {low:g} is above {label('max_delay')} ({high:g}); "
+                      "make the minimum no larger than the maximum")
+        concurrency_factor = values["concurrency_factor"]
         if not 0.0 < concurrency_factor <= 1.0:
-            self.fail(f"{label}: concurrency factor {concurrency_factor:g} must be in (0, 1], e.g. 0.5")
+            self.fail(f"{label('concurrency_factor')}: {concurrency_factor:g} is out of range; "
+                      "use a factor above 0 and at most 1, e.g. 0.5")
 
 
 def parse_jitter(value: object, *, label: str = "RANDOMIZE_DOWNLOAD_DELAY") -> Jitter:
@@ -622,7 +643,7 @@ def _parse_scope(check: _Checker, labels: _TreeLabels, name: str | None,
         "rampup": check.flag,
         "ignore_robots_txt": check.flag,
         "manager": check.import_path,
-        "window": lambda label, v: check.number(label, v, example="60.0", unit=" seconds", positive=True),
+        "window": lambda label, v: check.number(label, v, example="60.0", unit=" of seconds", positive=True),
         "quota": lambda label, v: None if v is None else check.number(label, v, example="500.0",
                                                                      positive=True),
     }
@@ -649,7 +670,7 @@ def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
         "delay_factor": lambda label, v: check.number(label, v, example="2.0"),
         "min_delay": check.seconds,
         "max_delay": check.seconds,
-        "window": lambda label, v: check.number(label, v, example="60.0", unit=" seconds", positive=True),
+        "window": lambda label, v: check.number(label, v, example="60.0", unit=" of seconds", positive=True),
         "concurrency_factor": lambda label, v: check.number(label, v, example="0.5", positive=True),
         "jitter": check.jitter,
     }
@@ -657,8 +678,7 @@ def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
     if len(check.problems) > before:
         return None
     merged = {f.name: values.get(f.name, getattr(base, f.name)) for f in fields(BackoffConfig)}
-    check.backoff_relations(labels.backoff(name), merged["delay_factor"], merged["min_delay"],
-                            merged["max_delay"], merged["concurrency_factor"])
+    check.backoff_relations(lambda key: labels.backoff(name, key), merged)
     if len(check.problems) > before:
         return None
     return replace(base, **values)
