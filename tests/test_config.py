@@ -199,7 +199,7 @@ def test_toml_file(tmp_path: Path) -> None:
     assert settings.concurrent_requests == 32
     api = settings.scope_config("api.example")
     assert (api.concurrency, api.delay, api.jitter.enabled) == (8, 0.1, False)
-    assert (api.backoff.http_codes, api.backoff.max_delay) == ({429}, 90.0)
+    assert (api.backoff.http_codes, api.backoff.max_delay) == (frozenset({429}), 90.0)
 
 
 def test_toml_errors_name_the_file_and_the_path(tmp_path: Path) -> None:

@@ -8,6 +8,7 @@ with an independent reading of the rules (not with the code under test).
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from dataclasses import dataclass
 
@@ -135,7 +136,7 @@ def test_admission_rules_hold(case: tuple[dict[str, Limit], int, list[Job]]) -> 
             live = [t for t in mine if t.granted <= at + EPS and t.released > at + EPS]
             assert len(live) <= rule.concurrency, (scope, at)
         # Never two sends closer than the scope's delay (jitter is off).
-        for earlier, later in zip(sends, sends[1:], strict=False):
+        for earlier, later in itertools.pairwise(sends):
             assert later - earlier >= rule.delay - EPS, (scope, earlier, later)
         # Per-slot spacing: in any window of delay_per_slot, at most one send per slot.
         if rule.per_slot > 0:
