@@ -3,7 +3,7 @@
 The public names live here; everything else is an implementation detail.
 """
 
-from importlib.metadata import PackageNotFoundError
+from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from ._clock import AsyncioClock, Clock, TimerHandle
@@ -24,7 +24,7 @@ from ._throttler import Throttler
 
 try:
     __version__ = _version("crawlpace")
-except PackageNotFoundError:  # pragma: no cover - running from a source tree
+except _PackageNotFoundError:  # pragma: no cover - running from a source tree
     __version__ = "0+unknown"
 
 __all__ = [

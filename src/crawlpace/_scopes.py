@@ -14,7 +14,7 @@ import functools
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping
 from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
@@ -162,7 +162,7 @@ class ThrottlingManager:
 
 
 M = TypeVar("M")
-GetScopes: TypeAlias = Callable[[M, Any], Awaitable[ScopesSpec]]
+GetScopes: TypeAlias = Callable[[M, Any], Coroutine[Any, Any, ScopesSpec]]
 
 _CACHE_SIZE = 10_000
 
@@ -170,31 +170,45 @@ _CACHE_SIZE = 10_000
 def scope_cache(method: GetScopes[M]) -> GetScopes[M]:
     """Cache what a manager's ``get_scopes`` returns for each request.
 
-    The request object is the key (held weakly, so the cache never keeps a
-    request alive); requests given as plain URL strings are cached by value,
-    up to the 10,000 most recent. A retried or redirected request object keeps
-    the scopes it was first given.
+    A request object is recognised by identity and held through a weak
+    reference, so the cache never keeps a request alive and works for
+    unhashable requests too; requests given as plain URL strings (or other
+    objects that cannot be weakly referenced) are cached by value, up to the
+    10,000 most recent. A retried or redirected request object keeps the
+    scopes it was first given.
     """
-    weak: weakref.WeakKeyDictionary[Any, ScopesSpec] = weakref.WeakKeyDictionary()
-    strong: OrderedDict[Any, ScopesSpec] = OrderedDict()
+    by_identity: dict[int, tuple[weakref.ref[Any], ScopesSpec]] = {}
+    by_value: OrderedDict[Any, ScopesSpec] = OrderedDict()
+
+    def forget(ref: weakref.ref[Any], key: int) -> None:
+        entry = by_identity.get(key)
+        if entry is not None and entry[0] is ref:
+            del by_identity[key]
 
     @functools.wraps(method)
     async def wrapper(self: M, request: Any) -> ScopesSpec:
+        entry = by_identity.get(id(request))
+        if entry is not None and entry[0]() is request:
+            return entry[1]
         try:
-            return weak[request]
-        except (KeyError, TypeError):
-            pass
-        if isinstance(request, str) and request in strong:
-            strong.move_to_end(request)
-            return strong[request]
+            cached = by_value.get(request)
+        except TypeError:  # unhashable and not weakly referenceable: no cache
+            cached = None
+        if cached is not None:
+            by_value.move_to_end(request)
+            return cached
         scopes = await method(self, request)
         try:
-            weak[request] = scopes
+            ref = weakref.ref(request, functools.partial(forget, key=id(request)))
         except TypeError:
-            if isinstance(request, str):
-                strong[request] = scopes
-                if len(strong) > _CACHE_SIZE:
-                    strong.popitem(last=False)
+            try:
+                by_value[request] = scopes
+            except TypeError:
+                return scopes
+            if len(by_value) > _CACHE_SIZE:
+                by_value.popitem(last=False)
+        else:
+            by_identity[id(request)] = (ref, scopes)
         return scopes
 
     return wrapper

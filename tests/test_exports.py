@@ -1,0 +1,17 @@
+"""The public API is exactly what ``__all__`` lists, kept sorted."""
+
+from __future__ import annotations
+
+import crawlpace
+
+
+def test_all_is_sorted_and_complete() -> None:
+    public = sorted((name for name in vars(crawlpace) if not name.startswith("_")), key=str.casefold)
+    public = [name for name in public if name not in {"policy", "stores", "cli", "testing"}]
+    assert sorted(crawlpace.__all__, key=str.casefold) == sorted([*public, "__version__"],
+                                                                 key=str.casefold)
+    assert crawlpace.__all__ == sorted(crawlpace.__all__)
+
+
+def test_version_is_set() -> None:
+    assert crawlpace.__version__ == "0.1.0"
