@@ -384,6 +384,10 @@ class _Checker:
             return None
         return number
 
+    def window(self, label: str, value: object) -> float | None:
+        """A window length: a positive, finite number of seconds."""
+        return self.number(label, value, example="60.0", unit=" of seconds", positive=True)
+
     def count(self, label: str, value: object, *, example: str = "8") -> int | None:
         """A whole number of 1 or more."""
         if isinstance(value, bool) or not isinstance(value, int | float):
@@ -643,7 +647,7 @@ def _parse_scope(check: _Checker, labels: _TreeLabels, name: str | None,
         "rampup": check.flag,
         "ignore_robots_txt": check.flag,
         "manager": check.import_path,
-        "window": lambda label, v: check.number(label, v, example="60.0", unit=" of seconds", positive=True),
+        "window": check.window,
         "quota": lambda label, v: None if v is None else check.number(label, v, example="500.0",
                                                                      positive=True),
     }
@@ -670,7 +674,7 @@ def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
         "delay_factor": lambda label, v: check.number(label, v, example="2.0"),
         "min_delay": check.seconds,
         "max_delay": check.seconds,
-        "window": lambda label, v: check.number(label, v, example="60.0", unit=" of seconds", positive=True),
+        "window": check.window,
         "concurrency_factor": lambda label, v: check.number(label, v, example="0.5", positive=True),
         "jitter": check.jitter,
     }

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, fields
 from typing import Any
 
 from .stores.base import ScopeSnapshot
@@ -15,48 +15,23 @@ def _ms(seconds: float) -> str:
 
 
 @dataclass(frozen=True, slots=True)
-class ScopeStats:
-    """One scope's state: the store's snapshot plus the throttler's queue.
+class ScopeStats(ScopeSnapshot):
+    """One scope's state: the store's snapshot plus this process's queue.
 
-    Attributes:
-        scope: the scope's name.
-        concurrency: the effective number of slots.
-        delay: the effective seconds between two sends.
-        delay_per_slot: the effective seconds between two sends of a slot.
-        inflight: requests admitted and not yet released.
+    Attributes (beyond :class:`~crawlpace.stores.ScopeSnapshot`'s ``scope``,
+    ``concurrency``, ``delay``, ``delay_per_slot``, ``inflight``, ``resting``,
+    ``sends``, ``responses``, ``errors``, ``ready_in``, ``last_latency`` and
+    ``mean_latency``):
         queued: requests of this process waiting for this scope.
-        sends: requests admitted since the scope's state was created.
-        responses: releases that carried a response (any status).
-        errors: releases that carried an exception.
-        ready_in: seconds until a send could be admitted (0: now; None: all
-            slots busy).
-        last_latency: the latest latency fed back, in seconds.
-        mean_latency: an exponential moving average of latencies.
     """
 
-    scope: str
-    concurrency: int
-    delay: float
-    delay_per_slot: float
-    inflight: int
     queued: int
-    sends: int
-    responses: int
-    errors: int
-    ready_in: float | None
-    last_latency: float | None
-    mean_latency: float | None
 
     @classmethod
     def from_snapshot(cls, snap: ScopeSnapshot, queued: int) -> ScopeStats:
         """Combine a store snapshot with the local queue length."""
-        return cls(
-            scope=snap.scope, concurrency=snap.concurrency, delay=snap.delay,
-            delay_per_slot=snap.delay_per_slot, inflight=snap.inflight, queued=queued,
-            sends=snap.sends, responses=snap.responses, errors=snap.errors,
-            ready_in=snap.ready_in, last_latency=snap.last_latency,
-            mean_latency=snap.mean_latency,
-        )
+        values = {f.name: getattr(snap, f.name) for f in fields(ScopeSnapshot)}
+        return cls(**values, queued=queued)
 
     def as_dict(self) -> dict[str, Any]:
         """A JSON-ready dict of every field."""

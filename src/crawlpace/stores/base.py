@@ -72,7 +72,23 @@ class Outcome:
 
 @dataclass(frozen=True, slots=True)
 class ScopeSnapshot:
-    """A store's view of one scope at one moment (the throttler adds the queue)."""
+    """A store's view of one scope at one moment (the throttler adds the queue).
+
+    Attributes:
+        scope: the scope's name.
+        concurrency: the effective number of slots.
+        delay: the effective seconds between two sends.
+        delay_per_slot: the effective seconds between two sends of a slot.
+        inflight: requests admitted and not yet released.
+        resting: idle slots still waiting out their per-slot delay.
+        sends: requests admitted since the scope's state was created.
+        responses: releases that carried a response (any status).
+        errors: releases that carried an exception.
+        ready_in: seconds until a send could be admitted (0: now; None: every
+            slot is busy).
+        last_latency: the latest latency fed back, in seconds.
+        mean_latency: an exponential moving average of latencies.
+    """
 
     scope: str
     concurrency: int
