@@ -8,7 +8,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 from ._exceptions import PermitError
-from .stores.base import Lease, Outcome
+from .stores.base import NO_OUTCOME, Lease, Outcome
 
 if TYPE_CHECKING:
     from ._throttler import Throttler
@@ -111,9 +111,8 @@ class Permit:
         if self._released:
             return
         self._released = True
-        outcome = self._outcome
-        if outcome is None:
-            outcome = Outcome(latency=self._throttler.clock.now() - self._lease.granted_at)
+        # Without feedback there is no response to learn from: nothing but the slot returns.
+        outcome = self._outcome or NO_OUTCOME
         throttler = self._throttler
         if throttler._local is not None:
             throttler._release_nowait(self._lease, outcome)
@@ -127,7 +126,14 @@ class Permit:
                         tb: TracebackType | None) -> None:
         if exc is not None and self._outcome is None and not isinstance(exc, asyncio.CancelledError):
             self.feedback(exception=exc)
-        await self.release()
+        if self._released:
+            return
+        throttler = self._throttler
+        if throttler._local is not None:
+            self._released = True
+            throttler._release_nowait(self._lease, self._outcome or NO_OUTCOME)
+        else:
+            await self.release()
 
     def __repr__(self) -> str:
         state = "released" if self._released else "held"

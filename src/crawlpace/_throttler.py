@@ -24,9 +24,15 @@ from typing import Any
 
 from ._clock import AsyncioClock, Clock, TimerHandle
 from ._config import Settings
-from ._exceptions import ThrottlerClosed
+from ._exceptions import ScopeError, ThrottlerClosed
 from ._permit import NotReady, Permit
-from ._scopes import Demand, ThrottlingManager, ThrottlingManagerProtocol, normalize_scopes
+from ._scopes import (
+    Demand,
+    ThrottlingManager,
+    ThrottlingManagerProtocol,
+    default_scopes,
+    normalize_scopes,
+)
 from ._stats import ScopeStats
 from .stores import open_store
 from .stores.base import Blocked, Lease, LocalStore, Outcome, Store
@@ -60,8 +66,12 @@ class _Slot:
         self._permit: Permit | None = None
 
     async def __aenter__(self) -> Permit:
-        self._permit = await self._throttler.acquire(self._request, scopes=self._scopes)
-        return self._permit
+        throttler = self._throttler
+        permit = throttler._acquire_nowait(self._request, self._scopes)
+        if permit is None:
+            permit = await throttler.acquire(self._request, scopes=self._scopes)
+        self._permit = permit
+        return permit
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
@@ -110,6 +120,8 @@ class Throttler:
         self._local: LocalStore | None = self._store if isinstance(self._store, LocalStore) else None
         self._manager: ThrottlingManagerProtocol = manager if manager is not None \
             else ThrottlingManager()
+        # The default manager needs no await; its answer can be had in the fast path.
+        self._sync_scopes = type(self._manager) is ThrottlingManager
         self._cap = settings.concurrent_requests
         self._inflight = 0
         self._queues: dict[str, deque[_Waiter]] = {}
@@ -204,7 +216,9 @@ class Throttler:
         queued = tuple((name, None) for name, _ in demands if name in self._queues)
         if queued:
             return NotReady(None, queued)
-        result = await self._store.acquire(demands)
+        local = self._local
+        result = local.acquire_nowait(demands) if local is not None \
+            else await self._store.acquire(demands)
         if isinstance(result, Lease):
             self._inflight += 1
             return Permit(self, result, request)
@@ -261,6 +275,39 @@ class Throttler:
                 f"waiting={self._waiting} scopes_with_queues={len(self._queues)}>")
 
     # -- admission -------------------------------------------------------------
+
+    def _acquire_nowait(self, request: object, scopes: object) -> Permit | None:
+        """The uncontended path without any await, for local stores.
+
+        Returns ``None`` whenever waiting, an await, or an error report might
+        be needed; :meth:`acquire` then takes over and does it properly.
+        """
+        local = self._local
+        if local is None or self._closed or self._inflight >= self._cap or self._starved:
+            return None
+        if scopes is None:
+            if not self._sync_scopes or request is None:
+                return None
+            try:
+                scopes = default_scopes(request)
+            except ScopeError:
+                return None
+        if type(scopes) is str and scopes:
+            if scopes in self._queues:
+                return None
+            demands: tuple[Demand, ...] = ((scopes, 1.0),)
+        else:
+            try:
+                demands = normalize_scopes(scopes)
+            except ScopeError:
+                return None
+            if any(name in self._queues for name, _ in demands):
+                return None
+        result = local.acquire_nowait(demands)
+        if type(result) is not Lease:
+            return None  # acquire() asks again and queues with the answer
+        self._inflight += 1
+        return Permit(self, result, request)
 
     def _check_open(self) -> None:
         if self._closed:

@@ -57,7 +57,9 @@ class ScopeState:
         self.next_send = _NEVER
         self.last_send = _NEVER
         self.sends = 0
-        self._resting: list[float] = []
+        # Created on the first resting slot: most scopes (delay_per_slot 0, or
+        # slow responses) never need it, and an empty list costs 56+ bytes.
+        self._resting: list[float] | None = None
 
     # -- queries -----------------------------------------------------------
 
@@ -71,6 +73,8 @@ class ScopeState:
         if self.inflight >= concurrency:
             return None
         resting = self._resting
+        if not resting:
+            return self.next_send
         while resting and resting[0] <= now:
             heapq.heappop(resting)
         if self.inflight + len(resting) < concurrency:
@@ -97,7 +101,7 @@ class ScopeState:
     @property
     def resting(self) -> int:
         """Idle slots still waiting out their per-slot delay."""
-        return len(self._resting)
+        return len(self._resting) if self._resting else 0
 
     # -- transitions -------------------------------------------------------
 
@@ -124,18 +128,24 @@ class ScopeState:
     def release(self, slot_ready: float, now: float) -> None:
         """Return a slot once its request is answered (or failed)."""
         self.inflight -= 1
-        if slot_ready > now and self.inflight + len(self._resting) < self.limits.concurrency:
-            heapq.heappush(self._resting, slot_ready)
+        if slot_ready <= now:
+            return  # the slot rested while its request was out: it is fresh
+        resting = self._resting
+        if resting is None:
+            if self.inflight < self.limits.concurrency:
+                self._resting = [slot_ready]
+        elif self.inflight + len(resting) < self.limits.concurrency:
+            heapq.heappush(resting, slot_ready)
 
     def set_limits(self, limits: Limits) -> None:
         """Change the limits; slots beyond a lower concurrency are retired."""
         self.limits = limits
         room = max(0, limits.concurrency - self.inflight)
-        if len(self._resting) > room:
+        if self._resting and len(self._resting) > room:
             self._resting = heapq.nsmallest(room, self._resting)
 
     def __repr__(self) -> str:
         limits = self.limits
         return (f"<ScopeState inflight={self.inflight}/{limits.concurrency} "
                 f"delay={limits.delay:g}s per_slot={limits.delay_per_slot:g}s "
-                f"resting={len(self._resting)} sends={self.sends}>")
+                f"resting={self.resting} sends={self.sends}>")

@@ -17,7 +17,7 @@ from typing import Protocol, runtime_checkable
 
 from .._scopes import Demand
 
-__all__ = ["Blocked", "Lease", "LocalStore", "Outcome", "ScopeSnapshot", "Store"]
+__all__ = ["NO_OUTCOME", "Blocked", "Lease", "LocalStore", "Outcome", "ScopeSnapshot", "Store"]
 
 
 @dataclass(slots=True)
@@ -68,6 +68,10 @@ class Outcome:
     def ok(self) -> bool:
         """True for a response below 400 with no exception."""
         return self.error is None and self.status is not None and self.status < 400
+
+
+#: The outcome of a permit released without feedback: it only frees the slot.
+NO_OUTCOME = Outcome()
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,7 +19,7 @@ from .._config import ScopeConfig, Settings
 from .._jitter import Jitter
 from .._scopes import Demand
 from ..policy.admission import Limits, ScopeState
-from .base import Blocked, Lease, Outcome, ScopeSnapshot
+from .base import NO_OUTCOME, Blocked, Lease, Outcome, ScopeSnapshot
 
 __all__ = ["MemoryStore"]
 
@@ -45,6 +45,8 @@ class _Scope(ScopeState):
         self.mean_latency: float | None = None
 
     def record(self, outcome: Outcome) -> None:
+        if outcome is NO_OUTCOME:
+            return
         if outcome.error is not None:
             self.errors += 1
         else:
