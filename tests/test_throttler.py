@@ -367,3 +367,44 @@ async def test_real_clock_spacing_without_sleeping_for_it() -> None:
         for permit in permits:
             await permit.release()
         assert throttler.inflight == 0
+
+
+async def test_a_failing_store_fails_the_waiters_instead_of_hanging(
+        clock: MockClock, caplog: pytest.LogCaptureFixture) -> None:
+    from crawlpace import Settings
+    from crawlpace._scopes import Demand
+    from crawlpace.stores import Blocked, Lease, MemoryStore
+
+    class BrokenStore(MemoryStore):
+        broken = False
+
+        def acquire_nowait(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
+            if self.broken:
+                raise RuntimeError("store went away")
+            return super().acquire_nowait(demands)
+
+    settings = Settings.from_scrapy({"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0})
+    store = BrokenStore(settings, clock)
+    async with Throttler(settings, store=store, clock=clock) as throttler:
+        held = await throttler.acquire(scopes="a")
+        waiter = asyncio.create_task(throttler.acquire(scopes="a"))
+        await asyncio.sleep(0)
+        store.broken = True
+        await held.release()
+        with pytest.raises(RuntimeError, match="store went away"):
+            await waiter
+    assert "admitting waiters of scope 'a' failed" in caplog.text
+
+
+async def test_many_waiters_on_one_scope_are_all_served(clock: MockClock,
+                                                        make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({"DOWNLOAD_DELAY": 0.001, "DOWNLOAD_DELAY_PER_SLOT": 0.0})
+    order: list[int] = []
+
+    async def fetch(i: int) -> None:
+        async with throttler.slot(scopes="a"):
+            order.append(i)
+
+    await asyncio.gather(*(fetch(i) for i in range(2000)))
+    assert order == list(range(2000))
+    assert clock.now() == pytest.approx(1.999)

@@ -35,7 +35,7 @@ from ._scopes import (
 )
 from ._stats import ScopeStats
 from .stores import open_store
-from .stores.base import Blocked, Lease, LocalStore, Outcome, Store
+from .stores.base import NO_OUTCOME, Blocked, Lease, LocalStore, Outcome, Store
 
 __all__ = ["Throttler"]
 
@@ -342,9 +342,9 @@ class Throttler:
             if future.done() and not future.cancelled() and future.exception() is None:
                 # Granted in the same breath as the cancellation: give it back.
                 if self._local is not None:
-                    self._release_nowait(future.result(), Outcome())
+                    self._release_nowait(future.result(), NO_OUTCOME)
                 else:
-                    self._spawn(self._release(future.result(), Outcome()))
+                    self._spawn(self._release(future.result(), NO_OUTCOME))
             raise
 
     def _forget(self, waiter: _Waiter) -> None:
@@ -431,13 +431,25 @@ class Throttler:
             name = next(iter(dirty))
             del dirty[name]
             queue = self._queues.get(name)
-            if queue:
+            if not queue:
+                continue
+            try:
                 await self._serve(name, queue)
+            except Exception as exc:
+                # A failing store must not leave waiters hanging on a dead pump:
+                # they get the error, and the pump goes on with other scopes.
+                logger.exception("admitting waiters of scope %r failed", name)
+                for waiter in list(queue):
+                    if not waiter.future.done():
+                        waiter.future.set_exception(exc)
 
     async def _serve(self, name: str, queue: deque[_Waiter]) -> None:
         """Admit, in order, every waiter of ``name`` that can go now."""
-        for waiter in list(queue):
+        index = 0
+        while index < len(queue):
+            waiter = queue[index]
             if waiter.future.done():
+                index += 1
                 continue
             if self._inflight >= self._cap:
                 self._starved[name] = None
@@ -448,14 +460,15 @@ class Throttler:
             if isinstance(result, Lease):
                 self._inflight += 1
                 if waiter.future.done():  # cancelled while a shared store answered
-                    await self._release(result, Outcome())
+                    await self._release(result, NO_OUTCOME)
                     continue
                 waiter.future.set_result(result)
-                self._forget(waiter)
+                self._forget(waiter)  # leaves the queue: the next one moves up to ``index``
                 continue
             self._arm(result)
             if any(scope == name for scope, _ in result.waiting_on):
                 return
+            index += 1  # held back by another scope: skip it, keep its place
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
