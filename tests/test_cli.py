@@ -44,6 +44,27 @@ def test_check_reports_a_valid_file(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_check_rejects_a_bad_file(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
     path = tmp_path / "c.toml"
     path.write_text("[scope_defaults]\ndelay = -1\n", encoding="utf-8")
-    assert main(["check", str(path)]) == 2
+    assert main(["check", str(path)]) == 3
     err = capsys.readouterr().err
     assert f"{path}: scope_defaults.delay: -1 is negative; use 0 or more" in err
+
+
+def test_demo_is_repeatable_whatever_the_hash_seed() -> None:
+    import os
+    import subprocess
+    import sys
+
+    outputs = []
+    for seed in ("1", "2"):
+        env = {**os.environ, "PYTHONHASHSEED": seed}
+        done = subprocess.run([sys.executable, "-m", "crawlpace", "demo", "--json"], env=env,
+                              capture_output=True, text=True, check=True, timeout=60)
+        outputs.append(done.stdout.strip().splitlines()[-1])
+    assert outputs[0] == outputs[1]
+
+
+def test_verbose_flag_after_the_command(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    path = tmp_path / "c.toml"
+    path.write_text("concurrent_requests = 2\n[scope_defaults]\nconcurrency = 8\n", encoding="utf-8")
+    assert main(["check", str(path), "-v"]) == 0
+    assert "every scope: concurrency=8 (capped at 2 by concurrent_requests)" in capsys.readouterr().out

@@ -245,3 +245,34 @@ def test_inactive_settings_are_listed() -> None:
     })
     assert settings.inactive() == ["scope 'api.example': rampup", "scope 'api.example': quota",
                                    "AUTOTHROTTLE_ENABLED"]
+
+
+def test_typed_objects_take_the_setting_forms_and_are_checked() -> None:
+    assert ScopeConfig(jitter=True).jitter == Jitter(-0.5, 0.5)  # type: ignore[arg-type]
+    assert ScopeConfig(jitter=0.2).jitter == Jitter(-0.2, 0.2)  # type: ignore[arg-type]
+    assert BackoffConfig(http_codes=[429]).http_codes == frozenset({429})  # type: ignore[arg-type]
+    with pytest.raises(ConfigError, match=r"^Settings\.concurrent_requests: 0 is too small"):
+        Settings(concurrent_requests=0)
+    with pytest.raises(ConfigError, match=r'Settings\.scopes\["a"\]: expected a ScopeConfig'):
+        Settings(scopes={"a": {"delay": 1}})  # type: ignore[dict-item]
+
+
+def test_unknown_names_are_reported_with_the_other_problems() -> None:
+    with pytest.raises(ConfigError) as info:
+        Settings.from_scrapy({"THROTTLING_SCOPE": {}, "DOWNLOAD_DELAY": -1})
+    assert info.value.problems == [
+        'THROTTLING_SCOPE: unknown crawlpace setting; did you mean "THROTTLING_SCOPES"? '
+        "see docs/settings.md for the full list",
+        "DOWNLOAD_DELAY: -1 is negative; use 0 or more",
+    ]
+
+
+def test_toml_relation_error_names_the_file_once(tmp_path: Path) -> None:
+    path = tmp_path / "m.toml"
+    path.write_text("[scope_defaults.backoff]\nmin_delay = 10\nmax_delay = 5\n", encoding="utf-8")
+    with pytest.raises(ConfigError) as info:
+        Settings.from_toml(path)
+    assert info.value.problems == [
+        f"{path}: scope_defaults.backoff.min_delay: 10 is above scope_defaults.backoff.max_delay "
+        "(5); make the minimum no larger than the maximum",
+    ]

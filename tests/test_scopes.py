@@ -119,3 +119,46 @@ async def test_scope_cache_computes_once_per_request() -> None:
     # Another request object is computed afresh.
     await manager.get_scopes(Request("https://api.example/"))
     assert len(calls) == 3
+
+
+META = {"not": "a manager"}
+
+
+class HostAndTagManager:
+    """Used by the THROTTLING_MANAGER test through its import path."""
+
+    async def get_scopes(self, request: Any) -> ScopesSpec:
+        return {host_scope(str(request)), "tag"}
+
+
+async def test_throttling_manager_setting_is_loaded() -> None:
+    from crawlpace import ConfigError, Throttler
+
+    async with Throttler({"THROTTLING_MANAGER": "tests.test_scopes.HostAndTagManager",
+                          "DOWNLOAD_DELAY": 0}) as throttler, throttler.slot("https://a.example/") as permit:
+        assert permit.scopes == ("a.example", "tag")
+    with pytest.raises(ConfigError, match=r"THROTTLING_MANAGER: cannot import 'tests\.nowhere\.Manager'"):
+        Throttler({"THROTTLING_MANAGER": "tests.nowhere.Manager"})
+    with pytest.raises(ConfigError, match=r"cannot create 'tests\.test_scopes\.Request' without arguments"):
+        Throttler({"THROTTLING_MANAGER": "tests.test_scopes.Request"})
+    with pytest.raises(ConfigError, match="has no get_scopes"):
+        Throttler({"THROTTLING_MANAGER": "tests.test_scopes.META"})
+
+
+async def test_scope_cache_is_per_manager_instance() -> None:
+    class Manager:
+        def __init__(self, tag: str) -> None:
+            self.tag = tag
+
+        @scope_cache
+        async def get_scopes(self, request: Any) -> ScopesSpec:
+            return self.tag
+
+    first, second = Manager("a"), Manager("b")
+    assert await first.get_scopes("https://x.example/") == "a"
+    assert await second.get_scopes("https://x.example/") == "b"
+
+
+def test_set_scopes_have_a_stable_order() -> None:
+    assert normalize_scopes({"b", "c", "a"}) == (("a", 1.0), ("b", 1.0), ("c", 1.0))
+    assert normalize_scopes(["c", "a"]) == (("c", 1.0), ("a", 1.0))  # lists keep their order

@@ -71,3 +71,30 @@ async def test_without_autojump_time_stands_still() -> None:
     await task
     assert clock.now() == 1.0
     assert repr(clock) == "<MockClock now=1 timers=0 autojump=False>"
+
+
+async def test_two_autojumping_clocks_share_a_loop() -> None:
+    first, second = MockClock(autojump=True), MockClock(start=100.0, autojump=True)
+
+    async def nap(clock: MockClock, seconds: float) -> float:
+        await clock.sleep(seconds)
+        return clock.now()
+
+    results = await asyncio.wait_for(
+        asyncio.gather(nap(first, 5.0), nap(second, 2.0), nap(first, 1.0)), timeout=10)
+    assert list(results) == [5.0, 102.0, 1.0]
+
+
+def test_docstring_example_holds() -> None:
+    from crawlpace import Throttler
+
+    async def example() -> float:
+        clock = MockClock(autojump=True)
+        settings = {"DOWNLOAD_DELAY": 60, "RANDOMIZE_DOWNLOAD_DELAY": False}
+        async with Throttler(settings, clock=clock) as t:
+            for _ in range(3):
+                async with t.slot("https://example.com/"):
+                    pass
+        return clock.now()
+
+    assert asyncio.run(example()) == 120.0

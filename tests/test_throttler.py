@@ -408,3 +408,13 @@ async def test_many_waiters_on_one_scope_are_all_served(clock: MockClock,
     await asyncio.gather(*(fetch(i) for i in range(2000)))
     assert order == list(range(2000))
     assert clock.now() == pytest.approx(1.999)
+
+
+async def test_feedback_without_a_status_is_not_counted_as_a_response(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler()
+    async with throttler.slot("https://example.com/") as permit:
+        permit.feedback()  # latency only
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert (stats.responses, stats.errors, stats.last_latency) == (0, 0, 0.0)

@@ -61,7 +61,15 @@ class BackoffConfig:
     window: float = 60.0
 
     def __post_init__(self) -> None:
-        _Checker("BackoffConfig").check_backoff_object(self)
+        check = _Checker("BackoffConfig")
+        # Accept the same forms as the settings: jitter as True/0.1/[lo, hi], codes as a list.
+        jitter = check.jitter("BackoffConfig.jitter", self.jitter)
+        if jitter is not None:
+            object.__setattr__(self, "jitter", jitter)
+        codes = check.codes("BackoffConfig.http_codes", self.http_codes)
+        if codes is not None:
+            object.__setattr__(self, "http_codes", codes)
+        check.check_backoff_object(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +92,11 @@ class ScopeConfig:
     ignore_robots_txt: bool = False
 
     def __post_init__(self) -> None:
-        _Checker("ScopeConfig").check_scope_object(self)
+        check = _Checker("ScopeConfig")
+        jitter = check.jitter("ScopeConfig.jitter", self.jitter)
+        if jitter is not None:
+            object.__setattr__(self, "jitter", jitter)
+        check.check_scope_object(self)
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +131,23 @@ class Settings:
     redirect_max_delay: float | None = None
     delayed_requests_warn_threshold: int = 500
     autothrottle: AutoThrottleConfig = field(default_factory=AutoThrottleConfig)
+
+    def __post_init__(self) -> None:
+        check = _Checker()
+        check.count("Settings.concurrent_requests", self.concurrent_requests)
+        check.count("Settings.delayed_requests_warn_threshold", self.delayed_requests_warn_threshold)
+        check.seconds("Settings.robotstxt_max_delay", self.robotstxt_max_delay)
+        check.seconds("Settings.redirect_max_delay", self.redirect_max_delay, optional=True)
+        pair = check.pair("Settings.rampup_backoff_target", self.rampup_backoff_target)
+        if pair is not None:
+            object.__setattr__(self, "rampup_backoff_target", pair)
+        # Typed callers cannot get these wrong, but untyped ones can.
+        configs: list[tuple[str, object]] = [("Settings.scope_defaults", self.scope_defaults)]
+        configs += [(f'Settings.scopes["{name}"]', cfg) for name, cfg in self.scopes.items()]
+        for label, cfg in configs:
+            if not isinstance(cfg, ScopeConfig):
+                check.fail(f"{label}: expected a ScopeConfig, got {_kind(cfg)}")
+        check.raise_if_any()
 
     def scope_config(self, scope: str) -> ScopeConfig:
         """Return the settings that apply to ``scope``."""
@@ -283,7 +312,7 @@ class _ScrapyLabels(_TreeLabels):
         return _SCRAPY_BY_PATH.get(("autothrottle", key), key)
 
 
-def _scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], _ScrapyLabels]:
+def _scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], _ScrapyLabels, list[str]]:
     """Rearrange Scrapy names into the TOML layout; flag our unknown names."""
     tree: dict[str, Any] = {}
     scope: dict[str, Any] = {}
@@ -304,8 +333,6 @@ def _scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], _Scrap
         section, key = where
         target = {"": tree, "scope": scope, "backoff": backoff, "autothrottle": autothrottle}[section]
         target[key] = value
-    if unknown:
-        raise ConfigError(unknown)
     if backoff:
         scope["backoff"] = backoff
     explicit = tree.get("scope_defaults")
@@ -323,7 +350,7 @@ def _scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], _Scrap
         tree["scope_defaults"] = scope
     if autothrottle:
         tree["autothrottle"] = autothrottle
-    return tree, labels
+    return tree, labels, unknown
 
 
 # --------------------------------------------------------------------------
@@ -462,7 +489,6 @@ class _Checker:
         o = self.owner
         for name in ("delay_factor", "min_delay", "max_delay", "window", "concurrency_factor"):
             self.number(f"{o}.{name}", getattr(cfg, name), example="1.0")
-        self.codes(f"{o}.http_codes", cfg.http_codes)
         if not self.problems:
             self.backoff_relations(lambda key: f"{o}.{key}",
                                    {f.name: getattr(cfg, f.name) for f in fields(cfg)})
@@ -470,6 +496,9 @@ class _Checker:
 
     def check_scope_object(self, cfg: ScopeConfig) -> None:
         o = self.owner
+        backoff: object = cfg.backoff
+        if not isinstance(backoff, BackoffConfig):
+            self.fail(f"{o}.backoff: expected a BackoffConfig, got {_kind(backoff)}")
         self.count(f"{o}.concurrency", cfg.concurrency)
         self.seconds(f"{o}.delay", cfg.delay)
         self.seconds(f"{o}.delay_per_slot", cfg.delay_per_slot)
@@ -508,14 +537,16 @@ class _Checker:
                 return None
         return tuple(out)
 
-    def backoff_relations(self, label: Callable[[str], str], values: Mapping[str, Any]) -> None:
+    def backoff_relations(self, label: Callable[[str], str], values: Mapping[str, Any],
+                          source: str = "") -> None:
         """Check the backoff values against each other; ``label`` names each key."""
         factor, low, high = values["delay_factor"], values["min_delay"], values["max_delay"]
         if factor < 1.0:
             self.fail(f"{label('delay_factor')}: {factor:g} would shorten delays on backoff; "
                       "use 1.0 or more")
         if low > high:
-            self.fail(f"{label('min_delay')}: {low:g} is above {label('max_delay')} ({high:g}); "
+            other = label("max_delay").removeprefix(source)
+            self.fail(f"{label('min_delay')}: {low:g} is above {other} ({high:g}); "
                       "make the minimum no larger than the maximum")
         concurrency_factor = values["concurrency_factor"]
         if not 0.0 < concurrency_factor <= 1.0:
@@ -573,8 +604,9 @@ _BACKOFF_KEYS = frozenset(f.name for f in fields(BackoffConfig))
 _AUTOTHROTTLE_KEYS = frozenset(f.name for f in fields(AutoThrottleConfig))
 
 
-def _parse(tree: Mapping[str, Any], labels: _TreeLabels) -> Settings:
+def _parse(tree: Mapping[str, Any], labels: _TreeLabels, problems: Iterable[str] = ()) -> Settings:
     check = _Checker()
+    check.problems.extend(problems)
     check.keys(labels.source.rstrip(": ") or "settings", tree, _TOP_KEYS)
     top: dict[str, Any] = {}
 
@@ -682,7 +714,7 @@ def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
     if len(check.problems) > before:
         return None
     merged = {f.name: values.get(f.name, getattr(base, f.name)) for f in fields(BackoffConfig)}
-    check.backoff_relations(lambda key: labels.backoff(name, key), merged)
+    check.backoff_relations(lambda key: labels.backoff(name, key), merged, labels.source)
     if len(check.problems) > before:
         return None
     return replace(base, **values)

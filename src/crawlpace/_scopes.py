@@ -11,14 +11,15 @@ other way; :func:`scope_cache` and :func:`add_scope` help writing one.
 from __future__ import annotations
 
 import functools
+import importlib
 import math
 import weakref
 from collections import OrderedDict
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable, Mapping, Set
 from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
-from ._exceptions import ScopeError
+from ._exceptions import ConfigError, ScopeError
 
 __all__ = [
     "Demand",
@@ -28,6 +29,7 @@ __all__ = [
     "ThrottlingManagerProtocol",
     "add_scope",
     "host_scope",
+    "load_manager",
     "normalize_scopes",
     "scope_cache",
 ]
@@ -100,7 +102,10 @@ def normalize_scopes(spec: object) -> tuple[Demand, ...]:
             demands.append((scope, float(use)))
     elif isinstance(spec, Iterable) and not isinstance(spec, bytes):
         demands = []
-        for scope in spec:
+        # A set has no order of its own; sorting keeps runs repeatable whatever
+        # the hash seed (lists and tuples keep the caller's order).
+        names = sorted(spec, key=str) if isinstance(spec, Set) else spec
+        for scope in names:
             _check_name(scope)
             demands.append((scope, 1.0))
     else:
@@ -166,54 +171,106 @@ def default_scopes(request: Any) -> ScopesSpec:
     return host_scope(request_url(request))
 
 
+def load_manager(path: str) -> ThrottlingManagerProtocol:
+    """Import ``THROTTLING_MANAGER``: a class (instantiated without arguments) or an instance.
+
+    Raises:
+        ConfigError: when the path cannot be imported or names no manager.
+    """
+    module_name, _, attr = path.rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError([f"THROTTLING_MANAGER: cannot import {path!r} ({exc}); "
+                           "give the import path of a class with an async get_scopes()"]) from exc
+    try:
+        manager = target() if isinstance(target, type) else target
+    except TypeError as exc:
+        raise ConfigError([f"THROTTLING_MANAGER: cannot create {path!r} without arguments ({exc}); "
+                           "give a class whose __init__ takes none, or an instance"]) from exc
+    if not isinstance(manager, ThrottlingManagerProtocol):
+        raise ConfigError([f"THROTTLING_MANAGER: {path!r} has no get_scopes(request) method; "
+                           "see docs/concepts/scopes.md"])
+    return manager
+
+
 M = TypeVar("M")
 GetScopes: TypeAlias = Callable[[M, Any], Coroutine[Any, Any, ScopesSpec]]
 
 _CACHE_SIZE = 10_000
 
 
-def scope_cache(method: GetScopes[M]) -> GetScopes[M]:
-    """Cache what a manager's ``get_scopes`` returns for each request.
+class _ScopeCache:
+    """One manager instance's cache: requests by identity, URL strings by value."""
 
-    A request object is recognised by identity and held through a weak
-    reference, so the cache never keeps a request alive and works for
-    unhashable requests too; requests given as plain URL strings (or other
-    objects that cannot be weakly referenced) are cached by value, up to the
-    10,000 most recent. A retried or redirected request object keeps the
-    scopes it was first given.
-    """
-    by_identity: dict[int, tuple[weakref.ref[Any], ScopesSpec]] = {}
-    by_value: OrderedDict[Any, ScopesSpec] = OrderedDict()
+    __slots__ = ("by_identity", "by_value")
 
-    def forget(ref: weakref.ref[Any], key: int) -> None:
-        entry = by_identity.get(key)
-        if entry is not None and entry[0] is ref:
-            del by_identity[key]
+    def __init__(self) -> None:
+        self.by_identity: dict[int, tuple[weakref.ref[Any], ScopesSpec]] = {}
+        self.by_value: OrderedDict[Any, ScopesSpec] = OrderedDict()
 
-    @functools.wraps(method)
-    async def wrapper(self: M, request: Any) -> ScopesSpec:
-        entry = by_identity.get(id(request))
+    def get(self, request: Any) -> ScopesSpec | None:
+        entry = self.by_identity.get(id(request))
         if entry is not None and entry[0]() is request:
             return entry[1]
         try:
-            cached = by_value.get(request)
+            cached = self.by_value.get(request)
         except TypeError:  # unhashable and not weakly referenceable: no cache
-            cached = None
+            return None
         if cached is not None:
-            by_value.move_to_end(request)
-            return cached
-        scopes = await method(self, request)
+            self.by_value.move_to_end(request)
+        return cached
+
+    def put(self, request: Any, scopes: ScopesSpec) -> None:
+        key = id(request)
         try:
-            ref = weakref.ref(request, functools.partial(forget, key=id(request)))
+            ref = weakref.ref(request, functools.partial(self._forget, key=key))
         except TypeError:
             try:
-                by_value[request] = scopes
+                self.by_value[request] = scopes
             except TypeError:
-                return scopes
-            if len(by_value) > _CACHE_SIZE:
-                by_value.popitem(last=False)
+                return
+            if len(self.by_value) > _CACHE_SIZE:
+                self.by_value.popitem(last=False)
         else:
-            by_identity[id(request)] = (ref, scopes)
+            self.by_identity[key] = (ref, scopes)
+
+    def _forget(self, ref: weakref.ref[Any], key: int) -> None:
+        entry = self.by_identity.get(key)
+        if entry is not None and entry[0] is ref:
+            del self.by_identity[key]
+
+
+def scope_cache(method: GetScopes[M]) -> GetScopes[M]:
+    """Cache what a manager's ``get_scopes`` returns for each request.
+
+    Each manager instance has its own cache. A request object is recognised by
+    identity and held through a weak reference, so the cache never keeps a
+    request alive and works for unhashable requests too; requests given as
+    plain URL strings (or other objects that cannot be weakly referenced) are
+    cached by value, up to the 10,000 most recent. A retried or redirected
+    request object keeps the scopes it was first given.
+    """
+    caches: weakref.WeakKeyDictionary[Any, _ScopeCache] = weakref.WeakKeyDictionary()
+    by_id: dict[int, _ScopeCache] = {}  # managers that cannot be weakly referenced
+
+    def cache_of(manager: Any) -> _ScopeCache:
+        try:
+            cache = caches.get(manager)
+            if cache is None:
+                cache = caches[manager] = _ScopeCache()
+        except TypeError:
+            cache = by_id.setdefault(id(manager), _ScopeCache())
+        return cache
+
+    @functools.wraps(method)
+    async def wrapper(self: M, request: Any) -> ScopesSpec:
+        cache = cache_of(self)
+        cached = cache.get(request)
+        if cached is not None:
+            return cached
+        scopes = await method(self, request)
+        cache.put(request, scopes)
         return scopes
 
     return wrapper

@@ -31,6 +31,7 @@ from ._scopes import (
     ThrottlingManager,
     ThrottlingManagerProtocol,
     default_scopes,
+    load_manager,
     normalize_scopes,
 )
 from ._stats import ScopeStats
@@ -90,8 +91,9 @@ class Throttler:
             (``"memory://"``, the default).
         clock: the time source; the event loop's clock by default.
         rng: the random source for jitter; pass a seeded one for repeatable runs.
-        manager: decides each request's scopes; by default the request's
-            ``meta["throttling_scopes"]`` or its URL's host.
+        manager: decides each request's scopes; by default the one named by
+            ``THROTTLING_MANAGER``, else the request's ``meta["throttling_scopes"]``
+            or its URL's host.
 
     Raises:
         ConfigError: when the settings are invalid.
@@ -118,8 +120,9 @@ class Throttler:
         self._store: Store = (open_store(store, settings, self.clock, self._rng)
                               if isinstance(store, str) else store)
         self._local: LocalStore | None = self._store if isinstance(self._store, LocalStore) else None
-        self._manager: ThrottlingManagerProtocol = manager if manager is not None \
-            else ThrottlingManager()
+        if manager is None:
+            manager = load_manager(settings.manager) if settings.manager else ThrottlingManager()
+        self._manager: ThrottlingManagerProtocol = manager
         # The default manager needs no await; its answer can be had in the fast path.
         self._sync_scopes = type(self._manager) is ThrottlingManager
         self._cap = settings.concurrent_requests

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import weakref
 from collections.abc import Callable
 
 __all__ = ["MockClock"]
@@ -44,11 +45,15 @@ class MockClock:
     Example::
 
         clock = MockClock(autojump=True)
-        async with Throttler({"DOWNLOAD_DELAY": 60}, clock=clock) as t:
+        settings = {"DOWNLOAD_DELAY": 60, "RANDOMIZE_DOWNLOAD_DELAY": False}
+        async with Throttler(settings, clock=clock) as t:
             for _ in range(3):
                 async with t.slot("https://example.com/"):
                     pass
         assert clock.now() == 120.0
+
+    Several autojumping clocks may share one event loop: one jumper per loop
+    serves them all, each time moving the clock whose next timer is nearest.
     """
 
     def __init__(self, start: float = 0.0, *, autojump: bool = False) -> None:
@@ -56,7 +61,6 @@ class MockClock:
         self._heap: list[tuple[float, int, _Timer]] = []
         self._order = itertools.count()
         self.autojump = autojump
-        self._jumper: asyncio.Task[None] | None = None
 
     def now(self) -> float:
         """Return the virtual time."""
@@ -115,24 +119,53 @@ class MockClock:
             heapq.heappop(heap)
 
     def _start_jumper(self) -> None:
-        if self._jumper is not None and not self._jumper.done():
-            return
         try:
             loop = asyncio.get_running_loop()
         except RuntimeError:
             return
-        self._jumper = loop.create_task(self._autojump(loop))
-
-    async def _autojump(self, loop: asyncio.AbstractEventLoop) -> None:
-        while True:
-            await _until_idle(loop)
-            deadline = self.next_deadline()
-            if deadline is None:
-                return
-            self._advance_to(deadline)
+        jumper = _JUMPERS.get(loop)
+        if jumper is None:
+            jumper = _JUMPERS[loop] = _Jumper(loop)
+        jumper.add(self)
 
     def __repr__(self) -> str:
         return f"<MockClock now={self._now:g} timers={len(self._heap)} autojump={self.autojump}>"
+
+
+class _Jumper:
+    """Moves the autojumping clocks of one event loop whenever the loop is idle.
+
+    One per loop, because two independent jumpers would each see the other's
+    yielding as activity and never find the loop idle.
+    """
+
+    def __init__(self, loop: asyncio.AbstractEventLoop) -> None:
+        self.loop = loop
+        self.clocks: weakref.WeakSet[MockClock] = weakref.WeakSet()
+        self.task: asyncio.Task[None] | None = None
+
+    def add(self, clock: MockClock) -> None:
+        self.clocks.add(clock)
+        if self.task is None or self.task.done():
+            self.task = self.loop.create_task(self.run())
+
+    async def run(self) -> None:
+        while True:
+            await _until_idle(self.loop)
+            nearest: tuple[float, MockClock] | None = None
+            for clock in list(self.clocks):
+                deadline = clock.next_deadline()
+                if deadline is not None:
+                    gap = deadline - clock.now()
+                    if nearest is None or gap < nearest[0]:
+                        nearest = (gap, clock)
+            if nearest is None:
+                return
+            gap, clock = nearest
+            clock._advance_to(clock.now() + max(0.0, gap))
+
+
+_JUMPERS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Jumper] = weakref.WeakKeyDictionary()
 
 
 async def _until_idle(loop: asyncio.AbstractEventLoop) -> None:

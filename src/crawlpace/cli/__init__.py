@@ -13,7 +13,10 @@ from .. import __version__
 from .._config import Settings
 from .._exceptions import ConfigError
 
-__all__ = ["main"]
+__all__ = ["EXIT_BAD_SETTINGS", "main"]
+
+#: Exit status for invalid settings (argparse uses 2 for usage errors).
+EXIT_BAD_SETTINGS = 3
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -22,17 +25,20 @@ def _parser() -> argparse.ArgumentParser:
         description="Throttling for crawlers and API clients.",
     )
     parser.add_argument("--version", action="version", version=f"crawlpace {__version__}")
-    parser.add_argument("-v", "--verbose", action="count", default=0,
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
-    demo = sub.add_parser("demo", help="run a scripted crawl on the fake clock and show the spacing")
+    demo = sub.add_parser("demo", parents=[common],
+                          help="run a scripted crawl on the fake clock and show the spacing")
     demo.add_argument("--quick", action="store_true", help="fewer requests")
     demo.add_argument("--json", action="store_true",
                       help="end with one line of JSON holding every figure")
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated latencies")
 
-    check = sub.add_parser("check", help="validate a TOML settings file and print what it means")
+    check = sub.add_parser("check", parents=[common],
+                           help="validate a TOML settings file and print what it means")
     check.add_argument("config", help="path to a crawlpace TOML file")
     check.add_argument("--json", action="store_true", help="print the settings as JSON")
     return parser
@@ -57,14 +63,20 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"{args.config}: valid")
     print(f"  concurrent_requests = {settings.concurrent_requests}")
     d = settings.scope_defaults
-    print(f"  every scope: concurrency={d.concurrency} delay={d.delay:g}s "
+    print(f"  every scope: concurrency={_concurrency(d.concurrency, settings)} delay={d.delay:g}s "
           f"delay_per_slot={d.delay_per_slot:g}s jitter={d.jitter.describe()}")
     for name, cfg in sorted(settings.scopes.items()):
-        print(f"  scope {name!r}: concurrency={cfg.concurrency} delay={cfg.delay:g}s "
-              f"delay_per_slot={cfg.delay_per_slot:g}s jitter={cfg.jitter.describe()}")
+        print(f"  scope {name!r}: concurrency={_concurrency(cfg.concurrency, settings)} "
+              f"delay={cfg.delay:g}s delay_per_slot={cfg.delay_per_slot:g}s "
+              f"jitter={cfg.jitter.describe()}")
     for note in settings.inactive():
         print(f"  note: {note} is accepted but has no effect in this version")
     return 0
+
+
+def _concurrency(configured: int, settings: Settings) -> str:
+    cap = settings.concurrent_requests
+    return str(configured) if configured <= cap else f"{configured} (capped at {cap} by concurrent_requests)"
 
 
 def _jsonable(value: object) -> object:
@@ -87,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_check(args)
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
-        return 2
+        return EXIT_BAD_SETTINGS
     return 1  # pragma: no cover - argparse rejects unknown commands
 
 

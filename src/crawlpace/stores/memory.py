@@ -49,7 +49,7 @@ class _Scope(ScopeState):
             return
         if outcome.error is not None:
             self.errors += 1
-        else:
+        elif outcome.status is not None:
             self.responses += 1
         latency = outcome.latency
         if latency is not None and latency >= 0.0:
