@@ -63,12 +63,8 @@ class BackoffConfig:
     def __post_init__(self) -> None:
         check = _Checker("BackoffConfig")
         # Accept the same forms as the settings: jitter as True/0.1/[lo, hi], codes as a list.
-        jitter = check.jitter("BackoffConfig.jitter", self.jitter)
-        if jitter is not None:
-            object.__setattr__(self, "jitter", jitter)
-        codes = check.codes("BackoffConfig.http_codes", self.http_codes)
-        if codes is not None:
-            object.__setattr__(self, "http_codes", codes)
+        check.coerce(self, "jitter", check.jitter)
+        check.coerce(self, "http_codes", check.codes)
         check.check_backoff_object(self)
 
 
@@ -93,9 +89,7 @@ class ScopeConfig:
 
     def __post_init__(self) -> None:
         check = _Checker("ScopeConfig")
-        jitter = check.jitter("ScopeConfig.jitter", self.jitter)
-        if jitter is not None:
-            object.__setattr__(self, "jitter", jitter)
+        check.coerce(self, "jitter", check.jitter)
         check.check_scope_object(self)
 
 
@@ -133,14 +127,12 @@ class Settings:
     autothrottle: AutoThrottleConfig = field(default_factory=AutoThrottleConfig)
 
     def __post_init__(self) -> None:
-        check = _Checker()
+        check = _Checker("Settings")
         check.count("Settings.concurrent_requests", self.concurrent_requests)
         check.count("Settings.delayed_requests_warn_threshold", self.delayed_requests_warn_threshold)
         check.seconds("Settings.robotstxt_max_delay", self.robotstxt_max_delay)
         check.seconds("Settings.redirect_max_delay", self.redirect_max_delay, optional=True)
-        pair = check.pair("Settings.rampup_backoff_target", self.rampup_backoff_target)
-        if pair is not None:
-            object.__setattr__(self, "rampup_backoff_target", pair)
+        check.coerce(self, "rampup_backoff_target", check.pair)
         # Typed callers cannot get these wrong, but untyped ones can.
         configs: list[tuple[str, object]] = [("Settings.scope_defaults", self.scope_defaults)]
         configs += [(f'Settings.scopes["{name}"]', cfg) for name, cfg in self.scopes.items()]
@@ -376,6 +368,12 @@ class _Checker:
 
     def fail(self, message: str) -> None:
         self.problems.append(message)
+
+    def coerce(self, obj: object, name: str, parse: Callable[[str, object], Any]) -> None:
+        """Check field ``name`` of a frozen object and store its normalised form."""
+        value = parse(f"{self.owner}.{name}", getattr(obj, name))
+        if value is not None:
+            object.__setattr__(obj, name, value)
 
     def raise_if_any(self) -> None:
         if self.problems:
