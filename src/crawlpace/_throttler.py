@@ -67,10 +67,16 @@ class _Slot:
         self._permit: Permit | None = None
 
     async def __aenter__(self) -> Permit:
-        throttler = self._throttler
-        permit = throttler._acquire_nowait(self._request, self._scopes)
-        if permit is None:
-            permit = await throttler.acquire(self._request, scopes=self._scopes)
+        # acquire()'s steps, inlined: on the uncontended path nothing here awaits.
+        throttler, request = self._throttler, self._request
+        demands = throttler._demands_nowait(request, self._scopes)
+        if demands is None:
+            demands = await throttler._demands(request, self._scopes)
+        result = throttler._admit_now(demands)
+        if isinstance(result, Lease):
+            permit = Permit(throttler, result, request)
+        else:
+            permit = await throttler._admit(request, demands, result)
         self._permit = permit
         return permit
 
@@ -176,29 +182,11 @@ class Throttler:
             ScopeError: when the request's scopes are malformed.
             ThrottlerClosed: when the throttler is or gets closed.
         """
-        if scopes is None:
-            if request is None:
-                raise TypeError("give a request (a URL or an object with .url) or scopes=...")
-            scopes = await self._manager.get_scopes(request)
-        demands = normalize_scopes(scopes)
-        if self._closed:
-            raise ThrottlerClosed("the throttler is closed; create a new one")
-        queues = self._queues
-        blocked: Blocked | None = None
-        # The uncontended path: nobody queued ahead, room under the global cap.
-        if self._inflight < self._cap and not self._starved and (
-            demands[0][0] not in queues if len(demands) == 1
-            else not any(name in queues for name, _ in demands)
-        ):
-            local = self._local
-            result = local.acquire_nowait(demands) if local is not None \
-                else await self._store.acquire(demands)
-            if type(result) is Lease:
-                self._inflight += 1
-                return Permit(self, result, request)
-            assert isinstance(result, Blocked)
-            blocked = result
-        return Permit(self, await self._wait(demands, blocked), request)
+        demands = await self._demands(request, scopes)
+        result = self._admit_now(demands)
+        if isinstance(result, Lease):
+            return Permit(self, result, request)
+        return await self._admit(request, demands, result)
 
     async def try_acquire(self, request: object = None, *,
                           scopes: object = None) -> Permit | NotReady:
@@ -209,16 +197,9 @@ class Throttler:
         :class:`NotReady` with ``ready_at=None``.
         """
         self._check_open()
-        if scopes is None:
-            if request is None:
-                raise TypeError("give a request (a URL or an object with .url) or scopes=...")
-            scopes = await self._manager.get_scopes(request)
-        demands = normalize_scopes(scopes)
-        if self._inflight >= self._cap or self._starved:
-            return NotReady(None, ())
-        queued = tuple((name, None) for name, _ in demands if name in self._queues)
-        if queued:
-            return NotReady(None, queued)
+        demands = await self._demands(request, scopes)
+        if self._queued_ahead(demands):
+            return NotReady(None, tuple((name, None) for name, _ in demands if name in self._queues))
         local = self._local
         result = local.acquire_nowait(demands) if local is not None \
             else await self._store.acquire(demands)
@@ -279,15 +260,16 @@ class Throttler:
 
     # -- admission -------------------------------------------------------------
 
-    def _acquire_nowait(self, request: object, scopes: object) -> Permit | None:
-        """The uncontended path without any await, for local stores.
+    async def _demands(self, request: object, scopes: object) -> tuple[Demand, ...]:
+        """The request's scopes, from ``scopes`` or the manager, normalised."""
+        if scopes is None:
+            if request is None:
+                raise TypeError("give a request (a URL or an object with .url) or scopes=...")
+            scopes = await self._manager.get_scopes(request)
+        return normalize_scopes(scopes)
 
-        Returns ``None`` whenever waiting, an await, or an error report might
-        be needed; :meth:`acquire` then takes over and does it properly.
-        """
-        local = self._local
-        if local is None or self._closed or self._inflight >= self._cap or self._starved:
-            return None
+    def _demands_nowait(self, request: object, scopes: object) -> tuple[Demand, ...] | None:
+        """:meth:`_demands` when no await is needed; ``None`` leaves it (and any error) to it."""
         if scopes is None:
             if not self._sync_scopes or request is None:
                 return None
@@ -295,22 +277,41 @@ class Throttler:
                 scopes = default_scopes(request)
             except ScopeError:
                 return None
-        if type(scopes) is str and scopes:
-            if scopes in self._queues:
-                return None
-            demands: tuple[Demand, ...] = ((scopes, 1.0),)
-        else:
-            try:
-                demands = normalize_scopes(scopes)
-            except ScopeError:
-                return None
-            if any(name in self._queues for name, _ in demands):
-                return None
+        try:
+            return normalize_scopes(scopes)
+        except ScopeError:
+            return None
+
+    def _queued_ahead(self, demands: tuple[Demand, ...]) -> bool:
+        """True when earlier requests, or the global cap, come before ``demands``."""
+        if self._inflight >= self._cap or self._starved:
+            return True
+        queues = self._queues
+        if len(demands) == 1:
+            return demands[0][0] in queues
+        return any(name in queues for name, _ in demands)
+
+    def _admit_now(self, demands: tuple[Demand, ...]) -> Lease | Blocked | None:
+        """Ask a local store at once; ``None`` when closed, queued ahead, or not local."""
+        local = self._local
+        if local is None or self._closed or self._queued_ahead(demands):
+            return None
         result = local.acquire_nowait(demands)
-        if type(result) is not Lease:
-            return None  # acquire() asks again and queues with the answer
-        self._inflight += 1
-        return Permit(self, result, request)
+        if type(result) is Lease:
+            self._inflight += 1
+        return result
+
+    async def _admit(self, request: object, demands: tuple[Demand, ...],
+                     answer: Blocked | None) -> Permit:
+        """Finish an admission :meth:`_admit_now` could not complete: ask, or wait."""
+        self._check_open()
+        if answer is None and self._local is None and not self._queued_ahead(demands):
+            result = await self._store.acquire(demands)
+            if isinstance(result, Lease):
+                self._inflight += 1
+                return Permit(self, result, request)
+            answer = result
+        return Permit(self, await self._wait(demands, answer), request)
 
     def _check_open(self) -> None:
         if self._closed:
