@@ -202,12 +202,17 @@ def test_toml_file(tmp_path: Path) -> None:
     assert (api.backoff.http_codes, api.backoff.max_delay) == (frozenset({429}), 90.0)
 
 
-def test_toml_errors_name_the_file_and_the_path(tmp_path: Path) -> None:
-    path = tmp_path / "c.toml"
-    path.write_text('[scopes."a.example"]\ndelay = -2\nconcurency = 3\n', encoding="utf-8")
+def _toml_problems(path: Path, text: str) -> list[str]:
+    """Write ``text`` to ``path`` and return the problems reading it raises."""
+    path.write_text(text, encoding="utf-8")
     with pytest.raises(ConfigError) as info:
         Settings.from_toml(path)
-    assert info.value.problems == [
+    return info.value.problems
+
+
+def test_toml_errors_name_the_file_and_the_path(tmp_path: Path) -> None:
+    path = tmp_path / "c.toml"
+    assert _toml_problems(path, '[scopes."a.example"]\ndelay = -2\nconcurency = 3\n') == [
         f'{path}: scopes."a.example": unknown key "concurency"; did you mean "concurrency"? '
         f"Valid keys: {SCOPE_KEYS}",
         f'{path}: scopes."a.example".delay: -2 is negative; use 0 or more',
@@ -269,10 +274,7 @@ def test_unknown_names_are_reported_with_the_other_problems() -> None:
 
 def test_toml_relation_error_names_the_file_once(tmp_path: Path) -> None:
     path = tmp_path / "m.toml"
-    path.write_text("[scope_defaults.backoff]\nmin_delay = 10\nmax_delay = 5\n", encoding="utf-8")
-    with pytest.raises(ConfigError) as info:
-        Settings.from_toml(path)
-    assert info.value.problems == [
+    assert _toml_problems(path, "[scope_defaults.backoff]\nmin_delay = 10\nmax_delay = 5\n") == [
         f"{path}: scope_defaults.backoff.min_delay: 10 is above scope_defaults.backoff.max_delay "
         "(5); make the minimum no larger than the maximum",
     ]
