@@ -10,7 +10,7 @@ import pytest
 
 from crawlpace import BackoffConfig, ConfigError, Jitter, ScopeConfig, Settings, parse_jitter
 
-SCOPE_KEYS = ("backoff, concurrency, delay, delay_per_slot, ignore_robots_txt, jitter, manager, "
+SCOPE_KEYS = ("backoff, breaker, concurrency, delay, delay_per_slot, ignore_robots_txt, jitter, manager, "
               "quota, rampup, window")
 BACKOFF_KEYS = ("concurrency_factor, delay_factor, exceptions, http_codes, jitter, max_delay, "
                 "min_delay, window")
@@ -248,8 +248,8 @@ def test_inactive_settings_are_listed() -> None:
         "AUTOTHROTTLE_ENABLED": True,
         "THROTTLING_SCOPES": {"api.example": {"quota": 100.0, "rampup": True}},
     })
-    assert settings.inactive() == ["scope 'api.example': rampup", "scope 'api.example': quota",
-                                   "AUTOTHROTTLE_ENABLED"]
+    # Quotas and AutoThrottle work since 0.2.0; only rampup is still to come.
+    assert settings.inactive() == ["scope 'api.example': rampup"]
 
 
 def test_typed_objects_take_the_setting_forms_and_are_checked() -> None:

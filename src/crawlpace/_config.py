@@ -29,6 +29,7 @@ from ._jitter import NO_JITTER, Jitter
 __all__ = [
     "AutoThrottleConfig",
     "BackoffConfig",
+    "BreakerConfig",
     "ScopeConfig",
     "Settings",
     "parse_jitter",
@@ -69,6 +70,32 @@ class BackoffConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class BreakerConfig:
+    """When a scope stops sending because too much fails (seed 003's circuit breaker).
+
+    Attributes:
+        enabled: turn the breaker off with ``False``.
+        window: seconds of outcomes the error share is computed over.
+        error_share: pause the scope when more than this share of outcomes failed.
+        min_requests: outcomes the window must hold before the share counts.
+        pause: seconds the scope stays paused before one probe is let through.
+        give_up_after: give the scope up when a probe fails after this many
+            consecutive failures (0: never give up).
+    """
+
+    enabled: bool = True
+    window: float = 60.0
+    error_share: float = 0.1
+    min_requests: int = 5
+    pause: float = 60.0
+    give_up_after: int = 5
+
+    def __post_init__(self) -> None:
+        check = _Checker("BreakerConfig")
+        check.check_breaker_object(self)
+
+
+@dataclass(frozen=True, slots=True)
 class ScopeConfig:
     """Throttling settings of one scope (the value type of ``THROTTLING_SCOPES``).
 
@@ -81,6 +108,7 @@ class ScopeConfig:
     delay_per_slot: float = 1.0
     jitter: Jitter = HALF_JITTER
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
+    breaker: BreakerConfig = field(default_factory=BreakerConfig)
     rampup: bool = False
     quota: float | None = None
     window: float = 60.0
@@ -188,9 +216,8 @@ class Settings:
     def inactive(self) -> list[str]:
         """Name the settings that are set but have no effect in this version.
 
-        The feedback, rampup, quota and robots.txt rules are accepted and
-        validated now so that configuration files keep working as those
-        features land; until then the throttler warns about them once.
+        Rampup is accepted and validated now so that configuration files keep
+        working when it lands; until then the throttler warns about it once.
         """
         notes: list[str] = []
         configs = [("scope defaults", self.scope_defaults)]
@@ -198,13 +225,21 @@ class Settings:
         for where, cfg in configs:
             if cfg.rampup:
                 notes.append(f"{where}: rampup")
-            if cfg.quota is not None:
-                notes.append(f"{where}: quota")
-            if cfg.manager is not None:
-                notes.append(f"{where}: manager")
-        if self.autothrottle.enabled:
-            notes.append("AUTOTHROTTLE_ENABLED")
         return notes
+
+    def is_explicit(self, scope: str) -> bool:
+        """True when ``THROTTLING_SCOPES`` sets ``scope``'s concurrency or delay.
+
+        Such settings win over a robots.txt Crawl-Delay. A scope listed only for
+        other keys (a quota, say) keeps the defaults' rate and so takes the
+        Crawl-Delay.
+        """
+        cfg = self.scopes.get(scope)
+        if cfg is None:
+            return False
+        base = self.scope_defaults
+        return (cfg.concurrency, cfg.delay, cfg.delay_per_slot) != \
+            (base.concurrency, base.delay, base.delay_per_slot)
 
 
 # --------------------------------------------------------------------------
@@ -224,8 +259,9 @@ class _TreeLabels:
         base = f'{self.source}scopes."{name}"' if name is not None else f"{self.source}scope_defaults"
         return base if key is None else f"{base}.{key}"
 
-    def backoff(self, name: str | None, key: str | None = None) -> str:
-        base = self.scope(name, "backoff")
+    def sub(self, section: str, name: str | None, key: str | None = None) -> str:
+        """Name a key of a scope's sub-table (``backoff`` or ``breaker``)."""
+        base = self.scope(name, section)
         return base if key is None else f"{base}.{key}"
 
     def autothrottle(self, key: str | None = None) -> str:
@@ -258,6 +294,12 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "BACKOFF_JITTER": ("backoff", "jitter"),
     "BACKOFF_CONCURRENCY_FACTOR": ("backoff", "concurrency_factor"),
     "BACKOFF_WINDOW": ("backoff", "window"),
+    "BREAKER_ENABLED": ("breaker", "enabled"),
+    "BREAKER_WINDOW": ("breaker", "window"),
+    "BREAKER_ERROR_SHARE": ("breaker", "error_share"),
+    "BREAKER_MIN_REQUESTS": ("breaker", "min_requests"),
+    "BREAKER_PAUSE": ("breaker", "pause"),
+    "BREAKER_GIVE_UP_AFTER": ("breaker", "give_up_after"),
     "AUTOTHROTTLE_ENABLED": ("autothrottle", "enabled"),
     "AUTOTHROTTLE_START_DELAY": ("autothrottle", "start_delay"),
     "AUTOTHROTTLE_MAX_DELAY": ("autothrottle", "max_delay"),
@@ -265,7 +307,7 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "AUTOTHROTTLE_DEBUG": ("autothrottle", "debug"),
 }
 _SCRAPY_BY_PATH = {path: name for name, path in _SCRAPY_NAMES.items()}
-_OUR_PREFIXES = ("THROTTLING_", "BACKOFF_", "RAMPUP_", "AUTOTHROTTLE_")
+_OUR_PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
 
 
 class _ScrapyLabels(_TreeLabels):
@@ -275,10 +317,11 @@ class _ScrapyLabels(_TreeLabels):
     or from ``THROTTLING_SCOPE_DEFAULTS``; messages use whichever was written.
     """
 
-    def __init__(self, explicit: set[str], explicit_backoff: set[str]) -> None:
+    def __init__(self) -> None:
         super().__init__()
-        self.explicit = explicit
-        self.explicit_backoff = explicit_backoff
+        self.explicit: set[str] = set()
+        # Keys of each sub-table given inside THROTTLING_SCOPE_DEFAULTS.
+        self.explicit_sub: dict[str, set[str]] = {"backoff": set(), "breaker": set()}
 
     def top(self, key: str) -> str:
         return _SCRAPY_BY_PATH.get(("", key), key)
@@ -292,10 +335,10 @@ class _ScrapyLabels(_TreeLabels):
         base = f'THROTTLING_SCOPES["{name}"]'
         return base if key is None else f'{base}["{key}"]'
 
-    def backoff(self, name: str | None, key: str | None = None) -> str:
-        if name is None and key is not None and key not in self.explicit_backoff:
-            return _SCRAPY_BY_PATH[("backoff", key)]
-        base = self.scope(name, "backoff")
+    def sub(self, section: str, name: str | None, key: str | None = None) -> str:
+        if name is None and key is not None and key not in self.explicit_sub[section]:
+            return _SCRAPY_BY_PATH[(section, key)]
+        base = self.scope(name, section)
         return base if key is None else f'{base}["{key}"]'
 
     def autothrottle(self, key: str | None = None) -> str:
@@ -308,7 +351,7 @@ def _scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], _Scrap
     """Rearrange Scrapy names into the TOML layout; flag our unknown names."""
     tree: dict[str, Any] = {}
     scope: dict[str, Any] = {}
-    backoff: dict[str, Any] = {}
+    subs: dict[str, dict[str, Any]] = {"backoff": {}, "breaker": {}}
     autothrottle: dict[str, Any] = {}
     unknown: list[str] = []
     for name, value in settings.items():
@@ -323,20 +366,22 @@ def _scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], _Scrap
                                "see docs/settings.md for the full list")
             continue
         section, key = where
-        target = {"": tree, "scope": scope, "backoff": backoff, "autothrottle": autothrottle}[section]
+        target = {"": tree, "scope": scope, "autothrottle": autothrottle, **subs}[section]
         target[key] = value
-    if backoff:
-        scope["backoff"] = backoff
+    for section, values in subs.items():
+        if values:
+            scope[section] = values
     explicit = tree.get("scope_defaults")
-    labels = _ScrapyLabels(set(), set())
+    labels = _ScrapyLabels()
     if isinstance(explicit, Mapping):
         # The plain Scrapy globals come first; THROTTLING_SCOPE_DEFAULTS refines them.
         labels.explicit.update(str(key) for key in explicit)
         merged = {**scope, **explicit}
-        explicit_backoff = explicit.get("backoff")
-        if isinstance(explicit_backoff, Mapping):
-            labels.explicit_backoff.update(str(key) for key in explicit_backoff)
-            merged["backoff"] = {**backoff, **explicit_backoff}
+        for section, values in subs.items():
+            explicit_sub = explicit.get(section)
+            if isinstance(explicit_sub, Mapping):
+                labels.explicit_sub[section].update(str(key) for key in explicit_sub)
+                merged[section] = {**values, **explicit_sub}
         tree["scope_defaults"] = merged
     elif explicit is None and scope:
         tree["scope_defaults"] = scope
@@ -413,8 +458,8 @@ class _Checker:
         """A window length: a positive, finite number of seconds."""
         return self.number(label, value, example="60.0", unit=" of seconds", positive=True)
 
-    def count(self, label: str, value: object, *, example: str = "8") -> int | None:
-        """A whole number of 1 or more."""
+    def count(self, label: str, value: object, *, example: str = "8", minimum: int = 1) -> int | None:
+        """A whole number of ``minimum`` (1) or more."""
         if isinstance(value, bool) or not isinstance(value, int | float):
             self.fail(f"{label}: expected a whole number, got {_kind(value)}; "
                       f"use a whole number such as {example}")
@@ -425,8 +470,8 @@ class _Checker:
                           f"use a whole number such as {example}")
                 return None
             value = int(value)
-        if value < 1:
-            self.fail(f"{label}: {value!r} is too small; use a whole number of 1 or more")
+        if value < minimum:
+            self.fail(f"{label}: {value!r} is too small; use a whole number of {minimum} or more")
             return None
         return value
 
@@ -492,11 +537,32 @@ class _Checker:
                                    {f.name: getattr(cfg, f.name) for f in fields(cfg)})
         self.raise_if_any()
 
+    def check_breaker_object(self, cfg: BreakerConfig) -> None:
+        o = self.owner
+        self.flag(f"{o}.enabled", cfg.enabled)
+        self.window(f"{o}.window", cfg.window)
+        self.share(f"{o}.error_share", cfg.error_share)
+        self.count(f"{o}.min_requests", cfg.min_requests, example="5")
+        self.seconds(f"{o}.pause", cfg.pause)
+        self.count(f"{o}.give_up_after", cfg.give_up_after, example="5", minimum=0)
+        self.raise_if_any()
+
+    def share(self, label: str, value: object) -> float | None:
+        """A fraction from 0 up to (not including) 1."""
+        number = self.number(label, value, example="0.1")
+        if number is not None and number >= 1.0:
+            self.fail(f"{label}: {value!r} is out of range; use a share from 0 to below 1, e.g. 0.1")
+            return None
+        return number
+
     def check_scope_object(self, cfg: ScopeConfig) -> None:
         o = self.owner
         backoff: object = cfg.backoff
         if not isinstance(backoff, BackoffConfig):
             self.fail(f"{o}.backoff: expected a BackoffConfig, got {_kind(backoff)}")
+        breaker: object = cfg.breaker
+        if not isinstance(breaker, BreakerConfig):
+            self.fail(f"{o}.breaker: expected a BreakerConfig, got {_kind(breaker)}")
         self.count(f"{o}.concurrency", cfg.concurrency)
         self.seconds(f"{o}.delay", cfg.delay)
         self.seconds(f"{o}.delay_per_slot", cfg.delay_per_slot)
@@ -599,6 +665,7 @@ _TOP_KEYS = frozenset({
 })
 _SCOPE_KEYS = frozenset(f.name for f in fields(ScopeConfig))
 _BACKOFF_KEYS = frozenset(f.name for f in fields(BackoffConfig))
+_BREAKER_KEYS = frozenset(f.name for f in fields(BreakerConfig))
 _AUTOTHROTTLE_KEYS = frozenset(f.name for f in fields(AutoThrottleConfig))
 
 
@@ -683,11 +750,35 @@ def _parse_scope(check: _Checker, labels: _TreeLabels, name: str | None,
     }
     values.update(_parse_fields(data, parsers, lambda key: labels.scope(name, key)))
     if "backoff" in data:
-        raw = check.mapping(labels.backoff(name), data["backoff"])
+        raw = check.mapping(labels.sub("backoff", name), data["backoff"])
         if raw is not None:
             backoff = _parse_backoff(check, labels, name, raw, base.backoff)
             if backoff is not None:
                 values["backoff"] = backoff
+    if "breaker" in data:
+        raw = check.mapping(labels.sub("breaker", name), data["breaker"])
+        if raw is not None:
+            breaker = _parse_breaker(check, labels, name, raw, base.breaker)
+            if breaker is not None:
+                values["breaker"] = breaker
+    if len(check.problems) > before:
+        return None
+    return replace(base, **values)
+
+
+def _parse_breaker(check: _Checker, labels: _TreeLabels, name: str | None,
+                   data: Mapping[str, Any], base: BreakerConfig) -> BreakerConfig | None:
+    before = len(check.problems)
+    check.keys(labels.sub("breaker", name), data, _BREAKER_KEYS)
+    parsers: dict[str, Callable[[str, object], Any]] = {
+        "enabled": check.flag,
+        "window": check.window,
+        "error_share": check.share,
+        "min_requests": lambda label, v: check.count(label, v, example="5"),
+        "pause": check.seconds,
+        "give_up_after": lambda label, v: check.count(label, v, example="5", minimum=0),
+    }
+    values = _parse_fields(data, parsers, lambda key: labels.sub("breaker", name, key))
     if len(check.problems) > before:
         return None
     return replace(base, **values)
@@ -696,7 +787,7 @@ def _parse_scope(check: _Checker, labels: _TreeLabels, name: str | None,
 def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
                    data: Mapping[str, Any], base: BackoffConfig) -> BackoffConfig | None:
     before = len(check.problems)
-    check.keys(labels.backoff(name), data, _BACKOFF_KEYS)
+    check.keys(labels.sub("backoff", name), data, _BACKOFF_KEYS)
     values: dict[str, Any] = {}
     parsers: dict[str, Callable[[str, object], Any]] = {
         "http_codes": check.codes,
@@ -708,11 +799,11 @@ def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
         "concurrency_factor": lambda label, v: check.number(label, v, example="0.5", positive=True),
         "jitter": check.jitter,
     }
-    values.update(_parse_fields(data, parsers, lambda key: labels.backoff(name, key)))
+    values.update(_parse_fields(data, parsers, lambda key: labels.sub("backoff", name, key)))
     if len(check.problems) > before:
         return None
     merged = {f.name: values.get(f.name, getattr(base, f.name)) for f in fields(BackoffConfig)}
-    check.backoff_relations(lambda key: labels.backoff(name, key), merged, labels.source)
+    check.backoff_relations(lambda key: labels.sub("backoff", name, key), merged, labels.source)
     if len(check.problems) > before:
         return None
     return replace(base, **values)

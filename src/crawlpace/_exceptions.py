@@ -6,7 +6,9 @@ anything this package raises on purpose::
     CrawlpaceError
     ├── ConfigError          invalid settings; raised at start-up (also a ValueError)
     ├── ScopeError           a request's throttling scopes cannot be used (also a ValueError)
+    │   └── QuotaError       a request expects more quota than its scope has per window
     ├── ThrottlerClosed      the throttler was closed while a request waited or tried to enter
+    ├── ScopeGivenUp         the circuit breaker gave a scope up; its requests fail
     └── PermitError          a permit was misused (released twice, feedback after release)
 
 Misuse by the caller (``ConfigError``, ``ScopeError``, ``PermitError``) is kept
@@ -17,7 +19,15 @@ crawlpace and chained with ``raise ... from exc``.
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "CrawlpaceError", "PermitError", "ScopeError", "ThrottlerClosed"]
+__all__ = [
+    "ConfigError",
+    "CrawlpaceError",
+    "PermitError",
+    "QuotaError",
+    "ScopeError",
+    "ScopeGivenUp",
+    "ThrottlerClosed",
+]
 
 
 class CrawlpaceError(Exception):
@@ -38,6 +48,24 @@ class ConfigError(CrawlpaceError, ValueError):
 
 class ScopeError(CrawlpaceError, ValueError):
     """A request's throttling scopes are malformed (empty, wrong type, bad quota use)."""
+
+
+class QuotaError(ScopeError):
+    """A request's expected quota use exceeds its scope's whole quota: it can never be sent."""
+
+
+class ScopeGivenUp(CrawlpaceError):
+    """The circuit breaker gave a scope up after failure upon failure.
+
+    Attributes:
+        scope: the scope given up.
+        reason: why, in words.
+    """
+
+    def __init__(self, scope: str, reason: str) -> None:
+        self.scope = scope
+        self.reason = reason
+        super().__init__(f"scope {scope!r} was given up: {reason}")
 
 
 class ThrottlerClosed(CrawlpaceError):

@@ -5,15 +5,28 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 from types import TracebackType
+from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._exceptions import PermitError
+from ._feedback import status_of
 from .stores.base import NO_OUTCOME, Lease, Outcome
 
 if TYPE_CHECKING:
     from ._throttler import Throttler
 
-__all__ = ["NotReady", "Permit"]
+__all__ = ["NotReady", "Permit", "RawFeedback"]
+
+
+@dataclass(frozen=True, slots=True)
+class RawFeedback:
+    """What the caller reported about a request, before it is classified."""
+
+    response: Any = None
+    status: int | None = None
+    exception: BaseException | None = None
+    latency: float | None = None
+    consumed_quota: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -34,27 +47,21 @@ class NotReady:
         return False
 
 
-def _status_of(response: Any) -> int | None:
-    for attr in ("status_code", "status"):
-        value = getattr(response, attr, None)
-        if isinstance(value, int) and not isinstance(value, bool):
-            return value
-    return None
-
-
 class Permit:
     """Admission of one request to all of its scopes.
 
     Send the request, report what happened with :meth:`feedback`, then
     :meth:`release` (or leave an ``async with`` block, which releases). A
-    permit that is never given feedback is released with no outcome.
+    permit that is never given feedback is released with no outcome: it frees
+    its slots and teaches the scopes nothing.
     """
 
-    __slots__ = ("_lease", "_outcome", "_released", "_throttler", "request")
+    __slots__ = ("_lease", "_outcome", "_raw", "_released", "_throttler", "request")
 
     def __init__(self, throttler: Throttler, lease: Lease, request: object) -> None:
         self._throttler = throttler
         self._lease = lease
+        self._raw: RawFeedback | None = None
         self._outcome: Outcome | None = None
         self._released = False
         self.request = request
@@ -76,19 +83,23 @@ class Permit:
 
     @property
     def outcome(self) -> Outcome | None:
-        """The feedback recorded so far, if any."""
+        """The outcome applied at release, once released with feedback."""
         return self._outcome
 
     def feedback(self, response: object = None, *, status: int | None = None,
-                 exception: BaseException | None = None, latency: float | None = None) -> None:
-        """Record what happened to the request.
+                 exception: BaseException | None = None, latency: float | None = None,
+                 consumed_quota: Mapping[str, float] | None = None) -> None:
+        """Record what happened to the request; it is applied at release.
 
         Args:
-            response: a response object with ``status_code`` or ``status``.
+            response: a response object with ``status_code`` or ``status``,
+                and ``headers`` (read for ``Retry-After`` and rate-limit fields).
             status: the HTTP status, when no response object is at hand.
             exception: the exception the request failed with.
             latency: seconds from connection to response headers; by default
                 the time since admission.
+            consumed_quota: the quota the request actually used, per scope;
+                the difference from its expected use is charged or refunded.
 
         Raises:
             PermitError: if the permit was already released.
@@ -97,43 +108,34 @@ class Permit:
             raise PermitError("feedback given after the permit was released; call feedback() "
                               "before release() or before leaving the 'async with' block")
         if status is None and response is not None:
-            status = _status_of(response)
+            status = status_of(response)
         if latency is None:
             latency = self._throttler.clock.now() - self._lease.granted_at
-        self._outcome = Outcome(
-            status=status,
-            error=None if exception is None else type(exception).__name__,
-            latency=latency,
-        )
+        self._raw = RawFeedback(response, status, exception, latency, consumed_quota)
 
     async def release(self) -> None:
-        """Give the slots back; later calls do nothing."""
+        """Give the slots back and apply the feedback; later calls do nothing."""
         if self._released:
             return
         self._released = True
-        # Without feedback there is no response to learn from: nothing but the slot returns.
-        outcome = self._outcome or NO_OUTCOME
-        throttler = self._throttler
-        if throttler._local is not None:
-            throttler._release_nowait(self._lease, outcome)
-        else:
-            await throttler._release(self._lease, outcome)
+        outcome = await self._throttler._release_permit(self._lease, self.request, self._raw)
+        self._outcome = None if outcome is NO_OUTCOME else outcome
 
     async def __aenter__(self) -> Permit:
         return self
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:
-        if exc is not None and self._outcome is None and not isinstance(exc, asyncio.CancelledError):
+        if exc is not None and self._raw is None and not isinstance(exc, asyncio.CancelledError):
             self.feedback(exception=exc)
         if self._released:
             return
+        self._released = True
         throttler = self._throttler
-        if throttler._local is not None:
-            self._released = True
-            throttler._release_nowait(self._lease, self._outcome or NO_OUTCOME)
-        else:
-            await self.release()
+        outcome = throttler._release_permit_nowait(self._lease, self.request, self._raw)
+        if outcome is None:  # the manager's hooks must be awaited
+            outcome = await throttler._release_permit(self._lease, self.request, self._raw)
+        self._outcome = None if outcome is NO_OUTCOME else outcome
 
     def __repr__(self) -> str:
         state = "released" if self._released else "held"

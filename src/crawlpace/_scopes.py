@@ -30,6 +30,7 @@ __all__ = [
     "add_scope",
     "host_scope",
     "load_manager",
+    "load_scope_manager",
     "normalize_scopes",
     "scope_cache",
 ]
@@ -154,11 +155,39 @@ class ThrottlingManagerProtocol(Protocol):
 
 
 class ThrottlingManager:
-    """The default manager: ``meta["throttling_scopes"]`` if set, else the host."""
+    """The default manager: ``meta["throttling_scopes"]`` if set, else the host.
+
+    Subclass it to change how requests map to scopes (:meth:`get_scopes`) or
+    how responses count as feedback (:meth:`get_response_backoff`,
+    :meth:`get_response_delay`); call ``super()`` for the default behaviour.
+    """
 
     async def get_scopes(self, request: Any) -> ScopesSpec:
         """Return the request's own scopes, or its URL's host."""
         return default_scopes(request)
+
+    async def get_response_backoff(self, response: Any) -> dict[str, Any]:
+        """Return the feedback ``response`` gives each scope of its request.
+
+        The result maps each scope to a :class:`~crawlpace.ScopeFeedback`;
+        change entries with :func:`~crawlpace.update_scope_backoff`. By default
+        a scope backs off on its ``BACKOFF_HTTP_CODES``, counts a 5xx as an
+        error for its circuit breaker, and waits what
+        :meth:`get_response_delay` returns.
+        """
+        from ._feedback import default_response_backoff  # here: _feedback imports this module
+
+        return default_response_backoff(response, await self.get_response_delay(response))
+
+    async def get_response_delay(self, response: Any) -> float | None:
+        """Return the seconds ``response`` asks the client to wait, if any.
+
+        By default: ``Retry-After``, or the time until the rate-limit budget the
+        headers announce refills when it is spent.
+        """
+        from ._feedback import default_response_delay  # here: _feedback imports this module
+
+        return default_response_delay(response)
 
 
 def default_scopes(request: Any) -> ScopesSpec:
@@ -192,6 +221,27 @@ def load_manager(path: str) -> ThrottlingManagerProtocol:
         raise ConfigError([f"THROTTLING_MANAGER: {path!r} has no get_scopes(request) method; "
                            "see docs/concepts/scopes.md"])
     return manager
+
+
+def load_scope_manager(path: str) -> type[Any]:
+    """Import a scope manager class (``THROTTLING_SCOPE_MANAGER`` or a scope's ``manager``).
+
+    Raises:
+        ConfigError: when the path cannot be imported or names no scope manager.
+    """
+    module_name, _, attr = path.rpartition(".")
+    try:
+        target = getattr(importlib.import_module(module_name), attr)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError([f"THROTTLING_SCOPE_MANAGER: cannot import {path!r} ({exc}); give the "
+                           "import path of a scope manager class"]) from exc
+    needed = ("feedback", "adjust", "wake_at", "is_idle")
+    missing = [name for name in needed if not callable(getattr(target, name, None))]
+    if not isinstance(target, type) or missing:
+        raise ConfigError([f"THROTTLING_SCOPE_MANAGER: {path!r} is not a scope manager class "
+                           f"(missing: {', '.join(missing) or 'a class'}); subclass "
+                           "crawlpace.ThrottlingScopeManager"])
+    return target
 
 
 M = TypeVar("M")

@@ -25,7 +25,7 @@ class ScopeStats(ScopeSnapshot):
         queued: requests of this process waiting for this scope.
     """
 
-    queued: int
+    queued: int = 0
 
     @classmethod
     def from_snapshot(cls, snap: ScopeSnapshot, queued: int) -> ScopeStats:

@@ -18,14 +18,15 @@ import functools
 import logging
 import random
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
 from ._clock import AsyncioClock, Clock, TimerHandle
 from ._config import Settings
-from ._exceptions import ScopeError, ThrottlerClosed
-from ._permit import NotReady, Permit
+from ._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
+from ._feedback import FeedbackBuilder, FeedbackContext, ScopeFeedback, reset_context, use_context
+from ._permit import NotReady, Permit, RawFeedback
 from ._scopes import (
     Demand,
     ThrottlingManager,
@@ -44,6 +45,24 @@ logger = logging.getLogger(__name__)
 
 # How often a waiter blocked by slots that other processes hold re-asks a shared store.
 _SHARED_POLL = 0.05
+# The request meta key that keeps a response's latency away from AutoThrottle (seed 000).
+DONT_ADJUST_KEY = "autothrottle_dont_adjust_delay"
+
+#: Called with the scope and the reason when the circuit breaker gives a scope up.
+GiveUpHook = Callable[[str, str], None]
+
+
+def _overrides(manager: object, name: str) -> bool:
+    """True when ``manager`` has its own ``name`` hook instead of the default's."""
+    method = getattr(type(manager), name, None)
+    if method is None:
+        return False
+    return method is not getattr(ThrottlingManager, name)
+
+
+def _dont_adjust(request: object) -> bool:
+    meta = getattr(request, "meta", None)
+    return bool(meta) and bool(meta.get(DONT_ADJUST_KEY))  # type: ignore[union-attr]
 
 
 class _Waiter:
@@ -100,6 +119,8 @@ class Throttler:
         manager: decides each request's scopes; by default the one named by
             ``THROTTLING_MANAGER``, else the request's ``meta["throttling_scopes"]``
             or its URL's host.
+        on_give_up: called with ``(scope, reason)`` when the circuit breaker
+            gives a scope up (a log line at ERROR level is written either way).
 
     Raises:
         ConfigError: when the settings are invalid.
@@ -115,7 +136,8 @@ class Throttler:
     def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
                  store: Store | str = "memory://", clock: Clock | None = None,
                  rng: random.Random | None = None,
-                 manager: ThrottlingManagerProtocol | None = None) -> None:
+                 manager: ThrottlingManagerProtocol | None = None,
+                 on_give_up: GiveUpHook | None = None) -> None:
         if settings is None:
             settings = Settings()
         elif not isinstance(settings, Settings):
@@ -131,6 +153,11 @@ class Throttler:
         self._manager: ThrottlingManagerProtocol = manager
         # The default manager needs no await; its answer can be had in the fast path.
         self._sync_scopes = type(self._manager) is ThrottlingManager
+        self._feedback = FeedbackBuilder(settings)
+        # A manager with its own response hooks is awaited at release.
+        self._hooks = any(_overrides(self._manager, name)
+                          for name in ("get_response_backoff", "get_response_delay"))
+        self._on_give_up = on_give_up
         self._cap = settings.concurrent_requests
         self._inflight = 0
         self._queues: dict[str, deque[_Waiter]] = {}
@@ -207,6 +234,18 @@ class Throttler:
             self._inflight += 1
             return Permit(self, result, request)
         return NotReady(result.ready_at, result.waiting_on)
+
+    async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
+        """Apply the Crawl-Delay of ``scope``'s robots.txt (``None`` removes it).
+
+        With ``THROTTLING_ROBOTSTXT_OBEY`` on (the default), the scope sends one
+        request at a time, at least ``delay`` seconds apart (capped at
+        ``THROTTLING_ROBOTSTXT_MAX_DELAY``), unless ``THROTTLING_SCOPES`` sets
+        its rate explicitly. Parse robots.txt with :func:`crawlpace.crawl_delay`.
+        """
+        await self._store.set_crawl_delay(scope, delay)
+        if scope in self._queues:
+            self._mark(scope)
 
     async def stats(self) -> dict[str, ScopeStats]:
         """Describe every scope the store holds state for."""
@@ -319,11 +358,15 @@ class Throttler:
 
     async def _wait(self, demands: tuple[Demand, ...], blocked: Blocked | None) -> Lease:
         waiter = _Waiter(demands, asyncio.get_running_loop().create_future())
-        for name, _ in demands:
+        for name, use in demands:
             queue = self._queues.get(name)
             if queue is None:
                 queue = self._queues[name] = deque()
-            queue.append(waiter)
+                queue.append(waiter)
+            elif self.settings.scope_config(name).quota is not None:
+                self._enqueue_by_use(queue, waiter, name, use)
+            else:
+                queue.append(waiter)
         self._waiting += 1
         if self._waiting >= self.settings.delayed_requests_warn_threshold \
                 and not self._warned_waiting:
@@ -351,6 +394,19 @@ class Throttler:
                     self._spawn(self._release(future.result(), NO_OUTCOME))
             raise
 
+    @staticmethod
+    def _enqueue_by_use(queue: deque[_Waiter], waiter: _Waiter, name: str, use: float) -> None:
+        """Queue ``waiter`` behind every waiter of ``name`` expecting as much quota or more.
+
+        Seed 001: among waiting requests, those that need a larger share of the
+        remaining quota go first, so that they are not starved by a stream of
+        small ones; equal uses keep their arrival order.
+        """
+        index = len(queue)
+        while index > 0 and dict(queue[index - 1].demands).get(name, 0.0) < use:
+            index -= 1
+        queue.insert(index, waiter)
+
     def _forget(self, waiter: _Waiter) -> None:
         if not waiter.queued:
             return
@@ -374,18 +430,110 @@ class Throttler:
     async def _release(self, lease: Lease, outcome: Outcome) -> None:
         local = self._local
         if local is not None:
-            local.release_nowait(lease, outcome)
+            given_up = local.release_nowait(lease, outcome)
         else:
-            await self._store.release(lease, outcome)
-        self._released(lease)
+            given_up = await self._store.release(lease, outcome)
+        self._released(lease, given_up)
 
     def _release_nowait(self, lease: Lease, outcome: Outcome) -> None:
         """Release through a local store without awaiting (the permit's hot path)."""
         assert self._local is not None
-        self._local.release_nowait(lease, outcome)
-        self._released(lease)
+        self._released(lease, self._local.release_nowait(lease, outcome))
 
-    def _released(self, lease: Lease) -> None:
+    # -- feedback --------------------------------------------------------------
+
+    def _release_permit_nowait(self, lease: Lease, request: object,
+                               raw: RawFeedback | None) -> Outcome | None:
+        """Classify the feedback and release, if both can be done without awaiting.
+
+        Returns:
+            The outcome applied, or ``None`` when the caller must use
+            :meth:`_release_permit` instead.
+        """
+        if self._local is None:
+            return None
+        outcome = self._outcome_nowait(lease, request, raw)
+        if outcome is not None:
+            self._release_nowait(lease, outcome)
+        return outcome
+
+    async def _release_permit(self, lease: Lease, request: object,
+                              raw: RawFeedback | None) -> Outcome:
+        """Classify the feedback (awaiting the manager's hooks if it has any) and release."""
+        outcome = self._outcome_nowait(lease, request, raw)
+        if outcome is None:
+            assert raw is not None
+            try:
+                outcome = await self._outcome_from_hooks(lease, request, raw)
+            except BaseException:
+                await self._release(lease, NO_OUTCOME)
+                raise
+        await self._release(lease, outcome)
+        return outcome
+
+    def _outcome_nowait(self, lease: Lease, request: object, raw: RawFeedback | None) -> Outcome | None:
+        if raw is None:
+            return NO_OUTCOME
+        builder = self._feedback
+        if raw.exception is not None:
+            return Outcome(error=type(raw.exception).__name__, latency=raw.latency,
+                           feedback=builder.for_exception(lease.demands, raw.exception, raw.latency))
+        if self._hooks and raw.response is not None:
+            return None
+        hint = builder.hint(raw.response) if raw.response is not None else None
+        latency = None if _dont_adjust(request) else raw.latency
+        by_scope = builder.for_response(lease.demands, status=raw.status, latency=latency,
+                                        hold=builder.hold_of(hint), hint=hint)
+        return self._outcome_of(lease, raw, by_scope)
+
+    async def _outcome_from_hooks(self, lease: Lease, request: object, raw: RawFeedback) -> Outcome:
+        latency = None if _dont_adjust(request) else raw.latency
+        context = FeedbackContext(self._feedback, lease.demands, latency)
+        token = use_context(context)
+        try:
+            get = getattr(self._manager, "get_response_backoff", None)
+            by_scope = await get(raw.response) if get is not None else None
+        finally:
+            reset_context(token)
+        if not isinstance(by_scope, Mapping) or not all(
+                isinstance(value, ScopeFeedback) for value in by_scope.values()):
+            logger.error("get_response_backoff() of %r returned %r, not a dict of scope -> "
+                         "ScopeFeedback; using the default feedback", self._manager, by_scope)
+            hint = self._feedback.hint(raw.response)
+            by_scope = self._feedback.for_response(lease.demands, status=raw.status, latency=latency,
+                                                   hold=self._feedback.hold_of(hint), hint=hint)
+        return self._outcome_of(lease, raw, by_scope)
+
+    @staticmethod
+    def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeedback]) -> Outcome:
+        """Line the per-scope feedback up with the lease's scopes."""
+        consumed = raw.consumed_quota or {}
+        feedback: list[ScopeFeedback] = []
+        for name, _use in lease.demands:
+            signal = by_scope.get(name)
+            if signal is None:
+                signal = ScopeFeedback(status=raw.status)
+            if name in consumed:
+                signal = ScopeFeedback(signal.backoff, signal.failed, signal.hold, signal.pace,
+                                       signal.pace_for, float(consumed[name]), signal.latency,
+                                       signal.status)
+            feedback.append(signal)
+        return Outcome(status=raw.status, latency=raw.latency, feedback=tuple(feedback))
+
+    def _gave_up(self, scopes: tuple[str, ...]) -> None:
+        """Tell the hook that the circuit breaker gave ``scopes`` up."""
+        hook = self._on_give_up
+        if hook is None:
+            return
+        for name in scopes:
+            try:
+                hook(name, "the circuit breaker gave it up after repeated failures")
+            except Exception:
+                logger.exception("the on_give_up hook failed for scope %r", name)
+
+    def _released(self, lease: Lease, given_up: tuple[str, ...] = ()) -> None:
+        if given_up:
+            self._gave_up(given_up)
         self._inflight -= 1
         if not self._queues and not self._starved:
             return
@@ -459,8 +607,14 @@ class Throttler:
                 self._starved[name] = None
                 return
             local = self._local
-            result = local.acquire_nowait(waiter.demands) if local is not None \
-                else await self._store.acquire(waiter.demands)
+            try:
+                result = local.acquire_nowait(waiter.demands) if local is not None \
+                    else await self._store.acquire(waiter.demands)
+            except (ScopeGivenUp, QuotaError) as exc:
+                # This waiter can never be admitted; the ones behind it may be.
+                waiter.future.set_exception(exc)
+                self._forget(waiter)
+                continue
             if isinstance(result, Lease):
                 self._inflight += 1
                 if waiter.future.done():  # cancelled while a shared store answered

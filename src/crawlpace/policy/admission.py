@@ -37,6 +37,8 @@ class Limits:
     concurrency: int
     delay: float
     delay_per_slot: float
+    #: No jittered delay may go below this (a Crawl-Delay, a server's pace).
+    floor: float = 0.0
 
 
 class ScopeState:
@@ -120,9 +122,14 @@ class ScopeState:
         self.inflight += 1
         self.sends += 1
         self.last_send = now
-        self.next_send = now + limits.delay * factor
-        # A ready scope always has a fresh slot (ready_at dropped the slots
-        # whose rest is over), so the send takes that one: nothing to pop.
+        if factor == 1.0:
+            self.next_send = now + limits.delay
+            # A ready scope always has a fresh slot (ready_at dropped the slots
+            # whose rest is over), so the send takes that one: nothing to pop.
+            return now + limits.delay_per_slot
+        floor = limits.floor
+        delay = limits.delay * factor
+        self.next_send = now + (delay if delay > floor else floor)
         return now + limits.delay_per_slot * factor
 
     def release(self, slot_ready: float, now: float) -> None:

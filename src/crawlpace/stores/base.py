@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._scopes import Demand
+from ..policy.signals import ScopeFeedback
 
 __all__ = ["NO_OUTCOME", "Blocked", "Lease", "LocalStore", "Outcome", "ScopeSnapshot", "Store"]
 
@@ -28,11 +29,14 @@ class Lease:
         demands: the scopes and expected quota uses the request was admitted to.
         slot_ready: per scope, when the slot the request used may send again.
         granted_at: the store clock's reading at admission.
+        generations: per scope, the backoff generation the request was sent
+            under (feedback from an older generation cannot slow it again).
     """
 
     demands: tuple[Demand, ...]
     slot_ready: tuple[float, ...]
     granted_at: float
+    generations: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,11 +62,14 @@ class Outcome:
         status: the HTTP status, when a response arrived.
         error: the exception's class name, when the request failed.
         latency: seconds from connection to response headers, when known.
+        feedback: what the outcome means for each scope, in the lease's order;
+            empty when the request was released without an outcome.
     """
 
     status: int | None = None
     error: str | None = None
     latency: float | None = None
+    feedback: tuple[ScopeFeedback, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -92,6 +99,13 @@ class ScopeSnapshot:
             slot is busy).
         last_latency: the latest latency fed back, in seconds.
         mean_latency: an exponential moving average of latencies.
+        backoff: the backoff level (0: none).
+        generation: the backoff generation.
+        hold_in: seconds left of a server-announced hold, if any.
+        breaker: the circuit breaker's state (``closed``, ``open``,
+            ``half_open``, ``given_up``, or ``off``).
+        quota_remaining: quota units available now, for scopes with a quota.
+        crawl_delay: the robots.txt Crawl-Delay in force, if any.
     """
 
     scope: str
@@ -106,6 +120,12 @@ class ScopeSnapshot:
     ready_in: float | None
     last_latency: float | None
     mean_latency: float | None
+    backoff: int = 0
+    generation: int = 0
+    hold_in: float | None = None
+    breaker: str = "closed"
+    quota_remaining: float | None = None
+    crawl_delay: float | None = None
 
 
 @runtime_checkable
@@ -121,10 +141,22 @@ class Store(Protocol):
     shared: bool
 
     async def acquire(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
-        """Admit a request to all of its scopes now, or say why not."""
+        """Admit a request to all of its scopes now, or say why not.
 
-    async def release(self, lease: Lease, outcome: Outcome) -> None:
-        """Free the request's slots and record its outcome."""
+        Raises:
+            ScopeGivenUp: when a scope was given up by its circuit breaker.
+            QuotaError: when the request expects more than a scope's quota.
+        """
+
+    async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
+        """Free the request's slots and apply its outcome.
+
+        Returns:
+            The scopes this outcome made the circuit breaker give up.
+        """
+
+    async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
+        """Apply a robots.txt Crawl-Delay to ``scope`` (``None`` removes it)."""
 
     async def snapshot(self, scope: str) -> ScopeSnapshot | None:
         """Describe ``scope``, or ``None`` if the store holds no state for it."""
@@ -148,5 +180,5 @@ class LocalStore(Store, Protocol):
     def acquire_nowait(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
         """Like :meth:`Store.acquire`, synchronously."""
 
-    def release_nowait(self, lease: Lease, outcome: Outcome) -> None:
+    def release_nowait(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
         """Like :meth:`Store.release`, synchronously."""

@@ -5,21 +5,27 @@ release runs to completion without suspending, so multi-scope admission is
 atomic simply because nothing else runs in between.
 
 Scopes whose state is indistinguishable from a new one (nothing in flight, no
-delay or resting slot pending) are forgotten in an amortised sweep, so a crawl
-over millions of hosts keeps only the active ones in memory.
+delay or resting slot pending, nothing learned that still matters) are
+forgotten in an amortised sweep, so a crawl over millions of hosts keeps only
+the active ones in memory. A scope that recently backed off, holds a
+Crawl-Delay or a server's hold, or has spent quota is kept until that state
+could no longer change what it admits.
 """
 
 from __future__ import annotations
 
 import logging
 import random
+from collections.abc import Callable
 
 from .._clock import Clock
 from .._config import ScopeConfig, Settings
-from .._jitter import Jitter
-from .._scopes import Demand
-from ..policy.admission import Limits, ScopeState
-from .base import NO_OUTCOME, Blocked, Lease, Outcome, ScopeSnapshot
+from .._exceptions import ScopeGivenUp
+from .._scopes import Demand, load_scope_manager
+from ..policy.admission import ScopeState
+from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
+from ..policy.signals import ScopeFeedback
+from .base import Blocked, Lease, Outcome, ScopeSnapshot
 
 __all__ = ["MemoryStore"]
 
@@ -32,21 +38,44 @@ _SWEEP_MIN = 4096
 
 
 class _Scope(ScopeState):
-    """A scope's admission state plus what the store learns from outcomes."""
+    """A scope's admission state, its adaptive policy, and outcome counters."""
 
-    __slots__ = ("errors", "jitter", "last_latency", "mean_latency", "responses")
+    __slots__ = ("errors", "last_latency", "mean_latency", "policy", "responses")
 
-    def __init__(self, limits: Limits, jitter: Jitter) -> None:
-        super().__init__(limits)
-        self.jitter = jitter
+    def __init__(self, policy: ScopePolicy) -> None:
+        super().__init__(policy.limits)
+        self.policy = policy
         self.responses = 0
         self.errors = 0
         self.last_latency: float | None = None
         self.mean_latency: float | None = None
 
+    def ready(self, now: float, use: float) -> float | None:
+        """When a send of ``use`` quota could go: slots, delays and gates together."""
+        policy = self.policy
+        if now >= policy.wake_at and policy.refresh(now):
+            self.set_limits(policy.limits)
+        ready = self.ready_at(now)
+        if ready is None or not policy.gated:
+            return ready
+        if policy.given_up:
+            reason = policy.breaker.reason if policy.breaker is not None else ""
+            raise ScopeGivenUp(policy.scope, reason)
+        gate = policy.gate(now, use)
+        if gate is None:
+            return None
+        return gate if gate > ready else ready
+
+    def send(self, now: float, use: float, rng: random.Random) -> float:
+        """Record a send; return when its slot may send again."""
+        policy = self.policy
+        jitter = policy.jitter
+        slot_ready = self.admit(now, jitter.factor(rng) if jitter.enabled else 1.0)
+        if policy.gated:
+            policy.on_admit(now, use)
+        return slot_ready
+
     def record(self, outcome: Outcome) -> None:
-        if outcome is NO_OUTCOME:
-            return
         if outcome.error is not None:
             self.errors += 1
         elif outcome.status is not None:
@@ -58,6 +87,14 @@ class _Scope(ScopeState):
             self.mean_latency = latency if mean is None else mean + _LATENCY_WEIGHT * (latency - mean)
 
 
+def _plain_feedback(outcome: Outcome) -> ScopeFeedback | None:
+    """Feedback for an outcome that came without per-scope feedback."""
+    if outcome.status is None and outcome.error is None:
+        return None  # released without an outcome
+    failed = outcome.error is not None or (outcome.status is not None and outcome.status >= 500)
+    return ScopeFeedback(failed=failed, status=outcome.status)
+
+
 class MemoryStore:
     """Admission state held in a dict, for one process.
 
@@ -65,6 +102,9 @@ class MemoryStore:
         settings: the limits of every scope.
         clock: the time source (the throttler passes its own).
         rng: the random source for jitter; seed it for repeatable runs.
+
+    Raises:
+        ConfigError: when a scope manager named in the settings cannot be loaded.
     """
 
     shared = False
@@ -74,9 +114,13 @@ class MemoryStore:
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         self._scopes: dict[str, _Scope] = {}
-        self._limits: dict[int, tuple[Limits, Jitter]] = {}
         self._since_sweep = 0
         self.evicted = 0
+        # Import every scope manager now, so a bad path fails at start-up.
+        configs = [settings.scope_defaults, *settings.scopes.values()]
+        self._managers: dict[str, Callable[..., ThrottlingScopeManagerProtocol]] = {
+            cfg.manager: load_scope_manager(cfg.manager) for cfg in configs if cfg.manager
+        }
 
     # -- the Store interface ------------------------------------------------
 
@@ -84,9 +128,13 @@ class MemoryStore:
         """Admit ``demands`` now in every scope, or return why not."""
         return self.acquire_nowait(demands)
 
-    async def release(self, lease: Lease, outcome: Outcome) -> None:
-        """Give the slots of ``lease`` back and record ``outcome``."""
-        self.release_nowait(lease, outcome)
+    async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
+        """Give the slots of ``lease`` back and apply ``outcome``."""
+        return self.release_nowait(lease, outcome)
+
+    async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
+        """Apply a robots.txt Crawl-Delay to ``scope``."""
+        self.set_crawl_delay_nowait(scope, delay)
 
     async def snapshot(self, scope: str) -> ScopeSnapshot | None:
         """Describe one scope."""
@@ -107,26 +155,25 @@ class MemoryStore:
         scopes = self._scopes
         if len(demands) == 1:
             # The common case, kept free of loops and temporary lists.
-            name = demands[0][0]
+            name, use = demands[0]
             state = scopes.get(name)
             if state is None:
                 state = self._new_scope(name)
-            ready = state.ready_at(now)
+            ready = state.ready(now, use)
             if ready is None or ready > now:
                 return Blocked(ready, ((name, ready),))
-            jitter = state.jitter
-            lease = Lease(demands, (state.admit(now, jitter.factor(self._rng) if jitter.enabled else 1.0),),
-                          now)
+            lease = Lease(demands, (state.send(now, use, self._rng),), now,
+                          (state.policy.manager.generation,))
             self._tick()  # after admit: the sweep must see this scope as busy
             return lease
         states: list[_Scope] = []
         waiting: list[tuple[str, float | None]] = []
-        for name, _use in demands:
+        for name, use in demands:
             state = scopes.get(name)
             if state is None:
                 state = self._new_scope(name)
             states.append(state)
-            ready = state.ready_at(now)
+            ready = state.ready(now, use)
             if ready is None or ready > now:
                 waiting.append((name, ready))
         if waiting:
@@ -134,25 +181,52 @@ class MemoryStore:
             latest = None if None in times else max(t for t in times if t is not None)
             return Blocked(latest, tuple(waiting))
         rng = self._rng
-        slot_ready = tuple(
-            state.admit(now, state.jitter.factor(rng) if state.jitter.enabled else 1.0)
-            for state in states
-        )
-        lease = Lease(demands, slot_ready, now)
+        slot_ready = tuple(state.send(now, use, rng) for state, (_, use) in zip(states, demands, strict=True))
+        lease = Lease(demands, slot_ready, now, tuple(state.policy.manager.generation for state in states))
         self._tick()
         return lease
 
-    def release_nowait(self, lease: Lease, outcome: Outcome) -> None:
+    def release_nowait(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
         """The body of :meth:`release`."""
         now = self._clock.now()
         scopes = self._scopes
-        for (name, _use), slot_ready in zip(lease.demands, lease.slot_ready, strict=True):
+        feedback: tuple[ScopeFeedback | None, ...] = outcome.feedback or (
+            _plain_feedback(outcome),) * len(lease.demands)
+        generations = lease.generations or (0,) * len(lease.demands)
+        given_up: list[str] = []
+        for (name, use), slot_ready, generation, signal in zip(
+                lease.demands, lease.slot_ready, generations, feedback, strict=True):
             state = scopes.get(name)
             if state is None:  # pragma: no cover - in-flight scopes are never evicted
                 logger.warning("release for unknown scope %r ignored", name)
                 continue
             state.release(slot_ready, now)
+            if signal is None:
+                state.policy.on_outcome(now, None, generation=generation, sent_at=lease.granted_at,
+                                        expected_use=use)
+                continue
             state.record(outcome)
+            policy = state.policy
+            if policy.on_outcome(now, signal, generation=generation, sent_at=lease.granted_at,
+                                 expected_use=use):
+                given_up.append(name)
+            if state.limits is not policy.limits:
+                state.set_limits(policy.limits)
+        return tuple(given_up)
+
+    def set_crawl_delay_nowait(self, scope: str, delay: float | None) -> None:
+        """The body of :meth:`set_crawl_delay`."""
+        settings = self._settings
+        if not settings.robotstxt_obey:
+            return
+        state = self._scopes.get(scope)
+        if state is None:
+            state = self._new_scope(scope)
+        policy = state.policy
+        policy.set_crawl_delay(delay, max_delay=settings.robotstxt_max_delay,
+                               explicit=settings.is_explicit(scope), now=self._clock.now())
+        if state.limits is not policy.limits:
+            state.set_limits(policy.limits)
 
     def snapshot_nowait(self, scope: str) -> ScopeSnapshot | None:
         """The body of :meth:`snapshot`."""
@@ -160,8 +234,15 @@ class MemoryStore:
         if state is None:
             return None
         now = self._clock.now()
-        ready = state.ready_at(now)
+        policy = state.policy
+        try:
+            ready = state.ready(now, 0.0)
+        except ScopeGivenUp:
+            ready = float("inf")
         limits = state.limits
+        manager = policy.manager
+        backoff = getattr(manager, "backoff", None)
+        breaker = policy.breaker
         return ScopeSnapshot(
             scope=scope,
             concurrency=limits.concurrency,
@@ -175,6 +256,12 @@ class MemoryStore:
             ready_in=None if ready is None else max(0.0, ready - now),
             last_latency=state.last_latency,
             mean_latency=state.mean_latency,
+            backoff=backoff.level if backoff is not None else 0,
+            generation=manager.generation,
+            hold_in=policy.hold_until - now if policy.hold_until > now else None,
+            breaker=breaker.state if breaker is not None else "off",
+            quota_remaining=policy.quota.remaining(now) if policy.quota is not None else None,
+            crawl_delay=policy.crawl_delay,
         )
 
     def evict_idle(self) -> int:
@@ -184,7 +271,8 @@ class MemoryStore:
             How many scopes were forgotten.
         """
         now = self._clock.now()
-        idle = [name for name, state in self._scopes.items() if state.is_idle(now)]
+        idle = [name for name, state in self._scopes.items()
+                if state.is_idle(now) and state.policy.is_idle(now)]
         for name in idle:
             del self._scopes[name]
         self.evicted += len(idle)
@@ -199,24 +287,17 @@ class MemoryStore:
     # -- helpers ------------------------------------------------------------
 
     def _new_scope(self, name: str) -> _Scope:
-        config = self._settings.scope_config(name)
-        cached = self._limits.get(id(config))
-        if cached is None:
-            cached = (self._limits_of(config), config.jitter)
-            self._limits[id(config)] = cached
-        state = _Scope(*cached)
+        settings = self._settings
+        config: ScopeConfig = settings.scope_config(name)
+        manager_cls = self._managers.get(config.manager) if config.manager else None
+        policy = ScopePolicy(name, config, concurrency_cap=settings.concurrent_requests,
+                             autothrottle=settings.autothrottle,
+                             manager=manager_cls(scope=name, config=config) if manager_cls else None)
+        state = _Scope(policy)
         self._scopes[name] = state
         return state
-
-    def _limits_of(self, config: ScopeConfig) -> Limits:
-        return Limits(
-            concurrency=min(config.concurrency, self._settings.concurrent_requests),
-            delay=config.delay,
-            delay_per_slot=config.delay_per_slot,
-        )
 
     def _tick(self) -> None:
         self._since_sweep += 1
         if self._since_sweep >= _SWEEP_MIN and self._since_sweep >= len(self._scopes):
             self.evict_idle()
-

@@ -1,0 +1,286 @@
+"""Turning a response or an exception into feedback for each scope.
+
+This is the edge between the outside world and the pure policy: it reads
+statuses, exception classes and headers, and produces one
+:class:`~crawlpace.policy.signals.ScopeFeedback` per scope of the request,
+according to that scope's own backoff settings. The store then applies them.
+
+A throttling manager can take part through two hooks (seed 001):
+``get_response_backoff(response)`` returns the per-scope feedback (call the
+default with ``super()`` and change it with :func:`update_scope_backoff`), and
+``get_response_delay(response)`` returns the seconds a response asks to wait.
+"""
+
+from __future__ import annotations
+
+import contextvars
+import dataclasses
+import importlib
+import logging
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from ._config import BackoffConfig, ScopeConfig, Settings
+from ._exceptions import ConfigError
+from ._headers import ServerHint, parse_hints
+from ._scopes import Demand
+from .policy.signals import ScopeFeedback
+
+__all__ = ["FeedbackBuilder", "ScopeFeedback", "current_context", "update_scope_backoff"]
+
+logger = logging.getLogger(__name__)
+
+
+def _status_of(response: Any) -> int | None:
+    for attr in ("status_code", "status"):
+        value = getattr(response, attr, None)
+        if isinstance(value, int) and not isinstance(value, bool):
+            return value
+    return None
+
+
+def _headers_of(response: Any) -> object:
+    return getattr(response, "headers", None)
+
+
+def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseException], ...]:
+    """Import the classes ``BACKOFF_EXCEPTIONS`` names.
+
+    Raises:
+        ConfigError: naming ``label`` when a path cannot be imported or is not
+            an exception class.
+    """
+    classes: list[type[BaseException]] = []
+    problems: list[str] = []
+    for item in config.exceptions:
+        if isinstance(item, type):
+            classes.append(item)
+            continue
+        module_name, _, attr = item.rpartition(".")
+        try:
+            target = getattr(importlib.import_module(module_name), attr)
+        except (ImportError, AttributeError, ValueError) as exc:
+            problems.append(f"{label}: cannot import {item!r} ({exc}); install the package that "
+                            "provides it or remove it from the list")
+            continue
+        if not (isinstance(target, type) and issubclass(target, BaseException)):
+            problems.append(f"{label}: {item!r} is not an exception class")
+            continue
+        classes.append(target)
+    if problems:
+        raise ConfigError(problems)
+    return tuple(classes)
+
+
+@dataclass(frozen=True, slots=True)
+class _Rules:
+    """One scope's settings, in the form classification needs."""
+
+    codes: frozenset[int]
+    exceptions: tuple[type[BaseException], ...]
+    cap: float
+
+
+class FeedbackBuilder:
+    """Classifies outcomes for the scopes of one throttler.
+
+    Args:
+        settings: the throttler's settings.
+        wall_clock: the POSIX clock that epoch-based headers are measured
+            against (``time.time``; injectable for tests).
+
+    Raises:
+        ConfigError: when ``BACKOFF_EXCEPTIONS`` names something unimportable.
+    """
+
+    def __init__(self, settings: Settings, wall_clock: Callable[[], float] = time.time) -> None:
+        self.settings = settings
+        self.wall_clock = wall_clock
+        self._rules: dict[int, _Rules] = {}
+        configs = [("BACKOFF_EXCEPTIONS", settings.scope_defaults)]
+        configs += [(f'THROTTLING_SCOPES["{name}"]["backoff"]["exceptions"]', cfg)
+                    for name, cfg in settings.scopes.items()]
+        problems: list[str] = []
+        for label, cfg in configs:
+            try:
+                self._rules_of(cfg, label)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+        if problems:
+            raise ConfigError(sorted(set(problems)))
+
+    def _rules_of(self, config: ScopeConfig, label: str = "BACKOFF_EXCEPTIONS") -> _Rules:
+        rules = self._rules.get(id(config.backoff))
+        if rules is None:
+            backoff = config.backoff
+            rules = _Rules(backoff.http_codes, resolve_exceptions(backoff, label), backoff.max_delay)
+            self._rules[id(config.backoff)] = rules
+        return rules
+
+    # -- exceptions ----------------------------------------------------------
+
+    def for_exception(self, demands: tuple[Demand, ...], exc: BaseException,
+                      latency: float | None) -> tuple[ScopeFeedback, ...]:
+        """Feedback for a request that failed with ``exc``: an error for every scope."""
+        out: list[ScopeFeedback] = []
+        for name, _use in demands:
+            rules = self._rules_of(self.settings.scope_config(name))
+            out.append(ScopeFeedback(backoff=isinstance(exc, rules.exceptions), failed=True,
+                                     latency=None))
+        return tuple(out)
+
+    # -- responses -----------------------------------------------------------
+
+    def hint(self, response: Any) -> ServerHint | None:
+        """Read the rate-limit headers of ``response`` (never raises)."""
+        headers = _headers_of(response)
+        if headers is None:
+            return None
+        return parse_hints(headers, wall_now=self.wall_clock(), cap=float("inf"))
+
+    def hold_of(self, hint: ServerHint | None) -> float | None:
+        """The seconds a hint asks to wait before the next request, if any.
+
+        ``Retry-After`` when present; otherwise the time to the reset when the
+        announced budget is spent.
+        """
+        if hint is None:
+            return None
+        if hint.retry_after is not None:
+            return hint.retry_after
+        if hint.remaining is not None and hint.remaining < 1.0 and hint.reset is not None:
+            return hint.reset
+        return None
+
+    def for_response(self, demands: tuple[Demand, ...], *, status: int | None,
+                     latency: float | None, hold: float | None,
+                     hint: ServerHint | None) -> dict[str, ScopeFeedback]:
+        """Feedback for each scope of a request answered with ``status``.
+
+        Args:
+            demands: the request's scopes.
+            status: the response's HTTP status.
+            latency: the latency to give AutoThrottle (``None``: do not adjust).
+            hold: the seconds the response asks to wait (see :meth:`hold_of`).
+            hint: the response's parsed rate-limit headers, for pacing.
+        """
+        pace = pace_for = None
+        if hint is not None and hint.remaining is not None and hint.remaining >= 1.0 \
+                and hint.reset is not None and hint.reset > 0.0:
+            pace_for = hint.reset
+            pace = hint.reset / hint.remaining
+        settings = self.settings
+        redirect_cap = settings.redirect_max_delay
+        is_redirect = status is not None and 300 <= status < 400
+        out: dict[str, ScopeFeedback] = {}
+        for name, _use in demands:
+            rules = self._rules_of(settings.scope_config(name))
+            cap = rules.cap
+            if is_redirect and redirect_cap is not None:
+                cap = min(cap, redirect_cap)
+            out[name] = ScopeFeedback(
+                backoff=status in rules.codes,
+                failed=status is not None and status >= 500,
+                hold=None if hold is None else min(hold, cap),
+                pace=None if pace is None else min(pace, cap),
+                pace_for=0.0 if pace_for is None else min(pace_for, cap),
+                latency=latency,
+                status=status,
+            )
+        return out
+
+
+@dataclass(slots=True)
+class FeedbackContext:
+    """What the default manager hooks need while the throttler calls them."""
+
+    builder: FeedbackBuilder
+    demands: tuple[Demand, ...]
+    latency: float | None
+    hint: ServerHint | None = None
+    parsed: bool = False
+
+    def hint_of(self, response: Any) -> ServerHint | None:
+        if not self.parsed:
+            self.hint, self.parsed = self.builder.hint(response), True
+        return self.hint
+
+
+_CONTEXT: contextvars.ContextVar[FeedbackContext | None] = contextvars.ContextVar(
+    "crawlpace_feedback", default=None)
+
+
+def current_context() -> FeedbackContext:
+    """The feedback being built, for the default manager hooks.
+
+    Raises:
+        RuntimeError: outside a throttler's feedback (the hooks are the
+            throttler's to call).
+    """
+    context = _CONTEXT.get()
+    if context is None:
+        raise RuntimeError("get_response_backoff() and get_response_delay() are called by the "
+                           "throttler while it takes a permit's feedback; call them from there")
+    return context
+
+
+def default_response_delay(response: Any) -> float | None:
+    """The default ``get_response_delay``: what the response's headers ask for."""
+    context = current_context()
+    return context.builder.hold_of(context.hint_of(response))
+
+
+def default_response_backoff(response: Any, hold: float | None) -> dict[str, ScopeFeedback]:
+    """The default ``get_response_backoff``, given the manager's delay for the response."""
+    context = current_context()
+    return context.builder.for_response(context.demands, status=_status_of(response),
+                                        latency=context.latency, hold=hold,
+                                        hint=context.hint_of(response))
+
+
+def update_scope_backoff(scopes: Mapping[str, ScopeFeedback], scope: str, *,
+                         backoff: bool | None = None, consumed_quota: float | None = None,
+                         delay: float | None = None, failed: bool | None = None,
+                         ) -> dict[str, ScopeFeedback]:
+    """Return ``scopes`` with ``scope``'s feedback changed, without changing the argument.
+
+    The scope is added when missing. Only the given fields change.
+
+    Args:
+        scopes: what ``get_response_backoff`` returned.
+        scope: the scope to change.
+        backoff: whether the response is a backoff trigger for this scope.
+        consumed_quota: the quota the request actually used.
+        delay: seconds this scope must wait before its next request.
+        failed: whether the response counts as an error for the circuit breaker.
+    """
+    current = scopes.get(scope, ScopeFeedback())
+    changes: dict[str, Any] = {}
+    if backoff is not None:
+        changes["backoff"] = backoff
+    if consumed_quota is not None:
+        changes["consumed_quota"] = float(consumed_quota)
+    if delay is not None:
+        changes["hold"] = float(delay)
+    if failed is not None:
+        changes["failed"] = failed
+    result = dict(scopes)
+    result[scope] = dataclasses.replace(current, **changes)
+    return result
+
+
+def use_context(context: FeedbackContext) -> contextvars.Token[FeedbackContext | None]:
+    """Make ``context`` current for the manager hooks; reset with the returned token."""
+    return _CONTEXT.set(context)
+
+
+def reset_context(token: contextvars.Token[FeedbackContext | None]) -> None:
+    """Undo :func:`use_context`."""
+    _CONTEXT.reset(token)
+
+
+def status_of(response: Any) -> int | None:
+    """The HTTP status of a response object (``status_code`` or ``status``)."""
+    return _status_of(response)

@@ -1,0 +1,273 @@
+"""Circuit breaker of one scope: stop sending to a source that keeps failing.
+
+Pure state plus ``now``: nothing here reads a clock, sleeps or awaits.
+
+The breaker has four states:
+
+* ``closed``: requests flow. Outcomes of the last ``window`` seconds are
+  counted; once at least ``min_requests`` of them are known and the failed
+  share is strictly above ``error_share``, the breaker opens.
+* ``open``: nothing is sent until the pause is over. The switch to
+  ``half_open`` is lazy: it happens at the first call whose ``now`` has reached
+  the end of the pause.
+* ``half_open``: one request, the probe, may go. Its success closes the breaker
+  with an empty window; its failure either opens it again for another pause or,
+  when ``give_up_after`` consecutive failures have piled up, gives the scope up.
+* ``given_up``: terminal. Nothing is ever sent again.
+
+Outcomes of requests sent before the current half-open period began
+(stragglers) still count towards the window and the run of consecutive failures,
+but they never move the breaker between ``open`` and ``half_open``. As only a
+failed probe can give a scope up, a burst of simultaneous failures can at worst
+open the breaker: giving up needs failures on both sides of a full pause.
+
+The window is kept as counts per bucket of ``window / 12`` seconds, so its size
+does not depend on the request rate: an outcome counts for between eleven and
+twelve twelfths of the window.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import dataclass
+
+__all__ = ["CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "Breaker", "BreakerSnapshot"]
+
+_log = logging.getLogger(__name__)
+
+CLOSED = "closed"
+OPEN = "open"
+HALF_OPEN = "half_open"
+GIVEN_UP = "given_up"
+
+_BUCKETS = 12
+_NEVER = float("-inf")
+_FOREVER = float("inf")
+
+
+@dataclass(frozen=True, slots=True)
+class BreakerSnapshot:
+    """A read-only view of a breaker at one moment.
+
+    Attributes:
+        state: one of ``closed``, ``open``, ``half_open`` and ``given_up``.
+        error_share: failed share of the outcomes in the window, or ``None``
+            when the window is empty.
+        outcomes: outcomes in the window.
+        consecutive_failures: failures since the last success.
+        open_until: end of the current pause while open, else ``None``.
+    """
+
+    state: str
+    error_share: float | None
+    outcomes: int
+    consecutive_failures: int
+    open_until: float | None
+
+
+class Breaker:
+    """Circuit breaker state of one scope.
+
+    Attributes:
+        consecutive_failures: failures since the last success, stragglers included.
+        reason: why the breaker last opened or gave up; empty until then.
+    """
+
+    __slots__ = ("_buckets", "_error_share", "_failed", "_give_up_after", "_half_open_since",
+                 "_min_requests", "_open_until", "_pause", "_probe_out", "_state", "_total",
+                 "_width", "_window", "consecutive_failures", "reason")
+
+    def __init__(self, *, window: float = 60.0, error_share: float = 0.1, min_requests: int = 5,
+                 pause: float = 60.0, give_up_after: int = 5) -> None:
+        """Set up a closed breaker.
+
+        Args:
+            window: seconds of outcomes weighed when deciding to open.
+            error_share: the breaker opens when the failed share is above this.
+            min_requests: fewer outcomes than this in the window never open it.
+            pause: seconds to wait after opening before a probe may go.
+            give_up_after: a failed probe gives the scope up once this many
+                failures in a row have been seen; 0 never gives up.
+
+        Raises:
+            ValueError: when an argument is out of range.
+        """
+        if not (math.isfinite(window) and window > 0):
+            raise ValueError(f"window must be a finite number > 0, not {window!r}")
+        if not 0.0 <= error_share < 1.0:
+            raise ValueError(f"error_share must be in [0, 1), not {error_share!r}")
+        if min_requests < 1:
+            raise ValueError(f"min_requests must be >= 1, not {min_requests!r}")
+        if not (math.isfinite(pause) and pause >= 0):
+            raise ValueError(f"pause must be a finite number >= 0, not {pause!r}")
+        if give_up_after < 0:
+            raise ValueError(f"give_up_after must be >= 0, not {give_up_after!r}")
+        self._window = window
+        self._width = window / _BUCKETS
+        self._error_share = error_share
+        self._min_requests = min_requests
+        self._pause = pause
+        self._give_up_after = give_up_after
+        self._state = CLOSED
+        self._open_until = _NEVER
+        self._half_open_since = _NEVER
+        self._probe_out = False
+        # (bucket number, outcomes, failures), oldest first; at most _BUCKETS entries.
+        self._buckets: list[tuple[float, int, int]] = []
+        self._total = 0
+        self._failed = 0
+        self.consecutive_failures = 0
+        self.reason = ""
+
+    # -- queries -----------------------------------------------------------
+
+    @property
+    def state(self) -> str:
+        """The state as of the last call; an expired pause shows as ``open`` until the next one."""
+        return self._state
+
+    @property
+    def half_open_since(self) -> float:
+        """Start of the latest half-open period (the end of the pause before it); -inf if none yet."""
+        return self._half_open_since
+
+    def blocked_until(self, now: float) -> float | None:
+        """Return until when sends are held back.
+
+        Args:
+            now: the current time.
+
+        Returns:
+            -inf when a send may go now; the end of the pause while open;
+            ``None`` while the probe is out (only its outcome can unblock);
+            +inf once the scope is given up.
+        """
+        self._advance(now)
+        state = self._state
+        if state == CLOSED:
+            return _NEVER
+        if state == OPEN:
+            return self._open_until
+        if state == HALF_OPEN:
+            return None if self._probe_out else _NEVER
+        return _FOREVER
+
+    def is_idle(self, now: float) -> bool:
+        """True when the breaker behaves exactly like a fresh one and can be dropped."""
+        self._advance(now)
+        if self._state != CLOSED or self.consecutive_failures:
+            return False
+        self._prune(now // self._width)
+        return not self._buckets
+
+    def snapshot(self, now: float) -> BreakerSnapshot:
+        """Describe the breaker as of ``now``."""
+        self._advance(now)
+        self._prune(now // self._width)
+        total = self._total
+        return BreakerSnapshot(
+            state=self._state,
+            error_share=self._failed / total if total else None,
+            outcomes=total,
+            consecutive_failures=self.consecutive_failures,
+            open_until=self._open_until if self._state == OPEN else None,
+        )
+
+    # -- transitions -------------------------------------------------------
+
+    def on_send(self, now: float) -> None:
+        """Record that a request of the scope was admitted; in half-open it is the probe."""
+        self._advance(now)
+        if self._state == HALF_OPEN:
+            self._probe_out = True
+
+    def on_abandon(self, sent_at: float) -> None:
+        """Forget a request released without an outcome; an abandoned probe frees the probe slot.
+
+        Args:
+            sent_at: when the abandoned request was sent.
+        """
+        if self._state == HALF_OPEN and sent_at >= self._half_open_since:
+            self._probe_out = False
+
+    def on_outcome(self, now: float, *, failed: bool, sent_at: float) -> bool:
+        """Record the outcome of one request.
+
+        Args:
+            now: when the outcome arrived.
+            failed: whether the request failed.
+            sent_at: when the request was sent; tells the probe from stragglers.
+
+        Returns:
+            True exactly when this outcome made the breaker give the scope up.
+        """
+        self._advance(now)
+        self._record(now, failed)
+        state = self._state
+        if state == CLOSED:
+            total, bad = self._total, self._failed
+            if total >= self._min_requests and bad / total > self._error_share:
+                self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
+        elif state == HALF_OPEN and sent_at >= self._half_open_since:
+            self._probe_out = False
+            if not failed:
+                self._state = CLOSED
+                self._buckets = []
+                self._total = self._failed = 0
+                _log.info("breaker closed: the probe succeeded")
+            elif self._give_up_after and self.consecutive_failures >= self._give_up_after:
+                self._state = GIVEN_UP
+                self.reason = (f"gave up after {self.consecutive_failures} consecutive failures, "
+                               f"the last one a probe")
+                _log.warning("breaker %s", self.reason)
+                return True
+            else:
+                self._open(now, f"the probe failed ({self.consecutive_failures} failures in a row)")
+        return False
+
+    # -- internals ---------------------------------------------------------
+
+    def _advance(self, now: float) -> None:
+        """Turn an open breaker half-open once its pause is over."""
+        if self._state == OPEN and now >= self._open_until:
+            self._state = HALF_OPEN
+            self._half_open_since = self._open_until
+            self._probe_out = False
+
+    def _open(self, now: float, why: str) -> None:
+        self._state = OPEN
+        self._open_until = now + self._pause
+        self.reason = f"{why}; paused {self._pause:g}s"
+        _log.info("breaker opened: %s", self.reason)
+
+    def _prune(self, bucket: float) -> None:
+        """Drop the buckets that fell out of the window ending in ``bucket``."""
+        buckets = self._buckets
+        oldest = bucket - _BUCKETS
+        while buckets and buckets[0][0] <= oldest:
+            _, total, bad = buckets.pop(0)
+            self._total -= total
+            self._failed -= bad
+
+    def _record(self, now: float, failed: bool) -> None:
+        if failed:
+            self.consecutive_failures += 1
+        else:
+            self.consecutive_failures = 0
+        bucket = now // self._width
+        self._prune(bucket)
+        buckets = self._buckets
+        bad = 1 if failed else 0
+        # An outcome older than the newest bucket (times out of order) joins the newest.
+        if buckets and buckets[-1][0] >= bucket:
+            last, total, last_bad = buckets[-1]
+            buckets[-1] = (last, total + 1, last_bad + bad)
+        else:
+            buckets.append((bucket, 1, bad))
+        self._total += 1
+        self._failed += bad
+
+    def __repr__(self) -> str:
+        return (f"<Breaker {self._state} outcomes={self._total} failed={self._failed} "
+                f"consecutive_failures={self.consecutive_failures}>")

@@ -1,0 +1,309 @@
+"""Everything a scope learns, combined into the limits and gates it admits by.
+
+A scope's effective throttling comes from separate inputs, each kept apart
+so that none erases another; the strictest wins:
+
+* the configured concurrency and delay (or AutoThrottle's delay, when on);
+* a robots.txt Crawl-Delay (one slot, and a floor under every jittered delay);
+* the scope manager's adjustment (backoff by default, or a custom manager);
+* the pace a server's announced budget allows (also a floor);
+* gates that hold every send until a time: a server-announced hold
+  (``Retry-After``), the circuit breaker, and the quota.
+
+Pure state plus ``now``, like the rest of :mod:`crawlpace.policy`.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from typing import Protocol, runtime_checkable
+
+from .._config import AutoThrottleConfig, ScopeConfig
+from .._exceptions import QuotaError
+from .._jitter import Jitter
+from .admission import Limits
+from .autothrottle import AutoThrottle
+from .backoff import Backoff
+from .breaker import Breaker
+from .quota import QuotaBucket
+from .signals import ScopeFeedback
+
+__all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
+
+logger = logging.getLogger(__name__)
+
+_NEVER = float("-inf")
+_FOREVER = float("inf")
+
+
+@runtime_checkable
+class ThrottlingScopeManagerProtocol(Protocol):
+    """Adjusts one scope's limits from its feedback (``THROTTLING_SCOPE_MANAGER``).
+
+    One instance is created per scope with ``cls(scope=name, config=ScopeConfig)``.
+    The default, :class:`ThrottlingScopeManager`, implements backoff and
+    recovery; replace it to change how a scope reacts to pushback.
+    """
+
+    #: Raised by every slowdown; feedback from requests sent under an older
+    #: generation must not cause another one.
+    generation: int
+
+    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
+        """Take one outcome of a request sent under ``generation``."""
+
+    def adjust(self, base: Limits, now: float) -> Limits:
+        """Return the limits to use, given the configured ones."""
+
+    def wake_at(self) -> float:
+        """When :meth:`adjust` may answer differently with no new feedback."""
+
+    def is_idle(self, now: float) -> bool:
+        """True when the manager holds nothing a new one would not."""
+
+
+class ThrottlingScopeManager:
+    """The default scope manager: multiplicative backoff with stepwise recovery.
+
+    See :mod:`crawlpace.policy.backoff` for the rules.
+    """
+
+    def __init__(self, *, scope: str, config: ScopeConfig) -> None:
+        cfg = config.backoff
+        self.scope = scope
+        self.backoff = Backoff(factor=cfg.delay_factor, min_delay=cfg.min_delay,
+                               max_delay=cfg.max_delay, concurrency_factor=cfg.concurrency_factor,
+                               window=cfg.window)
+
+    @property
+    def generation(self) -> int:
+        return self.backoff.generation
+
+    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
+        backoff = self.backoff
+        if feedback.backoff:
+            if backoff.on_backoff(now, generation, base.delay, base.concurrency):
+                logger.info("scope %s: backing off (status %s), level %d: delay %.2fs, concurrency %d",
+                            self.scope, feedback.status, backoff.level, backoff.delay(),
+                            backoff.concurrency(base.concurrency))
+        elif feedback.status is not None and not feedback.failed and backoff.on_success(now):
+            logger.info("scope %s: recovering, level %d: delay %.2fs", self.scope, backoff.level,
+                        max(base.delay, backoff.delay()))
+
+    def adjust(self, base: Limits, now: float) -> Limits:
+        backoff = self.backoff
+        if backoff.settle(now):
+            logger.debug("scope %s: idle long enough, backoff forgotten", self.scope)
+        if backoff.level == 0:
+            return base
+        delay = backoff.delay()
+        return Limits(backoff.concurrency(base.concurrency), max(base.delay, delay),
+                      base.delay_per_slot, base.floor)
+
+    def wake_at(self) -> float:
+        expires = self.backoff.expires_at()
+        return _FOREVER if expires == _NEVER else expires
+
+    def is_idle(self, now: float) -> bool:
+        return self.backoff.level == 0 or now >= self.backoff.expires_at()
+
+
+class ScopePolicy:
+    """The adaptive state of one scope and the limits it yields.
+
+    Args:
+        scope: the scope's name (for log lines).
+        config: the scope's settings.
+        concurrency_cap: ``CONCURRENT_REQUESTS``, which caps every scope.
+        autothrottle: the AutoThrottle settings (used when enabled).
+        manager: the scope manager; the default backoff when ``None``.
+    """
+
+    __slots__ = ("autothrottle", "breaker", "concurrency", "config", "crawl_delay", "hold_until",
+                 "limits", "manager", "pace", "pace_until", "quota", "scope", "wake_at")
+
+    def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
+                 autothrottle: AutoThrottleConfig | None = None,
+                 manager: ThrottlingScopeManagerProtocol | None = None) -> None:
+        self.scope = scope
+        self.config = config
+        self.concurrency = min(config.concurrency, concurrency_cap)
+        self.manager = manager if manager is not None else ThrottlingScopeManager(scope=scope,
+                                                                                   config=config)
+        self.autothrottle = None
+        if autothrottle is not None and autothrottle.enabled:
+            self.autothrottle = AutoThrottle(start_delay=autothrottle.start_delay,
+                                             min_delay=config.delay, max_delay=autothrottle.max_delay,
+                                             target_concurrency=autothrottle.target_concurrency)
+        self.crawl_delay: float | None = None
+        self.hold_until = _NEVER
+        self.pace = 0.0
+        self.pace_until = _NEVER
+        self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
+        cfg = config.breaker
+        self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
+                               min_requests=cfg.min_requests, pause=cfg.pause,
+                               give_up_after=cfg.give_up_after) if cfg.enabled else None
+        self.wake_at = _FOREVER
+        self.limits = self._compute(_NEVER)
+
+    # -- limits --------------------------------------------------------------
+
+    def base(self) -> Limits:
+        """The limits before the manager's adjustment and the server's pace."""
+        config = self.config
+        concurrency, delay, floor = self.concurrency, config.delay, 0.0
+        if self.autothrottle is not None:
+            delay = max(delay, self.autothrottle.delay)
+        if self.crawl_delay is not None:
+            concurrency, floor = 1, self.crawl_delay
+            delay = max(delay, floor)
+        return Limits(concurrency, delay, config.delay_per_slot, floor)
+
+    def _compute(self, now: float) -> Limits:
+        limits = self.manager.adjust(self.base(), now)
+        wake = self.manager.wake_at()
+        if now < self.pace_until:
+            floor = max(limits.floor, self.pace)
+            limits = Limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor)
+            wake = min(wake, self.pace_until)
+        self.wake_at = wake
+        return limits
+
+    def refresh(self, now: float) -> bool:
+        """Recompute the limits; True when they changed."""
+        limits = self._compute(now)
+        if limits == self.limits:
+            return False
+        self.limits = limits
+        return True
+
+    @property
+    def jitter(self) -> Jitter:
+        """The spread for the next send: ``BACKOFF_JITTER`` while backing off."""
+        if self.limits.delay > self.base().delay:
+            return self.config.backoff.jitter
+        return self.config.jitter
+
+    # -- gates ---------------------------------------------------------------
+
+    def gate(self, now: float, use: float) -> float | None:
+        """The earliest time a send of ``use`` quota may go, apart from slots.
+
+        Returns:
+            A time (``-inf``: no gate), or ``None`` while the breaker waits
+            for its probe's answer.
+
+        Raises:
+            QuotaError: when ``use`` exceeds the scope's quota.
+        """
+        when = self.hold_until
+        breaker = self.breaker
+        if breaker is not None:
+            blocked = breaker.blocked_until(now)
+            if blocked is None:
+                return None
+            when = max(when, blocked)
+        quota = self.quota
+        if quota is not None and use > 0.0:
+            if not quota.fits(use):
+                raise QuotaError(f"a request expects to use {use:g} of scope {self.scope!r}'s quota of "
+                                 f"{quota.quota:g} per {quota.window:g}s and can never be sent; "
+                                 "lower its expected use or raise the scope's quota")
+            when = max(when, quota.ready_at(now, use))
+        return when
+
+    @property
+    def gated(self) -> bool:
+        """True when :meth:`gate` can say anything but "no gate"."""
+        return self.quota is not None or self.hold_until != _NEVER or (
+            self.breaker is not None and self.breaker.state != "closed")
+
+    @property
+    def given_up(self) -> bool:
+        """True once the circuit breaker gave the scope up."""
+        return self.breaker is not None and self.breaker.state == "given_up"
+
+    # -- transitions ---------------------------------------------------------
+
+    def on_admit(self, now: float, use: float) -> None:
+        """Record a send of ``use`` quota."""
+        if self.quota is not None and use > 0.0:
+            self.quota.consume(now, use)
+        if self.breaker is not None and self.breaker.state != "closed":
+            self.breaker.on_send(now)
+
+    def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
+                   sent_at: float, expected_use: float) -> bool:
+        """Apply one outcome of a request sent at ``sent_at`` under ``generation``.
+
+        ``feedback`` is ``None`` for a request released without an outcome
+        (cancelled): only its probe slot, if it was the breaker's probe, frees.
+
+        Returns:
+            True when this outcome made the circuit breaker give the scope up.
+        """
+        breaker = self.breaker
+        if feedback is None:
+            if breaker is not None:
+                breaker.on_abandon(sent_at)
+            return False
+        if feedback.hold is not None and feedback.hold > 0.0:
+            self.hold_until = max(self.hold_until, now + feedback.hold)
+        if feedback.pace is not None:
+            # The newest announcement of the budget replaces older ones.
+            self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
+        if feedback.consumed_quota is not None and self.quota is not None:
+            self.quota.adjust(now, feedback.consumed_quota - expected_use)
+        autothrottle = self.autothrottle
+        if autothrottle is not None and feedback.latency is not None and feedback.status is not None:
+            before = autothrottle.delay
+            changed = autothrottle.observe(feedback.latency, feedback.status)
+            if changed is not None:
+                logger.debug("scope %s: AutoThrottle delay %.3fs -> %.3fs (latency %.3fs, status %d)",
+                             self.scope, before, changed, feedback.latency, feedback.status)
+        self.manager.feedback(feedback, now=now, generation=generation, base=self.base())
+        self.refresh(now)
+        if breaker is not None and (feedback.status is not None or feedback.failed):
+            if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
+                logger.error("scope %s given up: %s", self.scope, breaker.reason)
+                return True
+        return False
+
+    def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
+                        now: float) -> None:
+        """Apply a robots.txt Crawl-Delay (``None`` removes it).
+
+        A value above ``max_delay`` is clamped to it; a negative or non-finite
+        one is ignored. When the scope's rate was set explicitly, the settings
+        win and a warning says so, unless the scope has ``ignore_robots_txt``.
+        """
+        if delay is not None and not (math.isfinite(delay) and delay >= 0.0):
+            logger.warning("scope %s: ignoring invalid Crawl-Delay %r", self.scope, delay)
+            return
+        if delay is not None and delay > max_delay:
+            logger.warning("scope %s: Crawl-Delay %gs clamped to THROTTLING_ROBOTSTXT_MAX_DELAY (%gs)",
+                           self.scope, delay, max_delay)
+            delay = max_delay
+        if delay is not None and explicit:
+            if not self.config.ignore_robots_txt:
+                logger.warning("scope %s: robots.txt asks for Crawl-Delay %gs and one request at a "
+                               "time; THROTTLING_SCOPES sets concurrency %d and delay %gs, which win "
+                               "(set ignore_robots_txt to silence this)", self.scope, delay,
+                               self.config.concurrency, self.config.delay)
+            return
+        self.crawl_delay = delay
+        self.refresh(now)
+
+    def is_idle(self, now: float) -> bool:
+        """True when a fresh policy would behave the same from now on."""
+        if self.crawl_delay is not None or self.hold_until > now or self.pace_until > now:
+            return False
+        # AutoThrottle's learned delay may go: a new scope starts at the start
+        # delay, which is the cautious end.
+        if self.quota is not None and not self.quota.is_idle(now):
+            return False
+        if self.breaker is not None and not self.breaker.is_idle(now):
+            return False
+        return self.manager.is_idle(now)

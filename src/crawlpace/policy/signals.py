@@ -1,0 +1,40 @@
+"""What one outcome tells one scope: the value feedback carries into a store."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["ScopeFeedback"]
+
+
+@dataclass(frozen=True, slots=True)
+class ScopeFeedback:
+    """The meaning of one response or failure for one scope.
+
+    The throttler builds one per scope of the request (a throttling manager
+    may change them with :func:`~crawlpace.update_scope_backoff`); the store
+    applies it to the scope's state.
+
+    Attributes:
+        backoff: the outcome is a backoff trigger for this scope.
+        failed: the outcome counts as an error for the circuit breaker.
+        hold: seconds the server asked the client to wait before the next
+            request (``Retry-After``, or an exhausted rate-limit budget).
+        pace: seconds between sends that the server's announced budget allows
+            (its remaining requests spread over the time to its reset) ...
+        pace_for: ... for this many seconds.
+        consumed_quota: the quota the request actually used, when reported;
+            the difference from its expected use is charged or refunded.
+        latency: seconds from connection to response headers, for
+            AutoThrottle; ``None`` leaves the delay alone.
+        status: the HTTP status, when a response arrived.
+    """
+
+    backoff: bool = False
+    failed: bool = False
+    hold: float | None = None
+    pace: float | None = None
+    pace_for: float = 0.0
+    consumed_quota: float | None = None
+    latency: float | None = None
+    status: int | None = None
