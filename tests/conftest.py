@@ -12,7 +12,7 @@ from crawlpace import Throttler
 from crawlpace.testing import MockClock
 
 #: Settings with jitter off, so spacing is exact and tests can compare times.
-EXACT: dict[str, Any] = {"RANDOMIZE_DOWNLOAD_DELAY": False}
+EXACT: dict[str, Any] = {"RANDOMIZE_DOWNLOAD_DELAY": False, "BACKOFF_JITTER": False}
 
 
 @pytest.fixture

@@ -293,7 +293,7 @@ class Tick:
 
 @dataclass(frozen=True)
 class Send:
-    pass
+    count: int
 
 
 @dataclass(frozen=True)
@@ -307,11 +307,11 @@ class Abandon:
     pick: int
 
 
-# Failures are favoured and sends come often, so that runs reach give-up regularly.
+# Failures are favoured and sends come in small bursts, so that runs reach give-up
+# regularly and stragglers are often still out when a pause ends.
 steps = st.one_of(
     st.builds(Tick, st.sampled_from([0.0, 0.5, 1.0, 3.0, 10.0, 30.0])),
-    st.builds(Send),
-    st.builds(Send),
+    st.builds(Send, st.integers(1, 3)),
     st.builds(Outcome, st.integers(0, 50), st.sampled_from([True, True, True, False])),
     st.builds(Outcome, st.integers(0, 50), st.sampled_from([True, True, True, False])),
     st.builds(Abandon, st.integers(0, 50)),
@@ -337,11 +337,12 @@ def test_invariants_hold_under_any_sequence(config: dict[str, float], actions: l
         match action:
             case Tick(dt):
                 now += dt
-            case Send():
-                until = breaker.blocked_until(now)
-                if until is not None and until <= now:
-                    breaker.on_send(now)
-                    inflight.append(now)
+            case Send(count):
+                for _ in range(count):  # as many as the breaker lets through
+                    until = breaker.blocked_until(now)
+                    if until is not None and until <= now:
+                        breaker.on_send(now)
+                        inflight.append(now)
             case Outcome(pick, failed) if inflight:
                 sent_at = inflight.pop(pick % len(inflight))
                 if breaker.on_outcome(now, failed=failed, sent_at=sent_at):

@@ -7,10 +7,21 @@ from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
 from ._clock import AsyncioClock, Clock, TimerHandle
-from ._config import AutoThrottleConfig, BackoffConfig, ScopeConfig, Settings, parse_jitter
-from ._exceptions import ConfigError, CrawlpaceError, PermitError, ScopeError, ThrottlerClosed
+from ._config import AutoThrottleConfig, BackoffConfig, BreakerConfig, ScopeConfig, Settings, parse_jitter
+from ._exceptions import (
+    ConfigError,
+    CrawlpaceError,
+    PermitError,
+    QuotaError,
+    ScopeError,
+    ScopeGivenUp,
+    ThrottlerClosed,
+)
+from ._feedback import update_scope_backoff
+from ._headers import ServerHint, parse_hints
 from ._jitter import Jitter
 from ._permit import NotReady, Permit
+from ._robots import crawl_delay
 from ._scopes import (
     ThrottlingManager,
     ThrottlingManagerProtocol,
@@ -21,6 +32,9 @@ from ._scopes import (
 )
 from ._stats import ScopeStats
 from ._throttler import Throttler
+from .policy.admission import Limits
+from .policy.scope import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
+from .policy.signals import ScopeFeedback
 
 try:
     __version__ = _version("crawlpace")
@@ -31,26 +45,37 @@ __all__ = [
     "AsyncioClock",
     "AutoThrottleConfig",
     "BackoffConfig",
+    "BreakerConfig",
     "Clock",
     "ConfigError",
     "CrawlpaceError",
     "Jitter",
+    "Limits",
     "NotReady",
     "Permit",
     "PermitError",
+    "QuotaError",
     "ScopeConfig",
     "ScopeError",
+    "ScopeFeedback",
+    "ScopeGivenUp",
     "ScopeStats",
+    "ServerHint",
     "Settings",
     "Throttler",
     "ThrottlerClosed",
     "ThrottlingManager",
     "ThrottlingManagerProtocol",
+    "ThrottlingScopeManager",
+    "ThrottlingScopeManagerProtocol",
     "TimerHandle",
     "__version__",
     "add_scope",
+    "crawl_delay",
     "host_scope",
     "normalize_scopes",
+    "parse_hints",
     "parse_jitter",
     "scope_cache",
+    "update_scope_backoff",
 ]

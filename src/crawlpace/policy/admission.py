@@ -145,7 +145,14 @@ class ScopeState:
             heapq.heappush(resting, slot_ready)
 
     def set_limits(self, limits: Limits) -> None:
-        """Change the limits; slots beyond a lower concurrency are retired."""
+        """Change the limits; slots beyond a lower concurrency are retired.
+
+        A longer delay applies from the previous send at once: a scope that
+        just backed off must not send the request already scheduled under the
+        old, shorter delay.
+        """
+        if limits.delay > self.limits.delay and self.last_send != _NEVER:
+            self.next_send = max(self.next_send, self.last_send + limits.delay)
         self.limits = limits
         room = max(0, limits.concurrency - self.inflight)
         if self._resting and len(self._resting) > room:

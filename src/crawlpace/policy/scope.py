@@ -120,7 +120,7 @@ class ScopePolicy:
         manager: the scope manager; the default backoff when ``None``.
     """
 
-    __slots__ = ("autothrottle", "breaker", "concurrency", "config", "crawl_delay", "hold_until",
+    __slots__ = ("autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config", "crawl_delay", "hold_until",
                  "limits", "manager", "pace", "pace_until", "quota", "scope", "wake_at")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
@@ -132,6 +132,8 @@ class ScopePolicy:
         self.manager = manager if manager is not None else ThrottlingScopeManager(scope=scope,
                                                                                    config=config)
         self.autothrottle = None
+        # AUTOTHROTTLE_DEBUG shows every adjustment without turning on debug logging.
+        self.autothrottle_log_level = logging.INFO if autothrottle and autothrottle.debug else logging.DEBUG
         if autothrottle is not None and autothrottle.enabled:
             self.autothrottle = AutoThrottle(start_delay=autothrottle.start_delay,
                                              min_delay=config.delay, max_delay=autothrottle.max_delay,
@@ -261,8 +263,9 @@ class ScopePolicy:
             before = autothrottle.delay
             changed = autothrottle.observe(feedback.latency, feedback.status)
             if changed is not None:
-                logger.debug("scope %s: AutoThrottle delay %.3fs -> %.3fs (latency %.3fs, status %d)",
-                             self.scope, before, changed, feedback.latency, feedback.status)
+                logger.log(self.autothrottle_log_level,
+                           "scope %s: AutoThrottle delay %.3fs -> %.3fs (latency %.3fs, status %d)",
+                           self.scope, before, changed, feedback.latency, feedback.status)
         self.manager.feedback(feedback, now=now, generation=generation, base=self.base())
         self.refresh(now)
         if breaker is not None and (feedback.status is not None or feedback.failed):
