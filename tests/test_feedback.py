@@ -4,10 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from itertools import pairwise
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from email.utils import format_datetime
 from datetime import UTC, datetime
+from email.utils import format_datetime
 from typing import Any
 
 import pytest
@@ -99,8 +100,8 @@ async def test_recovery_takes_one_step_per_quiet_window(clock: MockClock,
     assert [delay for _, delay in steps] == [4.0, 2.0, 1.0, 0.0]
     times = [t for t, _ in steps[1:]]
     assert times[0] >= 63.0
-    assert all(b - a >= 60.0 for a, b in zip(times, times[1:], strict=False))
-    assert all(b - a < 65.0 for a, b in zip(times, times[1:], strict=False))
+    assert all(b - a >= 60.0 for a, b in pairwise(times))
+    assert all(b - a < 65.0 for a, b in pairwise(times))
 
 
 async def test_a_new_429_restarts_the_quiet_window(clock: MockClock,
@@ -157,7 +158,7 @@ async def test_backoff_jitter_replaces_the_normal_spread(clock: MockClock) -> No
                           clock=clock, rng=random.Random(3))
     await answer(throttler, 429)  # delay 1.0, jittered +/-50 % while backing off
     sends = [await answer(throttler, 200) for _ in range(20)]
-    gaps = [b - a for a, b in zip(sends, sends[1:], strict=False)]
+    gaps = [b - a for a, b in pairwise(sends)]
     assert min(gaps) >= 0.5
     assert max(gaps) <= 1.5
     assert len({round(g, 6) for g in gaps}) > 10
@@ -290,7 +291,7 @@ async def test_jitter_never_goes_below_the_crawl_delay(clock: MockClock) -> None
                            "DOWNLOAD_DELAY_PER_SLOT": 0.0}, clock=clock, rng=random.Random(7))
     await throttler.set_crawl_delay("example.com", 2.0)
     sends = [await answer(throttler) for _ in range(30)]
-    gaps = [b - a for a, b in zip(sends, sends[1:], strict=False)]
+    gaps = [b - a for a, b in pairwise(sends)]
     assert min(gaps) >= 2.0 - 1e-9  # float sums of send times
     assert max(gaps) <= 3.0
     await throttler.aclose()

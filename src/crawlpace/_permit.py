@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
 from ._exceptions import PermitError

@@ -11,8 +11,9 @@ The breaker has four states:
   ``half_open`` is lazy: it happens at the first call whose ``now`` has reached
   the end of the pause.
 * ``half_open``: one request, the probe, may go. Its success closes the breaker
-  with an empty window; its failure either opens it again for another pause or,
-  when ``give_up_after`` consecutive failures have piled up, gives the scope up.
+  with an empty window; its failure either opens it again for another pause or
+  gives the scope up, when ``give_up_after`` consecutive failures have piled up
+  *and* at least half of the last 20 outcomes failed.
 * ``given_up``: terminal. Nothing is ever sent again.
 
 Outcomes of requests sent before the current half-open period began
@@ -20,6 +21,14 @@ Outcomes of requests sent before the current half-open period began
 but they never move the breaker between ``open`` and ``half_open``. As only a
 failed probe can give a scope up, a burst of simultaneous failures can at worst
 open the breaker: giving up needs failures on both sides of a full pause.
+
+The second condition keeps a site with a steady share of transient errors
+from being given up by bad luck: at 10 % errors, five failures in a row and a
+failed probe happen about once in 20,000 requests, while ten failures among
+twenty outcomes practically never do. A site dead from the start fails every
+request and passes both tests at its first failed probe; a site that dies in
+the middle of a crawl needs a few more failed probes, until failures make up
+half of its recent outcomes.
 
 The window is kept as counts per bucket of ``window / 12`` seconds, so its size
 does not depend on the request rate: an outcome counts for between eleven and
@@ -35,6 +44,10 @@ from dataclasses import dataclass
 __all__ = ["CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "Breaker", "BreakerSnapshot"]
 
 _log = logging.getLogger(__name__)
+
+# Outcomes remembered for the give-up test, one bit each (1: failed).
+_RECENT = 20
+_RECENT_MASK = (1 << _RECENT) - 1
 
 CLOSED = "closed"
 OPEN = "open"
@@ -75,7 +88,8 @@ class Breaker:
     """
 
     __slots__ = ("_buckets", "_error_share", "_failed", "_give_up_after", "_half_open_since",
-                 "_min_requests", "_open_until", "_pause", "_probe_out", "_state", "_total",
+                 "_min_requests", "_open_until", "_pause", "_probe_out", "_recent", "_recent_n",
+                 "_state", "_total",
                  "_width", "_window", "consecutive_failures", "reason")
 
     def __init__(self, *, window: float = 60.0, error_share: float = 0.1, min_requests: int = 5,
@@ -118,6 +132,8 @@ class Breaker:
         self._total = 0
         self._failed = 0
         self.consecutive_failures = 0
+        self._recent = 0
+        self._recent_n = 0
         self.reason = ""
 
     # -- queries -----------------------------------------------------------
@@ -216,7 +232,8 @@ class Breaker:
                 self._buckets = []
                 self._total = self._failed = 0
                 _log.info("breaker closed: the probe succeeded")
-            elif self._give_up_after and self.consecutive_failures >= self._give_up_after:
+            elif self._give_up_after and self.consecutive_failures >= self._give_up_after \
+                    and 2 * self._recent.bit_count() >= self._recent_n:
                 self._state = GIVEN_UP
                 self.reason = (f"gave up after {self.consecutive_failures} consecutive failures, "
                                f"the last one a probe")
@@ -255,6 +272,8 @@ class Breaker:
             self.consecutive_failures += 1
         else:
             self.consecutive_failures = 0
+        self._recent = ((self._recent << 1) | failed) & _RECENT_MASK
+        self._recent_n = min(_RECENT, self._recent_n + 1)
         bucket = now // self._width
         self._prune(bucket)
         buckets = self._buckets

@@ -133,7 +133,8 @@ class ScopePolicy:
                                                                                    config=config)
         self.autothrottle = None
         # AUTOTHROTTLE_DEBUG shows every adjustment without turning on debug logging.
-        self.autothrottle_log_level = logging.INFO if autothrottle and autothrottle.debug else logging.DEBUG
+        debug = autothrottle is not None and autothrottle.debug
+        self.autothrottle_log_level = logging.INFO if debug else logging.DEBUG
         if autothrottle is not None and autothrottle.enabled:
             self.autothrottle = AutoThrottle(start_delay=autothrottle.start_delay,
                                              min_delay=config.delay, max_delay=autothrottle.max_delay,
@@ -268,10 +269,11 @@ class ScopePolicy:
                            self.scope, before, changed, feedback.latency, feedback.status)
         self.manager.feedback(feedback, now=now, generation=generation, base=self.base())
         self.refresh(now)
-        if breaker is not None and (feedback.status is not None or feedback.failed):
-            if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
-                logger.error("scope %s given up: %s", self.scope, breaker.reason)
-                return True
+        counted = feedback.status is not None or feedback.failed
+        if breaker is not None and counted and breaker.on_outcome(now, failed=feedback.failed,
+                                                                  sent_at=sent_at):
+            logger.error("scope %s given up: %s", self.scope, breaker.reason)
+            return True
         return False
 
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
