@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from itertools import pairwise
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from email.utils import format_datetime
+from itertools import pairwise
 from typing import Any
 
 import pytest

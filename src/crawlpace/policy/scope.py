@@ -120,8 +120,8 @@ class ScopePolicy:
         manager: the scope manager; the default backoff when ``None``.
     """
 
-    __slots__ = ("autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config", "crawl_delay", "hold_until",
-                 "limits", "manager", "pace", "pace_until", "quota", "scope", "wake_at")
+    __slots__ = ("autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
+                 "crawl_delay", "hold_until", "limits", "manager", "pace", "pace_until", "quota", "scope", "wake_at")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
