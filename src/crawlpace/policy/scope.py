@@ -121,7 +121,8 @@ class ScopePolicy:
     """
 
     __slots__ = ("autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
-                 "crawl_delay", "hold_until", "limits", "manager", "pace", "pace_until", "quota", "scope", "wake_at")
+                 "crawl_delay", "hold_until", "limits", "manager", "pace", "pace_until", "quota",
+                 "scope", "wake_at")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
