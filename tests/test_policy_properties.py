@@ -56,7 +56,7 @@ def test_limits_stay_within_their_bounds(concurrency: int, delay: float, factor:
     ceiling = max(delay, max_delay, 60.0, 300.0)
     for event in history:
         now += event.advance
-        generation = policy.manager.generation - (1 if event.stale else 0)
+        generation = policy.generation - (1 if event.stale else 0)
         policy.on_admit(now, 1.0)
         policy.on_outcome(now, event.feedback, generation=generation, sent_at=now, expected_use=1.0)
         policy.refresh(now)
@@ -77,10 +77,10 @@ def test_one_level_per_generation_however_large_the_burst(bursts: list[int]) -> 
     now = 0.0
     for size in bursts:
         # Every request of a burst was sent under the same generation.
-        generation = policy.manager.generation
+        generation = policy.generation
         for _ in range(size):
             policy.on_outcome(now, ScopeFeedback(backoff=True, status=429), generation=generation,
                               sent_at=now, expected_use=1.0)
         now += 1.0
-    assert policy.manager.generation == len(bursts)
+    assert policy.generation == len(bursts)
     assert policy.limits.delay == 2.0 ** (len(bursts) - 1)

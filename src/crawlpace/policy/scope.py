@@ -15,13 +15,13 @@ Pure state plus ``now``, like the rest of :mod:`crawlpace.policy`.
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Protocol, runtime_checkable
 
 from .._config import AutoThrottleConfig, ScopeConfig
 from .._exceptions import QuotaError
-from .._jitter import Jitter
 from .admission import Limits
 from .autothrottle import AutoThrottle
 from .backoff import Backoff
@@ -46,9 +46,10 @@ class ThrottlingScopeManagerProtocol(Protocol):
     recovery; replace it to change how a scope reacts to pushback.
     """
 
-    #: Raised by every slowdown; feedback from requests sent under an older
-    #: generation must not cause another one.
-    generation: int
+    @property
+    def generation(self) -> int:
+        """Raised by every slowdown; feedback from requests sent under an older
+        generation must not cause another one."""
 
     def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
         """Take one outcome of a request sent under ``generation``."""
@@ -78,6 +79,7 @@ class ThrottlingScopeManager:
 
     @property
     def generation(self) -> int:
+        """The backoff generation."""
         return self.backoff.generation
 
     def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
@@ -109,8 +111,18 @@ class ThrottlingScopeManager:
         return self.backoff.level == 0 or now >= self.backoff.expires_at()
 
 
+@functools.lru_cache(maxsize=1024)
+def _limits(concurrency: int, delay: float, delay_per_slot: float, floor: float) -> Limits:
+    """One shared :class:`Limits` per distinct value: most scopes have the same ones."""
+    return Limits(concurrency, delay, delay_per_slot, floor)
+
+
 class ScopePolicy:
     """The adaptive state of one scope and the limits it yields.
+
+    The parts that only matter once something happened (the default scope
+    manager, the circuit breaker) are created on first use, so that the many
+    scopes of a broad crawl that never see trouble stay small.
 
     Args:
         scope: the scope's name (for log lines).
@@ -118,11 +130,19 @@ class ScopePolicy:
         concurrency_cap: ``CONCURRENT_REQUESTS``, which caps every scope.
         autothrottle: the AutoThrottle settings (used when enabled).
         manager: the scope manager; the default backoff when ``None``.
+
+    Attributes:
+        limits: the limits in force.
+        jitter: the spread for the next send (``BACKOFF_JITTER`` while backing off).
+        gated: True when :meth:`gate` may hold a send back (a quota, a server's
+            hold, or a breaker that is not closed); the hot path skips it otherwise.
+        generation: the scope manager's generation.
+        wake_at: when the limits may change with no new feedback.
     """
 
-    __slots__ = ("autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
-                 "crawl_delay", "hold_until", "limits", "manager", "pace", "pace_until", "quota",
-                 "scope", "wake_at")
+    __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
+                 "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
+                 "pace", "pace_until", "quota", "scope", "wake_at")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -130,8 +150,8 @@ class ScopePolicy:
         self.scope = scope
         self.config = config
         self.concurrency = min(config.concurrency, concurrency_cap)
-        self.manager = manager if manager is not None else ThrottlingScopeManager(scope=scope,
-                                                                                   config=config)
+        self.manager = manager
+        self.generation = manager.generation if manager is not None else 0
         self.autothrottle = None
         # AUTOTHROTTLE_DEBUG shows every adjustment without turning on debug logging.
         debug = autothrottle is not None and autothrottle.debug
@@ -145,17 +165,20 @@ class ScopePolicy:
         self.pace = 0.0
         self.pace_until = _NEVER
         self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
-        cfg = config.breaker
-        self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
-                               min_requests=cfg.min_requests, pause=cfg.pause,
-                               give_up_after=cfg.give_up_after) if cfg.enabled else None
+        self.breaker: Breaker | None = None
+        self.gated = self.quota is not None
+        self.jitter = config.jitter
         self.wake_at = _FOREVER
+        self._base = self._compute_base()
         self.limits = self._compute(_NEVER)
 
     # -- limits --------------------------------------------------------------
 
     def base(self) -> Limits:
         """The limits before the manager's adjustment and the server's pace."""
+        return self._base
+
+    def _compute_base(self) -> Limits:
         config = self.config
         concurrency, delay, floor = self.concurrency, config.delay, 0.0
         if self.autothrottle is not None:
@@ -163,16 +186,21 @@ class ScopePolicy:
         if self.crawl_delay is not None:
             concurrency, floor = 1, self.crawl_delay
             delay = max(delay, floor)
-        return Limits(concurrency, delay, config.delay_per_slot, floor)
+        return _limits(concurrency, delay, config.delay_per_slot, floor)
 
     def _compute(self, now: float) -> Limits:
-        limits = self.manager.adjust(self.base(), now)
-        wake = self.manager.wake_at()
+        base = self._base
+        manager = self.manager
+        limits, wake = base, _FOREVER
+        if manager is not None:
+            limits = manager.adjust(base, now)
+            wake = manager.wake_at()
         if now < self.pace_until:
             floor = max(limits.floor, self.pace)
-            limits = Limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor)
+            limits = _limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor)
             wake = min(wake, self.pace_until)
         self.wake_at = wake
+        self.jitter = self.config.backoff.jitter if limits.delay > base.delay else self.config.jitter
         return limits
 
     def refresh(self, now: float) -> bool:
@@ -183,12 +211,16 @@ class ScopePolicy:
         self.limits = limits
         return True
 
-    @property
-    def jitter(self) -> Jitter:
-        """The spread for the next send: ``BACKOFF_JITTER`` while backing off."""
-        if self.limits.delay > self.base().delay:
-            return self.config.backoff.jitter
-        return self.config.jitter
+    def _manager(self) -> ThrottlingScopeManagerProtocol:
+        manager = self.manager
+        if manager is None:
+            manager = self.manager = ThrottlingScopeManager(scope=self.scope, config=self.config)
+        return manager
+
+    def _update_gated(self) -> None:
+        breaker = self.breaker
+        self.gated = self.quota is not None or self.hold_until != _NEVER or (
+            breaker is not None and breaker.state != "closed")
 
     # -- gates ---------------------------------------------------------------
 
@@ -203,6 +235,9 @@ class ScopePolicy:
             QuotaError: when ``use`` exceeds the scope's quota.
         """
         when = self.hold_until
+        if when != _NEVER and when <= now:
+            self.hold_until = when = _NEVER  # over: let the hot path skip the gate again
+            self._update_gated()
         breaker = self.breaker
         if breaker is not None:
             blocked = breaker.blocked_until(now)
@@ -219,12 +254,6 @@ class ScopePolicy:
         return when
 
     @property
-    def gated(self) -> bool:
-        """True when :meth:`gate` can say anything but "no gate"."""
-        return self.quota is not None or self.hold_until != _NEVER or (
-            self.breaker is not None and self.breaker.state != "closed")
-
-    @property
     def given_up(self) -> bool:
         """True once the circuit breaker gave the scope up."""
         return self.breaker is not None and self.breaker.state == "given_up"
@@ -232,7 +261,7 @@ class ScopePolicy:
     # -- transitions ---------------------------------------------------------
 
     def on_admit(self, now: float, use: float) -> None:
-        """Record a send of ``use`` quota."""
+        """Record a send of ``use`` quota (only needed when :attr:`gated`)."""
         if self.quota is not None and use > 0.0:
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
@@ -265,17 +294,28 @@ class ScopePolicy:
             before = autothrottle.delay
             changed = autothrottle.observe(feedback.latency, feedback.status)
             if changed is not None:
+                self._base = self._compute_base()
                 logger.log(self.autothrottle_log_level,
                            "scope %s: AutoThrottle delay %.3fs -> %.3fs (latency %.3fs, status %d)",
                            self.scope, before, changed, feedback.latency, feedback.status)
-        self.manager.feedback(feedback, now=now, generation=generation, base=self.base())
+        manager = self.manager
+        if manager is not None or feedback.backoff:
+            manager = self._manager()
+            manager.feedback(feedback, now=now, generation=generation, base=self._base)
+            self.generation = manager.generation
         self.refresh(now)
-        counted = feedback.status is not None or feedback.failed
-        if breaker is not None and counted and breaker.on_outcome(now, failed=feedback.failed,
-                                                                  sent_at=sent_at):
-            logger.error("scope %s given up: %s", self.scope, breaker.reason)
-            return True
-        return False
+        gave_up = False
+        if (feedback.status is not None or feedback.failed) and self.config.breaker.enabled:
+            if breaker is None:
+                cfg = self.config.breaker
+                breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
+                                                 min_requests=cfg.min_requests, pause=cfg.pause,
+                                                 give_up_after=cfg.give_up_after)
+            if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
+                logger.error("scope %s given up: %s", self.scope, breaker.reason)
+                gave_up = True
+        self._update_gated()
+        return gave_up
 
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
                         now: float) -> None:
@@ -300,6 +340,7 @@ class ScopePolicy:
                                self.config.concurrency, self.config.delay)
             return
         self.crawl_delay = delay
+        self._base = self._compute_base()
         self.refresh(now)
 
     def is_idle(self, now: float) -> bool:
@@ -312,4 +353,4 @@ class ScopePolicy:
             return False
         if self.breaker is not None and not self.breaker.is_idle(now):
             return False
-        return self.manager.is_idle(now)
+        return self.manager is None or self.manager.is_idle(now)

@@ -59,8 +59,7 @@ class _Scope(ScopeState):
         if ready is None or not policy.gated:
             return ready
         if policy.given_up:
-            reason = policy.breaker.reason if policy.breaker is not None else ""
-            raise ScopeGivenUp(policy.scope, reason)
+            raise ScopeGivenUp(policy.scope, policy.breaker.reason if policy.breaker else "")
         gate = policy.gate(now, use)
         if gate is None:
             return None
@@ -163,7 +162,7 @@ class MemoryStore:
             if ready is None or ready > now:
                 return Blocked(ready, ((name, ready),))
             lease = Lease(demands, (state.send(now, use, self._rng),), now,
-                          (state.policy.manager.generation,))
+                          (state.policy.generation,))
             self._tick()  # after admit: the sweep must see this scope as busy
             return lease
         states: list[_Scope] = []
@@ -182,7 +181,7 @@ class MemoryStore:
             return Blocked(latest, tuple(waiting))
         rng = self._rng
         slot_ready = tuple(state.send(now, use, rng) for state, (_, use) in zip(states, demands, strict=True))
-        lease = Lease(demands, slot_ready, now, tuple(state.policy.manager.generation for state in states))
+        lease = Lease(demands, slot_ready, now, tuple(state.policy.generation for state in states))
         self._tick()
         return lease
 
@@ -202,8 +201,9 @@ class MemoryStore:
                 continue
             state.release(slot_ready, now)
             if signal is None:
-                state.policy.on_outcome(now, None, generation=generation, sent_at=lease.granted_at,
-                                        expected_use=use)
+                if state.policy.gated:  # only a breaker's probe needs to hear of it
+                    state.policy.on_outcome(now, None, generation=generation,
+                                            sent_at=lease.granted_at, expected_use=use)
                 continue
             state.record(outcome)
             policy = state.policy
@@ -240,8 +240,7 @@ class MemoryStore:
         except ScopeGivenUp:
             ready = float("inf")
         limits = state.limits
-        manager = policy.manager
-        backoff = getattr(manager, "backoff", None)
+        backoff = getattr(policy.manager, "backoff", None)
         breaker = policy.breaker
         return ScopeSnapshot(
             scope=scope,
@@ -257,7 +256,7 @@ class MemoryStore:
             last_latency=state.last_latency,
             mean_latency=state.mean_latency,
             backoff=backoff.level if backoff is not None else 0,
-            generation=manager.generation,
+            generation=policy.generation,
             hold_in=policy.hold_until - now if policy.hold_until > now else None,
             breaker=breaker.state if breaker is not None else "off",
             quota_remaining=policy.quota.remaining(now) if policy.quota is not None else None,
