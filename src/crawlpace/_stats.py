@@ -20,8 +20,9 @@ class ScopeStats(ScopeSnapshot):
 
     Attributes (beyond :class:`~crawlpace.stores.ScopeSnapshot`'s ``scope``,
     ``concurrency``, ``delay``, ``delay_per_slot``, ``inflight``, ``resting``,
-    ``sends``, ``responses``, ``errors``, ``ready_in``, ``last_latency`` and
-    ``mean_latency``):
+    ``sends``, ``responses``, ``errors``, ``ready_in``, ``last_latency``,
+    ``mean_latency``, ``backoff``, ``generation``, ``hold_in``, ``breaker``,
+    ``quota_remaining`` and ``crawl_delay``):
         queued: requests of this process waiting for this scope.
     """
 
@@ -39,5 +40,10 @@ class ScopeStats(ScopeSnapshot):
 
     def __repr__(self) -> str:
         ready = "full" if self.ready_in is None else _ms(self.ready_in)
+        extra = f" backoff={self.backoff}" if self.backoff else ""
+        if self.breaker not in ("closed", "off"):
+            extra += f" breaker={self.breaker}"
+        if self.hold_in is not None:
+            extra += f" hold={_ms(self.hold_in)}"
         return (f"<Scope {self.scope} delay={self.delay:.2f}s inflight={self.inflight}/"
-                f"{self.concurrency} queued={self.queued} sends={self.sends} next_in={ready}>")
+                f"{self.concurrency} queued={self.queued} sends={self.sends}{extra} next_in={ready}>")
