@@ -198,3 +198,15 @@ async def test_breaker_can_be_turned_off(clock: MockClock, make_throttler: Throt
     throttler = make_throttler({**FAST, "BREAKER_ENABLED": False, "BACKOFF_HTTP_CODES": []})
     sends = [await send(throttler, "dead.example", 500) for _ in range(50)]
     assert sends[-1] == 0.0
+
+
+async def test_errors_in_the_callers_code_do_not_trip_the_breaker(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler(FAST)
+    for _ in range(50):
+        with pytest.raises(KeyError):
+            async with throttler.slot(scopes="ok.example"):
+                raise KeyError("a parsing bug")
+    stats = await throttler.scope_stats("ok.example")
+    assert stats is not None
+    assert (stats.errors, stats.breaker, stats.backoff) == (50, "closed", 0)

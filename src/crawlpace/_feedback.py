@@ -123,12 +123,19 @@ class FeedbackBuilder:
 
     def for_exception(self, demands: tuple[Demand, ...], exc: BaseException,
                       latency: float | None) -> tuple[ScopeFeedback, ...]:
-        """Feedback for a request that failed with ``exc``: an error for every scope."""
+        """Feedback for a request that failed with ``exc``.
+
+        A backoff exception, or any ``OSError`` (connection and socket
+        failures) or ``TimeoutError``, counts as a failure for the circuit
+        breaker. Other exceptions (a bug in the caller's parsing code, say) say
+        nothing about the server and only show up in the error count.
+        """
         out: list[ScopeFeedback] = []
         for name, _use in demands:
             rules = self._rules_of(self.settings.scope_config(name))
-            out.append(ScopeFeedback(backoff=isinstance(exc, rules.exceptions), failed=True,
-                                     latency=None))
+            backoff = isinstance(exc, rules.exceptions)
+            out.append(ScopeFeedback(backoff=backoff,
+                                     failed=backoff or isinstance(exc, OSError | TimeoutError)))
         return tuple(out)
 
     # -- responses -----------------------------------------------------------

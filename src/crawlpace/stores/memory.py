@@ -258,7 +258,8 @@ class MemoryStore:
             backoff=backoff.level if backoff is not None else 0,
             generation=policy.generation,
             hold_in=policy.hold_until - now if policy.hold_until > now else None,
-            breaker=breaker.state if breaker is not None else "off",
+            breaker=breaker.state if breaker is not None else (
+                "closed" if policy.config.breaker.enabled else "off"),
             quota_remaining=policy.quota.remaining(now) if policy.quota is not None else None,
             crawl_delay=policy.crawl_delay,
         )
