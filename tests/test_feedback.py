@@ -343,3 +343,16 @@ async def test_autothrottle_debug_logs_each_adjustment(clock: MockClock,
         await answer(throttler, latency=1.0)
     assert "AutoThrottle" in caplog.text
     assert "5.000s -> 3.000s" in caplog.text
+
+
+async def test_httpx_network_errors_back_off_by_default(clock: MockClock,
+                                                        make_throttler: ThrottlerFactory) -> None:
+    httpx = pytest.importorskip("httpx")
+    throttler = make_throttler(FAST)
+    for exc in (httpx.ConnectError("refused"), httpx.ReadTimeout("slow")):
+        with pytest.raises(type(exc)):
+            async with throttler.slot(URL):
+                raise exc
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert stats.backoff == 2  # the second was sent under the generation the first began

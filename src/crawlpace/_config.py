@@ -40,11 +40,15 @@ T = TypeVar("T")
 HALF_JITTER = Jitter(-0.5, 0.5)
 BACKOFF_JITTER = Jitter(-0.1, 0.1)
 DEFAULT_BACKOFF_HTTP_CODES: frozenset[int] = frozenset({429, 502, 503, 504, 520, 521, 522, 523, 524})
-# asyncio crawlers see these for timeouts and dropped connections; the HTTP
-# adapters add their own client's classes when they land.
+# Timeouts and dropped connections as asyncio code and the common HTTP clients
+# raise them (aiohttp's derive from the builtins already; httpx's do not). The
+# client entries are skipped when that client is not installed.
 DEFAULT_BACKOFF_EXCEPTIONS: tuple[str, ...] = (
     "builtins.TimeoutError",
     "builtins.ConnectionError",
+    "httpx.TimeoutException",
+    "httpx.NetworkError",
+    "httpx.RemoteProtocolError",
 )
 
 

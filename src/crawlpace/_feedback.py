@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._config import BackoffConfig, ScopeConfig, Settings
+from ._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Settings
 from ._exceptions import ConfigError
 from ._headers import ServerHint, parse_hints
 from ._scopes import Demand
@@ -61,7 +61,13 @@ def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseExce
         module_name, _, attr = item.rpartition(".")
         try:
             target = getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError, ValueError) as exc:
+        except ImportError:
+            if item in DEFAULT_BACKOFF_EXCEPTIONS:
+                continue  # a default for an HTTP client that is not installed
+            problems.append(f"{label}: cannot import {item!r} (no module {module_name!r}); install "
+                            "the package that provides it or remove it from the list")
+            continue
+        except (AttributeError, ValueError) as exc:
             problems.append(f"{label}: cannot import {item!r} ({exc}); install the package that "
                             "provides it or remove it from the list")
             continue
