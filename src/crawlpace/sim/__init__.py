@@ -1,0 +1,55 @@
+"""A site simulator: many small websites with hidden limits, on loopback only.
+
+One asyncio process serves a *farm* of simulated sites, each on its own
+address (127.0.0.2, 127.0.0.3, ...) and each following a *profile*: a rate
+limit, a robots.txt crawl delay, an embargo after ``Retry-After``, overload,
+a rationed quota, or plain downtime. The sites measure their visitors from
+the server side (requests, goodput against capacity, peaks, refusals and
+broken rules), so a crawler's politeness and efficiency can be judged without
+trusting the crawler's own account::
+
+    async with Farm.builtin("mixed", control=True) as farm:
+        ...  # crawl the URLs in farm.sites
+        print(farm.stats())
+
+Nothing here ever listens outside 127.0.0.0/8.
+"""
+
+from __future__ import annotations
+
+from ._farm import Farm, SiteInfo, builtin_farms
+from ._pages import PageApp
+from ._profiles import (
+    PROFILES,
+    CrawlDelaySite,
+    DeadSite,
+    OverloadSite,
+    QuotaSite,
+    RateLimitSite,
+    RetryAfterSite,
+)
+from ._server import SimServer, serve
+from ._site import Site
+from ._spec import FarmSpec, SiteSpec, parse_farm
+from ._stats import SiteStats
+
+__all__ = [
+    "PROFILES",
+    "CrawlDelaySite",
+    "DeadSite",
+    "Farm",
+    "FarmSpec",
+    "OverloadSite",
+    "PageApp",
+    "QuotaSite",
+    "RateLimitSite",
+    "RetryAfterSite",
+    "SimServer",
+    "Site",
+    "SiteInfo",
+    "SiteSpec",
+    "SiteStats",
+    "builtin_farms",
+    "parse_farm",
+    "serve",
+]

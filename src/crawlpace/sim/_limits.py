@@ -1,0 +1,117 @@
+"""The hidden rules of simulated sites, as pure bookkeeping on passed-in times.
+
+Each class answers one question about a request arriving at ``now`` and keeps
+the little state it needs. None reads a clock or awaits, so the profiles that
+use them can be tested by scripting times.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["Embargo", "Spacing", "TokenBucket"]
+
+
+def _positive(name: str, value: float) -> float:
+    if isinstance(value, bool) or not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+        raise ValueError(f"{name} must be a positive finite number, got {value!r}")
+    return float(value)
+
+
+class TokenBucket:
+    """A bucket of ``burst`` tokens refilled at ``rate`` tokens per second.
+
+    It starts full at the first request. A request takes one whole token;
+    when less than one is left the request is refused and the bucket is left
+    as it was, so refused requests cost nothing.
+
+    Args:
+        rate: tokens added per second.
+        burst: the bucket size: requests that may come at once after a pause.
+    """
+
+    __slots__ = ("_level", "_stamp", "burst", "rate")
+
+    def __init__(self, rate: float, burst: float = 1.0) -> None:
+        self.rate = _positive("rate", rate)
+        self.burst = _positive("burst", burst)
+        if self.burst < 1.0:
+            raise ValueError(f"burst must be at least 1, got {burst!r}")
+        self._level = self.burst
+        self._stamp: float | None = None
+
+    def level(self, now: float) -> float:
+        """The tokens available at ``now``."""
+        if self._stamp is None:
+            return self.burst
+        return min(self.burst, self._level + max(now - self._stamp, 0.0) * self.rate)
+
+    def take(self, now: float) -> float:
+        """Try to take a token at ``now``.
+
+        Returns:
+            0.0 when a token was taken; otherwise the seconds until one will
+            be available, with nothing taken.
+        """
+        level = self.level(now)
+        if self._stamp is None or now > self._stamp:
+            self._stamp = now
+        self._level = level
+        if level >= 1.0:
+            self._level = level - 1.0
+            return 0.0
+        return (1.0 - level) / self.rate
+
+
+class Embargo:
+    """The time until which the site has asked to be left alone.
+
+    Every ``Retry-After`` the site sends pushes the end of the embargo to at
+    least the moment it names; the end never moves back.
+    """
+
+    __slots__ = ("until",)
+
+    def __init__(self) -> None:
+        self.until: float | None = None
+
+    def extend(self, now: float, seconds: float) -> None:
+        """Record that the site asked, at ``now``, for ``seconds`` of quiet."""
+        end = now + max(seconds, 0.0)
+        if self.until is None or end > self.until:
+            self.until = end
+
+    def remaining(self, now: float) -> float:
+        """Seconds of embargo left at ``now`` (0.0 when none)."""
+        return 0.0 if self.until is None else max(self.until - now, 0.0)
+
+    def breached(self, now: float, tolerance: float = 0.0) -> bool:
+        """Whether a request at ``now`` comes more than ``tolerance`` seconds early."""
+        return self.until is not None and now < self.until - tolerance
+
+
+class Spacing:
+    """The minimum gap a site asks between the arrivals of two requests.
+
+    Args:
+        delay: the gap in seconds (a robots.txt ``Crawl-delay``).
+        tolerance: how much shorter a gap may be before it counts as too
+            short, to absorb the jitter between a crawler's send and the
+            server's receive.
+    """
+
+    __slots__ = ("_last", "delay", "tolerance")
+
+    def __init__(self, delay: float, tolerance: float = 0.0) -> None:
+        self.delay = _positive("delay", delay)
+        if not (math.isfinite(tolerance) and tolerance >= 0):
+            raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
+        self.tolerance = float(tolerance)
+        self._last: float | None = None
+
+    def observe(self, now: float) -> bool:
+        """Record an arrival at ``now``; return whether it came too soon after the previous one."""
+        last = self._last
+        if last is None or now > last:
+            self._last = now
+        return last is not None and now - last < self.delay - self.tolerance

@@ -1,0 +1,328 @@
+"""A small HTTP/1.1 server on asyncio streams that runs one ASGI 3 application.
+
+It understands just enough of HTTP for a crawler to talk to a simulated site:
+GET and HEAD, persistent connections (the default in HTTP/1.1, opt-in with
+``Connection: keep-alive`` in HTTP/1.0), ``Connection: close``, and request
+bodies only to skip them. Each response is buffered whole and sent with a
+``Content-Length``; there is no chunked encoding, no TLS, and requests sent
+back to back on one connection are answered one after the other. The bytes on
+the wire are handled by :mod:`._http`; this module runs connections and the
+application.
+
+The server listens on one explicit IPv4 address inside 127.0.0.0/8 and nowhere
+else: the simulator must never be reachable from another machine, so any other
+host is refused with :class:`ValueError` before a socket is opened.
+
+Misbehaving clients are expected, not exceptional. A client that goes away
+mid-request, sends a malformed head or lets the read timeout run out costs a
+DEBUG log line and its connection, never an ERROR or a traceback. Only an
+exception raised by the application itself is logged at ERROR, and answered
+with 500.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+import logging
+from dataclasses import dataclass
+
+from ._asgi import ASGIApp, Headers, Message, Scope
+from ._http import END_OF_HEAD, BadRequest, RequestHead, encode_response, error_response, parse_head
+
+__all__ = ["MAX_HEADER_BYTES", "READ_TIMEOUT", "SimServer", "check_loopback", "serve"]
+
+_log = logging.getLogger(__name__)
+
+#: The most bytes a request line plus its headers may take.
+MAX_HEADER_BYTES = 16 * 1024
+#: Seconds a connection may stay silent while a request (or the next one) is awaited.
+READ_TIMEOUT = 10.0
+
+_LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+
+
+def check_loopback(host: str) -> str:
+    """Accept only a literal IPv4 address in 127.0.0.0/8.
+
+    Args:
+        host: the address to listen on.
+
+    Returns:
+        The address in canonical form.
+
+    Raises:
+        ValueError: for a name (even ``localhost``), an IPv6 address or any
+            address outside 127.0.0.0/8.
+    """
+    try:
+        address = ipaddress.ip_address(host)
+    except ValueError:
+        address = None
+    if not isinstance(address, ipaddress.IPv4Address) or address not in _LOOPBACK:
+        raise ValueError(f"the simulator listens on loopback only: host must be an IPv4 address in "
+                         f"127.0.0.0/8 such as '127.0.0.1', got {host!r}")
+    return str(address)
+
+
+@dataclass(slots=True)
+class _Response:
+    """What the application sent, gathered before anything is written."""
+
+    status: int = 500
+    headers: Headers | None = None
+    body: bytearray | None = None
+    complete: bool = False
+
+
+class _Exchange:
+    """The receive and send callables for one request, collecting the response."""
+
+    def __init__(self) -> None:
+        self.response = _Response()
+        self.done = asyncio.Event()
+        self._delivered = False
+
+    async def receive(self) -> Message:
+        if not self._delivered:
+            self._delivered = True
+            return {"type": "http.request", "body": b"", "more_body": False}
+        # Nothing else will arrive: report the end once the response is out.
+        await self.done.wait()
+        return {"type": "http.disconnect"}
+
+    async def send(self, message: Message) -> None:
+        response = self.response
+        kind = message.get("type")
+        if kind == "http.response.start":
+            if response.headers is not None:
+                raise RuntimeError("http.response.start sent twice")
+            response.status = int(message["status"])
+            response.headers = [(bytes(name).lower(), bytes(value)) for name, value in
+                                message.get("headers") or ()]
+            response.body = bytearray()
+        elif kind == "http.response.body":
+            if response.body is None or response.complete:
+                raise RuntimeError("http.response.body sent before the start or after the end")
+            response.body += bytes(message.get("body") or b"")
+            if not message.get("more_body", False):
+                response.complete = True
+                self.done.set()
+        else:
+            raise RuntimeError(f"unexpected ASGI message type {kind!r}")
+
+
+class SimServer:
+    """Serve one ASGI application over HTTP/1.1 on a loopback address.
+
+    Use ``async with SimServer(app, "127.0.0.2") as server:`` or call
+    :meth:`start` and :meth:`close`. :attr:`port` is the bound port, useful
+    when 0 asked for a free one.
+
+    Args:
+        app: the ASGI 3 application; it receives ``http`` scopes only.
+        host: an IPv4 address in 127.0.0.0/8; nothing else is ever bound.
+        port: the TCP port, 0 for a free one.
+        read_timeout: seconds to wait for a request head or body before the
+            connection is dropped (also how long an idle connection is kept).
+        max_header_bytes: the largest request head accepted; a longer one is
+            answered with 431 and the connection closed.
+
+    Raises:
+        ValueError: for a host outside 127.0.0.0/8 or an invalid number.
+    """
+
+    def __init__(self, app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *,
+                 read_timeout: float = READ_TIMEOUT, max_header_bytes: int = MAX_HEADER_BYTES) -> None:
+        self.app = app
+        self.host = check_loopback(host)
+        if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
+            raise ValueError(f"port must be an integer from 0 to 65535, got {port!r}")
+        if not read_timeout > 0:
+            raise ValueError(f"read_timeout must be positive, got {read_timeout!r}")
+        if (isinstance(max_header_bytes, bool) or not isinstance(max_header_bytes, int)
+                or max_header_bytes < 256):
+            raise ValueError(f"max_header_bytes must be an integer of at least 256, got {max_header_bytes!r}")
+        self._requested_port = port
+        self._read_timeout = float(read_timeout)
+        self._max_header = max_header_bytes
+        self._server: asyncio.Server | None = None
+        self._port: int | None = None
+        self._connections: set[asyncio.Task[None]] = set()
+
+    @property
+    def port(self) -> int:
+        """The bound port.
+
+        Raises:
+            RuntimeError: before :meth:`start`.
+        """
+        if self._port is None:
+            raise RuntimeError("the server is not started")
+        return self._port
+
+    @property
+    def url(self) -> str:
+        """The base URL, such as ``http://127.0.0.2:8080``."""
+        return f"http://{self.host}:{self.port}"
+
+    @property
+    def serving(self) -> bool:
+        """Whether the server is listening."""
+        return self._server is not None
+
+    async def start(self) -> None:
+        """Bind the socket and start accepting connections.
+
+        Raises:
+            OSError: when the address cannot be bound (the port is taken, or
+                the host is not configured on this machine).
+            RuntimeError: when already started.
+        """
+        if self._server is not None:
+            raise RuntimeError("the server is already started")
+        self._server = await asyncio.start_server(self._accept, self.host, self._requested_port,
+                                                  limit=self._max_header)
+        self._port = int(self._server.sockets[0].getsockname()[1])
+        _log.debug("serving on %s", self.url)
+
+    async def close(self) -> None:
+        """Stop listening and drop every open connection; safe to call twice."""
+        server, self._server = self._server, None
+        if server is None:
+            return
+        server.close()
+        tasks = list(self._connections)
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
+        await server.wait_closed()
+        _log.debug("stopped serving on %s:%s", self.host, self._port)
+
+    async def __aenter__(self) -> SimServer:
+        await self.start()
+        return self
+
+    async def __aexit__(self, *exc_info: object) -> None:
+        await self.close()
+
+    def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        # A task of our own, not asyncio's, so that closing can cancel and await it quietly.
+        task = asyncio.get_running_loop().create_task(self._connection(reader, writer))
+        self._connections.add(task)
+        task.add_done_callback(self._connections.discard)
+
+    async def _connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        peer = writer.get_extra_info("peername")
+        client = (str(peer[0]), int(peer[1])) if isinstance(peer, tuple) else None
+        try:
+            while await self._exchange(reader, writer, client):
+                pass
+        except asyncio.CancelledError:
+            _log.debug("connection from %s dropped: the server is closing", client)
+        except (ConnectionError, TimeoutError, asyncio.IncompleteReadError) as exc:
+            _log.debug("connection from %s lost: %r", client, exc)
+        except Exception:  # the last line of defence for one connection; the server goes on
+            _log.exception("connection from %s failed", client)
+        finally:
+            writer.close()
+            with contextlib.suppress(Exception, asyncio.CancelledError):
+                await writer.wait_closed()
+
+    async def _read_head(self, reader: asyncio.StreamReader) -> bytes | None:
+        """Read one request head; None when the client closed between requests."""
+        try:
+            async with asyncio.timeout(self._read_timeout):
+                return await reader.readuntil(END_OF_HEAD)
+        except asyncio.IncompleteReadError as exc:
+            if exc.partial:
+                _log.debug("client left mid-request after %d bytes", len(exc.partial))
+            return None
+        except asyncio.LimitOverrunError as exc:
+            raise BadRequest(431, f"request heads are limited to {self._max_header} bytes") from exc
+
+    async def _exchange(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                        client: tuple[str, int] | None) -> bool:
+        """Serve one request; return whether the connection stays open."""
+        try:
+            data = await self._read_head(reader)
+            if data is None:
+                return False
+            head = parse_head(data)
+            if head.body_length:
+                async with asyncio.timeout(self._read_timeout):
+                    await reader.readexactly(head.body_length)
+        except BadRequest as exc:
+            _log.debug("refusing a request from %s with %d: %s", client, exc.status, exc.reason)
+            body = f"{exc.reason}\n".encode()
+            await self._write(writer, encode_response(
+                exc.status, [(b"content-type", b"text/plain; charset=utf-8"), *exc.headers], body,
+                head_only=False, keep_alive=False, http_version="1.1"))
+            return False
+        status, headers, body = await self._run(head, client)
+        _log.debug("%s %s %s -> %d", client, head.method, head.path, status)
+        await self._write(writer, encode_response(status, headers, body, head_only=head.method == "HEAD",
+                                                   keep_alive=head.keep_alive,
+                                                   http_version=head.http_version))
+        return head.keep_alive
+
+    async def _write(self, writer: asyncio.StreamWriter, data: bytes) -> None:
+        writer.write(data)
+        await writer.drain()
+
+    def _scope(self, head: RequestHead, client: tuple[str, int] | None) -> Scope:
+        return {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.3"},
+            "http_version": head.http_version,
+            "method": head.method,
+            "scheme": "http",
+            "path": head.path,
+            "raw_path": head.raw_path,
+            "query_string": head.query_string,
+            "root_path": "",
+            "headers": list(head.headers),
+            "client": client,
+            "server": (self.host, self.port),
+        }
+
+    async def _run(self, head: RequestHead,
+                   client: tuple[str, int] | None) -> tuple[int, Headers, bytes]:
+        """Run the application on one request and return its whole response."""
+        exchange = _Exchange()
+        try:
+            await self.app(self._scope(head, client), exchange.receive, exchange.send)
+        except Exception:
+            _log.exception("the application failed on %s %s", head.method, head.path)
+            return error_response(500)
+        finally:
+            exchange.done.set()
+        response = exchange.response
+        if not response.complete or response.headers is None or response.body is None:
+            _log.error("the application returned without a complete response to %s %s",
+                       head.method, head.path)
+            return error_response(500)
+        return response.status, response.headers, bytes(response.body)
+
+
+async def serve(app: ASGIApp, host: str = "127.0.0.1", port: int = 0, *,
+                read_timeout: float = READ_TIMEOUT) -> SimServer:
+    """Start serving ``app`` and return the running server; close it when done.
+
+    Args:
+        app: the ASGI 3 application.
+        host: an IPv4 address in 127.0.0.0/8.
+        port: the TCP port, 0 for a free one.
+        read_timeout: see :class:`SimServer`.
+
+    Returns:
+        The started server; its :attr:`~SimServer.port` is the bound port.
+
+    Raises:
+        ValueError: for a host outside 127.0.0.0/8.
+        OSError: when the address cannot be bound.
+    """
+    server = SimServer(app, host, port, read_timeout=read_timeout)
+    await server.start()
+    return server

@@ -1,0 +1,181 @@
+"""The base of every simulated site: its content, its measurements, its embargo rule.
+
+A :class:`Site` is an ASGI application. For each request it records the
+arrival and the outcome in its :class:`~crawlpace.sim.SiteStats`, serves
+``/robots.txt`` itself (robots.txt is exempt from every limit, as if it came
+from a cache, except where a profile says otherwise) and hands every other
+request to :meth:`Site.handle`, which a profile overrides to apply its hidden
+limits before, or instead of, serving the page. The statistics count every
+request alike, robots.txt included.
+
+One rule is common to all sites: whenever a response carries ``Retry-After``,
+the site expects no request until that time has passed, and every request
+arriving earlier (by more than the site's ``tolerance``) is counted as a
+``retry_after`` violation. Sites do not tell crawlers apart: the simulator
+measures one crawler at a time, so every count is per site.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import time
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import ClassVar, TypedDict
+
+from ._asgi import Message, Receive, Scope, Send, header, respond
+from ._limits import Embargo
+from ._pages import PageApp
+from ._params import Param
+from ._stats import SiteStats
+
+__all__ = ["COMMON_PARAMS", "Site", "SiteOptions", "retry_after_value"]
+
+_PAGES = Param("pages", "integer", "pages the site serves", 50, low=1, high=1_000_000)
+_LINKS = Param("links", "integer", "links on each page", 3, low=0, high=100)
+_TOLERANCE = Param("tolerance", "number", "seconds a request may come early before it is a violation",
+                   0.01, low=0.0, high=60.0)
+
+#: The parameters every profile accepts.
+COMMON_PARAMS: tuple[Param, ...] = (_PAGES, _LINKS, _TOLERANCE)
+
+_SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
+# Float noise must not turn an exact number of seconds into one more.
+_EPSILON = 1e-9
+
+
+class SiteOptions(TypedDict, total=False):
+    """The keyword arguments every :class:`Site` constructor accepts."""
+
+    pages: int
+    links: int
+    tolerance: float
+    clock: Callable[[], float]
+    rng: random.Random | None
+
+
+def retry_after_value(seconds: float) -> bytes:
+    """A ``Retry-After`` value: whole seconds, rounded up, at least 1."""
+    return str(max(1, math.ceil(seconds - _EPSILON))).encode("ascii")
+
+
+def _announced_wait(message: Message) -> float | None:
+    value = header(message.get("headers"), b"retry-after")
+    if value is None or _SECONDS.fullmatch(value.strip()) is None:
+        return None
+    return float(value)
+
+
+class Site:
+    """A simulated site with no limits: the base that profiles build on.
+
+    A subclass sets the attributes its :attr:`capacity` and
+    :attr:`crawl_delay` read *before* calling ``super().__init__``, which
+    builds the content and the statistics from them.
+
+    Args:
+        pages: the number of pages ``/page/1`` to ``/page/{pages}``.
+        links: the links on each page to following pages.
+        tolerance: seconds by which a request may come too early before it
+            counts as a violation, to absorb network and scheduling jitter.
+        clock: the time source for limits and statistics, in seconds.
+        rng: the source of chance for profiles that use any; ``Random(0)``
+            when omitted.
+
+    Attributes:
+        stats: what the site has measured so far.
+        embargo: until when the site asked to be left alone.
+        content: the limit-free application that serves robots.txt and pages.
+
+    Raises:
+        ValueError: naming the parameter that is out of range.
+    """
+
+    #: The profile name used in farm files; empty for this base class.
+    profile: ClassVar[str] = ""
+    #: The parameters specific to the profile, besides :data:`COMMON_PARAMS`.
+    PARAMS: ClassVar[tuple[Param, ...]] = ()
+    #: Whether robots.txt goes through :meth:`handle` too, instead of being exempt.
+    gates_robots: ClassVar[bool] = False
+
+    def __init__(self, *, pages: int = 50, links: int = 3, tolerance: float = 0.01,
+                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
+        self.pages = int(_PAGES.validate(pages))
+        self.links = int(_LINKS.validate(links))
+        self.tolerance = float(_TOLERANCE.validate(tolerance))
+        self.clock = clock
+        self.rng = random.Random(0) if rng is None else rng
+        self.stats = SiteStats(self.capacity)
+        self.embargo = Embargo()
+        self.content = PageApp(self.pages, self.links, self.crawl_delay)
+
+    @classmethod
+    def params(cls) -> tuple[Param, ...]:
+        """Every parameter the profile accepts, common ones first."""
+        return COMMON_PARAMS + cls.PARAMS
+
+    @property
+    def capacity(self) -> float | None:
+        """Successful requests per second the site can serve at best; None when unbounded."""
+        return None
+
+    @property
+    def crawl_delay(self) -> float | None:
+        """The ``Crawl-delay`` announced in robots.txt, if any."""
+        return None
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """Handle one ASGI scope; only ``http`` scopes do anything."""
+        if scope.get("type") != "http":
+            return
+        now = self.clock()
+        self.stats.arrive(now)
+        if self.embargo.breached(now, self.tolerance):
+            self.stats.violation("retry_after")
+        status: int | None = None
+
+        async def watch(message: Message) -> None:
+            nonlocal status
+            if message.get("type") == "http.response.start":
+                status = int(message["status"])
+                wait = _announced_wait(message)
+                if wait is not None:
+                    self.embargo.extend(self.clock(), wait)
+            await send(message)
+
+        try:
+            if scope.get("path") == "/robots.txt" and not self.gates_robots:
+                await self.content(scope, receive, watch)
+            else:
+                await self.handle(scope, receive, watch, now)
+        except Exception:
+            if status is None:
+                status = 500  # what the server will answer
+            raise
+        finally:
+            self.stats.depart(self.clock(), status)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
+        """Answer a request other than robots.txt; profiles override this.
+
+        Args:
+            scope: the ASGI ``http`` scope.
+            receive: the ASGI receive callable.
+            send: the ASGI send callable.
+            now: the arrival time on the site's clock.
+        """
+        await self.content(scope, receive, send)
+
+    async def refuse(self, send: Send, status: int, retry_after: float | None = None) -> None:
+        """Turn a request away with ``status``, announcing ``Retry-After`` when given."""
+        headers = [] if retry_after is None else [(b"retry-after", retry_after_value(retry_after))]
+        try:
+            reason = HTTPStatus(status).phrase
+        except ValueError:
+            reason = "Refused"
+        await respond(send, status, f"{status} {reason}\n".encode("ascii"), headers=headers)
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} profile={self.profile!r} capacity={self.capacity!r}>"

@@ -1,0 +1,62 @@
+"""The pure rules behind the profiles: token bucket, embargo, spacing."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from crawlpace.sim._limits import Embargo, Spacing, TokenBucket
+
+
+def test_bucket_starts_full_and_refills_at_its_rate() -> None:
+    bucket = TokenBucket(rate=2.0, burst=2)
+    assert bucket.take(100.0) == 0.0
+    assert bucket.take(100.0) == 0.0
+    assert bucket.take(100.0) == pytest.approx(0.5)
+    assert bucket.take(100.25) == pytest.approx(0.25)  # refusals cost nothing
+    assert bucket.take(100.5) == 0.0
+    assert bucket.level(100.5) == pytest.approx(0.0)
+    assert bucket.level(110.0) == 2.0  # never above the burst
+
+
+def test_bucket_at_exact_rate_is_never_refused() -> None:
+    bucket = TokenBucket(rate=4.0)
+    assert all(bucket.take(n * 0.25) == 0.0 for n in range(100))
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(0.0, 1.0), (-1.0, 1.0), (math.inf, 1.0), (1.0, 0.5),
+                                             (True, 1.0)])
+def test_bucket_refuses_bad_numbers(rate: float, burst: float) -> None:
+    with pytest.raises(ValueError, match=r"rate|burst"):
+        TokenBucket(rate, burst)
+
+
+def test_embargo_only_grows() -> None:
+    embargo = Embargo()
+    assert embargo.remaining(0.0) == 0.0
+    assert not embargo.breached(0.0)
+    embargo.extend(10.0, 5.0)
+    embargo.extend(11.0, 1.0)  # ends at 12, before 15: no change
+    assert embargo.until == 15.0
+    assert embargo.remaining(12.0) == 3.0
+    assert embargo.breached(14.0)
+    assert not embargo.breached(14.995, tolerance=0.01)
+    assert not embargo.breached(15.0)
+    assert embargo.remaining(20.0) == 0.0
+
+
+def test_spacing_flags_gaps_shorter_than_the_delay() -> None:
+    spacing = Spacing(delay=1.0, tolerance=0.01)
+    assert not spacing.observe(0.0)
+    assert not spacing.observe(1.0)
+    assert not spacing.observe(1.995)  # within the tolerance
+    assert spacing.observe(2.5)
+    assert spacing.observe(2.5)
+    assert not spacing.observe(3.5)
+
+
+@pytest.mark.parametrize(("delay", "tolerance"), [(0.0, 0.0), (1.0, -0.1), (1.0, math.nan)])
+def test_spacing_refuses_bad_numbers(delay: float, tolerance: float) -> None:
+    with pytest.raises(ValueError, match=r"delay|tolerance"):
+        Spacing(delay, tolerance)
