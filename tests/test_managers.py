@@ -117,7 +117,7 @@ async def test_cost_capped_spending_reconciles_actual_cost(clock: MockClock,
     await fetch(throttler, "https://api.toscrape.com/?estimate=2", 200, {"X-Actual-Cost": "7"})
     stats = await throttler.scope_stats("cost")
     assert stats is not None
-    assert stats.quota_remaining == pytest.approx(50.0 - 7.0)
+    assert stats.quota_remaining == pytest.approx(10.0 - 7.0)
 
 
 class HeaderDelayManager(ThrottlingManager):

@@ -31,26 +31,30 @@ def greedy(bucket: QuotaBucket, until: float, use: float = 1.0) -> list[float]:
 def test_shape_of_the_bucket_follows_the_window() -> None:
     minute = QuotaBucket(500, 60)
     assert (minute.quota, minute.window) == (500, 60)
-    assert minute.capacity == 250
-    assert minute.rate == pytest.approx(250 / 60)
+    assert minute.capacity == 50
+    assert minute.rate == pytest.approx(450 / 60)
     daily = QuotaBucket(10_000, DAY)
     assert daily.capacity == pytest.approx(10_000 * 60 / DAY)  # about a minute's worth
     for bucket in (minute, daily, QuotaBucket(3, 1), QuotaBucket(7, 120), QuotaBucket(7, 121)):
         assert bucket.capacity + bucket.rate * bucket.window == pytest.approx(bucket.quota)
-        assert bucket.capacity <= bucket.quota / 2
+        assert bucket.capacity <= bucket.quota / 10 + 1e-12
 
 
 # -- (a) a minute quota ------------------------------------------------------------
 
 
-def test_half_a_minute_quota_goes_at_once_then_one_unit_per_pace() -> None:
+def test_a_tenth_of_a_minute_quota_goes_at_once_then_one_unit_per_pace() -> None:
     bucket = QuotaBucket(500, 60)
-    times = greedy(bucket, until=60.0)
-    assert times[:250] == [0.0] * 250
-    assert times[250:255] == pytest.approx([0.24, 0.48, 0.72, 0.96, 1.2])
-    gaps = [b - a for a, b in itertools.pairwise(times[250:])]
-    assert gaps == pytest.approx([0.24] * len(gaps))
-    assert len(times) == 500  # 250 at once, 250 more by t = 60 (the last one at ~59.76)
+    times = greedy(bucket, until=120.5)
+    pace = 60 / 450
+    assert times[:50] == [0.0] * 50
+    assert times[50:55] == pytest.approx([pace * i for i in range(1, 6)])
+    gaps = [b - a for a, b in itertools.pairwise(times[50:])]
+    assert gaps == pytest.approx([pace] * len(gaps))
+    # 50 at once and 450 more in the first minute; 450 in every minute after it.
+    first = [t for t in times if t <= 60.0 + 1e-9]  # the 500th goes at t = 60 exactly
+    second = [t for t in times if 60.0 + 1e-9 < t <= 120.0 + 1e-9]
+    assert (len(first), len(second)) == (500, 450)
 
 
 # -- (b) a daily quota -------------------------------------------------------------
@@ -77,33 +81,33 @@ def test_daily_quota_is_spread_over_the_day() -> None:
 def test_a_larger_actual_use_charges_the_difference() -> None:
     bucket = QuotaBucket(500, 60)
     bucket.consume(0.0, 2.0)
-    assert bucket.remaining(0.0) == 248.0
+    assert bucket.remaining(0.0) == 48.0
     bucket.adjust(0.0, 2.5 - 2.0)
-    assert bucket.remaining(0.0) == 247.5
+    assert bucket.remaining(0.0) == 47.5
 
 
 def test_a_smaller_actual_use_is_refunded() -> None:
     bucket = QuotaBucket(500, 60)
     bucket.consume(0.0, 2.0)
     bucket.adjust(0.0, 1.0 - 2.0)
-    assert bucket.remaining(0.0) == 249.0
+    assert bucket.remaining(0.0) == 49.0
 
 
 def test_refunds_never_raise_the_credit_above_capacity() -> None:
     bucket = QuotaBucket(500, 60)
     bucket.consume(0.0, 2.0)
     bucket.adjust(1.0, -2.0)  # the refill already covered part of it
-    assert bucket.remaining(1.0) == 250.0
+    assert bucket.remaining(1.0) == 50.0
     assert bucket.is_idle(1.0)
 
 
 def test_charges_can_put_the_bucket_in_debt() -> None:
     bucket = QuotaBucket(500, 60)
-    bucket.consume(0.0, 250.0)
+    bucket.consume(0.0, 50.0)
     bucket.adjust(0.0, 10.0)
     assert bucket.remaining(0.0) == -10.0
-    assert bucket.ready_at(0.0, 1.0) == pytest.approx(11 * 0.24)
-    assert bucket.snapshot(0.0).next_unit_in == pytest.approx(11 * 0.24)
+    assert bucket.ready_at(0.0, 1.0) == pytest.approx(11 * 60 / 450)
+    assert bucket.snapshot(0.0).next_unit_in == pytest.approx(11 * 60 / 450)
 
 
 # -- (e) requests that can never fit, and empty ones ------------------------------------
@@ -118,7 +122,7 @@ def test_requests_above_the_quota_never_fit() -> None:
 
 def test_zero_use_is_always_ready() -> None:
     bucket = QuotaBucket(500, 60)
-    bucket.consume(0.0, 250.0)
+    bucket.consume(0.0, 50.0)
     bucket.adjust(0.0, 100.0)
     assert bucket.ready_at(0.0, 0.0) == -INF
 
@@ -130,33 +134,34 @@ def test_a_day_idle_banks_no_more_than_capacity() -> None:
     bucket = QuotaBucket(500, 60)
     bucket.consume(0.0, 100.0)
     assert not bucket.is_idle(10.0)
-    assert bucket.remaining(DAY) == 250.0
+    assert bucket.remaining(DAY) == 50.0
     assert bucket.is_idle(DAY)
     # A day's refill bought one burst, no more: after it the pace applies at once.
-    bucket.consume(DAY, 250.0)
-    assert bucket.ready_at(DAY, 1.0) == pytest.approx(DAY + 0.24)
+    bucket.consume(DAY, 50.0)
+    assert bucket.ready_at(DAY, 1.0) == pytest.approx(DAY + 60 / 450)
 
 
 def test_an_oversized_request_waits_for_a_full_bucket_then_goes_into_debt() -> None:
     bucket = QuotaBucket(500, 60)
-    bucket.consume(0.0, 100.0)  # credit 150
-    assert bucket.ready_at(0.0, 400.0) == pytest.approx(24.0)  # 100 units at 250/60 per second
-    bucket.consume(24.0, 400.0)
-    assert bucket.remaining(24.0) == pytest.approx(-150.0)
-    assert bucket.ready_at(24.0, 1.0) == pytest.approx(24.0 + 151 * 0.24)
+    bucket.consume(0.0, 20.0)  # credit 30 of 50
+    full = 20 / 7.5  # 20 units at 450/60 per second
+    assert bucket.ready_at(0.0, 400.0) == pytest.approx(full)
+    bucket.consume(full, 400.0)
+    assert bucket.remaining(full) == pytest.approx(-350.0)
+    assert bucket.ready_at(full, 1.0) == pytest.approx(full + 351 * 60 / 450)
 
 
 def test_snapshot_reports_the_state() -> None:
     bucket = QuotaBucket(500, 60)
-    bucket.consume(0.0, 250.0)
+    bucket.consume(0.0, 50.0)
     snap = bucket.snapshot(0.0)
-    assert (snap.quota, snap.window, snap.capacity) == (500, 60, 250)
+    assert (snap.quota, snap.window, snap.capacity) == (500, 60, 50)
     assert snap.remaining == 0.0
-    assert snap.outstanding == 250.0
-    assert snap.full_in == pytest.approx(60.0)
-    assert snap.next_unit_in == pytest.approx(0.24)
+    assert snap.outstanding == 50.0
+    assert snap.full_in == pytest.approx(50 / 7.5)
+    assert snap.next_unit_in == pytest.approx(60 / 450)
     fresh = QuotaBucket(500, 60).snapshot(5.0)
-    assert (fresh.remaining, fresh.outstanding, fresh.full_in, fresh.next_unit_in) == (250, 0, 0, 0)
+    assert (fresh.remaining, fresh.outstanding, fresh.full_in, fresh.next_unit_in) == (50, 0, 0, 0)
 
 
 @pytest.mark.parametrize(

@@ -53,11 +53,11 @@ async def test_expected_and_actual_use_are_reconciled(clock: MockClock,
     await send(throttler, {"cost": 2.0}, consumed_quota={"cost": 2.5})
     stats = await throttler.scope_stats("cost")
     assert stats is not None
-    assert stats.quota_remaining == pytest.approx(50.0 - 2.5)  # burst capacity is half the quota
+    assert stats.quota_remaining == pytest.approx(10.0 - 2.5)  # burst capacity is a tenth of the quota
     await send(throttler, {"cost": 4.0}, consumed_quota={"cost": 1.0})
     stats = await throttler.scope_stats("cost")
     assert stats is not None
-    assert stats.quota_remaining == pytest.approx(50.0 - 3.5)
+    assert stats.quota_remaining == pytest.approx(10.0 - 3.5)
 
 
 async def test_a_request_larger_than_the_quota_fails_clearly(clock: MockClock,

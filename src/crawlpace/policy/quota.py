@@ -4,7 +4,7 @@ Pure state plus ``now``: nothing here reads a clock, sleeps or awaits.
 
 The quota is a token bucket. It holds at most ``capacity`` units of credit,
 
-    capacity = quota * min(0.5, 60 / window)
+    capacity = quota * min(0.1, 60 / window)
 
 and refills at ``rate = (quota - capacity) / window`` units per second, so that
 ``capacity + rate * window == quota``. A request of ``use`` units is admitted
@@ -14,9 +14,13 @@ drops below zero, the units admitted within any closed span of ``window``
 seconds are at most the credit at its start plus the refill during it, i.e. at
 most ``quota``.
 
-Short windows may spend half the quota at once; long ones (a daily quota) only
-about a minute's worth, the rest being spread evenly over the window, so that
-the end of the window still has budget however greedy the callers are.
+Short windows may spend a tenth of the quota at once and then run at nine
+tenths of the quota per window; long ones (a daily quota) get only about a
+minute's worth at once and run at nearly the full quota, spread evenly over the
+window, so that the end of the window still has budget however greedy the
+callers are. (A larger burst would cost sustained speed: with half the quota
+as burst, a short window would deliver only half its quota in every window
+after the first.)
 
 Requests larger than ``capacity`` (but within ``quota``) wait for a full bucket
 and then drive the credit negative; the refill pays that debt back before
@@ -108,7 +112,7 @@ class QuotaBucket:
             raise ValueError(f"window must be a finite number > 0, not {window!r}")
         self._quota = quota
         self._window = window
-        self._capacity = quota * min(0.5, 60.0 / window)
+        self._capacity = quota * min(0.1, 60.0 / window)
         self._rate = (quota - self._capacity) / window
         # The credit as of time _at; -inf means "full since forever".
         self._credit = self._capacity
