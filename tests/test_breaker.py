@@ -123,8 +123,19 @@ def test_error_share_must_be_strictly_exceeded() -> None:
         succeed(breaker, float(t))
     fail(breaker, 4.0)  # 1 of 5 = 20 %: not above
     assert breaker.state == CLOSED
-    fail(breaker, 5.0)  # 2 of 6
+    fail(breaker, 5.0)  # 2 of 6: above, but fewer than three failures
+    assert breaker.state == CLOSED
+    fail(breaker, 6.0)  # 3 of 7
     assert breaker.state == OPEN
+
+
+def test_one_failure_among_few_outcomes_does_not_open() -> None:
+    # Right after a pause the window is nearly empty: 1 of 5 is 20 %, but says little.
+    breaker = Breaker(min_requests=5)
+    for t in range(4):
+        succeed(breaker, float(t))
+    fail(breaker, 4.0)
+    assert breaker.state == CLOSED
 
 
 def test_fewer_than_min_requests_never_open() -> None:

@@ -63,7 +63,8 @@ async def test_expected_and_actual_use_are_reconciled(clock: MockClock,
 async def test_a_request_larger_than_the_quota_fails_clearly(clock: MockClock,
                                                              make_throttler: ThrottlerFactory) -> None:
     throttler = make_throttler({**FAST, "THROTTLING_SCOPES": {"cost": {"quota": 10.0}}})
-    with pytest.raises(QuotaError, match=r"expects to use 11 of scope 'cost'.s quota of 10 per 60s"):
+    with pytest.raises(QuotaError, match=r"expects to use 11 quota units of scope 'cost', whose whole "
+                                         r"quota is 10 per 60s"):
         await throttler.acquire(scopes={"cost": 11.0})
 
 
@@ -210,3 +211,17 @@ async def test_errors_in_the_callers_code_do_not_trip_the_breaker(
     stats = await throttler.scope_stats("ok.example")
     assert stats is not None
     assert (stats.errors, stats.breaker, stats.backoff) == (50, "closed", 0)
+
+
+async def test_an_uncounted_probe_outcome_frees_the_probe(clock: MockClock,
+                                                          make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({**FAST, "BACKOFF_HTTP_CODES": []})
+    for _ in range(5):
+        await send(throttler, "flaky.example", 500)
+    # The probe ends in a bug of the caller's code: nothing the breaker counts.
+    with pytest.raises(KeyError):
+        async with throttler.slot(scopes="flaky.example"):
+            raise KeyError("parsing bug")
+    assert clock.now() == 60.0
+    # The next request is the new probe; it must not wait forever.
+    assert await send(throttler, "flaky.example") == 60.0

@@ -11,6 +11,8 @@ __all__ = ["ScopeStats"]
 
 
 def _ms(seconds: float) -> str:
+    if seconds == float("inf"):
+        return "never"
     return f"{seconds * 1000:.0f}ms" if seconds < 10 else f"{seconds:.1f}s"
 
 

@@ -476,8 +476,9 @@ class Throttler:
             return NO_OUTCOME
         builder = self._feedback
         if raw.exception is not None:
-            return Outcome(error=type(raw.exception).__name__, latency=raw.latency,
-                           feedback=builder.for_exception(lease.demands, raw.exception, raw.latency))
+            signals = builder.for_exception(lease.demands, raw.exception, raw.latency)
+            by_name = {name: signal for (name, _use), signal in zip(lease.demands, signals, strict=True)}
+            return self._outcome_of(lease, raw, by_name, error=type(raw.exception).__name__)
         if self._hooks and raw.response is not None:
             return None
         hint = builder.hint(raw.response) if raw.response is not None else None
@@ -505,7 +506,8 @@ class Throttler:
         return self._outcome_of(lease, raw, by_scope)
 
     @staticmethod
-    def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeedback]) -> Outcome:
+    def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeedback],
+                    error: str | None = None) -> Outcome:
         """Line the per-scope feedback up with the lease's scopes."""
         consumed = raw.consumed_quota or {}
         feedback: list[ScopeFeedback] = []
@@ -518,7 +520,7 @@ class Throttler:
                                        signal.pace_for, float(consumed[name]), signal.latency,
                                        signal.status)
             feedback.append(signal)
-        return Outcome(status=raw.status, latency=raw.latency, feedback=tuple(feedback))
+        return Outcome(status=raw.status, error=error, latency=raw.latency, feedback=tuple(feedback))
 
     def _gave_up(self, scopes: tuple[str, ...]) -> None:
         """Tell the hook that the circuit breaker gave ``scopes`` up."""

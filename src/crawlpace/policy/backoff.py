@@ -91,7 +91,7 @@ class Backoff:
         if first >= self.max_delay:
             return 1
         if self.factor <= 1.0:
-            return _LEVEL_LIMIT
+            return 1  # the delay cannot grow: one level reaches all it ever will
         return min(_LEVEL_LIMIT, 1 + math.ceil(math.log(self.max_delay / first, self.factor) - 1e-9))
 
     def _top_level(self, configured: int) -> int:

@@ -5,8 +5,9 @@ Pure state plus ``now``: nothing here reads a clock, sleeps or awaits.
 The breaker has four states:
 
 * ``closed``: requests flow. Outcomes of the last ``window`` seconds are
-  counted; once at least ``min_requests`` of them are known and the failed
-  share is strictly above ``error_share``, the breaker opens.
+  counted; once at least ``min_requests`` of them are known, at least three
+  failed, and the failed share is strictly above ``error_share``, the breaker
+  opens.
 * ``open``: nothing is sent until the pause is over. The switch to
   ``half_open`` is lazy: it happens at the first call whose ``now`` has reached
   the end of the pause.
@@ -45,6 +46,8 @@ __all__ = ["CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "Breaker", "BreakerSnapsho
 
 _log = logging.getLogger(__name__)
 
+# Failures a window must hold before its share can open the breaker.
+_MIN_FAILURES = 3
 # Outcomes remembered for the give-up test, one bit each (1: failed).
 _RECENT = 20
 _RECENT_MASK = (1 << _RECENT) - 1
@@ -223,7 +226,11 @@ class Breaker:
         state = self._state
         if state == CLOSED:
             total, bad = self._total, self._failed
-            if total >= self._min_requests and bad / total > self._error_share:
+            # Three failures at least (fewer only if min_requests asks for fewer): right
+            # after a pause the window is nearly empty, and one failure among five
+            # outcomes says little about a site that fails one request in ten.
+            if total >= self._min_requests and bad / total > self._error_share \
+                    and bad >= min(_MIN_FAILURES, self._min_requests):
                 self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
         elif state == HALF_OPEN and sent_at >= self._half_open_since:
             self._probe_out = False

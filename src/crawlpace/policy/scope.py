@@ -86,8 +86,9 @@ class ThrottlingScopeManager:
         backoff = self.backoff
         if feedback.backoff:
             if backoff.on_backoff(now, generation, base.delay, base.concurrency):
-                logger.info("scope %s: backing off (status %s), level %d: delay %.2fs, concurrency %d",
-                            self.scope, feedback.status, backoff.level, backoff.delay(),
+                cause = "a failed request" if feedback.status is None else f"status {feedback.status}"
+                logger.info("scope %s: backing off after %s, level %d: delay %.2fs, concurrency %d",
+                            self.scope, cause, backoff.level, backoff.delay(),
                             backoff.concurrency(base.concurrency))
         elif feedback.status is not None and not feedback.failed and backoff.on_success(now):
             logger.info("scope %s: recovering, level %d: delay %.2fs", self.scope, backoff.level,
@@ -247,9 +248,9 @@ class ScopePolicy:
         quota = self.quota
         if quota is not None and use > 0.0:
             if not quota.fits(use):
-                raise QuotaError(f"a request expects to use {use:g} of scope {self.scope!r}'s quota of "
-                                 f"{quota.quota:g} per {quota.window:g}s and can never be sent; "
-                                 "lower its expected use or raise the scope's quota")
+                raise QuotaError(f"a request expects to use {use:g} quota units of scope {self.scope!r}, "
+                                 f"whose whole quota is {quota.quota:g} per {quota.window:g}s, so it can "
+                                 "never be sent; lower its expected use or raise the scope's quota")
             when = max(when, quota.ready_at(now, use))
         return when
 
@@ -283,7 +284,9 @@ class ScopePolicy:
                 breaker.on_abandon(sent_at)
             return False
         if feedback.hold is not None and feedback.hold > 0.0:
-            self.hold_until = max(self.hold_until, now + feedback.hold)
+            # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
+            hold = min(feedback.hold, self.config.backoff.max_delay)
+            self.hold_until = max(self.hold_until, now + hold)
         if feedback.pace is not None:
             # The newest announcement of the budget replaces older ones.
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
@@ -305,7 +308,12 @@ class ScopePolicy:
             self.generation = manager.generation
         self.refresh(now)
         gave_up = False
-        if (feedback.status is not None or feedback.failed) and self.config.breaker.enabled:
+        if feedback.status is None and not feedback.failed:
+            # Nothing the breaker counts (say, a bug in the caller's code): if this
+            # was the probe, its slot must free, or the scope would wait forever.
+            if breaker is not None:
+                breaker.on_abandon(sent_at)
+        elif self.config.breaker.enabled:
             if breaker is None:
                 cfg = self.config.breaker
                 breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,

@@ -23,7 +23,7 @@ from .._config import ScopeConfig, Settings
 from .._exceptions import ScopeGivenUp
 from .._scopes import Demand, load_scope_manager
 from ..policy.admission import ScopeState
-from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
+from ..policy.scope import ScopePolicy, ThrottlingScopeManager, ThrottlingScopeManagerProtocol
 from ..policy.signals import ScopeFeedback
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
 
@@ -240,7 +240,8 @@ class MemoryStore:
         except ScopeGivenUp:
             ready = float("inf")
         limits = state.limits
-        backoff = getattr(policy.manager, "backoff", None)
+        manager = policy.manager
+        backoff = manager.backoff if isinstance(manager, ThrottlingScopeManager) else None
         breaker = policy.breaker
         return ScopeSnapshot(
             scope=scope,
