@@ -5,9 +5,9 @@ Pure state plus ``now``: nothing here reads a clock, sleeps or awaits.
 The breaker has four states:
 
 * ``closed``: requests flow. Outcomes of the last ``window`` seconds are
-  counted; once at least ``min_requests`` of them are known, at least three
-  failed, and the failed share is strictly above ``error_share``, the breaker
-  opens.
+  counted; once at least ``min_requests`` of them are known and the failures
+  clearly exceed ``error_share`` of them (by two standard deviations of
+  chance, and at least three failures), the breaker opens.
 * ``open``: nothing is sent until the pause is over. The switch to
   ``half_open`` is lazy: it happens at the first call whose ``now`` has reached
   the end of the pause.
@@ -226,10 +226,7 @@ class Breaker:
         state = self._state
         if state == CLOSED:
             total, bad = self._total, self._failed
-            # Three failures at least (fewer only if min_requests asks for fewer): right
-            # after a pause the window is nearly empty, and one failure among five
-            # outcomes says little about a site that fails one request in ten.
-            if total >= self._min_requests and bad / total > self._error_share \
+            if total >= self._min_requests and bad > self._threshold(total) \
                     and bad >= min(_MIN_FAILURES, self._min_requests):
                 self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
         elif state == HALF_OPEN and sent_at >= self._half_open_since:
@@ -251,6 +248,18 @@ class Breaker:
         return False
 
     # -- internals ---------------------------------------------------------
+
+    def _threshold(self, total: int) -> float:
+        """Failures among ``total`` outcomes that are clearly above the error share.
+
+        The share alone is a poor judge of a small sample: right after a pause
+        the window is nearly empty, and two failures among twenty outcomes of a
+        site that fails one request in ten are chance, not a trend. So the
+        failures must exceed the share by two standard deviations of chance
+        (a binomial count), and number at least three.
+        """
+        share = self._error_share
+        return share * total + 2.0 * math.sqrt(total * share * (1.0 - share))
 
     def _advance(self, now: float) -> None:
         """Turn an open breaker half-open once its pause is over."""
