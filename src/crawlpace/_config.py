@@ -772,8 +772,6 @@ def _parse_scope(check: _Checker, labels: _TreeLabels, name: str | None,
 
 def _parse_breaker(check: _Checker, labels: _TreeLabels, name: str | None,
                    data: Mapping[str, Any], base: BreakerConfig) -> BreakerConfig | None:
-    before = len(check.problems)
-    check.keys(labels.sub("breaker", name), data, _BREAKER_KEYS)
     parsers: dict[str, Callable[[str, object], Any]] = {
         "enabled": check.flag,
         "window": check.window,
@@ -782,17 +780,22 @@ def _parse_breaker(check: _Checker, labels: _TreeLabels, name: str | None,
         "pause": check.seconds,
         "give_up_after": lambda label, v: check.count(label, v, example="5", minimum=0),
     }
-    values = _parse_fields(data, parsers, lambda key: labels.sub("breaker", name, key))
-    if len(check.problems) > before:
-        return None
-    return replace(base, **values)
+    values = _parse_sub(check, labels, "breaker", name, data, _BREAKER_KEYS, parsers)
+    return None if values is None else replace(base, **values)
+
+
+def _parse_sub(check: _Checker, labels: _TreeLabels, section: str, name: str | None,
+               data: Mapping[str, Any], keys: frozenset[str],
+               parsers: Mapping[str, Callable[[str, object], Any]]) -> dict[str, Any] | None:
+    """Check a scope's sub-table (``backoff``, ``breaker``); ``None`` if it had problems."""
+    before = len(check.problems)
+    check.keys(labels.sub(section, name), data, keys)
+    values = _parse_fields(data, parsers, lambda key: labels.sub(section, name, key))
+    return None if len(check.problems) > before else values
 
 
 def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
                    data: Mapping[str, Any], base: BackoffConfig) -> BackoffConfig | None:
-    before = len(check.problems)
-    check.keys(labels.sub("backoff", name), data, _BACKOFF_KEYS)
-    values: dict[str, Any] = {}
     parsers: dict[str, Callable[[str, object], Any]] = {
         "http_codes": check.codes,
         "exceptions": check.exceptions,
@@ -803,9 +806,10 @@ def _parse_backoff(check: _Checker, labels: _TreeLabels, name: str | None,
         "concurrency_factor": lambda label, v: check.number(label, v, example="0.5", positive=True),
         "jitter": check.jitter,
     }
-    values.update(_parse_fields(data, parsers, lambda key: labels.sub("backoff", name, key)))
-    if len(check.problems) > before:
+    values = _parse_sub(check, labels, "backoff", name, data, _BACKOFF_KEYS, parsers)
+    if values is None:
         return None
+    before = len(check.problems)
     merged = {f.name: values.get(f.name, getattr(base, f.name)) for f in fields(BackoffConfig)}
     check.backoff_relations(lambda key: labels.sub("backoff", name, key), merged, labels.source)
     if len(check.problems) > before:

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import contextvars
 import dataclasses
-import importlib
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -25,7 +24,7 @@ from typing import Any
 from ._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Settings
 from ._exceptions import ConfigError
 from ._headers import ServerHint, parse_hints
-from ._scopes import Demand
+from ._scopes import Demand, import_object
 from .policy.signals import ScopeFeedback
 
 __all__ = ["FeedbackBuilder", "ScopeFeedback", "current_context", "update_scope_backoff"]
@@ -58,14 +57,13 @@ def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseExce
         if isinstance(item, type):
             classes.append(item)
             continue
-        module_name, _, attr = item.rpartition(".")
         try:
-            target = getattr(importlib.import_module(module_name), attr)
-        except ImportError:
+            target = import_object(item)
+        except ImportError as exc:
             if item in DEFAULT_BACKOFF_EXCEPTIONS:
                 continue  # a default for an HTTP client that is not installed
-            problems.append(f"{label}: cannot import {item!r} (no module {module_name!r}); install "
-                            "the package that provides it or remove it from the list")
+            problems.append(f"{label}: cannot import {item!r} ({exc}); install the package that "
+                            "provides it or remove it from the list")
             continue
         except (AttributeError, ValueError) as exc:
             problems.append(f"{label}: cannot import {item!r} ({exc}); install the package that "

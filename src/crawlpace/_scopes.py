@@ -29,6 +29,7 @@ __all__ = [
     "ThrottlingManagerProtocol",
     "add_scope",
     "host_scope",
+    "import_object",
     "load_manager",
     "load_scope_manager",
     "normalize_scopes",
@@ -200,15 +201,26 @@ def default_scopes(request: Any) -> ScopesSpec:
     return host_scope(request_url(request))
 
 
+def import_object(path: str) -> Any:
+    """Import ``module.attr`` from a dotted path.
+
+    Raises:
+        ImportError: when the module cannot be imported.
+        AttributeError: when the module has no such attribute.
+        ValueError: when the path has no module part.
+    """
+    module_name, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), attr)
+
+
 def load_manager(path: str) -> ThrottlingManagerProtocol:
     """Import ``THROTTLING_MANAGER``: a class (instantiated without arguments) or an instance.
 
     Raises:
         ConfigError: when the path cannot be imported or names no manager.
     """
-    module_name, _, attr = path.rpartition(".")
     try:
-        target = getattr(importlib.import_module(module_name), attr)
+        target = import_object(path)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError([f"THROTTLING_MANAGER: cannot import {path!r} ({exc}); "
                            "give the import path of a class with an async get_scopes()"]) from exc
@@ -229,9 +241,8 @@ def load_scope_manager(path: str) -> type[Any]:
     Raises:
         ConfigError: when the path cannot be imported or names no scope manager.
     """
-    module_name, _, attr = path.rpartition(".")
     try:
-        target = getattr(importlib.import_module(module_name), attr)
+        target = import_object(path)
     except (ImportError, AttributeError, ValueError) as exc:
         raise ConfigError([f"THROTTLING_SCOPE_MANAGER: cannot import {path!r} ({exc}); give the "
                            "import path of a scope manager class"]) from exc

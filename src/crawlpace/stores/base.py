@@ -71,6 +71,18 @@ class Outcome:
     latency: float | None = None
     feedback: tuple[ScopeFeedback, ...] = ()
 
+    def plain_feedback(self) -> ScopeFeedback | None:
+        """Feedback for a scope when the outcome carries none of its own.
+
+        ``None`` for a release without an outcome; otherwise a failure for an
+        exception or a 5xx, and the status for anything else. Every store
+        applies outcomes given without per-scope feedback this way.
+        """
+        if self.status is None and self.error is None:
+            return None
+        failed = self.error is not None or (self.status is not None and self.status >= 500)
+        return ScopeFeedback(failed=failed, status=self.status)
+
     @property
     def ok(self) -> bool:
         """True for a response below 400 with no exception."""

@@ -86,14 +86,6 @@ class _Scope(ScopeState):
             self.mean_latency = latency if mean is None else mean + _LATENCY_WEIGHT * (latency - mean)
 
 
-def _plain_feedback(outcome: Outcome) -> ScopeFeedback | None:
-    """Feedback for an outcome that came without per-scope feedback."""
-    if outcome.status is None and outcome.error is None:
-        return None  # released without an outcome
-    failed = outcome.error is not None or (outcome.status is not None and outcome.status >= 500)
-    return ScopeFeedback(failed=failed, status=outcome.status)
-
-
 class MemoryStore:
     """Admission state held in a dict, for one process.
 
@@ -190,7 +182,7 @@ class MemoryStore:
         now = self._clock.now()
         scopes = self._scopes
         feedback: tuple[ScopeFeedback | None, ...] = outcome.feedback or (
-            _plain_feedback(outcome),) * len(lease.demands)
+            outcome.plain_feedback(),) * len(lease.demands)
         generations = lease.generations or (0,) * len(lease.demands)
         given_up: list[str] = []
         for (name, use), slot_ready, generation, signal in zip(
