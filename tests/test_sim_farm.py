@@ -12,7 +12,7 @@ import httpx
 import pytest
 
 from crawlpace import ConfigError
-from crawlpace.sim import PROFILES, Farm, SimServer, builtin_farms, parse_farm
+from crawlpace.sim import PROFILES, Farm, ShiftingSite, SimServer, SlowSite, builtin_farms, parse_farm
 from crawlpace.testing import MockClock
 
 TWO_SITES: dict[str, Any] = {"site": [
@@ -201,10 +201,44 @@ def test_a_valid_description_is_read() -> None:
      "site 'shop': window = 0 is too small"),
     ({"site": [{"name": "shop", "profile": "dead", "seed": -1}]}, "site 'shop': seed = -1 is too small"),
     ({"site": [{"name": "x", "profile": "dead"}] * 1001}, "1001 sites is too many"),
+    ({"site": [{"name": "api", "profile": "headers", "limit": 5, "style": "github"}]},
+     "site 'api': style = \"github\" is not an accepted word; set style to one of 'ietf', 'trio', "
+     "'x-ratelimit' (the rate-limit header family)"),
+    ({"site": [{"name": "old", "profile": "slow", "low": 3.0, "high": 2.0}]},
+     "site 'old': high = 2.0 is below low = 3.0; set high to at least low"),
+    ({"site": [{"name": "f", "profile": "flaky", "errors": 0.7, "hangs": 0.7}]},
+     "site 'f': errors = 0.7 and hangs = 0.7 add up to more than 1; lower one of them"),
+    ({"site": [{"name": "m", "profile": "shifting", "base": "dead", "changes": [[1, 2]]}]},
+     "site 'm': base = \"dead\" is not an accepted word; set base to one of 'ratelimit', 'retryafter', "
+     "'headers', 'overload', 'slow'"),
+    ({"site": [{"name": "m", "profile": "shifting", "base": "ratelimit", "changes": [[1, 2]]}]},
+     "site 'm': missing key 'rate' for profile 'shifting'"),
+    ({"site": [{"name": "m", "profile": "shifting", "base": "ratelimit", "rate": 2, "delay": 1,
+                "changes": [[1, 2]]}]},
+     "site 'm': unknown key 'delay' = 1 for profile 'shifting'"),
+    ({"site": [{"name": "m", "profile": "shifting", "base": "ratelimit", "rate": 2,
+                "changes": [[5, 2], [5, 1]]}]},
+     "site 'm': changes = [[5, 2], [5, 1]] has seconds that are negative or not strictly increasing; set "
+     "changes to a list such as [[60, 0.5], [120, 1.0]]"),
+    ({"site": [{"name": "m", "profile": "shifting", "base": "slow", "changes": [[5, 0]]}]},
+     "site 'm': changes = [[5, 0]] has a factor 0 outside (0, 1000]"),
+    ({"site": [{"name": "m", "profile": "shifting", "base": "slow", "changes": []}]},
+     "site 'm': changes = [] is not a list of [seconds, factor] pairs"),
 ])
 def test_invalid_descriptions_are_explained(spec: Any, expected: str) -> None:
     problems = problems_of(spec)
     assert any(expected in problem for problem in problems), problems
+
+
+def test_shifting_sites_are_built_with_their_base_parameters() -> None:
+    farm = Farm({"site": [{"name": "m", "profile": "shifting", "base": "slow", "low": 0.5, "high": 0.5,
+                           "limit": 2, "changes": [[60, 0.5]], "seed": 3}]})
+    spec = farm.spec.sites[0]
+    assert spec.params == {"base": "slow", "low": 0.5, "high": 0.5, "limit": 2, "changes": ((60.0, 0.5),)}
+    site = farm._apps[0]
+    assert isinstance(site, ShiftingSite)
+    assert isinstance(site.inner, SlowSite)
+    assert site.capacity == 4.0
 
 
 def test_every_problem_is_reported_at_once() -> None:
@@ -251,7 +285,7 @@ def test_the_mixed_farm_has_one_site_per_profile() -> None:
     assert "mixed" in builtin_farms()
     farm = Farm.builtin("mixed")
     assert sorted(site.profile for site in farm.spec.sites) == sorted(PROFILES)
-    with pytest.raises(ConfigError, match="use one of: mixed"):
+    with pytest.raises(ConfigError, match="use one of: fairness, headers, mixed"):
         Farm.builtin("nonesuch")
 
 
@@ -267,3 +301,10 @@ async def test_the_mixed_farm_serves(client: httpx.AsyncClient) -> None:
     assert capacities["crawldelay"] == 2.0
     assert capacities["quota"] == 2.0
     assert capacities["dead"] == 0.0
+
+
+@pytest.mark.parametrize("name", ["fairness", "headers", "mixed", "ratelimits", "shifting"])
+def test_every_shipped_farm_is_valid(name: str) -> None:
+    farm = Farm.builtin(name)
+    assert len(farm.spec.sites) >= 3
+    assert all(app.capacity is None or app.capacity >= 0 for app in farm._apps)

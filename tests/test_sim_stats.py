@@ -124,3 +124,38 @@ def test_as_dict_is_json_ready() -> None:
 def test_capacity_must_be_finite_and_not_negative(capacity: float) -> None:
     with pytest.raises(ValueError, match="capacity"):
         SiteStats(capacity)
+
+
+def test_timeline_bins_arrivals_successes_and_refusals_by_second() -> None:
+    stats = SiteStats(2.0)
+    for when, status in ((10.0, 200), (10.5, 429), (11.2, 200), (13.9, 503), (13.95, 500)):
+        stats.arrive(when)
+        stats.depart(when + 0.05, status)
+    timeline = stats.timeline()
+    assert timeline == {"bin": 1.0, "requests": [2, 1, 0, 2], "ok": [1, 1, 0, 0],
+                        "refused": [1, 0, 0, 1], "capacity": [[0.0, 2.0]]}
+    assert stats.as_dict(timeline=True)["timeline"] == timeline
+    assert "timeline" not in stats.as_dict()
+
+
+def test_capacity_is_averaged_over_the_active_period_by_time() -> None:
+    stats = SiteStats(4.0)
+    stats.arrive(0.0)
+    stats.set_capacity(10.0, 2.0)
+    stats.set_capacity(10.0, 2.0)  # no change, not recorded twice
+    stats.set_capacity(15.0, 4.0)
+    stats.arrive(20.0)
+    assert stats.capacity == pytest.approx((10 * 4 + 5 * 2 + 5 * 4) / 20)
+    assert stats.timeline()["capacity"] == [[0.0, 4.0], [10.0, 2.0], [15.0, 4.0]]
+    stats.set_capacity(20.0, None)
+    assert stats.capacity is None
+    with pytest.raises(ValueError, match="capacity"):
+        stats.set_capacity(21.0, -1.0)
+
+
+def test_resets_are_aborted_requests_counted_apart() -> None:
+    stats = SiteStats()
+    for reset in (True, False):
+        stats.arrive(1.0)
+        stats.depart(1.0, None, reset=reset)
+    assert (stats.aborted, stats.resets) == (2, 1)

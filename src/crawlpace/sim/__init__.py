@@ -2,8 +2,9 @@
 
 One asyncio process serves a *farm* of simulated sites, each on its own
 address (127.0.0.2, 127.0.0.3, ...) and each following a *profile*: a rate
-limit, a robots.txt crawl delay, an embargo after ``Retry-After``, overload,
-a rationed quota, or plain downtime. The sites measure their visitors from
+limit, a budget announced in RateLimit headers, a robots.txt crawl delay, an
+embargo after ``Retry-After``, overload, slowness, a rationed quota, errors
+and hangs, plain downtime, or a capacity that shifts during the run. The sites measure their visitors from
 the server side (requests, goodput against capacity, peaks, refusals and
 broken rules), so a crawler's politeness and efficiency can be judged without
 trusting the crawler's own account::
@@ -18,37 +19,39 @@ Nothing here ever listens outside 127.0.0.0/8.
 from __future__ import annotations
 
 from ._farm import Farm, SiteInfo, builtin_farms
+from ._faults import DeadSite, FlakySite
+from ._load import OverloadSite, SlowSite
 from ._pages import PageApp
-from ._profiles import (
-    PROFILES,
-    CrawlDelaySite,
-    DeadSite,
-    OverloadSite,
-    QuotaSite,
-    RateLimitSite,
-    RetryAfterSite,
-)
+from ._profiles import PROFILES
+from ._rates import HEADER_STYLES, CrawlDelaySite, HeadersSite, QuotaSite, RateLimitSite, RetryAfterSite
 from ._server import SimServer, serve
+from ._shifting import SHIFTABLE, ShiftingSite
 from ._site import Site
 from ._spec import FarmSpec, SiteSpec, parse_farm
 from ._stats import SiteStats
 
 __all__ = [
+    "HEADER_STYLES",
     "PROFILES",
+    "SHIFTABLE",
     "CrawlDelaySite",
     "DeadSite",
     "Farm",
     "FarmSpec",
+    "FlakySite",
+    "HeadersSite",
     "OverloadSite",
     "PageApp",
     "QuotaSite",
     "RateLimitSite",
     "RetryAfterSite",
+    "ShiftingSite",
     "SimServer",
     "Site",
     "SiteInfo",
     "SiteSpec",
     "SiteStats",
+    "SlowSite",
     "builtin_farms",
     "parse_farm",
     "serve",

@@ -9,7 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-__all__ = ["ASGIApp", "Headers", "Message", "Receive", "Scope", "Send", "header", "respond"]
+__all__ = ["ASGIApp", "Headers", "Message", "Receive", "ResetConnection", "Scope", "Send", "header",
+           "respond"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -17,6 +18,14 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
+
+
+class ResetConnection(Exception):
+    """Raised by a simulated site to have the server reset the connection instead of answering.
+
+    :class:`~crawlpace.sim.SimServer` aborts the TCP connection, so the client
+    sees a reset with no response; any other ASGI server answers 500.
+    """
 
 
 def header(headers: Iterable[tuple[bytes, bytes]] | None, name: bytes) -> str | None:

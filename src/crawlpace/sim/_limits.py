@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["Embargo", "Spacing", "TokenBucket"]
+__all__ = ["Embargo", "FixedWindow", "Spacing", "TokenBucket"]
 
 
 def _positive(name: str, value: float) -> float:
@@ -61,6 +61,63 @@ class TokenBucket:
             self._level = level - 1.0
             return 0.0
         return (1.0 - level) / self.rate
+
+    def set_rate(self, now: float, rate: float) -> None:
+        """Refill at ``rate`` from ``now`` on, keeping the tokens earned until then."""
+        rate = _positive("rate", rate)
+        if self._stamp is not None:
+            self._level = self.level(now)
+            self._stamp = max(now, self._stamp)
+        self.rate = rate
+
+
+class FixedWindow:
+    """A count of ``limit`` requests per window of ``window`` seconds.
+
+    The first request opens the first window; the next ones follow it back to
+    back, so a window boundary falls every ``window`` seconds after that
+    first request. Refused requests are not counted.
+
+    Args:
+        limit: requests allowed per window, at least 1.
+        window: the window length in seconds.
+    """
+
+    __slots__ = ("_start", "_used", "limit", "window")
+
+    def __init__(self, limit: int, window: float) -> None:
+        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
+            raise ValueError(f"limit must be an integer of at least 1, got {limit!r}")
+        self.limit = limit
+        self.window = _positive("window", window)
+        self._start: float | None = None
+        self._used = 0
+
+    def _roll(self, now: float) -> float:
+        if self._start is None:
+            self._start = now
+        elif now >= self._start + self.window:
+            self._start += math.floor((now - self._start) / self.window) * self.window
+            self._used = 0
+        return self._start
+
+    def take(self, now: float) -> bool:
+        """Count a request at ``now`` if the window has room; return whether it had."""
+        self._roll(now)
+        if self._used >= self.limit:
+            return False
+        self._used += 1
+        return True
+
+    def remaining(self, now: float) -> int:
+        """Requests left in the window holding ``now``."""
+        self._roll(now)
+        return max(self.limit - self._used, 0)
+
+    def reset(self, now: float) -> float:
+        """Seconds from ``now`` until the window holding it ends."""
+        start = self._roll(now)
+        return max(start + self.window - now, 0.0)
 
 
 class Embargo:

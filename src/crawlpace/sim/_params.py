@@ -1,6 +1,10 @@
 """Declared parameters of site profiles, and the checks behind their error messages.
 
-A profile lists its parameters as :class:`Param` values. The same declaration
+A profile lists its parameters as :class:`Param` values. Besides numbers and
+booleans, a parameter may be a *choice* among a few words (``style =
+"ietf"``) or a *schedule*: a list of ``[seconds, factor]`` pairs, the seconds
+strictly increasing, saying from when on a site's capacity is multiplied by
+which factor. The same declaration
 serves two readers: the farm, which turns each bad value in a farm file into a
 line naming the site, the key, the value and the fix, and the profile's own
 constructor, which raises :class:`ValueError` when called directly from Python.
@@ -12,10 +16,34 @@ import math
 from dataclasses import dataclass
 from typing import Literal
 
-__all__ = ["Param", "ParamValue"]
+__all__ = ["MAX_STEPS", "Param", "ParamValue", "Schedule"]
 
-ParamValue = float | int | bool
-Kind = Literal["number", "integer", "boolean"]
+#: A schedule: ``(seconds, factor)`` pairs in increasing order of seconds.
+Schedule = tuple[tuple[float, float], ...]
+ParamValue = float | int | bool | str | Schedule
+Kind = Literal["number", "integer", "boolean", "choice", "schedule"]
+#: The most steps a schedule may hold.
+MAX_STEPS = 1000
+
+
+def _schedule_problem(value: object) -> str | None:
+    if not isinstance(value, list | tuple) or not value:
+        return "is not a list of [seconds, factor] pairs"
+    if len(value) > MAX_STEPS:
+        return f"has more than {MAX_STEPS} steps"
+    previous = -math.inf
+    for step in value:
+        if (not isinstance(step, list | tuple) or len(step) != 2
+                or any(isinstance(x, bool) or not isinstance(x, int | float) or not math.isfinite(x)
+                       for x in step)):
+            return f"has a step {step!r} that is not a pair of finite numbers"
+        seconds, factor = step
+        if seconds < 0 or seconds <= previous:
+            return "has seconds that are negative or not strictly increasing"
+        if not 0 < factor <= 1000:
+            return f"has a factor {factor!r} outside (0, 1000]"
+        previous = seconds
+    return None
 
 
 @dataclass(frozen=True, slots=True)
@@ -24,12 +52,14 @@ class Param:
 
     Attributes:
         name: the key in a farm file and the keyword of the constructor.
-        kind: ``"number"`` (int or float, read as float), ``"integer"`` or ``"boolean"``.
+        kind: ``"number"`` (int or float, read as float), ``"integer"``,
+            ``"boolean"``, ``"choice"`` (one of ``choices``) or ``"schedule"``.
         help: what the value means, with its unit, in a few words.
         default: the value when the key is absent; None makes the key required.
         low: the smallest allowed value, if any.
         above: the value must be strictly greater than ``low``.
         high: the largest allowed value, if any.
+        choices: the accepted words of a ``"choice"`` parameter.
     """
 
     name: str
@@ -39,6 +69,7 @@ class Param:
     low: float | None = None
     above: bool = False
     high: float | None = None
+    choices: tuple[str, ...] = ()
 
     @property
     def required(self) -> bool:
@@ -49,6 +80,10 @@ class Param:
         """Describe an acceptable value, such as ``a number > 0 (requests per second)``."""
         if self.kind == "boolean":
             return f"true or false ({self.help})"
+        if self.kind == "choice":
+            return f"one of {', '.join(map(repr, self.choices))} ({self.help})"
+        if self.kind == "schedule":
+            return f"a list such as [[60, 0.5], [120, 1.0]] ({self.help})"
         bounds = []
         if self.low is not None:
             bounds.append(f"{'>' if self.above else '>='} {self.low:g}")
@@ -62,6 +97,10 @@ class Param:
         """Say what is wrong with ``value``, or return None when it is acceptable."""
         if self.kind == "boolean":
             return None if isinstance(value, bool) else "is not true or false"
+        if self.kind == "choice":
+            return None if value in self.choices and isinstance(value, str) else "is not an accepted word"
+        if self.kind == "schedule":
+            return _schedule_problem(value)
         if isinstance(value, bool) or not isinstance(value, int | float):
             return f"is not {'an integer' if self.kind == 'integer' else 'a number'}"
         if self.kind == "integer" and not isinstance(value, int):
@@ -74,11 +113,15 @@ class Param:
             return "is too large"
         return None
 
-    def convert(self, value: ParamValue) -> ParamValue:
-        """Give an accepted value its canonical type (numbers become floats)."""
-        if self.kind == "number":
+    def convert(self, value: object) -> ParamValue:
+        """Give an accepted value its canonical type (numbers become floats, schedules tuples)."""
+        if self.kind == "number" and isinstance(value, int | float):
             return float(value)
-        return value
+        if self.kind == "schedule" and isinstance(value, list | tuple):
+            return tuple((float(seconds), float(factor)) for seconds, factor in value)
+        if isinstance(value, int | float | str):
+            return value
+        raise TypeError(f"{self.name}: cannot convert {value!r}")
 
     def validate(self, value: object) -> ParamValue:
         """Check and convert a value given to a constructor.
@@ -87,7 +130,33 @@ class Param:
             ValueError: naming the parameter, the value and what is expected.
         """
         problem = self.problem(value)
-        if problem is not None or not isinstance(value, int | float):  # bool is an int
+        if problem is not None:
             raise ValueError(f"{self.name} = {value!r} {problem or 'is not valid'}: "
                              f"expected {self.expected()}")
         return self.convert(value)
+
+    def number(self, value: object) -> float:
+        """:meth:`validate` a number parameter and return it as a float."""
+        checked = self.validate(value)
+        assert isinstance(checked, int | float)
+        return float(checked)
+
+    def integer(self, value: object) -> int:
+        """:meth:`validate` an integer parameter."""
+        checked = self.validate(value)
+        assert isinstance(checked, int)
+        return int(checked)
+
+    def flag(self, value: object) -> bool:
+        """:meth:`validate` a boolean parameter."""
+        return bool(self.validate(value))
+
+    def word(self, value: object) -> str:
+        """:meth:`validate` a choice parameter."""
+        return str(self.validate(value))
+
+    def schedule(self, value: object) -> Schedule:
+        """:meth:`validate` a schedule parameter."""
+        checked = self.validate(value)
+        assert isinstance(checked, tuple)
+        return checked

@@ -17,7 +17,8 @@ Misbehaving clients are expected, not exceptional. A client that goes away
 mid-request, sends a malformed head or lets the read timeout run out costs a
 DEBUG log line and its connection, never an ERROR or a traceback. Only an
 exception raised by the application itself is logged at ERROR, and answered
-with 500.
+with 500, except :class:`ResetConnection`, with which a site asks for the
+connection to be reset without an answer.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ import ipaddress
 import logging
 from dataclasses import dataclass
 
-from ._asgi import ASGIApp, Headers, Message, Scope
+from ._asgi import ASGIApp, Headers, Message, ResetConnection, Scope
 from ._http import END_OF_HEAD, BadRequest, RequestHead, encode_response, error_response, parse_head
 
 __all__ = ["MAX_HEADER_BYTES", "READ_TIMEOUT", "SimServer", "check_loopback", "serve"]
@@ -260,7 +261,12 @@ class SimServer:
                 exc.status, [(b"content-type", b"text/plain; charset=utf-8"), *exc.headers], body,
                 head_only=False, keep_alive=False, http_version="1.1"))
             return False
-        status, headers, body = await self._run(head, client)
+        answer = await self._run(head, client)
+        if answer is None:
+            _log.debug("%s %s %s -> connection reset", client, head.method, head.path)
+            writer.transport.abort()
+            return False
+        status, headers, body = answer
         _log.debug("%s %s %s -> %d", client, head.method, head.path, status)
         await self._write(writer, encode_response(status, headers, body, head_only=head.method == "HEAD",
                                                    keep_alive=head.keep_alive,
@@ -288,11 +294,13 @@ class SimServer:
         }
 
     async def _run(self, head: RequestHead,
-                   client: tuple[str, int] | None) -> tuple[int, Headers, bytes]:
-        """Run the application on one request and return its whole response."""
+                   client: tuple[str, int] | None) -> tuple[int, Headers, bytes] | None:
+        """Run the application on one request; return its whole response, None to reset."""
         exchange = _Exchange()
         try:
             await self.app(self._scope(head, client), exchange.receive, exchange.send)
+        except ResetConnection:
+            return None
         except Exception:
             _log.exception("the application failed on %s %s", head.method, head.path)
             return error_response(500)

@@ -21,11 +21,11 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 from http import HTTPStatus
 from typing import ClassVar, TypedDict
 
-from ._asgi import Message, Receive, Scope, Send, header, respond
+from ._asgi import Message, Receive, ResetConnection, Scope, Send, header, respond
 from ._limits import Embargo
 from ._pages import PageApp
 from ._params import Param
@@ -102,9 +102,9 @@ class Site:
 
     def __init__(self, *, pages: int = 50, links: int = 3, tolerance: float = 0.01,
                  clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
-        self.pages = int(_PAGES.validate(pages))
-        self.links = int(_LINKS.validate(links))
-        self.tolerance = float(_TOLERANCE.validate(tolerance))
+        self.pages = _PAGES.integer(pages)
+        self.links = _LINKS.integer(links)
+        self.tolerance = _TOLERANCE.number(tolerance)
         self.clock = clock
         self.rng = random.Random(0) if rng is None else rng
         self.stats = SiteStats(self.capacity)
@@ -115,6 +115,20 @@ class Site:
     def params(cls) -> tuple[Param, ...]:
         """Every parameter the profile accepts, common ones first."""
         return COMMON_PARAMS + cls.PARAMS
+
+    @classmethod
+    def extra_params(cls, entry: Mapping[str, object]) -> tuple[Param, ...]:
+        """Parameters that depend on other keys of a farm entry; none for most profiles."""
+        return ()
+
+    @classmethod
+    def conflict(cls, params: Mapping[str, object]) -> str | None:
+        """Say what is wrong with a combination of parameters valid one by one, or None.
+
+        Farm files are checked with it before any site is built, so the
+        problem is reported with the others instead of failing the build.
+        """
+        return None
 
     @property
     def capacity(self) -> float | None:
@@ -145,17 +159,21 @@ class Site:
                     self.embargo.extend(self.clock(), wait)
             await send(message)
 
+        reset = False
         try:
             if scope.get("path") == "/robots.txt" and not self.gates_robots:
                 await self.content(scope, receive, watch)
             else:
                 await self.handle(scope, receive, watch, now)
+        except ResetConnection:
+            reset = True
+            raise
         except Exception:
             if status is None:
                 status = 500  # what the server will answer
             raise
         finally:
-            self.stats.depart(self.clock(), status)
+            self.stats.depart(self.clock(), status, reset=reset)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Answer a request other than robots.txt; profiles override this.
@@ -168,9 +186,18 @@ class Site:
         """
         await self.content(scope, receive, send)
 
-    async def refuse(self, send: Send, status: int, retry_after: float | None = None) -> None:
-        """Turn a request away with ``status``, announcing ``Retry-After`` when given."""
-        headers = [] if retry_after is None else [(b"retry-after", retry_after_value(retry_after))]
+    async def refuse(self, send: Send, status: int, retry_after: float | None = None, *,
+                     headers: Iterable[tuple[bytes, bytes]] = ()) -> None:
+        """Turn a request away with ``status``, announcing ``Retry-After`` when given.
+
+        Args:
+            send: the ASGI send callable.
+            status: the status to answer with.
+            retry_after: seconds to announce in ``Retry-After``, if any.
+            headers: further header pairs, lower-case names.
+        """
+        extra = [] if retry_after is None else [(b"retry-after", retry_after_value(retry_after))]
+        headers = [*headers, *extra]
         try:
             reason = HTTPStatus(status).phrase
         except ValueError:

@@ -91,7 +91,7 @@ def _unknown(key: str, accepted: list[str]) -> str:
 
 def _check_param(label: str, param: Param, value: object, problems: list[str]) -> ParamValue | None:
     problem = param.problem(value)
-    if problem is None and isinstance(value, int | float):
+    if problem is None:
         return param.convert(value)
     problems.append(f"{label}: {param.name} = {_show(value)} {problem or 'is not valid'}; "
                     f"set {param.name} to {param.expected()}")
@@ -126,7 +126,8 @@ def _check_site(index: int, entry: object, seen: dict[str, str], problems: list[
         problems.append(f"{label}: profile = {_show(profile)} is not a known profile{hint}; "
                         f"set profile to one of: {profiles}")
         return None
-    known = {param.name: param for param in PROFILES[profile].params()}
+    cls = PROFILES[profile]
+    known = {param.name: param for param in (*cls.params(), *cls.extra_params(entry))}
     known[_SEED.name] = _SEED
     before = len(problems)
     params: dict[str, ParamValue] = {}
@@ -140,14 +141,18 @@ def _check_site(index: int, entry: object, seen: dict[str, str], problems: list[
                             f"{_unknown(str(key), [*known, 'name', 'profile'])}")
             continue
         checked = _check_param(label, param, value, problems)
-        if checked is not None and param is _SEED:
-            seed = int(checked)
+        if isinstance(checked, int) and param is _SEED:
+            seed = checked
         elif checked is not None:
             params[param.name] = checked
     for param in known.values():
         if param.required and param.name not in entry:
             problems.append(f"{label}: missing key {param.name!r} for profile {profile!r}; "
                             f"add {param.name}, {param.expected()}")
+    if len(problems) == before:
+        conflict = cls.conflict(params)
+        if conflict:
+            problems.append(f"{label}: {conflict}")
     if len(problems) > before or not isinstance(name, str):
         return None
     return SiteSpec(name=name, profile=profile, params=params, seed=seed)
@@ -176,7 +181,7 @@ def parse_farm(spec: Mapping[str, Any]) -> FarmSpec:
     port = 0
     if "port" in spec:
         checked = _check_param("farm", _PORT, spec["port"], problems)
-        port = 0 if checked is None else int(checked)
+        port = checked if isinstance(checked, int) else 0
     entries = spec.get("site")
     if entries is None or (isinstance(entries, list) and not entries):
         problems.append("farm: no sites; add at least one [[site]] table with a name and a profile")

@@ -20,10 +20,21 @@ import math
 from collections import Counter, deque
 from typing import Any
 
-__all__ = ["WINDOW", "SiteStats"]
+__all__ = ["BIN", "MAX_BINS", "WINDOW", "SiteStats"]
 
 #: The length, in seconds, of the sliding window behind ``peak_per_second``.
 WINDOW = 1.0
+#: The width, in seconds, of one bin of the timeline kept for plots.
+BIN = 1.0
+#: The most timeline bins kept (a week of seconds); later events go in the last bin.
+MAX_BINS = 7 * 86400
+
+
+def _bin(bins: list[int], index: int) -> None:
+    index = min(index, MAX_BINS - 1)
+    if index >= len(bins):
+        bins.extend([0] * (index + 1 - len(bins)))
+    bins[index] += 1
 
 
 class SiteStats:
@@ -33,12 +44,17 @@ class SiteStats:
     response is settled, with the times they happened. Times are expected not
     to go backwards; one that does is treated as the latest time seen.
 
+    Alongside the totals it keeps a timeline in bins of :data:`BIN` seconds
+    from the first arrival: arrivals, 200s and refusals (429 and 503) per
+    bin, and every change of capacity, which is what a plot of the run needs.
+
     Args:
         capacity: the successful requests per second the site can serve at
             best, when the profile defines it; None otherwise.
 
     Attributes:
-        capacity: as given.
+        capacity: the capacity averaged over the active period, weighted by
+            time (see :meth:`set_capacity`); as given while it never changed.
         requests: requests that arrived.
         inflight: requests arrived and not yet departed.
         peak_inflight: the most requests ever in flight at once.
@@ -47,14 +63,16 @@ class SiteStats:
         first: arrival time of the first request, None before any.
         last: arrival time of the latest request, None before any.
         statuses: responses per status code.
-        aborted: requests that ended without any response (cancelled).
+        aborted: requests that ended without any response (cancelled, or
+            the connection was reset on purpose).
+        resets: of those, connections the site reset on purpose.
         violations: broken rules per kind (``"crawl_delay"``, ``"retry_after"``...).
     """
 
     def __init__(self, capacity: float | None = None) -> None:
         if capacity is not None and not (math.isfinite(capacity) and capacity >= 0):
             raise ValueError(f"capacity must be a finite number >= 0 or None, got {capacity!r}")
-        self.capacity = capacity
+        self._capacities: list[tuple[float | None, float | None]] = [(None, capacity)]
         self.requests = 0
         self.inflight = 0
         self.peak_inflight = 0
@@ -63,8 +81,38 @@ class SiteStats:
         self.last: float | None = None
         self.statuses: Counter[int] = Counter()
         self.aborted = 0
+        self.resets = 0
         self.violations: Counter[str] = Counter()
         self._recent: deque[float] = deque()
+        self._arrivals: list[int] = []
+        self._ok: list[int] = []
+        self._refused: list[int] = []
+
+    @property
+    def capacity(self) -> float | None:
+        """The capacity over the active period, weighted by time; None when undefined."""
+        changes = self._capacities
+        if len(changes) == 1 or self.first is None or self.last is None or self.last <= self.first:
+            return changes[-1][1]
+        total = 0.0
+        for index, (start, value) in enumerate(changes):
+            if value is None:
+                return None
+            begin = self.first if start is None else max(start, self.first)
+            end = changes[index + 1][0] if index + 1 < len(changes) else self.last
+            assert end is not None
+            total += value * max(min(end, self.last) - begin, 0.0)
+        return total / (self.last - self.first)
+
+    def set_capacity(self, now: float, capacity: float | None) -> None:
+        """Record that from ``now`` on the site can serve ``capacity`` per second."""
+        if capacity is not None and not (math.isfinite(capacity) and capacity >= 0):
+            raise ValueError(f"capacity must be a finite number >= 0 or None, got {capacity!r}")
+        if capacity != self._capacities[-1][1]:
+            self._capacities.append((now, capacity))
+
+    def _index(self, now: float) -> int:
+        return 0 if self.first is None else max(int((now - self.first) / BIN), 0)
 
     def arrive(self, now: float) -> None:
         """Record a request arriving at ``now``."""
@@ -83,17 +131,26 @@ class SiteStats:
         while recent[0] <= now - WINDOW:
             recent.popleft()
         self.peak_per_second = max(self.peak_per_second, len(recent))
+        _bin(self._arrivals, self._index(now))
 
-    def depart(self, now: float, status: int | None) -> None:
+    def depart(self, now: float, status: int | None, *, reset: bool = False) -> None:
         """Record that a request was answered with ``status`` (None: it never was).
 
-        ``now`` is accepted for symmetry and future measures; nothing uses it yet.
+        Args:
+            now: when the answer went out; places it on the timeline.
+            status: the status sent, None when no response was sent.
+            reset: the site reset the connection on purpose instead of answering.
         """
         self.inflight = max(self.inflight - 1, 0)
         if status is None:
             self.aborted += 1
+            self.resets += reset
         else:
             self.statuses[status] += 1
+            if status == 200:
+                _bin(self._ok, self._index(now))
+            elif status in (429, 503):
+                _bin(self._refused, self._index(now))
 
     def violation(self, kind: str, count: int = 1) -> None:
         """Count ``count`` breaches of the rule called ``kind``."""
@@ -134,13 +191,37 @@ class SiteStats:
             return None
         return goodput / self.capacity
 
-    def as_dict(self) -> dict[str, Any]:
-        """The figures as a JSON-ready dict (string keys, numbers, None)."""
-        return {
+    def timeline(self) -> dict[str, Any]:
+        """The run second by second, as a JSON-ready dict.
+
+        ``bin`` is the bin width in seconds; ``requests``, ``ok`` and
+        ``refused`` are counts per bin from the first arrival, all of one
+        length; ``capacity`` lists ``[seconds from the first arrival,
+        capacity]`` at the start and at each change.
+        """
+        length = max(len(self._arrivals), len(self._ok), len(self._refused))
+        first = self.first
+
+        def pad(bins: list[int]) -> list[int]:
+            return bins + [0] * (length - len(bins))
+
+        capacity = [[0.0 if start is None or first is None else max(start - first, 0.0), value]
+                    for start, value in self._capacities]
+        return {"bin": BIN, "requests": pad(self._arrivals), "ok": pad(self._ok),
+                "refused": pad(self._refused), "capacity": capacity}
+
+    def as_dict(self, *, timeline: bool = False) -> dict[str, Any]:
+        """The figures as a JSON-ready dict (string keys, numbers, None).
+
+        Args:
+            timeline: add ``"timeline"`` (see :meth:`timeline`).
+        """
+        figures = {
             "requests": self.requests,
             "ok": self.ok,
             "throttled": self.throttled,
             "aborted": self.aborted,
+            "resets": self.resets,
             "statuses": {str(status): count for status, count in sorted(self.statuses.items())},
             "violations": sum(self.violations.values()),
             "violation_kinds": dict(sorted(self.violations.items())),
@@ -154,6 +235,9 @@ class SiteStats:
             "capacity": self.capacity,
             "goodput_ratio": self.goodput_ratio,
         }
+        if timeline:
+            figures["timeline"] = self.timeline()
+        return figures
 
     def __repr__(self) -> str:
         return (f"<SiteStats requests={self.requests} ok={self.ok} throttled={self.throttled} "
