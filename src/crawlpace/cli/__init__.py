@@ -37,6 +37,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="end with one line of JSON holding every figure")
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated latencies")
 
+    from . import sim
+
+    sim.add_parser(sub, common)
+
     check = sub.add_parser("check", parents=[common],
                            help="validate a TOML settings file and print what it means")
     check.add_argument("config", help="path to a crawlpace TOML file")
@@ -97,8 +101,15 @@ def main(argv: Sequence[str] | None = None) -> int:
             return _cmd_demo(args)
         if args.command == "check":
             return _cmd_check(args)
+        if args.command == "sim":
+            from . import sim
+
+            return sim.run(args)
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
+        return EXIT_BAD_SETTINGS
+    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+        print(f"crawlpace: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     return 1  # pragma: no cover - argparse rejects unknown commands
 

@@ -27,6 +27,7 @@ from typing import Any, TypedDict, Unpack
 
 from .._exceptions import ConfigError
 from ._control import ControlApp
+from ._plot import write_plot
 from ._server import READ_TIMEOUT, SimServer
 from ._site import Site
 from ._spec import FarmSpec, build_site, parse_farm
@@ -202,10 +203,24 @@ class Farm:
         """The control server's base URL, None when it is not running."""
         return None if self._control is None else self._control.url
 
-    def stats(self) -> dict[str, dict[str, Any]]:
-        """Every site's statistics (see :class:`SiteStats`), with its profile and URL, by name."""
-        return {info.name: {"profile": info.profile, "url": info.url, **info.app.stats.as_dict()}
+    def stats(self, *, timeline: bool = False) -> dict[str, dict[str, Any]]:
+        """Every site's statistics (see :class:`SiteStats`), with its profile and URL, by name.
+
+        Args:
+            timeline: add each site's second-by-second ``"timeline"``, what
+                :func:`write_plot` draws.
+        """
+        return {info.name: {"profile": info.profile, "url": info.url,
+                            **info.app.stats.as_dict(timeline=timeline)}
                 for info in self._sites}
+
+    def write_plot(self, path: str | os.PathLike[str]) -> None:
+        """Draw every site's request rate over time into a PNG (needs matplotlib).
+
+        Raises:
+            PlotUnavailable: when matplotlib is not installed.
+        """
+        write_plot(self.stats(timeline=True), path)
 
     async def start(self) -> None:
         """Bind every site (and the control server) and start serving.

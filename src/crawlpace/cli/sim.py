@@ -1,0 +1,125 @@
+"""``crawlpace sim``: serve a farm of simulated sites until stopped, then report what they saw."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import json
+import signal
+import time
+from pathlib import Path
+from typing import Any
+
+from ..sim import Farm, builtin_farms
+from ..sim._plot import PlotUnavailable, write_plot
+from ..sim._report import render_table, totals
+
+__all__ = ["QUICK_SECONDS", "add_parser", "load_farm", "run"]
+
+#: How long ``--quick`` serves when no ``--duration`` is given.
+QUICK_SECONDS = 5.0
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Declare the ``sim`` subcommand and its options."""
+    sim = sub.add_parser(
+        "sim", parents=[common], help="serve simulated sites with hidden limits on loopback",
+        description="Serve a farm of simulated sites, one loopback address each, until Ctrl-C, SIGTERM "
+                    "or --duration; then print what each site saw and write it as JSON.")
+    sim.add_argument("farm", nargs="?", default="mixed",
+                     help="a farm TOML file, or the name of a shipped farm (default: mixed)")
+    sim.add_argument("--list", action="store_true", help="list the shipped farms and exit")
+    sim.add_argument("--port", type=int, default=None, help="the port every site shares (default: free)")
+    sim.add_argument("--control-port", type=int, default=0,
+                     help="port of the JSON control server on 127.0.0.1 (default: free)")
+    sim.add_argument("--duration", type=float, default=None, help="stop after this many seconds")
+    sim.add_argument("--quick", action="store_true", help=f"stop after {QUICK_SECONDS:g} s")
+    sim.add_argument("--output", default="crawlpace-sim.json",
+                     help="file for the final figures, with timelines (default: %(default)s; '' for none)")
+    sim.add_argument("--plot", default=None, metavar="PNG", help="also draw each site's rate over time")
+    sim.add_argument("--urls", default=None, metavar="FILE",
+                     help="write every page URL of every site to FILE, one per line, to crawl")
+    sim.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
+
+
+def load_farm(name: str, port: int | None = None) -> Farm:
+    """A farm from a TOML file, or a shipped farm by name when no such file exists."""
+    path = Path(name)
+    if not path.exists() and name in builtin_farms():
+        return Farm.builtin(name, port=port, control=True)
+    if not path.exists() and not name.endswith(".toml"):
+        raise FileNotFoundError(f"no farm file {name!r} and no shipped farm of that name; "
+                                f"shipped farms: {', '.join(builtin_farms())}")
+    return Farm.from_toml(path, port=port, control=True)
+
+
+def _describe(farm: Farm) -> str:
+    lines = [f"{'site':<14}{'profile':<12}{'url':<26}capacity/s"]
+    for site in farm.sites:
+        capacity = site.app.capacity
+        lines.append(f"{site.name:<14}{site.profile:<12}{site.url:<26}"
+                     f"{'-' if capacity is None else f'{capacity:g}'}")
+    lines.append(f"live figures: {farm.control_url}/stats   sites: {farm.control_url}/sites")
+    return "\n".join(lines)
+
+
+def _page_urls(farm: Farm) -> list[str]:
+    return [f"{site.url}/page/{number}" for site in farm.sites for number in range(1, site.app.pages + 1)]
+
+
+async def _serve(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], float]:
+    """Serve until stopped; return every site's figures, with timelines, and the seconds served."""
+    farm = load_farm(args.farm, args.port)
+    duration = args.duration if args.duration is not None else QUICK_SECONDS if args.quick else None
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    async with farm:
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(signum, stop.set)
+        print(f"crawlpace sim: {len(farm.sites)} sites of farm {args.farm!r}"
+              f"{'' if farm.aliases else ' (no loopback aliases: one port per site on 127.0.0.1)'}")
+        print(_describe(farm), flush=True)
+        if args.urls:
+            text = "\n".join(_page_urls(farm)) + "\n"
+            await asyncio.to_thread(Path(args.urls).write_text, text, "utf-8")
+            print(f"page URLs written to {args.urls}")
+        print("serving; Ctrl-C or SIGTERM stops and prints the table"
+              + (f" (stopping by itself after {duration:g} s)" if duration is not None else ""), flush=True)
+        started = time.monotonic()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(duration):
+                await stop.wait()
+        for signum in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(signum)
+        return farm.stats(timeline=True), time.monotonic() - started
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``crawlpace sim`` with parsed arguments; return the exit status."""
+    if args.list:
+        for name in builtin_farms():
+            farm = Farm.builtin(name)
+            print(f"{name}: " + ", ".join(f"{site.name} ({site.profile})" for site in farm.spec.sites))
+        return 0
+    report, served = asyncio.run(_serve(args))
+    print()
+    print(render_table(report))
+    if args.output:
+        saved = {"farm": args.farm, "served_seconds": served, "sites": report}
+        Path(args.output).write_text(json.dumps(saved, indent=1) + "\n", encoding="utf-8")
+        print(f"figures written to {args.output}")
+    if args.plot:
+        try:
+            write_plot(report, args.plot, title=f"crawlpace sim: farm {args.farm}")
+            print(f"plot written to {args.plot}")
+        except PlotUnavailable as exc:
+            print(f"no plot: {exc}")
+    if args.json:
+        figures = {name: {key: value for key, value in site.items() if key != "timeline"}
+                   for name, site in report.items()}
+        print(json.dumps({"farm": args.farm, "served_seconds": round(served, 3), "totals": totals(report),
+                          "sites": figures}, sort_keys=True))
+    return 0
