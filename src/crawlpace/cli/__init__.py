@@ -37,8 +37,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="end with one line of JSON holding every figure")
     demo.add_argument("--seed", type=int, default=7, help="seed of the simulated latencies")
 
-    from . import sim
+    from . import crawl, sim
 
+    crawl.add_parser(sub, common)
     sim.add_parser(sub, common)
 
     check = sub.add_parser("check", parents=[common],
@@ -105,6 +106,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import sim
 
             return sim.run(args)
+        if args.command == "crawl":
+            from . import crawl
+
+            return crawl.run(args)
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS

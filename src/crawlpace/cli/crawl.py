@@ -1,0 +1,148 @@
+"""``crawlpace crawl``: fetch a list of URLs politely, one JSON line per URL."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import dataclasses
+import json
+import signal
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any, TextIO
+
+from .._config import Settings
+from .._exceptions import ConfigError
+from ..crawl import CrawlJob, CrawlOptions, CrawlSummary
+from ..crawl._display import live_view, render_summary
+from ..crawl._options import DEFAULT_USER_AGENT
+
+__all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "run"]
+
+#: Exit status when some URL got no final answer.
+EXIT_INCOMPLETE = 1
+#: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
+EXIT_INTERRUPTED = 130
+#: URLs crawled at most with ``--quick``.
+QUICK_URLS = 100
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Declare the ``crawl`` subcommand and its options."""
+    crawl = sub.add_parser(
+        "crawl", parents=[common], help="fetch a list of URLs as fast as each site allows",
+        description="Fetch every URL of a list through the throttler and write one JSON line per URL. "
+                    "Exit status: 0 when every URL got a final answer, 1 when some did not, 130 when "
+                    "interrupted, 3 for invalid settings.")
+    crawl.add_argument("urls", help="file of URLs, one per line ('-' for standard input)")
+    crawl.add_argument("-o", "--output", required=True, help="JSON Lines file for the results")
+    crawl.add_argument("--config", help="crawlpace TOML settings file")
+    crawl.add_argument("--resume", action="store_true",
+                       help="continue the crawl recorded next to --output after a crash or Ctrl-C")
+    crawl.add_argument("--rampup", action="store_true", help="turn rampup on for every host")
+    crawl.add_argument("--concurrency", type=int, help="requests in flight at once over all hosts "
+                       "(CONCURRENT_REQUESTS, default 16)")
+    crawl.add_argument("--per-host", type=int, help="requests in flight at once per host "
+                       "(CONCURRENT_REQUESTS_PER_DOMAIN, default 1)")
+    crawl.add_argument("--delay", type=float, help="seconds between requests to one host (DOWNLOAD_DELAY, "
+                       "default 1)")
+    crawl.add_argument("--user-agent", default=None, help=f"user agent (default: {DEFAULT_USER_AGENT})")
+    crawl.add_argument("--retries", type=int, default=3, help="resends after a backoff answer (default 3)")
+    crawl.add_argument("--timeout", type=float, default=10.0, help="seconds to connect and per read "
+                       "(default 10)")
+    crawl.add_argument("--no-robots", action="store_true", help="neither fetch nor obey robots.txt")
+    crawl.add_argument("--state", help="journal file (default: OUTPUT.state)")
+    crawl.add_argument("--quiet", action="store_true", help="no live display")
+    crawl.add_argument("--quick", action="store_true", help=f"crawl only the first {QUICK_URLS} URLs")
+    crawl.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
+
+
+def build_settings(args: argparse.Namespace) -> Settings:
+    """The settings file (or defaults) with the command line's overrides applied.
+
+    Raises:
+        ConfigError: naming the option and the value for an invalid override.
+    """
+    settings = Settings.from_toml(args.config) if args.config else Settings()
+    defaults = settings.scope_defaults
+    changes: dict[str, Any] = {}
+    if args.per_host is not None:
+        changes["concurrency"] = args.per_host
+    if args.delay is not None:
+        changes["delay"] = args.delay
+        changes["delay_per_slot"] = min(defaults.delay_per_slot, args.delay) if args.delay else 0.0
+    if args.rampup:
+        changes["rampup"] = True
+    try:
+        if changes:
+            defaults = dataclasses.replace(defaults, **changes)
+        scopes = ({name: dataclasses.replace(cfg, rampup=True) for name, cfg in settings.scopes.items()}
+                  if args.rampup else settings.scopes)
+        total = args.concurrency if args.concurrency is not None else settings.concurrent_requests
+        return dataclasses.replace(settings, concurrent_requests=total, scope_defaults=defaults,
+                                   scopes=scopes)
+    except ConfigError as exc:
+        flags = {"concurrency": "--per-host", "delay": "--delay", "concurrent_requests": "--concurrency"}
+        raise ConfigError([_name_flag(problem, flags) for problem in exc.problems]) from None
+
+
+def _name_flag(problem: str, flags: dict[str, str]) -> str:
+    for key, flag in flags.items():
+        if f".{key}:" in problem or problem.startswith(f"{key}:") or f".{key} " in problem:
+            return f"{flag}: {problem}"
+    return problem
+
+
+def _read_urls(source: str, limit: int | None) -> Iterator[str]:
+    handle: TextIO
+    with contextlib.ExitStack() as stack:
+        if source == "-":
+            handle = sys.stdin
+        else:
+            handle = stack.enter_context(Path(source).open(encoding="utf-8", errors="replace"))
+        for count, line in enumerate(handle):
+            if limit is not None and count >= limit:
+                break
+            yield line
+
+
+async def _crawl(job: CrawlJob, urls: Iterator[str] | None, show: bool) -> CrawlSummary:
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, job.stop)
+    runner = asyncio.ensure_future(job.run(urls))
+    if show:
+        from rich.live import Live
+
+        started = time.monotonic()
+        with Live(refresh_per_second=4, transient=False, redirect_stderr=False) as live:
+            while not runner.done():
+                live.update(live_view(job, await job.throttler.stats(), started))
+                await asyncio.wait({runner}, timeout=0.5)
+    return await runner
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``crawlpace crawl`` with parsed arguments; return the exit status."""
+    settings = build_settings(args)
+    options = CrawlOptions(
+        output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
+        user_agent=args.user_agent or DEFAULT_USER_AGENT, retries=args.retries, timeout=args.timeout,
+        robots=not args.no_robots)
+    limit = QUICK_URLS if args.quick else None
+    urls = None if args.resume and args.urls == "-" else _read_urls(args.urls, limit)
+    job = CrawlJob(settings, options)
+    show = not (args.quiet or args.json) and sys.stdout.isatty()
+    summary = asyncio.run(_crawl(job, urls, show))
+    summary.interrupted = job.stopping
+    print(render_summary(summary))
+    if args.json:
+        print(json.dumps({"output": str(options.output), **summary.as_dict()}, sort_keys=True))
+    if summary.interrupted:
+        print(f"stopped; run again with --resume to continue from {options.state_path}", file=sys.stderr)
+        return EXIT_INTERRUPTED
+    return 0 if summary.complete else EXIT_INCOMPLETE

@@ -1,0 +1,458 @@
+"""One crawl: URLs in, one JSON line per URL out, every request through the throttler.
+
+The job ties the parts together. The journal (SQLite) holds every input URL
+and which are done; the scheduler holds the URLs being worked on, per host,
+and hands them out in the order the throttler can admit them; up to
+``CONCURRENT_REQUESTS`` fetches run at once; each answer is fed back to the
+throttler and written to the output file before the URL is marked done.
+
+What happens to each URL:
+
+- a 3xx with a ``Location`` is followed (up to ``max_redirects``), the next
+  hop queued under its own host so its throttling applies;
+- a backoff answer (by the scope's ``BACKOFF_HTTP_CODES`` and
+  ``BACKOFF_EXCEPTIONS``) is queued again, ahead of its host's queue, up to
+  ``retries`` times; the throttler makes it wait out the backoff delay or the
+  server's Retry-After before it goes;
+- anything else is the URL's answer (``outcome = "ok"``, whatever the status),
+  as is a robots.txt refusal (``"disallowed"``) or an unusable URL (``"failed"``);
+- a URL whose retries ran out (``"exhausted"``) or whose site the circuit
+  breaker gave up (``"gave_up"``) is written too, but not marked done: a
+  resumed crawl tries it again.
+
+The output file is the record of what was answered. After a crash,
+``resume`` keeps its complete lines, drops the rest, and fetches again only
+what has no final line: at most the requests that were in flight.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import Counter, deque
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from .._config import Settings
+from .._exceptions import ScopeError
+from .._permit import Permit
+from .._robots import MAX_ROBOTS_BYTES, RobotsRules
+from .._scopes import host_scope
+from .._throttler import Throttler
+from ..frontier import FINAL_OUTCOMES, Journal, Result, ResultWriter, reconcile
+from ..frontier._robots_cache import RobotsCache
+from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
+from ._options import CrawlOptions
+
+__all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
+
+_log = logging.getLogger(__name__)
+
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+
+
+@dataclass(slots=True)
+class ScopeTally:
+    """What the crawl did on one host."""
+
+    done: int = 0
+    errors: int = 0
+    outcomes: Counter[str] = field(default_factory=Counter)
+    requests: int = 0
+
+
+@dataclass(slots=True)
+class CrawlSummary:
+    """The figures of a finished (or stopped) crawl."""
+
+    urls: int = 0
+    answered: int = 0
+    unfinished: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    outcomes: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[int] = field(default_factory=Counter)
+    scopes: dict[str, ScopeTally] = field(default_factory=dict)
+    resumed_from: int = 0
+
+    @property
+    def complete(self) -> bool:
+        """Whether every URL got a final answer."""
+        return not self.interrupted and self.unfinished == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict."""
+        return {
+            "urls": self.urls, "answered": self.answered, "unfinished": self.unfinished,
+            "requests": self.requests, "seconds": round(self.seconds, 3), "interrupted": self.interrupted,
+            "complete": self.complete, "resumed_from": self.resumed_from,
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "statuses": {str(code): count for code, count in sorted(self.statuses.items())},
+            "scopes": {name: {"done": tally.done, "errors": tally.errors, "requests": tally.requests,
+                              "outcomes": dict(sorted(tally.outcomes.items()))}
+                       for name, tally in sorted(self.scopes.items())},
+        }
+
+
+class CrawlJob:
+    """Run one crawl to its end, or until :meth:`stop`.
+
+    Args:
+        settings: the throttling settings.
+        options: the crawl's own options.
+        throttler: a throttler to use instead of one built from ``settings``
+            (the job does not close it).
+        transport: the httpx transport to send with, for tests.
+    """
+
+    def __init__(self, settings: Settings, options: CrawlOptions, *, throttler: Throttler | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        self.settings = settings
+        self.options = options
+        self._own_throttler = throttler is None
+        self.throttler = throttler if throttler is not None else Throttler(settings)
+        self._transport = transport
+        self.robots = RobotsCache(options.user_agent) if options.robots else None
+        self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped)
+        self.summary = CrawlSummary()
+        self.inflight = 0
+        self._stop = asyncio.Event()
+        self._journal: Journal | None = None
+        self._writer: ResultWriter | None = None
+        self._client: httpx.AsyncClient | None = None
+        self._pending_scopes: deque[str] = deque()
+        self._after: dict[str, int] = {}
+        self._in_memory = 0
+        self._fetches: set[asyncio.Task[None]] = set()
+
+    # -- public ------------------------------------------------------------------
+
+    def stop(self) -> None:
+        """Stop taking URLs; fetches in flight are abandoned and left for a resume."""
+        self._stop.set()
+        self.scheduler.poke()
+
+    @property
+    def stopping(self) -> bool:
+        """Whether :meth:`stop` was called."""
+        return self._stop.is_set()
+
+    async def run(self, urls: Iterable[str] | None) -> CrawlSummary:
+        """Crawl ``urls`` (read again and merged on resume; None: only what the journal holds).
+
+        Returns:
+            The summary; :attr:`CrawlSummary.complete` tells whether every
+            URL was answered.
+
+        Raises:
+            FileExistsError: when a journal exists and ``resume`` is off.
+            FileNotFoundError: when ``resume`` is on and there is no journal.
+        """
+        started = time.monotonic()
+        self._open(urls)
+        assert self._journal is not None
+        try:
+            async with self._make_client() as client:
+                self._client = client
+                await self._dispatch()
+        finally:
+            await self._shutdown()
+            self.summary.seconds = time.monotonic() - started
+        return self.summary
+
+    # -- set-up and tear-down ------------------------------------------------------
+
+    def _open(self, urls: Iterable[str] | None) -> None:
+        options = self.options
+        state = options.state_path
+        if options.resume:
+            journal = Journal.open(state)
+        else:
+            journal = Journal.create(state, fingerprint=str(options.output.resolve()))
+        self._journal = journal
+        if urls is not None:
+            added = journal.add((url, _scope_or_blank(url)) for url in _clean(urls))
+            _log.info("%d new URLs in the journal", added)
+        journal.mark_input_complete()
+        if options.resume:
+            # The output file is the record: the done flags are made to match it exactly.
+            kept = reconcile(options.output)
+            journal.replace_done(kept.final_urls)
+            self.summary.resumed_from = journal.done()
+            _log.info("resuming: %d URLs already answered, %d lines dropped from %s", journal.done(),
+                      kept.dropped, options.output)
+        journal.flush()
+        self.summary.urls = journal.total()
+        self._writer = ResultWriter(options.output, append=options.resume)
+        self._pending_scopes.extend(scope for scope, count in journal.scopes().items() if count)
+        self._refill()
+
+    def _make_client(self) -> httpx.AsyncClient:
+        options = self.options
+        limits = httpx.Limits(max_connections=max(self.settings.concurrent_requests * 2, 10),
+                              max_keepalive_connections=self.settings.concurrent_requests)
+        return httpx.AsyncClient(
+            transport=self._transport, follow_redirects=False, timeout=httpx.Timeout(options.timeout),
+            headers={"user-agent": options.user_agent}, limits=limits, trust_env=options.trust_env)
+
+    async def _shutdown(self) -> None:
+        for task in list(self._fetches):
+            task.cancel()
+        await asyncio.gather(*self._fetches, return_exceptions=True)
+        journal, writer = self._journal, self._writer
+        if writer is not None:
+            writer.close()
+        if journal is not None:
+            self.summary.answered = journal.done()
+            self.summary.unfinished = journal.total() - journal.done()
+            journal.close()
+        if self._own_throttler:
+            await self.throttler.aclose()
+
+    # -- feeding the scheduler -------------------------------------------------------
+
+    def _refill(self) -> None:
+        """Move URLs from the journal into the scheduler, a batch per host, within the memory bound."""
+        journal = self._journal
+        assert journal is not None
+        budget = self.options.max_in_memory
+        batch = max(min(budget // 10, 1000), 1)
+        pending = self._pending_scopes
+        while pending and self._in_memory < budget:
+            scope = pending.popleft()
+            want = min(batch, budget - self._in_memory)
+            entries = journal.load(scope, self._after.get(scope, 0), want)
+            for entry in entries:
+                self.scheduler.push(Task(entry.id, entry.url))
+                self._after[scope] = entry.id
+            self._in_memory += len(entries)
+            if len(entries) == want:
+                pending.append(scope)  # there may be more of this host
+
+    # -- the dispatch loop --------------------------------------------------------------
+
+    async def _dispatch(self) -> None:
+        slots = asyncio.Semaphore(self.settings.concurrent_requests)
+        stop_wait = asyncio.ensure_future(self._stop.wait())
+        try:
+            while not self.stopping:
+                await slots.acquire()
+                got = await self._next()
+                if got is None:
+                    slots.release()
+                    if self.stopping or self._finished():
+                        break
+                    await self._await_news(stop_wait)
+                    continue
+                task, permit = got
+                self.inflight += 1
+                fetch = asyncio.ensure_future(self._fetch(task, permit, slots))
+                self._fetches.add(fetch)
+                fetch.add_done_callback(self._fetches.discard)
+        finally:
+            stop_wait.cancel()
+
+    def _finished(self) -> bool:
+        return self.inflight == 0 and self.scheduler.idle and not self._pending_scopes
+
+    async def _next(self) -> tuple[Task, Permit] | None:
+        """The next admitted task; None when nothing is queued now."""
+        take = asyncio.ensure_future(self.scheduler.take())
+        stop = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({take, stop}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stop.cancel()
+        if take.done():
+            return take.result()
+        take.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            got = await take
+            if got is not None:  # admitted at the last moment: hand the slot back unused
+                await got[1].release()
+        return None
+
+    async def _await_news(self, stop_wait: asyncio.Future[Any]) -> None:
+        """Nothing is queued but fetches are running: wait until one of them ends."""
+        if not self._fetches:
+            return
+        await asyncio.wait({*self._fetches, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+
+    # -- one fetch ------------------------------------------------------------------------
+
+    async def _fetch(self, task: Task, permit: Permit, slots: asyncio.Semaphore) -> None:
+        released = False
+        try:
+            task.attempts += 1
+            tally = self._tally(task.key)
+            tally.requests += 1
+            self.summary.requests += 1
+            outcome = await self._send(task, permit)
+            await permit.release()
+            released = True
+            self._settle(task, permit, outcome)
+        finally:
+            if not released:
+                await permit.release()
+            self.inflight -= 1
+            slots.release()
+            self.scheduler.released(permit.scopes)
+            self._refill()
+
+    async def _send(self, task: Task, permit: Permit) -> _Answer:
+        client = self._client
+        assert client is not None
+        clock = self.throttler.clock
+        limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
+        started = clock.now()
+        try:
+            request = client.build_request("GET", task.target)
+            response = await client.send(request, stream=True)
+        except (httpx.HTTPError, OSError, ValueError) as exc:
+            permit.feedback(exception=exc)
+            return _Answer(None, None, b"", None, exc)
+        latency = clock.now() - started
+        try:
+            body = await _read(response, limit)
+        except (httpx.HTTPError, OSError) as exc:
+            permit.feedback(exception=exc, latency=latency)
+            return _Answer(None, None, b"", latency, exc)
+        finally:
+            await response.aclose()
+        permit.feedback(response, latency=latency)
+        return _Answer(response.status_code, response.headers.get("location"), body, latency, None)
+
+    def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
+        outcome = permit.outcome
+        backoff = outcome is not None and any(item.backoff for item in outcome.feedback)
+        if task.kind == "robots":
+            self._settle_robots(task, answer, backoff)
+            return
+        if answer.status in _REDIRECTS and answer.location and task.hops < self.options.max_redirects:
+            target = str(httpx.URL(task.target).join(answer.location))
+            if target.startswith(("http://", "https://")):
+                task.target, task.hops = target, task.hops + 1
+                self.scheduler.push(task, front=True)
+                return
+        if backoff and task.attempts <= self.options.retries:
+            _log.debug("%s: backoff answer %s, attempt %d; queued again", task.target,
+                       answer.status if answer.error is None else type(answer.error).__name__, task.attempts)
+            self.scheduler.push(task, front=True)
+            return
+        if backoff:
+            kind = "exhausted"
+        elif answer.error is not None:
+            kind = "failed"
+        else:
+            kind = "ok"
+        error = None if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
+        if kind == "exhausted" and error is None:
+            error = f"still {answer.status} after {task.attempts} attempts"
+        self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
+                     latency=answer.latency)
+
+    def _settle_robots(self, task: Task, answer: _Answer, backoff: bool) -> None:
+        robots = self.robots
+        assert robots is not None
+        origin = origin_of(task.target)
+        now = self.throttler.clock.now()
+        status = answer.status
+        if status is not None and 200 <= status < 300:
+            rules = RobotsRules.parse(answer.body, self.options.user_agent, origin=f"{origin}/robots.txt")
+            robots.learn(origin, rules, now)
+        elif status is not None and 400 <= status < 500 and not backoff:
+            robots.learn(origin, RobotsRules.allow_all(self.options.user_agent, f"status {status}"), now)
+        elif task.attempts <= self.options.robots_retries:
+            self.scheduler.push(task, front=True)
+            return
+        else:
+            robots.failed(origin, now)
+        known = robots.rules(origin)
+        delay = None if known is None else known.crawl_delay
+        if delay is not None:
+            self._spawn(self.throttler.set_crawl_delay(task.key, delay))
+        self.scheduler.robots_known(origin)
+
+    def _spawn(self, coro: Any) -> None:
+        job = asyncio.ensure_future(coro)
+        self._fetches.add(job)
+        job.add_done_callback(self._fetches.discard)
+
+    # -- results ------------------------------------------------------------------------
+
+    def _dropped(self, task: Task, why: Dropped, detail: str) -> None:
+        self._finish(task, why, error=detail)
+
+    def _finish(self, task: Task, outcome: str, *, status: int | None = None, error: str | None = None,
+                size: int = 0, latency: float | None = None) -> None:
+        if task.kind == "robots":
+            return
+        writer, journal = self._writer, self._journal
+        assert writer is not None
+        assert journal is not None
+        scope = task.key or _scope_or_blank(task.target)
+        final_url = task.target if status is not None else None
+        writer.write(Result(url=task.url, status=status, final_url=final_url, bytes=size,
+                            latency=None if latency is None else round(latency, 6), attempts=task.attempts,
+                            error=error, scope=scope, time=round(time.time(), 3), outcome=outcome))
+        if outcome in FINAL_OUTCOMES:
+            journal.mark_done([task.id])
+        summary = self.summary
+        summary.outcomes[outcome] += 1
+        if status is not None:
+            summary.statuses[status] += 1
+        tally = self._tally(scope)
+        tally.outcomes[outcome] += 1
+        tally.done += 1
+        if outcome != "ok" or (status is not None and status >= 400):
+            tally.errors += 1
+        self._in_memory -= 1
+
+    def _tally(self, scope: str) -> ScopeTally:
+        tally = self.summary.scopes.get(scope)
+        if tally is None:
+            tally = self.summary.scopes[scope] = ScopeTally()
+        return tally
+
+
+@dataclass(slots=True)
+class _Answer:
+    status: int | None
+    location: str | None
+    body: bytes
+    latency: float | None
+    error: BaseException | None
+
+
+async def _read(response: httpx.Response, limit: int) -> bytes:
+    """Read at most ``limit`` bytes of the body, discarding the rest unread."""
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in response.aiter_bytes():
+        chunks.append(chunk)
+        size += len(chunk)
+        if size >= limit:
+            break
+    return b"".join(chunks)[:limit]
+
+
+def _clean(urls: Iterable[str]) -> Iterable[str]:
+    for line in urls:
+        url = line.strip()
+        if url and not url.startswith("#"):
+            yield url
+
+
+def _scope_or_blank(url: str) -> str:
+    try:
+        return host_scope(url)
+    except ScopeError:
+        return ""
+
+

@@ -1,0 +1,71 @@
+"""What a crawl is asked to do, beside the throttling settings."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import __version__
+from .._exceptions import ConfigError
+
+__all__ = ["DEFAULT_USER_AGENT", "CrawlOptions"]
+
+#: The user agent sent unless another is configured.
+DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
+
+
+@dataclass(frozen=True, slots=True)
+class CrawlOptions:
+    """The crawl's own options.
+
+    Attributes:
+        output: the JSON Lines file, one line per URL.
+        state: the journal (SQLite) that makes ``resume`` possible; by
+            default the output path plus ``.state``.
+        resume: continue the crawl recorded in ``state`` instead of starting one.
+        user_agent: sent with every request, and matched against robots.txt.
+        retries: times a URL is sent again after a backoff answer (429, 503,
+            a timeout...); the throttler decides how long to wait first.
+        timeout: seconds allowed for connecting, and then for each read.
+        max_redirects: redirects followed per URL, each throttled under its
+            own host.
+        max_bytes: bytes of a body read at most; the rest is discarded.
+        robots: fetch and obey robots.txt (rules and Crawl-Delay).
+        robots_retries: times a robots.txt that fails with a backoff answer
+            is fetched again before the site is crawled as if it had none.
+        max_in_memory: URLs held in memory at once; the rest wait in the journal.
+        trust_env: let proxies and certificates come from the environment.
+    """
+
+    output: Path
+    state: Path | None = None
+    resume: bool = False
+    user_agent: str = DEFAULT_USER_AGENT
+    retries: int = 3
+    timeout: float = 10.0
+    max_redirects: int = 5
+    max_bytes: int = 10 * 1024 * 1024
+    robots: bool = True
+    robots_retries: int = 2
+    max_in_memory: int = 100_000
+    trust_env: bool = True
+
+    def __post_init__(self) -> None:
+        problems = []
+        for name, low in (("retries", 0), ("max_redirects", 0), ("max_bytes", 0), ("robots_retries", 0),
+                          ("max_in_memory", 1)):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                problems.append(f"{name}: {value!r} is not an integer >= {low}; use a whole number >= {low}")
+        if not (isinstance(self.timeout, int | float) and math.isfinite(self.timeout) and self.timeout > 0):
+            problems.append(f"timeout: {self.timeout!r} is not a positive number of seconds; use e.g. 10")
+        if not self.user_agent or any(ch in self.user_agent for ch in "\r\n"):
+            problems.append(f"user_agent: {self.user_agent!r} is empty or spans lines; use one line of text")
+        if problems:
+            raise ConfigError(problems)
+
+    @property
+    def state_path(self) -> Path:
+        """Where the journal lives."""
+        return self.state if self.state is not None else self.output.with_name(self.output.name + ".state")

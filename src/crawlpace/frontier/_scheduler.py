@@ -1,0 +1,305 @@
+"""The crawl's scheduler: per-scope queues and a heap of scopes by the time they can admit.
+
+A crawl has many sites and few workers. A worker that waited for one site's
+delay would sit idle while other sites were ready, and a slow site would end
+up holding every worker (the fault seeds 002 and 003 describe). So no worker
+ever waits on a site here. The scheduler keeps one FIFO queue per scope
+(the URL's host) and a heap of those queues ordered by the earliest time the
+throttler could admit their first task. :meth:`Scheduler.take` pops the queue
+that is due, asks the throttler without waiting (:meth:`Throttler.try_acquire`)
+and either returns the task with its permit or puts the queue back at the
+time the throttler names. A queue whose scope has every slot in flight is
+parked until one of its requests ends. Only when no queue is due does the
+caller wait, and then for the earliest of them, or for news (a release, a new
+task).
+
+Before a site's first page the scheduler has its robots.txt fetched, as a task
+of its own that goes through the throttler like any other; pages of that site
+wait beside the queue until the rules are known, and then those the rules
+forbid are set aside as disallowed instead of being fetched.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Literal
+from urllib.parse import urlsplit
+
+from .._clock import Clock, TimerHandle
+from .._exceptions import ScopeError, ScopeGivenUp
+from .._permit import Permit
+from .._scopes import host_scope
+from .._throttler import Throttler
+from ._robots_cache import RobotsCache
+
+__all__ = ["Scheduler", "Task", "origin_of"]
+
+_log = logging.getLogger(__name__)
+
+Kind = Literal["page", "robots"]
+
+
+def origin_of(url: str) -> str:
+    """``scheme://host[:port]`` of ``url``, the unit robots.txt applies to."""
+    parts = urlsplit(url)
+    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+
+
+@dataclass(slots=True)
+class Task:
+    """One URL on its way to an answer.
+
+    Attributes:
+        id: the URL's id in the journal (0 for tasks that are not journalled).
+        url: the URL as given, the key of its output line.
+        target: the URL to fetch next; differs from ``url`` after a redirect.
+        kind: ``"page"``, or ``"robots"`` for a robots.txt fetch.
+        attempts: requests sent for it so far.
+        hops: redirects followed so far.
+        key: the queue it sits in: the target's host.
+    """
+
+    id: int
+    url: str
+    target: str = ""
+    kind: Kind = "page"
+    attempts: int = 0
+    hops: int = 0
+    key: str = field(default="", compare=False)
+
+    def __post_init__(self) -> None:
+        if not self.target:
+            self.target = self.url
+
+
+#: Why a task left the scheduler without being fetched.
+Dropped = Literal["disallowed", "gave_up", "failed"]
+
+
+class Scheduler:
+    """Hand out tasks in the order the throttler can admit them, never waiting on one site.
+
+    Args:
+        throttler: decides admission; its clock is the scheduler's clock.
+        robots: the robots.txt cache, or None to fetch no robots.txt at all.
+        on_drop: called with ``(task, why, detail)`` for a task that leaves
+            without a fetch: forbidden by robots.txt, given up by the circuit
+            breaker, or unusable (no host).
+    """
+
+    def __init__(self, throttler: Throttler, *, robots: RobotsCache | None = None,
+                 on_drop: Callable[[Task, Dropped, str], None]) -> None:
+        self._throttler = throttler
+        self._clock: Clock = throttler.clock
+        self._robots = robots
+        self._on_drop = on_drop
+        self._queues: dict[str, deque[Task]] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._due: dict[str, float] = {}  # the live heap entry of each scheduled queue
+        self._parked: dict[str, set[str]] = {}  # scope name -> queues waiting for one of its slots
+        self._waiting_robots: dict[str, list[Task]] = {}  # origin -> pages held until its rules are known
+        self._seq = itertools.count()
+        self._news = False
+        self._wake: TimerHandle | None = None
+        self._signal: Callable[[], None] | None = None
+        self.queued = 0
+
+    # -- adding work -----------------------------------------------------------
+
+    def push(self, task: Task, *, front: bool = False) -> None:
+        """Queue a task; ``front`` puts it ahead of its queue (retries, redirects, robots.txt)."""
+        try:
+            task.key = host_scope(task.target)
+        except ScopeError as exc:
+            self._on_drop(task, "failed", str(exc))
+            return
+        queue = self._queues.get(task.key)
+        if queue is None:
+            queue = self._queues[task.key] = deque()
+        if front:
+            queue.appendleft(task)
+        else:
+            queue.append(task)
+        self.queued += 1
+        if task.key not in self._due and not self._is_parked(task.key):
+            self._schedule(task.key, self._clock.now())
+
+    def released(self, scopes: tuple[str, ...]) -> None:
+        """Tell the scheduler that a request of ``scopes`` ended, freeing a slot in each."""
+        now = self._clock.now()
+        for name in scopes:
+            for key in self._parked.pop(name, ()):
+                if self._queues.get(key) and key not in self._due:
+                    self._schedule(key, now)
+        self._poke()
+
+    def robots_known(self, origin: str) -> None:
+        """Put back the pages that waited for ``origin``'s robots.txt, ahead of their queues."""
+        for task in reversed(self._waiting_robots.pop(origin, [])):
+            self.queued -= 1
+            self.push(task, front=True)
+        self._poke()
+
+    @property
+    def idle(self) -> bool:
+        """Whether nothing is queued, waiting for robots.txt, or parked."""
+        return self.queued == 0
+
+    def scope_sizes(self) -> dict[str, int]:
+        """Queued tasks per queue, those waiting for robots.txt included."""
+        sizes = {key: len(queue) for key, queue in self._queues.items() if queue}
+        for tasks in self._waiting_robots.values():
+            for task in tasks:
+                sizes[task.key] = sizes.get(task.key, 0) + 1
+        return sizes
+
+    # -- taking work -------------------------------------------------------------
+
+    async def take(self) -> tuple[Task, Permit] | None:
+        """Wait for the next task the throttler admits, with its permit.
+
+        Returns:
+            The task and its permit, or None when nothing is queued (the
+            caller decides whether more may come, and calls again after news).
+        """
+        while True:
+            got = await self._take_due()
+            if got is not None:
+                return got
+            if self.idle:
+                return None
+            await self._sleep_until_due()
+
+    def poke(self) -> None:
+        """Wake a waiting :meth:`take`, e.g. because work was added or a slot freed."""
+        self._poke()
+
+    async def _take_due(self) -> tuple[Task, Permit] | None:
+        heap, due = self._heap, self._due
+        while heap:
+            ready, _, key = heap[0]
+            if due.get(key) != ready:
+                heapq.heappop(heap)  # stale: the queue was rescheduled or emptied
+                continue
+            if ready > self._clock.now():
+                return None
+            heapq.heappop(heap)
+            del due[key]
+            got = await self._try(key)
+            if got is not None:
+                return got
+        return None
+
+    async def _try(self, key: str) -> tuple[Task, Permit] | None:
+        queue = self._queues.get(key)
+        while queue:
+            task = queue[0]
+            if task.kind == "page" and self._robots is not None and not self._robots_ready(task, queue):
+                continue
+            try:
+                result = await self._throttler.try_acquire(task.target)
+            except ScopeGivenUp as exc:
+                self._drop_queue(key, "gave_up", f"{exc.scope} was given up: {exc.reason}")
+                return None
+            except ScopeError as exc:
+                queue.popleft()
+                self.queued -= 1
+                self._on_drop(task, "failed", str(exc))
+                continue
+            if isinstance(result, Permit):
+                queue.popleft()
+                self.queued -= 1
+                if queue:
+                    self._schedule(key, self._clock.now())
+                return task, result
+            if result.ready_at is None:
+                for name, ready in result.waiting_on:
+                    if ready is None:
+                        self._parked.setdefault(name, set()).add(key)
+                if not self._is_parked(key):  # only a global cap said no: retry on the next release
+                    self._parked.setdefault("", set()).add(key)
+            else:
+                self._schedule(key, result.ready_at)
+            return None
+        if queue is not None and not queue:
+            del self._queues[key]
+        return None
+
+    def _robots_ready(self, task: Task, queue: deque[Task]) -> bool:
+        """Whether ``task`` may be tried now; otherwise it has been moved aside and False returned."""
+        robots = self._robots
+        assert robots is not None
+        origin = origin_of(task.target)
+        state = robots.state(origin, self._clock.now())
+        if state == "known":
+            if robots.allowed(origin, task.target):
+                return True
+            queue.popleft()
+            self.queued -= 1
+            self._on_drop(task, "disallowed", f"robots.txt of {origin} forbids it")
+            return False
+        queue.popleft()
+        self._waiting_robots.setdefault(origin, []).append(task)
+        if state == "unknown":
+            robots.start(origin, self._clock.now())
+            queue.appendleft(Task(0, f"{origin}/robots.txt", kind="robots", key=task.key))
+            self.queued += 1
+        return False
+
+    def _drop_queue(self, key: str, why: Dropped, detail: str) -> None:
+        queue = self._queues.pop(key, deque())
+        waiting = [task for tasks in self._waiting_robots.values() for task in tasks if task.key == key]
+        for origin, tasks in list(self._waiting_robots.items()):
+            kept = [task for task in tasks if task.key != key]
+            if kept:
+                self._waiting_robots[origin] = kept
+            else:
+                del self._waiting_robots[origin]
+        for task in [*queue, *waiting]:
+            self.queued -= 1
+            if task.kind == "page":
+                self._on_drop(task, why, detail)
+            elif self._robots is not None:
+                self._robots.failed(origin_of(task.target), self._clock.now())
+
+    # -- timing ------------------------------------------------------------------
+
+    def _is_parked(self, key: str) -> bool:
+        return any(key in keys for keys in self._parked.values())
+
+    def _schedule(self, key: str, when: float) -> None:
+        self._due[key] = when
+        heapq.heappush(self._heap, (when, next(self._seq), key))
+        if self._heap[0][2] == key:
+            self._poke()
+
+    def _poke(self) -> None:
+        self._news = True
+        if self._signal is not None:
+            self._signal()
+
+    async def _sleep_until_due(self) -> None:
+        """Sleep until the earliest queue is due, or until news arrives."""
+        if self._news:
+            self._news = False
+            return
+        event = asyncio.Event()
+        self._signal = event.set
+        handle: TimerHandle | None = None
+        while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
+            heapq.heappop(self._heap)
+        if self._heap:
+            handle = self._clock.call_at(self._heap[0][0], event.set)
+        try:
+            await event.wait()
+        finally:
+            self._signal = None
+            self._news = False
+            if handle is not None:
+                handle.cancel()

@@ -1,0 +1,271 @@
+"""An httpx transport that sends every request through a :class:`~crawlpace.Throttler`.
+
+This is the "rate-limited client session" of seed 003, for asyncio code that
+uses httpx: wrap the transport of an :class:`httpx.AsyncClient` (or let
+:func:`throttled_client` build the client) and every request, redirects
+included, waits for its scopes, has its response or exception fed back, and
+is sent again after the wait when the server pushed back. The calling code
+stays a plain ``await client.get(url)``::
+
+    async with throttled_client({"DOWNLOAD_DELAY": 0.5}) as client:
+        response = await client.get("https://books.toscrape.com/")
+
+For each attempt the transport:
+
+1. acquires a permit for the request's URL (or for the explicit scopes in
+   ``request.extensions["crawlpace_scopes"]``);
+2. times the inner transport's ``handle_async_request``, which returns once
+   the response headers are in: that time is the latency (seed 000 measures
+   from the connection to the headers);
+3. feeds the response (status and headers) or the exception back to the
+   permit and releases it;
+4. sends the request again if the outcome was a backoff trigger for any of
+   its scopes and retries remain. The next acquire waits for the backoff
+   delay or the server's ``Retry-After`` by itself, so no sleep is needed
+   here.
+
+httpx is an optional dependency (``pip install crawlpace[http]``); the rest of
+crawlpace does not need it, and this module is not imported by ``crawlpace``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from ._config import Settings
+from ._permit import Permit
+from ._throttler import Throttler
+
+__all__ = ["ATTEMPTS_EXTENSION", "SCOPES_EXTENSION", "ThrottledTransport", "throttled_client"]
+
+logger = logging.getLogger(__name__)
+
+#: The ``request.extensions`` key that gives a request explicit throttling scopes.
+SCOPES_EXTENSION = "crawlpace_scopes"
+#: The ``response.extensions`` key telling how many times the request was sent.
+ATTEMPTS_EXTENSION = "crawlpace_attempts"
+
+# AsyncClient arguments that configure the default transport; with a custom
+# transport httpx ignores them (or, for ``proxy``, mounts a transport of its own
+# that would bypass the throttler), so throttled_client() builds the inner
+# transport with them.
+_TRANSPORT_KWARGS = frozenset({"verify", "cert", "http1", "http2", "limits", "proxy"})
+
+
+def _replayable(request: httpx.Request) -> bool:
+    """Whether the request's body can be sent a second time.
+
+    Bodies given as bytes, text, form data or JSON (and requests without a
+    body, or whose body was read with ``aread()``) are held in memory as an
+    :class:`httpx.ByteStream`. Any other stream, such as an async generator,
+    may be consumed by the first send.
+    """
+    return isinstance(request.stream, httpx.ByteStream)
+
+
+def _check_retries(retries: int) -> int:
+    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
+        raise ValueError(f"retries must be an integer >= 0 (0 disables retries), got {retries!r}")
+    return retries
+
+
+class ThrottledTransport(httpx.AsyncBaseTransport):
+    """An httpx transport that waits for a throttler's permit before each send.
+
+    Args:
+        settings: settings for a throttler of the transport's own (a
+            :class:`~crawlpace.Settings` or a mapping of Scrapy-style names);
+            ``None`` for the defaults. Not allowed together with
+            ``throttler``.
+        throttler: an existing throttler to share with other code. The
+            transport does not close it.
+        transport: the transport that really sends the requests; a new
+            :class:`httpx.AsyncHTTPTransport` by default. It is closed with
+            this transport.
+        retries: how many times a request whose outcome was a backoff trigger
+            (a status in the scope's ``BACKOFF_HTTP_CODES`` such as 429 or
+            503, or an exception in its ``BACKOFF_EXCEPTIONS`` such as a
+            timeout) is sent again; 0 disables retries.
+
+    Raises:
+        TypeError: when both ``settings`` and ``throttler`` are given.
+        ValueError: when ``retries`` is not an integer >= 0.
+        ConfigError: when the settings are invalid.
+
+    A request's scopes are those the throttler's manager gives for its URL
+    (its host, by default), unless ``request.extensions["crawlpace_scopes"]``
+    names them (any form the throttler's ``scopes=`` argument takes: a name,
+    a list or set of names, or a dict of name to expected quota use).
+
+    Errors raised while waiting for a permit reach the caller unchanged:
+    :class:`~crawlpace.ScopeGivenUp` when the circuit breaker gave a scope up
+    (possibly while waiting to retry), :class:`~crawlpace.QuotaError` when the
+    request expects more quota than its scope has, and
+    :class:`~crawlpace.ThrottlerClosed` once the throttler is closed.
+    """
+
+    def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
+                 throttler: Throttler | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None,
+                 retries: int = 3) -> None:
+        if settings is not None and throttler is not None:
+            raise TypeError("give either settings (for a throttler the transport creates and closes) "
+                            "or throttler (an existing one), not both")
+        self._retries = _check_retries(retries)
+        self._owns_throttler = throttler is None
+        self._throttler = throttler if throttler is not None else Throttler(settings)
+        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+
+    @property
+    def throttler(self) -> Throttler:
+        """The throttler every request waits for."""
+        return self._throttler
+
+    @property
+    def retries(self) -> int:
+        """How many times a backoff outcome is retried."""
+        return self._retries
+
+    @property
+    def owns_throttler(self) -> bool:
+        """True when the transport created its throttler and closes it in :meth:`aclose`."""
+        return self._owns_throttler
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` when its scopes allow it, retrying backoff outcomes.
+
+        Args:
+            request: the request httpx wants sent.
+
+        Returns:
+            The first response that is not a backoff trigger, or the last one
+            when the retries ran out or the body cannot be replayed. Its
+            ``extensions["crawlpace_attempts"]`` says how many sends it took.
+
+        Raises:
+            ScopeGivenUp: when the circuit breaker gave a scope up.
+            QuotaError: when the request expects more quota than its scope has.
+            ThrottlerClosed: when the throttler is closed.
+            httpx.TransportError: (or whatever the inner transport raised) for
+                the last attempt, when it failed with an exception.
+        """
+        scopes = request.extensions.get(SCOPES_EXTENSION)
+        target = str(request.url)
+        attempts = 1 + (self._retries if _replayable(request) else 0)
+        if attempts == 1 and self._retries:
+            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
+                         request.method, target)
+        for attempt in range(1, attempts + 1):
+            permit = await self._throttler.acquire(target, scopes=scopes)
+            response, error = await self._send(permit, request)
+            outcome = permit.outcome
+            backoff = outcome is not None and any(signal.backoff for signal in outcome.feedback)
+            what = f"{response.status_code}" if response is not None else repr(error)
+            if backoff and attempt < attempts:
+                logger.info("%s %s: %s is a backoff trigger for %s; retrying (attempt %d of %d)",
+                            request.method, target, what, "+".join(permit.scopes), attempt + 1,
+                            attempts)
+                if response is not None:
+                    with contextlib.suppress(httpx.TransportError):
+                        await response.aclose()
+                continue
+            if backoff and attempts > 1:
+                logger.info("%s %s: %s after %d attempts; giving up retrying", request.method, target,
+                            what, attempt)
+            if error is not None:
+                raise error
+            assert response is not None
+            response.extensions[ATTEMPTS_EXTENSION] = attempt
+            return response
+        raise AssertionError("unreachable: the last attempt always returns or raises")
+
+    async def _send(self, permit: Permit,
+                    request: httpx.Request) -> tuple[httpx.Response | None, Exception | None]:
+        """Send once under ``permit``, feed the result back and release the permit.
+
+        Returns:
+            The response, or the exception the inner transport raised.
+        """
+        clock = self._throttler.clock
+        started = clock.now()
+        try:
+            response = await self._transport.handle_async_request(request)
+        except Exception as exc:
+            permit.feedback(exception=exc, latency=clock.now() - started)
+            await permit.release()
+            return None, exc
+        except BaseException:
+            # Cancelled (or interrupted): free the slot, teach the scopes nothing.
+            await permit.release()
+            raise
+        # The inner transport returns as soon as the headers are in: that is the latency.
+        permit.feedback(response, latency=clock.now() - started)
+        try:
+            await permit.release()
+        except BaseException:
+            await response.aclose()
+            raise
+        return response, None
+
+    async def aclose(self) -> None:
+        """Close the inner transport, and the throttler if the transport created it."""
+        try:
+            await self._transport.aclose()
+        finally:
+            if self._owns_throttler:
+                await self._throttler.aclose()
+
+    def __repr__(self) -> str:
+        owned = "owned" if self._owns_throttler else "shared"
+        return f"<ThrottledTransport retries={self._retries} throttler={owned} {self._throttler!r}>"
+
+
+def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
+                     throttler: Throttler | None = None, retries: int = 3,
+                     **client_kwargs: Any) -> httpx.AsyncClient:
+    """Build an :class:`httpx.AsyncClient` whose requests all go through a throttler.
+
+    Args:
+        settings: settings for a throttler the client creates; closing the
+            client closes it. Not allowed together with ``throttler``.
+        throttler: an existing throttler to share; closing the client leaves
+            it open.
+        retries: see :class:`ThrottledTransport`.
+        **client_kwargs: passed to :class:`httpx.AsyncClient` (``timeout``,
+            ``headers``, ``follow_redirects``, ``base_url``...). The transport
+            options ``verify``, ``cert``, ``http1``, ``http2``, ``limits`` and
+            ``proxy`` configure the inner :class:`httpx.AsyncHTTPTransport`;
+            ``transport=`` replaces that inner transport instead.
+
+    Returns:
+        The client; use it in ``async with`` or close it with ``aclose()``.
+
+    Raises:
+        TypeError: for ``mounts=`` (a mounted transport would bypass the
+            throttler), for transport options given together with
+            ``transport=``, or for both ``settings`` and ``throttler``.
+        ValueError: when ``retries`` is not an integer >= 0.
+        ConfigError: when the settings are invalid.
+    """
+    if "mounts" in client_kwargs:
+        raise TypeError("throttled_client() does not take mounts=: requests sent through a mounted "
+                        "transport would not be throttled; wrap each one in a ThrottledTransport "
+                        "sharing one Throttler and build the AsyncClient yourself")
+    _check_retries(retries)
+    if settings is not None and throttler is not None:
+        raise TypeError("give either settings (for a throttler the client creates and closes) "
+                        "or throttler (an existing one), not both")
+    inner: httpx.AsyncBaseTransport | None = client_kwargs.pop("transport", None)
+    options = {name: client_kwargs.pop(name) for name in _TRANSPORT_KWARGS & client_kwargs.keys()}
+    if inner is not None and options:
+        raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
+                        "transport= set them on that transport instead")
+    if inner is None:
+        inner = httpx.AsyncHTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
+    transport = ThrottledTransport(settings, throttler=throttler, transport=inner, retries=retries)
+    return httpx.AsyncClient(transport=transport, **client_kwargs)

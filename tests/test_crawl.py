@@ -1,0 +1,146 @@
+"""The crawl job end to end against simulated sites on loopback: answers, politeness, fairness."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from crawlpace import Settings
+from crawlpace.crawl import CrawlJob, CrawlOptions
+from crawlpace.sim import Farm
+
+#: Fast but polite defaults for tests: small delays, no jitter, quick backoff.
+FAST: dict[str, Any] = {
+    "RANDOMIZE_DOWNLOAD_DELAY": False,
+    "DOWNLOAD_DELAY": 0.02,
+    "DOWNLOAD_DELAY_PER_SLOT": 0.02,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 2,
+    "BACKOFF_MIN_DELAY": 0.1,
+    "BACKOFF_MAX_DELAY": 2.0,
+    "BACKOFF_JITTER": False,
+}
+
+
+def lines(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def pages(farm: Farm, count: int | None = None) -> list[str]:
+    return [f"{site.url}/page/{n}" for site in farm.sites
+            for n in range(1, (count or site.app.pages) + 1)]
+
+
+async def crawl(tmp_path: Path, urls: list[str], settings: dict[str, Any] | None = None,
+                **options: Any) -> tuple[Any, list[dict[str, Any]]]:
+    output = tmp_path / "out.jsonl"
+    job = CrawlJob(Settings.from_scrapy({**FAST, **(settings or {})}),
+                   CrawlOptions(output=output, trust_env=False, **options))
+    summary = await job.run(urls)
+    return summary, lines(output)
+
+
+async def test_every_url_is_answered_once_without_breaking_any_rule(tmp_path: Path) -> None:
+    spec = {"site": [
+        {"name": "bucket", "profile": "ratelimit", "rate": 10.0, "burst": 2, "pages": 12},
+        {"name": "spaced", "profile": "crawldelay", "delay": 0.15, "pages": 8},
+        {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 12},
+        {"name": "budget", "profile": "headers", "limit": 10, "window": 1.0, "pages": 12},
+    ]}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        summary, results = await crawl(tmp_path, urls, retries=10)
+        report = farm.stats()
+    assert Counter(result["url"] for result in results) == Counter(urls)
+    assert {result["outcome"] for result in results} == {"ok"}
+    assert {result["status"] for result in results} == {200}
+    assert summary.complete
+    assert summary.answered == summary.urls == len(urls)
+    for name, site in report.items():
+        assert site["violations"] == 0, (name, site["violation_kinds"])
+    assert report["spaced"]["requests"] == 8 + 1  # the pages and robots.txt, never a retry
+    assert summary.scopes["127.0.0.3"].done == 8
+
+
+async def test_a_dead_site_is_given_up_without_stalling_the_others(tmp_path: Path) -> None:
+    spec = {"site": [
+        {"name": "dead", "profile": "dead", "pages": 30},
+        {"name": "alive", "profile": "ratelimit", "rate": 1000.0, "burst": 100, "pages": 30},
+    ]}
+    settings = {"BREAKER_MIN_REQUESTS": 4, "BREAKER_PAUSE": 0.2, "BREAKER_GIVE_UP_AFTER": 3}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        summary, results = await crawl(tmp_path, urls, settings, retries=2)
+        report = farm.stats()
+    by_site = Counter((result["scope"], result["outcome"]) for result in results)
+    assert by_site[("127.0.0.3", "ok")] == 30
+    assert by_site[("127.0.0.2", "gave_up")] >= 20  # the breaker took most of them away unsent
+    assert Counter(result["url"] for result in results) == Counter(urls)
+    assert not summary.complete
+    assert summary.unfinished == by_site[("127.0.0.2", "gave_up")] + by_site[("127.0.0.2", "exhausted")]
+    assert report["dead"]["requests"] < 30
+
+
+async def test_redirects_follow_to_the_final_page(tmp_path: Path) -> None:
+    from crawlpace.sim import SimServer
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        if path == "/robots.txt":
+            status, headers, body = 404, [], b""
+        elif path == "/old":
+            status, headers, body = 301, [(b"location", b"/new")], b""
+        else:
+            status, headers, body = 200, [(b"content-type", b"text/plain")], b"fresh"
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async with SimServer(app, "127.0.0.2") as server:
+        summary, results = await crawl(tmp_path, [f"{server.url}/old"])
+    assert summary.complete
+    [result] = results
+    assert (result["status"], result["final_url"], result["bytes"]) == (200, f"{server.url}/new", 5)
+    assert result["attempts"] == 2
+
+
+async def test_robots_txt_rules_are_obeyed_and_reported(tmp_path: Path) -> None:
+    from crawlpace.sim import SimServer
+
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        seen.append(scope["path"])
+        body = b"User-agent: *\nDisallow: /private\n" if scope["path"] == "/robots.txt" else b"ok"
+        await send({"type": "http.response.start", "status": 200,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async with SimServer(app, "127.0.0.2") as server:
+        urls = [f"{server.url}/public", f"{server.url}/private/x", "not a url"]
+        summary, results = await crawl(tmp_path, urls)
+    outcomes = {result["url"]: result["outcome"] for result in results}
+    assert outcomes == {urls[0]: "ok", urls[1]: "disallowed", urls[2]: "failed"}
+    assert seen == ["/robots.txt", "/public"]
+    assert summary.complete  # a refusal and a bad URL are final answers
+
+
+async def test_fast_sites_finish_at_their_own_pace(tmp_path: Path) -> None:
+    spec = {"site": [
+        {"name": "trickle", "profile": "ratelimit", "rate": 1.0, "burst": 2, "pages": 6},
+        *({"name": f"fast{n}", "profile": "ratelimit", "rate": 1000.0, "burst": 100, "pages": 60}
+          for n in range(5)),
+    ]}
+    settings = {"CONCURRENT_REQUESTS": 8,
+                "THROTTLING_SCOPES": {"127.0.0.2": {"delay": 1.0, "concurrency": 1}}}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        summary, _ = await crawl(tmp_path, urls, settings)
+        report = farm.stats()
+    assert summary.complete
+    finished = {name: site["last"] - site["first"] for name, site in report.items()}
+    assert finished["trickle"] >= 5.0  # six pages a second apart
+    for n in range(5):
+        assert finished[f"fast{n}"] < 2.5, finished  # not held back by the slow site
+    assert report["trickle"]["throttled"] == 0
