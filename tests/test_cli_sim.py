@@ -81,6 +81,7 @@ def test_sim_explains_a_bad_farm(tmp_path: Path, capsys: pytest.CaptureFixture[s
     farm.write_text('[[site]]\nname = "x"\nprofile = "headers"\nlimit = 0\n', encoding="utf-8")
     assert main(["sim", str(farm)]) == 3
     err = capsys.readouterr().err
+    assert "invalid farm" in err
     assert "bad.toml: site 'x': limit = 0 is too small; set limit to an integer >= 1" in err
     assert main(["sim", "nowhere"]) == 3
     assert "no farm file 'nowhere' and no shipped farm of that name" in capsys.readouterr().err
@@ -92,3 +93,20 @@ def test_a_missing_matplotlib_is_explained(monkeypatch: pytest.MonkeyPatch) -> N
     monkeypatch.setitem(sys.modules, "matplotlib", None)
     with pytest.raises(PlotUnavailable, match=r"pip install 'crawlpace\[plot\]'"):
         write_plot({}, "never.png")
+
+
+def test_sim_refuses_bad_ports_and_durations(capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["sim", "mixed", "--port", "70000", "--output", ""]) == 3
+    assert "cannot serve the farm: port must be an integer from 0 to 65535" in capsys.readouterr().err
+    assert main(["sim", "mixed", "--duration", "0", "--output", ""]) == 3
+    assert "--duration 0 must be a positive number of seconds" in capsys.readouterr().err
+
+
+def test_sim_uses_the_control_port_asked_for(capsys: pytest.CaptureFixture[str]) -> None:
+    import socket
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    assert main(["sim", "mixed", "--control-port", str(port), "--duration", "0.1", "--output", ""]) == 0
+    assert f"live figures: http://127.0.0.1:{port}/stats" in capsys.readouterr().out

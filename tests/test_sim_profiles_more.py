@@ -229,3 +229,9 @@ def test_shifting_refuses_a_base_without_a_capacity_to_shift() -> None:
         ShiftingSite(base="crawldelay", changes=[[1, 0.5]], delay=1.0)
     with pytest.raises(ValueError, match="strictly increasing"):
         ShiftingSite(base="ratelimit", changes=[[10, 0.5], [5, 1.0]], rate=1.0)
+
+
+def test_overload_capacity_is_at_the_best_load() -> None:
+    assert OverloadSite(latency=0.1, per_inflight=0.02, limit=5).capacity == pytest.approx(5 / 0.18)
+    # Each extra request costs more than one alone: one at a time is fastest.
+    assert OverloadSite(latency=0.1, per_inflight=0.3, limit=5).capacity == pytest.approx(10.0)

@@ -7,18 +7,22 @@ import asyncio
 import contextlib
 import json
 import signal
+import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from .._exceptions import ConfigError
 from ..sim import Farm, builtin_farms
 from ..sim._plot import PlotUnavailable, write_plot
 from ..sim._report import render_table, totals
 
-__all__ = ["QUICK_SECONDS", "add_parser", "load_farm", "run"]
+__all__ = ["EXIT_USAGE", "QUICK_SECONDS", "add_parser", "load_farm", "run"]
 
 #: How long ``--quick`` serves when no ``--duration`` is given.
 QUICK_SECONDS = 5.0
+#: Exit status for an invalid farm, port or duration, as for invalid settings.
+EXIT_USAGE = 3
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -43,15 +47,21 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     sim.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
 
 
-def load_farm(name: str, port: int | None = None) -> Farm:
-    """A farm from a TOML file, or a shipped farm by name when no such file exists."""
+def load_farm(name: str, port: int | None = None, control_port: int = 0) -> Farm:
+    """A farm from a TOML file, or a shipped farm by name when no such file exists.
+
+    Raises:
+        FileNotFoundError: when there is neither.
+        ConfigError: for an invalid farm.
+        ValueError: for a port outside 0 to 65535.
+    """
     path = Path(name)
     if not path.exists() and name in builtin_farms():
-        return Farm.builtin(name, port=port, control=True)
+        return Farm.builtin(name, port=port, control=True, control_port=control_port)
     if not path.exists() and not name.endswith(".toml"):
         raise FileNotFoundError(f"no farm file {name!r} and no shipped farm of that name; "
                                 f"shipped farms: {', '.join(builtin_farms())}")
-    return Farm.from_toml(path, port=port, control=True)
+    return Farm.from_toml(path, port=port, control=True, control_port=control_port)
 
 
 def _describe(farm: Farm) -> str:
@@ -70,7 +80,7 @@ def _page_urls(farm: Farm) -> list[str]:
 
 async def _serve(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], float]:
     """Serve until stopped; return every site's figures, with timelines, and the seconds served."""
-    farm = load_farm(args.farm, args.port)
+    farm = load_farm(args.farm, args.port, args.control_port)
     duration = args.duration if args.duration is not None else QUICK_SECONDS if args.quick else None
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -104,7 +114,18 @@ def run(args: argparse.Namespace) -> int:
             farm = Farm.builtin(name)
             print(f"{name}: " + ", ".join(f"{site.name} ({site.profile})" for site in farm.spec.sites))
         return 0
-    report, served = asyncio.run(_serve(args))
+    if args.duration is not None and not args.duration > 0:
+        print(f"crawlpace sim: --duration {args.duration:g} must be a positive number of seconds",
+              file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        report, served = asyncio.run(_serve(args))
+    except ConfigError as exc:
+        print(f"crawlpace sim: invalid farm:\n{exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except (OSError, ValueError) as exc:
+        print(f"crawlpace sim: cannot serve the farm: {exc}", file=sys.stderr)
+        return EXIT_USAGE
     print()
     print(render_table(report))
     if args.output:

@@ -116,7 +116,7 @@ class CrawlJob:
         self.settings = settings
         self.options = options
         self._own_throttler = throttler is None
-        self.throttler = throttler if throttler is not None else Throttler(settings)
+        self.throttler = throttler if throttler is not None else Throttler(settings, on_give_up=self._gave_up)
         self._transport = transport
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped)
@@ -385,6 +385,9 @@ class CrawlJob:
         job.add_done_callback(self._fetches.discard)
 
     # -- results ------------------------------------------------------------------------
+
+    def _gave_up(self, scope: str, reason: str) -> None:
+        self.scheduler.give_up(scope, reason)
 
     def _dropped(self, task: Task, why: Dropped, detail: str) -> None:
         self._finish(task, why, error=detail)

@@ -104,6 +104,7 @@ class Scheduler:
         self._due: dict[str, float] = {}  # the live heap entry of each scheduled queue
         self._parked: dict[str, set[str]] = {}  # scope name -> queues waiting for one of its slots
         self._waiting_robots: dict[str, list[Task]] = {}  # origin -> pages held until its rules are known
+        self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
         self._seq = itertools.count()
         self._news = False
         self._wake: TimerHandle | None = None
@@ -144,6 +145,21 @@ class Scheduler:
         for task in reversed(self._waiting_robots.pop(origin, [])):
             self.queued -= 1
             self.push(task, front=True)
+        self._poke()
+
+    def give_up(self, scope: str, reason: str) -> None:
+        """Drop every queue whose requests belong to ``scope`` at once, as given up.
+
+        Called from the throttler's ``on_give_up`` hook, so that a site the
+        circuit breaker abandoned does not keep its URLs until its queue
+        would next have been due.
+        """
+        keys = [key for key in list(self._queues) if key == scope or scope in self._key_scopes.get(key, ())]
+        keys += [task.key for tasks in self._waiting_robots.values() for task in tasks
+                 if task.key == scope and task.key not in keys]
+        for key in dict.fromkeys(keys):
+            self._due.pop(key, None)
+            self._drop_queue(key, "gave_up", f"{scope} was given up: {reason}")
         self._poke()
 
     @property
@@ -213,6 +229,7 @@ class Scheduler:
                 self._on_drop(task, "failed", str(exc))
                 continue
             if isinstance(result, Permit):
+                self._key_scopes[key] = result.scopes
                 queue.popleft()
                 self.queued -= 1
                 if queue:

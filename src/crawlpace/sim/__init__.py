@@ -22,6 +22,7 @@ from ._farm import Farm, SiteInfo, builtin_farms
 from ._faults import DeadSite, FlakySite
 from ._load import OverloadSite, SlowSite
 from ._pages import PageApp
+from ._plot import PlotUnavailable, write_plot
 from ._profiles import PROFILES
 from ._rates import HEADER_STYLES, CrawlDelaySite, HeadersSite, QuotaSite, RateLimitSite, RetryAfterSite
 from ._server import SimServer, serve
@@ -42,6 +43,7 @@ __all__ = [
     "HeadersSite",
     "OverloadSite",
     "PageApp",
+    "PlotUnavailable",
     "QuotaSite",
     "RateLimitSite",
     "RetryAfterSite",
@@ -55,4 +57,5 @@ __all__ = [
     "builtin_farms",
     "parse_farm",
     "serve",
+    "write_plot",
 ]

@@ -63,9 +63,10 @@ class OverloadSite(_BusySite):
     ``busy`` has already reached ``limit``, the request gets 503 at once.
 
     By Little's law the site serves ``n / (latency + per_inflight * (n - 1))``
-    requests per second with ``n`` in flight, which grows with ``n``; the
-    capacity is its value at ``n = limit``. A crawler reaches it by keeping
-    exactly ``limit`` requests in flight, and gains nothing by pushing more.
+    requests per second with ``n`` in flight, which grows with ``n`` as long
+    as ``per_inflight < latency``; the capacity is then its value at
+    ``n = limit``, reached by keeping exactly ``limit`` requests in flight.
+    Otherwise one request at a time is best.
 
     Args:
         latency: seconds to serve a request alone.
@@ -90,8 +91,10 @@ class OverloadSite(_BusySite):
 
     @property
     def capacity(self) -> float:
-        """Requests per second served with ``limit`` in flight."""
-        return self.limit / (self.base_latency + self.per_inflight * (self.limit - 1))
+        """Requests per second served at the best load: ``limit`` in flight, or one when
+        each extra request costs more than a request alone (``per_inflight > latency``)."""
+        at_limit = self.limit / (self.base_latency + self.per_inflight * (self.limit - 1))
+        return max(at_limit, 1.0 / self.base_latency)
 
     def latency(self, busy: int) -> float:
         """The base latency plus ``per_inflight`` for each request already in flight."""

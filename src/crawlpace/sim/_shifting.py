@@ -2,10 +2,13 @@
 
 A shifting site wraps a site of a *base* profile and follows a schedule of
 ``[seconds, factor]`` steps counted from the site's first request: from each
-step on, the base's capacity is its configured one times the factor. Rate
+step on, the base's main limit is its configured value times the factor. Rate
 limits change their rate (``ratelimit``, ``retryafter``), windows their limit
-(``headers``) and loaded sites how many requests they hold (``overload``,
-``slow``). A crawler that adapts should follow each change down and back up.
+(``headers``, rounded) and loaded sites how many requests they hold
+(``overload``, ``slow``, rounded, at least 1). The capacity follows the
+factor exactly for rate limits, up to rounding for ``headers`` and ``slow``;
+for ``overload`` it moves less, since fewer requests in flight are each
+served faster. A crawler that adapts should follow each change down and back up.
 
 The change takes effect on the first request at or after the step's time;
 the statistics record the capacity from then on, and report the average
