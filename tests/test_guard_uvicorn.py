@@ -10,8 +10,8 @@ a new window costs no waiting, and partial stages get scripted chance.
 
 Stopping uvicorn takes about 0.2 s whatever it served (its main loop ticks
 every 0.1 s and its shutdown pauses 0.1 s more), so most tests share one
-server and swap the application behind it; the two tests about mounting start
-a server of their own, with the ASGI lifespan going through Guard.
+server and swap the application behind it. The test of the two ways to mount
+Guard starts a server for each, with the ASGI lifespan going through Guard.
 """
 
 from __future__ import annotations

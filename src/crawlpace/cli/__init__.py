@@ -29,16 +29,9 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    from . import crawl, demo, sim
 
-    demo = sub.add_parser("demo", parents=[common],
-                          help="run a scripted crawl on the fake clock and show the spacing")
-    demo.add_argument("--quick", action="store_true", help="fewer requests")
-    demo.add_argument("--json", action="store_true",
-                      help="end with one line of JSON holding every figure")
-    demo.add_argument("--seed", type=int, default=7, help="seed of the simulated latencies")
-
-    from . import crawl, sim
-
+    demo.add_parser(sub, common)
     crawl.add_parser(sub, common)
     sim.add_parser(sub, common)
 
@@ -47,16 +40,6 @@ def _parser() -> argparse.ArgumentParser:
     check.add_argument("config", help="path to a crawlpace TOML file")
     check.add_argument("--json", action="store_true", help="print the settings as JSON")
     return parser
-
-
-def _cmd_demo(args: argparse.Namespace) -> int:
-    from .demo import render, run_demo
-
-    result = run_demo(quick=args.quick, seed=args.seed)
-    print(render(result))
-    if args.json:
-        print(json.dumps(result.as_dict(), sort_keys=True))
-    return 0
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
@@ -99,7 +82,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
     try:
         if args.command == "demo":
-            return _cmd_demo(args)
+            from . import demo
+
+            return demo.run(args)
         if args.command == "check":
             return _cmd_check(args)
         if args.command == "sim":

@@ -1,151 +1,168 @@
-"""``crawlpace demo``: a scripted crawl of a few scopes on the fake clock.
+"""``crawlpace demo``: crawl the built-in simulator farm and show how each site was treated.
 
-Until the site simulator lands, the demo runs entirely in-process: simulated
-requests with seeded random latencies go through a real :class:`Throttler`
-driven by :class:`~crawlpace.testing.MockClock`, and the demo prints when each
-scope's requests were sent and what spacing and concurrency resulted. It
-shows the seed's timeline, scopes with several slots, and nested scopes where
-a parent domain caps its subdomains together.
+The demo needs no network and no Redis. It starts the ``mixed`` farm (one
+simulated site per behaviour profile, each on its own loopback address),
+crawls every page of it with the default settings through a real
+:class:`~crawlpace.crawl.CrawlJob`, and then prints the same run twice: as the
+crawler saw it (answers per host) and as the sites saw it (goodput against
+capacity, refusals, broken rules). It writes the results, the sites' figures
+and a plot of each site's request rate over time into one directory.
 """
 
 from __future__ import annotations
 
+import argparse
 import asyncio
-import random
-from dataclasses import dataclass, field
+import contextlib
+import json
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from .._config import Settings
-from .._scopes import ScopesSpec, host_scope
-from .._throttler import Throttler
-from ..testing import MockClock
+from ..crawl import CrawlJob, CrawlOptions, CrawlSummary
+from ..crawl._display import live_view, render_summary
+from ..sim import Farm, PlotUnavailable, write_plot
+from ..sim._report import render_table, totals
 
-__all__ = ["DemoResult", "run_demo"]
+__all__ = ["DemoResult", "add_parser", "run", "run_demo"]
 
-DEMO_SETTINGS: dict[str, Any] = {
-    "CONCURRENT_REQUESTS": 32,
-    "RANDOMIZE_DOWNLOAD_DELAY": False,
-    "THROTTLING_SCOPES": {
-        # Seed 001's worked example: two slots, 0.3 s apart, 1 s per slot.
-        "toscrape.com": {"concurrency": 2, "delay": 0.3, "delay_per_slot": 1.0},
-        # Two subdomains with 3 slots each and no scope delay...
-        "books.shop.example": {"concurrency": 3, "delay": 0.0, "delay_per_slot": 1.0},
-        "quotes.shop.example": {"concurrency": 3, "delay": 0.0, "delay_per_slot": 1.0},
-        # ...under a parent scope that caps them together (see ParentDomainManager).
-        "shop.example": {"concurrency": 4, "delay": 0.0, "delay_per_slot": 0.0},
-        # example.org keeps the defaults of seed 001: one slot, 1 s apart.
-    },
-}
+#: Pages crawled per site with ``--quick``.
+QUICK_PAGES = 5
+#: Seconds after which the demo stops the crawl, whatever is left.
+TIME_LIMIT = 110.0
+#: With ``--quick``, the dead site is given up sooner than the defaults would
+#: (a 60 s breaker pause and backoff delays up to 300 s), so the run is short.
+QUICK_SETTINGS = {"BREAKER_PAUSE": 5.0, "BACKOFF_MAX_DELAY": 5.0}
 
 
-class ParentDomainManager:
-    """Give every request its host's scope and its parent domain's scope."""
-
-    async def get_scopes(self, request: Any) -> ScopesSpec:
-        host = host_scope(str(request))
-        labels = host.split(".")
-        if len(labels) > 2:
-            return {host, ".".join(labels[-2:])}
-        return host
-
-
-@dataclass
-class ScopeReport:
-    """What the demo observed for one scope."""
-
-    scope: str
-    sends: list[float] = field(default_factory=list)
-    peak_inflight: int = 0
-
-    def gaps(self) -> list[float]:
-        return [b - a for a, b in zip(self.sends, self.sends[1:], strict=False)]
-
-    def as_dict(self) -> dict[str, Any]:
-        gaps = self.gaps()
-        return {
-            "scope": self.scope,
-            "sends": len(self.sends),
-            "first": round(self.sends[0], 3) if self.sends else None,
-            "last": round(self.sends[-1], 3) if self.sends else None,
-            "min_gap": round(min(gaps), 3) if gaps else None,
-            "peak_inflight": self.peak_inflight,
-            "send_times": [round(t, 3) for t in self.sends],
-        }
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Declare the ``demo`` subcommand and its options."""
+    demo = sub.add_parser(
+        "demo", parents=[common], help="crawl the built-in simulated sites and show how each was treated",
+        description="Start the built-in 'mixed' farm of simulated sites on loopback, crawl it with the "
+                    "default settings, and report the run from both sides. No network, no Redis.")
+    demo.add_argument("--quick", action="store_true",
+                      help=f"crawl {QUICK_PAGES} pages per site and give the dead site up sooner")
+    demo.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
+    demo.add_argument("--out-dir", default="crawlpace-demo",
+                      help="directory for results.jsonl, sites.json and rates.png (default: %(default)s)")
+    demo.add_argument("--no-plot", action="store_true", help="skip the PNG")
 
 
 @dataclass
 class DemoResult:
-    """Everything the demo measured, per scope, in virtual seconds."""
+    """What the demo measured: the crawl's summary and the sites' figures."""
 
-    scopes: dict[str, ScopeReport]
-    duration: float
-    requests: int
+    summary: CrawlSummary
+    sites: dict[str, dict[str, Any]]
+    seconds: float
+    out_dir: Path
+    plot: Path | None
 
     def as_dict(self) -> dict[str, Any]:
-        return {
-            "requests": self.requests,
-            "virtual_seconds": round(self.duration, 3),
-            "scopes": {name: rep.as_dict() for name, rep in sorted(self.scopes.items())},
-        }
+        """The figures as a JSON-ready dict, without the timelines."""
+        sites = {name: {key: value for key, value in figures.items() if key != "timeline"}
+                 for name, figures in self.sites.items()}
+        return {"seconds": round(self.seconds, 3), "crawl": self.summary.as_dict(), "sites": sites,
+                "site_totals": totals(self.sites), "out_dir": str(self.out_dir),
+                "plot": None if self.plot is None else str(self.plot)}
 
 
-async def _crawl(urls: list[str], seed: int) -> DemoResult:
-    clock = MockClock(autojump=True)
-    rng = random.Random(seed)
-    settings = Settings.from_scrapy(DEMO_SETTINGS)
-    reports: dict[str, ScopeReport] = {}
-    inflight: dict[str, int] = {}
-    latencies = {url: rng.uniform(0.1, 0.8) for url in urls}
+async def _crawl(farm: Farm, job: CrawlJob, pages: int | None, show: bool) -> None:
+    urls = [f"{site.url}/page/{number}" for number in range(1, max(site.app.pages for site in farm.sites) + 1)
+            for site in farm.sites if number <= min(site.app.pages, pages or site.app.pages)]
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(signum, job.stop)
+    limit = loop.call_later(TIME_LIMIT, job.stop)
+    runner = asyncio.ensure_future(job.run(urls))
+    try:
+        if show:
+            from rich.live import Live
 
-    async with Throttler(settings, clock=clock, rng=rng, manager=ParentDomainManager()) as throttler:
-
-        async def fetch(url: str) -> None:
-            async with throttler.slot(url) as permit:
-                now = clock.now()
-                for scope in permit.scopes:
-                    report = reports.setdefault(scope, ScopeReport(scope))
-                    report.sends.append(now)
-                    inflight[scope] = inflight.get(scope, 0) + 1
-                    report.peak_inflight = max(report.peak_inflight, inflight[scope])
-                await clock.sleep(latencies[url])  # the simulated response time
-                permit.feedback(status=200)
-                for scope in permit.scopes:
-                    inflight[scope] -= 1
-
-        await asyncio.gather(*(fetch(url) for url in urls))
-    return DemoResult(reports, clock.now(), len(urls))
+            started = time.monotonic()
+            with Live(refresh_per_second=4, transient=True) as live:
+                while not runner.done():
+                    live.update(live_view(job, await job.throttler.stats(), started))
+                    await asyncio.wait({runner}, timeout=0.5)
+        await runner
+    finally:
+        limit.cancel()
 
 
-def demo_urls(per_site: int) -> list[str]:
-    """The demo's request list: ``per_site`` pages on each of four hosts."""
-    sites = ["toscrape.com", "books.shop.example", "quotes.shop.example", "example.org"]
-    return [f"https://{site}/page/{i}" for i in range(per_site) for site in sites]
+async def _demo(quick: bool, out_dir: Path, show: bool) -> tuple[CrawlSummary, dict[str, dict[str, Any]]]:
+    async with Farm.builtin("mixed") as farm:
+        options = CrawlOptions(output=out_dir / "results.jsonl", state=out_dir / "results.state",
+                               trust_env=False, timeout=5.0)
+        job = CrawlJob(Settings.from_scrapy(QUICK_SETTINGS) if quick else Settings(), options)
+        await _crawl(farm, job, QUICK_PAGES if quick else None, show)
+        job.summary.interrupted = job.stopping
+        return job.summary, farm.stats(timeline=True)
 
 
-def run_demo(*, quick: bool = False, seed: int = 7) -> DemoResult:
-    """Run the scripted crawl and return what it measured."""
-    return asyncio.run(_crawl(demo_urls(4 if quick else 8), seed))
+def run_demo(*, quick: bool = False, out_dir: str | Path = "crawlpace-demo", plot: bool = True,
+             show: bool = False) -> DemoResult:
+    """Run the demo and return what it measured.
+
+    Args:
+        quick: crawl only the first few pages of each site.
+        out_dir: the directory for the files; its previous demo files are replaced.
+        plot: draw ``rates.png`` (needs matplotlib).
+        show: show the live view (needs rich and a terminal).
+    """
+    folder = Path(out_dir)
+    if folder.exists():
+        for name in ("results.jsonl", "results.state", "results.state-wal", "results.state-shm",
+                     "sites.json", "rates.png"):
+            with contextlib.suppress(FileNotFoundError):
+                (folder / name).unlink()
+    folder.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    summary, sites = asyncio.run(_demo(quick, folder, show))
+    seconds = time.monotonic() - started
+    (folder / "sites.json").write_text(json.dumps(sites, indent=1) + "\n", encoding="utf-8")
+    picture: Path | None = None
+    if plot:
+        try:
+            write_plot(sites, folder / "rates.png", title="crawlpace demo: each site's request rate")
+            picture = folder / "rates.png"
+        except PlotUnavailable:
+            picture = None
+    return DemoResult(summary, sites, seconds, folder, picture)
 
 
 def render(result: DemoResult) -> str:
-    """Format the demo's report for a terminal."""
+    """The demo's report for a terminal: both sides of the crawl and where the files are."""
+    site_totals = totals(result.sites)
     lines = [
-        f"crawlpace demo: {result.requests} requests, {result.duration:.2f} virtual seconds "
-        "(fake clock, no network)",
+        f"crawlpace demo: {result.summary.urls} pages on {len(result.sites)} simulated sites, "
+        f"{result.seconds:.1f}s, default settings (1 request at a time per site, 1 s apart)",
         "",
-        f"{'scope':<22}{'sends':>6}{'min gap':>9}{'peak':>6}  send times (s)",
-    ]
-    for name, rep in sorted(result.scopes.items()):
-        gaps = rep.gaps()
-        min_gap = f"{min(gaps):.2f}s" if gaps else "-"
-        times = " ".join(f"{t:.2f}" for t in rep.sends)
-        lines.append(f"{name:<22}{len(rep.sends):>6}{min_gap:>9}{rep.peak_inflight:>6}  {times}")
-    lines += [
+        "As the crawler saw it:",
+        render_summary(result.summary),
         "",
-        "toscrape.com follows seed 001's timeline: 2 slots, 0.3 s apart, 1 s per slot",
-        "  (sends at 0.0, 0.3, 1.0, 1.3, ...).",
-        "books. and quotes.shop.example may use 3 slots each, but their parent scope",
-        "  shop.example caps the two together at 4 in flight.",
-        "example.org has the defaults: 1 slot, 1 s between sends.",
+        "As the sites saw it (goodput: 200s per second while the site was being crawled):",
+        render_table(result.sites),
+        "",
+        f"{site_totals['violations']} broken rules (requests inside a Retry-After or closer than a "
+        f"Crawl-delay), {site_totals['throttled']} refusals (429/503).",
+        f"Files in {result.out_dir}/: results.jsonl (one line per page), sites.json (the sites' figures)"
+        + (", rates.png (request rate over time per site)" if result.plot else
+           "; no plot (install matplotlib: pip install 'crawlpace[plot]')"),
     ]
     return "\n".join(lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``crawlpace demo`` with parsed arguments; return the exit status."""
+    show = not args.json and sys.stdout.isatty()
+    result = run_demo(quick=args.quick, out_dir=args.out_dir, plot=not args.no_plot, show=show)
+    print(render(result))
+    if args.json:
+        print(json.dumps(result.as_dict(), sort_keys=True))
+    return 0

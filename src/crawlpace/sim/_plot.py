@@ -100,7 +100,13 @@ def write_plot(stats: Mapping[str, Mapping[str, Any]], path: str | os.PathLike[s
         grid[index // columns][index % columns].set_visible(False)
     for axes in grid[-1]:
         axes.set_xlabel("seconds since the first request", fontsize=8)
-    handles, labels = grid[0][0].get_legend_handles_labels()
+    legend: dict[str, Any] = {}
+    for row in grid:
+        for axes in row:
+            for handle, label in zip(*axes.get_legend_handles_labels(), strict=True):
+                legend.setdefault(label, handle)
+    labels = list(legend)
+    handles = [legend[label] for label in labels]
     if handles:
         figure.legend(handles, labels, loc="upper right", fontsize=8, ncols=len(labels))
     figure.suptitle(title, fontsize=11, x=0.01, ha="left")

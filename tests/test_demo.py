@@ -1,0 +1,33 @@
+"""``crawlpace demo``: the simulator farm crawled end to end, reported from both sides."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from crawlpace.cli import main
+
+
+def test_quick_demo_crawls_every_site_politely(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    out_dir = tmp_path / "demo"
+    assert main(["demo", "--quick", "--json", "--out-dir", str(out_dir)]) == 0
+    text = capsys.readouterr().out
+    figures = json.loads(text.strip().splitlines()[-1])
+    crawl, sites = figures["crawl"], figures["sites"]
+    assert crawl["urls"] == 50
+    assert crawl["outcomes"] == {"gave_up": 5, "ok": 45}  # the dead site is given up, the rest answered
+    assert figures["site_totals"]["violations"] == 0
+    for name, site in sites.items():
+        if site["profile"] != "dead":
+            assert site["ok"] == 6, name  # five pages and robots.txt
+    assert sites["deadlink"]["requests"] < 10
+    assert figures["seconds"] < 60
+    lines = (out_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()
+    assert len(lines) == 50
+    assert len({json.loads(line)["url"] for line in lines}) == 50
+    assert (out_dir / "rates.png").read_bytes()[:4] == b"\x89PNG"
+    assert json.loads((out_dir / "sites.json").read_text(encoding="utf-8"))["slowshop"]["timeline"]["ok"]
+    assert "As the sites saw it" in text
+    assert "0 broken rules" in text
