@@ -198,5 +198,5 @@ def test_a_bad_scope_manager_path_fails_at_start_up() -> None:
 
 
 def test_unimportable_backoff_exceptions_fail_at_start_up() -> None:
-    with pytest.raises(ConfigError, match=r"BACKOFF_EXCEPTIONS: cannot import 'twisted.internet"):
-        Throttler({"BACKOFF_EXCEPTIONS": ["twisted.internet.error.TimeoutError"]})
+    with pytest.raises(ConfigError, match=r"BACKOFF_EXCEPTIONS: cannot import 'nowhere_pkg.errors"):
+        Throttler({"BACKOFF_EXCEPTIONS": ["nowhere_pkg.errors.TimeoutError"]})

@@ -12,6 +12,7 @@ from dataclasses import asdict
 from .. import __version__
 from .._config import Settings
 from .._exceptions import ConfigError
+from ..frontier import JournalError
 
 __all__ = ["EXIT_BAD_SETTINGS", "main"]
 
@@ -98,7 +99,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
-    except (FileNotFoundError, IsADirectoryError, PermissionError) as exc:
+    except (FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError, JournalError) as exc:
         print(f"crawlpace: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     return 1  # pragma: no cover - argparse rejects unknown commands

@@ -1,0 +1,143 @@
+"""``crawlpace crawl`` as a real process: exit codes, --json, bad settings, and kill -9 then --resume."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from crawlpace.cli import main
+
+FARM = """
+[[site]]
+name = "one"
+profile = "ratelimit"
+rate = 200.0
+burst = 50
+pages = {pages}
+
+[[site]]
+name = "two"
+profile = "crawldelay"
+delay = 0.05
+pages = {pages}
+"""
+
+CONFIG = """
+concurrent_requests = 4
+[scope_defaults]
+delay = 0.05
+delay_per_slot = 0.05
+concurrency = 2
+jitter = 0
+"""
+
+
+@pytest.fixture
+def farm(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[tuple[Path, subprocess.Popen[str]]]:
+    """A ``crawlpace sim`` process serving two sites; yields the URL file and the process."""
+    pages = getattr(request, "param", 40)
+    spec, urls = tmp_path / "farm.toml", tmp_path / "urls.txt"
+    spec.write_text(FARM.format(pages=pages), encoding="utf-8")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "crawlpace", "sim", str(spec), "--urls", str(urls), "--output",
+         str(tmp_path / "sim.json"), "--json"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
+    assert process.stdout is not None
+    for line in process.stdout:
+        if line.startswith("serving"):
+            break
+    try:
+        yield urls, process
+    finally:
+        process.kill()
+        process.wait(timeout=10)
+
+
+def stop_farm(process: subprocess.Popen[str]) -> dict[str, dict[str, int]]:
+    process.send_signal(signal.SIGTERM)
+    out, _ = process.communicate(timeout=20)
+    return json.loads(out.strip().splitlines()[-1])["sites"]  # type: ignore[no-any-return]
+
+
+def crawl_command(urls: Path, tmp_path: Path, *extra: str) -> list[str]:
+    config = tmp_path / "crawlpace.toml"
+    config.write_text(CONFIG, encoding="utf-8")
+    return [sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o", str(tmp_path / "out.jsonl"),
+            "--config", str(config), "--json", *extra]
+
+
+def test_a_complete_crawl_exits_0_with_a_json_summary(
+        farm: tuple[Path, subprocess.Popen[str]], tmp_path: Path) -> None:
+    urls, server = farm
+    done = subprocess.run(crawl_command(urls, tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (summary["urls"], summary["answered"], summary["complete"]) == (80, 80, True)
+    assert "complete: 80/80 URLs answered" in done.stdout
+    results = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert sorted(result["url"] for result in results) == sorted(urls.read_text().split())
+    sites = stop_farm(server)
+    assert sites["two"]["violations"] == 0
+
+
+@pytest.mark.parametrize("farm", [300], indirect=True)
+def test_kill_9_then_resume_loses_no_url(farm: tuple[Path, subprocess.Popen[str]], tmp_path: Path) -> None:
+    urls, server = farm
+    output = tmp_path / "out.jsonl"
+    crawler = subprocess.Popen(crawl_command(urls, tmp_path, "--quiet"), stdout=subprocess.DEVNULL,
+                               stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # waiting for a real process to get halfway, not for a throttle
+            if output.exists() and output.read_bytes().count(b"\n") >= 150:
+                break
+            time.sleep(0.05)
+        os.kill(crawler.pid, signal.SIGKILL)
+        crawler.wait(timeout=10)
+    finally:
+        crawler.kill()
+    assert crawler.returncode == -signal.SIGKILL
+    before = output.read_bytes().count(b"\n")
+    assert 150 <= before < 600
+    resumed = subprocess.run(crawl_command(urls, tmp_path, "--resume"), capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    summary = json.loads(resumed.stdout.strip().splitlines()[-1])
+    assert summary["complete"]
+    assert summary["resumed_from"] >= before - 4  # a line or so may be cut; nothing answered is lost
+    counts = Counter(json.loads(line)["url"] for line in output.read_text().splitlines())
+    assert counts == Counter(urls.read_text().split())  # every URL exactly once
+    sites = stop_farm(server)
+    pages_fetched = sum(site["requests"] for site in sites.values()) - 4  # robots.txt, twice per site
+    assert pages_fetched <= 600 + 4 * 2  # at most the requests in flight at the kill were repeated
+
+
+def test_existing_state_needs_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("not a url\n", encoding="utf-8")
+    output = tmp_path / "out.jsonl"
+    assert main(["crawl", str(urls), "-o", str(output), "--json"]) == 0  # a bad URL is a final answer
+    result = json.loads(output.read_text().splitlines()[0])
+    assert (result["outcome"], result["scope"]) == ("failed", "")
+    assert main(["crawl", str(urls), "-o", str(output)]) == 3
+    assert "--resume" in capsys.readouterr().err
+
+
+def test_invalid_overrides_name_the_option(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.2:9/\n", encoding="utf-8")
+    assert main(["crawl", str(urls), "-o", str(tmp_path / "o.jsonl"), "--delay", "-1"]) == 3
+    assert "--delay" in capsys.readouterr().err
+    assert main(["crawl", str(urls), "-o", str(tmp_path / "o.jsonl"), "--per-host", "0"]) == 3
+    assert "--per-host" in capsys.readouterr().err
+    assert main(["crawl", str(urls), "-o", str(tmp_path / "o.jsonl"), "--retries", "-2"]) == 3
+    assert "retries" in capsys.readouterr().err
