@@ -35,3 +35,17 @@ def test_verbose_flag_after_the_command(tmp_path: Path, capsys: pytest.CaptureFi
     path.write_text("concurrent_requests = 2\n[scope_defaults]\nconcurrency = 8\n", encoding="utf-8")
     assert main(["check", str(path), "-v"]) == 0
     assert "every scope: concurrency=8 (capped at 2 by concurrent_requests)" in capsys.readouterr().out
+
+
+def test_a_missing_optional_dependency_is_named(monkeypatch: pytest.MonkeyPatch, tmp_path: Path,
+                                                capsys: pytest.CaptureFixture[str]) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "httpx", None)
+    for name in [name for name in sys.modules if name.startswith("crawlpace.crawl")]:
+        monkeypatch.delitem(sys.modules, name)
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.2:9/\n", encoding="utf-8")
+    assert main(["crawl", str(urls), "-o", str(tmp_path / "out.jsonl")]) == 4
+    assert "needs httpx, which is not installed; install it with: pip install 'crawlpace[cli]'" in (
+        capsys.readouterr().err)

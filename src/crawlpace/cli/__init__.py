@@ -14,10 +14,14 @@ from .._config import Settings
 from .._exceptions import ConfigError
 from ..frontier import JournalError
 
-__all__ = ["EXIT_BAD_SETTINGS", "main"]
+__all__ = ["EXIT_BAD_SETTINGS", "EXIT_MISSING_DEPENDENCY", "main"]
 
 #: Exit status for invalid settings (argparse uses 2 for usage errors).
 EXIT_BAD_SETTINGS = 3
+#: Exit status when a command needs an optional dependency that is not installed.
+EXIT_MISSING_DEPENDENCY = 4
+#: The optional dependencies of the commands, all in the 'cli' extra.
+_OPTIONAL = frozenset({"httpx", "rich", "matplotlib"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -99,6 +103,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    except ModuleNotFoundError as exc:
+        if exc.name not in _OPTIONAL:
+            raise
+        print(f"crawlpace {args.command}: needs {exc.name}, which is not installed; "
+              f"install it with: pip install 'crawlpace[cli]'", file=sys.stderr)
+        return EXIT_MISSING_DEPENDENCY
     except (FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError, JournalError) as exc:
         print(f"crawlpace: {exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS

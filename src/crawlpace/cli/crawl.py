@@ -12,13 +12,18 @@ import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, TextIO
+from typing import TYPE_CHECKING, Any, TextIO
 
+from .. import __version__
 from .._config import Settings
 from .._exceptions import ConfigError
-from ..crawl import CrawlJob, CrawlOptions, CrawlSummary
-from ..crawl._display import live_view, render_summary
-from ..crawl._options import DEFAULT_USER_AGENT
+
+if TYPE_CHECKING:
+    from ..crawl import CrawlJob, CrawlSummary
+
+# The crawl itself needs httpx (the 'cli' extra); it is imported when a crawl runs,
+# so that the command line and its help work without it.
+DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "run"]
 
@@ -118,6 +123,8 @@ async def _crawl(job: CrawlJob, urls: Iterator[str] | None, show: bool) -> Crawl
     if show:
         from rich.live import Live
 
+        from ..crawl._display import live_view
+
         started = time.monotonic()
         with Live(refresh_per_second=4, transient=False, redirect_stderr=False) as live:
             while not runner.done():
@@ -128,6 +135,9 @@ async def _crawl(job: CrawlJob, urls: Iterator[str] | None, show: bool) -> Crawl
 
 def run(args: argparse.Namespace) -> int:
     """Run ``crawlpace crawl`` with parsed arguments; return the exit status."""
+    from ..crawl import CrawlJob, CrawlOptions
+    from ..crawl._display import render_summary
+
     settings = build_settings(args)
     options = CrawlOptions(
         output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,

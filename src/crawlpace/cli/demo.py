@@ -20,13 +20,16 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from .._config import Settings
-from ..crawl import CrawlJob, CrawlOptions, CrawlSummary
-from ..crawl._display import live_view, render_summary
-from ..sim import Farm, PlotUnavailable, write_plot
 from ..sim._report import render_table, totals
+
+if TYPE_CHECKING:
+    from ..crawl import CrawlJob, CrawlSummary
+    from ..sim import Farm
+
+# The crawl needs httpx and the plot matplotlib (the 'cli' extra): they are imported
+# when the demo runs, so that the command line and its help work without them.
 
 __all__ = ["DemoResult", "add_parser", "run", "run_demo"]
 
@@ -85,6 +88,8 @@ async def _crawl(farm: Farm, job: CrawlJob, pages: int | None, show: bool) -> No
         if show:
             from rich.live import Live
 
+            from ..crawl._display import live_view
+
             started = time.monotonic()
             with Live(refresh_per_second=4, transient=True) as live:
                 while not runner.done():
@@ -96,6 +101,10 @@ async def _crawl(farm: Farm, job: CrawlJob, pages: int | None, show: bool) -> No
 
 
 async def _demo(quick: bool, out_dir: Path, show: bool) -> tuple[CrawlSummary, dict[str, dict[str, Any]]]:
+    from .._config import Settings
+    from ..crawl import CrawlJob, CrawlOptions
+    from ..sim import Farm
+
     async with Farm.builtin("mixed") as farm:
         options = CrawlOptions(output=out_dir / "results.jsonl", state=out_dir / "results.state",
                                trust_env=False, timeout=5.0)
@@ -115,6 +124,8 @@ def run_demo(*, quick: bool = False, out_dir: str | Path = "crawlpace-demo", plo
         plot: draw ``rates.png`` (needs matplotlib).
         show: show the live view (needs rich and a terminal).
     """
+    from ..sim import PlotUnavailable, write_plot
+
     folder = Path(out_dir)
     if folder.exists():
         for name in ("results.jsonl", "results.state", "results.state-wal", "results.state-shm",
@@ -138,6 +149,8 @@ def run_demo(*, quick: bool = False, out_dir: str | Path = "crawlpace-demo", plo
 
 def render(result: DemoResult) -> str:
     """The demo's report for a terminal: both sides of the crawl and where the files are."""
+    from ..crawl._display import render_summary
+
     site_totals = totals(result.sites)
     lines = [
         f"crawlpace demo: {result.summary.urls} pages on {len(result.sites)} simulated sites, "
