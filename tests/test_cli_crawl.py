@@ -141,3 +141,34 @@ def test_invalid_overrides_name_the_option(tmp_path: Path, capsys: pytest.Captur
     assert "--per-host" in capsys.readouterr().err
     assert main(["crawl", str(urls), "-o", str(tmp_path / "o.jsonl"), "--retries", "-2"]) == 3
     assert "retries" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("farm", [150], indirect=True)
+def test_ctrl_c_stops_cleanly_and_resume_finishes(
+        farm: tuple[Path, subprocess.Popen[str]], tmp_path: Path) -> None:
+    urls, server = farm
+    output = tmp_path / "out.jsonl"
+    crawler = subprocess.Popen(crawl_command(urls, tmp_path, "--quiet"), stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline:  # waiting for a real process to get going, not for a throttle
+            if output.exists() and output.read_bytes().count(b"\n") >= 40:
+                break
+            time.sleep(0.05)
+        crawler.send_signal(signal.SIGINT)
+        out, err = crawler.communicate(timeout=30)
+    finally:
+        crawler.kill()
+    assert crawler.returncode == 130, err
+    assert "run again with --resume" in err
+    stopped = json.loads(out.strip().splitlines()[-1])
+    assert stopped["interrupted"]
+    assert not stopped["complete"]
+    assert output.read_bytes().endswith(b"\n")  # closed cleanly: no partial line
+    resumed = subprocess.run(crawl_command(urls, tmp_path, "--resume"), capture_output=True, text=True,
+                             timeout=120)
+    assert resumed.returncode == 0, resumed.stderr
+    counts = Counter(json.loads(line)["url"] for line in output.read_text().splitlines())
+    assert counts == Counter(urls.read_text().split())
+    stop_farm(server)
