@@ -144,3 +144,46 @@ async def test_fast_sites_finish_at_their_own_pace(tmp_path: Path) -> None:
     for n in range(5):
         assert finished[f"fast{n}"] < 2.5, finished  # not held back by the slow site
     assert report["trickle"]["throttled"] == 0
+
+
+async def test_memory_stays_bounded_and_nothing_is_lost(tmp_path: Path) -> None:
+    spec = {"site": [{"name": f"s{n}", "profile": "ratelimit", "rate": 1000.0, "burst": 100, "pages": 25}
+                     for n in range(4)]}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        output = tmp_path / "out.jsonl"
+        job = CrawlJob(Settings.from_scrapy(FAST),
+                       CrawlOptions(output=output, trust_env=False, max_in_memory=7))
+        peak = 0
+        original = job.scheduler.push
+
+        def watched(task: Any, *, front: bool = False) -> None:
+            nonlocal peak
+            original(task, front=front)
+            peak = max(peak, job.scheduler.queued)
+
+        job.scheduler.push = watched  # type: ignore[method-assign]
+        summary = await job.run(urls)
+    assert summary.complete
+    assert Counter(result["url"] for result in lines(output)) == Counter(urls)
+    assert peak <= 7 + 4  # the bound, plus one robots.txt task per host
+
+
+async def test_the_live_view_shows_each_host(tmp_path: Path) -> None:
+    from rich.console import Console
+
+    from crawlpace.crawl._display import live_view, render_summary
+
+    spec = {"site": [{"name": "a", "profile": "ratelimit", "rate": 100.0, "burst": 10, "pages": 3}]}
+    async with Farm(spec) as farm:
+        output = tmp_path / "out.jsonl"
+        job = CrawlJob(Settings.from_scrapy(FAST), CrawlOptions(output=output, trust_env=False))
+        summary = await job.run(pages(farm))
+        console = Console(record=True, width=120)
+        console.print(live_view(job, {}, 0.0))
+    text = console.export_text()
+    assert "crawlpace crawl: 3/3 URLs done" in text
+    assert "127.0.0.2" in text
+    for column in ("delay", "conc", "in flight", "queued", "state", "done", "errors"):
+        assert column in text
+    assert "complete: 3/3 URLs answered, 0 left" in render_summary(summary)
