@@ -172,3 +172,19 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(
     counts = Counter(json.loads(line)["url"] for line in output.read_text().splitlines())
     assert counts == Counter(urls.read_text().split())
     stop_farm(server)
+
+
+def test_a_missing_url_file_leaves_nothing_behind(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    output = tmp_path / "out.jsonl"
+    assert main(["crawl", str(tmp_path / "nosuch.txt"), "-o", str(output)]) == 3
+    assert "no URL file" in capsys.readouterr().err
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_resume_refuses_another_crawls_journal(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("not a url\n", encoding="utf-8")
+    state = tmp_path / "shared.state"
+    assert main(["crawl", str(urls), "-o", str(tmp_path / "a.jsonl"), "--state", str(state)]) == 0
+    assert main(["crawl", str(urls), "-o", str(tmp_path / "b.jsonl"), "--state", str(state), "--resume"]) == 3
+    assert "this journal belongs to the crawl writing" in capsys.readouterr().err

@@ -187,3 +187,41 @@ async def test_the_live_view_shows_each_host(tmp_path: Path) -> None:
     for column in ("delay", "conc", "in flight", "queued", "state", "done", "errors"):
         assert column in text
     assert "complete: 3/3 URLs answered, 0 left" in render_summary(summary)
+
+
+async def test_robots_txt_redirects_are_followed_and_hops_do_not_eat_retries(tmp_path: Path) -> None:
+    from crawlpace.sim import SimServer
+
+    seen: list[str] = []
+    busy = 0
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        nonlocal busy
+        path = scope["path"]
+        seen.append(path)
+        headers: list[tuple[bytes, bytes]] = []
+        body = b""
+        if path == "/robots.txt":
+            status, headers = 301, [(b"location", b"/real-robots.txt")]
+        elif path == "/real-robots.txt":
+            status, body = 200, b"User-agent: *\nDisallow: /private\n"
+        elif path in ("/a", "/b"):
+            status, headers = 302, [(b"location", b"/b" if path == "/a" else b"/c")]
+        elif path == "/c" and busy < 3:  # three 503s, then the page
+            busy += 1
+            status = 503
+        else:
+            status, body = 200, b"page"
+        headers.append((b"content-length", str(len(body)).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    async with SimServer(app, "127.0.0.2") as server:
+        summary, results = await crawl(tmp_path, [f"{server.url}/private/1", f"{server.url}/a"],
+                                       {"BACKOFF_MIN_DELAY": 0.01, "BACKOFF_MAX_DELAY": 0.05,
+                                        "BREAKER_ENABLED": False}, retries=3)
+    outcomes = {result["url"].rsplit("/", 1)[1]: (result["outcome"], result["status"]) for result in results}
+    assert outcomes == {"1": ("disallowed", None), "a": ("ok", 200)}  # two hops, then three retries of /c
+    assert seen.count("/robots.txt") == 1
+    assert "/private/1" not in seen
+    assert summary.complete

@@ -141,14 +141,18 @@ def run(args: argparse.Namespace) -> int:
     settings = build_settings(args)
     options = CrawlOptions(
         output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
-        user_agent=args.user_agent or DEFAULT_USER_AGENT, retries=args.retries, timeout=args.timeout,
+        user_agent=DEFAULT_USER_AGENT if args.user_agent is None else args.user_agent,
+        retries=args.retries, timeout=args.timeout,
         robots=not args.no_robots)
-    limit = QUICK_URLS if args.quick else None
-    urls = None if args.resume and args.urls == "-" else _read_urls(args.urls, limit)
-    job = CrawlJob(settings, options)
+    if args.urls != "-" and not Path(args.urls).is_file():
+        raise FileNotFoundError(f"no URL file {args.urls!r}; give a file of URLs, one per line, or '-'")
     show = not (args.quiet or args.json) and sys.stdout.isatty()
+    if show:
+        import rich  # noqa: F401 - fail before the crawl leaves a journal behind, not after
+    limit = QUICK_URLS if args.quick else None
+    urls = _read_urls(args.urls, limit)
+    job = CrawlJob(settings, options)
     summary = asyncio.run(_crawl(job, urls, show))
-    summary.interrupted = job.stopping
     print(render_summary(summary))
     if args.json:
         print(json.dumps({"output": str(options.output), **summary.as_dict()}, sort_keys=True))

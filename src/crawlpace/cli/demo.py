@@ -65,6 +65,8 @@ class DemoResult:
     seconds: float
     out_dir: Path
     plot: Path | None
+    plot_wanted: bool = True
+    quick: bool = False
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict, without the timelines."""
@@ -144,7 +146,7 @@ def run_demo(*, quick: bool = False, out_dir: str | Path = "crawlpace-demo", plo
             picture = folder / "rates.png"
         except PlotUnavailable:
             picture = None
-    return DemoResult(summary, sites, seconds, folder, picture)
+    return DemoResult(summary, sites, seconds, folder, picture, plot, quick)
 
 
 def render(result: DemoResult) -> str:
@@ -154,7 +156,8 @@ def render(result: DemoResult) -> str:
     site_totals = totals(result.sites)
     lines = [
         f"crawlpace demo: {result.summary.urls} pages on {len(result.sites)} simulated sites, "
-        f"{result.seconds:.1f}s, default settings (1 request at a time per site, 1 s apart)",
+        f"{result.seconds:.1f}s, default settings (1 request at a time per site, 1 s apart)"
+        + (", the breaker's pause cut to 5 s (--quick)" if result.quick else ""),
         "",
         "As the crawler saw it:",
         render_summary(result.summary),
@@ -166,7 +169,7 @@ def render(result: DemoResult) -> str:
         f"Crawl-delay), {site_totals['throttled']} refusals (429/503).",
         f"Files in {result.out_dir}/: results.jsonl (one line per page), sites.json (the sites' figures)"
         + (", rates.png (request rate over time per site)" if result.plot else
-           "; no plot (install matplotlib: pip install 'crawlpace[plot]')"),
+           "" if not result.plot_wanted else "; no plot (install matplotlib: pip install 'crawlpace[plot]')"),
     ]
     return "\n".join(lines)
 

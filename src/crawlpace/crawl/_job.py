@@ -44,7 +44,7 @@ from .._permit import Permit
 from .._robots import MAX_ROBOTS_BYTES, RobotsRules
 from .._scopes import host_scope
 from .._throttler import Throttler
-from ..frontier import FINAL_OUTCOMES, Journal, Result, ResultWriter, reconcile
+from ..frontier import FINAL_OUTCOMES, Journal, JournalError, Result, ResultWriter, reconcile
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
 from ._options import CrawlOptions
@@ -164,6 +164,7 @@ class CrawlJob:
         finally:
             await self._shutdown()
             self.summary.seconds = time.monotonic() - started
+            self.summary.interrupted = self.stopping
         return self.summary
 
     # -- set-up and tear-down ------------------------------------------------------
@@ -173,12 +174,30 @@ class CrawlJob:
         state = options.state_path
         if options.resume:
             journal = Journal.open(state)
+            expected = str(options.output.resolve())
+            if journal.fingerprint != expected:
+                journal.close()
+                raise JournalError(f"{state}: this journal belongs to the crawl writing "
+                                   f"{journal.fingerprint}, not {expected}; pass the matching --output "
+                                   f"or --state")
         else:
             journal = Journal.create(state, fingerprint=str(options.output.resolve()))
         self._journal = journal
+        was_complete = journal.input_complete if options.resume else True
+        read = 0
         if urls is not None:
-            added = journal.add((url, _scope_or_blank(url)) for url in _clean(urls))
+            def counted() -> Iterable[str]:
+                nonlocal read
+                for url in _clean(urls):
+                    read += 1
+                    yield url
+
+            added = journal.add((url, _scope_or_blank(url)) for url in counted())
             _log.info("%d new URLs in the journal", added)
+        if not was_complete and read == 0:
+            journal.close()
+            raise JournalError(f"{state}: the first run stopped before it had read all of its URLs; "
+                               "give the same URLs again with --resume")
         journal.mark_input_complete()
         if options.resume:
             # The output file is the record: the done flags are made to match it exactly.
@@ -340,7 +359,8 @@ class CrawlJob:
                 task.target, task.hops = target, task.hops + 1
                 self.scheduler.push(task, front=True)
                 return
-        if backoff and task.attempts <= self.options.retries:
+        if backoff and task.retries < self.options.retries:
+            task.retries += 1
             _log.debug("%s: backoff answer %s, attempt %d; queued again", task.target,
                        answer.status if answer.error is None else type(answer.error).__name__, task.attempts)
             self.scheduler.push(task, front=True)
@@ -360,15 +380,22 @@ class CrawlJob:
     def _settle_robots(self, task: Task, answer: _Answer, backoff: bool) -> None:
         robots = self.robots
         assert robots is not None
-        origin = origin_of(task.target)
+        origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
         now = self.throttler.clock.now()
         status = answer.status
+        if status in _REDIRECTS and answer.location and task.hops < self.options.max_redirects:
+            target = str(httpx.URL(task.target).join(answer.location))
+            if target.startswith(("http://", "https://")):
+                task.target, task.hops = target, task.hops + 1
+                self.scheduler.push(task, front=True)
+                return
         if status is not None and 200 <= status < 300:
             rules = RobotsRules.parse(answer.body, self.options.user_agent, origin=f"{origin}/robots.txt")
             robots.learn(origin, rules, now)
         elif status is not None and 400 <= status < 500 and not backoff:
             robots.learn(origin, RobotsRules.allow_all(self.options.user_agent, f"status {status}"), now)
-        elif task.attempts <= self.options.robots_retries:
+        elif task.retries < self.options.robots_retries:
+            task.retries += 1
             self.scheduler.push(task, front=True)
             return
         else:

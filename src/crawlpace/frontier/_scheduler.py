@@ -60,7 +60,8 @@ class Task:
         url: the URL as given, the key of its output line.
         target: the URL to fetch next; differs from ``url`` after a redirect.
         kind: ``"page"``, or ``"robots"`` for a robots.txt fetch.
-        attempts: requests sent for it so far.
+        attempts: requests sent for it so far, redirect hops included.
+        retries: times it was queued again after a backoff answer.
         hops: redirects followed so far.
         key: the queue it sits in: the target's host.
     """
@@ -70,6 +71,7 @@ class Task:
     target: str = ""
     kind: Kind = "page"
     attempts: int = 0
+    retries: int = 0
     hops: int = 0
     key: str = field(default="", compare=False)
 
@@ -134,7 +136,7 @@ class Scheduler:
     def released(self, scopes: tuple[str, ...]) -> None:
         """Tell the scheduler that a request of ``scopes`` ended, freeing a slot in each."""
         now = self._clock.now()
-        for name in scopes:
+        for name in (*scopes, ""):  # "": queues that only the global cap held back
             for key in self._parked.pop(name, ()):
                 if self._queues.get(key) and key not in self._due:
                     self._schedule(key, now)
