@@ -243,6 +243,8 @@ class CrawlJob:
         budget = self.options.max_in_memory
         batch = max(min(budget // 10, 1000), 1)
         pending = self._pending_scopes
+        if self._in_memory > budget - batch and not self.scheduler.idle:
+            return  # refill a batch at a time, not a URL per finished fetch
         while pending and self._in_memory < budget:
             scope = pending.popleft()
             want = min(batch, budget - self._in_memory)
