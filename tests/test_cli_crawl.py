@@ -68,6 +68,15 @@ def stop_farm(process: subprocess.Popen[str]) -> dict[str, dict[str, int]]:
     return json.loads(out.strip().splitlines()[-1])["sites"]  # type: ignore[no-any-return]
 
 
+def wait_for_lines(output: Path, count: int) -> None:
+    """Wait until a real crawl process has written ``count`` lines (not a wait for a throttle)."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if output.exists() and output.read_bytes().count(b"\n") >= count:
+            return
+        time.sleep(0.05)
+
+
 def crawl_command(urls: Path, tmp_path: Path, *extra: str) -> list[str]:
     config = tmp_path / "crawlpace.toml"
     config.write_text(CONFIG, encoding="utf-8")
@@ -96,11 +105,7 @@ def test_kill_9_then_resume_loses_no_url(farm: tuple[Path, subprocess.Popen[str]
     crawler = subprocess.Popen(crawl_command(urls, tmp_path, "--quiet"), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # waiting for a real process to get halfway, not for a throttle
-            if output.exists() and output.read_bytes().count(b"\n") >= 150:
-                break
-            time.sleep(0.05)
+        wait_for_lines(output, 150)
         os.kill(crawler.pid, signal.SIGKILL)
         crawler.wait(timeout=10)
     finally:
@@ -151,11 +156,7 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(
     crawler = subprocess.Popen(crawl_command(urls, tmp_path, "--quiet"), stdout=subprocess.PIPE,
                                stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:  # waiting for a real process to get going, not for a throttle
-            if output.exists() and output.read_bytes().count(b"\n") >= 40:
-                break
-            time.sleep(0.05)
+        wait_for_lines(output, 40)
         crawler.send_signal(signal.SIGINT)
         out, err = crawler.communicate(timeout=30)
     finally:

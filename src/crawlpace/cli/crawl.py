@@ -7,16 +7,16 @@ import asyncio
 import contextlib
 import dataclasses
 import json
-import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import __version__
 from .._config import Settings
 from .._exceptions import ConfigError
+from ._signals import stop_on_signals
 
 if TYPE_CHECKING:
     from ..crawl import CrawlJob, CrawlSummary
@@ -25,7 +25,8 @@ if TYPE_CHECKING:
 # so that the command line and its help work without it.
 DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
-__all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "run"]
+__all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "run",
+           "run_job"]
 
 #: Exit status when some URL got no final answer.
 EXIT_INCOMPLETE = 1
@@ -114,23 +115,36 @@ def _read_urls(source: str, limit: int | None) -> Iterator[str]:
             yield line
 
 
-async def _crawl(job: CrawlJob, urls: Iterator[str] | None, show: bool) -> CrawlSummary:
+async def run_job(job: CrawlJob, urls: Iterable[str] | None, *, show: bool, transient: bool = False,
+                  time_limit: float | None = None) -> CrawlSummary:
+    """Run ``job`` with Ctrl-C and SIGTERM stopping it, and the live view when ``show``.
+
+    Args:
+        job: the crawl.
+        urls: its input.
+        show: refresh the live view (rich) twice a second while it runs.
+        transient: clear the live view at the end instead of leaving its last frame.
+        time_limit: seconds after which the job is stopped, if any.
+    """
     loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, job.stop)
-    runner = asyncio.ensure_future(job.run(urls))
-    if show:
-        from rich.live import Live
+    with stop_on_signals(job.stop):
+        limit = None if time_limit is None else loop.call_later(time_limit, job.stop)
+        runner = asyncio.ensure_future(job.run(urls))
+        try:
+            if show:
+                from rich.live import Live
 
-        from ..crawl._display import live_view
+                from ..crawl._display import live_view
 
-        started = time.monotonic()
-        with Live(refresh_per_second=4, transient=False, redirect_stderr=False) as live:
-            while not runner.done():
-                live.update(live_view(job, await job.throttler.stats(), started))
-                await asyncio.wait({runner}, timeout=0.5)
-    return await runner
+                started = time.monotonic()
+                with Live(refresh_per_second=4, transient=transient, redirect_stderr=False) as live:
+                    while not runner.done():
+                        live.update(live_view(job, await job.throttler.stats(), started))
+                        await asyncio.wait({runner}, timeout=0.5)
+            return await runner
+        finally:
+            if limit is not None:
+                limit.cancel()
 
 
 def run(args: argparse.Namespace) -> int:
@@ -152,7 +166,7 @@ def run(args: argparse.Namespace) -> int:
     limit = QUICK_URLS if args.quick else None
     urls = _read_urls(args.urls, limit)
     job = CrawlJob(settings, options)
-    summary = asyncio.run(_crawl(job, urls, show))
+    summary = asyncio.run(run_job(job, urls, show=show))
     print(render_summary(summary))
     if args.json:
         print(json.dumps({"output": str(options.output), **summary.as_dict()}, sort_keys=True))

@@ -15,7 +15,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 import time
 from dataclasses import dataclass
@@ -25,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from ..sim._report import render_table, totals
 
 if TYPE_CHECKING:
-    from ..crawl import CrawlJob, CrawlSummary
+    from ..crawl import CrawlSummary
     from ..sim import Farm
 
 # The crawl needs httpx and the plot matplotlib (the 'cli' extra): they are imported
@@ -77,41 +76,26 @@ class DemoResult:
                 "plot": None if self.plot is None else str(self.plot)}
 
 
-async def _crawl(farm: Farm, job: CrawlJob, pages: int | None, show: bool) -> None:
-    urls = [f"{site.url}/page/{number}" for number in range(1, max(site.app.pages for site in farm.sites) + 1)
-            for site in farm.sites if number <= min(site.app.pages, pages or site.app.pages)]
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signum, job.stop)
-    limit = loop.call_later(TIME_LIMIT, job.stop)
-    runner = asyncio.ensure_future(job.run(urls))
-    try:
-        if show:
-            from rich.live import Live
-
-            from ..crawl._display import live_view
-
-            started = time.monotonic()
-            with Live(refresh_per_second=4, transient=True) as live:
-                while not runner.done():
-                    live.update(live_view(job, await job.throttler.stats(), started))
-                    await asyncio.wait({runner}, timeout=0.5)
-        await runner
-    finally:
-        limit.cancel()
+def _page_urls(farm: Farm, pages: int | None) -> list[str]:
+    """Every site's pages, first pages of every site first, so all sites start at once."""
+    most = max(site.app.pages for site in farm.sites)
+    count = most if pages is None else min(pages, most)
+    return [f"{site.url}/page/{number}" for number in range(1, count + 1) for site in farm.sites
+            if number <= site.app.pages]
 
 
 async def _demo(quick: bool, out_dir: Path, show: bool) -> tuple[CrawlSummary, dict[str, dict[str, Any]]]:
     from .._config import Settings
     from ..crawl import CrawlJob, CrawlOptions
     from ..sim import Farm
+    from .crawl import run_job
 
     async with Farm.builtin("mixed") as farm:
         options = CrawlOptions(output=out_dir / "results.jsonl", state=out_dir / "results.state",
                                trust_env=False, timeout=5.0)
         job = CrawlJob(Settings.from_scrapy(QUICK_SETTINGS) if quick else Settings(), options)
-        await _crawl(farm, job, QUICK_PAGES if quick else None, show)
+        await run_job(job, _page_urls(farm, QUICK_PAGES if quick else None), show=show, transient=True,
+                      time_limit=TIME_LIMIT)
         job.summary.interrupted = job.stopping
         return job.summary, farm.stats(timeline=True)
 

@@ -6,7 +6,6 @@ import argparse
 import asyncio
 import contextlib
 import json
-import signal
 import sys
 import time
 from pathlib import Path
@@ -16,6 +15,7 @@ from .._exceptions import ConfigError
 from ..sim import Farm, builtin_farms
 from ..sim._plot import PlotUnavailable, write_plot
 from ..sim._report import render_table, totals
+from ._signals import stop_on_signals
 
 __all__ = ["EXIT_USAGE", "QUICK_SECONDS", "add_parser", "load_farm", "run"]
 
@@ -83,28 +83,28 @@ async def _serve(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], f
     farm = load_farm(args.farm, args.port, args.control_port)
     duration = args.duration if args.duration is not None else QUICK_SECONDS if args.quick else None
     stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
     async with farm:
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.add_signal_handler(signum, stop.set)
-        print(f"crawlpace sim: {len(farm.sites)} sites of farm {args.farm!r}"
-              f"{'' if farm.aliases else ' (no loopback aliases: one port per site on 127.0.0.1)'}")
-        print(_describe(farm), flush=True)
-        if args.urls:
-            text = "\n".join(_page_urls(farm)) + "\n"
-            await asyncio.to_thread(Path(args.urls).write_text, text, "utf-8")
-            print(f"page URLs written to {args.urls}")
-        print("serving; Ctrl-C or SIGTERM stops and prints the table"
-              + (f" (stopping by itself after {duration:g} s)" if duration is not None else ""), flush=True)
-        started = time.monotonic()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(duration):
-                await stop.wait()
-        for signum in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signum)
-        return farm.stats(timeline=True), time.monotonic() - started
+        with stop_on_signals(stop.set):  # before the banner: a script may signal as soon as it reads it
+            return await _until_stopped(args, farm, stop, duration)
+
+
+async def _until_stopped(args: argparse.Namespace, farm: Farm, stop: asyncio.Event,
+                         duration: float | None) -> tuple[dict[str, dict[str, Any]], float]:
+    """Print the banner, serve until ``stop`` or ``duration``, and return the figures."""
+    print(f"crawlpace sim: {len(farm.sites)} sites of farm {args.farm!r}"
+          f"{'' if farm.aliases else ' (no loopback aliases: one port per site on 127.0.0.1)'}")
+    print(_describe(farm), flush=True)
+    if args.urls:
+        text = "\n".join(_page_urls(farm)) + "\n"
+        await asyncio.to_thread(Path(args.urls).write_text, text, "utf-8")
+        print(f"page URLs written to {args.urls}")
+    print("serving; Ctrl-C or SIGTERM stops and prints the table"
+          + (f" (stopping by itself after {duration:g} s)" if duration is not None else ""), flush=True)
+    started = time.monotonic()
+    with contextlib.suppress(TimeoutError):
+        async with asyncio.timeout(duration):
+            await stop.wait()
+    return farm.stats(timeline=True), time.monotonic() - started
 
 
 def run(args: argparse.Namespace) -> int:

@@ -355,12 +355,8 @@ class CrawlJob:
         if task.kind == "robots":
             self._settle_robots(task, answer, backoff)
             return
-        if answer.status in _REDIRECTS and answer.location and task.hops < self.options.max_redirects:
-            target = str(httpx.URL(task.target).join(answer.location))
-            if target.startswith(("http://", "https://")):
-                task.target, task.hops = target, task.hops + 1
-                self.scheduler.push(task, front=True)
-                return
+        if self._follow_redirect(task, answer):
+            return
         if backoff and task.retries < self.options.retries:
             task.retries += 1
             _log.debug("%s: backoff answer %s, attempt %d; queued again", task.target,
@@ -379,18 +375,25 @@ class CrawlJob:
         self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
                      latency=answer.latency)
 
+    def _follow_redirect(self, task: Task, answer: _Answer) -> bool:
+        """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
+        if answer.status not in _REDIRECTS or not answer.location or task.hops >= self.options.max_redirects:
+            return False
+        target = str(httpx.URL(task.target).join(answer.location))
+        if not target.startswith(("http://", "https://")):
+            return False
+        task.target, task.hops = target, task.hops + 1
+        self.scheduler.push(task, front=True)
+        return True
+
     def _settle_robots(self, task: Task, answer: _Answer, backoff: bool) -> None:
         robots = self.robots
         assert robots is not None
         origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
         now = self.throttler.clock.now()
         status = answer.status
-        if status in _REDIRECTS and answer.location and task.hops < self.options.max_redirects:
-            target = str(httpx.URL(task.target).join(answer.location))
-            if target.startswith(("http://", "https://")):
-                task.target, task.hops = target, task.hops + 1
-                self.scheduler.push(task, front=True)
-                return
+        if self._follow_redirect(task, answer):
+            return
         if status is not None and 200 <= status < 300:
             rules = RobotsRules.parse(answer.body, self.options.user_agent, origin=f"{origin}/robots.txt")
             robots.learn(origin, rules, now)

@@ -105,6 +105,7 @@ class Scheduler:
         self._heap: list[tuple[float, int, str]] = []
         self._due: dict[str, float] = {}  # the live heap entry of each scheduled queue
         self._parked: dict[str, set[str]] = {}  # scope name -> queues waiting for one of its slots
+        self._parked_keys: set[str] = set()  # every queue in _parked, until a release wakes it
         self._waiting_robots: dict[str, list[Task]] = {}  # origin -> pages held until its rules are known
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
         self._seq = itertools.count()
@@ -130,7 +131,7 @@ class Scheduler:
         else:
             queue.append(task)
         self.queued += 1
-        if task.key not in self._due and not self._is_parked(task.key):
+        if task.key not in self._due and task.key not in self._parked_keys:
             self._schedule(task.key, self._clock.now())
 
     def released(self, scopes: tuple[str, ...]) -> None:
@@ -138,6 +139,9 @@ class Scheduler:
         now = self._clock.now()
         for name in (*scopes, ""):  # "": queues that only the global cap held back
             for key in self._parked.pop(name, ()):
+                if key not in self._parked_keys:
+                    continue  # woken already by another of its scopes
+                self._parked_keys.discard(key)
                 if self._queues.get(key) and key not in self._due:
                     self._schedule(key, now)
         self._poke()
@@ -238,11 +242,10 @@ class Scheduler:
                     self._schedule(key, self._clock.now())
                 return task, result
             if result.ready_at is None:
-                for name, ready in result.waiting_on:
-                    if ready is None:
-                        self._parked.setdefault(name, set()).add(key)
-                if not self._is_parked(key):  # only a global cap said no: retry on the next release
-                    self._parked.setdefault("", set()).add(key)
+                full = [name for name, ready in result.waiting_on if ready is None]
+                for name in full or [""]:  # "": only a global cap said no; retry on the next release
+                    self._parked.setdefault(name, set()).add(key)
+                self._parked_keys.add(key)
             else:
                 self._schedule(key, result.ready_at)
             return None
@@ -273,6 +276,7 @@ class Scheduler:
 
     def _drop_queue(self, key: str, why: Dropped, detail: str) -> None:
         queue = self._queues.pop(key, deque())
+        self._parked_keys.discard(key)
         waiting = [task for tasks in self._waiting_robots.values() for task in tasks if task.key == key]
         for origin, tasks in list(self._waiting_robots.items()):
             kept = [task for task in tasks if task.key != key]
@@ -288,9 +292,6 @@ class Scheduler:
                 self._robots.failed(origin_of(task.target), self._clock.now())
 
     # -- timing ------------------------------------------------------------------
-
-    def _is_parked(self, key: str) -> bool:
-        return any(key in keys for keys in self._parked.values())
 
     def _schedule(self, key: str, when: float) -> None:
         self._due[key] = when
