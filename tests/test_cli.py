@@ -16,7 +16,10 @@ def test_check_reports_a_valid_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     assert main(["check", str(path)]) == 0
     out = capsys.readouterr().out
     assert "scope 'api.example': concurrency=4 delay=1s delay_per_slot=1s jitter=+/-50%" in out
-    assert "note: scope 'api.example': rampup is accepted but has no effect in this version" in out
+    assert ("scope 'api.example': concurrency=4 delay=1s delay_per_slot=1s jitter=+/-50% rampup=on "
+            "(from that rate up to 8 slots and 0.01s between sends, aiming at 1 backoff answers per 60s)"
+            in out)
+    assert "note:" not in out
     assert main(["check", str(path), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert data["scopes"]["api.example"]["concurrency"] == 4

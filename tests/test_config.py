@@ -11,7 +11,7 @@ import pytest
 from crawlpace import BackoffConfig, ConfigError, Jitter, ScopeConfig, Settings, parse_jitter
 
 SCOPE_KEYS = ("backoff, breaker, concurrency, delay, delay_per_slot, ignore_robots_txt, jitter, manager, "
-              "quota, rampup, window")
+              "quota, rampup, rampup_max_concurrency, rampup_min_delay, window")
 BACKOFF_KEYS = ("concurrency_factor, delay_factor, exceptions, http_codes, jitter, max_delay, "
                 "min_delay, window")
 
@@ -248,8 +248,10 @@ def test_inactive_settings_are_listed() -> None:
         "AUTOTHROTTLE_ENABLED": True,
         "THROTTLING_SCOPES": {"api.example": {"quota": 100.0, "rampup": True}},
     })
-    # Quotas and AutoThrottle work since 0.2.0; only rampup is still to come.
-    assert settings.inactive() == ["scope 'api.example': rampup"]
+    # AutoThrottle does not steer a scope that has rampup on.
+    assert settings.inactive() == ["AUTOTHROTTLE_ENABLED for scope 'api.example', which has rampup on: "
+                                   "rampup sets its delay instead"]
+    assert Settings.from_scrapy({"THROTTLING_SCOPES": {"api.example": {"rampup": True}}}).inactive() == []
 
 
 def test_typed_objects_take_the_setting_forms_and_are_checked() -> None:

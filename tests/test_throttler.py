@@ -353,9 +353,10 @@ async def test_many_waiters_log_one_warning(clock: MockClock, make_throttler: Th
 
 async def test_inactive_settings_are_announced(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="crawlpace"):
-        throttler = Throttler({"THROTTLING_SCOPES": {"api.example": {"rampup": True}}})
+        throttler = Throttler({"AUTOTHROTTLE_ENABLED": True,
+                               "THROTTLING_SCOPES": {"api.example": {"rampup": True}}})
     await throttler.aclose()
-    assert "scope 'api.example': rampup" in caplog.text
+    assert "setting has no effect: AUTOTHROTTLE_ENABLED for scope 'api.example'" in caplog.text
 
 
 async def test_real_clock_spacing_without_sleeping_for_it() -> None:

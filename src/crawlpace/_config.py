@@ -114,6 +114,8 @@ class ScopeConfig:
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     rampup: bool = False
+    rampup_min_delay: float = 0.01
+    rampup_max_concurrency: int = 8
     quota: float | None = None
     window: float = 60.0
     manager: str | None = None
@@ -218,18 +220,17 @@ class Settings:
         return cls.from_dict(data, source=f"{path}: ")
 
     def inactive(self) -> list[str]:
-        """Name the settings that are set but have no effect in this version.
+        """Name the settings that are set but have no effect where they would apply.
 
-        Rampup is accepted and validated now so that configuration files keep
-        working when it lands; until then the throttler warns about it once.
+        AutoThrottle does not steer a scope with rampup on (rampup has its own
+        latency rule); the throttler warns about each such scope once.
         """
-        notes: list[str] = []
-        configs = [("scope defaults", self.scope_defaults)]
+        if not self.autothrottle.enabled:
+            return []
+        configs = [("the scope defaults", self.scope_defaults)]
         configs += [(f"scope {name!r}", cfg) for name, cfg in self.scopes.items()]
-        for where, cfg in configs:
-            if cfg.rampup:
-                notes.append(f"{where}: rampup")
-        return notes
+        return [f"AUTOTHROTTLE_ENABLED for {where}, which has rampup on: rampup sets its delay instead"
+                for where, cfg in configs if cfg.rampup]
 
     def is_explicit(self, scope: str) -> bool:
         """True when ``THROTTLING_SCOPES`` sets ``scope``'s concurrency or delay.
@@ -288,6 +289,8 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "THROTTLING_ROBOTSTXT_OBEY": ("", "robotstxt_obey"),
     "THROTTLING_ROBOTSTXT_MAX_DELAY": ("", "robotstxt_max_delay"),
     "RAMPUP_BACKOFF_TARGET": ("", "rampup_backoff_target"),
+    "RAMPUP_MIN_DELAY": ("scope", "rampup_min_delay"),
+    "RAMPUP_MAX_CONCURRENCY": ("scope", "rampup_max_concurrency"),
     "REDIRECT_MAX_DELAY": ("", "redirect_max_delay"),
     "DELAYED_REQUESTS_WARN_THRESHOLD": ("", "delayed_requests_warn_threshold"),
     "BACKOFF_HTTP_CODES": ("backoff", "http_codes"),
@@ -570,6 +573,8 @@ class _Checker:
         self.count(f"{o}.concurrency", cfg.concurrency)
         self.seconds(f"{o}.delay", cfg.delay)
         self.seconds(f"{o}.delay_per_slot", cfg.delay_per_slot)
+        self.seconds(f"{o}.rampup_min_delay", cfg.rampup_min_delay)
+        self.count(f"{o}.rampup_max_concurrency", cfg.rampup_max_concurrency)
         self.number(f"{o}.window", cfg.window, example="60.0", positive=True)
         if cfg.quota is not None:
             self.number(f"{o}.quota", cfg.quota, example="500.0", positive=True)
@@ -746,6 +751,8 @@ def _parse_scope(check: _Checker, labels: _TreeLabels, name: str | None,
         "delay_per_slot": check.seconds,
         "jitter": check.jitter,
         "rampup": check.flag,
+        "rampup_min_delay": check.seconds,
+        "rampup_max_concurrency": check.count,
         "ignore_robots_txt": check.flag,
         "manager": check.import_path,
         "window": check.window,

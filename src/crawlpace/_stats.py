@@ -24,7 +24,7 @@ class ScopeStats(ScopeSnapshot):
     ``concurrency``, ``delay``, ``delay_per_slot``, ``inflight``, ``resting``,
     ``sends``, ``responses``, ``errors``, ``ready_in``, ``last_latency``,
     ``mean_latency``, ``backoff``, ``generation``, ``hold_in``, ``breaker``,
-    ``quota_remaining`` and ``crawl_delay``):
+    ``quota_remaining``, ``crawl_delay`` and ``rampup``):
         queued: requests of this process waiting for this scope.
     """
 
@@ -47,5 +47,7 @@ class ScopeStats(ScopeSnapshot):
             extra += f" breaker={self.breaker}"
         if self.hold_in is not None:
             extra += f" hold={_ms(self.hold_in)}"
+        if self.rampup is not None:
+            extra += f" rampup={self.rampup.phase}:{self.rampup.rate:.3g}/s"
         return (f"<Scope {self.scope} delay={self.delay:.2f}s inflight={self.inflight}/"
                 f"{self.concurrency} queued={self.queued} sends={self.sends}{extra} next_in={ready}>")

@@ -170,8 +170,7 @@ class Throttler:
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         for note in settings.inactive():
-            logger.warning("setting has no effect in this version of crawlpace and is ignored: %s",
-                           note)
+            logger.warning("setting has no effect: %s", note)
 
     # -- public API ----------------------------------------------------------
 

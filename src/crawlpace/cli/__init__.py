@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import asdict
 
 from .. import __version__
-from .._config import Settings
+from .._config import ScopeConfig, Settings
 from .._exceptions import ConfigError
 from ..frontier import JournalError
 
@@ -55,16 +55,25 @@ def _cmd_check(args: argparse.Namespace) -> int:
         return 0
     print(f"{args.config}: valid")
     print(f"  concurrent_requests = {settings.concurrent_requests}")
-    d = settings.scope_defaults
-    print(f"  every scope: concurrency={_concurrency(d.concurrency, settings)} delay={d.delay:g}s "
-          f"delay_per_slot={d.delay_per_slot:g}s jitter={d.jitter.describe()}")
+    print(f"  every scope: {_describe(settings.scope_defaults, settings)}")
     for name, cfg in sorted(settings.scopes.items()):
-        print(f"  scope {name!r}: concurrency={_concurrency(cfg.concurrency, settings)} "
-              f"delay={cfg.delay:g}s delay_per_slot={cfg.delay_per_slot:g}s "
-              f"jitter={cfg.jitter.describe()}")
+        print(f"  scope {name!r}: {_describe(cfg, settings)}")
     for note in settings.inactive():
-        print(f"  note: {note} is accepted but has no effect in this version")
+        print(f"  note: {note}")
     return 0
+
+
+def _describe(cfg: ScopeConfig, settings: Settings) -> str:
+    text = (f"concurrency={_concurrency(cfg.concurrency, settings)} delay={cfg.delay:g}s "
+            f"delay_per_slot={cfg.delay_per_slot:g}s jitter={cfg.jitter.describe()}")
+    if cfg.rampup:
+        low, high = settings.rampup_backoff_target
+        band = f"{low:g}" if low == high else f"{low:g}-{high:g}"
+        slots = min(cfg.rampup_max_concurrency, settings.concurrent_requests)
+        text += (f" rampup=on (from that rate up to {slots}"
+                 f" slots and {cfg.rampup_min_delay:g}s between sends, aiming at {band} backoff "
+                 f"answers per {cfg.window:g}s)")
+    return text
 
 
 def _concurrency(configured: int, settings: Settings) -> str:

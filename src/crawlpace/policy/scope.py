@@ -3,7 +3,8 @@
 A scope's effective throttling comes from separate inputs, each kept apart
 so that none erases another; the strictest wins:
 
-* the configured concurrency and delay (or AutoThrottle's delay, when on);
+* the configured concurrency and delay (or AutoThrottle's delay, when on),
+  or, with rampup on, the rate rampup settled on;
 * a robots.txt Crawl-Delay (one slot, and a floor under every jittered delay);
 * the scope manager's adjustment (backoff by default, or a custom manager);
 * the pace a server's announced budget allows (also a floor);
@@ -27,6 +28,7 @@ from .autothrottle import AutoThrottle
 from .backoff import Backoff
 from .breaker import Breaker
 from .quota import QuotaBucket
+from .rampup import Rampup
 from .signals import ScopeFeedback
 
 __all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
@@ -131,33 +133,39 @@ class ScopePolicy:
         concurrency_cap: ``CONCURRENT_REQUESTS``, which caps every scope.
         autothrottle: the AutoThrottle settings (used when enabled).
         manager: the scope manager; the default backoff when ``None``.
+        rampup_target: ``RAMPUP_BACKOFF_TARGET``, for a scope with rampup on.
 
     Attributes:
         limits: the limits in force.
         jitter: the spread for the next send (``BACKOFF_JITTER`` while backing off).
         gated: True when :meth:`gate` may hold a send back (a quota, a server's
             hold, or a breaker that is not closed); the hot path skips it otherwise.
+        watches: True when :meth:`on_admit` must hear of every send (gated, or
+            rampup measuring the send rate).
+        rampup: the rampup controller, when the scope has rampup on.
         generation: the scope manager's generation.
         wake_at: when the limits may change with no new feedback.
     """
 
     __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
                  "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
-                 "pace", "pace_until", "quota", "scope", "wake_at")
+                 "pace", "pace_until", "quota", "rampup", "scope", "wake_at", "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
-                 manager: ThrottlingScopeManagerProtocol | None = None) -> None:
+                 manager: ThrottlingScopeManagerProtocol | None = None,
+                 rampup_target: tuple[float, float] = (1.0, 1.0)) -> None:
         self.scope = scope
         self.config = config
         self.concurrency = min(config.concurrency, concurrency_cap)
         self.manager = manager
+        self.rampup = _rampup(scope, config, concurrency_cap, rampup_target) if config.rampup else None
         self.generation = manager.generation if manager is not None else 0
         self.autothrottle = None
         # AUTOTHROTTLE_DEBUG shows every adjustment without turning on debug logging.
         debug = autothrottle is not None and autothrottle.debug
         self.autothrottle_log_level = logging.INFO if debug else logging.DEBUG
-        if autothrottle is not None and autothrottle.enabled:
+        if autothrottle is not None and autothrottle.enabled and self.rampup is None:
             self.autothrottle = AutoThrottle(start_delay=autothrottle.start_delay,
                                              min_delay=config.delay, max_delay=autothrottle.max_delay,
                                              target_concurrency=autothrottle.target_concurrency)
@@ -168,9 +176,10 @@ class ScopePolicy:
         self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
         self.breaker: Breaker | None = None
         self.gated = self.quota is not None
+        self.watches = self.gated or self.rampup is not None
         self.jitter = config.jitter
         self.wake_at = _FOREVER
-        self._base = self._compute_base()
+        self._base = self._compute_base(0.0)
         self.limits = self._compute(_NEVER)
 
     # -- limits --------------------------------------------------------------
@@ -179,15 +188,24 @@ class ScopePolicy:
         """The limits before the manager's adjustment and the server's pace."""
         return self._base
 
-    def _compute_base(self) -> Limits:
+    def _compute_base(self, now: float) -> Limits:
         config = self.config
         concurrency, delay, floor = self.concurrency, config.delay, 0.0
-        if self.autothrottle is not None:
+        per_slot = config.delay_per_slot
+        rampup = self.rampup
+        if rampup is not None:
+            rate = rampup.allowed_rate(now)
+            concurrency, delay = rampup.concurrency(rate), 1.0 / rate
+            # Slots only cap what is in flight: each may send as often as the scope.
+            per_slot = min(per_slot, delay)
+        elif self.autothrottle is not None:
             delay = max(delay, self.autothrottle.delay)
         if self.crawl_delay is not None:
             concurrency, floor = 1, self.crawl_delay
             delay = max(delay, floor)
-        return _limits(concurrency, delay, config.delay_per_slot, floor)
+        if rampup is not None:
+            return Limits(concurrency, delay, per_slot, floor)
+        return _limits(concurrency, delay, per_slot, floor)
 
     def _compute(self, now: float) -> Limits:
         base = self._base
@@ -201,7 +219,10 @@ class ScopePolicy:
             limits = _limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor)
             wake = min(wake, self.pace_until)
         self.wake_at = wake
-        self.jitter = self.config.backoff.jitter if limits.delay > base.delay else self.config.jitter
+        # Near a server's limit a wide spread of delays turns into refusals: rampup
+        # scopes, like scopes backing off, use the narrow backoff jitter.
+        narrow = limits.delay > base.delay or self.rampup is not None
+        self.jitter = self.config.backoff.jitter if narrow else self.config.jitter
         return limits
 
     def refresh(self, now: float) -> bool:
@@ -222,6 +243,7 @@ class ScopePolicy:
         breaker = self.breaker
         self.gated = self.quota is not None or self.hold_until != _NEVER or (
             breaker is not None and breaker.state != "closed")
+        self.watches = self.gated or self.rampup is not None
 
     # -- gates ---------------------------------------------------------------
 
@@ -262,7 +284,14 @@ class ScopePolicy:
     # -- transitions ---------------------------------------------------------
 
     def on_admit(self, now: float, use: float) -> None:
-        """Record a send of ``use`` quota (only needed when :attr:`gated`)."""
+        """Record a send of ``use`` quota (only needed when :attr:`watches`)."""
+        rampup = self.rampup
+        if rampup is not None:
+            rampup.on_send(now)
+            base = self._compute_base(now)
+            if base != self._base:  # the send-rate cap moved
+                self._base = base
+                self.refresh(now)
         if self.quota is not None and use > 0.0:
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
@@ -297,15 +326,24 @@ class ScopePolicy:
             before = autothrottle.delay
             changed = autothrottle.observe(feedback.latency, feedback.status)
             if changed is not None:
-                self._base = self._compute_base()
+                self._base = self._compute_base(now)
                 logger.log(self.autothrottle_log_level,
                            "scope %s: AutoThrottle delay %.3fs -> %.3fs (latency %.3fs, status %d)",
                            self.scope, before, changed, feedback.latency, feedback.status)
+        rampup = self.rampup
+        ramp_generation = 0
+        if rampup is not None:
+            if feedback.backoff or (feedback.status is not None and not feedback.failed):
+                rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
+                                   latency=feedback.latency)
+                self._base = self._compute_base(now)
+            ramp_generation = rampup.generation
         manager = self.manager
-        if manager is not None or feedback.backoff:
+        if manager is not None or (feedback.backoff and rampup is None):
+            # With rampup on, rampup answers pushback; a custom manager still adjusts the result.
             manager = self._manager()
-            manager.feedback(feedback, now=now, generation=generation, base=self._base)
-            self.generation = manager.generation
+            manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
+        self.generation = (manager.generation if manager is not None else 0) + ramp_generation
         self.refresh(now)
         gave_up = False
         if feedback.status is None and not feedback.failed:
@@ -348,7 +386,7 @@ class ScopePolicy:
                                self.config.concurrency, self.config.delay)
             return
         self.crawl_delay = delay
-        self._base = self._compute_base()
+        self._base = self._compute_base(now)
         self.refresh(now)
 
     def is_idle(self, now: float) -> bool:
@@ -361,4 +399,17 @@ class ScopePolicy:
             return False
         if self.breaker is not None and not self.breaker.is_idle(now):
             return False
+        if self.rampup is not None and not self.rampup.is_idle(now):
+            return False
         return self.manager is None or self.manager.is_idle(now)
+
+
+def _rampup(scope: str, config: ScopeConfig, concurrency_cap: int, target: tuple[float, float]) -> Rampup:
+    """The rampup controller of a scope, within the scope's configured bounds."""
+    start = 1.0 / config.delay if config.delay > 0.0 else 1.0
+    floor_delay = config.backoff.max_delay
+    return Rampup(start_rate=start,
+                  min_rate=1.0 / floor_delay if floor_delay > 0.0 else start,
+                  max_rate=1.0 / config.rampup_min_delay if config.rampup_min_delay > 0.0 else math.inf,
+                  max_concurrency=min(config.rampup_max_concurrency, concurrency_cap),
+                  window=config.window, target=target, scope=scope)

@@ -128,7 +128,7 @@ class SiteStats:
         # the window (now - 1 s, now] at each arrival finds the exact maximum.
         recent = self._recent
         recent.append(now)
-        while recent[0] <= now - WINDOW:
+        while recent[0] + WINDOW <= now:  # not "<= now - WINDOW": keep the rounding of [t, t + 1)
             recent.popleft()
         self.peak_per_second = max(self.peak_per_second, len(recent))
         _bin(self._arrivals, self._index(now))

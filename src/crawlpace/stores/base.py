@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
 from .._scopes import Demand
+from ..policy.rampup import RampupStats
 from ..policy.signals import ScopeFeedback
 
 __all__ = ["NO_OUTCOME", "Blocked", "Lease", "LocalStore", "Outcome", "ScopeSnapshot", "Store"]
@@ -118,6 +119,7 @@ class ScopeSnapshot:
             ``half_open``, ``given_up``, or ``off``).
         quota_remaining: quota units available now, for scopes with a quota.
         crawl_delay: the robots.txt Crawl-Delay in force, if any.
+        rampup: what rampup knows about the scope, when it is on.
     """
 
     scope: str
@@ -138,6 +140,7 @@ class ScopeSnapshot:
     breaker: str = "closed"
     quota_remaining: float | None = None
     crawl_delay: float | None = None
+    rampup: RampupStats | None = None
 
 
 @runtime_checkable

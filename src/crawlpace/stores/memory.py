@@ -70,8 +70,10 @@ class _Scope(ScopeState):
         policy = self.policy
         jitter = policy.jitter
         slot_ready = self.admit(now, jitter.factor(rng) if jitter.enabled else 1.0)
-        if policy.gated:
+        if policy.watches:
             policy.on_admit(now, use)
+            if self.limits is not policy.limits:
+                self.set_limits(policy.limits)
         return slot_ready
 
     def record(self, outcome: Outcome) -> None:
@@ -255,6 +257,7 @@ class MemoryStore:
                 "closed" if policy.config.breaker.enabled else "off"),
             quota_remaining=policy.quota.remaining(now) if policy.quota is not None else None,
             crawl_delay=policy.crawl_delay,
+            rampup=policy.rampup.stats(now) if policy.rampup is not None else None,
         )
 
     def evict_idle(self) -> int:
@@ -285,7 +288,8 @@ class MemoryStore:
         manager_cls = self._managers.get(config.manager) if config.manager else None
         policy = ScopePolicy(name, config, concurrency_cap=settings.concurrent_requests,
                              autothrottle=settings.autothrottle,
-                             manager=manager_cls(scope=name, config=config) if manager_cls else None)
+                             manager=manager_cls(scope=name, config=config) if manager_cls else None,
+                             rampup_target=settings.rampup_backoff_target)
         state = _Scope(policy)
         self._scopes[name] = state
         return state

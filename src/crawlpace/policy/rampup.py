@@ -1,0 +1,398 @@
+"""Rampup: find the fastest rate a scope's server accepts, and stay near it.
+
+Pure state plus ``now``. The controller steers one number, the scope's *rate*
+(sends per second); the scope's delay is its inverse and its slots follow the
+rate times the latency. It has two phases:
+
+``start``
+    A new scope doubles its rate every second (TCP's slow start, in time
+    rather than in round trips) until the first pushback, until latency
+    climbs, or until the rate reaches its cap.
+
+``steady``
+    Every pushback (a backoff answer: 429, 503, a timeout...) cuts the rate
+    and remembers the rate that failed, the *ceiling*. The rate then climbs
+    back along a cubic curve (as TCP CUBIC and AWS's adaptive client do):
+    quickly at first, flattening out as it nears the ceiling, level there,
+    and then probing beyond it ever faster. The curve is scaled to the
+    ceiling, so a 2 req/s site and a 200 req/s site both see the same share
+    of their rate probed per second, and about one probe per
+    ``window / target`` seconds.
+
+How the band of ``RAMPUP_BACKOFF_TARGET`` (``[low, high]`` pushbacks per
+window) steers it:
+
+* the time the curve takes to return to the ceiling is ``window / (2 *
+  mid)``, where ``mid`` is the middle of the band, so that a server whose
+  limit stays put pushes back about ``mid`` times per window;
+* more pushbacks than ``high`` in the last window: the cut is deeper and the
+  ceiling is lowered below the failing rate (the limit is falling);
+* fewer than ``low``, for a whole window spent above the ceiling: the
+  ceiling is stale (the limit rose), so the scope goes back to ``start``.
+
+Three more rules keep it honest:
+
+* Feedback counts once per generation. Every cut starts a new generation,
+  and only a pushback from a request sent under the current one can cut
+  again, so a burst of refusals answering one burst of sends counts once,
+  whether one worker or eight sent them.
+* The rate only grows while the scope uses it (its measured send rate is at
+  least half the rate), and what the scope may send is capped at twice the
+  measured send rate (never below the starting rate): an idle scope neither
+  learns nor banks a rate it never tried.
+* Latency: when the smoothed latency climbs past ``1.6 *`` the scope's
+  baseline (its lowest smoothed latency over the last ten windows) plus 10
+  ms, the rate stops growing; past ``2 *`` baseline plus 20 ms it is cut as
+  for a pushback. An overloaded server is caught at its knee, before it
+  starts to refuse.
+
+A cut that follows the previous one before the rate had grown back (the
+previous cut was not enough) halves the rate, and the next climb is six
+times quicker, so that a limit far below the current rate is found in a few
+refusals rather than a few windows.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+from collections import deque
+from dataclasses import dataclass
+
+__all__ = ["Rampup", "RampupStats"]
+
+logger = logging.getLogger(__name__)
+
+#: Seconds for the rate to double in the start phase.
+START_DOUBLING = 1.0
+#: The cut after a pushback that ends a probe.
+BETA = 0.9
+#: The cut when the last window already had more pushbacks than the band allows.
+BETA_OVER = 0.8
+#: The cut after a pushback in the start phase, or one the previous cut did not prevent.
+BETA_DEEP = 0.5
+#: Where the climb levels out after an ordinary cut, as a share of the failing rate.
+CEILING_SHARE = 0.92
+#: The time to climb back to the ceiling, as a share of the window per target pushback.
+CLIMB_SHARE = 0.75
+#: How much quicker the climb is after a deep cut.
+FAST_CLIMB = 6.0
+#: A cut counts as "not enough" if the rate has grown less than this since.
+CASCADE_GROWTH = 1.05
+#: The rate grows only while the measured send rate is at least this share of it.
+USED_SHARE = 0.5
+#: What a scope may send is capped at this multiple of its measured send rate.
+SENT_CAP = 2.0
+#: Seconds over which the send rate is averaged (an exponential decay).
+SENT_TAU = 1.0
+#: Latency: stop growing past ``KNEE * baseline + KNEE_SLACK`` ...
+KNEE, KNEE_SLACK = 1.6, 0.010
+#: ... and cut past ``HIGH * baseline + HIGH_SLACK``.
+HIGH, HIGH_SLACK = 2.0, 0.020
+#: Weight of a new latency sample in the smoothed latency.
+LATENCY_WEIGHT = 0.3
+#: Windows of smoothed-latency minimums the baseline is the minimum of.
+BASELINE_WINDOWS = 10
+#: A scope unsent for this many windows has learned nothing worth keeping.
+IDLE_WINDOWS = 2.0
+#: The longest stretch of time one response may advance the curve.
+MAX_STEP = 1.0
+
+_NEVER = float("-inf")
+
+
+@dataclass(frozen=True, slots=True)
+class RampupStats:
+    """What rampup knows about one scope, for stats and live views.
+
+    Attributes:
+        phase: ``start`` (doubling) or ``steady`` (holding near the ceiling).
+        rate: the sends per second the scope may make now.
+        target: the band of pushbacks per window rampup aims at.
+        pushbacks: pushbacks counted in the last window.
+        last_pushback_rate: the send rate when the last counted pushback came.
+        ceiling: the rate the climb levels out at.
+        concurrency: the slots the rate and latency call for.
+        baseline_latency: the lowest smoothed latency of the recent windows.
+        latency: the smoothed latency.
+        decision: the last decision, with its reason.
+    """
+
+    phase: str
+    rate: float
+    target: tuple[float, float]
+    pushbacks: int
+    last_pushback_rate: float | None
+    ceiling: float | None
+    concurrency: int
+    baseline_latency: float | None
+    latency: float | None
+    decision: str
+
+
+class Rampup:
+    """The rampup controller of one scope.
+
+    Args:
+        start_rate: the rate a new scope starts at (sends per second).
+        min_rate: the lowest rate a cut may reach.
+        max_rate: the highest rate rampup may choose (``inf``: no cap).
+        max_concurrency: the most slots rampup may open.
+        window: the window pushbacks are counted over, in seconds.
+        target: the band ``(low, high)`` of pushbacks per window.
+        scope: the scope's name, for log lines.
+
+    Attributes:
+        rate: the rate the controller settled on (before the send-rate cap).
+        generation: incremented by every cut.
+    """
+
+    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_k", "_last_growth", "_probe_c",
+                 "_pushbacks", "_sent", "_sent_at", "_window_min", "_window_start", "above_since",
+                 "ceiling", "decision", "generation", "last_pushback_rate", "latency", "max_concurrency",
+                 "max_rate", "min_rate", "phase", "rate", "scope", "start_rate", "target", "window")
+
+    def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
+                 window: float, target: tuple[float, float], scope: str = "") -> None:
+        self.scope = scope
+        self.min_rate = min_rate
+        self.max_rate = max(max_rate, min_rate)
+        self.start_rate = min(self.max_rate, max(start_rate, min_rate))
+        self.max_concurrency = max(1, max_concurrency)
+        self.window = window
+        self.target = target
+        self.rate = self.start_rate
+        self.phase = "start"
+        self.generation = 0
+        self.ceiling: float | None = None
+        self.last_pushback_rate: float | None = None
+        self.decision = "start: doubling the rate every second until the server pushes back"
+        self.latency: float | None = None
+        self.above_since = _NEVER
+        self._pushbacks: deque[float] = deque()
+        self._sent = 0.0
+        self._sent_at = _NEVER
+        self._last_growth = _NEVER
+        self._cut_rate = 0.0
+        # The cubic climb: from the rate at `_epoch` up to the ceiling in `_k` seconds.
+        self._epoch = 0.0
+        self._k = 0.0
+        self._climb = 0.0
+        self._probe_c = 0.0
+        self._baseline: deque[float] = deque(maxlen=BASELINE_WINDOWS)
+        self._window_min = math.inf
+        self._window_start = _NEVER
+
+    # -- what the scope may do -----------------------------------------------
+
+    def sent_rate(self, now: float) -> float:
+        """The measured send rate: sends per second, averaged over about a second."""
+        if self._sent_at == _NEVER:
+            return 0.0
+        return self._sent * math.exp(-(now - self._sent_at) / SENT_TAU) / SENT_TAU
+
+    def allowed_rate(self, now: float) -> float:
+        """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending."""
+        cap = max(self.start_rate, SENT_CAP * self.sent_rate(now))
+        return self.rate if self.rate <= cap else cap
+
+    def concurrency(self, rate: float) -> int:
+        """Slots enough for ``rate`` at the smoothed latency, with room for its swings."""
+        latency = self.latency or 0.0
+        return max(1, min(self.max_concurrency, math.ceil(rate * latency * 2.0) + 1))
+
+    def pushbacks(self, now: float) -> int:
+        """Pushbacks counted in the last window."""
+        pushbacks = self._pushbacks
+        while pushbacks and pushbacks[0] <= now - self.window:
+            pushbacks.popleft()
+        return len(pushbacks)
+
+    def baseline(self) -> float | None:
+        """The lowest smoothed latency of the recent windows, if any was seen."""
+        low = min(self._baseline, default=math.inf)
+        low = min(low, self._window_min)
+        return None if low == math.inf else low
+
+    def stats(self, now: float) -> RampupStats:
+        """A snapshot for stats and live views."""
+        allowed = self.allowed_rate(now)
+        return RampupStats(phase=self.phase, rate=allowed, target=self.target,
+                           pushbacks=self.pushbacks(now), last_pushback_rate=self.last_pushback_rate,
+                           ceiling=self.ceiling, concurrency=self.concurrency(allowed),
+                           baseline_latency=self.baseline(), latency=self.latency,
+                           decision=self.decision)
+
+    def is_idle(self, now: float) -> bool:
+        """True once the scope has sent nothing for a while: a new controller would do as well."""
+        return now - self._sent_at >= IDLE_WINDOWS * self.window
+
+    # -- events ----------------------------------------------------------------
+
+    def on_send(self, now: float) -> None:
+        """Count a send towards the measured send rate."""
+        if self._sent_at != _NEVER:
+            self._sent *= math.exp(-(now - self._sent_at) / SENT_TAU)
+        self._sent += 1.0
+        self._sent_at = now
+
+    def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None) -> bool:
+        """Take one outcome.
+
+        Args:
+            now: when it arrived.
+            pushback: the outcome is a backoff trigger (429, 503, a timeout...).
+            current: the request was sent under the current generation.
+            latency: its latency, when a response arrived.
+
+        Returns:
+            True when :attr:`rate` changed.
+        """
+        before = self.rate
+        if pushback:
+            if current:
+                self._cut(now, reason="pushback")
+        else:
+            level = self._observe_latency(now, latency)
+            if level == 2 and current:
+                self._cut(now, reason="latency")
+            elif level == 0:
+                self._grow(now)
+            else:
+                self._freeze(now)
+        return self.rate != before
+
+    # -- latency ---------------------------------------------------------------
+
+    def _observe_latency(self, now: float, sample: float | None) -> int:
+        """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""
+        if sample is None or not sample >= 0.0 or math.isinf(sample):
+            return 0
+        smooth = self.latency
+        smooth = sample if smooth is None else smooth + LATENCY_WEIGHT * (sample - smooth)
+        self.latency = smooth
+        if now - self._window_start >= self.window:
+            if self._window_min != math.inf:
+                self._baseline.append(self._window_min)
+            self._window_min = math.inf
+            self._window_start = now
+        self._window_min = min(self._window_min, smooth)
+        base = self.baseline()
+        if base is None:
+            return 0
+        if smooth > HIGH * base + HIGH_SLACK:
+            return 2
+        if smooth > KNEE * base + KNEE_SLACK:
+            return 1
+        return 0
+
+    # -- moves -----------------------------------------------------------------
+
+    def _grow(self, now: float) -> None:
+        step = min(now - self._last_growth, MAX_STEP)
+        self._last_growth = now
+        if step <= 0.0:
+            return
+        if self.sent_rate(now) < USED_SHARE * self.allowed_rate(now) or self.rate >= self.max_rate:
+            self._epoch += step  # not using its rate: the curve waits
+            return
+        if self.phase == "start":
+            self.rate = min(self.max_rate, self.rate * 2.0 ** (step / START_DOUBLING))
+            if self.rate >= self.max_rate:
+                self._decide(now, f"start: reached the cap of {self.max_rate:.3g}/s")
+                self._enter_steady(now, self.rate)
+            return
+        self.rate = min(self.max_rate, max(self.rate, self._curve(now)))
+        ceiling = self.ceiling or self.rate
+        if self.rate > ceiling:
+            if self.above_since == _NEVER:
+                self.above_since = now
+                self._decide(now, f"probe: above the ceiling of {ceiling:.3g}/s with no pushback")
+            elif now - self.above_since >= self.window and self.pushbacks(now) < self.target[0]:
+                self.phase = "start"
+                self.above_since = _NEVER
+                self._decide(now, "start: a whole window above the ceiling with no pushback, "
+                             "the limit has moved up")
+
+    def _freeze(self, now: float) -> None:
+        """Latency at the knee: hold the rate, and end the start phase there."""
+        step = min(now - self._last_growth, MAX_STEP)
+        self._last_growth = now
+        if step > 0.0:
+            self._epoch += step
+        if self.phase == "start":
+            self._decide(now, f"hold: latency {self.latency or 0.0:.3f}s is past the knee "
+                         f"(baseline {self.baseline() or 0.0:.3f}s)")
+            self._enter_steady(now, self.rate)
+
+    def _curve(self, now: float) -> float:
+        """The cubic climb: up to the ceiling in ``_k`` seconds, then beyond it."""
+        t = now - self._epoch - self._k
+        ceiling = self.ceiling if self.ceiling is not None else self.rate
+        if t < 0.0:
+            return ceiling + self._climb * t ** 3
+        return ceiling + self._probe_c * t ** 3
+
+    def _enter_steady(self, now: float, ceiling: float) -> None:
+        self.phase = "steady"
+        self.ceiling = ceiling
+        self._start_climb(now, fast=False)
+
+    def _climb_time(self, *, fast: bool) -> float:
+        low, high = self.target
+        middle = (low + high) / 2.0
+        k = self.window * CLIMB_SHARE / max(middle, 0.5)
+        return k / FAST_CLIMB if fast else k
+
+    def _start_climb(self, now: float, *, fast: bool) -> None:
+        """Set the curve from the current rate up to the ceiling, and the probe beyond it."""
+        ceiling = self.ceiling if self.ceiling is not None else self.rate
+        k = self._climb_time(fast=fast)
+        gap = max(ceiling - self.rate, 0.0)
+        self._epoch = now
+        self._k = k if gap > 0.0 else 0.0
+        self._climb = gap / k ** 3
+        # Beyond the ceiling: the share (1 - BETA) of it gained in one climb time.
+        self._probe_c = ceiling * (1.0 - BETA) / k ** 3
+        self._last_growth = now
+
+    def _cut(self, now: float, *, reason: str) -> None:
+        sent = self.allowed_rate(now)
+        measured = self.sent_rate(now)
+        if measured > 0.0:
+            sent = min(sent, max(measured, sent / SENT_CAP))
+        self._pushbacks.append(now)
+        count = self.pushbacks(now)
+        low, high = self.target
+        cascade = self.phase == "start" or (
+            self._cut_rate > 0.0 and sent < self._cut_rate * CASCADE_GROWTH)
+        if cascade:
+            beta = BETA_DEEP
+        elif count > high:
+            beta = BETA_OVER
+        else:
+            beta = BETA
+        # After a cascade the limit lies between the new rate and the one that failed:
+        # climb quickly to the middle (geometrically), then probe quickly beyond.
+        # Otherwise the refusal came only once the server's allowance for bursts was
+        # spent, so the rate that drew it is above the limit: level out a little below.
+        ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
+        if reason == "pushback":
+            self.last_pushback_rate = sent
+        self.generation += 1
+        self.phase = "steady"
+        self.above_since = _NEVER
+        self.ceiling = ceiling
+        self.rate = max(self.min_rate, min(self.max_rate, sent * beta))
+        self._cut_rate = self.rate
+        self._start_climb(now, fast=cascade)
+        what = "pushback" if reason == "pushback" else f"latency {self.latency or 0.0:.3f}s"
+        self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
+                     f"{low:g}-{high:g}); rate x{beta:g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
+
+    def _decide(self, now: float, decision: str) -> None:
+        self.decision = decision
+        logger.debug("scope %s: rampup %s", self.scope, decision)
+
+    def __repr__(self) -> str:
+        return f"<Rampup {self.phase} rate={self.rate:.3g}/s ceiling={self.ceiling} gen={self.generation}>"
