@@ -73,6 +73,8 @@ BETA_OVER = 0.8
 BETA_DEEP = 0.5
 #: Where the climb levels out after an ordinary cut, as a share of the failing rate.
 CEILING_SHARE = 0.92
+#: Where the quick climb after the start phase levels out, as a share of the failing rate.
+START_CEILING_SHARE = 0.85
 #: The time to climb back to the ceiling, as a share of the window per target pushback.
 CLIMB_SHARE = 0.75
 #: How much quicker the climb is after a deep cut.
@@ -83,8 +85,10 @@ CASCADE_GROWTH = 1.05
 USED_SHARE = 0.5
 #: What a scope may send is capped at this multiple of its measured send rate.
 SENT_CAP = 2.0
-#: Seconds over which the send rate is averaged (an exponential decay).
-SENT_TAU = 1.0
+#: Weight of the newest gap between two sends in the mean gap.
+SENT_WEIGHT = 0.25
+#: The gap assumed after a scope's first send, in seconds.
+SENT_FIRST_GAP = 1.0
 #: Latency: stop growing past ``KNEE * baseline + KNEE_SLACK`` ...
 KNEE, KNEE_SLACK = 1.6, 0.010
 #: ... and cut past ``HIGH * baseline + HIGH_SLACK``.
@@ -147,10 +151,11 @@ class Rampup:
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_k", "_last_growth", "_probe_c",
-                 "_pushbacks", "_sent", "_sent_at", "_window_min", "_window_start", "above_since",
-                 "ceiling", "decision", "generation", "last_pushback_rate", "latency", "max_concurrency",
-                 "max_rate", "min_rate", "phase", "rate", "scope", "start_rate", "target", "window")
+    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth",
+                 "_probe_c", "_pushbacks", "_sent_at", "_window_min", "_window_start", "above_since",
+                 "ceiling", "decision", "generation", "last_pushback_rate", "latency",
+                 "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "start_rate",
+                 "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -170,7 +175,7 @@ class Rampup:
         self.latency: float | None = None
         self.above_since = _NEVER
         self._pushbacks: deque[float] = deque()
-        self._sent = 0.0
+        self._gap: float | None = None
         self._sent_at = _NEVER
         self._last_growth = _NEVER
         self._cut_rate = 0.0
@@ -186,10 +191,15 @@ class Rampup:
     # -- what the scope may do -----------------------------------------------
 
     def sent_rate(self, now: float) -> float:
-        """The measured send rate: sends per second, averaged over about a second."""
+        """The measured send rate: the inverse of the mean gap between recent sends.
+
+        The time since the last send counts as a gap too, so the rate of a
+        scope that stopped sending falls off at once.
+        """
         if self._sent_at == _NEVER:
             return 0.0
-        return self._sent * math.exp(-(now - self._sent_at) / SENT_TAU) / SENT_TAU
+        gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, now - self._sent_at)
+        return 1.0 / gap if gap > 0.0 else math.inf
 
     def allowed_rate(self, now: float) -> float:
         """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending."""
@@ -231,9 +241,12 @@ class Rampup:
 
     def on_send(self, now: float) -> None:
         """Count a send towards the measured send rate."""
-        if self._sent_at != _NEVER:
-            self._sent *= math.exp(-(now - self._sent_at) / SENT_TAU)
-        self._sent += 1.0
+        last = self._sent_at
+        if last == _NEVER:
+            self._last_growth = now  # growth is counted from the first send
+        else:
+            gap, mean = now - last, self._gap
+            self._gap = gap if mean is None else mean + SENT_WEIGHT * (gap - mean)
         self._sent_at = now
 
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None) -> bool:
@@ -352,15 +365,14 @@ class Rampup:
         self._epoch = now
         self._k = k if gap > 0.0 else 0.0
         self._climb = gap / k ** 3
-        # Beyond the ceiling: the share (1 - BETA) of it gained in one climb time.
-        self._probe_c = ceiling * (1.0 - BETA) / k ** 3
+        # Beyond the ceiling, always at the ordinary pace: the share (1 - BETA) of
+        # it gained in one climb time. (A quick probe after a quick climb would
+        # overshoot, and the cut that follows would not be enough.)
+        self._probe_c = ceiling * (1.0 - BETA) / self._climb_time(fast=False) ** 3
         self._last_growth = now
 
     def _cut(self, now: float, *, reason: str) -> None:
-        sent = self.allowed_rate(now)
-        measured = self.sent_rate(now)
-        if measured > 0.0:
-            sent = min(sent, max(measured, sent / SENT_CAP))
+        sent = min(self.allowed_rate(now), self.sent_rate(now))
         self._pushbacks.append(now)
         count = self.pushbacks(now)
         low, high = self.target
@@ -376,7 +388,10 @@ class Rampup:
         # climb quickly to the middle (geometrically), then probe quickly beyond.
         # Otherwise the refusal came only once the server's allowance for bursts was
         # spent, so the rate that drew it is above the limit: level out a little below.
-        ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
+        if self.phase == "start":
+            ceiling = sent * START_CEILING_SHARE
+        else:
+            ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
         if reason == "pushback":
             self.last_pushback_rate = sent
         self.generation += 1

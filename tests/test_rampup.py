@@ -1,0 +1,398 @@
+"""Rampup, the pure controller: every rule with a scripted clock, then whole runs
+against a token bucket driven by virtual time (no sockets, no sleeping)."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from crawlpace import Settings, Throttler
+from crawlpace.policy.rampup import Rampup
+from crawlpace.testing import MockClock
+
+
+def controller(**overrides: object) -> Rampup:
+    options: dict[str, object] = {"start_rate": 1.0, "min_rate": 1 / 300, "max_rate": 100.0,
+                                  "max_concurrency": 8, "window": 60.0, "target": (1.0, 1.0)}
+    options.update(overrides)
+    return Rampup(**options)  # type: ignore[arg-type]
+
+
+def send_and_answer(ramp: Rampup, now: float, *, pushback: bool = False, latency: float = 0.002,
+                    generation: int | None = None) -> None:
+    """One request sent at ``now`` under ``generation`` (the current one by default)."""
+    sent_under = ramp.generation if generation is None else generation
+    ramp.on_send(now)
+    ramp.on_response(now + latency, pushback=pushback, current=sent_under == ramp.generation,
+                     latency=latency)
+
+
+def drive(ramp: Rampup, start: float, end: float, **kwargs: object) -> float:
+    """Send as fast as the controller allows from ``start`` to ``end``; return the end time."""
+    now = start
+    while now < end:
+        send_and_answer(ramp, now, **kwargs)  # type: ignore[arg-type]
+        now += 1.0 / ramp.allowed_rate(now)
+    return now
+
+
+# -- the start phase ------------------------------------------------------------
+
+
+def test_a_new_scope_doubles_its_rate_every_second_while_it_uses_it() -> None:
+    ramp = controller()
+    assert ramp.phase == "start" and ramp.rate == 1.0
+    drive(ramp, 0.0, 4.0)
+    assert ramp.phase == "start"
+    # Four seconds of doubling, held back a little by the send-rate cap.
+    assert 6.0 <= ramp.rate <= 16.0
+
+
+def test_the_start_phase_ends_at_the_cap_and_never_crosses_it() -> None:
+    ramp = controller(max_rate=5.0)
+    drive(ramp, 0.0, 10.0)
+    assert ramp.rate == 5.0
+    assert ramp.phase == "steady"
+    assert "reached the cap" in ramp.decision
+
+
+def test_an_idle_scope_learns_nothing_and_banks_nothing() -> None:
+    ramp = controller(start_rate=2.0)
+    for second in range(60):  # answers trickle in, but the scope sends one request a minute
+        ramp.on_response(float(second), pushback=False, current=True, latency=0.01)
+    assert ramp.rate == 2.0
+    ramp.rate = 50.0  # as if it had learned 50/s long ago
+    ramp.on_send(100.0)
+    # One send in the last second: twice that is what it may send now, never 50/s.
+    assert ramp.allowed_rate(100.0) == pytest.approx(2.0)
+    assert ramp.allowed_rate(160.0) == 2.0  # the starting rate is the floor of the cap
+
+
+def test_a_scope_sending_under_half_its_rate_does_not_grow() -> None:
+    ramp = controller(start_rate=10.0)
+    now = 0.0
+    for _ in range(30):  # one send per second against an allowance of 10/s
+        send_and_answer(ramp, now)
+        now += 1.0
+    assert ramp.rate == 10.0
+
+
+# -- cuts ---------------------------------------------------------------------
+
+
+def test_a_pushback_in_the_start_phase_halves_the_rate() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 1.0)
+    before = ramp.allowed_rate(1.0)
+    send_and_answer(ramp, 1.0, pushback=True)
+    assert ramp.phase == "steady"
+    assert ramp.generation == 1
+    assert ramp.rate == pytest.approx(before * 0.5, rel=0.15)
+    assert ramp.last_pushback_rate == pytest.approx(before, rel=0.15)
+    assert ramp.pushbacks(1.0) == 1
+
+
+def test_pushbacks_from_before_the_last_cut_count_once() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    old = ramp.generation
+    # Eight requests went out together; all eight come back 429.
+    for i in range(8):
+        ramp.on_send(2.0 + i * 0.001)
+    for i in range(8):
+        ramp.on_response(2.1 + i * 0.001, pushback=True, current=old == ramp.generation, latency=0.1)
+    assert ramp.generation == old + 1
+    assert ramp.pushbacks(3.0) == 1
+
+
+def test_an_ordinary_cut_is_gentle_and_levels_out_below_the_failing_rate() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 100.0)  # climbs back for a long while with no refusal
+    failing = ramp.allowed_rate(end)
+    send_and_answer(ramp, end, pushback=True)
+    assert ramp.rate == pytest.approx(0.9 * failing, rel=0.05)
+    assert ramp.ceiling == pytest.approx(0.92 * failing, rel=0.05)
+    assert "cut: pushback" in ramp.decision
+
+
+def test_a_cut_that_did_not_help_is_followed_by_a_deep_one() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)
+    end = drive(ramp, 2.0, 100.0)
+    send_and_answer(ramp, end, pushback=True)
+    # Refused again soon after, before the rate grew back: the gentle cut was not enough.
+    end = drive(ramp, end, end + 0.3)
+    before = ramp.allowed_rate(end)
+    send_and_answer(ramp, end, pushback=True)
+    assert ramp.rate == pytest.approx(before * 0.5, rel=0.1)
+
+
+def test_more_pushbacks_than_the_band_cut_deeper() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)
+    end = drive(ramp, 2.0, 30.0)
+    rate = ramp.allowed_rate(end)
+    send_and_answer(ramp, end, pushback=True)  # the second in the window: over a band of 1
+    assert ramp.rate == pytest.approx(0.8 * rate, rel=0.05)
+
+
+def test_cuts_stop_at_the_lowest_rate() -> None:
+    ramp = controller(start_rate=1.0, min_rate=0.5)
+    now = 0.0
+    for _ in range(20):
+        send_and_answer(ramp, now, pushback=True)
+        now += 5.0
+    assert ramp.rate == 0.5
+
+
+# -- the climb ------------------------------------------------------------------
+
+
+def test_the_climb_flattens_at_the_ceiling_then_probes_beyond_it() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)
+    end = drive(ramp, 2.0, 100.0)
+    send_and_answer(ramp, end, pushback=True)
+    ceiling = ramp.ceiling
+    assert ceiling is not None
+    start = end
+    rates = []
+    now = start
+    while now < start + 70.0:
+        send_and_answer(ramp, now)
+        rates.append((now - start, ramp.rate))
+        now += 1.0 / ramp.allowed_rate(now)
+    climb = 0.75 * 60.0  # the climb time for a band of 1 in a 60 s window
+
+    def rate_at(t: float) -> float:
+        return next(rate for when, rate in rates if when >= t)
+    # Most of the gap is closed in the first third of the climb, little in the last third.
+    gap = ceiling - rate_at(0.0)
+    assert rate_at(climb / 3) - rate_at(0.0) > 0.6 * gap
+    assert rate_at(climb) - rate_at(2 * climb / 3) < 0.1 * gap
+    assert rate_at(climb) == pytest.approx(ceiling, rel=0.01)
+    assert rate_at(69.0) > ceiling  # then it probes beyond
+    assert "probe" in ramp.decision
+
+
+def test_the_probe_pace_is_a_share_of_the_rate() -> None:
+    # The same shape at 2/s and at 200/s: after an ordinary cut, the rate gained
+    # in the same time is the same share of the ceiling.
+    shares = []
+    for scale in (2.0, 200.0):
+        ramp = controller(start_rate=scale, max_rate=10 * scale)
+        drive(ramp, 0.0, 0.5)
+        send_and_answer(ramp, 0.5, pushback=True)  # ends the start phase
+        end = drive(ramp, 0.5, 20.0)
+        send_and_answer(ramp, end, pushback=True)  # an ordinary cut
+        ceiling = ramp.ceiling
+        assert ceiling is not None
+        drive(ramp, end, end + 55.0)
+        shares.append(ramp.rate / ceiling)
+    assert shares[0] > 1.0
+    assert shares[0] == pytest.approx(shares[1], rel=0.02)
+
+
+def test_a_window_above_the_ceiling_without_pushback_restarts_the_search(
+        caplog: pytest.LogCaptureFixture) -> None:
+    ramp = controller(start_rate=8.0, max_rate=1000.0)
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        drive(ramp, 0.0, 1.0)
+        send_and_answer(ramp, 1.0, pushback=True)
+        drive(ramp, 1.0, 150.0)
+    assert "start: a whole window above the ceiling with no pushback" in caplog.text
+
+
+# -- latency -------------------------------------------------------------------
+
+
+def test_latency_past_the_knee_ends_the_start_phase_and_holds_the_rate() -> None:
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 2.0, latency=0.05)
+    held = ramp.rate
+    drive(ramp, 2.0, 3.0, latency=0.1)  # past 1.6 x 50 ms + 10 ms
+    assert ramp.phase == "steady"
+    assert "past the knee" in ramp.decision
+    assert ramp.rate <= held * 1.5
+    frozen = ramp.rate
+    drive(ramp, 3.0, 10.0, latency=0.1)
+    assert ramp.rate == frozen
+
+
+def test_latency_far_above_the_baseline_cuts_the_rate() -> None:
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 2.0, latency=0.05)
+    generation = ramp.generation
+    drive(ramp, 2.0, 2.5, latency=0.3)
+    assert ramp.generation > generation
+    assert "cut: latency" in ramp.decision
+    assert ramp.last_pushback_rate is None  # a slow answer is not a refusal
+
+
+def test_the_slots_follow_the_rate_and_the_latency_within_the_cap() -> None:
+    ramp = controller(max_concurrency=4)
+    assert ramp.concurrency(10.0) == 1
+    ramp.latency = 0.1
+    assert ramp.concurrency(10.0) == 3  # ceil(10/s x 0.1 s x 2) + 1
+    assert ramp.concurrency(100.0) == 4
+
+
+def test_stats_describe_the_state() -> None:
+    ramp = controller(start_rate=4.0, target=(1.0, 3.0))
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)
+    stats = ramp.stats(2.5)
+    assert stats.phase == "steady"
+    assert stats.target == (1.0, 3.0)
+    assert stats.pushbacks == 1
+    assert stats.last_pushback_rate == ramp.last_pushback_rate
+    assert stats.rate == ramp.allowed_rate(2.5)
+    assert stats.decision.startswith("cut: pushback")
+    assert ramp.stats(70.0).pushbacks == 0  # out of the window
+
+
+def test_decisions_are_logged_at_debug_level(caplog: pytest.LogCaptureFixture) -> None:
+    ramp = controller(start_rate=8.0, scope="api.example")
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        drive(ramp, 0.0, 1.0)
+        send_and_answer(ramp, 1.0, pushback=True)
+    assert any(r.levelno == logging.DEBUG and "scope api.example: rampup cut: pushback" in r.getMessage()
+               for r in caplog.records)
+
+
+# -- whole runs against a token bucket, in virtual time -----------------------------
+
+
+@dataclass
+class Bucket:
+    """A token bucket as the simulator's ``ratelimit`` profile keeps it."""
+
+    rate: float
+    burst: float
+    level: float = field(init=False)
+    stamp: float | None = None
+
+    def __post_init__(self) -> None:
+        self.level = self.burst
+
+    def take(self, now: float) -> bool:
+        if self.stamp is not None:
+            self.level = min(self.burst, self.level + (now - self.stamp) * self.rate)
+        self.stamp = now
+        if self.level >= 1.0:
+            self.level -= 1.0
+            return True
+        return False
+
+
+def bucket_run(rate: float, burst: float, seconds: float, *, target: tuple[float, float] = (1.0, 1.0),
+               seed: int = 1) -> tuple[float, int, int]:
+    """Goodput after the first window (share of the limit), 429s in all, 429s after the first window."""
+    rng = random.Random(seed)
+    bucket = Bucket(rate, burst)
+    ramp = controller(target=target)
+    good_after = refused = refused_after = 0
+    now = 0.0
+    while now < seconds:
+        accepted = bucket.take(now)
+        send_and_answer(ramp, now, pushback=not accepted)
+        if not accepted:
+            refused += 1
+            refused_after += now >= 60.0
+        elif now >= 60.0:
+            good_after += 1
+        now += rng.uniform(0.9, 1.1) / ramp.allowed_rate(now)
+    return good_after / (seconds - 60.0) / rate, refused, refused_after
+
+
+@pytest.mark.parametrize(("rate", "burst"), [(2.0, 2.0), (10.0, 5.0), (50.0, 10.0)])
+def test_it_holds_a_hidden_limit_with_about_one_refusal_per_window(rate: float, burst: float) -> None:
+    goodput, refused, _ = bucket_run(rate, burst, 180.0)
+    assert goodput >= 0.9
+    assert refused <= 1 * 3 + 2  # target x windows + 2
+
+
+def test_a_wider_band_probes_more_often() -> None:
+    _, _, narrow = bucket_run(10.0, 5.0, 420.0, target=(1.0, 1.0))
+    _, _, wide = bucket_run(10.0, 5.0, 420.0, target=(1.0, 3.0))
+    assert wide > narrow
+    assert wide <= 3 * 6 + 2
+
+
+def test_a_short_crawl_reaches_the_limit_within_seconds() -> None:
+    bucket = Bucket(10.0, 5.0)
+    ramp = controller()
+    rng = random.Random(3)
+    now, done, refused = 0.0, 0, 0
+    while done < 300:
+        accepted = bucket.take(now)
+        send_and_answer(ramp, now, pushback=not accepted)
+        done += accepted
+        refused += not accepted
+        now += rng.uniform(0.9, 1.1) / ramp.allowed_rate(now)
+    assert 300 / now >= 0.85 * 10.0
+    assert refused <= 5
+
+
+def test_it_follows_a_limit_that_halves_and_comes_back() -> None:
+    bucket = Bucket(10.0, 5.0)
+    ramp = controller()
+    rng = random.Random(2)
+    now = 0.0
+    refusals: list[float] = []
+    good: list[float] = []
+    while now < 420.0:
+        bucket.rate = 5.0 if 60.0 <= now < 240.0 else 10.0
+        accepted = bucket.take(now)
+        send_and_answer(ramp, now, pushback=not accepted)
+        (good if accepted else refusals).append(now)
+        now += rng.uniform(0.9, 1.1) / ramp.allowed_rate(now)
+
+    def goodput(start: float, end: float, limit: float) -> float:
+        return sum(start <= t < end for t in good) / (end - start) / limit
+    # Two windows after each change, it is back in the band and near the new limit.
+    assert sum(180.0 <= t < 240.0 for t in refusals) <= 2
+    assert goodput(180.0, 240.0, 5.0) >= 0.85
+    assert sum(360.0 <= t < 420.0 for t in refusals) <= 2
+    assert goodput(360.0, 420.0, 10.0) >= 0.85
+
+
+# -- many workers, one scope ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("workers", [1, 8])
+async def test_eight_workers_ramp_like_one(workers: int) -> None:
+    clock = MockClock(autojump=True)
+    bucket = Bucket(20.0, 5.0)
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+                                     "CONCURRENT_REQUESTS": 32})
+    refused = 0
+    async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
+
+        async def worker() -> None:
+            nonlocal refused
+            while clock.now() < 120.0:
+                async with throttler.slot("https://api.example/") as permit:
+                    await clock.sleep(0.01)
+                    accepted = bucket.take(clock.now())
+                    refused += not accepted
+                    permit.feedback(status=200 if accepted else 429, latency=0.01)
+
+        await asyncio.gather(*(worker() for _ in range(workers)))
+        stats = (await throttler.stats())["api.example"]
+    assert stats.rampup is not None
+    # Whether one worker or eight send, the scope finds the same limit with about
+    # the same few refusals: feedback counts once per generation.
+    assert refused <= 2 * 2 + 3
+    assert stats.rampup.rate == pytest.approx(20.0, rel=0.25)
+    assert math.isfinite(stats.rampup.rate)
