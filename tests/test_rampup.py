@@ -46,7 +46,8 @@ def drive(ramp: Rampup, start: float, end: float, **kwargs: object) -> float:
 
 def test_a_new_scope_doubles_its_rate_every_second_while_it_uses_it() -> None:
     ramp = controller()
-    assert ramp.phase == "start" and ramp.rate == 1.0
+    assert ramp.phase == "start"
+    assert ramp.rate == 1.0
     drive(ramp, 0.0, 4.0)
     assert ramp.phase == "start"
     # Four seconds of doubling, held back a little by the send-rate cap.

@@ -35,7 +35,7 @@ from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._permit import Permit
 from .._scopes import host_scope
-from .._throttler import Throttler
+from .._throttler import DONT_ADJUST_KEY, Throttler
 from ._robots_cache import RobotsCache
 
 __all__ = ["Scheduler", "Task", "origin_of"]
@@ -49,6 +49,17 @@ def origin_of(url: str) -> str:
     """``scheme://host[:port]`` of ``url``, the unit robots.txt applies to."""
     parts = urlsplit(url)
     return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
+
+
+class _Unmeasured:
+    """A request whose latency must not steer the scope (robots.txt answers
+    faster or slower than pages, and would skew AutoThrottle's and rampup's view)."""
+
+    __slots__ = ("meta", "url")
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.meta = {DONT_ADJUST_KEY: True}
 
 
 @dataclass(slots=True)
@@ -225,7 +236,8 @@ class Scheduler:
             if task.kind == "page" and self._robots is not None and not self._robots_ready(task, queue):
                 continue
             try:
-                result = await self._throttler.try_acquire(task.target)
+                request = task.target if task.kind == "page" else _Unmeasured(task.target)
+                result = await self._throttler.try_acquire(request)
             except ScopeGivenUp as exc:
                 self._drop_queue(key, "gave_up", f"{exc.scope} was given up: {exc.reason}")
                 return None

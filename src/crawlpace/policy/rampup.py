@@ -95,6 +95,8 @@ KNEE, KNEE_SLACK = 1.6, 0.010
 HIGH, HIGH_SLACK = 2.0, 0.020
 #: Weight of a new latency sample in the smoothed latency.
 LATENCY_WEIGHT = 0.3
+#: Latency samples smoothed in before the baseline is taken.
+BASELINE_AFTER = 5
 #: Windows of smoothed-latency minimums the baseline is the minimum of.
 BASELINE_WINDOWS = 10
 #: A scope unsent for this many windows has learned nothing worth keeping.
@@ -151,9 +153,9 @@ class Rampup:
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth",
-                 "_probe_c", "_pushbacks", "_sent_at", "_window_min", "_window_start", "above_since",
-                 "ceiling", "decision", "generation", "last_pushback_rate", "latency",
+    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth", "_probe_c",
+                 "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_window_min", "_window_start",
+                 "above_since", "ceiling", "decision", "generation", "last_pushback_rate", "latency",
                  "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "start_rate",
                  "target", "window")
 
@@ -187,6 +189,8 @@ class Rampup:
         self._baseline: deque[float] = deque(maxlen=BASELINE_WINDOWS)
         self._window_min = math.inf
         self._window_start = _NEVER
+        self._samples = 0
+        self._quiet_until = _NEVER
 
     # -- what the scope may do -----------------------------------------------
 
@@ -262,12 +266,15 @@ class Rampup:
             True when :attr:`rate` changed.
         """
         before = self.rate
+        # Like TCP, cut at most once per round trip: answers to requests that were
+        # sent before the server saw the last cut take effect still say "too fast".
+        can_cut = current and now >= self._quiet_until
         if pushback:
-            if current:
+            if can_cut:
                 self._cut(now, reason="pushback")
         else:
             level = self._observe_latency(now, latency)
-            if level == 2 and current:
+            if level == 2 and can_cut:
                 self._cut(now, reason="latency")
             elif level == 0:
                 self._grow(now)
@@ -284,6 +291,9 @@ class Rampup:
         smooth = self.latency
         smooth = sample if smooth is None else smooth + LATENCY_WEIGHT * (sample - smooth)
         self.latency = smooth
+        self._samples += 1
+        if self._samples < BASELINE_AFTER:
+            return 0  # one odd first answer must not become the baseline
         if now - self._window_start >= self.window:
             if self._window_min != math.inf:
                 self._baseline.append(self._window_min)
@@ -373,14 +383,17 @@ class Rampup:
 
     def _cut(self, now: float, *, reason: str) -> None:
         sent = min(self.allowed_rate(now), self.sent_rate(now))
-        self._pushbacks.append(now)
+        refused = reason == "pushback"
+        if refused:
+            self._pushbacks.append(now)
         count = self.pushbacks(now)
         low, high = self.target
-        cascade = self.phase == "start" or (
-            self._cut_rate > 0.0 and sent < self._cut_rate * CASCADE_GROWTH)
+        # A slow answer is a hint, not a refusal: it never cuts deep.
+        cascade = refused and (self.phase == "start" or (
+            self._cut_rate > 0.0 and sent < self._cut_rate * CASCADE_GROWTH))
         if cascade:
             beta = BETA_DEEP
-        elif count > high:
+        elif count > high and refused:
             beta = BETA_OVER
         else:
             beta = BETA
@@ -392,7 +405,7 @@ class Rampup:
             ceiling = sent * START_CEILING_SHARE
         else:
             ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
-        if reason == "pushback":
+        if refused:
             self.last_pushback_rate = sent
         self.generation += 1
         self.phase = "steady"
@@ -400,6 +413,7 @@ class Rampup:
         self.ceiling = ceiling
         self.rate = max(self.min_rate, min(self.max_rate, sent * beta))
         self._cut_rate = self.rate
+        self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
         self._start_climb(now, fast=cascade)
         what = "pushback" if reason == "pushback" else f"latency {self.latency or 0.0:.3f}s"
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
