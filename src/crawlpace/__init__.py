@@ -33,6 +33,7 @@ from ._scopes import (
 from ._stats import ScopeStats
 from ._throttler import Throttler
 from .policy.admission import Limits
+from .policy.rampup import RampupStats
 from .policy.scope import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
 from .policy.signals import ScopeFeedback
 
@@ -55,6 +56,7 @@ __all__ = [
     "Permit",
     "PermitError",
     "QuotaError",
+    "RampupStats",
     "ScopeConfig",
     "ScopeError",
     "ScopeFeedback",
