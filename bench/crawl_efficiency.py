@@ -1,49 +1,76 @@
-"""How much three crawlers get out of a simulated farm, and how many of its rules they break.
+"""Six crawl set-ups on the same simulated farm: what each gets out of every site, and how much pushback.
 
-Run it as ``python bench/crawl_efficiency.py`` (add ``--quick`` for a run under a minute
-and ``--json`` for a machine-readable last line).
+Run it as ``python bench/crawl_efficiency.py`` (about 10 minutes a round; add ``--quick``
+for a smoke run of a minute or two and ``--json`` for a machine-readable last line).
 
-Three contenders crawl the same list of page URLs, one after the other, each against a
+Every contender crawls the same list of page URLs, one after the other, each against a
 fresh farm of the site simulator (``crawlpace sim``, the ``mixed`` farm unless
-``--farm`` names another):
+``--farm`` names another). ``--contenders NAME,NAME`` picks some of them; this order is
+the default:
 
-* **crawlpace**: ``crawlpace crawl URLS -o OUT.jsonl --quiet --json`` with its default
-  settings: robots.txt obeyed, 1 request in flight and 1 s (with jitter) between
-  requests per host, 16 in flight in all, 3 resends after a backoff answer, 10 s
-  timeout. Rampup, which would look for faster rates, is not in crawlpace yet.
-* **Scrapy**: ``scrapy runspider bench/_peers/scrapy_list_spider.py``, AutoThrottle on
-  with its defaults, 8 requests in flight per domain, 2 retries on 429, 503 and the
-  other codes of Scrapy's default list, robots.txt obeyed, 10 s timeout.
-* **aiohttp**: ``bench/_peers/naive_aiohttp.py``, the naive baseline: 8 workers in all,
-  a 1 s pause and a resend after 429, 503 or an exception (at most 3 resends), no
-  robots.txt, 10 s timeout.
+* **crawlpace**: ``crawlpace crawl URLS -o OUT.jsonl --quiet --json`` as shipped:
+  robots.txt obeyed, per host 1 request in flight with a 1 s pause (jittered) between
+  requests, 16 in flight over all hosts, up to 3 resends after a backoff answer, 10 s
+  timeout.
+* **crawlpace-rampup**: the same command with ``--rampup``, so that for every host it
+  probes upward from that pace for the highest rate the site keeps answering without
+  pushback. This is the reference of the comparison.
+* **scrapy-autothrottle**: ``scrapy runspider bench/_peers/scrapy_list_spider.py`` with
+  the spider's own settings: AutoThrottle on at its defaults (target concurrency 1),
+  8 in flight per domain, 2 retries on Scrapy's default codes (429 and 503 among them),
+  robots.txt obeyed, 10 s timeout.
+* **scrapy-at4**: the same spider with ``-s AUTOTHROTTLE_TARGET_CONCURRENCY=4``, the
+  AutoThrottle knob people turn when its default is too timid.
+* **scrapy-fixed**: the same spider with AutoThrottle off and a fixed polite pace:
+  ``-s AUTOTHROTTLE_ENABLED=False -s DOWNLOAD_DELAY=1.0 -s CONCURRENT_REQUESTS_PER_DOMAIN=1``,
+  Scrapy's default randomisation of the delay left alone (0.5 to 1.5 s).
+* **aiohttp**: ``bench/_peers/naive_aiohttp.py``, what a quick script does: 8 workers over
+  all hosts, a 1 s sleep and a resend after 429, 503 or an exception (3 resends at most),
+  no robots.txt, 10 s timeout.
 
-For each contender the script starts ``crawlpace sim FARM --urls URLS --output FIG``
-as a subprocess (so the farm has its own process and its own clock of limits), waits
-until it serves, runs the contender as another subprocess with a time limit (300 s,
-15 s with ``--quick``; on the limit it gets SIGTERM, then SIGKILL after a grace
-period, and the run is marked as cut), then stops the farm with SIGTERM and reads the
-figures it writes. Per site it reports:
+For each run the script starts ``crawlpace sim FARM --urls URLS --output FIG --plot PNG``
+as a subprocess (so the farm has a process and a clock of its own), waits until it
+serves, runs the contender as another subprocess under a time limit (300 s, 15 s with
+``--quick``; past it, SIGTERM, then SIGKILL after a grace period, and the run counts as
+cut), stops the farm with SIGTERM and reads the figures it writes on the way out. A run
+in which no request reached the farm (a contender that failed to start, say) is flagged
+with a WARNING and the last lines of its stderr, so that its zeros are not taken for a
+measurement.
 
-* **pages done**: page URLs the contender itself recorded with a final 200 (its own
-  output file; robots.txt and answers it had given up on do not count);
-* **goodput/capacity**: the farm's ratio of 200s per second of the site's active period
-  to what the site can sustain (no figure for sites without a capacity);
-* **429+503**: answers of those two statuses the farm gave;
-* **violations**: requests that broke a ``Retry-After`` or a ``Crawl-delay`` the site
-  had stated;
-* **last request**: seconds from the contender's start to the site's last request.
+The main table has one row per site and contender, the sites in farm order; it is a
+pipe table, so it reads the same in a terminal and pasted into markdown. Its columns:
 
-Totals: pages done, requests, 429+503 and violations summed over the sites, the median
-goodput/capacity over the sites that have a capacity, the wall time from the
-contender's start to its exit (its interpreter's start-up included), and the seconds
-to its last request to a site that is not dead (a dead site can hold a crawler long
-after the rest is done). Ratios put each contender's figures over crawlpace's, and its
-429+503 answers and violations per 100 requests. With ``--repeats R`` (3 by default, 1 with ``--quick``)
-the three contenders take turns R times, each round starting with the next one, and
-every figure printed is the median over the rounds.
+* **requests**, **429+503** and **violations** as the farm counted them (a violation is
+  a request sent before a stated ``Retry-After`` ran out, or closer than the site's
+  ``Crawl-delay`` to the previous one);
+* **goodput/capacity**: the farm's 200s per second over the site's active period (first
+  to last request), divided by what the site can sustain; empty for a site without a
+  capacity (the flaky and the dead one). A short burst makes this ratio huge: it rewards
+  speed, not manners, which is why violations sit next to it;
+* **done**: of the site's **pages**, those the contender itself recorded with a final 200
+  (its own output file; robots.txt and abandoned URLs do not count);
+* **last s**: seconds from the contender's start to the site's last request.
 
-``--quick`` crawls a smaller copy of the farm built on the fly: every site keeps its
+Under it, one verdict per site: **yes** when crawlpace-rampup has a strictly higher
+goodput/capacity than every peer that drew no more 429+503 and broke no more rules than
+it did (peers with more pushback are listed as excused: they bought goodput with
+refusals), **no** otherwise, with the best such peer's figures; ``-`` for a site with no
+capacity. Plain ``crawlpace`` is the same crawler without rampup, not a peer.
+Then the totals: pages done, requests, 429+503 and violations summed over the
+sites, the median goodput/capacity over the sites that have a capacity, the wall time
+from start to exit (interpreter start-up included) and the seconds to the last request
+to a site that is not dead, each next to crawlpace-rampup's figure as a ratio, and
+429+503 and violations per 100 requests.
+
+With ``--repeats R`` (3 by default, 1 with ``--quick``) the contenders take turns R times,
+each round starting one further down the list, and each figure printed is its median
+over the rounds (so a total is not always the sum of the medians above it, and a
+verdict compares medians). ``--plot-dir DIR`` (default ``bench/out/crawl_efficiency``,
+``''`` for none) gets the farm's own picture of each run, ``roundN-CONTENDER.png``: every
+site's requests and 200s per second over time against its hidden capacity, with the
+seconds that drew a 429 or a 503 marked.
+
+``--quick`` crawls a smaller copy of the farm written on the fly: every site keeps its
 profile and limits but serves at most 5 pages, and a ``flaky`` site hangs for at most
 3 s (20 s in ``mixed``).
 """
@@ -81,9 +108,13 @@ QUICK_LIMIT = 15.0
 #: Seconds between SIGTERM and SIGKILL for a contender past its limit.
 GRACE = 5.0
 QUICK_GRACE = 2.0
-#: Seconds the farm may take to start serving, and to stop and write its figures.
+#: Seconds the farm may take to start serving, and to stop and write its figures (and plot).
 SIM_START = 30.0
 SIM_STOP = 30.0
+#: The contender every other one is measured against.
+REFERENCE = "crawlpace-rampup"
+#: Where the farm's plots go unless ``--plot-dir`` says otherwise.
+PLOT_DIR = HERE / "out" / "crawl_efficiency"
 
 
 # -- the contenders ------------------------------------------------------------------
@@ -114,45 +145,73 @@ def final_statuses(rows: list[dict[str, Any]], ok: Callable[[dict[str, Any]], bo
 
 @dataclass(frozen=True)
 class Contender:
-    """One crawler: how to start it, and how to read which pages it got."""
+    """One crawler set-up: how to start it, and how to read which pages it got."""
 
     key: str
-    label: str
     settings: str
     command: Callable[[Path, Path], list[str]]
     page_ok: Callable[[dict[str, Any]], bool]
+    #: Whether its stdout ends with a JSON summary (``crawlpace crawl --json``).
+    summary: bool = False
 
     def pages_done(self, output: Path) -> dict[str, bool]:
         return final_statuses(read_jsonl(output), self.page_ok)
 
 
-def crawlpace_command(urls: Path, output: Path) -> list[str]:
-    return [sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o", str(output), "--quiet", "--json"]
+def crawlpace_command(*extra: str) -> Callable[[Path, Path], list[str]]:
+    def command(urls: Path, output: Path) -> list[str]:
+        return [sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o", str(output), "--quiet", "--json",
+                *extra]
+    return command
 
 
-def scrapy_command(urls: Path, output: Path) -> list[str]:
-    return [sys.executable, "-m", "scrapy", "runspider", str(PEERS / "scrapy_list_spider.py"),
-            "-a", f"urls={urls}", "-a", f"out={output}"]
+def scrapy_command(**settings: object) -> Callable[[Path, Path], list[str]]:
+    """The spider with some of its settings overridden by ``-s`` (which outranks the spider's own)."""
+    overrides = [arg for name, value in settings.items() for arg in ("-s", f"{name}={value}")]
+
+    def command(urls: Path, output: Path) -> list[str]:
+        return [sys.executable, "-m", "scrapy", "runspider", str(PEERS / "scrapy_list_spider.py"),
+                "-a", f"urls={urls}", "-a", f"out={output}", *overrides]
+    return command
 
 
 def naive_command(urls: Path, output: Path) -> list[str]:
     return [sys.executable, str(PEERS / "naive_aiohttp.py"), str(urls), str(output)]
 
 
+def crawlpace_ok(row: dict[str, Any]) -> bool:
+    return row.get("outcome") == "ok" and row.get("status") == 200
+
+
+def status_ok(row: dict[str, Any]) -> bool:
+    return row.get("status") == 200
+
+
+CRAWLPACE_DEFAULTS = ("robots.txt, 1 in flight + 1 s delay (jittered) per host, 16 in all, 3 resends, "
+                      "10 s timeout")
+SCRAPY_BASE = ("CONCURRENT_REQUESTS_PER_DOMAIN 8, RETRY_TIMES 2 on 429/503/5xx/408, ROBOTSTXT_OBEY, "
+               "DOWNLOAD_TIMEOUT 10")
+
 CONTENDERS: tuple[Contender, ...] = (
-    Contender("crawlpace", "crawlpace",
-              "crawlpace crawl defaults: robots.txt, 1 in flight + 1 s delay per host, 16 in all, "
-              "3 resends, 10 s timeout",
-              crawlpace_command,
-              lambda row: row.get("outcome") == "ok" and row.get("status") == 200),
-    Contender("scrapy", "Scrapy",
-              "AutoThrottle (defaults), CONCURRENT_REQUESTS_PER_DOMAIN 8, RETRY_TIMES 2 on "
-              "429/503/5xx/408, ROBOTSTXT_OBEY, DOWNLOAD_TIMEOUT 10",
-              scrapy_command, lambda row: row.get("status") == 200),
-    Contender("aiohttp", "aiohttp",
+    Contender("crawlpace", f"crawlpace crawl defaults: {CRAWLPACE_DEFAULTS}",
+              crawlpace_command(), crawlpace_ok, summary=True),
+    Contender("crawlpace-rampup", f"crawlpace crawl --rampup: rampup on for every host; {CRAWLPACE_DEFAULTS}",
+              crawlpace_command("--rampup"), crawlpace_ok, summary=True),
+    Contender("scrapy-autothrottle", f"AutoThrottle on, its defaults (target concurrency 1); {SCRAPY_BASE}",
+              scrapy_command(), status_ok),
+    Contender("scrapy-at4", f"AutoThrottle on, AUTOTHROTTLE_TARGET_CONCURRENCY 4; {SCRAPY_BASE}",
+              scrapy_command(AUTOTHROTTLE_TARGET_CONCURRENCY=4), status_ok),
+    Contender("scrapy-fixed",
+              "AutoThrottle off, DOWNLOAD_DELAY 1.0 with Scrapy's default randomisation (0.5-1.5 s), "
+              "CONCURRENT_REQUESTS_PER_DOMAIN 1, RETRY_TIMES 2 on 429/503/5xx/408, ROBOTSTXT_OBEY, "
+              "DOWNLOAD_TIMEOUT 10",
+              scrapy_command(AUTOTHROTTLE_ENABLED=False, DOWNLOAD_DELAY=1.0,
+                             CONCURRENT_REQUESTS_PER_DOMAIN=1),
+              status_ok),
+    Contender("aiohttp",
               "naive: 8 workers, 1 s pause + resend on 429/503/exception (3 resends), no robots.txt, "
               "10 s timeout",
-              naive_command, lambda row: row.get("status") == 200),
+              naive_command, status_ok),
 )
 
 
@@ -199,11 +258,13 @@ class SimProcess:
     figures: Path
 
 
-async def start_sim(farm: str, folder: Path) -> SimProcess:
+async def start_sim(farm: str, folder: Path, plot: Path | None = None) -> SimProcess:
+    """``crawlpace sim FARM`` in ``folder``, once it serves; with ``plot``, it draws that PNG as it stops."""
     urls, figures = folder / "urls.txt", folder / "sim.json"
     with (folder / "sim.stderr").open("wb") as err:
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "crawlpace", "sim", farm, "--urls", str(urls), "--output", str(figures),
+            *(["--plot", str(plot)] if plot is not None else []),
             stdout=asyncio.subprocess.PIPE, stderr=err, cwd=folder)
     assert process.stdout is not None
     seen: list[str] = []
@@ -271,6 +332,10 @@ class Run:
     cut: bool
     sites: dict[str, SiteFigures] = field(default_factory=dict)
     summary: dict[str, Any] | None = None
+    #: The farm's picture of the run, when one was asked for and written.
+    plot: str | None = None
+    #: Set when no request reached the farm: the contender failed (its stderr's last lines).
+    error: str | None = None
 
     def total(self, key: str) -> int:
         return sum(int(getattr(site, key)) for site in self.sites.values())
@@ -324,8 +389,9 @@ def site_of(url: str, prefixes: dict[str, str]) -> str | None:
 
 
 async def run_one(contender: Contender, round_no: int, farm: str, folder: Path, limit: float,
-                  grace: float) -> Run:
-    sim = await start_sim(farm, folder)
+                  grace: float, plot: Path | None = None) -> Run:
+    clear_plot(plot)
+    sim = await start_sim(farm, folder, plot)
     try:
         started = time.monotonic()
         exit_code, cut = await run_process(contender.command(sim.urls, folder / "out.jsonl"), folder,
@@ -334,13 +400,21 @@ async def run_one(contender: Contender, round_no: int, farm: str, folder: Path, 
     finally:
         figures = await stop_sim(sim)
     run = Run(contender.key, round_no, wall, exit_code, cut)
-    tally(run, contender, folder, sim.urls, figures, started)
+    tally(run, contender, folder, sim.urls, figures, started, plot)
     return run
 
 
+def clear_plot(plot: Path | None) -> None:
+    """Remove an earlier run's picture, so that it cannot pass for this run's if the farm draws none."""
+    if plot is not None:
+        plot.unlink(missing_ok=True)
+
+
 def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures: dict[str, Any],
-          started: float) -> None:
-    """Fill ``run`` from the farm's figures and the contender's own output."""
+          started: float, plot: Path | None = None) -> None:
+    """Fill ``run`` from the farm's figures, the contender's own output and the farm's picture."""
+    if plot is not None and plot.exists():
+        run.plot = str(plot)
     urls = [line for line in url_file.read_text(encoding="utf-8").split() if line]
     output = folder / "out.jsonl"
     sites: dict[str, dict[str, Any]] = figures["sites"]
@@ -364,7 +438,11 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
             goodput=site.get("goodput"), capacity=site.get("capacity"),
             goodput_ratio=site.get("goodput_ratio"),
             last_request=None if last is None else round(float(last) - started, 3))
-    if contender.key == "crawlpace":
+    if run.total("requests") == 0:
+        tail = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
+        run.error = f"no request reached the farm (exit {run.exit_code}); its stderr ends: " + (
+            " / ".join(tail) if tail else "(empty)")
+    if contender.summary:
         lines = (folder / "stdout.txt").read_text(encoding="utf-8", errors="replace").splitlines()
         for line in reversed(lines):
             if line.startswith("{"):
@@ -403,6 +481,56 @@ def total_medians(runs: list[Run]) -> dict[str, float | None]:
     }
 
 
+
+# -- verdicts ------------------------------------------------------------------------------
+
+
+Figures = dict[str, dict[str, float | None]]
+
+
+def brief(figures: Figures, key: str) -> dict[str, Any]:
+    mine = figures[key]
+    return {"contender": key, "goodput_ratio": mine["goodput_ratio"], "throttled": mine["throttled"],
+            "violations": mine["violations"], "done": mine["done"]}
+
+
+def site_verdict(figures: Figures, contenders: list[Contender], has_capacity: bool) -> dict[str, Any]:
+    """Whether the reference beats every peer on goodput/capacity at no more pushback.
+
+    The peers are the other crawlers (plain ``crawlpace``, the same crawler without rampup, is
+    not one). A peer that drew more 429+503, or broke more rules, than the reference bought
+    its goodput with pushback and is set aside ("excused"). The verdict is ``"yes"`` when the
+    reference's goodput/capacity is strictly above that of every remaining peer, ``"no"``
+    otherwise (the runner-up is the best of them), and ``None`` when there is nothing to
+    compare (no capacity, or no figure for the reference).
+    """
+    mine = figures[REFERENCE]
+    result: dict[str, Any] = {"verdict": None, "reference": brief(figures, REFERENCE), "runner_up": None,
+                              "excused": []}
+    ratio = mine["goodput_ratio"]
+    if ratio is None:
+        result["why_none"] = ("the site has no capacity" if not has_capacity
+                              else f"no goodput/capacity for {REFERENCE}")
+        return result
+    peers = [c.key for c in contenders if c.key not in (REFERENCE, "crawlpace")
+             and figures[c.key]["goodput_ratio"] is not None]
+
+    def pushier(key: str) -> bool:
+        theirs = figures[key]
+        return ((theirs["throttled"] or 0.0) > (mine["throttled"] or 0.0)
+                or (theirs["violations"] or 0.0) > (mine["violations"] or 0.0))
+
+    fair = [key for key in peers if not pushier(key)]
+    result["excused"] = [key for key in peers if pushier(key)]
+    if not fair:
+        result.update(verdict="yes")
+        return result
+    runner = max(fair, key=lambda key: figures[key]["goodput_ratio"] or 0.0)
+    result.update(verdict="yes" if ratio > (figures[runner]["goodput_ratio"] or 0.0) else "no",
+                  runner_up=brief(figures, runner))
+    return result
+
+
 # -- report --------------------------------------------------------------------------------
 
 
@@ -418,51 +546,64 @@ def fmt(value: float | None, kind: str = "n") -> str:
     return f"{value:g}" if value != int(value) else f"{int(value)}"
 
 
-Figures = dict[str, dict[str, float | None]]
+def pipe_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int = 1) -> list[str]:
+    """Aligned lines of a markdown pipe table; the first ``left`` columns flush left, the rest right."""
+    widths = [max(len(headers[i]), *(len(row[i]) for row in rows)) for i in range(len(headers))]
+
+    def line(cells: Sequence[str]) -> str:
+        return "| " + " | ".join(cell.ljust(w) if i < left else cell.rjust(w)
+                                 for i, (cell, w) in enumerate(zip(cells, widths, strict=True))) + " |"
+
+    rule = "|" + "|".join((":" + "-" * (w + 1)) if i < left else ("-" * (w + 1) + ":")
+                          for i, w in enumerate(widths)) + "|"
+    return [line(headers), rule, *(line(row) for row in rows)]
 
 
-def print_site_table(names: list[str], contenders: list[Contender], sites: dict[str, Figures],
-                     totals: Figures) -> None:
-    groups = (("pages done", "done", "n"), ("goodput/capacity", "goodput_ratio", "%"),
-              ("429+503", "throttled", "n"), ("violations", "violations", "n"))
-    width = max(len(c.label) for c in contenders) + 1
-    site_width = max(len(name) for name in [*names, "total"]) + 1
-    group_width = width * len(contenders)
-    head1 = f"{'':<{site_width}}{'pages':>6}" + "".join(
-        f" | {title:^{group_width}}" for title, _, _ in groups)
-    head2 = f"{'site':<{site_width}}{'':>6}" + "".join(
-        " | " + "".join(f"{c.label:>{width}}" for c in contenders) for _ in groups)
-    print(head1)
-    print(head2)
-    print("-" * len(head2))
-
-    def row(label: str, pages: float | None, figures: Figures) -> str:
-        return f"{label:<{site_width}}{fmt(pages):>6}" + "".join(
-            " | " + "".join(f"{fmt(figures[c.key][key], kind):>{width}}" for c in contenders)
-            for _, key, kind in groups)
-
+def print_site_table(names: list[str], contenders: list[Contender], sites: dict[str, Figures]) -> None:
+    headers = ("site", "contender", "goodput/capacity", "429+503", "violations", "done", "pages", "requests",
+               "last s")
+    rows: list[list[str]] = []
     for name in names:
-        first = sites[name][contenders[0].key]
-        print(row(name, first["pages"], sites[name]))
-    print("-" * len(head2))
-    print(row("total", totals[contenders[0].key]["pages"], totals))
-    print("  goodput/capacity total: the median over the sites that have a capacity")
+        for index, c in enumerate(contenders):
+            mine = sites[name][c.key]
+            rows.append([name if index == 0 else "", c.key, fmt(mine["goodput_ratio"], "%"),
+                         fmt(mine["throttled"]), fmt(mine["violations"]), fmt(mine["done"]),
+                         fmt(mine["pages"]), fmt(mine["requests"]), fmt(mine["last_request"], "s")])
+    print("\n".join(pipe_table(headers, rows, left=2)))
+    print("  goodput/capacity: 200s per second of the site's active period over its capacity (- for none); "
+          "done: of its pages, those the contender recorded with a final 200; last s: seconds from the "
+          "contender's start to the site's last request")
 
 
-def print_last_requests(names: list[str], contenders: list[Contender], sites: dict[str, Figures]) -> None:
-    width = max(len(c.label) for c in contenders) + 2
-    site_width = max(len(name) for name in names) + 1
+def print_verdicts(names: list[str], verdicts: dict[str, dict[str, Any]]) -> None:
     print()
-    print("seconds from the contender's start to the site's last request")
-    print(f"{'site':<{site_width}}" + "".join(f"{c.label:>{width}}" for c in contenders))
+    print(f"verdict per site: yes = {REFERENCE} has a higher goodput/capacity than every peer that drew "
+          "no more 429+503 and broke no more rules (peers with more are 'excused')")
+    width = max(len(name) for name in names)
+
+    def figures(who: dict[str, Any]) -> str:
+        return (f"{who['contender']} {fmt(who['goodput_ratio'], '%')} of capacity, {fmt(who['throttled'])} "
+                f"429+503, {fmt(who['violations'])} violations")
+
     for name in names:
-        print(f"{name:<{site_width}}" + "".join(
-            f"{fmt(sites[name][c.key]['last_request'], 's'):>{width}}" for c in contenders))
+        verdict = verdicts[name]
+        if verdict["verdict"] is None:
+            print(f"{name:<{width}}  -    {verdict['why_none']}")
+            continue
+        runner = verdict["runner_up"]
+        excused = ", ".join(verdict["excused"]) or "none"
+        print(f"{name:<{width}}  {verdict['verdict']:<3}  {figures(verdict['reference'])}; "
+              f"runner-up {figures(runner) if runner else 'none'}; excused: {excused}")
+    decided = [name for name in names if verdicts[name]["verdict"] is not None]
+    beaten = [name for name in decided if verdicts[name]["verdict"] == "yes"]
+    print(f"{REFERENCE}: yes on {len(beaten)} of the {len(decided)} sites with a verdict"
+          + (f"; no on {', '.join(name for name in decided if name not in beaten)}"
+             if len(beaten) < len(decided) else ""))
 
 
 def ratios(contenders: list[Contender], totals: Figures) -> dict[str, dict[str, Any]]:
-    """Each contender's totals next to crawlpace's, and its refusals and violations per request."""
-    base = totals["crawlpace"]
+    """Each contender's totals over the reference's, and its refusals and violations per request."""
+    base = totals[REFERENCE]
 
     def over(mine: float | None, theirs: float | None) -> float | None:
         return None if mine is None or not theirs else round(mine / theirs, 3)
@@ -477,10 +618,11 @@ def ratios(contenders: list[Contender], totals: Figures) -> dict[str, dict[str, 
 
         wall, done = mine["wall"], mine["done"]
         result[contender.key] = {
-            "wall_over_crawlpace": over(wall, base["wall"]),
-            "last_live_request_over_crawlpace": over(mine["last_live_request"], base["last_live_request"]),
-            "pages_done_over_crawlpace": over(done, base["done"]),
-            "requests_over_crawlpace": over(requests, base["requests"]),
+            "wall_over_reference": over(wall, base["wall"]),
+            "last_live_request_over_reference": over(mine["last_live_request"], base["last_live_request"]),
+            "pages_done_over_reference": over(done, base["done"]),
+            "requests_over_reference": over(requests, base["requests"]),
+            "goodput_ratio_over_reference": over(mine["goodput_ratio"], base["goodput_ratio"]),
             "pages_per_minute_of_wall": None if done is None or not wall else round(60 * done / wall, 1),
             "throttled_per_100_requests": per_100(mine["throttled"]),
             "violations_per_100_requests": per_100(mine["violations"]),
@@ -491,23 +633,24 @@ def ratios(contenders: list[Contender], totals: Figures) -> dict[str, dict[str, 
 def print_totals(contenders: list[Contender], totals: Figures, ratio: dict[str, dict[str, Any]],
                  runs: list[Run]) -> None:
     print()
-    print("totals; x cp = this contender's figure over crawlpace's; /100 req = per 100 requests")
-    print(f"{'contender':<10} {'wall s':>7} {'x cp':>5} {'live s':>7} {'x cp':>5} {'done':>5} {'x cp':>5} "
-          f"{'requests':>8} {'429+503':>7} {'/100 req':>8} {'violations':>10} {'/100 req':>8}  exit codes")
+    print(f"totals; x ref = this contender's figure over {REFERENCE}'s; /100 req = per 100 requests")
+    headers = ("contender", "wall s", "x ref", "live s", "x ref", "done", "x ref", "requests", "429+503",
+               "/100 req", "violations", "/100 req", "goodput/capacity", "exit codes")
+    rows: list[list[str]] = []
     for c in contenders:
         mine, r = totals[c.key], ratio[c.key]
         codes = ",".join("-" if run.exit_code is None else str(run.exit_code)
                          for run in runs if run.contender == c.key)
         cut = int(mine["cut_runs"] or 0)
-        print(f"{c.label:<10} {fmt(mine['wall'], 's'):>7} {fmt(r['wall_over_crawlpace'], 'x'):>5} "
-              f"{fmt(mine['last_live_request'], 's'):>7} "
-              f"{fmt(r['last_live_request_over_crawlpace'], 'x'):>5} "
-              f"{fmt(mine['done']):>5} {fmt(r['pages_done_over_crawlpace'], 'x'):>5} "
-              f"{fmt(mine['requests']):>8} {fmt(mine['throttled']):>7} "
-              f"{fmt(r['throttled_per_100_requests']):>8} {fmt(mine['violations']):>10} "
-              f"{fmt(r['violations_per_100_requests']):>8}  "
-              f"{codes}{f' ({cut} cut at the time limit)' if cut else ''}")
-    print("  wall s: start to exit; live s: start to the last request to a site that is not dead")
+        rows.append([c.key, fmt(mine["wall"], "s"), fmt(r["wall_over_reference"], "x"),
+                     fmt(mine["last_live_request"], "s"), fmt(r["last_live_request_over_reference"], "x"),
+                     fmt(mine["done"]), fmt(r["pages_done_over_reference"], "x"), fmt(mine["requests"]),
+                     fmt(mine["throttled"]), fmt(r["throttled_per_100_requests"]), fmt(mine["violations"]),
+                     fmt(r["violations_per_100_requests"]), fmt(mine["goodput_ratio"], "%"),
+                     codes + (f" ({cut} cut)" if cut else "")])
+    print("\n".join(pipe_table(headers, rows)))
+    print("  wall s: start to exit; live s: start to the last request to a site that is not dead; "
+          "goodput/capacity: the median over the sites that have a capacity; cut: stopped at the time limit")
 
 
 def peer_versions() -> dict[str, str]:
@@ -519,25 +662,36 @@ def peer_versions() -> dict[str, str]:
 
 
 async def run_rounds(chosen: list[Contender], repeats: int, farm: str, root: Path, limit: float,
-                     grace: float, progress: bool) -> list[Run]:
+                     grace: float, plot_dir: Path | None, progress: bool) -> list[Run]:
     """Every contender ``repeats`` times, each round starting with the next one."""
     runs: list[Run] = []
     for round_no in range(repeats):
         shift = round_no % len(chosen)
         for contender in chosen[shift:] + chosen[:shift]:
             folder = fresh_folder(root / f"round{round_no + 1}-{contender.key}")
-            run = await run_one(contender, round_no + 1, farm, folder, limit, grace)
+            plot = None if plot_dir is None else plot_dir / f"round{round_no + 1}-{contender.key}.png"
+            run = await run_one(contender, round_no + 1, farm, folder, limit, grace, plot)
             runs.append(run)
             if progress:
-                print(f"  round {round_no + 1}/{repeats}: {contender.label}: {run.wall:.1f} s, "
+                print(f"  round {round_no + 1}/{repeats}: {contender.key}: {run.wall:.1f} s, "
                       f"{run.total('done')}/{run.total('pages')} pages, exit {run.exit_code}"
                       f"{' (cut at the time limit)' if run.cut else ''}", file=sys.stderr, flush=True)
+                if run.error:
+                    print(f"    WARNING: {run.error}", file=sys.stderr, flush=True)
     return runs
 
 
 def fresh_folder(path: Path) -> Path:
     path.mkdir(parents=True)
     return path
+
+
+def prepare_plot_dir(path: Path) -> None:
+    """Create the folder; a new one gets a .gitignore, so that its pictures stay out of commits."""
+    if not path.exists():
+        path.mkdir(parents=True)
+        (path / ".gitignore").write_text(
+            "# Written by bench/crawl_efficiency.py: plots are not committed.\n*\n", encoding="utf-8")
 
 
 def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], repeats: int, limit: float,
@@ -547,12 +701,26 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
              for name in names}
     totals = {c.key: total_medians([r for r in runs if r.contender == c.key]) for c in chosen}
     ratio = ratios(chosen, totals)
+    verdicts = {name: site_verdict(sites[name], chosen, any(run.sites[name].capacity for run in runs))
+                for name in names}
+    plots = [run.plot for run in runs if run.plot is not None]
     print()
-    print(f"{'medians over ' + str(repeats) + ' rounds' if repeats > 1 else 'one round'}; "
-          f"pages done: page URLs the contender recorded with a final 200")
-    print_site_table(names, chosen, sites, totals)
-    print_last_requests(names, chosen, sites)
+    print(f"{'medians over ' + str(repeats) + ' rounds' if repeats > 1 else 'one round'}, "
+          f"one row per site and contender")
+    print_site_table(names, chosen, sites)
+    print_verdicts(names, verdicts)
     print_totals(chosen, totals, ratio, runs)
+    if plots:
+        print(f"\nplots (rate over time per site against its capacity): {len(plots)} in "
+              f"{Path(plots[0]).parent}: " + ", ".join(Path(plot).name for plot in plots))
+    elif args.plot_dir:
+        print("\nno plots: the farm drew none (is matplotlib installed? see sim.stdout of a run)")
+    failed = [run for run in runs if run.error]
+    if failed:
+        print()
+        for run in failed:
+            print(f"WARNING: round {run.round}, {run.contender}: {run.error}; its figures above are zeros, "
+                  f"not a measurement")
     print(f"\nwhole benchmark: {time.monotonic() - started:.1f} s")
     if args.json:
         print(json.dumps({
@@ -569,29 +737,45 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
             "quick_hang": QUICK_HANG if args.quick else None,
             "repeats": repeats,
             "limit_seconds": limit,
+            "reference": REFERENCE,
             "contenders": {c.key: c.settings for c in chosen},
             "sites": sites,
+            "verdicts": verdicts,
             "totals": totals,
             "ratios": ratio,
+            "plots": plots,
+            "failed_runs": [{"round": run.round, "contender": run.contender, "error": run.error}
+                            for run in failed],
             "runs": [asdict(run) for run in runs],
             "seconds": round(time.monotonic() - started, 1),
         }, sort_keys=True))
 
 
+def pick_contenders(names: str) -> list[Contender]:
+    """The contenders named (comma-separated), in the standard order; the reference must be among them."""
+    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    known = {c.key for c in CONTENDERS}
+    unknown = [name for name in wanted if name not in known]
+    if unknown:
+        raise SystemExit(f"unknown contender(s): {', '.join(unknown)}; choose from: {', '.join(known)}")
+    if REFERENCE not in wanted:
+        raise SystemExit(f"{REFERENCE} must be one of the contenders: the ratios and verdicts are against it")
+    return [c for c in CONTENDERS if c.key in wanted]
 
 
 def benchmark(args: argparse.Namespace) -> None:
     repeats: int = args.repeats or (1 if args.quick else 3)
     limit: float = args.limit or (QUICK_LIMIT if args.quick else LIMIT)
     grace = QUICK_GRACE if args.quick else GRACE
-    chosen = [c for c in CONTENDERS if c.key in args.contenders.split(",")]
-    if not any(c.key == "crawlpace" for c in chosen):
-        raise SystemExit("crawlpace must be one of the contenders (the ratios are against it)")
+    chosen = pick_contenders(args.contenders)
+    plot_dir = Path(args.plot_dir).resolve() if args.plot_dir else None
+    if plot_dir is not None:
+        prepare_plot_dir(plot_dir)
     spec = farm_source(args.farm)
     started = time.monotonic()
     print(f"crawl efficiency: farm {args.farm}{' (quick copy)' if args.quick else ''}, "
-          f"{len(spec.get('site', []))} sites, {repeats} round(s), limit {limit:g} s per contender, "
-          f"Python {platform.python_version()}", flush=True)
+          f"{len(spec.get('site', []))} sites, {len(chosen)} contenders, {repeats} round(s), "
+          f"limit {limit:g} s per contender, Python {platform.python_version()}", flush=True)
     with contextlib.ExitStack() as stack:
         if args.workdir:
             root = Path(args.workdir).resolve()
@@ -605,14 +789,15 @@ def benchmark(args: argparse.Namespace) -> None:
             farm = str(quick)
         elif Path(args.farm).exists():
             farm = str(Path(args.farm).resolve())
-        runs = asyncio.run(run_rounds(chosen, repeats, farm, root, limit, grace, progress=not args.json))
+        runs = asyncio.run(run_rounds(chosen, repeats, farm, root, limit, grace, plot_dir,
+                                      progress=not args.json))
     report(args, chosen, runs, repeats, limit, started)
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true",
-                        help=f"a farm of at most {QUICK_PAGES} pages per site, one round (< 1 min)")
+                        help=f"a farm of at most {QUICK_PAGES} pages per site, one round (1-2 min)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
     parser.add_argument("--farm", default="mixed",
                         help="a shipped farm's name or a farm TOML file (default: mixed)")
@@ -621,7 +806,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=float, default=0.0,
                         help=f"seconds a contender may run (default {LIMIT:g}, quick {QUICK_LIMIT:g})")
     parser.add_argument("--contenders", default=",".join(c.key for c in CONTENDERS),
-                        help="comma-separated subset of: " + ", ".join(c.key for c in CONTENDERS))
+                        help=f"comma-separated subset of: {', '.join(c.key for c in CONTENDERS)} "
+                             f"(default all; {REFERENCE} is required)")
+    parser.add_argument("--plot-dir", default=str(PLOT_DIR),
+                        help="folder for one PNG per run, roundN-CONTENDER.png ('' for none; "
+                             "default: bench/out/crawl_efficiency)")
     parser.add_argument("--workdir", default=None,
                         help="keep every farm's and contender's files here (default: a temporary folder)")
     return parser.parse_args(argv)

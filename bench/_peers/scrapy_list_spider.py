@@ -12,6 +12,16 @@ what it buffered if the benchmark has to kill Scrapy at its time limit). The set
 configuration: AutoThrottle on with its defaults, 8 requests in flight per domain,
 retries on 429 and 503 among the usual codes, robots.txt obeyed, and the same
 10 s timeout as ``crawlpace crawl``.
+
+The benchmark's other Scrapy set-ups start the same spider with some of these settings
+overridden on the command line, ``-s NAME=VALUE``, which Scrapy ranks above a spider's
+``custom_settings``::
+
+    # scrapy-at4: AutoThrottle aiming at 4 requests in flight per site instead of 1
+    ... -s AUTOTHROTTLE_TARGET_CONCURRENCY=4
+    # scrapy-fixed: no AutoThrottle; one request at a time per site, 1 s apart (randomised by
+    # Scrapy's default to 0.5-1.5 s)
+    ... -s AUTOTHROTTLE_ENABLED=False -s DOWNLOAD_DELAY=1.0 -s CONCURRENT_REQUESTS_PER_DOMAIN=1
 """
 
 from __future__ import annotations
@@ -25,7 +35,7 @@ from scrapy import Request, Spider
 from scrapy.http import Response
 from twisted.python.failure import Failure
 
-#: What the benchmark sets; everything else is Scrapy's default.
+#: What the benchmark sets (its ``-s`` options override these); everything else is Scrapy's default.
 SETTINGS: dict[str, Any] = {
     "AUTOTHROTTLE_ENABLED": True,
     "CONCURRENT_REQUESTS_PER_DOMAIN": 8,
