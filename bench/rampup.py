@@ -94,7 +94,7 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
-from crawl_efficiency import SIM_START, SimProcess, farm_source, read_jsonl, run_process, stop_sim, toml_value
+from crawl_efficiency import farm_source, read_jsonl, run_process, start_sim, stop_sim, toml_value
 
 HERE = Path(__file__).resolve().parent
 #: The window W (seconds), full run and ``--quick``.
@@ -294,39 +294,6 @@ def shipped_sites(name: str) -> list[dict[str, Any]]:
 # -- one crawl against one fresh farm ---------------------------------------------------------------
 
 
-def sim_command(farm: Path, folder: Path, urls: Path, figures: Path, plot: Path | None) -> list[str]:
-    # The farm is named relative to its folder, where the sim runs: the plot's title shows that name.
-    return [sys.executable, "-m", "crawlpace", "sim", os.path.relpath(farm, folder), "--urls", str(urls),
-            "--output", str(figures), *(["--plot", str(plot)] if plot else [])]
-
-
-async def start_sim(farm: Path, folder: Path, plot: Path | None) -> SimProcess:
-    """``crawlpace sim FARM``, once it serves (as in crawl_efficiency.py, plus ``--plot``)."""
-    urls, figures = folder / "urls.txt", folder / "sim.json"
-    command = sim_command(farm, folder, urls, figures, plot)
-    with (folder / "sim.stderr").open("wb") as err:
-        process = await asyncio.create_subprocess_exec(*command, stdout=asyncio.subprocess.PIPE, stderr=err,
-                                                       cwd=folder)
-    assert process.stdout is not None
-    seen: list[str] = []
-    try:
-        async with asyncio.timeout(SIM_START):
-            while True:
-                line = (await process.stdout.readline()).decode("utf-8", "replace")
-                if not line:
-                    raise RuntimeError("crawlpace sim ended before serving:\n" + "".join(seen)
-                                       + (folder / "sim.stderr").read_text(errors="replace"))
-                seen.append(line)
-                if line.startswith("serving"):
-                    break
-    except BaseException:
-        if process.returncode is None:
-            process.kill()
-            await process.wait()
-        raise
-    return SimProcess(process, urls, figures)
-
-
 @dataclass
 class SiteRun:
     """One site's figures in one trial, measured over ``span`` whole seconds from its first request."""
@@ -440,7 +407,8 @@ async def trial(plan: Plan, folder: Path, farm: Path, crawl_args: Sequence[str],
                 plot: Path | None = None) -> Trial:
     """Serve ``farm`` fresh, crawl all its pages with ``crawl_args`` for at most ``limit`` s, stop it."""
     output = make_folder(folder) / "out.jsonl"
-    sim = await start_sim(farm, folder, plot)
+    # The farm is named relative to its folder, where the sim runs: the plot's title shows that name.
+    sim = await start_sim(farm.name if farm.parent == folder else str(farm), folder, plot)
     try:
         command = [sys.executable, "-m", "crawlpace", "crawl", str(sim.urls), "-o", str(output), "--quiet",
                    "--json", "--no-robots", *crawl_args]

@@ -288,10 +288,12 @@ class ScopePolicy:
         rampup = self.rampup
         if rampup is not None:
             rampup.on_send(now)
-            base = self._compute_base(now)
-            if base != self._base:  # the send-rate cap moved
-                self._base = base
-                self.refresh(now)
+            # Only the send-rate cap can have moved; the limits follow when it did.
+            if 1.0 / rampup.allowed_rate(now) != self._base.delay or self.crawl_delay is not None:
+                base = self._compute_base(now)
+                if base != self._base:
+                    self._base = base
+                    self.refresh(now)
         if self.quota is not None and use > 0.0:
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
