@@ -82,6 +82,26 @@ def test_resting_slots_beyond_a_lower_limit_delay_the_next_send() -> None:
     assert state.ready_at(2.0) == 5.0
 
 
+def test_a_new_delay_counts_from_the_last_send_both_ways() -> None:
+    state = ScopeState(Limits(concurrency=2, delay=1.0, delay_per_slot=0.0))
+    state.admit(10.0)
+    state.set_limits(Limits(concurrency=2, delay=0.25, delay_per_slot=0.0))
+    assert state.ready_at(10.1) == 10.25  # not the 11.0 the old delay scheduled
+    state.set_limits(Limits(concurrency=2, delay=3.0, delay_per_slot=0.0))
+    assert state.ready_at(10.1) == 13.0
+    # A floor (Crawl-Delay, a server's pace) still holds under a shorter delay.
+    state.set_limits(Limits(concurrency=2, delay=0.1, delay_per_slot=0.0, floor=2.0))
+    assert state.ready_at(10.1) == 12.0
+
+
+def test_a_shorter_per_slot_delay_wakes_resting_slots_sooner() -> None:
+    state = ScopeState(Limits(concurrency=1, delay=0.0, delay_per_slot=1.0))
+    state.release(state.admit(10.0), 10.05)
+    assert state.ready_at(10.1) == 11.0
+    state.set_limits(Limits(concurrency=1, delay=0.0, delay_per_slot=0.25))
+    assert state.ready_at(10.1) == 10.25
+
+
 def test_idle_only_when_nothing_pending() -> None:
     state = ScopeState(Limits(concurrency=1, delay=1.0, delay_per_slot=2.0))
     assert state.is_idle(0.0)

@@ -220,7 +220,29 @@ async def test_announced_budget_paces_before_the_429(clock: MockClock,
     throttler = make_throttler(FAST)
     await answer(throttler, 200, {"RateLimit-Remaining": "10", "RateLimit-Reset": "5"})
     sends = [await answer(throttler) for _ in range(3)]
-    assert sends == [0.5, 1.0, 1.5]  # 10 requests left over 5 s: one per 0.5 s
+    # 10 requests left over "5" s, a rounded-up 4.5 s on average: one per 0.45 s.
+    assert sends == pytest.approx([0.45, 0.9, 1.35])
+
+
+async def test_a_fractional_reset_is_taken_as_exact(clock: MockClock,
+                                                    make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler(FAST)
+    await answer(throttler, 200, {"RateLimit": '"default";r=10;t=2.5'})
+    sends = [await answer(throttler) for _ in range(2)]
+    assert sends == pytest.approx([0.25, 0.5])
+
+
+async def test_an_announced_budget_lifts_rampup_at_once(clock: MockClock,
+                                                        make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True, "delay": 1.0}})
+    first = await answer(throttler, 200, {"RateLimit-Remaining": "50", "RateLimit-Reset": "10"})
+    second = await answer(throttler)
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert stats.rampup is not None
+    # Rampup alone starts at 1 request per second; the budget allows 50 in ~9.5 s.
+    assert stats.rampup.phase == "start"
+    assert second - first == pytest.approx(9.5 / 50)
 
 
 async def test_spent_budget_holds_until_the_reset(clock: MockClock,

@@ -181,7 +181,7 @@ class FeedbackBuilder:
         if hint is not None and hint.remaining is not None and hint.remaining >= 1.0 \
                 and hint.reset is not None and hint.reset > 0.0:
             pace_for = hint.reset
-            pace = hint.reset / hint.remaining
+            pace = _unrounded(hint.reset) / hint.remaining
         settings = self.settings
         redirect_cap = settings.redirect_max_delay
         is_redirect = status is not None and 300 <= status < 400
@@ -201,6 +201,17 @@ class FeedbackBuilder:
                 status=status,
             )
         return out
+
+
+def _unrounded(reset: float) -> float:
+    """The likeliest time to a reset a header gave in whole seconds.
+
+    Servers round the seconds to a reset up, so "1" means anywhere in (0, 1]:
+    pacing the rest of the budget over the whole second would leave, on
+    average, half a second of every window unused. A whole number is taken
+    as half a second less; a fractional one is already exact.
+    """
+    return reset - 0.5 if reset >= 1.0 and reset == int(reset) else reset
 
 
 @dataclass(slots=True)

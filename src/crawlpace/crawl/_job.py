@@ -323,7 +323,7 @@ class CrawlJob:
                 await permit.release()
             self.inflight -= 1
             slots.release()
-            self.scheduler.released(permit.scopes)
+            self.scheduler.released(permit.scopes, task.key)
             self._refill()
 
     async def _send(self, task: Task, permit: Permit) -> _Answer:

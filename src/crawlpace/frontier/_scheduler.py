@@ -45,6 +45,10 @@ _log = logging.getLogger(__name__)
 Kind = Literal["page", "robots"]
 
 
+# A release re-tries its scope's queue at once when that queue waits longer than this.
+_RECHECK_AFTER = 0.05
+
+
 def origin_of(url: str) -> str:
     """``scheme://host[:port]`` of ``url``, the unit robots.txt applies to."""
     parts = urlsplit(url)
@@ -145,9 +149,17 @@ class Scheduler:
         if task.key not in self._due and task.key not in self._parked_keys:
             self._schedule(task.key, self._clock.now())
 
-    def released(self, scopes: tuple[str, ...]) -> None:
-        """Tell the scheduler that a request of ``scopes`` ended, freeing a slot in each."""
+    def released(self, scopes: tuple[str, ...], key: str | None = None) -> None:
+        """Tell the scheduler that a request of ``scopes`` ended, freeing a slot in each.
+
+        ``key`` names the request's queue: its answer may have loosened the
+        scopes' limits (an announced budget, rampup), so a queue waiting for a
+        far send time tries again now instead.
+        """
         now = self._clock.now()
+        when = self._due.get(key) if key is not None else None
+        if key is not None and when is not None and when - now > _RECHECK_AFTER:
+            self._schedule(key, now)
         for name in (*scopes, ""):  # "": queues that only the global cap held back
             for key in self._parked.pop(name, ()):
                 if key not in self._parked_keys:

@@ -147,12 +147,22 @@ class ScopeState:
     def set_limits(self, limits: Limits) -> None:
         """Change the limits; slots beyond a lower concurrency are retired.
 
-        A longer delay applies from the previous send at once: a scope that
-        just backed off must not send the request already scheduled under the
-        old, shorter delay.
+        A new delay applies from the previous send at once, both ways: a scope
+        that just backed off must not send the request already scheduled under
+        the old, shorter delay, and one whose delays shrank (a server announced
+        a larger budget, rampup sped up) need not wait out the old, longer ones.
         """
-        if limits.delay > self.limits.delay and self.last_send != _NEVER:
-            self.next_send = max(self.next_send, self.last_send + limits.delay)
+        old, last = self.limits.delay, self.last_send
+        if last != _NEVER and limits.delay != old:
+            if limits.delay > old:
+                self.next_send = max(self.next_send, last + limits.delay)
+            else:
+                self.next_send = min(self.next_send, last + max(limits.delay, limits.floor))
+        shift = self.limits.delay_per_slot - limits.delay_per_slot
+        if shift > 0.0 and self._resting:
+            # Resting slots wake as if sent under the shorter per-slot delay; the
+            # same shift for all keeps the heap's order.
+            self._resting = [ready - shift for ready in self._resting]
         self.limits = limits
         room = max(0, limits.concurrency - self.inflight)
         if self._resting and len(self._resting) > room:

@@ -195,6 +195,10 @@ class ScopePolicy:
         rampup = self.rampup
         if rampup is not None:
             rate = rampup.allowed_rate(now)
+            if now < self.pace_until and self.pace > 0.0:
+                # A budget the server announced needs no search: its pace is the rate,
+                # not rampup's (which may still be in its start phase).
+                rate = max(rate, min(1.0 / self.pace, rampup.max_rate))
             concurrency, delay = rampup.concurrency(rate), 1.0 / rate
             # Slots only cap what is in flight: each may send as often as the scope.
             per_slot = min(per_slot, delay)
@@ -227,6 +231,10 @@ class ScopePolicy:
 
     def refresh(self, now: float) -> bool:
         """Recompute the limits; True when they changed."""
+        if self.rampup is not None and self.pace_until != _NEVER and now >= self.pace_until:
+            # The announced budget ran out: rampup's own rate takes over again.
+            self.pace_until = _NEVER
+            self._base = self._compute_base(now)
         limits = self._compute(now)
         if limits == self.limits:
             return False
@@ -321,6 +329,8 @@ class ScopePolicy:
         if feedback.pace is not None:
             # The newest announcement of the budget replaces older ones.
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
+            if self.rampup is not None:
+                self._base = self._compute_base(now)
         if feedback.consumed_quota is not None and self.quota is not None:
             self.quota.adjust(now, feedback.consumed_quota - expected_use)
         autothrottle = self.autothrottle
