@@ -3,13 +3,16 @@
 from __future__ import annotations
 
 import random
-from collections.abc import AsyncIterator, Callable, Mapping
+import uuid
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
 import pytest
 
 from crawlpace import Throttler
 from crawlpace.testing import MockClock
+
+from .redis_server import RedisServer, redis_binary
 
 #: Settings with jitter off, so spacing is exact and tests can compare times.
 EXACT: dict[str, Any] = {"RANDOMIZE_DOWNLOAD_DELAY": False, "BACKOFF_JITTER": False}
@@ -39,3 +42,21 @@ async def make_throttler(clock: MockClock) -> AsyncIterator[ThrottlerFactory]:
     yield make
     for throttler in made:
         await throttler.aclose()
+
+
+@pytest.fixture(scope="session")
+def redis_server() -> Iterator[RedisServer]:
+    """A real redis-server on a free loopback port, shared by the session's tests."""
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("no redis-server on PATH (scripts/test installs one)")
+    server = RedisServer(binary)
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture
+def redis_url(redis_server: RedisServer) -> str:
+    """The shared server's URL with a namespace of the test's own."""
+    return f"{redis_server.url}?namespace=t{uuid.uuid4().hex[:12]}"

@@ -253,6 +253,21 @@ class Rampup:
             self._gap = gap if mean is None else mean + SENT_WEIGHT * (gap - mean)
         self._sent_at = now
 
+    def sync_sends(self, gap: float | None, last: float) -> None:
+        """Take the send record kept elsewhere: a shared store counts every worker's sends.
+
+        Args:
+            gap: the mean gap between the scope's sends (weighted as in
+                :meth:`on_send`), or ``None`` after a single send.
+            last: when the scope last sent.
+        """
+        if self._sent_at == _NEVER:
+            self._last_growth = last
+        if gap is not None:
+            self._gap = gap
+        if last > self._sent_at:
+            self._sent_at = last
+
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None) -> bool:
         """Take one outcome.
 

@@ -1,4 +1,4 @@
-"""State stores: where admission state lives (``memory://`` now, Redis later)."""
+"""State stores: where admission state lives (``memory://`` in this process, or Redis/Valkey)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,18 @@ from .._exceptions import ConfigError
 from .base import Blocked, Lease, Outcome, ScopeSnapshot, Store
 from .memory import MemoryStore
 
-__all__ = ["Blocked", "Lease", "MemoryStore", "Outcome", "ScopeSnapshot", "Store", "open_store"]
+#: URL schemes served by the Redis store (Valkey speaks the same protocol).
+REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "valkey", "valkeys"})
+
+__all__ = ["REDIS_SCHEMES", "Blocked", "Lease", "MemoryStore", "Outcome", "ScopeSnapshot", "Store", "open_store"]
 
 
 def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -> Store:
     """Create the store a URL names.
 
-    ``memory://`` (or an empty string) gives the embedded in-process store.
+    ``memory://`` (or an empty string) gives the embedded in-process store;
+    ``redis://``, ``rediss://``, ``unix://`` (and ``valkey://``) the shared
+    :class:`~crawlpace.stores.redis.RedisStore`.
 
     Raises:
         ConfigError: for a scheme this version cannot serve.
@@ -25,7 +30,9 @@ def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -
     scheme = urlsplit(url).scheme if url else "memory"
     if scheme == "memory":
         return MemoryStore(settings, clock, rng)
-    if scheme in {"redis", "rediss", "unix", "valkey", "valkeys"}:
-        raise ConfigError([f"store {url!r}: the Redis/Valkey store is not part of this version "
-                           "yet; use 'memory://' for now"])
-    raise ConfigError([f"store {url!r}: unknown scheme {scheme!r}; use 'memory://'"])
+    if scheme in REDIS_SCHEMES:
+        from .redis import RedisStore  # the driver is optional: import it only when asked for
+
+        return RedisStore(url, settings, clock, rng)
+    raise ConfigError([f"store {url!r}: unknown scheme {scheme!r}; use 'memory://', 'redis://host:port/db', "
+                       "'rediss://...' (TLS) or 'unix:///path/to/redis.sock'"])

@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import logging
 import random
-from collections.abc import Callable
 
 from .._clock import Clock
-from .._config import ScopeConfig, Settings
+from .._config import Settings
 from .._exceptions import ScopeGivenUp
-from .._scopes import Demand, load_scope_manager
+from .._scopes import Demand
 from ..policy.admission import ScopeState
-from ..policy.scope import ScopePolicy, ThrottlingScopeManager, ThrottlingScopeManagerProtocol
+from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
+from ._policies import PolicyFactory
+from ._snapshot import describe
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
 
 __all__ = ["MemoryStore"]
@@ -109,11 +110,8 @@ class MemoryStore:
         self._scopes: dict[str, _Scope] = {}
         self._since_sweep = 0
         self.evicted = 0
-        # Import every scope manager now, so a bad path fails at start-up.
-        configs = [settings.scope_defaults, *settings.scopes.values()]
-        self._managers: dict[str, Callable[..., ThrottlingScopeManagerProtocol]] = {
-            cfg.manager: load_scope_manager(cfg.manager) for cfg in configs if cfg.manager
-        }
+        # Imports every scope manager now, so a bad path fails at start-up.
+        self._factory = PolicyFactory(settings)
 
     # -- the Store interface ------------------------------------------------
 
@@ -234,31 +232,11 @@ class MemoryStore:
         except ScopeGivenUp:
             ready = float("inf")
         limits = state.limits
-        manager = policy.manager
-        backoff = manager.backoff if isinstance(manager, ThrottlingScopeManager) else None
-        breaker = policy.breaker
-        return ScopeSnapshot(
-            scope=scope,
-            concurrency=limits.concurrency,
-            delay=limits.delay,
-            delay_per_slot=limits.delay_per_slot,
-            inflight=state.inflight,
-            resting=state.resting,
-            sends=state.sends,
-            responses=state.responses,
-            errors=state.errors,
-            ready_in=None if ready is None else max(0.0, ready - now),
-            last_latency=state.last_latency,
-            mean_latency=state.mean_latency,
-            backoff=backoff.level if backoff is not None else 0,
-            generation=policy.generation,
-            hold_in=policy.hold_until - now if policy.hold_until > now else None,
-            breaker=breaker.state if breaker is not None else (
-                "closed" if policy.config.breaker.enabled else "off"),
-            quota_remaining=policy.quota.remaining(now) if policy.quota is not None else None,
-            crawl_delay=policy.crawl_delay,
-            rampup=policy.rampup.stats(now) if policy.rampup is not None else None,
-        )
+        return describe(scope, policy, now, concurrency=limits.concurrency, delay=limits.delay,
+                        delay_per_slot=limits.delay_per_slot, inflight=state.inflight,
+                        resting=state.resting, sends=state.sends, responses=state.responses,
+                        errors=state.errors, ready_at=ready, last_latency=state.last_latency,
+                        mean_latency=state.mean_latency)
 
     def evict_idle(self) -> int:
         """Forget every scope whose state a fresh one would reproduce.
@@ -283,14 +261,7 @@ class MemoryStore:
     # -- helpers ------------------------------------------------------------
 
     def _new_scope(self, name: str) -> _Scope:
-        settings = self._settings
-        config: ScopeConfig = settings.scope_config(name)
-        manager_cls = self._managers.get(config.manager) if config.manager else None
-        policy = ScopePolicy(name, config, concurrency_cap=settings.concurrent_requests,
-                             autothrottle=settings.autothrottle,
-                             manager=manager_cls(scope=name, config=config) if manager_cls else None,
-                             rampup_target=settings.rampup_backoff_target)
-        state = _Scope(policy)
+        state = _Scope(self._factory.new(name))
         self._scopes[name] = state
         return state
 

@@ -1,0 +1,97 @@
+-- Admit one request to every scope it names, or to none (crawlpace Redis store).
+--
+-- KEYS: per scope, its admission hash, its lease set and its resting-slot set.
+-- ARGV: 1 now ("" = the server's TIME), 2 lease id, 3 lease seconds, 4 idle
+--   seconds (key expiry), 5 scope count, then per scope 5 values: concurrency,
+--   delay, delay per slot and floor for a scope not seen before, and the
+--   jitter factor of this send.
+-- Returns {1, now, slot_ready..., generation..., version..., gap..., now...}
+--   when admitted (gap: the mean gap between the scope's sends, "" after one),
+--   {0, now, ready...} when not (ready "-1": every slot busy), or
+--   {2, now, index} when a scope was given up.
+local now = tonumber(ARGV[1])
+if ARGV[1] == "" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+end
+local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local ready, state = {}, {}
+local blocked = false
+for i = 1, n do
+  local a, l, r = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
+  local base = 5 + 5 * (i - 1)
+  local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver")
+  local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
+  local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
+  local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
+  local floor = tonumber(f[4]) or tonumber(ARGV[base + 4])
+  if f[7] == "1" then
+    return {2, tostring(now), i}
+  end
+  redis.call("ZREMRANGEBYSCORE", l, "-inf", now)
+  redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
+  local inflight = redis.call("ZCARD", l)
+  local at = tonumber(f[5]) or -1
+  local hold = tonumber(f[6]) or -1
+  if hold > at then at = hold end
+  local full = inflight >= conc
+  if not full then
+    local resting = redis.call("ZCARD", r)
+    if inflight + resting >= conc then
+      local wake = redis.call("ZRANGE", r, inflight + resting - conc, inflight + resting - conc, "WITHSCORES")
+      local w = tonumber(wake[2])
+      if w > at then at = w end
+    end
+  end
+  if full then
+    ready[i] = "-1"
+    blocked = true
+  elseif at > now then
+    ready[i] = tostring(at)
+    blocked = true
+  else
+    ready[i] = "0"
+  end
+  state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
+              tonumber(ARGV[base + 5]), f[1] == false}
+end
+if blocked then
+  local out = {0, tostring(now)}
+  for i = 1, n do out[#out + 1] = ready[i] end
+  return out
+end
+local out = {1, tostring(now)}
+local gens, vers, gaps = {}, {}, {}
+for i = 1, n do
+  local s = state[i]
+  local a, l, r, delay, pslot, floor, factor = s[1], s[2], s[3], s[5], s[6], s[7], s[10]
+  redis.call("ZADD", l, now + lease, id)
+  local gap = delay * factor
+  if gap < floor then gap = floor end
+  local last = tonumber(redis.call("HGET", a, "last"))
+  local sent_gap = redis.call("HGET", a, "gap")
+  gaps[i] = ""
+  if last then
+    local g = now - last
+    if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
+    gaps[i] = tostring(g)
+    redis.call("HSET", a, "gap", gaps[i])
+  end
+  redis.call("HSET", a, "next", tostring(now + gap), "last", tostring(now))
+  if s[11] then
+    redis.call("HSET", a, "conc", s[4], "delay", tostring(delay), "pslot", tostring(pslot),
+               "floor", tostring(floor))
+  end
+  redis.call("HINCRBY", a, "sends", 1)
+  redis.call("EXPIRE", a, idle)
+  redis.call("EXPIRE", l, idle)
+  redis.call("EXPIRE", r, idle)
+  out[#out + 1] = tostring(now + pslot * factor)
+  gens[i] = s[8]
+  vers[i] = s[9]
+end
+for i = 1, n do out[#out + 1] = gens[i] end
+for i = 1, n do out[#out + 1] = vers[i] end
+for i = 1, n do out[#out + 1] = gaps[i] end
+for i = 1, n do out[#out + 1] = tostring(now) end
+return out

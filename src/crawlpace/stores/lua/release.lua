@@ -1,0 +1,69 @@
+-- Give a request's slots back, count its outcome, and write back what the
+-- policy learned from it, unless another worker wrote first (crawlpace Redis store).
+--
+-- KEYS: per scope, its admission hash, lease set, resting-slot set and policy blob.
+-- ARGV: 1 now ("" = TIME), 2 lease id, 3 idle seconds, 4 scope count, then per
+--   scope 14 values: when its slot may send again, "1" to free the lease (""
+--   for a write-back alone), the response and error counts to add (0 or 1),
+--   the latency ("" if none), the policy version the write-back was computed
+--   from ("" for no write-back), the new policy blob, concurrency, delay,
+--   delay per slot, floor, hold-until and generation, and "1" when given up.
+-- Returns {now, result...}: per scope "ok", or the current version when it no
+--   longer matched (the write-back was not done: compute it again).
+local now = tonumber(ARGV[1])
+if ARGV[1] == "" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+end
+local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local out = {tostring(now)}
+for i = 1, n do
+  local a, l, r, p = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
+  local base = 4 + 14 * (i - 1)
+  local slot_ready = tonumber(ARGV[base + 1])
+  if ARGV[base + 2] == "1" and redis.call("ZREM", l, id) == 1 and slot_ready > now then
+    local conc = tonumber(redis.call("HGET", a, "conc")) or 1
+    redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
+    if redis.call("ZCARD", l) + redis.call("ZCARD", r) < conc then
+      redis.call("ZADD", r, slot_ready, id)
+    end
+  end
+  if ARGV[base + 3] == "1" then redis.call("HINCRBY", a, "resp", 1) end
+  if ARGV[base + 4] == "1" then redis.call("HINCRBY", a, "errs", 1) end
+  if ARGV[base + 5] ~= "" then
+    local lat = tonumber(ARGV[base + 5])
+    local mean = tonumber(redis.call("HGET", a, "mlat"))
+    if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
+    redis.call("HSET", a, "lat", ARGV[base + 5], "mlat", tostring(mean))
+  end
+  local result = "ok"
+  if ARGV[base + 6] ~= "" then
+    local version = redis.call("HGET", a, "ver") or "0"
+    if version ~= ARGV[base + 6] then
+      result = version
+    else
+      local old = tonumber(redis.call("HGET", a, "delay"))
+      local delay, floor = tonumber(ARGV[base + 9]), tonumber(ARGV[base + 11])
+      local last = tonumber(redis.call("HGET", a, "last"))
+      local nxt = tonumber(redis.call("HGET", a, "next"))
+      -- A new delay counts from the last send, both ways (as in the memory store).
+      if last and nxt and old and delay ~= old then
+        if delay > old then
+          if last + delay > nxt then nxt = last + delay end
+        else
+          local gap = delay
+          if floor > gap then gap = floor end
+          if last + gap < nxt then nxt = last + gap end
+        end
+        redis.call("HSET", a, "next", tostring(nxt))
+      end
+      redis.call("SET", p, ARGV[base + 7], "EX", idle)
+      redis.call("HSET", a, "ver", tonumber(version) + 1, "conc", ARGV[base + 8], "delay", ARGV[base + 9],
+                 "pslot", ARGV[base + 10], "floor", ARGV[base + 11], "hold", ARGV[base + 12],
+                 "gen", ARGV[base + 13], "dead", ARGV[base + 14])
+    end
+  end
+  redis.call("EXPIRE", a, idle)
+  out[#out + 1] = result
+end
+return out
