@@ -27,10 +27,7 @@ SETTINGS = Settings.from_scrapy({
 async def store_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, MockClock]]:
     """Each store, on the fake clock (the Redis store told to use it instead of the server's)."""
     clock = MockClock()
-    if request.param == "memory":
-        url = "memory://"
-    else:
-        url = request.getfixturevalue("redis_url") + "&time=local"
+    url = "memory://" if request.param == "memory" else request.getfixturevalue("redis_url") + "&time=local"
     store = open_store(url, SETTINGS, clock, random.Random(1))
     yield store, clock
     await store.aclose()

@@ -12,6 +12,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
+from urllib.parse import urlencode
 
 from .. import __version__
 from .._config import Settings
@@ -64,6 +65,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     crawl.add_argument("--quiet", action="store_true", help="no live display")
     crawl.add_argument("--quick", action="store_true", help=f"crawl only the first {QUICK_URLS} URLs")
     crawl.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
+    crawl.add_argument("--store", "--redis", dest="store", default="memory://", metavar="URL",
+                       help="where the limits live: memory:// (default) or a Redis/Valkey URL shared "
+                            "with other workers (redis://host:6379/0, rediss://..., unix:///path)")
+    crawl.add_argument("--namespace", help="keeps this crawl job's keys apart in a shared store "
+                       "(default: crawlpace)")
 
 
 def build_settings(args: argparse.Namespace) -> Settings:
@@ -93,6 +99,13 @@ def build_settings(args: argparse.Namespace) -> Settings:
     except ConfigError as exc:
         flags = {"concurrency": "--per-host", "delay": "--delay", "concurrent_requests": "--concurrency"}
         raise ConfigError([_name_flag(problem, flags) for problem in exc.problems]) from None
+
+
+def store_url(url: str, namespace: str | None) -> str:
+    """The store URL with ``--namespace`` added to its options."""
+    if not namespace:
+        return url
+    return f"{url}{'&' if '?' in url else '?'}{urlencode({'namespace': namespace})}"
 
 
 def _name_flag(problem: str, flags: dict[str, str]) -> str:
@@ -157,7 +170,7 @@ def run(args: argparse.Namespace) -> int:
         output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
         user_agent=DEFAULT_USER_AGENT if args.user_agent is None else args.user_agent,
         retries=args.retries, timeout=args.timeout,
-        robots=not args.no_robots)
+        robots=not args.no_robots, store=store_url(args.store, args.namespace))
     if args.urls != "-" and not Path(args.urls).is_file():
         raise FileNotFoundError(f"no URL file {args.urls!r}; give a file of URLs, one per line, or '-'")
     show = not (args.quiet or args.json) and sys.stdout.isatty()

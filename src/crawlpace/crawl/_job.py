@@ -116,7 +116,8 @@ class CrawlJob:
         self.settings = settings
         self.options = options
         self._own_throttler = throttler is None
-        self.throttler = throttler if throttler is not None else Throttler(settings, on_give_up=self._gave_up)
+        self.throttler = throttler if throttler is not None else Throttler(
+            settings, store=options.store, on_give_up=self._gave_up)
         self._transport = transport
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped)

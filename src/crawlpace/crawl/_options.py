@@ -36,6 +36,8 @@ class CrawlOptions:
             is fetched again before the site is crawled as if it had none.
         max_in_memory: URLs held in memory at once; the rest wait in the journal.
         trust_env: let proxies and certificates come from the environment.
+        store: where admission state lives: ``memory://`` (this process) or a
+            Redis URL shared with other workers (see :mod:`crawlpace.stores.redis`).
     """
 
     output: Path
@@ -50,6 +52,7 @@ class CrawlOptions:
     robots_retries: int = 2
     max_in_memory: int = 100_000
     trust_env: bool = True
+    store: str = "memory://"
 
     def __post_init__(self) -> None:
         problems = []

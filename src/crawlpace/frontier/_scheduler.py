@@ -47,6 +47,8 @@ Kind = Literal["page", "robots"]
 
 # A release re-tries its scope's queue at once when that queue waits longer than this.
 _RECHECK_AFTER = 0.05
+# Seconds between two looks at a full scope whose slots other processes hold (shared store).
+_SHARED_POLL = 0.05
 
 
 def origin_of(url: str) -> str:
@@ -265,7 +267,11 @@ class Scheduler:
                 if queue:
                     self._schedule(key, self._clock.now())
                 return task, result
-            if result.ready_at is None:
+            if result.ready_at is None and self._throttler.store.shared:
+                # Other processes free this scope's slots, and no release of ours
+                # would say so: look again shortly.
+                self._schedule(key, self._clock.now() + _SHARED_POLL)
+            elif result.ready_at is None:
                 full = [name for name, ready in result.waiting_on if ready is None]
                 for name in full or [""]:  # "": only a global cap said no; retry on the next release
                     self._parked.setdefault(name, set()).add(key)

@@ -14,7 +14,8 @@ from .memory import MemoryStore
 #: URL schemes served by the Redis store (Valkey speaks the same protocol).
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "valkey", "valkeys"})
 
-__all__ = ["REDIS_SCHEMES", "Blocked", "Lease", "MemoryStore", "Outcome", "ScopeSnapshot", "Store", "open_store"]
+__all__ = ["REDIS_SCHEMES", "Blocked", "Lease", "MemoryStore", "Outcome", "ScopeSnapshot", "Store",
+           "open_store"]
 
 
 def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -> Store:

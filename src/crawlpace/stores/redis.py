@@ -227,6 +227,9 @@ class RedisStore:
             return
         self._client = aioredis.from_url(self.url, decode_responses=False)
         self._scripts = {name: self._client.register_script(src) for name, src in _SCRIPTS.items()}
+        if self.time != "local":
+            # Snapshots and Crawl-Delays may come before the first script reply sets the offset.
+            await self._sync()
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         await self._connect()

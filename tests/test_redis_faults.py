@@ -1,0 +1,311 @@
+"""The Redis store under faults: a worker killed, the server gone and back, clocks that disagree.
+
+Everything here is real: a real redis-server on 127.0.0.1, a real child
+process killed with SIGKILL, real time. Waits are short because leases are
+(``lease=1``), and a test only sleeps where the passing of real time is the
+point (a lease running out, a delay being kept between two processes).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import json
+import logging
+import os
+import random
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlpace import Settings
+from crawlpace._clock import AsyncioClock, Clock
+from crawlpace.stores import Blocked, Lease, Outcome, Store, open_store
+from crawlpace.stores.redis import RedisLease, RedisStore
+
+from .redis_server import RedisServer, redis_binary
+
+pytestmark = pytest.mark.redis
+
+SRC = Path(__file__).resolve().parents[1] / "src"
+LEASE = 1.0
+
+#: One scope of two slots, no delay at all: only leases in flight hold it.
+FULL_RAW: dict[str, Any] = {
+    "RANDOMIZE_DOWNLOAD_DELAY": False,
+    "THROTTLING_SCOPES": {"held.example": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0}},
+}
+#: One slot, half a second between any two sends, no per-slot rest.
+PACED = Settings.from_scrapy({
+    "RANDOMIZE_DOWNLOAD_DELAY": False,
+    "THROTTLING_SCOPES": {"paced.example": {"concurrency": 1, "delay": 0.5, "delay_per_slot": 0.0}},
+})
+
+# The child: take both slots, say so, then hang on to them (renewing) until killed.
+CHILD = """
+import asyncio, json, random, sys
+from crawlpace import Settings
+from crawlpace._clock import AsyncioClock
+from crawlpace.stores import Lease, open_store
+
+async def main():
+    store = open_store(sys.argv[1], Settings.from_scrapy(json.loads(sys.argv[2])), AsyncioClock(),
+                       random.Random(1))
+    leases = [await store.acquire((("held.example", 1.0),)) for _ in range(2)]
+    if not all(isinstance(lease, Lease) for lease in leases):
+        print("not admitted:", leases, flush=True)
+        sys.exit(3)
+    print("held", flush=True)
+    await asyncio.Event().wait()
+
+asyncio.run(main())
+"""
+
+
+class SkewedClock:
+    """The system's monotonic clock, read ``skew`` seconds ahead, with timers in the same frame."""
+
+    def __init__(self, skew: float) -> None:
+        self.skew = skew
+
+    def now(self) -> float:
+        return time.monotonic() + self.skew
+
+    async def sleep(self, seconds: float) -> None:
+        await asyncio.sleep(max(0.0, seconds))
+
+    def call_at(self, when: float, callback: Callable[[], object]) -> asyncio.TimerHandle:
+        return asyncio.get_running_loop().call_later(max(0.0, when - self.now()), callback)
+
+
+def spawn_holder(url: str) -> subprocess.Popen[bytes]:
+    """Start the child that takes both slots of ``held.example`` (it prints "held" once it has)."""
+    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+    return subprocess.Popen([sys.executable, "-c", CHILD, url, json.dumps(FULL_RAW)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": path})
+
+
+def make_store(url: str, settings: Settings, clock: Clock) -> Store:
+    return open_store(url, settings, clock, random.Random(1))
+
+
+async def admit(store: Store, scope: str, clock: Clock, *, within: float) -> tuple[RedisLease, int]:
+    """Acquire ``scope``, waiting out each ``Blocked`` it is told; the lease and how many refusals."""
+    deadline = time.monotonic() + within
+    refusals = 0
+    while True:
+        result = await store.acquire(((scope, 1.0),))
+        if isinstance(result, Lease):
+            assert isinstance(result, RedisLease)
+            return result, refusals
+        refusals += 1
+        assert time.monotonic() < deadline, f"not admitted within {within}s: {result}"
+        wait = 0.05 if result.ready_at is None else result.ready_at - clock.now()
+        await clock.sleep(min(max(wait, 0.0), 0.5))
+
+
+@pytest.fixture
+def own_server() -> Iterator[RedisServer]:
+    """A redis-server of the test's own, which it may stop and start again."""
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("no redis-server on PATH (scripts/test installs one)")
+    server = RedisServer(binary)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+async def test_a_killed_workers_slots_come_back_within_the_lease(redis_url: str) -> None:
+    url = f"{redis_url}&lease={LEASE:g}"
+    settings = Settings.from_scrapy(FULL_RAW)
+    clock = AsyncioClock()
+    child = spawn_holder(url)
+    store = make_store(url, settings, clock)
+    try:
+        assert child.stdout is not None
+        line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), 15.0)
+        if line.strip() != b"held":
+            child.kill()
+            _out, err = child.communicate(timeout=5.0)
+            raise AssertionError(f"the child said {line!r}; stderr:\n{err.decode()}")
+
+        full = await store.acquire((("held.example", 1.0),))
+        assert full == Blocked(None, (("held.example", None),))
+        snap = await store.snapshot("held.example")
+        assert snap is not None
+        assert (snap.inflight, snap.sends, snap.ready_in) == (2, 2, None)
+
+        # Twice the lease time later the child's renewals still hold both slots.
+        await asyncio.sleep(2 * LEASE)
+        assert child.poll() is None
+        assert await store.acquire((("held.example", 1.0),)) == Blocked(None, (("held.example", None),))
+        snap = await store.snapshot("held.example")
+        assert snap is not None
+        assert snap.inflight == 2
+
+        child.send_signal(signal.SIGKILL)
+        child.wait(5.0)
+        killed_at = time.monotonic()
+        assert child.returncode == -signal.SIGKILL
+
+        deadline = killed_at + LEASE + 1.5
+        while True:
+            result = await store.acquire((("held.example", 1.0),))
+            if isinstance(result, Lease):
+                break
+            assert result == Blocked(None, (("held.example", None),))
+            assert time.monotonic() < deadline, "the killed worker's slots did not come back"
+            await asyncio.sleep(0.05)
+        back_after = time.monotonic() - killed_at
+        assert back_after <= LEASE + 1.5
+        # Both slots came back, not just one.
+        second = await store.acquire((("held.example", 1.0),))
+        assert isinstance(second, Lease)
+        snap = await store.snapshot("held.example")
+        assert snap is not None
+        assert (snap.inflight, snap.sends) == (2, 4)
+        await store.release(result, Outcome(status=200, latency=0.1))
+        await store.release(second, Outcome(status=200, latency=0.1))
+    finally:
+        if child.poll() is None:
+            child.kill()
+        child.wait(5.0)
+        for stream in (child.stdout, child.stderr):
+            if stream is not None:
+                stream.close()
+        await store.aclose()
+
+
+async def test_the_store_fails_closed_while_redis_is_down_and_recovers(
+        own_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="crawlpace")
+    clock = AsyncioClock()
+    settings = Settings.from_scrapy(FULL_RAW)
+    store = make_store(f"{own_server.url}?namespace=down", settings, clock)
+    scope = (("held.example", 1.0),)
+    try:
+        first = await store.acquire(scope)
+        assert isinstance(first, Lease)
+        await store.release(first, Outcome(status=200, latency=0.1))
+        held = await store.acquire(scope)
+        assert isinstance(held, Lease)
+        assert not [r for r in caplog.records if r.levelno >= logging.WARNING]
+
+        own_server.stop()
+        before = clock.now()
+        started = time.monotonic()
+        down = await store.acquire(scope)
+        assert time.monotonic() - started < 2.0, "an acquire against a dead server took too long"
+        assert isinstance(down, Blocked)
+        assert down.ready_at is not None
+        assert down.ready_at > before
+        assert [name for name, _ in down.waiting_on] == ["held.example"]
+        warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("unreachable" in message for message in warnings), warnings
+        # Still down: still closed, and the warning is not repeated for every attempt.
+        before = clock.now()
+        again = await store.acquire(scope)
+        assert isinstance(again, Blocked)
+        assert again.ready_at is not None
+        assert again.ready_at > before
+        assert sum("unreachable" in r.getMessage() for r in caplog.records
+                   if r.levelno == logging.WARNING) == 1
+
+        # A lease taken before the outage is given back during it: no exception.
+        assert await store.release(held, Outcome(status=200, latency=0.1)) == ()
+
+        own_server.start()
+        lease, _refusals = await admit(store, "held.example", clock, within=5.0)
+        messages = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+        assert any("answers again" in message for message in messages), messages
+        await store.release(lease, Outcome(status=200, latency=0.1))
+        snap = await store.snapshot("held.example")
+        assert snap is not None
+        assert (snap.inflight, snap.sends, snap.responses) == (0, 1, 1)  # the restarted server is empty
+    finally:
+        await store.aclose()
+
+
+async def test_skewed_worker_clocks_keep_one_pace(redis_url: str) -> None:
+    url = f"{redis_url}&lease={LEASE:g}&time=server"
+    plain, skewed = AsyncioClock(), SkewedClock(30.0)
+    stores: list[tuple[Store, Clock]] = [(make_store(url, PACED, plain), plain),
+                                         (make_store(url, PACED, skewed), skewed)]
+    granted: list[float] = []
+    skewed_refusals = 0
+    try:
+        for turn in range(6):
+            store, clock = stores[turn % 2]
+            while True:
+                result = await store.acquire((("paced.example", 1.0),))
+                if isinstance(result, Lease):
+                    break
+                assert result.ready_at is not None, result
+                # The ready time is in this store's own clock, whatever its skew.
+                assert clock.now() - 0.05 <= result.ready_at <= clock.now() + 1.0, \
+                    (turn, result.ready_at, clock.now())
+                if clock is skewed:
+                    skewed_refusals += 1
+                await clock.sleep(result.ready_at - clock.now())
+            assert isinstance(result, RedisLease)
+            assert abs(result.granted_at - clock.now()) < 0.5, (turn, result.granted_at, clock.now())
+            granted.append(result.server_granted_at)
+            await store.release(result, Outcome(status=200, latency=0.01))
+        gaps = [later - earlier for earlier, later in itertools.pairwise(granted)]
+        assert all(gap >= 0.5 - 0.01 for gap in gaps), gaps
+        assert all(gap < 1.0 for gap in gaps), gaps  # and no store waited far longer than told
+        assert skewed_refusals >= 1
+        snap = await stores[0][0].snapshot("paced.example")
+        assert snap is not None
+        assert (snap.sends, snap.responses, snap.inflight) == (6, 6, 0)
+    finally:
+        for store, _clock in stores:
+            await store.aclose()
+
+
+async def test_synced_time_admits_blocks_and_releases(redis_url: str) -> None:
+    clock = SkewedClock(-1000.0)  # a frame far from the server's, so a mix-up cannot pass unseen
+    store = make_store(f"{redis_url}&lease={LEASE:g}&time=synced", PACED, clock)
+    assert isinstance(store, RedisStore)
+    try:
+        first = await store.acquire((("paced.example", 1.0),))
+        assert isinstance(first, RedisLease)
+        assert abs(first.granted_at - clock.now()) < 0.5
+        assert abs(first.server_granted_at - time.time()) < 1.0  # the server runs on this machine
+
+        # Its one slot is in flight: full, only a release helps.
+        assert await store.acquire((("paced.example", 1.0),)) == Blocked(None, (("paced.example", None),))
+        snap = await store.snapshot("paced.example")
+        assert snap is not None
+        assert (snap.inflight, snap.sends, snap.ready_in) == (1, 1, None)
+
+        assert await store.release(first, Outcome(status=200, latency=0.1)) == ()
+        snap = await store.snapshot("paced.example")
+        assert snap is not None
+        assert (snap.inflight, snap.sends, snap.responses) == (0, 1, 1)
+
+        # The slot is free, the delay is not over: blocked until half a second after the send.
+        blocked = await store.acquire((("paced.example", 1.0),))
+        assert isinstance(blocked, Blocked)
+        assert blocked.ready_at is not None
+        assert blocked.ready_at == pytest.approx(first.granted_at + 0.5, abs=0.05)
+        assert 0.0 < blocked.ready_at - clock.now() <= 0.5
+        assert blocked.waiting_on == (("paced.example", blocked.ready_at),)
+
+        second, _refusals = await admit(store, "paced.example", clock, within=2.0)
+        assert second.server_granted_at - first.server_granted_at >= 0.5 - 0.01
+        assert abs(second.granted_at - clock.now()) < 0.5
+        await store.release(second, Outcome(status=200, latency=0.1))
+        assert store.time == "synced"  # it never fell back to another source
+    finally:
+        await store.aclose()

@@ -1,0 +1,77 @@
+"""Many crawl processes, one set of limits: workers sharing a real redis-server.
+
+Each worker is a real ``crawlpace crawl`` process with its own share of the
+URLs; the only thing they share is the Redis store, so the simulated site sees
+their sum. It must see one crawler's pace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import uuid
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from crawlpace.sim import Farm
+
+from .redis_server import RedisServer
+
+pytestmark = pytest.mark.redis
+
+RATE = 10.0  # the site's limit, requests per second
+WORKERS = 8
+PAGES = 80
+
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+
+
+async def crawl(urls: Path, output: Path, store: str, namespace: str, config: Path) -> int:
+    env = {**os.environ, "PYTHONPATH": SRC}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o", str(output), "--store", store,
+        "--namespace", namespace, "--config", str(config), "--no-robots", "--quiet", "--json",
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    if process.returncode != 0:
+        raise AssertionError(f"worker failed ({process.returncode}):\n{out.decode()}\n{err.decode()}")
+    summary = json.loads(out.decode().strip().splitlines()[-1])
+    assert summary["complete"]
+    return process.returncode
+
+
+async def test_eight_workers_keep_one_sites_limit(tmp_path: Path, redis_server: RedisServer) -> None:
+    # Delay 1/R for the scope, no jitter: together the workers may send R per second.
+    config = tmp_path / "crawlpace.toml"
+    config.write_text(f"[scope_defaults]\nconcurrency = 1\ndelay = {1.0 / RATE}\ndelay_per_slot = 0.0\n"
+                      "jitter = false\n", encoding="utf-8")
+    spec = {"site": [{"name": "limited", "profile": "ratelimit", "rate": RATE, "burst": 2,
+                      "retry_after": False, "pages": PAGES}]}
+    namespace = f"fleet{uuid.uuid4().hex[:8]}"
+    async with Farm(spec) as farm:
+        site = farm.sites[0]
+        urls = [f"{site.url}/page/{n}" for n in range(1, PAGES + 1)]
+        lists = []
+        for worker in range(WORKERS):
+            path = tmp_path / f"urls{worker}.txt"
+            path.write_text("\n".join(urls[worker::WORKERS]) + "\n", encoding="utf-8")
+            lists.append(path)
+        outputs = [tmp_path / f"out{worker}.jsonl" for worker in range(WORKERS)]
+        await asyncio.gather(*(crawl(lists[w], outputs[w], redis_server.url, namespace, config)
+                               for w in range(WORKERS)))
+        report = farm.stats()["limited"]
+    results = [json.loads(line) for path in outputs for line in path.read_text(encoding="utf-8").splitlines()]
+    # Every URL exactly once in the merged output, each a 200.
+    assert Counter(result["url"] for result in results) == Counter(urls)
+    assert {result["status"] for result in results} == {200}
+    assert report["violations"] == 0
+    assert report["throttled"] == 0  # not one 429: the bucket was never overrun
+    assert report["peak_per_second"] <= RATE + 1
+    # And the workers did share: alone, each would have sent its 10 pages at once.
+    assert report["requests"] == PAGES
