@@ -34,11 +34,12 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from . import crawl, demo, sim
+    from . import crawl, demo, sim, status
 
     demo.add_parser(sub, common)
     crawl.add_parser(sub, common)
     sim.add_parser(sub, common)
+    status.add_parser(sub, common)
 
     check = sub.add_parser("check", parents=[common],
                            help="validate a TOML settings file and print what it means")
@@ -109,6 +110,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import crawl
 
             return crawl.run(args)
+        if args.command == "status":
+            from . import status
+
+            return status.run(args)
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS

@@ -375,6 +375,21 @@ class ScopePolicy:
         self._update_gated()
         return gave_up
 
+    def summary(self) -> tuple[object, ...]:
+        """What other workers of a shared store must see: the state that changes admissions.
+
+        A shared store writes the policy back when this changes, not on every
+        outcome (the breaker's tally of recent outcomes, say, stays with the
+        worker that saw them until something that matters changes).
+        """
+        manager, breaker, rampup = self.manager, self.breaker, self.rampup
+        backoff = manager.backoff if isinstance(manager, ThrottlingScopeManager) else None
+        return (self.limits, self.generation, self.hold_until, self.crawl_delay, self.pace, self.pace_until,
+                None if backoff is None else backoff.level,
+                None if breaker is None else breaker.state,
+                None if self.autothrottle is None else self.autothrottle.delay,
+                None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation))
+
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
                         now: float) -> None:
         """Apply a robots.txt Crawl-Delay (``None`` removes it).

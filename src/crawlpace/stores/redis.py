@@ -100,6 +100,7 @@ class _Cached:
 
     version: int
     blob: bytes | None  # None: the scope has no stored policy yet
+    policy: ScopePolicy | None = None  # read from ``blob`` when first needed, then kept
 
 
 def parse_url(url: str) -> tuple[str, dict[str, str]]:
@@ -269,23 +270,29 @@ class RedisStore:
     def _policy(self, scope: str) -> ScopePolicy:
         """This worker's copy of the scope's policy as last known (a fresh one if none)."""
         cached = self._cache.get(scope)
-        if cached is None or cached.blob is None:
-            return self._factory.new(scope)
-        try:
-            return load_policy(cached.blob, self._allowed)
-        except PolicyFormatError as exc:
-            logger.warning("scope %s: %s; starting from a fresh policy", scope, exc)
-            return self._factory.new(scope)
+        if cached is None:
+            cached = self._cache[scope] = _Cached(0, None)
+        if cached.policy is None:
+            if cached.blob is None:
+                cached.policy = self._factory.new(scope)
+            else:
+                try:
+                    cached.policy = load_policy(cached.blob, self._allowed)
+                except PolicyFormatError as exc:
+                    logger.warning("scope %s: %s; starting from a fresh policy", scope, exc)
+                    cached.policy = self._factory.new(scope)
+        return cached.policy
 
-    def _writeback(self, policy: ScopePolicy, now: float) -> list[str]:
-        """The release script's write-back values for ``policy``."""
+    def _writeback(self, policy: ScopePolicy, now: float) -> tuple[bytes, list[Any]]:
+        """The stored form of ``policy``, and the release script's write-back values for it."""
         limits = policy.limits
         hold = policy.gate(now, 0.0)
         # A breaker waiting for its probe's answer: look again shortly.
         hold = now + 1.0 if hold is None else hold
-        return [dump_policy(policy), str(limits.concurrency), repr(limits.delay),  # type: ignore[list-item]
-                repr(limits.delay_per_slot), repr(limits.floor), repr(hold if hold > now else -1.0),
-                str(policy.generation), "1" if policy.given_up else "0"]
+        blob = dump_policy(policy)
+        return blob, [blob, str(limits.concurrency), repr(limits.delay), repr(limits.delay_per_slot),
+                      repr(limits.floor), repr(hold if hold > now else -1.0), str(policy.generation),
+                      "1" if policy.given_up else "0"]
 
     # -- the Store interface ------------------------------------------------------------
 
@@ -326,6 +333,9 @@ class RedisStore:
                     waiting.append((name, None))
                 elif at > server_now:
                     waiting.append((name, self._local(at)))
+            if not waiting:  # ready by the time the reply was read: ask again at once
+                now_local = self._local(server_now)
+                return Blocked(now_local, tuple((name, now_local) for name, _ in demands))
             times = [t for _, t in waiting]
             latest = None if None in times else max(t for t in times if t is not None)
             return Blocked(latest, tuple(waiting))
@@ -366,11 +376,15 @@ class RedisStore:
                       and outcome.latency >= 0.0 else ""]
             write = [""] + [""] * 8
             if signal is not None or self._policy_is_gated(name):
+                stored = name in self._cache and self._cache[name].blob is not None
+                before = self._policy(name).summary()
                 policy, version = self._apply(name, now, signal, generation, lease, index, use)
                 if policy.given_up:
                     given_up.append(name)
-                write = [str(version), *self._writeback(policy, now)]
-                pending[index] = (signal, generation)
+                if not stored or policy.summary() != before:  # nothing that matters: nothing to write
+                    _blob, values = self._writeback(policy, now)
+                    write = [str(version), *values]
+                    pending[index] = (signal, generation)
             args += [repr(lease.server_slot_ready[index]), "1", *counts, *write]
         try:
             args[0] = await self._now_arg()
@@ -389,12 +403,12 @@ class RedisStore:
             return
         await self._connect()
         for _ in range(_WRITE_TRIES):
-            cached = self._cache.get(scope) or _Cached(0, None)
             policy = self._policy(scope)
+            version = self._cache[scope].version
             now = self._server_now()
             policy.set_crawl_delay(delay, max_delay=settings.robotstxt_max_delay,
                                    explicit=settings.is_explicit(scope), now=now)
-            if await self._write_only(scope, cached.version, policy, now):
+            if await self._write_only(scope, version, policy, now):
                 return
         logger.warning("scope %s: Crawl-Delay not stored: other workers kept writing first", scope)
 
@@ -465,14 +479,14 @@ class RedisStore:
     def _apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
                lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
         """The scope's policy after ``signal``, and the version it was computed from."""
-        cached = self._cache.get(name) or _Cached(0, None)
         policy = self._policy(name)
+        version = self._cache[name].version
         if policy.rampup is not None and lease.sends:
             gap, last = lease.sends[index]
             policy.rampup.sync_sends(gap, last)
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use)
-        return policy, cached.version
+        return policy, version
 
     async def _settle(self, lease: RedisLease, reply: Any,
                       pending: dict[int, tuple[ScopeFeedback | None, int]], args: list[Any]) -> None:
@@ -484,7 +498,8 @@ class RedisStore:
             base = 4 + 14 * index
             version = int(args[base + 5])
             if result in (b"ok", "ok"):
-                self._cache[name] = _Cached(version + 1, args[base + 6])
+                cached = self._cache[name]
+                cached.version, cached.blob = version + 1, args[base + 6]
                 continue
             # Another worker wrote first: apply this outcome to the newer policy.
             signal, generation = pending[index]
@@ -500,11 +515,12 @@ class RedisStore:
 
     async def _write_only(self, name: str, version: int, policy: ScopePolicy, now: float) -> bool:
         """Write ``policy`` back if the stored version is still ``version``."""
-        values = self._writeback(policy, now)
+        blob, values = self._writeback(policy, now)
         args = [await self._now_arg(), "", self.idle, 1, "0", "", "0", "0", "", str(version), *values]
         reply = await self._run("release", list(self._keys(name)), args)
         if reply[1] in (b"ok", "ok"):
-            self._cache[name] = _Cached(version + 1, values[0])  # type: ignore[arg-type]
+            cached = self._cache[name]
+            cached.version, cached.blob = version + 1, blob
             return True
         self._cache[name] = _Cached(int(reply[1]), await self._fetch_blob(name))
         return False

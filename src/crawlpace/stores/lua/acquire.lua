@@ -9,6 +9,9 @@
 --   when admitted (gap: the mean gap between the scope's sends, "" after one),
 --   {0, now, ready...} when not (ready "-1": every slot busy), or
 --   {2, now, index} when a scope was given up.
+-- Times as text with every digit: tostring keeps only 14, which rounds a time
+-- to a tenth of a millisecond and can put a stored time past the next "now".
+local function num(x) return string.format("%.17g", x) end
 local now = tonumber(ARGV[1])
 if ARGV[1] == "" then
   local t = redis.call("TIME")
@@ -26,7 +29,7 @@ for i = 1, n do
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
   local floor = tonumber(f[4]) or tonumber(ARGV[base + 4])
   if f[7] == "1" then
-    return {2, tostring(now), i}
+    return {2, num(now), i}
   end
   redis.call("ZREMRANGEBYSCORE", l, "-inf", now)
   redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
@@ -47,7 +50,7 @@ for i = 1, n do
     ready[i] = "-1"
     blocked = true
   elseif at > now then
-    ready[i] = tostring(at)
+    ready[i] = num(at)
     blocked = true
   else
     ready[i] = "0"
@@ -56,11 +59,11 @@ for i = 1, n do
               tonumber(ARGV[base + 5]), f[1] == false}
 end
 if blocked then
-  local out = {0, tostring(now)}
+  local out = {0, num(now)}
   for i = 1, n do out[#out + 1] = ready[i] end
   return out
 end
-local out = {1, tostring(now)}
+local out = {1, num(now)}
 local gens, vers, gaps = {}, {}, {}
 for i = 1, n do
   local s = state[i]
@@ -74,24 +77,24 @@ for i = 1, n do
   if last then
     local g = now - last
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
-    gaps[i] = tostring(g)
+    gaps[i] = num(g)
     redis.call("HSET", a, "gap", gaps[i])
   end
-  redis.call("HSET", a, "next", tostring(now + gap), "last", tostring(now))
+  redis.call("HSET", a, "next", num(now + gap), "last", num(now))
   if s[11] then
-    redis.call("HSET", a, "conc", s[4], "delay", tostring(delay), "pslot", tostring(pslot),
-               "floor", tostring(floor))
+    redis.call("HSET", a, "conc", s[4], "delay", num(delay), "pslot", num(pslot),
+               "floor", num(floor))
   end
   redis.call("HINCRBY", a, "sends", 1)
   redis.call("EXPIRE", a, idle)
   redis.call("EXPIRE", l, idle)
   redis.call("EXPIRE", r, idle)
-  out[#out + 1] = tostring(now + pslot * factor)
+  out[#out + 1] = num(now + pslot * factor)
   gens[i] = s[8]
   vers[i] = s[9]
 end
 for i = 1, n do out[#out + 1] = gens[i] end
 for i = 1, n do out[#out + 1] = vers[i] end
 for i = 1, n do out[#out + 1] = gaps[i] end
-for i = 1, n do out[#out + 1] = tostring(now) end
+for i = 1, n do out[#out + 1] = num(now) end
 return out

@@ -10,13 +10,16 @@
 --   delay per slot, floor, hold-until and generation, and "1" when given up.
 -- Returns {now, result...}: per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
+-- Times as text with every digit: tostring keeps only 14, which rounds a time
+-- to a tenth of a millisecond and can put a stored time past the next "now".
+local function num(x) return string.format("%.17g", x) end
 local now = tonumber(ARGV[1])
 if ARGV[1] == "" then
   local t = redis.call("TIME")
   now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 end
 local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local out = {tostring(now)}
+local out = {num(now)}
 for i = 1, n do
   local a, l, r, p = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local base = 4 + 14 * (i - 1)
@@ -34,7 +37,7 @@ for i = 1, n do
     local lat = tonumber(ARGV[base + 5])
     local mean = tonumber(redis.call("HGET", a, "mlat"))
     if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
-    redis.call("HSET", a, "lat", ARGV[base + 5], "mlat", tostring(mean))
+    redis.call("HSET", a, "lat", ARGV[base + 5], "mlat", num(mean))
   end
   local result = "ok"
   if ARGV[base + 6] ~= "" then
@@ -55,7 +58,7 @@ for i = 1, n do
           if floor > gap then gap = floor end
           if last + gap < nxt then nxt = last + gap end
         end
-        redis.call("HSET", a, "next", tostring(nxt))
+        redis.call("HSET", a, "next", num(nxt))
       end
       redis.call("SET", p, ARGV[base + 7], "EX", idle)
       redis.call("HSET", a, "ver", tonumber(version) + 1, "conc", ARGV[base + 8], "delay", ARGV[base + 9],
