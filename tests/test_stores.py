@@ -8,6 +8,7 @@ from collections.abc import AsyncIterator, Callable
 import pytest
 
 from crawlpace import ConfigError, Settings
+from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome, Store, open_store
 from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
@@ -89,6 +90,72 @@ async def test_outcomes_are_counted(store_and_clock: tuple[Store, MockClock]) ->
     assert snap.mean_latency == pytest.approx(1.4)  # 1.0 then 20 % of the way to 3.0
     assert await store.snapshot("never.example") is None
     await store.aclose()
+
+
+async def test_a_burst_of_pushback_backs_off_once(store_and_clock: tuple[Store, MockClock]) -> None:
+    store, clock = store_and_clock
+    refused = Outcome(status=429, feedback=(ScopeFeedback(backoff=True, status=429),))
+    first = await store.acquire((("a", 1.0),))
+    assert isinstance(first, Lease)
+    clock.advance(0.5)
+    second = await store.acquire((("a", 1.0),))
+    assert isinstance(second, Lease)
+    await store.release(first, refused)
+    await store.release(second, refused)  # sent under the same generation: no second step
+    snap = await store.snapshot("a")
+    assert snap is not None
+    assert (snap.backoff, snap.generation, snap.delay) == (1, 1, 1.0)
+    # The longer delay counts from the last send (0.5): nothing before 1.5.
+    assert await store.acquire((("a", 1.0),)) == Blocked(1.5, (("a", 1.5),))
+
+
+async def test_a_hold_stops_every_send_until_it_ends(store_and_clock: tuple[Store, MockClock]) -> None:
+    store, clock = store_and_clock
+    lease = await store.acquire((("b", 1.0),))
+    assert isinstance(lease, Lease)
+    await store.release(lease, Outcome(status=200, feedback=(ScopeFeedback(status=200, hold=5.0),)))
+    assert await store.acquire((("b", 1.0),)) == Blocked(5.0, (("b", 5.0),))
+    clock.advance(5.0)
+    assert isinstance(await store.acquire((("b", 1.0),)), Lease)
+
+
+async def test_crawl_delay_gives_one_slot_and_spacing(store_and_clock: tuple[Store, MockClock]) -> None:
+    store, _clock = store_and_clock
+    await store.set_crawl_delay("c", 2.0)
+    lease = await store.acquire((("c", 1.0),))
+    assert isinstance(lease, Lease)
+    await store.release(lease, Outcome(status=200, latency=0.1))
+    assert await store.acquire((("c", 1.0),)) == Blocked(2.0, (("c", 2.0),))
+    snap = await store.snapshot("c")
+    assert snap is not None
+    assert (snap.concurrency, snap.crawl_delay) == (1, 2.0)
+
+
+@pytest.mark.redis
+async def test_workers_on_one_redis_share_what_they_learn(redis_url: str) -> None:
+    clock = MockClock()
+    url = redis_url + "&time=local"
+    one, two = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    try:
+        lease = await one.acquire((("b", 1.0),))
+        assert isinstance(lease, Lease)
+        # Worker two sees worker one's slot in use ...
+        assert await two.acquire((("b", 1.0),)) == Blocked(None, (("b", None),))
+        await one.release(lease, Outcome(status=503, feedback=(ScopeFeedback(backoff=True, failed=True,
+                                                                             status=503),)))
+        # ... and the backoff it caused: delay 0 backs off to BACKOFF_MIN_DELAY, 1 s.
+        assert await two.acquire((("b", 1.0),)) == Blocked(1.0, (("b", 1.0),))
+        clock.advance(1.0)
+        again = await two.acquire((("b", 1.0),))
+        assert isinstance(again, Lease)
+        assert again.generations == (1,)
+        await two.release(again, Outcome(status=200, latency=0.1))
+        snap = await one.snapshot("b")
+        assert snap is not None
+        assert (snap.sends, snap.responses, snap.errors, snap.backoff) == (2, 2, 0, 1)
+    finally:
+        await one.aclose()
+        await two.aclose()
 
 
 async def test_memory_store_forgets_idle_scopes_only() -> None:
