@@ -43,8 +43,9 @@ __all__ = ["Throttler"]
 
 logger = logging.getLogger(__name__)
 
-# How often a waiter blocked by slots that other processes hold re-asks a shared store.
-_SHARED_POLL = 0.05
+# How often a waiter blocked by slots that other processes hold re-asks a shared store
+# (the crawl scheduler polls a full scope of a shared store as often).
+SHARED_POLL = 0.05
 # The request meta key that keeps a response's latency away from AutoThrottle (seed 000).
 DONT_ADJUST_KEY = "autothrottle_dont_adjust_delay"
 
@@ -564,7 +565,7 @@ class Throttler:
             if when is None:
                 if not self._store.shared:
                     continue  # a release of ours will wake it
-                when = self.clock.now() + _SHARED_POLL
+                when = self.clock.now() + SHARED_POLL
             current = self._timers.get(name)
             if current is not None:
                 if current[0] <= when:

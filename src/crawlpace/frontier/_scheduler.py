@@ -35,7 +35,7 @@ from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._permit import Permit
 from .._scopes import host_scope
-from .._throttler import DONT_ADJUST_KEY, Throttler
+from .._throttler import DONT_ADJUST_KEY, SHARED_POLL, Throttler
 from ._robots_cache import RobotsCache
 
 __all__ = ["Scheduler", "Task", "origin_of"]
@@ -47,8 +47,6 @@ Kind = Literal["page", "robots"]
 
 # A release re-tries its scope's queue at once when that queue waits longer than this.
 _RECHECK_AFTER = 0.05
-# Seconds between two looks at a full scope whose slots other processes hold (shared store).
-_SHARED_POLL = 0.05
 
 
 def origin_of(url: str) -> str:
@@ -270,7 +268,7 @@ class Scheduler:
             if result.ready_at is None and self._throttler.store.shared:
                 # Other processes free this scope's slots, and no release of ours
                 # would say so: look again shortly.
-                self._schedule(key, self._clock.now() + _SHARED_POLL)
+                self._schedule(key, self._clock.now() + SHARED_POLL)
             elif result.ready_at is None:
                 full = [name for name, ready in result.waiting_on if ready is None]
                 for name in full or [""]:  # "": only a global cap said no; retry on the next release

@@ -370,11 +370,14 @@ class RedisStore:
         for index, ((name, use), signal, generation) in enumerate(
                 zip(lease.demands, feedback, generations, strict=True)):
             keys += list(self._keys(name))
-            counts = ["1" if signal is not None and outcome.status is not None and outcome.error is None
-                      else "0", "1" if signal is not None and outcome.error is not None else "0",
-                      repr(outcome.latency) if signal is not None and outcome.latency is not None
-                      and outcome.latency >= 0.0 else ""]
-            write = [""] + [""] * 8
+            # Response, error, latency: counted only for a release with an outcome.
+            counts = ["0", "0", ""]
+            if signal is not None:
+                counts = ["1" if outcome.error is None and outcome.status is not None else "0",
+                          "0" if outcome.error is None else "1",
+                          repr(outcome.latency) if outcome.latency is not None and outcome.latency >= 0.0
+                          else ""]
+            write = [""] * 9  # no write-back
             if signal is not None or self._policy_is_gated(name):
                 stored = name in self._cache and self._cache[name].blob is not None
                 before = self._policy(name).summary()
