@@ -25,14 +25,17 @@ def free_port() -> int:
 
 
 class RedisServer:
-    """One redis-server process bound to 127.0.0.1, without persistence.
+    """One redis-server process bound to 127.0.0.1, without persistence unless asked.
 
     ``start`` may be called again after ``stop`` (same port), which is how
-    tests take the server away from running workers and bring it back.
+    tests take the server away from running workers and bring it back. With
+    ``persist``, every write goes to an append-only file (fsync always) in the
+    server's directory, so a restarted server has the data of the stopped one.
     """
 
-    def __init__(self, binary: str, port: int | None = None) -> None:
+    def __init__(self, binary: str, port: int | None = None, *, persist: bool = False) -> None:
         self.binary = binary
+        self.persist = persist
         self.port = port or free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="crawlpace-redis-"))
         self._process: subprocess.Popen[bytes] | None = None
@@ -44,7 +47,8 @@ class RedisServer:
     def start(self, timeout: float = 10.0) -> None:
         self._process = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
-             "--appendonly", "no", "--dir", str(self._dir), "--protected-mode", "yes"],
+             "--appendonly", "yes" if self.persist else "no", "--appendfsync", "always",
+             "--dir", str(self._dir), "--protected-mode", "yes"],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:

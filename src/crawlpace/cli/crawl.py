@@ -12,11 +12,12 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
-from urllib.parse import urlencode
+from urllib.parse import urlencode, urlsplit
 
 from .. import __version__
 from .._config import Settings
 from .._exceptions import ConfigError
+from ..stores import REDIS_SCHEMES
 from ._signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -26,8 +27,8 @@ if TYPE_CHECKING:
 # so that the command line and its help work without it.
 DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
-__all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "run",
-           "run_job"]
+__all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "read_urls",
+           "run", "run_job", "store_url"]
 
 #: Exit status when some URL got no final answer.
 EXIT_INCOMPLETE = 1
@@ -44,7 +45,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Fetch every URL of a list through the throttler and write one JSON line per URL. "
                     "Exit status: 0 when every URL got a final answer, 1 when some did not, 130 when "
                     "interrupted, 3 for invalid settings.")
-    crawl.add_argument("urls", help="file of URLs, one per line ('-' for standard input)")
+    crawl.add_argument("urls", nargs="?", help="file of URLs, one per line ('-' for standard input); "
+                       "leave it out to work from the shared frontier of --redis (crawlpace enqueue)")
     crawl.add_argument("-o", "--output", required=True, help="JSON Lines file for the results")
     crawl.add_argument("--config", help="crawlpace TOML settings file")
     crawl.add_argument("--resume", action="store_true",
@@ -70,6 +72,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                             "with other workers (redis://host:6379/0, rediss://..., unix:///path)")
     crawl.add_argument("--namespace", help="keeps this crawl job's keys apart in a shared store "
                        "(default: crawlpace)")
+    crawl.add_argument("--visibility", type=float, default=30.0, help="with the shared frontier: seconds "
+                       "before a killed worker's URLs are handed out again (default 30)")
 
 
 def build_settings(args: argparse.Namespace) -> Settings:
@@ -115,7 +119,8 @@ def _name_flag(problem: str, flags: dict[str, str]) -> str:
     return problem
 
 
-def _read_urls(source: str, limit: int | None) -> Iterator[str]:
+def read_urls(source: str, limit: int | None) -> Iterator[str]:
+    """The lines of a URL file ('-': standard input), the first ``limit`` of them when given."""
     handle: TextIO
     with contextlib.ExitStack() as stack:
         if source == "-":
@@ -170,19 +175,34 @@ def run(args: argparse.Namespace) -> int:
         output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
         user_agent=DEFAULT_USER_AGENT if args.user_agent is None else args.user_agent,
         retries=args.retries, timeout=args.timeout,
-        robots=not args.no_robots, store=store_url(args.store, args.namespace))
-    if args.urls != "-" and not Path(args.urls).is_file():
+        robots=not args.no_robots, store=store_url(args.store, args.namespace), visibility=args.visibility)
+    shared = args.urls is None
+    if shared and args.resume:
+        raise ConfigError(["--resume: a shared-frontier worker has nothing to resume (the frontier keeps "
+                           "what is left); start it again without --resume"])
+    if shared and urlsplit(options.store).scheme not in REDIS_SCHEMES:
+        raise ConfigError(["urls: no URL file given; give a file of URLs, one per line, or '-', or "
+                           "--redis URL to work from the shared frontier filled by crawlpace enqueue"])
+    if not shared and args.urls != "-" and not Path(args.urls).is_file():
         raise FileNotFoundError(f"no URL file {args.urls!r}; give a file of URLs, one per line, or '-'")
     show = not (args.quiet or args.json) and sys.stdout.isatty()
     if show:
         import rich  # noqa: F401 - fail before the crawl leaves a journal behind, not after
-    limit = QUICK_URLS if args.quick else None
-    urls = _read_urls(args.urls, limit)
-    job = CrawlJob(settings, options)
+    urls: Iterable[str] | None = None
+    if shared:
+        from ..crawl._shared_job import SharedCrawlJob
+
+        job: CrawlJob = SharedCrawlJob(settings, options)
+    else:
+        urls = read_urls(args.urls, QUICK_URLS if args.quick else None)
+        job = CrawlJob(settings, options)
     summary = asyncio.run(run_job(job, urls, show=show))
     print(render_summary(summary))
     if args.json:
         print(json.dumps({"output": str(options.output), **summary.as_dict()}, sort_keys=True))
+    if summary.interrupted and shared:
+        print("stopped; the URLs not answered here went back to the shared frontier", file=sys.stderr)
+        return EXIT_INTERRUPTED
     if summary.interrupted:
         print(f"stopped; run again with --resume to continue from {options.state_path}", file=sys.stderr)
         return EXIT_INTERRUPTED

@@ -22,6 +22,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .._clock import AsyncioClock
 from .._config import Settings
+from ..frontier._shared import FrontierCounts
 from ..stores import ScopeSnapshot, Store, open_store
 from .crawl import store_url
 
@@ -53,18 +54,21 @@ class StatusReport:
         namespace: the namespace read.
         snapshots: one per scope with state, sorted by scope.
         missing: scopes asked for with ``--scope`` that have no state.
+        frontier: the shared frontier's figures, when this namespace has one.
     """
 
     store: str
     namespace: str
     snapshots: tuple[ScopeSnapshot, ...]
     missing: tuple[str, ...] = ()
+    frontier: FrontierCounts | None = None
 
     def as_dict(self) -> dict[str, Any]:
         """The report as JSON-ready values (a number that is not finite becomes ``None``)."""
         data = {"store": self.store, "namespace": self.namespace,
                 "scopes": [dataclasses.asdict(snapshot) for snapshot in self.snapshots],
-                "missing": list(self.missing)}
+                "missing": list(self.missing),
+                "frontier": None if self.frontier is None else self.frontier.as_dict()}
         result: dict[str, Any] = _finite(data)
         return result
 
@@ -129,12 +133,25 @@ async def _read(url: str, settings: Settings, only: list[str] | None) -> StatusR
                 missing.append(name)  # asked for, or expired between the listing and now
             else:
                 snapshots.append(snapshot)
+        frontier = await _frontier(url, shown_url)
     except errors as exc:
         raise StoreUnreachable(f"cannot read the store {shown_url}: {_reason(exc)}") from exc
     finally:
         with contextlib.suppress(*errors):
             await store.aclose()
-    return StatusReport(shown_url, namespace, tuple(snapshots), tuple(missing) if only else ())
+    return StatusReport(shown_url, namespace, tuple(snapshots), tuple(missing) if only else (), frontier)
+
+
+async def _frontier(url: str, shown_url: str) -> FrontierCounts | None:
+    """The shared frontier's figures; None when no URL was ever queued in this namespace."""
+    from ..frontier._shared import SharedFrontier
+
+    frontier = SharedFrontier(url, worker="crawlpace-status")
+    try:
+        counts = await _answer(frontier.counts(), shown_url)
+    finally:
+        await frontier.aclose()
+    return counts if counts.enqueued else None
 
 
 async def _answer(call: Awaitable[_T], url: str) -> _T:
@@ -188,6 +205,20 @@ def render(report: StatusReport) -> str:
         lines.append("no scope has state here: no worker has sent through this namespace yet, its state "
                      "expired, or the namespace differs from the workers' --namespace")
     lines.extend(f"scope {name!r}: no state in this store" for name in report.missing)
+    if report.frontier is not None:
+        lines.append(render_frontier(report.frontier))
+    return "\n".join(lines)
+
+
+def render_frontier(counts: FrontierCounts) -> str:
+    """One paragraph on the shared frontier: what waits, who holds what, what is done."""
+    outcomes = ", ".join(f"{count} {name}" for name, count in sorted(counts.outcomes.items())) or "none yet"
+    lines = [f"frontier: {counts.queued} URLs queued over {counts.scopes} hosts, {counts.claimed} claimed, "
+             f"{counts.done} done ({outcomes}) of {counts.enqueued} enqueued",
+             f"  {counts.requeued} claims expired and were redone, {counts.returned} handed back by "
+             f"stopping workers, {counts.duplicates} answered twice"]
+    for name, age in sorted(counts.workers.items()):
+        lines.append(f"  worker {name}: last heard {age:.1f}s ago")
     return "\n".join(lines)
 
 

@@ -157,7 +157,6 @@ class CrawlJob:
         """
         started = time.monotonic()
         self._open(urls)
-        assert self._journal is not None
         try:
             async with self._make_client() as client:
                 self._client = client
@@ -429,16 +428,14 @@ class CrawlJob:
                 size: int = 0, latency: float | None = None) -> None:
         if task.kind == "robots":
             return
-        writer, journal = self._writer, self._journal
+        writer = self._writer
         assert writer is not None
-        assert journal is not None
         scope = task.key or _scope_or_blank(task.target)
         final_url = task.target if status is not None else None
         writer.write(Result(url=task.url, status=status, final_url=final_url, bytes=size,
                             latency=None if latency is None else round(latency, 6), attempts=task.attempts,
                             error=error, scope=scope, time=round(time.time(), 3), outcome=outcome))
-        if outcome in FINAL_OUTCOMES:
-            journal.mark_done([task.id])
+        self._settled(task, outcome)
         summary = self.summary
         summary.outcomes[outcome] += 1
         if status is not None:
@@ -449,6 +446,13 @@ class CrawlJob:
         if outcome != "ok" or (status is not None and status >= 400):
             tally.errors += 1
         self._in_memory -= 1
+
+    def _settled(self, task: Task, outcome: str) -> None:
+        """Record that ``task``'s line is written: a final outcome marks it done in the journal."""
+        journal = self._journal
+        assert journal is not None
+        if outcome in FINAL_OUTCOMES:
+            journal.mark_done([task.id])
 
     def _tally(self, scope: str) -> ScopeTally:
         tally = self.summary.scopes.get(scope)

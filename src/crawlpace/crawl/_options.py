@@ -38,6 +38,9 @@ class CrawlOptions:
         trust_env: let proxies and certificates come from the environment.
         store: where admission state lives: ``memory://`` (this process) or a
             Redis URL shared with other workers (see :mod:`crawlpace.stores.redis`).
+        visibility: with the shared frontier, seconds a claimed URL stays
+            hidden from other workers unless renewed: a killed worker's URLs
+            are handed out again after at most this long.
     """
 
     output: Path
@@ -53,6 +56,7 @@ class CrawlOptions:
     max_in_memory: int = 100_000
     trust_env: bool = True
     store: str = "memory://"
+    visibility: float = 30.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -61,8 +65,10 @@ class CrawlOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 problems.append(f"{name}: {value!r} is not an integer >= {low}; use a whole number >= {low}")
-        if not (isinstance(self.timeout, int | float) and math.isfinite(self.timeout) and self.timeout > 0):
-            problems.append(f"timeout: {self.timeout!r} is not a positive number of seconds; use e.g. 10")
+        for name, example in (("timeout", 10), ("visibility", 30)):
+            value = getattr(self, name)
+            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
+                problems.append(f"{name}: {value!r} is not a positive number of seconds; use e.g. {example}")
         if not self.user_agent or any(ch in self.user_agent for ch in "\r\n"):
             problems.append(f"user_agent: {self.user_agent!r} is empty or spans lines; use one line of text")
         if problems:

@@ -38,7 +38,7 @@ from .._scopes import host_scope
 from .._throttler import DONT_ADJUST_KEY, SHARED_POLL, Throttler
 from ._robots_cache import RobotsCache
 
-__all__ = ["Scheduler", "Task", "origin_of"]
+__all__ = ["LONG_WAIT", "Scheduler", "Task", "origin_of"]
 
 _log = logging.getLogger(__name__)
 
@@ -47,6 +47,8 @@ Kind = Literal["page", "robots"]
 
 # A release re-tries its scope's queue at once when that queue waits longer than this.
 _RECHECK_AFTER = 0.05
+#: Seconds of waiting from which ``on_wait`` hears about a queue.
+LONG_WAIT = 1.0
 
 
 def origin_of(url: str) -> str:
@@ -108,11 +110,16 @@ class Scheduler:
         on_drop: called with ``(task, why, detail)`` for a task that leaves
             without a fetch: forbidden by robots.txt, given up by the circuit
             breaker, or unusable (no host).
+        on_wait: called with ``(queue, seconds)`` when the throttler holds a
+            queue back for at least :data:`LONG_WAIT` seconds (a backoff, a
+            Retry-After, a long Crawl-Delay); the shared frontier passes it on.
     """
 
     def __init__(self, throttler: Throttler, *, robots: RobotsCache | None = None,
-                 on_drop: Callable[[Task, Dropped, str], None]) -> None:
+                 on_drop: Callable[[Task, Dropped, str], None],
+                 on_wait: Callable[[str, float], None] | None = None) -> None:
         self._throttler = throttler
+        self._on_wait = on_wait
         self._clock: Clock = throttler.clock
         self._robots = robots
         self._on_drop = on_drop
@@ -276,6 +283,9 @@ class Scheduler:
                 self._parked_keys.add(key)
             else:
                 self._schedule(key, result.ready_at)
+                wait = result.ready_at - self._clock.now()
+                if self._on_wait is not None and wait >= LONG_WAIT:
+                    self._on_wait(key, wait)
             return None
         if queue is not None and not queue:
             del self._queues[key]

@@ -1,0 +1,274 @@
+"""A crawl worker fed by the shared frontier in Redis instead of its own URL list.
+
+Everything about fetching is :class:`CrawlJob`'s: the scheduler, the
+throttler (on the shared store), redirects, retries, robots.txt, the output
+file. What differs is where URLs come from and what "done" means:
+
+* a feeder task claims URLs from the frontier while this worker holds fewer
+  than it can use (twice ``CONCURRENT_REQUESTS``), extends the visibility of
+  those it holds every third of the visibility time, and acknowledges each
+  URL after its line is in the output file;
+* a host the throttler holds back for a second or more is deferred in the
+  frontier, so other workers do not claim its URLs meanwhile;
+* the worker ends when the frontier is drained: nothing queued, nothing
+  claimed by anyone (a dead worker's claims first expire and are redone);
+* on Ctrl-C or SIGTERM it hands the URLs it has not answered back at once;
+* while Redis is away it keeps retrying (with backoff and one log line each
+  way), and loses nothing: unacknowledged answers are acknowledged later, and
+  a claim that expired meanwhile is at worst fetched twice.
+
+There is no journal: the frontier is the record of what is left, and the
+output file (appended to, never emptied) the record of what this worker
+answered.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections import defaultdict
+from collections.abc import Iterable
+from typing import Any
+
+import httpx
+
+from .._config import Settings
+from .._throttler import Throttler
+from ..frontier import ResultWriter, reconcile
+from ..frontier._scheduler import Scheduler, Task
+from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
+from ._job import CrawlJob
+from ._options import CrawlOptions
+
+__all__ = ["SharedCrawlJob", "claim_spacing"]
+
+_log = logging.getLogger(__name__)
+
+# Seconds between two claims while the frontier has nothing ready for us.
+_POLL = 0.5
+# Waits between two attempts while Redis cannot be reached.
+_RETRY_FIRST, _RETRY_MAX = 0.1, 5.0
+# Seconds allowed, when stopping, to hand URLs back and send the last acknowledgements.
+_GOODBYE = 5.0
+
+
+def claim_spacing(settings: Settings) -> float:
+    """Seconds a host waits in the frontier after giving a URL: its fastest pace, at most 1 s.
+
+    Claims then hand a site's URLs out about as fast as its limits let them
+    be sent, so no worker piles up URLs of one site while the others idle.
+    """
+    cfg = settings.scope_defaults
+    if cfg.rampup:
+        gap = cfg.rampup_min_delay / max(cfg.rampup_max_concurrency, 1)
+    else:
+        gap = cfg.delay / max(cfg.concurrency, 1)
+    return min(max(gap, 0.0), 1.0)
+
+
+class SharedCrawlJob(CrawlJob):
+    """Crawl the URLs of a shared frontier, alongside any number of other workers.
+
+    Args:
+        settings: the throttling settings (every worker should use the same).
+        options: the crawl's options; ``options.store`` must be the Redis
+            URL (with its namespace), shared by the frontier and the limits.
+        frontier: the frontier client to use instead of one built from
+            ``options.store`` (the job closes it either way).
+        throttler: a throttler to use instead of one built from ``settings``.
+        transport: the httpx transport to send with, for tests.
+    """
+
+    def __init__(self, settings: Settings, options: CrawlOptions, *, frontier: SharedFrontier | None = None,
+                 throttler: Throttler | None = None,
+                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+        super().__init__(settings, options, throttler=throttler, transport=transport)
+        self.frontier = frontier if frontier is not None else SharedFrontier(
+            options.store, visibility=options.visibility)
+        self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
+                                   on_wait=self._held_back)
+        self._held: dict[int, Task] = {}  # claimed and not yet answered
+        self._acks: dict[str, list[int]] = defaultdict(list)  # outcome -> ids, waiting to be sent
+        self._news = asyncio.Event()  # a URL was answered: the feeder may claim more
+        self._claimed = asyncio.Event()  # the feeder handed over URLs, or found the frontier drained
+        self._drained = False
+        self._down_since: float | None = None
+        self._feeder: asyncio.Task[None] | None = None
+        self._deferred: dict[str, float] = {}  # host -> when (our clock) we last said it waits until
+        self._target = 2 * settings.concurrent_requests
+        self._spacing = claim_spacing(settings)
+
+    # -- the parts of CrawlJob that differ -------------------------------------------
+
+    def _open(self, urls: Iterable[str] | None) -> None:
+        if urls is not None:
+            raise ValueError("a shared-frontier worker takes its URLs from the frontier; "
+                             "add them with crawlpace enqueue")
+        output = self.options.output
+        if output.exists():
+            kept = reconcile(output)  # a killed worker's last line may be partial
+            self.summary.resumed_from = len(kept.final_urls)
+        self._writer = ResultWriter(output, append=True)
+
+    async def _dispatch(self) -> None:
+        self._feeder = asyncio.ensure_future(self._feed())
+        try:
+            await super()._dispatch()
+        finally:
+            self._feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._feeder
+
+    def _refill(self) -> None:
+        self._news.set()
+
+    def _finished(self) -> bool:
+        return self._drained and self.inflight == 0 and self.scheduler.idle and not self._held
+
+    async def _await_news(self, stop_wait: asyncio.Future[Any]) -> None:
+        news = asyncio.ensure_future(self._wait_for_claims())
+        try:
+            await asyncio.wait({*self._fetches, stop_wait, news}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            news.cancel()
+
+    def _settled(self, task: Task, outcome: str) -> None:
+        if self._held.pop(task.id, None) is not None:
+            self._acks[outcome].append(task.id)
+        self._news.set()
+
+    async def _shutdown(self) -> None:
+        try:
+            await super()._shutdown()
+        finally:
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._goodbye(), _GOODBYE)
+            await self.frontier.aclose()
+            self.summary.unfinished = len(self._held)
+            self.summary.answered = self.summary.urls - len(self._held)
+
+    # -- the feeder ----------------------------------------------------------------------
+
+    async def _wait_for_claims(self) -> None:
+        """Return when the feeder hands over new URLs or finds the frontier drained."""
+        while not (self.scheduler.queued or self._drained):
+            self._claimed.clear()
+            await self._claimed.wait()
+
+    async def _feed(self) -> None:
+        """Claim, touch and acknowledge until the frontier is drained or the job stops."""
+        clock = self.throttler.clock
+        touched = clock.now()
+        retry = _RETRY_FIRST
+        while not self.stopping:
+            self._news.clear()
+            try:
+                await self._send_acks()
+                if clock.now() - touched >= self.frontier.visibility / 3.0:
+                    await self._touch()
+                    touched = clock.now()
+                claim = await self.frontier.claim(max(self._target - len(self._held), 0),
+                                                  spacing=self._spacing)
+            except Exception as exc:
+                if not frontier_unreachable(exc):
+                    raise
+                self._unreachable(exc)
+                await self._pause(retry)
+                retry = min(retry * 2.0, _RETRY_MAX)
+                continue
+            retry = _RETRY_FIRST
+            self._reachable()
+            self._take(claim)
+            if self._finished():
+                self.scheduler.poke()
+                return
+            await self._pause(self._next_claim_in(claim))
+
+    def _take(self, claim: Claim) -> None:
+        if claim.requeued:
+            _log.info("%d claims had expired and went back to the queue", claim.requeued)
+        for item in claim.urls:
+            task = Task(item.id, item.url)
+            self._held[item.id] = task
+            self.scheduler.push(task)
+        self.summary.urls += len(claim.urls)
+        self._drained = claim.drained and not self._held and not self._acks
+        if claim.urls or self._drained:
+            self._claimed.set()
+
+    def _next_claim_in(self, claim: Claim) -> float:
+        if len(self._held) >= self._target:
+            return _POLL  # full: wait for an answer (news) or touch/ack on time
+        if claim.next_in is None:
+            return _POLL  # nothing queued: look again for expired claims of dead workers
+        return min(max(claim.next_in, 0.01), _POLL)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._news.wait(), seconds)
+
+    async def _send_acks(self) -> None:
+        for outcome in list(self._acks):
+            # Taken out before the await: answers that come in meanwhile start a new list.
+            ids = self._acks.pop(outcome)
+            try:
+                _, dups = await self.frontier.ack(ids, outcome)
+            except BaseException:
+                self._acks[outcome] = ids + self._acks.get(outcome, [])
+                raise
+            if dups:
+                _log.info("%d URLs had been answered by another worker too (their claims had expired)",
+                          dups)
+
+    async def _touch(self) -> None:
+        if not self._held:
+            return
+        lost = await self.frontier.touch(list(self._held))
+        if lost:
+            _log.warning("%d URLs held here were claimed back (this worker was out of touch longer than "
+                         "the visibility, %gs); they may be fetched twice", len(lost),
+                         self.frontier.visibility)
+
+    def _held_back(self, host: str, seconds: float) -> None:
+        """The throttler holds ``host`` back: tell the frontier, at most once per wait."""
+        now = self.throttler.clock.now()
+        until = self._deferred.get(host)
+        if until is not None and until >= now + seconds - 0.5:
+            return
+        self._deferred[host] = now + seconds
+        self._spawn(self._defer(host, seconds))
+
+    async def _defer(self, host: str, seconds: float) -> None:
+        try:
+            await self.frontier.defer(host, seconds)
+        except Exception as exc:
+            if not frontier_unreachable(exc):
+                raise
+            _log.debug("could not defer %s in the frontier: %s", host, exc)
+
+    async def _goodbye(self) -> None:
+        """Send the last acknowledgements and hand back what was not answered."""
+        try:
+            await self._send_acks()
+            if self._held:
+                back = await self.frontier.give_back(list(self._held))
+                _log.info("handed %d unanswered URLs back to the frontier", back)
+        except Exception as exc:
+            if not frontier_unreachable(exc):
+                raise
+            _log.warning("could not reach the frontier to hand back %d URLs and acknowledge %d answers; "
+                         "they come back to other workers after the visibility (%gs)", len(self._held),
+                         sum(len(ids) for ids in self._acks.values()), self.frontier.visibility)
+
+    def _unreachable(self, exc: BaseException) -> None:
+        if self._down_since is None:
+            self._down_since = self.throttler.clock.now()
+            _log.warning("the shared frontier is unreachable (%s); waiting for it, nothing is lost", exc)
+
+    def _reachable(self) -> None:
+        if self._down_since is not None:
+            _log.warning("the shared frontier answers again after %.1fs",
+                         self.throttler.clock.now() - self._down_since)
+            self._down_since = None
+

@@ -1,0 +1,300 @@
+"""The shared frontier: one queue of URLs in Redis, worked through by any number of crawl processes.
+
+``crawlpace enqueue`` puts URLs in; every ``crawlpace crawl --redis URL``
+started without a URL file claims them a few at a time, fetches them through
+the shared throttler, writes the answers to its own output file, and
+acknowledges them. What the queue promises:
+
+* **Ready-time order, fair across scopes.** URLs wait in one FIFO list per
+  scope (host); a sorted set holds each scope's ready time. A claim takes at
+  most one URL from each scope that is ready, earliest first, and moves that
+  scope ``spacing`` seconds later, so the next claims serve the other scopes.
+  A worker whose throttler must hold a site back (backoff, Retry-After,
+  Crawl-Delay) moves the site's ready time to then (:meth:`defer`), so no one
+  claims URLs that could not be sent anyway.
+* **At least once.** A claim carries a visibility deadline in server time.
+  The worker extends it while it holds the URL (:meth:`touch`); a worker that
+  is killed stops extending, and its URLs go back to the front of their
+  queues once the deadline passes. A worker that stops cleanly hands its
+  unsent URLs back at once (:meth:`give_back`). A URL answered just before
+  its worker died, but not yet acknowledged, is fetched again: the merged
+  output then holds it twice, never zero times.
+* **No clock agreement needed.** Every deadline and ready time is the
+  server's ``TIME``, read inside the scripts.
+
+Each operation is one Lua script (loaded once, called by SHA). All keys of a
+namespace share one hash tag, so the frontier also works on Redis Cluster
+(in one slot).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import uuid
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from importlib import resources
+from typing import Any
+
+from .._exceptions import ConfigError, ScopeError
+from .._scopes import host_scope
+from ..stores.redis import parse_url
+
+__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "FrontierCounts", "SharedFrontier", "frontier_unreachable"]
+
+_log = logging.getLogger(__name__)
+
+#: Seconds a claimed URL stays invisible to other workers without being touched.
+DEFAULT_VISIBILITY = 30.0
+# URLs sent to the server per enqueue call.
+_BATCH = 500
+
+_NAMES = ("enqueue", "claim", "ack", "touch", "give_back", "defer")
+_SCRIPTS = {name: resources.files("crawlpace.frontier").joinpath("lua", f"{name}.lua").read_text("utf-8")
+            for name in _NAMES}
+
+try:  # the driver is optional: the ``redis`` extra
+    import redis.asyncio as aioredis
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    _DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+except ImportError:  # pragma: no cover - exercised only without the extra
+    aioredis = None  # type: ignore[assignment]
+    _DOWN = (OSError,)
+
+
+def frontier_unreachable(exc: BaseException) -> bool:
+    """Whether ``exc`` means the server could not be reached (worth retrying)."""
+    return isinstance(exc, _DOWN)
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimedUrl:
+    """One URL handed to this worker.
+
+    Attributes:
+        id: its id in the frontier (what :meth:`SharedFrontier.ack` takes).
+        url: the URL as enqueued.
+        scope: the scope it was queued under (its host).
+        tries: how many times it was handed out, this time included.
+    """
+
+    id: int
+    url: str
+    scope: str
+    tries: int
+
+
+@dataclass(frozen=True, slots=True)
+class Claim:
+    """The answer to one claim.
+
+    Attributes:
+        urls: the URLs handed out.
+        queued: URLs still waiting in the frontier (all workers).
+        claimed: URLs claimed and not yet acknowledged (all workers, these included).
+        next_in: seconds until some scope is ready; None when nothing is queued.
+        requeued: claims that had expired and went back to their queues just now.
+    """
+
+    urls: tuple[ClaimedUrl, ...]
+    queued: int
+    claimed: int
+    next_in: float | None
+    requeued: int
+
+    @property
+    def drained(self) -> bool:
+        """Whether nothing is queued and nothing is claimed: the frontier's work is done."""
+        return self.queued <= 0 and self.claimed == 0
+
+
+@dataclass(frozen=True, slots=True)
+class EnqueueReport:
+    """What :meth:`SharedFrontier.enqueue` did.
+
+    Attributes:
+        read: URL lines read (blank lines and comments not counted).
+        added: URLs put in the queue.
+        duplicates: URLs already queued or claimed, skipped.
+        invalid: URLs without a usable host, skipped (each logged).
+    """
+
+    read: int = 0
+    added: int = 0
+    duplicates: int = 0
+    invalid: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class FrontierCounts:
+    """The frontier's figures, for ``crawlpace status``.
+
+    Attributes:
+        queued: URLs waiting.
+        claimed: URLs held by workers.
+        scopes: scopes with URLs waiting.
+        enqueued: URLs ever added.
+        done: URLs acknowledged.
+        requeued: claims that expired (a worker died or lost the server).
+        returned: URLs handed back by stopping workers.
+        duplicates: acknowledgements of URLs already finished by another worker.
+        outcomes: acknowledged URLs by outcome.
+        workers: each worker's name and seconds since it was last heard from.
+    """
+
+    queued: int = 0
+    claimed: int = 0
+    scopes: int = 0
+    enqueued: int = 0
+    done: int = 0
+    requeued: int = 0
+    returned: int = 0
+    duplicates: int = 0
+    outcomes: dict[str, int] = field(default_factory=dict)
+    workers: dict[str, float] = field(default_factory=dict)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict."""
+        return {"queued": self.queued, "claimed": self.claimed, "scopes": self.scopes,
+                "enqueued": self.enqueued, "done": self.done, "requeued": self.requeued,
+                "returned": self.returned, "duplicates": self.duplicates,
+                "outcomes": dict(sorted(self.outcomes.items())),
+                "workers": {name: round(age, 3) for name, age in sorted(self.workers.items())}}
+
+
+class SharedFrontier:
+    """The client side of the shared frontier of one namespace.
+
+    Args:
+        url: the Redis URL (the same as the store's; ``namespace`` in its
+            query string picks the crawl job, default ``crawlpace``).
+        worker: this worker's name, shown by ``crawlpace status`` (default:
+            host name, process id and a random suffix).
+        visibility: seconds a claim stays invisible to others without a
+            :meth:`touch`; a killed worker's URLs come back after this long.
+
+    Raises:
+        ConfigError: without the ``redis`` extra, or for a bad visibility.
+    """
+
+    def __init__(self, url: str, *, worker: str | None = None,
+                 visibility: float = DEFAULT_VISIBILITY) -> None:
+        if aioredis is None:  # pragma: no cover - exercised only without the extra
+            raise ConfigError([f"frontier {url!r}: the shared frontier needs redis-py; "
+                               "install crawlpace[redis]"])
+        if not (isinstance(visibility, int | float) and 0.0 < visibility < float("inf")):
+            raise ConfigError([f"visibility: {visibility!r} is not a positive number of seconds; "
+                               f"use e.g. {DEFAULT_VISIBILITY:g}"])
+        self.url, options = parse_url(url)
+        self.namespace = options.get("namespace") or "crawlpace"
+        self.worker = worker or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+        self.visibility = float(visibility)
+        # One hash tag for the whole namespace: on a cluster every script stays in one slot.
+        self._prefix = f"cp:{self.namespace}:frontier:{{{self.namespace}}}:"
+        self._ready = self._prefix + "ready"
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+
+    async def _run(self, name: str, args: Sequence[Any]) -> Any:
+        if self._client is None:
+            self._client = aioredis.from_url(self.url, decode_responses=True)
+            self._scripts = {key: self._client.register_script(src) for key, src in _SCRIPTS.items()}
+        return await self._scripts[name](keys=[self._ready], args=list(args))
+
+    # -- filling ----------------------------------------------------------------
+
+    async def enqueue(self, urls: Iterable[str]) -> EnqueueReport:
+        """Add URLs (one per item; blank lines and ``#`` comments skipped), each under its host's scope."""
+        read = added = invalid = 0
+        batch: list[str] = []
+        for line in urls:
+            url = line.strip()
+            if not url or url.startswith("#"):
+                continue
+            read += 1
+            try:
+                scope = host_scope(url)
+            except ScopeError as exc:
+                invalid += 1
+                _log.warning("not queued: %s", exc)
+                continue
+            batch += (url, scope)
+            if len(batch) >= 2 * _BATCH:
+                added += int(await self._run("enqueue", ["", self._prefix, *batch]))
+                batch = []
+        if batch:
+            added += int(await self._run("enqueue", ["", self._prefix, *batch]))
+        return EnqueueReport(read=read, added=added, duplicates=read - invalid - added, invalid=invalid)
+
+    # -- working ------------------------------------------------------------------
+
+    async def claim(self, count: int, *, spacing: float) -> Claim:
+        """Claim up to ``count`` URLs, at most one per ready scope.
+
+        Args:
+            count: URLs wanted (0 only reads the counts and requeues expired claims).
+            spacing: seconds before a scope that gave a URL may give another.
+        """
+        reply = await self._run("claim", ["", self._prefix, self.worker, max(count, 0), self.visibility,
+                                          max(spacing, 0.0)])
+        urls = tuple(ClaimedUrl(int(reply[i]), reply[i + 1], reply[i + 2], int(reply[i + 3]))
+                     for i in range(4, len(reply), 4))
+        next_in = float(reply[2]) if reply[2] != "" else None
+        return Claim(urls=urls, queued=int(reply[0]), claimed=int(reply[1]), next_in=next_in,
+                     requeued=int(reply[3]))
+
+    async def ack(self, ids: Sequence[int], outcome: str) -> tuple[int, int]:
+        """Mark URLs finished with ``outcome``; returns (finished now, already finished by another)."""
+        if not ids:
+            return 0, 0
+        done, dups = await self._run("ack", ["", self._prefix, self.worker, outcome, *ids])
+        return int(done), int(dups)
+
+    async def touch(self, ids: Sequence[int]) -> list[int]:
+        """Extend the visibility of held URLs; returns those this worker no longer owns."""
+        lost = await self._run("touch", ["", self._prefix, self.worker, self.visibility, *ids])
+        return [int(item) for item in lost]
+
+    async def give_back(self, ids: Sequence[int]) -> int:
+        """Put unsent URLs back at the front of their queues, ready now; returns how many."""
+        if not ids:
+            return 0
+        return int(await self._run("give_back", ["", self._prefix, self.worker, *ids]))
+
+    async def defer(self, scope: str, seconds: float) -> bool:
+        """Keep ``scope``'s queued URLs unclaimed for ``seconds`` (never earlier than already set)."""
+        return bool(await self._run("defer", ["", scope, max(seconds, 0.0)]))
+
+    # -- reading ------------------------------------------------------------------
+
+    async def counts(self) -> FrontierCounts:
+        """Read the frontier's figures (no URL is claimed or moved)."""
+        if self._client is None:
+            await self._run("claim", ["", self._prefix, self.worker, 0, self.visibility, 0.0])
+        client, prefix = self._client, self._prefix
+        async with client.pipeline(transaction=False) as pipe:
+            pipe.hgetall(prefix + "stats")
+            pipe.zcard(prefix + "claimed")
+            pipe.zcard(self._ready)
+            pipe.zrange(prefix + "workers", 0, -1, withscores=True)
+            pipe.time()
+            stats, claimed, scopes, workers, (seconds, micros) = await pipe.execute()
+        now = seconds + micros / 1e6
+        number = {key: int(value) for key, value in stats.items()}
+        return FrontierCounts(
+            queued=max(number.get("queued", 0), 0), claimed=int(claimed), scopes=int(scopes),
+            enqueued=number.get("enqueued", 0), done=number.get("done", 0),
+            requeued=number.get("requeued", 0), returned=number.get("returned", 0),
+            duplicates=number.get("duplicates", 0),
+            outcomes={key.removeprefix("outcome:"): value for key, value in number.items()
+                      if key.startswith("outcome:")},
+            workers={name: max(now - float(seen), 0.0) for name, seen in workers})
+
+    async def aclose(self) -> None:
+        """Close the connections."""
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()

@@ -1,0 +1,79 @@
+-- Hand a worker up to n URLs, at most one per scope, from the scopes whose
+-- ready time has come, earliest first (crawlpace shared frontier).
+--
+-- First, claims whose visibility deadline passed (their worker died or lost
+-- the server for too long) go back to the front of their scope's queue.
+-- A scope that gave a URL becomes ready again `spacing` seconds later, so the
+-- next claims serve the other scopes first: fair, and no worker hoards one
+-- site's URLs while its limits let them out one by one.
+--
+-- KEYS: 1 the ready set (every other key shares its hash tag and prefix).
+-- ARGV: 1 now ("" = TIME), 2 key prefix, 3 worker name, 4 n, 5 visibility
+--   seconds, 6 spacing seconds.
+-- Returns {queued, claimed, next ready in seconds ("" when nothing is queued),
+--   requeued, then id, url, scope, tries for each URL handed out}.
+local function num(x) return string.format("%.17g", x) end
+local now = tonumber(ARGV[1])
+if ARGV[1] == "" then
+  local t = redis.call("TIME")
+  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
+end
+local p, worker = ARGV[2], ARGV[3]
+local n, vis, spacing = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
+local ready, claimed, stats = KEYS[1], p .. "claimed", p .. "stats"
+
+local requeued = 0
+local expired = redis.call("ZRANGEBYSCORE", claimed, "-inf", num(now), "LIMIT", 0, 1000)
+for i = #expired, 1, -1 do
+  local id = expired[i]
+  redis.call("ZREM", claimed, id)
+  redis.call("HDEL", p .. "owner", id)
+  local scope = redis.call("HGET", p .. "scope", id)
+  if scope then
+    redis.call("LPUSH", p .. "q:" .. scope, id)
+    redis.call("ZADD", ready, "NX", num(now), scope)
+    requeued = requeued + 1
+  end
+end
+if requeued > 0 then
+  redis.call("HINCRBY", stats, "requeued", requeued)
+  redis.call("HINCRBY", stats, "queued", requeued)
+end
+redis.call("ZADD", p .. "workers", num(now), worker)
+
+local out = {}
+local given = 0
+if n > 0 then
+  local scopes = redis.call("ZRANGEBYSCORE", ready, "-inf", num(now), "LIMIT", 0, n)
+  for _, scope in ipairs(scopes) do
+    local queue = p .. "q:" .. scope
+    local id = redis.call("LPOP", queue)
+    if id then
+      redis.call("ZADD", claimed, num(now + vis), id)
+      redis.call("HSET", p .. "owner", id, worker)
+      local tries = redis.call("HINCRBY", p .. "tries", id, 1)
+      out[#out + 1] = id
+      out[#out + 1] = redis.call("HGET", p .. "url", id) or ""
+      out[#out + 1] = scope
+      out[#out + 1] = tostring(tries)
+      given = given + 1
+    end
+    if redis.call("LLEN", queue) == 0 then
+      redis.call("ZREM", ready, scope)
+    else
+      redis.call("ZADD", ready, num(now + spacing), scope)
+    end
+  end
+end
+local queued = 0
+if given > 0 then
+  queued = redis.call("HINCRBY", stats, "queued", -given)
+else
+  queued = tonumber(redis.call("HGET", stats, "queued") or "0")
+end
+local next_in = ""
+local first = redis.call("ZRANGE", ready, 0, 0, "WITHSCORES")
+if #first > 0 then next_in = num(math.max(tonumber(first[2]) - now, 0)) end
+local head = {tostring(queued), tostring(redis.call("ZCARD", claimed)), next_in, tostring(requeued)}
+for _, item in ipairs(out) do head[#head + 1] = item end
+return head

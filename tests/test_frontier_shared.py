@@ -1,0 +1,167 @@
+"""The shared frontier's queue on a real redis-server: order, fairness, claims that expire, hand-backs.
+
+Claims expire in real time, so the tests that need an expiry use a visibility
+of a fraction of a second and sleep just past it; nothing else waits.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+
+import pytest
+
+from crawlpace.frontier._shared import SharedFrontier
+
+pytestmark = pytest.mark.redis
+
+Factory = Callable[..., SharedFrontier]
+
+
+@pytest.fixture
+async def frontiers(redis_url: str) -> AsyncIterator[Factory]:
+    """Frontier clients of one namespace (one per worker), closed after the test."""
+    made: list[SharedFrontier] = []
+
+    def make(worker: str = "w1", visibility: float = 30.0) -> SharedFrontier:
+        frontier = SharedFrontier(redis_url, worker=worker, visibility=visibility)
+        made.append(frontier)
+        return frontier
+
+    yield make
+    for frontier in made:
+        await frontier.aclose()
+
+
+def site(host: str, count: int) -> list[str]:
+    return [f"http://{host}/page/{n}" for n in range(count)]
+
+
+async def test_enqueue_skips_duplicates_blanks_and_hostless_urls(frontiers: Factory) -> None:
+    frontier = frontiers()
+    report = await frontier.enqueue(["http://a.test/1", "", "# note", "http://a.test/1", "not a url",
+                                     "http://b.test/1"])
+    assert (report.read, report.added, report.duplicates, report.invalid) == (4, 2, 1, 1)
+    again = await frontier.enqueue(["http://a.test/1"])
+    assert again.added == 0
+    counts = await frontier.counts()
+    assert (counts.queued, counts.claimed, counts.scopes, counts.enqueued) == (2, 0, 2, 2)
+
+
+async def test_a_claim_takes_one_url_per_ready_scope_in_queue_order(frontiers: Factory) -> None:
+    frontier = frontiers()
+    await frontier.enqueue(site("a.test", 3) + site("b.test", 2) + site("c.test", 1))
+    claim = await frontier.claim(10, spacing=0.0)
+    assert sorted(item.url for item in claim.urls) == ["http://a.test/page/0", "http://b.test/page/0",
+                                                      "http://c.test/page/0"]
+    assert {item.scope for item in claim.urls} == {"a.test", "b.test", "c.test"}
+    assert all(item.tries == 1 for item in claim.urls)
+    assert (claim.queued, claim.claimed) == (3, 3)
+    second = await frontier.claim(10, spacing=0.0)
+    assert sorted(item.url for item in second.urls) == ["http://a.test/page/1", "http://b.test/page/1"]
+
+
+async def test_spacing_serves_the_other_scopes_first(frontiers: Factory) -> None:
+    frontier = frontiers()
+    await frontier.enqueue(site("big.test", 50))
+    await frontier.enqueue(site("small.test", 2))
+    first = await frontier.claim(1, spacing=60.0)  # the big site came first
+    assert [item.scope for item in first.urls] == ["big.test"]
+    second = await frontier.claim(5, spacing=60.0)
+    # big.test gave a URL a moment ago and waits its spacing: only small.test is ready.
+    assert [item.scope for item in second.urls] == ["small.test"]
+    assert second.next_in is not None
+    assert 59.0 < second.next_in <= 60.0
+    assert (await frontier.claim(5, spacing=60.0)).urls == ()
+
+
+async def test_ack_finishes_urls_and_lets_them_be_queued_again(frontiers: Factory) -> None:
+    frontier = frontiers()
+    await frontier.enqueue(site("a.test", 1))
+    claim = await frontier.claim(5, spacing=0.0)
+    assert not claim.drained
+    assert await frontier.ack([claim.urls[0].id], "ok") == (1, 0)
+    assert await frontier.ack([claim.urls[0].id], "ok") == (0, 1)  # a second ack is a duplicate
+    after = await frontier.claim(5, spacing=0.0)
+    assert after.drained
+    assert after.urls == ()
+    counts = await frontier.counts()
+    assert (counts.done, counts.duplicates, counts.outcomes) == (1, 1, {"ok": 1})
+    # Finished, so the same URL may be crawled again later.
+    assert (await frontier.enqueue(site("a.test", 1))).added == 1
+
+
+async def test_an_expired_claim_returns_to_the_front_of_its_queue(frontiers: Factory) -> None:
+    dead, alive = frontiers("dead", visibility=0.3), frontiers("alive", visibility=30.0)
+    await dead.enqueue(site("a.test", 3))
+    taken = await dead.claim(1, spacing=0.0)
+    assert [item.url for item in taken.urls] == ["http://a.test/page/0"]
+    await asyncio.sleep(0.4)  # the dead worker never touches its claim
+    claim = await alive.claim(1, spacing=0.0)
+    assert claim.requeued == 1
+    assert [(item.url, item.tries) for item in claim.urls] == [("http://a.test/page/0", 2)]
+    # The dead worker's late ack still finishes it, once; the live worker's is a duplicate.
+    assert await dead.ack([taken.urls[0].id], "ok") == (1, 0)
+    assert await alive.ack([claim.urls[0].id], "ok") == (0, 1)
+
+
+async def test_touch_keeps_a_claim_and_reports_claims_lost(frontiers: Factory) -> None:
+    holder, other = frontiers("holder", visibility=0.3), frontiers("other")
+    await holder.enqueue(site("a.test", 2))
+    claim = await holder.claim(1, spacing=0.0)
+    kept = claim.urls[0].id
+    for _ in range(3):
+        await asyncio.sleep(0.15)
+        assert await holder.touch([kept]) == []
+    again = await other.claim(5, spacing=0.0)
+    assert again.requeued == 0
+    assert [item.url for item in again.urls] == ["http://a.test/page/1"]
+    assert await holder.touch([again.urls[0].id]) == [again.urls[0].id]  # not the holder's claim
+
+
+async def test_give_back_puts_urls_at_the_front_in_order(frontiers: Factory) -> None:
+    quitting, staying = frontiers("quitting"), frontiers("staying")
+    await quitting.enqueue(site("a.test", 3) + site("b.test", 1))
+    first = await quitting.claim(5, spacing=0.0)
+    second = await quitting.claim(5, spacing=0.0)
+    a_ids = [item.id for item in (*first.urls, *second.urls) if item.scope == "a.test"]
+    assert len(a_ids) == 2
+    assert await staying.give_back(a_ids) == 0  # only the owner may hand a claim back
+    assert await quitting.give_back(a_ids) == 2
+    got = [(await staying.claim(1, spacing=0.0)).urls[0].url for _ in range(3)]
+    assert got == ["http://a.test/page/0", "http://a.test/page/1", "http://a.test/page/2"]
+    assert (await staying.counts()).returned == 2
+
+
+async def test_defer_keeps_a_scope_unclaimed_and_never_moves_it_earlier(frontiers: Factory) -> None:
+    frontier = frontiers()
+    await frontier.enqueue(site("slow.test", 2) + site("fast.test", 1))
+    assert await frontier.defer("slow.test", 60.0)
+    assert not await frontier.defer("slow.test", 5.0)  # earlier than already set: ignored
+    assert not await frontier.defer("unknown.test", 60.0)  # nothing queued there: nothing to defer
+    claim = await frontier.claim(5, spacing=0.0)
+    assert [item.scope for item in claim.urls] == ["fast.test"]
+    assert claim.next_in is not None
+    assert claim.next_in > 59.0
+
+
+async def test_claims_from_many_workers_hand_out_each_url_once(frontiers: Factory) -> None:
+    workers = [frontiers(f"w{n}") for n in range(6)]
+    urls = site("a.test", 40) + site("b.test", 40) + site("c.test", 40)
+    await workers[0].enqueue(urls)
+    seen: list[str] = []
+
+    async def work(frontier: SharedFrontier) -> None:
+        while True:
+            claim = await frontier.claim(4, spacing=0.0)
+            if claim.drained:
+                return
+            seen.extend(item.url for item in claim.urls)
+            await frontier.ack([item.id for item in claim.urls], "ok")
+            await asyncio.sleep(0)
+
+    await asyncio.gather(*(work(frontier) for frontier in workers))
+    assert sorted(seen) == sorted(urls)
+    counts = await workers[0].counts()
+    assert (counts.queued, counts.claimed, counts.done, counts.duplicates) == (0, 0, 120, 0)
+    assert set(counts.workers) == {f"w{n}" for n in range(6)}

@@ -1,0 +1,216 @@
+"""Real ``crawlpace crawl`` worker processes on one shared frontier, under faults.
+
+``crawlpace enqueue`` fills the frontier; workers started without a URL file
+work through it, on one real redis-server (limits and frontier both), against
+simulated sites on 127.0.0.1. The merged output files must hold every URL,
+the sites must see one crawler's pace, and neither a worker killed with
+SIGKILL nor a Redis restart may lose a URL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import sys
+import uuid
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlpace.frontier._shared import SharedFrontier
+from crawlpace.sim import Farm
+
+from .redis_server import RedisServer, redis_binary
+
+pytestmark = pytest.mark.redis
+
+SRC = str(Path(__file__).resolve().parents[1] / "src")
+RATE = 10.0  # each site's limit, requests per second
+
+
+def farm_spec(pages: int, *names: str) -> dict[str, Any]:
+    return {"site": [{"name": name, "profile": "ratelimit", "rate": RATE, "burst": 2, "retry_after": False,
+                      "pages": pages} for name in names]}
+
+
+def write_config(tmp_path: Path) -> Path:
+    config = tmp_path / "crawlpace.toml"
+    config.write_text(f"concurrent_requests = 4\n[scope_defaults]\nconcurrency = 1\ndelay = {1.0 / RATE}\n"
+                      "delay_per_slot = 0.0\njitter = false\n", encoding="utf-8")
+    return config
+
+
+async def cli(*args: str) -> tuple[int, str, str]:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "crawlpace", *args, stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": SRC})
+    out, err = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+async def start_worker(store: str, namespace: str, output: Path, config: Path,
+                       visibility: float = 30.0) -> asyncio.subprocess.Process:
+    return await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "crawlpace", "crawl", "-o", str(output), "--redis", store,
+        "--namespace", namespace, "--config", str(config), "--no-robots", "--quiet", "--json",
+        "--visibility", str(visibility), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": SRC})
+
+
+async def finish(process: asyncio.subprocess.Process) -> dict[str, Any]:
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise AssertionError(f"worker failed ({process.returncode}):\n{out.decode()}\n{err.decode()}")
+    summary: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
+    return summary
+
+
+def merged(outputs: list[Path]) -> list[dict[str, Any]]:
+    return [json.loads(line) for path in outputs if path.exists()
+            for line in path.read_text(encoding="utf-8").splitlines()]
+
+
+def line_count(path: Path) -> int:
+    return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
+
+
+async def wait_for_lines(path: Path, count: int, within: float = 20.0) -> None:
+    async with asyncio.timeout(within):
+        while True:  # a file has no event to wait on: poll it
+            if line_count(path) >= count:
+                return
+            await asyncio.sleep(0.05)
+
+
+async def test_workers_share_one_queue_and_one_set_of_limits(tmp_path: Path,
+                                                             redis_server: RedisServer) -> None:
+    config, namespace = write_config(tmp_path), f"f{uuid.uuid4().hex[:8]}"
+    async with Farm(farm_spec(24, "one", "two")) as farm:
+        urls = [f"{site.url}/page/{n}" for site in farm.sites for n in range(1, 25)]
+        listing = tmp_path / "urls.txt"
+        listing.write_text("\n".join(urls + urls[:5]) + "\n", encoding="utf-8")
+        code, out, _ = await cli("enqueue", str(listing), "--redis", redis_server.url, "--namespace",
+                                 namespace, "--json")
+        assert code == 0
+        assert json.loads(out.strip().splitlines()[-1])["added"] == 48
+        outputs = [tmp_path / f"out{n}.jsonl" for n in range(3)]
+        workers = [await start_worker(redis_server.url, namespace, path, config) for path in outputs]
+        summaries = await asyncio.gather(*(finish(worker) for worker in workers))
+        stats = farm.stats()
+    results = merged(outputs)
+    assert Counter(result["url"] for result in results) == Counter(urls)  # each exactly once
+    assert {result["status"] for result in results} == {200}
+    assert all(summary["complete"] for summary in summaries)
+    assert sum(summary["answered"] for summary in summaries) == 48
+    assert sum(1 for summary in summaries if summary["answered"]) >= 2  # the work was shared
+    for report in stats.values():
+        assert report["violations"] == 0
+        assert report["throttled"] == 0
+        assert report["peak_per_second"] <= RATE + 1
+    # The fleet's view: the frontier drained, everything acknowledged as ok.
+    code, out, _ = await cli("status", "--store", redis_server.url, "--namespace", namespace, "--json")
+    assert code == 0
+    frontier = json.loads(out.strip().splitlines()[-1])["frontier"]
+    assert (frontier["queued"], frontier["claimed"], frontier["done"]) == (0, 0, 48)
+    assert frontier["outcomes"] == {"ok": 48}
+
+
+async def held_by(store: str, namespace: str, pid: int, within: float = 20.0) -> None:
+    """Return once the worker with process id ``pid`` holds a claim in the frontier."""
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(store.partition("?")[0], decode_responses=True)
+    owners = f"cp:{namespace}:frontier:{{{namespace}}}:owner"
+    try:
+        async with asyncio.timeout(within):
+            while True:  # no event to wait on: poll the owners of the claims
+                if any(f"-{pid}-" in owner for owner in await client.hvals(owners)):
+                    return
+                await asyncio.sleep(0.01)
+    finally:
+        await client.aclose()
+
+
+async def test_a_killed_workers_urls_are_redone_and_nothing_is_lost(tmp_path: Path,
+                                                                   redis_server: RedisServer) -> None:
+    config, namespace = write_config(tmp_path), f"k{uuid.uuid4().hex[:8]}"
+    store = f"{redis_server.url}?lease=1"  # the killed worker's slots come back within a second
+    # Slow sites: each answer takes 0.3-0.4 s, so the victim has requests in flight when it dies.
+    spec = {"site": [{"name": name, "profile": "slow", "low": 0.3, "high": 0.4, "limit": 4, "pages": 12}
+                     for name in ("s1", "s2", "s3")]}
+    async with Farm(spec) as farm:
+        urls = [f"{site.url}/page/{n}" for site in farm.sites for n in range(1, 13)]
+        frontier = SharedFrontier(f"{store}&namespace={namespace}")
+        try:
+            assert (await frontier.enqueue(urls)).added == len(urls)
+            outputs = [tmp_path / f"out{n}.jsonl" for n in range(3)]
+            victim = await start_worker(store, namespace, outputs[0], config, visibility=1.5)
+            await wait_for_lines(outputs[0], 3)  # the victim is working
+            others = [await start_worker(store, namespace, path, config, visibility=1.5)
+                      for path in outputs[1:]]
+            await asyncio.sleep(0.3)
+            await held_by(redis_server.url, namespace, victim.pid)
+            victim.send_signal(signal.SIGKILL)
+            await victim.wait()
+            summaries = await asyncio.gather(*(finish(worker) for worker in others))
+            counts = await frontier.counts()
+        finally:
+            await frontier.aclose()
+        stats = farm.stats()
+    results = merged(outputs)
+    seen = Counter(result["url"] for result in results)
+    assert set(seen) == set(urls)  # nothing lost
+    # At least once: only URLs the victim held when it died can appear twice.
+    assert sum(seen.values()) - len(urls) <= 2 * 4
+    assert counts.requeued >= 1  # the victim held URLs, and they came back
+    assert (counts.queued, counts.claimed, counts.done) == (0, 0, len(urls))
+    assert all(summary["complete"] for summary in summaries)
+    assert {result["status"] for result in results} == {200}
+    assert all(report["violations"] == 0 for report in stats.values())
+
+
+@pytest.fixture
+def persistent_server() -> Iterator[RedisServer]:
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("no redis-server on PATH (scripts/test installs one)")
+    server = RedisServer(binary, persist=True)
+    server.start()
+    yield server
+    server.close()
+
+
+async def test_workers_pause_through_a_redis_restart_and_lose_nothing(
+        tmp_path: Path, persistent_server: RedisServer) -> None:
+    config, namespace = write_config(tmp_path), "restart"
+    async with Farm(farm_spec(40, "only")) as farm:
+        urls = [f"{farm.sites[0].url}/page/{n}" for n in range(1, 41)]
+        listing = tmp_path / "urls.txt"
+        listing.write_text("\n".join(urls) + "\n", encoding="utf-8")
+        assert (await cli("enqueue", str(listing), "--redis", persistent_server.url, "--namespace",
+                          namespace))[0] == 0
+        outputs = [tmp_path / f"out{n}.jsonl" for n in range(2)]
+        # A release lost while the server is away holds its slot until the lease runs out: keep it short.
+        store = f"{persistent_server.url}?lease=2"
+        workers = [await start_worker(store, namespace, path, config) for path in outputs]
+        await wait_for_lines(outputs[0], 4)
+        persistent_server.stop()
+        during = len(merged(outputs))
+        await asyncio.sleep(1.5)
+        # Fetches already admitted may end while the server is away; no new one starts.
+        assert len(merged(outputs)) <= during + 2 * 4
+        persistent_server.start()
+        summaries = await asyncio.gather(*(finish(worker) for worker in workers))
+        report = farm.stats()["only"]
+    results = merged(outputs)
+    assert Counter(result["url"] for result in results) == Counter(urls)  # each exactly once
+    assert all(summary["complete"] for summary in summaries)
+    assert report["violations"] == 0
+    assert report["throttled"] == 0
+    assert report["peak_per_second"] <= RATE + 1  # no burst when the server came back
