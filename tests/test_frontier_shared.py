@@ -7,10 +7,15 @@ of a fraction of a second and sleep just past it; nothing else waits.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Sequence
+from pathlib import Path
 
 import pytest
 
+from crawlpace import Settings
+from crawlpace.crawl import CrawlOptions
+from crawlpace.crawl._shared_job import SharedCrawlJob
+from crawlpace.frontier import Task
 from crawlpace.frontier._shared import SharedFrontier
 
 pytestmark = pytest.mark.redis
@@ -165,3 +170,40 @@ async def test_claims_from_many_workers_hand_out_each_url_once(frontiers: Factor
     counts = await workers[0].counts()
     assert (counts.queued, counts.claimed, counts.done, counts.duplicates) == (0, 0, 120, 0)
     assert set(counts.workers) == {f"w{n}" for n in range(6)}
+
+
+class SlowAcks(SharedFrontier):
+    """A frontier client whose acknowledgements wait until the test lets them through."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__(url, worker="slow")
+        self.gate = asyncio.Event()
+        self.acked: list[int] = []
+
+    async def ack(self, ids: Sequence[int], outcome: str) -> tuple[int, int]:
+        await self.gate.wait()
+        self.acked.extend(ids)
+        return len(ids), 0
+
+
+async def test_answers_that_come_in_during_an_ack_are_acknowledged_later(redis_url: str,
+                                                                         tmp_path: Path) -> None:
+    frontier = SlowAcks(redis_url)
+    options = CrawlOptions(output=tmp_path / "out.jsonl", store=redis_url)
+    job = SharedCrawlJob(Settings(), options, frontier=frontier)
+    try:
+        first, second = Task(1, "http://a.test/1"), Task(2, "http://a.test/2")
+        job._held.update({1: first, 2: second})
+        job._settled(first, "ok")
+        sending = asyncio.ensure_future(job._send_acks())
+        await asyncio.sleep(0)  # the first ack is on its way
+        job._settled(second, "ok")  # answered meanwhile
+        frontier.gate.set()
+        await sending
+        assert frontier.acked == [1]
+        await job._send_acks()
+        assert frontier.acked == [1, 2]
+        assert not job._acks
+    finally:
+        await frontier.aclose()
+        await job.throttler.aclose()

@@ -214,3 +214,31 @@ async def test_workers_pause_through_a_redis_restart_and_lose_nothing(
     assert report["violations"] == 0
     assert report["throttled"] == 0
     assert report["peak_per_second"] <= RATE + 1  # no burst when the server came back
+
+
+async def test_a_stopped_worker_hands_its_urls_back_at_once(tmp_path: Path,
+                                                            redis_server: RedisServer) -> None:
+    config, namespace = write_config(tmp_path), f"s{uuid.uuid4().hex[:8]}"
+    spec = {"site": [{"name": name, "profile": "slow", "low": 0.3, "high": 0.4, "limit": 4, "pages": 6}
+                     for name in ("s1", "s2")]}
+    async with Farm(spec) as farm:
+        urls = [f"{site.url}/page/{n}" for site in farm.sites for n in range(1, 7)]
+        frontier = SharedFrontier(f"{redis_server.url}?namespace={namespace}")
+        try:
+            await frontier.enqueue(urls)
+            output = tmp_path / "out.jsonl"
+            worker = await start_worker(redis_server.url, namespace, output, config)
+            await held_by(redis_server.url, namespace, worker.pid)
+            worker.send_signal(signal.SIGTERM)
+            _, err = await worker.communicate()
+            counts = await frontier.counts()
+        finally:
+            await frontier.aclose()
+    assert worker.returncode == 130
+    assert "went back to the shared frontier" in err.decode()
+    answered = line_count(output)
+    # Nothing is left claimed: what was not answered is queued again, ready for the next worker.
+    assert counts.claimed == 0
+    assert counts.returned >= 1
+    assert counts.queued == len(urls) - answered
+    assert counts.done == answered
