@@ -1,8 +1,8 @@
 """Many crawl processes, one set of limits: workers sharing a real redis-server.
 
-Each worker is a real ``crawlpace crawl`` process with its own share of the
-URLs; the only thing they share is the Redis store, so the simulated site sees
-their sum. It must see one crawler's pace.
+Each worker is a real ``crawlpace crawl`` process, with its own share of the
+URLs or taking them from the shared frontier; they share the Redis store, so
+the simulated site sees their sum. It must see one crawler's pace.
 """
 
 from __future__ import annotations
@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pytest
 
+from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.sim import Farm
 
 from .redis_server import RedisServer
@@ -31,10 +32,12 @@ PAGES = 80
 SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
-async def crawl(urls: Path, output: Path, store: str, namespace: str, config: Path) -> int:
+async def crawl(urls: Path | None, output: Path, store: str, namespace: str, config: Path) -> int:
+    """One worker: its own URL list, or (``urls`` None) the shared frontier."""
     env = {**os.environ, "PYTHONPATH": SRC}
+    listing = [] if urls is None else [str(urls)]
     process = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o", str(output), "--store", store,
+        sys.executable, "-m", "crawlpace", "crawl", *listing, "-o", str(output), "--store", store,
         "--namespace", namespace, "--config", str(config), "--no-robots", "--quiet", "--json",
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env)
     out, err = await process.communicate()
@@ -46,7 +49,9 @@ async def crawl(urls: Path, output: Path, store: str, namespace: str, config: Pa
     return process.returncode
 
 
-async def test_eight_workers_keep_one_sites_limit(tmp_path: Path, redis_server: RedisServer) -> None:
+@pytest.mark.parametrize("urls_from", ["lists", "frontier"])
+async def test_eight_workers_keep_one_sites_limit(tmp_path: Path, redis_server: RedisServer,
+                                                  urls_from: str) -> None:
     # Delay 1/R for the scope, no jitter: together the workers may send R per second.
     config = tmp_path / "crawlpace.toml"
     config.write_text(f"[scope_defaults]\nconcurrency = 1\ndelay = {1.0 / RATE}\ndelay_per_slot = 0.0\n"
@@ -57,8 +62,15 @@ async def test_eight_workers_keep_one_sites_limit(tmp_path: Path, redis_server: 
     async with Farm(spec) as farm:
         site = farm.sites[0]
         urls = [f"{site.url}/page/{n}" for n in range(1, PAGES + 1)]
-        lists = []
-        for worker in range(WORKERS):
+        lists: list[Path | None] = []
+        if urls_from == "frontier":  # one queue, filled once, worked through by all
+            frontier = SharedFrontier(f"{redis_server.url}?namespace={namespace}")
+            try:
+                assert (await frontier.enqueue(urls)).added == PAGES
+            finally:
+                await frontier.aclose()
+            lists = [None] * WORKERS
+        for worker in range(WORKERS if urls_from == "lists" else 0):  # or a share of the list each
             path = tmp_path / f"urls{worker}.txt"
             path.write_text("\n".join(urls[worker::WORKERS]) + "\n", encoding="utf-8")
             lists.append(path)
