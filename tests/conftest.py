@@ -12,6 +12,7 @@ import pytest
 from crawlpace import Throttler
 from crawlpace.testing import MockClock
 
+from .redis_cluster import RedisCluster, cluster_binaries
 from .redis_server import RedisServer, redis_binary, valkey_binary
 
 #: Settings with jitter off, so spacing is exact and tests can compare times.
@@ -66,6 +67,20 @@ def valkey_server() -> Iterator[RedisServer]:
     server.start()
     yield server
     server.close()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster() -> Iterator[RedisCluster]:
+    """Three redis-server nodes in cluster mode on free loopback ports, joined into one cluster."""
+    binaries = cluster_binaries()
+    if binaries is None:
+        pytest.skip("no redis-server and redis-cli on PATH (scripts/test installs them)")
+    nodes = RedisCluster(*binaries)
+    try:
+        nodes.start()
+        yield nodes
+    finally:
+        nodes.close()
 
 
 @pytest.fixture(params=["redis", "valkey"])

@@ -14,6 +14,7 @@ from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome, Store, open_s
 from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
 
+from .redis_cluster import RedisCluster
 from .redis_server import RedisServer
 
 StoreMaker = Callable[[Settings, MockClock], Store]
@@ -27,18 +28,23 @@ SETTINGS = Settings.from_scrapy({
 })
 
 
-@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
-                        pytest.param("valkey", marks=pytest.mark.redis)])
+@pytest.fixture(params=["memory", *(pytest.param(kind, marks=pytest.mark.redis)
+                                     for kind in ("redis", "valkey", "cluster"))])
 async def store_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tuple[Store, MockClock]]:
     """Each store, on the fake clock (the Redis store told to use it instead of the server's).
 
-    The Redis store runs on a real redis-server and on a real valkey-server.
+    The Redis store runs on a real redis-server, a real valkey-server and a
+    real three-node Redis Cluster.
     """
     clock = MockClock()
     url = "memory://"
-    if request.param != "memory":
+    namespace = f"namespace=t{uuid.uuid4().hex[:12]}&time=local"
+    if request.param == "cluster":
+        nodes: RedisCluster = request.getfixturevalue("redis_cluster")
+        url = f"{nodes.url}&{namespace}"
+    elif request.param != "memory":
         server: RedisServer = request.getfixturevalue(f"{request.param}_server")
-        url = f"{server.url}?namespace=t{uuid.uuid4().hex[:12]}&time=local"
+        url = f"{server.url}?{namespace}"
     store = open_store(url, SETTINGS, clock, random.Random(1))
     yield store, clock
     await store.aclose()

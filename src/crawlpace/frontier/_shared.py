@@ -23,8 +23,8 @@ acknowledges them. What the queue promises:
   server's ``TIME``, read inside the scripts.
 
 Each operation is one Lua script (loaded once, called by SHA). All keys of a
-namespace share one hash tag, so the frontier also works on Redis Cluster
-(in one slot).
+namespace share one hash tag, so on a Redis Cluster (``cluster=1`` in the
+URL) the whole frontier of a namespace lives in one slot.
 """
 
 from __future__ import annotations
@@ -39,6 +39,7 @@ from typing import Any
 
 from .._exceptions import ConfigError, ScopeError
 from .._scopes import host_scope
+from ..stores import _cluster
 from ..stores.redis import parse_url
 
 __all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "FrontierCounts", "SharedFrontier", "frontier_unreachable"]
@@ -189,6 +190,7 @@ class SharedFrontier:
             raise ConfigError([f"visibility: {visibility!r} is not a positive number of seconds; "
                                f"use e.g. {DEFAULT_VISIBILITY:g}"])
         self.url, options = parse_url(url)
+        self.cluster = bool(_cluster.is_on(options.get("cluster")))
         self.namespace = options.get("namespace") or "crawlpace"
         self.worker = worker or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.visibility = float(visibility)
@@ -200,8 +202,11 @@ class SharedFrontier:
 
     async def _run(self, name: str, args: Sequence[Any]) -> Any:
         if self._client is None:
-            self._client = aioredis.from_url(self.url, decode_responses=True)
-            self._scripts = {key: self._client.register_script(src) for key, src in _SCRIPTS.items()}
+            # On a cluster every key of the namespace is in one slot (one hash tag), on one node.
+            client = (await _cluster.connect(self.url, decode_responses=True) if self.cluster
+                      else aioredis.from_url(self.url, decode_responses=True))
+            self._scripts = {key: client.register_script(src) for key, src in _SCRIPTS.items()}
+            self._client = client
         return await self._scripts[name](keys=[self._ready], args=list(args))
 
     # -- filling ----------------------------------------------------------------
@@ -280,8 +285,8 @@ class SharedFrontier:
             pipe.zcard(prefix + "claimed")
             pipe.zcard(self._ready)
             pipe.zrange(prefix + "workers", 0, -1, withscores=True)
-            pipe.time()
-            stats, claimed, scopes, workers, (seconds, micros) = await pipe.execute()
+            stats, claimed, scopes, workers = await pipe.execute()
+        seconds, micros = await client.time()
         now = seconds + micros / 1e6
         number = {key: int(value) for key, value in stats.items()}
         return FrontierCounts(

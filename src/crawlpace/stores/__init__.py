@@ -23,7 +23,9 @@ def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -
 
     ``memory://`` (or an empty string) gives the embedded in-process store;
     ``redis://``, ``rediss://``, ``unix://`` (and ``valkey://``) the shared
-    :class:`~crawlpace.stores.redis.RedisStore`.
+    :class:`~crawlpace.stores.redis.RedisStore`. A Redis Cluster is named by
+    the ``cluster=1`` option and one or more of its nodes:
+    ``redis://10.0.0.5:7000,10.0.0.6:7000/0?cluster=1``.
 
     Raises:
         ConfigError: for a scheme this version cannot serve.
@@ -36,4 +38,5 @@ def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -
 
         return RedisStore(url, settings, clock, rng)
     raise ConfigError([f"store {url!r}: unknown scheme {scheme!r}; use 'memory://', 'redis://host:port/db', "
-                       "'rediss://...' (TLS) or 'unix:///path/to/redis.sock'"])
+                       "'rediss://...' (TLS), 'unix:///path/to/redis.sock' or, for a Redis Cluster, "
+                       "'redis://host:port,host:port/0?cluster=1'"])

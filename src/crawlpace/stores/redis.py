@@ -2,8 +2,10 @@
 
 Selected by URL: ``redis://[:password@]host:port/db``, ``rediss://`` (TLS) or
 ``unix:///path/to/socket``, with crawlpace's own options in the query string
-(``namespace``, ``lease``, ``time``); every other query option goes to
-redis-py. Needs the ``redis`` extra (redis-py with hiredis).
+(``namespace``, ``lease``, ``time``, ``cluster``); every other query option
+goes to redis-py. ``cluster=1`` talks to a Redis Cluster through the nodes the
+URL names (``redis://h1:7000,h2:7000/0?cluster=1``; see ``_cluster.py``).
+Needs the ``redis`` extra (redis-py with hiredis).
 
 How it divides the work (see ``docs/redis.md``):
 
@@ -42,6 +44,7 @@ from .._exceptions import ConfigError, ScopeGivenUp
 from .._scopes import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
+from . import _cluster
 from ._policies import PolicyFactory, PolicyFormatError, dump_policy, load_policy
 from ._snapshot import describe
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
@@ -66,14 +69,14 @@ _WRITE_TRIES = 8
 
 try:  # the driver is optional: the ``redis`` extra
     import redis.asyncio as aioredis
+    from redis.exceptions import ClusterError, ResponseError, SlotNotCoveredError
     from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import ResponseError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 except ImportError:  # pragma: no cover - exercised only without the extra
     aioredis = None  # type: ignore[assignment]
 
 _SCRIPTS = {name: resources.files("crawlpace.stores").joinpath("lua", f"{name}.lua").read_text("utf-8")
-            for name in ("acquire", "release")}
+            for name in ("acquire", "release", "rollback")}
 
 
 @dataclass(slots=True)
@@ -104,12 +107,12 @@ class _Cached:
 
 
 def parse_url(url: str) -> tuple[str, dict[str, str]]:
-    """Split crawlpace's options (namespace, lease, time) off a store URL."""
+    """Split crawlpace's options (namespace, lease, time, cluster) off a store URL."""
     parts = urlsplit(url)
     ours: dict[str, str] = {}
     theirs = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in {"namespace", "lease", "time"}:
+        if key in {"namespace", "lease", "time", "cluster"}:
             ours[key] = value
         else:
             theirs.append((key, value))
@@ -130,6 +133,9 @@ class RedisStore:
         lease: seconds a slot stays held without renewal; a dead worker's
             slots come back after at most this long.
         time: where ``now`` comes from (see :data:`TimeSource`).
+        cluster: talk to a Redis Cluster (the URL's ``cluster=1``): scripts
+            run per hash slot, and a request whose scopes span slots is
+            admitted in two phases (see ``docs/redis.md``).
 
     Raises:
         ConfigError: for a bad option, a missing driver, or a setting this
@@ -140,7 +146,7 @@ class RedisStore:
 
     def __init__(self, url: str, settings: Settings, clock: Clock, rng: random.Random | None = None, *,
                  namespace: str | None = None, lease: float | None = None,
-                 time: TimeSource | None = None) -> None:
+                 time: TimeSource | None = None, cluster: bool | None = None) -> None:
         if aioredis is None:  # pragma: no cover - exercised only without the extra
             raise ConfigError([f"store {url!r}: the Redis store needs redis-py; "
                                "install crawlpace[redis]"])
@@ -159,6 +165,12 @@ class RedisStore:
         source = time or options.get("time") or "server"
         if source not in _TIME_SOURCES:
             problems.append(f"store {url!r}: time={source!r} is not one of {', '.join(_TIME_SOURCES)}")
+        on = _cluster.is_on(options.get("cluster")) if cluster is None else cluster
+        if on is None:
+            problems.append(f"store {url!r}: cluster={options.get('cluster')!r} is not a flag; "
+                            "give cluster=1 (or leave it out)")
+        self.cluster = bool(on)
+        problems += _cluster.check_url(self.url, self.cluster, self.namespace)
         if settings.scope_defaults.quota is not None or any(
                 cfg.quota is not None for cfg in settings.scopes.values()):
             problems.append("quota: the Redis store does not share quotas yet; remove the quota or "
@@ -188,6 +200,14 @@ class RedisStore:
         self._worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._down_since: float | None = None
         self._retry = _RETRY_FIRST
+        # What counts as "the server cannot be reached", for failing closed.
+        self._down: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+        self._slots: _cluster.SlotAdmission | None = None
+        self._connecting = asyncio.Lock()
+        if self.cluster:
+            self._down += (ClusterError, SlotNotCoveredError)  # a node down, slots moving
+            self._slots = _cluster.SlotAdmission(self._run, self._now_arg, self._clock.now, self._held,
+                                                 self._start_renewer)
 
     # -- keys and time ----------------------------------------------------------
 
@@ -226,18 +246,33 @@ class RedisStore:
     async def _connect(self) -> None:
         if self._client is not None:
             return
-        self._client = aioredis.from_url(self.url, decode_responses=False)
-        self._scripts = {name: self._client.register_script(src) for name, src in _SCRIPTS.items()}
+        if self.cluster:
+            if not await self._open_cluster():
+                return
+        else:
+            self._client = aioredis.from_url(self.url, decode_responses=False)
+            self._scripts = {name: self._client.register_script(src) for name, src in _SCRIPTS.items()}
         if self.time != "local":
             # Snapshots and Crawl-Delays may come before the first script reply sets the offset.
             await self._sync()
+
+    async def _open_cluster(self) -> bool:
+        """Connect to the cluster unless a concurrent caller did (connecting awaits); True if this one did."""
+        async with self._connecting:
+            if self._client is not None:
+                return False
+            client = await _cluster.connect(self.url)
+            self._scripts = {name: client.register_script(src) for name, src in _SCRIPTS.items()}
+            self._client = client
+            return True
 
     async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
         await self._connect()
         try:
             return await self._scripts[name](keys=keys, args=args)
         except ResponseError as exc:
-            if self.time == "server" and "TIME" in str(exc).upper() and "ARGV" not in str(exc):
+            if (self.time == "server" and name != "rollback" and "TIME" in str(exc).upper()
+                    and "ARGV" not in str(exc)):
                 logger.warning("the Redis server refuses TIME inside scripts (%s); reading its clock "
                                "once a second instead", exc)
                 self.time = "synced"
@@ -313,9 +348,12 @@ class RedisStore:
                          repr(limits.floor), repr(factor)]
             lease_id = f"{self._worker}-{next(self._ids)}"
             args[1] = lease_id
-            sent = self._clock.now()
-            reply = await self._run("acquire", keys, args)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            if self._slots is not None and self._slots.spans(keys, 3):
+                reply, sent = await self._slots.acquire([name for name, _ in demands], keys, args)
+            else:
+                sent = self._clock.now()
+                reply = await self._run("acquire", keys, args)
+        except self._down as exc:
             return self._unreachable(exc, demands)
         self._reachable()
         status, server_now = int(reply[0]), float(reply[1])
@@ -391,10 +429,13 @@ class RedisStore:
             args += [repr(lease.server_slot_ready[index]), "1", *counts, *write]
         try:
             args[0] = await self._now_arg()
-            reply = await self._run("release", keys, args)
+            if self._slots is not None:
+                reply = await self._slots.release(keys, args)
+            else:
+                reply = await self._run("release", keys, args)
             self._reachable()
             await self._settle(lease, reply, pending, args)
-        except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+        except self._down as exc:
             logger.warning("Redis store %s unreachable at release (%s): the slots come back when their "
                            "lease expires, and this outcome is not shared", self.url, exc)
         return tuple(given_up)
@@ -447,7 +488,9 @@ class RedisStore:
         return describe(scope, policy, now,
                         concurrency=concurrency, delay=number("delay", policy.limits.delay),
                         delay_per_slot=number("pslot", policy.limits.delay_per_slot),
-                        inflight=int(inflight), resting=int(resting), sends=int(number("sends", 0)),
+                        inflight=int(inflight), resting=int(resting),
+                        # "rb": reservations rolled back after other sends (Redis Cluster); never sent.
+                        sends=int(number("sends", 0) - number("rb", 0)),
                         responses=int(number("resp", 0)), errors=int(number("errs", 0)),
                         ready_at=ready, last_latency=None if math.isnan(latency) else latency,
                         mean_latency=None if math.isnan(mean) else mean)
@@ -560,5 +603,5 @@ class RedisStore:
                         for name in names:
                             pipe.zadd(self._keys(name)[1], {lease_id: expiry}, xx=True)
                     await pipe.execute()
-            except (RedisConnectionError, RedisTimeoutError, OSError) as exc:
+            except self._down as exc:
                 logger.warning("could not renew leases in %s: %s", self.url, exc)

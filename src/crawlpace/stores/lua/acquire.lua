@@ -4,11 +4,17 @@
 -- ARGV: 1 now ("" = the server's TIME), 2 lease id, 3 lease seconds, 4 idle
 --   seconds (key expiry), 5 scope count, then per scope 5 values: concurrency,
 --   delay, delay per slot and floor for a scope not seen before, and the
---   jitter factor of this send.
+--   jitter factor of this send; then, optionally, a mode (Redis Cluster, for a
+--   request whose scopes span slots): "probe" only answers whether the scopes
+--   could admit now, "undo" admits and also returns what a rollback restores.
 -- Returns {1, now, slot_ready..., generation..., version..., gap..., now...}
 --   when admitted (gap: the mean gap between the scope's sends, "" after one),
---   {0, now, ready...} when not (ready "-1": every slot busy), or
---   {2, now, index} when a scope was given up.
+--   {0, now, ready...} when not (ready "-1": every slot busy),
+--   {2, now, index} when a scope was given up, and {3, now, ready...} when a
+--   probe finds every scope ready. In "undo" mode an admission's reply ends
+--   with, per scope, 6 more values: "next", "last" and "gap" before this send
+--   ("" for none), "next" as this send wrote it, the send count after it, and
+--   "1" when the scope had no state before.
 -- Times as text with every digit: tostring keeps only 14, which rounds a time
 -- to a tenth of a millisecond and can put a stored time past the next "now".
 local function num(x) return string.format("%.17g", x) end
@@ -18,6 +24,7 @@ if ARGV[1] == "" then
   now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 end
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
+local mode = ARGV[6 + 5 * n] or ""
 local ready, state = {}, {}
 local blocked = false
 for i = 1, n do
@@ -58,13 +65,14 @@ for i = 1, n do
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false}
 end
-if blocked then
+if blocked or mode == "probe" then
   local out = {0, num(now)}
+  if not blocked then out[1] = 3 end
   for i = 1, n do out[#out + 1] = ready[i] end
   return out
 end
 local out = {1, num(now)}
-local gens, vers, gaps = {}, {}, {}
+local gens, vers, gaps, undo = {}, {}, {}, {}
 for i = 1, n do
   local s = state[i]
   local a, l, r, delay, pslot, floor, factor = s[1], s[2], s[3], s[5], s[6], s[7], s[10]
@@ -80,12 +88,20 @@ for i = 1, n do
     gaps[i] = num(g)
     redis.call("HSET", a, "gap", gaps[i])
   end
+  if mode == "undo" then
+    undo[i] = {redis.call("HGET", a, "next") or "", redis.call("HGET", a, "last") or "", sent_gap or "",
+               num(now + gap)}
+  end
   redis.call("HSET", a, "next", num(now + gap), "last", num(now))
   if s[11] then
     redis.call("HSET", a, "conc", s[4], "delay", num(delay), "pslot", num(pslot),
                "floor", num(floor))
   end
-  redis.call("HINCRBY", a, "sends", 1)
+  local sends = redis.call("HINCRBY", a, "sends", 1)
+  if mode == "undo" then
+    undo[i][5] = sends
+    undo[i][6] = s[11] and "1" or "0"
+  end
   redis.call("EXPIRE", a, idle)
   redis.call("EXPIRE", l, idle)
   redis.call("EXPIRE", r, idle)
@@ -97,4 +113,9 @@ for i = 1, n do out[#out + 1] = gens[i] end
 for i = 1, n do out[#out + 1] = vers[i] end
 for i = 1, n do out[#out + 1] = gaps[i] end
 for i = 1, n do out[#out + 1] = num(now) end
+if mode == "undo" then
+  for i = 1, n do
+    for j = 1, 6 do out[#out + 1] = undo[i][j] end
+  end
+end
 return out
