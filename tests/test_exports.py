@@ -7,8 +7,9 @@ import crawlpace
 
 def test_all_is_sorted_and_complete() -> None:
     public = sorted((name for name in vars(crawlpace) if not name.startswith("_")), key=str.casefold)
-    public = [name for name in public if name not in {"policy", "stores", "cli", "testing", "guard", "sim",
-                                                              "frontier", "crawl", "http"}]
+    subpackages = {"policy", "stores", "cli", "testing", "guard", "sim", "frontier", "crawl", "http",
+                   "scrapy"}
+    public = [name for name in public if name not in subpackages]
     assert sorted(crawlpace.__all__, key=str.casefold) == sorted([*public, "__version__"],
                                                                  key=str.casefold)
     assert crawlpace.__all__ == sorted(crawlpace.__all__)

@@ -1,0 +1,94 @@
+"""The extension: the crawl's start and end, robots.txt parses, periodic stats.
+
+* When the spider opens, the throttler starts (if the scheduler has not
+  started it) and the spider's deprecated ``download_delay`` and
+  ``max_concurrent_requests`` attributes are neutralised, since crawlpace
+  applies them itself.
+* Every ``LOGSTATS_INTERVAL`` seconds, and when the spider closes, the
+  busiest scopes' limits go into the stats collector.
+* On Scrapy 2.18 and later, each ``robots_parsed`` signal hands over the
+  Crawl-Delay that Scrapy's own robots.txt parser read, for the user agent
+  Scrapy obeys (the middleware also reads it from the raw response, which is
+  how older Scrapy versions get it).
+* When the spider closes, every permit still held is released and the
+  throttler is closed.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+
+from scrapy import signals
+
+from ._compat import HAS_ROBOTS_PARSED
+from ._runtime import Runtime, runtime_of
+
+if TYPE_CHECKING:
+    from scrapy import Spider
+    from scrapy.crawler import Crawler
+
+__all__ = ["ThrottlingExtension"]
+
+logger = logging.getLogger("crawlpace.scrapy")
+
+
+class ThrottlingExtension:
+    """Connects the runtime to the crawl's signals. Added by the add-on."""
+
+    def __init__(self, runtime: Runtime, interval: float = 60.0) -> None:
+        self.runtime = runtime
+        self.interval = interval
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ThrottlingExtension:
+        """Build the extension and connect its signal handlers."""
+        interval = crawler.settings.getfloat("LOGSTATS_INTERVAL", 60.0)
+        extension = cls(runtime_of(crawler), interval)
+        crawler.signals.connect(extension.spider_opened, signal=signals.spider_opened)
+        crawler.signals.connect(extension.spider_closed, signal=signals.spider_closed)
+        if HAS_ROBOTS_PARSED:
+            crawler.signals.connect(extension.robots_parsed, signal=signals.robots_parsed)
+        return extension
+
+    def spider_opened(self, spider: Spider) -> None:
+        """Start the throttler and the periodic stats; neutralise the spider's own delay."""
+        runtime = self.runtime
+        runtime.open()
+        # Scrapy 2.13 reads these attributes for every new download slot, on top of the settings.
+        if hasattr(spider, "download_delay"):
+            spider.download_delay = 0
+        if hasattr(spider, "max_concurrent_requests"):
+            spider.max_concurrent_requests = runtime.config.settings.concurrent_requests
+        if self.interval > 0 and runtime.config.stats_scopes:
+            runtime.spawn(self._publish_every())
+
+    async def _publish_every(self) -> None:
+        clock = self.runtime.config.clock
+        while not self.runtime.closed:
+            await clock.sleep(self.interval)
+            try:
+                await self.runtime.publish_scope_stats()
+            except Exception:  # stats must never stop a crawl
+                logger.exception("could not publish the per-scope throttling stats")
+
+    async def spider_closed(self, spider: Spider, reason: str = "") -> None:
+        """Release what is held, publish the final stats, close the throttler."""
+        await self.runtime.aclose()
+
+    async def robots_parsed(self, robotparser: Any, request: Any = None, **kwargs: Any) -> None:
+        """Apply the Crawl-Delay Scrapy's robots.txt parser read (Scrapy 2.18+)."""
+        runtime = self.runtime
+        if not runtime.config.robots or request is None:
+            return
+        reader = getattr(robotparser, "crawl_delay", None)
+        if not callable(reader):
+            return
+        try:
+            delay = reader(runtime.config.robots_user_agent)
+        except Exception:  # a custom parser failing must not stop the crawl
+            logger.warning("the robots.txt parser %r failed to give a Crawl-Delay", robotparser,
+                           exc_info=True)
+            return
+        if delay is not None:
+            await runtime.apply_crawl_delay(runtime.crawl_delay_targets(request.url), float(delay))

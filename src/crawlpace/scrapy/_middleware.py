@@ -1,0 +1,108 @@
+"""The downloader middleware: the point where requests meet the network.
+
+It sits last before the download handlers (priority 950, after Scrapy's
+HTTP cache, so cached answers are never throttled), and there:
+
+* a request the scheduler admitted is sent under its permit; one that
+  arrives without a usable permit (robots.txt fetches, ``engine.download``,
+  requests of a spider that keeps Scrapy's scheduler) waits for its scopes
+  here, in memory, counted against ``DELAYED_REQUESTS_WARN_THRESHOLD``;
+* each response and each download exception is fed back to the request's
+  scopes (backoff, ``Retry-After`` and rate-limit headers, AutoThrottle,
+  rampup, the circuit breaker), and the permit is released;
+* a robots.txt response gives its Crawl-Delay to the scopes before its
+  permit goes back, so that the next request already keeps to it.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from scrapy.exceptions import IgnoreRequest
+
+from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
+from ._runtime import Runtime, runtime_of
+from ._tickets import REFUSAL_KEY, TICKET_KEY
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from scrapy.http import Response
+
+__all__ = ["RequestRefused", "ThrottlingMiddleware"]
+
+logger = logging.getLogger("crawlpace.scrapy")
+
+
+class RequestRefused(IgnoreRequest):
+    """A request that can never be admitted: it is dropped like one robots.txt forbids.
+
+    Its errback receives this exception. Causes: its scope was given up by
+    the circuit breaker, its ``throttling_scopes`` are malformed, or it
+    expects more quota than its scope holds per window.
+    """
+
+
+def _is_robots(request: Any) -> bool:
+    return bool(request.meta.get("dont_obey_robotstxt")) and urlsplit(request.url).path == "/robots.txt"
+
+
+class ThrottlingMiddleware:
+    """Sends each request under a permit and feeds its outcome back.
+
+    Added by :class:`~crawlpace.scrapy.Addon` at priority 950.
+    """
+
+    def __init__(self, runtime: Runtime) -> None:
+        self.runtime = runtime
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ThrottlingMiddleware:
+        """Build the middleware on the crawl's runtime."""
+        return cls(runtime_of(crawler))
+
+    async def process_request(self, request: Request, spider: Spider | None = None) -> None:
+        """Hold the request until its scopes admit it (at once, if the scheduler did)."""
+        refusal = request.meta.get(REFUSAL_KEY)
+        if refusal is not None:
+            raise RequestRefused(refusal)
+        runtime = self.runtime
+        if await runtime.claim(request) is not None:
+            return
+        try:
+            await runtime.admit(request)
+        except ThrottlerClosed as exc:
+            raise IgnoreRequest("the crawl is closing") from exc
+        except (ScopeGivenUp, ScopeError) as exc:
+            reason = "given_up" if isinstance(exc, ScopeGivenUp) else \
+                "quota" if isinstance(exc, QuotaError) else "scopes"
+            runtime.note_refused(reason)
+            if _is_robots(request):
+                # Scrapy 2.13's robots.txt middleware logs any other exception as an error.
+                raise IgnoreRequest(str(exc)) from exc
+            raise RequestRefused(str(exc)) from exc
+
+    async def process_response(self, request: Request, response: Response,
+                               spider: Spider | None = None) -> Response:
+        """Feed the response back to the request's scopes and release its permit."""
+        runtime = self.runtime
+        ticket = request.meta.get(TICKET_KEY)
+        if ticket is not None and runtime.config.robots and _is_robots(request):
+            await runtime.robots_response(request, response, ticket.scopes)
+        if getattr(response, "request", None) is None:
+            response.request = request  # the hooks of seed 001's managers read it
+        latency = request.meta.get("download_latency")
+        await runtime.settle(request, response=response,
+                             latency=latency if isinstance(latency, float) else None)
+        return response
+
+    async def process_exception(self, request: Request, exception: Exception,
+                                spider: Spider | None = None) -> None:
+        """Feed a failed download back to the request's scopes and release its permit."""
+        if isinstance(exception, IgnoreRequest):
+            # Dropped on its way (robots.txt, offsite, a refusal): never sent.
+            await self.runtime.settle(request)
+            return
+        await self.runtime.settle(request, exception=exception)

@@ -1,0 +1,484 @@
+"""A Scrapy scheduler that keeps throttled requests until their scopes are ready.
+
+Scrapy's own scheduler hands the engine any request, and the downloader then
+holds it in a slot queue until the slot's delay ran out; those waiting
+requests count against ``CONCURRENT_REQUESTS``, so one slow site can take
+the whole budget (Scrapy issues #2638 and #6982). This scheduler keeps every
+request until the throttler admits it: the engine only ever receives a
+request whose scopes said yes, together with its permit.
+
+Requests are grouped in queues by their scope names. A queue is *eligible*
+(worth asking the throttler about), *timed* (not before a known time),
+*blocked* (until a permit of one of its scopes is released: all slots are
+busy) or *asking* (a shared store is answering). The engine's
+``next_request()`` walks the eligible queues, highest head priority first and
+round-robin among equals, and returns the first request admitted. Within a
+queue, requests go by Scrapy priority, then by their expected use of a
+quota-limited scope (larger first, as seed 001 asks), then first in, first out.
+
+With the in-memory store an admission is decided on the spot. With a shared
+store (Redis) each question is a round trip: questions run as tasks, their
+permits wait in a short ready list, and the engine is woken to collect them.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import logging
+from collections import deque
+from collections.abc import Coroutine
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, TypeVar
+
+from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
+from .._permit import NotReady, Permit
+from .._scopes import Demand
+from ._runtime import RequestView, Runtime, runtime_of
+from ._tickets import REFUSAL_KEY
+
+if TYPE_CHECKING:
+    from scrapy import Request, Spider
+    from scrapy.crawler import Crawler
+    from twisted.internet.defer import Deferred
+
+__all__ = ["ThrottlingScheduler"]
+
+logger = logging.getLogger("crawlpace.scrapy")
+
+T = TypeVar("T")
+
+#: Seconds between two questions about a queue whose slots are all busy, when
+#: another process may free them (a shared store).
+SHARED_POLL = 0.05
+#: The same for the local store, only as a safety net: every release of this
+#: process wakes the queues of its scopes (Scrapy's engine heartbeat is 5 s too).
+LOCAL_POLL = 5.0
+
+_ELIGIBLE, _TIMED, _BLOCKED, _ASKING, _IDLE = "eligible", "timed", "blocked", "asking", "idle"
+
+
+def _now_or_task(coro: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
+    """Run ``coro`` to its end if it never has to wait; else say so.
+
+    The memory store answers without waiting, so ``try_acquire`` completes in
+    its first step and the engine gets its answer in the same call.
+
+    Returns:
+        ``(True, result)``, or ``(False, None)`` after closing ``coro`` when
+        it would have waited (the caller then runs it as a task).
+
+    Raises:
+        Whatever ``coro`` raised.
+    """
+    try:
+        coro.send(None)
+    except StopIteration as stop:
+        return True, stop.value
+    coro.close()
+    return False, None
+
+
+@dataclass(order=True, slots=True)
+class _Entry:
+    order: tuple[int, float, int]
+    request: Any = field(compare=False)
+    demands: tuple[Demand, ...] = field(compare=False)
+    waited: bool = field(default=False, compare=False)
+
+
+@dataclass(slots=True)
+class _Queue:
+    names: tuple[str, ...]
+    heap: list[_Entry] = field(default_factory=list)
+    state: str = _IDLE
+    token: int = 0  # invalidates stale entries in the eligible and timed heaps
+
+    def head(self) -> _Entry:
+        return self.heap[0]
+
+
+class ThrottlingScheduler:
+    """Hands the engine only requests whose throttling scopes admit them now.
+
+    Duplicate requests are filtered with ``DUPEFILTER_CLASS`` as in Scrapy's
+    scheduler. Requests are kept in memory (``JOBDIR`` resuming needs
+    Scrapy's scheduler; see ``CRAWLPACE_SCHEDULER``).
+
+    Args:
+        runtime: the crawl's throttling runtime (its stats collector is used).
+        dupefilter: the duplicate filter, if any.
+        crawler: the crawler.
+    """
+
+    def __init__(self, runtime: Runtime, dupefilter: Any = None, *, crawler: Any = None) -> None:
+        self.runtime = runtime
+        self.df = dupefilter
+        self.crawler = crawler
+        self.spider: Spider | None = None
+        self._queues: dict[tuple[str, ...], _Queue] = {}
+        self._by_scope: dict[str, set[tuple[str, ...]]] = {}
+        self._eligible: list[tuple[int, int, int, tuple[str, ...]]] = []
+        self._timed: list[tuple[float, int, int, tuple[str, ...]]] = []
+        self._blocked_any: set[tuple[str, ...]] = set()
+        self._ready: deque[Request] = deque()
+        self._refused: deque[Request] = deque()
+        self._order = itertools.count()
+        self._turns = itertools.count()
+        self._queued = 0
+        self._resolving = 0
+        self._asking = 0
+        self._timer: Any = None
+        self._timer_at = float("inf")
+        runtime.on_release(self._released)
+        runtime.on_give_up(self._gave_up)
+
+    @classmethod
+    def from_crawler(cls, crawler: Crawler) -> ThrottlingScheduler:
+        """Build the scheduler with the crawl's runtime and ``DUPEFILTER_CLASS``."""
+        from scrapy.utils.misc import build_from_crawler, load_object
+
+        dupefilter = build_from_crawler(load_object(crawler.settings["DUPEFILTER_CLASS"]), crawler)
+        return cls(runtime_of(crawler), dupefilter, crawler=crawler)
+
+    # -- Scrapy's scheduler interface -----------------------------------------------
+
+    def open(self, spider: Spider | None = None) -> Deferred[None] | None:
+        """Start the throttler and open the duplicate filter."""
+        self.spider = spider
+        self.runtime.open()
+        opener = getattr(self.df, "open", None)
+        opened: Deferred[None] | None = opener() if callable(opener) else None
+        return opened
+
+    def close(self, reason: str) -> Deferred[None] | None:
+        """Give back the permits of requests the engine never collected; close the filter."""
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        while self._ready:
+            self.runtime.forget(self._ready.popleft())
+        if self._queued:
+            logger.info("%d requests were still waiting for their throttling scopes", self._queued)
+        closer = getattr(self.df, "close", None)
+        closed: Deferred[None] | None = closer(reason) if callable(closer) else None
+        return closed
+
+    def has_pending_requests(self) -> bool:
+        """True while any request is queued, being resolved, admitted or refused."""
+        return len(self) > 0
+
+    def __len__(self) -> int:
+        return self._queued + self._resolving + self._asking + len(self._ready) + len(self._refused)
+
+    def enqueue_request(self, request: Request) -> bool:
+        """Queue ``request`` under its scopes, unless the duplicate filter drops it."""
+        if self.df is not None and not request.dont_filter and self.df.request_seen(request):
+            self.df.log(request, self.spider)
+            return False
+        runtime = self.runtime
+        runtime.forget(request)
+        stats = runtime.stats
+        stats.inc_value("scheduler/enqueued/memory")
+        stats.inc_value("scheduler/enqueued")
+        try:
+            demands = runtime.scopes_nowait(request)
+        except ScopeError as exc:
+            self._refuse(request, "scopes", str(exc))
+            return True
+        if demands is None:
+            self._resolving += 1
+            runtime.spawn(self._resolve(request))
+        else:
+            self._push(request, demands)
+        return True
+
+    def next_request(self) -> Request | None:
+        """Return a request whose scopes admitted it, or ``None`` when none is ready.
+
+        ``None`` with requests pending means they wait for their scopes; the
+        scheduler wakes the engine when the earliest is due.
+        """
+        if self._refused:
+            return self._dequeued(self._refused.popleft())
+        if self._ready:
+            return self._dequeued(self._ready.popleft())
+        self._promote_due()
+        throttler = self.runtime.throttler
+        cap = self.runtime.config.settings.concurrent_requests
+        shared = throttler.store.shared
+        while self._eligible:
+            # Nothing can be admitted past the global cap; a release wakes the engine.
+            if throttler.inflight + self._asking + len(self._ready) >= cap:
+                return None
+            queue = self._pop_eligible()
+            if queue is None:
+                continue
+            if shared:
+                self._ask_later(queue)
+                continue
+            request = self._ask_now(queue)
+            if request is not None:
+                return self._dequeued(request)
+            if self._refused:
+                return self._dequeued(self._refused.popleft())
+        return None
+
+    # -- queues ------------------------------------------------------------------------
+
+    def _dequeued(self, request: Request) -> Request:
+        stats = self.runtime.stats
+        stats.inc_value("scheduler/dequeued/memory")
+        stats.inc_value("scheduler/dequeued")
+        return request
+
+    def _order_of(self, request: Any, demands: tuple[Demand, ...]) -> tuple[int, float, int]:
+        settings = self.runtime.config.settings
+        share = 0.0
+        for name, use in demands:
+            quota = settings.scope_config(name).quota
+            if quota:
+                share = max(share, use / quota)
+        return (-int(getattr(request, "priority", 0)), -share, next(self._order))
+
+    def _push(self, request: Any, demands: tuple[Demand, ...]) -> None:
+        names = tuple(sorted(name for name, _ in demands))
+        queue = self._queues.get(names)
+        if queue is None:
+            queue = self._queues[names] = _Queue(names)
+            for name in names:
+                self._by_scope.setdefault(name, set()).add(names)
+        entry = _Entry(self._order_of(request, demands), request, demands)
+        head_before = queue.heap[0] if queue.heap else None
+        heapq.heappush(queue.heap, entry)
+        self._queued += 1
+        if queue.state == _IDLE or (queue.state == _ELIGIBLE and head_before is not None
+                                    and entry.order < head_before.order):
+            self._make_eligible(queue)
+
+    async def _resolve(self, request: Any) -> None:
+        """Ask an awaiting manager for the scopes, then queue the request."""
+        try:
+            demands = await self.runtime.scopes(request)
+        except ScopeError as exc:
+            self._resolving -= 1
+            self._refuse(request, "scopes", str(exc))
+        except Exception as exc:
+            self._resolving -= 1
+            logger.exception("the throttling manager failed on %s", request)
+            self._refuse(request, "scopes", f"the throttling manager failed: {exc!r}")
+        else:
+            self._resolving -= 1
+            self._push(request, demands)
+        self.runtime.wake()
+
+    def _make_eligible(self, queue: _Queue) -> None:
+        if not queue.heap:
+            queue.state = _IDLE
+            return
+        queue.state = _ELIGIBLE
+        queue.token += 1
+        heapq.heappush(self._eligible, (queue.head().order[0], next(self._turns), queue.token, queue.names))
+        self._blocked_any.discard(queue.names)
+
+    def _pop_eligible(self) -> _Queue | None:
+        _priority, _turn, token, names = heapq.heappop(self._eligible)
+        queue = self._queues.get(names)
+        if queue is None or queue.token != token or queue.state != _ELIGIBLE:
+            return None
+        if not queue.heap:
+            self._drop(queue)
+            return None
+        return queue
+
+    def _drop(self, queue: _Queue) -> None:
+        del self._queues[queue.names]
+        queue.state = _IDLE
+        queue.token += 1
+        self._blocked_any.discard(queue.names)
+        for name in queue.names:
+            keys = self._by_scope.get(name)
+            if keys is not None:
+                keys.discard(queue.names)
+                if not keys:
+                    del self._by_scope[name]
+
+    def _after_admission(self, queue: _Queue) -> None:
+        if queue.heap:
+            self._make_eligible(queue)
+        else:
+            self._drop(queue)
+
+    def _set_timed(self, queue: _Queue, when: float) -> None:
+        queue.state = _TIMED
+        queue.token += 1
+        heapq.heappush(self._timed, (when, next(self._turns), queue.token, queue.names))
+        self._arm(when)
+
+    def _set_blocked(self, queue: _Queue, waiting_on: tuple[tuple[str, float | None], ...]) -> None:
+        queue.state = _BLOCKED
+        queue.token += 1
+        if not waiting_on:
+            self._blocked_any.add(queue.names)  # the global cap: any release may help
+        # A shared store's slots free up in other processes too: ask again soon.
+        poll = SHARED_POLL if self.runtime.throttler.store.shared else LOCAL_POLL
+        when = self.runtime.clock_now + poll
+        heapq.heappush(self._timed, (when, next(self._turns), queue.token, queue.names))
+        self._arm(when)
+
+    def _promote_due(self) -> None:
+        now = self.runtime.clock_now
+        timed = self._timed
+        while timed and timed[0][0] <= now:
+            _when, _turn, token, names = heapq.heappop(timed)
+            queue = self._queues.get(names)
+            if queue is not None and queue.token == token and queue.state in (_TIMED, _BLOCKED):
+                self._make_eligible(queue)
+        if timed:
+            self._arm(timed[0][0])
+
+    def _arm(self, when: float) -> None:
+        if self._timer is not None and self._timer_at <= when:
+            return
+        if self._timer is not None:
+            self._timer.cancel()
+        self._timer_at = when
+        self._timer = self.runtime.config.clock.call_at(when, self._on_timer)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        self._timer_at = float("inf")
+        self._promote_due()
+        if self._eligible:
+            self.runtime.wake()
+
+    # -- admission ----------------------------------------------------------------------
+
+    def _ask_now(self, queue: _Queue) -> Any | None:
+        """Ask the (local) store about the queue's head; return the request if admitted."""
+        entry = queue.head()
+        throttler = self.runtime.throttler
+        try:
+            done, result = _now_or_task(throttler.try_acquire(RequestView(entry.request),
+                                                              scopes=dict(entry.demands)))
+        except (ScopeGivenUp, QuotaError, ThrottlerClosed) as exc:
+            self._failed(queue, exc)
+            return None
+        if not done:  # a store that awaits after all: ask in a task
+            self._ask_later(queue)
+            return None
+        return self._answer(queue, entry, result)
+
+    def _ask_later(self, queue: _Queue) -> None:
+        queue.state = _ASKING
+        queue.token += 1
+        self._asking += 1
+        self.runtime.spawn(self._ask(queue, queue.head()))
+
+    async def _ask(self, queue: _Queue, entry: _Entry) -> None:
+        throttler = self.runtime.throttler
+        try:
+            result = await throttler.try_acquire(RequestView(entry.request), scopes=dict(entry.demands))
+        except (ScopeGivenUp, QuotaError, ThrottlerClosed) as exc:
+            self._asking -= 1
+            self._failed(queue, exc, entry)
+            self.runtime.wake()
+            return
+        except Exception:
+            # A store that fails (Redis unreachable) must not lose the request: ask again later.
+            self._asking -= 1
+            logger.exception("asking the throttling store about %s failed", entry.request)
+            self._set_timed(queue, self.runtime.clock_now + LOCAL_POLL)
+            return
+        self._asking -= 1
+        request = self._answer(queue, entry, result)
+        if request is not None:
+            self._ready.append(request)
+        self.runtime.wake()
+
+    def _answer(self, queue: _Queue, entry: _Entry, result: Permit | NotReady) -> Any | None:
+        runtime = self.runtime
+        if isinstance(result, Permit):
+            self._remove(queue, entry)
+            runtime.issue(entry.request, result, "scheduler")
+            self._after_admission(queue)
+            return entry.request
+        if not entry.waited:
+            entry.waited = True
+            runtime.stats.inc_value("throttling/waits")
+            runtime.stats.inc_value("throttling/waits/scheduler")
+        if result.ready_at is not None:
+            self._set_timed(queue, result.ready_at)
+        else:
+            self._set_blocked(queue, tuple(item for item in result.waiting_on if item[1] is None))
+        return None
+
+    def _failed(self, queue: _Queue, exc: BaseException, entry: _Entry | None = None) -> None:
+        """The head of ``queue`` can never be admitted (or the crawl is closing)."""
+        if isinstance(exc, ThrottlerClosed):
+            queue.state = _IDLE
+            return
+        if isinstance(exc, ScopeGivenUp):
+            self._refuse_queue(queue, "given_up", str(exc))
+            return
+        entry = queue.head() if entry is None else entry
+        self._remove(queue, entry)
+        self._refuse(entry.request, "quota", str(exc))
+        self._after_admission(queue)
+
+    def _remove(self, queue: _Queue, entry: _Entry) -> None:
+        """Take ``entry`` out of ``queue`` (the head, unless a request overtook it meanwhile)."""
+        if queue.heap[0] is entry:
+            heapq.heappop(queue.heap)
+        else:
+            queue.heap.remove(entry)
+            heapq.heapify(queue.heap)
+        self._queued -= 1
+
+    def _refuse(self, request: Any, reason: str, message: str) -> None:
+        request.meta[REFUSAL_KEY] = message
+        self.runtime.note_refused(reason)
+        self._refused.append(request)
+
+    def _refuse_queue(self, queue: _Queue, reason: str, message: str) -> None:
+        while queue.heap:
+            entry = heapq.heappop(queue.heap)
+            self._queued -= 1
+            self._refuse(entry.request, reason, message)
+        self._drop(queue)
+
+    # -- events from the runtime ------------------------------------------------------
+
+    def _released(self, scopes: tuple[str, ...]) -> None:
+        """A permit of ``scopes`` went back: their waiting queues may go now."""
+        waking: list[_Queue] = []
+        for name in scopes:
+            for names in self._by_scope.get(name, ()):
+                queue = self._queues.get(names)
+                if queue is not None and queue.state in (_TIMED, _BLOCKED):
+                    waking.append(queue)
+        for names in self._blocked_any:
+            queue = self._queues.get(names)
+            if queue is not None and queue.state == _BLOCKED:
+                waking.append(queue)
+        self._blocked_any.clear()
+        if not waking:
+            return
+        # The queue whose head came first goes first: fair, and the same in every run.
+        unique = {id(queue): queue for queue in waking}
+        for queue in sorted(unique.values(), key=lambda queue: queue.head().order):
+            self._make_eligible(queue)
+        self.runtime.wake()
+
+    def _gave_up(self, scope: str) -> None:
+        message = f"scope {scope!r} was given up by its circuit breaker"
+        for names in sorted(self._by_scope.get(scope, ())):
+            queue = self._queues.get(names)
+            if queue is not None and queue.state != _ASKING:
+                self._refuse_queue(queue, "given_up", message)
+        if self._refused:
+            self.runtime.wake()
+
+    def __repr__(self) -> str:
+        return (f"<ThrottlingScheduler queued={self._queued} queues={len(self._queues)} "
+                f"ready={len(self._ready)} refused={len(self._refused)}>")

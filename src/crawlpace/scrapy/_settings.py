@@ -1,0 +1,377 @@
+"""Reading seed 001's settings out of a Scrapy settings object.
+
+Scrapy and seed 001 share some names but not their defaults: Scrapy's own
+``CONCURRENT_REQUESTS_PER_DOMAIN`` is 8 and its ``DOWNLOAD_DELAY`` is 0,
+where the seed (and crawlpace) start every scope at one slot and one second.
+A name Scrapy defines is therefore read only when someone set it (its
+priority is above Scrapy's ``default``); otherwise crawlpace's default
+applies. Names only crawlpace knows (``THROTTLING_*``, ``BACKOFF_*``, ...)
+are read whenever present, and a misspelt one is an error, as in the core.
+
+Values the core's :class:`~crawlpace.Settings` cannot hold (a manager given
+as a class or an instance, the add-on's own ``CRAWLPACE_*`` options) are
+taken here; everything else goes to :meth:`Settings.from_scrapy`, so the
+messages for invalid values are the core's, word for word.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, replace
+from typing import Any
+from urllib.parse import urlsplit
+
+from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
+
+from .._clock import AsyncioClock, Clock
+from .._config import Settings
+from .._exceptions import ConfigError
+from .._feedback import FeedbackBuilder
+from .._scopes import ThrottlingManager, ThrottlingManagerProtocol, import_object, load_scope_manager
+from ..stores import REDIS_SCHEMES, open_store
+from ..stores.base import Store
+from ._compat import ASYNCIO_REACTOR, default_backoff_exceptions
+
+__all__ = ["AddonConfig", "read_config", "scrapy_values"]
+
+logger = logging.getLogger(__name__)
+
+# Names Scrapy defines too, with defaults of its own: read only when set.
+_SHARED_NAMES = frozenset({
+    "CONCURRENT_REQUESTS", "CONCURRENT_REQUESTS_PER_DOMAIN", "DOWNLOAD_DELAY",
+    "RANDOMIZE_DOWNLOAD_DELAY", "AUTOTHROTTLE_ENABLED", "AUTOTHROTTLE_START_DELAY",
+    "AUTOTHROTTLE_MAX_DELAY", "AUTOTHROTTLE_TARGET_CONCURRENCY", "AUTOTHROTTLE_DEBUG",
+})
+# Names only crawlpace knows, without one of the core's prefixes.
+_PLAIN_NAMES = frozenset({"DOWNLOAD_DELAY_PER_SLOT", "REDIRECT_MAX_DELAY", "DELAYED_REQUESTS_WARN_THRESHOLD"})
+_PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
+# The add-on's own names, never passed to the core.
+ADDON_NAMES = frozenset({"THROTTLING_DEBUG", "THROTTLING_MANAGER"})
+_DEFAULT = SETTINGS_PRIORITIES["default"]
+
+
+@dataclass(frozen=True, slots=True)
+class AddonConfig:
+    """Everything the add-on's components need, checked at start-up.
+
+    Attributes:
+        settings: the core settings.
+        manager: the throttling manager (``THROTTLING_MANAGER``).
+        store: the state store (``CRAWLPACE_STORE``), not yet connected.
+        store_url: the store's URL, for log lines.
+        clock: the throttler's clock.
+        debug: log one line per change of a scope's limits
+            (``THROTTLING_DEBUG`` or ``AUTOTHROTTLE_DEBUG``).
+        use_scheduler: whether the crawlpace scheduler replaces Scrapy's.
+        robots: whether robots.txt Crawl-Delay is applied (``ROBOTSTXT_OBEY``
+            and ``THROTTLING_ROBOTSTXT_OBEY``).
+        robots_user_agent: whose Crawl-Delay to read.
+        stats_scopes: how many scopes get per-scope entries in the stats.
+    """
+
+    settings: Settings
+    manager: ThrottlingManagerProtocol
+    store: Store
+    store_url: str
+    clock: Clock
+    debug: bool
+    use_scheduler: bool
+    robots: bool
+    robots_user_agent: str
+    stats_scopes: int
+
+
+def _plain(value: Any) -> Any:
+    """Scrapy nests dicts as settings objects; the core wants plain data."""
+    if isinstance(value, BaseSettings):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, Mapping):
+        return {key: _plain(item) for key, item in value.items()}
+    return value
+
+
+def _explicit(settings: BaseSettings, name: str) -> bool:
+    priority = settings.getpriority(name)
+    return priority is not None and priority > _DEFAULT
+
+
+def _class_path(value: object) -> object:
+    """A class given where the core wants an import path becomes its path."""
+    if isinstance(value, type):
+        return f"{value.__module__}.{value.__qualname__}"
+    return value
+
+
+def scrapy_values(settings: BaseSettings) -> dict[str, Any]:
+    """The settings the core reads, as plain values, in seed 001's names.
+
+    Names Scrapy also defines count only when set; ``DOWNLOAD_DELAY_JITTER``
+    (Scrapy 2.19's name for the jitter magnitude) stands in for
+    ``RANDOMIZE_DOWNLOAD_DELAY`` when only it is set. Scope managers given as
+    classes become import paths.
+    """
+    values: dict[str, Any] = {}
+    for name in settings:
+        if not isinstance(name, str) or name in ADDON_NAMES:
+            continue
+        if name in _SHARED_NAMES:
+            if _explicit(settings, name):
+                values[name] = _plain(settings[name])
+        elif name in _PLAIN_NAMES or name.startswith(_PREFIXES):
+            values[name] = _plain(settings[name])
+    if "RANDOMIZE_DOWNLOAD_DELAY" not in values and _explicit(settings, "DOWNLOAD_DELAY_JITTER"):
+        values["RANDOMIZE_DOWNLOAD_DELAY"] = settings["DOWNLOAD_DELAY_JITTER"]
+    if "BACKOFF_EXCEPTIONS" not in values:
+        values["BACKOFF_EXCEPTIONS"] = default_backoff_exceptions()
+    if "THROTTLING_SCOPE_MANAGER" in values:
+        values["THROTTLING_SCOPE_MANAGER"] = _class_path(values["THROTTLING_SCOPE_MANAGER"])
+    scopes = values.get("THROTTLING_SCOPES")
+    if isinstance(scopes, dict):
+        values["THROTTLING_SCOPES"] = {
+            name: ({**entry, "manager": _class_path(entry["manager"])}
+                   if isinstance(entry, dict) and "manager" in entry else entry)
+            for name, entry in scopes.items()}
+    return values
+
+
+def _has_scopes_method(obj: object) -> bool:
+    return callable(getattr(obj, "get_scopes", None)) or callable(getattr(obj, "get_request_scopes", None))
+
+
+class RequestScopesManager(ThrottlingManager):
+    """Lets a manager with only a plain ``get_request_scopes(request)`` serve as one.
+
+    Seed 001's first examples define such managers; the rest of the add-on
+    expects the async ``get_scopes``. The other hooks are the default ones.
+    """
+
+    def __init__(self, inner: Any) -> None:
+        self.inner = inner
+
+    def scopes_nowait(self, request: Any) -> Any:
+        """The scopes, computed without awaiting."""
+        return self.inner.get_request_scopes(request)
+
+    async def get_scopes(self, request: Any) -> Any:
+        """Ask the wrapped manager."""
+        return self.inner.get_request_scopes(request)
+
+    def __repr__(self) -> str:
+        return f"<RequestScopesManager of {self.inner!r}>"
+
+
+def load_manager(value: object, build: Callable[[type[Any]], Any]) -> ThrottlingManagerProtocol:
+    """Turn ``THROTTLING_MANAGER`` (an import path, a class or an instance) into a manager.
+
+    Args:
+        value: the setting's value.
+        build: creates an instance of a class (Scrapy's ``build_from_crawler``,
+            so that a manager may have ``from_crawler``).
+
+    Raises:
+        ConfigError: naming the setting when the value is none of those.
+    """
+    target = value
+    if isinstance(value, str):
+        try:
+            target = import_object(value)
+        except (ImportError, AttributeError, ValueError) as exc:
+            raise ConfigError([f"THROTTLING_MANAGER: cannot import {value!r} ({exc}); give the import "
+                               "path of a class with an async get_scopes(request)"]) from exc
+    if isinstance(target, type):
+        try:
+            target = build(target)
+        except TypeError as exc:
+            raise ConfigError([f"THROTTLING_MANAGER: cannot create {value!r} ({exc}); give a class whose "
+                               "__init__ takes no arguments or that has from_crawler(crawler)"]) from exc
+    if not _has_scopes_method(target):
+        raise ConfigError([f"THROTTLING_MANAGER: {value!r} has no get_scopes(request) method; give a "
+                           "subclass of crawlpace.scrapy.ThrottlingManager, or a class with "
+                           "get_request_scopes(request)"])
+    if not callable(getattr(target, "get_scopes", None)):
+        return RequestScopesManager(target)
+    return target  # type: ignore[return-value]
+
+
+def _flag(settings: BaseSettings, name: str, default: bool, problems: list[str]) -> bool:
+    value = settings.get(name, default)
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, str) and value.lower() in ("true", "false", "1", "0"):
+        return value.lower() in ("true", "1")  # ``-s NAME=true`` on the command line
+    if isinstance(value, int) and value in (0, 1):
+        return bool(value)
+    problems.append(f"{name}: expected true or false, got {value!r} ({type(value).__name__})")
+    return default
+
+
+def _count(settings: BaseSettings, name: str, default: int, problems: list[str]) -> int:
+    value = settings.get(name, default)
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        number = -1
+    if isinstance(value, bool) or number < 0 or (isinstance(value, float) and not value.is_integer()):
+        problems.append(f"{name}: expected a whole number of 0 or more, got {value!r}")
+        return default
+    return number
+
+
+def _check_reactor(settings: BaseSettings, problems: list[str]) -> None:
+    if settings.get("TWISTED_REACTOR_ENABLED", True) is False:
+        return  # Scrapy 2.19 without a reactor: plain asyncio
+    reactor = settings.get("TWISTED_REACTOR")
+    if reactor and reactor != ASYNCIO_REACTOR:
+        problems.append(f"TWISTED_REACTOR: crawlpace.scrapy needs the asyncio reactor, got {reactor!r}; "
+                        f"set TWISTED_REACTOR = {ASYNCIO_REACTOR!r}")
+
+
+def _scheduler_choice(settings: BaseSettings, problems: list[str]) -> bool:
+    """Whether the crawlpace scheduler is used (``CRAWLPACE_SCHEDULER``)."""
+    ours = "crawlpace.scrapy.ThrottlingScheduler"
+    explicit = _explicit(settings, "CRAWLPACE_SCHEDULER")
+    use = _flag(settings, "CRAWLPACE_SCHEDULER", True, problems)
+    if explicit:
+        if use and settings.get("JOBDIR"):
+            problems.append("CRAWLPACE_SCHEDULER: the crawlpace scheduler keeps requests in memory and "
+                            "cannot resume a JOBDIR crawl; set CRAWLPACE_SCHEDULER = False to keep "
+                            "Scrapy's scheduler, or remove JOBDIR")
+        return use
+    scheduler = settings.get("SCHEDULER")
+    if _explicit(settings, "SCHEDULER") and _class_path(scheduler) != ours and scheduler != ours:
+        problems.append(f"SCHEDULER: {_class_path(scheduler)!r} is set, and the add-on would replace it "
+                        "with crawlpace's; set CRAWLPACE_SCHEDULER = True to replace it, or "
+                        "CRAWLPACE_SCHEDULER = False to keep it (requests then wait for their scopes "
+                        "after leaving it)")
+    elif settings.get("JOBDIR"):
+        problems.append("JOBDIR: the crawlpace scheduler keeps requests in memory and cannot resume a "
+                        "crawl; set CRAWLPACE_SCHEDULER = False to keep Scrapy's scheduler (requests "
+                        "then wait for their scopes after leaving it)")
+    return True
+
+
+def _warn_inert(settings: BaseSettings, core: Settings) -> None:
+    """Say which Scrapy throttling settings stop mattering under the add-on."""
+    defaults = core.scope_defaults
+    per_slot_set = "DOWNLOAD_DELAY_PER_SLOT" in settings or \
+        "delay_per_slot" in _plain(settings.get("THROTTLING_SCOPE_DEFAULTS") or {})
+    if _explicit(settings, "DOWNLOAD_DELAY") and not per_slot_set \
+            and defaults.concurrency == 1 and defaults.delay < defaults.delay_per_slot:
+        logger.warning("DOWNLOAD_DELAY = %g is shorter than DOWNLOAD_DELAY_PER_SLOT (%g by default), which "
+                       "governs while each scope has one slot; set DOWNLOAD_DELAY_PER_SLOT too",
+                       defaults.delay, defaults.delay_per_slot)
+    slots = _plain(settings.get("DOWNLOAD_SLOTS") or {})
+    if slots:
+        moved = {key: {k: v for k, v in (entry or {}).items() if k in ("concurrency", "delay")}
+                 for key, entry in slots.items()}
+        logger.warning("DOWNLOAD_SLOTS has no effect under crawlpace.scrapy; throttling scopes replace "
+                       "download slots: THROTTLING_SCOPES = %r", moved)
+    with warnings.catch_warnings():  # Scrapy 2.19 warns on reading it: it is deprecated
+        warnings.simplefilter("ignore")
+        per_ip = _explicit(settings, "CONCURRENT_REQUESTS_PER_IP") and \
+            settings.getint("CONCURRENT_REQUESTS_PER_IP")
+    if per_ip:
+        logger.warning("CONCURRENT_REQUESTS_PER_IP has no effect under crawlpace.scrapy; scopes are per "
+                       "host (write a THROTTLING_MANAGER to group requests otherwise)")
+
+
+def spider_attribute_values(spider: object, settings: BaseSettings) -> dict[str, Any]:
+    """The deprecated spider attributes ``download_delay`` and ``max_concurrent_requests``.
+
+    Scrapy reads them in place of ``DOWNLOAD_DELAY`` and
+    ``CONCURRENT_REQUESTS_PER_DOMAIN`` unless those are set at spider
+    priority or above; the add-on does the same.
+    """
+    values: dict[str, Any] = {}
+    for attr, name in (("download_delay", "DOWNLOAD_DELAY"),
+                       ("max_concurrent_requests", "CONCURRENT_REQUESTS_PER_DOMAIN")):
+        if spider is None or not hasattr(spider, attr):
+            continue
+        if (settings.getpriority(name) or 0) >= SETTINGS_PRIORITIES["spider"]:
+            continue
+        logger.warning("the spider attribute %r is deprecated; crawlpace reads it as %s, set that "
+                       "instead", attr, name)
+        values[name] = getattr(spider, attr)
+    return values
+
+
+def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
+                spider: object = None, clock: Clock | None = None,
+                rng: random.Random | None = None) -> AddonConfig:
+    """Check every setting the add-on reads and gather them.
+
+    Args:
+        settings: the crawl's Scrapy settings, before the add-on changes them.
+        build: creates a manager from its class (see :func:`load_manager`).
+        spider: the spider (class), for its deprecated throttling attributes.
+        clock: the throttler's clock (the event loop's by default).
+        rng: the random source for jitter.
+
+    Raises:
+        ConfigError: listing every problem found.
+    """
+    problems: list[str] = []
+    _check_reactor(settings, problems)
+    values = {**scrapy_values(settings), **spider_attribute_values(spider, settings)}
+    core: Settings | None = None
+    try:
+        core = Settings.from_scrapy(values)
+    except ConfigError as exc:
+        problems.extend(exc.problems)
+    if core is not None:
+        debug = _flag(settings, "THROTTLING_DEBUG", False, problems) or core.autothrottle.debug
+        if debug:
+            # The add-on's own line per adjustment covers AutoThrottle's changes too.
+            core = replace(core, autothrottle=replace(core.autothrottle, debug=False))
+        try:
+            FeedbackBuilder(core)  # imports BACKOFF_EXCEPTIONS
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+        for path in {cfg.manager for cfg in (core.scope_defaults, *core.scopes.values()) if cfg.manager}:
+            try:
+                load_scope_manager(path)
+            except ConfigError as exc:
+                problems.extend(exc.problems)
+    else:
+        debug = False
+    manager: ThrottlingManagerProtocol = ThrottlingManager()
+    raw_manager = settings.get("THROTTLING_MANAGER")
+    if raw_manager is not None:
+        try:
+            manager = load_manager(raw_manager, build)
+        except ConfigError as exc:
+            problems.extend(exc.problems)
+    store_url = settings.get("CRAWLPACE_STORE") or "memory://"
+    store: Store | None = None
+    clock = clock if clock is not None else AsyncioClock()
+    if not isinstance(store_url, str):
+        problems.append(f"CRAWLPACE_STORE: expected a URL such as 'memory://' or 'redis://localhost:6379/0', "
+                        f"got {store_url!r}")
+    elif (scheme := urlsplit(store_url).scheme) not in ("memory", *REDIS_SCHEMES):
+        problems.append(f"CRAWLPACE_STORE: {store_url!r} has the unknown scheme {scheme!r}; use "
+                        "'memory://', 'redis://host:port/db', 'rediss://...' or "
+                        "'unix:///path/to/redis.sock'")
+    elif core is not None:
+        try:
+            store = open_store(store_url, core, clock, rng if rng is not None else random.Random())
+        except ConfigError as exc:
+            for problem in exc.problems:  # the store checks some settings again: say each once
+                if problem.startswith("store "):
+                    problems.append(f"CRAWLPACE_STORE: {problem}")
+                elif problem not in problems:
+                    problems.append(problem)
+    use_scheduler = _scheduler_choice(settings, problems)
+    stats_scopes = _count(settings, "CRAWLPACE_STATS_SCOPES", 100, problems)
+    robots = settings.getbool("ROBOTSTXT_OBEY")
+    if problems:
+        raise ConfigError(problems)
+    assert core is not None
+    assert store is not None
+    _warn_inert(settings, core)
+    agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
+    return AddonConfig(settings=core, manager=manager, store=store, store_url=store_url, clock=clock,
+                       debug=debug, use_scheduler=use_scheduler, robots=robots and core.robotstxt_obey,
+                       robots_user_agent=str(agent), stats_scopes=stats_scopes)
