@@ -16,4 +16,4 @@ def test_all_is_sorted_and_complete() -> None:
 
 
 def test_version_is_set() -> None:
-    assert crawlpace.__version__ == "0.5.0"
+    assert crawlpace.__version__ == "0.6.0"
