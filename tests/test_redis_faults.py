@@ -27,7 +27,9 @@ import pytest
 from crawlpace import Settings
 from crawlpace._clock import AsyncioClock, Clock
 from crawlpace.stores import Blocked, Lease, Outcome, Store, open_store
+from crawlpace.stores._pending import PendingRelease, ReleaseQueue
 from crawlpace.stores.redis import RedisLease, RedisStore
+from crawlpace.testing import MockClock
 
 from .redis_server import RedisServer, redis_binary
 
@@ -307,5 +309,135 @@ async def test_synced_time_admits_blocks_and_releases(redis_url: str) -> None:
         assert abs(second.granted_at - clock.now()) < 0.5
         await store.release(second, Outcome(status=200, latency=0.1))
         assert store.time == "synced"  # it never fell back to another source
+    finally:
+        await store.aclose()
+
+
+@pytest.fixture
+def persistent_server() -> Iterator[RedisServer]:
+    """A redis-server of the test's own that keeps its data when stopped and started again."""
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("no redis-server on PATH (scripts/test installs one)")
+    server = RedisServer(binary, persist=True)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+async def test_a_release_that_failed_is_sent_again_when_redis_answers(
+        persistent_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="crawlpace")
+    clock = AsyncioClock()
+    settings = Settings.from_scrapy(FULL_RAW)
+    url = f"{persistent_server.url}?namespace=retry&lease=30"
+    store, other = make_store(url, settings, clock), make_store(url, settings, clock)
+    scope = (("held.example", 1.0),)
+    try:
+        held = [await store.acquire(scope) for _ in range(2)]
+        assert isinstance(held[0], Lease)
+        assert isinstance(held[1], Lease)
+        assert await other.acquire(scope) == Blocked(None, (("held.example", None),))
+
+        persistent_server.stop()
+        assert await store.release(held[0], Outcome(status=200, latency=0.1)) == ()
+        assert any("sent again when the server answers" in r.getMessage() for r in caplog.records)
+        persistent_server.start()  # with its data: both leases are still there, held for 30 s
+        back = time.monotonic()
+
+        # The other worker sees the slot free again within about a second (the retry timer of the
+        # store that failed to release it), not when the 30 s lease runs out.
+        while not isinstance(lease := await other.acquire(scope), Lease):
+            assert time.monotonic() - back < 2.0, "the failed release was not sent again"
+            await asyncio.sleep(0.05)
+        assert time.monotonic() - back < 2.0
+        snap = await other.snapshot("held.example")
+        assert snap is not None
+        assert (snap.inflight, snap.sends, snap.responses) == (2, 3, 1)  # the outcome was counted too
+        await other.release(lease, Outcome(status=200))
+        await store.release(held[1], Outcome(status=200))
+    finally:
+        await store.aclose()
+        await other.aclose()
+
+
+async def test_waiting_releases_are_dropped_once_their_lease_expired(
+        caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.INFO, logger="crawlpace")
+    clock = MockClock()
+    sent: list[str] = []
+    up = False
+
+    async def send(item: PendingRelease) -> None:
+        if not up:
+            raise ConnectionError("down")
+        sent.append(item.lease_id)
+
+    queue = ReleaseQueue(send, (ConnectionError,), clock.now, clock.sleep, limit=2)
+    for n, expires in enumerate((5.0, 50.0, 60.0)):
+        queue.add(PendingRelease(f"L{n}", expires, None))
+    assert len(queue) == 2  # bounded: the oldest went
+    assert any("L0 dropped" in r.getMessage() for r in caplog.records)
+    with pytest.raises(ConnectionError):
+        await queue.flush()
+    assert len(queue) == 2
+    clock.advance(55.0)  # L1's lease has expired by now: not worth sending
+    up = True
+    await queue.flush()
+    assert sent == ["L2"]
+    assert (len(queue), queue.sent, queue.dropped) == (0, 1, 2)
+    assert any("L1 dropped" in r.getMessage() for r in caplog.records)
+    await queue.aclose()
+
+
+async def test_the_memory_fallback_admits_slowly_while_redis_is_down(
+        own_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.WARNING, logger="crawlpace")
+    clock = AsyncioClock()
+    settings = Settings.from_scrapy({
+        "RANDOMIZE_DOWNLOAD_DELAY": False,
+        "THROTTLING_SCOPES": {"fb.example": {"concurrency": 2, "delay": 0.1, "delay_per_slot": 0.0}},
+    })
+    store = make_store(f"{own_server.url}?namespace=fb&fallback=memory&fallback_workers=4", settings, clock)
+    scope = (("fb.example", 1.0),)
+
+    def switches() -> list[str]:
+        return [r.getMessage() for r in caplog.records
+                if r.levelno == logging.WARNING and ("fallback" in r.getMessage())]
+
+    try:
+        shared = await store.acquire(scope)
+        assert isinstance(shared, RedisLease)
+        await store.release(shared, Outcome(status=200))
+
+        own_server.stop()
+        local = await store.acquire(scope)
+        assert isinstance(local, Lease)
+        assert not isinstance(local, RedisLease)  # admitted by the fallback
+        # One slot only, whatever the scope's concurrency ...
+        assert await store.acquire(scope) == Blocked(None, (("fb.example", None),))
+        await store.release(local, Outcome(status=200))
+        # ... and the delay four times the configured one.
+        paced = await store.acquire(scope)
+        assert isinstance(paced, Blocked)
+        assert paced.ready_at == pytest.approx(local.granted_at + 0.4)
+        assert len(switches()) == 1
+        assert "memory fallback" in switches()[0]
+
+        own_server.start()
+        deadline = time.monotonic() + 8.0
+        while not isinstance(result := await store.acquire(scope), RedisLease):
+            assert time.monotonic() < deadline, "never went back to Redis"
+            if isinstance(result, Lease):
+                await store.release(result, Outcome(status=200))
+            await asyncio.sleep(0.05)
+        assert len(switches()) == 2
+        assert "back to the shared state" in switches()[1]
+        await store.release(result, Outcome(status=200))
+        snap = await store.snapshot("fb.example")
+        assert snap is not None
+        assert (snap.inflight, snap.sends, snap.concurrency) == (0, 1, 2)  # Redis's own state again
     finally:
         await store.aclose()

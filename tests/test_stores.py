@@ -8,7 +8,7 @@ from collections.abc import AsyncIterator, Callable
 
 import pytest
 
-from crawlpace import ConfigError, Settings
+from crawlpace import ConfigError, QuotaError, Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome, Store, open_store
 from crawlpace.stores.redis import RedisStore
@@ -24,6 +24,10 @@ SETTINGS = Settings.from_scrapy({
     "THROTTLING_SCOPES": {
         "a": {"concurrency": 2, "delay": 0.5, "delay_per_slot": 1.0},
         "b": {"concurrency": 1, "delay": 0.0, "delay_per_slot": 0.0},
+        "brk": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0,
+                "breaker": {"min_requests": 3, "error_share": 0.1, "pause": 10.0, "give_up_after": 2}},
+        # 10 units per 100 s: a bucket of 1 unit (a tenth), refilled at 0.09 units a second.
+        "q": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0, "quota": 10.0, "window": 100.0},
     },
 })
 
@@ -147,6 +151,92 @@ async def test_crawl_delay_gives_one_slot_and_spacing(store_and_clock: tuple[Sto
     assert (snap.concurrency, snap.crawl_delay) == (1, 2.0)
 
 
+async def test_an_announced_pace_spaces_sends_until_it_runs_out(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    store, clock = store_and_clock
+    lease = await store.acquire((("b", 1.0),))
+    assert isinstance(lease, Lease)
+    paced = Outcome(status=200, feedback=(ScopeFeedback(status=200, pace=2.0, pace_for=10.0),))
+    await store.release(lease, paced)
+    assert await store.acquire((("b", 1.0),)) == Blocked(2.0, (("b", 2.0),))
+    clock.advance(11.0)  # the budget's window is over: no pace any more
+    first = await store.acquire((("b", 1.0),))
+    assert isinstance(first, Lease)
+    await store.release(first, Outcome(status=200))
+    assert isinstance(await store.acquire((("b", 1.0),)), Lease)
+
+
+async def test_the_breaker_opens_lets_one_probe_through_and_closes(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    store, clock = store_and_clock
+    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
+    for _ in range(3):
+        lease = await store.acquire((("brk", 1.0),))
+        assert isinstance(lease, Lease)
+        await store.release(lease, failure)
+        clock.advance(0.1)
+    snap = await store.snapshot("brk")
+    assert snap is not None
+    assert snap.breaker == "open"
+    blocked = await store.acquire((("brk", 1.0),))
+    assert isinstance(blocked, Blocked)
+    assert blocked.ready_at == pytest.approx(0.2 + 10.0)
+    clock.advance(10.0)
+    probe = await store.acquire((("brk", 1.0),))
+    assert isinstance(probe, Lease)
+    assert isinstance(await store.acquire((("brk", 1.0),)), Blocked)  # one probe at a time
+    await store.release(probe, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+    snap = await store.snapshot("brk")
+    assert snap is not None
+    assert snap.breaker == "closed"
+    assert isinstance(await store.acquire((("brk", 1.0),)), Lease)
+
+
+async def test_a_quota_refuses_until_its_bucket_has_refilled(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    store, clock = store_and_clock
+    with pytest.raises(QuotaError, match="whole quota is 10 per 100s"):
+        await store.acquire((("q", 11.0),))
+    for _ in range(2):
+        lease = await store.acquire((("q", 0.5),))
+        assert isinstance(lease, Lease)
+        await store.release(lease, Outcome(status=200))
+    snap = await store.snapshot("q")
+    assert snap is not None
+    assert snap.quota_remaining == pytest.approx(0.0)
+    blocked = await store.acquire((("q", 0.5),))
+    # Half a unit short, refilled at 0.09 units a second.
+    assert isinstance(blocked, Blocked)
+    assert blocked.ready_at == pytest.approx(0.5 / 0.09)
+    assert blocked.waiting_on == (("q", blocked.ready_at),)
+    assert blocked.ready_at is not None
+    clock.advance(blocked.ready_at - clock.now())
+    held = await store.acquire((("q", 0.5),))
+    assert isinstance(held, Lease)  # admitted at exactly the time it was told
+    assert isinstance(await store.acquire((("q", 0.5),)), Blocked)
+    assert isinstance(await store.acquire((("q", 0.0),)), Lease)  # no use: no quota needed
+
+
+async def test_a_quota_is_reconciled_with_the_actual_use(store_and_clock: tuple[Store, MockClock]) -> None:
+    store, _clock = store_and_clock
+    lease = await store.acquire((("q", 1.0),))
+    assert isinstance(lease, Lease)
+    assert isinstance(await store.acquire((("q", 1.0),)), Blocked)  # the bucket is empty
+    # The request used nothing after all: the refund lets one more through.
+    await store.release(lease, Outcome(status=200, feedback=(ScopeFeedback(status=200, consumed_quota=0.0),)))
+    again = await store.acquire((("q", 1.0),))
+    assert isinstance(again, Lease)
+    # This one used 3 units, not 1: the bucket owes 2 more, and waits 3 units of refill.
+    await store.release(again, Outcome(status=200, feedback=(ScopeFeedback(status=200, consumed_quota=3.0),)))
+    blocked = await store.acquire((("q", 1.0),))
+    assert isinstance(blocked, Blocked)
+    assert blocked.ready_at == pytest.approx(3.0 / 0.09)
+    assert blocked.waiting_on == (("q", blocked.ready_at),)
+    snap = await store.snapshot("q")
+    assert snap is not None
+    assert snap.quota_remaining == pytest.approx(-2.0)
+
+
 @pytest.mark.redis
 async def test_workers_on_one_redis_share_what_they_learn(redis_url: str) -> None:
     clock = MockClock()
@@ -169,6 +259,31 @@ async def test_workers_on_one_redis_share_what_they_learn(redis_url: str) -> Non
         snap = await one.snapshot("b")
         assert snap is not None
         assert (snap.sends, snap.responses, snap.errors, snap.backoff) == (2, 2, 0, 1)
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+@pytest.mark.redis
+async def test_only_one_worker_probes_a_half_open_scope(redis_url: str) -> None:
+    clock = MockClock()
+    url = redis_url + "&time=local"
+    one, two = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
+    try:
+        for _ in range(3):
+            lease = await one.acquire((("brk", 1.0),))
+            assert isinstance(lease, Lease)
+            await one.release(lease, failure)
+            clock.advance(0.1)
+        assert isinstance(await two.acquire((("brk", 1.0),)), Blocked)  # open for every worker
+        clock.advance(10.0)
+        probe = await two.acquire((("brk", 1.0),))
+        assert isinstance(probe, Lease)
+        # The scope has a second slot, but the probe is alone: worker one waits too.
+        assert isinstance(await one.acquire((("brk", 1.0),)), Blocked)
+        await two.release(probe, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+        assert isinstance(await one.acquire((("brk", 1.0),)), Lease)
     finally:
         await one.aclose()
         await two.aclose()
@@ -201,5 +316,10 @@ def test_store_urls() -> None:
         open_store("redis://127.0.0.1:6379/0?lease=x", SETTINGS, MockClock(), random.Random())
     with pytest.raises(ConfigError, match="time='moon' is not one of server, synced, local"):
         open_store("redis://127.0.0.1:6379/0?time=moon", SETTINGS, MockClock(), random.Random())
+    with pytest.raises(ConfigError, match="fallback='disk' is not known"):
+        open_store("redis://127.0.0.1:6379/0?fallback=disk", SETTINGS, MockClock(), random.Random())
+    with pytest.raises(ConfigError, match="fallback_workers='0' is not a whole number"):
+        open_store("redis://127.0.0.1:6379/0?fallback=memory&fallback_workers=0", SETTINGS, MockClock(),
+                   random.Random())
     with pytest.raises(ConfigError, match="unknown scheme 'ftp'"):
         open_store("ftp://x", SETTINGS, MockClock(), random.Random())

@@ -41,8 +41,10 @@ _ON = frozenset({"1", "yes", "true", "on"})
 _OFF = frozenset({"", "0", "no", "false", "off"})
 
 # Where the per-scope values start in each script's ARGV (0-based), and how many there are per scope.
-_ACQUIRE_HEAD, _ACQUIRE_EACH, _ACQUIRE_KEYS = 5, 5, 3
-_RELEASE_HEAD, _RELEASE_EACH, _RELEASE_KEYS = 4, 14, 4
+ACQUIRE_HEAD, ACQUIRE_EACH, ACQUIRE_KEYS = 5, 8, 3
+RELEASE_HEAD, RELEASE_EACH, RELEASE_KEYS = 4, 18, 4
+_ACQUIRE_HEAD, _ACQUIRE_EACH, _ACQUIRE_KEYS = ACQUIRE_HEAD, ACQUIRE_EACH, ACQUIRE_KEYS
+_RELEASE_HEAD, _RELEASE_EACH, _RELEASE_KEYS = RELEASE_HEAD, RELEASE_EACH, RELEASE_KEYS
 # Values per scope at the end of an acquire reply in "undo" mode.
 _UNDO_EACH = 6
 _HASH_SLOTS = 16384

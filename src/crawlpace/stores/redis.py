@@ -2,8 +2,8 @@
 
 Selected by URL: ``redis://[:password@]host:port/db``, ``rediss://`` (TLS) or
 ``unix:///path/to/socket``, with crawlpace's own options in the query string
-(``namespace``, ``lease``, ``time``, ``cluster``); every other query option
-goes to redis-py. ``cluster=1`` talks to a Redis Cluster through the nodes the
+(``namespace``, ``lease``, ``time``, ``cluster``, ``fallback``, ``fallback_workers``);
+every other query option goes to redis-py. ``cluster=1`` talks to a Redis Cluster through the nodes the
 URL names (``redis://h1:7000,h2:7000/0?cluster=1``; see ``_cluster.py``).
 Needs the ``redis`` extra (redis-py with hiredis).
 
@@ -21,12 +21,17 @@ How it divides the work (see ``docs/redis.md``):
   breaker) is computed in Python by the same code as the memory store, and
   written back with the release, guarded by a version: when another worker
   wrote first, the outcome is applied again to the newer policy.
+* What must hold for every worker at once is decided in the scripts: the
+  breaker's half-open probe (one lease at a time, recorded in the scope's
+  hash) and the quota's token bucket (consumed at acquire, reconciled with
+  the actual use at release).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import logging
 import math
@@ -40,11 +45,12 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .._clock import Clock
 from .._config import Settings
-from .._exceptions import ConfigError, ScopeGivenUp
+from .._exceptions import ConfigError, QuotaError, ScopeGivenUp
 from .._scopes import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
-from . import _cluster
+from . import _cluster, _fallback
+from ._pending import PendingRelease, ReleaseQueue
 from ._policies import PolicyFactory, PolicyFormatError, dump_policy, load_policy
 from ._snapshot import describe
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
@@ -106,13 +112,44 @@ class _Cached:
     policy: ScopePolicy | None = None  # read from ``blob`` when first needed, then kept
 
 
+def _pause(policy: ScopePolicy, now: float) -> str:
+    """The breaker's pause as the release script stores it (call after ``policy.gate(now, ...)``).
+
+    The end of the pause while open, ``"h"`` while half-open (the stored end
+    stays, and so does a recorded probe), ``""`` when closed, given up or off.
+    """
+    breaker = policy.breaker
+    if breaker is None:
+        return ""
+    if breaker.state == "open":
+        until = breaker.snapshot(now).open_until
+        return "" if until is None else repr(until)
+    return "h" if breaker.state == "half_open" else ""
+
+
+def _quota_args(policy: ScopePolicy, name: str, use: float) -> list[str]:
+    """The acquire script's quota values for one scope: the use, the bucket's capacity and rate.
+
+    Raises:
+        QuotaError: when ``use`` exceeds the whole quota (it could never be sent).
+    """
+    quota = policy.quota
+    if quota is None or use <= 0.0:
+        return [repr(use), "", ""]
+    if not quota.fits(use):
+        raise QuotaError(f"a request expects to use {use:g} quota units of scope {name!r}, whose whole "
+                         f"quota is {quota.quota:g} per {quota.window:g}s, so it can never be sent; lower "
+                         "its expected use or raise the scope's quota")
+    return [repr(use), repr(quota.capacity), repr(quota.rate)]
+
+
 def parse_url(url: str) -> tuple[str, dict[str, str]]:
-    """Split crawlpace's options (namespace, lease, time, cluster) off a store URL."""
+    """Split crawlpace's options (namespace, lease, time, cluster, fallback...) off a store URL."""
     parts = urlsplit(url)
     ours: dict[str, str] = {}
     theirs = []
     for key, value in parse_qsl(parts.query, keep_blank_values=True):
-        if key in {"namespace", "lease", "time", "cluster"}:
+        if key in {"namespace", "lease", "time", "cluster", "fallback", "fallback_workers"}:
             ours[key] = value
         else:
             theirs.append((key, value))
@@ -137,9 +174,13 @@ class RedisStore:
             run per hash slot, and a request whose scopes span slots is
             admitted in two phases (see ``docs/redis.md``).
 
+    The URL's ``fallback=memory`` (and ``fallback_workers``) admits by a
+    cautious local memory store while the server is unreachable (see
+    ``_fallback.py``); without it the store fails closed. Releases that
+    cannot reach the server are sent again when it answers (``_pending.py``).
+
     Raises:
-        ConfigError: for a bad option, a missing driver, or a setting this
-            store cannot share (quotas, for now).
+        ConfigError: for a bad option or a missing driver.
     """
 
     shared = True
@@ -171,10 +212,9 @@ class RedisStore:
                             "give cluster=1 (or leave it out)")
         self.cluster = bool(on)
         problems += _cluster.check_url(self.url, self.cluster, self.namespace)
-        if settings.scope_defaults.quota is not None or any(
-                cfg.quota is not None for cfg in settings.scopes.values()):
-            problems.append("quota: the Redis store does not share quotas yet; remove the quota or "
-                            "use the memory store (memory://)")
+        fallback, self.fallback_workers, wrong = _fallback.parse_options(
+            url, options.get("fallback"), options.get("fallback_workers"))
+        problems += wrong
         if problems:
             raise ConfigError(problems)
         self.time: TimeSource = source  # type: ignore[assignment]
@@ -186,7 +226,8 @@ class RedisStore:
         self._prefix = f"cp:{self.namespace}:"
         longest = max([settings.robotstxt_max_delay, settings.scope_defaults.backoff.max_delay,
                        settings.scope_defaults.window,
-                       *(cfg.backoff.max_delay for cfg in settings.scopes.values())])
+                       *(cfg.backoff.max_delay for cfg in settings.scopes.values()),
+                       *(cfg.window for cfg in settings.scopes.values())])
         # Idle scopes expire, but not before any delay they hold could have run out.
         self.idle = int(max(3600.0, 10.0 * longest))
         self._client: Any = None
@@ -200,12 +241,18 @@ class RedisStore:
         self._worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._down_since: float | None = None
         self._retry = _RETRY_FIRST
+        self._next_try = -math.inf  # while down, when to try the server again
+        # While the server is unreachable, admissions go here instead (fallback=memory), if set.
+        self._fallback = _fallback.open_fallback(settings, self.fallback_workers, clock, self._rng) \
+            if fallback else None
         # What counts as "the server cannot be reached", for failing closed.
         self._down: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
         self._slots: _cluster.SlotAdmission | None = None
         self._connecting = asyncio.Lock()
         if self.cluster:
             self._down += (ClusterError, SlotNotCoveredError)  # a node down, slots moving
+        self._unreleased = ReleaseQueue(self._resend_release, self._down, self._clock.now, self._clock.sleep)
+        if self.cluster:
             self._slots = _cluster.SlotAdmission(self._run, self._now_arg, self._clock.now, self._held,
                                                  self._start_renewer)
 
@@ -280,23 +327,32 @@ class RedisStore:
                 return await self._scripts[name](keys=keys, args=args)
             raise
 
-    def _unreachable(self, exc: Exception, demands: tuple[Demand, ...]) -> Blocked:
-        """Fail closed: nothing is admitted while the server cannot be reached."""
+    def _unreachable(self, exc: Exception, demands: tuple[Demand, ...]) -> Lease | Blocked:
+        """Fail closed (nothing is admitted while the server cannot be reached), or fall back."""
         now = self._clock.now()
         if self._down_since is None:
             self._down_since = now
-            logger.warning("Redis store %s unreachable (%s): holding every request until it answers",
-                           self.url, exc)
+            if self._fallback is None:
+                logger.warning("Redis store %s unreachable (%s): holding every request until it answers",
+                               self.url, exc)
+            else:
+                logger.warning("Redis store %s unreachable (%s): admitting by the memory fallback (one "
+                               "slot per scope, delays x%d) until it answers", self.url, exc,
+                               self.fallback_workers)
         else:
             logger.debug("Redis store still unreachable after %.1fs: %s", now - self._down_since, exc)
         wait = self._retry
         self._retry = min(self._retry * 2.0, _RETRY_MAX)
+        self._next_try = now + wait
+        if self._fallback is not None:
+            return self._fallback.acquire_nowait(demands)
         return Blocked(now + wait, tuple((name, now + wait) for name, _ in demands))
 
     def _reachable(self) -> None:
         if self._down_since is not None:
-            logger.warning("Redis store %s answers again after %.1fs", self.url,
-                           self._clock.now() - self._down_since)
+            back = "; back to the shared state from the memory fallback" if self._fallback is not None else ""
+            logger.warning("Redis store %s answers again after %.1fs%s", self.url,
+                           self._clock.now() - self._down_since, back)
             self._down_since = None
         self._retry = _RETRY_FIRST
 
@@ -327,25 +383,28 @@ class RedisStore:
         blob = dump_policy(policy)
         return blob, [blob, str(limits.concurrency), repr(limits.delay), repr(limits.delay_per_slot),
                       repr(limits.floor), repr(hold if hold > now else -1.0), str(policy.generation),
-                      "1" if policy.given_up else "0"]
+                      "1" if policy.given_up else "0", _pause(policy, now)]
 
     # -- the Store interface ------------------------------------------------------------
 
     async def acquire(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
         """Admit ``demands`` in every scope at once, or return why not."""
+        if self._fallback is not None and self._down_since is not None and self._clock.now() < self._next_try:
+            return self._fallback.acquire_nowait(demands)  # still down, most likely: not worth a try yet
         try:
             await self._connect()
+            await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
             await self._refresh_due(demands)
             args: list[Any] = [await self._now_arg(), "", self.lease, self.idle, len(demands)]
             keys: list[str] = []
-            for name, _use in demands:
+            for name, use in demands:
                 keys += list(self._keys(name)[:3])
                 policy = self._policy(name)
                 limits = policy.limits
                 jitter = policy.jitter
                 factor = jitter.factor(self._rng) if jitter.enabled else 1.0
                 args += [limits.concurrency, repr(limits.delay), repr(limits.delay_per_slot),
-                         repr(limits.floor), repr(factor)]
+                         repr(limits.floor), repr(factor), *_quota_args(policy, name, use)]
             lease_id = f"{self._worker}-{next(self._ids)}"
             args[1] = lease_id
             if self._slots is not None and self._slots.spans(keys, 3):
@@ -395,6 +454,8 @@ class RedisStore:
     async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
         """Give the slots of ``lease`` back and apply ``outcome`` to the shared policies."""
         if not isinstance(lease, RedisLease):
+            if self._fallback is not None:  # granted by the fallback while the server was away
+                return self._fallback.release_nowait(lease, outcome)
             raise TypeError("a RedisStore can only release its own leases")
         self._held.pop(lease.lease_id, None)
         feedback: tuple[ScopeFeedback | None, ...] = outcome.feedback or (
@@ -415,7 +476,11 @@ class RedisStore:
                           "0" if outcome.error is None else "1",
                           repr(outcome.latency) if outcome.latency is not None and outcome.latency >= 0.0
                           else ""]
-            write = [""] * 9  # no write-back
+            write = [""] * 10  # no write-back
+            quota = self._policy(name).quota
+            charge = [""] * 3
+            if quota is not None and signal is not None and signal.consumed_quota is not None:
+                charge = [repr(quota.capacity), repr(quota.rate), repr(signal.consumed_quota - use)]
             if signal is not None or self._policy_is_gated(name):
                 stored = name in self._cache and self._cache[name].blob is not None
                 before = self._policy(name).summary()
@@ -426,19 +491,34 @@ class RedisStore:
                     _blob, values = self._writeback(policy, now)
                     write = [str(version), *values]
                     pending[index] = (signal, generation)
-            args += [repr(lease.server_slot_ready[index]), "1", *counts, *write]
+            args += [repr(lease.server_slot_ready[index]), "1", *counts, *write, *charge]
+        item = PendingRelease(lease.lease_id, self._clock.now() + self.lease, (lease, keys, args, pending))
         try:
-            args[0] = await self._now_arg()
-            if self._slots is not None:
-                reply = await self._slots.release(keys, args)
-            else:
-                reply = await self._run("release", keys, args)
-            self._reachable()
-            await self._settle(lease, reply, pending, args)
+            await self._unreleased.flush()  # older releases first: they free slots too
+            await self._send_release(item)
         except self._down as exc:
-            logger.warning("Redis store %s unreachable at release (%s): the slots come back when their "
-                           "lease expires, and this outcome is not shared", self.url, exc)
+            logger.warning("Redis store %s unreachable at release (%s): the release is sent again when "
+                           "the server answers (until its lease would have expired)", self.url, exc)
+            self._unreleased.add(item)
         return tuple(given_up)
+
+    async def _resend_release(self, item: PendingRelease) -> None:
+        """Send a release that failed: its outcome counts only where its lease is still held."""
+        _lease, _keys, args, _pending = item.payload
+        for index in range(int(args[_cluster.RELEASE_HEAD - 1])):
+            args[_cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index + 1] = "2"
+        await self._send_release(item)
+
+    async def _send_release(self, item: PendingRelease) -> None:
+        """Send one release (again, for one that failed) and settle its write-backs."""
+        lease, keys, args, pending = item.payload
+        args[0] = await self._now_arg()
+        if self._slots is not None:
+            reply = await self._slots.release(keys, args)
+        else:
+            reply = await self._run("release", keys, args)
+        self._reachable()
+        await self._settle(lease, reply, pending, args)
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
         """Apply a robots.txt Crawl-Delay to ``scope`` for every worker."""
@@ -485,7 +565,7 @@ class RedisStore:
             ready = None
         latency = number("lat", math.nan)
         mean = number("mlat", math.nan)
-        return describe(scope, policy, now,
+        snap = describe(scope, policy, now,
                         concurrency=concurrency, delay=number("delay", policy.limits.delay),
                         delay_per_slot=number("pslot", policy.limits.delay_per_slot),
                         inflight=int(inflight), resting=int(resting),
@@ -494,6 +574,16 @@ class RedisStore:
                         responses=int(number("resp", 0)), errors=int(number("errs", 0)),
                         ready_at=ready, last_latency=None if math.isnan(latency) else latency,
                         mean_latency=None if math.isnan(mean) else mean)
+        quota = policy.quota
+        if quota is None:
+            return snap
+        # The shared bucket, not this worker's copy: the credit "qc" as of "qa" (none: full).
+        credit, settled = number("qc", math.nan), number("qa", math.nan)
+        remaining = quota.capacity
+        if not (math.isnan(credit) or math.isnan(settled)):
+            refill = quota.rate * (now - settled)
+            remaining = credit if now <= settled else min(quota.capacity, credit + refill)
+        return dataclasses.replace(snap, quota_remaining=remaining)
 
     async def scopes(self) -> list[str]:
         """List the scopes with state in this namespace."""
@@ -507,6 +597,7 @@ class RedisStore:
 
     async def aclose(self) -> None:
         """Stop renewing leases and close the connections."""
+        await self._unreleased.aclose()
         if self._renewer is not None:
             self._renewer.cancel()
             with contextlib.suppress(asyncio.CancelledError):
@@ -541,7 +632,7 @@ class RedisStore:
             if index not in pending:
                 continue
             name, use = lease.demands[index]
-            base = 4 + 14 * index
+            base = _cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index
             version = int(args[base + 5])
             if result in (b"ok", "ok"):
                 cached = self._cache[name]
@@ -562,7 +653,8 @@ class RedisStore:
     async def _write_only(self, name: str, version: int, policy: ScopePolicy, now: float) -> bool:
         """Write ``policy`` back if the stored version is still ``version``."""
         blob, values = self._writeback(policy, now)
-        args = [await self._now_arg(), "", self.idle, 1, "0", "", "0", "0", "", str(version), *values]
+        args = [await self._now_arg(), "", self.idle, 1, "0", "", "0", "0", "", str(version), *values,
+                "", "", ""]
         reply = await self._run("release", list(self._keys(name)), args)
         if reply[1] in (b"ok", "ok"):
             cached = self._cache[name]

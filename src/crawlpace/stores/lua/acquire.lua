@@ -2,11 +2,17 @@
 --
 -- KEYS: per scope, its admission hash, its lease set and its resting-slot set.
 -- ARGV: 1 now ("" = the server's TIME), 2 lease id, 3 lease seconds, 4 idle
---   seconds (key expiry), 5 scope count, then per scope 5 values: concurrency,
---   delay, delay per slot and floor for a scope not seen before, and the
---   jitter factor of this send; then, optionally, a mode (Redis Cluster, for a
+--   seconds (key expiry), 5 scope count, then per scope 8 values: concurrency,
+--   delay, delay per slot and floor for a scope not seen before, the jitter
+--   factor of this send, the quota units this request expects to use, and the
+--   scope's quota bucket: its capacity and refill rate per second ("" for a
+--   scope without a quota); then, optionally, a mode (Redis Cluster, for a
 --   request whose scopes span slots): "probe" only answers whether the scopes
 --   could admit now, "undo" admits and also returns what a rollback restores.
+-- A scope whose breaker opened has "brk" (the end of the pause) in its hash:
+--   once "now" passes it, one admission records its lease id as "probe", and
+--   the scope answers "full" while that lease lives (the release script, or
+--   the write-back that closes or reopens the breaker, clears it).
 -- Returns {1, now, slot_ready..., generation..., version..., gap..., now...}
 --   when admitted (gap: the mean gap between the scope's sends, "" after one),
 --   {0, now, ready...} when not (ready "-1": every slot busy),
@@ -24,13 +30,14 @@ if ARGV[1] == "" then
   now = tonumber(t[1]) + tonumber(t[2]) / 1e6
 end
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local mode = ARGV[6 + 5 * n] or ""
+local mode = ARGV[6 + 8 * n] or ""
 local ready, state = {}, {}
 local blocked = false
 for i = 1, n do
   local a, l, r = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local base = 5 + 5 * (i - 1)
-  local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver")
+  local base = 5 + 8 * (i - 1)
+  local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
+                      "brk", "probe", "qc", "qa")
   local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
   local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
@@ -45,6 +52,35 @@ for i = 1, n do
   local hold = tonumber(f[6]) or -1
   if hold > at then at = hold end
   local full = inflight >= conc
+  -- The quota, a token bucket as in policy/quota.py: "qc" is the credit as of
+  -- time "qa" (neither: full since forever). A request waits until the credit
+  -- covers its use (at most the capacity); the answer depends on the stored
+  -- state only, so asking again at the time it gives admits.
+  local use, qcap, qrate = tonumber(ARGV[base + 6]) or 0, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 8])
+  if qcap and use > 0 then
+    local credit, qa = tonumber(f[12]), tonumber(f[13])
+    local need = use
+    if need > qcap then need = qcap end
+    if credit and qa and credit < need then
+      local q = math.huge
+      if qrate > 0 then q = qa + (need - credit) / qrate end
+      if q > at then at = q end
+    end
+  end
+  -- The breaker: "brk" is the end of its pause. Past it the scope is half-open
+  -- and admits one request, the probe, while no live probe is recorded.
+  local probing = false
+  local brk = tonumber(f[10])
+  if brk then
+    if brk > at then at = brk end
+    if now >= brk and not full then
+      if f[11] and redis.call("ZSCORE", l, f[11]) then
+        full = true  -- a probe is out: only its answer lets more through
+      else
+        probing = true
+      end
+    end
+  end
   if not full then
     local resting = redis.call("ZCARD", r)
     if inflight + resting >= conc then
@@ -63,7 +99,8 @@ for i = 1, n do
     ready[i] = "0"
   end
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
-              tonumber(ARGV[base + 5]), f[1] == false}
+              tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
+              tonumber(f[12]), tonumber(f[13])}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -93,6 +130,17 @@ for i = 1, n do
                num(now + gap)}
   end
   redis.call("HSET", a, "next", num(now + gap), "last", num(now))
+  if s[12] then redis.call("HSET", a, "probe", id) end
+  if s[14] and s[13] > 0 then
+    local qcap, qrate, credit, qa = s[14], s[15], s[16], s[17]
+    if not (credit and qa) then
+      credit, qa = qcap, now
+    elseif now > qa then
+      credit = math.min(qcap, credit + qrate * (now - qa))
+      qa = now
+    end
+    redis.call("HSET", a, "qc", num(credit - s[13]), "qa", num(qa))
+  end
   if s[11] then
     redis.call("HSET", a, "conc", s[4], "delay", num(delay), "pslot", num(pslot),
                "floor", num(floor))

@@ -3,11 +3,16 @@
 --
 -- KEYS: per scope, its admission hash, lease set, resting-slot set and policy blob.
 -- ARGV: 1 now ("" = TIME), 2 lease id, 3 idle seconds, 4 scope count, then per
---   scope 14 values: when its slot may send again, "1" to free the lease (""
---   for a write-back alone), the response and error counts to add (0 or 1),
+--   scope 18 values: when its slot may send again, "1" to free the lease (""
+--   for a write-back alone; "2" for a release sent again after an outage,
+--   whose outcome counts only if the lease was still held), the response and error counts to add (0 or 1),
 --   the latency ("" if none), the policy version the write-back was computed
 --   from ("" for no write-back), the new policy blob, concurrency, delay,
---   delay per slot, floor, hold-until and generation, and "1" when given up.
+--   delay per slot, floor, hold-until and generation, "1" when given up, and
+--   the breaker's pause: its end while open, "h" while half-open, "" when
+--   closed or off (a new end, or "", clears the recorded probe); then the
+--   quota bucket's capacity and refill rate, and the units to charge (the
+--   actual use minus the expected one; negative: a refund), "" for none.
 -- Returns {now, result...}: per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
 -- Times as text with every digit: tostring keeps only 14, which rounds a time
@@ -22,22 +27,42 @@ local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {num(now)}
 for i = 1, n do
   local a, l, r, p = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-  local base = 4 + 14 * (i - 1)
+  local base = 4 + 18 * (i - 1)
   local slot_ready = tonumber(ARGV[base + 1])
-  if ARGV[base + 2] == "1" and redis.call("ZREM", l, id) == 1 and slot_ready > now then
-    local conc = tonumber(redis.call("HGET", a, "conc")) or 1
-    redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
-    if redis.call("ZCARD", l) + redis.call("ZCARD", r) < conc then
-      redis.call("ZADD", r, slot_ready, id)
+  local freed = ARGV[base + 2] ~= "" and redis.call("ZREM", l, id) == 1
+  if freed then
+    if slot_ready > now then
+      local conc = tonumber(redis.call("HGET", a, "conc")) or 1
+      redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
+      if redis.call("ZCARD", l) + redis.call("ZCARD", r) < conc then
+        redis.call("ZADD", r, slot_ready, id)
+      end
     end
+    if redis.call("HGET", a, "probe") == id then redis.call("HDEL", a, "probe") end
   end
-  if ARGV[base + 3] == "1" then redis.call("HINCRBY", a, "resp", 1) end
-  if ARGV[base + 4] == "1" then redis.call("HINCRBY", a, "errs", 1) end
-  if ARGV[base + 5] ~= "" then
+  local counts = freed or ARGV[base + 2] ~= "2"
+  if counts and ARGV[base + 3] == "1" then redis.call("HINCRBY", a, "resp", 1) end
+  if counts and ARGV[base + 4] == "1" then redis.call("HINCRBY", a, "errs", 1) end
+  if counts and ARGV[base + 5] ~= "" then
     local lat = tonumber(ARGV[base + 5])
     local mean = tonumber(redis.call("HGET", a, "mlat"))
     if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
     redis.call("HSET", a, "lat", ARGV[base + 5], "mlat", num(mean))
+  end
+  local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])
+  if counts and qcap and qdelta and qdelta ~= 0 then
+    -- Reconcile as policy/quota.py does: settle the refill, then charge or
+    -- refund (a refund never fills the bucket beyond its capacity).
+    local qrate = tonumber(ARGV[base + 17])
+    local q = redis.call("HMGET", a, "qc", "qa")
+    local credit, qa = tonumber(q[1]), tonumber(q[2])
+    if not (credit and qa) then
+      credit, qa = qcap, now
+    elseif now > qa then
+      credit = math.min(qcap, credit + qrate * (now - qa))
+      qa = now
+    end
+    redis.call("HSET", a, "qc", num(math.min(qcap, credit - qdelta)), "qa", num(qa))
   end
   local result = "ok"
   if ARGV[base + 6] ~= "" then
@@ -64,6 +89,15 @@ for i = 1, n do
       redis.call("HSET", a, "ver", tonumber(version) + 1, "conc", ARGV[base + 8], "delay", ARGV[base + 9],
                  "pslot", ARGV[base + 10], "floor", ARGV[base + 11], "hold", ARGV[base + 12],
                  "gen", ARGV[base + 13], "dead", ARGV[base + 14])
+      local brk = ARGV[base + 15]
+      if brk == "" then
+        redis.call("HDEL", a, "brk", "probe")
+      elseif brk == "h" then
+        if redis.call("HEXISTS", a, "brk") == 0 then redis.call("HSET", a, "brk", num(now)) end
+      elseif redis.call("HGET", a, "brk") ~= brk then
+        redis.call("HSET", a, "brk", brk)
+        redis.call("HDEL", a, "probe")
+      end
     end
   end
   redis.call("EXPIRE", a, idle)
