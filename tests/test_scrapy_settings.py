@@ -139,6 +139,28 @@ def test_debug_turns_on_with_either_name() -> None:
     assert config_of({"THROTTLING_DEBUG": "true"}).debug  # as -s THROTTLING_DEBUG=true gives it
 
 
+def test_command_line_values_given_as_text_are_read() -> None:
+    # scrapy crawl -s NAME=VALUE hands every value over as a string; Scrapy's getters decode them,
+    # and so must the add-on (it used to refuse '1', 'False' and JSON tables alike).
+    config = config_of({"CONCURRENT_REQUESTS": "16", "CONCURRENT_REQUESTS_PER_DOMAIN": "2",
+                        "DOWNLOAD_DELAY": "0.5", "DOWNLOAD_DELAY_PER_SLOT": "0.5",
+                        "AUTOTHROTTLE_ENABLED": "False", "RAMPUP_BACKOFF_TARGET": "[1, 3]",
+                        "THROTTLING_SCOPE_DEFAULTS": '{"rampup": true}',
+                        "THROTTLING_SCOPES": '{"a.example": {"delay": 2}}'}, priority="cmdline")
+    core = config.settings
+    defaults = core.scope_defaults
+    assert (core.concurrent_requests, defaults.concurrency, defaults.delay, defaults.delay_per_slot) == \
+        (16, 2, 0.5, 0.5)
+    assert defaults.rampup
+    assert not core.autothrottle.enabled
+    assert core.rampup_backoff_target == (1.0, 3.0)
+    assert core.scopes["a.example"].delay == 2.0
+    assert config_of({"AUTOTHROTTLE_ENABLED": "True"}, priority="cmdline").settings.autothrottle.enabled
+    # Text that is not JSON stays text, and the core's message names it as before.
+    assert problems_of({"DOWNLOAD_DELAY": "soon"}) == [
+        "DOWNLOAD_DELAY: expected a number of seconds, got 'soon' (str); use a number such as 1.0"]
+
+
 # --- the throttling manager --------------------------------------------------------------------
 
 
@@ -227,9 +249,9 @@ def test_the_store_url_is_checked() -> None:
     assert problem.startswith("CRAWLPACE_STORE: 'ftp://example.com/' has the unknown scheme 'ftp'")
     [problem] = problems_of({"CRAWLPACE_STORE": "redis://127.0.0.1:1/0?lease=soon"})
     assert problem.startswith("CRAWLPACE_STORE: store 'redis://127.0.0.1:1/0?lease=soon': lease='soon'")
-    problems = problems_of({"CRAWLPACE_STORE": "redis://127.0.0.1:1/0",
-                            "THROTTLING_SCOPES": {"cost": {"quota": 10.0}}})
-    assert "the Redis store does not share quotas yet" in problems[0]
+    # Quotas are shared through Redis as well: a quota scope with a Redis store is accepted.
+    assert config_of({"CRAWLPACE_STORE": "redis://127.0.0.1:1/0",
+                      "THROTTLING_SCOPES": {"cost": {"quota": 10.0}}}).store.shared
     assert config_of({"CRAWLPACE_STORE": "redis://127.0.0.1:1/0"}).store.shared
 
 

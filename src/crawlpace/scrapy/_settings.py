@@ -16,6 +16,7 @@ messages for invalid values are the core's, word for word.
 
 from __future__ import annotations
 
+import json
 import logging
 import random
 import warnings
@@ -105,13 +106,33 @@ def _class_path(value: object) -> object:
     return value
 
 
+def _from_text(value: Any) -> Any:
+    """A value given as text (``-s NAME=VALUE`` always is) read as Scrapy's getters would.
+
+    JSON covers numbers, ``true``/``false``, lists and tables (``-s
+    'THROTTLING_SCOPES={"a.com": {"delay": 2}}'``); Python's ``True``/``False``
+    are accepted as ``getbool`` accepts them. Any other text (an import path,
+    a URL) stays as it is, for the core to judge.
+    """
+    if not isinstance(value, str):
+        return value
+    text = value.strip()
+    if text in ("True", "False"):
+        return text == "True"
+    try:
+        return json.loads(text)
+    except ValueError:
+        return value
+
+
 def scrapy_values(settings: BaseSettings) -> dict[str, Any]:
     """The settings the core reads, as plain values, in seed 001's names.
 
     Names Scrapy also defines count only when set; ``DOWNLOAD_DELAY_JITTER``
     (Scrapy 2.19's name for the jitter magnitude) stands in for
     ``RANDOMIZE_DOWNLOAD_DELAY`` when only it is set. Scope managers given as
-    classes become import paths.
+    classes become import paths. Values given as text are decoded first
+    (:func:`_from_text`).
     """
     values: dict[str, Any] = {}
     for name in settings:
@@ -119,11 +140,11 @@ def scrapy_values(settings: BaseSettings) -> dict[str, Any]:
             continue
         if name in _SHARED_NAMES:
             if _explicit(settings, name):
-                values[name] = _plain(settings[name])
+                values[name] = _plain(_from_text(settings[name]))
         elif name in _PLAIN_NAMES or name.startswith(_PREFIXES):
-            values[name] = _plain(settings[name])
+            values[name] = _plain(_from_text(settings[name]))
     if "RANDOMIZE_DOWNLOAD_DELAY" not in values and _explicit(settings, "DOWNLOAD_DELAY_JITTER"):
-        values["RANDOMIZE_DOWNLOAD_DELAY"] = settings["DOWNLOAD_DELAY_JITTER"]
+        values["RANDOMIZE_DOWNLOAD_DELAY"] = _from_text(settings["DOWNLOAD_DELAY_JITTER"])
     if "BACKOFF_EXCEPTIONS" not in values:
         values["BACKOFF_EXCEPTIONS"] = default_backoff_exceptions()
     if "THROTTLING_SCOPE_MANAGER" in values:
