@@ -12,8 +12,10 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import shutil
 import signal
 import sys
+import time
 import uuid
 from collections import Counter
 from collections.abc import Iterator
@@ -55,9 +57,10 @@ async def cli(*args: str) -> tuple[int, str, str]:
 
 
 async def start_worker(store: str, namespace: str, output: Path, config: Path,
-                       visibility: float = 30.0) -> asyncio.subprocess.Process:
+                       visibility: float = 30.0, prefix: tuple[str, ...] = ()) -> asyncio.subprocess.Process:
+    """A frontier worker; ``prefix`` runs it under another command (``faketime`` for a skewed clock)."""
     return await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "crawlpace", "crawl", "-o", str(output), "--redis", store,
+        *prefix, sys.executable, "-m", "crawlpace", "crawl", "-o", str(output), "--redis", store,
         "--namespace", namespace, "--config", str(config), "--no-robots", "--quiet", "--json",
         "--visibility", str(visibility), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
         env={**os.environ, "PYTHONPATH": SRC})
@@ -245,3 +248,32 @@ async def test_a_stopped_worker_hands_its_urls_back_at_once(tmp_path: Path,
     assert counts.returned >= 1
     assert counts.queued == len(urls) - answered
     assert counts.done == answered
+
+
+@pytest.mark.skipif(shutil.which("faketime") is None, reason="no faketime (scripts/test installs it)")
+async def test_a_worker_whose_clock_is_30s_ahead_keeps_the_fleets_pace(tmp_path: Path,
+                                                                       redis_server: RedisServer) -> None:
+    config, namespace = write_config(tmp_path), f"c{uuid.uuid4().hex[:8]}"
+    async with Farm(farm_spec(40, "only")) as farm:
+        urls = [f"{farm.sites[0].url}/page/{n}" for n in range(1, 41)]
+        frontier = SharedFrontier(f"{redis_server.url}?namespace={namespace}")
+        try:
+            assert (await frontier.enqueue(urls)).added == len(urls)
+        finally:
+            await frontier.aclose()
+        outputs = [tmp_path / f"out{n}.jsonl" for n in range(2)]
+        started = time.time()
+        ahead = await start_worker(redis_server.url, namespace, outputs[0], config,
+                                   prefix=("faketime", "-f", "+30s"))
+        on_time = await start_worker(redis_server.url, namespace, outputs[1], config)
+        summaries = await asyncio.gather(finish(ahead), finish(on_time))
+        report = farm.stats()["only"]
+    results = merged(outputs)
+    assert Counter(result["url"] for result in results) == Counter(urls)
+    assert all(summary["answered"] for summary in summaries)  # both took part
+    # The clock 30 s ahead shows in what that worker writes, not in the pace the site sees.
+    written = [json.loads(line)["time"] for line in outputs[0].read_text(encoding="utf-8").splitlines()]
+    assert min(written) >= started + 29.0
+    assert report["violations"] == 0
+    assert report["throttled"] == 0
+    assert report["peak_per_second"] <= RATE + 1
