@@ -1,4 +1,4 @@
-"""Six crawl set-ups on the same simulated farm: what each gets out of every site, and how much pushback.
+"""Seven crawl set-ups on the same simulated farm: what each gets out of every site, and how much pushback.
 
 Run it as ``python bench/crawl_efficiency.py`` (about 10 minutes a round; add ``--quick``
 for a smoke run of a minute or two and ``--json`` for a machine-readable last line).
@@ -24,6 +24,15 @@ the default:
 * **scrapy-fixed**: the same spider with AutoThrottle off and a fixed polite pace:
   ``-s AUTOTHROTTLE_ENABLED=False -s DOWNLOAD_DELAY=1.0 -s CONCURRENT_REQUESTS_PER_DOMAIN=1``,
   Scrapy's default randomisation of the delay left alone (0.5 to 1.5 s).
+* **scrapy-crawlpace**: the same spider under crawlpace's Scrapy add-on, with rampup on for
+  every host, the add-on's counterpart of ``crawlpace-rampup``:
+  ``-s 'ADDONS={"crawlpace.scrapy.Addon": 100}' -s 'THROTTLING_SCOPE_DEFAULTS={"rampup": true}'
+  -s AUTOTHROTTLE_ENABLED=False -s CONCURRENT_REQUESTS_PER_DOMAIN=1``. The last two undo the
+  spider's AutoThrottle and its 8 per domain, which the add-on would otherwise take as its own
+  limits (and crawlpace refuses AutoThrottle on a scope with rampup), so every host starts from
+  the add-on's defaults, as ``crawlpace crawl`` does: 1 slot and 1 s between sends (jittered),
+  16 in flight over all hosts. Retries (2, on Scrapy's codes), robots.txt and the 10 s timeout
+  are the spider's, as for the other Scrapy rows.
 * **aiohttp**: ``bench/_peers/naive_aiohttp.py``, what a quick script does: 8 workers over
   all hosts, a 1 s sleep and a resend after 429, 503 or an exception (3 resends at most),
   no robots.txt, 10 s timeout.
@@ -55,12 +64,21 @@ Under it, one verdict per site: **yes** when crawlpace-rampup has a strictly hig
 goodput/capacity than every peer that drew no more 429+503 and broke no more rules than
 it did (peers with more pushback are listed as excused: they bought goodput with
 refusals), **no** otherwise, with the best such peer's figures; ``-`` for a site with no
-capacity. Plain ``crawlpace`` is the same crawler without rampup, not a peer.
+capacity. Plain ``crawlpace`` is the same crawler without rampup, not a peer. Without
+``crawlpace-rampup`` among the contenders there is no such verdict.
+
+When both ``scrapy-crawlpace`` and ``scrapy-autothrottle`` ran, a second verdict per site
+compares just those two: **yes** when the add-on's goodput/capacity is strictly higher than
+AutoThrottle's *and* it drew no more 429+503 and broke no more rules, **no** otherwise with
+the reasons (less goodput, more 429+503, more violations), ``-`` for a site with no capacity
+(its 429+503 are still shown). The same comparison is made once more on the totals (median
+goodput/capacity, summed 429+503 and violations).
+
 Then the totals: pages done, requests, 429+503 and violations summed over the
 sites, the median goodput/capacity over the sites that have a capacity, the wall time
 from start to exit (interpreter start-up included) and the seconds to the last request
-to a site that is not dead, each next to crawlpace-rampup's figure as a ratio, and
-429+503 and violations per 100 requests.
+to a site that is not dead, each next to crawlpace-rampup's figure as a ratio (the first
+contender's when crawlpace-rampup did not run), and 429+503 and violations per 100 requests.
 
 With ``--repeats R`` (3 by default, 1 with ``--quick``) the contenders take turns R times,
 each round starting one further down the list, and each figure printed is its median
@@ -113,6 +131,9 @@ SIM_START = 30.0
 SIM_STOP = 30.0
 #: The contender every other one is measured against.
 REFERENCE = "crawlpace-rampup"
+#: The second comparison: crawlpace's Scrapy add-on against Scrapy's own AutoThrottle.
+ADDON = "scrapy-crawlpace"
+ADDON_BASELINE = "scrapy-autothrottle"
 #: Where the farm's plots go unless ``--plot-dir`` says otherwise.
 PLOT_DIR = HERE / "out" / "crawl_efficiency"
 
@@ -192,6 +213,18 @@ CRAWLPACE_DEFAULTS = ("robots.txt, 1 in flight + 1 s delay (jittered) per host, 
 SCRAPY_BASE = ("CONCURRENT_REQUESTS_PER_DOMAIN 8, RETRY_TIMES 2 on 429/503/5xx/408, ROBOTSTXT_OBEY, "
                "DOWNLOAD_TIMEOUT 10")
 
+#: scrapy-crawlpace's ``-s`` overrides. Scrapy reads JSON for ``ADDONS`` (a component dict);
+#: the add-on reads ``THROTTLING_SCOPE_DEFAULTS`` as JSON too. The spider's own
+#: ``AUTOTHROTTLE_ENABLED = True`` and ``CONCURRENT_REQUESTS_PER_DOMAIN = 8`` would become
+#: crawlpace's limits under the add-on, so both are set back to the add-on's starting point (and
+#: crawlpace refuses AutoThrottle on a scope with rampup).
+ADDON_SETTINGS: dict[str, object] = {
+    "ADDONS": json.dumps({"crawlpace.scrapy.Addon": 100}),
+    "THROTTLING_SCOPE_DEFAULTS": json.dumps({"rampup": True}),
+    "AUTOTHROTTLE_ENABLED": False,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
+}
+
 CONTENDERS: tuple[Contender, ...] = (
     Contender("crawlpace", f"crawlpace crawl defaults: {CRAWLPACE_DEFAULTS}",
               crawlpace_command(), crawlpace_ok, summary=True),
@@ -208,6 +241,12 @@ CONTENDERS: tuple[Contender, ...] = (
               scrapy_command(AUTOTHROTTLE_ENABLED=False, DOWNLOAD_DELAY=1.0,
                              CONCURRENT_REQUESTS_PER_DOMAIN=1),
               status_ok),
+    Contender("scrapy-crawlpace",
+              "crawlpace's Scrapy add-on (ADDONS crawlpace.scrapy.Addon) with rampup on for every host "
+              "(THROTTLING_SCOPE_DEFAULTS rampup), starting from its defaults: 1 slot + 1 s delay (jittered) "
+              "per host, CONCURRENT_REQUESTS 16; AutoThrottle off; RETRY_TIMES 2 on 429/503/5xx/408, "
+              "ROBOTSTXT_OBEY, DOWNLOAD_TIMEOUT 10",
+              scrapy_command(**ADDON_SETTINGS), status_ok),
     Contender("aiohttp",
               "naive: 8 workers, 1 s pause + resend on 429/503/exception (3 resends), no robots.txt, "
               "10 s timeout",
@@ -531,6 +570,53 @@ def site_verdict(figures: Figures, contenders: list[Contender], has_capacity: bo
     return result
 
 
+def addon_verdict(figures: Figures, has_capacity: bool) -> dict[str, Any]:
+    """Whether the Scrapy add-on got more goodput than Scrapy's AutoThrottle at no more pushback.
+
+    ``"yes"`` when ``scrapy-crawlpace``'s goodput/capacity is strictly above
+    ``scrapy-autothrottle``'s and it drew no more 429+503 and broke no more rules; ``"no"``
+    otherwise, with the reasons (``less goodput``, ``more 429+503``, ``more violations``);
+    ``None`` for a site without a capacity or a missing figure. The 429+503 and violations
+    are compared all the same, so a site without a capacity still shows who pushed harder.
+    ``autothrottle_pushier`` says what AutoThrottle drew or broke more of (so that a "no" for
+    less goodput shows when AutoThrottle bought its goodput with pushback).
+    """
+    mine, theirs = figures[ADDON], figures[ADDON_BASELINE]
+    result: dict[str, Any] = {"verdict": None, "addon": brief(figures, ADDON),
+                              "autothrottle": brief(figures, ADDON_BASELINE), "reasons": []}
+    more_throttled = (mine["throttled"] or 0.0) > (theirs["throttled"] or 0.0)
+    more_violations = (mine["violations"] or 0.0) > (theirs["violations"] or 0.0)
+    result["more_throttled"], result["more_violations"] = more_throttled, more_violations
+    result["autothrottle_pushier"] = [what for what, more in (
+        ("429+503", (theirs["throttled"] or 0.0) > (mine["throttled"] or 0.0)),
+        ("violations", (theirs["violations"] or 0.0) > (mine["violations"] or 0.0))) if more]
+    ratio, other = mine["goodput_ratio"], theirs["goodput_ratio"]
+    if ratio is None or other is None:
+        result["why_none"] = ("the site has no capacity" if not has_capacity
+                              else "no goodput/capacity for " + (ADDON if ratio is None else ADDON_BASELINE))
+        return result
+    reasons = [reason for reason, bad in (("less goodput", ratio <= other), ("more 429+503", more_throttled),
+                                          ("more violations", more_violations)) if bad]
+    result.update(verdict="no" if reasons else "yes", reasons=reasons,
+                  goodput_over_autothrottle=round(ratio / other, 3) if other else None)
+    return result
+
+
+def addon_total_verdict(totals: Figures) -> dict[str, Any]:
+    """The same comparison on the totals: median goodput/capacity, summed 429+503 and violations."""
+    mine, theirs = totals[ADDON], totals[ADDON_BASELINE]
+    ratio, other = mine["goodput_ratio"], theirs["goodput_ratio"]
+    reasons = [reason for reason, bad in (
+        ("less goodput", ratio is None or other is None or ratio <= other),
+        ("more 429+503", (mine["throttled"] or 0.0) > (theirs["throttled"] or 0.0)),
+        ("more violations", (mine["violations"] or 0.0) > (theirs["violations"] or 0.0))) if bad]
+    return {"verdict": "no" if reasons else "yes", "reasons": reasons,
+            "addon": {key: mine[key] for key in ("goodput_ratio", "throttled", "violations", "done", "wall")},
+            "autothrottle": {key: theirs[key] for key in ("goodput_ratio", "throttled", "violations", "done",
+                                                          "wall")},
+            "goodput_over_autothrottle": None if ratio is None or not other else round(ratio / other, 3)}
+
+
 # -- report --------------------------------------------------------------------------------
 
 
@@ -575,15 +661,23 @@ def print_site_table(names: list[str], contenders: list[Contender], sites: dict[
           "contender's start to the site's last request")
 
 
+def site_figures(who: dict[str, Any]) -> str:
+    """One contender's figures on one site, as the verdict lines quote them."""
+    return (f"{fmt(who['goodput_ratio'], '%')} of capacity, {fmt(who['throttled'])} 429+503, "
+            f"{fmt(who['violations'])} violations")
+
+
 def print_verdicts(names: list[str], verdicts: dict[str, dict[str, Any]]) -> None:
     print()
+    if not verdicts:
+        print(f"no verdict against {REFERENCE}: it was not among the contenders")
+        return
     print(f"verdict per site: yes = {REFERENCE} has a higher goodput/capacity than every peer that drew "
           "no more 429+503 and broke no more rules (peers with more are 'excused')")
     width = max(len(name) for name in names)
 
     def figures(who: dict[str, Any]) -> str:
-        return (f"{who['contender']} {fmt(who['goodput_ratio'], '%')} of capacity, {fmt(who['throttled'])} "
-                f"429+503, {fmt(who['violations'])} violations")
+        return f"{who['contender']} {site_figures(who)}"
 
     for name in names:
         verdict = verdicts[name]
@@ -601,9 +695,42 @@ def print_verdicts(names: list[str], verdicts: dict[str, dict[str, Any]]) -> Non
              if len(beaten) < len(decided) else ""))
 
 
+def print_addon_verdicts(names: list[str], verdicts: dict[str, dict[str, Any]],
+                         total: dict[str, Any]) -> None:
+    print()
+    print(f"add-on vs AutoThrottle per site: yes = {ADDON} has a higher goodput/capacity than "
+          f"{ADDON_BASELINE} and drew no more 429+503 and broke no more rules")
+    width = max(len(name) for name in names)
+    for name in names:
+        verdict = verdicts[name]
+        both = (f"add-on {site_figures(verdict['addon'])}; "
+                f"AutoThrottle {site_figures(verdict['autothrottle'])}")
+        if verdict["verdict"] is None:
+            print(f"{name:<{width}}  -    {verdict['why_none']}; {both}")
+            continue
+        why = f" ({', '.join(verdict['reasons'])})" if verdict["reasons"] else ""
+        pushier = verdict.get("autothrottle_pushier") or []
+        if verdict["verdict"] == "no" and pushier:
+            why += f"; AutoThrottle drew more {' and '.join(pushier)}"
+        print(f"{name:<{width}}  {verdict['verdict']:<3}  {both}{why}")
+    decided = [name for name in names if verdicts[name]["verdict"] is not None]
+    won = [name for name in decided if verdicts[name]["verdict"] == "yes"]
+    print(f"add-on vs AutoThrottle: yes on {len(won)} of the {len(decided)} sites with a verdict"
+          + (f"; no on {', '.join(name for name in decided if name not in won)}" if len(won) < len(decided)
+             else ""))
+    mine, theirs = total["addon"], total["autothrottle"]
+    why = f" ({', '.join(total['reasons'])})" if total["reasons"] else ""
+    print(f"add-on vs AutoThrottle in the totals: {total['verdict']}{why}: median goodput/capacity "
+          f"{fmt(mine['goodput_ratio'], '%')} vs {fmt(theirs['goodput_ratio'], '%')} "
+          f"(x{fmt(total['goodput_over_autothrottle'], 'x')}), 429+503 {fmt(mine['throttled'])} vs "
+          f"{fmt(theirs['throttled'])}, violations {fmt(mine['violations'])} vs {fmt(theirs['violations'])}, "
+          f"pages done {fmt(mine['done'])} vs {fmt(theirs['done'])}")
+
+
 def ratios(contenders: list[Contender], totals: Figures) -> dict[str, dict[str, Any]]:
-    """Each contender's totals over the reference's, and its refusals and violations per request."""
-    base = totals[REFERENCE]
+    """Each contender's totals over the reference's (see :func:`ratio_base`), and its refusals and
+    violations per request."""
+    base = totals[ratio_base(contenders)]
 
     def over(mine: float | None, theirs: float | None) -> float | None:
         return None if mine is None or not theirs else round(mine / theirs, 3)
@@ -633,7 +760,8 @@ def ratios(contenders: list[Contender], totals: Figures) -> dict[str, dict[str, 
 def print_totals(contenders: list[Contender], totals: Figures, ratio: dict[str, dict[str, Any]],
                  runs: list[Run]) -> None:
     print()
-    print(f"totals; x ref = this contender's figure over {REFERENCE}'s; /100 req = per 100 requests")
+    print(f"totals; x ref = this contender's figure over {ratio_base(contenders)}'s; "
+          "/100 req = per 100 requests")
     headers = ("contender", "wall s", "x ref", "live s", "x ref", "done", "x ref", "requests", "429+503",
                "/100 req", "violations", "/100 req", "goodput/capacity", "exit codes")
     rows: list[list[str]] = []
@@ -701,14 +829,21 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
              for name in names}
     totals = {c.key: total_medians([r for r in runs if r.contender == c.key]) for c in chosen}
     ratio = ratios(chosen, totals)
-    verdicts = {name: site_verdict(sites[name], chosen, any(run.sites[name].capacity for run in runs))
-                for name in names}
+    keys = {c.key for c in chosen}
+    capacity = {name: any(run.sites[name].capacity for run in runs) for name in names}
+    verdicts = ({name: site_verdict(sites[name], chosen, capacity[name]) for name in names}
+                if REFERENCE in keys else {})
+    addon_verdicts = ({name: addon_verdict(sites[name], capacity[name]) for name in names}
+                      if {ADDON, ADDON_BASELINE} <= keys else {})
+    addon_total = addon_total_verdict(totals) if addon_verdicts else None
     plots = [run.plot for run in runs if run.plot is not None]
     print()
     print(f"{'medians over ' + str(repeats) + ' rounds' if repeats > 1 else 'one round'}, "
           f"one row per site and contender")
     print_site_table(names, chosen, sites)
     print_verdicts(names, verdicts)
+    if addon_total is not None:
+        print_addon_verdicts(names, addon_verdicts, addon_total)
     print_totals(chosen, totals, ratio, runs)
     if plots:
         print(f"\nplots (rate over time per site against its capacity): {len(plots)} in "
@@ -737,10 +872,13 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
             "quick_hang": QUICK_HANG if args.quick else None,
             "repeats": repeats,
             "limit_seconds": limit,
-            "reference": REFERENCE,
+            "reference": REFERENCE if REFERENCE in keys else None,
+            "ratio_base": ratio_base(chosen),
             "contenders": {c.key: c.settings for c in chosen},
             "sites": sites,
             "verdicts": verdicts,
+            "addon_verdicts": addon_verdicts,
+            "addon_total_verdict": addon_total,
             "totals": totals,
             "ratios": ratio,
             "plots": plots,
@@ -752,15 +890,25 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
 
 
 def pick_contenders(names: str) -> list[Contender]:
-    """The contenders named (comma-separated), in the standard order; the reference must be among them."""
+    """The contenders named (comma-separated), in the standard order.
+
+    Without the reference among them there are no reference verdicts, and the ratios are
+    over the first contender chosen (see :func:`ratio_base`).
+    """
     wanted = [name.strip() for name in names.split(",") if name.strip()]
     known = {c.key for c in CONTENDERS}
     unknown = [name for name in wanted if name not in known]
     if unknown:
         raise SystemExit(f"unknown contender(s): {', '.join(unknown)}; choose from: {', '.join(known)}")
-    if REFERENCE not in wanted:
-        raise SystemExit(f"{REFERENCE} must be one of the contenders: the ratios and verdicts are against it")
+    if not wanted:
+        raise SystemExit("name at least one contender")
     return [c for c in CONTENDERS if c.key in wanted]
+
+
+def ratio_base(contenders: list[Contender]) -> str:
+    """Whose totals the ratios are over: the reference when it ran, else the first contender."""
+    keys = [c.key for c in contenders]
+    return REFERENCE if REFERENCE in keys else keys[0]
 
 
 def benchmark(args: argparse.Namespace) -> None:
@@ -807,7 +955,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help=f"seconds a contender may run (default {LIMIT:g}, quick {QUICK_LIMIT:g})")
     parser.add_argument("--contenders", default=",".join(c.key for c in CONTENDERS),
                         help=f"comma-separated subset of: {', '.join(c.key for c in CONTENDERS)} "
-                             f"(default all; {REFERENCE} is required)")
+                             f"(default all; the verdicts need {REFERENCE}, and {ADDON} with "
+                             f"{ADDON_BASELINE})")
     parser.add_argument("--plot-dir", default=str(PLOT_DIR),
                         help="folder for one PNG per run, roundN-CONTENDER.png ('' for none; "
                              "default: bench/out/crawl_efficiency)")

@@ -22,6 +22,10 @@ overridden on the command line, ``-s NAME=VALUE``, which Scrapy ranks above a sp
     # scrapy-fixed: no AutoThrottle; one request at a time per site, 1 s apart (randomised by
     # Scrapy's default to 0.5-1.5 s)
     ... -s AUTOTHROTTLE_ENABLED=False -s DOWNLOAD_DELAY=1.0 -s CONCURRENT_REQUESTS_PER_DOMAIN=1
+    # scrapy-crawlpace: crawlpace's add-on with rampup on for every host, starting from the
+    # add-on's defaults (the spider's AutoThrottle and 8 per domain would become its limits)
+    ... -s 'ADDONS={"crawlpace.scrapy.Addon": 100}' -s 'THROTTLING_SCOPE_DEFAULTS={"rampup": true}' \
+        -s AUTOTHROTTLE_ENABLED=False -s CONCURRENT_REQUESTS_PER_DOMAIN=1
 """
 
 from __future__ import annotations
