@@ -34,12 +34,12 @@ import os
 import uuid
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any
 
 from .._exceptions import ConfigError, ScopeError
 from .._scopes import host_scope
 from ..stores import _cluster
+from ..stores._lua import load_scripts
 from ..stores.redis import parse_url
 
 __all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "FrontierCounts", "SharedFrontier", "frontier_unreachable"]
@@ -52,8 +52,7 @@ DEFAULT_VISIBILITY = 30.0
 _BATCH = 500
 
 _NAMES = ("enqueue", "claim", "ack", "touch", "give_back", "defer")
-_SCRIPTS = {name: resources.files("crawlpace.frontier").joinpath("lua", f"{name}.lua").read_text("utf-8")
-            for name in _NAMES}
+_SCRIPTS = load_scripts("crawlpace.frontier", _NAMES, clocked=set(_NAMES) - {"ack"})
 
 try:  # the driver is optional: the ``redis`` extra
     import redis.asyncio as aioredis
@@ -200,13 +199,17 @@ class SharedFrontier:
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
 
-    async def _run(self, name: str, args: Sequence[Any]) -> Any:
+    async def _connect(self) -> Any:
         if self._client is None:
             # On a cluster every key of the namespace is in one slot (one hash tag), on one node.
             client = (await _cluster.connect(self.url, decode_responses=True) if self.cluster
                       else aioredis.from_url(self.url, decode_responses=True))
             self._scripts = {key: client.register_script(src) for key, src in _SCRIPTS.items()}
             self._client = client
+        return self._client
+
+    async def _run(self, name: str, args: Sequence[Any]) -> Any:
+        await self._connect()
         return await self._scripts[name](keys=[self._ready], args=list(args))
 
     # -- filling ----------------------------------------------------------------
@@ -277,9 +280,7 @@ class SharedFrontier:
 
     async def counts(self) -> FrontierCounts:
         """Read the frontier's figures (no URL is claimed or moved)."""
-        if self._client is None:
-            await self._run("claim", ["", self._prefix, self.worker, 0, self.visibility, 0.0])
-        client, prefix = self._client, self._prefix
+        client, prefix = await self._connect(), self._prefix
         async with client.pipeline(transaction=False) as pipe:
             pipe.hgetall(prefix + "stats")
             pipe.zcard(prefix + "claimed")

@@ -39,7 +39,6 @@ import os
 import random
 import uuid
 from dataclasses import dataclass, field
-from importlib import resources
 from typing import Any, Literal
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
@@ -50,6 +49,7 @@ from .._scopes import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from . import _cluster, _fallback
+from ._lua import load_scripts
 from ._pending import PendingRelease, ReleaseQueue
 from ._policies import PolicyFactory, PolicyFormatError, dump_policy, load_policy
 from ._snapshot import describe
@@ -81,8 +81,8 @@ try:  # the driver is optional: the ``redis`` extra
 except ImportError:  # pragma: no cover - exercised only without the extra
     aioredis = None  # type: ignore[assignment]
 
-_SCRIPTS = {name: resources.files("crawlpace.stores").joinpath("lua", f"{name}.lua").read_text("utf-8")
-            for name in ("acquire", "release", "rollback")}
+_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback"),
+                        clocked=("acquire", "release"))
 
 
 @dataclass(slots=True)

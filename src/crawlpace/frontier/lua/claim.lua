@@ -12,12 +12,7 @@
 --   seconds, 6 spacing seconds.
 -- Returns {queued, claimed, next ready in seconds ("" when nothing is queued),
 --   requeued, then id, url, scope, tries for each URL handed out}.
-local function num(x) return string.format("%.17g", x) end
-local now = tonumber(ARGV[1])
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-end
+-- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local p, worker = ARGV[2], ARGV[3]
 local n, vis, spacing = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ready, claimed, stats = KEYS[1], p .. "claimed", p .. "stats"

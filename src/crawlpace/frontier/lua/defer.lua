@@ -5,9 +5,5 @@
 --
 -- KEYS: 1 the ready set.
 -- ARGV: 1 now ("" = TIME), 2 scope, 3 seconds.
-local now = tonumber(ARGV[1])
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-end
-return redis.call("ZADD", KEYS[1], "XX", "GT", "CH", string.format("%.17g", now + tonumber(ARGV[3])), ARGV[2])
+-- `now` and `num` come from clock.lua, prepended when the script is loaded.
+return redis.call("ZADD", KEYS[1], "XX", "GT", "CH", num(now + tonumber(ARGV[3])), ARGV[2])

@@ -4,11 +4,7 @@
 -- KEYS: 1 the ready set (every other key shares its hash tag and prefix).
 -- ARGV: 1 now ("" = the server's TIME), 2 key prefix, then url, scope pairs.
 -- Returns the number of URLs added.
-local now = tonumber(ARGV[1])
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-end
+-- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local p = ARGV[2]
 local added = 0
 for i = 3, #ARGV - 1, 2 do
@@ -20,7 +16,7 @@ for i = 3, #ARGV - 1, 2 do
     redis.call("HSET", p .. "scope", id, scope)
     redis.call("RPUSH", p .. "q:" .. scope, id)
     -- NX: a scope put back by a worker (its site asked for a pause) stays put back.
-    redis.call("ZADD", KEYS[1], "NX", string.format("%.17g", now), scope)
+    redis.call("ZADD", KEYS[1], "NX", num(now), scope)
     added = added + 1
   end
 end

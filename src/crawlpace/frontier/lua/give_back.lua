@@ -5,11 +5,7 @@
 -- KEYS: 1 the ready set (every other key shares its hash tag and prefix).
 -- ARGV: 1 now ("" = TIME), 2 key prefix, 3 worker name, then ids in queue order.
 -- Returns the number put back.
-local now = tonumber(ARGV[1])
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-end
+-- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local p, worker = ARGV[2], ARGV[3]
 local back = 0
 for i = #ARGV, 4, -1 do
@@ -19,7 +15,7 @@ for i = #ARGV, 4, -1 do
     redis.call("HDEL", p .. "owner", id)
     local scope = redis.call("HGET", p .. "scope", id)
     redis.call("LPUSH", p .. "q:" .. scope, id)
-    redis.call("ZADD", KEYS[1], "NX", string.format("%.17g", now), scope)
+    redis.call("ZADD", KEYS[1], "NX", num(now), scope)
     back = back + 1
   end
 end

@@ -6,13 +6,9 @@
 -- ARGV: 1 now ("" = TIME), 2 key prefix, 3 worker name, 4 visibility seconds,
 --   then ids.
 -- Returns the ids this worker no longer owns.
-local now = tonumber(ARGV[1])
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-end
+-- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local p, worker, vis = ARGV[2], ARGV[3], tonumber(ARGV[4])
-local deadline = string.format("%.17g", now + vis)
+local deadline = num(now + vis)
 local lost = {}
 for i = 5, #ARGV do
   local id = ARGV[i]
@@ -22,5 +18,5 @@ for i = 5, #ARGV do
     lost[#lost + 1] = id
   end
 end
-redis.call("ZADD", p .. "workers", string.format("%.17g", now), worker)
+redis.call("ZADD", p .. "workers", num(now), worker)
 return lost

@@ -21,14 +21,7 @@
 --   with, per scope, 6 more values: "next", "last" and "gap" before this send
 --   ("" for none), "next" as this send wrote it, the send count after it, and
 --   "1" when the scope had no state before.
--- Times as text with every digit: tostring keeps only 14, which rounds a time
--- to a tenth of a millisecond and can put a stored time past the next "now".
-local function num(x) return string.format("%.17g", x) end
-local now = tonumber(ARGV[1])
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-end
+-- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local mode = ARGV[6 + 8 * n] or ""
 local ready, state = {}, {}

@@ -15,14 +15,7 @@
 --   actual use minus the expected one; negative: a refund), "" for none.
 -- Returns {now, result...}: per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
--- Times as text with every digit: tostring keeps only 14, which rounds a time
--- to a tenth of a millisecond and can put a stored time past the next "now".
-local function num(x) return string.format("%.17g", x) end
-local now = tonumber(ARGV[1])
-if ARGV[1] == "" then
-  local t = redis.call("TIME")
-  now = tonumber(t[1]) + tonumber(t[2]) / 1e6
-end
+-- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local out = {num(now)}
 for i = 1, n do
