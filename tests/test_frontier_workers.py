@@ -18,7 +18,6 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +26,7 @@ import pytest
 from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.sim import Farm
 
-from .redis_server import RedisServer, redis_binary
+from .redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
 
@@ -176,17 +175,6 @@ async def test_a_killed_workers_urls_are_redone_and_nothing_is_lost(tmp_path: Pa
     assert all(summary["complete"] for summary in summaries)
     assert {result["status"] for result in results} == {200}
     assert all(report["violations"] == 0 for report in stats.values())
-
-
-@pytest.fixture
-def persistent_server() -> Iterator[RedisServer]:
-    binary = redis_binary()
-    if binary is None:
-        pytest.skip("no redis-server on PATH (scripts/test installs one)")
-    server = RedisServer(binary, persist=True)
-    server.start()
-    yield server
-    server.close()
 
 
 async def test_workers_pause_through_a_redis_restart_and_lose_nothing(

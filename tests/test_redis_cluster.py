@@ -40,7 +40,7 @@ from crawlpace.stores.redis import RedisLease, RedisStore
 from crawlpace.testing import MockClock
 
 from .redis_cluster import RedisCluster
-from .redis_server import free_port
+from .redis_server import free_port, reap
 
 pytestmark = pytest.mark.redis
 
@@ -146,19 +146,8 @@ def test_cluster_urls() -> None:
             open_store(url, SETTINGS, MockClock(), random.Random())
 
 
-# -- the store contract, on the cluster ---------------------------------------------
-
-
-async def test_admits_then_says_when(local: tuple[RedisStore, MockClock]) -> None:
-    store, _clock = local
-    lease = await store.acquire((("a", 1.0),))
-    assert isinstance(lease, Lease)
-    assert lease.granted_at == 0.0
-    assert await store.acquire((("a", 1.0),)) == Blocked(0.5, (("a", 0.5),))
-    await store.release(lease, Outcome(status=200, latency=0.1))
-    snap = await store.snapshot("a")
-    assert snap is not None
-    assert (snap.inflight, snap.sends, snap.responses, snap.resting) == (0, 1, 1, 1)
+# -- the store contract across slots -------------------------------------------------
+# (Every single-scope behaviour of the contract runs on this cluster in test_stores.py.)
 
 
 async def test_multi_slot_admission_is_all_or_nothing(local: tuple[RedisStore, MockClock]) -> None:
@@ -204,19 +193,9 @@ async def test_blocked_reports_the_latest_time_over_slots(local: tuple[RedisStor
     assert "a" in await store.scopes()
 
 
-async def test_outcomes_backoff_and_holds(local: tuple[RedisStore, MockClock]) -> None:
+async def test_a_backoff_over_two_slots_steps_each_scope_once(
+        local: tuple[RedisStore, MockClock]) -> None:
     store, clock = local
-    for outcome in (Outcome(status=200, latency=1.0), Outcome(error="TimeoutError"),
-                    Outcome(status=503, latency=3.0)):
-        lease = await store.acquire((("b", 1.0),))
-        assert isinstance(lease, Lease)
-        await store.release(lease, outcome)
-    snap = await store.snapshot("b")
-    assert snap is not None
-    assert (snap.responses, snap.errors, snap.last_latency) == (2, 1, 3.0)
-    assert snap.mean_latency == pytest.approx(1.4)
-    assert await store.snapshot("never.example") is None
-
     # Two 429s of one generation, on a request over two slots: each scope backs off once.
     refused = Outcome(status=429, feedback=(ScopeFeedback(backoff=True, status=429),) * 2)
     assert slot("z.example") < slot("a")
@@ -233,25 +212,6 @@ async def test_outcomes_backoff_and_holds(local: tuple[RedisStore, MockClock]) -
         assert (snap.backoff, snap.generation, snap.delay, snap.inflight) == (1, 1, delay, 0)
     assert await store.acquire((("a", 1.0),)) == Blocked(1.5, (("a", 1.5),))
 
-    # A hold stops every send until it ends.
-    lease = await store.acquire((("b", 1.0),))
-    assert isinstance(lease, Lease)
-    await store.release(lease, Outcome(status=200, feedback=(ScopeFeedback(status=200, hold=5.0),)))
-    assert await store.acquire((("b", 1.0),)) == Blocked(clock.now() + 5.0, (("b", clock.now() + 5.0),))
-    clock.advance(5.0)
-    assert isinstance(await store.acquire((("b", 1.0),)), Lease)
-
-
-async def test_crawl_delay_on_the_cluster(local: tuple[RedisStore, MockClock]) -> None:
-    store, _clock = local
-    await store.set_crawl_delay("c", 2.0)
-    lease = await store.acquire((("c", 1.0),))
-    assert isinstance(lease, Lease)
-    await store.release(lease, Outcome(status=200, latency=0.1))
-    assert await store.acquire((("c", 1.0),)) == Blocked(2.0, (("c", 2.0),))
-    snap = await store.snapshot("c")
-    assert snap is not None
-    assert (snap.concurrency, snap.crawl_delay) == (1, 2.0)
 
 
 # -- two-phase admission ------------------------------------------------------------
@@ -509,12 +469,7 @@ async def test_a_worker_killed_between_the_phases_leaks_nothing(cluster_url: str
         await store.release(lease, Outcome(status=200, latency=0.1))
         await store.release(other, Outcome(status=200, latency=0.1))
     finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait(5.0)
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
+        reap(child, signal_first=False)
         await store.aclose()
 
 

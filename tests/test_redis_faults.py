@@ -31,7 +31,8 @@ from crawlpace.stores._pending import PendingRelease, ReleaseQueue
 from crawlpace.stores.redis import RedisLease, RedisStore
 from crawlpace.testing import MockClock
 
-from .redis_server import RedisServer, redis_binary
+from .conftest import serve
+from .redis_server import RedisServer, reap, redis_binary
 
 pytestmark = pytest.mark.redis
 
@@ -116,15 +117,7 @@ async def admit(store: Store, scope: str, clock: Clock, *, within: float) -> tup
 @pytest.fixture
 def own_server() -> Iterator[RedisServer]:
     """A redis-server of the test's own, which it may stop and start again."""
-    binary = redis_binary()
-    if binary is None:
-        pytest.skip("no redis-server on PATH (scripts/test installs one)")
-    server = RedisServer(binary)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
+    yield from serve(redis_binary(), "no redis-server on PATH (scripts/test installs one)")
 
 
 async def test_a_killed_workers_slots_come_back_within_the_lease(redis_url: str) -> None:
@@ -179,12 +172,7 @@ async def test_a_killed_workers_slots_come_back_within_the_lease(redis_url: str)
         await store.release(result, Outcome(status=200, latency=0.1))
         await store.release(second, Outcome(status=200, latency=0.1))
     finally:
-        if child.poll() is None:
-            child.kill()
-        child.wait(5.0)
-        for stream in (child.stdout, child.stderr):
-            if stream is not None:
-                stream.close()
+        reap(child, signal_first=False)
         await store.aclose()
 
 
@@ -311,20 +299,6 @@ async def test_synced_time_admits_blocks_and_releases(redis_url: str) -> None:
         assert store.time == "synced"  # it never fell back to another source
     finally:
         await store.aclose()
-
-
-@pytest.fixture
-def persistent_server() -> Iterator[RedisServer]:
-    """A redis-server of the test's own that keeps its data when stopped and started again."""
-    binary = redis_binary()
-    if binary is None:
-        pytest.skip("no redis-server on PATH (scripts/test installs one)")
-    server = RedisServer(binary, persist=True)
-    try:
-        server.start()
-        yield server
-    finally:
-        server.close()
 
 
 async def test_a_release_that_failed_is_sent_again_when_redis_answers(
