@@ -65,8 +65,14 @@ async def start_worker(store: str, namespace: str, output: Path, config: Path,
         env={**os.environ, "PYTHONPATH": SRC})
 
 
-async def finish(process: asyncio.subprocess.Process) -> dict[str, Any]:
-    out, err = await process.communicate()
+async def finish(process: asyncio.subprocess.Process, within: float = 90.0) -> dict[str, Any]:
+    """Wait for a worker to end; it must end by itself, complete, within ``within`` seconds."""
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), within)
+    except TimeoutError:
+        process.kill()
+        out, err = await process.communicate()
+        raise AssertionError(f"worker still running after {within:g}s:\n{err.decode()[-3000:]}") from None
     if process.returncode != 0:
         raise AssertionError(f"worker failed ({process.returncode}):\n{out.decode()}\n{err.decode()}")
     summary: dict[str, Any] = json.loads(out.decode().strip().splitlines()[-1])
@@ -82,10 +88,12 @@ def line_count(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
 
 
-async def wait_for_lines(path: Path, count: int, within: float = 20.0) -> None:
+async def wait_for_lines(paths: Path | list[Path], count: int, within: float = 20.0) -> None:
+    """Return once the output files together hold ``count`` lines."""
+    files = [paths] if isinstance(paths, Path) else paths
     async with asyncio.timeout(within):
         while True:  # a file has no event to wait on: poll it
-            if line_count(path) >= count:
+            if sum(line_count(path) for path in files) >= count:
                 return
             await asyncio.sleep(0.05)
 
@@ -190,7 +198,7 @@ async def test_workers_pause_through_a_redis_restart_and_lose_nothing(
         # The default lease (30 s): a release that failed while the server was away is sent again
         # when it is back, so no slot stays held until its lease runs out.
         workers = [await start_worker(persistent_server.url, namespace, path, config) for path in outputs]
-        await wait_for_lines(outputs[0], 4)
+        await wait_for_lines(outputs, 4)  # the crawl is under way, whichever worker answers
         persistent_server.stop()
         during = len(merged(outputs))
         await asyncio.sleep(1.5)

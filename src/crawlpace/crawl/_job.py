@@ -32,7 +32,7 @@ import contextlib
 import logging
 import time
 from collections import Counter, deque
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -120,7 +120,8 @@ class CrawlJob:
             settings, store=options.store, on_give_up=self._gave_up)
         self._transport = transport
         self.robots = RobotsCache(options.user_agent) if options.robots else None
-        self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped)
+        self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
+                                   on_wait=self._wait_hook())
         self.summary = CrawlSummary()
         self.inflight = 0
         self._stop = asyncio.Event()
@@ -417,6 +418,10 @@ class CrawlJob:
         job.add_done_callback(self._fetches.discard)
 
     # -- results ------------------------------------------------------------------------
+
+    def _wait_hook(self) -> Callable[[str, float], None] | None:
+        """What the scheduler calls when a host is held back for long (nothing, for a crawl of its own)."""
+        return None
 
     def _gave_up(self, scope: str, reason: str) -> None:
         self.scheduler.give_up(scope, reason)

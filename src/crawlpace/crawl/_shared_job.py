@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import httpx
@@ -36,7 +36,7 @@ import httpx
 from .._config import Settings
 from .._throttler import Throttler
 from ..frontier import ResultWriter, reconcile
-from ..frontier._scheduler import Scheduler, Task
+from ..frontier._scheduler import Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
 from ._job import CrawlJob
 from ._options import CrawlOptions
@@ -86,8 +86,6 @@ class SharedCrawlJob(CrawlJob):
         super().__init__(settings, options, throttler=throttler, transport=transport)
         self.frontier = frontier if frontier is not None else SharedFrontier(
             options.store, visibility=options.visibility)
-        self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
-                                   on_wait=self._held_back)
         self._held: dict[int, Task] = {}  # claimed and not yet answered
         self._acks: dict[str, list[int]] = defaultdict(list)  # outcome -> ids, waiting to be sent
         self._news = asyncio.Event()  # a URL was answered: the feeder may claim more
@@ -229,6 +227,9 @@ class SharedCrawlJob(CrawlJob):
             _log.warning("%d URLs held here were claimed back (this worker was out of touch longer than "
                          "the visibility, %gs); they may be fetched twice", len(lost),
                          self.frontier.visibility)
+
+    def _wait_hook(self) -> Callable[[str, float], None] | None:
+        return self._held_back
 
     def _held_back(self, host: str, seconds: float) -> None:
         """The throttler holds ``host`` back: tell the frontier, at most once per wait."""
