@@ -186,6 +186,16 @@ class Throttler:
         """Requests of this process waiting for a permit."""
         return self._waiting
 
+    def scopes_nowait(self, request: object) -> tuple[str, ...] | None:
+        """The names of ``request``'s scopes, when they can be had without awaiting.
+
+        ``None`` when the manager must be awaited or the scopes are malformed
+        (:meth:`acquire` then says why). Schedulers use it to queue requests
+        by the same scopes the throttler admits them under.
+        """
+        demands = self._demands_nowait(request, None)
+        return None if demands is None else tuple(name for name, _ in demands)
+
     def slot(self, request: object = None, *, scopes: object = None) -> _Slot:
         """Wait for a permit for ``request`` in an ``async with`` block.
 

@@ -3,15 +3,16 @@
 A crawl has many sites and few workers. A worker that waited for one site's
 delay would sit idle while other sites were ready, and a slow site would end
 up holding every worker (the fault seeds 002 and 003 describe). So no worker
-ever waits on a site here. The scheduler keeps one FIFO queue per scope
-(the URL's host) and a heap of those queues ordered by the earliest time the
-throttler could admit their first task. :meth:`Scheduler.take` pops the queue
-that is due, asks the throttler without waiting (:meth:`Throttler.try_acquire`)
-and either returns the task with its permit or puts the queue back at the
-time the throttler names. A queue whose scope has every slot in flight is
-parked until one of its requests ends. Only when no queue is due does the
-caller wait, and then for the earliest of them, or for news (a release, a new
-task).
+ever waits on a site here. The scheduler keeps one FIFO queue per set of
+throttling scopes (the throttler's own answer for the URL: its host, unless
+``meta`` or a manager says otherwise), and the readiness board
+(:mod:`crawlpace._board`) decides which queue goes next. :meth:`Scheduler.take`
+takes the queue that is due, asks the throttler without waiting
+(:meth:`Throttler.try_acquire`) and either returns the task with its permit
+or puts the queue back on the board at the time the throttler names. A queue
+whose scope has every slot in flight is parked until one of its requests
+ends. Only when no queue is due does the caller wait, and then for the
+earliest of them, or for news (a release, a new task).
 
 Before a site's first page the scheduler has its robots.txt fetched, as a task
 of its own that goes through the throttler like any other; pages of that site
@@ -22,8 +23,6 @@ forbid are set aside as disallowed instead of being fetched.
 from __future__ import annotations
 
 import asyncio
-import heapq
-import itertools
 import logging
 from collections import deque
 from collections.abc import Callable
@@ -31,12 +30,13 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
+from .._board import SHARED_POLL, Board
 from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._permit import Permit
 from .._release import DONT_ADJUST_KEY
 from .._scopes import host_scope
-from .._throttler import SHARED_POLL, Throttler
+from .._throttler import Throttler
 from ._robots_cache import RobotsCache
 
 __all__ = ["LONG_WAIT", "Scheduler", "Task", "origin_of"]
@@ -81,7 +81,8 @@ class Task:
         attempts: requests sent for it so far, redirect hops included.
         retries: times it was queued again after a backoff answer.
         hops: redirects followed so far.
-        key: the queue it sits in: the target's host.
+        key: the queue it sits in: the target's throttling scope (its host by
+            default), or the scopes joined with ``+`` when there are several.
     """
 
     id: int
@@ -125,13 +126,9 @@ class Scheduler:
         self._robots = robots
         self._on_drop = on_drop
         self._queues: dict[str, deque[Task]] = {}
-        self._heap: list[tuple[float, int, str]] = []
-        self._due: dict[str, float] = {}  # the live heap entry of each scheduled queue
-        self._parked: dict[str, set[str]] = {}  # scope name -> queues waiting for one of its slots
-        self._parked_keys: set[str] = set()  # every queue in _parked, until a release wakes it
+        self._board: Board[str] = Board()  # which queue goes next
         self._waiting_robots: dict[str, list[Task]] = {}  # origin -> pages held until its rules are known
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
-        self._seq = itertools.count()
         self._news = False
         self._wake: TimerHandle | None = None
         self._signal: Callable[[], None] | None = None
@@ -142,7 +139,7 @@ class Scheduler:
     def push(self, task: Task, *, front: bool = False) -> None:
         """Queue a task; ``front`` puts it ahead of its queue (retries, redirects, robots.txt)."""
         try:
-            task.key = host_scope(task.target)
+            task.key = self._key_of(task)
         except ScopeError as exc:
             self._on_drop(task, "failed", str(exc))
             return
@@ -154,7 +151,7 @@ class Scheduler:
         else:
             queue.append(task)
         self.queued += 1
-        if task.key not in self._due and task.key not in self._parked_keys:
+        if task.key not in self._board:
             self._schedule(task.key, self._clock.now())
 
     def released(self, scopes: tuple[str, ...], key: str | None = None) -> None:
@@ -165,16 +162,11 @@ class Scheduler:
         far send time tries again now instead.
         """
         now = self._clock.now()
-        when = self._due.get(key) if key is not None else None
+        when = self._board.when(key) if key is not None else None
         if key is not None and when is not None and when - now > _RECHECK_AFTER:
             self._schedule(key, now)
-        for name in (*scopes, ""):  # "": queues that only the global cap held back
-            for key in self._parked.pop(name, ()):
-                if key not in self._parked_keys:
-                    continue  # woken already by another of its scopes
-                self._parked_keys.discard(key)
-                if self._queues.get(key) and key not in self._due:
-                    self._schedule(key, now)
+        # Queues parked on these scopes, or held by the global cap, are due now.
+        self._board.released(scopes, now)
         self._poke()
 
     def robots_known(self, origin: str) -> None:
@@ -195,7 +187,7 @@ class Scheduler:
         keys += [task.key for tasks in self._waiting_robots.values() for task in tasks
                  if task.key == scope and task.key not in keys]
         for key in dict.fromkeys(keys):
-            self._due.pop(key, None)
+            self._board.discard(key)
             self._drop_queue(key, "gave_up", f"{scope} was given up: {reason}")
         self._poke()
 
@@ -234,16 +226,8 @@ class Scheduler:
         self._poke()
 
     async def _take_due(self) -> tuple[Task, Permit] | None:
-        heap, due = self._heap, self._due
-        while heap:
-            ready, _, key = heap[0]
-            if due.get(key) != ready:
-                heapq.heappop(heap)  # stale: the queue was rescheduled or emptied
-                continue
-            if ready > self._clock.now():
-                return None
-            heapq.heappop(heap)
-            del due[key]
+        board = self._board
+        while (key := board.pop(self._clock.now())) is not None:
             got = await self._try(key)
             if got is not None:
                 return got
@@ -273,15 +257,14 @@ class Scheduler:
                 if queue:
                     self._schedule(key, self._clock.now())
                 return task, result
-            if result.ready_at is None and self._throttler.store.shared:
-                # Other processes free this scope's slots, and no release of ours
-                # would say so: look again shortly.
-                self._schedule(key, self._clock.now() + SHARED_POLL)
-            elif result.ready_at is None:
+            if result.ready_at is None:
+                # Parked until a release of a full scope (no scope: the global
+                # cap). Other processes free a shared store's slots, and no
+                # release of ours would say so: look again shortly as well.
                 full = [name for name, ready in result.waiting_on if ready is None]
-                for name in full or [""]:  # "": only a global cap said no; retry on the next release
-                    self._parked.setdefault(name, set()).add(key)
-                self._parked_keys.add(key)
+                now = self._clock.now()
+                poll = now + SHARED_POLL if self._throttler.store.shared else None
+                self._board.park(key, full, now, poll_at=poll)
             else:
                 self._schedule(key, result.ready_at)
                 wait = result.ready_at - self._clock.now()
@@ -315,7 +298,7 @@ class Scheduler:
 
     def _drop_queue(self, key: str, why: Dropped, detail: str) -> None:
         queue = self._queues.pop(key, deque())
-        self._parked_keys.discard(key)
+        self._board.discard(key)
         waiting = [task for tasks in self._waiting_robots.values() for task in tasks if task.key == key]
         for origin, tasks in list(self._waiting_robots.items()):
             kept = [task for task in tasks if task.key != key]
@@ -332,10 +315,22 @@ class Scheduler:
 
     # -- timing ------------------------------------------------------------------
 
+    def _key_of(self, task: Task) -> str:
+        """The queue of ``task``: the throttler's scopes for it, joined with ``+``.
+
+        A manager that must be awaited is asked at admission instead; its
+        tasks queue by host until then.
+        """
+        request = task.target if task.kind == "page" else _Unmeasured(task.target)
+        scopes = self._throttler.scopes_nowait(request)
+        if not scopes:
+            return host_scope(task.target)
+        return "+".join(sorted(scopes))
+
     def _schedule(self, key: str, when: float) -> None:
-        self._due[key] = when
-        heapq.heappush(self._heap, (when, next(self._seq), key))
-        if self._heap[0][2] == key:
+        # Ranked by the time it became due: the queue that waited longest goes first.
+        self._board.due(key, when, when)
+        if self._board.next_at() == when:
             self._poke()
 
     def _poke(self) -> None:
@@ -351,10 +346,9 @@ class Scheduler:
         event = asyncio.Event()
         self._signal = event.set
         handle: TimerHandle | None = None
-        while self._heap and self._due.get(self._heap[0][2]) != self._heap[0][0]:
-            heapq.heappop(self._heap)
-        if self._heap:
-            handle = self._clock.call_at(self._heap[0][0], event.set)
+        when = self._board.next_at()
+        if when is not None:
+            handle = self._clock.call_at(when, event.set)
         try:
             await event.wait()
         finally:
