@@ -21,9 +21,9 @@ def test_a_key_is_popped_once_its_time_has_come() -> None:
 
 def test_among_due_keys_the_lowest_rank_goes_first_then_the_earliest() -> None:
     board: Board[str] = Board()
-    board.due("late-but-old", 3.0, rank=1.0)
-    board.due("early-but-young", 1.0, rank=5.0)
-    board.due("early-same-rank", 2.0, rank=5.0)
+    board.due("late-but-old", 3.0, rank=(1.0,))
+    board.due("early-but-young", 1.0, rank=(5.0,))
+    board.due("early-same-rank", 2.0, rank=(5.0,))
     assert [board.pop(10.0), board.pop(10.0), board.pop(10.0)] == \
         ["late-but-old", "early-but-young", "early-same-rank"]
 
@@ -63,9 +63,9 @@ def test_a_key_parked_on_two_scopes_wakes_once() -> None:
 
 def test_keys_held_by_the_global_cap_wake_on_any_release_oldest_first() -> None:
     board: Board[str] = Board()
-    board.park("young", [], rank=7.0)
-    board.park("old", [], rank=3.0)
-    board.park("own", ["x"], rank=9.0)
+    board.park("young", [], rank=(7.0,))
+    board.park("old", [], rank=(3.0,))
+    board.park("own", ["x"], rank=(9.0,))
     assert board.parked_on("old") == (GLOBAL_CAP,)
     # The release of "x" wakes its own queue too, but the one waiting longest goes first.
     assert board.released(["x"], now=4.0) == ["old", "young", "own"]
@@ -126,7 +126,7 @@ def test_pop_hands_out_every_due_key_in_rank_order(items: list[tuple[int, float,
     board: Board[int] = Board()
     latest: dict[int, tuple[float, float]] = {}
     for key, when, rank in items:
-        board.due(key, when, rank)
+        board.due(key, when, (rank,))
         latest[key] = (when, rank)
     popped: list[int] = []
     while (got := board.pop(now)) is not None:

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from crawlpace.frontier import FINAL_OUTCOMES, OUTCOMES, Reconciled, Result, ResultWriter, reconcile
+from crawlpace.crawl import FINAL_OUTCOMES, OUTCOMES, Reconciled, Result, ResultWriter, reconcile
 
 
 def make(url: str = "https://a.example/", outcome: str = "ok", **changes: Any) -> Result:
@@ -139,7 +139,7 @@ def test_lines_survive_sigkill(tmp_path: Path) -> None:
     path = tmp_path / "out.jsonl"
     code = textwrap.dedent(f"""
         import os, signal
-        from crawlpace.frontier import Result, ResultWriter
+        from crawlpace.crawl import Result, ResultWriter
         writer = ResultWriter({str(path)!r}, append=False)
         for i in range(500):
             outcome = "exhausted" if i % 100 == 99 else "ok"

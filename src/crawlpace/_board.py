@@ -28,11 +28,13 @@ from __future__ import annotations
 import heapq
 import itertools
 from collections.abc import Hashable, Iterable, Iterator
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeAlias, TypeVar
 
-__all__ = ["GLOBAL_CAP", "SHARED_POLL", "Board", "request_order"]
+__all__ = ["GLOBAL_CAP", "SHARED_POLL", "Board", "Rank", "request_order"]
 
 K = TypeVar("K", bound=Hashable)
+#: How a scheduler ranks its queues: compared item by item, smaller goes first.
+Rank: TypeAlias = tuple[float, ...]
 
 #: Seconds between two looks at a queue whose scope has every slot taken in a
 #: *shared* store: other processes free those slots, and no release of ours says so.
@@ -62,7 +64,7 @@ class _Entry(Generic[K]):
         self.key = key
         self.state = "off"  # "due", "parked" or "off"
         self.when = _NEVER
-        self.rank = 0.0
+        self.rank: Rank = ()
         self.parked_on: tuple[str, ...] = ()
         self.poll_at = _NEVER
         self.token = -1  # the board-wide number of the key's live heap entry
@@ -78,15 +80,15 @@ class Board(Generic[K]):
     def __init__(self) -> None:
         self._entries: dict[K, _Entry[K]] = {}
         # (when, rank, seq, token, key): keys due in the future, and parked keys' poll times.
-        self._timed: list[tuple[float, float, int, int, K]] = []
+        self._timed: list[tuple[Any, Any, int, int, K]] = []  # (float, Rank, ...)
         # (rank, when, seq, token, key): keys whose time has come.
-        self._ready: list[tuple[float, float, int, int, K]] = []
+        self._ready: list[tuple[Any, Any, int, int, K]] = []  # (Rank, float, ...)
         self._parked: dict[str, dict[K, None]] = {}
         self._seq = itertools.count()
 
     # -- putting keys on the board ---------------------------------------------------
 
-    def due(self, key: K, when: float, rank: float = 0.0, *, keep_earlier: bool = False) -> None:
+    def due(self, key: K, when: float, rank: Rank = (), *, keep_earlier: bool = False) -> None:
         """Make ``key`` due at ``when`` (replacing where it was on the board).
 
         Args:
@@ -106,7 +108,7 @@ class Board(Generic[K]):
         entry.token = next(self._seq)
         heapq.heappush(self._timed, (when, rank, entry.token, entry.token, key))
 
-    def park(self, key: K, scopes: Iterable[str], rank: float = 0.0, *,
+    def park(self, key: K, scopes: Iterable[str], rank: Rank = (), *,
              poll_at: float | None = None) -> None:
         """Park ``key`` until a release of one of ``scopes`` (none: of any scope).
 
@@ -183,9 +185,9 @@ class Board(Generic[K]):
         if self._ready:
             self._drop_stale(self._ready)
             if self._ready:
-                return self._ready[0][1]
+                return float(self._ready[0][1])
         self._drop_stale(self._timed)
-        return self._timed[0][0] if self._timed else None
+        return float(self._timed[0][0]) if self._timed else None
 
     # -- looking -----------------------------------------------------------------------
 
@@ -236,7 +238,7 @@ class Board(Generic[K]):
                 entry.state, entry.when = "due", when
             heapq.heappush(ready, (rank, when, seq, token, key))
 
-    def _drop_stale(self, heap: list[tuple[float, float, int, int, K]]) -> None:
+    def _drop_stale(self, heap: list[tuple[Any, Any, int, int, K]]) -> None:
         while heap:
             key, token = heap[0][4], heap[0][3]
             entry = self._entries.get(key)

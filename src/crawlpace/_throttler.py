@@ -467,9 +467,9 @@ class Throttler:
 
     # -- waking ----------------------------------------------------------------
 
-    def _rank(self, name: str) -> float:
+    def _rank(self, name: str) -> tuple[float, ...]:
         queue = self._queues.get(name)
-        return float(queue[0].seq) if queue else 0.0
+        return (queue[0].seq,) if queue else ()
 
     def _mark(self, name: str, now: float) -> None:
         """Note that ``name`` may admit a waiter now, and make sure the pump runs."""

@@ -10,5 +10,18 @@ from __future__ import annotations
 
 from ._job import CrawlJob, CrawlSummary, ScopeTally
 from ._options import DEFAULT_USER_AGENT, CrawlOptions
+from ._results import FINAL_OUTCOMES, OUTCOMES, Reconciled, Result, ResultWriter, reconcile
 
-__all__ = ["DEFAULT_USER_AGENT", "CrawlJob", "CrawlOptions", "CrawlSummary", "ScopeTally"]
+__all__ = [
+    "DEFAULT_USER_AGENT",
+    "FINAL_OUTCOMES",
+    "OUTCOMES",
+    "CrawlJob",
+    "CrawlOptions",
+    "CrawlSummary",
+    "Reconciled",
+    "Result",
+    "ResultWriter",
+    "ScopeTally",
+    "reconcile",
+]

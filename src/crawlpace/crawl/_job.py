@@ -44,10 +44,11 @@ from .._permit import Permit
 from .._robots import MAX_ROBOTS_BYTES, RobotsRules
 from .._scopes import host_scope
 from .._throttler import Throttler
-from ..frontier import FINAL_OUTCOMES, Journal, JournalError, Result, ResultWriter, reconcile
+from ..frontier import Journal, JournalError
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
 from ._options import CrawlOptions
+from ._results import FINAL_OUTCOMES, Result, ResultWriter, reconcile
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 

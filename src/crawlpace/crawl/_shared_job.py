@@ -35,11 +35,11 @@ import httpx
 
 from .._config import Settings
 from .._throttler import Throttler
-from ..frontier import ResultWriter, reconcile
 from ..frontier._scheduler import Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
 from ._job import CrawlJob
 from ._options import CrawlOptions
+from ._results import ResultWriter, reconcile
 
 __all__ = ["SharedCrawlJob", "claim_spacing"]
 

@@ -7,7 +7,7 @@ imported into it once, the scheduler reads pending URLs back per scope in
 small pages, and finished URLs are flagged as done.
 
 The journal is not the record of what was answered; the results file is (see
-:mod:`crawlpace.frontier._results`). Done flags are therefore written lazily,
+:mod:`crawlpace.crawl._results`). Done flags are therefore written lazily,
 in batches, and may lag behind the results file after a crash; on
 ``--resume`` the caller rebuilds them from the results file with
 :meth:`Journal.replace_done`. That is why losing a few unflushed marks is

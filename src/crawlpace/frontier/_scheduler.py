@@ -264,7 +264,7 @@ class Scheduler:
                 full = [name for name, ready in result.waiting_on if ready is None]
                 now = self._clock.now()
                 poll = now + SHARED_POLL if self._throttler.store.shared else None
-                self._board.park(key, full, now, poll_at=poll)
+                self._board.park(key, full, (now,), poll_at=poll)
             else:
                 self._schedule(key, result.ready_at)
                 wait = result.ready_at - self._clock.now()
@@ -329,7 +329,7 @@ class Scheduler:
 
     def _schedule(self, key: str, when: float) -> None:
         # Ranked by the time it became due: the queue that waited longest goes first.
-        self._board.due(key, when, when)
+        self._board.due(key, when, (when,))
         if self._board.next_at() == when:
             self._poke()
 

@@ -7,13 +7,15 @@ the whole budget (Scrapy issues #2638 and #6982). This scheduler keeps every
 request until the throttler admits it: the engine only ever receives a
 request whose scopes said yes, together with its permit.
 
-Requests are grouped in queues by their scope names. A queue is *eligible*
-(worth asking the throttler about), *timed* (not before a known time),
-*blocked* (until a permit of one of its scopes is released: all slots are
-busy) or *asking* (a shared store is answering). The engine's
-``next_request()`` walks the eligible queues, highest head priority first and
-round-robin among equals, and returns the first request admitted. Within a
-queue, requests go by Scrapy priority, then by their expected use of a
+Requests are grouped in queues by their scope names. Which queue is asked
+next is the readiness board's call (:mod:`crawlpace._board`), as for the
+crawl and the throttler's own waiters: a queue is *eligible* (due now: worth
+asking the throttler about), *timed* (due at a known time), *blocked*
+(parked until a permit of a full scope is released) or *asking* (off the
+board while a shared store answers). The engine's ``next_request()`` takes
+due queues, highest head priority first and first due among equals, and
+returns the first request admitted. Within a queue, requests go in the
+board's request order: Scrapy priority, then the expected share of a
 quota-limited scope (larger first, as seed 001 asks), then first in, first out.
 
 With the in-memory store an admission is decided on the spot. With a shared
@@ -31,6 +33,7 @@ from collections.abc import Coroutine
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
+from .._board import SHARED_POLL, Board, request_order
 from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from .._permit import NotReady, Permit
 from .._scopes import Demand
@@ -48,10 +51,8 @@ logger = logging.getLogger("crawlpace.scrapy")
 
 T = TypeVar("T")
 
-#: Seconds between two questions about a queue whose slots are all busy, when
-#: another process may free them (a shared store).
-SHARED_POLL = 0.05
-#: The same for the local store, only as a safety net: every release of this
+#: Seconds between two questions about a queue whose slots are all busy with
+#: the local store, only as a safety net: every release of this
 #: process wakes the queues of its scopes (Scrapy's engine heartbeat is 5 s too).
 LOCAL_POLL = 5.0
 
@@ -81,7 +82,7 @@ def _now_or_task(coro: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
 
 @dataclass(order=True, slots=True)
 class _Entry:
-    order: tuple[int, float, int]
+    order: tuple[float, float, int]
     request: Any = field(compare=False)
     demands: tuple[Demand, ...] = field(compare=False)
     waited: bool = field(default=False, compare=False)
@@ -92,7 +93,6 @@ class _Queue:
     names: tuple[str, ...]
     heap: list[_Entry] = field(default_factory=list)
     state: str = _IDLE
-    token: int = 0  # invalidates stale entries in the eligible and timed heaps
 
     def head(self) -> _Entry:
         return self.heap[0]
@@ -118,13 +118,10 @@ class ThrottlingScheduler:
         self.spider: Spider | None = None
         self._queues: dict[tuple[str, ...], _Queue] = {}
         self._by_scope: dict[str, set[tuple[str, ...]]] = {}
-        self._eligible: list[tuple[int, int, int, tuple[str, ...]]] = []
-        self._timed: list[tuple[float, int, int, tuple[str, ...]]] = []
-        self._blocked_any: set[tuple[str, ...]] = set()
+        self._board: Board[tuple[str, ...]] = Board()  # which queue is asked next
         self._ready: deque[Request] = deque()
         self._refused: deque[Request] = deque()
         self._order = itertools.count()
-        self._turns = itertools.count()
         self._queued = 0
         self._resolving = 0
         self._asking = 0
@@ -203,17 +200,16 @@ class ThrottlingScheduler:
             return self._dequeued(self._refused.popleft())
         if self._ready:
             return self._dequeued(self._ready.popleft())
-        self._promote_due()
         throttler = self.runtime.throttler
         cap = self.runtime.config.settings.concurrent_requests
         shared = throttler.store.shared
-        while self._eligible:
+        while True:
             # Nothing can be admitted past the global cap; a release wakes the engine.
             if throttler.inflight + self._asking + len(self._ready) >= cap:
                 return None
             queue = self._pop_eligible()
             if queue is None:
-                continue
+                break
             if shared:
                 self._ask_later(queue)
                 continue
@@ -222,6 +218,10 @@ class ThrottlingScheduler:
                 return self._dequeued(request)
             if self._refused:
                 return self._dequeued(self._refused.popleft())
+        # Nothing is due now: have the timer wake the engine when the next queue is.
+        when = self._board.next_at()
+        if when is not None and when > self.runtime.clock_now:
+            self._arm(when)
         return None
 
     # -- queues ------------------------------------------------------------------------
@@ -232,14 +232,14 @@ class ThrottlingScheduler:
         stats.inc_value("scheduler/dequeued")
         return request
 
-    def _order_of(self, request: Any, demands: tuple[Demand, ...]) -> tuple[int, float, int]:
+    def _order_of(self, request: Any, demands: tuple[Demand, ...]) -> tuple[float, float, int]:
         settings = self.runtime.config.settings
-        share = 0.0
+        shares = []
         for name, use in demands:
             quota = settings.scope_config(name).quota
             if quota:
-                share = max(share, use / quota)
-        return (-int(getattr(request, "priority", 0)), -share, next(self._order))
+                shares.append(use / quota)
+        return request_order(int(getattr(request, "priority", 0)), shares, next(self._order))
 
     def _push(self, request: Any, demands: tuple[Demand, ...]) -> None:
         names = tuple(sorted(name for name, _ in demands))
@@ -275,27 +275,29 @@ class ThrottlingScheduler:
     def _make_eligible(self, queue: _Queue) -> None:
         if not queue.heap:
             queue.state = _IDLE
+            self._board.discard(queue.names)
             return
         queue.state = _ELIGIBLE
-        queue.token += 1
-        heapq.heappush(self._eligible, (queue.head().order[0], next(self._turns), queue.token, queue.names))
-        self._blocked_any.discard(queue.names)
+        self._board.due(queue.names, self.runtime.clock_now, queue.head().order[:1])
 
     def _pop_eligible(self) -> _Queue | None:
-        _priority, _turn, token, names = heapq.heappop(self._eligible)
-        queue = self._queues.get(names)
-        if queue is None or queue.token != token or queue.state != _ELIGIBLE:
-            return None
-        if not queue.heap:
-            self._drop(queue)
-            return None
-        return queue
+        """The due queue to ask next, or ``None`` when none is due."""
+        board = self._board
+        while (names := board.pop(self.runtime.clock_now)) is not None:
+            queue = self._queues.get(names)
+            if queue is None:
+                continue
+            if not queue.heap:
+                self._drop(queue)
+                continue
+            queue.state = _IDLE  # off the board until asked and answered
+            return queue
+        return None
 
     def _drop(self, queue: _Queue) -> None:
         del self._queues[queue.names]
         queue.state = _IDLE
-        queue.token += 1
-        self._blocked_any.discard(queue.names)
+        self._board.discard(queue.names)
         for name in queue.names:
             keys = self._by_scope.get(name)
             if keys is not None:
@@ -311,31 +313,18 @@ class ThrottlingScheduler:
 
     def _set_timed(self, queue: _Queue, when: float) -> None:
         queue.state = _TIMED
-        queue.token += 1
-        heapq.heappush(self._timed, (when, next(self._turns), queue.token, queue.names))
+        self._board.due(queue.names, when, queue.head().order[:1])
         self._arm(when)
 
     def _set_blocked(self, queue: _Queue, waiting_on: tuple[tuple[str, float | None], ...]) -> None:
+        """Park ``queue`` on its full scopes (none: on the global cap, which any release frees)."""
         queue.state = _BLOCKED
-        queue.token += 1
-        if not waiting_on:
-            self._blocked_any.add(queue.names)  # the global cap: any release may help
         # A shared store's slots free up in other processes too: ask again soon.
         poll = SHARED_POLL if self.runtime.throttler.store.shared else LOCAL_POLL
         when = self.runtime.clock_now + poll
-        heapq.heappush(self._timed, (when, next(self._turns), queue.token, queue.names))
+        self._board.park(queue.names, [name for name, _ in waiting_on], queue.head().order[:1],
+                         poll_at=when)
         self._arm(when)
-
-    def _promote_due(self) -> None:
-        now = self.runtime.clock_now
-        timed = self._timed
-        while timed and timed[0][0] <= now:
-            _when, _turn, token, names = heapq.heappop(timed)
-            queue = self._queues.get(names)
-            if queue is not None and queue.token == token and queue.state in (_TIMED, _BLOCKED):
-                self._make_eligible(queue)
-        if timed:
-            self._arm(timed[0][0])
 
     def _arm(self, when: float) -> None:
         if self._timer is not None and self._timer_at <= when:
@@ -348,9 +337,13 @@ class ThrottlingScheduler:
     def _on_timer(self) -> None:
         self._timer = None
         self._timer_at = float("inf")
-        self._promote_due()
-        if self._eligible:
+        when = self._board.next_at()
+        if when is None:
+            return
+        if when <= self.runtime.clock_now:
             self.runtime.wake()
+        else:
+            self._arm(when)
 
     # -- admission ----------------------------------------------------------------------
 
@@ -371,7 +364,7 @@ class ThrottlingScheduler:
 
     def _ask_later(self, queue: _Queue) -> None:
         queue.state = _ASKING
-        queue.token += 1
+        self._board.discard(queue.names)
         self._asking += 1
         self.runtime.spawn(self._ask(queue, queue.head()))
 
@@ -451,22 +444,23 @@ class ThrottlingScheduler:
 
     def _released(self, scopes: tuple[str, ...]) -> None:
         """A permit of ``scopes`` went back: their waiting queues may go now."""
-        waking: list[_Queue] = []
+        board = self._board
+        now = self.runtime.clock_now
+        # Parked queues of these scopes, and those held by the global cap, are due
+        # now; timed ones are asked again too, since the answer may have loosened
+        # their scopes' limits.
+        woken = set(board.released(scopes, now))
         for name in scopes:
             for names in self._by_scope.get(name, ()):
                 queue = self._queues.get(names)
-                if queue is not None and queue.state in (_TIMED, _BLOCKED):
-                    waking.append(queue)
-        for names in self._blocked_any:
-            queue = self._queues.get(names)
-            if queue is not None and queue.state == _BLOCKED:
-                waking.append(queue)
-        self._blocked_any.clear()
+                if queue is not None and queue.state == _TIMED:
+                    woken.add(names)
+        waking = [queue for names in woken if (queue := self._queues.get(names)) is not None and queue.heap]
         if not waking:
             return
-        # The queue whose head came first goes first: fair, and the same in every run.
-        unique = {id(queue): queue for queue in waking}
-        for queue in sorted(unique.values(), key=lambda queue: queue.head().order):
+        # The queue whose head came first goes first among equal priorities: fair,
+        # and the same in every run.
+        for queue in sorted(waking, key=lambda queue: queue.head().order):
             self._make_eligible(queue)
         self.runtime.wake()
 
