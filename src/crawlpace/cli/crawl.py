@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlencode, urlsplit
 
-from .. import __version__
 from .._config import Settings
 from .._exceptions import ConfigError
+from .._user_agent import DEFAULT_USER_AGENT
 from ..stores import REDIS_SCHEMES
 from ._signals import stop_on_signals
 
@@ -25,7 +25,6 @@ if TYPE_CHECKING:
 
 # The crawl itself needs httpx (the 'cli' extra); it is imported when a crawl runs,
 # so that the command line and its help work without it.
-DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
 __all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "read_urls",
            "run", "run_job", "store_url"]

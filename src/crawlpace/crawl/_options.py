@@ -6,13 +6,12 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import __version__
 from .._exceptions import ConfigError
+from .._user_agent import DEFAULT_USER_AGENT
 
 __all__ = ["DEFAULT_USER_AGENT", "CrawlOptions"]
 
 #: The user agent sent unless another is configured.
-DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
 
 @dataclass(frozen=True, slots=True)

@@ -204,6 +204,10 @@ class Scheduler:
                 sizes[task.key] = sizes.get(task.key, 0) + 1
         return sizes
 
+    def __repr__(self) -> str:
+        return (f"<Scheduler queued={self.queued} queues={len(self._queues)} "
+                f"waiting_robots={sum(map(len, self._waiting_robots.values()))} {self._board!r}>")
+
     # -- taking work -------------------------------------------------------------
 
     async def take(self) -> tuple[Task, Permit] | None:

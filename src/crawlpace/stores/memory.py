@@ -140,6 +140,9 @@ class MemoryStore:
 
     # -- synchronous core -----------------------------------------------------
 
+
+    def __repr__(self) -> str:
+        return f"<MemoryStore scopes={len(self._scopes)} evicted={self.evicted}>"
     def acquire_nowait(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
         """The body of :meth:`acquire`, callable without an event loop."""
         now = self._clock.now()
