@@ -23,6 +23,7 @@ from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import Any, TypeVar
 
+from ._blocks import parse_block_rules
 from ._exceptions import ConfigError
 from ._jitter import NO_JITTER, Jitter
 
@@ -147,6 +148,8 @@ class Settings:
             this process (``CONCURRENT_REQUESTS``).
         scope_defaults: settings of any scope not named in ``scopes``.
         scopes: per-scope settings, already merged over ``scope_defaults``.
+        block_rules: soft-block body rules, ``REGEX[:STATUS]`` each
+            (``THROTTLING_BLOCK_RULES``; see :mod:`crawlpace._blocks`).
     """
 
     concurrent_requests: int = 16
@@ -159,6 +162,7 @@ class Settings:
     redirect_max_delay: float | None = None
     delayed_requests_warn_threshold: int = 500
     autothrottle: AutoThrottleConfig = field(default_factory=AutoThrottleConfig)
+    block_rules: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         check = _Checker("Settings")
@@ -286,6 +290,7 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "THROTTLING_SCOPES": ("", "scopes"),
     "THROTTLING_SCOPE_DEFAULTS": ("", "scope_defaults"),
     "THROTTLING_MANAGER": ("", "manager"),
+    "THROTTLING_BLOCK_RULES": ("", "block_rules"),
     "THROTTLING_ROBOTSTXT_OBEY": ("", "robotstxt_obey"),
     "THROTTLING_ROBOTSTXT_MAX_DELAY": ("", "robotstxt_max_delay"),
     "RAMPUP_BACKOFF_TARGET": ("", "rampup_backoff_target"),
@@ -670,7 +675,7 @@ def parse_jitter(value: object, *, label: str = "RANDOMIZE_DOWNLOAD_DELAY") -> J
 _TOP_KEYS = frozenset({
     "concurrent_requests", "scope_defaults", "scopes", "manager", "rampup_backoff_target",
     "robotstxt_obey", "robotstxt_max_delay", "redirect_max_delay",
-    "delayed_requests_warn_threshold", "autothrottle",
+    "delayed_requests_warn_threshold", "autothrottle", "block_rules",
 })
 _SCOPE_KEYS = frozenset(f.name for f in fields(ScopeConfig))
 _BACKOFF_KEYS = frozenset(f.name for f in fields(BackoffConfig))
@@ -696,6 +701,11 @@ def _parse(tree: Mapping[str, Any], labels: _TreeLabels, problems: Iterable[str]
     take("delayed_requests_warn_threshold", check.count)
     take("robotstxt_obey", check.flag)
     take("manager", check.import_path)
+    if "block_rules" in tree:
+        try:
+            top["block_rules"] = parse_block_rules(labels.top("block_rules"), tree["block_rules"])
+        except ConfigError as exc:
+            check.problems.extend(exc.problems)
     if tree.get("redirect_max_delay") is not None:
         take("redirect_max_delay", check.seconds)
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import functools
 import logging
 import random
@@ -519,6 +520,8 @@ class Throttler:
                 signal = ScopeFeedback(signal.backoff, signal.failed, signal.hold, signal.pace,
                                        signal.pace_for, float(consumed[name]), signal.latency,
                                        signal.status)
+            if raw.blocked:  # a soft block is pushback like a 429; its latency says nothing
+                signal = dataclasses.replace(signal, backoff=True, latency=None)
             feedback.append(signal)
         return Outcome(status=raw.status, error=error, latency=raw.latency, feedback=tuple(feedback))
 

@@ -14,6 +14,9 @@ What happens to each URL:
   ``BACKOFF_EXCEPTIONS``) is queued again, ahead of its host's queue, up to
   ``retries`` times; the throttler makes it wait out the backoff delay or the
   server's Retry-After before it goes;
+- a soft block (a challenge page matching a block rule, ``cf-mitigated:
+  challenge``, a quota problem+json) counts as a backoff answer, whatever its
+  status, and its line says ``"blocked": true`` with the rule;
 - anything else is the URL's answer (``outcome = "ok"``, whatever the status),
   as is a robots.txt refusal (``"disallowed"``) or an unusable URL (``"failed"``);
 - a URL whose retries ran out (``"exhausted"``) or whose site the circuit
@@ -38,6 +41,7 @@ from typing import Any
 
 import httpx
 
+from .._blocks import BlockRules
 from .._config import Settings
 from .._exceptions import ScopeError
 from .._permit import Permit
@@ -119,6 +123,7 @@ class CrawlJob:
         self.throttler = throttler if throttler is not None else Throttler(
             settings, store=options.store, on_give_up=self._gave_up)
         self._transport = transport
+        self.blocks = BlockRules(settings.block_rules)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
                                    on_wait=self._wait_hook())
@@ -347,8 +352,10 @@ class CrawlJob:
             return _Answer(None, None, b"", latency, exc)
         finally:
             await response.aclose()
-        permit.feedback(response, latency=latency)
-        return _Answer(response.status_code, response.headers.get("location"), body, latency, None)
+        page = task.kind == "page"
+        rule = self.blocks.match(response.status_code, response.headers, body) if page else None
+        permit.feedback(response, latency=latency, blocked=rule is not None)
+        return _Answer(response.status_code, response.headers.get("location"), body, latency, None, rule)
 
     def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
         outcome = permit.outcome
@@ -362,6 +369,9 @@ class CrawlJob:
             task.retries += 1
             _log.debug("%s: backoff answer %s, attempt %d; queued again", task.target,
                        answer.status if answer.error is None else type(answer.error).__name__, task.attempts)
+            if answer.block_rule is not None:
+                _log.info("%s: soft block (%s), attempt %d; backing off and queued again", task.target,
+                          answer.block_rule, task.attempts)
             self.scheduler.push(task, front=True)
             return
         if backoff:
@@ -372,9 +382,10 @@ class CrawlJob:
             kind = "ok"
         error = None if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
         if kind == "exhausted" and error is None:
-            error = f"still {answer.status} after {task.attempts} attempts"
+            blocked = "" if answer.block_rule is None else f" (blocked: {answer.block_rule})"
+            error = f"still {answer.status}{blocked} after {task.attempts} attempts"
         self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
-                     latency=answer.latency)
+                     latency=answer.latency, block_rule=answer.block_rule)
 
     def _follow_redirect(self, task: Task, answer: _Answer) -> bool:
         """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
@@ -430,7 +441,7 @@ class CrawlJob:
         self._finish(task, why, error=detail)
 
     def _finish(self, task: Task, outcome: str, *, status: int | None = None, error: str | None = None,
-                size: int = 0, latency: float | None = None) -> None:
+                size: int = 0, latency: float | None = None, block_rule: str | None = None) -> None:
         if task.kind == "robots":
             return
         writer = self._writer
@@ -439,7 +450,8 @@ class CrawlJob:
         final_url = task.target if status is not None else None
         writer.write(Result(url=task.url, status=status, final_url=final_url, bytes=size,
                             latency=None if latency is None else round(latency, 6), attempts=task.attempts,
-                            error=error, scope=scope, time=round(time.time(), 3), outcome=outcome))
+                            error=error, scope=scope, time=round(time.time(), 3), outcome=outcome,
+                            blocked=block_rule is not None, block_rule=block_rule))
         self._settled(task, outcome)
         summary = self.summary
         summary.outcomes[outcome] += 1
@@ -473,6 +485,7 @@ class _Answer:
     body: bytes
     latency: float | None
     error: BaseException | None
+    block_rule: str | None = None
 
 
 async def _read(response: httpx.Response, limit: int) -> bytes:

@@ -18,6 +18,7 @@ Nothing here ever listens outside 127.0.0.0/8.
 
 from __future__ import annotations
 
+from ._challenge import ChallengeSite
 from ._farm import Farm, SiteInfo, builtin_farms
 from ._faults import DeadSite, FlakySite
 from ._load import OverloadSite, SlowSite
@@ -35,6 +36,7 @@ __all__ = [
     "HEADER_STYLES",
     "PROFILES",
     "SHIFTABLE",
+    "ChallengeSite",
     "CrawlDelaySite",
     "DeadSite",
     "Farm",
