@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlencode, urlsplit
 
 from .. import __version__
+from .._blocks import parse_block_rules
 from .._config import Settings
 from .._exceptions import ConfigError
 from ..stores import REDIS_SCHEMES
@@ -62,6 +63,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     crawl.add_argument("--retries", type=int, default=3, help="resends after a backoff answer (default 3)")
     crawl.add_argument("--timeout", type=float, default=10.0, help="seconds to connect and per read "
                        "(default 10)")
+    crawl.add_argument("--block-on-match", action="append", default=[], metavar="REGEX[:STATUS]",
+                       help="count a response whose body matches REGEX (with STATUS only, when given, "
+                            "e.g. 'captcha:200') as a soft block: backed off like a 429 and resent; "
+                            "repeatable, added to the settings file's block_rules")
     crawl.add_argument("--no-robots", action="store_true", help="neither fetch nor obey robots.txt")
     crawl.add_argument("--state", help="journal file (default: OUTPUT.state)")
     crawl.add_argument("--quiet", action="store_true", help="no live display")
@@ -98,8 +103,12 @@ def build_settings(args: argparse.Namespace) -> Settings:
         scopes = ({name: dataclasses.replace(cfg, rampup=True) for name, cfg in settings.scopes.items()}
                   if args.rampup else settings.scopes)
         total = args.concurrency if args.concurrency is not None else settings.concurrent_requests
+        extra: dict[str, Any] = {}
+        block_on = getattr(args, "block_on_match", None) or []
+        if block_on:
+            extra["block_rules"] = (*settings.block_rules, *parse_block_rules("--block-on-match", block_on))
         return dataclasses.replace(settings, concurrent_requests=total, scope_defaults=defaults,
-                                   scopes=scopes)
+                                   scopes=scopes, **extra)
     except ConfigError as exc:
         flags = {"concurrency": "--per-host", "delay": "--delay", "concurrent_requests": "--concurrency"}
         raise ConfigError([_name_flag(problem, flags) for problem in exc.problems]) from None
