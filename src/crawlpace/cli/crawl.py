@@ -18,6 +18,7 @@ from .. import __version__
 from .._blocks import parse_block_rules
 from .._config import Settings
 from .._exceptions import ConfigError
+from .._server_scopes import manager_path
 from ..stores import REDIS_SCHEMES
 from ._signals import stop_on_signals
 
@@ -63,6 +64,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     crawl.add_argument("--retries", type=int, default=3, help="resends after a backoff answer (default 3)")
     crawl.add_argument("--timeout", type=float, default=10.0, help="seconds to connect and per read "
                        "(default 10)")
+    crawl.add_argument("--scope-by", choices=("host", "domain", "ip"), default=None,
+                       help="what one budget covers: each host (default), its registrable domain, or the "
+                            "server address it resolves to; with domain or ip a request holds its host's "
+                            "scope as well, so hosts on one server share the server's budget")
     crawl.add_argument("--block-on-match", action="append", default=[], metavar="REGEX[:STATUS]",
                        help="count a response whose body matches REGEX (with STATUS only, when given, "
                             "e.g. 'captcha:200') as a soft block: backed off like a 429 and resent; "
@@ -107,6 +112,13 @@ def build_settings(args: argparse.Namespace) -> Settings:
         block_on = getattr(args, "block_on_match", None) or []
         if block_on:
             extra["block_rules"] = (*settings.block_rules, *parse_block_rules("--block-on-match", block_on))
+        scope_by = getattr(args, "scope_by", None)
+        path = None if scope_by is None else manager_path(scope_by, with_host=True)
+        if path is not None and settings.manager is not None and settings.manager != path:
+            raise ConfigError([f"--scope-by {scope_by}: the settings file already names the manager "
+                               f"{settings.manager!r}; drop one of the two"])
+        if path is not None:
+            extra["manager"] = path
         return dataclasses.replace(settings, concurrent_requests=total, scope_defaults=defaults,
                                    scopes=scopes, **extra)
     except ConfigError as exc:

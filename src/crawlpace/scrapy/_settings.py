@@ -32,6 +32,7 @@ from .._config import Settings
 from .._exceptions import ConfigError
 from .._feedback import FeedbackBuilder
 from .._scopes import ThrottlingManager, ThrottlingManagerProtocol, import_object, load_scope_manager
+from .._server_scopes import IpScopes
 from ..stores import REDIS_SCHEMES, open_store
 from ..stores.base import Store
 from ._compat import ASYNCIO_REACTOR, default_backoff_exceptions
@@ -290,13 +291,36 @@ def _warn_inert(settings: BaseSettings, core: Settings) -> None:
                  for key, entry in slots.items()}
         logger.warning("DOWNLOAD_SLOTS has no effect under crawlpace.scrapy; throttling scopes replace "
                        "download slots: THROTTLING_SCOPES = %r", moved)
+    if _per_ip(settings) and settings.get("THROTTLING_MANAGER") is not None:
+        logger.warning("CONCURRENT_REQUESTS_PER_IP has no effect beside THROTTLING_MANAGER, which decides "
+                       "the scopes; use crawlpace.IpScopes as the manager to scope by server address")
+
+
+def _per_ip(settings: BaseSettings) -> int:
+    """``CONCURRENT_REQUESTS_PER_IP`` when set to a positive number, else 0."""
     with warnings.catch_warnings():  # Scrapy 2.19 warns on reading it: it is deprecated
         warnings.simplefilter("ignore")
-        per_ip = _explicit(settings, "CONCURRENT_REQUESTS_PER_IP") and \
-            settings.getint("CONCURRENT_REQUESTS_PER_IP")
-    if per_ip:
-        logger.warning("CONCURRENT_REQUESTS_PER_IP has no effect under crawlpace.scrapy; scopes are per "
-                       "host (write a THROTTLING_MANAGER to group requests otherwise)")
+        if not _explicit(settings, "CONCURRENT_REQUESTS_PER_IP"):
+            return 0
+        return max(settings.getint("CONCURRENT_REQUESTS_PER_IP"), 0)
+
+
+def _apply_per_ip(settings: BaseSettings,
+                  core: Settings) -> tuple[Settings, ThrottlingManagerProtocol | None]:
+    """Honour ``CONCURRENT_REQUESTS_PER_IP`` as Scrapy did: one scope per server address.
+
+    Scrapy then keys its download slots by IP and gives each that many
+    slots; here requests are scoped by :class:`~crawlpace.IpScopes` and the
+    scope defaults get that concurrency. A ``THROTTLING_MANAGER`` wins.
+    """
+    per_ip = _per_ip(settings)
+    if not per_ip or settings.get("THROTTLING_MANAGER") is not None:
+        return core, None
+    logger.info("CONCURRENT_REQUESTS_PER_IP = %d: requests are scoped by server address, %d in flight "
+                "each (Scrapy deprecated this setting; THROTTLING_MANAGER = 'crawlpace.IpScopes' is "
+                "the lasting way)", per_ip, per_ip)
+    defaults = replace(core.scope_defaults, concurrency=per_ip)
+    return replace(core, scope_defaults=defaults), IpScopes()
 
 
 def spider_attribute_values(spider: object, settings: BaseSettings) -> dict[str, Any]:
@@ -359,6 +383,9 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     else:
         debug = False
     manager: ThrottlingManagerProtocol = ThrottlingManager()
+    if core is not None:
+        core, by_ip = _apply_per_ip(settings, core)
+        manager = by_ip or manager
     raw_manager = settings.get("THROTTLING_MANAGER")
     if raw_manager is not None:
         try:
