@@ -156,7 +156,7 @@ async def test_the_throttler_admits_by_server_when_the_settings_say_so() -> None
         assert isinstance(first, crawlpace.Permit)
         assert first.scopes == ("localhost", "127.0.0.1")
         second = await throttler.try_acquire("http://127.0.0.1:9/")
-        assert not second  # the server's one slot is taken by the other name
+        assert isinstance(second, crawlpace.NotReady)  # the server's one slot is taken by the other name
         assert ("127.0.0.1", None) in second.waiting_on
         await first.release()
     finally:
