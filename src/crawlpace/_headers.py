@@ -86,6 +86,12 @@ class ServerHint:
     policy: str | None = None
     partition: bytes | None = None
 
+    def __repr__(self) -> str:
+        # Only what the server said: most responses fill two or three of the twelve fields.
+        shown = [f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__
+                 if getattr(self, name) != self.__dataclass_fields__[name].default]
+        return f"ServerHint({', '.join(shown)})"
+
 
 class _Item(NamedTuple):
     """One member of a structured-field list: its name and its parameters."""
