@@ -150,6 +150,11 @@ class Settings:
         scopes: per-scope settings, already merged over ``scope_defaults``.
         block_rules: soft-block body rules, ``REGEX[:STATUS]`` each
             (``THROTTLING_BLOCK_RULES``; see :mod:`crawlpace._blocks`).
+        learned: where learned limits are kept for a warm start, a SQLite
+            file or a Redis URL (``CRAWLPACE_LEARNED``; see :mod:`crawlpace._learned`).
+        warm_start: the records read from ``learned`` for this run (a
+            :class:`crawlpace._learned.WarmStart`), set by whoever reads
+            them; new scopes' policies start from it.
     """
 
     concurrent_requests: int = 16
@@ -163,6 +168,8 @@ class Settings:
     delayed_requests_warn_threshold: int = 500
     autothrottle: AutoThrottleConfig = field(default_factory=AutoThrottleConfig)
     block_rules: tuple[str, ...] = ()
+    learned: str | None = None
+    warm_start: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check = _Checker("Settings")
@@ -291,6 +298,7 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "THROTTLING_SCOPE_DEFAULTS": ("", "scope_defaults"),
     "THROTTLING_MANAGER": ("", "manager"),
     "THROTTLING_BLOCK_RULES": ("", "block_rules"),
+    "CRAWLPACE_LEARNED": ("", "learned"),
     "THROTTLING_ROBOTSTXT_OBEY": ("", "robotstxt_obey"),
     "THROTTLING_ROBOTSTXT_MAX_DELAY": ("", "robotstxt_max_delay"),
     "RAMPUP_BACKOFF_TARGET": ("", "rampup_backoff_target"),
@@ -675,7 +683,7 @@ def parse_jitter(value: object, *, label: str = "RANDOMIZE_DOWNLOAD_DELAY") -> J
 _TOP_KEYS = frozenset({
     "concurrent_requests", "scope_defaults", "scopes", "manager", "rampup_backoff_target",
     "robotstxt_obey", "robotstxt_max_delay", "redirect_max_delay",
-    "delayed_requests_warn_threshold", "autothrottle", "block_rules",
+    "delayed_requests_warn_threshold", "autothrottle", "block_rules", "learned",
 })
 _SCOPE_KEYS = frozenset(f.name for f in fields(ScopeConfig))
 _BACKOFF_KEYS = frozenset(f.name for f in fields(BackoffConfig))
@@ -701,6 +709,13 @@ def _parse(tree: Mapping[str, Any], labels: _TreeLabels, problems: Iterable[str]
     take("delayed_requests_warn_threshold", check.count)
     take("robotstxt_obey", check.flag)
     take("manager", check.import_path)
+    if tree.get("learned") is not None:
+        learned = tree["learned"]
+        if isinstance(learned, str) and learned.strip():
+            top["learned"] = learned
+        else:
+            check.fail(f"{labels.top('learned')}: expected a SQLite file path or a redis:// URL, got "
+                       f"{_kind(learned)}; e.g. 'learned.sqlite'")
     if "block_rules" in tree:
         try:
             top["block_rules"] = parse_block_rules(labels.top("block_rules"), tree["block_rules"])

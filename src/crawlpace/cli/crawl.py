@@ -68,6 +68,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="what one budget covers: each host (default), its registrable domain, or the "
                             "server address it resolves to; with domain or ip a request holds its host's "
                             "scope as well, so hosts on one server share the server's budget")
+    crawl.add_argument("--learned", metavar="FILE", help="keep what the crawl learns of each site (rampup's "
+                       "rate, latency, delays) in this SQLite file, or a redis:// URL, and start the next "
+                       "crawl from it (the settings file's 'learned')")
     crawl.add_argument("--block-on-match", action="append", default=[], metavar="REGEX[:STATUS]",
                        help="count a response whose body matches REGEX (with STATUS only, when given, "
                             "e.g. 'captcha:200') as a soft block: backed off like a 429 and resent; "
@@ -119,6 +122,8 @@ def build_settings(args: argparse.Namespace) -> Settings:
                                f"{settings.manager!r}; drop one of the two"])
         if path is not None:
             extra["manager"] = path
+        if getattr(args, "learned", None):
+            extra["learned"] = args.learned
         return dataclasses.replace(settings, concurrent_requests=total, scope_defaults=defaults,
                                    scopes=scopes, **extra)
     except ConfigError as exc:

@@ -44,6 +44,7 @@ import httpx
 from .._blocks import BlockRules
 from .._config import Settings
 from .._exceptions import ScopeError
+from .._learning import Learner
 from .._permit import Permit
 from .._robots import MAX_ROBOTS_BYTES, RobotsRules
 from .._scopes import host_scope
@@ -117,6 +118,8 @@ class CrawlJob:
 
     def __init__(self, settings: Settings, options: CrawlOptions, *, throttler: Throttler | None = None,
                  transport: httpx.AsyncBaseTransport | None = None) -> None:
+        # Warm start: the scopes' policies begin from what earlier crawls learned (crawlpace._learned).
+        settings, self.learner = Learner.prepare(settings) if throttler is None else (settings, None)
         self.settings = settings
         self.options = options
         self._own_throttler = throttler is None
@@ -166,6 +169,8 @@ class CrawlJob:
         try:
             async with self._make_client() as client:
                 self._client = client
+                if self.learner is not None:
+                    self.learner.start(self.throttler)
                 await self._dispatch()
         finally:
             await self._shutdown()
@@ -237,6 +242,8 @@ class CrawlJob:
             self.summary.answered = journal.done()
             self.summary.unfinished = journal.total() - journal.done()
             journal.close()
+        if self.learner is not None:
+            await self.learner.close(self.throttler)
         if self._own_throttler:
             await self.throttler.aclose()
 

@@ -31,6 +31,7 @@ from .._clock import AsyncioClock, Clock
 from .._config import Settings
 from .._exceptions import ConfigError
 from .._feedback import FeedbackBuilder
+from .._learning import Learner
 from .._scopes import ThrottlingManager, ThrottlingManagerProtocol, import_object, load_scope_manager
 from .._server_scopes import IpScopes
 from ..stores import REDIS_SCHEMES, open_store
@@ -48,7 +49,8 @@ _SHARED_NAMES = frozenset({
     "AUTOTHROTTLE_MAX_DELAY", "AUTOTHROTTLE_TARGET_CONCURRENCY", "AUTOTHROTTLE_DEBUG",
 })
 # Names only crawlpace knows, without one of the core's prefixes.
-_PLAIN_NAMES = frozenset({"DOWNLOAD_DELAY_PER_SLOT", "REDIRECT_MAX_DELAY", "DELAYED_REQUESTS_WARN_THRESHOLD"})
+_PLAIN_NAMES = frozenset({"DOWNLOAD_DELAY_PER_SLOT", "REDIRECT_MAX_DELAY", "DELAYED_REQUESTS_WARN_THRESHOLD",
+                          "CRAWLPACE_LEARNED"})
 _PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
 # The add-on's own names, never passed to the core.
 ADDON_NAMES = frozenset({"THROTTLING_DEBUG", "THROTTLING_MANAGER"})
@@ -72,6 +74,7 @@ class AddonConfig:
             and ``THROTTLING_ROBOTSTXT_OBEY``).
         robots_user_agent: whose Crawl-Delay to read.
         stats_scopes: how many scopes get per-scope entries in the stats.
+        learner: keeps what the crawl learns (``CRAWLPACE_LEARNED``), if set.
     """
 
     settings: Settings
@@ -84,6 +87,7 @@ class AddonConfig:
     robots: bool
     robots_user_agent: str
     stats_scopes: int
+    learner: Learner | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -383,9 +387,15 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     else:
         debug = False
     manager: ThrottlingManagerProtocol = ThrottlingManager()
+    learner: Learner | None = None
     if core is not None:
         core, by_ip = _apply_per_ip(settings, core)
         manager = by_ip or manager
+        try:
+            core, learner = Learner.prepare(core)
+        except Exception as exc:  # sqlite3.Error, OSError, a Redis error
+            problems.append(f"CRAWLPACE_LEARNED: cannot open {core.learned!r} ({exc}); give a writable "
+                            "SQLite file path or a reachable redis:// URL")
     raw_manager = settings.get("THROTTLING_MANAGER")
     if raw_manager is not None:
         try:
@@ -422,4 +432,4 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
     return AddonConfig(settings=core, manager=manager, store=store, store_url=store_url, clock=clock,
                        debug=debug, use_scheduler=use_scheduler, robots=robots and core.robotstxt_obey,
-                       robots_user_agent=str(agent), stats_scopes=stats_scopes)
+                       robots_user_agent=str(agent), stats_scopes=stats_scopes, learner=learner)
