@@ -30,13 +30,13 @@ def warm(record: LearnedScope, scope: str = "example.com") -> WarmStart:
 # -- trust ---------------------------------------------------------------------------------------
 
 
-def test_fresh_knowledge_starts_at_half_the_learned_rate_and_older_lower() -> None:
+def test_fresh_knowledge_starts_near_the_learned_rate_and_older_lower() -> None:
     config = RAMPUP.scope_defaults
     fresh = warm(LearnedScope(rate=20.0, learned_at=NOW))
-    assert fresh.config_for("example.com", config).delay == pytest.approx(1 / 10.0)
+    assert fresh.config_for("example.com", config).delay == pytest.approx(1 / 18.0)
     day_old = warm(LearnedScope(rate=20.0, learned_at=NOW - HALF_LIFE))
-    assert day_old.config_for("example.com", config).delay == pytest.approx(1 / 5.0)
-    # A week on, a quarter of a per-cent of 20/s is below the cold start: the record is ignored.
+    assert day_old.config_for("example.com", config).delay == pytest.approx(1 / 9.0)
+    # A week on, 0.9 / 128 of 20/s is below the cold start of 1/s: the record is ignored.
     stale = warm(LearnedScope(rate=20.0, learned_at=NOW - 7 * HALF_LIFE))
     assert stale.config_for("example.com", config) == config
     # Other scopes, and scopes without rampup, are left alone.
@@ -47,21 +47,21 @@ def test_fresh_knowledge_starts_at_half_the_learned_rate_and_older_lower() -> No
 
 def test_the_refused_rate_caps_the_start() -> None:
     record = LearnedScope(rate=30.0, refused_rate=12.0, learned_at=NOW)
-    assert warm(record).config_for("example.com", RAMPUP.scope_defaults).delay == pytest.approx(1 / 6.0)
+    assert warm(record).config_for("example.com", RAMPUP.scope_defaults).delay == pytest.approx(1 / 10.8)
 
 
 def test_autothrottle_starts_near_its_learned_delay() -> None:
     settings = Settings.from_scrapy({"AUTOTHROTTLE_ENABLED": True, "DOWNLOAD_DELAY": 0.1})
     record = LearnedScope(delay=0.4, learned_at=NOW)
     tuned = warm(record).autothrottle_for("example.com", settings.scope_defaults, settings.autothrottle)
-    assert tuned.start_delay == pytest.approx(0.8)  # twice the learned delay when fresh, not 5 s
+    assert tuned.start_delay == pytest.approx(0.4 / 0.9)  # near the learned delay when fresh, not 5 s
     slow = LearnedScope(delay=10.0, learned_at=NOW)
     same = warm(slow).autothrottle_for("example.com", settings.scope_defaults, settings.autothrottle)
     assert same is settings.autothrottle  # never slower than a cold start
 
 
 async def test_a_warm_scope_sends_at_its_head_start_from_the_first_request(clock: MockClock) -> None:
-    record = LearnedScope(rate=8.0, learned_at=time.time())
+    record = LearnedScope(rate=40 / 9, learned_at=time.time())
     exact = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "DOWNLOAD_DELAY": 1.0,
                                   "RANDOMIZE_DOWNLOAD_DELAY": False, "BACKOFF_JITTER": False})
     settings = dataclasses.replace(exact, warm_start=WarmStart({"example.com": record}, time.time()))
@@ -71,7 +71,7 @@ async def test_a_warm_scope_sends_at_its_head_start_from_the_first_request(clock
             async with throttler.slot("https://example.com/") as permit:
                 sends.append(permit.granted_at)
                 permit.feedback(status=200, latency=0.01)
-    # 4/s (half of 8) from the start instead of the cold 1/s, and rampup's doubling from there.
+    # 4/s (90 % of 4.44) from the start instead of the cold 1/s, and rampup's doubling from there.
     assert sends[:2] == pytest.approx([0.0, 0.25])
     assert 0.15 < sends[2] - sends[1] < 0.25
 
