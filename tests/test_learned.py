@@ -12,7 +12,15 @@ import redis
 
 from crawlpace import Settings, Throttler
 from crawlpace._exceptions import ConfigError
-from crawlpace._learned import HALF_LIFE, LearnedFile, LearnedRedis, LearnedScope, WarmStart, open_learned
+from crawlpace._learned import (
+    FRESH_TRUST,
+    HALF_LIFE,
+    LearnedFile,
+    LearnedRedis,
+    LearnedScope,
+    WarmStart,
+    open_learned,
+)
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.sim import Farm
 from crawlpace.testing import MockClock
@@ -33,10 +41,10 @@ def warm(record: LearnedScope, scope: str = "example.com") -> WarmStart:
 def test_fresh_knowledge_starts_near_the_learned_rate_and_older_lower() -> None:
     config = RAMPUP.scope_defaults
     fresh = warm(LearnedScope(rate=20.0, learned_at=NOW))
-    assert fresh.config_for("example.com", config).delay == pytest.approx(1 / 18.0)
+    assert fresh.config_for("example.com", config).delay == pytest.approx(1 / 14.0)
     day_old = warm(LearnedScope(rate=20.0, learned_at=NOW - HALF_LIFE))
-    assert day_old.config_for("example.com", config).delay == pytest.approx(1 / 9.0)
-    # A week on, 0.9 / 128 of 20/s is below the cold start of 1/s: the record is ignored.
+    assert day_old.config_for("example.com", config).delay == pytest.approx(1 / 7.0)
+    # A week on, 0.7 / 128 of 20/s is below the cold start of 1/s: the record is ignored.
     stale = warm(LearnedScope(rate=20.0, learned_at=NOW - 7 * HALF_LIFE))
     assert stale.config_for("example.com", config) == config
     # Other scopes, and scopes without rampup, are left alone.
@@ -47,21 +55,21 @@ def test_fresh_knowledge_starts_near_the_learned_rate_and_older_lower() -> None:
 
 def test_the_refused_rate_caps_the_start() -> None:
     record = LearnedScope(rate=30.0, refused_rate=12.0, learned_at=NOW)
-    assert warm(record).config_for("example.com", RAMPUP.scope_defaults).delay == pytest.approx(1 / 10.8)
+    assert warm(record).config_for("example.com", RAMPUP.scope_defaults).delay == pytest.approx(1 / 8.4)
 
 
 def test_autothrottle_starts_near_its_learned_delay() -> None:
     settings = Settings.from_scrapy({"AUTOTHROTTLE_ENABLED": True, "DOWNLOAD_DELAY": 0.1})
     record = LearnedScope(delay=0.4, learned_at=NOW)
     tuned = warm(record).autothrottle_for("example.com", settings.scope_defaults, settings.autothrottle)
-    assert tuned.start_delay == pytest.approx(0.4 / 0.9)  # near the learned delay when fresh, not 5 s
+    assert tuned.start_delay == pytest.approx(0.4 / 0.7)  # near the learned delay when fresh, not 5 s
     slow = LearnedScope(delay=10.0, learned_at=NOW)
     same = warm(slow).autothrottle_for("example.com", settings.scope_defaults, settings.autothrottle)
     assert same is settings.autothrottle  # never slower than a cold start
 
 
 async def test_a_warm_scope_sends_at_its_head_start_from_the_first_request(clock: MockClock) -> None:
-    record = LearnedScope(rate=40 / 9, learned_at=time.time())
+    record = LearnedScope(rate=4.0 / FRESH_TRUST, learned_at=time.time())
     exact = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "DOWNLOAD_DELAY": 1.0,
                                   "RANDOMIZE_DOWNLOAD_DELAY": False, "BACKOFF_JITTER": False})
     settings = dataclasses.replace(exact, warm_start=WarmStart({"example.com": record}, time.time()))
@@ -71,7 +79,7 @@ async def test_a_warm_scope_sends_at_its_head_start_from_the_first_request(clock
             async with throttler.slot("https://example.com/") as permit:
                 sends.append(permit.granted_at)
                 permit.feedback(status=200, latency=0.01)
-    # 4/s (90 % of 4.44) from the start instead of the cold 1/s, and rampup's doubling from there.
+    # 4/s (70 % of 5.7) from the start instead of the cold 1/s, and rampup's doubling from there.
     assert sends[:2] == pytest.approx([0.0, 0.25])
     assert 0.15 < sends[2] - sends[1] < 0.25
 
@@ -143,3 +151,26 @@ async def test_a_second_crawl_starts_where_the_first_left_off(tmp_path: Path) ->
         warm_seconds, _ = await crawl(tmp_path, farm, "warm", learned)
     print(f"cold {cold:.2f}s, warm {warm_seconds:.2f}s")
     assert warm_seconds < cold
+
+
+def test_the_scrapy_addon_reads_crawlpace_learned(tmp_path: Path) -> None:
+    from scrapy.settings import Settings as ScrapySettings
+
+    from crawlpace.scrapy._settings import read_config
+
+    path = tmp_path / "learned.sqlite"
+    sink = LearnedFile(path)
+    sink.save({"shop.example": LearnedScope(rate=10.0, learned_at=time.time())})
+    sink.close()
+    settings = ScrapySettings()
+    settings.setdict({"CRAWLPACE_LEARNED": str(path), "THROTTLING_SCOPE_DEFAULTS": {"rampup": True}},
+                     priority="project")
+    config = read_config(settings, lambda cls: cls())
+    assert config.learner is not None
+    assert set(config.settings.warm_start.records) == {"shop.example"}
+    assert config.settings.learned == str(path)
+    config.learner.sink.close()
+    bad = ScrapySettings()
+    bad.setdict({"CRAWLPACE_LEARNED": str(tmp_path / "no" / "such" / "dir.sqlite")}, priority="project")
+    with pytest.raises(ConfigError, match="CRAWLPACE_LEARNED: cannot open"):
+        read_config(bad, lambda cls: cls())

@@ -9,7 +9,7 @@ a head start for a new scope's policy.
 
 Old knowledge is trusted less. A record of age ``a`` is trusted with
 ``trust = FRESH_TRUST * 0.5 ** (a / HALF_LIFE)``: a rampup scope starts at
-``trust`` times the learned rate (90 % of it when fresh, 45 % after a day,
+``trust`` times the learned rate (70 % of it when fresh, 35 % after a day,
 never below its configured start), and rampup's start phase doubles from
 there every second, so a site whose limit did not move is back at its rate
 within a round trip or two. An AutoThrottle scope starts at the learned delay
@@ -48,7 +48,7 @@ _log = logging.getLogger(__name__)
 #: Seconds after which a record is trusted half as much.
 HALF_LIFE = 86400.0
 #: The share of a fresh record's rate a scope starts at.
-FRESH_TRUST = 0.9
+FRESH_TRUST = 0.7
 #: Seconds a record is kept in Redis after its last update.
 REDIS_TTL = 30 * 86400
 
