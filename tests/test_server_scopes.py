@@ -21,6 +21,8 @@ from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.sim import RateLimitSite, SimServer
 
 from .test_crawl import lines
+from .test_scrapy_crawl import FAST as SCRAPY_FAST
+from .test_scrapy_crawl import crawl as scrapy_crawl
 
 
 class FakeDns:
@@ -197,3 +199,19 @@ async def test_with_host_scopes_the_same_server_gets_twice_the_pace(tmp_path: Pa
     report, results = await crawl_both_names(tmp_path)
     assert report["throttled"] >= 1
     assert 429 in {result["status"] for result in results}
+
+
+async def test_the_scrapy_addon_honours_concurrent_requests_per_ip(tmp_path: Path) -> None:
+    site = RateLimitSite(rate=5.0, burst=1, pages=5)
+    async with SimServer(site, "127.0.0.1") as server:
+        urls = [f"http://{name}:{server.port}/page/{n}"
+                for n in range(1, 6) for name in ("localhost", "127.0.0.1")]
+        result = await scrapy_crawl(tmp_path, urls, {
+            **SCRAPY_FAST, "ROBOTSTXT_OBEY": False, "CONCURRENT_REQUESTS_PER_IP": 1,
+            "DOWNLOAD_DELAY": 0.25, "DOWNLOAD_DELAY_PER_SLOT": 0.25})
+        report = site.stats.as_dict()
+    assert result.returncode == 0, result.log[-3000:]
+    assert {record["url"]: record.get("status") for record in result.records} == dict.fromkeys(urls, 200)
+    assert report["throttled"] == 0  # both names kept to the one server's pace
+    assert report["peak_inflight"] == 1
+    assert {tuple(record["scopes"]) for record in result.records} == {("127.0.0.1",)}
