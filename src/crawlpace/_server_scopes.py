@@ -29,8 +29,9 @@ import logging
 from typing import Any, ClassVar, Literal
 
 from ._exceptions import ConfigError
+from ._manager import ThrottlingManager
 from ._resolver import Resolver
-from ._scopes import META_KEY, ScopesSpec, ThrottlingManager, default_scopes, host_scope, request_url
+from ._scopes import META_KEY, ScopesSpec, default_scopes, host_scope, request_url
 
 __all__ = ["SCOPE_BY", "DomainScopes", "HostAndDomainScopes", "HostAndIpScopes", "IpScopes", "ServerScopes",
            "manager_path", "registrable_domain"]

@@ -32,7 +32,8 @@ from .._config import Settings
 from .._exceptions import ConfigError
 from .._feedback import FeedbackBuilder
 from .._learning import Learner
-from .._scopes import ThrottlingManager, ThrottlingManagerProtocol, import_object, load_scope_manager
+from .._manager import ThrottlingManager, ThrottlingManagerProtocol, load_scope_manager
+from .._scopes import import_object
 from .._server_scopes import IpScopes
 from ..stores import REDIS_SCHEMES, open_store
 from ..stores.base import Store
