@@ -6,13 +6,13 @@ import logging
 
 import pytest
 
-from crawlpace import Throttler
+from crawlpace import Permit, Throttler
 from crawlpace._headers import ServerHint, parse_hints
 from crawlpace._ratelimit import Policy, _members, binding, parse_policies, parse_ratelimit
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
-from .test_feedback import FAST, answer
+from .test_feedback import FAST, URL, answer
 
 NOW = 1_700_000_000.0
 
@@ -154,3 +154,24 @@ async def test_a_spent_budget_holds_and_retry_after_takes_precedence(
     assert await answer(throttler) == 4.0
     await answer(throttler, 429, {"RateLimit": '"burst";r=0;t=4', "Retry-After": "9"})
     assert await answer(throttler) == pytest.approx(13.0)
+
+
+async def test_a_concurrent_requests_policy_caps_the_scopes_slots(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    throttler: Throttler = make_throttler({**FAST, "CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    await answer(throttler, 200, {"RateLimit-Policy": '"conc";q=2;qu="concurrent-requests"',
+                                  "RateLimit": '"conc";r=1'})
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert stats.concurrency == 2
+    held = [await throttler.try_acquire(URL) for _ in range(3)]
+    assert [isinstance(permit, Permit) for permit in held] == [True, True, False]
+    for permit in held:
+        if isinstance(permit, Permit):
+            await permit.release()
+    # A new announcement replaces the cap.
+    await answer(throttler, 200, {"RateLimit-Policy": '"conc";q=5;qu="concurrent-requests"',
+                                  "RateLimit": '"conc";r=4'})
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert stats.concurrency == 5

@@ -203,6 +203,7 @@ class FeedbackBuilder:
                 pace_for=0.0 if pace_for is None else min(pace_for, cap),
                 latency=latency,
                 status=status,
+                concurrency=None if hint is None else hint.concurrency,
             )
         return out
 

@@ -177,9 +177,7 @@ def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeed
         if signal is None:
             signal = ScopeFeedback(status=raw.status)
         if name in consumed:
-            signal = ScopeFeedback(signal.backoff, signal.failed, signal.hold, signal.pace,
-                                   signal.pace_for, float(consumed[name]), signal.latency,
-                                   signal.status)
+            signal = replace(signal, consumed_quota=float(consumed[name]))
         if raw.blocked:  # a soft block is pushback like a 429; its latency says nothing
             signal = replace(signal, backoff=True, latency=None)
         feedback.append(signal)
