@@ -23,7 +23,7 @@ from ._signals import stop_on_signals
 if TYPE_CHECKING:
     from ..crawl import CrawlJob, CrawlSummary
 
-# The crawl itself needs httpx (the 'cli' extra); it is imported when a crawl runs,
+# The crawl itself needs aiohttp (the 'cli' extra); it is imported when a crawl runs,
 # so that the command line and its help work without it.
 DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 

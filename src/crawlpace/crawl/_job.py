@@ -35,8 +35,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
+from urllib.parse import urljoin
 
 from .._config import Settings
 from .._exceptions import ScopeError
@@ -47,6 +46,7 @@ from .._throttler import Throttler
 from ..frontier import FINAL_OUTCOMES, Journal, JournalError, Result, ResultWriter, reconcile
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
+from ._fetch import AiohttpFetcher, Fetcher
 from ._options import CrawlOptions
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
@@ -108,17 +108,19 @@ class CrawlJob:
         options: the crawl's own options.
         throttler: a throttler to use instead of one built from ``settings``
             (the job does not close it).
-        transport: the httpx transport to send with, for tests.
+        fetcher: the HTTP layer to send with (by default an aiohttp one built
+            from ``options``, closed at the end); the job does not close one
+            given here.
     """
 
     def __init__(self, settings: Settings, options: CrawlOptions, *, throttler: Throttler | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 fetcher: Fetcher | None = None) -> None:
         self.settings = settings
         self.options = options
         self._own_throttler = throttler is None
         self.throttler = throttler if throttler is not None else Throttler(
             settings, store=options.store, on_give_up=self._gave_up)
-        self._transport = transport
+        self._given_fetcher = fetcher
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
                                    on_wait=self._wait_hook())
@@ -127,7 +129,7 @@ class CrawlJob:
         self._stop = asyncio.Event()
         self._journal: Journal | None = None
         self._writer: ResultWriter | None = None
-        self._client: httpx.AsyncClient | None = None
+        self._fetcher: Fetcher | None = None
         self._pending_scopes: deque[str] = deque()
         self._after: dict[str, int] = {}
         self._in_memory = 0
@@ -159,9 +161,12 @@ class CrawlJob:
         started = time.monotonic()
         self._open(urls)
         try:
-            async with self._make_client() as client:
-                self._client = client
+            self._fetcher = self._given_fetcher or self._make_fetcher()
+            try:
                 await self._dispatch()
+            finally:
+                if self._given_fetcher is None:
+                    await self._fetcher.aclose()
         finally:
             await self._shutdown()
             self.summary.seconds = time.monotonic() - started
@@ -213,13 +218,11 @@ class CrawlJob:
         self._pending_scopes.extend(scope for scope, count in journal.scopes().items() if count)
         self._refill()
 
-    def _make_client(self) -> httpx.AsyncClient:
+    def _make_fetcher(self) -> Fetcher:
         options = self.options
-        limits = httpx.Limits(max_connections=max(self.settings.concurrent_requests * 2, 10),
-                              max_keepalive_connections=self.settings.concurrent_requests)
-        return httpx.AsyncClient(
-            transport=self._transport, follow_redirects=False, timeout=httpx.Timeout(options.timeout),
-            headers={"user-agent": options.user_agent}, limits=limits, trust_env=options.trust_env)
+        return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
+                              max_connections=max(self.settings.concurrent_requests * 2, 10),
+                              trust_env=options.trust_env, clock=self.throttler.clock.now)
 
     async def _shutdown(self) -> None:
         for task in list(self._fetches):
@@ -328,27 +331,15 @@ class CrawlJob:
             self._refill()
 
     async def _send(self, task: Task, permit: Permit) -> _Answer:
-        client = self._client
-        assert client is not None
-        clock = self.throttler.clock
+        fetcher = self._fetcher
+        assert fetcher is not None
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
-        started = clock.now()
-        try:
-            request = client.build_request("GET", task.target)
-            response = await client.send(request, stream=True)
-        except (httpx.HTTPError, OSError, ValueError) as exc:
-            permit.feedback(exception=exc)
-            return _Answer(None, None, b"", None, exc)
-        latency = clock.now() - started
-        try:
-            body = await _read(response, limit)
-        except (httpx.HTTPError, OSError) as exc:
-            permit.feedback(exception=exc, latency=latency)
-            return _Answer(None, None, b"", latency, exc)
-        finally:
-            await response.aclose()
-        permit.feedback(response, latency=latency)
-        return _Answer(response.status_code, response.headers.get("location"), body, latency, None)
+        page = await fetcher.get(task.target, limit)
+        if page.error is not None:
+            permit.feedback(exception=page.error, latency=page.latency)
+            return _Answer(None, None, b"", page.latency, page.error)
+        permit.feedback(page, latency=page.latency)
+        return _Answer(page.status, page.location, page.body, page.latency, None)
 
     def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
         outcome = permit.outcome
@@ -380,7 +371,7 @@ class CrawlJob:
         """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
         if answer.status not in _REDIRECTS or not answer.location or task.hops >= self.options.max_redirects:
             return False
-        target = str(httpx.URL(task.target).join(answer.location))
+        target = urljoin(task.target, answer.location)
         if not target.startswith(("http://", "https://")):
             return False
         task.target, task.hops = target, task.hops + 1
@@ -473,18 +464,6 @@ class _Answer:
     body: bytes
     latency: float | None
     error: BaseException | None
-
-
-async def _read(response: httpx.Response, limit: int) -> bytes:
-    """Read at most ``limit`` bytes of the body, discarding the rest unread."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size >= limit:
-            break
-    return b"".join(chunks)[:limit]
 
 
 def _clean(urls: Iterable[str]) -> Iterable[str]:
