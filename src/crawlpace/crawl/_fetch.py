@@ -42,14 +42,15 @@ _CHUNK = 64 * 1024
 
 
 class FetchError(ConnectionError):
-    """The connection broke in a way the HTTP library reports with its own class.
+    """The connection failed or broke, as the HTTP library reported it with its own class.
 
-    aiohttp raises timeouts and socket errors as subclasses of the builtin
-    ``TimeoutError`` and ``OSError``, but a server that hangs up or sends a
-    garbled answer as ``ServerDisconnectedError``, ``ClientPayloadError`` and
-    the like, which derive from neither. They are turned into this
-    ``ConnectionError`` so that the default ``BACKOFF_EXCEPTIONS`` treat them
-    as the transient failures they are; the original stays as ``__cause__``.
+    aiohttp raises timeouts as subclasses of the builtin ``TimeoutError``, but
+    a refused connection as a plain ``OSError`` subclass, and a server that
+    hangs up or sends a garbled answer as ``ServerDisconnectedError``,
+    ``ClientPayloadError`` and the like, which are not ``ConnectionError`` classes.
+    They are turned into this ``ConnectionError`` so that the default
+    ``BACKOFF_EXCEPTIONS`` treat them as the transient failures they are; the
+    original stays as ``__cause__``.
     """
 
 
@@ -175,8 +176,15 @@ def _environment_matters() -> bool:
 
 
 def _translate(exc: BaseException) -> BaseException:
-    """The exception the throttler should see: builtins pass, aiohttp's own become :class:`FetchError`."""
-    if isinstance(exc, OSError | ValueError):  # TimeoutError and ConnectionError are OSErrors
+    """The exception the throttler should see: a timeout, a ``ConnectionError``, or a ``ValueError``.
+
+    Timeouts stay as they are (aiohttp's derive from ``TimeoutError``), and so
+    do unusable URLs (``ValueError``: the fault is the URL's, not the site's).
+    Everything else that broke the exchange (a refused connection, which
+    aiohttp reports as a plain ``OSError``; a hang-up; a garbled answer)
+    becomes a :class:`FetchError`.
+    """
+    if isinstance(exc, TimeoutError | ConnectionError | ValueError):
         return exc
     wrapped = FetchError(f"{type(exc).__name__}: {exc}")
     wrapped.__cause__ = exc

@@ -48,6 +48,7 @@ from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
 from ._fetch import AiohttpFetcher, Fetcher
 from ._options import CrawlOptions
+from ._output import ResultBatch
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 
@@ -129,6 +130,9 @@ class CrawlJob:
         self._stop = asyncio.Event()
         self._journal: Journal | None = None
         self._writer: ResultWriter | None = None
+        # Lines go out in batches; a URL is settled (done, acknowledged) once its line is written.
+        self._results: ResultBatch[tuple[Task, str]] = ResultBatch(
+            self._write_results, lambda item: self._settled(*item), on_error=self._write_failed)
         self._fetcher: Fetcher | None = None
         self._pending_scopes: deque[str] = deque()
         self._after: dict[str, int] = {}
@@ -230,7 +234,10 @@ class CrawlJob:
         await asyncio.gather(*self._fetches, return_exceptions=True)
         journal, writer = self._journal, self._writer
         if writer is not None:
-            writer.close()
+            try:
+                self._results.flush()
+            finally:
+                writer.close()
         if journal is not None:
             self.summary.answered = journal.done()
             self.summary.unfinished = journal.total() - journal.done()
@@ -271,6 +278,7 @@ class CrawlJob:
                 got = await self._next()
                 if got is None:
                     slots.release()
+                    self._results.flush()  # nothing to send now: write (and settle) what waits
                     if self.stopping or self._finished():
                         break
                     await self._await_news(stop_wait)
@@ -424,14 +432,12 @@ class CrawlJob:
                 size: int = 0, latency: float | None = None) -> None:
         if task.kind == "robots":
             return
-        writer = self._writer
-        assert writer is not None
         scope = task.key or _scope_or_blank(task.target)
         final_url = task.target if status is not None else None
-        writer.write(Result(url=task.url, status=status, final_url=final_url, bytes=size,
-                            latency=None if latency is None else round(latency, 6), attempts=task.attempts,
-                            error=error, scope=scope, time=round(time.time(), 3), outcome=outcome))
-        self._settled(task, outcome)
+        self._results.add(Result(url=task.url, status=status, final_url=final_url, bytes=size,
+                                 latency=None if latency is None else round(latency, 6),
+                                 attempts=task.attempts, error=error, scope=scope, time=round(time.time(), 3),
+                                 outcome=outcome), (task, outcome))
         summary = self.summary
         summary.outcomes[outcome] += 1
         if status is not None:
@@ -442,6 +448,16 @@ class CrawlJob:
         if outcome != "ok" or (status is not None and status >= 400):
             tally.errors += 1
         self._in_memory -= 1
+
+    def _write_results(self, results: list[Result]) -> None:
+        writer = self._writer
+        assert writer is not None
+        writer.write_many(results)
+
+    def _write_failed(self, exc: OSError) -> None:
+        _log.error("cannot write to %s (%s); stopping the crawl, its unwritten URLs are left for a resume",
+                   self.options.output, exc)
+        self.stop()
 
     def _settled(self, task: Task, outcome: str) -> None:
         """Record that ``task``'s line is written: a final outcome marks it done in the journal."""
