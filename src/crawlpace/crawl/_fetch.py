@@ -142,6 +142,8 @@ class AiohttpFetcher:
             return Page(response.status, response.headers, b"", latency, _translate(exc))
         finally:
             response.release()
+        if _log.isEnabledFor(logging.INFO):  # -v: one line per request, as httpx logged them
+            _log.info("GET %s -> %d (%d bytes, %.3f s)", url, response.status, len(body), latency)
         return Page(response.status, response.headers, body, latency)
 
     async def aclose(self) -> None:
