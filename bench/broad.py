@@ -41,8 +41,11 @@ The process is then stopped (SIGTERM, SIGKILL after 10 s). Each contender runs `
 times per farm (the order rotates each round) and the medians are reported, with each
 contender's ratio to bare aiohttp's pages/s and, per contender, the CPU per page at the
 largest farm over that at the smallest (``growth``: 1.0 means the cost per page does not
-depend on the number of hosts). Every complete line of the output is also checked: the
-share of lines that answer a 200 (the ``200s`` column) must be 100 %.
+depend on the number of hosts), and the same ratio for the CPU per page a contender spends
+beyond bare aiohttp (``overhead_growth``): with the same number of pages, a larger farm has
+fewer pages per host, so every contender opens more connections per page, and that cost
+shows in ``growth`` whatever the contender does per request. Every complete line of the
+output is also checked: the share of lines that answer a 200 (the ``200s`` column) must be 100 %.
 """
 
 from __future__ import annotations
@@ -387,6 +390,19 @@ def summarise(runs: list[Run], names: list[str], farms: list[int]) -> dict[str, 
         for name in names:
             low, high = table[small][name]["cpu_s_per_1000"], table[large][name]["cpu_s_per_1000"]
             table["growth"][name] = high / low if low and high else None
+        # The same growth for what a contender spends beyond the bare client: opening a
+        # connection per new host costs every contender alike, and hides in the plain figure.
+        base_low, base_high = table[small].get("aiohttp", {}), table[large].get("aiohttp", {})
+        table["overhead_growth"] = {}
+        for name in names:
+            if name == "aiohttp" or not base_low or not base_high:
+                continue
+            low, high = table[small][name]["cpu_s_per_1000"], table[large][name]["cpu_s_per_1000"]
+            b_low, b_high = base_low["cpu_s_per_1000"], base_high["cpu_s_per_1000"]
+            if None in (low, high, b_low, b_high) or low - b_low <= 0:
+                table["overhead_growth"][name] = None
+            else:
+                table["overhead_growth"][name] = (high - b_high) / (low - b_low)
     return table
 
 
@@ -409,6 +425,9 @@ def print_table(table: dict[str, Any], names: list[str], farms: list[int], pages
     if "growth" in table:
         print(f"\nCPU per page at {max(farms)} hosts / at {min(farms)} hosts: "
               + ", ".join(f"{name} {fmt(value, 2)}" for name, value in table["growth"].items()))
+    if table.get("overhead_growth"):
+        print("the same for the CPU per page beyond bare aiohttp's: "
+              + ", ".join(f"{name} {fmt(value, 2)}" for name, value in table["overhead_growth"].items()))
 
 
 def main(argv: list[str] | None = None) -> None:
