@@ -37,8 +37,10 @@ URL has its line or ``--seconds`` later. Within that window:
 * **farm CPU**: the simulator's CPU share over the window; near 100 % means the farm, not
   the contender, set the pace.
 
-The process is then stopped (SIGTERM, SIGKILL after 10 s). Each contender runs ``--rounds``
-times per farm (the order rotates each round) and the medians are reported, with each
+The process is then stopped (SIGTERM, SIGKILL after 10 s). All farms serve for the whole
+run, and a contender's runs on them follow one another, so both meet the same load of the
+machine. Each contender runs ``--rounds`` times per farm (the order of the contenders
+rotates each round) and the medians are reported, with each
 contender's ratio to bare aiohttp's pages/s and, per contender, the CPU per page at the
 largest farm over that at the smallest (``growth``: 1.0 means the cost per page does not
 depend on the number of hosts), and the same ratio for the CPU per page a contender spends
@@ -65,8 +67,9 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
@@ -287,6 +290,7 @@ class Run:
     farm_cpu_share: float = 0.0
     finished: bool = False
     ok_share: float | None = None
+    not_200: dict[str, int] = field(default_factory=dict)
     error: str = ""
 
     @property
@@ -343,6 +347,8 @@ def run_one(contender: Contender, farm: Farm, folder: Path, limit: float, redis:
         rows = [json.loads(line) for line in out.read_text(encoding="utf-8").splitlines()
                 if line.endswith("}")]
         run.ok_share = sum(1 for row in rows if row.get("status") == 200) / max(len(rows), 1)
+        run.not_200 = dict(Counter(f"{row.get('status')} {row.get('error') or ''}".strip()
+                                   for row in rows if row.get("status") != 200).most_common(3))
     return run
 
 
@@ -376,6 +382,7 @@ def summarise(runs: list[Run], names: list[str], farms: list[int]) -> dict[str, 
                 "farm_cpu_share": median([run.farm_cpu_share for run in mine]),
                 "ok_share": median([run.ok_share for run in mine]),
                 "rounds": len(mine), "errors": [run.error for run in mine if run.error],
+                "not_200": [run.not_200 for run in mine if run.not_200],
             }
         base = rows.get("aiohttp", {}).get("pages_per_s")
         scrapy_rate = rows.get("scrapy", {}).get("pages_per_s")
@@ -420,6 +427,8 @@ def print_table(table: dict[str, Any], names: list[str], farms: list[int], pages
                   f"{fmt(row['peak_rss_mb'])} | "
                   f"{fmt(None if row['farm_cpu_share'] is None else row['farm_cpu_share'] * 100)} % | "
                   f"{fmt(None if row['ok_share'] is None else row['ok_share'] * 100)} % |")
+            for lines in row["not_200"][:1]:
+                print(f"|   {name}: lines other than a 200: {lines} |")
             for error in row["errors"][:1]:
                 print(f"|   {name} failed: {error.strip().splitlines()[-1] if error.strip() else error} |")
     if "growth" in table:
@@ -463,24 +472,27 @@ def main(argv: list[str] | None = None) -> None:
     listed: dict[int, int] = {}
     root = Path(tempfile.mkdtemp(prefix="crawlpace-broad-"))
     redis = Redis(root) if "crawlpace-redis" in names else None
+    # Every farm serves for the whole run (an idle one costs nothing), so that a contender's
+    # runs on the farms come one right after the other, under the same load of the machine.
+    running: list[Farm] = []
     try:
         for hosts in farms:
             folder = root / f"h{hosts}"
             folder.mkdir()
-            farm = start_farm(hosts, pages, folder)
-            listed[hosts] = farm.pages
-            try:
-                for round_no in range(rounds):
-                    order = names[round_no % len(names):] + names[:round_no % len(names)]
-                    for name in order:
-                        run = run_one(CONTENDERS[name], farm, folder, limit, redis)
-                        runs.append(run)
-                        print(f"  {hosts} hosts, round {round_no + 1}: {name}: {fmt(run.rate)} pages/s, "
-                              f"{fmt(run.cpu_per_1000, 3)} CPU s/1000, {fmt(run.rss_mb)} MB"
-                              f"{' ' + run.error.strip()[-200:] if run.error else ''}", file=sys.stderr)
-            finally:
-                stop(farm.process)
+            running.append(start_farm(hosts, pages, folder))
+            listed[hosts] = running[-1].pages
+        for round_no in range(rounds):
+            order = names[round_no % len(names):] + names[:round_no % len(names)]
+            for name in order:
+                for farm in running:
+                    run = run_one(CONTENDERS[name], farm, root / f"h{farm.hosts}", limit, redis)
+                    runs.append(run)
+                    print(f"  {farm.hosts} hosts, round {round_no + 1}: {name}: {fmt(run.rate)} pages/s, "
+                          f"{fmt(run.cpu_per_1000, 3)} CPU s/1000, {fmt(run.rss_mb)} MB"
+                          f"{' ' + run.error.strip()[-200:] if run.error else ''}", file=sys.stderr)
     finally:
+        for farm in running:
+            stop(farm.process)
         if redis is not None:
             stop(redis.process)
         shutil.rmtree(root, ignore_errors=True)
