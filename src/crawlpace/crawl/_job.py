@@ -166,11 +166,7 @@ class CrawlJob:
         self._open(urls)
         try:
             self._fetcher = self._given_fetcher or self._make_fetcher()
-            try:
-                await self._dispatch()
-            finally:
-                if self._given_fetcher is None:
-                    await self._fetcher.aclose()
+            await self._dispatch()
         finally:
             await self._shutdown()
             self.summary.seconds = time.monotonic() - started
@@ -232,6 +228,9 @@ class CrawlJob:
         for task in list(self._fetches):
             task.cancel()
         await asyncio.gather(*self._fetches, return_exceptions=True)
+        # Only now, with no fetch left to see its connections drop and report a failure.
+        if self._fetcher is not None and self._given_fetcher is None:
+            await self._fetcher.aclose()
         journal, writer = self._journal, self._writer
         if writer is not None:
             try:
