@@ -441,18 +441,18 @@ def print_table(table: dict[str, Any], names: list[str], farms: list[int], pages
 
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--quick", action="store_true", help="10,000 pages, 4 s windows, 1 round")
+    parser.add_argument("--quick", action="store_true", help="10,000 pages, 2.5 s windows, 1 round")
     parser.add_argument("--json", action="store_true", help="end with one line of JSON")
     parser.add_argument("--hosts", default="200,2000", help="farm sizes, comma-separated (default 200,2000)")
     parser.add_argument("--pages", type=int, help="pages listed per farm (default 100,000; 10,000 quick)")
-    parser.add_argument("--seconds", type=float, help="longest measured window per run (default 30; 4 quick)")
+    parser.add_argument("--seconds", type=float, help="longest window per run (default 30; 2.5 quick)")
     parser.add_argument("--rounds", type=int, help="runs per contender and farm (default 3; 1 quick)")
     parser.add_argument("--contenders", default=DEFAULT,
                         help=f"comma-separated, from {', '.join(CONTENDERS)} (default {DEFAULT})")
     parser.add_argument("--uvloop", action="store_true", help="add aiohttp-uvloop")
     args = parser.parse_args(argv)
     pages = args.pages or (10_000 if args.quick else 100_000)
-    limit = args.seconds or (4.0 if args.quick else 30.0)
+    limit = args.seconds or (2.5 if args.quick else 30.0)
     rounds = args.rounds or (1 if args.quick else 3)
     farms = [int(part) for part in args.hosts.split(",")]
     names = [name.strip() for name in args.contenders.split(",") if name.strip()]
