@@ -49,6 +49,10 @@ DEFAULT_BACKOFF_EXCEPTIONS: tuple[str, ...] = (
     "httpx.TimeoutException",
     "httpx.NetworkError",
     "httpx.RemoteProtocolError",
+    # The other HTTP clients crawlpace wraps (skipped when not installed).
+    "aiohttp.ClientConnectionError",
+    "requests.ConnectionError",
+    "requests.Timeout",
 )
 
 
