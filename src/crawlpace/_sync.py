@@ -20,7 +20,6 @@ in a ``multiprocessing`` worker's initializer for instance).
 from __future__ import annotations
 
 import asyncio
-import concurrent.futures
 import logging
 import os
 import random
@@ -262,18 +261,25 @@ class SyncThrottler:
             ThrottlerClosed: when the throttler is or gets closed.
         """
         self._check_open()
-        future = asyncio.run_coroutine_threadsafe(
-            self._throttler.acquire(request, scopes=scopes), self._loop)
+        throttler = self._throttler
+
+        async def wait() -> Permit:
+            # The time limit runs in the loop, so a request that times out has left its
+            # queues by the time the caller hears of it.
+            async with asyncio.timeout(timeout):
+                return await throttler.acquire(request, scopes=scopes)
+
+        future = asyncio.run_coroutine_threadsafe(wait(), self._loop)
         try:
-            permit = future.result(timeout)
-        except BaseException as exc:
-            # A timeout or an interrupt (Ctrl-C) of the waiting thread: withdraw the request.
-            # The throttler gives back a permit granted in the same breath as the cancellation.
+            permit = future.result()
+        except TimeoutError:
+            raise TimeoutError(f"no permit for {request!r} within {timeout} s") from None
+        except BaseException:
+            # An interrupt (Ctrl-C) of the waiting thread: withdraw the request. A permit
+            # granted in the same breath is given back.
             if not future.cancel() and future.done() and not future.cancelled() \
                     and future.exception() is None:
                 self._call(future.result().release())
-            if isinstance(exc, concurrent.futures.TimeoutError):
-                raise TimeoutError(f"no permit for {request!r} within {timeout} s") from None
             raise
         return SyncPermit(self, permit)
 

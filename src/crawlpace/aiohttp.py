@@ -134,6 +134,10 @@ with warnings.catch_warnings():
             """The throttler every request of this session waits for."""
             return self._crawlpace[0].throttler
 
+        async def __aenter__(self) -> ThrottledSession:
+            await super().__aenter__()
+            return self
+
         async def close(self) -> None:
             """Close the session, and the throttler if the session created it."""
             try:
