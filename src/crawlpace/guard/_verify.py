@@ -236,6 +236,7 @@ class BotVerifier:
         try:
             async with asyncio.timeout(self._timeout):
                 host = await self._resolver.reverse(address)
+                host = host.rstrip(".") if host else None
                 if host is None or not _under(host, domains):
                     reason = f"reverse DNS gives {host!r}, not under {', '.join(domains)}"
                     verdict = False
