@@ -53,16 +53,16 @@ def is_backoff(outcome: Outcome | None) -> bool:
     return outcome is not None and any(signal.backoff for signal in outcome.feedback)
 
 
-def log_retry(method: str, url: str, what: str, scopes: tuple[str, ...], attempt: int,
-              attempts: int) -> None:
+def log_retry(log: logging.Logger, method: str, url: str, what: str, scopes: tuple[str, ...],
+              attempt: int, attempts: int) -> None:
     """Say that a backoff outcome is being retried (``attempt`` is the next one)."""
-    logger.info("%s %s: %s is a backoff trigger for %s; retrying (attempt %d of %d)",
+    log.info("%s %s: %s is a backoff trigger for %s; retrying (attempt %d of %d)",
                 method, url, what, "+".join(scopes), attempt, attempts)
 
 
-def log_giving_up(method: str, url: str, what: str, attempts: int) -> None:
+def log_giving_up(log: logging.Logger, method: str, url: str, what: str, attempts: int) -> None:
     """Say that a backoff outcome is returned because the attempts ran out."""
-    logger.info("%s %s: %s after %d attempts; giving up retrying", method, url, what, attempts)
+    log.info("%s %s: %s after %d attempts; giving up retrying", method, url, what, attempts)
 
 
 def _describe(response: object | None, error: BaseException | None) -> str:
@@ -73,8 +73,8 @@ def _describe(response: object | None, error: BaseException | None) -> str:
 
 
 async def send_async(throttler: Throttler, method: str, url: str, scopes: object, attempts: int,
-                     send: Callable[[], Awaitable[R]],
-                     discard: Callable[[R], Awaitable[None]]) -> tuple[R, int]:
+                     send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
+                     log: logging.Logger = logger) -> tuple[R, int]:
     """Send under a permit, feed the outcome back, and retry backoff outcomes.
 
     Args:
@@ -86,6 +86,7 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
         send: sends once; returns when the response headers are in, so its
             duration is the latency.
         discard: closes a response that is not returned (a retried one).
+        log: the adapter's logger, for the retry lines.
 
     Returns:
         The response and the number of sends it took.
@@ -119,12 +120,12 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
                 raise
         backoff = is_backoff(permit.outcome)
         if backoff and attempt < attempts:
-            log_retry(method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
+            log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
             if response is not None:
                 await discard(response)
             continue
         if backoff and attempts > 1:
-            log_giving_up(method, url, _describe(response, error), attempt)
+            log_giving_up(log, method, url, _describe(response, error), attempt)
         if error is not None:
             raise error
         assert response is not None
@@ -133,7 +134,8 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
 
 
 def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, attempts: int,
-              send: Callable[[], R], discard: Callable[[R], None]) -> tuple[R, int]:
+              send: Callable[[], R], discard: Callable[[R], None],
+              log: logging.Logger = logger) -> tuple[R, int]:
     """The blocking twin of :func:`send_async`, on a :class:`~crawlpace.SyncThrottler`."""
     for attempt in range(1, attempts + 1):
         permit = throttler.acquire(url, scopes=scopes)
@@ -158,12 +160,12 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
                 raise
         backoff = is_backoff(permit.outcome)
         if backoff and attempt < attempts:
-            log_retry(method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
+            log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
             if response is not None:
                 discard(response)
             continue
         if backoff and attempts > 1:
-            log_giving_up(method, url, _describe(response, error), attempt)
+            log_giving_up(log, method, url, _describe(response, error), attempt)
         if error is not None:
             raise error
         assert response is not None

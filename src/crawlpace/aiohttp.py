@@ -101,7 +101,7 @@ class ThrottleMiddleware:
             return await handler(request)
 
         response, _attempt = await send_async(self.throttler, request.method, target, None, attempts,
-                                              send, _discard)
+                                              send, _discard, logger)
         return response
 
     def __repr__(self) -> str:

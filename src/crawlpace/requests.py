@@ -103,7 +103,8 @@ class ThrottledAdapter(HTTPAdapter):
                                                       verify=verify, cert=cert, proxies=proxies)
 
         scopes = getattr(request, "crawlpace_scopes", None)
-        response, attempt = send_sync(self.throttler, method, target, scopes, attempts, once, _discard)
+        response, attempt = send_sync(self.throttler, method, target, scopes, attempts, once, _discard,
+                                      logger)
         setattr(response, ATTEMPTS_ATTRIBUTE, attempt)
         return response
 
