@@ -17,7 +17,10 @@ from contextlib import contextmanager
 from crawlpace.sim import SimServer
 from crawlpace.sim._asgi import ASGIApp, Receive, Scope, Send, respond
 
-__all__ = ["Recorder", "serve_in_thread"]
+__all__ = ["LAG", "Recorder", "serve_in_thread"]
+
+#: The most one arrival may lag its send on a loaded machine, in seconds.
+LAG = 0.1
 
 
 class Recorder:
@@ -47,6 +50,20 @@ class Recorder:
         """Seconds between consecutive arrivals."""
         times = sorted(self.arrivals)
         return [later - earlier for earlier, later in itertools.pairwise(times)]
+
+    def assert_paced(self, delay: float) -> None:
+        """Check that arrivals kept ``delay`` apart, allowing for a loaded machine.
+
+        Each arrival lags its send by a little (thread wake-ups, the network
+        stack), and the lag varies, so one gap may come out shorter than the
+        delay even though the sends kept it. Over the whole run the lags do
+        not add up: the span must hold every delay, less one lag. And no gap
+        may be shorter than half the delay, which unthrottled sends would be.
+        """
+        gaps = self.gaps()
+        assert gaps, "fewer than two arrivals"
+        assert sum(gaps) >= len(gaps) * delay - LAG, (sum(gaps), len(gaps), delay)
+        assert min(gaps) >= delay / 2, (min(gaps), delay)
 
 
 @contextmanager

@@ -186,7 +186,7 @@ def test_httpx_client_explicit_scopes_and_public_throttler() -> None:
         for _ in range(2):
             client.get("/x", extensions={SCOPES_EXTENSION: ["api"]})
         assert set(client.throttler.stats()) == {"api"}
-    assert app.gaps()[0] >= 0.2 - SLACK
+    app.assert_paced(0.2)
 
 
 def test_httpx_transport_ownership() -> None:
