@@ -146,15 +146,13 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
             response = send()
         except Exception as exc:
             error = exc
-            permit.feedback(exception=exc, latency=throttler.now() - started)
-            permit.release()
+            permit._report(exception=exc, latency=throttler.now() - started)
         except BaseException:
             permit.release()
             raise
         else:
-            permit.feedback(response, latency=throttler.now() - started)
             try:
-                permit.release()
+                permit._report(response, latency=throttler.now() - started)
             except BaseException:
                 discard(response)
                 raise

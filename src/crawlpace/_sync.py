@@ -98,6 +98,17 @@ class SyncPermit:
 
         self._owner._call(record())
 
+    def _report(self, response: object = None, *, exception: BaseException | None = None,
+                latency: float | None = None) -> None:
+        """Feed back and release in one trip to the loop (the adapters' hot path)."""
+        permit = self._permit
+
+        async def report() -> None:
+            permit.feedback(response, exception=exception, latency=latency)
+            await permit.release()
+
+        self._owner._call(report())
+
     def release(self) -> None:
         """Give the slots back and apply the feedback; later calls do nothing."""
         if self._permit.released:
