@@ -31,8 +31,8 @@ from typing import Any, TypeVar
 
 from ._config import Settings
 from ._exceptions import ThrottlerClosed
+from ._manager import ThrottlingManagerProtocol
 from ._permit import NotReady, Permit
-from ._scopes import ThrottlingManagerProtocol
 from ._stats import ScopeStats
 from ._throttler import GiveUpHook, Throttler
 from .stores.base import Outcome
