@@ -130,6 +130,32 @@ PAIRS: dict[str, tuple[Runner, Runner]] = {
 }
 
 
+def facade_cost(n: int) -> dict[str, float]:
+    """Microseconds per acquire+release with no HTTP: the async throttler, and the blocking facade."""
+    from crawlpace import SyncThrottler, Throttler
+
+    async def async_pairs() -> float:
+        async with Throttler(OPEN) as throttler:
+            started = time.perf_counter()
+            for _ in range(n):
+                async with throttler.slot(f"http://{HOST}/x") as permit:
+                    permit.feedback(status=200)
+            return (time.perf_counter() - started) / n
+
+    with SyncThrottler(OPEN) as facade:
+        started = time.perf_counter()
+        for _ in range(n):
+            with facade.slot(f"http://{HOST}/x") as permit:
+                permit.feedback(status=200)
+        sync_slot = (time.perf_counter() - started) / n
+        started = time.perf_counter()
+        for _ in range(n):
+            facade.acquire(f"http://{HOST}/x")._report(None, latency=0.001)
+        sync_adapter = (time.perf_counter() - started) / n
+    return {"throttler_slot_us": asyncio.run(async_pairs()) * 1e6, "sync_slot_us": sync_slot * 1e6,
+            "sync_adapter_path_us": sync_adapter * 1e6}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds (< 1 min)")
@@ -155,8 +181,13 @@ def main(argv: list[str] | None = None) -> None:
                          "added_us": (wrapped - bare) * 1e6, "ratio": wrapped / bare}
         print(f"{name:<20}{bare * 1e6:>13.0f}{wrapped * 1e6:>18.0f}{(wrapped - bare) * 1e6:>10.0f}"
               f"{wrapped / bare:>8.2f}")
+    facade = facade_cost(20 * n)
+    print(f"no HTTP, per acquire+release: Throttler.slot {facade['throttler_slot_us']:.1f} us, "
+          f"SyncThrottler.slot {facade['sync_slot_us']:.1f} us (3 trips to its loop thread), "
+          f"the sync adapters' path {facade['sync_adapter_path_us']:.1f} us (2 trips)")
     if args.json:
-        print(json.dumps({"n": n, "rounds": rounds, "python": sys.version.split()[0], "clients": figures}))
+        print(json.dumps({"n": n, "rounds": rounds, "python": sys.version.split()[0], "clients": figures,
+                          "facade": facade}))
 
 
 if __name__ == "__main__":
