@@ -136,3 +136,33 @@ def test_uvicorn_with_four_workers_spends_one_quota(redis_server: RedisServer) -
     assert statuses.count(429) == 2 * quota
     assert statuses[:quota] == [200] * quota
     assert len(pids) >= 2, "the requests should have reached several workers"
+
+
+async def test_new_keys_past_the_cap_share_the_overflow_counter_and_windows_expire(
+        redis_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    import redis.asyncio as aioredis
+
+    url = store_url(redis_server)
+    brake = SharedBrake(url, 3, 60.0, (), max_keys=2)
+    try:
+        for key in ("a", "b"):
+            assert (await brake.decide(key, 600.0)).allowed
+        # Two more invented keys count against one shared counter, not a fresh quota each.
+        verdicts = [await brake.decide(f"invented-{n}", 600.0) for n in range(5)]
+        assert [v.allowed for v in verdicts] == [True, True, True, False, False]
+        stats = await brake.stats(600.0)
+        assert set(stats["keys"]) == {"a", "b", "<overflow>"}
+        assert stats["keys"]["<overflow>"]["used"] == 3.0
+        assert caplog.text.count("new keys share the '<overflow>' counter") == 1
+    finally:
+        await brake.aclose()
+    client = aioredis.from_url(url.partition("?")[0])
+    try:
+        keys = [key async for key in client.scan_iter(match=f"cp:{url.partition('namespace=')[2]}:guard:*")]
+        assert len(keys) == 1
+        ttl = await client.ttl(keys[0])
+        # Laid on the caller's clock at 600 s, a window ending at 660 s: kept a minute past its end
+        # counted from the server's "now" as given, so at most 60 + 60 s.
+        assert 0 < ttl <= 120
+    finally:
+        await client.aclose()

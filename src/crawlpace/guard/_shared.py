@@ -60,8 +60,8 @@ class SharedBrake:
         window: the window length in seconds.
         stages: the brake steps; see :class:`~crawlpace.guard.Stage`.
         rng: the source of chance for partial stages.
-        max_keys: about the most keys counted per window; later new keys
-            share one counter (see :class:`~crawlpace.guard.StagedBrake`).
+        max_keys: the most keys counted per window; later new keys share
+            one counter (see :class:`~crawlpace.guard.StagedBrake`).
         name: the brake's name: brakes with the same URL, namespace and
             name share their counts.
 
@@ -82,6 +82,7 @@ class SharedBrake:
         self.rule = StagedBrake(quota, window, stages, rng, max_keys=max_keys)
         self._rng = random.Random() if rng is None else rng
         self._max_keys = max_keys
+        self._warned: object = None  # the window whose overflow was logged
         target, namespace = _split(url)
         # One hash tag: on a cluster every window of this brake lives on one node.
         self._prefix = f"cp:{namespace}:guard:{{{name}}}"
@@ -120,6 +121,10 @@ class SharedBrake:
             args += [repr(threshold), "1" if refuses else "0"]
         reply = await self._script(keys=[self._prefix], args=args)
         allowed, used, stage, entered = int(reply[0]) == 1, float(reply[1]), int(reply[2]), int(reply[3]) == 1
+        if key != OVERFLOW_KEY and _text(reply[6]) == OVERFLOW_KEY and self._warned != reply[5]:
+            self._warned = reply[5]
+            _log.warning("shared brake counts %d keys this window: new keys share the %r counter until "
+                         "it ends", self._max_keys, OVERFLOW_KEY)
         return rule.verdict(allowed, used, stage, float(reply[5]), float(reply[4]), entered)
 
     async def stats(self, now: float | None = None) -> BrakeStats:
@@ -136,6 +141,8 @@ class SharedBrake:
         keys: dict[str, KeyStats] = {}
         for raw_field, raw_value in fields.items():
             kind, _, key = _text(raw_field).partition(":")
+            if kind not in ("u", "r", "s"):
+                continue
             entry = keys.setdefault(key, {"used": 0.0, "rejected": 0, "stage": 0})
             value = _text(raw_value)
             if kind == "u":

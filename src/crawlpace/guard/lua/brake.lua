@@ -14,8 +14,8 @@
 -- ARGV[6]  the overflow key        ARGV[7..] threshold, refuses ("1"/"0") per stage
 --
 -- The window's hash holds, per client, "u:" .. key (count), "r:" .. key
--- (refused) and "s:" .. key (the highest stage seen); it expires a minute
--- after its window ends.
+-- (refused) and "s:" .. key (the highest stage seen), and "#keys", the number
+-- of clients; it expires a minute after its window ends.
 -- Returns {allowed, used, stage, entered, now, window start, key}.
 
 local window = tonumber(ARGV[2])
@@ -26,10 +26,17 @@ local start = math.floor(now / window) * window
 if start + window <= now then start = start + window end
 local hash = KEYS[1] .. ":" .. num(start)
 
-if redis.call("HEXISTS", hash, "u:" .. key) == 0 and redis.call("HLEN", hash) >= 3 * max_keys then
-  key = ARGV[6]
+-- A key seen for the first time in the window is registered, unless the
+-- window already holds max_keys keys: then it shares the overflow counter.
+if redis.call("HEXISTS", hash, "u:" .. key) == 0 then
+  if tonumber(redis.call("HGET", hash, "#keys") or "0") >= max_keys then
+    key = ARGV[6]
+  end
+  if redis.call("HSETNX", hash, "u:" .. key, 0) == 1 then
+    redis.call("HINCRBY", hash, "#keys", 1)
+  end
 end
-local used = tonumber(redis.call("HGET", hash, "u:" .. key) or "0")
+local used = tonumber(redis.call("HGET", hash, "u:" .. key))
 
 local stage = 0
 local refuses = false
