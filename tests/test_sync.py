@@ -17,7 +17,7 @@ from typing import Any
 import httpx
 import pytest
 
-from crawlpace import NotReady, PermitError, SyncPermit, SyncThrottler, ThrottlerClosed
+from crawlpace import NotReady, PermitError, ScopeGivenUp, SyncPermit, SyncThrottler, ThrottlerClosed
 from crawlpace.http import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
@@ -25,7 +25,7 @@ from crawlpace.http import (
     throttled_client,
     throttled_sync_client,
 )
-from crawlpace.sim import OverloadSite, RetryAfterSite, SimServer, Site
+from crawlpace.sim import DeadSite, OverloadSite, RetryAfterSite, SimServer, Site
 
 from .redis_server import RedisServer
 from .sim_thread import Recorder, serve_in_thread
@@ -187,6 +187,21 @@ def test_httpx_client_explicit_scopes_and_public_throttler() -> None:
             client.get("/x", extensions={SCOPES_EXTENSION: ["api"]})
         assert set(client.throttler.stats()) == {"api"}
     app.assert_paced(0.2)
+
+
+def test_httpx_client_gives_a_dead_site_up() -> None:
+    site = DeadSite(status=503)
+    settings = {**FAST, "BACKOFF_MIN_DELAY": 0.01, "BACKOFF_MAX_DELAY": 0.02, "BREAKER_PAUSE": 0.05}
+    with serve_in_thread(site, HOST) as url, \
+            throttled_sync_client(settings, retries=100, base_url=url, trust_env=False,
+                                  timeout=5.0) as client:
+        with pytest.raises(ScopeGivenUp):
+            client.get("/page/1")
+        sent = site.stats.requests
+        with pytest.raises(ScopeGivenUp):
+            client.get("/page/2")
+    assert 5 <= sent < 100
+    assert site.stats.requests == sent
 
 
 def test_httpx_transport_ownership() -> None:
