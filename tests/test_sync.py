@@ -228,3 +228,30 @@ async def test_throttled_client_takes_a_store_and_exposes_its_throttler(redis_se
         assert client.throttler.store.shared
     assert stats is not None
     assert stats.sends == 1
+
+
+def test_a_throttler_from_another_process_says_so() -> None:
+    import multiprocessing
+    import warnings
+
+    if "fork" not in multiprocessing.get_all_start_methods():
+        pytest.skip("no fork on this platform")
+    with SyncThrottler(FAST) as throttler:
+        context = multiprocessing.get_context("fork")
+        queue: Any = context.Queue()
+
+        def child() -> None:
+            try:
+                throttler.acquire("http://127.0.0.2/", timeout=5)
+                queue.put("no error")
+            except RuntimeError as exc:
+                queue.put(str(exc))
+
+        process = context.Process(target=child)
+        with warnings.catch_warnings():
+            # Python 3.12+ warns that forking a threaded process is risky: that risk is the point.
+            warnings.simplefilter("ignore", DeprecationWarning)
+            process.start()
+        message = queue.get(timeout=30)
+        process.join(30)
+    assert "create a SyncThrottler in each process" in message

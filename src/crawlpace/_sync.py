@@ -20,6 +20,7 @@ in a ``multiprocessing`` worker's initializer for instance).
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import logging
 import os
 import random
@@ -208,8 +209,8 @@ class SyncThrottler:
 
     # -- running coroutines on the loop thread ---------------------------------
 
-    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop thread and block until it is done."""
+    def _submit(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Hand ``coro`` to the loop thread; refuse where waiting for it could never end."""
         if os.getpid() != self._pid:
             coro.close()
             raise RuntimeError("this SyncThrottler was created in another process and its thread "
@@ -221,8 +222,11 @@ class SyncThrottler:
         if self._stopped:
             coro.close()
             raise ThrottlerClosed("the throttler is closed; create a new one")
-        future = asyncio.run_coroutine_threadsafe(coro, self._loop)
-        return future.result(timeout)
+        return asyncio.run_coroutine_threadsafe(coro, self._loop)
+
+    def _call(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
+        """Run ``coro`` on the loop thread and block until it is done."""
+        return self._submit(coro).result(timeout)
 
     # -- public API ------------------------------------------------------------
 
@@ -280,7 +284,7 @@ class SyncThrottler:
             async with asyncio.timeout(timeout):
                 return await throttler.acquire(request, scopes=scopes)
 
-        future = asyncio.run_coroutine_threadsafe(wait(), self._loop)
+        future = self._submit(wait())
         try:
             permit = future.result()
         except TimeoutError:
