@@ -120,6 +120,18 @@ def test_redirect_hops_wait_each_for_its_own_host() -> None:
     assert {name: snap.sends for name, snap in stats.items()} == {HOST: 2, OTHER_HOST: 2}
 
 
+def test_explicit_scopes_ride_on_a_prepared_request() -> None:
+    app = Recorder()
+    settings = {**FAST, "RANDOMIZE_DOWNLOAD_DELAY": False, "THROTTLING_SCOPES": {"api": {"delay": 0.2}}}
+    with serve_in_thread(app, HOST) as url, throttled_session(settings) as session:
+        for _ in range(2):
+            prepared = session.prepare_request(requests.Request("GET", f"{url}/x"))
+            prepared.crawlpace_scopes = ["api"]  # type: ignore[attr-defined]
+            assert session.send(prepared, timeout=5).status_code == 200
+        assert set(session.throttler.stats()) == {"api"}
+    app.assert_paced(0.2)
+
+
 def test_only_bodies_held_in_memory_are_replayed() -> None:
     from crawlpace.requests import _replayable
 
