@@ -125,6 +125,19 @@ async def test_redirect_hops_are_throttled_each_under_its_own_host(
     assert {name: snap.sends for name, snap in stats.items()} == {HOST: 2, OTHER_HOST: 2}
 
 
+async def test_explicit_scopes_through_a_request_middleware(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    site = Site(clock=clock.now)
+    throttler = make_throttler({**FAST, "THROTTLING_SCOPES": {"api": {"delay": 2.0}}})
+    async with SimServer(site, HOST) as server, session_for(server, throttler=throttler) as session:
+        scoped = (session.throttle.with_scopes(["api", "everything"]),)
+        for _ in range(2):
+            async with session.get("/page/1", middlewares=scoped) as response:
+                assert response.status == 200
+    assert set(await throttler.stats()) == {"api", "everything"}
+    assert clock.now() == 2.0
+
+
 async def test_an_owned_throttler_is_closed_with_the_session() -> None:
     session = throttled_session(FAST)
     throttler = session.throttler

@@ -65,11 +65,22 @@ class ThrottleMiddleware:
         ValueError: when ``retries`` is not an integer >= 0.
     """
 
-    __slots__ = ("_retries", "throttler")
+    __slots__ = ("_retries", "_scopes", "throttler")
 
-    def __init__(self, throttler: Throttler, *, retries: int = 3) -> None:
+    def __init__(self, throttler: Throttler, *, retries: int = 3, scopes: object = None) -> None:
         self._retries = check_retries(retries)
+        self._scopes = scopes
         self.throttler = throttler
+
+    def with_scopes(self, scopes: object) -> ThrottleMiddleware:
+        """The same throttle for requests with explicit scopes, for one request's ``middlewares=``.
+
+        aiohttp runs a request's own middlewares *instead of* the session's,
+        so ``session.get(url, middlewares=(mw.with_scopes(["api"]),))`` is
+        throttled once, under the scopes given (any form the throttler's
+        ``scopes=`` takes).
+        """
+        return ThrottleMiddleware(self.throttler, retries=self._retries, scopes=scopes)
 
     @property
     def retries(self) -> int:
@@ -100,7 +111,7 @@ class ThrottleMiddleware:
             # The handler connects, writes and reads the head: it returns with the headers in.
             return await handler(request)
 
-        response, _attempt = await send_async(self.throttler, request.method, target, None, attempts,
+        response, _attempt = await send_async(self.throttler, request.method, target, self._scopes, attempts,
                                               send, _discard, logger)
         return response
 
@@ -133,6 +144,11 @@ with warnings.catch_warnings():
         def throttler(self) -> Throttler:
             """The throttler every request of this session waits for."""
             return self._crawlpace[0].throttler
+
+        @property
+        def throttle(self) -> ThrottleMiddleware:
+            """The session's middleware; ``session.throttle.with_scopes(...)`` names scopes per request."""
+            return self._crawlpace[0]
 
         async def __aenter__(self) -> ThrottledSession:
             await super().__aenter__()
