@@ -33,6 +33,7 @@ from ._scopes import (
 )
 from ._server_scopes import DomainScopes, HostAndDomainScopes, HostAndIpScopes, IpScopes, ServerScopes
 from ._stats import ScopeStats
+from ._sync import SyncPermit, SyncThrottler
 from ._throttler import Throttler
 from .policy.admission import Limits
 from .policy.rampup import RampupStats
@@ -73,6 +74,8 @@ __all__ = [
     "ServerHint",
     "ServerScopes",
     "Settings",
+    "SyncPermit",
+    "SyncThrottler",
     "Throttler",
     "ThrottlerClosed",
     "ThrottlingManager",
