@@ -51,7 +51,7 @@ from ..policy.signals import ScopeFeedback
 from . import _cluster, _fallback
 from ._lua import load_scripts
 from ._pending import PendingRelease, ReleaseQueue
-from ._policies import PolicyFactory, PolicyFormatError, dump_policy, load_policy
+from ._policies import PolicyFactory, PolicyFormatError, dump_policy, is_fresh, load_policy
 from ._snapshot import describe
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
 
@@ -222,7 +222,6 @@ class RedisStore:
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         self._factory = PolicyFactory(settings)
-        self._allowed = self._factory.allowed()
         self._prefix = f"cp:{self.namespace}:"
         longest = max([settings.robotstxt_max_delay, settings.scope_defaults.backoff.max_delay,
                        settings.scope_defaults.window,
@@ -368,7 +367,7 @@ class RedisStore:
                 cached.policy = self._factory.new(scope)
             else:
                 try:
-                    cached.policy = load_policy(cached.blob, self._allowed)
+                    cached.policy = load_policy(cached.blob, self._factory, scope)
                 except PolicyFormatError as exc:
                     logger.warning("scope %s: %s; starting from a fresh policy", scope, exc)
                     cached.policy = self._factory.new(scope)
@@ -380,7 +379,7 @@ class RedisStore:
         hold = policy.gate(now, 0.0)
         # A breaker waiting for its probe's answer: look again shortly.
         hold = now + 1.0 if hold is None else hold
-        blob = dump_policy(policy)
+        blob = dump_policy(policy, self._factory)
         return blob, [blob, str(limits.concurrency), repr(limits.delay), repr(limits.delay_per_slot),
                       repr(limits.floor), repr(hold if hold > now else -1.0), str(policy.generation),
                       "1" if policy.given_up else "0", _pause(policy, now)]
@@ -487,7 +486,8 @@ class RedisStore:
                 policy, version = self._apply(name, now, signal, generation, lease, index, use)
                 if policy.given_up:
                     given_up.append(name)
-                if not stored or policy.summary() != before:  # nothing that matters: nothing to write
+                # Write only what matters: a change, or a first lesson a new policy would not know.
+                if policy.summary() != before if stored else not is_fresh(policy, self._factory):
                     _blob, values = self._writeback(policy, now)
                     write = [str(version), *values]
                     pending[index] = (signal, generation)
@@ -553,7 +553,7 @@ class RedisStore:
         policy = self._factory.new(scope)
         if blob is not None:
             with contextlib.suppress(PolicyFormatError):
-                policy = load_policy(blob, self._allowed)
+                policy = load_policy(blob, self._factory, scope)
 
         def number(key: str, default: float = -math.inf) -> float:
             text = values.get(key)
