@@ -38,6 +38,7 @@ class PolicyFactory:
             cfg.manager: load_scope_manager(cfg.manager) for cfg in configs if cfg.manager
         }
         self._fresh: dict[int, tuple[ScopeConfig, dict[str, StateValue]]] = {}
+        self._summaries: dict[tuple[int, bool, bool], tuple[ScopeConfig, tuple[object, ...]]] = {}
 
     def fresh_state(self, name: str) -> dict[str, StateValue]:
         """The state of a new policy of scope ``name`` (kept per scope configuration)."""
@@ -47,6 +48,24 @@ class PolicyFactory:
         found = self._fresh.get(id(config))
         if found is None or found[0] is not config:
             found = self._fresh[id(config)] = (config, self._fresh_of(name))
+        return found[1]
+
+    def fresh_summary(self, policy: ScopePolicy) -> tuple[object, ...]:
+        """The summary a new policy of ``policy``'s scope would have, with the same parts created."""
+        name = policy.scope
+        config = self.settings.scope_config(name)
+        parts = (policy.manager is not None, policy.breaker is not None)
+        key = (id(config), *parts)
+        found = None if config.manager else self._summaries.get(key)
+        if found is None or found[0] is not config:
+            fresh = self.new(name)
+            if parts[0]:
+                fresh.ensure_manager()
+            if parts[1]:
+                fresh.ensure_breaker()
+            found = (config, fresh.summary())
+            if not config.manager:
+                self._summaries[key] = found
         return found[1]
 
     def _fresh_of(self, name: str) -> dict[str, StateValue]:
@@ -95,6 +114,10 @@ def load_policy(data: bytes, factory: PolicyFactory, name: str) -> ScopePolicy:
 
 
 def is_fresh(policy: ScopePolicy, factory: PolicyFactory) -> bool:
-    """True when ``policy`` learned nothing a new policy of its scope would not know."""
-    fresh = factory.fresh_state(policy.scope)
-    return all(key in fresh and fresh[key] == value for key, value in export_state(policy).items())
+    """True when ``policy`` learned nothing that changes admissions, compared with a new policy of its scope.
+
+    The comparison is :meth:`ScopePolicy.summary` (what other workers must
+    see), so a tally that moves with every response (the breaker's window)
+    does not count until it changes something.
+    """
+    return policy.summary() == factory.fresh_summary(policy)
