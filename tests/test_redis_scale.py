@@ -236,3 +236,34 @@ def test_purge_refuses_a_non_redis_url(capsys: pytest.CaptureFixture[str]) -> No
 def test_glob_escape_quotes_every_special_character() -> None:
     assert keys.glob_escape("a*b?c[d]e\\f") == "a\\*b\\?c\\[d\\]e\\\\f"
     assert keys.namespace_pattern("n[1]") == "cp:n\\[1\\]:*"
+
+
+async def test_every_frontier_key_expires_once_the_job_is_idle(redis_url: str) -> None:
+    from crawlpace.frontier._shared import SharedFrontier
+
+    server = redis_url.split("?")[0]
+    ns = f"f{uuid.uuid4().hex[:10]}"
+    front = SharedFrontier(f"{server}?namespace={ns}", worker="w", visibility=30.0, idle=900.0)
+    client = redis.Redis.from_url(server)
+    try:
+        await front.enqueue([f"https://h{i % 3}.example/{i}" for i in range(9)])
+        claim = await front.claim(2, spacing=0.0)
+        await front.touch([u.id for u in claim.urls])
+        await front.ack([claim.urls[0].id], "200")
+        await front.give_back([claim.urls[1].id])
+        names = list(client.scan_iter(match=keys.namespace_pattern(ns)))
+        assert len(names) >= 10  # the job-wide keys and a queue per host
+        ttls = {name.decode(): client.ttl(name) for name in names}
+        assert all(0 < ttl <= 900 for ttl in ttls.values()), ttls
+    finally:
+        await front.aclose()
+        for name in client.scan_iter(match=keys.namespace_pattern(ns)):
+            client.delete(name)
+        client.close()
+
+
+def test_a_frontier_idle_time_below_the_visibility_is_refused(redis_url: str) -> None:
+    from crawlpace.frontier._shared import SharedFrontier
+
+    with pytest.raises(ConfigError, match=r"idle: 10 is not a number of seconds above the visibility \(30\)"):
+        SharedFrontier(redis_url, visibility=30.0, idle=10)

@@ -306,6 +306,21 @@ async def test_memory_store_forgets_idle_scopes_only() -> None:
     store.release_nowait(busy, Outcome())
 
 
+async def test_memory_store_stays_small_when_every_admission_is_a_new_scope() -> None:
+    """A broad crawl: each host seen once; the amortised sweep must keep up with the new scopes."""
+    clock = MockClock()
+    store = MemoryStore(SETTINGS, clock, random.Random(1))
+    most = 0
+    for i in range(30_000):
+        lease = store.acquire_nowait(((f"h{i}.example", 1.0),))
+        assert isinstance(lease, Lease)
+        store.release_nowait(lease, Outcome(status=200))
+        clock.advance(0.01)  # 100 hosts a second: a host is idle 60 s (the breaker's window) later
+        most = max(most, len(store))
+    assert store.evicted > 20_000
+    assert most < 15_000  # about 6 000 are within the breaker's window at any time, plus one sweep's worth
+
+
 def test_store_urls() -> None:
     assert isinstance(open_store("memory://", SETTINGS, MockClock(), random.Random()), MemoryStore)
     redis = open_store("redis://127.0.0.1:6379/0?namespace=job1&lease=12", SETTINGS, MockClock(),

@@ -58,6 +58,9 @@ _BATCH = 500
 
 _NAMES = ("enqueue", "claim", "ack", "touch", "give_back", "defer")
 _SCRIPTS = load_scripts("crawlpace.frontier", _NAMES, clocked=set(_NAMES) - {"ack"})
+_KEEP = load_scripts("crawlpace.frontier", ("keep",), clocked=())["keep"]
+#: Seconds a job's frontier keys live after the last enqueue, claim, touch or acknowledgement.
+DEFAULT_IDLE = 7 * 24 * 3600.0
 
 def frontier_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` means the server could not be reached (worth retrying)."""
@@ -169,13 +172,16 @@ class SharedFrontier:
             host name, process id and a random suffix).
         visibility: seconds a claim stays invisible to others without a
             :meth:`touch`; a killed worker's URLs come back after this long.
+        idle: seconds the frontier's keys live after the last enqueue,
+            claim, touch or acknowledgement (default a week): an abandoned
+            job's queue does not stay in Redis forever.
 
     Raises:
-        ConfigError: without the ``redis`` extra, or for a bad visibility.
+        ConfigError: without the ``redis`` extra, or for a bad visibility or idle time.
     """
 
     def __init__(self, url: str, *, worker: str | None = None,
-                 visibility: float = DEFAULT_VISIBILITY) -> None:
+                 visibility: float = DEFAULT_VISIBILITY, idle: float = DEFAULT_IDLE) -> None:
         if not have_driver():  # pragma: no cover - exercised only without the extra
             raise ConfigError([f"frontier {url!r}: the shared frontier needs redis-py; "
                                "install crawlpace[redis]"])
@@ -191,7 +197,13 @@ class SharedFrontier:
         self._prefix = f"cp:{self.namespace}:frontier:{{{self.namespace}}}:"
         self._ready = self._prefix + "ready"
         # On a cluster every key of the namespace is in one slot (one hash tag), on one node.
-        self._conn = RedisConnection(self.url, _SCRIPTS, cluster=self.cluster, decode_responses=True)
+        if not (isinstance(idle, int | float) and visibility < idle < float("inf")):
+            raise ConfigError([f"idle: {idle!r} is not a number of seconds above the visibility "
+                               f"({self.visibility:g}); use e.g. {DEFAULT_IDLE:g}"])
+        self.idle = int(idle)
+        prelude = f"local IDLE = {self.idle}\n{_KEEP}"
+        self._conn = RedisConnection(self.url, {name: prelude + src for name, src in _SCRIPTS.items()},
+                                     cluster=self.cluster, decode_responses=True)
 
     def __repr__(self) -> str:
         return f"<SharedFrontier {self.url} namespace={self.namespace!r} worker={self.worker!r}>"
