@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from crawlpace._bounded import remember
 from crawlpace._robots import RobotsRules
 from crawlpace.frontier import RobotsCache
 
@@ -42,3 +43,14 @@ def test_expired_rules_go_before_live_ones() -> None:
     assert len(cache) == 9
     assert cache.state("http://h0", 100.0) == "known"
     assert cache.rules("http://old-1") is None
+
+
+def test_remember_keeps_the_newest_entries() -> None:
+    memo: dict[str, int] = {}
+    dropped = sum(remember(memo, f"h{i}", i, limit=3) for i in range(10))
+    assert dropped == 7
+    assert list(memo) == ["h7", "h8", "h9"]
+    remember(memo, "h7", 70, limit=3)  # refreshed: now the newest
+    remember(memo, "new", 0, limit=3)
+    assert list(memo) == ["h9", "h7", "new"]
+    assert memo["h7"] == 70
