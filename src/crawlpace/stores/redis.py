@@ -1,30 +1,23 @@
 """The shared store: admission state in Redis or Valkey, for many workers on many machines.
 
-Selected by URL: ``redis://[:password@]host:port/db``, ``rediss://`` (TLS) or
-``unix:///path/to/socket``, with crawlpace's own options in the query string
-(``namespace``, ``lease``, ``time``, ``cluster``, ``fallback``, ``fallback_workers``);
-every other query option goes to redis-py. ``cluster=1`` talks to a Redis Cluster through the nodes the
-URL names (``redis://h1:7000,h2:7000/0?cluster=1``; see ``_cluster.py``).
-Needs the ``redis`` extra (redis-py with hiredis).
+Selected by URL (``redis://``, ``rediss://``, ``unix://``, ``valkey://``; a
+Redis Cluster with ``cluster=1``); crawlpace's options ride in the query
+string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``.
 
-How it divides the work (see ``docs/redis.md``):
-
-* Admission is two Lua scripts, loaded once and called by SHA: ``acquire``
-  admits a request to all of its scopes or to none, and ``release`` gives its
-  slots back. Each is one round trip, and reads ``now`` from the server's
-  ``TIME``, so the workers' clocks never have to agree.
-* Slots are leases: a sorted set of lease ids scored by their expiry in
-  server time, purged on every acquire. A worker renews its leases while its
-  requests run; one killed with SIGKILL stops renewing, and its slots come
-  back within the lease time.
-* The adaptive policy (backoff, Retry-After holds, AutoThrottle, rampup, the
-  breaker) is computed in Python by the same code as the memory store, and
-  written back with the release, guarded by a version: when another worker
-  wrote first, the outcome is applied again to the newer policy.
+* Admission is two Lua scripts called by SHA: ``acquire`` admits a request to
+  all of its scopes or to none, ``release`` gives its slots back. Both read
+  ``now`` from the server's ``TIME``, so the workers' clocks never have to
+  agree. Calls made while another is in flight share one pipeline
+  (``connection.py``).
+* Slots are leases, renewed while their requests run (``connection.py``);
+  a worker killed with SIGKILL stops renewing and its slots come back.
+* The adaptive policy is computed in Python by the same code as the memory
+  store, kept in a bounded cache (``_shared_policy.py``) and written back
+  under a version (``_writeback.py``) in the compact layout of
+  ``policy/state.py``.
 * What must hold for every worker at once is decided in the scripts: the
-  breaker's half-open probe (one lease at a time, recorded in the scope's
-  hash) and the quota's token bucket (consumed at acquire, reconciled with
-  the actual use at release).
+  breaker's half-open probe and the quota's token bucket.
+* Unreachable server: fail closed or the memory fallback (``_outage.py``).
 """
 
 from __future__ import annotations
@@ -36,38 +29,31 @@ import os
 import random
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any
 
 from .._clock import Clock
 from .._config import Settings
 from .._exceptions import ConfigError, ScopeGivenUp
 from .._scopes import Demand
-from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from . import _cluster, _fallback, _keys
 from ._lua import load_scripts
+from ._outage import Outage
 from ._pending import PendingRelease, ReleaseQueue
 from ._policies import PolicyFactory, is_fresh
+from ._redis_options import TimeSource, read_options
 from ._redis_snapshot import read_snapshot
-from ._shared_policy import DEFAULT_LIMIT, Cached, SharedPolicies, quota_args
+from ._shared_policy import SharedPolicies, quota_args
+from ._writeback import WRITE_TRIES, PolicyWriter
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
-from .connection import LeaseRenewer, RedisConnection, Retry, parse_url
+from .connection import LeaseRenewer, RedisConnection, parse_url
 
 __all__ = ["RedisLease", "RedisStore", "TimeSource", "parse_url"]
 
 logger = logging.getLogger(__name__)
 
-#: Where ``now`` comes from: the server's ``TIME`` inside each script (the
-#: default), one ``TIME`` call per second passed in (for services that refuse
-#: ``TIME`` in scripts), or this worker's own clock (tests, one machine).
-TimeSource = Literal["server", "synced", "local"]
-_TIME_SOURCES = ("server", "synced", "local")
-
-_DEFAULT_LEASE = 30.0
 # Seconds between two readings of the server's clock in "synced" mode.
 _SYNC_EVERY = 1.0
-# Write-backs tried before an outcome's lesson is dropped (many workers racing).
-_WRITE_TRIES = 8
 
 try:  # the driver is optional: the ``redis`` extra
     from redis.exceptions import ResponseError
@@ -133,45 +119,16 @@ class RedisStore:
         if ResponseError is None:  # pragma: no cover - exercised only without the extra
             raise ConfigError([f"store {url!r}: the Redis store needs redis-py; "
                                "install crawlpace[redis]"])
-        self.url, options = parse_url(url)
-        problems = []
-        self.namespace = namespace or options.get("namespace") or "crawlpace"
-        lease_text = options.get("lease")
-        try:
-            self.lease = float(lease_text) if lease_text is not None else lease or _DEFAULT_LEASE
-        except ValueError:
-            self.lease = _DEFAULT_LEASE
-            problems.append(f"store {url!r}: lease={lease_text!r} is not a number of seconds; "
-                            "give e.g. lease=30")
-        if not (math.isfinite(self.lease) and self.lease > 0.0):
-            problems.append(f"store {url!r}: lease={self.lease!r} must be a positive number of seconds")
-        source = time or options.get("time") or "server"
-        if source not in _TIME_SOURCES:
-            problems.append(f"store {url!r}: time={source!r} is not one of {', '.join(_TIME_SOURCES)}")
-        on = _cluster.is_on(options.get("cluster")) if cluster is None else cluster
-        if on is None:
-            problems.append(f"store {url!r}: cluster={options.get('cluster')!r} is not a flag; "
-                            "give cluster=1 (or leave it out)")
-        self.cluster = bool(on)
-        problems += _cluster.check_url(self.url, self.cluster, self.namespace)
-        fallback, self.fallback_workers, wrong = _fallback.parse_options(
-            url, options.get("fallback"), options.get("fallback_workers"))
-        problems += wrong
-        cache_text = options.get("policy_cache")
-        limit = policy_cache if policy_cache is not None else DEFAULT_LIMIT
-        if cache_text is not None:
-            limit = int(cache_text) if cache_text.isdigit() else 0
-        if limit < 1:
-            problems.append(f"store {url!r}: policy_cache={cache_text or policy_cache!r} is not a whole "
-                            f"number >= 1; give e.g. policy_cache={DEFAULT_LIMIT}")
-        if problems:
-            raise ConfigError(problems)
-        self.time: TimeSource = source  # type: ignore[assignment]
+        options = read_options(url, namespace=namespace, lease=lease, time=time, cluster=cluster,
+                               policy_cache=policy_cache)
+        self.url, self.namespace, self.lease = options.url, options.namespace, options.lease
+        self.cluster, self.fallback_workers = options.cluster, options.fallback_workers
+        self.time: TimeSource = options.time
         self._settings = settings
         self._clock = clock
         self._rng = rng if rng is not None else random.Random()
         self._factory = PolicyFactory(settings)
-        self._policies = SharedPolicies(self._factory, limit)
+        self._policies = SharedPolicies(self._factory, options.policy_cache)
         self._prefix = _keys.prefix(self.namespace)
         longest = max([settings.robotstxt_max_delay, settings.scope_defaults.backoff.max_delay,
                        settings.scope_defaults.window,
@@ -179,6 +136,8 @@ class RedisStore:
                        *(cfg.window for cfg in settings.scopes.values())])
         # Idle scopes expire, but not before any delay they hold could have run out.
         self.idle = int(max(3600.0, 10.0 * longest))
+        self._writer = PolicyWriter(self._policies, self._run, self._now_arg, self._server_now, self._keys,
+                                    self._fetch_blob, self.idle)
         self._conn = RedisConnection(self.url, _SCRIPTS, cluster=self.cluster)
         self._down = self._conn.down
         self._offset = 0.0  # server time minus this worker's clock
@@ -188,12 +147,11 @@ class RedisStore:
         self._held = self._renewer.held  # lease id -> scope names, for renewal
         self._ids = itertools.count()
         self._worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
-        self._down_since: float | None = None
-        self._retry = Retry()
-        self._next_try = -math.inf  # while down, when to try the server again
-        # While the server is unreachable, admissions go here instead (fallback=memory), if set.
-        self._fallback = _fallback.open_fallback(settings, self.fallback_workers, clock, self._rng) \
-            if fallback else None
+        # While the server is unreachable, admissions go to a memory store instead (fallback=memory), if set.
+        self._outage = Outage(self.url, clock, _fallback.open_fallback(
+            settings, self.fallback_workers, clock, self._rng) if options.fallback else None,
+            self.fallback_workers)
+        self._fallback = self._outage.fallback
         self._slots: _cluster.SlotAdmission | None = None
         self._unreleased = ReleaseQueue(self._resend_release, self._down, self._clock.now, self._clock.sleep)
         if self.cluster:
@@ -260,45 +218,18 @@ class RedisStore:
                 return await self._conn.call(name, keys, args)
             raise
 
-    def _unreachable(self, exc: Exception, demands: tuple[Demand, ...]) -> Lease | Blocked:
-        """Fail closed (nothing is admitted while the server cannot be reached), or fall back."""
-        now = self._clock.now()
-        if self._down_since is None:
-            self._down_since = now
-            if self._fallback is None:
-                logger.warning("Redis store %s unreachable (%s): holding every request until it answers",
-                               self.url, exc)
-            else:
-                logger.warning("Redis store %s unreachable (%s): admitting by the memory fallback (one "
-                               "slot per scope, delays x%d) until it answers", self.url, exc,
-                               self.fallback_workers)
-        else:
-            logger.debug("Redis store still unreachable after %.1fs: %s", now - self._down_since, exc)
-        wait = self._retry.next()
-        self._next_try = now + wait
-        if self._fallback is not None:
-            return self._fallback.acquire_nowait(demands)
-        return Blocked(now + wait, tuple((name, now + wait) for name, _ in demands))
-
-    def _reachable(self) -> None:
-        if self._down_since is not None:
-            back = "; back to the shared state from the memory fallback" if self._fallback is not None else ""
-            logger.warning("Redis store %s answers again after %.1fs%s", self.url,
-                           self._clock.now() - self._down_since, back)
-            self._down_since = None
-        self._retry.reset()
-
     # -- the Store interface ------------------------------------------------------------
 
     async def acquire(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
         """Admit ``demands`` in every scope at once, or return why not."""
-        if self._fallback is not None and self._down_since is not None and self._clock.now() < self._next_try:
-            return self._fallback.acquire_nowait(demands)  # still down, most likely: not worth a try yet
+        if self._outage.skip():  # still down, most likely: the fallback answers without a try
+            assert self._fallback is not None
+            return self._fallback.acquire_nowait(demands)
         policies = self._policies
         try:
             await self._connect()
             await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
-            await self._refresh_due(demands)
+            await self._writer.refresh_due(demands)
             args: list[Any] = [await self._now_arg(), "", self.lease, self.idle, len(demands)]
             keys: list[str] = []
             for name, use in demands:
@@ -317,8 +248,8 @@ class RedisStore:
                 sent = self._clock.now()
                 reply = await self._run("acquire", keys, args)
         except self._down as exc:
-            return self._unreachable(exc, demands)
-        self._reachable()
+            return self._outage.unreachable(exc, demands)
+        self._outage.reachable()
         status, server_now = int(reply[0]), float(reply[1])
         self._heard(server_now, sent)
         n = len(demands)
@@ -393,7 +324,7 @@ class RedisStore:
             if signal is not None or policies.gated(name):
                 stored = policies.stored(name)
                 before = policies.policy(name).summary()
-                policy, version = self._apply(name, now, signal, generation, lease, index, use)
+                policy, version = self._writer.apply(name, now, signal, generation, lease, index, use)
                 if policy.given_up:
                     given_up.append(name)
                 # Write only what matters: a change, or a first lesson a new policy would not know.
@@ -427,8 +358,8 @@ class RedisStore:
             reply = await self._slots.release(keys, args)
         else:
             reply = await self._run("release", keys, args)
-        self._reachable()
-        await self._settle(lease, reply, pending, args)
+        self._outage.reachable()
+        await self._writer.settle(lease, reply, pending, args)
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
         """Apply a robots.txt Crawl-Delay to ``scope`` for every worker."""
@@ -436,13 +367,13 @@ class RedisStore:
         if not settings.robotstxt_obey:
             return
         await self._connect()
-        for _ in range(_WRITE_TRIES):
+        for _ in range(WRITE_TRIES):
             policy = self._policies.policy(scope)
             version = self._policies.entry(scope).version
             now = self._server_now()
             policy.set_crawl_delay(delay, max_delay=settings.robotstxt_max_delay,
                                    explicit=settings.is_explicit(scope), now=now)
-            if await self._write_only(scope, version, policy, now):
+            if await self._writer.write(scope, version, policy, now):
                 return
         logger.warning("scope %s: Crawl-Delay not stored: other workers kept writing first", scope)
 
@@ -480,7 +411,7 @@ class RedisStore:
         """
         await self._connect()
         await self._conn.drain()
-        self._policies = SharedPolicies(self._factory, self._policies.limit)
+        self._policies = self._writer.policies = SharedPolicies(self._factory, self._policies.limit)
         return await _keys.purge(await self._conn.client(), self.namespace)
 
     async def aclose(self) -> None:
@@ -489,70 +420,7 @@ class RedisStore:
         await self._renewer.aclose()
         await self._conn.aclose()
 
-    # -- the shared policies ------------------------------------------------------------
-
-    def _apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
-               lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
-        """The scope's policy after ``signal``, and the version it was computed from."""
-        policy = self._policies.policy(name)
-        version = self._policies.entry(name).version
-        if policy.rampup is not None and lease.sends:
-            gap, last = lease.sends[index]
-            policy.rampup.sync_sends(gap, last)
-        policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
-                          expected_use=use)
-        return policy, version
-
-    async def _settle(self, lease: RedisLease, reply: Any,
-                      pending: dict[int, tuple[ScopeFeedback | None, int]], args: list[Any]) -> None:
-        """Record the write-backs that landed; redo those another worker beat."""
-        for index, result in enumerate(reply[1:]):
-            if index not in pending:
-                continue
-            name, use = lease.demands[index]
-            base = _cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index
-            version = int(args[base + 5])
-            if result in (b"ok", "ok"):
-                self._policies.written(name, version, args[base + 6])
-                continue
-            # Another worker wrote first: apply this outcome to the newer policy.
-            signal, generation = pending[index]
-            for _ in range(_WRITE_TRIES):
-                current = int(result)
-                self._policies.know(name, current, await self._fetch_blob(name))
-                now = self._server_now()
-                policy, version = self._apply(name, now, signal, generation, lease, index, use)
-                if await self._write_only(name, version, policy, now):
-                    break
-            else:
-                logger.warning("scope %s: an outcome was not shared: other workers kept writing first", name)
-
-    async def _write_only(self, name: str, version: int, policy: ScopePolicy, now: float) -> bool:
-        """Write ``policy`` back if the stored version is still ``version``."""
-        blob, values = self._policies.writeback(policy, now)
-        args = [await self._now_arg(), "", self.idle, 1, "0", "", "0", "0", "", str(version), *values,
-                "", "", ""]
-        reply = await self._run("release", list(self._keys(name)), args)
-        if reply[1] in (b"ok", "ok"):
-            self._policies.written(name, version, blob)
-            return True
-        self._policies.know(name, int(reply[1]), await self._fetch_blob(name))
-        return False
-
     async def _fetch_blob(self, name: str) -> bytes | None:
         client = await self._conn.client()
         blob: bytes | None = await client.get(self._keys(name)[3])
         return blob
-
-    async def _refresh_due(self, demands: tuple[Demand, ...]) -> None:
-        """Write back the limits of policies whose time-driven change is due (a backoff wearing off)."""
-        now = self._server_now()
-        for name, _use in demands:
-            cached: Cached | None = self._policies.peek(name)
-            if cached is None or cached.blob is None:
-                continue
-            policy = self._policies.policy(name)
-            if now < policy.wake_at:
-                continue
-            if policy.refresh(now):
-                await self._write_only(name, cached.version, policy, now)
