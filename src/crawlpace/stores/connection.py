@@ -11,7 +11,9 @@ this module, so that these rules are written once:
   while another is in flight are queued and sent together as one pipeline
   when it returns (:meth:`RedisConnection.call`), so a process with many
   requests in flight pays about one round trip per batch, not per call:
-  acquires, and the releases that carry outcomes, ride together.
+  acquires, and the releases that carry outcomes, ride together. The batch is
+  packed here and written on one pooled connection (cheaper per argument than
+  redis-py's generic pipeline).
 * **Unreachable.** :data:`DOWN` lists the errors that mean "the server
   cannot be reached"; :class:`Retry` is the growing wait between two
   attempts while it stays away.
@@ -24,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Collection, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
@@ -46,7 +48,7 @@ _BATCH_MAX = 256
 
 try:  # the driver is optional: the ``redis`` extra
     import redis.asyncio as aioredis
-    from redis.exceptions import ClusterError, NoScriptError, SlotNotCoveredError
+    from redis.exceptions import ClusterError, NoScriptError, ResponseError, SlotNotCoveredError
     from redis.exceptions import ConnectionError as RedisConnectionError
     from redis.exceptions import TimeoutError as RedisTimeoutError
 
@@ -116,6 +118,27 @@ class _Call:
     keys: Sequence[str]
     args: Sequence[Any]
     done: asyncio.Future[Any]
+
+
+def _pack(commands: Iterable[Sequence[Any]]) -> bytes:
+    """Commands in the Redis protocol (RESP2 arrays of bulk strings), ready to write."""
+    out: list[bytes] = []
+    add = out.append
+    for command in commands:
+        add(b"*%d\r\n" % len(command))
+        for arg in command:
+            if isinstance(arg, bytes):
+                data = arg
+            elif isinstance(arg, str):
+                data = arg.encode()
+            elif isinstance(arg, float):
+                data = repr(arg).encode()
+            elif isinstance(arg, int):
+                data = b"%d" % arg
+            else:
+                raise TypeError(f"a script argument is bytes, str, int or float, not {type(arg).__name__}")
+            add(b"$%d\r\n%b\r\n" % (len(data), data))
+    return b"".join(out)
 
 
 class RedisConnection:
@@ -217,31 +240,44 @@ class RedisConnection:
 
     async def _send(self, batch: list[_Call]) -> list[Any]:
         client = await self.client()
-        if len(batch) == 1:
-            item = batch[0]
-            try:
-                return [await self._scripts[item.name](keys=list(item.keys), args=list(item.args))]
-            except self.down:
-                raise
-            except Exception as exc:  # a script's own error belongs to its caller
-                return [exc]
-        self.batches += 1
-        replies = await self._pipeline(client, batch)
+        if len(batch) > 1:
+            self.batches += 1
+        replies = await self._exchange(client, batch)
         missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
         if missing:  # the server restarted or was flushed: load the scripts, then send those again
             for script in self._scripts.values():
                 await client.script_load(script.script)
-            again = await self._pipeline(client, [batch[i] for i in missing])
+            again = await self._exchange(client, [batch[i] for i in missing])
             for i, reply in zip(missing, again, strict=True):
                 replies[i] = reply
         return replies
 
-    async def _pipeline(self, client: Any, batch: list[_Call]) -> list[Any]:
-        async with client.pipeline(transaction=False) as pipe:
-            for item in batch:
-                pipe.execute_command("EVALSHA", self._scripts[item.name].sha, len(item.keys), *item.keys,
-                                     *item.args)
-            return list(await pipe.execute(raise_on_error=False))
+    async def _exchange(self, client: Any, batch: list[_Call]) -> list[Any]:
+        """Write every call of ``batch`` at once on one pooled connection, then read each reply.
+
+        The commands are packed here (``_pack``) rather than by redis-py's
+        pipeline, which costs several times as much per argument; the replies
+        are read by redis-py's parser. A script's error is its caller's reply;
+        a broken connection fails the whole batch and is not reused.
+        """
+        pool = client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(
+                _pack(("EVALSHA", self._scripts[item.name].sha, len(item.keys), *item.keys, *item.args)
+                      for item in batch))
+            replies: list[Any] = []
+            for _ in batch:
+                try:
+                    replies.append(await connection.read_response())
+                except ResponseError as exc:
+                    replies.append(exc)
+            return replies
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            await pool.release(connection)
 
     async def aclose(self) -> None:
         """Answer what is queued (or fail it), then close the client."""
