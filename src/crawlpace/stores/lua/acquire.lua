@@ -30,7 +30,7 @@ for i = 1, n do
   local a, l, r = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local base = 5 + 8 * (i - 1)
   local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
-                      "brk", "probe", "qc", "qa")
+                      "brk", "probe", "qc", "qa", "last", "gap")
   local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
   local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
@@ -93,7 +93,7 @@ for i = 1, n do
   end
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
-              tonumber(f[12]), tonumber(f[13])}
+              tonumber(f[12]), tonumber(f[13]), f[5], f[14], f[15]}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -109,20 +109,21 @@ for i = 1, n do
   redis.call("ZADD", l, now + lease, id)
   local gap = delay * factor
   if gap < floor then gap = floor end
-  local last = tonumber(redis.call("HGET", a, "last"))
-  local sent_gap = redis.call("HGET", a, "gap")
+  -- "next", "last" and "gap" as they were before this send (read by the first HMGET).
+  local last = tonumber(s[19])
+  local sent_gap = s[20]
   gaps[i] = ""
+  if mode == "undo" then
+    undo[i] = {s[18] or "", s[19] or "", sent_gap or "", num(now + gap)}
+  end
   if last then
     local g = now - last
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
     gaps[i] = num(g)
-    redis.call("HSET", a, "gap", gaps[i])
+    redis.call("HSET", a, "next", num(now + gap), "last", num(now), "gap", gaps[i])
+  else
+    redis.call("HSET", a, "next", num(now + gap), "last", num(now))
   end
-  if mode == "undo" then
-    undo[i] = {redis.call("HGET", a, "next") or "", redis.call("HGET", a, "last") or "", sent_gap or "",
-               num(now + gap)}
-  end
-  redis.call("HSET", a, "next", num(now + gap), "last", num(now))
   if s[12] then redis.call("HSET", a, "probe", id) end
   if s[14] and s[13] > 0 then
     local qcap, qrate, credit, qa = s[14], s[15], s[16], s[17]
