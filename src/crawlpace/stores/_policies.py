@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._config import ScopeConfig, Settings
-from .._scopes import load_scope_manager
+from .._manager import load_scope_manager
 from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
 from ..policy.state import StateFormatError, StateValue, decode, encode, export_state, restore_state
 
