@@ -13,16 +13,14 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .._scopes import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from . import _cluster
+from ._redis_lease import RedisLease
 from ._shared_policy import Cached, SharedPolicies
-
-if TYPE_CHECKING:
-    from .redis import RedisLease
 
 __all__ = ["WRITE_TRIES", "PolicyWriter"]
 

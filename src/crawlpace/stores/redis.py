@@ -28,7 +28,6 @@ import math
 import os
 import random
 import uuid
-from dataclasses import dataclass, field
 from typing import Any
 
 from .._clock import Clock
@@ -41,6 +40,7 @@ from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease, ReleaseQueue
 from ._policies import PolicyFactory, is_fresh
+from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
 from ._redis_snapshot import read_snapshot
 from ._shared_policy import SharedPolicies, quota_args
@@ -62,24 +62,6 @@ except ImportError:  # pragma: no cover - exercised only without the extra
 
 _SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback"),
                         clocked=("acquire", "release"))
-
-
-@dataclass(slots=True)
-class RedisLease(Lease):
-    """A lease held in the shared store.
-
-    Attributes:
-        lease_id: the member of each scope's lease set.
-        server_granted_at: the server's clock at admission.
-        server_slot_ready: per scope, the server time the slot may send again.
-        sends: per scope, the mean gap between sends and the last send, as the
-            store counted them over every worker.
-    """
-
-    lease_id: str = ""
-    server_granted_at: float = 0.0
-    server_slot_ready: tuple[float, ...] = ()
-    sends: tuple[tuple[float | None, float], ...] = field(default_factory=tuple)
 
 
 class RedisStore:
