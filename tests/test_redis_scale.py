@@ -267,3 +267,26 @@ def test_a_frontier_idle_time_below_the_visibility_is_refused(redis_url: str) ->
 
     with pytest.raises(ConfigError, match=r"idle: 10 is not a number of seconds above the visibility \(30\)"):
         SharedFrontier(redis_url, visibility=30.0, idle=10)
+
+
+async def test_a_store_on_a_cluster_purges_its_namespace_on_every_node(
+        redis_cluster: Any) -> None:
+    ns = f"c{uuid.uuid4().hex[:8]}"
+    clock = MockClock()
+    store = RedisStore(f"{redis_cluster.url}&namespace={ns}&time=local", FREE, clock, random.Random(1))
+    other = RedisStore(f"{redis_cluster.url}&namespace={ns}x&time=local", FREE, clock, random.Random(1))
+    try:
+        names = [f"site{i}.example" for i in range(12)]  # spread over the three nodes' slots
+        for name in names:
+            for each in (store, other):
+                lease = await each.acquire(((name, 1.0),))
+                assert isinstance(lease, Lease)
+                await each.release(lease, Outcome(status=200))
+        assert sorted(await store.scopes()) == sorted(names)
+        assert await store.purge() == len(names)
+        assert await store.scopes() == []
+        assert sorted(await other.scopes()) == sorted(names)  # "<ns>x" is another job
+    finally:
+        await other.purge()
+        await store.aclose()
+        await other.aclose()
