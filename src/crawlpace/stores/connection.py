@@ -120,6 +120,10 @@ class _Call:
     done: asyncio.Future[Any]
 
 
+def _text(value: Any) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
 def _pack(commands: Iterable[Sequence[Any]]) -> bytes:
     """Commands in the Redis protocol (RESP2 arrays of bulk strings), ready to write."""
     out: list[bytes] = []
@@ -139,6 +143,42 @@ def _pack(commands: Iterable[Sequence[Any]]) -> bytes:
                 raise TypeError(f"a script argument is bytes, str, int or float, not {type(arg).__name__}")
             add(b"$%d\r\n%b\r\n" % (len(data), data))
     return b"".join(out)
+
+
+# The script that runs a batch of calls in one EVALSHA: each script's source becomes the body
+# of a function of (KEYS, ARGV), so the one-script-per-call cost of Redis is paid once per
+# batch. ARGV: the call count, then per call its script's name, key count and argument count,
+# then every call's arguments in order; KEYS: every call's keys in order. Returns one reply
+# per call; a call that raised gives {_FAILED, message} (the others still run).
+_FAILED = "__crawlpace_failed__"
+_BATCH = "__batch__"
+_BATCH_TAIL = """
+local n, out = tonumber(ARGV[1]), {}
+local ki, ai = 1, 2 + 3 * n
+for c = 1, n do
+  local head = 2 + 3 * (c - 1)
+  local fn, nk, na = calls[ARGV[head]], tonumber(ARGV[head + 1]), tonumber(ARGV[head + 2])
+  local keys, args = {}, {}
+  for j = 1, nk do keys[j] = KEYS[ki + j - 1] end
+  for j = 1, na do args[j] = ARGV[ai + j - 1] end
+  ki, ai = ki + nk, ai + na
+  local ok, res = pcall(fn, keys, args)
+  if ok then
+    out[c] = res
+  else
+    if type(res) == "table" then res = res.err or "error" end
+    out[c] = {"FAILED_MARK", tostring(res)}
+  end
+end
+return out
+""".replace("FAILED_MARK", _FAILED)
+
+
+def _batch_source(scripts: Mapping[str, str]) -> str:
+    parts = ["local calls = {}\n"]
+    for name, source in scripts.items():
+        parts.append(f"calls[{name!r}] = function(KEYS, ARGV)\n{source}\nend\n")
+    return "".join(parts) + _BATCH_TAIL
 
 
 class RedisConnection:
@@ -161,6 +201,8 @@ class RedisConnection:
         self.cluster = cluster
         self.down = DOWN + _CLUSTER_DOWN if cluster else DOWN
         self._sources = dict(scripts)
+        if scripts and not cluster:  # a batch's calls may name keys of any slot: one server only
+            self._sources[_BATCH] = _batch_source(scripts)
         self._decode = decode_responses
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
@@ -253,31 +295,43 @@ class RedisConnection:
         return replies
 
     async def _exchange(self, client: Any, batch: list[_Call]) -> list[Any]:
-        """Write every call of ``batch`` at once on one pooled connection, then read each reply.
+        """Send ``batch`` as one script call (the batch script, for more than one call) and read the replies.
 
-        The commands are packed here (``_pack``) rather than by redis-py's
-        pipeline, which costs several times as much per argument; the replies
-        are read by redis-py's parser. A script's error is its caller's reply;
-        a broken connection fails the whole batch and is not reused.
+        The command is packed here (``_pack``) rather than by redis-py, which
+        costs several times as much per argument; the reply is read by
+        redis-py's parser on a pooled connection. A call's own error is its
+        caller's reply; a broken connection fails the whole batch and is not
+        reused.
         """
+        if len(batch) == 1:
+            item = batch[0]
+            command: Sequence[Any] = ("EVALSHA", self._scripts[item.name].sha, len(item.keys), *item.keys,
+                                      *item.args)
+        else:
+            keys = [key for item in batch for key in item.keys]
+            head: list[Any] = [len(batch)]
+            for item in batch:
+                head += [item.name, len(item.keys), len(item.args)]
+            command = ("EVALSHA", self._scripts[_BATCH].sha, len(keys), *keys, *head,
+                       *(arg for item in batch for arg in item.args))
         pool = client.connection_pool
         connection = await pool.get_connection()
         try:
-            await connection.send_packed_command(
-                _pack(("EVALSHA", self._scripts[item.name].sha, len(item.keys), *item.keys, *item.args)
-                      for item in batch))
-            replies: list[Any] = []
-            for _ in batch:
-                try:
-                    replies.append(await connection.read_response())
-                except ResponseError as exc:
-                    replies.append(exc)
-            return replies
+            await connection.send_packed_command(_pack((command,)))
+            try:
+                reply = await connection.read_response()
+            except ResponseError as exc:
+                return [exc] * len(batch)  # the batch itself failed (NOSCRIPT, say): every call with it
         except BaseException:
             await connection.disconnect()
             raise
         finally:
             await pool.release(connection)
+        if len(batch) == 1:
+            return [reply]
+        failed = (_FAILED.encode(), _FAILED)
+        return [ResponseError(_text(r[1])) if isinstance(r, list) and len(r) == 2 and r[0] in failed else r
+                for r in reply]
 
     async def aclose(self) -> None:
         """Answer what is queued (or fail it), then close the client."""
