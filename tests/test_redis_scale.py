@@ -290,3 +290,27 @@ async def test_a_store_on_a_cluster_purges_its_namespace_on_every_node(
         await other.purge()
         await store.aclose()
         await other.aclose()
+
+
+async def test_batches_survive_a_script_flush(redis_url: str) -> None:
+    """A server restarted or flushed forgets the scripts: they are loaded again, batch or not."""
+    store, _clock, _ns = store_at(redis_url)
+
+    async def one(i: int) -> None:
+        lease = await store.acquire(((f"f{i % 5}", 1.0),))
+        assert isinstance(lease, Lease)
+        await store.release(lease, Outcome(status=200))
+
+    try:
+        await asyncio.gather(*(one(i) for i in range(20)))
+        client = redis.Redis.from_url(redis_url.split("?")[0])
+        client.script_flush()
+        client.close()
+        batches = store._conn.batches
+        await asyncio.gather(*(one(i) for i in range(20)))
+        assert store._conn.batches > batches
+        snap = await store.snapshot("f0")
+        assert snap is not None
+        assert snap.sends == 8
+    finally:
+        await store.aclose()
