@@ -282,62 +282,70 @@ async def run(args: argparse.Namespace, url: str, client: redis.Redis) -> dict[s
     m = 200 if quick else 2_000
     hosts = args.hosts or (100_000 if quick else 1_000_000)
     urls = args.urls or (20_000 if quick else 10_000_000)
+    parts = set(args.parts.split(","))
     out: dict[str, Any] = {"counts": {"idle_scopes": n, "dispatch_sizes": sizes, "dispatch_admissions": m,
                                       "stream_hosts": hosts, "frontier_urls": urls}}
-    print(f"1. resident memory while {hosts:,} distinct hosts stream through one worker")
-    mem_clock, red_clock = MockClock(), MockClock()
-    cached = RedisStore(f"{url}?namespace=stream&time=local&policy_cache={STREAM_CACHE}", settings(),
-                        red_clock, random.Random(1))
-    local = MemoryStore(settings(), mem_clock, random.Random(1))
-    streams = {"memory": await stream(local, mem_clock, hosts, 1),
-               "redis": await stream(cached, red_clock, hosts // 10, 32)}
-    client.flushdb()
-    for store, figures in streams.items():
-        print(f"   {store}: RSS MB per tenth {figures['rss_mb']}, "
-              f"last / 20 %: {figures['growth_after_20pct']}")
-    out["stream"] = streams
-    print(f"2. bytes per idle scope over {n:,} scopes")
-    mem = await idle_memory(n)
-    red = await idle_redis(url, client, n)
-    out["bytes_per_idle_scope"] = {"memory": mem["held"], "memory_after_sweep": mem["after_sweep"],
-                                   "redis": red["server"], "redis_process": red["process"],
-                                   "redis_keys_per_scope": red["keys_per_scope"]}
-    print(f"   memory store: {mem['held']:.0f} B while kept, {mem['after_sweep']:.0f} B after its sweep")
-    print(f"   redis store:  {red['server']:.0f} B in the server ({red['keys_per_scope']:.2f} keys per "
-          f"scope), {red['process']:.0f} B in the worker (bounded policy cache)")
-    print(f"3. dispatch cost, µs per admission of a new scope, with K scopes held (mean of {m}; redis: the "
-          "server's script time; redis_wall: the round trips too, noisy on a loaded machine)")
-    redis_server_us, redis_wall_us = await dispatch_redis(url, client, sizes, m)
-    # In-process admissions are cheap: many more of them, for a steadier mean.
-    costs = {"memory": await dispatch_memory(sizes, 25 * m), "redis": redis_server_us,
-             "redis_wall": redis_wall_us}
-    print("   " + "K".ljust(10) + "".join(store.rjust(12) for store in costs))
-    for size in sizes:
-        print("   " + f"{size:,}".ljust(10) + "".join(f"{costs[store][size]:12.1f}" for store in costs))
-    ratios = {store: round(cost[sizes[-1]] / cost[sizes[0]], 3) for store, cost in costs.items()}
-    shown = ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
-    print(f"   ratio {sizes[-1]:,} / {sizes[0]:,}: {shown}")
-    out["dispatch_us"] = {store: {str(k): round(v, 2) for k, v in cost.items()}
-                          for store, cost in costs.items()}
-    out["dispatch_cost_ratio"] = ratios
-    print(f"4. shared frontier of {urls:,} URLs")
-    front = await frontier(url, client, urls)
-    print(f"   enqueue {front['enqueue_per_s']:,} URLs/s, claim+ack {front['claim_ack_per_s']:,} URLs/s "
-          f"(over {front['claimed']:,}), {front['redis_bytes_per_url']:.0f} B of Redis per queued URL")
-    out["frontier"] = front
+    if "stream" in parts:
+        print(f"1. resident memory while {hosts:,} distinct hosts stream through one worker")
+        mem_clock, red_clock = MockClock(), MockClock()
+        cached = RedisStore(f"{url}?namespace=stream&time=local&policy_cache={STREAM_CACHE}", settings(),
+                            red_clock, random.Random(1))
+        local = MemoryStore(settings(), mem_clock, random.Random(1))
+        streams = {"memory": await stream(local, mem_clock, hosts, 1),
+                   "redis": await stream(cached, red_clock, hosts // 10, 32)}
+        client.flushdb()
+        for store, figures in streams.items():
+            print(f"   {store}: RSS MB per tenth {figures['rss_mb']}, "
+                  f"last / 20 %: {figures['growth_after_20pct']}")
+        out["stream"] = streams
+    if "idle" in parts:
+        print(f"2. bytes per idle scope over {n:,} scopes")
+        mem = await idle_memory(n)
+        red = await idle_redis(url, client, n)
+        out["bytes_per_idle_scope"] = {"memory": mem["held"], "memory_after_sweep": mem["after_sweep"],
+                                       "redis": red["server"], "redis_process": red["process"],
+                                       "redis_keys_per_scope": red["keys_per_scope"]}
+        print(f"   memory store: {mem['held']:.0f} B while kept, {mem['after_sweep']:.0f} B after its sweep")
+        print(f"   redis store:  {red['server']:.0f} B in the server ({red['keys_per_scope']:.2f} keys per "
+              f"scope), {red['process']:.0f} B in the worker (bounded policy cache)")
+    if "dispatch" in parts:
+        print(f"3. dispatch cost, µs per admission of a new scope, with K scopes held (mean of {m}; "
+              "redis: the server's script time; redis_wall: the round trips too, noisy on a loaded machine)")
+        redis_server_us, redis_wall_us = await dispatch_redis(url, client, sizes, m)
+        # In-process admissions are cheap: many more of them, for a steadier mean.
+        costs = {"memory": await dispatch_memory(sizes, 25 * m), "redis": redis_server_us,
+                 "redis_wall": redis_wall_us}
+        print("   " + "K".ljust(10) + "".join(store.rjust(12) for store in costs))
+        for size in sizes:
+            print("   " + f"{size:,}".ljust(10) + "".join(f"{costs[store][size]:12.1f}" for store in costs))
+        ratios = {store: round(cost[sizes[-1]] / cost[sizes[0]], 3) for store, cost in costs.items()}
+        shown = ", ".join(f"{k} {v:.2f}" for k, v in ratios.items())
+        print(f"   ratio {sizes[-1]:,} / {sizes[0]:,}: {shown}")
+        out["dispatch_us"] = {store: {str(k): round(v, 2) for k, v in cost.items()}
+                              for store, cost in costs.items()}
+        out["dispatch_cost_ratio"] = ratios
+    if "frontier" in parts:
+        print(f"4. shared frontier of {urls:,} URLs")
+        front = await frontier(url, client, urls)
+        print(f"   enqueue {front['enqueue_per_s']:,} URLs/s, claim+ack {front['claim_ack_per_s']:,} URLs/s "
+              f"(over {front['claimed']:,}), {front['redis_bytes_per_url']:.0f} B of Redis per queued URL")
+        out["frontier"] = front
     return out
 
 
 def goals(out: dict[str, Any]) -> dict[str, bool]:
-    idle = out["bytes_per_idle_scope"]
-    return {
-        "memory_idle_scope_le_300B": idle["memory"] <= 300,
-        "redis_idle_scope_le_300B": idle["redis"] <= 300,
-        "memory_dispatch_ratio_le_1.5": out["dispatch_cost_ratio"]["memory"] <= 1.5,
-        "redis_dispatch_ratio_le_1.5": out["dispatch_cost_ratio"]["redis"] <= 1.5,
-        "memory_rss_flat": out["stream"]["memory"]["growth_after_20pct"] <= 1.1,
-        "redis_rss_flat": out["stream"]["redis"]["growth_after_20pct"] <= 1.1,
-    }
+    verdict: dict[str, bool] = {}
+    if "bytes_per_idle_scope" in out:
+        idle = out["bytes_per_idle_scope"]
+        verdict["memory_idle_scope_le_300B"] = idle["memory"] <= 300
+        verdict["redis_idle_scope_le_300B"] = idle["redis"] <= 300
+    if "dispatch_cost_ratio" in out:
+        verdict["memory_dispatch_ratio_le_1.5"] = out["dispatch_cost_ratio"]["memory"] <= 1.5
+        verdict["redis_dispatch_ratio_le_1.5"] = out["dispatch_cost_ratio"]["redis"] <= 1.5
+    if "stream" in out:
+        verdict["memory_rss_flat"] = out["stream"]["memory"]["growth_after_20pct"] <= 1.1
+        verdict["redis_rss_flat"] = out["stream"]["redis"]["growth_after_20pct"] <= 1.1
+    return verdict
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -347,6 +355,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--scopes", type=int, default=0, help="idle scopes measured (N)")
     parser.add_argument("--hosts", type=int, default=0, help="hosts streamed through one worker (H)")
     parser.add_argument("--urls", type=int, default=0, help="URLs in the shared frontier (U)")
+    parser.add_argument("--parts", default="stream,idle,dispatch,frontier",
+                        help="the parts to run, comma-separated (default: all four)")
     args = parser.parse_args(argv)
     binary = redis_binary()
     if binary is None:
