@@ -8,10 +8,17 @@ import struct
 import pytest
 
 from crawlpace._config import Settings
+from crawlpace.policy.autothrottle import AutoThrottle
+from crawlpace.policy.backoff import Backoff
+from crawlpace.policy.breaker import Breaker
+from crawlpace.policy.quota import QuotaBucket
+from crawlpace.policy.rampup import Rampup
 from crawlpace.policy.scope import ScopePolicy, ThrottlingScopeManager
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.policy.state import (
+    FIELDS,
     LAYOUT,
+    SETTINGS,
     StateFormatError,
     decode,
     encode,
@@ -158,3 +165,18 @@ def test_numbers_keep_their_types() -> None:
     state = decode(encode({"a": 3, "b": 2.5, "c": None, "d": (1.0, 2.0), "e": 1000}))
     assert state == {"a": 3, "b": 2.5, "c": None, "d": (1.0, 2.0), "e": 1000.0}
     assert struct.calcsize("<d") == 8
+
+
+@pytest.mark.parametrize(("prefix", "cls"), [("p", ScopePolicy), ("b", Backoff), ("a", AutoThrottle),
+                                             ("q", QuotaBucket), ("k", Breaker), ("r", Rampup)])
+def test_every_attribute_of_a_policy_is_either_shared_state_or_a_setting(prefix: str, cls: type) -> None:
+    slots = set(getattr(cls, "__slots__", ()))
+    state, settings = set(FIELDS[prefix]), set(SETTINGS[prefix])
+    unclassified = slots - state - settings
+    assert not unclassified, (
+        f"{cls.__name__} has attributes policy/state.py does not know: {sorted(unclassified)}. Add each "
+        f"to FIELDS[{prefix!r}] if it is learned state other workers must share (a number, None, a "
+        f"word listed in WORDS, or numbers in a sequence), or to SETTINGS[{prefix!r}] if it comes from "
+        "the settings or is derived")
+    assert not (state & settings)
+    assert (state | settings) <= slots, sorted((state | settings) - slots)

@@ -13,7 +13,9 @@ it. This module says which attributes that is, and how it travels:
 * :func:`encode` / :func:`decode` give the mapping as bytes (layout below).
 
 What belongs to the state is listed once, in :data:`FIELDS`; a field added to
-a policy class joins the shared state by adding its name there. Values must be
+a policy class joins the shared state by adding its name there (or, for a
+setting or a derived value, to :data:`SETTINGS`: a test fails until it is in
+one of the two). Values must be
 numbers (``bool`` and ``int`` come back as such, from the fresh object's type),
 ``None``, a word from :data:`WORDS`, or a sequence of numbers.
 
@@ -45,7 +47,7 @@ from typing import Any
 from .admission import Limits
 from .scope import ScopePolicy, ThrottlingScopeManager
 
-__all__ = ["FIELDS", "LAYOUT", "WORDS", "StateFormatError", "StateValue", "decode", "encode",
+__all__ = ["FIELDS", "LAYOUT", "SETTINGS", "WORDS", "StateFormatError", "StateValue", "decode", "encode",
            "export_state", "is_fresh", "restore_state"]
 
 logger = logging.getLogger(__name__)
@@ -70,6 +72,20 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
           "_pushbacks", "_gap", "_sent_at", "_last_growth", "_cut_rate", "_epoch", "_k", "_climb",
           "_probe_c", "_baseline", "_window_min", "_window_start", "_samples", "_quiet_until"),  # rampup
+}
+
+#: Per part, the attributes that are *not* learned state: settings, values derived from them
+#: or from the fields above, and text for humans. Every attribute of a part's class is in
+#: exactly one of FIELDS and SETTINGS (``tests/test_policy_state.py`` checks it), so a new
+#: attribute cannot be left out of the shared state by accident.
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "p": ("autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config", "gated", "jitter",
+          "manager", "quota", "rampup", "scope", "watches"),
+    "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
+    "a": ("max_delay", "min_delay", "target_concurrency"),
+    "q": ("_capacity", "_quota", "_rate", "_window"),
+    "k": ("_error_share", "_give_up_after", "_min_requests", "_pause", "_width", "_window", "reason"),
+    "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window"),
 }
 
 #: Fields that hold a word from a fixed list: stored as the word's index.
