@@ -30,6 +30,7 @@ from ._scopes import (
     scope_cache,
 )
 from ._stats import ScopeStats
+from ._sync import SyncPermit, SyncThrottler
 from ._throttler import Throttler
 from .policy.admission import Limits
 from .policy.rampup import RampupStats
@@ -63,6 +64,8 @@ __all__ = [
     "ScopeStats",
     "ServerHint",
     "Settings",
+    "SyncPermit",
+    "SyncThrottler",
     "Throttler",
     "ThrottlerClosed",
     "ThrottlingManager",
