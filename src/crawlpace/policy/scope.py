@@ -149,7 +149,8 @@ class ScopePolicy:
 
     __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
                  "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
-                 "pace", "pace_until", "quota", "rampup", "scope", "wake_at", "watches")
+                 "pace", "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at",
+                 "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -173,6 +174,8 @@ class ScopePolicy:
         self.hold_until = _NEVER
         self.pace = 0.0
         self.pace_until = _NEVER
+        # A server's own cap on requests in flight (RateLimit's concurrent-requests unit).
+        self.server_concurrency: int | None = None
         self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
         self.breaker: Breaker | None = None
         self.gated = self.quota is not None
@@ -222,6 +225,9 @@ class ScopePolicy:
             floor = max(limits.floor, self.pace)
             limits = _limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor)
             wake = min(wake, self.pace_until)
+        cap = self.server_concurrency
+        if cap is not None and limits.concurrency > cap:
+            limits = _limits(cap, limits.delay, limits.delay_per_slot, limits.floor)
         self.wake_at = wake
         self._set_jitter(limits, base)
         return limits
@@ -350,6 +356,9 @@ class ScopePolicy:
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
             if self.rampup is not None:
                 self._base = self._compute_base(now)
+        if feedback.concurrency is not None:
+            # The newest announcement counts; it lasts until another one changes it.
+            self.server_concurrency = max(1, feedback.concurrency)
         if feedback.consumed_quota is not None and self.quota is not None:
             self.quota.adjust(now, feedback.consumed_quota - expected_use)
         autothrottle = self.autothrottle

@@ -327,19 +327,20 @@ class Runtime:
         return self.issue(request, permit, "direct")
 
     async def settle(self, request: Any, *, response: Any = None, exception: BaseException | None = None,
-                     latency: float | None = None) -> None:
+                     latency: float | None = None, blocked: bool = False) -> None:
         """Release the request's permit with what happened to it.
 
         A request that never reached the network (a cached response, a
         request refused by robots.txt or offsite rules on its way) frees its
-        slots without teaching the scopes anything.
+        slots without teaching the scopes anything. ``blocked`` marks a soft
+        block, which backs the scopes off like a 429.
         """
         ticket = request.meta.pop(TICKET_KEY, None)
         if not isinstance(ticket, Ticket):
             return
         if ticket.state is State.SENT:
             if response is not None or exception is not None:
-                ticket.permit.feedback(response, exception=exception, latency=latency)
+                ticket.permit.feedback(response, exception=exception, latency=latency, blocked=blocked)
         elif ticket.state is State.PARKED:
             self.stats.inc_value("throttling/released_unsent")
         await self._give_back(ticket)

@@ -80,9 +80,14 @@ class PolicyFactory:
         """A fresh policy for scope ``name``."""
         settings = self.settings
         config: ScopeConfig = settings.scope_config(name)
+        autothrottle = settings.autothrottle
+        warm = settings.warm_start
+        if warm is not None:  # a head start from what an earlier crawl learned (crawlpace._learned)
+            autothrottle = warm.autothrottle_for(name, config, autothrottle)
+            config = warm.config_for(name, config)
         manager_cls = self.managers.get(config.manager) if config.manager else None
         return ScopePolicy(name, config, concurrency_cap=settings.concurrent_requests,
-                           autothrottle=settings.autothrottle,
+                           autothrottle=autothrottle,
                            manager=manager_cls(scope=name, config=config) if manager_cls else None,
                            rampup_target=settings.rampup_backoff_target)
 
