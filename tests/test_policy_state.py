@@ -180,3 +180,15 @@ def test_every_attribute_of_a_policy_is_either_shared_state_or_a_setting(prefix:
         "the settings or is derived")
     assert not (state & settings)
     assert (state | settings) <= slots, sorted((state | settings) - slots)
+
+
+def test_a_server_announced_concurrency_travels_as_a_whole_number() -> None:
+    make = factory()
+    policy = make.new("a.example")
+    policy.on_outcome(1.0, ScopeFeedback(failed=False, status=200, concurrency=3), generation=0, sent_at=0.5,
+                      expected_use=1.0)
+    assert policy.server_concurrency == 3
+    back = load_policy(dump_policy(policy, make), make, "a.example")
+    assert back.server_concurrency == 3
+    assert isinstance(back.server_concurrency, int)
+    assert back.limits == policy.limits

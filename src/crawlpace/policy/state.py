@@ -62,7 +62,8 @@ StateValue = float | int | bool | None | tuple[float, ...]
 #: Per part of a policy (its prefix), the attributes that hold learned state.
 FIELDS: dict[str, tuple[str, ...]] = {
     # The policy itself: what it combined, and its own learned inputs.
-    "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base"),
+    "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
+          "server_concurrency"),
     # The default scope manager's backoff.
     "b": ("level", "generation", "anchor", "last_feedback", "last_change"),
     "a": ("delay",),  # AutoThrottle
@@ -97,6 +98,8 @@ WORDS: dict[str, tuple[str, ...]] = {
 # Sequences of tuples stored flat: the tuple's element types.
 _GROUPED: dict[str, tuple[Callable[[float], Any], ...]] = {"k._buckets": (float, int, int)}
 _LIMITS = ("p.limits", "p._base")
+# Whole numbers whose fresh value is None (so the fresh object cannot tell their type).
+_INTS = frozenset({"p.server_concurrency"})
 
 
 class StateFormatError(ValueError):
@@ -196,6 +199,8 @@ def _restore_part(prefix: str, part: object, state: Mapping[str, StateValue]) ->
             if isinstance(value, tuple):
                 current.clear()
                 current.extend(value)
+        elif key in _INTS and isinstance(value, int | float):
+            setattr(part, name, int(value))
         else:
             setattr(part, name, _coerce(current, value))
 
