@@ -229,11 +229,19 @@ class ScopePolicy:
         if cap is not None and limits.concurrency > cap:
             limits = _limits(cap, limits.delay, limits.delay_per_slot, limits.floor)
         self.wake_at = wake
+        self._set_jitter(limits, base)
+        return limits
+
+    def _set_jitter(self, limits: Limits, base: Limits) -> None:
         # Near a server's limit a wide spread of delays turns into refusals: rampup
         # scopes, like scopes backing off, use the narrow backoff jitter.
         narrow = limits.delay > base.delay or self.rampup is not None
         self.jitter = self.config.backoff.jitter if narrow else self.config.jitter
-        return limits
+
+    def restored(self) -> None:
+        """Bring derived values in line after learned state was written in (see ``policy/state.py``)."""
+        self._set_jitter(self.limits, self._base)
+        self._update_gated()
 
     def refresh(self, now: float) -> bool:
         """Recompute the limits; True when they changed."""
@@ -247,11 +255,22 @@ class ScopePolicy:
         self.limits = limits
         return True
 
-    def _manager(self) -> ThrottlingScopeManagerProtocol:
+    def ensure_manager(self) -> ThrottlingScopeManagerProtocol:
+        """The scope manager, creating the default one on first use."""
         manager = self.manager
         if manager is None:
             manager = self.manager = ThrottlingScopeManager(scope=self.scope, config=self.config)
         return manager
+
+    def ensure_breaker(self) -> Breaker:
+        """The circuit breaker, created on first use from the scope's settings."""
+        breaker = self.breaker
+        if breaker is None:
+            cfg = self.config.breaker
+            breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
+                                             min_requests=cfg.min_requests, pause=cfg.pause,
+                                             give_up_after=cfg.give_up_after)
+        return breaker
 
     def _update_gated(self) -> None:
         breaker = self.breaker
@@ -362,7 +381,7 @@ class ScopePolicy:
         manager = self.manager
         if manager is not None or (feedback.backoff and rampup is None):
             # With rampup on, rampup answers pushback; a custom manager still adjusts the result.
-            manager = self._manager()
+            manager = self.ensure_manager()
             manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
         self.generation = (manager.generation if manager is not None else 0) + ramp_generation
         self.refresh(now)
@@ -373,11 +392,7 @@ class ScopePolicy:
             if breaker is not None:
                 breaker.on_abandon(sent_at)
         elif self.config.breaker.enabled:
-            if breaker is None:
-                cfg = self.config.breaker
-                breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
-                                                 min_requests=cfg.min_requests, pause=cfg.pause,
-                                                 give_up_after=cfg.give_up_after)
+            breaker = self.ensure_breaker()
             if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
                 logger.error("scope %s given up: %s", self.scope, breaker.reason)
                 gave_up = True

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from .._bounded import remember
 from .._exceptions import PermitError, ScopeError
 from .._manager import ThrottlingManager
 from .._permit import Permit
@@ -420,7 +421,7 @@ class Runtime:
             before = self._last_limits.get(scope)
             if before is None:
                 before = self._configured_limits(scope)
-            self._last_limits[scope] = now
+            remember(self._last_limits, scope, now)  # bounded: a broad crawl meets millions of scopes
             if before == now:
                 continue
             if outcome is None:
@@ -460,7 +461,7 @@ class Runtime:
     def remember_robots_scopes(self, url: str, scopes: tuple[str, ...]) -> None:
         """Note which scopes a robots.txt fetch ran under, for its Crawl-Delay."""
         netloc = urlsplit(url).netloc
-        self._robots_scopes[netloc] = scopes
+        remember(self._robots_scopes, netloc, scopes)  # bounded, like every per-host memo
 
     def crawl_delay_targets(self, url: str, scopes: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """The scopes a robots.txt of ``url``'s host applies its Crawl-Delay to.
