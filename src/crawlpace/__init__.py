@@ -20,6 +20,7 @@ from ._exceptions import (
 from ._feedback import update_scope_backoff
 from ._headers import ServerHint, parse_hints
 from ._jitter import Jitter
+from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
 from ._robots import crawl_delay
 from ._scopes import (
@@ -64,6 +65,7 @@ __all__ = [
     "ScopeStats",
     "ServerHint",
     "Settings",
+    "ThrottleObserver",
     "Throttler",
     "ThrottlerClosed",
     "ThrottlingManager",

@@ -26,6 +26,7 @@ from ._clock import AsyncioClock, Clock, TimerHandle
 from ._config import Settings
 from ._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from ._feedback import FeedbackBuilder, FeedbackContext, ScopeFeedback, reset_context, use_context
+from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit, RawFeedback
 from ._scopes import (
     Demand,
@@ -95,6 +96,8 @@ class _Slot:
         result = throttler._admit_now(demands)
         if isinstance(result, Lease):
             permit = Permit(throttler, result, request)
+            if throttler._observers:
+                throttler._note_admitted(result, 0.0)
         else:
             permit = await throttler._admit(request, demands, result)
         self._permit = permit
@@ -170,6 +173,7 @@ class Throttler:
         self._pump_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._observers: tuple[ThrottleObserver, ...] = ()
         for note in settings.inactive():
             logger.warning("setting has no effect: %s", note)
 
@@ -189,6 +193,13 @@ class Throttler:
     def waiting(self) -> int:
         """Requests of this process waiting for a permit."""
         return self._waiting
+
+    def observe(self, observer: ThrottleObserver) -> None:
+        """Tell ``observer`` of every admission, release and give-up from now on.
+
+        Used by :mod:`crawlpace.observe` (metrics, dashboard, run report).
+        """
+        self._observers = (*self._observers, observer)
 
     def slot(self, request: object = None, *, scopes: object = None) -> _Slot:
         """Wait for a permit for ``request`` in an ``async with`` block.
@@ -212,6 +223,8 @@ class Throttler:
         demands = await self._demands(request, scopes)
         result = self._admit_now(demands)
         if isinstance(result, Lease):
+            if self._observers:
+                self._note_admitted(result, 0.0)
             return Permit(self, result, request)
         return await self._admit(request, demands, result)
 
@@ -232,6 +245,8 @@ class Throttler:
             else await self._store.acquire(demands)
         if isinstance(result, Lease):
             self._inflight += 1
+            if self._observers:
+                self._note_admitted(result, 0.0)
             return Permit(self, result, request)
         return NotReady(result.ready_at, result.waiting_on)
 
@@ -348,9 +363,15 @@ class Throttler:
             result = await self._store.acquire(demands)
             if isinstance(result, Lease):
                 self._inflight += 1
+                if self._observers:
+                    self._note_admitted(result, 0.0)
                 return Permit(self, result, request)
             answer = result
-        return Permit(self, await self._wait(demands, answer), request)
+        started = self.clock.now()
+        lease = await self._wait(demands, answer)
+        if self._observers:
+            self._note_admitted(lease, self.clock.now() - started)
+        return Permit(self, lease, request)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -427,7 +448,19 @@ class Throttler:
         if timer is not None:
             timer[1].cancel()
 
+    def _note_admitted(self, lease: Lease, waited: float) -> None:
+        scopes = tuple(name for name, _ in lease.demands)
+        for observer in self._observers:
+            observer.admitted(scopes, waited)
+
+    def _note_released(self, lease: Lease, outcome: Outcome) -> None:
+        scopes = tuple(name for name, _ in lease.demands)
+        for observer in self._observers:
+            observer.released(scopes, outcome)
+
     async def _release(self, lease: Lease, outcome: Outcome) -> None:
+        if self._observers:
+            self._note_released(lease, outcome)
         local = self._local
         if local is not None:
             given_up = local.release_nowait(lease, outcome)
@@ -438,6 +471,8 @@ class Throttler:
     def _release_nowait(self, lease: Lease, outcome: Outcome) -> None:
         """Release through a local store without awaiting (the permit's hot path)."""
         assert self._local is not None
+        if self._observers:
+            self._note_released(lease, outcome)
         self._released(lease, self._local.release_nowait(lease, outcome))
 
     # -- feedback --------------------------------------------------------------
@@ -524,6 +559,9 @@ class Throttler:
 
     def _gave_up(self, scopes: tuple[str, ...]) -> None:
         """Tell the hook that the circuit breaker gave ``scopes`` up."""
+        for observer in self._observers:
+            for name in scopes:
+                observer.gave_up(name, "the circuit breaker gave it up after repeated failures")
         hook = self._on_give_up
         if hook is None:
             return
