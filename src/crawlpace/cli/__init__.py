@@ -13,15 +13,18 @@ from .. import __version__
 from .._config import ScopeConfig, Settings
 from .._exceptions import ConfigError
 from ..frontier import JournalError
+from ..observe._server import ServeError
 
-__all__ = ["EXIT_BAD_SETTINGS", "EXIT_MISSING_DEPENDENCY", "main"]
+__all__ = ["EXIT_BAD_SETTINGS", "EXIT_MISSING_DEPENDENCY", "EXIT_SERVE", "main"]
 
 #: Exit status for invalid settings (argparse uses 2 for usage errors).
 EXIT_BAD_SETTINGS = 3
 #: Exit status when a command needs an optional dependency that is not installed.
 EXIT_MISSING_DEPENDENCY = 4
+#: Exit status when a server (--metrics-port, --dashboard) cannot listen, or would be unsafe.
+EXIT_SERVE = 5
 #: The optional dependencies of the commands, all in the 'cli' extra.
-_OPTIONAL = frozenset({"httpx", "rich", "matplotlib"})
+_OPTIONAL = frozenset({"httpx", "rich", "matplotlib", "prometheus_client"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -122,6 +125,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    except ServeError as exc:
+        print(f"crawlpace {args.command}: {exc}", file=sys.stderr)
+        return EXIT_SERVE
     except ModuleNotFoundError as exc:
         if exc.name not in _OPTIONAL:
             raise

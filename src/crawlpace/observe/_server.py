@@ -12,6 +12,7 @@ import asyncio
 import hmac
 import ipaddress
 import logging
+import os
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from urllib.parse import parse_qsl, urlsplit
@@ -96,7 +97,7 @@ class HttpServer:
         self.host = host
         self._port = port
         self._token = token
-        self._what = what
+        self.what = what
         self._public = public
         self._server: asyncio.Server | None = None
 
@@ -121,13 +122,13 @@ class HttpServer:
         try:
             self._server = await asyncio.start_server(self._serve, self.host, self._port)
         except OSError as exc:
-            reason = exc.strerror or str(exc)
-            raise ServeError(f"{self._what}: cannot listen on {self.host}:{self._port} ({reason}); "
+            reason = os.strerror(exc.errno).lower() if exc.errno else str(exc)
+            raise ServeError(f"{self.what}: cannot listen on {self.host}:{self._port} ({reason}); "
                              "choose another port or address") from None
         sockets = self._server.sockets
         if sockets:
             self._port = int(sockets[0].getsockname()[1])
-        logger.info("%s listening on http://%s:%d/", self._what, self.host, self._port)
+        logger.info("%s listening on http://%s:%d/", self.what, self.host, self._port)
 
     async def aclose(self) -> None:
         """Stop listening and close the server."""
@@ -182,7 +183,7 @@ class HttpServer:
         try:
             return await handler(request)
         except Exception:
-            logger.exception("%s: answering %s failed", self._what, parts.path)
+            logger.exception("%s: answering %s failed", self.what, parts.path)
             return Response(b"internal error\n", status=500)
 
     def _authorized(self, request: Request) -> bool:
