@@ -19,7 +19,7 @@ from urllib.parse import parse_qsl, urlsplit
 
 from .._exceptions import CrawlpaceError
 
-__all__ = ["Handler", "HttpServer", "Request", "Response", "ServeError", "is_loopback"]
+__all__ = ["Handler", "HttpServer", "Request", "Response", "ServeError", "check_bind", "is_loopback"]
 
 logger = logging.getLogger(__name__)
 
@@ -68,6 +68,17 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def check_bind(host: str, token: str | None, what: str) -> None:
+    """Refuse to serve the crawl's state beyond loopback without a token.
+
+    Raises:
+        ServeError: when ``host`` is not loopback and ``token`` is empty.
+    """
+    if not is_loopback(host) and not token:
+        raise ServeError(f"{what}: binding to {host} lets anyone on the network read the crawl's "
+                         "state; give a token (--token or CRAWLPACE_DASHBOARD_TOKEN) or bind to 127.0.0.1")
+
+
 class HttpServer:
     """Serves ``routes`` (path -> handler) on ``host:port``.
 
@@ -89,10 +100,8 @@ class HttpServer:
     def __init__(self, routes: Mapping[str, Handler], *, host: str = "127.0.0.1", port: int = 0,
                  token: str | None = None, what: str = "the server",
                  public: frozenset[str] = frozenset(), guard_remote: bool = True) -> None:
-        if guard_remote and not is_loopback(host) and not token:
-            raise ServeError(f"{what}: binding to {host} lets anyone on the network read the crawl's "
-                             "state; give a token (--token or CRAWLPACE_DASHBOARD_TOKEN) or bind to "
-                             "127.0.0.1")
+        if guard_remote:
+            check_bind(host, token, what)
         self._routes = dict(routes)
         self.host = host
         self._port = port
