@@ -25,6 +25,8 @@ from typing import Any, TypeVar
 
 from ._exceptions import ConfigError
 from ._jitter import NO_JITTER, Jitter
+from ._names import misspelt_name, unknown_name
+from ._patterns import resolve_scope
 
 __all__ = [
     "AutoThrottleConfig",
@@ -176,8 +178,9 @@ class Settings:
         check.raise_if_any()
 
     def scope_config(self, scope: str) -> ScopeConfig:
-        """Return the settings that apply to ``scope``."""
-        return self.scopes.get(scope, self.scope_defaults)
+        """Return the settings that apply to ``scope`` (an exact key, else a pattern; see docs/scopes.md)."""
+        key = resolve_scope(self.scopes, scope)
+        return self.scope_defaults if key is None else self.scopes[key]
 
     @classmethod
     def from_scrapy(cls, settings: Mapping[str, Any]) -> Settings:
@@ -239,9 +242,10 @@ class Settings:
         other keys (a quota, say) keeps the defaults' rate and so takes the
         Crawl-Delay.
         """
-        cfg = self.scopes.get(scope)
-        if cfg is None:
+        key = resolve_scope(self.scopes, scope)
+        if key is None:
             return False
+        cfg = self.scopes[key]
         base = self.scope_defaults
         return (cfg.concurrency, cfg.delay, cfg.delay_per_slot) != \
             (base.concurrency, base.delay, base.delay_per_slot)
@@ -314,6 +318,7 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "AUTOTHROTTLE_DEBUG": ("autothrottle", "debug"),
 }
 _SCRAPY_BY_PATH = {path: name for name, path in _SCRAPY_NAMES.items()}
+_SCOPE_TOP = {key: name for name, (section, key) in _SCRAPY_NAMES.items() if section == "scope"}
 _OUR_PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
 
 
@@ -366,11 +371,10 @@ def _scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], _Scrap
             continue
         where = _SCRAPY_NAMES.get(name)
         if where is None:
-            if name.startswith(_OUR_PREFIXES):
-                close = difflib.get_close_matches(name, _SCRAPY_NAMES, n=1, cutoff=0.6)
-                hint = f' did you mean "{close[0]}"?' if close else ""
-                unknown.append(f"{name}: unknown crawlpace setting;{hint} "
-                               "see docs/settings.md for the full list")
+            problem = unknown_name(name, _SCRAPY_NAMES, _SCOPE_TOP) if name.startswith(_OUR_PREFIXES) else \
+                misspelt_name(name, _SCRAPY_NAMES)
+            if problem is not None:
+                unknown.append(problem)
             continue
         section, key = where
         target = {"": tree, "scope": scope, "autothrottle": autothrottle, **subs}[section]

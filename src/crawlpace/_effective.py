@@ -8,9 +8,21 @@ is visible before the first request.
 
 from __future__ import annotations
 
+from urllib.parse import urlsplit
+
 from ._config import ScopeConfig, Settings
 
-__all__ = ["effective_limits", "scope_limits"]
+__all__ = ["effective_limits", "scope_limits", "store_label"]
+
+
+def store_label(store: object) -> str:
+    """A store named for a log line: its URL without credentials or options, or its class."""
+    if not isinstance(store, str):
+        return type(store).__name__
+    parts = urlsplit(store)
+    where = parts.hostname or parts.path or ""
+    port = f":{parts.port}" if parts.port else ""
+    return f"{parts.scheme}://{where}{port}"
 
 
 def scope_limits(cfg: ScopeConfig, settings: Settings) -> str:

@@ -24,8 +24,10 @@ from typing import Any
 
 from ._clock import AsyncioClock, Clock, TimerHandle
 from ._config import Settings
+from ._effective import effective_limits, store_label
 from ._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from ._feedback import FeedbackBuilder, FeedbackContext, ScopeFeedback, reset_context, use_context
+from ._ineffective import ScopeUsage, crawl_delay_notes, static_notes
 from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit, RawFeedback
 from ._scopes import (
@@ -174,8 +176,12 @@ class Throttler:
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
         self._observers: tuple[ThrottleObserver, ...] = ()
-        for note in settings.inactive():
+        for note in static_notes(settings):
             logger.warning("setting has no effect: %s", note)
+        logger.info("%s", effective_limits(settings, store_label(store)))
+        self._usage = ScopeUsage(settings) if settings.scopes else None
+        if self._usage is not None:
+            self.observe(self._usage)
 
     # -- public API ----------------------------------------------------------
 
@@ -298,7 +304,21 @@ class Throttler:
             self._pump_task.cancel()
         for task in list(self._background):
             await task
+        await self._report_unused()
         await self._store.aclose()
+
+    async def _report_unused(self) -> None:
+        """Log the settings the crawl showed to have had no effect (see :mod:`crawlpace._ineffective`)."""
+        notes = self._usage.notes() if self._usage is not None else []
+        if self._local is not None and self.settings.robotstxt_obey:
+            delays = {}
+            for name in await self._store.scopes():
+                snap = await self._store.snapshot(name)
+                if snap is not None and snap.crawl_delay:
+                    delays[name] = snap.crawl_delay
+            notes += crawl_delay_notes(self.settings, delays)
+        for note in notes:
+            logger.warning("setting had no effect: %s", note)
 
     async def __aenter__(self) -> Throttler:
         return self
