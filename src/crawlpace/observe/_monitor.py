@@ -8,6 +8,7 @@ add-on use it; a ``Throttler`` user can too.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass
 from typing import Any
@@ -70,7 +71,12 @@ class Monitor:
         self.recorder = Recorder()
         throttler.observe(self.recorder)
         self.sampler = Sampler(throttler_reader(throttler, self.recorder), recorder=self.recorder,
-                               max_scopes=options.top_n)
+                               max_scopes=options.top_n, scope_reader=throttler.scope_stats)
+        # A breaker opens only after failures: look at the failing scopes right away, so that a
+        # breaker open for less than a sampling interval is still seen.
+        self._checking: dict[str, None] = {}
+        self._tasks: set[asyncio.Task[None]] = set()
+        self.recorder.on_failure(self._after_failure)
         self.registry: Any = None
         self.alert = CommandAlert(options.on_give_up) if options.on_give_up else None
         if self.alert is not None:
@@ -103,6 +109,25 @@ class Monitor:
         else:
             self.dashboard = None
 
+    def _after_failure(self, scopes: tuple[str, ...]) -> None:
+        if not self.sampler.has_breaker_listeners:
+            return
+        for name in scopes:
+            if name in self._checking:
+                continue
+            self._checking[name] = None
+            task = asyncio.get_running_loop().create_task(self._check(name))
+            self._tasks.add(task)
+            task.add_done_callback(self._tasks.discard)
+
+    async def _check(self, name: str) -> None:
+        try:
+            await self.sampler.check(name)
+        except Exception as exc:
+            logger.debug("could not read scope %s after a failure: %s", name, exc)
+        finally:
+            self._checking.pop(name, None)
+
     def _breaker_open(self, scope: str, reason: str) -> None:
         if self.alert is not None and reason != "the circuit breaker is given up":
             self.alert.breaker_open(scope, reason)
@@ -123,6 +148,8 @@ class Monitor:
 
     async def aclose(self, *, final_sample: bool = True) -> None:
         """Stop sampling (taking a last sample), the servers and wait for alert commands."""
+        for task in list(self._tasks):
+            await task
         await self.sampler.stop(final=final_sample)
         for server in self.servers:
             await server.aclose()

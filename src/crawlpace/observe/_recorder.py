@@ -96,6 +96,8 @@ class ScopeCounts:
 
 
 GiveUpListener = Callable[[str, str], None]
+# The outcomes a circuit breaker counts as failures.
+_FAILURES = frozenset({"http_5xx", "http_503", "exception"})
 
 
 class Recorder:
@@ -115,6 +117,7 @@ class Recorder:
         self.folded_names = 0
         self.give_ups: list[tuple[str, str]] = []
         self._listeners: list[GiveUpListener] = []
+        self._failure_listeners: list[Callable[[tuple[str, ...]], None]] = []
 
     # -- ThrottleObserver ------------------------------------------------------
 
@@ -136,6 +139,9 @@ class Recorder:
             if latency is not None and label != "no_feedback":
                 counts.latency_sum += latency
                 counts.latency_count += 1
+        if label in _FAILURES and self._failure_listeners:
+            for listener in self._failure_listeners:
+                listener(scopes)
 
     def gave_up(self, scope: str, reason: str) -> None:
         """Count a give-up and tell the listeners."""
@@ -152,6 +158,10 @@ class Recorder:
     def on_give_up(self, listener: GiveUpListener) -> None:
         """Call ``listener(scope, reason)`` at every give-up."""
         self._listeners.append(listener)
+
+    def on_failure(self, listener: Callable[[tuple[str, ...]], None]) -> None:
+        """Call ``listener(scopes)`` after each release that counts as a failure (5xx, exception)."""
+        self._failure_listeners.append(listener)
 
     def scope(self, name: str) -> ScopeCounts | None:
         """The counts of ``name`` if it is tracked apart."""

@@ -32,6 +32,10 @@ Reader = Callable[[int], Awaitable[Mapping[str, ScopeSnapshot]]]
 BreakerListener = Callable[[str, str], None]
 # Snapshots read at most per sample when a store must be listed to rank its scopes.
 LIST_CAP = 2000
+# Breaker states remembered at most (forgetting only risks one repeated alert).
+BREAKER_MEMO = 10_000
+#: Reads one scope's snapshot (``None``: no state).
+ScopeReader = Callable[[str], Awaitable[ScopeSnapshot | None]]
 
 
 def limit_rate(snap: ScopeSnapshot) -> float | None:
@@ -142,10 +146,12 @@ class Sampler:
         max_scopes: scopes sampled and kept at most.
         history: points kept per scope.
         wall: the wall clock (injectable for tests).
+        scope_reader: reads one scope, for :meth:`check`.
     """
 
     def __init__(self, reader: Reader, *, recorder: Recorder | None = None, max_scopes: int = 50,
-                 history: int = 600, wall: Callable[[], float] = time.time) -> None:
+                 history: int = 600, wall: Callable[[], float] = time.time,
+                 scope_reader: ScopeReader | None = None) -> None:
         if max_scopes < 1:
             raise ValueError(f"max_scopes: {max_scopes!r} is below 1; use e.g. 50")
         self._reader = reader
@@ -158,11 +164,18 @@ class Sampler:
         self.started = wall()
         self.samples = 0
         self._breaker_listeners: list[BreakerListener] = []
+        self._breakers: dict[str, str] = {}
+        self._scope_reader = scope_reader
         self._task: asyncio.Task[None] | None = None
 
     def now(self) -> float:
         """The wall clock's reading."""
         return self._wall()
+
+    @property
+    def has_breaker_listeners(self) -> bool:
+        """True when someone wants to hear of breakers opening."""
+        return bool(self._breaker_listeners)
 
     def on_breaker_open(self, listener: BreakerListener) -> None:
         """Call ``listener(scope, reason)`` when a sample sees a scope's breaker newly open."""
@@ -196,13 +209,30 @@ class Sampler:
             concurrency=snap.concurrency, inflight=snap.inflight, queued=getattr(snap, "queued", 0),
             backoff=snap.backoff, breaker=snap.breaker, quota_remaining=snap.quota_remaining,
             latency=snap.mean_latency))
-        was = previous.breaker if previous is not None else "closed"
-        if snap.breaker in ("open", "given_up") and was in ("closed", "half_open", "off"):
+        self._note_breaker(name, snap.breaker)
+
+    def _note_breaker(self, name: str, state: str) -> None:
+        """Tell the listeners when ``name``'s breaker is newly seen open."""
+        was = self._breakers.get(name, "closed")
+        if state == was:
+            return
+        if len(self._breakers) >= BREAKER_MEMO:
+            self._breakers.clear()
+        self._breakers[name] = state
+        if state in ("open", "given_up") and was in ("closed", "half_open", "off"):
             for listener in self._breaker_listeners:
                 try:
-                    listener(name, f"the circuit breaker is {snap.breaker.replace('_', ' ')}")
+                    listener(name, f"the circuit breaker is {state.replace('_', ' ')}")
                 except Exception:
                     logger.exception("a breaker listener failed for scope %r", name)
+
+    async def check(self, name: str) -> None:
+        """Read one scope now (after a failure, say) and note a breaker that opened."""
+        if self._scope_reader is None:
+            return
+        snap = await self._scope_reader(name)
+        if snap is not None:
+            self._note_breaker(name, snap.breaker)
 
     async def run(self, interval: float = 1.0) -> None:
         """Sample every ``interval`` seconds until cancelled; a failed read is logged and retried."""
