@@ -369,9 +369,16 @@ class ScopePolicy:
                 breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
                                                  min_requests=cfg.min_requests, pause=cfg.pause,
                                                  give_up_after=cfg.give_up_after)
+            state_before = breaker.state
             if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
                 logger.error("scope %s given up: %s", self.scope, breaker.reason)
                 gave_up = True
+            elif breaker.state != state_before:
+                # The breaker knows no scope; its changes are logged here, under the scope's name.
+                if breaker.state == "open":
+                    logger.warning("scope %s: breaker opened: %s", self.scope, breaker.reason)
+                elif breaker.state == "closed":
+                    logger.info("scope %s: breaker closed: the probe succeeded", self.scope)
         self._update_gated()
         return gave_up
 

@@ -192,6 +192,8 @@ class RedisStore:
             raise ConfigError([f"store {url!r}: the Redis store needs redis-py; "
                                "install crawlpace[redis]"])
         self.url, options = parse_url(url)
+        #: Outcomes not written back because other workers kept updating the scope first.
+        self.unshared = 0
         problems = []
         self.namespace = namespace or options.get("namespace") or "crawlpace"
         lease_text = options.get("lease")
@@ -597,6 +599,9 @@ class RedisStore:
 
     async def aclose(self) -> None:
         """Stop renewing leases and close the connections."""
+        if self.unshared:
+            logger.info("%d outcomes were not shared with other workers, who kept writing the same scopes "
+                        "first; their slots were freed all the same (see docs/redis.md)", self.unshared)
         await self._unreleased.aclose()
         if self._renewer is not None:
             self._renewer.cancel()
@@ -648,7 +653,9 @@ class RedisStore:
                 if await self._write_only(name, version, policy, now):
                     break
             else:
-                logger.warning("scope %s: an outcome was not shared: other workers kept writing first", name)
+                # Normal contention between busy workers: counted, and summed up once at close.
+                self.unshared += 1
+                logger.debug("scope %s: an outcome was not shared: other workers kept writing first", name)
 
     async def _write_only(self, name: str, version: int, policy: ScopePolicy, now: float) -> bool:
         """Write ``policy`` back if the stored version is still ``version``."""
