@@ -32,6 +32,8 @@ Reader = Callable[[int], Awaitable[Mapping[str, ScopeSnapshot]]]
 BreakerListener = Callable[[str, str], None]
 # Snapshots read at most per sample when a store must be listed to rank its scopes.
 LIST_CAP = 2000
+#: Seconds over which a point's send rate is measured.
+RATE_WINDOW = 5.0
 # Breaker states remembered at most (forgetting only risks one repeated alert).
 BREAKER_MEMO = 10_000
 #: Reads one scope's snapshot (``None``: no state).
@@ -63,7 +65,8 @@ class Point:
 
     Attributes:
         t: wall-clock time of the sample (seconds since the epoch).
-        rate: sends per second since the previous sample.
+        rate: sends per second over the last :data:`RATE_WINDOW` seconds
+            (since the first sample, early on).
         limit: :func:`limit_rate` at the sample.
         sends: sends counted by the store so far.
         errors: releases with an exception so far.
@@ -199,9 +202,15 @@ class Sampler:
         if points is None:
             points = self.history[name] = deque(maxlen=self._history_len)
         previous = points[-1] if points else None
+        # The rate over the last RATE_WINDOW seconds: per sample, it would flicker between 0 and bursts.
+        base = previous
+        for point in reversed(points):
+            if now - point.t > RATE_WINDOW:
+                break
+            base = point
         rate = 0.0
-        if previous is not None and now > previous.t:
-            rate = max(0.0, (snap.sends - previous.sends) / (now - previous.t))
+        if base is not None and now > base.t:
+            rate = max(0.0, (snap.sends - base.sends) / (now - base.t))
         counts = self.recorder.scope(name) if self.recorder is not None else None
         points.append(Point(
             t=now, rate=rate, limit=limit_rate(snap), sends=snap.sends, errors=snap.errors,
