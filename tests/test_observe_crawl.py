@@ -8,8 +8,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from crawlpace import Settings
-from crawlpace.cli import EXIT_SERVE
+from crawlpace.cli import EXIT_SERVE, main
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.observe import Monitor, MonitorOptions
 from crawlpace.observe._report import join_sites, render_report
@@ -88,3 +90,23 @@ def test_crawl_writes_a_report_and_a_busy_metrics_port_is_one_line_and_exit_5(tm
     finally:
         sim.kill()
         sim.communicate(timeout=10)
+
+
+def test_a_dashboard_off_loopback_without_a_token_is_one_line_and_exit_5(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.2:9/\n", encoding="utf-8")
+    code = main(["crawl", str(urls), "-o", str(tmp_path / "out.jsonl"), "--dashboard", "0",
+                 "--dashboard-host", "0.0.0.0"])
+    assert code == EXIT_SERVE
+    assert capsys.readouterr().err.strip().splitlines() == [
+        "crawlpace crawl: --dashboard: binding to 0.0.0.0 lets anyone on the network read the crawl's "
+        "state; give a token (--token or CRAWLPACE_DASHBOARD_TOKEN) or bind to 127.0.0.1"]
+    assert not (tmp_path / "out.jsonl.state").exists()
+
+
+def test_check_prints_what_will_have_no_effect(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "c.toml"
+    config.write_text('[scopes."127.0.0.5"]\nconcurrency = 4\ndelay = 0.1\n', encoding="utf-8")
+    assert main(["check", str(config)]) == 0
+    assert 'note: THROTTLING_SCOPES["127.0.0.5"]: "delay": 0.1 has no effect' in capsys.readouterr().out

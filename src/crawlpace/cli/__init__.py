@@ -12,6 +12,7 @@ from dataclasses import asdict
 from .. import __version__
 from .._config import ScopeConfig, Settings
 from .._exceptions import ConfigError
+from .._ineffective import static_notes
 from ..frontier import JournalError
 from ..observe._server import ServeError
 
@@ -64,7 +65,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"  every scope: {_describe(settings.scope_defaults, settings)}")
     for name, cfg in sorted(settings.scopes.items()):
         print(f"  scope {name!r}: {_describe(cfg, settings)}")
-    for note in settings.inactive():
+    for note in static_notes(settings):
         print(f"  note: {note}")
     return 0
 
