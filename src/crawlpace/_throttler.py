@@ -468,13 +468,18 @@ class Throttler:
         if timer is not None:
             timer[1].cancel()
 
+    @staticmethod
+    def _scope_names(lease: Lease) -> tuple[str, ...]:
+        demands = lease.demands
+        return (demands[0][0],) if len(demands) == 1 else tuple(name for name, _ in demands)
+
     def _note_admitted(self, lease: Lease, waited: float) -> None:
-        scopes = tuple(name for name, _ in lease.demands)
+        scopes = self._scope_names(lease)
         for observer in self._observers:
             observer.admitted(scopes, waited)
 
     def _note_released(self, lease: Lease, outcome: Outcome) -> None:
-        scopes = tuple(name for name, _ in lease.demands)
+        scopes = self._scope_names(lease)
         for observer in self._observers:
             observer.released(scopes, outcome)
 

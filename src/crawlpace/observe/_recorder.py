@@ -123,7 +123,7 @@ class Recorder:
 
     def admitted(self, scopes: tuple[str, ...], waited: float) -> None:
         """Count an admission and its wait under each of ``scopes``."""
-        index = bisect.bisect_left(WAIT_BUCKETS, waited)
+        index = bisect.bisect_left(WAIT_BUCKETS, waited) if waited > 0 else 0
         for name in scopes:
             counts = self._counts(name)
             counts.wait_buckets[index] += 1
