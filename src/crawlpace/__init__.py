@@ -20,12 +20,11 @@ from ._exceptions import (
 from ._feedback import update_scope_backoff
 from ._headers import ServerHint, parse_hints
 from ._jitter import Jitter
+from ._manager import ThrottlingManager, ThrottlingManagerProtocol
 from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
 from ._robots import crawl_delay
 from ._scopes import (
-    ThrottlingManager,
-    ThrottlingManagerProtocol,
     add_scope,
     host_scope,
     normalize_scopes,

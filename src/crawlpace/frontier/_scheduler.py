@@ -34,8 +34,9 @@ from urllib.parse import urlsplit
 from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._permit import Permit
+from .._release import DONT_ADJUST_KEY
 from .._scopes import host_scope
-from .._throttler import DONT_ADJUST_KEY, SHARED_POLL, Throttler
+from .._throttler import SHARED_POLL, Throttler
 from ._robots_cache import RobotsCache
 
 __all__ = ["LONG_WAIT", "Scheduler", "Task", "origin_of"]
