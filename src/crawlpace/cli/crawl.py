@@ -247,12 +247,13 @@ def run(args: argparse.Namespace) -> int:
     monitor = _monitor(job, args)
     summary = asyncio.run(_watched(job, urls, show=show, monitor=monitor))
     if args.report:
+        from .._effective import store_label
         from ..observe._report import write_report
-        from .status import shown
 
         assert monitor is not None
         write_report(Path(args.report), monitor.sampler, settings, summary=summary.as_dict(),
-                     title=f"crawlpace crawl {args.urls or '(shared frontier)'}", store=shown(options.store))
+                     title=f"crawlpace crawl {args.urls or '(shared frontier)'}",
+                     store=store_label(options.store))
         print(f"report: {args.report}")
     print(render_summary(summary))
     if args.json:
