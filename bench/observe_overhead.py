@@ -18,7 +18,8 @@ cost of one admission and one release, plus what the observers add:
 * monitor, 10 Hz: the same sampling ten times a second, to show what sampling costs.
 
 Every contender has its own throttler on the memory store. They take turns for ``R``
-rounds (the first contender rotated each round) and the median rate is reported,
+rounds of short runs (the first contender rotated each round), so that a machine
+loaded by other work slows every contender alike, and the median rate is reported,
 with each ratio to plain.
 """
 
@@ -70,8 +71,8 @@ def timer(contender: Contender, urls: list[str]) -> Callable[[int], Awaitable[fl
 
 
 async def main_async(args: argparse.Namespace) -> None:
-    iterations = args.iterations or (30_000 if args.quick else 200_000)
-    repeats = args.repeats or (5 if args.quick else 9)
+    iterations = args.iterations or (5_000 if args.quick else 10_000)
+    repeats = args.repeats or (15 if args.quick else 41)
     urls = [f"https://h{index}.example/page" for index in range(args.scopes)]
     plain = Contender("plain", "Throttler, nothing attached", Throttler(settings()))
     recorded = Contender("recorder", "Throttler + Recorder", Throttler(settings()))

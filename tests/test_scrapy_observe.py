@@ -18,7 +18,7 @@ async def test_a_given_up_site_runs_the_alert_and_stats_keys_are_public(tmp_path
     spec = {"site": [{"name": "dead", "profile": "dead", "pages": 10},
                      {"name": "alive", "profile": "ratelimit", "rate": 500.0, "burst": 50, "pages": 5}]}
     alerts = tmp_path / "alerts.txt"
-    settings = {**FAST, "CRAWLPACE_METRICS_PORT": 0,
+    settings = {**FAST, "CRAWLPACE_METRICS_PORT": 0, "THROTTLING_SCOPES": {"unused.example": {"delay": 0.02}},
                 "CRAWLPACE_ON_GIVE_UP": f'echo "$CRAWLPACE_EVENT $CRAWLPACE_SCOPE" >> {alerts}'}
     async with Farm(spec) as farm:
         result = await crawl(tmp_path, [*pages(farm.site("dead")), *pages(farm.site("alive"))], settings)
@@ -32,6 +32,8 @@ async def test_a_given_up_site_runs_the_alert_and_stats_keys_are_public(tmp_path
     assert not any("_middleware" in key for key in stats)
     assert stats["throttling/scope/127.0.0.3/delay_per_slot"] == 0.02
     assert "Error caught on signal handler" not in result.log
+    # The add-on's throttler names, at close, the key that matched no request.
+    assert 'setting had no effect: THROTTLING_SCOPES["unused.example"] matched no request' in result.log
 
 
 @pytest.mark.parametrize(("values", "message"), [
