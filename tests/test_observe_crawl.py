@@ -65,17 +65,24 @@ def test_crawl_writes_a_report_and_a_busy_metrics_port_is_one_line_and_exit_5(tm
                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
     try:
         assert sim.stdout is not None
+        stats_url = ""
         for line in sim.stdout:
+            if line.startswith("live figures:"):
+                stats_url = line.split()[2]
             if line.startswith("serving"):
                 break
+        assert stats_url.endswith("/stats")
         report = tmp_path / "run.html"
         done = subprocess.run([sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o",
                                str(tmp_path / "out.jsonl"), "--delay", "0.01", "--report", str(report),
-                               "--json"], capture_output=True, text=True, timeout=120)
+                               "--report-sites", stats_url, "--json"], capture_output=True, text=True,
+                              timeout=120)
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout.splitlines()[-1])["answered"] == 10
         page = report.read_text()
-        assert "<td>127.0.0.2</td>" in page
+        row = next(row for row in page.split("<tr>") if row.startswith("<td>127.0.0.2</td>"))
+        assert "<td>one</td>" in row  # the simulator's site name, on the crawler's row for its host
+        assert "<td>11</td>" in row  # the site saw 10 pages and robots.txt
         with socket.socket() as busy:
             busy.bind(("127.0.0.1", 0))
             busy.listen()

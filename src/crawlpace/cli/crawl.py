@@ -91,6 +91,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="scopes with their own metrics label and dashboard row; the rest are "
                             "counted as scope=\"other\" (default 50)")
     watch.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML run report")
+    watch.add_argument("--report-sites", metavar="URL", help="with --report and a crawl of crawlpace sim: "
+                       "its live figures address (http://127.0.0.1:PORT/stats), to join each host's row with "
+                       "what the site saw")
     watch.add_argument("--on-give-up", metavar="CMD", help="run this shell command when a site is given up "
                        "or its circuit breaker opens (CRAWLPACE_EVENT, CRAWLPACE_SCOPE and "
                        "CRAWLPACE_REASON are set)")
@@ -185,6 +188,26 @@ async def run_job(job: CrawlJob, urls: Iterable[str] | None, *, show: bool, tran
                 limit.cancel()
 
 
+def _site_figures(url: str) -> dict[str, dict[str, Any]] | None:
+    """A simulator's figures, keyed by host for the report; ``None`` (and a line) when unreadable."""
+    import urllib.request
+
+    from ..observe._report import join_sites
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            data = json.loads(answer.read().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"--report-sites: cannot read {url} ({exc}); the report shows the crawler's side only",
+              file=sys.stderr)
+        return None
+    if not isinstance(data, dict):
+        print(f"--report-sites: {url} did not answer with the simulator's figures; the report shows the "
+              "crawler's side only", file=sys.stderr)
+        return None
+    return join_sites({str(name): figures for name, figures in data.items() if isinstance(figures, dict)})
+
+
 def _monitor(job: CrawlJob, args: argparse.Namespace) -> Monitor | None:
     """The monitor the watching options ask for, or ``None``."""
     asked = (args.metrics_port, args.dashboard, args.report, args.on_give_up)
@@ -251,7 +274,8 @@ def run(args: argparse.Namespace) -> int:
         from ..observe._report import write_report
 
         assert monitor is not None
-        write_report(Path(args.report), monitor.sampler, settings, summary=summary.as_dict(),
+        sites = _site_figures(args.report_sites) if args.report_sites else None
+        write_report(Path(args.report), monitor.sampler, settings, summary=summary.as_dict(), sites=sites,
                      title=f"crawlpace crawl {args.urls or '(shared frontier)'}",
                      store=store_label(options.store))
         print(f"report: {args.report}")
