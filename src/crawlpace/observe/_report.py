@@ -101,8 +101,8 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
     joined = sites or {}
     names += [host for host in sorted(joined) if host not in names]
     esc = html.escape
-    head = ["site", "sends", "ok", "4xx", "429", "503", "5xx", "errors", "given up", "latency",
-            "mean rate/s", "limit/s", "delay", "slots", "breaker"]
+    head = ["host", "sends", "ok", "4xx", "429", "503", "5xx", "errors", "given up", "latency",
+            "sends/s over the run", "limit/s at the end", "delay", "slots", "breaker"]
     if joined:
         head += ["site name", "site saw", "site 429+503", "broken rules", "goodput/s", "capacity/s", "ratio"]
     rows = []
