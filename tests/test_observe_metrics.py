@@ -124,3 +124,33 @@ async def test_monitor_serves_metrics_on_loopback_and_refuses_a_port_in_use(
 def test_dashboard_off_loopback_without_a_token_is_refused(make_throttler: ThrottlerFactory) -> None:
     with pytest.raises(ServeError, match=r"binding to 0\.0\.0\.0 .* give a token"):
         Monitor(make_throttler(), MonitorOptions(dashboard_port=0, dashboard_host="0.0.0.0"))
+
+
+async def test_the_fleet_reader_ranks_the_store_now_and_then_and_reads_only_the_top_between(
+        make_throttler: ThrottlerFactory) -> None:
+    from crawlpace.observe import store_reader
+
+    throttler = make_throttler({"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0})
+    for index in range(6):
+        for _ in range(6 - index):
+            async with throttler.slot(f"https://h{index}.example/") as permit:
+                permit.feedback(status=200)
+    now = [0.0]
+    listed = []
+    store = throttler.store
+    original = store.scopes
+
+    async def counting_scopes() -> list[str]:
+        listed.append(now[0])
+        return await original()
+
+    store.scopes = counting_scopes  # type: ignore[method-assign]
+    read = store_reader(store, rerank=30.0, clock=lambda: now[0])
+    assert list(await read(2)) == ["h0.example", "h1.example"]
+    async with throttler.slot("https://h5.example/") as permit:  # h5 is still far behind
+        permit.feedback(status=200)
+    now[0] = 10.0
+    assert list(await read(2)) == ["h0.example", "h1.example"]
+    now[0] = 31.0
+    assert list(await read(2)) == ["h0.example", "h1.example"]
+    assert listed == [0.0, 31.0]  # the store was listed only to rank

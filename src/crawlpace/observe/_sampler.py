@@ -32,6 +32,8 @@ Reader = Callable[[int], Awaitable[Mapping[str, ScopeSnapshot]]]
 BreakerListener = Callable[[str, str], None]
 # Snapshots read at most per sample when a store must be listed to rank its scopes.
 LIST_CAP = 2000
+#: Seconds between two rankings of a shared store's scopes by sends.
+RERANK = 30.0
 #: Seconds over which a point's send rate is measured.
 RATE_WINDOW = 5.0
 # Breaker states remembered at most (forgetting only risks one repeated alert).
@@ -122,15 +124,30 @@ def throttler_reader(throttler: Any, recorder: Recorder | None) -> Reader:
     return read
 
 
-def store_reader(store: Store) -> Reader:
-    """Read the busiest scopes of a store (the fleet's view, for ``crawlpace dashboard``)."""
+def store_reader(store: Store, *, rerank: float = RERANK,
+                 clock: Callable[[], float] = time.monotonic) -> Reader:
+    """Read the busiest scopes of a store (the fleet's view, for ``crawlpace dashboard``).
+
+    Ranking needs every scope's snapshot (at most :data:`LIST_CAP`), so it is
+    done every ``rerank`` seconds; in between only the ranked scopes are read.
+    """
+    ranked: list[str] = []
+    last = [-math.inf]
+
     async def read(limit: int) -> Mapping[str, ScopeSnapshot]:
+        now = clock()
+        full = not ranked or now - last[0] >= rerank
+        names = (await store.scopes())[:LIST_CAP] if full else ranked[:limit]
         snaps: dict[str, ScopeSnapshot] = {}
-        for name in (await store.scopes())[:LIST_CAP]:
+        for name in names:
             snap = await store.snapshot(name)
             if snap is not None:
                 snaps[name] = snap
-        return _rank(snaps, limit)
+        top = _rank(snaps, limit)
+        if full:
+            ranked[:] = list(top)
+            last[0] = now
+        return top
     return read
 
 
