@@ -6,6 +6,7 @@ import json
 import re
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -117,3 +118,40 @@ def test_check_prints_what_will_have_no_effect(tmp_path: Path, capsys: pytest.Ca
     config.write_text('[scopes."127.0.0.5"]\nconcurrency = 4\ndelay = 0.1\n', encoding="utf-8")
     assert main(["check", str(config)]) == 0
     assert 'note: THROTTLING_SCOPES["127.0.0.5"]: "delay": 0.1 has no effect' in capsys.readouterr().out
+
+
+def test_crawl_serves_metrics_while_it_runs(tmp_path: Path) -> None:
+    import urllib.request
+
+    spec = tmp_path / "farm.toml"
+    spec.write_text('[[site]]\nname = "one"\nprofile = "ratelimit"\nrate = 200.0\nburst = 50\npages = 15\n')
+    urls = tmp_path / "urls.txt"
+    sim = subprocess.Popen([sys.executable, "-m", "crawlpace", "sim", str(spec), "--urls", str(urls)],
+                           stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    crawl = None
+    try:
+        assert sim.stdout is not None
+        for line in sim.stdout:
+            if line.startswith("serving"):
+                break
+        crawl = subprocess.Popen([sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o",
+                                  str(tmp_path / "out.jsonl"), "--delay", "0.2", "--metrics-port", "0",
+                                  "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        assert crawl.stderr is not None
+        first = crawl.stderr.readline()
+        assert first.startswith("--metrics-port: http://127.0.0.1:"), first
+        url = first.split()[1] + "metrics"
+        body = ""
+        for _ in range(100):  # a live crawl: wait for its answers and a sample, not for a throttle
+            body = urllib.request.urlopen(url, timeout=5).read().decode()
+            if 'crawlpace_delay_seconds{scope="127.0.0.2"}' in body:
+                break
+            time.sleep(0.1)
+        assert 'crawlpace_requests_total{outcome="ok",scope="127.0.0.2"}' in body
+        assert 'crawlpace_delay_seconds{scope="127.0.0.2"} 0.2' in body
+        assert crawl.wait(timeout=60) == 0
+    finally:
+        for process in (crawl, sim):
+            if process is not None:
+                process.kill()
+                process.communicate(timeout=10)
