@@ -25,7 +25,7 @@ EXIT_MISSING_DEPENDENCY = 4
 #: Exit status when a server (--metrics-port, --dashboard) cannot listen, or would be unsafe.
 EXIT_SERVE = 5
 #: The optional dependencies of the commands, all in the 'cli' extra.
-_OPTIONAL = frozenset({"httpx", "rich", "matplotlib", "prometheus_client"})
+_OPTIONAL = frozenset({"aiohttp", "httpx", "rich", "matplotlib", "prometheus_client"})
 
 
 def _parser() -> argparse.ArgumentParser:

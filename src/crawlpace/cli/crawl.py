@@ -19,13 +19,14 @@ from .. import __version__
 from .._config import Settings
 from .._exceptions import ConfigError
 from ..stores import REDIS_SCHEMES
+from ._loop import LOOPS, run_on
 from ._signals import stop_on_signals
 
 if TYPE_CHECKING:
     from ..crawl import CrawlJob, CrawlSummary
     from ..observe import Monitor
 
-# The crawl itself needs httpx (the 'cli' extra); it is imported when a crawl runs,
+# The crawl itself needs aiohttp (the 'cli' extra); it is imported when a crawl runs,
 # so that the command line and its help work without it.
 DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
@@ -74,6 +75,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                             "with other workers (redis://host:6379/0, rediss://..., unix:///path)")
     crawl.add_argument("--namespace", help="keeps this crawl job's keys apart in a shared store "
                        "(default: crawlpace)")
+    crawl.add_argument("--loop", choices=LOOPS, default="auto", help="event loop: uvloop when installed "
+                       "(auto, the default; faster on broad crawls), or asyncio, or uvloop")
     crawl.add_argument("--visibility", type=float, default=30.0, help="with the shared frontier: seconds "
                        "before a killed worker's URLs are handed out again (default 30)")
     watch = crawl.add_argument_group("watching the crawl (docs/observability.md)")
@@ -268,7 +271,7 @@ def run(args: argparse.Namespace) -> int:
         urls = read_urls(args.urls, QUICK_URLS if args.quick else None)
         job = CrawlJob(settings, options)
     monitor = _monitor(job, args)
-    summary = asyncio.run(_watched(job, urls, show=show, monitor=monitor))
+    summary = run_on(args.loop, _watched(job, urls, show=show, monitor=monitor))
     if args.report:
         from .._effective import store_label
         from ..observe._report import write_report
