@@ -31,6 +31,7 @@ from ._scopes import (
     scope_cache,
 )
 from ._stats import ScopeStats
+from ._sync import SyncPermit, SyncThrottler
 from ._throttler import Throttler
 from .policy.admission import Limits
 from .policy.rampup import RampupStats
@@ -64,6 +65,8 @@ __all__ = [
     "ScopeStats",
     "ServerHint",
     "Settings",
+    "SyncPermit",
+    "SyncThrottler",
     "ThrottleObserver",
     "Throttler",
     "ThrottlerClosed",

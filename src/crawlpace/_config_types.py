@@ -26,14 +26,19 @@ __all__ = [
 BACKOFF_JITTER = Jitter(-0.1, 0.1)
 DEFAULT_BACKOFF_HTTP_CODES: frozenset[int] = frozenset({429, 502, 503, 504, 520, 521, 522, 523, 524})
 # Timeouts and dropped connections as asyncio code and the common HTTP clients
-# raise them (aiohttp's derive from the builtins already; httpx's do not). The
-# client entries are skipped when that client is not installed.
+# raise them (httpx's and requests' derive from no builtin, and aiohttp's dropped
+# connection not from ConnectionError). The client entries are skipped when that
+# client is not installed.
 DEFAULT_BACKOFF_EXCEPTIONS: tuple[str, ...] = (
     "builtins.TimeoutError",
     "builtins.ConnectionError",
     "httpx.TimeoutException",
     "httpx.NetworkError",
     "httpx.RemoteProtocolError",
+    # The other HTTP clients crawlpace wraps (skipped when not installed).
+    "aiohttp.ClientConnectionError",
+    "requests.ConnectionError",
+    "requests.Timeout",
 )
 
 
