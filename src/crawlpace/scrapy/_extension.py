@@ -12,6 +12,8 @@
   how older Scrapy versions get it).
 * When the spider closes, every permit still held is released and the
   throttler is closed.
+* With ``CRAWLPACE_LEARNED``, what the crawl learns of each scope is written
+  every few seconds and when the spider closes, for the next crawl's warm start.
 * A scope given up sends :data:`crawlpace.scrapy.signals.scope_given_up`.
   With ``CRAWLPACE_METRICS_PORT`` (Prometheus metrics) or
   ``CRAWLPACE_ON_GIVE_UP`` (an alert command) set, a
@@ -78,6 +80,8 @@ class ThrottlingExtension:
             spider.max_concurrent_requests = runtime.config.settings.concurrent_requests
         if self.interval > 0 and runtime.config.stats_scopes:
             runtime.spawn(self._publish_every())
+        if runtime.config.learner is not None:
+            runtime.config.learner.start(runtime.throttler)
 
     async def _publish_every(self) -> None:
         clock = self.runtime.config.clock
@@ -93,6 +97,9 @@ class ThrottlingExtension:
         monitor, self.monitor = self.monitor, None
         if monitor is not None:
             await monitor.aclose()
+        learner = self.runtime.config.learner
+        if learner is not None:
+            await learner.close(self.runtime.throttler)
         await self.runtime.aclose()
 
     async def start_watching(self, spider: Spider) -> None:
