@@ -17,16 +17,19 @@ from typing import Any
 from ._board import SHARED_POLL, Board
 from ._clock import AsyncioClock, Clock
 from ._config import Settings
+from ._effective import effective_limits, store_label
 from ._exceptions import ScopeError, ThrottlerClosed
 from ._feedback import FeedbackBuilder
+from ._ineffective import ScopeUsage, crawl_delay_notes, static_notes
 from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager
+from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
 from ._release import Releaser
 from ._scopes import Demand, default_scopes, normalize_scopes
 from ._stats import ScopeStats
 from ._waiting import WaitingRoom
 from .stores import open_store
-from .stores.base import Blocked, Lease, LocalStore, Store
+from .stores.base import Blocked, Lease, LocalStore, Outcome, Store
 
 __all__ = ["SHARED_POLL", "Throttler"]
 
@@ -57,6 +60,8 @@ class _Slot:
         result = throttler._admit_now(demands)
         if isinstance(result, Lease):
             permit = Permit(throttler._releaser, result, request)
+            if throttler._observers:
+                throttler._note_admitted(result, 0.0)
         else:
             permit = await throttler._admit(request, demands, result)
         self._permit = permit
@@ -124,8 +129,13 @@ class Throttler(WaitingRoom):
         self._init_waiting()
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
-        for note in settings.inactive():
+        self._observers: tuple[ThrottleObserver, ...] = ()
+        for note in static_notes(settings):
             logger.warning("setting has no effect: %s", note)
+        logger.info("%s", effective_limits(settings, store_label(store)))
+        self._usage = ScopeUsage(settings) if settings.scopes else None
+        if self._usage is not None:
+            self.observe(self._usage)
 
     # -- public API ----------------------------------------------------------
 
@@ -154,6 +164,14 @@ class Throttler(WaitingRoom):
         demands = self._demands_nowait(request, None)
         return None if demands is None else tuple(name for name, _ in demands)
 
+    def observe(self, observer: ThrottleObserver) -> None:
+        """Tell ``observer`` of every admission, release and give-up from now on.
+
+        Used by :mod:`crawlpace.observe` (metrics, dashboard, run report).
+        """
+        self._observers = (*self._observers, observer)
+        self._releaser.observe = self._note_released
+
     def slot(self, request: object = None, *, scopes: object = None) -> _Slot:
         """Wait for a permit for ``request`` in an ``async with`` block.
 
@@ -176,6 +194,8 @@ class Throttler(WaitingRoom):
         demands = await self._demands(request, scopes)
         result = self._admit_now(demands)
         if isinstance(result, Lease):
+            if self._observers:
+                self._note_admitted(result, 0.0)
             return Permit(self._releaser, result, request)
         return await self._admit(request, demands, result)
 
@@ -196,6 +216,8 @@ class Throttler(WaitingRoom):
             else await self._store.acquire(demands)
         if isinstance(result, Lease):
             self._inflight += 1
+            if self._observers:
+                self._note_admitted(result, 0.0)
             return Permit(self._releaser, result, request)
         return NotReady(result.ready_at, result.waiting_on)
 
@@ -248,7 +270,21 @@ class Throttler(WaitingRoom):
             self._pump_task.cancel()
         for task in list(self._background):
             await task
+        await self._report_unused()
         await self._store.aclose()
+
+    async def _report_unused(self) -> None:
+        """Log the settings the crawl showed to have had no effect (see :mod:`crawlpace._ineffective`)."""
+        notes = self._usage.notes() if self._usage is not None else []
+        if self._local is not None and self.settings.robotstxt_obey:
+            delays = {}
+            for name in await self._store.scopes():
+                snap = await self._store.snapshot(name)
+                if snap is not None and snap.crawl_delay:
+                    delays[name] = snap.crawl_delay
+            notes += crawl_delay_notes(self.settings, delays)
+        for note in notes:
+            logger.warning("setting had no effect: %s", note)
 
     async def __aenter__(self) -> Throttler:
         return self
@@ -313,16 +349,40 @@ class Throttler(WaitingRoom):
             result = await self._store.acquire(demands)
             if isinstance(result, Lease):
                 self._inflight += 1
+                if self._observers:
+                    self._note_admitted(result, 0.0)
                 return Permit(self._releaser, result, request)
             answer = result
-        return Permit(self._releaser, await self._wait(demands, answer), request)
+        started = self.clock.now()
+        lease = await self._wait(demands, answer)
+        if self._observers:
+            self._note_admitted(lease, self.clock.now() - started)
+        return Permit(self._releaser, lease, request)
 
     def _check_open(self) -> None:
         if self._closed:
             raise ThrottlerClosed("the throttler is closed; create a new one")
 
+    @staticmethod
+    def _scope_names(lease: Lease) -> tuple[str, ...]:
+        demands = lease.demands
+        return (demands[0][0],) if len(demands) == 1 else tuple(name for name, _ in demands)
+
+    def _note_admitted(self, lease: Lease, waited: float) -> None:
+        scopes = self._scope_names(lease)
+        for observer in self._observers:
+            observer.admitted(scopes, waited)
+
+    def _note_released(self, lease: Lease, outcome: Outcome) -> None:
+        scopes = self._scope_names(lease)
+        for observer in self._observers:
+            observer.released(scopes, outcome)
+
     def _gave_up(self, scopes: tuple[str, ...]) -> None:
-        """Tell the hook that the circuit breaker gave ``scopes`` up."""
+        """Tell the observers and the hook that the circuit breaker gave ``scopes`` up."""
+        for observer in self._observers:
+            for name in scopes:
+                observer.gave_up(name, "the circuit breaker gave it up after repeated failures")
         hook = self._on_give_up
         if hook is None:
             return
