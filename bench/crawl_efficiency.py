@@ -134,6 +134,12 @@ REFERENCE = "crawlpace-rampup"
 #: The second comparison: crawlpace's Scrapy add-on against Scrapy's own AutoThrottle.
 ADDON = "scrapy-crawlpace"
 ADDON_BASELINE = "scrapy-autothrottle"
+#: The all-knowing pacer the issue-16 targets are measured against.
+ORACLE = "oracle"
+#: Issue 16's targets: mean capped goodput/capacity, its share of the oracle's, the worst site's share of
+#: the oracle's, 429+503 per request, and the makespan (seconds to the last live request) over the oracle's.
+TARGET_MEAN, TARGET_MEAN_SHARE, TARGET_SITE_SHARE = 0.86, 0.95, 0.75
+TARGET_THROTTLED, TARGET_MAKESPAN = 0.02, 1.25
 #: Where the farm's plots go unless ``--plot-dir`` says otherwise.
 PLOT_DIR = HERE / "out" / "crawl_efficiency"
 
@@ -170,7 +176,8 @@ class Contender:
 
     key: str
     settings: str
-    command: Callable[[Path, Path], list[str]]
+    #: The command line, given the URL file, the output file and the farm file.
+    command: Callable[[Path, Path, Path], list[str]]
     page_ok: Callable[[dict[str, Any]], bool]
     #: Whether its stdout ends with a JSON summary (``crawlpace crawl --json``).
     summary: bool = False
@@ -179,25 +186,29 @@ class Contender:
         return final_statuses(read_jsonl(output), self.page_ok)
 
 
-def crawlpace_command(*extra: str) -> Callable[[Path, Path], list[str]]:
-    def command(urls: Path, output: Path) -> list[str]:
+def crawlpace_command(*extra: str) -> Callable[[Path, Path, Path], list[str]]:
+    def command(urls: Path, output: Path, farm: Path) -> list[str]:
         return [sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o", str(output), "--quiet", "--json",
                 *extra]
     return command
 
 
-def scrapy_command(**settings: object) -> Callable[[Path, Path], list[str]]:
+def scrapy_command(**settings: object) -> Callable[[Path, Path, Path], list[str]]:
     """The spider with some of its settings overridden by ``-s`` (which outranks the spider's own)."""
     overrides = [arg for name, value in settings.items() for arg in ("-s", f"{name}={value}")]
 
-    def command(urls: Path, output: Path) -> list[str]:
+    def command(urls: Path, output: Path, farm: Path) -> list[str]:
         return [sys.executable, "-m", "scrapy", "runspider", str(PEERS / "scrapy_list_spider.py"),
                 "-a", f"urls={urls}", "-a", f"out={output}", *overrides]
     return command
 
 
-def naive_command(urls: Path, output: Path) -> list[str]:
+def naive_command(urls: Path, output: Path, farm: Path) -> list[str]:
     return [sys.executable, str(PEERS / "naive_aiohttp.py"), str(urls), str(output)]
+
+
+def oracle_command(urls: Path, output: Path, farm: Path) -> list[str]:
+    return [sys.executable, str(PEERS / "oracle.py"), str(urls), str(output), str(farm)]
 
 
 def crawlpace_ok(row: dict[str, Any]) -> bool:
@@ -251,6 +262,11 @@ CONTENDERS: tuple[Contender, ...] = (
               "naive: 8 workers, 1 s pause + resend on 429/503/exception (3 resends), no robots.txt, "
               "10 s timeout",
               naive_command, status_ok),
+    Contender("oracle",
+              "the all-knowing pacer (bench/_peers/oracle.py): reads every site's hidden limits from the "
+              "farm file and paces each host just under them; resends 5xx, 429 and errors (5 at most), "
+              "10 s timeout",
+              oracle_command, status_ok),
 )
 
 
@@ -259,12 +275,7 @@ CONTENDERS: tuple[Contender, ...] = (
 
 def farm_source(name: str) -> dict[str, Any]:
     """The farm's parsed TOML, from a file or a shipped farm's name."""
-    path = Path(name)
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-    else:
-        text = resources.files("crawlpace.sim").joinpath("farms", f"{name}.toml").read_text("utf-8")
-    return tomllib.loads(text)
+    return tomllib.loads(full_farm(name))
 
 
 def toml_value(value: object) -> str:
@@ -273,6 +284,14 @@ def toml_value(value: object) -> str:
     JSON spells these the way TOML does; NaN and infinities, which JSON cannot, are refused.
     """
     return json.dumps(value, allow_nan=False)
+
+
+def full_farm(name: str) -> str:
+    """The farm's TOML text, from a file or a shipped farm's name."""
+    path = Path(name)
+    if path.exists():
+        return path.read_text(encoding="utf-8")
+    return resources.files("crawlpace.sim").joinpath("farms", f"{name}.toml").read_text("utf-8")
 
 
 def quick_farm(spec: dict[str, Any]) -> str:
@@ -387,6 +406,19 @@ class Run:
         return max(times) if times else None
 
     @property
+    def mean_capped(self) -> float | None:
+        """The mean goodput/capacity over the sites that have a capacity, each capped at 1."""
+        ratios = [min(site.goodput_ratio, 1.0) for site in self.sites.values()
+                  if site.goodput_ratio is not None and site.capacity]
+        return statistics.fmean(ratios) if ratios else None
+
+    @property
+    def live_pages(self) -> tuple[int, int]:
+        """Pages done and pages, over the sites that are not dead (capacity 0)."""
+        live = [site for site in self.sites.values() if site.capacity != 0]
+        return sum(site.done for site in live), sum(site.pages for site in live)
+
+    @property
     def median_ratio(self) -> float | None:
         ratios = [site.goodput_ratio for site in self.sites.values() if site.goodput_ratio is not None]
         return statistics.median(ratios) if ratios else None
@@ -433,8 +465,8 @@ async def run_one(contender: Contender, round_no: int, farm: str, folder: Path, 
     sim = await start_sim(farm, folder, plot)
     try:
         started = time.monotonic()
-        exit_code, cut = await run_process(contender.command(sim.urls, folder / "out.jsonl"), folder,
-                                           limit, grace)
+        exit_code, cut = await run_process(contender.command(sim.urls, folder / "out.jsonl", Path(farm)),
+                                           folder, limit, grace)
         wall = time.monotonic() - started
     finally:
         figures = await stop_sim(sim)
@@ -514,6 +546,9 @@ def total_medians(runs: list[Run]) -> dict[str, float | None]:
         "throttled": median_of([run.total("throttled") for run in runs]),
         "violations": median_of([run.total("violations") for run in runs]),
         "goodput_ratio": median_of([run.median_ratio for run in runs]),
+        "mean_capped": median_of([run.mean_capped for run in runs]),
+        "live_done": median_of([run.live_pages[0] for run in runs]),
+        "live_pages": median_of([run.live_pages[1] for run in runs]),
         "wall": median_of([run.wall for run in runs]),
         "last_live_request": median_of([run.last_live_request for run in runs]),
         "cut_runs": sum(run.cut for run in runs),
@@ -645,14 +680,22 @@ def pipe_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int 
     return [line(headers), rule, *(line(row) for row in rows)]
 
 
+def over_oracle(mine: float | None, oracle: float | None) -> float | None:
+    """A figure over the oracle's (None without both, or when the oracle's is 0)."""
+    return None if mine is None or not oracle else round(mine / oracle, 3)
+
+
 def print_site_table(names: list[str], contenders: list[Contender], sites: dict[str, Figures]) -> None:
-    headers = ("site", "contender", "goodput/capacity", "429+503", "violations", "done", "pages", "requests",
-               "last s")
+    with_oracle = any(c.key == ORACLE for c in contenders)
+    headers = ("site", "contender", "goodput/capacity", *(("x oracle",) if with_oracle else ()), "429+503",
+               "violations", "done", "pages", "requests", "last s")
     rows: list[list[str]] = []
     for name in names:
         for index, c in enumerate(contenders):
             mine = sites[name][c.key]
-            rows.append([name if index == 0 else "", c.key, fmt(mine["goodput_ratio"], "%"),
+            versus = ([fmt(over_oracle(mine["goodput_ratio"], sites[name][ORACLE]["goodput_ratio"]), "x")]
+                      if with_oracle else [])
+            rows.append([name if index == 0 else "", c.key, fmt(mine["goodput_ratio"], "%"), *versus,
                          fmt(mine["throttled"]), fmt(mine["violations"]), fmt(mine["done"]),
                          fmt(mine["pages"]), fmt(mine["requests"]), fmt(mine["last_request"], "s")])
     print("\n".join(pipe_table(headers, rows, left=2)))
@@ -781,6 +824,75 @@ def print_totals(contenders: list[Contender], totals: Figures, ratio: dict[str, 
           "goodput/capacity: the median over the sites that have a capacity; cut: stopped at the time limit")
 
 
+def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[str, Figures],
+                   totals: Figures) -> dict[str, dict[str, Any]]:
+    """Each contender against the oracle and issue 16's targets (empty without the oracle).
+
+    Per contender: the mean capped goodput/capacity and its share of the oracle's, the worst
+    site's goodput/capacity over the oracle's (and which site), 429+503 per request,
+    violations, live pages done of all, the makespan over the oracle's, and which targets hold.
+    """
+    if ORACLE not in {c.key for c in contenders}:
+        return {}
+    oracle = totals[ORACLE]
+    result: dict[str, dict[str, Any]] = {}
+    for c in contenders:
+        mine = totals[c.key]
+        per_site = {name: over_oracle(sites[name][c.key]["goodput_ratio"],
+                                      sites[name][ORACLE]["goodput_ratio"]) for name in names}
+        known = {name: value for name, value in per_site.items() if value is not None}
+        worst = min(known, key=lambda name: known[name]) if known else None
+        requests, throttled = mine["requests"], mine["throttled"]
+        share = None if not requests or throttled is None else round(throttled / requests, 4)
+        mean = mine["mean_capped"]
+        mean_share = over_oracle(mean, oracle["mean_capped"])
+        makespan = over_oracle(mine["last_live_request"], oracle["last_live_request"])
+        done, pages = mine["live_done"], mine["live_pages"]
+        checks = {
+            f"mean >= {TARGET_MEAN:g}": mean is not None and mean >= TARGET_MEAN,
+            f"mean >= {TARGET_MEAN_SHARE:g} x oracle": (mean_share is not None
+                                                        and mean_share >= TARGET_MEAN_SHARE),
+            f"every site >= {TARGET_SITE_SHARE:g} x oracle": (worst is not None
+                                                              and known[worst] >= TARGET_SITE_SHARE),
+            f"429+503 <= {TARGET_THROTTLED:.0%}": share is not None and share <= TARGET_THROTTLED,
+            "0 violations": (mine["violations"] or 0) == 0,
+            "every live page done": done is not None and done == pages,
+            f"makespan <= {TARGET_MAKESPAN:g} x oracle": makespan is not None and makespan <= TARGET_MAKESPAN,
+        }
+        result[c.key] = {"mean_capped": mean, "mean_over_oracle": mean_share, "sites_over_oracle": per_site,
+                         "worst_site": worst, "worst_over_oracle": None if worst is None else known[worst],
+                         "throttled_share": share, "violations": mine["violations"], "live_done": done,
+                         "live_pages": pages, "makespan_over_oracle": makespan, "targets": checks,
+                         "targets_met": sum(checks.values()), "targets_total": len(checks)}
+    return result
+
+
+def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[str, Any]]) -> None:
+    print()
+    if not targets:
+        print(f"no comparison with the oracle: {ORACLE} was not among the contenders")
+        return
+    print("against the oracle (issue 16's targets; x oracle = this contender's figure over the oracle's)")
+    headers = ("contender", "mean capped", "x oracle", "worst site", "x oracle", "429+503 %", "violations",
+               "live done", "makespan x oracle", "targets met")
+    rows = []
+    for c in contenders:
+        t = targets[c.key]
+        rows.append([c.key, fmt(t["mean_capped"], "%"), fmt(t["mean_over_oracle"], "x"),
+                     t["worst_site"] or "-", fmt(t["worst_over_oracle"], "x"),
+                     "-" if t["throttled_share"] is None else f"{100 * t['throttled_share']:.1f}",
+                     fmt(t["violations"]), f"{fmt(t['live_done'])}/{fmt(t['live_pages'])}",
+                     fmt(t["makespan_over_oracle"], "x"), f"{t['targets_met']}/{t['targets_total']}"])
+    print("\n".join(pipe_table(headers, rows)))
+    for c in contenders:
+        if c.key == ORACLE:
+            continue
+        missed = [name for name, held in targets[c.key]["targets"].items() if not held]
+        print(f"  {c.key}: " + ("every target met" if not missed else "missed: " + "; ".join(missed)))
+    print("  mean capped: the mean over the sites with a capacity of goodput/capacity, each capped at 1; "
+          "makespan: seconds to the last request to a live site")
+
+
 def peer_versions() -> dict[str, str]:
     found: dict[str, str] = {}
     for name in ("crawlpace", "scrapy", "twisted", "aiohttp", "httpx"):
@@ -845,6 +957,8 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
     if addon_total is not None:
         print_addon_verdicts(names, addon_verdicts, addon_total)
     print_totals(chosen, totals, ratio, runs)
+    targets = oracle_targets(names, chosen, sites, totals)
+    print_oracle_targets(chosen, targets)
     if plots:
         print(f"\nplots (rate over time per site against its capacity): {len(plots)} in "
               f"{Path(plots[0]).parent}: " + ", ".join(Path(plot).name for plot in plots))
@@ -881,6 +995,7 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
             "addon_total_verdict": addon_total,
             "totals": totals,
             "ratios": ratio,
+            "oracle_targets": targets,
             "plots": plots,
             "failed_runs": [{"round": run.round, "contender": run.contender, "error": run.error}
                             for run in failed],
@@ -930,13 +1045,10 @@ def benchmark(args: argparse.Namespace) -> None:
             root.mkdir(parents=True, exist_ok=True)
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="crawl-efficiency-")))
-        farm = args.farm
-        if args.quick:
-            quick = root / "quick-farm.toml"
-            quick.write_text(quick_farm(spec), encoding="utf-8")
-            farm = str(quick)
-        elif Path(args.farm).exists():
-            farm = str(Path(args.farm).resolve())
+        # Every run reads the farm from one file, so that the oracle can read the hidden limits too.
+        farm_file = root / ("quick-farm.toml" if args.quick else "farm.toml")
+        farm_file.write_text(quick_farm(spec) if args.quick else full_farm(args.farm), encoding="utf-8")
+        farm = str(farm_file)
         runs = asyncio.run(run_rounds(chosen, repeats, farm, root, limit, grace, plot_dir,
                                       progress=not args.json))
     report(args, chosen, runs, repeats, limit, started)

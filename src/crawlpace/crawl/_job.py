@@ -14,6 +14,11 @@ What happens to each URL:
   ``BACKOFF_EXCEPTIONS``) is queued again, ahead of its host's queue, up to
   ``retries`` times; the throttler makes it wait out the backoff delay or the
   server's Retry-After before it goes;
+- a transient failure that is not a backoff answer (another 5xx, or an
+  exception the scope does not back off on) is queued again too, behind its
+  host's queue, within the same ``retries`` (as Scrapy's RetryMiddleware
+  does): the host's pace spaces the resends, and the rest of its URLs go
+  first;
 - anything else is the URL's answer (``outcome = "ok"``, whatever the status),
   as is a robots.txt refusal (``"disallowed"``) or an unusable URL (``"failed"``);
 - a URL whose retries ran out (``"exhausted"``) or whose site the circuit
@@ -358,11 +363,13 @@ class CrawlJob:
             return
         if self._follow_redirect(task, answer):
             return
-        if backoff and task.retries < self.options.retries:
+        transient = not backoff and _transient(answer)
+        if (backoff or transient) and task.retries < self.options.retries:
             task.retries += 1
-            _log.debug("%s: backoff answer %s, attempt %d; queued again", task.target,
+            _log.debug("%s: %s %s, attempt %d; queued again", task.target,
+                       "backoff answer" if backoff else "transient failure",
                        answer.status if answer.error is None else type(answer.error).__name__, task.attempts)
-            self.scheduler.push(task, front=True)
+            self.scheduler.push(task, front=backoff)
             return
         if backoff:
             kind = "exhausted"
@@ -473,6 +480,11 @@ class _Answer:
     body: bytes
     latency: float | None
     error: BaseException | None
+
+
+def _transient(answer: _Answer) -> bool:
+    """Whether an answer may well succeed if sent again: a 5xx, or no answer at all."""
+    return answer.error is not None or (answer.status is not None and answer.status >= 500)
 
 
 async def _read(response: httpx.Response, limit: int) -> bytes:
