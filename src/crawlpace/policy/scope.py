@@ -26,7 +26,7 @@ from .._exceptions import QuotaError
 from .admission import Limits
 from .autothrottle import AutoThrottle
 from .backoff import Backoff
-from .breaker import Breaker
+from .breaker import FIRST_PAUSE_SHARE, Breaker
 from .quota import QuotaBucket
 from .rampup import Rampup
 from .signals import ScopeFeedback
@@ -368,7 +368,8 @@ class ScopePolicy:
                 cfg = self.config.breaker
                 breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
                                                  min_requests=cfg.min_requests, pause=cfg.pause,
-                                                 give_up_after=cfg.give_up_after)
+                                                 give_up_after=cfg.give_up_after,
+                                                 first_pause=cfg.pause * FIRST_PAUSE_SHARE)
             if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
                 logger.error("scope %s given up: %s", self.scope, breaker.reason)
                 gave_up = True
