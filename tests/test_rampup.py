@@ -397,3 +397,47 @@ async def test_eight_workers_ramp_like_one(workers: int) -> None:
     assert refused <= 2 * 2 + 3
     assert stats.rampup.rate == pytest.approx(20.0, rel=0.25)
     assert math.isfinite(stats.rampup.rate)
+
+
+# -- failures without an answer ---------------------------------------------------------
+
+
+def test_a_timeout_while_latency_is_normal_is_not_overload() -> None:
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 3.0, latency=0.05)
+    generation, rate = ramp.generation, ramp.rate
+    ramp.on_send(3.0)
+    assert not ramp.on_response(13.0, pushback=True, current=True, latency=None, answered=False)
+    assert ramp.generation == generation
+    assert ramp.rate == rate
+    assert "not taken for overload" in ramp.decision
+    # A flaky site: one hang in twenty, the rest quick. The rate keeps growing.
+    now = 3.0
+    for i in range(200):
+        ramp.on_send(now)
+        if i % 20 == 19:
+            ramp.on_response(now + 10.0, pushback=True, current=True, latency=None, answered=False)
+        else:
+            ramp.on_response(now + 0.05, pushback=False, current=True, latency=0.05)
+        now += 1.0 / ramp.allowed_rate(now)
+    assert ramp.generation == generation
+    assert ramp.rate > rate
+
+
+def test_a_timeout_when_latency_has_climbed_is_overload() -> None:
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 2.0, latency=0.05)
+    drive(ramp, 2.0, 2.2, latency=0.12)  # past the knee, not yet past the cut line
+    generation = ramp.generation
+    ramp.on_send(2.2)
+    ramp.on_response(12.2, pushback=True, current=True, latency=None, answered=False)
+    assert ramp.generation == generation + 1
+    assert "cut: pushback" in ramp.decision
+
+
+def test_a_refusal_is_pushback_whatever_the_latency() -> None:
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 3.0, latency=0.05)
+    generation = ramp.generation
+    send_and_answer(ramp, 3.0, pushback=True, latency=0.05)
+    assert ramp.generation == generation + 1

@@ -46,6 +46,12 @@ Three more rules keep it honest:
   for a pushback. An overloaded server is caught at its knee, before it
   starts to refuse.
 
+A request that fails without an answer (a timeout, a reset connection) is
+pushback only when the server looks loaded: its smoothed latency is past the
+knee, or no latency was seen yet. While answers keep coming back as quickly
+as ever, such a failure is the site's own fault (a hang, a flaky link), and
+slowing down would not make it rarer: it is ignored.
+
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
 times quicker, so that a limit far below the current rate is found in a few
@@ -153,10 +159,10 @@ class Rampup:
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth", "_probe_c",
-                 "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_window_min", "_window_start",
-                 "above_since", "ceiling", "decision", "generation", "last_pushback_rate", "latency",
-                 "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "start_rate",
+    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth", "_level",
+                 "_probe_c", "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_window_min",
+                 "_window_start", "above_since", "ceiling", "decision", "generation", "last_pushback_rate",
+                 "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "start_rate",
                  "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
@@ -190,6 +196,7 @@ class Rampup:
         self._window_min = math.inf
         self._window_start = _NEVER
         self._samples = 0
+        self._level = 0  # the last latency verdict: 0 fine, 1 at the knee, 2 too high
         self._quiet_until = _NEVER
 
     # -- what the scope may do -----------------------------------------------
@@ -268,7 +275,8 @@ class Rampup:
         if last > self._sent_at:
             self._sent_at = last
 
-    def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None) -> bool:
+    def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
+                    answered: bool = True) -> bool:
         """Take one outcome.
 
         Args:
@@ -276,6 +284,7 @@ class Rampup:
             pushback: the outcome is a backoff trigger (429, 503, a timeout...).
             current: the request was sent under the current generation.
             latency: its latency, when a response arrived.
+            answered: a response arrived (False: a timeout, a reset connection...).
 
         Returns:
             True when :attr:`rate` changed.
@@ -284,7 +293,11 @@ class Rampup:
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        if pushback:
+        if pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0:
+            # No answer, yet the answers that do come are as quick as ever: not overload.
+            self._decide(now, "ignored: a request failed without an answer while latency is normal; "
+                         "not taken for overload")
+        elif pushback:
             if can_cut:
                 self._cut(now, reason="pushback")
         else:
@@ -316,13 +329,13 @@ class Rampup:
             self._window_start = now
         self._window_min = min(self._window_min, smooth)
         base = self.baseline()
-        if base is None:
-            return 0
-        if smooth > HIGH * base + HIGH_SLACK:
-            return 2
-        if smooth > KNEE * base + KNEE_SLACK:
-            return 1
-        return 0
+        level = 0
+        if base is not None and smooth > HIGH * base + HIGH_SLACK:
+            level = 2
+        elif base is not None and smooth > KNEE * base + KNEE_SLACK:
+            level = 1
+        self._level = level
+        return level
 
     # -- moves -----------------------------------------------------------------
 
