@@ -8,12 +8,14 @@ fresh farm of the site simulator (``crawlpace sim``, the ``mixed`` farm unless
 ``--farm`` names another). ``--contenders NAME,NAME`` picks some of them; this order is
 the default:
 
-* **crawlpace**: ``crawlpace crawl URLS -o OUT.jsonl --quiet --json`` as shipped:
-  robots.txt obeyed, per host 1 request in flight with a 1 s pause (jittered) between
-  requests, 16 in flight over all hosts, up to 3 resends after a backoff answer, 10 s
-  timeout.
-* **crawlpace-rampup**: the same command with ``--rampup``, so that for every host it
-  probes upward from that pace for the highest rate the site keeps answering without
+* **crawlpace-fixed**: ``crawlpace crawl URLS -o OUT.jsonl --quiet --json --delay 1
+  --per-host 1``: fixed polite limits, what ``crawlpace crawl`` did by default before it
+  became adaptive: robots.txt obeyed, per host 1 request in flight with a 1 s pause
+  (jittered) between requests, 16 in flight over all hosts, up to 3 resends after a backoff
+  answer or a transient failure, 10 s timeout.
+* **crawlpace-rampup**: ``crawlpace crawl URLS -o OUT.jsonl --quiet --json --rampup``, the
+  same as ``crawlpace crawl`` without a throttling option: for every host it starts from
+  that polite pace and probes upward for the highest rate the site keeps answering without
   pushback. This is the reference of the comparison.
 * **scrapy-autothrottle**: ``scrapy runspider bench/_peers/scrapy_list_spider.py`` with
   the spider's own settings: AutoThrottle on at its defaults (target concurrency 1),
@@ -64,8 +66,18 @@ Under it, one verdict per site: **yes** when crawlpace-rampup has a strictly hig
 goodput/capacity than every peer that drew no more 429+503 and broke no more rules than
 it did (peers with more pushback are listed as excused: they bought goodput with
 refusals), **no** otherwise, with the best such peer's figures; ``-`` for a site with no
-capacity. Plain ``crawlpace`` is the same crawler without rampup, not a peer. Without
-``crawlpace-rampup`` among the contenders there is no such verdict.
+capacity. ``crawlpace-fixed`` is the same crawler without rampup and ``oracle`` knows the
+hidden limits: neither is a peer. Without ``crawlpace-rampup`` among the contenders there is
+no such verdict.
+
+With ``oracle`` among the contenders, the site table gains an **x oracle** column (each
+goodput/capacity over the oracle's on that site), and a last table holds issue 16's
+targets for every contender: the mean over the sites with a capacity of goodput/capacity,
+each capped at 1 (at least 0.86 and 0.95 x the oracle's), the worst site over the oracle's
+(at least 0.75), 429+503 per request (at most 2 %), violations (none), pages done on the
+sites that are not dead (all), and the makespan, seconds to the last request to such a
+site, over the oracle's (at most 1.25). Every run reads its farm from one file written in
+the work folder, which the oracle reads too.
 
 When both ``scrapy-crawlpace`` and ``scrapy-autothrottle`` ran, a second verdict per site
 compares just those two: **yes** when the add-on's goodput/capacity is strictly higher than
@@ -237,8 +249,8 @@ ADDON_SETTINGS: dict[str, object] = {
 }
 
 CONTENDERS: tuple[Contender, ...] = (
-    Contender("crawlpace", f"crawlpace crawl defaults: {CRAWLPACE_DEFAULTS}",
-              crawlpace_command(), crawlpace_ok, summary=True),
+    Contender("crawlpace-fixed", f"crawlpace crawl --delay 1 --per-host 1: {CRAWLPACE_DEFAULTS}",
+              crawlpace_command("--delay", "1", "--per-host", "1"), crawlpace_ok, summary=True),
     Contender("crawlpace-rampup", f"crawlpace crawl --rampup: rampup on for every host; {CRAWLPACE_DEFAULTS}",
               crawlpace_command("--rampup"), crawlpace_ok, summary=True),
     Contender("scrapy-autothrottle", f"AutoThrottle on, its defaults (target concurrency 1); {SCRAPY_BASE}",
@@ -586,7 +598,7 @@ def site_verdict(figures: Figures, contenders: list[Contender], has_capacity: bo
         result["why_none"] = ("the site has no capacity" if not has_capacity
                               else f"no goodput/capacity for {REFERENCE}")
         return result
-    peers = [c.key for c in contenders if c.key not in (REFERENCE, "crawlpace")
+    peers = [c.key for c in contenders if c.key not in (REFERENCE, "crawlpace-fixed", ORACLE)
              and figures[c.key]["goodput_ratio"] is not None]
 
     def pushier(key: str) -> bool:

@@ -11,8 +11,9 @@ tell the sites apart and exits with an error).
 
 Per profile, each host gets an even gap between sends and a cap on requests in flight:
 
-* ``ratelimit``, ``retryafter``: 95 % of the token rate, evenly spaced, 4 in flight (no burst;
-  the 5 % leaves room for the jitter of two processes' event loops);
+* ``ratelimit``, ``retryafter``: 95 % of the token rate, evenly spaced from each actual send,
+  4 in flight, 1 when the bucket holds at most 2 (no burst; the 5 % leaves room for the
+  jitter of two processes' event loops);
 * ``headers``: 95 % of ``limit / window``, evenly spaced (never more than the limit in a window);
 * ``crawldelay``: one request at a time, ``delay`` plus 2 % plus 20 ms apart;
 * ``quota``: 96 % of *half* the quota per window, evenly spaced. The site's staged brake
@@ -28,7 +29,7 @@ Per profile, each host gets an even gap between sends and a cap on requests in f
 
 Every request has the same 10 s timeout as the crawlpace contenders; a 5xx, a 429, a
 timeout or a failed connection is sent again after the host's gap, or after the
-``Retry-After`` of a 429, which holds the whole host (at most 5 resends), so
+``Retry-After`` of a 429, which holds the whole host (at most 8 resends), so
 the flaky sites' pages all get done. Each URL's final answer is one JSON line ``{"url",
 "status", "attempts", "error"}``, written and flushed as soon as it is known.
 """
@@ -66,7 +67,7 @@ from crawlpace.sim import (
 from crawlpace.sim._spec import build_site
 
 TIMEOUT = 10.0
-RETRIES = 5
+RETRIES = 8
 FIRST_HOST = ipaddress.ip_address("127.0.0.2")
 #: Shares of the hidden limits the oracle uses.
 RATE_SHARE = 0.95
@@ -93,7 +94,10 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
     if isinstance(site, ShiftingSite):
         return plan_of(site.inner, factor)
     if isinstance(site, RateLimitSite | RetryAfterSite):
-        return Plan(1.0 / (site.rate * factor * RATE_SHARE), RATE_INFLIGHT)
+        # A bucket without room for a burst refuses two sends that arrive closer than its gap:
+        # one at a time, so that a late send never lets the next one catch up with it.
+        inflight = 1 if site.burst <= 2 else RATE_INFLIGHT
+        return Plan(1.0 / (site.rate * factor * RATE_SHARE), inflight)
     if isinstance(site, HeadersSite):
         limit = max(round(site.limit * factor), 1)
         return Plan(site.window / (limit * RATE_SHARE), RATE_INFLIGHT)
@@ -150,7 +154,8 @@ class Host:
             if wait > 0:
                 await asyncio.sleep(wait)
                 now = time.monotonic()
-            self.next_send = max(now, self.next_send) + self.plan(now).gap
+            # From the actual send: a send that woke late must not shorten the next gap.
+            self.next_send = now + self.plan(now).gap
 
 
 async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, Any]:
