@@ -441,3 +441,57 @@ def test_a_refusal_is_pushback_whatever_the_latency() -> None:
     generation = ramp.generation
     send_and_answer(ramp, 3.0, pushback=True, latency=0.05)
     assert ramp.generation == generation + 1
+
+
+# -- overload found from latency ------------------------------------------------------------
+
+
+class KneeServer:
+    """A server whose latency is ``base`` up to ``knee`` requests in flight, then grows with the
+    square of the load: its throughput peaks at ``knee / base`` per second."""
+
+    def __init__(self, base: float, knee: int) -> None:
+        self.base, self.knee = base, knee
+
+    def latency(self, inflight: int) -> float:
+        return self.base * max(1.0, inflight / self.knee) ** 2
+
+
+def knee_run(seconds: float) -> tuple[float, list[float]]:
+    """Send at the controller's rate within its slots; the share of the capacity served after 20 s."""
+    server = KneeServer(0.2, 3)
+    capacity = 3 / 0.2
+    ramp = controller(start_rate=1.0, max_concurrency=8)
+    now, done_after, pending, latencies = 0.0, 0, [], []
+    while now < seconds:
+        for finish, sent, latency in [p for p in pending if p[0] <= now]:
+            pending.remove((finish, sent, latency))
+            ramp.on_response(finish, pushback=False, current=True, latency=latency)
+            done_after += finish >= 20.0
+            latencies.append(latency)
+        rate = ramp.allowed_rate(now)
+        if len(pending) < ramp.concurrency(rate):
+            ramp.on_send(now)
+            latency = server.latency(len(pending) + 1)
+            pending.append((now + latency, now, latency))
+            now += 1.0 / rate
+        else:
+            now = min(p[0] for p in pending)
+    return done_after / (seconds - 20.0) / capacity, latencies
+
+
+def test_a_server_past_its_knee_is_brought_back_to_it_not_starved() -> None:
+    # Doubling overshoots the knee; the measured send rate then understates the rate that
+    # overloaded it (slow answers hold the slots). The cuts must come from the rate itself,
+    # deeper the further latency is past the knee, and the slots must follow the baseline.
+    share, latencies = knee_run(120.0)
+    assert share >= 0.7
+    assert sorted(latencies)[len(latencies) // 2] <= 0.2 * 1.5  # mostly at the knee, not queueing
+
+
+def test_slots_follow_the_baseline_latency_not_a_queueing_one() -> None:
+    ramp = controller(max_concurrency=16)
+    drive(ramp, 0.0, 10.0, latency=0.2)
+    before = ramp.concurrency(10.0)
+    drive(ramp, 10.0, 11.0, latency=1.5)  # the server queues: slow answers
+    assert ramp.concurrency(10.0) == before <= math.ceil(10.0 * 0.2 * 1.5 + 1e-9) + 1

@@ -44,7 +44,13 @@ Three more rules keep it honest:
   baseline (its lowest smoothed latency over the last ten windows) plus 10
   ms, the rate stops growing; past ``2 *`` baseline plus 20 ms it is cut as
   for a pushback. An overloaded server is caught at its knee, before it
-  starts to refuse.
+  starts to refuse. A latency cut is deeper the further latency is past the
+  knee (down to a half, like a gradient controller), and it starts from the
+  rate the scope was allowed, not from the measured send rate: slow answers
+  hold the slots, so the send rate understates the rate that overloaded the
+  server, and a cut from it would starve the scope. The slots follow the
+  baseline latency, not the smoothed one, so a queueing server is not handed
+  more requests to queue.
 
 A request that fails without an answer (a timeout, a reset connection) is
 pushback only when the server looks loaded: its smoothed latency is past the
@@ -99,6 +105,8 @@ SENT_FIRST_GAP = 1.0
 KNEE, KNEE_SLACK = 1.6, 0.010
 #: ... and cut past ``HIGH * baseline + HIGH_SLACK``.
 HIGH, HIGH_SLACK = 2.0, 0.020
+#: Slots per request in flight at the rate and the baseline latency.
+SLOT_HEADROOM = 1.5
 #: Weight of a new latency sample in the smoothed latency.
 LATENCY_WEIGHT = 0.3
 #: Latency samples smoothed in before the baseline is taken.
@@ -218,9 +226,17 @@ class Rampup:
         return self.rate if self.rate <= cap else cap
 
     def concurrency(self, rate: float) -> int:
-        """Slots enough for ``rate`` at the smoothed latency, with room for its swings."""
-        latency = self.latency or 0.0
-        return max(1, min(self.max_concurrency, math.ceil(rate * latency * 2.0) + 1))
+        """Slots enough for ``rate``, with room for the latency's swings.
+
+        Once a baseline is known the slots follow it (``SLOT_HEADROOM`` times the
+        requests in flight at ``rate`` and the baseline latency, plus one): a server
+        that queues answers ever more slowly, and slots counted from its slow answers
+        would let the queue grow further, which is how an overloaded server's
+        throughput collapses. Before that, twice the smoothed latency is the guess.
+        """
+        base = self.baseline()
+        span = SLOT_HEADROOM * base if base is not None else 2.0 * (self.latency or 0.0)
+        return max(1, min(self.max_concurrency, math.ceil(rate * span) + 1))
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -411,6 +427,11 @@ class Rampup:
 
     def _cut(self, now: float, *, reason: str) -> None:
         sent = min(self.allowed_rate(now), self.sent_rate(now))
+        if reason == "latency" and self.ceiling is not None:
+            # A queueing server answers slowly, so the measured send rate (held back by
+            # full slots) understates the rate that overloaded it: cut from the rate
+            # allowed, at most the ceiling, step by step, as a gradient would.
+            sent = max(sent, min(self.rate, self.ceiling))
         refused = reason == "pushback"
         if refused:
             self._pushbacks.append(now)
@@ -423,6 +444,8 @@ class Rampup:
             beta = BETA_DEEP
         elif count > high and refused:
             beta = BETA_OVER
+        elif not refused:
+            beta = self._latency_beta()
         else:
             beta = BETA
         # After a cascade the limit lies between the new rate and the one that failed:
@@ -446,6 +469,20 @@ class Rampup:
         what = "pushback" if reason == "pushback" else f"latency {self.latency or 0.0:.3f}s"
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
                      f"{low:g}-{high:g}); rate x{beta:g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
+
+    def _latency_beta(self) -> float:
+        """The cut for a latency past the cut line: the further past the knee, the deeper.
+
+        The square root of knee latency over smoothed latency, within ``[BETA_DEEP, BETA]``:
+        just past the line it is the ordinary cut, and a server whose queue has grown to
+        several times its baseline latency gets the rate halved, as a gradient controller
+        would, instead of one gentle cut per round trip while its queue keeps growing.
+        """
+        base, smooth = self.baseline(), self.latency
+        if base is None or not smooth:
+            return BETA
+        knee = KNEE * base + KNEE_SLACK
+        return min(BETA, max(BETA_DEEP, math.sqrt(knee / smooth)))
 
     def _decide(self, now: float, decision: str) -> None:
         self.decision = decision
