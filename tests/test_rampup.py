@@ -462,7 +462,9 @@ def knee_run(seconds: float) -> tuple[float, list[float]]:
     server = KneeServer(0.2, 3)
     capacity = 3 / 0.2
     ramp = controller(start_rate=1.0, max_concurrency=8)
-    now, done_after, pending, latencies = 0.0, 0, [], []
+    now, done_after = 0.0, 0
+    pending: list[tuple[float, float, float]] = []
+    latencies: list[float] = []
     while now < seconds:
         for finish, sent, latency in [p for p in pending if p[0] <= now]:
             pending.remove((finish, sent, latency))
