@@ -497,3 +497,21 @@ def test_slots_follow_the_baseline_latency_not_a_queueing_one() -> None:
     before = ramp.concurrency(10.0)
     drive(ramp, 10.0, 11.0, latency=1.5)  # the server queues: slow answers
     assert ramp.concurrency(10.0) == before <= math.ceil(10.0 * 0.2 * 1.5 + 1e-9) + 1
+
+
+def test_hangs_that_are_not_overload_get_slots_of_their_own() -> None:
+    ramp = controller(start_rate=4.0, max_concurrency=16)
+    drive(ramp, 0.0, 5.0, latency=0.01)
+    quick = ramp.concurrency(20.0)
+    now = 5.0
+    for i in range(400):  # one request in twenty hangs until a 10 s timeout
+        ramp.on_send(now)
+        if i % 20 == 0:
+            ramp.on_response(now + 10.0, pushback=True, current=True, latency=None, answered=False,
+                             elapsed=10.0)
+        else:
+            ramp.on_response(now + 0.01, pushback=False, current=True, latency=0.01)
+        now += 0.05
+    # At 20 per second, a twentieth of them held for 10 s keeps about 10 slots busy; the
+    # smoothed share swings between about 3 % and 8 % from one hang to the next.
+    assert ramp.concurrency(20.0) >= quick + 5

@@ -56,7 +56,11 @@ A request that fails without an answer (a timeout, a reset connection) is
 pushback only when the server looks loaded: its smoothed latency is past the
 knee, or no latency was seen yet. While answers keep coming back as quickly
 as ever, such a failure is the site's own fault (a hang, a flaky link), and
-slowing down would not make it rarer: it is ignored.
+slowing down would not make it rarer: it is ignored. Such failures still hold
+a slot for as long as they take (a hang lasts until the timeout), so the
+slots grow by the requests they are expected to hold (Little's law: the rate,
+times their share of outcomes, times how long each took), or a site that
+hangs now and then would see its few slots all stuck.
 
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
@@ -107,6 +111,8 @@ KNEE, KNEE_SLACK = 1.6, 0.010
 HIGH, HIGH_SLACK = 2.0, 0.020
 #: Slots per request in flight at the rate and the baseline latency.
 SLOT_HEADROOM = 1.5
+#: Weight of the newest outcome in the share of failures without an answer, and in their duration.
+STUCK_WEIGHT = 0.05
 #: Weight of a new latency sample in the smoothed latency.
 LATENCY_WEIGHT = 0.3
 #: Latency samples smoothed in before the baseline is taken.
@@ -168,10 +174,10 @@ class Rampup:
     """
 
     __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth", "_level",
-                 "_probe_c", "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_window_min",
-                 "_window_start", "above_since", "ceiling", "decision", "generation", "last_pushback_rate",
-                 "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "start_rate",
-                 "target", "window")
+                 "_probe_c", "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_stuck_share",
+                 "_stuck_time", "_window_min", "_window_start", "above_since", "ceiling", "decision",
+                 "generation", "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate",
+                 "phase", "rate", "scope", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -205,6 +211,10 @@ class Rampup:
         self._window_start = _NEVER
         self._samples = 0
         self._level = 0  # the last latency verdict: 0 fine, 1 at the knee, 2 too high
+        # Failures without an answer that were not taken for overload: their share of the
+        # outcomes and how long each held its slot (both smoothed).
+        self._stuck_share = 0.0
+        self._stuck_time = 0.0
         self._quiet_until = _NEVER
 
     # -- what the scope may do -----------------------------------------------
@@ -236,7 +246,8 @@ class Rampup:
         """
         base = self.baseline()
         span = SLOT_HEADROOM * base if base is not None else 2.0 * (self.latency or 0.0)
-        return max(1, min(self.max_concurrency, math.ceil(rate * span) + 1))
+        stuck = rate * self._stuck_share * self._stuck_time  # slots held by hangs
+        return max(1, min(self.max_concurrency, math.ceil(rate * span + stuck) + 1))
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -292,7 +303,7 @@ class Rampup:
             self._sent_at = last
 
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
-                    answered: bool = True) -> bool:
+                    answered: bool = True, elapsed: float | None = None) -> bool:
         """Take one outcome.
 
         Args:
@@ -301,6 +312,7 @@ class Rampup:
             current: the request was sent under the current generation.
             latency: its latency, when a response arrived.
             answered: a response arrived (False: a timeout, a reset connection...).
+            elapsed: seconds from the send to this outcome (for one without an answer).
 
         Returns:
             True when :attr:`rate` changed.
@@ -309,8 +321,13 @@ class Rampup:
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        if pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0:
+        stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0
+        self._stuck_share += STUCK_WEIGHT * (stuck - self._stuck_share)
+        if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
+            if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
+                held = self._stuck_time
+                self._stuck_time = held + STUCK_WEIGHT * (elapsed - held) if held else elapsed
             self._decide(now, "ignored: a request failed without an answer while latency is normal; "
                          "not taken for overload")
         elif pushback:

@@ -347,7 +347,8 @@ class ScopePolicy:
         if rampup is not None:
             if feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
-                                   latency=feedback.latency, answered=feedback.status is not None)
+                                   latency=feedback.latency, answered=feedback.status is not None,
+                                   elapsed=now - sent_at)
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
