@@ -75,10 +75,17 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["Rampup", "RampupStats"]
+from .._jitter import Jitter
+
+__all__ = ["RAMPUP_JITTER", "Rampup", "RampupStats"]
 
 logger = logging.getLogger(__name__)
 
+#: The spread of a rampup scope's delays: only ever longer, by up to 5 %. A token
+#: bucket with no room for bursts refuses any gap shorter than its own, so a symmetric
+#: spread of +/-10 % would hold the mean rate 10 % under a limit that one-sided
+#: jitter gets within 2.5 % of, with as few refusals.
+RAMPUP_JITTER = Jitter(0.0, 0.05)
 #: Seconds for the rate to double in the start phase.
 START_DOUBLING = 1.0
 #: The cut after a pushback that ends a probe.

@@ -28,7 +28,7 @@ from .autothrottle import AutoThrottle
 from .backoff import Backoff
 from .breaker import FIRST_PAUSE_SHARE, Breaker
 from .quota import QuotaBucket
-from .rampup import Rampup
+from .rampup import RAMPUP_JITTER, Rampup
 from .signals import ScopeFeedback
 
 __all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
@@ -223,10 +223,14 @@ class ScopePolicy:
             limits = _limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor)
             wake = min(wake, self.pace_until)
         self.wake_at = wake
-        # Near a server's limit a wide spread of delays turns into refusals: rampup
-        # scopes, like scopes backing off, use the narrow backoff jitter.
-        narrow = limits.delay > base.delay or self.rampup is not None
-        self.jitter = self.config.backoff.jitter if narrow else self.config.jitter
+        # Near a server's limit a wide spread of delays turns into refusals: scopes
+        # backing off use the narrow backoff jitter, and rampup scopes, which pace at
+        # the limit itself, one that only lengthens delays (see RAMPUP_JITTER).
+        if self.rampup is not None:
+            self.jitter = RAMPUP_JITTER
+        else:
+            narrow = limits.delay > base.delay
+            self.jitter = self.config.backoff.jitter if narrow else self.config.jitter
         return limits
 
     def refresh(self, now: float) -> bool:
