@@ -12,8 +12,9 @@ tell the sites apart and exits with an error).
 Per profile, each host gets an even gap between sends and a cap on requests in flight:
 
 * ``ratelimit``, ``retryafter``: 95 % of the token rate, evenly spaced from each actual send,
-  4 in flight, 1 when the bucket holds at most 2 (no burst; the 5 % leaves room for the
-  jitter of two processes' event loops);
+  4 in flight; 90 % and 1 in flight when the bucket holds at most 2 (no burst room: any
+  arrival early by more than the slack draws a 429). The slack leaves room for the jitter
+  of two processes' event loops on a loaded machine;
 * ``headers``: 95 % of ``limit / window``, evenly spaced (never more than the limit in a window);
 * ``crawldelay``: one request at a time, ``delay`` plus 2 % plus 20 ms apart;
 * ``quota``: 96 % of *half* the quota per window, evenly spaced. The site's staged brake
@@ -71,6 +72,8 @@ RETRIES = 8
 FIRST_HOST = ipaddress.ip_address("127.0.0.2")
 #: Shares of the hidden limits the oracle uses.
 RATE_SHARE = 0.95
+#: ... of a bucket that holds at most 2, which refuses any two arrivals closer than its gap.
+TIGHT_SHARE = 0.9
 QUOTA_SHARE = 0.5 * 0.96
 CRAWL_DELAY_MARGIN, CRAWL_DELAY_SLACK = 1.02, 0.02
 #: Requests in flight on a site whose only limit is its rate (the farm answers in about a millisecond).
@@ -96,8 +99,9 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
     if isinstance(site, RateLimitSite | RetryAfterSite):
         # A bucket without room for a burst refuses two sends that arrive closer than its gap:
         # one at a time, so that a late send never lets the next one catch up with it.
-        inflight = 1 if site.burst <= 2 else RATE_INFLIGHT
-        return Plan(1.0 / (site.rate * factor * RATE_SHARE), inflight)
+        if site.burst <= 2:
+            return Plan(1.0 / (site.rate * factor * TIGHT_SHARE), 1)
+        return Plan(1.0 / (site.rate * factor * RATE_SHARE), RATE_INFLIGHT)
     if isinstance(site, HeadersSite):
         limit = max(round(site.limit * factor), 1)
         return Plan(site.window / (limit * RATE_SHARE), RATE_INFLIGHT)
