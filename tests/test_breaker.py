@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawlpace.policy.breaker import CLOSED, GIVEN_UP, HALF_OPEN, OPEN, Breaker
+from crawlpace.policy.breaker import CLOSED, FIRST_PAUSE_SHARE, GIVEN_UP, HALF_OPEN, OPEN, Breaker
 
 INF = float("inf")
 
@@ -433,7 +433,7 @@ def test_pauses_escalate_from_the_first_pause_and_a_dead_site_goes_early() -> No
 
 
 def test_a_dead_site_is_given_up_within_30_s_and_10_requests_with_the_policy_defaults() -> None:
-    breaker = Breaker(pause=60.0, first_pause=60.0 * 0.25)
+    breaker = Breaker(pause=60.0, first_pause=60.0 * FIRST_PAUSE_SHARE)
     now, sent = 0.0, 0
     while breaker.state != GIVEN_UP:
         until = breaker.blocked_until(now)

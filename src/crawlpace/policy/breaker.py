@@ -39,7 +39,7 @@ Two more rules tell a site that is down from one that merely fails now and then:
 
 * Pauses escalate. The first pause after a close lasts ``first_pause``; each
   failed probe doubles it, up to ``pause``. A dead site is thus probed early and
-  given up early (with the scope policy's defaults, a quarter of a minute after
+  given up early (with the scope policy's defaults, ten seconds after
   it opened), while a site that keeps failing after a few probes waits the full
   pause between them.
 * Errors that do not depend on the pace are tolerated. A pause brings the rate
@@ -76,7 +76,7 @@ HALF_OPEN = "half_open"
 GIVEN_UP = "given_up"
 
 #: The scope policy's first pause, as a share of ``BREAKER_PAUSE``.
-FIRST_PAUSE_SHARE = 0.25
+FIRST_PAUSE_SHARE = 1 / 6
 #: A reopening share at least this share of the previous opening's did not fall with the rate.
 STEADY_SAME = 0.5
 #: A learned share of failures is tolerated up to this multiple of it ...
