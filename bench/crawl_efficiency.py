@@ -70,6 +70,13 @@ capacity. ``crawlpace-fixed`` is the same crawler without rampup and ``oracle`` 
 hidden limits: neither is a peer. Without ``crawlpace-rampup`` among the contenders there is
 no such verdict.
 
+Two more contenders run only when ``--contenders`` names them: **crawlpace-fleet4** and
+**crawlpace-fleet8**, ``bench/_peers/fleet.py``: 4 or 8 ``crawlpace crawl --redis URL``
+workers sharing one private ``redis-server`` (started on a free port of 127.0.0.1), the
+URLs put into its shared frontier by ``crawlpace enqueue``; each worker is adaptive, and
+every host's limits and rampup state live in the store, so the fleet should learn each
+site's rate as fast as one process does.
+
 With ``oracle`` among the contenders, the site table gains an **x oracle** column (each
 goodput/capacity over the oracle's on that site), and a last table holds issue 16's
 targets for every contender: the mean over the sites with a capacity of goodput/capacity,
@@ -219,6 +226,12 @@ def naive_command(urls: Path, output: Path, farm: Path) -> list[str]:
     return [sys.executable, str(PEERS / "naive_aiohttp.py"), str(urls), str(output)]
 
 
+def fleet_command(workers: int) -> Callable[[Path, Path, Path], list[str]]:
+    def command(urls: Path, output: Path, farm: Path) -> list[str]:
+        return [sys.executable, str(PEERS / "fleet.py"), str(urls), str(output), str(workers)]
+    return command
+
+
 def oracle_command(urls: Path, output: Path, farm: Path) -> list[str]:
     return [sys.executable, str(PEERS / "oracle.py"), str(urls), str(output), str(farm)]
 
@@ -248,6 +261,9 @@ ADDON_SETTINGS: dict[str, object] = {
     "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
 }
 
+#: Contenders run only when named in ``--contenders``.
+OPTIONAL = frozenset({"crawlpace-fleet4", "crawlpace-fleet8"})
+
 CONTENDERS: tuple[Contender, ...] = (
     Contender("crawlpace-fixed", f"crawlpace crawl --delay 1 --per-host 1: {CRAWLPACE_DEFAULTS}",
               crawlpace_command("--delay", "1", "--per-host", "1"), crawlpace_ok, summary=True),
@@ -274,6 +290,14 @@ CONTENDERS: tuple[Contender, ...] = (
               "naive: 8 workers, 1 s pause + resend on 429/503/exception (3 resends), no robots.txt, "
               "10 s timeout",
               naive_command, status_ok),
+    Contender("crawlpace-fleet4",
+              f"4 workers of crawlpace crawl --redis (adaptive, as without a throttling option) on one "
+              f"private redis-server, the URLs put in its shared frontier by crawlpace enqueue; "
+              f"{CRAWLPACE_DEFAULTS} per worker",
+              fleet_command(4), crawlpace_ok),
+    Contender("crawlpace-fleet8",
+              f"8 workers of crawlpace crawl --redis, as crawlpace-fleet4; {CRAWLPACE_DEFAULTS} per worker",
+              fleet_command(8), crawlpace_ok),
     Contender("oracle",
               "the all-knowing pacer (bench/_peers/oracle.py): reads every site's hidden limits from the "
               "farm file and paces each host just under them; resends 5xx, 429 and errors (5 at most), "
@@ -1077,10 +1101,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="rounds over all contenders (default 3, quick 1)")
     parser.add_argument("--limit", type=float, default=0.0,
                         help=f"seconds a contender may run (default {LIMIT:g}, quick {QUICK_LIMIT:g})")
-    parser.add_argument("--contenders", default=",".join(c.key for c in CONTENDERS),
+    parser.add_argument("--contenders", default=",".join(c.key for c in CONTENDERS if c.key not in OPTIONAL),
                         help=f"comma-separated subset of: {', '.join(c.key for c in CONTENDERS)} "
-                             f"(default all; the verdicts need {REFERENCE}, and {ADDON} with "
-                             f"{ADDON_BASELINE})")
+                             f"(default all but {', '.join(sorted(OPTIONAL))}; the verdicts need "
+                             f"{REFERENCE}, and {ADDON} with {ADDON_BASELINE})")
     parser.add_argument("--plot-dir", default=str(PLOT_DIR),
                         help="folder for one PNG per run, roundN-CONTENDER.png ('' for none; "
                              "default: bench/out/crawl_efficiency)")

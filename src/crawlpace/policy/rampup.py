@@ -42,7 +42,7 @@ Three more rules keep it honest:
   learns nor banks a rate it never tried.
 * Latency: when the smoothed latency climbs past ``1.6 *`` the scope's
   baseline (its lowest smoothed latency over the last ten windows) plus 10
-  ms, the rate stops growing; past ``2 *`` baseline plus 20 ms it is cut as
+  ms, the rate stops growing; past ``2 *`` baseline plus 50 ms it is cut as
   for a pushback. An overloaded server is caught at its knee, before it
   starts to refuse. A latency cut is deeper the further latency is past the
   knee (down to a half, like a gradient controller), and it starts from the
@@ -114,8 +114,10 @@ SENT_WEIGHT = 0.25
 SENT_FIRST_GAP = 1.0
 #: Latency: stop growing past ``KNEE * baseline + KNEE_SLACK`` ...
 KNEE, KNEE_SLACK = 1.6, 0.010
-#: ... and cut past ``HIGH * baseline + HIGH_SLACK``.
-HIGH, HIGH_SLACK = 2.0, 0.020
+#: ... and cut past ``HIGH * baseline + HIGH_SLACK`` ...
+HIGH, HIGH_SLACK = 2.0, 0.050
+#: ... the deeper the further past ``KNEE * baseline + KNEE_SLACK + DEEP_SLACK`` it is.
+DEEP_SLACK = 0.05
 #: Slots per request in flight at the rate and the baseline latency.
 SLOT_HEADROOM = 1.5
 #: Weight of the newest outcome in the share of failures without an answer, and in their duration.
@@ -497,15 +499,17 @@ class Rampup:
     def _latency_beta(self) -> float:
         """The cut for a latency past the cut line: the further past the knee, the deeper.
 
-        The square root of knee latency over smoothed latency, within ``[BETA_DEEP, BETA]``:
-        just past the line it is the ordinary cut, and a server whose queue has grown to
-        several times its baseline latency gets the rate halved, as a gradient controller
-        would, instead of one gentle cut per round trip while its queue keeps growing.
+        The square root of knee latency (plus ``DEEP_SLACK``) over smoothed latency, within
+        ``[BETA_DEEP, BETA]``: just past the line it is the ordinary cut, and a server whose
+        queue has grown to several times its baseline latency gets the rate halved, as a
+        gradient controller would, instead of one gentle cut per round trip while its queue
+        keeps growing. The slack keeps a site answering in milliseconds from deep cuts
+        when a busy machine (the crawler's own, say) adds a few tens of them.
         """
         base, smooth = self.baseline(), self.latency
         if base is None or not smooth:
             return BETA
-        knee = KNEE * base + KNEE_SLACK
+        knee = KNEE * base + KNEE_SLACK + DEEP_SLACK
         return min(BETA, max(BETA_DEEP, math.sqrt(knee / smooth)))
 
     def _decide(self, now: float, decision: str) -> None:
