@@ -66,9 +66,9 @@ Under it, one verdict per site: **yes** when crawlpace-rampup has a strictly hig
 goodput/capacity than every peer that drew no more 429+503 and broke no more rules than
 it did (peers with more pushback are listed as excused: they bought goodput with
 refusals), **no** otherwise, with the best such peer's figures; ``-`` for a site with no
-capacity. ``crawlpace-fixed`` is the same crawler without rampup and ``oracle`` knows the
-hidden limits: neither is a peer. Without ``crawlpace-rampup`` among the contenders there is
-no such verdict.
+capacity. The other crawlpace set-ups (``crawlpace-*``, ``library-*``) are not peers, nor is
+``oracle``, which knows the hidden limits. Without ``crawlpace-rampup`` among the
+contenders there is no such verdict.
 
 Two more contenders run only when ``--contenders`` names them: **crawlpace-fleet4** and
 **crawlpace-fleet8**, ``bench/_peers/fleet.py``: 4 or 8 ``crawlpace crawl --redis URL``
@@ -76,6 +76,12 @@ workers sharing one private ``redis-server`` (started on a free port of 127.0.0.
 URLs put into its shared frontier by ``crawlpace enqueue``; each worker is adaptive, and
 every host's limits and rampup state live in the store, so the fleet should learn each
 site's rate as fast as one process does.
+
+Two more run only when named, the library API as a user would call it:
+**library-defaults** and **library-rampup**, ``bench/_peers/library_httpx.py``: every URL
+one ``await client.get(url)`` on ``crawlpace.http.throttled_client`` with 8 slots per host
+and no delay, all started at once, with rampup on for every host in the second. It reads
+no robots.txt, so a Crawl-delay site shows what that costs.
 
 With ``oracle`` among the contenders, the site table gains an **x oracle** column (each
 goodput/capacity over the oracle's on that site), and a last table holds issue 16's
@@ -232,6 +238,12 @@ def fleet_command(workers: int) -> Callable[[Path, Path, Path], list[str]]:
     return command
 
 
+def library_command(mode: str) -> Callable[[Path, Path, Path], list[str]]:
+    def command(urls: Path, output: Path, farm: Path) -> list[str]:
+        return [sys.executable, str(PEERS / "library_httpx.py"), str(urls), str(output), mode]
+    return command
+
+
 def oracle_command(urls: Path, output: Path, farm: Path) -> list[str]:
     return [sys.executable, str(PEERS / "oracle.py"), str(urls), str(output), str(farm)]
 
@@ -262,7 +274,7 @@ ADDON_SETTINGS: dict[str, object] = {
 }
 
 #: Contenders run only when named in ``--contenders``.
-OPTIONAL = frozenset({"crawlpace-fleet4", "crawlpace-fleet8"})
+OPTIONAL = frozenset({"crawlpace-fleet4", "crawlpace-fleet8", "library-defaults", "library-rampup"})
 
 CONTENDERS: tuple[Contender, ...] = (
     Contender("crawlpace-fixed", f"crawlpace crawl --delay 1 --per-host 1: {CRAWLPACE_DEFAULTS}",
@@ -298,6 +310,14 @@ CONTENDERS: tuple[Contender, ...] = (
     Contender("crawlpace-fleet8",
               f"8 workers of crawlpace crawl --redis, as crawlpace-fleet4; {CRAWLPACE_DEFAULTS} per worker",
               fleet_command(8), crawlpace_ok),
+    Contender("library-defaults",
+              "crawlpace.http.throttled_client as a library user sets it up: 8 slots per host, no delay, "
+              "CONCURRENT_REQUESTS 64, the wrapper's 3 resends of a backoff answer plus 3 of a 5xx by the "
+              "caller, every URL started at once, no robots.txt, 10 s timeout",
+              library_command("defaults"), status_ok),
+    Contender("library-rampup",
+              "the same with THROTTLING_SCOPE_DEFAULTS rampup on for every host",
+              library_command("rampup"), status_ok),
     Contender("oracle",
               "the all-knowing pacer (bench/_peers/oracle.py): reads every site's hidden limits from the "
               "farm file and paces each host just under them; resends 5xx, 429 and errors (5 at most), "
@@ -622,7 +642,8 @@ def site_verdict(figures: Figures, contenders: list[Contender], has_capacity: bo
         result["why_none"] = ("the site has no capacity" if not has_capacity
                               else f"no goodput/capacity for {REFERENCE}")
         return result
-    peers = [c.key for c in contenders if c.key not in (REFERENCE, "crawlpace-fixed", ORACLE)
+    peers = [c.key for c in contenders if c.key not in (REFERENCE, ORACLE) and not c.key.startswith(
+             ("crawlpace-", "library-"))
              and figures[c.key]["goodput_ratio"] is not None]
 
     def pushier(key: str) -> bool:
