@@ -513,3 +513,24 @@ def test_a_site_where_most_requests_fail_is_still_stopped(seed: int) -> None:
     breaker, paused = flaky_run(0.7, seed=seed, seconds=300.0)
     assert breaker.tolerated_share <= 0.5
     assert breaker.state == GIVEN_UP or paused >= 200.0
+
+
+def test_the_documented_flaky_timeline() -> None:
+    # docs/concepts/circuit-breaker.md, "Pauses that escalate, and errors that are the site's own".
+    rng = random.Random(1)
+    breaker = Breaker(pause=60.0, first_pause=10.0)
+    now, pauses, learned = 0.0, [], []
+    while now < 60.0:
+        until = breaker.blocked_until(now)
+        assert until is not None
+        if until > now:
+            pauses.append((round(now, 1), round(until, 1)))
+            now = until
+        breaker.on_send(now)
+        breaker.on_outcome(now, failed=rng.random() < 0.25, sent_at=now)
+        if breaker.tolerated_share and not learned:
+            learned.append((round(now, 1), breaker.tolerated_share))
+        now += 0.1
+    assert pauses == [(1.0, 10.9)]  # opened by the outcome at 0.9 s
+    assert learned == [(11.9, 0.5)]
+    assert breaker.state == CLOSED
