@@ -27,13 +27,15 @@ if TYPE_CHECKING:
 # so that the command line and its help work without it.
 DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
-__all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "read_urls",
-           "run", "run_job", "store_url"]
+__all__ = ["ADAPTIVE_CONCURRENCY", "EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "adaptive",
+           "add_parser", "build_settings", "read_urls", "run", "run_job", "store_url"]
 
 #: Exit status when some URL got no final answer.
 EXIT_INCOMPLETE = 1
 #: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
+#: Requests in flight over all hosts when the crawl is adaptive and ``--concurrency`` is not given.
+ADAPTIVE_CONCURRENCY = 64
 #: URLs crawled at most with ``--quick``.
 QUICK_URLS = 100
 
@@ -55,7 +57,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="turn rampup on for every host, even with --delay, --per-host or --config "
                             "(without any of those three, rampup is on anyway)")
     crawl.add_argument("--concurrency", type=int, help="requests in flight at once over all hosts "
-                       "(CONCURRENT_REQUESTS, default 16)")
+                       f"(CONCURRENT_REQUESTS, default 16; {ADAPTIVE_CONCURRENCY} when adaptive without "
+                       "--config)")
     crawl.add_argument("--per-host", type=int, help="requests in flight at once per host "
                        "(CONCURRENT_REQUESTS_PER_DOMAIN, default 1)")
     crawl.add_argument("--delay", type=float, help="seconds between requests to one host (DOWNLOAD_DELAY, "
@@ -102,6 +105,10 @@ def build_settings(args: argparse.Namespace) -> Settings:
         scopes = ({name: dataclasses.replace(cfg, rampup=True) for name, cfg in settings.scopes.items()}
                   if rampup else settings.scopes)
         total = args.concurrency if args.concurrency is not None else settings.concurrent_requests
+        if args.concurrency is None and rampup and not args.config:
+            # Each host's own slots are rampup's to set (at most rampup_max_concurrency); a
+            # crawl-wide cap of 16 would hold back every host once a few slow ones fill it.
+            total = max(total, ADAPTIVE_CONCURRENCY)
         return dataclasses.replace(settings, concurrent_requests=total, scope_defaults=defaults,
                                    scopes=scopes)
     except ConfigError as exc:
