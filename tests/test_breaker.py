@@ -519,7 +519,9 @@ def test_the_documented_flaky_timeline() -> None:
     # docs/concepts/circuit-breaker.md, "Pauses that escalate, and errors that are the site's own".
     rng = random.Random(1)
     breaker = Breaker(pause=60.0, first_pause=10.0)
-    now, pauses, learned = 0.0, [], []
+    now = 0.0
+    pauses: list[tuple[float, float]] = []
+    learned: list[tuple[float, float]] = []
     while now < 60.0:
         until = breaker.blocked_until(now)
         assert until is not None
