@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from crawlpace import Settings, Throttler
-from crawlpace.policy.rampup import Rampup
+from crawlpace.policy.rampup import RAMPUP_JITTER, Rampup
 from crawlpace.testing import MockClock
 
 
@@ -312,7 +312,7 @@ def bucket_run(rate: float, burst: float, seconds: float, *, target: tuple[float
             refused_after += now >= 60.0
         elif now >= 60.0:
             good_after += 1
-        now += rng.uniform(0.9, 1.1) / ramp.allowed_rate(now)
+        now += rng.uniform(1.0 + RAMPUP_JITTER.low, 1.0 + RAMPUP_JITTER.high) / ramp.allowed_rate(now)
     return good_after / (seconds - 60.0) / rate, refused, refused_after
 
 
@@ -340,7 +340,7 @@ def test_a_short_crawl_reaches_the_limit_within_seconds() -> None:
         send_and_answer(ramp, now, pushback=not accepted)
         done += accepted
         refused += not accepted
-        now += rng.uniform(0.9, 1.1) / ramp.allowed_rate(now)
+        now += rng.uniform(1.0 + RAMPUP_JITTER.low, 1.0 + RAMPUP_JITTER.high) / ramp.allowed_rate(now)
     assert 300 / now >= 0.85 * 10.0
     assert refused <= 5
 
@@ -357,7 +357,7 @@ def test_it_follows_a_limit_that_halves_and_comes_back() -> None:
         accepted = bucket.take(now)
         send_and_answer(ramp, now, pushback=not accepted)
         (good if accepted else refusals).append(now)
-        now += rng.uniform(0.9, 1.1) / ramp.allowed_rate(now)
+        now += rng.uniform(1.0 + RAMPUP_JITTER.low, 1.0 + RAMPUP_JITTER.high) / ramp.allowed_rate(now)
 
     def goodput(start: float, end: float, limit: float) -> float:
         return sum(start <= t < end for t in good) / (end - start) / limit
@@ -515,3 +515,18 @@ def test_hangs_that_are_not_overload_get_slots_of_their_own() -> None:
     # At 20 per second, a twentieth of them held for 10 s keeps about 10 slots busy; the
     # smoothed share swings between about 3 % and 8 % from one hang to the next.
     assert ramp.concurrency(20.0) >= quick + 5
+
+
+def test_a_refusal_in_the_start_phase_cuts_from_the_rate_allowed_not_a_lagging_measure() -> None:
+    # Doubling from 1/s: the mean of recent gaps still says about 1.3/s when the rate is
+    # 2.5/s; a cut from the lagging measure left a 2/s site at 1.1/s for a minute.
+    ramp = controller(start_rate=1.0)
+    now = drive(ramp, 0.0, 2.0)
+    allowed = ramp.allowed_rate(now)
+    assert ramp.sent_rate(now) < 0.7 * allowed
+    send_and_answer(ramp, now, pushback=True)
+    # Half of the rate allowed (a lagging measure gave at most 0.35 of it), and the climb
+    # levels out at 85 % of it.
+    assert ramp.rate >= 0.45 * allowed
+    assert ramp.ceiling is not None
+    assert ramp.ceiling >= 0.8 * allowed

@@ -452,8 +452,14 @@ class Rampup:
         self._last_growth = now
 
     def _cut(self, now: float, *, reason: str) -> None:
-        sent = min(self.allowed_rate(now), self.sent_rate(now))
-        if reason == "latency" and self.ceiling is not None:
+        allowed = self.allowed_rate(now)
+        sent = min(allowed, self.sent_rate(now))
+        if self.phase == "start":
+            # Doubling outruns the measured send rate (a mean of recent gaps, which lags
+            # by a few sends): the refusal answers the rate allowed, so cut from that.
+            # (Later, the lag is what keeps the ceiling a little under the limit.)
+            sent = allowed
+        elif reason == "latency" and self.ceiling is not None:
             # A queueing server answers slowly, so the measured send rate (held back by
             # full slots) understates the rate that overloaded it: cut from the rate
             # allowed, at most the ceiling, step by step, as a gradient would.
