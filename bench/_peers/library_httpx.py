@@ -23,6 +23,7 @@ from typing import Any, TextIO
 
 import httpx
 
+from crawlpace import CrawlpaceError
 from crawlpace.http import throttled_client
 
 TIMEOUT = 10.0
@@ -46,6 +47,9 @@ async def fetch(client: httpx.AsyncClient, url: str, out: TextIO) -> None:
             status, error = response.status_code, None
         except httpx.HTTPError as exc:
             status, error = None, f"{type(exc).__name__}: {exc}"
+        except CrawlpaceError as exc:  # the breaker gave the site up: nothing more to try
+            status, error = None, f"{type(exc).__name__}: {exc}"
+            break
         if status is not None and status < 500:
             break
     out.write(json.dumps({"url": url, "status": status, "attempts": attempts, "error": error}) + "\n")
