@@ -530,3 +530,11 @@ def test_a_refusal_in_the_start_phase_cuts_from_the_rate_allowed_not_a_lagging_m
     assert ramp.rate >= 0.45 * allowed
     assert ramp.ceiling is not None
     assert ramp.ceiling >= 0.8 * allowed
+
+
+def test_a_scope_held_back_by_its_slots_does_not_double_for_nothing() -> None:
+    # A knee server: the slots (from the baseline latency) hold the sends back, so the
+    # rate must stop doubling where the sends stop following it, and the knee is found
+    # within about 15 s, not after a climb to the cap and a long way down.
+    share, _ = knee_run(40.0)
+    assert share >= 0.75
