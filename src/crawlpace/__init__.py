@@ -6,6 +6,7 @@ The public names live here; everything else is an implementation detail.
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
+from ._blocks import BlockRules
 from ._clock import AsyncioClock, Clock, TimerHandle
 from ._config import AutoThrottleConfig, BackoffConfig, BreakerConfig, ScopeConfig, Settings, parse_jitter
 from ._exceptions import (
@@ -20,17 +21,19 @@ from ._exceptions import (
 from ._feedback import update_scope_backoff
 from ._headers import ServerHint, parse_hints
 from ._jitter import Jitter
+from ._manager import ThrottlingManager, ThrottlingManagerProtocol
 from ._permit import NotReady, Permit
+from ._resolver import Resolver
 from ._robots import crawl_delay
 from ._scopes import (
-    ThrottlingManager,
-    ThrottlingManagerProtocol,
     add_scope,
     host_scope,
     normalize_scopes,
     scope_cache,
 )
+from ._server_scopes import DomainScopes, HostAndDomainScopes, HostAndIpScopes, IpScopes, ServerScopes
 from ._stats import ScopeStats
+from ._sync import SyncPermit, SyncThrottler
 from ._throttler import Throttler
 from .policy.admission import Limits
 from .policy.rampup import RampupStats
@@ -46,10 +49,15 @@ __all__ = [
     "AsyncioClock",
     "AutoThrottleConfig",
     "BackoffConfig",
+    "BlockRules",
     "BreakerConfig",
     "Clock",
     "ConfigError",
     "CrawlpaceError",
+    "DomainScopes",
+    "HostAndDomainScopes",
+    "HostAndIpScopes",
+    "IpScopes",
     "Jitter",
     "Limits",
     "NotReady",
@@ -57,13 +65,17 @@ __all__ = [
     "PermitError",
     "QuotaError",
     "RampupStats",
+    "Resolver",
     "ScopeConfig",
     "ScopeError",
     "ScopeFeedback",
     "ScopeGivenUp",
     "ScopeStats",
     "ServerHint",
+    "ServerScopes",
     "Settings",
+    "SyncPermit",
+    "SyncThrottler",
     "Throttler",
     "ThrottlerClosed",
     "ThrottlingManager",

@@ -15,15 +15,18 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlencode, urlsplit
 
 from .. import __version__
+from .._blocks import parse_block_rules
 from .._config import Settings
 from .._exceptions import ConfigError
+from .._server_scopes import manager_path
 from ..stores import REDIS_SCHEMES
+from ._loop import LOOPS, run_on
 from ._signals import stop_on_signals
 
 if TYPE_CHECKING:
     from ..crawl import CrawlJob, CrawlSummary
 
-# The crawl itself needs httpx (the 'cli' extra); it is imported when a crawl runs,
+# The crawl itself needs aiohttp (the 'cli' extra); it is imported when a crawl runs,
 # so that the command line and its help work without it.
 DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
@@ -68,6 +71,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        "failure: 5xx, timeout, reset connection (default 3)")
     crawl.add_argument("--timeout", type=float, default=10.0, help="seconds to connect and per read "
                        "(default 10)")
+    crawl.add_argument("--scope-by", choices=("host", "domain", "ip"), default=None,
+                       help="what one budget covers: each host (default), its registrable domain, or the "
+                            "server address it resolves to; with domain or ip a request holds its host's "
+                            "scope as well, so hosts on one server share the server's budget")
+    crawl.add_argument("--learned", metavar="FILE", help="keep what the crawl learns of each site (rampup's "
+                       "rate, latency, delays) in this SQLite file, or a redis:// URL, and start the next "
+                       "crawl from it (the settings file's 'learned')")
+    crawl.add_argument("--block-on-match", action="append", default=[], metavar="REGEX[:STATUS]",
+                       help="count a response whose body matches REGEX (with STATUS only, when given, "
+                            "e.g. 'captcha:200') as a soft block: backed off like a 429 and resent; "
+                            "repeatable, added to the settings file's block_rules")
     crawl.add_argument("--no-robots", action="store_true", help="neither fetch nor obey robots.txt")
     crawl.add_argument("--state", help="journal file (default: OUTPUT.state)")
     crawl.add_argument("--quiet", action="store_true", help="no live display")
@@ -78,6 +92,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                             "with other workers (redis://host:6379/0, rediss://..., unix:///path)")
     crawl.add_argument("--namespace", help="keeps this crawl job's keys apart in a shared store "
                        "(default: crawlpace)")
+    crawl.add_argument("--loop", choices=LOOPS, default="auto", help="event loop: uvloop when installed "
+                       "(auto, the default; faster on broad crawls), or asyncio, or uvloop")
     crawl.add_argument("--visibility", type=float, default=30.0, help="with the shared frontier: seconds "
                        "before a killed worker's URLs are handed out again (default 30)")
 
@@ -109,8 +125,21 @@ def build_settings(args: argparse.Namespace) -> Settings:
             # Each host's own slots are rampup's to set (at most rampup_max_concurrency); a
             # crawl-wide cap of 16 would hold back every host once a few slow ones fill it.
             total = max(total, ADAPTIVE_CONCURRENCY)
+        extra: dict[str, Any] = {}
+        block_on = getattr(args, "block_on_match", None) or []
+        if block_on:
+            extra["block_rules"] = (*settings.block_rules, *parse_block_rules("--block-on-match", block_on))
+        scope_by = getattr(args, "scope_by", None)
+        path = None if scope_by is None else manager_path(scope_by, with_host=True)
+        if path is not None and settings.manager is not None and settings.manager != path:
+            raise ConfigError([f"--scope-by {scope_by}: the settings file already names the manager "
+                               f"{settings.manager!r}; drop one of the two"])
+        if path is not None:
+            extra["manager"] = path
+        if getattr(args, "learned", None):
+            extra["learned"] = args.learned
         return dataclasses.replace(settings, concurrent_requests=total, scope_defaults=defaults,
-                                   scopes=scopes)
+                                   scopes=scopes, **extra)
     except ConfigError as exc:
         flags = {"concurrency": "--per-host", "delay": "--delay", "concurrent_requests": "--concurrency"}
         raise ConfigError([_name_flag(problem, flags) for problem in exc.problems]) from None
@@ -218,7 +247,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         urls = read_urls(args.urls, QUICK_URLS if args.quick else None)
         job = CrawlJob(settings, options)
-    summary = asyncio.run(run_job(job, urls, show=show))
+    summary = run_on(args.loop, run_job(job, urls, show=show))
     print(render_summary(summary))
     if args.json:
         print(json.dumps({"output": str(options.output), **summary.as_dict()}, sort_keys=True))

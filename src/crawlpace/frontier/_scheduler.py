@@ -34,8 +34,9 @@ from urllib.parse import urlsplit
 from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._permit import Permit
+from .._release import DONT_ADJUST_KEY
 from .._scopes import host_scope
-from .._throttler import DONT_ADJUST_KEY, SHARED_POLL, Throttler
+from .._throttler import SHARED_POLL, Throttler
 from ._robots_cache import RobotsCache
 
 __all__ = ["LONG_WAIT", "Scheduler", "Task", "origin_of"]
@@ -289,6 +290,7 @@ class Scheduler:
             return None
         if queue is not None and not queue:
             del self._queues[key]
+            self._key_scopes.pop(key, None)  # a host done with: nothing kept for it
         return None
 
     def _robots_ready(self, task: Task, queue: deque[Task]) -> bool:
@@ -314,6 +316,7 @@ class Scheduler:
 
     def _drop_queue(self, key: str, why: Dropped, detail: str) -> None:
         queue = self._queues.pop(key, deque())
+        self._key_scopes.pop(key, None)
         self._parked_keys.discard(key)
         waiting = [task for tasks in self._waiting_robots.values() for task in tasks if task.key == key]
         for origin, tasks in list(self._waiting_robots.items()):
