@@ -235,9 +235,11 @@ class ScopePolicy:
     def _set_jitter(self, limits: Limits, base: Limits) -> None:
         # Near a server's limit a wide spread of delays turns into refusals: scopes
         # backing off use the narrow backoff jitter, and rampup scopes, which pace at
-        # the limit itself, one that only lengthens delays (see RAMPUP_JITTER).
+        # the limit itself, one that only lengthens delays (see RAMPUP_JITTER), unless
+        # BACKOFF_JITTER is off, which turns it off too.
         if self.rampup is not None:
-            self.jitter = RAMPUP_JITTER
+            backoff_jitter = self.config.backoff.jitter
+            self.jitter = RAMPUP_JITTER if backoff_jitter.enabled else backoff_jitter
         else:
             narrow = limits.delay > base.delay
             self.jitter = self.config.backoff.jitter if narrow else self.config.jitter
