@@ -41,7 +41,7 @@ import httpx
 from .._config import Settings
 from .._exceptions import ScopeError
 from .._permit import Permit
-from .._robots import MAX_ROBOTS_BYTES, RobotsRules
+from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, robots_verdict
 from .._scopes import host_scope
 from .._throttler import Throttler
 from ..frontier import FINAL_OUTCOMES, Journal, JournalError, Result, ResultWriter, reconcile
@@ -376,9 +376,10 @@ class CrawlJob:
         self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
                      latency=answer.latency)
 
-    def _follow_redirect(self, task: Task, answer: _Answer) -> bool:
+    def _follow_redirect(self, task: Task, answer: _Answer, max_hops: int | None = None) -> bool:
         """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
-        if answer.status not in _REDIRECTS or not answer.location or task.hops >= self.options.max_redirects:
+        limit = self.options.max_redirects if max_hops is None else max_hops
+        if answer.status not in _REDIRECTS or not answer.location or task.hops >= limit:
             return False
         target = str(httpx.URL(task.target).join(answer.location))
         if not target.startswith(("http://", "https://")):
@@ -390,26 +391,17 @@ class CrawlJob:
     def _settle_robots(self, task: Task, answer: _Answer, backoff: bool) -> None:
         robots = self.robots
         assert robots is not None
-        origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
-        now = self.throttler.clock.now()
-        status = answer.status
-        if self._follow_redirect(task, answer):
+        if self._follow_redirect(task, answer, ROBOTS_MAX_REDIRECTS):
             return
-        if status is not None and 200 <= status < 300:
-            rules = RobotsRules.parse(answer.body, self.options.user_agent, origin=f"{origin}/robots.txt")
-            robots.learn(origin, rules, now)
-        elif status is not None and 400 <= status < 500 and not backoff:
-            robots.learn(origin, RobotsRules.allow_all(self.options.user_agent, f"status {status}"), now)
-        elif task.retries < self.options.robots_retries:
-            task.retries += 1
+        if robots_verdict(answer.status) == "unreachable" and task.retries < self.options.robots_retries:
+            task.retries += 1  # the throttler spaces the retry by the scope's backoff
             self.scheduler.push(task, front=True)
             return
-        else:
-            robots.failed(origin, now)
-        known = robots.rules(origin)
-        delay = None if known is None else known.crawl_delay
-        if delay is not None:
-            self._spawn(self.throttler.set_crawl_delay(task.key, delay))
+        origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
+        why = "" if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
+        settled = robots.settle(origin, answer.status, answer.body, self.throttler.clock.now(), why=why)
+        if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
+            self._spawn(self.throttler.set_crawl_delay(task.key, settled.rules.crawl_delay))
         self.scheduler.robots_known(origin)
 
     def _spawn(self, coro: Any) -> None:

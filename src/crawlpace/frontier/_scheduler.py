@@ -98,7 +98,7 @@ class Task:
 
 
 #: Why a task left the scheduler without being fetched.
-Dropped = Literal["disallowed", "gave_up", "failed"]
+Dropped = Literal["disallowed", "exhausted", "gave_up", "failed"]
 
 
 class Scheduler:
@@ -302,7 +302,8 @@ class Scheduler:
                 return True
             queue.popleft()
             self.queued -= 1
-            self._on_drop(task, "disallowed", f"robots.txt of {origin} forbids it")
+            final, detail = robots.refusal(origin)
+            self._on_drop(task, "disallowed" if final else "exhausted", detail)
             return False
         queue.popleft()
         self._waiting_robots.setdefault(origin, []).append(task)
