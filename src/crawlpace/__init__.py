@@ -15,6 +15,7 @@ from ._exceptions import (
     QuotaError,
     ScopeError,
     ScopeGivenUp,
+    StoreUnreachable,
     ThrottlerClosed,
 )
 from ._feedback import update_scope_backoff
@@ -64,6 +65,7 @@ __all__ = [
     "ScopeStats",
     "ServerHint",
     "Settings",
+    "StoreUnreachable",
     "Throttler",
     "ThrottlerClosed",
     "ThrottlingManager",

@@ -16,8 +16,8 @@ from urllib.parse import urlencode, urlsplit
 
 from .. import __version__
 from .._config import Settings
-from .._exceptions import ConfigError
-from ..stores import REDIS_SCHEMES
+from .._exceptions import ConfigError, StoreUnreachable
+from ..stores import REDIS_SCHEMES, reach
 from ._signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -44,7 +44,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "crawl", parents=[common], help="fetch a list of URLs as fast as each site allows",
         description="Fetch every URL of a list through the throttler and write one JSON line per URL. "
                     "Exit status: 0 when every URL got a final answer, 1 when some did not, 130 when "
-                    "interrupted, 3 for invalid settings.")
+                    "interrupted, 2 when the store cannot be reached at start-up, 3 for invalid settings.")
     crawl.add_argument("urls", nargs="?", help="file of URLs, one per line ('-' for standard input); "
                        "leave it out to work from the shared frontier of --redis (crawlpace enqueue)")
     crawl.add_argument("-o", "--output", required=True, help="JSON Lines file for the results")
@@ -145,6 +145,12 @@ async def run_job(job: CrawlJob, urls: Iterable[str] | None, *, show: bool, tran
         time_limit: seconds after which the job is stopped, if any.
     """
     loop = asyncio.get_running_loop()
+    # Fail now, with the reason, rather than wait forever on a store that never answers.
+    try:
+        await reach(job.throttler.store, job.options.store)
+    except StoreUnreachable:
+        await job.throttler.aclose()
+        raise
     with stop_on_signals(job.stop):
         limit = None if time_limit is None else loop.call_later(time_limit, job.stop)
         runner = asyncio.ensure_future(job.run(urls))

@@ -39,6 +39,7 @@ from typing import Any
 from .._exceptions import ConfigError, ScopeError
 from .._scopes import host_scope
 from ..stores import _cluster
+from ..stores._check import check_url
 from ..stores._lua import load_scripts
 from ..stores.redis import parse_url
 
@@ -188,6 +189,9 @@ class SharedFrontier:
         if not (isinstance(visibility, int | float) and 0.0 < visibility < float("inf")):
             raise ConfigError([f"visibility: {visibility!r} is not a positive number of seconds; "
                                f"use e.g. {DEFAULT_VISIBILITY:g}"])
+        problems = check_url(url)
+        if problems:
+            raise ConfigError(problems)
         self.url, options = parse_url(url)
         self.cluster = bool(_cluster.is_on(options.get("cluster")))
         self.namespace = options.get("namespace") or "crawlpace"

@@ -17,6 +17,7 @@ from urllib.parse import urlsplit
 
 from .._exceptions import PermitError, ScopeError
 from .._permit import Permit
+from .._redact import redact
 from .._robots import crawl_delay, robots_verdict
 from .._scopes import Demand, ThrottlingManager, host_scope, normalize_scopes
 from .._throttler import Throttler
@@ -156,7 +157,7 @@ class Runtime:
                 self._loop = asyncio.get_running_loop()
             except RuntimeError:
                 self._loop = None
-            logger.info("crawlpace throttling on; store %s, %s", config.store_url,
+            logger.info("crawlpace throttling on; store %s, %s", redact(config.store_url),
                         "crawlpace scheduler" if config.use_scheduler else "Scrapy's scheduler")
         return self._throttler
 
@@ -201,8 +202,9 @@ class Runtime:
             return
         try:
             await self.publish_scope_stats()
-        except Exception:  # the stats must not keep the throttler open
-            logger.exception("could not publish the per-scope throttling stats")
+        except Exception as exc:  # the stats must not keep the throttler open
+            logger.warning("could not publish the per-scope throttling stats: %s", redact(exc),
+                           exc_info=logger.isEnabledFor(logging.DEBUG))
         for task in list(self._background):
             task.cancel()
         await throttler.aclose()

@@ -45,6 +45,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from .._clock import Clock
 from .._config import Settings
 from .._exceptions import ConfigError, QuotaError, ScopeGivenUp
+from .._redact import redact
 from .._scopes import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
@@ -334,10 +335,10 @@ class RedisStore:
             self._down_since = now
             if self._fallback is None:
                 logger.warning("Redis store %s unreachable (%s): holding every request until it answers",
-                               self.url, exc)
+                               redact(self.url), exc)
             else:
                 logger.warning("Redis store %s unreachable (%s): admitting by the memory fallback (one "
-                               "slot per scope, delays x%d) until it answers", self.url, exc,
+                               "slot per scope, delays x%d) until it answers", redact(self.url), exc,
                                self.fallback_workers)
         else:
             logger.debug("Redis store still unreachable after %.1fs: %s", now - self._down_since, exc)
@@ -351,7 +352,7 @@ class RedisStore:
     def _reachable(self) -> None:
         if self._down_since is not None:
             back = "; back to the shared state from the memory fallback" if self._fallback is not None else ""
-            logger.warning("Redis store %s answers again after %.1fs%s", self.url,
+            logger.warning("Redis store %s answers again after %.1fs%s", redact(self.url),
                            self._clock.now() - self._down_since, back)
             self._down_since = None
         self._retry = _RETRY_FIRST
@@ -498,7 +499,7 @@ class RedisStore:
             await self._send_release(item)
         except self._down as exc:
             logger.warning("Redis store %s unreachable at release (%s): the release is sent again when "
-                           "the server answers (until its lease would have expired)", self.url, exc)
+                           "the server answers (until its lease would have expired)", redact(self.url), exc)
             self._unreleased.add(item)
         return tuple(given_up)
 
@@ -696,4 +697,4 @@ class RedisStore:
                             pipe.zadd(self._keys(name)[1], {lease_id: expiry}, xx=True)
                     await pipe.execute()
             except self._down as exc:
-                logger.warning("could not renew leases in %s: %s", self.url, exc)
+                logger.warning("could not renew leases in %s: %s", redact(self.url), exc)
