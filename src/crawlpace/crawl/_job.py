@@ -40,9 +40,9 @@ import httpx
 
 from .._config import Settings
 from .._exceptions import ScopeError
+from .._fetchable import fetchable_scope
 from .._permit import Permit
 from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, robots_verdict
-from .._scopes import host_scope
 from .._throttler import Throttler
 from ..frontier import FINAL_OUTCOMES, Journal, JournalError, Result, ResultWriter, reconcile
 from ..frontier._robots_cache import RobotsCache
@@ -488,7 +488,7 @@ def _clean(urls: Iterable[str]) -> Iterable[str]:
 
 def _scope_or_blank(url: str) -> str:
     try:
-        return host_scope(url)
+        return fetchable_scope(url)
     except ScopeError:
         return ""
 

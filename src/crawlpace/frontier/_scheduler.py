@@ -33,8 +33,8 @@ from urllib.parse import urlsplit
 
 from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
+from .._fetchable import fetchable_scope
 from .._permit import Permit
-from .._scopes import host_scope
 from .._throttler import DONT_ADJUST_KEY, SHARED_POLL, Throttler
 from ._robots_cache import RobotsCache
 
@@ -141,7 +141,7 @@ class Scheduler:
     def push(self, task: Task, *, front: bool = False) -> None:
         """Queue a task; ``front`` puts it ahead of its queue (retries, redirects, robots.txt)."""
         try:
-            task.key = host_scope(task.target)
+            task.key = fetchable_scope(task.target)
         except ScopeError as exc:
             self._on_drop(task, "failed", str(exc))
             return

@@ -37,7 +37,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._exceptions import ConfigError, ScopeError
-from .._scopes import host_scope
+from .._fetchable import fetchable_scope
 from ..stores import _cluster
 from ..stores._check import check_url
 from ..stores._lua import load_scripts
@@ -228,7 +228,7 @@ class SharedFrontier:
                 continue
             read += 1
             try:
-                scope = host_scope(url)
+                scope = fetchable_scope(url)
             except ScopeError as exc:
                 invalid += 1
                 _log.warning("not queued: %s", exc)

@@ -85,12 +85,13 @@ def check_url(url: str) -> list[str]:
     return problems
 
 
-async def reach(store: Store, url: str, *, within: float = DEFAULT_REACH_TIMEOUT) -> None:
+async def reach(store: Store, url: str | None = None, *, within: float = DEFAULT_REACH_TIMEOUT) -> None:
     """Make sure a shared store answers now; a no-op for a store local to the process.
 
     Args:
         store: the store to ask.
-        url: its URL, for the message (its password is hidden).
+        url: its URL, for the message (its password is hidden); by default
+            the store's own ``url``.
         within: seconds to wait for an answer.
 
     Raises:
@@ -99,7 +100,7 @@ async def reach(store: Store, url: str, *, within: float = DEFAULT_REACH_TIMEOUT
     """
     if not store.shared:
         return
-    shown = redact(url)
+    shown = redact(url if url is not None else getattr(store, "url", type(store).__name__))
     try:
         async with asyncio.timeout(within):
             await store.snapshot("crawlpace-start-up-check")
