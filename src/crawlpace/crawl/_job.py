@@ -48,6 +48,7 @@ from ..frontier import FINAL_OUTCOMES, Journal, JournalError, Result, ResultWrit
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
 from ._options import CrawlOptions
+from ._refusals import RefusalTracker
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 
@@ -132,6 +133,7 @@ class CrawlJob:
         self._after: dict[str, int] = {}
         self._in_memory = 0
         self._fetches: set[asyncio.Task[None]] = set()
+        self._refusals = RefusalTracker()
 
     # -- public ------------------------------------------------------------------
 
@@ -351,6 +353,12 @@ class CrawlJob:
         return _Answer(response.status_code, response.headers.get("location"), body, latency, None)
 
     def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
+        refused = self._refusals.note(task.key, answer.error)
+        if refused is not None:  # nothing listens there: give the host up now, not after minutes of backoff
+            _log.warning("%s given up: %s", task.key, refused)
+            self.scheduler.block(task.key, refused)
+            self._finish(task, "gave_up", error=f"{task.key} was given up: {refused}")
+            return
         outcome = permit.outcome
         backoff = outcome is not None and any(item.backoff for item in outcome.feedback)
         if task.kind == "robots":

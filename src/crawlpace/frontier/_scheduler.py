@@ -129,6 +129,7 @@ class Scheduler:
         self._parked: dict[str, set[str]] = {}  # scope name -> queues waiting for one of its slots
         self._parked_keys: set[str] = set()  # every queue in _parked, until a release wakes it
         self._waiting_robots: dict[str, list[Task]] = {}  # origin -> pages held until its rules are known
+        self._blocked: dict[str, str] = {}  # scope -> why its tasks are dropped as they come (see block)
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
         self._seq = itertools.count()
         self._news = False
@@ -144,6 +145,9 @@ class Scheduler:
             task.key = fetchable_scope(task.target)
         except ScopeError as exc:
             self._on_drop(task, "failed", str(exc))
+            return
+        if task.key in self._blocked:
+            self._on_drop(task, "gave_up", f"{task.key} was given up: {self._blocked[task.key]}")
             return
         queue = self._queues.get(task.key)
         if queue is None:
@@ -197,6 +201,11 @@ class Scheduler:
             self._due.pop(key, None)
             self._drop_queue(key, "gave_up", f"{scope} was given up: {reason}")
         self._poke()
+
+    def block(self, scope: str, reason: str) -> None:
+        """Give ``scope`` up for the rest of the run: what is queued and every task pushed later."""
+        self._blocked[scope] = reason
+        self.give_up(scope, reason)
 
     @property
     def idle(self) -> bool:
