@@ -31,7 +31,11 @@ def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -
     Raises:
         ConfigError: for a scheme this version cannot serve.
     """
-    scheme = urlsplit(url).scheme if url else "memory"
+    try:
+        scheme = urlsplit(url).scheme if url else "memory"
+    except ValueError as exc:
+        raise ConfigError([f"store {url!r}: cannot be read as a URL ({exc}); write it as "
+                           "redis://host:port/db or memory://"]) from None
     if scheme == "memory":
         return MemoryStore(settings, clock, rng)
     if scheme in REDIS_SCHEMES:

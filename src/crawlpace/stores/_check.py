@@ -48,7 +48,10 @@ def check_url(url: str) -> list[str]:
     Nothing is connected to. Cluster-specific rules are checked elsewhere.
     """
     shown = redact(url)
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # an unclosed "[", for one
+        return [f"store {shown!r}: cannot be read as a URL ({exc}); write it as redis://host:port/db"]
     scheme = parts.scheme
     if scheme not in _SCHEMES:
         return []
