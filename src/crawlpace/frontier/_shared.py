@@ -39,7 +39,7 @@ from typing import Any
 from .._exceptions import ConfigError, ScopeError
 from .._fetchable import fetchable_scope
 from ..stores import _cluster
-from ..stores._check import check_url
+from ..stores._check import check_url, with_timeouts
 from ..stores._lua import load_scripts
 from ..stores.redis import parse_url
 
@@ -207,7 +207,7 @@ class SharedFrontier:
         if self._client is None:
             # On a cluster every key of the namespace is in one slot (one hash tag), on one node.
             client = (await _cluster.connect(self.url, decode_responses=True) if self.cluster
-                      else aioredis.from_url(self.url, decode_responses=True))
+                      else aioredis.from_url(with_timeouts(self.url), decode_responses=True))
             self._scripts = {key: client.register_script(src) for key, src in _SCRIPTS.items()}
             self._client = client
         return self._client

@@ -20,13 +20,14 @@ from __future__ import annotations
 
 import asyncio
 import difflib
-from urllib.parse import parse_qsl, urlsplit
+from urllib.parse import parse_qsl, urlsplit, urlunsplit
 
 from .._exceptions import StoreUnreachable
 from .._redact import redact
 from .base import Store
 
-__all__ = ["CRAWLPACE_OPTIONS", "DEFAULT_REACH_TIMEOUT", "REDIS_OPTIONS", "check_url", "reach"]
+__all__ = ["CRAWLPACE_OPTIONS", "DEFAULT_REACH_TIMEOUT", "DEFAULT_SOCKET_TIMEOUT", "REDIS_OPTIONS",
+           "check_url", "reach", "with_timeouts"]
 
 #: Options of a store URL that crawlpace reads itself (see docs/redis.md).
 CRAWLPACE_OPTIONS = frozenset({"namespace", "lease", "time", "cluster", "fallback", "fallback_workers"})
@@ -38,6 +39,9 @@ REDIS_OPTIONS = frozenset({
     "ssl_password", "ssl_check_hostname", "ssl_min_version", "ssl_ciphers"})
 #: Seconds :func:`reach` gives the store to answer at start-up.
 DEFAULT_REACH_TIMEOUT = 10.0
+#: Seconds a connection to the store may stay silent (connecting, or awaiting a reply)
+#: before it counts as broken; redis-py's default is to wait forever.
+DEFAULT_SOCKET_TIMEOUT = 5.0
 
 _SCHEMES = frozenset({"redis", "rediss", "valkey", "valkeys", "unix"})
 
@@ -86,6 +90,24 @@ def check_url(url: str) -> list[str]:
                         f"{', '.join(sorted(CRAWLPACE_OPTIONS))} (redis-py's: db, username, password, "
                         "ssl_*, socket_*, ...)")
     return problems
+
+
+def with_timeouts(url: str) -> str:
+    """``url`` with ``socket_timeout`` and ``socket_connect_timeout`` added unless it sets them.
+
+    Without them a connection left half-open by the network (a partition, a
+    NAT that forgot it) would hold a worker forever; with them the read fails
+    after :data:`DEFAULT_SOCKET_TIMEOUT` seconds and the store's usual
+    unreachable handling (fail closed, retry, recover) takes over.
+    """
+    parts = urlsplit(url)
+    have = {key for key, _ in parse_qsl(parts.query, keep_blank_values=True)}
+    extra = [f"{key}={DEFAULT_SOCKET_TIMEOUT:g}" for key in ("socket_timeout", "socket_connect_timeout")
+             if key not in have]
+    if not extra:
+        return url
+    query = "&".join(filter(None, [parts.query, *extra]))
+    return urlunsplit((parts.scheme, parts.netloc, parts.path, query, parts.fragment))
 
 
 async def reach(store: Store, url: str | None = None, *, within: float = DEFAULT_REACH_TIMEOUT) -> None:

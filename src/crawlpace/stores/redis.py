@@ -50,6 +50,7 @@ from .._scopes import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from . import _cluster, _fallback
+from ._check import with_timeouts
 from ._lua import load_scripts
 from ._pending import PendingRelease, ReleaseQueue
 from ._policies import PolicyFactory, PolicyFormatError, dump_policy, load_policy
@@ -298,7 +299,7 @@ class RedisStore:
             if not await self._open_cluster():
                 return
         else:
-            self._client = aioredis.from_url(self.url, decode_responses=False)
+            self._client = aioredis.from_url(with_timeouts(self.url), decode_responses=False)
             self._scripts = {name: self._client.register_script(src) for name, src in _SCRIPTS.items()}
         if self.time != "local":
             # Snapshots and Crawl-Delays may come before the first script reply sets the offset.
