@@ -39,6 +39,10 @@ REDIS_OPTIONS = frozenset({
     "ssl_password", "ssl_check_hostname", "ssl_min_version", "ssl_ciphers"})
 #: Seconds :func:`reach` gives the store to answer at start-up.
 DEFAULT_REACH_TIMEOUT = 10.0
+#: Tries :func:`reach` makes when the connection fails (not for a refused password or TLS),
+#: this many seconds apart: one dropped connection must not stop a worker.
+_ATTEMPTS = 3
+_PAUSE = 0.5
 #: Seconds a connection to the store may stay silent (connecting, or awaiting a reply)
 #: before it counts as broken; redis-py's default is to wait forever.
 DEFAULT_SOCKET_TIMEOUT = 5.0
@@ -113,6 +117,9 @@ def with_timeouts(url: str) -> str:
 async def reach(store: Store, url: str | None = None, *, within: float = DEFAULT_REACH_TIMEOUT) -> None:
     """Make sure a shared store answers now; a no-op for a store local to the process.
 
+    A failed connection is tried twice more, half a second apart; a refused
+    password or a TLS failure is reported at once.
+
     Args:
         store: the store to ask.
         url: its URL, for the message (its password is hidden); by default
@@ -126,21 +133,27 @@ async def reach(store: Store, url: str | None = None, *, within: float = DEFAULT
     if not store.shared:
         return
     shown = redact(url if url is not None else getattr(store, "url", type(store).__name__))
-    try:
-        async with asyncio.timeout(within):
-            await store.snapshot("crawlpace-start-up-check")
-    except TimeoutError:
-        raise StoreUnreachable(f"store {shown}: no answer within {within:g} s; check the host and port, "
-                               "and that a firewall lets the connection through") from None
-    except StoreUnreachable:
-        raise
-    except Exception as exc:  # the driver's errors: translated here, at the boundary
-        reason = redact(" ".join(str(exc).split()).rstrip(".") or type(exc).__name__)
-        lowered = reason.lower()
-        if "password" in lowered or "auth" in lowered or "noperm" in lowered:
-            hint = "check the user name and password in the URL (the user:password part before the host)"
-        elif "ssl" in lowered or "certificate" in lowered or "tls" in lowered:
-            hint = "check the TLS options (ssl_ca_certs=..., rediss:// only for a TLS port)"
-        else:
-            hint = "check that the server runs and that the URL's host and port are right"
-        raise StoreUnreachable(f"store {shown}: cannot be reached: {reason}; {hint}") from exc
+    deadline = asyncio.get_running_loop().time() + within
+    for attempt in range(1, _ATTEMPTS + 1):
+        try:
+            async with asyncio.timeout_at(deadline):
+                await store.snapshot("crawlpace-start-up-check")
+            return
+        except TimeoutError:
+            raise StoreUnreachable(f"store {shown}: no answer within {within:g} s; check the host and port, "
+                                   "and that a firewall lets the connection through") from None
+        except StoreUnreachable:
+            raise
+        except Exception as exc:  # the driver's errors: translated here, at the boundary
+            reason = redact(" ".join(str(exc).split()).rstrip(".") or type(exc).__name__)
+            lowered = reason.lower()
+            if "password" in lowered or "auth" in lowered or "noperm" in lowered:
+                hint = "check the user name and password in the URL (the user:password part before the host)"
+            elif "ssl" in lowered or "certificate" in lowered or "tls" in lowered:
+                hint = "check the TLS options (ssl_ca_certs=..., rediss:// only for a TLS port)"
+            elif attempt < _ATTEMPTS:  # a connection that broke once: ask again before giving up
+                await asyncio.sleep(_PAUSE)
+                continue
+            else:
+                hint = "check that the server runs and that the URL's host and port are right"
+            raise StoreUnreachable(f"store {shown}: cannot be reached: {reason}; {hint}") from exc
