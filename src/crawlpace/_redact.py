@@ -26,8 +26,9 @@ SECRET_KEYS = ("password", "passwd", "pwd", "pass", "token", "secret", "api_key"
 
 _KEYS = "|".join(sorted(SECRET_KEYS, key=len, reverse=True))
 # scheme://user:password@ or //user:password@ (the user part may be empty: redis://:password@host); the
-# password runs to the last "@" before the host, as urlsplit reads it.
-_USERINFO = re.compile(r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:)?//[^:@/\s<>]*):(?P<secret>[^/\s<>]+)@")
+# password runs to the last "@" before the host, as urlsplit reads it. Spaces are allowed in
+# both parts (urlsplit allows them): better to hide a few words too many than a password.
+_USERINFO = re.compile(r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:)?//[^:@/<>\n]*):(?P<secret>[^/<>\n]+)@")
 # ?password=...  &token=...
 _QUERY = re.compile(rf"(?P<head>[?&;](?:{_KEYS})=)(?P<secret>[^&#\s'\"<>]*)", re.IGNORECASE)
 # password='x'  password=x  'token': 'x'  (reprs of keyword arguments and of dicts)
