@@ -144,7 +144,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 out, err = worker.communicate()
             lines = out.strip().splitlines()
             ended = lines and lines[-1].startswith("{")
-            summaries.append(json.loads(lines[-1]) if ended else {"error": err[-500:]})
+            summary = json.loads(lines[-1]) if ended else {}
+            if worker.returncode != 0:
+                summary["error"] = f"exit {worker.returncode}: {err.strip()[-400:]}"
+            summaries.append(summary)
         seconds = time.monotonic() - started
         status = cli("status", "--store", store, "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
         status_out, _ = status.communicate(timeout=60)
@@ -192,6 +195,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "frontier": {key: frontier.get(key) for key in ("queued", "claimed", "done")},
         "slots_in_flight_at_end": inflight, "hosts_over_limit": over, "violations": violations,
         "violations_by_profile": dict(sorted(kinds.items())),
+        "worker_errors": [summary["error"] for summary in summaries if "error" in summary],
         "rss_growth_median": round(statistics.median(growth), 3) if growth else None,
         "rss_growth_max": round(max(growth), 3) if growth else None,
         "rss_kib_last": [series[-1][1] for series in samples.values() if series],
