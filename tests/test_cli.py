@@ -44,11 +44,11 @@ def test_a_missing_optional_dependency_is_named(monkeypatch: pytest.MonkeyPatch,
                                                 capsys: pytest.CaptureFixture[str]) -> None:
     import sys
 
-    monkeypatch.setitem(sys.modules, "httpx", None)
+    monkeypatch.setitem(sys.modules, "aiohttp", None)
     for name in [name for name in sys.modules if name.startswith("crawlpace.crawl")]:
         monkeypatch.delitem(sys.modules, name)
     urls = tmp_path / "urls.txt"
     urls.write_text("http://127.0.0.2:9/\n", encoding="utf-8")
     assert main(["crawl", str(urls), "-o", str(tmp_path / "out.jsonl")]) == 4
-    assert "needs httpx, which is not installed; install it with: pip install 'crawlpace[cli]'" in (
+    assert "needs aiohttp, which is not installed; install it with: pip install 'crawlpace[cli]'" in (
         capsys.readouterr().err)

@@ -167,6 +167,8 @@ def test_ctrl_c_stops_cleanly_and_resume_finishes(
     assert stopped["interrupted"]
     assert not stopped["complete"]
     assert output.read_bytes().endswith(b"\n")  # closed cleanly: no partial line
+    # Fetches cut short by the stop are left for the resume, not written down as failures.
+    assert {json.loads(line)["outcome"] for line in output.read_text().splitlines()} == {"ok"}
     resumed = subprocess.run(crawl_command(urls, tmp_path, "--resume"), capture_output=True, text=True,
                              timeout=120)
     assert resumed.returncode == 0, resumed.stderr

@@ -8,7 +8,7 @@ import crawlpace
 def test_all_is_sorted_and_complete() -> None:
     public = sorted((name for name in vars(crawlpace) if not name.startswith("_")), key=str.casefold)
     subpackages = {"policy", "stores", "cli", "testing", "guard", "sim", "frontier", "crawl", "http",
-                   "scrapy"}
+                   "scrapy", "requests", "aiohttp"}
     public = [name for name in public if name not in subpackages]
     assert sorted(crawlpace.__all__, key=str.casefold) == sorted([*public, "__version__"],
                                                                  key=str.casefold)
@@ -17,3 +17,14 @@ def test_all_is_sorted_and_complete() -> None:
 
 def test_version_is_set() -> None:
     assert crawlpace.__version__ == "0.6.0"
+
+
+def test_client_modules_export_what_they_define() -> None:
+    import crawlpace.aiohttp
+    import crawlpace.http
+    import crawlpace.requests
+
+    for module in (crawlpace.http, crawlpace.requests, crawlpace.aiohttp):
+        for name in module.__all__:
+            assert hasattr(module, name), f"{module.__name__}.{name}"
+        assert module.__all__ == sorted(module.__all__)

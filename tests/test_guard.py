@@ -429,9 +429,10 @@ async def test_an_applications_own_ratelimit_header_is_left_alone() -> None:
     assert response.headers == own
 
 
-async def test_allow_listed_crawlers_pass_untouched_and_uncounted() -> None:
+async def test_confirmed_allow_listed_crawlers_pass_untouched_and_uncounted() -> None:
     backend, clock = Backend(), FakeClock(0.0)
-    app = guard(backend, clock, quota=1)
+    # The client address is inside ranges the owner vouches for, so the names are believed.
+    app = guard(backend, clock, quota=1, bot_ranges={"*": ["198.51.100.0/24"]})
     google = "Mozilla/5.0 (compatible; Googlebot/2.1; +http://www.google.com/bot.html)"
     for agent in (google, google, "Mozilla/5.0 (compatible; bingbot/2.0)", "APPLEBOT/0.1"):
         response = await call(app, http_scope(agent=agent))

@@ -235,7 +235,9 @@ async def test_cheap_route_is_never_counted_refused_or_labelled(clock: MockClock
 
 async def test_allow_listed_crawler_is_never_refused_nor_counted(clock: MockClock, door: FrontDoor) -> None:
     site = Site()
-    guard = Guard(site.starlette(), quota=2, window=WINDOW, stages=(), costly=["/search"], clock=clock.now)
+    # The test client's loopback address is one the owner lists as Googlebot's.
+    guard = Guard(site.starlette(), quota=2, window=WINDOW, stages=(), costly=["/search"], clock=clock.now,
+                  bot_ranges={"googlebot": [f"{HOST}/32"]})
     async with door.serving(guard) as client:
         google_first = await get_many(client, "/search", GOOGLE, 3)
         # Another client spends its quota; the favoured crawler is still not held to any.

@@ -200,7 +200,7 @@ def test_a_valid_description_is_read() -> None:
     ({"site": [{"name": "shop", "profile": "quota", "quota": 5, "window": 0}]},
      "site 'shop': window = 0 is too small"),
     ({"site": [{"name": "shop", "profile": "dead", "seed": -1}]}, "site 'shop': seed = -1 is too small"),
-    ({"site": [{"name": "x", "profile": "dead"}] * 1001}, "1001 sites is too many"),
+    ({"site": [{"name": "x", "profile": "dead"}] * 4001}, "4001 sites is too many"),
     ({"site": [{"name": "api", "profile": "headers", "limit": 5, "style": "github"}]},
      "site 'api': style = \"github\" is not an accepted word; set style to one of 'ietf', 'trio', "
      "'x-ratelimit' (the rate-limit header family)"),

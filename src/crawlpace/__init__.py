@@ -21,17 +21,17 @@ from ._exceptions import (
 from ._feedback import update_scope_backoff
 from ._headers import ServerHint, parse_hints
 from ._jitter import Jitter
+from ._manager import ThrottlingManager, ThrottlingManagerProtocol
 from ._permit import NotReady, Permit
 from ._robots import crawl_delay
 from ._scopes import (
-    ThrottlingManager,
-    ThrottlingManagerProtocol,
     add_scope,
     host_scope,
     normalize_scopes,
     scope_cache,
 )
 from ._stats import ScopeStats
+from ._sync import SyncPermit, SyncThrottler
 from ._throttler import Throttler
 from .policy.admission import Limits
 from .policy.rampup import RampupStats
@@ -66,6 +66,8 @@ __all__ = [
     "ServerHint",
     "Settings",
     "StoreUnreachable",
+    "SyncPermit",
+    "SyncThrottler",
     "Throttler",
     "ThrottlerClosed",
     "ThrottlingManager",

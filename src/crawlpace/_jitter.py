@@ -41,3 +41,5 @@ class Jitter:
 
 
 NO_JITTER = Jitter(0.0, 0.0)
+#: ``RANDOMIZE_DOWNLOAD_DELAY = True``: each delay varies by up to +/-50 %.
+HALF_JITTER = Jitter(-0.5, 0.5)

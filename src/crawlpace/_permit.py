@@ -6,27 +6,13 @@ import asyncio
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
 
 from ._exceptions import PermitError
 from ._feedback import status_of
+from ._release import RawFeedback, Releaser
 from .stores.base import NO_OUTCOME, Lease, Outcome
 
-if TYPE_CHECKING:
-    from ._throttler import Throttler
-
 __all__ = ["NotReady", "Permit", "RawFeedback"]
-
-
-@dataclass(frozen=True, slots=True)
-class RawFeedback:
-    """What the caller reported about a request, before it is classified."""
-
-    response: Any = None
-    status: int | None = None
-    exception: BaseException | None = None
-    latency: float | None = None
-    consumed_quota: Mapping[str, float] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,10 +42,10 @@ class Permit:
     its slots and teaches the scopes nothing.
     """
 
-    __slots__ = ("_lease", "_outcome", "_raw", "_released", "_throttler", "request")
+    __slots__ = ("_lease", "_outcome", "_raw", "_released", "_releaser", "request")
 
-    def __init__(self, throttler: Throttler, lease: Lease, request: object) -> None:
-        self._throttler = throttler
+    def __init__(self, releaser: Releaser, lease: Lease, request: object) -> None:
+        self._releaser = releaser
         self._lease = lease
         self._raw: RawFeedback | None = None
         self._outcome: Outcome | None = None
@@ -110,7 +96,7 @@ class Permit:
         if status is None and response is not None:
             status = status_of(response)
         if latency is None:
-            latency = self._throttler.clock.now() - self._lease.granted_at
+            latency = self._releaser.clock.now() - self._lease.granted_at
         self._raw = RawFeedback(response, status, exception, latency, consumed_quota)
 
     async def release(self) -> None:
@@ -118,7 +104,7 @@ class Permit:
         if self._released:
             return
         self._released = True
-        outcome = await self._throttler._release_permit(self._lease, self.request, self._raw)
+        outcome = await self._releaser.release(self._lease, self.request, self._raw)
         self._outcome = None if outcome is NO_OUTCOME else outcome
 
     async def __aenter__(self) -> Permit:
@@ -131,10 +117,10 @@ class Permit:
         if self._released:
             return
         self._released = True
-        throttler = self._throttler
-        outcome = throttler._release_permit_nowait(self._lease, self.request, self._raw)
+        releaser = self._releaser
+        outcome = releaser.release_nowait(self._lease, self.request, self._raw)
         if outcome is None:  # the manager's hooks must be awaited
-            outcome = await throttler._release_permit(self._lease, self.request, self._raw)
+            outcome = await releaser.release(self._lease, self.request, self._raw)
         self._outcome = None if outcome is NO_OUTCOME else outcome
 
     def __repr__(self) -> str:

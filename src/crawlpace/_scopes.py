@@ -19,19 +19,15 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Set
 from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
-from ._exceptions import ConfigError, ScopeError
+from ._exceptions import ScopeError
 
 __all__ = [
     "Demand",
     "RequestLike",
     "ScopesSpec",
-    "ThrottlingManager",
-    "ThrottlingManagerProtocol",
     "add_scope",
     "host_scope",
     "import_object",
-    "load_manager",
-    "load_scope_manager",
     "normalize_scopes",
     "scope_cache",
 ]
@@ -147,50 +143,6 @@ def add_scope(scopes: ScopesSpec, scope: str, expected_use: float | None = None)
     return result
 
 
-@runtime_checkable
-class ThrottlingManagerProtocol(Protocol):
-    """Decides the scopes of each request (``THROTTLING_MANAGER``)."""
-
-    async def get_scopes(self, request: Any) -> ScopesSpec:
-        """Return the scopes ``request`` counts against."""
-
-
-class ThrottlingManager:
-    """The default manager: ``meta["throttling_scopes"]`` if set, else the host.
-
-    Subclass it to change how requests map to scopes (:meth:`get_scopes`) or
-    how responses count as feedback (:meth:`get_response_backoff`,
-    :meth:`get_response_delay`); call ``super()`` for the default behaviour.
-    """
-
-    async def get_scopes(self, request: Any) -> ScopesSpec:
-        """Return the request's own scopes, or its URL's host."""
-        return default_scopes(request)
-
-    async def get_response_backoff(self, response: Any) -> dict[str, Any]:
-        """Return the feedback ``response`` gives each scope of its request.
-
-        The result maps each scope to a :class:`~crawlpace.ScopeFeedback`;
-        change entries with :func:`~crawlpace.update_scope_backoff`. By default
-        a scope backs off on its ``BACKOFF_HTTP_CODES``, counts a 5xx as an
-        error for its circuit breaker, and waits what
-        :meth:`get_response_delay` returns.
-        """
-        from ._feedback import default_response_backoff  # here: _feedback imports this module
-
-        return default_response_backoff(response, await self.get_response_delay(response))
-
-    async def get_response_delay(self, response: Any) -> float | None:
-        """Return the seconds ``response`` asks the client to wait, if any.
-
-        By default: ``Retry-After``, or the time until the rate-limit budget the
-        headers announce refills when it is spent.
-        """
-        from ._feedback import default_response_delay  # here: _feedback imports this module
-
-        return default_response_delay(response)
-
-
 def default_scopes(request: Any) -> ScopesSpec:
     """The default manager's answer, computed without awaiting."""
     meta = getattr(request, "meta", None)
@@ -211,48 +163,6 @@ def import_object(path: str) -> Any:
     """
     module_name, _, attr = path.rpartition(".")
     return getattr(importlib.import_module(module_name), attr)
-
-
-def load_manager(path: str) -> ThrottlingManagerProtocol:
-    """Import ``THROTTLING_MANAGER``: a class (instantiated without arguments) or an instance.
-
-    Raises:
-        ConfigError: when the path cannot be imported or names no manager.
-    """
-    try:
-        target = import_object(path)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError([f"THROTTLING_MANAGER: cannot import {path!r} ({exc}); "
-                           "give the import path of a class with an async get_scopes()"]) from exc
-    try:
-        manager = target() if isinstance(target, type) else target
-    except TypeError as exc:
-        raise ConfigError([f"THROTTLING_MANAGER: cannot create {path!r} without arguments ({exc}); "
-                           "give a class whose __init__ takes none, or an instance"]) from exc
-    if not isinstance(manager, ThrottlingManagerProtocol):
-        raise ConfigError([f"THROTTLING_MANAGER: {path!r} has no get_scopes(request) method; "
-                           "see docs/concepts/scopes.md"])
-    return manager
-
-
-def load_scope_manager(path: str) -> type[Any]:
-    """Import a scope manager class (``THROTTLING_SCOPE_MANAGER`` or a scope's ``manager``).
-
-    Raises:
-        ConfigError: when the path cannot be imported or names no scope manager.
-    """
-    try:
-        target = import_object(path)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError([f"THROTTLING_SCOPE_MANAGER: cannot import {path!r} ({exc}); give the "
-                           "import path of a scope manager class"]) from exc
-    needed = ("feedback", "adjust", "wake_at", "is_idle")
-    missing = [name for name in needed if not callable(getattr(target, name, None))]
-    if not isinstance(target, type) or missing:
-        raise ConfigError([f"THROTTLING_SCOPE_MANAGER: {path!r} is not a scope manager class "
-                           f"(missing: {', '.join(missing) or 'a class'}); subclass "
-                           "crawlpace.ThrottlingScopeManager"])
-    return target
 
 
 M = TypeVar("M")

@@ -25,19 +25,14 @@ from typing import Any
 from ._clock import AsyncioClock, Clock, TimerHandle
 from ._config import Settings
 from ._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
-from ._feedback import FeedbackBuilder, FeedbackContext, ScopeFeedback, reset_context, use_context
-from ._permit import NotReady, Permit, RawFeedback
-from ._scopes import (
-    Demand,
-    ThrottlingManager,
-    ThrottlingManagerProtocol,
-    default_scopes,
-    load_manager,
-    normalize_scopes,
-)
+from ._feedback import FeedbackBuilder
+from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager
+from ._permit import NotReady, Permit
+from ._release import Releaser
+from ._scopes import Demand, default_scopes, normalize_scopes
 from ._stats import ScopeStats
 from .stores import open_store
-from .stores.base import NO_OUTCOME, Blocked, Lease, LocalStore, Outcome, Store
+from .stores.base import NO_OUTCOME, Blocked, Lease, LocalStore, Store
 
 __all__ = ["Throttler"]
 
@@ -46,24 +41,9 @@ logger = logging.getLogger(__name__)
 # How often a waiter blocked by slots that other processes hold re-asks a shared store
 # (the crawl scheduler polls a full scope of a shared store as often).
 SHARED_POLL = 0.05
-# The request meta key that keeps a response's latency away from AutoThrottle (seed 000).
-DONT_ADJUST_KEY = "autothrottle_dont_adjust_delay"
 
 #: Called with the scope and the reason when the circuit breaker gives a scope up.
 GiveUpHook = Callable[[str, str], None]
-
-
-def _overrides(manager: object, name: str) -> bool:
-    """True when ``manager`` has its own ``name`` hook instead of the default's."""
-    method = getattr(type(manager), name, None)
-    if method is None:
-        return False
-    return method is not getattr(ThrottlingManager, name)
-
-
-def _dont_adjust(request: object) -> bool:
-    meta = getattr(request, "meta", None)
-    return bool(meta) and bool(meta.get(DONT_ADJUST_KEY))  # type: ignore[union-attr]
 
 
 class _Waiter:
@@ -94,7 +74,7 @@ class _Slot:
             demands = await throttler._demands(request, self._scopes)
         result = throttler._admit_now(demands)
         if isinstance(result, Lease):
-            permit = Permit(throttler, result, request)
+            permit = Permit(throttler._releaser, result, request)
         else:
             permit = await throttler._admit(request, demands, result)
         self._permit = permit
@@ -154,10 +134,8 @@ class Throttler:
         self._manager: ThrottlingManagerProtocol = manager
         # The default manager needs no await; its answer can be had in the fast path.
         self._sync_scopes = type(self._manager) is ThrottlingManager
-        self._feedback = FeedbackBuilder(settings)
-        # A manager with its own response hooks is awaited at release.
-        self._hooks = any(_overrides(self._manager, name)
-                          for name in ("get_response_backoff", "get_response_delay"))
+        self._releaser = Releaser(FeedbackBuilder(settings), self._manager, self._store, self.clock,
+                                  self._released)
         self._on_give_up = on_give_up
         self._cap = settings.concurrent_requests
         self._inflight = 0
@@ -212,7 +190,7 @@ class Throttler:
         demands = await self._demands(request, scopes)
         result = self._admit_now(demands)
         if isinstance(result, Lease):
-            return Permit(self, result, request)
+            return Permit(self._releaser, result, request)
         return await self._admit(request, demands, result)
 
     async def try_acquire(self, request: object = None, *,
@@ -232,7 +210,7 @@ class Throttler:
             else await self._store.acquire(demands)
         if isinstance(result, Lease):
             self._inflight += 1
-            return Permit(self, result, request)
+            return Permit(self._releaser, result, request)
         return NotReady(result.ready_at, result.waiting_on)
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
@@ -348,9 +326,9 @@ class Throttler:
             result = await self._store.acquire(demands)
             if isinstance(result, Lease):
                 self._inflight += 1
-                return Permit(self, result, request)
+                return Permit(self._releaser, result, request)
             answer = result
-        return Permit(self, await self._wait(demands, answer), request)
+        return Permit(self._releaser, await self._wait(demands, answer), request)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -389,9 +367,9 @@ class Throttler:
             if future.done() and not future.cancelled() and future.exception() is None:
                 # Granted in the same breath as the cancellation: give it back.
                 if self._local is not None:
-                    self._release_nowait(future.result(), NO_OUTCOME)
+                    self._releaser.give_back_nowait(future.result(), NO_OUTCOME)
                 else:
-                    self._spawn(self._release(future.result(), NO_OUTCOME))
+                    self._spawn(self._releaser.give_back(future.result(), NO_OUTCOME))
             raise
 
     @staticmethod
@@ -426,101 +404,6 @@ class Throttler:
         timer = self._timers.pop(name, None)
         if timer is not None:
             timer[1].cancel()
-
-    async def _release(self, lease: Lease, outcome: Outcome) -> None:
-        local = self._local
-        if local is not None:
-            given_up = local.release_nowait(lease, outcome)
-        else:
-            given_up = await self._store.release(lease, outcome)
-        self._released(lease, given_up)
-
-    def _release_nowait(self, lease: Lease, outcome: Outcome) -> None:
-        """Release through a local store without awaiting (the permit's hot path)."""
-        assert self._local is not None
-        self._released(lease, self._local.release_nowait(lease, outcome))
-
-    # -- feedback --------------------------------------------------------------
-
-    def _release_permit_nowait(self, lease: Lease, request: object,
-                               raw: RawFeedback | None) -> Outcome | None:
-        """Classify the feedback and release, if both can be done without awaiting.
-
-        Returns:
-            The outcome applied, or ``None`` when the caller must use
-            :meth:`_release_permit` instead.
-        """
-        if self._local is None:
-            return None
-        outcome = self._outcome_nowait(lease, request, raw)
-        if outcome is not None:
-            self._release_nowait(lease, outcome)
-        return outcome
-
-    async def _release_permit(self, lease: Lease, request: object,
-                              raw: RawFeedback | None) -> Outcome:
-        """Classify the feedback (awaiting the manager's hooks if it has any) and release."""
-        outcome = self._outcome_nowait(lease, request, raw)
-        if outcome is None:
-            assert raw is not None
-            try:
-                outcome = await self._outcome_from_hooks(lease, request, raw)
-            except BaseException:
-                await self._release(lease, NO_OUTCOME)
-                raise
-        await self._release(lease, outcome)
-        return outcome
-
-    def _outcome_nowait(self, lease: Lease, request: object, raw: RawFeedback | None) -> Outcome | None:
-        if raw is None:
-            return NO_OUTCOME
-        builder = self._feedback
-        if raw.exception is not None:
-            signals = builder.for_exception(lease.demands, raw.exception, raw.latency)
-            by_name = {name: signal for (name, _use), signal in zip(lease.demands, signals, strict=True)}
-            return self._outcome_of(lease, raw, by_name, error=type(raw.exception).__name__)
-        if self._hooks and raw.response is not None:
-            return None
-        hint = builder.hint(raw.response) if raw.response is not None else None
-        latency = None if _dont_adjust(request) else raw.latency
-        by_scope = builder.for_response(lease.demands, status=raw.status, latency=latency,
-                                        hold=builder.hold_of(hint), hint=hint)
-        return self._outcome_of(lease, raw, by_scope)
-
-    async def _outcome_from_hooks(self, lease: Lease, request: object, raw: RawFeedback) -> Outcome:
-        latency = None if _dont_adjust(request) else raw.latency
-        context = FeedbackContext(self._feedback, lease.demands, latency)
-        token = use_context(context)
-        try:
-            get = getattr(self._manager, "get_response_backoff", None)
-            by_scope = await get(raw.response) if get is not None else None
-        finally:
-            reset_context(token)
-        if not isinstance(by_scope, Mapping) or not all(
-                isinstance(value, ScopeFeedback) for value in by_scope.values()):
-            logger.error("get_response_backoff() of %r returned %r, not a dict of scope -> "
-                         "ScopeFeedback; using the default feedback", self._manager, by_scope)
-            hint = self._feedback.hint(raw.response)
-            by_scope = self._feedback.for_response(lease.demands, status=raw.status, latency=latency,
-                                                   hold=self._feedback.hold_of(hint), hint=hint)
-        return self._outcome_of(lease, raw, by_scope)
-
-    @staticmethod
-    def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeedback],
-                    error: str | None = None) -> Outcome:
-        """Line the per-scope feedback up with the lease's scopes."""
-        consumed = raw.consumed_quota or {}
-        feedback: list[ScopeFeedback] = []
-        for name, _use in lease.demands:
-            signal = by_scope.get(name)
-            if signal is None:
-                signal = ScopeFeedback(status=raw.status)
-            if name in consumed:
-                signal = ScopeFeedback(signal.backoff, signal.failed, signal.hold, signal.pace,
-                                       signal.pace_for, float(consumed[name]), signal.latency,
-                                       signal.status)
-            feedback.append(signal)
-        return Outcome(status=raw.status, error=error, latency=raw.latency, feedback=tuple(feedback))
 
     def _gave_up(self, scopes: tuple[str, ...]) -> None:
         """Tell the hook that the circuit breaker gave ``scopes`` up."""
@@ -620,7 +503,7 @@ class Throttler:
             if isinstance(result, Lease):
                 self._inflight += 1
                 if waiter.future.done():  # cancelled while a shared store answered
-                    await self._release(result, NO_OUTCOME)
+                    await self._releaser.give_back(result, NO_OUTCOME)
                     continue
                 waiter.future.set_result(result)
                 self._forget(waiter)  # leaves the queue: the next one moves up to ``index``

@@ -30,7 +30,6 @@ crawlpace does not need it, and this module is not imported by ``crawlpace``.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
@@ -38,41 +37,30 @@ from typing import Any
 import httpx
 
 from ._config import Settings
-from ._permit import Permit
+from ._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_sync_client
+from ._httpx_common import (
+    ATTEMPTS_EXTENSION,
+    SCOPES_EXTENSION,
+    TRANSPORT_KWARGS,
+    discard_async,
+    replayable,
+)
+from ._retry import check_owner, check_retries, send_async
 from ._throttler import Throttler
+from .stores.base import Store
 
-__all__ = ["ATTEMPTS_EXTENSION", "SCOPES_EXTENSION", "ThrottledTransport", "throttled_client"]
+__all__ = [
+    "ATTEMPTS_EXTENSION",
+    "SCOPES_EXTENSION",
+    "ThrottledClient",
+    "ThrottledSyncClient",
+    "ThrottledSyncTransport",
+    "ThrottledTransport",
+    "throttled_client",
+    "throttled_sync_client",
+]
 
 logger = logging.getLogger(__name__)
-
-#: The ``request.extensions`` key that gives a request explicit throttling scopes.
-SCOPES_EXTENSION = "crawlpace_scopes"
-#: The ``response.extensions`` key telling how many times the request was sent.
-ATTEMPTS_EXTENSION = "crawlpace_attempts"
-
-# AsyncClient arguments that configure the default transport; with a custom
-# transport httpx ignores them (or, for ``proxy``, mounts a transport of its own
-# that would bypass the throttler), so throttled_client() builds the inner
-# transport with them.
-_TRANSPORT_KWARGS = frozenset({"verify", "cert", "http1", "http2", "limits", "proxy"})
-
-
-def _replayable(request: httpx.Request) -> bool:
-    """Whether the request's body can be sent a second time.
-
-    Bodies given as bytes, text, form data or JSON (and requests without a
-    body, or whose body was read with ``aread()``) are held in memory as an
-    :class:`httpx.ByteStream`. Any other stream, such as an async generator,
-    may be consumed by the first send.
-    """
-    return isinstance(request.stream, httpx.ByteStream)
-
-
-def _check_retries(retries: int) -> int:
-    if isinstance(retries, bool) or not isinstance(retries, int) or retries < 0:
-        raise ValueError(f"retries must be an integer >= 0 (0 disables retries), got {retries!r}")
-    return retries
-
 
 class ThrottledTransport(httpx.AsyncBaseTransport):
     """An httpx transport that waits for a throttler's permit before each send.
@@ -84,6 +72,10 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
             ``throttler``.
         throttler: an existing throttler to share with other code. The
             transport does not close it.
+        store: where the transport's own throttler keeps its state: a
+            :class:`~crawlpace.stores.Store` or a URL (``"memory://"`` by
+            default, ``"redis://..."`` to share limits between processes).
+            Not allowed together with ``throttler``.
         transport: the transport that really sends the requests; a new
             :class:`httpx.AsyncHTTPTransport` by default. It is closed with
             this transport.
@@ -93,7 +85,7 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
             timeout) is sent again; 0 disables retries.
 
     Raises:
-        TypeError: when both ``settings`` and ``throttler`` are given.
+        TypeError: when ``throttler`` is given with ``settings`` or ``store``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
 
@@ -110,15 +102,14 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
     """
 
     def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
-                 throttler: Throttler | None = None,
+                 throttler: Throttler | None = None, store: Store | str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
                  retries: int = 3) -> None:
-        if settings is not None and throttler is not None:
-            raise TypeError("give either settings (for a throttler the transport creates and closes) "
-                            "or throttler (an existing one), not both")
-        self._retries = _check_retries(retries)
+        check_owner(settings, throttler, store)
+        self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
-        self._throttler = throttler if throttler is not None else Throttler(settings)
+        self._throttler = throttler if throttler is not None else \
+            Throttler(settings, store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
 
     @property
@@ -154,63 +145,22 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
             httpx.TransportError: (or whatever the inner transport raised) for
                 the last attempt, when it failed with an exception.
         """
-        scopes = request.extensions.get(SCOPES_EXTENSION)
         target = str(request.url)
-        attempts = 1 + (self._retries if _replayable(request) else 0)
+        attempts = 1 + (self._retries if replayable(request) else 0)
         if attempts == 1 and self._retries:
             logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
                          request.method, target)
-        for attempt in range(1, attempts + 1):
-            permit = await self._throttler.acquire(target, scopes=scopes)
-            response, error = await self._send(permit, request)
-            outcome = permit.outcome
-            backoff = outcome is not None and any(signal.backoff for signal in outcome.feedback)
-            what = f"{response.status_code}" if response is not None else repr(error)
-            if backoff and attempt < attempts:
-                logger.info("%s %s: %s is a backoff trigger for %s; retrying (attempt %d of %d)",
-                            request.method, target, what, "+".join(permit.scopes), attempt + 1,
-                            attempts)
-                if response is not None:
-                    with contextlib.suppress(httpx.TransportError):
-                        await response.aclose()
-                continue
-            if backoff and attempts > 1:
-                logger.info("%s %s: %s after %d attempts; giving up retrying", request.method, target,
-                            what, attempt)
-            if error is not None:
-                raise error
-            assert response is not None
-            response.extensions[ATTEMPTS_EXTENSION] = attempt
-            return response
-        raise AssertionError("unreachable: the last attempt always returns or raises")
+        inner = self._transport
 
-    async def _send(self, permit: Permit,
-                    request: httpx.Request) -> tuple[httpx.Response | None, Exception | None]:
-        """Send once under ``permit``, feed the result back and release the permit.
+        async def send() -> httpx.Response:
+            # The inner transport returns as soon as the headers are in: that is the latency.
+            return await inner.handle_async_request(request)
 
-        Returns:
-            The response, or the exception the inner transport raised.
-        """
-        clock = self._throttler.clock
-        started = clock.now()
-        try:
-            response = await self._transport.handle_async_request(request)
-        except Exception as exc:
-            permit.feedback(exception=exc, latency=clock.now() - started)
-            await permit.release()
-            return None, exc
-        except BaseException:
-            # Cancelled (or interrupted): free the slot, teach the scopes nothing.
-            await permit.release()
-            raise
-        # The inner transport returns as soon as the headers are in: that is the latency.
-        permit.feedback(response, latency=clock.now() - started)
-        try:
-            await permit.release()
-        except BaseException:
-            await response.aclose()
-            raise
-        return response, None
+        response, attempt = await send_async(self._throttler, request.method, target,
+                                             request.extensions.get(SCOPES_EXTENSION), attempts,
+                                             send, discard_async)
+        response.extensions[ATTEMPTS_EXTENSION] = attempt
+        return response
 
     async def aclose(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
@@ -225,9 +175,30 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         return f"<ThrottledTransport retries={self._retries} throttler={owned} {self._throttler!r}>"
 
 
+class ThrottledClient(httpx.AsyncClient):
+    """An :class:`httpx.AsyncClient` whose transport is a :class:`ThrottledTransport`.
+
+    Built by :func:`throttled_client`; it adds only :attr:`throttler`.
+    """
+
+    def __init__(self, *, transport: ThrottledTransport, **client_kwargs: Any) -> None:
+        super().__init__(transport=transport, **client_kwargs)
+        self._throttled = transport
+
+    @property
+    def throttler(self) -> Throttler:
+        """The throttler every request of this client waits for (for ``scope_stats()`` or sharing)."""
+        return self._throttled.throttler
+
+    @property
+    def throttled_transport(self) -> ThrottledTransport:
+        """The transport that throttles and retries."""
+        return self._throttled
+
+
 def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
-                     throttler: Throttler | None = None, retries: int = 3,
-                     **client_kwargs: Any) -> httpx.AsyncClient:
+                     throttler: Throttler | None = None, store: Store | str | None = None,
+                     retries: int = 3, **client_kwargs: Any) -> ThrottledClient:
     """Build an :class:`httpx.AsyncClient` whose requests all go through a throttler.
 
     Args:
@@ -235,6 +206,8 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
             client closes it. Not allowed together with ``throttler``.
         throttler: an existing throttler to share; closing the client leaves
             it open.
+        store: the store of the client's own throttler (a store or a URL such
+            as ``"redis://localhost:6379/0"``); ``"memory://"`` by default.
         retries: see :class:`ThrottledTransport`.
         **client_kwargs: passed to :class:`httpx.AsyncClient` (``timeout``,
             ``headers``, ``follow_redirects``, ``base_url``...). The transport
@@ -243,12 +216,13 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
             ``transport=`` replaces that inner transport instead.
 
     Returns:
-        The client; use it in ``async with`` or close it with ``aclose()``.
+        The client (an :class:`httpx.AsyncClient` with a ``throttler``
+        attribute); use it in ``async with`` or close it with ``aclose()``.
 
     Raises:
         TypeError: for ``mounts=`` (a mounted transport would bypass the
             throttler), for transport options given together with
-            ``transport=``, or for both ``settings`` and ``throttler``.
+            ``transport=``, or for ``throttler`` with ``settings`` or ``store``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
@@ -256,16 +230,15 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
         raise TypeError("throttled_client() does not take mounts=: requests sent through a mounted "
                         "transport would not be throttled; wrap each one in a ThrottledTransport "
                         "sharing one Throttler and build the AsyncClient yourself")
-    _check_retries(retries)
-    if settings is not None and throttler is not None:
-        raise TypeError("give either settings (for a throttler the client creates and closes) "
-                        "or throttler (an existing one), not both")
+    check_retries(retries)
+    check_owner(settings, throttler, store)
     inner: httpx.AsyncBaseTransport | None = client_kwargs.pop("transport", None)
-    options = {name: client_kwargs.pop(name) for name in _TRANSPORT_KWARGS & client_kwargs.keys()}
+    options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
     if inner is not None and options:
         raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
                         "transport= set them on that transport instead")
     if inner is None:
         inner = httpx.AsyncHTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
-    transport = ThrottledTransport(settings, throttler=throttler, transport=inner, retries=retries)
-    return httpx.AsyncClient(transport=transport, **client_kwargs)
+    transport = ThrottledTransport(settings, throttler=throttler, store=store, transport=inner,
+                                   retries=retries)
+    return ThrottledClient(transport=transport, **client_kwargs)

@@ -24,7 +24,7 @@ EXIT_NO_STORE = 2
 #: Exit status when a command needs an optional dependency that is not installed.
 EXIT_MISSING_DEPENDENCY = 4
 #: The optional dependencies of the commands, all in the 'cli' extra.
-_OPTIONAL = frozenset({"httpx", "rich", "matplotlib"})
+_OPTIONAL = frozenset({"aiohttp", "httpx", "rich", "matplotlib"})
 
 
 def _parser() -> argparse.ArgumentParser:

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from ..crawl import CrawlSummary
     from ..sim import Farm
 
-# The crawl needs httpx and the plot matplotlib (the 'cli' extra): they are imported
+# The crawl needs aiohttp and the plot matplotlib (the 'cli' extra): they are imported
 # when the demo runs, so that the command line and its help work without them.
 
 __all__ = ["DemoResult", "add_parser", "run", "run_demo"]

@@ -1,6 +1,6 @@
 """The crawl job behind ``crawlpace crawl`` and ``crawlpace demo``.
 
-:class:`CrawlJob` fetches a list of URLs with httpx, every request admitted by
+:class:`CrawlJob` fetches a list of URLs with aiohttp, every request admitted by
 a :class:`~crawlpace.Throttler`, robots.txt obeyed, redirects and retries
 throttled like any request, and writes one JSON line per URL; its journal
 lets a stopped or crashed crawl resume without losing a URL.

@@ -35,8 +35,7 @@ from collections import Counter, deque
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
-
-import httpx
+from urllib.parse import urljoin
 
 from .._config import Settings
 from .._exceptions import ScopeError
@@ -47,7 +46,9 @@ from .._throttler import Throttler
 from ..frontier import FINAL_OUTCOMES, Journal, JournalError, Result, ResultWriter, reconcile
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
+from ._fetch import AiohttpFetcher, Fetcher
 from ._options import CrawlOptions
+from ._output import ResultBatch
 from ._refusals import RefusalTracker
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
@@ -109,17 +110,19 @@ class CrawlJob:
         options: the crawl's own options.
         throttler: a throttler to use instead of one built from ``settings``
             (the job does not close it).
-        transport: the httpx transport to send with, for tests.
+        fetcher: the HTTP layer to send with (by default an aiohttp one built
+            from ``options``, closed at the end); the job does not close one
+            given here.
     """
 
     def __init__(self, settings: Settings, options: CrawlOptions, *, throttler: Throttler | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
+                 fetcher: Fetcher | None = None) -> None:
         self.settings = settings
         self.options = options
         self._own_throttler = throttler is None
         self.throttler = throttler if throttler is not None else Throttler(
             settings, store=options.store, on_give_up=self._gave_up)
-        self._transport = transport
+        self._given_fetcher = fetcher
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
                                    on_wait=self._wait_hook())
@@ -128,7 +131,10 @@ class CrawlJob:
         self._stop = asyncio.Event()
         self._journal: Journal | None = None
         self._writer: ResultWriter | None = None
-        self._client: httpx.AsyncClient | None = None
+        # Lines go out in batches; a URL is settled (done, acknowledged) once its line is written.
+        self._results: ResultBatch[tuple[Task, str]] = ResultBatch(
+            self._write_results, lambda item: self._settled(*item), on_error=self._write_failed)
+        self._fetcher: Fetcher | None = None
         self._pending_scopes: deque[str] = deque()
         self._after: dict[str, int] = {}
         self._in_memory = 0
@@ -161,9 +167,8 @@ class CrawlJob:
         started = time.monotonic()
         self._open(urls)
         try:
-            async with self._make_client() as client:
-                self._client = client
-                await self._dispatch()
+            self._fetcher = self._given_fetcher or self._make_fetcher()
+            await self._dispatch()
         finally:
             await self._shutdown()
             self.summary.seconds = time.monotonic() - started
@@ -215,21 +220,25 @@ class CrawlJob:
         self._pending_scopes.extend(scope for scope, count in journal.scopes().items() if count)
         self._refill()
 
-    def _make_client(self) -> httpx.AsyncClient:
+    def _make_fetcher(self) -> Fetcher:
         options = self.options
-        limits = httpx.Limits(max_connections=max(self.settings.concurrent_requests * 2, 10),
-                              max_keepalive_connections=self.settings.concurrent_requests)
-        return httpx.AsyncClient(
-            transport=self._transport, follow_redirects=False, timeout=httpx.Timeout(options.timeout),
-            headers={"user-agent": options.user_agent}, limits=limits, trust_env=options.trust_env)
+        return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
+                              max_connections=max(self.settings.concurrent_requests * 2, 10),
+                              trust_env=options.trust_env, clock=self.throttler.clock.now)
 
     async def _shutdown(self) -> None:
         for task in list(self._fetches):
             task.cancel()
         await asyncio.gather(*self._fetches, return_exceptions=True)
+        # Only now, with no fetch left to see its connections drop and report a failure.
+        if self._fetcher is not None and self._given_fetcher is None:
+            await self._fetcher.aclose()
         journal, writer = self._journal, self._writer
         if writer is not None:
-            writer.close()
+            try:
+                self._results.flush()
+            finally:
+                writer.close()
         if journal is not None:
             self.summary.answered = journal.done()
             self.summary.unfinished = journal.total() - journal.done()
@@ -270,6 +279,7 @@ class CrawlJob:
                 got = await self._next()
                 if got is None:
                     slots.release()
+                    self._results.flush()  # nothing to send now: write (and settle) what waits
                     if self.stopping or self._finished():
                         break
                     await self._await_news(stop_wait)
@@ -330,27 +340,15 @@ class CrawlJob:
             self._refill()
 
     async def _send(self, task: Task, permit: Permit) -> _Answer:
-        client = self._client
-        assert client is not None
-        clock = self.throttler.clock
+        fetcher = self._fetcher
+        assert fetcher is not None
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
-        started = clock.now()
-        try:
-            request = client.build_request("GET", task.target)
-            response = await client.send(request, stream=True)
-        except (httpx.HTTPError, OSError, ValueError) as exc:
-            permit.feedback(exception=exc)
-            return _Answer(None, None, b"", None, exc)
-        latency = clock.now() - started
-        try:
-            body = await _read(response, limit)
-        except (httpx.HTTPError, OSError) as exc:
-            permit.feedback(exception=exc, latency=latency)
-            return _Answer(None, None, b"", latency, exc)
-        finally:
-            await response.aclose()
-        permit.feedback(response, latency=latency)
-        return _Answer(response.status_code, response.headers.get("location"), body, latency, None)
+        page = await fetcher.get(task.target, limit)
+        if page.error is not None:
+            permit.feedback(exception=page.error, latency=page.latency)
+            return _Answer(None, None, b"", page.latency, page.error)
+        permit.feedback(page, latency=page.latency)
+        return _Answer(page.status, page.location, page.body, page.latency, None)
 
     def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
         refused = self._refusals.note(task.key, answer.error)
@@ -389,7 +387,7 @@ class CrawlJob:
         limit = self.options.max_redirects if max_hops is None else max_hops
         if answer.status not in _REDIRECTS or not answer.location or task.hops >= limit:
             return False
-        target = str(httpx.URL(task.target).join(answer.location))
+        target = urljoin(task.target, answer.location)
         if not target.startswith(("http://", "https://")):
             return False
         task.target, task.hops = target, task.hops + 1
@@ -433,14 +431,12 @@ class CrawlJob:
                 size: int = 0, latency: float | None = None) -> None:
         if task.kind == "robots":
             return
-        writer = self._writer
-        assert writer is not None
         scope = task.key or _scope_or_blank(task.target)
         final_url = task.target if status is not None else None
-        writer.write(Result(url=task.url, status=status, final_url=final_url, bytes=size,
-                            latency=None if latency is None else round(latency, 6), attempts=task.attempts,
-                            error=error, scope=scope, time=round(time.time(), 3), outcome=outcome))
-        self._settled(task, outcome)
+        self._results.add(Result(url=task.url, status=status, final_url=final_url, bytes=size,
+                                 latency=None if latency is None else round(latency, 6),
+                                 attempts=task.attempts, error=error, scope=scope, time=round(time.time(), 3),
+                                 outcome=outcome), (task, outcome))
         summary = self.summary
         summary.outcomes[outcome] += 1
         if status is not None:
@@ -451,6 +447,16 @@ class CrawlJob:
         if outcome != "ok" or (status is not None and status >= 400):
             tally.errors += 1
         self._in_memory -= 1
+
+    def _write_results(self, results: list[Result]) -> None:
+        writer = self._writer
+        assert writer is not None
+        writer.write_many(results)
+
+    def _write_failed(self, exc: OSError) -> None:
+        _log.error("cannot write to %s (%s); stopping the crawl, its unwritten URLs are left for a resume",
+                   self.options.output, exc)
+        self.stop()
 
     def _settled(self, task: Task, outcome: str) -> None:
         """Record that ``task``'s line is written: a final outcome marks it done in the journal."""
@@ -473,18 +479,6 @@ class _Answer:
     body: bytes
     latency: float | None
     error: BaseException | None
-
-
-async def _read(response: httpx.Response, limit: int) -> bytes:
-    """Read at most ``limit`` bytes of the body, discarding the rest unread."""
-    chunks: list[bytes] = []
-    size = 0
-    async for chunk in response.aiter_bytes():
-        chunks.append(chunk)
-        size += len(chunk)
-        if size >= limit:
-            break
-    return b"".join(chunks)[:limit]
 
 
 def _clean(urls: Iterable[str]) -> Iterable[str]:

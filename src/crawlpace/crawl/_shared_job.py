@@ -31,13 +31,12 @@ from collections import defaultdict
 from collections.abc import Callable, Iterable
 from typing import Any
 
-import httpx
-
 from .._config import Settings
 from .._throttler import Throttler
 from ..frontier import ResultWriter, reconcile
 from ..frontier._scheduler import Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
+from ._fetch import Fetcher
 from ._job import CrawlJob
 from ._options import CrawlOptions
 
@@ -77,13 +76,13 @@ class SharedCrawlJob(CrawlJob):
         frontier: the frontier client to use instead of one built from
             ``options.store`` (the job closes it either way).
         throttler: a throttler to use instead of one built from ``settings``.
-        transport: the httpx transport to send with, for tests.
+        fetcher: the HTTP layer to send with (see :class:`CrawlJob`).
     """
 
     def __init__(self, settings: Settings, options: CrawlOptions, *, frontier: SharedFrontier | None = None,
                  throttler: Throttler | None = None,
-                 transport: httpx.AsyncBaseTransport | None = None) -> None:
-        super().__init__(settings, options, throttler=throttler, transport=transport)
+                 fetcher: Fetcher | None = None) -> None:
+        super().__init__(settings, options, throttler=throttler, fetcher=fetcher)
         self.frontier = frontier if frontier is not None else SharedFrontier(
             options.store, visibility=options.visibility)
         self._held: dict[int, Task] = {}  # claimed and not yet answered

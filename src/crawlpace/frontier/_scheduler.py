@@ -35,7 +35,8 @@ from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._fetchable import fetchable_scope
 from .._permit import Permit
-from .._throttler import DONT_ADJUST_KEY, SHARED_POLL, Throttler
+from .._release import DONT_ADJUST_KEY
+from .._throttler import SHARED_POLL, Throttler
 from ._robots_cache import RobotsCache
 
 __all__ = ["LONG_WAIT", "Scheduler", "Task", "origin_of"]

@@ -2,12 +2,32 @@
 
 Wrap an ASGI application in :class:`Guard`; past set shares of the quota it
 answers a growing fraction of costly requests with 429 and ``Retry-After``.
-:class:`StagedBrake` is the clock-free core, usable from any framework.
+:class:`StagedBrake` is the clock-free core, usable from any framework;
+:class:`SharedBrake` keeps its counts in Redis for many server processes.
+Allow-listed crawlers are confirmed by :class:`BotVerifier`, and client
+addresses read through trusted proxies by :class:`ClientAddress`.
 """
 
 from __future__ import annotations
 
+from ._address import ClientAddress
 from ._brake import DEFAULT_STAGES, Decision, Stage, StagedBrake
-from ._middleware import Guard
+from ._middleware import DEFAULT_ALLOW, Guard
+from ._shared import SharedBrake
+from ._verify import BOT_DOMAINS, BotVerifier, Resolver, SystemResolver, load_ranges
 
-__all__ = ["DEFAULT_STAGES", "Decision", "Guard", "Stage", "StagedBrake"]
+__all__ = [
+    "BOT_DOMAINS",
+    "DEFAULT_ALLOW",
+    "DEFAULT_STAGES",
+    "BotVerifier",
+    "ClientAddress",
+    "Decision",
+    "Guard",
+    "Resolver",
+    "SharedBrake",
+    "Stage",
+    "StagedBrake",
+    "SystemResolver",
+    "load_ranges",
+]

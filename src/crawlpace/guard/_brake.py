@@ -210,12 +210,7 @@ class StagedBrake:
         A clock that steps back keeps the current window: counts are never
         handed back because the wall clock was corrected.
         """
-        if not math.isfinite(now):
-            raise ValueError(f"now must be finite, got {now!r}")
-        window = self._window
-        start = math.floor(now / window) * window
-        if start + window <= now:  # the division rounded down across a boundary
-            start += window
+        start = self.window_start(now)
         if self._start is None or start > self._start:
             if self._keys:
                 _log.debug("window at %.0f: forgetting %d keys", start, len(self._keys))
@@ -247,12 +242,7 @@ class StagedBrake:
         used before this request. A request that would go past the quota is
         refused at any stage.
 
-        A refused request gets a ``retry_after``: the time to the end of the
-        window when its stage refuses everything (or the quota is spent), or
-        else the window's remaining time divided by the remaining quota, the
-        spacing at which the rest of the quota would last until the window
-        ends. A client that waits that long spends what is left evenly instead
-        of hammering the brake.
+        A refused request gets a ``retry_after``; see :meth:`verdict`.
 
         Args:
             key: the client the request is counted against.
@@ -265,14 +255,9 @@ class StagedBrake:
             ValueError: when ``now`` is not finite.
         """
         start = self._roll(now)
-        reset = min(max(start + self._window - now, 0.0), self._window)
         state = self._state(key)
         used = state.used
-        stage = 0
-        for index in range(len(self._thresholds), 0, -1):
-            if used >= self._thresholds[index - 1]:
-                stage = index
-                break
+        stage = self.stage_of(used)
         entered = stage > state.stage
         if entered:
             state.stage = stage
@@ -281,10 +266,68 @@ class StagedBrake:
         reject = 1.0 if over else self._stages[stage - 1].reject if stage else 0.0
         if reject <= 0.0 or (reject < 1.0 and self._rng.random() >= reject):
             state.used = used = used + 1.0
-            return Decision(True, used, max(self._quota - used, 0.0), reset, None, stage, entered)
+            return self.verdict(True, used, stage, start, now, entered)
         state.rejected += 1
+        return self.verdict(False, used, stage, start, now, entered)
+
+    # -- the rule in parts, for a brake whose counts live elsewhere (a shared store) -------------
+
+    @property
+    def thresholds(self) -> tuple[float, ...]:
+        """The count at which each stage starts (a hair under ``share * quota``)."""
+        return self._thresholds
+
+    def stage_of(self, used: float) -> int:
+        """The stage in force for a key that has ``used`` requests counted: 0 for none."""
+        for index in range(len(self._thresholds), 0, -1):
+            if used >= self._thresholds[index - 1]:
+                return index
+        return 0
+
+    def refusing(self, chance: float) -> tuple[bool, ...]:
+        """For each stage, whether it refuses a request that drew ``chance`` in ``[0, 1)``.
+
+        A stage refusing everything refuses at any chance, one refusing
+        nothing at none, and a partial one when the chance falls below its
+        fraction: the same draw :meth:`decide` makes.
+        """
+        return tuple(step.reject >= 1.0 or (step.reject > 0.0 and chance < step.reject)
+                     for step in self._stages)
+
+    def window_start(self, now: float) -> float:
+        """The start of the window holding ``now`` (no state is changed)."""
+        if not math.isfinite(now):
+            raise ValueError(f"now must be finite, got {now!r}")
+        window = self._window
+        start = math.floor(now / window) * window
+        # The division may round down across a boundary.
+        return start + window if start + window <= now else start
+
+    def verdict(self, allowed: bool, used: float, stage: int, start: float, now: float,
+                entered: bool = False) -> Decision:
+        """The :class:`Decision` for a request, once counted (or not) against its key.
+
+        A refused request gets a ``retry_after``: the time to the end of the
+        window when its stage refuses everything (or the quota is spent), or
+        else the window's remaining time divided by the remaining quota, the
+        spacing at which the rest of the quota would last until the window
+        ends. A client that waits that long spends what is left evenly instead
+        of hammering the brake.
+
+        Args:
+            allowed: whether the request was let through.
+            used: the key's count after the request (before it, for a refusal).
+            stage: the stage in force for the request.
+            start: the start of the request's window.
+            now: the time of the request.
+            entered: the request was the key's first at ``stage``.
+        """
+        reset = min(max(start + self._window - now, 0.0), self._window)
         remaining = max(self._quota - used, 0.0)
-        retry_after = reset if reject >= 1.0 else min(reset, reset / max(remaining, 1.0))
+        if allowed:
+            return Decision(True, used, remaining, reset, None, stage, entered)
+        spent = used + 1.0 > self._quota or (stage > 0 and self._stages[stage - 1].reject >= 1.0)
+        retry_after = reset if spent else min(reset, reset / max(remaining, 1.0))
         return Decision(False, used, remaining, reset, retry_after, stage, entered)
 
     def stats(self, now: float | None = None) -> BrakeStats:

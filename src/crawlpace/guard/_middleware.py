@@ -6,10 +6,16 @@ application untouched, without rate-limit headers: those headers describe the
 quota of the costly pages, and announcing it elsewhere would make careful
 crawlers slow down on pages that cost nothing.
 
-A request on a costly path is put to :meth:`StagedBrake.decide`. An allowed
-one reaches the application, and its response gets ``RateLimit-Policy`` and
-``RateLimit`` headers. A refused one never reaches the application: the
-middleware answers 429 itself, with ``Retry-After`` and the same two headers.
+A request on a costly path is put to :meth:`StagedBrake.decide` (or, with
+``store="redis://..."``, to a :class:`SharedBrake` whose counts every server
+process shares). An allowed one reaches the application, and its response gets
+``RateLimit-Policy`` and ``RateLimit`` headers. A refused one never reaches the
+application: the middleware answers 429 itself, with ``Retry-After`` and the
+same two headers.
+
+An allow-listed crawler is let through only once its address is confirmed
+(:class:`BotVerifier`); the address is the peer's, or, from proxies the owner
+trusts, the one their forwarding header names (:class:`ClientAddress`).
 """
 
 from __future__ import annotations
@@ -19,10 +25,14 @@ import math
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, MutableMapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from pathlib import Path
 from typing import Any, Literal
 
+from ._address import ClientAddress, ForwardedHeader
 from ._brake import DEFAULT_STAGES, BrakeStats, Decision, Stage, StagedBrake
+from ._shared import SharedBrake, is_shared_url
+from ._verify import BotVerifier, Resolver
 
 __all__ = ["DEFAULT_ALLOW", "Guard", "user_agent_class"]
 
@@ -76,16 +86,13 @@ def _user_agent_key(scope: Scope) -> str:
     return user_agent_class(_header(scope, b"user-agent"))
 
 
-def _ip_key(scope: Scope) -> str:
-    client = scope.get("client")
-    return str(client[0]) if client else ""
-
-
 def _site_key(scope: Scope) -> str:
     return "*"
 
 
-_KEYS: dict[str, KeyFunction] = {"user-agent": _user_agent_key, "ip": _ip_key, "site": _site_key}
+_KEYS: dict[str, KeyFunction] = {"user-agent": _user_agent_key, "site": _site_key}
+# How often, at most, a store that cannot be reached is logged.
+_ERROR_LOG_EVERY = 30.0
 
 
 def _costly_test(costly: Callable[[Scope], bool] | str | Iterable[str] | None) -> Callable[[Scope], bool]:
@@ -116,19 +123,42 @@ class Guard:
         costly: which requests are braked: a callable taking the ASGI scope, a
             path prefix, or a list of path prefixes. ``None`` brakes every path.
         key: whom a request is counted against: ``"user-agent"`` (the user
-            agent with version numbers removed), ``"ip"`` (the client address),
-            ``"site"`` (one counter for everyone), or a callable taking the
-            ASGI scope and returning a string.
+            agent with version numbers removed), ``"ip"`` (the client address,
+            see ``trusted_proxies``), ``"site"`` (one counter for everyone), or
+            a callable taking the ASGI scope and returning a string.
         allow: user-agent substrings, matched case-insensitively, whose
-            requests are never braked nor counted.
+            requests are never braked nor counted once the client's address
+            is confirmed to be that crawler's (see ``bot_domains`` and
+            ``bot_ranges``); unconfirmed, they are counted like any other.
         headers: add ``RateLimit-Policy`` and ``RateLimit`` to braked
             responses; ``Retry-After`` is sent on a 429 either way.
-        clock: the time source the windows are laid on.
+        clock: the time source the windows are laid on; ``time.time`` by
+            default, or the Redis server's clock with a shared ``store``.
         rng: the source of chance for partial stages.
         max_keys: the most keys tracked per window; see :class:`StagedBrake`.
+        store: ``None`` (or ``"memory://"``) counts in this process;
+            ``"redis://host:port/db"`` (also ``rediss://``, ``valkey://``)
+            counts in Redis, shared by every process and machine using the
+            same server, namespace (``?namespace=``) and ``name``.
+        name: the shared brake's name (with ``store``).
+        on_store_error: with a shared store that cannot be reached,
+            ``"open"`` lets costly requests through unbraked (logged),
+            ``"closed"`` answers them 503 with ``Retry-After: 30``.
+        bot_domains: reverse-DNS domains per allow-listed name (lower-case
+            keys); :data:`BOT_DOMAINS` by default.
+        bot_ranges: IP ranges per allow-listed name, a file path or a list
+            of CIDR strings (key ``"*"`` for every name); an address inside
+            is confirmed without DNS.
+        resolver: the DNS lookups (:class:`SystemResolver` by default).
+        verify_timeout: seconds a DNS confirmation may take.
+        trusted_proxies: addresses or CIDR ranges of the owner's reverse
+            proxies. Only requests from these have their client address taken
+            from ``forwarded_header``.
+        forwarded_header: ``"x-forwarded-for"`` or ``"forwarded"``.
 
     Raises:
-        ValueError: naming the parameter that is out of range.
+        ValueError: naming the parameter that is out of range, or an allowed
+            name that could never be confirmed.
     """
 
     def __init__(self, app: ASGIApp, *, quota: float, window: float = 86400.0,
@@ -136,13 +166,34 @@ class Guard:
                  costly: Callable[[Scope], bool] | str | Iterable[str] | None = None,
                  key: Literal["user-agent", "ip", "site"] | KeyFunction = "user-agent",
                  allow: str | Iterable[str] = DEFAULT_ALLOW, headers: bool = True,
-                 clock: Callable[[], float] = time.time, rng: random.Random | None = None,
-                 max_keys: int = 100_000) -> None:
+                 clock: Callable[[], float] | None = None, rng: random.Random | None = None,
+                 max_keys: int = 100_000, store: str | None = None, name: str = "guard",
+                 on_store_error: Literal["open", "closed"] = "open",
+                 bot_domains: Mapping[str, Iterable[str]] | None = None,
+                 bot_ranges: Mapping[str, str | Path | Iterable[str]] | None = None,
+                 resolver: Resolver | None = None, verify_timeout: float = 2.0,
+                 trusted_proxies: Iterable[str] = (),
+                 forwarded_header: ForwardedHeader = "x-forwarded-for") -> None:
         self.app = app
-        self.brake = StagedBrake(quota, window, stages, rng, max_keys=max_keys)
+        self.shared: SharedBrake | None = None
+        if store is not None and store != "memory://":
+            if not is_shared_url(store):
+                raise ValueError(f"store must be None, 'memory://' or a redis://, rediss:// or "
+                                 f"valkey:// URL, got {store!r}")
+            self.shared = SharedBrake(store, quota, window, stages, rng, max_keys=max_keys, name=name)
+            self.brake = self.shared.rule
+        else:
+            self.brake = StagedBrake(quota, window, stages, rng, max_keys=max_keys)
+        if on_store_error not in ("open", "closed"):
+            raise ValueError(f"on_store_error must be 'open' or 'closed', got {on_store_error!r}")
+        self._fail_open = on_store_error == "open"
+        self._last_error_log = -_ERROR_LOG_EVERY
         self._costly = _costly_test(costly)
+        self.address = ClientAddress(trusted_proxies, forwarded_header)
         if callable(key):
             self._key = key
+        elif key == "ip":
+            self._key = self.address.of
         elif key in _KEYS:
             self._key = _KEYS[key]
         else:
@@ -150,21 +201,45 @@ class Guard:
         names = (allow,) if isinstance(allow, str) else tuple(allow)
         if not all(isinstance(name, str) and name for name in names):
             raise ValueError(f"allow must hold non-empty user-agent substrings, got {allow!r}")
-        self._allow = tuple(name.lower() for name in names)
+        self.verifier = BotVerifier(names, domains=bot_domains, ranges=bot_ranges, resolver=resolver,
+                                    timeout=verify_timeout) if names else None
         self._headers = headers
-        self._clock = clock
+        # With a shared store and no clock given, the windows follow the Redis server's clock.
+        self._clock = clock if clock is not None or self.shared is not None else time.time
         quota_text, window_text = _int(math.floor(self.brake.quota)), _int(math.ceil(self.brake.window))
         self._policy = f'"{_POLICY_NAME}";q={quota_text};w={window_text}'.encode("ascii")
 
     def stats(self) -> BrakeStats:
-        """Report each key's count in the current window, and their sums."""
+        """Report each key's count in the current window, and their sums (this process's brake).
+
+        Raises:
+            TypeError: with a shared store, whose counts are read with :meth:`astats`.
+        """
+        if self.shared is not None:
+            raise TypeError("this guard counts in Redis: use 'await guard.astats()'")
+        assert self._clock is not None
         return self.brake.stats(self._clock())
 
-    def _favoured(self, scope: Scope) -> bool:
-        if not self._allow:
+    async def astats(self) -> BrakeStats:
+        """Report each key's count in the current window, from Redis with a shared store."""
+        if self.shared is None:
+            return self.stats()
+        return await self.shared.stats(None if self._clock is None else self._clock())
+
+    async def aclose(self) -> None:
+        """Close the shared store's connections (nothing to do without one)."""
+        if self.shared is not None:
+            await self.shared.aclose()
+
+    async def _favoured(self, scope: Scope) -> bool:
+        """Whether the request comes from an allow-listed crawler whose address is confirmed."""
+        verifier = self.verifier
+        if verifier is None:
             return False
-        agent = _header(scope, b"user-agent").lower()
-        return any(name in agent for name in self._allow)
+        claimed = verifier.claimed(_header(scope, b"user-agent"))
+        if claimed is None:
+            return False
+        return await verifier.verify(claimed, self.address.of(scope))
 
     def _rate_headers(self, decision: Decision) -> list[tuple[bytes, bytes]]:
         if not self._headers:
@@ -175,11 +250,17 @@ class Guard:
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         """Handle one ASGI connection scope."""
-        if scope.get("type") != "http" or not self._costly(scope) or self._favoured(scope):
+        if scope.get("type") != "http" or not self._costly(scope) or await self._favoured(scope):
             await self.app(scope, receive, send)
             return
         key = str(self._key(scope))[:_MAX_KEY]
-        decision = self.brake.decide(key, self._clock())
+        decision = await self._decide(key)
+        if decision is None:  # the shared store cannot be reached
+            if self._fail_open:
+                await self.app(scope, receive, send)
+            else:
+                await self._unavailable(send)
+            return
         if decision.entered:
             before = decision.used - 1.0 if decision.allowed else decision.used
             _log.info("guard: %r entered stage %d: %g of %g requests used, %g s left in the window",
@@ -188,6 +269,30 @@ class Guard:
             await self._pass(scope, receive, send, self._rate_headers(decision))
         else:
             await self._refuse(send, decision)
+
+    async def _decide(self, key: str) -> Decision | None:
+        """The brake's verdict; ``None`` when the shared store failed (logged)."""
+        shared, clock = self.shared, self._clock
+        if shared is None:
+            assert clock is not None
+            return self.brake.decide(key, clock())
+        try:
+            return await shared.decide(key, None if clock is None else clock())
+        except Exception as exc:
+            now = time.monotonic()
+            if now - self._last_error_log >= _ERROR_LOG_EVERY:
+                self._last_error_log = now
+                _log.error("guard: the shared brake's store cannot be reached (%r); costly requests are "
+                           "%s until it answers", exc,
+                           "let through unbraked" if self._fail_open else "answered 503")
+            return None
+
+    async def _unavailable(self, send: Send) -> None:
+        body = b"Service Unavailable: the request quota cannot be checked right now.\n"
+        await send({"type": "http.response.start", "status": 503, "headers": [
+            (b"content-type", b"text/plain; charset=utf-8"),
+            (b"content-length", str(len(body)).encode("ascii")), (b"retry-after", b"30")]})
+        await send({"type": "http.response.body", "body": body, "more_body": False})
 
     async def _pass(self, scope: Scope, receive: Receive, send: Send,
                     extra: list[tuple[bytes, bytes]]) -> None:

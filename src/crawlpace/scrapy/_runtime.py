@@ -16,10 +16,11 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from .._exceptions import PermitError, ScopeError
+from .._manager import ThrottlingManager
 from .._permit import Permit
 from .._redact import redact
 from .._robots import crawl_delay, robots_verdict
-from .._scopes import Demand, ThrottlingManager, host_scope, normalize_scopes
+from .._scopes import Demand, host_scope, normalize_scopes
 from .._throttler import Throttler
 from ._settings import AddonConfig, RequestScopesManager
 from ._tickets import APPLIED_SCOPES_KEY, TICKET_KEY, State, Ticket

@@ -31,7 +31,8 @@ from .._clock import AsyncioClock, Clock
 from .._config import Settings
 from .._exceptions import ConfigError
 from .._feedback import FeedbackBuilder
-from .._scopes import ThrottlingManager, ThrottlingManagerProtocol, import_object, load_scope_manager
+from .._manager import ThrottlingManager, ThrottlingManagerProtocol, load_scope_manager
+from .._scopes import import_object
 from ..stores import REDIS_SCHEMES, open_store
 from ..stores.base import Store
 from ._compat import ASYNCIO_REACTOR, default_backoff_exceptions

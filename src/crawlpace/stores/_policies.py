@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any
 
 from .._config import ScopeConfig, Settings
-from .._scopes import load_scope_manager
+from .._manager import load_scope_manager
 from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
 
 __all__ = ["PolicyFactory", "PolicyFormatError", "dump_policy", "load_policy"]

@@ -1,0 +1,185 @@
+"""An httpx transport for the blocking :class:`httpx.Client`, on a :class:`~crawlpace.SyncThrottler`.
+
+The same promises as :class:`crawlpace.http.ThrottledTransport`, for threads
+and plain scripts: every request (each redirect hop too) waits for its
+scopes, its response or exception is fed back, and a backoff outcome is sent
+again after the wait it asked for. Waiting blocks the calling thread on a
+lock, never in a polling loop, and one client may be used from many threads.
+Public through :mod:`crawlpace.http`.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+import httpx
+
+from ._config import Settings
+from ._httpx_common import (
+    ATTEMPTS_EXTENSION,
+    SCOPES_EXTENSION,
+    TRANSPORT_KWARGS,
+    discard_sync,
+    replayable,
+)
+from ._retry import check_owner, check_retries, send_sync
+from ._sync import SyncThrottler
+
+__all__ = ["ThrottledSyncClient", "ThrottledSyncTransport", "throttled_sync_client"]
+
+logger = logging.getLogger("crawlpace.http")
+
+
+class ThrottledSyncTransport(httpx.BaseTransport):
+    """An :class:`httpx.BaseTransport` that waits for a permit before each send.
+
+    Args:
+        settings: settings for a throttler of the transport's own; ``None``
+            for the defaults. Not allowed together with ``throttler``.
+        throttler: an existing :class:`~crawlpace.SyncThrottler` to share
+            (between clients, threads, or with a requests session). The
+            transport does not close it.
+        store: the store URL of the transport's own throttler
+            (``"memory://"`` by default; ``"redis://..."`` shares the budget
+            with other processes and machines).
+        transport: the transport that really sends; a new
+            :class:`httpx.HTTPTransport` by default. Closed with this one.
+        retries: how many times a backoff outcome (429, 503, a timeout...)
+            is sent again; 0 disables retries.
+
+    Raises:
+        TypeError: when ``throttler`` is given with ``settings`` or ``store``.
+        ValueError: when ``retries`` is not an integer >= 0.
+        ConfigError: when the settings are invalid.
+
+    Scopes come from the throttler's manager, or from
+    ``request.extensions["crawlpace_scopes"]``.
+    """
+
+    def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
+                 throttler: SyncThrottler | None = None, store: str | None = None,
+                 transport: httpx.BaseTransport | None = None, retries: int = 3) -> None:
+        check_owner(settings, throttler, store)
+        self._retries = check_retries(retries)
+        self._owns_throttler = throttler is None
+        self._throttler = throttler if throttler is not None else \
+            SyncThrottler(settings, store=store if store is not None else "memory://")
+        self._transport = transport if transport is not None else httpx.HTTPTransport()
+
+    @property
+    def throttler(self) -> SyncThrottler:
+        """The throttler every request waits for."""
+        return self._throttler
+
+    @property
+    def retries(self) -> int:
+        """How many times a backoff outcome is retried."""
+        return self._retries
+
+    @property
+    def owns_throttler(self) -> bool:
+        """True when the transport created its throttler and closes it in :meth:`close`."""
+        return self._owns_throttler
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        """Send ``request`` when its scopes allow it, retrying backoff outcomes.
+
+        Returns:
+            The first response that is not a backoff trigger, or the last one;
+            ``extensions["crawlpace_attempts"]`` counts the sends.
+
+        Raises:
+            ScopeGivenUp: when the circuit breaker gave a scope up.
+            QuotaError: when the request expects more quota than its scope has.
+            ThrottlerClosed: when the throttler is closed.
+            httpx.TransportError: (or whatever the inner transport raised) for
+                the last attempt, when it failed with an exception.
+        """
+        target = str(request.url)
+        attempts = 1 + (self._retries if replayable(request) else 0)
+        if attempts == 1 and self._retries:
+            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
+                         request.method, target)
+        inner = self._transport
+
+        def send() -> httpx.Response:
+            return inner.handle_request(request)
+
+        response, attempt = send_sync(self._throttler, request.method, target,
+                                      request.extensions.get(SCOPES_EXTENSION), attempts, send,
+                                      discard_sync)
+        response.extensions[ATTEMPTS_EXTENSION] = attempt
+        return response
+
+    def close(self) -> None:
+        """Close the inner transport, and the throttler if the transport created it."""
+        try:
+            self._transport.close()
+        finally:
+            if self._owns_throttler:
+                self._throttler.close()
+
+    def __repr__(self) -> str:
+        owned = "owned" if self._owns_throttler else "shared"
+        return f"<ThrottledSyncTransport retries={self._retries} throttler={owned} {self._throttler!r}>"
+
+
+class ThrottledSyncClient(httpx.Client):
+    """An :class:`httpx.Client` whose transport is a :class:`ThrottledSyncTransport`.
+
+    Built by :func:`throttled_sync_client`; it adds only :attr:`throttler`.
+    """
+
+    def __init__(self, *, transport: ThrottledSyncTransport, **client_kwargs: Any) -> None:
+        super().__init__(transport=transport, **client_kwargs)
+        self._throttled = transport
+
+    @property
+    def throttler(self) -> SyncThrottler:
+        """The throttler every request of this client waits for."""
+        return self._throttled.throttler
+
+
+def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, *,
+                          throttler: SyncThrottler | None = None, store: str | None = None,
+                          retries: int = 3, **client_kwargs: Any) -> ThrottledSyncClient:
+    """Build an :class:`httpx.Client` whose requests all go through a throttler.
+
+    Args:
+        settings: settings for a throttler the client creates; closing the
+            client closes it. Not allowed together with ``throttler``.
+        throttler: an existing :class:`~crawlpace.SyncThrottler` to share.
+        store: the store URL of the client's own throttler.
+        retries: see :class:`ThrottledSyncTransport`.
+        **client_kwargs: passed to :class:`httpx.Client`; ``verify``,
+            ``cert``, ``http1``, ``http2``, ``limits`` and ``proxy`` configure
+            the inner :class:`httpx.HTTPTransport`, and ``transport=``
+            replaces it.
+
+    Returns:
+        The client; use it in ``with`` or close it with ``close()``.
+
+    Raises:
+        TypeError: for ``mounts=``, for transport options with
+            ``transport=``, or for ``throttler`` with ``settings`` or ``store``.
+        ValueError: when ``retries`` is not an integer >= 0.
+        ConfigError: when the settings are invalid.
+    """
+    if "mounts" in client_kwargs:
+        raise TypeError("throttled_sync_client() does not take mounts=: requests sent through a "
+                        "mounted transport would not be throttled; wrap each one in a "
+                        "ThrottledSyncTransport sharing one SyncThrottler")
+    check_retries(retries)
+    check_owner(settings, throttler, store)
+    inner: httpx.BaseTransport | None = client_kwargs.pop("transport", None)
+    options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
+    if inner is not None and options:
+        raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
+                        "transport= set them on that transport instead")
+    if inner is None:
+        inner = httpx.HTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
+    transport = ThrottledSyncTransport(settings, throttler=throttler, store=store, transport=inner,
+                                       retries=retries)
+    return ThrottledSyncClient(transport=transport, **client_kwargs)

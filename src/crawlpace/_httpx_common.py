@@ -1,0 +1,42 @@
+"""What the httpx transports, asynchronous and synchronous, share."""
+
+from __future__ import annotations
+
+import contextlib
+
+import httpx
+
+__all__ = ["ATTEMPTS_EXTENSION", "SCOPES_EXTENSION", "TRANSPORT_KWARGS", "discard_async",
+           "discard_sync", "replayable"]
+
+#: The ``request.extensions`` key that gives a request explicit throttling scopes.
+SCOPES_EXTENSION = "crawlpace_scopes"
+#: The ``response.extensions`` key telling how many times the request was sent.
+ATTEMPTS_EXTENSION = "crawlpace_attempts"
+
+# AsyncClient arguments that configure the default transport; with a custom
+# transport httpx ignores them (or, for ``proxy``, mounts a transport of its own
+# that would bypass the throttler), so throttled_client() builds the inner
+# transport with them.
+TRANSPORT_KWARGS = frozenset({"verify", "cert", "http1", "http2", "limits", "proxy"})
+
+
+def replayable(request: httpx.Request) -> bool:
+    """Whether the request's body can be sent a second time.
+
+    Bodies given as bytes, text, form data or JSON (and requests without a
+    body, or whose body was read with ``aread()``) are held in memory as an
+    :class:`httpx.ByteStream`. Any other stream, such as an async generator,
+    may be consumed by the first send.
+    """
+    return isinstance(request.stream, httpx.ByteStream)
+
+
+async def discard_async(response: httpx.Response) -> None:
+    with contextlib.suppress(httpx.TransportError):
+        await response.aclose()
+
+
+def discard_sync(response: httpx.Response) -> None:
+    with contextlib.suppress(httpx.TransportError):
+        response.close()

@@ -1,0 +1,200 @@
+"""An :class:`aiohttp.ClientSession` whose every request goes through a :class:`~crawlpace.Throttler`.
+
+The rate-limited session wrapper of seed 003, for aiohttp code::
+
+    async with throttled_session({"DOWNLOAD_DELAY": 0.5}) as session:
+        async with session.get("https://books.toscrape.com/") as response:
+            text = await response.text()
+
+It is built on aiohttp's client middlewares (aiohttp 3.12 and later), which
+run around each single send, redirect hops included. :class:`ThrottleMiddleware`
+waits for the URL's scopes, times the send up to the response headers (the
+latency), feeds the response or exception back, and sends again when the
+outcome was a backoff trigger (429, 503, a timeout...) and retries remain. The
+next permit waits for the backoff delay or ``Retry-After`` by itself. These are
+the semantics of :func:`crawlpace.http.throttled_client`.
+
+aiohttp is an optional dependency (``pip install crawlpace[aiohttp]``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import warnings
+from collections.abc import Mapping
+from typing import Any
+
+import aiohttp
+from aiohttp import payload
+
+from ._config import Settings
+from ._retry import check_owner, check_retries, send_async
+from ._throttler import Throttler
+from .stores.base import Store
+
+__all__ = ["ThrottleMiddleware", "ThrottledSession", "throttled_session"]
+
+logger = logging.getLogger(__name__)
+
+
+def _replayable(request: aiohttp.ClientRequest) -> bool:
+    """Whether the body can be sent again: none, or one held in memory (bytes, text, JSON, a form)."""
+    body = request.body
+    return body == b"" or isinstance(body, payload.BytesPayload)
+
+
+async def _discard(response: aiohttp.ClientResponse) -> None:
+    with contextlib.suppress(aiohttp.ClientError, OSError):
+        response.close()
+
+
+class ThrottleMiddleware:
+    """An aiohttp client middleware that waits for a permit before each send.
+
+    Pass it to :class:`aiohttp.ClientSession` (``middlewares=(mw,)``) to
+    throttle a session you build yourself; :func:`throttled_session` does it
+    for you.
+
+    Args:
+        throttler: the throttler to wait for. The middleware never closes it.
+        retries: how many times a backoff outcome is sent again; 0 disables
+            retries.
+
+    Raises:
+        ValueError: when ``retries`` is not an integer >= 0.
+    """
+
+    __slots__ = ("_retries", "_scopes", "throttler")
+
+    def __init__(self, throttler: Throttler, *, retries: int = 3, scopes: object = None) -> None:
+        self._retries = check_retries(retries)
+        self._scopes = scopes
+        self.throttler = throttler
+
+    def with_scopes(self, scopes: object) -> ThrottleMiddleware:
+        """The same throttle for requests with explicit scopes, for one request's ``middlewares=``.
+
+        aiohttp runs a request's own middlewares *instead of* the session's,
+        so ``session.get(url, middlewares=(mw.with_scopes(["api"]),))`` is
+        throttled once, under the scopes given (any form the throttler's
+        ``scopes=`` takes).
+        """
+        return ThrottleMiddleware(self.throttler, retries=self._retries, scopes=scopes)
+
+    @property
+    def retries(self) -> int:
+        """How many times a backoff outcome is retried."""
+        return self._retries
+
+    async def __call__(self, request: aiohttp.ClientRequest,
+                       handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
+        """Send ``request`` through ``handler`` when its scopes allow it, retrying backoff outcomes.
+
+        Returns:
+            The first response that is not a backoff trigger, or the last one.
+
+        Raises:
+            ScopeGivenUp: when the circuit breaker gave a scope up.
+            QuotaError: when the request expects more quota than its scope has.
+            ThrottlerClosed: when the throttler is closed.
+            aiohttp.ClientError: (or whatever the send raised) for the last
+                attempt, when it failed with an exception.
+        """
+        target = str(request.url)
+        attempts = 1 + (self._retries if _replayable(request) else 0)
+        if attempts == 1 and self._retries:
+            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
+                         request.method, target)
+
+        async def send() -> aiohttp.ClientResponse:
+            # The handler connects, writes and reads the head: it returns with the headers in.
+            return await handler(request)
+
+        response, _attempt = await send_async(self.throttler, request.method, target, self._scopes, attempts,
+                                              send, _discard, logger)
+        return response
+
+    def __repr__(self) -> str:
+        return f"<ThrottleMiddleware retries={self._retries} {self.throttler!r}>"
+
+
+# aiohttp warns against subclassing ClientSession, to keep its internals free to change.
+# This subclass overrides nothing but close() (a public coroutine), and adds one attribute,
+# declared in ATTRS for aiohttp's debug-mode attribute check.
+with warnings.catch_warnings():
+    warnings.simplefilter("ignore", DeprecationWarning)
+
+    class ThrottledSession(aiohttp.ClientSession):
+        """An :class:`aiohttp.ClientSession` with a :class:`ThrottleMiddleware`.
+
+        Built by :func:`throttled_session`; it adds :attr:`throttler` and
+        closes a throttler it owns with the session.
+        """
+
+        ATTRS = aiohttp.ClientSession.ATTRS | frozenset({"_crawlpace"})
+
+        def __init__(self, middleware: ThrottleMiddleware, *, owns_throttler: bool,
+                     **session_kwargs: Any) -> None:
+            middlewares = (middleware, *session_kwargs.pop("middlewares", ()))
+            super().__init__(middlewares=middlewares, **session_kwargs)
+            self._crawlpace = (middleware, owns_throttler)
+
+        @property
+        def throttler(self) -> Throttler:
+            """The throttler every request of this session waits for."""
+            return self._crawlpace[0].throttler
+
+        @property
+        def throttle(self) -> ThrottleMiddleware:
+            """The session's middleware; ``session.throttle.with_scopes(...)`` names scopes per request."""
+            return self._crawlpace[0]
+
+        async def __aenter__(self) -> ThrottledSession:
+            await super().__aenter__()
+            return self
+
+        async def close(self) -> None:
+            """Close the session, and the throttler if the session created it."""
+            try:
+                await super().close()
+            finally:
+                middleware, owns = self._crawlpace
+                if owns:
+                    await middleware.throttler.aclose()
+
+
+def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
+                      throttler: Throttler | None = None, store: Store | str | None = None,
+                      retries: int = 3, **session_kwargs: Any) -> ThrottledSession:
+    """Build an :class:`aiohttp.ClientSession` whose requests all go through a throttler.
+
+    Call it inside a running event loop (aiohttp requires one).
+
+    Args:
+        settings: settings for a throttler the session creates; closing the
+            session closes it. Not allowed together with ``throttler``.
+        throttler: an existing throttler to share (with other sessions, an
+            httpx client, a crawl); closing the session leaves it open.
+        store: the store of the session's own throttler (a store or a URL
+            such as ``"redis://localhost:6379/0"``); ``"memory://"`` by default.
+        retries: how many times a backoff outcome is sent again.
+        **session_kwargs: passed to :class:`aiohttp.ClientSession`
+            (``timeout``, ``headers``, ``connector``, ``base_url``...). Other
+            ``middlewares`` run inside the throttle, once per attempt.
+
+    Returns:
+        The session; use it in ``async with`` or ``await session.close()``.
+
+    Raises:
+        TypeError: for ``throttler`` together with ``settings`` or ``store``.
+        ValueError: when ``retries`` is not an integer >= 0.
+        ConfigError: when the settings are invalid.
+    """
+    check_retries(retries)
+    check_owner(settings, throttler, store)
+    owns = throttler is None
+    if throttler is None:
+        throttler = Throttler(settings, store=store if store is not None else "memory://")
+    return ThrottledSession(ThrottleMiddleware(throttler, retries=retries), owns_throttler=owns,
+                            **session_kwargs)

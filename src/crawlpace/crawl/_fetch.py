@@ -1,0 +1,193 @@
+"""The crawl's HTTP layer: one GET in, one :class:`Page` out, on aiohttp's per-host pools.
+
+The crawl job does not talk to an HTTP library; it asks a :class:`Fetcher`
+for a URL and gets back a :class:`Page` (status, headers, body up to a size
+limit, latency), or the error that stopped it. Everything about the library
+stays in this module: its session and connection pools, its timeouts, and the
+translation of its exceptions into the builtin ones the throttler's
+``BACKOFF_EXCEPTIONS`` name by default.
+
+Why aiohttp. A broad crawl keeps connections to thousands of hosts. aiohttp's
+``TCPConnector`` files idle connections under their (host, port, TLS) key, so
+finding one for a request, and putting it back, costs the same with 10 hosts
+as with 10,000. httpx 0.28 (over httpcore 1.0) walks its whole pool on every
+request and every response close; measured on ``bench/broad.py`` that walk
+was most of the crawl's CPU time and grew with the number of hosts (see
+docs/broad-crawls.md). ``crawlpace.http`` keeps httpx for the library users
+who bring their own httpx client.
+
+The module never decides *when* a request goes: the throttler did that
+before :meth:`Fetcher.get` is called. So the connector has no per-host cap
+of its own; its total cap only guards against a leak.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+import aiohttp
+
+__all__ = ["AiohttpFetcher", "FetchError", "Fetcher", "Page"]
+
+_log = logging.getLogger(__name__)
+
+#: Bytes asked of the stream per read when a body has no usable Content-Length.
+_CHUNK = 64 * 1024
+
+
+class FetchError(ConnectionError):
+    """The connection failed or broke, as the HTTP library reported it with its own class.
+
+    aiohttp raises timeouts as subclasses of the builtin ``TimeoutError``, but
+    a refused connection as a plain ``OSError`` subclass, and a server that
+    hangs up or sends a garbled answer as ``ServerDisconnectedError``,
+    ``ClientPayloadError`` and the like, which are not ``ConnectionError`` classes.
+    They are turned into this ``ConnectionError`` so that the default
+    ``BACKOFF_EXCEPTIONS`` treat them as the transient failures they are; the
+    original stays as ``__cause__``.
+    """
+
+
+@dataclass(slots=True)
+class Page:
+    """What one GET brought back.
+
+    A page with an :attr:`error` may still carry a :attr:`status` and a
+    :attr:`latency`: the headers came, then reading the body failed.
+
+    Attributes:
+        status: the HTTP status, None when no answer came.
+        headers: the response headers, None when no answer came.
+        body: the body, at most the ``limit`` given to :meth:`Fetcher.get`.
+        latency: seconds from the request being handed to the library to the
+            response headers, None when no answer came.
+        error: what stopped the fetch, None when nothing did.
+    """
+
+    status: int | None
+    headers: Mapping[str, str] | None
+    body: bytes
+    latency: float | None
+    error: BaseException | None = None
+
+    @property
+    def status_code(self) -> int | None:
+        """The status, under the name the throttler's feedback reads."""
+        return self.status
+
+    @property
+    def location(self) -> str | None:
+        """The ``Location`` header, for redirects."""
+        return None if self.headers is None else self.headers.get("Location")
+
+
+class Fetcher(Protocol):
+    """What the crawl job needs of an HTTP layer."""
+
+    async def get(self, url: str, limit: int) -> Page:
+        """GET ``url`` without following redirects; read at most ``limit`` bytes of the body.
+
+        Never raises for a network or protocol failure: the page carries it.
+        """
+        ...
+
+    async def aclose(self) -> None:
+        """Close every connection; the fetcher is not used afterwards."""
+        ...
+
+
+class AiohttpFetcher:
+    """A :class:`Fetcher` on one ``aiohttp.ClientSession``.
+
+    Create it inside a running event loop.
+
+    Args:
+        user_agent: the ``User-Agent`` header of every request.
+        timeout: seconds allowed to connect, and then for each read.
+        max_connections: connections in use at once, at most; a safety cap
+            (the throttler admits fewer).
+        trust_env: take proxies and certificates from the environment.
+        clock: the time source of :attr:`Page.latency`.
+    """
+
+    def __init__(self, *, user_agent: str, timeout: float, max_connections: int, trust_env: bool,
+                 clock: Callable[[], float]) -> None:
+        self._clock = clock
+        # With trust_env, aiohttp looks up proxies and ~/.netrc again in a worker thread
+        # for every request; when the environment holds neither, that is pure cost.
+        trust_env = trust_env and _environment_matters()
+        # No per-host cap: the throttler enforces each scope's concurrency.
+        connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ttl_dns_cache=300)
+        self._session = aiohttp.ClientSession(
+            connector=connector, headers={"User-Agent": user_agent}, trust_env=trust_env,
+            timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout),
+            auto_decompress=True)
+
+    async def get(self, url: str, limit: int) -> Page:
+        started = self._clock()
+        try:
+            response = await self._session.get(url, allow_redirects=False)
+        except (aiohttp.ClientError, OSError, ValueError) as exc:
+            return Page(None, None, b"", None, _translate(exc))
+        latency = self._clock() - started
+        try:
+            body = await _read(response, limit)
+        except (aiohttp.ClientError, OSError) as exc:
+            return Page(response.status, response.headers, b"", latency, _translate(exc))
+        finally:
+            response.release()
+        if _log.isEnabledFor(logging.INFO):  # -v: one line per request, as httpx logged them
+            _log.info("GET %s -> %d (%d bytes, %.3f s)", url, response.status, len(body), latency)
+        return Page(response.status, response.headers, body, latency)
+
+    async def aclose(self) -> None:
+        await self._session.close()
+
+
+async def _read(response: aiohttp.ClientResponse, limit: int) -> bytes:
+    """At most ``limit`` bytes of the body; the rest is left unread (the connection is then dropped)."""
+    length = response.content_length
+    # The fast path only when the length is the body's: a compressed body may unpack to far more.
+    if length is not None and length <= limit and "Content-Encoding" not in response.headers:
+        return (await response.read())[:limit]
+    chunks: list[bytes] = []
+    size = 0
+    while size < limit:
+        chunk = await response.content.read(min(_CHUNK, limit - size))
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+    return b"".join(chunks)
+
+
+def _environment_matters() -> bool:
+    """Whether the environment configures a proxy or a netrc file that aiohttp would use."""
+    if urllib.request.getproxies():
+        return True
+    netrc = os.environ.get("NETRC")
+    if netrc:
+        return Path(netrc).is_file()
+    return (Path.home() / ".netrc").is_file()
+
+
+def _translate(exc: BaseException) -> BaseException:
+    """The exception the throttler should see: a timeout, a ``ConnectionError``, or a ``ValueError``.
+
+    Timeouts stay as they are (aiohttp's derive from ``TimeoutError``), and so
+    do unusable URLs (``ValueError``: the fault is the URL's, not the site's).
+    Everything else that broke the exchange (a refused connection, which
+    aiohttp reports as a plain ``OSError``; a hang-up; a garbled answer)
+    becomes a :class:`FetchError`.
+    """
+    if isinstance(exc, TimeoutError | ConnectionError | ValueError):
+        return exc
+    wrapped = FetchError(f"{type(exc).__name__}: {exc}")
+    wrapped.__cause__ = exc
+    return wrapped

@@ -1,0 +1,103 @@
+"""Result lines written in batches, each URL settled only once its line is out.
+
+Writing a line per answered URL costs a system call per page, and the job
+cannot let a URL count as done (in the journal, or acknowledged to the
+shared frontier) before its line has reached the operating system: the
+output file is the record of what was answered. :class:`ResultBatch` keeps
+both promises at a lower cost. Results wait in memory until ``max_lines``
+of them are pending or ``max_delay`` seconds have passed since the first;
+then they go out in one ``write``, and only after it returns is each URL
+settled (the ``settled`` callback marks it done or queues its
+acknowledgement).
+
+What a crash costs: the lines still pending, at most ``max_lines`` or
+``max_delay`` seconds' worth. Those URLs were not settled, so a resumed
+crawl (or another worker) fetches them again, and each URL still has
+exactly one line. A clean stop (Ctrl-C, SIGTERM, the end) calls
+:meth:`ResultBatch.flush` first and loses nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Callable
+from typing import Generic, TypeVar
+
+from ..frontier import Result
+
+__all__ = ["ResultBatch"]
+
+_log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Lines that trigger a write at once.
+MAX_LINES = 256
+#: Seconds a line may wait for its batch.
+MAX_DELAY = 0.1
+
+
+class ResultBatch(Generic[T]):
+    """Results waiting to be written together, each with what settles it.
+
+    Args:
+        write: writes a list of results, all or raising ``OSError``
+            (e.g. :meth:`ResultWriter.write_many`).
+        settled: called with each result's ``item`` once its line is written.
+        on_error: called with the ``OSError`` when a write started by the
+            timer fails (a write started by :meth:`add` or :meth:`flush`
+            raises instead).
+        max_lines: pending lines that trigger a write.
+        max_delay: seconds the first pending line may wait.
+    """
+
+    def __init__(self, write: Callable[[list[Result]], None], settled: Callable[[T], None], *,
+                 on_error: Callable[[OSError], None], max_lines: int = MAX_LINES,
+                 max_delay: float = MAX_DELAY) -> None:
+        if max_lines < 1 or not max_delay > 0:
+            raise ValueError(f"max_lines must be >= 1 and max_delay > 0, got {max_lines!r}, {max_delay!r}")
+        self._write = write
+        self._settled = settled
+        self._on_error = on_error
+        self._max_lines = max_lines
+        self._max_delay = max_delay
+        self._results: list[Result] = []
+        self._items: list[T] = []
+        self._timer: asyncio.TimerHandle | None = None
+
+    def __len__(self) -> int:
+        return len(self._results)
+
+    def add(self, result: Result, item: T) -> None:
+        """Queue ``result``; ``item`` is handed to ``settled`` once it is written."""
+        self._results.append(result)
+        self._items.append(item)
+        if len(self._results) >= self._max_lines:
+            self.flush()
+        elif self._timer is None:
+            self._timer = asyncio.get_running_loop().call_later(self._max_delay, self._on_timer)
+
+    def flush(self) -> None:
+        """Write every pending result now, then settle each; nothing happens when none wait.
+
+        Raises:
+            OSError: the write failed; the results stay pending, unsettled.
+        """
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        if not self._results:
+            return
+        results, items = self._results, self._items
+        self._write(results)
+        self._results, self._items = [], []
+        for item in items:
+            self._settled(item)
+
+    def _on_timer(self) -> None:
+        self._timer = None
+        try:
+            self.flush()
+        except OSError as exc:
+            self._on_error(exc)

@@ -1,0 +1,106 @@
+"""The package's modules import each other without circles.
+
+Every import counts, those inside functions and under ``TYPE_CHECKING``
+included: a circle that only works because one side imports late is still a
+circle for a reader who has to understand both modules at once.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import crawlpace
+
+ROOT = Path(crawlpace.__file__).parent
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(ROOT.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+def _imports(path: Path, modules: set[str]) -> set[str]:
+    """The package's modules that ``path`` imports, anywhere in its body."""
+    name = _module_name(path)
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            targets = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                anchor = package.split(".")
+                anchor = anchor[:len(anchor) - (node.level - 1)]
+                base = ".".join([*anchor, base]) if base else ".".join(anchor)
+            # "from pkg import mod" imports the submodule; "from mod import name" the module.
+            targets = [f"{base}.{alias.name}" if f"{base}.{alias.name}" in modules else base
+                       for alias in node.names]
+        else:
+            continue
+        found.update(target for target in targets if target in modules and target != name)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    paths = sorted(ROOT.rglob("*.py"))
+    modules = {_module_name(path) for path in paths}
+    graph = {_module_name(path): _imports(path, modules) for path in paths}
+    # A module always sits inside its packages: importing the package that
+    # contains you is how Python loads you, not a circle of the design.
+    for name, targets in graph.items():
+        targets.difference_update({other for other in targets if name.startswith(other + ".")})
+    return graph
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """Strongly connected groups of more than one module (Tarjan's algorithm)."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    on_stack: set[str] = set()
+    groups: list[list[str]] = []
+
+    def visit(node: str) -> None:
+        index[node] = low[node] = len(index)
+        stack.append(node)
+        on_stack.add(node)
+        for target in sorted(graph.get(node, ())):
+            if target not in index:
+                visit(target)
+                low[node] = min(low[node], low[target])
+            elif target in on_stack:
+                low[node] = min(low[node], index[target])
+        if low[node] == index[node]:
+            group: list[str] = []
+            while True:
+                member = stack.pop()
+                on_stack.discard(member)
+                group.append(member)
+                if member == node:
+                    break
+            if len(group) > 1:
+                groups.append(sorted(group))
+
+    for node in sorted(graph):
+        if node not in index:
+            visit(node)
+    return groups
+
+
+def test_the_graph_sees_known_edges() -> None:
+    graph = _graph()
+    assert "crawlpace._permit" in graph["crawlpace._throttler"]
+    assert "crawlpace._scopes" in graph["crawlpace._feedback"]
+    assert "crawlpace._config_types" in graph["crawlpace._config"]
+
+
+def test_no_import_circles() -> None:
+    assert _cycles(_graph()) == []
+
+
+def test_the_cycle_finder_finds_a_circle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
