@@ -70,7 +70,8 @@ def examples(pages: list[Path] = DOCS) -> list[Example]:
     for page in pages:
         blocks = _blocks(page.read_text(encoding="utf-8"))
         files: list[tuple[str, str]] = []
-        for (lang, line, code, end, before), after in zip(blocks, [*blocks[1:], None], strict=True):
+        for index, (lang, line, code, end, before) in enumerate(blocks):
+            after = blocks[index + 1] if index + 1 < len(blocks) else None
             named = _FILE.match(before)
             if named:
                 files.append((named.group(1), code + "\n"))
