@@ -51,7 +51,8 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
 
 * **requests**, **429+503** and **violations** as the farm counted them (a violation is
   a request sent before a stated ``Retry-After`` ran out, or closer than the site's
-  ``Crawl-delay`` to the previous one);
+  ``Crawl-delay`` to the previous one); a ``challenge`` site's 200 challenge pages count
+  among the 429+503, and not among the 200s;
 * **goodput/capacity**: the farm's 200s per second over the site's active period (first
   to last request), divided by what the site can sustain; empty for a site without a
   capacity (the flaky and the dead one). A short burst makes this ratio huge: it rewards

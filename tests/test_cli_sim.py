@@ -29,7 +29,7 @@ def test_sim_serves_until_sigterm_then_reports(tmp_path: Path) -> None:
             if line.startswith("serving"):
                 break
         text = "".join(banner)
-        assert "crawlpace sim: 10 sites of farm 'mixed'" in text
+        assert "crawlpace sim: 11 sites of farm 'mixed'" in text
         assert "slowshop      ratelimit   http://127.0.0.2:" in text
         pages = urls.read_text(encoding="utf-8").split()
         slowshop = [url for url in pages if url.startswith("http://127.0.0.2:")]

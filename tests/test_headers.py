@@ -199,31 +199,35 @@ def test_parse_reset_malformed(value: str) -> None:
 
 def test_current_form_with_policy() -> None:
     got = hints({"RateLimit": '"default";r=0;t=30', "RateLimit-Policy": '"default";q=100;w=60'})
-    assert got == ServerHint(remaining=0.0, reset=30.0, limit=100.0, window=60.0, source="ratelimit")
+    assert got == ServerHint(remaining=0.0, reset=30.0, limit=100.0, window=60.0, source="ratelimit",
+                             hold=30.0, policy="default")
 
 
-def test_current_form_picks_most_restrictive_item_and_its_policy() -> None:
+def test_current_form_spent_budget_with_the_longest_span_binds() -> None:
     got = hints({
         "RateLimit": '"burst";r=5;t=1, "day";r=0;t=20, "hour";r=0;t=50, "min";r=3',
         "RateLimit-Policy": '"burst";q=10;w=1, "hour";q=1000;w=3600, "day";q=5000;w=86400',
     })
-    assert got == ServerHint(remaining=0.0, reset=50.0, limit=1000.0, window=3600.0, source="ratelimit")
+    assert got == ServerHint(remaining=0.0, reset=50.0, limit=1000.0, window=3600.0, source="ratelimit",
+                             hold=50.0, policy="hour")
 
 
-def test_current_form_falls_back_to_first_policy_and_caps_t() -> None:
+def test_current_form_without_matching_policy_caps_t() -> None:
     got = hints({"RateLimit": "api;r=7;t=9000", "RateLimit-Policy": '"other";q=50;w=10, "x";q=1'})
-    assert got == ServerHint(remaining=7.0, reset=CAP, limit=50.0, window=10.0, source="ratelimit")
+    assert got == ServerHint(remaining=7.0, reset=CAP, source="ratelimit", pace=CAP,
+                             pace_for=CAP, policy="api")
 
 
-def test_current_form_ignores_bad_items_and_unknown_params() -> None:
+def test_current_form_ignores_bad_members_and_unknown_params() -> None:
     got = hints({
         "RateLimit": '"a";r=-1;t=1, "b";t=2, "c";r=x, "d";r=1;t=zz, "e, f";r=4;t=3;pk=:YWJj:;flag, junk!',
     })
-    assert got == ServerHint(remaining=4.0, reset=3.0, source="ratelimit")
+    assert got == ServerHint(remaining=4.0, reset=3.0, source="ratelimit", pace=0.75, pace_for=3.0,
+                             policy="e, f", partition=b"abc")
 
 
 def test_current_form_without_t_or_policy() -> None:
-    assert hints({"RateLimit": '"q";r=12'}) == ServerHint(remaining=12.0, source="ratelimit")
+    assert hints({"RateLimit": '"q";r=12'}) == ServerHint(remaining=12.0, source="ratelimit", policy="q")
 
 
 # --- RateLimit, draft-07 dictionary ------------------------------------------------------------
@@ -337,7 +341,8 @@ def test_unusable_family_falls_through_to_the_next() -> None:
 
 def test_retry_after_is_reported_alongside_rate_limits() -> None:
     got = hints({"Retry-After": "20", "RateLimit": '"p";r=0;t=30'})
-    assert got == ServerHint(retry_after=20.0, remaining=0.0, reset=30.0, source="ratelimit")
+    assert got == ServerHint(retry_after=20.0, remaining=0.0, reset=30.0, source="ratelimit",
+                             hold=30.0, policy="p")
 
 
 def test_retry_after_date_via_parse_hints_uses_date_header() -> None:

@@ -162,7 +162,9 @@ class FakeEngine:
             self.outcomes.append((request.url, type(outcome).__name__))
         else:
             request.meta["download_latency"] = float(latency)
-            outcome = await middleware.process_response(request, outcome)
+            answered = await middleware.process_response(request, outcome)
+            assert not isinstance(answered, Request)  # no soft-block rules in these tests
+            outcome = answered
             self.outcomes.append((request.url, str(outcome.status)))
         if self.after is not None:
             for follow_up in self.after(request, outcome):

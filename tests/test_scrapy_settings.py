@@ -308,12 +308,25 @@ def test_the_addon_stops_on_invalid_settings(caplog: pytest.LogCaptureFixture) -
 def test_inert_scrapy_settings_are_reported(caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="crawlpace.scrapy"):
         addon_settings({"DOWNLOAD_SLOTS": {"a.example": {"concurrency": 2, "delay": 0.5}},
-                        "CONCURRENT_REQUESTS_PER_IP": 4, "DOWNLOAD_DELAY": 0.25})
+                        "CONCURRENT_REQUESTS_PER_IP": 4, "DOWNLOAD_DELAY": 0.25,
+                        "THROTTLING_MANAGER": "crawlpace.ThrottlingManager"})
     text = caplog.text
     assert "DOWNLOAD_SLOTS has no effect under crawlpace.scrapy" in text
     assert "THROTTLING_SCOPES = {'a.example': {'concurrency': 2, 'delay': 0.5}}" in text
-    assert "CONCURRENT_REQUESTS_PER_IP has no effect" in text
+    assert "CONCURRENT_REQUESTS_PER_IP has no effect beside THROTTLING_MANAGER" in text
     assert "DOWNLOAD_DELAY = 0.25 is shorter than DOWNLOAD_DELAY_PER_SLOT" in text
+
+
+def test_concurrent_requests_per_ip_scopes_by_server_address(caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.INFO, logger="crawlpace.scrapy"):
+        config = config_of({"CONCURRENT_REQUESTS_PER_IP": 3, "CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    assert isinstance(config.manager, crawlpace.IpScopes)
+    assert config.settings.scope_defaults.concurrency == 3
+    assert "Scrapy deprecated this setting" in caplog.text
+    assert "has no effect" not in caplog.text
+    plain = config_of({"CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    assert type(plain.manager) is crawlpace.ThrottlingManager
+    assert plain.settings.scope_defaults.concurrency == 8
 
 
 # --- the package ---------------------------------------------------------------------------------------

@@ -129,6 +129,27 @@ async def test_a_burst_of_pushback_backs_off_once(store_and_clock: tuple[Store, 
     assert await store.acquire((("a", 1.0),)) == Blocked(1.5, (("a", 1.5),))
 
 
+async def test_a_backoff_recovers_and_the_shorter_delay_counts_from_the_last_send(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    """Recovery is Python's rule, the delay's anchor on the last send is the store's: both must agree."""
+    store, clock = store_and_clock
+    refused = Outcome(status=429, feedback=(ScopeFeedback(backoff=True, status=429),))
+    lease = await store.acquire((("a", 1.0),))
+    assert isinstance(lease, Lease)
+    await store.release(lease, refused)
+    clock.advance(61.0)  # a quiet window (BACKOFF_WINDOW, 60 s) later
+    lease = await store.acquire((("a", 1.0),))
+    assert isinstance(lease, Lease)
+    sent = clock.now()
+    await store.release(lease, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+    snap = await store.snapshot("a")
+    assert snap is not None
+    assert (snap.backoff, snap.delay) == (0, 0.5)
+    # The configured 0.5 s again, from the last send: not the backed-off 1 s.
+    blocked = await store.acquire((("a", 1.0),))
+    assert blocked == Blocked(sent + 0.5, (("a", sent + 0.5),))
+
+
 async def test_a_hold_stops_every_send_until_it_ends(store_and_clock: tuple[Store, MockClock]) -> None:
     store, clock = store_and_clock
     lease = await store.acquire((("b", 1.0),))
@@ -304,6 +325,21 @@ async def test_memory_store_forgets_idle_scopes_only() -> None:
     assert store.evict_idle() == 10  # the one in flight stays
     assert len(store) == 1
     store.release_nowait(busy, Outcome())
+
+
+async def test_memory_store_stays_small_when_every_admission_is_a_new_scope() -> None:
+    """A broad crawl: each host seen once; the amortised sweep must keep up with the new scopes."""
+    clock = MockClock()
+    store = MemoryStore(SETTINGS, clock, random.Random(1))
+    most = 0
+    for i in range(30_000):
+        lease = store.acquire_nowait(((f"h{i}.example", 1.0),))
+        assert isinstance(lease, Lease)
+        store.release_nowait(lease, Outcome(status=200))
+        clock.advance(0.01)  # 100 hosts a second: a host is idle 60 s (the breaker's window) later
+        most = max(most, len(store))
+    assert store.evicted > 20_000
+    assert most < 15_000  # about 6 000 are within the breaker's window at any time, plus one sweep's worth
 
 
 def test_store_urls() -> None:

@@ -6,6 +6,7 @@ The public names live here; everything else is an implementation detail.
 from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
 from importlib.metadata import version as _version
 
+from ._blocks import BlockRules
 from ._clock import AsyncioClock, Clock, TimerHandle
 from ._config import AutoThrottleConfig, BackoffConfig, BreakerConfig, ScopeConfig, Settings, parse_jitter
 from ._exceptions import (
@@ -23,6 +24,7 @@ from ._headers import ServerHint, parse_hints
 from ._jitter import Jitter
 from ._manager import ThrottlingManager, ThrottlingManagerProtocol
 from ._permit import NotReady, Permit
+from ._resolver import Resolver
 from ._robots import crawl_delay
 from ._scopes import (
     add_scope,
@@ -30,6 +32,7 @@ from ._scopes import (
     normalize_scopes,
     scope_cache,
 )
+from ._server_scopes import DomainScopes, HostAndDomainScopes, HostAndIpScopes, IpScopes, ServerScopes
 from ._stats import ScopeStats
 from ._sync import SyncPermit, SyncThrottler
 from ._throttler import Throttler
@@ -47,10 +50,15 @@ __all__ = [
     "AsyncioClock",
     "AutoThrottleConfig",
     "BackoffConfig",
+    "BlockRules",
     "BreakerConfig",
     "Clock",
     "ConfigError",
     "CrawlpaceError",
+    "DomainScopes",
+    "HostAndDomainScopes",
+    "HostAndIpScopes",
+    "IpScopes",
     "Jitter",
     "Limits",
     "NotReady",
@@ -58,12 +66,14 @@ __all__ = [
     "PermitError",
     "QuotaError",
     "RampupStats",
+    "Resolver",
     "ScopeConfig",
     "ScopeError",
     "ScopeFeedback",
     "ScopeGivenUp",
     "ScopeStats",
     "ServerHint",
+    "ServerScopes",
     "Settings",
     "StoreUnreachable",
     "SyncPermit",

@@ -65,6 +65,13 @@ class Settings:
             this process (``CONCURRENT_REQUESTS``).
         scope_defaults: settings of any scope not named in ``scopes``.
         scopes: per-scope settings, already merged over ``scope_defaults``.
+        block_rules: soft-block body rules, ``REGEX[:STATUS]`` each
+            (``THROTTLING_BLOCK_RULES``; see :mod:`crawlpace._blocks`).
+        learned: where learned limits are kept for a warm start, a SQLite
+            file or a Redis URL (``CRAWLPACE_LEARNED``; see :mod:`crawlpace._learned`).
+        warm_start: the records read from ``learned`` for this run (a
+            :class:`crawlpace._learned.WarmStart`), set by whoever reads
+            them; new scopes' policies start from it.
     """
 
     concurrent_requests: int = 16
@@ -77,6 +84,9 @@ class Settings:
     redirect_max_delay: float | None = None
     delayed_requests_warn_threshold: int = 500
     autothrottle: AutoThrottleConfig = field(default_factory=AutoThrottleConfig)
+    block_rules: tuple[str, ...] = ()
+    learned: str | None = None
+    warm_start: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         check = Checker("Settings")

@@ -11,8 +11,10 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import fields, replace
 from typing import Any, TypeVar
 
+from ._blocks import parse_block_rules
 from ._config_checks import Checker, kind_of
 from ._config_types import AutoThrottleConfig, BackoffConfig, BreakerConfig, ScopeConfig
+from ._exceptions import ConfigError
 
 __all__ = ["TreeLabels", "parse_tree"]
 
@@ -44,7 +46,7 @@ class TreeLabels:
 _TOP_KEYS = frozenset({
     "concurrent_requests", "scope_defaults", "scopes", "manager", "rampup_backoff_target",
     "robotstxt_obey", "robotstxt_max_delay", "redirect_max_delay",
-    "delayed_requests_warn_threshold", "autothrottle",
+    "delayed_requests_warn_threshold", "autothrottle", "block_rules", "learned",
 })
 _SCOPE_KEYS = frozenset(f.name for f in fields(ScopeConfig))
 _BACKOFF_KEYS = frozenset(f.name for f in fields(BackoffConfig))
@@ -75,6 +77,18 @@ def parse_tree(tree: Mapping[str, Any], labels: TreeLabels, problems: Iterable[s
     take("delayed_requests_warn_threshold", check.count)
     take("robotstxt_obey", check.flag)
     take("manager", check.import_path)
+    if tree.get("learned") is not None:
+        learned = tree["learned"]
+        if isinstance(learned, str) and learned.strip():
+            top["learned"] = learned
+        else:
+            check.fail(f"{labels.top('learned')}: expected a SQLite file path or a redis:// URL, got "
+                       f"{kind_of(learned)}; e.g. 'learned.sqlite'")
+    if "block_rules" in tree:
+        try:
+            top["block_rules"] = parse_block_rules(labels.top("block_rules"), tree["block_rules"])
+        except ConfigError as exc:
+            check.problems.extend(exc.problems)
     if tree.get("redirect_max_delay") is not None:
         take("redirect_max_delay", check.seconds)
 

@@ -29,6 +29,8 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "THROTTLING_SCOPES": ("", "scopes"),
     "THROTTLING_SCOPE_DEFAULTS": ("", "scope_defaults"),
     "THROTTLING_MANAGER": ("", "manager"),
+    "THROTTLING_BLOCK_RULES": ("", "block_rules"),
+    "CRAWLPACE_LEARNED": ("", "learned"),
     "THROTTLING_ROBOTSTXT_OBEY": ("", "robotstxt_obey"),
     "THROTTLING_ROBOTSTXT_MAX_DELAY": ("", "robotstxt_max_delay"),
     "RAMPUP_BACKOFF_TARGET": ("", "rampup_backoff_target"),

@@ -161,6 +161,8 @@ class FeedbackBuilder:
             return None
         if hint.retry_after is not None:
             return hint.retry_after
+        if hint.source in ("ratelimit", "ratelimit-policy"):
+            return hint.hold  # the strictest of the announced budgets, already chosen
         if hint.remaining is not None and hint.remaining < 1.0 and hint.reset is not None:
             return hint.reset
         return None
@@ -178,7 +180,9 @@ class FeedbackBuilder:
             hint: the response's parsed rate-limit headers, for pacing.
         """
         pace = pace_for = None
-        if hint is not None and hint.remaining is not None and hint.remaining >= 1.0 \
+        if hint is not None and hint.source in ("ratelimit", "ratelimit-policy"):
+            pace, pace_for = hint.pace, hint.pace_for
+        elif hint is not None and hint.remaining is not None and hint.remaining >= 1.0 \
                 and hint.reset is not None and hint.reset > 0.0:
             pace_for = hint.reset
             pace = _unrounded(hint.reset) / hint.remaining
@@ -199,6 +203,7 @@ class FeedbackBuilder:
                 pace_for=0.0 if pace_for is None else min(pace_for, cap),
                 latency=latency,
                 status=status,
+                concurrency=None if hint is None else hint.concurrency,
             )
         return out
 

@@ -2,7 +2,8 @@
 
 Understands ``Retry-After`` (RFC 9110 section 10.2.3) and every rate-limit header
 family seen in practice: the IETF ``RateLimit``/``RateLimit-Policy`` fields in their
-current list form and their draft-07 dictionary form, the older
+current list form (read as draft-11 defines them, see :mod:`crawlpace._ratelimit`)
+and their draft-07 dictionary form, the older
 ``RateLimit-Limit``/``-Remaining``/``-Reset`` trio, and the vendor headers
 ``X-RateLimit-*`` and ``X-Rate-Limit-*``.
 
@@ -22,12 +23,14 @@ from datetime import UTC
 from email.utils import parsedate_to_datetime
 from typing import Any, NamedTuple
 
+from ._ratelimit import binding, parse_policies, parse_ratelimit
+
 __all__ = ["ServerHint", "header_items", "parse_hints", "parse_reset", "parse_retry_after"]
 
 _log = logging.getLogger(__name__)
 
 _WANTED = frozenset({"retry-after", "date", "ratelimit", "ratelimit-policy", "ratelimit-limit",
-                     "ratelimit-remaining", "ratelimit-reset"})
+                     "ratelimit-remaining", "ratelimit-reset", "content-length"})
 _VENDORS = (("x-ratelimit-", "x-ratelimit"), ("x-rate-limit-", "x-rate-limit"))
 _OWS = " \t\r\n"
 
@@ -57,7 +60,17 @@ class ServerHint:
         window: Window length in seconds, when announced (positive, not capped).
         source: Header family the rate-limit fields came from: ``"ratelimit"``,
             ``"ratelimit-draft07"``, ``"ratelimit-trio"``, ``"x-ratelimit"``,
-            ``"x-rate-limit"``, or ``"retry-after"`` when only that header counted.
+            ``"x-rate-limit"``, ``"ratelimit-policy"`` (a policy announced
+            alone), or ``"retry-after"`` when only that header counted.
+        hold: Seconds to hold every send because the binding budget is spent
+            (``RateLimit`` and ``RateLimit-Policy`` only; the other families
+            leave it to ``remaining`` and ``reset``).
+        pace: Seconds between requests the binding budget allows, for ...
+        pace_for: ... this many seconds (current ``RateLimit`` form only).
+        concurrency: Requests that may be in flight at once, from a
+            ``concurrent-requests`` policy.
+        policy: Name of the binding ``RateLimit`` policy.
+        partition: Its partition key (``pk``), when it has one.
     """
 
     retry_after: float | None = None
@@ -66,6 +79,18 @@ class ServerHint:
     limit: float | None = None
     window: float | None = None
     source: str = ""
+    hold: float | None = None
+    pace: float | None = None
+    pace_for: float = 0.0
+    concurrency: int | None = None
+    policy: str | None = None
+    partition: bytes | None = None
+
+    def __repr__(self) -> str:
+        # Only what the server said: most responses fill two or three of the twelve fields.
+        shown = [f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__
+                 if getattr(self, name) != self.__dataclass_fields__[name].default]
+        return f"ServerHint({', '.join(shown)})"
 
 
 class _Item(NamedTuple):
@@ -273,32 +298,48 @@ def _limit_and_window(value: str | None, name: str) -> tuple[float | None, float
     return limit, _positive(windows[0], name) if windows else None
 
 
+def _current_form(items: dict[str, str], cap: float) -> ServerHint | None:
+    """The ``RateLimit`` list form of drafts -08 to -11, read as -11 defines it."""
+    policies = parse_policies(items.get("ratelimit-policy"))
+    budgets = parse_ratelimit(items.get("ratelimit"), policies)
+    size = _number(items.get("content-length"))
+    bound = binding(budgets, None if size is None or math.isinf(size) else size)
+    if bound is None:
+        return None
+    budget, policy = bound.budget, bound.budget.policy
+    return ServerHint(
+        remaining=budget.remaining, reset=None if budget.span is None else _clamp(budget.span, cap),
+        source="ratelimit", limit=None if policy is None else policy.quota,
+        window=None if policy is None else policy.window,
+        hold=None if bound.hold is None else _clamp(bound.hold, cap),
+        pace=None if bound.pace is None else _clamp(bound.pace, cap),
+        pace_for=_clamp(bound.pace_for, cap) or 0.0, concurrency=bound.concurrency, policy=budget.name,
+        partition=budget.partition)
+
+
+def _policy_alone(items: dict[str, str], cap: float) -> ServerHint | None:
+    """``RateLimit-Policy`` without ``RateLimit``: the strictest ``q``/``w`` is the pace."""
+    policies = [p for p in parse_policies(items.get("ratelimit-policy"))
+                if p.unit == "requests" and p.window is not None]
+    if not policies:
+        return None
+    strictest = max(policies, key=lambda p: (p.window or 0.0) / p.quota)
+    window = strictest.window or 0.0
+    return ServerHint(limit=strictest.quota, window=window, source="ratelimit-policy",
+                      pace=_clamp(window / strictest.quota, cap), pace_for=min(window, max(cap, 0.0)),
+                      policy=strictest.name, partition=strictest.partition)
+
+
 def _ratelimit_field(items: dict[str, str], cap: float) -> ServerHint | None:
     """The ``RateLimit`` field: current list form (draft -08 on) or draft-07 dictionary."""
     value = items.get("ratelimit")
     if value is None:
         return None
-    current = [item for item in _items(value) if item.quoted or "r" in item.params]
-    if current:
-        best: tuple[float, float, _Item] | None = None
-        for item in current:
-            remaining = _count(item.params.get("r"), "RateLimit")
-            wait = _delay(item.params.get("t"), "RateLimit", cap)
-            if remaining is None or (wait is None and "t" in item.params):
-                continue
-            # Most restrictive first: least quota left, then the longest wait.
-            key = (remaining, -1.0 if wait is None else wait)
-            if best is None or key[0] < best[0] or (key[0] == best[0] and key[1] > best[1]):
-                best = (*key, item)
-        if best is None:
-            return None
-        policies = [item for item in _items(items.get("ratelimit-policy")) if "q" in item.params]
-        policy = next((p for p in policies if p.name == best[2].name), policies[0] if policies else None)
-        return ServerHint(
-            remaining=best[0], reset=None if best[1] < 0 else best[1], source="ratelimit",
-            limit=None if policy is None else _positive(policy.params["q"], "RateLimit-Policy"),
-            window=None if policy is None else _positive(policy.params.get("w"), "RateLimit-Policy"),
-        )
+    current = _current_form(items, cap)
+    if current is not None:
+        return current
+    if any(item.quoted or "r" in item.params for item in _items(value)):
+        return None  # the list form, every member of it unusable (logged)
     fields: dict[str, str] = {}
     for member in _MEMBER.findall(value):
         if (match := _DICT_MEMBER.fullmatch(member.strip(_OWS))) is not None:
@@ -349,7 +390,8 @@ def parse_hints(headers: object, *, wall_now: float, cap: float) -> ServerHint |
     Rate-limit fields come from the first header family that gives a remaining
     count or a reset time, in this order: ``RateLimit`` (current form), ``RateLimit``
     (draft-07 dictionary), the ``RateLimit-*`` trio, then ``X-RateLimit-*`` and
-    ``X-Rate-Limit-*``. ``Retry-After`` is read independently of them.
+    ``X-Rate-Limit-*``; lacking all of them, a ``RateLimit-Policy`` of its own
+    gives its quota's pace. ``Retry-After`` is read independently of them.
 
     Args:
         headers: The response headers in any shape :func:`header_items` accepts.
@@ -365,7 +407,7 @@ def parse_hints(headers: object, *, wall_now: float, cap: float) -> ServerHint |
         retry_after = parse_retry_after(items["retry-after"], date=items.get("date"),
                                         wall_now=wall_now, cap=cap)
     rate = (_ratelimit_field(items, cap) or _trio(items, wall_now, cap)
-            or _vendor(items, wall_now, cap))
+            or _vendor(items, wall_now, cap) or _policy_alone(items, cap))
     if rate is not None:
         return replace(rate, retry_after=retry_after)
     return None if retry_after is None else ServerHint(retry_after=retry_after, source="retry-after")

@@ -74,7 +74,7 @@ class Permit:
 
     def feedback(self, response: object = None, *, status: int | None = None,
                  exception: BaseException | None = None, latency: float | None = None,
-                 consumed_quota: Mapping[str, float] | None = None) -> None:
+                 consumed_quota: Mapping[str, float] | None = None, blocked: bool = False) -> None:
         """Record what happened to the request; it is applied at release.
 
         Args:
@@ -86,6 +86,9 @@ class Permit:
                 the time since admission.
             consumed_quota: the quota the request actually used, per scope;
                 the difference from its expected use is charged or refunded.
+            blocked: the response is a soft block (see :class:`~crawlpace.BlockRules`):
+                every scope backs off as for a 429, whatever the status, and
+                its latency does not steer AutoThrottle.
 
         Raises:
             PermitError: if the permit was already released.
@@ -97,7 +100,7 @@ class Permit:
             status = status_of(response)
         if latency is None:
             latency = self._releaser.clock.now() - self._lease.granted_at
-        self._raw = RawFeedback(response, status, exception, latency, consumed_quota)
+        self._raw = RawFeedback(response, status, exception, latency, consumed_quota, blocked)
 
     async def release(self) -> None:
         """Give the slots back and apply the feedback; later calls do nothing."""

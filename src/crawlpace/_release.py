@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from ._clock import Clock
@@ -38,6 +38,7 @@ class RawFeedback:
     exception: BaseException | None = None
     latency: float | None = None
     consumed_quota: Mapping[str, float] | None = None
+    blocked: bool = False
 
 
 def _overrides(manager: object, name: str) -> bool:
@@ -176,8 +177,8 @@ def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeed
         if signal is None:
             signal = ScopeFeedback(status=raw.status)
         if name in consumed:
-            signal = ScopeFeedback(signal.backoff, signal.failed, signal.hold, signal.pace,
-                                   signal.pace_for, float(consumed[name]), signal.latency,
-                                   signal.status)
+            signal = replace(signal, consumed_quota=float(consumed[name]))
+        if raw.blocked:  # a soft block is pushback like a 429; its latency says nothing
+            signal = replace(signal, backoff=True, latency=None)
         feedback.append(signal)
     return Outcome(status=raw.status, error=error, latency=raw.latency, feedback=tuple(feedback))

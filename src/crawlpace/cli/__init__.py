@@ -37,11 +37,12 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from . import crawl, demo, enqueue, sim, status
+    from . import crawl, demo, enqueue, purge, sim, status
 
     demo.add_parser(sub, common)
     crawl.add_parser(sub, common)
     enqueue.add_parser(sub, common)
+    purge.add_parser(sub, common)
     sim.add_parser(sub, common)
     status.add_parser(sub, common)
 
@@ -120,6 +121,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import enqueue
 
             return enqueue.run(args)
+        if args.command == "purge":
+            from . import purge
+
+            return purge.run(args)
         if args.command == "status":
             from . import status
 

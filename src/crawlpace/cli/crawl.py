@@ -15,8 +15,10 @@ from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlencode, urlsplit
 
 from .. import __version__
+from .._blocks import parse_block_rules
 from .._config import Settings
 from .._exceptions import ConfigError, StoreUnreachable
+from .._server_scopes import manager_path
 from ..stores import REDIS_SCHEMES, reach
 from ._loop import LOOPS, run_on
 from ._signals import stop_on_signals
@@ -63,6 +65,17 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     crawl.add_argument("--retries", type=int, default=3, help="resends after a backoff answer (default 3)")
     crawl.add_argument("--timeout", type=float, default=10.0, help="seconds to connect and per read "
                        "(default 10)")
+    crawl.add_argument("--scope-by", choices=("host", "domain", "ip"), default=None,
+                       help="what one budget covers: each host (default), its registrable domain, or the "
+                            "server address it resolves to; with domain or ip a request holds its host's "
+                            "scope as well, so hosts on one server share the server's budget")
+    crawl.add_argument("--learned", metavar="FILE", help="keep what the crawl learns of each site (rampup's "
+                       "rate, latency, delays) in this SQLite file, or a redis:// URL, and start the next "
+                       "crawl from it (the settings file's 'learned')")
+    crawl.add_argument("--block-on-match", action="append", default=[], metavar="REGEX[:STATUS]",
+                       help="count a response whose body matches REGEX (with STATUS only, when given, "
+                            "e.g. 'captcha:200') as a soft block: backed off like a 429 and resent; "
+                            "repeatable, added to the settings file's block_rules")
     crawl.add_argument("--no-robots", action="store_true", help="neither fetch nor obey robots.txt")
     crawl.add_argument("--state", help="journal file (default: OUTPUT.state)")
     crawl.add_argument("--quiet", action="store_true", help="no live display")
@@ -101,8 +114,21 @@ def build_settings(args: argparse.Namespace) -> Settings:
         scopes = ({name: dataclasses.replace(cfg, rampup=True) for name, cfg in settings.scopes.items()}
                   if args.rampup else settings.scopes)
         total = args.concurrency if args.concurrency is not None else settings.concurrent_requests
+        extra: dict[str, Any] = {}
+        block_on = getattr(args, "block_on_match", None) or []
+        if block_on:
+            extra["block_rules"] = (*settings.block_rules, *parse_block_rules("--block-on-match", block_on))
+        scope_by = getattr(args, "scope_by", None)
+        path = None if scope_by is None else manager_path(scope_by, with_host=True)
+        if path is not None and settings.manager is not None and settings.manager != path:
+            raise ConfigError([f"--scope-by {scope_by}: the settings file already names the manager "
+                               f"{settings.manager!r}; drop one of the two"])
+        if path is not None:
+            extra["manager"] = path
+        if getattr(args, "learned", None):
+            extra["learned"] = args.learned
         return dataclasses.replace(settings, concurrent_requests=total, scope_defaults=defaults,
-                                   scopes=scopes)
+                                   scopes=scopes, **extra)
     except ConfigError as exc:
         flags = {"concurrency": "--per-host", "delay": "--delay", "concurrent_requests": "--concurrency"}
         raise ConfigError([_name_flag(problem, flags) for problem in exc.problems]) from None

@@ -14,6 +14,9 @@ What happens to each URL:
   ``BACKOFF_EXCEPTIONS``) is queued again, ahead of its host's queue, up to
   ``retries`` times; the throttler makes it wait out the backoff delay or the
   server's Retry-After before it goes;
+- a soft block (a challenge page matching a block rule, ``cf-mitigated:
+  challenge``, a quota problem+json) counts as a backoff answer, whatever its
+  status, and its line says ``"blocked": true`` with the rule;
 - anything else is the URL's answer (``outcome = "ok"``, whatever the status),
   as is a robots.txt refusal (``"disallowed"``) or an unusable URL (``"failed"``);
 - a URL whose retries ran out (``"exhausted"``) or whose site the circuit
@@ -37,9 +40,11 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urljoin
 
+from .._blocks import BlockRules
 from .._config import Settings
 from .._exceptions import ScopeError
 from .._fetchable import fetchable_scope
+from .._learning import Learner
 from .._permit import Permit
 from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, robots_verdict
 from .._throttler import Throttler
@@ -117,12 +122,15 @@ class CrawlJob:
 
     def __init__(self, settings: Settings, options: CrawlOptions, *, throttler: Throttler | None = None,
                  fetcher: Fetcher | None = None) -> None:
+        # Warm start: the scopes' policies begin from what earlier crawls learned (crawlpace._learned).
+        settings, self.learner = Learner.prepare(settings) if throttler is None else (settings, None)
         self.settings = settings
         self.options = options
         self._own_throttler = throttler is None
         self.throttler = throttler if throttler is not None else Throttler(
             settings, store=options.store, on_give_up=self._gave_up)
         self._given_fetcher = fetcher
+        self.blocks = BlockRules(settings.block_rules)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
                                    on_wait=self._wait_hook())
@@ -168,6 +176,8 @@ class CrawlJob:
         self._open(urls)
         try:
             self._fetcher = self._given_fetcher or self._make_fetcher()
+            if self.learner is not None:
+                self.learner.start(self.throttler)
             await self._dispatch()
         finally:
             await self._shutdown()
@@ -243,6 +253,8 @@ class CrawlJob:
             self.summary.answered = journal.done()
             self.summary.unfinished = journal.total() - journal.done()
             journal.close()
+        if self.learner is not None:
+            await self.learner.close(self.throttler)
         if self._own_throttler:
             await self.throttler.aclose()
 
@@ -347,8 +359,11 @@ class CrawlJob:
         if page.error is not None:
             permit.feedback(exception=page.error, latency=page.latency)
             return _Answer(None, None, b"", page.latency, page.error)
-        permit.feedback(page, latency=page.latency)
-        return _Answer(page.status, page.location, page.body, page.latency, None)
+        rule = None
+        if task.kind == "page" and page.status is not None:
+            rule = self.blocks.match(page.status, page.headers or {}, page.body)
+        permit.feedback(page, latency=page.latency, blocked=rule is not None)
+        return _Answer(page.status, page.location, page.body, page.latency, None, rule)
 
     def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
         refused = self._refusals.note(task.key, answer.error)
@@ -368,6 +383,9 @@ class CrawlJob:
             task.retries += 1
             _log.debug("%s: backoff answer %s, attempt %d; queued again", task.target,
                        answer.status if answer.error is None else type(answer.error).__name__, task.attempts)
+            if answer.block_rule is not None:
+                _log.info("%s: soft block (%s), attempt %d; backing off and queued again", task.target,
+                          answer.block_rule, task.attempts)
             self.scheduler.push(task, front=True)
             return
         if backoff:
@@ -378,9 +396,10 @@ class CrawlJob:
             kind = "ok"
         error = None if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
         if kind == "exhausted" and error is None:
-            error = f"still {answer.status} after {task.attempts} attempts"
+            blocked = "" if answer.block_rule is None else f" (blocked: {answer.block_rule})"
+            error = f"still {answer.status}{blocked} after {task.attempts} attempts"
         self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
-                     latency=answer.latency)
+                     latency=answer.latency, block_rule=answer.block_rule)
 
     def _follow_redirect(self, task: Task, answer: _Answer, max_hops: int | None = None) -> bool:
         """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
@@ -428,7 +447,7 @@ class CrawlJob:
         self._finish(task, why, error=detail)
 
     def _finish(self, task: Task, outcome: str, *, status: int | None = None, error: str | None = None,
-                size: int = 0, latency: float | None = None) -> None:
+                size: int = 0, latency: float | None = None, block_rule: str | None = None) -> None:
         if task.kind == "robots":
             return
         scope = task.key or _scope_or_blank(task.target)
@@ -436,7 +455,8 @@ class CrawlJob:
         self._results.add(Result(url=task.url, status=status, final_url=final_url, bytes=size,
                                  latency=None if latency is None else round(latency, 6),
                                  attempts=task.attempts, error=error, scope=scope, time=round(time.time(), 3),
-                                 outcome=outcome), (task, outcome))
+                                 outcome=outcome, blocked=block_rule is not None, block_rule=block_rule),
+                          (task, outcome))
         summary = self.summary
         summary.outcomes[outcome] += 1
         if status is not None:
@@ -479,6 +499,7 @@ class _Answer:
     body: bytes
     latency: float | None
     error: BaseException | None
+    block_rule: str | None = None
 
 
 def _clean(urls: Iterable[str]) -> Iterable[str]:

@@ -36,6 +36,8 @@ from .._throttler import Throttler
 from ..frontier import ResultWriter, reconcile
 from ..frontier._scheduler import Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
+from ..stores.connection import RETRY_FIRST as _RETRY_FIRST  # one source for the waits while Redis is away
+from ..stores.connection import RETRY_MAX as _RETRY_MAX
 from ._fetch import Fetcher
 from ._job import CrawlJob
 from ._options import CrawlOptions
@@ -46,8 +48,6 @@ _log = logging.getLogger(__name__)
 
 # Seconds between two claims while the frontier has nothing ready for us.
 _POLL = 0.5
-# Waits between two attempts while Redis cannot be reached.
-_RETRY_FIRST, _RETRY_MAX = 0.1, 5.0
 # Seconds allowed, when stopping, to hand URLs back and send the last acknowledgements.
 _GOODBYE = 5.0
 

@@ -63,6 +63,9 @@ class Result:
 
             The first three are final (:attr:`final`); the other two are
             tried again when the crawl is resumed.
+        blocked: the last response was a soft block (a challenge page, a
+            ``cf-mitigated`` header, a quota problem); written only when true.
+        block_rule: the rule that matched, when ``blocked``.
     """
 
     url: str
@@ -75,6 +78,8 @@ class Result:
     scope: str
     time: float
     outcome: str
+    blocked: bool = False
+    block_rule: str | None = None
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:
@@ -96,6 +101,8 @@ class Result:
     def to_json(self) -> str:
         """Return the result as one line of JSON, keys sorted, without a newline."""
         record = {name: getattr(self, name) for name in _FIELD_NAMES}
+        if not self.blocked:  # most lines: keep them as short as before soft blocks existed
+            del record["blocked"], record["block_rule"]
         return json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
 
     # builtins.bytes: inside this class, plain ``bytes`` names the field above.
@@ -124,6 +131,8 @@ class Result:
             scope=_field(record, "scope", str),
             time=_number(record, "time"),
             outcome=_field(record, "outcome", str),
+            blocked=record.get("blocked") is True,
+            block_rule=record["block_rule"] if isinstance(record.get("block_rule"), str) else None,
         )
 
 

@@ -11,17 +11,22 @@ per RFC 9309, unless an earlier copy of it was fetched: then that copy stays
 in force. Either way the stand-in expires after ``retry_ttl`` seconds, doubled
 for each further failure in a row up to ``ttl``, so a site that stays down is
 asked less and less often.
+
+The cache holds at most ``limit`` origins: past that, expired rules go first,
+then the least recently used ones (an origin asked about again later has its
+file fetched again); files being fetched stay.
 """
 
 from __future__ import annotations
 
 import logging
+from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
 from .._robots import RobotsRules, robots_verdict
 
-__all__ = ["DEFAULT_RETRY_TTL", "DEFAULT_TTL", "RobotsCache", "Settled"]
+__all__ = ["DEFAULT_LIMIT", "DEFAULT_RETRY_TTL", "DEFAULT_TTL", "RobotsCache", "Settled"]
 
 _log = logging.getLogger(__name__)
 
@@ -29,6 +34,8 @@ _log = logging.getLogger(__name__)
 DEFAULT_TTL = 24 * 3600.0
 #: Seconds before an origin whose robots.txt could not be fetched is first tried again.
 DEFAULT_RETRY_TTL = 600.0
+#: Origins whose rules are kept at most.
+DEFAULT_LIMIT = 10_000
 
 State = Literal["known", "pending", "unknown"]
 
@@ -62,14 +69,17 @@ class RobotsCache:
         user_agent: the crawler's user agent, whose rules apply.
         ttl: seconds fetched rules are kept.
         retry_ttl: seconds the stand-in for an unreachable file is first kept.
+        limit: origins kept at most (a broad crawl meets millions).
     """
 
     def __init__(self, user_agent: str, *, ttl: float = DEFAULT_TTL,
-                 retry_ttl: float = DEFAULT_RETRY_TTL) -> None:
+                 retry_ttl: float = DEFAULT_RETRY_TTL, limit: int = DEFAULT_LIMIT) -> None:
         self.user_agent = user_agent
         self.ttl = ttl
         self.retry_ttl = retry_ttl
-        self._entries: dict[str, _Entry] = {}
+        self.limit = max(1, limit)
+        self.evicted = 0
+        self._entries: OrderedDict[str, _Entry] = OrderedDict()
         self._delays: dict[str, float] = {}  # origin -> the Crawl-Delay last announced
 
     def state(self, origin: str, now: float) -> State:
@@ -80,7 +90,8 @@ class RobotsCache:
         if entry.rules is None:
             return "pending"
         if now >= entry.expires:
-            return "unknown"
+            return "unknown"  # kept: the last good copy and the failure count still matter
+        self._entries.move_to_end(origin)
         return "known"
 
     def start(self, origin: str, now: float) -> None:
@@ -90,10 +101,32 @@ class RobotsCache:
             self._entries[origin] = _Entry(None, now)
         else:
             entry.rules, entry.expires = None, now
+        self._entries.move_to_end(origin)
+        self._bound(now)
 
     def learn(self, origin: str, rules: RobotsRules, now: float) -> None:
         """Record rules fetched for ``origin``; they are trusted for ``ttl`` seconds."""
         self._entries[origin] = _Entry(rules, now + self.ttl, rules if not rules.unreachable else None)
+        self._entries.move_to_end(origin)
+        self._bound(now)
+
+    def _bound(self, now: float) -> None:
+        """Keep at most ``limit`` origins: expired rules first, then the least recently used."""
+        entries = self._entries
+        if len(entries) <= self.limit:
+            return
+        for origin in [o for o, e in entries.items() if e.rules is not None and now >= e.expires]:
+            self._forget(origin)
+        for origin in list(entries):
+            if len(entries) <= self.limit * 0.9:  # room for a tenth more before the next sweep
+                break
+            if entries[origin].rules is not None:  # a file being fetched stays
+                self._forget(origin)
+
+    def _forget(self, origin: str) -> None:
+        del self._entries[origin]
+        self._delays.pop(origin, None)
+        self.evicted += 1
 
     def failed(self, origin: str, now: float, why: str = "unreachable") -> RobotsRules:
         """Record that ``origin``'s robots.txt could not be reached; returns the rules now in force.

@@ -299,6 +299,7 @@ class Scheduler:
             return None
         if queue is not None and not queue:
             del self._queues[key]
+            self._key_scopes.pop(key, None)  # a host done with: nothing kept for it
         return None
 
     def _robots_ready(self, task: Task, queue: deque[Task]) -> bool:
@@ -325,6 +326,7 @@ class Scheduler:
 
     def _drop_queue(self, key: str, why: Dropped, detail: str) -> None:
         queue = self._queues.pop(key, deque())
+        self._key_scopes.pop(key, None)
         self._parked_keys.discard(key)
         waiting = [task for tasks in self._waiting_robots.values() for task in tasks if task.key == key]
         for origin, tasks in list(self._waiting_robots.items()):

@@ -38,10 +38,15 @@ from typing import Any
 
 from .._exceptions import ConfigError, ScopeError
 from .._fetchable import fetchable_scope
-from ..stores import _cluster
-from ..stores._check import check_url, with_timeouts
-from ..stores._lua import load_scripts
-from ..stores.redis import parse_url
+from ..stores._check import check_url
+from ..stores.connection import (
+    RedisConnection,
+    cluster_flag,
+    have_driver,
+    load_scripts,
+    parse_url,
+    unreachable,
+)
 
 __all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "FrontierCounts", "SharedFrontier", "frontier_unreachable"]
 
@@ -54,21 +59,13 @@ _BATCH = 500
 
 _NAMES = ("enqueue", "claim", "ack", "touch", "give_back", "defer")
 _SCRIPTS = load_scripts("crawlpace.frontier", _NAMES, clocked=set(_NAMES) - {"ack"})
-
-try:  # the driver is optional: the ``redis`` extra
-    import redis.asyncio as aioredis
-    from redis.exceptions import ConnectionError as RedisConnectionError
-    from redis.exceptions import TimeoutError as RedisTimeoutError
-
-    _DOWN: tuple[type[BaseException], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
-except ImportError:  # pragma: no cover - exercised only without the extra
-    aioredis = None  # type: ignore[assignment]
-    _DOWN = (OSError,)
-
+_KEEP = load_scripts("crawlpace.frontier", ("keep",), clocked=())["keep"]
+#: Seconds a job's frontier keys live after the last enqueue, claim, touch or acknowledgement.
+DEFAULT_IDLE = 7 * 24 * 3600.0
 
 def frontier_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` means the server could not be reached (worth retrying)."""
-    return isinstance(exc, _DOWN)
+    return unreachable(exc)
 
 
 @dataclass(frozen=True, slots=True)
@@ -176,14 +173,17 @@ class SharedFrontier:
             host name, process id and a random suffix).
         visibility: seconds a claim stays invisible to others without a
             :meth:`touch`; a killed worker's URLs come back after this long.
+        idle: seconds the frontier's keys live after the last enqueue,
+            claim, touch or acknowledgement (default a week): an abandoned
+            job's queue does not stay in Redis forever.
 
     Raises:
-        ConfigError: without the ``redis`` extra, or for a bad visibility.
+        ConfigError: without the ``redis`` extra, or for a bad visibility or idle time.
     """
 
     def __init__(self, url: str, *, worker: str | None = None,
-                 visibility: float = DEFAULT_VISIBILITY) -> None:
-        if aioredis is None:  # pragma: no cover - exercised only without the extra
+                 visibility: float = DEFAULT_VISIBILITY, idle: float = DEFAULT_IDLE) -> None:
+        if not have_driver():  # pragma: no cover - exercised only without the extra
             raise ConfigError([f"frontier {url!r}: the shared frontier needs redis-py; "
                                "install crawlpace[redis]"])
         if not (isinstance(visibility, int | float) and 0.0 < visibility < float("inf")):
@@ -193,28 +193,30 @@ class SharedFrontier:
         if problems:
             raise ConfigError(problems)
         self.url, options = parse_url(url)
-        self.cluster = bool(_cluster.is_on(options.get("cluster")))
+        self.cluster = bool(cluster_flag(options.get("cluster")))
         self.namespace = options.get("namespace") or "crawlpace"
         self.worker = worker or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.visibility = float(visibility)
         # One hash tag for the whole namespace: on a cluster every script stays in one slot.
         self._prefix = f"cp:{self.namespace}:frontier:{{{self.namespace}}}:"
         self._ready = self._prefix + "ready"
-        self._client: Any = None
-        self._scripts: dict[str, Any] = {}
+        # On a cluster every key of the namespace is in one slot (one hash tag), on one node.
+        if not (isinstance(idle, int | float) and visibility < idle < float("inf")):
+            raise ConfigError([f"idle: {idle!r} is not a number of seconds above the visibility "
+                               f"({self.visibility:g}); use e.g. {DEFAULT_IDLE:g}"])
+        self.idle = int(idle)
+        prelude = f"local IDLE = {self.idle}\n{_KEEP}"
+        self._conn = RedisConnection(self.url, {name: prelude + src for name, src in _SCRIPTS.items()},
+                                     cluster=self.cluster, decode_responses=True)
+
+    def __repr__(self) -> str:
+        return f"<SharedFrontier {self.url} namespace={self.namespace!r} worker={self.worker!r}>"
 
     async def _connect(self) -> Any:
-        if self._client is None:
-            # On a cluster every key of the namespace is in one slot (one hash tag), on one node.
-            client = (await _cluster.connect(self.url, decode_responses=True) if self.cluster
-                      else aioredis.from_url(with_timeouts(self.url), decode_responses=True))
-            self._scripts = {key: client.register_script(src) for key, src in _SCRIPTS.items()}
-            self._client = client
-        return self._client
+        return await self._conn.client()
 
     async def _run(self, name: str, args: Sequence[Any]) -> Any:
-        await self._connect()
-        return await self._scripts[name](keys=[self._ready], args=list(args))
+        return await self._conn.call_now(name, [self._ready], args)
 
     # -- filling ----------------------------------------------------------------
 
@@ -305,6 +307,4 @@ class SharedFrontier:
 
     async def aclose(self) -> None:
         """Close the connections."""
-        client, self._client = self._client, None
-        if client is not None:
-            await client.aclose()
+        await self._conn.aclose()

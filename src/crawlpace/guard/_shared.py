@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..stores._lua import load_scripts
+from ..stores.connection import load_scripts
 from ._brake import DEFAULT_STAGES, OVERFLOW_KEY, BrakeStats, Decision, KeyStats, Stage, StagedBrake
 
 __all__ = ["SharedBrake", "is_shared_url"]

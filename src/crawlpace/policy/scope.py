@@ -149,7 +149,8 @@ class ScopePolicy:
 
     __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
                  "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
-                 "pace", "pace_until", "quota", "rampup", "scope", "wake_at", "watches")
+                 "pace", "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at",
+                 "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -173,6 +174,8 @@ class ScopePolicy:
         self.hold_until = _NEVER
         self.pace = 0.0
         self.pace_until = _NEVER
+        # A server's own cap on requests in flight (RateLimit's concurrent-requests unit).
+        self.server_concurrency: int | None = None
         self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
         self.breaker: Breaker | None = None
         self.gated = self.quota is not None
@@ -222,12 +225,23 @@ class ScopePolicy:
             floor = max(limits.floor, self.pace)
             limits = _limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor)
             wake = min(wake, self.pace_until)
+        cap = self.server_concurrency
+        if cap is not None and limits.concurrency > cap:
+            limits = _limits(cap, limits.delay, limits.delay_per_slot, limits.floor)
         self.wake_at = wake
+        self._set_jitter(limits, base)
+        return limits
+
+    def _set_jitter(self, limits: Limits, base: Limits) -> None:
         # Near a server's limit a wide spread of delays turns into refusals: rampup
         # scopes, like scopes backing off, use the narrow backoff jitter.
         narrow = limits.delay > base.delay or self.rampup is not None
         self.jitter = self.config.backoff.jitter if narrow else self.config.jitter
-        return limits
+
+    def restored(self) -> None:
+        """Bring derived values in line after learned state was written in (see ``policy/state.py``)."""
+        self._set_jitter(self.limits, self._base)
+        self._update_gated()
 
     def refresh(self, now: float) -> bool:
         """Recompute the limits; True when they changed."""
@@ -241,11 +255,22 @@ class ScopePolicy:
         self.limits = limits
         return True
 
-    def _manager(self) -> ThrottlingScopeManagerProtocol:
+    def ensure_manager(self) -> ThrottlingScopeManagerProtocol:
+        """The scope manager, creating the default one on first use."""
         manager = self.manager
         if manager is None:
             manager = self.manager = ThrottlingScopeManager(scope=self.scope, config=self.config)
         return manager
+
+    def ensure_breaker(self) -> Breaker:
+        """The circuit breaker, created on first use from the scope's settings."""
+        breaker = self.breaker
+        if breaker is None:
+            cfg = self.config.breaker
+            breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
+                                             min_requests=cfg.min_requests, pause=cfg.pause,
+                                             give_up_after=cfg.give_up_after)
+        return breaker
 
     def _update_gated(self) -> None:
         breaker = self.breaker
@@ -331,6 +356,9 @@ class ScopePolicy:
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
             if self.rampup is not None:
                 self._base = self._compute_base(now)
+        if feedback.concurrency is not None:
+            # The newest announcement counts; it lasts until another one changes it.
+            self.server_concurrency = max(1, feedback.concurrency)
         if feedback.consumed_quota is not None and self.quota is not None:
             self.quota.adjust(now, feedback.consumed_quota - expected_use)
         autothrottle = self.autothrottle
@@ -353,7 +381,7 @@ class ScopePolicy:
         manager = self.manager
         if manager is not None or (feedback.backoff and rampup is None):
             # With rampup on, rampup answers pushback; a custom manager still adjusts the result.
-            manager = self._manager()
+            manager = self.ensure_manager()
             manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
         self.generation = (manager.generation if manager is not None else 0) + ramp_generation
         self.refresh(now)
@@ -364,11 +392,7 @@ class ScopePolicy:
             if breaker is not None:
                 breaker.on_abandon(sent_at)
         elif self.config.breaker.enabled:
-            if breaker is None:
-                cfg = self.config.breaker
-                breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
-                                                 min_requests=cfg.min_requests, pause=cfg.pause,
-                                                 give_up_after=cfg.give_up_after)
+            breaker = self.ensure_breaker()
             if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
                 logger.error("scope %s given up: %s", self.scope, breaker.reason)
                 gave_up = True

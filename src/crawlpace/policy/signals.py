@@ -28,6 +28,9 @@ class ScopeFeedback:
         latency: seconds from connection to response headers, for
             AutoThrottle; ``None`` leaves the delay alone.
         status: the HTTP status, when a response arrived.
+        concurrency: requests the server allows in flight at once (a
+            ``concurrent-requests`` RateLimit policy), when announced; the
+            scope's slots are capped at it from then on.
     """
 
     backoff: bool = False
@@ -38,3 +41,4 @@ class ScopeFeedback:
     consumed_quota: float | None = None
     latency: float | None = None
     status: int | None = None
+    concurrency: int | None = None

@@ -12,6 +12,8 @@
   how older Scrapy versions get it).
 * When the spider closes, every permit still held is released and the
   throttler is closed.
+* With ``CRAWLPACE_LEARNED``, what the crawl learns of each scope is written
+  every few seconds and when the spider closes, for the next crawl's warm start.
 """
 
 from __future__ import annotations
@@ -66,6 +68,8 @@ class ThrottlingExtension:
             spider.max_concurrent_requests = runtime.config.settings.concurrent_requests
         if self.interval > 0 and runtime.config.stats_scopes:
             runtime.spawn(self._publish_every())
+        if runtime.config.learner is not None:
+            runtime.config.learner.start(runtime.throttler)
         runtime.spawn(self._check_store(spider))
 
     async def _check_store(self, spider: Spider) -> None:
@@ -95,6 +99,9 @@ class ThrottlingExtension:
 
     async def spider_closed(self, spider: Spider, reason: str = "") -> None:
         """Release what is held, publish the final stats, close the throttler."""
+        learner = self.runtime.config.learner
+        if learner is not None:
+            await learner.close(self.runtime.throttler)
         await self.runtime.aclose()
 
     async def robots_parsed(self, robotparser: Any, request: Any = None, **kwargs: Any) -> None:

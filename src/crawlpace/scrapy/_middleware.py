@@ -11,7 +11,12 @@ HTTP cache, so cached answers are never throttled), and there:
   scopes (backoff, ``Retry-After`` and rate-limit headers, AutoThrottle,
   rampup, the circuit breaker), and the permit is released;
 * a robots.txt response gives its Crawl-Delay to the scopes before its
-  permit goes back, so that the next request already keeps to it.
+  permit goes back, so that the next request already keeps to it;
+* a soft block (a response matching ``THROTTLING_BLOCK_RULES``, a
+  ``cf-mitigated: challenge`` header, a quota problem+json) backs the scopes
+  off like a 429 and is retried within ``RETRY_TIMES`` (Scrapy's
+  ``get_retry_request``); when the retries are spent the response goes on to
+  the spider with ``meta["crawlpace_blocked"]`` naming the rule.
 """
 
 from __future__ import annotations
@@ -20,8 +25,10 @@ import logging
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
 
+from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.exceptions import IgnoreRequest
 
+from .._blocks import BlockRules
 from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from ._runtime import Runtime, runtime_of
 from ._tickets import REFUSAL_KEY, TICKET_KEY
@@ -31,7 +38,10 @@ if TYPE_CHECKING:
     from scrapy.crawler import Crawler
     from scrapy.http import Response
 
-__all__ = ["RequestRefused", "ThrottlingMiddleware"]
+__all__ = ["BLOCKED_KEY", "RequestRefused", "ThrottlingMiddleware"]
+
+#: Request meta key naming the block rule a response matched.
+BLOCKED_KEY = "crawlpace_blocked"
 
 logger = logging.getLogger("crawlpace.scrapy")
 
@@ -49,6 +59,16 @@ def _is_robots(request: Any) -> bool:
     return bool(request.meta.get("dont_obey_robotstxt")) and urlsplit(request.url).path == "/robots.txt"
 
 
+def _text_headers(headers: Any) -> dict[str, str]:
+    """Scrapy's headers as lower-case text names and first values, for the block rules."""
+    found: dict[str, str] = {}
+    for name, values in headers.items():
+        value = values[0] if isinstance(values, list) and values else values
+        if isinstance(name, bytes) and isinstance(value, bytes):
+            found[name.decode("latin-1").lower()] = value.decode("latin-1")
+    return found
+
+
 class ThrottlingMiddleware:
     """Sends each request under a permit and feeds its outcome back.
 
@@ -57,6 +77,7 @@ class ThrottlingMiddleware:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
+        self.blocks = BlockRules(runtime.config.settings.block_rules)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ThrottlingMiddleware:
@@ -85,7 +106,7 @@ class ThrottlingMiddleware:
             raise RequestRefused(str(exc)) from exc
 
     async def process_response(self, request: Request, response: Response,
-                               spider: Spider | None = None) -> Response:
+                               spider: Spider | None = None) -> Response | Request:
         """Feed the response back to the request's scopes and release its permit."""
         runtime = self.runtime
         ticket = request.meta.get(TICKET_KEY)
@@ -94,8 +115,21 @@ class ThrottlingMiddleware:
         if getattr(response, "request", None) is None:
             response.request = request  # the hooks of seed 001's managers read it
         latency = request.meta.get("download_latency")
-        await runtime.settle(request, response=response,
+        rule = None if _is_robots(request) else self.blocks.match(
+            response.status, _text_headers(response.headers), response.body)
+        await runtime.settle(request, response=response, blocked=rule is not None,
                              latency=latency if isinstance(latency, float) else None)
+        if rule is None:
+            return response
+        runtime.stats.inc_value("throttling/blocked")
+        request.meta[BLOCKED_KEY] = rule
+        spider = spider or getattr(runtime.crawler, "spider", None)
+        retry = None if spider is None else get_retry_request(
+            request, spider=spider, reason=f"soft block ({rule})")
+        if retry is not None:
+            return retry
+        logger.info("%s: still a soft block (%s) after the retries; passed on to the spider",
+                    request.url, rule)
         return response
 
     async def process_exception(self, request: Request, exception: Exception,

@@ -15,6 +15,7 @@ from collections.abc import Callable
 from typing import Any, Protocol
 from urllib.parse import urlsplit
 
+from .._bounded import remember
 from .._exceptions import PermitError, ScopeError
 from .._manager import ThrottlingManager
 from .._permit import Permit
@@ -329,19 +330,20 @@ class Runtime:
         return self.issue(request, permit, "direct")
 
     async def settle(self, request: Any, *, response: Any = None, exception: BaseException | None = None,
-                     latency: float | None = None) -> None:
+                     latency: float | None = None, blocked: bool = False) -> None:
         """Release the request's permit with what happened to it.
 
         A request that never reached the network (a cached response, a
         request refused by robots.txt or offsite rules on its way) frees its
-        slots without teaching the scopes anything.
+        slots without teaching the scopes anything. ``blocked`` marks a soft
+        block, which backs the scopes off like a 429.
         """
         ticket = request.meta.pop(TICKET_KEY, None)
         if not isinstance(ticket, Ticket):
             return
         if ticket.state is State.SENT:
             if response is not None or exception is not None:
-                ticket.permit.feedback(response, exception=exception, latency=latency)
+                ticket.permit.feedback(response, exception=exception, latency=latency, blocked=blocked)
         elif ticket.state is State.PARKED:
             self.stats.inc_value("throttling/released_unsent")
         await self._give_back(ticket)
@@ -422,7 +424,7 @@ class Runtime:
             before = self._last_limits.get(scope)
             if before is None:
                 before = self._configured_limits(scope)
-            self._last_limits[scope] = now
+            remember(self._last_limits, scope, now)  # bounded: a broad crawl meets millions of scopes
             if before == now:
                 continue
             if outcome is None:
@@ -462,7 +464,7 @@ class Runtime:
     def remember_robots_scopes(self, url: str, scopes: tuple[str, ...]) -> None:
         """Note which scopes a robots.txt fetch ran under, for its Crawl-Delay."""
         netloc = urlsplit(url).netloc
-        self._robots_scopes[netloc] = scopes
+        remember(self._robots_scopes, netloc, scopes)  # bounded, like every per-host memo
 
     def crawl_delay_targets(self, url: str, scopes: tuple[str, ...] | None = None) -> tuple[str, ...]:
         """The scopes a robots.txt of ``url``'s host applies its Crawl-Delay to.

@@ -31,8 +31,10 @@ from .._clock import AsyncioClock, Clock
 from .._config import Settings
 from .._exceptions import ConfigError
 from .._feedback import FeedbackBuilder
+from .._learning import Learner
 from .._manager import ThrottlingManager, ThrottlingManagerProtocol, load_scope_manager
 from .._scopes import import_object
+from .._server_scopes import IpScopes
 from ..stores import REDIS_SCHEMES, open_store
 from ..stores.base import Store
 from ._compat import ASYNCIO_REACTOR, default_backoff_exceptions
@@ -48,7 +50,8 @@ _SHARED_NAMES = frozenset({
     "AUTOTHROTTLE_MAX_DELAY", "AUTOTHROTTLE_TARGET_CONCURRENCY", "AUTOTHROTTLE_DEBUG",
 })
 # Names only crawlpace knows, without one of the core's prefixes.
-_PLAIN_NAMES = frozenset({"DOWNLOAD_DELAY_PER_SLOT", "REDIRECT_MAX_DELAY", "DELAYED_REQUESTS_WARN_THRESHOLD"})
+_PLAIN_NAMES = frozenset({"DOWNLOAD_DELAY_PER_SLOT", "REDIRECT_MAX_DELAY", "DELAYED_REQUESTS_WARN_THRESHOLD",
+                          "CRAWLPACE_LEARNED"})
 _PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
 # The add-on's own names, never passed to the core.
 ADDON_NAMES = frozenset({"THROTTLING_DEBUG", "THROTTLING_MANAGER"})
@@ -72,6 +75,7 @@ class AddonConfig:
             and ``THROTTLING_ROBOTSTXT_OBEY``).
         robots_user_agent: whose Crawl-Delay to read.
         stats_scopes: how many scopes get per-scope entries in the stats.
+        learner: keeps what the crawl learns (``CRAWLPACE_LEARNED``), if set.
     """
 
     settings: Settings
@@ -84,6 +88,7 @@ class AddonConfig:
     robots: bool
     robots_user_agent: str
     stats_scopes: int
+    learner: Learner | None = None
 
 
 def _plain(value: Any) -> Any:
@@ -291,13 +296,36 @@ def _warn_inert(settings: BaseSettings, core: Settings) -> None:
                  for key, entry in slots.items()}
         logger.warning("DOWNLOAD_SLOTS has no effect under crawlpace.scrapy; throttling scopes replace "
                        "download slots: THROTTLING_SCOPES = %r", moved)
+    if _per_ip(settings) and settings.get("THROTTLING_MANAGER") is not None:
+        logger.warning("CONCURRENT_REQUESTS_PER_IP has no effect beside THROTTLING_MANAGER, which decides "
+                       "the scopes; use crawlpace.IpScopes as the manager to scope by server address")
+
+
+def _per_ip(settings: BaseSettings) -> int:
+    """``CONCURRENT_REQUESTS_PER_IP`` when set to a positive number, else 0."""
     with warnings.catch_warnings():  # Scrapy 2.19 warns on reading it: it is deprecated
         warnings.simplefilter("ignore")
-        per_ip = _explicit(settings, "CONCURRENT_REQUESTS_PER_IP") and \
-            settings.getint("CONCURRENT_REQUESTS_PER_IP")
-    if per_ip:
-        logger.warning("CONCURRENT_REQUESTS_PER_IP has no effect under crawlpace.scrapy; scopes are per "
-                       "host (write a THROTTLING_MANAGER to group requests otherwise)")
+        if not _explicit(settings, "CONCURRENT_REQUESTS_PER_IP"):
+            return 0
+        return max(settings.getint("CONCURRENT_REQUESTS_PER_IP"), 0)
+
+
+def _apply_per_ip(settings: BaseSettings,
+                  core: Settings) -> tuple[Settings, ThrottlingManagerProtocol | None]:
+    """Honour ``CONCURRENT_REQUESTS_PER_IP`` as Scrapy did: one scope per server address.
+
+    Scrapy then keys its download slots by IP and gives each that many
+    slots; here requests are scoped by :class:`~crawlpace.IpScopes` and the
+    scope defaults get that concurrency. A ``THROTTLING_MANAGER`` wins.
+    """
+    per_ip = _per_ip(settings)
+    if not per_ip or settings.get("THROTTLING_MANAGER") is not None:
+        return core, None
+    logger.info("CONCURRENT_REQUESTS_PER_IP = %d: requests are scoped by server address, %d in flight "
+                "each (Scrapy deprecated this setting; THROTTLING_MANAGER = 'crawlpace.IpScopes' is "
+                "the lasting way)", per_ip, per_ip)
+    defaults = replace(core.scope_defaults, concurrency=per_ip)
+    return replace(core, scope_defaults=defaults), IpScopes()
 
 
 def spider_attribute_values(spider: object, settings: BaseSettings) -> dict[str, Any]:
@@ -360,6 +388,15 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     else:
         debug = False
     manager: ThrottlingManagerProtocol = ThrottlingManager()
+    learner: Learner | None = None
+    if core is not None:
+        core, by_ip = _apply_per_ip(settings, core)
+        manager = by_ip or manager
+        try:
+            core, learner = Learner.prepare(core)
+        except Exception as exc:  # sqlite3.Error, OSError, a Redis error
+            problems.append(f"CRAWLPACE_LEARNED: cannot open {core.learned!r} ({exc}); give a writable "
+                            "SQLite file path or a reachable redis:// URL")
     raw_manager = settings.get("THROTTLING_MANAGER")
     if raw_manager is not None:
         try:
@@ -396,4 +433,4 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
     return AddonConfig(settings=core, manager=manager, store=store, store_url=store_url, clock=clock,
                        debug=debug, use_scheduler=use_scheduler, robots=robots and core.robotstxt_obey,
-                       robots_user_agent=str(agent), stats_scopes=stats_scopes)
+                       robots_user_agent=str(agent), stats_scopes=stats_scopes, learner=learner)

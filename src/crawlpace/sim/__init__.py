@@ -18,6 +18,7 @@ Nothing here ever listens outside 127.0.0.0/8.
 
 from __future__ import annotations
 
+from ._challenge import CHALLENGE_PAGE, ChallengeSite
 from ._farm import Farm, SiteInfo, builtin_farms
 from ._faults import DeadSite, FlakySite
 from ._load import OverloadSite, SlowSite
@@ -32,9 +33,11 @@ from ._spec import FarmSpec, SiteSpec, parse_farm
 from ._stats import SiteStats
 
 __all__ = [
+    "CHALLENGE_PAGE",
     "HEADER_STYLES",
     "PROFILES",
     "SHIFTABLE",
+    "ChallengeSite",
     "CrawlDelaySite",
     "DeadSite",
     "Farm",

@@ -24,6 +24,9 @@ Each profile, what it does, and its capacity in successful requests per second:
   wait ``hang`` seconds. No capacity.
 - ``dead``: every request, robots.txt included, gets ``status`` (503) or,
   for a share ``resets``, a reset connection. Capacity 0.
+- ``challenge``: like ``ratelimit``, but past the bucket a 200 "verify you
+  are human" page (with ``cf-mitigated: challenge`` unless ``header =
+  false``), counted as a refusal. Capacity ``rate``.
 - ``shifting``: a ``base`` profile whose capacity follows ``changes``.
 
 Every profile also counts the common ``retry_after`` violation (see
@@ -37,6 +40,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from types import MappingProxyType
 
+from ._challenge import ChallengeSite
 from ._faults import DeadSite, FlakySite
 from ._load import OverloadSite, SlowSite
 from ._rates import CrawlDelaySite, HeadersSite, QuotaSite, RateLimitSite, RetryAfterSite
@@ -49,5 +53,5 @@ __all__ = ["PROFILES"]
 PROFILES: Mapping[str, type[Site]] = MappingProxyType({
     cls.profile: cls
     for cls in (RateLimitSite, RetryAfterSite, HeadersSite, CrawlDelaySite, QuotaSite, OverloadSite,
-                SlowSite, FlakySite, DeadSite, ShiftingSite)
+                SlowSite, FlakySite, DeadSite, ShiftingSite, ChallengeSite)
 })

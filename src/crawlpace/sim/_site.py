@@ -31,7 +31,10 @@ from ._pages import PageApp
 from ._params import Param
 from ._stats import SiteStats
 
-__all__ = ["COMMON_PARAMS", "Site", "SiteOptions", "retry_after_value"]
+__all__ = ["CHALLENGE_KEY", "COMMON_PARAMS", "Site", "SiteOptions", "retry_after_value"]
+
+#: Set to True in a request's ASGI scope by a profile that answered it with a challenge page.
+CHALLENGE_KEY = "crawlpace.challenge"
 
 _PAGES = Param("pages", "integer", "pages the site serves", 50, low=1, high=1_000_000)
 _LINKS = Param("links", "integer", "links on each page", 3, low=0, high=100)
@@ -173,7 +176,7 @@ class Site:
                 status = 500  # what the server will answer
             raise
         finally:
-            self.stats.depart(self.clock(), status, reset=reset)
+            self.stats.depart(self.clock(), status, reset=reset, challenge=bool(scope.get(CHALLENGE_KEY)))
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Answer a request other than robots.txt; profiles override this.

@@ -81,6 +81,8 @@ class SiteStats:
         self.last: float | None = None
         self.statuses: Counter[int] = Counter()
         self.aborted = 0
+        #: 200s that were challenge pages, not the content (counted as refusals).
+        self.challenged = 0
         self.resets = 0
         self.violations: Counter[str] = Counter()
         self._recent: deque[float] = deque()
@@ -133,16 +135,21 @@ class SiteStats:
         self.peak_per_second = max(self.peak_per_second, len(recent))
         _bin(self._arrivals, self._index(now))
 
-    def depart(self, now: float, status: int | None, *, reset: bool = False) -> None:
+    def depart(self, now: float, status: int | None, *, reset: bool = False, challenge: bool = False) -> None:
         """Record that a request was answered with ``status`` (None: it never was).
 
         Args:
             now: when the answer went out; places it on the timeline.
             status: the status sent, None when no response was sent.
             reset: the site reset the connection on purpose instead of answering.
+            challenge: the answer was a challenge page instead of the content:
+                a refusal whatever its status, and not in ``statuses``.
         """
         self.inflight = max(self.inflight - 1, 0)
-        if status is None:
+        if challenge and status is not None:
+            self.challenged += 1
+            _bin(self._refused, self._index(now))
+        elif status is None:
             self.aborted += 1
             self.resets += reset
         else:
@@ -163,8 +170,8 @@ class SiteStats:
 
     @property
     def throttled(self) -> int:
-        """Responses with status 429 or 503: the site turned the request away."""
-        return self.statuses[429] + self.statuses[503]
+        """Responses with status 429 or 503, or challenge pages: the site turned the request away."""
+        return self.statuses[429] + self.statuses[503] + self.challenged
 
     @property
     def active(self) -> float:
@@ -222,6 +229,7 @@ class SiteStats:
             "throttled": self.throttled,
             "aborted": self.aborted,
             "resets": self.resets,
+            "challenged": self.challenged,
             "statuses": {str(status): count for status, count in sorted(self.statuses.items())},
             "violations": sum(self.violations.values()),
             "violation_kinds": dict(sorted(self.violations.items())),

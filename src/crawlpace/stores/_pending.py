@@ -23,6 +23,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
 
+from .connection import Retry
+
 __all__ = ["PendingRelease", "ReleaseQueue"]
 
 logger = logging.getLogger(__name__)
@@ -30,7 +32,8 @@ logger = logging.getLogger(__name__)
 #: Releases kept at most; the oldest is dropped (its lease expires on its own) beyond.
 QUEUE_MAX = 1024
 # Waits between two attempts of the timer: short first (the slot matters), then backing off.
-_RETRY_FIRST, _RETRY_MAX = 0.1, 1.0
+# (A slot matters sooner than a new admission does: at most 1 s between two tries, not RETRY_MAX.)
+_RESEND_MAX = 1.0
 
 
 @dataclass(slots=True)
@@ -112,14 +115,13 @@ class ReleaseQueue:
                 logger.debug("release of lease %s sent again", item.lease_id)
 
     async def _retry_forever(self) -> None:
-        wait = _RETRY_FIRST
+        retry = Retry(most=_RESEND_MAX)
         while self._queue:
-            await self._sleep(wait)
+            await self._sleep(retry.next())
             try:
                 await self.flush()
             except self._down as exc:
                 logger.debug("releases still waiting for the Redis server: %s", exc)
-                wait = min(wait * 2.0, _RETRY_MAX)
             except Exception:
                 logger.exception("sending a release again failed; it is dropped")
                 if self._queue:

@@ -1,34 +1,27 @@
-"""Building a scope's policy from the settings, and moving it between processes.
+"""Building a scope's policy from the settings, and moving its learned state between processes.
 
 Both stores create a :class:`~crawlpace.policy.scope.ScopePolicy` per scope
-the same way. A shared store also keeps each policy in the server, so that
-what one worker learned from a response (a backoff, a Retry-After, rampup's
-rate) is what every worker admits by: the policy travels as a pickle, and is
-read back with an unpickler that only rebuilds crawlpace's own policy classes
-(and the scope managers the settings name), never arbitrary objects.
+the same way. A shared store also keeps what each policy learned in the
+server, so that what one worker learned from a response (a backoff, a
+Retry-After, rampup's rate) is what every worker admits by. It travels as the
+compact, versioned layout of :mod:`crawlpace.policy.state` (a flat mapping of
+numbers), written into a fresh policy built from this worker's settings.
 """
 
 from __future__ import annotations
 
-import io
-import pickle
 from collections.abc import Callable
-from typing import Any
 
 from .._config import ScopeConfig, Settings
 from .._manager import load_scope_manager
 from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
+from ..policy.state import StateFormatError, StateValue, decode, encode, export_state, restore_state
 
-__all__ = ["PolicyFactory", "PolicyFormatError", "dump_policy", "load_policy"]
-
-# Modules whose classes a policy may hold, and the few builtins its state uses.
-_SAFE_PREFIXES = ("crawlpace.policy.", "crawlpace._config", "crawlpace._jitter")
-_SAFE_GLOBALS = {("collections", "deque"), ("builtins", "float"), ("builtins", "frozenset"),
-                 ("builtins", "set"), ("copyreg", "_reconstructor"), ("builtins", "object")}
+__all__ = ["PolicyFactory", "PolicyFormatError", "dump_policy", "is_fresh", "load_policy"]
 
 
-class PolicyFormatError(ValueError):
-    """A stored policy could not be read (another version wrote it, or it is not ours)."""
+class PolicyFormatError(StateFormatError):
+    """A stored policy could not be read (a newer layout wrote it, or it is not ours)."""
 
 
 class PolicyFactory:
@@ -44,56 +37,92 @@ class PolicyFactory:
         self.managers: dict[str, Callable[..., ThrottlingScopeManagerProtocol]] = {
             cfg.manager: load_scope_manager(cfg.manager) for cfg in configs if cfg.manager
         }
+        self._fresh: dict[int, tuple[ScopeConfig, dict[str, StateValue]]] = {}
+        self._summaries: dict[tuple[int, bool, bool], tuple[ScopeConfig, tuple[object, ...]]] = {}
+
+    def fresh_state(self, name: str) -> dict[str, StateValue]:
+        """The state of a new policy of scope ``name`` (kept per scope configuration)."""
+        config = self.settings.scope_config(name)
+        if config.manager:  # a custom manager may hold its scope's name: no sharing
+            return self._fresh_of(name)
+        found = self._fresh.get(id(config))
+        if found is None or found[0] is not config:
+            found = self._fresh[id(config)] = (config, self._fresh_of(name))
+        return found[1]
+
+    def fresh_summary(self, policy: ScopePolicy) -> tuple[object, ...]:
+        """The summary a new policy of ``policy``'s scope would have, with the same parts created."""
+        name = policy.scope
+        config = self.settings.scope_config(name)
+        parts = (policy.manager is not None, policy.breaker is not None)
+        key = (id(config), *parts)
+        found = None if config.manager else self._summaries.get(key)
+        if found is None or found[0] is not config:
+            fresh = self.new(name)
+            if parts[0]:
+                fresh.ensure_manager()
+            if parts[1]:
+                fresh.ensure_breaker()
+            found = (config, fresh.summary())
+            if not config.manager:
+                self._summaries[key] = found
+        return found[1]
+
+    def _fresh_of(self, name: str) -> dict[str, StateValue]:
+        # Parts made on first use count too, at their starting values.
+        policy = self.new(name)
+        policy.ensure_manager()
+        if policy.config.breaker.enabled:
+            policy.ensure_breaker()
+        return export_state(policy)
 
     def new(self, name: str) -> ScopePolicy:
         """A fresh policy for scope ``name``."""
         settings = self.settings
         config: ScopeConfig = settings.scope_config(name)
+        autothrottle = settings.autothrottle
+        warm = settings.warm_start
+        if warm is not None:  # a head start from what an earlier crawl learned (crawlpace._learned)
+            autothrottle = warm.autothrottle_for(name, config, autothrottle)
+            config = warm.config_for(name, config)
         manager_cls = self.managers.get(config.manager) if config.manager else None
         return ScopePolicy(name, config, concurrency_cap=settings.concurrent_requests,
-                           autothrottle=settings.autothrottle,
+                           autothrottle=autothrottle,
                            manager=manager_cls(scope=name, config=config) if manager_cls else None,
                            rampup_target=settings.rampup_backoff_target)
 
-    def allowed(self) -> set[tuple[str, str]]:
-        """The (module, name) pairs of the scope managers in use, which a policy may hold."""
-        out = set()
-        for cls in self.managers.values():
-            out.add((getattr(cls, "__module__", ""), getattr(cls, "__qualname__", "")))
-        return out
 
 
-def dump_policy(policy: ScopePolicy) -> bytes:
-    """The policy as bytes for the shared store."""
-    return pickle.dumps(policy, protocol=pickle.HIGHEST_PROTOCOL)
+def dump_policy(policy: ScopePolicy, factory: PolicyFactory) -> bytes:
+    """The learned state of ``policy`` as bytes for the shared store.
+
+    Only the fields that differ from a new policy of the scope are written: a
+    reader starts from a new policy, so the rest comes back as it was (and a
+    worker with newer settings reads its own defaults for them).
+    """
+    fresh = factory.fresh_state(policy.scope)
+    return encode({key: value for key, value in export_state(policy).items()
+                   if key not in fresh or fresh[key] != value})
 
 
-class _Unpickler(pickle.Unpickler):
-    def __init__(self, data: bytes, extra: set[tuple[str, str]]) -> None:
-        super().__init__(io.BytesIO(data))
-        self._extra = extra
-
-    def find_class(self, module: str, name: str) -> Any:
-        if module.startswith(_SAFE_PREFIXES) or (module, name) in _SAFE_GLOBALS \
-                or (module, name) in self._extra:
-            return super().find_class(module, name)
-        raise pickle.UnpicklingError(f"a stored policy may not hold {module}.{name}")
-
-
-def load_policy(data: bytes, extra: set[tuple[str, str]] | None = None) -> ScopePolicy:
-    """Read back a policy written by :func:`dump_policy`.
-
-    Args:
-        data: the stored bytes.
-        extra: further (module, name) classes allowed: the scope managers in use.
+def load_policy(data: bytes, factory: PolicyFactory, name: str) -> ScopePolicy:
+    """A policy of scope ``name`` from the settings, with the state in ``data`` written in.
 
     Raises:
-        PolicyFormatError: when the bytes are not a policy this version can read.
+        PolicyFormatError: when the bytes are not state this version can read.
     """
     try:
-        policy = _Unpickler(data, extra or set()).load()
-    except Exception as exc:
-        raise PolicyFormatError(f"unreadable stored policy: {exc}") from exc
-    if not isinstance(policy, ScopePolicy):
-        raise PolicyFormatError(f"a stored policy is a {type(policy).__name__}, not a ScopePolicy")
-    return policy
+        state = decode(data)
+    except StateFormatError as exc:
+        raise PolicyFormatError(str(exc)) from exc
+    return restore_state(factory.new(name), state)
+
+
+def is_fresh(policy: ScopePolicy, factory: PolicyFactory) -> bool:
+    """True when ``policy`` learned nothing that changes admissions, compared with a new policy of its scope.
+
+    The comparison is :meth:`ScopePolicy.summary` (what other workers must
+    see), so a tally that moves with every response (the breaker's window)
+    does not count until it changes something.
+    """
+    return policy.summary() == factory.fresh_summary(policy)

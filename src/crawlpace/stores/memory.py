@@ -109,6 +109,7 @@ class MemoryStore:
         self._rng = rng if rng is not None else random.Random()
         self._scopes: dict[str, _Scope] = {}
         self._since_sweep = 0
+        self._kept = 0  # scopes the last sweep kept
         self.evicted = 0
         # Imports every scope manager now, so a bad path fails at start-up.
         self._factory = PolicyFactory(settings)
@@ -251,6 +252,7 @@ class MemoryStore:
             del self._scopes[name]
         self.evicted += len(idle)
         self._since_sweep = 0
+        self._kept = len(self._scopes)
         if idle:
             logger.debug("forgot %d idle scopes, %d remain", len(idle), len(self._scopes))
         return len(idle)
@@ -267,5 +269,7 @@ class MemoryStore:
 
     def _tick(self) -> None:
         self._since_sweep += 1
-        if self._since_sweep >= _SWEEP_MIN and self._since_sweep >= len(self._scopes):
+        # Against the scopes the last sweep kept, not all of them: in a broad crawl every
+        # admission may add a scope, so "all of them" would always stay ahead.
+        if self._since_sweep >= _SWEEP_MIN and self._since_sweep >= self._kept:
             self.evict_idle()

@@ -37,4 +37,5 @@ if done > 0 then
   redis.call("HINCRBY", p .. "stats", "outcome:" .. outcome, done)
 end
 if dups > 0 then redis.call("HINCRBY", p .. "stats", "duplicates", dups) end
+keep(p, KEYS[1])
 return {done, dups}

@@ -26,6 +26,7 @@ for i = #expired, 1, -1 do
   local scope = redis.call("HGET", p .. "scope", id)
   if scope then
     redis.call("LPUSH", p .. "q:" .. scope, id)
+    redis.call("EXPIRE", p .. "q:" .. scope, IDLE)
     redis.call("ZADD", ready, "NX", num(now), scope)
     requeued = requeued + 1
   end
@@ -57,6 +58,7 @@ if n > 0 then
       redis.call("ZREM", ready, scope)
     else
       redis.call("ZADD", ready, num(now + spacing), scope)
+      redis.call("EXPIRE", queue, IDLE)
     end
   end
 end
@@ -69,6 +71,7 @@ end
 local next_in = ""
 local first = redis.call("ZRANGE", ready, 0, 0, "WITHSCORES")
 if #first > 0 then next_in = num(math.max(tonumber(first[2]) - now, 0)) end
+keep(p, ready)
 local head = {tostring(queued), tostring(redis.call("ZCARD", claimed)), next_in, tostring(requeued)}
 for _, item in ipairs(out) do head[#head + 1] = item end
 return head

@@ -15,6 +15,7 @@ for i = 3, #ARGV - 1, 2 do
     redis.call("HSET", p .. "url", id, url)
     redis.call("HSET", p .. "scope", id, scope)
     redis.call("RPUSH", p .. "q:" .. scope, id)
+    redis.call("EXPIRE", p .. "q:" .. scope, IDLE)
     -- NX: a scope put back by a worker (its site asked for a pause) stays put back.
     redis.call("ZADD", KEYS[1], "NX", num(now), scope)
     added = added + 1
@@ -24,4 +25,5 @@ if added > 0 then
   redis.call("HINCRBY", p .. "stats", "enqueued", added)
   redis.call("HINCRBY", p .. "stats", "queued", added)
 end
+keep(p, KEYS[1])
 return added

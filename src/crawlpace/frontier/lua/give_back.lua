@@ -15,6 +15,7 @@ for i = #ARGV, 4, -1 do
     redis.call("HDEL", p .. "owner", id)
     local scope = redis.call("HGET", p .. "scope", id)
     redis.call("LPUSH", p .. "q:" .. scope, id)
+    redis.call("EXPIRE", p .. "q:" .. scope, IDLE)
     redis.call("ZADD", KEYS[1], "NX", num(now), scope)
     back = back + 1
   end
@@ -23,4 +24,5 @@ if back > 0 then
   redis.call("HINCRBY", p .. "stats", "queued", back)
   redis.call("HINCRBY", p .. "stats", "returned", back)
 end
+keep(p, KEYS[1])
 return back

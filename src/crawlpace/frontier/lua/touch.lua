@@ -19,4 +19,5 @@ for i = 5, #ARGV do
   end
 end
 redis.call("ZADD", p .. "workers", num(now), worker)
+keep(p, KEYS[1])
 return lost

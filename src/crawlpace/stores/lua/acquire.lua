@@ -30,7 +30,7 @@ for i = 1, n do
   local a, l, r = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local base = 5 + 8 * (i - 1)
   local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
-                      "brk", "probe", "qc", "qa")
+                      "brk", "probe", "qc", "qa", "last", "gap", "sends")
   local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
   local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
@@ -38,9 +38,12 @@ for i = 1, n do
   if f[7] == "1" then
     return {2, num(now), i}
   end
-  redis.call("ZREMRANGEBYSCORE", l, "-inf", now)
-  redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
+  -- Count, then purge what expired only when there is something to purge (most
+  -- scopes of a broad crawl have no lease out and no slot resting).
   local inflight = redis.call("ZCARD", l)
+  if inflight > 0 then inflight = inflight - redis.call("ZREMRANGEBYSCORE", l, "-inf", now) end
+  local resting = redis.call("ZCARD", r)
+  if resting > 0 then resting = resting - redis.call("ZREMRANGEBYSCORE", r, "-inf", now) end
   local at = tonumber(f[5]) or -1
   local hold = tonumber(f[6]) or -1
   if hold > at then at = hold end
@@ -75,7 +78,6 @@ for i = 1, n do
     end
   end
   if not full then
-    local resting = redis.call("ZCARD", r)
     if inflight + resting >= conc then
       local wake = redis.call("ZRANGE", r, inflight + resting - conc, inflight + resting - conc, "WITHSCORES")
       local w = tonumber(wake[2])
@@ -93,7 +95,7 @@ for i = 1, n do
   end
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
-              tonumber(f[12]), tonumber(f[13])}
+              tonumber(f[12]), tonumber(f[13]), f[5], f[14], f[15], (tonumber(f[16]) or 0) + 1, resting}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -109,20 +111,21 @@ for i = 1, n do
   redis.call("ZADD", l, now + lease, id)
   local gap = delay * factor
   if gap < floor then gap = floor end
-  local last = tonumber(redis.call("HGET", a, "last"))
-  local sent_gap = redis.call("HGET", a, "gap")
+  -- "next", "last" and "gap" as they were before this send (read by the first HMGET).
+  local last = tonumber(s[19])
+  local sent_gap = s[20]
   gaps[i] = ""
+  if mode == "undo" then
+    undo[i] = {s[18] or "", s[19] or "", sent_gap or "", num(now + gap)}
+  end
   if last then
     local g = now - last
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
     gaps[i] = num(g)
-    redis.call("HSET", a, "gap", gaps[i])
+    redis.call("HSET", a, "next", num(now + gap), "last", num(now), "gap", gaps[i], "sends", s[21])
+  else
+    redis.call("HSET", a, "next", num(now + gap), "last", num(now), "sends", s[21])
   end
-  if mode == "undo" then
-    undo[i] = {redis.call("HGET", a, "next") or "", redis.call("HGET", a, "last") or "", sent_gap or "",
-               num(now + gap)}
-  end
-  redis.call("HSET", a, "next", num(now + gap), "last", num(now))
   if s[12] then redis.call("HSET", a, "probe", id) end
   if s[14] and s[13] > 0 then
     local qcap, qrate, credit, qa = s[14], s[15], s[16], s[17]
@@ -138,14 +141,14 @@ for i = 1, n do
     redis.call("HSET", a, "conc", s[4], "delay", num(delay), "pslot", num(pslot),
                "floor", num(floor))
   end
-  local sends = redis.call("HINCRBY", a, "sends", 1)
+  local sends = s[21]
   if mode == "undo" then
     undo[i][5] = sends
     undo[i][6] = s[11] and "1" or "0"
   end
   redis.call("EXPIRE", a, idle)
   redis.call("EXPIRE", l, idle)
-  redis.call("EXPIRE", r, idle)
+  if s[22] > 0 then redis.call("EXPIRE", r, idle) end  -- no resting slot: no key to keep
   out[#out + 1] = num(now + pslot * factor)
   gens[i] = s[8]
   vers[i] = s[9]

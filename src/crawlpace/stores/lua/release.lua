@@ -31,17 +31,30 @@ for i = 1, n do
         redis.call("ZADD", r, slot_ready, id)
       end
     end
-    if redis.call("HGET", a, "probe") == id then redis.call("HDEL", a, "probe") end
   end
+  -- One read and one write for the counters, the latency and the probe.
+  local h = redis.call("HMGET", a, "probe", "mlat", "resp", "errs")
+  if freed and h[1] == id then redis.call("HDEL", a, "probe") end
   local counts = freed or ARGV[base + 2] ~= "2"
-  if counts and ARGV[base + 3] == "1" then redis.call("HINCRBY", a, "resp", 1) end
-  if counts and ARGV[base + 4] == "1" then redis.call("HINCRBY", a, "errs", 1) end
+  local set = {}
+  if counts and ARGV[base + 3] == "1" then
+    set[#set + 1] = "resp"
+    set[#set + 1] = (tonumber(h[3]) or 0) + 1
+  end
+  if counts and ARGV[base + 4] == "1" then
+    set[#set + 1] = "errs"
+    set[#set + 1] = (tonumber(h[4]) or 0) + 1
+  end
   if counts and ARGV[base + 5] ~= "" then
     local lat = tonumber(ARGV[base + 5])
-    local mean = tonumber(redis.call("HGET", a, "mlat"))
+    local mean = tonumber(h[2])
     if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
-    redis.call("HSET", a, "lat", ARGV[base + 5], "mlat", num(mean))
+    set[#set + 1] = "lat"
+    set[#set + 1] = ARGV[base + 5]
+    set[#set + 1] = "mlat"
+    set[#set + 1] = num(mean)
   end
+  if #set > 0 then redis.call("HSET", a, unpack(set)) end
   local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])
   if counts and qcap and qdelta and qdelta ~= 0 then
     -- Reconcile as policy/quota.py does: settle the refill, then charge or

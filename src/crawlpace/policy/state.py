@@ -1,0 +1,320 @@
+"""A scope policy's learned state as a flat mapping of numbers, and its compact, versioned bytes.
+
+A shared store keeps what one worker learned about a scope (a backoff level,
+a server's hold, rampup's rate, the breaker's tally) where every worker reads
+it. This module says which attributes that is, and how it travels:
+
+* :func:`export_state` turns a :class:`~crawlpace.policy.scope.ScopePolicy`
+  into a flat mapping ``"part.field" -> number`` (or a tuple of numbers for a
+  short history, or ``None``); the settings are never part of it, so a worker
+  started with new settings applies them to the state it reads.
+* :func:`restore_state` writes such a mapping into a fresh policy built from
+  the settings.
+* :func:`encode` / :func:`decode` give the mapping as bytes (layout below).
+
+What belongs to the state is listed once, in :data:`FIELDS`; a field added to
+a policy class joins the shared state by adding its name there (or, for a
+setting or a derived value, to :data:`SETTINGS`: a test fails until it is in
+one of the two). Values must be
+numbers (``bool`` and ``int`` come back as such, from the fresh object's type),
+``None``, a word from :data:`WORDS`, or a sequence of numbers.
+
+Compatibility rule (``docs/redis.md``): a reader ignores names it does not
+know (a newer version added them) and leaves fields the bytes lack at the
+fresh policy's value (an older version did not have them). A field whose
+meaning changes gets a new name. :data:`LAYOUT` changes only when the framing
+does; a reader refuses a layout newer than its own with
+:class:`StateFormatError`, and so do readers of bytes from before this layout
+(crawlpace 0.6 stored a pickle).
+
+Byte layout (all numbers little-endian):
+
+    b"cp" LAYOUT(u8), then per field:
+    name length (u8), name (ASCII), kind (u8), value
+    kind 0: None (no value); 1: one float64; 2: count (u16) then count float64;
+    3: one u8 (an integer 0..255, or a word's index)
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import struct
+from collections import deque
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from .admission import Limits
+from .scope import ScopePolicy, ThrottlingScopeManager
+
+__all__ = ["FIELDS", "LAYOUT", "SETTINGS", "WORDS", "StateFormatError", "StateValue", "decode", "encode",
+           "export_state", "is_fresh", "restore_state"]
+
+logger = logging.getLogger(__name__)
+
+#: The version of the byte framing; readers refuse a newer one.
+LAYOUT = 1
+_MAGIC = b"cp"
+
+#: One value of the flat mapping.
+StateValue = float | int | bool | None | tuple[float, ...]
+
+#: Per part of a policy (its prefix), the attributes that hold learned state.
+FIELDS: dict[str, tuple[str, ...]] = {
+    # The policy itself: what it combined, and its own learned inputs.
+    "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
+          "server_concurrency"),
+    # The default scope manager's backoff.
+    "b": ("level", "generation", "anchor", "last_feedback", "last_change"),
+    "a": ("delay",),  # AutoThrottle
+    "q": ("_credit", "_at"),  # the quota bucket
+    "k": ("_state", "_open_until", "_half_open_since", "_probe_out", "_buckets", "_total", "_failed",
+          "consecutive_failures", "_recent", "_recent_n"),  # the circuit breaker
+    "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
+          "_pushbacks", "_gap", "_sent_at", "_last_growth", "_cut_rate", "_epoch", "_k", "_climb",
+          "_probe_c", "_baseline", "_window_min", "_window_start", "_samples", "_quiet_until"),  # rampup
+}
+
+#: Per part, the attributes that are *not* learned state: settings, values derived from them
+#: or from the fields above, and text for humans. Every attribute of a part's class is in
+#: exactly one of FIELDS and SETTINGS (``tests/test_policy_state.py`` checks it), so a new
+#: attribute cannot be left out of the shared state by accident.
+SETTINGS: dict[str, tuple[str, ...]] = {
+    "p": ("autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config", "gated", "jitter",
+          "manager", "quota", "rampup", "scope", "watches"),
+    "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
+    "a": ("max_delay", "min_delay", "target_concurrency"),
+    "q": ("_capacity", "_quota", "_rate", "_window"),
+    "k": ("_error_share", "_give_up_after", "_min_requests", "_pause", "_width", "_window", "reason"),
+    "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window"),
+}
+
+#: Fields that hold a word from a fixed list: stored as the word's index.
+WORDS: dict[str, tuple[str, ...]] = {
+    "r.phase": ("start", "steady"),
+    "k._state": ("closed", "open", "half_open", "given_up"),
+}
+
+# Sequences of tuples stored flat: the tuple's element types.
+_GROUPED: dict[str, tuple[Callable[[float], Any], ...]] = {"k._buckets": (float, int, int)}
+_LIMITS = ("p.limits", "p._base")
+# Whole numbers whose fresh value is None (so the fresh object cannot tell their type).
+_INTS = frozenset({"p.server_concurrency"})
+
+
+class StateFormatError(ValueError):
+    """Stored state this version cannot read (a newer layout, or not crawlpace's)."""
+
+
+# -- policy <-> mapping ------------------------------------------------------------
+
+
+def _parts(policy: ScopePolicy) -> dict[str, object]:
+    manager = policy.manager
+    return {"p": policy, "b": manager.backoff if isinstance(manager, ThrottlingScopeManager) else None,
+            "a": policy.autothrottle, "q": policy.quota, "k": policy.breaker, "r": policy.rampup,
+            "m": manager if manager is not None and not isinstance(manager, ThrottlingScopeManager) else None}
+
+
+def _manager_fields(manager: object) -> dict[str, StateValue]:
+    """A custom scope manager's state: its ``state()`` if it has one, else its plain numeric attributes."""
+    state = getattr(manager, "state", None)
+    if callable(state):
+        return dict(state())
+    names = list(getattr(manager, "__dict__", {}))
+    for cls in type(manager).__mro__:
+        names += [n for n in getattr(cls, "__slots__", ()) if n not in names]
+    out: dict[str, StateValue] = {}
+    for name in names:
+        value = getattr(manager, name, None)
+        if isinstance(value, int | float) and not name.startswith("__"):
+            out[name] = value
+    return out
+
+
+def export_state(policy: ScopePolicy) -> dict[str, StateValue]:
+    """The learned state of ``policy`` as a flat mapping (see the module's docstring)."""
+    out: dict[str, StateValue] = {}
+    for prefix, part in _parts(policy).items():
+        if part is None:
+            continue
+        if prefix == "m":
+            out.update({f"m.{name}": value for name, value in _manager_fields(part).items()})
+            continue
+        for name in FIELDS[prefix]:
+            key = f"{prefix}.{name}"
+            value = getattr(part, name)
+            if key in WORDS:
+                words = WORDS[key]
+                if value not in words:
+                    logger.error("state field %s holds %r, which policy/state.py WORDS does not list: "
+                                 "left out of the shared state", key, value)
+                    continue
+                out[key] = words.index(value)
+            elif key in _LIMITS:
+                out[key] = (float(value.concurrency), value.delay, value.delay_per_slot, value.floor)
+            elif key in _GROUPED:
+                out[key] = tuple(float(x) for item in value for x in item)
+            elif isinstance(value, deque | list | tuple):
+                out[key] = tuple(float(x) for x in value)
+            else:
+                out[key] = value
+    return out
+
+
+def _coerce(current: object, value: StateValue) -> object:
+    """``value`` in the type the fresh attribute has (ints stay ints, flags stay flags)."""
+    if value is None or isinstance(value, tuple):
+        return value
+    if isinstance(current, bool):
+        return bool(value)
+    if isinstance(current, int):
+        return int(value)
+    return float(value)
+
+
+def _restore_part(prefix: str, part: object, state: Mapping[str, StateValue]) -> None:
+    for name in FIELDS[prefix]:
+        key = f"{prefix}.{name}"
+        if key not in state:
+            continue  # written by a version without this field: the fresh value stays
+        value = state[key]
+        current = getattr(part, name)
+        if key in WORDS:
+            words = WORDS[key]
+            if not isinstance(value, int | float) or not 0 <= int(value) < len(words):
+                logger.warning("state field %s: %r names no known word; the fresh value stays", key, value)
+                continue
+            setattr(part, name, words[int(value)])
+        elif key in _LIMITS:
+            if isinstance(value, tuple) and len(value) == 4:
+                setattr(part, name, Limits(int(value[0]), value[1], value[2], value[3]))
+        elif key in _GROUPED:
+            if isinstance(value, tuple):
+                kinds = _GROUPED[key]
+                width = len(kinds)
+                setattr(part, name, [tuple(kind(x) for kind, x in zip(kinds, value[i:i + width], strict=True))
+                                     for i in range(0, len(value) - width + 1, width)])
+        elif isinstance(current, deque):
+            if isinstance(value, tuple):
+                current.clear()
+                current.extend(value)
+        elif key in _INTS and isinstance(value, int | float):
+            setattr(part, name, int(value))
+        else:
+            setattr(part, name, _coerce(current, value))
+
+
+def restore_state(policy: ScopePolicy, state: Mapping[str, StateValue]) -> ScopePolicy:
+    """Write ``state`` (from :func:`export_state`, maybe of another version) into a fresh ``policy``.
+
+    Parts the state mentions but the fresh policy has not created yet (the
+    default manager, the breaker) are created first; parts the settings no
+    longer have (rampup turned off, say) are skipped.
+
+    Returns:
+        ``policy``, for chaining.
+    """
+    prefixes = {key.split(".", 1)[0] for key in state}
+    if "b" in prefixes and policy.manager is None:
+        policy.ensure_manager()
+    if "k" in prefixes and policy.breaker is None and policy.config.breaker.enabled:
+        policy.ensure_breaker()
+    for prefix, part in _parts(policy).items():
+        if part is None or prefix not in prefixes:
+            continue
+        if prefix == "m":
+            restore = getattr(part, "restore", None)
+            fields = {key[2:]: value for key, value in state.items() if key.startswith("m.")}
+            if callable(restore):
+                restore(fields)
+            else:
+                for name, value in fields.items():
+                    if hasattr(part, name):
+                        setattr(part, name, _coerce(getattr(part, name), value))
+            continue
+        _restore_part(prefix, part, state)
+    breaker = policy.breaker
+    if breaker is not None and breaker.state == "given_up" and not breaker.reason:
+        breaker.reason = "given up by another worker's circuit breaker"
+    policy.restored()
+    return policy
+
+
+def is_fresh(policy: ScopePolicy, fresh: ScopePolicy) -> bool:
+    """True when ``policy`` holds nothing a ``fresh`` one of the same scope does not."""
+    return export_state(policy) == export_state(fresh)
+
+
+# -- mapping <-> bytes -------------------------------------------------------------
+
+
+def encode(state: Mapping[str, StateValue]) -> bytes:
+    """The mapping as bytes in layout :data:`LAYOUT` (module docstring)."""
+    out = bytearray(_MAGIC)
+    out.append(LAYOUT)
+    pack = struct.pack
+    for key, value in state.items():
+        name = key.encode("ascii")
+        out.append(len(name))
+        out += name
+        if value is None:
+            out.append(0)
+        elif isinstance(value, tuple):
+            out.append(2)
+            out += pack("<H", len(value))
+            out += pack(f"<{len(value)}d", *value)
+        elif isinstance(value, int) and 0 <= value <= 255:
+            out.append(3)
+            out.append(int(value))
+        else:
+            out.append(1)
+            out += pack("<d", value)
+    return bytes(out)
+
+
+def decode(data: bytes) -> dict[str, StateValue]:
+    """Read bytes written by :func:`encode` of this layout or an older one.
+
+    Raises:
+        StateFormatError: for a newer layout, or bytes that are not this format.
+    """
+    if data[:2] != _MAGIC or len(data) < 3:
+        what = "a pickle (crawlpace 0.6 or older)" if data[:1] == b"\x80" else "not crawlpace state"
+        raise StateFormatError(f"stored policy state is {what}; this version reads state layout {LAYOUT}")
+    layout = data[2]
+    if layout > LAYOUT:
+        raise StateFormatError(f"stored policy state has layout {layout}, written by a newer crawlpace; "
+                               f"this version reads layout {LAYOUT} and older: upgrade this worker, or give "
+                               "it another namespace")
+    out: dict[str, StateValue] = {}
+    at, end = 3, len(data)
+    try:
+        while at < end:
+            length = data[at]
+            key = data[at + 1:at + 1 + length].decode("ascii")
+            at += 1 + length
+            kind = data[at]
+            at += 1
+            if kind == 0:
+                out[key] = None
+            elif kind == 1:
+                (number,) = struct.unpack_from("<d", data, at)
+                out[key] = number
+                at += 8
+            elif kind == 2:
+                (count,) = struct.unpack_from("<H", data, at)
+                out[key] = struct.unpack_from(f"<{count}d", data, at + 2)
+                at += 2 + 8 * count
+            elif kind == 3:
+                out[key] = data[at]
+                at += 1
+            else:
+                raise StateFormatError(f"stored policy state: field {key!r} has unknown kind {kind}")
+    except (IndexError, struct.error, UnicodeDecodeError) as exc:
+        raise StateFormatError(f"stored policy state is cut short or damaged: {exc}") from exc
+    for key, value in list(out.items()):
+        if isinstance(value, float) and math.isnan(value):
+            logger.warning("stored policy state: field %s is not a number; the fresh value stays", key)
+            del out[key]
+    return out

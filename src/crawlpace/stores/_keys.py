@@ -1,0 +1,87 @@
+"""The Redis keys of a crawlpace namespace: their names, SCAN patterns that match them exactly, and purging.
+
+Every key of a namespace starts with ``cp:<namespace>:``. A scope's admission
+keys carry the scope as their hash tag (``cp:<ns>:{<scope>}:a`` and ``:l``,
+``:r``, ``:p``), so on a Redis Cluster a scope lives in one slot; the shared
+frontier's keys carry the namespace as theirs (``cp:<ns>:frontier:{<ns>}:...``).
+
+Scope names and namespaces may hold the characters SCAN's glob patterns give
+a meaning to (``*``, ``?``, ``[``, ``]``, ``\\``): :func:`glob_escape` quotes
+them, so a pattern never matches another job's keys.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+__all__ = ["SCOPE_SUFFIXES", "glob_escape", "namespace_pattern", "prefix", "purge", "scope_keys",
+           "scope_pattern"]
+
+logger = logging.getLogger(__name__)
+
+#: A scope's keys: its admission hash, its lease set, its resting-slot set and its learned policy.
+SCOPE_SUFFIXES = ("a", "l", "r", "p")
+# Keys deleted per UNLINK while purging.
+_PURGE_BATCH = 500
+
+
+def glob_escape(text: str) -> str:
+    """``text`` with every character that SCAN's MATCH treats specially quoted by a backslash."""
+    return "".join("\\" + ch if ch in "*?[]\\" else ch for ch in text)
+
+
+def prefix(namespace: str) -> str:
+    """The start of every key of ``namespace``."""
+    return f"cp:{namespace}:"
+
+
+def scope_keys(namespace_prefix: str, scope: str) -> tuple[str, str, str, str]:
+    """The admission hash, lease set, resting set and policy key of ``scope``."""
+    base = f"{namespace_prefix}{{{scope}}}"
+    return f"{base}:a", f"{base}:l", f"{base}:r", f"{base}:p"
+
+
+def scope_pattern(namespace_prefix: str) -> str:
+    """A SCAN pattern for the admission hash of every scope of a namespace (and nothing else)."""
+    return f"{glob_escape(namespace_prefix)}{{*}}:a"
+
+
+def namespace_pattern(namespace: str) -> str:
+    """A SCAN pattern for every key of ``namespace``, and only of it."""
+    return f"{glob_escape(prefix(namespace))}*"
+
+
+async def purge(client: Any, namespace: str, *, count: int = 1000, dry_run: bool = False) -> int:
+    """Delete every key of ``namespace`` (SCAN + UNLINK, in batches); return how many.
+
+    Another namespace is never touched, whatever characters the names hold:
+    the pattern is escaped, and each key found is checked against the
+    namespace's prefix before it goes. On a Redis Cluster, ``client`` scans
+    every primary (redis-py's cluster client does) and each key is unlinked
+    on its own node.
+    """
+    start = prefix(namespace).encode()
+    batch: list[bytes] = []
+    removed = 0
+
+    async def flush() -> int:
+        if not batch or dry_run:
+            return len(batch)
+        if getattr(client, "get_nodes", None) is not None:  # a cluster: one key per command, any node
+            for key in batch:
+                await client.unlink(key)
+            return len(batch)
+        return int(await client.unlink(*batch))
+
+    async for key in client.scan_iter(match=namespace_pattern(namespace), count=count):
+        raw = key if isinstance(key, bytes) else str(key).encode()
+        if not raw.startswith(start):  # never trust a pattern alone with deletions
+            continue
+        batch.append(raw)
+        if len(batch) >= _PURGE_BATCH:
+            removed += await flush()
+            batch = []
+    removed += await flush()
+    logger.info("namespace %s: %s %d keys", namespace, "would remove" if dry_run else "removed", removed)
+    return removed

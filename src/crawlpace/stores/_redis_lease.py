@@ -1,0 +1,27 @@
+"""A lease of the shared store: what a worker holds between acquire and release."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .base import Lease
+
+__all__ = ["RedisLease"]
+
+
+@dataclass(slots=True)
+class RedisLease(Lease):
+    """A lease held in the shared store.
+
+    Attributes:
+        lease_id: the member of each scope's lease set.
+        server_granted_at: the server's clock at admission.
+        server_slot_ready: per scope, the server time the slot may send again.
+        sends: per scope, the mean gap between sends and the last send, as the
+            store counted them over every worker.
+    """
+
+    lease_id: str = ""
+    server_granted_at: float = 0.0
+    server_slot_ready: tuple[float, ...] = ()
+    sends: tuple[tuple[float | None, float], ...] = field(default_factory=tuple)

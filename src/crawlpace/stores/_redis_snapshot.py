@@ -1,0 +1,62 @@
+"""A scope's snapshot as every worker of the shared store sees it, from its keys' contents."""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import math
+from typing import Any
+
+from ._policies import PolicyFactory, PolicyFormatError, load_policy
+from ._snapshot import describe
+from .base import ScopeSnapshot
+
+__all__ = ["read_snapshot"]
+
+
+def read_snapshot(scope: str, fields: dict[Any, Any], inflight: int, resting: int, blob: bytes | None,
+                  factory: PolicyFactory, now: float) -> ScopeSnapshot | None:
+    """Describe ``scope`` from its admission hash, live lease and resting counts, and stored policy.
+
+    Args:
+        fields: the admission hash (``HGETALL``); empty: the scope has no state.
+        now: the server's time.
+    """
+    if not fields:
+        return None
+    values = {(k.decode() if isinstance(k, bytes) else k): (v.decode() if isinstance(v, bytes) else v)
+              for k, v in fields.items()}
+    policy = factory.new(scope)
+    if blob is not None:
+        with contextlib.suppress(PolicyFormatError):
+            policy = load_policy(blob, factory, scope)
+
+    def number(key: str, default: float = -math.inf) -> float:
+        text = values.get(key)
+        return float(text) if text not in (None, "") else default
+
+    concurrency = int(number("conc", policy.limits.concurrency))
+    ready: float | None = max(number("next"), number("hold"))
+    if inflight >= concurrency:
+        ready = None
+    latency = number("lat", math.nan)
+    mean = number("mlat", math.nan)
+    snap = describe(scope, policy, now,
+                    concurrency=concurrency, delay=number("delay", policy.limits.delay),
+                    delay_per_slot=number("pslot", policy.limits.delay_per_slot),
+                    inflight=int(inflight), resting=int(resting),
+                    # "rb": reservations rolled back after other sends (Redis Cluster); never sent.
+                    sends=int(number("sends", 0) - number("rb", 0)),
+                    responses=int(number("resp", 0)), errors=int(number("errs", 0)),
+                    ready_at=ready, last_latency=None if math.isnan(latency) else latency,
+                    mean_latency=None if math.isnan(mean) else mean)
+    quota = policy.quota
+    if quota is None:
+        return snap
+    # The shared bucket, not this worker's copy: the credit "qc" as of "qa" (none: full).
+    credit, settled = number("qc", math.nan), number("qa", math.nan)
+    remaining = quota.capacity
+    if not (math.isnan(credit) or math.isnan(settled)):
+        refill = quota.rate * (now - settled)
+        remaining = credit if now <= settled else min(quota.capacity, credit + refill)
+    return dataclasses.replace(snap, quota_remaining=remaining)

@@ -1,0 +1,117 @@
+"""Writing what a worker learned back to the shared store, guarded by the policy's version.
+
+A release carries the write-back of each scope whose policy changed in a way
+other workers must see; ``release.lua`` does it only if the stored version is
+still the one the change was computed from. When another worker wrote first,
+:class:`PolicyWriter` reads the newer policy, applies the same outcome to it
+and tries again (a few times: many workers racing on one scope). Backoff
+cannot compound this way: an outcome from an older generation is ignored by
+the policy itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .._scopes import Demand
+from ..policy.scope import ScopePolicy
+from ..policy.signals import ScopeFeedback
+from . import _cluster
+from ._redis_lease import RedisLease
+from ._shared_policy import Cached, SharedPolicies
+
+__all__ = ["WRITE_TRIES", "PolicyWriter"]
+
+logger = logging.getLogger(__name__)
+
+#: Write-backs tried before an outcome's lesson is dropped (many workers racing).
+WRITE_TRIES = 8
+
+Run = Callable[[str, list[str], list[Any]], Awaitable[Any]]
+
+
+class PolicyWriter:
+    """Applies outcomes to this worker's copies of the policies, and writes them back.
+
+    Args:
+        policies: the bounded cache of policies.
+        run: calls a script (``name, keys, args``).
+        now_arg: the scripts' ``now`` argument.
+        server_now: the server's time as this worker estimates it.
+        keys: a scope's four keys.
+        fetch: reads a scope's stored policy bytes.
+        idle: seconds a scope's keys live without use.
+    """
+
+    def __init__(self, policies: SharedPolicies, run: Run, now_arg: Callable[[], Awaitable[str]],
+                 server_now: Callable[[], float], keys: Callable[[str], tuple[str, str, str, str]],
+                 fetch: Callable[[str], Awaitable[bytes | None]], idle: int) -> None:
+        self.policies = policies
+        self._run = run
+        self._now_arg = now_arg
+        self._server_now = server_now
+        self._keys = keys
+        self._fetch = fetch
+        self.idle = idle
+
+    def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
+              lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
+        """The scope's policy after ``signal``, and the version it was computed from."""
+        policy = self.policies.policy(name)
+        version = self.policies.entry(name).version
+        if policy.rampup is not None and lease.sends:
+            gap, last = lease.sends[index]
+            policy.rampup.sync_sends(gap, last)
+        policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
+                          expected_use=use)
+        return policy, version
+
+    async def settle(self, lease: RedisLease, reply: Any,
+                     pending: dict[int, tuple[ScopeFeedback | None, int]], args: list[Any]) -> None:
+        """Record the write-backs of a release that landed; redo those another worker beat."""
+        for index, result in enumerate(reply[1:]):
+            if index not in pending:
+                continue
+            name, use = lease.demands[index]
+            base = _cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index
+            version = int(args[base + 5])
+            if result in (b"ok", "ok"):
+                self.policies.written(name, version, args[base + 6])
+                continue
+            # Another worker wrote first: apply this outcome to the newer policy.
+            signal, generation = pending[index]
+            for _ in range(WRITE_TRIES):
+                self.policies.know(name, int(result), await self._fetch(name))
+                now = self._server_now()
+                policy, version = self.apply(name, now, signal, generation, lease, index, use)
+                if await self.write(name, version, policy, now):
+                    break
+            else:
+                logger.warning("scope %s: an outcome was not shared: other workers kept writing first", name)
+
+    async def write(self, name: str, version: int, policy: ScopePolicy, now: float) -> bool:
+        """Write ``policy`` back if the stored version is still ``version``; False if it was not."""
+        blob, values = self.policies.writeback(policy, now)
+        args = [await self._now_arg(), "", self.idle, 1, "0", "", "0", "0", "", str(version), *values,
+                "", "", ""]
+        reply = await self._run("release", list(self._keys(name)), args)
+        if reply[1] in (b"ok", "ok"):
+            self.policies.written(name, version, blob)
+            return True
+        self.policies.know(name, int(reply[1]), await self._fetch(name))
+        return False
+
+    async def refresh_due(self, demands: tuple[Demand, ...]) -> None:
+        """Write back the limits of policies whose time-driven change is due (a backoff wearing off)."""
+        now = self._server_now()
+        for name, _use in demands:
+            cached: Cached | None = self.policies.peek(name)
+            if cached is None or cached.blob is None:
+                continue
+            policy = self.policies.policy(name)
+            if now < policy.wake_at:
+                continue
+            if policy.refresh(now):
+                await self.write(name, cached.version, policy, now)

@@ -1,0 +1,161 @@
+"""Soft blocks: the rules, the throttler's reaction, crawls against a site answering 200 challenge pages."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crawlpace import Settings
+from crawlpace._blocks import BlockRule, BlockRules, parse_block_rules
+from crawlpace._exceptions import ConfigError
+from crawlpace.cli import main
+from crawlpace.crawl import CrawlJob, CrawlOptions
+from crawlpace.sim import CHALLENGE_PAGE, ChallengeSite, Farm
+from crawlpace.testing import MockClock
+
+from .conftest import ThrottlerFactory
+from .test_crawl import FAST, lines, pages
+from .test_scrapy_crawl import FAST as SCRAPY_FAST
+from .test_scrapy_crawl import crawl as scrapy_crawl
+
+# -- the rules --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("spec", "pattern", "statuses"), [
+    ("captcha:200", b"captcha", {200}),
+    ("Access denied:403,503", b"Access denied", {403, 503}),
+    ("verify you are human", b"verify you are human", set()),
+    ("https?://x:8080", b"https?://x:8080", set()),  # a port is no status: it stays in the pattern
+    ("a:b:429", b"a:b", {429}),
+])
+def test_a_rule_splits_off_trailing_statuses_only(spec: str, pattern: bytes, statuses: set[int]) -> None:
+    rule = BlockRule.parse(spec)
+    assert (rule.pattern.pattern, set(rule.statuses)) == (pattern, statuses)
+
+
+def test_a_body_rule_matches_its_statuses_case_insensitively() -> None:
+    rules = BlockRules(["verify you are human:200"])
+    assert rules.match(200, {}, CHALLENGE_PAGE) == "verify you are human:200"
+    assert rules.match(404, {}, CHALLENGE_PAGE) is None
+    assert rules.match(200, {}, b"<html>a real page</html>") is None
+
+
+def test_the_challenge_header_and_quota_problems_are_always_blocks() -> None:
+    rules = BlockRules()
+    assert rules.match(200, {"cf-mitigated": " Challenge "}, b"") == "header cf-mitigated: challenge"
+    assert rules.match(200, {"cf-mitigated": "other"}, b"") is None
+    problem = json.dumps({"type": "https://iana.org/assignments/http-problem-types#quota-exceeded",
+                          "title": "Request cannot be satisfied", "violated-policies": ["burst"]}).encode()
+    headers = {"content-type": "application/problem+json; charset=utf-8"}
+    assert rules.match(429, headers, problem) == "problem quota-exceeded"
+    reduced = b'{"type": "https://example.net/problems/temporary-reduced-capacity"}'
+    assert rules.match(503, headers, reduced) == "problem temporary-reduced-capacity"
+    assert rules.match(400, headers, b'{"type": "https://example.net/problems/out-of-stock"}') is None
+    assert rules.match(400, headers, b"{not json") is None  # hostile bodies are ignored, never raise
+    assert rules.match(400, headers, b"[1, 2]") is None
+    assert rules.match(200, {}, problem) is None  # not announced as a problem: no block
+
+
+def test_invalid_rules_fail_at_start_up_naming_key_value_and_fix() -> None:
+    with pytest.raises(ConfigError, match=r"THROTTLING_BLOCK_RULES: '\(oops:403' is not a valid regular"):
+        Settings.from_scrapy({"THROTTLING_BLOCK_RULES": ["(oops:403"]})
+    with pytest.raises(ConfigError, match="block_rules: expected a list"):
+        Settings.from_dict({"block_rules": 5})
+    with pytest.raises(ConfigError, match="is not a rule"):
+        parse_block_rules("block_rules", [""])
+    assert Settings.from_dict({"block_rules": ["captcha:200"]}).block_rules == ("captcha:200",)
+    assert main(["crawl", "-", "-o", "/dev/null", "--block-on-match", "(x"]) == 3
+
+
+# -- the throttler ----------------------------------------------------------------------------------
+
+
+async def test_a_blocked_answer_backs_off_like_a_429(clock: MockClock,
+                                                     make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({"DOWNLOAD_DELAY": 1.0})
+    async with throttler.slot("https://example.com/") as permit:
+        permit.feedback(status=200, blocked=True, latency=0.01)
+    assert permit.outcome is not None
+    assert [item.backoff for item in permit.outcome.feedback] == [True]
+    assert permit.outcome.feedback[0].latency is None  # a challenge's latency says nothing of the site
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert (stats.backoff, stats.delay) == (1, 2.0)
+
+
+# -- crawls against the challenge profile -----------------------------------------------------------
+
+#: Four in flight with no delay: fast enough to run into a 10-per-second bucket.
+UNPACED = {"CONCURRENT_REQUESTS_PER_DOMAIN": 4, "DOWNLOAD_DELAY": 0.0, "DOWNLOAD_DELAY_PER_SLOT": 0.0}
+
+
+async def run_crawl(tmp_path: Path, urls: list[str], settings: dict[str, Any],
+                    **options: Any) -> tuple[Any, list[dict[str, Any]]]:
+    output = tmp_path / "out.jsonl"
+    job = CrawlJob(Settings.from_scrapy({**FAST, **settings}), CrawlOptions(output=output, trust_env=False,
+                                                                           **options))
+    summary = await job.run(urls)
+    return summary, lines(output)
+
+
+async def test_challenge_pages_are_resent_until_the_content_comes(tmp_path: Path) -> None:
+    spec = {"site": [{"name": "shield", "profile": "challenge", "rate": 10.0, "burst": 2, "pages": 12}]}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        summary, results = await run_crawl(tmp_path, urls, UNPACED, retries=20)
+        site = farm.stats()["shield"]
+    assert site["challenged"] >= 1  # the crawl did hit the wall...
+    assert site["ok"] == len(urls) + 1  # ...and got every page's content in the end (plus robots.txt)
+    assert {result["outcome"] for result in results} == {"ok"}
+    assert not any(result.get("blocked") for result in results)
+    assert max(result["attempts"] for result in results) >= 2
+    assert summary.complete
+
+
+async def test_a_url_still_blocked_after_its_retries_says_so(tmp_path: Path) -> None:
+    spec = {"site": [{"name": "shield", "profile": "challenge", "rate": 0.2, "burst": 1, "pages": 5,
+                      "header": False}]}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        rules = {"THROTTLING_BLOCK_RULES": ["verify you are human:200"]}
+        summary, results = await run_crawl(tmp_path, urls, rules, retries=0)
+    blocked = [result for result in results if result.get("blocked")]
+    assert blocked
+    for result in blocked:
+        assert (result["outcome"], result["status"]) == ("exhausted", 200)
+        assert result["block_rule"] == "verify you are human:200"
+        assert "blocked: verify you are human:200" in result["error"]
+    assert not summary.complete
+
+
+async def test_without_a_rule_a_bare_challenge_page_counts_as_content(tmp_path: Path) -> None:
+    """The header-less variant is only found by a body rule: this is what the rule is for."""
+    spec = {"site": [{"name": "shield", "profile": "challenge", "rate": 0.2, "burst": 1, "pages": 4,
+                      "header": False}]}
+    async with Farm(spec) as farm:
+        _, results = await run_crawl(tmp_path, pages(farm), {}, retries=0)
+        site = farm.stats()["shield"]
+    assert site["challenged"] >= 1
+    assert {result["outcome"] for result in results} == {"ok"}
+
+
+def test_the_challenge_profile_is_a_token_bucket_with_a_capacity() -> None:
+    site = ChallengeSite(rate=2.0, burst=3)
+    assert (site.capacity, site.profile, site.header) == (2.0, "challenge", True)
+
+
+async def test_the_scrapy_addon_retries_challenge_pages(tmp_path: Path) -> None:
+    spec = {"site": [{"name": "shield", "profile": "challenge", "rate": 10.0, "burst": 2, "pages": 10}]}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        result = await scrapy_crawl(tmp_path, urls, {**SCRAPY_FAST, **UNPACED})
+        site = farm.stats()["shield"]
+    assert result.returncode == 0, result.log[-3000:]
+    assert site["challenged"] >= 1
+    assert site["ok"] == len(urls) + 1
+    assert result.stats["throttling/blocked"] == site["challenged"]
+    assert result.stats["retry/count"] >= site["challenged"]
+    assert {record["url"]: record.get("status") for record in result.records} == dict.fromkeys(urls, 200)
