@@ -80,7 +80,8 @@ BAD_SCRAPY_SETTINGS: list[tuple[dict[str, Any], str]] = [
     ({"RAMPUP_BACKOFF_TARGET": [3, 1]},
      "RAMPUP_BACKOFF_TARGET: [3, 1] has low > high; write [low, high] with low <= high"),
     ({"THROTTLING_DELAY": 1},
-     'THROTTLING_DELAY: unknown crawlpace setting; did you mean "THROTTLING_WINDOW"? '
+     'THROTTLING_DELAY: unknown crawlpace setting; did you mean "DOWNLOAD_DELAY" (every scope), or the key '
+     '"delay" in THROTTLING_SCOPES for some? '
      "see docs/settings.md for the full list"),
     ({"THROTTLING_MANAGER": "nodots"},
      "THROTTLING_MANAGER: expected an import path such as 'myproject.throttling.Manager', "

@@ -294,7 +294,7 @@ async def test_explicit_scope_settings_win_with_a_warning(clock: MockClock,
         await throttler.set_crawl_delay("example.com", 10.0)
         await throttler.set_crawl_delay("quiet.example", 10.0)
     assert "example.com: robots.txt asks for Crawl-Delay 10s" in caplog.text
-    assert "quiet.example" not in caplog.text
+    assert "quiet.example: robots.txt" not in caplog.text
     assert await delay_of(throttler) == 0.1
     assert await delay_of(throttler, "quiet.example") == 0.1
 

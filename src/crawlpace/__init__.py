@@ -23,6 +23,7 @@ from ._feedback import update_scope_backoff
 from ._headers import ServerHint, parse_hints
 from ._jitter import Jitter
 from ._manager import ThrottlingManager, ThrottlingManagerProtocol
+from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
 from ._resolver import Resolver
 from ._robots import crawl_delay
@@ -78,6 +79,7 @@ __all__ = [
     "StoreUnreachable",
     "SyncPermit",
     "SyncThrottler",
+    "ThrottleObserver",
     "Throttler",
     "ThrottlerClosed",
     "ThrottlingManager",

@@ -41,6 +41,7 @@ from ._config_types import (
     ScopeConfig,
 )
 from ._exceptions import ConfigError
+from ._patterns import resolve_scope
 
 __all__ = [
     "BACKOFF_JITTER",
@@ -104,8 +105,9 @@ class Settings:
         check.raise_if_any()
 
     def scope_config(self, scope: str) -> ScopeConfig:
-        """Return the settings that apply to ``scope``."""
-        return self.scopes.get(scope, self.scope_defaults)
+        """Return the settings that apply to ``scope`` (an exact key, else a pattern; see docs/scopes.md)."""
+        key = resolve_scope(self.scopes, scope)
+        return self.scope_defaults if key is None else self.scopes[key]
 
     @classmethod
     def from_scrapy(cls, settings: Mapping[str, Any]) -> Settings:
@@ -175,9 +177,10 @@ class Settings:
         other keys (a quota, say) keeps the defaults' rate and so takes the
         Crawl-Delay.
         """
-        cfg = self.scopes.get(scope)
-        if cfg is None:
+        key = resolve_scope(self.scopes, scope)
+        if key is None:
             return False
+        cfg = self.scopes[key]
         base = self.scope_defaults
         return (cfg.concurrency, cfg.delay, cfg.delay_per_slot) != \
             (base.concurrency, base.delay, base.delay_per_slot)

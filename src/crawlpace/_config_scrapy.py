@@ -7,11 +7,11 @@ each setting the way the Scrapy user wrote it.
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Mapping
 from typing import Any
 
 from ._config_parse import TreeLabels
+from ._names import misspelt_name, unknown_name
 
 __all__ = ["ScrapyLabels", "scrapy_to_tree"]
 
@@ -59,6 +59,7 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "AUTOTHROTTLE_DEBUG": ("autothrottle", "debug"),
 }
 _SCRAPY_BY_PATH = {path: name for name, path in _SCRAPY_NAMES.items()}
+_SCOPE_TOP = {key: name for name, (section, key) in _SCRAPY_NAMES.items() if section == "scope"}
 _OUR_PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
 
 
@@ -111,11 +112,10 @@ def scrapy_to_tree(settings: Mapping[Any, Any]) -> tuple[dict[str, Any], ScrapyL
             continue
         where = _SCRAPY_NAMES.get(name)
         if where is None:
-            if name.startswith(_OUR_PREFIXES):
-                close = difflib.get_close_matches(name, _SCRAPY_NAMES, n=1, cutoff=0.6)
-                hint = f' did you mean "{close[0]}"?' if close else ""
-                unknown.append(f"{name}: unknown crawlpace setting;{hint} "
-                               "see docs/settings.md for the full list")
+            problem = unknown_name(name, _SCRAPY_NAMES, _SCOPE_TOP) if name.startswith(_OUR_PREFIXES) else \
+                misspelt_name(name, _SCRAPY_NAMES)
+            if problem is not None:
+                unknown.append(problem)
             continue
         section, key = where
         target = {"": tree, "scope": scope, "autothrottle": autothrottle, **subs}[section]

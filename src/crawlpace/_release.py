@@ -65,9 +65,13 @@ class Releaser:
         clock: the throttler's clock (a permit's default latency is measured on it).
         on_released: called after every release, with the lease and the scopes
             the circuit breaker gave up on it.
+
+    Attributes:
+        observe: when set, called with each lease and its outcome just before
+            the release (the throttler's observers: metrics, the run report).
     """
 
-    __slots__ = ("_builder", "_hooks", "_local", "_manager", "_on_released", "_store", "clock")
+    __slots__ = ("_builder", "_hooks", "_local", "_manager", "_on_released", "_store", "clock", "observe")
 
     def __init__(self, builder: FeedbackBuilder, manager: ThrottlingManagerProtocol, store: Store,
                  clock: Clock, on_released: OnReleased) -> None:
@@ -80,6 +84,7 @@ class Releaser:
         self._local: LocalStore | None = store if isinstance(store, LocalStore) else None
         self._on_released = on_released
         self.clock = clock
+        self.observe: Callable[[Lease, Outcome], None] | None = None
 
     def __repr__(self) -> str:
         return f"<Releaser store={type(self._store).__name__} hooks={self._hooks}>"
@@ -88,6 +93,8 @@ class Releaser:
 
     async def give_back(self, lease: Lease, outcome: Outcome) -> None:
         """Release ``lease`` with ``outcome`` through whichever store holds it."""
+        if self.observe is not None:
+            self.observe(lease, outcome)
         local = self._local
         if local is not None:
             given_up = local.release_nowait(lease, outcome)
@@ -98,6 +105,8 @@ class Releaser:
     def give_back_nowait(self, lease: Lease, outcome: Outcome) -> None:
         """Release through a local store without awaiting (the permit's hot path)."""
         assert self._local is not None
+        if self.observe is not None:
+            self.observe(lease, outcome)
         self._on_released(lease, self._local.release_nowait(lease, outcome))
 
     # -- permits -----------------------------------------------------------------

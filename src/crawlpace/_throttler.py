@@ -24,15 +24,18 @@ from typing import Any
 
 from ._clock import AsyncioClock, Clock, TimerHandle
 from ._config import Settings
+from ._effective import effective_limits, store_label
 from ._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from ._feedback import FeedbackBuilder
+from ._ineffective import ScopeUsage, crawl_delay_notes, static_notes
 from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager
+from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
 from ._release import Releaser
 from ._scopes import Demand, default_scopes, normalize_scopes
 from ._stats import ScopeStats
 from .stores import open_store
-from .stores.base import NO_OUTCOME, Blocked, Lease, LocalStore, Store
+from .stores.base import NO_OUTCOME, Blocked, Lease, LocalStore, Outcome, Store
 
 __all__ = ["Throttler"]
 
@@ -75,6 +78,8 @@ class _Slot:
         result = throttler._admit_now(demands)
         if isinstance(result, Lease):
             permit = Permit(throttler._releaser, result, request)
+            if throttler._observers:
+                throttler._note_admitted(result, 0.0)
         else:
             permit = await throttler._admit(request, demands, result)
         self._permit = permit
@@ -148,8 +153,13 @@ class Throttler:
         self._pump_task: asyncio.Task[None] | None = None
         self._background: set[asyncio.Task[None]] = set()
         self._closed = False
-        for note in settings.inactive():
+        self._observers: tuple[ThrottleObserver, ...] = ()
+        for note in static_notes(settings):
             logger.warning("setting has no effect: %s", note)
+        logger.info("%s", effective_limits(settings, store_label(store)))
+        self._usage = ScopeUsage(settings) if settings.scopes else None
+        if self._usage is not None:
+            self.observe(self._usage)
 
     # -- public API ----------------------------------------------------------
 
@@ -167,6 +177,14 @@ class Throttler:
     def waiting(self) -> int:
         """Requests of this process waiting for a permit."""
         return self._waiting
+
+    def observe(self, observer: ThrottleObserver) -> None:
+        """Tell ``observer`` of every admission, release and give-up from now on.
+
+        Used by :mod:`crawlpace.observe` (metrics, dashboard, run report).
+        """
+        self._observers = (*self._observers, observer)
+        self._releaser.observe = self._note_released
 
     def slot(self, request: object = None, *, scopes: object = None) -> _Slot:
         """Wait for a permit for ``request`` in an ``async with`` block.
@@ -190,6 +208,8 @@ class Throttler:
         demands = await self._demands(request, scopes)
         result = self._admit_now(demands)
         if isinstance(result, Lease):
+            if self._observers:
+                self._note_admitted(result, 0.0)
             return Permit(self._releaser, result, request)
         return await self._admit(request, demands, result)
 
@@ -210,6 +230,8 @@ class Throttler:
             else await self._store.acquire(demands)
         if isinstance(result, Lease):
             self._inflight += 1
+            if self._observers:
+                self._note_admitted(result, 0.0)
             return Permit(self._releaser, result, request)
         return NotReady(result.ready_at, result.waiting_on)
 
@@ -261,7 +283,21 @@ class Throttler:
             self._pump_task.cancel()
         for task in list(self._background):
             await task
+        await self._report_unused()
         await self._store.aclose()
+
+    async def _report_unused(self) -> None:
+        """Log the settings the crawl showed to have had no effect (see :mod:`crawlpace._ineffective`)."""
+        notes = self._usage.notes() if self._usage is not None else []
+        if self._local is not None and self.settings.robotstxt_obey:
+            delays = {}
+            for name in await self._store.scopes():
+                snap = await self._store.snapshot(name)
+                if snap is not None and snap.crawl_delay:
+                    delays[name] = snap.crawl_delay
+            notes += crawl_delay_notes(self.settings, delays)
+        for note in notes:
+            logger.warning("setting had no effect: %s", note)
 
     async def __aenter__(self) -> Throttler:
         return self
@@ -326,9 +362,15 @@ class Throttler:
             result = await self._store.acquire(demands)
             if isinstance(result, Lease):
                 self._inflight += 1
+                if self._observers:
+                    self._note_admitted(result, 0.0)
                 return Permit(self._releaser, result, request)
             answer = result
-        return Permit(self._releaser, await self._wait(demands, answer), request)
+        started = self.clock.now()
+        lease = await self._wait(demands, answer)
+        if self._observers:
+            self._note_admitted(lease, self.clock.now() - started)
+        return Permit(self._releaser, lease, request)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -405,8 +447,26 @@ class Throttler:
         if timer is not None:
             timer[1].cancel()
 
+    @staticmethod
+    def _scope_names(lease: Lease) -> tuple[str, ...]:
+        demands = lease.demands
+        return (demands[0][0],) if len(demands) == 1 else tuple(name for name, _ in demands)
+
+    def _note_admitted(self, lease: Lease, waited: float) -> None:
+        scopes = self._scope_names(lease)
+        for observer in self._observers:
+            observer.admitted(scopes, waited)
+
+    def _note_released(self, lease: Lease, outcome: Outcome) -> None:
+        scopes = self._scope_names(lease)
+        for observer in self._observers:
+            observer.released(scopes, outcome)
+
     def _gave_up(self, scopes: tuple[str, ...]) -> None:
-        """Tell the hook that the circuit breaker gave ``scopes`` up."""
+        """Tell the observers and the hook that the circuit breaker gave ``scopes`` up."""
+        for observer in self._observers:
+            for name in scopes:
+                observer.gave_up(name, "the circuit breaker gave it up after repeated failures")
         hook = self._on_give_up
         if hook is None:
             return

@@ -12,10 +12,12 @@ from dataclasses import asdict
 from .. import __version__
 from .._config import ScopeConfig, Settings
 from .._exceptions import ConfigError, StoreUnreachable
+from .._ineffective import static_notes
 from .._redact import RedactingFormatter, redact
 from ..frontier import JournalError
+from ..observe._server import ServeError
 
-__all__ = ["EXIT_BAD_SETTINGS", "EXIT_MISSING_DEPENDENCY", "EXIT_NO_STORE", "main"]
+__all__ = ["EXIT_BAD_SETTINGS", "EXIT_MISSING_DEPENDENCY", "EXIT_NO_STORE", "EXIT_SERVE", "main"]
 
 #: Exit status for invalid settings (argparse uses 2 for usage errors).
 EXIT_BAD_SETTINGS = 3
@@ -23,8 +25,10 @@ EXIT_BAD_SETTINGS = 3
 EXIT_NO_STORE = 2
 #: Exit status when a command needs an optional dependency that is not installed.
 EXIT_MISSING_DEPENDENCY = 4
+#: Exit status when a server (--metrics-port, --dashboard) cannot listen, or would be unsafe.
+EXIT_SERVE = 5
 #: The optional dependencies of the commands, all in the 'cli' extra.
-_OPTIONAL = frozenset({"aiohttp", "httpx", "rich", "matplotlib"})
+_OPTIONAL = frozenset({"aiohttp", "httpx", "rich", "matplotlib", "prometheus_client"})
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -37,10 +41,11 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from . import crawl, demo, enqueue, purge, sim, status
+    from . import crawl, dashboard, demo, enqueue, purge, sim, status
 
     demo.add_parser(sub, common)
     crawl.add_parser(sub, common)
+    dashboard.add_parser(sub, common)
     enqueue.add_parser(sub, common)
     purge.add_parser(sub, common)
     sim.add_parser(sub, common)
@@ -64,7 +69,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"  every scope: {_describe(settings.scope_defaults, settings)}")
     for name, cfg in sorted(settings.scopes.items()):
         print(f"  scope {name!r}: {_describe(cfg, settings)}")
-    for note in settings.inactive():
+    for note in static_notes(settings):
         print(f"  note: {note}")
     return 0
 
@@ -121,6 +126,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             from . import enqueue
 
             return enqueue.run(args)
+        if args.command == "dashboard":
+            from . import dashboard
+
+            return dashboard.run(args)
         if args.command == "purge":
             from . import purge
 
@@ -135,6 +144,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except StoreUnreachable as exc:
         print(f"crawlpace {args.command}: {redact(exc)}", file=sys.stderr)
         return EXIT_NO_STORE
+    except ServeError as exc:
+        print(f"crawlpace {args.command}: {redact(exc)}", file=sys.stderr)
+        return EXIT_SERVE
     except ModuleNotFoundError as exc:
         if exc.name not in _OPTIONAL:
             raise

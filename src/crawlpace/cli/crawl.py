@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import os
 import sys
 import time
 from collections.abc import Iterable, Iterator
@@ -25,6 +26,7 @@ from ._signals import stop_on_signals
 
 if TYPE_CHECKING:
     from ..crawl import CrawlJob, CrawlSummary
+    from ..observe import Monitor
 
 # The crawl itself needs aiohttp (the 'cli' extra); it is imported when a crawl runs,
 # so that the command line and its help work without it.
@@ -90,6 +92,27 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        "(auto, the default; faster on broad crawls), or asyncio, or uvloop")
     crawl.add_argument("--visibility", type=float, default=30.0, help="with the shared frontier: seconds "
                        "before a killed worker's URLs are handed out again (default 30)")
+    watch = crawl.add_argument_group("watching the crawl (docs/observability.md)")
+    watch.add_argument("--metrics-port", type=int, metavar="PORT",
+                       help="serve Prometheus metrics at http://HOST:PORT/metrics while crawling")
+    watch.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                       help="address of the metrics server (default 127.0.0.1)")
+    watch.add_argument("--dashboard", type=int, metavar="PORT",
+                       help="serve the live dashboard at http://HOST:PORT/ while crawling")
+    watch.add_argument("--dashboard-host", default="127.0.0.1", metavar="HOST",
+                       help="address of the dashboard (default 127.0.0.1; elsewhere --token is needed)")
+    watch.add_argument("--token", default=None, help="the dashboard's access token (default: "
+                       "$CRAWLPACE_DASHBOARD_TOKEN); needed when --dashboard-host is not loopback")
+    watch.add_argument("--top-scopes", type=int, default=50, metavar="N",
+                       help="scopes with their own metrics label and dashboard row; the rest are "
+                            "counted as scope=\"other\" (default 50)")
+    watch.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML run report")
+    watch.add_argument("--report-sites", metavar="URL", help="with --report and a crawl of crawlpace sim: "
+                       "its live figures address (http://127.0.0.1:PORT/stats), to join each host's row with "
+                       "what the site saw")
+    watch.add_argument("--on-give-up", metavar="CMD", help="run this shell command when a site is given up "
+                       "or its circuit breaker opens (CRAWLPACE_EVENT, CRAWLPACE_SCOPE and "
+                       "CRAWLPACE_REASON are set)")
 
 
 def build_settings(args: argparse.Namespace) -> Settings:
@@ -200,6 +223,54 @@ async def run_job(job: CrawlJob, urls: Iterable[str] | None, *, show: bool, tran
                 limit.cancel()
 
 
+def _site_figures(url: str) -> dict[str, dict[str, Any]] | None:
+    """A simulator's figures, keyed by host for the report; ``None`` (and a line) when unreadable."""
+    import urllib.request
+
+    from ..observe._report import join_sites
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as answer:
+            data = json.loads(answer.read().decode("utf-8"))
+    except (OSError, ValueError) as exc:
+        print(f"--report-sites: cannot read {url} ({exc}); the report shows the crawler's side only",
+              file=sys.stderr)
+        return None
+    if not isinstance(data, dict):
+        print(f"--report-sites: {url} did not answer with the simulator's figures; the report shows the "
+              "crawler's side only", file=sys.stderr)
+        return None
+    return join_sites({str(name): figures for name, figures in data.items() if isinstance(figures, dict)})
+
+
+def _monitor(job: CrawlJob, args: argparse.Namespace) -> Monitor | None:
+    """The monitor the watching options ask for, or ``None``."""
+    asked = (args.metrics_port, args.dashboard, args.report, args.on_give_up)
+    if all(value is None for value in asked):
+        return None
+    from ..observe import Monitor, MonitorOptions
+
+    token = args.token if args.token is not None else os.environ.get("CRAWLPACE_DASHBOARD_TOKEN")
+    options = MonitorOptions(metrics_port=args.metrics_port, metrics_host=args.metrics_host,
+                             dashboard_port=args.dashboard, dashboard_host=args.dashboard_host,
+                             token=token or None, top_n=args.top_scopes, on_give_up=args.on_give_up)
+    return Monitor(job.throttler, options)
+
+
+async def _watched(job: CrawlJob, urls: Iterable[str] | None, *, show: bool,
+                   monitor: Monitor | None) -> CrawlSummary:
+    """:func:`run_job` with the monitor's servers up for the crawl's duration."""
+    if monitor is None:
+        return await run_job(job, urls, show=show)
+    await monitor.start()
+    for server in monitor.servers:
+        print(f"{server.what}: {server.url}", file=sys.stderr)
+    try:
+        return await run_job(job, urls, show=show)
+    finally:
+        await monitor.aclose()
+
+
 def run(args: argparse.Namespace) -> int:
     """Run ``crawlpace crawl`` with parsed arguments; return the exit status."""
     from ..crawl import CrawlJob, CrawlOptions
@@ -231,7 +302,18 @@ def run(args: argparse.Namespace) -> int:
     else:
         urls = read_urls(args.urls, QUICK_URLS if args.quick else None)
         job = CrawlJob(settings, options)
-    summary = run_on(args.loop, run_job(job, urls, show=show))
+    monitor = _monitor(job, args)
+    summary = run_on(args.loop, _watched(job, urls, show=show, monitor=monitor))
+    if args.report:
+        from .._effective import store_label
+        from ..observe._report import write_report
+
+        assert monitor is not None
+        sites = _site_figures(args.report_sites) if args.report_sites else None
+        write_report(Path(args.report), monitor.sampler, settings, summary=summary.as_dict(), sites=sites,
+                     title=f"crawlpace crawl {args.urls or '(shared frontier)'}",
+                     store=store_label(options.store))
+        print(f"report: {args.report}")
     print(render_summary(summary))
     if args.json:
         print(json.dumps({"output": str(options.output), **summary.as_dict()}, sort_keys=True))

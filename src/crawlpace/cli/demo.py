@@ -90,6 +90,8 @@ def _page_urls(farm: Farm, pages: int | None) -> list[str]:
 async def _demo(quick: bool, out_dir: Path, show: bool) -> tuple[CrawlSummary, dict[str, dict[str, Any]]]:
     from .._config import Settings
     from ..crawl import CrawlJob, CrawlOptions
+    from ..observe import Monitor
+    from ..observe._report import join_sites, write_report
     from ..sim import Farm
     from .crawl import run_job
 
@@ -98,10 +100,19 @@ async def _demo(quick: bool, out_dir: Path, show: bool) -> tuple[CrawlSummary, d
                                trust_env=False, timeout=5.0)
         settings = {**DEMO_SETTINGS, **QUICK_SETTINGS} if quick else DEMO_SETTINGS
         job = CrawlJob(Settings.from_scrapy(settings), options)
-        await run_job(job, _page_urls(farm, QUICK_PAGES if quick else None), show=show, transient=True,
-                      time_limit=TIME_LIMIT)
+        monitor = Monitor(job.throttler)
+        await monitor.start()
+        try:
+            await run_job(job, _page_urls(farm, QUICK_PAGES if quick else None), show=show, transient=True,
+                          time_limit=TIME_LIMIT)
+        finally:
+            await monitor.aclose()
         job.summary.interrupted = job.stopping
-        return job.summary, farm.stats(timeline=True)
+        sites = farm.stats(timeline=True)
+        # One row per site: the crawler's figures (by host) joined with the site's own (by name).
+        write_report(out_dir / "report.html", monitor.sampler, job.settings, title="crawlpace demo",
+                     summary=job.summary.as_dict(), sites=join_sites(sites))
+        return job.summary, sites
 
 
 def run_demo(*, quick: bool = False, out_dir: str | Path = "crawlpace-demo", plot: bool = True,
@@ -119,7 +130,7 @@ def run_demo(*, quick: bool = False, out_dir: str | Path = "crawlpace-demo", plo
     folder = Path(out_dir)
     if folder.exists():
         for name in ("results.jsonl", "results.state", "results.state-wal", "results.state-shm",
-                     "sites.json", "rates.png"):
+                     "sites.json", "rates.png", "report.html"):
             with contextlib.suppress(FileNotFoundError):
                 (folder / name).unlink()
     folder.mkdir(parents=True, exist_ok=True)
@@ -155,7 +166,8 @@ def render(result: DemoResult) -> str:
         "",
         f"{site_totals['violations']} broken rules (requests inside a Retry-After or closer than a "
         f"Crawl-delay), {site_totals['throttled']} refusals (429/503).",
-        f"Files in {result.out_dir}/: results.jsonl (one line per page), sites.json (the sites' figures)"
+        f"Files in {result.out_dir}/: report.html (one row per site, both sides joined, with plots), "
+        "results.jsonl (one line per page), sites.json (the sites' figures)"
         + (", rates.png (request rate over time per site)" if result.plot else
            "" if not result.plot_wanted else "; no plot (install matplotlib: pip install 'crawlpace[plot]')"),
     ]

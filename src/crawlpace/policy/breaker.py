@@ -235,13 +235,13 @@ class Breaker:
                 self._state = CLOSED
                 self._buckets = []
                 self._total = self._failed = 0
-                _log.info("breaker closed: the probe succeeded")
+                _log.debug("breaker closed: the probe succeeded")
             elif self._give_up_after and self.consecutive_failures >= self._give_up_after \
                     and 2 * self._recent.bit_count() >= self._recent_n:
                 self._state = GIVEN_UP
                 self.reason = (f"gave up after {self.consecutive_failures} consecutive failures, "
                                f"the last one a probe")
-                _log.warning("breaker %s", self.reason)
+                _log.debug("breaker %s", self.reason)
                 return True
             else:
                 self._open(now, f"the probe failed ({self.consecutive_failures} failures in a row)")
@@ -272,7 +272,7 @@ class Breaker:
         self._state = OPEN
         self._open_until = now + self._pause
         self.reason = f"{why}; paused {self._pause:g}s"
-        _log.info("breaker opened: %s", self.reason)
+        _log.debug("breaker opened: %s", self.reason)
 
     def _prune(self, bucket: float) -> None:
         """Drop the buckets that fell out of the window ending in ``bucket``."""

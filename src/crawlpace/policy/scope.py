@@ -393,9 +393,16 @@ class ScopePolicy:
                 breaker.on_abandon(sent_at)
         elif self.config.breaker.enabled:
             breaker = self.ensure_breaker()
+            state_before = breaker.state
             if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
                 logger.error("scope %s given up: %s", self.scope, breaker.reason)
                 gave_up = True
+            elif breaker.state != state_before:
+                # The breaker knows no scope; its changes are logged here, under the scope's name.
+                if breaker.state == "open":
+                    logger.warning("scope %s: breaker opened: %s", self.scope, breaker.reason)
+                elif breaker.state == "closed":
+                    logger.info("scope %s: breaker closed: the probe succeeded", self.scope)
         self._update_gated()
         return gave_up
 

@@ -26,7 +26,7 @@ from scrapy.utils.misc import build_from_crawler
 
 from .._exceptions import ConfigError
 from ._compat import MAX_SCRAPY, MIN_SCRAPY, SCRAPY_VERSION
-from ._extension import ThrottlingExtension
+from ._extension import ThrottlingExtension, watch_options
 from ._middleware import ThrottlingMiddleware
 from ._runtime import Runtime
 from ._settings import AddonConfig, read_config
@@ -81,6 +81,7 @@ class Addon:
         spider = getattr(crawler, "spider", None) or getattr(crawler, "spidercls", None)
         try:
             config = read_config(settings, lambda cls: _build(cls, crawler), spider=spider)
+            watch_options(settings)  # CRAWLPACE_METRICS_PORT and CRAWLPACE_ON_GIVE_UP, checked now
         except ConfigError as exc:
             logger.error("crawlpace.scrapy: invalid settings, the crawl cannot start:\n%s", exc)
             raise

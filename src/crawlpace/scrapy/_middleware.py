@@ -55,6 +55,10 @@ class RequestRefused(IgnoreRequest):
     """
 
 
+# Scrapy names exception counts in its stats by module and class; the public path reads better
+# (downloader/exception_type_count/crawlpace.scrapy.RequestRefused).
+RequestRefused.__module__ = "crawlpace.scrapy"
+
 def _is_robots(request: Any) -> bool:
     return bool(request.meta.get("dont_obey_robotstxt")) and urlsplit(request.url).path == "/robots.txt"
 

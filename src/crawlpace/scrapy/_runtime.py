@@ -546,6 +546,7 @@ class Runtime:
         for snap in busiest:
             base = f"throttling/scope/{snap.scope}"
             stats.set_value(f"{base}/delay", round(snap.delay, 3))
+            stats.set_value(f"{base}/delay_per_slot", round(snap.delay_per_slot, 3))
             stats.set_value(f"{base}/concurrency", snap.concurrency)
             stats.set_value(f"{base}/backoff", snap.backoff)
             stats.set_value(f"{base}/sends", snap.sends)

@@ -282,14 +282,7 @@ def _scheduler_choice(settings: BaseSettings, problems: list[str]) -> bool:
 
 def _warn_inert(settings: BaseSettings, core: Settings) -> None:
     """Say which Scrapy throttling settings stop mattering under the add-on."""
-    defaults = core.scope_defaults
-    per_slot_set = "DOWNLOAD_DELAY_PER_SLOT" in settings or \
-        "delay_per_slot" in _plain(settings.get("THROTTLING_SCOPE_DEFAULTS") or {})
-    if _explicit(settings, "DOWNLOAD_DELAY") and not per_slot_set \
-            and defaults.concurrency == 1 and defaults.delay < defaults.delay_per_slot:
-        logger.warning("DOWNLOAD_DELAY = %g is shorter than DOWNLOAD_DELAY_PER_SLOT (%g by default), which "
-                       "governs while each scope has one slot; set DOWNLOAD_DELAY_PER_SLOT too",
-                       defaults.delay, defaults.delay_per_slot)
+    # A delay the per-slot delay makes inert is reported by the throttler (crawlpace._ineffective).
     slots = _plain(settings.get("DOWNLOAD_SLOTS") or {})
     if slots:
         moved = {key: {k: v for k, v in (entry or {}).items() if k in ("concurrency", "delay")}

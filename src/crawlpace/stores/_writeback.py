@@ -55,6 +55,8 @@ class PolicyWriter:
         self._keys = keys
         self._fetch = fetch
         self.idle = idle
+        #: Outcomes not written back because other workers kept updating the scope first.
+        self.unshared = 0
 
     def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
               lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
@@ -89,7 +91,9 @@ class PolicyWriter:
                 if await self.write(name, version, policy, now):
                     break
             else:
-                logger.warning("scope %s: an outcome was not shared: other workers kept writing first", name)
+                # Normal contention between busy workers: counted, and summed up once at close.
+                self.unshared += 1
+                logger.debug("scope %s: an outcome was not shared: other workers kept writing first", name)
 
     async def write(self, name: str, version: int, policy: ScopePolicy, now: float) -> bool:
         """Write ``policy`` back if the stored version is still ``version``; False if it was not."""

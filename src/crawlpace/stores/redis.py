@@ -399,6 +399,10 @@ class RedisStore:
 
     async def aclose(self) -> None:
         """Stop renewing leases and close the connections."""
+        unshared = self._writer.unshared
+        if unshared:
+            logger.info("%d outcomes were not shared with other workers, who kept writing the same scopes "
+                        "first; their slots were freed all the same (see docs/observability.md)", unshared)
         await self._unreleased.aclose()
         await self._renewer.aclose()
         await self._conn.aclose()

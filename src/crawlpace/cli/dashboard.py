@@ -1,0 +1,119 @@
+"""``crawlpace dashboard``: the live dashboard of a fleet of workers sharing a store.
+
+It reads what ``crawlpace status`` reads (each scope's state, the workers and
+the shared frontier) once a second, and serves the page on 127.0.0.1 unless
+told otherwise (then a token is needed). It never takes a slot or a URL.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import os
+import random
+import sys
+from collections.abc import Mapping
+from typing import Any
+
+from .._clock import AsyncioClock
+from .._config import Settings
+from ..observe._server import check_bind
+from ..stores import Store, open_store
+from ._signals import stop_on_signals
+from .crawl import store_url
+from .status import EXIT_NO_STORE, TIMEOUT, shown
+
+__all__ = ["DEFAULT_PORT", "add_parser", "run"]
+
+#: The port served unless ``--port`` says otherwise.
+DEFAULT_PORT = 8765
+
+
+def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
+    """Declare the ``dashboard`` subcommand and its options."""
+    cmd = sub.add_parser(
+        "dashboard", parents=[common], help="serve a live web page of a fleet sharing a Redis store",
+        description="Serve a web page showing every scope, worker and the frontier of a fleet that shares "
+                    "a Redis/Valkey store, updated every second. Exit status: 0 after Ctrl-C, 2 when the "
+                    "store cannot be read, 5 when the page cannot be served.")
+    cmd.add_argument("--store", "--redis", dest="store", required=True, metavar="URL",
+                     help="the store the workers share (the same URL as their --store)")
+    cmd.add_argument("--namespace", help="the crawl job's namespace (default: crawlpace)")
+    cmd.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve (default {DEFAULT_PORT})")
+    cmd.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; "
+                     "any other needs --token)")
+    cmd.add_argument("--token", default=None, help="access token (default: $CRAWLPACE_DASHBOARD_TOKEN)")
+    cmd.add_argument("--top-scopes", type=int, default=50, metavar="N", help="scopes shown (default 50)")
+    cmd.add_argument("--config", help="the workers' crawlpace TOML settings file")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run ``crawlpace dashboard`` with parsed arguments; return the exit status."""
+    settings = Settings.from_toml(args.config) if args.config else Settings()
+    token = args.token if args.token is not None else os.environ.get("CRAWLPACE_DASHBOARD_TOKEN")
+    check_bind(args.host, token, "--host")
+    return asyncio.run(_serve(store_url(args.store, args.namespace), settings, args, token or None))
+
+
+async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: str | None) -> int:
+    from ..observe import Recorder, Sampler, ThrottlerCollector, store_reader
+    from ..observe._dashboard import dashboard_routes
+    from ..observe._server import HttpServer
+    from .status import _store_errors
+
+    shown_url = shown(url)
+    errors: tuple[type[Exception], ...] = (TimeoutError, *_store_errors())
+    try:
+        store: Store = open_store(url, settings, AsyncioClock(), random.Random())
+    except errors as exc:
+        print(f"crawlpace dashboard: cannot open the store {shown_url}: {exc}", file=sys.stderr)
+        return EXIT_NO_STORE
+    try:
+        if not store.shared:
+            print(f"crawlpace dashboard: {shown_url} is a memory store, which holds no fleet state; give the "
+                  "Redis URL the workers share, or watch one crawl with crawlpace crawl --dashboard PORT",
+                  file=sys.stderr)
+            return EXIT_NO_STORE
+        try:
+            await asyncio.wait_for(store.scopes(), TIMEOUT)
+        except errors as exc:
+            reason = " ".join(str(exc).split()) or f"no answer within {TIMEOUT:g}s"
+            print(f"crawlpace dashboard: cannot read the store {shown_url}: {reason}", file=sys.stderr)
+            return EXIT_NO_STORE
+        from prometheus_client import CollectorRegistry
+
+        from ..frontier._shared import SharedFrontier
+
+        frontier = SharedFrontier(url, worker="crawlpace-dashboard")
+        sampler = Sampler(store_reader(store), max_scopes=args.top_scopes)
+        registry = CollectorRegistry(auto_describe=False)
+        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes))
+
+        async def fleet() -> tuple[Mapping[str, float], Mapping[str, Any] | None]:
+            try:
+                counts = await asyncio.wait_for(frontier.counts(), TIMEOUT)
+            except errors:
+                return {}, None
+            data = counts.as_dict()
+            return data.pop("workers"), (data if counts.enqueued else None)
+
+        server = HttpServer(dashboard_routes(sampler, mode="fleet", source=shown_url, fleet=fleet,
+                                             registry=registry),
+                            host=args.host, port=args.port, token=token, what="--port",
+                            public=frozenset({"/dashboard.js", "/dashboard.css"}))
+        await server.start()
+        print(f"crawlpace dashboard: {server.url} (Ctrl-C stops)", flush=True)
+        stopped = asyncio.Event()
+        with stop_on_signals(stopped.set):
+            sampler.start()
+            try:
+                await stopped.wait()
+            finally:
+                await sampler.stop(final=False)
+                await server.aclose()
+                await frontier.aclose()
+        return 0
+    finally:
+        with contextlib.suppress(*errors):
+            await store.aclose()

@@ -1,0 +1,122 @@
+// The crawlpace dashboard: polls /api/state every second and redraws.
+// No dependencies: crawl machines are often offline.
+"use strict";
+(function () {
+  const token = new URLSearchParams(window.location.search).get("token");
+  const stateUrl = "api/state" + (token ? "?token=" + encodeURIComponent(token) : "");
+  const SVG = "http://www.w3.org/2000/svg";
+
+  function fmt(value, digits) {
+    if (value === null || value === undefined) return "–";
+    if (typeof value !== "number") return String(value);
+    if (!isFinite(value)) return "∞";
+    return value.toFixed(digits === undefined ? 2 : digits);
+  }
+
+  function cell(row, text, cls) {
+    const td = document.createElement("td");
+    td.textContent = text;
+    if (cls) td.className = cls;
+    row.appendChild(td);
+    return td;
+  }
+
+  function spark(points) {
+    const width = 160, height = 32;
+    const svg = document.createElementNS(SVG, "svg");
+    svg.setAttribute("class", "spark");
+    svg.setAttribute("width", width);
+    svg.setAttribute("height", height);
+    if (points.length < 2) return svg;
+    let top = 0;
+    for (const p of points) {
+      top = Math.max(top, p[1] || 0, p[2] && isFinite(p[2]) ? p[2] : 0);
+    }
+    top = top > 0 ? top * 1.1 : 1;
+    const t0 = points[0][0], t1 = points[points.length - 1][0];
+    const span = t1 > t0 ? t1 - t0 : 1;
+    function line(index, cls) {
+      const coords = [];
+      for (const p of points) {
+        const v = p[index];
+        if (v === null || v === undefined || !isFinite(v)) continue;
+        const x = ((p[0] - t0) / span) * (width - 2) + 1;
+        const y = height - 1 - (v / top) * (height - 2);
+        coords.push(x.toFixed(1) + "," + y.toFixed(1));
+      }
+      if (coords.length < 2) return;
+      const path = document.createElementNS(SVG, "polyline");
+      path.setAttribute("class", cls);
+      path.setAttribute("points", coords.join(" "));
+      svg.appendChild(path);
+    }
+    line(2, "limit");
+    line(1, "rate");
+    return svg;
+  }
+
+  function render(state) {
+    document.getElementById("mode").textContent = state.mode === "fleet"
+      ? "fleet view of " + state.source : "this process";
+    const t = state.totals;
+    document.getElementById("summary").textContent =
+      state.scopes.length + " scopes shown of " + t.scopes + " · " + t.sends + " sends · " +
+      t.pushbacks + " pushbacks · " + t.errors + " errors · " + fmt(t.rate, 1) + " sends/s";
+    const body = document.querySelector("#scopes tbody");
+    body.textContent = "";
+    for (const s of state.scopes) {
+      const row = document.createElement("tr");
+      row.dataset.scope = s.scope;
+      cell(row, s.scope, "scope");
+      const graph = cell(row, "", "graph");
+      graph.appendChild(spark(s.points));
+      cell(row, fmt(s.rate, 2), "rate");
+      cell(row, fmt(s.limit, 2), "limit");
+      cell(row, fmt(s.delay, 3) + "s", "delay");
+      cell(row, s.inflight + "/" + s.concurrency, "inflight");
+      cell(row, String(s.queued), "queued");
+      cell(row, String(s.sends), "sends");
+      cell(row, s.pushbacks === null ? "–" : String(s.pushbacks), "pushbacks");
+      cell(row, String(s.errors), "errors");
+      cell(row, String(s.backoff), s.backoff > 0 ? "backoff backoff-on" : "backoff");
+      cell(row, s.breaker, "breaker breaker-" + s.breaker);
+      cell(row, fmt(s.quota_remaining, 1), "quota");
+      body.appendChild(row);
+    }
+    const fleet = document.getElementById("fleet");
+    if (state.workers || state.frontier) {
+      fleet.hidden = false;
+      const wbody = document.querySelector("#workers tbody");
+      wbody.textContent = "";
+      for (const [name, ago] of Object.entries(state.workers || {})) {
+        const row = document.createElement("tr");
+        row.dataset.worker = name;
+        cell(row, name, "worker");
+        cell(row, fmt(ago, 1) + "s ago", "ago");
+        wbody.appendChild(row);
+      }
+      const f = state.frontier;
+      document.getElementById("frontier").textContent = f
+        ? "frontier: " + f.queued + " queued, " + f.claimed + " claimed, " + f.done + " done of " +
+          f.enqueued : "no shared frontier";
+    }
+    const footer = document.getElementById("status");
+    footer.className = "";
+    footer.textContent = "updated " + new Date(state.now * 1000).toLocaleTimeString() +
+      " · sample " + state.samples;
+  }
+
+  async function poll() {
+    try {
+      const answer = await fetch(stateUrl, {cache: "no-store"});
+      if (!answer.ok) throw new Error("HTTP " + answer.status);
+      render(await answer.json());
+    } catch (err) {
+      const footer = document.getElementById("status");
+      footer.className = "stale";
+      footer.textContent = "cannot reach the crawl (" + err.message + "); retrying";
+    }
+    window.setTimeout(poll, 1000);
+  }
+  poll();
+})();

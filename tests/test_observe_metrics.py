@@ -1,0 +1,156 @@
+"""Metrics: the throttler's observer hooks, the recorder's bounded counts, the Prometheus collector."""
+
+from __future__ import annotations
+
+import asyncio
+import urllib.request
+
+import pytest
+from prometheus_client import CollectorRegistry
+from prometheus_client.parser import text_string_to_metric_families
+
+from crawlpace import ThrottleObserver
+from crawlpace.observe import (
+    OTHER,
+    Monitor,
+    MonitorOptions,
+    Recorder,
+    Sampler,
+    ServeError,
+    ThrottlerCollector,
+    throttler_reader,
+)
+from crawlpace.observe._metrics import metrics_text
+from crawlpace.stores.base import Outcome
+
+from .conftest import ThrottlerFactory
+
+
+def _samples(registry: CollectorRegistry) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    body, _ = metrics_text(registry)
+    out = {}
+    for family in text_string_to_metric_families(body.decode()):
+        for sample in family.samples:
+            out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return out
+
+
+async def test_recorder_counts_outcomes_and_waits_through_the_throttler(
+        make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({"DOWNLOAD_DELAY": 1.0, "DOWNLOAD_DELAY_PER_SLOT": 1.0})
+    recorder = Recorder()
+    assert isinstance(recorder, ThrottleObserver)
+    throttler.observe(recorder)
+    for status in (200, 429, 503, 404, 500):
+        async with throttler.slot("https://a.example/") as permit:
+            permit.feedback(status=status)
+    with pytest.raises(RuntimeError):
+        async with throttler.slot("https://a.example/"):
+            raise RuntimeError("boom")
+    counts = recorder.scope("a.example")
+    assert counts is not None
+    assert counts.outcomes == {"ok": 1, "http_4xx": 1, "http_429": 1, "http_5xx": 1, "http_503": 1,
+                               "exception": 1, "no_feedback": 0}
+    assert counts.pushbacks == 2
+    assert counts.admitted == 6
+    # The first request went at once; each later one waited about the delay (backoff makes some longer).
+    assert counts.wait_buckets[0] == 1
+    assert counts.wait_sum >= 5 * 0.99
+
+
+def test_recorder_folds_quiet_scopes_into_other_without_losing_counts() -> None:
+    recorder = Recorder(max_tracked=10)
+    for index in range(100):
+        for _ in range(index % 7 + 1):
+            recorder.admitted((f"h{index}",), 0.0)
+            recorder.released((f"h{index}",), Outcome(status=200))
+    assert len(list(recorder.tracked())) <= 10
+    total = recorder.total()
+    assert total.outcomes["ok"] == sum(index % 7 + 1 for index in range(100))
+    top, rest = recorder.top(3)
+    assert len(top) == 3
+    assert all(counts.admitted == 7 for _, counts in top)
+    assert sum(c.admitted for _, c in top) + rest.admitted == total.admitted
+
+
+async def test_collector_keeps_the_busiest_scopes_and_sums_the_rest_into_other(
+        make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0})
+    recorder = Recorder()
+    throttler.observe(recorder)
+    for index in range(30):
+        for _ in range(30 - index):
+            async with throttler.slot(f"https://h{index}.example/") as permit:
+                permit.feedback(status=429 if index == 0 else 200)
+    sampler = Sampler(throttler_reader(throttler, recorder), recorder=recorder, max_scopes=5)
+    await sampler.sample()
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(ThrottlerCollector(recorder, sampler, top_n=5))
+    samples = _samples(registry)
+    scopes = {dict(labels)["scope"] for name, labels in samples if name == "crawlpace_requests_total"}
+    assert scopes == {"h0.example", "h1.example", "h2.example", "h3.example", "h4.example", OTHER}
+    requests = {dict(labels)["scope"]: value for (name, labels), value in samples.items()
+                if name == "crawlpace_requests_total" and dict(labels)["outcome"] == "ok"}
+    assert requests[OTHER] == sum(30 - index for index in range(5, 30))
+    assert samples[("crawlpace_pushbacks_total", (("scope", "h0.example"),))] == 30
+    assert samples[("crawlpace_admission_wait_seconds_count", (("scope", "h1.example"),))] == 29
+    assert samples[("crawlpace_concurrency", (("scope", "h1.example"),))] == 1
+    assert samples[("crawlpace_breaker_state", (("scope", "h1.example"), ("state", "closed")))] == 1
+    assert ("crawlpace_delay_seconds", (("scope", OTHER),)) not in samples
+    assert samples[("crawlpace_scopes_tracked", ())] == 30
+
+
+async def test_monitor_serves_metrics_on_loopback_and_refuses_a_port_in_use(
+        make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler()
+    monitor = Monitor(throttler, MonitorOptions(metrics_port=0, interval=0.05))
+    await monitor.start()
+    try:
+        async with throttler.slot("https://a.example/") as permit:
+            permit.feedback(status=200)
+        server = monitor.metrics_server
+        assert server is not None
+        assert server.host == "127.0.0.1"
+        url = f"http://127.0.0.1:{server.port}/metrics"
+        body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=5).read().decode())
+        assert 'crawlpace_requests_total{outcome="ok",scope="a.example"} 1.0' in body
+        busy = Monitor(throttler, MonitorOptions(metrics_port=server.port))
+        with pytest.raises(ServeError, match=rf"--metrics-port: cannot listen on 127.0.0.1:{server.port}"):
+            await busy.start()
+    finally:
+        await monitor.aclose()
+
+
+def test_dashboard_off_loopback_without_a_token_is_refused(make_throttler: ThrottlerFactory) -> None:
+    with pytest.raises(ServeError, match=r"binding to 0\.0\.0\.0 .* give a token"):
+        Monitor(make_throttler(), MonitorOptions(dashboard_port=0, dashboard_host="0.0.0.0"))
+
+
+async def test_the_fleet_reader_ranks_the_store_now_and_then_and_reads_only_the_top_between(
+        make_throttler: ThrottlerFactory) -> None:
+    from crawlpace.observe import store_reader
+
+    throttler = make_throttler({"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0})
+    for index in range(6):
+        for _ in range(6 - index):
+            async with throttler.slot(f"https://h{index}.example/") as permit:
+                permit.feedback(status=200)
+    now = [0.0]
+    listed = []
+    store = throttler.store
+    original = store.scopes
+
+    async def counting_scopes() -> list[str]:
+        listed.append(now[0])
+        return await original()
+
+    store.scopes = counting_scopes  # type: ignore[method-assign]
+    read = store_reader(store, rerank=30.0, clock=lambda: now[0])
+    assert list(await read(2)) == ["h0.example", "h1.example"]
+    async with throttler.slot("https://h5.example/") as permit:  # h5 is still far behind
+        permit.feedback(status=200)
+    now[0] = 10.0
+    assert list(await read(2)) == ["h0.example", "h1.example"]
+    now[0] = 31.0
+    assert list(await read(2)) == ["h0.example", "h1.example"]
+    assert listed == [0.0, 31.0]  # the store was listed only to rank
