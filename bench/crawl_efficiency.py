@@ -8,12 +8,14 @@ fresh farm of the site simulator (``crawlpace sim``, the ``mixed`` farm unless
 ``--farm`` names another). ``--contenders NAME,NAME`` picks some of them; this order is
 the default:
 
-* **crawlpace**: ``crawlpace crawl URLS -o OUT.jsonl --quiet --json`` as shipped:
-  robots.txt obeyed, per host 1 request in flight with a 1 s pause (jittered) between
-  requests, 16 in flight over all hosts, up to 3 resends after a backoff answer, 10 s
-  timeout.
-* **crawlpace-rampup**: the same command with ``--rampup``, so that for every host it
-  probes upward from that pace for the highest rate the site keeps answering without
+* **crawlpace-fixed**: ``crawlpace crawl URLS -o OUT.jsonl --quiet --json --delay 1
+  --per-host 1``: fixed polite limits, what ``crawlpace crawl`` did by default before it
+  became adaptive: robots.txt obeyed, per host 1 request in flight with a 1 s pause
+  (jittered) between requests, 16 in flight over all hosts, up to 3 resends after a backoff
+  answer or a transient failure, 10 s timeout.
+* **crawlpace-rampup**: ``crawlpace crawl URLS -o OUT.jsonl --quiet --json --rampup``, the
+  same as ``crawlpace crawl`` without a throttling option: for every host it starts from
+  that polite pace and probes upward for the highest rate the site keeps answering without
   pushback. This is the reference of the comparison.
 * **scrapy-autothrottle**: ``scrapy runspider bench/_peers/scrapy_list_spider.py`` with
   the spider's own settings: AutoThrottle on at its defaults (target concurrency 1),
@@ -65,8 +67,31 @@ Under it, one verdict per site: **yes** when crawlpace-rampup has a strictly hig
 goodput/capacity than every peer that drew no more 429+503 and broke no more rules than
 it did (peers with more pushback are listed as excused: they bought goodput with
 refusals), **no** otherwise, with the best such peer's figures; ``-`` for a site with no
-capacity. Plain ``crawlpace`` is the same crawler without rampup, not a peer. Without
-``crawlpace-rampup`` among the contenders there is no such verdict.
+capacity. The other crawlpace set-ups (``crawlpace-*``, ``library-*``) are not peers, nor is
+``oracle``, which knows the hidden limits. Without ``crawlpace-rampup`` among the
+contenders there is no such verdict.
+
+Two more contenders run only when ``--contenders`` names them: **crawlpace-fleet4** and
+**crawlpace-fleet8**, ``bench/_peers/fleet.py``: 4 or 8 ``crawlpace crawl --redis URL``
+workers sharing one private ``redis-server`` (started on a free port of 127.0.0.1), the
+URLs put into its shared frontier by ``crawlpace enqueue``; each worker is adaptive, and
+every host's limits and rampup state live in the store, so the fleet should learn each
+site's rate as fast as one process does.
+
+Two more run only when named, the library API as a user would call it:
+**library-defaults** and **library-rampup**, ``bench/_peers/library_httpx.py``: every URL
+one ``await client.get(url)`` on ``crawlpace.http.throttled_client`` with 8 slots per host
+and no delay, all started at once, with rampup on for every host in the second. It reads
+no robots.txt, so a Crawl-delay site shows what that costs.
+
+With ``oracle`` among the contenders, the site table gains an **x oracle** column (each
+goodput/capacity over the oracle's on that site), and a last table holds issue 16's
+targets for every contender: the mean over the sites with a capacity of goodput/capacity,
+each capped at 1 (at least 0.86 and 0.95 x the oracle's), the worst site over the oracle's
+(at least 0.75), 429+503 per request (at most 2 %), violations (none), pages done on the
+sites that are not dead (all), and the makespan, seconds to the last request to such a
+site, over the oracle's (at most 1.25). Every run reads its farm from one file written in
+the work folder, which the oracle reads too.
 
 When both ``scrapy-crawlpace`` and ``scrapy-autothrottle`` ran, a second verdict per site
 compares just those two: **yes** when the add-on's goodput/capacity is strictly higher than
@@ -135,6 +160,12 @@ REFERENCE = "crawlpace-rampup"
 #: The second comparison: crawlpace's Scrapy add-on against Scrapy's own AutoThrottle.
 ADDON = "scrapy-crawlpace"
 ADDON_BASELINE = "scrapy-autothrottle"
+#: The all-knowing pacer the issue-16 targets are measured against.
+ORACLE = "oracle"
+#: Issue 16's targets: mean capped goodput/capacity, its share of the oracle's, the worst site's share of
+#: the oracle's, 429+503 per request, and the makespan (seconds to the last live request) over the oracle's.
+TARGET_MEAN, TARGET_MEAN_SHARE, TARGET_SITE_SHARE = 0.86, 0.95, 0.75
+TARGET_THROTTLED, TARGET_MAKESPAN = 0.02, 1.25
 #: Where the farm's plots go unless ``--plot-dir`` says otherwise.
 PLOT_DIR = HERE / "out" / "crawl_efficiency"
 
@@ -171,7 +202,8 @@ class Contender:
 
     key: str
     settings: str
-    command: Callable[[Path, Path], list[str]]
+    #: The command line, given the URL file, the output file and the farm file.
+    command: Callable[[Path, Path, Path], list[str]]
     page_ok: Callable[[dict[str, Any]], bool]
     #: Whether its stdout ends with a JSON summary (``crawlpace crawl --json``).
     summary: bool = False
@@ -180,25 +212,41 @@ class Contender:
         return final_statuses(read_jsonl(output), self.page_ok)
 
 
-def crawlpace_command(*extra: str) -> Callable[[Path, Path], list[str]]:
-    def command(urls: Path, output: Path) -> list[str]:
+def crawlpace_command(*extra: str) -> Callable[[Path, Path, Path], list[str]]:
+    def command(urls: Path, output: Path, farm: Path) -> list[str]:
         return [sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o", str(output), "--quiet", "--json",
                 *extra]
     return command
 
 
-def scrapy_command(**settings: object) -> Callable[[Path, Path], list[str]]:
+def scrapy_command(**settings: object) -> Callable[[Path, Path, Path], list[str]]:
     """The spider with some of its settings overridden by ``-s`` (which outranks the spider's own)."""
     overrides = [arg for name, value in settings.items() for arg in ("-s", f"{name}={value}")]
 
-    def command(urls: Path, output: Path) -> list[str]:
+    def command(urls: Path, output: Path, farm: Path) -> list[str]:
         return [sys.executable, "-m", "scrapy", "runspider", str(PEERS / "scrapy_list_spider.py"),
                 "-a", f"urls={urls}", "-a", f"out={output}", *overrides]
     return command
 
 
-def naive_command(urls: Path, output: Path) -> list[str]:
+def naive_command(urls: Path, output: Path, farm: Path) -> list[str]:
     return [sys.executable, str(PEERS / "naive_aiohttp.py"), str(urls), str(output)]
+
+
+def fleet_command(workers: int) -> Callable[[Path, Path, Path], list[str]]:
+    def command(urls: Path, output: Path, farm: Path) -> list[str]:
+        return [sys.executable, str(PEERS / "fleet.py"), str(urls), str(output), str(workers)]
+    return command
+
+
+def library_command(mode: str) -> Callable[[Path, Path, Path], list[str]]:
+    def command(urls: Path, output: Path, farm: Path) -> list[str]:
+        return [sys.executable, str(PEERS / "library_httpx.py"), str(urls), str(output), mode]
+    return command
+
+
+def oracle_command(urls: Path, output: Path, farm: Path) -> list[str]:
+    return [sys.executable, str(PEERS / "oracle.py"), str(urls), str(output), str(farm)]
 
 
 def crawlpace_ok(row: dict[str, Any]) -> bool:
@@ -226,9 +274,12 @@ ADDON_SETTINGS: dict[str, object] = {
     "CONCURRENT_REQUESTS_PER_DOMAIN": 1,
 }
 
+#: Contenders run only when named in ``--contenders``.
+OPTIONAL = frozenset({"crawlpace-fleet4", "crawlpace-fleet8", "library-defaults", "library-rampup"})
+
 CONTENDERS: tuple[Contender, ...] = (
-    Contender("crawlpace", f"crawlpace crawl defaults: {CRAWLPACE_DEFAULTS}",
-              crawlpace_command(), crawlpace_ok, summary=True),
+    Contender("crawlpace-fixed", f"crawlpace crawl --delay 1 --per-host 1: {CRAWLPACE_DEFAULTS}",
+              crawlpace_command("--delay", "1", "--per-host", "1"), crawlpace_ok, summary=True),
     Contender("crawlpace-rampup", f"crawlpace crawl --rampup: rampup on for every host; {CRAWLPACE_DEFAULTS}",
               crawlpace_command("--rampup"), crawlpace_ok, summary=True),
     Contender("scrapy-autothrottle", f"AutoThrottle on, its defaults (target concurrency 1); {SCRAPY_BASE}",
@@ -252,6 +303,27 @@ CONTENDERS: tuple[Contender, ...] = (
               "naive: 8 workers, 1 s pause + resend on 429/503/exception (3 resends), no robots.txt, "
               "10 s timeout",
               naive_command, status_ok),
+    Contender("crawlpace-fleet4",
+              f"4 workers of crawlpace crawl --redis (adaptive, as without a throttling option) on one "
+              f"private redis-server, the URLs put in its shared frontier by crawlpace enqueue; "
+              f"{CRAWLPACE_DEFAULTS} per worker",
+              fleet_command(4), crawlpace_ok),
+    Contender("crawlpace-fleet8",
+              f"8 workers of crawlpace crawl --redis, as crawlpace-fleet4; {CRAWLPACE_DEFAULTS} per worker",
+              fleet_command(8), crawlpace_ok),
+    Contender("library-defaults",
+              "crawlpace.http.throttled_client as a library user sets it up: 8 slots per host, no delay, "
+              "CONCURRENT_REQUESTS 64, the wrapper's 3 resends of a backoff answer plus 3 of a 5xx by the "
+              "caller, every URL started at once, no robots.txt, 10 s timeout",
+              library_command("defaults"), status_ok),
+    Contender("library-rampup",
+              "the same with THROTTLING_SCOPE_DEFAULTS rampup on for every host",
+              library_command("rampup"), status_ok),
+    Contender("oracle",
+              "the all-knowing pacer (bench/_peers/oracle.py): reads every site's hidden limits from the "
+              "farm file and paces each host just under them; resends 5xx, 429 and errors (5 at most), "
+              "10 s timeout",
+              oracle_command, status_ok),
 )
 
 
@@ -260,12 +332,7 @@ CONTENDERS: tuple[Contender, ...] = (
 
 def farm_source(name: str) -> dict[str, Any]:
     """The farm's parsed TOML, from a file or a shipped farm's name."""
-    path = Path(name)
-    if path.exists():
-        text = path.read_text(encoding="utf-8")
-    else:
-        text = resources.files("crawlpace.sim").joinpath("farms", f"{name}.toml").read_text("utf-8")
-    return tomllib.loads(text)
+    return tomllib.loads(full_farm(name))
 
 
 def toml_value(value: object) -> str:
@@ -274,6 +341,14 @@ def toml_value(value: object) -> str:
     JSON spells these the way TOML does; NaN and infinities, which JSON cannot, are refused.
     """
     return json.dumps(value, allow_nan=False)
+
+
+def full_farm(name: str) -> str:
+    """The farm's TOML text, from a file or a shipped farm's name."""
+    path = Path(name)
+    if path.exists():
+        return path.read_text(encoding="utf-8")
+    return resources.files("crawlpace.sim").joinpath("farms", f"{name}.toml").read_text("utf-8")
 
 
 def quick_farm(spec: dict[str, Any]) -> str:
@@ -388,6 +463,19 @@ class Run:
         return max(times) if times else None
 
     @property
+    def mean_capped(self) -> float | None:
+        """The mean goodput/capacity over the sites that have a capacity, each capped at 1."""
+        ratios = [min(site.goodput_ratio, 1.0) for site in self.sites.values()
+                  if site.goodput_ratio is not None and site.capacity]
+        return statistics.fmean(ratios) if ratios else None
+
+    @property
+    def live_pages(self) -> tuple[int, int]:
+        """Pages done and pages, over the sites that are not dead (capacity 0)."""
+        live = [site for site in self.sites.values() if site.capacity != 0]
+        return sum(site.done for site in live), sum(site.pages for site in live)
+
+    @property
     def median_ratio(self) -> float | None:
         ratios = [site.goodput_ratio for site in self.sites.values() if site.goodput_ratio is not None]
         return statistics.median(ratios) if ratios else None
@@ -434,8 +522,8 @@ async def run_one(contender: Contender, round_no: int, farm: str, folder: Path, 
     sim = await start_sim(farm, folder, plot)
     try:
         started = time.monotonic()
-        exit_code, cut = await run_process(contender.command(sim.urls, folder / "out.jsonl"), folder,
-                                           limit, grace)
+        exit_code, cut = await run_process(contender.command(sim.urls, folder / "out.jsonl", Path(farm)),
+                                           folder, limit, grace)
         wall = time.monotonic() - started
     finally:
         figures = await stop_sim(sim)
@@ -515,6 +603,9 @@ def total_medians(runs: list[Run]) -> dict[str, float | None]:
         "throttled": median_of([run.total("throttled") for run in runs]),
         "violations": median_of([run.total("violations") for run in runs]),
         "goodput_ratio": median_of([run.median_ratio for run in runs]),
+        "mean_capped": median_of([run.mean_capped for run in runs]),
+        "live_done": median_of([run.live_pages[0] for run in runs]),
+        "live_pages": median_of([run.live_pages[1] for run in runs]),
         "wall": median_of([run.wall for run in runs]),
         "last_live_request": median_of([run.last_live_request for run in runs]),
         "cut_runs": sum(run.cut for run in runs),
@@ -552,7 +643,8 @@ def site_verdict(figures: Figures, contenders: list[Contender], has_capacity: bo
         result["why_none"] = ("the site has no capacity" if not has_capacity
                               else f"no goodput/capacity for {REFERENCE}")
         return result
-    peers = [c.key for c in contenders if c.key not in (REFERENCE, "crawlpace")
+    peers = [c.key for c in contenders if c.key not in (REFERENCE, ORACLE) and not c.key.startswith(
+             ("crawlpace-", "library-"))
              and figures[c.key]["goodput_ratio"] is not None]
 
     def pushier(key: str) -> bool:
@@ -646,14 +738,22 @@ def pipe_table(headers: Sequence[str], rows: Sequence[Sequence[str]], left: int 
     return [line(headers), rule, *(line(row) for row in rows)]
 
 
+def over_oracle(mine: float | None, oracle: float | None) -> float | None:
+    """A figure over the oracle's (None without both, or when the oracle's is 0)."""
+    return None if mine is None or not oracle else round(mine / oracle, 3)
+
+
 def print_site_table(names: list[str], contenders: list[Contender], sites: dict[str, Figures]) -> None:
-    headers = ("site", "contender", "goodput/capacity", "429+503", "violations", "done", "pages", "requests",
-               "last s")
+    with_oracle = any(c.key == ORACLE for c in contenders)
+    headers = ("site", "contender", "goodput/capacity", *(("x oracle",) if with_oracle else ()), "429+503",
+               "violations", "done", "pages", "requests", "last s")
     rows: list[list[str]] = []
     for name in names:
         for index, c in enumerate(contenders):
             mine = sites[name][c.key]
-            rows.append([name if index == 0 else "", c.key, fmt(mine["goodput_ratio"], "%"),
+            versus = ([fmt(over_oracle(mine["goodput_ratio"], sites[name][ORACLE]["goodput_ratio"]), "x")]
+                      if with_oracle else [])
+            rows.append([name if index == 0 else "", c.key, fmt(mine["goodput_ratio"], "%"), *versus,
                          fmt(mine["throttled"]), fmt(mine["violations"]), fmt(mine["done"]),
                          fmt(mine["pages"]), fmt(mine["requests"]), fmt(mine["last_request"], "s")])
     print("\n".join(pipe_table(headers, rows, left=2)))
@@ -782,6 +882,75 @@ def print_totals(contenders: list[Contender], totals: Figures, ratio: dict[str, 
           "goodput/capacity: the median over the sites that have a capacity; cut: stopped at the time limit")
 
 
+def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[str, Figures],
+                   totals: Figures) -> dict[str, dict[str, Any]]:
+    """Each contender against the oracle and issue 16's targets (empty without the oracle).
+
+    Per contender: the mean capped goodput/capacity and its share of the oracle's, the worst
+    site's goodput/capacity over the oracle's (and which site), 429+503 per request,
+    violations, live pages done of all, the makespan over the oracle's, and which targets hold.
+    """
+    if ORACLE not in {c.key for c in contenders}:
+        return {}
+    oracle = totals[ORACLE]
+    result: dict[str, dict[str, Any]] = {}
+    for c in contenders:
+        mine = totals[c.key]
+        per_site = {name: over_oracle(sites[name][c.key]["goodput_ratio"],
+                                      sites[name][ORACLE]["goodput_ratio"]) for name in names}
+        known = {name: value for name, value in per_site.items() if value is not None}
+        worst = min(known, key=lambda name: known[name]) if known else None
+        requests, throttled = mine["requests"], mine["throttled"]
+        share = None if not requests or throttled is None else round(throttled / requests, 4)
+        mean = mine["mean_capped"]
+        mean_share = over_oracle(mean, oracle["mean_capped"])
+        makespan = over_oracle(mine["last_live_request"], oracle["last_live_request"])
+        done, pages = mine["live_done"], mine["live_pages"]
+        checks = {
+            f"mean >= {TARGET_MEAN:g}": mean is not None and mean >= TARGET_MEAN,
+            f"mean >= {TARGET_MEAN_SHARE:g} x oracle": (mean_share is not None
+                                                        and mean_share >= TARGET_MEAN_SHARE),
+            f"every site >= {TARGET_SITE_SHARE:g} x oracle": (worst is not None
+                                                              and known[worst] >= TARGET_SITE_SHARE),
+            f"429+503 <= {TARGET_THROTTLED:.0%}": share is not None and share <= TARGET_THROTTLED,
+            "0 violations": (mine["violations"] or 0) == 0,
+            "every live page done": done is not None and done == pages,
+            f"makespan <= {TARGET_MAKESPAN:g} x oracle": makespan is not None and makespan <= TARGET_MAKESPAN,
+        }
+        result[c.key] = {"mean_capped": mean, "mean_over_oracle": mean_share, "sites_over_oracle": per_site,
+                         "worst_site": worst, "worst_over_oracle": None if worst is None else known[worst],
+                         "throttled_share": share, "violations": mine["violations"], "live_done": done,
+                         "live_pages": pages, "makespan_over_oracle": makespan, "targets": checks,
+                         "targets_met": sum(checks.values()), "targets_total": len(checks)}
+    return result
+
+
+def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[str, Any]]) -> None:
+    print()
+    if not targets:
+        print(f"no comparison with the oracle: {ORACLE} was not among the contenders")
+        return
+    print("against the oracle (issue 16's targets; x oracle = this contender's figure over the oracle's)")
+    headers = ("contender", "mean capped", "x oracle", "worst site", "x oracle", "429+503 %", "violations",
+               "live done", "makespan x oracle", "targets met")
+    rows = []
+    for c in contenders:
+        t = targets[c.key]
+        rows.append([c.key, fmt(t["mean_capped"], "%"), fmt(t["mean_over_oracle"], "x"),
+                     t["worst_site"] or "-", fmt(t["worst_over_oracle"], "x"),
+                     "-" if t["throttled_share"] is None else f"{100 * t['throttled_share']:.1f}",
+                     fmt(t["violations"]), f"{fmt(t['live_done'])}/{fmt(t['live_pages'])}",
+                     fmt(t["makespan_over_oracle"], "x"), f"{t['targets_met']}/{t['targets_total']}"])
+    print("\n".join(pipe_table(headers, rows)))
+    for c in contenders:
+        if c.key == ORACLE:
+            continue
+        missed = [name for name, held in targets[c.key]["targets"].items() if not held]
+        print(f"  {c.key}: " + ("every target met" if not missed else "missed: " + "; ".join(missed)))
+    print("  mean capped: the mean over the sites with a capacity of goodput/capacity, each capped at 1; "
+          "makespan: seconds to the last request to a live site")
+
+
 def peer_versions() -> dict[str, str]:
     found: dict[str, str] = {}
     for name in ("crawlpace", "scrapy", "twisted", "aiohttp", "httpx"):
@@ -846,6 +1015,8 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
     if addon_total is not None:
         print_addon_verdicts(names, addon_verdicts, addon_total)
     print_totals(chosen, totals, ratio, runs)
+    targets = oracle_targets(names, chosen, sites, totals)
+    print_oracle_targets(chosen, targets)
     if plots:
         print(f"\nplots (rate over time per site against its capacity): {len(plots)} in "
               f"{Path(plots[0]).parent}: " + ", ".join(Path(plot).name for plot in plots))
@@ -882,6 +1053,7 @@ def report(args: argparse.Namespace, chosen: list[Contender], runs: list[Run], r
             "addon_total_verdict": addon_total,
             "totals": totals,
             "ratios": ratio,
+            "oracle_targets": targets,
             "plots": plots,
             "failed_runs": [{"round": run.round, "contender": run.contender, "error": run.error}
                             for run in failed],
@@ -931,13 +1103,10 @@ def benchmark(args: argparse.Namespace) -> None:
             root.mkdir(parents=True, exist_ok=True)
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="crawl-efficiency-")))
-        farm = args.farm
-        if args.quick:
-            quick = root / "quick-farm.toml"
-            quick.write_text(quick_farm(spec), encoding="utf-8")
-            farm = str(quick)
-        elif Path(args.farm).exists():
-            farm = str(Path(args.farm).resolve())
+        # Every run reads the farm from one file, so that the oracle can read the hidden limits too.
+        farm_file = root / ("quick-farm.toml" if args.quick else "farm.toml")
+        farm_file.write_text(quick_farm(spec) if args.quick else full_farm(args.farm), encoding="utf-8")
+        farm = str(farm_file)
         runs = asyncio.run(run_rounds(chosen, repeats, farm, root, limit, grace, plot_dir,
                                       progress=not args.json))
     report(args, chosen, runs, repeats, limit, started)
@@ -954,10 +1123,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="rounds over all contenders (default 3, quick 1)")
     parser.add_argument("--limit", type=float, default=0.0,
                         help=f"seconds a contender may run (default {LIMIT:g}, quick {QUICK_LIMIT:g})")
-    parser.add_argument("--contenders", default=",".join(c.key for c in CONTENDERS),
+    parser.add_argument("--contenders", default=",".join(c.key for c in CONTENDERS if c.key not in OPTIONAL),
                         help=f"comma-separated subset of: {', '.join(c.key for c in CONTENDERS)} "
-                             f"(default all; the verdicts need {REFERENCE}, and {ADDON} with "
-                             f"{ADDON_BASELINE})")
+                             f"(default all but {', '.join(sorted(OPTIONAL))}; the verdicts need "
+                             f"{REFERENCE}, and {ADDON} with {ADDON_BASELINE})")
     parser.add_argument("--plot-dir", default=str(PLOT_DIR),
                         help="folder for one PNG per run, roundN-CONTENDER.png ('' for none; "
                              "default: bench/out/crawl_efficiency)")

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawlpace.policy.breaker import CLOSED, GIVEN_UP, HALF_OPEN, OPEN, Breaker
+from crawlpace.policy.breaker import CLOSED, FIRST_PAUSE_SHARE, GIVEN_UP, HALF_OPEN, OPEN, Breaker
 
 INF = float("inf")
 
@@ -412,3 +412,127 @@ def test_invariants_hold_under_any_sequence(config: dict[str, float], actions: l
             assert until == INF
         assert snap.consecutive_failures >= 0
         assert snap.error_share is None or 0.0 <= snap.error_share <= 1.0
+
+
+# -- (h) escalating pauses, (i) errors that do not depend on the pace ---------------
+
+
+def test_pauses_escalate_from_the_first_pause_and_a_dead_site_goes_early() -> None:
+    breaker = Breaker(pause=60.0, first_pause=15.0, give_up_after=0)
+    now, opened_for = 0.0, []
+    for _ in range(40):
+        until = breaker.blocked_until(now)
+        assert until is not None
+        if until > now:
+            opened_for.append(until - now)
+            now = until
+        breaker.on_send(now)
+        fail(breaker, now)
+    # Every request fails: 15 s, then each failed probe doubles the pause, up to 60 s.
+    assert opened_for[:4] == [15.0, 30.0, 60.0, 60.0]
+
+
+def test_a_dead_site_is_given_up_within_30_s_and_10_requests_with_the_policy_defaults() -> None:
+    breaker = Breaker(pause=60.0, first_pause=60.0 * FIRST_PAUSE_SHARE)
+    now, sent = 0.0, 0
+    while breaker.state != GIVEN_UP:
+        until = breaker.blocked_until(now)
+        assert until is not None
+        now = max(now, until)
+        breaker.on_send(now)
+        sent += 1
+        fail(breaker, now)
+        now += 1.0
+    assert now <= 30.0
+    assert sent <= 10
+
+
+def test_a_close_resets_the_pause_to_the_first() -> None:
+    breaker = Breaker(pause=60.0, first_pause=10.0, min_requests=1)
+    fail(breaker, 0.0)  # 10 s
+    breaker.on_send(10.0)
+    fail(breaker, 10.0)  # the probe fails: 20 s
+    assert breaker.blocked_until(10.0) == 30.0
+    breaker.on_send(30.0)
+    succeed(breaker, 30.0)
+    for t in (31.0, 32.0, 33.0):
+        fail(breaker, t)
+        assert breaker.state == CLOSED  # so few outcomes since the pause may be chance
+    fail(breaker, 34.0)  # four of four: clearly more than half fail
+    assert breaker.state == OPEN
+    assert breaker.blocked_until(34.0) == 44.0
+
+
+def flaky_run(share: float, seed: int, seconds: float = 600.0) -> tuple[Breaker, float]:
+    """Ten requests a second to a site failing ``share`` of them whatever the pace; the time spent paused."""
+    rng = random.Random(seed)
+    breaker = Breaker(pause=60.0, first_pause=15.0)
+    now, paused = 0.0, 0.0
+    while now < seconds:
+        until = breaker.blocked_until(now)
+        assert until is not None
+        if until > now:
+            paused += until - now
+            now = until
+        breaker.on_send(now)
+        breaker.on_outcome(now, failed=rng.random() < share, sent_at=now)
+        now += 0.1
+    return breaker, paused
+
+
+def test_a_steady_quarter_of_errors_costs_one_pause_not_one_a_minute() -> None:
+    pauses = []
+    for seed in range(20):
+        breaker, paused = flaky_run(0.25, seed)
+        assert breaker.state != GIVEN_UP
+        assert 0.0 < breaker.tolerated_share <= 0.5
+        pauses.append(paused)
+    # Mostly the first pause alone, which told the errors from overload; a failed probe
+    # (one in four) adds a second one. Before the rule: a minute's pause every minute or so.
+    assert sorted(pauses)[10] <= 15.0
+    assert max(pauses) <= 45.0
+
+
+def test_errors_that_fall_with_the_pace_are_not_learned() -> None:
+    # Overload: 60 % failures before the pause, none after it (the pause let the site recover).
+    breaker = Breaker(pause=60.0, first_pause=15.0, min_requests=5)
+    for t in range(10):
+        breaker.on_outcome(float(t) * 0.1, failed=t % 5 < 3, sent_at=float(t) * 0.1)
+    assert breaker.state == OPEN
+    now = breaker.blocked_until(1.0)
+    assert now is not None
+    breaker.on_send(now)
+    succeed(breaker, now)
+    for i in range(50):
+        succeed(breaker, now + 0.1 * i)
+    assert breaker.tolerated_share == 0.0
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_a_site_where_most_requests_fail_is_still_stopped(seed: int) -> None:
+    breaker, paused = flaky_run(0.7, seed=seed, seconds=300.0)
+    assert breaker.tolerated_share <= 0.5
+    assert breaker.state == GIVEN_UP or paused >= 200.0
+
+
+def test_the_documented_flaky_timeline() -> None:
+    # docs/concepts/circuit-breaker.md, "Pauses that escalate, and errors that are the site's own".
+    rng = random.Random(1)
+    breaker = Breaker(pause=60.0, first_pause=10.0)
+    now = 0.0
+    pauses: list[tuple[float, float]] = []
+    learned: list[tuple[float, float]] = []
+    while now < 60.0:
+        until = breaker.blocked_until(now)
+        assert until is not None
+        if until > now:
+            pauses.append((round(now, 1), round(until, 1)))
+            now = until
+        breaker.on_send(now)
+        breaker.on_outcome(now, failed=rng.random() < 0.25, sent_at=now)
+        if breaker.tolerated_share and not learned:
+            learned.append((round(now, 1), breaker.tolerated_share))
+        now += 0.1
+    assert pauses == [(1.0, 10.9)]  # opened by the outcome at 0.9 s
+    assert learned == [(11.9, 0.5)]
+    assert breaker.state == CLOSED

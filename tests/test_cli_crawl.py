@@ -191,3 +191,32 @@ def test_resume_refuses_another_crawls_journal(tmp_path: Path, capsys: pytest.Ca
     assert main(["crawl", str(urls), "-o", str(tmp_path / "a.jsonl"), "--state", str(state)]) == 0
     assert main(["crawl", str(urls), "-o", str(tmp_path / "b.jsonl"), "--state", str(state), "--resume"]) == 3
     assert "this journal belongs to the crawl writing" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("flags", "rampup", "delay", "per_host"), [
+    ([], True, 1.0, 1),  # no throttling option: adaptive, from the polite default
+    (["--delay", "0.5"], False, 0.5, 1),
+    (["--per-host", "3"], False, 1.0, 3),
+    (["--per-host", "3", "--rampup"], True, 1.0, 3),
+])
+def test_crawl_is_adaptive_unless_a_throttling_option_fixes_the_limits(
+        flags: list[str], rampup: bool, delay: float, per_host: int) -> None:
+    from crawlpace.cli import _parser
+    from crawlpace.cli.crawl import build_settings
+
+    settings = build_settings(_parser().parse_args(["crawl", "urls.txt", "-o", "out.jsonl", *flags]))
+    defaults = settings.scope_defaults
+    assert (defaults.rampup, defaults.delay, defaults.concurrency) == (rampup, delay, per_host)
+    # Adaptive: each host's slots are rampup's; the crawl-wide cap does not hold hosts back.
+    assert settings.concurrent_requests == (64 if rampup else 16)
+
+
+def test_a_config_file_fixes_the_limits(tmp_path: Path) -> None:
+    from crawlpace.cli import _parser
+    from crawlpace.cli.crawl import build_settings
+
+    config = tmp_path / "crawlpace.toml"
+    config.write_text(CONFIG, encoding="utf-8")
+    args = ["crawl", "urls.txt", "-o", "out.jsonl", "--config", str(config)]
+    assert not build_settings(_parser().parse_args(args)).scope_defaults.rampup
+    assert build_settings(_parser().parse_args([*args, "--rampup"])).scope_defaults.rampup

@@ -226,3 +226,27 @@ async def test_robots_txt_redirects_are_followed_and_hops_do_not_eat_retries(tmp
     assert seen.count("/robots.txt") == 1
     assert "/private/1" not in seen
     assert summary.complete
+
+
+async def test_transient_500s_are_retried_behind_the_hosts_queue(tmp_path: Path) -> None:
+    # A 500 is not a backoff answer, yet it is transient: --retries resends it.
+    spec = {"site": [{"name": "flaky", "profile": "flaky", "errors": 0.3, "hangs": 0.0, "pages": 40,
+                      "seed": 3}]}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        summary, results = await crawl(tmp_path, urls, {"BREAKER_ENABLED": False}, retries=8)
+        report = farm.stats()
+    assert {result["status"] for result in results} == {200}
+    assert summary.complete
+    retried = [result for result in results if result["attempts"] > 1]
+    assert retried  # some pages drew a 500 first
+    assert report["flaky"]["requests"] == 40 + 1 + sum(result["attempts"] - 1 for result in results)
+
+
+async def test_without_retries_a_500_is_the_final_answer(tmp_path: Path) -> None:
+    spec = {"site": [{"name": "flaky", "profile": "flaky", "errors": 0.3, "hangs": 0.0, "pages": 40,
+                      "seed": 3}]}
+    async with Farm(spec) as farm:
+        _summary, results = await crawl(tmp_path, pages(farm), {"BREAKER_ENABLED": False}, retries=0)
+    assert 500 in {result["status"] for result in results}
+    assert {result["attempts"] for result in results} == {1}

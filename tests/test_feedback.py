@@ -242,7 +242,8 @@ async def test_an_announced_budget_lifts_rampup_at_once(clock: MockClock,
     assert stats.rampup is not None
     # Rampup alone starts at 1 request per second; the budget allows 50 in ~9.5 s.
     assert stats.rampup.phase == "start"
-    assert second - first == pytest.approx(9.5 / 50)
+    # Rampup's jitter only lengthens a delay, by up to 5 %.
+    assert 9.5 / 50 <= second - first <= 9.5 / 50 * 1.05
 
 
 async def test_spent_budget_holds_until_the_reset(clock: MockClock,

@@ -173,11 +173,11 @@ async def test_breaker_opens_probes_and_closes(clock: MockClock,
     assert stats is not None
     assert stats.breaker == "open"
     probe = await send(throttler, "flaky.example", 200)
-    assert probe == 60.0  # paused for BREAKER_PAUSE, then one probe
+    assert probe == 10.0  # paused for a sixth of BREAKER_PAUSE (the first pause), then one probe
     stats = await throttler.scope_stats("flaky.example")
     assert stats is not None
     assert stats.breaker == "closed"
-    assert await send(throttler, "flaky.example") == 60.0
+    assert await send(throttler, "flaky.example") == 10.0
 
 
 async def test_ten_percent_errors_slow_a_site_but_never_give_it_up(
@@ -222,6 +222,6 @@ async def test_an_uncounted_probe_outcome_frees_the_probe(clock: MockClock,
     with pytest.raises(KeyError):
         async with throttler.slot(scopes="flaky.example"):
             raise KeyError("parsing bug")
-    assert clock.now() == 60.0
+    assert clock.now() == 10.0  # the first pause: a sixth of BREAKER_PAUSE
     # The next request is the new probe; it must not wait forever.
-    assert await send(throttler, "flaky.example") == 60.0
+    assert await send(throttler, "flaky.example") == 10.0

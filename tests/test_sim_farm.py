@@ -285,7 +285,7 @@ def test_the_mixed_farm_has_one_site_per_profile() -> None:
     assert "mixed" in builtin_farms()
     farm = Farm.builtin("mixed")
     assert sorted(site.profile for site in farm.spec.sites) == sorted(PROFILES)
-    with pytest.raises(ConfigError, match="use one of: fairness, headers, mixed"):
+    with pytest.raises(ConfigError, match="use one of: fairness, hard, headers, mixed"):
         Farm.builtin("nonesuch")
 
 

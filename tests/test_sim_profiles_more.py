@@ -235,3 +235,16 @@ def test_overload_capacity_is_at_the_best_load() -> None:
     assert OverloadSite(latency=0.1, per_inflight=0.02, limit=5).capacity == pytest.approx(5 / 0.18)
     # Each extra request costs more than one alone: one at a time is fastest.
     assert OverloadSite(latency=0.1, per_inflight=0.3, limit=5).capacity == pytest.approx(10.0)
+
+
+def test_overload_knee_makes_latency_grow_as_a_power_past_it() -> None:
+    site = OverloadSite(latency=0.2, per_inflight=0.0, limit=10, knee=3, exponent=2.0)
+    assert site.latency(2) == pytest.approx(0.2)  # 3 in flight: at the knee, no growth yet
+    assert site.latency(5) == pytest.approx(0.2 * (6 / 3) ** 2)
+    # Throughput n / latency peaks at the knee, then falls: keeping 3 in flight is best.
+    assert site.best_load() == 3
+    assert site.capacity == pytest.approx(3 / 0.2)
+    level = OverloadSite(latency=0.2, per_inflight=0.0, limit=6, knee=2, exponent=1.0)
+    # Exponent 1: level past the knee; the fewest in flight that reach it is the best load.
+    assert level.best_load() == 2
+    assert level.capacity == pytest.approx(2 / 0.2)

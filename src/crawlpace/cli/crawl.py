@@ -32,13 +32,15 @@ if TYPE_CHECKING:
 # so that the command line and its help work without it.
 DEFAULT_USER_AGENT = f"crawlpace/{__version__}"
 
-__all__ = ["EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "add_parser", "build_settings", "read_urls",
-           "run", "run_job", "store_url"]
+__all__ = ["ADAPTIVE_CONCURRENCY", "EXIT_INCOMPLETE", "EXIT_INTERRUPTED", "QUICK_URLS", "adaptive",
+           "add_parser", "build_settings", "read_urls", "run", "run_job", "store_url"]
 
 #: Exit status when some URL got no final answer.
 EXIT_INCOMPLETE = 1
 #: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
+#: Requests in flight over all hosts when the crawl is adaptive and ``--concurrency`` is not given.
+ADAPTIVE_CONCURRENCY = 64
 #: URLs crawled at most with ``--quick``.
 QUICK_URLS = 100
 
@@ -56,15 +58,19 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     crawl.add_argument("--config", help="crawlpace TOML settings file")
     crawl.add_argument("--resume", action="store_true",
                        help="continue the crawl recorded next to --output after a crash or Ctrl-C")
-    crawl.add_argument("--rampup", action="store_true", help="turn rampup on for every host")
+    crawl.add_argument("--rampup", action="store_true",
+                       help="turn rampup on for every host, even with --delay, --per-host or --config "
+                            "(without any of those three, rampup is on anyway)")
     crawl.add_argument("--concurrency", type=int, help="requests in flight at once over all hosts "
-                       "(CONCURRENT_REQUESTS, default 16)")
+                       f"(CONCURRENT_REQUESTS, default 16; {ADAPTIVE_CONCURRENCY} when adaptive without "
+                       "--config)")
     crawl.add_argument("--per-host", type=int, help="requests in flight at once per host "
                        "(CONCURRENT_REQUESTS_PER_DOMAIN, default 1)")
     crawl.add_argument("--delay", type=float, help="seconds between requests to one host (DOWNLOAD_DELAY, "
                        "default 1)")
     crawl.add_argument("--user-agent", default=None, help=f"user agent (default: {DEFAULT_USER_AGENT})")
-    crawl.add_argument("--retries", type=int, default=3, help="resends after a backoff answer (default 3)")
+    crawl.add_argument("--retries", type=int, default=3, help="resends after a backoff answer or a transient "
+                       "failure: 5xx, timeout, reset connection (default 3)")
     crawl.add_argument("--timeout", type=float, default=10.0, help="seconds to connect and per read "
                        "(default 10)")
     crawl.add_argument("--scope-by", choices=("host", "domain", "ip"), default=None,
@@ -129,14 +135,19 @@ def build_settings(args: argparse.Namespace) -> Settings:
     if args.delay is not None:
         changes["delay"] = args.delay
         changes["delay_per_slot"] = min(defaults.delay_per_slot, args.delay) if args.delay else 0.0
-    if args.rampup:
+    rampup = adaptive(args)
+    if rampup:
         changes["rampup"] = True
     try:
         if changes:
             defaults = dataclasses.replace(defaults, **changes)
         scopes = ({name: dataclasses.replace(cfg, rampup=True) for name, cfg in settings.scopes.items()}
-                  if args.rampup else settings.scopes)
+                  if rampup else settings.scopes)
         total = args.concurrency if args.concurrency is not None else settings.concurrent_requests
+        if args.concurrency is None and rampup and not args.config:
+            # Each host's own slots are rampup's to set (at most rampup_max_concurrency); a
+            # crawl-wide cap of 16 would hold back every host once a few slow ones fill it.
+            total = max(total, ADAPTIVE_CONCURRENCY)
         extra: dict[str, Any] = {}
         block_on = getattr(args, "block_on_match", None) or []
         if block_on:
@@ -155,6 +166,17 @@ def build_settings(args: argparse.Namespace) -> Settings:
     except ConfigError as exc:
         flags = {"concurrency": "--per-host", "delay": "--delay", "concurrent_requests": "--concurrency"}
         raise ConfigError([_name_flag(problem, flags) for problem in exc.problems]) from None
+
+
+def adaptive(args: argparse.Namespace) -> bool:
+    """Whether every host gets rampup: asked for with ``--rampup``, or the default when no
+    throttling option (``--delay``, ``--per-host``, ``--config``) fixes the limits.
+
+    Rampup starts each host at the polite default (one request in flight, about one per
+    second) and climbs from there while the site answers without pushback.
+    """
+    fixed = args.delay is not None or args.per_host is not None or bool(args.config)
+    return bool(args.rampup) or not fixed
 
 
 def store_url(url: str, namespace: str | None) -> str:

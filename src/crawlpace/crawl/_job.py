@@ -14,6 +14,11 @@ What happens to each URL:
   ``BACKOFF_EXCEPTIONS``) is queued again, ahead of its host's queue, up to
   ``retries`` times; the throttler makes it wait out the backoff delay or the
   server's Retry-After before it goes;
+- a transient failure that is not a backoff answer (another 5xx, or an
+  exception the scope does not back off on) is queued again too, behind its
+  host's queue, within the same ``retries`` (as Scrapy's RetryMiddleware
+  does): the host's pace spaces the resends, and the rest of its URLs go
+  first;
 - a soft block (a challenge page matching a block rule, ``cf-mitigated:
   challenge``, a quota problem+json) counts as a backoff answer, whatever its
   status, and its line says ``"blocked": true`` with the rule;
@@ -379,14 +384,16 @@ class CrawlJob:
             return
         if self._follow_redirect(task, answer):
             return
-        if backoff and task.retries < self.options.retries:
+        transient = not backoff and _transient(answer)
+        if (backoff or transient) and task.retries < self.options.retries:
             task.retries += 1
-            _log.debug("%s: backoff answer %s, attempt %d; queued again", task.target,
+            _log.debug("%s: %s %s, attempt %d; queued again", task.target,
+                       "backoff answer" if backoff else "transient failure",
                        answer.status if answer.error is None else type(answer.error).__name__, task.attempts)
             if answer.block_rule is not None:
                 _log.info("%s: soft block (%s), attempt %d; backing off and queued again", task.target,
                           answer.block_rule, task.attempts)
-            self.scheduler.push(task, front=True)
+            self.scheduler.push(task, front=backoff)
             return
         if backoff:
             kind = "exhausted"
@@ -500,6 +507,11 @@ class _Answer:
     latency: float | None
     error: BaseException | None
     block_rule: str | None = None
+
+
+def _transient(answer: _Answer) -> bool:
+    """Whether an answer may well succeed if sent again: a 5xx, or no answer at all."""
+    return answer.error is not None or (answer.status is not None and answer.status >= 500)
 
 
 def _clean(urls: Iterable[str]) -> Iterable[str]:

@@ -26,7 +26,9 @@ class CrawlOptions:
         resume: continue the crawl recorded in ``state`` instead of starting one.
         user_agent: sent with every request, and matched against robots.txt.
         retries: times a URL is sent again after a backoff answer (429, 503,
-            a timeout...); the throttler decides how long to wait first.
+            a timeout...), whose wait the throttler decides, or after another
+            transient failure (a 500, a reset connection), which goes behind
+            the host's other URLs.
         timeout: seconds allowed for connecting, and then for each read.
         max_redirects: redirects followed per URL, each throttled under its
             own host.

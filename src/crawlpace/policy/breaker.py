@@ -34,6 +34,24 @@ half of its recent outcomes.
 The window is kept as counts per bucket of ``window / 12`` seconds, so its size
 does not depend on the request rate: an outcome counts for between eleven and
 twelve twelfths of the window.
+
+Two more rules tell a site that is down from one that merely fails now and then:
+
+* Pauses escalate. The first pause after a close lasts ``first_pause``; each
+  failed probe doubles it, up to ``pause``. A dead site is thus probed early and
+  given up early (with the scope policy's defaults, ten seconds after
+  it opened), while a site that keeps failing after a few probes waits the full
+  pause between them.
+* Errors that do not depend on the pace are tolerated. A pause brings the rate
+  to zero; if, once the probe has closed the breaker, failures come back at
+  about the same share as the one that opened it (at least ``STEADY_SAME`` of
+  it) while successes still outnumber them, slowing down did not help: the
+  errors are the site's own, not overload. The breaker then learns the new
+  share (times ``STEADY_MARGIN``, at most ``STEADY_MAX``) as the site's normal
+  one and opens again only clearly past it. A site where clearly more than half
+  of the requests fail is never tolerated, and a site that dies later is still
+  caught (its failures pass any tolerated share). Only a probe that succeeded
+  leads here, so a dead site never is.
 """
 
 from __future__ import annotations
@@ -56,6 +74,17 @@ CLOSED = "closed"
 OPEN = "open"
 HALF_OPEN = "half_open"
 GIVEN_UP = "given_up"
+
+#: The scope policy's first pause, as a share of ``BREAKER_PAUSE``.
+FIRST_PAUSE_SHARE = 1 / 6
+#: A reopening share at least this share of the previous opening's did not fall with the rate.
+STEADY_SAME = 0.5
+#: A learned share of failures is tolerated up to this multiple of it ...
+STEADY_MARGIN = 1.5
+#: ... but never when failures are at least this share of outcomes (the site is down).
+STEADY_MAX = 0.5
+#: Outcomes since the pause needed before failures can be judged the site's own.
+STEADY_OUTCOMES = 10
 
 _BUCKETS = 12
 _NEVER = float("-inf")
@@ -90,13 +119,13 @@ class Breaker:
         reason: why the breaker last opened or gave up; empty until then.
     """
 
-    __slots__ = ("_buckets", "_error_share", "_failed", "_give_up_after", "_half_open_since",
-                 "_min_requests", "_open_until", "_pause", "_probe_out", "_recent", "_recent_n",
-                 "_state", "_total",
-                 "_width", "_window", "consecutive_failures", "reason")
+    __slots__ = ("_buckets", "_error_share", "_failed", "_first_pause", "_give_up_after", "_half_open_since",
+                 "_min_requests", "_next_pause", "_open_until", "_opened_share", "_pause", "_probe_out",
+                 "_recent", "_recent_n", "_state", "_total", "_width", "_window", "consecutive_failures",
+                 "reason", "tolerated_share")
 
     def __init__(self, *, window: float = 60.0, error_share: float = 0.1, min_requests: int = 5,
-                 pause: float = 60.0, give_up_after: int = 5) -> None:
+                 pause: float = 60.0, give_up_after: int = 5, first_pause: float | None = None) -> None:
         """Set up a closed breaker.
 
         Args:
@@ -106,6 +135,8 @@ class Breaker:
             pause: seconds to wait after opening before a probe may go.
             give_up_after: a failed probe gives the scope up once this many
                 failures in a row have been seen; 0 never gives up.
+            first_pause: the pause after the breaker opens from closed; each
+                failed probe doubles it, up to ``pause``. ``None``: ``pause``.
 
         Raises:
             ValueError: when an argument is out of range.
@@ -120,12 +151,20 @@ class Breaker:
             raise ValueError(f"pause must be a finite number >= 0, not {pause!r}")
         if give_up_after < 0:
             raise ValueError(f"give_up_after must be >= 0, not {give_up_after!r}")
+        if first_pause is not None and not (math.isfinite(first_pause) and first_pause >= 0):
+            raise ValueError(f"first_pause must be a finite number >= 0, not {first_pause!r}")
         self._window = window
         self._width = window / _BUCKETS
         self._error_share = error_share
         self._min_requests = min_requests
         self._pause = pause
         self._give_up_after = give_up_after
+        self._first_pause = pause if first_pause is None else min(first_pause, pause)
+        self._next_pause = self._first_pause
+        # The failed share that last opened the breaker from closed (-1: none yet), and the
+        # share learned as the site's normal one (0: none).
+        self._opened_share = -1.0
+        self.tolerated_share = 0.0
         self._state = CLOSED
         self._open_until = _NEVER
         self._half_open_since = _NEVER
@@ -226,9 +265,17 @@ class Breaker:
         state = self._state
         if state == CLOSED:
             total, bad = self._total, self._failed
-            if total >= self._min_requests and bad > self._threshold(total) \
-                    and bad >= min(_MIN_FAILURES, self._min_requests):
-                self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
+            if self._too_many(total, bad):
+                verdict = self._after_pause(bad / total)
+                if verdict == "steady":
+                    self.tolerated_share = min(STEADY_MAX, STEADY_MARGIN * bad / total)
+                    _log.info("breaker: %d of %d failed again after a pause, as before it (%.0f%%): the "
+                              "errors do not depend on the pace; tolerating up to %.0f%%", bad, total,
+                              100 * self._opened_share, 100 * self.tolerated_share)
+                if verdict != "wait" and self._too_many(total, bad):
+                    self._opened_share = bad / total
+                    self._next_pause = self._first_pause
+                    self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
         elif state == HALF_OPEN and sent_at >= self._half_open_since:
             self._probe_out = False
             if not failed:
@@ -249,6 +296,29 @@ class Breaker:
 
     # -- internals ---------------------------------------------------------
 
+    def _too_many(self, total: int, bad: int) -> bool:
+        return (total >= self._min_requests and bad > self._threshold(total)
+                and bad >= min(_MIN_FAILURES, self._min_requests))
+
+    def _after_pause(self, share: float) -> str:
+        """Whether failures that came back after a pause look like the site's own errors.
+
+        Returns:
+            ``"down"`` when clearly more than half fail (or there was no pause to
+            compare with), ``"wait"`` while too few outcomes since the pause tell,
+            ``"steady"`` when the share did not fall with the pace, else ``"fell"``.
+        """
+        opened = self._opened_share
+        if opened <= 0.0 or self._half_open_since == _NEVER:
+            return "down"  # no pause yet: nothing to compare with
+        total = self._total
+        # "Most requests fail" must be clear, not a small sample's luck: two standard deviations.
+        if share - 2.0 * math.sqrt(STEADY_MAX * (1.0 - STEADY_MAX) / total) >= STEADY_MAX:
+            return "down"
+        if total < STEADY_OUTCOMES:
+            return "wait"
+        return "steady" if share >= STEADY_SAME * min(opened, STEADY_MAX) else "fell"
+
     def _threshold(self, total: int) -> float:
         """Failures among ``total`` outcomes that are clearly above the error share.
 
@@ -258,7 +328,7 @@ class Breaker:
         failures must exceed the share by two standard deviations of chance
         (a binomial count), and number at least three.
         """
-        share = self._error_share
+        share = max(self._error_share, self.tolerated_share)
         return share * total + 2.0 * math.sqrt(total * share * (1.0 - share))
 
     def _advance(self, now: float) -> None:
@@ -269,9 +339,11 @@ class Breaker:
             self._probe_out = False
 
     def _open(self, now: float, why: str) -> None:
+        pause = self._next_pause
+        self._next_pause = min(self._pause, 2.0 * pause) if pause > 0.0 else self._pause
         self._state = OPEN
-        self._open_until = now + self._pause
-        self.reason = f"{why}; paused {self._pause:g}s"
+        self._open_until = now + pause
+        self.reason = f"{why}; paused {pause:g}s"
         _log.debug("breaker opened: %s", self.reason)
 
     def _prune(self, bucket: float) -> None:

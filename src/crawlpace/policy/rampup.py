@@ -42,9 +42,25 @@ Three more rules keep it honest:
   learns nor banks a rate it never tried.
 * Latency: when the smoothed latency climbs past ``1.6 *`` the scope's
   baseline (its lowest smoothed latency over the last ten windows) plus 10
-  ms, the rate stops growing; past ``2 *`` baseline plus 20 ms it is cut as
+  ms, the rate stops growing; past ``2 *`` baseline plus 50 ms it is cut as
   for a pushback. An overloaded server is caught at its knee, before it
-  starts to refuse.
+  starts to refuse. A latency cut is deeper the further latency is past the
+  knee (down to a half, like a gradient controller), and it starts from the
+  rate the scope was allowed, not from the measured send rate: slow answers
+  hold the slots, so the send rate understates the rate that overloaded the
+  server, and a cut from it would starve the scope. The slots follow the
+  baseline latency, not the smoothed one, so a queueing server is not handed
+  more requests to queue.
+
+A request that fails without an answer (a timeout, a reset connection) is
+pushback only when the server looks loaded: its smoothed latency is past the
+knee, or no latency was seen yet. While answers keep coming back as quickly
+as ever, such a failure is the site's own fault (a hang, a flaky link), and
+slowing down would not make it rarer: it is ignored. Such failures still hold
+a slot for as long as they take (a hang lasts until the timeout), so the
+slots grow by the requests they are expected to hold (Little's law: the rate,
+times their share of outcomes, times how long each took), or a site that
+hangs now and then would see its few slots all stuck.
 
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
@@ -59,10 +75,17 @@ import math
 from collections import deque
 from dataclasses import dataclass
 
-__all__ = ["Rampup", "RampupStats"]
+from .._jitter import Jitter
+
+__all__ = ["RAMPUP_JITTER", "Rampup", "RampupStats"]
 
 logger = logging.getLogger(__name__)
 
+#: The spread of a rampup scope's delays: only ever longer, by up to 5 %. A token
+#: bucket with no room for bursts refuses any gap shorter than its own, so a symmetric
+#: spread of +/-10 % would hold the mean rate 10 % under a limit that one-sided
+#: jitter gets within 2.5 % of, with as few refusals.
+RAMPUP_JITTER = Jitter(0.0, 0.05)
 #: Seconds for the rate to double in the start phase.
 START_DOUBLING = 1.0
 #: The cut after a pushback that ends a probe.
@@ -91,8 +114,14 @@ SENT_WEIGHT = 0.25
 SENT_FIRST_GAP = 1.0
 #: Latency: stop growing past ``KNEE * baseline + KNEE_SLACK`` ...
 KNEE, KNEE_SLACK = 1.6, 0.010
-#: ... and cut past ``HIGH * baseline + HIGH_SLACK``.
-HIGH, HIGH_SLACK = 2.0, 0.020
+#: ... and cut past ``HIGH * baseline + HIGH_SLACK`` ...
+HIGH, HIGH_SLACK = 2.0, 0.050
+#: ... the deeper the further past ``KNEE * baseline + KNEE_SLACK + DEEP_SLACK`` it is.
+DEEP_SLACK = 0.05
+#: Slots per request in flight at the rate and the baseline latency.
+SLOT_HEADROOM = 1.5
+#: Weight of the newest outcome in the share of failures without an answer, and in their duration.
+STUCK_WEIGHT = 0.05
 #: Weight of a new latency sample in the smoothed latency.
 LATENCY_WEIGHT = 0.3
 #: Latency samples smoothed in before the baseline is taken.
@@ -153,11 +182,11 @@ class Rampup:
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth", "_probe_c",
-                 "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_window_min", "_window_start",
-                 "above_since", "ceiling", "decision", "generation", "last_pushback_rate", "latency",
-                 "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "start_rate",
-                 "target", "window")
+    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth", "_level",
+                 "_probe_c", "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_stuck_share",
+                 "_stuck_time", "_window_min", "_window_start", "above_since", "ceiling", "decision",
+                 "generation", "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate",
+                 "phase", "rate", "scope", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -190,6 +219,11 @@ class Rampup:
         self._window_min = math.inf
         self._window_start = _NEVER
         self._samples = 0
+        self._level = 0  # the last latency verdict: 0 fine, 1 at the knee, 2 too high
+        # Failures without an answer that were not taken for overload: their share of the
+        # outcomes and how long each held its slot (both smoothed).
+        self._stuck_share = 0.0
+        self._stuck_time = 0.0
         self._quiet_until = _NEVER
 
     # -- what the scope may do -----------------------------------------------
@@ -211,9 +245,18 @@ class Rampup:
         return self.rate if self.rate <= cap else cap
 
     def concurrency(self, rate: float) -> int:
-        """Slots enough for ``rate`` at the smoothed latency, with room for its swings."""
-        latency = self.latency or 0.0
-        return max(1, min(self.max_concurrency, math.ceil(rate * latency * 2.0) + 1))
+        """Slots enough for ``rate``, with room for the latency's swings.
+
+        Once a baseline is known the slots follow it (``SLOT_HEADROOM`` times the
+        requests in flight at ``rate`` and the baseline latency, plus one): a server
+        that queues answers ever more slowly, and slots counted from its slow answers
+        would let the queue grow further, which is how an overloaded server's
+        throughput collapses. Before that, twice the smoothed latency is the guess.
+        """
+        base = self.baseline()
+        span = SLOT_HEADROOM * base if base is not None else 2.0 * (self.latency or 0.0)
+        stuck = rate * self._stuck_share * self._stuck_time  # slots held by hangs
+        return max(1, min(self.max_concurrency, math.ceil(rate * span + stuck) + 1))
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -268,7 +311,8 @@ class Rampup:
         if last > self._sent_at:
             self._sent_at = last
 
-    def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None) -> bool:
+    def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
+                    answered: bool = True, elapsed: float | None = None) -> bool:
         """Take one outcome.
 
         Args:
@@ -276,6 +320,8 @@ class Rampup:
             pushback: the outcome is a backoff trigger (429, 503, a timeout...).
             current: the request was sent under the current generation.
             latency: its latency, when a response arrived.
+            answered: a response arrived (False: a timeout, a reset connection...).
+            elapsed: seconds from the send to this outcome (for one without an answer).
 
         Returns:
             True when :attr:`rate` changed.
@@ -284,7 +330,16 @@ class Rampup:
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        if pushback:
+        stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0
+        self._stuck_share += STUCK_WEIGHT * (stuck - self._stuck_share)
+        if stuck:
+            # No answer, yet the answers that do come are as quick as ever: not overload.
+            if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
+                held = self._stuck_time
+                self._stuck_time = held + STUCK_WEIGHT * (elapsed - held) if held else elapsed
+            self._decide(now, "ignored: a request failed without an answer while latency is normal; "
+                         "not taken for overload")
+        elif pushback:
             if can_cut:
                 self._cut(now, reason="pushback")
         else:
@@ -316,13 +371,13 @@ class Rampup:
             self._window_start = now
         self._window_min = min(self._window_min, smooth)
         base = self.baseline()
-        if base is None:
-            return 0
-        if smooth > HIGH * base + HIGH_SLACK:
-            return 2
-        if smooth > KNEE * base + KNEE_SLACK:
-            return 1
-        return 0
+        level = 0
+        if base is not None and smooth > HIGH * base + HIGH_SLACK:
+            level = 2
+        elif base is not None and smooth > KNEE * base + KNEE_SLACK:
+            level = 1
+        self._level = level
+        return level
 
     # -- moves -----------------------------------------------------------------
 
@@ -331,7 +386,10 @@ class Rampup:
         self._last_growth = now
         if step <= 0.0:
             return
-        if self.sent_rate(now) < USED_SHARE * self.allowed_rate(now) or self.rate >= self.max_rate:
+        # Compared with the rate itself: what the scope may send is capped at twice what
+        # it sends, so against that cap the test could never fail, and a scope held back
+        # by its slots (a server answering slowly) would double its rate for nothing.
+        if self.sent_rate(now) < USED_SHARE * self.rate or self.rate >= self.max_rate:
             self._epoch += step  # not using its rate: the curve waits
             return
         if self.phase == "start":
@@ -397,7 +455,18 @@ class Rampup:
         self._last_growth = now
 
     def _cut(self, now: float, *, reason: str) -> None:
-        sent = min(self.allowed_rate(now), self.sent_rate(now))
+        allowed = self.allowed_rate(now)
+        sent = min(allowed, self.sent_rate(now))
+        if self.phase == "start":
+            # Doubling outruns the measured send rate (a mean of recent gaps, which lags
+            # by a few sends): the refusal answers the rate allowed, so cut from that.
+            # (Later, the lag is what keeps the ceiling a little under the limit.)
+            sent = allowed
+        elif reason == "latency" and self.ceiling is not None:
+            # A queueing server answers slowly, so the measured send rate (held back by
+            # full slots) understates the rate that overloaded it: cut from the rate
+            # allowed, at most the ceiling, step by step, as a gradient would.
+            sent = max(sent, min(self.rate, self.ceiling))
         refused = reason == "pushback"
         if refused:
             self._pushbacks.append(now)
@@ -410,6 +479,8 @@ class Rampup:
             beta = BETA_DEEP
         elif count > high and refused:
             beta = BETA_OVER
+        elif not refused:
+            beta = self._latency_beta()
         else:
             beta = BETA
         # After a cascade the limit lies between the new rate and the one that failed:
@@ -433,6 +504,22 @@ class Rampup:
         what = "pushback" if reason == "pushback" else f"latency {self.latency or 0.0:.3f}s"
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
                      f"{low:g}-{high:g}); rate x{beta:g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
+
+    def _latency_beta(self) -> float:
+        """The cut for a latency past the cut line: the further past the knee, the deeper.
+
+        The square root of knee latency (plus ``DEEP_SLACK``) over smoothed latency, within
+        ``[BETA_DEEP, BETA]``: just past the line it is the ordinary cut, and a server whose
+        queue has grown to several times its baseline latency gets the rate halved, as a
+        gradient controller would, instead of one gentle cut per round trip while its queue
+        keeps growing. The slack keeps a site answering in milliseconds from deep cuts
+        when a busy machine (the crawler's own, say) adds a few tens of them.
+        """
+        base, smooth = self.baseline(), self.latency
+        if base is None or not smooth:
+            return BETA
+        knee = KNEE * base + KNEE_SLACK + DEEP_SLACK
+        return min(BETA, max(BETA_DEEP, math.sqrt(knee / smooth)))
 
     def _decide(self, now: float, decision: str) -> None:
         self.decision = decision

@@ -26,9 +26,9 @@ from .._exceptions import QuotaError
 from .admission import Limits
 from .autothrottle import AutoThrottle
 from .backoff import Backoff
-from .breaker import Breaker
+from .breaker import FIRST_PAUSE_SHARE, Breaker
 from .quota import QuotaBucket
-from .rampup import Rampup
+from .rampup import RAMPUP_JITTER, Rampup
 from .signals import ScopeFeedback
 
 __all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
@@ -233,10 +233,16 @@ class ScopePolicy:
         return limits
 
     def _set_jitter(self, limits: Limits, base: Limits) -> None:
-        # Near a server's limit a wide spread of delays turns into refusals: rampup
-        # scopes, like scopes backing off, use the narrow backoff jitter.
-        narrow = limits.delay > base.delay or self.rampup is not None
-        self.jitter = self.config.backoff.jitter if narrow else self.config.jitter
+        # Near a server's limit a wide spread of delays turns into refusals: scopes
+        # backing off use the narrow backoff jitter, and rampup scopes, which pace at
+        # the limit itself, one that only lengthens delays (see RAMPUP_JITTER), unless
+        # BACKOFF_JITTER is off, which turns it off too.
+        if self.rampup is not None:
+            backoff_jitter = self.config.backoff.jitter
+            self.jitter = RAMPUP_JITTER if backoff_jitter.enabled else backoff_jitter
+        else:
+            narrow = limits.delay > base.delay
+            self.jitter = self.config.backoff.jitter if narrow else self.config.jitter
 
     def restored(self) -> None:
         """Bring derived values in line after learned state was written in (see ``policy/state.py``)."""
@@ -269,7 +275,8 @@ class ScopePolicy:
             cfg = self.config.breaker
             breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
                                              min_requests=cfg.min_requests, pause=cfg.pause,
-                                             give_up_after=cfg.give_up_after)
+                                             give_up_after=cfg.give_up_after,
+                                             first_pause=cfg.pause * FIRST_PAUSE_SHARE)
         return breaker
 
     def _update_gated(self) -> None:
@@ -375,7 +382,8 @@ class ScopePolicy:
         if rampup is not None:
             if feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
-                                   latency=feedback.latency)
+                                   latency=feedback.latency, answered=feedback.status is not None,
+                                   elapsed=now - sent_at)
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager

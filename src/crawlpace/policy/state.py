@@ -69,10 +69,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "a": ("delay",),  # AutoThrottle
     "q": ("_credit", "_at"),  # the quota bucket
     "k": ("_state", "_open_until", "_half_open_since", "_probe_out", "_buckets", "_total", "_failed",
-          "consecutive_failures", "_recent", "_recent_n"),  # the circuit breaker
+          "consecutive_failures", "_recent", "_recent_n", "_next_pause", "_opened_share",
+          "tolerated_share"),  # the circuit breaker
     "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
           "_pushbacks", "_gap", "_sent_at", "_last_growth", "_cut_rate", "_epoch", "_k", "_climb",
-          "_probe_c", "_baseline", "_window_min", "_window_start", "_samples", "_quiet_until"),  # rampup
+          "_probe_c", "_baseline", "_window_min", "_window_start", "_samples", "_quiet_until", "_level",
+          "_stuck_share", "_stuck_time"),  # rampup
 }
 
 #: Per part, the attributes that are *not* learned state: settings, values derived from them
@@ -85,7 +87,8 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),
-    "k": ("_error_share", "_give_up_after", "_min_requests", "_pause", "_width", "_window", "reason"),
+    "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
+          "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window"),
 }
 

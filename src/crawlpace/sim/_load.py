@@ -68,10 +68,19 @@ class OverloadSite(_BusySite):
     ``n = limit``, reached by keeping exactly ``limit`` requests in flight.
     Otherwise one request at a time is best.
 
+    With a ``knee`` above 0 the site has a congestion knee as well: once
+    ``n`` requests are in flight (this one included) and ``n > knee``, the
+    latency above is multiplied by ``(n / knee) ** exponent``. With exponent
+    2 the throughput peaks at ``n = knee`` and falls past it; with exponent 1
+    it stays level past the knee while each request waits longer. The
+    capacity is the best throughput over ``n`` from 1 to ``limit``.
+
     Args:
         latency: seconds to serve a request alone.
         per_inflight: seconds added for each other request in flight.
         limit: the most requests in flight at once.
+        knee: requests in flight past which latency grows as a power (0: none).
+        exponent: the power of that growth.
         sleep: how to wait; ``asyncio.sleep`` unless a test swaps it.
         **options: see :class:`Site`.
     """
@@ -81,24 +90,40 @@ class OverloadSite(_BusySite):
                      high=60.0)
     _PER_INFLIGHT = Param("per_inflight", "number", "seconds added per other request in flight", 0.02,
                           low=0.0, high=60.0)
-    PARAMS = (_LATENCY, _PER_INFLIGHT, _LIMIT)
+    _KNEE = Param("knee", "integer", "requests in flight past which latency grows as a power (0: none)", 0,
+                  low=0, high=100_000)
+    _EXPONENT = Param("exponent", "number", "the power of the latency growth past the knee", 2.0, low=0.0,
+                      above=True, high=10.0)
+    PARAMS = (_LATENCY, _PER_INFLIGHT, _LIMIT, _KNEE, _EXPONENT)
 
-    def __init__(self, *, latency: float = 0.05, per_inflight: float = 0.02, limit: int = 4,
-                 sleep: Sleep = asyncio.sleep, **options: Unpack[SiteOptions]) -> None:
+    def __init__(self, *, latency: float = 0.05, per_inflight: float = 0.02, limit: int = 4, knee: int = 0,
+                 exponent: float = 2.0, sleep: Sleep = asyncio.sleep, **options: Unpack[SiteOptions]) -> None:
         self.base_latency = self._LATENCY.number(latency)
         self.per_inflight = self._PER_INFLIGHT.number(per_inflight)
+        self.knee = self._KNEE.integer(knee)
+        self.exponent = self._EXPONENT.number(exponent)
         super().__init__(limit=limit, sleep=sleep, **options)
+
+    def best_load(self) -> int:
+        """The requests in flight that serve the most per second (the fewest such, on a tie)."""
+        return max(range(1, self.limit + 1), key=lambda n: (round(n / self.latency(n - 1), 9), -n))
 
     @property
     def capacity(self) -> float:
-        """Requests per second served at the best load: ``limit`` in flight, or one when
-        each extra request costs more than a request alone (``per_inflight > latency``)."""
-        at_limit = self.limit / (self.base_latency + self.per_inflight * (self.limit - 1))
-        return max(at_limit, 1.0 / self.base_latency)
+        """Requests per second served at the best load (see :meth:`best_load`): ``limit`` in
+        flight without a knee, or one when each extra request costs more than a request alone
+        (``per_inflight > latency``)."""
+        best = self.best_load()
+        return best / self.latency(best - 1)
 
     def latency(self, busy: int) -> float:
-        """The base latency plus ``per_inflight`` for each request already in flight."""
-        return self.base_latency + self.per_inflight * busy
+        """The base latency plus ``per_inflight`` for each request already in flight, times the
+        knee's factor once the load (``busy + 1``) is past it."""
+        seconds = self.base_latency + self.per_inflight * busy
+        load = busy + 1
+        if self.knee and load > self.knee:
+            seconds *= (load / self.knee) ** self.exponent
+        return seconds
 
 
 class SlowSite(_BusySite):

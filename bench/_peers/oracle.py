@@ -1,0 +1,220 @@
+"""The all-knowing pacer of ``bench/crawl_efficiency.py``: it reads every site's hidden limits.
+
+Run it as ``python bench/_peers/oracle.py URLS.txt OUT.jsonl FARM.toml``.
+
+It is not a crawler anyone could ship: it builds each site of the farm file with the
+simulator's own code (``crawlpace.sim``) and paces every host just under what that site
+allows, so that its goodput is the best a polite crawler can hope for. The sites are
+found by address, as the farm lays them out: the first on 127.0.0.2, the next on
+127.0.0.3, and so on (the simulator's loopback aliases; without them this script cannot
+tell the sites apart and exits with an error).
+
+Per profile, each host gets an even gap between sends and a cap on requests in flight:
+
+* ``ratelimit``, ``retryafter``: 95 % of the token rate, evenly spaced from each actual send,
+  4 in flight; 90 % and 1 in flight when the bucket holds at most 2 (no burst room: any
+  arrival early by more than the slack draws a 429). The slack leaves room for the jitter
+  of two processes' event loops on a loaded machine;
+* ``headers``: 95 % of ``limit / window``, evenly spaced (never more than the limit in a window);
+* ``crawldelay``: one request at a time, ``delay`` plus 2 % plus 20 ms apart;
+* ``quota``: 96 % of *half* the quota per window, evenly spaced. The site's staged brake
+  refuses half of the requests once half of a window's quota is used, so the quota's
+  second half costs at least one 429 per success: below half, none is ever drawn;
+* ``overload``: the in-flight count that serves the most per second (the site's
+  :meth:`~crawlpace.sim.OverloadSite.best_load`), no gap;
+* ``slow``: ``limit`` in flight, no gap;
+* ``flaky``: 8 in flight, no gap;
+* ``shifting``: the base profile's plan, scaled by the factor of the schedule from the
+  host's first request on, switching to a lower factor 0.3 s early;
+* ``dead``: nothing is sent.
+
+Every request has the same 10 s timeout as the crawlpace contenders; a 5xx, a 429, a
+timeout or a failed connection is sent again after the host's gap, or after the
+``Retry-After`` of a 429, which holds the whole host (at most 8 resends), so
+the flaky sites' pages all get done. Each URL's final answer is one JSON line ``{"url",
+"status", "attempts", "error"}``, written and flushed as soon as it is known.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ipaddress
+import json
+import math
+import sys
+import time
+import tomllib
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, TextIO
+from urllib.parse import urlsplit
+
+import httpx
+
+from crawlpace.sim import (
+    CrawlDelaySite,
+    FlakySite,
+    HeadersSite,
+    OverloadSite,
+    QuotaSite,
+    RateLimitSite,
+    RetryAfterSite,
+    ShiftingSite,
+    Site,
+    SlowSite,
+    parse_farm,
+)
+from crawlpace.sim._spec import build_site
+
+TIMEOUT = 10.0
+RETRIES = 8
+FIRST_HOST = ipaddress.ip_address("127.0.0.2")
+#: Shares of the hidden limits the oracle uses.
+RATE_SHARE = 0.95
+#: ... of a bucket that holds at most 2, which refuses any two arrivals closer than its gap.
+TIGHT_SHARE = 0.9
+QUOTA_SHARE = 0.5 * 0.96
+CRAWL_DELAY_MARGIN, CRAWL_DELAY_SLACK = 1.02, 0.02
+#: Requests in flight on a site whose only limit is its rate (the farm answers in about a millisecond).
+RATE_INFLIGHT = 4
+FLAKY_INFLIGHT = 8
+#: A lower factor of a shifting site's schedule is taken this many seconds early.
+SHIFT_LEAD = 0.3
+
+
+@dataclass
+class Plan:
+    """How one host is paced: at most ``inflight`` at once, sends ``gap`` seconds apart."""
+
+    gap: float
+    inflight: int
+    send: bool = True
+
+
+def plan_of(site: Site, factor: float = 1.0) -> Plan:
+    """The pace for ``site`` when its main limit is ``factor`` times the configured one."""
+    if isinstance(site, ShiftingSite):
+        return plan_of(site.inner, factor)
+    if isinstance(site, RateLimitSite | RetryAfterSite):
+        # A bucket without room for a burst refuses two sends that arrive closer than its gap:
+        # one at a time, so that a late send never lets the next one catch up with it.
+        if site.burst <= 2:
+            return Plan(1.0 / (site.rate * factor * TIGHT_SHARE), 1)
+        return Plan(1.0 / (site.rate * factor * RATE_SHARE), RATE_INFLIGHT)
+    if isinstance(site, HeadersSite):
+        limit = max(round(site.limit * factor), 1)
+        return Plan(site.window / (limit * RATE_SHARE), RATE_INFLIGHT)
+    if isinstance(site, CrawlDelaySite):
+        return Plan(site.delay * CRAWL_DELAY_MARGIN + CRAWL_DELAY_SLACK, 1)
+    if isinstance(site, QuotaSite):
+        return Plan(site.window / (site.quota * QUOTA_SHARE), RATE_INFLIGHT)
+    if isinstance(site, OverloadSite):
+        return Plan(0.0, site.best_load())
+    if isinstance(site, SlowSite):
+        return Plan(0.0, max(round(site.limit * factor), 1))
+    if isinstance(site, FlakySite):
+        return Plan(0.0, FLAKY_INFLIGHT)
+    return Plan(math.inf, 0, send=False)  # dead: nothing would come back
+
+
+class Host:
+    """One site's pacer: even gaps, a cap on requests in flight, the schedule of a shifting site."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.first: float | None = None
+        self.next_send = 0.0
+        self.slots = asyncio.Semaphore(max(plan_of(site).inflight, 1))
+        self.lock = asyncio.Lock()
+
+    def plan(self, now: float) -> Plan:
+        site = self.site
+        if not isinstance(site, ShiftingSite) or self.first is None:
+            return plan_of(site)
+        elapsed = now - self.first
+        factor = 1.0
+        for seconds, step in site.changes:
+            if elapsed >= seconds or (elapsed + SHIFT_LEAD >= seconds and step < factor):
+                factor = step
+        return plan_of(site, factor)
+
+    def hold(self, retry_after: str | None) -> None:
+        """Send nothing more to this host until a ``Retry-After`` (in seconds) runs out."""
+        try:
+            seconds = float(retry_after or "")
+        except ValueError:
+            return
+        if math.isfinite(seconds) and seconds > 0:
+            self.next_send = max(self.next_send, time.monotonic() + seconds + 0.05)
+
+    async def turn(self) -> None:
+        """Wait for this host's next send time, then book the one after it."""
+        async with self.lock:
+            now = time.monotonic()
+            if self.first is None:
+                self.first = now
+            wait = self.next_send - now
+            if wait > 0:
+                await asyncio.sleep(wait)
+                now = time.monotonic()
+            # From the actual send: a send that woke late must not shorten the next gap.
+            self.next_send = now + self.plan(now).gap
+
+
+async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, Any]:
+    """One URL, resent after an error, each send paced by its host."""
+    status: int | None = None
+    error: str | None = None
+    attempts = 0
+    async with host.slots:
+        while True:
+            await host.turn()
+            attempts += 1
+            try:
+                response = await client.get(url)
+                status, error = response.status_code, None
+                if status == 429:
+                    host.hold(response.headers.get("retry-after"))
+            except (httpx.HTTPError, OSError) as exc:
+                status, error = None, f"{type(exc).__name__}: {exc}"
+            if (status is not None and status < 500 and status != 429) or attempts > RETRIES:
+                return {"url": url, "status": status, "attempts": attempts, "error": error}
+
+
+async def crawl_host(client: httpx.AsyncClient, host: Host, urls: deque[str], out: TextIO) -> None:
+    async def worker() -> None:
+        while urls:
+            result = await fetch(client, host, urls.popleft())
+            out.write(json.dumps(result) + "\n")
+            out.flush()
+
+    await asyncio.gather(*(worker() for _ in range(max(plan_of(host.site).inflight, 1))))
+
+
+def hosts_of(farm: Path) -> dict[str, Site]:
+    """Each site of the farm by the address the simulator gives it."""
+    spec = parse_farm(tomllib.loads(farm.read_text(encoding="utf-8")))
+    return {str(FIRST_HOST + index): build_site(site) for index, site in enumerate(spec.sites)}
+
+
+async def main(urls: list[str], output: Path, farm: Path) -> None:
+    sites = hosts_of(farm)
+    queues: dict[str, deque[str]] = {}
+    for url in urls:
+        host = urlsplit(url).hostname or ""
+        if host not in sites:
+            sys.exit(f"oracle: {url} is on no site of {farm} (the farm needs its loopback aliases)")
+        queues.setdefault(host, deque()).append(url)
+    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    with output.open("w", encoding="utf-8") as out:
+        async with httpx.AsyncClient(timeout=TIMEOUT, limits=limits, trust_env=False) as client:
+            await asyncio.gather(*(crawl_host(client, Host(sites[host]), queue, out)
+                                   for host, queue in queues.items() if plan_of(sites[host]).send))
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 4:
+        sys.exit("usage: oracle.py URLS.txt OUT.jsonl FARM.toml")
+    lines = Path(sys.argv[1]).read_text(encoding="utf-8").split()
+    asyncio.run(main([line for line in lines if line], Path(sys.argv[2]), Path(sys.argv[3])))
