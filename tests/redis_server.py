@@ -68,9 +68,12 @@ class RedisServer:
     server's directory, so a restarted server has the data of the stopped one.
     """
 
-    def __init__(self, binary: str, port: int | None = None, *, persist: bool = False) -> None:
+    def __init__(self, binary: str, port: int | None = None, *, persist: bool = False,
+                 extra: tuple[str, ...] = (), tls: bool = False) -> None:
         self.binary = binary
         self.persist = persist
+        self.extra = extra  # more server arguments: a password, ACL users, TLS files
+        self.tls = tls  # the port speaks TLS only: readiness is a TCP connect, not a PING
         self.port = port or free_port()
         self._dir = Path(tempfile.mkdtemp(prefix="crawlpace-redis-"))
         self._process: subprocess.Popen[bytes] | None = None
@@ -79,18 +82,26 @@ class RedisServer:
     def url(self) -> str:
         return f"redis://127.0.0.1:{self.port}/0"
 
+    @property
+    def directory(self) -> Path:
+        """The server's working folder (removed by :meth:`close`)."""
+        return self._dir
+
     def start(self, timeout: float = 10.0) -> None:
         self._process = subprocess.Popen(
             [self.binary, "--port", str(self.port), "--bind", "127.0.0.1", "--save", "",
              "--appendonly", "yes" if self.persist else "no", "--appendfsync", "always",
-             "--dir", str(self._dir), "--protected-mode", "yes"],
+             "--dir", str(self._dir), "--protected-mode", "yes",
+             *(("--port", "0", "--tls-port", str(self.port)) if self.tls else ()), *self.extra],
             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
                 with socket.create_connection(("127.0.0.1", self.port), timeout=0.2) as sock:
+                    if self.tls:
+                        return
                     sock.sendall(b"PING\r\n")
-                    if sock.recv(16).startswith(b"+PONG"):
+                    if sock.recv(16).startswith((b"+PONG", b"-NOAUTH")):
                         return
             except OSError:
                 pass

@@ -16,6 +16,7 @@ from ._exceptions import (
     QuotaError,
     ScopeError,
     ScopeGivenUp,
+    StoreUnreachable,
     ThrottlerClosed,
 )
 from ._feedback import update_scope_backoff
@@ -75,6 +76,7 @@ __all__ = [
     "ServerHint",
     "ServerScopes",
     "Settings",
+    "StoreUnreachable",
     "SyncPermit",
     "SyncThrottler",
     "ThrottleObserver",

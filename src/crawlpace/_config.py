@@ -121,6 +121,10 @@ class Settings:
         Raises:
             ConfigError: listing every invalid setting.
         """
+        if not isinstance(settings, Mapping):  # a list of pairs, a string...: say so, not AttributeError
+            raise ConfigError([f"settings: expected a mapping of setting names to values, got "
+                               f"{type(settings).__name__} {repr(settings)[:80]}; give a dict "
+                               "such as {'DOWNLOAD_DELAY': 1.0} (dict(pairs) makes one of a list of pairs)"])
         tree, labels, problems = scrapy_to_tree(settings)
         return cls(**parse_tree(tree, labels, problems))
 
@@ -131,6 +135,9 @@ class Settings:
         Raises:
             ConfigError: listing every invalid setting.
         """
+        if not isinstance(data, Mapping):
+            raise ConfigError([f"{source or 'settings'}: expected a mapping (the TOML file's layout), got "
+                               f"{type(data).__name__}; give a dict such as {{'concurrent_requests': 8}}"])
         return cls(**parse_tree(data, TreeLabels(source)))
 
     @classmethod

@@ -9,6 +9,7 @@ anything this package raises on purpose::
     │   └── QuotaError       a request expects more quota than its scope has per window
     ├── ThrottlerClosed      the throttler was closed while a request waited or tried to enter
     ├── ScopeGivenUp         the circuit breaker gave a scope up; its requests fail
+    ├── StoreUnreachable     a shared store did not answer at start-up (refused, bad password, silence)
     └── PermitError          a permit was misused (released twice, feedback after release)
 
 Misuse by the caller (``ConfigError``, ``ScopeError``, ``PermitError``) is kept
@@ -26,6 +27,7 @@ __all__ = [
     "QuotaError",
     "ScopeError",
     "ScopeGivenUp",
+    "StoreUnreachable",
     "ThrottlerClosed",
 ]
 
@@ -42,7 +44,10 @@ class ConfigError(CrawlpaceError, ValueError):
     """
 
     def __init__(self, problems: list[str]) -> None:
-        self.problems = list(problems)
+        # A settings value may be a URL with a password: no problem line shows one.
+        from ._redact import redact
+
+        self.problems = [redact(problem) for problem in problems]
         super().__init__("\n".join(self.problems))
 
 
@@ -66,6 +71,14 @@ class ScopeGivenUp(CrawlpaceError):
         self.scope = scope
         self.reason = reason
         super().__init__(f"scope {scope!r} was given up: {reason}")
+
+
+class StoreUnreachable(CrawlpaceError):
+    """A shared store could not be reached when it was checked at start-up.
+
+    The message names the store (password hidden), what happened and what to
+    check. While running, the store fails closed instead: requests wait.
+    """
 
 
 class ThrottlerClosed(CrawlpaceError):

@@ -5,37 +5,80 @@ this module turns robots.txt text into that value, and into the allow/deny
 rules the crawl command applies, with protego, the parser Scrapy uses.
 Fetching and caching robots.txt belong to the crawl command.
 
-Broken input is never fatal. Following what the large crawlers do, a file
-that cannot be parsed, or one larger than :data:`MAX_ROBOTS_BYTES`, is taken
-as allowing everything, with a warning.
+What an answer to a robots.txt fetch means follows RFC 9309 (section 2.3.1):
+
+- 2xx: the body holds the rules; only its first :data:`MAX_ROBOTS_BYTES` are
+  read (cut back to the last whole line), the rest is ignored with a warning;
+- 3xx: the crawl follows up to :data:`ROBOTS_MAX_REDIRECTS` hops; one more,
+  or a redirect that leads nowhere usable, counts as "unavailable";
+- 4xx ("unavailable"): there are no rules, everything is allowed;
+- 5xx, 429 and network errors ("unreachable"): everything is disallowed
+  until a later fetch succeeds. 429 is a 4xx, but it says "too fast", not
+  "there is no file", so it is treated like a server error, as Google does.
+
+:func:`robots_verdict` is that table; the crawl command and
+:class:`~crawlpace.frontier.RobotsCache` act on it. Broken input is never
+fatal: a file the parser rejects is taken as allowing everything, with a
+warning.
 """
 
 from __future__ import annotations
 
 import logging
 import math
+from typing import Literal
 
 from protego import Protego
 
-__all__ = ["MAX_ROBOTS_BYTES", "RobotsRules", "crawl_delay"]
+__all__ = ["MAX_ROBOTS_BYTES", "ROBOTS_MAX_REDIRECTS", "RobotsRules", "Verdict", "crawl_delay",
+           "robots_verdict"]
 
 logger = logging.getLogger(__name__)
 
 #: Bytes of robots.txt that are read; Google reads 500 KiB and ignores the rest.
 MAX_ROBOTS_BYTES = 500 * 1024
+#: Redirect hops followed to reach robots.txt; RFC 9309 asks for at least five.
+ROBOTS_MAX_REDIRECTS = 5
+
+#: What a robots.txt answer means: ``"rules"`` (parse the body), ``"allow_all"``
+#: (no usable file) or ``"unreachable"`` (disallow everything for now).
+Verdict = Literal["rules", "allow_all", "unreachable"]
+
+
+def robots_verdict(status: int | None) -> Verdict:
+    """Classify the final answer to a robots.txt fetch (``None``: no answer at all).
+
+    A 3xx reaching this function is one the crawl did not follow (too many
+    hops, or a ``Location`` that is not http(s)): RFC 9309 lets a crawler
+    treat that as unavailable, hence allow-all.
+    """
+    if status is None or status == 429 or status >= 500 or status < 200:
+        return "unreachable"
+    if status < 300:
+        return "rules"
+    return "allow_all"
+
+
+def _head(robots_txt: bytes) -> bytes:
+    """The first :data:`MAX_ROBOTS_BYTES` of a file, cut back to a whole line."""
+    if len(robots_txt) <= MAX_ROBOTS_BYTES:
+        return robots_txt
+    head = robots_txt[:MAX_ROBOTS_BYTES]
+    end = head.rfind(b"\n")
+    return head[:end + 1] if end >= 0 else head
 
 
 def crawl_delay(robots_txt: str | bytes, user_agent: str) -> float | None:
     """Return the Crawl-Delay that ``robots_txt`` sets for ``user_agent``, if any.
 
-    Broken input never raises: undecodable bytes are replaced, text past
-    :data:`MAX_ROBOTS_BYTES` is dropped, and a file the parser rejects, or a
-    negative or non-finite delay, counts as no Crawl-Delay (with a warning).
+    Broken input never raises: undecodable bytes are replaced, bytes past
+    :data:`MAX_ROBOTS_BYTES` are dropped (back to the last whole line), and a
+    file the parser rejects, or a negative or non-finite delay, counts as no
+    Crawl-Delay (with a warning).
     """
-    if isinstance(robots_txt, bytes):
-        robots_txt = robots_txt[:MAX_ROBOTS_BYTES].decode("utf-8", errors="replace")
-    elif len(robots_txt) > MAX_ROBOTS_BYTES:
-        robots_txt = robots_txt[:MAX_ROBOTS_BYTES]
+    if isinstance(robots_txt, str):
+        robots_txt = robots_txt.encode("utf-8", errors="replace")
+    robots_txt = _head(robots_txt).decode("utf-8", errors="replace")
     try:
         delay = Protego.parse(robots_txt).crawl_delay(user_agent)
     except Exception as exc:  # a parser bug must not stop a crawl: treat as "no rules"
@@ -56,28 +99,38 @@ def crawl_delay(robots_txt: str | bytes, user_agent: str) -> float | None:
 class RobotsRules:
     """The rules of one robots.txt for one user agent.
 
-    Build it with :meth:`parse` from a fetched file, or :meth:`allow_all`
-    when there is no usable file (a 4xx answer, or a file that is broken).
+    Build it with :meth:`parse` from a fetched file, :meth:`allow_all` when
+    there is no usable file (a 4xx answer, or a file that is broken), or
+    :meth:`disallow_all` while the file cannot be reached.
 
     Attributes:
         crawl_delay: the Crawl-Delay for the user agent, None when absent.
-        note: why the rules allow everything, when they do by default
-            (``"missing"``, ``"too large"``, ``"unparsable"``); empty otherwise.
+        note: why the rules allow or forbid everything, when they do by
+            default (``"missing"``, ``"unparsable"``, ``"status 503"``, ...);
+            for parsed rules, ``"truncated"`` or empty.
+        unreachable: whether these rules stand in for a file that could not
+            be fetched (everything is forbidden, but only for now).
     """
 
-    __slots__ = ("_parser", "_user_agent", "crawl_delay", "note")
+    __slots__ = ("_parser", "_user_agent", "crawl_delay", "note", "unreachable")
 
     def __init__(self, parser: Protego | None, user_agent: str, crawl_delay: float | None = None,
-                 note: str = "") -> None:
+                 note: str = "", *, unreachable: bool = False) -> None:
         self._parser = parser
         self._user_agent = user_agent
         self.crawl_delay = crawl_delay
         self.note = note
+        self.unreachable = unreachable
 
     @classmethod
     def allow_all(cls, user_agent: str, note: str = "missing") -> RobotsRules:
         """Rules that allow every URL and ask for no delay."""
         return cls(None, user_agent, None, note)
+
+    @classmethod
+    def disallow_all(cls, user_agent: str, note: str = "unreachable") -> RobotsRules:
+        """Rules that forbid every URL, standing in for a file that could not be fetched."""
+        return cls(None, user_agent, None, note, unreachable=True)
 
     @classmethod
     def parse(cls, body: bytes, user_agent: str, *, origin: str = "robots.txt") -> RobotsRules:
@@ -91,25 +144,27 @@ class RobotsRules:
             origin: where the file came from, for log lines.
 
         Returns:
-            The rules; allow-all with a warning when the file is too large or
-            cannot be parsed.
+            The rules; those of the first :data:`MAX_ROBOTS_BYTES` (with a
+            warning) when the file is larger; allow-all with a warning when
+            it cannot be parsed.
         """
+        note = ""
         if len(body) > MAX_ROBOTS_BYTES:
-            logger.warning("%s is larger than %d bytes: treating it as allowing everything",
-                           origin, MAX_ROBOTS_BYTES)
-            return cls.allow_all(user_agent, "too large")
+            logger.warning("%s is larger than %d bytes: only its first %d bytes are read",
+                           origin, MAX_ROBOTS_BYTES, MAX_ROBOTS_BYTES)
+            body, note = _head(body), "truncated"
         text = body.decode("utf-8", errors="replace")
         try:
             parser = Protego.parse(text)
         except Exception as exc:  # a parser bug must not stop a crawl: treat as "no rules"
             logger.warning("%s could not be parsed (%s): treating it as allowing everything", origin, exc)
             return cls.allow_all(user_agent, "unparsable")
-        return cls(parser, user_agent, crawl_delay(text, user_agent))
+        return cls(parser, user_agent, crawl_delay(body, user_agent), note)
 
     def allowed(self, url: str) -> bool:
         """Whether the rules let the user agent fetch ``url``."""
         if self._parser is None:
-            return True
+            return not self.unreachable
         try:
             return bool(self._parser.can_fetch(url, self._user_agent))
         except Exception as exc:  # the parser must not stop a crawl either
@@ -117,5 +172,8 @@ class RobotsRules:
             return True
 
     def __repr__(self) -> str:
-        kind = f"allow-all ({self.note})" if self._parser is None else "parsed"
+        if self._parser is not None:
+            kind = "parsed"
+        else:
+            kind = f"{'disallow' if self.unreachable else 'allow'}-all ({self.note})"
         return f"<RobotsRules {kind} crawl_delay={self.crawl_delay!r}>"

@@ -17,8 +17,9 @@ own scopes' pace implies):
   first waiter has waited longest, not the releasing request's own scope.
 * A waiter held back by one of its scopes may be overtaken on its other
   scopes only until the time its scopes first said they would be ready. Past
-  it, the waiter *reserves* all its scopes: younger waiters may not take them,
-  so single-scope traffic cannot keep a multi-scope request out forever.
+  it, the waiter *reserves* each of its scopes that still refuses it: younger
+  waiters may not take them, so single-scope traffic cannot keep a multi-scope
+  request out forever, while its scopes that would take it stay open to others.
 """
 
 from __future__ import annotations
@@ -311,9 +312,11 @@ class WaitingRoom:
             if any(scope == name for scope, _ in result.waiting_on):
                 return
             if now >= waiter.deadline:
-                self._reserve(waiter)
-                return
-            index += 1  # held back by another scope, and still young: skip it, keep its place
+                # Past its promise: the scopes that still refuse it are kept for it, so
+                # younger traffic cannot take their next free slot. Its other scopes stay
+                # open to the waiters behind it (no idle room while it waits elsewhere).
+                self._reserve(waiter, [scope for scope, _ in result.waiting_on])
+            index += 1  # held back by another scope: skip it, keep its place
 
     # -- reservations ------------------------------------------------------------
 
@@ -329,10 +332,10 @@ class WaitingRoom:
                 out.append(name)
         return out
 
-    def _reserve(self, waiter: _Waiter) -> None:
-        """Keep younger waiters off every scope of ``waiter`` until it goes."""
+    def _reserve(self, waiter: _Waiter, names: list[str]) -> None:
+        """Keep younger waiters off ``names`` (scopes of ``waiter``) until it goes."""
         waiter.reserving = True
-        for name, _ in waiter.demands:
+        for name in names:
             holder = self._reserved.get(name)
             if holder is None or waiter.seq < holder.seq:
                 self._reserved[name] = waiter

@@ -11,15 +11,18 @@ from dataclasses import asdict
 
 from .. import __version__
 from .._config import ScopeConfig, Settings
-from .._exceptions import ConfigError
+from .._exceptions import ConfigError, StoreUnreachable
 from .._ineffective import static_notes
+from .._redact import RedactingFormatter, redact
 from ..frontier import JournalError
 from ..observe._server import ServeError
 
-__all__ = ["EXIT_BAD_SETTINGS", "EXIT_MISSING_DEPENDENCY", "EXIT_SERVE", "main"]
+__all__ = ["EXIT_BAD_SETTINGS", "EXIT_MISSING_DEPENDENCY", "EXIT_NO_STORE", "EXIT_SERVE", "main"]
 
 #: Exit status for invalid settings (argparse uses 2 for usage errors).
 EXIT_BAD_SETTINGS = 3
+#: Exit status when the shared store cannot be reached at start-up.
+EXIT_NO_STORE = 2
 #: Exit status when a command needs an optional dependency that is not installed.
 EXIT_MISSING_DEPENDENCY = 4
 #: Exit status when a server (--metrics-port, --dashboard) cannot listen, or would be unsafe.
@@ -101,7 +104,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     """Run the command line; return the exit status."""
     args = _parser().parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
-    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    handler = logging.StreamHandler()
+    handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
+    logging.basicConfig(level=level, handlers=[handler])
     try:
         if args.command == "demo":
             from . import demo
@@ -136,8 +141,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
+    except StoreUnreachable as exc:
+        print(f"crawlpace {args.command}: {redact(exc)}", file=sys.stderr)
+        return EXIT_NO_STORE
     except ServeError as exc:
-        print(f"crawlpace {args.command}: {exc}", file=sys.stderr)
+        print(f"crawlpace {args.command}: {redact(exc)}", file=sys.stderr)
         return EXIT_SERVE
     except ModuleNotFoundError as exc:
         if exc.name not in _OPTIONAL:
@@ -146,7 +154,7 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"install it with: pip install 'crawlpace[cli]'", file=sys.stderr)
         return EXIT_MISSING_DEPENDENCY
     except (FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError, JournalError) as exc:
-        print(f"crawlpace: {exc}", file=sys.stderr)
+        print(f"crawlpace: {redact(exc)}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
     return 1  # pragma: no cover - argparse rejects unknown commands
 

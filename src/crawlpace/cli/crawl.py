@@ -17,10 +17,10 @@ from urllib.parse import urlencode, urlsplit
 
 from .._blocks import parse_block_rules
 from .._config import Settings
-from .._exceptions import ConfigError
+from .._exceptions import ConfigError, StoreUnreachable
 from .._server_scopes import manager_path
 from .._user_agent import DEFAULT_USER_AGENT
-from ..stores import REDIS_SCHEMES
+from ..stores import REDIS_SCHEMES, reach
 from ._loop import LOOPS, run_on
 from ._signals import stop_on_signals
 
@@ -50,7 +50,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         "crawl", parents=[common], help="fetch a list of URLs as fast as each site allows",
         description="Fetch every URL of a list through the throttler and write one JSON line per URL. "
                     "Exit status: 0 when every URL got a final answer, 1 when some did not, 130 when "
-                    "interrupted, 3 for invalid settings.")
+                    "interrupted, 2 when the store cannot be reached at start-up, 3 for invalid settings.")
     crawl.add_argument("urls", nargs="?", help="file of URLs, one per line ('-' for standard input); "
                        "leave it out to work from the shared frontier of --redis (crawlpace enqueue)")
     crawl.add_argument("-o", "--output", required=True, help="JSON Lines file for the results")
@@ -218,6 +218,12 @@ async def run_job(job: CrawlJob, urls: Iterable[str] | None, *, show: bool, tran
         time_limit: seconds after which the job is stopped, if any.
     """
     loop = asyncio.get_running_loop()
+    # Fail now, with the reason, rather than wait forever on a store that never answers.
+    try:
+        await reach(job.throttler.store, job.options.store)
+    except StoreUnreachable:
+        await job.throttler.aclose()
+        raise
     with stop_on_signals(job.stop):
         limit = None if time_limit is None else loop.call_later(time_limit, job.stop)
         runner = asyncio.ensure_future(job.run(urls))

@@ -10,6 +10,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from .._exceptions import ConfigError
+from .._redact import redact
 from ..stores import REDIS_SCHEMES
 from .crawl import read_urls, store_url
 
@@ -52,7 +53,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         if not frontier_unreachable(exc):
             raise
-        print(f"crawlpace enqueue: cannot reach {frontier.url.split('@')[-1]}: {exc}", file=sys.stderr)
+        print(f"crawlpace enqueue: cannot reach {redact(frontier.url)}: {redact(exc)}", file=sys.stderr)
         return 2
     print(f"{report.added} URLs queued in namespace {frontier.namespace!r} ({report.duplicates} already "
           f"there, {report.invalid} without a usable host, of {report.read} read)")

@@ -18,10 +18,11 @@ import sys
 from collections.abc import Awaitable
 from dataclasses import dataclass
 from typing import Any, TypeVar
-from urllib.parse import parse_qsl, urlencode, urlsplit
 
 from .._clock import AsyncioClock
 from .._config import Settings
+from .._exceptions import StoreUnreachable
+from .._redact import redact
 from ..frontier._shared import FrontierCounts
 from ..stores import ScopeSnapshot, Store, open_store
 from .crawl import store_url
@@ -39,10 +40,6 @@ COLUMNS = ("scope", "in flight", "delay", "ready in", "sends", "responses", "err
 _LEFT = frozenset({0, 9})  # scope and breaker; the figures are right-aligned
 
 _T = TypeVar("_T")
-
-
-class StoreUnreachable(Exception):
-    """The store did not answer (connection refused, no such host, a timeout, ...)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,7 +96,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         report = asyncio.run(_read(url, settings, args.scope))
     except StoreUnreachable as exc:
-        print(f"crawlpace status: {exc}", file=sys.stderr)
+        print(f"crawlpace status: {redact(exc)}", file=sys.stderr)
         return EXIT_NO_STORE
     if report is None:
         print(f"crawlpace status: {shown(args.store)} is a memory store, which holds no fleet state: it "
@@ -178,20 +175,7 @@ def _reason(exc: BaseException) -> str:
 
 def shown(url: str) -> str:
     """``url`` with any password replaced by ``***``, fit to be printed."""
-    parts = urlsplit(url)
-    pairs = parse_qsl(parts.query, keep_blank_values=True)
-    in_query = any(key == "password" for key, _ in pairs)
-    if parts.password is None and not in_query:
-        return url
-    head, mark, rest = url.partition("?")
-    if parts.password is not None:
-        userinfo, _, host = parts.netloc.rpartition("@")
-        head = head.replace(parts.netloc, f"{userinfo.partition(':')[0]}:***@{host}", 1)
-    if in_query:
-        _query, hash_mark, fragment = rest.partition("#")
-        masked = urlencode([(key, "***" if key == "password" else value) for key, value in pairs], safe="*")
-        rest = f"{masked}{hash_mark}{fragment}"
-    return f"{head}{mark}{rest}"
+    return redact(url)
 
 
 def render(report: StatusReport) -> str:

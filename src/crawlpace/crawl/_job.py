@@ -48,10 +48,10 @@ from urllib.parse import urljoin
 from .._blocks import BlockRules
 from .._config import Settings
 from .._exceptions import ScopeError
+from .._fetchable import fetchable_scope
 from .._learning import Learner
 from .._permit import Permit
-from .._robots import MAX_ROBOTS_BYTES, RobotsRules
-from .._scopes import host_scope
+from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, robots_verdict
 from .._throttler import Throttler
 from ..frontier import Journal, JournalError
 from ..frontier._robots_cache import RobotsCache
@@ -59,6 +59,7 @@ from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
 from ._fetch import AiohttpFetcher, Fetcher
 from ._options import CrawlOptions
 from ._output import ResultBatch
+from ._refusals import RefusalTracker
 from ._results import FINAL_OUTCOMES, Result, ResultWriter, reconcile
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
@@ -152,6 +153,7 @@ class CrawlJob:
         self._after: dict[str, int] = {}
         self._in_memory = 0
         self._fetches: set[asyncio.Task[None]] = set()
+        self._refusals = RefusalTracker()
 
     # -- public ------------------------------------------------------------------
 
@@ -370,6 +372,12 @@ class CrawlJob:
         return _Answer(page.status, page.location, page.body, page.latency, None, rule)
 
     def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
+        refused = self._refusals.note(task.key, answer.error)
+        if refused is not None:  # nothing listens there: give the host up now, not after minutes of backoff
+            _log.warning("%s given up: %s", task.key, refused)
+            self.scheduler.block(task.key, refused)
+            self._finish(task, "gave_up", error=f"{task.key} was given up: {refused}")
+            return
         outcome = permit.outcome
         backoff = outcome is not None and any(item.backoff for item in outcome.feedback)
         if task.kind == "robots":
@@ -401,9 +409,10 @@ class CrawlJob:
         self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
                      latency=answer.latency, block_rule=answer.block_rule)
 
-    def _follow_redirect(self, task: Task, answer: _Answer) -> bool:
+    def _follow_redirect(self, task: Task, answer: _Answer, max_hops: int | None = None) -> bool:
         """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
-        if answer.status not in _REDIRECTS or not answer.location or task.hops >= self.options.max_redirects:
+        limit = self.options.max_redirects if max_hops is None else max_hops
+        if answer.status not in _REDIRECTS or not answer.location or task.hops >= limit:
             return False
         target = urljoin(task.target, answer.location)
         if not target.startswith(("http://", "https://")):
@@ -415,26 +424,17 @@ class CrawlJob:
     def _settle_robots(self, task: Task, answer: _Answer, backoff: bool) -> None:
         robots = self.robots
         assert robots is not None
-        origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
-        now = self.throttler.clock.now()
-        status = answer.status
-        if self._follow_redirect(task, answer):
+        if self._follow_redirect(task, answer, ROBOTS_MAX_REDIRECTS):
             return
-        if status is not None and 200 <= status < 300:
-            rules = RobotsRules.parse(answer.body, self.options.user_agent, origin=f"{origin}/robots.txt")
-            robots.learn(origin, rules, now)
-        elif status is not None and 400 <= status < 500 and not backoff:
-            robots.learn(origin, RobotsRules.allow_all(self.options.user_agent, f"status {status}"), now)
-        elif task.retries < self.options.robots_retries:
-            task.retries += 1
+        if robots_verdict(answer.status) == "unreachable" and task.retries < self.options.robots_retries:
+            task.retries += 1  # the throttler spaces the retry by the scope's backoff
             self.scheduler.push(task, front=True)
             return
-        else:
-            robots.failed(origin, now)
-        known = robots.rules(origin)
-        delay = None if known is None else known.crawl_delay
-        if delay is not None:
-            self._spawn(self.throttler.set_crawl_delay(task.key, delay))
+        origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
+        why = "" if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
+        settled = robots.settle(origin, answer.status, answer.body, self.throttler.clock.now(), why=why)
+        if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
+            self._spawn(self.throttler.set_crawl_delay(task.key, settled.rules.crawl_delay))
         self.scheduler.robots_known(origin)
 
     def _spawn(self, coro: Any) -> None:
@@ -524,7 +524,7 @@ def _clean(urls: Iterable[str]) -> Iterable[str]:
 
 def _scope_or_blank(url: str) -> str:
     try:
-        return host_scope(url)
+        return fetchable_scope(url)
     except ScopeError:
         return ""
 

@@ -72,6 +72,11 @@ class CrawlOptions:
                 problems.append(f"{name}: {value!r} is not a positive number of seconds; use e.g. {example}")
         if not self.user_agent or any(ch in self.user_agent for ch in "\r\n"):
             problems.append(f"user_agent: {self.user_agent!r} is empty or spans lines; use one line of text")
+        for name, path in (("output", self.output), ("state", self.state)):
+            folder = None if path is None else Path(path).parent
+            if folder is not None and not folder.is_dir():
+                problems.append(f"{name}: the folder {str(folder)!r} of {str(path)!r} does not exist; "
+                                f"create it first (mkdir -p {folder}) or choose a path in an existing folder")
         if problems:
             raise ConfigError(problems)
 

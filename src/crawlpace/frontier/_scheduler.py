@@ -33,6 +33,7 @@ from urllib.parse import urlsplit
 from .._board import SHARED_POLL, Board
 from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
+from .._fetchable import fetchable_scope
 from .._permit import Permit
 from .._release import DONT_ADJUST_KEY
 from .._scopes import host_scope
@@ -100,7 +101,7 @@ class Task:
 
 
 #: Why a task left the scheduler without being fetched.
-Dropped = Literal["disallowed", "gave_up", "failed"]
+Dropped = Literal["disallowed", "exhausted", "gave_up", "failed"]
 
 
 class Scheduler:
@@ -128,6 +129,7 @@ class Scheduler:
         self._queues: dict[str, deque[Task]] = {}
         self._board: Board[str] = Board()  # which queue goes next
         self._waiting_robots: dict[str, list[Task]] = {}  # origin -> pages held until its rules are known
+        self._blocked: dict[str, str] = {}  # scope -> why its tasks are dropped as they come (see block)
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
         self._news = False
         self._wake: TimerHandle | None = None
@@ -139,9 +141,14 @@ class Scheduler:
     def push(self, task: Task, *, front: bool = False) -> None:
         """Queue a task; ``front`` puts it ahead of its queue (retries, redirects, robots.txt)."""
         try:
+            host = fetchable_scope(task.target)  # refuses what the crawl cannot fetch, up front
             task.key = self._key_of(task)
         except ScopeError as exc:
             self._on_drop(task, "failed", str(exc))
+            return
+        blocked = next((scope for scope in (task.key, host) if scope in self._blocked), None)
+        if blocked is not None:
+            self._on_drop(task, "gave_up", f"{blocked} was given up: {self._blocked[blocked]}")
             return
         queue = self._queues.get(task.key)
         if queue is None:
@@ -190,6 +197,11 @@ class Scheduler:
             self._board.discard(key)
             self._drop_queue(key, "gave_up", f"{scope} was given up: {reason}")
         self._poke()
+
+    def block(self, scope: str, reason: str) -> None:
+        """Give ``scope`` up for the rest of the run: what is queued and every task pushed later."""
+        self._blocked[scope] = reason
+        self.give_up(scope, reason)
 
     @property
     def idle(self) -> bool:
@@ -291,7 +303,8 @@ class Scheduler:
                 return True
             queue.popleft()
             self.queued -= 1
-            self._on_drop(task, "disallowed", f"robots.txt of {origin} forbids it")
+            final, detail = robots.refusal(origin)
+            self._on_drop(task, "disallowed" if final else "exhausted", detail)
             return False
         queue.popleft()
         self._waiting_robots.setdefault(origin, []).append(task)

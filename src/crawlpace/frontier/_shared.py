@@ -37,7 +37,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._exceptions import ConfigError, ScopeError
-from .._scopes import host_scope
+from .._fetchable import fetchable_scope
+from ..stores._check import check_url
 from ..stores.connection import (
     RedisConnection,
     cluster_flag,
@@ -188,6 +189,9 @@ class SharedFrontier:
         if not (isinstance(visibility, int | float) and 0.0 < visibility < float("inf")):
             raise ConfigError([f"visibility: {visibility!r} is not a positive number of seconds; "
                                f"use e.g. {DEFAULT_VISIBILITY:g}"])
+        problems = check_url(url)
+        if problems:
+            raise ConfigError(problems)
         self.url, options = parse_url(url)
         self.cluster = bool(cluster_flag(options.get("cluster")))
         self.namespace = options.get("namespace") or "crawlpace"
@@ -226,7 +230,7 @@ class SharedFrontier:
                 continue
             read += 1
             try:
-                scope = host_scope(url)
+                scope = fetchable_scope(url)
             except ScopeError as exc:
                 invalid += 1
                 _log.warning("not queued: %s", exc)

@@ -19,7 +19,8 @@ from .._bounded import remember
 from .._exceptions import PermitError, ScopeError
 from .._manager import ThrottlingManager
 from .._permit import Permit
-from .._robots import crawl_delay
+from .._redact import redact
+from .._robots import crawl_delay, robots_verdict
 from .._scopes import Demand, host_scope, normalize_scopes
 from .._throttler import Throttler
 from ._settings import AddonConfig, RequestScopesManager
@@ -106,6 +107,7 @@ class Runtime:
         self._give_up_listeners: list[GiveUpListener] = []
         self._last_limits: dict[str, tuple[object, ...]] = {}
         self._robots_scopes: dict[str, tuple[str, ...]] = {}
+        self._crawl_delayed: set[str] = set()  # scopes under a Crawl-Delay, to clear when it goes
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
         manager = self.manager
@@ -157,7 +159,7 @@ class Runtime:
                 self._loop = asyncio.get_running_loop()
             except RuntimeError:
                 self._loop = None
-            logger.info("crawlpace throttling on; store %s, %s", config.store_url,
+            logger.info("crawlpace throttling on; store %s, %s", redact(config.store_url),
                         "crawlpace scheduler" if config.use_scheduler else "Scrapy's scheduler")
         return self._throttler
 
@@ -202,8 +204,9 @@ class Runtime:
             return
         try:
             await self.publish_scope_stats()
-        except Exception:  # the stats must not keep the throttler open
-            logger.exception("could not publish the per-scope throttling stats")
+        except Exception as exc:  # the stats must not keep the throttler open
+            logger.warning("could not publish the per-scope throttling stats: %s", redact(exc),
+                           exc_info=logger.isEnabledFor(logging.DEBUG))
         for task in list(self._background):
             task.cancel()
         await throttler.aclose()
@@ -481,27 +484,52 @@ class Runtime:
         return scopes
 
     async def apply_crawl_delay(self, scopes: tuple[str, ...], delay: float | None) -> None:
-        """Give ``scopes`` the Crawl-Delay of their robots.txt (``None``: it has none)."""
-        if delay is None or not self.config.robots:
+        """Give ``scopes`` the Crawl-Delay of their robots.txt (``None``: it has none, clear any)."""
+        if not self.config.robots:
             return
+        if delay is None:
+            scopes = tuple(scope for scope in scopes if scope in self._crawl_delayed)
+            if not scopes:
+                return
         throttler = self.throttler
         for scope in scopes:
             await throttler.set_crawl_delay(scope, delay)
-            self.stats.set_value(f"throttling/crawl_delay/{scope}", delay)
+            key = f"throttling/crawl_delay/{scope}"
+            if delay is None:
+                self._crawl_delayed.discard(scope)
+                everything = getattr(self.stats, "get_stats", None)
+                if callable(everything):
+                    everything().pop(key, None)
+            else:
+                self._crawl_delayed.add(scope)
+                self.stats.set_value(key, delay)
         # Requests admitted before the Crawl-Delay was known (most are waiting
         # for this very robots.txt) must be admitted again under it.
         for ticket in self._parked:
             if any(scope in scopes for scope in ticket.scopes):
                 ticket.outdated = True
-        logger.debug("Crawl-Delay %gs applied to %s", delay, ", ".join(scopes))
+        logger.debug("Crawl-Delay %s applied to %s", "cleared" if delay is None else f"{delay:g}s",
+                     ", ".join(scopes))
 
     async def robots_response(self, request: Any, response: Any, scopes: tuple[str, ...]) -> None:
-        """Read the Crawl-Delay of a robots.txt response as it passes (any Scrapy version)."""
+        """Read the Crawl-Delay of a robots.txt response as it passes (any Scrapy version).
+
+        Per RFC 9309: a 2xx body sets the Crawl-Delay (or clears one it no
+        longer has), a 4xx means no file (any Crawl-Delay is cleared), and a
+        5xx, a 429 or a 1xx leaves the one in force as it is. Which URLs are
+        allowed stays the business of Scrapy's robots.txt middleware.
+        """
         self.remember_robots_scopes(request.url, scopes)
-        if getattr(response, "status", None) != 200:
+        status = getattr(response, "status", None)
+        verdict = robots_verdict(status if isinstance(status, int) else None)
+        if verdict == "unreachable":
+            logger.warning("robots.txt of %s answered %s: the Crawl-Delay in force (if any) is kept",
+                           request.url, status)
             return
-        body = getattr(response, "body", b"")
-        delay = crawl_delay(body if isinstance(body, bytes) else b"", self.config.robots_user_agent)
+        delay = None
+        if verdict == "rules":
+            body = getattr(response, "body", b"")
+            delay = crawl_delay(body if isinstance(body, bytes) else b"", self.config.robots_user_agent)
         await self.apply_crawl_delay(self.crawl_delay_targets(request.url, scopes), delay)
 
     # -- stats ------------------------------------------------------------------------------

@@ -8,6 +8,7 @@ from urllib.parse import urlsplit
 from .._clock import Clock
 from .._config import Settings
 from .._exceptions import ConfigError
+from ._check import check_url, reach
 from .base import Blocked, Lease, Outcome, ScopeSnapshot, Store
 from .memory import MemoryStore
 
@@ -15,7 +16,7 @@ from .memory import MemoryStore
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "valkey", "valkeys"})
 
 __all__ = ["REDIS_SCHEMES", "Blocked", "Lease", "MemoryStore", "Outcome", "ScopeSnapshot", "Store",
-           "open_store"]
+           "open_store", "reach"]
 
 
 def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -> Store:
@@ -30,11 +31,19 @@ def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -
     Raises:
         ConfigError: for a scheme this version cannot serve.
     """
-    scheme = urlsplit(url).scheme if url else "memory"
+    try:
+        scheme = urlsplit(url).scheme if url else "memory"
+    except ValueError as exc:
+        raise ConfigError([f"store {url!r}: cannot be read as a URL ({exc}); write it as "
+                           "redis://host:port/db or memory://"]) from None
     if scheme == "memory":
         return MemoryStore(settings, clock, rng)
     if scheme in REDIS_SCHEMES:
         from .redis import RedisStore  # the driver is optional: import it only when asked for
+
+        problems = check_url(url)
+        if problems:
+            raise ConfigError(problems)
 
         return RedisStore(url, settings, clock, rng)
     raise ConfigError([f"store {url!r}: unknown scheme {scheme!r}; use 'memory://', 'redis://host:port/db', "

@@ -30,6 +30,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
+from ._check import with_timeouts
+
 if TYPE_CHECKING:
     from redis.asyncio.cluster import RedisCluster
 
@@ -115,7 +117,8 @@ async def connect(url: str, *, decode_responses: bool = False) -> RedisCluster:
     for host in hosts[1:]:
         place = urlsplit(f"//{host}")
         seeds.append(ClusterNode(place.hostname or "127.0.0.1", place.port or 6379))
-    client = RedisCluster.from_url(first, decode_responses=decode_responses, startup_nodes=seeds or None)
+    client = RedisCluster.from_url(with_timeouts(first), decode_responses=decode_responses,
+                                   startup_nodes=seeds or None)
     try:
         await client.initialize()
     except RedisClusterException as exc:

@@ -13,6 +13,7 @@ import logging
 import math
 
 from .._clock import Clock
+from .._redact import redact
 from .._scopes import Demand
 from .base import Blocked, Lease
 from .connection import Retry
@@ -34,7 +35,7 @@ class Outage:
     """
 
     def __init__(self, url: str, clock: Clock, fallback: MemoryStore | None, workers: int) -> None:
-        self.url = url
+        self.url = redact(url)  # for log lines only: never a password
         self._clock = clock
         self.fallback = fallback
         self._workers = workers

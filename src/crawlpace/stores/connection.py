@@ -31,7 +31,9 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .._redact import redact
 from . import _cluster
+from ._check import with_timeouts
 from ._lua import load_scripts
 
 __all__ = ["DOWN", "RETRY_FIRST", "RETRY_MAX", "LeaseRenewer", "RedisConnection", "Retry", "cluster_flag",
@@ -213,7 +215,8 @@ class RedisConnection:
 
     def __repr__(self) -> str:
         state = "open" if self._client is not None else "closed"
-        return f"<RedisConnection {self.url} {state} cluster={self.cluster} queued={len(self._queue)}>"
+        return (f"<RedisConnection {redact(self.url)} {state} cluster={self.cluster} "
+                f"queued={len(self._queue)}>")
 
     @property
     def connected(self) -> bool:
@@ -229,7 +232,7 @@ class RedisConnection:
                     if self.cluster:
                         client = await _cluster.connect(self.url, decode_responses=self._decode)
                     else:
-                        client = aioredis.from_url(self.url, decode_responses=self._decode)
+                        client = aioredis.from_url(with_timeouts(self.url), decode_responses=self._decode)
                     self._scripts = {name: client.register_script(src) for name, src in self._sources.items()}
                     self._client = client
         return self._client
@@ -406,7 +409,7 @@ class LeaseRenewer:
             try:
                 await self.renew()
             except self._connection.down as exc:
-                logger.warning("could not renew leases in %s: %s", self._connection.url, exc)
+                logger.warning("could not renew leases in %s: %s", redact(self._connection.url), exc)
 
     async def aclose(self) -> None:
         """Stop renewing."""

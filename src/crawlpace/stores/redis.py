@@ -33,6 +33,7 @@ from typing import Any
 from .._clock import Clock
 from .._config import Settings
 from .._exceptions import ConfigError, ScopeGivenUp
+from .._redact import redact
 from .._scopes import Demand
 from ..policy.signals import ScopeFeedback
 from . import _cluster, _fallback, _keys
@@ -141,7 +142,7 @@ class RedisStore:
                                                  self._renewer.start)
 
     def __repr__(self) -> str:
-        return (f"<RedisStore {self.url} namespace={self.namespace!r} leases={len(self._held)} "
+        return (f"<RedisStore {redact(self.url)} namespace={self.namespace!r} leases={len(self._held)} "
                 f"policies={len(self._policies)}/{self._policies.limit}>")
 
     # -- keys and time ----------------------------------------------------------
@@ -321,7 +322,7 @@ class RedisStore:
             await self._send_release(item)
         except self._down as exc:
             logger.warning("Redis store %s unreachable at release (%s): the release is sent again when "
-                           "the server answers (until its lease would have expired)", self.url, exc)
+                           "the server answers (until its lease would have expired)", redact(self.url), exc)
             self._unreleased.add(item)
         return tuple(given_up)
 

@@ -1,0 +1,230 @@
+"""The soak: a fleet of crawl workers on many simulated hosts for a long time, Redis restarted twice.
+
+What runs: a private redis-server on a free port of 127.0.0.1 that keeps its data
+(append-only file) across restarts; a ``crawlpace sim`` process serving H hosts of
+mixed profiles (rate limits, Crawl-delay, Retry-After, header budgets, slow servers),
+each on its own address 127.0.x.y; ``crawlpace enqueue`` of every page; then W
+``crawlpace crawl --redis`` workers on that shared frontier. At one third and at two
+thirds of the planned time, Redis is stopped for 2 s and started again.
+
+Defaults: 8 workers, 1,000 hosts, pages per host chosen so the crawl lasts about 30
+minutes at the hosts' rates. ``--quick``: 8 workers, 100 hosts, about a minute.
+
+What is checked and reported (the last line with ``--json``):
+
+* **no URL lost**: every enqueued URL has a line in the merged outputs, and the
+  frontier ends with none queued or claimed;
+* **no slot leaked**: every host's scope has nothing in flight at the end;
+* **limits held**: each host's busiest second (counted by the host) is at most its
+  limit plus one, and the hosts counted no request closer than a Crawl-delay or
+  inside a Retry-After (``violations``);
+* **memory flat**: each worker's resident memory, sampled every 2 s; the growth
+  from the end of the first quarter to the last sample, per worker (median, max).
+
+There is nothing to compare the fleet with here, so no ratio is printed.
+Run from the repository root: ``python bench/soak.py --quick``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import platform
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.redis_server import RedisServer, redis_binary  # noqa: E402
+
+#: (profile, options, limit in requests per second) of the hosts, in turn.
+PROFILES: list[tuple[str, dict[str, Any], float]] = [
+    ("ratelimit", {"rate": 2.0, "burst": 2}, 2.0),
+    ("crawldelay", {"delay": 0.5}, 2.0),
+    ("retryafter", {"rate": 2.0, "embargo": 2}, 2.0),
+    ("headers", {"limit": 10, "window": 5.0}, 2.0),
+    ("slow", {"low": 0.05, "high": 0.2, "limit": 4}, 0.0),
+]
+
+
+def farm_toml(hosts: int, pages: int) -> str:
+    lines = ["port = 0"]
+    for index in range(hosts):
+        profile, options, _limit = PROFILES[index % len(PROFILES)]
+        lines += ["", "[[site]]", f'name = "h{index}"', f'profile = "{profile}"', f"pages = {pages}"]
+        lines += [f"{key} = {json.dumps(value)}" for key, value in options.items()]
+    return "\n".join(lines) + "\n"
+
+
+def rss_kib(pid: int) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def cli(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONUNBUFFERED": "1"}
+    return subprocess.Popen([sys.executable, "-m", "crawlpace", *args], text=True, env=env, **kwargs)
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    binary = redis_binary()
+    if binary is None:
+        raise SystemExit("soak: no redis-server on PATH")
+    work = Path(tempfile.mkdtemp(prefix="crawlpace-soak-"))
+    # Hosts allow about 2 requests a second; half of that keeps a loaded machine on schedule.
+    pages = max(3, round(args.minutes * 60 * 0.5))
+    (work / "farm.toml").write_text(farm_toml(args.hosts, pages), encoding="utf-8")
+    config = work / "crawlpace.toml"
+    config.write_text("concurrent_requests = 64\n[scope_defaults]\nconcurrency = 1\ndelay = 0.5\n"
+                      "delay_per_slot = 0.0\n", encoding="utf-8")
+    server = RedisServer(binary, persist=True)
+    server.start()
+    farm = cli("sim", str(work / "farm.toml"), "--urls", str(work / "urls.txt"), "--json",
+               stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
+    workers: list[subprocess.Popen[str]] = []
+    samples: dict[int, list[tuple[float, int]]] = {}
+    restarts: list[float] = []
+    try:
+        assert farm.stdout is not None
+        for line in farm.stdout:
+            if line.startswith("serving"):
+                break
+        urls = (work / "urls.txt").read_text().split()
+        namespace = "soak"
+        store = f"{server.url}?namespace={namespace}"
+        done = cli("enqueue", str(work / "urls.txt"), "--redis", store, stdout=subprocess.DEVNULL)
+        if done.wait() != 0:
+            raise SystemExit("soak: enqueue failed")
+        outputs = [work / f"out{n}.jsonl" for n in range(args.workers)]
+        started = time.monotonic()
+        workers = [cli("crawl", "-o", str(path), "--redis", store, "--config", str(config), "--quiet",
+                       "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE) for path in outputs]
+        plan = args.minutes * 60.0
+        pending_restarts = [started + plan / 3, started + 2 * plan / 3]
+        limit = started + plan * 3 + 120
+        while any(worker.poll() is None for worker in workers) and time.monotonic() < limit:
+            now = time.monotonic()
+            for worker in workers:
+                size = rss_kib(worker.pid)
+                if size is not None and worker.poll() is None:
+                    samples.setdefault(worker.pid, []).append((now - started, size))
+            if pending_restarts and now >= pending_restarts[0]:
+                pending_restarts.pop(0)
+                server.stop()
+                time.sleep(2.0)
+                server.start()
+                restarts.append(round(time.monotonic() - started, 1))
+            time.sleep(2.0)
+        crawl_seconds = time.monotonic() - started
+        by_themselves = sum(1 for worker in workers if worker.poll() is not None)
+        for worker in workers:  # past the time limit: ask the rest to stop (they hand their URLs back)
+            if worker.poll() is None:
+                worker.send_signal(signal.SIGTERM)
+        summaries = []
+        for worker in workers:
+            try:
+                out, err = worker.communicate(timeout=30)
+            except subprocess.TimeoutExpired:
+                worker.kill()
+                out, err = worker.communicate()
+            lines = out.strip().splitlines()
+            ended = lines and lines[-1].startswith("{")
+            summary = json.loads(lines[-1]) if ended else {}
+            if worker.returncode != 0:
+                summary["error"] = f"exit {worker.returncode}: {err.strip()[-400:]}"
+            summaries.append(summary)
+        seconds = time.monotonic() - started
+        status = cli("status", "--store", store, "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        status_out, _ = status.communicate(timeout=60)
+        report = json.loads(status_out.strip().splitlines()[-1])
+    finally:
+        for worker in workers:
+            if worker.poll() is None:
+                worker.kill()
+                worker.wait()
+        farm.send_signal(signal.SIGTERM)
+        try:
+            farm_out, _ = farm.communicate(timeout=60)
+        except subprocess.TimeoutExpired:
+            farm.kill()
+            farm_out, _ = farm.communicate()
+        server.close()
+    sites = json.loads(farm_out.strip().splitlines()[-1])["sites"]
+    seen = Counter(json.loads(line)["url"] for path in outputs if path.exists()
+                   for line in path.read_text().splitlines())
+    lost = len(set(urls) - set(seen))
+    over = {}
+    for index in range(args.hosts):
+        _profile, _options, host_limit = PROFILES[index % len(PROFILES)]
+        figures = sites[f"h{index}"]
+        if host_limit and figures["peak_per_second"] > host_limit + 1:
+            over[f"h{index}"] = figures["peak_per_second"]
+    violations = sum(figures["violations"] for figures in sites.values())
+    kinds: Counter[str] = Counter()
+    for index in range(args.hosts):
+        for kind, count in sites[f"h{index}"]["violation_kinds"].items():
+            kinds[f"{PROFILES[index % len(PROFILES)][0]}:{kind}"] += count
+    inflight = sum(snapshot.get("inflight", 0) for snapshot in report.get("scopes", []))
+    frontier = report.get("frontier", {})
+    growth = []
+    for series in samples.values():
+        quarter = [size for at, size in series if at >= seconds / 4]
+        if len(quarter) >= 2:
+            growth.append(quarter[-1] / quarter[0] - 1.0)
+    return {
+        "workers": args.workers, "hosts": args.hosts, "urls": len(urls), "seconds": round(seconds, 1),
+        "crawl_seconds": round(crawl_seconds, 1), "workers_ended_by_themselves": by_themselves,
+        "redis_restarts_at": restarts, "answered": sum(summary.get("answered", 0) for summary in summaries),
+        "requests": sum(summary.get("requests", 0) for summary in summaries),
+        "lost_urls": lost, "repeated_urls": sum(count - 1 for count in seen.values()),
+        "frontier": {key: frontier.get(key) for key in ("queued", "claimed", "done")},
+        "slots_in_flight_at_end": inflight, "hosts_over_limit": over, "violations": violations,
+        "violations_by_profile": dict(sorted(kinds.items())),
+        "worker_errors": [summary["error"] for summary in summaries if "error" in summary],
+        "rss_growth_median": round(statistics.median(growth), 3) if growth else None,
+        "rss_growth_max": round(max(growth), 3) if growth else None,
+        "rss_kib_last": [series[-1][1] for series in samples.values() if series],
+    }
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="100 hosts, about a minute")
+    parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
+    parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--hosts", type=int, default=None)
+    parser.add_argument("--minutes", type=float, default=None)
+    args = parser.parse_args()
+    args.hosts = args.hosts or (100 if args.quick else 1000)
+    args.minutes = args.minutes or (1.0 if args.quick else 30.0)
+    print(f"soak: {args.workers} workers, {args.hosts} hosts, about {args.minutes:g} min; {dt.date.today()}, "
+          f"{platform.node()}, {os.cpu_count()} cores, Python {platform.python_version()}", flush=True)
+    figures = run(args)
+    ok = (figures["lost_urls"] == 0 and figures["slots_in_flight_at_end"] == 0
+          and not figures["hosts_over_limit"] and figures["violations"] == 0
+          and figures["frontier"]["queued"] == 0 and figures["frontier"]["claimed"] == 0)
+    for key, value in figures.items():
+        print(f"  {key:<24} {value}")
+    print("soak: " + ("passed" if ok else "FAILED"))
+    if args.json:
+        print(json.dumps({**figures, "passed": ok}, sort_keys=True))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,30 @@
+"""Every parser against hostile input: only its documented error may escape (bench/fuzz.py runs long)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from .fuzz_targets import TARGETS
+
+
+@pytest.mark.parametrize("name", sorted(TARGETS))
+def test_parser_survives_hostile_input(name: str) -> None:
+    strategy, check = TARGETS[name]
+
+    @settings(max_examples=150, deadline=None, database=None,
+              suppress_health_check=[HealthCheck.too_slow, HealthCheck.filter_too_much])
+    @given(strategy)
+    def run(value: Any) -> None:
+        check(value)
+
+    run()
+
+
+def test_the_targets_cover_every_parser() -> None:
+    assert set(TARGETS) == {"robots.txt", "scrapy settings", "toml settings", "farm files",
+                            "urls and store urls", "response headers"}
+    assert all(isinstance(strategy, st.SearchStrategy) for strategy, _ in TARGETS.values())

@@ -1,0 +1,50 @@
+"""``crawlpace crawl --resume`` of one process killed with SIGKILL three times: nothing lost."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from .test_cli_crawl import crawl_command, farm, stop_farm, wait_for_lines
+
+__all__ = ["farm"]
+
+INFLIGHT = 4  # concurrent_requests of test_cli_crawl's CONFIG: at most this many are lost per kill
+
+
+@pytest.mark.parametrize("farm", [240], indirect=True)
+def test_three_kills_during_resume_lose_nothing(farm: tuple[Path, subprocess.Popen[str]],
+                                                tmp_path: Path) -> None:
+    urls, server = farm
+    wanted = urls.read_text().split()
+    output = tmp_path / "out.jsonl"
+    kills = 0
+    for stage, lines in enumerate((len(wanted) // 4, len(wanted) // 2, 3 * len(wanted) // 4)):
+        args = ("--quiet",) if stage == 0 else ("--quiet", "--resume")
+        crawler = subprocess.Popen(crawl_command(urls, tmp_path, *args), stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL)
+        try:
+            wait_for_lines(output, lines)
+            os.kill(crawler.pid, signal.SIGKILL)
+            crawler.wait(timeout=10)
+        finally:
+            crawler.kill()
+        assert crawler.returncode == -signal.SIGKILL, f"the crawl ended before kill {stage + 1}"
+        kills += 1
+    done = subprocess.run(crawl_command(urls, tmp_path, "--resume"), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    summary = json.loads(done.stdout.strip().splitlines()[-1])
+    assert summary["complete"]
+    counts = Counter(json.loads(line)["url"] for line in output.read_text().splitlines())
+    assert counts == Counter(wanted)  # every URL, each exactly once in the output
+    sites = stop_farm(server)
+    robots = 2 * (kills + 1)  # each run reads both robots.txt files again
+    pages_fetched = sum(site["requests"] for site in sites.values()) - robots
+    assert len(wanted) <= pages_fetched <= len(wanted) + kills * INFLIGHT  # repeats: what was in flight

@@ -1,0 +1,126 @@
+"""RFC 9309 in ``crawlpace crawl``: what each robots.txt answer does to a site's pages, on real servers."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from crawlpace import Settings, Throttler
+from crawlpace.crawl import CrawlJob, CrawlOptions
+from crawlpace.sim import Farm, SimServer
+
+from .test_crawl import FAST, lines, pages
+
+
+def robots_site(robots: Any) -> Any:
+    """An ASGI app whose robots.txt answer is ``robots(n)`` -> (status, headers, body) for the n-th ask."""
+    seen: list[str] = []
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        seen.append(path)
+        if path.startswith("/robots") or path.startswith("/hop"):
+            status, headers, body = robots(path, seen.count(path))
+        else:
+            status, headers, body = 200, [], b"page"
+        headers = [*headers, (b"content-length", str(len(body)).encode())]
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": body})
+
+    app.seen = seen  # type: ignore[attr-defined]
+    return app
+
+
+async def run(tmp_path: Path, urls: list[str], **options: Any) -> list[dict[str, Any]]:
+    output = tmp_path / "out.jsonl"
+    settings = Settings.from_scrapy({**FAST, "BACKOFF_MIN_DELAY": 0.01, "BACKOFF_MAX_DELAY": 0.05})
+    await CrawlJob(settings, CrawlOptions(output=output, trust_env=False, **options)).run(urls)
+    return lines(output)
+
+
+async def test_a_robots_txt_answering_503_forbids_the_site_until_a_resume(tmp_path: Path) -> None:
+    state = {"down": True}
+
+    def robots(path: str, n: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        if state["down"]:
+            return 503, [], b"<html>maintenance</html>"
+        return 200, [], b"User-agent: *\nDisallow: /private\n"
+
+    app = robots_site(robots)
+    async with SimServer(app, "127.0.0.2") as server:
+        urls = [f"{server.url}/page/{n}" for n in range(5)] + [f"{server.url}/private/1"]
+        results = await run(tmp_path, urls)
+        assert app.seen == ["/robots.txt"] * 3  # the first try and robots_retries = 2; no page sent
+        assert {result["outcome"] for result in results} == {"exhausted"}  # not final: a resume asks again
+        assert "RFC 9309" in results[0]["error"]
+        state["down"] = False
+        resumed = await run(tmp_path, urls, resume=True)
+    outcomes = Counter(result["outcome"] for result in resumed)
+    assert outcomes == {"ok": 5, "disallowed": 1}  # the resume asked again, and got the rules
+    assert "/private/1" not in app.seen
+
+
+async def test_a_dead_site_costs_only_its_robots_txt_and_never_stalls_the_others(tmp_path: Path) -> None:
+    spec = {"site": [{"name": "dead", "profile": "dead", "pages": 20},
+                     {"name": "alive", "profile": "ratelimit", "rate": 1000.0, "burst": 100, "pages": 20}]}
+    async with Farm(spec) as farm:
+        urls = pages(farm)
+        results = await run(tmp_path, urls)
+        report = farm.stats()
+    assert Counter((r["scope"], r["outcome"]) for r in results) == {("127.0.0.2", "exhausted"): 20,
+                                                                   ("127.0.0.3", "ok"): 20}
+    assert report["dead"]["requests"] == 3  # robots.txt three times, not one page
+
+
+async def test_4xx_allows_everything_and_redirects_are_followed_five_hops(tmp_path: Path) -> None:
+    def robots(path: str, n: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        if path == "/robots.txt":
+            return 301, [(b"location", b"/hop/1")], b""
+        if path == "/hop/real":
+            return 200, [], b"User-agent: *\nDisallow: /private\n"
+        hop = int(path.rsplit("/", 1)[1])
+        if hop < 4:  # /robots.txt -> /hop/1 -> ... -> /hop/4 -> /hop/real: five hops
+            return 302, [(b"location", f"/hop/{hop + 1}".encode())], b""
+        return 307, [(b"location", b"/hop/real")], b""
+
+    def sixth(path: str, n: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        if path == "/robots.txt":
+            return 301, [(b"location", b"/hop/1")], b""
+        hop = int(path.rsplit("/", 1)[1])  # an endless chain: after five hops it counts as unavailable
+        return 302, [(b"location", f"/hop/{hop + 1}".encode())], b""
+
+    def gone(path: str, n: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        return 404, [], b"not here"
+
+    cases = (("five", robots, "disallowed"), ("six", sixth, "ok"), ("gone", gone, "ok"))
+    for name, answer, expected in cases:
+        app = robots_site(answer)
+        async with SimServer(app, "127.0.0.2") as server:
+            (tmp_path / name).mkdir()
+            results = await run(tmp_path / name, [f"{server.url}/private/1", f"{server.url}/open"])
+        outcomes = {result["url"].rsplit("/", 1)[1]: result["outcome"] for result in results}
+        assert outcomes == {"1": expected, "open": "ok"}, name
+        hops = [path for path in app.seen if path.startswith("/hop")]
+        assert len(hops) == {"five": 5, "six": 5, "gone": 0}[name], (name, app.seen)
+
+
+async def test_a_crawl_delay_removed_from_a_refetched_file_is_cleared(tmp_path: Path) -> None:
+    def robots(path: str, n: int) -> tuple[int, list[tuple[bytes, bytes]], bytes]:
+        body = b"User-agent: *\nCrawl-delay: 0.2\n" if n == 1 else b"User-agent: *\nDisallow: /x\n"
+        return 200, [], body
+
+    app = robots_site(robots)
+    settings = Settings.from_scrapy({**FAST})
+    async with SimServer(app, "127.0.0.2") as server, Throttler(settings) as throttler:
+        options = CrawlOptions(output=tmp_path / "out.jsonl", trust_env=False)
+        job = CrawlJob(settings, options, throttler=throttler)
+        assert job.robots is not None
+        job.robots.ttl = 0.5  # re-fetch the file within the crawl
+        summary = await job.run([f"{server.url}/page/{n}" for n in range(6)])
+        stats = await throttler.scope_stats("127.0.0.2")
+    assert summary.complete
+    assert app.seen.count("/robots.txt") == 2
+    assert stats is not None
+    assert stats.crawl_delay is None  # 0.2 s was in force until the second file said nothing
+    assert stats.delay < 0.2
