@@ -21,6 +21,7 @@ from ._httpx_common import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
     TRANSPORT_KWARGS,
+    ThrottlerHolder,
     discard_sync,
     replayable,
 )
@@ -32,7 +33,7 @@ __all__ = ["ThrottledSyncClient", "ThrottledSyncTransport", "throttled_sync_clie
 logger = logging.getLogger("crawlpace.http")
 
 
-class ThrottledSyncTransport(httpx.BaseTransport):
+class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport):
     """An :class:`httpx.BaseTransport` that waits for a permit before each send.
 
     Args:
@@ -67,21 +68,6 @@ class ThrottledSyncTransport(httpx.BaseTransport):
         self._throttler = throttler if throttler is not None else \
             SyncThrottler(settings, store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.HTTPTransport()
-
-    @property
-    def throttler(self) -> SyncThrottler:
-        """The throttler every request waits for."""
-        return self._throttler
-
-    @property
-    def retries(self) -> int:
-        """How many times a backoff outcome is retried."""
-        return self._retries
-
-    @property
-    def owns_throttler(self) -> bool:
-        """True when the transport created its throttler and closes it in :meth:`close`."""
-        return self._owns_throttler
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` when its scopes allow it, retrying backoff outcomes.

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+from typing import Generic, TypeVar
 
 import httpx
 
-__all__ = ["ATTEMPTS_EXTENSION", "SCOPES_EXTENSION", "TRANSPORT_KWARGS", "discard_async",
+__all__ = ["ATTEMPTS_EXTENSION", "SCOPES_EXTENSION", "TRANSPORT_KWARGS", "ThrottlerHolder", "discard_async",
            "discard_sync", "replayable"]
+
+T = TypeVar("T")
 
 #: The ``request.extensions`` key that gives a request explicit throttling scopes.
 SCOPES_EXTENSION = "crawlpace_scopes"
@@ -40,3 +43,26 @@ async def discard_async(response: httpx.Response) -> None:
 def discard_sync(response: httpx.Response) -> None:
     with contextlib.suppress(httpx.TransportError):
         response.close()
+
+
+class ThrottlerHolder(Generic[T]):
+    """The read-only figures both transports show: their throttler, retries and who owns it."""
+
+    _throttler: T
+    _retries: int
+    _owns_throttler: bool
+
+    @property
+    def throttler(self) -> T:
+        """The throttler every request waits for."""
+        return self._throttler
+
+    @property
+    def retries(self) -> int:
+        """How many times a backoff outcome is retried."""
+        return self._retries
+
+    @property
+    def owns_throttler(self) -> bool:
+        """True when the transport created its throttler, and so closes it when it closes."""
+        return self._owns_throttler

@@ -42,6 +42,7 @@ from ._httpx_common import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
     TRANSPORT_KWARGS,
+    ThrottlerHolder,
     discard_async,
     replayable,
 )
@@ -62,7 +63,7 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
-class ThrottledTransport(httpx.AsyncBaseTransport):
+class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
     """An httpx transport that waits for a throttler's permit before each send.
 
     Args:
@@ -111,21 +112,6 @@ class ThrottledTransport(httpx.AsyncBaseTransport):
         self._throttler = throttler if throttler is not None else \
             Throttler(settings, store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
-
-    @property
-    def throttler(self) -> Throttler:
-        """The throttler every request waits for."""
-        return self._throttler
-
-    @property
-    def retries(self) -> int:
-        """How many times a backoff outcome is retried."""
-        return self._retries
-
-    @property
-    def owns_throttler(self) -> bool:
-        """True when the transport created its throttler and closes it in :meth:`aclose`."""
-        return self._owns_throttler
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` when its scopes allow it, retrying backoff outcomes.
