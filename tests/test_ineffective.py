@@ -17,8 +17,9 @@ def test_a_scope_delay_below_what_its_per_slot_delay_allows_is_named_with_the_fi
     # Seen with the add-on: 4 slots and delay 0.1 ran at 4.3 pages/s, not 10.
     settings = Settings.from_scrapy({"THROTTLING_SCOPES": {"127.0.0.5": {"concurrency": 4, "delay": 0.1}}})
     assert static_notes(settings) == [
-        'THROTTLING_SCOPES["127.0.0.5"]: "delay": 0.1 has no effect: 4 slot(s) that each wait delay_per_slot '
-        '1s between sends allow at most 4 requests/s, not 10/s; add "delay_per_slot": 0.4 (or lower) to it']
+        'THROTTLING_SCOPES["127.0.0.5"]: "delay": 0.1 does not set the pace: 4 slot(s) that each wait '
+        'delay_per_slot 1s between sends allow at most 4 requests/s, not 10/s; add "delay_per_slot": 0.4 '
+        '(or lower) to it']
     fixed = Settings.from_scrapy({"THROTTLING_SCOPES": {"127.0.0.5": {"concurrency": 4, "delay": 0.1,
                                                                       "delay_per_slot": 0.4}}})
     assert static_notes(fixed) == []
@@ -28,9 +29,9 @@ def test_download_delay_with_two_slots_per_domain_explains_the_slower_pace() -> 
     # Seen with the add-on: DOWNLOAD_DELAY = 0.25 and 2 per domain ran at 1.9 pages/s per site.
     settings = Settings.from_scrapy({"DOWNLOAD_DELAY": 0.25, "CONCURRENT_REQUESTS_PER_DOMAIN": 2})
     assert static_notes(settings) == [
-        "DOWNLOAD_DELAY = 0.25 has no effect: 2 slot(s) per scope (CONCURRENT_REQUESTS_PER_DOMAIN) that each "
-        "wait DOWNLOAD_DELAY_PER_SLOT = 1s between sends allow at most 2 requests/s, not the 4/s the delay "
-        "allows; set DOWNLOAD_DELAY_PER_SLOT = 0.5 or lower"]
+        "DOWNLOAD_DELAY = 0.25 does not set the pace: 2 slot(s) per scope (CONCURRENT_REQUESTS_PER_DOMAIN) "
+        "that each wait DOWNLOAD_DELAY_PER_SLOT = 1s between sends allow at most 2 requests/s, not the 4/s "
+        "the delay allows; set DOWNLOAD_DELAY_PER_SLOT = 0.5 or lower"]
 
 
 def test_a_concurrency_above_concurrent_requests_and_a_host_port_key_are_named() -> None:
@@ -108,3 +109,9 @@ def test_the_start_block_says_what_each_scope_gets(caplog: pytest.LogCaptureFixt
     with caplog.at_level(logging.INFO, logger="crawlpace._throttler"):
         Throttler(settings)
     assert "crawlpace limits in force (store memory://" in caplog.text
+
+
+def test_with_one_slot_a_shorter_delay_does_nothing_at_all() -> None:
+    settings = Settings.from_scrapy({"DOWNLOAD_DELAY": 0.5, "CONCURRENT_REQUESTS_PER_DOMAIN": 1})
+    [note] = static_notes(settings)
+    assert note.startswith("DOWNLOAD_DELAY = 0.5 has no effect: 1 slot(s) per scope"), note

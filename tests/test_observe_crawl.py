@@ -119,7 +119,8 @@ def test_check_prints_what_will_have_no_effect(tmp_path: Path, capsys: pytest.Ca
     config = tmp_path / "c.toml"
     config.write_text('[scopes."127.0.0.5"]\nconcurrency = 4\ndelay = 0.1\n', encoding="utf-8")
     assert main(["check", str(config)]) == 0
-    assert 'note: THROTTLING_SCOPES["127.0.0.5"]: "delay": 0.1 has no effect' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert 'note: THROTTLING_SCOPES["127.0.0.5"]: "delay": 0.1 does not set the pace' in out
 
 
 def test_crawl_serves_metrics_while_it_runs(tmp_path: Path) -> None:

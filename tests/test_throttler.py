@@ -356,7 +356,7 @@ async def test_inactive_settings_are_announced(caplog: pytest.LogCaptureFixture)
         throttler = Throttler({"AUTOTHROTTLE_ENABLED": True,
                                "THROTTLING_SCOPES": {"api.example": {"rampup": True}}})
     await throttler.aclose()
-    assert "setting has no effect: AUTOTHROTTLE_ENABLED for scope 'api.example'" in caplog.text
+    assert "setting does not work as written: AUTOTHROTTLE_ENABLED for scope 'api.example'" in caplog.text
 
 
 async def test_real_clock_spacing_without_sleeping_for_it() -> None:

@@ -45,12 +45,15 @@ def _inert_delay(name: str | None, cfg: ScopeConfig) -> str | None:
     if by_slots >= by_delay * 0.999:
         return None
     fix = cfg.concurrency * cfg.delay
+    # With one slot the per-slot delay always waits longer: the delay does nothing. With
+    # more, the delay still spaces the first sends apart, but no longer sets the pace.
+    effect = "has no effect" if cfg.concurrency == 1 else "does not set the pace"
     if name is None:
-        return (f"DOWNLOAD_DELAY = {cfg.delay:g} has no effect: {cfg.concurrency} slot(s) per scope "
+        return (f"DOWNLOAD_DELAY = {cfg.delay:g} {effect}: {cfg.concurrency} slot(s) per scope "
                 f"(CONCURRENT_REQUESTS_PER_DOMAIN) that each wait DOWNLOAD_DELAY_PER_SLOT = "
                 f"{cfg.delay_per_slot:g}s between sends allow at most {by_slots:.3g} requests/s, not the "
                 f"{by_delay:.3g}/s the delay allows; set DOWNLOAD_DELAY_PER_SLOT = {fix:g} or lower")
-    return (f'{_where(name)}: "delay": {cfg.delay:g} has no effect: {cfg.concurrency} slot(s) that each '
+    return (f'{_where(name)}: "delay": {cfg.delay:g} {effect}: {cfg.concurrency} slot(s) that each '
             f"wait delay_per_slot {cfg.delay_per_slot:g}s between sends allow at most {by_slots:.3g} "
             f'requests/s, not {by_delay:.3g}/s; add "delay_per_slot": {fix:g} (or lower) to it')
 

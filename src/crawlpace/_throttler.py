@@ -131,7 +131,7 @@ class Throttler(WaitingRoom):
         self._closed = False
         self._observers: tuple[ThrottleObserver, ...] = ()
         for note in static_notes(settings):
-            logger.warning("setting has no effect: %s", note)
+            logger.warning("setting does not work as written: %s", note)
         logger.info("%s", effective_limits(settings, store_label(store)))
         self._usage = ScopeUsage(settings) if settings.scopes else None
         if self._usage is not None:
