@@ -54,6 +54,13 @@ def test_redact_hides_passwords_and_tokens_but_keeps_the_rest() -> None:
         assert redact(plain) == str(plain)
 
 
+def test_a_line_break_inside_the_user_info_does_not_let_the_password_through() -> None:
+    # URL parsers drop line breaks, so these are still passwords (found by the fuzz test).
+    assert redact("A://:0000\n@") == "A://:***@"
+    assert redact("redis://u\nx:pw@host/0") == "redis://u\nx:***@host/0"
+    assert redact("redis://u:p@ss@host/0") == "redis://u:***@host/0"  # up to the last "@"
+
+
 def test_settings_errors_and_cli_log_lines_are_redacted(caplog: pytest.LogCaptureFixture) -> None:
     error = ConfigError([f"CRAWLPACE_STORE: 'redis://:{PASSWORD}@h/0?x' is bad"])
     assert PASSWORD not in str(error)

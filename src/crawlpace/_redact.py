@@ -28,7 +28,8 @@ _KEYS = "|".join(sorted(SECRET_KEYS, key=len, reverse=True))
 # scheme://user:password@ or //user:password@ (the user part may be empty: redis://:password@host); the
 # password runs to the last "@" before the host, as urlsplit reads it. Spaces are allowed in
 # both parts (urlsplit allows them): better to hide a few words too many than a password.
-_USERINFO = re.compile(r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:)?//[^:@/<>\n]*):(?P<secret>[^/<>\n]+)@")
+# Line breaks may stand inside the user info: URL parsers drop them, so the password still counts.
+_USERINFO = re.compile(r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:)?//[^:@/<>]*):(?P<secret>[^/<>]+)@")
 # ?password=...  &token=...
 _QUERY = re.compile(rf"(?P<head>[?&;](?:{_KEYS})=)(?P<secret>[^&#\s'\"<>]*)", re.IGNORECASE)
 # password='x'  password=x  'token': 'x'  (reprs of keyword arguments and of dicts)
