@@ -21,11 +21,11 @@ from ._effective import effective_limits, store_label
 from ._exceptions import ScopeError, ThrottlerClosed
 from ._feedback import FeedbackBuilder
 from ._ineffective import ScopeUsage, crawl_delay_notes, static_notes
-from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager
+from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager, scopes_without_await
 from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
 from ._release import Releaser
-from ._scopes import Demand, default_scopes, normalize_scopes
+from ._scopes import Demand, normalize_scopes
 from ._stats import ScopeStats
 from ._waiting import WaitingRoom
 from .stores import open_store
@@ -119,8 +119,8 @@ class Throttler(WaitingRoom):
         if manager is None:
             manager = load_manager(settings.manager) if settings.manager else ThrottlingManager()
         self._manager: ThrottlingManagerProtocol = manager
-        # The default manager needs no await; its answer can be had in the fast path.
-        self._sync_scopes = type(self._manager) is ThrottlingManager
+        # A manager that needs no await (the default one) is answered in the fast path.
+        self._scopes_now = scopes_without_await(manager)
         self._releaser = Releaser(FeedbackBuilder(settings), self._manager, self._store, self.clock,
                                   self._released)
         self._on_give_up = on_give_up
@@ -163,6 +163,14 @@ class Throttler(WaitingRoom):
         """
         demands = self._demands_nowait(request, None)
         return None if demands is None else tuple(name for name, _ in demands)
+
+    async def scopes(self, request: object) -> tuple[str, ...]:
+        """The names of ``request``'s scopes, asking (and awaiting) the manager if it must.
+
+        Raises:
+            ScopeError: when the manager's answer is malformed.
+        """
+        return tuple(name for name, _ in await self._demands(request, None))
 
     def observe(self, observer: ThrottleObserver) -> None:
         """Tell ``observer`` of every admission, release and give-up from now on.
@@ -311,10 +319,10 @@ class Throttler(WaitingRoom):
     def _demands_nowait(self, request: object, scopes: object) -> tuple[Demand, ...] | None:
         """:meth:`_demands` when no await is needed; ``None`` leaves it (and any error) to it."""
         if scopes is None:
-            if not self._sync_scopes or request is None:
+            if self._scopes_now is None or request is None:
                 return None
             try:
-                scopes = default_scopes(request)
+                scopes = self._scopes_now(request)
             except ScopeError:
                 return None
         try:

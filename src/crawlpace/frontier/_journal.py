@@ -252,6 +252,11 @@ class Journal:
         """When the journal was created, in Unix time."""
         return self._created
 
+    def __repr__(self) -> str:
+        # No query here: a repr must be cheap and must work on a closed journal.
+        state = "closed" if self._closed else "open"
+        return f"<Journal {self._path} {state} buffered_marks={len(self._buffer)}>"
+
     @property
     def input_complete(self) -> bool:
         """Whether :meth:`mark_input_complete` was called: every input URL is in."""

@@ -44,6 +44,7 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._exceptions import StateFormatError
 from .admission import Limits
 from .scope import ScopePolicy, ThrottlingScopeManager
 
@@ -103,10 +104,6 @@ _GROUPED: dict[str, tuple[Callable[[float], Any], ...]] = {"k._buckets": (float,
 _LIMITS = ("p.limits", "p._base")
 # Whole numbers whose fresh value is None (so the fresh object cannot tell their type).
 _INTS = frozenset({"p.server_concurrency"})
-
-
-class StateFormatError(ValueError):
-    """Stored state this version cannot read (a newer layout, or not crawlpace's)."""
 
 
 # -- policy <-> mapping ------------------------------------------------------------

@@ -37,8 +37,8 @@ from .._board import SHARED_POLL, Board, request_order
 from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from .._permit import NotReady, Permit
 from .._scopes import Demand
-from ._runtime import RequestView, Runtime, runtime_of
-from ._tickets import REFUSAL_KEY
+from ._runtime import Runtime, runtime_of
+from ._tickets import REFUSAL_KEY, RequestView
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
