@@ -51,7 +51,7 @@ from .._exceptions import ScopeError
 from .._fetchable import fetchable_scope
 from .._learning import Learner
 from .._permit import Permit
-from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, robots_verdict
+from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
 from .._throttler import Throttler
 from ..frontier import Journal, JournalError
 from ..frontier._robots_cache import RobotsCache
@@ -342,7 +342,7 @@ class CrawlJob:
         released = False
         try:
             task.attempts += 1
-            tally = self._tally(task.key)
+            tally = self._tally(task.host)
             tally.requests += 1
             self.summary.requests += 1
             outcome = await self._send(task, permit)
@@ -372,16 +372,16 @@ class CrawlJob:
         return _Answer(page.status, page.location, page.body, page.latency, None, rule)
 
     def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
-        refused = self._refusals.note(task.key, answer.error)
+        refused = self._refusals.note(task.host, answer.error)
         if refused is not None:  # nothing listens there: give the host up now, not after minutes of backoff
-            _log.warning("%s given up: %s", task.key, refused)
-            self.scheduler.block(task.key, refused)
-            self._finish(task, "gave_up", error=f"{task.key} was given up: {refused}")
+            _log.warning("%s given up: %s", task.host, refused)
+            self.scheduler.block(task.host, refused)
+            self._finish(task, "gave_up", error=f"{task.host} was given up: {refused}")
             return
         outcome = permit.outcome
         backoff = outcome is not None and any(item.backoff for item in outcome.feedback)
         if task.kind == "robots":
-            self._settle_robots(task, answer, backoff)
+            self._settle_robots(task, answer, permit.scopes)
             return
         if self._follow_redirect(task, answer):
             return
@@ -421,7 +421,7 @@ class CrawlJob:
         self.scheduler.push(task, front=True)
         return True
 
-    def _settle_robots(self, task: Task, answer: _Answer, backoff: bool) -> None:
+    def _settle_robots(self, task: Task, answer: _Answer, scopes: tuple[str, ...]) -> None:
         robots = self.robots
         assert robots is not None
         if self._follow_redirect(task, answer, ROBOTS_MAX_REDIRECTS):
@@ -434,7 +434,8 @@ class CrawlJob:
         why = "" if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
         settled = robots.settle(origin, answer.status, answer.body, self.throttler.clock.now(), why=why)
         if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
-            self._spawn(self.throttler.set_crawl_delay(task.key, settled.rules.crawl_delay))
+            for scope in crawl_delay_scopes(task.host, scopes):
+                self._spawn(self.throttler.set_crawl_delay(scope, settled.rules.crawl_delay))
         self.scheduler.robots_known(origin)
 
     def _spawn(self, coro: Any) -> None:
@@ -458,7 +459,7 @@ class CrawlJob:
                 size: int = 0, latency: float | None = None, block_rule: str | None = None) -> None:
         if task.kind == "robots":
             return
-        scope = task.key or _scope_or_blank(task.target)
+        scope = task.host or _scope_or_blank(task.target)
         final_url = task.target if status is not None else None
         self._results.add(Result(url=task.url, status=status, final_url=final_url, bytes=size,
                                  latency=None if latency is None else round(latency, 6),

@@ -70,6 +70,11 @@ class _Unmeasured:
         self.meta = {DONT_ADJUST_KEY: True}
 
 
+def _request_of(task: Task) -> str | _Unmeasured:
+    """What the throttler is given for ``task``: its URL, or an unmeasured request for robots.txt."""
+    return task.target if task.kind == "page" else _Unmeasured(task.target)
+
+
 @dataclass(slots=True)
 class Task:
     """One URL on its way to an answer.
@@ -84,6 +89,8 @@ class Task:
         hops: redirects followed so far.
         key: the queue it sits in: the target's throttling scope (its host by
             default), or the scopes joined with ``+`` when there are several.
+        host: the target's host, what the crawl's figures and its give-ups
+            are counted by whatever the scopes.
     """
 
     id: int
@@ -94,6 +101,7 @@ class Task:
     retries: int = 0
     hops: int = 0
     key: str = field(default="", compare=False)
+    host: str = field(default="", compare=False)
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -113,9 +121,10 @@ class Scheduler:
         on_drop: called with ``(task, why, detail)`` for a task that leaves
             without a fetch: forbidden by robots.txt, given up by the circuit
             breaker, or unusable (no host).
-        on_wait: called with ``(queue, seconds)`` when the throttler holds a
-            queue back for at least :data:`LONG_WAIT` seconds (a backoff, a
-            Retry-After, a long Crawl-Delay); the shared frontier passes it on.
+        on_wait: called with ``(host, seconds)`` for each host of a queue the
+            throttler holds back for at least :data:`LONG_WAIT` seconds (a
+            backoff, a Retry-After, a long Crawl-Delay); the shared frontier
+            passes it on.
     """
 
     def __init__(self, throttler: Throttler, *, robots: RobotsCache | None = None,
@@ -131,6 +140,7 @@ class Scheduler:
         self._waiting_robots: dict[str, list[Task]] = {}  # origin -> pages held until its rules are known
         self._blocked: dict[str, str] = {}  # scope -> why its tasks are dropped as they come (see block)
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
+        self._unresolved: deque[tuple[Task, bool]] = deque()  # (task, front): scopes not asked for yet
         self._news = False
         self._wake: TimerHandle | None = None
         self._signal: Callable[[], None] | None = None
@@ -139,13 +149,29 @@ class Scheduler:
     # -- adding work -----------------------------------------------------------
 
     def push(self, task: Task, *, front: bool = False) -> None:
-        """Queue a task; ``front`` puts it ahead of its queue (retries, redirects, robots.txt)."""
+        """Queue a task; ``front`` puts it ahead of its queue (retries, redirects, robots.txt).
+
+        A task whose scopes the throttling manager must be awaited for waits
+        aside until the next :meth:`take` asks the manager, then joins the
+        queue of those scopes like any other.
+        """
         try:
             host = fetchable_scope(task.target)  # refuses what the crawl cannot fetch, up front
-            task.key = self._key_of(task)
+            scopes = self._throttler.scopes_nowait(_request_of(task))
         except ScopeError as exc:
             self._on_drop(task, "failed", str(exc))
             return
+        task.host = host
+        if not scopes:
+            self._unresolved.append((task, front))
+            self.queued += 1
+            self._poke()
+            return
+        task.key = "+".join(sorted(scopes))
+        self._file(task, host, front)
+
+    def _file(self, task: Task, host: str, front: bool) -> None:
+        """Put ``task`` in the queue of its key (or drop it, when that scope or its host was blocked)."""
         blocked = next((scope for scope in (task.key, host) if scope in self._blocked), None)
         if blocked is not None:
             self._on_drop(task, "gave_up", f"{blocked} was given up: {self._blocked[blocked]}")
@@ -242,12 +268,29 @@ class Scheduler:
         self._poke()
 
     async def _take_due(self) -> tuple[Task, Permit] | None:
+        if self._unresolved:
+            await self._resolve()
         board = self._board
         while (key := board.pop(self._clock.now())) is not None:
             got = await self._try(key)
             if got is not None:
                 return got
         return None
+
+    async def _resolve(self) -> None:
+        """Ask an awaiting manager for the scopes of the tasks set aside, and queue them by those."""
+        unresolved = self._unresolved
+        while unresolved:
+            task, front = unresolved.popleft()
+            self.queued -= 1
+            try:
+                scopes = await self._throttler.scopes(_request_of(task))
+                host = fetchable_scope(task.target)
+            except ScopeError as exc:
+                self._on_drop(task, "failed", str(exc))
+                continue
+            task.key = "+".join(sorted(scopes))
+            self._file(task, host, front)
 
     async def _try(self, key: str) -> tuple[Task, Permit] | None:
         queue = self._queues.get(key)
@@ -256,8 +299,7 @@ class Scheduler:
             if task.kind == "page" and self._robots is not None and not self._robots_ready(task, queue):
                 continue
             try:
-                request = task.target if task.kind == "page" else _Unmeasured(task.target)
-                result = await self._throttler.try_acquire(request)
+                result = await self._throttler.try_acquire(_request_of(task))
             except ScopeGivenUp as exc:
                 self._drop_queue(key, "gave_up", f"{exc.scope} was given up: {exc.reason}")
                 return None
@@ -285,7 +327,9 @@ class Scheduler:
                 self._schedule(key, result.ready_at)
                 wait = result.ready_at - self._clock.now()
                 if self._on_wait is not None and wait >= LONG_WAIT:
-                    self._on_wait(key, wait)
+                    # Told per host (a queue keyed by a manager's scopes may hold several).
+                    for host in dict.fromkeys(host_scope(waiting.target) for waiting in queue):
+                        self._on_wait(host, wait)
             return None
         if queue is not None and not queue:
             del self._queues[key]
@@ -310,7 +354,7 @@ class Scheduler:
         self._waiting_robots.setdefault(origin, []).append(task)
         if state == "unknown":
             robots.start(origin, self._clock.now())
-            queue.appendleft(Task(0, f"{origin}/robots.txt", kind="robots", key=task.key))
+            queue.appendleft(Task(0, f"{origin}/robots.txt", kind="robots", key=task.key, host=task.host))
             self.queued += 1
         return False
 
@@ -333,18 +377,6 @@ class Scheduler:
                 self._robots.failed(origin_of(task.target), self._clock.now())
 
     # -- timing ------------------------------------------------------------------
-
-    def _key_of(self, task: Task) -> str:
-        """The queue of ``task``: the throttler's scopes for it, joined with ``+``.
-
-        A manager that must be awaited is asked at admission instead; its
-        tasks queue by host until then.
-        """
-        request = task.target if task.kind == "page" else _Unmeasured(task.target)
-        scopes = self._throttler.scopes_nowait(request)
-        if not scopes:
-            return host_scope(task.target)
-        return "+".join(sorted(scopes))
 
     def _schedule(self, key: str, when: float) -> None:
         # Ranked by the time it became due: the queue that waited longest goes first.

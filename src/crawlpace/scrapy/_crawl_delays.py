@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 
 from .._bounded import remember
 from .._exceptions import ScopeError
-from .._robots import crawl_delay, robots_verdict
+from .._robots import crawl_delay, crawl_delay_scopes, robots_verdict
 from .._scopes import host_scope
 from .._throttler import Throttler
 from ._reporting import StatsLike
@@ -62,12 +62,10 @@ class CrawlDelays:
         if scopes is None:
             scopes = self._robots_scopes.get(urlsplit(url).netloc)
         try:
-            host = host_scope(url)
+            host: str | None = host_scope(url)
         except ScopeError:
-            return scopes or ()
-        if not scopes or host in scopes:
-            return (host,)
-        return scopes
+            host = None
+        return crawl_delay_scopes(host, scopes or ())
 
     async def apply(self, scopes: tuple[str, ...], delay: float | None) -> None:
         """Give ``scopes`` the Crawl-Delay of their robots.txt (``None``: it has none, clear any)."""
