@@ -39,78 +39,33 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urljoin
 
 from .._blocks import BlockRules
 from .._config import Settings
-from .._exceptions import ScopeError
-from .._fetchable import fetchable_scope
 from .._learning import Learner
 from .._permit import Permit
 from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
 from .._throttler import Throttler
-from ..frontier import Journal, JournalError
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
 from ._fetch import AiohttpFetcher, Fetcher
+from ._journal_source import JournalSource
 from ._options import CrawlOptions
 from ._output import ResultBatch
 from ._refusals import RefusalTracker
-from ._results import FINAL_OUTCOMES, Result, ResultWriter, reconcile
+from ._results import Result, ResultWriter
+from ._source import UrlSource, host_or_blank
+from ._summary import CrawlSummary, ScopeTally
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 
 _log = logging.getLogger(__name__)
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-
-
-@dataclass(slots=True)
-class ScopeTally:
-    """What the crawl did on one host."""
-
-    done: int = 0
-    errors: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    requests: int = 0
-
-
-@dataclass(slots=True)
-class CrawlSummary:
-    """The figures of a finished (or stopped) crawl."""
-
-    urls: int = 0
-    answered: int = 0
-    unfinished: int = 0
-    requests: int = 0
-    seconds: float = 0.0
-    interrupted: bool = False
-    outcomes: Counter[str] = field(default_factory=Counter)
-    statuses: Counter[int] = field(default_factory=Counter)
-    scopes: dict[str, ScopeTally] = field(default_factory=dict)
-    resumed_from: int = 0
-
-    @property
-    def complete(self) -> bool:
-        """Whether every URL got a final answer."""
-        return not self.interrupted and self.unfinished == 0
-
-    def as_dict(self) -> dict[str, Any]:
-        """The figures as a JSON-ready dict."""
-        return {
-            "urls": self.urls, "answered": self.answered, "unfinished": self.unfinished,
-            "requests": self.requests, "seconds": round(self.seconds, 3), "interrupted": self.interrupted,
-            "complete": self.complete, "resumed_from": self.resumed_from,
-            "outcomes": dict(sorted(self.outcomes.items())),
-            "statuses": {str(code): count for code, count in sorted(self.statuses.items())},
-            "scopes": {name: {"done": tally.done, "errors": tally.errors, "requests": tally.requests,
-                              "outcomes": dict(sorted(tally.outcomes.items()))}
-                       for name, tally in sorted(self.scopes.items())},
-        }
 
 
 class CrawlJob:
@@ -124,10 +79,12 @@ class CrawlJob:
         fetcher: the HTTP layer to send with (by default an aiohttp one built
             from ``options``, closed at the end); the job does not close one
             given here.
+        source: where URLs come from and where their answers are recorded
+            (by default the URLs given to :meth:`run`, through the journal).
     """
 
     def __init__(self, settings: Settings, options: CrawlOptions, *, throttler: Throttler | None = None,
-                 fetcher: Fetcher | None = None) -> None:
+                 fetcher: Fetcher | None = None, source: UrlSource | None = None) -> None:
         # Warm start: the scopes' policies begin from what earlier crawls learned (crawlpace._learned).
         settings, self.learner = Learner.prepare(settings) if throttler is None else (settings, None)
         self.settings = settings
@@ -138,22 +95,20 @@ class CrawlJob:
         self._given_fetcher = fetcher
         self.blocks = BlockRules(settings.block_rules)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
+        self.source: UrlSource = source if source is not None else JournalSource()
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
-                                   on_wait=self._wait_hook())
+                                   on_wait=self.source.on_wait)
         self.summary = CrawlSummary()
         self.inflight = 0
         self._stop = asyncio.Event()
-        self._journal: Journal | None = None
         self._writer: ResultWriter | None = None
         # Lines go out in batches; a URL is settled (done, acknowledged) once its line is written.
         self._results: ResultBatch[tuple[Task, str]] = ResultBatch(
-            self._write_results, lambda item: self._settled(*item), on_error=self._write_failed)
+            self._write_results, lambda item: self.source.settled(*item), on_error=self._write_failed)
         self._fetcher: Fetcher | None = None
-        self._pending_scopes: deque[str] = deque()
-        self._after: dict[str, int] = {}
-        self._in_memory = 0
         self._fetches: set[asyncio.Task[None]] = set()
         self._refusals = RefusalTracker()
+        self.source.bind(self)
 
     # -- public ------------------------------------------------------------------
 
@@ -179,7 +134,7 @@ class CrawlJob:
             FileNotFoundError: when ``resume`` is on and there is no journal.
         """
         started = time.monotonic()
-        self._open(urls)
+        self._writer = self.source.open(urls)
         try:
             self._fetcher = self._given_fetcher or self._make_fetcher()
             if self.learner is not None:
@@ -193,49 +148,6 @@ class CrawlJob:
 
     # -- set-up and tear-down ------------------------------------------------------
 
-    def _open(self, urls: Iterable[str] | None) -> None:
-        options = self.options
-        state = options.state_path
-        if options.resume:
-            journal = Journal.open(state)
-            expected = str(options.output.resolve())
-            if journal.fingerprint != expected:
-                journal.close()
-                raise JournalError(f"{state}: this journal belongs to the crawl writing "
-                                   f"{journal.fingerprint}, not {expected}; pass the matching --output "
-                                   f"or --state")
-        else:
-            journal = Journal.create(state, fingerprint=str(options.output.resolve()))
-        self._journal = journal
-        was_complete = journal.input_complete if options.resume else True
-        read = 0
-        if urls is not None:
-            def counted() -> Iterable[str]:
-                nonlocal read
-                for url in _clean(urls):
-                    read += 1
-                    yield url
-
-            added = journal.add((url, _scope_or_blank(url)) for url in counted())
-            _log.info("%d new URLs in the journal", added)
-        if not was_complete and read == 0:
-            journal.close()
-            raise JournalError(f"{state}: the first run stopped before it had read all of its URLs; "
-                               "give the same URLs again with --resume")
-        journal.mark_input_complete()
-        if options.resume:
-            # The output file is the record: the done flags are made to match it exactly.
-            kept = reconcile(options.output)
-            journal.replace_done(kept.final_urls)
-            self.summary.resumed_from = journal.done()
-            _log.info("resuming: %d URLs already answered, %d lines dropped from %s", journal.done(),
-                      kept.dropped, options.output)
-        journal.flush()
-        self.summary.urls = journal.total()
-        self._writer = ResultWriter(options.output, append=options.resume)
-        self._pending_scopes.extend(scope for scope, count in journal.scopes().items() if count)
-        self._refill()
-
     def _make_fetcher(self) -> Fetcher:
         options = self.options
         return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
@@ -243,52 +155,32 @@ class CrawlJob:
                               trust_env=options.trust_env, clock=self.throttler.clock.now)
 
     async def _shutdown(self) -> None:
-        for task in list(self._fetches):
-            task.cancel()
-        await asyncio.gather(*self._fetches, return_exceptions=True)
-        # Only now, with no fetch left to see its connections drop and report a failure.
-        if self._fetcher is not None and self._given_fetcher is None:
-            await self._fetcher.aclose()
-        journal, writer = self._journal, self._writer
-        if writer is not None:
-            try:
-                self._results.flush()
-            finally:
-                writer.close()
-        if journal is not None:
-            self.summary.answered = journal.done()
-            self.summary.unfinished = journal.total() - journal.done()
-            journal.close()
-        if self.learner is not None:
-            await self.learner.close(self.throttler)
-        if self._own_throttler:
-            await self.throttler.aclose()
-
-    # -- feeding the scheduler -------------------------------------------------------
-
-    def _refill(self) -> None:
-        """Move URLs from the journal into the scheduler, a batch per host, within the memory bound."""
-        journal = self._journal
-        assert journal is not None
-        budget = self.options.max_in_memory
-        batch = max(min(budget // 10, 1000), 1)
-        pending = self._pending_scopes
-        if self._in_memory > budget - batch and not self.scheduler.idle:
-            return  # refill a batch at a time, not a URL per finished fetch
-        while pending and self._in_memory < budget:
-            scope = pending.popleft()
-            want = min(batch, budget - self._in_memory)
-            entries = journal.load(scope, self._after.get(scope, 0), want)
-            for entry in entries:
-                self.scheduler.push(Task(entry.id, entry.url))
-                self._after[scope] = entry.id
-            self._in_memory += len(entries)
-            if len(entries) == want:
-                pending.append(scope)  # there may be more of this host
+        try:
+            for task in list(self._fetches):
+                task.cancel()
+            await asyncio.gather(*self._fetches, return_exceptions=True)
+            # Only now, with no fetch left to see its connections drop and report a failure.
+            if self._fetcher is not None and self._given_fetcher is None:
+                await self._fetcher.aclose()
+            writer = self._writer
+            if writer is not None:
+                try:
+                    self._results.flush()
+                finally:
+                    writer.close()
+            if self.learner is not None:
+                await self.learner.close(self.throttler)
+            if self._own_throttler:
+                await self.throttler.aclose()
+        finally:
+            # Last, whatever happened: every line that could be written is out, so the source
+            # records (journal marks, acknowledgements) exactly what was answered.
+            await self.source.close()
 
     # -- the dispatch loop --------------------------------------------------------------
 
     async def _dispatch(self) -> None:
+        self.source.start()
         slots = asyncio.Semaphore(self.settings.concurrent_requests)
         stop_wait = asyncio.ensure_future(self._stop.wait())
         try:
@@ -309,9 +201,10 @@ class CrawlJob:
                 fetch.add_done_callback(self._fetches.discard)
         finally:
             stop_wait.cancel()
+            await self.source.stop()
 
     def _finished(self) -> bool:
-        return self.inflight == 0 and self.scheduler.idle and not self._pending_scopes
+        return self.inflight == 0 and self.scheduler.idle and self.source.exhausted()
 
     async def _next(self) -> tuple[Task, Permit] | None:
         """The next admitted task; None when nothing is queued now."""
@@ -331,10 +224,17 @@ class CrawlJob:
         return None
 
     async def _await_news(self, stop_wait: asyncio.Future[Any]) -> None:
-        """Nothing is queued but fetches are running: wait until one of them ends."""
-        if not self._fetches:
+        """Nothing is queued: wait until a fetch ends or the source brings new URLs."""
+        news = self.source.wait_for_urls()
+        if news is None:
+            if not self._fetches:
+                return
+            await asyncio.wait({*self._fetches, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             return
-        await asyncio.wait({*self._fetches, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({*self._fetches, stop_wait, news}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            news.cancel()
 
     # -- one fetch ------------------------------------------------------------------------
 
@@ -355,7 +255,7 @@ class CrawlJob:
             self.inflight -= 1
             slots.release()
             self.scheduler.released(permit.scopes, task.key)
-            self._refill()
+            self.source.refill()
 
     async def _send(self, task: Task, permit: Permit) -> _Answer:
         fetcher = self._fetcher
@@ -435,19 +335,16 @@ class CrawlJob:
         settled = robots.settle(origin, answer.status, answer.body, self.throttler.clock.now(), why=why)
         if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
             for scope in crawl_delay_scopes(task.host, scopes):
-                self._spawn(self.throttler.set_crawl_delay(scope, settled.rules.crawl_delay))
+                self.spawn(self.throttler.set_crawl_delay(scope, settled.rules.crawl_delay))
         self.scheduler.robots_known(origin)
 
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` alongside the fetches (cancelled with them at the end)."""
         job = asyncio.ensure_future(coro)
         self._fetches.add(job)
         job.add_done_callback(self._fetches.discard)
 
     # -- results ------------------------------------------------------------------------
-
-    def _wait_hook(self) -> Callable[[str, float], None] | None:
-        """What the scheduler calls when a host is held back for long (nothing, for a crawl of its own)."""
-        return None
 
     def _gave_up(self, scope: str, reason: str) -> None:
         self.scheduler.give_up(scope, reason)
@@ -459,7 +356,7 @@ class CrawlJob:
                 size: int = 0, latency: float | None = None, block_rule: str | None = None) -> None:
         if task.kind == "robots":
             return
-        scope = task.host or _scope_or_blank(task.target)
+        scope = task.host or host_or_blank(task.target)
         final_url = task.target if status is not None else None
         self._results.add(Result(url=task.url, status=status, final_url=final_url, bytes=size,
                                  latency=None if latency is None else round(latency, 6),
@@ -475,7 +372,7 @@ class CrawlJob:
         tally.done += 1
         if outcome != "ok" or (status is not None and status >= 400):
             tally.errors += 1
-        self._in_memory -= 1
+        self.source.answered(task)
 
     def _write_results(self, results: list[Result]) -> None:
         writer = self._writer
@@ -486,13 +383,6 @@ class CrawlJob:
         _log.error("cannot write to %s (%s); stopping the crawl, its unwritten URLs are left for a resume",
                    self.options.output, exc)
         self.stop()
-
-    def _settled(self, task: Task, outcome: str) -> None:
-        """Record that ``task``'s line is written: a final outcome marks it done in the journal."""
-        journal = self._journal
-        assert journal is not None
-        if outcome in FINAL_OUTCOMES:
-            journal.mark_done([task.id])
 
     def _tally(self, scope: str) -> ScopeTally:
         tally = self.summary.scopes.get(scope)
@@ -514,19 +404,3 @@ class _Answer:
 def _transient(answer: _Answer) -> bool:
     """Whether an answer may well succeed if sent again: a 5xx, or no answer at all."""
     return answer.error is not None or (answer.status is not None and answer.status >= 500)
-
-
-def _clean(urls: Iterable[str]) -> Iterable[str]:
-    for line in urls:
-        url = line.strip()
-        if url and not url.startswith("#"):
-            yield url
-
-
-def _scope_or_blank(url: str) -> str:
-    try:
-        return fetchable_scope(url)
-    except ScopeError:
-        return ""
-
-
