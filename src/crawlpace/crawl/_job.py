@@ -1,10 +1,11 @@
 """One crawl: URLs in, one JSON line per URL out, every request through the throttler.
 
-The job ties the parts together. The journal (SQLite) holds every input URL
-and which are done; the scheduler holds the URLs being worked on, per host,
-and hands them out in the order the throttler can admit them; up to
-``CONCURRENT_REQUESTS`` fetches run at once; each answer is fed back to the
-throttler and written to the output file before the URL is marked done.
+The job ties the parts together. Its URL source (``crawl/_source.py``: the
+journal of a URL list, or the shared frontier) feeds the scheduler, which
+holds the URLs being worked on per queue of scopes and hands them out in the
+order the throttler can admit them; up to ``CONCURRENT_REQUESTS`` fetches run
+at once; each answer is fed back to the throttler and written to the output
+file before the source records the URL as answered.
 
 What happens to each URL:
 
@@ -28,9 +29,8 @@ What happens to each URL:
   breaker gave up (``"gave_up"``) is written too, but not marked done: a
   resumed crawl tries it again.
 
-The output file is the record of what was answered. After a crash,
-``resume`` keeps its complete lines, drops the rest, and fetches again only
-what has no final line: at most the requests that were in flight.
+The output file is the record of what was answered (see the sources for
+what a resume or another worker does with it).
 """
 
 from __future__ import annotations
