@@ -156,26 +156,29 @@ class CrawlJob:
 
     async def _shutdown(self) -> None:
         try:
-            for task in list(self._fetches):
-                task.cancel()
-            await asyncio.gather(*self._fetches, return_exceptions=True)
-            # Only now, with no fetch left to see its connections drop and report a failure.
-            if self._fetcher is not None and self._given_fetcher is None:
-                await self._fetcher.aclose()
-            writer = self._writer
-            if writer is not None:
-                try:
-                    self._results.flush()
-                finally:
-                    writer.close()
-            if self.learner is not None:
-                await self.learner.close(self.throttler)
-            if self._own_throttler:
-                await self.throttler.aclose()
+            await self._close_parts()
         finally:
             # Last, whatever happened: every line that could be written is out, so the source
             # records (journal marks, acknowledgements) exactly what was answered.
             await self.source.close()
+
+    async def _close_parts(self) -> None:
+        for task in list(self._fetches):
+            task.cancel()
+        await asyncio.gather(*self._fetches, return_exceptions=True)
+        # Only now, with no fetch left to see its connections drop and report a failure.
+        if self._fetcher is not None and self._given_fetcher is None:
+            await self._fetcher.aclose()
+        writer = self._writer
+        if writer is not None:
+            try:
+                self._results.flush()
+            finally:
+                writer.close()
+        if self.learner is not None:
+            await self.learner.close(self.throttler)
+        if self._own_throttler:
+            await self.throttler.aclose()
 
     # -- the dispatch loop --------------------------------------------------------------
 
