@@ -39,10 +39,10 @@ class ListSource:
         self.job.summary.urls = len(self.urls)
         return ResultWriter(self.job.options.output, append=False)
 
-    def start(self) -> None:
+    def start_background(self) -> None:
         self.calls.append("start")
 
-    async def stop(self) -> None:
+    async def stop_background(self) -> None:
         self.calls.append("stop")
 
     def refill(self) -> None:

@@ -183,7 +183,7 @@ class CrawlJob:
     # -- the dispatch loop --------------------------------------------------------------
 
     async def _dispatch(self) -> None:
-        self.source.start()
+        self.source.start_background()
         slots = asyncio.Semaphore(self.settings.concurrent_requests)
         stop_wait = asyncio.ensure_future(self._stop.wait())
         try:
@@ -204,7 +204,7 @@ class CrawlJob:
                 fetch.add_done_callback(self._fetches.discard)
         finally:
             stop_wait.cancel()
-            await self.source.stop()
+            await self.source.stop_background()
 
     def _finished(self) -> bool:
         return self.inflight == 0 and self.scheduler.idle and self.source.exhausted()

@@ -98,10 +98,10 @@ class JournalSource:
         self.refill()
         return writer
 
-    def start(self) -> None:
+    def start_background(self) -> None:
         """Nothing runs in the background: URLs come in as fetches end."""
 
-    async def stop(self) -> None:
+    async def stop_background(self) -> None:
         """Nothing to stop."""
 
     def refill(self) -> None:

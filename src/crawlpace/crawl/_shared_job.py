@@ -159,6 +159,10 @@ class SharedSource:
     def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         self._parts.spawn(coro)
 
+    def stop(self) -> None:
+        """Stop the job (the feeder failed, say)."""
+        self._parts.stop()
+
     # -- the source's side of the job ----------------------------------------------------
 
     def open(self, urls: Iterable[str] | None) -> ResultWriter:
@@ -177,11 +181,11 @@ class SharedSource:
             self.summary.resumed_from = len(kept.final_urls)
         return ResultWriter(output, append=True)
 
-    def start(self) -> None:
+    def start_background(self) -> None:
         """Start the feeder."""
         self._feeder = asyncio.ensure_future(self._feed())
 
-    async def stop(self) -> None:
+    async def stop_background(self) -> None:
         """Stop the feeder."""
         feeder = self._feeder
         if feeder is not None:

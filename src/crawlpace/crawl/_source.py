@@ -49,15 +49,18 @@ class JobParts(Protocol):
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` alongside the fetches (cancelled with them at the end)."""
 
+    def stop(self) -> None:
+        """Stop taking URLs (what is unanswered is left to the source's :meth:`UrlSource.close`)."""
+
 
 class UrlSource(Protocol):
     """Feeds a crawl job with URLs and records what became of them.
 
     The job calls, in order: :meth:`bind` (when built), :meth:`open` (the
-    run starts), :meth:`start` and :meth:`stop` (around the dispatch loop),
-    and :meth:`close` (last, whatever happened). In between, :meth:`refill`
-    after every fetch, :meth:`answered` when a URL has its result,
-    :meth:`settled` once that result's line is written.
+    run starts), :meth:`start_background` and :meth:`stop_background`
+    (around the dispatch loop), and :meth:`close` (last, whatever happened).
+    In between, :meth:`refill` after every fetch, :meth:`answered` when a URL
+    has its result, :meth:`settled` once that result's line is written.
     """
 
     #: Called with ``(host, seconds)`` when the throttler holds a host back
@@ -70,10 +73,10 @@ class UrlSource(Protocol):
     def open(self, urls: Iterable[str] | None) -> ResultWriter:
         """Take ``urls`` (``None``: none given), queue the first tasks, and open the output file."""
 
-    def start(self) -> None:
+    def start_background(self) -> None:
         """Begin any background work the source does while the crawl runs."""
 
-    async def stop(self) -> None:
+    async def stop_background(self) -> None:
         """End that background work (the dispatch loop has ended)."""
 
     def refill(self) -> None:
