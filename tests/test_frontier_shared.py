@@ -16,7 +16,7 @@ from crawlpace import Settings
 from crawlpace.crawl import CrawlOptions
 from crawlpace.crawl._shared_job import SharedCrawlJob
 from crawlpace.frontier import Task
-from crawlpace.frontier._shared import SharedFrontier
+from crawlpace.frontier._shared import Claim, SharedFrontier
 
 pytestmark = pytest.mark.redis
 
@@ -207,3 +207,23 @@ async def test_answers_that_come_in_during_an_ack_are_acknowledged_later(redis_u
     finally:
         await frontier.aclose()
         await job.throttler.aclose()
+
+
+class BrokenClaims(SharedFrontier):
+    """A frontier whose claims fail with an error that is not "unreachable" (a bug, a garbled reply)."""
+
+    async def claim(self, count: int, *, spacing: float) -> Claim:
+        raise RuntimeError("a reply nobody expected")
+
+
+async def test_a_feeder_that_fails_stops_its_worker_instead_of_leaving_it_waiting(
+        redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    frontier = BrokenClaims(redis_url)
+    await frontier.enqueue(site("a.test", 2))
+    options = CrawlOptions(output=tmp_path / "out.jsonl", store=redis_url)
+    job = SharedCrawlJob(Settings(), options, frontier=frontier)
+    with pytest.raises(RuntimeError, match="a reply nobody expected"):
+        await asyncio.wait_for(job.run(None), 10.0)  # it waited forever before
+    assert job.stopping
+    assert "the shared frontier's feeder failed (RuntimeError: a reply nobody expected); stopping this " \
+           "worker" in caplog.text
