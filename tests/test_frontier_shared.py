@@ -105,9 +105,12 @@ async def test_an_expired_claim_returns_to_the_front_of_its_queue(frontiers: Fac
     claim = await alive.claim(1, spacing=0.0)
     assert claim.requeued == 1
     assert [(item.url, item.tries) for item in claim.urls] == [("http://a.test/page/0", 2)]
-    # The dead worker's late ack still finishes it, once; the live worker's is a duplicate.
-    assert await dead.ack([taken.urls[0].id], "ok") == (1, 0)
-    assert await alive.ack([claim.urls[0].id], "ok") == (0, 1)
+    # The dead worker's late ack neither finishes it nor frees the live worker's claim; that one's does.
+    assert await dead.ack([taken.urls[0].id], "ok") == (0, 0)
+    assert (await dead.counts()).claimed == 1
+    assert await alive.ack([claim.urls[0].id], "ok") == (1, 0)
+    counts = await alive.counts()
+    assert (counts.done, counts.duplicates, counts.late, counts.claimed) == (1, 0, 1, 0)
 
 
 async def test_touch_keeps_a_claim_and_reports_claims_lost(frontiers: Factory) -> None:

@@ -222,13 +222,16 @@ class SharedCrawlJob(CrawlJob):
             # Taken out before the await: answers that come in meanwhile start a new list.
             ids = self._acks.pop(outcome)
             try:
-                _, dups = await self.frontier.ack(ids, outcome)
+                done, dups = await self.frontier.ack(ids, outcome)
             except BaseException:
                 self._acks[outcome] = ids + self._acks.get(outcome, [])
                 raise
             if dups:
                 _log.info("%d URLs had been answered by another worker too (their claims had expired)",
                           dups)
+            if len(ids) - done - dups:
+                _log.info("%d URLs were answered after another worker had claimed them (this worker was out "
+                          "of touch past the visibility); that worker finishes them", len(ids) - done - dups)
 
     async def _touch(self) -> None:
         if not self._held:
