@@ -40,33 +40,30 @@ import contextlib
 import logging
 import time
 from collections.abc import Coroutine, Iterable
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urljoin
 
 from .._blocks import BlockRules
 from .._config import Settings
 from .._learning import Learner
 from .._permit import Permit
-from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
+from .._robots import MAX_ROBOTS_BYTES
 from .._throttler import Throttler
 from ..frontier._robots_cache import RobotsCache
-from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
+from ..frontier._scheduler import Dropped, Scheduler, Task
+from ._answer import Answer, redirect_target, transient
 from ._fetch import AiohttpFetcher, Fetcher
 from ._journal_source import JournalSource
 from ._options import CrawlOptions
 from ._output import ResultBatch
 from ._refusals import RefusalTracker
 from ._results import Result, ResultWriter
+from ._robots_answers import RobotsAnswers
 from ._source import UrlSource, host_or_blank
 from ._summary import CrawlSummary, ScopeTally
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 
 _log = logging.getLogger(__name__)
-
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-
 
 class CrawlJob:
     """Run one crawl to its end, or until :meth:`stop`.
@@ -96,6 +93,8 @@ class CrawlJob:
         self.blocks = BlockRules(settings.block_rules)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         self.source: UrlSource = source if source is not None else JournalSource()
+        self._robots_answers = None if self.robots is None else RobotsAnswers(self, self.robots,
+                                                                               self._follow_redirect)
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
                                    on_wait=self.source.on_wait)
         self.summary = CrawlSummary()
@@ -252,6 +251,10 @@ class CrawlJob:
             await permit.release()
             released = True
             self._settle(task, permit, outcome)
+        except Exception:  # a bug, or an error no layer below turned into an answer
+            # The task must not vanish: a shared worker would hold its claim forever and never end.
+            _log.exception("%s: unexpected error while fetching it", task.target)
+            self._retry_or_fail(task)
         finally:
             if not released:
                 await permit.release()
@@ -260,21 +263,21 @@ class CrawlJob:
             self.scheduler.released(permit.scopes, task.key)
             self.source.refill()
 
-    async def _send(self, task: Task, permit: Permit) -> _Answer:
+    async def _send(self, task: Task, permit: Permit) -> Answer:
         fetcher = self._fetcher
         assert fetcher is not None
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
         page = await fetcher.get(task.target, limit)
         if page.error is not None:
             permit.feedback(exception=page.error, latency=page.latency)
-            return _Answer(None, None, b"", page.latency, page.error)
+            return Answer(None, None, b"", page.latency, page.error)
         rule = None
         if task.kind == "page" and page.status is not None:
             rule = self.blocks.match(page.status, page.headers or {}, page.body)
         permit.feedback(page, latency=page.latency, blocked=rule is not None)
-        return _Answer(page.status, page.location, page.body, page.latency, None, rule)
+        return Answer(page.status, page.location, page.body, page.latency, None, rule)
 
-    def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
+    def _settle(self, task: Task, permit: Permit, answer: Answer) -> None:
         refused = self._refusals.note(task.host, answer.error)
         if refused is not None:  # nothing listens there: give the host up now, not after minutes of backoff
             _log.warning("%s given up: %s", task.host, refused)
@@ -284,12 +287,13 @@ class CrawlJob:
         outcome = permit.outcome
         backoff = outcome is not None and any(item.backoff for item in outcome.feedback)
         if task.kind == "robots":
-            self._settle_robots(task, answer, permit.scopes)
+            assert self._robots_answers is not None
+            self._robots_answers.settle(task, answer, permit.scopes)
             return
         if self._follow_redirect(task, answer):
             return
-        transient = not backoff and _transient(answer)
-        if (backoff or transient) and task.retries < self.options.retries:
+        transient_failure = not backoff and transient(answer)
+        if (backoff or transient_failure) and task.retries < self.options.retries:
             task.retries += 1
             _log.debug("%s: %s %s, attempt %d; queued again", task.target,
                        "backoff answer" if backoff else "transient failure",
@@ -312,34 +316,14 @@ class CrawlJob:
         self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
                      latency=answer.latency, block_rule=answer.block_rule)
 
-    def _follow_redirect(self, task: Task, answer: _Answer, max_hops: int | None = None) -> bool:
+    def _follow_redirect(self, task: Task, answer: Answer, max_hops: int | None = None) -> bool:
         """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
-        limit = self.options.max_redirects if max_hops is None else max_hops
-        if answer.status not in _REDIRECTS or not answer.location or task.hops >= limit:
-            return False
-        target = urljoin(task.target, answer.location)
-        if not target.startswith(("http://", "https://")):
+        target = redirect_target(task, answer, self.options.max_redirects if max_hops is None else max_hops)
+        if target is None:
             return False
         task.target, task.hops = target, task.hops + 1
         self.scheduler.push(task, front=True)
         return True
-
-    def _settle_robots(self, task: Task, answer: _Answer, scopes: tuple[str, ...]) -> None:
-        robots = self.robots
-        assert robots is not None
-        if self._follow_redirect(task, answer, ROBOTS_MAX_REDIRECTS):
-            return
-        if robots_verdict(answer.status) == "unreachable" and task.retries < self.options.robots_retries:
-            task.retries += 1  # the throttler spaces the retry by the scope's backoff
-            self.scheduler.push(task, front=True)
-            return
-        origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
-        why = "" if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
-        settled = robots.settle(origin, answer.status, answer.body, self.throttler.clock.now(), why=why)
-        if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
-            for scope in crawl_delay_scopes(task.host, scopes):
-                self.spawn(self.throttler.set_crawl_delay(scope, settled.rules.crawl_delay))
-        self.scheduler.robots_known(origin)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` alongside the fetches (cancelled with them at the end)."""
@@ -353,7 +337,20 @@ class CrawlJob:
         self.scheduler.give_up(scope, reason)
 
     def _dropped(self, task: Task, why: Dropped, detail: str) -> None:
+        if task.kind == "robots" and self._robots_answers is not None:
+            self._robots_answers.dropped(task, detail)
+            return
         self._finish(task, why, error=detail)
+
+    def _retry_or_fail(self, task: Task) -> None:
+        """Queue ``task`` again after an unexpected error, within its retries; then give it up as failed."""
+        if task.retries < self.options.retries:
+            task.retries += 1
+            self.scheduler.push(task)
+        elif task.kind == "robots":
+            self._dropped(task, "failed", "an unexpected error, see the log")
+        else:
+            self._finish(task, "failed", error="an unexpected error, see the log")
 
     def _finish(self, task: Task, outcome: str, *, status: int | None = None, error: str | None = None,
                 size: int = 0, latency: float | None = None, block_rule: str | None = None) -> None:
@@ -392,18 +389,3 @@ class CrawlJob:
         if tally is None:
             tally = self.summary.scopes[scope] = ScopeTally()
         return tally
-
-
-@dataclass(slots=True)
-class _Answer:
-    status: int | None
-    location: str | None
-    body: bytes
-    latency: float | None
-    error: BaseException | None
-    block_rule: str | None = None
-
-
-def _transient(answer: _Answer) -> bool:
-    """Whether an answer may well succeed if sent again: a 5xx, or no answer at all."""
-    return answer.error is not None or (answer.status is not None and answer.status >= 500)

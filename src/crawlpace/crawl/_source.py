@@ -34,7 +34,7 @@ __all__ = ["JobParts", "UrlSource", "host_or_blank"]
 
 
 class JobParts(Protocol):
-    """What a URL source may use of the job it feeds."""
+    """What a URL source (or another helper of the job, e.g. its robots.txt handling) may use of it."""
 
     scheduler: Scheduler
     throttler: Throttler
