@@ -479,12 +479,12 @@ async def test_a_server_refusing_writes_fails_closed_and_a_failed_release_leaks_
             # throttler's own count of requests in flight must come down all the same.
             held = [await throttler.try_acquire(scopes=name) for name in ("a.example", "b.example")]
             assert all(isinstance(permit, Permit) for permit in held)
-            await admin.execute_command("ACL", "SETUSER", "default", "-evalsha")
+            await admin.execute_command("ACL", "SETUSER", "default", "-evalsha")  # type: ignore[no-untyped-call]
             for permit in held:
                 assert isinstance(permit, Permit)
                 with pytest.raises(redis.exceptions.ResponseError, match="permission"):
                     await permit.release()
-            await admin.execute_command("ACL", "SETUSER", "default", "+evalsha")
+            await admin.execute_command("ACL", "SETUSER", "default", "+evalsha")  # type: ignore[no-untyped-call]
             again = [await throttler.try_acquire(scopes=name) for name in ("c.example", "d.example")]
             assert all(isinstance(permit, Permit) for permit in again), again  # the cap is whole
             for permit in again:
