@@ -155,6 +155,32 @@ def test_cuts_stop_at_the_lowest_rate() -> None:
     assert ramp.rate == 0.5
 
 
+def test_after_a_retry_after_hold_it_resumes_at_the_rate_in_force_not_from_the_bottom() -> None:
+    ramp = controller(start_rate=1.0)
+    end = drive(ramp, 0.0, 4.0)  # doubling: about 8/s
+    ramp.on_send(end)
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    cut = ramp.rate
+    assert cut > 3.0
+    ramp.hold(end + 5.0)  # the refusal said Retry-After: 5
+    resumed = end + 5.0
+    # Without the rule, five silent seconds read as a send rate of 0.2/s and the
+    # scope may send only at its starting rate of 1/s.
+    assert ramp.allowed_rate(resumed) == pytest.approx(cut)
+    drive(ramp, resumed, resumed + 2.0)
+    assert ramp.allowed_rate(resumed + 2.0) >= cut
+    # The hold is not averaged into the gaps: the sends after it keep the old spacing.
+    assert ramp.sent_rate(resumed + 2.0) >= 0.8 * cut
+
+
+def test_a_hold_that_ended_long_ago_changes_nothing() -> None:
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 1.0)
+    ramp.hold(2.0)
+    # An idle scope still falls back to its starting rate once it stops sending.
+    assert ramp.allowed_rate(60.0) == 4.0
+
+
 # -- the climb ------------------------------------------------------------------
 
 

@@ -183,10 +183,10 @@ class Rampup:
     """
 
     __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth", "_level",
-                 "_probe_c", "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_stuck_share",
-                 "_stuck_time", "_window_min", "_window_start", "above_since", "ceiling", "decision",
-                 "generation", "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate",
-                 "phase", "rate", "scope", "start_rate", "target", "window")
+                 "_probe_c", "_pushbacks", "_quiet_until", "_resumed_at", "_samples", "_sent_at",
+                 "_stuck_share", "_stuck_time", "_window_min", "_window_start", "above_since", "ceiling",
+                 "decision", "generation", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
+                 "min_rate", "phase", "rate", "scope", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -225,6 +225,9 @@ class Rampup:
         self._stuck_share = 0.0
         self._stuck_time = 0.0
         self._quiet_until = _NEVER
+        # When the last hold the server asked for (Retry-After) ends: the silence it
+        # imposed is not a gap in the scope's sending, see hold().
+        self._resumed_at = _NEVER
 
     # -- what the scope may do -----------------------------------------------
 
@@ -236,7 +239,8 @@ class Rampup:
         """
         if self._sent_at == _NEVER:
             return 0.0
-        gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, now - self._sent_at)
+        since = now - max(self._sent_at, self._resumed_at)
+        gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, since)
         return 1.0 / gap if gap > 0.0 else math.inf
 
     def allowed_rate(self, now: float) -> float:
@@ -292,9 +296,26 @@ class Rampup:
         if last == _NEVER:
             self._last_growth = now  # growth is counted from the first send
         else:
-            gap, mean = now - last, self._gap
+            gap, mean = now - max(last, self._resumed_at), self._gap
+            if gap < 0.0:
+                gap = 0.0
             self._gap = gap if mean is None else mean + SENT_WEIGHT * (gap - mean)
         self._sent_at = now
+
+    def hold(self, until: float) -> None:
+        """The server asked for silence until ``until`` (``Retry-After``): resume where it left off.
+
+        Nothing is sent during the hold, so without this rule the measured send
+        rate would fall towards zero, and what the scope may send (capped at
+        twice that) with it: after a five-second hold the scope would start over
+        from its starting rate. The silence is the server's, not a sign that the
+        scope stopped using its rate, so it is left out of the gaps: the first
+        sends after the hold may go at the rate that was in force (already cut
+        by the refusal that brought the hold), paced by the delay as before, so
+        there is no burst either.
+        """
+        if until > self._resumed_at:
+            self._resumed_at = until
 
     def sync_sends(self, gap: float | None, last: float) -> None:
         """Take the send record kept elsewhere: a shared store counts every worker's sends.

@@ -27,6 +27,7 @@ from .admission import Limits
 from .autothrottle import AutoThrottle
 from .backoff import Backoff
 from .breaker import FIRST_PAUSE_SHARE, Breaker
+from .budget import HeaderBudget
 from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .signals import ScopeFeedback
@@ -147,8 +148,8 @@ class ScopePolicy:
         wake_at: when the limits may change with no new feedback.
     """
 
-    __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
-                 "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
+    __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency",
+                 "config", "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
                  "pace", "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at",
                  "watches")
 
@@ -178,6 +179,8 @@ class ScopePolicy:
         self.server_concurrency: int | None = None
         self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
         self.breaker: Breaker | None = None
+        # The server's announced budget, learned (created with the first answer that has one).
+        self.budget: HeaderBudget | None = None
         self.gated = self.quota is not None
         self.watches = self.gated or self.rampup is not None
         self.jitter = config.jitter
@@ -358,7 +361,11 @@ class ScopePolicy:
             # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
             hold = min(feedback.hold, self.config.backoff.max_delay)
             self.hold_until = max(self.hold_until, now + hold)
-        if feedback.pace is not None:
+            if self.rampup is not None:
+                self.rampup.hold(self.hold_until)
+        if feedback.budget is not None:
+            self._take_budget(now, feedback, sent_at)
+        elif feedback.pace is not None:
             # The newest announcement of the budget replaces older ones.
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
             if self.rampup is not None:
@@ -413,6 +420,24 @@ class ScopePolicy:
                     logger.info("scope %s: breaker closed: the probe succeeded", self.scope)
         self._update_gated()
         return gave_up
+
+    def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
+        """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""
+        reading = feedback.budget
+        assert reading is not None
+        budget = self.budget
+        if budget is None:
+            budget = self.budget = HeaderBudget()
+        advice = budget.observe(now, sent_at=sent_at, remaining=reading.remaining, quota=reading.quota,
+                                window=reading.window, span=reading.span, refused=feedback.backoff)
+        cap = self.config.backoff.max_delay
+        self.pace, self.pace_until = min(advice.pace, cap), now + min(advice.pace_for, cap)
+        if advice.hold is not None and advice.hold > 0.0:
+            self.hold_until = max(self.hold_until, now + min(advice.hold, cap))
+            if self.rampup is not None:
+                self.rampup.hold(self.hold_until)
+        if self.rampup is not None:
+            self._base = self._compute_base(now)
 
     def summary(self) -> tuple[object, ...]:
         """What other workers of a shared store must see: the state that changes admissions.
