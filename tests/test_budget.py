@@ -3,14 +3,19 @@ budget spent evenly; scripted times against the simulator's and the guard's own 
 
 from __future__ import annotations
 
+import asyncio
 import math
 import random
 
 import pytest
 
-from crawlpace.guard import StagedBrake
+from crawlpace.guard import Decision, StagedBrake
 from crawlpace.policy.budget import HeaderBudget
-from crawlpace.sim._limits import FixedWindow
+from crawlpace.sim._limits import Embargo, FixedWindow, TokenBucket
+from crawlpace.testing import MockClock
+
+from .conftest import ThrottlerFactory
+from .test_feedback import FAST, URL, Response
 
 LATENCY = 0.002
 
@@ -144,3 +149,63 @@ def test_a_brake_with_other_stages_is_learned_the_same_way() -> None:
     ok, refused = crawl_staged(60, 15.0, 8, seed=11)
     assert sum(refused[2:]) == 0
     assert all(count >= 27 for count in ok[2:]), ok
+
+
+# -- through the throttler, as a library user with 8 slots and no delay would -------------------
+
+
+def guard_headers(quota: float, window: float, decision: Decision) -> dict[str, str]:
+    """The guard's RateLimit fields (crawlpace.guard) for one decision."""
+    headers = {"RateLimit-Policy": f'"site";q={quota:g};w={window:g}',
+               "RateLimit": f'"site";r={math.floor(decision.remaining)};t={math.ceil(decision.reset)}'}
+    if decision.retry_after is not None:
+        headers["Retry-After"] = str(max(math.ceil(decision.retry_after), 1))
+    return headers
+
+
+async def test_library_defaults_learn_a_staged_quota_instead_of_backing_off(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    # Issue 16 item 7's quota case: 600 per minute, braked in stages. The defaults used to back
+    # off at every refusal, to one request a second for a whole window at least.
+    throttler = make_throttler({**FAST, "CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    brake = StagedBrake(600, 60.0, rng=random.Random(5))
+    ok, refused = [0] * 5, [0] * 5
+    while clock.now() < 300.0:
+        async with throttler.slot(URL) as permit:
+            decision = brake.decide("me", clock.now())
+            index = int(clock.now() // 60.0)
+            if index < 5:
+                ok[index] += decision.allowed
+                refused[index] += not decision.allowed
+            permit.feedback(Response(200 if decision.allowed else 429, guard_headers(600, 60.0, decision)))
+    assert sum(refused) <= 2
+    assert all(count >= 285 for count in ok[1:]), ok  # the usable half, spread over each minute
+
+
+async def test_library_defaults_do_not_burst_when_backoff_ends(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    # Issue 16 item 7: 8 slots, no delay, a site allowing 5/s that demands 5 s of silence after
+    # each 429. Every time backoff recovered, all 8 slots fired at once and most of them
+    # arrived inside the embargo their neighbour had just drawn.
+    throttler = make_throttler({**FAST, "CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    bucket, embargo = TokenBucket(5.0, 1.0), Embargo()
+    inside: list[float] = []
+    refusals: list[float] = []
+
+    async def worker() -> None:
+        while clock.now() < 600.0:
+            async with throttler.slot(URL) as permit:
+                now = clock.now()  # the site decides as the request arrives
+                if embargo.breached(now, 0.01):
+                    inside.append(now)
+                refused = embargo.remaining(now) > 0.0 or bucket.take(now) > 0.0
+                if refused:
+                    embargo.extend(now, 5.0)
+                    refusals.append(now)
+                await clock.sleep(LATENCY)
+                permit.feedback(Response(429, {"Retry-After": "5"}) if refused else Response(200))
+
+    await asyncio.gather(*(worker() for _ in range(8)))
+    # The first burst (before anything is known) may break the embargo; nothing after it.
+    assert [t for t in inside if t > 10.0] == []
+    assert len([t for t in refusals if t > 10.0]) <= 10

@@ -16,6 +16,7 @@ Pure state plus ``now``, like the rest of :mod:`crawlpace.policy`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -394,6 +395,12 @@ class ScopePolicy:
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
+        if feedback.budget is not None and feedback.backoff and (
+                manager is None or isinstance(manager, ThrottlingScopeManager)):
+            # A refusal that comes with the server's budget is the budget's to answer (the
+            # brake or the window it taught, above): the default backoff would only slow the
+            # scope to one request a second for a whole window on top of it.
+            feedback = dataclasses.replace(feedback, backoff=False)
         if manager is not None or (feedback.backoff and rampup is None):
             # With rampup on, rampup answers pushback; a custom manager still adjusts the result.
             manager = self.ensure_manager()

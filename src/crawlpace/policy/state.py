@@ -66,7 +66,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
           "server_concurrency"),
     # The default scope manager's backoff.
-    "b": ("level", "generation", "anchor", "last_feedback", "last_change"),
+    "b": ("level", "generation", "anchor", "last_feedback", "last_change", "tail"),
     "a": ("delay",),  # AutoThrottle
     "q": ("_credit", "_at"),  # the quota bucket
     "k": ("_state", "_open_until", "_half_open_since", "_probe_out", "_buckets", "_total", "_failed",
