@@ -209,3 +209,43 @@ async def test_library_defaults_do_not_burst_when_backoff_ends(
     # The first burst (before anything is known) may break the embargo; nothing after it.
     assert [t for t in inside if t > 10.0] == []
     assert len([t for t in refusals if t > 10.0]) <= 10
+
+
+async def test_eight_slots_follow_a_rising_header_budget_without_bursts(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    # The simulator's `rising` site: 3 a second, 12 from 20 s on, in RateLimit fields, with a
+    # Retry-After to the window's end on a 429. An answer that came after the pace it set had
+    # lapsed used to leave the scope unpaced, and its 8 slots went out together.
+    throttler = make_throttler({**FAST, "CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    counter, embargo = FixedWindow(3, 1.0), Embargo()
+    inside: list[float] = []
+    refusals: list[float] = []
+    ok = 0
+
+    async def worker() -> None:
+        nonlocal ok
+        while clock.now() < 60.0:
+            async with throttler.slot(URL) as permit:
+                now = clock.now()
+                if now >= 20.0:
+                    counter.limit = 12
+                if embargo.breached(now, 0.01):
+                    inside.append(now)
+                allowed = counter.take(now)
+                span = max(math.ceil(counter.reset(now)), 0)
+                headers = {"RateLimit-Policy": f'"site";q={counter.limit};w=1',
+                           "RateLimit": f'"site";r={counter.remaining(now)};t={span}'}
+                if allowed:
+                    ok += 1
+                else:
+                    headers["Retry-After"] = str(max(span, 1))
+                    embargo.extend(now, max(span, 1))
+                    refusals.append(now)
+                await clock.sleep(LATENCY)
+                permit.feedback(Response(200 if allowed else 429, headers))
+
+    await asyncio.gather(*(worker() for _ in range(8)))
+    # The first burst goes before any answer; after it, nothing is refused or sent too early.
+    assert [t for t in refusals if t > 1.0] == []
+    assert [t for t in inside if t > 1.0] == []
+    assert ok >= 0.95 * (3 * 20 + 12 * 40)

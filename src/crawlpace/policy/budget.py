@@ -170,7 +170,9 @@ class HeaderBudget:
         if end is None:
             end = now + (span - 1.0 if span is not None and span >= 1.0 else window)
         time_left = max(end - now, 0.0)
-        return BudgetAdvice(max(even, EVEN_SHARE * time_left / left), max(time_left, even), None)
+        # The pace lasts into the next window: should the next answer come late, a scope
+        # with many slots must not find itself unpaced and send them all at once.
+        return BudgetAdvice(max(even, EVEN_SHARE * time_left / left), time_left + window, None)
 
     def __repr__(self) -> str:
         return (f"<HeaderBudget {self.quota:g}/{self.window:g}s usable={self.usable:g} "
