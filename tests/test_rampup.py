@@ -564,3 +564,42 @@ def test_a_scope_held_back_by_its_slots_does_not_double_for_nothing() -> None:
     # within about 15 s, not after a climb to the cap and a long way down.
     share, _ = knee_run(40.0)
     assert share >= 0.75
+
+
+def test_refusals_on_arrival_with_many_in_flight_cap_the_slots_not_the_rate() -> None:
+    # A slow site that answers 503 at once past six requests in flight (the `slow` profile):
+    # the refusal says "too many at once", not "too fast".
+    ramp = controller(start_rate=4.0)
+    now = 0.0
+    for _ in range(20):  # pages take about a second
+        ramp.on_send(now)
+        ramp.on_response(now + 1.0, pushback=False, current=True, latency=1.0, elapsed=1.0)
+        now += 0.25
+    before = ramp.rate
+    ramp.on_send(now)
+    ramp.on_response(now + 0.002, pushback=True, current=True, latency=0.002, elapsed=0.002, inflight=7)
+    assert ramp.slot_cap == 6
+    assert ramp.concurrency(ramp.rate) <= 6
+    assert ramp.rate >= 0.85 * before  # gentle, though the start phase cuts deep otherwise
+    assert "slots capped at 6" in ramp.decision
+    # A window later with no pushback, one slot more is tried.
+    later = now + 61.0
+    ramp.on_send(later)
+    ramp.on_response(later + 1.0, pushback=False, current=True, latency=1.0, elapsed=1.0)
+    assert ramp.slot_cap == 7
+
+
+def test_a_refusal_as_slow_as_a_page_or_with_few_in_flight_caps_nothing() -> None:
+    ramp = controller(start_rate=4.0)
+    now = 0.0
+    for _ in range(20):
+        ramp.on_send(now)
+        ramp.on_response(now + 0.05, pushback=False, current=True, latency=0.05, elapsed=0.05)
+        now += 0.25
+    ramp.on_send(now)  # a token bucket's 429 with two in flight
+    ramp.on_response(now + 0.001, pushback=True, current=True, latency=0.001, elapsed=0.001, inflight=2)
+    assert ramp.slot_cap == math.inf
+    now += 5.0
+    ramp.on_send(now)  # an overloaded server's slow 503 with many in flight
+    ramp.on_response(now + 0.2, pushback=True, current=True, latency=0.2, elapsed=0.2, inflight=9)
+    assert ramp.slot_cap == math.inf

@@ -344,11 +344,13 @@ class ScopePolicy:
             self.breaker.on_send(now)
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
-                   sent_at: float, expected_use: float) -> bool:
+                   sent_at: float, expected_use: float, inflight: int | None = None) -> bool:
         """Apply one outcome of a request sent at ``sent_at`` under ``generation``.
 
         ``feedback`` is ``None`` for a request released without an outcome
         (cancelled): only its probe slot, if it was the breaker's probe, frees.
+        ``inflight`` is the scope's requests in flight as it came, this one
+        included, when the store knows it (rampup learns a limit on them).
 
         Returns:
             True when this outcome made the circuit breaker give the scope up.
@@ -391,7 +393,7 @@ class ScopePolicy:
             if feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
-                                   elapsed=now - sent_at)
+                                   elapsed=now - sent_at, inflight=inflight)
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
