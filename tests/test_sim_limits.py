@@ -83,3 +83,24 @@ def test_spacing_flags_out_of_order_arrivals() -> None:
     assert spacing.observe(4.5)  # sent before the previous one, so within the delay of it
     assert spacing.observe(5.5)  # judged from the first arrival, not from the early one
     assert not spacing.observe(6.5)
+
+
+def test_an_embargo_forgives_requests_already_on_their_way() -> None:
+    embargo = Embargo()
+    embargo.extend(10.0, 5.0)  # a 429 with Retry-After: 5 went out at 10.0
+    assert not embargo.violated(9.99, tolerance=0.05)  # arrived before the answer went out
+    assert not embargo.violated(10.03, tolerance=0.05)  # may have been sent before the 429 was read
+    assert embargo.violated(10.06, tolerance=0.05)
+    embargo.extend(12.0, 1.0)  # a later answer inside the same embargo starts no new grace
+    assert embargo.violated(12.01, tolerance=0.05)
+    assert not embargo.violated(14.96, tolerance=0.05)  # the usual tolerance at the end
+    embargo.extend(20.0, 2.0)  # a new embargo after the first ended
+    assert not embargo.violated(20.01, tolerance=0.05)
+    assert embargo.violated(21.0, tolerance=0.05)
+
+
+def test_a_request_on_the_connection_that_was_told_is_never_on_its_way() -> None:
+    embargo = Embargo()
+    embargo.extend(10.0, 5.0, told=("127.0.0.1", 4000))
+    assert embargo.violated(10.01, tolerance=0.05, asker=("127.0.0.1", 4000))  # read the 429, asked again
+    assert not embargo.violated(10.01, tolerance=0.05, asker=("127.0.0.1", 4001))  # maybe sent before
