@@ -98,9 +98,3 @@ def test_an_embargo_forgives_requests_already_on_their_way() -> None:
     assert not embargo.violated(20.01, tolerance=0.05)
     assert embargo.violated(21.0, tolerance=0.05)
 
-
-def test_a_request_on_the_connection_that_was_told_is_never_on_its_way() -> None:
-    embargo = Embargo()
-    embargo.extend(10.0, 5.0, told=("127.0.0.1", 4000))
-    assert embargo.violated(10.01, tolerance=0.05, asker=("127.0.0.1", 4000))  # read the 429, asked again
-    assert not embargo.violated(10.01, tolerance=0.05, asker=("127.0.0.1", 4001))  # maybe sent before

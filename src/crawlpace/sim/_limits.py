@@ -8,7 +8,6 @@ use them can be tested by scripting times.
 from __future__ import annotations
 
 import math
-from collections.abc import Hashable
 
 __all__ = ["Embargo", "FixedWindow", "Spacing", "TokenBucket"]
 
@@ -129,29 +128,19 @@ class Embargo:
     the current embargo began (the first answer that asked for it).
     """
 
-    __slots__ = ("_told", "since", "until")
+    __slots__ = ("since", "until")
 
     def __init__(self) -> None:
         self.until: float | None = None
         self.since: float | None = None
-        self._told: set[Hashable] = set()
 
-    def extend(self, now: float, seconds: float, told: Hashable | None = None) -> None:
-        """Record that the site asked, at ``now``, for ``seconds`` of quiet.
-
-        Args:
-            now: when the answer went out.
-            seconds: the quiet asked for.
-            told: the connection the answer went out on, if known.
-        """
+    def extend(self, now: float, seconds: float) -> None:
+        """Record that the site asked, at ``now``, for ``seconds`` of quiet."""
         end = now + max(seconds, 0.0)
         if self.until is None or now >= self.until:
             self.since = now
-            self._told.clear()
         if self.until is None or end > self.until:
             self.until = end
-        if told is not None:
-            self._told.add(told)
 
     def remaining(self, now: float) -> float:
         """Seconds of embargo left at ``now`` (0.0 when none)."""
@@ -161,23 +150,17 @@ class Embargo:
         """Whether a request at ``now`` comes more than ``tolerance`` seconds early."""
         return self.until is not None and now < self.until - tolerance
 
-    def violated(self, now: float, tolerance: float = 0.0, asker: Hashable | None = None) -> bool:
-        """Whether a request arriving at ``now`` on connection ``asker`` broke the embargo.
+    def violated(self, now: float, tolerance: float = 0.0) -> bool:
+        """Whether a request arriving at ``now`` broke the embargo.
 
         It did if it came more than ``tolerance`` before the end, unless it
-        came before the embargo began, or within ``tolerance`` after on
-        another connection than one the embargo was announced on: such a
-        request may have been sent before the crawler could read the answer
-        (a second request already on its way). A request on a connection that
-        was told is a follow-up: HTTP/1.1 clients send the next request on a
-        connection only after reading the previous answer.
+        came before the embargo began or within ``tolerance`` after: a request
+        that arrives that soon after the answer may have been admitted before
+        the crawler read the answer (its arrival lagging its send, or its
+        connection still busy with the answer).
         """
         since = self.since
-        if since is None or now < since:
-            return False
-        if now < since + tolerance and (asker is None or asker not in self._told):
-            return False
-        return self.breached(now, tolerance)
+        return since is not None and now >= since + tolerance and self.breached(now, tolerance)
 
 
 class Spacing:

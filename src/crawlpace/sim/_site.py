@@ -11,9 +11,9 @@ request alike, robots.txt included.
 One rule is common to all sites: whenever a response carries ``Retry-After``,
 the site expects no request until that time has passed, and every request
 arriving earlier (by more than the site's ``tolerance``) is counted as a
-``retry_after`` violation, unless it came on another connection within
-``tolerance`` of the answer that began the quiet time (it may have been sent
-before the crawler read that answer). Sites do not tell crawlers apart: the simulator
+``retry_after`` violation, unless it came within ``tolerance`` of the answer
+that began the quiet time (it may have been admitted before the crawler read
+that answer). Sites do not tell crawlers apart: the simulator
 measures one crawler at a time, so every count is per site.
 """
 
@@ -157,9 +157,7 @@ class Site:
             return
         now = self._arrival(scope)
         self.stats.arrive(now)
-        client = scope.get("client")
-        asker = tuple(client) if isinstance(client, list | tuple) else None
-        if self.embargo.violated(now, self.tolerance, asker):
+        if self.embargo.violated(now, self.tolerance):
             self.stats.violation("retry_after")
         status: int | None = None
 
@@ -169,7 +167,7 @@ class Site:
                 status = int(message["status"])
                 wait = _announced_wait(message)
                 if wait is not None:
-                    self.embargo.extend(self.clock(), wait, asker)
+                    self.embargo.extend(self.clock(), wait)
             await send(message)
 
         reset = False
