@@ -145,11 +145,18 @@ async def hops() -> AsyncIterator[SimServer]:
         yield server
 
 
+#: The tolerance of the sites that send Retry-After. A request Scrapy's downloader writes may have
+#: been admitted 100 ms or more before, on a loaded machine: one admitted just before a 429 came back
+#: can arrive that long after it (measured: 88 and 120 ms at load 12-22). A crawler that ignored
+#: Retry-After would still break a 1 s quiet time many times over. Crawl-delay sites keep the default.
+IN_FLIGHT = 0.15
+
 MIXED = {"site": [
-    {"name": "bucket", "profile": "ratelimit", "rate": 10.0, "burst": 2, "pages": 10},
+    {"name": "bucket", "profile": "ratelimit", "rate": 10.0, "burst": 2, "pages": 10, "tolerance": IN_FLIGHT},
     {"name": "spaced", "profile": "crawldelay", "delay": 0.15, "pages": 8},
-    {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 10},
-    {"name": "budget", "profile": "headers", "limit": 10, "window": 1.0, "pages": 10},
+    {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 10,
+     "tolerance": IN_FLIGHT},
+    {"name": "budget", "profile": "headers", "limit": 10, "window": 1.0, "pages": 10, "tolerance": IN_FLIGHT},
     {"name": "dead", "profile": "dead", "pages": 10},
 ]}
 
@@ -191,7 +198,8 @@ async def test_a_scrapy_crawl_keeps_every_site_rule(tmp_path: Path, hops: SimSer
 async def test_two_scrapy_processes_share_the_limits_through_redis(tmp_path: Path, redis_url: str) -> None:
     spec = {"site": [
         {"name": "spaced", "profile": "crawldelay", "delay": 0.1, "pages": 6},
-        {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 6},
+        {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 6,
+         "tolerance": IN_FLIGHT},
     ]}
     settings = {**FAST, "CRAWLPACE_STORE": redis_url}
     async with Farm(spec) as farm:
@@ -213,7 +221,8 @@ async def test_two_scrapy_processes_share_the_limits_through_redis(tmp_path: Pat
 async def test_scrapys_own_scheduler_can_be_kept(tmp_path: Path) -> None:
     """``CRAWLPACE_SCHEDULER = False``: requests wait for their scopes in the middleware instead."""
     spec = {"site": [{"name": "spaced", "profile": "crawldelay", "delay": 0.1, "pages": 5},
-                     {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 8}]}
+                     {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 8,
+                      "tolerance": IN_FLIGHT}]}
     async with Farm(spec) as farm:
         urls = [*pages(farm.site("spaced")), *pages(farm.site("strict"))]
         result = await crawl(tmp_path, urls, {**FAST, "CRAWLPACE_SCHEDULER": False})
