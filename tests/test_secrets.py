@@ -10,7 +10,6 @@ import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -119,27 +118,13 @@ async def test_no_command_path_shows_a_password(tmp_path: Path, locked_server: R
             ("status", "--store", default + "?lease=soon"),
             ("crawl", str(listing), "-o", str(tmp_path / "f.jsonl"), "--store", "reds" + default[5:]),
         ]
-        # The runs are independent but for two (a frontier worker after its enqueue, a status after
-        # its crawl): four processes at a time, the two later ones last.
-        outputs: dict[int, tuple[int, str]] = {}
-        gate = asyncio.Semaphore(4)
-
-        async def run(index: int) -> None:
-            async with gate:
-                outputs[index] = await cli(*runs[index])
-
-        async def scrapy_run(name: str, store: str) -> Any:
-            async with gate:
-                return await scrapy_crawl(tmp_path / name, urls, {**SCRAPY_FAST, "CRAWLPACE_STORE": store})
-
-        later = (3, 4)  # after the enqueue (2) and the crawl (1) they read
-        scrapy = asyncio.gather(*(scrapy_run(name, store) for name, store in
-                                  (("s1", acl), ("s2", wrong), ("s3", default + "?namspace=1"))))
-        await asyncio.gather(*(run(index) for index in range(len(runs)) if index not in later), scrapy)
-        await asyncio.gather(*(run(index) for index in later))
-        scrapy_runs = scrapy.result()
-        codes = [outputs[index][0] for index in range(len(runs))]
-        texts += [outputs[index][1] for index in range(len(runs))]
+        codes = []
+        for args in runs:
+            code, out = await cli(*args)
+            codes.append(code)
+            texts.append(out)
+        scrapy_runs = [await scrapy_crawl(tmp_path / name, urls, {**SCRAPY_FAST, "CRAWLPACE_STORE": store})
+                       for name, store in (("s1", acl), ("s2", wrong), ("s3", default + "?namspace=1"))]
     texts += [run.log + repr(run.stats) for run in scrapy_runs]
     assert codes[:5] == [0, 0, 0, 0, 0], texts[:5]
     assert all(code != 0 for code in codes[5:]), list(zip(codes, texts, strict=True))[5:]
