@@ -60,7 +60,7 @@ PROFILES: list[tuple[str, dict[str, Any], float]] = [
 
 
 #: Seconds a request may arrive early at a host before the host counts a violation. The sites'
-#: default (10 ms) measures the machine more than the crawler here: with 8 workers, the farm and
+#: default (50 ms) measures the machine more than the crawler here: with 8 workers, the farm and
 #: Redis on 2 loaded cores, the time from a worker's admission to the farm's reading of the request
 #: varies by tens of ms (up to 175 ms seen), while the admissions themselves, in Redis's clock, kept
 #: every Crawl-delay (see docs/benchmarks.md, "Soak").

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -411,3 +412,20 @@ async def test_httpx_network_errors_back_off_by_default(clock: MockClock,
     stats = await throttler.scope_stats("example.com")
     assert stats is not None
     assert stats.backoff == 2  # the second was sent under the generation the first began
+
+
+async def test_client_defaults_are_matched_after_the_client_is_imported_late(
+        clock: MockClock, make_throttler: ThrottlerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A throttler made before ``requests`` is imported does not import it, yet backs off on its errors."""
+    requests = pytest.importorskip("requests")
+    with monkeypatch.context() as patch:
+        patch.delitem(sys.modules, "requests")  # as if nothing had imported it yet
+        throttler = make_throttler(FAST)
+        assert "requests" not in sys.modules  # making the throttler did not import it
+    # Now the client is loaded (the context put it back) and raises its own error.
+    with pytest.raises(requests.ConnectionError):
+        async with throttler.slot(URL):
+            raise requests.ConnectionError("refused")
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert (stats.backoff, stats.errors) == (1, 1)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -44,8 +45,39 @@ def _headers_of(response: Any) -> object:
     return getattr(response, "headers", None)
 
 
+def _deferred(item: object) -> bool:
+    """Whether ``item`` is a default entry of a client library that is not imported yet.
+
+    No exception of such a library can exist before its module is loaded, so
+    its class need not be imported to classify anything: looking it up is put
+    off until an exception comes (see :func:`loaded_defaults`). This keeps
+    ``Throttler()`` from importing aiohttp, httpx and requests.
+    """
+    return (isinstance(item, str) and item in DEFAULT_BACKOFF_EXCEPTIONS
+            and item.rpartition(".")[0] not in sys.modules)
+
+
+def loaded_defaults(paths: tuple[str, ...]) -> tuple[type[BaseException], ...]:
+    """The exception classes among ``paths`` whose module has been imported since.
+
+    Args:
+        paths: deferred default entries of ``BACKOFF_EXCEPTIONS``.
+    """
+    found: list[type[BaseException]] = []
+    for path in paths:
+        module_name, _, attr = path.rpartition(".")
+        module = sys.modules.get(module_name)
+        target = getattr(module, attr, None) if module is not None else None
+        if isinstance(target, type) and issubclass(target, BaseException):
+            found.append(target)
+    return tuple(found)
+
+
 def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseException], ...]:
     """Import the classes ``BACKOFF_EXCEPTIONS`` names.
+
+    Default entries of client libraries that are not imported yet are left
+    out (see :func:`deferred_exceptions`).
 
     Raises:
         ConfigError: naming ``label`` when a path cannot be imported or is not
@@ -56,6 +88,8 @@ def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseExce
     for item in config.exceptions:
         if isinstance(item, type):
             classes.append(item)
+            continue
+        if _deferred(item):
             continue
         try:
             target = import_object(item)
@@ -78,6 +112,11 @@ def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseExce
     return tuple(classes)
 
 
+def deferred_exceptions(config: BackoffConfig) -> tuple[str, ...]:
+    """The default entries :func:`resolve_exceptions` left out because their library is not loaded."""
+    return tuple(item for item in config.exceptions if isinstance(item, str) and _deferred(item))
+
+
 @dataclass(frozen=True, slots=True)
 class _Rules:
     """One scope's settings, in the form classification needs."""
@@ -85,6 +124,13 @@ class _Rules:
     codes: frozenset[int]
     exceptions: tuple[type[BaseException], ...]
     cap: float
+    #: Default entries whose library was not imported when the rules were made.
+    deferred: tuple[str, ...] = ()
+
+    def matches(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is one of the backoff exceptions."""
+        return isinstance(exc, self.exceptions) or (
+            bool(self.deferred) and isinstance(exc, loaded_defaults(self.deferred)))
 
 
 class FeedbackBuilder:
@@ -119,7 +165,8 @@ class FeedbackBuilder:
         rules = self._rules.get(id(config.backoff))
         if rules is None:
             backoff = config.backoff
-            rules = _Rules(backoff.http_codes, resolve_exceptions(backoff, label), backoff.max_delay)
+            rules = _Rules(backoff.http_codes, resolve_exceptions(backoff, label), backoff.max_delay,
+                           deferred_exceptions(backoff))
             self._rules[id(config.backoff)] = rules
         return rules
 
@@ -137,7 +184,7 @@ class FeedbackBuilder:
         out: list[ScopeFeedback] = []
         for name, _use in demands:
             rules = self._rules_of(self.settings.scope_config(name))
-            backoff = isinstance(exc, rules.exceptions)
+            backoff = rules.matches(exc)
             out.append(ScopeFeedback(backoff=backoff,
                                      failed=backoff or isinstance(exc, OSError | TimeoutError)))
         return tuple(out)
