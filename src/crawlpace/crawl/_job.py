@@ -61,22 +61,13 @@ from ._options import CrawlOptions
 from ._output import ResultBatch
 from ._refusals import RefusalTracker
 from ._results import FINAL_OUTCOMES, Result, ResultWriter, reconcile
+from ._tallies import ScopeTally, Tallies, tally_of
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 
 _log = logging.getLogger(__name__)
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
-
-
-@dataclass(slots=True)
-class ScopeTally:
-    """What the crawl did on one host."""
-
-    done: int = 0
-    errors: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    requests: int = 0
 
 
 @dataclass(slots=True)
@@ -93,6 +84,8 @@ class CrawlSummary:
     statuses: Counter[int] = field(default_factory=Counter)
     scopes: dict[str, ScopeTally] = field(default_factory=dict)
     resumed_from: int = 0
+    #: The hosts whose rows were folded into one, beyond ``TALLY_LIMIT`` (``crawl/_tallies.py``).
+    folded: Tallies = field(default_factory=Tallies)
 
     @property
     def complete(self) -> bool:
@@ -110,6 +103,10 @@ class CrawlSummary:
             "scopes": {name: {"done": tally.done, "errors": tally.errors, "requests": tally.requests,
                               "outcomes": dict(sorted(tally.outcomes.items()))}
                        for name, tally in sorted(self.scopes.items())},
+            **({"other_hosts": {"hosts": self.folded.hosts, "done": self.folded.others.done,
+                                "errors": self.folded.others.errors, "requests": self.folded.others.requests,
+                                "outcomes": dict(sorted(self.folded.others.outcomes.items()))}}
+               if self.folded.hosts else {}),
         }
 
 
@@ -285,6 +282,8 @@ class CrawlJob:
             self._in_memory += len(entries)
             if len(entries) == want:
                 pending.append(scope)  # there may be more of this host
+            else:  # every URL of this host is loaded: nothing to remember about it (bounded by the pending)
+                self._after.pop(scope, None)
 
     # -- the dispatch loop --------------------------------------------------------------
 
@@ -494,10 +493,9 @@ class CrawlJob:
             journal.mark_done([task.id])
 
     def _tally(self, scope: str) -> ScopeTally:
-        tally = self.summary.scopes.get(scope)
-        if tally is None:
-            tally = self.summary.scopes[scope] = ScopeTally()
-        return tally
+        # Bounded: past TALLY_LIMIT hosts, the least recently counted are folded into one row.
+        summary = self.summary
+        return tally_of(summary.scopes, summary.folded, scope)
 
 
 @dataclass(slots=True)
