@@ -218,6 +218,23 @@ class RedisConnection:
         return (f"<RedisConnection {redact(self.url)} {state} cluster={self.cluster} "
                 f"queued={len(self._queue)}>")
 
+    def add_scripts(self, scripts: Mapping[str, str]) -> None:
+        """Register more scripts (another component sharing this connection: the guard's brake, say).
+
+        Raises:
+            ValueError: when a name is taken by a different script.
+        """
+        for name, source in scripts.items():
+            if self._sources.get(name, source) != source:
+                raise ValueError(f"a different script named {name!r} is registered on this connection")
+        self._sources.update(scripts)
+        if not self.cluster:  # the batch script knows every script by name: built again
+            self._sources.pop(_BATCH, None)
+            self._sources[_BATCH] = _batch_source(self._sources)
+        client = self._client
+        if client is not None:
+            self._scripts = {name: client.register_script(src) for name, src in self._sources.items()}
+
     @property
     def connected(self) -> bool:
         """True once a client is open."""

@@ -145,6 +145,11 @@ class RedisStore:
         return (f"<RedisStore {redact(self.url)} namespace={self.namespace!r} leases={len(self._held)} "
                 f"policies={len(self._policies)}/{self._policies.limit}>")
 
+    @property
+    def connection(self) -> RedisConnection:
+        """The connection this store talks through; other components may share it (the guard's brake)."""
+        return self._conn
+
     # -- keys and time ----------------------------------------------------------
 
     def _keys(self, scope: str) -> tuple[str, str, str, str]:
