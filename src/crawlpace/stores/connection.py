@@ -267,9 +267,20 @@ class RedisConnection:
         """
         if self.cluster:
             return await self.call_now(name, keys, args)
+        return await self.submit(name, keys, args)
+
+    def submit(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> asyncio.Future[Any]:
+        """Queue a script call without waiting for it: it goes out with the next batch (one server only).
+
+        The batch leaves at the loop's next turn at the latest, so a call
+        queued by a task that goes on to make another call rides with it.
+
+        Returns:
+            The reply's future (it raises what the call raised).
+        """
         done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
         self._enqueue(_Call(name, keys, args, done))
-        return await done
+        return done
 
     async def drain(self) -> None:
         """Wait until every queued call has been answered."""

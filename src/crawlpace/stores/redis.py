@@ -8,7 +8,8 @@ string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``
   all of its scopes or to none, ``release`` gives its slots back. Both read
   ``now`` from the server's ``TIME``, so the workers' clocks never have to
   agree. Calls made while another is in flight share one pipeline
-  (``connection.py``).
+  (``connection.py``); a release is not awaited but rides with the
+  worker's next call (``_redis_release.py``).
 * Slots are leases, renewed while their requests run (``connection.py``);
   a worker killed with SIGKILL stops renewing and its slots come back.
 * The adaptive policy is computed in Python by the same code as the memory
@@ -22,6 +23,7 @@ string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -39,10 +41,11 @@ from ..policy.signals import ScopeFeedback
 from . import _cluster, _fallback, _keys
 from ._lua import load_scripts
 from ._outage import Outage
-from ._pending import PendingRelease, ReleaseQueue
+from ._pending import PendingRelease
 from ._policies import PolicyFactory, is_fresh
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
+from ._redis_release import ReleaseSender
 from ._redis_snapshot import read_snapshot
 from ._shared_policy import SharedPolicies, quota_args
 from ._writeback import WRITE_TRIES, PolicyWriter
@@ -136,10 +139,13 @@ class RedisStore:
             self.fallback_workers)
         self._fallback = self._outage.fallback
         self._slots: _cluster.SlotAdmission | None = None
-        self._unreleased = ReleaseQueue(self._resend_release, self._down, self._clock.now, self._clock.sleep)
         if self.cluster:
             self._slots = _cluster.SlotAdmission(self._run, self._now_arg, self._clock.now, self._held,
                                                  self._renewer.start)
+        self._releases = ReleaseSender(self.url, self._conn, self._writer, self._outage, self._slots,
+                                       self._run, self._now_arg, self._connect, self._clock.now,
+                                       self._clock.sleep)
+        self._unreleased = self._releases.unreleased
 
     def __repr__(self) -> str:
         return (f"<RedisStore {redact(self.url)} namespace={self.namespace!r} leases={len(self._held)} "
@@ -321,33 +327,18 @@ class RedisStore:
                     write = [str(version), *values]
                     pending[index] = (signal, generation)
             args += [repr(lease.server_slot_ready[index]), "1", *counts, *write, *charge]
-        item = PendingRelease(lease.lease_id, self._clock.now() + self.lease, (lease, keys, args, pending))
-        try:
-            await self._unreleased.flush()  # older releases first: they free slots too
-            await self._send_release(item)
-        except self._down as exc:
-            logger.warning("Redis store %s unreachable at release (%s): the release is sent again when "
-                           "the server answers (until its lease would have expired)", redact(self.url), exc)
-            self._unreleased.add(item)
+        await self._releases.send(PendingRelease(lease.lease_id, self._clock.now() + self.lease,
+                                                 (lease, keys, args, pending)))
         return tuple(given_up)
 
-    async def _resend_release(self, item: PendingRelease) -> None:
-        """Send a release that failed: its outcome counts only where its lease is still held."""
-        _lease, _keys, args, _pending = item.payload
-        for index in range(int(args[_cluster.RELEASE_HEAD - 1])):
-            args[_cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index + 1] = "2"
-        await self._send_release(item)
+    async def flush(self) -> None:
+        """Wait until every release this worker made has reached the server and been settled.
 
-    async def _send_release(self, item: PendingRelease) -> None:
-        """Send one release (again, for one that failed) and settle its write-backs."""
-        lease, keys, args, pending = item.payload
-        args[0] = await self._now_arg()
-        if self._slots is not None:
-            reply = await self._slots.release(keys, args)
-        else:
-            reply = await self._run("release", keys, args)
-        self._outage.reachable()
-        await self._writer.settle(lease, reply, pending, args)
+        A release returns before the server has answered it: it rides with the
+        worker's next call (``_redis_release.py``). What this worker does next
+        sees it anyway; another worker may need this to see it at once (tests).
+        """
+        await self._releases.flush()
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
         """Apply a robots.txt Crawl-Delay to ``scope`` for every worker."""
@@ -368,7 +359,7 @@ class RedisStore:
     async def snapshot(self, scope: str) -> ScopeSnapshot | None:
         """Describe ``scope`` as every worker sees it."""
         await self._connect()
-        await self._conn.drain()  # what this worker sent is part of the picture
+        await self.flush()  # what this worker sent is part of the picture
         admission, leases, resting_key, policy_key = self._keys(scope)
         now = self._server_now()
         client = await self._conn.client()
@@ -398,17 +389,19 @@ class RedisStore:
         Meant for a job that is over: workers still running lose their leases and what they learned.
         """
         await self._connect()
-        await self._conn.drain()
+        await self.flush()
         self._policies = self._writer.policies = SharedPolicies(self._factory, self._policies.limit)
         return await _keys.purge(await self._conn.client(), self.namespace)
 
     async def aclose(self) -> None:
-        """Stop renewing leases and close the connections."""
+        """Send what is queued, stop renewing leases and close the connections."""
+        with contextlib.suppress(Exception):
+            await self.flush()
         unshared = self._writer.unshared
         if unshared:
             logger.info("%d outcomes were not shared with other workers, who kept writing the same scopes "
                         "first; their slots were freed all the same (see docs/observability.md)", unshared)
-        await self._unreleased.aclose()
+        await self._releases.aclose()
         await self._renewer.aclose()
         await self._conn.aclose()
 
