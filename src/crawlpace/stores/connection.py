@@ -127,23 +127,43 @@ def _text(value: Any) -> str:
 
 
 def _pack(commands: Iterable[Sequence[Any]]) -> bytes:
-    """Commands in the Redis protocol (RESP2 arrays of bulk strings), ready to write."""
+    """Commands in the Redis protocol (RESP2 arrays of bulk strings), ready to write.
+
+    The usual batch is all text, numbers and ASCII: it is formatted as one
+    string and encoded once (a length in characters is then one in bytes),
+    about twice as fast as encoding argument by argument, which the rest
+    (bytes, non-ASCII text) still takes.
+    """
+    out: list[bytes] = []
+    for command in commands:
+        texts = [arg if type(arg) is str else repr(arg) if type(arg) is float else str(arg)
+                 if type(arg) is int else None for arg in command]
+        if None not in texts:
+            body = "".join([f"${len(text)}\r\n{text}\r\n" for text in texts])  # type: ignore[arg-type]
+            if body.isascii():
+                out.append(b"*%d\r\n" % len(texts) + body.encode())
+                continue
+        out.append(_pack_each(command))
+    return b"".join(out)
+
+
+def _pack_each(command: Sequence[Any]) -> bytes:
+    """One command in the Redis protocol, encoded argument by argument."""
     out: list[bytes] = []
     add = out.append
-    for command in commands:
-        add(b"*%d\r\n" % len(command))
-        for arg in command:
-            if isinstance(arg, bytes):
-                data = arg
-            elif isinstance(arg, str):
-                data = arg.encode()
-            elif isinstance(arg, float):
-                data = repr(arg).encode()
-            elif isinstance(arg, int):
-                data = b"%d" % arg
-            else:
-                raise TypeError(f"a script argument is bytes, str, int or float, not {type(arg).__name__}")
-            add(b"$%d\r\n%b\r\n" % (len(data), data))
+    add(b"*%d\r\n" % len(command))
+    for arg in command:
+        if isinstance(arg, bytes):
+            data = arg
+        elif isinstance(arg, str):
+            data = arg.encode()
+        elif isinstance(arg, float):
+            data = repr(arg).encode()
+        elif isinstance(arg, int):
+            data = b"%d" % arg
+        else:
+            raise TypeError(f"a script argument is bytes, str, int or float, not {type(arg).__name__}")
+        add(b"$%d\r\n%b\r\n" % (len(data), data))
     return b"".join(out)
 
 

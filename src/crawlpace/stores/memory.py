@@ -97,12 +97,6 @@ class _Scope(ScopeState):
             self.mean_latency = latency if mean is None else mean + _LATENCY_WEIGHT * (latency - mean)
 
 
-def _plain(signal: ScopeFeedback) -> bool:
-    """True when ``signal`` can change a plain scope's policy in nothing but its breaker's successes."""
-    return not (signal.backoff or signal.failed or (signal.hold is not None and signal.hold > 0.0)
-                or signal.pace is not None or signal.concurrency is not None)
-
-
 class MemoryStore:
     """Admission state held in a dict, for one process.
 
@@ -220,7 +214,7 @@ class MemoryStore:
             state.record(outcome)
             tally = state.oks
             if tally is not None:  # a plain scope, on the shared policy
-                if _plain(signal):
+                if state.policy.counts_only(signal):
                     breaker = state.policy.config.breaker
                     if breaker.enabled and signal.status is not None:
                         state.oks = count_success(tally, now, breaker.window)

@@ -315,7 +315,13 @@ class RedisStore:
             charge = [""] * 3
             if quota is not None and signal is not None and signal.consumed_quota is not None:
                 charge = [repr(quota.capacity), repr(quota.rate), repr(signal.consumed_quota - use)]
-            if signal is not None or policies.gated(name):
+            policy = policies.policy(name)
+            if signal is not None and policy.counts_only(signal) and (
+                    policy.breaker is not None or not policy.config.breaker.enabled):
+                # The common answer: only the breaker's window (this worker's own) hears of it.
+                if policy.breaker is not None and signal.status is not None:
+                    policy.breaker.on_outcome(now, failed=False, sent_at=lease.server_granted_at)
+            elif signal is not None or policies.gated(name):
                 stored = policies.stored(name)
                 before = policies.policy(name).summary()
                 policy, version = self._writer.apply(name, now, signal, generation, lease, index, use)
