@@ -106,6 +106,33 @@ async def test_a_lone_tasks_release_rides_with_its_next_acquire(redis_url: str,
         await other.aclose()
 
 
+async def test_keys_keep_an_expiry_without_one_expire_per_call(redis_url: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store, _clock, ns = store_at(redis_url)
+    client = redis.Redis.from_url(redis_url.split("?")[0])
+    try:
+        a, leases = f"cp:{ns}:{{e}}:a", f"cp:{ns}:{{e}}:l"
+        first = await store.acquire((("e", 1.0),))
+        second = await store.acquire((("e", 1.0),))
+        assert isinstance(first, Lease)
+        assert isinstance(second, Lease)
+        await delivered(store)
+        assert 0 < client.ttl(a) <= 1.5 * store.idle
+        assert 0 < client.ttl(leases) <= 1.5 * store.idle  # made by the first admission, with an expiry
+        calls = client.info("commandstats").get("cmdstat_expire", {}).get("calls", 0)
+        await store.release(first, Outcome(status=200))
+        await store.release(second, Outcome(status=200))
+        again = await store.acquire((("e", 1.0),))  # the lease set is made anew: it gets an expiry
+        assert isinstance(again, Lease)
+        await store.release(again, Outcome(status=200))
+        await delivered(store)
+        assert client.info("commandstats")["cmdstat_expire"]["calls"] - calls == 1  # not one per call
+        assert 0 < client.ttl(a) <= 1.5 * store.idle
+    finally:
+        client.close()
+        await store.aclose()
+
+
 async def test_a_failing_script_in_a_batch_fails_only_its_caller(redis_url: str) -> None:
     store, _clock, _ns = store_at(redis_url)
     try:

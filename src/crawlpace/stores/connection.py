@@ -34,6 +34,7 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 from .._redact import redact
 from . import _cluster
 from ._check import with_timeouts
+from ._lua import CLOCK as _CLOCK
 from ._lua import load_scripts
 
 __all__ = ["DOWN", "RETRY_FIRST", "RETRY_MAX", "LeaseRenewer", "RedisConnection", "Retry", "cluster_flag",
@@ -177,12 +178,21 @@ _BATCH = "__batch__"
 _BATCH_TAIL = """
 local n, out = tonumber(ARGV[1]), {}
 local ki, ai = 1, 2 + 3 * n
+local batch_now = nil
 for c = 1, n do
   local head = 2 + 3 * (c - 1)
   local fn, nk, na = calls[ARGV[head]], tonumber(ARGV[head + 1]), tonumber(ARGV[head + 2])
   local keys, args = {}, {}
   for j = 1, nk do keys[j] = KEYS[ki + j - 1] end
   for j = 1, na do args[j] = ARGV[ai + j - 1] end
+  if args[1] == "" and clocked[ARGV[head]] then
+    -- The server's time, read once per batch: its calls run as one atomic step anyway.
+    if not batch_now then
+      local t = redis.call("TIME")
+      batch_now = string.format("%.17g", tonumber(t[1]) + tonumber(t[2]) / 1e6)
+    end
+    args[1] = batch_now
+  end
   ki, ai = ki + nk, ai + na
   local ok, res = pcall(fn, keys, args)
   if ok then
@@ -197,9 +207,11 @@ return out
 
 
 def _batch_source(scripts: Mapping[str, str]) -> str:
-    parts = ["local calls = {}\n"]
+    parts = ["local calls, clocked = {}, {}\n"]
     for name, source in scripts.items():
         parts.append(f"calls[{name!r}] = function(KEYS, ARGV)\n{source}\nend\n")
+        if source.startswith(_CLOCK):  # its ARGV[1] is the time, "" for the server's
+            parts.append(f"clocked[{name!r}] = true\n")
     return "".join(parts) + _BATCH_TAIL
 
 
