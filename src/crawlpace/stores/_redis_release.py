@@ -76,12 +76,14 @@ class ReleaseSender:
         """Send a release: queued to ride with the next call (awaited on a cluster)."""
         _lease, keys, args, _pending = item.payload
         try:
-            await self.unreleased.flush()  # older releases first: they free slots too
+            if self.unreleased:
+                await self.unreleased.flush()  # older releases first: they free slots too
             if self._slots is not None:
                 await self._send_now(item)
                 return
             args[0] = await self._now_arg()
-            await self._connect()
+            if not self._conn.connected:
+                await self._connect()
             reply = self._conn.submit("release", keys, args)
             reply.add_done_callback(functools.partial(self._answered, item))
         except self._down as exc:

@@ -221,10 +221,14 @@ class RedisStore:
             return self._fallback.acquire_nowait(demands)
         policies = self._policies
         try:
-            await self._connect()
-            await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
+            # (Each step is skipped when there is nothing to do: an await costs even when it does not wait.)
+            if not self._conn.connected:
+                await self._connect()
+            if self._unreleased:
+                await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
             await self._writer.refresh_due(demands)
-            args: list[Any] = [await self._now_arg(), "", self.lease, self.idle, len(demands)]
+            now_arg = "" if self.time == "server" else await self._now_arg()
+            args: list[Any] = [now_arg, "", self.lease, self.idle, len(demands)]
             keys: list[str] = []
             for name, use in demands:
                 keys += self._keys(name)[:3]
