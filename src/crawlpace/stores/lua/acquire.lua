@@ -43,10 +43,9 @@ for i = 1, n do
   local inflight = redis.call("ZCARD", l)
   if inflight > 0 then inflight = inflight - redis.call("ZREMRANGEBYSCORE", l, "-inf", now) end
   -- "rmax": the latest time a slot of the resting set wakes (release.lua keeps it).
-  -- Once it is past, every resting slot is awake: the set need not be read.
-  -- A hash without it (none written yet) reads the set.
+  -- Once it is past, or when no slot ever rested (no "rmax"), the set need not be read.
   local resting = 0
-  if not f[17] or tonumber(f[17]) > now then
+  if f[17] and tonumber(f[17]) > now then
     resting = redis.call("ZCARD", r)
     if resting > 0 then resting = resting - redis.call("ZREMRANGEBYSCORE", r, "-inf", now) end
   end
@@ -139,7 +138,7 @@ for i = 1, n do
   local stale = s[24]
   if stale then
     set[#set + 1] = "exp"
-    set[#set + 1] = num(now)
+    set[#set + 1] = math.floor(now)  -- whole seconds: a smaller hash
   end
   redis.call("HSET", a, unpack(set))
   if s[12] then redis.call("HSET", a, "probe", id) end
@@ -155,7 +154,7 @@ for i = 1, n do
   end
   if s[11] then
     redis.call("HSET", a, "conc", s[4], "delay", num(delay), "pslot", num(pslot),
-               "floor", num(floor), "rmax", "0")
+               "floor", num(floor))
   end
   local sends = s[21]
   if mode == "undo" then

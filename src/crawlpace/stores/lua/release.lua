@@ -47,7 +47,7 @@ for i = 1, n do
   local stale = not h[7] or now - tonumber(h[7]) > idle / 2
   if stale then
     set[#set + 1] = "exp"
-    set[#set + 1] = num(now)
+    set[#set + 1] = math.floor(now)
   end
   if counts and ARGV[base + 3] == "1" then
     set[#set + 1] = "resp"
@@ -63,8 +63,11 @@ for i = 1, n do
     if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
     set[#set + 1] = "lat"
     set[#set + 1] = ARGV[base + 5]
+    -- As few digits as give the same number back (0.05, not 0.050000000000000003): a smaller hash.
+    local text = string.format("%.15g", mean)
+    if tonumber(text) ~= mean then text = num(mean) end
     set[#set + 1] = "mlat"
-    set[#set + 1] = num(mean)
+    set[#set + 1] = text
   end
   if #set > 0 then redis.call("HSET", a, unpack(set)) end
   local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])
