@@ -418,3 +418,81 @@ async def test_the_memory_fallback_admits_slowly_while_redis_is_down(
         assert (snap.inflight, snap.sends, snap.concurrency) == (0, 1, 2)  # Redis's own state again
     finally:
         await store.aclose()
+
+
+async def test_a_server_lost_between_an_admission_and_its_policy_read_keeps_the_permit(
+        own_server: RedisServer) -> None:
+    # The soak's crashed workers: an acquire answered, then the server went away before this worker
+    # could read the newer policy another worker had written. The permit was granted: it must come
+    # back as one (renewed, released later), not as redis-py's ConnectionError out of acquire().
+    clock = AsyncioClock()
+    settings = Settings.from_scrapy(FULL_RAW)
+    url = f"{own_server.url}?namespace=between"
+    writer, reader = make_store(url, settings, clock), make_store(url, settings, clock)
+    assert isinstance(reader, RedisStore)
+    scope = (("held.example", 1.0),)
+    try:
+        await writer.set_crawl_delay("held.example", 0.5)  # a newer policy, version 1, for the reader
+        fetch = reader._fetch_blob
+        reads = 0
+
+        async def server_gone_first(name: str) -> bytes | None:
+            nonlocal reads
+            reads += 1
+            own_server.stop()
+            return await fetch(name)
+
+        reader._fetch_blob = server_gone_first  # type: ignore[method-assign]
+        lease = await reader.acquire(scope)
+        assert reads == 1
+        assert isinstance(lease, RedisLease)
+        assert lease.lease_id in reader._held  # renewed like any other lease
+        own_server.start()
+        reader._fetch_blob = fetch  # type: ignore[method-assign]
+        assert await reader.release(lease, Outcome(status=200, latency=0.1)) == ()
+        again, _refusals = await admit(reader, "held.example", clock, within=5.0)
+        await reader.release(again, Outcome(status=200, latency=0.1))
+    finally:
+        await writer.aclose()
+        await reader.aclose()
+
+
+async def test_a_server_refusing_writes_fails_closed_and_a_failed_release_leaks_no_count(
+        own_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    import redis.asyncio as aioredis
+
+    from crawlpace import NotReady, Permit, Throttler
+
+    raw = {**FULL_RAW, "CONCURRENT_REQUESTS": 2}
+    admin = aioredis.from_url(own_server.url)
+    try:
+        async with Throttler(raw, store=f"{own_server.url}?namespace=refusing") as throttler:
+            first = await throttler.try_acquire(scopes="held.example")
+            assert isinstance(first, Permit)
+            # A replica after a failover, a full disk, too few replicas: the server answers, but no write.
+            await admin.config_set("min-replicas-to-write", 1)
+            refused = await throttler.try_acquire(scopes="held.example")
+            assert isinstance(refused, NotReady)  # closed, and asked again later: not redis-py's error
+            assert refused.ready_at is not None
+            await first.release()  # kept and sent again later, like a release that met a dead server
+            await admin.config_set("min-replicas-to-write", 0)
+
+            # A refusal that is not one of those (no permission): a release does not wait for the
+            # server (it rides with the next call), so the error is logged, not raised; the
+            # throttler's own count of requests in flight must come down all the same.
+            held = [await throttler.try_acquire(scopes=name) for name in ("a.example", "b.example")]
+            assert all(isinstance(permit, Permit) for permit in held)
+            await admin.execute_command("ACL", "SETUSER", "default", "-evalsha")  # type: ignore[no-untyped-call]
+            for permit in held:
+                assert isinstance(permit, Permit)
+                await permit.release()
+            await delivered(throttler.store)
+            assert "permission" in caplog.text.lower()
+            await admin.execute_command("ACL", "SETUSER", "default", "+evalsha")  # type: ignore[no-untyped-call]
+            again = [await throttler.try_acquire(scopes=name) for name in ("c.example", "d.example")]
+            assert all(isinstance(permit, Permit) for permit in again), again  # the cap is whole
+            for permit in again:
+                assert isinstance(permit, Permit)
+                await permit.release()
+    finally:
+        await admin.aclose()
