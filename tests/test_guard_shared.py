@@ -49,6 +49,30 @@ async def test_shared_verdicts_match_the_memory_brake(redis_server: RedisServer,
         await shared.aclose()
 
 
+async def test_a_brake_shares_a_stores_connection_and_batches_decisions(redis_server: RedisServer) -> None:
+    import random
+
+    from crawlpace import Settings
+    from crawlpace._clock import AsyncioClock
+    from crawlpace.stores import Lease
+    from crawlpace.stores.redis import RedisStore
+
+    url = store_url(redis_server)
+    store = RedisStore(url, Settings.from_scrapy({"DOWNLOAD_DELAY": 0}), AsyncioClock(), random.Random(1))
+    brake = SharedBrake(url, 25, 3600.0, (), connection=store.connection)
+    try:
+        assert brake.connection is store.connection  # one client, one pool: not a second one
+        decisions = await asyncio.gather(*(brake.decide("bot") for _ in range(40)))
+        assert sum(d.allowed for d in decisions) == 25
+        assert store.connection.batches >= 1  # decisions in flight together went out as one call
+        await brake.aclose()  # the store owns the connection: it stays open
+        lease = await store.acquire((("a.example", 1.0),))
+        assert isinstance(lease, Lease)
+        assert (await brake.stats())["totals"]["used"] == 25.0
+    finally:
+        await store.aclose()
+
+
 async def test_concurrent_processes_never_pass_the_quota_together(redis_server: RedisServer) -> None:
     url = store_url(redis_server)
     brakes = [SharedBrake(url, 25, 3600.0, ()) for _ in range(4)]  # four connections, as four processes

@@ -59,7 +59,8 @@ from ._refusals import RefusalTracker
 from ._results import Result, ResultWriter
 from ._robots_answers import RobotsAnswers
 from ._source import UrlSource, host_or_blank
-from ._summary import CrawlSummary, ScopeTally
+from ._summary import CrawlSummary
+from ._tallies import ScopeTally, tally_of
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 
@@ -385,7 +386,6 @@ class CrawlJob:
         self.stop()
 
     def _tally(self, scope: str) -> ScopeTally:
-        tally = self.summary.scopes.get(scope)
-        if tally is None:
-            tally = self.summary.scopes[scope] = ScopeTally()
-        return tally
+        # Bounded: past TALLY_LIMIT hosts, the least recently counted are folded into one row.
+        summary = self.summary
+        return tally_of(summary.scopes, summary.folded, scope)

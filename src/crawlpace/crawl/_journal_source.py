@@ -125,6 +125,8 @@ class JournalSource:
             self._in_memory += len(entries)
             if len(entries) == want:
                 pending.append(scope)  # there may be more of this host
+            else:  # every URL of this host is loaded: nothing to remember about it (bounded by the pending)
+                self._after.pop(scope, None)
 
     def exhausted(self) -> bool:
         """Whether every URL of the journal has been handed to the scheduler."""

@@ -10,17 +10,9 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._tallies import ScopeTally, Tallies
+
 __all__ = ["CrawlSummary", "ScopeTally"]
-
-
-@dataclass(slots=True)
-class ScopeTally:
-    """What the crawl did on one host."""
-
-    done: int = 0
-    errors: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    requests: int = 0
 
 
 @dataclass(slots=True)
@@ -37,6 +29,8 @@ class CrawlSummary:
     statuses: Counter[int] = field(default_factory=Counter)
     scopes: dict[str, ScopeTally] = field(default_factory=dict)
     resumed_from: int = 0
+    #: The hosts whose rows were folded into one, beyond ``TALLY_LIMIT`` (``crawl/_tallies.py``).
+    folded: Tallies = field(default_factory=Tallies)
 
     @property
     def complete(self) -> bool:
@@ -54,4 +48,8 @@ class CrawlSummary:
             "scopes": {name: {"done": tally.done, "errors": tally.errors, "requests": tally.requests,
                               "outcomes": dict(sorted(tally.outcomes.items()))}
                        for name, tally in sorted(self.scopes.items())},
+            **({"other_hosts": {"hosts": self.folded.hosts, "done": self.folded.others.done,
+                                "errors": self.folded.others.errors, "requests": self.folded.others.requests,
+                                "outcomes": dict(sorted(self.folded.others.outcomes.items()))}}
+               if self.folded.hosts else {}),
         }

@@ -430,6 +430,21 @@ class ScopePolicy:
         self._update_gated()
         return gave_up
 
+    def counts_only(self, feedback: ScopeFeedback) -> bool:
+        """True when :meth:`on_outcome` would do no more with ``feedback`` than count it in the breaker.
+
+        So it is for a plain policy (no AutoThrottle, rampup, scope manager,
+        quota, header budget, server pace or generation; nothing gated)
+        hearing an answer that asks for nothing (no backoff, failure, hold,
+        pace, budget or cap): the stores skip the rest for it (the breaker
+        counts a success, if any).
+        """
+        return not (feedback.backoff or feedback.failed or (feedback.hold is not None and feedback.hold > 0.0)
+                    or feedback.pace is not None or feedback.concurrency is not None
+                    or feedback.budget is not None or self.gated or self.manager is not None
+                    or self.rampup is not None or self.autothrottle is not None or self.quota is not None
+                    or self.budget is not None or self.generation or self.pace_until != _NEVER)
+
     def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
         """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""
         reading = feedback.budget
