@@ -294,7 +294,8 @@ class CrawlJob:
         try:
             while not self.stopping:
                 await slots.acquire()
-                got = await self._next()
+                # The hot path: a local store admits without a coroutine or a future.
+                got = self.scheduler.take_nowait() or await self._next()
                 if got is None:
                     slots.release()
                     self._results.flush()  # nothing to send now: write (and settle) what waits
@@ -346,7 +347,8 @@ class CrawlJob:
             tally.requests += 1
             self.summary.requests += 1
             outcome = await self._send(task, permit)
-            await permit.release()
+            if not permit.release_nowait():
+                await permit.release()
             released = True
             self._settle(task, permit, outcome)
         finally:

@@ -34,7 +34,7 @@ from .._board import SHARED_POLL, Board
 from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._fetchable import fetchable_scope
-from .._permit import Permit
+from .._permit import NotReady, Permit
 from .._release import DONT_ADJUST_KEY
 from .._scopes import host_scope
 from .._throttler import Throttler
@@ -84,6 +84,10 @@ class Task:
         hops: redirects followed so far.
         key: the queue it sits in: the target's throttling scope (its host by
             default), or the scopes joined with ``+`` when there are several.
+        scopes: the throttler's scopes for the target, when it could name
+            them at once (the default manager, whose answer for a URL is its
+            host, at a quota use of 1): admission then need not work them out
+            again.
     """
 
     id: int
@@ -94,6 +98,7 @@ class Task:
     retries: int = 0
     hops: int = 0
     key: str = field(default="", compare=False)
+    scopes: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         if not self.target:
@@ -102,6 +107,21 @@ class Task:
 
 #: Why a task left the scheduler without being fetched.
 Dropped = Literal["disallowed", "exhausted", "gave_up", "failed"]
+
+
+@dataclass(slots=True)
+class _Pending:
+    """The head of a queue, whose admission needs an await."""
+
+    task: Task
+    request: object
+
+
+class _Next:
+    """:meth:`Scheduler._answer`'s word for "the task left; try the queue's next one"."""
+
+
+_NEXT = _Next()
 
 
 class Scheduler:
@@ -132,6 +152,8 @@ class Scheduler:
         self._blocked: dict[str, str] = {}  # scope -> why its tasks are dropped as they come (see block)
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
         self._news = False
+        # A local store answers at once: whole takes run without a coroutine (take_nowait).
+        self._nowait = not throttler.store.shared
         self._wake: TimerHandle | None = None
         self._signal: Callable[[], None] | None = None
         self.queued = 0
@@ -241,6 +263,25 @@ class Scheduler:
         """Wake a waiting :meth:`take`, e.g. because work was added or a slot freed."""
         self._poke()
 
+    def take_nowait(self) -> tuple[Task, Permit] | None:
+        """The next admitted task, when it can be had without awaiting; the crawl's hot path.
+
+        Returns:
+            The task and its permit; None when no queue is due now, or when
+            admission needs an await (a shared store): call :meth:`take` then.
+        """
+        if not self._nowait:
+            return None
+        board = self._board
+        while (key := board.pop(self._clock.now())) is not None:
+            got = self._try_nowait(key)
+            if isinstance(got, _Pending):  # malformed scopes, an awaited manager: take() says
+                self._schedule(key, self._clock.now())
+                return None
+            if got is not None:
+                return got
+        return None
+
     async def _take_due(self) -> tuple[Task, Permit] | None:
         board = self._board
         while (key := board.pop(self._clock.now())) is not None:
@@ -250,46 +291,87 @@ class Scheduler:
         return None
 
     async def _try(self, key: str) -> tuple[Task, Permit] | None:
+        while True:
+            got = self._try_nowait(key)
+            if not isinstance(got, _Pending):
+                return got
+            task = got.task
+            try:
+                result: Permit | NotReady | Exception = await self._throttler.try_acquire(
+                    got.request, scopes=task.scopes)
+            except (ScopeError, ScopeGivenUp) as exc:
+                result = exc
+            queue = self._queues.get(key)
+            if not queue or queue[0] is not task:  # changed during the await: look again
+                if isinstance(result, Permit):
+                    await result.release()
+                continue
+            answer = self._answer(key, queue, task, result)
+            if not isinstance(answer, _Next):
+                return answer
+
+    def _try_nowait(self, key: str) -> tuple[Task, Permit] | _Pending | None:
+        """Try the head of ``key``'s queue, then the next while heads leave without a fetch."""
         queue = self._queues.get(key)
+        nowait = self._nowait
         while queue:
             task = queue[0]
             if task.kind == "page" and self._robots is not None and not self._robots_ready(task, queue):
                 continue
+            request = task.target if task.kind == "page" else _Unmeasured(task.target)
+            if not nowait:
+                return _Pending(task, request)
             try:
-                request = task.target if task.kind == "page" else _Unmeasured(task.target)
-                result = await self._throttler.try_acquire(request)
-            except ScopeGivenUp as exc:
-                self._drop_queue(key, "gave_up", f"{exc.scope} was given up: {exc.reason}")
-                return None
-            except ScopeError as exc:
-                queue.popleft()
-                self.queued -= 1
-                self._on_drop(task, "failed", str(exc))
-                continue
-            if isinstance(result, Permit):
-                self._key_scopes[key] = result.scopes
-                queue.popleft()
-                self.queued -= 1
-                if queue:
-                    self._schedule(key, self._clock.now())
-                return task, result
-            if result.ready_at is None:
-                # Parked until a release of a full scope (no scope: the global
-                # cap). Other processes free a shared store's slots, and no
-                # release of ours would say so: look again shortly as well.
-                full = [name for name, ready in result.waiting_on if ready is None]
-                now = self._clock.now()
-                poll = now + SHARED_POLL if self._throttler.store.shared else None
-                self._board.park(key, full, (now,), poll_at=poll)
-            else:
-                self._schedule(key, result.ready_at)
-                wait = result.ready_at - self._clock.now()
-                if self._on_wait is not None and wait >= LONG_WAIT:
-                    self._on_wait(key, wait)
-            return None
+                result: Permit | NotReady | Exception | None = self._throttler.try_acquire_nowait(
+                    request, scopes=task.scopes)
+            except (ScopeError, ScopeGivenUp) as exc:
+                result = exc
+            if result is None:
+                return _Pending(task, request)
+            answer = self._answer(key, queue, task, result)
+            if not isinstance(answer, _Next):
+                return answer
         if queue is not None and not queue:
             del self._queues[key]
             self._key_scopes.pop(key, None)  # a host done with: nothing kept for it
+        return None
+
+    def _answer(self, key: str, queue: deque[Task], task: Task,
+                result: Permit | NotReady | Exception) -> tuple[Task, Permit] | _Next | None:
+        """Act on the throttler's answer for ``task``, the head of ``queue``.
+
+        Returns:
+            The task and its permit; None when the queue must wait; :data:`_NEXT`
+            when the task left without a fetch and the next one may be tried.
+        """
+        if isinstance(result, ScopeGivenUp):
+            self._drop_queue(key, "gave_up", f"{result.scope} was given up: {result.reason}")
+            return None
+        if isinstance(result, Exception):
+            queue.popleft()
+            self.queued -= 1
+            self._on_drop(task, "failed", str(result))
+            return _NEXT
+        if isinstance(result, Permit):
+            self._key_scopes[key] = result.scopes
+            queue.popleft()
+            self.queued -= 1
+            if queue:
+                self._schedule(key, self._clock.now())
+            return task, result
+        if result.ready_at is None:
+            # Parked until a release of a full scope (no scope: the global
+            # cap). Other processes free a shared store's slots, and no
+            # release of ours would say so: look again shortly as well.
+            full = [name for name, ready in result.waiting_on if ready is None]
+            now = self._clock.now()
+            poll = now + SHARED_POLL if self._throttler.store.shared else None
+            self._board.park(key, full, (now,), poll_at=poll)
+        else:
+            self._schedule(key, result.ready_at)
+            wait = result.ready_at - self._clock.now()
+            if self._on_wait is not None and wait >= LONG_WAIT:
+                self._on_wait(key, wait)
         return None
 
     def _robots_ready(self, task: Task, queue: deque[Task]) -> bool:
@@ -341,10 +423,10 @@ class Scheduler:
         tasks queue by host until then.
         """
         request = task.target if task.kind == "page" else _Unmeasured(task.target)
-        scopes = self._throttler.scopes_nowait(request)
+        scopes = task.scopes = self._throttler.scopes_nowait(request)
         if not scopes:
             return host_scope(task.target)
-        return "+".join(sorted(scopes))
+        return scopes[0] if len(scopes) == 1 else "+".join(sorted(scopes))
 
     def _schedule(self, key: str, when: float) -> None:
         # Ranked by the time it became due: the queue that waited longest goes first.
