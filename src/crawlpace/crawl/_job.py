@@ -348,10 +348,13 @@ class CrawlJob:
         try:
             while True:
                 await self._fetch_one(task, permit)
-                got = None if self.stopping else self.scheduler.take_nowait()
+                got = None if self.stopping else await self.scheduler.take_due()
                 if got is None:
                     break
                 task, permit = got
+                if self.stopping:  # admitted as the crawl stopped: the slot goes back unused
+                    await permit.release()
+                    break
         finally:
             self.inflight -= 1
             slots.release()

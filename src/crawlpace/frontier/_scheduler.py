@@ -282,6 +282,14 @@ class Scheduler:
                 return got
         return None
 
+    async def take_due(self) -> tuple[Task, Permit] | None:
+        """The next admitted task if a queue is due now; None at once when none is (never sleeps).
+
+        With a shared store, several of these may be in flight together: their
+        admissions then go to the store in one round trip.
+        """
+        return self.take_nowait() if self._nowait else await self._take_due()
+
     async def _take_due(self) -> tuple[Task, Permit] | None:
         board = self._board
         while (key := board.pop(self._clock.now())) is not None:
