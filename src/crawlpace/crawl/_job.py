@@ -349,7 +349,13 @@ class CrawlJob:
         try:
             while True:
                 await self._fetch_one(task, permit)
-                got = None if self.stopping else await self.scheduler.take_due()
+                # One turn of the loop first: answers that arrived with this one (a sibling's 429
+                # and its Retry-After, say) are read and applied before the next send.
+                await asyncio.sleep(0)
+                try:
+                    got = None if self.stopping else await self.scheduler.take_due()
+                except Exception:  # left to the dispatcher, whose own take() meets it and raises
+                    break
                 if got is None:
                     break
                 task, permit = got

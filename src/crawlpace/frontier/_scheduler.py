@@ -309,6 +309,9 @@ class Scheduler:
                     got.request, scopes=task.scopes)
             except (ScopeError, ScopeGivenUp) as exc:
                 result = exc
+            except BaseException:
+                self._schedule(key, self._clock.now())  # the queue stays on the board, for the next take
+                raise
             queue = self._queues.get(key)
             if not queue or queue[0] is not task:  # changed during the await: look again
                 if isinstance(result, Permit):
