@@ -26,87 +26,26 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal
-from urllib.parse import urlsplit
+from dataclasses import dataclass
 
 from .._board import SHARED_POLL, Board
 from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._fetchable import fetchable_scope
 from .._permit import NotReady, Permit
-from .._release import DONT_ADJUST_KEY
 from .._scopes import host_scope
 from .._throttler import Throttler
 from ._robots_cache import RobotsCache
+from ._task import Dropped, Task, Unmeasured, origin_of
 
-__all__ = ["LONG_WAIT", "Scheduler", "Task", "origin_of"]
+__all__ = ["LONG_WAIT", "Dropped", "Scheduler", "Task", "origin_of"]
 
 _log = logging.getLogger(__name__)
-
-Kind = Literal["page", "robots"]
-
 
 # A release re-tries its scope's queue at once when that queue waits longer than this.
 _RECHECK_AFTER = 0.05
 #: Seconds of waiting from which ``on_wait`` hears about a queue.
 LONG_WAIT = 1.0
-
-
-def origin_of(url: str) -> str:
-    """``scheme://host[:port]`` of ``url``, the unit robots.txt applies to."""
-    parts = urlsplit(url)
-    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
-
-
-class _Unmeasured:
-    """A request whose latency must not steer the scope (robots.txt answers
-    faster or slower than pages, and would skew AutoThrottle's and rampup's view)."""
-
-    __slots__ = ("meta", "url")
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.meta = {DONT_ADJUST_KEY: True}
-
-
-@dataclass(slots=True)
-class Task:
-    """One URL on its way to an answer.
-
-    Attributes:
-        id: the URL's id in the journal (0 for tasks that are not journalled).
-        url: the URL as given, the key of its output line.
-        target: the URL to fetch next; differs from ``url`` after a redirect.
-        kind: ``"page"``, or ``"robots"`` for a robots.txt fetch.
-        attempts: requests sent for it so far, redirect hops included.
-        retries: times it was queued again after a backoff answer.
-        hops: redirects followed so far.
-        key: the queue it sits in: the target's throttling scope (its host by
-            default), or the scopes joined with ``+`` when there are several.
-        scopes: the throttler's scopes for the target, when it could name
-            them at once (the default manager, whose answer for a URL is its
-            host, at a quota use of 1): admission then need not work them out
-            again.
-    """
-
-    id: int
-    url: str
-    target: str = ""
-    kind: Kind = "page"
-    attempts: int = 0
-    retries: int = 0
-    hops: int = 0
-    key: str = field(default="", compare=False)
-    scopes: tuple[str, ...] | None = field(default=None, compare=False, repr=False)
-
-    def __post_init__(self) -> None:
-        if not self.target:
-            self.target = self.url
-
-
-#: Why a task left the scheduler without being fetched.
-Dropped = Literal["disallowed", "exhausted", "gave_up", "failed"]
 
 
 @dataclass(slots=True)
@@ -329,7 +268,7 @@ class Scheduler:
             task = queue[0]
             if task.kind == "page" and self._robots is not None and not self._robots_ready(task, queue):
                 continue
-            request = task.target if task.kind == "page" else _Unmeasured(task.target)
+            request = task.target if task.kind == "page" else Unmeasured(task.target)
             if not nowait:
                 return _Pending(task, request)
             try:
@@ -433,7 +372,7 @@ class Scheduler:
         A manager that must be awaited is asked at admission instead; its
         tasks queue by host until then.
         """
-        request = task.target if task.kind == "page" else _Unmeasured(task.target)
+        request = task.target if task.kind == "page" else Unmeasured(task.target)
         scopes = task.scopes = self._throttler.scopes_nowait(request)
         if not scopes:
             return host_scope(task.target)
