@@ -452,3 +452,43 @@ async def test_a_server_lost_between_an_admission_and_its_policy_read_keeps_the_
     finally:
         await writer.aclose()
         await reader.aclose()
+
+
+async def test_a_server_refusing_writes_fails_closed_and_a_failed_release_leaks_no_count(
+        own_server: RedisServer) -> None:
+    import redis.asyncio as aioredis
+    import redis.exceptions
+
+    from crawlpace import NotReady, Permit, Throttler
+
+    raw = {**FULL_RAW, "CONCURRENT_REQUESTS": 2}
+    admin = aioredis.from_url(own_server.url)
+    try:
+        async with Throttler(raw, store=f"{own_server.url}?namespace=refusing") as throttler:
+            first = await throttler.try_acquire(scopes="held.example")
+            assert isinstance(first, Permit)
+            # A replica after a failover, a full disk, too few replicas: the server answers, but no write.
+            await admin.config_set("min-replicas-to-write", 1)
+            refused = await throttler.try_acquire(scopes="held.example")
+            assert isinstance(refused, NotReady)  # closed, and asked again later: not redis-py's error
+            assert refused.ready_at is not None
+            await first.release()  # kept and sent again later, like a release that met a dead server
+            await admin.config_set("min-replicas-to-write", 0)
+
+            # A refusal that is not one of those (no permission) still raises from release(); the
+            # throttler's own count of requests in flight must come down all the same.
+            held = [await throttler.try_acquire(scopes=name) for name in ("a.example", "b.example")]
+            assert all(isinstance(permit, Permit) for permit in held)
+            await admin.execute_command("ACL", "SETUSER", "default", "-evalsha")  # type: ignore[no-untyped-call]
+            for permit in held:
+                assert isinstance(permit, Permit)
+                with pytest.raises(redis.exceptions.ResponseError, match="permission"):
+                    await permit.release()
+            await admin.execute_command("ACL", "SETUSER", "default", "+evalsha")  # type: ignore[no-untyped-call]
+            again = [await throttler.try_acquire(scopes=name) for name in ("c.example", "d.example")]
+            assert all(isinstance(permit, Permit) for permit in again), again  # the cap is whole
+            for permit in again:
+                assert isinstance(permit, Permit)
+                await permit.release()
+    finally:
+        await admin.aclose()

@@ -25,7 +25,7 @@ from ._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Set
 from ._exceptions import ConfigError
 from ._headers import ServerHint, parse_hints
 from ._scopes import Demand, import_object
-from .policy.signals import ScopeFeedback
+from .policy.signals import BudgetReading, ScopeFeedback
 
 __all__ = ["FeedbackBuilder", "ScopeFeedback", "current_context", "update_scope_backoff"]
 
@@ -186,6 +186,9 @@ class FeedbackBuilder:
                 and hint.reset is not None and hint.reset > 0.0:
             pace_for = hint.reset
             pace = _unrounded(hint.reset) / hint.remaining
+        budget = _budget_of(hint)
+        if budget is not None and hint is not None and hint.retry_after is None and hold == hint.hold:
+            hold = None  # a spent budget's hold: the scope reckons it from the window it learned
         settings = self.settings
         redirect_cap = settings.redirect_max_delay
         is_redirect = status is not None and 300 <= status < 400
@@ -204,8 +207,18 @@ class FeedbackBuilder:
                 latency=latency,
                 status=status,
                 concurrency=None if hint is None else hint.concurrency,
+                budget=budget,
             )
         return out
+
+
+def _budget_of(hint: ServerHint | None) -> BudgetReading | None:
+    """The request budget of a current-form ``RateLimit`` answer whose policy gives ``q`` and ``w``."""
+    if hint is None or hint.source != "ratelimit" or hint.unit != "requests":
+        return None
+    if hint.remaining is None or hint.limit is None or hint.window is None:
+        return None
+    return BudgetReading(remaining=hint.remaining, quota=hint.limit, window=hint.window, span=hint.reset)
 
 
 def _unrounded(reset: float) -> float:

@@ -73,6 +73,8 @@ class ServerHint:
             ``concurrent-requests`` policy.
         policy: Name of the binding ``RateLimit`` policy.
         partition: Its partition key (``pk``), when it has one.
+        unit: What ``remaining`` and ``limit`` count (``RateLimit`` policies:
+            ``requests``, ``content-bytes``...).
     """
 
     retry_after: float | None = None
@@ -87,6 +89,7 @@ class ServerHint:
     concurrency: int | None = None
     policy: str | None = None
     partition: bytes | None = None
+    unit: str = "requests"
 
     def __repr__(self) -> str:
         # Only what the server said: most responses fill two or three of the twelve fields.
@@ -318,7 +321,7 @@ def _current_form(items: dict[str, str], cap: float) -> ServerHint | None:
         hold=None if bound.hold is None else _clamp(bound.hold, cap),
         pace=None if bound.pace is None else _clamp(bound.pace, cap),
         pace_for=_clamp(bound.pace_for, cap) or 0.0, concurrency=bound.concurrency, policy=budget.name,
-        partition=budget.partition)
+        partition=budget.partition, unit=budget.unit)
 
 
 def _policy_alone(items: dict[str, str], cap: float) -> ServerHint | None:

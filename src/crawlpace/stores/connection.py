@@ -63,6 +63,22 @@ except ImportError:  # pragma: no cover - exercised only without the extra
     _CLUSTER_DOWN = ()
 
 
+#: Error replies that mean "this server cannot run writes for now" (a replica after a failover, a
+#: failed disk write, too few replicas, another script still running, a cluster re-sharding): they
+#: count as an unreachable server (fail closed, retry later), not as a bug in the call.
+_UNAVAILABLE = ("READONLY", "MISCONF", "NOREPLICAS", "BUSY ", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
+                "LOADING")
+
+
+def _as_down(exc: Exception) -> Exception:
+    """``exc`` as one of :data:`DOWN` when it is an error reply of :data:`_UNAVAILABLE`, else itself."""
+    if aioredis is not None and isinstance(exc, ResponseError) and str(exc).startswith(_UNAVAILABLE):
+        down = RedisConnectionError(f"the server cannot run scripts now: {exc}")
+        down.__cause__ = exc
+        return down
+    return exc
+
+
 def have_driver() -> bool:
     """True when redis-py (the ``redis`` extra) is installed."""
     return aioredis is not None
@@ -240,7 +256,10 @@ class RedisConnection:
     async def call_now(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Call a script on its own, now (a cluster routes it by its keys)."""
         await self.client()
-        return await self._scripts[name](keys=list(keys), args=list(args))
+        try:
+            return await self._scripts[name](keys=list(keys), args=list(args))
+        except ResponseError as exc:
+            raise _as_down(exc) from exc
 
     async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Call a script; while another call is in flight, wait to go out with the next batch.
@@ -324,7 +343,7 @@ class RedisConnection:
             try:
                 reply = await connection.read_response()
             except ResponseError as exc:
-                return [exc] * len(batch)  # the batch itself failed (NOSCRIPT, say): every call with it
+                return [_as_down(exc)] * len(batch)  # the batch itself failed (NOSCRIPT, say): every call
         except BaseException:
             await connection.disconnect()
             raise
@@ -333,8 +352,8 @@ class RedisConnection:
         if len(batch) == 1:
             return [reply]
         failed = (_FAILED.encode(), _FAILED)
-        return [ResponseError(_text(r[1])) if isinstance(r, list) and len(r) == 2 and r[0] in failed else r
-                for r in reply]
+        return [_as_down(ResponseError(_text(r[1]))) if isinstance(r, list) and len(r) == 2 and r[0] in failed
+                else r for r in reply]
 
     async def aclose(self) -> None:
         """Answer what is queued (or fail it), then close the client."""

@@ -195,6 +195,7 @@ class MemoryStore:
             if state is None:  # pragma: no cover - in-flight scopes are never evicted
                 logger.warning("release for unknown scope %r ignored", name)
                 continue
+            inflight = state.inflight  # this request included
             state.release(slot_ready, now)
             if signal is None:
                 if state.policy.gated:  # only a breaker's probe needs to hear of it
@@ -204,7 +205,7 @@ class MemoryStore:
             state.record(outcome)
             policy = state.policy
             if policy.on_outcome(now, signal, generation=generation, sent_at=lease.granted_at,
-                                 expected_use=use):
+                                 expected_use=use, inflight=inflight):
                 given_up.append(name)
             if state.limits is not policy.limits:
                 state.set_limits(policy.limits)
