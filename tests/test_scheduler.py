@@ -67,6 +67,7 @@ async def test_an_awaited_manager_queues_tasks_by_its_scopes(make_throttler: Thr
         scheduler.push(Task(0, url))
     assert scheduler.queued == 4  # set aside until the manager answers
     assert not scheduler.idle
+    assert scheduler.take_nowait() is None  # the plain-call path leaves the manager to take()
     got = await scheduler.take()
     assert got is not None
     task, permit = got
@@ -76,3 +77,29 @@ async def test_an_awaited_manager_queues_tasks_by_its_scopes(make_throttler: Thr
     assert scheduler.scope_sizes() == {"shop+www.shop.example": 1, "other.example": 1}
     assert dropped == [("https://bad.example/1", "failed")]
     await permit.release()
+
+
+async def test_take_nowait_admits_with_the_memory_store_and_says_none_when_nothing_is_due(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({"DOWNLOAD_DELAY": 1.0, "DOWNLOAD_DELAY_PER_SLOT": 0.0,
+                                "CONCURRENT_REQUESTS_PER_DOMAIN": 2, "RANDOMIZE_DOWNLOAD_DELAY": False})
+    scheduler = Scheduler(throttler, robots=None, on_drop=lambda task, why, detail: None)
+    for n in range(2):
+        scheduler.push(Task(n, f"https://example.com/{n}"))
+    scheduler.push(Task(9, "https://other.example/9"))
+    first, second = scheduler.take_nowait(), scheduler.take_nowait()
+    assert first is not None
+    assert second is not None
+    assert {first[0].url, second[0].url} == {"https://example.com/0", "https://other.example/9"}
+    assert first[0].scopes in {("example.com",), ("other.example",)}  # worked out once, at push
+    # example.com's delay holds its second page back: nothing is due now, and no await was needed.
+    assert scheduler.take_nowait() is None
+    assert scheduler.queued == 1
+    for _task, permit in (first, second):
+        assert permit.release_nowait()  # the memory store releases as a plain call
+        assert permit.released
+    clock.advance(1.0)
+    third = await scheduler.take_due()
+    assert third is not None
+    assert third[0].url == "https://example.com/1"
+    assert clock.now() == pytest.approx(1.0)

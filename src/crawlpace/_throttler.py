@@ -217,17 +217,33 @@ class Throttler(WaitingRoom):
         """
         self._check_open()
         demands = await self._demands(request, scopes)
+        if self._local is not None or self._queued_ahead(demands):
+            return self._try_local(request, demands)
+        result = await self._store.acquire(demands)
+        return self._permit(result, request) if isinstance(result, Lease) \
+            else NotReady(result.ready_at, result.waiting_on)
+
+    def try_acquire_nowait(self, request: object = None, *,
+                           scopes: object = None) -> Permit | NotReady | None:
+        """:meth:`try_acquire` as a plain call; ``None`` when the answer needs an await (a shared
+        store, a manager to await, malformed scopes): call :meth:`try_acquire` then."""
+        self._check_open()
+        demands = self._demands_nowait(request, scopes) if self._local is not None else None
+        return None if demands is None else self._try_local(request, demands)
+
+    def _try_local(self, request: object, demands: tuple[Demand, ...]) -> Permit | NotReady:
         if self._queued_ahead(demands):
             return NotReady(None, tuple((name, None) for name, _ in demands if name in self._queues))
-        local = self._local
-        result = local.acquire_nowait(demands) if local is not None \
-            else await self._store.acquire(demands)
-        if isinstance(result, Lease):
-            self._inflight += 1
-            if self._observers:
-                self._note_admitted(result, 0.0)
-            return Permit(self._releaser, result, request)
-        return NotReady(result.ready_at, result.waiting_on)
+        assert self._local is not None
+        result = self._local.acquire_nowait(demands)
+        return self._permit(result, request) if isinstance(result, Lease) \
+            else NotReady(result.ready_at, result.waiting_on)
+
+    def _permit(self, lease: Lease, request: object) -> Permit:
+        self._inflight += 1
+        if self._observers:
+            self._note_admitted(lease, 0.0)
+        return Permit(self._releaser, lease, request)
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
         """Apply the Crawl-Delay of ``scope``'s robots.txt (``None`` removes it).
@@ -356,10 +372,7 @@ class Throttler(WaitingRoom):
         if answer is None and self._local is None and not self._queued_ahead(demands):
             result = await self._store.acquire(demands)
             if isinstance(result, Lease):
-                self._inflight += 1
-                if self._observers:
-                    self._note_admitted(result, 0.0)
-                return Permit(self._releaser, result, request)
+                return self._permit(result, request)
             answer = result
         started = self.clock.now()
         lease = await self._wait(demands, answer)

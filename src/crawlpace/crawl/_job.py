@@ -189,7 +189,8 @@ class CrawlJob:
         try:
             while not self.stopping:
                 await slots.acquire()
-                got = await self._next()
+                # The hot path: a local store admits without a coroutine or a future.
+                got = self.scheduler.take_nowait() or await self._next()
                 if got is None:
                     slots.release()
                     self._results.flush()  # nothing to send now: write (and settle) what waits
@@ -242,6 +243,32 @@ class CrawlJob:
     # -- one fetch ------------------------------------------------------------------------
 
     async def _fetch(self, task: Task, permit: Permit, slots: asyncio.Semaphore) -> None:
+        """Fetch ``task``, then, in the same slot, whatever the scheduler admits at once.
+
+        Going on to the next admitted task here, instead of handing the slot
+        back to :meth:`_dispatch`, spares a task and a wake-up per page.
+        """
+        try:
+            while True:
+                await self._fetch_one(task, permit)
+                # One turn of the loop first: answers that arrived with this one (a sibling's 429
+                # and its Retry-After, say) are read and applied before the next send.
+                await asyncio.sleep(0)
+                try:
+                    got = None if self.stopping else await self.scheduler.take_due()
+                except Exception:  # left to the dispatcher, whose own take() meets it and raises
+                    break
+                if got is None:
+                    break
+                task, permit = got
+                if self.stopping:  # admitted as the crawl stopped: the slot goes back unused
+                    await permit.release()
+                    break
+        finally:
+            self.inflight -= 1
+            slots.release()
+
+    async def _fetch_one(self, task: Task, permit: Permit) -> None:
         released = False
         try:
             task.attempts += 1
@@ -249,7 +276,8 @@ class CrawlJob:
             tally.requests += 1
             self.summary.requests += 1
             outcome = await self._send(task, permit)
-            await permit.release()
+            if not permit.release_nowait():
+                await permit.release()
             released = True
             self._settle(task, permit, outcome)
         except Exception:  # a bug, or an error no layer below turned into an answer
@@ -259,8 +287,6 @@ class CrawlJob:
         finally:
             if not released:
                 await permit.release()
-            self.inflight -= 1
-            slots.release()
             self.scheduler.released(permit.scopes, task.key)
             self.source.refill()
 
