@@ -74,6 +74,12 @@ A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
 times quicker, so that a limit far below the current rate is found in a few
 refusals rather than a few windows.
+
+The controller is one object (its attributes are the state ``policy/state.py``
+shares), with its parts in rooms of their own: the send record in
+``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
+their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
+``_rampup_climb``. This module keeps the phases and the decisions.
 """
 
 from __future__ import annotations
@@ -84,6 +90,19 @@ from collections import deque
 from dataclasses import dataclass
 
 from .._jitter import Jitter
+from ._rampup_climb import (
+    BETA,
+    BETA_DEEP,
+    BETA_OVER,
+    CASCADE_GROWTH,
+    CEILING_SHARE,
+    START_CEILING_SHARE,
+    CubicClimb,
+)
+from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
+from ._rampup_sends import NEVER as _NEVER
+from ._rampup_sends import SendRecord
+from ._rampup_slots import SlotSizing
 
 __all__ = ["RAMPUP_JITTER", "Rampup", "RampupStats"]
 
@@ -96,56 +115,12 @@ logger = logging.getLogger(__name__)
 RAMPUP_JITTER = Jitter(0.0, 0.05)
 #: Seconds for the rate to double in the start phase.
 START_DOUBLING = 1.0
-#: The cut after a pushback that ends a probe.
-BETA = 0.9
-#: The cut when the last window already had more pushbacks than the band allows.
-BETA_OVER = 0.8
-#: The cut after a pushback in the start phase, or one the previous cut did not prevent.
-BETA_DEEP = 0.5
-#: Where the climb levels out after an ordinary cut, as a share of the failing rate.
-CEILING_SHARE = 0.92
-#: Where the quick climb after the start phase levels out, as a share of the failing rate.
-START_CEILING_SHARE = 0.85
-#: The time to climb back to the ceiling, as a share of the window per target pushback.
-CLIMB_SHARE = 0.75
-#: How much quicker the climb is after a deep cut.
-FAST_CLIMB = 6.0
-#: A cut counts as "not enough" if the rate has grown less than this since.
-CASCADE_GROWTH = 1.05
 #: The rate grows only while the measured send rate is at least this share of it.
 USED_SHARE = 0.5
-#: What a scope may send is capped at this multiple of its measured send rate.
-SENT_CAP = 2.0
-#: Weight of the newest gap between two sends in the mean gap.
-SENT_WEIGHT = 0.25
-#: The gap assumed after a scope's first send, in seconds.
-SENT_FIRST_GAP = 1.0
-#: Latency: stop growing past ``KNEE * baseline + KNEE_SLACK`` ...
-KNEE, KNEE_SLACK = 1.6, 0.010
-#: ... and cut past ``HIGH * baseline + HIGH_SLACK`` ...
-HIGH, HIGH_SLACK = 2.0, 0.050
-#: ... the deeper the further past ``KNEE * baseline + KNEE_SLACK + DEEP_SLACK`` it is.
-DEEP_SLACK = 0.05
-#: Slots per request in flight at the rate and the baseline latency.
-SLOT_HEADROOM = 1.5
 #: Weight of the newest outcome in the share of failures without an answer, and in their duration.
 STUCK_WEIGHT = 0.05
-#: Weight of a new latency sample in the smoothed latency.
-LATENCY_WEIGHT = 0.3
-#: Latency samples smoothed in before the baseline is taken.
-BASELINE_AFTER = 5
-#: Windows of smoothed-latency minimums the baseline is the minimum of.
-BASELINE_WINDOWS = 10
-#: A scope unsent for this many windows has learned nothing worth keeping.
-IDLE_WINDOWS = 2.0
 #: The longest stretch of time one response may advance the curve.
 MAX_STEP = 1.0
-#: A refusal answered in less than this share of the baseline latency was refused on arrival ...
-QUICK_REFUSAL = 0.5
-#: ... and caps the slots when at least this many requests were in flight.
-CAP_INFLIGHT = 3
-
-_NEVER = float("-inf")
 
 
 @dataclass(frozen=True, slots=True)
@@ -177,7 +152,7 @@ class RampupStats:
     decision: str
 
 
-class Rampup:
+class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
     """The rampup controller of one scope.
 
     Args:
@@ -245,52 +220,12 @@ class Rampup:
         self.slot_cap = math.inf
         self._cap_at = _NEVER
 
-    # -- what the scope may do -----------------------------------------------
-
-    def sent_rate(self, now: float) -> float:
-        """The measured send rate: the inverse of the mean gap between recent sends.
-
-        The time since the last send counts as a gap too, so the rate of a
-        scope that stopped sending falls off at once.
-        """
-        if self._sent_at == _NEVER:
-            return 0.0
-        since = now - max(self._sent_at, self._resumed_at)
-        gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, since)
-        return 1.0 / gap if gap > 0.0 else math.inf
-
-    def allowed_rate(self, now: float) -> float:
-        """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending."""
-        cap = max(self.start_rate, SENT_CAP * self.sent_rate(now))
-        return self.rate if self.rate <= cap else cap
-
-    def concurrency(self, rate: float) -> int:
-        """Slots enough for ``rate``, with room for the latency's swings.
-
-        Once a baseline is known the slots follow it (``SLOT_HEADROOM`` times the
-        requests in flight at ``rate`` and the baseline latency, plus one): a server
-        that queues answers ever more slowly, and slots counted from its slow answers
-        would let the queue grow further, which is how an overloaded server's
-        throughput collapses. Before that, twice the smoothed latency is the guess.
-        """
-        base = self.baseline()
-        span = SLOT_HEADROOM * base if base is not None else 2.0 * (self.latency or 0.0)
-        stuck = rate * self._stuck_share * self._stuck_time  # slots held by hangs
-        slots = min(self.max_concurrency, math.ceil(rate * span + stuck) + 1)
-        return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
-
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
         pushbacks = self._pushbacks
         while pushbacks and pushbacks[0] <= now - self.window:
             pushbacks.popleft()
         return len(pushbacks)
-
-    def baseline(self) -> float | None:
-        """The lowest smoothed latency of the recent windows, if any was seen."""
-        low = min(self._baseline, default=math.inf)
-        low = min(low, self._window_min)
-        return None if low == math.inf else low
 
     def stats(self, now: float) -> RampupStats:
         """A snapshot for stats and live views."""
@@ -301,53 +236,8 @@ class Rampup:
                            baseline_latency=self.baseline(), latency=self.latency,
                            decision=self.decision)
 
-    def is_idle(self, now: float) -> bool:
-        """True once the scope has sent nothing for a while: a new controller would do as well."""
-        return now - self._sent_at >= IDLE_WINDOWS * self.window
 
     # -- events ----------------------------------------------------------------
-
-    def on_send(self, now: float) -> None:
-        """Count a send towards the measured send rate."""
-        last = self._sent_at
-        if last == _NEVER:
-            self._last_growth = now  # growth is counted from the first send
-        else:
-            gap, mean = now - max(last, self._resumed_at), self._gap
-            if gap < 0.0:
-                gap = 0.0
-            self._gap = gap if mean is None else mean + SENT_WEIGHT * (gap - mean)
-        self._sent_at = now
-
-    def hold(self, until: float) -> None:
-        """The server asked for silence until ``until`` (``Retry-After``): resume where it left off.
-
-        Nothing is sent during the hold, so without this rule the measured send
-        rate would fall towards zero, and what the scope may send (capped at
-        twice that) with it: after a five-second hold the scope would start over
-        from its starting rate. The silence is the server's, not a sign that the
-        scope stopped using its rate, so it is left out of the gaps: the first
-        sends after the hold may go at the rate that was in force (already cut
-        by the refusal that brought the hold), paced by the delay as before, so
-        there is no burst either.
-        """
-        if until > self._resumed_at:
-            self._resumed_at = until
-
-    def sync_sends(self, gap: float | None, last: float) -> None:
-        """Take the send record kept elsewhere: a shared store counts every worker's sends.
-
-        Args:
-            gap: the mean gap between the scope's sends (weighted as in
-                :meth:`on_send`), or ``None`` after a single send.
-            last: when the scope last sent.
-        """
-        if self._sent_at == _NEVER:
-            self._last_growth = last
-        if gap is not None:
-            self._gap = gap
-        if last > self._sent_at:
-            self._sent_at = last
 
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
                     answered: bool = True, elapsed: float | None = None, inflight: int | None = None) -> bool:
@@ -394,42 +284,6 @@ class Rampup:
                 self._freeze(now)
         return self.rate != before
 
-    def _slots_refused(self, now: float, answered: bool, elapsed: float | None, inflight: int | None) -> bool:
-        """A refusal on arrival with several in flight: cap the slots below that count."""
-        base = self.baseline()
-        if (not answered or elapsed is None or inflight is None or base is None
-                or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base):
-            return False
-        self.slot_cap = min(self.slot_cap, float(inflight - 1))
-        self._cap_at = now
-        return True
-
-    # -- latency ---------------------------------------------------------------
-
-    def _observe_latency(self, now: float, sample: float | None) -> int:
-        """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""
-        if sample is None or not sample >= 0.0 or math.isinf(sample):
-            return 0
-        smooth = self.latency
-        smooth = sample if smooth is None else smooth + LATENCY_WEIGHT * (sample - smooth)
-        self.latency = smooth
-        self._samples += 1
-        if self._samples < BASELINE_AFTER:
-            return 0  # one odd first answer must not become the baseline
-        if now - self._window_start >= self.window:
-            if self._window_min != math.inf:
-                self._baseline.append(self._window_min)
-            self._window_min = math.inf
-            self._window_start = now
-        self._window_min = min(self._window_min, smooth)
-        base = self.baseline()
-        level = 0
-        if base is not None and smooth > HIGH * base + HIGH_SLACK:
-            level = 2
-        elif base is not None and smooth > KNEE * base + KNEE_SLACK:
-            level = 1
-        self._level = level
-        return level
 
     # -- moves -----------------------------------------------------------------
 
@@ -438,11 +292,7 @@ class Rampup:
         self._last_growth = now
         if step <= 0.0:
             return
-        if self.slot_cap != math.inf and now - self._cap_at >= self.window:
-            self.slot_cap += 1.0  # a window without pushback: try one slot more
-            self._cap_at = now
-            if self.slot_cap >= self.max_concurrency:
-                self.slot_cap = math.inf
+        self._raise_cap(now)
         # Compared with the rate itself: what the scope may send is capped at twice what
         # it sends, so against that cap the test could never fail, and a scope held back
         # by its slots (a server answering slowly) would double its rate for nothing.
@@ -477,39 +327,6 @@ class Rampup:
             self._decide(now, f"hold: latency {self.latency or 0.0:.3f}s is past the knee "
                          f"(baseline {self.baseline() or 0.0:.3f}s)")
             self._enter_steady(now, self.rate)
-
-    def _curve(self, now: float) -> float:
-        """The cubic climb: up to the ceiling in ``_k`` seconds, then beyond it."""
-        t = now - self._epoch - self._k
-        ceiling = self.ceiling if self.ceiling is not None else self.rate
-        if t < 0.0:
-            return ceiling + self._climb * t ** 3
-        return ceiling + self._probe_c * t ** 3
-
-    def _enter_steady(self, now: float, ceiling: float) -> None:
-        self.phase = "steady"
-        self.ceiling = ceiling
-        self._start_climb(now, fast=False)
-
-    def _climb_time(self, *, fast: bool) -> float:
-        low, high = self.target
-        middle = (low + high) / 2.0
-        k = self.window * CLIMB_SHARE / max(middle, 0.5)
-        return k / FAST_CLIMB if fast else k
-
-    def _start_climb(self, now: float, *, fast: bool) -> None:
-        """Set the curve from the current rate up to the ceiling, and the probe beyond it."""
-        ceiling = self.ceiling if self.ceiling is not None else self.rate
-        k = self._climb_time(fast=fast)
-        gap = max(ceiling - self.rate, 0.0)
-        self._epoch = now
-        self._k = k if gap > 0.0 else 0.0
-        self._climb = gap / k ** 3
-        # Beyond the ceiling, always at the ordinary pace: the share (1 - BETA) of
-        # it gained in one climb time. (A quick probe after a quick climb would
-        # overshoot, and the cut that follows would not be enough.)
-        self._probe_c = ceiling * (1.0 - BETA) / self._climb_time(fast=False) ** 3
-        self._last_growth = now
 
     def _cut(self, now: float, *, reason: str) -> None:
         allowed = self.allowed_rate(now)
@@ -566,22 +383,6 @@ class Rampup:
         what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
                      f"{low:g}-{high:g}); rate x{beta:g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
-
-    def _latency_beta(self) -> float:
-        """The cut for a latency past the cut line: the further past the knee, the deeper.
-
-        The square root of knee latency (plus ``DEEP_SLACK``) over smoothed latency, within
-        ``[BETA_DEEP, BETA]``: just past the line it is the ordinary cut, and a server whose
-        queue has grown to several times its baseline latency gets the rate halved, as a
-        gradient controller would, instead of one gentle cut per round trip while its queue
-        keeps growing. The slack keeps a site answering in milliseconds from deep cuts
-        when a busy machine (the crawler's own, say) adds a few tens of them.
-        """
-        base, smooth = self.baseline(), self.latency
-        if base is None or not smooth:
-            return BETA
-        knee = KNEE * base + KNEE_SLACK + DEEP_SLACK
-        return min(BETA, max(BETA_DEEP, math.sqrt(knee / smooth)))
 
     def _decide(self, now: float, decision: str) -> None:
         self.decision = decision

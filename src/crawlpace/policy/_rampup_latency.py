@@ -1,0 +1,81 @@
+"""Rampup's latency watch: the smoothed latency, its baseline, and where it stands against it.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
+past ``KNEE`` times the baseline the rate stops growing, past ``HIGH`` times it
+the rate is cut, so an overloaded server is caught at its knee, before it
+starts to refuse.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Protocol
+
+__all__ = ["BASELINE_AFTER", "BASELINE_WINDOWS", "HIGH", "HIGH_SLACK", "KNEE", "KNEE_SLACK", "LATENCY_WEIGHT",
+           "LatencyWatch"]
+
+#: Latency: stop growing past ``KNEE * baseline + KNEE_SLACK`` ...
+KNEE, KNEE_SLACK = 1.6, 0.010
+#: ... and cut past ``HIGH * baseline + HIGH_SLACK`` ...
+HIGH, HIGH_SLACK = 2.0, 0.050
+#: Weight of a new latency sample in the smoothed latency.
+LATENCY_WEIGHT = 0.3
+#: Latency samples smoothed in before the baseline is taken.
+BASELINE_AFTER = 5
+#: Windows of smoothed-latency minimums the baseline is the minimum of.
+BASELINE_WINDOWS = 10
+
+
+class _LatencyWatchState(Protocol):
+    """What the methods of :class:`LatencyWatch` use of the controller."""
+
+    latency: float | None
+    window: float
+    _baseline: deque[float]
+    _window_min: float
+    _window_start: float
+    _samples: int
+    _level: int
+
+    def baseline(self) -> float | None: ...
+
+
+class LatencyWatch:
+    """The latency part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    latency: float | None  # declared for the assignments below, which might narrow it
+
+    def baseline(self: _LatencyWatchState) -> float | None:
+        """The lowest smoothed latency of the recent windows, if any was seen."""
+        low = min(self._baseline, default=math.inf)
+        low = min(low, self._window_min)
+        return None if low == math.inf else low
+
+
+    def _observe_latency(self: _LatencyWatchState, now: float, sample: float | None) -> int:
+        """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""
+        if sample is None or not sample >= 0.0 or math.isinf(sample):
+            return 0
+        smooth = self.latency
+        smooth = sample if smooth is None else smooth + LATENCY_WEIGHT * (sample - smooth)
+        self.latency = smooth
+        self._samples += 1
+        if self._samples < BASELINE_AFTER:
+            return 0  # one odd first answer must not become the baseline
+        if now - self._window_start >= self.window:
+            if self._window_min != math.inf:
+                self._baseline.append(self._window_min)
+            self._window_min = math.inf
+            self._window_start = now
+        self._window_min = min(self._window_min, smooth)
+        base = self.baseline()
+        level = 0
+        if base is not None and smooth > HIGH * base + HIGH_SLACK:
+            level = 2
+        elif base is not None and smooth > KNEE * base + KNEE_SLACK:
+            level = 1
+        self._level = level
+        return level
+

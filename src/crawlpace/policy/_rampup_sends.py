@@ -1,0 +1,113 @@
+"""Rampup's record of a scope's sends: the measured send rate, and what it lets the scope send.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
+the rate only grows while the scope uses it, and what the scope may send is
+capped at twice the rate it has been sending, so an idle scope neither learns
+nor banks a rate it never tried.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+__all__ = ["IDLE_WINDOWS", "NEVER", "SENT_CAP", "SENT_FIRST_GAP", "SENT_WEIGHT", "SendRecord"]
+
+#: What a scope may send is capped at this multiple of its measured send rate.
+SENT_CAP = 2.0
+#: Weight of the newest gap between two sends in the mean gap.
+SENT_WEIGHT = 0.25
+#: The gap assumed after a scope's first send, in seconds.
+SENT_FIRST_GAP = 1.0
+#: A scope unsent for this many windows has learned nothing worth keeping.
+IDLE_WINDOWS = 2.0
+
+NEVER = float("-inf")
+
+
+class _SendRecordState(Protocol):
+    """What the methods of :class:`SendRecord` use of the controller."""
+
+    start_rate: float
+    rate: float
+    window: float
+    _gap: float | None
+    _sent_at: float
+    _resumed_at: float
+    _last_growth: float
+
+    def sent_rate(self, now: float) -> float: ...
+
+
+class SendRecord:
+    """The sends part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    _gap: float | None  # declared for the assignments below, which might narrow it
+
+    def sent_rate(self: _SendRecordState, now: float) -> float:
+        """The measured send rate: the inverse of the mean gap between recent sends.
+
+        The time since the last send counts as a gap too, so the rate of a
+        scope that stopped sending falls off at once.
+        """
+        if self._sent_at == NEVER:
+            return 0.0
+        since = now - max(self._sent_at, self._resumed_at)
+        gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, since)
+        return 1.0 / gap if gap > 0.0 else math.inf
+
+    def allowed_rate(self: _SendRecordState, now: float) -> float:
+        """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending."""
+        cap = max(self.start_rate, SENT_CAP * self.sent_rate(now))
+        return self.rate if self.rate <= cap else cap
+
+
+    def is_idle(self: _SendRecordState, now: float) -> bool:
+        """True once the scope has sent nothing for a while: a new controller would do as well."""
+        return now - self._sent_at >= IDLE_WINDOWS * self.window
+
+    # -- events ----------------------------------------------------------------
+
+    def on_send(self: _SendRecordState, now: float) -> None:
+        """Count a send towards the measured send rate."""
+        last = self._sent_at
+        if last == NEVER:
+            self._last_growth = now  # growth is counted from the first send
+        else:
+            gap, mean = now - max(last, self._resumed_at), self._gap
+            if gap < 0.0:
+                gap = 0.0
+            self._gap = gap if mean is None else mean + SENT_WEIGHT * (gap - mean)
+        self._sent_at = now
+
+    def hold(self: _SendRecordState, until: float) -> None:
+        """The server asked for silence until ``until`` (``Retry-After``): resume where it left off.
+
+        Nothing is sent during the hold, so without this rule the measured send
+        rate would fall towards zero, and what the scope may send (capped at
+        twice that) with it: after a five-second hold the scope would start over
+        from its starting rate. The silence is the server's, not a sign that the
+        scope stopped using its rate, so it is left out of the gaps: the first
+        sends after the hold may go at the rate that was in force (already cut
+        by the refusal that brought the hold), paced by the delay as before, so
+        there is no burst either.
+        """
+        if until > self._resumed_at:
+            self._resumed_at = until
+
+    def sync_sends(self: _SendRecordState, gap: float | None, last: float) -> None:
+        """Take the send record kept elsewhere: a shared store counts every worker's sends.
+
+        Args:
+            gap: the mean gap between the scope's sends (weighted as in
+                :meth:`on_send`), or ``None`` after a single send.
+            last: when the scope last sent.
+        """
+        if self._sent_at == NEVER:
+            self._last_growth = last
+        if gap is not None:
+            self._gap = gap
+        if last > self._sent_at:
+            self._sent_at = last
+

@@ -1,0 +1,77 @@
+"""Rampup's slots: how many the rate and latency call for, and the cap a server limiting them sets.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
+the slots follow the baseline latency, grow by the requests that hang, and a
+refusal on arrival with several in flight caps them below that count, raised
+by one after every window without a pushback.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+__all__ = ["CAP_INFLIGHT", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
+
+#: Slots per request in flight at the rate and the baseline latency.
+SLOT_HEADROOM = 1.5
+#: A refusal answered in less than this share of the baseline latency was refused on arrival ...
+QUICK_REFUSAL = 0.5
+#: ... and caps the slots when at least this many requests were in flight.
+CAP_INFLIGHT = 3
+
+
+class _SlotSizingState(Protocol):
+    """What the methods of :class:`SlotSizing` use of the controller."""
+
+    max_concurrency: int
+    slot_cap: float
+    _cap_at: float
+    _stuck_share: float
+    _stuck_time: float
+    latency: float | None
+    window: float
+
+    def baseline(self) -> float | None: ...
+
+
+class SlotSizing:
+    """The slots part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+
+    def concurrency(self: _SlotSizingState, rate: float) -> int:
+        """Slots enough for ``rate``, with room for the latency's swings.
+
+        Once a baseline is known the slots follow it (``SLOT_HEADROOM`` times the
+        requests in flight at ``rate`` and the baseline latency, plus one): a server
+        that queues answers ever more slowly, and slots counted from its slow answers
+        would let the queue grow further, which is how an overloaded server's
+        throughput collapses. Before that, twice the smoothed latency is the guess.
+        """
+        base = self.baseline()
+        span = SLOT_HEADROOM * base if base is not None else 2.0 * (self.latency or 0.0)
+        stuck = rate * self._stuck_share * self._stuck_time  # slots held by hangs
+        slots = min(self.max_concurrency, math.ceil(rate * span + stuck) + 1)
+        return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
+
+
+    def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
+                       inflight: int | None) -> bool:
+        """A refusal on arrival with several in flight: cap the slots below that count."""
+        base = self.baseline()
+        if (not answered or elapsed is None or inflight is None or base is None
+                or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base):
+            return False
+        self.slot_cap = min(self.slot_cap, float(inflight - 1))
+        self._cap_at = now
+        return True
+
+
+    def _raise_cap(self: _SlotSizingState, now: float) -> None:
+        """A window without pushback: try one slot more (no cap once it reaches the most slots)."""
+        if self.slot_cap != math.inf and now - self._cap_at >= self.window:
+            self.slot_cap += 1.0
+            self._cap_at = now
+            if self.slot_cap >= self.max_concurrency:
+                self.slot_cap = math.inf
