@@ -20,17 +20,16 @@ import dataclasses
 import functools
 import logging
 import math
-from typing import Protocol, runtime_checkable
 
 from .._config import AutoThrottleConfig, ScopeConfig
-from .._exceptions import QuotaError
+from ._scope_gates import ScopeGates
 from .admission import Limits
 from .autothrottle import AutoThrottle
-from .backoff import Backoff
-from .breaker import FIRST_PAUSE_SHARE, Breaker
+from .breaker import Breaker
 from .budget import HeaderBudget
 from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
+from .scope_manager import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
 from .signals import ScopeFeedback
 
 __all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
@@ -41,88 +40,13 @@ _NEVER = float("-inf")
 _FOREVER = float("inf")
 
 
-@runtime_checkable
-class ThrottlingScopeManagerProtocol(Protocol):
-    """Adjusts one scope's limits from its feedback (``THROTTLING_SCOPE_MANAGER``).
-
-    One instance is created per scope with ``cls(scope=name, config=ScopeConfig)``.
-    The default, :class:`ThrottlingScopeManager`, implements backoff and
-    recovery; replace it to change how a scope reacts to pushback.
-    """
-
-    @property
-    def generation(self) -> int:
-        """Raised by every slowdown; feedback from requests sent under an older
-        generation must not cause another one."""
-
-    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
-        """Take one outcome of a request sent under ``generation``."""
-
-    def adjust(self, base: Limits, now: float) -> Limits:
-        """Return the limits to use, given the configured ones."""
-
-    def wake_at(self) -> float:
-        """When :meth:`adjust` may answer differently with no new feedback."""
-
-    def is_idle(self, now: float) -> bool:
-        """True when the manager holds nothing a new one would not."""
-
-
-class ThrottlingScopeManager:
-    """The default scope manager: multiplicative backoff with stepwise recovery.
-
-    See :mod:`crawlpace.policy.backoff` for the rules.
-    """
-
-    def __init__(self, *, scope: str, config: ScopeConfig) -> None:
-        cfg = config.backoff
-        self.scope = scope
-        self.backoff = Backoff(factor=cfg.delay_factor, min_delay=cfg.min_delay,
-                               max_delay=cfg.max_delay, concurrency_factor=cfg.concurrency_factor,
-                               window=cfg.window)
-
-    @property
-    def generation(self) -> int:
-        """The backoff generation."""
-        return self.backoff.generation
-
-    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
-        backoff = self.backoff
-        if feedback.backoff:
-            if backoff.on_backoff(now, generation, base.delay, base.concurrency):
-                cause = "a failed request" if feedback.status is None else f"status {feedback.status}"
-                logger.info("scope %s: backing off after %s, level %d: delay %.2fs, concurrency %d",
-                            self.scope, cause, backoff.level, backoff.delay(),
-                            backoff.concurrency(base.concurrency))
-        elif feedback.status is not None and not feedback.failed and backoff.on_success(now):
-            logger.info("scope %s: recovering, level %d: delay %.2fs", self.scope, backoff.level,
-                        max(base.delay, backoff.delay()))
-
-    def adjust(self, base: Limits, now: float) -> Limits:
-        backoff = self.backoff
-        if backoff.settle(now):
-            logger.debug("scope %s: idle long enough, backoff forgotten", self.scope)
-        if backoff.level == 0:
-            return base
-        delay = backoff.delay()
-        return Limits(backoff.concurrency(base.concurrency), max(base.delay, delay),
-                      base.delay_per_slot, base.floor)
-
-    def wake_at(self) -> float:
-        expires = self.backoff.expires_at()
-        return _FOREVER if expires == _NEVER else expires
-
-    def is_idle(self, now: float) -> bool:
-        return self.backoff.level == 0 or now >= self.backoff.expires_at()
-
-
 @functools.lru_cache(maxsize=1024)
 def _limits(concurrency: int, delay: float, delay_per_slot: float, floor: float) -> Limits:
     """One shared :class:`Limits` per distinct value: most scopes have the same ones."""
     return Limits(concurrency, delay, delay_per_slot, floor)
 
 
-class ScopePolicy:
+class ScopePolicy(ScopeGates):
     """The adaptive state of one scope and the limits it yields.
 
     The parts that only matter once something happened (the default scope
@@ -272,59 +196,6 @@ class ScopePolicy:
             manager = self.manager = ThrottlingScopeManager(scope=self.scope, config=self.config)
         return manager
 
-    def ensure_breaker(self) -> Breaker:
-        """The circuit breaker, created on first use from the scope's settings."""
-        breaker = self.breaker
-        if breaker is None:
-            cfg = self.config.breaker
-            breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
-                                             min_requests=cfg.min_requests, pause=cfg.pause,
-                                             give_up_after=cfg.give_up_after,
-                                             first_pause=cfg.pause * FIRST_PAUSE_SHARE)
-        return breaker
-
-    def _update_gated(self) -> None:
-        breaker = self.breaker
-        self.gated = self.quota is not None or self.hold_until != _NEVER or (
-            breaker is not None and breaker.state != "closed")
-        self.watches = self.gated or self.rampup is not None
-
-    # -- gates ---------------------------------------------------------------
-
-    def gate(self, now: float, use: float) -> float | None:
-        """The earliest time a send of ``use`` quota may go, apart from slots.
-
-        Returns:
-            A time (``-inf``: no gate), or ``None`` while the breaker waits
-            for its probe's answer.
-
-        Raises:
-            QuotaError: when ``use`` exceeds the scope's quota.
-        """
-        when = self.hold_until
-        if when != _NEVER and when <= now:
-            self.hold_until = when = _NEVER  # over: let the hot path skip the gate again
-            self._update_gated()
-        breaker = self.breaker
-        if breaker is not None:
-            blocked = breaker.blocked_until(now)
-            if blocked is None:
-                return None
-            when = max(when, blocked)
-        quota = self.quota
-        if quota is not None and use > 0.0:
-            if not quota.fits(use):
-                raise QuotaError(f"a request expects to use {use:g} quota units of scope {self.scope!r}, "
-                                 f"whose whole quota is {quota.quota:g} per {quota.window:g}s, so it can "
-                                 "never be sent; lower its expected use or raise the scope's quota")
-            when = max(when, quota.ready_at(now, use))
-        return when
-
-    @property
-    def given_up(self) -> bool:
-        """True once the circuit breaker gave the scope up."""
-        return self.breaker is not None and self.breaker.state == "given_up"
-
     # -- transitions ---------------------------------------------------------
 
     def on_admit(self, now: float, use: float) -> None:
@@ -409,26 +280,7 @@ class ScopePolicy:
             manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
         self.generation = (manager.generation if manager is not None else 0) + ramp_generation
         self.refresh(now)
-        gave_up = False
-        if feedback.status is None and not feedback.failed:
-            # Nothing the breaker counts (say, a bug in the caller's code): if this
-            # was the probe, its slot must free, or the scope would wait forever.
-            if breaker is not None:
-                breaker.on_abandon(sent_at)
-        elif self.config.breaker.enabled:
-            breaker = self.ensure_breaker()
-            state_before = breaker.state
-            if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
-                logger.error("scope %s given up: %s", self.scope, breaker.reason)
-                gave_up = True
-            elif breaker.state != state_before:
-                # The breaker knows no scope; its changes are logged here, under the scope's name.
-                if breaker.state == "open":
-                    logger.warning("scope %s: breaker opened: %s", self.scope, breaker.reason)
-                elif breaker.state == "closed":
-                    logger.info("scope %s: breaker closed: the probe succeeded", self.scope)
-        self._update_gated()
-        return gave_up
+        return self._breaker_outcome(now, feedback, sent_at)
 
     def counts_only(self, feedback: ScopeFeedback) -> bool:
         """True when :meth:`on_outcome` would do no more with ``feedback`` than count it in the breaker.

@@ -1,0 +1,99 @@
+"""Scope managers: what adjusts a scope's limits from its feedback (``THROTTLING_SCOPE_MANAGER``).
+
+The protocol a custom manager speaks, and the default one: backoff and
+recovery (:mod:`crawlpace.policy.backoff`). A :class:`~crawlpace.policy.scope.ScopePolicy`
+asks its manager for the limits after the configured ones.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Protocol, runtime_checkable
+
+from .._config import ScopeConfig
+from .admission import Limits
+from .backoff import Backoff
+from .signals import ScopeFeedback
+
+__all__ = ["ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
+
+logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines, as before the move
+
+_NEVER = float("-inf")
+_FOREVER = float("inf")
+
+
+@runtime_checkable
+class ThrottlingScopeManagerProtocol(Protocol):
+    """Adjusts one scope's limits from its feedback (``THROTTLING_SCOPE_MANAGER``).
+
+    One instance is created per scope with ``cls(scope=name, config=ScopeConfig)``.
+    The default, :class:`ThrottlingScopeManager`, implements backoff and
+    recovery; replace it to change how a scope reacts to pushback.
+    """
+
+    @property
+    def generation(self) -> int:
+        """Raised by every slowdown; feedback from requests sent under an older
+        generation must not cause another one."""
+
+    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
+        """Take one outcome of a request sent under ``generation``."""
+
+    def adjust(self, base: Limits, now: float) -> Limits:
+        """Return the limits to use, given the configured ones."""
+
+    def wake_at(self) -> float:
+        """When :meth:`adjust` may answer differently with no new feedback."""
+
+    def is_idle(self, now: float) -> bool:
+        """True when the manager holds nothing a new one would not."""
+
+
+class ThrottlingScopeManager:
+    """The default scope manager: multiplicative backoff with stepwise recovery.
+
+    See :mod:`crawlpace.policy.backoff` for the rules.
+    """
+
+    def __init__(self, *, scope: str, config: ScopeConfig) -> None:
+        cfg = config.backoff
+        self.scope = scope
+        self.backoff = Backoff(factor=cfg.delay_factor, min_delay=cfg.min_delay,
+                               max_delay=cfg.max_delay, concurrency_factor=cfg.concurrency_factor,
+                               window=cfg.window)
+
+    @property
+    def generation(self) -> int:
+        """The backoff generation."""
+        return self.backoff.generation
+
+    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
+        backoff = self.backoff
+        if feedback.backoff:
+            if backoff.on_backoff(now, generation, base.delay, base.concurrency):
+                cause = "a failed request" if feedback.status is None else f"status {feedback.status}"
+                logger.info("scope %s: backing off after %s, level %d: delay %.2fs, concurrency %d",
+                            self.scope, cause, backoff.level, backoff.delay(),
+                            backoff.concurrency(base.concurrency))
+        elif feedback.status is not None and not feedback.failed and backoff.on_success(now):
+            logger.info("scope %s: recovering, level %d: delay %.2fs", self.scope, backoff.level,
+                        max(base.delay, backoff.delay()))
+
+    def adjust(self, base: Limits, now: float) -> Limits:
+        backoff = self.backoff
+        if backoff.settle(now):
+            logger.debug("scope %s: idle long enough, backoff forgotten", self.scope)
+        if backoff.level == 0:
+            return base
+        delay = backoff.delay()
+        return Limits(backoff.concurrency(base.concurrency), max(base.delay, delay),
+                      base.delay_per_slot, base.floor)
+
+    def wake_at(self) -> float:
+        expires = self.backoff.expires_at()
+        return _FOREVER if expires == _NEVER else expires
+
+    def is_idle(self, now: float) -> bool:
+        return self.backoff.level == 0 or now >= self.backoff.expires_at()
+
