@@ -26,15 +26,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Awaitable, Callable, Collection, Iterable, Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .._redact import redact
 from . import _cluster
+from ._batch import BATCH as _BATCH
+from ._batch import FAILED as _FAILED
+from ._batch import as_text as _text
+from ._batch import batch_source as _batch_source
+from ._batch import pack as _pack
 from ._check import with_timeouts
-from ._lua import CLOCK as _CLOCK
+from ._leases import LeaseRenewer
 from ._lua import load_scripts
 
 __all__ = ["DOWN", "RETRY_FIRST", "RETRY_MAX", "LeaseRenewer", "RedisConnection", "Retry", "cluster_flag",
@@ -138,97 +143,6 @@ class _Call:
     args: Sequence[Any]
     done: asyncio.Future[Any]
 
-
-def _text(value: Any) -> str:
-    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
-
-
-def _pack(commands: Iterable[Sequence[Any]]) -> bytes:
-    """Commands in the Redis protocol (RESP2 arrays of bulk strings), ready to write.
-
-    The usual batch is all text, numbers and ASCII: it is formatted as one
-    string and encoded once (a length in characters is then one in bytes),
-    about twice as fast as encoding argument by argument, which the rest
-    (bytes, non-ASCII text) still takes.
-    """
-    out: list[bytes] = []
-    for command in commands:
-        texts = [arg if type(arg) is str else repr(arg) if type(arg) is float else str(arg)
-                 if type(arg) is int else None for arg in command]
-        if None not in texts:
-            body = "".join([f"${len(text)}\r\n{text}\r\n" for text in texts])  # type: ignore[arg-type]
-            if body.isascii():
-                out.append(b"*%d\r\n" % len(texts) + body.encode())
-                continue
-        out.append(_pack_each(command))
-    return b"".join(out)
-
-
-def _pack_each(command: Sequence[Any]) -> bytes:
-    """One command in the Redis protocol, encoded argument by argument."""
-    out: list[bytes] = []
-    add = out.append
-    add(b"*%d\r\n" % len(command))
-    for arg in command:
-        if isinstance(arg, bytes):
-            data = arg
-        elif isinstance(arg, str):
-            data = arg.encode()
-        elif isinstance(arg, float):
-            data = repr(arg).encode()
-        elif isinstance(arg, int):
-            data = b"%d" % arg
-        else:
-            raise TypeError(f"a script argument is bytes, str, int or float, not {type(arg).__name__}")
-        add(b"$%d\r\n%b\r\n" % (len(data), data))
-    return b"".join(out)
-
-
-# The script that runs a batch of calls in one EVALSHA: each script's source becomes the body
-# of a function of (KEYS, ARGV), so the one-script-per-call cost of Redis is paid once per
-# batch. ARGV: the call count, then per call its script's name, key count and argument count,
-# then every call's arguments in order; KEYS: every call's keys in order. Returns one reply
-# per call; a call that raised gives {_FAILED, message} (the others still run).
-_FAILED = "__crawlpace_failed__"
-_BATCH = "__batch__"
-_BATCH_TAIL = """
-local n, out = tonumber(ARGV[1]), {}
-local ki, ai = 1, 2 + 3 * n
-local batch_now = nil
-for c = 1, n do
-  local head = 2 + 3 * (c - 1)
-  local fn, nk, na = calls[ARGV[head]], tonumber(ARGV[head + 1]), tonumber(ARGV[head + 2])
-  local keys, args = {}, {}
-  for j = 1, nk do keys[j] = KEYS[ki + j - 1] end
-  for j = 1, na do args[j] = ARGV[ai + j - 1] end
-  if args[1] == "" and clocked[ARGV[head]] then
-    -- The server's time, read once per batch: its calls run as one atomic step anyway.
-    if not batch_now then
-      local t = redis.call("TIME")
-      batch_now = string.format("%.17g", tonumber(t[1]) + tonumber(t[2]) / 1e6)
-    end
-    args[1] = batch_now
-  end
-  ki, ai = ki + nk, ai + na
-  local ok, res = pcall(fn, keys, args)
-  if ok then
-    out[c] = res
-  else
-    if type(res) == "table" then res = res.err or "error" end
-    out[c] = {"FAILED_MARK", tostring(res)}
-  end
-end
-return out
-""".replace("FAILED_MARK", _FAILED)
-
-
-def _batch_source(scripts: Mapping[str, str]) -> str:
-    parts = ["local calls, clocked = {}, {}\n"]
-    for name, source in scripts.items():
-        parts.append(f"calls[{name!r}] = function(KEYS, ARGV)\n{source}\nend\n")
-        if source.startswith(_CLOCK):  # its ARGV[1] is the time, "" for the server's
-            parts.append(f"clocked[{name!r}] = true\n")
-    return "".join(parts) + _BATCH_TAIL
 
 
 class RedisConnection:
@@ -422,78 +336,3 @@ class RedisConnection:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
-
-
-class LeaseRenewer:
-    """Keeps leases alive: every ``period`` seconds, pushes the expiry of each held one forward.
-
-    A lease is a member of one sorted set per scope, scored by its expiry; the
-    renewer rewrites the score of members that are still there (``ZADD XX``),
-    in one pipeline per round. A worker that dies stops renewing, and its
-    leases lapse by themselves.
-
-    Args:
-        connection: the server.
-        sleep: this worker's sleep.
-        expiry: the expiry to write now (in the server's time).
-        period: seconds between two rounds.
-        key_of: the sorted set of a scope's leases.
-
-    Attributes:
-        held: lease id -> the scopes it holds; add with :meth:`hold`.
-    """
-
-    def __init__(self, connection: RedisConnection, sleep: Callable[[float], Awaitable[None]],
-                 expiry: Callable[[], float], period: float, key_of: Callable[[str], str]) -> None:
-        self._connection = connection
-        self._sleep = sleep
-        self._expiry = expiry
-        self._key_of = key_of
-        self.period = period
-        self.held: dict[str, tuple[str, ...]] = {}
-        self._task: asyncio.Task[None] | None = None
-
-    def __len__(self) -> int:
-        return len(self.held)
-
-    def hold(self, lease_id: str, scopes: tuple[str, ...]) -> None:
-        """Renew ``lease_id`` in ``scopes`` from now on, until :meth:`drop`."""
-        self.held[lease_id] = scopes
-        self.start()
-
-    def start(self) -> None:
-        """Run the renewal task if it is not running (it stops when nothing is held)."""
-        if self._task is None or self._task.done():
-            self._task = asyncio.get_running_loop().create_task(self._renew_forever())
-
-    def drop(self, lease_id: str) -> None:
-        """Stop renewing ``lease_id``."""
-        self.held.pop(lease_id, None)
-
-    async def renew(self) -> None:
-        """One round: every held lease's expiry pushed forward."""
-        expiry = self._expiry()
-        client = await self._connection.client()
-        async with client.pipeline(transaction=False) as pipe:
-            for lease_id, scopes in list(self.held.items()):
-                for scope in scopes:
-                    pipe.zadd(self._key_of(scope), {lease_id: expiry}, xx=True)
-            await pipe.execute()
-
-    async def _renew_forever(self) -> None:
-        while self.held:
-            await self._sleep(self.period)
-            if not self.held:
-                return
-            try:
-                await self.renew()
-            except self._connection.down as exc:
-                logger.warning("could not renew leases in %s: %s", redact(self._connection.url), exc)
-
-    async def aclose(self) -> None:
-        """Stop renewing."""
-        if self._task is not None:
-            self._task.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._task
-            self._task = None
