@@ -14,10 +14,8 @@ whose scope has every slot in flight is parked until one of its requests
 ends. Only when no queue is due does the caller wait, and then for the
 earliest of them, or for news (a release, a new task).
 
-Before a site's first page the scheduler has its robots.txt fetched, as a task
-of its own that goes through the throttler like any other; pages of that site
-wait beside the queue until the rules are known, and then those the rules
-forbid are set aside as disallowed instead of being fetched.
+Before a site's first page the scheduler has its robots.txt fetched, and holds
+the site's pages until the rules are known (:mod:`crawlpace.frontier._robots_gate`).
 """
 
 from __future__ import annotations
@@ -36,6 +34,7 @@ from .._permit import NotReady, Permit
 from .._scopes import host_scope
 from .._throttler import Throttler
 from ._robots_cache import RobotsCache
+from ._robots_gate import RobotsGating
 from ._task import Dropped, Task, Unmeasured, origin_of
 
 __all__ = ["LONG_WAIT", "Dropped", "Scheduler", "Task", "origin_of"]
@@ -68,7 +67,7 @@ def _request_of(task: Task) -> str | Unmeasured:
     return task.target if task.kind == "page" else Unmeasured(task.target)
 
 
-class Scheduler:
+class Scheduler(RobotsGating):
     """Hand out tasks in the order the throttler can admit them, never waiting on one site.
 
     Args:
@@ -162,13 +161,6 @@ class Scheduler:
             self._schedule(key, now)
         # Queues parked on these scopes, or held by the global cap, are due now.
         self._board.released(scopes, now)
-        self._poke()
-
-    def robots_known(self, origin: str) -> None:
-        """Put back the pages that waited for ``origin``'s robots.txt, ahead of their queues."""
-        for task in reversed(self._waiting_robots.pop(origin, [])):
-            self.queued -= 1
-            self.push(task, front=True)
         self._poke()
 
     def give_up(self, scope: str, reason: str) -> None:
@@ -369,39 +361,11 @@ class Scheduler:
                     self._on_wait(host, wait)
         return None
 
-    def _robots_ready(self, task: Task, queue: deque[Task]) -> bool:
-        """Whether ``task`` may be tried now; otherwise it has been moved aside and False returned."""
-        robots = self._robots
-        assert robots is not None
-        origin = origin_of(task.target)
-        state = robots.state(origin, self._clock.now())
-        if state == "known":
-            if robots.allowed(origin, task.target):
-                return True
-            queue.popleft()
-            self.queued -= 1
-            final, detail = robots.refusal(origin)
-            self._on_drop(task, "disallowed" if final else "exhausted", detail)
-            return False
-        queue.popleft()
-        self._waiting_robots.setdefault(origin, []).append(task)
-        if state == "unknown":
-            robots.start(origin, self._clock.now())
-            queue.appendleft(Task(0, f"{origin}/robots.txt", kind="robots", key=task.key, host=task.host))
-            self.queued += 1
-        return False
-
     def _drop_queue(self, key: str, why: Dropped, detail: str) -> None:
         queue = self._queues.pop(key, deque())
         self._key_scopes.pop(key, None)
         self._board.discard(key)
-        waiting = [task for tasks in self._waiting_robots.values() for task in tasks if task.key == key]
-        for origin, tasks in list(self._waiting_robots.items()):
-            kept = [task for task in tasks if task.key != key]
-            if kept:
-                self._waiting_robots[origin] = kept
-            else:
-                del self._waiting_robots[origin]
+        waiting = self._take_waiting(key)
         for task in [*queue, *waiting]:
             self.queued -= 1
             if task.kind == "page":
