@@ -10,19 +10,30 @@ and their draft-07 dictionary form, the older
 The functions here are total: bad input yields ``None`` (plus a debug log line),
 never an exception. No clock is read; the caller passes the wall-clock time at
 which the response arrived, and a cap bounding every wait.
+
+This module finds the headers and reads each family; how one value is read
+(numbers, delays, HTTP-dates, structured-field lists) is :mod:`crawlpace._header_values`.
 """
 
 from __future__ import annotations
 
 import logging
 import math
-import re
-import sys
 from dataclasses import dataclass, replace
-from datetime import UTC
-from email.utils import parsedate_to_datetime
-from typing import Any, NamedTuple
+from typing import Any
 
+from ._header_values import DICT_MEMBER as _DICT_MEMBER
+from ._header_values import MEMBER as _MEMBER
+from ._header_values import OWS as _OWS
+from ._header_values import clamp as _clamp
+from ._header_values import ignored as _ignored
+from ._header_values import parse_count as _count
+from ._header_values import parse_delay as _delay
+from ._header_values import parse_items as _items
+from ._header_values import parse_limit_and_window as _limit_and_window
+from ._header_values import parse_number as _number
+from ._header_values import parse_positive as _positive
+from ._header_values import parse_reset, parse_retry_after
 from ._ratelimit import binding, parse_policies, parse_ratelimit
 
 __all__ = ["ServerHint", "header_items", "parse_hints", "parse_reset", "parse_retry_after"]
@@ -32,19 +43,8 @@ _log = logging.getLogger(__name__)
 _WANTED = frozenset({"retry-after", "date", "ratelimit", "ratelimit-policy", "ratelimit-limit",
                      "ratelimit-remaining", "ratelimit-reset", "content-length"})
 _VENDORS = (("x-ratelimit-", "x-ratelimit"), ("x-rate-limit-", "x-rate-limit"))
-_OWS = " \t\r\n"
 # Read only beside a pacing header: alone they say nothing.
 _CONTEXT = frozenset({"date", "content-length"})
-
-# Plain decimal numbers only: no sign, no "inf"/"nan", ASCII digits only.
-_NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", re.ASCII)
-_QUOTED = r'"(?:[^"\\]|\\.)*"'
-# Members of a comma-separated list; commas inside quoted strings do not split.
-_MEMBER = re.compile(r'(?:"(?:[^"\\]|\\.)*"?|[^,"])+', re.DOTALL)
-# The bare item that names a structured-field list member: string, token or number.
-_ITEM_NAME = re.compile(rf"{_QUOTED}|[A-Za-z*][A-Za-z0-9:/!#$%&'*+.^_`|~-]*|[0-9]+(?:\.[0-9]+)?", re.ASCII)
-_PARAM = re.compile(rf'[ \t]*;[ \t]*([a-z*][a-z0-9_.*-]*)(?:=({_QUOTED}|[^;"\s]*))?', re.ASCII)
-_DICT_MEMBER = re.compile(r"([A-Za-z*][A-Za-z0-9_.*-]*)[ \t]*=[ \t]*([^;]*)(?:;.*)?", re.ASCII | re.DOTALL)
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,14 +96,6 @@ class ServerHint:
         shown = [f"{name}={getattr(self, name)!r}" for name in self.__dataclass_fields__
                  if getattr(self, name) != self.__dataclass_fields__[name].default]
         return f"ServerHint({', '.join(shown)})"
-
-
-class _Item(NamedTuple):
-    """One member of a structured-field list: its name and its parameters."""
-
-    name: str
-    quoted: bool
-    params: dict[str, str]
 
 
 def _text(value: object) -> str | None:
@@ -158,151 +150,6 @@ def header_items(headers: object) -> dict[str, str]:
     except Exception:
         _log.debug("stopped reading headers of type %s", type(headers).__name__, exc_info=True)
     return found
-
-
-def _ignored(name: str, value: str) -> None:
-    _log.debug("ignoring malformed %s header value %r", name, value[:80])
-
-
-def _number(text: str | None) -> float | None:
-    """Parse a plain non-negative decimal; absurdly long digit strings give inf."""
-    if text is None:
-        return None
-    text = text.strip(_OWS)
-    return float(text) if _NUMBER.fullmatch(text) else None
-
-
-def _clamp(seconds: float, cap: float) -> float | None:
-    """Bound a number of seconds to ``[0, cap]`` (and to a finite value)."""
-    if math.isnan(seconds) or math.isnan(cap):
-        return None
-    return min(max(seconds, 0.0), max(cap, 0.0), sys.float_info.max)
-
-
-def _http_date(text: str) -> float | None:
-    """POSIX time of an HTTP-date (any of the three RFC 9110 formats), or None."""
-    text = text.strip(_OWS)
-    if not text:
-        return None
-    try:
-        moment = parsedate_to_datetime(text)
-        if moment.tzinfo is None:
-            moment = moment.replace(tzinfo=UTC)
-        stamp = moment.timestamp()
-    except Exception:
-        return None
-    return stamp if math.isfinite(stamp) else None
-
-
-def parse_retry_after(value: str, *, date: str | None, wall_now: float, cap: float) -> float | None:
-    """Turn a ``Retry-After`` value into seconds to wait.
-
-    Args:
-        value: The header value: delay-seconds (a decimal fraction is tolerated)
-            or an HTTP-date.
-        date: The response's ``Date`` header, if any. A date value is measured
-            against it when it parses, which keeps client clock skew out.
-        wall_now: POSIX wall-clock time at which the response arrived; the
-            reference for a date value when ``date`` is missing or unusable.
-        cap: Longest wait, in seconds, that may be returned.
-
-    Returns:
-        Seconds in ``[0, cap]`` (a date in the past gives 0.0), or None when the
-        value is unusable (empty, negative, not a number or date).
-    """
-    delay = _number(value)
-    if delay is None:
-        target = _http_date(value)
-        if target is not None:
-            base = None if date is None else _http_date(date)
-            delay = target - (wall_now if base is None else base)
-    seconds = None if delay is None else _clamp(delay, cap)
-    if seconds is None:
-        _ignored("Retry-After", value)
-    return seconds
-
-
-def parse_reset(value: str, *, wall_now: float, cap: float) -> float | None:
-    """Turn a reset value of unknown style into seconds until the reset.
-
-    Numbers above 1e12 are read as epoch milliseconds, numbers above 1e9 as epoch
-    seconds, smaller ones as a delay in seconds. An HTTP-date is accepted too.
-
-    Args:
-        value: The header value.
-        wall_now: POSIX wall-clock time at which the response arrived.
-        cap: Longest wait, in seconds, that may be returned.
-
-    Returns:
-        Seconds in ``[0, cap]`` (a moment in the past gives 0.0), or None when
-        the value is unusable.
-    """
-    number = _number(value)
-    if number is None:
-        stamp = _http_date(value)
-        delta = None if stamp is None else stamp - wall_now
-    elif number > 1e12:
-        delta = number / 1000.0 - wall_now
-    elif number > 1e9:
-        delta = number - wall_now
-    else:
-        delta = number
-    seconds = None if delta is None else _clamp(delta, cap)
-    if seconds is None:
-        _ignored("reset", value)
-    return seconds
-
-
-def _count(value: str | None, name: str) -> float | None:
-    """A finite non-negative number from a present header or parameter, else None."""
-    number = _number(value)
-    if value is not None and (number is None or math.isinf(number)):
-        _ignored(name, value)
-        return None
-    return number
-
-
-def _positive(value: str | None, name: str) -> float | None:
-    number = _count(value, name)
-    if number == 0.0 and value is not None:
-        _ignored(name, value)
-    return number if number else None
-
-
-def _delay(value: str | None, name: str, cap: float) -> float | None:
-    """Delay seconds from a present header or parameter, clamped to the cap."""
-    number = _number(value)
-    if value is not None and number is None:
-        _ignored(name, value)
-    return None if number is None else _clamp(number, cap)
-
-
-def _items(value: str | None) -> list[_Item]:
-    """Parse a structured-field list leniently, dropping members that do not parse."""
-    parsed: list[_Item] = []
-    for member in _MEMBER.findall(value or ""):
-        member = member.strip(_OWS)
-        head = _ITEM_NAME.match(member)
-        if head is None:
-            continue
-        params: dict[str, str] = {}
-        pos = head.end()
-        while pos < len(member) and (param := _PARAM.match(member, pos)) is not None:
-            params[param.group(1)] = "?1" if param.group(2) is None else param.group(2)
-            pos = param.end()
-        if pos == len(member):
-            name, quoted = head.group(), head.group().startswith('"')
-            name = re.sub(r"\\(.)", r"\1", name[1:-1]) if quoted else name
-            parsed.append(_Item(name, quoted, params))
-    return parsed
-
-
-def _limit_and_window(value: str | None, name: str) -> tuple[float | None, float | None]:
-    """Quota and window from ``100`` / ``100, 100;w=60`` style values (first number wins)."""
-    numbered = [item for item in _items(value) if not item.quoted and _NUMBER.fullmatch(item.name)]
-    limit = _positive(numbered[0].name, name) if numbered else None
-    windows = [item.params["w"] for item in numbered if "w" in item.params]
-    return limit, _positive(windows[0], name) if windows else None
 
 
 def _current_form(items: dict[str, str], cap: float) -> ServerHint | None:
