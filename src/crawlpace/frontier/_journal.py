@@ -26,7 +26,6 @@ import logging
 import os
 import sqlite3
 import threading
-import time
 from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -35,17 +34,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from ._journal_file import (
-    FORMAT_VERSION,
-    KIND,
-    SCHEMA,
-    SIDE_FILES,
-    JournalError,
-    acquire,
-    check_kind,
-    connect,
-    txn,
-)
+from ._journal_file import FORMAT_VERSION, JournalError, created_file, opened_file, txn
 
 __all__ = ["FORMAT_VERSION", "Entry", "Journal", "JournalError"]
 
@@ -131,44 +120,8 @@ class Journal:
             FileExistsError: a file is already at ``path``.
         """
         where = Path(path)
-        try:
-            # O_EXCL makes "does it exist" and "create it" one step, so two
-            # crawls started at once cannot both believe they made the file.
-            fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
-        except FileExistsError:
-            raise FileExistsError(
-                f"{where}: a crawl journal already exists; pass --resume to continue that crawl, "
-                "or delete the file to start over") from None
-        os.close(fd)
-        # Leftover WAL files of an earlier journal that was deleted on its own
-        # would be replayed into the new one; they belong to no live file now.
-        for suffix in SIDE_FILES:
-            side = Path(f"{where}{suffix}")
-            if side.exists():
-                _log.warning("removing %s, left over from a deleted journal", side)
-                side.unlink()
-        try:
-            conn = connect(where)
-            try:
-                acquire(conn, where)
-                with txn(conn):
-                    for statement in SCHEMA:
-                        conn.execute(statement)
-                    conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
-                        ("kind", KIND),
-                        ("format", str(FORMAT_VERSION)),
-                        ("created", repr(time.time())),
-                        ("fingerprint", fingerprint),
-                        ("input_complete", "0"),
-                    ])
-                journal = cls(where, conn, flush_every=flush_every)
-            except BaseException:
-                conn.close()
-                raise
-        except BaseException:
-            for suffix in ("", *SIDE_FILES):
-                Path(f"{where}{suffix}").unlink(missing_ok=True)
-            raise
+        with created_file(where, fingerprint=fingerprint) as conn:
+            journal = cls(where, conn, flush_every=flush_every)
         _log.debug("created journal %s", where)
         return journal
 
@@ -188,17 +141,8 @@ class Journal:
                 format version, or is open in another process.
         """
         where = Path(path)
-        if not where.exists():
-            raise FileNotFoundError(
-                f"{where}: no crawl journal to resume; run without --resume to start a new crawl")
-        conn = connect(where, must_exist=True)
-        try:
-            check_kind(conn, where)
-            acquire(conn, where)
+        with opened_file(where) as conn:
             journal = cls(where, conn, flush_every=flush_every)
-        except BaseException:
-            conn.close()
-            raise
         if _log.isEnabledFor(logging.DEBUG):  # counting rows is not free on a big journal
             _log.debug("opened journal %s: %d URLs, %d pending", where, journal.total(), journal.pending())
         return journal

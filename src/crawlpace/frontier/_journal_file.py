@@ -2,14 +2,17 @@
 
 A crawl journal is an SQLite file in WAL mode with ``synchronous=NORMAL``,
 held with an exclusive lock while open; this module makes and checks such
-files and names what can go wrong with one (:class:`JournalError`). What the
+files (:func:`created_file`, :func:`opened_file`) and names what can go wrong
+with one (:class:`JournalError`). What the
 journal keeps in it, and how, is :mod:`crawlpace.frontier._journal`.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sqlite3
+import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
@@ -17,7 +20,7 @@ from pathlib import Path
 from .._exceptions import CrawlpaceError
 
 __all__ = ["FORMAT_VERSION", "KIND", "SCHEMA", "SIDE_FILES", "JournalError", "acquire", "check_kind",
-           "connect", "txn"]
+           "connect", "created_file", "opened_file", "txn"]
 
 _log = logging.getLogger("crawlpace.frontier._journal")  # the journal's log lines keep their logger
 
@@ -113,3 +116,72 @@ def acquire(conn: sqlite3.Connection, path: Path) -> None:
 
 def _is_busy(exc: sqlite3.Error) -> bool:
     return getattr(exc, "sqlite_errorname", "") in {"SQLITE_BUSY", "SQLITE_LOCKED"}
+
+
+@contextmanager
+def created_file(where: Path, *, fingerprint: str) -> Iterator[sqlite3.Connection]:
+    """A new journal file at ``where``, laid out and held; removed again if the block fails.
+
+    Raises:
+        FileExistsError: a file is already at ``where``.
+    """
+    try:
+        # O_EXCL makes "does it exist" and "create it" one step, so two
+        # crawls started at once cannot both believe they made the file.
+        fd = os.open(where, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)
+    except FileExistsError:
+        raise FileExistsError(
+            f"{where}: a crawl journal already exists; pass --resume to continue that crawl, "
+            "or delete the file to start over") from None
+    os.close(fd)
+    # Leftover WAL files of an earlier journal that was deleted on its own
+    # would be replayed into the new one; they belong to no live file now.
+    for suffix in SIDE_FILES:
+        side = Path(f"{where}{suffix}")
+        if side.exists():
+            _log.warning("removing %s, left over from a deleted journal", side)
+            side.unlink()
+    try:
+        conn = connect(where)
+        try:
+            acquire(conn, where)
+            with txn(conn):
+                for statement in SCHEMA:
+                    conn.execute(statement)
+                conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
+                    ("kind", KIND),
+                    ("format", str(FORMAT_VERSION)),
+                    ("created", repr(time.time())),
+                    ("fingerprint", fingerprint),
+                    ("input_complete", "0"),
+                ])
+            yield conn
+        except BaseException:
+            conn.close()
+            raise
+    except BaseException:
+        for suffix in ("", *SIDE_FILES):
+            Path(f"{where}{suffix}").unlink(missing_ok=True)
+        raise
+
+
+@contextmanager
+def opened_file(where: Path) -> Iterator[sqlite3.Connection]:
+    """The existing journal file at ``where``, checked and held; closed again if the block fails.
+
+    Raises:
+        FileNotFoundError: nothing is at ``where``.
+        JournalError: the file is not a crawlpace journal, has another
+            format version, or is open in another process.
+    """
+    if not where.exists():
+        raise FileNotFoundError(
+            f"{where}: no crawl journal to resume; run without --resume to start a new crawl")
+    conn = connect(where, must_exist=True)
+    try:
+        check_kind(conn, where)
+        acquire(conn, where)
+        yield conn
+    except BaseException:
+        conn.close()
+        raise
