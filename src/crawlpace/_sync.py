@@ -35,7 +35,8 @@ from ._exceptions import ThrottlerClosed
 from ._manager import ThrottlingManagerProtocol
 from ._permit import NotReady, Permit
 from ._stats import ScopeStats
-from ._throttler import GiveUpHook, Throttler
+from ._throttler import Throttler
+from ._throttler_reports import GiveUpHook
 from .stores.base import Outcome
 
 __all__ = ["SyncPermit", "SyncThrottler"]

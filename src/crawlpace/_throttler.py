@@ -3,6 +3,8 @@
 The uncontended path admits at once through a local store. Requests that
 must wait go to the waiting room the throttler is built on
 (:mod:`crawlpace._waiting`), where the readiness board decides whose turn it is.
+What it tells others (observers, the give-up hook, settings that had no effect)
+is :mod:`crawlpace._throttler_reports`.
 """
 
 from __future__ import annotations
@@ -10,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import random
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
@@ -20,24 +22,21 @@ from ._config import Settings
 from ._effective import effective_limits, store_label
 from ._exceptions import ScopeError, ThrottlerClosed
 from ._feedback import FeedbackBuilder
-from ._ineffective import ScopeUsage, crawl_delay_notes, static_notes
+from ._ineffective import ScopeUsage, static_notes
 from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager, scopes_without_await
 from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
 from ._release import Releaser
 from ._scopes import Demand, normalize_scopes
 from ._stats import ScopeStats
+from ._throttler_reports import GiveUpHook, ThrottlerReports
 from ._waiting import WaitingRoom
 from .stores import open_store
-from .stores.base import Blocked, Lease, LocalStore, Outcome, Store
+from .stores.base import Blocked, Lease, LocalStore, Store
 
 __all__ = ["SHARED_POLL", "Throttler"]
 
 logger = logging.getLogger(__name__)
-
-
-#: Called with the scope and the reason when the circuit breaker gives a scope up.
-GiveUpHook = Callable[[str, str], None]
 
 
 class _Slot:
@@ -74,7 +73,7 @@ class _Slot:
             await permit.__aexit__(exc_type, exc, tb)
 
 
-class Throttler(WaitingRoom):
+class Throttler(ThrottlerReports, WaitingRoom):
     """Decides when each request may be sent.
 
     Args:
@@ -171,14 +170,6 @@ class Throttler(WaitingRoom):
             ScopeError: when the manager's answer is malformed.
         """
         return tuple(name for name, _ in await self._demands(request, None))
-
-    def observe(self, observer: ThrottleObserver) -> None:
-        """Tell ``observer`` of every admission, release and give-up from now on.
-
-        Used by :mod:`crawlpace.observe` (metrics, dashboard, run report).
-        """
-        self._observers = (*self._observers, observer)
-        self._releaser.observe = self._note_released
 
     def slot(self, request: object = None, *, scopes: object = None) -> _Slot:
         """Wait for a permit for ``request`` in an ``async with`` block.
@@ -297,19 +288,6 @@ class Throttler(WaitingRoom):
         await self._report_unused()
         await self._store.aclose()
 
-    async def _report_unused(self) -> None:
-        """Log the settings the crawl showed to have had no effect (see :mod:`crawlpace._ineffective`)."""
-        notes = self._usage.notes() if self._usage is not None else []
-        if self._local is not None and self.settings.robotstxt_obey:
-            delays = {}
-            for name in await self._store.scopes():
-                snap = await self._store.snapshot(name)
-                if snap is not None and snap.crawl_delay:
-                    delays[name] = snap.crawl_delay
-            notes += crawl_delay_notes(self.settings, delays)
-        for note in notes:
-            logger.warning("setting had no effect: %s", note)
-
     async def __aenter__(self) -> Throttler:
         return self
 
@@ -383,35 +361,6 @@ class Throttler(WaitingRoom):
     def _check_open(self) -> None:
         if self._closed:
             raise ThrottlerClosed("the throttler is closed; create a new one")
-
-    @staticmethod
-    def _scope_names(lease: Lease) -> tuple[str, ...]:
-        demands = lease.demands
-        return (demands[0][0],) if len(demands) == 1 else tuple(name for name, _ in demands)
-
-    def _note_admitted(self, lease: Lease, waited: float) -> None:
-        scopes = self._scope_names(lease)
-        for observer in self._observers:
-            observer.admitted(scopes, waited)
-
-    def _note_released(self, lease: Lease, outcome: Outcome) -> None:
-        scopes = self._scope_names(lease)
-        for observer in self._observers:
-            observer.released(scopes, outcome)
-
-    def _gave_up(self, scopes: tuple[str, ...]) -> None:
-        """Tell the observers and the hook that the circuit breaker gave ``scopes`` up."""
-        for observer in self._observers:
-            for name in scopes:
-                observer.gave_up(name, "the circuit breaker gave it up after repeated failures")
-        hook = self._on_give_up
-        if hook is None:
-            return
-        for name in scopes:
-            try:
-                hook(name, "the circuit breaker gave it up after repeated failures")
-            except Exception:
-                logger.exception("the on_give_up hook failed for scope %r", name)
 
     def _spawn(self, coro: Any) -> None:
         task: asyncio.Task[None] = asyncio.get_running_loop().create_task(coro)
