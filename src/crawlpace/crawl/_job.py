@@ -49,8 +49,8 @@ from .._permit import Permit
 from .._robots import MAX_ROBOTS_BYTES
 from .._throttler import Throttler
 from ..frontier._robots_cache import RobotsCache
-from ..frontier._scheduler import Dropped, Scheduler, Task
-from ._answer import Answer, redirect_target, transient
+from ..frontier._scheduler import Scheduler, Task
+from ._answer import Answer
 from ._fetch import AiohttpFetcher, Fetcher
 from ._journal_source import JournalSource
 from ._options import CrawlOptions
@@ -58,15 +58,16 @@ from ._output import ResultBatch
 from ._refusals import RefusalTracker
 from ._results import Result, ResultWriter
 from ._robots_answers import RobotsAnswers
-from ._source import UrlSource, host_or_blank
+from ._settle import JobOutcomes
+from ._source import UrlSource
 from ._summary import CrawlSummary
-from ._tallies import ScopeTally, tally_of
+from ._tallies import ScopeTally
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 
 _log = logging.getLogger(__name__)
 
-class CrawlJob:
+class CrawlJob(JobOutcomes):
     """Run one crawl to its end, or until :meth:`stop`.
 
     Args:
@@ -304,54 +305,6 @@ class CrawlJob:
         permit.feedback(page, latency=page.latency, blocked=rule is not None)
         return Answer(page.status, page.location, page.body, page.latency, None, rule)
 
-    def _settle(self, task: Task, permit: Permit, answer: Answer) -> None:
-        refused = self._refusals.note(task.host, answer.error)
-        if refused is not None:  # nothing listens there: give the host up now, not after minutes of backoff
-            _log.warning("%s given up: %s", task.host, refused)
-            self.scheduler.block(task.host, refused)
-            self._finish(task, "gave_up", error=f"{task.host} was given up: {refused}")
-            return
-        outcome = permit.outcome
-        backoff = outcome is not None and any(item.backoff for item in outcome.feedback)
-        if task.kind == "robots":
-            assert self._robots_answers is not None
-            self._robots_answers.settle(task, answer, permit.scopes)
-            return
-        if self._follow_redirect(task, answer):
-            return
-        transient_failure = not backoff and transient(answer)
-        if (backoff or transient_failure) and task.retries < self.options.retries:
-            task.retries += 1
-            _log.debug("%s: %s %s, attempt %d; queued again", task.target,
-                       "backoff answer" if backoff else "transient failure",
-                       answer.status if answer.error is None else type(answer.error).__name__, task.attempts)
-            if answer.block_rule is not None:
-                _log.info("%s: soft block (%s), attempt %d; backing off and queued again", task.target,
-                          answer.block_rule, task.attempts)
-            self.scheduler.push(task, front=backoff)
-            return
-        if backoff:
-            kind = "exhausted"
-        elif answer.error is not None:
-            kind = "failed"
-        else:
-            kind = "ok"
-        error = None if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
-        if kind == "exhausted" and error is None:
-            blocked = "" if answer.block_rule is None else f" (blocked: {answer.block_rule})"
-            error = f"still {answer.status}{blocked} after {task.attempts} attempts"
-        self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
-                     latency=answer.latency, block_rule=answer.block_rule)
-
-    def _follow_redirect(self, task: Task, answer: Answer, max_hops: int | None = None) -> bool:
-        """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
-        target = redirect_target(task, answer, self.options.max_redirects if max_hops is None else max_hops)
-        if target is None:
-            return False
-        task.target, task.hops = target, task.hops + 1
-        self.scheduler.push(task, front=True)
-        return True
-
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
         """Run ``coro`` alongside the fetches (cancelled with them at the end)."""
         job = asyncio.ensure_future(coro)
@@ -363,44 +316,6 @@ class CrawlJob:
     def _gave_up(self, scope: str, reason: str) -> None:
         self.scheduler.give_up(scope, reason)
 
-    def _dropped(self, task: Task, why: Dropped, detail: str) -> None:
-        if task.kind == "robots" and self._robots_answers is not None:
-            self._robots_answers.dropped(task, detail)
-            return
-        self._finish(task, why, error=detail)
-
-    def _retry_or_fail(self, task: Task) -> None:
-        """Queue ``task`` again after an unexpected error, within its retries; then give it up as failed."""
-        if task.retries < self.options.retries:
-            task.retries += 1
-            self.scheduler.push(task)
-        elif task.kind == "robots":
-            self._dropped(task, "failed", "an unexpected error, see the log")
-        else:
-            self._finish(task, "failed", error="an unexpected error, see the log")
-
-    def _finish(self, task: Task, outcome: str, *, status: int | None = None, error: str | None = None,
-                size: int = 0, latency: float | None = None, block_rule: str | None = None) -> None:
-        if task.kind == "robots":
-            return
-        scope = task.host or host_or_blank(task.target)
-        final_url = task.target if status is not None else None
-        self._results.add(Result(url=task.url, status=status, final_url=final_url, bytes=size,
-                                 latency=None if latency is None else round(latency, 6),
-                                 attempts=task.attempts, error=error, scope=scope, time=round(time.time(), 3),
-                                 outcome=outcome, blocked=block_rule is not None, block_rule=block_rule),
-                          (task, outcome))
-        summary = self.summary
-        summary.outcomes[outcome] += 1
-        if status is not None:
-            summary.statuses[status] += 1
-        tally = self._tally(scope)
-        tally.outcomes[outcome] += 1
-        tally.done += 1
-        if outcome != "ok" or (status is not None and status >= 400):
-            tally.errors += 1
-        self.source.answered(task)
-
     def _write_results(self, results: list[Result]) -> None:
         writer = self._writer
         assert writer is not None
@@ -410,8 +325,3 @@ class CrawlJob:
         _log.error("cannot write to %s (%s); stopping the crawl, its unwritten URLs are left for a resume",
                    self.options.output, exc)
         self.stop()
-
-    def _tally(self, scope: str) -> ScopeTally:
-        # Bounded: past TALLY_LIMIT hosts, the least recently counted are folded into one row.
-        summary = self.summary
-        return tally_of(summary.scopes, summary.folded, scope)
