@@ -247,11 +247,12 @@ class RedisStore:
         versions = [int(v) for v in reply[2 + 2 * n:2 + 3 * n]]
         sends = tuple((None if v in (b"", "") else float(v), float(w))
                       for v, w in zip(reply[2 + 3 * n:2 + 4 * n], reply[2 + 4 * n:2 + 5 * n], strict=True))
-        for (name, _use), version in zip(demands, versions, strict=True):
+        for (name, _use), version, (gap, at) in zip(demands, versions, sends, strict=True):
             cached = policies.peek(name)
             if cached is None or cached.version != version:
                 # Another worker wrote the policy since (or this one forgot it): read it once.
                 policies.know(name, version, await self._fetch_blob(name) if version else None)
+            policies.saw_send(name, gap, at)
         self._renewer.hold(lease_id, tuple(name for name, _ in demands))
         return RedisLease(demands, tuple(self._local(t) for t in slot_ready), self._local(server_now),
                           generations, lease_id=lease_id, server_granted_at=server_now,
