@@ -141,3 +141,46 @@ async def test_a_fleet_learns_the_rate_one_process_learns(redis_url: str, worker
     assert fleet.refused <= alone.refused + 3
     # The start phase's overshoot is one process's, not one per worker.
     assert fleet.busiest_second() <= max(alone.busiest_second(), BURST + RATE) + 3
+
+
+async def test_a_pushback_seen_by_one_worker_slows_every_worker(store_url: str) -> None:
+    # Two workers (two stores on one server; on memory, one store) climb to a fast rate, each
+    # with a request out. One answer is a 429: the rate is cut for both at once, and the other
+    # worker's answer, a 200 to a request sent before the cut, is applied to the cut rate, not
+    # to its own copy from before the cut (which would undo it).
+    clock = MockClock()
+    url = store_url
+    if url != "memory://":
+        url += f"?namespace=p{uuid.uuid4().hex[:10]}&time=local"
+    one = open_store(url, SETTINGS, clock, random.Random(1))
+    two = one if store_url == "memory://" else open_store(url, SETTINGS, clock, random.Random(2))
+    try:
+        await crawl([one, two] if two is not one else [one], clock, latency=0.05, seconds=6.0)
+        before = await one.snapshot("site")
+        assert before is not None
+        assert before.rampup is not None
+        leases = []
+        for store in (one, two):
+            while not isinstance(lease := await store.acquire((("site", 1.0),)), Lease):
+                clock.advance(0.01)
+            leases.append(lease)
+        clock.advance(0.05)
+        refused = ScopeFeedback(backoff=True, status=429, latency=0.05)
+        await one.release(leases[0], Outcome(status=429, latency=0.05, feedback=(refused,)))
+        cut = await two.snapshot("site")
+        assert cut is not None
+        assert cut.rampup is not None
+        assert cut.rampup.rate < 0.95 * before.rampup.rate
+        assert cut.delay > before.delay  # what every worker admits by
+        clock.advance(0.01)
+        ok = ScopeFeedback(status=200, latency=0.05)
+        await two.release(leases[1], Outcome(status=200, latency=0.05, feedback=(ok,)))
+        after = await one.snapshot("site")
+        assert after is not None
+        assert after.rampup is not None
+        assert after.rampup.rate <= cut.rampup.rate * 1.05
+        assert after.generation == cut.generation
+    finally:
+        await one.aclose()
+        if two is not one:
+            await two.aclose()
