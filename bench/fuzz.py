@@ -8,10 +8,17 @@ failure, printed with the smallest input hypothesis found.
 
 ``--quick`` gives each target about 8 s (under a minute in all); the default
 is 5 minutes per target (30 minutes in all). ``--json`` ends with one line of
-JSON: examples run and failures per target. Hypothesis, the fuzzer here, is
-compared with nothing: there is no contender, so no ratio is printed.
-atheris is not used: it has no wheel for this Python, and hypothesis reaches
-the same parsers.
+JSON: examples run and failures per target.
+
+Two engines draw the inputs (``--engine``): hypothesis alone (the default),
+or atheris (``pip install crawlpace[fuzz]``), libFuzzer's coverage-guided
+mutation of bytes, fed through the same hypothesis strategies
+(``fuzz_one_input``), with crawlpace's modules instrumented so that inputs
+reaching new branches are kept and mutated further. Each atheris target runs
+in a process of its own (libFuzzer ends the process when it is done); a
+crash's input is saved under the temporary folder the run names. ``both``
+runs the two one after the other on the same targets. There is no contender
+to compare with, so no ratio is printed.
 
 Run from the repository root: ``python bench/fuzz.py --quick``.
 """
@@ -20,22 +27,32 @@ from __future__ import annotations
 
 import argparse
 import datetime as dt
+import importlib.util
 import json
 import logging
 import platform
+import re
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
 
-from hypothesis import HealthCheck, given, settings
-from tests.fuzz_targets import TARGETS
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+#: The targets' names (tests/fuzz_targets.py is imported late: atheris must instrument it first).
+NAMES = ("farm files", "response headers", "robots.txt", "scrapy settings", "toml settings",
+         "urls and store urls")
 
 
 def run_target(name: str, seconds: float) -> dict[str, Any]:
-    """Fuzz one target for about ``seconds``; returns its figures."""
+    """Fuzz one target with hypothesis for about ``seconds``; returns its figures."""
+    from tests.fuzz_targets import TARGETS
+
     strategy, check = TARGETS[name]
     examples = 0
     deadline = time.monotonic() + seconds
@@ -64,27 +81,87 @@ def run_target(name: str, seconds: float) -> dict[str, Any]:
             "seconds": round(seconds - max(0.0, deadline - time.monotonic()), 1)}
 
 
+def atheris_child(name: str, seconds: float, artifacts: str) -> None:
+    """Run one target under atheris in this process, until libFuzzer's time limit ends it."""
+    import atheris
+
+    logging.disable(logging.WARNING)
+    with atheris.instrument_imports(include=["crawlpace"]):
+        from tests.fuzz_targets import TARGETS
+    strategy, check = TARGETS[name]
+
+    @settings(database=None, deadline=None, suppress_health_check=list(HealthCheck))
+    @given(strategy)
+    def one(value: Any) -> None:
+        check(value)
+
+    # The bytes become hypothesis's choices: one strategy per target, whichever engine draws.
+    feed = one.hypothesis.fuzz_one_input  # type: ignore[attr-defined]
+    atheris.Setup([sys.argv[0], f"-max_total_time={max(1, round(seconds))}", f"-artifact_prefix={artifacts}/",
+                   "-print_final_stats=1", "-timeout=20", "-rss_limit_mb=1024"], feed)
+    atheris.Fuzz()
+
+
+def run_atheris(name: str, seconds: float, artifacts: Path) -> dict[str, Any]:
+    """Fuzz one target with atheris, in a child process, for about ``seconds``; returns its figures."""
+    started = time.monotonic()
+    child = subprocess.run([sys.executable, __file__, "--atheris-child", name, "--seconds", str(seconds),
+                            "--artifacts", str(artifacts)], capture_output=True, text=True,
+                           timeout=seconds + 120)
+    log = child.stderr
+    runs = re.findall(r"stat::number_of_executed_units:\s*(\d+)", log) or re.findall(r"Done (\d+) runs", log)
+    failure = ""
+    if child.returncode != 0:
+        tail = [line for line in log.splitlines() if line.strip()][-12:]
+        failure = f"exit {child.returncode}: " + " | ".join(tail)
+    return {"examples": int(runs[-1]) if runs else 0, "failure": failure[:2000],
+            "seconds": round(time.monotonic() - started, 1)}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="about 8 s per target")
     parser.add_argument("--json", action="store_true", help="end with one JSON line of the figures")
     parser.add_argument("--seconds", type=float, default=None, help="seconds per target")
+    parser.add_argument("--engine", choices=("hypothesis", "atheris", "both"), default="hypothesis",
+                        help="what draws the inputs (atheris: pip install crawlpace[fuzz])")
+    parser.add_argument("--atheris-child", help=argparse.SUPPRESS)  # one target, in this process
+    parser.add_argument("--artifacts", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    logging.disable(logging.WARNING)  # the parsers' warnings about bad input are expected by the thousand
     seconds = args.seconds if args.seconds is not None else 8.0 if args.quick else 300.0
-    print(f"fuzz: {len(TARGETS)} targets, {seconds:g} s each; {dt.date.today()}, {platform.node()}, "
-          f"Python {platform.python_version()}")
+    if args.atheris_child:
+        atheris_child(args.atheris_child, seconds, args.artifacts)
+        return 0
+    logging.disable(logging.WARNING)  # the parsers' warnings about bad input are expected by the thousand
+    from tests.fuzz_targets import TARGETS
+
+    if set(TARGETS) != set(NAMES):
+        raise SystemExit(f"fuzz: NAMES is out of date; the targets are {sorted(TARGETS)}")
+    engines = ["hypothesis", "atheris"] if args.engine == "both" else [args.engine]
+    if "atheris" in engines and importlib.util.find_spec("atheris") is None:
+        raise SystemExit("fuzz: atheris is not installed; pip install 'crawlpace[fuzz]' (a wheel for Linux "
+                         "and macOS on CPython 3.8-3.12), or use --engine hypothesis")
+    artifacts = Path(tempfile.mkdtemp(prefix="crawlpace-fuzz-"))
+    print(f"fuzz: {len(NAMES)} targets, {seconds:g} s each, {' and '.join(engines)}; {dt.date.today()}, "
+          f"{platform.node()}, Python {platform.python_version()}; crash inputs go to {artifacts}")
     figures: dict[str, Any] = {}
-    for name in sorted(TARGETS):
-        result = figures[name] = run_target(name, seconds)
-        verdict = "ok" if not result["failure"] else f"FAILED: {result['failure']}"
-        print(f"  {name:<22} {result['examples']:>8} examples in {result['seconds']:>6.1f} s  {verdict}")
+    for engine in engines:
+        for name in NAMES:
+            if engine == "hypothesis":
+                result = run_target(name, seconds)
+            else:
+                result = run_atheris(name, seconds, artifacts)
+            key = name if len(engines) == 1 else f"{engine}: {name}"
+            figures[key] = result
+            verdict = "ok" if not result["failure"] else f"FAILED: {result['failure']}"
+            print(f"  {key:<34} {result['examples']:>8} examples in {result['seconds']:>6.1f} s  {verdict}",
+                  flush=True)
     failed = [name for name, result in figures.items() if result["failure"]]
     total = sum(result["examples"] for result in figures.values())
     print(f"{total} examples, {len(failed)} targets failed{': ' + ', '.join(failed) if failed else ''}")
     if args.json:
-        print(json.dumps({"seconds_per_target": seconds, "examples": total, "failed": failed,
-                          "targets": figures}, sort_keys=True))
+        print(json.dumps({"seconds_per_target": seconds, "engines": engines, "examples": total,
+                          "failed": failed, "targets": figures}, sort_keys=True))
     return 1 if failed else 0
 
 

@@ -8,7 +8,8 @@ each on its own address 127.0.x.y; ``crawlpace enqueue`` of every page; then W
 thirds of the planned time, Redis is stopped for 2 s and started again.
 
 Defaults: 8 workers, 1,000 hosts, pages per host chosen so the crawl lasts about 30
-minutes at the hosts' rates. ``--quick``: 8 workers, 100 hosts, about a minute.
+minutes at the fleet's expected pace (``--rate``, pages/s in all). ``--quick``: 8
+workers, 100 hosts, about a minute. Each worker's log is kept beside its output file.
 
 What is checked and reported (the last line with ``--json``):
 
@@ -17,7 +18,8 @@ What is checked and reported (the last line with ``--json``):
 * **no slot leaked**: every host's scope has nothing in flight at the end;
 * **limits held**: each host's busiest second (counted by the host) is at most its
   limit plus one, and the hosts counted no request closer than a Crawl-delay or
-  inside a Retry-After (``violations``);
+  inside a Retry-After (``violations``), allowing :data:`TOLERANCE` for the time
+  between a worker's admission and the host's reading of the request;
 * **memory flat**: each worker's resident memory, sampled every 2 s; the growth
   from the end of the first quarter to the last sample, per worker (median, max).
 
@@ -57,11 +59,28 @@ PROFILES: list[tuple[str, dict[str, Any], float]] = [
 ]
 
 
+#: Seconds a request may arrive early at a host before the host counts a violation. The sites'
+#: default (10 ms) measures the machine more than the crawler here: with 8 workers, the farm and
+#: Redis on 2 loaded cores, the time from a worker's admission to the farm's reading of the request
+#: varies by tens of ms (up to 175 ms seen), while the admissions themselves, in Redis's clock, kept
+#: every Crawl-delay (see docs/benchmarks.md, "Soak").
+TOLERANCE = 0.1
+#: Pages a second the fleet is assumed to fetch in all (measured: ~29/s on 2 loaded cores): it sets the pages
+#: per host so that the run lasts about the planned time (the hosts alone would allow ~2/s each).
+FLEET_RATE = 25.0
+
+
+def pages_per_host(hosts: int, minutes: float, rate: float = FLEET_RATE) -> int:
+    """Pages per host for a crawl of about ``minutes`` at ``rate`` pages/s (at most 0.5/s per host)."""
+    return max(3, round(minutes * 60.0 * min(0.5, rate / hosts)))
+
+
 def farm_toml(hosts: int, pages: int) -> str:
     lines = ["port = 0"]
     for index in range(hosts):
         profile, options, _limit = PROFILES[index % len(PROFILES)]
-        lines += ["", "[[site]]", f'name = "h{index}"', f'profile = "{profile}"', f"pages = {pages}"]
+        lines += ["", "[[site]]", f'name = "h{index}"', f'profile = "{profile}"', f"pages = {pages}",
+                  f"tolerance = {TOLERANCE}"]
         lines += [f"{key} = {json.dumps(value)}" for key, value in options.items()]
     return "\n".join(lines) + "\n"
 
@@ -86,8 +105,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     if binary is None:
         raise SystemExit("soak: no redis-server on PATH")
     work = Path(tempfile.mkdtemp(prefix="crawlpace-soak-"))
-    # Hosts allow about 2 requests a second; half of that keeps a loaded machine on schedule.
-    pages = max(3, round(args.minutes * 60 * 0.5))
+    pages = pages_per_host(args.hosts, args.minutes, args.rate)
     (work / "farm.toml").write_text(farm_toml(args.hosts, pages), encoding="utf-8")
     config = work / "crawlpace.toml"
     config.write_text("concurrent_requests = 64\n[scope_defaults]\nconcurrency = 1\ndelay = 0.5\n"
@@ -97,6 +115,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     farm = cli("sim", str(work / "farm.toml"), "--urls", str(work / "urls.txt"), "--json",
                stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
     workers: list[subprocess.Popen[str]] = []
+    logs: list[Any] = []
     samples: dict[int, list[tuple[float, int]]] = {}
     restarts: list[float] = []
     try:
@@ -112,8 +131,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             raise SystemExit("soak: enqueue failed")
         outputs = [work / f"out{n}.jsonl" for n in range(args.workers)]
         started = time.monotonic()
+        # Each worker's log goes to a file beside its output, kept for a look after a failure.
+        logs += [open(path.with_suffix(".log"), "w", encoding="utf-8") for path in outputs]  # noqa: SIM115
         workers = [cli("crawl", "-o", str(path), "--redis", store, "--config", str(config), "--quiet",
-                       "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE) for path in outputs]
+                       "--json", stdout=subprocess.PIPE, stderr=log)
+                   for path, log in zip(outputs, logs, strict=True)]
         plan = args.minutes * 60.0
         pending_restarts = [started + plan / 3, started + 2 * plan / 3]
         limit = started + plan * 3 + 120
@@ -138,15 +160,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         summaries = []
         for worker in workers:
             try:
-                out, err = worker.communicate(timeout=30)
+                out, _ = worker.communicate(timeout=30)
             except subprocess.TimeoutExpired:
                 worker.kill()
-                out, err = worker.communicate()
+                out, _ = worker.communicate()
             lines = out.strip().splitlines()
             ended = lines and lines[-1].startswith("{")
             summary = json.loads(lines[-1]) if ended else {}
             if worker.returncode != 0:
-                summary["error"] = f"exit {worker.returncode}: {err.strip()[-400:]}"
+                log = outputs[workers.index(worker)].with_suffix(".log")
+                tail = log.read_text().strip()[-400:]
+                summary["error"] = f"exit {worker.returncode}: {tail} (all of it in {log})"
             summaries.append(summary)
         seconds = time.monotonic() - started
         status = cli("status", "--store", store, "--json", stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -164,6 +188,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             farm.kill()
             farm_out, _ = farm.communicate()
         server.close()
+        for log in logs:
+            log.close()
     sites = json.loads(farm_out.strip().splitlines()[-1])["sites"]
     seen = Counter(json.loads(line)["url"] for path in outputs if path.exists()
                    for line in path.read_text().splitlines())
@@ -209,6 +235,8 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--hosts", type=int, default=None)
     parser.add_argument("--minutes", type=float, default=None)
+    parser.add_argument("--rate", type=float, default=FLEET_RATE,
+                        help="pages/s the fleet is assumed to fetch (sets the pages per host)")
     args = parser.parse_args()
     args.hosts = args.hosts or (100 if args.quick else 1000)
     args.minutes = args.minutes or (1.0 if args.quick else 30.0)

@@ -16,7 +16,7 @@ from crawlpace import Settings
 from crawlpace.crawl import CrawlOptions
 from crawlpace.crawl._shared_job import SharedCrawlJob
 from crawlpace.frontier import Task
-from crawlpace.frontier._shared import SharedFrontier
+from crawlpace.frontier._shared import Claim, SharedFrontier
 
 pytestmark = pytest.mark.redis
 
@@ -105,9 +105,12 @@ async def test_an_expired_claim_returns_to_the_front_of_its_queue(frontiers: Fac
     claim = await alive.claim(1, spacing=0.0)
     assert claim.requeued == 1
     assert [(item.url, item.tries) for item in claim.urls] == [("http://a.test/page/0", 2)]
-    # The dead worker's late ack still finishes it, once; the live worker's is a duplicate.
-    assert await dead.ack([taken.urls[0].id], "ok") == (1, 0)
-    assert await alive.ack([claim.urls[0].id], "ok") == (0, 1)
+    # The dead worker's late ack neither finishes it nor frees the live worker's claim; that one's does.
+    assert await dead.ack([taken.urls[0].id], "ok") == (0, 0)
+    assert (await dead.counts()).claimed == 1
+    assert await alive.ack([claim.urls[0].id], "ok") == (1, 0)
+    counts = await alive.counts()
+    assert (counts.done, counts.duplicates, counts.late, counts.claimed) == (1, 0, 1, 0)
 
 
 async def test_touch_keeps_a_claim_and_reports_claims_lost(frontiers: Factory) -> None:
@@ -207,3 +210,23 @@ async def test_answers_that_come_in_during_an_ack_are_acknowledged_later(redis_u
     finally:
         await frontier.aclose()
         await job.throttler.aclose()
+
+
+class BrokenClaims(SharedFrontier):
+    """A frontier whose claims fail with an error that is not "unreachable" (a bug, a garbled reply)."""
+
+    async def claim(self, count: int, *, spacing: float) -> Claim:
+        raise RuntimeError("a reply nobody expected")
+
+
+async def test_a_feeder_that_fails_stops_its_worker_instead_of_leaving_it_waiting(
+        redis_url: str, tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    frontier = BrokenClaims(redis_url)
+    await frontier.enqueue(site("a.test", 2))
+    options = CrawlOptions(output=tmp_path / "out.jsonl", store=redis_url)
+    job = SharedCrawlJob(Settings(), options, frontier=frontier)
+    with pytest.raises(RuntimeError, match="a reply nobody expected"):
+        await asyncio.wait_for(job.run(None), 10.0)  # it waited forever before
+    assert job.stopping
+    assert "the shared frontier's feeder failed (RuntimeError: a reply nobody expected); stopping this " \
+           "worker" in caplog.text

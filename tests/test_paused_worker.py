@@ -1,5 +1,6 @@
 """A worker paused past its lease (SIGSTOP), then woken (SIGCONT): its late renewal and release must not
-free the slot another worker took meanwhile. Real redis-server, real child process, real time."""
+free the slot another worker took meanwhile, and its late touch and acknowledgement must not take or
+finish a frontier claim another worker took meanwhile. Real redis-server, real child process, real time."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 
 from crawlpace import Settings
 from crawlpace._clock import AsyncioClock
+from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.stores import Blocked, Lease, Outcome
 
 from .redis_server import reap
@@ -31,6 +33,7 @@ CHILD = """
 import asyncio, json, random, sys
 from crawlpace import Settings
 from crawlpace._clock import AsyncioClock
+from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.stores import Lease, Outcome, open_store
 
 async def main():
@@ -108,3 +111,77 @@ async def test_a_paused_workers_late_release_frees_nothing_of_anothers(redis_url
         if child.stdin is not None:
             child.stdin.close()
         await store.aclose()
+
+
+# The frontier child: claim the only URL, say which, then touch and acknowledge it when told to.
+FRONTIER_CHILD = """
+import asyncio, sys
+from crawlpace.frontier._shared import SharedFrontier
+
+async def main():
+    frontier = SharedFrontier(sys.argv[1], worker="paused", visibility=float(sys.argv[2]))
+    claim = await frontier.claim(1, spacing=0.0)
+    print("claimed", *[item.id for item in claim.urls], flush=True)
+    await asyncio.to_thread(sys.stdin.readline)
+    lost = await frontier.touch([item.id for item in claim.urls])
+    print("lost", *lost, flush=True)
+    done, dups = await frontier.ack([item.id for item in claim.urls], "ok")
+    print("acked", done, dups, flush=True)
+    await frontier.aclose()
+
+asyncio.run(main())
+"""
+
+
+def spawn_frontier(url: str, visibility: float) -> subprocess.Popen[bytes]:
+    """Start the child that claims the frontier's only URL (it prints "claimed ID" once it has)."""
+    path = os.pathsep.join(filter(None, [str(SRC), os.environ.get("PYTHONPATH")]))
+    return subprocess.Popen([sys.executable, "-c", FRONTIER_CHILD, url, str(visibility)],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            env={**os.environ, "PYTHONPATH": path})
+
+
+async def test_a_paused_workers_late_touch_and_ack_leave_anothers_claim_alone(redis_url: str) -> None:
+    visibility = 1.0
+    child = spawn_frontier(redis_url, visibility)
+    mine = SharedFrontier(redis_url, worker="awake", visibility=30.0)
+    try:
+        await mine.enqueue(["http://paused.example/only"])
+        words = (await read_line(child)).split()
+        assert words[0] == "claimed"
+        assert len(words) == 2
+        paused_id = int(words[1])
+        assert (await mine.claim(1, spacing=0.0)).urls == ()  # the paused worker holds it
+
+        child.send_signal(signal.SIGSTOP)  # no touches from now on
+        stopped = time.monotonic()
+        while True:  # its claim expires; this worker takes the URL over
+            claim = await mine.claim(1, spacing=0.0)
+            if claim.urls:
+                break
+            assert time.monotonic() - stopped < visibility + 2.0, "the paused worker's claim never came back"
+            await asyncio.sleep(0.05)
+        assert [item.id for item in claim.urls] == [paused_id]
+        assert claim.requeued == 1
+
+        child.send_signal(signal.SIGCONT)
+        assert child.stdin is not None
+        child.stdin.write(b"go\n")
+        child.stdin.flush()
+        assert (await read_line(child)).split() == ["lost", str(paused_id)]  # its touch extended nothing
+        assert (await read_line(child)).split() == ["acked", "0", "0"]  # and its ack finished nothing
+        counts = await mine.counts()
+        assert (counts.claimed, counts.done, counts.late) == (1, 0, 1)  # the claim stands, still mine
+        assert await mine.touch([paused_id]) == []
+        assert await mine.ack([paused_id], "ok") == (1, 0)  # the owner finishes it
+        counts = await mine.counts()
+        assert (counts.claimed, counts.done, counts.queued) == (0, 1, 0)
+        child.wait(10.0)
+        assert child.returncode == 0
+    finally:
+        if child.poll() is None:
+            child.send_signal(signal.SIGCONT)
+        reap(child, signal_first=False)
+        if child.stdin is not None:
+            child.stdin.close()
+        await mine.aclose()

@@ -415,3 +415,40 @@ async def test_the_memory_fallback_admits_slowly_while_redis_is_down(
         assert (snap.inflight, snap.sends, snap.concurrency) == (0, 1, 2)  # Redis's own state again
     finally:
         await store.aclose()
+
+
+async def test_a_server_lost_between_an_admission_and_its_policy_read_keeps_the_permit(
+        own_server: RedisServer) -> None:
+    # The soak's crashed workers: an acquire answered, then the server went away before this worker
+    # could read the newer policy another worker had written. The permit was granted: it must come
+    # back as one (renewed, released later), not as redis-py's ConnectionError out of acquire().
+    clock = AsyncioClock()
+    settings = Settings.from_scrapy(FULL_RAW)
+    url = f"{own_server.url}?namespace=between"
+    writer, reader = make_store(url, settings, clock), make_store(url, settings, clock)
+    assert isinstance(reader, RedisStore)
+    scope = (("held.example", 1.0),)
+    try:
+        await writer.set_crawl_delay("held.example", 0.5)  # a newer policy, version 1, for the reader
+        fetch = reader._fetch_blob
+        reads = 0
+
+        async def server_gone_first(name: str) -> bytes | None:
+            nonlocal reads
+            reads += 1
+            own_server.stop()
+            return await fetch(name)
+
+        reader._fetch_blob = server_gone_first  # type: ignore[method-assign]
+        lease = await reader.acquire(scope)
+        assert reads == 1
+        assert isinstance(lease, RedisLease)
+        assert lease.lease_id in reader._held  # renewed like any other lease
+        own_server.start()
+        reader._fetch_blob = fetch  # type: ignore[method-assign]
+        assert await reader.release(lease, Outcome(status=200, latency=0.1)) == ()
+        again, _refusals = await admit(reader, "held.example", clock, within=5.0)
+        await reader.release(again, Outcome(status=200, latency=0.1))
+    finally:
+        await writer.aclose()
+        await reader.aclose()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -303,6 +307,38 @@ def test_the_addon_stops_on_invalid_settings(caplog: pytest.LogCaptureFixture) -
         addon_settings({"DOWNLOAD_DELAY": "slow"})
     assert "invalid settings, the crawl cannot start" in caplog.text
     assert "DOWNLOAD_DELAY: expected a number of seconds, got 'slow' (str)" in caplog.text
+
+
+SPIDER = """
+import scrapy
+
+
+class Pages(scrapy.Spider):
+    name = "pages"
+    start_urls = ["http://127.0.0.1:9/"]
+    custom_settings = {"ADDONS": {"crawlpace.scrapy.Addon": 100}, "TELNETCONSOLE_ENABLED": False}
+
+    def parse(self, response):
+        pass
+"""
+
+
+def test_a_settings_error_in_a_scrapy_command_is_said_once_without_a_traceback(tmp_path: Path) -> None:
+    spider = tmp_path / "spider.py"
+    spider.write_text(SPIDER, encoding="utf-8")
+    src = str(Path(crawlpace.__file__).resolve().parents[1])
+    run = subprocess.run([sys.executable, "-m", "scrapy.cmdline", "runspider", str(spider), "-s",
+                          "DOWNLOAD_DELAY=slow"], capture_output=True, text=True, timeout=60, cwd=tmp_path,
+                         env={**os.environ, "PYTHONPATH": src})
+    err = run.stderr
+    assert "invalid settings, the crawl cannot start:\nDOWNLOAD_DELAY: expected a number of seconds, " in err
+    assert "Task exception was never retrieved" not in err
+    # Scrapy's asyncio process (2.14 and later) reports the failure only through logging, which the add-on
+    # keeps to its own line. Under Twisted's CrawlerProcess (Scrapy 2.13), Twisted itself prints the
+    # unhandled Deferred once more, straight to stderr (not through logging): one traceback, not two.
+    tracebacks = 0 if "Using AsyncCrawlerProcess" in err else 1
+    assert err.count("Traceback") == tracebacks, err
+    assert err.count("crawlpace._exceptions.ConfigError: ") == tracebacks, err
 
 
 def test_inert_scrapy_settings_are_reported(caplog: pytest.LogCaptureFixture) -> None:

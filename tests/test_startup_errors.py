@@ -117,3 +117,15 @@ async def test_urls_the_crawl_cannot_fetch_are_refused_up_front(tmp_path: Path) 
     assert "has no host" in outcomes["http:///nohost"][1]
     assert report["site"]["requests"] == 2  # robots.txt and the good page; nothing for the others
     assert summary.complete
+
+
+async def test_reads_of_a_store_that_cannot_be_reached_raise_the_documented_error() -> None:
+    import redis.exceptions
+
+    async with Throttler(store=f"redis://:hunter2@127.0.0.1:{free_port()}/0") as throttler:
+        for read in (throttler.scope_stats("example.com"), throttler.stats()):
+            shown = r"^store redis://:\*\*\*@127\.0\.0\.1:\d+/0: cannot be reached: .*reads fail while it is"
+            with pytest.raises(StoreUnreachable, match=shown) as caught:
+                await read
+            assert "hunter2" not in str(caught.value)
+            assert isinstance(caught.value.__cause__, redis.exceptions.ConnectionError)  # chained, not lost

@@ -18,6 +18,7 @@ from typing import Any
 
 from .._clock import AsyncioClock
 from .._config import Settings
+from .._exceptions import StoreUnreachable
 from ..observe._server import check_bind
 from ..stores import Store, open_store
 from ._signals import stop_on_signals
@@ -60,10 +61,10 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
     from ..observe import Recorder, Sampler, ThrottlerCollector, store_reader
     from ..observe._dashboard import dashboard_routes
     from ..observe._server import HttpServer
-    from .status import _store_errors
+    from .status import _reason, _store_errors
 
     shown_url = shown(url)
-    errors: tuple[type[Exception], ...] = (TimeoutError, *_store_errors())
+    errors: tuple[type[Exception], ...] = (TimeoutError, StoreUnreachable, *_store_errors())
     try:
         store: Store = open_store(url, settings, AsyncioClock(), random.Random())
     except errors as exc:
@@ -78,7 +79,7 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
         try:
             await asyncio.wait_for(store.scopes(), TIMEOUT)
         except errors as exc:
-            reason = " ".join(str(exc).split()) or f"no answer within {TIMEOUT:g}s"
+            reason = _reason(exc) if str(exc).strip() else f"no answer within {TIMEOUT:g}s"
             print(f"crawlpace dashboard: cannot read the store {shown_url}: {reason}", file=sys.stderr)
             return EXIT_NO_STORE
         from prometheus_client import CollectorRegistry

@@ -133,6 +133,10 @@ async def _read(url: str, settings: Settings, only: list[str] | None) -> StatusR
         frontier = await _frontier(url, shown_url)
     except errors as exc:
         raise StoreUnreachable(f"cannot read the store {shown_url}: {_reason(exc)}") from exc
+    except StoreUnreachable as exc:
+        if exc.__cause__ is None:  # said already (no answer in time)
+            raise
+        raise StoreUnreachable(f"cannot read the store {shown_url}: {_reason(exc)}") from exc
     finally:
         with contextlib.suppress(*errors):
             await store.aclose()
@@ -169,7 +173,10 @@ def _store_errors() -> tuple[type[Exception], ...]:
 
 
 def _reason(exc: BaseException) -> str:
-    text = " ".join(str(exc).split())
+    """The driver's words for what went wrong (a store's own translation is unwrapped)."""
+    if isinstance(exc, StoreUnreachable) and isinstance(exc.__cause__, Exception):
+        exc = exc.__cause__
+    text = redact(" ".join(str(exc).split()))
     return text or type(exc).__name__
 
 

@@ -56,6 +56,7 @@ from .._throttler import Throttler
 from ..frontier import Journal, JournalError
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
+from ..stores.connection import Retry, unreachable
 from ._fetch import AiohttpFetcher, Fetcher
 from ._options import CrawlOptions
 from ._output import ResultBatch
@@ -349,6 +350,10 @@ class CrawlJob:
             await permit.release()
             released = True
             self._settle(task, permit, outcome)
+        except Exception:  # a bug, or an error no layer below turned into an answer
+            # The task must not vanish: a shared worker would hold its claim forever and never end.
+            _log.exception("%s: unexpected error while fetching it", task.target)
+            self._retry_or_fail(task)
         finally:
             if not released:
                 await permit.release()
@@ -414,7 +419,11 @@ class CrawlJob:
         limit = self.options.max_redirects if max_hops is None else max_hops
         if answer.status not in _REDIRECTS or not answer.location or task.hops >= limit:
             return False
-        target = urljoin(task.target, answer.location)
+        try:
+            target = urljoin(task.target, answer.location)
+        except ValueError:  # hostile or broken input, e.g. an unclosed IPv6 bracket: not followed
+            _log.info("%s: the Location %r cannot be followed", task.target, answer.location[:200])
+            return False
         if not target.startswith(("http://", "https://")):
             return False
         task.target, task.hops = target, task.hops + 1
@@ -434,8 +443,28 @@ class CrawlJob:
         why = "" if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
         settled = robots.settle(origin, answer.status, answer.body, self.throttler.clock.now(), why=why)
         if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
-            self._spawn(self.throttler.set_crawl_delay(task.key, settled.rules.crawl_delay))
+            self._spawn(self._apply_crawl_delay(task.key, settled.rules.crawl_delay, origin))
         self.scheduler.robots_known(origin)
+
+    async def _apply_crawl_delay(self, scope: str, delay: float | None, origin: str) -> None:
+        """Store a changed Crawl-delay, again and again while a shared store cannot be reached.
+
+        This worker's copy of the scope's policy takes the delay at once (the
+        pages that follow are paced by it); the store must have it too, or a
+        newer copy read from it later would not. A failure used to end the
+        task with an exception nobody retrieved.
+        """
+        retry = Retry()
+        while not self.stopping:
+            try:
+                await self.throttler.set_crawl_delay(scope, delay)
+                return
+            except Exception as exc:
+                if not unreachable(exc):
+                    _log.exception("could not apply the Crawl-delay of %s to %s", origin, scope)
+                    return
+                _log.debug("could not store the Crawl-delay of %s yet: %s", origin, exc)
+            await self.throttler.clock.sleep(retry.next())
 
     def _spawn(self, coro: Any) -> None:
         job = asyncio.ensure_future(coro)
@@ -452,7 +481,23 @@ class CrawlJob:
         self.scheduler.give_up(scope, reason)
 
     def _dropped(self, task: Task, why: Dropped, detail: str) -> None:
+        if task.kind == "robots" and self.robots is not None:
+            # Pages wait for this file: it counts as unreachable (RFC 9309), and they are looked at again.
+            origin = origin_of(task.url)
+            self.robots.failed(origin, self.throttler.clock.now(), detail)
+            self.scheduler.robots_known(origin)
+            return
         self._finish(task, why, error=detail)
+
+    def _retry_or_fail(self, task: Task) -> None:
+        """Queue ``task`` again after an unexpected error, within its retries; then give it up as failed."""
+        if task.retries < self.options.retries:
+            task.retries += 1
+            self.scheduler.push(task)
+        elif task.kind == "robots":
+            self._dropped(task, "failed", "an unexpected error, see the log")
+        else:
+            self._finish(task, "failed", error="an unexpected error, see the log")
 
     def _finish(self, task: Task, outcome: str, *, status: int | None = None, error: str | None = None,
                 size: int = 0, latency: float | None = None, block_rule: str | None = None) -> None:

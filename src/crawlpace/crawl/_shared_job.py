@@ -110,6 +110,7 @@ class SharedCrawlJob(CrawlJob):
 
     async def _dispatch(self) -> None:
         self._feeder = asyncio.ensure_future(self._feed())
+        self._feeder.add_done_callback(self._feeder_ended)
         try:
             await super()._dispatch()
         finally:
@@ -146,6 +147,17 @@ class SharedCrawlJob(CrawlJob):
             self.summary.answered = self.summary.urls - len(self._held)
 
     # -- the feeder ----------------------------------------------------------------------
+
+    def _feeder_ended(self, feeder: asyncio.Task[None]) -> None:
+        """A feeder that failed stops the worker: without it nothing is claimed or acknowledged, and
+        the worker would wait forever. Its URLs go back to the frontier as it stops, and
+        :meth:`run` raises the feeder's error."""
+        error = None if feeder.cancelled() else feeder.exception()
+        if error is None:
+            return
+        _log.error("the shared frontier's feeder failed (%s: %s); stopping this worker",
+                   type(error).__name__, error)
+        self.stop()
 
     async def _wait_for_claims(self) -> None:
         """Return when the feeder hands over new URLs or finds the frontier drained."""
@@ -210,13 +222,16 @@ class SharedCrawlJob(CrawlJob):
             # Taken out before the await: answers that come in meanwhile start a new list.
             ids = self._acks.pop(outcome)
             try:
-                _, dups = await self.frontier.ack(ids, outcome)
+                done, dups = await self.frontier.ack(ids, outcome)
             except BaseException:
                 self._acks[outcome] = ids + self._acks.get(outcome, [])
                 raise
             if dups:
                 _log.info("%d URLs had been answered by another worker too (their claims had expired)",
                           dups)
+            if len(ids) - done - dups:
+                _log.info("%d URLs were answered after another worker had claimed them (this worker was out "
+                          "of touch past the visibility); that worker finishes them", len(ids) - done - dups)
 
     async def _touch(self) -> None:
         if not self._held:

@@ -139,6 +139,8 @@ class FrontierCounts:
         requeued: claims that expired (a worker died or lost the server).
         returned: URLs handed back by stopping workers.
         duplicates: acknowledgements of URLs already finished by another worker.
+        late: acknowledgements that came after another worker had claimed the URL
+            (this one was paused or cut off past the visibility); the other finishes it.
         outcomes: acknowledged URLs by outcome.
         workers: each worker's name and seconds since it was last heard from.
     """
@@ -151,6 +153,7 @@ class FrontierCounts:
     requeued: int = 0
     returned: int = 0
     duplicates: int = 0
+    late: int = 0
     outcomes: dict[str, int] = field(default_factory=dict)
     workers: dict[str, float] = field(default_factory=dict)
 
@@ -158,7 +161,7 @@ class FrontierCounts:
         """The figures as a JSON-ready dict."""
         return {"queued": self.queued, "claimed": self.claimed, "scopes": self.scopes,
                 "enqueued": self.enqueued, "done": self.done, "requeued": self.requeued,
-                "returned": self.returned, "duplicates": self.duplicates,
+                "returned": self.returned, "duplicates": self.duplicates, "late": self.late,
                 "outcomes": dict(sorted(self.outcomes.items())),
                 "workers": {name: round(age, 3) for name, age in sorted(self.workers.items())}}
 
@@ -261,10 +264,15 @@ class SharedFrontier:
                      requeued=int(reply[3]))
 
     async def ack(self, ids: Sequence[int], outcome: str) -> tuple[int, int]:
-        """Mark URLs finished with ``outcome``; returns (finished now, already finished by another)."""
+        """Mark URLs finished with ``outcome``; returns (finished now, already finished by another).
+
+        A URL another worker has claimed since this worker's claim expired is
+        neither: its claim stands, and that worker's ack finishes it (the
+        frontier counts it as ``late``).
+        """
         if not ids:
             return 0, 0
-        done, dups = await self._run("ack", ["", self._prefix, self.worker, outcome, *ids])
+        done, dups, _late = await self._run("ack", ["", self._prefix, self.worker, outcome, *ids])
         return int(done), int(dups)
 
     async def touch(self, ids: Sequence[int]) -> list[int]:
@@ -300,7 +308,7 @@ class SharedFrontier:
             queued=max(number.get("queued", 0), 0), claimed=int(claimed), scopes=int(scopes),
             enqueued=number.get("enqueued", 0), done=number.get("done", 0),
             requeued=number.get("requeued", 0), returned=number.get("returned", 0),
-            duplicates=number.get("duplicates", 0),
+            duplicates=number.get("duplicates", 0), late=number.get("late", 0),
             outcomes={key.removeprefix("outcome:"): value for key, value in number.items()
                       if key.startswith("outcome:")},
             workers={name: max(now - float(seen), 0.0) for name, seen in workers})

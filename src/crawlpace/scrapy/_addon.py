@@ -28,6 +28,7 @@ from .._exceptions import ConfigError
 from ._compat import MAX_SCRAPY, MIN_SCRAPY, SCRAPY_VERSION
 from ._extension import ThrottlingExtension, watch_options
 from ._middleware import ThrottlingMiddleware
+from ._reported import mark_reported
 from ._runtime import Runtime
 from ._settings import AddonConfig, read_config
 
@@ -84,6 +85,7 @@ class Addon:
             watch_options(settings)  # CRAWLPACE_METRICS_PORT and CRAWLPACE_ON_GIVE_UP, checked now
         except ConfigError as exc:
             logger.error("crawlpace.scrapy: invalid settings, the crawl cannot start:\n%s", exc)
+            mark_reported(exc)  # said in full: Scrapy's traceback of it would only repeat it
             raise
         self.config = config
         if crawler is not None:

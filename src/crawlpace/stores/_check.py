@@ -142,9 +142,12 @@ async def reach(store: Store, url: str | None = None, *, within: float = DEFAULT
         except TimeoutError:
             raise StoreUnreachable(f"store {shown}: no answer within {within:g} s; check the host and port, "
                                    "and that a firewall lets the connection through") from None
-        except StoreUnreachable:
-            raise
-        except Exception as exc:  # the driver's errors: translated here, at the boundary
+        except Exception as caught:  # the driver's errors: translated here, at the boundary
+            exc = caught
+            if isinstance(caught, StoreUnreachable):
+                if caught.__cause__ is None or not isinstance(caught.__cause__, Exception):
+                    raise
+                exc = caught.__cause__  # a read the store translated already: judged by the driver's error
             reason = redact(" ".join(str(exc).split()).rstrip(".") or type(exc).__name__)
             lowered = reason.lower()
             if "password" in lowered or "auth" in lowered or "noperm" in lowered:

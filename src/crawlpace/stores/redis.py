@@ -32,7 +32,7 @@ from typing import Any
 
 from .._clock import Clock
 from .._config import Settings
-from .._exceptions import ConfigError, ScopeGivenUp
+from .._exceptions import ConfigError, ScopeGivenUp, StoreUnreachable
 from .._redact import redact
 from .._scopes import Demand
 from ..policy.signals import ScopeFeedback
@@ -247,13 +247,20 @@ class RedisStore:
         versions = [int(v) for v in reply[2 + 2 * n:2 + 3 * n]]
         sends = tuple((None if v in (b"", "") else float(v), float(w))
                       for v, w in zip(reply[2 + 3 * n:2 + 4 * n], reply[2 + 4 * n:2 + 5 * n], strict=True))
+        # The lease is granted from here on: renew it before anything else can fail.
+        self._renewer.hold(lease_id, tuple(name for name, _ in demands))
         for (name, _use), version, (gap, at) in zip(demands, versions, sends, strict=True):
             cached = policies.peek(name)
             if cached is None or cached.version != version:
                 # Another worker wrote the policy since (or this one forgot it): read it once.
-                policies.know(name, version, await self._fetch_blob(name) if version else None)
+                try:
+                    policies.know(name, version, await self._fetch_blob(name) if version else None)
+                except self._down as exc:
+                    # The server went away between the two calls. The permit stands (it was
+                    # granted); the copy stays stale, so the next reply's version reads it again.
+                    logger.debug("scope %s: could not read the newer policy (%s); read at the next "
+                                 "admission", name, exc)
             policies.saw_send(name, gap, at)
-        self._renewer.hold(lease_id, tuple(name for name, _ in demands))
         return RedisLease(demands, tuple(self._local(t) for t in slot_ready), self._local(server_now),
                           generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=slot_ready, sends=sends)
@@ -362,7 +369,17 @@ class RedisStore:
         logger.warning("scope %s: Crawl-Delay not stored: other workers kept writing first", scope)
 
     async def snapshot(self, scope: str) -> ScopeSnapshot | None:
-        """Describe ``scope`` as every worker sees it."""
+        """Describe ``scope`` as every worker sees it.
+
+        Raises:
+            StoreUnreachable: the server cannot be reached (the driver's error chained).
+        """
+        try:
+            return await self._snapshot(scope)
+        except self._down as exc:
+            raise self._unreachable(exc) from exc
+
+    async def _snapshot(self, scope: str) -> ScopeSnapshot | None:
         await self._connect()
         await self._conn.drain()  # what this worker sent is part of the picture
         admission, leases, resting_key, policy_key = self._keys(scope)
@@ -377,26 +394,42 @@ class RedisStore:
         return read_snapshot(scope, fields, int(inflight), int(resting), blob, self._factory, now)
 
     async def scopes(self) -> list[str]:
-        """List the scopes with state in this namespace."""
-        await self._connect()
-        client = await self._conn.client()
+        """List the scopes with state in this namespace.
+
+        Raises:
+            StoreUnreachable: the server cannot be reached (the driver's error chained).
+        """
         start, end = len(self._prefix) + 1, -len("}:a")
         names = []
-        async for key in client.scan_iter(match=_keys.scope_pattern(self._prefix), count=1000):
-            text = key.decode() if isinstance(key, bytes) else key
-            if text.startswith(self._prefix):
-                names.append(text[start:end])
+        try:
+            await self._connect()
+            client = await self._conn.client()
+            async for key in client.scan_iter(match=_keys.scope_pattern(self._prefix), count=1000):
+                text = key.decode() if isinstance(key, bytes) else key
+                if text.startswith(self._prefix):
+                    names.append(text[start:end])
+        except self._down as exc:
+            raise self._unreachable(exc) from exc
         return names
+
+    def _unreachable(self, exc: Exception) -> StoreUnreachable:
+        """The documented error for a read the server did not answer (the URL without its password)."""
+        reason = redact(" ".join(str(exc).split()) or type(exc).__name__)
+        return StoreUnreachable(f"store {redact(self.url)}: cannot be reached: {reason}; reads fail while "
+                                "it is away (admissions wait for it)")
 
     async def purge(self) -> int:
         """Delete every key of this store's namespace (every worker's state); return how many.
 
         Meant for a job that is over: workers still running lose their leases and what they learned.
         """
-        await self._connect()
-        await self._conn.drain()
-        self._policies = self._writer.policies = SharedPolicies(self._factory, self._policies.limit)
-        return await _keys.purge(await self._conn.client(), self.namespace)
+        try:
+            await self._connect()
+            await self._conn.drain()
+            self._policies = self._writer.policies = SharedPolicies(self._factory, self._policies.limit)
+            return await _keys.purge(await self._conn.client(), self.namespace)
+        except self._down as exc:
+            raise self._unreachable(exc) from exc
 
     async def aclose(self) -> None:
         """Stop renewing leases and close the connections."""

@@ -1,21 +1,25 @@
 -- Record URLs as finished (crawlpace shared frontier). A URL this worker no
--- longer held (its claim expired and it went back to the queue, or to another
--- worker) is finished all the same: its answer is written, and the other
--- worker's later ack counts as a duplicate.
+-- longer held because its claim expired is finished all the same while nobody
+-- else holds it (waiting in its queue again, it is taken out): its answer is
+-- written. But once another worker has claimed it, that claim stands: this
+-- late ack (a worker paused or cut off past the visibility) neither removes
+-- nor finishes it; the new owner's ack will (counted as `late`).
 --
 -- KEYS: 1 the ready set (every other key shares its hash tag and prefix).
 -- ARGV: 1 unused, 2 key prefix, 3 worker name, 4 outcome, then ids.
--- Returns {finished, duplicates}.
+-- Returns {finished, duplicates, late}.
 local p, worker, outcome = ARGV[2], ARGV[3], ARGV[4]
-local claimed, done, dups = p .. "claimed", 0, 0
+local claimed, done, dups, late = p .. "claimed", 0, 0, 0
 for i = 5, #ARGV do
   local id = ARGV[i]
   local url = redis.call("HGET", p .. "url", id)
-  if url then
+  local owner = redis.call("HGET", p .. "owner", id)
+  if url and owner and owner ~= worker then
+    late = late + 1
+  elseif url then
     local scope = redis.call("HGET", p .. "scope", id)
-    local owner = redis.call("HGET", p .. "owner", id)
-    if redis.call("ZREM", claimed, id) == 0 or owner ~= worker then
-      -- Not (or no longer) our claim: it may be waiting in its queue again.
+    if redis.call("ZREM", claimed, id) == 0 then
+      -- Not (or no longer) claimed: it may be waiting in its queue again.
       local queue = p .. "q:" .. scope
       if redis.call("LREM", queue, 0, id) > 0 then
         redis.call("HINCRBY", p .. "stats", "queued", -1)
@@ -37,5 +41,6 @@ if done > 0 then
   redis.call("HINCRBY", p .. "stats", "outcome:" .. outcome, done)
 end
 if dups > 0 then redis.call("HINCRBY", p .. "stats", "duplicates", dups) end
+if late > 0 then redis.call("HINCRBY", p .. "stats", "late", late) end
 keep(p, KEYS[1])
-return {done, dups}
+return {done, dups, late}
