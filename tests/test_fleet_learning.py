@@ -64,8 +64,8 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
     tokens, filled = BURST, 0.0
     while events:
         at, _, worker, answer = heapq.heappop(events)
-        if at > seconds:
-            break
+        if at > seconds and answer is None:
+            continue  # the run is over: only answers still due come in (every slot is given back)
         clock.advance(max(at - clock.now(), 0.0))
         store = stores[worker]
         if answer is not None:
