@@ -2,7 +2,8 @@
 
 The Redis URL, quota and brake name come from the environment, since uvicorn
 imports this module afresh in every worker process. Each answer names the
-worker's process id, so a test can tell that several workers served it.
+worker's process id, so a test can tell that several workers served it;
+``/pid`` answers the same off the quota, to see which workers are up.
 """
 
 from __future__ import annotations
@@ -21,6 +22,6 @@ async def search(request: Request) -> PlainTextResponse:
     return PlainTextResponse(f"pid={os.getpid()}")
 
 
-app = Guard(Starlette(routes=[Route("/search", search)]),
+app = Guard(Starlette(routes=[Route("/search", search), Route("/pid", search)]),
             quota=float(os.environ["GUARD_QUOTA"]), stages=(), costly="/search",
             store=os.environ["GUARD_STORE"], name=os.environ.get("GUARD_NAME", "guard"))

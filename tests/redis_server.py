@@ -118,3 +118,17 @@ class RedisServer:
     def close(self) -> None:
         self.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
+
+
+async def delivered(*stores: object) -> None:
+    """Wait until the releases each shared store made have reached its server.
+
+    A Redis store's release returns once queued (it rides with the worker's
+    next call); a test that reads what one worker released through another
+    worker, or through a client of its own, waits for it first. Stores
+    without ``flush`` (memory) release at once.
+    """
+    for store in stores:
+        flush = getattr(store, "flush", None)
+        if flush is not None:
+            await flush()

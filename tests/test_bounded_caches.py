@@ -54,3 +54,26 @@ def test_remember_keeps_the_newest_entries() -> None:
     remember(memo, "new", 0, limit=3)
     assert list(memo) == ["h9", "h7", "new"]
     assert memo["h7"] == 70
+
+
+def test_the_crawl_keeps_a_bounded_number_of_host_tallies_and_exact_totals() -> None:
+    from crawlpace.crawl import CrawlSummary
+    from crawlpace.crawl._display import render_summary
+    from crawlpace.crawl._tallies import tally_of
+
+    summary = CrawlSummary()
+    for i in range(1_000):
+        tally = tally_of(summary.scopes, summary.folded, f"h{i % 300}", limit=100)
+        tally.done += 1
+        tally.outcomes["ok" if i % 10 else "http_error"] += 1
+        tally.errors += 0 if i % 10 else 1
+        tally_of(summary.scopes, summary.folded, "busy", limit=100).requests += 1  # counted all along
+    assert len(summary.scopes) == 100
+    kept = sum(t.done for t in summary.scopes.values())
+    assert kept + summary.folded.others.done == 1_000  # nothing lost, only folded
+    assert sum(t.errors for t in summary.scopes.values()) + summary.folded.others.errors == 100
+    assert summary.scopes["busy"].requests == 1_000  # the most recently counted host is never folded
+    assert summary.folded.hosts >= 200
+    figures = summary.as_dict()
+    assert figures["other_hosts"]["done"] == summary.folded.others.done
+    assert f"({summary.folded.hosts} more hosts)" in render_summary(summary)

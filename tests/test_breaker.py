@@ -361,7 +361,8 @@ configs = st.fixed_dictionaries({
 })
 
 
-@settings(max_examples=300, deadline=None)
+# 120 random sequences per run (each 30-120 steps long); new ones every run.
+@settings(max_examples=120, deadline=None)
 @given(configs, st.lists(steps, min_size=30, max_size=120))
 def test_invariants_hold_under_any_sequence(config: dict[str, float], actions: list[object]) -> None:
     breaker = Breaker(**config)  # type: ignore[arg-type]

@@ -98,21 +98,21 @@ def test_a_complete_crawl_exits_0_with_a_json_summary(
     assert sites["two"]["violations"] == 0
 
 
-@pytest.mark.parametrize("farm", [300], indirect=True)
+@pytest.mark.parametrize("farm", [120], indirect=True)
 def test_kill_9_then_resume_loses_no_url(farm: tuple[Path, subprocess.Popen[str]], tmp_path: Path) -> None:
     urls, server = farm
     output = tmp_path / "out.jsonl"
     crawler = subprocess.Popen(crawl_command(urls, tmp_path, "--quiet"), stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
     try:
-        wait_for_lines(output, 150)
+        wait_for_lines(output, 60)  # a quarter of the 240 URLs; the rest takes seconds more
         os.kill(crawler.pid, signal.SIGKILL)
         crawler.wait(timeout=10)
     finally:
         crawler.kill()
     assert crawler.returncode == -signal.SIGKILL
     before = output.read_bytes().count(b"\n")
-    assert 150 <= before < 600
+    assert 60 <= before < 240
     resumed = subprocess.run(crawl_command(urls, tmp_path, "--resume"), capture_output=True, text=True,
                              timeout=120)
     assert resumed.returncode == 0, resumed.stderr
@@ -123,7 +123,7 @@ def test_kill_9_then_resume_loses_no_url(farm: tuple[Path, subprocess.Popen[str]
     assert counts == Counter(urls.read_text().split())  # every URL exactly once
     sites = stop_farm(server)
     pages_fetched = sum(site["requests"] for site in sites.values()) - 4  # robots.txt, twice per site
-    assert pages_fetched <= 600 + 4 * 2  # at most the requests in flight at the kill were repeated
+    assert pages_fetched <= 240 + 4 * 2  # at most the requests in flight at the kill were repeated
 
 
 def test_existing_state_needs_resume(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -148,7 +148,7 @@ def test_invalid_overrides_name_the_option(tmp_path: Path, capsys: pytest.Captur
     assert "retries" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize("farm", [150], indirect=True)
+@pytest.mark.parametrize("farm", [80], indirect=True)
 def test_ctrl_c_stops_cleanly_and_resume_finishes(
         farm: tuple[Path, subprocess.Popen[str]], tmp_path: Path) -> None:
     urls, server = farm

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import sys
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
@@ -90,18 +91,50 @@ async def test_recovery_takes_one_step_per_quiet_window(clock: MockClock,
         await answer(throttler, 429)
     assert await delay_of(throttler) == 4.0  # 1, 2, 4
     steps: list[tuple[float, float]] = []
-    while clock.now() < 400.0:
+    while clock.now() < 600.0:
         clock.advance(1.0)  # a response a second
         await answer(throttler, 200)
         delay = await delay_of(throttler)
         if not steps or steps[-1][1] != delay:
             steps.append((clock.now(), delay))
-    # Last 429 at t=3; a step needs 60 quiet seconds since it and since the previous step.
-    assert [delay for _, delay in steps] == [4.0, 2.0, 1.0, 0.0]
+    # Last 429 at t=3; a step needs 60 quiet seconds since it and since the previous step. The
+    # scope's own delay is 0, so below BACKOFF_MIN_DELAY the delay keeps halving (level 1's tail)
+    # down to 1/64 of it, instead of jumping from 1 s straight to all slots at once.
+    assert [delay for _, delay in steps] == [4.0, 2.0, 1.0, 0.5, 0.25, 0.125, 0.0625, 0.03125, 0.0]
     times = [t for t, _ in steps[1:]]
     assert times[0] >= 63.0
     assert all(b - a >= 60.0 for a, b in pairwise(times))
     assert all(b - a < 65.0 for a, b in pairwise(times))
+
+
+async def test_a_refusal_during_the_tail_takes_one_step_back(clock: MockClock,
+                                                             make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({**FAST, "BACKOFF_WINDOW": 60.0})
+    await answer(throttler, 429)
+    assert await delay_of(throttler) == 1.0
+    for _ in range(3):  # three quiet windows: 0.5, 0.25, 0.125
+        clock.advance(61.0)
+        await answer(throttler, 200)
+    assert await delay_of(throttler) == 0.125
+    await answer(throttler, 429)  # 8/s was too quick: back to 0.25, not to a new level of 2 s
+    assert await delay_of(throttler) == 0.25
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert stats.backoff == 1
+
+
+async def test_a_scope_with_a_delay_of_its_own_recovers_to_it_in_factor_steps(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({"DOWNLOAD_DELAY": 0.3, "DOWNLOAD_DELAY_PER_SLOT": 0.0,
+                                "RANDOMIZE_DOWNLOAD_DELAY": False, "BACKOFF_JITTER": 0})
+    await answer(throttler, 429)
+    assert await delay_of(throttler) == 1.0  # max(0.3 x 2, BACKOFF_MIN_DELAY)
+    delays = []
+    for _ in range(3):
+        clock.advance(61.0)
+        await answer(throttler, 200)
+        delays.append(await delay_of(throttler))
+    assert delays == [0.5, 0.3, 0.3]  # 0.25 would be under the scope's own 0.3: the backoff ends
 
 
 async def test_a_new_429_restarts_the_quiet_window(clock: MockClock,
@@ -146,7 +179,7 @@ async def test_backed_off_scope_survives_eviction(clock: MockClock,
     store: Any = throttler.store
     assert store.evict_idle() == 0  # the backoff still matters
     assert await delay_of(throttler) == 2.0
-    clock.advance(200.0)  # level 2 x 60 s since the last change: forgotten
+    clock.advance(400.0)  # level 2 and level 1's tail of 5 steps, x 60 s since the last change: forgotten
     assert store.evict_idle() == 1
     assert await throttler.scope_stats("example.com") is None
 
@@ -379,3 +412,20 @@ async def test_httpx_network_errors_back_off_by_default(clock: MockClock,
     stats = await throttler.scope_stats("example.com")
     assert stats is not None
     assert stats.backoff == 2  # the second was sent under the generation the first began
+
+
+async def test_client_defaults_are_matched_after_the_client_is_imported_late(
+        clock: MockClock, make_throttler: ThrottlerFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A throttler made before ``requests`` is imported does not import it, yet backs off on its errors."""
+    requests = pytest.importorskip("requests")
+    with monkeypatch.context() as patch:
+        patch.delitem(sys.modules, "requests")  # as if nothing had imported it yet
+        throttler = make_throttler(FAST)
+        assert "requests" not in sys.modules  # making the throttler did not import it
+    # Now the client is loaded (the context put it back) and raises its own error.
+    with pytest.raises(requests.ConnectionError):
+        async with throttler.slot(URL):
+            raise requests.ConnectionError("refused")
+    stats = await throttler.scope_stats("example.com")
+    assert stats is not None
+    assert (stats.backoff, stats.errors) == (1, 1)

@@ -14,7 +14,7 @@ import pytest
 
 from crawlpace import Settings
 from crawlpace.crawl import CrawlOptions
-from crawlpace.crawl._shared_job import SharedCrawlJob
+from crawlpace.crawl._shared_job import SharedCrawlJob, SharedSource
 from crawlpace.frontier import Task
 from crawlpace.frontier._shared import Claim, SharedFrontier
 
@@ -194,19 +194,21 @@ async def test_answers_that_come_in_during_an_ack_are_acknowledged_later(redis_u
     frontier = SlowAcks(redis_url)
     options = CrawlOptions(output=tmp_path / "out.jsonl", store=redis_url)
     job = SharedCrawlJob(Settings(), options, frontier=frontier)
+    source = job.source
+    assert isinstance(source, SharedSource)
     try:
         first, second = Task(1, "http://a.test/1"), Task(2, "http://a.test/2")
-        job._held.update({1: first, 2: second})
-        job._settled(first, "ok")
-        sending = asyncio.ensure_future(job._send_acks())
+        source._held.update({1: first, 2: second})
+        source.settled(first, "ok")
+        sending = asyncio.ensure_future(source._send_acks())
         await asyncio.sleep(0)  # the first ack is on its way
-        job._settled(second, "ok")  # answered meanwhile
+        source.settled(second, "ok")  # answered meanwhile
         frontier.gate.set()
         await sending
         assert frontier.acked == [1]
-        await job._send_acks()
+        await source._send_acks()
         assert frontier.acked == [1, 2]
-        assert not job._acks
+        assert not source._acks
     finally:
         await frontier.aclose()
         await job.throttler.aclose()

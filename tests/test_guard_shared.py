@@ -49,6 +49,30 @@ async def test_shared_verdicts_match_the_memory_brake(redis_server: RedisServer,
         await shared.aclose()
 
 
+async def test_a_brake_shares_a_stores_connection_and_batches_decisions(redis_server: RedisServer) -> None:
+    import random
+
+    from crawlpace import Settings
+    from crawlpace._clock import AsyncioClock
+    from crawlpace.stores import Lease
+    from crawlpace.stores.redis import RedisStore
+
+    url = store_url(redis_server)
+    store = RedisStore(url, Settings.from_scrapy({"DOWNLOAD_DELAY": 0}), AsyncioClock(), random.Random(1))
+    brake = SharedBrake(url, 25, 3600.0, (), connection=store.connection)
+    try:
+        assert brake.connection is store.connection  # one client, one pool: not a second one
+        decisions = await asyncio.gather(*(brake.decide("bot") for _ in range(40)))
+        assert sum(d.allowed for d in decisions) == 25
+        assert store.connection.batches >= 1  # decisions in flight together went out as one call
+        await brake.aclose()  # the store owns the connection: it stays open
+        lease = await store.acquire((("a.example", 1.0),))
+        assert isinstance(lease, Lease)
+        assert (await brake.stats())["totals"]["used"] == 25.0
+    finally:
+        await store.aclose()
+
+
 async def test_concurrent_processes_never_pass_the_quota_together(redis_server: RedisServer) -> None:
     url = store_url(redis_server)
     brakes = [SharedBrake(url, 25, 3600.0, ()) for _ in range(4)]  # four connections, as four processes
@@ -100,26 +124,28 @@ def test_a_bad_store_url_fails_at_start() -> None:
         Guard(Backend(), quota=1, store="memcached://127.0.0.1")
 
 
-def test_uvicorn_with_four_workers_spends_one_quota(redis_server: RedisServer) -> None:
+def test_uvicorn_with_two_workers_spends_one_quota(redis_server: RedisServer) -> None:
+    # Two worker processes show the sharing as well as four, at half the start-up.
     port = free_port()
     quota = 12
     env = {**os.environ, "GUARD_STORE": store_url(redis_server), "GUARD_QUOTA": str(quota),
            "PYTHONPATH": str(ROOT)}
     server = subprocess.Popen(
-        [sys.executable, "-m", "uvicorn", "tests.guard_app:app", "--workers", "4", "--host", "127.0.0.1",
+        [sys.executable, "-m", "uvicorn", "tests.guard_app:app", "--workers", "2", "--host", "127.0.0.1",
          "--port", str(port), "--no-access-log", "--log-level", "warning"],
         cwd=ROOT, env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
     base = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60.0
-        while True:  # wait for uvicorn to listen; the cheap path is not braked
+        up: set[str] = set()
+        while len(up) < 2:  # wait until both workers answer; /pid is off the quota
             try:
-                httpx.get(f"{base}/", timeout=1.0, trust_env=False)
-                break
+                up.add(httpx.get(f"{base}/pid", timeout=1.0, trust_env=False,
+                                 headers={"connection": "close"}).text)
             except httpx.TransportError:
-                if server.poll() is not None or time.monotonic() > deadline:
-                    raise RuntimeError("uvicorn did not start") from None
                 time.sleep(0.1)
+            if server.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError(f"uvicorn did not start its two workers (saw {sorted(up)})")
         statuses: list[int] = []
         pids: set[str] = set()
         for _ in range(3 * quota):

@@ -32,7 +32,7 @@ events = st.builds(Event, advance=st.floats(min_value=0.0, max_value=500.0),
                    feedback=st.none() | feedbacks, stale=st.booleans())
 
 
-@settings(max_examples=300, deadline=None)
+@settings(max_examples=120, deadline=None)
 @given(
     concurrency=st.integers(min_value=1, max_value=32),
     delay=st.floats(min_value=0.0, max_value=10.0),
@@ -69,7 +69,7 @@ def test_limits_stay_within_their_bounds(concurrency: int, delay: float, factor:
         assert gate is None or gate <= now + max(300.0, config.breaker.pause) or policy.given_up
 
 
-@settings(max_examples=200, deadline=None)
+@settings(max_examples=100, deadline=None)
 @given(bursts=st.lists(st.integers(min_value=1, max_value=50), min_size=1, max_size=12))
 def test_one_level_per_generation_however_large_the_burst(bursts: list[int]) -> None:
     config = ScopeConfig(concurrency=64, delay=0.0, backoff=BackoffConfig(max_delay=1e6))

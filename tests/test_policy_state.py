@@ -11,10 +11,11 @@ from crawlpace._config import Settings
 from crawlpace.policy.autothrottle import AutoThrottle
 from crawlpace.policy.backoff import Backoff
 from crawlpace.policy.breaker import Breaker
+from crawlpace.policy.budget import HeaderBudget
 from crawlpace.policy.quota import QuotaBucket
 from crawlpace.policy.rampup import Rampup
 from crawlpace.policy.scope import ScopePolicy, ThrottlingScopeManager
-from crawlpace.policy.signals import ScopeFeedback
+from crawlpace.policy.signals import BudgetReading, ScopeFeedback
 from crawlpace.policy.state import (
     FIELDS,
     LAYOUT,
@@ -168,7 +169,8 @@ def test_numbers_keep_their_types() -> None:
 
 
 @pytest.mark.parametrize(("prefix", "cls"), [("p", ScopePolicy), ("b", Backoff), ("a", AutoThrottle),
-                                             ("q", QuotaBucket), ("k", Breaker), ("r", Rampup)])
+                                             ("q", QuotaBucket), ("k", Breaker), ("r", Rampup),
+                                             ("h", HeaderBudget)])
 def test_every_attribute_of_a_policy_is_either_shared_state_or_a_setting(prefix: str, cls: type) -> None:
     slots = set(getattr(cls, "__slots__", ()))
     state, settings = set(FIELDS[prefix]), set(SETTINGS[prefix])
@@ -180,6 +182,22 @@ def test_every_attribute_of_a_policy_is_either_shared_state_or_a_setting(prefix:
         "the settings or is derived")
     assert not (state & settings)
     assert (state | settings) <= slots, sorted((state | settings) - slots)
+
+
+def test_a_learned_budget_window_travels_to_another_worker() -> None:
+    make = factory()
+    policy = make.new("a.example")
+    reading = BudgetReading(remaining=7.0, quota=8.0, window=1.0, span=1.0)
+    policy.on_outcome(1.0, ScopeFeedback(status=200, budget=reading), generation=0, sent_at=0.999,
+                      expected_use=1.0)
+    policy.on_outcome(1.2, ScopeFeedback(status=200, budget=BudgetReading(8.0 - 1.0, 8.0, 1.0, 1.0)),
+                      generation=0, sent_at=1.1, expected_use=1.0)  # the count went up: a new window
+    assert policy.budget is not None
+    state = decode(encode(export_state(policy)))
+    other = restore_state(make.new("a.example"), state)
+    assert other.budget is not None
+    assert (other.budget.edge_lo, other.budget.edge_hi) == (policy.budget.edge_lo, policy.budget.edge_hi)
+    assert other.budget.window == 1.0
 
 
 def test_a_server_announced_concurrency_travels_as_a_whole_number() -> None:

@@ -117,7 +117,7 @@ def _kept_for_older(traces: list[Trace], trace: Trace, at: float) -> bool:
                and other.job.arrival - EPS <= at < other.granted - 1e-6 for other in traces)
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@settings(max_examples=80, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(scenario)
 def test_admission_rules_hold(case: tuple[dict[str, Limit], int, list[Job]]) -> None:
     configured, cap, job_list = case

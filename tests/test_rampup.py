@@ -155,6 +155,32 @@ def test_cuts_stop_at_the_lowest_rate() -> None:
     assert ramp.rate == 0.5
 
 
+def test_after_a_retry_after_hold_it_resumes_at_the_rate_in_force_not_from_the_bottom() -> None:
+    ramp = controller(start_rate=1.0)
+    end = drive(ramp, 0.0, 4.0)  # doubling: about 8/s
+    ramp.on_send(end)
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    cut = ramp.rate
+    assert cut > 3.0
+    ramp.hold(end + 5.0)  # the refusal said Retry-After: 5
+    resumed = end + 5.0
+    # Without the rule, five silent seconds read as a send rate of 0.2/s and the
+    # scope may send only at its starting rate of 1/s.
+    assert ramp.allowed_rate(resumed) == pytest.approx(cut)
+    drive(ramp, resumed, resumed + 2.0)
+    assert ramp.allowed_rate(resumed + 2.0) >= cut
+    # The hold is not averaged into the gaps: the sends after it keep the old spacing.
+    assert ramp.sent_rate(resumed + 2.0) >= 0.8 * cut
+
+
+def test_a_hold_that_ended_long_ago_changes_nothing() -> None:
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 1.0)
+    ramp.hold(2.0)
+    # An idle scope still falls back to its starting rate once it stops sending.
+    assert ramp.allowed_rate(60.0) == 4.0
+
+
 # -- the climb ------------------------------------------------------------------
 
 
@@ -538,3 +564,42 @@ def test_a_scope_held_back_by_its_slots_does_not_double_for_nothing() -> None:
     # within about 15 s, not after a climb to the cap and a long way down.
     share, _ = knee_run(40.0)
     assert share >= 0.75
+
+
+def test_refusals_on_arrival_with_many_in_flight_cap_the_slots_not_the_rate() -> None:
+    # A slow site that answers 503 at once past six requests in flight (the `slow` profile):
+    # the refusal says "too many at once", not "too fast".
+    ramp = controller(start_rate=4.0)
+    now = 0.0
+    for _ in range(20):  # pages take about a second
+        ramp.on_send(now)
+        ramp.on_response(now + 1.0, pushback=False, current=True, latency=1.0, elapsed=1.0)
+        now += 0.25
+    before = ramp.rate
+    ramp.on_send(now)
+    ramp.on_response(now + 0.002, pushback=True, current=True, latency=0.002, elapsed=0.002, inflight=7)
+    assert ramp.slot_cap == 6
+    assert ramp.concurrency(ramp.rate) <= 6
+    assert ramp.rate >= 0.85 * before  # gentle, though the start phase cuts deep otherwise
+    assert "slots capped at 6" in ramp.decision
+    # A window later with no pushback, one slot more is tried.
+    later = now + 61.0
+    ramp.on_send(later)
+    ramp.on_response(later + 1.0, pushback=False, current=True, latency=1.0, elapsed=1.0)
+    assert ramp.slot_cap == 7
+
+
+def test_a_refusal_as_slow_as_a_page_or_with_few_in_flight_caps_nothing() -> None:
+    ramp = controller(start_rate=4.0)
+    now = 0.0
+    for _ in range(20):
+        ramp.on_send(now)
+        ramp.on_response(now + 0.05, pushback=False, current=True, latency=0.05, elapsed=0.05)
+        now += 0.25
+    ramp.on_send(now)  # a token bucket's 429 with two in flight
+    ramp.on_response(now + 0.001, pushback=True, current=True, latency=0.001, elapsed=0.001, inflight=2)
+    assert ramp.slot_cap == math.inf
+    now += 5.0
+    ramp.on_send(now)  # an overloaded server's slow 503 with many in flight
+    ramp.on_response(now + 0.2, pushback=True, current=True, latency=0.2, elapsed=0.2, inflight=9)
+    assert ramp.slot_cap == math.inf

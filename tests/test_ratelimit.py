@@ -9,6 +9,7 @@ import pytest
 from crawlpace import Permit, Throttler
 from crawlpace._headers import ServerHint, parse_hints
 from crawlpace._ratelimit import Policy, _members, binding, parse_policies, parse_ratelimit
+from crawlpace.policy.budget import EVEN_SHARE
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -144,7 +145,9 @@ async def test_the_binding_policy_paces_the_scope(clock: MockClock,
                                   "RateLimit": '"permin";r=40;t=30, "perhr";r=1000;t=3600'})
     sends = [await answer(throttler) for _ in range(3)]
     # permin allows one per max(30/40, 60/50) = 1.2 s, perhr one per 3600/1000 = 3.6 s: perhr binds.
-    assert sends == pytest.approx([3.6, 7.2, 10.8])
+    # Its t pins the window's end, so the even pace is EVEN_SHARE of that (policy/budget.py).
+    gap = EVEN_SHARE * 3.6
+    assert sends == pytest.approx([gap, 2 * gap, 3 * gap])
 
 
 async def test_a_spent_budget_holds_and_retry_after_takes_precedence(

@@ -32,7 +32,7 @@ from crawlpace.stores.redis import RedisLease, RedisStore
 from crawlpace.testing import MockClock
 
 from .conftest import serve
-from .redis_server import RedisServer, reap, redis_binary
+from .redis_server import RedisServer, delivered, reap, redis_binary
 
 pytestmark = pytest.mark.redis
 
@@ -213,6 +213,7 @@ async def test_the_store_fails_closed_while_redis_is_down_and_recovers(
 
         # A lease taken before the outage is given back during it: no exception.
         assert await store.release(held, Outcome(status=200, latency=0.1)) == ()
+        await delivered(store)  # tried while the server is down (the start below blocks the loop)
 
         own_server.start()
         lease, _refusals = await admit(store, "held.example", clock, within=5.0)
@@ -255,6 +256,7 @@ async def test_skewed_worker_clocks_keep_one_pace(redis_url: str) -> None:
         assert all(gap >= 0.5 - 0.01 for gap in gaps), gaps
         assert all(gap < 1.0 for gap in gaps), gaps  # and no store waited far longer than told
         assert skewed_refusals >= 1
+        await delivered(*(store for store, _clock in stores))
         snap = await stores[0][0].snapshot("paced.example")
         assert snap is not None
         assert (snap.sends, snap.responses, snap.inflight) == (6, 6, 0)
@@ -317,6 +319,7 @@ async def test_a_release_that_failed_is_sent_again_when_redis_answers(
 
         persistent_server.stop()
         assert await store.release(held[0], Outcome(status=200, latency=0.1)) == ()
+        await delivered(store)
         assert any("sent again when the server answers" in r.getMessage() for r in caplog.records)
         persistent_server.start()  # with its data: both leases are still there, held for 30 s
         back = time.monotonic()
@@ -452,3 +455,44 @@ async def test_a_server_lost_between_an_admission_and_its_policy_read_keeps_the_
     finally:
         await writer.aclose()
         await reader.aclose()
+
+
+async def test_a_server_refusing_writes_fails_closed_and_a_failed_release_leaks_no_count(
+        own_server: RedisServer, caplog: pytest.LogCaptureFixture) -> None:
+    import redis.asyncio as aioredis
+
+    from crawlpace import NotReady, Permit, Throttler
+
+    raw = {**FULL_RAW, "CONCURRENT_REQUESTS": 2}
+    admin = aioredis.from_url(own_server.url)
+    try:
+        async with Throttler(raw, store=f"{own_server.url}?namespace=refusing") as throttler:
+            first = await throttler.try_acquire(scopes="held.example")
+            assert isinstance(first, Permit)
+            # A replica after a failover, a full disk, too few replicas: the server answers, but no write.
+            await admin.config_set("min-replicas-to-write", 1)
+            refused = await throttler.try_acquire(scopes="held.example")
+            assert isinstance(refused, NotReady)  # closed, and asked again later: not redis-py's error
+            assert refused.ready_at is not None
+            await first.release()  # kept and sent again later, like a release that met a dead server
+            await admin.config_set("min-replicas-to-write", 0)
+
+            # A refusal that is not one of those (no permission): a release does not wait for the
+            # server (it rides with the next call), so the error is logged, not raised; the
+            # throttler's own count of requests in flight must come down all the same.
+            held = [await throttler.try_acquire(scopes=name) for name in ("a.example", "b.example")]
+            assert all(isinstance(permit, Permit) for permit in held)
+            await admin.execute_command("ACL", "SETUSER", "default", "-evalsha")  # type: ignore[no-untyped-call]
+            for permit in held:
+                assert isinstance(permit, Permit)
+                await permit.release()
+            await delivered(throttler.store)
+            assert "permission" in caplog.text.lower()
+            await admin.execute_command("ACL", "SETUSER", "default", "+evalsha")  # type: ignore[no-untyped-call]
+            again = [await throttler.try_acquire(scopes=name) for name in ("c.example", "d.example")]
+            assert all(isinstance(permit, Permit) for permit in again), again  # the cap is whole
+            for permit in again:
+                assert isinstance(permit, Permit)
+                await permit.release()
+    finally:
+        await admin.aclose()

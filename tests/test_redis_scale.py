@@ -20,6 +20,8 @@ from crawlpace.stores import _keys as keys
 from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
 
+from .redis_server import delivered
+
 pytestmark = pytest.mark.redis
 
 FREE = Settings.from_scrapy({"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0,
@@ -77,6 +79,60 @@ async def test_concurrent_admissions_share_round_trips(redis_url: str,
         await store.aclose()
 
 
+async def test_a_lone_tasks_release_rides_with_its_next_acquire(redis_url: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store, clock, ns = store_at(redis_url)
+    other = RedisStore(f"{redis_url.split('?')[0]}?namespace={ns}&time=local", FREE, clock, random.Random(2))
+    try:
+        warm = await store.acquire((("solo", 1.0),))
+        assert isinstance(warm, Lease)
+        await store.release(warm, Outcome(status=200))
+        trips = Trips(monkeypatch)
+        for _ in range(20):  # one task, one request at a time
+            lease = await store.acquire((("solo", 1.0),))
+            assert isinstance(lease, Lease)
+            await store.release(lease, Outcome(status=200, latency=0.01))
+        # The first acquire also carries the warm-up's release; the last release is still queued.
+        assert trips.count <= 21, trips.count
+        await asyncio.sleep(0)  # a turn of the loop: the last release leaves on its own
+        await asyncio.sleep(0)
+        assert trips.count <= 22, trips.count
+        await delivered(store)
+        snap = await other.snapshot("solo")  # another worker sees every slot back, every outcome
+        assert snap is not None
+        assert (snap.sends, snap.responses, snap.inflight) == (21, 21, 0)
+    finally:
+        await store.aclose()
+        await other.aclose()
+
+
+async def test_keys_keep_an_expiry_without_one_expire_per_call(redis_url: str,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    store, _clock, ns = store_at(redis_url)
+    client = redis.Redis.from_url(redis_url.split("?")[0])
+    try:
+        a, leases = f"cp:{ns}:{{e}}:a", f"cp:{ns}:{{e}}:l"
+        first = await store.acquire((("e", 1.0),))
+        second = await store.acquire((("e", 1.0),))
+        assert isinstance(first, Lease)
+        assert isinstance(second, Lease)
+        await delivered(store)
+        assert 0 < client.ttl(a) <= 1.5 * store.idle
+        assert 0 < client.ttl(leases) <= 1.5 * store.idle  # made by the first admission, with an expiry
+        calls = client.info("commandstats").get("cmdstat_expire", {}).get("calls", 0)
+        await store.release(first, Outcome(status=200))
+        await store.release(second, Outcome(status=200))
+        again = await store.acquire((("e", 1.0),))  # the lease set is made anew: it gets an expiry
+        assert isinstance(again, Lease)
+        await store.release(again, Outcome(status=200))
+        await delivered(store)
+        assert client.info("commandstats")["cmdstat_expire"]["calls"] - calls == 1  # not one per call
+        assert 0 < client.ttl(a) <= 1.5 * store.idle
+    finally:
+        client.close()
+        await store.aclose()
+
+
 async def test_a_failing_script_in_a_batch_fails_only_its_caller(redis_url: str) -> None:
     store, _clock, _ns = store_at(redis_url)
     try:
@@ -125,6 +181,7 @@ async def test_an_idle_scope_that_learned_nothing_stores_no_policy(redis_url: st
         lease = await store.acquire((("quiet", 1.0),))
         assert isinstance(lease, Lease)
         await store.release(lease, Outcome(status=200, latency=0.05))
+        await delivered(store)  # read through a client of its own
         client = redis.Redis.from_url(redis_url.split("?")[0])
         names = sorted(k.decode() for k in client.scan_iter(match=keys.namespace_pattern(ns)))
         client.close()

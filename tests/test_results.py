@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import signal
@@ -54,6 +55,15 @@ def test_result_round_trips(result: Result) -> None:
     assert list(json.loads(line)) == sorted(json.loads(line))
     assert Result.from_json(line) == result
     assert Result.from_json(line.encode()) == result
+
+
+def test_every_field_is_written() -> None:
+    """to_json spells its keys out: a field added to Result must be added there too."""
+    names = {item.name for item in dataclasses.fields(Result)}
+    blocked = make(blocked=True, block_rule="challenge")
+    assert set(json.loads(blocked.to_json())) == names
+    assert set(json.loads(make().to_json())) == names - {"blocked", "block_rule"}
+    assert Result.from_json(blocked.to_json()) == blocked
 
 
 def test_final_outcomes() -> None:

@@ -145,11 +145,20 @@ async def hops() -> AsyncIterator[SimServer]:
         yield server
 
 
+#: The sites' tolerance: how long a request may take from its admission to the site. Scrapy's
+#: engine and downloader stand between the two, and on a loaded machine a request can reach the
+#: site 100 ms and more after it was admitted (measured from a 429 to a request admitted just
+#: before it: 88 and 120 ms at load 12-22; 150 ms was still exceeded). The sites judge
+#: Crawl-delay over the whole sequence, so a crawler steadily early, or one that ignores the delay
+#: or a 1 s Retry-After, is still caught within a few requests.
+IN_FLIGHT = 0.25
+
 MIXED = {"site": [
-    {"name": "bucket", "profile": "ratelimit", "rate": 10.0, "burst": 2, "pages": 10},
-    {"name": "spaced", "profile": "crawldelay", "delay": 0.15, "pages": 8},
-    {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 10},
-    {"name": "budget", "profile": "headers", "limit": 10, "window": 1.0, "pages": 10},
+    {"name": "bucket", "profile": "ratelimit", "rate": 10.0, "burst": 2, "pages": 10, "tolerance": IN_FLIGHT},
+    {"name": "spaced", "profile": "crawldelay", "delay": 0.15, "pages": 8, "tolerance": IN_FLIGHT},
+    {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 10,
+     "tolerance": IN_FLIGHT},
+    {"name": "budget", "profile": "headers", "limit": 10, "window": 1.0, "pages": 10, "tolerance": IN_FLIGHT},
     {"name": "dead", "profile": "dead", "pages": 10},
 ]}
 
@@ -190,8 +199,9 @@ async def test_a_scrapy_crawl_keeps_every_site_rule(tmp_path: Path, hops: SimSer
 
 async def test_two_scrapy_processes_share_the_limits_through_redis(tmp_path: Path, redis_url: str) -> None:
     spec = {"site": [
-        {"name": "spaced", "profile": "crawldelay", "delay": 0.1, "pages": 6},
-        {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 6},
+        {"name": "spaced", "profile": "crawldelay", "delay": 0.1, "pages": 6, "tolerance": IN_FLIGHT},
+        {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 6,
+         "tolerance": IN_FLIGHT},
     ]}
     settings = {**FAST, "CRAWLPACE_STORE": redis_url}
     async with Farm(spec) as farm:
@@ -212,8 +222,10 @@ async def test_two_scrapy_processes_share_the_limits_through_redis(tmp_path: Pat
 
 async def test_scrapys_own_scheduler_can_be_kept(tmp_path: Path) -> None:
     """``CRAWLPACE_SCHEDULER = False``: requests wait for their scopes in the middleware instead."""
-    spec = {"site": [{"name": "spaced", "profile": "crawldelay", "delay": 0.1, "pages": 5},
-                     {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 8}]}
+    spec = {"site": [{"name": "spaced", "profile": "crawldelay", "delay": 0.1, "pages": 5,
+                      "tolerance": IN_FLIGHT},
+                     {"name": "strict", "profile": "retryafter", "rate": 10.0, "embargo": 1, "pages": 8,
+                      "tolerance": IN_FLIGHT}]}
     async with Farm(spec) as farm:
         urls = [*pages(farm.site("spaced")), *pages(farm.site("strict"))]
         result = await crawl(tmp_path, urls, {**FAST, "CRAWLPACE_SCHEDULER": False})
@@ -230,7 +242,8 @@ async def test_scrapys_own_scheduler_can_be_kept(tmp_path: Path) -> None:
 @pytest.mark.skipif(SCRAPY_VERSION < (2, 18), reason="the robots_parsed signal came with Scrapy 2.18")
 async def test_the_crawl_delay_of_scrapys_own_parser_wins(tmp_path: Path) -> None:
     """A custom ROBOTSTXT_PARSER's Crawl-Delay arrives through Scrapy's ``robots_parsed`` signal."""
-    spec = {"site": [{"name": "spaced", "profile": "crawldelay", "delay": 0.1, "pages": 4}]}
+    spec = {"site": [{"name": "spaced", "profile": "crawldelay", "delay": 0.1, "pages": 4,
+                      "tolerance": IN_FLIGHT}]}
     async with Farm(spec) as farm:
         result = await crawl(tmp_path, pages(farm.site("spaced")),
                              {**FAST, "ROBOTSTXT_PARSER": "__main__.StricterParser"})

@@ -320,6 +320,26 @@ async def test_debug_logs_one_line_per_adjustment(clock: MockClock, caplog: pyte
     assert "after status 429" in lines[0]
 
 
+@pytest.mark.parametrize("values", [
+    {"AUTOTHROTTLE_ENABLED": True},  # AutoThrottle starts above the delay
+    {"AUTOTHROTTLE_ENABLED": True, "AUTOTHROTTLE_START_DELAY": 0.2, "DOWNLOAD_DELAY": 0.5},  # below it
+    {"AUTOTHROTTLE_ENABLED": True, "AUTOTHROTTLE_MAX_DELAY": 2.0},  # the start is capped by the maximum
+    {"AUTOTHROTTLE_ENABLED": True,  # rampup, not AutoThrottle, sets the start: one slot, not four
+     "THROTTLING_SCOPES": {"a.example": {"rampup": True, "concurrency": 4, "delay": 0.25}}},
+    {"THROTTLING_SCOPES": {"a.example": {"concurrency": 4, "delay": 0.25}}, "CONCURRENT_REQUESTS": 3},
+])
+async def test_debug_lines_start_where_the_throttler_starts(clock: MockClock, values: dict[str, Any]) -> None:
+    """The add-on's idea of a fresh scope is the core's, not a rule of its own (one source of truth)."""
+    engine = FakeEngine(values, clock)
+    permit = await engine.throttler.acquire("https://a.example/")
+    snapshot = await engine.throttler.scope_stats("a.example")
+    await permit.release()
+    assert snapshot is not None
+    start = engine.runtime.report.starting_limits("a.example")
+    assert start == (snapshot.concurrency, round(snapshot.delay, 3), 0, None, "closed")
+    await engine.runtime.aclose()
+
+
 async def test_per_scope_stats_are_published(clock: MockClock) -> None:
     engine = FakeEngine({**FAST, "THROTTLING_SCOPES": {"b.example": {"delay": 0.5}}}, clock, latency=0.01)
     await engine.run([Request("https://a.example/"), Request("https://b.example/")])

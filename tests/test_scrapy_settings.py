@@ -24,7 +24,8 @@ from crawlpace.scrapy import (
     ThrottlingScheduler,
 )
 from crawlpace.scrapy._compat import MIN_SCRAPY, SCRAPY_VERSION, default_backoff_exceptions, version_tuple
-from crawlpace.scrapy._settings import AddonConfig, RequestScopesManager, read_config, scrapy_values
+from crawlpace.scrapy._managers import RequestScopesManager
+from crawlpace.scrapy._settings import AddonConfig, read_config, scrapy_values
 from crawlpace.stores.memory import MemoryStore
 
 

@@ -60,7 +60,8 @@ async def statuses(client: httpx.AsyncClient, count: int, path: str = "/page/1")
 
 async def test_ratelimit_refuses_past_the_bucket_with_retry_after() -> None:
     clock = MockClock(100.0)
-    site = RateLimitSite(rate=2.0, burst=2, clock=clock.now)
+    # No tolerance: on the fake clock nothing lags, so a request at the instant of the 429 came after it.
+    site = RateLimitSite(rate=2.0, burst=2, clock=clock.now, tolerance=0.0)
     async with live(site) as client:
         assert await statuses(client, 2) == [200, 200]
         refused = await client.get("/page/2")
@@ -204,7 +205,8 @@ async def test_overload_latency_is_real() -> None:
 
 async def test_quota_stops_at_the_quota_until_the_window_ends() -> None:
     clock = MockClock(1.0)
-    site = QuotaSite(quota=4, window=10.0, clock=clock.now, rng=Lucky(0.999))
+    # No tolerance: on the fake clock nothing lags, so a request at the instant of the 429 came after it.
+    site = QuotaSite(quota=4, window=10.0, clock=clock.now, rng=Lucky(0.999), tolerance=0.0)
     assert site.capacity == 0.4
     async with live(site) as client:
         allowed = await client.get("/page/1")

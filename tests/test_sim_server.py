@@ -365,3 +365,32 @@ def test_encode_response_for_head_no_content_and_http_10() -> None:
                           http_version="1.1")
     assert odd.startswith(b"HTTP/1.1 299 \r\n")
     assert odd.count(b"server:") == 1
+
+
+async def test_a_site_dates_a_request_from_its_first_bytes() -> None:
+    """A head that takes 0.2 s to come in arrived when it began: the server's reading is not the crawler's."""
+    from crawlpace.sim import CrawlDelaySite
+
+    site = CrawlDelaySite(delay=0.3, tolerance=0.05, pages=3)
+    async with SimServer(site, HOST) as running:
+        reader, writer = await asyncio.open_connection(HOST, running.port)
+        try:
+            loop = asyncio.get_running_loop()
+            started = loop.time()
+            writer.write(b"GET /page/1 HTTP/1.1\r\nHost: x\r\n")
+            await writer.drain()
+            await asyncio.sleep(0.2)  # the rest of the head dribbles in
+            writer.write(b"\r\n")
+            head = (await reader.readuntil(b"\r\n\r\n")).decode().lower()
+            length = int(head.split("content-length:", 1)[1].split("\r\n", 1)[0])
+            await reader.readexactly(length)
+            await asyncio.sleep(max(started + 0.31 - loop.time(), 0.0))  # the crawl delay from the first send
+            writer.write(b"GET /page/2 HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+            await writer.drain()
+            await reader.read()
+        finally:
+            writer.close()
+    figures = site.stats.as_dict()
+    assert figures["requests"] == 2
+    # Timed from the end of the first head (0.2 s late), the second request would be 0.19 s early.
+    assert figures["violations"] == 0, figures["violation_kinds"]

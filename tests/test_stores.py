@@ -15,7 +15,7 @@ from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
 
 from .redis_cluster import RedisCluster
-from .redis_server import RedisServer
+from .redis_server import RedisServer, delivered
 
 StoreMaker = Callable[[Settings, MockClock], Store]
 
@@ -270,6 +270,7 @@ async def test_workers_on_one_redis_share_what_they_learn(redis_url: str) -> Non
         assert await two.acquire((("b", 1.0),)) == Blocked(None, (("b", None),))
         await one.release(lease, Outcome(status=503, feedback=(ScopeFeedback(backoff=True, failed=True,
                                                                              status=503),)))
+        await delivered(one)
         # ... and the backoff it caused: delay 0 backs off to BACKOFF_MIN_DELAY, 1 s.
         assert await two.acquire((("b", 1.0),)) == Blocked(1.0, (("b", 1.0),))
         clock.advance(1.0)
@@ -277,6 +278,7 @@ async def test_workers_on_one_redis_share_what_they_learn(redis_url: str) -> Non
         assert isinstance(again, Lease)
         assert again.generations == (1,)
         await two.release(again, Outcome(status=200, latency=0.1))
+        await delivered(two)  # one worker reads what another released
         snap = await one.snapshot("b")
         assert snap is not None
         assert (snap.sends, snap.responses, snap.errors, snap.backoff) == (2, 2, 0, 1)

@@ -419,3 +419,38 @@ async def test_feedback_without_a_status_is_not_counted_as_a_response(
     stats = await throttler.scope_stats("example.com")
     assert stats is not None
     assert (stats.responses, stats.errors, stats.last_latency) == (0, 0, 0.0)
+
+
+async def test_nowait_paths_answer_at_once_or_say_an_await_is_needed(clock: MockClock) -> None:
+    from types import SimpleNamespace as Answer
+
+    from crawlpace import ThrottlingManager
+
+    class Awaited(ThrottlingManager):
+        async def get_scopes(self, request: object) -> str:
+            return "api"
+
+        async def get_response_backoff(self, response: object) -> dict[str, object]:
+            return await super().get_response_backoff(response)
+
+    settings = {"CONCURRENT_REQUESTS_PER_DOMAIN": 1, "DOWNLOAD_DELAY": 0.0, "DOWNLOAD_DELAY_PER_SLOT": 0.0}
+    async with Throttler(settings, clock=clock) as plain:
+        permit = plain.try_acquire_nowait("https://a.example/1")
+        assert isinstance(permit, Permit)
+        refused = plain.try_acquire_nowait("https://a.example/2")
+        assert isinstance(refused, NotReady)
+        assert refused.ready_at is None
+        permit.feedback(status=200)
+        assert permit.release_nowait()
+        assert permit.released
+        assert isinstance(plain.try_acquire_nowait("https://a.example/2"), Permit)
+    async with Throttler(settings, clock=clock, manager=Awaited()) as managed:
+        assert managed.try_acquire_nowait("https://a.example/1") is None  # the manager must be awaited
+        permit = await managed.try_acquire("https://a.example/1")
+        assert isinstance(permit, Permit)
+        assert permit.scopes == ("api",)
+        permit.feedback(Answer(status_code=200, headers={}))
+        assert not permit.release_nowait()
+        assert not permit.released
+        await permit.release()
+        assert permit.released

@@ -3,8 +3,7 @@
 The public names live here; everything else is an implementation detail.
 """
 
-from importlib.metadata import PackageNotFoundError as _PackageNotFoundError
-from importlib.metadata import version as _version
+import typing as _typing
 
 from ._blocks import BlockRules
 from ._clock import AsyncioClock, Clock, TimerHandle
@@ -13,9 +12,11 @@ from ._exceptions import (
     ConfigError,
     CrawlpaceError,
     PermitError,
+    PolicyFormatError,
     QuotaError,
     ScopeError,
     ScopeGivenUp,
+    StateFormatError,
     StoreUnreachable,
     ThrottlerClosed,
 )
@@ -42,10 +43,22 @@ from .policy.rampup import RampupStats
 from .policy.scope import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
 from .policy.signals import ScopeFeedback
 
-try:
-    __version__ = _version("crawlpace")
-except _PackageNotFoundError:  # pragma: no cover - running from a source tree
-    __version__ = "0+unknown"
+if _typing.TYPE_CHECKING:
+    __version__: str
+else:
+    def __getattr__(name: str) -> str:
+        # The version is read from the installed metadata on first use only:
+        # importlib.metadata costs more to import than the rest of the core.
+        if name != "__version__":
+            raise AttributeError(f"module 'crawlpace' has no attribute {name!r}")
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            value = version("crawlpace")
+        except PackageNotFoundError:  # pragma: no cover - running from a source tree
+            value = "0+unknown"
+        globals()["__version__"] = value
+        return value
 
 __all__ = [
     "AsyncioClock",
@@ -65,6 +78,7 @@ __all__ = [
     "NotReady",
     "Permit",
     "PermitError",
+    "PolicyFormatError",
     "QuotaError",
     "RampupStats",
     "Resolver",
@@ -76,6 +90,7 @@ __all__ = [
     "ServerHint",
     "ServerScopes",
     "Settings",
+    "StateFormatError",
     "StoreUnreachable",
     "SyncPermit",
     "SyncThrottler",

@@ -10,6 +10,8 @@ anything this package raises on purpose::
     ├── ThrottlerClosed      the throttler was closed while a request waited or tried to enter
     ├── ScopeGivenUp         the circuit breaker gave a scope up; its requests fail
     ├── StoreUnreachable     a shared store did not answer at start-up (refused, bad password, silence)
+    ├── StateFormatError     stored learned state this version cannot read (also a ValueError)
+    │   └── PolicyFormatError  a store's policy record could not be read
     └── PermitError          a permit was misused (released twice, feedback after release)
 
 Misuse by the caller (``ConfigError``, ``ScopeError``, ``PermitError``) is kept
@@ -24,9 +26,11 @@ __all__ = [
     "ConfigError",
     "CrawlpaceError",
     "PermitError",
+    "PolicyFormatError",
     "QuotaError",
     "ScopeError",
     "ScopeGivenUp",
+    "StateFormatError",
     "StoreUnreachable",
     "ThrottlerClosed",
 ]
@@ -79,6 +83,18 @@ class StoreUnreachable(CrawlpaceError):
     The message names the store (password hidden), what happened and what to
     check. While running, the store fails closed instead: requests wait.
     """
+
+
+class StateFormatError(CrawlpaceError, ValueError):
+    """Stored learned state this version cannot read (a newer layout, or not crawlpace's).
+
+    Raised by :func:`crawlpace.policy.state.decode`; the stores catch it and
+    start the scope afresh, so a user meets it only when reading state by hand.
+    """
+
+
+class PolicyFormatError(StateFormatError):
+    """A store's record of one scope's policy could not be read; the cause is chained."""
 
 
 class ThrottlerClosed(CrawlpaceError):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextvars
 import dataclasses
 import logging
+import sys
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -25,7 +26,7 @@ from ._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Set
 from ._exceptions import ConfigError
 from ._headers import ServerHint, parse_hints
 from ._scopes import Demand, import_object
-from .policy.signals import ScopeFeedback
+from .policy.signals import BudgetReading, ScopeFeedback
 
 __all__ = ["FeedbackBuilder", "ScopeFeedback", "current_context", "update_scope_backoff"]
 
@@ -44,8 +45,39 @@ def _headers_of(response: Any) -> object:
     return getattr(response, "headers", None)
 
 
+def _deferred(item: object) -> bool:
+    """Whether ``item`` is a default entry of a client library that is not imported yet.
+
+    No exception of such a library can exist before its module is loaded, so
+    its class need not be imported to classify anything: looking it up is put
+    off until an exception comes (see :func:`loaded_defaults`). This keeps
+    ``Throttler()`` from importing aiohttp, httpx and requests.
+    """
+    return (isinstance(item, str) and item in DEFAULT_BACKOFF_EXCEPTIONS
+            and item.rpartition(".")[0] not in sys.modules)
+
+
+def loaded_defaults(paths: tuple[str, ...]) -> tuple[type[BaseException], ...]:
+    """The exception classes among ``paths`` whose module has been imported since.
+
+    Args:
+        paths: deferred default entries of ``BACKOFF_EXCEPTIONS``.
+    """
+    found: list[type[BaseException]] = []
+    for path in paths:
+        module_name, _, attr = path.rpartition(".")
+        module = sys.modules.get(module_name)
+        target = getattr(module, attr, None) if module is not None else None
+        if isinstance(target, type) and issubclass(target, BaseException):
+            found.append(target)
+    return tuple(found)
+
+
 def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseException], ...]:
     """Import the classes ``BACKOFF_EXCEPTIONS`` names.
+
+    Default entries of client libraries that are not imported yet are left
+    out (see :func:`deferred_exceptions`).
 
     Raises:
         ConfigError: naming ``label`` when a path cannot be imported or is not
@@ -56,6 +88,8 @@ def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseExce
     for item in config.exceptions:
         if isinstance(item, type):
             classes.append(item)
+            continue
+        if _deferred(item):
             continue
         try:
             target = import_object(item)
@@ -78,6 +112,11 @@ def resolve_exceptions(config: BackoffConfig, label: str) -> tuple[type[BaseExce
     return tuple(classes)
 
 
+def deferred_exceptions(config: BackoffConfig) -> tuple[str, ...]:
+    """The default entries :func:`resolve_exceptions` left out because their library is not loaded."""
+    return tuple(item for item in config.exceptions if isinstance(item, str) and _deferred(item))
+
+
 @dataclass(frozen=True, slots=True)
 class _Rules:
     """One scope's settings, in the form classification needs."""
@@ -85,6 +124,13 @@ class _Rules:
     codes: frozenset[int]
     exceptions: tuple[type[BaseException], ...]
     cap: float
+    #: Default entries whose library was not imported when the rules were made.
+    deferred: tuple[str, ...] = ()
+
+    def matches(self, exc: BaseException) -> bool:
+        """Whether ``exc`` is one of the backoff exceptions."""
+        return isinstance(exc, self.exceptions) or (
+            bool(self.deferred) and isinstance(exc, loaded_defaults(self.deferred)))
 
 
 class FeedbackBuilder:
@@ -119,7 +165,8 @@ class FeedbackBuilder:
         rules = self._rules.get(id(config.backoff))
         if rules is None:
             backoff = config.backoff
-            rules = _Rules(backoff.http_codes, resolve_exceptions(backoff, label), backoff.max_delay)
+            rules = _Rules(backoff.http_codes, resolve_exceptions(backoff, label), backoff.max_delay,
+                           deferred_exceptions(backoff))
             self._rules[id(config.backoff)] = rules
         return rules
 
@@ -137,7 +184,7 @@ class FeedbackBuilder:
         out: list[ScopeFeedback] = []
         for name, _use in demands:
             rules = self._rules_of(self.settings.scope_config(name))
-            backoff = isinstance(exc, rules.exceptions)
+            backoff = rules.matches(exc)
             out.append(ScopeFeedback(backoff=backoff,
                                      failed=backoff or isinstance(exc, OSError | TimeoutError)))
         return tuple(out)
@@ -186,6 +233,9 @@ class FeedbackBuilder:
                 and hint.reset is not None and hint.reset > 0.0:
             pace_for = hint.reset
             pace = _unrounded(hint.reset) / hint.remaining
+        budget = _budget_of(hint)
+        if budget is not None and hint is not None and hint.retry_after is None and hold == hint.hold:
+            hold = None  # a spent budget's hold: the scope reckons it from the window it learned
         settings = self.settings
         redirect_cap = settings.redirect_max_delay
         is_redirect = status is not None and 300 <= status < 400
@@ -204,8 +254,18 @@ class FeedbackBuilder:
                 latency=latency,
                 status=status,
                 concurrency=None if hint is None else hint.concurrency,
+                budget=budget,
             )
         return out
+
+
+def _budget_of(hint: ServerHint | None) -> BudgetReading | None:
+    """The request budget of a current-form ``RateLimit`` answer whose policy gives ``q`` and ``w``."""
+    if hint is None or hint.source != "ratelimit" or hint.unit != "requests":
+        return None
+    if hint.remaining is None or hint.limit is None or hint.window is None:
+        return None
+    return BudgetReading(remaining=hint.remaining, quota=hint.limit, window=hint.window, span=hint.reset)
 
 
 def _unrounded(reset: float) -> float:

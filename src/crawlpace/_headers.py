@@ -33,6 +33,8 @@ _WANTED = frozenset({"retry-after", "date", "ratelimit", "ratelimit-policy", "ra
                      "ratelimit-remaining", "ratelimit-reset", "content-length"})
 _VENDORS = (("x-ratelimit-", "x-ratelimit"), ("x-rate-limit-", "x-rate-limit"))
 _OWS = " \t\r\n"
+# Read only beside a pacing header: alone they say nothing.
+_CONTEXT = frozenset({"date", "content-length"})
 
 # Plain decimal numbers only: no sign, no "inf"/"nan", ASCII digits only.
 _NUMBER = re.compile(r"[0-9]+(?:\.[0-9]+)?(?:[eE][+-]?[0-9]+)?", re.ASCII)
@@ -71,6 +73,8 @@ class ServerHint:
             ``concurrent-requests`` policy.
         policy: Name of the binding ``RateLimit`` policy.
         partition: Its partition key (``pk``), when it has one.
+        unit: What ``remaining`` and ``limit`` count (``RateLimit`` policies:
+            ``requests``, ``content-bytes``...).
     """
 
     retry_after: float | None = None
@@ -85,6 +89,7 @@ class ServerHint:
     concurrency: int | None = None
     policy: str | None = None
     partition: bytes | None = None
+    unit: str = "requests"
 
     def __repr__(self) -> str:
         # Only what the server said: most responses fill two or three of the twelve fields.
@@ -141,12 +146,14 @@ def header_items(headers: object) -> dict[str, str]:
         multi, items = getattr(headers, "multi_items", None), getattr(headers, "items", None)
         pairs: Any = multi() if callable(multi) else items() if callable(items) else headers
         for name, value in pairs:
-            key = _text(name)
+            key = name if isinstance(name, str) else _text(name)
             if key is None:
                 continue
             key = key.strip(_OWS).lower()
+            if key in found or not _wanted(key):  # most headers: their value is never read
+                continue
             text = _text(value)
-            if text is not None and key not in found and _wanted(key):
+            if text is not None:
                 found[key] = text.strip(_OWS)
     except Exception:
         _log.debug("stopped reading headers of type %s", type(headers).__name__, exc_info=True)
@@ -314,7 +321,7 @@ def _current_form(items: dict[str, str], cap: float) -> ServerHint | None:
         hold=None if bound.hold is None else _clamp(bound.hold, cap),
         pace=None if bound.pace is None else _clamp(bound.pace, cap),
         pace_for=_clamp(bound.pace_for, cap) or 0.0, concurrency=bound.concurrency, policy=budget.name,
-        partition=budget.partition)
+        partition=budget.partition, unit=budget.unit)
 
 
 def _policy_alone(items: dict[str, str], cap: float) -> ServerHint | None:
@@ -402,6 +409,8 @@ def parse_hints(headers: object, *, wall_now: float, cap: float) -> ServerHint |
         The hints found, or None when no header yielded anything usable.
     """
     items = header_items(headers)
+    if items.keys() <= _CONTEXT:  # most responses: no pacing header at all
+        return None
     retry_after = None
     if "retry-after" in items:
         retry_after = parse_retry_after(items["retry-after"], date=items.get("date"),

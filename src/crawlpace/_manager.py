@@ -9,13 +9,15 @@ importing each other.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Protocol, runtime_checkable
 
 from ._exceptions import ConfigError
 from ._feedback import default_response_backoff, default_response_delay
 from ._scopes import ScopesSpec, default_scopes, import_object
 
-__all__ = ["ThrottlingManager", "ThrottlingManagerProtocol", "load_manager", "load_scope_manager"]
+__all__ = ["ThrottlingManager", "ThrottlingManagerProtocol", "load_manager", "load_scope_manager",
+           "scopes_without_await"]
 
 
 @runtime_checkable
@@ -56,6 +58,20 @@ class ThrottlingManager:
         headers announce refills when it is spent.
         """
         return default_response_delay(response)
+
+
+def scopes_without_await(manager: object) -> Callable[[Any], ScopesSpec] | None:
+    """How ``manager`` gives a request's scopes without awaiting, or ``None`` when it must be awaited.
+
+    The default manager answers from ``meta`` or the host. A manager with a
+    plain ``scopes_nowait(request)`` method (the Scrapy add-on wraps seed
+    001's synchronous ``get_request_scopes`` managers so) answers through it.
+    Anything else is asked with ``await manager.get_scopes(request)``.
+    """
+    if type(manager) is ThrottlingManager:
+        return default_scopes
+    nowait = getattr(manager, "scopes_nowait", None)
+    return nowait if callable(nowait) else None
 
 
 def load_manager(path: str) -> ThrottlingManagerProtocol:

@@ -110,6 +110,19 @@ class Permit:
         outcome = await self._releaser.release(self._lease, self.request, self._raw)
         self._outcome = None if outcome is NO_OUTCOME else outcome
 
+    def release_nowait(self) -> bool:
+        """:meth:`release` as a plain call, when it needs no await (a local store, no
+        manager hooks to await); False when it does: call :meth:`release` then."""
+        if self._released:
+            return True
+        self._released = True
+        outcome = self._releaser.release_nowait(self._lease, self.request, self._raw)
+        if outcome is None:
+            self._released = False
+            return False
+        self._outcome = None if outcome is NO_OUTCOME else outcome
+        return True
+
     async def __aenter__(self) -> Permit:
         return self
 

@@ -99,7 +99,14 @@ class Releaser:
         if local is not None:
             given_up = local.release_nowait(lease, outcome)
         else:
-            given_up = await self._store.release(lease, outcome)
+            given_up = ()
+            try:
+                given_up = await self._store.release(lease, outcome)
+            finally:
+                # Even when the store raised: the request is over for this process, and a count
+                # left up would hold back every later request of the global cap for good.
+                self._on_released(lease, given_up)
+            return
         self._on_released(lease, given_up)
 
     def give_back_nowait(self, lease: Lease, outcome: Outcome) -> None:

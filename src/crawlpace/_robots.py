@@ -31,7 +31,7 @@ from typing import Literal
 from protego import Protego
 
 __all__ = ["MAX_ROBOTS_BYTES", "ROBOTS_MAX_REDIRECTS", "RobotsRules", "Verdict", "crawl_delay",
-           "robots_verdict"]
+           "crawl_delay_scopes", "robots_verdict"]
 
 logger = logging.getLogger(__name__)
 
@@ -57,6 +57,22 @@ def robots_verdict(status: int | None) -> Verdict:
     if status < 300:
         return "rules"
     return "allow_all"
+
+
+def crawl_delay_scopes(host: str | None, scopes: tuple[str, ...]) -> tuple[str, ...]:
+    """The scopes a host's robots.txt Crawl-delay applies to, given those its fetch ran under.
+
+    The host's own scope when the robots.txt request held it (the usual
+    case, and the answer when nothing is known of the request); otherwise
+    every scope it was throttled under (a manager that groups hosts by
+    server or registrable domain). The crawl and the Scrapy add-on both ask
+    here.
+    """
+    if host is None:
+        return scopes
+    if not scopes or host in scopes:
+        return (host,)
+    return scopes
 
 
 def _head(robots_txt: bytes) -> bytes:

@@ -21,11 +21,11 @@ from ._effective import effective_limits, store_label
 from ._exceptions import ScopeError, ThrottlerClosed
 from ._feedback import FeedbackBuilder
 from ._ineffective import ScopeUsage, crawl_delay_notes, static_notes
-from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager
+from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager, scopes_without_await
 from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
 from ._release import Releaser
-from ._scopes import Demand, default_scopes, normalize_scopes
+from ._scopes import Demand, normalize_scopes
 from ._stats import ScopeStats
 from ._waiting import WaitingRoom
 from .stores import open_store
@@ -119,8 +119,8 @@ class Throttler(WaitingRoom):
         if manager is None:
             manager = load_manager(settings.manager) if settings.manager else ThrottlingManager()
         self._manager: ThrottlingManagerProtocol = manager
-        # The default manager needs no await; its answer can be had in the fast path.
-        self._sync_scopes = type(self._manager) is ThrottlingManager
+        # A manager that needs no await (the default one) is answered in the fast path.
+        self._scopes_now = scopes_without_await(manager)
         self._releaser = Releaser(FeedbackBuilder(settings), self._manager, self._store, self.clock,
                                   self._released)
         self._on_give_up = on_give_up
@@ -163,6 +163,14 @@ class Throttler(WaitingRoom):
         """
         demands = self._demands_nowait(request, None)
         return None if demands is None else tuple(name for name, _ in demands)
+
+    async def scopes(self, request: object) -> tuple[str, ...]:
+        """The names of ``request``'s scopes, asking (and awaiting) the manager if it must.
+
+        Raises:
+            ScopeError: when the manager's answer is malformed.
+        """
+        return tuple(name for name, _ in await self._demands(request, None))
 
     def observe(self, observer: ThrottleObserver) -> None:
         """Tell ``observer`` of every admission, release and give-up from now on.
@@ -209,17 +217,33 @@ class Throttler(WaitingRoom):
         """
         self._check_open()
         demands = await self._demands(request, scopes)
+        if self._local is not None or self._queued_ahead(demands):
+            return self._try_local(request, demands)
+        result = await self._store.acquire(demands)
+        return self._permit(result, request) if isinstance(result, Lease) \
+            else NotReady(result.ready_at, result.waiting_on)
+
+    def try_acquire_nowait(self, request: object = None, *,
+                           scopes: object = None) -> Permit | NotReady | None:
+        """:meth:`try_acquire` as a plain call; ``None`` when the answer needs an await (a shared
+        store, a manager to await, malformed scopes): call :meth:`try_acquire` then."""
+        self._check_open()
+        demands = self._demands_nowait(request, scopes) if self._local is not None else None
+        return None if demands is None else self._try_local(request, demands)
+
+    def _try_local(self, request: object, demands: tuple[Demand, ...]) -> Permit | NotReady:
         if self._queued_ahead(demands):
             return NotReady(None, tuple((name, None) for name, _ in demands if name in self._queues))
-        local = self._local
-        result = local.acquire_nowait(demands) if local is not None \
-            else await self._store.acquire(demands)
-        if isinstance(result, Lease):
-            self._inflight += 1
-            if self._observers:
-                self._note_admitted(result, 0.0)
-            return Permit(self._releaser, result, request)
-        return NotReady(result.ready_at, result.waiting_on)
+        assert self._local is not None
+        result = self._local.acquire_nowait(demands)
+        return self._permit(result, request) if isinstance(result, Lease) \
+            else NotReady(result.ready_at, result.waiting_on)
+
+    def _permit(self, lease: Lease, request: object) -> Permit:
+        self._inflight += 1
+        if self._observers:
+            self._note_admitted(lease, 0.0)
+        return Permit(self._releaser, lease, request)
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
         """Apply the Crawl-Delay of ``scope``'s robots.txt (``None`` removes it).
@@ -311,10 +335,10 @@ class Throttler(WaitingRoom):
     def _demands_nowait(self, request: object, scopes: object) -> tuple[Demand, ...] | None:
         """:meth:`_demands` when no await is needed; ``None`` leaves it (and any error) to it."""
         if scopes is None:
-            if not self._sync_scopes or request is None:
+            if self._scopes_now is None or request is None:
                 return None
             try:
-                scopes = default_scopes(request)
+                scopes = self._scopes_now(request)
             except ScopeError:
                 return None
         try:
@@ -348,10 +372,7 @@ class Throttler(WaitingRoom):
         if answer is None and self._local is None and not self._queued_ahead(demands):
             result = await self._store.acquire(demands)
             if isinstance(result, Lease):
-                self._inflight += 1
-                if self._observers:
-                    self._note_admitted(result, 0.0)
-                return Permit(self._releaser, result, request)
+                return self._permit(result, request)
             answer = result
         started = self.clock.now()
         lease = await self._wait(demands, answer)

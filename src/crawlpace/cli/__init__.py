@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import logging
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from .. import __version__
@@ -108,36 +109,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     handler.setFormatter(RedactingFormatter("%(levelname)s %(name)s: %(message)s"))
     logging.basicConfig(level=level, handlers=[handler])
     try:
-        if args.command == "demo":
-            from . import demo
-
-            return demo.run(args)
         if args.command == "check":
             return _cmd_check(args)
-        if args.command == "sim":
-            from . import sim
-
-            return sim.run(args)
-        if args.command == "crawl":
-            from . import crawl
-
-            return crawl.run(args)
-        if args.command == "enqueue":
-            from . import enqueue
-
-            return enqueue.run(args)
-        if args.command == "dashboard":
-            from . import dashboard
-
-            return dashboard.run(args)
-        if args.command == "purge":
-            from . import purge
-
-            return purge.run(args)
-        if args.command == "status":
-            from . import status
-
-            return status.run(args)
+        # Every other command is a module of this package with a run(args) (imported by _parser).
+        command = importlib.import_module(f"{__name__}.{args.command}")
+        run: Callable[[argparse.Namespace], int] = command.run
+        return run(args)
     except ConfigError as exc:
         print(f"crawlpace: invalid settings:\n{exc}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
@@ -156,7 +133,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (FileNotFoundError, FileExistsError, IsADirectoryError, PermissionError, JournalError) as exc:
         print(f"crawlpace: {redact(exc)}", file=sys.stderr)
         return EXIT_BAD_SETTINGS
-    return 1  # pragma: no cover - argparse rejects unknown commands
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -13,7 +13,7 @@ import time
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlsplit
 
 from .._blocks import parse_block_rules
 from .._config import Settings
@@ -22,6 +22,7 @@ from .._server_scopes import manager_path
 from .._user_agent import DEFAULT_USER_AGENT
 from ..stores import REDIS_SCHEMES, reach
 from ._loop import LOOPS, run_on
+from ._options import URL_FORMS, add_json_option, add_store_options, store_url
 from ._signals import stop_on_signals
 
 if TYPE_CHECKING:
@@ -87,12 +88,12 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     crawl.add_argument("--state", help="journal file (default: OUTPUT.state)")
     crawl.add_argument("--quiet", action="store_true", help="no live display")
     crawl.add_argument("--quick", action="store_true", help=f"crawl only the first {QUICK_URLS} URLs")
-    crawl.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
-    crawl.add_argument("--store", "--redis", dest="store", default="memory://", metavar="URL",
-                       help="where the limits live: memory:// (default) or a Redis/Valkey URL shared "
-                            "with other workers (redis://host:6379/0, rediss://..., unix:///path)")
-    crawl.add_argument("--namespace", help="keeps this crawl job's keys apart in a shared store "
-                       "(default: crawlpace)")
+    add_json_option(crawl)
+    add_store_options(crawl, default="memory://",
+                      store_help="where the limits live: memory:// (default) or a Redis/Valkey URL shared "
+                                 f"with other workers ({URL_FORMS})",
+                      namespace_help="keeps this crawl job's keys apart in a shared store "
+                                     "(default: crawlpace)")
     crawl.add_argument("--loop", choices=LOOPS, default="auto", help="event loop: uvloop when installed "
                        "(auto, the default; faster on broad crawls), or asyncio, or uvloop")
     crawl.add_argument("--visibility", type=float, default=30.0, help="with the shared frontier: seconds "
@@ -176,13 +177,6 @@ def adaptive(args: argparse.Namespace) -> bool:
     """
     fixed = args.delay is not None or args.per_host is not None or bool(args.config)
     return bool(args.rampup) or not fixed
-
-
-def store_url(url: str, namespace: str | None) -> str:
-    """The store URL with ``--namespace`` added to its options."""
-    if not namespace:
-        return url
-    return f"{url}{'&' if '?' in url else '?'}{urlencode({'namespace': namespace})}"
 
 
 def _name_flag(problem: str, flags: dict[str, str]) -> str:

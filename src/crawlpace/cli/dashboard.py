@@ -21,8 +21,8 @@ from .._config import Settings
 from .._exceptions import StoreUnreachable
 from ..observe._server import check_bind
 from ..stores import Store, open_store
+from ._options import add_store_options, store_url
 from ._signals import stop_on_signals
-from .crawl import store_url
 from .status import EXIT_NO_STORE, TIMEOUT, shown
 
 __all__ = ["DEFAULT_PORT", "add_parser", "run"]
@@ -38,9 +38,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Serve a web page showing every scope, worker and the frontier of a fleet that shares "
                     "a Redis/Valkey store, updated every second. Exit status: 0 after Ctrl-C, 2 when the "
                     "store cannot be read, 5 when the page cannot be served.")
-    cmd.add_argument("--store", "--redis", dest="store", required=True, metavar="URL",
-                     help="the store the workers share (the same URL as their --store)")
-    cmd.add_argument("--namespace", help="the crawl job's namespace (default: crawlpace)")
+    add_store_options(cmd, store_help="the store the workers share (the same URL as their --store)",
+                      namespace_help="the crawl job's namespace (default: crawlpace)")
     cmd.add_argument("--port", type=int, default=DEFAULT_PORT, help=f"port to serve (default {DEFAULT_PORT})")
     cmd.add_argument("--host", default="127.0.0.1", help="address to serve on (default 127.0.0.1; "
                      "any other needs --token)")

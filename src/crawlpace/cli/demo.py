@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from ..sim._report import render_table, totals
+from ._options import add_json_option
 
 if TYPE_CHECKING:
     from ..crawl import CrawlSummary
@@ -52,7 +53,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                     "Redis.")
     demo.add_argument("--quick", action="store_true",
                       help=f"crawl {QUICK_PAGES} pages per site and give the dead site up sooner")
-    demo.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
+    add_json_option(demo)
     demo.add_argument("--out-dir", default="crawlpace-demo",
                       help="directory for results.jsonl, sites.json and rates.png (default: %(default)s)")
     demo.add_argument("--no-plot", action="store_true", help="skip the PNG")

@@ -7,12 +7,10 @@ import asyncio
 import json
 import sys
 from typing import Any
-from urllib.parse import urlsplit
 
-from .._exceptions import ConfigError
 from .._redact import redact
-from ..stores import REDIS_SCHEMES
-from .crawl import read_urls, store_url
+from ._options import URL_FORMS, add_json_option, add_store_options, require_redis, store_url
+from .crawl import read_urls
 
 __all__ = ["add_parser", "run"]
 
@@ -26,10 +24,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                     "through them. A URL already queued or being fetched is skipped. Exit status: 0, "
                     "or 2 when the server cannot be reached, 3 for invalid options.")
     enqueue.add_argument("urls", help="file of URLs, one per line ('-' for standard input)")
-    enqueue.add_argument("--store", "--redis", dest="store", required=True, metavar="URL",
-                         help="the Redis/Valkey server (redis://host:6379/0, rediss://..., unix:///path)")
-    enqueue.add_argument("--namespace", help="the crawl job (default: crawlpace); workers must use the same")
-    enqueue.add_argument("--json", action="store_true", help="end with one line of JSON holding the figures")
+    add_store_options(enqueue, store_help=f"the Redis/Valkey server ({URL_FORMS})",
+                      namespace_help="the crawl job (default: crawlpace); workers must use the same")
+    add_json_option(enqueue, "the figures")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,9 +34,7 @@ def run(args: argparse.Namespace) -> int:
     from ..frontier._shared import SharedFrontier, frontier_unreachable
 
     url = store_url(args.store, args.namespace)
-    if urlsplit(url).scheme not in REDIS_SCHEMES:
-        raise ConfigError([f"--store: {args.store!r} is not a Redis URL; the shared frontier lives in "
-                           "Redis, e.g. --redis redis://127.0.0.1:6379/0"])
+    require_redis(args, "the shared frontier lives in Redis")
     frontier = SharedFrontier(url)
 
     async def fill() -> Any:

@@ -7,10 +7,9 @@ import asyncio
 import json
 import sys
 from typing import Any
-from urllib.parse import urlsplit
 
 from .._exceptions import ConfigError
-from ..stores import REDIS_SCHEMES
+from ._options import URL_FORMS, add_json_option, add_store_options, require_redis
 
 __all__ = ["add_parser", "run"]
 
@@ -24,12 +23,11 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                     "namespaces are never touched, whatever characters the names hold. Run it once the "
                     "job's workers have stopped. Exit status: 0, 2 when the server cannot be reached, "
                     "3 for invalid options.")
-    purge.add_argument("--store", "--redis", dest="store", required=True, metavar="URL",
-                       help="the Redis/Valkey server (redis://host:6379/0, rediss://..., unix:///path; "
-                            "add ?cluster=1 for a Redis Cluster)")
-    purge.add_argument("--namespace", required=True, help="the crawl job whose keys go (no default: say it)")
+    add_store_options(purge, store_help=f"the Redis/Valkey server ({URL_FORMS}; add ?cluster=1 for a Redis "
+                      "Cluster)", namespace_help="the crawl job whose keys go (no default: say it)",
+                      namespace_required=True)
     purge.add_argument("--dry-run", action="store_true", help="count the keys, remove nothing")
-    purge.add_argument("--json", action="store_true", help="end with one line of JSON holding the figures")
+    add_json_option(purge, "the figures")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -37,9 +35,7 @@ def run(args: argparse.Namespace) -> int:
     from ..stores import _keys
     from ..stores.connection import RedisConnection, cluster_flag, parse_url, unreachable
 
-    if urlsplit(args.store).scheme not in REDIS_SCHEMES:
-        raise ConfigError([f"--store: {args.store!r} is not a Redis URL; give e.g. "
-                           "--store redis://127.0.0.1:6379/0"])
+    require_redis(args, "purge removes a job's keys from Redis")
     if not args.namespace:
         raise ConfigError(["--namespace: give the crawl job's namespace (an empty one would name no job)"])
     url, options = parse_url(args.store)

@@ -15,6 +15,7 @@ from .._exceptions import ConfigError
 from ..sim import Farm, builtin_farms
 from ..sim._plot import PlotUnavailable, write_plot
 from ..sim._report import render_table, totals
+from ._options import add_json_option
 from ._signals import stop_on_signals
 
 __all__ = ["EXIT_USAGE", "QUICK_SECONDS", "add_parser", "load_farm", "run"]
@@ -44,7 +45,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     sim.add_argument("--plot", default=None, metavar="PNG", help="also draw each site's rate over time")
     sim.add_argument("--urls", default=None, metavar="FILE",
                      help="write every page URL of every site to FILE, one per line, to crawl")
-    sim.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
+    add_json_option(sim)
 
 
 def load_farm(name: str, port: int | None = None, control_port: int = 0) -> Farm:

@@ -25,7 +25,7 @@ from .._exceptions import StoreUnreachable
 from .._redact import redact
 from ..frontier._shared import FrontierCounts
 from ..stores import ScopeSnapshot, Store, open_store
-from .crawl import store_url
+from ._options import URL_FORMS, add_json_option, add_store_options, store_url
 
 __all__ = ["COLUMNS", "EXIT_NO_STORE", "TIMEOUT", "StatusReport", "StoreUnreachable", "add_parser",
            "render", "render_table", "run", "shown"]
@@ -77,16 +77,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Read the per-scope state that a fleet of workers keeps in a shared Redis/Valkey "
                     "store and print one row per scope. Exit status: 0 when the store was read, 2 when "
                     "it cannot be reached or holds no fleet state (memory://), 3 for invalid settings.")
-    status.add_argument("--store", "--redis", dest="store", required=True, metavar="URL",
-                        help="the store the workers share: redis://host:6379/0, rediss://..., "
-                             "unix:///path (the same URL as their --store)")
-    status.add_argument("--namespace", help="the crawl job's namespace (default: the URL's namespace "
-                        "option, else crawlpace)")
+    add_store_options(status, store_help=f"the store the workers share: {URL_FORMS} (the same URL as their "
+                      "--store)", namespace_help="the crawl job's namespace (default: the URL's namespace "
+                      "option, else crawlpace)")
     status.add_argument("--scope", action="extend", nargs="+", default=None, metavar="NAME",
                         help="show only these scopes (repeatable)")
     status.add_argument("--config", help="the workers' crawlpace TOML settings file (needed to read the "
                         "state of scopes with a custom scope manager)")
-    status.add_argument("--json", action="store_true", help="end with one line of JSON holding every figure")
+    add_json_option(status)
 
 
 def run(args: argparse.Namespace) -> int:

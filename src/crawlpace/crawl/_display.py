@@ -12,6 +12,7 @@ from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
 from .._stats import ScopeStats
+from ._tallies import ScopeTally
 
 if TYPE_CHECKING:
     from rich.console import RenderableType
@@ -49,7 +50,7 @@ def live_view(job: CrawlJob, stats: Mapping[str, ScopeStats], started: float) ->
     queued = job.scheduler.scope_sizes()
     names = set(queued) | {name for name, s in stats.items() if s.inflight} | set(summary.scopes)
     elapsed = max(time.monotonic() - started, 1e-9)
-    done = sum(tally.done for tally in summary.scopes.values())
+    done = sum(tally.done for tally in summary.scopes.values()) + summary.folded.others.done
     heading = Text(f"crawlpace crawl: {done}/{summary.urls} URLs done, {summary.requests} requests "
                    f"({summary.requests / elapsed:.1f}/s), {job.inflight} in flight, {elapsed:.0f}s",
                    style="bold")
@@ -74,14 +75,21 @@ def live_view(job: CrawlJob, stats: Mapping[str, ScopeStats], started: float) ->
 
 
 def summary_rows(summary: CrawlSummary) -> list[tuple[str, ...]]:
-    """One row per host: host, done, ok, errors, requests, and the non-ok outcomes."""
-    rows: list[tuple[str, ...]] = []
-    for name, tally in sorted(summary.scopes.items()):
-        others = ", ".join(f"{kind} {count}" for kind, count in sorted(tally.outcomes.items())
-                           if kind != "ok")
-        rows.append((name or "(no host)", str(tally.done), str(tally.outcomes.get("ok", 0)),
-                     str(tally.errors), str(tally.requests), others or "-"))
+    """One row per host: host, done, ok, errors, requests, and the non-ok outcomes.
+
+    Beyond ``TALLY_LIMIT`` hosts, the least recently counted share a last row.
+    """
+    rows = [_row(name or "(no host)", tally) for name, tally in sorted(summary.scopes.items())]
+    folded = summary.folded
+    if folded.hosts:
+        rows.append(_row(f"({folded.hosts} more hosts)", folded.others))
     return rows
+
+
+def _row(name: str, tally: ScopeTally) -> tuple[str, ...]:
+    others = ", ".join(f"{kind} {count}" for kind, count in sorted(tally.outcomes.items()) if kind != "ok")
+    return (name, str(tally.done), str(tally.outcomes.get("ok", 0)), str(tally.errors), str(tally.requests),
+            others or "-")
 
 
 def render_summary(summary: CrawlSummary) -> str:

@@ -1,10 +1,11 @@
 """One crawl: URLs in, one JSON line per URL out, every request through the throttler.
 
-The job ties the parts together. The journal (SQLite) holds every input URL
-and which are done; the scheduler holds the URLs being worked on, per host,
-and hands them out in the order the throttler can admit them; up to
-``CONCURRENT_REQUESTS`` fetches run at once; each answer is fed back to the
-throttler and written to the output file before the URL is marked done.
+The job ties the parts together. Its URL source (``crawl/_source.py``: the
+journal of a URL list, or the shared frontier) feeds the scheduler, which
+holds the URLs being worked on per queue of scopes and hands them out in the
+order the throttler can admit them; up to ``CONCURRENT_REQUESTS`` fetches run
+at once; each answer is fed back to the throttler and written to the output
+file before the source records the URL as answered.
 
 What happens to each URL:
 
@@ -28,9 +29,8 @@ What happens to each URL:
   breaker gave up (``"gave_up"``) is written too, but not marked done: a
   resumed crawl tries it again.
 
-The output file is the record of what was answered. After a crash,
-``resume`` keeps its complete lines, drops the rest, and fetches again only
-what has no final line: at most the requests that were in flight.
+The output file is the record of what was answered (see the sources for
+what a resume or another worker does with it).
 """
 
 from __future__ import annotations
@@ -39,80 +39,32 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections import Counter, deque
-from collections.abc import Callable, Iterable
-from dataclasses import dataclass, field
+from collections.abc import Coroutine, Iterable
 from typing import Any
-from urllib.parse import urljoin
 
 from .._blocks import BlockRules
 from .._config import Settings
-from .._exceptions import ScopeError
-from .._fetchable import fetchable_scope
 from .._learning import Learner
 from .._permit import Permit
-from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, robots_verdict
+from .._robots import MAX_ROBOTS_BYTES
 from .._throttler import Throttler
-from ..frontier import Journal, JournalError
 from ..frontier._robots_cache import RobotsCache
-from ..frontier._scheduler import Dropped, Scheduler, Task, origin_of
-from ..stores.connection import Retry, unreachable
+from ..frontier._scheduler import Dropped, Scheduler, Task
+from ._answer import Answer, redirect_target, transient
 from ._fetch import AiohttpFetcher, Fetcher
+from ._journal_source import JournalSource
 from ._options import CrawlOptions
 from ._output import ResultBatch
 from ._refusals import RefusalTracker
-from ._results import FINAL_OUTCOMES, Result, ResultWriter, reconcile
+from ._results import Result, ResultWriter
+from ._robots_answers import RobotsAnswers
+from ._source import UrlSource, host_or_blank
+from ._summary import CrawlSummary
+from ._tallies import ScopeTally, tally_of
 
 __all__ = ["CrawlJob", "CrawlSummary", "ScopeTally"]
 
 _log = logging.getLogger(__name__)
-
-_REDIRECTS = frozenset({301, 302, 303, 307, 308})
-
-
-@dataclass(slots=True)
-class ScopeTally:
-    """What the crawl did on one host."""
-
-    done: int = 0
-    errors: int = 0
-    outcomes: Counter[str] = field(default_factory=Counter)
-    requests: int = 0
-
-
-@dataclass(slots=True)
-class CrawlSummary:
-    """The figures of a finished (or stopped) crawl."""
-
-    urls: int = 0
-    answered: int = 0
-    unfinished: int = 0
-    requests: int = 0
-    seconds: float = 0.0
-    interrupted: bool = False
-    outcomes: Counter[str] = field(default_factory=Counter)
-    statuses: Counter[int] = field(default_factory=Counter)
-    scopes: dict[str, ScopeTally] = field(default_factory=dict)
-    resumed_from: int = 0
-
-    @property
-    def complete(self) -> bool:
-        """Whether every URL got a final answer."""
-        return not self.interrupted and self.unfinished == 0
-
-    def as_dict(self) -> dict[str, Any]:
-        """The figures as a JSON-ready dict."""
-        return {
-            "urls": self.urls, "answered": self.answered, "unfinished": self.unfinished,
-            "requests": self.requests, "seconds": round(self.seconds, 3), "interrupted": self.interrupted,
-            "complete": self.complete, "resumed_from": self.resumed_from,
-            "outcomes": dict(sorted(self.outcomes.items())),
-            "statuses": {str(code): count for code, count in sorted(self.statuses.items())},
-            "scopes": {name: {"done": tally.done, "errors": tally.errors, "requests": tally.requests,
-                              "outcomes": dict(sorted(tally.outcomes.items()))}
-                       for name, tally in sorted(self.scopes.items())},
-        }
-
 
 class CrawlJob:
     """Run one crawl to its end, or until :meth:`stop`.
@@ -125,10 +77,12 @@ class CrawlJob:
         fetcher: the HTTP layer to send with (by default an aiohttp one built
             from ``options``, closed at the end); the job does not close one
             given here.
+        source: where URLs come from and where their answers are recorded
+            (by default the URLs given to :meth:`run`, through the journal).
     """
 
     def __init__(self, settings: Settings, options: CrawlOptions, *, throttler: Throttler | None = None,
-                 fetcher: Fetcher | None = None) -> None:
+                 fetcher: Fetcher | None = None, source: UrlSource | None = None) -> None:
         # Warm start: the scopes' policies begin from what earlier crawls learned (crawlpace._learned).
         settings, self.learner = Learner.prepare(settings) if throttler is None else (settings, None)
         self.settings = settings
@@ -139,22 +93,22 @@ class CrawlJob:
         self._given_fetcher = fetcher
         self.blocks = BlockRules(settings.block_rules)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
+        self.source: UrlSource = source if source is not None else JournalSource()
+        self._robots_answers = None if self.robots is None else RobotsAnswers(self, self.robots,
+                                                                               self._follow_redirect)
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
-                                   on_wait=self._wait_hook())
+                                   on_wait=self.source.on_wait)
         self.summary = CrawlSummary()
         self.inflight = 0
         self._stop = asyncio.Event()
-        self._journal: Journal | None = None
         self._writer: ResultWriter | None = None
         # Lines go out in batches; a URL is settled (done, acknowledged) once its line is written.
         self._results: ResultBatch[tuple[Task, str]] = ResultBatch(
-            self._write_results, lambda item: self._settled(*item), on_error=self._write_failed)
+            self._write_results, lambda item: self.source.settled(*item), on_error=self._write_failed)
         self._fetcher: Fetcher | None = None
-        self._pending_scopes: deque[str] = deque()
-        self._after: dict[str, int] = {}
-        self._in_memory = 0
         self._fetches: set[asyncio.Task[None]] = set()
         self._refusals = RefusalTracker()
+        self.source.bind(self)
 
     # -- public ------------------------------------------------------------------
 
@@ -180,7 +134,7 @@ class CrawlJob:
             FileNotFoundError: when ``resume`` is on and there is no journal.
         """
         started = time.monotonic()
-        self._open(urls)
+        self._writer = self.source.open(urls)
         try:
             self._fetcher = self._given_fetcher or self._make_fetcher()
             if self.learner is not None:
@@ -194,49 +148,6 @@ class CrawlJob:
 
     # -- set-up and tear-down ------------------------------------------------------
 
-    def _open(self, urls: Iterable[str] | None) -> None:
-        options = self.options
-        state = options.state_path
-        if options.resume:
-            journal = Journal.open(state)
-            expected = str(options.output.resolve())
-            if journal.fingerprint != expected:
-                journal.close()
-                raise JournalError(f"{state}: this journal belongs to the crawl writing "
-                                   f"{journal.fingerprint}, not {expected}; pass the matching --output "
-                                   f"or --state")
-        else:
-            journal = Journal.create(state, fingerprint=str(options.output.resolve()))
-        self._journal = journal
-        was_complete = journal.input_complete if options.resume else True
-        read = 0
-        if urls is not None:
-            def counted() -> Iterable[str]:
-                nonlocal read
-                for url in _clean(urls):
-                    read += 1
-                    yield url
-
-            added = journal.add((url, _scope_or_blank(url)) for url in counted())
-            _log.info("%d new URLs in the journal", added)
-        if not was_complete and read == 0:
-            journal.close()
-            raise JournalError(f"{state}: the first run stopped before it had read all of its URLs; "
-                               "give the same URLs again with --resume")
-        journal.mark_input_complete()
-        if options.resume:
-            # The output file is the record: the done flags are made to match it exactly.
-            kept = reconcile(options.output)
-            journal.replace_done(kept.final_urls)
-            self.summary.resumed_from = journal.done()
-            _log.info("resuming: %d URLs already answered, %d lines dropped from %s", journal.done(),
-                      kept.dropped, options.output)
-        journal.flush()
-        self.summary.urls = journal.total()
-        self._writer = ResultWriter(options.output, append=options.resume)
-        self._pending_scopes.extend(scope for scope, count in journal.scopes().items() if count)
-        self._refill()
-
     def _make_fetcher(self) -> Fetcher:
         options = self.options
         return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
@@ -244,58 +155,42 @@ class CrawlJob:
                               trust_env=options.trust_env, clock=self.throttler.clock.now)
 
     async def _shutdown(self) -> None:
+        try:
+            await self._close_parts()
+        finally:
+            # Last, whatever happened: every line that could be written is out, so the source
+            # records (journal marks, acknowledgements) exactly what was answered.
+            await self.source.close()
+
+    async def _close_parts(self) -> None:
         for task in list(self._fetches):
             task.cancel()
         await asyncio.gather(*self._fetches, return_exceptions=True)
         # Only now, with no fetch left to see its connections drop and report a failure.
         if self._fetcher is not None and self._given_fetcher is None:
             await self._fetcher.aclose()
-        journal, writer = self._journal, self._writer
+        writer = self._writer
         if writer is not None:
             try:
                 self._results.flush()
             finally:
                 writer.close()
-        if journal is not None:
-            self.summary.answered = journal.done()
-            self.summary.unfinished = journal.total() - journal.done()
-            journal.close()
         if self.learner is not None:
             await self.learner.close(self.throttler)
         if self._own_throttler:
             await self.throttler.aclose()
 
-    # -- feeding the scheduler -------------------------------------------------------
-
-    def _refill(self) -> None:
-        """Move URLs from the journal into the scheduler, a batch per host, within the memory bound."""
-        journal = self._journal
-        assert journal is not None
-        budget = self.options.max_in_memory
-        batch = max(min(budget // 10, 1000), 1)
-        pending = self._pending_scopes
-        if self._in_memory > budget - batch and not self.scheduler.idle:
-            return  # refill a batch at a time, not a URL per finished fetch
-        while pending and self._in_memory < budget:
-            scope = pending.popleft()
-            want = min(batch, budget - self._in_memory)
-            entries = journal.load(scope, self._after.get(scope, 0), want)
-            for entry in entries:
-                self.scheduler.push(Task(entry.id, entry.url))
-                self._after[scope] = entry.id
-            self._in_memory += len(entries)
-            if len(entries) == want:
-                pending.append(scope)  # there may be more of this host
-
     # -- the dispatch loop --------------------------------------------------------------
 
     async def _dispatch(self) -> None:
+        self.source.start_background()
         slots = asyncio.Semaphore(self.settings.concurrent_requests)
         stop_wait = asyncio.ensure_future(self._stop.wait())
         try:
             while not self.stopping:
                 await slots.acquire()
-                got = await self._next()
+                # The hot path: a local store admits without a coroutine or a future.
+                got = self.scheduler.take_nowait() or await self._next()
                 if got is None:
                     slots.release()
                     self._results.flush()  # nothing to send now: write (and settle) what waits
@@ -310,9 +205,10 @@ class CrawlJob:
                 fetch.add_done_callback(self._fetches.discard)
         finally:
             stop_wait.cancel()
+            await self.source.stop_background()
 
     def _finished(self) -> bool:
-        return self.inflight == 0 and self.scheduler.idle and not self._pending_scopes
+        return self.inflight == 0 and self.scheduler.idle and self.source.exhausted()
 
     async def _next(self) -> tuple[Task, Permit] | None:
         """The next admitted task; None when nothing is queued now."""
@@ -332,22 +228,56 @@ class CrawlJob:
         return None
 
     async def _await_news(self, stop_wait: asyncio.Future[Any]) -> None:
-        """Nothing is queued but fetches are running: wait until one of them ends."""
-        if not self._fetches:
+        """Nothing is queued: wait until a fetch ends or the source brings new URLs."""
+        news = self.source.wait_for_urls()
+        if news is None:
+            if not self._fetches:
+                return
+            await asyncio.wait({*self._fetches, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             return
-        await asyncio.wait({*self._fetches, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+        try:
+            await asyncio.wait({*self._fetches, stop_wait, news}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            news.cancel()
 
     # -- one fetch ------------------------------------------------------------------------
 
     async def _fetch(self, task: Task, permit: Permit, slots: asyncio.Semaphore) -> None:
+        """Fetch ``task``, then, in the same slot, whatever the scheduler admits at once.
+
+        Going on to the next admitted task here, instead of handing the slot
+        back to :meth:`_dispatch`, spares a task and a wake-up per page.
+        """
+        try:
+            while True:
+                await self._fetch_one(task, permit)
+                # One turn of the loop first: answers that arrived with this one (a sibling's 429
+                # and its Retry-After, say) are read and applied before the next send.
+                await asyncio.sleep(0)
+                try:
+                    got = None if self.stopping else await self.scheduler.take_due()
+                except Exception:  # left to the dispatcher, whose own take() meets it and raises
+                    break
+                if got is None:
+                    break
+                task, permit = got
+                if self.stopping:  # admitted as the crawl stopped: the slot goes back unused
+                    await permit.release()
+                    break
+        finally:
+            self.inflight -= 1
+            slots.release()
+
+    async def _fetch_one(self, task: Task, permit: Permit) -> None:
         released = False
         try:
             task.attempts += 1
-            tally = self._tally(task.key)
+            tally = self._tally(task.host)
             tally.requests += 1
             self.summary.requests += 1
             outcome = await self._send(task, permit)
-            await permit.release()
+            if not permit.release_nowait():
+                await permit.release()
             released = True
             self._settle(task, permit, outcome)
         except Exception:  # a bug, or an error no layer below turned into an answer
@@ -357,41 +287,40 @@ class CrawlJob:
         finally:
             if not released:
                 await permit.release()
-            self.inflight -= 1
-            slots.release()
             self.scheduler.released(permit.scopes, task.key)
-            self._refill()
+            self.source.refill()
 
-    async def _send(self, task: Task, permit: Permit) -> _Answer:
+    async def _send(self, task: Task, permit: Permit) -> Answer:
         fetcher = self._fetcher
         assert fetcher is not None
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
         page = await fetcher.get(task.target, limit)
         if page.error is not None:
             permit.feedback(exception=page.error, latency=page.latency)
-            return _Answer(None, None, b"", page.latency, page.error)
+            return Answer(None, None, b"", page.latency, page.error)
         rule = None
         if task.kind == "page" and page.status is not None:
             rule = self.blocks.match(page.status, page.headers or {}, page.body)
         permit.feedback(page, latency=page.latency, blocked=rule is not None)
-        return _Answer(page.status, page.location, page.body, page.latency, None, rule)
+        return Answer(page.status, page.location, page.body, page.latency, None, rule)
 
-    def _settle(self, task: Task, permit: Permit, answer: _Answer) -> None:
-        refused = self._refusals.note(task.key, answer.error)
+    def _settle(self, task: Task, permit: Permit, answer: Answer) -> None:
+        refused = self._refusals.note(task.host, answer.error)
         if refused is not None:  # nothing listens there: give the host up now, not after minutes of backoff
-            _log.warning("%s given up: %s", task.key, refused)
-            self.scheduler.block(task.key, refused)
-            self._finish(task, "gave_up", error=f"{task.key} was given up: {refused}")
+            _log.warning("%s given up: %s", task.host, refused)
+            self.scheduler.block(task.host, refused)
+            self._finish(task, "gave_up", error=f"{task.host} was given up: {refused}")
             return
         outcome = permit.outcome
         backoff = outcome is not None and any(item.backoff for item in outcome.feedback)
         if task.kind == "robots":
-            self._settle_robots(task, answer, backoff)
+            assert self._robots_answers is not None
+            self._robots_answers.settle(task, answer, permit.scopes)
             return
         if self._follow_redirect(task, answer):
             return
-        transient = not backoff and _transient(answer)
-        if (backoff or transient) and task.retries < self.options.retries:
+        transient_failure = not backoff and transient(answer)
+        if (backoff or transient_failure) and task.retries < self.options.retries:
             task.retries += 1
             _log.debug("%s: %s %s, attempt %d; queued again", task.target,
                        "backoff answer" if backoff else "transient failure",
@@ -414,78 +343,29 @@ class CrawlJob:
         self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
                      latency=answer.latency, block_rule=answer.block_rule)
 
-    def _follow_redirect(self, task: Task, answer: _Answer, max_hops: int | None = None) -> bool:
+    def _follow_redirect(self, task: Task, answer: Answer, max_hops: int | None = None) -> bool:
         """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
-        limit = self.options.max_redirects if max_hops is None else max_hops
-        if answer.status not in _REDIRECTS or not answer.location or task.hops >= limit:
-            return False
-        try:
-            target = urljoin(task.target, answer.location)
-        except ValueError:  # hostile or broken input, e.g. an unclosed IPv6 bracket: not followed
-            _log.info("%s: the Location %r cannot be followed", task.target, answer.location[:200])
-            return False
-        if not target.startswith(("http://", "https://")):
+        target = redirect_target(task, answer, self.options.max_redirects if max_hops is None else max_hops)
+        if target is None:
             return False
         task.target, task.hops = target, task.hops + 1
         self.scheduler.push(task, front=True)
         return True
 
-    def _settle_robots(self, task: Task, answer: _Answer, backoff: bool) -> None:
-        robots = self.robots
-        assert robots is not None
-        if self._follow_redirect(task, answer, ROBOTS_MAX_REDIRECTS):
-            return
-        if robots_verdict(answer.status) == "unreachable" and task.retries < self.options.robots_retries:
-            task.retries += 1  # the throttler spaces the retry by the scope's backoff
-            self.scheduler.push(task, front=True)
-            return
-        origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
-        why = "" if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
-        settled = robots.settle(origin, answer.status, answer.body, self.throttler.clock.now(), why=why)
-        if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
-            self._spawn(self._apply_crawl_delay(task.key, settled.rules.crawl_delay, origin))
-        self.scheduler.robots_known(origin)
-
-    async def _apply_crawl_delay(self, scope: str, delay: float | None, origin: str) -> None:
-        """Store a changed Crawl-delay, again and again while a shared store cannot be reached.
-
-        This worker's copy of the scope's policy takes the delay at once (the
-        pages that follow are paced by it); the store must have it too, or a
-        newer copy read from it later would not. A failure used to end the
-        task with an exception nobody retrieved.
-        """
-        retry = Retry()
-        while not self.stopping:
-            try:
-                await self.throttler.set_crawl_delay(scope, delay)
-                return
-            except Exception as exc:
-                if not unreachable(exc):
-                    _log.exception("could not apply the Crawl-delay of %s to %s", origin, scope)
-                    return
-                _log.debug("could not store the Crawl-delay of %s yet: %s", origin, exc)
-            await self.throttler.clock.sleep(retry.next())
-
-    def _spawn(self, coro: Any) -> None:
+    def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        """Run ``coro`` alongside the fetches (cancelled with them at the end)."""
         job = asyncio.ensure_future(coro)
         self._fetches.add(job)
         job.add_done_callback(self._fetches.discard)
 
     # -- results ------------------------------------------------------------------------
 
-    def _wait_hook(self) -> Callable[[str, float], None] | None:
-        """What the scheduler calls when a host is held back for long (nothing, for a crawl of its own)."""
-        return None
-
     def _gave_up(self, scope: str, reason: str) -> None:
         self.scheduler.give_up(scope, reason)
 
     def _dropped(self, task: Task, why: Dropped, detail: str) -> None:
-        if task.kind == "robots" and self.robots is not None:
-            # Pages wait for this file: it counts as unreachable (RFC 9309), and they are looked at again.
-            origin = origin_of(task.url)
-            self.robots.failed(origin, self.throttler.clock.now(), detail)
-            self.scheduler.robots_known(origin)
+        if task.kind == "robots" and self._robots_answers is not None:
+            self._robots_answers.dropped(task, detail)
             return
         self._finish(task, why, error=detail)
 
@@ -503,7 +383,7 @@ class CrawlJob:
                 size: int = 0, latency: float | None = None, block_rule: str | None = None) -> None:
         if task.kind == "robots":
             return
-        scope = task.key or _scope_or_blank(task.target)
+        scope = task.host or host_or_blank(task.target)
         final_url = task.target if status is not None else None
         self._results.add(Result(url=task.url, status=status, final_url=final_url, bytes=size,
                                  latency=None if latency is None else round(latency, 6),
@@ -519,7 +399,7 @@ class CrawlJob:
         tally.done += 1
         if outcome != "ok" or (status is not None and status >= 400):
             tally.errors += 1
-        self._in_memory -= 1
+        self.source.answered(task)
 
     def _write_results(self, results: list[Result]) -> None:
         writer = self._writer
@@ -531,46 +411,7 @@ class CrawlJob:
                    self.options.output, exc)
         self.stop()
 
-    def _settled(self, task: Task, outcome: str) -> None:
-        """Record that ``task``'s line is written: a final outcome marks it done in the journal."""
-        journal = self._journal
-        assert journal is not None
-        if outcome in FINAL_OUTCOMES:
-            journal.mark_done([task.id])
-
     def _tally(self, scope: str) -> ScopeTally:
-        tally = self.summary.scopes.get(scope)
-        if tally is None:
-            tally = self.summary.scopes[scope] = ScopeTally()
-        return tally
-
-
-@dataclass(slots=True)
-class _Answer:
-    status: int | None
-    location: str | None
-    body: bytes
-    latency: float | None
-    error: BaseException | None
-    block_rule: str | None = None
-
-
-def _transient(answer: _Answer) -> bool:
-    """Whether an answer may well succeed if sent again: a 5xx, or no answer at all."""
-    return answer.error is not None or (answer.status is not None and answer.status >= 500)
-
-
-def _clean(urls: Iterable[str]) -> Iterable[str]:
-    for line in urls:
-        url = line.strip()
-        if url and not url.startswith("#"):
-            yield url
-
-
-def _scope_or_blank(url: str) -> str:
-    try:
-        return fetchable_scope(url)
-    except ScopeError:
-        return ""
-
-
+        # Bounded: past TALLY_LIMIT hosts, the least recently counted are folded into one row.
+        summary = self.summary
+        return tally_of(summary.scopes, summary.folded, scope)

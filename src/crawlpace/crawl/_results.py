@@ -22,7 +22,7 @@ import math
 import os
 import stat
 import tempfile
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
 from typing import Any, BinaryIO
@@ -100,10 +100,17 @@ class Result:
 
     def to_json(self) -> str:
         """Return the result as one line of JSON, keys sorted, without a newline."""
-        record = {name: getattr(self, name) for name in _FIELD_NAMES}
-        if not self.blocked:  # most lines: keep them as short as before soft blocks existed
-            del record["blocked"], record["block_rule"]
-        return json.dumps(record, sort_keys=True, separators=(",", ":"), allow_nan=False)
+        # The keys in sorted order, written out: a line per page, so no sort and no loop.
+        if self.blocked:
+            record = {"attempts": self.attempts, "block_rule": self.block_rule, "blocked": True,
+                      "bytes": self.bytes, "error": self.error, "final_url": self.final_url,
+                      "latency": self.latency, "outcome": self.outcome, "scope": self.scope,
+                      "status": self.status, "time": self.time, "url": self.url}
+        else:  # most lines: as short as before soft blocks existed
+            record = {"attempts": self.attempts, "bytes": self.bytes, "error": self.error,
+                      "final_url": self.final_url, "latency": self.latency, "outcome": self.outcome,
+                      "scope": self.scope, "status": self.status, "time": self.time, "url": self.url}
+        return _encode(record)
 
     # builtins.bytes: inside this class, plain ``bytes`` names the field above.
     @classmethod
@@ -136,8 +143,8 @@ class Result:
         )
 
 
-#: The fields of a result line, looked up once rather than per line.
-_FIELD_NAMES = tuple(f.name for f in fields(Result))
+# One encoder for every line (json.dumps with options builds a new one per call).
+_encode = json.JSONEncoder(separators=(",", ":"), allow_nan=False).encode
 
 
 def _field(record: dict[str, Any], name: str, kind: type, *, optional: bool = False) -> Any:

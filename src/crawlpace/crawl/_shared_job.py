@@ -28,12 +28,12 @@ import asyncio
 import contextlib
 import logging
 from collections import defaultdict
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from .._config import Settings
 from .._throttler import Throttler
-from ..frontier._scheduler import Task
+from ..frontier._scheduler import Scheduler, Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
 from ..stores.connection import RETRY_FIRST as _RETRY_FIRST  # one source for the waits while Redis is away
 from ..stores.connection import RETRY_MAX as _RETRY_MAX
@@ -41,8 +41,10 @@ from ._fetch import Fetcher
 from ._job import CrawlJob
 from ._options import CrawlOptions
 from ._results import ResultWriter, reconcile
+from ._source import JobParts
+from ._summary import CrawlSummary
 
-__all__ = ["SharedCrawlJob", "claim_spacing"]
+__all__ = ["SharedCrawlJob", "SharedSource", "claim_spacing"]
 
 _log = logging.getLogger(__name__)
 
@@ -69,6 +71,8 @@ def claim_spacing(settings: Settings) -> float:
 class SharedCrawlJob(CrawlJob):
     """Crawl the URLs of a shared frontier, alongside any number of other workers.
 
+    A :class:`CrawlJob` whose URL source is a :class:`SharedSource`.
+
     Args:
         settings: the throttling settings (every worker should use the same).
         options: the crawl's options; ``options.store`` must be the Redis
@@ -82,9 +86,27 @@ class SharedCrawlJob(CrawlJob):
     def __init__(self, settings: Settings, options: CrawlOptions, *, frontier: SharedFrontier | None = None,
                  throttler: Throttler | None = None,
                  fetcher: Fetcher | None = None) -> None:
-        super().__init__(settings, options, throttler=throttler, fetcher=fetcher)
+        source = SharedSource(settings, options, frontier)
+        super().__init__(settings, options, throttler=throttler, fetcher=fetcher, source=source)
+        self.frontier = source.frontier
+
+
+class SharedSource:
+    """The shared frontier as a crawl's URL source (see the module docstring).
+
+    Args:
+        settings: the throttling settings (for the claim target and spacing).
+        options: the crawl's options (the store URL, the visibility, the output).
+        frontier: the frontier client to use instead of one built from
+            ``options.store``; closed at the end either way.
+    """
+
+    def __init__(self, settings: Settings, options: CrawlOptions,
+                 frontier: SharedFrontier | None = None) -> None:
+        self.options = options
         self.frontier = frontier if frontier is not None else SharedFrontier(
             options.store, visibility=options.visibility)
+        self._job: JobParts | None = None
         self._held: dict[int, Task] = {}  # claimed and not yet answered
         self._acks: dict[str, list[int]] = defaultdict(list)  # outcome -> ids, waiting to be sent
         self._news = asyncio.Event()  # a URL was answered: the feeder may claim more
@@ -95,10 +117,61 @@ class SharedCrawlJob(CrawlJob):
         self._deferred: dict[str, float] = {}  # host -> when (our clock) we last said it waits until
         self._target = 2 * settings.concurrent_requests
         self._spacing = claim_spacing(settings)
+        self.on_wait: Callable[[str, float], None] | None = self._held_back
 
-    # -- the parts of CrawlJob that differ -------------------------------------------
+    # -- the parts of the job the feeder uses ------------------------------------------
 
-    def _open(self, urls: Iterable[str] | None) -> None:
+    def bind(self, job: JobParts) -> None:
+        """Remember the job this source feeds."""
+        self._job = job
+
+    @property
+    def _parts(self) -> JobParts:
+        job = self._job
+        assert job is not None, "bind() the source to its job first"
+        return job
+
+    @property
+    def scheduler(self) -> Scheduler:
+        """The job's scheduler."""
+        return self._parts.scheduler
+
+    @property
+    def throttler(self) -> Throttler:
+        """The job's throttler."""
+        return self._parts.throttler
+
+    @property
+    def summary(self) -> CrawlSummary:
+        """The job's summary."""
+        return self._parts.summary
+
+    @property
+    def stopping(self) -> bool:
+        """Whether the job was told to stop."""
+        return self._parts.stopping
+
+    @property
+    def inflight(self) -> int:
+        """The job's fetches in flight."""
+        return self._parts.inflight
+
+    def _spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
+        self._parts.spawn(coro)
+
+    def stop(self) -> None:
+        """Stop the job (the feeder failed, say)."""
+        self._parts.stop()
+
+    # -- the source's side of the job ----------------------------------------------------
+
+    def open(self, urls: Iterable[str] | None) -> ResultWriter:
+        """Open the output file to append to (a killed worker's partial last line is dropped).
+
+        Raises:
+            ValueError: when URLs are given: they go into the frontier with
+                ``crawlpace enqueue``.
+        """
         if urls is not None:
             raise ValueError("a shared-frontier worker takes its URLs from the frontier; "
                              "add them with crawlpace enqueue")
@@ -106,45 +179,56 @@ class SharedCrawlJob(CrawlJob):
         if output.exists():
             kept = reconcile(output)  # a killed worker's last line may be partial
             self.summary.resumed_from = len(kept.final_urls)
-        self._writer = ResultWriter(output, append=True)
+        return ResultWriter(output, append=True)
 
-    async def _dispatch(self) -> None:
+    def start_background(self) -> None:
+        """Start the feeder."""
         self._feeder = asyncio.ensure_future(self._feed())
         self._feeder.add_done_callback(self._feeder_ended)
-        try:
-            await super()._dispatch()
-        finally:
-            self._feeder.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await self._feeder
 
-    def _refill(self) -> None:
+    async def stop_background(self) -> None:
+        """Stop the feeder."""
+        feeder = self._feeder
+        if feeder is not None:
+            feeder.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await feeder
+
+    def refill(self) -> None:
+        """A fetch ended: the feeder may claim more."""
         self._news.set()
+
+    def exhausted(self) -> bool:
+        """Whether the frontier is drained and every URL claimed here was answered."""
+        return self._drained and not self._held
 
     def _finished(self) -> bool:
         return self._drained and self.inflight == 0 and self.scheduler.idle and not self._held
 
-    async def _await_news(self, stop_wait: asyncio.Future[Any]) -> None:
-        news = asyncio.ensure_future(self._wait_for_claims())
-        try:
-            await asyncio.wait({*self._fetches, stop_wait, news}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            news.cancel()
+    def wait_for_urls(self) -> asyncio.Future[None]:
+        """Done when the feeder hands over new URLs or finds the frontier drained."""
+        return asyncio.ensure_future(self._wait_for_claims())
 
-    def _settled(self, task: Task, outcome: str) -> None:
+    def answered(self, task: Task) -> None:
+        """Nothing to count: the claims bound what is held."""
+
+    def settled(self, task: Task, outcome: str) -> None:
+        """``task``'s line is written: its acknowledgement goes with the feeder's next round."""
         if self._held.pop(task.id, None) is not None:
             self._acks[outcome].append(task.id)
         self._news.set()
 
-    async def _shutdown(self) -> None:
-        try:
-            await super()._shutdown()
-        finally:
-            with contextlib.suppress(asyncio.TimeoutError):
-                await asyncio.wait_for(self._goodbye(), _GOODBYE)
-            await self.frontier.aclose()
-            self.summary.unfinished = len(self._held)
-            self.summary.answered = self.summary.urls - len(self._held)
+    async def close(self) -> None:
+        """Send the last acknowledgements, hand back what was not answered, close the frontier."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._goodbye(), _GOODBYE)
+        await self.frontier.aclose()
+        self.summary.unfinished = len(self._held)
+        self.summary.answered = self.summary.urls - len(self._held)
+
+    def __repr__(self) -> str:
+        return (f"<SharedSource {self.frontier!r} held={len(self._held)} "
+                f"acks={sum(map(len, self._acks.values()))} drained={self._drained}>")
 
     # -- the feeder ----------------------------------------------------------------------
 
@@ -241,9 +325,6 @@ class SharedCrawlJob(CrawlJob):
             _log.warning("%d URLs held here were claimed back (this worker was out of touch longer than "
                          "the visibility, %gs); they may be fetched twice", len(lost),
                          self.frontier.visibility)
-
-    def _wait_hook(self) -> Callable[[str, float], None] | None:
-        return self._held_back
 
     def _held_back(self, host: str, seconds: float) -> None:
         """The throttler holds ``host`` back: tell the frontier, at most once per wait."""

@@ -35,7 +35,17 @@ from pathlib import Path
 from types import TracebackType
 from typing import TypeVar
 
-from .._exceptions import CrawlpaceError
+from ._journal_file import (
+    FORMAT_VERSION,
+    KIND,
+    SCHEMA,
+    SIDE_FILES,
+    JournalError,
+    acquire,
+    check_kind,
+    connect,
+    txn,
+)
 
 __all__ = ["FORMAT_VERSION", "Entry", "Journal", "JournalError"]
 
@@ -43,40 +53,10 @@ _log = logging.getLogger(__name__)
 
 _T = TypeVar("_T")
 
-#: The layout version written into new journals; other versions are refused.
-FORMAT_VERSION = 1
-
-#: What the ``kind`` row of the meta table says in every crawlpace journal.
-_KIND = "crawlpace-journal"
-
 #: Rows written per transaction by bulk operations. Large enough that commits
 #: are a small part of the cost, small enough to keep memory and lock hold
 #: times short.
 _BATCH = 5000
-
-#: Seconds to wait for a lock held by someone else before giving up. The
-#: journal holds its file exclusively, so waiting longer would not help.
-_BUSY_TIMEOUT = 0.1
-
-_SCHEMA = (
-    "CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT)",
-    "CREATE TABLE urls (id INTEGER PRIMARY KEY, url TEXT NOT NULL UNIQUE,"
-    " scope TEXT NOT NULL, done INTEGER NOT NULL DEFAULT 0)",
-    # Only pending URLs are indexed: the index shrinks as the crawl advances,
-    # and both paging through a scope and counting what is left read it alone.
-    "CREATE INDEX urls_pending ON urls (scope, id) WHERE done = 0",
-)
-
-_SIDE_FILES = ("-wal", "-shm", "-journal")
-
-
-class JournalError(CrawlpaceError):
-    """A file cannot be used as a crawl journal.
-
-    Raised when the file is not a crawlpace journal at all, when it was
-    written in a format version this crawlpace does not read, or when
-    another process has it open.
-    """
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,18 +79,6 @@ def _chunks(items: Iterable[_T], size: int) -> Iterator[list[_T]]:
     iterator = iter(items)
     while chunk := list(islice(iterator, size)):
         yield chunk
-
-
-@contextmanager
-def _txn(conn: sqlite3.Connection) -> Iterator[None]:
-    """Run the block as one write transaction, rolled back if it raises."""
-    conn.execute("BEGIN IMMEDIATE")
-    try:
-        yield
-    except BaseException:
-        conn.execute("ROLLBACK")
-        raise
-    conn.execute("COMMIT")
 
 
 class Journal:
@@ -174,20 +142,20 @@ class Journal:
         os.close(fd)
         # Leftover WAL files of an earlier journal that was deleted on its own
         # would be replayed into the new one; they belong to no live file now.
-        for suffix in _SIDE_FILES:
+        for suffix in SIDE_FILES:
             side = Path(f"{where}{suffix}")
             if side.exists():
                 _log.warning("removing %s, left over from a deleted journal", side)
                 side.unlink()
         try:
-            conn = _connect(where)
+            conn = connect(where)
             try:
-                _acquire(conn, where)
-                with _txn(conn):
-                    for statement in _SCHEMA:
+                acquire(conn, where)
+                with txn(conn):
+                    for statement in SCHEMA:
                         conn.execute(statement)
                     conn.executemany("INSERT INTO meta (key, value) VALUES (?, ?)", [
-                        ("kind", _KIND),
+                        ("kind", KIND),
                         ("format", str(FORMAT_VERSION)),
                         ("created", repr(time.time())),
                         ("fingerprint", fingerprint),
@@ -198,7 +166,7 @@ class Journal:
                 conn.close()
                 raise
         except BaseException:
-            for suffix in ("", *_SIDE_FILES):
+            for suffix in ("", *SIDE_FILES):
                 Path(f"{where}{suffix}").unlink(missing_ok=True)
             raise
         _log.debug("created journal %s", where)
@@ -223,10 +191,10 @@ class Journal:
         if not where.exists():
             raise FileNotFoundError(
                 f"{where}: no crawl journal to resume; run without --resume to start a new crawl")
-        conn = _connect(where, must_exist=True)
+        conn = connect(where, must_exist=True)
         try:
-            _check_kind(conn, where)
-            _acquire(conn, where)
+            check_kind(conn, where)
+            acquire(conn, where)
             journal = cls(where, conn, flush_every=flush_every)
         except BaseException:
             conn.close()
@@ -251,6 +219,11 @@ class Journal:
     def created(self) -> float:
         """When the journal was created, in Unix time."""
         return self._created
+
+    def __repr__(self) -> str:
+        # No query here: a repr must be cheap and must work on a closed journal.
+        state = "closed" if self._closed else "open"
+        return f"<Journal {self._path} {state} buffered_marks={len(self._buffer)}>"
 
     @property
     def input_complete(self) -> bool:
@@ -393,7 +366,7 @@ class Journal:
         """
         with self._lock:
             self._buffer.clear()
-            with _txn(self._conn):
+            with txn(self._conn):
                 self._conn.execute("UPDATE urls SET done = 0 WHERE done = 1")
                 before = self._conn.total_changes
                 for chunk in _chunks(urls, _BATCH):
@@ -428,13 +401,13 @@ class Journal:
 
     @contextmanager
     def _transaction(self) -> Iterator[None]:
-        with self._lock, _txn(self._conn):
+        with self._lock, txn(self._conn):
             yield
 
     def _flush_locked(self) -> int:
         if not self._buffer or self._closed:
             return 0
-        with _txn(self._conn):
+        with txn(self._conn):
             before = self._conn.total_changes
             self._conn.executemany("UPDATE urls SET done = 1 WHERE id = ? AND done = 0",
                                    [(id_,) for id_ in self._buffer])
@@ -445,54 +418,3 @@ class Journal:
     def _meta(self, key: str) -> str | None:
         row = self._conn.execute("SELECT value FROM meta WHERE key = ?", (key,)).fetchone()
         return None if row is None else str(row[0])
-
-
-def _connect(path: Path, *, must_exist: bool = False) -> sqlite3.Connection:
-    """Open a connection in autocommit mode; transactions are begun explicitly."""
-    if must_exist:
-        # mode=rw never creates the file, unlike a plain connect.
-        target, uri = f"{path.resolve().as_uri()}?mode=rw", True
-    else:
-        target, uri = str(path), False
-    conn = sqlite3.connect(target, uri=uri, timeout=_BUSY_TIMEOUT, isolation_level=None,
-                           check_same_thread=False)
-    # With an exclusive lock, WAL keeps its index in process memory (no -shm
-    # file), and no other connection can read or write while the journal is open.
-    conn.execute("PRAGMA locking_mode = EXCLUSIVE")
-    return conn
-
-
-def _check_kind(conn: sqlite3.Connection, path: Path) -> None:
-    """Raise :class:`JournalError` unless ``conn`` is a journal of this format."""
-    try:
-        rows = dict(conn.execute("SELECT key, value FROM meta WHERE key IN ('kind', 'format')").fetchall())
-    except sqlite3.DatabaseError as exc:
-        if _is_busy(exc):
-            raise JournalError(f"{path}: the journal is in use by another crawl") from exc
-        raise JournalError(f"{path}: not a crawlpace journal ({exc})") from exc
-    if rows.get("kind") != _KIND:
-        raise JournalError(f"{path}: not a crawlpace journal (an SQLite file of some other kind)")
-    if rows.get("format") != str(FORMAT_VERSION):
-        raise JournalError(f"{path}: journal format version {rows.get('format')}, but this crawlpace "
-                           f"reads version {FORMAT_VERSION}; finish that crawl with the crawlpace that "
-                           "started it, or delete the journal to start over")
-
-
-def _acquire(conn: sqlite3.Connection, path: Path) -> None:
-    """Switch to WAL, set durability, and take the exclusive lock now rather than lazily."""
-    try:
-        mode = conn.execute("PRAGMA journal_mode = WAL").fetchone()[0]
-        conn.execute("PRAGMA synchronous = NORMAL")
-        conn.execute("BEGIN EXCLUSIVE")
-        conn.execute("COMMIT")
-    except sqlite3.DatabaseError as exc:
-        if _is_busy(exc):
-            raise JournalError(f"{path}: the journal is in use by another crawl") from exc
-        raise JournalError(f"{path}: cannot use the journal ({exc})") from exc
-    if str(mode).lower() != "wal":
-        _log.warning("%s: SQLite refused WAL mode (journal_mode is %s); the journal will be slower",
-                     path, mode)
-
-
-def _is_busy(exc: sqlite3.Error) -> bool:
-    return getattr(exc, "sqlite_errorname", "") in {"SQLITE_BUSY", "SQLITE_LOCKED"}

@@ -26,26 +26,21 @@ import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from typing import Literal
-from urllib.parse import urlsplit
+from dataclasses import dataclass
 
 from .._board import SHARED_POLL, Board
 from .._clock import Clock, TimerHandle
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._fetchable import fetchable_scope
-from .._permit import Permit
-from .._release import DONT_ADJUST_KEY
+from .._permit import NotReady, Permit
 from .._scopes import host_scope
 from .._throttler import Throttler
 from ._robots_cache import RobotsCache
+from ._task import Dropped, Task, Unmeasured, origin_of
 
-__all__ = ["LONG_WAIT", "Scheduler", "Task", "origin_of"]
+__all__ = ["LONG_WAIT", "Dropped", "Scheduler", "Task", "origin_of"]
 
 _log = logging.getLogger(__name__)
-
-Kind = Literal["page", "robots"]
-
 
 # A release re-tries its scope's queue at once when that queue waits longer than this.
 _RECHECK_AFTER = 0.05
@@ -53,55 +48,24 @@ _RECHECK_AFTER = 0.05
 LONG_WAIT = 1.0
 
 
-def origin_of(url: str) -> str:
-    """``scheme://host[:port]`` of ``url``, the unit robots.txt applies to."""
-    parts = urlsplit(url)
-    return f"{parts.scheme.lower()}://{parts.netloc.lower()}"
-
-
-class _Unmeasured:
-    """A request whose latency must not steer the scope (robots.txt answers
-    faster or slower than pages, and would skew AutoThrottle's and rampup's view)."""
-
-    __slots__ = ("meta", "url")
-
-    def __init__(self, url: str) -> None:
-        self.url = url
-        self.meta = {DONT_ADJUST_KEY: True}
-
-
 @dataclass(slots=True)
-class Task:
-    """One URL on its way to an answer.
+class _Pending:
+    """The head of a queue, whose admission needs an await."""
 
-    Attributes:
-        id: the URL's id in the journal (0 for tasks that are not journalled).
-        url: the URL as given, the key of its output line.
-        target: the URL to fetch next; differs from ``url`` after a redirect.
-        kind: ``"page"``, or ``"robots"`` for a robots.txt fetch.
-        attempts: requests sent for it so far, redirect hops included.
-        retries: times it was queued again after a backoff answer.
-        hops: redirects followed so far.
-        key: the queue it sits in: the target's throttling scope (its host by
-            default), or the scopes joined with ``+`` when there are several.
-    """
-
-    id: int
-    url: str
-    target: str = ""
-    kind: Kind = "page"
-    attempts: int = 0
-    retries: int = 0
-    hops: int = 0
-    key: str = field(default="", compare=False)
-
-    def __post_init__(self) -> None:
-        if not self.target:
-            self.target = self.url
+    task: Task
+    request: object
 
 
-#: Why a task left the scheduler without being fetched.
-Dropped = Literal["disallowed", "exhausted", "gave_up", "failed"]
+class _Next:
+    """:meth:`Scheduler._answer`'s word for "the task left; try the queue's next one"."""
+
+
+_NEXT = _Next()
+
+
+def _request_of(task: Task) -> str | Unmeasured:
+    """What the throttler is given for ``task``: its URL, or an unmeasured request for robots.txt."""
+    return task.target if task.kind == "page" else Unmeasured(task.target)
 
 
 class Scheduler:
@@ -113,9 +77,10 @@ class Scheduler:
         on_drop: called with ``(task, why, detail)`` for a task that leaves
             without a fetch: forbidden by robots.txt, given up by the circuit
             breaker, or unusable (no host).
-        on_wait: called with ``(queue, seconds)`` when the throttler holds a
-            queue back for at least :data:`LONG_WAIT` seconds (a backoff, a
-            Retry-After, a long Crawl-Delay); the shared frontier passes it on.
+        on_wait: called with ``(host, seconds)`` for each host of a queue the
+            throttler holds back for at least :data:`LONG_WAIT` seconds (a
+            backoff, a Retry-After, a long Crawl-Delay); the shared frontier
+            passes it on.
     """
 
     def __init__(self, throttler: Throttler, *, robots: RobotsCache | None = None,
@@ -130,8 +95,11 @@ class Scheduler:
         self._board: Board[str] = Board()  # which queue goes next
         self._waiting_robots: dict[str, list[Task]] = {}  # origin -> pages held until its rules are known
         self._blocked: dict[str, str] = {}  # scope -> why its tasks are dropped as they come (see block)
+        self._unresolved: deque[tuple[Task, bool]] = deque()  # (task, front): scopes not asked for yet
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
         self._news = False
+        # A local store answers at once: whole takes run without a coroutine (take_nowait).
+        self._nowait = not throttler.store.shared
         self._wake: TimerHandle | None = None
         self._signal: Callable[[], None] | None = None
         self.queued = 0
@@ -139,13 +107,33 @@ class Scheduler:
     # -- adding work -----------------------------------------------------------
 
     def push(self, task: Task, *, front: bool = False) -> None:
-        """Queue a task; ``front`` puts it ahead of its queue (retries, redirects, robots.txt)."""
+        """Queue a task; ``front`` puts it ahead of its queue (retries, redirects, robots.txt).
+
+        The throttler's scopes for the task are worked out here and kept on
+        it (:attr:`Task.scopes`), so admission need not work them out again.
+        A task whose scopes the throttling manager must be awaited for waits
+        aside until the next :meth:`take` asks the manager, then joins the
+        queue of those scopes like any other.
+        """
         try:
             host = fetchable_scope(task.target)  # refuses what the crawl cannot fetch, up front
-            task.key = self._key_of(task)
+            scopes = self._throttler.scopes_nowait(_request_of(task))
         except ScopeError as exc:
             self._on_drop(task, "failed", str(exc))
             return
+        task.host = host
+        if not scopes:
+            task.scopes = None  # a redirect's new target: its old scopes no longer hold
+            self._unresolved.append((task, front))
+            self.queued += 1
+            self._poke()
+            return
+        self._file(task, scopes, host, front)
+
+    def _file(self, task: Task, scopes: tuple[str, ...], host: str, front: bool) -> None:
+        """Put ``task`` in the queue of ``scopes`` (or drop it, when that scope or its host was blocked)."""
+        task.scopes = scopes
+        task.key = scopes[0] if len(scopes) == 1 else "+".join(sorted(scopes))
         blocked = next((scope for scope in (task.key, host) if scope in self._blocked), None)
         if blocked is not None:
             self._on_drop(task, "gave_up", f"{blocked} was given up: {self._blocked[blocked]}")
@@ -241,7 +229,36 @@ class Scheduler:
         """Wake a waiting :meth:`take`, e.g. because work was added or a slot freed."""
         self._poke()
 
+    def take_nowait(self) -> tuple[Task, Permit] | None:
+        """The next admitted task, when it can be had without awaiting; the crawl's hot path.
+
+        Returns:
+            The task and its permit; None when no queue is due now, or when
+            admission needs an await (a shared store): call :meth:`take` then.
+        """
+        if not self._nowait or self._unresolved:
+            return None  # an await is needed: for the store, or for a manager's scopes
+        board = self._board
+        while (key := board.pop(self._clock.now())) is not None:
+            got = self._try_nowait(key)
+            if isinstance(got, _Pending):  # malformed scopes, an awaited manager: take() says
+                self._schedule(key, self._clock.now())
+                return None
+            if got is not None:
+                return got
+        return None
+
+    async def take_due(self) -> tuple[Task, Permit] | None:
+        """The next admitted task if a queue is due now; None at once when none is (never sleeps).
+
+        With a shared store, several of these may be in flight together: their
+        admissions then go to the store in one round trip.
+        """
+        return self.take_nowait() if self._nowait else await self._take_due()
+
     async def _take_due(self) -> tuple[Task, Permit] | None:
+        if self._unresolved:
+            await self._resolve()
         board = self._board
         while (key := board.pop(self._clock.now())) is not None:
             got = await self._try(key)
@@ -249,47 +266,107 @@ class Scheduler:
                 return got
         return None
 
+    async def _resolve(self) -> None:
+        """Ask an awaiting manager for the scopes of the tasks set aside, and queue them by those."""
+        unresolved = self._unresolved
+        while unresolved:
+            task, front = unresolved.popleft()
+            self.queued -= 1
+            try:
+                scopes = tuple(await self._throttler.scopes(_request_of(task)))
+                host = fetchable_scope(task.target)
+            except ScopeError as exc:
+                self._on_drop(task, "failed", str(exc))
+                continue
+            self._file(task, scopes, host, front)
+
     async def _try(self, key: str) -> tuple[Task, Permit] | None:
+        while True:
+            got = self._try_nowait(key)
+            if not isinstance(got, _Pending):
+                return got
+            task = got.task
+            try:
+                result: Permit | NotReady | Exception = await self._throttler.try_acquire(
+                    got.request, scopes=task.scopes)
+            except (ScopeError, ScopeGivenUp) as exc:
+                result = exc
+            except BaseException:
+                self._schedule(key, self._clock.now())  # the queue stays on the board, for the next take
+                raise
+            queue = self._queues.get(key)
+            if not queue or queue[0] is not task:  # changed during the await: look again
+                if isinstance(result, Permit):
+                    await result.release()
+                continue
+            answer = self._answer(key, queue, task, result)
+            if not isinstance(answer, _Next):
+                return answer
+
+    def _try_nowait(self, key: str) -> tuple[Task, Permit] | _Pending | None:
+        """Try the head of ``key``'s queue, then the next while heads leave without a fetch."""
         queue = self._queues.get(key)
+        nowait = self._nowait
         while queue:
             task = queue[0]
             if task.kind == "page" and self._robots is not None and not self._robots_ready(task, queue):
                 continue
+            request = _request_of(task)
+            if not nowait:
+                return _Pending(task, request)
             try:
-                request = task.target if task.kind == "page" else _Unmeasured(task.target)
-                result = await self._throttler.try_acquire(request)
-            except ScopeGivenUp as exc:
-                self._drop_queue(key, "gave_up", f"{exc.scope} was given up: {exc.reason}")
-                return None
-            except ScopeError as exc:
-                queue.popleft()
-                self.queued -= 1
-                self._on_drop(task, "failed", str(exc))
-                continue
-            if isinstance(result, Permit):
-                self._key_scopes[key] = result.scopes
-                queue.popleft()
-                self.queued -= 1
-                if queue:
-                    self._schedule(key, self._clock.now())
-                return task, result
-            if result.ready_at is None:
-                # Parked until a release of a full scope (no scope: the global
-                # cap). Other processes free a shared store's slots, and no
-                # release of ours would say so: look again shortly as well.
-                full = [name for name, ready in result.waiting_on if ready is None]
-                now = self._clock.now()
-                poll = now + SHARED_POLL if self._throttler.store.shared else None
-                self._board.park(key, full, (now,), poll_at=poll)
-            else:
-                self._schedule(key, result.ready_at)
-                wait = result.ready_at - self._clock.now()
-                if self._on_wait is not None and wait >= LONG_WAIT:
-                    self._on_wait(key, wait)
-            return None
+                result: Permit | NotReady | Exception | None = self._throttler.try_acquire_nowait(
+                    request, scopes=task.scopes)
+            except (ScopeError, ScopeGivenUp) as exc:
+                result = exc
+            if result is None:
+                return _Pending(task, request)
+            answer = self._answer(key, queue, task, result)
+            if not isinstance(answer, _Next):
+                return answer
         if queue is not None and not queue:
             del self._queues[key]
             self._key_scopes.pop(key, None)  # a host done with: nothing kept for it
+        return None
+
+    def _answer(self, key: str, queue: deque[Task], task: Task,
+                result: Permit | NotReady | Exception) -> tuple[Task, Permit] | _Next | None:
+        """Act on the throttler's answer for ``task``, the head of ``queue``.
+
+        Returns:
+            The task and its permit; None when the queue must wait; :data:`_NEXT`
+            when the task left without a fetch and the next one may be tried.
+        """
+        if isinstance(result, ScopeGivenUp):
+            self._drop_queue(key, "gave_up", f"{result.scope} was given up: {result.reason}")
+            return None
+        if isinstance(result, Exception):
+            queue.popleft()
+            self.queued -= 1
+            self._on_drop(task, "failed", str(result))
+            return _NEXT
+        if isinstance(result, Permit):
+            self._key_scopes[key] = result.scopes
+            queue.popleft()
+            self.queued -= 1
+            if queue:
+                self._schedule(key, self._clock.now())
+            return task, result
+        if result.ready_at is None:
+            # Parked until a release of a full scope (no scope: the global
+            # cap). Other processes free a shared store's slots, and no
+            # release of ours would say so: look again shortly as well.
+            full = [name for name, ready in result.waiting_on if ready is None]
+            now = self._clock.now()
+            poll = now + SHARED_POLL if self._throttler.store.shared else None
+            self._board.park(key, full, (now,), poll_at=poll)
+        else:
+            self._schedule(key, result.ready_at)
+            wait = result.ready_at - self._clock.now()
+            if self._on_wait is not None and wait >= LONG_WAIT:
+                # Told per host (a queue keyed by a manager's scopes may hold several).
+                for host in dict.fromkeys(host_scope(waiting.target) for waiting in queue):
+                    self._on_wait(host, wait)
         return None
 
     def _robots_ready(self, task: Task, queue: deque[Task]) -> bool:
@@ -310,7 +387,7 @@ class Scheduler:
         self._waiting_robots.setdefault(origin, []).append(task)
         if state == "unknown":
             robots.start(origin, self._clock.now())
-            queue.appendleft(Task(0, f"{origin}/robots.txt", kind="robots", key=task.key))
+            queue.appendleft(Task(0, f"{origin}/robots.txt", kind="robots", key=task.key, host=task.host))
             self.queued += 1
         return False
 
@@ -333,18 +410,6 @@ class Scheduler:
                 self._robots.failed(origin_of(task.target), self._clock.now())
 
     # -- timing ------------------------------------------------------------------
-
-    def _key_of(self, task: Task) -> str:
-        """The queue of ``task``: the throttler's scopes for it, joined with ``+``.
-
-        A manager that must be awaited is asked at admission instead; its
-        tasks queue by host until then.
-        """
-        request = task.target if task.kind == "page" else _Unmeasured(task.target)
-        scopes = self._throttler.scopes_nowait(request)
-        if not scopes:
-            return host_scope(task.target)
-        return "+".join(sorted(scopes))
 
     def _schedule(self, key: str, when: float) -> None:
         # Ranked by the time it became due: the queue that waited longest goes first.

@@ -38,6 +38,7 @@ from typing import Any
 
 from .._exceptions import ConfigError, ScopeError
 from .._fetchable import fetchable_scope
+from .._redact import redact
 from ..stores._check import check_url
 from ..stores.connection import (
     RedisConnection,
@@ -213,7 +214,7 @@ class SharedFrontier:
                                      cluster=self.cluster, decode_responses=True)
 
     def __repr__(self) -> str:
-        return f"<SharedFrontier {self.url} namespace={self.namespace!r} worker={self.worker!r}>"
+        return f"<SharedFrontier {redact(self.url)} namespace={self.namespace!r} worker={self.worker!r}>"
 
     async def _connect(self) -> Any:
         return await self._conn.client()

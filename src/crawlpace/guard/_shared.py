@@ -20,7 +20,7 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..stores.connection import load_scripts
+from ..stores.connection import RedisConnection, cluster_flag, load_scripts, parse_url
 from ._brake import DEFAULT_STAGES, OVERFLOW_KEY, BrakeStats, Decision, KeyStats, Stage, StagedBrake
 
 __all__ = ["SharedBrake", "is_shared_url"]
@@ -64,6 +64,15 @@ class SharedBrake:
             one counter (see :class:`~crawlpace.guard.StagedBrake`).
         name: the brake's name: brakes with the same URL, namespace and
             name share their counts.
+        connection: a connection to share (a shared store's, say: see
+            :class:`~crawlpace.stores.connection.RedisConnection`); its
+            owner closes it. ``None``: the brake opens one of its own from
+            ``url``, through the same connection owner as the stores
+            (timeouts, ``cluster=1``, retries of a flushed script cache),
+            and closes it in :meth:`aclose`.
+
+    Decisions made while another is in flight go to the server together, in
+    one script call.
 
     Raises:
         ValueError: naming the parameter that is out of range.
@@ -72,9 +81,10 @@ class SharedBrake:
 
     def __init__(self, url: str, quota: float, window: float = 86400.0,
                  stages: Iterable[Stage] = DEFAULT_STAGES, rng: random.Random | None = None, *,
-                 max_keys: int = 100_000, name: str = "guard") -> None:
+                 max_keys: int = 100_000, name: str = "guard",
+                 connection: RedisConnection | None = None) -> None:
         try:
-            import redis.asyncio as aioredis
+            import redis.asyncio  # noqa: F401  # the connection owner imports it lazily: fail here, clearly
         except ImportError as exc:  # pragma: no cover - redis is a dev dependency
             raise ImportError("a shared guard needs redis-py: pip install 'crawlpace[redis]'") from exc
         if not is_shared_url(url):
@@ -86,8 +96,13 @@ class SharedBrake:
         target, namespace = _split(url)
         # One hash tag: on a cluster every window of this brake lives on one node.
         self._prefix = f"cp:{namespace}:guard:{{{name}}}"
-        self._client = aioredis.from_url(target, decode_responses=False)
-        self._script = self._client.register_script(_SCRIPTS["brake"])
+        self._own = connection is None
+        if connection is None:
+            plain, options = parse_url(target, ("cluster",))
+            connection = RedisConnection(plain, _SCRIPTS, cluster=bool(cluster_flag(options.get("cluster"))))
+        else:
+            connection.add_scripts(_SCRIPTS)
+        self.connection = connection
 
     @property
     def quota(self) -> float:
@@ -119,7 +134,7 @@ class SharedBrake:
                            key, str(self._max_keys), OVERFLOW_KEY]
         for threshold, refuses in zip(rule.thresholds, refusing, strict=True):
             args += [repr(threshold), "1" if refuses else "0"]
-        reply = await self._script(keys=[self._prefix], args=args)
+        reply = await self.connection.call("brake", [self._prefix], args)
         allowed, used, stage, entered = int(reply[0]) == 1, float(reply[1]), int(reply[2]), int(reply[3]) == 1
         if key != OVERFLOW_KEY and _text(reply[6]) == OVERFLOW_KEY and self._warned != reply[5]:
             self._warned = reply[5]
@@ -133,11 +148,12 @@ class SharedBrake:
         Args:
             now: the time on the windows' clock; ``None`` for the server's.
         """
+        client = await self.connection.client()
         if now is None:
-            seconds, micros = await self._client.time()
+            seconds, micros = await client.time()
             now = float(seconds) + float(micros) / 1e6
         start = self.rule.window_start(now)
-        fields = await self._client.hgetall(f"{self._prefix}:{start:.17g}")
+        fields = await client.hgetall(f"{self._prefix}:{start:.17g}")
         keys: dict[str, KeyStats] = {}
         for raw_field, raw_value in fields.items():
             kind, _, key = _text(raw_field).partition(":")
@@ -156,8 +172,9 @@ class SharedBrake:
                            "rejected": sum(entry["rejected"] for entry in keys.values())}}
 
     async def aclose(self) -> None:
-        """Close the connections to the server."""
-        await self._client.aclose()
+        """Close the connections to the server (unless the connection was given: its owner closes it)."""
+        if self._own:
+            await self.connection.aclose()
 
     def __repr__(self) -> str:
         return (f"<SharedBrake {self._prefix} quota={self.rule.quota:g} window={self.rule.window:g}s "

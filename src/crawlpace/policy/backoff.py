@@ -18,7 +18,19 @@ because all ten were sent before the first of them raised the level.
 
 Recovery takes one level off at a time, on a response that is not a backoff
 trigger, once ``window`` seconds have passed since both the last backoff
-feedback and the last step. A scope left idle keeps its level until the
+feedback and the last step.
+
+The last step down is taken in steps too. When the first level's delay is
+``min_delay`` because the scope's own delay is short (no delay at all, say,
+with many slots), leaving level 1 would jump from ``min_delay`` straight back
+to a scope that sends all its slots at once: the very burst that drew the
+refusal. So level 1 has a *tail*: each recovery step divides its delay by
+``factor`` again, while the result stays above both the scope's own delay and
+``min_delay / factor ** TAIL_STEPS``; only then is the level dropped. A
+backoff trigger during the tail takes one tail step back (the delay doubles
+again) instead of a whole new level. A server that refused a burst of eight
+therefore sees sends spaced ever closer, one recovery window at a time, and
+refuses one of them long before eight go out together again. A scope left idle keeps its level until the
 whole recovery could have happened by time alone (``level * window`` after
 the last change); after that the level is dropped, which is what the store's
 eviction of idle scopes relies on.
@@ -28,11 +40,13 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["Backoff"]
+__all__ = ["TAIL_STEPS", "Backoff"]
 
 _NEVER = float("-inf")
 # A factor of 1.0 never reaches max_delay; stop counting levels somewhere.
 _LEVEL_LIMIT = 64
+#: The tail of level 1 ends once its delay would be ``min_delay / factor ** TAIL_STEPS``.
+TAIL_STEPS = 6
 
 
 class Backoff:
@@ -47,13 +61,14 @@ class Backoff:
 
     Attributes:
         level: 0 when not backing off.
+        tail: recovery steps taken below the first level's delay (level 1 only).
         generation: incremented by every backoff step.
         last_feedback: when backoff feedback last arrived (counted or not).
         last_change: when the level last changed.
     """
 
     __slots__ = ("anchor", "concurrency_factor", "factor", "generation", "last_change",
-                 "last_feedback", "level", "max_delay", "min_delay", "window")
+                 "last_feedback", "level", "max_delay", "min_delay", "tail", "window")
 
     def __init__(self, *, factor: float, min_delay: float, max_delay: float,
                  concurrency_factor: float, window: float) -> None:
@@ -63,6 +78,7 @@ class Backoff:
         self.concurrency_factor = concurrency_factor
         self.window = window
         self.level = 0
+        self.tail = 0
         self.generation = 0
         self.anchor = 0.0
         self.last_feedback = _NEVER
@@ -75,8 +91,25 @@ class Backoff:
         if self.level == 0:
             return 0.0
         first = min(self.max_delay, max(self.anchor * self.factor, self.min_delay))
+        if self.tail:
+            return first / self.factor ** self.tail
         steps = min(self.level, self._delay_levels()) - 1
         return min(self.max_delay, first * self.factor ** steps)
+
+    def _tail_ends(self, tail: int | None = None) -> bool:
+        """True when level 1's next recovery step would end the backoff rather than lengthen the tail."""
+        if self.factor <= 1.0:
+            return True
+        first = min(self.max_delay, max(self.anchor * self.factor, self.min_delay))
+        following = first / self.factor ** ((self.tail if tail is None else tail) + 1)
+        return following <= max(self.anchor, self.min_delay / self.factor ** TAIL_STEPS)
+
+    def _tail_left(self) -> int:
+        """Recovery steps the tail of level 1 still has."""
+        tail = self.tail
+        while tail < TAIL_STEPS and not self._tail_ends(tail):
+            tail += 1
+        return tail - self.tail
 
     def concurrency(self, configured: int) -> int:
         """The slots the current level leaves of ``configured``."""
@@ -119,6 +152,11 @@ class Backoff:
         self.last_feedback = now
         if generation != self.generation:
             return False  # sent before the last step: that step already answered it
+        if self.tail:
+            self.tail -= 1  # refused during the tail: one step back up it
+            self.generation += 1
+            self.last_change = now
+            return True
         if self.level >= self._top_level(configured) and self.level > 0:
             return False
         if self.level == 0:
@@ -139,7 +177,11 @@ class Backoff:
             return False
         if now - max(self.last_feedback, self.last_change) < self.window:
             return False
-        self.level -= 1
+        if self.level == 1 and not self._tail_ends():
+            self.tail += 1
+        else:
+            self.level -= 1
+            self.tail = 0
         self.last_change = now
         return True
 
@@ -147,7 +189,7 @@ class Backoff:
         """When an idle scope's level is dropped (``-inf`` at level 0)."""
         if self.level == 0:
             return _NEVER
-        return max(self.last_feedback, self.last_change) + self.level * self.window
+        return max(self.last_feedback, self.last_change) + (self.level + self._tail_left()) * self.window
 
     def settle(self, now: float) -> bool:
         """Drop the level if the scope sat idle long enough to recover fully.
@@ -157,9 +199,11 @@ class Backoff:
         """
         if self.level and now >= self.expires_at():
             self.level = 0
+            self.tail = 0
             self.last_change = now
             return True
         return False
 
     def __repr__(self) -> str:
-        return (f"<Backoff level={self.level} delay={self.delay():g}s generation={self.generation}>")
+        tail = f" tail={self.tail}" if self.tail else ""
+        return f"<Backoff level={self.level}{tail} delay={self.delay():g}s generation={self.generation}>"

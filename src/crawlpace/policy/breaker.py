@@ -60,14 +60,14 @@ import logging
 import math
 from dataclasses import dataclass
 
-__all__ = ["CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "Breaker", "BreakerSnapshot"]
+__all__ = ["BUCKETS", "CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "RECENT", "Breaker", "BreakerSnapshot"]
 
 _log = logging.getLogger(__name__)
 
 # Failures a window must hold before its share can open the breaker.
 _MIN_FAILURES = 3
-# Outcomes remembered for the give-up test, one bit each (1: failed).
-_RECENT = 20
+#: Outcomes remembered for the give-up test, one bit each (1: failed).
+RECENT = _RECENT = 20
 _RECENT_MASK = (1 << _RECENT) - 1
 
 CLOSED = "closed"
@@ -86,7 +86,8 @@ STEADY_MAX = 0.5
 #: Outcomes since the pause needed before failures can be judged the site's own.
 STEADY_OUTCOMES = 10
 
-_BUCKETS = 12
+#: Buckets a window is counted in.
+BUCKETS = _BUCKETS = 12
 _NEVER = float("-inf")
 _FOREVER = float("inf")
 
@@ -233,6 +234,17 @@ class Breaker:
         )
 
     # -- transitions -------------------------------------------------------
+
+    def absorb(self, tally: tuple[float, ...]) -> None:
+        """Take in the successes a compact tally counted before this breaker existed (``policy/tally.py``).
+
+        Only for a fresh breaker: the result is the breaker those successes would have left.
+        """
+        self._recent_n = min(_RECENT, self._recent_n + int(tally[0]))
+        for i in range(1, len(tally) - 1, 2):
+            count = int(tally[i + 1])
+            self._buckets.append((float(tally[i]), count, 0))
+            self._total += count
 
     def on_send(self, now: float) -> None:
         """Record that a request of the scope was admitted; in half-open it is the probe."""

@@ -62,6 +62,14 @@ slots grow by the requests they are expected to hold (Little's law: the rate,
 times their share of outcomes, times how long each took), or a site that
 hangs now and then would see its few slots all stuck.
 
+A server may limit the requests it holds at once rather than their rate (a
+slow site answering 503 past six in flight, say). Its refusals come back at
+once, far quicker than its pages: a pushback answered in less than half the
+baseline latency while at least three requests of the scope were in flight
+caps the slots at one fewer than were in flight then, and cuts the rate only
+gently (the slots, not the rate, were over). The cap is raised by one after
+every window without a pushback, so a limit that rose is found again.
+
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
 times quicker, so that a limit far below the current rate is found in a few
@@ -132,6 +140,10 @@ BASELINE_WINDOWS = 10
 IDLE_WINDOWS = 2.0
 #: The longest stretch of time one response may advance the curve.
 MAX_STEP = 1.0
+#: A refusal answered in less than this share of the baseline latency was refused on arrival ...
+QUICK_REFUSAL = 0.5
+#: ... and caps the slots when at least this many requests were in flight.
+CAP_INFLIGHT = 3
 
 _NEVER = float("-inf")
 
@@ -182,11 +194,11 @@ class Rampup:
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth", "_level",
-                 "_probe_c", "_pushbacks", "_quiet_until", "_samples", "_sent_at", "_stuck_share",
-                 "_stuck_time", "_window_min", "_window_start", "above_since", "ceiling", "decision",
-                 "generation", "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate",
-                 "phase", "rate", "scope", "start_rate", "target", "window")
+    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth",
+                 "_level", "_probe_c", "_pushbacks", "_quiet_until", "_resumed_at", "_samples", "_sent_at",
+                 "_stuck_share", "_stuck_time", "_window_min", "_window_start", "above_since", "ceiling",
+                 "decision", "generation", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
+                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -225,6 +237,13 @@ class Rampup:
         self._stuck_share = 0.0
         self._stuck_time = 0.0
         self._quiet_until = _NEVER
+        # When the last hold the server asked for (Retry-After) ends: the silence it
+        # imposed is not a gap in the scope's sending, see hold().
+        self._resumed_at = _NEVER
+        # The slots a server that limits requests in flight was seen to allow (inf: no such limit
+        # seen), and when that was last learned or raised.
+        self.slot_cap = math.inf
+        self._cap_at = _NEVER
 
     # -- what the scope may do -----------------------------------------------
 
@@ -236,7 +255,8 @@ class Rampup:
         """
         if self._sent_at == _NEVER:
             return 0.0
-        gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, now - self._sent_at)
+        since = now - max(self._sent_at, self._resumed_at)
+        gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, since)
         return 1.0 / gap if gap > 0.0 else math.inf
 
     def allowed_rate(self, now: float) -> float:
@@ -256,7 +276,8 @@ class Rampup:
         base = self.baseline()
         span = SLOT_HEADROOM * base if base is not None else 2.0 * (self.latency or 0.0)
         stuck = rate * self._stuck_share * self._stuck_time  # slots held by hangs
-        return max(1, min(self.max_concurrency, math.ceil(rate * span + stuck) + 1))
+        slots = min(self.max_concurrency, math.ceil(rate * span + stuck) + 1)
+        return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -292,9 +313,26 @@ class Rampup:
         if last == _NEVER:
             self._last_growth = now  # growth is counted from the first send
         else:
-            gap, mean = now - last, self._gap
+            gap, mean = now - max(last, self._resumed_at), self._gap
+            if gap < 0.0:
+                gap = 0.0
             self._gap = gap if mean is None else mean + SENT_WEIGHT * (gap - mean)
         self._sent_at = now
+
+    def hold(self, until: float) -> None:
+        """The server asked for silence until ``until`` (``Retry-After``): resume where it left off.
+
+        Nothing is sent during the hold, so without this rule the measured send
+        rate would fall towards zero, and what the scope may send (capped at
+        twice that) with it: after a five-second hold the scope would start over
+        from its starting rate. The silence is the server's, not a sign that the
+        scope stopped using its rate, so it is left out of the gaps: the first
+        sends after the hold may go at the rate that was in force (already cut
+        by the refusal that brought the hold), paced by the delay as before, so
+        there is no burst either.
+        """
+        if until > self._resumed_at:
+            self._resumed_at = until
 
     def sync_sends(self, gap: float | None, last: float) -> None:
         """Take the send record kept elsewhere: a shared store counts every worker's sends.
@@ -312,7 +350,7 @@ class Rampup:
             self._sent_at = last
 
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
-                    answered: bool = True, elapsed: float | None = None) -> bool:
+                    answered: bool = True, elapsed: float | None = None, inflight: int | None = None) -> bool:
         """Take one outcome.
 
         Args:
@@ -321,7 +359,8 @@ class Rampup:
             current: the request was sent under the current generation.
             latency: its latency, when a response arrived.
             answered: a response arrived (False: a timeout, a reset connection...).
-            elapsed: seconds from the send to this outcome (for one without an answer).
+            elapsed: seconds from the send to this outcome.
+            inflight: the scope's requests in flight when it came, this one included, when known.
 
         Returns:
             True when :attr:`rate` changed.
@@ -339,6 +378,9 @@ class Rampup:
                 self._stuck_time = held + STUCK_WEIGHT * (elapsed - held) if held else elapsed
             self._decide(now, "ignored: a request failed without an answer while latency is normal; "
                          "not taken for overload")
+        elif pushback and self._slots_refused(now, answered, elapsed, inflight):
+            if can_cut:
+                self._cut(now, reason="slots")
         elif pushback:
             if can_cut:
                 self._cut(now, reason="pushback")
@@ -351,6 +393,16 @@ class Rampup:
             else:
                 self._freeze(now)
         return self.rate != before
+
+    def _slots_refused(self, now: float, answered: bool, elapsed: float | None, inflight: int | None) -> bool:
+        """A refusal on arrival with several in flight: cap the slots below that count."""
+        base = self.baseline()
+        if (not answered or elapsed is None or inflight is None or base is None
+                or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base):
+            return False
+        self.slot_cap = min(self.slot_cap, float(inflight - 1))
+        self._cap_at = now
+        return True
 
     # -- latency ---------------------------------------------------------------
 
@@ -386,6 +438,11 @@ class Rampup:
         self._last_growth = now
         if step <= 0.0:
             return
+        if self.slot_cap != math.inf and now - self._cap_at >= self.window:
+            self.slot_cap += 1.0  # a window without pushback: try one slot more
+            self._cap_at = now
+            if self.slot_cap >= self.max_concurrency:
+                self.slot_cap = math.inf
         # Compared with the rate itself: what the scope may send is capped at twice what
         # it sends, so against that cap the test could never fail, and a scope held back
         # by its slots (a server answering slowly) would double its rate for nothing.
@@ -467,16 +524,20 @@ class Rampup:
             # full slots) understates the rate that overloaded it: cut from the rate
             # allowed, at most the ceiling, step by step, as a gradient would.
             sent = max(sent, min(self.rate, self.ceiling))
-        refused = reason == "pushback"
+        slots = reason == "slots"
+        refused = reason in ("pushback", "slots")
         if refused:
             self._pushbacks.append(now)
         count = self.pushbacks(now)
         low, high = self.target
         # A slow answer is a hint, not a refusal: it never cuts deep.
-        cascade = refused and (self.phase == "start" or (
+        # Too many slots, not too high a rate: the cap answers it, and the cut stays gentle.
+        cascade = refused and not slots and (self.phase == "start" or (
             self._cut_rate > 0.0 and sent < self._cut_rate * CASCADE_GROWTH))
         if cascade:
             beta = BETA_DEEP
+        elif slots:
+            beta = BETA
         elif count > high and refused:
             beta = BETA_OVER
         elif not refused:
@@ -487,7 +548,7 @@ class Rampup:
         # climb quickly to the middle (geometrically), then probe quickly beyond.
         # Otherwise the refusal came only once the server's allowance for bursts was
         # spent, so the rate that drew it is above the limit: level out a little below.
-        if self.phase == "start":
+        if self.phase == "start" and not slots:
             ceiling = sent * START_CEILING_SHARE
         else:
             ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
@@ -501,7 +562,8 @@ class Rampup:
         self._cut_rate = self.rate
         self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
         self._start_climb(now, fast=cascade)
-        what = "pushback" if reason == "pushback" else f"latency {self.latency or 0.0:.3f}s"
+        capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
+        what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
                      f"{low:g}-{high:g}); rate x{beta:g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
 

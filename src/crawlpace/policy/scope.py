@@ -16,6 +16,7 @@ Pure state plus ``now``, like the rest of :mod:`crawlpace.policy`.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -27,6 +28,7 @@ from .admission import Limits
 from .autothrottle import AutoThrottle
 from .backoff import Backoff
 from .breaker import FIRST_PAUSE_SHARE, Breaker
+from .budget import HeaderBudget
 from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .signals import ScopeFeedback
@@ -147,8 +149,8 @@ class ScopePolicy:
         wake_at: when the limits may change with no new feedback.
     """
 
-    __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config",
-                 "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
+    __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency",
+                 "config", "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
                  "pace", "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at",
                  "watches")
 
@@ -178,6 +180,8 @@ class ScopePolicy:
         self.server_concurrency: int | None = None
         self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
         self.breaker: Breaker | None = None
+        # The server's announced budget, learned (created with the first answer that has one).
+        self.budget: HeaderBudget | None = None
         self.gated = self.quota is not None
         self.watches = self.gated or self.rampup is not None
         self.jitter = config.jitter
@@ -340,11 +344,13 @@ class ScopePolicy:
             self.breaker.on_send(now)
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
-                   sent_at: float, expected_use: float) -> bool:
+                   sent_at: float, expected_use: float, inflight: int | None = None) -> bool:
         """Apply one outcome of a request sent at ``sent_at`` under ``generation``.
 
         ``feedback`` is ``None`` for a request released without an outcome
         (cancelled): only its probe slot, if it was the breaker's probe, frees.
+        ``inflight`` is the scope's requests in flight as it came, this one
+        included, when the store knows it (rampup learns a limit on them).
 
         Returns:
             True when this outcome made the circuit breaker give the scope up.
@@ -358,7 +364,11 @@ class ScopePolicy:
             # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
             hold = min(feedback.hold, self.config.backoff.max_delay)
             self.hold_until = max(self.hold_until, now + hold)
-        if feedback.pace is not None:
+            if self.rampup is not None:
+                self.rampup.hold(self.hold_until)
+        if feedback.budget is not None:
+            self._take_budget(now, feedback, sent_at)
+        elif feedback.pace is not None:
             # The newest announcement of the budget replaces older ones.
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
             if self.rampup is not None:
@@ -383,10 +393,16 @@ class ScopePolicy:
             if feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
-                                   elapsed=now - sent_at)
+                                   elapsed=now - sent_at, inflight=inflight)
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
+        if feedback.budget is not None and feedback.backoff and (
+                manager is None or isinstance(manager, ThrottlingScopeManager)):
+            # A refusal that comes with the server's budget is the budget's to answer (the
+            # brake or the window it taught, above): the default backoff would only slow the
+            # scope to one request a second for a whole window on top of it.
+            feedback = dataclasses.replace(feedback, backoff=False)
         if manager is not None or (feedback.backoff and rampup is None):
             # With rampup on, rampup answers pushback; a custom manager still adjusts the result.
             manager = self.ensure_manager()
@@ -413,6 +429,39 @@ class ScopePolicy:
                     logger.info("scope %s: breaker closed: the probe succeeded", self.scope)
         self._update_gated()
         return gave_up
+
+    def counts_only(self, feedback: ScopeFeedback) -> bool:
+        """True when :meth:`on_outcome` would do no more with ``feedback`` than count it in the breaker.
+
+        So it is for a plain policy (no AutoThrottle, rampup, scope manager,
+        quota, header budget, server pace or generation; nothing gated)
+        hearing an answer that asks for nothing (no backoff, failure, hold,
+        pace, budget or cap): the stores skip the rest for it (the breaker
+        counts a success, if any).
+        """
+        return not (feedback.backoff or feedback.failed or (feedback.hold is not None and feedback.hold > 0.0)
+                    or feedback.pace is not None or feedback.concurrency is not None
+                    or feedback.budget is not None or self.gated or self.manager is not None
+                    or self.rampup is not None or self.autothrottle is not None or self.quota is not None
+                    or self.budget is not None or self.generation or self.pace_until != _NEVER)
+
+    def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
+        """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""
+        reading = feedback.budget
+        assert reading is not None
+        budget = self.budget
+        if budget is None:
+            budget = self.budget = HeaderBudget()
+        advice = budget.observe(now, sent_at=sent_at, remaining=reading.remaining, quota=reading.quota,
+                                window=reading.window, span=reading.span, refused=feedback.backoff)
+        cap = self.config.backoff.max_delay
+        self.pace, self.pace_until = min(advice.pace, cap), now + min(advice.pace_for, cap)
+        if advice.hold is not None and advice.hold > 0.0:
+            self.hold_until = max(self.hold_until, now + min(advice.hold, cap))
+            if self.rampup is not None:
+                self.rampup.hold(self.hold_until)
+        if self.rampup is not None:
+            self._base = self._compute_base(now)
 
     def summary(self) -> tuple[object, ...]:
         """What other workers of a shared store must see: the state that changes admissions.

@@ -4,7 +4,24 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["ScopeFeedback"]
+__all__ = ["BudgetReading", "ScopeFeedback"]
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetReading:
+    """A server's announced request budget, as one answer gave it (``RateLimit`` fields).
+
+    Attributes:
+        remaining: ``r``, requests left.
+        quota: ``q``, requests per window.
+        window: ``w``, the window in seconds.
+        span: ``t``, seconds within which ``remaining`` may be used, when given.
+    """
+
+    remaining: float
+    quota: float
+    window: float
+    span: float | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -31,6 +48,9 @@ class ScopeFeedback:
         concurrency: requests the server allows in flight at once (a
             ``concurrent-requests`` RateLimit policy), when announced; the
             scope's slots are capped at it from then on.
+        budget: the announced request budget with its policy, when the answer
+            gave both; the scope learns its window and brake from these (see
+            :mod:`crawlpace.policy.budget`) and paces by them instead of ``pace``.
     """
 
     backoff: bool = False
@@ -42,3 +62,4 @@ class ScopeFeedback:
     latency: float | None = None
     status: int | None = None
     concurrency: int | None = None
+    budget: BudgetReading | None = None

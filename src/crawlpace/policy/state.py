@@ -44,7 +44,9 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from .._exceptions import StateFormatError
 from .admission import Limits
+from .budget import HeaderBudget
 from .scope import ScopePolicy, ThrottlingScopeManager
 
 __all__ = ["FIELDS", "LAYOUT", "SETTINGS", "WORDS", "StateFormatError", "StateValue", "decode", "encode",
@@ -65,7 +67,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
           "server_concurrency"),
     # The default scope manager's backoff.
-    "b": ("level", "generation", "anchor", "last_feedback", "last_change"),
+    "b": ("level", "generation", "anchor", "last_feedback", "last_change", "tail"),
     "a": ("delay",),  # AutoThrottle
     "q": ("_credit", "_at"),  # the quota bucket
     "k": ("_state", "_open_until", "_half_open_since", "_probe_out", "_buckets", "_total", "_failed",
@@ -74,7 +76,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
           "_pushbacks", "_gap", "_sent_at", "_last_growth", "_cut_rate", "_epoch", "_k", "_climb",
           "_probe_c", "_baseline", "_window_min", "_window_start", "_samples", "_quiet_until", "_level",
-          "_stuck_share", "_stuck_time"),  # rampup
+          "_stuck_share", "_stuck_time", "_resumed_at", "slot_cap", "_cap_at"),  # rampup
+    "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
 }
 
 #: Per part, the attributes that are *not* learned state: settings, values derived from them
@@ -82,14 +85,15 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: exactly one of FIELDS and SETTINGS (``tests/test_policy_state.py`` checks it), so a new
 #: attribute cannot be left out of the shared state by accident.
 SETTINGS: dict[str, tuple[str, ...]] = {
-    "p": ("autothrottle", "autothrottle_log_level", "breaker", "concurrency", "config", "gated", "jitter",
-          "manager", "quota", "rampup", "scope", "watches"),
+    "p": ("autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency", "config", "gated",
+          "jitter", "manager", "quota", "rampup", "scope", "watches"),
     "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
           "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window"),
+    "h": (),
 }
 
 #: Fields that hold a word from a fixed list: stored as the word's index.
@@ -105,10 +109,6 @@ _LIMITS = ("p.limits", "p._base")
 _INTS = frozenset({"p.server_concurrency"})
 
 
-class StateFormatError(ValueError):
-    """Stored state this version cannot read (a newer layout, or not crawlpace's)."""
-
-
 # -- policy <-> mapping ------------------------------------------------------------
 
 
@@ -116,6 +116,7 @@ def _parts(policy: ScopePolicy) -> dict[str, object]:
     manager = policy.manager
     return {"p": policy, "b": manager.backoff if isinstance(manager, ThrottlingScopeManager) else None,
             "a": policy.autothrottle, "q": policy.quota, "k": policy.breaker, "r": policy.rampup,
+            "h": policy.budget,
             "m": manager if manager is not None and not isinstance(manager, ThrottlingScopeManager) else None}
 
 
@@ -223,6 +224,8 @@ def restore_state(policy: ScopePolicy, state: Mapping[str, StateValue]) -> Scope
         policy.ensure_manager()
     if "k" in prefixes and policy.breaker is None and policy.config.breaker.enabled:
         policy.ensure_breaker()
+    if "h" in prefixes and policy.budget is None:
+        policy.budget = HeaderBudget()
     for prefix, part in _parts(policy).items():
         if part is None or prefix not in prefixes:
             continue

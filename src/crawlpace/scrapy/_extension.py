@@ -169,7 +169,8 @@ class ThrottlingExtension:
                            exc_info=True)
             return
         if delay is not None:
-            await runtime.apply_crawl_delay(runtime.crawl_delay_targets(request.url), float(delay))
+            delays = runtime.crawl_delays
+            await delays.apply(delays.targets(request.url), float(delay))
 
 
 def watch_options(settings: BaseSettings) -> MonitorOptions | None:

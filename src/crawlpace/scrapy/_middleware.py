@@ -115,7 +115,7 @@ class ThrottlingMiddleware:
         runtime = self.runtime
         ticket = request.meta.get(TICKET_KEY)
         if ticket is not None and runtime.config.robots and _is_robots(request):
-            await runtime.robots_response(request, response, ticket.scopes)
+            await runtime.crawl_delays.robots_response(request, response, ticket.scopes)
         if getattr(response, "request", None) is None:
             response.request = request  # the hooks of seed 001's managers read it
         latency = request.meta.get("download_latency")

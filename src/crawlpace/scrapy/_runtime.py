@@ -12,21 +12,20 @@ import asyncio
 import logging
 import weakref
 from collections.abc import Callable
-from typing import Any, Protocol
-from urllib.parse import urlsplit
+from typing import Any
 
-from .._bounded import remember
-from .._exceptions import PermitError, ScopeError
-from .._manager import ThrottlingManager
+from .._exceptions import PermitError
+from .._manager import scopes_without_await
 from .._permit import Permit
 from .._redact import redact
-from .._robots import crawl_delay, robots_verdict
-from .._scopes import Demand, host_scope, normalize_scopes
+from .._scopes import Demand, normalize_scopes
 from .._throttler import Throttler
-from ._settings import AddonConfig, RequestScopesManager
-from ._tickets import APPLIED_SCOPES_KEY, TICKET_KEY, State, Ticket
+from ._crawl_delays import CrawlDelays
+from ._reporting import NoStats, ScopeReport, StatsLike
+from ._settings import AddonConfig
+from ._tickets import APPLIED_SCOPES_KEY, TICKET_KEY, RequestView, State, Ticket
 
-__all__ = ["STALE_AFTER", "RequestView", "Runtime", "StatsLike", "runtime_of"]
+__all__ = ["STALE_AFTER", "Runtime", "runtime_of"]
 
 logger = logging.getLogger("crawlpace.scrapy")
 
@@ -37,28 +36,6 @@ STALE_AFTER = 0.05
 
 ReleaseListener = Callable[[tuple[str, ...]], None]
 GiveUpListener = Callable[[str], None]
-
-
-class StatsLike(Protocol):
-    """The part of Scrapy's stats collector the add-on uses."""
-
-    def inc_value(self, key: str, count: int = 1, start: int = 0) -> None: ...
-
-    def set_value(self, key: str, value: Any) -> None: ...
-
-    def max_value(self, key: str, value: Any) -> None: ...
-
-
-class _NoStats:
-    def inc_value(self, key: str, count: int = 1, start: int = 0) -> None:
-        pass
-
-    def set_value(self, key: str, value: Any) -> None:
-        pass
-
-    def max_value(self, key: str, value: Any) -> None:
-        pass
-
 
 _RUNTIMES: weakref.WeakKeyDictionary[Any, Runtime] = weakref.WeakKeyDictionary()
 
@@ -74,11 +51,6 @@ def runtime_of(crawler: Any) -> Runtime:
         raise RuntimeError("crawlpace.scrapy components need the add-on: add "
                            "'crawlpace.scrapy.Addon' to the ADDONS setting")
     return runtime
-
-
-def _limits_of(snapshot: Any) -> tuple[object, ...]:
-    return (snapshot.concurrency, round(snapshot.delay, 3), snapshot.backoff, snapshot.crawl_delay,
-            snapshot.breaker)
 
 
 class Runtime:
@@ -105,19 +77,12 @@ class Runtime:
         self._parked: dict[Ticket, None] = {}
         self._release_listeners: list[ReleaseListener] = []
         self._give_up_listeners: list[GiveUpListener] = []
-        self._last_limits: dict[str, tuple[object, ...]] = {}
-        self._robots_scopes: dict[str, tuple[str, ...]] = {}
-        self._crawl_delayed: set[str] = set()  # scopes under a Crawl-Delay, to clear when it goes
         self._background: set[asyncio.Task[Any]] = set()
         self._closed = False
-        manager = self.manager
-        # Scopes that can be had without awaiting: the default manager, or a
-        # manager with a plain get_request_scopes.
-        self._nowait: Callable[[Any], Any] | None = None
-        if type(manager) is ThrottlingManager:
-            self._nowait = _default_spec
-        elif isinstance(manager, RequestScopesManager):
-            self._nowait = manager.scopes_nowait
+        # The throttler's own rule for which managers answer without an await.
+        self._nowait = scopes_without_await(self.manager)
+        self.report = ScopeReport(config.settings, lambda: self.stats, stats_scopes=config.stats_scopes)
+        self.crawl_delays = CrawlDelays(config, lambda: self.throttler, lambda: self.stats, self._parked)
 
     @classmethod
     def register(cls, crawler: Any, config: AddonConfig) -> Runtime:
@@ -134,7 +99,7 @@ class Runtime:
         if self._stats is not None:
             return self._stats
         stats = getattr(self.crawler, "stats", None)
-        return stats if stats is not None else _NoStats()
+        return stats if stats is not None else NoStats()
 
     @property
     def throttler(self) -> Throttler:
@@ -396,193 +361,28 @@ class Runtime:
 
     async def _released(self, permit: Permit) -> None:
         outcome = permit.outcome
-        stats = self.stats
-        if outcome is not None:
-            if any(signal.backoff for signal in outcome.feedback):
-                stats.inc_value("throttling/backoffs")
-                cause = f"status/{outcome.status}" if outcome.error is None else f"exception/{outcome.error}"
-                stats.inc_value(f"throttling/backoffs/{cause}")
-            if any(signal.hold for signal in outcome.feedback):
-                stats.inc_value("throttling/holds")
+        self.report.count_release(outcome)
         scopes = permit.scopes
         for listener in self._release_listeners:
             listener(scopes)
         if self.config.debug and self._throttler is not None:
-            await self._log_adjustments(scopes, outcome)
-
-    # -- feedback into the scopes --------------------------------------------------
-
-    async def _log_adjustments(self, scopes: tuple[str, ...], outcome: Any) -> None:
-        """One log line for each scope whose limits changed (``THROTTLING_DEBUG``)."""
-        throttler = self._throttler
-        assert throttler is not None
-        for scope in scopes:
-            snapshot = await throttler.scope_stats(scope)
-            if snapshot is None:
-                continue
-            now = _limits_of(snapshot)
-            before = self._last_limits.get(scope)
-            if before is None:
-                before = self._configured_limits(scope)
-            remember(self._last_limits, scope, now)  # bounded: a broad crawl meets millions of scopes
-            if before == now:
-                continue
-            if outcome is None:
-                cause = "a request released unsent"
-            elif outcome.error is not None:
-                cause = f"exception {outcome.error}"
-            else:
-                latency = "" if outcome.latency is None else f", latency {outcome.latency:.3f}s"
-                cause = f"status {outcome.status}{latency}"
-            logger.info("scope %s: delay %.3fs -> %.3fs, concurrency %s -> %s, backoff level %s -> %s, "
-                        "crawl-delay %s -> %s, breaker %s -> %s (after %s)", scope, before[1], now[1],
-                        before[0], now[0], before[2], now[2], before[3], now[3], before[4], now[4], cause)
-
-    def _configured_limits(self, scope: str) -> tuple[object, ...]:
-        settings = self.config.settings
-        cfg = settings.scope_config(scope)
-        delay = cfg.delay
-        if settings.autothrottle.enabled and not cfg.rampup:
-            delay = max(delay, min(settings.autothrottle.start_delay,
-                                   max(settings.autothrottle.max_delay, cfg.delay)))
-        concurrency = min(cfg.concurrency, settings.concurrent_requests)
-        return (concurrency, round(delay, 3), 0, None, "closed")
-
-    def _gave_up(self, scope: str, reason: str) -> None:
-        stats = self.stats
-        stats.inc_value("throttling/given_up/scopes")
-        for listener in self._give_up_listeners:
-            listener(scope)
-
-    def note_refused(self, reason: str) -> None:
-        """Count a request that was refused for good."""
-        self.stats.inc_value("throttling/refused")
-        self.stats.inc_value(f"throttling/refused/{reason}")
-
-    # -- robots.txt ----------------------------------------------------------------------
-
-    def remember_robots_scopes(self, url: str, scopes: tuple[str, ...]) -> None:
-        """Note which scopes a robots.txt fetch ran under, for its Crawl-Delay."""
-        netloc = urlsplit(url).netloc
-        remember(self._robots_scopes, netloc, scopes)  # bounded, like every per-host memo
-
-    def crawl_delay_targets(self, url: str, scopes: tuple[str, ...] | None = None) -> tuple[str, ...]:
-        """The scopes a robots.txt of ``url``'s host applies its Crawl-Delay to.
-
-        The host's own scope when the robots.txt request had it (the usual
-        case); otherwise every scope the robots.txt request was throttled
-        under (a manager that groups hosts, say by registrable domain).
-        """
-        if scopes is None:
-            scopes = self._robots_scopes.get(urlsplit(url).netloc)
-        try:
-            host = host_scope(url)
-        except ScopeError:
-            return scopes or ()
-        if not scopes or host in scopes:
-            return (host,)
-        return scopes
-
-    async def apply_crawl_delay(self, scopes: tuple[str, ...], delay: float | None) -> None:
-        """Give ``scopes`` the Crawl-Delay of their robots.txt (``None``: it has none, clear any)."""
-        if not self.config.robots:
-            return
-        if delay is None:
-            scopes = tuple(scope for scope in scopes if scope in self._crawl_delayed)
-            if not scopes:
-                return
-        throttler = self.throttler
-        for scope in scopes:
-            await throttler.set_crawl_delay(scope, delay)
-            key = f"throttling/crawl_delay/{scope}"
-            if delay is None:
-                self._crawl_delayed.discard(scope)
-                everything = getattr(self.stats, "get_stats", None)
-                if callable(everything):
-                    everything().pop(key, None)
-            else:
-                self._crawl_delayed.add(scope)
-                self.stats.set_value(key, delay)
-        # Requests admitted before the Crawl-Delay was known (most are waiting
-        # for this very robots.txt) must be admitted again under it.
-        for ticket in self._parked:
-            if any(scope in scopes for scope in ticket.scopes):
-                ticket.outdated = True
-        logger.debug("Crawl-Delay %s applied to %s", "cleared" if delay is None else f"{delay:g}s",
-                     ", ".join(scopes))
-
-    async def robots_response(self, request: Any, response: Any, scopes: tuple[str, ...]) -> None:
-        """Read the Crawl-Delay of a robots.txt response as it passes (any Scrapy version).
-
-        Per RFC 9309: a 2xx body sets the Crawl-Delay (or clears one it no
-        longer has), a 4xx means no file (any Crawl-Delay is cleared), and a
-        5xx, a 429 or a 1xx leaves the one in force as it is. Which URLs are
-        allowed stays the business of Scrapy's robots.txt middleware.
-        """
-        self.remember_robots_scopes(request.url, scopes)
-        status = getattr(response, "status", None)
-        verdict = robots_verdict(status if isinstance(status, int) else None)
-        if verdict == "unreachable":
-            logger.warning("robots.txt of %s answered %s: the Crawl-Delay in force (if any) is kept",
-                           request.url, status)
-            return
-        delay = None
-        if verdict == "rules":
-            body = getattr(response, "body", b"")
-            delay = crawl_delay(body if isinstance(body, bytes) else b"", self.config.robots_user_agent)
-        await self.apply_crawl_delay(self.crawl_delay_targets(request.url, scopes), delay)
-
-    # -- stats ------------------------------------------------------------------------------
+            await self.report.log_adjustments(self._throttler, scopes, outcome)
 
     async def publish_scope_stats(self) -> None:
         """Write each busy scope's limits into the stats (``throttling/scope/<name>/...``)."""
-        throttler = self._throttler
-        limit = self.config.stats_scopes
-        if throttler is None or limit == 0:
-            return
-        scopes = await throttler.stats()
-        busiest = sorted(scopes.values(), key=lambda snap: snap.sends, reverse=True)[:limit]
-        stats = self.stats
-        for snap in busiest:
-            base = f"throttling/scope/{snap.scope}"
-            stats.set_value(f"{base}/delay", round(snap.delay, 3))
-            stats.set_value(f"{base}/delay_per_slot", round(snap.delay_per_slot, 3))
-            stats.set_value(f"{base}/concurrency", snap.concurrency)
-            stats.set_value(f"{base}/backoff", snap.backoff)
-            stats.set_value(f"{base}/sends", snap.sends)
-            if snap.breaker != "closed":
-                stats.set_value(f"{base}/breaker", snap.breaker)
+        if self._throttler is not None:
+            await self.report.publish(self._throttler)
 
+    def note_refused(self, reason: str) -> None:
+        """Count a request that was refused for good."""
+        self.report.note_refused(reason)
 
-class RequestView:
-    """What the throttler keeps of a Scrapy request inside its permit.
-
-    The permit only needs the URL and ``meta`` (for
-    ``autothrottle_dont_adjust_delay``); holding the request itself would
-    keep it alive, and with it the finalizer that frees a lost permit would
-    never run.
-    """
-
-    __slots__ = ("_ref", "url")
-
-    def __init__(self, request: Any) -> None:
-        self.url: str = request.url
-        self._ref = weakref.ref(request)
-
-    @property
-    def meta(self) -> dict[str, Any]:
-        request = self._ref()
-        return request.meta if request is not None else {}
+    def _gave_up(self, scope: str, reason: str) -> None:
+        self.stats.inc_value("throttling/given_up/scopes")
+        for listener in self._give_up_listeners:
+            listener(scope)
 
     def __repr__(self) -> str:
-        return f"<RequestView {self.url}>"
-
-
-def _default_spec(request: Any) -> Any:
-    """The default manager's scopes: ``meta["throttling_scopes"]`` or the host."""
-    meta = getattr(request, "meta", None)
-    if meta:
-        spec = meta.get("throttling_scopes")
-        if spec is not None:
-            return spec
-    return host_scope(request.url)
+        state = "closed" if self._closed else "open" if self._throttler is not None else "not started"
+        return (f"<Runtime store={redact(self.config.store_url)} {state} live={len(self._live)} "
+                f"parked={len(self._parked)}>")

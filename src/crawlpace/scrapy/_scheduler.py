@@ -7,8 +7,8 @@ the whole budget (Scrapy issues #2638 and #6982). This scheduler keeps every
 request until the throttler admits it: the engine only ever receives a
 request whose scopes said yes, together with its permit.
 
-Requests are grouped in queues by their scope names. Which queue is asked
-next is the readiness board's call (:mod:`crawlpace._board`), as for the
+Requests are grouped in queues by their scope names (:mod:`._queues`). Which
+queue is asked next is the readiness board's call (:mod:`crawlpace._board`), as for the
 crawl and the throttler's own waiters: a queue is *eligible* (due now: worth
 asking the throttler about), *timed* (due at a known time), *blocked*
 (parked until a permit of a full scope is released) or *asking* (off the
@@ -25,20 +25,16 @@ permits wait in a short ready list, and the engine is woken to collect them.
 
 from __future__ import annotations
 
-import heapq
-import itertools
 import logging
 from collections import deque
 from collections.abc import Coroutine
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from .._board import SHARED_POLL, Board, request_order
 from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from .._permit import NotReady, Permit
-from .._scopes import Demand
-from ._runtime import RequestView, Runtime, runtime_of
-from ._tickets import REFUSAL_KEY
+from ._queues import ASKING, IDLE, LOCAL_POLL, Entry, Queue, ScopeQueues
+from ._runtime import Runtime, runtime_of
+from ._tickets import REFUSAL_KEY, RequestView
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -50,13 +46,6 @@ __all__ = ["ThrottlingScheduler"]
 logger = logging.getLogger("crawlpace.scrapy")
 
 T = TypeVar("T")
-
-#: Seconds between two questions about a queue whose slots are all busy with
-#: the local store, only as a safety net: every release of this
-#: process wakes the queues of its scopes (Scrapy's engine heartbeat is 5 s too).
-LOCAL_POLL = 5.0
-
-_ELIGIBLE, _TIMED, _BLOCKED, _ASKING, _IDLE = "eligible", "timed", "blocked", "asking", "idle"
 
 
 def _now_or_task(coro: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
@@ -80,24 +69,6 @@ def _now_or_task(coro: Coroutine[Any, Any, T]) -> tuple[bool, Any]:
     return False, None
 
 
-@dataclass(order=True, slots=True)
-class _Entry:
-    order: tuple[float, float, int]
-    request: Any = field(compare=False)
-    demands: tuple[Demand, ...] = field(compare=False)
-    waited: bool = field(default=False, compare=False)
-
-
-@dataclass(slots=True)
-class _Queue:
-    names: tuple[str, ...]
-    heap: list[_Entry] = field(default_factory=list)
-    state: str = _IDLE
-
-    def head(self) -> _Entry:
-        return self.heap[0]
-
-
 class ThrottlingScheduler:
     """Hands the engine only requests whose throttling scopes admit them now.
 
@@ -116,17 +87,11 @@ class ThrottlingScheduler:
         self.df = dupefilter
         self.crawler = crawler
         self.spider: Spider | None = None
-        self._queues: dict[tuple[str, ...], _Queue] = {}
-        self._by_scope: dict[str, set[tuple[str, ...]]] = {}
-        self._board: Board[tuple[str, ...]] = Board()  # which queue is asked next
+        self._queues = ScopeQueues(runtime)
         self._ready: deque[Request] = deque()
         self._refused: deque[Request] = deque()
-        self._order = itertools.count()
-        self._queued = 0
         self._resolving = 0
         self._asking = 0
-        self._timer: Any = None
-        self._timer_at = float("inf")
         runtime.on_release(self._released)
         runtime.on_give_up(self._gave_up)
 
@@ -150,13 +115,11 @@ class ThrottlingScheduler:
 
     def close(self, reason: str) -> Deferred[None] | None:
         """Give back the permits of requests the engine never collected; close the filter."""
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._queues.close()
         while self._ready:
             self.runtime.forget(self._ready.popleft())
-        if self._queued:
-            logger.info("%d requests were still waiting for their throttling scopes", self._queued)
+        if self._queues.queued:
+            logger.info("%d requests were still waiting for their throttling scopes", self._queues.queued)
         closer = getattr(self.df, "close", None)
         closed: Deferred[None] | None = closer(reason) if callable(closer) else None
         return closed
@@ -166,7 +129,7 @@ class ThrottlingScheduler:
         return len(self) > 0
 
     def __len__(self) -> int:
-        return self._queued + self._resolving + self._asking + len(self._ready) + len(self._refused)
+        return self._queues.queued + self._resolving + self._asking + len(self._ready) + len(self._refused)
 
     def enqueue_request(self, request: Request) -> bool:
         """Queue ``request`` under its scopes, unless the duplicate filter drops it."""
@@ -187,7 +150,7 @@ class ThrottlingScheduler:
             self._resolving += 1
             runtime.spawn(self._resolve(request))
         else:
-            self._push(request, demands)
+            self._queues.push(request, demands)
         return True
 
     def next_request(self) -> Request | None:
@@ -207,7 +170,7 @@ class ThrottlingScheduler:
             # Nothing can be admitted past the global cap; a release wakes the engine.
             if throttler.inflight + self._asking + len(self._ready) >= cap:
                 return None
-            queue = self._pop_eligible()
+            queue = self._queues.pop_eligible()
             if queue is None:
                 break
             if shared:
@@ -219,9 +182,7 @@ class ThrottlingScheduler:
             if self._refused:
                 return self._dequeued(self._refused.popleft())
         # Nothing is due now: have the timer wake the engine when the next queue is.
-        when = self._board.next_at()
-        if when is not None and when > self.runtime.clock_now:
-            self._arm(when)
+        self._queues.arm_for_next()
         return None
 
     # -- queues ------------------------------------------------------------------------
@@ -231,30 +192,6 @@ class ThrottlingScheduler:
         stats.inc_value("scheduler/dequeued/memory")
         stats.inc_value("scheduler/dequeued")
         return request
-
-    def _order_of(self, request: Any, demands: tuple[Demand, ...]) -> tuple[float, float, int]:
-        settings = self.runtime.config.settings
-        shares = []
-        for name, use in demands:
-            quota = settings.scope_config(name).quota
-            if quota:
-                shares.append(use / quota)
-        return request_order(int(getattr(request, "priority", 0)), shares, next(self._order))
-
-    def _push(self, request: Any, demands: tuple[Demand, ...]) -> None:
-        names = tuple(sorted(name for name, _ in demands))
-        queue = self._queues.get(names)
-        if queue is None:
-            queue = self._queues[names] = _Queue(names)
-            for name in names:
-                self._by_scope.setdefault(name, set()).add(names)
-        entry = _Entry(self._order_of(request, demands), request, demands)
-        head_before = queue.heap[0] if queue.heap else None
-        heapq.heappush(queue.heap, entry)
-        self._queued += 1
-        if queue.state == _IDLE or (queue.state == _ELIGIBLE and head_before is not None
-                                    and entry.order < head_before.order):
-            self._make_eligible(queue)
 
     async def _resolve(self, request: Any) -> None:
         """Ask an awaiting manager for the scopes, then queue the request."""
@@ -269,85 +206,12 @@ class ThrottlingScheduler:
             self._refuse(request, "scopes", f"the throttling manager failed: {exc!r}")
         else:
             self._resolving -= 1
-            self._push(request, demands)
+            self._queues.push(request, demands)
         self.runtime.wake()
-
-    def _make_eligible(self, queue: _Queue) -> None:
-        if not queue.heap:
-            queue.state = _IDLE
-            self._board.discard(queue.names)
-            return
-        queue.state = _ELIGIBLE
-        self._board.due(queue.names, self.runtime.clock_now, queue.head().order[:1])
-
-    def _pop_eligible(self) -> _Queue | None:
-        """The due queue to ask next, or ``None`` when none is due."""
-        board = self._board
-        while (names := board.pop(self.runtime.clock_now)) is not None:
-            queue = self._queues.get(names)
-            if queue is None:
-                continue
-            if not queue.heap:
-                self._drop(queue)
-                continue
-            queue.state = _IDLE  # off the board until asked and answered
-            return queue
-        return None
-
-    def _drop(self, queue: _Queue) -> None:
-        del self._queues[queue.names]
-        queue.state = _IDLE
-        self._board.discard(queue.names)
-        for name in queue.names:
-            keys = self._by_scope.get(name)
-            if keys is not None:
-                keys.discard(queue.names)
-                if not keys:
-                    del self._by_scope[name]
-
-    def _after_admission(self, queue: _Queue) -> None:
-        if queue.heap:
-            self._make_eligible(queue)
-        else:
-            self._drop(queue)
-
-    def _set_timed(self, queue: _Queue, when: float) -> None:
-        queue.state = _TIMED
-        self._board.due(queue.names, when, queue.head().order[:1])
-        self._arm(when)
-
-    def _set_blocked(self, queue: _Queue, waiting_on: tuple[tuple[str, float | None], ...]) -> None:
-        """Park ``queue`` on its full scopes (none: on the global cap, which any release frees)."""
-        queue.state = _BLOCKED
-        # A shared store's slots free up in other processes too: ask again soon.
-        poll = SHARED_POLL if self.runtime.throttler.store.shared else LOCAL_POLL
-        when = self.runtime.clock_now + poll
-        self._board.park(queue.names, [name for name, _ in waiting_on], queue.head().order[:1],
-                         poll_at=when)
-        self._arm(when)
-
-    def _arm(self, when: float) -> None:
-        if self._timer is not None and self._timer_at <= when:
-            return
-        if self._timer is not None:
-            self._timer.cancel()
-        self._timer_at = when
-        self._timer = self.runtime.config.clock.call_at(when, self._on_timer)
-
-    def _on_timer(self) -> None:
-        self._timer = None
-        self._timer_at = float("inf")
-        when = self._board.next_at()
-        if when is None:
-            return
-        if when <= self.runtime.clock_now:
-            self.runtime.wake()
-        else:
-            self._arm(when)
 
     # -- admission ----------------------------------------------------------------------
 
-    def _ask_now(self, queue: _Queue) -> Any | None:
+    def _ask_now(self, queue: Queue) -> Any | None:
         """Ask the (local) store about the queue's head; return the request if admitted."""
         entry = queue.head()
         throttler = self.runtime.throttler
@@ -362,13 +226,12 @@ class ThrottlingScheduler:
             return None
         return self._answer(queue, entry, result)
 
-    def _ask_later(self, queue: _Queue) -> None:
-        queue.state = _ASKING
-        self._board.discard(queue.names)
+    def _ask_later(self, queue: Queue) -> None:
+        self._queues.set_asking(queue)
         self._asking += 1
         self.runtime.spawn(self._ask(queue, queue.head()))
 
-    async def _ask(self, queue: _Queue, entry: _Entry) -> None:
+    async def _ask(self, queue: Queue, entry: Entry) -> None:
         throttler = self.runtime.throttler
         try:
             result = await throttler.try_acquire(RequestView(entry.request), scopes=dict(entry.demands))
@@ -381,7 +244,7 @@ class ThrottlingScheduler:
             # A store that fails (Redis unreachable) must not lose the request: ask again later.
             self._asking -= 1
             logger.exception("asking the throttling store about %s failed", entry.request)
-            self._set_timed(queue, self.runtime.clock_now + LOCAL_POLL)
+            self._queues.set_timed(queue, self.runtime.clock_now + LOCAL_POLL)
             return
         self._asking -= 1
         request = self._answer(queue, entry, result)
@@ -389,90 +252,61 @@ class ThrottlingScheduler:
             self._ready.append(request)
         self.runtime.wake()
 
-    def _answer(self, queue: _Queue, entry: _Entry, result: Permit | NotReady) -> Any | None:
+    def _answer(self, queue: Queue, entry: Entry, result: Permit | NotReady) -> Any | None:
         runtime = self.runtime
         if isinstance(result, Permit):
-            self._remove(queue, entry)
+            self._queues.remove(queue, entry)
             runtime.issue(entry.request, result, "scheduler")
-            self._after_admission(queue)
+            self._queues.after_admission(queue)
             return entry.request
         if not entry.waited:
             entry.waited = True
             runtime.stats.inc_value("throttling/waits")
             runtime.stats.inc_value("throttling/waits/scheduler")
         if result.ready_at is not None:
-            self._set_timed(queue, result.ready_at)
+            self._queues.set_timed(queue, result.ready_at)
         else:
-            self._set_blocked(queue, tuple(item for item in result.waiting_on if item[1] is None))
+            self._queues.set_blocked(queue, tuple(item for item in result.waiting_on if item[1] is None))
         return None
 
-    def _failed(self, queue: _Queue, exc: BaseException, entry: _Entry | None = None) -> None:
+    def _failed(self, queue: Queue, exc: BaseException, entry: Entry | None = None) -> None:
         """The head of ``queue`` can never be admitted (or the crawl is closing)."""
         if isinstance(exc, ThrottlerClosed):
-            queue.state = _IDLE
+            queue.state = IDLE
             return
         if isinstance(exc, ScopeGivenUp):
             self._refuse_queue(queue, "given_up", str(exc))
             return
         entry = queue.head() if entry is None else entry
-        self._remove(queue, entry)
+        self._queues.remove(queue, entry)
         self._refuse(entry.request, "quota", str(exc))
-        self._after_admission(queue)
-
-    def _remove(self, queue: _Queue, entry: _Entry) -> None:
-        """Take ``entry`` out of ``queue`` (the head, unless a request overtook it meanwhile)."""
-        if queue.heap[0] is entry:
-            heapq.heappop(queue.heap)
-        else:
-            queue.heap.remove(entry)
-            heapq.heapify(queue.heap)
-        self._queued -= 1
+        self._queues.after_admission(queue)
 
     def _refuse(self, request: Any, reason: str, message: str) -> None:
         request.meta[REFUSAL_KEY] = message
         self.runtime.note_refused(reason)
         self._refused.append(request)
 
-    def _refuse_queue(self, queue: _Queue, reason: str, message: str) -> None:
+    def _refuse_queue(self, queue: Queue, reason: str, message: str) -> None:
         while queue.heap:
-            entry = heapq.heappop(queue.heap)
-            self._queued -= 1
-            self._refuse(entry.request, reason, message)
-        self._drop(queue)
+            self._refuse(self._queues.pop_entry(queue).request, reason, message)
+        self._queues.drop(queue)
 
     # -- events from the runtime ------------------------------------------------------
 
     def _released(self, scopes: tuple[str, ...]) -> None:
         """A permit of ``scopes`` went back: their waiting queues may go now."""
-        board = self._board
-        now = self.runtime.clock_now
-        # Parked queues of these scopes, and those held by the global cap, are due
-        # now; timed ones are asked again too, since the answer may have loosened
-        # their scopes' limits.
-        woken = set(board.released(scopes, now))
-        for name in scopes:
-            for names in self._by_scope.get(name, ()):
-                queue = self._queues.get(names)
-                if queue is not None and queue.state == _TIMED:
-                    woken.add(names)
-        waking = [queue for names in woken if (queue := self._queues.get(names)) is not None and queue.heap]
-        if not waking:
-            return
-        # The queue whose head came first goes first among equal priorities: fair,
-        # and the same in every run.
-        for queue in sorted(waking, key=lambda queue: queue.head().order):
-            self._make_eligible(queue)
-        self.runtime.wake()
+        if self._queues.released(scopes):
+            self.runtime.wake()
 
     def _gave_up(self, scope: str) -> None:
         message = f"scope {scope!r} was given up by its circuit breaker"
-        for names in sorted(self._by_scope.get(scope, ())):
-            queue = self._queues.get(names)
-            if queue is not None and queue.state != _ASKING:
+        for queue in self._queues.of_scope(scope):
+            if queue.state != ASKING:
                 self._refuse_queue(queue, "given_up", message)
         if self._refused:
             self.runtime.wake()
 
     def __repr__(self) -> str:
-        return (f"<ThrottlingScheduler queued={self._queued} queues={len(self._queues)} "
+        return (f"<ThrottlingScheduler queued={self._queues.queued} queues={len(self._queues)} "
                 f"ready={len(self._ready)} refused={len(self._refused)}>")

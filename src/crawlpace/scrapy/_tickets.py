@@ -22,7 +22,7 @@ from typing import Any
 
 from .._permit import Permit
 
-__all__ = ["APPLIED_SCOPES_KEY", "REFUSAL_KEY", "TICKET_KEY", "State", "Ticket"]
+__all__ = ["APPLIED_SCOPES_KEY", "REFUSAL_KEY", "TICKET_KEY", "RequestView", "State", "Ticket"]
 
 #: Private meta key holding the request's :class:`Ticket`.
 TICKET_KEY = "_crawlpace_ticket"
@@ -78,3 +78,27 @@ class Ticket:
 
     def __repr__(self) -> str:
         return f"<Ticket {'+'.join(self.scopes)} {self.state.value} from {self.source}>"
+
+
+class RequestView:
+    """What the throttler keeps of a Scrapy request inside its permit.
+
+    The permit only needs the URL and ``meta`` (for
+    ``autothrottle_dont_adjust_delay``); holding the request itself would
+    keep it alive, and with it the finalizer that frees a lost permit would
+    never run.
+    """
+
+    __slots__ = ("_ref", "url")
+
+    def __init__(self, request: Any) -> None:
+        self.url: str = request.url
+        self._ref = weakref.ref(request)
+
+    @property
+    def meta(self) -> dict[str, Any]:
+        request = self._ref()
+        return request.meta if request is not None else {}
+
+    def __repr__(self) -> str:
+        return f"<RequestView {self.url}>"

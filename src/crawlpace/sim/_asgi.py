@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-__all__ = ["ASGIApp", "Headers", "Message", "Receive", "ResetConnection", "Scope", "Send", "header",
-           "respond"]
+__all__ = ["RECEIVED_KEY", "ASGIApp", "Headers", "Message", "Receive", "ResetConnection", "Scope", "Send",
+           "header", "respond"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -18,6 +18,10 @@ Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 Headers = list[tuple[bytes, bytes]]
+
+#: The ASGI scope key where :class:`~crawlpace.sim.SimServer` puts the ``time.monotonic()``
+#: reading taken when the request's first bytes were read, before the head was parsed.
+RECEIVED_KEY = "crawlpace.received"
 
 
 class ResetConnection(Exception):

@@ -124,17 +124,21 @@ class Embargo:
     """The time until which the site has asked to be left alone.
 
     Every ``Retry-After`` the site sends pushes the end of the embargo to at
-    least the moment it names; the end never moves back.
+    least the moment it names; the end never moves back. :attr:`since` is when
+    the current embargo began (the first answer that asked for it).
     """
 
-    __slots__ = ("until",)
+    __slots__ = ("since", "until")
 
     def __init__(self) -> None:
         self.until: float | None = None
+        self.since: float | None = None
 
     def extend(self, now: float, seconds: float) -> None:
         """Record that the site asked, at ``now``, for ``seconds`` of quiet."""
         end = now + max(seconds, 0.0)
+        if self.until is None or now >= self.until:
+            self.since = now
         if self.until is None or end > self.until:
             self.until = end
 
@@ -146,29 +150,62 @@ class Embargo:
         """Whether a request at ``now`` comes more than ``tolerance`` seconds early."""
         return self.until is not None and now < self.until - tolerance
 
+    def violated(self, now: float, tolerance: float = 0.0) -> bool:
+        """Whether a request arriving at ``now`` broke the embargo.
+
+        It did if it came more than ``tolerance`` before the end, unless it
+        came before the embargo began or within ``tolerance`` after: a request
+        that arrives that soon after the answer may have been admitted before
+        the crawler read the answer (its arrival lagging its send, or its
+        connection still busy with the answer).
+        """
+        since = self.since
+        return since is not None and now >= since + tolerance and self.breached(now, tolerance)
+
 
 class Spacing:
-    """The minimum gap a site asks between the arrivals of two requests.
+    """The minimum gap a site asks between the sends of two requests, judged from their arrivals.
+
+    A site sees arrivals, not sends, and each arrival lags its send by a
+    little that varies (the crawler's own event loop between deciding and
+    writing, a new connection, the network stack, a busy machine). Comparing
+    each gap with ``delay - tolerance`` would let a crawler that is a little
+    early every time pass, and would still flag a punctual one whose previous
+    request happened to lag more than this one. So the rule is asked of the
+    whole sequence instead: the arrivals are fine as long as *some* send
+    schedule that kept ``delay`` between sends, each send at most
+    ``tolerance`` before its arrival, explains them. The earliest such
+    schedule is followed greedily (the previous send at the earliest time it
+    can have been); an arrival before that send plus ``delay`` has no
+    explanation and counts. Lags never add up: a crawler early by 5 ms on
+    every gap is flagged after ``tolerance / 0.005`` requests.
 
     Args:
         delay: the gap in seconds (a robots.txt ``Crawl-delay``).
-        tolerance: how much shorter a gap may be before it counts as too
-            short, to absorb the jitter between a crawler's send and the
-            server's receive.
+        tolerance: the most an arrival may lag its send, in seconds.
     """
 
-    __slots__ = ("_last", "delay", "tolerance")
+    __slots__ = ("_sent", "delay", "tolerance")
 
     def __init__(self, delay: float, tolerance: float = 0.0) -> None:
         self.delay = _positive("delay", delay)
         if not (math.isfinite(tolerance) and tolerance >= 0):
             raise ValueError(f"tolerance must be a finite number >= 0, got {tolerance!r}")
         self.tolerance = float(tolerance)
-        self._last: float | None = None
+        # The earliest time the previous request can have been sent.
+        self._sent: float | None = None
 
     def observe(self, now: float) -> bool:
         """Record an arrival at ``now``; return whether it came too soon after the previous one."""
-        last = self._last
-        if last is None or now > last:
-            self._last = now
-        return last is not None and now - last < self.delay - self.tolerance
+        sent = self._sent
+        earliest = now - self.tolerance
+        if sent is None:
+            self._sent = earliest
+            return False
+        due = sent + self.delay
+        if now >= due:
+            self._sent = max(due, earliest)
+            return False
+        # Too soon. The next request is judged from this one (never from before the previous one).
+        self._sent = max(sent, earliest)
+        return True

@@ -27,9 +27,12 @@ import asyncio
 import contextlib
 import ipaddress
 import logging
+import time
+from collections.abc import Iterable
 from dataclasses import dataclass
+from typing import SupportsIndex
 
-from ._asgi import ASGIApp, Headers, Message, ResetConnection, Scope
+from ._asgi import RECEIVED_KEY, ASGIApp, Headers, Message, ResetConnection, Scope
 from ._http import END_OF_HEAD, BadRequest, RequestHead, encode_response, error_response, parse_head
 
 __all__ = ["MAX_HEADER_BYTES", "READ_TIMEOUT", "SimServer", "check_loopback", "serve"]
@@ -42,6 +45,29 @@ MAX_HEADER_BYTES = 16 * 1024
 READ_TIMEOUT = 10.0
 
 _LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
+
+
+class _TimedReader(asyncio.StreamReader):
+    """A stream reader that notes when the first bytes of each request came in.
+
+    The time is taken as the event loop hands the socket's data over, before
+    the head is parsed and the application runs: a site judging a crawler's
+    pace should not count the server's own delays in reading and dispatching.
+    """
+
+    received: float | None = None
+
+    def feed_data(self, data: Iterable[SupportsIndex]) -> None:
+        if self.received is None and data:
+            self.received = time.monotonic()
+        super().feed_data(data)
+
+    def take_received(self) -> float:
+        """When the request just read began to arrive; starts the watch for the next one."""
+        received = time.monotonic() if self.received is None else self.received
+        # Bytes of a next request may already wait behind this one: they came no later than now.
+        self.received = time.monotonic() if len(self._buffer) else None  # type: ignore[attr-defined]
+        return received
 
 
 def check_loopback(host: str) -> str:
@@ -183,8 +209,13 @@ class SimServer:
         """
         if self._server is not None:
             raise RuntimeError("the server is already started")
-        self._server = await asyncio.start_server(self._accept, self.host, self._requested_port,
-                                                  limit=self._max_header)
+        loop = asyncio.get_running_loop()
+
+        def protocol() -> asyncio.StreamReaderProtocol:
+            # What asyncio.start_server builds, with a reader that notes arrival times.
+            return asyncio.StreamReaderProtocol(_TimedReader(limit=self._max_header, loop=loop), self._accept)
+
+        self._server = await loop.create_server(protocol, self.host, self._requested_port)
         self._port = int(self._server.sockets[0].getsockname()[1])
         _log.debug("serving on %s", self.url)
 
@@ -250,6 +281,7 @@ class SimServer:
             data = await self._read_head(reader)
             if data is None:
                 return False
+            received = reader.take_received() if isinstance(reader, _TimedReader) else time.monotonic()
             head = parse_head(data)
             if head.body_length:
                 async with asyncio.timeout(self._read_timeout):
@@ -261,7 +293,7 @@ class SimServer:
                 exc.status, [(b"content-type", b"text/plain; charset=utf-8"), *exc.headers], body,
                 head_only=False, keep_alive=False, http_version="1.1"))
             return False
-        answer = await self._run(head, client)
+        answer = await self._run(head, client, received)
         if answer is None:
             _log.debug("%s %s %s -> connection reset", client, head.method, head.path)
             writer.transport.abort()
@@ -277,7 +309,7 @@ class SimServer:
         writer.write(data)
         await writer.drain()
 
-    def _scope(self, head: RequestHead, client: tuple[str, int] | None) -> Scope:
+    def _scope(self, head: RequestHead, client: tuple[str, int] | None, received: float) -> Scope:
         return {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -291,14 +323,15 @@ class SimServer:
             "headers": list(head.headers),
             "client": client,
             "server": (self.host, self.port),
+            RECEIVED_KEY: received,
         }
 
-    async def _run(self, head: RequestHead,
-                   client: tuple[str, int] | None) -> tuple[int, Headers, bytes] | None:
+    async def _run(self, head: RequestHead, client: tuple[str, int] | None,
+                   received: float) -> tuple[int, Headers, bytes] | None:
         """Run the application on one request; return its whole response, None to reset."""
         exchange = _Exchange()
         try:
-            await self.app(self._scope(head, client), exchange.receive, exchange.send)
+            await self.app(self._scope(head, client, received), exchange.receive, exchange.send)
         except ResetConnection:
             return None
         except Exception:

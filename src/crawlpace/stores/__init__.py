@@ -9,14 +9,15 @@ from .._clock import Clock
 from .._config import Settings
 from .._exceptions import ConfigError
 from ._check import check_url, reach
+from ._policies import PolicyFactory
 from .base import Blocked, Lease, Outcome, ScopeSnapshot, Store
 from .memory import MemoryStore
 
 #: URL schemes served by the Redis store (Valkey speaks the same protocol).
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "valkey", "valkeys"})
 
-__all__ = ["REDIS_SCHEMES", "Blocked", "Lease", "MemoryStore", "Outcome", "ScopeSnapshot", "Store",
-           "open_store", "reach"]
+__all__ = ["REDIS_SCHEMES", "Blocked", "Lease", "MemoryStore", "Outcome", "PolicyFactory", "ScopeSnapshot",
+           "Store", "open_store", "reach"]
 
 
 def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -> Store:

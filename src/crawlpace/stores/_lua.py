@@ -11,9 +11,10 @@ from __future__ import annotations
 from collections.abc import Collection, Iterable
 from importlib import resources
 
-__all__ = ["load_scripts"]
+__all__ = ["CLOCK", "load_scripts"]
 
-_CLOCK = resources.files("crawlpace.stores").joinpath("lua", "clock.lua").read_text("utf-8")
+#: The prelude of every script that reads the time (``lua/clock.lua``).
+CLOCK = _CLOCK = resources.files("crawlpace.stores").joinpath("lua", "clock.lua").read_text("utf-8")
 
 
 def load_scripts(package: str, names: Iterable[str], *, clocked: Collection[str]) -> dict[str, str]:

@@ -13,15 +13,12 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from .._config import ScopeConfig, Settings
+from .._exceptions import PolicyFormatError, StateFormatError
 from .._manager import load_scope_manager
 from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
-from ..policy.state import StateFormatError, StateValue, decode, encode, export_state, restore_state
+from ..policy.state import StateValue, decode, encode, export_state, restore_state
 
 __all__ = ["PolicyFactory", "PolicyFormatError", "dump_policy", "is_fresh", "load_policy"]
-
-
-class PolicyFormatError(StateFormatError):
-    """A stored policy could not be read (a newer layout wrote it, or it is not ours)."""
 
 
 class PolicyFactory:

@@ -73,15 +73,31 @@ class PolicyWriter:
     async def settle(self, lease: RedisLease, reply: Any,
                      pending: dict[int, tuple[ScopeFeedback | None, int]], args: list[Any]) -> None:
         """Record the write-backs of a release that landed; redo those another worker beat."""
+        await self.redo(lease, self.record(lease, reply, pending, args), pending)
+
+    def record(self, lease: RedisLease, reply: Any, pending: dict[int, tuple[ScopeFeedback | None, int]],
+               args: list[Any]) -> dict[int, int]:
+        """Record the write-backs of a release that landed; return those another worker beat.
+
+        Returns:
+            Scope index -> the version stored instead (pass to :meth:`redo`).
+        """
+        beaten: dict[int, int] = {}
         for index, result in enumerate(reply[1:]):
             if index not in pending:
                 continue
-            name, use = lease.demands[index]
-            base = _cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index
-            version = int(args[base + 5])
             if result in (b"ok", "ok"):
-                self.policies.written(name, version, args[base + 6])
-                continue
+                base = _cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index
+                self.policies.written(lease.demands[index][0], int(args[base + 5]), args[base + 6])
+            else:
+                beaten[index] = int(result)
+        return beaten
+
+    async def redo(self, lease: RedisLease, beaten: dict[int, int],
+                   pending: dict[int, tuple[ScopeFeedback | None, int]]) -> None:
+        """Apply again, to the newer stored policies, the outcomes whose write-backs another worker beat."""
+        for index, result in beaten.items():
+            name, use = lease.demands[index]
             # Another worker wrote first: apply this outcome to the newer policy.
             signal, generation = pending[index]
             for _ in range(WRITE_TRIES):

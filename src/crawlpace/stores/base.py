@@ -166,6 +166,9 @@ class Store(Protocol):
     async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
         """Free the request's slots and apply its outcome.
 
+        A shared store may return once the release is queued: it reaches the
+        server with the worker's next call, before anything that call does.
+
         Returns:
             The scopes this outcome made the circuit breaker give up.
         """

@@ -18,12 +18,13 @@ import logging
 import random
 
 from .._clock import Clock
-from .._config import Settings
+from .._config import ScopeConfig, Settings
 from .._exceptions import ScopeGivenUp
 from .._scopes import Demand
 from ..policy.admission import ScopeState
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
+from ..policy.tally import SuccessTally, count_success, tally_is_idle
 from ._policies import PolicyFactory
 from ._snapshot import describe
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
@@ -39,13 +40,20 @@ _SWEEP_MIN = 4096
 
 
 class _Scope(ScopeState):
-    """A scope's admission state, its adaptive policy, and outcome counters."""
+    """A scope's admission state, its adaptive policy, and outcome counters.
 
-    __slots__ = ("errors", "last_latency", "mean_latency", "policy", "responses")
+    ``oks`` is ``None`` while the scope has a policy of its own. Otherwise the
+    policy is one shared by every plain scope of the same settings (it is
+    never changed), and ``oks`` is the compact count of the successes its
+    breaker would hold (``policy/tally.py``).
+    """
 
-    def __init__(self, policy: ScopePolicy) -> None:
+    __slots__ = ("errors", "last_latency", "mean_latency", "oks", "policy", "responses")
+
+    def __init__(self, policy: ScopePolicy, shared: bool = False) -> None:
         super().__init__(policy.limits)
         self.policy = policy
+        self.oks: SuccessTally | None = () if shared else None
         self.responses = 0
         self.errors = 0
         self.last_latency: float | None = None
@@ -113,6 +121,8 @@ class MemoryStore:
         self.evicted = 0
         # Imports every scope manager now, so a bad path fails at start-up.
         self._factory = PolicyFactory(settings)
+        # Per scope configuration: the policy its plain scopes share (None: they cannot share one).
+        self._plain: dict[int, tuple[ScopeConfig, ScopePolicy | None]] = {}
 
     # -- the Store interface ------------------------------------------------
 
@@ -195,6 +205,7 @@ class MemoryStore:
             if state is None:  # pragma: no cover - in-flight scopes are never evicted
                 logger.warning("release for unknown scope %r ignored", name)
                 continue
+            inflight = state.inflight  # this request included
             state.release(slot_ready, now)
             if signal is None:
                 if state.policy.gated:  # only a breaker's probe needs to hear of it
@@ -202,9 +213,17 @@ class MemoryStore:
                                             sent_at=lease.granted_at, expected_use=use)
                 continue
             state.record(outcome)
+            tally = state.oks
+            if tally is not None:  # a plain scope, on the shared policy
+                if state.policy.counts_only(signal):
+                    breaker = state.policy.config.breaker
+                    if breaker.enabled and signal.status is not None:
+                        state.oks = count_success(tally, now, breaker.window)
+                    continue
+                self._own_policy(name, state)
             policy = state.policy
             if policy.on_outcome(now, signal, generation=generation, sent_at=lease.granted_at,
-                                 expected_use=use):
+                                 expected_use=use, inflight=inflight):
                 given_up.append(name)
             if state.limits is not policy.limits:
                 state.set_limits(policy.limits)
@@ -218,7 +237,7 @@ class MemoryStore:
         state = self._scopes.get(scope)
         if state is None:
             state = self._new_scope(scope)
-        policy = state.policy
+        policy = self._own_policy(scope, state) if state.oks is not None else state.policy
         policy.set_crawl_delay(delay, max_delay=settings.robotstxt_max_delay,
                                explicit=settings.is_explicit(scope), now=self._clock.now())
         if state.limits is not policy.limits:
@@ -250,7 +269,8 @@ class MemoryStore:
         """
         now = self._clock.now()
         idle = [name for name, state in self._scopes.items()
-                if state.is_idle(now) and state.policy.is_idle(now)]
+                if state.is_idle(now) and state.policy.is_idle(now) and (
+                    not state.oks or tally_is_idle(state.oks, now, state.policy.config.breaker.window))]
         for name in idle:
             del self._scopes[name]
         self.evicted += len(idle)
@@ -266,9 +286,43 @@ class MemoryStore:
     # -- helpers ------------------------------------------------------------
 
     def _new_scope(self, name: str) -> _Scope:
-        state = _Scope(self._factory.new(name))
+        shared = self._plain_policy(name)
+        state = _Scope(self._factory.new(name)) if shared is None else _Scope(shared, shared=True)
         self._scopes[name] = state
         return state
+
+    def _plain_policy(self, name: str) -> ScopePolicy | None:
+        """The policy shared by the plain scopes of ``name``'s settings, or ``None`` if they are not plain.
+
+        Plain: nothing but a failure, a backoff or a server's word could change
+        the policy (no AutoThrottle, rampup, quota, scope manager or warm start).
+        Such scopes share one policy until one of them needs its own, which
+        saves a policy object per scope in a broad crawl.
+        """
+        settings = self._settings
+        config = settings.scope_config(name)
+        found = self._plain.get(id(config))
+        if found is not None and found[0] is config:
+            return found[1]
+        policy: ScopePolicy | None = None
+        if settings.warm_start is None and not config.manager:
+            policy = self._factory.new(name)
+            if (policy.manager is not None or policy.rampup is not None or policy.autothrottle is not None
+                    or policy.quota is not None or policy.watches or policy.gated):
+                policy = None
+        self._plain[id(config)] = (config, policy)
+        return policy
+
+    def _own_policy(self, name: str, state: _Scope) -> ScopePolicy:
+        """Give a plain scope a policy of its own, holding what the shared one stood for."""
+        policy = self._factory.new(name)
+        tally = state.oks
+        if tally and policy.config.breaker.enabled:
+            policy.ensure_breaker().absorb(tally)
+        state.policy, state.oks = policy, None
+        if state.limits is not policy.limits:
+            state.set_limits(policy.limits)
+        return policy
 
     def _tick(self) -> None:
         self._since_sweep += 1

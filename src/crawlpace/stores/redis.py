@@ -8,7 +8,8 @@ string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``
   all of its scopes or to none, ``release`` gives its slots back. Both read
   ``now`` from the server's ``TIME``, so the workers' clocks never have to
   agree. Calls made while another is in flight share one pipeline
-  (``connection.py``).
+  (``connection.py``); a release is not awaited but rides with the
+  worker's next call (``_redis_release.py``).
 * Slots are leases, renewed while their requests run (``connection.py``);
   a worker killed with SIGKILL stops renewing and its slots come back.
 * The adaptive policy is computed in Python by the same code as the memory
@@ -22,6 +23,7 @@ string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import logging
 import math
@@ -39,10 +41,11 @@ from ..policy.signals import ScopeFeedback
 from . import _cluster, _fallback, _keys
 from ._lua import load_scripts
 from ._outage import Outage
-from ._pending import PendingRelease, ReleaseQueue
+from ._pending import PendingRelease
 from ._policies import PolicyFactory, is_fresh
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
+from ._redis_release import ReleaseSender
 from ._redis_snapshot import read_snapshot
 from ._shared_policy import SharedPolicies, quota_args
 from ._writeback import WRITE_TRIES, PolicyWriter
@@ -136,14 +139,22 @@ class RedisStore:
             self.fallback_workers)
         self._fallback = self._outage.fallback
         self._slots: _cluster.SlotAdmission | None = None
-        self._unreleased = ReleaseQueue(self._resend_release, self._down, self._clock.now, self._clock.sleep)
         if self.cluster:
             self._slots = _cluster.SlotAdmission(self._run, self._now_arg, self._clock.now, self._held,
                                                  self._renewer.start)
+        self._releases = ReleaseSender(self.url, self._conn, self._writer, self._outage, self._slots,
+                                       self._run, self._now_arg, self._connect, self._clock.now,
+                                       self._clock.sleep)
+        self._unreleased = self._releases.unreleased
 
     def __repr__(self) -> str:
         return (f"<RedisStore {redact(self.url)} namespace={self.namespace!r} leases={len(self._held)} "
                 f"policies={len(self._policies)}/{self._policies.limit}>")
+
+    @property
+    def connection(self) -> RedisConnection:
+        """The connection this store talks through; other components may share it (the guard's brake)."""
+        return self._conn
 
     # -- keys and time ----------------------------------------------------------
 
@@ -210,10 +221,14 @@ class RedisStore:
             return self._fallback.acquire_nowait(demands)
         policies = self._policies
         try:
-            await self._connect()
-            await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
+            # (Each step is skipped when there is nothing to do: an await costs even when it does not wait.)
+            if not self._conn.connected:
+                await self._connect()
+            if self._unreleased:
+                await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
             await self._writer.refresh_due(demands)
-            args: list[Any] = [await self._now_arg(), "", self.lease, self.idle, len(demands)]
+            now_arg = "" if self.time == "server" else await self._now_arg()
+            args: list[Any] = [now_arg, "", self.lease, self.idle, len(demands)]
             keys: list[str] = []
             for name, use in demands:
                 keys += self._keys(name)[:3]
@@ -312,7 +327,13 @@ class RedisStore:
             charge = [""] * 3
             if quota is not None and signal is not None and signal.consumed_quota is not None:
                 charge = [repr(quota.capacity), repr(quota.rate), repr(signal.consumed_quota - use)]
-            if signal is not None or policies.gated(name):
+            policy = policies.policy(name)
+            if signal is not None and policy.counts_only(signal) and (
+                    policy.breaker is not None or not policy.config.breaker.enabled):
+                # The common answer: only the breaker's window (this worker's own) hears of it.
+                if policy.breaker is not None and signal.status is not None:
+                    policy.breaker.on_outcome(now, failed=False, sent_at=lease.server_granted_at)
+            elif signal is not None or policies.gated(name):
                 stored = policies.stored(name)
                 before = policies.policy(name).summary()
                 policy, version = self._writer.apply(name, now, signal, generation, lease, index, use)
@@ -324,33 +345,18 @@ class RedisStore:
                     write = [str(version), *values]
                     pending[index] = (signal, generation)
             args += [repr(lease.server_slot_ready[index]), "1", *counts, *write, *charge]
-        item = PendingRelease(lease.lease_id, self._clock.now() + self.lease, (lease, keys, args, pending))
-        try:
-            await self._unreleased.flush()  # older releases first: they free slots too
-            await self._send_release(item)
-        except self._down as exc:
-            logger.warning("Redis store %s unreachable at release (%s): the release is sent again when "
-                           "the server answers (until its lease would have expired)", redact(self.url), exc)
-            self._unreleased.add(item)
+        await self._releases.send(PendingRelease(lease.lease_id, self._clock.now() + self.lease,
+                                                 (lease, keys, args, pending)))
         return tuple(given_up)
 
-    async def _resend_release(self, item: PendingRelease) -> None:
-        """Send a release that failed: its outcome counts only where its lease is still held."""
-        _lease, _keys, args, _pending = item.payload
-        for index in range(int(args[_cluster.RELEASE_HEAD - 1])):
-            args[_cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index + 1] = "2"
-        await self._send_release(item)
+    async def flush(self) -> None:
+        """Wait until every release this worker made has reached the server and been settled.
 
-    async def _send_release(self, item: PendingRelease) -> None:
-        """Send one release (again, for one that failed) and settle its write-backs."""
-        lease, keys, args, pending = item.payload
-        args[0] = await self._now_arg()
-        if self._slots is not None:
-            reply = await self._slots.release(keys, args)
-        else:
-            reply = await self._run("release", keys, args)
-        self._outage.reachable()
-        await self._writer.settle(lease, reply, pending, args)
+        A release returns before the server has answered it: it rides with the
+        worker's next call (``_redis_release.py``). What this worker does next
+        sees it anyway; another worker may need this to see it at once (tests).
+        """
+        await self._releases.flush()
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
         """Apply a robots.txt Crawl-Delay to ``scope`` for every worker."""
@@ -381,7 +387,7 @@ class RedisStore:
 
     async def _snapshot(self, scope: str) -> ScopeSnapshot | None:
         await self._connect()
-        await self._conn.drain()  # what this worker sent is part of the picture
+        await self.flush()  # what this worker sent is part of the picture
         admission, leases, resting_key, policy_key = self._keys(scope)
         now = self._server_now()
         client = await self._conn.client()
@@ -425,19 +431,21 @@ class RedisStore:
         """
         try:
             await self._connect()
-            await self._conn.drain()
+            await self.flush()
             self._policies = self._writer.policies = SharedPolicies(self._factory, self._policies.limit)
             return await _keys.purge(await self._conn.client(), self.namespace)
         except self._down as exc:
             raise self._unreachable(exc) from exc
 
     async def aclose(self) -> None:
-        """Stop renewing leases and close the connections."""
+        """Send what is queued, stop renewing leases and close the connections."""
+        with contextlib.suppress(Exception):
+            await self.flush()
         unshared = self._writer.unshared
         if unshared:
             logger.info("%d outcomes were not shared with other workers, who kept writing the same scopes "
                         "first; their slots were freed all the same (see docs/observability.md)", unshared)
-        await self._unreleased.aclose()
+        await self._releases.aclose()
         await self._renewer.aclose()
         await self._conn.aclose()
 

@@ -30,7 +30,7 @@ for i = 1, n do
   local a, l, r = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local base = 5 + 8 * (i - 1)
   local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
-                      "brk", "probe", "qc", "qa", "last", "gap", "sends")
+                      "brk", "probe", "qc", "qa", "last", "gap", "sends", "rmax", "exp")
   local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
   local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
@@ -42,8 +42,13 @@ for i = 1, n do
   -- scopes of a broad crawl have no lease out and no slot resting).
   local inflight = redis.call("ZCARD", l)
   if inflight > 0 then inflight = inflight - redis.call("ZREMRANGEBYSCORE", l, "-inf", now) end
-  local resting = redis.call("ZCARD", r)
-  if resting > 0 then resting = resting - redis.call("ZREMRANGEBYSCORE", r, "-inf", now) end
+  -- "rmax": the latest time a slot of the resting set wakes (release.lua keeps it).
+  -- Once it is past, or when no slot ever rested (no "rmax"), the set need not be read.
+  local resting = 0
+  if f[17] and tonumber(f[17]) > now then
+    resting = redis.call("ZCARD", r)
+    if resting > 0 then resting = resting - redis.call("ZREMRANGEBYSCORE", r, "-inf", now) end
+  end
   local at = tonumber(f[5]) or -1
   local hold = tonumber(f[6]) or -1
   if hold > at then at = hold end
@@ -95,7 +100,8 @@ for i = 1, n do
   end
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
-              tonumber(f[12]), tonumber(f[13]), f[5], f[14], f[15], (tonumber(f[16]) or 0) + 1, resting}
+              tonumber(f[12]), tonumber(f[13]), f[5], f[14], f[15], (tonumber(f[16]) or 0) + 1, resting,
+              inflight, not f[18] or now - tonumber(f[18]) > idle / 2}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -118,14 +124,23 @@ for i = 1, n do
   if mode == "undo" then
     undo[i] = {s[18] or "", s[19] or "", sent_gap or "", num(now + gap)}
   end
+  local set = {"next", num(now + gap), "last", num(now), "sends", s[21]}
   if last then
     local g = now - last
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
     gaps[i] = num(g)
-    redis.call("HSET", a, "next", num(now + gap), "last", num(now), "gap", gaps[i], "sends", s[21])
-  else
-    redis.call("HSET", a, "next", num(now + gap), "last", num(now), "sends", s[21])
+    set[#set + 1] = "gap"
+    set[#set + 1] = gaps[i]
   end
+  -- Keys expire once idle: their expiry is pushed forward (to 1.5 x idle, so never
+  -- sooner than idle after the last use) when the stamp "exp" is half an idle old,
+  -- not on every call; a lease set made anew by this admission gets one at once.
+  local stale = s[24]
+  if stale then
+    set[#set + 1] = "exp"
+    set[#set + 1] = math.floor(now)  -- whole seconds: a smaller hash
+  end
+  redis.call("HSET", a, unpack(set))
   if s[12] then redis.call("HSET", a, "probe", id) end
   if s[14] and s[13] > 0 then
     local qcap, qrate, credit, qa = s[14], s[15], s[16], s[17]
@@ -146,9 +161,14 @@ for i = 1, n do
     undo[i][5] = sends
     undo[i][6] = s[11] and "1" or "0"
   end
-  redis.call("EXPIRE", a, idle)
-  redis.call("EXPIRE", l, idle)
-  if s[22] > 0 then redis.call("EXPIRE", r, idle) end  -- no resting slot: no key to keep
+  local keep = math.floor(idle * 1.5)
+  if stale then
+    redis.call("EXPIRE", a, keep)
+    redis.call("EXPIRE", l, keep)
+    if s[22] > 0 then redis.call("EXPIRE", r, keep) end  -- no resting slot: no key to keep
+  elseif s[23] == 0 then
+    redis.call("EXPIRE", l, keep)  -- the lease set was empty, so gone: this ZADD made it anew
+  end
   out[#out + 1] = num(now + pslot * factor)
   gens[i] = s[8]
   vers[i] = s[9]

@@ -23,20 +23,32 @@ for i = 1, n do
   local base = 4 + 18 * (i - 1)
   local slot_ready = tonumber(ARGV[base + 1])
   local freed = ARGV[base + 2] ~= "" and redis.call("ZREM", l, id) == 1
+  -- One read and one write for the counters, the latency, the probe and the expiry stamp.
+  local h = redis.call("HMGET", a, "probe", "mlat", "resp", "errs", "conc", "rmax", "exp")
+  local set = {}
   if freed then
     if slot_ready > now then
-      local conc = tonumber(redis.call("HGET", a, "conc")) or 1
+      local conc = tonumber(h[5]) or 1
       redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
       if redis.call("ZCARD", l) + redis.call("ZCARD", r) < conc then
         redis.call("ZADD", r, slot_ready, id)
+        redis.call("EXPIRE", r, math.floor(idle * 1.5))
+        -- The acquire script reads the resting set only until its last slot wakes.
+        if not h[6] or tonumber(h[6]) < slot_ready then
+          set[#set + 1] = "rmax"
+          set[#set + 1] = num(slot_ready)
+        end
       end
     end
   end
-  -- One read and one write for the counters, the latency and the probe.
-  local h = redis.call("HMGET", a, "probe", "mlat", "resp", "errs")
   if freed and h[1] == id then redis.call("HDEL", a, "probe") end
   local counts = freed or ARGV[base + 2] ~= "2"
-  local set = {}
+  -- The keys' expiry is pushed forward only when its stamp is half an idle old (see acquire.lua).
+  local stale = not h[7] or now - tonumber(h[7]) > idle / 2
+  if stale then
+    set[#set + 1] = "exp"
+    set[#set + 1] = math.floor(now)
+  end
   if counts and ARGV[base + 3] == "1" then
     set[#set + 1] = "resp"
     set[#set + 1] = (tonumber(h[3]) or 0) + 1
@@ -51,8 +63,11 @@ for i = 1, n do
     if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
     set[#set + 1] = "lat"
     set[#set + 1] = ARGV[base + 5]
+    -- As few digits as give the same number back (0.05, not 0.050000000000000003): a smaller hash.
+    local text = string.format("%.15g", mean)
+    if tonumber(text) ~= mean then text = num(mean) end
     set[#set + 1] = "mlat"
-    set[#set + 1] = num(mean)
+    set[#set + 1] = text
   end
   if #set > 0 then redis.call("HSET", a, unpack(set)) end
   local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])
@@ -106,7 +121,7 @@ for i = 1, n do
       end
     end
   end
-  redis.call("EXPIRE", a, idle)
+  if stale then redis.call("EXPIRE", a, math.floor(idle * 1.5)) end
   out[#out + 1] = result
 end
 return out

@@ -1,0 +1,55 @@
+"""The figures of a crawl: per host, and in all.
+
+Kept by :class:`~crawlpace.crawl.CrawlJob` as it goes, shown by the live
+view and the closing table (``crawl/_display.py``) and written by ``--json``.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from dataclasses import dataclass, field
+from typing import Any
+
+from ._tallies import ScopeTally, Tallies
+
+__all__ = ["CrawlSummary", "ScopeTally"]
+
+
+@dataclass(slots=True)
+class CrawlSummary:
+    """The figures of a finished (or stopped) crawl."""
+
+    urls: int = 0
+    answered: int = 0
+    unfinished: int = 0
+    requests: int = 0
+    seconds: float = 0.0
+    interrupted: bool = False
+    outcomes: Counter[str] = field(default_factory=Counter)
+    statuses: Counter[int] = field(default_factory=Counter)
+    scopes: dict[str, ScopeTally] = field(default_factory=dict)
+    resumed_from: int = 0
+    #: The hosts whose rows were folded into one, beyond ``TALLY_LIMIT`` (``crawl/_tallies.py``).
+    folded: Tallies = field(default_factory=Tallies)
+
+    @property
+    def complete(self) -> bool:
+        """Whether every URL got a final answer."""
+        return not self.interrupted and self.unfinished == 0
+
+    def as_dict(self) -> dict[str, Any]:
+        """The figures as a JSON-ready dict."""
+        return {
+            "urls": self.urls, "answered": self.answered, "unfinished": self.unfinished,
+            "requests": self.requests, "seconds": round(self.seconds, 3), "interrupted": self.interrupted,
+            "complete": self.complete, "resumed_from": self.resumed_from,
+            "outcomes": dict(sorted(self.outcomes.items())),
+            "statuses": {str(code): count for code, count in sorted(self.statuses.items())},
+            "scopes": {name: {"done": tally.done, "errors": tally.errors, "requests": tally.requests,
+                              "outcomes": dict(sorted(tally.outcomes.items()))}
+                       for name, tally in sorted(self.scopes.items())},
+            **({"other_hosts": {"hosts": self.folded.hosts, "done": self.folded.others.done,
+                                "errors": self.folded.others.errors, "requests": self.folded.others.requests,
+                                "outcomes": dict(sorted(self.folded.others.outcomes.items()))}}
+               if self.folded.hosts else {}),
+        }

@@ -1,0 +1,179 @@
+"""A budget the server announces (``RateLimit`` fields), learned and spent evenly over its window.
+
+Pure state plus ``now``. A server that sends ``RateLimit-Policy: q=Q;w=W`` and
+``RateLimit: r=R;t=T`` says: Q units per window of W seconds, R of them left,
+to be used within T seconds. Two things make a naive ``T / R`` pace waste much
+of the budget:
+
+* ``T`` comes in whole seconds, rounded up: a 1 s window says ``t=1`` from its
+  first answer to its last, so ``T / R`` slows down as ``R`` falls, and a spent
+  budget holds sends for a whole second where the window may end in 50 ms;
+* a *staged brake* (seed 004) refuses requests before the quota is spent: past
+  half the quota, say, half of them get 429. Spending the whole quota evenly
+  runs into the brake every window.
+
+So this module learns two things.
+
+**Where the windows begin.** Each answer pins the end of its window to an
+interval: the end lies in ``(h + T - 1, h + T]`` for a server time ``h``
+between the send and the answer (exactly at ``h + T`` when ``T`` has a
+fraction). A remaining count that went *up* between two sends means a window
+began between them. Intervals of different windows are moved onto each other
+by whole windows and intersected, so the edge gets sharper with every reset
+seen; an interval that does not fit (the server changed its windows) replaces
+the old one. The end of the current window is taken at the latest time the
+interval allows, so the estimate never lets a send go before the reset.
+
+**How much of the quota is usable.** A refusal that arrives while the budget
+still shows units left (``R >= 1``) is a brake: the count used when it came,
+``Q - R``, becomes the usable budget, and only that much is spent per window
+(the lowest such count seen; it is forgotten when the policy changes).
+
+Then the pace is the usable remainder spread over the time left in the window,
+``left_time / (R - (Q - usable))``, never faster than the even pace, a little
+under ``W / usable`` (:data:`EVEN_SHARE`); a spent usable remainder holds sends
+until the window's estimated end.
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["EVEN_SHARE", "BudgetAdvice", "HeaderBudget"]
+
+#: The even pace is this share of the window per usable unit: a little quicker than
+#: exact, since the spacing of sends only ever stretches (jitter, a late event loop),
+#: and a budget spent a little early costs only a short hold to the window's end.
+EVEN_SHARE = 0.97
+
+_NEVER = float("-inf")
+_FOREVER = float("inf")
+
+
+class BudgetAdvice:
+    """What one answer's budget means for the scope.
+
+    Attributes:
+        pace: seconds between sends from now on.
+        pace_for: for this many seconds (to the window's estimated end).
+        hold: seconds to send nothing (the usable budget is spent), or ``None``.
+    """
+
+    __slots__ = ("hold", "pace", "pace_for")
+
+    def __init__(self, pace: float, pace_for: float, hold: float | None) -> None:
+        self.pace = pace
+        self.pace_for = pace_for
+        self.hold = hold
+
+    def __repr__(self) -> str:
+        return f"<BudgetAdvice pace={self.pace:.4g}s for {self.pace_for:.3g}s hold={self.hold}>"
+
+
+class HeaderBudget:
+    """The announced budget of one scope.
+
+    Attributes:
+        quota: ``Q``, units per window (0 before the first answer).
+        window: ``W``, the window in seconds (0 before the first answer).
+        usable: units usable per window before the server brakes (``inf``: no brake seen).
+        edge_lo: the earliest time a window edge may lie at ...
+        edge_hi: ... and the latest (``-inf``/``inf``: not known yet).
+        last_left: the remaining count of the latest answer taken (-1: none).
+        last_sent: when the request of that answer was sent.
+    """
+
+    __slots__ = ("edge_hi", "edge_lo", "last_left", "last_sent", "quota", "usable", "window")
+
+    def __init__(self) -> None:
+        self.quota = 0.0
+        self.window = 0.0
+        self.usable = _FOREVER
+        self.edge_lo = _NEVER
+        self.edge_hi = _FOREVER
+        self.last_left = -1.0
+        self.last_sent = _NEVER
+
+    # -- the window's edge -----------------------------------------------------
+
+    def _pin(self, lo: float, hi: float) -> None:
+        """Narrow the known edge with one more interval holding an edge."""
+        window = self.window
+        if not hi - lo < window:
+            return  # as wide as a window: it says nothing
+        if self.edge_hi == _FOREVER:
+            self.edge_lo, self.edge_hi = lo, hi
+            return
+        # Move the known interval by whole windows next to the new one, then intersect.
+        shift = round(((lo + hi) - (self.edge_lo + self.edge_hi)) / (2.0 * window)) * window
+        old_lo, old_hi = self.edge_lo + shift, self.edge_hi + shift
+        new_lo, new_hi = max(lo, old_lo), min(hi, old_hi)
+        if new_lo <= new_hi:
+            self.edge_lo, self.edge_hi = new_lo, new_hi
+        else:
+            self.edge_lo, self.edge_hi = lo, hi  # the server's windows moved: start over
+
+    def window_end(self, now: float, *, latest: bool = True) -> float | None:
+        """When the window holding ``now`` ends: at the latest (or the earliest); ``None`` while unknown."""
+        if self.edge_hi == _FOREVER or self.window <= 0.0:
+            return None
+        edge = self.edge_hi if latest else self.edge_lo
+        steps = math.ceil((now - edge) / self.window)
+        end = edge + steps * self.window
+        return end + self.window if end <= now else end
+
+    # -- answers -----------------------------------------------------------------
+
+    def observe(self, now: float, *, sent_at: float, remaining: float, quota: float, window: float,
+                span: float | None, refused: bool) -> BudgetAdvice:
+        """Take one answer's budget and say how to pace from here.
+
+        Args:
+            now: when the answer arrived.
+            sent_at: when its request was sent.
+            remaining: ``R``, the units left.
+            quota: ``Q``, units per window.
+            window: ``W``, the window in seconds.
+            span: ``T``, seconds within which ``R`` may be used, when given.
+            refused: the answer was a refusal (429, 503).
+        """
+        if quota != self.quota or window != self.window:
+            if window != self.window:
+                self.edge_lo, self.edge_hi = _NEVER, _FOREVER
+            self.quota, self.window, self.usable = quota, window, _FOREVER
+        if span is not None and span > 0.0:
+            whole = span == math.floor(span)
+            self._pin(sent_at + span - (1.0 if whole else 0.0), now + span)
+        if self.last_left >= 0.0 and sent_at > self.last_sent:
+            rose = remaining > self.last_left if refused else remaining >= self.last_left
+            if rose:
+                self._pin(self.last_sent, sent_at)
+        if sent_at >= self.last_sent:
+            self.last_left, self.last_sent = remaining, sent_at
+        if refused and remaining >= 1.0:
+            # Refused with units left: the server brakes before its quota is spent.
+            self.usable = min(self.usable, max(1.0, quota - remaining))
+        usable = min(self.usable, quota)
+        left = remaining - (quota - usable)
+        # Once the window's edge is known a budget spent a little early costs only a short
+        # hold to that edge, so the even pace may be a little quicker (see EVEN_SHARE).
+        even = (window if self.edge_hi == _FOREVER else EVEN_SHARE * window) / usable
+        if left < 1.0:
+            # Spent: nothing may go before the end (at its latest) of the window that counted the send.
+            end = self.window_end(sent_at)
+            if end is None:
+                end = now + (span if span is not None and span > 0.0 else window)
+            return BudgetAdvice(even, max(end - now, 0.0) + window, max(end - now, 0.0))
+        # Units left may go at any time before the end, so the earliest end sets the pace:
+        # the even pace, or slower when the scope got ahead of it (the rest spread evenly).
+        end = self.window_end(sent_at, latest=False)
+        if end is None:
+            end = now + (span - 1.0 if span is not None and span >= 1.0 else window)
+        time_left = max(end - now, 0.0)
+        # The pace lasts into the next window: should the next answer come late, a scope
+        # with many slots must not find itself unpaced and send them all at once.
+        return BudgetAdvice(max(even, EVEN_SHARE * time_left / left), time_left + window, None)
+
+    def __repr__(self) -> str:
+        return (f"<HeaderBudget {self.quota:g}/{self.window:g}s usable={self.usable:g} "
+                f"edge=[{self.edge_lo:.3f}, {self.edge_hi:.3f}]>")

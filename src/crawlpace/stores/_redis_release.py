@@ -1,0 +1,157 @@
+"""The shared store's releases: sent without waiting, sent again after an outage, their write-backs settled.
+
+A release gives slots back and carries what the outcome taught the policy.
+Nothing the releasing task does next depends on the server's answer (which
+scopes were given up is known locally), so a release is queued on the
+connection and not awaited: it rides with the worker's next script call,
+typically the same task's next acquire, or leaves at the loop's next turn on
+its own. A lone task thus pays one round trip per admission, not two, and
+every guarantee stays: calls of one connection reach the server in the order
+they were made (the release before the acquire that follows it), a release
+that finds the server unreachable is kept and sent again (``_pending.py``),
+and a worker that dies before sending it frees the slot when the lease
+expires, as a worker dying mid-request always did.
+
+The reply is handled when it comes: write-backs that landed are recorded at
+once; those another worker beat are applied again in a background task, as
+are releases that met a script error (sent again the awaited way).
+:meth:`ReleaseSender.flush` waits for all of it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import logging
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
+
+from .._redact import redact
+from . import _cluster
+from ._outage import Outage
+from ._pending import PendingRelease, ReleaseQueue
+from ._writeback import PolicyWriter
+from .connection import RedisConnection
+
+__all__ = ["ReleaseSender"]
+
+logger = logging.getLogger(__name__)
+
+
+class ReleaseSender:
+    """Sends releases for one shared store.
+
+    Args:
+        url: the store's URL (for log lines; the password is hidden).
+        connection: the store's connection.
+        writer: records and redoes the write-backs.
+        outage: told when the server answered.
+        slots: the cluster's two-phase admission (releases then go one by one, awaited), or ``None``.
+        run: calls a script the store's awaited way (``name, keys, args``).
+        now_arg: the scripts' ``now`` argument.
+        connect: opens the connection if needed.
+        now: this worker's clock.
+        sleep: this worker's sleep.
+    """
+
+    def __init__(self, url: str, connection: RedisConnection, writer: PolicyWriter, outage: Outage,
+                 slots: _cluster.SlotAdmission | None,
+                 run: Callable[[str, list[str], list[Any]], Awaitable[Any]],
+                 now_arg: Callable[[], Awaitable[str]], connect: Callable[[], Awaitable[None]],
+                 now: Callable[[], float], sleep: Callable[[float], Awaitable[None]]) -> None:
+        self._url = url
+        self._conn = connection
+        self._writer = writer
+        self._outage = outage
+        self._slots = slots
+        self._run = run
+        self._now_arg = now_arg
+        self._connect = connect
+        self._down = connection.down
+        self._settling: set[asyncio.Task[None]] = set()
+        #: Releases that could not reach the server, sent again when it answers.
+        self.unreleased = ReleaseQueue(self._resend, self._down, now, sleep)
+
+    async def send(self, item: PendingRelease) -> None:
+        """Send a release: queued to ride with the next call (awaited on a cluster)."""
+        _lease, keys, args, _pending = item.payload
+        try:
+            if self.unreleased:
+                await self.unreleased.flush()  # older releases first: they free slots too
+            if self._slots is not None:
+                await self._send_now(item)
+                return
+            args[0] = await self._now_arg()
+            if not self._conn.connected:
+                await self._connect()
+            reply = self._conn.submit("release", keys, args)
+            reply.add_done_callback(functools.partial(self._answered, item))
+        except self._down as exc:
+            self._failed(item, exc)
+
+    async def flush(self) -> None:
+        """Wait until every release sent has been answered and settled."""
+        while True:
+            await self._conn.drain()
+            if not self._settling:
+                return
+            await asyncio.gather(*self._settling, return_exceptions=True)
+
+    async def aclose(self) -> None:
+        """Stop the timer of releases waiting for the server (they expire with their leases)."""
+        await self.unreleased.aclose()
+
+    def _failed(self, item: PendingRelease, exc: BaseException) -> None:
+        logger.warning("Redis store %s unreachable at release (%s): the release is sent again when "
+                       "the server answers (until its lease would have expired)", redact(self._url), exc)
+        self.unreleased.add(item)
+
+    def _answered(self, item: PendingRelease, reply: asyncio.Future[Any]) -> None:
+        """A queued release's reply: record its write-backs, or keep it to send again."""
+        if reply.cancelled():
+            return
+        exc = reply.exception()
+        if exc is None:
+            self._outage.reachable()
+            lease, _keys, args, pending = item.payload
+            if pending:
+                beaten = self._writer.record(lease, reply.result(), pending, args)
+                if beaten:  # another worker wrote first: apply the outcome again
+                    self._background(self._writer.redo(lease, beaten, pending))
+        elif isinstance(exc, self._down):
+            self._failed(item, exc)
+        else:  # a script error (the server refusing TIME, say): the store's awaited path handles it
+            self._background(self._send_now(item))
+
+    def _background(self, work: Coroutine[Any, Any, None]) -> None:
+        task = asyncio.get_running_loop().create_task(work)
+        self._settling.add(task)
+        task.add_done_callback(self._settled)
+
+    def _settled(self, task: asyncio.Task[None]) -> None:
+        self._settling.discard(task)
+        if task.cancelled() or (exc := task.exception()) is None:
+            return
+        if isinstance(exc, self._down):
+            logger.warning("Redis store %s unreachable while settling a release (%s); its slots come back "
+                           "when the lease expires", redact(self._url), exc)
+        else:
+            logger.error("a release could not be settled: %r", exc)
+
+    async def _resend(self, item: PendingRelease) -> None:
+        """Send a release that failed: its outcome counts only where its lease is still held."""
+        _lease, _keys, args, _pending = item.payload
+        for index in range(int(args[_cluster.RELEASE_HEAD - 1])):
+            args[_cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index + 1] = "2"
+        await self._send_now(item)
+
+    async def _send_now(self, item: PendingRelease) -> None:
+        """Send one release and wait for it (a cluster, or one sent again), then settle its write-backs."""
+        lease, keys, args, pending = item.payload
+        args[0] = await self._now_arg()
+        if self._slots is not None:
+            reply = await self._slots.release(keys, args)
+        else:
+            reply = await self._run("release", keys, args)
+        self._outage.reachable()
+        await self._writer.settle(lease, reply, pending, args)
