@@ -61,7 +61,13 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
   speed, not manners, which is why violations sit next to it;
 * **done**: of the site's **pages**, those the contender itself recorded with a final 200
   (its own output file; robots.txt and abandoned URLs do not count);
-* **last s**: seconds from the contender's start to the site's last request.
+* **last s**: seconds from the contender's start to the site's last request;
+* **busiest 1 s**: the most requests the site saw within any one second (the simulator's
+  own sliding count, whoever sent them: one process or a whole fleet), over the most the
+  site's rules let through in one second: its highest capacity during the run, plus
+  ``burst - 1`` for a token bucket (a full bucket lets its burst through at once). Sites whose
+  limit is on requests in flight (``overload``, ``slow``) or that have none show the count
+  alone. ``!`` marks a second past that limit + 1.
 
 Under it, one verdict per site: **yes** when crawlpace-rampup has a strictly higher
 goodput/capacity than every peer that drew no more 429+503 and broke no more rules than
@@ -89,8 +95,9 @@ goodput/capacity over the oracle's on that site), and a last table holds issue 1
 targets for every contender: the mean over the sites with a capacity of goodput/capacity,
 each capped at 1 (at least 0.86 and 0.95 x the oracle's), the worst site over the oracle's
 (at least 0.75), 429+503 per request (at most 2 %), violations (none), pages done on the
-sites that are not dead (all), and the makespan, seconds to the last request to such a
-site, over the oracle's (at most 1.25). Every run reads its farm from one file written in
+sites that are not dead (all), the makespan, seconds to the last request to such a
+site, over the oracle's (at most 1.25), and every site's busiest second within its
+one-second limit + 1 (in every round). Every run reads its farm from one file written in
 the work folder, which the oracle reads too.
 
 When both ``scrapy-crawlpace`` and ``scrapy-autothrottle`` ran, a second verdict per site
@@ -434,6 +441,16 @@ class SiteFigures:
     capacity: float | None
     goodput_ratio: float | None
     last_request: float | None
+    #: The most requests the site saw within any one second (the simulator's own count), and the
+    #: most its rules let through in one (None for a site whose limit is not a rate).
+    busiest_second: int | None = None
+    second_limit: float | None = None
+
+    @property
+    def over_limit(self) -> bool:
+        """True when the busiest second passed the site's one-second limit plus one."""
+        return (self.second_limit is not None and self.busiest_second is not None
+                and self.busiest_second > self.second_limit + 1)
 
 
 @dataclass
@@ -474,6 +491,11 @@ class Run:
         """Pages done and pages, over the sites that are not dead (capacity 0)."""
         live = [site for site in self.sites.values() if site.capacity != 0]
         return sum(site.done for site in live), sum(site.pages for site in live)
+
+    @property
+    def sites_over_limit(self) -> list[str]:
+        """The sites whose busiest second passed their one-second limit plus one."""
+        return [name for name, site in self.sites.items() if site.over_limit]
 
     @property
     def median_ratio(self) -> float | None:
@@ -528,7 +550,7 @@ async def run_one(contender: Contender, round_no: int, farm: str, folder: Path, 
     finally:
         figures = await stop_sim(sim)
     run = Run(contender.key, round_no, wall, exit_code, cut)
-    tally(run, contender, folder, sim.urls, figures, started, plot)
+    tally(run, contender, folder, sim.urls, figures, started, plot, farm_source(farm))
     return run
 
 
@@ -538,9 +560,42 @@ def clear_plot(plot: Path | None) -> None:
         plot.unlink(missing_ok=True)
 
 
+#: Profiles whose limit is a rate (requests per second or per window); the others limit requests
+#: in flight (``overload``, ``slow``) or have none (``flaky``, ``dead``).
+RATE_PROFILES = frozenset({"ratelimit", "challenge", "retryafter", "crawldelay", "headers", "quota"})
+#: Of those, the token buckets: a full bucket lets ``burst`` requests through at once.
+BUCKET_PROFILES = frozenset({"ratelimit", "challenge", "retryafter"})
+
+
+def second_limit(site: dict[str, Any], spec: dict[str, Any]) -> float | None:
+    """The most requests a site's rules let through within one second, or None when its limit is
+    not a rate.
+
+    Its highest capacity during the run (the simulator's record of every change), plus, for a
+    token bucket, the ``burst - 1`` requests a full bucket lets through at once beyond the rate.
+    """
+    profile = str(spec.get("profile", site.get("profile", "")))
+    if profile == "shifting":
+        profile = str(spec.get("base", ""))
+    if profile not in RATE_PROFILES:
+        return None
+    steps = (site.get("timeline") or {}).get("capacity") or []
+    capacities = [float(value) for _at, value in steps if value is not None]
+    if not capacities and site.get("capacity") is not None:
+        capacities = [float(site["capacity"])]
+    if not capacities:
+        return None
+    extra = max(int(spec.get("burst", 1)) - 1, 0) if profile in BUCKET_PROFILES else 0
+    return round(max(capacities) + extra, 3)
+
+
 def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures: dict[str, Any],
-          started: float, plot: Path | None = None) -> None:
-    """Fill ``run`` from the farm's figures, the contender's own output and the farm's picture."""
+          started: float, plot: Path | None = None, spec: dict[str, Any] | None = None) -> None:
+    """Fill ``run`` from the farm's figures, the contender's own output and the farm's picture.
+
+    ``spec`` is the farm as written (for each site's one-second limit; without it, none is set).
+    """
+    specs = {str(site.get("name")): site for site in (spec or {}).get("site", [])}
     if plot is not None and plot.exists():
         run.plot = str(plot)
     urls = [line for line in url_file.read_text(encoding="utf-8").split() if line]
@@ -565,7 +620,9 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
             violation_kinds={str(k): int(v) for k, v in dict(site.get("violation_kinds") or {}).items()},
             goodput=site.get("goodput"), capacity=site.get("capacity"),
             goodput_ratio=site.get("goodput_ratio"),
-            last_request=None if last is None else round(float(last) - started, 3))
+            last_request=None if last is None else round(float(last) - started, 3),
+            busiest_second=site.get("peak_per_second"),
+            second_limit=second_limit(site, specs[name]) if name in specs else None)
     if run.total("requests") == 0:
         tail = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         run.error = f"no request reached the farm (exit {run.exit_code}); its stderr ends: " + (
@@ -587,7 +644,8 @@ def median_of(values: Sequence[float | None]) -> float | None:
     return statistics.median(present) if present else None
 
 
-SITE_KEYS = ("pages", "done", "requests", "ok", "throttled", "violations", "goodput_ratio", "last_request")
+SITE_KEYS = ("pages", "done", "requests", "ok", "throttled", "violations", "goodput_ratio", "last_request",
+             "busiest_second", "second_limit")
 
 
 def site_medians(runs: list[Run], site: str) -> dict[str, float | None]:
@@ -609,6 +667,8 @@ def total_medians(runs: list[Run]) -> dict[str, float | None]:
         "wall": median_of([run.wall for run in runs]),
         "last_live_request": median_of([run.last_live_request for run in runs]),
         "cut_runs": sum(run.cut for run in runs),
+        # The worst round: a site over its one-second limit + 1 in any round counts.
+        "over_limit": max((len(run.sites_over_limit) for run in runs), default=0),
     }
 
 
@@ -746,7 +806,7 @@ def over_oracle(mine: float | None, oracle: float | None) -> float | None:
 def print_site_table(names: list[str], contenders: list[Contender], sites: dict[str, Figures]) -> None:
     with_oracle = any(c.key == ORACLE for c in contenders)
     headers = ("site", "contender", "goodput/capacity", *(("x oracle",) if with_oracle else ()), "429+503",
-               "violations", "done", "pages", "requests", "last s")
+               "violations", "done", "pages", "requests", "last s", "busiest 1 s")
     rows: list[list[str]] = []
     for name in names:
         for index, c in enumerate(contenders):
@@ -755,11 +815,23 @@ def print_site_table(names: list[str], contenders: list[Contender], sites: dict[
                       if with_oracle else [])
             rows.append([name if index == 0 else "", c.key, fmt(mine["goodput_ratio"], "%"), *versus,
                          fmt(mine["throttled"]), fmt(mine["violations"]), fmt(mine["done"]),
-                         fmt(mine["pages"]), fmt(mine["requests"]), fmt(mine["last_request"], "s")])
+                         fmt(mine["pages"]), fmt(mine["requests"]), fmt(mine["last_request"], "s"),
+                         busiest_cell(mine["busiest_second"], mine["second_limit"])])
     print("\n".join(pipe_table(headers, rows, left=2)))
     print("  goodput/capacity: 200s per second of the site's active period over its capacity (- for none); "
           "done: of its pages, those the contender recorded with a final 200; last s: seconds from the "
-          "contender's start to the site's last request")
+          "contender's start to the site's last request; busiest 1 s: the most requests the site saw "
+          "within one second / the most its rules let through in one (its highest capacity, plus a "
+          "token bucket's burst - 1; none for a limit on requests in flight), '!' past that + 1")
+
+
+def busiest_cell(busiest: float | None, limit: float | None) -> str:
+    """``busiest/limit``, marked ``!`` when the busiest second passed the limit plus one."""
+    if busiest is None:
+        return "-"
+    if limit is None:
+        return fmt(busiest)
+    return f"{fmt(busiest)}/{fmt(limit)}" + (" !" if busiest > limit + 1 else "")
 
 
 def site_figures(who: dict[str, Any]) -> str:
@@ -916,11 +988,13 @@ def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[st
             "0 violations": (mine["violations"] or 0) == 0,
             "every live page done": done is not None and done == pages,
             f"makespan <= {TARGET_MAKESPAN:g} x oracle": makespan is not None and makespan <= TARGET_MAKESPAN,
+            "busiest second <= limit + 1": not mine["over_limit"],
         }
         result[c.key] = {"mean_capped": mean, "mean_over_oracle": mean_share, "sites_over_oracle": per_site,
                          "worst_site": worst, "worst_over_oracle": None if worst is None else known[worst],
                          "throttled_share": share, "violations": mine["violations"], "live_done": done,
                          "live_pages": pages, "makespan_over_oracle": makespan, "targets": checks,
+                         "sites_over_limit": int(mine["over_limit"] or 0),
                          "targets_met": sum(checks.values()), "targets_total": len(checks)}
     return result
 
@@ -932,7 +1006,7 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
         return
     print("against the oracle (issue 16's targets; x oracle = this contender's figure over the oracle's)")
     headers = ("contender", "mean capped", "x oracle", "worst site", "x oracle", "429+503 %", "violations",
-               "live done", "makespan x oracle", "targets met")
+               "live done", "makespan x oracle", "over limit", "targets met")
     rows = []
     for c in contenders:
         t = targets[c.key]
@@ -940,7 +1014,8 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
                      t["worst_site"] or "-", fmt(t["worst_over_oracle"], "x"),
                      "-" if t["throttled_share"] is None else f"{100 * t['throttled_share']:.1f}",
                      fmt(t["violations"]), f"{fmt(t['live_done'])}/{fmt(t['live_pages'])}",
-                     fmt(t["makespan_over_oracle"], "x"), f"{t['targets_met']}/{t['targets_total']}"])
+                     fmt(t["makespan_over_oracle"], "x"), fmt(t["sites_over_limit"]),
+                     f"{t['targets_met']}/{t['targets_total']}"])
     print("\n".join(pipe_table(headers, rows)))
     for c in contenders:
         if c.key == ORACLE:
@@ -948,7 +1023,8 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
         missed = [name for name, held in targets[c.key]["targets"].items() if not held]
         print(f"  {c.key}: " + ("every target met" if not missed else "missed: " + "; ".join(missed)))
     print("  mean capped: the mean over the sites with a capacity of goodput/capacity, each capped at 1; "
-          "makespan: seconds to the last request to a live site")
+          "makespan: seconds to the last request to a live site; over limit: sites whose busiest second "
+          "passed their one-second limit + 1 (the worst round)")
 
 
 def peer_versions() -> dict[str, str]:

@@ -14,6 +14,7 @@ import sys
 import uuid
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -87,3 +88,45 @@ async def test_eight_workers_keep_one_sites_limit(tmp_path: Path, redis_server: 
     assert report["peak_per_second"] <= RATE + 1
     # And the workers did share: alone, each would have sent its 5 pages at once.
     assert report["requests"] == PAGES
+
+
+#: The adaptive fleet's farm: a token bucket (limit 6 a second) and a Crawl-delay of 0.25 s (4 a second).
+ADAPTIVE_SITES: list[dict[str, Any]] = [
+    {"name": "bucket", "profile": "ratelimit", "rate": 6.0, "burst": 1, "pages": 18},
+    {"name": "polite", "profile": "crawldelay", "delay": 0.25, "pages": 10}]
+ADAPTIVE_LIMITS = {"bucket": 6.0, "polite": 4.0}
+
+
+async def adaptive_worker(output: Path, store: str, namespace: str) -> None:
+    """One ``crawlpace crawl --redis`` worker as a user starts it: adaptive, robots.txt obeyed."""
+    env = {**os.environ, "PYTHONPATH": SRC}
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, "-m", "crawlpace", "crawl", "-o", str(output), "--redis", store, "--namespace",
+        namespace, "--quiet", "--json", stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        env=env)
+    out, err = await process.communicate()
+    if process.returncode != 0:
+        raise AssertionError(f"worker failed ({process.returncode}):\n{out.decode()}\n{err.decode()}")
+
+
+async def test_an_adaptive_fleet_keeps_each_sites_limit(tmp_path: Path, redis_server: RedisServer) -> None:
+    # Four workers learn every site's rate together from the shared store (rampup by default);
+    # the sites count what arrives, whichever worker sent it: the fleet's busiest second stays
+    # within each site's limit + 1, as one process's does.
+    namespace = f"adaptive{uuid.uuid4().hex[:8]}"
+    async with Farm({"site": ADAPTIVE_SITES}) as farm:
+        urls = [f"{site.url}/page/{n}" for site, spec in zip(farm.sites, ADAPTIVE_SITES, strict=True)
+                for n in range(1, int(spec["pages"]) + 1)]
+        frontier = SharedFrontier(f"{redis_server.url}?namespace={namespace}")
+        try:
+            assert (await frontier.enqueue(urls)).added == len(urls)
+        finally:
+            await frontier.aclose()
+        outputs = [tmp_path / f"out{worker}.jsonl" for worker in range(4)]
+        await asyncio.gather(*(adaptive_worker(out, redis_server.url, namespace) for out in outputs))
+        stats = farm.stats()
+    results = [json.loads(line) for path in outputs for line in path.read_text(encoding="utf-8").splitlines()]
+    assert Counter(result["url"] for result in results if result.get("status") == 200) == Counter(urls)
+    for name, limit in ADAPTIVE_LIMITS.items():
+        assert stats[name]["violations"] == 0, (name, stats[name])
+        assert stats[name]["peak_per_second"] <= limit + 1, (name, stats[name])

@@ -15,6 +15,7 @@ says the copy is gone, or starts fresh if the server holds nothing.
 from __future__ import annotations
 
 import logging
+import math
 from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Any
@@ -23,21 +24,32 @@ from .._exceptions import QuotaError
 from ..policy.scope import ScopePolicy
 from ._policies import PolicyFactory, PolicyFormatError, dump_policy, load_policy
 
-__all__ = ["DEFAULT_LIMIT", "Cached", "SharedPolicies", "pause_arg", "quota_args"]
+__all__ = ["DEFAULT_LIMIT", "SEEN_HORIZON", "Cached", "SharedPolicies", "pause_arg", "quota_args"]
 
 logger = logging.getLogger(__name__)
 
 #: Scopes whose policy a worker keeps at most (``policy_cache`` in the store URL).
 DEFAULT_LIMIT = 10_000
+#: A scope seen sending within this many of this worker's own spacings between its sends
+#: of the scope is taken to be sending still (see :meth:`SharedPolicies.sends_at`).
+SEEN_HORIZON = 2.0
+#: Weight of the newest spacing between this worker's sends of a scope in their mean.
+_SEEN_WEIGHT = 0.25
 
 
 @dataclass(slots=True)
 class Cached:
-    """What this worker last knew of a scope's shared policy."""
+    """What this worker last knew of a scope's shared policy, and of the scope's sends."""
 
     version: int
     blob: bytes | None  # None: the scope has no stored policy yet
     policy: ScopePolicy | None = None  # read from ``blob`` when first needed, then kept
+    #: The latest send of the scope this worker knows of (its own, read from the acquire
+    #: script's reply; server time), the scope's mean gap between sends (every worker's)
+    #: as of that send, and the mean spacing of this worker's own sends of the scope.
+    seen: float = -math.inf
+    seen_gap: float | None = None
+    every: float | None = None
 
 
 def pause_arg(policy: ScopePolicy, now: float) -> str:
@@ -113,7 +125,10 @@ class SharedPolicies:
 
     def know(self, scope: str, version: int, blob: bytes | None) -> None:
         """Record the stored policy of ``scope`` as of ``version`` (the copy is read when needed)."""
-        self._cache[scope] = Cached(version, blob)
+        old = self._cache.get(scope)
+        self._cache[scope] = new = Cached(version, blob)
+        if old is not None:  # what this worker saw of the scope's sends stays
+            new.seen, new.seen_gap, new.every = old.seen, old.seen_gap, old.every
         self._cache.move_to_end(scope)
         if len(self._cache) > self.limit:
             self._cache.popitem(last=False)
@@ -123,6 +138,40 @@ class SharedPolicies:
         """A write-back of ``scope`` computed from ``version`` landed: the copy is the stored one."""
         cached = self.entry(scope)
         cached.version, cached.blob = version + 1, blob
+
+    def saw_send(self, scope: str, gap: float | None, at: float) -> None:
+        """Record a send of ``scope`` admitted to this worker at ``at`` (server time), after which the
+        scope's mean gap between sends (every worker's) was ``gap``."""
+        cached = self.entry(scope)
+        if at <= cached.seen:
+            return
+        if cached.seen != -math.inf:
+            spacing, mean = at - cached.seen, cached.every
+            cached.every = spacing if mean is None else mean + _SEEN_WEIGHT * (spacing - mean)
+        cached.seen, cached.seen_gap = at, gap
+
+    def sends_at(self, scope: str, now: float, gap: float | None, last: float) -> tuple[float | None, float]:
+        """The scope's mean gap between sends and its last send, as rampup should take them at ``now``.
+
+        ``gap`` and ``last`` come from the lease being released (its own send);
+        a later send this worker made of the scope replaces them. Other
+        workers' sends since are unknown here, so a scope this worker saw
+        sending within :data:`SEEN_HORIZON` of its own spacings between sends
+        (at least the scope's gap) is taken to be sending still: its last
+        send is ``now``, and rampup measures the scope's rate by its gap. Past
+        that, the last send seen stands, and the measured rate falls off as
+        it does for a scope that stopped sending. (Taking the lease's own send
+        as the scope's last would measure at most one send per latency: a
+        fleet, or one worker with several slots, would be capped at twice
+        that.)
+        """
+        cached = self.entry(scope)
+        if cached.seen > last:
+            gap, last = cached.seen_gap, cached.seen
+        if gap is None:
+            return gap, last
+        horizon = SEEN_HORIZON * max(cached.every or 0.0, gap)
+        return gap, now if now - last <= horizon else last
 
     def policy(self, scope: str) -> ScopePolicy:
         """This worker's copy of the scope's policy as last known (a fresh one if none)."""

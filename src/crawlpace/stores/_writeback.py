@@ -64,7 +64,7 @@ class PolicyWriter:
         policy = self.policies.policy(name)
         version = self.policies.entry(name).version
         if policy.rampup is not None and lease.sends:
-            gap, last = lease.sends[index]
+            gap, last = self.policies.sends_at(name, now, *lease.sends[index])
             policy.rampup.sync_sends(gap, last)
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use)

@@ -264,7 +264,7 @@ class RedisStore:
                       for v, w in zip(reply[2 + 3 * n:2 + 4 * n], reply[2 + 4 * n:2 + 5 * n], strict=True))
         # The lease is granted from here on: renew it before anything else can fail.
         self._renewer.hold(lease_id, tuple(name for name, _ in demands))
-        for (name, _use), version in zip(demands, versions, strict=True):
+        for (name, _use), version, (gap, at) in zip(demands, versions, sends, strict=True):
             cached = policies.peek(name)
             if cached is None or cached.version != version:
                 # Another worker wrote the policy since (or this one forgot it): read it once.
@@ -275,6 +275,7 @@ class RedisStore:
                     # granted); the copy stays stale, so the next reply's version reads it again.
                     logger.debug("scope %s: could not read the newer policy (%s); read at the next "
                                  "admission", name, exc)
+            policies.saw_send(name, gap, at)
         return RedisLease(demands, tuple(self._local(t) for t in slot_ready), self._local(server_now),
                           generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=slot_ready, sends=sends)

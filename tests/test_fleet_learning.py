@@ -1,0 +1,187 @@
+"""Rampup learning through the store interface: one worker, or several on one shared store, learn one rate.
+
+A scripted site (a token bucket, answering after a fixed latency) is crawled on
+the fake clock by workers that each hold a store: the memory store alone, or
+one or three Redis stores on one real server (the same settings, one namespace).
+Events run one at a time in time order, so every figure is exact for a run.
+"""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import random
+import uuid
+from dataclasses import dataclass, field
+
+import pytest
+
+from crawlpace import Settings
+from crawlpace.policy.signals import ScopeFeedback
+from crawlpace.stores import Blocked, Lease, Outcome, Store, open_store
+from crawlpace.testing import MockClock
+
+SETTINGS = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "CONCURRENT_REQUESTS": 16})
+RATE, BURST = 25.0, 10.0  # the site's token bucket
+SLOTS = 16  # requests each worker keeps in flight at most (its CONCURRENT_REQUESTS)
+POLL = 0.05  # a worker whose scope is full looks again after this long (the crawl's SHARED_POLL)
+
+
+@dataclass
+class Run:
+    """What the site saw: send times, refusals, and each worker's share of the sends."""
+
+    sends: list[float] = field(default_factory=list)
+    refused: int = 0
+    by_worker: dict[int, int] = field(default_factory=dict)
+
+    def per_second(self, start: float, end: float) -> float:
+        return sum(start <= t < end for t in self.sends) / (end - start)
+
+    def busiest_second(self) -> int:
+        times, best, first = sorted(self.sends), 0, 0
+        for last, at in enumerate(times):
+            while times[first] + 1.0 <= at:
+                first += 1
+            best = max(best, last - first + 1)
+        return best
+
+
+async def crawl(stores: list[Store], clock: MockClock, *, latency: float, seconds: float) -> Run:
+    """Each worker sends while it has a free slot (of ``SLOTS``) and the store admits; the site
+    answers 200 while its bucket has a token, 429 past it.
+
+    Like a crawl worker's board, a worker has one attempt pending at a time: when refused it
+    tries again at the time the store named (or after ``POLL`` when every slot is busy).
+    """
+    run = Run()
+    mix = random.Random(7)  # spreads the workers' attempts, as their own event loops would
+    order = itertools.count()
+    events: list[tuple[float, int, int, tuple[Lease, int] | None]] = [
+        (0.0, next(order), worker, None) for worker in range(len(stores))]
+    heapq.heapify(events)
+    inflight, trying = [0] * len(stores), [True] * len(stores)
+    tokens, filled = BURST, 0.0
+    while events:
+        at, _, worker, answer = heapq.heappop(events)
+        if at > seconds and answer is None:
+            continue  # the run is over: only answers still due come in (every slot is given back)
+        clock.advance(max(at - clock.now(), 0.0))
+        store = stores[worker]
+        if answer is not None:
+            lease, status = answer
+            feedback = ScopeFeedback(backoff=status == 429, status=status, latency=latency)
+            await store.release(lease, Outcome(status=status, latency=latency, feedback=(feedback,)))
+            inflight[worker] -= 1
+            if not trying[worker]:
+                trying[worker] = True
+                heapq.heappush(events, (at + mix.uniform(0.0, 0.002), next(order), worker, None))
+            continue
+        if inflight[worker] >= SLOTS:
+            trying[worker] = False  # a release starts the next attempt
+            continue
+        got = await store.acquire((("site", 1.0),))
+        if isinstance(got, Blocked):
+            again = got.ready_at if got.ready_at is not None else at + POLL
+            heapq.heappush(events, (max(again, at) + mix.uniform(0.0, 0.002), next(order), worker, None))
+            continue
+        tokens, filled = min(BURST, tokens + (at - filled) * RATE), at
+        run.sends.append(at)
+        run.by_worker[worker] = run.by_worker.get(worker, 0) + 1
+        status = 200 if tokens >= 1.0 else 429
+        if status == 200:
+            tokens -= 1.0
+        else:
+            run.refused += 1
+        inflight[worker] += 1
+        heapq.heappush(events, (at + latency, next(order), worker, (got, status)))
+        heapq.heappush(events, (at, next(order), worker, None))
+    return run
+
+
+async def measure(url: str, workers: int, *, latency: float, seconds: float = 20.0) -> Run:
+    clock = MockClock()
+    if url != "memory://":
+        url += f"?namespace=f{uuid.uuid4().hex[:10]}&time=local"
+    stores = [open_store(url, SETTINGS, clock, random.Random(n)) for n in range(workers)]
+    try:
+        return await crawl(stores, clock, latency=latency, seconds=seconds)
+    finally:
+        for store in stores:
+            await store.aclose()
+
+
+@pytest.fixture(params=["memory", pytest.param("redis", marks=pytest.mark.redis),
+                        pytest.param("valkey", marks=pytest.mark.redis)])
+def store_url(request: pytest.FixtureRequest) -> str:
+    if request.param == "memory":
+        return "memory://"
+    return str(request.getfixturevalue(f"{request.param}_server").url)
+
+
+async def test_a_slow_answering_site_is_paced_by_its_send_rate_not_its_latency(store_url: str) -> None:
+    # Answers take 0.2 s, so with one send per answer a scope would reach 5/s; rampup must see
+    # the scope's own rate (sends several slots apart). A shared store that took each lease's
+    # own send for the scope's latest one measured at most 5/s and capped the scope at 10/s.
+    run = await measure(store_url, 1, latency=0.2)
+    assert run.per_second(10.0, 20.0) >= 16.0  # of 25; the old cap was 10
+    assert run.refused <= 10
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize(("workers", "latency"), [(3, 0.2), (8, 0.05)])
+async def test_a_fleet_learns_the_rate_one_process_learns(redis_url: str, workers: int,
+                                                          latency: float) -> None:
+    alone = await measure("memory://", 1, latency=latency)
+    fleet = await measure(redis_url.split("?")[0], workers, latency=latency)
+    assert len(fleet.by_worker) == workers  # every worker sent its share
+    # One shared climb: the fleet's rate after the start phase is the lone process's, within 20 %,
+    # at no more refusals (separate climbs would each draw their own).
+    assert fleet.per_second(10.0, 20.0) >= 0.8 * alone.per_second(10.0, 20.0)
+    assert fleet.refused <= alone.refused + 3
+    # The start phase's overshoot is one process's, not one per worker.
+    assert fleet.busiest_second() <= max(alone.busiest_second(), BURST + RATE) + 3
+
+
+async def test_a_pushback_seen_by_one_worker_slows_every_worker(store_url: str) -> None:
+    # Two workers (two stores on one server; on memory, one store) climb to a fast rate, each
+    # with a request out. One answer is a 429: the rate is cut for both at once, and the other
+    # worker's answer, a 200 to a request sent before the cut, is applied to the cut rate, not
+    # to its own copy from before the cut (which would undo it).
+    clock = MockClock()
+    url = store_url
+    if url != "memory://":
+        url += f"?namespace=p{uuid.uuid4().hex[:10]}&time=local"
+    one = open_store(url, SETTINGS, clock, random.Random(1))
+    two = one if store_url == "memory://" else open_store(url, SETTINGS, clock, random.Random(2))
+    try:
+        await crawl([one, two] if two is not one else [one], clock, latency=0.05, seconds=6.0)
+        before = await one.snapshot("site")
+        assert before is not None
+        assert before.rampup is not None
+        leases = []
+        for store in (one, two):
+            while not isinstance(lease := await store.acquire((("site", 1.0),)), Lease):
+                clock.advance(0.01)
+            leases.append(lease)
+        clock.advance(0.05)
+        refused = ScopeFeedback(backoff=True, status=429, latency=0.05)
+        await one.release(leases[0], Outcome(status=429, latency=0.05, feedback=(refused,)))
+        await one.snapshot("site")  # a lone release rides with the worker's next call: send it now
+        cut = await two.snapshot("site")
+        assert cut is not None
+        assert cut.rampup is not None
+        assert cut.rampup.rate < 0.95 * before.rampup.rate
+        assert cut.delay > before.delay  # what every worker admits by
+        clock.advance(0.01)
+        ok = ScopeFeedback(status=200, latency=0.05)
+        await two.release(leases[1], Outcome(status=200, latency=0.05, feedback=(ok,)))
+        after = await one.snapshot("site")
+        assert after is not None
+        assert after.rampup is not None
+        assert after.rampup.rate <= cut.rampup.rate * 1.05
+        assert after.generation == cut.generation
+    finally:
+        await one.aclose()
+        if two is not one:
+            await two.aclose()
