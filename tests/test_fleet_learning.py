@@ -21,6 +21,8 @@ from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, Store, open_store
 from crawlpace.testing import MockClock
 
+from .redis_server import delivered
+
 SETTINGS = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "CONCURRENT_REQUESTS": 16})
 RATE, BURST = 25.0, 10.0  # the site's token bucket
 SLOTS = 16  # requests each worker keeps in flight at most (its CONCURRENT_REQUESTS)
@@ -72,6 +74,9 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
             lease, status = answer
             feedback = ScopeFeedback(backoff=status == 429, status=status, latency=latency)
             await store.release(lease, Outcome(status=status, latency=latency, feedback=(feedback,)))
+            # A Redis store's release rides with the worker's next call, whenever the event loop
+            # sends it: deliver it now, so the run is the same every time.
+            await delivered(store)
             inflight[worker] -= 1
             if not trying[worker]:
                 trying[worker] = True
