@@ -61,6 +61,15 @@ def spawn(url: str) -> subprocess.Popen[bytes]:
                             env={**os.environ, "PYTHONPATH": path})
 
 
+def end_child(child: subprocess.Popen[bytes]) -> None:
+    """Wake the worker if it is still stopped, then end it and close its input."""
+    if child.poll() is None:
+        child.send_signal(signal.SIGCONT)
+    reap(child, signal_first=False)
+    if child.stdin is not None:
+        child.stdin.close()
+
+
 async def read_line(child: subprocess.Popen[bytes], within: float = 15.0) -> str:
     assert child.stdout is not None
     line = await asyncio.wait_for(asyncio.to_thread(child.stdout.readline), within)
@@ -105,11 +114,7 @@ async def test_a_paused_workers_late_release_frees_nothing_of_anothers(redis_url
         child.wait(10.0)
         assert child.returncode == 0
     finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGCONT)
-        reap(child, signal_first=False)
-        if child.stdin is not None:
-            child.stdin.close()
+        end_child(child)
         await store.aclose()
 
 
@@ -179,9 +184,5 @@ async def test_a_paused_workers_late_touch_and_ack_leave_anothers_claim_alone(re
         child.wait(10.0)
         assert child.returncode == 0
     finally:
-        if child.poll() is None:
-            child.send_signal(signal.SIGCONT)
-        reap(child, signal_first=False)
-        if child.stdin is not None:
-            child.stdin.close()
+        end_child(child)
         await mine.aclose()
