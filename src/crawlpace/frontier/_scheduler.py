@@ -266,11 +266,10 @@ class Scheduler(RobotsGating):
             self.queued -= 1
             try:
                 scopes = tuple(await self._throttler.scopes(_request_of(task)))
-                host = fetchable_scope(task.target)
             except ScopeError as exc:
                 self._on_drop(task, "failed", str(exc))
                 continue
-            self._file(task, scopes, host, front)
+            self._file(task, scopes, task.host, front)  # push() checked the host and kept it
 
     async def _try(self, key: str) -> tuple[Task, Permit] | None:
         while True:
