@@ -181,6 +181,101 @@ def test_a_hold_that_ended_long_ago_changes_nothing() -> None:
     assert ramp.allowed_rate(60.0) == 4.0
 
 
+def deep_cut(ramp: Rampup) -> float:
+    """Drive ``ramp`` to an ordinary cut and then a deep one; return the rate the deep cut came at."""
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 100.0)
+    send_and_answer(ramp, end, pushback=True)  # an ordinary cut
+    end = drive(ramp, end, end + 0.3)
+    failing = ramp.allowed_rate(end)
+    send_and_answer(ramp, end, pushback=True)  # again before the rate grew back: a deep cut
+    return failing
+
+
+def test_after_a_deep_cut_the_search_climbs_quickly_to_an_ordinary_cuts_level() -> None:
+    ramp = controller(start_rate=8.0)
+    deep_cut(ramp)
+    failing = ramp.last_pushback_rate  # the measured send rate the cut started from
+    assert failing is not None
+    start = ramp._last_growth
+    assert ramp.ceiling == pytest.approx(math.sqrt(0.5) * failing, rel=0.01)  # the geometric middle
+    # Without the search the climb would level out at the middle for the length of a
+    # climb (45 s) and then probe at the ordinary pace: about 0.71x the failing rate.
+    # With it, each level held is safe and the next is halfway (geometrically) to 0.92x.
+    drive(ramp, start, start + 25.0)
+    assert ramp.ceiling == pytest.approx(0.92 * failing, rel=0.01)
+    assert ramp.rate >= 0.9 * failing
+    assert ramp._top == 0.0  # the search is over; the ordinary probe takes it from here
+
+
+def test_a_refusal_during_the_search_ends_it_with_an_ordinary_cut() -> None:
+    ramp = controller(start_rate=8.0)
+    failing = deep_cut(ramp)
+    start = ramp._last_growth
+    end = drive(ramp, start, start + 10.0)  # the first levels of the search
+    rate = ramp.allowed_rate(end)
+    assert ramp._top > 0.0
+    send_and_answer(ramp, end, pushback=True)  # the limit lies here
+    # Not another deep cut (the rate grew since the last one); the fourth refusal in the
+    # window is over the band, so the cut is 0.8, not 0.9.
+    assert ramp.rate == pytest.approx(0.8 * rate, rel=0.05)
+    assert ramp._top == 0.0
+    drive(ramp, end, end + 40.0)
+    assert ramp.rate < 0.92 * failing
+
+
+def test_a_search_finds_a_token_bucket_within_seconds_not_windows() -> None:
+    # A refusal echoed by a bucket still paying back an overshoot: deep cut, then the search.
+    bucket = Bucket(25.0, 10.0)
+    ramp = controller(start_rate=25.0, max_rate=200.0)
+    rng = random.Random(4)
+    now, good = 0.0, []
+    while now < 90.0:
+        accepted = bucket.take(now)
+        send_and_answer(ramp, now, pushback=not accepted)
+        if accepted:
+            good.append(now)
+        now += rng.uniform(1.0 + RAMPUP_JITTER.low, 1.0 + RAMPUP_JITTER.high) / ramp.allowed_rate(now)
+    assert sum(30.0 <= t < 90.0 for t in good) / 60.0 >= 0.9 * 25.0
+
+
+def test_after_a_held_refusal_the_rate_stays_below_what_drew_it() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 100.0)
+    failing = ramp.allowed_rate(end)
+    ramp.on_send(end)
+    ramp.hold(end + 5.0)  # the refusal said Retry-After: 5 (the policy tells rampup first)
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    assert ramp.hold_learned == pytest.approx(5.0, abs=0.01)
+    level = ramp.ceiling
+    assert level is not None
+    assert level == pytest.approx(0.92 * failing, rel=0.05)
+    # A failed probe would cost 5 s of silence: none for 5 / 5 % = 100 s. The climb
+    # comes back to its level and stays there, under the rate that was refused.
+    now = drive(ramp, end + 5.0, end + 95.0)
+    assert ramp.rate == pytest.approx(level, rel=0.01)
+    assert "probe" not in ramp.decision
+    # Then it probes again, at the ordinary pace.
+    drive(ramp, now, end + 150.0)
+    assert ramp.rate > level
+
+
+def test_a_refusal_without_a_hold_probes_as_before() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)
+    end = drive(ramp, 2.0, 100.0)
+    send_and_answer(ramp, end, pushback=True)
+    level = ramp.ceiling
+    assert level is not None
+    assert ramp.hold_learned == 0.0
+    drive(ramp, end, end + 70.0)
+    assert ramp.rate > level
+
+
 # -- the climb ------------------------------------------------------------------
 
 

@@ -79,7 +79,10 @@ The controller is one object (its attributes are the state ``policy/state.py``
 shares), with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
-``_rampup_climb``. This module keeps the phases and the decisions.
+``_rampup_climb``, the search after a deep cut (bisection up to the level an
+ordinary cut would set) and the wait before probing past a held refusal
+(``Retry-After``) in ``_rampup_search``. This module keeps the phases and the
+decisions.
 """
 
 from __future__ import annotations
@@ -100,6 +103,7 @@ from ._rampup_climb import (
     CubicClimb,
 )
 from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
+from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
 from ._rampup_slots import SlotSizing
@@ -152,7 +156,7 @@ class RampupStats:
     decision: str
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
+class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, SearchClimb):
     """The rampup controller of one scope.
 
     Args:
@@ -170,10 +174,11 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
     """
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth",
-                 "_level", "_probe_c", "_pushbacks", "_quiet_until", "_resumed_at", "_samples", "_sent_at",
-                 "_stuck_share", "_stuck_time", "_window_min", "_window_start", "above_since", "ceiling",
-                 "decision", "generation", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
-                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
+                 "_level", "_probe_after", "_probe_c", "_pushbacks", "_quiet_until", "_resumed_at",
+                 "_samples", "_sent_at", "_stuck_share", "_stuck_time", "_top", "_window_min",
+                 "_window_start", "above_since", "ceiling", "decision", "generation", "hold_learned",
+                 "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate",
+                 "scope", "slot_cap", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -219,6 +224,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
         # seen), and when that was last learned or raised.
         self.slot_cap = math.inf
         self._cap_at = _NEVER
+        # The search's top after a deep cut (0: no search), and the hold rule (_rampup_search).
+        self._top, self._probe_after, self.hold_learned = 0.0, _NEVER, 0.0
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -305,8 +312,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
                 self._decide(now, f"start: reached the cap of {self.max_rate:.3g}/s")
                 self._enter_steady(now, self.rate)
             return
-        self.rate = min(self.max_rate, max(self.rate, self._curve(now)))
-        ceiling = self.ceiling or self.rate
+        self._search_step(now)
+        curve, ceiling = self._curve(now), self.ceiling or self.rate
+        if curve > ceiling and self._probe_held(now):
+            self._epoch += step  # a held refusal's wait is not over: the curve stays at its level
+            curve = ceiling
+        self.rate = min(self.max_rate, max(self.rate, curve))
         if self.rate > ceiling:
             if self.above_since == _NEVER:
                 self.above_since = now
@@ -365,6 +376,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
         # climb quickly to the middle (geometrically), then probe quickly beyond.
         # Otherwise the refusal came only once the server's allowance for bursts was
         # spent, so the rate that drew it is above the limit: level out a little below.
+        deep = cascade and self.phase == "steady"
         if self.phase == "start" and not slots:
             ceiling = sent * START_CEILING_SHARE
         else:
@@ -379,6 +391,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
         self._cut_rate = self.rate
         self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
         self._start_climb(now, fast=cascade)
+        self._after_cut(now, sent=sent, deep=deep, refused=refused)
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
