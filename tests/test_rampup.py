@@ -263,6 +263,23 @@ def test_after_a_held_refusal_the_rate_stays_below_what_drew_it() -> None:
     assert ramp.rate > level
 
 
+def test_the_climb_does_not_advance_during_a_hold() -> None:
+    ramp = controller(start_rate=1.0)
+    end = drive(ramp, 0.0, 4.0)  # doubling: about 8/s
+    ramp.on_send(end)
+    ramp.hold(end + 5.0)  # Retry-After: 5 with the refusal that ends the start phase
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    cut = ramp.rate
+    # The quick climb after the cut takes 7.5 s; the five silent seconds must not count,
+    # or the first answer after the hold would find the rate near the failing one.
+    send_and_answer(ramp, end + 5.0)
+    assert ramp.rate == pytest.approx(cut, rel=0.02)
+    ceiling = ramp.ceiling
+    assert ceiling is not None
+    send_and_answer(ramp, end + 6.0)
+    assert cut < ramp.rate < cut + 0.6 * (ceiling - cut)
+
+
 def test_a_refusal_without_a_hold_probes_as_before() -> None:
     ramp = controller(start_rate=8.0)
     drive(ramp, 0.0, 2.0)

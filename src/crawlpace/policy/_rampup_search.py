@@ -24,7 +24,10 @@ rate climbs back to its level and stays there: no probe beyond it until
 ``H / HOLD_SHARE`` seconds have passed, so that a probe that fails costs at
 most ``HOLD_SHARE`` of the time. The length of the last hold is kept
 (:attr:`hold_learned`), so a server that always asks for the same silence is
-probed as rarely even on a refusal it sends without the header.
+probed as rarely even on a refusal it sends without the header. And the
+hold is left out of the climb: the curve resumes after the silence where it
+was when the silence began, so the first sends after a hold do not jump to a
+rate the climb would have reached had the scope been sending.
 """
 
 from __future__ import annotations
@@ -57,6 +60,7 @@ class _SearchState(Protocol):
     _k: float
     _climb: float
     _resumed_at: float
+    _last_growth: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -111,6 +115,19 @@ class SearchClimb:
         self._decide(now, f"search: {ceiling:.3g}/s held with no pushback; climbing quickly to {level:.3g}/s "
                      f"(top {top:.3g}/s)")
         return True
+
+    def _skip_hold(self: _SearchState, now: float) -> None:
+        """Leave a server's hold out of the climb: the curve resumes where the silence began.
+
+        The climb is a curve over time; without this rule, the first answer after
+        a five-second hold would find the curve five seconds further on (most of a
+        quick climb), and the sends right after the hold would go at a rate the
+        scope never tried, into a server that has just said it was too fast.
+        """
+        held = min(now, self._resumed_at) - self._last_growth
+        if held > 0.0:
+            self._epoch += held
+            self._last_growth += held
 
     def _probe_held(self: _SearchState, now: float) -> bool:
         """Whether the climb must stay at its level: a held refusal's wait is not over."""

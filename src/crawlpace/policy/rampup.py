@@ -295,6 +295,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, SearchClimb):
     # -- moves -----------------------------------------------------------------
 
     def _grow(self, now: float) -> None:
+        self._skip_hold(now)
         step = min(now - self._last_growth, MAX_STEP)
         self._last_growth = now
         if step <= 0.0:
