@@ -629,6 +629,30 @@ def test_a_server_past_its_knee_is_brought_back_to_it_not_starved() -> None:
     assert sorted(latencies)[len(latencies) // 2] <= 0.2 * 1.5  # mostly at the knee, not queueing
 
 
+def test_a_latency_cut_caps_the_slots_at_what_the_rate_needs_unqueued() -> None:
+    ramp = controller(start_rate=8.0, max_concurrency=16)
+    drive(ramp, 0.0, 2.0, latency=0.2)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 40.0, latency=0.2)
+    sent = ramp.sent_rate(end)
+    assert ramp.slot_cap == math.inf
+    assert ramp.concurrency(ramp.allowed_rate(end)) > round(sent * 0.2)
+    end = drive(ramp, end, end + 2.0, latency=0.7)  # the server queues: far past the knee
+    assert "cut: latency" in ramp.decision
+    # Little's law at the baseline: the requests the rate keeps in flight unqueued.
+    assert ramp.slot_cap == max(3, round(sent * 0.2))
+    assert ramp.concurrency(50.0) == ramp.slot_cap
+    # A window without pushback raises it by one, as the refusal cap is raised.
+    drive(ramp, end, end + 61.0, latency=0.2)
+    assert ramp.slot_cap == max(3, round(sent * 0.2)) + 1
+
+
+def test_a_server_with_a_sharp_knee_is_paced_by_its_slots() -> None:
+    share, latencies = knee_run(120.0)
+    assert share >= 0.9
+    assert sorted(latencies)[len(latencies) * 9 // 10] <= 0.2 * 1.5
+
+
 def test_slots_follow_the_baseline_latency_not_a_queueing_one() -> None:
     ramp = controller(max_concurrency=16)
     drive(ramp, 0.0, 10.0, latency=0.2)

@@ -63,12 +63,12 @@ times their share of outcomes, times how long each took), or a site that
 hangs now and then would see its few slots all stuck.
 
 A server may limit the requests it holds at once rather than their rate (a
-slow site answering 503 past six in flight, say). Its refusals come back at
-once, far quicker than its pages: a pushback answered in less than half the
-baseline latency while at least three requests of the scope were in flight
-caps the slots at one fewer than were in flight then, and cuts the rate only
-gently (the slots, not the rate, were over). The cap is raised by one after
-every window without a pushback, so a limit that rose is found again.
+slow site answering 503 past six in flight, say): a pushback answered in less
+than half the baseline latency with at least three in flight caps the slots
+at one fewer, and cuts the rate only gently. A latency cut in the steady phase
+caps them at what the rate needs unqueued (``rate * baseline``, at least
+three), set again when latency reaches the knee under that cap. Either cap
+rises by one after every window without a pushback.
 
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
@@ -174,8 +174,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, SearchClimb):
     """
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth",
-                 "_level", "_probe_after", "_probe_c", "_pushbacks", "_quiet_until", "_resumed_at",
-                 "_samples", "_sent_at", "_stuck_share", "_stuck_time", "_top", "_window_min",
+                 "_level", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
+                 "_resumed_at", "_samples", "_sent_at", "_stuck_share", "_stuck_time", "_top", "_window_min",
                  "_window_start", "above_since", "ceiling", "decision", "generation", "hold_learned",
                  "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate",
                  "scope", "slot_cap", "start_rate", "target", "window")
@@ -226,6 +226,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, SearchClimb):
         self._cap_at = _NEVER
         # The search's top after a deep cut (0: no search), and the hold rule (_rampup_search).
         self._top, self._probe_after, self.hold_learned = 0.0, _NEVER, 0.0
+        self._queue_cap = False  # the slot cap came from latency (_cap_queue), not from refusals
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -284,10 +285,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, SearchClimb):
         else:
             level = self._observe_latency(now, latency)
             if level == 2 and can_cut:
+                self._cap_queue(now)
                 self._cut(now, reason="latency")
             elif level == 0:
                 self._grow(now)
             else:
+                self._knee_slots(now)
                 self._freeze(now)
         return self.rate != before
 
