@@ -280,6 +280,27 @@ def test_the_climb_does_not_advance_during_a_hold() -> None:
     assert cut < ramp.rate < cut + 0.6 * (ceiling - cut)
 
 
+def test_a_held_refusal_searches_up_to_under_the_rate_allowed() -> None:
+    # A stall of the crawler's own made the measured send rate sag just before the
+    # refusal: the level set from it would be far under the limit, and held there for
+    # the whole wait. The search climbs quickly to 0.92x the rate the scope was allowed.
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 100.0)
+    allowed = ramp.allowed_rate(end + 2.0)  # after a 2 s stall, the cap on the sagging measure
+    ramp.on_send(end + 2.0)
+    ramp.hold(end + 7.0)
+    ramp.on_response(end + 2.002, pushback=True, current=True, latency=0.002)
+    level = ramp.ceiling
+    assert level is not None
+    assert level < 0.8 * allowed
+    assert ramp._top == pytest.approx(0.92 * allowed, rel=0.01)
+    drive(ramp, end + 7.0, end + 60.0)
+    assert ramp.ceiling == pytest.approx(0.92 * allowed, rel=0.01)
+    assert ramp.rate <= 0.92 * allowed * 1.001  # and no probe past it: the hold's wait
+
+
 def test_a_refusal_without_a_hold_probes_as_before() -> None:
     ramp = controller(start_rate=8.0)
     drive(ramp, 0.0, 2.0)
@@ -645,6 +666,18 @@ def test_a_latency_cut_caps_the_slots_at_what_the_rate_needs_unqueued() -> None:
     # A window without pushback raises it by one, as the refusal cap is raised.
     drive(ramp, end, end + 61.0, latency=0.2)
     assert ramp.slot_cap == max(3, round(sent * 0.2)) + 1
+
+
+def test_a_site_answering_in_milliseconds_gets_no_slot_cap_from_latency() -> None:
+    # Its latency swings are the crawler's own machine (a loaded loop adds tens of ms),
+    # not a queue at the server: three slots at 100 ms would hold a 25/s site to 30/s.
+    ramp = controller(start_rate=8.0, max_concurrency=16)
+    drive(ramp, 0.0, 2.0, latency=0.002)
+    send_and_answer(ramp, 2.0, pushback=True)
+    end = drive(ramp, 2.0, 40.0, latency=0.002)
+    drive(ramp, end, end + 2.0, latency=0.2)
+    assert "cut: latency" in ramp.decision
+    assert ramp.slot_cap == math.inf
 
 
 def test_a_server_with_a_sharp_knee_is_paced_by_its_slots() -> None:

@@ -72,21 +72,30 @@ class SearchClimb:
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
     ceiling: float | None  # declared for the assignments below, which might narrow it
 
-    def _after_cut(self: _SearchState, now: float, *, sent: float, deep: bool, refused: bool) -> None:
+    def _after_cut(self: _SearchState, now: float, *, sent: float, allowed: float, cascade: bool,
+                   steady: bool, refused: bool) -> None:
         """Set the search's top and the probe's wait after a cut from ``sent``.
 
         Args:
             now: when the cut was made.
             sent: the rate the cut started from.
-            deep: the cut was a deep one of the steady phase (the previous cut was not enough).
+            allowed: the rate the scope was allowed when the answer came.
+            cascade: the cut was a deep one (the previous cut was not enough, or the start phase's).
+            steady: the cut came in the steady phase.
             refused: the cut answers a refusal (not a slow answer).
         """
         ceiling = self.ceiling or 0.0
         top = CEILING_SHARE * sent
+        deep = cascade and steady
+        held = self._resumed_at - now
+        if refused and steady and held > 0.0:
+            # The measured send rate may have sagged (a stall of the crawler's own), and the
+            # probe will wait long: search up to under the rate the scope was allowed.
+            top = max(top, CEILING_SHARE * allowed)
+            deep = True
         self._top = top if deep and refused and ceiling < top * (1.0 - SEARCH_DONE) else 0.0
         if not refused:
             return
-        held = self._resumed_at - now
         if held > 0.0:
             self.hold_learned = held
         if self.hold_learned > 0.0:

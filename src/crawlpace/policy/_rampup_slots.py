@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-__all__ = ["CAP_INFLIGHT", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
+__all__ = ["CAP_INFLIGHT", "QUEUE_MIN_BASELINE", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
 
 #: Slots per request in flight at the rate and the baseline latency.
 SLOT_HEADROOM = 1.5
@@ -19,6 +19,8 @@ SLOT_HEADROOM = 1.5
 QUICK_REFUSAL = 0.5
 #: ... and caps the slots when at least this many requests were in flight.
 CAP_INFLIGHT = 3
+#: A latency cut caps the slots only for a scope whose baseline latency is at least this (seconds).
+QUEUE_MIN_BASELINE = 0.05
 
 
 class _SlotSizingState(Protocol):
@@ -84,8 +86,8 @@ class SlotSizing:
         through: the slots, not the delay, pace such a server.
         """
         base = self.baseline()
-        if base is None or self.phase != "steady":
-            return
+        if base is None or base < QUEUE_MIN_BASELINE or self.phase != "steady":
+            return  # a page answered in milliseconds: its latency swings are the crawler's machine's
         cap = float(max(CAP_INFLIGHT, round(self.sent_rate(now) * base)))
         if cap < self.slot_cap:
             self.slot_cap = cap

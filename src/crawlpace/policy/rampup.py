@@ -380,7 +380,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, SearchClimb):
         # climb quickly to the middle (geometrically), then probe quickly beyond.
         # Otherwise the refusal came only once the server's allowance for bursts was
         # spent, so the rate that drew it is above the limit: level out a little below.
-        deep = cascade and self.phase == "steady"
+        steady = self.phase == "steady"
         if self.phase == "start" and not slots:
             ceiling = sent * START_CEILING_SHARE
         else:
@@ -395,7 +395,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, SearchClimb):
         self._cut_rate = self.rate
         self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
         self._start_climb(now, fast=cascade)
-        self._after_cut(now, sent=sent, deep=deep, refused=refused)
+        self._after_cut(now, sent=sent, allowed=allowed, cascade=cascade, steady=steady, refused=refused)
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
