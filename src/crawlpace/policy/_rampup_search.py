@@ -79,7 +79,7 @@ class SearchClimb:
         Args:
             now: when the cut was made.
             sent: the rate the cut started from.
-            allowed: the rate the scope was allowed when the answer came.
+            allowed: the rate the scope was allowed when the answer came (at most the level before the cut).
             cascade: the cut was a deep one (the previous cut was not enough, or the start phase's).
             steady: the cut came in the steady phase.
             refused: the cut answers a refusal (not a slow answer).
@@ -90,7 +90,8 @@ class SearchClimb:
         held = self._resumed_at - now
         if refused and steady and held > 0.0:
             # The measured send rate may have sagged (a stall of the crawler's own), and the
-            # probe will wait long: search up to under the rate the scope was allowed.
+            # probe will wait long: search up to under the rate the scope was allowed, never
+            # past the level it held before (a site that asks for silence is not probed).
             top = max(top, CEILING_SHARE * allowed)
             deep = True
         self._top = top if deep and refused and ceiling < top * (1.0 - SEARCH_DONE) else 0.0

@@ -390,12 +390,13 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, SearchClimb):
         self.generation += 1
         self.phase = "steady"
         self.above_since = _NEVER
-        self.ceiling = ceiling
+        previous, self.ceiling = self.ceiling, ceiling
         self.rate = max(self.min_rate, min(self.max_rate, sent * beta))
         self._cut_rate = self.rate
         self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
         self._start_climb(now, fast=cascade)
-        self._after_cut(now, sent=sent, allowed=allowed, cascade=cascade, steady=steady, refused=refused)
+        self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
+                        steady=steady, refused=refused)
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
