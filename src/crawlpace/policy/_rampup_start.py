@@ -95,14 +95,19 @@ class StartPhase:
             self._good_rate = allowed
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 
-    def _start_fallback(self: _StartPhaseState, refused: float) -> tuple[float, float] | None:
-        """The rate and ceiling after the start phase's first refusal at ``refused``, if a good rate is known.
+    def _start_fallback(self: _StartPhaseState, refused: float, rate: float, ceiling: float,
+                        cascade: bool) -> tuple[float, float, bool]:
+        """The rate, ceiling and climb after the start phase's first refusal at ``refused``.
 
-        The good rate is at most the refused one; if a whole doubling lies between
-        them the halving rule is as good, and ``None`` leaves it to that.
+        ``rate``, ``ceiling`` and ``cascade`` are the ordinary cut's (half the
+        refused rate, a quick climb): kept when no good rate is known, or when a
+        whole doubling lies between it and the refused rate (falling back under
+        it would then be the deeper cut). Otherwise the rate falls back to
+        ``START_FALLBACK`` of the good rate and levels out at ``START_GOOD_CEILING``
+        of it, with the ordinary climb (the limit is close).
         """
         good = min(self._good_rate, refused)
-        if good <= 0.0 or good < 0.5 * refused:
-            return None
-        rate = max(self.min_rate, min(self.max_rate, good * START_FALLBACK))
-        return rate, max(rate, good * START_GOOD_CEILING)
+        fallback = max(self.min_rate, min(self.max_rate, good * START_FALLBACK))
+        if good <= 0.0 or fallback <= rate:
+            return rate, ceiling, cascade
+        return fallback, max(fallback, good * START_GOOD_CEILING), False

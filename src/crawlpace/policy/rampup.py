@@ -5,9 +5,9 @@ Pure state plus ``now``. The controller steers one number, the scope's *rate*
 rate times the latency. It has two phases:
 
 ``start``
-    A new scope doubles its rate every second (TCP's slow start, in time
-    rather than in round trips) until the first pushback, until latency
-    climbs, or until the rate reaches its cap.
+    A new scope doubles its rate once per round trip (``_rampup_start``) until
+    the first pushback, which leaves it just under the last rate that drew
+    none, until latency climbs, or until the rate reaches its cap.
 
 ``steady``
     Every pushback (a backoff answer: 429, 503, a timeout...) cuts the rate
@@ -377,11 +377,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
         if refused:
             self.last_pushback_rate = sent
         rate = max(self.min_rate, min(self.max_rate, sent * beta))
-        fallback = self._start_fallback(sent) if self.phase == "start" and refused and not slots else None
-        if fallback is not None and fallback[0] > rate:
-            # The first refusal: back to just under the last rate that drew none.
-            rate, ceiling = fallback
-            cascade = False
+        if self.phase == "start" and refused and not slots:
+            rate, ceiling, cascade = self._start_fallback(sent, rate, ceiling, cascade)
         self.generation += 1
         self.phase = "steady"
         self.above_since = _NEVER
