@@ -95,19 +95,19 @@ class StartPhase:
             self._good_rate = allowed
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 
-    def _start_fallback(self: _StartPhaseState, refused: float, rate: float, ceiling: float,
-                        cascade: bool) -> tuple[float, float, bool]:
-        """The rate, ceiling and climb after the start phase's first refusal at ``refused``.
+    def _start_fallback(self: _StartPhaseState, refused: float, rate: float, ceiling: float, cascade: bool,
+                        beta: float) -> tuple[float, float, bool, float]:
+        """The rate, ceiling, climb and cut factor after the start phase's first refusal at ``refused``.
 
-        ``rate``, ``ceiling`` and ``cascade`` are the ordinary cut's (half the
-        refused rate, a quick climb): kept when no good rate is known, or when a
-        whole doubling lies between it and the refused rate (falling back under
-        it would then be the deeper cut). Otherwise the rate falls back to
-        ``START_FALLBACK`` of the good rate and levels out at ``START_GOOD_CEILING``
-        of it, with the ordinary climb (the limit is close).
+        ``rate``, ``ceiling``, ``cascade`` and ``beta`` are the ordinary cut's
+        (half the refused rate, a quick climb): kept when no good rate is known,
+        or when a whole doubling lies between it and the refused rate (falling
+        back under it would then be the deeper cut). Otherwise the rate falls back
+        to ``START_FALLBACK`` of the good rate and levels out at
+        ``START_GOOD_CEILING`` of it, with the ordinary climb (the limit is close).
         """
         good = min(self._good_rate, refused)
         fallback = max(self.min_rate, min(self.max_rate, good * START_FALLBACK))
-        if good <= 0.0 or fallback <= rate:
-            return rate, ceiling, cascade
-        return fallback, max(fallback, good * START_GOOD_CEILING), False
+        if good <= 0.0 or fallback <= rate or refused <= 0.0:
+            return rate, ceiling, cascade, beta
+        return fallback, max(fallback, good * START_GOOD_CEILING), False, fallback / refused

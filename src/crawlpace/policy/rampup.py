@@ -378,7 +378,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
             self.last_pushback_rate = sent
         rate = max(self.min_rate, min(self.max_rate, sent * beta))
         if self.phase == "start" and refused and not slots:
-            rate, ceiling, cascade = self._start_fallback(sent, rate, ceiling, cascade)
+            rate, ceiling, cascade, beta = self._start_fallback(sent, rate, ceiling, cascade, beta)
         self.generation += 1
         self.phase = "steady"
         self.above_since = _NEVER
@@ -390,7 +390,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
-                     f"{low:g}-{high:g}); rate x{beta:g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
+                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
 
     def _decide(self, now: float, decision: str) -> None:
         self.decision = decision
