@@ -11,15 +11,12 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-__all__ = ["IDLE_WINDOWS", "NEVER", "SENT_CAP", "SENT_FIRST_GAP", "SENT_WEIGHT", "START_SENT_WEIGHT",
-           "SendRecord"]
+__all__ = ["IDLE_WINDOWS", "NEVER", "SENT_CAP", "SENT_FIRST_GAP", "SENT_WEIGHT", "SendRecord"]
 
 #: What a scope may send is capped at this multiple of its measured send rate.
 SENT_CAP = 2.0
 #: Weight of the newest gap between two sends in the mean gap.
 SENT_WEIGHT = 0.25
-#: Weight of the newest gap in the start phase (see ``_rampup_start``).
-START_SENT_WEIGHT = 0.75
 #: The gap assumed after a scope's first send, in seconds.
 SENT_FIRST_GAP = 1.0
 #: A scope unsent for this many windows has learned nothing worth keeping.
@@ -33,7 +30,6 @@ class _SendRecordState(Protocol):
 
     start_rate: float
     rate: float
-    phase: str
     window: float
     _gap: float | None
     _sent_at: float
@@ -41,6 +37,7 @@ class _SendRecordState(Protocol):
     _last_growth: float
 
     def sent_rate(self, now: float) -> float: ...
+    def _sent_weight(self) -> float: ...
 
 
 class SendRecord:
@@ -82,8 +79,7 @@ class SendRecord:
             gap, mean = now - max(last, self._resumed_at), self._gap
             if gap < 0.0:
                 gap = 0.0
-            # A doubling start phase outruns the steady weight's mean within a few sends.
-            weight = START_SENT_WEIGHT if self.phase == "start" else SENT_WEIGHT
+            weight = self._sent_weight()  # SENT_WEIGHT but in a quick start phase
             self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
 

@@ -317,8 +317,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
                 self.above_since = now
                 self._decide(now, f"probe: above the ceiling of {ceiling:.3g}/s with no pushback")
             elif now - self.above_since >= self.window and self.pushbacks(now) < self.target[0]:
-                self.phase = "start"
-                self.above_since = _NEVER
+                self._start_again()
                 self._decide(now, "start: a whole window above the ceiling with no pushback, "
                              "the limit has moved up")
 
@@ -378,7 +377,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
             self.last_pushback_rate = sent
         rate = max(self.min_rate, min(self.max_rate, sent * beta))
         if self.phase == "start" and refused and not slots:
-            rate, ceiling, cascade, beta = self._start_fallback(sent, rate, ceiling, cascade, beta)
+            ceiling = self._start_ceiling(sent, rate, ceiling)  # at most under the good rate
         self.generation += 1
         self.phase = "steady"
         self.above_since = _NEVER
