@@ -134,18 +134,18 @@ def test_a_start_phase_begun_again_takes_the_rate_in_force_as_good() -> None:
 
 
 def test_a_site_with_a_measurable_latency_doubles_every_round_trip() -> None:
-    # 50 ms answers: the round is the lowest latency seen, at least a quarter of a second,
-    # so an answer 0.25 s after the last growth doubles the rate (at most once), where a
-    # 2 ms site (one-second rounds) gains a factor 2 ** 0.25.
+    # 50 ms answers: the round is the lowest latency seen, at least half a second, so an
+    # answer 0.5 s after the last growth doubles the rate (at most once), where a 2 ms
+    # site (one-second rounds) gains a factor 2 ** 0.5.
     slow, quick = controller(), controller()
     send_and_answer(slow, 0.0, latency=0.05)
     send_and_answer(quick, 0.0, latency=0.002)
-    send_and_answer(slow, 0.25, latency=0.05)
-    send_and_answer(quick, 0.25, latency=0.002)
-    assert slow.rate == pytest.approx(2.0 * 2 ** (0.05 / 0.25), rel=0.01)  # the first answer's 50 ms too
-    assert quick.rate == pytest.approx(2 ** 0.25, rel=0.01)
+    send_and_answer(slow, 0.5, latency=0.05)
+    send_and_answer(quick, 0.5, latency=0.002)
+    assert slow.rate == pytest.approx(2.0 * 2 ** (0.05 / 0.5), rel=0.01)  # the first answer's 50 ms too
+    assert quick.rate == pytest.approx(2 ** 0.5, rel=0.01)
     rate = slow.rate
-    send_and_answer(slow, 0.65, latency=0.05)  # 0.4 s since the last growth: still one doubling
+    send_and_answer(slow, 1.2, latency=0.05)  # 0.65 s since the last growth: still one doubling
     assert slow.rate == pytest.approx(2.0 * rate)
     # A first answer slowed by its connection's set-up does not make a quick site slow.
     first_slow = controller()
