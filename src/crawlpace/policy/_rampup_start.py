@@ -28,7 +28,7 @@ from typing import Protocol
 
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
-__all__ = ["START_DOUBLING", "START_GOOD_CEILING", "START_LATENCY_SIGNAL",
+__all__ = ["START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_LATENCY_SIGNAL",
            "START_MIN_ROUND",
            "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
 
@@ -51,8 +51,11 @@ START_USED_SHARE = 0.4
 #: few sends. (With one-second rounds the lagging mean is what tempers the overshoot into a
 #: token bucket's burst, so the steady weight stays.)
 START_SENT_WEIGHT = 0.75
-#: After the first refusal the climb levels out at this share of the good rate (if lower).
+#: After the first refusal the climb levels out at this share of the good rate (if lower) ...
 START_GOOD_CEILING = 0.95
+#: ... when the good rate is at least this share of the refused one (one answer may double
+#: the rate, so a good rate about half the refused one tells nothing).
+START_GOOD_SHARE = 0.6
 
 
 class _StartPhaseState(Protocol):
@@ -121,14 +124,14 @@ class StartPhase:
 
         ``rate`` and ``ceiling`` are the ordinary cut's: half the refused rate,
         and 0.85 of it. The climb levels out at ``START_GOOD_CEILING`` of the good
-        rate instead when that is lower and the good rate is more than half the
-        refused one: the limit lies between the two, and near the good one when
-        the server allows no burst. (A good rate a whole doubling below says no
-        more than the halving does.) The rate itself is still halved: a server
+        rate instead when that is lower and the good rate is at least ``START_GOOD_SHARE``
+        of the refused one: the limit lies between the two, and near the good one
+        when the server allows no burst. (A good rate about a whole doubling below
+        says no more than the halving does.) The rate itself is still halved: a server
         that allows a burst lets the good rate pass its limit, and a fall back to
         just under it drew more refusals while the burst's debt was paid.
         """
         good = min(self._good_rate, refused)
-        if good <= 0.5 * refused:
+        if good < START_GOOD_SHARE * refused:
             return ceiling
         return max(rate, min(ceiling, good * START_GOOD_CEILING))
