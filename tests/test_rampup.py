@@ -7,6 +7,7 @@ import asyncio
 import logging
 import math
 import random
+from collections import deque
 from dataclasses import dataclass, field
 
 import pytest
@@ -677,3 +678,27 @@ def test_a_refusal_as_slow_as_a_page_or_with_few_in_flight_caps_nothing() -> Non
     ramp.on_send(now)  # an overloaded server's slow 503 with many in flight
     ramp.on_response(now + 0.2, pushback=True, current=True, latency=0.2, elapsed=0.2, inflight=9)
     assert ramp.slot_cap == math.inf
+
+
+async def test_quick_rounds_do_not_overrun_a_window_limit_that_shows_no_latency() -> None:
+    # A shop answering in 50 ms that takes 11 requests in any one second and refuses the
+    # rest: nothing in its answers warns before the 11 are spent. Rounds as short as its
+    # latency drew 15 refusals in one second here; half-second rounds keep it to a few.
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "DOWNLOAD_DELAY": 1.0,
+                                     "RANDOMIZE_DOWNLOAD_DELAY": False, "BACKOFF_JITTER": False})
+    clock = MockClock(autojump=True)
+    recent: deque[float] = deque()
+    ok = refused = 0
+    async with Throttler(settings, clock=clock) as throttler:
+        while clock.now() < 6.0:
+            async with throttler.slot("https://shop.example/") as permit:
+                now = permit.granted_at
+                while recent and recent[0] <= now - 1.0:
+                    recent.popleft()
+                recent.append(now)
+                status = 429 if len(recent) > 11 else 200
+                ok += status == 200
+                refused += status == 429
+                permit.feedback(status=status, latency=0.05)
+    assert refused <= 5
+    assert ok >= 20
