@@ -38,6 +38,8 @@ def run(args: argparse.Namespace) -> int:
     require_redis(args, "purge removes a job's keys from Redis")
     if not args.namespace:
         raise ConfigError(["--namespace: give the crawl job's namespace (an empty one would name no job)"])
+    if _keys.check_namespace(args.namespace):
+        raise ConfigError([f"--{problem}" for problem in _keys.check_namespace(args.namespace)])
     url, options = parse_url(args.store)
     cluster = cluster_flag(options.get("cluster"))
     if cluster is None:
