@@ -228,9 +228,9 @@ class LearnedRedis:
     def load(self) -> dict[str, LearnedScope]:
         out: dict[str, LearnedScope] = {}
         # Escaped: a namespace "job[1]" must not read the records of "job1".
-        start = self._prefix.encode()
+        mine = self._prefix.encode()
         keys = [key for key in self._client.scan_iter(match=glob_escape(self._prefix) + "*", count=1000)
-                if key.startswith(start)]
+                if key.startswith(mine)]
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]
             for key, text in zip(chunk, self._client.mget(chunk), strict=True):
