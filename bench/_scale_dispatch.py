@@ -41,6 +41,7 @@ import random
 import statistics
 import time
 from typing import Any
+from urllib.parse import urlsplit, urlunsplit
 
 import redis
 
@@ -217,14 +218,17 @@ async def dispatch_redis(url: str, sizes: list[int], rounds: int, block: int) ->
     """Interleaved blocks of new-scope admissions, one database per K on one server."""
     if len(sizes) > 16:
         raise ValueError("one Redis database per K: at most 16 sizes")
-    base = url.rstrip("/")
+    parts = urlsplit(url)
+    at = [urlunsplit((parts.scheme, parts.netloc, f"/{db}", "", "")) for db in range(len(sizes))]
     namespace = "dispatch"
-    clients = {size: redis.Redis.from_url(f"{base}/{db}") for db, size in enumerate(sizes)}
+    # Freeing a million hashes outlasted redis-py's 5 s socket timeout on a loaded machine. Not in the
+    # background (FLUSHDB ASYNC): the next part measures the server's memory.
+    clients = {size: redis.Redis.from_url(at[db], socket_timeout=600) for db, size in enumerate(sizes)}
     stores: dict[int, RedisStore] = {}
     for db, size in enumerate(sizes):
         clients[size].flushdb()
         fill_redis(clients[size], namespace, size)
-        store = RedisStore(f"{base}/{db}?namespace={namespace}&time=local", busy_settings(), MockClock(),
+        store = RedisStore(f"{at[db]}?namespace={namespace}&time=local", busy_settings(), MockClock(),
                            random.Random(1))
         await admit(store, "warm.example")  # scripts loaded, connection open
         await store.flush()

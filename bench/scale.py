@@ -331,7 +331,8 @@ def main(argv: list[str] | None = None) -> None:
     server = RedisServer(binary)
     server.start()
     try:
-        client = redis.Redis(host="127.0.0.1", port=server.port)
+        # A long timeout: flushing millions of keys takes seconds, more on a loaded machine.
+        client = redis.Redis(host="127.0.0.1", port=server.port, socket_timeout=600)
         date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
         print(f"crawlpace scale benchmark, {date}; {platform.platform()}, {os.cpu_count()} CPUs, "
               f"Python {platform.python_version()}, redis-server {client.info()['redis_version']}")
