@@ -109,7 +109,10 @@ if blocked or mode == "probe" then
   for i = 1, n do out[#out + 1] = ready[i] end
   return out
 end
-local out = {1, num(now)}
+-- "now" as text, formatted once: most scopes send without a delay, so their "next",
+-- "last" and slot times are this same text.
+local snow = num(now)
+local out = {1, snow}
 local gens, vers, gaps, undo = {}, {}, {}, {}
 for i = 1, n do
   local s = state[i]
@@ -122,9 +125,12 @@ for i = 1, n do
   local sent_gap = s[20]
   gaps[i] = ""
   if mode == "undo" then
-    undo[i] = {s[18] or "", s[19] or "", sent_gap or "", num(now + gap)}
+    undo[i] = {s[18] or "", s[19] or "", sent_gap or ""}
   end
-  local set = {"next", num(now + gap), "last", num(now), "sends", s[21]}
+  local snext = snow
+  if gap > 0 then snext = num(now + gap) end
+  if mode == "undo" then undo[i][4] = snext end
+  local set = {"next", snext, "last", snow, "sends", s[21]}
   if last then
     local g = now - last
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
@@ -169,14 +175,14 @@ for i = 1, n do
   elseif s[23] == 0 then
     redis.call("EXPIRE", l, keep)  -- the lease set was empty, so gone: this ZADD made it anew
   end
-  out[#out + 1] = num(now + pslot * factor)
+  if pslot > 0 then out[#out + 1] = num(now + pslot * factor) else out[#out + 1] = snow end
   gens[i] = s[8]
   vers[i] = s[9]
 end
 for i = 1, n do out[#out + 1] = gens[i] end
 for i = 1, n do out[#out + 1] = vers[i] end
 for i = 1, n do out[#out + 1] = gaps[i] end
-for i = 1, n do out[#out + 1] = num(now) end
+for i = 1, n do out[#out + 1] = snow end
 if mode == "undo" then
   for i = 1, n do
     for j = 1, 6 do out[#out + 1] = undo[i][j] end

@@ -87,14 +87,16 @@ for i = 1, n do
   end
   local result = "ok"
   if ARGV[base + 6] ~= "" then
-    local version = redis.call("HGET", a, "ver") or "0"
+    -- One read for the version check and the fields a new delay is counted from.
+    local w = redis.call("HMGET", a, "ver", "delay", "last", "next")
+    local version = w[1] or "0"
     if version ~= ARGV[base + 6] then
       result = version
     else
-      local old = tonumber(redis.call("HGET", a, "delay"))
+      local old = tonumber(w[2])
       local delay, floor = tonumber(ARGV[base + 9]), tonumber(ARGV[base + 11])
-      local last = tonumber(redis.call("HGET", a, "last"))
-      local nxt = tonumber(redis.call("HGET", a, "next"))
+      local last = tonumber(w[3])
+      local nxt = tonumber(w[4])
       -- A new delay counts from the last send, both ways (as in the memory store).
       if last and nxt and old and delay ~= old then
         if delay > old then
