@@ -29,6 +29,7 @@ from typing import Any
 from .._redact import redact
 from ..policy.signals import ScopeFeedback
 from . import _cluster
+from ._batch import trim
 from ._outage import Outage
 from ._pending import PendingRelease, ReleaseQueue
 from ._policies import PolicyFactory, is_fresh
@@ -147,7 +148,7 @@ class ReleaseSender:
             args[0] = await self._now_arg()
             if not self._conn.connected:
                 await self._connect()
-            reply = self._conn.submit("release", keys, args)
+            reply = self._conn.submit("release", keys, trim(args))  # only a cluster slices args by scope
             reply.add_done_callback(functools.partial(self._answered, item))
         except self._down as exc:
             self._failed(item, exc)

@@ -38,6 +38,7 @@ from .._exceptions import ConfigError, ScopeGivenUp, StoreUnreachable
 from .._redact import redact
 from .._scopes import Demand
 from . import _cluster, _fallback, _keys
+from ._batch import trim
 from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease
@@ -235,7 +236,7 @@ class RedisStore:
                 reply, sent = await self._slots.acquire([name for name, _ in demands], keys, args)
             else:
                 sent = self._clock.now()
-                reply = await self._run("acquire", keys, args)
+                reply = await self._run("acquire", keys, trim(args))  # a scope without quota: 2 fewer
         except self._down as exc:
             return self._outage.unreachable(exc, demands)
         self._outage.reachable()

@@ -13,28 +13,34 @@
 --   closed or off (a new end, or "", clears the recorded probe); then the
 --   quota bucket's capacity and refill rate, and the units to charge (the
 --   actual use minus the expected one; negative: a refund), "" for none.
+--   Trailing "" values may be left out (the usual release has no write-back
+--   and no quota: 5 values instead of 18); they read as "".
 -- Returns {now, result...}: per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+-- Each argument costs the server more than a short loop here: callers leave the empty tail out.
+for j = #ARGV + 1, 4 + 18 * n do ARGV[j] = "" end
 local out = {num(now)}
 for i = 1, n do
   local a, l, r, p = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local base = 4 + 18 * (i - 1)
   local slot_ready = tonumber(ARGV[base + 1])
   local freed = ARGV[base + 2] ~= "" and redis.call("ZREM", l, id) == 1
-  -- One read and one write for the counters, the latency, the probe and the expiry stamp.
-  local h = redis.call("HMGET", a, "probe", "mlat", "resp", "errs", "conc", "rmax", "exp")
+  -- One read and one write for the counters, the latency, the probe and the expiry stamp
+  -- (each field read costs: the resting slot's two are read only when a slot rests).
+  local h = redis.call("HMGET", a, "probe", "mlat", "resp", "errs", "exp")
   local set = {}
   if freed then
     if slot_ready > now then
-      local conc = tonumber(h[5]) or 1
+      local rest = redis.call("HMGET", a, "conc", "rmax")
+      local conc = tonumber(rest[1]) or 1
       redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
       if redis.call("ZCARD", l) + redis.call("ZCARD", r) < conc then
         redis.call("ZADD", r, slot_ready, id)
         redis.call("EXPIRE", r, math.floor(idle * 1.5))
         -- The acquire script reads the resting set only until its last slot wakes.
-        if not h[6] or tonumber(h[6]) < slot_ready then
+        if not rest[2] or tonumber(rest[2]) < slot_ready then
           set[#set + 1] = "rmax"
           set[#set + 1] = num(slot_ready)
         end
@@ -44,7 +50,7 @@ for i = 1, n do
   if freed and h[1] == id then redis.call("HDEL", a, "probe") end
   local counts = freed or ARGV[base + 2] ~= "2"
   -- The keys' expiry is pushed forward only when its stamp is half an idle old (see acquire.lua).
-  local stale = not h[7] or now - tonumber(h[7]) > idle / 2
+  local stale = not h[5] or now - tonumber(h[5]) > idle / 2
   if stale then
     set[#set + 1] = "exp"
     set[#set + 1] = math.floor(now)
