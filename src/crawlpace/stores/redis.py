@@ -38,7 +38,6 @@ from .._exceptions import ConfigError, ScopeGivenUp, StoreUnreachable
 from .._redact import redact
 from .._scopes import Demand
 from . import _cluster, _fallback, _keys
-from ._batch import trim
 from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease
@@ -123,6 +122,7 @@ class RedisStore:
                        *(cfg.window for cfg in settings.scopes.values())])
         # Idle scopes expire, but not before any delay they hold could have run out.
         self.idle = int(max(3600.0, 10.0 * longest))
+        self._lease_arg, self._idle_arg = repr(self.lease), str(self.idle)  # as the scripts take them
         self._writer = PolicyWriter(self._policies, self._run, self._now_arg, self._server_now, self._keys,
                                     self._fetch_blob, self.idle)
         self._conn = RedisConnection(self.url, _SCRIPTS, cluster=self.cluster)
@@ -204,14 +204,18 @@ class RedisStore:
         try:
             return await self._conn.call(name, keys, args)
         except ResponseError as exc:
-            if (self.time == "server" and name != "rollback" and "TIME" in str(exc).upper()
-                    and "ARGV" not in str(exc)):
-                logger.warning("the Redis server refuses TIME inside scripts (%s); reading its clock "
-                               "once a second instead", exc)
-                self.time = "synced"
-                args = [await self._now_arg(), *args[1:]]
-                return await self._conn.call(name, keys, args)
-            raise
+            return await self._refused(exc, name, keys, args)
+
+    async def _refused(self, exc: Exception, name: str, keys: list[str], args: list[Any]) -> Any:
+        """A script call failed with ``exc``: once more with the time passed in, if TIME was refused."""
+        if (self.time == "server" and name != "rollback" and "TIME" in str(exc).upper()
+                and "ARGV" not in str(exc)):
+            logger.warning("the Redis server refuses TIME inside scripts (%s); reading its clock "
+                           "once a second instead", exc)
+            self.time = "synced"
+            args = [await self._now_arg(), *args[1:]]
+            return await self._conn.call(name, keys, args)
+        raise exc
 
     # -- the Store interface ------------------------------------------------------------
 
@@ -227,16 +231,23 @@ class RedisStore:
                 await self._connect()
             if self._unreleased:
                 await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
-            await self._writer.refresh_due(demands)
+            if self._writer.due(demands):
+                await self._writer.refresh_due(demands)
             now_arg = "" if self.time == "server" else await self._now_arg()
             lease_id = f"{self._worker}-{next(self._ids)}"
-            keys, args = acquire_call(policies, self._keys, self._rng, demands, now_arg, lease_id, self.lease,
-                                      self.idle)
+            keys, args = acquire_call(policies, self._keys, self._rng, demands, now_arg, lease_id,
+                                      self._lease_arg, self._idle_arg, full=self.cluster)
             if self._slots is not None and self._slots.spans(keys, 3):
                 reply, sent = await self._slots.acquire([name for name, _ in demands], keys, args)
-            else:
+            elif self.cluster:
                 sent = self._clock.now()
-                reply = await self._run("acquire", keys, trim(args))  # a scope without quota: 2 fewer
+                reply = await self._run("acquire", keys, args)
+            else:  # connected above: straight into the next batch (each await layer costs)
+                sent = self._clock.now()
+                try:
+                    reply = await self._conn.submit("acquire", keys, args)
+                except ResponseError as exc:
+                    reply = await self._refused(exc, "acquire", keys, args)
         except self._down as exc:
             return self._outage.unreachable(exc, demands)
         self._outage.reachable()
@@ -274,10 +285,12 @@ class RedisStore:
                 return self._fallback.release_nowait(lease, outcome)
             raise TypeError("a RedisStore can only release its own leases")
         self._renewer.drop(lease.lease_id)
-        keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self.idle,
-                                                     self._policies, self._factory, self._writer, self._keys)
-        await self._releases.send(PendingRelease(lease.lease_id, self._clock.now() + self.lease,
-                                                 (lease, keys, args, pending)))
+        keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self._idle_arg,
+                                                     self._policies, self._factory, self._writer, self._keys,
+                                                     full=self.cluster)
+        item = PendingRelease(lease.lease_id, self._clock.now() + self.lease, (lease, keys, args, pending))
+        if self.time != "server" or not self._releases.send_nowait(item):
+            await self._releases.send(item)
         return tuple(given_up)
 
     async def flush(self) -> None:

@@ -138,7 +138,7 @@ for i = 1, n do
   if last then
     local g = now - last
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
-    gaps[i] = num(g)
+    gaps[i] = string.format("%.12g", g)  -- a spacing: 12 digits are plenty, and cheaper than 17
     set[#set + 1] = "gap"
     set[#set + 1] = gaps[i]
   end

@@ -15,13 +15,14 @@
 --   actual use minus the expected one; negative: a refund), "" for none.
 --   Trailing "" values may be left out (the usual release has no write-back
 --   and no quota: 5 values instead of 18); they read as "".
--- Returns {now, result...}: per scope "ok", or the current version when it no
+-- Returns {"", result...} (the first value is a place holder: formatting "now"
+--   cost more than anything read it for): per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 -- Each argument costs the server more than a short loop here: callers leave the empty tail out.
 for j = #ARGV + 1, 4 + 18 * n do ARGV[j] = "" end
-local out = {num(now)}
+local out = {""}
 for i = 1, n do
   local a, l, r, p = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local base = 4 + 18 * (i - 1)
@@ -69,11 +70,9 @@ for i = 1, n do
     if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
     set[#set + 1] = "lat"
     set[#set + 1] = ARGV[base + 5]
-    -- As few digits as give the same number back (0.05, not 0.050000000000000003): a smaller hash.
-    local text = string.format("%.15g", mean)
-    if tonumber(text) ~= mean then text = num(mean) end
+    -- Six digits: a smaller hash, and a cheaper format than every digit (it is only shown).
     set[#set + 1] = "mlat"
-    set[#set + 1] = text
+    set[#set + 1] = string.format("%.6g", mean)
   end
   if #set > 0 then redis.call("HSET", a, unpack(set)) end
   local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])
