@@ -39,15 +39,20 @@ def read_snapshot(scope: str, fields: dict[Any, Any], inflight: int, resting: in
     ready: float | None = max(number("next"), number("hold"))
     if inflight >= concurrency:
         ready = None
-    latency = number("lat", math.nan)
-    mean = number("mlat", math.nan)
+    # "o": responses, errors, the latest latency and the mean, one field (release.lua). The
+    # separate fields are what workers before 0.7.0 wrote: a rolling upgrade counts both.
+    counts = values.get("o", "0 0  ").split(" ")
+    responses = int(number("resp", 0)) + int(counts[0])
+    errors = int(number("errs", 0)) + int(counts[1])
+    latency = float(counts[2]) if counts[2] else number("lat", math.nan)
+    mean = float(counts[3]) if counts[3] else number("mlat", math.nan)
     snap = describe(scope, policy, now,
                     concurrency=concurrency, delay=number("delay", policy.limits.delay),
                     delay_per_slot=number("pslot", policy.limits.delay_per_slot),
                     inflight=int(inflight), resting=int(resting),
                     # "rb": reservations rolled back after other sends (Redis Cluster); never sent.
                     sends=int(number("sends", 0) - number("rb", 0)),
-                    responses=int(number("resp", 0)), errors=int(number("errs", 0)),
+                    responses=responses, errors=errors,
                     ready_at=ready, last_latency=None if math.isnan(latency) else latency,
                     mean_latency=None if math.isnan(mean) else mean)
     quota = policy.quota

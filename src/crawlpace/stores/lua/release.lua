@@ -28,9 +28,10 @@ for i = 1, n do
   local base = 4 + 18 * (i - 1)
   local slot_ready = tonumber(ARGV[base + 1])
   local freed = ARGV[base + 2] ~= "" and redis.call("ZREM", l, id) == 1
-  -- One read and one write for the counters, the latency, the probe and the expiry stamp
-  -- (each field read costs: the resting slot's two are read only when a slot rests).
-  local h = redis.call("HMGET", a, "probe", "mlat", "resp", "errs", "exp")
+  -- One read and one write for the outcome counts, the probe and the expiry stamp (each field
+  -- read or written costs: the counts share one field, "o", and the resting slot's two are
+  -- read only when a slot rests).
+  local h = redis.call("HMGET", a, "probe", "o", "exp")
   local set = {}
   if freed then
     if slot_ready > now then
@@ -51,28 +52,27 @@ for i = 1, n do
   if freed and h[1] == id then redis.call("HDEL", a, "probe") end
   local counts = freed or ARGV[base + 2] ~= "2"
   -- The keys' expiry is pushed forward only when its stamp is half an idle old (see acquire.lua).
-  local stale = not h[5] or now - tonumber(h[5]) > idle / 2
+  local stale = not h[3] or now - tonumber(h[3]) > idle / 2
   if stale then
     set[#set + 1] = "exp"
     set[#set + 1] = math.floor(now)
   end
-  if counts and ARGV[base + 3] == "1" then
-    set[#set + 1] = "resp"
-    set[#set + 1] = (tonumber(h[3]) or 0) + 1
-  end
-  if counts and ARGV[base + 4] == "1" then
-    set[#set + 1] = "errs"
-    set[#set + 1] = (tonumber(h[4]) or 0) + 1
-  end
-  if counts and ARGV[base + 5] ~= "" then
-    local lat = tonumber(ARGV[base + 5])
-    local mean = tonumber(h[2])
-    if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
-    set[#set + 1] = "lat"
-    set[#set + 1] = ARGV[base + 5]
-    -- Six digits: a smaller hash, and a cheaper format than every digit (it is only shown).
-    set[#set + 1] = "mlat"
-    set[#set + 1] = string.format("%.6g", mean)
+  local add_resp, add_errs, lat = ARGV[base + 3] == "1", ARGV[base + 4] == "1", ARGV[base + 5]
+  if counts and (add_resp or add_errs or lat ~= "") then
+    -- "o": responses, errors, the latest latency and their moving mean, space-separated
+    -- (the latencies "" until one is known).
+    local resp, errs, last, mean = string.match(h[2] or "0 0  ", "^(%S+) (%S+) (%S*) (%S*)$")
+    if add_resp then resp = tonumber(resp) + 1 end
+    if add_errs then errs = tonumber(errs) + 1 end
+    if lat ~= "" then
+      local m = tonumber(mean)
+      local x = tonumber(lat)
+      if m then m = m + 0.2 * (x - m) else m = x end
+      -- Six digits: a smaller hash, and a cheaper format than every digit (it is only shown).
+      last, mean = lat, string.format("%.6g", m)
+    end
+    set[#set + 1] = "o"
+    set[#set + 1] = resp .. " " .. errs .. " " .. last .. " " .. mean
   end
   if #set > 0 then redis.call("HSET", a, unpack(set)) end
   local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])
