@@ -43,6 +43,10 @@ __all__ = ["ReleaseSender", "release_call"]
 logger = logging.getLogger(__name__)
 
 
+# A scope's release values when nothing is written back, and when no quota is charged.
+_NO_WRITE, _NO_CHARGE = [""] * 10, [""] * 3
+
+
 def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, policies: SharedPolicies,
                  factory: PolicyFactory, writer: PolicyWriter,
                  keys_of: Callable[[str], tuple[str, str, str, str]], *, full: bool
@@ -78,10 +82,10 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
                       "0" if outcome.error is None else "1",
                       repr(outcome.latency) if outcome.latency is not None and outcome.latency >= 0.0
                       else ""]
-        write = [""] * 10  # no write-back
+        write = _NO_WRITE
         policy = policies.policy(name)
         quota = policy.quota
-        charge = [""] * 3
+        charge = _NO_CHARGE
         if quota is not None and signal is not None and signal.consumed_quota is not None:
             charge = [repr(quota.capacity), repr(quota.rate), repr(signal.consumed_quota - use)]
         if signal is not None and policy.counts_only(signal) and (
@@ -100,9 +104,11 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
                 _blob, values = policies.writeback(policy, now)
                 write = [str(version), *values]
                 pending[index] = (signal, generation)
-        args += [repr(lease.server_slot_ready[index]), "1", *counts, *write, *charge]
+        args += [repr(lease.server_slot_ready[index]), "1", *counts]
+        if full or write is not _NO_WRITE or charge is not _NO_CHARGE or index < len(lease.demands) - 1:
+            args += [*write, *charge]
     if not full:
-        while args[-1] == "":
+        while args[-1] == "":  # a latency, or a quota's values, that are not there
             args.pop()
         if len(lease.demands) == 1 and not pending and lease.server_slot_ready[0] <= lease.server_granted_at:
             # No slot to rest and no policy to write: the script touches only the hash and the lease set.

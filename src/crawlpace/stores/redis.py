@@ -261,7 +261,7 @@ class RedisStore:
             return blocked(demands, reply, server_now, self._local)
         got = granted(reply, len(demands))
         # The lease is granted from here on: renew it before anything else can fail.
-        self._renewer.hold(lease_id, tuple(name for name, _ in demands))
+        self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
         for (name, _use), version, (gap, at) in zip(demands, got.versions, got.sends, strict=True):
             cached = policies.peek(name)
             if cached is None or cached.version != version:
@@ -274,7 +274,7 @@ class RedisStore:
                     logger.debug("scope %s: could not read the newer policy (%s); read at the next "
                                  "admission", name, exc)
             policies.saw_send(name, gap, at)
-        return RedisLease(demands, tuple(self._local(t) for t in got.slot_ready), self._local(server_now),
+        return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=got.slot_ready, sends=got.sends)
 
