@@ -11,7 +11,20 @@ from ._policies import PolicyFactory, PolicyFormatError, load_policy
 from ._snapshot import describe
 from .base import ScopeSnapshot
 
-__all__ = ["read_snapshot"]
+__all__ = ["fetch_snapshot", "read_snapshot"]
+
+
+async def fetch_snapshot(client: Any, scope: str, keys: tuple[str, str, str, str], factory: PolicyFactory,
+                         now: float) -> ScopeSnapshot | None:
+    """Read ``scope``'s four keys (one pipeline on ``client``) and describe it as of ``now`` (server time)."""
+    admission, leases, resting_key, policy_key = keys
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.hgetall(admission)
+        pipe.zcount(leases, f"({now}", "+inf")
+        pipe.zcount(resting_key, f"({now}", "+inf")
+        pipe.get(policy_key)
+        fields, inflight, resting, blob = await pipe.execute()
+    return read_snapshot(scope, fields, int(inflight), int(resting), blob, factory, now)
 
 
 def read_snapshot(scope: str, fields: dict[Any, Any], inflight: int, resting: int, blob: bytes | None,

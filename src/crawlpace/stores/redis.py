@@ -47,7 +47,7 @@ from ._redis_admit import acquire_call, blocked, granted
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
 from ._redis_release import ReleaseSender, release_call
-from ._redis_snapshot import read_snapshot
+from ._redis_snapshot import fetch_snapshot
 from ._shared_policy import SharedPolicies
 from ._writeback import WRITE_TRIES, PolicyWriter
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
@@ -333,16 +333,8 @@ class RedisStore:
     async def _snapshot(self, scope: str) -> ScopeSnapshot | None:
         await self._connect()
         await self.flush()  # what this worker sent is part of the picture
-        admission, leases, resting_key, policy_key = self._keys(scope)
-        now = self._server_now()
-        client = await self._conn.client()
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(admission)
-            pipe.zcount(leases, f"({now}", "+inf")
-            pipe.zcount(resting_key, f"({now}", "+inf")
-            pipe.get(policy_key)
-            fields, inflight, resting, blob = await pipe.execute()
-        return read_snapshot(scope, fields, int(inflight), int(resting), blob, self._factory, now)
+        return await fetch_snapshot(await self._conn.client(), scope, self._keys(scope), self._factory,
+                                    self._server_now())
 
     async def scopes(self) -> list[str]:
         """List the scopes with state in this namespace.
