@@ -24,7 +24,7 @@ from collections import OrderedDict
 from dataclasses import dataclass
 from typing import Literal
 
-from .._robots import RobotsRules, robots_verdict
+from ._robots import RobotsRules, robots_verdict
 
 __all__ = ["DEFAULT_LIMIT", "DEFAULT_RETRY_TTL", "DEFAULT_TTL", "RobotsCache", "Settled"]
 
