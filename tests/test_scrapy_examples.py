@@ -96,9 +96,7 @@ async def test_subdomain_scopes_cap_the_registrable_domain(clock: MockClock) -> 
     await engine.run([request for pair in zip(books, quotes, strict=True) for request in pair])
     assert engine.peak_inflight["quotes.toscrape.com"] == 16
     assert engine.peak_inflight["toscrape.com"] == 32  # never both at full concurrency: 24 + 16 > 32
-    # 24 books and the first quote at once: quotes.toscrape.com, new and without a delay, sends
-    # one request until it has been answered (first contact), then fills toscrape.com's room.
-    assert len([send for send in engine.sends if send.at == start]) == 25
+    assert len([send for send in engine.sends if send.at == start]) == 32
 
 
 # --- "Endpoint-specific throttling" ----------------------------------------------------------------
@@ -236,9 +234,7 @@ async def test_cost_capped_spending(clock: MockClock) -> None:
     assert await scopes_of(engine, "https://toscrape.com/?estimate=4") == {"toscrape.com"}
     await engine.run(Request(f"https://api.toscrape.com/?estimate=4&n={n}") for n in range(8))
     times = engine.times()
-    # 10 units of credit: two requests of 4 at once, the second once the first is answered
-    # (first contact: a new scope without a delay hears its site before filling its slots).
-    assert times[:2] == [0.0, 0.01]
+    assert times[:2] == [0.0, 0.0]  # 10 units of credit: two requests of 4 at once
     for spent, at in enumerate(times, start=1):
         assert 4.0 * spent <= 10.0 + 1.5 * at + 1e-6  # never more than credit plus refill
     assert times[-1] == pytest.approx((8 * 4.0 - 10.0) / 1.5, abs=0.1)  # 32 units: 10 at once, 22 refilled
@@ -274,15 +270,12 @@ async def test_per_request_scopes_from_meta(clock: MockClock) -> None:
 
 
 async def test_the_tutorial_site_default(clock: MockClock) -> None:
-    """``{"quotes.toscrape.com": {"concurrency": 16, "delay": 0.0}}`` crawls it 16 at a time.
-
-    The first request goes alone (first contact): the 16 slots open once it is answered.
-    """
+    """``{"quotes.toscrape.com": {"concurrency": 16, "delay": 0.0}}`` crawls it 16 at a time."""
     settings = {"DOWNLOAD_DELAY_PER_SLOT": 0.0,
                 "THROTTLING_SCOPES": {"quotes.toscrape.com": {"concurrency": 16, "delay": 0.0}}}
     engine = FakeEngine(settings, clock, latency=0.5)
     await engine.run(Request(f"https://quotes.toscrape.com/page/{n}") for n in range(32))
-    assert engine.times() == [0.0] + [0.5] * 16 + [1.0] * 15
+    assert engine.times() == [0.0] * 16 + [0.5] * 16
 
 
 async def test_rampup_speeds_a_scope_up_until_pushed_back(clock: MockClock) -> None:
