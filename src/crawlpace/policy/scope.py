@@ -10,8 +10,10 @@ so that none erases another; the strictest wins:
 * the pace a server's announced budget allows (also a floor);
 * gates that hold every send until a time: a server-announced hold
   (``Retry-After``), the circuit breaker, and the quota;
-* first contact: several slots and no delay send one request until the site
-  has answered once (``docs/concepts/first-contact.md``).
+* first contact: a scope with several slots and no delay configured sends
+  one request at a time until its site has answered once, so that a
+  ``Retry-After``, a RateLimit budget or a refusal in that first answer is
+  known before the other slots fire (``docs/concepts/first-contact.md``).
 
 Pure state plus ``now``, like the rest of :mod:`crawlpace.policy`.
 """
@@ -246,7 +248,9 @@ class ScopePolicy(ScopeGates):
             True when this outcome made the circuit breaker give the scope up.
         """
         breaker = self.breaker
-        self.end_first_contact(now)  # back (answered, failed or silent): what it said is known
+        # The first request came back (answered, failed, or released without a word):
+        # whatever the site said is known now, so the other slots may open.
+        self.end_first_contact(now)
         if feedback is None:
             if breaker is not None:
                 breaker.on_abandon(sent_at)
