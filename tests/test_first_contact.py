@@ -15,8 +15,6 @@ from crawlpace.policy.scope import ScopePolicy
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.policy.state import export_state, restore_state
 from crawlpace.stores import PolicyFactory
-from crawlpace.stores._policies import is_fresh
-from crawlpace.stores._shared_policy import SharedPolicies
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -118,23 +116,13 @@ def test_the_rule_applies_only_without_a_delay_and_with_several_slots() -> None:
     assert not policy_for({}).first_contact  # seed 001's defaults: one slot, 1 s apart
 
 
-def test_a_worker_that_reads_a_stored_policy_has_its_slots_open() -> None:
+def test_first_contact_travels_with_the_learned_state() -> None:
     heard = policy_for(EIGHT_SLOTS)
-    heard.on_outcome(0.5, ScopeFeedback(status=429, backoff=True), generation=0, sent_at=0.0,
-                     expected_use=1.0)
+    heard.on_outcome(0.5, ScopeFeedback(status=200), generation=0, sent_at=0.0, expected_use=1.0)
+    assert heard.limits.concurrency == 8
     assert not heard.first_contact
     fresh = policy_for(EIGHT_SLOTS)
-    assert fresh.limits.concurrency == 1
     restore_state(fresh, export_state(heard))  # another worker reads what this one learned
-    assert not fresh.first_contact  # some worker has heard the site
-    assert fresh.limits == heard.limits
+    assert not fresh.first_contact
+    assert fresh.limits.concurrency == 8
 
-
-def test_a_shared_store_has_no_first_contact() -> None:
-    # The Redis acquire script keeps the limits a scope is first admitted under until a
-    # write-back: a one-slot start would stick, so shared policies start with every slot.
-    factory = PolicyFactory(Settings.from_scrapy(EIGHT_SLOTS))
-    shared = SharedPolicies(factory).policy("api.example")
-    assert not shared.first_contact
-    assert shared.limits.concurrency == 8
-    assert is_fresh(shared, factory)  # nothing to write back for it

@@ -185,17 +185,8 @@ class ScopePolicy(ScopeGates):
 
     def restored(self) -> None:
         """Bring derived values in line after learned state was written in (see ``policy/state.py``)."""
-        # A stored policy means some worker has heard the site: its slots are open.
-        self.first_contact = False
         self._set_jitter(self.limits, self._base)
         self._update_gated()
-
-    def end_first_contact(self, now: float) -> None:
-        """Open every slot of a scope in first contact (its first request came back)."""
-        if self.first_contact:
-            self.first_contact = False
-            self._base = self._compute_base(now)
-            self.refresh(now)
 
     def refresh(self, now: float) -> bool:
         """Recompute the limits; True when they changed."""
@@ -248,9 +239,13 @@ class ScopePolicy(ScopeGates):
             True when this outcome made the circuit breaker give the scope up.
         """
         breaker = self.breaker
-        # The first request came back (answered, failed, or released without a word):
-        # whatever the site said is known now, so the other slots may open.
-        self.end_first_contact(now)
+        if self.first_contact:
+            # The first request came back (answered, failed, or released without a word):
+            # whatever the site said is known now, so the other slots may open.
+            self.first_contact = False
+            self._base = self._compute_base(now)
+            if feedback is None:
+                self.refresh(now)
         if feedback is None:
             if breaker is not None:
                 breaker.on_abandon(sent_at)

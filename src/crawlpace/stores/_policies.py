@@ -56,9 +56,6 @@ class PolicyFactory:
         found = None if config.manager else self._summaries.get(key)
         if found is None or found[0] is not config:
             fresh = self.new(name)
-            # A first answer that taught nothing else is no news to other workers: their
-            # own first request opens their slots (see ScopePolicy.first_contact).
-            fresh.end_first_contact(0.0)
             if parts[0]:
                 fresh.ensure_manager()
             if parts[1]:

@@ -178,10 +178,7 @@ class SharedPolicies:
         cached = self.entry(scope)
         if cached.policy is None:
             if cached.blob is None:
-                cached.policy = policy = self.factory.new(scope)
-                # No first contact on a shared store: the acquire script keeps the limits it is
-                # first given until a write-back, so one slot would stick (docs/concepts/first-contact.md).
-                policy.end_first_contact(0.0)
+                cached.policy = self.factory.new(scope)
             else:
                 try:
                     cached.policy = load_policy(cached.blob, self.factory, scope)
@@ -196,7 +193,14 @@ class SharedPolicies:
         return cached is not None and cached.blob is not None
 
     def gated(self, scope: str) -> bool:
-        """True when the scope's stored policy has a breaker (a release must report even without feedback)."""
+        """True when a release must report even without feedback.
+
+        So it is when the scope's stored policy has a breaker, or when this
+        worker's copy is still in its first contact (the release ends it).
+        """
+        cached = self._cache.get(scope)
+        if cached is not None and cached.policy is not None and cached.policy.first_contact:
+            return True
         return self.stored(scope) and self.policy(scope).breaker is not None
 
     def writeback(self, policy: ScopePolicy, now: float) -> tuple[bytes, list[Any]]:
