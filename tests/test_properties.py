@@ -99,16 +99,13 @@ def _admissible(traces: list[Trace], job: Job, at: float, lim: dict[str, Limit],
         rule = lim[scope]
         mine = [t for t in started if scope in t.job.scopes]
         busy = [t for t in mine if t.released > at + EPS]
-        concurrency = rule.concurrency
-        if rule.delay == 0 and concurrency > 1 and not any(t.released <= at + EPS for t in mine):
-            concurrency = 1  # first contact: one request until the first one is back
-        if len(busy) >= concurrency:
+        if len(busy) >= rule.concurrency:
             return False
         if mine and max(t.granted for t in mine) + rule.delay > at + EPS:
             return False
         # A slot is unusable while in flight or until delay_per_slot after its send.
         unusable = {id(t) for t in busy} | {id(t) for t in mine if t.granted + rule.per_slot > at + EPS}
-        if len(unusable) >= concurrency:
+        if len(unusable) >= rule.concurrency:
             return False
     return True
 

@@ -9,11 +9,7 @@ so that none erases another; the strictest wins:
 * the scope manager's adjustment (backoff by default, or a custom manager);
 * the pace a server's announced budget allows (also a floor);
 * gates that hold every send until a time: a server-announced hold
-  (``Retry-After``), the circuit breaker, and the quota;
-* first contact: a scope with several slots and no delay configured sends
-  one request at a time until its site has answered once, so that a
-  ``Retry-After``, a RateLimit budget or a refusal in that first answer is
-  known before the other slots fire (``docs/concepts/first-contact.md``).
+  (``Retry-After``), the circuit breaker, and the quota.
 
 Pure state plus ``now``, like the rest of :mod:`crawlpace.policy`.
 """
@@ -68,8 +64,6 @@ class ScopePolicy(ScopeGates):
     Attributes:
         limits: the limits in force.
         jitter: the spread for the next send (``BACKOFF_JITTER`` while backing off).
-        first_contact: True until the scope's first outcome, when the
-            first-contact rule applies to it (one slot until then).
         gated: True when :meth:`gate` may hold a send back (a quota, a server's
             hold, or a breaker that is not closed); the hot path skips it otherwise.
         watches: True when :meth:`on_admit` must hear of every send (gated, or
@@ -80,9 +74,9 @@ class ScopePolicy(ScopeGates):
     """
 
     __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency",
-                 "config", "crawl_delay", "first_contact", "gated", "generation", "hold_until", "jitter",
-                 "limits", "manager", "pace", "pace_until", "quota", "rampup", "scope", "server_concurrency",
-                 "wake_at", "watches")
+                 "config", "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
+                 "pace", "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at",
+                 "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -103,9 +97,6 @@ class ScopePolicy(ScopeGates):
                                              min_delay=config.delay, max_delay=autothrottle.max_delay,
                                              target_concurrency=autothrottle.target_concurrency)
         self.crawl_delay: float | None = None
-        # Nothing but the slots spaces the first sends of such a scope: hear the site first.
-        self.first_contact = (config.delay <= 0.0 and self.concurrency > 1 and self.rampup is None
-                              and self.autothrottle is None)
         self.hold_until = _NEVER
         self.pace = 0.0
         self.pace_until = _NEVER
@@ -144,8 +135,6 @@ class ScopePolicy(ScopeGates):
             per_slot = min(per_slot, delay)
         elif self.autothrottle is not None:
             delay = max(delay, self.autothrottle.delay)
-        if self.first_contact:
-            concurrency = 1
         if self.crawl_delay is not None:
             concurrency, floor = 1, self.crawl_delay
             delay = max(delay, floor)
@@ -230,8 +219,7 @@ class ScopePolicy(ScopeGates):
         """Apply one outcome of a request sent at ``sent_at`` under ``generation``.
 
         ``feedback`` is ``None`` for a request released without an outcome
-        (cancelled): only its probe slot, if it was the breaker's probe, frees,
-        and a first contact ends.
+        (cancelled): only its probe slot, if it was the breaker's probe, frees.
         ``inflight`` is the scope's requests in flight as it came, this one
         included, when the store knows it (rampup learns a limit on them).
 
@@ -239,13 +227,6 @@ class ScopePolicy(ScopeGates):
             True when this outcome made the circuit breaker give the scope up.
         """
         breaker = self.breaker
-        if self.first_contact:
-            # The first request came back (answered, failed, or released without a word):
-            # whatever the site said is known now, so the other slots may open.
-            self.first_contact = False
-            self._base = self._compute_base(now)
-            if feedback is None:
-                self.refresh(now)
         if feedback is None:
             if breaker is not None:
                 breaker.on_abandon(sent_at)
@@ -307,15 +288,14 @@ class ScopePolicy(ScopeGates):
         So it is for a plain policy (no AutoThrottle, rampup, scope manager,
         quota, header budget, server pace or generation; nothing gated)
         hearing an answer that asks for nothing (no backoff, failure, hold,
-        pace, budget or cap), past its first contact: the stores skip the rest for it (the breaker
+        pace, budget or cap): the stores skip the rest for it (the breaker
         counts a success, if any).
         """
         return not (feedback.backoff or feedback.failed or (feedback.hold is not None and feedback.hold > 0.0)
                     or feedback.pace is not None or feedback.concurrency is not None
                     or feedback.budget is not None or self.gated or self.manager is not None
                     or self.rampup is not None or self.autothrottle is not None or self.quota is not None
-                    or self.budget is not None or self.generation or self.pace_until != _NEVER
-                    or self.first_contact)
+                    or self.budget is not None or self.generation or self.pace_until != _NEVER)
 
     def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
         """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""

@@ -193,14 +193,7 @@ class SharedPolicies:
         return cached is not None and cached.blob is not None
 
     def gated(self, scope: str) -> bool:
-        """True when a release must report even without feedback.
-
-        So it is when the scope's stored policy has a breaker, or when this
-        worker's copy is still in its first contact (the release ends it).
-        """
-        cached = self._cache.get(scope)
-        if cached is not None and cached.policy is not None and cached.policy.first_contact:
-            return True
+        """True when the scope's stored policy has a breaker (a release must report even without feedback)."""
         return self.stored(scope) and self.policy(scope).breaker is not None
 
     def writeback(self, policy: ScopePolicy, now: float) -> tuple[bytes, list[Any]]:

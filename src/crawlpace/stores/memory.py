@@ -208,12 +208,9 @@ class MemoryStore:
             inflight = state.inflight  # this request included
             state.release(slot_ready, now)
             if signal is None:
-                policy = state.policy
-                if policy.gated or policy.first_contact:  # only a breaker's probe or a first contact
-                    policy.on_outcome(now, None, generation=generation, sent_at=lease.granted_at,
-                                      expected_use=use)
-                    if state.limits is not policy.limits:
-                        state.set_limits(policy.limits)
+                if state.policy.gated:  # only a breaker's probe needs to hear of it
+                    state.policy.on_outcome(now, None, generation=generation,
+                                            sent_at=lease.granted_at, expected_use=use)
                 continue
             state.record(outcome)
             tally = state.oks
@@ -298,8 +295,7 @@ class MemoryStore:
         """The policy shared by the plain scopes of ``name``'s settings, or ``None`` if they are not plain.
 
         Plain: nothing but a failure, a backoff or a server's word could change
-        the policy (no AutoThrottle, rampup, quota, scope manager, first contact
-        or warm start).
+        the policy (no AutoThrottle, rampup, quota, scope manager or warm start).
         Such scopes share one policy until one of them needs its own, which
         saves a policy object per scope in a broad crawl.
         """
@@ -312,7 +308,7 @@ class MemoryStore:
         if settings.warm_start is None and not config.manager:
             policy = self._factory.new(name)
             if (policy.manager is not None or policy.rampup is not None or policy.autothrottle is not None
-                    or policy.quota is not None or policy.watches or policy.gated or policy.first_contact):
+                    or policy.quota is not None or policy.watches or policy.gated):
                 policy = None
         self._plain[id(config)] = (config, policy)
         return policy
