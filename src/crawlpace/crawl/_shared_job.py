@@ -12,6 +12,8 @@ file. What differs is where URLs come from and what "done" means:
   frontier, so other workers do not claim its URLs meanwhile;
 * the worker ends when the frontier is drained: nothing queued, nothing
   claimed by anyone (a dead worker's claims first expire and are redone);
+  with ``wait_for_urls``, a worker that has not yet seen any work waits that
+  long for ``crawlpace enqueue`` first (a fleet started ahead of its URLs);
 * on Ctrl-C or SIGTERM it hands the URLs it has not answered back at once;
 * while Redis is away it keeps retrying (with backoff and one log line each
   way), and loses nothing: unacknowledged answers are acknowledged later, and
@@ -41,7 +43,7 @@ from ._fetch import Fetcher
 from ._job import CrawlJob
 from ._options import CrawlOptions
 from ._results import ResultWriter, reconcile
-from ._source import JobParts
+from ._source import JobParts, RobotsShare
 from ._summary import CrawlSummary
 
 __all__ = ["SharedCrawlJob", "SharedSource", "claim_spacing"]
@@ -116,8 +118,11 @@ class SharedSource:
         self._feeder: asyncio.Task[None] | None = None
         self._deferred: dict[str, float] = {}  # host -> when (our clock) we last said it waits until
         self._target = 2 * settings.concurrent_requests
+        self._wait_until: float | None = None  # until when an empty frontier is waited on (start_background)
         self._spacing = claim_spacing(settings)
         self.on_wait: Callable[[str, float], None] | None = self._held_back
+        # One worker fetches each site's robots.txt; the others read its answer from the frontier.
+        self.robots_share: RobotsShare | None = self.frontier
 
     # -- the parts of the job the feeder uses ------------------------------------------
 
@@ -183,6 +188,7 @@ class SharedSource:
 
     def start_background(self) -> None:
         """Start the feeder."""
+        self._wait_until = self.throttler.clock.now() + self.options.wait_for_urls
         self._feeder = asyncio.ensure_future(self._feed())
         self._feeder.add_done_callback(self._feeder_ended)
 
@@ -286,7 +292,11 @@ class SharedSource:
             self._held[item.id] = task
             self.scheduler.push(task)
         self.summary.urls += len(claim.urls)
-        self._drained = claim.drained and not self._held and not self._acks
+        if claim.urls or not claim.drained:
+            self._wait_until = None  # work was seen: a drained frontier now means the end
+        drained = claim.drained and not self._held and not self._acks
+        waiting = self._wait_until is not None and self.throttler.clock.now() < self._wait_until
+        self._drained = drained and not waiting
         if claim.urls or self._drained:
             self._claimed.set()
 
