@@ -9,8 +9,9 @@ shared frontier for work (each is then imported, connected and ready), and only 
 fills the frontier with the URLs (``SharedFrontier.enqueue``, as ``crawlpace enqueue``
 does). So the fleet starts crawling together, as a fleet of long-running workers would,
 and the worker start-up is measured apart: the seconds from this script's start to the
-enqueue go to ``fleet.json`` beside OUT.jsonl (``startup``, and ``ready``: when each
-worker first asked, in seconds from the start), which ``bench/crawl_efficiency.py``
+enqueue go to ``fleet.json`` beside OUT.jsonl (``startup``; ``ready``: when each
+worker first asked, in seconds from the start; ``cpu``: each worker's CPU seconds by
+then), which ``bench/crawl_efficiency.py``
 reads. Each worker takes URLs from the shared frontier, and all of them share every
 host's limits, rampup state and robots.txt through the store. When they have all ended,
 their output files are joined into OUT.jsonl (the contender's record of pages done).
@@ -28,6 +29,7 @@ import asyncio
 import contextlib
 import importlib.util
 import json
+import os
 import shutil
 import signal
 import socket
@@ -89,13 +91,22 @@ async def fill_when_ready(store: str, urls: Path, crawlers: list[subprocess.Pope
                 break
             await asyncio.sleep(0.05)
         go = time.monotonic()
+        cpu = [cpu_seconds(crawler.pid) for crawler in crawlers]
         with urls.open(encoding="utf-8") as lines:
             report = await frontier.enqueue(lines)
     finally:
         await frontier.aclose()
     return {"startup": round(go - started, 3), "enqueue_seconds": round(time.monotonic() - go, 3),
             "workers": len(crawlers), "workers_ready": len(ready), "ready": sorted(ready.values()),
-            "urls": report.added}
+            "urls": report.added, "cpu": cpu}
+
+
+def cpu_seconds(pid: int) -> float | None:
+    """CPU seconds (user + system) a process has used so far; None where /proc cannot tell."""
+    with contextlib.suppress(OSError, ValueError, IndexError):
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return round((int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), 3)
+    return None
 
 
 def main(urls: Path, output: Path, workers: int) -> int:
