@@ -77,12 +77,18 @@ capacity. The other crawlpace set-ups (``crawlpace-*``, ``library-*``) are not p
 ``oracle``, which knows the hidden limits. Without ``crawlpace-rampup`` among the
 contenders there is no such verdict.
 
-Two more contenders run only when ``--contenders`` names them: **crawlpace-fleet4** and
+Three more contenders run only when ``--contenders`` names them (``--contenders fleets``
+runs the two fleets with ``crawlpace-rampup`` and the oracle): **crawlpace-fleet4** and
 **crawlpace-fleet8**, ``bench/_peers/fleet.py``: 4 or 8 ``crawlpace crawl --redis URL``
-workers sharing one private ``redis-server`` (started on a free port of 127.0.0.1), the
-URLs put into its shared frontier by ``crawlpace enqueue``; each worker is adaptive, and
-every host's limits and rampup state live in the store, so the fleet should learn each
-site's rate as fast as one process does.
+workers sharing one private ``redis-server`` (started on a free port of 127.0.0.1); each
+worker is adaptive, and every host's limits, rampup state and robots.txt live in the
+store, so the fleet should learn each site's rate as fast as one process does. The
+workers start first, and the URLs go into the shared frontier once every one of them is
+up, so that a fleet's site times (and makespan) count from then: its start-up, every
+worker importing Python, aiohttp and redis-py on the same cores, is shown apart (the
+**start-up s** column of the targets table, and the makespan with it); the time limit
+grows by 240 s for it. **crawlpace-fleet1** is the same with one worker: what the Redis
+store and the shared frontier cost a lone process, apart from sharing.
 
 Two more run only when named, the library API as a user would call it:
 **library-defaults** and **library-rampup**, ``bench/_peers/library_httpx.py``: every URL
@@ -282,10 +288,11 @@ ADDON_SETTINGS: dict[str, object] = {
 }
 
 #: Contenders run only when named in ``--contenders``.
-OPTIONAL = frozenset({"crawlpace-fleet4", "crawlpace-fleet8", "library-defaults", "library-rampup"})
+OPTIONAL = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8", "library-defaults",
+                      "library-rampup"})
 #: The fleets, whose worker start-up is measured apart (see ``bench/_peers/fleet.py``), and the
 #: seconds added to their time limit for it.
-FLEETS = frozenset({"crawlpace-fleet4", "crawlpace-fleet8"})
+FLEETS = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8"})
 FLEET_START = 240.0
 #: Short names for ``--contenders``: the fleet rows with what they are measured against.
 PRESETS = {"fleets": "crawlpace-rampup,crawlpace-fleet4,crawlpace-fleet8,oracle"}
@@ -316,6 +323,10 @@ CONTENDERS: tuple[Contender, ...] = (
               "naive: 8 workers, 1 s pause + resend on 429/503/exception (3 resends), no robots.txt, "
               "10 s timeout",
               naive_command, status_ok),
+    Contender("crawlpace-fleet1",
+              f"1 worker of crawlpace crawl --redis, as crawlpace-fleet4: what the Redis store and the "
+              f"shared frontier cost one process, apart from sharing; {CRAWLPACE_DEFAULTS}",
+              fleet_command(1), crawlpace_ok),
     Contender("crawlpace-fleet4",
               f"4 workers of crawlpace crawl --redis (adaptive, as without a throttling option) on one "
               f"private redis-server, the URLs put in its shared frontier by crawlpace enqueue; "
