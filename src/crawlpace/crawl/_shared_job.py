@@ -8,6 +8,11 @@ file. What differs is where URLs come from and what "done" means:
   than it can use (twice ``CONCURRENT_REQUESTS``), extends the visibility of
   those it holds every third of the visibility time, and acknowledges each
   URL after its line is in the output file;
+* it holds at most a few more URLs of one host than the host has slots
+  (:func:`claim_per_scope`): claims skip the hosts it holds enough of, so its
+  room does not fill with the URLs of slow sites while the URLs of fast ones
+  wait in the frontier (claims go round the ready hosts, and a slow host's
+  URLs leave a worker slowly);
 * a host the throttler holds back for a second or more is deferred in the
   frontier, so other workers do not claim its URLs meanwhile;
 * the worker ends when the frontier is drained: nothing queued, nothing
@@ -29,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -46,7 +51,7 @@ from ._results import ResultWriter, reconcile
 from ._source import JobParts, RobotsShare
 from ._summary import CrawlSummary
 
-__all__ = ["SharedCrawlJob", "SharedSource", "claim_spacing"]
+__all__ = ["SharedCrawlJob", "SharedSource", "claim_per_scope", "claim_spacing"]
 
 _log = logging.getLogger(__name__)
 
@@ -68,6 +73,17 @@ def claim_spacing(settings: Settings) -> float:
     else:
         gap = cfg.delay / max(cfg.concurrency, 1)
     return min(max(gap, 0.0), 1.0)
+
+
+def claim_per_scope(settings: Settings) -> int:
+    """URLs of one host a worker holds at most: the most slots a host may get, plus two.
+
+    Enough to fill every slot the host's limits allow, with one more waiting
+    for each of the next sends; more would only keep them from other workers.
+    """
+    cfg = settings.scope_defaults
+    slots = cfg.rampup_max_concurrency if cfg.rampup else cfg.concurrency
+    return max(slots, 1) + 2
 
 
 class SharedCrawlJob(CrawlJob):
@@ -110,6 +126,8 @@ class SharedSource:
             options.store, visibility=options.visibility)
         self._job: JobParts | None = None
         self._held: dict[int, Task] = {}  # claimed and not yet answered
+        self._held_scope: dict[int, str] = {}  # their scopes in the frontier
+        self._per_scope: Counter[str] = Counter()  # held URLs per scope
         self._acks: dict[str, list[int]] = defaultdict(list)  # outcome -> ids, waiting to be sent
         self._news = asyncio.Event()  # a URL was answered: the feeder may claim more
         self._claimed = asyncio.Event()  # the feeder handed over URLs, or found the frontier drained
@@ -120,6 +138,7 @@ class SharedSource:
         self._target = 2 * settings.concurrent_requests
         self._wait_until: float | None = None  # until when an empty frontier is waited on (start_background)
         self._spacing = claim_spacing(settings)
+        self._scope_cap = claim_per_scope(settings)
         self.on_wait: Callable[[str, float], None] | None = self._held_back
         # One worker fetches each site's robots.txt; the others read its answer from the frontier.
         self.robots_share: RobotsShare | None = self.frontier
@@ -222,6 +241,11 @@ class SharedSource:
         """``task``'s line is written: its acknowledgement goes with the feeder's next round."""
         if self._held.pop(task.id, None) is not None:
             self._acks[outcome].append(task.id)
+            scope = self._held_scope.pop(task.id, None)
+            if scope is not None:
+                self._per_scope[scope] -= 1
+                if self._per_scope[scope] <= 0:
+                    del self._per_scope[scope]
         self._news.set()
 
     async def close(self) -> None:
@@ -267,8 +291,9 @@ class SharedSource:
                 if clock.now() - touched >= self.frontier.visibility / 3.0:
                     await self._touch()
                     touched = clock.now()
+                skip = self.full_scopes()
                 claim = await self.frontier.claim(max(self._target - len(self._held), 0),
-                                                  spacing=self._spacing)
+                                                  spacing=self._spacing, skip=skip)
             except Exception as exc:
                 if not frontier_unreachable(exc):
                     raise
@@ -282,7 +307,11 @@ class SharedSource:
             if self._finished():
                 self.scheduler.poke()
                 return
-            await self._pause(self._next_claim_in(claim))
+            await self._pause(_POLL if skip and not claim.urls else self._next_claim_in(claim))
+
+    def full_scopes(self) -> list[str]:
+        """The scopes this worker holds enough URLs of (:func:`claim_per_scope`): claims skip them."""
+        return [scope for scope, held in self._per_scope.items() if held >= self._scope_cap]
 
     def _take(self, claim: Claim) -> None:
         if claim.requeued:
@@ -290,6 +319,8 @@ class SharedSource:
         for item in claim.urls:
             task = Task(item.id, item.url)
             self._held[item.id] = task
+            self._held_scope[item.id] = item.scope
+            self._per_scope[item.scope] += 1
             self.scheduler.push(task)
         self.summary.urls += len(claim.urls)
         if claim.urls or not claim.drained:

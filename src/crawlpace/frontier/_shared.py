@@ -266,15 +266,17 @@ class SharedFrontier:
 
     # -- working ------------------------------------------------------------------
 
-    async def claim(self, count: int, *, spacing: float) -> Claim:
+    async def claim(self, count: int, *, spacing: float, skip: Sequence[str] = ()) -> Claim:
         """Claim up to ``count`` URLs, at most one per ready scope.
 
         Args:
             count: URLs wanted (0 only reads the counts and requeues expired claims).
             spacing: seconds before a scope that gave a URL may give another.
+            skip: scopes to take nothing from (this worker holds enough of them);
+                they stay ready for the other workers.
         """
         reply = await self._run("claim", ["", self._prefix, self.worker, max(count, 0), self.visibility,
-                                          max(spacing, 0.0)])
+                                          max(spacing, 0.0), *skip])
         urls = tuple(ClaimedUrl(int(reply[i]), reply[i + 1], reply[i + 2], int(reply[i + 3]))
                      for i in range(4, len(reply), 4))
         next_in = float(reply[2]) if reply[2] != "" else None
