@@ -115,6 +115,22 @@ def test_redis_keeps_records_in_the_namespace_with_a_ttl(redis_url: str) -> None
     sink.close()
 
 
+def test_redis_records_of_a_namespace_with_glob_characters_stay_its_own(redis_url: str) -> None:
+    """As a SCAN pattern, "j[1]:learned:*" would also match the records of job "j1"."""
+    server = redis_url.split("?", 1)[0]
+    tag = redis_url.rsplit("=", 1)[1]
+    record = LearnedScope(rate=5.0, learned_at=NOW)
+    mine, lookalike = LearnedRedis(f"{server}?namespace={tag}[1]"), LearnedRedis(f"{server}?namespace={tag}1")
+    try:
+        lookalike.save({"their.example": record})
+        mine.save({"my.example": record})
+        assert mine.load() == {"my.example": record}
+        assert lookalike.load() == {"their.example": record}
+    finally:
+        mine.close()
+        lookalike.close()
+
+
 def test_a_bad_learned_setting_is_named() -> None:
     with pytest.raises(ConfigError, match="learned: expected a SQLite file path"):
         Settings.from_dict({"learned": 3})

@@ -39,6 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ._config import AutoThrottleConfig, ScopeConfig
 from ._stats import ScopeStats
+from .stores._keys import glob_escape
 
 __all__ = ["FRESH_TRUST", "HALF_LIFE", "LearnedFile", "LearnedRedis", "LearnedScope", "LearnedSink",
            "WarmStart", "open_learned", "snapshot", "warm_start"]
@@ -226,7 +227,10 @@ class LearnedRedis:
 
     def load(self) -> dict[str, LearnedScope]:
         out: dict[str, LearnedScope] = {}
-        keys = list(self._client.scan_iter(match=self._prefix + "*", count=1000))
+        # Escaped: a namespace "job[1]" must not read the records of "job1".
+        mine = self._prefix.encode()
+        keys = [key for key in self._client.scan_iter(match=glob_escape(self._prefix) + "*", count=1000)
+                if key.startswith(mine)]
         for start in range(0, len(keys), 500):
             chunk = keys[start:start + 500]
             for key, text in zip(chunk, self._client.mget(chunk), strict=True):

@@ -38,6 +38,9 @@ def run(args: argparse.Namespace) -> int:
     require_redis(args, "purge removes a job's keys from Redis")
     if not args.namespace:
         raise ConfigError(["--namespace: give the crawl job's namespace (an empty one would name no job)"])
+    problems = _keys.check_namespace(args.namespace)
+    if problems:
+        raise ConfigError([f"--{problem}" for problem in problems])
     url, options = parse_url(args.store)
     cluster = cluster_flag(options.get("cluster"))
     if cluster is None:

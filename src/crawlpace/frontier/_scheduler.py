@@ -20,19 +20,19 @@ the site's pages until the rules are known (:mod:`crawlpace.frontier._robots_gat
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from .._board import SHARED_POLL, Board
-from .._clock import Clock, TimerHandle
+from .._clock import Clock
 from .._exceptions import ScopeError, ScopeGivenUp
 from .._fetchable import fetchable_scope
 from .._permit import NotReady, Permit
 from .._scopes import host_scope
 from .._throttler import Throttler
+from ._alarm import Alarm
 from ._robots_cache import RobotsCache
 from ._robots_gate import RobotsGating
 from ._task import Dropped, Task, Unmeasured, origin_of
@@ -96,11 +96,9 @@ class Scheduler(RobotsGating):
         self._blocked: dict[str, str] = {}  # scope -> why its tasks are dropped as they come (see block)
         self._unresolved: deque[tuple[Task, bool]] = deque()  # (task, front): scopes not asked for yet
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
-        self._news = False
+        self._alarm = Alarm(self._clock)  # what take() sleeps on when nothing is due
         # A local store answers at once: whole takes run without a coroutine (take_nowait).
         self._nowait = not throttler.store.shared
-        self._wake: TimerHandle | None = None
-        self._signal: Callable[[], None] | None = None
         self.queued = 0
 
     # -- adding work -----------------------------------------------------------
@@ -215,7 +213,7 @@ class Scheduler(RobotsGating):
                 return got
             if self.idle:
                 return None
-            await self._sleep_until_due()
+            await self._alarm.sleep(self._board.next_at())
 
     def poke(self) -> None:
         """Wake a waiting :meth:`take`, e.g. because work was added or a slot freed."""
@@ -381,25 +379,4 @@ class Scheduler(RobotsGating):
             self._poke()
 
     def _poke(self) -> None:
-        self._news = True
-        if self._signal is not None:
-            self._signal()
-
-    async def _sleep_until_due(self) -> None:
-        """Sleep until the earliest queue is due, or until news arrives."""
-        if self._news:
-            self._news = False
-            return
-        event = asyncio.Event()
-        self._signal = event.set
-        handle: TimerHandle | None = None
-        when = self._board.next_at()
-        if when is not None:
-            handle = self._clock.call_at(when, event.set)
-        try:
-            await event.wait()
-        finally:
-            self._signal = None
-            self._news = False
-            if handle is not None:
-                handle.cancel()
+        self._alarm.ring()

@@ -39,6 +39,7 @@ from typing import Any
 from .._exceptions import ConfigError, ScopeError
 from .._fetchable import fetchable_scope
 from .._redact import redact
+from ..stores import _keys
 from ..stores._check import check_url
 from ..stores.connection import (
     RedisConnection,
@@ -210,16 +211,16 @@ class SharedFrontier:
         if not (isinstance(visibility, int | float) and 0.0 < visibility < float("inf")):
             raise ConfigError([f"visibility: {visibility!r} is not a positive number of seconds; "
                                f"use e.g. {DEFAULT_VISIBILITY:g}"])
-        problems = check_url(url)
+        self.url, options = parse_url(url)
+        self.namespace = options.get("namespace") or "crawlpace"
+        problems = check_url(url) + _keys.check_namespace(self.namespace)
         if problems:
             raise ConfigError(problems)
-        self.url, options = parse_url(url)
         self.cluster = bool(cluster_flag(options.get("cluster")))
-        self.namespace = options.get("namespace") or "crawlpace"
         self.worker = worker or f"{os.uname().nodename}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
         self.visibility = float(visibility)
         # One hash tag for the whole namespace: on a cluster every script stays in one slot.
-        self._prefix = f"cp:{self.namespace}:frontier:{{{self.namespace}}}:"
+        self._prefix = _keys.frontier_prefix(self.namespace)
         self._ready = self._prefix + "ready"
         # On a cluster every key of the namespace is in one slot (one hash tag), on one node.
         if not (isinstance(idle, int | float) and visibility < idle < float("inf")):

@@ -20,6 +20,8 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
+from .._exceptions import ConfigError
+from ..stores import _keys
 from ..stores.connection import RedisConnection, cluster_flag, load_scripts, parse_url
 from ._brake import DEFAULT_STAGES, OVERFLOW_KEY, BrakeStats, Decision, KeyStats, Stage, StagedBrake
 
@@ -95,7 +97,10 @@ class SharedBrake:
         self._warned: object = None  # the window whose overflow was logged
         target, namespace = _split(url)
         # One hash tag: on a cluster every window of this brake lives on one node.
-        self._prefix = f"cp:{namespace}:guard:{{{name}}}"
+        problems = _keys.check_namespace(namespace)
+        if problems:
+            raise ConfigError(problems)
+        self._prefix = _keys.guard_prefix(namespace, name)
         self._own = connection is None
         if connection is None:
             plain, options = parse_url(target, ("cluster",))

@@ -37,6 +37,7 @@ class _SendRecordState(Protocol):
     _last_growth: float
 
     def sent_rate(self, now: float) -> float: ...
+    def _sent_weight(self) -> float: ...
 
 
 class SendRecord:
@@ -78,7 +79,8 @@ class SendRecord:
             gap, mean = now - max(last, self._resumed_at), self._gap
             if gap < 0.0:
                 gap = 0.0
-            self._gap = gap if mean is None else mean + SENT_WEIGHT * (gap - mean)
+            weight = self._sent_weight()  # SENT_WEIGHT but in a quick start phase
+            self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
 
     def hold(self: _SendRecordState, until: float) -> None:

@@ -11,8 +11,10 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-__all__ = ["CAP_INFLIGHT", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
+__all__ = ["CAP_INFLIGHT", "FIRST_SPAN", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
 
+#: Seconds of sends at the rate that may be in flight before any latency is known.
+FIRST_SPAN = 1.0
 #: Slots per request in flight at the rate and the baseline latency.
 SLOT_HEADROOM = 1.5
 #: A refusal answered in less than this share of the baseline latency was refused on arrival ...
@@ -47,10 +49,19 @@ class SlotSizing:
         requests in flight at ``rate`` and the baseline latency, plus one): a server
         that queues answers ever more slowly, and slots counted from its slow answers
         would let the queue grow further, which is how an overloaded server's
-        throughput collapses. Before that, twice the smoothed latency is the guess.
+        throughput collapses. Before that, twice the smoothed latency is the guess,
+        and before any latency, a second's worth of sends (``FIRST_SPAN``).
         """
         base = self.baseline()
-        span = SLOT_HEADROOM * base if base is not None else 2.0 * (self.latency or 0.0)
+        if base is not None:
+            span = SLOT_HEADROOM * base
+        elif self.latency is not None:
+            span = 2.0 * self.latency
+        else:
+            # No page answered yet: the sends of the first second may all be out at once
+            # (a server taking seconds per page would otherwise get one request at a time
+            # until its first answer, whatever the rate allows).
+            span = FIRST_SPAN
         stuck = rate * self._stuck_share * self._stuck_time  # slots held by hangs
         slots = min(self.max_concurrency, math.ceil(rate * span + stuck) + 1)
         return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))

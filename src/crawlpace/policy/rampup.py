@@ -5,9 +5,9 @@ Pure state plus ``now``. The controller steers one number, the scope's *rate*
 rate times the latency. It has two phases:
 
 ``start``
-    A new scope doubles its rate every second (TCP's slow start, in time
-    rather than in round trips) until the first pushback, until latency
-    climbs, or until the rate reaches its cap.
+    A new scope doubles its rate once per round trip (``_rampup_start``) until
+    the first pushback, which leaves it just under the last rate that drew
+    none, until latency climbs, or until the rate reaches its cap.
 
 ``steady``
     Every pushback (a backoff answer: 429, 503, a timeout...) cuts the rate
@@ -103,6 +103,7 @@ from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
 from ._rampup_slots import SlotSizing
+from ._rampup_start import StartPhase
 
 __all__ = ["RAMPUP_JITTER", "Rampup", "RampupStats"]
 
@@ -113,8 +114,6 @@ logger = logging.getLogger(__name__)
 #: spread of +/-10 % would hold the mean rate 10 % under a limit that one-sided
 #: jitter gets within 2.5 % of, with as few refusals.
 RAMPUP_JITTER = Jitter(0.0, 0.05)
-#: Seconds for the rate to double in the start phase.
-START_DOUBLING = 1.0
 #: The rate grows only while the measured send rate is at least this share of it.
 USED_SHARE = 0.5
 #: Weight of the newest outcome in the share of failures without an answer, and in their duration.
@@ -152,7 +151,7 @@ class RampupStats:
     decision: str
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
+class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
     """The rampup controller of one scope.
 
     Args:
@@ -169,11 +168,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_epoch", "_gap", "_k", "_last_growth",
-                 "_level", "_probe_c", "_pushbacks", "_quiet_until", "_resumed_at", "_samples", "_sent_at",
-                 "_stuck_share", "_stuck_time", "_window_min", "_window_start", "above_since", "ceiling",
-                 "decision", "generation", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
-                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
+    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_epoch", "_gap", "_good_rate", "_k",
+                 "_last_growth", "_level", "_low_latency", "_probe_c", "_pushbacks", "_quiet_until",
+                 "_resumed_at", "_samples", "_sent_at", "_stuck_share", "_stuck_time", "_window_min",
+                 "_window_start", "above_since", "ceiling", "decision", "generation", "last_pushback_rate",
+                 "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "slot_cap",
+                 "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -184,12 +184,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
         self.max_concurrency = max(1, max_concurrency)
         self.window = window
         self.target = target
-        self.rate = self.start_rate
+        self.rate: float = self.start_rate
         self.phase = "start"
         self.generation = 0
         self.ceiling: float | None = None
         self.last_pushback_rate: float | None = None
-        self.decision = "start: doubling the rate every second until the server pushes back"
+        self.decision = "start: doubling the rate every round until the server pushes back"
         self.latency: float | None = None
         self.above_since = _NEVER
         self._pushbacks: deque[float] = deque()
@@ -197,6 +197,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
         self._sent_at = _NEVER
         self._last_growth = _NEVER
         self._cut_rate = 0.0
+        self._good_rate = 0.0  # the start phase's highest rate whose send was answered
+        self._low_latency = 0.0  # the lowest latency seen (0: none yet), for the start phase's round
         # The cubic climb: from the rate at `_epoch` up to the ceiling in `_k` seconds.
         self._epoch = 0.0
         self._k = 0.0
@@ -256,6 +258,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
             True when :attr:`rate` changed.
         """
         before = self.rate
+        if self.phase == "start":
+            self._start_latency(latency)
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
@@ -296,11 +300,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
         # Compared with the rate itself: what the scope may send is capped at twice what
         # it sends, so against that cap the test could never fail, and a scope held back
         # by its slots (a server answering slowly) would double its rate for nothing.
-        if self.sent_rate(now) < USED_SHARE * self.rate or self.rate >= self.max_rate:
+        used = USED_SHARE * self.rate if self.phase != "start" else self._start_used(self.rate)
+        if self.sent_rate(now) < used or self.rate >= self.max_rate:
             self._epoch += step  # not using its rate: the curve waits
             return
         if self.phase == "start":
-            self.rate = min(self.max_rate, self.rate * 2.0 ** (step / START_DOUBLING))
+            self._start_grow(now, step, self._start_round())
             if self.rate >= self.max_rate:
                 self._decide(now, f"start: reached the cap of {self.max_rate:.3g}/s")
                 self._enter_steady(now, self.rate)
@@ -312,8 +317,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
                 self.above_since = now
                 self._decide(now, f"probe: above the ceiling of {ceiling:.3g}/s with no pushback")
             elif now - self.above_since >= self.window and self.pushbacks(now) < self.target[0]:
-                self.phase = "start"
-                self.above_since = _NEVER
+                self._start_again()
                 self._decide(now, "start: a whole window above the ceiling with no pushback, "
                              "the limit has moved up")
 
@@ -371,18 +375,21 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch):
             ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
         if refused:
             self.last_pushback_rate = sent
+        rate = max(self.min_rate, min(self.max_rate, sent * beta))
+        if self.phase == "start" and refused and not slots:
+            ceiling = self._start_ceiling(sent, rate, ceiling)  # at most under the good rate
         self.generation += 1
         self.phase = "steady"
         self.above_since = _NEVER
         self.ceiling = ceiling
-        self.rate = max(self.min_rate, min(self.max_rate, sent * beta))
+        self.rate = rate
         self._cut_rate = self.rate
         self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
         self._start_climb(now, fast=cascade)
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
-                     f"{low:g}-{high:g}); rate x{beta:g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
+                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
 
     def _decide(self, now: float, decision: str) -> None:
         self.decision = decision

@@ -1,9 +1,12 @@
 """The Redis keys of a crawlpace namespace: their names, SCAN patterns that match them exactly, and purging.
 
-Every key of a namespace starts with ``cp:<namespace>:``. A scope's admission
-keys carry the scope as their hash tag (``cp:<ns>:{<scope>}:a`` and ``:l``,
-``:r``, ``:p``), so on a Redis Cluster a scope lives in one slot; the shared
-frontier's keys carry the namespace as theirs (``cp:<ns>:frontier:{<ns>}:...``).
+Every key of a namespace starts with ``cp:<namespace>:``, then one of three
+families: a scope's admission keys carry the scope as their hash tag
+(``cp:<ns>:{<scope>}:a`` and ``:l``, ``:r``, ``:p``), so on a Redis Cluster a
+scope lives in one slot; the shared frontier's keys carry the namespace as
+theirs (``cp:<ns>:frontier:{<ns>}:...``); a shared guard's brake carries its
+name (``cp:<ns>:guard:{<name>}...``). A namespace holds no colon: ``job``'s
+prefix would otherwise begin every key of ``job:2``.
 
 Scope names and namespaces may hold the characters SCAN's glob patterns give
 a meaning to (``*``, ``?``, ``[``, ``]``, ``\\``): :func:`glob_escape` quotes
@@ -15,8 +18,8 @@ from __future__ import annotations
 import logging
 from typing import Any
 
-__all__ = ["SCOPE_SUFFIXES", "glob_escape", "namespace_pattern", "prefix", "purge", "scope_keys",
-           "scope_pattern"]
+__all__ = ["SCOPE_SUFFIXES", "check_namespace", "frontier_prefix", "glob_escape", "guard_prefix",
+           "namespace_pattern", "owned", "prefix", "purge", "scope_keys", "scope_pattern"]
 
 logger = logging.getLogger(__name__)
 
@@ -34,6 +37,33 @@ def glob_escape(text: str) -> str:
 def prefix(namespace: str) -> str:
     """The start of every key of ``namespace``."""
     return f"cp:{namespace}:"
+
+
+def check_namespace(namespace: str) -> list[str]:
+    """What is wrong with ``namespace`` as the name of a crawl job's keys (nothing: an empty list)."""
+    if ":" in namespace:
+        return [f"namespace {namespace!r}: a colon would make another job's keys look like this one's "
+                f"(cp:<namespace>:...); use another separator, e.g. {namespace.replace(':', '-')!r}"]
+    return []
+
+
+def frontier_prefix(namespace: str) -> str:
+    """The start of every key of the shared frontier of ``namespace`` (the namespace is its hash tag)."""
+    return f"{prefix(namespace)}frontier:{{{namespace}}}:"
+
+
+def guard_prefix(namespace: str, name: str) -> str:
+    """The start of every key of the shared guard brake ``name`` (its hash tag) in ``namespace``."""
+    return f"{prefix(namespace)}guard:{{{name}}}"
+
+
+def owned(key: bytes, namespace: str) -> bool:
+    """Whether ``key`` is one of ``namespace``'s keys: its prefix, then one of the three families."""
+    start = prefix(namespace).encode()
+    if not key.startswith(start):
+        return False
+    rest = key[len(start):]
+    return rest.startswith((b"{", b"guard:{", f"frontier:{{{namespace}}}:".encode()))
 
 
 def scope_keys(namespace_prefix: str, scope: str) -> tuple[str, str, str, str]:
@@ -57,11 +87,10 @@ async def purge(client: Any, namespace: str, *, count: int = 1000, dry_run: bool
 
     Another namespace is never touched, whatever characters the names hold:
     the pattern is escaped, and each key found is checked against the
-    namespace's prefix before it goes. On a Redis Cluster, ``client`` scans
+    namespace's key families (:func:`owned`) before it goes. On a Redis Cluster, ``client`` scans
     every primary (redis-py's cluster client does) and each key is unlinked
     on its own node.
     """
-    start = prefix(namespace).encode()
     batch: list[bytes] = []
     removed = 0
 
@@ -76,7 +105,7 @@ async def purge(client: Any, namespace: str, *, count: int = 1000, dry_run: bool
 
     async for key in client.scan_iter(match=namespace_pattern(namespace), count=count):
         raw = key if isinstance(key, bytes) else str(key).encode()
-        if not raw.startswith(start):  # never trust a pattern alone with deletions
+        if not owned(raw, namespace):  # never trust a pattern alone with deletions
             continue
         batch.append(raw)
         if len(batch) >= _PURGE_BATCH:

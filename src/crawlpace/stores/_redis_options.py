@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from typing import Literal, cast
 
 from .._exceptions import ConfigError
-from . import _cluster, _fallback
+from . import _cluster, _fallback, _keys
 from ._shared_policy import DEFAULT_LIMIT
 from .connection import parse_url
 
@@ -64,6 +64,7 @@ def read_options(url: str, *, namespace: str | None = None, lease: float | None 
         problems.append(f"store {url!r}: cluster={options.get('cluster')!r} is not a flag; "
                         "give cluster=1 (or leave it out)")
     problems += _cluster.check_url(plain, bool(on), space)
+    problems += _keys.check_namespace(space)
     fallback, workers, wrong = _fallback.parse_options(url, options.get("fallback"),
                                                        options.get("fallback_workers"))
     problems += wrong

@@ -1,0 +1,137 @@
+"""Rampup's start phase: how a fresh scope climbs, and where its first refusal leaves it.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other rules).
+A fresh scope starts at its polite starting rate and doubles it once per *round*:
+
+* a round is the lowest latency the scope has seen, within ``[START_MIN_ROUND,
+  START_DOUBLING]``: a site answering in 50 ms doubles every half
+  second of sending, one taking seconds every second. Under
+  ``START_LATENCY_SIGNAL`` latency says nothing of a server's load (there is no
+  queue to see), so such a site keeps the one-second round: only a refusal
+  could stop a quicker climb, and the slower one leaves it near the limit;
+* one answer doubles the rate at most once, however long it took: growth is
+  clocked by answers, as TCP's slow start is by acknowledgements, so a scope
+  that sends little learns little, and one whose slots hold its sends back
+  (its measured send rate under ``START_USED_SHARE`` of the rate) stops.
+
+The first refusal ends the phase. The rate is halved, as before; the climb back
+levels out under the *good rate* (the rate in force at the last answered send)
+when that is lower than the usual share of the refused rate: the limit lies
+between the two. The state is two numbers on the controller: the good rate
+(``_good_rate``) and the lowest latency seen (``_low_latency``, 0 for none).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from ._rampup_sends import NEVER, SENT_WEIGHT
+
+__all__ = ["START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_LATENCY_SIGNAL",
+           "START_MIN_ROUND",
+           "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
+
+#: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
+START_DOUBLING = 1.0
+#: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
+#: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
+#: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
+START_MIN_ROUND = 0.5
+#: Latency under this many seconds says nothing of a server's load (no queue to see), so the
+#: round stays ``START_DOUBLING``: only a refusal could stop a quicker climb, and a one-second
+#: round's finer steps leave the first refusal's good rate near the limit.
+START_LATENCY_SIGNAL = 0.02
+#: The start phase grows only while the measured send rate is at least this share of the rate
+#: (under a half: the last gap was sent at the rate before the last doubling, and jitter lengthens it;
+#: a scope held back by its slots falls far below it and stops doubling for nothing).
+START_USED_SHARE = 0.4
+#: Weight of the newest gap in the measured send rate while the round is shorter than
+#: ``START_DOUBLING``: doubling every round trip outruns the steady weight's mean within a
+#: few sends. (With one-second rounds the lagging mean is what tempers the overshoot into a
+#: token bucket's burst, so the steady weight stays.)
+START_SENT_WEIGHT = 0.75
+#: After the first refusal the climb levels out at this share of the good rate (if lower) ...
+START_GOOD_CEILING = 0.95
+#: ... when the good rate is at least this share of the refused one (one answer may double
+#: the rate, so a good rate about half the refused one tells nothing).
+START_GOOD_SHARE = 0.6
+
+
+class _StartPhaseState(Protocol):
+    """What the methods of :class:`StartPhase` use of the controller."""
+
+    phase: str
+    above_since: float
+    rate: float
+    max_rate: float
+    min_rate: float
+    latency: float | None
+    _good_rate: float
+    _low_latency: float
+
+    def allowed_rate(self, now: float) -> float: ...
+    def _start_round(self) -> float: ...
+
+
+class StartPhase:
+    """The start-phase part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+
+    def _start_round(self: _StartPhaseState) -> float:
+        """Seconds per doubling: the lowest latency seen within ``[START_MIN_ROUND, START_DOUBLING]``,
+        or ``START_DOUBLING`` while none is known or it is under ``START_LATENCY_SIGNAL``.
+
+        The lowest, not the smoothed: a first answer slowed by its connection's set-up
+        (or by a busy crawler) must not make a quick site look slow.
+        """
+        low = self._low_latency
+        if low <= 0.0 or low < START_LATENCY_SIGNAL:
+            return START_DOUBLING
+        return min(START_DOUBLING, max(START_MIN_ROUND, low))
+
+    def _start_latency(self: _StartPhaseState, sample: float | None) -> None:
+        """Note an answer's latency: the start phase's round follows the lowest one."""
+        if sample is not None and sample > 0.0 and math.isfinite(sample):
+            low = self._low_latency
+            self._low_latency = sample if low <= 0.0 else min(low, sample)
+
+    def _start_again(self: _StartPhaseState) -> None:
+        """Back to the start phase (the limit moved up): the rate in force is the good rate now."""
+        self.phase = "start"
+        self.above_since = NEVER
+        self._good_rate = self.rate
+
+    def _sent_weight(self: _StartPhaseState) -> float:
+        """The weight of the newest gap in the measured send rate (see ``START_SENT_WEIGHT``)."""
+        quick = self.phase == "start" and self._start_round() < START_DOUBLING
+        return START_SENT_WEIGHT if quick else SENT_WEIGHT
+
+    def _start_used(self: _StartPhaseState, rate: float) -> float:
+        """The send rate below which the start phase does not grow: the sends lag one doubling."""
+        return START_USED_SHARE * rate
+
+    def _start_grow(self: _StartPhaseState, now: float, step: float, round_: float) -> None:
+        """An answer in the start phase: note the good rate, then double at most once."""
+        allowed = self.allowed_rate(now)
+        if allowed > self._good_rate:
+            self._good_rate = allowed
+        self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
+
+    def _start_ceiling(self: _StartPhaseState, refused: float, rate: float, ceiling: float) -> float:
+        """Where the climb after the start phase's first refusal (at ``refused``) levels out.
+
+        ``rate`` and ``ceiling`` are the ordinary cut's: half the refused rate,
+        and 0.85 of it. The climb levels out at ``START_GOOD_CEILING`` of the good
+        rate instead when that is lower and the good rate is at least ``START_GOOD_SHARE``
+        of the refused one: the limit lies between the two, and near the good one
+        when the server allows no burst. (A good rate about a whole doubling below
+        says no more than the halving does.) The rate itself is still halved: a server
+        that allows a burst lets the good rate pass its limit, and a fall back to
+        just under it drew more refusals while the burst's debt was paid.
+        """
+        good = min(self._good_rate, refused)
+        if good < START_GOOD_SHARE * refused:
+            return ceiling
+        return max(rate, min(ceiling, good * START_GOOD_CEILING))
