@@ -44,6 +44,7 @@ from ..frontier._scheduler import Scheduler, Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
 from ..stores.connection import RETRY_FIRST as _RETRY_FIRST  # one source for the waits while Redis is away
 from ..stores.connection import RETRY_MAX as _RETRY_MAX
+from ._claims import claim_per_scope, claim_spacing
 from ._fetch import Fetcher
 from ._job import CrawlJob
 from ._options import CrawlOptions
@@ -59,31 +60,6 @@ _log = logging.getLogger(__name__)
 _POLL = 0.5
 # Seconds allowed, when stopping, to hand URLs back and send the last acknowledgements.
 _GOODBYE = 5.0
-
-
-def claim_spacing(settings: Settings) -> float:
-    """Seconds a host waits in the frontier after giving a URL: its fastest pace, at most 1 s.
-
-    Claims then hand a site's URLs out about as fast as its limits let them
-    be sent, so no worker piles up URLs of one site while the others idle.
-    """
-    cfg = settings.scope_defaults
-    if cfg.rampup:
-        gap = cfg.rampup_min_delay / max(cfg.rampup_max_concurrency, 1)
-    else:
-        gap = cfg.delay / max(cfg.concurrency, 1)
-    return min(max(gap, 0.0), 1.0)
-
-
-def claim_per_scope(settings: Settings) -> int:
-    """URLs of one host a worker holds at most: the most slots a host may get, plus two.
-
-    Enough to fill every slot the host's limits allow, with one more waiting
-    for each of the next sends; more would only keep them from other workers.
-    """
-    cfg = settings.scope_defaults
-    slots = cfg.rampup_max_concurrency if cfg.rampup else cfg.concurrency
-    return max(slots, 1) + 2
 
 
 class SharedCrawlJob(CrawlJob):
