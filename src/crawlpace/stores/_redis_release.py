@@ -27,15 +27,93 @@ from collections.abc import Awaitable, Callable, Coroutine
 from typing import Any
 
 from .._redact import redact
+from ..policy.signals import ScopeFeedback
 from . import _cluster
 from ._outage import Outage
 from ._pending import PendingRelease, ReleaseQueue
+from ._policies import PolicyFactory, is_fresh
+from ._redis_lease import RedisLease
+from ._shared_policy import SharedPolicies
 from ._writeback import PolicyWriter
+from .base import Outcome
 from .connection import RedisConnection
 
-__all__ = ["ReleaseSender"]
+__all__ = ["ReleaseSender", "release_call"]
 
 logger = logging.getLogger(__name__)
+
+
+# A scope's release values when nothing is written back, and when no quota is charged.
+_NO_WRITE, _NO_CHARGE = [""] * 10, [""] * 3
+
+
+def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, policies: SharedPolicies,
+                 factory: PolicyFactory, writer: PolicyWriter,
+                 keys_of: Callable[[str], tuple[str, str, str, str]], *, full: bool
+                 ) -> tuple[list[str], list[Any], dict[int, tuple[ScopeFeedback | None, int]], list[str]]:
+    """Apply ``outcome`` to this worker's policies and build the release script call that carries it.
+
+    The common answer (one that only the scope's breaker window hears of)
+    writes nothing back; an outcome that changed what the scope admits, or a
+    first lesson a new policy would not know, carries a version-guarded
+    write-back (``lua/release.lua`` documents the 18 values per scope).
+    Unless ``full`` (a cluster, which splits the arguments by scope), the
+    empty values at the end are left out: the usual release sends 5 values
+    for its scope instead of 18, and each costs the server about a field read.
+
+    Returns:
+        The keys, the arguments, the write-backs awaiting their reply (scope
+        index -> feedback and generation), and the scopes given up.
+    """
+    feedback: tuple[ScopeFeedback | None, ...] = outcome.feedback or (
+        outcome.plain_feedback(),) * len(lease.demands)
+    generations = lease.generations or (0,) * len(lease.demands)
+    given_up: list[str] = []
+    pending: dict[int, tuple[ScopeFeedback | None, int]] = {}
+    args: list[Any] = ["", lease.lease_id, idle, str(len(lease.demands))]
+    keys: list[str] = []
+    for index, ((name, use), signal, generation) in enumerate(
+            zip(lease.demands, feedback, generations, strict=True)):
+        keys += keys_of(name)
+        # Response, error, latency: counted only for a release with an outcome.
+        counts = ["0", "0", ""]
+        if signal is not None:
+            counts = ["1" if outcome.error is None and outcome.status is not None else "0",
+                      "0" if outcome.error is None else "1",
+                      repr(outcome.latency) if outcome.latency is not None and outcome.latency >= 0.0
+                      else ""]
+        write = _NO_WRITE
+        policy = policies.policy(name)
+        quota = policy.quota
+        charge = _NO_CHARGE
+        if quota is not None and signal is not None and signal.consumed_quota is not None:
+            charge = [repr(quota.capacity), repr(quota.rate), repr(signal.consumed_quota - use)]
+        if signal is not None and policy.counts_only(signal) and (
+                policy.breaker is not None or not policy.config.breaker.enabled):
+            # The common answer: only the breaker's window (this worker's own) hears of it.
+            if policy.breaker is not None and signal.status is not None:
+                policy.breaker.on_outcome(now, failed=False, sent_at=lease.server_granted_at)
+        elif signal is not None or policies.gated(name):
+            stored = policies.stored(name)
+            before = policy.summary()
+            policy, version = writer.apply(name, now, signal, generation, lease, index, use)
+            if policy.given_up:
+                given_up.append(name)
+            # Write only what matters: a change, or a first lesson a new policy would not know.
+            if policy.summary() != before if stored else not is_fresh(policy, factory):
+                _blob, values = policies.writeback(policy, now)
+                write = [str(version), *values]
+                pending[index] = (signal, generation)
+        args += [repr(lease.server_slot_ready[index]), "1", *counts]
+        if full or write is not _NO_WRITE or charge is not _NO_CHARGE or index < len(lease.demands) - 1:
+            args += [*write, *charge]
+    if not full:
+        while args[-1] == "":  # a latency, or a quota's values, that are not there
+            args.pop()
+        if len(lease.demands) == 1 and not pending and lease.server_slot_ready[0] <= lease.server_granted_at:
+            # No slot to rest and no policy to write: the script touches only the hash and the lease set.
+            del keys[2:]
+    return keys, args, pending, given_up
 
 
 class ReleaseSender:
@@ -71,6 +149,23 @@ class ReleaseSender:
         self._settling: set[asyncio.Task[None]] = set()
         #: Releases that could not reach the server, sent again when it answers.
         self.unreleased = ReleaseQueue(self._resend, self._down, now, sleep)
+
+    def send_nowait(self, item: PendingRelease) -> bool:
+        """Queue a release at once when nothing stands before it; False if :meth:`send` must do it.
+
+        The usual case: connected, no older release waiting for the server, not
+        a cluster, and the server's own time (the release's first argument stays "").
+        """
+        if self.unreleased or self._slots is not None or not self._conn.connected:
+            return False
+        _lease, keys, args, _pending = item.payload
+        try:
+            reply = self._conn.submit("release", keys, args)
+        except self._down as exc:
+            self._failed(item, exc)
+            return True
+        reply.add_done_callback(functools.partial(self._answered, item))
+        return True
 
     async def send(self, item: PendingRelease) -> None:
         """Send a release: queued to ride with the next call (awaited on a cluster)."""

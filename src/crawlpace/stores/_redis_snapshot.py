@@ -11,7 +11,20 @@ from ._policies import PolicyFactory, PolicyFormatError, load_policy
 from ._snapshot import describe
 from .base import ScopeSnapshot
 
-__all__ = ["read_snapshot"]
+__all__ = ["fetch_snapshot", "read_snapshot"]
+
+
+async def fetch_snapshot(client: Any, scope: str, keys: tuple[str, str, str, str], factory: PolicyFactory,
+                         now: float) -> ScopeSnapshot | None:
+    """Read ``scope``'s four keys (one pipeline on ``client``) and describe it as of ``now`` (server time)."""
+    admission, leases, resting_key, policy_key = keys
+    async with client.pipeline(transaction=False) as pipe:
+        pipe.hgetall(admission)
+        pipe.zcount(leases, f"({now}", "+inf")
+        pipe.zcount(resting_key, f"({now}", "+inf")
+        pipe.get(policy_key)
+        fields, inflight, resting, blob = await pipe.execute()
+    return read_snapshot(scope, fields, int(inflight), int(resting), blob, factory, now)
 
 
 def read_snapshot(scope: str, fields: dict[Any, Any], inflight: int, resting: int, blob: bytes | None,
@@ -39,15 +52,20 @@ def read_snapshot(scope: str, fields: dict[Any, Any], inflight: int, resting: in
     ready: float | None = max(number("next"), number("hold"))
     if inflight >= concurrency:
         ready = None
-    latency = number("lat", math.nan)
-    mean = number("mlat", math.nan)
+    # "o": responses, errors, the latest latency and the mean, one field (release.lua). The
+    # separate fields are what workers before 0.7.0 wrote: a rolling upgrade counts both.
+    counts = values.get("o", "0 0  ").split(" ")
+    responses = int(number("resp", 0)) + int(counts[0])
+    errors = int(number("errs", 0)) + int(counts[1])
+    latency = float(counts[2]) if counts[2] else number("lat", math.nan)
+    mean = float(counts[3]) if counts[3] else number("mlat", math.nan)
     snap = describe(scope, policy, now,
                     concurrency=concurrency, delay=number("delay", policy.limits.delay),
                     delay_per_slot=number("pslot", policy.limits.delay_per_slot),
                     inflight=int(inflight), resting=int(resting),
                     # "rb": reservations rolled back after other sends (Redis Cluster); never sent.
                     sends=int(number("sends", 0) - number("rb", 0)),
-                    responses=int(number("resp", 0)), errors=int(number("errs", 0)),
+                    responses=responses, errors=errors,
                     ready_at=ready, last_latency=None if math.isnan(latency) else latency,
                     mean_latency=None if math.isnan(mean) else mean)
     quota = policy.quota

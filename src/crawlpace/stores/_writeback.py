@@ -123,6 +123,16 @@ class PolicyWriter:
         self.policies.know(name, int(reply[1]), await self._fetch(name))
         return False
 
+    def due(self, demands: tuple[Demand, ...]) -> bool:
+        """Whether a scope of ``demands`` may have a time-driven change due (see :meth:`refresh_due`)."""
+        now = self._server_now()
+        policies = self.policies
+        for name, _use in demands:
+            cached = policies.peek(name)
+            if cached is not None and cached.blob is not None and now >= policies.policy(name).wake_at:
+                return True
+        return False
+
     async def refresh_due(self, demands: tuple[Demand, ...]) -> None:
         """Write back the limits of policies whose time-driven change is due (a backoff wearing off)."""
         now = self._server_now()

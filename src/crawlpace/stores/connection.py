@@ -301,15 +301,15 @@ class RedisConnection:
         """
         if len(batch) == 1:
             item = batch[0]
-            command: Sequence[Any] = ("EVALSHA", self._scripts[item.name].sha, len(item.keys), *item.keys,
-                                      *item.args)
+            command: Sequence[Any] = ("EVALSHA", self._scripts[item.name].sha, str(len(item.keys)),
+                                      *item.keys, *item.args)
         else:
             keys = [key for item in batch for key in item.keys]
-            head: list[Any] = [len(batch)]
+            head: list[Any] = [str(len(batch))]  # all text: packed in one pass
             for item in batch:
-                head += [item.name, len(item.keys), len(item.args)]
-            command = ("EVALSHA", self._scripts[_BATCH].sha, len(keys), *keys, *head,
-                       *(arg for item in batch for arg in item.args))
+                head += [item.name, str(len(item.keys)), str(len(item.args))]
+            command = ("EVALSHA", self._scripts[_BATCH].sha, str(len(keys)), *keys, *head,
+                       *[arg for item in batch for arg in item.args])
         pool = client.connection_pool
         connection = await pool.get_connection()
         try:

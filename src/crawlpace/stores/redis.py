@@ -7,9 +7,10 @@ string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``
 * Admission is two Lua scripts called by SHA: ``acquire`` admits a request to
   all of its scopes or to none, ``release`` gives its slots back. Both read
   ``now`` from the server's ``TIME``, so the workers' clocks never have to
-  agree. Calls made while another is in flight share one pipeline
+  agree. Calls made while another is in flight share one batch script call
   (``connection.py``); a release is not awaited but rides with the
-  worker's next call (``_redis_release.py``).
+  worker's next call (``_redis_release.py``). What each call sends, and how
+  its reply reads, is in ``_redis_admit.py`` and ``_redis_release.py``.
 * Slots are leases, renewed while their requests run (``connection.py``);
   a worker killed with SIGKILL stops renewing and its slots come back.
 * The adaptive policy is computed in Python by the same code as the memory
@@ -37,17 +38,17 @@ from .._config import Settings
 from .._exceptions import ConfigError, ScopeGivenUp, StoreUnreachable
 from .._redact import redact
 from .._scopes import Demand
-from ..policy.signals import ScopeFeedback
 from . import _cluster, _fallback, _keys
 from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease
-from ._policies import PolicyFactory, is_fresh
+from ._policies import PolicyFactory
+from ._redis_admit import acquire_call, blocked, granted
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
-from ._redis_release import ReleaseSender
-from ._redis_snapshot import read_snapshot
-from ._shared_policy import SharedPolicies, quota_args
+from ._redis_release import ReleaseSender, release_call
+from ._redis_snapshot import fetch_snapshot
+from ._shared_policy import SharedPolicies
 from ._writeback import WRITE_TRIES, PolicyWriter
 from .base import Blocked, Lease, Outcome, ScopeSnapshot
 from .connection import LeaseRenewer, RedisConnection, parse_url
@@ -122,6 +123,7 @@ class RedisStore:
                        *(cfg.window for cfg in settings.scopes.values())])
         # Idle scopes expire, but not before any delay they hold could have run out.
         self.idle = int(max(3600.0, 10.0 * longest))
+        self._lease_arg, self._idle_arg = repr(self.lease), str(self.idle)  # as the scripts take them
         self._writer = PolicyWriter(self._policies, self._run, self._now_arg, self._server_now, self._keys,
                                     self._fetch_blob, self.idle)
         self._conn = RedisConnection(self.url, _SCRIPTS, cluster=self.cluster)
@@ -203,14 +205,18 @@ class RedisStore:
         try:
             return await self._conn.call(name, keys, args)
         except ResponseError as exc:
-            if (self.time == "server" and name != "rollback" and "TIME" in str(exc).upper()
-                    and "ARGV" not in str(exc)):
-                logger.warning("the Redis server refuses TIME inside scripts (%s); reading its clock "
-                               "once a second instead", exc)
-                self.time = "synced"
-                args = [await self._now_arg(), *args[1:]]
-                return await self._conn.call(name, keys, args)
-            raise
+            return await self._refused(exc, name, keys, args)
+
+    async def _refused(self, exc: Exception, name: str, keys: list[str], args: list[Any]) -> Any:
+        """A script call failed with ``exc``: once more with the time passed in, if TIME was refused."""
+        if (self.time == "server" and name != "rollback" and "TIME" in str(exc).upper()
+                and "ARGV" not in str(exc)):
+            logger.warning("the Redis server refuses TIME inside scripts (%s); reading its clock "
+                           "once a second instead", exc)
+            self.time = "synced"
+            args = [await self._now_arg(), *args[1:]]
+            return await self._conn.call(name, keys, args)
+        raise exc
 
     # -- the Store interface ------------------------------------------------------------
 
@@ -226,45 +232,38 @@ class RedisStore:
                 await self._connect()
             if self._unreleased:
                 await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
-            await self._writer.refresh_due(demands)
+            if self._writer.due(demands):
+                await self._writer.refresh_due(demands)
             now_arg = "" if self.time == "server" else await self._now_arg()
-            args: list[Any] = [now_arg, "", self.lease, self.idle, len(demands)]
-            keys: list[str] = []
-            for name, use in demands:
-                keys += self._keys(name)[:3]
-                policy = policies.policy(name)
-                limits = policy.limits
-                jitter = policy.jitter
-                factor = jitter.factor(self._rng) if jitter.enabled else 1.0
-                args += [limits.concurrency, repr(limits.delay), repr(limits.delay_per_slot),
-                         repr(limits.floor), repr(factor), *quota_args(policy, name, use)]
             lease_id = f"{self._worker}-{next(self._ids)}"
-            args[1] = lease_id
+            keys, args = acquire_call(policies, self._keys, self._rng, demands, now_arg, lease_id,
+                                      self._lease_arg, self._idle_arg, full=self.cluster)
             if self._slots is not None and self._slots.spans(keys, 3):
                 reply, sent = await self._slots.acquire([name for name, _ in demands], keys, args)
-            else:
+            elif self.cluster:
                 sent = self._clock.now()
                 reply = await self._run("acquire", keys, args)
+            else:  # connected above: straight into the next batch (each await layer costs)
+                sent = self._clock.now()
+                try:
+                    reply = await self._conn.submit("acquire", keys, args)
+                except ResponseError as exc:
+                    reply = await self._refused(exc, "acquire", keys, args)
         except self._down as exc:
             return self._outage.unreachable(exc, demands)
         self._outage.reachable()
         status, server_now = int(reply[0]), float(reply[1])
         self._heard(server_now, sent)
-        n = len(demands)
         if status == 2:
             name = demands[int(reply[2]) - 1][0]
             policy = policies.policy(name)
             raise ScopeGivenUp(name, policy.breaker.reason if policy.breaker else "")
         if status == 0:
-            return self._blocked(demands, reply, server_now)
-        slot_ready = tuple(float(v) for v in reply[2:2 + n])
-        generations = tuple(int(v) for v in reply[2 + n:2 + 2 * n])
-        versions = [int(v) for v in reply[2 + 2 * n:2 + 3 * n]]
-        sends = tuple((None if v in (b"", "") else float(v), float(w))
-                      for v, w in zip(reply[2 + 3 * n:2 + 4 * n], reply[2 + 4 * n:2 + 5 * n], strict=True))
+            return blocked(demands, reply, server_now, self._local)
+        got = granted(reply, len(demands))
         # The lease is granted from here on: renew it before anything else can fail.
-        self._renewer.hold(lease_id, tuple(name for name, _ in demands))
-        for (name, _use), version, (gap, at) in zip(demands, versions, sends, strict=True):
+        self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
+        for (name, _use), version, (gap, at) in zip(demands, got.versions, got.sends, strict=True):
             cached = policies.peek(name)
             if cached is None or cached.version != version:
                 # Another worker wrote the policy since (or this one forgot it): read it once.
@@ -276,25 +275,9 @@ class RedisStore:
                     logger.debug("scope %s: could not read the newer policy (%s); read at the next "
                                  "admission", name, exc)
             policies.saw_send(name, gap, at)
-        return RedisLease(demands, tuple(self._local(t) for t in slot_ready), self._local(server_now),
-                          generations, lease_id=lease_id, server_granted_at=server_now,
-                          server_slot_ready=slot_ready, sends=sends)
-
-    def _blocked(self, demands: tuple[Demand, ...], reply: Any, server_now: float) -> Blocked:
-        """Why the acquire script refused: each scope's ready time in this worker's clock."""
-        waiting: list[tuple[str, float | None]] = []
-        for (name, _use), value in zip(demands, reply[2:2 + len(demands)], strict=True):
-            at = float(value)
-            if at < 0:
-                waiting.append((name, None))
-            elif at > server_now:
-                waiting.append((name, self._local(at)))
-        if not waiting:  # ready by the time the reply was read: ask again at once
-            now_local = self._local(server_now)
-            return Blocked(now_local, tuple((name, now_local) for name, _ in demands))
-        times = [t for _, t in waiting]
-        latest = None if None in times else max(t for t in times if t is not None)
-        return Blocked(latest, tuple(waiting))
+        return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
+                          got.generations, lease_id=lease_id, server_granted_at=server_now,
+                          server_slot_ready=got.slot_ready, sends=got.sends)
 
     async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
         """Give the slots of ``lease`` back and apply ``outcome`` to the shared policies."""
@@ -303,50 +286,12 @@ class RedisStore:
                 return self._fallback.release_nowait(lease, outcome)
             raise TypeError("a RedisStore can only release its own leases")
         self._renewer.drop(lease.lease_id)
-        policies = self._policies
-        feedback: tuple[ScopeFeedback | None, ...] = outcome.feedback or (
-            outcome.plain_feedback(),) * len(lease.demands)
-        generations = lease.generations or (0,) * len(lease.demands)
-        now = self._server_now()
-        given_up: list[str] = []
-        pending: dict[int, tuple[ScopeFeedback | None, int]] = {}
-        args: list[Any] = ["", lease.lease_id, self.idle, len(lease.demands)]
-        keys: list[str] = []
-        for index, ((name, use), signal, generation) in enumerate(
-                zip(lease.demands, feedback, generations, strict=True)):
-            keys += self._keys(name)
-            # Response, error, latency: counted only for a release with an outcome.
-            counts = ["0", "0", ""]
-            if signal is not None:
-                counts = ["1" if outcome.error is None and outcome.status is not None else "0",
-                          "0" if outcome.error is None else "1",
-                          repr(outcome.latency) if outcome.latency is not None and outcome.latency >= 0.0
-                          else ""]
-            write = [""] * 10  # no write-back
-            quota = policies.policy(name).quota
-            charge = [""] * 3
-            if quota is not None and signal is not None and signal.consumed_quota is not None:
-                charge = [repr(quota.capacity), repr(quota.rate), repr(signal.consumed_quota - use)]
-            policy = policies.policy(name)
-            if signal is not None and policy.counts_only(signal) and (
-                    policy.breaker is not None or not policy.config.breaker.enabled):
-                # The common answer: only the breaker's window (this worker's own) hears of it.
-                if policy.breaker is not None and signal.status is not None:
-                    policy.breaker.on_outcome(now, failed=False, sent_at=lease.server_granted_at)
-            elif signal is not None or policies.gated(name):
-                stored = policies.stored(name)
-                before = policies.policy(name).summary()
-                policy, version = self._writer.apply(name, now, signal, generation, lease, index, use)
-                if policy.given_up:
-                    given_up.append(name)
-                # Write only what matters: a change, or a first lesson a new policy would not know.
-                if policy.summary() != before if stored else not is_fresh(policy, self._factory):
-                    _blob, values = policies.writeback(policy, now)
-                    write = [str(version), *values]
-                    pending[index] = (signal, generation)
-            args += [repr(lease.server_slot_ready[index]), "1", *counts, *write, *charge]
-        await self._releases.send(PendingRelease(lease.lease_id, self._clock.now() + self.lease,
-                                                 (lease, keys, args, pending)))
+        keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self._idle_arg,
+                                                     self._policies, self._factory, self._writer, self._keys,
+                                                     full=self.cluster)
+        item = PendingRelease(lease.lease_id, self._clock.now() + self.lease, (lease, keys, args, pending))
+        if self.time != "server" or not self._releases.send_nowait(item):
+            await self._releases.send(item)
         return tuple(given_up)
 
     async def flush(self) -> None:
@@ -388,16 +333,8 @@ class RedisStore:
     async def _snapshot(self, scope: str) -> ScopeSnapshot | None:
         await self._connect()
         await self.flush()  # what this worker sent is part of the picture
-        admission, leases, resting_key, policy_key = self._keys(scope)
-        now = self._server_now()
-        client = await self._conn.client()
-        async with client.pipeline(transaction=False) as pipe:
-            pipe.hgetall(admission)
-            pipe.zcount(leases, f"({now}", "+inf")
-            pipe.zcount(resting_key, f"({now}", "+inf")
-            pipe.get(policy_key)
-            fields, inflight, resting, blob = await pipe.execute()
-        return read_snapshot(scope, fields, int(inflight), int(resting), blob, self._factory, now)
+        return await fetch_snapshot(await self._conn.client(), scope, self._keys(scope), self._factory,
+                                    self._server_now())
 
     async def scopes(self) -> list[str]:
         """List the scopes with state in this namespace.

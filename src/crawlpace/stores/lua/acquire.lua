@@ -29,8 +29,9 @@ local blocked = false
 for i = 1, n do
   local a, l, r = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
   local base = 5 + 8 * (i - 1)
+  -- Every field read costs the server: the probe and the quota's two are read only when in use.
   local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
-                      "brk", "probe", "qc", "qa", "last", "gap", "sends", "rmax", "exp")
+                      "brk", "last", "gap", "sends", "rmax", "exp")
   local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
   local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
@@ -45,7 +46,7 @@ for i = 1, n do
   -- "rmax": the latest time a slot of the resting set wakes (release.lua keeps it).
   -- Once it is past, or when no slot ever rested (no "rmax"), the set need not be read.
   local resting = 0
-  if f[17] and tonumber(f[17]) > now then
+  if f[14] and tonumber(f[14]) > now then
     resting = redis.call("ZCARD", r)
     if resting > 0 then resting = resting - redis.call("ZREMRANGEBYSCORE", r, "-inf", now) end
   end
@@ -58,8 +59,10 @@ for i = 1, n do
   -- covers its use (at most the capacity); the answer depends on the stored
   -- state only, so asking again at the time it gives admits.
   local use, qcap, qrate = tonumber(ARGV[base + 6]) or 0, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 8])
+  local credit, qa = nil, nil
   if qcap and use > 0 then
-    local credit, qa = tonumber(f[12]), tonumber(f[13])
+    local q = redis.call("HMGET", a, "qc", "qa")
+    credit, qa = tonumber(q[1]), tonumber(q[2])
     local need = use
     if need > qcap then need = qcap end
     if credit and qa and credit < need then
@@ -75,7 +78,8 @@ for i = 1, n do
   if brk then
     if brk > at then at = brk end
     if now >= brk and not full then
-      if f[11] and redis.call("ZSCORE", l, f[11]) then
+      local probe = redis.call("HGET", a, "probe")
+      if probe and redis.call("ZSCORE", l, probe) then
         full = true  -- a probe is out: only its answer lets more through
       else
         probing = true
@@ -100,8 +104,8 @@ for i = 1, n do
   end
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
-              tonumber(f[12]), tonumber(f[13]), f[5], f[14], f[15], (tonumber(f[16]) or 0) + 1, resting,
-              inflight, not f[18] or now - tonumber(f[18]) > idle / 2}
+              credit, qa, f[5], f[11], f[12], (tonumber(f[13]) or 0) + 1, resting,
+              inflight, not f[15] or now - tonumber(f[15]) > idle / 2}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -109,7 +113,10 @@ if blocked or mode == "probe" then
   for i = 1, n do out[#out + 1] = ready[i] end
   return out
 end
-local out = {1, num(now)}
+-- "now" as text, formatted once: most scopes send without a delay, so their "next",
+-- "last" and slot times are this same text.
+local snow = num(now)
+local out = {1, snow}
 local gens, vers, gaps, undo = {}, {}, {}, {}
 for i = 1, n do
   local s = state[i]
@@ -122,13 +129,16 @@ for i = 1, n do
   local sent_gap = s[20]
   gaps[i] = ""
   if mode == "undo" then
-    undo[i] = {s[18] or "", s[19] or "", sent_gap or "", num(now + gap)}
+    undo[i] = {s[18] or "", s[19] or "", sent_gap or ""}
   end
-  local set = {"next", num(now + gap), "last", num(now), "sends", s[21]}
+  local snext = snow
+  if gap > 0 then snext = num(now + gap) end
+  if mode == "undo" then undo[i][4] = snext end
+  local set = {"next", snext, "last", snow, "sends", s[21]}
   if last then
     local g = now - last
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
-    gaps[i] = num(g)
+    gaps[i] = string.format("%.12g", g)  -- a spacing: 12 digits are plenty, and cheaper than 17
     set[#set + 1] = "gap"
     set[#set + 1] = gaps[i]
   end
@@ -169,14 +179,14 @@ for i = 1, n do
   elseif s[23] == 0 then
     redis.call("EXPIRE", l, keep)  -- the lease set was empty, so gone: this ZADD made it anew
   end
-  out[#out + 1] = num(now + pslot * factor)
+  if pslot > 0 then out[#out + 1] = num(now + pslot * factor) else out[#out + 1] = snow end
   gens[i] = s[8]
   vers[i] = s[9]
 end
 for i = 1, n do out[#out + 1] = gens[i] end
 for i = 1, n do out[#out + 1] = vers[i] end
 for i = 1, n do out[#out + 1] = gaps[i] end
-for i = 1, n do out[#out + 1] = num(now) end
+for i = 1, n do out[#out + 1] = snow end
 if mode == "undo" then
   for i = 1, n do
     for j = 1, 6 do out[#out + 1] = undo[i][j] end

@@ -13,28 +13,36 @@
 --   closed or off (a new end, or "", clears the recorded probe); then the
 --   quota bucket's capacity and refill rate, and the units to charge (the
 --   actual use minus the expected one; negative: a refund), "" for none.
--- Returns {now, result...}: per scope "ok", or the current version when it no
+--   Trailing "" values may be left out (the usual release has no write-back
+--   and no quota: 5 values instead of 18); they read as "".
+-- Returns {"", result...} (the first value is a place holder: formatting "now"
+--   cost more than anything read it for): per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local out = {num(now)}
+-- Each argument costs the server more than a short loop here: callers leave the empty tail out.
+for j = #ARGV + 1, 4 + 18 * n do ARGV[j] = "" end
+local out = {""}
 for i = 1, n do
   local a, l, r, p = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
   local base = 4 + 18 * (i - 1)
   local slot_ready = tonumber(ARGV[base + 1])
   local freed = ARGV[base + 2] ~= "" and redis.call("ZREM", l, id) == 1
-  -- One read and one write for the counters, the latency, the probe and the expiry stamp.
-  local h = redis.call("HMGET", a, "probe", "mlat", "resp", "errs", "conc", "rmax", "exp")
+  -- One read and one write for the outcome counts, the probe and the expiry stamp (each field
+  -- read or written costs: the counts share one field, "o", and the resting slot's two are
+  -- read only when a slot rests).
+  local h = redis.call("HMGET", a, "probe", "o", "exp")
   local set = {}
   if freed then
     if slot_ready > now then
-      local conc = tonumber(h[5]) or 1
+      local rest = redis.call("HMGET", a, "conc", "rmax")
+      local conc = tonumber(rest[1]) or 1
       redis.call("ZREMRANGEBYSCORE", r, "-inf", now)
       if redis.call("ZCARD", l) + redis.call("ZCARD", r) < conc then
         redis.call("ZADD", r, slot_ready, id)
         redis.call("EXPIRE", r, math.floor(idle * 1.5))
         -- The acquire script reads the resting set only until its last slot wakes.
-        if not h[6] or tonumber(h[6]) < slot_ready then
+        if not rest[2] or tonumber(rest[2]) < slot_ready then
           set[#set + 1] = "rmax"
           set[#set + 1] = num(slot_ready)
         end
@@ -44,30 +52,27 @@ for i = 1, n do
   if freed and h[1] == id then redis.call("HDEL", a, "probe") end
   local counts = freed or ARGV[base + 2] ~= "2"
   -- The keys' expiry is pushed forward only when its stamp is half an idle old (see acquire.lua).
-  local stale = not h[7] or now - tonumber(h[7]) > idle / 2
+  local stale = not h[3] or now - tonumber(h[3]) > idle / 2
   if stale then
     set[#set + 1] = "exp"
     set[#set + 1] = math.floor(now)
   end
-  if counts and ARGV[base + 3] == "1" then
-    set[#set + 1] = "resp"
-    set[#set + 1] = (tonumber(h[3]) or 0) + 1
-  end
-  if counts and ARGV[base + 4] == "1" then
-    set[#set + 1] = "errs"
-    set[#set + 1] = (tonumber(h[4]) or 0) + 1
-  end
-  if counts and ARGV[base + 5] ~= "" then
-    local lat = tonumber(ARGV[base + 5])
-    local mean = tonumber(h[2])
-    if mean then mean = mean + 0.2 * (lat - mean) else mean = lat end
-    set[#set + 1] = "lat"
-    set[#set + 1] = ARGV[base + 5]
-    -- As few digits as give the same number back (0.05, not 0.050000000000000003): a smaller hash.
-    local text = string.format("%.15g", mean)
-    if tonumber(text) ~= mean then text = num(mean) end
-    set[#set + 1] = "mlat"
-    set[#set + 1] = text
+  local add_resp, add_errs, lat = ARGV[base + 3] == "1", ARGV[base + 4] == "1", ARGV[base + 5]
+  if counts and (add_resp or add_errs or lat ~= "") then
+    -- "o": responses, errors, the latest latency and their moving mean, space-separated
+    -- (the latencies "" until one is known).
+    local resp, errs, last, mean = string.match(h[2] or "0 0  ", "^(%S+) (%S+) (%S*) (%S*)$")
+    if add_resp then resp = tonumber(resp) + 1 end
+    if add_errs then errs = tonumber(errs) + 1 end
+    if lat ~= "" then
+      local m = tonumber(mean)
+      local x = tonumber(lat)
+      if m then m = m + 0.2 * (x - m) else m = x end
+      -- Six digits: a smaller hash, and a cheaper format than every digit (it is only shown).
+      last, mean = lat, string.format("%.6g", m)
+    end
+    set[#set + 1] = "o"
+    set[#set + 1] = resp .. " " .. errs .. " " .. last .. " " .. mean
   end
   if #set > 0 then redis.call("HSET", a, unpack(set)) end
   local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])
@@ -87,14 +92,16 @@ for i = 1, n do
   end
   local result = "ok"
   if ARGV[base + 6] ~= "" then
-    local version = redis.call("HGET", a, "ver") or "0"
+    -- One read for the version check and the fields a new delay is counted from.
+    local w = redis.call("HMGET", a, "ver", "delay", "last", "next")
+    local version = w[1] or "0"
     if version ~= ARGV[base + 6] then
       result = version
     else
-      local old = tonumber(redis.call("HGET", a, "delay"))
+      local old = tonumber(w[2])
       local delay, floor = tonumber(ARGV[base + 9]), tonumber(ARGV[base + 11])
-      local last = tonumber(redis.call("HGET", a, "last"))
-      local nxt = tonumber(redis.call("HGET", a, "next"))
+      local last = tonumber(w[3])
+      local nxt = tonumber(w[4])
       -- A new delay counts from the last send, both ways (as in the memory store).
       if last and nxt and old and delay ~= old then
         if delay > old then

@@ -1,0 +1,101 @@
+"""The shared store's admissions on the wire: the acquire script's arguments, and what its reply means.
+
+:class:`~crawlpace.stores.redis.RedisStore` decides when to call the acquire
+script and what to do when the server is away; this module is the call itself:
+the keys and arguments one admission sends (:func:`acquire_call`), and the
+reading of the reply (:func:`granted`, :func:`blocked`). Each scope sends the
+limits a worker would start it with (used only by a scope the server has not
+seen), this send's jitter factor and its quota use; the script answers with
+the server's ``now`` and, per scope, the slot's ready time, the generation, the
+policy version and the scope's sends (``lua/acquire.lua`` documents the layout).
+"""
+
+from __future__ import annotations
+
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .._scopes import Demand
+from ._shared_policy import SharedPolicies, quota_args
+from .base import Blocked
+
+__all__ = ["Granted", "acquire_call", "blocked", "granted"]
+
+
+def acquire_call(policies: SharedPolicies, keys_of: Callable[[str], tuple[str, str, str, str]],
+                 rng: random.Random, demands: tuple[Demand, ...], now_arg: str, lease_id: str,
+                 lease: str, idle: str, *, full: bool) -> tuple[list[str], list[Any]]:
+    """The keys and arguments of one acquire script call for ``demands``.
+
+    Every argument is text (``lease`` and ``idle`` come formatted): the batch
+    is then packed in one pass. Unless ``full`` (a cluster, which splits the
+    arguments by scope), a lone scope without a quota leaves its two empty
+    quota values out: each argument costs the server about a field read.
+
+    Raises:
+        QuotaError: a request expects more quota units than the scope's whole quota.
+    """
+    args: list[Any] = [now_arg, lease_id, lease, idle, str(len(demands))]
+    keys: list[str] = []
+    for name, use in demands:
+        keys += keys_of(name)[:3]
+        policy = policies.policy(name)
+        limits = policy.limits
+        jitter = policy.jitter
+        factor = jitter.factor(rng) if jitter.enabled else 1.0
+        args += [str(limits.concurrency), repr(limits.delay), repr(limits.delay_per_slot),
+                 repr(limits.floor), repr(factor), *quota_args(policy, name, use)]
+    if not full and len(demands) == 1 and args[-1] == "":
+        del args[-2:]
+    return keys, args
+
+
+@dataclass(frozen=True, slots=True)
+class Granted:
+    """An admission's reply, read: per scope (in server time) what the lease needs.
+
+    Attributes:
+        slot_ready: when each scope's slot may send again.
+        generations: each scope's policy generation at admission.
+        versions: each scope's stored policy version (0: none stored).
+        sends: each scope's mean gap between sends (``None`` after one) and this send's time.
+    """
+
+    slot_ready: tuple[float, ...]
+    generations: tuple[int, ...]
+    versions: tuple[int, ...]
+    sends: tuple[tuple[float | None, float], ...]
+
+
+def granted(reply: Sequence[Any], n: int) -> Granted:
+    """Read an admitting reply (status 1) of a call for ``n`` scopes."""
+    if n == 1:  # the usual admission: read without the loops
+        gap = reply[5]
+        return Granted((float(reply[2]),), (int(reply[3]),), (int(reply[4]),),
+                       ((None if gap in (b"", "") else float(gap), float(reply[6])),))
+    slot_ready = tuple(float(v) for v in reply[2:2 + n])
+    generations = tuple(int(v) for v in reply[2 + n:2 + 2 * n])
+    versions = tuple(int(v) for v in reply[2 + 2 * n:2 + 3 * n])
+    sends = tuple((None if v in (b"", "") else float(v), float(w))
+                  for v, w in zip(reply[2 + 3 * n:2 + 4 * n], reply[2 + 4 * n:2 + 5 * n], strict=True))
+    return Granted(slot_ready, generations, versions, sends)
+
+
+def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float,
+            local: Callable[[float], float]) -> Blocked:
+    """Why the acquire script refused: each scope's ready time in this worker's clock (``local``)."""
+    waiting: list[tuple[str, float | None]] = []
+    for (name, _use), value in zip(demands, reply[2:2 + len(demands)], strict=True):
+        at = float(value)
+        if at < 0:
+            waiting.append((name, None))
+        elif at > server_now:
+            waiting.append((name, local(at)))
+    if not waiting:  # ready by the time the reply was read: ask again at once
+        now_local = local(server_now)
+        return Blocked(now_local, tuple((name, now_local) for name, _ in demands))
+    times = [t for _, t in waiting]
+    latest = None if None in times else max(t for t in times if t is not None)
+    return Blocked(latest, tuple(waiting))
