@@ -45,13 +45,12 @@ async def _seed(url: str, settings: Settings) -> None:
     store = open_store(url, settings, AsyncioClock(), random.Random(1))
     try:
         done = await store.acquire((("api.example", 1.0),))
-        assert isinstance(done, Lease)
-        # Answered first: a scope with no delay opens its second slot once it has heard the site.
-        await store.release(done, Outcome(status=200, latency=0.05))
         held = await store.acquire((("api.example", 1.0),))
         throttled = await store.acquire((("slow.example", 1.0),))
+        assert isinstance(done, Lease)
         assert isinstance(held, Lease)
         assert isinstance(throttled, Lease)
+        await store.release(done, Outcome(status=200, latency=0.05))
         await store.release(throttled, THROTTLED)
     finally:
         await store.aclose()
