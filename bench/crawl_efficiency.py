@@ -92,9 +92,9 @@ store and the shared frontier cost a lone process, apart from sharing.
 
 Two more run only when named, the library API as a user would call it:
 **library-defaults** and **library-rampup**, ``bench/_peers/library_httpx.py``: every URL
-one ``await client.get(url)`` on ``crawlpace.http.throttled_client`` with 8 slots per host
-and no delay, all started at once, with rampup on for every host in the second. It reads
-no robots.txt, so a Crawl-delay site shows what that costs.
+one ``await client.get(url)`` on ``crawlpace.http.throttled_client(..., robots_txt=True)``
+with 8 slots per host and no delay, all started at once, with rampup on for every host in
+the second. The client reads each site's robots.txt before its first page and obeys it.
 
 With ``oracle`` among the contenders, the site table gains an **x oracle** column (each
 goodput/capacity over the oracle's on that site), and a last table holds issue 16's
@@ -338,7 +338,7 @@ CONTENDERS: tuple[Contender, ...] = (
     Contender("library-defaults",
               "crawlpace.http.throttled_client as a library user sets it up: 8 slots per host, no delay, "
               "CONCURRENT_REQUESTS 64, the wrapper's 3 resends of a backoff answer plus 3 of a 5xx by the "
-              "caller, every URL started at once, no robots.txt, 10 s timeout",
+              "caller, every URL started at once, robots.txt obeyed (robots_txt=True), 10 s timeout",
               library_command("defaults"), status_ok),
     Contender("library-rampup",
               "the same with THROTTLING_SCOPE_DEFAULTS rampup on for every host",
