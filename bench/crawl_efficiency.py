@@ -77,18 +77,24 @@ capacity. The other crawlpace set-ups (``crawlpace-*``, ``library-*``) are not p
 ``oracle``, which knows the hidden limits. Without ``crawlpace-rampup`` among the
 contenders there is no such verdict.
 
-Two more contenders run only when ``--contenders`` names them: **crawlpace-fleet4** and
+Three more contenders run only when ``--contenders`` names them (``--contenders fleets``
+runs the two fleets with ``crawlpace-rampup`` and the oracle): **crawlpace-fleet4** and
 **crawlpace-fleet8**, ``bench/_peers/fleet.py``: 4 or 8 ``crawlpace crawl --redis URL``
-workers sharing one private ``redis-server`` (started on a free port of 127.0.0.1), the
-URLs put into its shared frontier by ``crawlpace enqueue``; each worker is adaptive, and
-every host's limits and rampup state live in the store, so the fleet should learn each
-site's rate as fast as one process does.
+workers sharing one private ``redis-server`` (started on a free port of 127.0.0.1); each
+worker is adaptive, and every host's limits, rampup state and robots.txt live in the
+store, so the fleet should learn each site's rate as fast as one process does. The
+workers start first, and the URLs go into the shared frontier once every one of them is
+up, so that a fleet's site times (and makespan) count from then: its start-up, every
+worker importing Python, aiohttp and redis-py on the same cores, is shown apart (the
+**start-up s** column of the targets table, and the makespan with it); the time limit
+grows by 240 s for it. **crawlpace-fleet1** is the same with one worker: what the Redis
+store and the shared frontier cost a lone process, apart from sharing.
 
 Two more run only when named, the library API as a user would call it:
 **library-defaults** and **library-rampup**, ``bench/_peers/library_httpx.py``: every URL
-one ``await client.get(url)`` on ``crawlpace.http.throttled_client`` with 8 slots per host
-and no delay, all started at once, with rampup on for every host in the second. It reads
-no robots.txt, so a Crawl-delay site shows what that costs.
+one ``await client.get(url)`` on ``crawlpace.http.throttled_client(..., robots_txt=True)``
+with 8 slots per host and no delay, all started at once, with rampup on for every host in
+the second. The client reads each site's robots.txt before its first page and obeys it.
 
 With ``oracle`` among the contenders, the site table gains an **x oracle** column (each
 goodput/capacity over the oracle's on that site), and a last table holds issue 16's
@@ -282,7 +288,14 @@ ADDON_SETTINGS: dict[str, object] = {
 }
 
 #: Contenders run only when named in ``--contenders``.
-OPTIONAL = frozenset({"crawlpace-fleet4", "crawlpace-fleet8", "library-defaults", "library-rampup"})
+OPTIONAL = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8", "library-defaults",
+                      "library-rampup"})
+#: The fleets, whose worker start-up is measured apart (see ``bench/_peers/fleet.py``), and the
+#: seconds added to their time limit for it.
+FLEETS = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8"})
+FLEET_START = 240.0
+#: Short names for ``--contenders``: the fleet rows with what they are measured against.
+PRESETS = {"fleets": "crawlpace-rampup,crawlpace-fleet4,crawlpace-fleet8,oracle"}
 
 CONTENDERS: tuple[Contender, ...] = (
     Contender("crawlpace-fixed", f"crawlpace crawl --delay 1 --per-host 1: {CRAWLPACE_DEFAULTS}",
@@ -310,6 +323,10 @@ CONTENDERS: tuple[Contender, ...] = (
               "naive: 8 workers, 1 s pause + resend on 429/503/exception (3 resends), no robots.txt, "
               "10 s timeout",
               naive_command, status_ok),
+    Contender("crawlpace-fleet1",
+              f"1 worker of crawlpace crawl --redis, as crawlpace-fleet4: what the Redis store and the "
+              f"shared frontier cost one process, apart from sharing; {CRAWLPACE_DEFAULTS}",
+              fleet_command(1), crawlpace_ok),
     Contender("crawlpace-fleet4",
               f"4 workers of crawlpace crawl --redis (adaptive, as without a throttling option) on one "
               f"private redis-server, the URLs put in its shared frontier by crawlpace enqueue; "
@@ -321,7 +338,7 @@ CONTENDERS: tuple[Contender, ...] = (
     Contender("library-defaults",
               "crawlpace.http.throttled_client as a library user sets it up: 8 slots per host, no delay, "
               "CONCURRENT_REQUESTS 64, the wrapper's 3 resends of a backoff answer plus 3 of a 5xx by the "
-              "caller, every URL started at once, no robots.txt, 10 s timeout",
+              "caller, every URL started at once, robots.txt obeyed (robots_txt=True), 10 s timeout",
               library_command("defaults"), status_ok),
     Contender("library-rampup",
               "the same with THROTTLING_SCOPE_DEFAULTS rampup on for every host",
@@ -468,6 +485,9 @@ class Run:
     plot: str | None = None
     #: Set when no request reached the farm: the contender failed (its stderr's last lines).
     error: str | None = None
+    #: A fleet's worker start-up: seconds from the contender's start until its URLs were enqueued,
+    #: every worker ready (``fleet.json``); its site times count from then. None for the others.
+    startup: float | None = None
 
     def total(self, key: str) -> int:
         return sum(int(getattr(site, key)) for site in self.sites.values())
@@ -542,16 +562,25 @@ async def run_one(contender: Contender, round_no: int, farm: str, folder: Path, 
                   grace: float, plot: Path | None = None) -> Run:
     clear_plot(plot)
     sim = await start_sim(farm, folder, plot)
+    fleet = contender.key in FLEETS
     try:
         started = time.monotonic()
         exit_code, cut = await run_process(contender.command(sim.urls, folder / "out.jsonl", Path(farm)),
-                                           folder, limit, grace)
+                                           folder, limit + (FLEET_START if fleet else 0.0), grace)
         wall = time.monotonic() - started
     finally:
         figures = await stop_sim(sim)
-    run = Run(contender.key, round_no, wall, exit_code, cut)
-    tally(run, contender, folder, sim.urls, figures, started, plot, farm_source(farm))
+    startup = fleet_startup(folder) if fleet else None
+    run = Run(contender.key, round_no, wall, exit_code, cut, startup=startup)
+    tally(run, contender, folder, sim.urls, figures, started + (startup or 0.0), plot, farm_source(farm))
     return run
+
+
+def fleet_startup(folder: Path) -> float | None:
+    """Seconds the fleet took to start before its URLs went in (``fleet.json``), if it got that far."""
+    with contextlib.suppress(OSError, ValueError, KeyError, TypeError):
+        return float(json.loads((folder / "fleet.json").read_text(encoding="utf-8"))["startup"])
+    return None
 
 
 def clear_plot(plot: Path | None) -> None:
@@ -666,6 +695,7 @@ def total_medians(runs: list[Run]) -> dict[str, float | None]:
         "live_pages": median_of([run.live_pages[1] for run in runs]),
         "wall": median_of([run.wall for run in runs]),
         "last_live_request": median_of([run.last_live_request for run in runs]),
+        "startup": median_of([run.startup for run in runs]),
         "cut_runs": sum(run.cut for run in runs),
         # The worst round: a site over its one-second limit + 1 in any round counts.
         "over_limit": max((len(run.sites_over_limit) for run in runs), default=0),
@@ -977,6 +1007,9 @@ def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[st
         mean = mine["mean_capped"]
         mean_share = over_oracle(mean, oracle["mean_capped"])
         makespan = over_oracle(mine["last_live_request"], oracle["last_live_request"])
+        startup, last = mine.get("startup"), mine["last_live_request"]
+        with_startup = None if startup is None or last is None else over_oracle(last + startup,
+                                                                                 oracle["last_live_request"])
         done, pages = mine["live_done"], mine["live_pages"]
         checks = {
             f"mean >= {TARGET_MEAN:g}": mean is not None and mean >= TARGET_MEAN,
@@ -994,6 +1027,7 @@ def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[st
                          "worst_site": worst, "worst_over_oracle": None if worst is None else known[worst],
                          "throttled_share": share, "violations": mine["violations"], "live_done": done,
                          "live_pages": pages, "makespan_over_oracle": makespan, "targets": checks,
+                         "startup": startup, "makespan_with_startup_over_oracle": with_startup,
                          "sites_over_limit": int(mine["over_limit"] or 0),
                          "targets_met": sum(checks.values()), "targets_total": len(checks)}
     return result
@@ -1006,7 +1040,8 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
         return
     print("against the oracle (issue 16's targets; x oracle = this contender's figure over the oracle's)")
     headers = ("contender", "mean capped", "x oracle", "worst site", "x oracle", "429+503 %", "violations",
-               "live done", "makespan x oracle", "over limit", "targets met")
+               "live done", "makespan x oracle", "start-up s", "with it x oracle", "over limit",
+               "targets met")
     rows = []
     for c in contenders:
         t = targets[c.key]
@@ -1014,7 +1049,8 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
                      t["worst_site"] or "-", fmt(t["worst_over_oracle"], "x"),
                      "-" if t["throttled_share"] is None else f"{100 * t['throttled_share']:.1f}",
                      fmt(t["violations"]), f"{fmt(t['live_done'])}/{fmt(t['live_pages'])}",
-                     fmt(t["makespan_over_oracle"], "x"), fmt(t["sites_over_limit"]),
+                     fmt(t["makespan_over_oracle"], "x"), fmt(t["startup"], "s"),
+                     fmt(t["makespan_with_startup_over_oracle"], "x"), fmt(t["sites_over_limit"]),
                      f"{t['targets_met']}/{t['targets_total']}"])
     print("\n".join(pipe_table(headers, rows)))
     for c in contenders:
@@ -1023,8 +1059,10 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
         missed = [name for name, held in targets[c.key]["targets"].items() if not held]
         print(f"  {c.key}: " + ("every target met" if not missed else "missed: " + "; ".join(missed)))
     print("  mean capped: the mean over the sites with a capacity of goodput/capacity, each capped at 1; "
-          "makespan: seconds to the last request to a live site; over limit: sites whose busiest second "
-          "passed their one-second limit + 1 (the worst round)")
+          "makespan: seconds to the last request to a live site, a fleet's counted from the moment its "
+          "URLs went in (every worker started); start-up s: a fleet's seconds from its start to then "
+          "(median), and the makespan with it; over limit: sites whose busiest second passed their "
+          "one-second limit + 1 (the worst round)")
 
 
 def peer_versions() -> dict[str, str]:
@@ -1144,7 +1182,7 @@ def pick_contenders(names: str) -> list[Contender]:
     Without the reference among them there are no reference verdicts, and the ratios are
     over the first contender chosen (see :func:`ratio_base`).
     """
-    wanted = [name.strip() for name in names.split(",") if name.strip()]
+    wanted = [name.strip() for name in PRESETS.get(names.strip(), names).split(",") if name.strip()]
     known = {c.key for c in CONTENDERS}
     unknown = [name for name in wanted if name not in known]
     if unknown:
@@ -1200,7 +1238,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--limit", type=float, default=0.0,
                         help=f"seconds a contender may run (default {LIMIT:g}, quick {QUICK_LIMIT:g})")
     parser.add_argument("--contenders", default=",".join(c.key for c in CONTENDERS if c.key not in OPTIONAL),
-                        help=f"comma-separated subset of: {', '.join(c.key for c in CONTENDERS)} "
+                        help=f"comma-separated subset of: {', '.join(c.key for c in CONTENDERS)}, or "
+                             f"'fleets' ({PRESETS['fleets']}) "
                              f"(default all but {', '.join(sorted(OPTIONAL))}; the verdicts need "
                              f"{REFERENCE}, and {ADDON} with {ADDON_BASELINE})")
     parser.add_argument("--plot-dir", default=str(PLOT_DIR),

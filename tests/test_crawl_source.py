@@ -10,7 +10,7 @@ from crawlpace import Settings
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.crawl._journal_source import JournalSource
 from crawlpace.crawl._results import ResultWriter
-from crawlpace.crawl._source import JobParts
+from crawlpace.crawl._source import JobParts, RobotsShare
 from crawlpace.frontier import Task
 from crawlpace.sim import Farm
 
@@ -21,6 +21,7 @@ class ListSource:
     """URLs from a list, nothing kept on disk but the output: the smallest source there is."""
 
     on_wait: Callable[[str, float], None] | None = None
+    robots_share: RobotsShare | None = None
 
     def __init__(self, urls: list[str]) -> None:
         self.urls = urls

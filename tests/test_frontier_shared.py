@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from crawlpace import Settings
+from crawlpace import ScopeConfig, Settings
 from crawlpace.crawl import CrawlOptions
-from crawlpace.crawl._shared_job import SharedCrawlJob, SharedSource
+from crawlpace.crawl._shared_job import SharedCrawlJob, SharedSource, claim_per_scope
 from crawlpace.frontier import Task
 from crawlpace.frontier._shared import Claim, SharedFrontier
 
@@ -217,7 +217,7 @@ async def test_answers_that_come_in_during_an_ack_are_acknowledged_later(redis_u
 class BrokenClaims(SharedFrontier):
     """A frontier whose claims fail with an error that is not "unreachable" (a bug, a garbled reply)."""
 
-    async def claim(self, count: int, *, spacing: float) -> Claim:
+    async def claim(self, count: int, *, spacing: float, skip: Sequence[str] = ()) -> Claim:
         raise RuntimeError("a reply nobody expected")
 
 
@@ -232,3 +232,37 @@ async def test_a_feeder_that_fails_stops_its_worker_instead_of_leaving_it_waitin
     assert job.stopping
     assert "the shared frontier's feeder failed (RuntimeError: a reply nobody expected); stopping this " \
            "worker" in caplog.text
+
+
+async def test_a_claim_skips_the_scopes_named_and_leaves_them_ready_for_others(frontiers: Factory) -> None:
+    one, two = frontiers("w1"), frontiers("w2")
+    await one.enqueue(site("a.test", 3) + site("b.test", 3))
+    claim = await one.claim(10, spacing=0.0, skip=["a.test"])
+    assert [item.url for item in claim.urls] == ["http://b.test/page/0"]
+    claim = await two.claim(10, spacing=0.0)
+    assert sorted(item.url for item in claim.urls) == ["http://a.test/page/0", "http://b.test/page/1"]
+
+
+async def test_a_worker_stops_claiming_a_host_it_holds_enough_urls_of(frontiers: Factory,
+                                                                      tmp_path: Path) -> None:
+    frontier = frontiers("w1")
+    settings = Settings(scope_defaults=ScopeConfig(concurrency=2))
+    assert claim_per_scope(settings) == 4  # its slots, plus two
+    assert claim_per_scope(Settings(scope_defaults=ScopeConfig(rampup=True))) == 10  # rampup's 8 slots + 2
+    await frontier.enqueue(site("slow.test", 8) + site("fast.test", 8))
+    job = SharedCrawlJob(settings, CrawlOptions(output=tmp_path / "out.jsonl", store=frontier.url),
+                         frontier=frontier)
+    source = job.source
+    assert isinstance(source, SharedSource)
+    try:
+        for _ in range(4):
+            source._take(await frontier.claim(10, spacing=0.0, skip=source.full_scopes()))
+        assert sorted(source.full_scopes()) == ["fast.test", "slow.test"]
+        assert len(source._held) == 8
+        fast = next(task for task in source._held.values() if "fast" in task.url)
+        source.settled(fast, "ok")  # one fast URL answered: room for one more of fast.test only
+        assert source.full_scopes() == ["slow.test"]
+        claim = await frontier.claim(10, spacing=0.0, skip=source.full_scopes())
+        assert [item.scope for item in claim.urls] == ["fast.test"]
+    finally:
+        await job.throttler.aclose()

@@ -7,9 +7,11 @@ Every URL is one ``await client.get(url)`` on a ``crawlpace.http.throttled_clien
 ``DOWNLOAD_DELAY_PER_SLOT = 0``), ``CONCURRENT_REQUESTS = 64``, the wrapper's own 3
 resends of a backoff answer, a 10 s timeout, and, with ``rampup``, rampup on for every
 host (``THROTTLING_SCOPE_DEFAULTS = {"rampup": true}``). All URLs are started at once; the
-throttler decides when each goes. Nothing reads robots.txt, as a library user seldom
-does. A transient failure that is not a backoff answer (a 500, say) is sent again by
-this script, up to 3 times, the way a careful caller would. Each URL's final answer is one
+throttler decides when each goes. The client obeys robots.txt (``robots_txt=True``): it
+reads each site's file before the first page, applies its Crawl-delay and refuses what it
+disallows (such a URL's line has the error). A transient failure that is not a backoff
+answer (a 500, say) is sent again by this script, up to 3 times, the way a careful caller
+would. Each URL's final answer is one
 JSON line ``{"url", "status", "attempts", "error"}``.
 """
 
@@ -61,7 +63,7 @@ async def main(urls: list[str], output: Path, mode: str) -> None:
     if mode == "rampup":
         settings["THROTTLING_SCOPE_DEFAULTS"] = {"rampup": True}
     with output.open("w", encoding="utf-8") as out:
-        async with throttled_client(settings, timeout=TIMEOUT, trust_env=False) as client:
+        async with throttled_client(settings, timeout=TIMEOUT, trust_env=False, robots_txt=True) as client:
             await asyncio.gather(*(fetch(client, url, out) for url in urls))
 
 

@@ -10,6 +10,7 @@ anything this package raises on purpose::
     ├── ThrottlerClosed      the throttler was closed while a request waited or tried to enter
     ├── ScopeGivenUp         the circuit breaker gave a scope up; its requests fail
     ├── StoreUnreachable     a shared store did not answer at start-up (refused, bad password, silence)
+    ├── RobotsDisallowed     robots.txt forbids a request of crawlpace.http (or could not be fetched)
     ├── StateFormatError     stored learned state this version cannot read (also a ValueError)
     │   └── PolicyFormatError  a store's policy record could not be read
     └── PermitError          a permit was misused (released twice, feedback after release)
@@ -28,6 +29,7 @@ __all__ = [
     "PermitError",
     "PolicyFormatError",
     "QuotaError",
+    "RobotsDisallowed",
     "ScopeError",
     "ScopeGivenUp",
     "StateFormatError",
@@ -83,6 +85,28 @@ class StoreUnreachable(CrawlpaceError):
     The message names the store (password hidden), what happened and what to
     check. While running, the store fails closed instead: requests wait.
     """
+
+
+class RobotsDisallowed(CrawlpaceError):
+    """A request was not sent because its origin's robots.txt forbids it.
+
+    Raised by :mod:`crawlpace.http` clients built with ``robots_txt=True``.
+
+    Attributes:
+        url: the request's URL.
+        origin: ``scheme://host[:port]``, whose robots.txt it was.
+        reason: why, in words.
+        final: True when the file itself forbids the URL; False when the file
+            could not be fetched (RFC 9309 forbids the origin until it can be,
+            so a later request may go).
+    """
+
+    def __init__(self, url: str, origin: str, reason: str, *, final: bool = True) -> None:
+        self.url = url
+        self.origin = origin
+        self.reason = reason
+        self.final = final
+        super().__init__(f"{url} not sent: {reason}")
 
 
 class StateFormatError(CrawlpaceError, ValueError):

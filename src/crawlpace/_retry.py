@@ -74,7 +74,7 @@ def _describe(response: object | None, error: BaseException | None) -> str:
 
 async def send_async(throttler: Throttler, method: str, url: str, scopes: object, attempts: int,
                      send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
-                     log: logging.Logger = logger) -> tuple[R, int]:
+                     log: logging.Logger = logger, *, request: object = None) -> tuple[R, int]:
     """Send under a permit, feed the outcome back, and retry backoff outcomes.
 
     Args:
@@ -87,6 +87,9 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             duration is the latency.
         discard: closes a response that is not returned (a retried one).
         log: the adapter's logger, for the retry lines.
+        request: what the throttler is asked about instead of ``url`` (an
+            object with ``url`` and ``meta``, for a request whose latency must
+            not steer the scope).
 
     Returns:
         The response and the number of sends it took.
@@ -96,8 +99,9 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             (``ScopeGivenUp``, ``QuotaError``, ``ThrottlerClosed``).
     """
     clock = throttler.clock
+    subject = url if request is None else request
     for attempt in range(1, attempts + 1):
-        permit = await throttler.acquire(url, scopes=scopes)
+        permit = await throttler.acquire(subject, scopes=scopes)
         started = clock.now()
         response: R | None = None
         error: Exception | None = None

@@ -24,6 +24,10 @@ For each attempt the transport:
    delay or the server's ``Retry-After`` by itself, so no sleep is needed
    here.
 
+With ``robots_txt=True`` it first reads the origin's robots.txt (once per
+origin, see :mod:`crawlpace._http_robots`): disallowed URLs raise
+:class:`~crawlpace.RobotsDisallowed` and a ``Crawl-delay`` paces the host.
+
 httpx is an optional dependency (``pip install crawlpace[http]``); the rest of
 crawlpace does not need it, and this module is not imported by ``crawlpace``.
 """
@@ -37,6 +41,7 @@ from typing import Any
 import httpx
 
 from ._config import Settings
+from ._http_robots import RobotsGuard
 from ._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_sync_client
 from ._httpx_common import (
     ATTEMPTS_EXTENSION,
@@ -84,6 +89,12 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             (a status in the scope's ``BACKOFF_HTTP_CODES`` such as 429 or
             503, or an exception in its ``BACKOFF_EXCEPTIONS`` such as a
             timeout) is sent again; 0 disables retries.
+        robots_txt: obey each origin's robots.txt (off by default: an API
+            client usually should not; a crawler should). Disallowed URLs
+            raise :class:`~crawlpace.RobotsDisallowed`; a ``Crawl-delay``
+            is given to the throttler.
+        robots_user_agent: the user agent whose robots.txt rules apply;
+            by default the ``User-Agent`` header of the first request.
 
     Raises:
         TypeError: when ``throttler`` is given with ``settings`` or ``store``.
@@ -99,19 +110,28 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
     :class:`~crawlpace.ScopeGivenUp` when the circuit breaker gave a scope up
     (possibly while waiting to retry), :class:`~crawlpace.QuotaError` when the
     request expects more quota than its scope has, and
-    :class:`~crawlpace.ThrottlerClosed` once the throttler is closed.
+    :class:`~crawlpace.ThrottlerClosed` once the throttler is closed, and,
+    with ``robots_txt``, :class:`~crawlpace.RobotsDisallowed`.
     """
 
     def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
                  throttler: Throttler | None = None, store: Store | str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
-                 retries: int = 3) -> None:
+                 retries: int = 3, robots_txt: bool = False,
+                 robots_user_agent: str | None = None) -> None:
         check_owner(settings, throttler, store)
         self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
             Throttler(settings, store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._robots = RobotsGuard(self._throttler, self._transport.handle_async_request, retries=retries,
+                                   user_agent=robots_user_agent) if robots_txt else None
+
+    @property
+    def robots(self) -> RobotsGuard | None:
+        """The robots.txt keeper, when the transport obeys robots.txt."""
+        return self._robots
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` when its scopes allow it, retrying backoff outcomes.
@@ -128,9 +148,12 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
+            RobotsDisallowed: with ``robots_txt``, when robots.txt forbids the URL.
             httpx.TransportError: (or whatever the inner transport raised) for
                 the last attempt, when it failed with an exception.
         """
+        if self._robots is not None:
+            await self._robots.check(request)
         target = str(request.url)
         attempts = 1 + (self._retries if replayable(request) else 0)
         if attempts == 1 and self._retries:
@@ -151,6 +174,8 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
         try:
+            if self._robots is not None:
+                await self._robots.aclose()
             await self._transport.aclose()
         finally:
             if self._owns_throttler:
@@ -158,7 +183,8 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
 
     def __repr__(self) -> str:
         owned = "owned" if self._owns_throttler else "shared"
-        return f"<ThrottledTransport retries={self._retries} throttler={owned} {self._throttler!r}>"
+        robots = " robots_txt" if self._robots is not None else ""
+        return f"<ThrottledTransport retries={self._retries}{robots} throttler={owned} {self._throttler!r}>"
 
 
 class ThrottledClient(httpx.AsyncClient):
@@ -184,7 +210,8 @@ class ThrottledClient(httpx.AsyncClient):
 
 def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
                      throttler: Throttler | None = None, store: Store | str | None = None,
-                     retries: int = 3, **client_kwargs: Any) -> ThrottledClient:
+                     retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                     **client_kwargs: Any) -> ThrottledClient:
     """Build an :class:`httpx.AsyncClient` whose requests all go through a throttler.
 
     Args:
@@ -195,6 +222,10 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
         store: the store of the client's own throttler (a store or a URL such
             as ``"redis://localhost:6379/0"``); ``"memory://"`` by default.
         retries: see :class:`ThrottledTransport`.
+        robots_txt: obey each origin's robots.txt (off by default); see
+            :class:`ThrottledTransport`.
+        robots_user_agent: the user agent whose robots.txt rules apply; by
+            default the client's ``User-Agent`` header.
         **client_kwargs: passed to :class:`httpx.AsyncClient` (``timeout``,
             ``headers``, ``follow_redirects``, ``base_url``...). The transport
             options ``verify``, ``cert``, ``http1``, ``http2``, ``limits`` and
@@ -226,5 +257,6 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
     if inner is None:
         inner = httpx.AsyncHTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledTransport(settings, throttler=throttler, store=store, transport=inner,
-                                   retries=retries)
+                                   retries=retries, robots_txt=robots_txt,
+                                   robots_user_agent=robots_user_agent)
     return ThrottledClient(transport=transport, **client_kwargs)

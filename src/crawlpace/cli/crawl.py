@@ -98,6 +98,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        "(auto, the default; faster on broad crawls), or asyncio, or uvloop")
     crawl.add_argument("--visibility", type=float, default=30.0, help="with the shared frontier: seconds "
                        "before a killed worker's URLs are handed out again (default 30)")
+    crawl.add_argument("--wait-for-urls", type=float, default=0.0, metavar="SECONDS",
+                       help="with the shared frontier: wait up to SECONDS for URLs when the frontier is "
+                            "empty at start, instead of ending at once (default 0)")
     watch = crawl.add_argument_group("watching the crawl (docs/observability.md)")
     watch.add_argument("--metrics-port", type=int, metavar="PORT",
                        help="serve Prometheus metrics at http://HOST:PORT/metrics while crawling")
@@ -296,7 +299,8 @@ def run(args: argparse.Namespace) -> int:
         output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
         user_agent=DEFAULT_USER_AGENT if args.user_agent is None else args.user_agent,
         retries=args.retries, timeout=args.timeout,
-        robots=not args.no_robots, store=store_url(args.store, args.namespace), visibility=args.visibility)
+        robots=not args.no_robots, store=store_url(args.store, args.namespace), visibility=args.visibility,
+        wait_for_urls=args.wait_for_urls)
     shared = args.urls is None
     if shared and args.resume:
         raise ConfigError(["--resume: a shared-frontier worker has nothing to resume (the frontier keeps "

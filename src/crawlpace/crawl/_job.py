@@ -99,10 +99,12 @@ class CrawlJob(JobOutcomes):
         self.blocks = BlockRules(settings.block_rules)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         self.source: UrlSource = source if source is not None else JournalSource()
-        self._robots_answers = None if self.robots is None else RobotsAnswers(self, self.robots,
-                                                                               self._follow_redirect)
+        self._robots_answers = None if self.robots is None else RobotsAnswers(
+            self, self.robots, self._follow_redirect, shared=self.source.robots_share)
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
                                    on_wait=self.source.on_wait)
+        if self._robots_answers is not None and self.source.robots_share is not None:
+            self.scheduler.share_robots(self._robots_answers.wanted)
         self.summary = CrawlSummary()
         self.inflight = 0
         self._stop = asyncio.Event()

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable
 from ..frontier import Journal, JournalError
 from ..frontier._scheduler import Task
 from ._results import FINAL_OUTCOMES, ResultWriter, reconcile
-from ._source import JobParts, host_or_blank
+from ._source import JobParts, RobotsShare, host_or_blank
 
 __all__ = ["JournalSource"]
 
@@ -28,6 +28,7 @@ class JournalSource:
     """The URLs given to the crawl, through its journal (see the module docstring)."""
 
     on_wait: Callable[[str, float], None] | None = None
+    robots_share: RobotsShare | None = None
 
     def __init__(self) -> None:
         self._job: JobParts | None = None

@@ -43,6 +43,10 @@ class CrawlOptions:
         visibility: with the shared frontier, seconds a claimed URL stays
             hidden from other workers unless renewed: a killed worker's URLs
             are handed out again after at most this long.
+        wait_for_urls: with the shared frontier, seconds a worker that finds
+            the frontier empty, and has not yet seen work in it, waits for
+            URLs to be enqueued before it ends (0: it ends at once). Workers
+            started ahead of ``crawlpace enqueue`` are ready when the URLs come.
     """
 
     output: Path
@@ -59,6 +63,7 @@ class CrawlOptions:
     trust_env: bool = True
     store: str = "memory://"
     visibility: float = 30.0
+    wait_for_urls: float = 0.0
 
     def __post_init__(self) -> None:
         problems = []
@@ -71,6 +76,11 @@ class CrawlOptions:
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 problems.append(f"{name}: {value!r} is not a positive number of seconds; use e.g. {example}")
+        wait = self.wait_for_urls
+        number = isinstance(wait, int | float) and not isinstance(wait, bool)
+        if not (number and math.isfinite(wait) and wait >= 0):
+            problems.append(f"wait_for_urls: {wait!r} is not a number of seconds >= 0; use e.g. 60, or 0 to "
+                            "end at once on an empty frontier")
         if not self.user_agent or any(ch in self.user_agent for ch in "\r\n"):
             problems.append(f"user_agent: {self.user_agent!r} is empty or spans lines; use one line of text")
         for name, path in (("output", self.output), ("state", self.state)):

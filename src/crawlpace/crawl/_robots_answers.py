@@ -7,6 +7,13 @@ file is fetched again within ``robots_retries``, and then the rules are
 settled in the cache, a changed Crawl-delay goes to the scopes the fetch ran
 under (stored again and again while a shared store is away), and the pages
 that waited are let go.
+
+A worker of a fleet (a crawl whose source shares robots.txt answers) first
+looks for the copy another worker stored: one worker fetches each site's
+robots.txt and stores its final answer, the others wait for that copy and
+settle it as if they had fetched it themselves. So a site sees one robots.txt
+request per fleet, not one per worker, each taking a slot of the site's
+start-up pace before any page goes.
 """
 
 from __future__ import annotations
@@ -14,16 +21,24 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .._robots import ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
+from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Task, origin_of
+from ..frontier._shared import RobotsCopy
+from ..frontier._task import Unmeasured
 from ..stores.connection import Retry, unreachable
 from ._answer import Answer
-from ._source import JobParts
+from ._source import JobParts, RobotsShare
 
 __all__ = ["RobotsAnswers"]
 
 _log = logging.getLogger("crawlpace.crawl._job")  # its lines keep the job's logger
+
+#: Seconds one worker holds the right to fetch a site's robots.txt for the fleet; should it store
+#: no answer by then (it died, or its fetch was dropped), the next worker to ask fetches it.
+SHARED_HOLD = 30.0
+#: Seconds between two looks for the copy another worker is fetching.
+SHARED_POLL = 0.2
 
 
 class RobotsAnswers:
@@ -34,17 +49,51 @@ class RobotsAnswers:
         cache: the crawl's robots.txt cache.
         follow: queues the next hop of a redirect, ``follow(task, answer, max_hops)``;
             False when there is none to follow.
+        shared: where the workers of a fleet share robots.txt answers; None
+            for a crawl on its own (every file is fetched here).
     """
 
     def __init__(self, job: JobParts, cache: RobotsCache,
-                 follow: Callable[[Task, Answer, int], bool]) -> None:
+                 follow: Callable[[Task, Answer, int], bool], *, shared: RobotsShare | None = None) -> None:
         self._job = job
         self._cache = cache
         self._follow = follow
+        self._shared = shared
+        self._fetching: set[str] = set()  # origins this worker fetches for the fleet
+
+    def wanted(self, fetch: Task) -> bool:
+        """A robots.txt fetch is due: with a fleet, look for its copy first; True when taken over."""
+        if self._shared is None:
+            return False
+        self._job.spawn(self._look_up(fetch))
+        return True
+
+    async def _look_up(self, fetch: Task) -> None:
+        """Settle the fleet's copy of ``fetch``'s file, or queue the fetch once it is this worker's turn."""
+        job, shared = self._job, self._shared
+        assert shared is not None
+        origin = origin_of(fetch.url)
+        while not job.stopping:
+            try:
+                found = await shared.robots(origin, hold=SHARED_HOLD)
+            except Exception as exc:  # unreachable or not: fetch it here rather than hold the site
+                _log.debug("could not look up the fleet's robots.txt of %s (%s); fetching it", origin, exc)
+                found = True
+            if isinstance(found, RobotsCopy):
+                _log.debug("robots.txt of %s: the copy another worker fetched", origin)
+                fetch.retries = job.options.robots_retries  # its retries were spent where it was fetched
+                scopes = job.throttler.scopes_nowait(Unmeasured(fetch.url)) or ()
+                self._apply(fetch, origin, found.status, found.body, found.why, scopes)
+                return
+            if found:
+                self._fetching.add(origin)
+                job.scheduler.push(fetch, front=True)
+                return
+            await job.throttler.clock.sleep(SHARED_POLL)
 
     def settle(self, task: Task, answer: Answer, scopes: tuple[str, ...]) -> None:
         """The answer to robots.txt ``task``, fetched under ``scopes``."""
-        job, robots = self._job, self._cache
+        job = self._job
         if self._follow(task, answer, ROBOTS_MAX_REDIRECTS):
             return
         if robots_verdict(answer.status) == "unreachable" and task.retries < job.options.robots_retries:
@@ -53,16 +102,41 @@ class RobotsAnswers:
             return
         origin = origin_of(task.url)  # the rules are the first origin's, wherever they were found
         why = "" if answer.error is None else f"{type(answer.error).__name__}: {answer.error}"
-        settled = robots.settle(origin, answer.status, answer.body, job.throttler.clock.now(), why=why)
+        if origin in self._fetching:
+            self._fetching.discard(origin)
+            self._store(origin, RobotsCopy(answer.status, answer.body[:MAX_ROBOTS_BYTES], why))
+        self._apply(task, origin, answer.status, answer.body, why, scopes)
+
+    def _apply(self, task: Task, origin: str, status: int | None, body: bytes, why: str,
+               scopes: tuple[str, ...]) -> None:
+        """Settle ``origin``'s rules, pass a changed Crawl-delay on, and let the waiting pages go."""
+        job = self._job
+        settled = self._cache.settle(origin, status, body, job.throttler.clock.now(), why=why)
         if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
             for scope in crawl_delay_scopes(task.host, scopes):
                 job.spawn(self._apply_crawl_delay(scope, settled.rules.crawl_delay, origin))
         job.scheduler.robots_known(origin)
 
+    def _store(self, origin: str, copy: RobotsCopy) -> None:
+        """Store this worker's answer for the fleet, as long as the rules it gives are trusted."""
+        shared = self._shared
+        assert shared is not None
+        cache = self._cache
+        keep = cache.retry_ttl if robots_verdict(copy.status) == "unreachable" else cache.ttl
+
+        async def store() -> None:
+            try:
+                await shared.store_robots(origin, copy, keep=keep)
+            except Exception as exc:  # the others then fetch it themselves once the hold ends
+                _log.debug("could not store the robots.txt of %s for the fleet: %s", origin, exc)
+
+        self._job.spawn(store())
+
     def dropped(self, task: Task, detail: str) -> None:
         """A robots.txt fetch left without an answer (``detail`` says why)."""
         # Pages wait for this file: it counts as unreachable (RFC 9309), and they are looked at again.
         origin = origin_of(task.url)
+        self._fetching.discard(origin)  # nothing to store: the next worker to ask fetches it
         self._cache.failed(origin, self._job.throttler.clock.now(), detail)
         self._job.scheduler.robots_known(origin)
 

@@ -8,10 +8,17 @@ file. What differs is where URLs come from and what "done" means:
   than it can use (twice ``CONCURRENT_REQUESTS``), extends the visibility of
   those it holds every third of the visibility time, and acknowledges each
   URL after its line is in the output file;
+* it holds at most a few more URLs of one host than the host has slots
+  (:func:`claim_per_scope`): claims skip the hosts it holds enough of, so its
+  room does not fill with the URLs of slow sites while the URLs of fast ones
+  wait in the frontier (claims go round the ready hosts, and a slow host's
+  URLs leave a worker slowly);
 * a host the throttler holds back for a second or more is deferred in the
   frontier, so other workers do not claim its URLs meanwhile;
 * the worker ends when the frontier is drained: nothing queued, nothing
   claimed by anyone (a dead worker's claims first expire and are redone);
+  with ``wait_for_urls``, a worker that has not yet seen any work waits that
+  long for ``crawlpace enqueue`` first (a fleet started ahead of its URLs);
 * on Ctrl-C or SIGTERM it hands the URLs it has not answered back at once;
 * while Redis is away it keeps retrying (with backoff and one log line each
   way), and loses nothing: unacknowledged answers are acknowledged later, and
@@ -27,7 +34,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
@@ -37,14 +44,15 @@ from ..frontier._scheduler import Scheduler, Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
 from ..stores.connection import RETRY_FIRST as _RETRY_FIRST  # one source for the waits while Redis is away
 from ..stores.connection import RETRY_MAX as _RETRY_MAX
+from ._claims import claim_per_scope, claim_spacing
 from ._fetch import Fetcher
 from ._job import CrawlJob
 from ._options import CrawlOptions
 from ._results import ResultWriter, reconcile
-from ._source import JobParts
+from ._source import JobParts, RobotsShare
 from ._summary import CrawlSummary
 
-__all__ = ["SharedCrawlJob", "SharedSource", "claim_spacing"]
+__all__ = ["SharedCrawlJob", "SharedSource", "claim_per_scope", "claim_spacing"]
 
 _log = logging.getLogger(__name__)
 
@@ -52,20 +60,6 @@ _log = logging.getLogger(__name__)
 _POLL = 0.5
 # Seconds allowed, when stopping, to hand URLs back and send the last acknowledgements.
 _GOODBYE = 5.0
-
-
-def claim_spacing(settings: Settings) -> float:
-    """Seconds a host waits in the frontier after giving a URL: its fastest pace, at most 1 s.
-
-    Claims then hand a site's URLs out about as fast as its limits let them
-    be sent, so no worker piles up URLs of one site while the others idle.
-    """
-    cfg = settings.scope_defaults
-    if cfg.rampup:
-        gap = cfg.rampup_min_delay / max(cfg.rampup_max_concurrency, 1)
-    else:
-        gap = cfg.delay / max(cfg.concurrency, 1)
-    return min(max(gap, 0.0), 1.0)
 
 
 class SharedCrawlJob(CrawlJob):
@@ -108,6 +102,8 @@ class SharedSource:
             options.store, visibility=options.visibility)
         self._job: JobParts | None = None
         self._held: dict[int, Task] = {}  # claimed and not yet answered
+        self._held_scope: dict[int, str] = {}  # their scopes in the frontier
+        self._per_scope: Counter[str] = Counter()  # held URLs per scope
         self._acks: dict[str, list[int]] = defaultdict(list)  # outcome -> ids, waiting to be sent
         self._news = asyncio.Event()  # a URL was answered: the feeder may claim more
         self._claimed = asyncio.Event()  # the feeder handed over URLs, or found the frontier drained
@@ -116,8 +112,12 @@ class SharedSource:
         self._feeder: asyncio.Task[None] | None = None
         self._deferred: dict[str, float] = {}  # host -> when (our clock) we last said it waits until
         self._target = 2 * settings.concurrent_requests
+        self._wait_until: float | None = None  # until when an empty frontier is waited on (start_background)
         self._spacing = claim_spacing(settings)
+        self._scope_cap = claim_per_scope(settings)
         self.on_wait: Callable[[str, float], None] | None = self._held_back
+        # One worker fetches each site's robots.txt; the others read its answer from the frontier.
+        self.robots_share: RobotsShare | None = self.frontier
 
     # -- the parts of the job the feeder uses ------------------------------------------
 
@@ -183,6 +183,7 @@ class SharedSource:
 
     def start_background(self) -> None:
         """Start the feeder."""
+        self._wait_until = self.throttler.clock.now() + self.options.wait_for_urls
         self._feeder = asyncio.ensure_future(self._feed())
         self._feeder.add_done_callback(self._feeder_ended)
 
@@ -216,6 +217,11 @@ class SharedSource:
         """``task``'s line is written: its acknowledgement goes with the feeder's next round."""
         if self._held.pop(task.id, None) is not None:
             self._acks[outcome].append(task.id)
+            scope = self._held_scope.pop(task.id, None)
+            if scope is not None:
+                self._per_scope[scope] -= 1
+                if self._per_scope[scope] <= 0:
+                    del self._per_scope[scope]
         self._news.set()
 
     async def close(self) -> None:
@@ -261,8 +267,9 @@ class SharedSource:
                 if clock.now() - touched >= self.frontier.visibility / 3.0:
                     await self._touch()
                     touched = clock.now()
+                skip = self.full_scopes()
                 claim = await self.frontier.claim(max(self._target - len(self._held), 0),
-                                                  spacing=self._spacing)
+                                                  spacing=self._spacing, skip=skip)
             except Exception as exc:
                 if not frontier_unreachable(exc):
                     raise
@@ -276,7 +283,11 @@ class SharedSource:
             if self._finished():
                 self.scheduler.poke()
                 return
-            await self._pause(self._next_claim_in(claim))
+            await self._pause(_POLL if skip and not claim.urls else self._next_claim_in(claim))
+
+    def full_scopes(self) -> list[str]:
+        """The scopes this worker holds enough URLs of (:func:`claim_per_scope`): claims skip them."""
+        return [scope for scope, held in self._per_scope.items() if held >= self._scope_cap]
 
     def _take(self, claim: Claim) -> None:
         if claim.requeued:
@@ -284,9 +295,15 @@ class SharedSource:
         for item in claim.urls:
             task = Task(item.id, item.url)
             self._held[item.id] = task
+            self._held_scope[item.id] = item.scope
+            self._per_scope[item.scope] += 1
             self.scheduler.push(task)
         self.summary.urls += len(claim.urls)
-        self._drained = claim.drained and not self._held and not self._acks
+        if claim.urls or not claim.drained:
+            self._wait_until = None  # work was seen: a drained frontier now means the end
+        drained = claim.drained and not self._held and not self._acks
+        waiting = self._wait_until is not None and self.throttler.clock.now() < self._wait_until
+        self._drained = drained and not waiting
         if claim.urls or self._drained:
             self._claimed.set()
 

@@ -26,11 +26,12 @@ from .._exceptions import ScopeError
 from .._fetchable import fetchable_scope
 from .._throttler import Throttler
 from ..frontier._scheduler import Scheduler, Task
+from ..frontier._shared import RobotsCopy
 from ._options import CrawlOptions
 from ._results import ResultWriter
 from ._summary import CrawlSummary
 
-__all__ = ["JobParts", "UrlSource", "host_or_blank"]
+__all__ = ["JobParts", "RobotsShare", "UrlSource", "host_or_blank"]
 
 
 class JobParts(Protocol):
@@ -53,6 +54,19 @@ class JobParts(Protocol):
         """Stop taking URLs (what is unanswered is left to the source's :meth:`UrlSource.close`)."""
 
 
+class RobotsShare(Protocol):
+    """Where the workers of a fleet keep each site's robots.txt, so that one of them fetches it.
+
+    :class:`~crawlpace.frontier._shared.SharedFrontier` is one.
+    """
+
+    async def robots(self, origin: str, *, hold: float) -> RobotsCopy | bool:
+        """The stored copy; else True when this worker should fetch it, False while another does."""
+
+    async def store_robots(self, origin: str, copy: RobotsCopy, *, keep: float) -> None:
+        """Store this worker's answer for the others, for ``keep`` seconds."""
+
+
 class UrlSource(Protocol):
     """Feeds a crawl job with URLs and records what became of them.
 
@@ -66,6 +80,8 @@ class UrlSource(Protocol):
     #: Called with ``(host, seconds)`` when the throttler holds a host back
     #: for a second or more; ``None`` when the source has no use for it.
     on_wait: Callable[[str, float], None] | None
+    #: Where robots.txt answers are shared with other workers; ``None`` for a crawl on its own.
+    robots_share: RobotsShare | None
 
     def bind(self, job: JobParts) -> None:
         """Remember the job this source feeds."""

@@ -6,6 +6,10 @@ wait beside the queue until the rules are known, and then those the rules
 forbid are set aside as disallowed instead of being fetched. The rules
 themselves are kept by :mod:`crawlpace.frontier._robots_cache`; this module is
 the holding of pages, a part of :class:`~crawlpace.frontier._scheduler.Scheduler`.
+
+A crawl may hand the fetch to someone else (:meth:`RobotsGating.share_robots`):
+a worker of a fleet first looks for the copy another worker already fetched,
+so that a site sees one robots.txt request per fleet rather than per worker.
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ class _SchedulerState(Protocol):
     _waiting_robots: dict[str, list[Task]]
     _clock: Clock
     _on_drop: Callable[[Task, Dropped, str], None]
+    _robots_hook: Callable[[Task], bool] | None
     queued: int
 
     def push(self, task: Task, *, front: bool = False) -> None: ...
@@ -36,6 +41,14 @@ class _SchedulerState(Protocol):
 
 class RobotsGating:
     """The robots.txt part of the crawl scheduler: pages held per origin until its rules are known."""
+
+    #: Given each robots.txt fetch before it is queued; True when it took the fetch over (and
+    #: will queue it with :meth:`push` or settle the rules itself). None: always queue it.
+    _robots_hook: Callable[[Task], bool] | None = None
+
+    def share_robots(self, hook: Callable[[Task], bool] | None) -> None:
+        """Offer every robots.txt fetch to ``hook`` first (see :attr:`_robots_hook`)."""
+        self._robots_hook = hook
 
     def robots_known(self: _SchedulerState, origin: str) -> None:
         """Put back the pages that waited for ``origin``'s robots.txt, ahead of their queues."""
@@ -62,8 +75,11 @@ class RobotsGating:
         self._waiting_robots.setdefault(origin, []).append(task)
         if state == "unknown":
             robots.start(origin, self._clock.now())
-            queue.appendleft(Task(0, f"{origin}/robots.txt", kind="robots", key=task.key, host=task.host))
-            self.queued += 1
+            fetch = Task(0, f"{origin}/robots.txt", kind="robots", key=task.key, host=task.host)
+            hook = self._robots_hook
+            if hook is None or not hook(fetch):
+                queue.appendleft(fetch)
+                self.queued += 1
         return False
 
     def _take_waiting(self: _SchedulerState, key: str) -> list[Task]:

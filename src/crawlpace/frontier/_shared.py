@@ -50,7 +50,8 @@ from ..stores.connection import (
     unreachable,
 )
 
-__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "FrontierCounts", "SharedFrontier", "frontier_unreachable"]
+__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "FrontierCounts", "RobotsCopy", "SharedFrontier",
+           "frontier_unreachable"]
 
 _log = logging.getLogger(__name__)
 
@@ -59,8 +60,9 @@ DEFAULT_VISIBILITY = 30.0
 # URLs sent to the server per enqueue call.
 _BATCH = 500
 
-_NAMES = ("enqueue", "claim", "ack", "touch", "give_back", "defer")
-_SCRIPTS = load_scripts("crawlpace.frontier", _NAMES, clocked=set(_NAMES) - {"ack"})
+_NAMES = ("enqueue", "claim", "ack", "touch", "give_back", "defer", "robots_get", "robots_put")
+_SCRIPTS = load_scripts("crawlpace.frontier", _NAMES,
+                        clocked=set(_NAMES) - {"ack", "robots_get", "robots_put"})
 _KEEP = load_scripts("crawlpace.frontier", ("keep",), clocked=())["keep"]
 #: Seconds a job's frontier keys live after the last enqueue, claim, touch or acknowledgement.
 DEFAULT_IDLE = 7 * 24 * 3600.0
@@ -109,6 +111,21 @@ class Claim:
     def drained(self) -> bool:
         """Whether nothing is queued and nothing is claimed: the frontier's work is done."""
         return self.queued <= 0 and self.claimed == 0
+
+
+@dataclass(frozen=True, slots=True)
+class RobotsCopy:
+    """A site's robots.txt answer as the worker that fetched it stored it for the fleet.
+
+    Attributes:
+        status: the final HTTP status, None when no answer came.
+        body: the body (at most the bytes robots.txt rules are read from).
+        why: what went wrong when there was no answer.
+    """
+
+    status: int | None
+    body: bytes
+    why: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,15 +267,17 @@ class SharedFrontier:
 
     # -- working ------------------------------------------------------------------
 
-    async def claim(self, count: int, *, spacing: float) -> Claim:
+    async def claim(self, count: int, *, spacing: float, skip: Sequence[str] = ()) -> Claim:
         """Claim up to ``count`` URLs, at most one per ready scope.
 
         Args:
             count: URLs wanted (0 only reads the counts and requeues expired claims).
             spacing: seconds before a scope that gave a URL may give another.
+            skip: scopes to take nothing from (this worker holds enough of them);
+                they stay ready for the other workers.
         """
         reply = await self._run("claim", ["", self._prefix, self.worker, max(count, 0), self.visibility,
-                                          max(spacing, 0.0)])
+                                          max(spacing, 0.0), *skip])
         urls = tuple(ClaimedUrl(int(reply[i]), reply[i + 1], reply[i + 2], int(reply[i + 3]))
                      for i in range(4, len(reply), 4))
         next_in = float(reply[2]) if reply[2] != "" else None
@@ -291,6 +310,34 @@ class SharedFrontier:
     async def defer(self, scope: str, seconds: float) -> bool:
         """Keep ``scope``'s queued URLs unclaimed for ``seconds`` (never earlier than already set)."""
         return bool(await self._run("defer", ["", scope, max(seconds, 0.0)]))
+
+    # -- robots.txt, once for the fleet ------------------------------------------------
+
+    async def robots(self, origin: str, *, hold: float) -> RobotsCopy | bool:
+        """The fleet's copy of ``origin``'s robots.txt, or whether this worker should fetch it.
+
+        Args:
+            origin: ``scheme://host:port``.
+            hold: seconds the right to fetch stays this worker's (another worker
+                takes it after that, should this one never store an answer).
+
+        Returns:
+            The stored copy; True when this worker now holds the right to fetch
+            it (and should :meth:`store_robots` the answer); False while another
+            worker fetches it.
+        """
+        reply = await self._run("robots_get", ["", self._prefix, self.worker, origin,
+                                               max(int(hold * 1000), 1)])
+        if reply[0] == "copy":
+            status = int(reply[1]) if reply[1] != "" else None
+            return RobotsCopy(status, reply[2].encode("latin-1"), reply[3])
+        return bool(reply[0] == "fetch")
+
+    async def store_robots(self, origin: str, copy: RobotsCopy, *, keep: float) -> None:
+        """Store ``origin``'s robots.txt answer for the other workers for ``keep`` seconds."""
+        status = "" if copy.status is None else str(copy.status)
+        await self._run("robots_put", ["", self._prefix, self.worker, origin, max(keep, 1.0), status,
+                                       copy.body.decode("latin-1"), copy.why])
 
     # -- reading ------------------------------------------------------------------
 

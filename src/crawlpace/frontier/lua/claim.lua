@@ -7,15 +7,21 @@
 -- next claims serve the other scopes first: fair, and no worker hoards one
 -- site's URLs while its limits let them out one by one.
 --
+-- Scopes named after the spacing are skipped (the worker holds enough of
+-- their URLs): they stay ready for the other workers, and a worker whose
+-- room fills with slow sites' URLs still gets URLs of the others.
+--
 -- KEYS: 1 the ready set (every other key shares its hash tag and prefix).
 -- ARGV: 1 now ("" = TIME), 2 key prefix, 3 worker name, 4 n, 5 visibility
---   seconds, 6 spacing seconds.
+--   seconds, 6 spacing seconds, then scopes to skip.
 -- Returns {queued, claimed, next ready in seconds ("" when nothing is queued),
 --   requeued, then id, url, scope, tries for each URL handed out}.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local p, worker = ARGV[2], ARGV[3]
 local n, vis, spacing = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ready, claimed, stats = KEYS[1], p .. "claimed", p .. "stats"
+local skip = {}
+for i = 7, #ARGV do skip[ARGV[i]] = true end
 
 local requeued = 0
 local expired = redis.call("ZRANGEBYSCORE", claimed, "-inf", num(now), "LIMIT", 0, 1000)
@@ -40,25 +46,28 @@ redis.call("ZADD", p .. "workers", num(now), worker)
 local out = {}
 local given = 0
 if n > 0 then
-  local scopes = redis.call("ZRANGEBYSCORE", ready, "-inf", num(now), "LIMIT", 0, n)
+  local scopes = redis.call("ZRANGEBYSCORE", ready, "-inf", num(now), "LIMIT", 0, n + #ARGV - 6)
   for _, scope in ipairs(scopes) do
-    local queue = p .. "q:" .. scope
-    local id = redis.call("LPOP", queue)
-    if id then
-      redis.call("ZADD", claimed, num(now + vis), id)
-      redis.call("HSET", p .. "owner", id, worker)
-      local tries = redis.call("HINCRBY", p .. "tries", id, 1)
-      out[#out + 1] = id
-      out[#out + 1] = redis.call("HGET", p .. "url", id) or ""
-      out[#out + 1] = scope
-      out[#out + 1] = tostring(tries)
-      given = given + 1
-    end
-    if redis.call("LLEN", queue) == 0 then
-      redis.call("ZREM", ready, scope)
-    else
-      redis.call("ZADD", ready, num(now + spacing), scope)
-      redis.call("EXPIRE", queue, IDLE)
+    if given >= n then break end
+    if not skip[scope] then
+      local queue = p .. "q:" .. scope
+      local id = redis.call("LPOP", queue)
+      if id then
+        redis.call("ZADD", claimed, num(now + vis), id)
+        redis.call("HSET", p .. "owner", id, worker)
+        local tries = redis.call("HINCRBY", p .. "tries", id, 1)
+        out[#out + 1] = id
+        out[#out + 1] = redis.call("HGET", p .. "url", id) or ""
+        out[#out + 1] = scope
+        out[#out + 1] = tostring(tries)
+        given = given + 1
+      end
+      if redis.call("LLEN", queue) == 0 then
+        redis.call("ZREM", ready, scope)
+      else
+        redis.call("ZADD", ready, num(now + spacing), scope)
+        redis.call("EXPIRE", queue, IDLE)
+      end
     end
   end
 end
