@@ -345,7 +345,7 @@ CONTENDERS: tuple[Contender, ...] = (
               library_command("rampup"), status_ok),
     Contender("oracle",
               "the all-knowing pacer (bench/_peers/oracle.py): reads every site's hidden limits from the "
-              "farm file and paces each host just under them; resends 5xx, 429 and errors (5 at most), "
+              "farm file and paces each host just under them; resends 5xx, 429 and errors (8 at most), "
               "10 s timeout",
               oracle_command, status_ok),
 )

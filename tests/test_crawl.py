@@ -243,6 +243,44 @@ async def test_transient_500s_are_retried_behind_the_hosts_queue(tmp_path: Path)
     assert report["flaky"]["requests"] == 40 + 1 + sum(result["attempts"] - 1 for result in results)
 
 
+async def test_a_page_of_a_live_site_is_not_given_up_after_its_retries(tmp_path: Path) -> None:
+    # /stubborn fails five times in a row while the other pages answer: the site is alive, so the
+    # page is sent past its one retry until it answers. /broken always fails: it ends, bounded.
+    from crawlpace.sim import SimServer
+
+    tries: Counter[str] = Counter()
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        tries[path] += 1
+        failing = path == "/broken" or (path == "/stubborn" and tries[path] <= 5)
+        status, body = (500, b"") if failing else (200, b"page")
+        await send({"type": "http.response.start", "status": status,
+                    "headers": [(b"content-length", str(len(body)).encode())]})
+        await send({"type": "http.response.body", "body": body})
+
+    async with SimServer(app, "127.0.0.2") as server:
+        urls = [f"{server.url}/stubborn", f"{server.url}/broken"] + [f"{server.url}/p{n}" for n in range(30)]
+        _summary, results = await crawl(tmp_path, urls, {"BREAKER_ENABLED": False}, retries=1, robots=False)
+    by_path = {result["url"].rsplit("/", 1)[1]: result for result in results}
+    assert (by_path["stubborn"]["status"], by_path["stubborn"]["attempts"]) == (200, 6)
+    assert (by_path["broken"]["status"], by_path["broken"]["attempts"]) == (500, 8)  # 4 x (1 + 1 retry)
+    assert all(by_path[f"p{n}"]["status"] == 200 for n in range(30))
+
+
+async def test_a_site_that_never_answers_well_gets_only_its_retries(tmp_path: Path) -> None:
+    from crawlpace.sim import SimServer
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        await send({"type": "http.response.start", "status": 500, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+    async with SimServer(app, "127.0.0.2") as server:
+        _summary, results = await crawl(tmp_path, [f"{server.url}/p{n}" for n in range(3)],
+                                        {"BREAKER_ENABLED": False}, retries=2, robots=False)
+    assert [result["attempts"] for result in results] == [3, 3, 3]
+
+
 async def test_without_retries_a_500_is_the_final_answer(tmp_path: Path) -> None:
     spec = {"site": [{"name": "flaky", "profile": "flaky", "errors": 0.3, "hangs": 0.0, "pages": 40,
                       "seed": 3}]}

@@ -253,6 +253,139 @@ def test_a_hold_that_ended_long_ago_changes_nothing() -> None:
     assert ramp.allowed_rate(60.0) == 4.0
 
 
+def deep_cut(ramp: Rampup) -> float:
+    """Drive ``ramp`` to an ordinary cut and then a deep one; return the rate the deep cut came at."""
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 100.0)
+    send_and_answer(ramp, end, pushback=True)  # an ordinary cut
+    end = drive(ramp, end, end + 0.3)
+    failing = ramp.allowed_rate(end)
+    send_and_answer(ramp, end, pushback=True)  # again before the rate grew back: a deep cut
+    return failing
+
+
+def test_after_a_deep_cut_the_search_climbs_quickly_to_an_ordinary_cuts_level() -> None:
+    ramp = controller(start_rate=8.0)
+    deep_cut(ramp)
+    failing = ramp.last_pushback_rate  # the measured send rate the cut started from
+    assert failing is not None
+    start = ramp._last_growth
+    assert ramp.ceiling == pytest.approx(math.sqrt(0.5) * failing, rel=0.01)  # the geometric middle
+    # Without the search the climb would level out at the middle for the length of a
+    # climb (45 s) and then probe at the ordinary pace: about 0.71x the failing rate.
+    # With it, each level held is safe and the next is halfway (geometrically) to 0.92x.
+    drive(ramp, start, start + 25.0)
+    assert ramp.ceiling == pytest.approx(0.92 * failing, rel=0.01)
+    assert ramp.rate >= 0.9 * failing
+    assert ramp._top == 0.0  # the search is over; the ordinary probe takes it from here
+
+
+def test_a_refusal_during_the_search_ends_it_with_an_ordinary_cut() -> None:
+    ramp = controller(start_rate=8.0)
+    failing = deep_cut(ramp)
+    start = ramp._last_growth
+    end = drive(ramp, start, start + 10.0)  # the first levels of the search
+    rate = ramp.allowed_rate(end)
+    assert ramp._top > 0.0
+    send_and_answer(ramp, end, pushback=True)  # the limit lies here
+    # Not another deep cut (the rate grew since the last one); the fourth refusal in the
+    # window is over the band, so the cut is 0.8, not 0.9.
+    assert ramp.rate == pytest.approx(0.8 * rate, rel=0.05)
+    assert ramp._top == 0.0
+    drive(ramp, end, end + 40.0)
+    assert ramp.rate < 0.92 * failing
+
+
+def test_a_search_finds_a_token_bucket_within_seconds_not_windows() -> None:
+    # A refusal echoed by a bucket still paying back an overshoot: deep cut, then the search.
+    bucket = Bucket(25.0, 10.0)
+    ramp = controller(start_rate=25.0, max_rate=200.0)
+    rng = random.Random(4)
+    now, good = 0.0, []
+    while now < 90.0:
+        accepted = bucket.take(now)
+        send_and_answer(ramp, now, pushback=not accepted)
+        if accepted:
+            good.append(now)
+        now += rng.uniform(1.0 + RAMPUP_JITTER.low, 1.0 + RAMPUP_JITTER.high) / ramp.allowed_rate(now)
+    assert sum(30.0 <= t < 90.0 for t in good) / 60.0 >= 0.9 * 25.0
+
+
+def test_after_a_held_refusal_the_rate_stays_below_what_drew_it() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 100.0)
+    failing = ramp.allowed_rate(end)
+    ramp.on_send(end)
+    ramp.hold(end + 5.0)  # the refusal said Retry-After: 5 (the policy tells rampup first)
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    assert ramp.hold_learned == pytest.approx(5.0, abs=0.01)
+    level = ramp.ceiling
+    assert level is not None
+    assert level == pytest.approx(0.92 * failing, rel=0.05)
+    # A failed probe would cost 5 s of silence: none for 5 / 5 % = 100 s. The climb
+    # comes back to its level and stays there, under the rate that was refused.
+    now = drive(ramp, end + 5.0, end + 95.0)
+    assert ramp.rate == pytest.approx(level, rel=0.01)
+    assert "probe" not in ramp.decision
+    # Then it probes again, at the ordinary pace.
+    drive(ramp, now, end + 150.0)
+    assert ramp.rate > level
+
+
+def test_the_climb_does_not_advance_during_a_hold() -> None:
+    ramp = controller(start_rate=1.0)
+    end = drive(ramp, 0.0, 4.0)  # doubling: about 8/s
+    ramp.on_send(end)
+    ramp.hold(end + 5.0)  # Retry-After: 5 with the refusal that ends the start phase
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    cut = ramp.rate
+    # The quick climb after the cut takes 7.5 s; the five silent seconds must not count,
+    # or the first answer after the hold would find the rate near the failing one.
+    send_and_answer(ramp, end + 5.0)
+    assert ramp.rate == pytest.approx(cut, rel=0.02)
+    ceiling = ramp.ceiling
+    assert ceiling is not None
+    send_and_answer(ramp, end + 6.0)
+    assert cut < ramp.rate < cut + 0.6 * (ceiling - cut)
+
+
+def test_a_held_refusal_searches_up_to_under_the_rate_allowed() -> None:
+    # A stall of the crawler's own made the measured send rate sag just before the
+    # refusal: the level set from it would be far under the limit, and held there for
+    # the whole wait. The search climbs quickly to 0.92x the rate the scope was allowed.
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 100.0)
+    allowed = ramp.allowed_rate(end + 2.0)  # after a 2 s stall, the cap on the sagging measure
+    ramp.on_send(end + 2.0)
+    ramp.hold(end + 7.0)
+    ramp.on_response(end + 2.002, pushback=True, current=True, latency=0.002)
+    level = ramp.ceiling
+    assert level is not None
+    assert level < 0.8 * allowed
+    assert ramp._top == pytest.approx(0.92 * allowed, rel=0.01)
+    drive(ramp, end + 7.0, end + 60.0)
+    assert ramp.ceiling == pytest.approx(0.92 * allowed, rel=0.01)
+    assert ramp.rate <= 0.92 * allowed * 1.001  # and no probe past it: the hold's wait
+
+
+def test_a_refusal_without_a_hold_probes_as_before() -> None:
+    ramp = controller(start_rate=8.0)
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)
+    end = drive(ramp, 2.0, 100.0)
+    send_and_answer(ramp, end, pushback=True)
+    level = ramp.ceiling
+    assert level is not None
+    assert ramp.hold_learned == 0.0
+    drive(ramp, end, end + 70.0)
+    assert ramp.rate > level
+
+
 # -- the climb ------------------------------------------------------------------
 
 
@@ -591,6 +724,42 @@ def test_a_server_past_its_knee_is_brought_back_to_it_not_starved() -> None:
     share, latencies = knee_run(120.0)
     assert share >= 0.7
     assert sorted(latencies)[len(latencies) // 2] <= 0.2 * 1.5  # mostly at the knee, not queueing
+
+
+def test_a_latency_cut_caps_the_slots_at_what_the_rate_needs_unqueued() -> None:
+    ramp = controller(start_rate=8.0, max_concurrency=16)
+    drive(ramp, 0.0, 2.0, latency=0.2)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 40.0, latency=0.2)
+    sent = ramp.sent_rate(end)
+    assert ramp.slot_cap == math.inf
+    assert ramp.concurrency(ramp.allowed_rate(end)) > round(sent * 0.2)
+    end = drive(ramp, end, end + 2.0, latency=0.7)  # the server queues: far past the knee
+    assert "cut: latency" in ramp.decision
+    # Little's law at the baseline: the requests the rate keeps in flight unqueued.
+    assert ramp.slot_cap == max(3, round(sent * 0.2))
+    assert ramp.concurrency(50.0) == ramp.slot_cap
+    # A window without pushback raises it by one, as the refusal cap is raised.
+    drive(ramp, end, end + 61.0, latency=0.2)
+    assert ramp.slot_cap == max(3, round(sent * 0.2)) + 1
+
+
+def test_a_site_answering_in_milliseconds_gets_no_slot_cap_from_latency() -> None:
+    # Its latency swings are the crawler's own machine (a loaded loop adds tens of ms),
+    # not a queue at the server: three slots at 100 ms would hold a 25/s site to 30/s.
+    ramp = controller(start_rate=8.0, max_concurrency=16)
+    drive(ramp, 0.0, 2.0, latency=0.002)
+    send_and_answer(ramp, 2.0, pushback=True)
+    end = drive(ramp, 2.0, 40.0, latency=0.002)
+    drive(ramp, end, end + 2.0, latency=0.2)
+    assert "cut: latency" in ramp.decision
+    assert ramp.slot_cap == math.inf
+
+
+def test_a_server_with_a_sharp_knee_is_paced_by_its_slots() -> None:
+    share, latencies = knee_run(120.0)
+    assert share >= 0.9
+    assert sorted(latencies)[len(latencies) * 9 // 10] <= 0.2 * 1.5
 
 
 def test_slots_follow_the_baseline_latency_not_a_queueing_one() -> None:

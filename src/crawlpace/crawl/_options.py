@@ -27,7 +27,8 @@ class CrawlOptions:
         retries: times a URL is sent again after a backoff answer (429, 503,
             a timeout...), whose wait the throttler decides, or after another
             transient failure (a 500, a reset connection), which goes behind
-            the host's other URLs.
+            the host's other URLs. While the host keeps answering other URLs
+            well, a URL may take more (see ``crawl/_alive.py``).
         timeout: seconds allowed for connecting, and then for each read.
         max_redirects: redirects followed per URL, each throttled under its
             own host.

@@ -13,7 +13,9 @@ import logging
 import time
 
 from .._permit import Permit
+from .._throttler import Throttler
 from ..frontier._scheduler import Dropped, Scheduler, Task
+from ._alive import LiveHosts
 from ._answer import Answer, redirect_target, transient
 from ._options import CrawlOptions
 from ._output import ResultBatch
@@ -33,11 +35,13 @@ class JobOutcomes:
     """The settling part of a crawl job."""
 
     options: CrawlOptions
+    throttler: Throttler
     scheduler: Scheduler
     summary: CrawlSummary
     source: UrlSource
     _results: ResultBatch[tuple[Task, str]]
     _refusals: RefusalTracker
+    _live: LiveHosts
     _robots_answers: RobotsAnswers | None
 
     def _settle(self, task: Task, permit: Permit, answer: Answer) -> None:
@@ -56,7 +60,10 @@ class JobOutcomes:
         if self._follow_redirect(task, answer):
             return
         transient_failure = not backoff and transient(answer)
-        if (backoff or transient_failure) and task.retries < self.options.retries:
+        now = self.throttler.clock.now()
+        if not (backoff or transient_failure):
+            self._live.note(task.host, now)
+        elif self._live.may_retry(task.host, now, retries=self.options.retries, used=task.retries):
             task.retries += 1
             _log.debug("%s: %s %s, attempt %d; queued again", task.target,
                        "backoff answer" if backoff else "transient failure",

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-__all__ = ["CAP_INFLIGHT", "FIRST_SPAN", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
+__all__ = ["CAP_INFLIGHT", "FIRST_SPAN", "QUEUE_MIN_BASELINE", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
 
 #: Seconds of sends at the rate that may be in flight before any latency is known.
 FIRST_SPAN = 1.0
@@ -21,20 +21,26 @@ SLOT_HEADROOM = 1.5
 QUICK_REFUSAL = 0.5
 #: ... and caps the slots when at least this many requests were in flight.
 CAP_INFLIGHT = 3
+#: A latency cut caps the slots only for a scope whose baseline latency is at least this (seconds).
+QUEUE_MIN_BASELINE = 0.05
 
 
 class _SlotSizingState(Protocol):
     """What the methods of :class:`SlotSizing` use of the controller."""
 
     max_concurrency: int
+    phase: str
     slot_cap: float
     _cap_at: float
+    _queue_cap: bool
     _stuck_share: float
     _stuck_time: float
     latency: float | None
     window: float
 
     def baseline(self) -> float | None: ...
+    def sent_rate(self, now: float) -> float: ...
+    def _cap_queue(self, now: float) -> None: ...
 
 
 class SlotSizing:
@@ -79,6 +85,36 @@ class SlotSizing:
         return True
 
 
+    def _cap_queue(self: _SlotSizingState, now: float) -> None:
+        """Latency far past the knee in the steady phase: cap the slots at what the rate needs unqueued.
+
+        By Little's law a server answering at its baseline latency holds ``rate *
+        baseline`` of the scope's requests at once; more slots than that only
+        queue at a server whose latency grows with its load, and its answers slow
+        for every request. The cap is that count (rounded, at least
+        :data:`CAP_INFLIGHT`), raised by one after every window without a pushback
+        as the refusal cap is. The rate may then climb past what the slots let
+        through: the slots, not the delay, pace such a server.
+        """
+        base = self.baseline()
+        if base is None or base < QUEUE_MIN_BASELINE or self.phase != "steady":
+            return  # a page answered in milliseconds: its latency swings are the crawler's machine's
+        cap = float(max(CAP_INFLIGHT, round(self.sent_rate(now) * base)))
+        if cap < self.slot_cap:
+            self.slot_cap = cap
+            self._cap_at = now
+            self._queue_cap = True
+
+    def _knee_slots(self: _SlotSizingState, now: float) -> None:
+        """Latency at the knee under a cap set by :meth:`_cap_queue`: the raise went too far, set it again.
+
+        Past the knee a raised cap often slows answers without ever reaching the
+        cut line (a server whose throughput falls as it queues), and the scope
+        would sit there, slower, with the rate frozen.
+        """
+        if self._queue_cap:
+            self._cap_queue(now)
+
     def _raise_cap(self: _SlotSizingState, now: float) -> None:
         """A window without pushback: try one slot more (no cap once it reaches the most slots)."""
         if self.slot_cap != math.inf and now - self._cap_at >= self.window:
@@ -86,3 +122,4 @@ class SlotSizing:
             self._cap_at = now
             if self.slot_cap >= self.max_concurrency:
                 self.slot_cap = math.inf
+                self._queue_cap = False

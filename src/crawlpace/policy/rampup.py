@@ -52,34 +52,31 @@ Three more rules keep it honest:
   baseline latency, not the smoothed one, so a queueing server is not handed
   more requests to queue.
 
-A request that fails without an answer (a timeout, a reset connection) is
-pushback only when the server looks loaded: its smoothed latency is past the
-knee, or no latency was seen yet. While answers keep coming back as quickly
-as ever, such a failure is the site's own fault (a hang, a flaky link), and
-slowing down would not make it rarer: it is ignored. Such failures still hold
-a slot for as long as they take (a hang lasts until the timeout), so the
-slots grow by the requests they are expected to hold (Little's law: the rate,
-times their share of outcomes, times how long each took), or a site that
-hangs now and then would see its few slots all stuck.
+A failure without an answer (a timeout, a reset) is pushback only when the
+server looks loaded (latency past the knee, or none seen yet); otherwise it
+is the site's own fault and ignored, though the slots grow by the requests
+such failures are expected to hold (rate x share x duration).
 
 A server may limit the requests it holds at once rather than their rate (a
-slow site answering 503 past six in flight, say). Its refusals come back at
-once, far quicker than its pages: a pushback answered in less than half the
-baseline latency while at least three requests of the scope were in flight
-caps the slots at one fewer than were in flight then, and cuts the rate only
-gently (the slots, not the rate, were over). The cap is raised by one after
-every window without a pushback, so a limit that rose is found again.
+slow site answering 503 past six in flight, say): a pushback answered in less
+than half the baseline latency with at least three in flight caps the slots
+at one fewer, and cuts the rate only gently. A latency cut in the steady phase
+caps them at what the rate needs unqueued (``rate * baseline``, at least
+three), set again when latency reaches the knee under that cap. Either cap
+rises by one after every window without a pushback.
 
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
-times quicker, so that a limit far below the current rate is found in a few
-refusals rather than a few windows.
+times quicker; then a search (``_rampup_search``) climbs by halves to where
+an ordinary cut would have levelled out. A refusal with a ``Retry-After``
+hold is not probed past for ``hold / 5 %`` seconds.
 
 The controller is one object (its attributes are the state ``policy/state.py``
 shares), with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
-``_rampup_climb``. This module keeps the phases and the decisions.
+``_rampup_climb``, the search and the holds in ``_rampup_search``. This
+module keeps the phases and the decisions.
 """
 
 from __future__ import annotations
@@ -100,6 +97,7 @@ from ._rampup_climb import (
     CubicClimb,
 )
 from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
+from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
 from ._rampup_slots import SlotSizing
@@ -151,7 +149,7 @@ class RampupStats:
     decision: str
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
+class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase, SearchClimb):
     """The rampup controller of one scope.
 
     Args:
@@ -169,11 +167,11 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
     """
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_epoch", "_gap", "_good_rate", "_k",
-                 "_last_growth", "_level", "_low_latency", "_probe_c", "_pushbacks", "_quiet_until",
-                 "_resumed_at", "_samples", "_sent_at", "_stuck_share", "_stuck_time", "_window_min",
-                 "_window_start", "above_since", "ceiling", "decision", "generation", "last_pushback_rate",
-                 "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "slot_cap",
-                 "start_rate", "target", "window")
+                 "_last_growth", "_level", "_low_latency", "_probe_after", "_probe_c", "_pushbacks",
+                 "_queue_cap", "_quiet_until", "_resumed_at", "_samples", "_sent_at", "_stuck_share",
+                 "_stuck_time", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
+                 "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
+                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -221,6 +219,9 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
         # seen), and when that was last learned or raised.
         self.slot_cap = math.inf
         self._cap_at = _NEVER
+        # The search's top after a deep cut (0: no search), and the hold rule (_rampup_search).
+        self._top, self._probe_after, self.hold_learned = 0.0, _NEVER, 0.0
+        self._queue_cap = False  # the slot cap came from latency (_cap_queue), not from refusals
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -281,10 +282,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
         else:
             level = self._observe_latency(now, latency)
             if level == 2 and can_cut:
+                self._cap_queue(now)
                 self._cut(now, reason="latency")
             elif level == 0:
                 self._grow(now)
             else:
+                self._knee_slots(now)
                 self._freeze(now)
         return self.rate != before
 
@@ -292,6 +295,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
     # -- moves -----------------------------------------------------------------
 
     def _grow(self, now: float) -> None:
+        self._skip_hold(now)
         step = min(now - self._last_growth, MAX_STEP)
         self._last_growth = now
         if step <= 0.0:
@@ -310,8 +314,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
                 self._decide(now, f"start: reached the cap of {self.max_rate:.3g}/s")
                 self._enter_steady(now, self.rate)
             return
-        self.rate = min(self.max_rate, max(self.rate, self._curve(now)))
-        ceiling = self.ceiling or self.rate
+        self._search_step(now)
+        curve, ceiling = self._curve(now), self.ceiling or self.rate
+        if curve > ceiling and self._probe_held(now):
+            self._epoch += step  # a held refusal's wait is not over: the curve stays at its level
+            curve = ceiling
+        self.rate = min(self.max_rate, max(self.rate, curve))
         if self.rate > ceiling:
             if self.above_since == _NEVER:
                 self.above_since = now
@@ -369,6 +377,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
         # climb quickly to the middle (geometrically), then probe quickly beyond.
         # Otherwise the refusal came only once the server's allowance for bursts was
         # spent, so the rate that drew it is above the limit: level out a little below.
+        steady = self.phase == "steady"
         if self.phase == "start" and not slots:
             ceiling = sent * START_CEILING_SHARE
         else:
@@ -381,11 +390,13 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase):
         self.generation += 1
         self.phase = "steady"
         self.above_since = _NEVER
-        self.ceiling = ceiling
+        previous, self.ceiling = self.ceiling, ceiling
         self.rate = rate
         self._cut_rate = self.rate
         self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
         self._start_climb(now, fast=cascade)
+        self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
+                        steady=steady, refused=refused)
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "

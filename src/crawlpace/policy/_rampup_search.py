@@ -1,0 +1,144 @@
+"""Rampup's search for the limit after a deep cut, and its respect for a server's holds.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the
+rules). Two rules of the steady phase live here:
+
+**The search.** A deep cut (one the previous cut did not prevent) levels the
+climb out at the geometric middle between the new rate and the rate that
+failed, well under the limit when the refusal was only the echo of an earlier
+overshoot (a token bucket still paying back its burst). The climb beyond that
+middle would go at the ordinary, slow pace of a probe. Instead, every time the
+climb reaches its level with no pushback, that level is taken as safe and the
+next level is the geometric middle between it and the *top* (the level an
+ordinary cut would have set, ``CEILING_SHARE`` times the rate that failed),
+reached by a climb twice as quick as the one after the deep cut; within
+:data:`SEARCH_DONE` of the top, the top is
+the level and the search ends. A limit anywhere in between is found within a
+few quick climbs, by bisection, without a refusal at all when it lies above
+the top.
+
+**Held refusals.** A refusal that comes with a hold (``Retry-After``: the
+server wants silence for ``H`` seconds) costs ``H`` seconds of the scope's
+time, where an ordinary refusal costs one request. So after such a refusal the
+rate climbs back to its level and stays there: no probe beyond it until
+``H / HOLD_SHARE`` seconds have passed, so that a probe that fails costs at
+most ``HOLD_SHARE`` of the time. The length of the last hold is kept
+(:attr:`hold_learned`), so a server that always asks for the same silence is
+probed as rarely even on a refusal it sends without the header. And the
+hold is left out of the climb: the curve resumes after the silence where it
+was when the silence began, so the first sends after a hold do not jump to a
+rate the climb would have reached had the scope been sending.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from ._rampup_climb import CEILING_SHARE
+
+__all__ = ["HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
+
+#: The search ends when the level is within this share of the top.
+SEARCH_DONE = 0.05
+#: How much quicker a climb of the search is than the quick climb after a deep cut.
+SEARCH_PACE = 2.0
+#: After a held refusal, the probe beyond the level waits until a failed one costs this share of the time.
+HOLD_SHARE = 0.05
+
+
+class _SearchState(Protocol):
+    """What the methods of :class:`SearchClimb` use of the controller."""
+
+    phase: str
+    rate: float
+    ceiling: float | None
+    hold_learned: float
+    _top: float
+    _probe_after: float
+    _epoch: float
+    _k: float
+    _climb: float
+    _resumed_at: float
+    _last_growth: float
+
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
+
+
+class SearchClimb:
+    """The search part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    ceiling: float | None  # declared for the assignments below, which might narrow it
+
+    def _after_cut(self: _SearchState, now: float, *, sent: float, allowed: float, cascade: bool,
+                   steady: bool, refused: bool) -> None:
+        """Set the search's top and the probe's wait after a cut from ``sent``.
+
+        Args:
+            now: when the cut was made.
+            sent: the rate the cut started from.
+            allowed: the rate the scope was allowed when the answer came (at most the level before the cut).
+            cascade: the cut was a deep one (the previous cut was not enough, or the start phase's).
+            steady: the cut came in the steady phase.
+            refused: the cut answers a refusal (not a slow answer).
+        """
+        ceiling = self.ceiling or 0.0
+        top = CEILING_SHARE * sent
+        deep = cascade and steady
+        held = self._resumed_at - now
+        if refused and steady and held > 0.0:
+            # The measured send rate may have sagged (a stall of the crawler's own), and the
+            # probe will wait long: search up to under the rate the scope was allowed, never
+            # past the level it held before (a site that asks for silence is not probed).
+            top = max(top, CEILING_SHARE * allowed)
+            deep = True
+        self._top = top if deep and refused and ceiling < top * (1.0 - SEARCH_DONE) else 0.0
+        if not refused:
+            return
+        if held > 0.0:
+            self.hold_learned = held
+        if self.hold_learned > 0.0:
+            self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
+
+    def _search_step(self: _SearchState, now: float) -> bool:
+        """At the level with no pushback: climb quickly to the next level of the search.
+
+        Returns:
+            True when a new climb was set (the curve changed).
+        """
+        top, ceiling = self._top, self.ceiling
+        if top <= 0.0 or ceiling is None or self.phase != "steady" or now < self._epoch + self._k:
+            return False
+        if ceiling >= top * (1.0 - SEARCH_DONE):
+            self._top = 0.0
+            return False
+        level = math.sqrt(ceiling * top)
+        if level >= top * (1.0 - SEARCH_DONE):
+            level, self._top = top, 0.0
+        self.ceiling = level
+        self._start_climb(now, fast=True)
+        if self._k > 0.0:  # the step is short, and a level just held is safe to climb from at once
+            self._k /= SEARCH_PACE
+            self._climb *= SEARCH_PACE ** 3
+        self._decide(now, f"search: {ceiling:.3g}/s held with no pushback; climbing quickly to {level:.3g}/s "
+                     f"(top {top:.3g}/s)")
+        return True
+
+    def _skip_hold(self: _SearchState, now: float) -> None:
+        """Leave a server's hold out of the climb: the curve resumes where the silence began.
+
+        The climb is a curve over time; without this rule, the first answer after
+        a five-second hold would find the curve five seconds further on (most of a
+        quick climb), and the sends right after the hold would go at a rate the
+        scope never tried, into a server that has just said it was too fast.
+        """
+        held = min(now, self._resumed_at) - self._last_growth
+        if held > 0.0:
+            self._epoch += held
+            self._last_growth += held
+
+    def _probe_held(self: _SearchState, now: float) -> bool:
+        """Whether the climb must stay at its level: a held refusal's wait is not over."""
+        return now < self._probe_after
