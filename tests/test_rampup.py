@@ -170,6 +170,13 @@ def test_the_start_phase_stops_doubling_when_its_slots_hold_the_sends_back() -> 
     assert ramp.rate <= 2.0 * 1.01
 
 
+def past_the_start(ramp: Rampup) -> float:
+    """Drive ``ramp`` to a first refusal at 2 s, then 98 s of climbing back; return the time then."""
+    drive(ramp, 0.0, 2.0)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    return drive(ramp, 2.0, 100.0)
+
+
 def test_pushbacks_from_before_the_last_cut_count_once() -> None:
     ramp = controller(start_rate=8.0)
     drive(ramp, 0.0, 2.0)
@@ -185,9 +192,7 @@ def test_pushbacks_from_before_the_last_cut_count_once() -> None:
 
 def test_an_ordinary_cut_is_gentle_and_levels_out_below_the_failing_rate() -> None:
     ramp = controller(start_rate=8.0)
-    drive(ramp, 0.0, 2.0)
-    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
-    end = drive(ramp, 2.0, 100.0)  # climbs back for a long while with no refusal
+    end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     failing = ramp.allowed_rate(end)
     send_and_answer(ramp, end, pushback=True)
     assert ramp.rate == pytest.approx(0.9 * failing, rel=0.05)
@@ -197,9 +202,7 @@ def test_an_ordinary_cut_is_gentle_and_levels_out_below_the_failing_rate() -> No
 
 def test_a_cut_that_did_not_help_is_followed_by_a_deep_one() -> None:
     ramp = controller(start_rate=8.0)
-    drive(ramp, 0.0, 2.0)
-    send_and_answer(ramp, 2.0, pushback=True)
-    end = drive(ramp, 2.0, 100.0)
+    end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     send_and_answer(ramp, end, pushback=True)
     # Refused again soon after, before the rate grew back: the gentle cut was not enough.
     end = drive(ramp, end, end + 0.3)
@@ -255,9 +258,7 @@ def test_a_hold_that_ended_long_ago_changes_nothing() -> None:
 
 def deep_cut(ramp: Rampup) -> float:
     """Drive ``ramp`` to an ordinary cut and then a deep one; return the rate the deep cut came at."""
-    drive(ramp, 0.0, 2.0)
-    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
-    end = drive(ramp, 2.0, 100.0)
+    end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     send_and_answer(ramp, end, pushback=True)  # an ordinary cut
     end = drive(ramp, end, end + 0.3)
     failing = ramp.allowed_rate(end)
@@ -314,9 +315,7 @@ def test_a_search_finds_a_token_bucket_within_seconds_not_windows() -> None:
 
 def test_after_a_held_refusal_the_rate_stays_below_what_drew_it() -> None:
     ramp = controller(start_rate=8.0)
-    drive(ramp, 0.0, 2.0)
-    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
-    end = drive(ramp, 2.0, 100.0)
+    end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     failing = ramp.allowed_rate(end)
     ramp.on_send(end)
     ramp.hold(end + 5.0)  # the refusal said Retry-After: 5 (the policy tells rampup first)
@@ -357,9 +356,7 @@ def test_a_held_refusal_searches_up_to_under_the_rate_allowed() -> None:
     # refusal: the level set from it would be far under the limit, and held there for
     # the whole wait. The search climbs quickly to 0.92x the rate the scope was allowed.
     ramp = controller(start_rate=8.0)
-    drive(ramp, 0.0, 2.0)
-    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
-    end = drive(ramp, 2.0, 100.0)
+    end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     allowed = ramp.allowed_rate(end + 2.0)  # after a 2 s stall, the cap on the sagging measure
     ramp.on_send(end + 2.0)
     ramp.hold(end + 7.0)
@@ -375,9 +372,7 @@ def test_a_held_refusal_searches_up_to_under_the_rate_allowed() -> None:
 
 def test_a_refusal_without_a_hold_probes_as_before() -> None:
     ramp = controller(start_rate=8.0)
-    drive(ramp, 0.0, 2.0)
-    send_and_answer(ramp, 2.0, pushback=True)
-    end = drive(ramp, 2.0, 100.0)
+    end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     send_and_answer(ramp, end, pushback=True)
     level = ramp.ceiling
     assert level is not None
@@ -391,9 +386,7 @@ def test_a_refusal_without_a_hold_probes_as_before() -> None:
 
 def test_the_climb_flattens_at_the_ceiling_then_probes_beyond_it() -> None:
     ramp = controller(start_rate=8.0)
-    drive(ramp, 0.0, 2.0)
-    send_and_answer(ramp, 2.0, pushback=True)
-    end = drive(ramp, 2.0, 100.0)
+    end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     send_and_answer(ramp, end, pushback=True)
     ceiling = ramp.ceiling
     assert ceiling is not None
