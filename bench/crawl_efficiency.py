@@ -97,7 +97,7 @@ with 8 slots per host and no delay, all started at once, with rampup on for ever
 the second. The client reads each site's robots.txt before its first page and obeys it.
 
 With ``oracle`` among the contenders, the site table gains an **x oracle** column (each
-goodput/capacity over the oracle's on that site), and a last table holds issue 16's
+goodput/capacity over the oracle's on that site, both capped at 1), and a last table holds issue 16's
 targets for every contender: the mean over the sites with a capacity of goodput/capacity,
 each capped at 1 (at least 0.86 and 0.95 x the oracle's), the worst site over the oracle's
 (at least 0.75), 429+503 per request (at most 2 %), violations (none), pages done on the
@@ -833,6 +833,16 @@ def over_oracle(mine: float | None, oracle: float | None) -> float | None:
     return None if mine is None or not oracle else round(mine / oracle, 3)
 
 
+def site_over_oracle(mine: float | None, oracle: float | None) -> float | None:
+    """A site's goodput/capacity over the oracle's, each capped at 1 as the mean caps them.
+
+    On a site of a few slow pages the oracle sends them all at once, and its goodput over so
+    short an active period can be many times the capacity; uncapped, that made any contender
+    look near 0 there.
+    """
+    return over_oracle(None if mine is None else min(mine, 1.0), None if oracle is None else min(oracle, 1.0))
+
+
 def print_site_table(names: list[str], contenders: list[Contender], sites: dict[str, Figures]) -> None:
     with_oracle = any(c.key == ORACLE for c in contenders)
     headers = ("site", "contender", "goodput/capacity", *(("x oracle",) if with_oracle else ()), "429+503",
@@ -841,8 +851,8 @@ def print_site_table(names: list[str], contenders: list[Contender], sites: dict[
     for name in names:
         for index, c in enumerate(contenders):
             mine = sites[name][c.key]
-            versus = ([fmt(over_oracle(mine["goodput_ratio"], sites[name][ORACLE]["goodput_ratio"]), "x")]
-                      if with_oracle else [])
+            versus = ([fmt(site_over_oracle(mine["goodput_ratio"], sites[name][ORACLE]["goodput_ratio"]),
+                           "x")] if with_oracle else [])
             rows.append([name if index == 0 else "", c.key, fmt(mine["goodput_ratio"], "%"), *versus,
                          fmt(mine["throttled"]), fmt(mine["violations"]), fmt(mine["done"]),
                          fmt(mine["pages"]), fmt(mine["requests"]), fmt(mine["last_request"], "s"),
@@ -998,7 +1008,7 @@ def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[st
     result: dict[str, dict[str, Any]] = {}
     for c in contenders:
         mine = totals[c.key]
-        per_site = {name: over_oracle(sites[name][c.key]["goodput_ratio"],
+        per_site = {name: site_over_oracle(sites[name][c.key]["goodput_ratio"],
                                       sites[name][ORACLE]["goodput_ratio"]) for name in names}
         known = {name: value for name, value in per_site.items() if value is not None}
         worst = min(known, key=lambda name: known[name]) if known else None
