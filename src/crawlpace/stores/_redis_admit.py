@@ -61,12 +61,15 @@ class Granted:
         generations: each scope's policy generation at admission.
         versions: each scope's stored policy version (0: none stored).
         sends: each scope's mean gap between sends (``None`` after one) and this send's time.
+        inflight: each scope's leases in flight with this one, as every worker holds them;
+            empty when the reply does not say (a cluster's request that spans slots).
     """
 
     slot_ready: tuple[float, ...]
     generations: tuple[int, ...]
     versions: tuple[int, ...]
     sends: tuple[tuple[float | None, float], ...]
+    inflight: tuple[int, ...] = ()
 
 
 def granted(reply: Sequence[Any], n: int) -> Granted:
@@ -74,13 +77,17 @@ def granted(reply: Sequence[Any], n: int) -> Granted:
     if n == 1:  # the usual admission: read without the loops
         gap = reply[5]
         return Granted((float(reply[2]),), (int(reply[3]),), (int(reply[4]),),
-                       ((None if gap in (b"", "") else float(gap), float(reply[6])),))
+                       ((None if gap in (b"", "") else float(gap), float(reply[6])),),
+                       (int(reply[7]),) if len(reply) == 8 else ())
     slot_ready = tuple(float(v) for v in reply[2:2 + n])
     generations = tuple(int(v) for v in reply[2 + n:2 + 2 * n])
     versions = tuple(int(v) for v in reply[2 + 2 * n:2 + 3 * n])
     sends = tuple((None if v in (b"", "") else float(v), float(w))
                   for v, w in zip(reply[2 + 3 * n:2 + 4 * n], reply[2 + 4 * n:2 + 5 * n], strict=True))
-    return Granted(slot_ready, generations, versions, sends)
+    # The in-flight counts close a plain reply; a cluster's merged one leaves them out.
+    end = 2 + 5 * n
+    inflight = tuple(int(v) for v in reply[end:end + n]) if len(reply) == end + n else ()
+    return Granted(slot_ready, generations, versions, sends, inflight)
 
 
 def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float,

@@ -20,7 +20,9 @@
 --   probe finds every scope ready. In "undo" mode an admission's reply ends
 --   with, per scope, 6 more values: "next", "last" and "gap" before this send
 --   ("" for none), "next" as this send wrote it, the send count after it, and
---   "1" when the scope had no state before.
+--   "1" when the scope had no state before. Last, per scope, the scope's leases in
+--   flight with this one (expired ones left out), which tells rampup how many
+--   were out when a request was refused on arrival (a server that limits requests in flight).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local mode = ARGV[6 + 8 * n] or ""
@@ -192,4 +194,5 @@ if mode == "undo" then
     for j = 1, 6 do out[#out + 1] = undo[i][j] end
   end
 end
+for i = 1, n do out[#out + 1] = state[i][23] + 1 end
 return out
