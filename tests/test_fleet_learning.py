@@ -168,11 +168,12 @@ async def test_a_fleet_learns_the_rate_one_process_learns(redis_url: str, worker
     one = await measure(redis_url.split("?")[0], 1, latency=latency)
     fleet = await measure(redis_url.split("?")[0], workers, latency=latency)
     assert len(fleet.by_worker) == workers  # every worker sent its share
-    # One shared climb: the fleet's rate after the start phase is one worker's on the same store,
-    # within 20 %, at no more refusals (separate climbs would each draw their own). (Against the
-    # memory store's lone process the ratio depends on which path each took: one whose climb
-    # went through a deep cut and the search beat a fleet whose did not, 23.7/s to 18.4/s.)
-    assert fleet.per_second(10.0, 20.0) >= 0.8 * one.per_second(10.0, 20.0)
+    # One shared climb: the fleet's rate after the start phase is a lone process's (memory store)
+    # and one worker's on the same store, within 10 %, at no more refusals (separate climbs would
+    # each draw their own). It was 0.78x the lone process with 3 workers while the store measured
+    # the start phase's send rate with the steady phase's slow mean (now 1.06x and 1.00x).
+    assert fleet.per_second(10.0, 20.0) >= 0.9 * alone.per_second(10.0, 20.0)
+    assert fleet.per_second(10.0, 20.0) >= 0.9 * one.per_second(10.0, 20.0)
     assert fleet.refused <= alone.refused + 3
     # The start phase's overshoot is one process's, not one per worker.
     assert fleet.busiest_second() <= max(alone.busiest_second(), BURST + RATE) + 3

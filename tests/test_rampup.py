@@ -86,6 +86,20 @@ def test_a_scope_sending_under_half_its_rate_does_not_grow() -> None:
     assert ramp.rate == 10.0
 
 
+def test_a_shared_send_record_follows_the_spacings_in_the_start_phase_and_the_stores_mean_after() -> None:
+    # A shared store's mean gap weighs each new gap by a quarter; the start phase weighs
+    # them by three quarters, so while it lasts the spacings of the worker's own sends count.
+    ramp = controller(start_rate=2.0)
+    ramp._start_latency(0.6)  # a site answering in 0.6 s: it doubles every 0.6 s
+    ramp.sync_sends(None, 0.0)
+    ramp.sync_sends(0.5, 0.5, 0.5)
+    ramp.sync_sends(0.44, 0.6, 0.1)  # the store's mean lags; the spacing says 10/s
+    assert ramp._gap == pytest.approx(0.5 + 0.75 * (0.1 - 0.5))
+    ramp.phase = "steady"
+    ramp.sync_sends(0.3, 0.7, 0.1)
+    assert ramp._gap == 0.3  # past the start, the store's mean is the record
+
+
 # -- cuts ---------------------------------------------------------------------
 
 

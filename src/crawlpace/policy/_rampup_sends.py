@@ -98,17 +98,29 @@ class SendRecord:
         if until > self._resumed_at:
             self._resumed_at = until
 
-    def sync_sends(self: _SendRecordState, gap: float | None, last: float) -> None:
+    def sync_sends(self: _SendRecordState, gap: float | None, last: float,
+                   spacing: float | None = None) -> None:
         """Take the send record kept elsewhere: a shared store counts every worker's sends.
+
+        The store's mean gap weighs each new gap by ``SENT_WEIGHT``; while the
+        start phase weighs them more (it doubles the rate every round, and a
+        slow mean would hold the climb back), the spacings of the sends this
+        worker made are weighed here instead, as :meth:`on_send` would.
 
         Args:
             gap: the mean gap between the scope's sends (weighted as in
                 :meth:`on_send`), or ``None`` after a single send.
             last: when the scope last sent.
+            spacing: the seconds between one of this worker's sends and the
+                scope's send before it (any worker's), if known.
         """
         if self._sent_at == NEVER:
             self._last_growth = last
-        if gap is not None:
+        weight = self._sent_weight()
+        if spacing is not None and weight != SENT_WEIGHT:
+            mean = self._gap
+            self._gap = spacing if mean is None else mean + weight * (spacing - mean)
+        elif gap is not None:
             self._gap = gap
         if last > self._sent_at:
             self._sent_at = last

@@ -21,6 +21,8 @@ class RedisLease(Lease):
             store counted them over every worker.
         inflight: per scope, its requests in flight over every worker with this one, at
             admission (empty when unknown); rampup reads it on a refusal.
+        spacings: per scope, the seconds since its previous send by any worker (``None``
+            for its first; empty when unknown); rampup's quick start weighs them.
     """
 
     lease_id: str = ""
@@ -28,3 +30,4 @@ class RedisLease(Lease):
     server_slot_ready: tuple[float, ...] = ()
     sends: tuple[tuple[float | None, float], ...] = field(default_factory=tuple)
     inflight: tuple[int, ...] = ()
+    spacings: tuple[float | None, ...] = ()

@@ -277,7 +277,8 @@ class RedisStore:
             policies.saw_send(name, gap, at)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
-                          server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight)
+                          server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,
+                          spacings=got.spacings)
 
     async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
         """Give the slots of ``lease`` back and apply ``outcome`` to the shared policies."""

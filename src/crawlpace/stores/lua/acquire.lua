@@ -22,7 +22,9 @@
 --   ("" for none), "next" as this send wrote it, the send count after it, and
 --   "1" when the scope had no state before. Last, per scope, the scope's leases in
 --   flight with this one (expired ones left out), which tells rampup how many
---   were out when a request was refused on arrival (a server that limits requests in flight).
+--   were out when a request was refused on arrival (a server that limits requests in
+--   flight), then per scope the seconds since the scope's previous send ("" for none),
+--   which rampup's quick start weighs more than the mean gap does.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local mode = ARGV[6 + 8 * n] or ""
@@ -119,7 +121,7 @@ end
 -- "last" and slot times are this same text.
 local snow = num(now)
 local out = {1, snow}
-local gens, vers, gaps, undo = {}, {}, {}, {}
+local gens, vers, gaps, undo, spaced = {}, {}, {}, {}, {}
 for i = 1, n do
   local s = state[i]
   local a, l, r, delay, pslot, floor, factor = s[1], s[2], s[3], s[5], s[6], s[7], s[10]
@@ -130,6 +132,7 @@ for i = 1, n do
   local last = tonumber(s[19])
   local sent_gap = s[20]
   gaps[i] = ""
+  spaced[i] = ""
   if mode == "undo" then
     undo[i] = {s[18] or "", s[19] or "", sent_gap or ""}
   end
@@ -139,6 +142,7 @@ for i = 1, n do
   local set = {"next", snext, "last", snow, "sends", s[21]}
   if last then
     local g = now - last
+    spaced[i] = string.format("%.12g", g)
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
     gaps[i] = string.format("%.12g", g)  -- a spacing: 12 digits are plenty, and cheaper than 17
     set[#set + 1] = "gap"
@@ -195,4 +199,5 @@ if mode == "undo" then
   end
 end
 for i = 1, n do out[#out + 1] = state[i][23] + 1 end
+for i = 1, n do out[#out + 1] = spaced[i] end
 return out
