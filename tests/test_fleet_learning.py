@@ -234,3 +234,51 @@ async def test_a_pushback_seen_by_one_worker_slows_every_worker(store_url: str) 
         await one.aclose()
         if two is not one:
             await two.aclose()
+
+
+@pytest.mark.redis
+async def test_a_refusals_hold_stops_every_worker_even_when_another_wrote_first(redis_url: str) -> None:
+    # Worker A gets a 429 with a 5 s Retry-After while B has just written the scope's policy:
+    # A's write-back was computed from the older version and loses. The hold must stop every
+    # worker all the same, at once (A's background redo of the write-back is not there to help),
+    # and B's next write-back, which knows nothing of it, must not lift it.
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=h{uuid.uuid4().hex[:10]}&time=local"
+    a = open_store(url, SETTINGS, clock, random.Random(1))
+    b = open_store(url, SETTINGS, clock, random.Random(2))
+
+    async def no_redo(*args: object) -> None:
+        return None
+
+    a._writer.redo = no_redo  # type: ignore[attr-defined]
+    try:
+        await crawl([a, b], clock, latency=0.05, seconds=6.0)  # a fast rate, several slots
+        leases = []
+        for store in (a, b, b):
+            for _ in range(100):
+                if isinstance(lease := await store.acquire((("site", 1.0),)), Lease):
+                    break
+                clock.advance(0.01)
+            assert isinstance(lease, Lease)
+            leases.append(lease)
+        clock.advance(0.05)
+        ok = ScopeFeedback(status=200, latency=0.05)
+        await b.release(leases[1], Outcome(status=200, latency=0.05, feedback=(ok,)))
+        await delivered(b)
+        refused = ScopeFeedback(backoff=True, status=429, latency=0.05, hold=5.0)
+        await a.release(leases[0], Outcome(status=429, latency=0.05, feedback=(refused,)))
+        await delivered(a)
+        held = await b.acquire((("site", 1.0),))
+        assert isinstance(held, Blocked)
+        assert held.ready_at is not None
+        assert held.ready_at >= clock.now() + 4.9
+        clock.advance(0.5)
+        await b.release(leases[2], Outcome(status=200, latency=0.05, feedback=(ok,)))  # writes back
+        await delivered(b)
+        held = await b.acquire((("site", 1.0),))
+        assert isinstance(held, Blocked)
+        assert held.ready_at is not None
+        assert held.ready_at >= clock.now() + 4.4
+    finally:
+        await a.aclose()
+        await b.aclose()
