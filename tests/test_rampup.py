@@ -666,6 +666,20 @@ def test_a_timeout_while_latency_is_normal_is_not_overload() -> None:
     assert ramp.rate > rate
 
 
+def test_a_silence_while_hung_requests_held_the_slots_is_not_idleness() -> None:
+    # A flaky site: its few slots (answers take 10 ms) all held by requests that hang, nothing
+    # is sent until they time out 10 s later. That silence is not the scope stopping: when the
+    # timeouts come, it resumes near the rate it had, not at its start rate (the hard farm's
+    # flaky25 climbed from 1/s again after every such silence, 95 s for 200 pages).
+    ramp = controller(start_rate=4.0)
+    now = drive(ramp, 0.0, 5.0, latency=0.01)
+    allowed = ramp.allowed_rate(now)
+    assert allowed > 4 * 4.0
+    ramp.on_response(now + 10.0, pushback=True, current=True, latency=None, answered=False, elapsed=10.0)
+    assert "not taken for overload" in ramp.decision
+    assert ramp.allowed_rate(now + 10.0) >= 0.9 * allowed
+
+
 def test_a_timeout_when_latency_has_climbed_is_overload() -> None:
     ramp = controller(start_rate=4.0)
     drive(ramp, 0.0, 2.0, latency=0.05)

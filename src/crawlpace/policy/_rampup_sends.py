@@ -38,6 +38,7 @@ class _SendRecordState(Protocol):
 
     def sent_rate(self, now: float) -> float: ...
     def _sent_weight(self) -> float: ...
+    def hold(self, until: float) -> None: ...
 
 
 class SendRecord:
@@ -97,6 +98,18 @@ class SendRecord:
         """
         if until > self._resumed_at:
             self._resumed_at = until
+
+    def hung_silence(self: _SendRecordState, now: float, elapsed: float | None) -> None:
+        """A request that hung (no answer while the site's answers stay quick) is over.
+
+        If the scope sent nothing for most of the ``elapsed`` seconds it hung, the
+        hung requests held its slots: the silence is theirs, not the scope's
+        choice, and is left out of the measured send rate as a server's hold is
+        (:meth:`hold`). Otherwise the rate fell to nearly nothing in it, and the
+        scope started over at its starting rate once the hangs timed out.
+        """
+        if elapsed is not None and now - self._sent_at >= 0.5 * elapsed:
+            self.hold(now)
 
     def sync_sends(self: _SendRecordState, gap: float | None, last: float,
                    spacing: float | None = None) -> None:
