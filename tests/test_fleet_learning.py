@@ -282,3 +282,43 @@ async def test_a_refusals_hold_stops_every_worker_even_when_another_wrote_first(
     finally:
         await a.aclose()
         await b.aclose()
+
+
+@pytest.mark.redis
+async def test_a_servers_hold_is_no_gap_in_the_shared_send_record(redis_url: str) -> None:
+    # After a 5 s Retry-After the scope resumes at the rate in force (one process leaves the
+    # hold out of its send record). The shared record must too: counted from the send before
+    # the hold, the first send after it would read as a 5 s gap, and the scope's measured rate
+    # (and what it may send, twice that) would fall to a fraction of a request a second.
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=g{uuid.uuid4().hex[:10]}&time=local"
+    store = open_store(url, SETTINGS, clock, random.Random(1))
+    try:
+        await crawl([store], clock, latency=0.05, seconds=6.0)
+        lease = await store.acquire((("site", 1.0),))
+        for _ in range(100):
+            if isinstance(lease, Lease):
+                break
+            clock.advance(0.01)
+            lease = await store.acquire((("site", 1.0),))
+        assert isinstance(lease, Lease)
+        clock.advance(0.05)
+        refused = ScopeFeedback(backoff=True, status=429, latency=0.05, hold=5.0)
+        await store.release(lease, Outcome(status=429, latency=0.05, feedback=(refused,)))
+        await delivered(store)
+        ends = clock.now() + 5.0
+        after = await store.acquire((("site", 1.0),))
+        for _ in range(1000):
+            if isinstance(after, Lease):
+                break
+            clock.advance(0.01)
+            after = await store.acquire((("site", 1.0),))
+        assert isinstance(after, Lease)
+        assert clock.now() >= ends - 0.01  # the hold held
+        spacing, (gap, _at) = after.spacings[0], after.sends[0]
+        assert spacing is not None
+        assert spacing <= clock.now() - ends + 0.02  # from the hold's end
+        assert gap is not None
+        assert gap < 1.0
+    finally:
+        await store.aclose()

@@ -99,6 +99,11 @@ class SendRecord:
         if until > self._resumed_at:
             self._resumed_at = until
 
+    @property
+    def resumed_at(self: _SendRecordState) -> float:
+        """When the scope's latest silence that was not its own (a hold, hung slots) ended."""
+        return self._resumed_at
+
     def hung_silence(self: _SendRecordState, now: float, elapsed: float | None) -> None:
         """A request that hung (no answer while the site's answers stay quick) is over.
 

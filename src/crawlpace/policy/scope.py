@@ -328,7 +328,10 @@ class ScopePolicy(ScopeGates):
                 None if backoff is None else backoff.level,
                 None if breaker is None else breaker.state,
                 None if self.autothrottle is None else self.autothrottle.delay,
-                None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation))
+                # (The end of a silence that was not the scope's own: a fleet's workers must all
+                # leave it out of the send rate, or the rate starts over in theirs.)
+                None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation,
+                                             rampup.resumed_at))
 
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
                         now: float) -> None:

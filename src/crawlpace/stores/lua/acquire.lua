@@ -109,7 +109,7 @@ for i = 1, n do
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
               credit, qa, f[5], f[11], f[12], (tonumber(f[13]) or 0) + 1, resting,
-              inflight, not f[15] or now - tonumber(f[15]) > idle / 2}
+              inflight, not f[15] or now - tonumber(f[15]) > idle / 2, hold}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -141,7 +141,11 @@ for i = 1, n do
   if mode == "undo" then undo[i][4] = snext end
   local set = {"next", snext, "last", snow, "sends", s[21]}
   if last then
-    local g = now - last
+    -- A server's hold is no gap in the scope's sending, as in rampup's own record: the
+    -- first send after one is spaced from the hold's end, not from the send before it.
+    local from = last
+    if s[25] > last and s[25] <= now then from = s[25] end
+    local g = now - from
     spaced[i] = string.format("%.12g", g)
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
     gaps[i] = string.format("%.12g", g)  -- a spacing: 12 digits are plenty, and cheaper than 17
