@@ -20,6 +20,7 @@ import pytest
 from crawlpace import Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, Store, open_store
+from crawlpace.stores.redis import RedisLease
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered
@@ -313,7 +314,7 @@ async def test_a_servers_hold_is_no_gap_in_the_shared_send_record(redis_url: str
                 break
             clock.advance(0.01)
             after = await store.acquire((("site", 1.0),))
-        assert isinstance(after, Lease)
+        assert isinstance(after, RedisLease)
         assert clock.now() >= ends - 0.01  # the hold held
         spacing, (gap, _at) = after.spacings[0], after.sends[0]
         assert spacing is not None
