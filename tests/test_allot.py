@@ -71,7 +71,7 @@ async def acquired(store: Store, scope: str) -> Lease:
 
 
 async def allotted(store: RedisStore, scope: str) -> None:
-    """Form the worker's allotment of ``scope``: its first answer teaches the breaker, the next one is kept."""
+    """Form the worker's allotment of ``scope``: the first answer makes the breaker, the next is kept."""
     for _ in range(2):
         await store.release(await acquired(store, scope), OK)
     assert scope in store._allot.scopes
