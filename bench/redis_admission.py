@@ -15,8 +15,17 @@ contenders:
 
 * **crawlpace**: ``RedisStore.acquire(((scope, 1.0),))`` then ``release(lease,
   Outcome(status=200, latency=0.01))``. Nothing ever blocks (no delay, no jitter, 1000
-  slots per scope), so what is timed is the store's own work: the acquire script, the
-  policy computed in Python, the release script that writes the policy back.
+  slots per scope), so what is timed is the store's own work. Such a scope is a busy
+  plain one, so the store keeps a local allotment of it (``stores/_allot.py``, 0.7.0):
+  a worker keeps the slots its requests used (each a lease in Redis, counted as held by
+  every worker) and admits from them in the process; the first admission of a scope
+  goes through the acquire script, and then every 50 ms of use one ``allot`` script
+  call per scope and process sends the counts (sends, responses, latencies), renews
+  the slots and checks the scope's policy version and limits. So most admissions are
+  decided without Redis, and Redis sees one call per scope per 50 ms per process; a
+  refusal or anything learned would go out at once (not in this bench: every answer
+  is a 200). A scope with a delay, fewer than 4 slots, a quota or a learning policy
+  (rampup, AutoThrottle) is admitted by the acquire script every time, as before.
 * **crawlpace, no outcome** (supplementary): the same acquire, released with
   ``NO_OUTCOME``: no feedback, so no policy is written back. The difference with the
   row above is the price of the write-back path.
@@ -70,6 +79,13 @@ Figures, per contender and process count:
   policy since this one last saw it);
 * **Redis CPU** per admission: ``used_cpu_user + used_cpu_sys`` of ``INFO cpu`` over the
   measurement, in microseconds; and the workers' own CPU per admission.
+* the **limit check**, after the measurements, on every worker at once: each worker's
+  T tasks admit on 4 scopes of 8 slots (so allotments form and the slots are contended)
+  for up to 1 s, hold each slot over one turn of the event loop, and note the
+  monotonic times between which they held it (``CLOCK_MONOTONIC`` is one clock for
+  every process of the machine). The parent counts, per scope, the most slots held at
+  once: it must not exceed 8. A release is noted before it is sent, so this count can
+  only be below what Redis saw, never above, if the store keeps its limits.
 * anything that went wrong: refusals (none are expected), calls that raised (counted as
   refusals, and the run goes on), and crawlpace's log warnings, tallied by message instead
   of printed, among them the outcomes whose write-back lost the race to other workers so

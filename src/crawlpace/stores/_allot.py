@@ -220,14 +220,18 @@ class Allotments:
         elif (allottable(policy) and lease.server_slot_ready[0] <= lease.server_granted_at
               and now >= self._cooldown.get(name, 0.0)):
             if allot is None:
-                allot = self.scopes[name] = Allotment(policies.entry(name).version, now, now)
+                # The 50 ms count from this lease's admission: when Redis was last asked about the scope.
+                allot = self.scopes[name] = Allotment(policies.entry(name).version, lease.granted_at, now)
                 self._start()
             if len(allot.free) + len(allot.busy) >= min(MOST, policy.limits.concurrency // MIN_CONCURRENCY):
                 self._send_counts(name, allot)
                 return False
         else:
             if allot is not None:
-                self._send_counts(name, allot)
+                if allottable(policy):
+                    self._send_counts(name, allot)
+                else:  # the limits this worker just read no longer allow an allotment
+                    self.drop(name)
             return False
         allot.free.append(member)
         allot.used = now
