@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from crawlpace import Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome, Store, open_store
-from crawlpace.stores._allot import IDLE_AFTER, REFRESH_EVERY
+from crawlpace.stores._allot import IDLE_AFTER, REFRESH_EVERY, REFRESH_MOST
 from crawlpace.stores._keys import prefix, scope_keys
 from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
@@ -173,7 +173,7 @@ async def test_another_workers_refusal_ends_the_allotment_at_the_next_refresh(ur
         await allotted(first, "wide")
         await other.release(await acquired(other, "wide"), REFUSED)
         await other.flush()
-        clock.advance(REFRESH_EVERY)
+        clock.advance(REFRESH_MOST)
         # The refresh hears of the write-back: the allotment goes, and the usual path says "wait".
         assert isinstance(await first.acquire((("wide", 1.0),)), Blocked)
         assert "wide" not in first._allot.scopes

@@ -20,10 +20,11 @@ How it stays safe:
   without use, and at each refresh when the scope is more than half full.
 * **No late learning.** An answer that is more than a count (a refusal, a
   Retry-After, a failure, anything the policy learns from) goes to Redis at
-  once by the usual release and drops the allotment. Every
-  :data:`REFRESH_EVERY` seconds of use, the worker's next admission of the
-  scope waits for ``allot.lua``, which adds the counts, renews the members and
-  says whether the allotment may stay: not when another worker wrote the
+  once by the usual release and drops the allotment. After
+  :data:`REFRESH_SENDS` local admissions of a scope (and at least
+  :data:`REFRESH_EVERY` seconds), or :data:`REFRESH_MOST` seconds, the
+  worker's next admission of the scope waits for ``allot.lua``, which adds
+  the counts, renews the members and says whether the allotment may stay: not when another worker wrote the
   scope's policy since (a refusal it got, a Crawl-Delay), nor when the scope
   holds a delay, a hold or a breaker pause, or was given up.
 
@@ -49,7 +50,8 @@ from ._redis_lease import RedisLease
 from ._shared_policy import SharedPolicies
 from .base import Outcome
 
-__all__ = ["IDLE_AFTER", "MIN_CONCURRENCY", "MOST", "REFRESH_EVERY", "Allotment", "Allotments",
+__all__ = ["IDLE_AFTER", "MIN_CONCURRENCY", "MOST", "REFRESH_EVERY", "REFRESH_MOST", "REFRESH_SENDS",
+           "Allotment", "Allotments",
            "allottable", "plain_answer"]
 
 logger = logging.getLogger(__name__)
@@ -58,8 +60,12 @@ logger = logging.getLogger(__name__)
 MIN_CONCURRENCY = 4
 #: Members one worker holds at most in one scope.
 MOST = 8
-#: Seconds of local admissions between two refreshes (counts sent, members renewed, policy checked).
-REFRESH_EVERY = 0.05
+#: A refresh (counts sent, members renewed, the policy checked) comes before the next local admission
+#: once REFRESH_EVERY seconds passed and REFRESH_SENDS admissions were made since the last one, or
+#: REFRESH_MOST seconds passed: a worker sends at most REFRESH_SENDS requests of a scope (or what it
+#: sends in REFRESH_EVERY, if more) on what it last heard from Redis, and waits at most REFRESH_MOST.
+#: (Refreshing every scope every 50 ms cost Redis as much as a peer's check per admission at 8 workers.)
+REFRESH_EVERY, REFRESH_SENDS, REFRESH_MOST = 0.05, 16, 0.5
 #: Seconds without a local admission after which an allotment is given back.
 IDLE_AFTER = 0.1
 #: Seconds a scope gets no new allotment after one was dropped by a refresh.
@@ -180,7 +186,8 @@ class Allotments:
         if allot is None or not allot.free:
             return None
         now = self._now()
-        if now - allot.refreshed >= REFRESH_EVERY:
+        elapsed = now - allot.refreshed
+        if elapsed >= REFRESH_EVERY and (allot.sends >= REFRESH_SENDS or elapsed >= REFRESH_MOST):
             return None
         member = allot.free.pop()
         allot.busy.add(member)
@@ -194,7 +201,10 @@ class Allotments:
     def due(self, name: str) -> bool:
         """Whether ``name`` has free members waiting for a refresh before the next local admission."""
         allot = self.scopes.get(name)
-        return allot is not None and bool(allot.free) and self._now() - allot.refreshed >= REFRESH_EVERY
+        if allot is None or not allot.free:
+            return False
+        elapsed = self._now() - allot.refreshed
+        return elapsed >= REFRESH_EVERY and (allot.sends >= REFRESH_SENDS or elapsed >= REFRESH_MOST)
 
     def keep(self, lease: RedisLease, outcome: Outcome) -> bool:
         """Keep ``lease``'s slot in its scope's allotment if its answer only counts; else drop the allotment.
@@ -220,7 +230,7 @@ class Allotments:
         elif (allottable(policy) and lease.server_slot_ready[0] <= lease.server_granted_at
               and now >= self._cooldown.get(name, 0.0)):
             if allot is None:
-                # The 50 ms count from this lease's admission: when Redis was last asked about the scope.
+                # The time to the first refresh counts from this lease's admission (Redis last asked).
                 allot = self.scopes[name] = Allotment(policies.entry(name).version, lease.granted_at, now)
                 self._start()
             if len(allot.free) + len(allot.busy) >= min(MOST, policy.limits.concurrency // MIN_CONCURRENCY):
@@ -325,8 +335,8 @@ class Allotments:
             for name, allot in list(self.scopes.items()):
                 if not allot.busy and now - allot.used >= IDLE_AFTER:
                     self.drop(name)
-                elif now - allot.refreshed >= REFRESH_EVERY and (allot.sends or allot.responses
-                                                                 or allot.errors):
+                elif now - allot.refreshed >= REFRESH_MOST and (allot.sends or allot.responses
+                                                                or allot.errors):
                     due.append(name)
             if due:
                 await asyncio.gather(*(self.refresh(name) for name in due))
