@@ -114,6 +114,7 @@ class Allotment:
     free: list[str] = field(default_factory=list)
     busy: set[str] = field(default_factory=set)
     sends: int = 0
+    last_send: str = ""  # the latest local send (server time, as the scripts take it)
     responses: int = 0
     errors: int = 0
     last_latency: str = ""
@@ -136,8 +137,8 @@ class Allotment:
             self.latencies += 1
 
     def counts(self) -> list[str]:
-        """The refresh's count arguments (ARGV 5 to 11 of ``allot.lua``); the counts start again."""
-        args = [str(self.sends), str(self.responses), str(self.errors), self.last_latency,
+        """The refresh's count arguments (ARGV 5 to 12 of ``allot.lua``); the counts start again."""
+        args = [str(self.sends), self.last_send, str(self.responses), str(self.errors), self.last_latency,
                 str(self.latencies), repr(self.mean_step), repr(self.mean_first)]
         self.sends = self.responses = self.errors = self.latencies = 0
         self.last_latency, self.mean_step, self.mean_first = "", 0.0, 0.0
@@ -195,6 +196,7 @@ class Allotments:
         allot.used = now
         self.local += 1
         server = self._server_now()
+        allot.last_send = repr(server)
         return RedisLease((demand,), (now,), now, (0,), lease_id=member, server_granted_at=server,
                           server_slot_ready=(server,), sends=((None, server),))
 
