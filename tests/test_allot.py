@@ -17,7 +17,7 @@ from collections.abc import AsyncIterator
 import pytest
 import redis.asyncio as aioredis
 
-from crawlpace import Settings
+from crawlpace import ConfigError, Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome, Store, open_store
 from crawlpace.stores._allot import IDLE_AFTER, REFRESH_EVERY, REFRESH_MOST
@@ -234,3 +234,20 @@ async def test_small_or_paced_scopes_take_the_usual_path(url: str, scope: str) -
         assert await held(url, scope) == 0
     finally:
         await store.aclose()
+
+
+async def test_allot_0_admits_every_request_in_redis(url: str) -> None:
+    store = redis_store(url, MockClock(), "&allot=0")
+    try:
+        for _ in range(3):
+            await store.release(await acquired(store, "wide"), OK)
+        assert not store._allot.scopes
+        await store.connection.drain()
+        assert await held(url, "wide") == 0
+    finally:
+        await store.aclose()
+
+
+def test_a_bad_allot_flag_names_the_fix(url: str) -> None:
+    with pytest.raises(ConfigError, match=r"allot='maybe' is not a flag; give allot=0"):
+        redis_store(url, MockClock(), "&allot=maybe")

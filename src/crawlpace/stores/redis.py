@@ -151,7 +151,8 @@ class RedisStore:
                                        self._run, self._now_arg, self._connect, self._clock.now,
                                        self._clock.sleep)
         self._unreleased = self._releases.unreleased
-        # Slots of busy plain scopes kept by this worker between requests (``_allot.py``).
+        # Slots of busy plain scopes kept by this worker between requests (``_allot.py``; ``allot=0``: none).
+        self._allotting = options.allot and not self.cluster
         self._allot = Allotments(self._conn.submit, self._down, self._keys, lambda: self._policies,
                                  self._renewer.hold, self._renewer.drop, clock.now, self._server_now,
                                  clock.sleep, self._now_text, self._lease_arg, self._idle_arg)
@@ -291,7 +292,7 @@ class RedisStore:
             if self._fallback is not None:  # granted by the fallback while the server was away
                 return self._fallback.release_nowait(lease, outcome)
             raise TypeError("a RedisStore can only release its own leases")
-        if len(lease.demands) == 1 and not self.cluster and self._allot.keep(lease, outcome):
+        if len(lease.demands) == 1 and self._allotting and self._allot.keep(lease, outcome):
             return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
         self._renewer.drop(lease.lease_id)
         keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self._idle_arg,
