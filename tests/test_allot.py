@@ -20,7 +20,7 @@ import redis.asyncio as aioredis
 from crawlpace import ConfigError, Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome, Store, open_store
-from crawlpace.stores._allot import IDLE_AFTER, REFRESH_EVERY, REFRESH_MOST
+from crawlpace.stores._allot import IDLE_AFTER, REFRESH_EVERY, REFRESH_MOST, TRIM_AFTER
 from crawlpace.stores._keys import prefix, scope_keys
 from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
@@ -184,18 +184,29 @@ async def test_another_workers_refusal_ends_the_allotment_at_the_next_refresh(ur
         await other.aclose()
 
 
-async def test_an_idle_allotment_is_given_back(url: str) -> None:
+async def wait_idle(store: RedisStore, clock: MockClock, seconds: float) -> None:
+    """Let ``seconds`` pass in steps of the keeper's period, the keeper running at each."""
+    for _ in range(round(seconds / REFRESH_EVERY) + 1):
+        clock.advance(REFRESH_EVERY)
+        for _ in range(5):
+            await asyncio.sleep(0)
+    await store.connection.drain()
+
+
+async def test_an_idle_allotment_shrinks_to_one_slot_then_goes_back(url: str) -> None:
     clock = MockClock()
     store = redis_store(url, clock)
     try:
         await allotted(store, "wide")
+        both = [await acquired(store, "wide"), await acquired(store, "wide")]  # one kept, one by the script
+        for lease in both:
+            await store.release(lease, OK)
         await store.connection.drain()
+        assert await held(url, "wide") == 2  # "wide" has 8 slots: this worker keeps 2 at most
+        await wait_idle(store, clock, TRIM_AFTER)
         assert await held(url, "wide") == 1
-        for _ in range(3):
-            clock.advance(IDLE_AFTER)
-            for _ in range(5):
-                await asyncio.sleep(0)
-        await store.connection.drain()
+        assert "wide" in store._allot.scopes
+        await wait_idle(store, clock, IDLE_AFTER)
         assert not store._allot.scopes
         assert await held(url, "wide") == 0
     finally:

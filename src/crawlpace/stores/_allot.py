@@ -16,8 +16,9 @@ How it stays safe:
   worker) like any lease. A worker uses a member for one request at a time.
 * **Never hogging.** A worker keeps at most ``concurrency //
   MIN_CONCURRENCY`` members (:data:`MOST` at most), only the slots its own
-  requests just used; it gives them back after :data:`IDLE_AFTER` seconds
-  without use, and at each refresh when the scope is more than half full.
+  requests just used; it gives all but one back after :data:`TRIM_AFTER`
+  seconds without use, the last after :data:`IDLE_AFTER`, and all at each
+  refresh that finds the scope more than half full.
 * **No late learning.** An answer that is more than a count (a refusal, a
   Retry-After, a failure, anything the policy learns from) goes to Redis at
   once by the usual release and drops the allotment. After
@@ -51,7 +52,7 @@ from ._shared_policy import SharedPolicies
 from .base import Outcome
 
 __all__ = ["IDLE_AFTER", "MIN_CONCURRENCY", "MOST", "REFRESH_EVERY", "REFRESH_MOST", "REFRESH_SENDS",
-           "Allotment", "Allotments",
+           "TRIM_AFTER", "Allotment", "Allotments",
            "allottable", "plain_answer"]
 
 logger = logging.getLogger(__name__)
@@ -66,8 +67,10 @@ MOST = 8
 #: sends in REFRESH_EVERY, if more) on what it last heard from Redis, and waits at most REFRESH_MOST.
 #: (Refreshing every scope every 50 ms cost Redis as much as a peer's check per admission at 8 workers.)
 REFRESH_EVERY, REFRESH_SENDS, REFRESH_MOST = 0.05, 16, 0.5
-#: Seconds without a local admission after which an allotment is given back.
-IDLE_AFTER = 0.1
+#: Seconds without a local admission after which an allotment keeps one member, and then none.
+#: (With the whole allotment given back after 0.1 s, a worker that comes back to each of its scopes
+#: less often, a broad crawl's pace, paid a give-back per admission and never had an allotment.)
+TRIM_AFTER, IDLE_AFTER = 0.1, 0.5
 #: Seconds a scope gets no new allotment after one was dropped by a refresh.
 COOLDOWN = 1.0
 # The moving mean of latencies, as release.lua keeps it: mean + WEIGHT * (latency - mean).
@@ -335,9 +338,17 @@ class Allotments:
             now = self._now()
             due = []
             for name, allot in list(self.scopes.items()):
-                if not allot.busy and now - allot.used >= IDLE_AFTER:
+                idle = now - allot.used
+                if not allot.busy and idle >= IDLE_AFTER:
                     self.drop(name)
-                elif now - allot.refreshed >= REFRESH_MOST and (allot.sends or allot.responses
+                    continue
+                if idle >= TRIM_AFTER and len(allot.free) + len(allot.busy) > 1 and allot.free:
+                    extra = allot.free[:len(allot.free) - (0 if allot.busy else 1)]
+                    del allot.free[:len(extra)]
+                    for member in extra:
+                        self._drop(member)
+                    self._given(self._call(name, allot, extra, []))
+                if now - allot.refreshed >= REFRESH_MOST and (allot.sends or allot.responses
                                                                 or allot.errors):
                     due.append(name)
             if due:
