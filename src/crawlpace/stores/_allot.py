@@ -156,7 +156,7 @@ class Allotments:
         down: the errors that mean the server is unreachable.
         keys_of: a scope's keys (the hash and the lease set are the first two).
         policies: the store's policy cache.
-        hold: starts renewing a lease id in a scope; ``drop`` stops it.
+        drop: stops renewing a lease id (a member given back).
         now: this worker's clock.
         server_now: the server's clock, as this worker follows it.
         sleep: this worker's sleep.
@@ -167,12 +167,12 @@ class Allotments:
 
     def __init__(self, submit: Callable[[str, list[str], list[Any]], asyncio.Future[Any]],
                  down: tuple[type[Exception], ...], keys_of: Callable[[str], tuple[str, str, str, str]],
-                 policies: Callable[[], SharedPolicies], hold: Callable[[str, tuple[str, ...]], None],
-                 drop: Callable[[str], None], now: Callable[[], float], server_now: Callable[[], float],
+                 policies: Callable[[], SharedPolicies], drop: Callable[[str], None],
+                 now: Callable[[], float], server_now: Callable[[], float],
                  sleep: Callable[[float], Awaitable[None]], now_text: Callable[[], str], lease: str,
                  idle: str) -> None:
         self._submit, self._down, self._keys_of, self._policies = submit, down, keys_of, policies
-        self._hold, self._drop, self._now, self._server_now = hold, drop, now, server_now
+        self._drop, self._now, self._server_now = drop, now, server_now
         self._sleep, self._now_text, self._lease, self._idle = sleep, now_text, lease, idle
         self.scopes: dict[str, Allotment] = {}
         self._cooldown: dict[str, float] = {}

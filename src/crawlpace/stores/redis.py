@@ -154,7 +154,7 @@ class RedisStore:
         # Slots of busy plain scopes kept by this worker between requests (``_allot.py``; ``allot=0``: none).
         self._allotting = options.allot and not self.cluster
         self._allot = Allotments(self._conn.submit, self._down, self._keys, lambda: self._policies,
-                                 self._renewer.hold, self._renewer.drop, clock.now, self._server_now,
+                                 self._renewer.drop, clock.now, self._server_now,
                                  clock.sleep, self._now_text, self._lease_arg, self._idle_arg)
 
     def __repr__(self) -> str:
