@@ -262,3 +262,23 @@ async def test_allot_0_admits_every_request_in_redis(url: str) -> None:
 def test_a_bad_allot_flag_names_the_fix(url: str) -> None:
     with pytest.raises(ConfigError, match=r"allot='maybe' is not a flag; give allot=0"):
         redis_store(url, MockClock(), "&allot=maybe")
+
+
+async def test_slots_kept_through_an_outage_go_back_when_the_server_returns(
+        persistent_server: RedisServer) -> None:
+    clock = MockClock()
+    url = f"{persistent_server.url}?namespace=t{uuid.uuid4().hex[:12]}&time=local"
+    store = redis_store(url, clock)
+    try:
+        await allotted(store, "wide")
+        await store.connection.drain()
+        persistent_server.stop()
+        clock.advance(REFRESH_MOST)
+        assert isinstance(await store.acquire((("wide", 1.0),)), Blocked)  # the refresh failed: fail closed
+        assert not store._allot.scopes
+        persistent_server.start()  # with its data: the kept slot is still held there
+        assert await held(url, "wide") == 1
+        await wait_idle(store, clock, REFRESH_MOST)
+        assert await held(url, "wide") == 0  # given back, not held until its lease ran out
+    finally:
+        await store.aclose()

@@ -39,6 +39,7 @@ and the counts' arithmetic, as ``release.lua`` does for a single release.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -178,6 +179,10 @@ class Allotments:
         self._cooldown: dict[str, float] = {}
         self._keeper: asyncio.Task[None] | None = None
         self._replies: set[asyncio.Future[Any]] = set()
+        # Members whose give-back could not reach the server, by scope, and until when they matter.
+        self._orphans: dict[str, list[str]] = {}
+        self._orphans_until: dict[str, float] = {}
+        self._orphans_at = 0.0
         #: Admissions decided locally, and refreshes sent (for tests and benches).
         self.local = self.refreshes = 0
 
@@ -302,25 +307,48 @@ class Allotments:
         free, allot.free = allot.free, []
         for member in free:
             self._drop(member)
-        self._given(self._call(name, allot, free, []))
+        self._given(self._call(name, allot, free, []), name, free)
 
-    def _given(self, reply: asyncio.Future[Any]) -> None:
-        """Follow a call not waited for (a give-back, counts): a failure only means its leases expire."""
+    def _given(self, reply: asyncio.Future[Any], name: str = "", members: list[str] | None = None,
+               until: float | None = None) -> None:
+        """Follow a call not waited for (a give-back, counts); members not given back are tried again."""
         self._replies.add(reply)
-        reply.add_done_callback(self._given_back)
+        reply.add_done_callback(functools.partial(self._given_back, name, members or [], until))
 
-    def _given_back(self, reply: asyncio.Future[Any]) -> None:
+    def _given_back(self, name: str, members: list[str], until: float | None,
+                    reply: asyncio.Future[Any]) -> None:
         self._replies.discard(reply)
         if not reply.cancelled() and reply.exception() is not None:
-            logger.debug("an allotment was not given back (%s); its leases expire", reply.exception())
+            logger.debug("scope %s: slots not given back (%s); tried again", name, reply.exception())
+            self._orphan(name, members, until)
 
     def _forget(self, name: str, allot: Allotment) -> None:
-        """The server is away: stop using ``name``'s allotment; its free members expire with their leases."""
+        """The server is away: stop using ``name``'s allotment; its free members go back once it answers."""
         if self.scopes.get(name) is allot:
             del self.scopes[name]
         for member in allot.free:
             self._drop(member)
+        self._orphan(name, allot.free)
         allot.free = []
+
+    def _orphan(self, name: str, members: list[str], until: float | None = None) -> None:
+        """Keep ``members`` to give back when the server answers (a release that failed is, too, in
+        ``_pending.py``): a server restarted with its data would hold them until their leases ran out."""
+        if not members:
+            return
+        self._orphans.setdefault(name, []).extend(members)
+        until = self._now() + float(self._lease) if until is None else until
+        self._orphans_until[name] = min(until, self._orphans_until.get(name, until))
+        self._start()
+
+    def _retry_orphans(self, now: float) -> None:
+        """Send again the give-backs that failed, while their leases could still be held."""
+        self._orphans_at = now + REFRESH_MOST
+        orphans, self._orphans = self._orphans, {}
+        for name, members in orphans.items():
+            until = self._orphans_until.pop(name, now)
+            if now < until:
+                self._given(self._call(name, Allotment(0, now, now), members, []), name, members, until)
 
     def drop_all(self) -> None:
         """Give every allotment back (a flush, or the store closing)."""
@@ -333,9 +361,11 @@ class Allotments:
 
     async def _keep(self) -> None:
         """While allotments exist: give idle ones back, refresh the others' counts now and then."""
-        while self.scopes:
+        while self.scopes or self._orphans:
             await self._sleep(REFRESH_EVERY)
             now = self._now()
+            if self._orphans and now >= self._orphans_at:
+                self._retry_orphans(now)
             due = []
             for name, allot in list(self.scopes.items()):
                 idle = now - allot.used
