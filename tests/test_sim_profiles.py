@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from crawlpace import crawl_delay, parse_hints
+from crawlpace._robots import RobotsRules
 from crawlpace.sim import (
     PROFILES,
     CrawlDelaySite,
@@ -25,7 +26,6 @@ from crawlpace.sim import (
     SimServer,
     Site,
 )
-from crawlpace._robots import RobotsRules
 from crawlpace.sim._asgi import Message, Receive, Scope, Send
 from crawlpace.sim._site import COMMON_PARAMS
 from crawlpace.testing import MockClock
