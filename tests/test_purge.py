@@ -135,6 +135,15 @@ def test_a_namespace_with_a_colon_is_refused_at_start_up(redis_url: str, namespa
     assert f"--namespace {namespace!r}: a colon" in capsys.readouterr().err
 
 
+def records(server: str, namespace: str) -> list[str]:
+    """The scopes with a warm-start record in ``namespace``."""
+    sink = LearnedRedis(url_of(server, namespace))
+    try:
+        return list(sink.load())
+    finally:
+        sink.close()
+
+
 def test_warm_start_records_stay_unless_purge_is_told_learned(redis_url: str,
                                                               capsys: pytest.CaptureFixture[str]) -> None:
     """A job's warm-start records outlive ``purge``; ``--learned`` removes them, and only this namespace's."""
@@ -155,14 +164,14 @@ def test_warm_start_records_stay_unless_purge_is_told_learned(redis_url: str,
         assert "kept 2 warm-start records (shop[1]:learned:*); add --learned to remove them too" in out
         assert json.loads(out.splitlines()[-1])["learned_records"] == 2
         assert job_keys(client, "shop[1]") == set()
-        assert sorted(LearnedRedis(url_of(server, "shop[1]")).load()) == ["a*", "example.com"]
+        assert sorted(records(server, "shop[1]")) == ["a*", "example.com"]
 
         assert main(["purge", "--store", server, "--namespace", "shop[1]", "--learned", "--dry-run"]) == 0
         assert "would remove 2 warm-start records" in capsys.readouterr().out
         assert main(["purge", "--store", server, "--namespace", "shop[1]", "--learned"]) == 0
         assert "removed 2 warm-start records (shop[1]:learned:*)" in capsys.readouterr().out
-        assert LearnedRedis(url_of(server, "shop[1]")).load() == {}
-        assert sorted(LearnedRedis(url_of(server, "shop1")).load()) == ["a*", "example.com"]
+        assert records(server, "shop[1]") == []
+        assert sorted(records(server, "shop1")) == ["a*", "example.com"]
         assert job_keys(client, "shop1")  # the other job keeps its keys too
     finally:
         for namespace in namespaces:
