@@ -91,7 +91,8 @@ async def test_a_refusal_closes_the_slots_and_they_reopen_only_once_unpaced(
     assert stats is not None
     assert stats.concurrency == 1
     assert stats.delay > 0.0
-    # The backoff wears off in steps; then each round of good answers doubles the open slots.
+    # The backoff wears off in steps; then the slots double up to half of the eight refused (the
+    # threshold), and open one more per round past it.
     seen: list[int] = []
     for _ in range(200):
         await clock.sleep(5.0)
@@ -103,7 +104,7 @@ async def test_a_refusal_closes_the_slots_and_they_reopen_only_once_unpaced(
             seen.append(stats.concurrency)
         if stats.concurrency == 8:
             break
-    assert seen in ([1, 2, 4, 8], [2, 4, 8]), seen
+    assert seen in ([1, 2, 4, 5, 6, 7, 8], [2, 4, 5, 6, 7, 8]), seen
 
 
 async def test_a_first_answer_with_retry_after_holds_the_scope_before_any_other_slot_opens(
@@ -130,14 +131,46 @@ async def test_a_first_answer_with_retry_after_holds_the_scope_before_any_other_
 
 def test_the_rule_in_numbers() -> None:
     step = {"refused": False, "answered_well": True, "unpaced": True}
-    assert next_open(1, 0, 8, **step) == (2, 0)
-    assert next_open(2, 0, 8, **step) == (2, 1)
-    assert next_open(2, 1, 8, **step) == (4, 0)
-    assert next_open(4, 3, 6, **step) == (6, 0)  # never past the configured slots
-    assert next_open(8, 0, 8, **step) == (8, 0)
-    assert next_open(4, 2, 8, **{**step, "answered_well": False}) == (4, 2)  # a failure counts for nothing
-    assert next_open(4, 2, 8, **{**step, "unpaced": False}) == (4, 2)  # nor does an answer under backoff
-    assert next_open(8, 0, 8, **{**step, "refused": True, "answered_well": False}) == (1, 0)
+    assert next_open(1, 0, 8, 8, **step) == (2, 0, 8)
+    assert next_open(2, 0, 8, 8, **step) == (2, 1, 8)
+    assert next_open(2, 1, 8, 8, **step) == (4, 0, 8)
+    assert next_open(4, 3, 6, 6, **step) == (6, 0, 6)  # never past the configured slots
+    assert next_open(8, 0, 8, 8, **step) == (8, 0, 8)
+    assert next_open(4, 2, 8, 8, **{**step, "answered_well": False}) == (4, 2, 8)  # a failure: nothing
+    assert next_open(4, 2, 8, 8, **{**step, "unpaced": False}) == (4, 2, 8)  # nor an answer under backoff
+    # A refusal with four open: one slot, and half of four is the new threshold.
+    assert next_open(4, 1, 8, 8, **{**step, "refused": True, "answered_well": False}) == (1, 0, 2)
+    assert next_open(1, 0, 2, 8, **step) == (2, 0, 2)  # doubling up to the threshold...
+    assert next_open(2, 1, 2, 8, **step) == (3, 0, 2)  # ... then one more slot per round
+    assert next_open(3, 2, 2, 8, **step) == (4, 0, 2)
+
+
+async def test_after_a_refusal_the_slots_climb_back_slowly_past_half_of_what_was_refused(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({**GRADUAL, "BACKOFF_WINDOW": 5.0, "BACKOFF_JITTER": False})
+    for opened in (1, 2):  # four slots open
+        permits = [await throttler.acquire(URL) for _ in range(opened)]
+        for permit in permits:
+            permit.feedback(status=200)
+            await permit.release()
+    permits = [await throttler.acquire(URL) for _ in range(4)]
+    permits[0].feedback(Answer(429))
+    for permit in permits:
+        if permit is not permits[0]:
+            permit.feedback(status=200)
+        await permit.release()
+    seen: list[int] = []
+    for _ in range(300):  # one answer at a time until the backoff wore off and four slots are open
+        await clock.sleep(2.0)
+        async with throttler.slot(URL) as permit:
+            permit.feedback(status=200)
+        stats = await throttler.scope_stats("api.example")
+        assert stats is not None
+        if stats.delay == 0.0 and (not seen or seen[-1] != stats.concurrency):
+            seen.append(stats.concurrency)
+        if stats.concurrency == 4:
+            break
+    assert seen in ([1, 2, 3, 4], [2, 3, 4]), seen  # doubling to 2 (half of 4), then one per round
 
 
 def test_the_rule_applies_only_when_on_without_a_delay_and_with_several_slots() -> None:

@@ -75,15 +75,15 @@ class ScopePolicy(ScopeGates, GradualSlots):
         rampup: the rampup controller, when the scope has rampup on.
         generation: the scope manager's generation.
         wake_at: when the limits may change with no new feedback.
-        gradual, opened, opened_good: whether the gradual-slots rule governs
-            the scope, the slots it opened (all when off), the good answers
-            counted toward the next step.
+        gradual, opened, opened_good, opened_threshold: whether the
+            gradual-slots rule governs the scope, the slots it opened (all
+            when off), the good answers toward the next step, the threshold.
     """
 
     __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency",
                  "config", "crawl_delay", "gated", "generation", "gradual", "hold_until", "jitter", "limits",
-                 "manager", "opened", "opened_good", "pace", "pace_until", "quota", "rampup", "scope",
-                 "server_concurrency", "wake_at", "watches")
+                 "manager", "opened", "opened_good", "opened_threshold", "pace", "pace_until", "quota",
+                 "rampup", "scope", "server_concurrency", "wake_at", "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -107,7 +107,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         self.gradual = gradual_applies(config.gradual_slots, self.concurrency, config.delay,
                                        rampup=bool(self.rampup), autothrottle=bool(self.autothrottle))
         self.opened = 1 if self.gradual else self.concurrency
-        self.opened_good = 0
+        self.opened_good, self.opened_threshold = 0, self.concurrency
         self.hold_until = _NEVER
         self.pace = 0.0
         self.pace_until = _NEVER
