@@ -14,9 +14,13 @@ as there are slots open), the way TCP opens its window:
 * at or above the threshold each round opens one more slot, so a site that
   refused at some number of requests in flight is approached slowly there.
 
-Good answers count only while nothing but the slots spaces the sends (no
-backoff delay, no announced pace on top of the configured delay), so that a
-backoff wearing off does not find every slot open at once.
+While slots are still opening, sends go in rounds: a slot whose answer came
+back is not used again until the whole round is back (the slots in force are
+the open ones less the good answers of the round), so that a refusal in the
+round is heard before the next request leaves, not after. Good answers count
+only while nothing but the slots spaces the sends (no backoff delay, no
+announced pace on top of the configured delay), so that a backoff wearing off
+does not find every slot open at once.
 
 Pure: numbers in, numbers out; :class:`~crawlpace.policy.scope.ScopePolicy`
 keeps the counters and applies the result to its concurrency.
@@ -30,7 +34,7 @@ from typing import Protocol
 from .admission import Limits
 from .signals import ScopeFeedback
 
-__all__ = ["GradualSlots", "applies", "next_open"]
+__all__ = ["GradualSlots", "applies", "in_force", "next_open"]
 
 logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
 
@@ -74,6 +78,11 @@ def next_open(opened: int, good: int, threshold: int, slots: int, *, refused: bo
     return min(max(grown, opened), slots), 0, threshold
 
 
+def in_force(opened: int, good: int, slots: int) -> int:
+    """The slots a scope may fill now: while opening, the round's answered ones stay shut until it ends."""
+    return opened - good if opened < slots else slots
+
+
 class _SlotState(Protocol):
     """What :meth:`GradualSlots._open_slots` uses of the policy."""
 
@@ -103,4 +112,5 @@ class GradualSlots:
         if opened != self.opened:
             logger.debug("scope %s: gradual slots %d -> %d", self.scope, self.opened, opened)
             self.opened = opened
+        if in_force(opened, self.opened_good, self.concurrency) != self._base.concurrency:
             self._base = self._compute_base(now)

@@ -24,7 +24,7 @@ import logging
 import math
 
 from .._config import AutoThrottleConfig, ScopeConfig
-from ._gradual_slots import GradualSlots
+from ._gradual_slots import GradualSlots, in_force
 from ._gradual_slots import applies as gradual_applies
 from ._scope_gates import ScopeGates
 from .admission import Limits
@@ -147,7 +147,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         elif self.autothrottle is not None:
             delay = max(delay, self.autothrottle.delay)
         elif self.opened < concurrency:
-            concurrency = self.opened
+            concurrency = in_force(self.opened, self.opened_good, concurrency)
         if self.crawl_delay is not None:
             concurrency, floor = 1, self.crawl_delay
             delay = max(delay, floor)
