@@ -26,6 +26,11 @@ contenders:
   refusal or anything learned would go out at once (not in this bench: every answer
   is a 200). A scope with a delay, fewer than 4 slots, a quota or a learning policy
   (rampup, AutoThrottle) is admitted by the acquire script every time, as before.
+* **crawlpace, scripts only** (supplementary): the same calls on a store opened with
+  ``allot=0``, so every admission goes through the acquire script and every release
+  through the release script, batched per process as above. This is what a scope with a
+  delay, a quota or a learning policy costs per admission, since those never form an
+  allotment.
 * **crawlpace, no outcome** (supplementary): the same acquire, released with
   ``NO_OUTCOME``: no feedback, so no policy is written back. The difference with the
   row above is the price of the write-back path.
@@ -170,9 +175,9 @@ def bench_settings(slots: int = 1000) -> Settings:
 
 
 class CrawlpaceAdmitter:
-    def __init__(self, url: str, outcome: Outcome, slots: int = 1000) -> None:
-        self.store: Store = open_store(f"{url}?namespace={NAMESPACE}", bench_settings(slots), AsyncioClock(),
-                                       random.Random(1))
+    def __init__(self, url: str, outcome: Outcome, slots: int = 1000, options: str = "") -> None:
+        self.store: Store = open_store(f"{url}?namespace={NAMESPACE}{options}", bench_settings(slots),
+                                       AsyncioClock(), random.Random(1))
         self.outcome = outcome
         self.errors = 0
         #: With ``hold``: each admission's scope and the monotonic times it was held between (the check).
@@ -245,6 +250,8 @@ CONTENDERS = (
     Contender("crawlpace", "crawlpace: acquire + release(200)"),
     Contender("limits", "limits: moving window hit"),
     Contender("throttled", "throttled-py: token bucket limit"),
+    Contender("crawlpace_scripts", "crawlpace, allot=0: acquire + release(200) by script",
+              supplementary=True),
     Contender("crawlpace_no_outcome", "crawlpace: acquire + release(no outcome)", supplementary=True),
 )
 PEERS = ("limits", "throttled")
@@ -253,6 +260,8 @@ PEERS = ("limits", "throttled")
 def make_admitter(key: str, url: str) -> Admitter:
     if key == "crawlpace":
         return CrawlpaceAdmitter(url, OK)
+    if key == "crawlpace_scripts":
+        return CrawlpaceAdmitter(url, OK, options="&allot=0")
     if key == "crawlpace_no_outcome":
         return CrawlpaceAdmitter(url, NO_OUTCOME)
     if key == "limits":
@@ -695,7 +704,7 @@ def benchmark(args: argparse.Namespace) -> None:
     duration = args.duration or (1.0 if args.quick else 10.0)
     repeats = args.repeats or 3
     # The supplementary contender explains a figure; a quick run keeps to the goals.
-    contenders = [c for c in CONTENDERS if not (args.quick and c.supplementary)]
+    contenders = [c for c in CONTENDERS if not (args.quick and c.supplementary and not args.supplementary)]
     server = start_server()
     try:
         client = redis.Redis(host="127.0.0.1", port=server.port)
@@ -756,6 +765,10 @@ def benchmark(args: argparse.Namespace) -> None:
                 peer: {str(n): round(cells["crawlpace", n].median("per_process")
                                      / cells[peer, n].median("per_process"), 3) for n in processes}
                 for peer in PEERS},
+            "ratio_scripts_over_peer_per_process": {
+                peer: {str(n): round(cells["crawlpace_scripts", n].median("per_process")
+                                     / cells[peer, n].median("per_process"), 3) for n in processes}
+                for peer in PEERS} if ("crawlpace_scripts", processes[0]) in cells else None,
             "goals": verdict,
             "limit_check": check,
             "seconds": round(seconds, 1),
@@ -767,6 +780,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="1 s per measurement, no supplementary contender (< 1 min)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
+    parser.add_argument("--supplementary", action="store_true",
+                        help="with --quick: run the supplementary contenders too (over a minute)")
     parser.add_argument("--processes", default="1,2,4,8", help="worker process counts (default 1,2,4,8)")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds per measurement (D)")
     parser.add_argument("--repeats", type=int, default=0, help="rounds over every measurement (R, 3)")
