@@ -4,15 +4,20 @@ against a token bucket driven by virtual time (no sockets, no sleeping)."""
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from crawlpace import Settings, Throttler
+from crawlpace.policy._rampup_climb import BETA_DEEP
+from crawlpace.policy._rampup_search import HOLD_LEVEL
+from crawlpace.policy._rampup_start import START_GOOD_CEILING
 from crawlpace.policy.rampup import RAMPUP_JITTER, Rampup
 from crawlpace.testing import MockClock
 
@@ -107,6 +112,25 @@ def test_a_pushback_in_the_start_phase_halves_the_rate_and_levels_out_under_the_
     # refused one), not at 0.85 x the refused rate, which is above it.
     assert ramp.ceiling == pytest.approx(0.95 * good)
     assert 0.95 * good < 0.85 * refused
+
+
+@pytest.mark.parametrize(("hold", "share"),
+                         [(5.0, HOLD_LEVEL), (1.0, START_GOOD_CEILING), (None, START_GOOD_CEILING)])
+def test_a_held_refusal_levels_the_climb_out_further_under_the_good_rate(hold: float | None,
+                                                                           share: float) -> None:
+    # A site that asks for 5 s of silence after a refusal: the level just under the good
+    # rate (0.95 x) was refused again by the spacing of arrivals alone, and each refusal
+    # cost five seconds. A one-second hold (a token bucket's wait for its next token) is
+    # a pause, not a penalty, and changes nothing.
+    ramp = controller(start_rate=2.0)
+    for now in (0.0, 0.5, 0.854):
+        send_and_answer(ramp, now)
+    good = ramp._good_rate
+    ramp.on_send(1.1)
+    if hold is not None:
+        ramp.hold(1.102 + hold)
+    ramp.on_response(1.102, pushback=True, current=True, latency=0.002)
+    assert ramp.ceiling == pytest.approx(share * good)
 
 
 def test_a_good_rate_a_whole_doubling_below_the_refused_one_sets_no_ceiling() -> None:
@@ -864,3 +888,66 @@ async def test_quick_rounds_do_not_overrun_a_window_limit_that_shows_no_latency(
                 permit.feedback(status=status, latency=0.05)
     assert refused <= 5
     assert ok >= 20
+
+
+
+def hanging_run(ramp: Rampup, seconds: float, *, latency: Callable[[random.Random], float],
+                hang_every: int = 20, slots: int = 8, seed: int = 5) -> list[float]:
+    """A crawl of a site where one request in ``hang_every`` hangs until a 10 s timeout.
+
+    At most ``slots`` requests are in flight, as in ``crawlpace crawl``, so hangs can
+    hold every slot and silence the scope. Returns the times of its sends.
+    """
+    rng = random.Random(seed)
+    pending: list[tuple[float, int, float, bool]] = []  # (answer time, order, send time, hung)
+    sends: list[float] = []
+    now, count = 0.0, 0
+    next_send = 0.0
+    while now < seconds:
+        if len(pending) < slots and (not pending or next_send <= pending[0][0]):
+            now = max(now, next_send)
+            ramp.on_send(now)
+            sends.append(now)
+            count += 1
+            hung = count % hang_every == 0
+            heapq.heappush(pending, (now + (10.0 if hung else latency(rng)), count, now, hung))
+            next_send = now + 1.0 / ramp.allowed_rate(now)
+            continue
+        at, _, sent, hung = heapq.heappop(pending)
+        now = max(now, at)
+        if hung:
+            ramp.on_response(now, pushback=True, current=True, latency=None, answered=False,
+                             elapsed=now - sent)
+        else:
+            ramp.on_response(now, pushback=False, current=True, latency=at - sent, elapsed=now - sent)
+    return sends
+
+
+def test_hangs_at_a_quick_site_on_a_busy_machine_are_not_overload() -> None:
+    # Pages answered in a millisecond, on a crawler machine busy enough to add 10-30 ms to
+    # most answers: the smoothed latency sits at the knee (1.6 x 1 ms + 10 ms), which says
+    # nothing of the server. One request in twenty hangs until the timeout. Taken for
+    # overload, the hangs cut the rate again and again (a loaded bench round crawled such
+    # a site at 0.1 requests a second from 30 s on).
+    ramp = controller(start_rate=4.0)
+    hanging_run(ramp, 5.0, latency=lambda rng: 0.001, hang_every=10_000)  # a quiet start
+    assert ramp.baseline() == pytest.approx(0.001)
+    rate, generation = ramp.rate, ramp.generation
+    sends = hanging_run(ramp, 60.0, latency=lambda rng: 0.001 + rng.uniform(0.012, 0.03))
+    assert ramp.generation == generation  # no hang cut the rate
+    assert ramp.rate >= rate
+    assert sum(t >= 30.0 for t in sends) >= 30 * 5
+
+
+def test_a_timeout_cuts_from_the_rate_its_request_was_sent_at() -> None:
+    # A 50 ms site whose latency has climbed to its knee: a timeout there is overload. It
+    # comes 10 s after its send; if every slot was held meanwhile, the scope sent nothing,
+    # and a cut from the send rate measured then (one send in ten seconds) starved it.
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 2.0, latency=0.05)
+    now = drive(ramp, 2.0, 2.2, latency=0.12)  # past the knee, not yet past the cut line
+    rate = ramp.allowed_rate(now)
+    ramp.on_send(now)
+    ramp.on_response(now + 10.0, pushback=True, current=True, latency=None, answered=False, elapsed=10.0)
+    assert "cut: pushback" in ramp.decision
+    assert ramp.rate >= BETA_DEEP * 0.5 * rate

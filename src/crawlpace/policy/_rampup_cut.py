@@ -71,15 +71,22 @@ class CutRules:
     ceiling: float | None
     last_pushback_rate: float | None
 
-    def _cut(self: _CutState, now: float, *, reason: str) -> None:
+    def _cut(self: _CutState, now: float, *, reason: str, sent_at: float | None = None) -> None:
         """Cut the rate for a pushback (``reason``: ``pushback``, ``slots``) or a slow answer (``latency``).
 
         Picks the depth (see the module's rules), sets the ceiling the climb
         levels out at, starts a new generation and the climb back, and lets the
         search and hold rules (``_rampup_search``) note the cut.
+
+        The rates it starts from are those of ``sent_at``, when the request that
+        drew the pushback was sent, if that is known: a timeout comes seconds
+        later, and when hanging requests held every slot the scope sent nothing
+        in between, so its measured send rate then (one send in ten seconds, say)
+        says nothing of the rate the server saw.
         """
-        allowed = self.allowed_rate(now)
-        sent = min(allowed, self.sent_rate(now))
+        at = now if sent_at is None else min(now, sent_at)
+        allowed = self.allowed_rate(at)
+        sent = min(allowed, self.sent_rate(at))
         if self.phase == "start":
             # Doubling outruns the measured send rate (a mean of recent gaps, which lags
             # by a few sends): the refusal answers the rate allowed, so cut from that.

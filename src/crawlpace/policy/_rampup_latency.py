@@ -12,6 +12,8 @@ import math
 from collections import deque
 from typing import Protocol
 
+from ._rampup_slots import QUEUE_MIN_BASELINE
+
 __all__ = ["BASELINE_AFTER", "BASELINE_WINDOWS", "HIGH", "HIGH_SLACK", "KNEE", "KNEE_SLACK", "LATENCY_WEIGHT",
            "LatencyWatch"]
 
@@ -53,6 +55,20 @@ class LatencyWatch:
         low = min(low, self._window_min)
         return None if low == math.inf else low
 
+
+    def _level_says_nothing(self: _LatencyWatchState) -> bool:
+        """Whether latency clears the server of overload, for a failure that came without an answer.
+
+        It does under the knee; and at the knee (not past the cut line) for a page
+        answered in milliseconds (baseline under ``QUEUE_MIN_BASELINE``), whose
+        latency swings are the crawler's own machine's: a busy machine adds ten
+        or twenty milliseconds to some answers, which is past ``KNEE`` times one.
+        """
+        level = self._level
+        if level == 0:
+            return True
+        base = self.baseline()
+        return level == 1 and base is not None and base < QUEUE_MIN_BASELINE
 
     def _observe_latency(self: _LatencyWatchState, now: float, sample: float | None) -> int:
         """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""

@@ -258,7 +258,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0
+        stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level_says_nothing()
+        # A failure answers the rate its request was sent at: a timeout comes long after,
+        # perhaps after a silence forced by slots that hangs held (see _cut).
+        sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
         self._stuck_share += STUCK_WEIGHT * (stuck - self._stuck_share)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
@@ -269,10 +272,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                          "not taken for overload")
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
-                self._cut(now, reason="slots")
+                self._cut(now, reason="slots", sent_at=sent_at)
         elif pushback:
             if can_cut:
-                self._cut(now, reason="pushback")
+                self._cut(now, reason="pushback", sent_at=sent_at)
         else:
             level = self._observe_latency(now, latency)
             if level == 2 and can_cut:
