@@ -37,7 +37,7 @@ from typing import Protocol
 
 from ._rampup_climb import CEILING_SHARE
 
-__all__ = ["HOLD_LEVEL", "HOLD_LONG", "HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
+__all__ = ["HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
 
 #: The search ends when the level is within this share of the top.
 SEARCH_DONE = 0.05
@@ -45,12 +45,6 @@ SEARCH_DONE = 0.05
 SEARCH_PACE = 2.0
 #: After a held refusal, the probe beyond the level waits until a failed one costs this share of the time.
 HOLD_SHARE = 0.05
-#: After a held refusal, the climb levels out at most at this share of the last good rate (the
-#: start phase's) or of the rate that failed, whichever is lower ...
-HOLD_LEVEL = 0.9
-#: ... when the hold lasts at least this many seconds (a token bucket's wait for its next token,
-#: rounded up to a second, is a pause, not a penalty: a refusal there costs a request or two).
-HOLD_LONG = 2.0
 
 
 class _SearchState(Protocol):
@@ -67,7 +61,6 @@ class _SearchState(Protocol):
     _climb: float
     _resumed_at: float
     _last_growth: float
-    _good_rate: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -108,21 +101,6 @@ class SearchClimb:
             self.hold_learned = held
         if self.hold_learned > 0.0:
             self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
-
-    def _held_ceiling(self: _SearchState, now: float, sent: float, rate: float, ceiling: float) -> float:
-        """The level of the climb after a refusal from ``sent``: lower when the server holds the scope.
-
-        A held refusal costs the whole hold, and a level just under a limit that
-        allows no burst is refused now and then by the spacing of arrivals alone
-        (a send a few milliseconds late, the next one on time). So after a held
-        refusal the level is at most ``HOLD_LEVEL`` of the lower of the rate that
-        failed and, in the start phase, the last good rate, never under the new
-        rate itself. A short hold (under ``HOLD_LONG``) changes nothing.
-        """
-        if self._resumed_at - now < HOLD_LONG:
-            return ceiling
-        good = self._good_rate if self.phase == "start" and self._good_rate > 0.0 else sent
-        return max(rate, min(ceiling, HOLD_LEVEL * min(good, sent)))
 
     def _search_step(self: _SearchState, now: float) -> bool:
         """At the level with no pushback: climb quickly to the next level of the search.

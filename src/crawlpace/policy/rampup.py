@@ -53,9 +53,12 @@ Three more rules keep it honest:
   more requests to queue.
 
 A failure without an answer (a timeout, a reset) is pushback only when the
-server looks loaded (latency past the knee, or none seen yet); otherwise it
-is the site's own fault and ignored, though the slots grow by the requests
-such failures are expected to hold (rate x share x duration).
+server looks loaded (latency past the knee, or none seen yet; for a page
+answered in milliseconds, past the cut line: a busy crawler machine puts
+such a site at its knee); otherwise it is the site's own fault and ignored,
+though the slots grow by the requests such failures are expected to hold
+(rate x share x duration). A cut for one starts from the rates of the moment
+its request was sent (hangs may have held every slot since).
 
 A server may limit the requests it holds at once rather than their rate (a
 slow site answering 503 past six in flight, say): a pushback answered in less
