@@ -56,20 +56,6 @@ class LatencyWatch:
         return None if low == math.inf else low
 
 
-    def _level_says_nothing(self: _LatencyWatchState) -> bool:
-        """Whether latency clears the server of overload, for a failure that came without an answer.
-
-        It does under the knee; and at the knee (not past the cut line) for a page
-        answered in milliseconds (baseline under ``QUEUE_MIN_BASELINE``), whose
-        latency swings are the crawler's own machine's: a busy machine adds ten
-        or twenty milliseconds to some answers, which is past ``KNEE`` times one.
-        """
-        level = self._level
-        if level == 0:
-            return True
-        base = self.baseline()
-        return level == 1 and base is not None and base < QUEUE_MIN_BASELINE
-
     def _observe_latency(self: _LatencyWatchState, now: float, sample: float | None) -> int:
         """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""
         if sample is None or not sample >= 0.0 or math.isinf(sample):
@@ -90,7 +76,10 @@ class LatencyWatch:
         level = 0
         if base is not None and smooth > HIGH * base + HIGH_SLACK:
             level = 2
-        elif base is not None and smooth > KNEE * base + KNEE_SLACK:
+        elif base is not None and smooth > KNEE * base + KNEE_SLACK and base >= QUEUE_MIN_BASELINE:
+            # (A page answered in milliseconds has no knee to see: a busy crawler machine adds
+            # more than KNEE times its latency to many answers. Only the cut line, with its
+            # slack, speaks for it.)
             level = 1
         self._level = level
         return level

@@ -53,12 +53,13 @@ Three more rules keep it honest:
   more requests to queue.
 
 A failure without an answer (a timeout, a reset) is pushback only when the
-server looks loaded (latency past the knee, or none seen yet; for a page
-answered in milliseconds, past the cut line: a busy crawler machine puts
-such a site at its knee); otherwise it is the site's own fault and ignored,
-though the slots grow by the requests such failures are expected to hold
-(rate x share x duration). A cut for one starts from the rates of the moment
-its request was sent (hangs may have held every slot since).
+server looks loaded (latency past the knee, or none seen yet; a page
+answered in milliseconds has no knee, only the cut line: a busy crawler
+machine puts most of its answers past 1.6 times a millisecond); otherwise
+it is the site's own fault and ignored, though the slots grow by the
+requests such failures are expected to hold (rate x share x duration). A
+cut for one starts from the rates of the moment its request was sent (hangs
+may have held every slot since).
 
 A server may limit the requests it holds at once rather than their rate (a
 slow site answering 503 past six in flight, say): a pushback answered in less
@@ -261,7 +262,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level_says_nothing()
+        stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
