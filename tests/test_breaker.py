@@ -537,3 +537,21 @@ def test_the_documented_flaky_timeline() -> None:
     assert pauses == [(1.0, 10.9)]  # opened by the outcome at 0.9 s
     assert learned == [(11.9, 0.5)]
     assert breaker.state == CLOSED
+
+
+def test_an_unlucky_start_of_a_flaky_site_is_not_given_up() -> None:
+    # A site failing three requests in ten (flaky25's share, another seed): four 200s,
+    # then four failures that open the breaker, and a failed probe. Five failures in a row
+    # and five of nine: half, but on nine outcomes that is chance, and the site answers.
+    breaker = Breaker(min_requests=5)
+    now = 0.0
+    for failed in (False, False, False, False, True, True, True, True):
+        breaker.on_send(now)
+        breaker.on_outcome(now, failed=failed, sent_at=now)
+        now += 0.5
+    assert breaker.state == OPEN
+    until = breaker.blocked_until(now)
+    assert until is not None
+    breaker.on_send(until)
+    assert fail(breaker, until + 0.1, sent_at=until) is False
+    assert breaker.state == OPEN

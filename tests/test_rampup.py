@@ -4,15 +4,18 @@ against a token bucket driven by virtual time (no sockets, no sleeping)."""
 from __future__ import annotations
 
 import asyncio
+import heapq
 import logging
 import math
 import random
 from collections import deque
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import pytest
 
 from crawlpace import Settings, Throttler
+from crawlpace.policy._rampup_climb import BETA_DEEP
 from crawlpace.policy.rampup import RAMPUP_JITTER, Rampup
 from crawlpace.testing import MockClock
 
@@ -892,3 +895,90 @@ async def test_quick_rounds_do_not_overrun_a_window_limit_that_shows_no_latency(
                 permit.feedback(status=status, latency=0.05)
     assert refused <= 5
     assert ok >= 20
+
+
+
+def hanging_run(ramp: Rampup, start: float, end: float, *, latency: Callable[[random.Random], float],
+                hang_every: int = 20, slots: int = 8, seed: int = 5) -> list[float]:
+    """A crawl of a site where one request in ``hang_every`` hangs until a 10 s timeout.
+
+    At most ``slots`` requests are in flight, as in ``crawlpace crawl``, so hangs can
+    hold every slot and silence the scope. Returns the times of its sends.
+    """
+    rng = random.Random(seed)
+    pending: list[tuple[float, int, float, bool]] = []  # (answer time, order, send time, hung)
+    sends: list[float] = []
+    now, count = start, 0
+    next_send = start
+    while now < end:
+        if len(pending) < slots and (not pending or next_send <= pending[0][0]):
+            now = max(now, next_send)
+            ramp.on_send(now)
+            sends.append(now)
+            count += 1
+            hung = count % hang_every == 0
+            heapq.heappush(pending, (now + (10.0 if hung else latency(rng)), count, now, hung))
+            next_send = now + 1.0 / ramp.allowed_rate(now)
+            continue
+        at, _, sent, hung = heapq.heappop(pending)
+        now = max(now, at)
+        if hung:
+            ramp.on_response(now, pushback=True, current=True, latency=None, answered=False,
+                             elapsed=now - sent)
+        else:
+            ramp.on_response(now, pushback=False, current=True, latency=at - sent, elapsed=now - sent)
+    return sends
+
+
+def test_hangs_at_a_quick_site_on_a_busy_machine_are_not_overload() -> None:
+    # Pages answered in a millisecond, on a crawler machine busy enough to add 10-30 ms to
+    # most answers: the smoothed latency sits at the knee (1.6 x 1 ms + 10 ms), which says
+    # nothing of the server. One request in twenty hangs until the timeout. Taken for
+    # overload, the hangs cut the rate again and again (a loaded bench round crawled such
+    # a site at 0.1 requests a second from 30 s on).
+    ramp = controller(start_rate=4.0)
+    hanging_run(ramp, 0.0, 5.0, latency=lambda rng: 0.001, hang_every=10_000)  # a quiet start
+    assert ramp.baseline() == pytest.approx(0.001)
+    rate, generation = ramp.rate, ramp.generation
+    sends = hanging_run(ramp, 5.0, 65.0, latency=lambda rng: 0.001 + rng.uniform(0.012, 0.03))
+    assert ramp.generation == generation  # no hang cut the rate
+    assert ramp.rate >= rate
+    assert sum(t >= 35.0 for t in sends) >= 30 * 5
+
+
+def test_a_timeout_cuts_from_the_rate_its_request_was_sent_at() -> None:
+    # A 50 ms site whose latency has climbed to its knee: a timeout there is overload. It
+    # comes 10 s after its send; if every slot was held meanwhile, the scope sent nothing,
+    # and a cut from the send rate measured then (one send in ten seconds) starved it.
+    ramp = controller(start_rate=4.0)
+    drive(ramp, 0.0, 2.0, latency=0.05)
+    now = drive(ramp, 2.0, 2.2, latency=0.12)  # past the knee, not yet past the cut line
+    rate = ramp.allowed_rate(now)
+    ramp.on_send(now)
+    ramp.on_response(now + 10.0, pushback=True, current=True, latency=None, answered=False, elapsed=10.0)
+    assert "cut: pushback" in ramp.decision
+    assert ramp.rate >= BETA_DEEP * 0.5 * rate
+
+
+def test_a_busy_machine_does_not_freeze_the_climb_of_a_millisecond_site() -> None:
+    # A page answered in 2 ms, crawled from a machine busy enough to add 10-40 ms to every
+    # answer: 1.6 x 2 ms + 10 ms is passed by most of them, though nothing is wrong with
+    # the server. Taken for its knee, that froze the climb after a cut: a loaded bench
+    # round held a 25/s bucket at 13/s for a minute after its third refusal.
+    ramp = controller(max_rate=10.0)  # gaps of 100 ms or more: answers come back in order
+    now = past_the_start(ramp)  # quiet: a baseline of 2 ms
+    send_and_answer(ramp, now, pushback=True)
+    now += 1.0
+    send_and_answer(ramp, now, pushback=True)  # before the rate grew back: a deep cut
+    cut, ceiling = ramp.rate, ramp.ceiling
+    assert ceiling is not None
+    assert cut < 0.75 * ceiling
+    rng = random.Random(4)
+    end = now + 60.0
+    while now < end:
+        now += 1.0 / ramp.allowed_rate(now)
+        send_and_answer(ramp, now, latency=0.002 + rng.uniform(0.01, 0.04))
+    assert ramp.latency is not None
+    assert ramp.latency > 1.6 * 0.002 + 0.01  # "at the knee"
+    assert ramp.generation == 3  # and short of the cut line: no latency cut
+    assert ramp.rate >= ceiling

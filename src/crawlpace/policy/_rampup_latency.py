@@ -12,6 +12,8 @@ import math
 from collections import deque
 from typing import Protocol
 
+from ._rampup_slots import QUEUE_MIN_BASELINE
+
 __all__ = ["BASELINE_AFTER", "BASELINE_WINDOWS", "HIGH", "HIGH_SLACK", "KNEE", "KNEE_SLACK", "LATENCY_WEIGHT",
            "LatencyWatch"]
 
@@ -74,7 +76,10 @@ class LatencyWatch:
         level = 0
         if base is not None and smooth > HIGH * base + HIGH_SLACK:
             level = 2
-        elif base is not None and smooth > KNEE * base + KNEE_SLACK:
+        elif base is not None and smooth > KNEE * base + KNEE_SLACK and base >= QUEUE_MIN_BASELINE:
+            # (A page answered in milliseconds has no knee to see: a busy crawler machine adds
+            # more than KNEE times its latency to many answers. Only the cut line, with its
+            # slack, speaks for it.)
             level = 1
         self._level = level
         return level

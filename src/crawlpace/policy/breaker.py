@@ -14,7 +14,8 @@ The breaker has four states:
 * ``half_open``: one request, the probe, may go. Its success closes the breaker
   with an empty window; its failure either opens it again for another pause or
   gives the scope up, when ``give_up_after`` consecutive failures have piled up
-  *and* at least half of the last 20 outcomes failed.
+  *and* at least half of the last 20 outcomes failed (clearly more than half,
+  by two standard deviations, while fewer than 20 are known).
 * ``given_up``: terminal. Nothing is ever sent again.
 
 Outcomes of requests sent before the current half-open period began
@@ -26,10 +27,10 @@ open the breaker: giving up needs failures on both sides of a full pause.
 The second condition keeps a site with a steady share of transient errors
 from being given up by bad luck: at 10 % errors, five failures in a row and a
 failed probe happen about once in 20,000 requests, while ten failures among
-twenty outcomes practically never do. A site dead from the start fails every
-request and passes both tests at its first failed probe; a site that dies in
-the middle of a crawl needs a few more failed probes, until failures make up
-half of its recent outcomes.
+twenty outcomes practically never do (five of a first nine is chance). A
+site dead from the start fails every request and passes both tests at its
+first failed probe; a site that dies in the middle of a crawl needs a few
+more failed probes, until failures make up half of its recent outcomes.
 
 The window is kept as counts per bucket of ``window / 12`` seconds, so its size
 does not depend on the request rate: an outcome counts for between eleven and
@@ -296,7 +297,7 @@ class Breaker:
                 self._total = self._failed = 0
                 _log.debug("breaker closed: the probe succeeded")
             elif self._give_up_after and self.consecutive_failures >= self._give_up_after \
-                    and 2 * self._recent.bit_count() >= self._recent_n:
+                    and self._mostly_failing():
                 self._state = GIVEN_UP
                 self.reason = (f"gave up after {self.consecutive_failures} consecutive failures, "
                                f"the last one a probe")
@@ -311,6 +312,14 @@ class Breaker:
     def _too_many(self, total: int, bad: int) -> bool:
         return (total >= self._min_requests and bad > self._threshold(total)
                 and bad >= min(_MIN_FAILURES, self._min_requests))
+
+    def _mostly_failing(self) -> bool:
+        """At least half of the last ``RECENT`` outcomes failed; with fewer known, clearly more (two
+        standard deviations): a flaky site may fail five of its first nine, a dead one fails all."""
+        known, failed = self._recent_n, self._recent.bit_count()
+        if known >= _RECENT:
+            return 2 * failed >= known
+        return known > 0 and failed / known - 2.0 * math.sqrt(0.25 / known) >= 0.5
 
     def _after_pause(self, share: float) -> str:
         """Whether failures that came back after a pause look like the site's own errors.

@@ -53,9 +53,13 @@ Three more rules keep it honest:
   more requests to queue.
 
 A failure without an answer (a timeout, a reset) is pushback only when the
-server looks loaded (latency past the knee, or none seen yet); otherwise it
-is the site's own fault and ignored, though the slots grow by the requests
-such failures are expected to hold (rate x share x duration).
+server looks loaded (latency past the knee, or none seen yet; a page
+answered in milliseconds has no knee, only the cut line: a busy crawler
+machine puts most of its answers past 1.6 times a millisecond); otherwise
+it is the site's own fault and ignored, though the slots grow by the
+requests such failures are expected to hold (rate x share x duration). A
+cut for one starts from the rates of the moment its request was sent (hangs
+may have held every slot since).
 
 A server may limit the requests it holds at once rather than their rate (a
 slow site answering 503 past six in flight, say): a pushback answered in less
@@ -75,7 +79,8 @@ The controller is one object (its attributes are the state ``policy/state.py``
 shares), with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
-``_rampup_climb``, the search and the holds in ``_rampup_search``. This
+``_rampup_climb``, the cut itself in ``_rampup_cut``, the search and the holds
+in ``_rampup_search``. This
 module keeps the phases and the decisions.
 """
 
@@ -87,15 +92,8 @@ from collections import deque
 from dataclasses import dataclass
 
 from .._jitter import Jitter
-from ._rampup_climb import (
-    BETA,
-    BETA_DEEP,
-    BETA_OVER,
-    CASCADE_GROWTH,
-    CEILING_SHARE,
-    START_CEILING_SHARE,
-    CubicClimb,
-)
+from ._rampup_climb import CubicClimb
+from ._rampup_cut import CutRules
 from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
 from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
@@ -149,7 +147,7 @@ class RampupStats:
     decision: str
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase, SearchClimb):
+class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb):
     """The rampup controller of one scope.
 
     Args:
@@ -265,6 +263,9 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase, Searc
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
         stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0
+        # A failure answers the rate its request was sent at: a timeout comes long after,
+        # perhaps after a silence forced by slots that hangs held (see _cut).
+        sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
         self._stuck_share += STUCK_WEIGHT * (stuck - self._stuck_share)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
@@ -276,10 +277,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase, Searc
             self.hung_silence(now, elapsed)
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
-                self._cut(now, reason="slots")
+                self._cut(now, reason="slots", sent_at=sent_at)
         elif pushback:
             if can_cut:
-                self._cut(now, reason="pushback")
+                self._cut(now, reason="pushback", sent_at=sent_at)
         else:
             level = self._observe_latency(now, latency)
             if level == 2 and can_cut:
@@ -340,68 +341,6 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase, Searc
             self._decide(now, f"hold: latency {self.latency or 0.0:.3f}s is past the knee "
                          f"(baseline {self.baseline() or 0.0:.3f}s)")
             self._enter_steady(now, self.rate)
-
-    def _cut(self, now: float, *, reason: str) -> None:
-        allowed = self.allowed_rate(now)
-        sent = min(allowed, self.sent_rate(now))
-        if self.phase == "start":
-            # Doubling outruns the measured send rate (a mean of recent gaps, which lags
-            # by a few sends): the refusal answers the rate allowed, so cut from that.
-            # (Later, the lag is what keeps the ceiling a little under the limit.)
-            sent = allowed
-        elif reason == "latency" and self.ceiling is not None:
-            # A queueing server answers slowly, so the measured send rate (held back by
-            # full slots) understates the rate that overloaded it: cut from the rate
-            # allowed, at most the ceiling, step by step, as a gradient would.
-            sent = max(sent, min(self.rate, self.ceiling))
-        slots = reason == "slots"
-        refused = reason in ("pushback", "slots")
-        if refused:
-            self._pushbacks.append(now)
-        count = self.pushbacks(now)
-        low, high = self.target
-        # A slow answer is a hint, not a refusal: it never cuts deep.
-        # Too many slots, not too high a rate: the cap answers it, and the cut stays gentle.
-        cascade = refused and not slots and (self.phase == "start" or (
-            self._cut_rate > 0.0 and sent < self._cut_rate * CASCADE_GROWTH))
-        if cascade:
-            beta = BETA_DEEP
-        elif slots:
-            beta = BETA
-        elif count > high and refused:
-            beta = BETA_OVER
-        elif not refused:
-            beta = self._latency_beta()
-        else:
-            beta = BETA
-        # After a cascade the limit lies between the new rate and the one that failed:
-        # climb quickly to the middle (geometrically), then probe quickly beyond.
-        # Otherwise the refusal came only once the server's allowance for bursts was
-        # spent, so the rate that drew it is above the limit: level out a little below.
-        steady = self.phase == "steady"
-        if self.phase == "start" and not slots:
-            ceiling = sent * START_CEILING_SHARE
-        else:
-            ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
-        if refused:
-            self.last_pushback_rate = sent
-        rate = max(self.min_rate, min(self.max_rate, sent * beta))
-        if self.phase == "start" and refused and not slots:
-            ceiling = self._start_ceiling(sent, rate, ceiling)  # at most under the good rate
-        self.generation += 1
-        self.phase = "steady"
-        self.above_since = _NEVER
-        previous, self.ceiling = self.ceiling, ceiling
-        self.rate = rate
-        self._cut_rate = self.rate
-        self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
-        self._start_climb(now, fast=cascade)
-        self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
-                        steady=steady, refused=refused)
-        capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
-        what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
-        self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
-                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
 
     def _decide(self, now: float, decision: str) -> None:
         self.decision = decision

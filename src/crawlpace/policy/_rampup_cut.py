@@ -1,0 +1,146 @@
+"""Rampup's cut: what one pushback or one answer far too slow does to the rate.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module and
+``docs/concepts/rampup.md`` for the rules). A cut takes the rate the scope was
+sending at (the rate allowed, in the start phase, where doubling outruns the
+measured rate), multiplies it by a depth and sets the *ceiling* the climb back
+levels out at:
+
+* an ordinary refusal: ``BETA`` (0.9), the ceiling ``CEILING_SHARE`` of the
+  failing rate;
+* more refusals than the band allows in the last window: ``BETA_OVER`` (0.8);
+* a refusal the previous cut did not prevent, or the start phase's first:
+  ``BETA_DEEP`` (a half), the ceiling at the geometric middle (the start
+  phase's at ``START_CEILING_SHARE``, or under its good rate);
+* a refusal on arrival with several in flight (the slots were too many): the
+  ordinary depth, the slot cap does the rest;
+* latency past the cut line: deeper the further past the knee it is
+  (``_latency_beta``), counted from the rate allowed, never a refusal.
+
+Each cut starts a new generation and a quiet spell of two latencies (or one
+gap at the new rate), during which answers to earlier sends cannot cut again.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Protocol
+
+from ._rampup_climb import BETA, BETA_DEEP, BETA_OVER, CASCADE_GROWTH, CEILING_SHARE, START_CEILING_SHARE
+from ._rampup_sends import NEVER
+
+__all__ = ["CutRules"]
+
+
+class _CutState(Protocol):
+    """What :meth:`CutRules._cut` uses of the controller."""
+
+    phase: str
+    rate: float
+    min_rate: float
+    max_rate: float
+    ceiling: float | None
+    target: tuple[float, float]
+    generation: int
+    above_since: float
+    last_pushback_rate: float | None
+    latency: float | None
+    slot_cap: float
+    _pushbacks: deque[float]
+    _cut_rate: float
+    _quiet_until: float
+
+    def allowed_rate(self, now: float) -> float: ...
+    def sent_rate(self, now: float) -> float: ...
+    def pushbacks(self, now: float) -> int: ...
+    def _latency_beta(self) -> float: ...
+    def _start_ceiling(self, refused: float, rate: float, ceiling: float) -> float: ...
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _after_cut(self, now: float, *, sent: float, allowed: float, cascade: bool, steady: bool,
+                   refused: bool) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
+
+
+class CutRules:
+    """The cut part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    # declared for the assignments below, which might narrow them
+    ceiling: float | None
+    last_pushback_rate: float | None
+
+    def _cut(self: _CutState, now: float, *, reason: str, sent_at: float | None = None) -> None:
+        """Cut the rate for a pushback (``reason``: ``pushback``, ``slots``) or a slow answer (``latency``).
+
+        Picks the depth (see the module's rules), sets the ceiling the climb
+        levels out at, starts a new generation and the climb back, and lets the
+        search and hold rules (``_rampup_search``) note the cut.
+
+        The rates it starts from are those of ``sent_at``, when the request that
+        drew the pushback was sent, if that is known: a timeout comes seconds
+        later, and when hanging requests held every slot the scope sent nothing
+        in between, so its measured send rate then (one send in ten seconds, say)
+        says nothing of the rate the server saw.
+        """
+        at = now if sent_at is None else min(now, sent_at)
+        allowed = self.allowed_rate(at)
+        sent = min(allowed, self.sent_rate(at))
+        if self.phase == "start":
+            # Doubling outruns the measured send rate (a mean of recent gaps, which lags
+            # by a few sends): the refusal answers the rate allowed, so cut from that.
+            # (Later, the lag is what keeps the ceiling a little under the limit.)
+            sent = allowed
+        elif reason == "latency" and self.ceiling is not None:
+            # A queueing server answers slowly, so the measured send rate (held back by
+            # full slots) understates the rate that overloaded it: cut from the rate
+            # allowed, at most the ceiling, step by step, as a gradient would.
+            sent = max(sent, min(self.rate, self.ceiling))
+        slots = reason == "slots"
+        refused = reason in ("pushback", "slots")
+        if refused:
+            self._pushbacks.append(now)
+        count = self.pushbacks(now)
+        low, high = self.target
+        # A slow answer is a hint, not a refusal: it never cuts deep.
+        # Too many slots, not too high a rate: the cap answers it, and the cut stays gentle.
+        cascade = refused and not slots and (self.phase == "start" or (
+            self._cut_rate > 0.0 and sent < self._cut_rate * CASCADE_GROWTH))
+        if cascade:
+            beta = BETA_DEEP
+        elif slots:
+            beta = BETA
+        elif count > high and refused:
+            beta = BETA_OVER
+        elif not refused:
+            beta = self._latency_beta()
+        else:
+            beta = BETA
+        # After a cascade the limit lies between the new rate and the one that failed:
+        # climb quickly to the middle (geometrically), then probe quickly beyond.
+        # Otherwise the refusal came only once the server's allowance for bursts was
+        # spent, so the rate that drew it is above the limit: level out a little below.
+        steady = self.phase == "steady"
+        if self.phase == "start" and not slots:
+            ceiling = sent * START_CEILING_SHARE
+        else:
+            ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
+        if refused:
+            self.last_pushback_rate = sent
+        rate = max(self.min_rate, min(self.max_rate, sent * beta))
+        if self.phase == "start" and refused and not slots:
+            ceiling = self._start_ceiling(sent, rate, ceiling)  # at most under the good rate
+        self.generation += 1
+        self.phase = "steady"
+        self.above_since = NEVER
+        previous, self.ceiling = self.ceiling, ceiling
+        self.rate = rate
+        self._cut_rate = self.rate
+        self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
+        self._start_climb(now, fast=cascade)
+        self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
+                        steady=steady, refused=refused)
+        capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
+        what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
+        self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
+                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
