@@ -135,27 +135,58 @@ def test_a_start_phase_begun_again_takes_the_rate_in_force_as_good() -> None:
 
 
 def test_a_site_with_a_measurable_latency_doubles_every_round_trip() -> None:
-    # 50 ms answers: the round is the lowest latency seen, at least half a second, so an
-    # answer 0.5 s after the last growth doubles the rate (at most once), where a 2 ms
-    # site (one-second rounds) gains a factor 2 ** 0.5.
+    # 50 ms answers: the rate starts from one request in flight back to back (1 / 50 ms),
+    # and the round is the lowest latency seen, at least half a second, so an answer
+    # 0.5 s after the last growth doubles the rate (at most once), where a 2 ms site
+    # (one-second rounds, no window of one) gains a factor 2 ** 0.5.
     slow, quick = controller(), controller()
     send_and_answer(slow, 0.0, latency=0.05)
     send_and_answer(quick, 0.0, latency=0.002)
-    send_and_answer(slow, 0.5, latency=0.05)
+    assert slow.rate == pytest.approx(20.0 * 2 ** (0.05 / 0.5), rel=0.01)  # the window of one, grown
+    for i in range(1, 10):  # back to back for another 0.45 s: half a second of answers in all
+        send_and_answer(slow, 0.05 * i, latency=0.05)
     send_and_answer(quick, 0.5, latency=0.002)
-    assert slow.rate == pytest.approx(2.0 * 2 ** (0.05 / 0.5), rel=0.01)  # the first answer's 50 ms too
+    assert slow.rate == pytest.approx(2.0 * 20.0, rel=0.01)
     assert quick.rate == pytest.approx(2 ** 0.5, rel=0.01)
-    rate = slow.rate
-    send_and_answer(slow, 1.2, latency=0.05)  # 0.65 s since the last growth: still one doubling
-    assert slow.rate == pytest.approx(2.0 * rate)
     # A first answer slowed by its connection's set-up does not make a quick site slow.
     first_slow = controller()
     send_and_answer(first_slow, 0.0, latency=0.08)
     send_and_answer(first_slow, 0.5, latency=0.001)
     assert first_slow._start_round() == 1.0
-    before = first_slow.rate
-    send_and_answer(first_slow, 0.85, latency=0.001)
-    assert first_slow.rate == pytest.approx(before * 2 ** 0.35, rel=0.01)  # not doubled
+    assert first_slow._start_floor() == 0.0  # nor keeps it a window of one
+
+
+def test_a_site_that_shows_service_time_may_keep_one_request_in_flight_back_to_back() -> None:
+    # The window of one: a 50 ms site may send its next request as soon as an answer is
+    # in (20/s), from its first answer on; a 2 ms site keeps the polite start.
+    slow, quick = controller(), controller()
+    for ramp, latency in ((slow, 0.05), (quick, 0.002)):
+        send_and_answer(ramp, 0.0, latency=latency)
+        send_and_answer(ramp, latency, latency=latency)  # the first answer's door: sent at once
+    assert slow.allowed_rate(0.1) >= 20.0
+    assert quick.allowed_rate(0.004) <= 2.0
+    # Outside the start phase there is no floor: a refusal takes the scope under it.
+    send_and_answer(slow, 0.1, pushback=True)
+    assert slow.phase == "steady"
+    assert slow._start_floor() == 0.0
+    assert slow.allowed_rate(0.2) < 20.0
+
+
+def test_the_first_answer_lets_the_next_send_go_at_once() -> None:
+    # robots.txt (no latency measured) answered 10 ms after the first send: the first page
+    # may follow at once, not a whole second after; the send after it is paced again.
+    ramp = controller()
+    ramp.on_send(0.0)
+    assert ramp.allowed_rate(0.005) == 1.0  # not answered yet: the starting rate
+    ramp.on_response(0.01, pushback=False, current=True, latency=None)
+    assert 1.0 / ramp.allowed_rate(0.01) == pytest.approx(0.01)  # the gap since the first send is enough
+    ramp.on_send(0.01)
+    assert ramp.allowed_rate(0.02) <= 2.0  # the door is used: the polite start again
+    # A first answer that is a refusal opens nothing.
+    refused = controller()
+    refused.on_send(0.0)
+    refused.on_response(0.01, pushback=True, current=True, latency=0.01)
+    assert refused.allowed_rate(0.01) <= 1.0
 
 
 def test_the_start_phase_stops_doubling_when_its_slots_hold_the_sends_back() -> None:
@@ -786,13 +817,14 @@ def test_a_refusal_in_the_start_phase_cuts_from_the_rate_allowed_not_a_lagging_m
     # 2.5/s; a cut from the lagging measure left a 2/s site at 1.1/s for a minute.
     ramp = controller(start_rate=1.0)
     now = drive(ramp, 0.0, 2.0)
-    allowed = ramp.allowed_rate(now)
+    allowed, good = ramp.allowed_rate(now), ramp._good_rate
     send_and_answer(ramp, now, pushback=True)
     # Half of the rate allowed (a lagging measure gave at most 0.35 of it), and the climb
     # levels out at 85 % of it.
     assert ramp.rate >= 0.45 * allowed
     assert ramp.ceiling is not None
-    assert ramp.ceiling >= 0.8 * allowed
+    # It levels out at 85 % of it, or under the good rate when that is lower (the start's rule).
+    assert ramp.ceiling == pytest.approx(max(ramp.rate, min(0.85 * allowed, 0.95 * good)), rel=0.01)
 
 
 def test_a_scope_held_back_by_its_slots_does_not_double_for_nothing() -> None:
@@ -864,3 +896,21 @@ async def test_quick_rounds_do_not_overrun_a_window_limit_that_shows_no_latency(
                 permit.feedback(status=status, latency=0.05)
     assert refused <= 5
     assert ok >= 20
+
+
+def test_a_slow_site_refusing_on_arrival_is_told_apart_before_any_baseline() -> None:
+    # 1.5 s answers, 503 past four in flight. Two answers give no baseline yet; the lowest
+    # latency stands in for it, so a 503 in 4 ms with five in flight caps the slots at four
+    # and cuts gently, where it used to halve the rate and leave the slots open for a second 503.
+    ramp = controller()
+    for at in (0.0, 0.5, 1.0, 1.2, 1.4):
+        ramp.on_send(at)
+    for at in (0.0, 0.5):
+        ramp.on_response(at + 1.5, pushback=False, current=True, latency=1.5, elapsed=1.5, inflight=4)
+    assert ramp.baseline() is None
+    ramp.on_send(2.1)
+    ramp.on_response(2.104, pushback=True, current=True, latency=0.004, elapsed=0.004, inflight=5)
+    assert ramp.slot_cap == 4
+    assert "slots capped at 4" in ramp.decision
+    # The refusal's 4 ms is no service time: the round and the window of one are the answers'.
+    assert ramp._low_latency == 1.5

@@ -38,6 +38,7 @@ class _SendRecordState(Protocol):
 
     def sent_rate(self, now: float) -> float: ...
     def _sent_weight(self) -> float: ...
+    def _start_floor(self, door: bool = True) -> float: ...
 
 
 class SendRecord:
@@ -59,9 +60,12 @@ class SendRecord:
         return 1.0 / gap if gap > 0.0 else math.inf
 
     def allowed_rate(self: _SendRecordState, now: float) -> float:
-        """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending."""
+        """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending,
+        and never under the start phase's floor (``_rampup_start``: one request in flight back to back)."""
         cap = max(self.start_rate, SENT_CAP * self.sent_rate(now))
-        return self.rate if self.rate <= cap else cap
+        allowed = self.rate if self.rate <= cap else cap
+        floor = self._start_floor()
+        return floor if floor > allowed else allowed
 
 
     def is_idle(self: _SendRecordState, now: float) -> bool:

@@ -37,6 +37,7 @@ class _SlotSizingState(Protocol):
     _stuck_time: float
     latency: float | None
     window: float
+    _low_latency: float
 
     def baseline(self) -> float | None: ...
     def sent_rate(self, now: float) -> float: ...
@@ -75,8 +76,14 @@ class SlotSizing:
 
     def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
                        inflight: int | None) -> bool:
-        """A refusal on arrival with several in flight: cap the slots below that count."""
+        """A refusal on arrival with several in flight: cap the slots below that count.
+
+        Before a baseline is known, the lowest latency seen stands in for it, so
+        that a slow site limiting what it holds is told apart at its first refusal.
+        """
         base = self.baseline()
+        if base is None and self._low_latency > 0.0:
+            base = self._low_latency
         if (not answered or elapsed is None or inflight is None or base is None
                 or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base):
             return False

@@ -3,9 +3,9 @@
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other rules).
 A fresh scope starts at its polite starting rate and doubles it once per *round*:
 
-* a round is the lowest latency the scope has seen, within ``[START_MIN_ROUND,
-  START_DOUBLING]``: a site answering in 50 ms doubles every half
-  second of sending, one taking seconds every second. Under
+* a round is the lowest latency the scope has seen, at most ``START_DOUBLING``:
+  a site answering in 50 ms doubles every 50 ms of sending (every round trip,
+  as TCP's slow start does), one taking seconds every second. Under
   ``START_LATENCY_SIGNAL`` latency says nothing of a server's load (there is no
   queue to see), so such a site keeps the one-second round: only a refusal
   could stop a quicker climb, and the slower one leaves it near the limit;
@@ -13,6 +13,19 @@ A fresh scope starts at its polite starting rate and doubles it once per *round*
   clocked by answers, as TCP's slow start is by acknowledgements, so a scope
   that sends little learns little, and one whose slots hold its sends back
   (its measured send rate under ``START_USED_SHARE`` of the rate) stops.
+
+Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
+
+* *a window of one*: a site whose answers take ``START_LATENCY_SIGNAL`` or more
+  may always have one request in flight back to back, the rate at which
+  AutoThrottle with a target concurrency of 1 settles (``1 / latency``). The
+  doubling starts from there, so a 50 ms site reaches four in flight within
+  a few round trips instead of seconds, and its latency (which grows with
+  what is in flight) stops the climb at its knee;
+* *the first answer opens the door*: the send that follows a scope's first
+  answer (most often its robots.txt) goes as soon as that answer is in, not a
+  whole starting gap after the first send. One request is in flight at a time
+  either way; a site that answered the first one has shown it is up.
 
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
@@ -29,19 +42,19 @@ from typing import Protocol
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
 __all__ = ["START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_LATENCY_SIGNAL",
-           "START_MIN_ROUND",
-           "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
+           "START_MIN_ROUND",            "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
 
 #: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
 START_DOUBLING = 1.0
+#: Latency under this many seconds says nothing of a server's load (no queue to see), so the
+#: round stays ``START_DOUBLING``: only a refusal could stop a quicker climb, and a one-second
+#: round's finer steps leave the first refusal's good rate near the limit. From this latency
+#: up, the round is the latency itself and one request may be in flight back to back.
+START_LATENCY_SIGNAL = 0.02
 #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
 #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
 #: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
 START_MIN_ROUND = 0.5
-#: Latency under this many seconds says nothing of a server's load (no queue to see), so the
-#: round stays ``START_DOUBLING``: only a refusal could stop a quicker climb, and a one-second
-#: round's finer steps leave the first refusal's good rate near the limit.
-START_LATENCY_SIGNAL = 0.02
 #: The start phase grows only while the measured send rate is at least this share of the rate
 #: (under a half: the last gap was sent at the rate before the last doubling, and jitter lengthens it;
 #: a scope held back by its slots falls far below it and stops doubling for nothing).
@@ -69,9 +82,13 @@ class _StartPhaseState(Protocol):
     latency: float | None
     _good_rate: float
     _low_latency: float
+    _gap: float | None
+    _sent_at: float
+    _last_growth: float
 
     def allowed_rate(self, now: float) -> float: ...
     def _start_round(self) -> float: ...
+    def _start_floor(self, door: bool = True) -> float: ...
 
 
 class StartPhase:
@@ -80,16 +97,33 @@ class StartPhase:
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
 
     def _start_round(self: _StartPhaseState) -> float:
-        """Seconds per doubling: the lowest latency seen within ``[START_MIN_ROUND, START_DOUBLING]``,
-        or ``START_DOUBLING`` while none is known or it is under ``START_LATENCY_SIGNAL``.
+        """Seconds per doubling: the lowest latency seen, at most ``START_DOUBLING``, or
+        ``START_DOUBLING`` while none is known or it is under ``START_LATENCY_SIGNAL``.
 
         The lowest, not the smoothed: a first answer slowed by its connection's set-up
         (or by a busy crawler) must not make a quick site look slow.
         """
         low = self._low_latency
-        if low <= 0.0 or low < START_LATENCY_SIGNAL:
+        if low < START_LATENCY_SIGNAL:  # none known (0) or too quick to say anything
             return START_DOUBLING
         return min(START_DOUBLING, max(START_MIN_ROUND, low))
+
+    def _start_floor(self: _StartPhaseState, door: bool = True) -> float:
+        """The least rate the start phase allows (0 outside it): see the module's two floors.
+
+        The window of one: ``1 / latency`` for a site whose lowest latency is at
+        least ``START_LATENCY_SIGNAL``. The first answer: while the scope has sent
+        once and that send was answered, one send per that round trip, so the
+        next send may go at once (the send that follows sets the gaps, and the
+        floor is gone); ``door=False`` leaves this one out. Never above the rate's cap.
+        """
+        if self.phase != "start":
+            return 0.0
+        low = self._low_latency
+        floor = 1.0 / low if low >= START_LATENCY_SIGNAL else 0.0
+        if door and self._gap is None and self._last_growth > self._sent_at:  # one send, answered
+            floor = max(floor, 1.0 / (self._last_growth - self._sent_at))
+        return min(floor, self.max_rate)
 
     def _start_latency(self: _StartPhaseState, sample: float | None) -> None:
         """Note an answer's latency: the start phase's round follows the lowest one."""
@@ -114,9 +148,13 @@ class StartPhase:
 
     def _start_grow(self: _StartPhaseState, now: float, step: float, round_: float) -> None:
         """An answer in the start phase: note the good rate, then double at most once."""
-        allowed = self.allowed_rate(now)
+        # The rate the answered send went at: the door after a first answer is no rate sent at.
+        allowed = min(self.allowed_rate(now), max(self.rate, self._start_floor(door=False)))
         if allowed > self._good_rate:
             self._good_rate = allowed
+        low = self._low_latency
+        if low >= START_LATENCY_SIGNAL:  # the window of one: the doubling starts from there
+            self.rate = max(self.rate, 1.0 / low)
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 
     def _start_ceiling(self: _StartPhaseState, refused: float, rate: float, ceiling: float) -> float:

@@ -259,7 +259,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, LatencyWatch, StartPhase, Searc
             True when :attr:`rate` changed.
         """
         before = self.rate
-        if self.phase == "start":
+        if self.phase == "start" and not pushback:  # a refusal on arrival says nothing of service time
             self._start_latency(latency)
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
