@@ -81,6 +81,11 @@ class SendRecord:
             self._last_growth = now  # growth is counted from the first send
         else:
             gap, mean = now - max(last, self._resumed_at), self._gap
+            if mean is None and self.rate > 0.0:
+                # The first gap counts as at least the rate's: a send that followed the first
+                # answer at once (``_rampup_start``'s door) is no rate the scope sent at, and
+                # a mean that took it would lift the send-rate cap off the climb.
+                gap = max(gap, 1.0 / self.rate)
             if gap < 0.0:
                 gap = 0.0
             weight = self._sent_weight()  # SENT_WEIGHT but in a quick start phase
