@@ -162,9 +162,10 @@ def test_a_site_that_shows_service_time_may_keep_one_request_in_flight_back_to_b
     slow, quick = controller(), controller()
     for ramp, latency in ((slow, 0.05), (quick, 0.002)):
         send_and_answer(ramp, 0.0, latency=latency)
-        send_and_answer(ramp, latency, latency=latency)  # the first answer's door: sent at once
+    assert 1.0 / slow.allowed_rate(0.05) == pytest.approx(0.05)  # the next may go at once
+    assert quick.allowed_rate(0.002) <= 1.1
+    send_and_answer(slow, 0.05, latency=0.05)
     assert slow.allowed_rate(0.1) >= 20.0
-    assert quick.allowed_rate(0.004) <= 2.0
     # Outside the start phase there is no floor: a refusal takes the scope under it.
     send_and_answer(slow, 0.1, pushback=True)
     assert slow.phase == "steady"
@@ -172,7 +173,7 @@ def test_a_site_that_shows_service_time_may_keep_one_request_in_flight_back_to_b
     assert slow.allowed_rate(0.2) < 20.0
 
 
-def test_the_first_answer_lets_the_next_send_go_at_once() -> None:
+def test_a_robots_txt_answer_lets_the_first_page_go_at_once() -> None:
     # robots.txt (no latency measured) answered 10 ms after the first send: the first page
     # may follow at once, not a whole second after; the send after it is paced again.
     ramp = controller()
@@ -183,12 +184,16 @@ def test_the_first_answer_lets_the_next_send_go_at_once() -> None:
     ramp.on_send(0.01)
     assert ramp.allowed_rate(0.02) <= 2.0  # the door is used: the polite start again
     # ... and its 10 ms gap is no rate the scope sent at: the send-rate cap still holds the climb.
-    assert ramp.sent_rate(0.02) <= 1.0
-    # A first answer that is a refusal opens nothing.
-    refused = controller()
+    assert ramp.sent_rate(0.02) <= 1.05
+    # A first answer that is a refusal opens nothing, nor does a page's: two pages back to
+    # back may be what a limit without room for a burst refuses.
+    refused, page = controller(), controller()
     refused.on_send(0.0)
     refused.on_response(0.01, pushback=True, current=True, latency=0.01)
     assert refused.allowed_rate(0.01) <= 1.0
+    page.on_send(0.0)
+    page.on_response(0.01, pushback=False, current=True, latency=0.01)
+    assert page.allowed_rate(0.01) <= 1.1
 
 
 def test_the_start_phase_stops_doubling_when_its_slots_hold_the_sends_back() -> None:

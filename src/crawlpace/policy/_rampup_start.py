@@ -22,10 +22,13 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   doubling starts from there, so a 50 ms site reaches four in flight within
   a few round trips instead of seconds, and its latency (which grows with
   what is in flight) stops the climb at its knee;
-* *the first answer opens the door*: the send that follows a scope's first
-  answer (most often its robots.txt) goes as soon as that answer is in, not a
-  whole starting gap after the first send. One request is in flight at a time
-  either way; a site that answered the first one has shown it is up.
+* *robots.txt opens the door*: when a scope's first answer has no latency to
+  measure (a robots.txt fetch, whose latency is not the pages'), the send that
+  follows goes as soon as that answer is in, not a whole starting gap after
+  the first send: the first page follows its robots.txt at once, as large
+  crawlers do. One request is in flight at a time either way. A first answer
+  that is a page opens nothing: two pages back to back may be just what a
+  limit with no room for a burst refuses.
 
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
@@ -113,15 +116,18 @@ class StartPhase:
 
         The window of one: ``1 / latency`` for a site whose lowest latency is at
         least ``START_LATENCY_SIGNAL``. The first answer: while the scope has sent
-        once and that send was answered, one send per that round trip, so the
-        next send may go at once (the send that follows sets the gaps, and the
-        floor is gone); ``door=False`` leaves this one out. Never above the rate's cap.
+        once and that send was answered without a latency to measure (a
+        robots.txt fetch: its latency is not the pages'), one send per that round
+        trip, so the next send may go at once (the send that follows sets the gaps,
+        and the floor is gone); ``door=False`` leaves this one out. Never above the
+        rate's cap.
         """
         if self.phase != "start":
             return 0.0
         low = self._low_latency
         floor = 1.0 / low if low >= START_LATENCY_SIGNAL else 0.0
-        if door and self._gap is None and self._last_growth > self._sent_at:  # one send, answered
+        if (door and low == 0.0 and self._gap is None
+                and self._last_growth > self._sent_at):  # one send, answered, no latency measured
             floor = max(floor, 1.0 / (self._last_growth - self._sent_at))
         return min(floor, self.max_rate)
 
