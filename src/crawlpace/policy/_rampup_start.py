@@ -18,10 +18,12 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
 
 * *a window of one*: a site whose answers take ``START_LATENCY_SIGNAL`` or more
   may always have one request in flight back to back, the rate at which
-  AutoThrottle with a target concurrency of 1 settles (``1 / latency``). The
-  doubling starts from there, so a 50 ms site reaches four in flight within
-  a few round trips instead of seconds, and its latency (which grows with
-  what is in flight) stops the climb at its knee;
+  AutoThrottle with a target concurrency of 1 settles (``1 / latency``). Once
+  ``START_CONFIRM`` answers have shown such a latency, the doubling starts
+  from there, so a 50 ms site reaches four in flight within a few round trips
+  instead of seconds, and its latency (which grows with what is in flight)
+  stops the climb at its knee. (A single slow answer lets one more send go at
+  once, and no more: the next answer confirms or lowers the latency);
 * *robots.txt opens the door*: when a scope's first answer has no latency to
   measure (a robots.txt fetch, whose latency is not the pages'), the send that
   follows goes as soon as that answer is in, not a whole starting gap after
@@ -44,8 +46,8 @@ from typing import Protocol
 
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
-__all__ = ["START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_LATENCY_SIGNAL",
-           "START_MIN_ROUND",            "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
+__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE",
+           "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
 
 #: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
 START_DOUBLING = 1.0
@@ -54,6 +56,10 @@ START_DOUBLING = 1.0
 #: round's finer steps leave the first refusal's good rate near the limit. From this latency
 #: up, the round is the latency itself and one request may be in flight back to back.
 START_LATENCY_SIGNAL = 0.02
+#: Answers with a latency the window of one waits for before the doubling starts from it. One
+#: answer may be slow for reasons of its own (a new connection, a busy crawler): it lets one
+#: more send go at once, and the next answer confirms the latency or lowers it.
+START_CONFIRM = 2
 #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
 #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
 #: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
@@ -88,6 +94,7 @@ class _StartPhaseState(Protocol):
     _gap: float | None
     _sent_at: float
     _last_growth: float
+    _samples: int
 
     def allowed_rate(self, now: float) -> float: ...
     def _start_round(self) -> float: ...
@@ -159,8 +166,8 @@ class StartPhase:
         if allowed > self._good_rate:
             self._good_rate = allowed
         low = self._low_latency
-        if low >= START_LATENCY_SIGNAL:  # the window of one: the doubling starts from there
-            self.rate = max(self.rate, 1.0 / low)
+        if low >= START_LATENCY_SIGNAL and self._samples >= START_CONFIRM:
+            self.rate = max(self.rate, 1.0 / low)  # the window of one, confirmed: double from there
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 
     def _start_ceiling(self: _StartPhaseState, refused: float, rate: float, ceiling: float) -> float:
