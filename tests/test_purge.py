@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import random
 import re
 from urllib.parse import quote
@@ -11,6 +12,7 @@ import pytest
 import redis
 
 from crawlpace import ConfigError, Settings
+from crawlpace._learned import LearnedRedis, LearnedScope
 from crawlpace.cli import main
 from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.guard import SharedBrake
@@ -131,3 +133,48 @@ def test_a_namespace_with_a_colon_is_refused_at_start_up(redis_url: str, namespa
         SharedBrake(url_of(server, namespace), quota=10)
     assert main(["purge", "--store", server, "--namespace", namespace]) == 3
     assert f"--namespace {namespace!r}: a colon" in capsys.readouterr().err
+
+
+def records(server: str, namespace: str) -> list[str]:
+    """The scopes with a warm-start record in ``namespace``."""
+    sink = LearnedRedis(url_of(server, namespace))
+    try:
+        return list(sink.load())
+    finally:
+        sink.close()
+
+
+def test_warm_start_records_stay_unless_purge_is_told_learned(redis_url: str,
+                                                              capsys: pytest.CaptureFixture[str]) -> None:
+    """A job's warm-start records outlive ``purge``; ``--learned`` removes them, and only this namespace's."""
+    server = redis_url.split("?")[0]
+    client = redis.Redis.from_url(server)
+    record = LearnedScope(rate=4.0, learned_at=1.0)
+    namespaces = ("shop[1]", "shop1")  # the escaped pattern of the first must not match the second
+    try:
+        for namespace in namespaces:
+            asyncio.run(fill(server, namespace))
+            sink = LearnedRedis(url_of(server, namespace))
+            sink.save({"a*": record, "example.com": record})
+            sink.close()
+        capsys.readouterr()
+
+        assert main(["purge", "--store", server, "--namespace", "shop[1]", "--json"]) == 0
+        out = capsys.readouterr().out
+        assert "kept 2 warm-start records (shop[1]:learned:*); add --learned to remove them too" in out
+        assert json.loads(out.splitlines()[-1])["learned_records"] == 2
+        assert job_keys(client, "shop[1]") == set()
+        assert sorted(records(server, "shop[1]")) == ["a*", "example.com"]
+
+        assert main(["purge", "--store", server, "--namespace", "shop[1]", "--learned", "--dry-run"]) == 0
+        assert "would remove 2 warm-start records" in capsys.readouterr().out
+        assert main(["purge", "--store", server, "--namespace", "shop[1]", "--learned"]) == 0
+        assert "removed 2 warm-start records (shop[1]:learned:*)" in capsys.readouterr().out
+        assert records(server, "shop[1]") == []
+        assert sorted(records(server, "shop1")) == ["a*", "example.com"]
+        assert job_keys(client, "shop1")  # the other job keeps its keys too
+    finally:
+        for namespace in namespaces:
+            for key in job_keys(client, namespace) | set(client.scan_iter(match=f"{namespace}:learned:*")):
+                client.delete(key)
+        client.close()

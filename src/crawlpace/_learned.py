@@ -39,7 +39,7 @@ from urllib.parse import parse_qs, urlsplit
 
 from ._config import AutoThrottleConfig, ScopeConfig
 from ._stats import ScopeStats
-from .stores._keys import glob_escape
+from .stores._keys import glob_escape, learned_prefix
 
 __all__ = ["FRESH_TRUST", "HALF_LIFE", "LearnedFile", "LearnedRedis", "LearnedScope", "LearnedSink",
            "WarmStart", "open_learned", "snapshot", "warm_start"]
@@ -223,7 +223,7 @@ class LearnedRedis:
         plain = url.split("?", 1)[0]
         self.ttl = ttl
         self._client: Any = redis.Redis.from_url(plain)
-        self._prefix = f"{self.namespace}:learned:"
+        self._prefix = learned_prefix(self.namespace)
 
     def load(self) -> dict[str, LearnedScope]:
         out: dict[str, LearnedScope] = {}

@@ -27,6 +27,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                       "Cluster)", namespace_help="the crawl job whose keys go (no default: say it)",
                       namespace_required=True)
     purge.add_argument("--dry-run", action="store_true", help="count the keys, remove nothing")
+    purge.add_argument("--learned", action="store_true",
+                       help="also remove the namespace's warm-start records (NAMESPACE:learned:*), which are "
+                            "otherwise kept for the next crawl")
     add_json_option(purge, "the figures")
 
 
@@ -47,14 +50,18 @@ def run(args: argparse.Namespace) -> int:
         raise ConfigError([f"--store: cluster={options.get('cluster')!r} is not a flag; give cluster=1"])
     connection = RedisConnection(url, {}, cluster=cluster)
 
-    async def purge() -> int:
+    async def purge() -> tuple[int, int]:
         try:
-            return await _keys.purge(await connection.client(), args.namespace, dry_run=args.dry_run)
+            client = await connection.client()
+            count = await _keys.purge(client, args.namespace, dry_run=args.dry_run)
+            if args.learned:
+                return count, await _keys.purge_learned(client, args.namespace, dry_run=args.dry_run)
+            return count, await _keys.count_learned(client, args.namespace)
         finally:
             await connection.aclose()
 
     try:
-        count = asyncio.run(purge())
+        count, learned = asyncio.run(purge())
     except Exception as exc:
         if not unreachable(exc, cluster=cluster):
             raise
@@ -62,6 +69,13 @@ def run(args: argparse.Namespace) -> int:
         return 2
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {count} keys of namespace {args.namespace!r}")
+    if args.learned:
+        print(f"{verb} {learned} warm-start records ({_keys.learned_prefix(args.namespace)}*)")
+    elif learned:
+        print(f"kept {learned} warm-start records ({_keys.learned_prefix(args.namespace)}*); "
+              "add --learned to remove them too")
     if args.json:
-        print(json.dumps({"namespace": args.namespace, "keys": count, "dry_run": bool(args.dry_run)}))
+        removed = bool(args.learned and not args.dry_run)
+        print(json.dumps({"namespace": args.namespace, "keys": count, "dry_run": bool(args.dry_run),
+                          "learned_records": learned, "learned_removed": removed}))
     return 0

@@ -11,15 +11,20 @@ prefix would otherwise begin every key of ``job:2``.
 Scope names and namespaces may hold the characters SCAN's glob patterns give
 a meaning to (``*``, ``?``, ``[``, ``]``, ``\\``): :func:`glob_escape` quotes
 them, so a pattern never matches another job's keys.
+
+Warm-start records (``<namespace>:learned:<scope>``) are kept apart from a job's keys: they
+are meant to outlive it, and only an explicit request removes them.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Callable
 from typing import Any
 
-__all__ = ["SCOPE_SUFFIXES", "check_namespace", "frontier_prefix", "glob_escape", "guard_prefix",
-           "namespace_pattern", "owned", "prefix", "purge", "scope_keys", "scope_pattern"]
+__all__ = ["SCOPE_SUFFIXES", "check_namespace", "count_learned", "frontier_prefix", "glob_escape",
+           "guard_prefix", "learned_prefix", "namespace_pattern", "owned", "prefix", "purge", "purge_learned",
+           "scope_keys", "scope_pattern"]
 
 logger = logging.getLogger(__name__)
 
@@ -45,6 +50,15 @@ def check_namespace(namespace: str) -> list[str]:
         return [f"namespace {namespace!r}: a colon would make another job's keys look like this one's "
                 f"(cp:<namespace>:...); use another separator, e.g. {namespace.replace(':', '-')!r}"]
     return []
+
+
+def learned_prefix(namespace: str) -> str:
+    """The start of every warm-start record of ``namespace`` (``{namespace}:learned:{scope}``).
+
+    These records sit outside the ``cp:`` prefix on purpose: they exist to outlive a job,
+    so :func:`purge` leaves them unless asked (:func:`purge_learned`).
+    """
+    return f"{namespace}:learned:"
 
 
 def frontier_prefix(namespace: str) -> str:
@@ -89,8 +103,33 @@ async def purge(client: Any, namespace: str, *, count: int = 1000, dry_run: bool
     the pattern is escaped, and each key found is checked against the
     namespace's key families (:func:`owned`) before it goes. On a Redis Cluster, ``client`` scans
     every primary (redis-py's cluster client does) and each key is unlinked
-    on its own node.
+    on its own node. Warm-start records are not this job's keys: see :func:`purge_learned`.
     """
+    removed = await _unlink_matching(client, namespace_pattern(namespace), lambda key: owned(key, namespace),
+                                     count=count, dry_run=dry_run)
+    logger.info("namespace %s: %s %d keys", namespace, "would remove" if dry_run else "removed", removed)
+    return removed
+
+
+async def purge_learned(client: Any, namespace: str, *, count: int = 1000, dry_run: bool = False) -> int:
+    """Delete the warm-start records of ``namespace`` (:func:`learned_prefix`); return how many."""
+    start = learned_prefix(namespace)
+    mine = start.encode()
+    removed = await _unlink_matching(client, glob_escape(start) + "*", lambda key: key.startswith(mine),
+                                     count=count, dry_run=dry_run)
+    logger.info("namespace %s: %s %d warm-start records", namespace,
+                "would remove" if dry_run else "removed", removed)
+    return removed
+
+
+async def count_learned(client: Any, namespace: str, *, count: int = 1000) -> int:
+    """How many warm-start records ``namespace`` has (what :func:`purge` leaves behind)."""
+    return await purge_learned(client, namespace, count=count, dry_run=True)
+
+
+async def _unlink_matching(client: Any, pattern: str, keep: Callable[[bytes], bool], *, count: int,
+                           dry_run: bool) -> int:
+    """SCAN ``pattern``, check each key with ``keep`` (never trust a pattern alone), UNLINK in batches."""
     batch: list[bytes] = []
     removed = 0
 
@@ -103,14 +142,13 @@ async def purge(client: Any, namespace: str, *, count: int = 1000, dry_run: bool
             return len(batch)
         return int(await client.unlink(*batch))
 
-    async for key in client.scan_iter(match=namespace_pattern(namespace), count=count):
+    async for key in client.scan_iter(match=pattern, count=count):
         raw = key if isinstance(key, bytes) else str(key).encode()
-        if not owned(raw, namespace):  # never trust a pattern alone with deletions
+        if not keep(raw):
             continue
         batch.append(raw)
         if len(batch) >= _PURGE_BATCH:
             removed += await flush()
             batch = []
     removed += await flush()
-    logger.info("namespace %s: %s %d keys", namespace, "would remove" if dry_run else "removed", removed)
     return removed
