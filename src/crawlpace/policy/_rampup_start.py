@@ -3,9 +3,9 @@
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other rules).
 A fresh scope starts at its polite starting rate and doubles it once per *round*:
 
-* a round is the lowest latency the scope has seen, at most ``START_DOUBLING``:
-  a site answering in 50 ms doubles every 50 ms of sending (every round trip,
-  as TCP's slow start does), one taking seconds every second. Under
+* a round is the lowest latency the scope has seen, within ``[START_MIN_ROUND,
+  START_DOUBLING]``: a site answering in 50 ms doubles every half second of
+  sending, one taking seconds every second. Under
   ``START_LATENCY_SIGNAL`` latency says nothing of a server's load (there is no
   queue to see), so such a site keeps the one-second round: only a refusal
   could stop a quicker climb, and the slower one leaves it near the limit;
@@ -20,10 +20,11 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   may always have one request in flight back to back, the rate at which
   AutoThrottle with a target concurrency of 1 settles (``1 / latency``). Once
   ``START_CONFIRM`` answers have shown such a latency, the doubling starts
-  from there, so a 50 ms site reaches four in flight within a few round trips
-  instead of seconds, and its latency (which grows with what is in flight)
-  stops the climb at its knee. (A single slow answer lets one more send go at
-  once, and no more: the next answer confirms or lowers the latency);
+  from there, so a 50 ms site (20/s at once) has four in flight within half a
+  second instead of four seconds, and its latency (which grows with what is in
+  flight) stops the climb at its knee. (A single slow answer lets one more
+  send go at once, and no more: the next answer confirms or lowers the
+  latency);
 * *robots.txt opens the door*: when a scope's first answer has no latency to
   measure (a robots.txt fetch, whose latency is not the pages'), the send that
   follows goes as soon as that answer is in, not a whole starting gap after
@@ -36,7 +37,8 @@ The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
 between the two. The state is two numbers on the controller: the good rate
-(``_good_rate``) and the lowest latency seen (``_low_latency``, 0 for none).
+(``_good_rate``) and the lowest latency seen (``_low_latency``, 0 for none); the
+send record (``_rampup_sends``) keeps when the send before the door's went.
 """
 
 from __future__ import annotations
@@ -54,7 +56,7 @@ START_DOUBLING = 1.0
 #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
 #: round stays ``START_DOUBLING``: only a refusal could stop a quicker climb, and a one-second
 #: round's finer steps leave the first refusal's good rate near the limit. From this latency
-#: up, the round is the latency itself and one request may be in flight back to back.
+#: up, the round follows the latency and one request may be in flight back to back.
 START_LATENCY_SIGNAL = 0.02
 #: Answers with a latency the window of one waits for before the doubling starts from it. One
 #: answer may be slow for reasons of its own (a new connection, a busy crawler): it lets one
@@ -107,8 +109,8 @@ class StartPhase:
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
 
     def _start_round(self: _StartPhaseState) -> float:
-        """Seconds per doubling: the lowest latency seen, at most ``START_DOUBLING``, or
-        ``START_DOUBLING`` while none is known or it is under ``START_LATENCY_SIGNAL``.
+        """Seconds per doubling: the lowest latency seen within ``[START_MIN_ROUND, START_DOUBLING]``,
+        or ``START_DOUBLING`` while none is known or it is under ``START_LATENCY_SIGNAL``.
 
         The lowest, not the smoothed: a first answer slowed by its connection's set-up
         (or by a busy crawler) must not make a quick site look slow.
