@@ -143,7 +143,7 @@ def test_a_site_with_a_measurable_latency_doubles_every_round_trip() -> None:
     send_and_answer(slow, 0.0, latency=0.05)
     send_and_answer(quick, 0.0, latency=0.002)
     # One answer lets the next send go at once (the window of one), but the doubling starts
-    # from it only once a second answer has confirmed the latency.
+    # from it only once three answers have shown the latency.
     assert slow.allowed_rate(0.05) == pytest.approx(20.0)
     assert slow.rate == pytest.approx(2 ** (0.05 / 0.5), rel=0.01)
     for i in range(1, 10):  # back to back for another 0.45 s of answers
