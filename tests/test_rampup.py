@@ -189,6 +189,8 @@ def test_a_robots_txt_answer_lets_the_first_page_go_at_once() -> None:
     assert ramp.allowed_rate(0.005) == 1.0  # not answered yet: the starting rate
     ramp.on_response(0.01, pushback=False, current=True, latency=None)
     assert 1.0 / ramp.allowed_rate(0.01) == pytest.approx(0.01)  # the gap since the first send is enough
+    # ... on one slot: the workers of a fleet all read the door open before any of them sends.
+    assert ramp.concurrency(ramp.allowed_rate(0.01)) == 1
     ramp.on_send(0.01)
     assert ramp.allowed_rate(0.02) <= 2.0  # the door is used: the polite start again
     # ... and its 10 ms gap is no rate the scope sent at: the send-rate cap still holds the climb.
@@ -933,3 +935,18 @@ def test_a_slow_site_refusing_on_arrival_is_told_apart_before_any_baseline() -> 
     assert "slots capped at 4" in ramp.decision
     # The refusal's 4 ms is no service time: the round and the window of one are the answers'.
     assert ramp._low_latency == 1.5
+
+
+def test_a_refusal_for_too_many_in_flight_cuts_from_what_went_out_at_least() -> None:
+    # A fleet's worker may hold a low allowance for a shared scope (its copy of the start
+    # phase's floor not yet seen): a 503 on arrival with five in flight, while the scope sent
+    # 30/s, must not cut the rate from that allowance to under 1/s.
+    ramp = controller()
+    for i in range(30):
+        ramp.on_send(i / 30.0)
+    for at in (0.2, 0.3):
+        ramp.on_response(at, pushback=False, current=True, latency=0.6, elapsed=0.6, inflight=4)
+    assert ramp.allowed_rate(1.0) < 5.0
+    ramp.on_response(1.0, pushback=True, current=True, latency=0.004, elapsed=0.004, inflight=5)
+    assert "slots capped at 4" in ramp.decision
+    assert ramp.rate >= 0.9 * 0.9 * ramp.sent_rate(1.0)

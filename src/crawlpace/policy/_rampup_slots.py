@@ -40,6 +40,7 @@ class _SlotSizingState(Protocol):
     _low_latency: float
 
     def baseline(self) -> float | None: ...
+    def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
     def _cap_queue(self, now: float) -> None: ...
 
@@ -59,6 +60,8 @@ class SlotSizing:
         throughput collapses. Before that, twice the smoothed latency is the guess,
         and before any latency, a second's worth of sends (``FIRST_SPAN``).
         """
+        if self._door_open():
+            return 1  # robots.txt's door lets one send through, not a slot per worker
         base = self.baseline()
         if base is not None:
             span = SLOT_HEADROOM * base

@@ -103,6 +103,7 @@ class _StartPhaseState(Protocol):
     def allowed_rate(self, now: float) -> float: ...
     def _start_round(self) -> float: ...
     def _start_floor(self, door: bool = True) -> float: ...
+    def _door_open(self) -> bool: ...
 
 
 class StartPhase:
@@ -137,10 +138,15 @@ class StartPhase:
             return 0.0
         low = self._low_latency
         floor = 1.0 / low if low >= START_LATENCY_SIGNAL else 0.0
-        if (door and low == 0.0 and self._gap is None
-                and self._last_growth > self._sent_at):  # one send, answered, no latency measured
+        if door and self._door_open():
             floor = max(floor, 1.0 / (self._last_growth - self._sent_at))
         return min(floor, self.max_rate)
+
+    def _door_open(self: _StartPhaseState) -> bool:
+        """One send so far, answered without a latency (robots.txt): the next may go at once,
+        on one slot (a fleet's workers all read the door open before any of them sends)."""
+        return (self.phase == "start" and self._low_latency == 0.0 and self._gap is None
+                and self._last_growth > self._sent_at)
 
     def _start_latency(self: _StartPhaseState, sample: float | None) -> None:
         """Note an answer's latency: the start phase's round follows the lowest one."""
