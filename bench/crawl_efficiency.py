@@ -90,11 +90,20 @@ worker importing Python, aiohttp and redis-py on the same cores, is shown apart 
 grows by 240 s for it. **crawlpace-fleet1** is the same with one worker: what the Redis
 store and the shared frontier cost a lone process, apart from sharing.
 
-Two more run only when named, the library API as a user would call it:
-**library-defaults** and **library-rampup**, ``bench/_peers/library_httpx.py``: every URL
-one ``await client.get(url)`` on ``crawlpace.http.throttled_client(..., robots_txt=True)``
-with 8 slots per host and no delay, all started at once, with rampup on for every host in
-the second. The client reads each site's robots.txt before its first page and obeys it.
+Three more run only when named, the library API as a user would call it:
+**library-defaults**, **library-gradual** and **library-rampup**,
+``bench/_peers/library_httpx.py``: every URL one ``await client.get(url)`` on
+``crawlpace.http.throttled_client(..., robots_txt=True)`` with 8 slots per host and no
+delay, all started at once; the second turns on gradual slots
+(``THROTTLING_GRADUAL_SLOTS``: each host's slots open 1, 2, 4, 8 as answers come back
+well), the third rampup for every host. The client reads each site's robots.txt before
+its first page and obeys it.
+
+Some sites have private pages (``/private/N``, the farm's ``private`` key), which their
+robots.txt disallows. They are in the URL list, as a sitemap may list them, but are not
+pages to be done: a request for one is a ``disallow`` violation, shown apart in the
+targets table with the Retry-After and Crawl-delay ones. The oracle reads each site's
+robots.txt from the site itself and leaves them alone.
 
 With ``oracle`` among the contenders, the site table gains an **x oracle** column (each
 goodput/capacity over the oracle's on that site, both capped at 1), and a last table holds issue 16's
@@ -153,6 +162,9 @@ from importlib import resources
 from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
+
+from crawlpace.sim import PRIVATE_PREFIX
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "_peers"
@@ -179,6 +191,9 @@ ORACLE = "oracle"
 #: the oracle's, 429+503 per request, and the makespan (seconds to the last live request) over the oracle's.
 TARGET_MEAN, TARGET_MEAN_SHARE, TARGET_SITE_SHARE = 0.86, 0.95, 0.75
 TARGET_THROTTLED, TARGET_MAKESPAN = 0.02, 1.25
+#: The farm's violation kinds, shown apart: a request inside a Retry-After hold, closer than a
+#: Crawl-delay, or for a page robots.txt disallows.
+VIOLATION_KINDS = ("retry_after", "crawl_delay", "disallow")
 #: Where the farm's plots go unless ``--plot-dir`` says otherwise.
 PLOT_DIR = HERE / "out" / "crawl_efficiency"
 
@@ -289,7 +304,7 @@ ADDON_SETTINGS: dict[str, object] = {
 
 #: Contenders run only when named in ``--contenders``.
 OPTIONAL = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8", "library-defaults",
-                      "library-rampup"})
+                      "library-gradual", "library-rampup"})
 #: The fleets, whose worker start-up is measured apart (see ``bench/_peers/fleet.py``), and the
 #: seconds added to their time limit for it.
 FLEETS = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8"})
@@ -340,6 +355,10 @@ CONTENDERS: tuple[Contender, ...] = (
               "CONCURRENT_REQUESTS 64, the wrapper's 3 resends of a backoff answer plus 3 of a 5xx by the "
               "caller, every URL started at once, robots.txt obeyed (robots_txt=True), 10 s timeout",
               library_command("defaults"), status_ok),
+    Contender("library-gradual",
+              "the same with THROTTLING_GRADUAL_SLOTS on: each host's 8 slots open 1, 2, 4, 8 as its "
+              "answers come back well, and close on a refusal",
+              library_command("gradual"), status_ok),
     Contender("library-rampup",
               "the same with THROTTLING_SCOPE_DEFAULTS rampup on for every host",
               library_command("rampup"), status_ok),
@@ -492,6 +511,10 @@ class Run:
     def total(self, key: str) -> int:
         return sum(int(getattr(site, key)) for site in self.sites.values())
 
+    def kind_total(self, kind: str) -> int:
+        """Violations of one kind (``retry_after``, ``crawl_delay``, ``disallow``) over the sites."""
+        return sum(site.violation_kinds.get(kind, 0) for site in self.sites.values())
+
     @property
     def last_live_request(self) -> float | None:
         """Seconds to the last request to a site that is not dead (capacity 0)."""
@@ -549,6 +572,16 @@ def stop_group(pid: int, signum: int) -> None:
     """Signal the contender's process group (it was started in a session of its own)."""
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pid, signum)
+
+
+def disallowed(url: str) -> bool:
+    """Whether ``url`` is one of a site's private pages, which its robots.txt disallows.
+
+    They are in the URL list (as a sitemap may list them) but are not pages to be done: a
+    contender that obeys robots.txt leaves them alone, and a request for one is a ``disallow``
+    violation in the farm's count.
+    """
+    return urlsplit(url).path.startswith(PRIVATE_PREFIX)
 
 
 def site_of(url: str, prefixes: dict[str, str]) -> str | None:
@@ -634,12 +667,12 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
     pages = dict.fromkeys(sites, 0)
     for url in urls:
         name = site_of(url, prefixes)
-        if name is not None:
+        if name is not None and not disallowed(url):
             pages[name] += 1
     done = dict.fromkeys(sites, 0)
     for url, ok in contender.pages_done(output).items():
         name = site_of(url, prefixes)
-        if ok and name is not None:
+        if ok and name is not None and not disallowed(url):
             done[name] += 1
     for name, site in sites.items():
         last = site.get("last")
@@ -689,6 +722,8 @@ def total_medians(runs: list[Run]) -> dict[str, float | None]:
         "ok": median_of([run.total("ok") for run in runs]),
         "throttled": median_of([run.total("throttled") for run in runs]),
         "violations": median_of([run.total("violations") for run in runs]),
+        **{f"violations_{kind}": median_of([run.kind_total(kind) for run in runs])
+           for kind in VIOLATION_KINDS},
         "goodput_ratio": median_of([run.median_ratio for run in runs]),
         "mean_capped": median_of([run.mean_capped for run in runs]),
         "live_done": median_of([run.live_pages[0] for run in runs]),
@@ -1035,7 +1070,9 @@ def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[st
         }
         result[c.key] = {"mean_capped": mean, "mean_over_oracle": mean_share, "sites_over_oracle": per_site,
                          "worst_site": worst, "worst_over_oracle": None if worst is None else known[worst],
-                         "throttled_share": share, "violations": mine["violations"], "live_done": done,
+                         "throttled_share": share, "violations": mine["violations"],
+                         "violation_kinds": {kind: mine[f"violations_{kind}"] for kind in VIOLATION_KINDS},
+                         "live_done": done,
                          "live_pages": pages, "makespan_over_oracle": makespan, "targets": checks,
                          "startup": startup, "makespan_with_startup_over_oracle": with_startup,
                          "sites_over_limit": int(mine["over_limit"] or 0),
@@ -1050,6 +1087,7 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
         return
     print("against the oracle (issue 16's targets; x oracle = this contender's figure over the oracle's)")
     headers = ("contender", "mean capped", "x oracle", "worst site", "x oracle", "429+503 %", "violations",
+               "Retry-After / Crawl-delay / Disallow",
                "live done", "makespan x oracle", "start-up s", "with it x oracle", "over limit",
                "targets met")
     rows = []
@@ -1058,7 +1096,9 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
         rows.append([c.key, fmt(t["mean_capped"], "%"), fmt(t["mean_over_oracle"], "x"),
                      t["worst_site"] or "-", fmt(t["worst_over_oracle"], "x"),
                      "-" if t["throttled_share"] is None else f"{100 * t['throttled_share']:.1f}",
-                     fmt(t["violations"]), f"{fmt(t['live_done'])}/{fmt(t['live_pages'])}",
+                     fmt(t["violations"]),
+                     " / ".join(fmt(t["violation_kinds"][kind]) for kind in VIOLATION_KINDS),
+                     f"{fmt(t['live_done'])}/{fmt(t['live_pages'])}",
                      fmt(t["makespan_over_oracle"], "x"), fmt(t["startup"], "s"),
                      fmt(t["makespan_with_startup_over_oracle"], "x"), fmt(t["sites_over_limit"]),
                      f"{t['targets_met']}/{t['targets_total']}"])
@@ -1072,7 +1112,9 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
           "makespan: seconds to the last request to a live site, a fleet's counted from the moment its "
           "URLs went in (every worker started); start-up s: a fleet's seconds from its start to then "
           "(median), and the makespan with it; over limit: sites whose busiest second passed their "
-          "one-second limit + 1 (the worst round)")
+          "one-second limit + 1 (the worst round); Retry-After / Crawl-delay / Disallow: the violations "
+          "by kind (a request inside a Retry-After hold, closer than a Crawl-delay, or for a page "
+          "robots.txt disallows)")
 
 
 def peer_versions() -> dict[str, str]:

@@ -10,8 +10,8 @@ import pytest
 
 from crawlpace import BackoffConfig, ConfigError, Jitter, ScopeConfig, Settings, parse_jitter
 
-SCOPE_KEYS = ("backoff, breaker, concurrency, delay, delay_per_slot, ignore_robots_txt, jitter, manager, "
-              "quota, rampup, rampup_max_concurrency, rampup_min_delay, window")
+SCOPE_KEYS = ("backoff, breaker, concurrency, delay, delay_per_slot, gradual_slots, ignore_robots_txt, "
+              "jitter, manager, quota, rampup, rampup_max_concurrency, rampup_min_delay, window")
 BACKOFF_KEYS = ("concurrency_factor, delay_factor, exceptions, http_codes, jitter, max_delay, "
                 "min_delay, window")
 

@@ -25,6 +25,19 @@ def test_a_scope_delay_below_what_its_per_slot_delay_allows_is_named_with_the_fi
     assert static_notes(fixed) == []
 
 
+def test_gradual_slots_where_they_cannot_apply_are_named() -> None:
+    assert static_notes(Settings.from_scrapy({"THROTTLING_GRADUAL_SLOTS": True})) == [
+        "THROTTLING_GRADUAL_SLOTS has no effect: gradual slots apply to a scope with several slots and no "
+        "delay, without rampup or AutoThrottle, and this one has one slot (1)"]
+    eight = {"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0}
+    assert static_notes(Settings.from_scrapy({**eight, "THROTTLING_GRADUAL_SLOTS": True})) == []
+    paced = Settings.from_scrapy({**eight, "THROTTLING_SCOPES": {"api.example": {"gradual_slots": True,
+                                                                                 "delay": 0.5}}})
+    assert static_notes(paced) == [
+        'THROTTLING_SCOPES["api.example"]["gradual_slots"] has no effect: gradual slots apply to a scope '
+        "with several slots and no delay, without rampup or AutoThrottle, and this one has a delay (0.5s)"]
+
+
 def test_download_delay_with_two_slots_per_domain_explains_the_slower_pace() -> None:
     # Seen with the add-on: DOWNLOAD_DELAY = 0.25 and 2 per domain ran at 1.9 pages/s per site.
     settings = Settings.from_scrapy({"DOWNLOAD_DELAY": 0.25, "CONCURRENT_REQUESTS_PER_DOMAIN": 2})

@@ -14,6 +14,7 @@ import httpx
 import pytest
 
 from crawlpace import crawl_delay, parse_hints
+from crawlpace._robots import RobotsRules
 from crawlpace.sim import (
     PROFILES,
     CrawlDelaySite,
@@ -112,6 +113,25 @@ async def test_crawldelay_counts_requests_closer_than_the_delay() -> None:
         assert await statuses(client, 1, "/nothing") == [404]
     assert site.stats.violations == {"crawl_delay": 2}
     assert site.capacity == 0.5
+
+
+async def test_private_pages_are_disallowed_served_and_counted() -> None:
+    clock = MockClock()
+    site = CrawlDelaySite(delay=1.0, private=2, clock=clock.now)
+    async with live(site) as client:
+        robots = (await client.get("/robots.txt")).text
+        assert "Disallow: /private/\n" in robots
+        rules = RobotsRules.parse(robots.encode(), "anybot")
+        assert not rules.allowed(f"{client.base_url}/private/1")
+        assert rules.allowed(f"{client.base_url}/page/1")
+        assert await statuses(client, 1, "/private/2") == [200]  # served all the same...
+        clock.advance(1.0)
+        assert await statuses(client, 1, "/private/3") == [404]  # past the private pages
+        clock.advance(1.0)
+        assert await statuses(client, 1, "/page/1") == [200]
+    assert site.stats.violations == {"disallow": 2}  # ... and counted, found or not
+    plain = CrawlDelaySite(delay=1.0, clock=clock.now)
+    assert b"Disallow" not in plain.content.robots
 
 
 # --- retryafter ------------------------------------------------------------------------------------

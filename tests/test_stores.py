@@ -28,6 +28,8 @@ SETTINGS = Settings.from_scrapy({
                 "breaker": {"min_requests": 3, "error_share": 0.1, "pause": 10.0, "give_up_after": 2}},
         # 10 units per 100 s: a bucket of 1 unit (a tenth), refilled at 0.09 units a second.
         "q": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0, "quota": 10.0, "window": 100.0},
+        # Four slots, no delay, opened gradually (docs/concepts/gradual-slots.md).
+        "g": {"concurrency": 4, "delay": 0.0, "delay_per_slot": 0.0, "gradual_slots": True},
     },
 })
 
@@ -361,3 +363,49 @@ def test_store_urls() -> None:
                    random.Random())
     with pytest.raises(ConfigError, match="unknown scheme 'ftp'"):
         open_store("ftp://x", SETTINGS, MockClock(), random.Random())
+
+
+async def _settled(store: Store) -> None:
+    """Let a shared store's releases land: each good answer of a round moves the stored slots, and a
+    worker's write-back that its own previous one beat is applied again once the reply is in."""
+    flush = getattr(store, "flush", None)
+    if flush is not None:
+        await flush()
+
+
+async def _fill(store: Store, scope: str) -> list[Lease]:
+    """Every lease ``scope`` admits now; the next acquire must find every slot busy."""
+    leases: list[Lease] = []
+    while True:
+        got = await store.acquire(((scope, 1.0),))
+        if not isinstance(got, Lease):
+            assert isinstance(got, Blocked)
+            assert got.waiting_on == ((scope, None),)
+            return leases
+        leases.append(got)
+
+
+async def test_gradual_slots_open_one_two_four_and_close_on_a_refusal(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    # Both stores open a no-delay scope's slots the same way: one until the site
+    # answers well, then twice as many per round of good answers; a refusal closes all but one.
+    store, clock = store_and_clock
+    well = Outcome(status=200, latency=0.1, feedback=(ScopeFeedback(status=200),))
+    opened: list[int] = []
+    for _round in range(3):
+        leases = await _fill(store, "g")
+        opened.append(len(leases))
+        clock.advance(0.1)
+        for lease in leases:
+            await store.release(lease, well)
+        await _settled(store)
+    assert opened == [1, 2, 4]
+    leases = await _fill(store, "g")
+    assert len(leases) == 4
+    refused = Outcome(status=429, feedback=(ScopeFeedback(backoff=True, status=429),))
+    await store.release(leases[0], refused)
+    for lease in leases[1:]:
+        await store.release(lease, well)
+    snap = await store.snapshot("g")
+    assert snap is not None
+    assert snap.concurrency == 1

@@ -28,6 +28,9 @@ Per profile, each host gets an even gap between sends and a cap on requests in f
   host's first request on, switching to a lower factor 0.3 s early;
 * ``dead``: nothing is sent.
 
+It obeys every site's robots.txt, read from the site itself: a URL the file disallows is
+not sent (its line says so).
+
 Every request has the same 10 s timeout as the crawlpace contenders; a 5xx, a 429, a
 timeout or a failed connection is sent again after the host's gap, or after the
 ``Retry-After`` of a 429, which holds the whole host (at most 8 resends), so
@@ -52,6 +55,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
+from crawlpace._robots import RobotsRules
 from crawlpace.sim import (
     CrawlDelaySite,
     FlakySite,
@@ -69,6 +73,8 @@ from crawlpace.sim._spec import build_site
 
 TIMEOUT = 10.0
 RETRIES = 8
+#: The user agent whose robots.txt rules the oracle obeys (httpx's own, as it sends).
+USER_AGENT = f"python-httpx/{httpx.__version__}"
 FIRST_HOST = ipaddress.ip_address("127.0.0.2")
 #: Shares of the hidden limits the oracle uses.
 RATE_SHARE = 0.95
@@ -200,14 +206,23 @@ def hosts_of(farm: Path) -> dict[str, Site]:
 
 async def main(urls: list[str], output: Path, farm: Path) -> None:
     sites = hosts_of(farm)
+    # Each site's robots.txt, read from the site itself (the oracle knows every site's content).
+    rules = {host: RobotsRules.parse(site.content.robots, USER_AGENT) for host, site in sites.items()}
     queues: dict[str, deque[str]] = {}
+    forbidden: list[str] = []
     for url in urls:
         host = urlsplit(url).hostname or ""
         if host not in sites:
             sys.exit(f"oracle: {url} is on no site of {farm} (the farm needs its loopback aliases)")
+        if not rules[host].allowed(url):
+            forbidden.append(url)
+            continue
         queues.setdefault(host, deque()).append(url)
     limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
     with output.open("w", encoding="utf-8") as out:
+        for url in forbidden:
+            out.write(json.dumps({"url": url, "status": None, "attempts": 0,
+                                  "error": "disallowed by robots.txt"}) + "\n")
         async with httpx.AsyncClient(timeout=TIMEOUT, limits=limits, trust_env=False) as client:
             await asyncio.gather(*(crawl_host(client, Host(sites[host]), queue, out)
                                    for host, queue in queues.items() if plan_of(sites[host]).send))

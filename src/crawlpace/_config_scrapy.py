@@ -36,6 +36,7 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "RAMPUP_BACKOFF_TARGET": ("", "rampup_backoff_target"),
     "RAMPUP_MIN_DELAY": ("scope", "rampup_min_delay"),
     "RAMPUP_MAX_CONCURRENCY": ("scope", "rampup_max_concurrency"),
+    "THROTTLING_GRADUAL_SLOTS": ("scope", "gradual_slots"),
     "REDIRECT_MAX_DELAY": ("", "redirect_max_delay"),
     "DELAYED_REQUESTS_WARN_THRESHOLD": ("", "delayed_requests_warn_threshold"),
     "BACKOFF_HTTP_CODES": ("backoff", "http_codes"),

@@ -110,6 +110,7 @@ class ScopeConfig:
     window: float = 60.0
     manager: str | None = None
     ignore_robots_txt: bool = False
+    gradual_slots: bool = False
 
     def __post_init__(self) -> None:
         check = Checker("ScopeConfig")

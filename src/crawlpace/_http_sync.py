@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 
 from ._config import Settings
+from ._http_robots import sync_fetch
 from ._httpx_common import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
@@ -26,6 +27,7 @@ from ._httpx_common import (
     replayable,
 )
 from ._retry import check_owner, check_retries, send_sync
+from ._robots_guard import RobotsGuard
 from ._sync import SyncThrottler
 
 __all__ = ["ThrottledSyncClient", "ThrottledSyncTransport", "throttled_sync_client"]
@@ -49,6 +51,12 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
             :class:`httpx.HTTPTransport` by default. Closed with this one.
         retries: how many times a backoff outcome (429, 503, a timeout...)
             is sent again; 0 disables retries.
+        robots_txt: obey each origin's robots.txt (off by default), as
+            :class:`~crawlpace.http.ThrottledTransport` does: disallowed URLs
+            raise :class:`~crawlpace.RobotsDisallowed`, a ``Crawl-delay`` is
+            given to the throttler.
+        robots_user_agent: the user agent whose robots.txt rules apply; by
+            default the ``User-Agent`` header of the first request.
 
     Raises:
         TypeError: when ``throttler`` is given with ``settings`` or ``store``.
@@ -61,13 +69,22 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
 
     def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
                  throttler: SyncThrottler | None = None, store: str | None = None,
-                 transport: httpx.BaseTransport | None = None, retries: int = 3) -> None:
+                 transport: httpx.BaseTransport | None = None, retries: int = 3, robots_txt: bool = False,
+                 robots_user_agent: str | None = None) -> None:
         check_owner(settings, throttler, store)
         self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
             SyncThrottler(settings, store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.HTTPTransport()
+        # The guard lives on the throttler's loop, like the throttler it waits for.
+        self._robots = RobotsGuard(self._throttler.throttler, retries=retries,
+                                   user_agent=robots_user_agent) if robots_txt else None
+
+    @property
+    def robots(self) -> RobotsGuard | None:
+        """The robots.txt keeper, when the transport obeys robots.txt."""
+        return self._robots
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` when its scopes allow it, retrying backoff outcomes.
@@ -80,10 +97,16 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
+            RobotsDisallowed: with ``robots_txt``, when robots.txt forbids the URL.
             httpx.TransportError: (or whatever the inner transport raised) for
                 the last attempt, when it failed with an exception.
         """
         target = str(request.url)
+        robots = self._robots
+        if robots is not None:
+            fetch = sync_fetch(self._transport.handle_request, request.extensions)
+            agent = request.headers.get("user-agent")
+            self._throttler.call(lambda _throttler: robots.check(target, fetch, agent))
         attempts = 1 + (self._retries if replayable(request) else 0)
         if attempts == 1 and self._retries:
             logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
@@ -102,6 +125,9 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
     def close(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
         try:
+            robots = self._robots
+            if robots is not None and not self._throttler.closed:
+                self._throttler.call(lambda _throttler: robots.aclose())
             self._transport.close()
         finally:
             if self._owns_throttler:
@@ -109,7 +135,9 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
 
     def __repr__(self) -> str:
         owned = "owned" if self._owns_throttler else "shared"
-        return f"<ThrottledSyncTransport retries={self._retries} throttler={owned} {self._throttler!r}>"
+        robots = " robots_txt" if self._robots is not None else ""
+        return (f"<ThrottledSyncTransport retries={self._retries}{robots} throttler={owned} "
+                f"{self._throttler!r}>")
 
 
 class ThrottledSyncClient(httpx.Client):
@@ -130,7 +158,8 @@ class ThrottledSyncClient(httpx.Client):
 
 def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, *,
                           throttler: SyncThrottler | None = None, store: str | None = None,
-                          retries: int = 3, **client_kwargs: Any) -> ThrottledSyncClient:
+                          retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                          **client_kwargs: Any) -> ThrottledSyncClient:
     """Build an :class:`httpx.Client` whose requests all go through a throttler.
 
     Args:
@@ -139,6 +168,10 @@ def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, 
         throttler: an existing :class:`~crawlpace.SyncThrottler` to share.
         store: the store URL of the client's own throttler.
         retries: see :class:`ThrottledSyncTransport`.
+        robots_txt: obey each origin's robots.txt (off by default); see
+            :class:`ThrottledSyncTransport`.
+        robots_user_agent: the user agent whose robots.txt rules apply; by
+            default the client's ``User-Agent`` header.
         **client_kwargs: passed to :class:`httpx.Client`; ``verify``,
             ``cert``, ``http1``, ``http2``, ``limits`` and ``proxy`` configure
             the inner :class:`httpx.HTTPTransport`, and ``transport=``
@@ -167,5 +200,6 @@ def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, 
     if inner is None:
         inner = httpx.HTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledSyncTransport(settings, throttler=throttler, store=store, transport=inner,
-                                       retries=retries)
+                                       retries=retries, robots_txt=robots_txt,
+                                       robots_user_agent=robots_user_agent)
     return ThrottledSyncClient(transport=transport, **client_kwargs)

@@ -17,6 +17,7 @@ from collections.abc import Iterable, Mapping
 
 from ._config import ScopeConfig, Settings
 from ._patterns import is_pattern, resolve_scope
+from .policy._gradual_slots import applies as gradual_applies
 
 __all__ = ["ScopeUsage", "crawl_delay_notes", "static_notes"]
 
@@ -58,6 +59,18 @@ def _inert_delay(name: str | None, cfg: ScopeConfig) -> str | None:
             f'requests/s, not {by_delay:.3g}/s; add "delay_per_slot": {fix:g} (or lower) to it')
 
 
+def _inert_gradual(name: str | None, cfg: ScopeConfig, autothrottle: bool) -> str | None:
+    """A note when gradual slots are on where they cannot apply (a delay, one slot, rampup, AutoThrottle)."""
+    if not cfg.gradual_slots or gradual_applies(True, cfg.concurrency, cfg.delay, rampup=cfg.rampup,
+                                                autothrottle=autothrottle):
+        return None
+    why = ("rampup sets the pace" if cfg.rampup else "AutoThrottle sets the pace" if autothrottle
+           else f"one slot ({cfg.concurrency})" if cfg.concurrency <= 1 else f"a delay ({cfg.delay:g}s)")
+    what = "THROTTLING_GRADUAL_SLOTS" if name is None else f'{_where(name)}["gradual_slots"]'
+    return (f"{what} has no effect: gradual slots apply to a scope with several slots and no delay, "
+            f"without rampup or AutoThrottle, and this one has {why}")
+
+
 def static_notes(settings: Settings) -> list[str]:
     """Everything that can be seen to have no effect before a request is sent."""
     notes = list(settings.inactive())
@@ -74,6 +87,10 @@ def static_notes(settings: Settings) -> list[str]:
                 settings.scope_defaults.delay, settings.scope_defaults.delay_per_slot,
                 settings.scope_defaults.concurrency)):
             notes.append(inert)
+        gradual = _inert_gradual(name, cfg, settings.autothrottle.enabled)
+        if gradual is not None and (name is None or gradual != _inert_gradual(
+                None, settings.scope_defaults, settings.autothrottle.enabled)):
+            notes.append(gradual)
     for name in settings.scopes:
         if not is_pattern(name) and not _is_ip(name) and (":" in name or "/" in name):
             host = name.split("://")[-1].split("/")[0].rsplit(":", 1)[0]

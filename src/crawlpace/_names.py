@@ -27,7 +27,8 @@ _SUFFIXES = ("_ENABLED", "_ON", "_ENABLE")
 _SCOPE_EXAMPLES: Mapping[str, str] = {"rampup": "True", "quota": "1000", "window": "60",
                                       "concurrency": "4", "delay": "0.5", "delay_per_slot": "0.5",
                                       "rampup_min_delay": "0.05", "rampup_max_concurrency": "8",
-                                      "ignore_robots_txt": "True", "jitter": "False"}
+                                      "ignore_robots_txt": "True", "jitter": "False",
+                                      "gradual_slots": "True"}
 
 
 def _scope_key(name: str) -> str | None:

@@ -12,7 +12,10 @@ waits for the URL's scopes, times the send up to the response headers (the
 latency), feeds the response or exception back, and sends again when the
 outcome was a backoff trigger (429, 503, a timeout...) and retries remain. The
 next permit waits for the backoff delay or ``Retry-After`` by itself. These are
-the semantics of :func:`crawlpace.http.throttled_client`.
+the semantics of :func:`crawlpace.http.throttled_client`, ``robots_txt=True``
+included (the same :class:`~crawlpace._robots_guard.RobotsGuard`; the
+robots.txt GET is sent through the session with no middleware, under a
+permit of its own).
 
 aiohttp is an optional dependency (``pip install crawlpace[aiohttp]``).
 """
@@ -30,6 +33,8 @@ from aiohttp import payload
 
 from ._config import Settings
 from ._retry import check_owner, check_retries, send_async
+from ._robots import MAX_ROBOTS_BYTES
+from ._robots_guard import FetchRobots, RobotsAnswer, RobotsGuard
 from ._throttler import Throttler
 from .stores.base import Store
 
@@ -49,6 +54,23 @@ async def _discard(response: aiohttp.ClientResponse) -> None:
         response.close()
 
 
+def _robots_fetch(session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> FetchRobots:
+    """A robots.txt GET through ``session``, past every middleware (the throttle included)."""
+
+    async def fetch(url: str, user_agent: str) -> RobotsAnswer:
+        async with session.get(url, headers={"User-Agent": user_agent}, allow_redirects=False,
+                               middlewares=(), timeout=timeout) as response:
+            body = b""
+            if 200 <= response.status < 300:
+                try:
+                    body = await response.content.read(MAX_ROBOTS_BYTES + 1)
+                except (aiohttp.ClientError, OSError) as exc:  # cut short: what arrived is what there is
+                    logger.warning("%s: the body was cut short (%s)", url, exc)
+            return RobotsAnswer(response.status, response.headers, response.headers.get("Location"), body)
+
+    return fetch
+
+
 class ThrottleMiddleware:
     """An aiohttp client middleware that waits for a permit before each send.
 
@@ -60,17 +82,26 @@ class ThrottleMiddleware:
         throttler: the throttler to wait for. The middleware never closes it.
         retries: how many times a backoff outcome is sent again; 0 disables
             retries.
+        robots_txt: obey each origin's robots.txt (off by default): disallowed
+            URLs raise :class:`~crawlpace.RobotsDisallowed`, a ``Crawl-delay``
+            is given to the throttler.
+        robots_user_agent: the user agent whose robots.txt rules apply; by
+            default the ``User-Agent`` header of the first request.
 
     Raises:
         ValueError: when ``retries`` is not an integer >= 0.
     """
 
-    __slots__ = ("_retries", "_scopes", "throttler")
+    __slots__ = ("_retries", "_scopes", "robots", "throttler")
 
-    def __init__(self, throttler: Throttler, *, retries: int = 3, scopes: object = None) -> None:
+    def __init__(self, throttler: Throttler, *, retries: int = 3, scopes: object = None,
+                 robots_txt: bool | RobotsGuard = False, robots_user_agent: str | None = None) -> None:
         self._retries = check_retries(retries)
         self._scopes = scopes
         self.throttler = throttler
+        #: The robots.txt keeper, when the middleware obeys robots.txt.
+        self.robots: RobotsGuard | None = robots_txt if isinstance(robots_txt, RobotsGuard) else (
+            RobotsGuard(throttler, retries=retries, user_agent=robots_user_agent) if robots_txt else None)
 
     def with_scopes(self, scopes: object) -> ThrottleMiddleware:
         """The same throttle for requests with explicit scopes, for one request's ``middlewares=``.
@@ -80,7 +111,8 @@ class ThrottleMiddleware:
         throttled once, under the scopes given (any form the throttler's
         ``scopes=`` takes).
         """
-        return ThrottleMiddleware(self.throttler, retries=self._retries, scopes=scopes)
+        return ThrottleMiddleware(self.throttler, retries=self._retries, scopes=scopes,
+                                  robots_txt=self.robots or False)
 
     @property
     def retries(self) -> int:
@@ -98,10 +130,14 @@ class ThrottleMiddleware:
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
+            RobotsDisallowed: with ``robots_txt``, when robots.txt forbids the URL.
             aiohttp.ClientError: (or whatever the send raised) for the last
                 attempt, when it failed with an exception.
         """
         target = str(request.url)
+        if self.robots is not None:
+            await self.robots.check(target, _robots_fetch(request.session, request.session.timeout),
+                                    request.headers.get("User-Agent"))
         attempts = 1 + (self._retries if _replayable(request) else 0)
         if attempts == 1 and self._retries:
             logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
@@ -116,7 +152,8 @@ class ThrottleMiddleware:
         return response
 
     def __repr__(self) -> str:
-        return f"<ThrottleMiddleware retries={self._retries} {self.throttler!r}>"
+        robots = " robots_txt" if self.robots is not None else ""
+        return f"<ThrottleMiddleware retries={self._retries}{robots} {self.throttler!r}>"
 
 
 # aiohttp warns against subclassing ClientSession, to keep its internals free to change.
@@ -157,6 +194,9 @@ with warnings.catch_warnings():
         async def close(self) -> None:
             """Close the session, and the throttler if the session created it."""
             try:
+                robots = self._crawlpace[0].robots
+                if robots is not None:
+                    await robots.aclose()
                 await super().close()
             finally:
                 middleware, owns = self._crawlpace
@@ -166,7 +206,8 @@ with warnings.catch_warnings():
 
 def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
                       throttler: Throttler | None = None, store: Store | str | None = None,
-                      retries: int = 3, **session_kwargs: Any) -> ThrottledSession:
+                      retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                      **session_kwargs: Any) -> ThrottledSession:
     """Build an :class:`aiohttp.ClientSession` whose requests all go through a throttler.
 
     Call it inside a running event loop (aiohttp requires one).
@@ -179,6 +220,10 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
         store: the store of the session's own throttler (a store or a URL
             such as ``"redis://localhost:6379/0"``); ``"memory://"`` by default.
         retries: how many times a backoff outcome is sent again.
+        robots_txt: obey each origin's robots.txt (off by default); see
+            :class:`ThrottleMiddleware`.
+        robots_user_agent: the user agent whose robots.txt rules apply; by
+            default the session's ``User-Agent`` header.
         **session_kwargs: passed to :class:`aiohttp.ClientSession`
             (``timeout``, ``headers``, ``connector``, ``base_url``...). Other
             ``middlewares`` run inside the throttle, once per attempt.
@@ -196,5 +241,6 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
     owns = throttler is None
     if throttler is None:
         throttler = Throttler(settings, store=store if store is not None else "memory://")
-    return ThrottledSession(ThrottleMiddleware(throttler, retries=retries), owns_throttler=owns,
-                            **session_kwargs)
+    middleware = ThrottleMiddleware(throttler, retries=retries, robots_txt=robots_txt,
+                                    robots_user_agent=robots_user_agent)
+    return ThrottledSession(middleware, owns_throttler=owns, **session_kwargs)

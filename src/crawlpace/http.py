@@ -25,7 +25,7 @@ For each attempt the transport:
    here.
 
 With ``robots_txt=True`` it first reads the origin's robots.txt (once per
-origin, see :mod:`crawlpace._http_robots`): disallowed URLs raise
+origin, see :mod:`crawlpace._robots_guard`): disallowed URLs raise
 :class:`~crawlpace.RobotsDisallowed` and a ``Crawl-delay`` paces the host.
 
 httpx is an optional dependency (``pip install crawlpace[http]``); the rest of
@@ -41,7 +41,7 @@ from typing import Any
 import httpx
 
 from ._config import Settings
-from ._http_robots import RobotsGuard
+from ._http_robots import async_fetch
 from ._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_sync_client
 from ._httpx_common import (
     ATTEMPTS_EXTENSION,
@@ -52,6 +52,7 @@ from ._httpx_common import (
     replayable,
 )
 from ._retry import check_owner, check_retries, send_async
+from ._robots_guard import RobotsGuard
 from ._throttler import Throttler
 from .stores.base import Store
 
@@ -125,7 +126,7 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
         self._throttler = throttler if throttler is not None else \
             Throttler(settings, store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
-        self._robots = RobotsGuard(self._throttler, self._transport.handle_async_request, retries=retries,
+        self._robots = RobotsGuard(self._throttler, retries=retries,
                                    user_agent=robots_user_agent) if robots_txt else None
 
     @property
@@ -152,9 +153,11 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             httpx.TransportError: (or whatever the inner transport raised) for
                 the last attempt, when it failed with an exception.
         """
-        if self._robots is not None:
-            await self._robots.check(request)
         target = str(request.url)
+        if self._robots is not None:
+            await self._robots.check(target, async_fetch(self._transport.handle_async_request,
+                                                         request.extensions),
+                                     request.headers.get("user-agent"))
         attempts = 1 + (self._retries if replayable(request) else 0)
         if attempts == 1 and self._retries:
             logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",

@@ -12,23 +12,29 @@ the URL's scopes, times the send up to the response headers (requests reads
 the body afterwards), feeds the response or exception back, and sends again
 when the outcome was a backoff trigger (429, 503, a timeout...) and retries
 remain; the next permit waits for the backoff delay or ``Retry-After`` by
-itself. Waiting blocks the thread on a lock: nothing polls.
+itself. Waiting blocks the thread on a lock: nothing polls. With
+``robots_txt=True`` each origin's robots.txt is obeyed, by the same
+:class:`~crawlpace._robots_guard.RobotsGuard` as the other clients.
 
 requests is an optional dependency (``pip install crawlpace[requests]``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 from collections.abc import Mapping
 from typing import Any
 
 import requests
+import urllib3.exceptions
 from requests.adapters import HTTPAdapter
 
 from ._config import Settings
 from ._retry import check_owner, check_retries, send_sync
+from ._robots import MAX_ROBOTS_BYTES
+from ._robots_guard import FetchRobots, RobotsAnswer, RobotsGuard
 from ._sync import SyncThrottler
 
 __all__ = ["ATTEMPTS_ATTRIBUTE", "ThrottledAdapter", "ThrottledSession", "throttled_session"]
@@ -49,6 +55,29 @@ def _discard(response: requests.Response) -> None:
         response.close()
 
 
+def _robots_fetch(adapter: HTTPAdapter, options: dict[str, Any]) -> FetchRobots:
+    """A robots.txt GET through ``adapter``'s own sending (not the throttled one), in a thread."""
+
+    def blocking(url: str, user_agent: str) -> RobotsAnswer:
+        prepared = requests.Request("GET", url, headers={"User-Agent": user_agent}).prepare()
+        response = HTTPAdapter.send(adapter, prepared, stream=True, **options)
+        try:
+            body = b""
+            if 200 <= response.status_code < 300:
+                try:
+                    body = response.raw.read(MAX_ROBOTS_BYTES + 1, decode_content=True) or b""
+                except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
+                    logger.warning("%s: the body was cut short (%s)", url, exc)
+        finally:
+            _discard(response)
+        return RobotsAnswer(response.status_code, response.headers, response.headers.get("location"), body)
+
+    async def fetch(url: str, user_agent: str) -> RobotsAnswer:
+        return await asyncio.to_thread(blocking, url, user_agent)
+
+    return fetch
+
+
 class ThrottledAdapter(HTTPAdapter):
     """A transport adapter that waits for a permit before each send.
 
@@ -57,6 +86,11 @@ class ThrottledAdapter(HTTPAdapter):
         retries: how many times a backoff outcome is sent again; 0 disables
             retries. (requests' own ``max_retries``, for connection errors,
             stays 0 unless given in ``adapter_kwargs``.)
+        robots_txt: obey each origin's robots.txt (off by default): disallowed
+            URLs raise :class:`~crawlpace.RobotsDisallowed`, a ``Crawl-delay``
+            is given to the throttler.
+        robots_user_agent: the user agent whose robots.txt rules apply; by
+            default the ``User-Agent`` header of the first request.
         **adapter_kwargs: passed to :class:`requests.adapters.HTTPAdapter`
             (``pool_connections``, ``pool_maxsize``...).
 
@@ -64,9 +98,13 @@ class ThrottledAdapter(HTTPAdapter):
         ValueError: when ``retries`` is not an integer >= 0.
     """
 
-    def __init__(self, throttler: SyncThrottler, *, retries: int = 3, **adapter_kwargs: Any) -> None:
+    def __init__(self, throttler: SyncThrottler, *, retries: int = 3, robots_txt: bool = False,
+                 robots_user_agent: str | None = None, **adapter_kwargs: Any) -> None:
         self._retries = check_retries(retries)
         self.throttler = throttler
+        #: The robots.txt keeper, when the adapter obeys robots.txt (it lives on the throttler's loop).
+        self.robots = RobotsGuard(throttler.throttler, retries=retries,
+                                  user_agent=robots_user_agent) if robots_txt else None
         super().__init__(**adapter_kwargs)
 
     @property
@@ -88,10 +126,17 @@ class ThrottledAdapter(HTTPAdapter):
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
+            RobotsDisallowed: with ``robots_txt``, when robots.txt forbids the URL.
             requests.RequestException: for the last attempt, when it failed.
         """
         target = request.url or ""
         method = request.method or "GET"
+        robots = self.robots
+        if robots is not None:
+            options = {"timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
+            fetch = _robots_fetch(self, options)
+            agent = request.headers.get("User-Agent")
+            self.throttler.call(lambda _throttler: robots.check(target, fetch, agent))
         attempts = 1 + (self._retries if _replayable(request) else 0)
         if attempts == 1 and self._retries:
             logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
@@ -116,13 +161,17 @@ class ThrottledSession(requests.Session):
         throttler: the throttler every request waits for.
         owns_throttler: close the throttler with the session.
         retries: see :class:`ThrottledAdapter`.
+        robots_txt: obey each origin's robots.txt; see :class:`ThrottledAdapter`.
+        robots_user_agent: the user agent whose robots.txt rules apply.
     """
 
-    def __init__(self, throttler: SyncThrottler, *, owns_throttler: bool = False, retries: int = 3) -> None:
+    def __init__(self, throttler: SyncThrottler, *, owns_throttler: bool = False, retries: int = 3,
+                 robots_txt: bool = False, robots_user_agent: str | None = None) -> None:
         super().__init__()
         self._throttler = throttler
         self._owns_throttler = owns_throttler
-        adapter = ThrottledAdapter(throttler, retries=retries)
+        adapter = self._adapter = ThrottledAdapter(throttler, retries=retries, robots_txt=robots_txt,
+                                                   robots_user_agent=robots_user_agent)
         self.mount("http://", adapter)
         self.mount("https://", adapter)
 
@@ -134,6 +183,9 @@ class ThrottledSession(requests.Session):
     def close(self) -> None:
         """Close the adapters, and the throttler if the session created it."""
         try:
+            robots = self._adapter.robots
+            if robots is not None and not self._throttler.closed:
+                self._throttler.call(lambda _throttler: robots.aclose())
             super().close()
         finally:
             if self._owns_throttler:
@@ -146,7 +198,8 @@ class ThrottledSession(requests.Session):
 
 def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
                       throttler: SyncThrottler | None = None, store: str | None = None,
-                      retries: int = 3) -> ThrottledSession:
+                      retries: int = 3, robots_txt: bool = False,
+                      robots_user_agent: str | None = None) -> ThrottledSession:
     """Build a :class:`requests.Session` whose requests all go through a throttler.
 
     Args:
@@ -159,6 +212,10 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
             by default, ``"redis://host:port/db"`` to share one budget between
             processes and machines.
         retries: how many times a backoff outcome is sent again.
+        robots_txt: obey each origin's robots.txt (off by default); see
+            :class:`ThrottledAdapter`.
+        robots_user_agent: the user agent whose robots.txt rules apply; by
+            default the ``User-Agent`` header of the first request.
 
     Returns:
         The session; use it in ``with`` or call ``close()``.
@@ -170,7 +227,8 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
     """
     check_retries(retries)
     check_owner(settings, throttler, store)
-    if throttler is not None:
-        return ThrottledSession(throttler, retries=retries)
-    own = SyncThrottler(settings, store=store if store is not None else "memory://")
-    return ThrottledSession(own, owns_throttler=True, retries=retries)
+    owns = throttler is None
+    if throttler is None:
+        throttler = SyncThrottler(settings, store=store if store is not None else "memory://")
+    return ThrottledSession(throttler, owns_throttler=owns, retries=retries, robots_txt=robots_txt,
+                            robots_user_agent=robots_user_agent)

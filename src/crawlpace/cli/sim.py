@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from .._exceptions import ConfigError
-from ..sim import Farm, builtin_farms
+from ..sim import PRIVATE_PREFIX, Farm, builtin_farms
 from ..sim._plot import PlotUnavailable, write_plot
 from ..sim._report import render_table, totals
 from ._options import add_json_option
@@ -76,7 +76,10 @@ def _describe(farm: Farm) -> str:
 
 
 def _page_urls(farm: Farm) -> list[str]:
-    return [f"{site.url}/page/{number}" for site in farm.sites for number in range(1, site.app.pages + 1)]
+    """Every site's pages, then its private ones (which its robots.txt disallows)."""
+    return [url for site in farm.sites for url in (
+        *(f"{site.url}/page/{number}" for number in range(1, site.app.pages + 1)),
+        *(f"{site.url}{PRIVATE_PREFIX}{number}" for number in range(1, site.app.private + 1)))]
 
 
 async def _serve(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], float]:

@@ -9,7 +9,9 @@ so that none erases another; the strictest wins:
 * the scope manager's adjustment (backoff by default, or a custom manager);
 * the pace a server's announced budget allows (also a floor);
 * gates that hold every send until a time: a server-announced hold
-  (``Retry-After``), the circuit breaker, and the quota.
+  (``Retry-After``), the circuit breaker, and the quota;
+* gradual slots (off by default): a scope with several slots and no delay
+  opens them as its site answers well (:mod:`._gradual_slots`).
 
 Pure state plus ``now``, like the rest of :mod:`crawlpace.policy`.
 """
@@ -22,6 +24,8 @@ import logging
 import math
 
 from .._config import AutoThrottleConfig, ScopeConfig
+from ._gradual_slots import GradualSlots, in_force
+from ._gradual_slots import applies as gradual_applies
 from ._scope_gates import ScopeGates
 from .admission import Limits
 from .autothrottle import AutoThrottle
@@ -46,7 +50,7 @@ def _limits(concurrency: int, delay: float, delay_per_slot: float, floor: float)
     return Limits(concurrency, delay, delay_per_slot, floor)
 
 
-class ScopePolicy(ScopeGates):
+class ScopePolicy(ScopeGates, GradualSlots):
     """The adaptive state of one scope and the limits it yields.
 
     The parts that only matter once something happened (the default scope
@@ -71,12 +75,15 @@ class ScopePolicy(ScopeGates):
         rampup: the rampup controller, when the scope has rampup on.
         generation: the scope manager's generation.
         wake_at: when the limits may change with no new feedback.
+        gradual, opened, opened_good, opened_threshold: whether the
+            gradual-slots rule governs the scope, the slots it opened (all
+            when off), the good answers toward the next step, the threshold.
     """
 
     __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency",
-                 "config", "crawl_delay", "gated", "generation", "hold_until", "jitter", "limits", "manager",
-                 "pace", "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at",
-                 "watches")
+                 "config", "crawl_delay", "gated", "generation", "gradual", "hold_until", "jitter", "limits",
+                 "manager", "opened", "opened_good", "opened_threshold", "pace", "pace_until", "quota",
+                 "rampup", "scope", "server_concurrency", "wake_at", "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -97,6 +104,10 @@ class ScopePolicy(ScopeGates):
                                              min_delay=config.delay, max_delay=autothrottle.max_delay,
                                              target_concurrency=autothrottle.target_concurrency)
         self.crawl_delay: float | None = None
+        self.gradual = gradual_applies(config.gradual_slots, self.concurrency, config.delay,
+                                       rampup=bool(self.rampup), autothrottle=bool(self.autothrottle))
+        self.opened = 1 if self.gradual else self.concurrency
+        self.opened_good, self.opened_threshold = 0, self.concurrency
         self.hold_until = _NEVER
         self.pace = 0.0
         self.pace_until = _NEVER
@@ -138,6 +149,8 @@ class ScopePolicy(ScopeGates):
             per_slot = min(per_slot, delay)
         elif self.autothrottle is not None:
             delay = max(delay, self.autothrottle.delay)
+        elif self.opened < concurrency:
+            concurrency = in_force(self.opened, self.opened_good, concurrency)
         if self.crawl_delay is not None:
             concurrency, floor = 1, self.crawl_delay
             delay = max(delay, floor)
@@ -250,6 +263,8 @@ class ScopePolicy(ScopeGates):
         if feedback.concurrency is not None:
             # The newest announcement counts; it lasts until another one changes it.
             self.server_concurrency = max(1, feedback.concurrency)
+        if self.gradual:
+            self._open_slots(now, feedback)
         if feedback.consumed_quota is not None and self.quota is not None:
             self.quota.adjust(now, feedback.consumed_quota - expected_use)
         autothrottle = self.autothrottle
@@ -289,16 +304,17 @@ class ScopePolicy(ScopeGates):
         """True when :meth:`on_outcome` would do no more with ``feedback`` than count it in the breaker.
 
         So it is for a plain policy (no AutoThrottle, rampup, scope manager,
-        quota, header budget, server pace or generation; nothing gated)
-        hearing an answer that asks for nothing (no backoff, failure, hold,
-        pace, budget or cap): the stores skip the rest for it (the breaker
-        counts a success, if any).
+        quota, header budget, server pace or generation; nothing gated;
+        every slot open) hearing an answer that asks for nothing (no backoff,
+        failure, hold, pace, budget or cap): the stores skip the rest for it
+        (the breaker counts a success, if any).
         """
         return not (feedback.backoff or feedback.failed or (feedback.hold is not None and feedback.hold > 0.0)
                     or feedback.pace is not None or feedback.concurrency is not None
                     or feedback.budget is not None or self.gated or self.manager is not None
                     or self.rampup is not None or self.autothrottle is not None or self.quota is not None
-                    or self.budget is not None or self.generation or self.pace_until != _NEVER)
+                    or self.budget is not None or self.generation or self.pace_until != _NEVER
+                    or self.opened < self.concurrency)
 
     def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
         """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""
@@ -328,6 +344,7 @@ class ScopePolicy(ScopeGates):
         manager, breaker, rampup = self.manager, self.breaker, self.rampup
         backoff = manager.backoff if isinstance(manager, ThrottlingScopeManager) else None
         return (self.limits, self.generation, self.hold_until, self.crawl_delay, self.pace, self.pace_until,
+                self.opened,
                 None if backoff is None else backoff.level,
                 None if breaker is None else breaker.state,
                 None if self.autothrottle is None else self.autothrottle.delay,

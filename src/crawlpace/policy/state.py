@@ -65,7 +65,7 @@ StateValue = float | int | bool | None | tuple[float, ...]
 FIELDS: dict[str, tuple[str, ...]] = {
     # The policy itself: what it combined, and its own learned inputs.
     "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
-          "server_concurrency"),
+          "server_concurrency", "opened", "opened_good", "opened_threshold"),
     # The default scope manager's backoff.
     "b": ("level", "generation", "anchor", "last_feedback", "last_change", "tail"),
     "a": ("delay",),  # AutoThrottle
@@ -87,7 +87,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: attribute cannot be left out of the shared state by accident.
 SETTINGS: dict[str, tuple[str, ...]] = {
     "p": ("autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency", "config", "gated",
-          "jitter", "manager", "quota", "rampup", "scope", "watches"),
+          "gradual", "jitter", "manager", "quota", "rampup", "scope", "watches"),
     "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),

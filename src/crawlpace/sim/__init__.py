@@ -22,7 +22,7 @@ from ._challenge import CHALLENGE_PAGE, ChallengeSite
 from ._farm import Farm, SiteInfo, builtin_farms
 from ._faults import DeadSite, FlakySite
 from ._load import OverloadSite, SlowSite
-from ._pages import PageApp
+from ._pages import PRIVATE_PREFIX, PageApp
 from ._plot import PlotUnavailable, write_plot
 from ._profiles import PROFILES
 from ._rates import HEADER_STYLES, CrawlDelaySite, HeadersSite, QuotaSite, RateLimitSite, RetryAfterSite
@@ -35,6 +35,7 @@ from ._stats import SiteStats
 __all__ = [
     "CHALLENGE_PAGE",
     "HEADER_STYLES",
+    "PRIVATE_PREFIX",
     "PROFILES",
     "SHIFTABLE",
     "ChallengeSite",

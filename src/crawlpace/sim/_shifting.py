@@ -41,7 +41,7 @@ SHIFTABLE: Mapping[str, type[Site]] = {
     cls.profile: cls for cls in (RateLimitSite, RetryAfterSite, HeadersSite, OverloadSite, SlowSite)
 }
 
-_OPTIONS = ("pages", "links", "tolerance", "clock", "rng")
+_OPTIONS = ("pages", "links", "tolerance", "private", "clock", "rng")
 _BASE = Param("base", "choice", "the profile whose capacity shifts", choices=tuple(SHIFTABLE))
 _CHANGES = Param("changes", "schedule", "[seconds after the first request, capacity factor] steps")
 

@@ -29,7 +29,7 @@ from typing import ClassVar, TypedDict
 
 from ._asgi import RECEIVED_KEY, Message, Receive, ResetConnection, Scope, Send, header, respond
 from ._limits import Embargo
-from ._pages import PageApp
+from ._pages import PRIVATE_PREFIX, PageApp
 from ._params import Param
 from ._stats import SiteStats
 
@@ -45,9 +45,11 @@ _LINKS = Param("links", "integer", "links on each page", 3, low=0, high=100)
 DEFAULT_TOLERANCE = 0.05
 _TOLERANCE = Param("tolerance", "number", "seconds a request may lag its send (lags never add up)",
                    DEFAULT_TOLERANCE, low=0.0, high=60.0)
+_PRIVATE = Param("private", "integer", f"pages under {PRIVATE_PREFIX} that robots.txt disallows", 0,
+                 low=0, high=1_000_000)
 
 #: The parameters every profile accepts.
-COMMON_PARAMS: tuple[Param, ...] = (_PAGES, _LINKS, _TOLERANCE)
+COMMON_PARAMS: tuple[Param, ...] = (_PAGES, _LINKS, _TOLERANCE, _PRIVATE)
 
 _SECONDS = re.compile(r"[0-9]+(?:\.[0-9]+)?", re.ASCII)
 # Float noise must not turn an exact number of seconds into one more.
@@ -60,6 +62,7 @@ class SiteOptions(TypedDict, total=False):
     pages: int
     links: int
     tolerance: float
+    private: int
     clock: Callable[[], float]
     rng: random.Random | None
 
@@ -91,6 +94,10 @@ class Site:
             a ``Retry-After`` is not counted, nor is a Crawl-delay gap that
             is short by up to that much, as long as those shortfalls do not
             add up over the sequence (see :class:`~crawlpace.sim._limits.Spacing`).
+        private: pages ``/private/1`` to ``/private/{private}``, which the
+            site's robots.txt disallows (``Disallow: /private/``); each
+            request for one is served but counted as a ``disallow``
+            violation.
         clock: the time source for limits and statistics, in seconds.
         rng: the source of chance for profiles that use any; ``Random(0)``
             when omitted.
@@ -112,15 +119,17 @@ class Site:
     gates_robots: ClassVar[bool] = False
 
     def __init__(self, *, pages: int = 50, links: int = 3, tolerance: float = DEFAULT_TOLERANCE,
-                 clock: Callable[[], float] = time.monotonic, rng: random.Random | None = None) -> None:
+                 private: int = 0, clock: Callable[[], float] = time.monotonic,
+                 rng: random.Random | None = None) -> None:
         self.pages = _PAGES.integer(pages)
         self.links = _LINKS.integer(links)
         self.tolerance = _TOLERANCE.number(tolerance)
+        self.private = _PRIVATE.integer(private)
         self.clock = clock
         self.rng = random.Random(0) if rng is None else rng
         self.stats = SiteStats(self.capacity)
         self.embargo = Embargo()
-        self.content = PageApp(self.pages, self.links, self.crawl_delay)
+        self.content = PageApp(self.pages, self.links, self.crawl_delay, private=self.private)
 
     @classmethod
     def params(cls) -> tuple[Param, ...]:
@@ -159,6 +168,8 @@ class Site:
         self.stats.arrive(now)
         if self.embargo.violated(now, self.tolerance):
             self.stats.violation("retry_after")
+        if self.private and str(scope.get("path", "")).startswith(PRIVATE_PREFIX):
+            self.stats.violation("disallow")  # robots.txt forbids it; served all the same
         status: int | None = None
 
         async def watch(message: Message) -> None:
