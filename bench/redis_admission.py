@@ -15,8 +15,22 @@ contenders:
 
 * **crawlpace**: ``RedisStore.acquire(((scope, 1.0),))`` then ``release(lease,
   Outcome(status=200, latency=0.01))``. Nothing ever blocks (no delay, no jitter, 1000
-  slots per scope), so what is timed is the store's own work: the acquire script, the
-  policy computed in Python, the release script that writes the policy back.
+  slots per scope), so what is timed is the store's own work. Such a scope is a busy
+  plain one, so the store keeps a local allotment of it (``stores/_allot.py``, 0.7.0):
+  a worker keeps the slots its requests used (each a lease in Redis, counted as held by
+  every worker) and admits from them in the process; the first admission of a scope
+  goes through the acquire script, and then every 50 ms of use one ``allot`` script
+  call per scope and process sends the counts (sends, responses, latencies), renews
+  the slots and checks the scope's policy version and limits. So most admissions are
+  decided without Redis, and Redis sees one call per scope per 50 ms per process; a
+  refusal or anything learned would go out at once (not in this bench: every answer
+  is a 200). A scope with a delay, fewer than 4 slots, a quota or a learning policy
+  (rampup, AutoThrottle) is admitted by the acquire script every time, as before.
+* **crawlpace, scripts only** (supplementary): the same calls on a store opened with
+  ``allot=0``, so every admission goes through the acquire script and every release
+  through the release script, batched per process as above. This is what a scope with a
+  delay, a quota or a learning policy costs per admission, since those never form an
+  allotment.
 * **crawlpace, no outcome** (supplementary): the same acquire, released with
   ``NO_OUTCOME``: no feedback, so no policy is written back. The difference with the
   row above is the price of the write-back path.
@@ -70,6 +84,13 @@ Figures, per contender and process count:
   policy since this one last saw it);
 * **Redis CPU** per admission: ``used_cpu_user + used_cpu_sys`` of ``INFO cpu`` over the
   measurement, in microseconds; and the workers' own CPU per admission.
+* the **limit check**, after the measurements, on every worker at once: each worker's
+  T tasks admit on 2 scopes of 8 slots (so allotments form and the slots are contended)
+  for up to 1 s, hold each slot 2 ms (a short request), and note the
+  monotonic times between which they held it (``CLOCK_MONOTONIC`` is one clock for
+  every process of the machine). The parent counts, per scope, the most slots held at
+  once: it must not exceed 8. A release is noted before it is sent, so this count can
+  only be below what Redis saw, never above, if the store keeps its limits.
 * anything that went wrong: refusals (none are expected), calls that raised (counted as
   refusals, and the run goes on), and crawlpace's log warnings, tallied by message instead
   of printed, among them the outcomes whose write-back lost the race to other workers so
@@ -121,6 +142,10 @@ NAMESPACE = "bench"
 OK = Outcome(status=200, latency=0.01)
 # Passes over every scope each worker makes before the timed part.
 WARMUP_PASSES = 2
+# The limit check: scopes and slots per scope (few: every worker's tasks contend for them).
+CHECK_SCOPES, CHECK_SLOTS = 2, 8
+# The limit check: seconds each slot is held (a short request: holds of several processes overlap).
+CHECK_HOLD = 0.002
 
 
 # -- the contenders, as run inside a worker ----------------------------------------
@@ -141,20 +166,23 @@ class Admitter(Protocol):
         """Close the connections."""
 
 
-def bench_settings() -> Settings:
-    """Settings under which no scope ever makes a request wait."""
+def bench_settings(slots: int = 1000) -> Settings:
+    """Settings without delays, ``slots`` per scope (1000: no scope ever makes a request wait)."""
     return Settings.from_scrapy({
         "DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0, "RANDOMIZE_DOWNLOAD_DELAY": False,
-        "CONCURRENT_REQUESTS_PER_DOMAIN": 1000, "CONCURRENT_REQUESTS": 100_000,
+        "CONCURRENT_REQUESTS_PER_DOMAIN": slots, "CONCURRENT_REQUESTS": 100_000,
     })
 
 
 class CrawlpaceAdmitter:
-    def __init__(self, url: str, outcome: Outcome) -> None:
-        self.store: Store = open_store(f"{url}?namespace={NAMESPACE}", bench_settings(), AsyncioClock(),
-                                       random.Random(1))
+    def __init__(self, url: str, outcome: Outcome, slots: int = 1000, options: str = "") -> None:
+        self.store: Store = open_store(f"{url}?namespace={NAMESPACE}{options}", bench_settings(slots),
+                                       AsyncioClock(), random.Random(1))
         self.outcome = outcome
         self.errors = 0
+        #: With ``hold``: each admission's scope and the monotonic times it was held between (the check).
+        self.hold = False
+        self.held: list[tuple[str, float, float]] = []
 
     async def admit(self, scope: str) -> bool:
         try:
@@ -167,6 +195,10 @@ class CrawlpaceAdmitter:
             return False
         if not isinstance(lease, Lease):
             return False
+        if self.hold:  # the limit check: hold the slot over turns of the loop, and note when
+            began = time.monotonic()
+            await asyncio.sleep(CHECK_HOLD)
+            self.held.append((scope, began, time.monotonic()))
         await self.store.release(lease, self.outcome)
         return True
 
@@ -218,6 +250,8 @@ CONTENDERS = (
     Contender("crawlpace", "crawlpace: acquire + release(200)"),
     Contender("limits", "limits: moving window hit"),
     Contender("throttled", "throttled-py: token bucket limit"),
+    Contender("crawlpace_scripts", "crawlpace, allot=0: acquire + release(200) by script",
+              supplementary=True),
     Contender("crawlpace_no_outcome", "crawlpace: acquire + release(no outcome)", supplementary=True),
 )
 PEERS = ("limits", "throttled")
@@ -226,6 +260,8 @@ PEERS = ("limits", "throttled")
 def make_admitter(key: str, url: str) -> Admitter:
     if key == "crawlpace":
         return CrawlpaceAdmitter(url, OK)
+    if key == "crawlpace_scripts":
+        return CrawlpaceAdmitter(url, OK, options="&allot=0")
     if key == "crawlpace_no_outcome":
         return CrawlpaceAdmitter(url, NO_OUTCOME)
     if key == "limits":
@@ -292,6 +328,37 @@ async def receive() -> dict[str, Any]:
     return cast(dict[str, Any], json.loads(line)) if line else {"cmd": "quit"}
 
 
+async def check_limits(url: str, slots: int, scopes: int, tasks: int, duration: float) -> list[Any]:
+    """Admit on a few scopes of ``slots`` slots, each slot held a moment; say when each was held.
+
+    CLOCK_MONOTONIC is one clock for every process of the machine, so the
+    parent can count, per scope, how many slots the processes held at once.
+    """
+    admitter = CrawlpaceAdmitter(url, OK, slots)
+    admitter.hold = True
+    try:
+        names = [f"check{i}" for i in range(scopes)]
+        await admit_many(admitter, names, 0, tasks, time.monotonic() + duration)
+    finally:
+        await admitter.aclose()
+    return [[scope, began, ended] for scope, began, ended in admitter.held]
+
+
+def most_held(intervals: Sequence[Sequence[Any]]) -> tuple[int, int]:
+    """The most slots of one scope held at once in ``intervals`` (scope, from, to), and their number."""
+    events: dict[str, list[tuple[float, int]]] = {}
+    for scope, began, ended in intervals:
+        events.setdefault(scope, []).extend(((began, 1), (ended, -1)))
+    most = 0
+    for marks in events.values():
+        marks.sort(key=lambda mark: (mark[0], mark[1]))  # a release before an admission at the same instant
+        level = 0
+        for _at, step in marks:
+            level += step
+            most = max(most, level)
+    return most, len(intervals)
+
+
 async def worker(url: str, index: int, scopes: int) -> None:
     """Serve the parent's measurements: prepare a contender, run it on "go", report."""
     count_round_trips()
@@ -306,6 +373,10 @@ async def worker(url: str, index: int, scopes: int) -> None:
             if admitter is not None:
                 await admitter.aclose()
                 admitter = None
+            if message["cmd"] == "check":
+                send({"held": await check_limits(url, int(message["slots"]), int(message["scopes"]),
+                                                 int(message["tasks"]), float(message["duration"]))})
+                continue
             if message["cmd"] != "prepare":
                 return
             tasks = int(message["tasks"])
@@ -492,8 +563,11 @@ FIGURES = ("total", "per_process", "slowest_process", "round_trips", "commands",
 
 def run_all(url: str, client: redis.Redis, processes: Sequence[int], repeats: int, duration: float,
             tasks: int, scopes: int, progress: bool,
-            contenders: Sequence[Contender] = CONTENDERS) -> dict[tuple[str, int], Cell]:
+            contenders: Sequence[Contender] = CONTENDERS
+            ) -> tuple[dict[tuple[str, int], Cell], dict[str, int]]:
+    """Every measurement, then the limit check on every worker: (cells, the check's figures)."""
     cells = {(c.key, n): Cell() for c in contenders for n in processes}
+    check: dict[str, int] = {}
     workers: list[Worker] = []
     try:
         workers = [Worker(url, index, scopes) for index in range(max(processes))]
@@ -510,10 +584,17 @@ def run_all(url: str, client: redis.Redis, processes: Sequence[int], repeats: in
                         print(f"  round {round_no + 1}/{repeats}, {n} process(es), {contender.key}: "
                               f"{run.total:,.0f}/s, {run.per_admission(run.trips):.2f} round trips",
                               file=sys.stderr, flush=True)
+        client.flushall()
+        for worker_ in workers:
+            worker_.tell({"cmd": "check", "slots": CHECK_SLOTS, "scopes": CHECK_SCOPES, "tasks": tasks,
+                          "duration": min(duration, 1.0)})
+        most, admissions = most_held([interval for worker_ in workers for interval in worker_.hear()["held"]])
+        check = {"slots": CHECK_SLOTS, "scopes": CHECK_SCOPES, "processes": len(workers), "most_held": most,
+                 "admissions": admissions}
     finally:
         for worker_ in workers:
             worker_.stop()
-    return cells
+    return cells, check
 
 
 # -- report --------------------------------------------------------------------------------
@@ -565,17 +646,19 @@ def print_costs(cells: dict[tuple[str, int], Cell], processes: Sequence[int]) ->
     table(headers, rows, left=1)
 
 
-def goals(cells: dict[tuple[str, int], Cell], processes: Sequence[int]) -> dict[str, Any]:
+def goals(cells: dict[tuple[str, int], Cell], processes: Sequence[int],
+          check: dict[str, int]) -> dict[str, Any]:
     """Issue 21's goals: per process at least twice every peer's rate, Redis CPU per admission at most the
-    peers', one round trip or less per admission."""
+    peers', one round trip or less per admission; and the limit check (never more held than a scope has)."""
     twice = {f"{peer}@{n}": cells["crawlpace", n].median("per_process")
              >= 2.0 * cells[peer, n].median("per_process") for peer in PEERS for n in processes}
     cpu = {str(n): cells["crawlpace", n].median("redis_cpu_us")
            <= min(cells[peer, n].median("redis_cpu_us") for peer in PEERS) for n in processes}
     one_trip = {str(n): cells["crawlpace", n].median("round_trips") <= 1.0 + 1e-3 for n in processes}
+    kept = bool(check.get("admissions")) and check["most_held"] <= check["slots"]
     return {"twice_peers_per_process": twice, "redis_cpu_at_most_peers": cpu,
-            "round_trips_at_most_1": one_trip,
-            "met": all(twice.values()) and all(cpu.values()) and all(one_trip.values())}
+            "round_trips_at_most_1": one_trip, "limits_kept": kept,
+            "met": all(twice.values()) and all(cpu.values()) and all(one_trip.values()) and kept}
 
 
 def print_goals(verdict: dict[str, Any]) -> None:
@@ -589,9 +672,12 @@ def print_goals(verdict: dict[str, Any]) -> None:
               f"{n} process(es)")
     for n, ok in verdict["round_trips_at_most_1"].items():
         print(f"  {'PASS' if ok else 'FAIL'}  crawlpace round trips per admission <= 1, {n} process(es)")
+    print(f"  {'PASS' if verdict['limits_kept'] else 'FAIL'}  no scope had more slots held at once than its "
+          "limit (the limit check)")
     missed = [key for key, ok in verdict["twice_peers_per_process"].items() if not ok]
     missed += [f"redis_cpu@{n}" for n, ok in verdict["redis_cpu_at_most_peers"].items() if not ok]
     missed += [f"round_trips@{n}" for n, ok in verdict["round_trips_at_most_1"].items() if not ok]
+    missed += [] if verdict["limits_kept"] else ["limits_kept"]
     print("all goals met" if not missed else f"missed: {', '.join(missed)}")
 
 
@@ -618,7 +704,7 @@ def benchmark(args: argparse.Namespace) -> None:
     duration = args.duration or (1.0 if args.quick else 10.0)
     repeats = args.repeats or 3
     # The supplementary contender explains a figure; a quick run keeps to the goals.
-    contenders = [c for c in CONTENDERS if not (args.quick and c.supplementary)]
+    contenders = [c for c in CONTENDERS if not (args.quick and c.supplementary and not args.supplementary)]
     server = start_server()
     try:
         client = redis.Redis(host="127.0.0.1", port=server.port)
@@ -633,7 +719,7 @@ def benchmark(args: argparse.Namespace) -> None:
         print(f"{', '.join(f'{k} {v}' for k, v in versions().items())}")
         print(f"{duration:g} s per measurement, {repeats} round(s), {args.tasks} tasks per process, "
               f"{args.scopes} scopes, processes {','.join(map(str, processes))}")
-        cells = run_all(server.url, client, processes, repeats, duration, args.tasks, args.scopes,
+        cells, check = run_all(server.url, client, processes, repeats, duration, args.tasks, args.scopes,
                         progress=not args.json, contenders=contenders)
         client.close()
     finally:
@@ -643,7 +729,12 @@ def benchmark(args: argparse.Namespace) -> None:
     print()
     print_costs(cells, processes)
     print()
-    verdict = goals(cells, processes)
+    verdict = goals(cells, processes, check)
+    print(f"limit check: {check.get('processes', 0)} process(es) x {args.tasks} tasks on {CHECK_SCOPES} "
+          f"scopes of {CHECK_SLOTS} slots, each slot held {CHECK_HOLD * 1000:g} ms: "
+          f"{check.get('admissions', 0):,} admissions, at most {check.get('most_held', 0)} slots of "
+          "one scope held at once")
+    print()
     print_goals(verdict)
     for (key, n), cell in cells.items():
         refused = sum(run.refused for run in cell.runs)
@@ -674,7 +765,12 @@ def benchmark(args: argparse.Namespace) -> None:
                 peer: {str(n): round(cells["crawlpace", n].median("per_process")
                                      / cells[peer, n].median("per_process"), 3) for n in processes}
                 for peer in PEERS},
+            "ratio_scripts_over_peer_per_process": {
+                peer: {str(n): round(cells["crawlpace_scripts", n].median("per_process")
+                                     / cells[peer, n].median("per_process"), 3) for n in processes}
+                for peer in PEERS} if ("crawlpace_scripts", processes[0]) in cells else None,
             "goals": verdict,
+            "limit_check": check,
             "seconds": round(seconds, 1),
         }, sort_keys=True))
 
@@ -684,6 +780,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true",
                         help="1 s per measurement, no supplementary contender (< 1 min)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
+    parser.add_argument("--supplementary", action="store_true",
+                        help="with --quick: run the supplementary contenders too (over a minute)")
     parser.add_argument("--processes", default="1,2,4,8", help="worker process counts (default 1,2,4,8)")
     parser.add_argument("--duration", type=float, default=0.0, help="seconds per measurement (D)")
     parser.add_argument("--repeats", type=int, default=0, help="rounds over every measurement (R, 3)")

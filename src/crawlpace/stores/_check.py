@@ -30,7 +30,8 @@ __all__ = ["CRAWLPACE_OPTIONS", "DEFAULT_REACH_TIMEOUT", "DEFAULT_SOCKET_TIMEOUT
            "check_url", "reach", "with_timeouts"]
 
 #: Options of a store URL that crawlpace reads itself (see docs/redis.md).
-CRAWLPACE_OPTIONS = frozenset({"namespace", "lease", "time", "cluster", "fallback", "fallback_workers"})
+CRAWLPACE_OPTIONS = frozenset({"namespace", "lease", "time", "cluster", "fallback", "fallback_workers",
+                               "policy_cache", "allot"})
 #: Options of a store URL handed to redis-py's connection (its documented URL options).
 REDIS_OPTIONS = frozenset({
     "db", "username", "password", "client_name", "protocol", "timeout", "socket_timeout",

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 __all__ = ["SCOPE_SUFFIXES", "check_namespace", "count_learned", "frontier_prefix", "glob_escape",
-           "guard_prefix", "learned_prefix", "namespace_pattern", "owned", "prefix", "purge", "purge_learned",
-           "scope_keys", "scope_pattern"]
+           "guard_prefix", "learned_prefix", "list_scopes", "namespace_pattern", "owned", "prefix", "purge",
+           "purge_learned", "scope_keys", "scope_pattern"]
 
 logger = logging.getLogger(__name__)
 
@@ -89,6 +89,17 @@ def scope_keys(namespace_prefix: str, scope: str) -> tuple[str, str, str, str]:
 def scope_pattern(namespace_prefix: str) -> str:
     """A SCAN pattern for the admission hash of every scope of a namespace (and nothing else)."""
     return f"{glob_escape(namespace_prefix)}{{*}}:a"
+
+
+async def list_scopes(client: Any, namespace_prefix: str) -> list[str]:
+    """The name of every scope of a namespace with an admission hash (SCAN, in batches)."""
+    start, end = len(namespace_prefix) + 1, -len("}:a")
+    names = []
+    async for key in client.scan_iter(match=scope_pattern(namespace_prefix), count=1000):
+        text = key.decode() if isinstance(key, bytes) else key
+        if text.startswith(namespace_prefix):
+            names.append(text[start:end])
+    return names
 
 
 def namespace_pattern(namespace: str) -> str:

@@ -12,8 +12,9 @@ policy version and the scope's sends (``lua/acquire.lua`` documents the layout).
 
 from __future__ import annotations
 
+import logging
 import random
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -21,7 +22,9 @@ from .._scopes import Demand
 from ._shared_policy import SharedPolicies, quota_args
 from .base import Blocked
 
-__all__ = ["Granted", "acquire_call", "blocked", "granted"]
+__all__ = ["Granted", "acquire_call", "blocked", "granted", "learn_versions"]
+
+logger = logging.getLogger(__name__)
 
 
 def acquire_call(policies: SharedPolicies, keys_of: Callable[[str], tuple[str, str, str, str]],
@@ -99,3 +102,21 @@ def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float
     times = [t for _, t in waiting]
     latest = None if None in times else max(t for t in times if t is not None)
     return Blocked(latest, tuple(waiting))
+
+
+async def learn_versions(policies: SharedPolicies, demands: tuple[Demand, ...], got: Granted,
+                         fetch_blob: Callable[[str], Awaitable[bytes | None]],
+                         down: tuple[type[Exception], ...]) -> None:
+    """After an admission: read the policies other workers wrote since, and record the sends."""
+    for (name, _use), version, (gap, at) in zip(demands, got.versions, got.sends, strict=True):
+        cached = policies.peek(name)
+        if cached is None or cached.version != version:
+            # Another worker wrote the policy since (or this one forgot it): read it once.
+            try:
+                policies.know(name, version, await fetch_blob(name) if version else None)
+            except down as exc:
+                # The server went away between the two calls. The permit stands (it was
+                # granted); the copy stays stale, so the next reply's version reads it again.
+                logger.debug("scope %s: could not read the newer policy (%s); read at the next "
+                             "admission", name, exc)
+        policies.saw_send(name, gap, at)

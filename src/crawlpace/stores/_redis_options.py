@@ -35,6 +35,7 @@ class StoreOptions:
     fallback: bool
     fallback_workers: int
     policy_cache: int
+    allot: bool = True
 
 
 def read_options(url: str, *, namespace: str | None = None, lease: float | None = None,
@@ -75,6 +76,11 @@ def read_options(url: str, *, namespace: str | None = None, lease: float | None 
     if limit < 1:
         problems.append(f"store {url!r}: policy_cache={cache_text or policy_cache!r} is not a whole "
                         f"number >= 1; give e.g. policy_cache={DEFAULT_LIMIT}")
+    allot = _cluster.is_on(options.get("allot", "1"))
+    if allot is None:
+        problems.append(f"store {url!r}: allot={options.get('allot')!r} is not a flag; give allot=0 to admit "
+                        "every request in Redis (or leave it out)")
     if problems:
         raise ConfigError(problems)
-    return StoreOptions(plain, space, seconds, cast(TimeSource, source), bool(on), fallback, workers, limit)
+    return StoreOptions(plain, space, seconds, cast(TimeSource, source), bool(on), fallback, workers, limit,
+                        bool(allot))

@@ -29,6 +29,7 @@ from typing import Any
 from .._redact import redact
 from ..policy.signals import ScopeFeedback
 from . import _cluster
+from ._allot import plain_answer
 from ._outage import Outage
 from ._pending import PendingRelease, ReleaseQueue
 from ._policies import PolicyFactory, is_fresh
@@ -88,8 +89,7 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
         charge = _NO_CHARGE
         if quota is not None and signal is not None and signal.consumed_quota is not None:
             charge = [repr(quota.capacity), repr(quota.rate), repr(signal.consumed_quota - use)]
-        if signal is not None and policy.counts_only(signal) and (
-                policy.breaker is not None or not policy.config.breaker.enabled):
+        if signal is not None and plain_answer(policies, name, policy, signal):
             # The common answer: only the breaker's window (this worker's own) hears of it.
             if policy.breaker is not None and signal.status is not None:
                 policy.breaker.on_outcome(now, failed=False, sent_at=lease.server_granted_at)

@@ -38,7 +38,7 @@ from ._batch import FAILED as _FAILED
 from ._batch import as_text as _text
 from ._batch import batch_source as _batch_source
 from ._batch import pack as _pack
-from ._check import with_timeouts
+from ._check import CRAWLPACE_OPTIONS, with_timeouts
 from ._leases import LeaseRenewer
 from ._lua import load_scripts
 
@@ -50,7 +50,7 @@ logger = logging.getLogger(__name__)
 #: The first and the longest wait between two attempts while the server cannot be reached.
 RETRY_FIRST, RETRY_MAX = 0.1, 5.0
 #: crawlpace's own options in a store URL (the rest go to redis-py).
-OPTIONS = frozenset({"namespace", "lease", "time", "cluster", "fallback", "fallback_workers", "policy_cache"})
+OPTIONS = CRAWLPACE_OPTIONS
 # Calls sent at most in one pipeline.
 _BATCH_MAX = 256
 

@@ -12,7 +12,9 @@ string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``
   worker's next call (``_redis_release.py``). What each call sends, and how
   its reply reads, is in ``_redis_admit.py`` and ``_redis_release.py``.
 * Slots are leases, renewed while their requests run (``connection.py``);
-  a worker killed with SIGKILL stops renewing and its slots come back.
+  a worker killed with SIGKILL stops renewing and its slots come back. On a
+  busy plain scope a worker keeps a few as an allotment and admits from it
+  locally (``_allot.py``).
 * The adaptive policy is computed in Python by the same code as the memory
   store, kept in a bounded cache (``_shared_policy.py``) and written back
   under a version (``_writeback.py``) in the compact layout of
@@ -39,11 +41,12 @@ from .._exceptions import ConfigError, ScopeGivenUp, StoreUnreachable
 from .._redact import redact
 from .._scopes import Demand
 from . import _cluster, _fallback, _keys
+from ._allot import Allotments
 from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease
 from ._policies import PolicyFactory
-from ._redis_admit import acquire_call, blocked, granted
+from ._redis_admit import acquire_call, blocked, granted, learn_versions
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
 from ._redis_release import ReleaseSender, release_call
@@ -65,8 +68,8 @@ try:  # the driver is optional: the ``redis`` extra
 except ImportError:  # pragma: no cover - exercised only without the extra
     ResponseError = None  # type: ignore[assignment,misc]
 
-_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback"),
-                        clocked=("acquire", "release"))
+_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot"),
+                        clocked=("acquire", "release", "allot"))
 
 
 class RedisStore:
@@ -148,6 +151,11 @@ class RedisStore:
                                        self._run, self._now_arg, self._connect, self._clock.now,
                                        self._clock.sleep)
         self._unreleased = self._releases.unreleased
+        # Slots of busy plain scopes kept by this worker between requests (``_allot.py``; ``allot=0``: none).
+        self._allotting = options.allot and not self.cluster
+        self._allot = Allotments(self._conn.submit, self._down, self._keys, lambda: self._policies,
+                                 self._renewer.drop, clock.now, self._server_now,
+                                 clock.sleep, self._now_text, self._lease_arg, self._idle_arg)
 
     def __repr__(self) -> str:
         return (f"<RedisStore {redact(self.url)} namespace={self.namespace!r} leases={len(self._held)} "
@@ -169,6 +177,9 @@ class RedisStore:
 
     def _local(self, server_time: float) -> float:
         return server_time - self._offset
+
+    def _now_text(self) -> str:
+        return "" if self.time == "server" else repr(self._server_now())
 
     async def _now_arg(self) -> str:
         if self.time == "server":
@@ -225,6 +236,13 @@ class RedisStore:
         if self._outage.skip():  # still down, most likely: the fallback answers without a try
             assert self._fallback is not None
             return self._fallback.acquire_nowait(demands)
+        if self._allot.scopes and len(demands) == 1:  # a free slot of this worker's allotment, if any
+            lease = self._allot.admit(demands[0])
+            if lease is None and self._allot.due(demands[0][0]):
+                await self._allot.refresh(demands[0][0])
+                lease = self._allot.admit(demands[0])
+            if lease is not None:
+                return lease
         policies = self._policies
         try:
             # (Each step is skipped when there is nothing to do: an await costs even when it does not wait.)
@@ -263,18 +281,7 @@ class RedisStore:
         got = granted(reply, len(demands))
         # The lease is granted from here on: renew it before anything else can fail.
         self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
-        for (name, _use), version, (gap, at) in zip(demands, got.versions, got.sends, strict=True):
-            cached = policies.peek(name)
-            if cached is None or cached.version != version:
-                # Another worker wrote the policy since (or this one forgot it): read it once.
-                try:
-                    policies.know(name, version, await self._fetch_blob(name) if version else None)
-                except self._down as exc:
-                    # The server went away between the two calls. The permit stands (it was
-                    # granted); the copy stays stale, so the next reply's version reads it again.
-                    logger.debug("scope %s: could not read the newer policy (%s); read at the next "
-                                 "admission", name, exc)
-            policies.saw_send(name, gap, at)
+        await learn_versions(policies, demands, got, self._fetch_blob, self._down)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=got.slot_ready, sends=got.sends)
@@ -285,6 +292,8 @@ class RedisStore:
             if self._fallback is not None:  # granted by the fallback while the server was away
                 return self._fallback.release_nowait(lease, outcome)
             raise TypeError("a RedisStore can only release its own leases")
+        if len(lease.demands) == 1 and self._allotting and self._allot.keep(lease, outcome):
+            return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
         self._renewer.drop(lease.lease_id)
         keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self._idle_arg,
                                                      self._policies, self._factory, self._writer, self._keys,
@@ -301,6 +310,7 @@ class RedisStore:
         worker's next call (``_redis_release.py``). What this worker does next
         sees it anyway; another worker may need this to see it at once (tests).
         """
+        self._allot.drop_all()  # what this worker holds idle goes back too
         await self._releases.flush()
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
@@ -342,18 +352,11 @@ class RedisStore:
         Raises:
             StoreUnreachable: the server cannot be reached (the driver's error chained).
         """
-        start, end = len(self._prefix) + 1, -len("}:a")
-        names = []
         try:
             await self._connect()
-            client = await self._conn.client()
-            async for key in client.scan_iter(match=_keys.scope_pattern(self._prefix), count=1000):
-                text = key.decode() if isinstance(key, bytes) else key
-                if text.startswith(self._prefix):
-                    names.append(text[start:end])
+            return await _keys.list_scopes(await self._conn.client(), self._prefix)
         except self._down as exc:
             raise self._unreachable(exc) from exc
-        return names
 
     def _unreachable(self, exc: Exception) -> StoreUnreachable:
         """The documented error for a read the server did not answer (the URL without its password)."""
@@ -382,6 +385,7 @@ class RedisStore:
         if unshared:
             logger.info("%d outcomes were not shared with other workers, who kept writing the same scopes "
                         "first; their slots were freed all the same (see docs/observability.md)", unshared)
+        await self._allot.aclose()
         await self._releases.aclose()
         await self._renewer.aclose()
         await self._conn.aclose()
