@@ -23,7 +23,7 @@ def test_quick_demo_crawls_every_site_politely(tmp_path: Path, capsys: pytest.Ca
     for name, site in sites.items():
         if site["profile"] != "dead":
             assert site["ok"] == 6, name  # five pages and robots.txt
-    assert sites["deadlink"]["requests"] == 3  # robots.txt, tried three times; no page
+    assert sites["deadlink"]["requests"] == 2  # robots.txt, tried twice; no page
     assert figures["seconds"] < 60
     lines = (out_dir / "results.jsonl").read_text(encoding="utf-8").splitlines()
     assert len(lines) == 55

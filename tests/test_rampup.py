@@ -152,27 +152,80 @@ def test_a_start_phase_begun_again_takes_the_rate_in_force_as_good() -> None:
 
 
 def test_a_site_with_a_measurable_latency_doubles_every_round_trip() -> None:
-    # 50 ms answers: the round is the lowest latency seen, at least half a second, so an
-    # answer 0.5 s after the last growth doubles the rate (at most once), where a 2 ms
-    # site (one-second rounds) gains a factor 2 ** 0.5.
+    # 50 ms answers: the rate starts from one request in flight back to back (1 / 50 ms),
+    # and the round is the lowest latency seen, at least half a second, so an answer
+    # 0.5 s after the last growth doubles the rate (at most once), where a 2 ms site
+    # (one-second rounds, no window of one) gains a factor 2 ** 0.5.
     slow, quick = controller(), controller()
     send_and_answer(slow, 0.0, latency=0.05)
     send_and_answer(quick, 0.0, latency=0.002)
-    send_and_answer(slow, 0.5, latency=0.05)
+    # One answer lets the next send go at once (the window of one), but the doubling starts
+    # from it only once three answers have shown the latency.
+    assert slow.allowed_rate(0.05) == pytest.approx(20.0)
+    assert slow.rate == pytest.approx(2 ** (0.05 / 0.5), rel=0.01)
+    for i in range(1, 10):  # back to back for another 0.45 s of answers
+        send_and_answer(slow, 0.05 * i, latency=0.05)
     send_and_answer(quick, 0.5, latency=0.002)
-    assert slow.rate == pytest.approx(2.0 * 2 ** (0.05 / 0.5), rel=0.01)  # the first answer's 50 ms too
+    # 50 ms answers in half-second rounds: 2 ** 0.1 per answer from 20/s (the measured send
+    # rate, catching up with the jump, holds one of them back).
+    assert 20.0 * 2 ** 0.7 <= slow.rate <= 20.0 * 2 ** 0.9 * 1.01
     assert quick.rate == pytest.approx(2 ** 0.5, rel=0.01)
-    rate = slow.rate
-    send_and_answer(slow, 1.2, latency=0.05)  # 0.65 s since the last growth: still one doubling
-    assert slow.rate == pytest.approx(2.0 * rate)
     # A first answer slowed by its connection's set-up does not make a quick site slow.
     first_slow = controller()
     send_and_answer(first_slow, 0.0, latency=0.08)
     send_and_answer(first_slow, 0.5, latency=0.001)
     assert first_slow._start_round() == 1.0
+    assert first_slow._start_floor() == 0.0  # nor keeps it a window of one ...
     before = first_slow.rate
     send_and_answer(first_slow, 0.85, latency=0.001)
-    assert first_slow.rate == pytest.approx(before * 2 ** 0.35, rel=0.01)  # not doubled
+    assert first_slow.rate == pytest.approx(before * 2 ** 0.35, rel=0.01)  # ... nor doubled from one
+
+
+def test_a_site_that_shows_service_time_may_keep_one_request_in_flight_back_to_back() -> None:
+    # The window of one: a 50 ms site may send its next request as soon as an answer is
+    # in (20/s), from its first answer on; a 2 ms site keeps the polite start.
+    slow, quick = controller(), controller()
+    for ramp, latency in ((slow, 0.05), (quick, 0.002)):
+        send_and_answer(ramp, 0.0, latency=latency)
+    assert 1.0 / slow.allowed_rate(0.05) == pytest.approx(0.05)  # the next may go at once
+    assert quick.allowed_rate(0.002) <= 1.1
+    send_and_answer(slow, 0.05, latency=0.05)
+    assert slow.allowed_rate(0.1) >= 20.0
+    # Outside the start phase there is no floor: a refusal takes the scope under it.
+    send_and_answer(slow, 0.1, pushback=True)
+    assert slow.phase == "steady"
+    assert slow._start_floor() == 0.0
+    assert slow.allowed_rate(0.2) < 20.0
+
+
+def test_a_robots_txt_answer_lets_the_first_page_go_at_once() -> None:
+    # robots.txt (no latency measured) answered 10 ms after the first send: the first page
+    # may follow at once, not a whole second after; the send after it is paced again.
+    ramp = controller()
+    ramp.on_send(0.0)
+    assert ramp.allowed_rate(0.005) == 1.0  # not answered yet: the starting rate
+    ramp.on_response(0.01, pushback=False, current=True, latency=None)
+    assert 1.0 / ramp.allowed_rate(0.01) == pytest.approx(0.01)  # the gap since the first send is enough
+    # ... on one slot: the workers of a fleet all read the door open before any of them sends.
+    assert ramp.concurrency(ramp.allowed_rate(0.01)) == 1
+    ramp.on_send(0.01)
+    assert ramp.allowed_rate(0.02) <= 2.0  # the door is used: the polite start again
+    # ... and its 10 ms gap is no rate the scope sent at: the send-rate cap still holds the climb.
+    assert ramp.sent_rate(0.02) <= 1.05
+    # Under a pace the server announced (two a second, say), the send after the door's keeps
+    # the time it had without the door: two gaps after robots.txt, not one after the first page.
+    assert ramp.door_gap(0.5) == pytest.approx(1.0 - 0.01)
+    ramp.on_send(1.0)
+    assert ramp.door_gap(0.5) == 0.5  # from then on, the pace alone
+    # A first answer that is a refusal opens nothing, nor does a page's: two pages back to
+    # back may be what a limit without room for a burst refuses.
+    refused, page = controller(), controller()
+    refused.on_send(0.0)
+    refused.on_response(0.01, pushback=True, current=True, latency=0.01)
+    assert refused.allowed_rate(0.01) <= 1.0
+    page.on_send(0.0)
+    page.on_response(0.01, pushback=False, current=True, latency=0.01)
+    assert page.allowed_rate(0.01) <= 1.1
 
 
 def test_the_start_phase_stops_doubling_when_its_slots_hold_the_sends_back() -> None:
@@ -982,3 +1035,36 @@ def test_a_busy_machine_does_not_freeze_the_climb_of_a_millisecond_site() -> Non
     assert ramp.latency > 1.6 * 0.002 + 0.01  # "at the knee"
     assert ramp.generation == 3  # and short of the cut line: no latency cut
     assert ramp.rate >= ceiling
+
+
+def test_a_slow_site_refusing_on_arrival_is_told_apart_before_any_baseline() -> None:
+    # 1.5 s answers, 503 past four in flight. Two answers give no baseline yet; the lowest
+    # latency stands in for it, so a 503 in 4 ms with five in flight caps the slots at four
+    # and cuts gently, where it used to halve the rate and leave the slots open for a second 503.
+    ramp = controller()
+    for at in (0.0, 0.5, 1.0, 1.2, 1.4):
+        ramp.on_send(at)
+    for at in (0.0, 0.5):
+        ramp.on_response(at + 1.5, pushback=False, current=True, latency=1.5, elapsed=1.5, inflight=4)
+    assert ramp.baseline() is None
+    ramp.on_send(2.1)
+    ramp.on_response(2.104, pushback=True, current=True, latency=0.004, elapsed=0.004, inflight=5)
+    assert ramp.slot_cap == 4
+    assert "slots capped at 4" in ramp.decision
+    # The refusal's 4 ms is no service time: the round and the window of one are the answers'.
+    assert ramp._low_latency == 1.5
+
+
+def test_a_refusal_for_too_many_in_flight_cuts_from_what_went_out_at_least() -> None:
+    # A fleet's worker may hold a low allowance for a shared scope (its copy of the start
+    # phase's floor not yet seen): a 503 on arrival with five in flight, while the scope sent
+    # 30/s, must not cut the rate from that allowance to under 1/s.
+    ramp = controller()
+    for i in range(30):
+        ramp.on_send(i / 30.0)
+    for at in (0.2, 0.3):
+        ramp.on_response(at, pushback=False, current=True, latency=0.6, elapsed=0.6, inflight=4)
+    assert ramp.allowed_rate(1.0) < 5.0
+    ramp.on_response(1.0, pushback=True, current=True, latency=0.004, elapsed=0.004, inflight=5)
+    assert "slots capped at 4" in ramp.decision
+    assert ramp.rate >= 0.9 * 0.9 * ramp.sent_rate(1.0)

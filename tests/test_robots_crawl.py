@@ -56,7 +56,7 @@ async def test_a_robots_txt_answering_503_forbids_the_site_until_a_resume(tmp_pa
     async with SimServer(app, "127.0.0.2") as server:
         urls = [f"{server.url}/page/{n}" for n in range(5)] + [f"{server.url}/private/1"]
         results = await run(tmp_path, urls)
-        assert app.seen == ["/robots.txt"] * 3  # the first try and robots_retries = 2; no page sent
+        assert app.seen == ["/robots.txt"] * 2  # the first try and robots_retries = 1; no page sent
         assert {result["outcome"] for result in results} == {"exhausted"}  # not final: a resume asks again
         assert "RFC 9309" in results[0]["error"]
         state["down"] = False
@@ -75,7 +75,7 @@ async def test_a_dead_site_costs_only_its_robots_txt_and_never_stalls_the_others
         report = farm.stats()
     assert Counter((r["scope"], r["outcome"]) for r in results) == {("127.0.0.2", "exhausted"): 20,
                                                                    ("127.0.0.3", "ok"): 20}
-    assert report["dead"]["requests"] == 3  # robots.txt three times, not one page
+    assert report["dead"]["requests"] == 2  # robots.txt twice (one retry), not one page
 
 
 async def test_4xx_allows_everything_and_redirects_are_followed_five_hops(tmp_path: Path) -> None:

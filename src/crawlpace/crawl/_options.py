@@ -35,7 +35,9 @@ class CrawlOptions:
         max_bytes: bytes of a body read at most; the rest is discarded.
         robots: fetch and obey robots.txt (rules and Crawl-Delay).
         robots_retries: times a robots.txt that fails with a backoff answer
-            is fetched again before the site is crawled as if it had none.
+            is fetched again (after the throttler's backoff) before the site
+            counts as unreachable: one retry lets a passing fault by, and a
+            site that is down costs two requests, not three.
         max_in_memory: URLs held in memory at once; the rest wait in the journal.
         trust_env: let proxies and certificates come from the environment.
         store: where admission state lives: ``memory://`` (this process) or a
@@ -58,7 +60,7 @@ class CrawlOptions:
     max_redirects: int = 5
     max_bytes: int = 10 * 1024 * 1024
     robots: bool = True
-    robots_retries: int = 2
+    robots_retries: int = 1
     max_in_memory: int = 100_000
     trust_env: bool = True
     store: str = "memory://"

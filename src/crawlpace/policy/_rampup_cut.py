@@ -89,8 +89,10 @@ class CutRules:
         if self.phase == "start":
             # Doubling outruns the measured send rate (a mean of recent gaps, which lags
             # by a few sends): the refusal answers the rate allowed, so cut from that.
-            # (Later, the lag is what keeps the ceiling a little under the limit.)
-            sent = allowed
+            # (Later, the lag is what keeps the ceiling a little under the limit.) Too many in
+            # flight is no rate: the slot cap answers it, so the cut starts from what went out
+            # at least (a fleet's worker may hold a stale, low allowance for a shared scope).
+            sent = max(allowed, self.sent_rate(at)) if reason == "slots" else allowed
         elif reason == "latency" and self.ceiling is not None:
             # A queueing server answers slowly, so the measured send rate (held back by
             # full slots) understates the rate that overloaded it: cut from the rate

@@ -35,10 +35,13 @@ class _SendRecordState(Protocol):
     _sent_at: float
     _resumed_at: float
     _last_growth: float
+    _door: float
 
     def sent_rate(self, now: float) -> float: ...
+    def door_gap(self, gap: float) -> float: ...
     def _sent_weight(self) -> float: ...
     def hold(self, until: float) -> None: ...
+    def _start_floor(self, door: bool = True) -> float: ...
 
 
 class SendRecord:
@@ -60,10 +63,28 @@ class SendRecord:
         return 1.0 / gap if gap > 0.0 else math.inf
 
     def allowed_rate(self: _SendRecordState, now: float) -> float:
-        """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending."""
+        """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending,
+        and never under the start phase's floor (``_rampup_start``: one request in flight back to back)."""
         cap = max(self.start_rate, SENT_CAP * self.sent_rate(now))
-        return self.rate if self.rate <= cap else cap
+        allowed = self.rate if self.rate <= cap else cap
+        floor = self._start_floor()
+        return floor if floor > allowed else allowed
 
+
+    def door_gap(self: _SendRecordState, gap: float) -> float:
+        """The delay from the last send when sends are ``gap`` apart: ``gap``, or longer after the door.
+
+        See :meth:`on_send`: when the last send went early through the start
+        phase's door, the next is due two gaps after the send before it, where it
+        would have been without the door, unless the answers showed service time
+        (the window of one then paces the scope). The scope's policy asks this
+        under a pace the server announced: a budget of two a second must not see
+        robots.txt, the first page and two more pages inside one second.
+        """
+        door = self._door
+        if door == NEVER or self._start_floor(door=False) > 0.0:
+            return gap
+        return max(gap, door + 2.0 * gap - self._sent_at)
 
     def is_idle(self: _SendRecordState, now: float) -> bool:
         """True once the scope has sent nothing for a while: a new controller would do as well."""
@@ -74,10 +95,19 @@ class SendRecord:
     def on_send(self: _SendRecordState, now: float) -> None:
         """Count a send towards the measured send rate."""
         last = self._sent_at
+        self._door = NEVER  # only the send right after the door's keeps the door's time
         if last == NEVER:
             self._last_growth = now  # growth is counted from the first send
         else:
             gap, mean = now - max(last, self._resumed_at), self._gap
+            if mean is None and self.rate > 0.0 and gap < 1.0 / self.rate:
+                # A second send before the rate's gap went through ``_rampup_start``'s door.
+                # It is no rate the scope sent at: the first gap counts as the rate's (a mean
+                # that took it would lift the send-rate cap off the climb). Under a pace the
+                # server announced, the send after it keeps the time it had without the door
+                # (see door_gap).
+                self._door = last
+                gap = 1.0 / self.rate
             if gap < 0.0:
                 gap = 0.0
             weight = self._sent_weight()  # SENT_WEIGHT but in a quick start phase
@@ -137,6 +167,8 @@ class SendRecord:
         weight = self._sent_weight()
         if spacing is not None and weight != SENT_WEIGHT:
             mean = self._gap
+            if mean is None and self.rate > 0.0 and spacing < 1.0 / self.rate:
+                spacing = 1.0 / self.rate  # a send through the start's door, as in on_send
             self._gap = spacing if mean is None else mean + weight * (spacing - mean)
         elif gap is not None:
             self._gap = gap

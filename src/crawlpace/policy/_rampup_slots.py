@@ -37,8 +37,10 @@ class _SlotSizingState(Protocol):
     _stuck_time: float
     latency: float | None
     window: float
+    _low_latency: float
 
     def baseline(self) -> float | None: ...
+    def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
     def _cap_queue(self, now: float) -> None: ...
 
@@ -58,6 +60,8 @@ class SlotSizing:
         throughput collapses. Before that, twice the smoothed latency is the guess,
         and before any latency, a second's worth of sends (``FIRST_SPAN``).
         """
+        if self._door_open():
+            return 1  # robots.txt's door lets one send through, not a slot per worker
         base = self.baseline()
         if base is not None:
             span = SLOT_HEADROOM * base
@@ -75,8 +79,14 @@ class SlotSizing:
 
     def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
                        inflight: int | None) -> bool:
-        """A refusal on arrival with several in flight: cap the slots below that count."""
+        """A refusal on arrival with several in flight: cap the slots below that count.
+
+        Before a baseline is known, the lowest latency seen stands in for it, so
+        that a slow site limiting what it holds is told apart at its first refusal.
+        """
         base = self.baseline()
+        if base is None and self._low_latency > 0.0:
+            base = self._low_latency
         if (not answered or elapsed is None or inflight is None or base is None
                 or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base):
             return False

@@ -4,8 +4,8 @@ Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other r
 A fresh scope starts at its polite starting rate and doubles it once per *round*:
 
 * a round is the lowest latency the scope has seen, within ``[START_MIN_ROUND,
-  START_DOUBLING]``: a site answering in 50 ms doubles every half
-  second of sending, one taking seconds every second. Under
+  START_DOUBLING]``: a site answering in 50 ms doubles every half second of
+  sending, one taking seconds every second. Under
   ``START_LATENCY_SIGNAL`` latency says nothing of a server's load (there is no
   queue to see), so such a site keeps the one-second round: only a refusal
   could stop a quicker climb, and the slower one leaves it near the limit;
@@ -14,11 +14,31 @@ A fresh scope starts at its polite starting rate and doubles it once per *round*
   that sends little learns little, and one whose slots hold its sends back
   (its measured send rate under ``START_USED_SHARE`` of the rate) stops.
 
+Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
+
+* *a window of one*: a site whose answers take ``START_LATENCY_SIGNAL`` or more
+  may always have one request in flight back to back, the rate at which
+  AutoThrottle with a target concurrency of 1 settles (``1 / latency``). Once
+  ``START_CONFIRM`` answers have shown such a latency, the doubling starts
+  from there, so a 50 ms site (20/s at once) has four in flight within half a
+  second instead of four seconds, and its latency (which grows with what is in
+  flight) stops the climb at its knee. (A single slow answer lets one more
+  send go at once, and no more: the next answer confirms or lowers the
+  latency);
+* *robots.txt opens the door*: when a scope's first answer has no latency to
+  measure (a robots.txt fetch, whose latency is not the pages'), the send that
+  follows goes as soon as that answer is in, not a whole starting gap after
+  the first send: the first page follows its robots.txt at once, as large
+  crawlers do. One request is in flight at a time either way. A first answer
+  that is a page opens nothing: two pages back to back may be just what a
+  limit with no room for a burst refuses.
+
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
 between the two. The state is two numbers on the controller: the good rate
-(``_good_rate``) and the lowest latency seen (``_low_latency``, 0 for none).
+(``_good_rate``) and the lowest latency seen (``_low_latency``, 0 for none); the
+send record (``_rampup_sends``) keeps when the send before the door's went.
 """
 
 from __future__ import annotations
@@ -28,20 +48,26 @@ from typing import Protocol
 
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
-__all__ = ["START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_LATENCY_SIGNAL",
-           "START_MIN_ROUND",
-           "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
+__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE",
+           "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
 
 #: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
 START_DOUBLING = 1.0
+#: Latency under this many seconds says nothing of a server's load (no queue to see), so the
+#: round stays ``START_DOUBLING``: only a refusal could stop a quicker climb, and a one-second
+#: round's finer steps leave the first refusal's good rate near the limit. From this latency
+#: up, the round follows the latency and one request may be in flight back to back.
+START_LATENCY_SIGNAL = 0.02
+#: Answers with a latency the window of one waits for before the doubling starts from it. An
+#: answer may be slow for reasons of its own (a new connection, a busy crawler; in a fleet each
+#: worker opens its own connections): until then the floor only lets the next send go at once,
+#: and a quicker answer lowers it. (With two, three workers on one store at 0.2 s answers drew
+#: 8 refusals in the fleet-learning test, where one process drew 2; with three, 3.)
+START_CONFIRM = 3
 #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
 #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
 #: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
 START_MIN_ROUND = 0.5
-#: Latency under this many seconds says nothing of a server's load (no queue to see), so the
-#: round stays ``START_DOUBLING``: only a refusal could stop a quicker climb, and a one-second
-#: round's finer steps leave the first refusal's good rate near the limit.
-START_LATENCY_SIGNAL = 0.02
 #: The start phase grows only while the measured send rate is at least this share of the rate
 #: (under a half: the last gap was sent at the rate before the last doubling, and jitter lengthens it;
 #: a scope held back by its slots falls far below it and stops doubling for nothing).
@@ -69,9 +95,15 @@ class _StartPhaseState(Protocol):
     latency: float | None
     _good_rate: float
     _low_latency: float
+    _gap: float | None
+    _sent_at: float
+    _last_growth: float
+    _samples: int
 
     def allowed_rate(self, now: float) -> float: ...
     def _start_round(self) -> float: ...
+    def _start_floor(self, door: bool = True) -> float: ...
+    def _door_open(self) -> bool: ...
 
 
 class StartPhase:
@@ -87,9 +119,34 @@ class StartPhase:
         (or by a busy crawler) must not make a quick site look slow.
         """
         low = self._low_latency
-        if low <= 0.0 or low < START_LATENCY_SIGNAL:
+        if low < START_LATENCY_SIGNAL:  # none known (0) or too quick to say anything
             return START_DOUBLING
         return min(START_DOUBLING, max(START_MIN_ROUND, low))
+
+    def _start_floor(self: _StartPhaseState, door: bool = True) -> float:
+        """The least rate the start phase allows (0 outside it): see the module's two floors.
+
+        The window of one: ``1 / latency`` for a site whose lowest latency is at
+        least ``START_LATENCY_SIGNAL``. The first answer: while the scope has sent
+        once and that send was answered without a latency to measure (a
+        robots.txt fetch: its latency is not the pages'), one send per that round
+        trip, so the next send may go at once (the send that follows sets the gaps,
+        and the floor is gone); ``door=False`` leaves this one out. Never above the
+        rate's cap.
+        """
+        if self.phase != "start":
+            return 0.0
+        low = self._low_latency
+        floor = 1.0 / low if low >= START_LATENCY_SIGNAL else 0.0
+        if door and self._door_open():
+            floor = max(floor, 1.0 / (self._last_growth - self._sent_at))
+        return min(floor, self.max_rate)
+
+    def _door_open(self: _StartPhaseState) -> bool:
+        """One send so far, answered without a latency (robots.txt): the next may go at once,
+        on one slot (a fleet's workers all read the door open before any of them sends)."""
+        return (self.phase == "start" and self._low_latency == 0.0 and self._gap is None
+                and self._last_growth > self._sent_at)
 
     def _start_latency(self: _StartPhaseState, sample: float | None) -> None:
         """Note an answer's latency: the start phase's round follows the lowest one."""
@@ -114,9 +171,13 @@ class StartPhase:
 
     def _start_grow(self: _StartPhaseState, now: float, step: float, round_: float) -> None:
         """An answer in the start phase: note the good rate, then double at most once."""
-        allowed = self.allowed_rate(now)
+        # The rate the answered send went at: the door after a first answer is no rate sent at.
+        allowed = min(self.allowed_rate(now), max(self.rate, self._start_floor(door=False)))
         if allowed > self._good_rate:
             self._good_rate = allowed
+        low = self._low_latency
+        if low >= START_LATENCY_SIGNAL and self._samples >= START_CONFIRM:
+            self.rate = max(self.rate, 1.0 / low)  # the window of one, confirmed: double from there
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 
     def _start_ceiling(self: _StartPhaseState, refused: float, rate: float, ceiling: float) -> float:

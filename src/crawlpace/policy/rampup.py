@@ -164,7 +164,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_epoch", "_gap", "_good_rate", "_k",
+    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_door", "_epoch", "_gap", "_good_rate", "_k",
                  "_last_growth", "_level", "_low_latency", "_probe_after", "_probe_c", "_pushbacks",
                  "_queue_cap", "_quiet_until", "_resumed_at", "_samples", "_sent_at", "_stuck_share",
                  "_stuck_time", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
@@ -194,6 +194,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self._last_growth = _NEVER
         self._cut_rate = 0.0
         self._good_rate = 0.0  # the start phase's highest rate whose send was answered
+        self._door = _NEVER  # after the send robots.txt let go at once: when the send after it is due
         self._low_latency = 0.0  # the lowest latency seen (0: none yet), for the start phase's round
         # The cubic climb: from the rate at `_epoch` up to the ceiling in `_k` seconds.
         self._epoch = 0.0
@@ -257,7 +258,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
             True when :attr:`rate` changed.
         """
         before = self.rate
-        if self.phase == "start":
+        if self.phase == "start" and not pushback:  # a refusal on arrival says nothing of service time
             self._start_latency(latency)
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".

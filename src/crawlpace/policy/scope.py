@@ -142,6 +142,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 # not rampup's (which may still be in its start phase).
                 rate = max(rate, min(1.0 / self.pace, rampup.max_rate))
             concurrency, delay = rampup.concurrency(rate), 1.0 / rate
+            if now < self.pace_until and self.pace > 0.0:
+                # A first page sent at once after robots.txt does not move the server's schedule.
+                delay = rampup.door_gap(delay)
             # Slots only cap what is in flight: each may send as often as the scope.
             per_slot = min(per_slot, delay)
         elif self.autothrottle is not None:
