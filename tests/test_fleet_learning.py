@@ -1,8 +1,9 @@
 """Rampup learning through the store interface: one worker, or several on one shared store, learn one rate.
 
-A scripted site (a token bucket, answering after a fixed latency) is crawled on
-the fake clock by workers that each hold a store: the memory store alone, or
-one or three Redis stores on one real server (the same settings, one namespace).
+A scripted site (a token bucket answering after a fixed latency, or a slow server
+taking a few requests at a time) is crawled on the fake clock by workers that
+each hold a store: the memory store alone, or several Redis stores on one real
+server (the same settings, one namespace).
 Events run one at a time in time order, so every figure is exact for a run.
 """
 
@@ -19,6 +20,7 @@ import pytest
 from crawlpace import Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, Store, open_store
+from crawlpace.stores.redis import RedisLease
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered
@@ -49,9 +51,37 @@ class Run:
         return best
 
 
-async def crawl(stores: list[Store], clock: MockClock, *, latency: float, seconds: float) -> Run:
+class Bucket:
+    """A token bucket of ``RATE`` per second and ``BURST``: 200 while a token is left, else 429."""
+
+    def __init__(self, latency: float) -> None:
+        self.latency = latency
+        self.tokens, self.filled = BURST, 0.0
+
+    def answer(self, at: float, inflight: int) -> tuple[int, float]:
+        """The status of a request arriving at ``at`` (``inflight`` with it) and its latency."""
+        self.tokens, self.filled = min(BURST, self.tokens + (at - self.filled) * RATE), at
+        if self.tokens >= 1.0:
+            self.tokens -= 1.0
+            return 200, self.latency
+        return 429, self.latency
+
+
+class Slots:
+    """A slow server that takes ``limit`` requests at a time: 200 after ``latency``, and 503 at
+    once for a request that finds ``limit`` in flight (the hard farm's oldserver)."""
+
+    def __init__(self, latency: float, limit: int) -> None:
+        self.latency, self.limit = latency, limit
+
+    def answer(self, at: float, inflight: int) -> tuple[int, float]:
+        return (503, 0.002) if inflight > self.limit else (200, self.latency)
+
+
+async def crawl(stores: list[Store], clock: MockClock, *, latency: float, seconds: float,
+                site: Bucket | Slots | None = None) -> Run:
     """Each worker sends while it has a free slot (of ``SLOTS``) and the store admits; the site
-    answers 200 while its bucket has a token, 429 past it.
+    answers (by default a :class:`Bucket`: 200 while it has a token, 429 past it).
 
     Like a crawl worker's board, a worker has one attempt pending at a time: when refused it
     tries again at the time the store named (or after ``POLL`` when every slot is busy).
@@ -59,11 +89,11 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
     run = Run()
     mix = random.Random(7)  # spreads the workers' attempts, as their own event loops would
     order = itertools.count()
-    events: list[tuple[float, int, int, tuple[Lease, int] | None]] = [
+    events: list[tuple[float, int, int, tuple[Lease, int, float] | None]] = [
         (0.0, next(order), worker, None) for worker in range(len(stores))]
     heapq.heapify(events)
     inflight, trying = [0] * len(stores), [True] * len(stores)
-    tokens, filled = BURST, 0.0
+    server = site if site is not None else Bucket(latency)
     while events:
         at, _, worker, answer = heapq.heappop(events)
         if at > seconds and answer is None:
@@ -71,9 +101,9 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
         clock.advance(max(at - clock.now(), 0.0))
         store = stores[worker]
         if answer is not None:
-            lease, status = answer
-            feedback = ScopeFeedback(backoff=status == 429, status=status, latency=latency)
-            await store.release(lease, Outcome(status=status, latency=latency, feedback=(feedback,)))
+            lease, status, took = answer
+            feedback = ScopeFeedback(backoff=status in (429, 503), status=status, latency=took)
+            await store.release(lease, Outcome(status=status, latency=took, feedback=(feedback,)))
             # A Redis store's release rides with the worker's next call, whenever the event loop
             # sends it: deliver it now, so the run is the same every time.
             await delivered(store)
@@ -90,27 +120,25 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
             again = got.ready_at if got.ready_at is not None else at + POLL
             heapq.heappush(events, (max(again, at) + mix.uniform(0.0, 0.002), next(order), worker, None))
             continue
-        tokens, filled = min(BURST, tokens + (at - filled) * RATE), at
         run.sends.append(at)
         run.by_worker[worker] = run.by_worker.get(worker, 0) + 1
-        status = 200 if tokens >= 1.0 else 429
-        if status == 200:
-            tokens -= 1.0
-        else:
-            run.refused += 1
         inflight[worker] += 1
-        heapq.heappush(events, (at + latency, next(order), worker, (got, status)))
+        status, took = server.answer(at, sum(inflight))
+        if status != 200:
+            run.refused += 1
+        heapq.heappush(events, (at + took, next(order), worker, (got, status, took)))
         heapq.heappush(events, (at, next(order), worker, None))
     return run
 
 
-async def measure(url: str, workers: int, *, latency: float, seconds: float = 20.0) -> Run:
+async def measure(url: str, workers: int, *, latency: float, seconds: float = 20.0,
+                  site: Bucket | Slots | None = None) -> Run:
     clock = MockClock()
     if url != "memory://":
         url += f"?namespace=f{uuid.uuid4().hex[:10]}&time=local"
     stores = [open_store(url, SETTINGS, clock, random.Random(n)) for n in range(workers)]
     try:
-        return await crawl(stores, clock, latency=latency, seconds=seconds)
+        return await crawl(stores, clock, latency=latency, seconds=seconds, site=site)
     finally:
         for store in stores:
             await store.aclose()
@@ -141,14 +169,28 @@ async def test_a_fleet_learns_the_rate_one_process_learns(redis_url: str, worker
     one = await measure(redis_url.split("?")[0], 1, latency=latency)
     fleet = await measure(redis_url.split("?")[0], workers, latency=latency)
     assert len(fleet.by_worker) == workers  # every worker sent its share
-    # One shared climb: the fleet's rate after the start phase is one worker's on the same store,
-    # within 20 %, at no more refusals (separate climbs would each draw their own). (Against the
-    # memory store's lone process the ratio depends on which path each took: one whose climb
-    # went through a deep cut and the search beat a fleet whose did not, 23.7/s to 18.4/s.)
-    assert fleet.per_second(10.0, 20.0) >= 0.8 * one.per_second(10.0, 20.0)
+    # One shared climb: the fleet's rate after the start phase is a lone process's (memory store)
+    # and one worker's on the same store, within 10 %, at no more refusals (separate climbs would
+    # each draw their own). It was 0.78x the lone process with 3 workers while the store measured
+    # the start phase's send rate with the steady phase's slow mean (now 1.06x and 1.00x).
+    assert fleet.per_second(10.0, 20.0) >= 0.9 * alone.per_second(10.0, 20.0)
+    assert fleet.per_second(10.0, 20.0) >= 0.9 * one.per_second(10.0, 20.0)
     assert fleet.refused <= alone.refused + 3
     # The start phase's overshoot is one process's, not one per worker.
     assert fleet.busiest_second() <= max(alone.busiest_second(), BURST + RATE) + 3
+
+
+@pytest.mark.redis
+async def test_a_fleet_learns_a_limit_on_requests_in_flight_as_one_process_does(redis_url: str) -> None:
+    # A server taking 1.5 s a page and 6 at a time (4/s; a 7th is refused at once). One process
+    # takes such a refusal for a cap on its slots, not for a rate too high; a fleet must too,
+    # which needs the count of every worker's requests in flight (the acquire reply's). Without
+    # it each refusal cut the fleet's rate: 3.35/s and 5-7 refusals against one process's 3.95/s.
+    alone = await measure("memory://", 1, latency=1.5, seconds=40.0, site=Slots(1.5, 6))
+    fleet = await measure(redis_url.split("?")[0], 4, latency=1.5, seconds=40.0, site=Slots(1.5, 6))
+    assert alone.per_second(20.0, 40.0) >= 0.95 * 4.0
+    assert fleet.per_second(20.0, 40.0) >= 0.95 * alone.per_second(20.0, 40.0)
+    assert fleet.refused <= alone.refused + 1
 
 
 async def test_a_pushback_seen_by_one_worker_slows_every_worker(store_url: str) -> None:
@@ -193,3 +235,91 @@ async def test_a_pushback_seen_by_one_worker_slows_every_worker(store_url: str) 
         await one.aclose()
         if two is not one:
             await two.aclose()
+
+
+@pytest.mark.redis
+async def test_a_refusals_hold_stops_every_worker_even_when_another_wrote_first(redis_url: str) -> None:
+    # Worker A gets a 429 with a 5 s Retry-After while B has just written the scope's policy:
+    # A's write-back was computed from the older version and loses. The hold must stop every
+    # worker all the same, at once (A's background redo of the write-back is not there to help),
+    # and B's next write-back, which knows nothing of it, must not lift it.
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=h{uuid.uuid4().hex[:10]}&time=local"
+    a = open_store(url, SETTINGS, clock, random.Random(1))
+    b = open_store(url, SETTINGS, clock, random.Random(2))
+
+    async def no_redo(*args: object) -> None:
+        return None
+
+    a._writer.redo = no_redo  # type: ignore[attr-defined]
+    try:
+        await crawl([a, b], clock, latency=0.05, seconds=6.0)  # a fast rate, several slots
+        leases = []
+        for store in (a, b, b):
+            for _ in range(100):
+                if isinstance(lease := await store.acquire((("site", 1.0),)), Lease):
+                    break
+                clock.advance(0.01)
+            assert isinstance(lease, Lease)
+            leases.append(lease)
+        clock.advance(0.05)
+        ok = ScopeFeedback(status=200, latency=0.05)
+        await b.release(leases[1], Outcome(status=200, latency=0.05, feedback=(ok,)))
+        await delivered(b)
+        refused = ScopeFeedback(backoff=True, status=429, latency=0.05, hold=5.0)
+        await a.release(leases[0], Outcome(status=429, latency=0.05, feedback=(refused,)))
+        await delivered(a)
+        held = await b.acquire((("site", 1.0),))
+        assert isinstance(held, Blocked)
+        assert held.ready_at is not None
+        assert held.ready_at >= clock.now() + 4.9
+        clock.advance(0.5)
+        await b.release(leases[2], Outcome(status=200, latency=0.05, feedback=(ok,)))  # writes back
+        await delivered(b)
+        held = await b.acquire((("site", 1.0),))
+        assert isinstance(held, Blocked)
+        assert held.ready_at is not None
+        assert held.ready_at >= clock.now() + 4.4
+    finally:
+        await a.aclose()
+        await b.aclose()
+
+
+@pytest.mark.redis
+async def test_a_servers_hold_is_no_gap_in_the_shared_send_record(redis_url: str) -> None:
+    # After a 5 s Retry-After the scope resumes at the rate in force (one process leaves the
+    # hold out of its send record). The shared record must too: counted from the send before
+    # the hold, the first send after it would read as a 5 s gap, and the scope's measured rate
+    # (and what it may send, twice that) would fall to a fraction of a request a second.
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=g{uuid.uuid4().hex[:10]}&time=local"
+    store = open_store(url, SETTINGS, clock, random.Random(1))
+    try:
+        await crawl([store], clock, latency=0.05, seconds=6.0)
+        lease = await store.acquire((("site", 1.0),))
+        for _ in range(100):
+            if isinstance(lease, Lease):
+                break
+            clock.advance(0.01)
+            lease = await store.acquire((("site", 1.0),))
+        assert isinstance(lease, Lease)
+        clock.advance(0.05)
+        refused = ScopeFeedback(backoff=True, status=429, latency=0.05, hold=5.0)
+        await store.release(lease, Outcome(status=429, latency=0.05, feedback=(refused,)))
+        await delivered(store)
+        ends = clock.now() + 5.0
+        after = await store.acquire((("site", 1.0),))
+        for _ in range(1000):
+            if isinstance(after, Lease):
+                break
+            clock.advance(0.01)
+            after = await store.acquire((("site", 1.0),))
+        assert isinstance(after, RedisLease)
+        assert clock.now() >= ends - 0.01  # the hold held
+        spacing, (gap, _at) = after.spacings[0], after.sends[0]
+        assert spacing is not None
+        assert spacing <= clock.now() - ends + 0.02  # from the hold's end
+        assert gap is not None
+        assert gap < 1.0
+    finally:
+        await store.aclose()

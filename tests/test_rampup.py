@@ -89,6 +89,20 @@ def test_a_scope_sending_under_half_its_rate_does_not_grow() -> None:
     assert ramp.rate == 10.0
 
 
+def test_a_shared_send_record_follows_the_spacings_in_the_start_phase_and_the_stores_mean_after() -> None:
+    # A shared store's mean gap weighs each new gap by a quarter; the start phase weighs
+    # them by three quarters, so while it lasts the spacings of the worker's own sends count.
+    ramp = controller(start_rate=2.0)
+    ramp._start_latency(0.6)  # a site answering in 0.6 s: it doubles every 0.6 s
+    ramp.sync_sends(None, 0.0)
+    ramp.sync_sends(0.5, 0.5, 0.5)
+    ramp.sync_sends(0.44, 0.6, 0.1)  # the store's mean lags; the spacing says 10/s
+    assert ramp._gap == pytest.approx(0.5 + 0.75 * (0.1 - 0.5))
+    ramp.phase = "steady"
+    ramp.sync_sends(0.3, 0.7, 0.1)
+    assert ramp._gap == 0.3  # past the start, the store's mean is the record
+
+
 # -- cuts ---------------------------------------------------------------------
 
 
@@ -706,6 +720,20 @@ def test_a_timeout_while_latency_is_normal_is_not_overload() -> None:
         now += 1.0 / ramp.allowed_rate(now)
     assert ramp.generation == generation
     assert ramp.rate > rate
+
+
+def test_a_silence_while_hung_requests_held_the_slots_is_not_idleness() -> None:
+    # A flaky site: its few slots (answers take 10 ms) all held by requests that hang, nothing
+    # is sent until they time out 10 s later. That silence is not the scope stopping: when the
+    # timeouts come, it resumes near the rate it had, not at its start rate (the hard farm's
+    # flaky25 climbed from 1/s again after every such silence, 95 s for 200 pages).
+    ramp = controller(start_rate=4.0)
+    now = drive(ramp, 0.0, 5.0, latency=0.01)
+    allowed = ramp.allowed_rate(now)
+    assert allowed > 4 * 4.0
+    ramp.on_response(now + 10.0, pushback=True, current=True, latency=None, answered=False, elapsed=10.0)
+    assert "not taken for overload" in ramp.decision
+    assert ramp.allowed_rate(now + 10.0) >= 0.9 * allowed
 
 
 def test_a_timeout_when_latency_has_climbed_is_overload() -> None:

@@ -40,6 +40,7 @@ class _SendRecordState(Protocol):
     def sent_rate(self, now: float) -> float: ...
     def door_gap(self, gap: float) -> float: ...
     def _sent_weight(self) -> float: ...
+    def hold(self, until: float) -> None: ...
     def _start_floor(self, door: bool = True) -> float: ...
 
 
@@ -128,17 +129,48 @@ class SendRecord:
         if until > self._resumed_at:
             self._resumed_at = until
 
-    def sync_sends(self: _SendRecordState, gap: float | None, last: float) -> None:
+    @property
+    def resumed_at(self: _SendRecordState) -> float:
+        """When the scope's latest silence that was not its own (a hold, hung slots) ended."""
+        return self._resumed_at
+
+    def hung_silence(self: _SendRecordState, now: float, elapsed: float | None) -> None:
+        """A request that hung (no answer while the site's answers stay quick) is over.
+
+        If the scope sent nothing for most of the ``elapsed`` seconds it hung, the
+        hung requests held its slots: the silence is theirs, not the scope's
+        choice, and is left out of the measured send rate as a server's hold is
+        (:meth:`hold`). Otherwise the rate fell to nearly nothing in it, and the
+        scope started over at its starting rate once the hangs timed out.
+        """
+        if elapsed is not None and now - self._sent_at >= 0.5 * elapsed:
+            self.hold(now)
+
+    def sync_sends(self: _SendRecordState, gap: float | None, last: float,
+                   spacing: float | None = None) -> None:
         """Take the send record kept elsewhere: a shared store counts every worker's sends.
+
+        The store's mean gap weighs each new gap by ``SENT_WEIGHT``; while the
+        start phase weighs them more (it doubles the rate every round, and a
+        slow mean would hold the climb back), the spacings of the sends this
+        worker made are weighed here instead, as :meth:`on_send` would.
 
         Args:
             gap: the mean gap between the scope's sends (weighted as in
                 :meth:`on_send`), or ``None`` after a single send.
             last: when the scope last sent.
+            spacing: the seconds between one of this worker's sends and the
+                scope's send before it (any worker's), if known.
         """
         if self._sent_at == NEVER:
             self._last_growth = last
-        if gap is not None:
+        weight = self._sent_weight()
+        if spacing is not None and weight != SENT_WEIGHT:
+            mean = self._gap
+            if mean is None and self.rate > 0.0 and spacing < 1.0 / self.rate:
+                spacing = 1.0 / self.rate  # a send through the start's door, as in on_send
+            self._gap = spacing if mean is None else mean + weight * (spacing - mean)
+        elif gap is not None:
             self._gap = gap
         if last > self._sent_at:
             self._sent_at = last

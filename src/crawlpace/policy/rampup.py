@@ -275,6 +275,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._stuck_time = held + STUCK_WEIGHT * (elapsed - held) if held else elapsed
             self._decide(now, "ignored: a request failed without an answer while latency is normal; "
                          "not taken for overload")
+            self.hung_silence(now, elapsed)
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
                 self._cut(now, reason="slots", sent_at=sent_at)

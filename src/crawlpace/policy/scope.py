@@ -348,7 +348,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 None if backoff is None else backoff.level,
                 None if breaker is None else breaker.state,
                 None if self.autothrottle is None else self.autothrottle.delay,
-                None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation))
+                None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation,
+                                             rampup.resumed_at))  # resumed_at: a silence not its own
 
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
                         now: float) -> None:

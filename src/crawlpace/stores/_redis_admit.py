@@ -64,12 +64,18 @@ class Granted:
         generations: each scope's policy generation at admission.
         versions: each scope's stored policy version (0: none stored).
         sends: each scope's mean gap between sends (``None`` after one) and this send's time.
+        inflight: each scope's leases in flight with this one, as every worker holds them;
+            empty when the reply does not say (a cluster's request that spans slots).
+        spacings: each scope's seconds since its previous send by any worker (``None``
+            for its first); empty when the reply does not say.
     """
 
     slot_ready: tuple[float, ...]
     generations: tuple[int, ...]
     versions: tuple[int, ...]
     sends: tuple[tuple[float | None, float], ...]
+    inflight: tuple[int, ...] = ()
+    spacings: tuple[float | None, ...] = ()
 
 
 def granted(reply: Sequence[Any], n: int) -> Granted:
@@ -77,13 +83,22 @@ def granted(reply: Sequence[Any], n: int) -> Granted:
     if n == 1:  # the usual admission: read without the loops
         gap = reply[5]
         return Granted((float(reply[2]),), (int(reply[3]),), (int(reply[4]),),
-                       ((None if gap in (b"", "") else float(gap), float(reply[6])),))
+                       ((None if gap in (b"", "") else float(gap), float(reply[6])),),
+                       *_tail(reply, 7, 1))
     slot_ready = tuple(float(v) for v in reply[2:2 + n])
     generations = tuple(int(v) for v in reply[2 + n:2 + 2 * n])
     versions = tuple(int(v) for v in reply[2 + 2 * n:2 + 3 * n])
     sends = tuple((None if v in (b"", "") else float(v), float(w))
                   for v, w in zip(reply[2 + 3 * n:2 + 4 * n], reply[2 + 4 * n:2 + 5 * n], strict=True))
-    return Granted(slot_ready, generations, versions, sends)
+    return Granted(slot_ready, generations, versions, sends, *_tail(reply, 2 + 5 * n, n))
+
+
+def _tail(reply: Sequence[Any], end: int, n: int) -> tuple[tuple[int, ...], tuple[float | None, ...]]:
+    """The in-flight counts and spacings that close a plain reply (a cluster's merged one has none)."""
+    if len(reply) != end + 2 * n:
+        return (), ()
+    return (tuple(int(v) for v in reply[end:end + n]),
+            tuple(None if v in (b"", "") else float(v) for v in reply[end + n:end + 2 * n]))
 
 
 def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float,

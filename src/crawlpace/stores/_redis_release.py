@@ -104,7 +104,10 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
                 _blob, values = policies.writeback(policy, now)
                 write = [str(version), *values]
                 pending[index] = (signal, generation)
-        args += [repr(lease.server_slot_ready[index]), "1", *counts]
+        # A refusal that holds the scope ("3") keeps its hold even if another worker writes first.
+        free = "3" if pending.get(index) and signal is not None and (
+            signal.backoff or (signal.hold is not None and signal.hold > 0.0)) else "1"
+        args += [repr(lease.server_slot_ready[index]), free, *counts]
         if full or write is not _NO_WRITE or charge is not _NO_CHARGE or index < len(lease.demands) - 1:
             args += [*write, *charge]
     if not full:

@@ -284,7 +284,8 @@ class RedisStore:
         await learn_versions(policies, demands, got, self._fetch_blob, self._down)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
-                          server_slot_ready=got.slot_ready, sends=got.sends)
+                          server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,
+                          spacings=got.spacings)
 
     async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
         """Give the slots of ``lease`` back and apply ``outcome`` to the shared policies."""

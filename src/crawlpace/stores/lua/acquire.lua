@@ -20,7 +20,11 @@
 --   probe finds every scope ready. In "undo" mode an admission's reply ends
 --   with, per scope, 6 more values: "next", "last" and "gap" before this send
 --   ("" for none), "next" as this send wrote it, the send count after it, and
---   "1" when the scope had no state before.
+--   "1" when the scope had no state before. Last, per scope, the scope's leases in
+--   flight with this one (expired ones left out), which tells rampup how many
+--   were out when a request was refused on arrival (a server that limits requests in
+--   flight), then per scope the seconds since the scope's previous send ("" for none),
+--   which rampup's quick start weighs more than the mean gap does.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local mode = ARGV[6 + 8 * n] or ""
@@ -105,7 +109,7 @@ for i = 1, n do
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
               credit, qa, f[5], f[11], f[12], (tonumber(f[13]) or 0) + 1, resting,
-              inflight, not f[15] or now - tonumber(f[15]) > idle / 2}
+              inflight, not f[15] or now - tonumber(f[15]) > idle / 2, hold}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -117,7 +121,7 @@ end
 -- "last" and slot times are this same text.
 local snow = num(now)
 local out = {1, snow}
-local gens, vers, gaps, undo = {}, {}, {}, {}
+local gens, vers, gaps, undo, spaced = {}, {}, {}, {}, {}
 for i = 1, n do
   local s = state[i]
   local a, l, r, delay, pslot, floor, factor = s[1], s[2], s[3], s[5], s[6], s[7], s[10]
@@ -128,6 +132,7 @@ for i = 1, n do
   local last = tonumber(s[19])
   local sent_gap = s[20]
   gaps[i] = ""
+  spaced[i] = ""
   if mode == "undo" then
     undo[i] = {s[18] or "", s[19] or "", sent_gap or ""}
   end
@@ -136,7 +141,12 @@ for i = 1, n do
   if mode == "undo" then undo[i][4] = snext end
   local set = {"next", snext, "last", snow, "sends", s[21]}
   if last then
-    local g = now - last
+    -- A server's hold is no gap in the scope's sending, as in rampup's own record: the
+    -- first send after one is spaced from the hold's end, not from the send before it.
+    local from = last
+    if s[25] > last and s[25] <= now then from = s[25] end
+    local g = now - from
+    spaced[i] = string.format("%.12g", g)
     if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
     gaps[i] = string.format("%.12g", g)  -- a spacing: 12 digits are plenty, and cheaper than 17
     set[#set + 1] = "gap"
@@ -192,4 +202,6 @@ if mode == "undo" then
     for j = 1, 6 do out[#out + 1] = undo[i][j] end
   end
 end
+for i = 1, n do out[#out + 1] = state[i][23] + 1 end
+for i = 1, n do out[#out + 1] = spaced[i] end
 return out

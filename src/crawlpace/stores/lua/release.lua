@@ -5,7 +5,9 @@
 -- ARGV: 1 now ("" = TIME), 2 lease id, 3 idle seconds, 4 scope count, then per
 --   scope 18 values: when its slot may send again, "1" to free the lease (""
 --   for a write-back alone; "2" for a release sent again after an outage,
---   whose outcome counts only if the lease was still held), the response and error counts to add (0 or 1),
+--   whose outcome counts only if the lease was still held; "3" as "1" for a
+--   refusal, whose hold stands even when its write-back loses to another
+--   worker's: see "fhold" below), the response and error counts to add (0 or 1),
 --   the latency ("" if none), the policy version the write-back was computed
 --   from ("" for no write-back), the new policy blob, concurrency, delay,
 --   delay per slot, floor, hold-until and generation, "1" when given up, and
@@ -92,12 +94,24 @@ for i = 1, n do
   end
   local result = "ok"
   if ARGV[base + 6] ~= "" then
-    -- One read for the version check and the fields a new delay is counted from.
-    local w = redis.call("HMGET", a, "ver", "delay", "last", "next")
+    -- One read for the version check, the fields a new delay is counted from and a refusal's hold.
+    local w = redis.call("HMGET", a, "ver", "delay", "last", "next", "fhold")
     local version = w[1] or "0"
+    local fhold = tonumber(w[5])
     if version ~= ARGV[base + 6] then
       result = version
+      -- A refusal's hold (a Retry-After, say) must hold every worker at once, not after the
+      -- worker that got it has read the newer policy and written again: "hold" takes it now,
+      -- and "fhold" keeps it under the write-backs of workers that do not know it yet.
+      local h = tonumber(ARGV[base + 12])
+      if ARGV[base + 2] == "3" and h and h > now then
+        local held = tonumber(redis.call("HGET", a, "hold")) or -1
+        if h > held then redis.call("HSET", a, "hold", num(h)) end
+        if not fhold or h > fhold then redis.call("HSET", a, "fhold", num(h)) end
+      end
     else
+      local hold = ARGV[base + 12]
+      if fhold and fhold > now and fhold > (tonumber(hold) or -1) then hold = num(fhold) end
       local old = tonumber(w[2])
       local delay, floor = tonumber(ARGV[base + 9]), tonumber(ARGV[base + 11])
       local last = tonumber(w[3])
@@ -115,7 +129,7 @@ for i = 1, n do
       end
       redis.call("SET", p, ARGV[base + 7], "EX", idle)
       redis.call("HSET", a, "ver", tonumber(version) + 1, "conc", ARGV[base + 8], "delay", ARGV[base + 9],
-                 "pslot", ARGV[base + 10], "floor", ARGV[base + 11], "hold", ARGV[base + 12],
+                 "pslot", ARGV[base + 10], "floor", ARGV[base + 11], "hold", hold,
                  "gen", ARGV[base + 13], "dead", ARGV[base + 14])
       local brk = ARGV[base + 15]
       if brk == "" then
