@@ -11,7 +11,7 @@ import asyncio
 from dataclasses import dataclass, field
 from typing import Any
 
-from crawlpace import Settings
+from crawlpace import Settings, Throttler
 from crawlpace.policy._gradual_slots import in_force, next_open
 from crawlpace.policy.scope import ScopePolicy
 from crawlpace.policy.signals import ScopeFeedback
@@ -56,6 +56,25 @@ async def send_times(clock: MockClock, make_throttler: ThrottlerFactory, setting
     return sends
 
 
+async def open_slots_one_answer_at_a_time(throttler: Throttler, clock: MockClock, *, step: float, top: int,
+                                          tries: int) -> list[int]:
+    """Send one request every ``step`` s, each answered 200, until ``top`` slots are open.
+
+    Returns the top of each round once no delay is in force: how many slots were open as they grew.
+    """
+    seen: list[int] = []
+    for _ in range(tries):
+        await clock.sleep(step)
+        async with throttler.slot(URL) as permit:
+            permit.feedback(status=200)
+        stats = await throttler.scope_stats("api.example")
+        assert stats is not None
+        if stats.delay == 0.0 and (not seen or stats.concurrency > seen[-1]):  # each round's top
+            seen.append(stats.concurrency)
+        if stats.concurrency == top:
+            break
+    return seen
+
 async def test_slots_open_one_two_four_eight_per_round_of_good_answers(
         clock: MockClock, make_throttler: ThrottlerFactory) -> None:
     sends = await send_times(clock, make_throttler, GRADUAL, 15)
@@ -93,17 +112,7 @@ async def test_a_refusal_closes_the_slots_and_they_reopen_only_once_unpaced(
     assert stats.delay > 0.0
     # The backoff wears off in steps; then the slots double up to half of the eight refused (the
     # threshold), and open one more per round past it.
-    seen: list[int] = []
-    for _ in range(200):
-        await clock.sleep(5.0)
-        async with throttler.slot(URL) as permit:
-            permit.feedback(status=200)
-        stats = await throttler.scope_stats("api.example")
-        assert stats is not None
-        if stats.delay == 0.0 and (not seen or stats.concurrency > seen[-1]):  # each round's top
-            seen.append(stats.concurrency)
-        if stats.concurrency == 8:
-            break
+    seen = await open_slots_one_answer_at_a_time(throttler, clock, step=5.0, top=8, tries=200)
     assert seen in ([1, 2, 4, 5, 6, 7, 8], [2, 4, 5, 6, 7, 8]), seen
 
 
@@ -184,17 +193,7 @@ async def test_after_a_refusal_the_slots_climb_back_slowly_past_half_of_what_was
         if permit is not permits[0]:
             permit.feedback(status=200)
         await permit.release()
-    seen: list[int] = []
-    for _ in range(300):  # one answer at a time until the backoff wore off and four slots are open
-        await clock.sleep(2.0)
-        async with throttler.slot(URL) as permit:
-            permit.feedback(status=200)
-        stats = await throttler.scope_stats("api.example")
-        assert stats is not None
-        if stats.delay == 0.0 and (not seen or stats.concurrency > seen[-1]):  # each round's top
-            seen.append(stats.concurrency)
-        if stats.concurrency == 4:
-            break
+    seen = await open_slots_one_answer_at_a_time(throttler, clock, step=2.0, top=4, tries=300)
     assert seen in ([1, 2, 3, 4], [2, 3, 4]), seen  # doubling to 2 (half of 4), then one per round
 
 
