@@ -8,6 +8,8 @@ limits a worker would start it with (used only by a scope the server has not
 seen), this send's jitter factor and its quota use; the script answers with
 the server's ``now`` and, per scope, the slot's ready time, the generation, the
 policy version and the scope's sends (``lua/acquire.lua`` documents the layout).
+A send that went through the start phase's open door is written back at once
+(:func:`pass_doors`), so that the fleet paces the next one as one process would.
 """
 
 from __future__ import annotations
@@ -15,14 +17,15 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .._scopes import Demand
 from ._shared_policy import SharedPolicies, quota_args
+from ._writeback import PolicyWriter
 from .base import Blocked
 
-__all__ = ["Granted", "acquire_call", "blocked", "granted", "learn_versions"]
+__all__ = ["Granted", "acquire_call", "blocked", "door_open", "granted", "learn_versions", "pass_doors"]
 
 logger = logging.getLogger(__name__)
 
@@ -135,3 +138,30 @@ async def learn_versions(policies: SharedPolicies, demands: tuple[Demand, ...], 
                 logger.debug("scope %s: could not read the newer policy (%s); read at the next "
                              "admission", name, exc)
         policies.saw_send(name, gap, at)
+
+
+def door_open(policies: SharedPolicies, name: str) -> bool:
+    """Whether this worker's copy of ``name``'s policy has robots.txt's door open (``_rampup_start``)."""
+    cached = policies.peek(name)
+    if cached is None or cached.blob is None:
+        return False
+    rampup = policies.policy(name).rampup
+    return rampup is not None and rampup.door_open()
+
+
+async def pass_doors(writer: PolicyWriter, demands: tuple[Demand, ...], got: Granted,
+                     down: tuple[type[Exception], ...]) -> Granted:
+    """After an admission through an open door: write the closed door back (``PolicyWriter.pass_door``).
+
+    Returns ``got`` with the sends as written: the lease's release reads its scope's gap there.
+    """
+    sends = list(got.sends)
+    for index, ((name, _use), (_gap, at)) in enumerate(zip(demands, got.sends, strict=True)):
+        try:
+            written = await writer.pass_door(name, at)
+        except down as exc:  # the permit stands; the page's answer writes the lesson
+            logger.debug("scope %s: could not close the start's door (%s)", name, exc)
+            continue
+        if written is not None:
+            sends[index] = (written, at)
+    return replace(got, sends=tuple(sends))
