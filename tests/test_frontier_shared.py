@@ -14,7 +14,7 @@ import pytest
 
 from crawlpace import ScopeConfig, Settings
 from crawlpace.crawl import CrawlOptions
-from crawlpace.crawl._shared_job import DEFER_AFTER, SharedCrawlJob, SharedSource, claim_per_scope
+from crawlpace.crawl._shared_job import SharedCrawlJob, SharedSource, claim_per_scope
 from crawlpace.frontier import Task
 from crawlpace.frontier._shared import Claim, SharedFrontier
 
@@ -264,27 +264,5 @@ async def test_a_worker_stops_claiming_a_host_it_holds_enough_urls_of(frontiers:
         assert source.full_scopes() == ["slow.test"]
         claim = await frontier.claim(10, spacing=0.0, skip=source.full_scopes())
         assert [item.scope for item in claim.urls] == ["fast.test"]
-    finally:
-        await job.throttler.aclose()
-
-
-async def test_a_start_phase_wait_leaves_the_host_to_other_workers(frontiers: Factory,
-                                                                   tmp_path: Path) -> None:
-    # Every fresh rampup host waits out a starting gap (1 s) once, right after robots.txt's door,
-    # and its first answers then cut the wait to a round trip's worth; a deferral in the frontier
-    # cannot be taken back. Deferred at one second, a quick site's URLs stayed out of every other
-    # worker's reach for a second (the mixed farm's busyforum, 0.45x the pacer with 4 workers).
-    frontier = frontiers("w1")
-    await frontier.enqueue(site("quick.test", 2) + site("slow.test", 2))
-    job = SharedCrawlJob(Settings(), CrawlOptions(output=tmp_path / "out.jsonl", store=frontier.url),
-                         frontier=frontier)
-    source = job.source
-    assert isinstance(source, SharedSource)
-    try:
-        source._held_back("quick.test", DEFER_AFTER - 0.5)  # a starting gap: not deferred
-        source._held_back("slow.test", DEFER_AFTER + 1.0)  # a longer wait (a Crawl-delay, a hold): deferred
-        await asyncio.gather(*job._fetches)  # the deferral goes out in a task of the job's
-        claim = await frontiers("w2").claim(10, spacing=0.0)
-        assert [item.scope for item in claim.urls] == ["quick.test"]
     finally:
         await job.throttler.aclose()

@@ -13,8 +13,8 @@ file. What differs is where URLs come from and what "done" means:
   room does not fill with the URLs of slow sites while the URLs of fast ones
   wait in the frontier (claims go round the ready hosts, and a slow host's
   URLs leave a worker slowly);
-* a host the throttler holds back for ``DEFER_AFTER`` seconds or more is
-  deferred in the frontier, so other workers do not claim its URLs meanwhile;
+* a host the throttler holds back for a second or more is deferred in the
+  frontier, so other workers do not claim its URLs meanwhile;
 * the worker ends when the frontier is drained: nothing queued, nothing
   claimed by anyone (a dead worker's claims first expire and are redone);
   with ``wait_for_urls``, a worker that has not yet seen any work waits that
@@ -52,7 +52,7 @@ from ._results import ResultWriter, reconcile
 from ._source import JobParts, RobotsShare
 from ._summary import CrawlSummary
 
-__all__ = ["DEFER_AFTER", "SharedCrawlJob", "SharedSource", "claim_per_scope", "claim_spacing"]
+__all__ = ["SharedCrawlJob", "SharedSource", "claim_per_scope", "claim_spacing"]
 
 _log = logging.getLogger(__name__)
 
@@ -60,12 +60,6 @@ _log = logging.getLogger(__name__)
 _POLL = 0.5
 # Seconds allowed, when stopping, to hand URLs back and send the last acknowledgements.
 _GOODBYE = 5.0
-#: A host held back this long or longer is deferred in the frontier. Past rampup's starting gap
-#: (1 s, jittered longer), which every fresh host waits once after robots.txt's door: its first
-#: answers then cut the wait to a round trip's worth, but a deferral cannot be taken back, and
-#: at one second a quick site's URLs stayed out of every other worker's reach for a second
-#: (the mixed farm's busyforum, 20 pages: 0.45x the pacer with 4 workers, one process 0.77x).
-DEFER_AFTER = 2.0
 
 
 class SharedCrawlJob(CrawlJob):
@@ -351,8 +345,6 @@ class SharedSource:
 
     def _held_back(self, host: str, seconds: float) -> None:
         """The throttler holds ``host`` back: tell the frontier, at most once per wait."""
-        if seconds < DEFER_AFTER:
-            return
         now = self.throttler.clock.now()
         until = self._deferred.get(host)
         if until is not None and until >= now + seconds - 0.5:
