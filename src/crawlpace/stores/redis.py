@@ -46,7 +46,7 @@ from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease
 from ._policies import PolicyFactory
-from ._redis_admit import acquire_call, blocked, door_open, granted, learn_versions, pass_doors
+from ._redis_admit import acquire_call, blocked, door_open, granted, learn_versions, pass_doors, sooner
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
 from ._redis_release import ReleaseSender, release_call
@@ -277,7 +277,7 @@ class RedisStore:
             policy = policies.policy(name)
             raise ScopeGivenUp(name, policy.breaker.reason if policy.breaker else "")
         if status == 0:
-            return blocked(demands, reply, server_now, self._local)
+            return sooner(blocked(demands, reply, server_now, self._local), policies, self._clock.now())
         got = granted(reply, len(demands))
         # The lease is granted from here on: renew it before anything else can fail.
         self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
