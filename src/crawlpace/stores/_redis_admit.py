@@ -136,11 +136,13 @@ def sooner(result: Blocked, policies: SharedPolicies, now: float) -> Blocked:
 
 
 def _starting(policies: SharedPolicies, name: str) -> bool:
-    """Whether this worker's copy of ``name``'s policy is in rampup's start phase."""
+    """Whether this worker's copy of ``name``'s policy is in rampup's start phase, with no floor
+    under its delay (a Crawl-delay, a server's pace: a wait they set is not shortened by answers)."""
     if policies.peek(name) is None:
         return False
-    rampup = policies.policy(name).rampup
-    return rampup is not None and rampup.phase == "start"
+    policy = policies.policy(name)
+    rampup = policy.rampup
+    return rampup is not None and rampup.phase == "start" and policy.limits.floor <= 0.0
 
 
 def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float,
