@@ -153,12 +153,6 @@ class StartPhase:
         as the send through it goes, as :meth:`on_send` does for one process."""
         return self._door_open()
 
-    def answers_shorten_waits(self: _StartPhaseState) -> bool:
-        """Whether the next answers may cut the scope's wait many times over: in the start phase,
-        with no page's latency known yet (robots.txt's door) or one the window of one paces by."""
-        low = self._low_latency
-        return self.phase == "start" and (low <= 0.0 or low >= START_LATENCY_SIGNAL)
-
     def _start_latency(self: _StartPhaseState, sample: float | None) -> None:
         """Note an answer's latency: the start phase's round follows the lowest one."""
         if sample is not None and sample > 0.0 and math.isfinite(sample):

@@ -123,10 +123,7 @@ def sooner(result: Blocked, policies: SharedPolicies, now: float) -> Blocked:
     robots.txt, three of eight workers sat out that second while the others
     sent a quick site's pages a round trip apart (the mixed farm's busyforum,
     20 pages in 0.7 s alone, spread over 1.4 s by the fleet). Once the start
-    phase is over, waits change rarely, and are taken as they are; so are
-    those of a site answering in milliseconds, whose rate only doubles once a
-    second (asked about every 0.05 s, token-bucket and Retry-After sites drew
-    three refusals where they drew one).
+    phase is over, waits change rarely, and are taken as they are.
     """
     ready = result.ready_at
     if ready is None or ready - now < START_RECHECK_PAST:
@@ -139,14 +136,13 @@ def sooner(result: Blocked, policies: SharedPolicies, now: float) -> Blocked:
 
 
 def _starting(policies: SharedPolicies, name: str) -> bool:
-    """Whether this worker's copy of ``name``'s policy is in a start phase whose waits the next
-    answers may cut (``Rampup.answers_shorten_waits``), with no floor under its delay (a
-    Crawl-delay, a server's pace: answers do not shorten a wait they set)."""
+    """Whether this worker's copy of ``name``'s policy is in rampup's start phase, with no floor
+    under its delay (a Crawl-delay, a server's pace: a wait they set is not shortened by answers)."""
     if policies.peek(name) is None:
         return False
     policy = policies.policy(name)
     rampup = policy.rampup
-    return rampup is not None and rampup.answers_shorten_waits() and policy.limits.floor <= 0.0
+    return rampup is not None and rampup.phase == "start" and policy.limits.floor <= 0.0
 
 
 def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float,
