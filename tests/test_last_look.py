@@ -10,6 +10,7 @@ written after that wait, which is when the transport looks).
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 from typing import Any
 
@@ -17,6 +18,7 @@ import httpx
 
 from crawlpace.http import ATTEMPTS_EXTENSION, throttled_client
 from crawlpace.sim import CrawlDelaySite, RetryAfterSite, SimServer
+from crawlpace.sim._asgi import Receive, Scope, Send, respond
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -87,3 +89,51 @@ async def test_a_crawl_delay_is_kept_between_the_writes_not_only_the_admissions(
     gaps = [later - earlier for earlier, later in itertools.pairwise(pages)]
     assert min(gaps) >= 1.0 - 1e-9, pages
     assert not site.stats.violations
+
+
+class Gathering:
+    """An ASGI app that answers once ``size`` requests are in, or after a second; notes the most in flight."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.requests = self.inflight = self.peak = 0
+        self.full = asyncio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") != "http":
+            return
+        self.requests += 1
+        self.inflight += 1
+        self.peak = max(self.peak, self.inflight)
+        if self.inflight >= self.size:
+            self.full.set()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.full.wait(), 1.0)
+        self.inflight -= 1
+        if not self.inflight:
+            self.full.clear()
+        await respond(send, 200, b"ok\n")
+
+
+async def test_the_pool_keeps_a_connection_for_every_request_the_throttler_lets_fly() -> None:
+    # httpx keeps 20 idle connections by default; with 30 in flight, a second round would open
+    # 10 new ones (each a later arrival than its permit said). The default pool keeps them all.
+    site = Gathering(30)
+    settings = {"CONCURRENT_REQUESTS": 30, "CONCURRENT_REQUESTS_PER_DOMAIN": 30, "DOWNLOAD_DELAY": 0.0,
+                "DOWNLOAD_DELAY_PER_SLOT": 0.0}
+    connects: list[str] = []
+
+    async def trace(event: str, info: Any) -> None:  # the caller's own trace is still called
+        if event == "connection.connect_tcp.started":
+            connects.append(event)
+
+    async with SimServer(site, HOST) as server, throttled_client(settings, base_url=server.url,
+                                                                   trust_env=False) as client:
+        for _ in range(2):
+            site.peak = 0
+            answers = await asyncio.gather(*(client.get(f"/page/{n}", extensions={"trace": trace})
+                                             for n in range(30)))
+            assert all(answer.status_code == 200 for answer in answers)
+            assert site.peak == 30  # all of a round in flight together
+    assert site.requests == 60
+    assert len(connects) == 30  # the second round reused the first round's connections

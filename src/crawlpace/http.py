@@ -56,6 +56,7 @@ from ._httpx_common import (
     TRANSPORT_KWARGS,
     ThrottlerHolder,
     discard_async,
+    pool_limits,
     replayable,
 )
 from ._last_look import LastLook
@@ -134,7 +135,8 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
             Throttler(settings, store=store if store is not None else "memory://")
-        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
+        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport(
+            limits=pool_limits(self._throttler.settings))
         self._look = LastLook()
         self._robots = RobotsGuard(self._throttler, retries=retries, user_agent=robots_user_agent,
                                    look=self._look) if robots_txt else None
@@ -264,7 +266,10 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
             ``headers``, ``follow_redirects``, ``base_url``...). The transport
             options ``verify``, ``cert``, ``http1``, ``http2``, ``limits`` and
             ``proxy`` configure the inner :class:`httpx.AsyncHTTPTransport`;
-            ``transport=`` replaces that inner transport instead.
+            ``transport=`` replaces that inner transport instead. Without
+            ``limits``, that transport's pool keeps as many idle connections
+            as ``CONCURRENT_REQUESTS`` (at least httpx's 20), so that
+            connections are not closed and opened again between requests.
 
     Returns:
         The client (an :class:`httpx.AsyncClient` with a ``throttler``
@@ -289,6 +294,15 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
         raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
                         "transport= set them on that transport instead")
     if inner is None:
+        if "limits" not in options:
+            parsed: Settings
+            if throttler is not None:
+                parsed = throttler.settings
+            else:  # parsed once here, and the transport's throttler takes the result
+                parsed = settings if isinstance(settings, Settings) else (
+                    Settings() if settings is None else Settings.from_scrapy(settings))
+                settings = parsed
+            options["limits"] = pool_limits(parsed)
         inner = httpx.AsyncHTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledTransport(settings, throttler=throttler, store=store, transport=inner,
                                    retries=retries, robots_txt=robots_txt,
