@@ -40,7 +40,7 @@ from ._exceptions import RobotsDisallowed, ThrottlerClosed
 from ._last_look import LastLook
 from ._release import DONT_ADJUST_KEY
 from ._retry import send_async
-from ._robots import ROBOTS_MAX_REDIRECTS, crawl_delay_scopes
+from ._robots import ROBOTS_MAX_REDIRECTS, ROBOTS_RETRIES, crawl_delay_scopes
 from ._robots_cache import RobotsCache
 from ._throttler import Throttler
 
@@ -109,7 +109,9 @@ class RobotsGuard:
     Args:
         throttler: the client's throttler: the robots.txt fetches wait for
             it, and Crawl-delays go to it.
-        retries: resends of a robots.txt fetch that drew a backoff answer.
+        retries: the client's resends of a backoff answer; a robots.txt fetch
+            takes at most :data:`~crawlpace._robots.ROBOTS_RETRIES` of them,
+            as the crawl's does.
         user_agent: whose rules apply; ``None`` takes the ``User-Agent``
             header of the first request checked.
         look: the client's last look before each write, told every
@@ -120,7 +122,7 @@ class RobotsGuard:
                  look: LastLook | None = None) -> None:
         self._throttler = throttler
         self._look = look
-        self._attempts = 1 + retries
+        self._attempts = 1 + min(retries, ROBOTS_RETRIES)
         self._user_agent = user_agent
         self._cache: RobotsCache | None = None
         self._fetches: dict[str, asyncio.Task[None]] = {}
