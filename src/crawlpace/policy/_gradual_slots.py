@@ -25,9 +25,11 @@ While slots are still opening, sends go in rounds: a slot whose answer came
 back is not used again until the whole round is back (the slots in force are
 the open ones less the good answers of the round), so that a refusal in the
 round is heard before the next request leaves, not after. Good answers count
-only while nothing but the slots spaces the sends (no backoff delay, no
-announced pace on top of the configured delay), so that a backoff wearing off
-does not find every slot open at once.
+only while nothing but the slots spaces the sends (no announced pace, and no
+backoff delay on top of the configured delay, or one shorter than the time
+the slots in force keep busy: ``delay x slots <= latency``), so that a backoff
+wearing off does not find every slot open at once, while a slow site's slots
+still reopen under a backoff delay that spaces nothing.
 
 Pure: numbers in, numbers out; :class:`~crawlpace.policy.scope.ScopePolicy`
 keeps the counters and applies the result to its concurrency.
@@ -105,11 +107,28 @@ class _SlotState(Protocol):
 
     def _compute_base(self, now: float) -> Limits: ...
 
+    def _slots_set_pace(self, latency: float | None) -> bool: ...
+
 
 class GradualSlots:
     """The gradual-slots part of a scope policy (its state is slots of ``ScopePolicy``)."""
 
     __slots__ = ()
+
+    def _slots_set_pace(self: _SlotState, latency: float | None) -> bool:
+        """Whether the slots, not a backoff delay, spaced the sends an answer taking ``latency`` came from.
+
+        With no backoff delay above the configured one, they did. Under one,
+        they still did while the slots in force, each busy for an answer's
+        time, send less often than the delay allows (``delay x slots <=
+        latency``): on a site that takes seconds to answer, a one-second
+        backoff delay spaces nothing, and waiting for it to wear off before
+        counting good answers would keep one slot open for a whole window.
+        """
+        delay = self.limits.delay
+        if delay <= self._base.delay:
+            return True
+        return latency is not None and delay * max(self._base.concurrency, 1) <= latency
 
     def _open_slots(self: _SlotState, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
         """Apply the rule to one outcome of a request sent at ``sent_at``; open slots go to the limits."""
@@ -123,7 +142,7 @@ class GradualSlots:
             return
         opened, self.opened_good, self.opened_threshold = next_open(
             self.opened, self.opened_good, self.opened_threshold, self.concurrency, refused=refused,
-            answered_well=well, unpaced=self.limits.delay <= self._base.delay and now >= self.pace_until)
+            answered_well=well, unpaced=self._slots_set_pace(feedback.latency) and now >= self.pace_until)
         if opened != self.opened:
             logger.debug("scope %s: gradual slots %d -> %d", self.scope, self.opened, opened)
             self.opened = opened
