@@ -169,5 +169,6 @@ class CutRules:
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback near the last one's rate" if gentle else "pushback",
                 "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
+        resumed = " (the hold is the cut: at the level after it)" if self.rate > rate else ""
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
-                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
+                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {rate:.3g}/s{resumed}, ceiling {ceiling:.3g}/s")
