@@ -72,8 +72,10 @@ rises by one after every window without a pushback.
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
 times quicker; then a search (``_rampup_search``) climbs by halves to where
-an ordinary cut would have levelled out. A refusal with a ``Retry-After``
-hold is not probed past for ``hold / 5 %`` seconds.
+an ordinary cut would have levelled out. The first such refusal near the
+previous refusal's rate is cut gently instead (``_rampup_cut``). A refusal
+with a ``Retry-After`` hold is not probed past for ``hold / 5 %`` seconds,
+and in the steady phase a long hold resumes at the level.
 
 The controller is one object (its attributes are the state ``policy/state.py``
 shares), with its parts in rooms of their own: the send record in
