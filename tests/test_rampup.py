@@ -332,7 +332,7 @@ def first_refusal(ramp: Rampup, hold: float | None) -> tuple[float, float]:
 
 
 def test_a_first_refusal_with_a_hold_resumes_under_the_ceiling_not_at_half() -> None:
-    halved, held, short = controller(), controller(), controller()
+    halved, held, short, second = controller(), controller(), controller(), controller()
     refused, _ = first_refusal(halved, None)
     assert halved.rate == pytest.approx(0.5 * refused, rel=0.01)
     # The same refusal with a 2 s Retry-After: the bucket refilled during the silence,
@@ -348,6 +348,9 @@ def test_a_first_refusal_with_a_hold_resumes_under_the_ceiling_not_at_half() -> 
     # A hold shorter than one gap at the ceiling refills no token: the rate is halved.
     first_refusal(short, 0.05)
     assert short.rate == pytest.approx(halved.rate)
+    # Retry-After: 1 is a bucket's wait for its next token, no penalty: halved too.
+    first_refusal(second, 1.0)
+    assert second.rate == pytest.approx(halved.rate)
 
 
 def test_a_hold_that_ended_long_ago_changes_nothing() -> None:

@@ -36,9 +36,9 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
-between the two. After a refusal that came with a hold
-(``Retry-After``), the rate resumes at ``START_HELD_SHARE`` of that ceiling
-instead of half the refused rate: the hold paid the burst's debt.
+between the two. After a refusal that came with a hold of ``START_HELD_MIN`` or
+more (``Retry-After: 2``, say), the rate resumes at ``START_HELD_SHARE`` of that
+ceiling instead of half the refused rate: the hold paid the burst's debt.
 
 The state is two numbers on the controller: the good rate (``_good_rate``) and
 the lowest latency seen (``_low_latency``, 0 for none); the send record
@@ -52,8 +52,9 @@ from typing import Protocol
 
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
-__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_HELD_SHARE",
-           "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
+__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_HELD_MIN",
+           "START_HELD_SHARE", "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT",
+           "START_USED_SHARE", "StartPhase"]
 
 #: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
 START_DOUBLING = 1.0
@@ -86,8 +87,13 @@ START_GOOD_CEILING = 0.95
 #: ... when the good rate is at least this share of the refused one (one answer may double
 #: the rate, so a good rate about half the refused one tells nothing).
 START_GOOD_SHARE = 0.6
-#: After a first refusal that came with a hold, the rate resumes at this share of the ceiling.
+#: After a first refusal that came with a hold, the rate resumes at this share of the ceiling ...
 START_HELD_SHARE = 0.9
+#: ... when the hold is at least this many seconds: a ``Retry-After`` of 1, the least a header
+#: in whole seconds can say, is what a token bucket says while its next token is under a second
+#: away; after a burst the ceiling may lie above such a bucket's limit (resuming just under it
+#: drew a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2).
+START_HELD_MIN = 1.5
 
 
 class _StartPhaseState(Protocol):
@@ -163,7 +169,8 @@ class StartPhase:
 
     def _start_resume(self: _StartPhaseState, now: float, rate: float, ceiling: float) -> float:
         """The rate after the start phase's first refusal: ``rate`` (the halved one), or, when
-        the refusal came with a hold the scope is still in, ``START_HELD_SHARE`` of ``ceiling``.
+        the refusal came with a hold of ``START_HELD_MIN`` or more that the scope is still in,
+        ``START_HELD_SHARE`` of ``ceiling``.
 
         A token bucket refuses only once it is empty, and refused requests take
         nothing from it, so after a silence of at least one gap at the ceiling (a
@@ -171,9 +178,11 @@ class StartPhase:
         from then on never find it empty. The halving's reason (the burst's debt)
         is paid by the hold, and a climb back from half the rate would cost the
         site seconds on top of the silence (a 2 s hold at a site allowing 2/s:
-        about 4 s more to climb back from 1/s).
+        about 4 s more to climb back from 1/s). A hold that long is a penalty,
+        not a bucket's wait for its next token (see ``START_HELD_MIN``).
         """
-        if ceiling <= 0.0 or self._resumed_at - now < 1.0 / ceiling:
+        held = self._resumed_at - now
+        if ceiling <= 0.0 or held < START_HELD_MIN or held < 1.0 / ceiling:
             return rate
         return min(ceiling, max(rate, START_HELD_SHARE * ceiling))
 
