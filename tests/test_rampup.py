@@ -16,6 +16,7 @@ import pytest
 
 from crawlpace import Settings, Throttler
 from crawlpace.policy._rampup_climb import BETA_DEEP
+from crawlpace.policy._rampup_start import START_HELD_SHARE
 from crawlpace.policy.rampup import RAMPUP_JITTER, Rampup
 from crawlpace.testing import MockClock
 
@@ -356,6 +357,40 @@ def test_after_a_retry_after_hold_it_resumes_at_the_rate_in_force_not_from_the_b
     assert ramp.allowed_rate(resumed + 2.0) >= cut
     # The hold is not averaged into the gaps: the sends after it keep the old spacing.
     assert ramp.sent_rate(resumed + 2.0) >= 0.8 * cut
+
+
+def first_refusal(ramp: Rampup, hold: float | None) -> tuple[float, float]:
+    """Double for 4 s, then a refusal (with a ``hold`` of that many seconds, as a
+    Retry-After sets it before the answer reaches rampup); return (refused rate, end)."""
+    end = drive(ramp, 0.0, 4.0)
+    ramp.on_send(end)
+    if hold is not None:
+        ramp.hold(end + 0.002 + hold)
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    assert ramp.last_pushback_rate is not None
+    return ramp.last_pushback_rate, end
+
+
+def test_a_first_refusal_with_a_hold_resumes_under_the_ceiling_not_at_half() -> None:
+    halved, held, short, second = controller(), controller(), controller(), controller()
+    refused, _ = first_refusal(halved, None)
+    assert halved.rate == pytest.approx(0.5 * refused, rel=0.01)
+    # The same refusal with a 2 s Retry-After: the bucket refilled during the silence,
+    # so the sends resume just under the ceiling, not from half the refused rate.
+    refused_held, end = first_refusal(held, 2.0)
+    assert refused_held == pytest.approx(refused)
+    assert held.ceiling == pytest.approx(halved.ceiling)
+    assert held.ceiling is not None
+    assert held.rate == pytest.approx(START_HELD_SHARE * held.ceiling)
+    assert held.rate > 0.7 * refused
+    # After the hold, the scope may send at that rate at once (not capped by the silence).
+    assert held.allowed_rate(end + 2.01) >= held.rate
+    # A hold shorter than one gap at the ceiling refills no token: the rate is halved.
+    first_refusal(short, 0.05)
+    assert short.rate == pytest.approx(halved.rate)
+    # Retry-After: 1 is a bucket's wait for its next token, no penalty: halved too.
+    first_refusal(second, 1.0)
+    assert second.rate == pytest.approx(halved.rate)
 
 
 def test_a_hold_that_ended_long_ago_changes_nothing() -> None:
