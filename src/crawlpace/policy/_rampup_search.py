@@ -41,6 +41,7 @@ import math
 from typing import Protocol
 
 from ._rampup_climb import CEILING_SHARE
+from ._rampup_start import START_HELD_MIN
 
 __all__ = ["HOLD_LONG", "HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
 
@@ -52,7 +53,8 @@ SEARCH_PACE = 2.0
 HOLD_SHARE = 0.05
 #: In the steady phase, a hold at least this long (seconds) resumes at the level, not under it: the
 #: silence is the cut. (Shorter is a token bucket's wait for its next token: ``Retry-After: 1``.)
-HOLD_LONG = 1.5
+#: One threshold with the start phase's held resume, so a hold means the same in both phases.
+HOLD_LONG = START_HELD_MIN
 
 
 class _SearchState(Protocol):
