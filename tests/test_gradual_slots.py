@@ -216,3 +216,66 @@ def test_the_open_slots_travel_with_the_learned_state() -> None:
     restore_state(fresh, export_state(heard))  # another worker reads what this one learned
     assert fresh.opened == 2
     assert fresh.limits.concurrency == 2
+
+
+def open_all_eight(policy: ScopePolicy) -> float:
+    """Open a gradual policy's eight slots with 1 + 2 + 4 good answers; returns the clock after them."""
+    now = 0.0
+    for opened in (1, 2, 4):
+        for _ in range(opened):
+            now += 0.1
+            policy.on_outcome(now, ScopeFeedback(status=200), generation=0, sent_at=now - 0.05,
+                              expected_use=1.0)
+    assert policy.opened == 8
+    return now
+
+
+HANG = ScopeFeedback(failed=True, backoff=True)  # a timeout: no answer, and a backoff exception
+
+
+def test_a_hang_while_later_requests_were_answered_well_keeps_the_slots_open() -> None:
+    policy = policy_for(GRADUAL)
+    now = open_all_eight(policy)
+    # A request sent at `now` hangs for 10 s; meanwhile one sent after it is answered well.
+    policy.on_outcome(now + 1.0, ScopeFeedback(status=200), generation=0, sent_at=now + 0.5, expected_use=1.0)
+    policy.on_outcome(now + 10.0, HANG, generation=0, sent_at=now, expected_use=1.0)
+    assert policy.opened == 8  # the site kept serving: that hang was the request's own
+    # A 500 at a steady share is a failure, not a refusal: it closes nothing either.
+    policy.on_outcome(now + 10.1, ScopeFeedback(status=500, failed=True), generation=0, sent_at=now + 10.0,
+                      expected_use=1.0)
+    assert policy.opened == 8
+
+
+def test_a_hang_with_no_later_good_answer_is_a_refusal() -> None:
+    policy = policy_for(GRADUAL)
+    now = open_all_eight(policy)
+    # Nothing sent after it came back well: the site may be overloaded, so the slots close.
+    policy.on_outcome(now + 10.0, HANG, generation=0, sent_at=now, expected_use=1.0)
+    assert policy.opened == 1
+    assert policy.opened_threshold == 4
+
+
+def test_a_slow_sites_slots_reopen_under_a_backoff_delay_that_spaces_nothing() -> None:
+    policy = policy_for({**GRADUAL, "BACKOFF_JITTER": False})
+    now = open_all_eight(policy)
+    # A 503 past the site's in-flight limit: one slot, threshold four, and a 1 s backoff delay.
+    policy.on_outcome(now, ScopeFeedback(status=503, failed=True, backoff=True), generation=0,
+                      sent_at=now - 1.5, expected_use=1.0)
+    assert policy.opened == 1
+    delay = policy.limits.delay
+    assert 0.0 < delay <= 1.5
+    # Each answer takes 1.5 s: one slot busy that long sends less often than the delay allows,
+    # so good answers count and the slots double (1 -> 2) although the delay is still in force.
+    now += 1.5
+    policy.on_outcome(now, ScopeFeedback(status=200, latency=1.5), generation=0, sent_at=now - 1.5,
+                      expected_use=1.0)
+    assert policy.opened == 2
+    assert policy.limits.delay == delay
+    # A fast site's answer under the same delay counts for nothing: the delay spaced those sends.
+    fast = policy_for({**GRADUAL, "BACKOFF_JITTER": False})
+    now = open_all_eight(fast)
+    fast.on_outcome(now, ScopeFeedback(status=503, failed=True, backoff=True), generation=0,
+                    sent_at=now - 0.05, expected_use=1.0)
+    fast.on_outcome(now + 1.0, ScopeFeedback(status=200, latency=0.05), generation=0, sent_at=now + 0.95,
+                    expected_use=1.0)
+    assert fast.opened == 1

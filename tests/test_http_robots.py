@@ -137,3 +137,15 @@ async def test_robots_txt_is_off_by_default(clock: MockClock, make_throttler: Th
             throttled_client(base_url=server.url, trust_env=False, throttler=make_throttler(EIGHT)) as client:
         assert (await client.get("/page")).status_code == 200
     assert site.paths() == ["/page"]
+
+
+async def test_a_robots_txt_that_answers_503_is_tried_twice_as_in_the_crawl(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    # The client resends backoff answers 3 times, but robots.txt only once (ROBOTS_RETRIES): a
+    # site that is down costs two requests, not four, before its pages are held back.
+    site = RobotsSite(clock, status=503)
+    async with SimServer(site, HOST) as server, client_for(server, throttler=make_throttler(EIGHT)) as client:
+        with pytest.raises(RobotsDisallowed) as refused:
+            await client.get("/page")
+    assert not refused.value.final  # unreachable for now: asked again later
+    assert site.paths() == ["/robots.txt", "/robots.txt"]

@@ -16,6 +16,7 @@ import pytest
 
 from crawlpace import Settings, Throttler
 from crawlpace.policy._rampup_climb import BETA_DEEP
+from crawlpace.policy._rampup_start import START_HELD_SHARE
 from crawlpace.policy.rampup import RAMPUP_JITTER, Rampup
 from crawlpace.testing import MockClock
 
@@ -270,11 +271,51 @@ def test_an_ordinary_cut_is_gentle_and_levels_out_below_the_failing_rate() -> No
     assert "cut: pushback" in ramp.decision
 
 
-def test_a_cut_that_did_not_help_is_followed_by_a_deep_one() -> None:
+def test_a_cut_that_did_not_help_is_followed_by_a_gentle_one_near_the_last_refusal_then_a_deep_one() -> None:
     ramp = controller(start_rate=8.0)
     end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     send_and_answer(ramp, end, pushback=True)
-    # Refused again soon after, before the rate grew back: the gentle cut was not enough.
+    # Refused again soon after, before the rate grew back: the ordinary cut was not enough.
+    # The refusal came near the last one's rate, so the limit is just under it: cut gently
+    # from this refusal's own send rate (a halving would leave half the limit unused).
+    end = drive(ramp, end, end + 0.3)
+    sent = min(ramp.allowed_rate(end), ramp.sent_rate(end))
+    send_and_answer(ramp, end, pushback=True)
+    assert ramp.rate == pytest.approx(0.9 * sent, rel=0.02)
+    assert ramp.ceiling == pytest.approx(0.92 * sent, rel=0.02)
+    assert "near the last one's rate" in ramp.decision
+    # Not enough either: now the limit is further down, and the cut is deep.
+    end = drive(ramp, end, end + 0.3)
+    before = ramp.allowed_rate(end)
+    send_and_answer(ramp, end, pushback=True)
+    assert ramp.rate == pytest.approx(before * 0.5, rel=0.1)
+
+
+def test_a_refusal_once_a_gentle_cuts_level_was_held_is_an_ordinary_one() -> None:
+    # The gentle level is a few per cent over its rate, so a refusal there after a while
+    # would pass the growth test for "not enough"; it says the level is a little high.
+    ramp = controller(start_rate=8.0)
+    end = past_the_start(ramp)
+    send_and_answer(ramp, end, pushback=True)  # ordinary
+    end = drive(ramp, end, end + 0.3)
+    send_and_answer(ramp, end, pushback=True)  # gentle
+    level = ramp.ceiling
+    assert level is not None
+    end = drive(ramp, end, end + 20.0)  # the quick climb (7.5 s) reached the level and held it
+    sent = min(ramp.allowed_rate(end), ramp.sent_rate(end))
+    send_and_answer(ramp, end, pushback=True)
+    assert ramp.rate >= 0.8 * sent * 0.99  # at most the over-the-band cut, not a halving
+    assert ramp.ceiling == pytest.approx(0.92 * sent, rel=0.02)
+
+
+def test_a_refusal_far_under_the_last_ones_rate_is_cut_deep_at_once() -> None:
+    # A limit that fell far (10/s to 3/s): the second refusal comes well under the rate of
+    # the first, which says the limit is not near it. No gentle step there.
+    ramp = controller(start_rate=8.0)
+    end = past_the_start(ramp)
+    send_and_answer(ramp, end, pushback=True)  # an ordinary cut
+    assert ramp.last_pushback_rate is not None
+    ramp.last_pushback_rate *= 2.0  # as if that refusal had come at twice the rate
     end = drive(ramp, end, end + 0.3)
     before = ramp.allowed_rate(end)
     send_and_answer(ramp, end, pushback=True)
@@ -318,6 +359,40 @@ def test_after_a_retry_after_hold_it_resumes_at_the_rate_in_force_not_from_the_b
     assert ramp.sent_rate(resumed + 2.0) >= 0.8 * cut
 
 
+def first_refusal(ramp: Rampup, hold: float | None) -> tuple[float, float]:
+    """Double for 4 s, then a refusal (with a ``hold`` of that many seconds, as a
+    Retry-After sets it before the answer reaches rampup); return (refused rate, end)."""
+    end = drive(ramp, 0.0, 4.0)
+    ramp.on_send(end)
+    if hold is not None:
+        ramp.hold(end + 0.002 + hold)
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    assert ramp.last_pushback_rate is not None
+    return ramp.last_pushback_rate, end
+
+
+def test_a_first_refusal_with_a_hold_resumes_under_the_ceiling_not_at_half() -> None:
+    halved, held, short, second = controller(), controller(), controller(), controller()
+    refused, _ = first_refusal(halved, None)
+    assert halved.rate == pytest.approx(0.5 * refused, rel=0.01)
+    # The same refusal with a 2 s Retry-After: the bucket refilled during the silence,
+    # so the sends resume just under the ceiling, not from half the refused rate.
+    refused_held, end = first_refusal(held, 2.0)
+    assert refused_held == pytest.approx(refused)
+    assert held.ceiling == pytest.approx(halved.ceiling)
+    assert held.ceiling is not None
+    assert held.rate == pytest.approx(START_HELD_SHARE * held.ceiling)
+    assert held.rate > 0.7 * refused
+    # After the hold, the scope may send at that rate at once (not capped by the silence).
+    assert held.allowed_rate(end + 2.01) >= held.rate
+    # A hold shorter than one gap at the ceiling refills no token: the rate is halved.
+    first_refusal(short, 0.05)
+    assert short.rate == pytest.approx(halved.rate)
+    # Retry-After: 1 is a bucket's wait for its next token, no penalty: halved too.
+    first_refusal(second, 1.0)
+    assert second.rate == pytest.approx(halved.rate)
+
+
 def test_a_hold_that_ended_long_ago_changes_nothing() -> None:
     ramp = controller(start_rate=4.0)
     drive(ramp, 0.0, 1.0)
@@ -331,8 +406,10 @@ def deep_cut(ramp: Rampup) -> float:
     end = past_the_start(ramp)  # a first refusal, then a long climb back with no other
     send_and_answer(ramp, end, pushback=True)  # an ordinary cut
     end = drive(ramp, end, end + 0.3)
+    send_and_answer(ramp, end, pushback=True)  # again before the rate grew back: a gentle cut
+    end = drive(ramp, end, end + 0.3)
     failing = ramp.allowed_rate(end)
-    send_and_answer(ramp, end, pushback=True)  # again before the rate grew back: a deep cut
+    send_and_answer(ramp, end, pushback=True)  # and again: a deep cut
     return failing
 
 
@@ -419,6 +496,31 @@ def test_the_climb_does_not_advance_during_a_hold() -> None:
     assert ceiling is not None
     send_and_answer(ramp, end + 6.0)
     assert cut < ramp.rate < cut + 0.6 * (ceiling - cut)
+
+
+@pytest.mark.parametrize(("hold", "at_level"), [(5.0, True), (1.0, False), (None, False)])
+def test_a_long_hold_in_the_steady_phase_resumes_at_the_level_not_under_it(hold: float | None,
+                                                                         at_level: bool) -> None:
+    # A 5 s silence has paid back whatever the overshoot owed: the sends after it go at the
+    # level at once (embargo's second hold, cut x0.8, took the usual 45 s to climb back). A
+    # short hold (a token bucket's wait for its next token) or none keeps the cut under the
+    # level. (The start phase's first refusal has a rule of its own, _rampup_start's.)
+    ramp = controller(start_rate=8.0)
+    end = past_the_start(ramp)
+    ramp.on_send(end)
+    if hold is not None:
+        ramp.hold(end + 0.002 + hold)
+    ramp.on_response(end + 0.002, pushback=True, current=True, latency=0.002)
+    level = ramp.ceiling
+    assert level is not None
+    after = end + (hold or 0.0) + 0.01
+    send_and_answer(ramp, after)
+    if at_level:
+        assert ramp.rate == pytest.approx(level, rel=0.001)
+        drive(ramp, after, after + 50.0)  # and it stays there: no probe while the hold's wait runs
+        assert ramp.rate == pytest.approx(level, rel=0.001)
+    else:
+        assert ramp.rate < 0.99 * level
 
 
 def test_a_held_refusal_searches_up_to_under_the_rate_allowed() -> None:

@@ -7,8 +7,10 @@ from typing import Generic, TypeVar
 
 import httpx
 
+from ._config import Settings
+
 __all__ = ["ATTEMPTS_EXTENSION", "SCOPES_EXTENSION", "TRANSPORT_KWARGS", "ThrottlerHolder", "discard_async",
-           "discard_sync", "replayable"]
+           "discard_sync", "pool_limits", "replayable"]
 
 T = TypeVar("T")
 
@@ -22,6 +24,20 @@ ATTEMPTS_EXTENSION = "crawlpace_attempts"
 # that would bypass the throttler), so throttled_client() builds the inner
 # transport with them.
 TRANSPORT_KWARGS = frozenset({"verify", "cert", "http1", "http2", "limits", "proxy"})
+
+
+def pool_limits(settings: Settings) -> httpx.Limits:
+    """The connection pool of a default inner transport: room for every request the throttler lets fly.
+
+    httpx keeps at most 20 idle connections by default. A throttler that lets
+    ``CONCURRENT_REQUESTS`` (64, say) requests fly across many hosts would then
+    close connections as fast as it opens them, and a request on a new
+    connection reaches its site later than its permit said (see
+    :mod:`crawlpace._last_look`). So the pool keeps as many idle connections
+    as requests may be in flight, and allows at least as many in all.
+    """
+    total = settings.concurrent_requests
+    return httpx.Limits(max_connections=max(100, total), max_keepalive_connections=max(20, total))
 
 
 def replayable(request: httpx.Request) -> bool:

@@ -14,9 +14,11 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
+from ._last_look import LastLook, NotSent
 from .stores.base import Outcome
 
 if TYPE_CHECKING:
+    from ._permit import Permit
     from ._sync import SyncThrottler
     from ._throttler import Throttler
 
@@ -74,7 +76,9 @@ def _describe(response: object | None, error: BaseException | None) -> str:
 
 async def send_async(throttler: Throttler, method: str, url: str, scopes: object, attempts: int,
                      send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
-                     log: logging.Logger = logger, *, request: object = None) -> tuple[R, int]:
+                     log: logging.Logger = logger, *, request: object = None,
+                     look: LastLook | None = None,
+                     granted: Callable[[Permit], None] | None = None) -> tuple[R, int]:
     """Send under a permit, feed the outcome back, and retry backoff outcomes.
 
     Args:
@@ -90,6 +94,13 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
         request: what the throttler is asked about instead of ``url`` (an
             object with ``url`` and ``meta``, for a request whose latency must
             not steer the scope).
+        look: notes the holds of every answer; when ``send`` raises
+            :class:`~crawlpace._last_look.NotSent` (its adapter's last look
+            found a hold heard after the permit was granted), the permit goes
+            back with no outcome and the request waits for the throttler
+            again, without using up an attempt.
+        granted: called with each permit before its send (the adapter's
+            last look needs it).
 
     Returns:
         The response and the number of sends it took.
@@ -100,13 +111,23 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
     """
     clock = throttler.clock
     subject = url if request is None else request
-    for attempt in range(1, attempts + 1):
+    attempt = 0
+    while attempt < attempts:
+        attempt += 1
         permit = await throttler.acquire(subject, scopes=scopes)
+        if granted is not None:
+            granted(permit)
         started = clock.now()
         response: R | None = None
         error: Exception | None = None
         try:
             response = await send()
+        except NotSent as exc:
+            # Not written: the slot goes back untaught, and the next acquire waits for the hold.
+            await permit.release()
+            log.debug("%s %s: %s; asking the throttler again", method, url, exc)
+            attempt -= 1
+            continue
         except Exception as exc:
             error = exc
             permit.feedback(exception=exc, latency=clock.now() - started)
@@ -122,6 +143,8 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             except BaseException:
                 await discard(response)
                 raise
+        if look is not None:
+            look.note(permit, clock.now())
         backoff = is_backoff(permit.outcome)
         if backoff and attempt < attempts:
             log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)

@@ -39,6 +39,10 @@ logger = logging.getLogger(__name__)
 MAX_ROBOTS_BYTES = 500 * 1024
 #: Redirect hops followed to reach robots.txt; RFC 9309 asks for at least five.
 ROBOTS_MAX_REDIRECTS = 5
+#: Resends of a robots.txt fetch that drew a backoff answer (429, 503...) before the origin
+#: counts as unreachable: one lets a passing fault by, and a site that is down costs two
+#: requests, not four. The crawl's default and the library clients' rule.
+ROBOTS_RETRIES = 1
 
 #: What a robots.txt answer means: ``"rules"`` (parse the body), ``"allow_all"``
 #: (no usable file) or ``"unreachable"`` (disallow everything for now).

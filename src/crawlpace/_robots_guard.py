@@ -37,9 +37,10 @@ from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit
 
 from ._exceptions import RobotsDisallowed, ThrottlerClosed
+from ._last_look import LastLook
 from ._release import DONT_ADJUST_KEY
 from ._retry import send_async
-from ._robots import ROBOTS_MAX_REDIRECTS, crawl_delay_scopes
+from ._robots import ROBOTS_MAX_REDIRECTS, ROBOTS_RETRIES, crawl_delay_scopes
 from ._robots_cache import RobotsCache
 from ._throttler import Throttler
 
@@ -108,14 +109,20 @@ class RobotsGuard:
     Args:
         throttler: the client's throttler: the robots.txt fetches wait for
             it, and Crawl-delays go to it.
-        retries: resends of a robots.txt fetch that drew a backoff answer.
+        retries: the client's resends of a backoff answer; a robots.txt fetch
+            takes at most :data:`~crawlpace._robots.ROBOTS_RETRIES` of them,
+            as the crawl's does.
         user_agent: whose rules apply; ``None`` takes the ``User-Agent``
             header of the first request checked.
+        look: the client's last look before each write, told every
+            Crawl-delay too (see :mod:`crawlpace._last_look`).
     """
 
-    def __init__(self, throttler: Throttler, *, retries: int, user_agent: str | None = None) -> None:
+    def __init__(self, throttler: Throttler, *, retries: int, user_agent: str | None = None,
+                 look: LastLook | None = None) -> None:
         self._throttler = throttler
-        self._attempts = 1 + retries
+        self._look = look
+        self._attempts = 1 + min(retries, ROBOTS_RETRIES)
         self._user_agent = user_agent
         self._cache: RobotsCache | None = None
         self._fetches: dict[str, asyncio.Task[None]] = {}
@@ -204,6 +211,9 @@ class RobotsGuard:
                 scopes = await self._throttler.scopes(f"{origin}/robots.txt")
                 for scope in crawl_delay_scopes(host, scopes):
                     await self._throttler.set_crawl_delay(scope, settled.rules.crawl_delay)
+                    if self._look is not None:  # the delay in force: clamped, or None when settings win
+                        stats = await self._throttler.scope_stats(scope)
+                        self._look.pace(scope, None if stats is None else stats.crawl_delay)
             except (ThrottlerClosed, asyncio.CancelledError):
                 raise
             except Exception:  # a shared store away: the rules still hold, the delay is lost

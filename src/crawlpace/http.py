@@ -24,6 +24,13 @@ For each attempt the transport:
    delay or the server's ``Retry-After`` by itself, so no sleep is needed
    here.
 
+Between 1 and 2 the request may wait for a connection. Just before its
+headers are written (httpx's ``trace`` extension tells when), the transport
+takes a last look (:mod:`crawlpace._last_look`): if one of its scopes was
+told to wait (``Retry-After``) after the permit was granted, the request is
+not written but admitted again once the wait is over; and a robots.txt
+``Crawl-delay`` is kept between the writes themselves.
+
 With ``robots_txt=True`` it first reads the origin's robots.txt (once per
 origin, see :mod:`crawlpace._robots_guard`): disallowed URLs raise
 :class:`~crawlpace.RobotsDisallowed` and a ``Crawl-delay`` paces the host.
@@ -35,7 +42,7 @@ crawlpace does not need it, and this module is not imported by ``crawlpace``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import httpx
@@ -49,8 +56,11 @@ from ._httpx_common import (
     TRANSPORT_KWARGS,
     ThrottlerHolder,
     discard_async,
+    pool_limits,
     replayable,
 )
+from ._last_look import LastLook
+from ._permit import Permit
 from ._retry import check_owner, check_retries, send_async
 from ._robots_guard import RobotsGuard
 from ._throttler import Throttler
@@ -125,9 +135,11 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
             Throttler(settings, store=store if store is not None else "memory://")
-        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport()
-        self._robots = RobotsGuard(self._throttler, retries=retries,
-                                   user_agent=robots_user_agent) if robots_txt else None
+        self._transport = transport if transport is not None else httpx.AsyncHTTPTransport(
+            limits=pool_limits(self._throttler.settings))
+        self._look = LastLook()
+        self._robots = RobotsGuard(self._throttler, retries=retries, user_agent=robots_user_agent,
+                                   look=self._look) if robots_txt else None
 
     @property
     def robots(self) -> RobotsGuard | None:
@@ -163,6 +175,9 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
                          request.method, target)
         inner = self._transport
+        permits: list[Permit] = []
+        request.extensions = {**request.extensions,
+                              "trace": self._last_look(permits, request.extensions.get("trace"))}
 
         async def send() -> httpx.Response:
             # The inner transport returns as soon as the headers are in: that is the latency.
@@ -170,9 +185,27 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
 
         response, attempt = await send_async(self._throttler, request.method, target,
                                              request.extensions.get(SCOPES_EXTENSION), attempts,
-                                             send, discard_async)
+                                             send, discard_async, look=self._look, granted=permits.append)
         response.extensions[ATTEMPTS_EXTENSION] = attempt
         return response
+
+    def _last_look(self, permits: list[Permit], chained: Any) -> Callable[[str, Any], Awaitable[None]]:
+        """httpcore's ``trace`` callback: the last look before the headers go (the user's own trace kept)."""
+        look, clock = self._look, self._throttler.clock
+
+        async def trace(event: str, info: Any) -> None:
+            if permits and event.endswith("send_request_headers.started"):
+                permit = permits[-1]
+                look.check(permit, clock.now())
+                wait = look.wait(permit, clock.now())
+                if wait > 0.0:
+                    logger.debug("%s: %.3fs more before writing, for the Crawl-delay", info, wait)
+                    await clock.sleep(wait)
+                look.wrote(permit, clock.now())
+            if chained is not None:
+                await chained(event, info)
+
+        return trace
 
     async def aclose(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
@@ -233,7 +266,10 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
             ``headers``, ``follow_redirects``, ``base_url``...). The transport
             options ``verify``, ``cert``, ``http1``, ``http2``, ``limits`` and
             ``proxy`` configure the inner :class:`httpx.AsyncHTTPTransport`;
-            ``transport=`` replaces that inner transport instead.
+            ``transport=`` replaces that inner transport instead. Without
+            ``limits``, that transport's pool keeps as many idle connections
+            as ``CONCURRENT_REQUESTS`` (at least httpx's 20), so that
+            connections are not closed and opened again between requests.
 
     Returns:
         The client (an :class:`httpx.AsyncClient` with a ``throttler``
@@ -258,6 +294,15 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
         raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
                         "transport= set them on that transport instead")
     if inner is None:
+        if "limits" not in options:
+            parsed: Settings
+            if throttler is not None:
+                parsed = throttler.settings
+            else:  # parsed once here, and the transport's throttler takes the result
+                parsed = settings if isinstance(settings, Settings) else (
+                    Settings() if settings is None else Settings.from_scrapy(settings))
+                settings = parsed
+            options["limits"] = pool_limits(parsed)
         inner = httpx.AsyncHTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledTransport(settings, throttler=throttler, store=store, transport=inner,
                                    retries=retries, robots_txt=robots_txt,

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import ConfigError
+from .._robots import ROBOTS_RETRIES
 from .._user_agent import DEFAULT_USER_AGENT
 
 __all__ = ["DEFAULT_USER_AGENT", "CrawlOptions"]
@@ -60,7 +61,7 @@ class CrawlOptions:
     max_redirects: int = 5
     max_bytes: int = 10 * 1024 * 1024
     robots: bool = True
-    robots_retries: int = 1
+    robots_retries: int = ROBOTS_RETRIES
     max_in_memory: int = 100_000
     trust_env: bool = True
     store: str = "memory://"

@@ -12,15 +12,24 @@ as there are slots open), the way TCP opens its window:
 * a refusal (any backoff answer) sets the threshold to half the slots that
   were open, and closes all slots but one;
 * at or above the threshold each round opens one more slot, so a site that
-  refused at some number of requests in flight is approached slowly there.
+  refused at some number of requests in flight is approached slowly there;
+* a request that failed without an answer (a timeout, a reset) is a refusal
+  only while it is the site's latest word: when a request sent after it
+  has already been answered well, the site was serving while that one hung,
+  so the failure was the request's own (a flaky site's hang), not load, and
+  it neither closes nor opens a slot. Failing answers that are not backoff
+  answers (a 500) never close slots either. Without this, a site that hangs
+  on a steady share of its requests whatever the rate keeps its slots shut.
 
 While slots are still opening, sends go in rounds: a slot whose answer came
 back is not used again until the whole round is back (the slots in force are
 the open ones less the good answers of the round), so that a refusal in the
 round is heard before the next request leaves, not after. Good answers count
-only while nothing but the slots spaces the sends (no backoff delay, no
-announced pace on top of the configured delay), so that a backoff wearing off
-does not find every slot open at once.
+only while nothing but the slots spaces the sends (no announced pace, and no
+backoff delay on top of the configured delay, or one shorter than the time
+the slots in force keep busy: ``delay x slots <= latency``), so that a backoff
+wearing off does not find every slot open at once, while a slow site's slots
+still reopen under a backoff delay that spaces nothing.
 
 Pure: numbers in, numbers out; :class:`~crawlpace.policy.scope.ScopePolicy`
 keeps the counters and applies the result to its concurrency.
@@ -91,11 +100,14 @@ class _SlotState(Protocol):
     opened: int
     opened_good: int
     opened_threshold: int
+    opened_good_sent: float
     limits: Limits
     _base: Limits
     pace_until: float
 
     def _compute_base(self, now: float) -> Limits: ...
+
+    def _slots_set_pace(self, latency: float | None) -> bool: ...
 
 
 class GradualSlots:
@@ -103,12 +115,34 @@ class GradualSlots:
 
     __slots__ = ()
 
-    def _open_slots(self: _SlotState, now: float, feedback: ScopeFeedback) -> None:
-        """Apply the rule to one outcome, and the open slots to the scope's base limits."""
+    def _slots_set_pace(self: _SlotState, latency: float | None) -> bool:
+        """Whether the slots, not a backoff delay, spaced the sends an answer taking ``latency`` came from.
+
+        With no backoff delay above the configured one, they did. Under one,
+        they still did while the slots in force, each busy for an answer's
+        time, send less often than the delay allows (``delay x slots <=
+        latency``): on a site that takes seconds to answer, a one-second
+        backoff delay spaces nothing, and waiting for it to wear off before
+        counting good answers would keep one slot open for a whole window.
+        """
+        delay = self.limits.delay
+        if delay <= self._base.delay:
+            return True
+        return latency is not None and delay * max(self._base.concurrency, 1) <= latency
+
+    def _open_slots(self: _SlotState, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
+        """Apply the rule to one outcome of a request sent at ``sent_at``; open slots go to the limits."""
         well = feedback.status is not None and not feedback.failed and not feedback.backoff
+        refused = feedback.backoff
+        if well:
+            self.opened_good_sent = max(self.opened_good_sent, sent_at)
+        elif refused and feedback.status is None and sent_at < self.opened_good_sent:
+            logger.debug("scope %s: gradual slots kept at %d: a request sent later was answered well, so "
+                         "this failure was its own, not load", self.scope, self.opened)
+            return
         opened, self.opened_good, self.opened_threshold = next_open(
-            self.opened, self.opened_good, self.opened_threshold, self.concurrency, refused=feedback.backoff,
-            answered_well=well, unpaced=self.limits.delay <= self._base.delay and now >= self.pace_until)
+            self.opened, self.opened_good, self.opened_threshold, self.concurrency, refused=refused,
+            answered_well=well, unpaced=self._slots_set_pace(feedback.latency) and now >= self.pace_until)
         if opened != self.opened:
             logger.debug("scope %s: gradual slots %d -> %d", self.scope, self.opened, opened)
             self.opened = opened

@@ -12,6 +12,13 @@ levels out at:
 * a refusal the previous cut did not prevent, or the start phase's first:
   ``BETA_DEEP`` (a half), the ceiling at the geometric middle (the start
   phase's at ``START_CEILING_SHARE``, or under its good rate);
+* but the first such refusal in the steady phase that comes near the previous
+  refusal's rate (at least ``NEAR_SHARE`` of it) is *gentle*: the ordinary
+  depth and ceiling, counted from its own send rate. The limit is known to lie
+  just under it (a token bucket paying back the burst that let the rate pass
+  its limit), and a halving would leave the scope at half its rate while the
+  search climbs back. A second refusal the gentle cut did not prevent is deep,
+  unless it comes once the climb has held its level (then it is ordinary);
 * a refusal on arrival with several in flight (the slots were too many): the
   ordinary depth, the slot cap does the rest;
 * latency past the cut line: deeper the further past the knee it is
@@ -30,7 +37,11 @@ from typing import Protocol
 from ._rampup_climb import BETA, BETA_DEEP, BETA_OVER, CASCADE_GROWTH, CEILING_SHARE, START_CEILING_SHARE
 from ._rampup_sends import NEVER
 
-__all__ = ["CutRules"]
+__all__ = ["NEAR_SHARE", "CutRules"]
+
+#: A refusal the previous cut did not prevent is cut gently, once, when its send rate is at least
+#: this share of the previous refusal's: the limit is near, not far below (see the module's rules).
+NEAR_SHARE = 0.75
 
 
 class _CutState(Protocol):
@@ -49,13 +60,17 @@ class _CutState(Protocol):
     slot_cap: float
     _pushbacks: deque[float]
     _cut_rate: float
+    _gentle: bool
     _quiet_until: float
+    _epoch: float
+    _k: float
 
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
     def pushbacks(self, now: float) -> int: ...
     def _latency_beta(self) -> float: ...
     def _start_ceiling(self, refused: float, rate: float, ceiling: float) -> float: ...
+    def _start_resume(self, now: float, rate: float, ceiling: float) -> float: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _after_cut(self, now: float, *, sent: float, allowed: float, cascade: bool, steady: bool,
                    refused: bool) -> None: ...
@@ -108,9 +123,18 @@ class CutRules:
         # Too many slots, not too high a rate: the cap answers it, and the cut stays gentle.
         cascade = refused and not slots and (self.phase == "start" or (
             self._cut_rate > 0.0 and sent < self._cut_rate * CASCADE_GROWTH))
+        if cascade and self._gentle and now >= self._epoch + self._k:
+            # A gentle cut's level is only a few per cent over its rate, so the growth test
+            # cannot tell: a refusal once the climb held its level says the level is a little
+            # high, not that the limit fell far. An ordinary cut answers it.
+            cascade = False
+        # Near the previous refusal's rate, the first cascade of a streak is gentle (see the rules).
+        gentle = cascade and self.phase == "steady" and not self._gentle and (
+            self.last_pushback_rate is not None and sent >= NEAR_SHARE * self.last_pushback_rate)
+        cascade = cascade and not gentle
         if cascade:
             beta = BETA_DEEP
-        elif slots:
+        elif slots or gentle:
             beta = BETA
         elif count > high and refused:
             beta = BETA_OVER
@@ -132,17 +156,21 @@ class CutRules:
         rate = max(self.min_rate, min(self.max_rate, sent * beta))
         if self.phase == "start" and refused and not slots:
             ceiling = self._start_ceiling(sent, rate, ceiling)  # at most under the good rate
+            rate = self._start_resume(now, rate, ceiling)  # a hold pays the burst's debt
         self.generation += 1
         self.phase = "steady"
         self.above_since = NEVER
         previous, self.ceiling = self.ceiling, ceiling
         self.rate = rate
         self._cut_rate = self.rate
+        self._gentle = gentle
         self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
-        self._start_climb(now, fast=cascade)
+        self._start_climb(now, fast=cascade or gentle)  # a gentle cut's level is near: no need to dawdle
         self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
                         steady=steady, refused=refused)
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
-        what = {"pushback": "pushback", "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
+        what = {"pushback": "pushback near the last one's rate" if gentle else "pushback",
+                "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
+        resumed = " (the hold is the cut: at the level after it)" if self.rate > rate else ""
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
-                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {self.rate:.3g}/s, ceiling {ceiling:.3g}/s")
+                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {rate:.3g}/s{resumed}, ceiling {ceiling:.3g}/s")

@@ -27,7 +27,12 @@ most ``HOLD_SHARE`` of the time. The length of the last hold is kept
 probed as rarely even on a refusal it sends without the header. And the
 hold is left out of the climb: the curve resumes after the silence where it
 was when the silence began, so the first sends after a hold do not jump to a
-rate the climb would have reached had the scope been sending.
+rate the climb would have reached had the scope been sending. But in the
+steady phase a hold of :data:`HOLD_LONG` or more resumes *at* the level, not at
+the cut rate under it: the cut under the level is there to pay back what an overshoot owes (a token
+bucket's burst spent past its limit), and a silence of seconds has paid it
+already, so a climb from under the level would only waste the sends after the
+hold.
 """
 
 from __future__ import annotations
@@ -36,8 +41,9 @@ import math
 from typing import Protocol
 
 from ._rampup_climb import CEILING_SHARE
+from ._rampup_start import START_HELD_MIN
 
-__all__ = ["HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
+__all__ = ["HOLD_LONG", "HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
 
 #: The search ends when the level is within this share of the top.
 SEARCH_DONE = 0.05
@@ -45,6 +51,10 @@ SEARCH_DONE = 0.05
 SEARCH_PACE = 2.0
 #: After a held refusal, the probe beyond the level waits until a failed one costs this share of the time.
 HOLD_SHARE = 0.05
+#: In the steady phase, a hold at least this long (seconds) resumes at the level, not under it: the
+#: silence is the cut. (Shorter is a token bucket's wait for its next token: ``Retry-After: 1``.)
+#: One threshold with the start phase's held resume, so a hold means the same in both phases.
+HOLD_LONG = START_HELD_MIN
 
 
 class _SearchState(Protocol):
@@ -101,6 +111,12 @@ class SearchClimb:
             self.hold_learned = held
         if self.hold_learned > 0.0:
             self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
+        if steady and held >= HOLD_LONG and ceiling > self.rate:
+            # The silence has already paid back whatever the overshoot owed (a bucket refills in
+            # it): climbing back from under the level would only waste the sends after it. (The
+            # start phase's first refusal has a rule of its own, in _rampup_start.)
+            self.rate = ceiling
+            self._start_climb(now, fast=False)
 
     def _search_step(self: _SearchState, now: float) -> bool:
         """At the level with no pushback: climb quickly to the next level of the search.

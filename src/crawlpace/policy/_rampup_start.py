@@ -36,9 +36,13 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
-between the two. The state is two numbers on the controller: the good rate
-(``_good_rate``) and the lowest latency seen (``_low_latency``, 0 for none); the
-send record (``_rampup_sends``) keeps when the send before the door's went.
+between the two. After a refusal that came with a hold of ``START_HELD_MIN`` or
+more (``Retry-After: 2``, say), the rate resumes at ``START_HELD_SHARE`` of that
+ceiling instead of half the refused rate: the hold paid the burst's debt.
+
+The state is two numbers on the controller: the good rate (``_good_rate``) and
+the lowest latency seen (``_low_latency``, 0 for none); the send record
+(``_rampup_sends``) keeps when the send before the door's went.
 """
 
 from __future__ import annotations
@@ -48,8 +52,9 @@ from typing import Protocol
 
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
-__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE",
-           "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
+__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_HELD_MIN",
+           "START_HELD_SHARE", "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT",
+           "START_USED_SHARE", "StartPhase"]
 
 #: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
 START_DOUBLING = 1.0
@@ -82,6 +87,13 @@ START_GOOD_CEILING = 0.95
 #: ... when the good rate is at least this share of the refused one (one answer may double
 #: the rate, so a good rate about half the refused one tells nothing).
 START_GOOD_SHARE = 0.6
+#: After a first refusal that came with a hold, the rate resumes at this share of the ceiling ...
+START_HELD_SHARE = 0.9
+#: ... when the hold is at least this many seconds: a ``Retry-After`` of 1, the least a header
+#: in whole seconds can say, is what a token bucket says while its next token is under a second
+#: away; after a burst the ceiling may lie above such a bucket's limit (resuming just under it
+#: drew a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2).
+START_HELD_MIN = 1.5
 
 
 class _StartPhaseState(Protocol):
@@ -95,6 +107,7 @@ class _StartPhaseState(Protocol):
     latency: float | None
     _good_rate: float
     _low_latency: float
+    _resumed_at: float
     _gap: float | None
     _sent_at: float
     _last_growth: float
@@ -159,6 +172,25 @@ class StartPhase:
             low = self._low_latency
             self._low_latency = sample if low <= 0.0 else min(low, sample)
 
+    def _start_resume(self: _StartPhaseState, now: float, rate: float, ceiling: float) -> float:
+        """The rate after the start phase's first refusal: ``rate`` (the halved one), or, when
+        the refusal came with a hold of ``START_HELD_MIN`` or more that the scope is still in,
+        ``START_HELD_SHARE`` of ``ceiling``.
+
+        A token bucket refuses only once it is empty, and refused requests take
+        nothing from it, so after a silence of at least one gap at the ceiling (a
+        gap at its limit or longer) it holds a token again: sends under its limit
+        from then on never find it empty. The halving's reason (the burst's debt)
+        is paid by the hold, and a climb back from half the rate would cost the
+        site seconds on top of the silence (a 2 s hold at a site allowing 2/s:
+        about 4 s more to climb back from 1/s). A hold that long is a penalty,
+        not a bucket's wait for its next token (see ``START_HELD_MIN``).
+        """
+        held = self._resumed_at - now
+        if ceiling <= 0.0 or held < START_HELD_MIN or held < 1.0 / ceiling:
+            return rate
+        return min(ceiling, max(rate, START_HELD_SHARE * ceiling))
+
     def _start_again(self: _StartPhaseState) -> None:
         """Back to the start phase (the limit moved up): the rate in force is the good rate now."""
         self.phase = "start"
@@ -195,7 +227,8 @@ class StartPhase:
         when the server allows no burst. (A good rate about a whole doubling below
         says no more than the halving does.) The rate itself is still halved: a server
         that allows a burst lets the good rate pass its limit, and a fall back to
-        just under it drew more refusals while the burst's debt was paid.
+        just under it drew more refusals while the burst's debt was paid (unless a hold
+        paid it: :meth:`_start_resume`).
         """
         good = min(self._good_rate, refused)
         if good < START_GOOD_SHARE * refused:

@@ -72,8 +72,10 @@ rises by one after every window without a pushback.
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
 times quicker; then a search (``_rampup_search``) climbs by halves to where
-an ordinary cut would have levelled out. A refusal with a ``Retry-After``
-hold is not probed past for ``hold / 5 %`` seconds.
+an ordinary cut would have levelled out. The first such refusal near the
+previous refusal's rate is cut gently instead (``_rampup_cut``). A refusal
+with a ``Retry-After`` hold is not probed past for ``hold / 5 %`` seconds,
+and in the steady phase a long hold resumes at the level.
 
 The controller is one object (its attributes are the state ``policy/state.py``
 shares), with its parts in rooms of their own: the send record in
@@ -164,12 +166,13 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_door", "_epoch", "_gap", "_good_rate", "_k",
-                 "_last_growth", "_level", "_low_latency", "_probe_after", "_probe_c", "_pushbacks",
-                 "_queue_cap", "_quiet_until", "_resumed_at", "_samples", "_sent_at", "_stuck_share",
-                 "_stuck_time", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
-                 "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
-                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
+    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_door", "_epoch", "_gap", "_gentle",
+                 "_good_rate", "_k", "_last_growth", "_level", "_low_latency", "_probe_after", "_probe_c",
+                 "_pushbacks", "_queue_cap", "_quiet_until", "_resumed_at", "_samples", "_sent_at",
+                 "_stuck_share", "_stuck_time", "_top", "_window_min", "_window_start", "above_since",
+                 "ceiling", "decision", "generation", "hold_learned", "last_pushback_rate", "latency",
+                 "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "slot_cap",
+                 "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -193,6 +196,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self._sent_at = _NEVER
         self._last_growth = _NEVER
         self._cut_rate = 0.0
+        self._gentle = False  # the last cut was a gentle one of a refusal it did not prevent (_rampup_cut)
         self._good_rate = 0.0  # the start phase's highest rate whose send was answered
         self._door = _NEVER  # after the send robots.txt let go at once: when the send after it is due
         self._low_latency = 0.0  # the lowest latency seen (0: none yet), for the start phase's round

@@ -78,12 +78,14 @@ class ScopePolicy(ScopeGates, GradualSlots):
         gradual, opened, opened_good, opened_threshold: whether the
             gradual-slots rule governs the scope, the slots it opened (all
             when off), the good answers toward the next step, the threshold.
+        opened_good_sent: when the latest request answered well was sent
+            (a failure sent before it is not load; see ``_gradual_slots``).
     """
 
     __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency",
                  "config", "crawl_delay", "gated", "generation", "gradual", "hold_until", "jitter", "limits",
-                 "manager", "opened", "opened_good", "opened_threshold", "pace", "pace_until", "quota",
-                 "rampup", "scope", "server_concurrency", "wake_at", "watches")
+                 "manager", "opened", "opened_good", "opened_good_sent", "opened_threshold", "pace",
+                 "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at", "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -108,6 +110,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                                        rampup=bool(self.rampup), autothrottle=bool(self.autothrottle))
         self.opened = 1 if self.gradual else self.concurrency
         self.opened_good, self.opened_threshold = 0, self.concurrency
+        self.opened_good_sent = _NEVER  # the latest send of a request answered well
         self.hold_until = _NEVER
         self.pace = 0.0
         self.pace_until = _NEVER
@@ -264,7 +267,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             # The newest announcement counts; it lasts until another one changes it.
             self.server_concurrency = max(1, feedback.concurrency)
         if self.gradual:
-            self._open_slots(now, feedback)
+            self._open_slots(now, feedback, sent_at)
         if feedback.consumed_quota is not None and self.quota is not None:
             self.quota.adjust(now, feedback.consumed_quota - expected_use)
         autothrottle = self.autothrottle

@@ -65,7 +65,7 @@ StateValue = float | int | bool | None | tuple[float, ...]
 FIELDS: dict[str, tuple[str, ...]] = {
     # The policy itself: what it combined, and its own learned inputs.
     "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
-          "server_concurrency", "opened", "opened_good", "opened_threshold"),
+          "server_concurrency", "opened", "opened_good", "opened_threshold", "opened_good_sent"),
     # The default scope manager's backoff.
     "b": ("level", "generation", "anchor", "last_feedback", "last_change", "tail"),
     "a": ("delay",),  # AutoThrottle
@@ -77,7 +77,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_pushbacks", "_gap", "_sent_at", "_last_growth", "_cut_rate", "_epoch", "_k", "_climb",
           "_probe_c", "_baseline", "_window_min", "_window_start", "_samples", "_quiet_until", "_level",
           "_stuck_share", "_stuck_time", "_resumed_at", "slot_cap", "_cap_at", "_good_rate", "_door",
-          "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap"),  # rampup
+          "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap", "_gentle"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
 }
 
