@@ -62,6 +62,11 @@ class SendRecord:
         gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, since)
         return 1.0 / gap if gap > 0.0 else math.inf
 
+    @property
+    def mean_gap(self: _SendRecordState) -> float | None:
+        """The mean gap between sends, in seconds (None before the second send)."""
+        return self._gap
+
     def allowed_rate(self: _SendRecordState, now: float) -> float:
         """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending,
         and never under the start phase's floor (``_rampup_start``: one request in flight back to back)."""

@@ -161,6 +161,11 @@ class StartPhase:
         return (self.phase == "start" and self._low_latency == 0.0 and self._gap is None
                 and self._last_growth > self._sent_at)
 
+    def door_open(self: _StartPhaseState) -> bool:
+        """Whether robots.txt's door is open (see :meth:`_door_open`): a shared store closes it
+        as the send through it goes, as :meth:`on_send` does for one process."""
+        return self._door_open()
+
     def _start_latency(self: _StartPhaseState, sample: float | None) -> None:
         """Note an answer's latency: the start phase's round follows the lowest one."""
         if sample is not None and sample > 0.0 and math.isfinite(sample):

@@ -202,7 +202,15 @@ class SharedPolicies:
         hold = policy.gate(now, 0.0)
         # A breaker waiting for its probe's answer: look again shortly.
         hold = now + 1.0 if hold is None else hold
+        if hold <= now:
+            # No hold in force: the end of the scope's latest silence that was not its own (a
+            # server's hold, or hung requests holding every slot), if any. It holds nothing, but
+            # acquire.lua spaces the next send from it, as rampup's own record leaves the silence
+            # out: read as a gap, a 10 s hang capped the fleet's rate near 1/s.
+            rampup = policy.rampup
+            resumed = rampup.resumed_at if rampup is not None else -1.0
+            hold = resumed if -1.0 < resumed <= now else -1.0
         blob = dump_policy(policy, self.factory)
         return blob, [blob, str(limits.concurrency), repr(limits.delay), repr(limits.delay_per_slot),
-                      repr(limits.floor), repr(hold if hold > now else -1.0), str(policy.generation),
+                      repr(limits.floor), repr(hold), str(policy.generation),
                       "1" if policy.given_up else "0", pause_arg(policy, now)]

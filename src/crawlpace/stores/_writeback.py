@@ -114,17 +114,57 @@ class PolicyWriter:
                 self.unshared += 1
                 logger.debug("scope %s: an outcome was not shared: other workers kept writing first", name)
 
-    async def write(self, name: str, version: int, policy: ScopePolicy, now: float) -> bool:
-        """Write ``policy`` back if the stored version is still ``version``; False if it was not."""
+    async def write(self, name: str, version: int, policy: ScopePolicy, now: float, *,
+                    gap: float | None = None) -> bool:
+        """Write ``policy`` back if the stored version is still ``version``; False if it was not.
+
+        ``gap``, if given, replaces the scope's stored mean gap between sends with it.
+        """
         blob, values = self.policies.writeback(policy, now)
         args = [await self._now_arg(), "", self.idle, 1, "0", "", "0", "0", "", str(version), *values,
                 "", "", ""]
+        if gap is not None:
+            args.append(repr(gap))
         reply = await self._run("release", list(self._keys(name)), args)
         if reply[1] in (b"ok", "ok"):
             self.policies.written(name, version, blob)
             return True
         self.policies.know(name, int(reply[1]), await self._fetch(name))
         return False
+
+    async def pass_door(self, name: str, at: float) -> float | None:
+        """Close the start phase's door on the send admitted at ``at`` (server time), for the fleet.
+
+        A robots.txt answer opens the door (``policy/_rampup_start.py``): the
+        next send may go at once, on one slot. One process closes it as that
+        send goes (``on_admit``); a fleet keeps the stored limits of the open
+        door (one slot, the robots.txt round trip as the delay) until the
+        page's answer is written back, a whole round trip later: a slow site
+        then had one request in flight for seconds where one process had two.
+        So the worker that sends through the door writes the closed door back
+        at once, and with it the scope's mean gap between sends as one
+        process counts it: the door's short spacing counts as the rate's gap
+        (``Rampup.on_send``), or the fleet would read the scope's sends as
+        many times its rate, and a worker whose answer came after another's
+        send would read the scope as silent since its own. Should another
+        worker have written first, that write is the newer lesson, and this
+        one is dropped. Returns the gap written (None when nothing was).
+        """
+        cached = self.policies.peek(name)
+        if cached is None or cached.blob is None:
+            return None
+        policy = self.policies.policy(name)
+        rampup = policy.rampup
+        if rampup is None or not rampup.door_open():
+            return None
+        policy.on_admit(at, 0.0)
+        gap = rampup.mean_gap
+        if not await self.write(name, cached.version, policy, at, gap=gap):
+            return None
+        cached = self.policies.entry(name)
+        if cached.seen == at:
+            cached.seen_gap = gap
+        return gap
 
     def due(self, demands: tuple[Demand, ...]) -> bool:
         """Whether a scope of ``demands`` may have a time-driven change due (see :meth:`refresh_due`)."""

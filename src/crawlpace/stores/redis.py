@@ -46,7 +46,7 @@ from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease
 from ._policies import PolicyFactory
-from ._redis_admit import acquire_call, blocked, granted, learn_versions
+from ._redis_admit import acquire_call, blocked, door_open, granted, learn_versions, pass_doors, sooner
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
 from ._redis_release import ReleaseSender, release_call
@@ -277,11 +277,13 @@ class RedisStore:
             policy = policies.policy(name)
             raise ScopeGivenUp(name, policy.breaker.reason if policy.breaker else "")
         if status == 0:
-            return blocked(demands, reply, server_now, self._local)
+            return sooner(blocked(demands, reply, server_now, self._local), policies, self._clock.now())
         got = granted(reply, len(demands))
         # The lease is granted from here on: renew it before anything else can fail.
         self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
         await learn_versions(policies, demands, got, self._fetch_blob, self._down)
+        if any(door_open(policies, name) for name, _use in demands):
+            got = await pass_doors(self._writer, demands, got, self._down)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,

@@ -16,12 +16,15 @@
 --   quota bucket's capacity and refill rate, and the units to charge (the
 --   actual use minus the expected one; negative: a refund), "" for none.
 --   Trailing "" values may be left out (the usual release has no write-back
---   and no quota: 5 values instead of 18); they read as "".
+--   and no quota: 5 values instead of 18); they read as "". After the scopes,
+--   optionally, the mean gap between sends to store with a write-back (one
+--   scope: the send through the start phase's door, see stores/_writeback.py).
 -- Returns {"", result...} (the first value is a place holder: formatting "now"
 --   cost more than anything read it for): per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
+local set_gap = ARGV[5 + 18 * n]
 -- Each argument costs the server more than a short loop here: callers leave the empty tail out.
 for j = #ARGV + 1, 4 + 18 * n do ARGV[j] = "" end
 local out = {""}
@@ -95,7 +98,7 @@ for i = 1, n do
   local result = "ok"
   if ARGV[base + 6] ~= "" then
     -- One read for the version check, the fields a new delay is counted from and a refusal's hold.
-    local w = redis.call("HMGET", a, "ver", "delay", "last", "next", "fhold")
+    local w = redis.call("HMGET", a, "ver", "delay", "last", "next", "fhold", "pslot")
     local version = w[1] or "0"
     local fhold = tonumber(w[5])
     if version ~= ARGV[base + 6] then
@@ -127,6 +130,17 @@ for i = 1, n do
         end
         redis.call("HSET", a, "next", num(nxt))
       end
+      -- Resting slots wake as if sent under a shorter per-slot delay (as in the memory
+      -- store): the same shift for all. (A fleet's first page after robots.txt, whose slot
+      -- rests for the starting per-slot delay, goes at once as in one process.)
+      local opslot, npslot = tonumber(w[6]), tonumber(ARGV[base + 10])
+      if opslot and npslot and npslot < opslot then
+        local rest = redis.call("ZRANGE", r, 0, -1, "WITHSCORES")
+        for j = 1, #rest, 2 do
+          redis.call("ZADD", r, num(tonumber(rest[j + 1]) - (opslot - npslot)), rest[j])
+        end
+      end
+      if set_gap and set_gap ~= "" then redis.call("HSET", a, "gap", set_gap) end
       redis.call("SET", p, ARGV[base + 7], "EX", idle)
       redis.call("HSET", a, "ver", tonumber(version) + 1, "conc", ARGV[base + 8], "delay", ARGV[base + 9],
                  "pslot", ARGV[base + 10], "floor", ARGV[base + 11], "hold", hold,
