@@ -113,6 +113,66 @@ async def test_an_expired_claim_returns_to_the_front_of_its_queue(frontiers: Fac
     assert (counts.done, counts.duplicates, counts.late, counts.claimed) == (1, 0, 1, 0)
 
 
+async def test_a_claim_whose_reply_was_lost_is_handed_out_again(frontiers: Factory,
+                                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    """The server ran a claim and went away before answering (a stop seen in the suite): the claimed
+    URLs came back only when their visibility ran out. The next claim now hands them over first."""
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    worker, other = frontiers("worker"), frontiers("other")
+    await worker.enqueue(site("a.test", 3) + site("b.test", 3))
+    run = worker._run
+    lost_replies = 2  # two claims in a row run and go unanswered
+
+    async def run_then_lose(name: str, args: list[object]) -> object:
+        nonlocal lost_replies
+        reply = await run(name, args)
+        if name == "claim" and lost_replies:
+            lost_replies -= 1
+            raise RedisConnectionError("Connection closed by server.")
+        return reply
+
+    monkeypatch.setattr(worker, "_run", run_then_lose)
+    for count in (1, 2):
+        with pytest.raises(RedisConnectionError):
+            await worker.claim(count, spacing=0.0)
+    # The first took a.test/page/0; the second handed it over again and took b.test/page/0.
+    assert (await other.counts()).claimed == 2
+    claim = await worker.claim(3, spacing=0.0)
+    urls = sorted(item.url for item in claim.urls)
+    # Both URLs nobody knew of (the second claim carried the first one's along), then one new URL.
+    assert urls == ["http://a.test/page/0", "http://a.test/page/1", "http://b.test/page/0"]
+    assert [item.tries for item in claim.urls if item.url.endswith("/0")] == [1, 1]
+    assert (await other.counts()).claimed == 3
+    # Once answered, nothing is handed out twice: the next claim only takes new URLs.
+    again = await worker.claim(5, spacing=0.0)
+    assert sorted(item.url for item in again.urls) == ["http://a.test/page/2", "http://b.test/page/1"]
+
+
+async def test_a_lost_claim_that_never_ran_recovers_nothing(frontiers: Factory,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    worker = frontiers("worker")
+    await worker.enqueue(site("a.test", 2))
+    first = await worker.claim(1, spacing=0.0)  # answered: the server keeps its token
+    run = worker._run
+
+    async def never_sent(name: str, args: list[object]) -> object:
+        if name == "claim":
+            raise RedisConnectionError("Connection refused.")
+        return await run(name, args)
+
+    monkeypatch.setattr(worker, "_run", never_sent)
+    with pytest.raises(RedisConnectionError):
+        await worker.claim(1, spacing=0.0)
+    monkeypatch.setattr(worker, "_run", run)
+    claim = await worker.claim(5, spacing=0.0)
+    # The answered claim's URL is not handed out again; only the one left in the queue is.
+    assert [item.url for item in first.urls] == ["http://a.test/page/0"]
+    assert [item.url for item in claim.urls] == ["http://a.test/page/1"]
+
+
 async def test_touch_keeps_a_claim_and_reports_claims_lost(frontiers: Factory) -> None:
     holder, other = frontiers("holder", visibility=0.3), frontiers("other")
     await holder.enqueue(site("a.test", 2))

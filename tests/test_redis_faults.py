@@ -18,7 +18,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -335,6 +335,48 @@ async def test_a_release_that_failed_is_sent_again_when_redis_answers(
         assert (snap.inflight, snap.sends, snap.responses) == (2, 3, 1)  # the outcome was counted too
         await other.release(lease, Outcome(status=200))
         await store.release(held[1], Outcome(status=200))
+    finally:
+        await store.aclose()
+        await other.aclose()
+
+
+async def test_an_acquire_whose_reply_was_lost_does_not_hold_its_slot(redis_url: str) -> None:
+    # The server ran an acquire and went away before its reply was read (a persistent server stopped
+    # mid-crawl in the suite): the lease it wrote held a slot until it expired, 30 s by default.
+    from redis.exceptions import ConnectionError as RedisConnectionError
+
+    clock = AsyncioClock()
+    settings = Settings.from_scrapy(FULL_RAW)
+    url = f"{redis_url}&lease=30" if "?" in redis_url else f"{redis_url}?lease=30"
+    store, other = make_store(url, settings, clock), make_store(url, settings, clock)
+    assert isinstance(store, RedisStore)
+    scope = (("held.example", 1.0),)
+    submit = store._conn.submit
+    lost: list[str] = []
+
+    def reply_lost(name: str, keys: Sequence[str], args: Sequence[Any]) -> asyncio.Future[Any]:
+        reply = submit(name, keys, args)
+        if name != "acquire" or lost:
+            return reply
+        lost.append(name)
+        never: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        reply.add_done_callback(
+            lambda _: never.set_exception(RedisConnectionError("Connection closed by server.")))
+        return never
+
+    store._conn.submit = reply_lost  # type: ignore[method-assign]
+    try:
+        assert isinstance(await store.acquire(scope), Blocked)  # granted on the server, unknown here
+        assert lost == ["acquire"]
+        mine = await store.acquire(scope)  # sends the lost lease's release first
+        assert isinstance(mine, Lease)
+        theirs = await other.acquire(scope)
+        assert isinstance(theirs, Lease), "the lost acquire's lease still holds a slot"
+        snap = await other.snapshot("held.example")
+        assert snap is not None
+        assert snap.inflight == 2
+        await store.release(mine, Outcome(status=200))
+        await other.release(theirs, Outcome(status=200))
     finally:
         await store.aclose()
         await other.aclose()

@@ -29,6 +29,7 @@ URL) the whole frontier of a namespace lives in one slot.
 
 from __future__ import annotations
 
+import itertools
 import logging
 import os
 import uuid
@@ -64,6 +65,8 @@ _NAMES = ("enqueue", "claim", "ack", "touch", "give_back", "defer", "robots_get"
 _SCRIPTS = load_scripts("crawlpace.frontier", _NAMES,
                         clocked=set(_NAMES) - {"ack", "robots_get", "robots_put"})
 _KEEP = load_scripts("crawlpace.frontier", ("keep",), clocked=())["keep"]
+#: Tokens of unanswered claims kept to name in the next claim (the server keeps one per worker).
+_LOST_MAX = 8
 #: Seconds a job's frontier keys live after the last enqueue, claim, touch or acknowledgement.
 DEFAULT_IDLE = 7 * 24 * 3600.0
 
@@ -227,6 +230,8 @@ class SharedFrontier:
             raise ConfigError([f"idle: {idle!r} is not a number of seconds above the visibility "
                                f"({self.visibility:g}); use e.g. {DEFAULT_IDLE:g}"])
         self.idle = int(idle)
+        self._claims = itertools.count(1)
+        self._lost: list[str] = []  # tokens of claims whose replies never came (claim.lua)
         prelude = f"local IDLE = {self.idle}\n{_KEEP}"
         self._conn = RedisConnection(self.url, {name: prelude + src for name, src in _SCRIPTS.items()},
                                      cluster=self.cluster, decode_responses=True)
@@ -275,9 +280,21 @@ class SharedFrontier:
             spacing: seconds before a scope that gave a URL may give another.
             skip: scopes to take nothing from (this worker holds enough of them);
                 they stay ready for the other workers.
+
+        A claim that fails because the server went away may still have run
+        there; the next claim hands this worker those URLs first, so they do
+        not wait out their visibility claimed by nobody.
         """
-        reply = await self._run("claim", ["", self._prefix, self.worker, max(count, 0), self.visibility,
-                                          max(spacing, 0.0), *skip])
+        token = str(next(self._claims))
+        try:
+            reply = await self._run("claim", ["", self._prefix, self.worker, max(count, 0), self.visibility,
+                                              max(spacing, 0.0), token, " ".join(self._lost), *skip])
+        except Exception as exc:
+            if frontier_unreachable(exc):
+                # The server may have run it and gone before answering: the next claim asks for its URLs.
+                self._lost = [*self._lost[-(_LOST_MAX - 1):], token]
+            raise
+        self._lost = []
         urls = tuple(ClaimedUrl(int(reply[i]), reply[i + 1], reply[i + 2], int(reply[i + 3]))
                      for i in range(4, len(reply), 4))
         next_in = float(reply[2]) if reply[2] != "" else None

@@ -187,6 +187,20 @@ class ReleaseSender:
         except self._down as exc:
             self._failed(item, exc)
 
+    def abandon(self, lease_id: str, keys: list[str], scopes: int, idle: str, expires: float) -> None:
+        """Take back a lease an acquire may have been granted without this worker hearing of it.
+
+        The server can run an acquire and go away before its reply is read;
+        the lease would then hold its slots until it expires. A release with no
+        outcome (sent the way releases after an outage are: it frees the lease
+        only if it is there, and counts nothing) waits for the server with the
+        other unsent releases.
+        """
+        args: list[Any] = ["", lease_id, idle, str(scopes)]
+        for _ in range(scopes):  # no slot to rest, free if held, nothing counted, nothing written
+            args += ["0", "2", "0", "0", *[""] * (_cluster.RELEASE_EACH - 4)]
+        self.unreleased.add(PendingRelease(lease_id, expires, (None, keys, args, {})))
+
     async def flush(self) -> None:
         """Wait until every release sent has been answered and settled."""
         while True:

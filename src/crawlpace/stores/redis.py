@@ -244,6 +244,7 @@ class RedisStore:
             if lease is not None:
                 return lease
         policies = self._policies
+        lease_id = ""
         try:
             # (Each step is skipped when there is nothing to do: an await costs even when it does not wait.)
             if not self._conn.connected:
@@ -268,6 +269,9 @@ class RedisStore:
                 except ResponseError as exc:
                     reply = await self._refused(exc, "acquire", keys, args)
         except self._down as exc:
+            if lease_id:
+                self._releases.abandon(lease_id, [key for name, _ in demands for key in self._keys(name)],
+                                       len(demands), self._idle_arg, self._clock.now() + self.lease)
             return self._outage.unreachable(exc, demands)
         self._outage.reachable()
         status, server_now = int(reply[0]), float(reply[1])

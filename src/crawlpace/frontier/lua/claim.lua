@@ -11,17 +11,27 @@
 -- their URLs): they stay ready for the other workers, and a worker whose
 -- room fills with slow sites' URLs still gets URLs of the others.
 --
+-- A claim whose reply the worker never read (the server went away between
+-- running it and answering) would leave its URLs claimed by nobody who knows
+-- it until their visibility runs out. So each claim carries a token, and the
+-- server keeps the worker's latest token with the ids it handed out
+-- ("lastclaim"); a worker that lost replies names their tokens in its next
+-- claim, and when the kept token is one of them, those ids still owned by the
+-- worker are handed out again first (their visibility renewed).
+--
 -- KEYS: 1 the ready set (every other key shares its hash tag and prefix).
 -- ARGV: 1 now ("" = TIME), 2 key prefix, 3 worker name, 4 n, 5 visibility
---   seconds, 6 spacing seconds, then scopes to skip.
+--   seconds, 6 spacing seconds, 7 this claim's token, 8 the tokens of claims
+--   whose replies were lost, space-separated ("" for none), then scopes to skip.
 -- Returns {queued, claimed, next ready in seconds ("" when nothing is queued),
 --   requeued, then id, url, scope, tries for each URL handed out}.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local p, worker = ARGV[2], ARGV[3]
 local n, vis, spacing = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
 local ready, claimed, stats = KEYS[1], p .. "claimed", p .. "stats"
+local token, lost = ARGV[7], ARGV[8]
 local skip = {}
-for i = 7, #ARGV do skip[ARGV[i]] = true end
+for i = 9, #ARGV do skip[ARGV[i]] = true end
 
 local requeued = 0
 local expired = redis.call("ZRANGEBYSCORE", claimed, "-inf", num(now), "LIMIT", 0, 1000)
@@ -44,11 +54,31 @@ end
 redis.call("ZADD", p .. "workers", num(now), worker)
 
 local out = {}
+local ids = {}
 local given = 0
+if lost ~= "" then
+  local kept = redis.call("HGET", p .. "lastclaim", worker)
+  if kept then
+    local was = string.match(kept, "^(%S+)")
+    if string.find(" " .. lost .. " ", " " .. was .. " ", 1, true) then
+      for id in string.gmatch(string.sub(kept, #was + 2), "%S+") do
+        if redis.call("HGET", p .. "owner", id) == worker and redis.call("ZSCORE", claimed, id) then
+          redis.call("ZADD", claimed, num(now + vis), id)
+          out[#out + 1] = id
+          out[#out + 1] = redis.call("HGET", p .. "url", id) or ""
+          out[#out + 1] = redis.call("HGET", p .. "scope", id) or ""
+          out[#out + 1] = redis.call("HGET", p .. "tries", id) or "1"
+          ids[#ids + 1] = id
+        end
+      end
+    end
+  end
+end
+local recovered = #ids
 if n > 0 then
-  local scopes = redis.call("ZRANGEBYSCORE", ready, "-inf", num(now), "LIMIT", 0, n + #ARGV - 6)
+  local scopes = redis.call("ZRANGEBYSCORE", ready, "-inf", num(now), "LIMIT", 0, n + #ARGV - 8)
   for _, scope in ipairs(scopes) do
-    if given >= n then break end
+    if given + recovered >= n then break end
     if not skip[scope] then
       local queue = p .. "q:" .. scope
       local id = redis.call("LPOP", queue)
@@ -60,6 +90,7 @@ if n > 0 then
         out[#out + 1] = redis.call("HGET", p .. "url", id) or ""
         out[#out + 1] = scope
         out[#out + 1] = tostring(tries)
+        ids[#ids + 1] = id
         given = given + 1
       end
       if redis.call("LLEN", queue) == 0 then
@@ -70,6 +101,9 @@ if n > 0 then
       end
     end
   end
+end
+if #ids > 0 then
+  redis.call("HSET", p .. "lastclaim", worker, token .. " " .. table.concat(ids, " "))
 end
 local queued = 0
 if given > 0 then

@@ -5,7 +5,8 @@
 -- has enqueued to, claimed from or acknowledged for IDLE seconds expire.
 local function keep(p, ready)
   redis.call("EXPIRE", ready, IDLE)
-  for _, name in ipairs({"seen", "seq", "url", "scope", "tries", "owner", "claimed", "stats", "workers"}) do
+  for _, name in ipairs({"seen", "seq", "url", "scope", "tries", "owner", "claimed", "stats", "workers",
+                          "lastclaim"}) do
     redis.call("EXPIRE", p .. name, IDLE)
   end
 end
