@@ -102,6 +102,26 @@ def test_a_shorter_per_slot_delay_wakes_resting_slots_sooner() -> None:
     assert state.ready_at(10.1) == 10.25
 
 
+def test_a_shorter_per_slot_delay_keeps_the_jitter_in_proportion() -> None:
+    # A jittered rest of 1.04 s under a 1 s per-slot delay (robots.txt's slot, at the starting
+    # delay): under 0.01 s it rests 0.0104 s, not the 0.05 s the old delay's jitter left
+    # when the shift alone was taken off.
+    state = ScopeState(Limits(concurrency=1, delay=0.0, delay_per_slot=1.0))
+    state.release(state.admit(0.0, factor=1.04), 0.005)
+    assert state.ready_at(0.005) == pytest.approx(1.04)
+    state.set_limits(Limits(concurrency=1, delay=0.0, delay_per_slot=0.01))
+    assert state.ready_at(0.005) == pytest.approx(0.0104)
+    # A slot sent before the latest send wakes no sooner than its own send under the new
+    # delay (0.416 for the one sent at 0 with the same jitter): here the shift is the sooner.
+    state = ScopeState(Limits(concurrency=2, delay=0.0, delay_per_slot=1.0))
+    early, late = state.admit(0.0, factor=1.04), state.admit(0.5)
+    state.release(early, 0.6)
+    state.release(late, 0.6)
+    state.set_limits(Limits(concurrency=2, delay=0.0, delay_per_slot=0.4))
+    assert sorted(state._resting or []) == pytest.approx([1.04 - 0.6, 0.5 + 0.4])
+    assert min(state._resting or []) >= 0.4 * 1.04
+
+
 def test_idle_only_when_nothing_pending() -> None:
     state = ScopeState(Limits(concurrency=1, delay=1.0, delay_per_slot=2.0))
     assert state.is_idle(0.0)

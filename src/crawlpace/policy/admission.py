@@ -41,6 +41,22 @@ class Limits:
     floor: float = 0.0
 
 
+def _woken(ready: float, last: float, shift: float, scale: float) -> float:
+    """When a slot resting until ``ready`` wakes once the per-slot delay shrinks by ``shift``,
+    to ``scale`` times what it was; ``last`` is the scope's latest send.
+
+    As if it had been sent under the shorter delay: its rest was the old delay
+    times its jitter, so the shorter one times the same jitter. The slot's own
+    send time is not kept, but it is no later than ``last``, so scaling the
+    rest left after ``last`` wakes it no sooner than that; taking the shift off
+    does the same, and the sooner of the two is the one to keep. (Taking the
+    shift off alone left a rest as long as the old delay's jitter: up to 50 ms
+    after a one-second starting per-slot delay, before the first page after
+    robots.txt.) Both move every slot the same way, so a heap keeps its order.
+    """
+    return min(ready - shift, last + (ready - last) * scale)
+
+
 class ScopeState:
     """Admission state of one scope.
 
@@ -160,9 +176,8 @@ class ScopeState:
                 self.next_send = min(self.next_send, last + max(limits.delay, limits.floor))
         shift = self.limits.delay_per_slot - limits.delay_per_slot
         if shift > 0.0 and self._resting:
-            # Resting slots wake as if sent under the shorter per-slot delay; the
-            # same shift for all keeps the heap's order.
-            self._resting = [ready - shift for ready in self._resting]
+            self._resting = [_woken(ready, last, shift, limits.delay_per_slot / self.limits.delay_per_slot)
+                             for ready in self._resting]
         self.limits = limits
         room = max(0, limits.concurrency - self.inflight)
         if self._resting and len(self._resting) > room:

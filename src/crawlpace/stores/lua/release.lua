@@ -131,13 +131,18 @@ for i = 1, n do
         redis.call("HSET", a, "next", num(nxt))
       end
       -- Resting slots wake as if sent under a shorter per-slot delay (as in the memory
-      -- store): the same shift for all. (A fleet's first page after robots.txt, whose slot
+      -- store, policy/admission.py's _woken: the old rest scaled from the last send, or
+      -- shifted, whichever is sooner). (A fleet's first page after robots.txt, whose slot
       -- rests for the starting per-slot delay, goes at once as in one process.)
       local opslot, npslot = tonumber(w[6]), tonumber(ARGV[base + 10])
       if opslot and npslot and npslot < opslot then
         local rest = redis.call("ZRANGE", r, 0, -1, "WITHSCORES")
+        local shift, scale = opslot - npslot, npslot / opslot
         for j = 1, #rest, 2 do
-          redis.call("ZADD", r, num(tonumber(rest[j + 1]) - (opslot - npslot)), rest[j])
+          local ready = tonumber(rest[j + 1])
+          local wake = ready - shift
+          if last and last + (ready - last) * scale < wake then wake = last + (ready - last) * scale end
+          redis.call("ZADD", r, num(wake), rest[j])
         end
       end
       if set_gap and set_gap ~= "" then redis.call("HSET", a, "gap", set_gap) end
