@@ -16,7 +16,7 @@ import pytest
 
 from crawlpace import Settings, Throttler
 from crawlpace.policy._rampup_climb import BETA_DEEP
-from crawlpace.policy._rampup_start import START_HELD_SHARE
+from crawlpace.policy._rampup_start import START_GOOD_CEILING, START_HELD_CEILING, START_HELD_SHARE
 from crawlpace.policy.rampup import RAMPUP_JITTER, Rampup
 from crawlpace.testing import MockClock
 
@@ -376,10 +376,13 @@ def test_a_first_refusal_with_a_hold_resumes_under_the_ceiling_not_at_half() -> 
     refused, _ = first_refusal(halved, None)
     assert halved.rate == pytest.approx(0.5 * refused, rel=0.01)
     # The same refusal with a 2 s Retry-After: the bucket refilled during the silence,
-    # so the sends resume just under the ceiling, not from half the refused rate.
+    # so the sends resume just under the ceiling, not from half the refused rate; and
+    # another refusal would cost a whole hold again, so the ceiling keeps more room under
+    # the good rate.
     refused_held, end = first_refusal(held, 2.0)
     assert refused_held == pytest.approx(refused)
-    assert held.ceiling == pytest.approx(halved.ceiling)
+    assert halved.ceiling is not None
+    assert held.ceiling == pytest.approx(halved.ceiling * START_HELD_CEILING / START_GOOD_CEILING)
     assert held.ceiling is not None
     assert held.rate == pytest.approx(START_HELD_SHARE * held.ceiling)
     assert held.rate > 0.7 * refused

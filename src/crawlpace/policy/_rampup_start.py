@@ -52,8 +52,8 @@ from typing import Protocol
 
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
-__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_HELD_MIN",
-           "START_HELD_SHARE", "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT",
+__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_HELD_CEILING",
+           "START_HELD_MIN", "START_HELD_SHARE", "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT",
            "START_USED_SHARE", "StartPhase"]
 
 #: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
@@ -84,6 +84,12 @@ START_USED_SHARE = 0.4
 START_SENT_WEIGHT = 0.75
 #: After the first refusal the climb levels out at this share of the good rate (if lower) ...
 START_GOOD_CEILING = 0.95
+#: ... or this share after a refusal with a hold of ``START_HELD_MIN`` or more. A site that
+#: demands seconds of silence after a refusal charges a whole hold for each one, and the good
+#: rate is a rate allowed, not one the sends reached: at 0.95 of it a 5/s site that allows no
+#: burst and holds 5 s refused again within seconds of the first hold, in every round of the
+#: hard farm on an idle machine, and held the 0.92 the second cut left for the rest of its crawl.
+START_HELD_CEILING = 0.9
 #: ... when the good rate is at least this share of the refused one (one answer may double
 #: the rate, so a good rate about half the refused one tells nothing).
 START_GOOD_SHARE = 0.6
@@ -217,7 +223,8 @@ class StartPhase:
             self.rate = max(self.rate, 1.0 / low)  # the window of one, confirmed: double from there
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 
-    def _start_ceiling(self: _StartPhaseState, refused: float, rate: float, ceiling: float) -> float:
+    def _start_ceiling(self: _StartPhaseState, now: float, refused: float, rate: float,
+                       ceiling: float) -> float:
         """Where the climb after the start phase's first refusal (at ``refused``) levels out.
 
         ``rate`` and ``ceiling`` are the ordinary cut's: half the refused rate,
@@ -229,8 +236,14 @@ class StartPhase:
         that allows a burst lets the good rate pass its limit, and a fall back to
         just under it drew more refusals while the burst's debt was paid (unless a hold
         paid it: :meth:`_start_resume`).
+
+        A refusal that came with a hold of ``START_HELD_MIN`` or more levels out at
+        ``START_HELD_CEILING`` of the good rate: the good rate is the rate allowed at the
+        last answered send, which the sends seldom reached, and another refusal costs a
+        whole hold again.
         """
         good = min(self._good_rate, refused)
         if good < START_GOOD_SHARE * refused:
             return ceiling
-        return max(rate, min(ceiling, good * START_GOOD_CEILING))
+        share = START_HELD_CEILING if self._resumed_at - now >= START_HELD_MIN else START_GOOD_CEILING
+        return max(rate, min(ceiling, good * share))
