@@ -53,8 +53,8 @@ from typing import Protocol
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
 __all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_HELD_CEILING",
-           "START_HELD_MIN", "START_HELD_SHARE", "START_LATENCY_SIGNAL", "START_MIN_ROUND", "START_SENT_WEIGHT",
-           "START_USED_SHARE", "StartPhase"]
+           "START_HELD_MIN", "START_HELD_SHARE", "START_LATENCY_SIGNAL", "START_MIN_ROUND",
+           "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
 
 #: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
 START_DOUBLING = 1.0
