@@ -56,13 +56,17 @@ async def cli(*args: str) -> tuple[int, str, str]:
 
 
 async def start_worker(store: str, namespace: str, output: Path, config: Path,
-                       visibility: float = 30.0, prefix: tuple[str, ...] = ()) -> asyncio.subprocess.Process:
-    """A frontier worker; ``prefix`` runs it under another command (``faketime`` for a skewed clock)."""
+                       visibility: float = 30.0, prefix: tuple[str, ...] = (),
+                       verbose: bool = False) -> asyncio.subprocess.Process:
+    """A frontier worker; ``prefix`` runs it under another command (``faketime`` for a skewed clock).
+
+    ``verbose`` logs at INFO, so a worker that does not end shows what it last did.
+    """
     return await asyncio.create_subprocess_exec(
         *prefix, sys.executable, "-m", "crawlpace", "crawl", "-o", str(output), "--redis", store,
         "--namespace", namespace, "--config", str(config), "--no-robots", "--quiet", "--json",
-        "--visibility", str(visibility), stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, "PYTHONPATH": SRC})
+        *(("-v",) if verbose else ()), "--visibility", str(visibility), stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": SRC})
 
 
 async def finish(process: asyncio.subprocess.Process, within: float = 90.0) -> dict[str, Any]:

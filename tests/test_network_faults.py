@@ -62,7 +62,10 @@ async def test_workers_ride_out_network_faults(tmp_path: Path, redis_server: Red
         try:
             assert (await frontier.enqueue(urls)).added == len(urls)
             outputs = [tmp_path / f"out{n}.jsonl" for n in range(3)]
-            workers = [await start_worker(through, namespace, path, config) for path in outputs]
+            # Logged at INFO: this test has failed twice in full runs (stops 27 and 28) with a worker
+            # still running after 150 s and nothing to show why; alone, it passed 14 runs of 14.
+            workers = [await start_worker(through, namespace, path, config, verbose=True)
+                       for path in outputs]
             schedule = asyncio.ensure_future(faults(proxy, log))
             try:
                 summaries = await asyncio.gather(*(finish(worker, within=150.0) for worker in workers))
