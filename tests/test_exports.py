@@ -27,7 +27,7 @@ def test_version_comes_from_the_package_metadata() -> None:
     pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
     declared = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
     assert crawlpace.__version__ == version("crawlpace") == declared
-    assert DEFAULT_USER_AGENT == f"crawlpace/{declared}"
+    assert f"crawlpace/{declared}" == DEFAULT_USER_AGENT
 
 
 def test_client_modules_export_what_they_define() -> None:
