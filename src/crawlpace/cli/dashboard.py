@@ -88,7 +88,7 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
         frontier = SharedFrontier(url, worker="crawlpace-dashboard")
         sampler = Sampler(store_reader(store), max_scopes=args.top_scopes)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes))
+        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes, fleet=True))
 
         async def fleet() -> tuple[Mapping[str, float], Mapping[str, Any] | None]:
             try:
