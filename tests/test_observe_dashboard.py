@@ -22,7 +22,7 @@ FAST = {"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0, "RANDOMIZE_DOWNLOAD_D
 
 def cells(dom: str, scope: str) -> dict[str, str]:
     """The cells of the row of ``scope``, by their class (the first word of it)."""
-    row = re.search(rf'<tr data-scope="{re.escape(scope)}">(.*?)</tr>', dom, re.S)
+    row = re.search(rf'<tr data-scope="{re.escape(scope)}"[^>]*>(.*?)</tr>', dom, re.S)
     assert row is not None, dom[-3000:]
     return {cls.split()[0]: text for cls, text in
             re.findall(r'<td class="([^"]*)">([^<]*)(?:<svg.*?</svg>)?</td>', row.group(1), re.S)}
@@ -49,6 +49,9 @@ async def test_the_page_shows_each_scope_its_pushbacks_and_backoff() -> None:
     assert busy["pushbacks"] == "1"
     assert busy["backoff"] == "1"
     assert busy["breaker"] == "closed"
+    assert busy["state"] == "backing off"  # highlighted: the row is marked for attention
+    assert re.search(r'<tr data-scope="busy.example" class="attention">', dom)
+    assert quiet["state"] == "ok"
     assert quiet["sends"] == "3"
     assert quiet["pushbacks"] == "0"
     assert dom.index('data-scope="busy.example"') < dom.index('data-scope="quiet.example"')  # busiest first

@@ -131,6 +131,8 @@ class JobOutcomes:
         tally.done += 1
         if outcome != "ok" or (status is not None and status >= 400):
             tally.errors += 1
+            if error:
+                tally.note = error
         self.source.answered(task)
 
     def _tally(self, scope: str) -> ScopeTally:

@@ -81,12 +81,16 @@ class CrawlFigures:
         queued: URLs not yet settled.
         retries: requests sent again for a URL already tried.
         queued_by_scope: URLs waiting per scope, for ``crawlpace_queue_length``.
+        hosts: per host, what the crawl did there: an object with ``done``,
+            ``outcomes`` (final outcome -> URLs) and ``note`` (why the last URL
+            that did not end ``ok`` ended so), for the dashboard.
     """
 
     outcomes: Callable[[], Mapping[str, int]]
     queued: Callable[[], int]
     retries: Callable[[], int]
     queued_by_scope: Callable[[], Mapping[str, int]] = field(default=lambda: {})
+    hosts: Callable[[], Mapping[str, Any]] = field(default=lambda: {})
 
 
 def _minus(counts: ScopeCounts, base: ScopeCounts) -> ScopeCounts:

@@ -42,7 +42,7 @@ class MonitorOptions:
         linger: at the end, the servers stay up at most this many seconds, until
             whoever watched during the run (a Prometheus scraping ``/metrics``, a
             dashboard page open) has read the final figures; nobody watching,
-            they close at once.
+            they close at once (``crawlpace crawl --linger``: 30 s).
     """
 
     metrics_port: int | None = None
@@ -53,7 +53,7 @@ class MonitorOptions:
     top_n: int = 50
     interval: float = 1.0
     on_give_up: str | None = None
-    linger: float = 30.0
+    linger: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("metrics_port", "dashboard_port"):
@@ -136,7 +136,7 @@ class Monitor:
         else:
             self.metrics_server = None
         if options.dashboard_port is not None:
-            routes = dashboard_routes(self.sampler, registry=self.registry)
+            routes = dashboard_routes(self.sampler, registry=self.registry, crawl=crawl)
             watch = _Watch()
             self._watches.append(watch)
             routes["/api/state"] = watch.wrap(routes["/api/state"])
