@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -112,6 +114,12 @@ def test_crawlpace_dashboard_shows_a_fleet_from_the_shared_store(redis_server: R
         line = server.stdout.readline()
         assert line.startswith(f"crawlpace dashboard: http://127.0.0.1:{port}/"), line
         dom = dump_dom(f"http://127.0.0.1:{port}/")
+        metrics = ""
+        for _ in range(50):  # the frontier's figures arrive with the first background read
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            if "crawlpace_frontier_urls" in metrics:
+                break
+            time.sleep(0.1)
     finally:
         server.terminate()
         _out, err = server.communicate(timeout=20)
@@ -120,3 +128,10 @@ def test_crawlpace_dashboard_shows_a_fleet_from_the_shared_store(redis_server: R
     assert cells(dom, "other.example")["errors"] == "0"
     assert "fleet view of redis://" in dom
     assert "frontier: 7 queued, 0 claimed, 0 done of 7" in dom
+    assert "pushbacks: see each worker's metrics" in dom  # not a false 0: the store keeps no status counts
+    # The fleet's /metrics: the scopes it shows are counted, in flight is the fleet's own series,
+    # and the frontier's depth is there.
+    assert "crawlpace_scopes_tracked 2.0" in metrics
+    assert 'crawlpace_fleet_inflight{scope="shared.example"} 0.0' in metrics
+    assert "crawlpace_inflight{" not in metrics
+    assert 'crawlpace_frontier_urls{state="queued"} 7.0' in metrics

@@ -31,7 +31,8 @@ from ._sampler import Sampler, limit_rate
 if TYPE_CHECKING:
     from prometheus_client.registry import CollectorRegistry
 
-__all__ = ["BREAKER_STATES", "METRICS", "CrawlFigures", "ThrottlerCollector", "metrics_text"]
+__all__ = ["BREAKER_STATES", "METRICS", "CrawlFigures", "FleetCollector", "ThrottlerCollector",
+           "metrics_text"]
 
 #: Breaker states, one series each in ``crawlpace_breaker_state``.
 BREAKER_STATES = ("closed", "open", "half_open", "given_up", "off")
@@ -62,6 +63,10 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "crawlpace_urls_queued": ("gauge", (), "URLs of this process's crawl not yet settled"),
     "crawlpace_retries": ("counter", (), "Requests sent again for a URL already tried"),
     "crawlpace_fleet_inflight": ("gauge", ("scope",), "Requests in flight over every worker of a fleet"),
+    "crawlpace_frontier_urls": ("gauge", ("state",), "URLs of the shared frontier by state"),
+    "crawlpace_frontier_outcomes": ("gauge", ("outcome",), "URLs the shared frontier settled, by outcome"),
+    "crawlpace_worker_last_seen_seconds": ("gauge", ("worker",),
+                                           "Seconds since a fleet worker was last heard from"),
 }
 
 #: The gauges read from a scope's snapshot, in the order they are exported.
@@ -274,6 +279,40 @@ class ThrottlerCollector:
         retries = family("crawlpace_retries")
         retries.add_metric([], crawl.retries())
         yield from (urls, queued, retries)
+
+
+class FleetCollector:
+    """The shared frontier's depth and the workers' heartbeats, for ``crawlpace dashboard``.
+
+    ``read`` returns the latest frontier figures (a mapping as
+    ``FrontierCounts.as_dict()`` gives it), refreshed by the caller in the
+    background: a scrape never waits for Redis.
+    """
+
+    def __init__(self, read: Callable[[], Mapping[str, Any] | None]) -> None:
+        self._read = read
+
+    def describe(self) -> list[Any]:
+        """Nothing: the workers change between scrapes."""
+        return []
+
+    def collect(self) -> Iterator[Any]:
+        """Yield the frontier and worker families (none before the first reading)."""
+        from prometheus_client.core import GaugeMetricFamily
+
+        data = self._read()
+        if data is None:
+            return
+        families = {name: GaugeMetricFamily(name, METRICS[name][2], labels=list(METRICS[name][1]))
+                    for name in ("crawlpace_frontier_urls", "crawlpace_frontier_outcomes",
+                                 "crawlpace_worker_last_seen_seconds")}
+        for state in ("queued", "claimed", "done", "enqueued"):
+            families["crawlpace_frontier_urls"].add_metric([state], float(data.get(state, 0)))
+        for outcome, count in sorted(dict(data.get("outcomes") or {}).items()):
+            families["crawlpace_frontier_outcomes"].add_metric([str(outcome)], float(count))
+        for worker, ago in sorted(dict(data.get("workers") or {}).items()):
+            families["crawlpace_worker_last_seen_seconds"].add_metric([str(worker)], float(ago))
+        yield from families.values()
 
 
 def metrics_text(registry: CollectorRegistry, accept: str = "") -> tuple[bytes, str]:
