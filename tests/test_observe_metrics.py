@@ -277,3 +277,31 @@ async def test_the_final_figures_wait_for_the_scraper_that_watched_the_run(
     final = await asyncio.to_thread(scrape, server.port)
     assert 'crawlpace_requests_total{outcome="ok",scope="last.example"} 1.0' in final
     await asyncio.wait_for(closing, timeout=5.0)
+
+
+def test_the_grafana_dashboard_queries_series_that_exist(tmp_path: Path) -> None:
+    # Every panel's query names only series crawlpace exports, and parses as PromQL
+    # (promtool checks them as recording rules). bench/grafana_check.py runs them against
+    # a real Prometheus scraping a real crawl.
+    import json
+    import re
+    from importlib import resources
+
+    text = resources.files("crawlpace.observe").joinpath("assets/grafana-dashboard.json").read_text("utf-8")
+    dashboard = json.loads(text)
+    exprs = [target["expr"] for panel in dashboard["panels"] for target in panel["targets"]]
+    assert len(exprs) >= 9
+    known = set(METRICS)
+    for expr in exprs:
+        for name in re.findall(r"\b(crawlpace_[a-z_]+)", expr):
+            base = re.sub(r"(_total|_bucket|_sum|_count)$", "", name)
+            assert base in known, f"{expr}: {name} is not exported"
+    promtool = shutil.which("promtool")
+    if promtool is None:
+        pytest.skip("no promtool on PATH (Debian's prometheus package ships it; scripts/test installs it)")
+    rules = tmp_path / "rules.yml"
+    rules.write_text("groups:\n  - name: dashboard\n    rules:\n" + "".join(
+        f"      - record: crawlpace:panel_{index}\n        expr: {json.dumps(expr)}\n"
+        for index, expr in enumerate(exprs)), encoding="utf-8")
+    done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0, done.stdout + done.stderr
