@@ -25,7 +25,7 @@ from crawlpace.observe import (
     ThrottlerCollector,
     throttler_reader,
 )
-from crawlpace.observe._metrics import metrics_text
+from crawlpace.observe._metrics import FleetCollector, metrics_text
 from crawlpace.stores.base import Outcome
 
 from .conftest import ThrottlerFactory
@@ -54,8 +54,8 @@ async def test_recorder_counts_outcomes_and_waits_through_the_throttler(
             raise RuntimeError("boom")
     counts = recorder.scope("a.example")
     assert counts is not None
-    assert counts.outcomes == {"ok": 1, "blocked": 0, "http_4xx": 1, "http_429": 1, "http_5xx": 1, "http_503": 1,
-                               "exception": 1, "no_feedback": 0}
+    assert counts.outcomes == {"ok": 1, "blocked": 0, "http_4xx": 1, "http_429": 1, "http_5xx": 1,
+                               "http_503": 1, "exception": 1, "no_feedback": 0}
     assert counts.pushbacks == 2
     assert counts.admitted == 6
     # The first request went at once; each later one waited about the delay (backoff makes some longer).
@@ -234,14 +234,20 @@ def test_every_series_passes_promtool(tmp_path: Path) -> None:
     registry.register(ThrottlerCollector(recorder, None, top_n=5, crawl=figures))
     body, _ = metrics_text(registry)
     text = body.decode()
+    fleet_only = {"crawlpace_fleet_inflight", "crawlpace_frontier_urls", "crawlpace_frontier_outcomes",
+                  "crawlpace_worker_last_seen_seconds"}
     for name, (kind, _labels, _help) in METRICS.items():
-        if name != "crawlpace_fleet_inflight":
+        if name not in fleet_only:
             assert f"# TYPE {name}{'_total' if kind == 'counter' else ''} {kind}" in text, name
     assert 'crawlpace_urls_total{outcome="exhausted"} 2.0' in text
     assert "crawlpace_urls_queued 4.0" in text
+    assert "crawlpace_received_bytes_total 0.0" in text
     assert 'crawlpace_queue_length{scope="a.example"} 4.0' in text
     fleet = CollectorRegistry(auto_describe=False)
     fleet.register(ThrottlerCollector(Recorder(), None, fleet=True))
+    fleet.register(FleetCollector(lambda: {"queued": 7, "claimed": 1, "done": 2, "enqueued": 10,
+                                           "outcomes": {"ok": 2}, "workers": {"w1": 0.5}}))
+    assert 'crawlpace_frontier_urls{state="queued"} 7.0' in metrics_text(fleet)[0].decode()
     for exposition in (body, metrics_text(fleet)[0]):
         done = subprocess.run([promtool, "check", "metrics"], input=exposition, capture_output=True,
                               timeout=30)
@@ -254,7 +260,7 @@ async def test_the_final_figures_wait_for_the_scraper_that_watched_the_run(
 
     def scrape(port: int) -> str:
         url = f"http://127.0.0.1:{port}/metrics"
-        return urllib.request.urlopen(url, timeout=5).read().decode()
+        return str(urllib.request.urlopen(url, timeout=5).read().decode())
 
     # Nobody scraped during the run: closing does not wait.
     quiet = Monitor(throttler, MonitorOptions(metrics_port=0, interval=0.05, linger=30.0))
@@ -303,5 +309,6 @@ def test_the_grafana_dashboard_queries_series_that_exist(tmp_path: Path) -> None
     rules.write_text("groups:\n  - name: dashboard\n    rules:\n" + "".join(
         f"      - record: crawlpace:panel_{index}\n        expr: {json.dumps(expr)}\n"
         for index, expr in enumerate(exprs)), encoding="utf-8")
-    done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True, timeout=30)
+    done = subprocess.run([promtool, "check", "rules", str(rules)], capture_output=True, text=True,
+                          timeout=30)
     assert done.returncode == 0, done.stdout + done.stderr

@@ -281,7 +281,8 @@ def _monitor(job: CrawlJob, args: argparse.Namespace) -> Monitor | None:
     figures = CrawlFigures(outcomes=lambda: summary.outcomes,
                            queued=lambda: max(summary.urls - sum(summary.outcomes.values()), 0),
                            retries=lambda: summary.retries,
-                           queued_by_scope=job.scheduler.scope_sizes, hosts=lambda: summary.scopes)
+                           queued_by_scope=job.scheduler.scope_sizes, hosts=lambda: summary.scopes,
+                           received_bytes=lambda: summary.bytes)
     return Monitor(job.throttler, options, crawl=figures)
 
 

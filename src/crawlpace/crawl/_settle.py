@@ -124,6 +124,7 @@ class JobOutcomes:
                           (task, outcome))
         summary = self.summary
         summary.outcomes[outcome] += 1
+        summary.bytes += size
         if status is not None:
             summary.statuses[status] += 1
         tally = self._tally(scope)

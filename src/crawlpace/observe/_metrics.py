@@ -62,6 +62,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "crawlpace_urls": ("counter", ("outcome",), "URLs of this process's crawl settled, by final outcome"),
     "crawlpace_urls_queued": ("gauge", (), "URLs of this process's crawl not yet settled"),
     "crawlpace_retries": ("counter", (), "Requests sent again for a URL already tried"),
+    "crawlpace_received_bytes": ("counter", (), "Bytes of the bodies of the crawl's answers"),
     "crawlpace_fleet_inflight": ("gauge", ("scope",), "Requests in flight over every worker of a fleet"),
     "crawlpace_frontier_urls": ("gauge", ("state",), "URLs of the shared frontier by state"),
     "crawlpace_frontier_outcomes": ("gauge", ("outcome",), "URLs the shared frontier settled, by outcome"),
@@ -85,6 +86,7 @@ class CrawlFigures:
             ``exhausted``, ``disallowed``, ...), as the output file has them.
         queued: URLs not yet settled.
         retries: requests sent again for a URL already tried.
+        received_bytes: bytes of the bodies of the answers.
         queued_by_scope: URLs waiting per scope, for ``crawlpace_queue_length``.
         hosts: per host, what the crawl did there: an object with ``done``,
             ``outcomes`` (final outcome -> URLs) and ``note`` (why the last URL
@@ -96,6 +98,7 @@ class CrawlFigures:
     retries: Callable[[], int]
     queued_by_scope: Callable[[], Mapping[str, int]] = field(default=lambda: {})
     hosts: Callable[[], Mapping[str, Any]] = field(default=lambda: {})
+    received_bytes: Callable[[], int] = field(default=lambda: 0)
 
 
 def _minus(counts: ScopeCounts, base: ScopeCounts) -> ScopeCounts:
@@ -278,7 +281,9 @@ class ThrottlerCollector:
         queued.add_metric([], crawl.queued())
         retries = family("crawlpace_retries")
         retries.add_metric([], crawl.retries())
-        yield from (urls, queued, retries)
+        received = family("crawlpace_received_bytes")
+        received.add_metric([], crawl.received_bytes())
+        yield from (urls, queued, retries, received)
 
 
 class FleetCollector:

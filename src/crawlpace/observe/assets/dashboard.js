@@ -110,9 +110,14 @@
         wbody.appendChild(row);
       }
       const f = state.frontier;
+      let ended = "";
+      if (f && f.outcomes) {
+        const notOk = Object.entries(f.outcomes).filter(([k, v]) => k !== "ok" && v > 0);
+        if (notOk.length) ended = " (" + notOk.map(([k, v]) => v + " " + k).join(", ") + ")";
+      }
       document.getElementById("frontier").textContent = f
         ? "frontier: " + f.queued + " queued, " + f.claimed + " claimed, " + f.done + " done of " +
-          f.enqueued : "no shared frontier";
+          f.enqueued + ended : "no shared frontier";
     }
     const footer = document.getElementById("status");
     footer.className = "";
