@@ -7,6 +7,8 @@ import os
 import re
 import subprocess
 import sys
+import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -22,7 +24,7 @@ FAST = {"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0, "RANDOMIZE_DOWNLOAD_D
 
 def cells(dom: str, scope: str) -> dict[str, str]:
     """The cells of the row of ``scope``, by their class (the first word of it)."""
-    row = re.search(rf'<tr data-scope="{re.escape(scope)}">(.*?)</tr>', dom, re.S)
+    row = re.search(rf'<tr data-scope="{re.escape(scope)}"[^>]*>(.*?)</tr>', dom, re.S)
     assert row is not None, dom[-3000:]
     return {cls.split()[0]: text for cls, text in
             re.findall(r'<td class="([^"]*)">([^<]*)(?:<svg.*?</svg>)?</td>', row.group(1), re.S)}
@@ -49,6 +51,9 @@ async def test_the_page_shows_each_scope_its_pushbacks_and_backoff() -> None:
     assert busy["pushbacks"] == "1"
     assert busy["backoff"] == "1"
     assert busy["breaker"] == "closed"
+    assert busy["state"] == "backing off"  # highlighted: the row is marked for attention
+    assert re.search(r'<tr data-scope="busy.example" class="attention">', dom)
+    assert quiet["state"] == "ok"
     assert quiet["sends"] == "3"
     assert quiet["pushbacks"] == "0"
     assert dom.index('data-scope="busy.example"') < dom.index('data-scope="quiet.example"')  # busiest first
@@ -109,6 +114,12 @@ def test_crawlpace_dashboard_shows_a_fleet_from_the_shared_store(redis_server: R
         line = server.stdout.readline()
         assert line.startswith(f"crawlpace dashboard: http://127.0.0.1:{port}/"), line
         dom = dump_dom(f"http://127.0.0.1:{port}/")
+        metrics = ""
+        for _ in range(50):  # the frontier's figures arrive with the first background read
+            metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5).read().decode()
+            if "crawlpace_frontier_urls" in metrics:
+                break
+            time.sleep(0.1)
     finally:
         server.terminate()
         _out, err = server.communicate(timeout=20)
@@ -117,3 +128,10 @@ def test_crawlpace_dashboard_shows_a_fleet_from_the_shared_store(redis_server: R
     assert cells(dom, "other.example")["errors"] == "0"
     assert "fleet view of redis://" in dom
     assert "frontier: 7 queued, 0 claimed, 0 done of 7" in dom
+    assert "pushbacks: see each worker's metrics" in dom  # not a false 0: the store keeps no status counts
+    # The fleet's /metrics: the scopes it shows are counted, in flight is the fleet's own series,
+    # and the frontier's depth is there.
+    assert "crawlpace_scopes_tracked 2.0" in metrics
+    assert 'crawlpace_fleet_inflight{scope="shared.example"} 0.0' in metrics
+    assert "crawlpace_inflight{" not in metrics
+    assert 'crawlpace_frontier_urls{state="queued"} 7.0' in metrics

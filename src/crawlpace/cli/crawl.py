@@ -115,6 +115,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     watch.add_argument("--top-scopes", type=int, default=50, metavar="N",
                        help="scopes with their own metrics label and dashboard row; the rest are "
                             "counted as scope=\"other\" (default 50)")
+    watch.add_argument("--linger", type=float, default=30.0, metavar="SECONDS",
+                       help="after the crawl, keep the metrics and dashboard servers up until whoever "
+                            "read them during the crawl has read the final figures, at most SECONDS "
+                            "(default 30; nobody reading: they close at once)")
     watch.add_argument("--report", metavar="FILE.html", help="write a self-contained HTML run report")
     watch.add_argument("--report-sites", metavar="URL", help="with --report and a crawl of crawlpace sim: "
                        "its live figures address (http://127.0.0.1:PORT/stats), to join each host's row with "
@@ -266,13 +270,20 @@ def _monitor(job: CrawlJob, args: argparse.Namespace) -> Monitor | None:
     asked = (args.metrics_port, args.dashboard, args.report, args.on_give_up)
     if all(value is None for value in asked):
         return None
-    from ..observe import Monitor, MonitorOptions
+    from ..observe import CrawlFigures, Monitor, MonitorOptions
 
     token = args.token if args.token is not None else os.environ.get("CRAWLPACE_DASHBOARD_TOKEN")
     options = MonitorOptions(metrics_port=args.metrics_port, metrics_host=args.metrics_host,
                              dashboard_port=args.dashboard, dashboard_host=args.dashboard_host,
-                             token=token or None, top_n=args.top_scopes, on_give_up=args.on_give_up)
-    return Monitor(job.throttler, options)
+                             token=token or None, top_n=args.top_scopes, on_give_up=args.on_give_up,
+                             linger=args.linger)
+    summary = job.summary
+    figures = CrawlFigures(outcomes=lambda: summary.outcomes,
+                           queued=lambda: max(summary.urls - sum(summary.outcomes.values()), 0),
+                           retries=lambda: summary.retries,
+                           queued_by_scope=job.scheduler.scope_sizes, hosts=lambda: summary.scopes,
+                           received_bytes=lambda: summary.bytes)
+    return Monitor(job.throttler, options, crawl=figures)
 
 
 async def _watched(job: CrawlJob, urls: Iterable[str] | None, *, show: bool,

@@ -59,6 +59,7 @@ def run(args: argparse.Namespace) -> int:
 async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: str | None) -> int:
     from ..observe import Recorder, Sampler, ThrottlerCollector, store_reader
     from ..observe._dashboard import dashboard_routes
+    from ..observe._metrics import FleetCollector
     from ..observe._server import HttpServer
     from .status import _reason, _store_errors
 
@@ -88,7 +89,11 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
         frontier = SharedFrontier(url, worker="crawlpace-dashboard")
         sampler = Sampler(store_reader(store), max_scopes=args.top_scopes)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes))
+        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes, fleet=True))
+        # The frontier's latest figures: read for each page load and once a second for /metrics,
+        # whose scrape must not wait for Redis.
+        latest: dict[str, Any] = {}
+        registry.register(FleetCollector(lambda: latest.get("frontier")))
 
         async def fleet() -> tuple[Mapping[str, float], Mapping[str, Any] | None]:
             try:
@@ -96,7 +101,13 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
             except errors:
                 return {}, None
             data = counts.as_dict()
+            latest["frontier"] = dict(data)
             return data.pop("workers"), (data if counts.enqueued else None)
+
+        async def refresh() -> None:
+            while True:
+                await fleet()
+                await asyncio.sleep(1.0)
 
         server = HttpServer(dashboard_routes(sampler, mode="fleet", source=shown_url, fleet=fleet,
                                              registry=registry),
@@ -107,9 +118,13 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
         stopped = asyncio.Event()
         with stop_on_signals(stopped.set):
             sampler.start()
+            refreshing = asyncio.get_running_loop().create_task(refresh())
             try:
                 await stopped.wait()
             finally:
+                refreshing.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await refreshing
                 await sampler.stop(final=False)
                 await server.aclose()
                 await frontier.aclose()

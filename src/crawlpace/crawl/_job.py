@@ -283,6 +283,8 @@ class CrawlJob(JobOutcomes):
             tally = self._tally(task.host)
             tally.requests += 1
             self.summary.requests += 1
+            if task.attempts > 1:
+                self.summary.retries += 1
             outcome = await self._send(task, permit)
             if not permit.release_nowait():
                 await permit.release()

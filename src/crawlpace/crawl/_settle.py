@@ -124,6 +124,7 @@ class JobOutcomes:
                           (task, outcome))
         summary = self.summary
         summary.outcomes[outcome] += 1
+        summary.bytes += size
         if status is not None:
             summary.statuses[status] += 1
         tally = self._tally(scope)
@@ -131,6 +132,8 @@ class JobOutcomes:
         tally.done += 1
         if outcome != "ok" or (status is not None and status >= 400):
             tally.errors += 1
+            if error:
+                tally.note = error
         self.source.answered(task)
 
     def _tally(self, scope: str) -> ScopeTally:

@@ -23,6 +23,10 @@ class CrawlSummary:
     answered: int = 0
     unfinished: int = 0
     requests: int = 0
+    #: Requests sent again for a URL already tried (its second send and later).
+    retries: int = 0
+    #: Bytes of the bodies of the answers written (after decompression).
+    bytes: int = 0
     seconds: float = 0.0
     interrupted: bool = False
     outcomes: Counter[str] = field(default_factory=Counter)
@@ -41,7 +45,9 @@ class CrawlSummary:
         """The figures as a JSON-ready dict."""
         return {
             "urls": self.urls, "answered": self.answered, "unfinished": self.unfinished,
-            "requests": self.requests, "seconds": round(self.seconds, 3), "interrupted": self.interrupted,
+            "requests": self.requests, "retries": self.retries, "bytes": self.bytes,
+            "seconds": round(self.seconds, 3),
+            "interrupted": self.interrupted,
             "complete": self.complete, "resumed_from": self.resumed_from,
             "outcomes": dict(sorted(self.outcomes.items())),
             "statuses": {str(code): count for code, count in sorted(self.statuses.items())},

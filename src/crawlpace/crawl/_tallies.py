@@ -30,6 +30,8 @@ class ScopeTally:
     errors: int = 0
     outcomes: Counter[str] = field(default_factory=Counter)
     requests: int = 0
+    #: Why the host's last URL that did not end ``ok`` ended so (robots.txt, the breaker, ...).
+    note: str = ""
 
     def add(self, other: ScopeTally) -> None:
         """Add ``other``'s counts to this tally."""

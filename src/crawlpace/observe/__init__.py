@@ -7,7 +7,7 @@ state at intervals. :class:`ThrottlerCollector` exposes both to
 """
 
 from ._alerts import CommandAlert
-from ._metrics import METRICS, ThrottlerCollector
+from ._metrics import METRICS, CrawlFigures, ThrottlerCollector
 from ._monitor import Monitor, MonitorOptions
 from ._recorder import OTHER, Recorder, ScopeCounts
 from ._sampler import Point, Sampler, limit_rate, store_reader, throttler_reader
@@ -17,6 +17,7 @@ __all__ = [
     "METRICS",
     "OTHER",
     "CommandAlert",
+    "CrawlFigures",
     "Monitor",
     "MonitorOptions",
     "Point",

@@ -14,11 +14,12 @@ from collections.abc import Awaitable, Callable, Mapping
 from importlib import resources
 from typing import Any
 
-from ._metrics import metrics_text
+from ._metrics import CrawlFigures, metrics_text
+from ._recorder import ScopeCounts
 from ._sampler import Sampler, limit_rate
 from ._server import Handler, Request, Response
 
-__all__ = ["ASSETS", "FleetInfo", "dashboard_routes", "dashboard_state"]
+__all__ = ["ASSETS", "STALE_AFTER", "FleetInfo", "dashboard_routes", "dashboard_state", "scope_state"]
 
 #: The page's files, served at ``/`` and next to it.
 ASSETS = {"/": ("dashboard.html", "text/html; charset=utf-8"),
@@ -29,6 +30,33 @@ POINTS = 120
 
 #: Returns a fleet's workers (name -> seconds since last heard) and frontier figures.
 FleetInfo = Callable[[], Awaitable[tuple[Mapping[str, float], Mapping[str, Any] | None]]]
+#: Seconds after which a worker not heard from is marked stale on the page.
+STALE_AFTER = 15.0
+
+
+def scope_state(snap: Any, counts: ScopeCounts | None, host: Any = None) -> str:
+    """One word or two for what is happening to a scope, worst first, as the page shows it.
+
+    ``given up`` and ``forbidden by robots.txt`` come from the crawl's own
+    record of the host's URLs; the rest from the scope's snapshot: a server's
+    hold, a backoff, a cut by rampup, a breaker that is open.
+    """
+    note = str(getattr(host, "note", "") or "")
+    if snap.breaker == "given_up":
+        return "given up"
+    if "robots.txt" in note and ("forbid" in note or "could not be fetched" in note):
+        return "forbidden by robots.txt"
+    if snap.breaker in ("open", "half_open"):
+        return "paused by the breaker"
+    if snap.hold_in:
+        return "held (Retry-After)"
+    if snap.backoff > 0:
+        return "backing off"
+    rampup = snap.rampup
+    if (rampup is not None and str(getattr(rampup, "decision", "")).startswith("cut")
+            and getattr(rampup, "pushbacks", 0) > 0):
+        return "cut by rampup"  # a pushback in the last window brought the rate down
+    return "ok"
 
 
 def _finite(value: Any) -> Any:
@@ -39,40 +67,67 @@ def _finite(value: Any) -> Any:
 
 def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = "",
                     workers: Mapping[str, float] | None = None,
-                    frontier: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """The JSON the page draws: one entry per sampled scope, busiest first, and totals."""
+                    frontier: Mapping[str, Any] | None = None,
+                    crawl: CrawlFigures | None = None) -> dict[str, Any]:
+    """The JSON the page draws: one entry per sampled scope, busiest first, and totals.
+
+    ``errors`` counts failed answers (5xx but 503, 4xx but 429, exceptions)
+    where this process's counts are known, and exceptions alone in a fleet
+    view, whose store keeps no status counts; ``pushbacks`` is then ``None``:
+    each worker's metrics have them.
+    """
     scopes = []
-    totals = {"scopes": len(sampler.latest), "sends": 0, "pushbacks": 0, "errors": 0, "rate": 0.0}
+    totals: dict[str, Any] = {"scopes": len(sampler.latest), "sends": 0, "pushbacks": 0, "errors": 0,
+                              "rate": 0.0}
     recorder = sampler.recorder
     if recorder is not None:
         totals["scopes"] = max(totals["scopes"], len(list(recorder.tracked())) + recorder.folded_names)
+    hosts = dict(crawl.hosts()) if crawl is not None else {}
+    waiting = dict(crawl.queued_by_scope()) if crawl is not None else {}
     for name, snap in sorted(sampler.latest.items(), key=lambda item: (-item[1].sends, item[0])):
         points = list(sampler.history.get(name, ()))[-POINTS:]
         last = points[-1] if points else None
         counts = recorder.scope(name) if recorder is not None else None
         pushbacks = counts.pushbacks if counts is not None else None
+        if counts is not None:
+            o = counts.outcomes
+            errors = o["http_4xx"] + o["http_5xx"] + o["exception"]
+        else:
+            errors = snap.errors
         rate = last.rate if last is not None else 0.0
+        host = hosts.get(name)
         totals["sends"] += snap.sends
-        totals["errors"] += snap.errors
-        totals["pushbacks"] += pushbacks or 0
+        totals["errors"] += errors
+        if pushbacks is None:
+            totals["pushbacks"] = None
+        elif totals["pushbacks"] is not None:
+            totals["pushbacks"] += pushbacks
         totals["rate"] += rate
+        urls = None
+        if host is not None:
+            urls = {"done": host.done, "outcomes": dict(host.outcomes), "note": host.note}
         scopes.append({
-            "scope": name, "sends": snap.sends, "errors": snap.errors, "pushbacks": pushbacks,
+            "scope": name, "sends": snap.sends, "errors": errors, "pushbacks": pushbacks,
             "rate": rate, "limit": _finite(limit_rate(snap)), "delay": snap.delay,
             "delay_per_slot": snap.delay_per_slot, "concurrency": snap.concurrency,
-            "inflight": snap.inflight, "queued": getattr(snap, "queued", 0), "backoff": snap.backoff,
+            "inflight": snap.inflight, "queued": waiting.get(name, getattr(snap, "queued", 0)),
+            "backoff": snap.backoff, "hold_in": _finite(snap.hold_in), "crawl_delay": snap.crawl_delay,
             "breaker": snap.breaker, "quota_remaining": _finite(snap.quota_remaining),
             "rampup": snap.rampup.phase if snap.rampup is not None else None,
+            "state": scope_state(snap, counts, host), "urls": urls,
             "points": [[p.t, p.rate, _finite(p.limit)] for p in points],
         })
+    if mode == "fleet":
+        totals["pushbacks"] = None
     return {"mode": mode, "source": source, "now": sampler.now(), "started": sampler.started,
             "samples": sampler.samples, "scopes": scopes, "totals": totals,
-            "workers": dict(workers) if workers is not None else None,
+            "workers": dict(workers) if workers is not None else None, "stale_after": STALE_AFTER,
             "frontier": dict(frontier) if frontier is not None else None}
 
 
 def dashboard_routes(sampler: Sampler, *, mode: str = "process", source: str = "",
-                     fleet: FleetInfo | None = None, registry: Any = None) -> dict[str, Handler]:
+                     fleet: FleetInfo | None = None, registry: Any = None,
+                     crawl: CrawlFigures | None = None) -> dict[str, Handler]:
     """The dashboard's routes: the page, its assets, ``/api/state``, and ``/metrics`` with a registry."""
     files = resources.files(__package__).joinpath("assets")
     routes: dict[str, Handler] = {}
@@ -82,7 +137,8 @@ def dashboard_routes(sampler: Sampler, *, mode: str = "process", source: str = "
 
     async def state(_request: Request) -> Response:
         workers, frontier = await fleet() if fleet is not None else (None, None)
-        data = dashboard_state(sampler, mode=mode, source=source, workers=workers, frontier=frontier)
+        data = dashboard_state(sampler, mode=mode, source=source, workers=workers, frontier=frontier,
+                               crawl=crawl)
         return Response(json.dumps(data).encode(), "application/json")
 
     routes["/api/state"] = state

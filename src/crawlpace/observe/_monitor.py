@@ -10,15 +10,16 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass
 from typing import Any
 
 from ._alerts import CommandAlert
 from ._dashboard import dashboard_routes
-from ._metrics import ThrottlerCollector, metrics_text
+from ._metrics import CrawlFigures, ThrottlerCollector, metrics_text
 from ._recorder import Recorder
 from ._sampler import Sampler, throttler_reader
-from ._server import HttpServer, Request, Response, ServeError
+from ._server import Handler, HttpServer, Request, Response, ServeError
 
 __all__ = ["Monitor", "MonitorOptions"]
 
@@ -38,6 +39,10 @@ class MonitorOptions:
         top_n: scopes with their own label in metrics and rows on the dashboard.
         interval: seconds between samples.
         on_give_up: shell command run when a scope is given up or its breaker opens.
+        linger: at the end, the servers stay up at most this many seconds, until
+            whoever watched during the run (a Prometheus scraping ``/metrics``, a
+            dashboard page open) has read the final figures; nobody watching,
+            they close at once (``crawlpace crawl --linger``: 30 s).
     """
 
     metrics_port: int | None = None
@@ -48,6 +53,7 @@ class MonitorOptions:
     top_n: int = 50
     interval: float = 1.0
     on_give_up: str | None = None
+    linger: float = 0.0
 
     def __post_init__(self) -> None:
         for name in ("metrics_port", "dashboard_port"):
@@ -56,6 +62,28 @@ class MonitorOptions:
                 raise ServeError(f"{name}: {value!r} is not a port; use a number from 1 to 65535")
         if self.top_n < 1:
             raise ServeError(f"top_n: {self.top_n!r} is below 1; use e.g. 50")
+        if not (self.linger >= 0):
+            raise ServeError(f"linger: {self.linger!r} is not a number of seconds; use e.g. 30, or 0")
+
+
+class _Watch:
+    """When a server's readers last came: to let them read the final figures before it closes."""
+
+    def __init__(self) -> None:
+        self.last = -1.0
+        self.read = asyncio.Event()
+
+    def wrap(self, handler: Handler) -> Handler:
+        async def counted(request: Request) -> Response:
+            response = await handler(request)
+            self.last = time.monotonic()
+            self.read.set()
+            return response
+        return counted
+
+    @property
+    def watched(self) -> bool:
+        return self.last >= 0
 
 
 class Monitor:
@@ -64,9 +92,12 @@ class Monitor:
     Args:
         throttler: the :class:`~crawlpace.Throttler` to watch.
         options: what to serve.
+        crawl: a crawl's own figures (URL outcomes, queued URLs, retries), for
+            the metrics.
     """
 
-    def __init__(self, throttler: Any, options: MonitorOptions | None = None) -> None:
+    def __init__(self, throttler: Any, options: MonitorOptions | None = None, *,
+                 crawl: CrawlFigures | None = None) -> None:
         self.options = options = options if options is not None else MonitorOptions()
         self.recorder = Recorder()
         throttler.observe(self.recorder)
@@ -87,24 +118,31 @@ class Monitor:
             from prometheus_client import CollectorRegistry
 
             self.registry = CollectorRegistry(auto_describe=False)
-            self.registry.register(ThrottlerCollector(self.recorder, self.sampler, top_n=options.top_n))
+            self.registry.register(ThrottlerCollector(self.recorder, self.sampler, top_n=options.top_n,
+                                                      crawl=crawl, fleet=False))
+        self._watches: list[_Watch] = []
         if options.metrics_port is not None:
             registry = self.registry
 
             async def metrics(request: Request) -> Response:
                 body, content_type = metrics_text(registry, request.headers.get("accept", ""))
                 return Response(body, content_type)
+            watch = _Watch()
+            self._watches.append(watch)
             self.metrics_server: HttpServer | None = HttpServer(
-                {"/metrics": metrics, "/": metrics}, host=options.metrics_host, port=options.metrics_port,
-                what="--metrics-port", guard_remote=False)
+                {"/metrics": watch.wrap(metrics), "/": watch.wrap(metrics)}, host=options.metrics_host,
+                port=options.metrics_port, what="--metrics-port", guard_remote=False)
             self.servers.append(self.metrics_server)
         else:
             self.metrics_server = None
         if options.dashboard_port is not None:
+            routes = dashboard_routes(self.sampler, registry=self.registry, crawl=crawl)
+            watch = _Watch()
+            self._watches.append(watch)
+            routes["/api/state"] = watch.wrap(routes["/api/state"])
             self.dashboard: HttpServer | None = HttpServer(
-                dashboard_routes(self.sampler, registry=self.registry), host=options.dashboard_host,
-                port=options.dashboard_port, token=options.token, what="--dashboard",
-                public=frozenset({"/dashboard.js", "/dashboard.css"}))
+                routes, host=options.dashboard_host, port=options.dashboard_port, token=options.token,
+                what="--dashboard", public=frozenset({"/dashboard.js", "/dashboard.css"}))
             self.servers.append(self.dashboard)
         else:
             self.dashboard = None
@@ -147,11 +185,31 @@ class Monitor:
         self.sampler.start(self.options.interval)
 
     async def aclose(self, *, final_sample: bool = True) -> None:
-        """Stop sampling (taking a last sample), the servers and wait for alert commands."""
+        """Stop sampling (taking a last sample), let watchers read it, stop the servers, wait for alerts."""
         for task in list(self._tasks):
             await task
         await self.sampler.stop(final=final_sample)
+        if final_sample:
+            await self._let_watchers_read()
         for server in self.servers:
             await server.aclose()
         if self.alert is not None:
             await self.alert.aclose()
+
+    async def _let_watchers_read(self) -> None:
+        """Wait (at most ``linger`` s) until each server read during the run has been read once more.
+
+        Without this the last seconds of a crawl never reach Prometheus: the
+        process would exit between two scrapes.
+        """
+        watching = [watch for watch in self._watches if watch.watched]
+        if not watching or self.options.linger <= 0:
+            return
+        for watch in watching:
+            watch.read.clear()
+        logger.info("the crawl is over; serving the final figures until they are read (%gs at most)",
+                    self.options.linger)
+        waits = [asyncio.ensure_future(watch.read.wait()) for watch in watching]
+        _done, pending = await asyncio.wait(waits, timeout=self.options.linger)
+        for task in pending:
+            task.cancel()

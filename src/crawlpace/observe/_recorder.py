@@ -2,8 +2,9 @@
 
 A :class:`Recorder` is a :class:`~crawlpace.ThrottleObserver`: the throttler
 tells it of each admission (with the time spent waiting) and release (with
-the outcome). It keeps, per scope, the requests by outcome and a histogram of
-admission waits. Memory stays bounded on a crawl of a million hosts: once
+the outcome). It keeps, per scope, the requests by outcome, histograms of
+admission waits and of response latencies, and this process's requests in
+flight. Memory stays bounded on a crawl of a million hosts: once
 more than ``max_tracked`` scopes are tracked, the least busy half is folded
 into one ``other`` bucket, whose counts are never lost.
 """
@@ -17,16 +18,22 @@ from dataclasses import dataclass, field
 
 from ..stores.base import Outcome
 
-__all__ = ["OTHER", "OUTCOMES", "WAIT_BUCKETS", "Recorder", "ScopeCounts"]
+__all__ = ["LATENCY_BUCKETS", "OTHER", "OUTCOMES", "PUSHBACK_OUTCOMES", "WAIT_BUCKETS", "Recorder",
+           "ScopeCounts"]
 
 logger = logging.getLogger(__name__)
 
 #: The label of every scope outside the busiest ones.
 OTHER = "other"
-#: The outcomes requests are counted under.
-OUTCOMES = ("ok", "http_4xx", "http_429", "http_5xx", "http_503", "exception", "no_feedback")
+#: The outcomes requests are counted under. ``blocked`` is a soft block: an
+#: answer below 400 that the crawler read as pushback (a challenge page).
+OUTCOMES = ("ok", "blocked", "http_4xx", "http_429", "http_5xx", "http_503", "exception", "no_feedback")
+#: The outcomes that are the server pushing back: counted in ``crawlpace_pushbacks_total``.
+PUSHBACK_OUTCOMES = ("http_429", "http_503", "blocked")
 #: Upper bounds (seconds) of the admission-wait histogram's buckets (+Inf is implied).
 WAIT_BUCKETS = (0.001, 0.01, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0)
+#: Upper bounds (seconds) of the response-latency histogram's buckets (+Inf is implied).
+LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
 def outcome_label(outcome: Outcome) -> str:
@@ -44,6 +51,9 @@ def outcome_label(outcome: Outcome) -> str:
         return "http_5xx"
     if status >= 400:
         return "http_4xx"
+    # A good status that still backed a scope off was a soft block (a challenge page).
+    if any(signal.backoff for signal in outcome.feedback):
+        return "blocked"
     return "ok"
 
 
@@ -56,17 +66,21 @@ class ScopeCounts:
         wait_buckets: admissions per :data:`WAIT_BUCKETS` bucket (not
             cumulative; the last entry counts waits above every bound).
         wait_sum: seconds waited over all admissions.
+        latency_buckets: releases per :data:`LATENCY_BUCKETS` bucket (not cumulative).
         latency_sum: seconds of latency over the releases that reported one.
         latency_count: releases that reported a latency.
         given_up: times the breaker gave the scope up.
+        inflight: this process's requests admitted and not yet released.
     """
 
     outcomes: dict[str, int] = field(default_factory=lambda: dict.fromkeys(OUTCOMES, 0))
     wait_buckets: list[int] = field(default_factory=lambda: [0] * (len(WAIT_BUCKETS) + 1))
     wait_sum: float = 0.0
+    latency_buckets: list[int] = field(default_factory=lambda: [0] * (len(LATENCY_BUCKETS) + 1))
     latency_sum: float = 0.0
     latency_count: int = 0
     given_up: int = 0
+    inflight: int = 0
 
     @property
     def admitted(self) -> int:
@@ -80,8 +94,8 @@ class ScopeCounts:
 
     @property
     def pushbacks(self) -> int:
-        """Answers 429 and 503."""
-        return self.outcomes["http_429"] + self.outcomes["http_503"]
+        """Answers 429 and 503, and soft blocks."""
+        return sum(self.outcomes[label] for label in PUSHBACK_OUTCOMES)
 
     def add(self, other: ScopeCounts) -> None:
         """Add ``other``'s counts to these."""
@@ -89,10 +103,13 @@ class ScopeCounts:
             self.outcomes[key] += value
         for index, value in enumerate(other.wait_buckets):
             self.wait_buckets[index] += value
+        for index, value in enumerate(other.latency_buckets):
+            self.latency_buckets[index] += value
         self.wait_sum += other.wait_sum
         self.latency_sum += other.latency_sum
         self.latency_count += other.latency_count
         self.given_up += other.given_up
+        self.inflight += other.inflight
 
 
 GiveUpListener = Callable[[str, str], None]
@@ -128,15 +145,22 @@ class Recorder:
             counts = self._counts(name)
             counts.wait_buckets[index] += 1
             counts.wait_sum += waited
+            counts.inflight += 1
 
     def released(self, scopes: tuple[str, ...], outcome: Outcome) -> None:
         """Count a release under its outcome for each of ``scopes``."""
         label = outcome_label(outcome)
         latency = outcome.latency
+        bucket = -1
+        if latency is not None and label != "no_feedback":
+            bucket = bisect.bisect_left(LATENCY_BUCKETS, latency) if latency > 0 else 0
         for name in scopes:
             counts = self._counts(name)
             counts.outcomes[label] += 1
-            if latency is not None and label != "no_feedback":
+            if counts.inflight > 0:
+                counts.inflight -= 1
+            if bucket >= 0 and latency is not None:
+                counts.latency_buckets[bucket] += 1
                 counts.latency_sum += latency
                 counts.latency_count += 1
         if label in _FAILURES and self._failure_listeners:

@@ -30,8 +30,9 @@ NONE = "-"
 
 _STYLE = """
 body{font:14px/1.45 system-ui,sans-serif;margin:2em;color:#222;max-width:80em}
-table{border-collapse:collapse;margin:1em 0}th,td{padding:.25em .6em;border-bottom:1px solid #ddd;
-text-align:right;white-space:nowrap}th:first-child,td:first-child{text-align:left}
+table{border-collapse:collapse;margin:1em 0;font-size:13px}
+th,td{padding:.2em .45em;border-bottom:1px solid #ddd;text-align:right;white-space:nowrap}
+th:first-child,td:first-child{text-align:left}
 th{background:#f3f3f3}.site{display:inline-block;margin:0 1.5em 1.5em 0;vertical-align:top}
 .site h3{font-size:1em;margin:.2em 0}pre{background:#f6f6f6;padding:1em;overflow-x:auto}
 .rate{fill:none;stroke:#1f77b4;stroke-width:1.5}.limit{fill:none;stroke:#d62728;stroke-dasharray:4 2}
@@ -82,6 +83,27 @@ def _plot(points: Sequence[Point], width: int = 360, height: int = 120) -> str:
             f'{line([(p.t, p.rate) for p in points], "rate")}</svg>')
 
 
+def busy_rate(points: Sequence[Point]) -> float | None:
+    """Sends per second while the scope was sending: from its first send seen to its last.
+
+    Sends already made at the first sample count, over the sampling interval
+    before it; the time after the last send does not: a site crawled in the
+    first ten seconds of a ten-minute run is not shown as slow.
+    """
+    moving = [index for index, point in enumerate(points)
+              if point.sends > (points[index - 1].sends if index else 0)]
+    if not moving:
+        return None
+    first, last = moving[0], moving[-1]
+    if first:
+        start, base = points[first - 1].t, points[first - 1].sends
+    else:
+        step = points[1].t - points[0].t if len(points) > 1 else 1.0
+        start, base = points[0].t - step, 0
+    seconds = points[last].t - start
+    return (points[last].sends - base) / seconds if seconds > 0 else None
+
+
 def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpace run",
                   summary: Mapping[str, Any] | None = None,
                   sites: Mapping[str, Mapping[str, Any]] | None = None, store: str = "memory://") -> str:
@@ -101,10 +123,10 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
     joined = sites or {}
     names += [host for host in sorted(joined) if host not in names]
     esc = html.escape
-    head = ["host", "sends", "ok", "4xx", "429", "503", "5xx", "errors", "given up", "latency",
-            "sends/s over the run", "limit/s at the end", "delay", "slots", "breaker"]
+    head = ["host", "sends", "ok", "pushbacks", "errors", "given up", "latency", "busy sends/s",
+            "peak sends/s", "limit/s", "delay", "slots", "breaker"]
     if joined:
-        head += ["site name", "site saw", "site 429+503", "broken rules", "goodput/s", "capacity/s", "ratio"]
+        head += ["site", "site saw", "site 429+503", "broken rules", "goodput/s", "capacity/s", "ratio"]
     rows = []
     plots = []
     for name in names:
@@ -112,14 +134,13 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
         counts = counts if counts is not None else ScopeCounts()
         snap = sampler.latest.get(name)
         points = list(sampler.history.get(name, ()))
-        seconds = points[-1].t - points[0].t if len(points) > 1 else 0.0
         sends = snap.sends if snap is not None else counts.admitted
-        mean_rate = (points[-1].sends - points[0].sends) / seconds if seconds > 0 else None
         latency = counts.latency_sum / counts.latency_count if counts.latency_count else None
         o = counts.outcomes
-        cells = [name, str(sends), str(o["ok"]), str(o["http_4xx"]), str(o["http_429"]), str(o["http_503"]),
-                 str(o["http_5xx"]), str(o["exception"]), str(counts.given_up),
-                 NONE if latency is None else f"{latency * 1000:.0f} ms", _num(mean_rate),
+        errors = o["http_4xx"] + o["http_5xx"] + o["exception"]
+        cells = [name, str(sends), str(o["ok"]), str(counts.pushbacks), str(errors), str(counts.given_up),
+                 NONE if latency is None else f"{latency * 1000:.0f} ms", _num(busy_rate(points)),
+                 _num(max((p.rate for p in points), default=None)),
                  _num(limit_rate(snap)) if snap is not None else NONE,
                  f"{snap.delay:.3g}s" if snap is not None else NONE,
                  str(snap.concurrency) if snap is not None else NONE,
@@ -150,8 +171,8 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
             f"<style>{_STYLE}</style></head><body><h1>{esc(title)}</h1><p>Written {when}.</p>{facts}"
             f"<h2>Sites</h2>{table}{gave}<h2>Send rate against the limit</h2>"
             f"<p><span style='color:#1f77b4'>&#9473;</span> sends/s, "
-            f"<span style='color:#d62728'>&#9476;</span> the limit: the rate rampup learned, else what "
-            f"delay and slots allow</p>{''.join(plots)}"
+            f"<span style='color:#d62728'>&#9476;</span> the limit: the lowest rule that binds "
+            f"(the rate rampup learned, a Crawl-delay, or what delay and slots allow)</p>{''.join(plots)}"
             f"<h2>Settings in force</h2><pre>{esc(effective_limits(settings, store))}</pre></body></html>\n")
 
 

@@ -43,19 +43,25 @@ ScopeReader = Callable[[str], Awaitable[ScopeSnapshot | None]]
 
 
 def limit_rate(snap: ScopeSnapshot) -> float | None:
-    """The sends per second the scope's limits allow now (``None``: no limit).
+    """The sends per second the scope's rules allow, the lowest of every rule that binds (``None``: none).
 
-    Rampup's learned rate when rampup steers the scope; otherwise the lower of
-    one send per ``delay`` and ``concurrency`` sends per per-slot delay (and
-    one per robots.txt Crawl-Delay).
+    The rules: one send per ``delay`` and ``concurrency`` sends per per-slot
+    delay, as admission applies them; a robots.txt Crawl-delay; and, for a
+    rampup scope, the rate rampup has learned the site takes. Rampup's delay
+    in force also follows what the scope has been sending lately (an idle
+    scope starts again gently), so on its own it would show a site that went
+    quiet, or sends in bursts, as slow: the learned rate stands for it.
+    A ``Retry-After`` hold is not a rate: it is shown apart (``hold_in``).
     """
-    if snap.rampup is not None:
-        return snap.rampup.rate
     bounds = []
-    if snap.delay > 0:
-        bounds.append(1.0 / snap.delay)
-    if snap.delay_per_slot > 0:
-        bounds.append(snap.concurrency / snap.delay_per_slot)
+    rampup = snap.rampup
+    if rampup is not None:
+        bounds.append(getattr(rampup, "learned_rate", rampup.rate))
+    else:
+        if snap.delay > 0:
+            bounds.append(1.0 / snap.delay)
+        if snap.delay_per_slot > 0:
+            bounds.append(snap.concurrency / snap.delay_per_slot)
     if snap.crawl_delay:
         bounds.append(1.0 / snap.crawl_delay)
     return min(bounds) if bounds else None

@@ -126,7 +126,8 @@ class RampupStats:
 
     Attributes:
         phase: ``start`` (doubling) or ``steady`` (holding near the ceiling).
-        rate: the sends per second the scope may make now.
+        rate: the sends per second the scope may make now (lower than the
+            learned rate while the scope has been sending less than it).
         target: the band of pushbacks per window rampup aims at.
         pushbacks: pushbacks counted in the last window.
         last_pushback_rate: the send rate when the last counted pushback came.
@@ -147,6 +148,8 @@ class RampupStats:
     baseline_latency: float | None
     latency: float | None
     decision: str
+    #: The rate rampup has learned the site takes, whatever the scope sent lately.
+    learned_rate: float = 0.0
 
 
 class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb):
@@ -240,7 +243,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                            pushbacks=self.pushbacks(now), last_pushback_rate=self.last_pushback_rate,
                            ceiling=self.ceiling, concurrency=self.concurrency(allowed),
                            baseline_latency=self.baseline(), latency=self.latency,
-                           decision=self.decision)
+                           decision=self.decision, learned_rate=self.rate)
 
 
     # -- events ----------------------------------------------------------------

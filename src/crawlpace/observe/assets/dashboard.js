@@ -61,13 +61,16 @@
     const t = state.totals;
     document.getElementById("summary").textContent =
       state.scopes.length + " scopes shown of " + t.scopes + " · " + t.sends + " sends · " +
-      t.pushbacks + " pushbacks · " + t.errors + " errors · " + fmt(t.rate, 1) + " sends/s";
+      (t.pushbacks === null ? "pushbacks: see each worker's metrics" : t.pushbacks + " pushbacks") +
+      " · " + t.errors + " errors · " + fmt(t.rate, 1) + " sends/s";
     const body = document.querySelector("#scopes tbody");
     body.textContent = "";
     for (const s of state.scopes) {
       const row = document.createElement("tr");
       row.dataset.scope = s.scope;
+      if (s.state !== "ok") row.className = "attention";
       cell(row, s.scope, "scope");
+      cell(row, s.state, "state state-" + s.state.replace(/[^a-z]+/g, "-"));
       const graph = cell(row, "", "graph");
       graph.appendChild(spark(s.points));
       cell(row, fmt(s.rate, 2), "rate");
@@ -79,8 +82,17 @@
       cell(row, s.pushbacks === null ? "–" : String(s.pushbacks), "pushbacks");
       cell(row, String(s.errors), "errors");
       cell(row, String(s.backoff), s.backoff > 0 ? "backoff backoff-on" : "backoff");
+      cell(row, s.hold_in ? fmt(s.hold_in, 1) + "s" : "–", "hold");
+      cell(row, s.crawl_delay ? fmt(s.crawl_delay, 1) + "s" : "–", "crawl-delay");
       cell(row, s.breaker, "breaker breaker-" + s.breaker);
       cell(row, fmt(s.quota_remaining, 1), "quota");
+      let urls = "–";
+      if (s.urls) {
+        const parts = Object.entries(s.urls.outcomes).map(([k, v]) => v + " " + k);
+        urls = parts.join(", ") || "0";
+      }
+      const urlCell = cell(row, urls, "urls");
+      if (s.urls && s.urls.note) urlCell.title = s.urls.note;
       body.appendChild(row);
     }
     const fleet = document.getElementById("fleet");
@@ -91,14 +103,21 @@
       for (const [name, ago] of Object.entries(state.workers || {})) {
         const row = document.createElement("tr");
         row.dataset.worker = name;
+        const stale = ago > (state.stale_after || 15);
+        if (stale) row.className = "stale-worker";
         cell(row, name, "worker");
-        cell(row, fmt(ago, 1) + "s ago", "ago");
+        cell(row, fmt(ago, 1) + "s ago" + (stale ? " (stale: not heard from)" : ""), "ago");
         wbody.appendChild(row);
       }
       const f = state.frontier;
+      let ended = "";
+      if (f && f.outcomes) {
+        const notOk = Object.entries(f.outcomes).filter(([k, v]) => k !== "ok" && v > 0);
+        if (notOk.length) ended = " (" + notOk.map(([k, v]) => v + " " + k).join(", ") + ")";
+      }
       document.getElementById("frontier").textContent = f
         ? "frontier: " + f.queued + " queued, " + f.claimed + " claimed, " + f.done + " done of " +
-          f.enqueued : "no shared frontier";
+          f.enqueued + ended : "no shared frontier";
     }
     const footer = document.getElementById("status");
     footer.className = "";
