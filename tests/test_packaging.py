@@ -13,7 +13,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "src" / "crawlpace"
 #: Files of the source package that are data, not code: they must ship in the wheel.
-DATA_SUFFIXES = {".lua", ".toml", ".html", ".js", ".css", ".typed"}
+DATA_SUFFIXES = {".lua", ".toml", ".html", ".js", ".css", ".json", ".typed"}
 
 
 def test_the_wheel_ships_its_data_and_runs_the_demo(tmp_path: Path) -> None:
