@@ -250,6 +250,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if breaker is not None:
                 breaker.on_abandon(sent_at)
             return False
+        if now >= self.wake_at:
+            # A recovery that fell due since the last look applies first, whoever looked: the
+            # outcome must not move the scope differently because a dashboard read it meanwhile.
+            self.refresh(now)
         if feedback.hold is not None and feedback.hold > 0.0:
             # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
             hold = min(feedback.hold, self.config.backoff.max_delay)
@@ -346,9 +350,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
         """
         manager, breaker, rampup = self.manager, self.breaker, self.rampup
         backoff = manager.backoff if isinstance(manager, ThrottlingScopeManager) else None
+        # The backoff's level, and when it last heard pushback: a pushback at the deepest level
+        # changes no limit but restarts the recovery window, which every worker must wait out.
         return (self.limits, self.generation, self.hold_until, self.crawl_delay, self.pace, self.pace_until,
                 self.opened,
-                None if backoff is None else backoff.level,
+                None if backoff is None else (backoff.level, backoff.tail, backoff.last_feedback),
                 None if breaker is None else breaker.state,
                 None if self.autothrottle is None else self.autothrottle.delay,
                 None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation,

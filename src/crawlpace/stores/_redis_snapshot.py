@@ -48,6 +48,15 @@ def read_snapshot(scope: str, fields: dict[Any, Any], inflight: int, resting: in
         text = values.get(key)
         return float(text) if text not in (None, "") else default
 
+    # The stored limits are those of the last write; a recovery due since then (a backoff
+    # window that passed, a hold that ended) is applied by the next admission, so the
+    # snapshot applies it too, as the memory store's does: a dashboard must not show a
+    # backoff the next request will not see.
+    refreshed = now >= policy.wake_at and policy.refresh(now)
+    if refreshed:
+        for key, value in (("conc", policy.limits.concurrency), ("delay", policy.limits.delay),
+                           ("pslot", policy.limits.delay_per_slot)):
+            values[key] = str(value)
     concurrency = int(number("conc", policy.limits.concurrency))
     ready: float | None = max(number("next"), number("hold"))
     if inflight >= concurrency:

@@ -37,7 +37,8 @@ def describe(scope: str, policy: ScopePolicy, now: float, *, concurrency: int, d
         backoff=backoff.level if backoff is not None else 0,
         generation=policy.generation,
         hold_in=policy.hold_until - now if policy.hold_until > now else None,
-        breaker=breaker.state if breaker is not None else (
+        # As of now: a pause that has ended shows as half-open, in every store alike.
+        breaker=breaker.snapshot(now).state if breaker is not None else (
             "closed" if policy.config.breaker.enabled else "off"),
         quota_remaining=policy.quota.remaining(now) if policy.quota is not None else None,
         crawl_delay=policy.crawl_delay,
