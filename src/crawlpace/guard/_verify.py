@@ -128,7 +128,8 @@ class BotVerifier:
         domains: documented reverse-DNS domains per name (lower case keys);
             :data:`BOT_DOMAINS` by default.
         ranges: IP ranges per name: a file path or a list of CIDR strings.
-            The key ``"*"`` applies to every name.
+            The key ``"*"`` applies to every name. A name with ranges is
+            confirmed by them alone: reverse DNS is off for it.
         resolver: the DNS lookups; the system's by default.
         timeout: seconds the two lookups may take together.
         ttl: seconds a confirmation is remembered.
@@ -230,7 +231,8 @@ class BotVerifier:
             _log.debug("guard: %s at %s confirmed by the owner's ranges", name, address)
             return True
         domains = self._domains[name]
-        if not domains:
+        if self._ranges[name] or not domains:
+            # The owner's ranges are the whole truth for this name: no DNS lookup can add to them.
             _log.info("guard: %s claimed from %s, outside its ranges: counted like any client", name, address)
             return False
         try:
