@@ -475,12 +475,13 @@ class StagedBrake:
             ``r`` (the allowance, whole requests), ``t`` (the seconds left in
             the window, rounded down) and ``t / r``: a client that sends one
             request every ``t / r`` seconds spends its allowance by the end of
-            the window. With nothing left, ``r`` is 0 and the spacing is 0.
+            the window. With nothing left, ``r`` is 0, ``t`` the time to the
+            window's end rounded up, and the spacing 0.
         """
         rate = int(min(math.floor(allowance + _SLACK), 1e15)) if allowance > 0.0 else 0
+        if rate <= 0:  # nothing left: come back when the window ends, rounded up
+            return 0, int(min(math.ceil(max(reset, 0.0)), 1e15)), 0.0
         horizon = int(min(math.floor(max(reset, 0.0)), 1e15))
-        if rate <= 0:
-            return 0, horizon, 0.0
         return rate, horizon, horizon / rate
 
     def note_crawler(self, name: str, now: float) -> None:

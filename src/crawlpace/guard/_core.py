@@ -138,6 +138,12 @@ class Verdict:
 PASS = Verdict()
 
 
+def _answer(status: int, body: bytes, headers: list[tuple[bytes, bytes]]) -> Verdict:
+    """The guard's own plain-text answer."""
+    return Verdict(status, [(b"content-type", b"text/plain; charset=utf-8"),
+                            (b"content-length", str(len(body)).encode("ascii")), *headers], body)
+
+
 class GuardCore:
     """The guard's decisions, with no server attached; :class:`~crawlpace.guard.Guard` names the arguments."""
 
@@ -254,7 +260,7 @@ class GuardCore:
             agent = user_agent_class(header(scope, b"user-agent"))
             robots.observe(agent, self.local_now(), path == "/robots.txt")
             if path == "/robots.txt":
-                return Verdict(200, [(b"content-type", b"text/plain; charset=utf-8")], robots.body)
+                return _answer(200, robots.body, [])
         if path == "/robots.txt":
             return PASS
         group = self._group(scope)
@@ -270,8 +276,7 @@ class GuardCore:
             if self._on_error == "open":
                 return PASS
             body = b"Service Unavailable: the request quota cannot be checked right now.\n"
-            return Verdict(503, [(b"content-type", b"text/plain; charset=utf-8"), (b"retry-after", b"30")],
-                           body)
+            return _answer(503, body, [(b"retry-after", b"30")])
         self._report(group, key, scope, decision)
         if decision.allowed:
             return Verdict(0, self._rate_headers(group, decision))
@@ -337,9 +342,8 @@ class GuardCore:
         wait = decision.reset if decision.retry_after is None else decision.retry_after
         seconds = max(_int(math.ceil(wait)), 1)
         body = _BODY.format(seconds).encode("ascii")
-        headers = [(b"content-type", b"text/plain; charset=utf-8"),
-                   (b"retry-after", str(seconds).encode("ascii")), *self._rate_headers(group, decision)]
-        return Verdict(429, headers, body)
+        return _answer(429, body, [(b"retry-after", str(seconds).encode("ascii")),
+                                   *self._rate_headers(group, decision)])
 
     # -- what the owner sees ----------------------------------------------------------------
 

@@ -182,8 +182,7 @@ class Guard:
         if verdict.status == 0:
             await self._pass(scope, receive, send, verdict.headers)
             return
-        headers = [*verdict.headers, (b"content-length", str(len(verdict.body)).encode("ascii"))]
-        await send({"type": "http.response.start", "status": verdict.status, "headers": headers})
+        await send({"type": "http.response.start", "status": verdict.status, "headers": verdict.headers})
         await send({"type": "http.response.body", "body": verdict.body, "more_body": False})
 
     async def _lifespan(self, scope: Scope, receive: Receive, send: Send) -> None:

@@ -106,7 +106,6 @@ class GuardWSGI:
 
             return self.app(environ, start_with_headers)
         headers = [(name.decode("latin-1"), value.decode("latin-1")) for name, value in verdict.headers]
-        headers.append(("Content-Length", str(len(verdict.body))))
         start_response(f"{verdict.status} {HTTPStatus(verdict.status).phrase}", headers)
         return [verdict.body]
 
