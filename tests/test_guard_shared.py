@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import subprocess
 import sys
 import time
@@ -33,18 +34,27 @@ def store_url(server: RedisServer) -> str:
     return f"{server.url}?namespace=t{uuid.uuid4().hex[:12]}"
 
 
-@pytest.mark.parametrize("chance", [0.2, 0.7])
-async def test_shared_verdicts_match_the_memory_brake(redis_server: RedisServer, chance: float) -> None:
-    local = StagedBrake(10, 60.0, STAGES, ScriptedRandom([chance]))
-    shared = SharedBrake(store_url(redis_server), 10, 60.0, STAGES, ScriptedRandom([chance]))
+@pytest.mark.parametrize(("chance", "share"), [(0.2, 1.0), (0.7, 1.0), (0.3, 0.6)])
+async def test_shared_verdicts_match_the_memory_brake(redis_server: RedisServer, chance: float,
+                                                      share: float) -> None:
+    local = StagedBrake(10, 60.0, STAGES, ScriptedRandom([chance]), share=share)
+    shared = SharedBrake(store_url(redis_server), 10, 60.0, STAGES, ScriptedRandom([chance]), share=share)
     try:
         for now in (600.0, 630.0, 659.0, 660.0, 700.0):  # two windows
             for key in ("a", "b", "a", "a", "a", "a", "a", "a", "a", "a", "a", "a", "b"):
                 expected = local.decide(key, now)
                 got = await shared.decide(key, now)
                 assert got == expected, (key, now)
-        stats = await shared.stats(700.0)
-        assert stats == local.stats(700.0)
+        # Clients that come back at their pace, early, or late: the same verdicts and paces.
+        steps = random.Random(share)
+        now = 720.0
+        for _ in range(150):
+            now += steps.choice((0.0, 0.0, 0.4, 2.0, 6.0, 13.0))
+            key = steps.choice("abc")
+            expected = local.decide(key, now)
+            got = await shared.decide(key, now)
+            assert got == expected, (key, now)
+        assert (await shared.stats(now)) == local.stats(now)
     finally:
         await shared.aclose()
 
