@@ -45,7 +45,7 @@ pytestmark = pytest.mark.redis
     ("redis://:s3cret@127.0.0.1:6379/0?namespace=a:b", "a colon would make"),
 ])
 def test_a_bad_store_url_fails_when_the_guard_is_built(store: str, expected: str) -> None:
-    with pytest.raises(ValueError) as caught:
+    with pytest.raises(ValueError, match="store") as caught:
         Guard(Backend(), quota=10, store=store)
     assert expected in str(caught.value)
     assert "s3cret" not in str(caught.value)
@@ -106,7 +106,8 @@ async def test_the_lifespan_start_up_fails_clearly_when_the_store_cannot_be_used
     text = sent[0]["message"]
     assert "cannot be reached" in text
     assert ("password" in text) if problem == "wrong password" else ("host and port" in text)
-    assert "s3cret" not in text and "wrong-one" not in text
+    assert "s3cret" not in text
+    assert "wrong-one" not in text
     await guard.aclose()
 
 
@@ -115,7 +116,8 @@ async def test_the_lifespan_start_up_reaches_the_store_and_the_shutdown_closes_i
     guard = Guard(lifespan_app, quota=10, store=url_of(guarded_redis))
     sent, receive, send = lifespan_messages("startup", "shutdown")
     await guard({"type": "lifespan", "asgi": {"version": "3.0"}}, receive, send)
-    assert [message["type"] for message in sent] == ["lifespan.startup.complete", "lifespan.shutdown.complete"]
+    assert [message["type"] for message in sent] == ["lifespan.startup.complete",
+                                                     "lifespan.shutdown.complete"]
     assert guard.core.started
     assert not guard.shared.connection.connected
 
