@@ -21,7 +21,7 @@ import httpx
 import pytest
 
 from crawlpace.cli import main
-from crawlpace.guard import Guard
+from crawlpace.guard import BotVerifier, Guard
 
 from .test_guard import Backend, FakeClock, call, http_scope
 from .test_guard_uvicorn import uvicorn_on_loopback
@@ -92,11 +92,18 @@ async def test_the_ranges_command_refreshes_the_file_the_guard_reads(
                                                     {"ipv6Prefix": "2001:4860:4801:10::/64"}])
     assert main(["guard", "ranges", "--from", str(first), "--out", str(target)]) == 0
     assert "2 ranges (1 IPv4, 1 IPv6), published 2026-11-20" in capsys.readouterr().out
+    clock = FakeClock(0.0)
+    running = BotVerifier(["Googlebot"], ranges={"googlebot": target}, clock=clock)
+    assert not await running.verify("googlebot", REAL_GOOGLE_IP)
     newer = published(tmp_path / "googlebot-2.json", [{"ipv4Prefix": "66.249.66.0/27"}])
     assert main(["guard", "ranges", "--from", str(newer), "--out", str(target), "--json"]) == 0
     report = json.loads(capsys.readouterr().out)
     assert report["added"] == ["66.249.66.0/27"]
     assert report["removed"] == ["66.249.64.0/27", "2001:4860:4801:10::/64"]
+    clock.now = 30.0
+    assert not await running.verify("googlebot", REAL_GOOGLE_IP)  # looked at once a minute
+    clock.now = 61.0
+    assert await running.verify("googlebot", REAL_GOOGLE_IP)  # a running guard reads the new file
     guard = Guard(Backend(), quota=1, stages=(), clock=FakeClock(0.0), bot_ranges={"googlebot": target})
     assert [(await call(guard, http_scope(agent=GOOGLE, client=(REAL_GOOGLE_IP, 1)))).status
             for _ in range(3)] == [200] * 3
