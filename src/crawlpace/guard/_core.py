@@ -20,7 +20,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping, MutableMapping
+from collections.abc import Callable, Iterable, Mapping, MutableMapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -390,5 +390,3 @@ def _web_concurrency() -> int | None:
     text = os.environ.get("WEB_CONCURRENCY", "").strip()
     return int(text) if text.isdigit() and int(text) >= 1 else None
 
-
-StatusReader = Callable[[], Awaitable[dict[str, Any]]]

@@ -24,7 +24,7 @@ from typing import Any, Literal
 from .._redact import redact
 from ._address import ForwardedHeader
 from ._brake import DEFAULT_STAGES, BrakeStats, Stage
-from ._core import DEFAULT_ALLOW, DEFAULT_GROUP, GuardCore, KeyFunction, user_agent_class
+from ._core import DEFAULT_ALLOW, GuardCore, KeyFunction, user_agent_class
 from ._robots_txt import RobotsTxt
 from ._verify import Resolver
 
@@ -230,5 +230,3 @@ class Guard:
 
         await self.app(scope, receive, send_with_headers)
 
-
-__all__ += ["DEFAULT_GROUP"]
