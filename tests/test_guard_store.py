@@ -193,3 +193,23 @@ async def test_a_frozen_store_costs_a_request_a_quarter_second_at_most(guarded_r
         assert sum(took) < 1.5  # one short wait, then the local count without asking
     finally:
         await guard.aclose()
+
+
+async def test_an_error_reply_is_counted_locally_not_a_crash(guarded_redis: RedisServer,
+                                                             caplog: pytest.LogCaptureFixture) -> None:
+    import redis.asyncio as aioredis
+
+    guard = Guard(Backend(), quota=40, stages=(), store=url_of(guarded_redis), workers=4)
+    admin = aioredis.from_url(f"redis://:s3cret@127.0.0.1:{guarded_redis.port}/0")
+    try:
+        await guard.astart()
+        await admin.config_set("maxmemory-policy", "noeviction")
+        await admin.config_set("maxmemory", "1")  # every write now answers "OOM command not allowed"
+        codes = [(await call(guard, http_scope())).status for _ in range(12)]
+        assert codes == [200] * 10 + [429] * 2  # this worker's part: 40 / 4
+        assert "OutOfMemoryError" in caplog.text
+        assert "command not allowed when used memory" in caplog.text
+    finally:
+        await admin.config_set("maxmemory", "0")
+        await admin.aclose()
+        await guard.aclose()

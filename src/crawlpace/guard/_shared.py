@@ -36,7 +36,7 @@ from .._redact import redact
 from ..stores import _keys
 from ..stores._check import reach
 from ..stores.base import Store
-from ..stores.connection import DOWN, RedisConnection, Retry, cluster_flag, load_scripts, parse_url
+from ..stores.connection import RedisConnection, Retry, cluster_flag, load_scripts, parse_url
 from ._brake import (
     DEFAULT_STAGES,
     OVERFLOW_KEY,
@@ -352,7 +352,7 @@ class ResilientBrake:
             try:
                 async with asyncio.timeout(self._timeout):
                     decision = await self.shared.decide(key, now, carry=carry, carry_start=carry_start)
-            except (TimeoutError, *DOWN) as exc:  # type: ignore[misc]
+            except Exception as exc:  # down, silent, or an error reply (OOM, say): counted locally, logged
                 self._fail(exc, mono)
             else:
                 self._recovered(decision, now)
@@ -364,9 +364,10 @@ class ResilientBrake:
         self._down_until = mono + self._retry.next()
         if first or mono - self._last_log >= _ERROR_LOG_EVERY:
             self._last_log = mono
-            _log.error("guard: the shared brake's store %s cannot be reached (%s); each process now counts "
-                       "on its own, on 1/%d of what was left of the quota, until it answers",
-                       redact(self.shared.url), redact(repr(exc)) or type(exc).__name__, self.workers)
+            reason = redact(f"{type(exc).__name__}: {exc}".rstrip(": "))
+            _log.error("guard: the shared brake's store %s cannot be reached or used (%s); each process now "
+                       "counts on its own, on 1/%d of what was left of the quota, until it answers",
+                       redact(self.shared.url), reason, self.workers)
 
     def _recovered(self, decision: Decision, now: float | None) -> None:
         if self._down_until is not None:
@@ -399,5 +400,5 @@ class ResilientBrake:
         try:
             async with asyncio.timeout(self._timeout):
                 await self.shared.note_crawler(name, now)
-        except (TimeoutError, *DOWN) as exc:  # type: ignore[misc]
+        except Exception as exc:  # as in decide: the local count takes over
             self._fail(exc, self._monotonic())
