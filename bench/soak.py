@@ -63,7 +63,7 @@ PROFILES: list[tuple[str, dict[str, Any], float]] = [
 #: default (50 ms) measures the machine more than the crawler here: with 8 workers, the farm and
 #: Redis on 2 loaded cores, the time from a worker's admission to the farm's reading of the request
 #: varies by tens of ms (up to 175 ms seen), while the admissions themselves, in Redis's clock, kept
-#: every Crawl-delay (see docs/benchmarks.md, "Soak").
+#: every Crawl-delay (see docs/reliability.md).
 TOLERANCE = 0.1
 #: Pages a second the fleet is assumed to fetch in all (measured: ~29/s on 2 loaded cores): it sets the pages
 #: per host so that the run lasts about the planned time (the hosts alone would allow ~2/s each).

@@ -15,8 +15,19 @@ def test_all_is_sorted_and_complete() -> None:
     assert crawlpace.__all__ == sorted(crawlpace.__all__)
 
 
-def test_version_is_set() -> None:
-    assert crawlpace.__version__ == "0.6.0"
+def test_version_comes_from_the_package_metadata() -> None:
+    # One version, written once in pyproject.toml: __version__, --version and the
+    # default User-Agent all read it from the installed metadata.
+    import tomllib
+    from importlib.metadata import version
+    from pathlib import Path
+
+    from crawlpace._user_agent import DEFAULT_USER_AGENT
+
+    pyproject = Path(__file__).resolve().parents[1] / "pyproject.toml"
+    declared = tomllib.loads(pyproject.read_text(encoding="utf-8"))["project"]["version"]
+    assert crawlpace.__version__ == version("crawlpace") == declared
+    assert f"crawlpace/{declared}" == DEFAULT_USER_AGENT
 
 
 def test_client_modules_export_what_they_define() -> None:

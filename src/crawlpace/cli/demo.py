@@ -3,9 +3,9 @@
 The demo needs no network and no Redis. It starts the ``mixed`` farm (one
 simulated site per behaviour profile, each on its own loopback address),
 crawls every page of it with the default settings plus rampup through a real
-:class:`~crawlpace.crawl.CrawlJob`, and then prints the same run twice: as the
-crawler saw it (answers per host) and as the sites saw it (goodput against
-capacity, refusals, broken rules). It writes the results, the sites' figures
+:class:`~crawlpace.crawl.CrawlJob`, and then prints one row per site joining
+both sides of the run: what the crawler fetched from that host, and what the
+site saw (goodput against capacity, refusals, broken rules). It writes the results, the sites' figures
 and a plot of each site's request rate over time into one directory.
 """
 
@@ -17,21 +17,24 @@ import contextlib
 import json
 import sys
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..sim._report import render_table, totals
+from ..observe._report import join_sites
+from ..sim._report import totals
 from ._options import add_json_option
 
 if TYPE_CHECKING:
     from ..crawl import CrawlSummary
+    from ..crawl._tallies import ScopeTally
     from ..sim import Farm
 
 # The crawl needs aiohttp and the plot matplotlib (the 'cli' extra): they are imported
 # when the demo runs, so that the command line and its help work without them.
 
-__all__ = ["DemoResult", "add_parser", "run", "run_demo"]
+__all__ = ["DemoResult", "add_parser", "joined_rows", "run", "run_demo", "verdict"]
 
 #: Pages crawled per site with ``--quick``.
 QUICK_PAGES = 5
@@ -76,6 +79,7 @@ class DemoResult:
         sites = {name: {key: value for key, value in figures.items() if key != "timeline"}
                  for name, figures in self.sites.items()}
         return {"seconds": round(self.seconds, 3), "crawl": self.summary.as_dict(), "sites": sites,
+                "as_expected": verdict(self)[0],
                 "site_totals": totals(self.sites), "out_dir": str(self.out_dir),
                 "plot": None if self.plot is None else str(self.plot)}
 
@@ -149,25 +153,88 @@ def run_demo(*, quick: bool = False, out_dir: str | Path = "crawlpace-demo", plo
     return DemoResult(summary, sites, seconds, folder, picture, plot, quick)
 
 
-def render(result: DemoResult) -> str:
-    """The demo's report for a terminal: both sides of the crawl and where the files are."""
-    from ..crawl._display import render_summary
+#: The joined table's columns: the site, then the crawler's figures, then the site's own.
+_COLUMNS = ("site", "host", "limit kind", "pages", "fetched", "requests", "429+503", "broken rules",
+            "goodput/s", "capacity/s", "ratio", "note")
 
+
+def _note(figures: Mapping[str, Any], tally: ScopeTally | None) -> str:
+    """What a reader should know about a row whose pages did not all come back."""
+    left = 0 if tally is None else tally.done - tally.outcomes.get("ok", 0)
+    if figures.get("profile") == "dead":
+        return "down on purpose: given up, as designed" if left else "down on purpose"
+    if left:
+        return ", ".join(f"{kind} {count}" for kind, count in sorted(tally.outcomes.items())
+                         if kind != "ok") if tally is not None else ""
+    return ""
+
+
+def joined_rows(result: DemoResult) -> list[tuple[str, ...]]:
+    """One row per simulated site: its name, its host, what the crawler got and what it saw."""
+    rows: list[tuple[str, ...]] = []
+    for host, figures in sorted(join_sites(result.sites).items(), key=lambda item: item[1]["site"]):
+        tally = result.summary.scopes.get(host)
+        ratio = figures.get("goodput_ratio")
+        capacity = figures.get("capacity")
+        rows.append((str(figures["site"]), host, str(figures.get("profile", "")),
+                     str(0 if tally is None else tally.done),
+                     str(0 if tally is None else tally.outcomes.get("ok", 0)), str(figures["requests"]),
+                     str(figures["throttled"]), str(figures["violations"]), f"{figures['goodput']:.2f}",
+                     "-" if capacity is None else f"{capacity:.2f}", "-" if ratio is None else f"{ratio:.0%}",
+                     _note(figures, tally)))
+    return rows
+
+
+def _layout(rows: list[tuple[str, ...]]) -> str:
+    table = [_COLUMNS, *rows]
+    widths = [max(len(row[index]) for row in table) for index in range(len(_COLUMNS))]
+    lines = []
+    for number, row in enumerate(table):
+        lines.append("  ".join(cell.ljust(width) if index in (0, 1, 2, 11) else cell.rjust(width)
+                               for index, (cell, width) in enumerate(zip(row, widths, strict=True))).rstrip())
+        if number == 0:
+            lines.append("  ".join("-" * width for width in widths))
+    return "\n".join(lines)
+
+
+def verdict(result: DemoResult) -> tuple[bool, str]:
+    """Whether every page that could be fetched was, and the closing line that says so.
+
+    A site that is down on purpose (the ``dead`` profile) is given up as designed:
+    its pages left over are expected, not a sign the demo went wrong.
+    """
+    summary = result.summary
+    expected = sum(tally.done - tally.outcomes.get("ok", 0)
+                   for host, tally in summary.scopes.items()
+                   if join_sites(result.sites).get(host, {}).get("profile") == "dead")
+    fetched = summary.outcomes.get("ok", 0)
+    if summary.interrupted:
+        return False, f"interrupted: {fetched} of {summary.urls} pages fetched"
+    if fetched + expected >= summary.urls:
+        tail = (f"; the other {expected} belong to a site that is down on purpose, given up as designed"
+                if expected else "")
+        return True, (f"as expected: {fetched} of {summary.urls} pages fetched{tail}; "
+                      f"{summary.requests} requests in {summary.seconds:.1f}s")
+    return False, (f"incomplete: {fetched} of {summary.urls} pages fetched, {summary.unfinished} URLs "
+                   f"left unanswered; {summary.requests} requests in {summary.seconds:.1f}s")
+
+
+def render(result: DemoResult) -> str:
+    """The demo's report for a terminal: one row per site, both sides joined, and the files."""
     site_totals = totals(result.sites)
     lines = [
         f"crawlpace demo: {result.summary.urls} pages on {len(result.sites)} simulated sites, "
         f"{result.seconds:.1f}s, default settings with rampup (each site's rate found from its answers)"
         + (", the breaker's pause cut to 5 s (--quick)" if result.quick else ""),
         "",
-        "As the crawler saw it:",
-        render_summary(result.summary),
+        "Each site: what the crawler fetched and what the site saw (goodput: 200s per second while it "
+        "was crawled; capacity: its hidden limit):",
+        _layout(joined_rows(result)),
         "",
-        "As the sites saw it (goodput: 200s per second while the site was being crawled):",
-        render_table(result.sites),
-        "",
+        verdict(result)[1],
         f"{site_totals['violations']} broken rules (requests inside a Retry-After or closer than a "
-        f"Crawl-delay), {site_totals['throttled']} refusals (429/503).",
-        f"Files in {result.out_dir}/: report.html (one row per site, both sides joined, with plots), "
+        f"Crawl-delay), {site_totals['throttled']} refusals (429/503) in {site_totals['requests']} requests.",
+        f"Files in {result.out_dir}/: report.html (one row per site, with plots), "
         "results.jsonl (one line per page), sites.json (the sites' figures)"
         + (", rates.png (request rate over time per site)" if result.plot else
            "" if not result.plot_wanted else "; no plot (install matplotlib: pip install 'crawlpace[plot]')"),
