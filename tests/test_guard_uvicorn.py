@@ -266,10 +266,11 @@ async def test_an_empty_allow_list_brakes_the_big_crawlers_too(clock: MockClock,
 async def test_user_agent_classes_are_counted_apart_and_versions_together(
         clock: MockClock, door: FrontDoor) -> None:
     site = Site()
-    guard = Guard(site.starlette(), quota=2, window=WINDOW, stages=(), costly=["/search"], clock=clock.now)
+    guard = Guard(site.starlette(), quota=4, window=WINDOW, stages=(), costly=["/search"], clock=clock.now,
+                  share=0.5)
     async with door.serving(guard) as client:
         old = await get_many(client, "/search", BOT, 2)
-        # A new release of the same bot falls in the same class, so its quota is spent too.
+        # A new release of the same bot falls in the same class, so its share is spent too.
         new = await get_many(client, "/search", BOT_NEXT, 1)
         other = await get_many(client, "/search", OTHER, 3)
     assert statuses(old) == [200, 200]
@@ -311,7 +312,7 @@ async def test_a_partial_stage_refuses_with_a_spacing_retry_after(clock: MockClo
     # 30 s left for 2 requests left: one every 15 s lasts until the window ends.
     assert answers[2].headers["retry-after"] == "15"
     assert answers[2].headers["ratelimit"] == f'"guard";r=2;t={LEFT}'
-    assert guard.stats()["keys"][BOT_CLASS]["stage"] == 1
+    assert guard.stats()["stage"] == 1
 
 
 async def test_the_quota_stops_requests_that_the_stages_let_through(

@@ -59,7 +59,8 @@ def google_dns(**kwargs: Any) -> FakeResolver:
 
 def make_guard(backend: Backend, **kwargs: Any) -> Guard:
     kwargs.setdefault("resolver", google_dns())
-    return Guard(backend, quota=1, stages=(), clock=FakeClock(0.0), **kwargs)
+    kwargs.setdefault("quota", 1)
+    return Guard(backend, stages=(), clock=FakeClock(0.0), **kwargs)
 
 
 async def statuses(app: Guard, scope: Scope, count: int) -> list[int]:
@@ -202,7 +203,7 @@ def test_client_address_rules() -> None:
 
 
 async def test_ip_keys_use_the_forwarded_address() -> None:
-    app = make_guard(Backend(), key="ip", allow=(), trusted_proxies=["10.0.0.0/8"])
+    app = make_guard(Backend(), key="ip", allow=(), trusted_proxies=["10.0.0.0/8"], quota=2, share=0.5)
     for client in ("192.0.2.1", "192.0.2.2"):
         scope = forwarded_scope("10.1.2.3", b"x-forwarded-for", client, agent="curl/8")
         assert await statuses(app, scope, 2) == [200, 429]

@@ -42,12 +42,13 @@ def _parser() -> argparse.ArgumentParser:
     common.add_argument("-v", "--verbose", action="count", default=0,
                         help="log more (-v: info, -vv: debug)")
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    from . import crawl, dashboard, demo, enqueue, purge, sim, status
+    from . import crawl, dashboard, demo, enqueue, guard, purge, sim, status
 
     demo.add_parser(sub, common)
     crawl.add_parser(sub, common)
     dashboard.add_parser(sub, common)
     enqueue.add_parser(sub, common)
+    guard.add_parser(sub, common)
     purge.add_parser(sub, common)
     sim.add_parser(sub, common)
     status.add_parser(sub, common)

@@ -7,6 +7,15 @@ then read from the right: each hop appends the address it received the
 request from, so the rightmost entry not belonging to a trusted proxy is the
 first one no trusted party vouches for beyond, the client. Entries to its left
 were written by the client itself and are ignored.
+
+The ASGI server in front may have read the header already: uvicorn, by
+default, trusts 127.0.0.1 and replaces ``scope["client"]`` with the address
+the header names, so a request from a local proxy (or from anyone, with
+``--forwarded-allow-ips="*"``) arrives with a client address nobody the owner
+named vouches for. With no ``trusted_proxies``, a client address that the
+request's own forwarding header names is taken for such a rewrite: the
+address is then unknown (``""``), it confirms no crawler, and a warning says
+how to set the server up.
 """
 
 from __future__ import annotations
@@ -91,6 +100,7 @@ class ClientAddress:
         if header not in ("x-forwarded-for", "forwarded"):
             raise ValueError(f"forwarded_header must be 'x-forwarded-for' or 'forwarded', got {header!r}")
         self._header = header.encode("ascii")
+        self._warned = False
 
     @property
     def trusted(self) -> tuple[Network, ...]:
@@ -102,6 +112,8 @@ class ClientAddress:
         client = scope.get("client")
         peer_text = str(client[0]) if client else ""
         if not self._trusted:
+            if peer_text and self._rewritten(scope, peer_text):
+                return ""
             return peer_text
         peer = _address(peer_text)
         if peer is None or not _in(peer, self._trusted):
@@ -122,6 +134,29 @@ class ClientAddress:
             if not _in(address, self._trusted):
                 break
         return str(found)
+
+    def _rewritten(self, scope: MutableMapping[str, Any], peer_text: str) -> bool:
+        """Whether the server took the client address from a forwarding header no trusted proxy wrote."""
+        peer = _address(peer_text)
+        if peer is None:
+            return False
+        for raw_name, raw_value in scope.get("headers") or ():
+            name = bytes(raw_name).lower()
+            if name not in (b"x-forwarded-for", b"forwarded"):
+                continue
+            value = bytes(raw_value).decode("latin-1")
+            entries = _forwarded_for(value) if name == b"forwarded" else value.split(",")
+            if any(_address(entry) == peer for entry in entries):
+                if not self._warned:
+                    self._warned = True
+                    _log.warning(
+                        "guard: the server in front replaced the client address %s with one from %s, and "
+                        "trusted_proxies names no proxy: such addresses are treated as unknown (they confirm "
+                        "no crawler). Behind a proxy, name it in trusted_proxies and give the server the "
+                        "same list (uvicorn --forwarded-allow-ips, gunicorn forwarded_allow_ips); without "
+                        "one, run uvicorn with --no-proxy-headers", peer_text, name.decode())
+                return True
+        return False
 
     def __repr__(self) -> str:
         return f"<ClientAddress trusted={[str(n) for n in self._trusted]} header={self._header.decode()}>"

@@ -106,6 +106,18 @@ def load_ranges(source: str | Path | Iterable[str]) -> tuple[Network, ...]:
     return parse_networks(entries, f"bot_ranges ({path})")
 
 
+#: Seconds between two looks at whether a ranges file changed.
+RANGES_LOOK_EVERY = 60.0
+
+
+def _stamp(path: Path) -> tuple[float, int] | None:
+    try:
+        info = path.stat()
+    except OSError:
+        return None
+    return info.st_mtime, info.st_size
+
+
 def _under(host: str, domains: tuple[str, ...]) -> bool:
     host = host.lower().rstrip(".")
     return any(host.endswith("." + domain) for domain in domains)
@@ -128,7 +140,9 @@ class BotVerifier:
         domains: documented reverse-DNS domains per name (lower case keys);
             :data:`BOT_DOMAINS` by default.
         ranges: IP ranges per name: a file path or a list of CIDR strings.
-            The key ``"*"`` applies to every name.
+            The key ``"*"`` applies to every name. A name with ranges is
+            confirmed by them alone: reverse DNS is off for it. Files are
+            read again when they change (looked at once a minute).
         resolver: the DNS lookups; the system's by default.
         timeout: seconds the two lookups may take together.
         ttl: seconds a confirmation is remembered.
@@ -154,7 +168,13 @@ class BotVerifier:
             raise ValueError(f"max_entries must be a positive integer, got {max_entries!r}")
         known = {key.lower(): tuple(d.lower().strip(".") for d in value)
                  for key, value in (BOT_DOMAINS if domains is None else domains).items()}
-        loaded = {key.lower(): load_ranges(value) for key, value in (ranges or {}).items()}
+        self._sources = {key.lower(): value for key, value in (ranges or {}).items()}
+        # Files of ranges are read again when they change (``crawlpace guard ranges`` replaced one).
+        self._files = {key: Path(value) for key, value in self._sources.items()
+                       if isinstance(value, str | Path)}
+        self._stamps = {key: _stamp(path) for key, path in self._files.items()}
+        self._next_look = 0.0
+        loaded = {key: load_ranges(value) for key, value in self._sources.items()}
         everyone = loaded.pop("*", ())
         self._domains: dict[str, tuple[str, ...]] = {}
         self._ranges: dict[str, tuple[Network, ...]] = {}
@@ -193,6 +213,9 @@ class BotVerifier:
         name = name.lower()
         key = (name, address)
         now = self._clock()
+        if self._files and now >= self._next_look:
+            self._next_look = now + RANGES_LOOK_EVERY
+            self._reread()
         cached = self._cache.get(key)
         if cached is not None and cached[1] > now:
             self._cache.move_to_end(key)
@@ -214,6 +237,25 @@ class BotVerifier:
             del self._pending[key]
         return verdict
 
+    def _reread(self) -> None:
+        """Read the ranges files again if one changed; keep the old ranges if the new file is bad."""
+        stamps = {key: _stamp(path) for key, path in self._files.items()}
+        if stamps == self._stamps:
+            return
+        try:
+            loaded = {key: load_ranges(value) for key, value in self._sources.items()}
+        except (OSError, ValueError) as exc:
+            _log.warning("guard: a bot_ranges file changed but cannot be read (%s); keeping the ranges "
+                         "read before", exc)
+            return
+        self._stamps = stamps
+        everyone = loaded.pop("*", ())
+        for name in self._ranges:
+            self._ranges[name] = loaded.get(name, ()) + everyone
+        self._cache.clear()
+        _log.warning("guard: bot_ranges files read again: %s", ", ".join(
+            f"{name} {len(ranges)} ranges" for name, ranges in self._ranges.items()))
+
     def _remember(self, key: tuple[str, str], verdict: bool) -> None:
         self._cache[key] = (verdict, self._clock() + (self._ttl if verdict else self._failure_ttl))
         self._cache.move_to_end(key)
@@ -230,7 +272,8 @@ class BotVerifier:
             _log.debug("guard: %s at %s confirmed by the owner's ranges", name, address)
             return True
         domains = self._domains[name]
-        if not domains:
+        if self._ranges[name] or not domains:
+            # The owner's ranges are the whole truth for this name: no DNS lookup can add to them.
             _log.info("guard: %s claimed from %s, outside its ranges: counted like any client", name, address)
             return False
         try:
