@@ -11,11 +11,12 @@ Public through :mod:`crawlpace.http`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import httpx
 
+from ._clients import SyncCore, last_look_sync
 from ._config import Settings
 from ._http_robots import sync_fetch
 from ._httpx_common import (
@@ -26,13 +27,25 @@ from ._httpx_common import (
     discard_sync,
     replayable,
 )
-from ._retry import check_owner, check_retries, send_sync
+from ._retry import check_owner, check_retries
 from ._robots_guard import RobotsGuard
 from ._sync import SyncThrottler
 
 __all__ = ["ThrottledSyncClient", "ThrottledSyncTransport", "throttled_sync_client"]
 
 logger = logging.getLogger("crawlpace.http")
+
+
+def _last_look(chained: Any) -> Callable[[str, Any], None]:
+    """httpcore's ``trace`` callback: the last look before the headers go (the user's own trace kept)."""
+
+    def trace(event: str, info: Any) -> None:
+        if event.endswith("send_request_headers.started"):
+            last_look_sync()
+        if chained is not None:
+            chained(event, info)
+
+    return trace
 
 
 class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport):
@@ -77,23 +90,24 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
         self._throttler = throttler if throttler is not None else \
             SyncThrottler(settings, store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.HTTPTransport()
-        # The guard lives on the throttler's loop, like the throttler it waits for.
-        self._robots = RobotsGuard(self._throttler.throttler, retries=retries,
-                                   user_agent=robots_user_agent) if robots_txt else None
+        self._core = SyncCore(self._throttler, retries=retries, robots_txt=robots_txt,
+                              robots_user_agent=robots_user_agent, log=logger)
 
     @property
     def robots(self) -> RobotsGuard | None:
         """The robots.txt keeper, when the transport obeys robots.txt."""
-        return self._robots
+        return self._core.robots
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` when its scopes allow it, retrying backoff outcomes.
 
         Returns:
             The first response that is not a backoff trigger, or the last one;
-            ``extensions["crawlpace_attempts"]`` counts the sends.
+            ``extensions["crawlpace_attempts"]`` (or
+            :func:`crawlpace.http.attempts`) counts the sends.
 
         Raises:
+            StoreUnreachable: at first use, when a shared store does not answer.
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
@@ -101,33 +115,23 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
             httpx.TransportError: (or whatever the inner transport raised) for
                 the last attempt, when it failed with an exception.
         """
-        target = str(request.url)
-        robots = self._robots
-        if robots is not None:
-            fetch = sync_fetch(self._transport.handle_request, request.extensions)
-            agent = request.headers.get("user-agent")
-            self._throttler.call(lambda _throttler: robots.check(target, fetch, agent))
-        attempts = 1 + (self._retries if replayable(request) else 0)
-        if attempts == 1 and self._retries:
-            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
-                         request.method, target)
         inner = self._transport
+        request.extensions = {**request.extensions, "trace": _last_look(request.extensions.get("trace"))}
 
         def send() -> httpx.Response:
             return inner.handle_request(request)
 
-        response, attempt = send_sync(self._throttler, request.method, target,
-                                      request.extensions.get(SCOPES_EXTENSION), attempts, send,
-                                      discard_sync)
+        response, attempt = self._core.send(
+            request.method, str(request.url), request.extensions.get(SCOPES_EXTENSION), replayable(request),
+            send, discard_sync, fetch_robots=lambda: sync_fetch(inner.handle_request, request.extensions),
+            user_agent=request.headers.get("user-agent"))
         response.extensions[ATTEMPTS_EXTENSION] = attempt
         return response
 
     def close(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
         try:
-            robots = self._robots
-            if robots is not None and not self._throttler.closed:
-                self._throttler.call(lambda _throttler: robots.aclose())
+            self._core.close()
             self._transport.close()
         finally:
             if self._owns_throttler:
@@ -135,7 +139,7 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
 
     def __repr__(self) -> str:
         owned = "owned" if self._owns_throttler else "shared"
-        robots = " robots_txt" if self._robots is not None else ""
+        robots = " robots_txt" if self._core.robots is not None else ""
         return (f"<ThrottledSyncTransport retries={self._retries}{robots} throttler={owned} "
                 f"{self._throttler!r}>")
 

@@ -14,7 +14,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from ._last_look import LastLook, NotSent
+from ._last_look import WRITING, Granted, LastLook, NotSent, Writing
 from .stores.base import Outcome
 
 if TYPE_CHECKING:
@@ -22,8 +22,8 @@ if TYPE_CHECKING:
     from ._sync import SyncThrottler
     from ._throttler import Throttler
 
-__all__ = ["check_owner", "check_retries", "is_backoff", "log_giving_up", "log_retry", "send_async",
-           "send_sync"]
+__all__ = ["check_owner", "check_retries", "is_backoff", "log_giving_up", "log_retry",
+           "send_async", "send_sync"]
 
 R = TypeVar("R")
 
@@ -74,6 +74,18 @@ def _describe(response: object | None, error: BaseException | None) -> str:
     return str(status if status is not None else getattr(response, "status", "?"))
 
 
+def _settle(log: logging.Logger, method: str, url: str, permit: Granted, response: object | None,
+            error: Exception | None, attempt: int, attempts: int) -> bool:
+    """After a send: True to send again (a backoff outcome with attempts left), else False."""
+    backoff = is_backoff(permit.outcome)
+    if backoff and attempt < attempts:
+        log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
+        return True
+    if backoff and attempts > 1:
+        log_giving_up(log, method, url, _describe(response, error), attempt)
+    return False
+
+
 async def send_async(throttler: Throttler, method: str, url: str, scopes: object, attempts: int,
                      send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
                      log: logging.Logger = logger, *, request: object = None,
@@ -88,7 +100,9 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
         scopes: explicit scopes, or ``None`` to ask the manager.
         attempts: the most sends (1 + retries, or 1 for a body that cannot be replayed).
         send: sends once; returns when the response headers are in, so its
-            duration is the latency.
+            duration is the latency. While it runs (with ``look``),
+            :data:`~crawlpace._last_look.WRITING` holds the permit for the
+            adapter's last look.
         discard: closes a response that is not returned (a retried one).
         log: the adapter's logger, for the retry lines.
         request: what the throttler is asked about instead of ``url`` (an
@@ -99,8 +113,7 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             found a hold heard after the permit was granted), the permit goes
             back with no outcome and the request waits for the throttler
             again, without using up an attempt.
-        granted: called with each permit before its send (the adapter's
-            last look needs it).
+        granted: called with each permit before its send.
 
     Returns:
         The response and the number of sends it took.
@@ -120,6 +133,7 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
         started = clock.now()
         response: R | None = None
         error: Exception | None = None
+        token = WRITING.set(None if look is None else Writing(permit, look, clock.now))
         try:
             response = await send()
         except NotSent as exc:
@@ -143,16 +157,14 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             except BaseException:
                 await discard(response)
                 raise
+        finally:
+            WRITING.reset(token)
         if look is not None:
             look.note(permit, clock.now())
-        backoff = is_backoff(permit.outcome)
-        if backoff and attempt < attempts:
-            log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
+        if _settle(log, method, url, permit, response, error, attempt, attempts):
             if response is not None:
                 await discard(response)
             continue
-        if backoff and attempts > 1:
-            log_giving_up(log, method, url, _describe(response, error), attempt)
         if error is not None:
             raise error
         assert response is not None
@@ -162,15 +174,29 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
 
 def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, attempts: int,
               send: Callable[[], R], discard: Callable[[R], None],
-              log: logging.Logger = logger) -> tuple[R, int]:
-    """The blocking twin of :func:`send_async`, on a :class:`~crawlpace.SyncThrottler`."""
-    for attempt in range(1, attempts + 1):
+              log: logging.Logger = logger, *, look: LastLook | None = None) -> tuple[R, int]:
+    """The blocking twin of :func:`send_async`, on a :class:`~crawlpace.SyncThrottler`.
+
+    The same rules, step for step: a backoff outcome is sent again while
+    attempts remain, and a request stopped by the last look
+    (:class:`~crawlpace._last_look.NotSent`) goes back to the throttler
+    without using up an attempt. The send runs in the calling thread.
+    """
+    attempt = 0
+    while attempt < attempts:
+        attempt += 1
         permit = throttler.acquire(url, scopes=scopes)
         started = throttler.now()
         response: R | None = None
         error: Exception | None = None
+        token = WRITING.set(None if look is None else Writing(permit, look, throttler.now))
         try:
             response = send()
+        except NotSent as exc:
+            permit.release()
+            log.debug("%s %s: %s; asking the throttler again", method, url, exc)
+            attempt -= 1
+            continue
         except Exception as exc:
             error = exc
             permit._report(exception=exc, latency=throttler.now() - started)
@@ -183,14 +209,14 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
             except BaseException:
                 discard(response)
                 raise
-        backoff = is_backoff(permit.outcome)
-        if backoff and attempt < attempts:
-            log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
+        finally:
+            WRITING.reset(token)
+        if look is not None:
+            look.note(permit, throttler.now())
+        if _settle(log, method, url, permit, response, error, attempt, attempts):
             if response is not None:
                 discard(response)
             continue
-        if backoff and attempts > 1:
-            log_giving_up(log, method, url, _describe(response, error), attempt)
         if error is not None:
             raise error
         assert response is not None

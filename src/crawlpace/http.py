@@ -47,6 +47,7 @@ from typing import Any
 
 import httpx
 
+from ._clients import AsyncCore, attempts
 from ._config import Settings
 from ._http_robots import async_fetch
 from ._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_sync_client
@@ -59,9 +60,7 @@ from ._httpx_common import (
     pool_limits,
     replayable,
 )
-from ._last_look import LastLook
-from ._permit import Permit
-from ._retry import check_owner, check_retries, send_async
+from ._retry import check_owner, check_retries
 from ._robots_guard import RobotsGuard
 from ._throttler import Throttler
 from .stores.base import Store
@@ -73,6 +72,7 @@ __all__ = [
     "ThrottledSyncClient",
     "ThrottledSyncTransport",
     "ThrottledTransport",
+    "attempts",
     "throttled_client",
     "throttled_sync_client",
 ]
@@ -137,14 +137,13 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             Throttler(settings, store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport(
             limits=pool_limits(self._throttler.settings))
-        self._look = LastLook()
-        self._robots = RobotsGuard(self._throttler, retries=retries, user_agent=robots_user_agent,
-                                   look=self._look) if robots_txt else None
+        self._core = AsyncCore(self._throttler, retries=retries, robots_txt=robots_txt,
+                               robots_user_agent=robots_user_agent, log=logger)
 
     @property
     def robots(self) -> RobotsGuard | None:
         """The robots.txt keeper, when the transport obeys robots.txt."""
-        return self._robots
+        return self._core.robots
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` when its scopes allow it, retrying backoff outcomes.
@@ -155,9 +154,11 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
         Returns:
             The first response that is not a backoff trigger, or the last one
             when the retries ran out or the body cannot be replayed. Its
-            ``extensions["crawlpace_attempts"]`` says how many sends it took.
+            ``extensions["crawlpace_attempts"]`` (or :func:`attempts`) says
+            how many sends it took.
 
         Raises:
+            StoreUnreachable: at first use, when a shared store does not answer.
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
@@ -165,43 +166,29 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             httpx.TransportError: (or whatever the inner transport raised) for
                 the last attempt, when it failed with an exception.
         """
-        target = str(request.url)
-        if self._robots is not None:
-            await self._robots.check(target, async_fetch(self._transport.handle_async_request,
-                                                         request.extensions),
-                                     request.headers.get("user-agent"))
-        attempts = 1 + (self._retries if replayable(request) else 0)
-        if attempts == 1 and self._retries:
-            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
-                         request.method, target)
         inner = self._transport
-        permits: list[Permit] = []
         request.extensions = {**request.extensions,
-                              "trace": self._last_look(permits, request.extensions.get("trace"))}
+                              "trace": self._last_look(request.extensions.get("trace"))}
 
         async def send() -> httpx.Response:
             # The inner transport returns as soon as the headers are in: that is the latency.
             return await inner.handle_async_request(request)
 
-        response, attempt = await send_async(self._throttler, request.method, target,
-                                             request.extensions.get(SCOPES_EXTENSION), attempts,
-                                             send, discard_async, look=self._look, granted=permits.append)
+        response, attempt = await self._core.send(
+            request.method, str(request.url), request.extensions.get(SCOPES_EXTENSION), replayable(request),
+            send, discard_async,
+            fetch_robots=lambda: async_fetch(inner.handle_async_request, request.extensions),
+            user_agent=request.headers.get("user-agent"))
         response.extensions[ATTEMPTS_EXTENSION] = attempt
         return response
 
-    def _last_look(self, permits: list[Permit], chained: Any) -> Callable[[str, Any], Awaitable[None]]:
+    def _last_look(self, chained: Any) -> Callable[[str, Any], Awaitable[None]]:
         """httpcore's ``trace`` callback: the last look before the headers go (the user's own trace kept)."""
-        look, clock = self._look, self._throttler.clock
+        before_write = self._core.before_write
 
         async def trace(event: str, info: Any) -> None:
-            if permits and event.endswith("send_request_headers.started"):
-                permit = permits[-1]
-                look.check(permit, clock.now())
-                wait = look.wait(permit, clock.now())
-                if wait > 0.0:
-                    logger.debug("%s: %.3fs more before writing, for the Crawl-delay", info, wait)
-                    await clock.sleep(wait)
-                look.wrote(permit, clock.now())
+            if event.endswith("send_request_headers.started"):
+                await before_write()
             if chained is not None:
                 await chained(event, info)
 
@@ -210,8 +197,7 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
         try:
-            if self._robots is not None:
-                await self._robots.aclose()
+            await self._core.aclose()
             await self._transport.aclose()
         finally:
             if self._owns_throttler:
@@ -219,7 +205,7 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
 
     def __repr__(self) -> str:
         owned = "owned" if self._owns_throttler else "shared"
-        robots = " robots_txt" if self._robots is not None else ""
+        robots = " robots_txt" if self._core.robots is not None else ""
         return f"<ThrottledTransport retries={self._retries}{robots} throttler={owned} {self._throttler!r}>"
 
 
