@@ -1,0 +1,220 @@
+"""The one client core (``crawlpace._clients``) as each of the four clients uses it.
+
+Real parts only: an HTTP server in a thread on 127.0.0.1, a real redis-server
+with a password, a loopback port nothing listens on. The clocks are real
+(the blocking clients run on a :class:`~crawlpace.SyncThrottler`, which keeps
+real time), so the one hold here is ``Retry-After: 1``.
+
+The last look: every client is given one connection to the site, so requests
+whose permits were granted together queue for it. The first to reach the site
+is answered 429 with ``Retry-After: 1``; the next one gets the connection a
+moment later, its permit granted before the hold was heard. Without a last
+look it would reach the site inside the hold.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import aiohttp
+import httpx
+import pytest
+import requests
+
+from crawlpace import StoreUnreachable, SyncThrottler, Throttler
+from crawlpace.aiohttp import ThrottleMiddleware
+from crawlpace.aiohttp import attempts as aiohttp_attempts
+from crawlpace.aiohttp import throttled_session as aiohttp_session
+from crawlpace.http import attempts as httpx_attempts
+from crawlpace.http import throttled_client, throttled_sync_client
+from crawlpace.requests import ThrottledAdapter
+from crawlpace.requests import attempts as requests_attempts
+from crawlpace.requests import throttled_session as requests_session
+
+from .redis_server import RedisServer, free_port, redis_binary
+
+OPEN: dict[str, Any] = {"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0.0,
+                        "DOWNLOAD_DELAY_PER_SLOT": 0.0, "RANDOMIZE_DOWNLOAD_DELAY": False,
+                        "BACKOFF_MIN_DELAY": 0.01}
+REQUESTS = 4
+HOLD = 1.0
+
+
+class Site:
+    """Answers the first request 429 with ``Retry-After: 1``, every other one 200; notes arrivals."""
+
+    def __init__(self) -> None:
+        self.arrivals: list[tuple[float, int]] = []
+        self.lock = threading.Lock()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:
+                with site.lock:
+                    status = 429 if not site.arrivals else 200
+                    site.arrivals.append((time.monotonic(), status))
+                body = b"no" if status == 429 else b"ok"
+                self.send_response(status)
+                if status == 429:
+                    self.send_header("Retry-After", str(int(HOLD)))
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def inside_hold(self) -> list[float]:
+        """Seconds after the 429 at which a request reached the site inside the hold."""
+        refused = [at for at, status in self.arrivals if status == 429]
+        assert len(refused) == 1, self.arrivals
+        return [round(at - refused[0], 3) for at, status in self.arrivals
+                if status == 200 and refused[0] < at < refused[0] + HOLD - 0.05]
+
+
+@pytest.fixture
+def site() -> Iterator[Site]:
+    served = Site()
+    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        served.server.shutdown()
+        served.server.server_close()
+
+
+def check(site: Site, statuses: list[int], counts: list[int]) -> None:
+    assert sorted(statuses) == [200] * (REQUESTS - 1) + [429]
+    assert len(site.arrivals) == REQUESTS, site.arrivals  # held requests were not written, then sent once
+    assert counts == [1] * REQUESTS  # a request the last look stopped used up no attempt
+    assert site.inside_hold() == []
+
+
+async def test_async_httpx_writes_nothing_inside_a_hold(site: Site) -> None:
+    async with throttled_client(OPEN, retries=0, limits=httpx.Limits(max_connections=1),
+                                trust_env=False) as client:
+        responses = await asyncio.gather(*(client.get(f"{site.url}/{n}") for n in range(REQUESTS)))
+    check(site, [r.status_code for r in responses], [httpx_attempts(r) for r in responses])
+
+
+async def test_aiohttp_writes_nothing_inside_a_hold(site: Site) -> None:
+    async def get(session: aiohttp.ClientSession, n: int) -> tuple[int, int]:
+        async with session.get(f"{site.url}/{n}") as response:
+            await response.read()
+            return response.status, aiohttp_attempts(response)
+
+    async with aiohttp_session(OPEN, retries=0, connector=aiohttp.TCPConnector(limit=1)) as session:
+        answers = await asyncio.gather(*(get(session, n) for n in range(REQUESTS)))
+    check(site, [status for status, _ in answers], [count for _, count in answers])
+
+
+def sync_gather(get: Any) -> list[tuple[int, int]]:
+    answers: list[tuple[int, int]] = []
+    threads = [threading.Thread(target=lambda n=n: answers.append(get(n))) for n in range(REQUESTS)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(10.0)
+    return answers
+
+
+def test_sync_httpx_writes_nothing_inside_a_hold(site: Site) -> None:
+    with throttled_sync_client(OPEN, retries=0, limits=httpx.Limits(max_connections=1),
+                               trust_env=False) as client:
+
+        def get(n: int) -> tuple[int, int]:
+            response = client.get(f"{site.url}/{n}")
+            return response.status_code, httpx_attempts(response)
+
+        answers = sync_gather(get)
+    check(site, [status for status, _ in answers], [count for _, count in answers])
+
+
+def test_requests_writes_nothing_inside_a_hold(site: Site) -> None:
+    with SyncThrottler(OPEN) as throttler, requests.Session() as session:
+        session.mount("http://", ThrottledAdapter(throttler, retries=0, pool_maxsize=1, pool_block=True))
+
+        def get(n: int) -> tuple[int, int]:
+            response = session.get(f"{site.url}/{n}")
+            return response.status_code, requests_attempts(response)
+
+        answers = sync_gather(get)
+    check(site, [status for status, _ in answers], [count for _, count in answers])
+
+
+def test_attempts_counts_the_sends_of_a_retried_request(site: Site) -> None:
+    with requests_session(OPEN, retries=2) as session:
+        first = session.get(f"{site.url}/a")  # 429, then 200 after the hold
+    assert (first.status_code, requests_attempts(first)) == (200, 2)
+    with pytest.raises(ValueError, match="did not come through a crawlpace client"):
+        requests_attempts(requests.Response())
+
+
+# -- a store that cannot be reached fails at first use ------------------------------------------
+
+def closed_port_url() -> str:
+    return f"redis://127.0.0.1:{free_port()}/0?socket_connect_timeout=1"
+
+
+@pytest.fixture(scope="module")
+def locked_redis() -> Iterator[RedisServer]:
+    binary = redis_binary()
+    if binary is None:
+        pytest.skip("no redis-server on PATH")
+    server = RedisServer(binary, extra=("--requirepass", "right-pass"))
+    try:
+        server.start()
+        yield server
+    finally:
+        server.close()
+
+
+def wrong_password(server: RedisServer) -> str:
+    return f"redis://:wrong-pass@127.0.0.1:{server.port}/0"
+
+
+async def test_async_clients_raise_store_unreachable_at_first_use(locked_redis: RedisServer) -> None:
+    for url, reason in ((closed_port_url(), "cannot be reached"), (wrong_password(locked_redis), "password")):
+        started = time.monotonic()
+        async with throttled_client(store=url) as client:
+            with pytest.raises(StoreUnreachable, match=reason) as caught:
+                await asyncio.wait_for(client.get("http://127.0.0.1:9/"), 10.0)
+        assert time.monotonic() - started < 5.0
+        assert "wrong-pass" not in str(caught.value)
+        async with aiohttp_session(store=url) as session:
+            with pytest.raises(StoreUnreachable, match=reason):
+                await asyncio.wait_for(session.get("http://127.0.0.1:9/"), 10.0)
+        async with Throttler(store=url) as throttler:  # a middleware on a session built by hand
+            async with aiohttp.ClientSession(middlewares=(ThrottleMiddleware(throttler),)) as session:
+                with pytest.raises(StoreUnreachable, match=reason):
+                    await asyncio.wait_for(session.get("http://127.0.0.1:9/"), 10.0)
+
+
+def test_blocking_clients_raise_store_unreachable_at_first_use(locked_redis: RedisServer) -> None:
+    for url, reason in ((closed_port_url(), "cannot be reached"), (wrong_password(locked_redis), "password")):
+        started = time.monotonic()
+        with throttled_sync_client(store=url) as client, pytest.raises(StoreUnreachable, match=reason):
+            client.get("http://127.0.0.1:9/")
+        assert time.monotonic() - started < 5.0
+        with requests_session(store=url) as session, pytest.raises(StoreUnreachable, match=reason):
+            session.get("http://127.0.0.1:9/")
+
+
+async def test_the_store_url_is_masked_and_the_right_password_connects(locked_redis: RedisServer) -> None:
+    url = f"redis://:right-pass@127.0.0.1:{locked_redis.port}/0"
+    async with Throttler(store=url) as throttler:
+        assert "right-pass" not in throttler.store.url  # type: ignore[attr-defined]
+        assert throttler.store.url == f"redis://:***@127.0.0.1:{locked_redis.port}/0"  # type: ignore[attr-defined]
+        async with throttler.slot("http://127.0.0.1:9/") as permit:  # it connects with the real one
+            permit.feedback(status=200)
