@@ -26,7 +26,7 @@ import httpx
 import pytest
 import requests
 
-from crawlpace import StoreUnreachable, SyncThrottler, Throttler
+from crawlpace import ConfigError, Permit, Settings, StoreUnreachable, SyncThrottler, Throttler
 from crawlpace.aiohttp import ThrottleMiddleware
 from crawlpace.aiohttp import attempts as aiohttp_attempts
 from crawlpace.aiohttp import throttled_session as aiohttp_session
@@ -195,10 +195,10 @@ async def test_async_clients_raise_store_unreachable_at_first_use(locked_redis: 
         async with aiohttp_session(store=url) as session:
             with pytest.raises(StoreUnreachable, match=reason):
                 await asyncio.wait_for(session.get("http://127.0.0.1:9/"), 10.0)
-        async with Throttler(store=url) as throttler:  # a middleware on a session built by hand
-            async with aiohttp.ClientSession(middlewares=(ThrottleMiddleware(throttler),)) as session:
-                with pytest.raises(StoreUnreachable, match=reason):
-                    await asyncio.wait_for(session.get("http://127.0.0.1:9/"), 10.0)
+        async with Throttler(store=url) as throttler, \
+                aiohttp.ClientSession(middlewares=(ThrottleMiddleware(throttler),)) as hand_built:
+            with pytest.raises(StoreUnreachable, match=reason):  # a middleware on a session built by hand
+                await asyncio.wait_for(hand_built.get("http://127.0.0.1:9/"), 10.0)
 
 
 def test_blocking_clients_raise_store_unreachable_at_first_use(locked_redis: RedisServer) -> None:
@@ -218,3 +218,36 @@ async def test_the_store_url_is_masked_and_the_right_password_connects(locked_re
         assert throttler.store.url == f"redis://:***@127.0.0.1:{locked_redis.port}/0"  # type: ignore[attr-defined]
         async with throttler.slot("http://127.0.0.1:9/") as permit:  # it connects with the real one
             permit.feedback(status=200)
+
+
+# -- settings: CONCURRENT_REQUESTS_PER_IP, and what the start-up line says about robots.txt ---------
+
+async def test_concurrent_requests_per_ip_scopes_by_server_address(tmp_path: Any) -> None:
+    async with Throttler({"CONCURRENT_REQUESTS_PER_IP": 2, "CONCURRENT_REQUESTS_PER_DOMAIN": 8}) as throttler:
+        # Two host names of one address share one scope of two slots, as in Scrapy.
+        same = await throttler.scopes("http://127.0.0.1:1/b")
+        assert await throttler.scopes("http://localhost:1/a") == same
+        assert throttler.settings.scope_defaults.concurrency == 2
+        first = await throttler.acquire("http://localhost:1/a")
+        second = await throttler.acquire("http://localhost:1/a")
+        assert not isinstance(await throttler.try_acquire("http://127.0.0.1:1/b"), Permit)
+        for permit in (first, second):
+            await permit.release()
+    path = tmp_path / "s.toml"
+    path.write_text("concurrent_requests_per_ip = 3\n")
+    toml = Settings.from_toml(path)
+    assert (toml.concurrent_requests_per_ip, toml.manager, toml.scope_defaults.concurrency) == (
+        3, "crawlpace.IpScopes", 3)
+    assert Settings.from_scrapy({"CONCURRENT_REQUESTS_PER_IP": 0}).manager is None
+    with pytest.raises(ConfigError, match="PER_IP: 2 has no effect beside THROTTLING_MANAGER"):
+        Settings.from_scrapy({"CONCURRENT_REQUESTS_PER_IP": 2, "THROTTLING_MANAGER": "crawlpace.IpScopes"})
+
+
+def test_the_start_up_line_says_robots_txt_is_ignored_when_the_client_ignores_it(
+        caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level("INFO", logger="crawlpace"), requests_session({"DOWNLOAD_DELAY": 0.5,
+                                                                        "DOWNLOAD_DELAY_PER_SLOT": 0}):
+        pass
+    lines = [record.getMessage() for record in caplog.records]
+    assert any("robots.txt ignored" in line for line in lines), lines
+    assert not any("obeyed" in line or "does not work as written" in line for line in lines), lines

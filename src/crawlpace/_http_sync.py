@@ -16,7 +16,7 @@ from typing import Any
 
 import httpx
 
-from ._clients import SyncCore, last_look_sync
+from ._clients.core import SyncCore, last_look_sync, own_settings
 from ._config import Settings
 from ._http_robots import sync_fetch
 from ._httpx_common import (
@@ -88,7 +88,7 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
         self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
-            SyncThrottler(settings, store=store if store is not None else "memory://")
+            SyncThrottler(own_settings(settings, robots_txt), store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.HTTPTransport()
         self._core = SyncCore(self._throttler, retries=retries, robots_txt=robots_txt,
                               robots_user_agent=robots_user_agent, log=logger)

@@ -31,7 +31,7 @@ from typing import Any
 import aiohttp
 from aiohttp import payload
 
-from ._clients.core import ATTEMPTS, AsyncCore, attempts
+from ._clients.core import ATTEMPTS, AsyncCore, attempts, own_settings
 from ._config import Settings
 from ._retry import check_owner, check_retries
 from ._robots import MAX_ROBOTS_BYTES
@@ -259,7 +259,7 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
     check_owner(settings, throttler, store)
     owns = throttler is None
     if throttler is None:
-        throttler = Throttler(settings, store=store if store is not None else "memory://")
+        throttler = Throttler(own_settings(settings, robots_txt), store=store if store is not None else "memory://")
     middleware = ThrottleMiddleware(throttler, retries=retries, robots_txt=robots_txt,
                                     robots_user_agent=robots_user_agent)
     return ThrottledSession(middleware, owns_throttler=owns, **session_kwargs)

@@ -47,7 +47,7 @@ from typing import Any
 
 import httpx
 
-from ._clients import AsyncCore, attempts
+from ._clients.core import AsyncCore, attempts, own_settings
 from ._config import Settings
 from ._http_robots import async_fetch
 from ._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_sync_client
@@ -134,7 +134,7 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
         self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
-            Throttler(settings, store=store if store is not None else "memory://")
+            Throttler(own_settings(settings, robots_txt), store=store if store is not None else "memory://")
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport(
             limits=pool_limits(self._throttler.settings))
         self._core = AsyncCore(self._throttler, retries=retries, robots_txt=robots_txt,
@@ -285,9 +285,7 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
             if throttler is not None:
                 parsed = throttler.settings
             else:  # parsed once here, and the transport's throttler takes the result
-                parsed = settings if isinstance(settings, Settings) else (
-                    Settings() if settings is None else Settings.from_scrapy(settings))
-                settings = parsed
+                parsed = settings = own_settings(settings, robots_txt)
             options["limits"] = pool_limits(parsed)
         inner = httpx.AsyncHTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledTransport(settings, throttler=throttler, store=store, transport=inner,

@@ -34,7 +34,7 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.poolmanager import PoolManager
 
-from ._clients.core import ATTEMPTS, SyncCore, attempts, last_look_sync
+from ._clients.core import ATTEMPTS, SyncCore, attempts, last_look_sync, own_settings
 from ._config import Settings
 from ._retry import check_owner, check_retries
 from ._robots import MAX_ROBOTS_BYTES
@@ -272,6 +272,6 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
     check_owner(settings, throttler, store)
     owns = throttler is None
     if throttler is None:
-        throttler = SyncThrottler(settings, store=store if store is not None else "memory://")
+        throttler = SyncThrottler(own_settings(settings, robots_txt), store=store if store is not None else "memory://")
     return ThrottledSession(throttler, owns_throttler=owns, retries=retries, robots_txt=robots_txt,
                             robots_user_agent=robots_user_agent)

@@ -10,14 +10,16 @@ and the same last look (:mod:`crawlpace._last_look`).
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import threading
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from typing import TYPE_CHECKING, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
 from .._clock import Clock
+from .._config import Settings
 from .._last_look import LastLook, look_before_writing, written
 from .._retry import check_retries, send_async, send_sync
 from .._robots_guard import FetchRobots, RobotsGuard
@@ -29,7 +31,7 @@ if TYPE_CHECKING:
     from .._throttler import Throttler
 
 __all__ = ["ATTEMPTS", "AsyncCore", "SyncCore", "attempts", "connect_timeout", "last_look", "last_look_sync",
-           "store_checked"]
+           "own_settings", "store_checked"]
 
 R = TypeVar("R")
 
@@ -57,6 +59,23 @@ def attempts(response: object) -> int:
         raise ValueError(f"{type(response).__name__} did not come through a crawlpace client: it carries "
                          "no attempt count")
     return count
+
+
+def own_settings(settings: Settings | Mapping[str, Any] | None, robots_txt: bool) -> Settings:
+    """The settings of a throttler a client creates for itself: robots.txt ignored unless it obeys it.
+
+    The throttler's start-up line then says what the client does
+    (``robots.txt ignored`` for ``robots_txt=False``) and it takes no
+    Crawl-delay the client would never fetch.
+
+    Raises:
+        ConfigError: when the settings are invalid.
+    """
+    parsed = settings if isinstance(settings, Settings) else (
+        Settings() if settings is None else Settings.from_scrapy(settings))
+    if robots_txt or not parsed.robotstxt_obey:
+        return parsed
+    return dataclasses.replace(parsed, robotstxt_obey=False)
 
 
 def connect_timeout(store: Store) -> float:
