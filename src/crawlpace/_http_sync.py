@@ -36,6 +36,10 @@ __all__ = ["ThrottledSyncClient", "ThrottledSyncTransport", "throttled_sync_clie
 logger = logging.getLogger("crawlpace.http")
 
 
+def _answer(response: httpx.Response) -> tuple[int, httpx.Headers, Callable[[], bytes]]:
+    return response.status_code, response.headers, response.read
+
+
 def _last_look(chained: Any) -> Callable[[str, Any], None]:
     """httpcore's ``trace`` callback: the last look before the headers go (the user's own trace kept)."""
 
@@ -123,7 +127,8 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
 
         response, attempt = self._core.send(
             request.method, str(request.url), request.extensions.get(SCOPES_EXTENSION), replayable(request),
-            send, discard_sync, fetch_robots=lambda: sync_fetch(inner.handle_request, request.extensions),
+            send, discard_sync, answer=_answer,
+            fetch_robots=lambda: sync_fetch(inner.handle_request, request.extensions),
             user_agent=request.headers.get("user-agent"))
         response.extensions[ATTEMPTS_EXTENSION] = attempt
         return response

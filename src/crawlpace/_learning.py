@@ -7,10 +7,13 @@ import contextlib
 import dataclasses
 import logging
 import time
+from typing import TYPE_CHECKING
 
 from ._config import Settings
 from ._learned import LearnedScope, LearnedSink, open_learned, snapshot, warm_start
-from ._throttler import Throttler
+
+if TYPE_CHECKING:  # the throttler keeps a learner of its own (``Throttler(learned=...)``)
+    from ._throttler import Throttler
 
 __all__ = ["LEARN_EVERY", "Learner"]
 

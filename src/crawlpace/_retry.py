@@ -90,7 +90,8 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
                      send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
                      log: logging.Logger = logger, *, request: object = None,
                      look: LastLook | None = None,
-                     granted: Callable[[Permit], None] | None = None) -> tuple[R, int]:
+                     granted: Callable[[Permit], None] | None = None,
+                     judge: Callable[[R], Awaitable[bool]] | None = None) -> tuple[R, int]:
     """Send under a permit, feed the outcome back, and retry backoff outcomes.
 
     Args:
@@ -114,6 +115,10 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             back with no outcome and the request waits for the throttler
             again, without using up an attempt.
         granted: called with each permit before its send.
+        judge: tells whether a response is a soft block (see
+            :class:`~crawlpace.BlockRules`); it may read the body, after the
+            latency was taken. A soft block backs the scopes off and is sent
+            again like a 429.
 
     Returns:
         The response and the number of sends it took.
@@ -151,10 +156,13 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             await permit.release()
             raise
         else:
-            permit.feedback(response, latency=clock.now() - started)
+            latency = clock.now() - started
             try:
+                blocked = judge is not None and await judge(response)
+                permit.feedback(response, latency=latency, blocked=blocked)
                 await permit.release()
             except BaseException:
+                await permit.release()
                 await discard(response)
                 raise
         finally:
@@ -174,7 +182,8 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
 
 def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, attempts: int,
               send: Callable[[], R], discard: Callable[[R], None],
-              log: logging.Logger = logger, *, look: LastLook | None = None) -> tuple[R, int]:
+              log: logging.Logger = logger, *, look: LastLook | None = None,
+              judge: Callable[[R], bool] | None = None) -> tuple[R, int]:
     """The blocking twin of :func:`send_async`, on a :class:`~crawlpace.SyncThrottler`.
 
     The same rules, step for step: a backoff outcome is sent again while
@@ -204,9 +213,12 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
             permit.release()
             raise
         else:
+            latency = throttler.now() - started
             try:
-                permit._report(response, latency=throttler.now() - started)
+                blocked = judge is not None and judge(response)
+                permit._report(response, latency=latency, blocked=blocked)
             except BaseException:
+                permit.release()
                 discard(response)
                 raise
         finally:

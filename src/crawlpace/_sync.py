@@ -101,12 +101,12 @@ class SyncPermit:
         self._owner._call(record())
 
     def _report(self, response: object = None, *, exception: BaseException | None = None,
-                latency: float | None = None) -> None:
+                latency: float | None = None, blocked: bool = False) -> None:
         """Feed back and release in one trip to the loop (the adapters' hot path)."""
         permit = self._permit
 
         async def report() -> None:
-            permit.feedback(response, exception=exception, latency=latency)
+            permit.feedback(response, exception=exception, latency=latency, blocked=blocked)
             await permit.release()
 
         self._owner._call(report())

@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import aiohttp
@@ -56,6 +56,11 @@ def _replayable(request: aiohttp.ClientRequest) -> bool:
 async def _discard(response: aiohttp.ClientResponse) -> None:
     with contextlib.suppress(aiohttp.ClientError, OSError):
         response.close()
+
+
+def _answer(response: aiohttp.ClientResponse) -> tuple[int, Mapping[str, str],
+                                                      Callable[[], Awaitable[bytes]]]:
+    return response.status, response.headers, response.read
 
 
 def _robots_fetch(session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> FetchRobots:
@@ -167,7 +172,7 @@ class ThrottleMiddleware:
         session = request.session
         response, attempt = await core.send(
             request.method, str(request.url), self._scopes, _replayable(request), send, _discard,
-            fetch_robots=lambda: _robots_fetch(session, session.timeout),
+            answer=_answer, fetch_robots=lambda: _robots_fetch(session, session.timeout),
             user_agent=request.headers.get("User-Agent"))
         setattr(response, ATTEMPTS_ATTRIBUTE, attempt)
         return response

@@ -79,6 +79,10 @@ __all__ = [
 
 logger = logging.getLogger(__name__)
 
+def _answer(response: httpx.Response) -> tuple[int, httpx.Headers, Callable[[], Awaitable[bytes]]]:
+    return response.status_code, response.headers, response.aread
+
+
 class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
     """An httpx transport that waits for a throttler's permit before each send.
 
@@ -176,7 +180,7 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
 
         response, attempt = await self._core.send(
             request.method, str(request.url), request.extensions.get(SCOPES_EXTENSION), replayable(request),
-            send, discard_async,
+            send, discard_async, answer=_answer,
             fetch_robots=lambda: async_fetch(inner.handle_async_request, request.extensions),
             user_agent=request.headers.get("user-agent"))
         response.extensions[ATTEMPTS_EXTENSION] = attempt

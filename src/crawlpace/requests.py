@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import requests
@@ -93,6 +93,10 @@ def _replayable(request: requests.PreparedRequest) -> bool:
 def _discard(response: requests.Response) -> None:
     with contextlib.suppress(requests.RequestException, OSError):
         response.close()
+
+
+def _answer(response: requests.Response) -> tuple[int, Mapping[str, str], Callable[[], bytes]]:
+    return response.status_code, response.headers, lambda: response.content
 
 
 def _robots_fetch(adapter: HTTPAdapter, options: dict[str, Any]) -> FetchRobots:
@@ -194,7 +198,8 @@ class ThrottledAdapter(HTTPAdapter):
 
         response, attempt = self._core.send(
             request.method or "GET", target, getattr(request, "crawlpace_scopes", None), _replayable(request),
-            once, _discard, fetch_robots=fetch_robots, user_agent=request.headers.get("User-Agent"))
+            once, _discard, answer=_answer, fetch_robots=fetch_robots,
+            user_agent=request.headers.get("User-Agent"))
         setattr(response, ATTEMPTS_ATTRIBUTE, attempt)
         return response
 

@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
+from .._blocks import BlockRules
 from .._clock import Clock
 from .._config import Settings
 from .._last_look import LastLook, look_before_writing, written
@@ -130,12 +131,14 @@ def last_look_sync() -> None:
 
 
 class _Common:
-    """The figures both cores hold: retries, the last look, the robots.txt guard."""
+    """What both cores hold: retries, the last look, the robots.txt guard, the soft-block rules."""
 
     def __init__(self, throttler: Throttler, *, retries: int, robots_txt: bool | RobotsGuard,
                  robots_user_agent: str | None, log: logging.Logger) -> None:
         self.retries = check_retries(retries)
         self.log = log
+        #: The throttler's ``block_rules`` (and the rules always on): which answers are soft blocks.
+        self.blocks = BlockRules(throttler.settings.block_rules)
         if isinstance(robots_txt, RobotsGuard):
             self.robots: RobotsGuard | None = robots_txt
             self.look = robots_txt.look or LastLook()
@@ -143,6 +146,20 @@ class _Common:
             self.look = LastLook()
             self.robots = RobotsGuard(throttler, retries=retries, user_agent=robots_user_agent,
                                       look=self.look) if robots_txt else None
+
+    def wants_body(self, status: int, headers: Mapping[str, str]) -> bool:
+        """Whether telling a soft block needs the body: problem+json, or a body rule for ``status``."""
+        kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
+        return kind == "application/problem+json" or any(
+            not rule.statuses or status in rule.statuses for rule in self.blocks.rules)
+
+    def verdict(self, method: str, url: str, status: int, headers: Mapping[str, str], body: bytes) -> bool:
+        """Whether the answer is a soft block (said in an INFO line naming the rule)."""
+        rule = self.blocks.match(status, headers, body)
+        if rule is None:
+            return False
+        self.log.info("%s %s: %d is a soft block (%s): backing off as for a 429", method, url, status, rule)
+        return True
 
     def attempts(self, replayable: bool, method: str, url: str) -> int:
         """The most sends of a request: 1 + retries, or 1 when its body cannot be sent twice."""
@@ -186,9 +203,14 @@ class AsyncCore(_Common):
 
     async def send(self, method: str, url: str, scopes: object, replayable: bool,
                    send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]], *,
+                   answer: Callable[[R], tuple[int, Mapping[str, str], Callable[[], Awaitable[bytes]]]],
                    fetch_robots: Callable[[], FetchRobots] | None = None,
                    user_agent: str | None = None) -> tuple[R, int]:
-        """Send a request through the throttler: store check, robots.txt, retries, last look.
+        """Send a request through the throttler: store check, robots.txt, retries, last look, soft blocks.
+
+        Args:
+            answer: a response's status, headers, and a way to read its body
+                (only called for when a soft-block rule needs it).
 
         Returns:
             The response and the number of sends it took.
@@ -197,8 +219,20 @@ class AsyncCore(_Common):
         robots = self.robots
         if robots is not None and fetch_robots is not None:
             await robots.check(url, fetch_robots(), user_agent)
+
+        async def judge(response: R) -> bool:
+            status, headers, read = answer(response)
+            body = b""
+            if self.wants_body(status, headers):
+                try:
+                    body = await read()
+                except Exception as exc:  # the caller meets it when it reads; the head alone is judged
+                    self.log.debug("%s %s: the body could not be read for the soft-block rules (%r)",
+                                   method, url, exc)
+            return self.verdict(method, url, status, headers, body)
+
         return await send_async(self.throttler, method, url, scopes, self.attempts(replayable, method, url),
-                                send, discard, self.log, look=self.look)
+                                send, discard, self.log, look=self.look, judge=judge)
 
     async def before_write(self) -> None:
         """The last look (see :func:`last_look`), on this core's throttler's clock."""
@@ -237,9 +271,11 @@ class SyncCore(_Common):
                 self._checked = True
 
     def send(self, method: str, url: str, scopes: object, replayable: bool, send: Callable[[], R],
-             discard: Callable[[R], None], *, fetch_robots: Callable[[], FetchRobots] | None = None,
+             discard: Callable[[R], None], *,
+             answer: Callable[[R], tuple[int, Mapping[str, str], Callable[[], bytes]]],
+             fetch_robots: Callable[[], FetchRobots] | None = None,
              user_agent: str | None = None) -> tuple[R, int]:
-        """Send a request through the throttler, blocking: store check, robots.txt, retries, last look.
+        """Send a request through the throttler, blocking: the same steps as :meth:`AsyncCore.send`.
 
         Returns:
             The response and the number of sends it took.
@@ -249,8 +285,20 @@ class SyncCore(_Common):
         if robots is not None and fetch_robots is not None:
             fetch = fetch_robots()
             self.throttler.call(lambda _throttler: robots.check(url, fetch, user_agent))
+
+        def judge(response: R) -> bool:
+            status, headers, read = answer(response)
+            body = b""
+            if self.wants_body(status, headers):
+                try:
+                    body = read()
+                except Exception as exc:  # the caller meets it when it reads; the head alone is judged
+                    self.log.debug("%s %s: the body could not be read for the soft-block rules (%r)",
+                                   method, url, exc)
+            return self.verdict(method, url, status, headers, body)
+
         return send_sync(self.throttler, method, url, scopes, self.attempts(replayable, method, url), send,
-                         discard, self.log, look=self.look)
+                         discard, self.log, look=self.look, judge=judge)
 
     def close(self) -> None:
         """Stop the robots.txt fetches still under way."""
