@@ -251,3 +251,87 @@ def test_the_start_up_line_says_robots_txt_is_ignored_when_the_client_ignores_it
     lines = [record.getMessage() for record in caplog.records]
     assert any("robots.txt ignored" in line for line in lines), lines
     assert not any("obeyed" in line or "does not work as written" in line for line in lines), lines
+
+
+# -- soft blocks and warm start through every client ---------------------------------------------
+
+class ChallengeSite(Site):
+    """The first answer is a 200 challenge page, every later one the real page."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        site = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+                with site.lock:
+                    first = not site.arrivals
+                    site.arrivals.append((time.monotonic(), 200))
+                body = b"<p>please solve this captcha</p>" if first else b"the page"
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+                pass
+
+        self.server.RequestHandlerClass = Handler
+
+
+@pytest.fixture
+def challenge() -> Iterator[ChallengeSite]:
+    served = ChallengeSite()
+    thread = threading.Thread(target=served.server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield served
+    finally:
+        served.server.shutdown()
+        served.server.server_close()
+
+
+RULES = ["captcha:200"]
+
+
+async def test_async_clients_resend_a_soft_block(challenge: ChallengeSite) -> None:
+    async with throttled_client(OPEN, block_rules=RULES, trust_env=False) as client:
+        response = await client.get(f"{challenge.url}/a")
+        assert (response.text, httpx_attempts(response)) == ("the page", 2)
+    async with aiohttp_session(OPEN, block_rules=RULES) as session, session.get(f"{challenge.url}/b") as answer:
+        assert (await answer.text(), aiohttp_attempts(answer)) == ("the page", 1)  # the site blocks once only
+    with pytest.raises(TypeError, match="not both: got throttler and block_rules"):
+        throttled_client(throttler=Throttler(), block_rules=RULES)
+
+
+def test_blocking_clients_resend_a_soft_block(challenge: ChallengeSite) -> None:
+    with requests_session(OPEN, block_rules=RULES) as session:
+        response = session.get(f"{challenge.url}/a")
+        assert (response.text, requests_attempts(response)) == ("the page", 2)
+    with throttled_sync_client({**OPEN, "THROTTLING_BLOCK_RULES": ["page:200"]}, trust_env=False) as client:
+        response = client.get(f"{challenge.url}/b", extensions={})
+        assert response.text == "the page"
+        assert httpx_attempts(response) == 4  # matched every time: sent 1 + 3 retries, then returned
+
+
+async def test_a_soft_block_through_aiohttp_is_resent(challenge: ChallengeSite) -> None:
+    async with aiohttp_session(OPEN, block_rules=RULES) as session, session.get(f"{challenge.url}/a") as answer:
+        assert (await answer.text(), aiohttp_attempts(answer)) == ("the page", 2)
+    async with throttled_client(OPEN, trust_env=False) as client:  # no rule: a 200 is a 200
+        response = await client.get(f"{challenge.url}/b")
+        assert (response.status_code, httpx_attempts(response)) == (200, 1)
+
+
+async def test_warm_start_is_kept_by_a_client_and_read_by_the_next(site: Site, tmp_path: Any) -> None:
+    learned = str(tmp_path / "learned.sqlite")
+    async with throttled_client(OPEN, learned=learned, retries=0, trust_env=False) as client:
+        assert client.throttler.learner is not None
+        for n in range(3):
+            await client.get(f"{site.url}/{n}")
+    async with Throttler(OPEN, learned=learned) as throttler:  # the next run starts from the record
+        warm = throttler.settings.warm_start
+        assert warm is not None and "127.0.0.1" in warm.records
+    with pytest.raises(ConfigError, match="learned: cannot open"):
+        Throttler(learned=str(tmp_path / "no-such-dir" / "x.sqlite"))

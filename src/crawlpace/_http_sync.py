@@ -11,7 +11,7 @@ Public through :mod:`crawlpace.http`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -74,9 +74,19 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
             given to the throttler.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the ``User-Agent`` header of the first request.
+        learned: where the transport's own throttler keeps learned limits for a warm
+            start (a SQLite file path or a ``redis://`` URL; see
+            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
+        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
+            :class:`~crawlpace.BlockRules`) added to the settings'
+            ``block_rules``; an answer that matches one (or carries
+            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
+            its scopes off and is sent again like a 429. Not allowed together
+            with ``throttler`` (whose settings' rules apply).
 
     Raises:
-        TypeError: when ``throttler`` is given with ``settings`` or ``store``.
+        TypeError: when ``throttler`` is given with ``settings``, ``store``,
+            ``learned`` or ``block_rules``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
 
@@ -87,12 +97,14 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
     def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
                  throttler: SyncThrottler | None = None, store: str | None = None,
                  transport: httpx.BaseTransport | None = None, retries: int = 3, robots_txt: bool = False,
-                 robots_user_agent: str | None = None) -> None:
-        check_owner(settings, throttler, store)
+                 robots_user_agent: str | None = None, learned: str | None = None,
+                 block_rules: Iterable[str] | None = None) -> None:
+        check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
         self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
-            SyncThrottler(own_settings(settings, robots_txt), store=store if store is not None else "memory://")
+            SyncThrottler(own_settings(settings, robots_txt, block_rules=block_rules),
+                          store=store if store is not None else "memory://", learned=learned)
         self._transport = transport if transport is not None else httpx.HTTPTransport()
         self._core = SyncCore(self._throttler, retries=retries, robots_txt=robots_txt,
                               robots_user_agent=robots_user_agent, log=logger)
@@ -168,6 +180,7 @@ class ThrottledSyncClient(httpx.Client):
 def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, *,
                           throttler: SyncThrottler | None = None, store: str | None = None,
                           retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                          learned: str | None = None, block_rules: Iterable[str] | None = None,
                           **client_kwargs: Any) -> ThrottledSyncClient:
     """Build an :class:`httpx.Client` whose requests all go through a throttler.
 
@@ -181,6 +194,8 @@ def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, 
             :class:`ThrottledSyncTransport`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the client's ``User-Agent`` header.
+        learned: see :class:`ThrottledSyncTransport`.
+        block_rules: see :class:`ThrottledSyncTransport`.
         **client_kwargs: passed to :class:`httpx.Client`; ``verify``,
             ``cert``, ``http1``, ``http2``, ``limits`` and ``proxy`` configure
             the inner :class:`httpx.HTTPTransport`, and ``transport=``
@@ -200,7 +215,7 @@ def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, 
                         "mounted transport would not be throttled; wrap each one in a "
                         "ThrottledSyncTransport sharing one SyncThrottler")
     check_retries(retries)
-    check_owner(settings, throttler, store)
+    check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
     inner: httpx.BaseTransport | None = client_kwargs.pop("transport", None)
     options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
     if inner is not None and options:
@@ -210,5 +225,6 @@ def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, 
         inner = httpx.HTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledSyncTransport(settings, throttler=throttler, store=store, transport=inner,
                                        retries=retries, robots_txt=robots_txt,
-                                       robots_user_agent=robots_user_agent)
+                                       robots_user_agent=robots_user_agent, learned=learned,
+                                       block_rules=block_rules)
     return ThrottledSyncClient(transport=transport, **client_kwargs)

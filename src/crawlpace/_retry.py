@@ -30,12 +30,15 @@ R = TypeVar("R")
 logger = logging.getLogger("crawlpace.http")
 
 
-def check_owner(settings: object, throttler: object, store: object) -> None:
-    """Refuse a shared throttler together with options for a throttler of one's own."""
-    if throttler is not None and (settings is not None or store is not None):
-        given = " and ".join(name for name, value in (("settings", settings), ("store", store))
-                             if value is not None)
-        raise TypeError(f"give either settings/store (for a throttler the client or session creates "
+def check_owner(settings: object, throttler: object, store: object, **own: object) -> None:
+    """Refuse a shared throttler together with options for a throttler of one's own.
+
+    ``own`` names more such options (``learned``, ``block_rules``); ``None`` is "not given".
+    """
+    options = {"settings": settings, "store": store, **own}
+    given = " and ".join(name for name, value in options.items() if value is not None)
+    if throttler is not None and given:
+        raise TypeError(f"give either {'/'.join(options)} (for a throttler the client or session creates "
                         f"and closes) or throttler (an existing one), not both: got throttler and {given}")
 
 

@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from ._blocks import BlockRules
 from ._board import SHARED_POLL, Board
 from ._clock import AsyncioClock, Clock
 from ._config import Settings
@@ -140,6 +141,7 @@ class Throttler(ThrottlerReports, WaitingRoom):
             settings = Settings.from_scrapy(settings)
         settings, self._learner = _learning(settings, learned)
         self.settings = settings
+        self._blocks = BlockRules(settings.block_rules)
         self.clock: Clock = clock if clock is not None else AsyncioClock()
         self._rng = rng if rng is not None else random.Random()
         self._store: Store = (open_store(store, settings, self.clock, self._rng)
@@ -324,6 +326,16 @@ class Throttler(ThrottlerReports, WaitingRoom):
     async def __aenter__(self) -> Throttler:
         self._start_learning()
         return self
+
+    @property
+    def blocks(self) -> BlockRules:
+        """The soft-block rules of the settings (``block_rules``) and those always on.
+
+        The library's clients apply them to every answer; code that feeds
+        back by hand does the same with
+        ``permit.feedback(response, blocked=throttler.blocks.match(status, headers, body) is not None)``.
+        """
+        return self._blocks
 
     @property
     def learner(self) -> Learner | None:

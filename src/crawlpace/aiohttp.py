@@ -25,7 +25,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
@@ -231,6 +231,7 @@ with warnings.catch_warnings():
 def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
                       throttler: Throttler | None = None, store: Store | str | None = None,
                       retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                      learned: str | None = None, block_rules: Iterable[str] | None = None,
                       **session_kwargs: Any) -> ThrottledSession:
     """Build an :class:`aiohttp.ClientSession` whose requests all go through a throttler.
 
@@ -248,6 +249,15 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
             :class:`ThrottleMiddleware`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the session's ``User-Agent`` header.
+        learned: where the session's own throttler keeps learned limits for a warm
+            start (a SQLite file path or a ``redis://`` URL; see
+            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
+        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
+            :class:`~crawlpace.BlockRules`) added to the settings'
+            ``block_rules``; an answer that matches one (or carries
+            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
+            its scopes off and is sent again like a 429. Not allowed together
+            with ``throttler`` (whose settings' rules apply).
         **session_kwargs: passed to :class:`aiohttp.ClientSession`
             (``timeout``, ``headers``, ``connector``, ``base_url``...). Other
             ``middlewares`` run inside the throttle, once per attempt.
@@ -256,15 +266,17 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
         The session; use it in ``async with`` or ``await session.close()``.
 
     Raises:
-        TypeError: for ``throttler`` together with ``settings`` or ``store``.
+        TypeError: for ``throttler`` together with ``settings``, ``store``,
+            ``learned`` or ``block_rules``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
     check_retries(retries)
-    check_owner(settings, throttler, store)
+    check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
     owns = throttler is None
     if throttler is None:
-        throttler = Throttler(own_settings(settings, robots_txt), store=store if store is not None else "memory://")
+        throttler = Throttler(own_settings(settings, robots_txt, block_rules=block_rules),
+                              store=store if store is not None else "memory://", learned=learned)
     middleware = ThrottleMiddleware(throttler, retries=retries, robots_txt=robots_txt,
                                     robots_user_agent=robots_user_agent)
     return ThrottledSession(middleware, owns_throttler=owns, **session_kwargs)

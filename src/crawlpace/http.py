@@ -42,7 +42,7 @@ crawlpace does not need it, and this module is not imported by ``crawlpace``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
@@ -110,9 +110,19 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             is given to the throttler.
         robots_user_agent: the user agent whose robots.txt rules apply;
             by default the ``User-Agent`` header of the first request.
+        learned: where the transport's own throttler keeps learned limits for a warm
+            start (a SQLite file path or a ``redis://`` URL; see
+            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
+        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
+            :class:`~crawlpace.BlockRules`) added to the settings'
+            ``block_rules``; an answer that matches one (or carries
+            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
+            its scopes off and is sent again like a 429. Not allowed together
+            with ``throttler`` (whose settings' rules apply).
 
     Raises:
-        TypeError: when ``throttler`` is given with ``settings`` or ``store``.
+        TypeError: when ``throttler`` is given with ``settings``, ``store``,
+            ``learned`` or ``block_rules``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
 
@@ -133,12 +143,14 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
                  throttler: Throttler | None = None, store: Store | str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
                  retries: int = 3, robots_txt: bool = False,
-                 robots_user_agent: str | None = None) -> None:
-        check_owner(settings, throttler, store)
+                 robots_user_agent: str | None = None, learned: str | None = None,
+                 block_rules: Iterable[str] | None = None) -> None:
+        check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
         self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
-            Throttler(own_settings(settings, robots_txt), store=store if store is not None else "memory://")
+            Throttler(own_settings(settings, robots_txt, block_rules=block_rules),
+                      store=store if store is not None else "memory://", learned=learned)
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport(
             limits=pool_limits(self._throttler.settings))
         self._core = AsyncCore(self._throttler, retries=retries, robots_txt=robots_txt,
@@ -237,6 +249,7 @@ class ThrottledClient(httpx.AsyncClient):
 def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
                      throttler: Throttler | None = None, store: Store | str | None = None,
                      retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                     learned: str | None = None, block_rules: Iterable[str] | None = None,
                      **client_kwargs: Any) -> ThrottledClient:
     """Build an :class:`httpx.AsyncClient` whose requests all go through a throttler.
 
@@ -252,6 +265,8 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
             :class:`ThrottledTransport`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the client's ``User-Agent`` header.
+        learned: see :class:`ThrottledTransport`.
+        block_rules: see :class:`ThrottledTransport`.
         **client_kwargs: passed to :class:`httpx.AsyncClient` (``timeout``,
             ``headers``, ``follow_redirects``, ``base_url``...). The transport
             options ``verify``, ``cert``, ``http1``, ``http2``, ``limits`` and
@@ -277,7 +292,7 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
                         "transport would not be throttled; wrap each one in a ThrottledTransport "
                         "sharing one Throttler and build the AsyncClient yourself")
     check_retries(retries)
-    check_owner(settings, throttler, store)
+    check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
     inner: httpx.AsyncBaseTransport | None = client_kwargs.pop("transport", None)
     options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
     if inner is not None and options:
@@ -289,10 +304,12 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
             if throttler is not None:
                 parsed = throttler.settings
             else:  # parsed once here, and the transport's throttler takes the result
-                parsed = settings = own_settings(settings, robots_txt)
+                parsed = settings = own_settings(settings, robots_txt, block_rules=block_rules)
+                block_rules = None  # in the settings now
             options["limits"] = pool_limits(parsed)
         inner = httpx.AsyncHTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledTransport(settings, throttler=throttler, store=store, transport=inner,
                                    retries=retries, robots_txt=robots_txt,
-                                   robots_user_agent=robots_user_agent)
+                                   robots_user_agent=robots_user_agent, learned=learned,
+                                   block_rules=block_rules)
     return ThrottledClient(transport=transport, **client_kwargs)

@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import requests
@@ -247,7 +247,8 @@ class ThrottledSession(requests.Session):
 def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
                       throttler: SyncThrottler | None = None, store: str | None = None,
                       retries: int = 3, robots_txt: bool = False,
-                      robots_user_agent: str | None = None) -> ThrottledSession:
+                      robots_user_agent: str | None = None, learned: str | None = None,
+                      block_rules: Iterable[str] | None = None) -> ThrottledSession:
     """Build a :class:`requests.Session` whose requests all go through a throttler.
 
     Args:
@@ -264,19 +265,30 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
             :class:`ThrottledAdapter`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the ``User-Agent`` header of the first request.
+        learned: where the session's own throttler keeps learned limits for a warm
+            start (a SQLite file path or a ``redis://`` URL; see
+            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
+        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
+            :class:`~crawlpace.BlockRules`) added to the settings'
+            ``block_rules``; an answer that matches one (or carries
+            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
+            its scopes off and is sent again like a 429. Not allowed together
+            with ``throttler`` (whose settings' rules apply).
 
     Returns:
         The session; use it in ``with`` or call ``close()``.
 
     Raises:
-        TypeError: for ``throttler`` together with ``settings`` or ``store``.
+        TypeError: for ``throttler`` together with ``settings``, ``store``,
+            ``learned`` or ``block_rules``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
     check_retries(retries)
-    check_owner(settings, throttler, store)
+    check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
     owns = throttler is None
     if throttler is None:
-        throttler = SyncThrottler(own_settings(settings, robots_txt), store=store if store is not None else "memory://")
+        throttler = SyncThrottler(own_settings(settings, robots_txt, block_rules=block_rules),
+                                  store=store if store is not None else "memory://", learned=learned)
     return ThrottledSession(throttler, owns_throttler=owns, retries=retries, robots_txt=robots_txt,
                             robots_user_agent=robots_user_agent)

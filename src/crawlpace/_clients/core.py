@@ -14,11 +14,11 @@ import dataclasses
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
-from .._blocks import BlockRules
+from .._blocks import BlockRules, parse_block_rules
 from .._clock import Clock
 from .._config import Settings
 from .._last_look import LastLook, look_before_writing, written
@@ -62,18 +62,24 @@ def attempts(response: object) -> int:
     return count
 
 
-def own_settings(settings: Settings | Mapping[str, Any] | None, robots_txt: bool) -> Settings:
-    """The settings of a throttler a client creates for itself: robots.txt ignored unless it obeys it.
+def own_settings(settings: Settings | Mapping[str, Any] | None, robots_txt: bool, *,
+                 block_rules: Iterable[str] | None = None) -> Settings:
+    """The settings of a throttler a client creates for itself.
 
-    The throttler's start-up line then says what the client does
-    (``robots.txt ignored`` for ``robots_txt=False``) and it takes no
-    Crawl-delay the client would never fetch.
+    robots.txt is ignored unless the client obeys it, so the throttler's
+    start-up line says what the client does (``robots.txt ignored``) and it
+    takes no Crawl-delay the client would never fetch. ``block_rules``, when
+    given, are added to the settings' own.
 
     Raises:
-        ConfigError: when the settings are invalid.
+        ConfigError: when the settings or the rules are invalid.
     """
     parsed = settings if isinstance(settings, Settings) else (
         Settings() if settings is None else Settings.from_scrapy(settings))
+    if block_rules is not None:
+        rules = parse_block_rules("block_rules", list(block_rules) if not isinstance(block_rules, str)
+                                  else block_rules)
+        parsed = dataclasses.replace(parsed, block_rules=(*parsed.block_rules, *rules))
     if robots_txt or not parsed.robotstxt_obey:
         return parsed
     return dataclasses.replace(parsed, robotstxt_obey=False)
