@@ -265,7 +265,7 @@ class ChallengeSite(Site):
         class Handler(BaseHTTPRequestHandler):
             protocol_version = "HTTP/1.1"
 
-            def do_GET(self) -> None:  # noqa: N802 - the name http.server calls
+            def do_GET(self) -> None:
                 with site.lock:
                     first = not site.arrivals
                     site.arrivals.append((time.monotonic(), 200))
@@ -275,7 +275,7 @@ class ChallengeSite(Site):
                 self.end_headers()
                 self.wfile.write(body)
 
-            def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+            def log_message(self, format: str, *args: Any) -> None:
                 pass
 
         self.server.RequestHandlerClass = Handler
@@ -300,7 +300,8 @@ async def test_async_clients_resend_a_soft_block(challenge: ChallengeSite) -> No
     async with throttled_client(OPEN, block_rules=RULES, trust_env=False) as client:
         response = await client.get(f"{challenge.url}/a")
         assert (response.text, httpx_attempts(response)) == ("the page", 2)
-    async with aiohttp_session(OPEN, block_rules=RULES) as session, session.get(f"{challenge.url}/b") as answer:
+    async with aiohttp_session(OPEN, block_rules=RULES) as session, \
+            session.get(f"{challenge.url}/b") as answer:
         assert (await answer.text(), aiohttp_attempts(answer)) == ("the page", 1)  # the site blocks once only
     with pytest.raises(TypeError, match="not both: got throttler and block_rules"):
         throttled_client(throttler=Throttler(), block_rules=RULES)
@@ -317,7 +318,8 @@ def test_blocking_clients_resend_a_soft_block(challenge: ChallengeSite) -> None:
 
 
 async def test_a_soft_block_through_aiohttp_is_resent(challenge: ChallengeSite) -> None:
-    async with aiohttp_session(OPEN, block_rules=RULES) as session, session.get(f"{challenge.url}/a") as answer:
+    async with aiohttp_session(OPEN, block_rules=RULES) as session, \
+            session.get(f"{challenge.url}/a") as answer:
         assert (await answer.text(), aiohttp_attempts(answer)) == ("the page", 2)
     async with throttled_client(OPEN, trust_env=False) as client:  # no rule: a 200 is a 200
         response = await client.get(f"{challenge.url}/b")
@@ -332,6 +334,7 @@ async def test_warm_start_is_kept_by_a_client_and_read_by_the_next(site: Site, t
             await client.get(f"{site.url}/{n}")
     async with Throttler(OPEN, learned=learned) as throttler:  # the next run starts from the record
         warm = throttler.settings.warm_start
-        assert warm is not None and "127.0.0.1" in warm.records
+        assert warm is not None
+        assert "127.0.0.1" in warm.records
     with pytest.raises(ConfigError, match="learned: cannot open"):
         Throttler(learned=str(tmp_path / "no-such-dir" / "x.sqlite"))
