@@ -312,9 +312,9 @@ def test_blocking_clients_resend_a_soft_block(challenge: ChallengeSite) -> None:
         response = session.get(f"{challenge.url}/a")
         assert (response.text, requests_attempts(response)) == ("the page", 2)
     with throttled_sync_client({**OPEN, "THROTTLING_BLOCK_RULES": ["page:200"]}, trust_env=False) as client:
-        response = client.get(f"{challenge.url}/b", extensions={})
-        assert response.text == "the page"
-        assert httpx_attempts(response) == 4  # matched every time: sent 1 + 3 retries, then returned
+        again = client.get(f"{challenge.url}/b")
+        assert again.text == "the page"
+        assert httpx_attempts(again) == 4  # matched every time: sent 1 + 3 retries, then returned
 
 
 async def test_a_soft_block_through_aiohttp_is_resent(challenge: ChallengeSite) -> None:
