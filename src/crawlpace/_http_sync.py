@@ -22,10 +22,10 @@ from ._http_robots import sync_fetch
 from ._httpx_common import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
-    TRANSPORT_KWARGS,
     ThrottlerHolder,
     discard_sync,
     replayable,
+    split_client_kwargs,
 )
 from ._retry import check_owner, check_retries
 from ._robots_guard import RobotsGuard
@@ -210,17 +210,11 @@ def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, 
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
-    if "mounts" in client_kwargs:
-        raise TypeError("throttled_sync_client() does not take mounts=: requests sent through a "
-                        "mounted transport would not be throttled; wrap each one in a "
-                        "ThrottledSyncTransport sharing one SyncThrottler")
+    inner: httpx.BaseTransport | None
+    inner, options = split_client_kwargs("throttled_sync_client", "ThrottledSyncTransport", "SyncThrottler",
+                                         client_kwargs)
     check_retries(retries)
     check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
-    inner: httpx.BaseTransport | None = client_kwargs.pop("transport", None)
-    options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
-    if inner is not None and options:
-        raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
-                        "transport= set them on that transport instead")
     if inner is None:
         inner = httpx.HTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledSyncTransport(settings, throttler=throttler, store=store, transport=inner,

@@ -54,11 +54,11 @@ from ._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_s
 from ._httpx_common import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
-    TRANSPORT_KWARGS,
     ThrottlerHolder,
     discard_async,
     pool_limits,
     replayable,
+    split_client_kwargs,
 )
 from ._retry import check_owner, check_retries
 from ._robots_guard import RobotsGuard
@@ -287,17 +287,10 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
-    if "mounts" in client_kwargs:
-        raise TypeError("throttled_client() does not take mounts=: requests sent through a mounted "
-                        "transport would not be throttled; wrap each one in a ThrottledTransport "
-                        "sharing one Throttler and build the AsyncClient yourself")
+    inner: httpx.AsyncBaseTransport | None
+    inner, options = split_client_kwargs("throttled_client", "ThrottledTransport", "Throttler", client_kwargs)
     check_retries(retries)
     check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
-    inner: httpx.AsyncBaseTransport | None = client_kwargs.pop("transport", None)
-    options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
-    if inner is not None and options:
-        raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
-                        "transport= set them on that transport instead")
     if inner is None:
         if "limits" not in options:
             parsed: Settings
