@@ -18,7 +18,6 @@ from ._last_look import WRITING, Granted, LastLook, NotSent, Writing
 from .stores.base import Outcome
 
 if TYPE_CHECKING:
-    from ._permit import Permit
     from ._sync import SyncThrottler
     from ._throttler import Throttler
 
@@ -93,7 +92,6 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
                      send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
                      log: logging.Logger = logger, *, request: object = None,
                      look: LastLook | None = None,
-                     granted: Callable[[Permit], None] | None = None,
                      judge: Callable[[R], Awaitable[bool]] | None = None) -> tuple[R, int]:
     """Send under a permit, feed the outcome back, and retry backoff outcomes.
 
@@ -117,7 +115,6 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             found a hold heard after the permit was granted), the permit goes
             back with no outcome and the request waits for the throttler
             again, without using up an attempt.
-        granted: called with each permit before its send.
         judge: tells whether a response is a soft block (see
             :class:`~crawlpace.BlockRules`); it may read the body, after the
             latency was taken. A soft block backs the scopes off and is sent
@@ -136,8 +133,6 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
     while attempt < attempts:
         attempt += 1
         permit = await throttler.acquire(subject, scopes=scopes)
-        if granted is not None:
-            granted(permit)
         started = clock.now()
         response: R | None = None
         error: Exception | None = None
