@@ -192,6 +192,7 @@ class AsyncCore(_Common):
                          robots_user_agent=robots_user_agent, log=log)
         self.throttler = throttler
         self._checked: asyncio.Future[None] | None = None
+        self._answered = False
 
     async def ready(self) -> None:
         """Return once the store answered (asked at first use; again after a failure).
@@ -200,12 +201,13 @@ class AsyncCore(_Common):
             StoreUnreachable: the store refused the connection or the
                 password, or was silent past the connect timeout.
         """
-        checked = self._checked
-        if checked is not None and checked.done() and not checked.cancelled() and checked.exception() is None:
+        if self._answered:
             return
-        if checked is None or checked.done():
+        checked = self._checked
+        if checked is None or checked.done():  # the first request, or the last check failed
             checked = self._checked = asyncio.ensure_future(store_checked(self.throttler.store))
         await asyncio.shield(checked)
+        self._answered = True
 
     async def send(self, method: str, url: str, scopes: object, replayable: bool,
                    send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]], *,
