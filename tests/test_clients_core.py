@@ -271,6 +271,8 @@ class ChallengeSite(Site):
                     site.arrivals.append((time.monotonic(), 200))
                 body = b"<p>please solve this captcha</p>" if first else b"the page"
                 self.send_response(200)
+                if first and self.path.startswith("/cf"):  # Cloudflare's own mark: no rule needed
+                    self.send_header("cf-mitigated", "challenge")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -305,6 +307,12 @@ async def test_async_clients_resend_a_soft_block(challenge: ChallengeSite) -> No
         assert (await answer.text(), aiohttp_attempts(answer)) == ("the page", 1)  # the site blocks once only
     with pytest.raises(TypeError, match="not both: got throttler and block_rules"):
         throttled_client(throttler=Throttler(), block_rules=RULES)
+
+
+def test_a_challenge_header_is_a_soft_block_without_any_rule(challenge: ChallengeSite) -> None:
+    with requests_session(OPEN) as session:
+        response = session.get(f"{challenge.url}/cf")
+        assert (response.text, requests_attempts(response)) == ("the page", 2)
 
 
 def test_blocking_clients_resend_a_soft_block(challenge: ChallengeSite) -> None:

@@ -164,7 +164,7 @@ class LastLook:
         return f"<LastLook held={sorted(self._held)} paced={sorted(self._spacing)}>"
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Writing:
     """A request being sent under ``permit``, looked at by ``look`` on the clock ``now``."""
 

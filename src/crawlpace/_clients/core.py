@@ -145,6 +145,11 @@ class _Common:
         self.log = log
         #: The throttler's ``block_rules`` (and the rules always on): which answers are soft blocks.
         self.blocks = BlockRules(throttler.settings.block_rules)
+        # The statuses whose body a rule searches (None: every status's).
+        self._body_statuses: frozenset[int] | None = frozenset().union(
+            *(rule.statuses for rule in self.blocks.rules))
+        if any(not rule.statuses for rule in self.blocks.rules):
+            self._body_statuses = None
         if isinstance(robots_txt, RobotsGuard):
             self.robots: RobotsGuard | None = robots_txt
             self.look = robots_txt.look or LastLook()
@@ -155,12 +160,22 @@ class _Common:
 
     def wants_body(self, status: int, headers: Mapping[str, str]) -> bool:
         """Whether telling a soft block needs the body: problem+json, or a body rule for ``status``."""
-        kind = headers.get("content-type", "").split(";", 1)[0].strip().lower()
-        return kind == "application/problem+json" or any(
-            not rule.statuses or status in rule.statuses for rule in self.blocks.rules)
+        statuses = self._body_statuses
+        if statuses is None or status in statuses:
+            return True
+        kind = headers.get("content-type")
+        return kind is not None and "problem+json" in kind.lower()
 
-    def verdict(self, method: str, url: str, status: int, headers: Mapping[str, str], body: bytes) -> bool:
-        """Whether the answer is a soft block (said in an INFO line naming the rule)."""
+    def verdict(self, method: str, url: str, status: int, headers: Mapping[str, str],
+                body: bytes | None) -> bool:
+        """Whether the answer is a soft block (said in an INFO line naming the rule).
+
+        ``body`` is ``None`` when no rule needs it: then only the header rule can match.
+        """
+        if body is None:
+            if headers.get("cf-mitigated") is None:  # the common answer: nothing more to look at
+                return False
+            body = b""
         rule = self.blocks.match(status, headers, body)
         if rule is None:
             return False
@@ -230,8 +245,9 @@ class AsyncCore(_Common):
 
         async def judge(response: R) -> bool:
             status, headers, read = answer(response)
-            body = b""
+            body = None
             if self.wants_body(status, headers):
+                body = b""
                 try:
                     body = await read()
                 except Exception as exc:  # the caller meets it when it reads; the head alone is judged
@@ -296,8 +312,9 @@ class SyncCore(_Common):
 
         def judge(response: R) -> bool:
             status, headers, read = answer(response)
-            body = b""
+            body = None
             if self.wants_body(status, headers):
+                body = b""
                 try:
                     body = read()
                 except Exception as exc:  # the caller meets it when it reads; the head alone is judged
