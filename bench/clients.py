@@ -12,6 +12,10 @@ fixed price of throttling one request. Contenders take turns for ``R`` rounds
 (starting contender rotated), and the median time per request is reported,
 with the ratio to the bare client.
 
+A second measure sends to ``httpx.MockTransport`` (in-process, no socket) with
+the bare httpx clients and the throttled ones, and reports what the wrapper
+adds per request: the same price without the loopback's noise.
+
 Pairs: requests.Session vs ``crawlpace.requests.throttled_session``;
 httpx.Client vs ``crawlpace.http.throttled_sync_client`` (both blocking, on a
 ``SyncThrottler`` whose loop runs in another thread); aiohttp.ClientSession vs
@@ -156,6 +160,51 @@ def facade_cost(n: int) -> dict[str, float]:
             "sync_adapter_path_us": sync_adapter * 1e6}
 
 
+def _ok(request: httpx.Request) -> httpx.Response:
+    return httpx.Response(200, content=PAGE)
+
+
+def mock_cost(n: int, rounds: int) -> dict[str, float]:
+    """Microseconds each httpx wrapper adds per request over ``httpx.MockTransport`` (no network).
+
+    The wrapper's own price without a socket's noise: the bare client and the
+    throttled one both send to an in-process transport, taking turns for
+    ``rounds`` rounds; the fastest round of each is kept (the least disturbed
+    by other work on the machine).
+    """
+
+    async def async_run(make: Callable[[], httpx.AsyncClient]) -> float:
+        async with make() as client:
+            for _ in range(50):
+                await client.get("http://mock.test/")
+            started = time.perf_counter()
+            for _ in range(n):
+                await client.get("http://mock.test/")
+            return (time.perf_counter() - started) / n
+
+    def sync_run(make: Callable[[], httpx.Client]) -> float:
+        with make() as client:
+            for _ in range(50):
+                client.get("http://mock.test/")
+            started = time.perf_counter()
+            for _ in range(n):
+                client.get("http://mock.test/")
+            return (time.perf_counter() - started) / n
+
+    mock = httpx.MockTransport(_ok)
+    runs: dict[str, list[float]] = {name: [] for name in ("async_bare", "async_wrapped", "sync_bare",
+                                                           "sync_wrapped")}
+    for _ in range(rounds):
+        runs["async_bare"].append(asyncio.run(async_run(lambda: httpx.AsyncClient(transport=mock))))
+        runs["async_wrapped"].append(asyncio.run(async_run(lambda: throttled_client(OPEN, transport=mock))))
+        runs["sync_bare"].append(sync_run(lambda: httpx.Client(transport=mock)))
+        runs["sync_wrapped"].append(sync_run(lambda: throttled_sync_client(OPEN, transport=mock)))
+    best = {name: min(values) * 1e6 for name, values in runs.items()}
+    return {"mock_async_added_us": best["async_wrapped"] - best["async_bare"],
+            "mock_sync_added_us": best["sync_wrapped"] - best["sync_bare"],
+            "mock_async_bare_us": best["async_bare"], "mock_sync_bare_us": best["sync_bare"]}
+
+
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="fewer requests and rounds (< 1 min)")
@@ -185,6 +234,11 @@ def main(argv: list[str] | None = None) -> None:
     print(f"no HTTP, per acquire+release: Throttler.slot {facade['throttler_slot_us']:.1f} us, "
           f"SyncThrottler.slot {facade['sync_slot_us']:.1f} us (3 trips to its loop thread), "
           f"the sync adapters' path {facade['sync_adapter_path_us']:.1f} us (2 trips)")
+    facade.update(mock_cost(5 * n, rounds))
+    print(f"no network (httpx.MockTransport), added per request: throttled_client "
+          f"{facade['mock_async_added_us']:.1f} us over {facade['mock_async_bare_us']:.1f}, "
+          f"throttled_sync_client {facade['mock_sync_added_us']:.1f} us over "
+          f"{facade['mock_sync_bare_us']:.1f}")
     if args.json:
         print(json.dumps({"n": n, "rounds": rounds, "python": sys.version.split()[0], "clients": figures,
                           "facade": facade}))

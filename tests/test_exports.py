@@ -39,3 +39,13 @@ def test_client_modules_export_what_they_define() -> None:
         for name in module.__all__:
             assert hasattr(module, name), f"{module.__name__}.{name}"
         assert module.__all__ == sorted(module.__all__)
+
+
+def test_every_client_module_reads_the_attempt_count_the_same_way() -> None:
+    import crawlpace.aiohttp
+    import crawlpace.http
+    import crawlpace.requests
+
+    assert crawlpace.http.attempts is crawlpace.requests.attempts is crawlpace.aiohttp.attempts
+    for module in (crawlpace.http, crawlpace.requests, crawlpace.aiohttp):
+        assert "attempts" in module.__all__

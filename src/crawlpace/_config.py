@@ -64,6 +64,11 @@ class Settings:
     Attributes:
         concurrent_requests: requests in flight at once across all scopes of
             this process (``CONCURRENT_REQUESTS``).
+        concurrent_requests_per_ip: Scrapy's ``CONCURRENT_REQUESTS_PER_IP``:
+            when above 0, each server address rather than each host is a
+            scope (``manager`` is then :class:`~crawlpace.IpScopes`), and
+            the scope defaults admit this many requests at once. Applied by
+            :meth:`from_scrapy`, :meth:`from_dict` and :meth:`from_toml`.
         scope_defaults: settings of any scope not named in ``scopes``.
         scopes: per-scope settings, already merged over ``scope_defaults``.
         block_rules: soft-block body rules, ``REGEX[:STATUS]`` each
@@ -76,6 +81,7 @@ class Settings:
     """
 
     concurrent_requests: int = 16
+    concurrent_requests_per_ip: int = 0
     scope_defaults: ScopeConfig = field(default_factory=ScopeConfig)
     scopes: Mapping[str, ScopeConfig] = field(default_factory=dict)
     manager: str | None = None

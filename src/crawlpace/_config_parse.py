@@ -44,7 +44,8 @@ class TreeLabels:
 
 
 _TOP_KEYS = frozenset({
-    "concurrent_requests", "scope_defaults", "scopes", "manager", "rampup_backoff_target",
+    "concurrent_requests", "concurrent_requests_per_ip", "scope_defaults", "scopes", "manager",
+    "rampup_backoff_target",
     "robotstxt_obey", "robotstxt_max_delay", "redirect_max_delay",
     "delayed_requests_warn_threshold", "autothrottle", "block_rules", "learned",
 })
@@ -77,6 +78,7 @@ def parse_tree(tree: Mapping[str, Any], labels: TreeLabels, problems: Iterable[s
     take("delayed_requests_warn_threshold", check.count)
     take("robotstxt_obey", check.flag)
     take("manager", check.import_path)
+    per_ip = _per_ip(check, labels, tree, top)
     if tree.get("learned") is not None:
         learned = tree["learned"]
         if isinstance(learned, str) and learned.strip():
@@ -98,6 +100,8 @@ def parse_tree(tree: Mapping[str, Any], labels: TreeLabels, problems: Iterable[s
         data = check.mapping(labels.scope(None), raw_defaults)
         if data is not None:
             defaults = _parse_scope(check, labels, None, data, ScopeConfig()) or defaults
+    if per_ip:
+        defaults = replace(defaults, concurrency=per_ip)
     scopes: dict[str, ScopeConfig] = {}
     raw_scopes = tree.get("scopes")
     if raw_scopes is not None:
@@ -119,6 +123,36 @@ def parse_tree(tree: Mapping[str, Any], labels: TreeLabels, problems: Iterable[s
             autothrottle = _parse_autothrottle(check, labels, data)
     check.raise_if_any()
     return {"scope_defaults": defaults, "scopes": scopes, "autothrottle": autothrottle, **top}
+
+
+#: The manager that scopes requests by server address, as ``CONCURRENT_REQUESTS_PER_IP`` asks.
+IP_MANAGER = "crawlpace.IpScopes"
+
+
+def _per_ip(check: Checker, labels: TreeLabels, tree: Mapping[str, Any], top: dict[str, Any]) -> int:
+    """``concurrent_requests_per_ip`` (Scrapy's ``CONCURRENT_REQUESTS_PER_IP``): 0, or scope by address.
+
+    As in Scrapy (seed 000), a non-zero value makes each server address,
+    not each domain, the unit of concurrency: requests are scoped by
+    :class:`~crawlpace.IpScopes` (what ``--scope-by ip`` does) and every
+    scope admits that many at once. A ``manager`` decides the scopes
+    itself, so the two together are refused.
+    """
+    key = "concurrent_requests_per_ip"
+    if key not in tree:
+        return 0
+    label = labels.top(key)
+    per_ip = check.count(label, tree[key], example="2", minimum=0)
+    if not per_ip:
+        return 0
+    top[key] = per_ip
+    if tree.get("manager") is not None:
+        check.fail(f"{label}: {per_ip} has no effect beside {labels.top('manager')}, which decides the "
+                   f"scopes; remove one of them ({labels.top('manager')} = {IP_MANAGER!r} with "
+                   f"{labels.scope(None, 'concurrency')} = {per_ip} does the same)")
+        return 0
+    top["manager"] = IP_MANAGER
+    return per_ip
 
 
 def _parse_fields(data: Mapping[str, Any], parsers: Mapping[str, Callable[[str, object], Any]],

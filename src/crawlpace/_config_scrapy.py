@@ -21,6 +21,7 @@ __all__ = ["ScrapyLabels", "scrapy_to_tree"]
 _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "CONCURRENT_REQUESTS": ("", "concurrent_requests"),
     "CONCURRENT_REQUESTS_PER_DOMAIN": ("scope", "concurrency"),
+    "CONCURRENT_REQUESTS_PER_IP": ("", "concurrent_requests_per_ip"),
     "DOWNLOAD_DELAY": ("scope", "delay"),
     "DOWNLOAD_DELAY_PER_SLOT": ("scope", "delay_per_slot"),
     "RANDOMIZE_DOWNLOAD_DELAY": ("scope", "jitter"),

@@ -11,28 +11,45 @@ Public through :mod:`crawlpace.http`.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
 
+from ._clients.core import SyncCore, last_look_sync, own_settings
 from ._config import Settings
 from ._http_robots import sync_fetch
 from ._httpx_common import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
-    TRANSPORT_KWARGS,
     ThrottlerHolder,
     discard_sync,
     replayable,
+    split_client_kwargs,
 )
-from ._retry import check_owner, check_retries, send_sync
+from ._retry import check_owner, check_retries
 from ._robots_guard import RobotsGuard
 from ._sync import SyncThrottler
 
 __all__ = ["ThrottledSyncClient", "ThrottledSyncTransport", "throttled_sync_client"]
 
 logger = logging.getLogger("crawlpace.http")
+
+
+def _answer(response: httpx.Response) -> tuple[int, httpx.Headers, Callable[[], bytes]]:
+    return response.status_code, response.headers, response.read
+
+
+def _last_look(chained: Any) -> Callable[[str, Any], None]:
+    """httpcore's ``trace`` callback: the last look before the headers go (the user's own trace kept)."""
+
+    def trace(event: str, info: Any) -> None:
+        if event.endswith("send_request_headers.started"):
+            last_look_sync()
+        if chained is not None:
+            chained(event, info)
+
+    return trace
 
 
 class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport):
@@ -57,9 +74,19 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
             given to the throttler.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the ``User-Agent`` header of the first request.
+        learned: where the transport's own throttler keeps learned limits for a warm
+            start (a SQLite file path or a ``redis://`` URL; see
+            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
+        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
+            :class:`~crawlpace.BlockRules`) added to the settings'
+            ``block_rules``; an answer that matches one (or carries
+            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
+            its scopes off and is sent again like a 429. Not allowed together
+            with ``throttler`` (whose settings' rules apply).
 
     Raises:
-        TypeError: when ``throttler`` is given with ``settings`` or ``store``.
+        TypeError: when ``throttler`` is given with ``settings``, ``store``,
+            ``learned`` or ``block_rules``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
 
@@ -70,30 +97,33 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
     def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
                  throttler: SyncThrottler | None = None, store: str | None = None,
                  transport: httpx.BaseTransport | None = None, retries: int = 3, robots_txt: bool = False,
-                 robots_user_agent: str | None = None) -> None:
-        check_owner(settings, throttler, store)
+                 robots_user_agent: str | None = None, learned: str | None = None,
+                 block_rules: Iterable[str] | None = None) -> None:
+        check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
         self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
-            SyncThrottler(settings, store=store if store is not None else "memory://")
+            SyncThrottler(own_settings(settings, robots_txt, block_rules=block_rules),
+                          store=store if store is not None else "memory://", learned=learned)
         self._transport = transport if transport is not None else httpx.HTTPTransport()
-        # The guard lives on the throttler's loop, like the throttler it waits for.
-        self._robots = RobotsGuard(self._throttler.throttler, retries=retries,
-                                   user_agent=robots_user_agent) if robots_txt else None
+        self._core = SyncCore(self._throttler, retries=retries, robots_txt=robots_txt,
+                              robots_user_agent=robots_user_agent, log=logger)
 
     @property
     def robots(self) -> RobotsGuard | None:
         """The robots.txt keeper, when the transport obeys robots.txt."""
-        return self._robots
+        return self._core.robots
 
     def handle_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` when its scopes allow it, retrying backoff outcomes.
 
         Returns:
             The first response that is not a backoff trigger, or the last one;
-            ``extensions["crawlpace_attempts"]`` counts the sends.
+            ``extensions["crawlpace_attempts"]`` (or
+            :func:`crawlpace.http.attempts`) counts the sends.
 
         Raises:
+            StoreUnreachable: at first use, when a shared store does not answer.
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
@@ -101,33 +131,24 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
             httpx.TransportError: (or whatever the inner transport raised) for
                 the last attempt, when it failed with an exception.
         """
-        target = str(request.url)
-        robots = self._robots
-        if robots is not None:
-            fetch = sync_fetch(self._transport.handle_request, request.extensions)
-            agent = request.headers.get("user-agent")
-            self._throttler.call(lambda _throttler: robots.check(target, fetch, agent))
-        attempts = 1 + (self._retries if replayable(request) else 0)
-        if attempts == 1 and self._retries:
-            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
-                         request.method, target)
         inner = self._transport
+        request.extensions = {**request.extensions, "trace": _last_look(request.extensions.get("trace"))}
 
         def send() -> httpx.Response:
             return inner.handle_request(request)
 
-        response, attempt = send_sync(self._throttler, request.method, target,
-                                      request.extensions.get(SCOPES_EXTENSION), attempts, send,
-                                      discard_sync)
+        response, attempt = self._core.send(
+            request.method, str(request.url), request.extensions.get(SCOPES_EXTENSION), replayable(request),
+            send, discard_sync, answer=_answer,
+            fetch_robots=lambda: sync_fetch(inner.handle_request, request.extensions),
+            user_agent=request.headers.get("user-agent"))
         response.extensions[ATTEMPTS_EXTENSION] = attempt
         return response
 
     def close(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
         try:
-            robots = self._robots
-            if robots is not None and not self._throttler.closed:
-                self._throttler.call(lambda _throttler: robots.aclose())
+            self._core.close()
             self._transport.close()
         finally:
             if self._owns_throttler:
@@ -135,7 +156,7 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
 
     def __repr__(self) -> str:
         owned = "owned" if self._owns_throttler else "shared"
-        robots = " robots_txt" if self._robots is not None else ""
+        robots = " robots_txt" if self._core.robots is not None else ""
         return (f"<ThrottledSyncTransport retries={self._retries}{robots} throttler={owned} "
                 f"{self._throttler!r}>")
 
@@ -159,6 +180,7 @@ class ThrottledSyncClient(httpx.Client):
 def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, *,
                           throttler: SyncThrottler | None = None, store: str | None = None,
                           retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                          learned: str | None = None, block_rules: Iterable[str] | None = None,
                           **client_kwargs: Any) -> ThrottledSyncClient:
     """Build an :class:`httpx.Client` whose requests all go through a throttler.
 
@@ -172,6 +194,8 @@ def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, 
             :class:`ThrottledSyncTransport`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the client's ``User-Agent`` header.
+        learned: see :class:`ThrottledSyncTransport`.
+        block_rules: see :class:`ThrottledSyncTransport`.
         **client_kwargs: passed to :class:`httpx.Client`; ``verify``,
             ``cert``, ``http1``, ``http2``, ``limits`` and ``proxy`` configure
             the inner :class:`httpx.HTTPTransport`, and ``transport=``
@@ -186,20 +210,15 @@ def throttled_sync_client(settings: Settings | Mapping[str, Any] | None = None, 
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
-    if "mounts" in client_kwargs:
-        raise TypeError("throttled_sync_client() does not take mounts=: requests sent through a "
-                        "mounted transport would not be throttled; wrap each one in a "
-                        "ThrottledSyncTransport sharing one SyncThrottler")
+    inner: httpx.BaseTransport | None
+    inner, options = split_client_kwargs("throttled_sync_client", "ThrottledSyncTransport", "SyncThrottler",
+                                         client_kwargs)
     check_retries(retries)
-    check_owner(settings, throttler, store)
-    inner: httpx.BaseTransport | None = client_kwargs.pop("transport", None)
-    options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
-    if inner is not None and options:
-        raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
-                        "transport= set them on that transport instead")
+    check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
     if inner is None:
         inner = httpx.HTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledSyncTransport(settings, throttler=throttler, store=store, transport=inner,
                                        retries=retries, robots_txt=robots_txt,
-                                       robots_user_agent=robots_user_agent)
+                                       robots_user_agent=robots_user_agent, learned=learned,
+                                       block_rules=block_rules)
     return ThrottledSyncClient(transport=transport, **client_kwargs)

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Generic, TypeVar
+from typing import Any, Generic, TypeVar
 
 import httpx
 
 from ._config import Settings
 
 __all__ = ["ATTEMPTS_EXTENSION", "SCOPES_EXTENSION", "TRANSPORT_KWARGS", "ThrottlerHolder", "discard_async",
-           "discard_sync", "pool_limits", "replayable"]
+           "discard_sync", "pool_limits", "replayable", "split_client_kwargs"]
 
 T = TypeVar("T")
 
@@ -38,6 +38,35 @@ def pool_limits(settings: Settings) -> httpx.Limits:
     """
     total = settings.concurrent_requests
     return httpx.Limits(max_connections=max(100, total), max_keepalive_connections=max(20, total))
+
+
+def split_client_kwargs(factory: str, transport: str, throttler: str,
+                        client_kwargs: dict[str, Any]) -> tuple[Any, dict[str, Any]]:
+    """Take the inner transport and its options out of a client factory's keyword arguments.
+
+    Args:
+        factory: the factory's name, for messages.
+        transport: the name of the throttling transport class, for messages.
+        throttler: the name of the throttler class, for messages.
+        client_kwargs: the factory's keyword arguments; what is taken is removed.
+
+    Returns:
+        ``transport=`` (or ``None``), and the options of a default inner transport.
+
+    Raises:
+        TypeError: for ``mounts=`` (a mounted transport would bypass the
+            throttler), or for transport options beside ``transport=``.
+    """
+    if "mounts" in client_kwargs:
+        raise TypeError(f"{factory}() does not take mounts=: requests sent through a mounted transport "
+                        f"would not be throttled; wrap each one in a {transport} sharing one {throttler} "
+                        "and build the client yourself")
+    inner = client_kwargs.pop("transport", None)
+    options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
+    if inner is not None and options:
+        raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
+                        "transport= set them on that transport instead")
+    return inner, options
 
 
 def replayable(request: httpx.Request) -> bool:

@@ -40,12 +40,30 @@ Timeline (one scope, ``Retry-After: 5`` on the first answer)::
 from __future__ import annotations
 
 import logging
+import threading
+from collections.abc import Callable
+from contextvars import ContextVar
+from dataclasses import dataclass
+from typing import Protocol
 
-from ._permit import Permit
+from .stores.base import Outcome
 
-__all__ = ["LastLook", "NotSent"]
+__all__ = ["WRITING", "Granted", "LastLook", "NotSent", "Writing", "look_before_writing", "written"]
 
-logger = logging.getLogger("crawlpace.http")
+logger = logging.getLogger(__name__)
+
+
+class Granted(Protocol):
+    """What the last look reads of a permit (a :class:`~crawlpace.Permit` or a ``SyncPermit``)."""
+
+    @property
+    def scopes(self) -> tuple[str, ...]: ...
+
+    @property
+    def granted_at(self) -> float: ...
+
+    @property
+    def outcome(self) -> Outcome | None: ...
 
 
 class NotSent(Exception):
@@ -63,11 +81,17 @@ class NotSent(Exception):
 
 
 class LastLook:
-    """The holds a client's answers announced, per scope, for a check just before each write."""
+    """The holds a client's answers announced, per scope, for a check just before each write.
 
-    __slots__ = ("_held", "_spacing", "_written")
+    The blocking clients look from their callers' threads while answers are
+    noted from others, so every change is made under a lock (uncontended, it
+    costs well under a microsecond).
+    """
+
+    __slots__ = ("_held", "_lock", "_spacing", "_written")
 
     def __init__(self) -> None:
+        self._lock = threading.Lock()
         # scope -> (when the hold was heard, when it ends)
         self._held: dict[str, tuple[float, float]] = {}
         # scope -> the robots.txt Crawl-delay, and the time of its last write
@@ -82,7 +106,7 @@ class LastLook:
         else:
             self._spacing[scope] = delay
 
-    def wait(self, permit: Permit, now: float) -> float:
+    def wait(self, permit: Granted, now: float) -> float:
         """Seconds to wait before writing the permit's request so that its Crawl-delays hold (0.0: none)."""
         wait = 0.0
         for scope in permit.scopes:
@@ -92,24 +116,26 @@ class LastLook:
                 wait = max(wait, last + spacing - now)
         return wait
 
-    def wrote(self, permit: Permit, now: float) -> None:
+    def wrote(self, permit: Granted, now: float) -> None:
         """Record that the permit's request is being written at ``now``."""
-        for scope in permit.scopes:
-            if scope in self._spacing:
-                self._written[scope] = max(now, self._written.get(scope, now))
+        with self._lock:
+            for scope in permit.scopes:
+                if scope in self._spacing:
+                    self._written[scope] = max(now, self._written.get(scope, now))
 
-    def note(self, permit: Permit, now: float) -> None:
+    def note(self, permit: Granted, now: float) -> None:
         """Remember the holds of a released permit's outcome (``Retry-After``, a spent budget)."""
         outcome = permit.outcome
         if outcome is None:
             return
-        for scope, signal in zip(permit.scopes, outcome.feedback, strict=False):
-            hold = signal.hold
-            if hold is not None and hold > 0.0:
-                _, until = self._held.get(scope, (now, now))
-                self._held[scope] = (now, max(until, now + hold))
+        with self._lock:
+            for scope, signal in zip(permit.scopes, outcome.feedback, strict=False):
+                hold = signal.hold
+                if hold is not None and hold > 0.0:
+                    _, until = self._held.get(scope, (now, now))
+                    self._held[scope] = (now, max(until, now + hold))
 
-    def check(self, permit: Permit, now: float) -> None:
+    def check(self, permit: Granted, now: float) -> None:
         """Raise :class:`NotSent` when one of the permit's scopes was held after it was granted.
 
         Raises:
@@ -123,7 +149,9 @@ class LastLook:
                 continue
             heard, until = entry
             if until <= now:
-                del self._held[scope]  # over: nothing more to look at
+                with self._lock:  # over: nothing more to look at (unless a new hold came meanwhile)
+                    if self._held.get(scope) == entry:
+                        del self._held[scope]
             elif heard >= permit.granted_at:
                 logger.debug("scope %s: held until %.3f since after this request was admitted; "
                              "not writing it", scope, until)
@@ -134,3 +162,38 @@ class LastLook:
 
     def __repr__(self) -> str:
         return f"<LastLook held={sorted(self._held)} paced={sorted(self._spacing)}>"
+
+
+@dataclass(slots=True)
+class Writing:
+    """A request being sent under ``permit``, looked at by ``look`` on the clock ``now``."""
+
+    permit: Granted
+    look: LastLook
+    now: Callable[[], float]
+
+
+#: The request this task (or thread) is sending now; set by the retry loop around each send
+#: (:mod:`crawlpace._retry`), read by the adapter's hook just before the headers are written.
+WRITING: ContextVar[Writing | None] = ContextVar("crawlpace_writing", default=None)
+
+
+def look_before_writing() -> float:
+    """The last look for the request this task is sending: seconds to wait for a Crawl-delay (often 0.0).
+
+    Raises:
+        NotSent: a hold heard after the permit was granted is still running.
+    """
+    writing = WRITING.get()
+    if writing is None:  # not sent through a client's retry loop (a robots.txt GET, say)
+        return 0.0
+    now = writing.now()
+    writing.look.check(writing.permit, now)
+    return writing.look.wait(writing.permit, now)
+
+
+def written() -> None:
+    """Record that the request this task is sending is being written now (after any wait)."""
+    writing = WRITING.get()
+    if writing is not None:
+        writing.look.wrote(writing.permit, writing.now())

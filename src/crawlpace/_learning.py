@@ -7,10 +7,11 @@ import contextlib
 import dataclasses
 import logging
 import time
+from typing import Protocol
 
 from ._config import Settings
 from ._learned import LearnedScope, LearnedSink, open_learned, snapshot, warm_start
-from ._throttler import Throttler
+from ._stats import ScopeStats
 
 __all__ = ["LEARN_EVERY", "Learner"]
 
@@ -18,6 +19,12 @@ _log = logging.getLogger(__name__)
 
 #: Seconds between two snapshots written during a crawl.
 LEARN_EVERY = 5.0
+
+
+class Throttler(Protocol):
+    """What a learner reads of a throttler (which keeps a learner of its own: ``Throttler(learned=...)``)."""
+
+    async def stats(self) -> dict[str, ScopeStats]: ...
 
 
 class Learner:

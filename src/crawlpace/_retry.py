@@ -14,28 +14,30 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from ._last_look import LastLook, NotSent
+from ._last_look import WRITING, Granted, LastLook, NotSent, Writing
 from .stores.base import Outcome
 
 if TYPE_CHECKING:
-    from ._permit import Permit
     from ._sync import SyncThrottler
     from ._throttler import Throttler
 
-__all__ = ["check_owner", "check_retries", "is_backoff", "log_giving_up", "log_retry", "send_async",
-           "send_sync"]
+__all__ = ["check_owner", "check_retries", "is_backoff", "log_giving_up", "log_retry",
+           "send_async", "send_sync"]
 
 R = TypeVar("R")
 
 logger = logging.getLogger("crawlpace.http")
 
 
-def check_owner(settings: object, throttler: object, store: object) -> None:
-    """Refuse a shared throttler together with options for a throttler of one's own."""
-    if throttler is not None and (settings is not None or store is not None):
-        given = " and ".join(name for name, value in (("settings", settings), ("store", store))
-                             if value is not None)
-        raise TypeError(f"give either settings/store (for a throttler the client or session creates "
+def check_owner(settings: object, throttler: object, store: object, **own: object) -> None:
+    """Refuse a shared throttler together with options for a throttler of one's own.
+
+    ``own`` names more such options (``learned``, ``block_rules``); ``None`` is "not given".
+    """
+    options = {"settings": settings, "store": store, **own}
+    given = " and ".join(name for name, value in options.items() if value is not None)
+    if throttler is not None and given:
+        raise TypeError(f"give either {'/'.join(options)} (for a throttler the client or session creates "
                         f"and closes) or throttler (an existing one), not both: got throttler and {given}")
 
 
@@ -74,11 +76,23 @@ def _describe(response: object | None, error: BaseException | None) -> str:
     return str(status if status is not None else getattr(response, "status", "?"))
 
 
+def _settle(log: logging.Logger, method: str, url: str, permit: Granted, response: object | None,
+            error: Exception | None, attempt: int, attempts: int) -> bool:
+    """After a send: True to send again (a backoff outcome with attempts left), else False."""
+    backoff = is_backoff(permit.outcome)
+    if backoff and attempt < attempts:
+        log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
+        return True
+    if backoff and attempts > 1:
+        log_giving_up(log, method, url, _describe(response, error), attempt)
+    return False
+
+
 async def send_async(throttler: Throttler, method: str, url: str, scopes: object, attempts: int,
                      send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
                      log: logging.Logger = logger, *, request: object = None,
                      look: LastLook | None = None,
-                     granted: Callable[[Permit], None] | None = None) -> tuple[R, int]:
+                     judge: Callable[[R], Awaitable[bool]] | None = None) -> tuple[R, int]:
     """Send under a permit, feed the outcome back, and retry backoff outcomes.
 
     Args:
@@ -88,7 +102,9 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
         scopes: explicit scopes, or ``None`` to ask the manager.
         attempts: the most sends (1 + retries, or 1 for a body that cannot be replayed).
         send: sends once; returns when the response headers are in, so its
-            duration is the latency.
+            duration is the latency. While it runs (with ``look``),
+            :data:`~crawlpace._last_look.WRITING` holds the permit for the
+            adapter's last look.
         discard: closes a response that is not returned (a retried one).
         log: the adapter's logger, for the retry lines.
         request: what the throttler is asked about instead of ``url`` (an
@@ -99,8 +115,10 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             found a hold heard after the permit was granted), the permit goes
             back with no outcome and the request waits for the throttler
             again, without using up an attempt.
-        granted: called with each permit before its send (the adapter's
-            last look needs it).
+        judge: tells whether a response is a soft block (see
+            :class:`~crawlpace.BlockRules`); it may read the body, after the
+            latency was taken. A soft block backs the scopes off and is sent
+            again like a 429.
 
     Returns:
         The response and the number of sends it took.
@@ -115,11 +133,10 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
     while attempt < attempts:
         attempt += 1
         permit = await throttler.acquire(subject, scopes=scopes)
-        if granted is not None:
-            granted(permit)
         started = clock.now()
         response: R | None = None
         error: Exception | None = None
+        token = WRITING.set(None if look is None else Writing(permit, look, clock.now))
         try:
             response = await send()
         except NotSent as exc:
@@ -137,22 +154,23 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             await permit.release()
             raise
         else:
-            permit.feedback(response, latency=clock.now() - started)
+            latency = clock.now() - started
             try:
+                blocked = judge is not None and await judge(response)
+                permit.feedback(response, latency=latency, blocked=blocked)
                 await permit.release()
             except BaseException:
+                await permit.release()
                 await discard(response)
                 raise
+        finally:
+            WRITING.reset(token)
         if look is not None:
             look.note(permit, clock.now())
-        backoff = is_backoff(permit.outcome)
-        if backoff and attempt < attempts:
-            log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
+        if _settle(log, method, url, permit, response, error, attempt, attempts):
             if response is not None:
                 await discard(response)
             continue
-        if backoff and attempts > 1:
-            log_giving_up(log, method, url, _describe(response, error), attempt)
         if error is not None:
             raise error
         assert response is not None
@@ -162,15 +180,30 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
 
 def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, attempts: int,
               send: Callable[[], R], discard: Callable[[R], None],
-              log: logging.Logger = logger) -> tuple[R, int]:
-    """The blocking twin of :func:`send_async`, on a :class:`~crawlpace.SyncThrottler`."""
-    for attempt in range(1, attempts + 1):
+              log: logging.Logger = logger, *, look: LastLook | None = None,
+              judge: Callable[[R], bool] | None = None) -> tuple[R, int]:
+    """The blocking twin of :func:`send_async`, on a :class:`~crawlpace.SyncThrottler`.
+
+    The same rules, step for step: a backoff outcome is sent again while
+    attempts remain, and a request stopped by the last look
+    (:class:`~crawlpace._last_look.NotSent`) goes back to the throttler
+    without using up an attempt. The send runs in the calling thread.
+    """
+    attempt = 0
+    while attempt < attempts:
+        attempt += 1
         permit = throttler.acquire(url, scopes=scopes)
         started = throttler.now()
         response: R | None = None
         error: Exception | None = None
+        token = WRITING.set(None if look is None else Writing(permit, look, throttler.now))
         try:
             response = send()
+        except NotSent as exc:
+            permit.release()
+            log.debug("%s %s: %s; asking the throttler again", method, url, exc)
+            attempt -= 1
+            continue
         except Exception as exc:
             error = exc
             permit._report(exception=exc, latency=throttler.now() - started)
@@ -178,19 +211,22 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
             permit.release()
             raise
         else:
+            latency = throttler.now() - started
             try:
-                permit._report(response, latency=throttler.now() - started)
+                blocked = judge is not None and judge(response)
+                permit._report(response, latency=latency, blocked=blocked)
             except BaseException:
+                permit.release()
                 discard(response)
                 raise
-        backoff = is_backoff(permit.outcome)
-        if backoff and attempt < attempts:
-            log_retry(log, method, url, _describe(response, error), permit.scopes, attempt + 1, attempts)
+        finally:
+            WRITING.reset(token)
+        if look is not None:
+            look.note(permit, throttler.now())
+        if _settle(log, method, url, permit, response, error, attempt, attempts):
             if response is not None:
                 discard(response)
             continue
-        if backoff and attempts > 1:
-            log_giving_up(log, method, url, _describe(response, error), attempt)
         if error is not None:
             raise error
         assert response is not None

@@ -128,6 +128,11 @@ class RobotsGuard:
         self._fetches: dict[str, asyncio.Task[None]] = {}
 
     @property
+    def look(self) -> LastLook | None:
+        """The client's last look, told every Crawl-delay."""
+        return self._look
+
+    @property
     def user_agent(self) -> str | None:
         """The user agent whose rules apply (``None`` until the first request sets it)."""
         return self._user_agent

@@ -101,12 +101,12 @@ class SyncPermit:
         self._owner._call(record())
 
     def _report(self, response: object = None, *, exception: BaseException | None = None,
-                latency: float | None = None) -> None:
+                latency: float | None = None, blocked: bool = False) -> None:
         """Feed back and release in one trip to the loop (the adapters' hot path)."""
         permit = self._permit
 
         async def report() -> None:
-            permit.feedback(response, exception=exception, latency=latency)
+            permit.feedback(response, exception=exception, latency=latency, blocked=blocked)
             await permit.release()
 
         self._owner._call(report())
@@ -156,6 +156,8 @@ class SyncThrottler:
         manager: decides each request's scopes; see :class:`~crawlpace.Throttler`.
         on_give_up: called (in the throttler's own thread) with ``(scope,
             reason)`` when the circuit breaker gives a scope up.
+        learned: where learned limits are kept for a warm start; see
+            :class:`~crawlpace.Throttler`.
 
     Raises:
         ConfigError: when the settings are invalid.
@@ -172,7 +174,7 @@ class SyncThrottler:
     def __init__(self, settings: Settings | Mapping[str, Any] | None = None, *,
                  store: str = "memory://", rng: random.Random | None = None,
                  manager: ThrottlingManagerProtocol | None = None,
-                 on_give_up: GiveUpHook | None = None) -> None:
+                 on_give_up: GiveUpHook | None = None, learned: str | None = None) -> None:
         if not isinstance(store, str):
             raise TypeError(f"SyncThrottler takes a store URL such as 'memory://' or "
                             f"'redis://localhost:6379/0', got {type(store).__name__}: a store object "
@@ -186,7 +188,8 @@ class SyncThrottler:
         self._thread.start()
 
         async def build() -> Throttler:
-            return Throttler(settings, store=store, rng=rng, manager=manager, on_give_up=on_give_up)
+            return Throttler(settings, store=store, rng=rng, manager=manager, on_give_up=on_give_up,
+                             learned=learned)
 
         try:
             self._throttler = self._call(build())

@@ -10,22 +10,26 @@ is :mod:`crawlpace._throttler_reports`.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import random
 from collections.abc import Mapping
 from types import TracebackType
 from typing import Any
 
+from ._blocks import BlockRules
 from ._board import SHARED_POLL, Board
 from ._clock import AsyncioClock, Clock
 from ._config import Settings
 from ._effective import effective_limits, store_label
-from ._exceptions import ScopeError, ThrottlerClosed
+from ._exceptions import ConfigError, ScopeError, ThrottlerClosed
 from ._feedback import FeedbackBuilder
 from ._ineffective import ScopeUsage, static_notes
+from ._learning import Learner
 from ._manager import ThrottlingManager, ThrottlingManagerProtocol, load_manager, scopes_without_await
 from ._observer import ThrottleObserver
 from ._permit import NotReady, Permit
+from ._redact import redact
 from ._release import Releaser
 from ._scopes import Demand, normalize_scopes
 from ._stats import ScopeStats
@@ -37,6 +41,26 @@ from .stores.base import Blocked, Lease, LocalStore, Store
 __all__ = ["SHARED_POLL", "Throttler"]
 
 logger = logging.getLogger(__name__)
+
+
+def _learning(settings: Settings, learned: str | None) -> tuple[Settings, Learner | None]:
+    """The settings with their warm start read from ``learned`` (or the setting), and the learner.
+
+    Settings that already carry a warm start were prepared by their owner
+    (a crawl, the Scrapy add-on), which keeps the records itself.
+    """
+    if learned is not None:
+        if not isinstance(learned, str) or not learned.strip():
+            raise ConfigError([f"learned: expected a SQLite file path or a redis:// URL, got {learned!r}; "
+                               "e.g. 'learned.sqlite'"])
+        settings = dataclasses.replace(settings, learned=learned, warm_start=None)
+    if not settings.learned or settings.warm_start is not None:
+        return settings, None
+    try:
+        return Learner.prepare(settings)
+    except Exception as exc:  # sqlite3.Error, OSError, a Redis error: said at start-up, not at the first save
+        raise ConfigError([redact(f"learned: cannot open {settings.learned!r} ({exc}); give a writable "
+                                  "SQLite file path or a reachable redis:// URL")]) from exc
 
 
 class _Slot:
@@ -88,9 +112,15 @@ class Throttler(ThrottlerReports, WaitingRoom):
             or its URL's host.
         on_give_up: called with ``(scope, reason)`` when the circuit breaker
             gives a scope up (a log line at ERROR level is written either way).
+        learned: where learned limits are kept for a warm start (a SQLite
+            file path or a ``redis://`` URL; the ``learned`` setting,
+            ``CRAWLPACE_LEARNED``, by default): new scopes start from what
+            earlier runs learned of them, and what this one learns is saved
+            every few seconds and when the throttler closes. See
+            docs/concepts/warm-start.md.
 
     Raises:
-        ConfigError: when the settings are invalid.
+        ConfigError: when the settings are invalid, or ``learned`` cannot be opened.
 
     Example::
 
@@ -104,12 +134,14 @@ class Throttler(ThrottlerReports, WaitingRoom):
                  store: Store | str = "memory://", clock: Clock | None = None,
                  rng: random.Random | None = None,
                  manager: ThrottlingManagerProtocol | None = None,
-                 on_give_up: GiveUpHook | None = None) -> None:
+                 on_give_up: GiveUpHook | None = None, learned: str | None = None) -> None:
         if settings is None:
             settings = Settings()
         elif not isinstance(settings, Settings):
             settings = Settings.from_scrapy(settings)
+        settings, self._learner = _learning(settings, learned)
         self.settings = settings
+        self._blocks = BlockRules(settings.block_rules)
         self.clock: Clock = clock if clock is not None else AsyncioClock()
         self._rng = rng if rng is not None else random.Random()
         self._store: Store = (open_store(store, settings, self.clock, self._rng)
@@ -135,6 +167,7 @@ class Throttler(ThrottlerReports, WaitingRoom):
         self._usage = ScopeUsage(settings) if settings.scopes else None
         if self._usage is not None:
             self.observe(self._usage)
+        self._start_learning()
 
     # -- public API ----------------------------------------------------------
 
@@ -286,10 +319,37 @@ class Throttler(ThrottlerReports, WaitingRoom):
         for task in list(self._background):
             await task
         await self._report_unused()
+        if self._learner is not None:  # the last snapshot, before the store goes
+            await self._learner.close(self)
         await self._store.aclose()
 
     async def __aenter__(self) -> Throttler:
+        self._start_learning()
         return self
+
+    @property
+    def blocks(self) -> BlockRules:
+        """The soft-block rules of the settings (``block_rules``) and those always on.
+
+        The library's clients apply them to every answer; code that feeds
+        back by hand does the same with
+        ``permit.feedback(response, blocked=throttler.blocks.match(status, headers, body) is not None)``.
+        """
+        return self._blocks
+
+    @property
+    def learner(self) -> Learner | None:
+        """What keeps this throttler's learned limits (``None`` without ``learned``)."""
+        return self._learner
+
+    def _start_learning(self) -> None:
+        """Snapshot the scopes every few seconds, once an event loop runs (at once, or at ``async with``)."""
+        if self._learner is not None and not self._closed:
+            try:
+                asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._learner.start(self)
 
     async def __aexit__(self, exc_type: type[BaseException] | None, exc: BaseException | None,
                         tb: TracebackType | None) -> None:

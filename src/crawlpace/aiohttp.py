@@ -25,22 +25,26 @@ from __future__ import annotations
 import contextlib
 import logging
 import warnings
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import aiohttp
 from aiohttp import payload
 
+from ._clients.core import ATTEMPTS, AsyncCore, attempts, own_settings
 from ._config import Settings
-from ._retry import check_owner, check_retries, send_async
+from ._retry import check_owner, check_retries
 from ._robots import MAX_ROBOTS_BYTES
 from ._robots_guard import FetchRobots, RobotsAnswer, RobotsGuard
 from ._throttler import Throttler
 from .stores.base import Store
 
-__all__ = ["ThrottleMiddleware", "ThrottledSession", "throttled_session"]
+__all__ = ["ATTEMPTS_ATTRIBUTE", "ThrottleMiddleware", "ThrottledSession", "attempts", "throttled_session"]
 
 logger = logging.getLogger(__name__)
+
+#: The attribute set on each response: how many sends it took (read it with :func:`attempts`).
+ATTEMPTS_ATTRIBUTE = ATTEMPTS
 
 
 def _replayable(request: aiohttp.ClientRequest) -> bool:
@@ -52,6 +56,11 @@ def _replayable(request: aiohttp.ClientRequest) -> bool:
 async def _discard(response: aiohttp.ClientResponse) -> None:
     with contextlib.suppress(aiohttp.ClientError, OSError):
         response.close()
+
+
+def _answer(response: aiohttp.ClientResponse) -> tuple[int, Mapping[str, str],
+                                                      Callable[[], Awaitable[bytes]]]:
+    return response.status, response.headers, response.read
 
 
 def _robots_fetch(session: aiohttp.ClientSession, timeout: aiohttp.ClientTimeout) -> FetchRobots:
@@ -92,16 +101,23 @@ class ThrottleMiddleware:
         ValueError: when ``retries`` is not an integer >= 0.
     """
 
-    __slots__ = ("_retries", "_scopes", "robots", "throttler")
+    __slots__ = ("_core", "_scopes")
 
     def __init__(self, throttler: Throttler, *, retries: int = 3, scopes: object = None,
                  robots_txt: bool | RobotsGuard = False, robots_user_agent: str | None = None) -> None:
-        self._retries = check_retries(retries)
+        self._core = AsyncCore(throttler, retries=retries, robots_txt=robots_txt,
+                               robots_user_agent=robots_user_agent, log=logger)
         self._scopes = scopes
-        self.throttler = throttler
-        #: The robots.txt keeper, when the middleware obeys robots.txt.
-        self.robots: RobotsGuard | None = robots_txt if isinstance(robots_txt, RobotsGuard) else (
-            RobotsGuard(throttler, retries=retries, user_agent=robots_user_agent) if robots_txt else None)
+
+    @property
+    def throttler(self) -> Throttler:
+        """The throttler every request waits for."""
+        return self._core.throttler
+
+    @property
+    def robots(self) -> RobotsGuard | None:
+        """The robots.txt keeper, when the middleware obeys robots.txt."""
+        return self._core.robots
 
     def with_scopes(self, scopes: object) -> ThrottleMiddleware:
         """The same throttle for requests with explicit scopes, for one request's ``middlewares=``.
@@ -109,24 +125,28 @@ class ThrottleMiddleware:
         aiohttp runs a request's own middlewares *instead of* the session's,
         so ``session.get(url, middlewares=(mw.with_scopes(["api"]),))`` is
         throttled once, under the scopes given (any form the throttler's
-        ``scopes=`` takes).
+        ``scopes=`` takes). The copy shares this middleware's robots.txt
+        rules, store check and last look.
         """
-        return ThrottleMiddleware(self.throttler, retries=self._retries, scopes=scopes,
-                                  robots_txt=self.robots or False)
+        copy = ThrottleMiddleware.__new__(ThrottleMiddleware)
+        copy._core, copy._scopes = self._core, scopes
+        return copy
 
     @property
     def retries(self) -> int:
         """How many times a backoff outcome is retried."""
-        return self._retries
+        return self._core.retries
 
     async def __call__(self, request: aiohttp.ClientRequest,
                        handler: aiohttp.ClientHandlerType) -> aiohttp.ClientResponse:
         """Send ``request`` through ``handler`` when its scopes allow it, retrying backoff outcomes.
 
         Returns:
-            The first response that is not a backoff trigger, or the last one.
+            The first response that is not a backoff trigger, or the last one;
+            :func:`attempts` tells how many sends it took.
 
         Raises:
+            StoreUnreachable: at first use, when a shared store does not answer.
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
@@ -134,26 +154,32 @@ class ThrottleMiddleware:
             aiohttp.ClientError: (or whatever the send raised) for the last
                 attempt, when it failed with an exception.
         """
-        target = str(request.url)
-        if self.robots is not None:
-            await self.robots.check(target, _robots_fetch(request.session, request.session.timeout),
-                                    request.headers.get("User-Agent"))
-        attempts = 1 + (self._retries if _replayable(request) else 0)
-        if attempts == 1 and self._retries:
-            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
-                         request.method, target)
+        core = self._core
+        write = request.send
+
+        async def send_looking(conn: Any) -> aiohttp.ClientResponse:
+            # Called with the connection open, just before the request's head is written.
+            await core.before_write()
+            return await write(conn)
+
+        # The instance attribute shadows the method for this request only (aiohttp calls req.send).
+        setattr(request, "send", send_looking)  # noqa: B010 - mypy forbids assigning to a method
 
         async def send() -> aiohttp.ClientResponse:
             # The handler connects, writes and reads the head: it returns with the headers in.
             return await handler(request)
 
-        response, _attempt = await send_async(self.throttler, request.method, target, self._scopes, attempts,
-                                              send, _discard, logger)
+        session = request.session
+        response, attempt = await core.send(
+            request.method, str(request.url), self._scopes, _replayable(request), send, _discard,
+            answer=_answer, fetch_robots=lambda: _robots_fetch(session, session.timeout),
+            user_agent=request.headers.get("User-Agent"))
+        setattr(response, ATTEMPTS_ATTRIBUTE, attempt)
         return response
 
     def __repr__(self) -> str:
         robots = " robots_txt" if self.robots is not None else ""
-        return f"<ThrottleMiddleware retries={self._retries}{robots} {self.throttler!r}>"
+        return f"<ThrottleMiddleware retries={self.retries}{robots} {self.throttler!r}>"
 
 
 # aiohttp warns against subclassing ClientSession, to keep its internals free to change.
@@ -194,9 +220,7 @@ with warnings.catch_warnings():
         async def close(self) -> None:
             """Close the session, and the throttler if the session created it."""
             try:
-                robots = self._crawlpace[0].robots
-                if robots is not None:
-                    await robots.aclose()
+                await self._crawlpace[0]._core.aclose()
                 await super().close()
             finally:
                 middleware, owns = self._crawlpace
@@ -207,6 +231,7 @@ with warnings.catch_warnings():
 def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
                       throttler: Throttler | None = None, store: Store | str | None = None,
                       retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                      learned: str | None = None, block_rules: Iterable[str] | None = None,
                       **session_kwargs: Any) -> ThrottledSession:
     """Build an :class:`aiohttp.ClientSession` whose requests all go through a throttler.
 
@@ -224,6 +249,15 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
             :class:`ThrottleMiddleware`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the session's ``User-Agent`` header.
+        learned: where the session's own throttler keeps learned limits for a warm
+            start (a SQLite file path or a ``redis://`` URL; see
+            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
+        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
+            :class:`~crawlpace.BlockRules`) added to the settings'
+            ``block_rules``; an answer that matches one (or carries
+            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
+            its scopes off and is sent again like a 429. Not allowed together
+            with ``throttler`` (whose settings' rules apply).
         **session_kwargs: passed to :class:`aiohttp.ClientSession`
             (``timeout``, ``headers``, ``connector``, ``base_url``...). Other
             ``middlewares`` run inside the throttle, once per attempt.
@@ -232,15 +266,17 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
         The session; use it in ``async with`` or ``await session.close()``.
 
     Raises:
-        TypeError: for ``throttler`` together with ``settings`` or ``store``.
+        TypeError: for ``throttler`` together with ``settings``, ``store``,
+            ``learned`` or ``block_rules``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
     check_retries(retries)
-    check_owner(settings, throttler, store)
+    check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
     owns = throttler is None
     if throttler is None:
-        throttler = Throttler(settings, store=store if store is not None else "memory://")
+        throttler = Throttler(own_settings(settings, robots_txt, block_rules=block_rules),
+                              store=store if store is not None else "memory://", learned=learned)
     middleware = ThrottleMiddleware(throttler, retries=retries, robots_txt=robots_txt,
                                     robots_user_agent=robots_user_agent)
     return ThrottledSession(middleware, owns_throttler=owns, **session_kwargs)

@@ -42,26 +42,25 @@ crawlpace does not need it, and this module is not imported by ``crawlpace``.
 from __future__ import annotations
 
 import logging
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import httpx
 
+from ._clients.core import AsyncCore, attempts, own_settings
 from ._config import Settings
 from ._http_robots import async_fetch
 from ._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_sync_client
 from ._httpx_common import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
-    TRANSPORT_KWARGS,
     ThrottlerHolder,
     discard_async,
     pool_limits,
     replayable,
+    split_client_kwargs,
 )
-from ._last_look import LastLook
-from ._permit import Permit
-from ._retry import check_owner, check_retries, send_async
+from ._retry import check_owner, check_retries
 from ._robots_guard import RobotsGuard
 from ._throttler import Throttler
 from .stores.base import Store
@@ -73,11 +72,16 @@ __all__ = [
     "ThrottledSyncClient",
     "ThrottledSyncTransport",
     "ThrottledTransport",
+    "attempts",
     "throttled_client",
     "throttled_sync_client",
 ]
 
 logger = logging.getLogger(__name__)
+
+def _answer(response: httpx.Response) -> tuple[int, httpx.Headers, Callable[[], Awaitable[bytes]]]:
+    return response.status_code, response.headers, response.aread
+
 
 class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
     """An httpx transport that waits for a throttler's permit before each send.
@@ -106,9 +110,19 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             is given to the throttler.
         robots_user_agent: the user agent whose robots.txt rules apply;
             by default the ``User-Agent`` header of the first request.
+        learned: where the transport's own throttler keeps learned limits for a warm
+            start (a SQLite file path or a ``redis://`` URL; see
+            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
+        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
+            :class:`~crawlpace.BlockRules`) added to the settings'
+            ``block_rules``; an answer that matches one (or carries
+            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
+            its scopes off and is sent again like a 429. Not allowed together
+            with ``throttler`` (whose settings' rules apply).
 
     Raises:
-        TypeError: when ``throttler`` is given with ``settings`` or ``store``.
+        TypeError: when ``throttler`` is given with ``settings``, ``store``,
+            ``learned`` or ``block_rules``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
 
@@ -129,22 +143,23 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
                  throttler: Throttler | None = None, store: Store | str | None = None,
                  transport: httpx.AsyncBaseTransport | None = None,
                  retries: int = 3, robots_txt: bool = False,
-                 robots_user_agent: str | None = None) -> None:
-        check_owner(settings, throttler, store)
+                 robots_user_agent: str | None = None, learned: str | None = None,
+                 block_rules: Iterable[str] | None = None) -> None:
+        check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
         self._retries = check_retries(retries)
         self._owns_throttler = throttler is None
         self._throttler = throttler if throttler is not None else \
-            Throttler(settings, store=store if store is not None else "memory://")
+            Throttler(own_settings(settings, robots_txt, block_rules=block_rules),
+                      store=store if store is not None else "memory://", learned=learned)
         self._transport = transport if transport is not None else httpx.AsyncHTTPTransport(
             limits=pool_limits(self._throttler.settings))
-        self._look = LastLook()
-        self._robots = RobotsGuard(self._throttler, retries=retries, user_agent=robots_user_agent,
-                                   look=self._look) if robots_txt else None
+        self._core = AsyncCore(self._throttler, retries=retries, robots_txt=robots_txt,
+                               robots_user_agent=robots_user_agent, log=logger)
 
     @property
     def robots(self) -> RobotsGuard | None:
         """The robots.txt keeper, when the transport obeys robots.txt."""
-        return self._robots
+        return self._core.robots
 
     async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
         """Send ``request`` when its scopes allow it, retrying backoff outcomes.
@@ -155,9 +170,11 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
         Returns:
             The first response that is not a backoff trigger, or the last one
             when the retries ran out or the body cannot be replayed. Its
-            ``extensions["crawlpace_attempts"]`` says how many sends it took.
+            ``extensions["crawlpace_attempts"]`` (or :func:`attempts`) says
+            how many sends it took.
 
         Raises:
+            StoreUnreachable: at first use, when a shared store does not answer.
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
@@ -165,43 +182,29 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
             httpx.TransportError: (or whatever the inner transport raised) for
                 the last attempt, when it failed with an exception.
         """
-        target = str(request.url)
-        if self._robots is not None:
-            await self._robots.check(target, async_fetch(self._transport.handle_async_request,
-                                                         request.extensions),
-                                     request.headers.get("user-agent"))
-        attempts = 1 + (self._retries if replayable(request) else 0)
-        if attempts == 1 and self._retries:
-            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
-                         request.method, target)
         inner = self._transport
-        permits: list[Permit] = []
         request.extensions = {**request.extensions,
-                              "trace": self._last_look(permits, request.extensions.get("trace"))}
+                              "trace": self._last_look(request.extensions.get("trace"))}
 
         async def send() -> httpx.Response:
             # The inner transport returns as soon as the headers are in: that is the latency.
             return await inner.handle_async_request(request)
 
-        response, attempt = await send_async(self._throttler, request.method, target,
-                                             request.extensions.get(SCOPES_EXTENSION), attempts,
-                                             send, discard_async, look=self._look, granted=permits.append)
+        response, attempt = await self._core.send(
+            request.method, str(request.url), request.extensions.get(SCOPES_EXTENSION), replayable(request),
+            send, discard_async, answer=_answer,
+            fetch_robots=lambda: async_fetch(inner.handle_async_request, request.extensions),
+            user_agent=request.headers.get("user-agent"))
         response.extensions[ATTEMPTS_EXTENSION] = attempt
         return response
 
-    def _last_look(self, permits: list[Permit], chained: Any) -> Callable[[str, Any], Awaitable[None]]:
+    def _last_look(self, chained: Any) -> Callable[[str, Any], Awaitable[None]]:
         """httpcore's ``trace`` callback: the last look before the headers go (the user's own trace kept)."""
-        look, clock = self._look, self._throttler.clock
+        before_write = self._core.before_write
 
         async def trace(event: str, info: Any) -> None:
-            if permits and event.endswith("send_request_headers.started"):
-                permit = permits[-1]
-                look.check(permit, clock.now())
-                wait = look.wait(permit, clock.now())
-                if wait > 0.0:
-                    logger.debug("%s: %.3fs more before writing, for the Crawl-delay", info, wait)
-                    await clock.sleep(wait)
-                look.wrote(permit, clock.now())
+            if event.endswith("send_request_headers.started"):
+                await before_write()
             if chained is not None:
                 await chained(event, info)
 
@@ -210,8 +213,7 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
         try:
-            if self._robots is not None:
-                await self._robots.aclose()
+            await self._core.aclose()
             await self._transport.aclose()
         finally:
             if self._owns_throttler:
@@ -219,7 +221,7 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
 
     def __repr__(self) -> str:
         owned = "owned" if self._owns_throttler else "shared"
-        robots = " robots_txt" if self._robots is not None else ""
+        robots = " robots_txt" if self._core.robots is not None else ""
         return f"<ThrottledTransport retries={self._retries}{robots} throttler={owned} {self._throttler!r}>"
 
 
@@ -247,6 +249,7 @@ class ThrottledClient(httpx.AsyncClient):
 def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
                      throttler: Throttler | None = None, store: Store | str | None = None,
                      retries: int = 3, robots_txt: bool = False, robots_user_agent: str | None = None,
+                     learned: str | None = None, block_rules: Iterable[str] | None = None,
                      **client_kwargs: Any) -> ThrottledClient:
     """Build an :class:`httpx.AsyncClient` whose requests all go through a throttler.
 
@@ -262,6 +265,8 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
             :class:`ThrottledTransport`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the client's ``User-Agent`` header.
+        learned: see :class:`ThrottledTransport`.
+        block_rules: see :class:`ThrottledTransport`.
         **client_kwargs: passed to :class:`httpx.AsyncClient` (``timeout``,
             ``headers``, ``follow_redirects``, ``base_url``...). The transport
             options ``verify``, ``cert``, ``http1``, ``http2``, ``limits`` and
@@ -282,29 +287,22 @@ def throttled_client(settings: Settings | Mapping[str, Any] | None = None, *,
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
-    if "mounts" in client_kwargs:
-        raise TypeError("throttled_client() does not take mounts=: requests sent through a mounted "
-                        "transport would not be throttled; wrap each one in a ThrottledTransport "
-                        "sharing one Throttler and build the AsyncClient yourself")
+    inner: httpx.AsyncBaseTransport | None
+    inner, options = split_client_kwargs("throttled_client", "ThrottledTransport", "Throttler", client_kwargs)
     check_retries(retries)
-    check_owner(settings, throttler, store)
-    inner: httpx.AsyncBaseTransport | None = client_kwargs.pop("transport", None)
-    options = {name: client_kwargs.pop(name) for name in TRANSPORT_KWARGS & client_kwargs.keys()}
-    if inner is not None and options:
-        raise TypeError(f"{', '.join(sorted(options))} configure the default transport; with "
-                        "transport= set them on that transport instead")
+    check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
     if inner is None:
         if "limits" not in options:
             parsed: Settings
             if throttler is not None:
                 parsed = throttler.settings
             else:  # parsed once here, and the transport's throttler takes the result
-                parsed = settings if isinstance(settings, Settings) else (
-                    Settings() if settings is None else Settings.from_scrapy(settings))
-                settings = parsed
+                parsed = settings = own_settings(settings, robots_txt, block_rules=block_rules)
+                block_rules = None  # in the settings now
             options["limits"] = pool_limits(parsed)
         inner = httpx.AsyncHTTPTransport(trust_env=client_kwargs.get("trust_env", True), **options)
     transport = ThrottledTransport(settings, throttler=throttler, store=store, transport=inner,
                                    retries=retries, robots_txt=robots_txt,
-                                   robots_user_agent=robots_user_agent)
+                                   robots_user_agent=robots_user_agent, learned=learned,
+                                   block_rules=block_rules)
     return ThrottledClient(transport=transport, **client_kwargs)

@@ -24,25 +24,65 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import requests
 import urllib3.exceptions
 from requests.adapters import HTTPAdapter
+from urllib3.connection import HTTPConnection, HTTPSConnection
+from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
+from urllib3.poolmanager import PoolManager
 
+from ._clients.core import ATTEMPTS, SyncCore, attempts, last_look_sync, own_settings
 from ._config import Settings
-from ._retry import check_owner, check_retries, send_sync
+from ._retry import check_owner, check_retries
 from ._robots import MAX_ROBOTS_BYTES
-from ._robots_guard import FetchRobots, RobotsAnswer, RobotsGuard
+from ._robots_guard import FetchRobots, RobotsAnswer
 from ._sync import SyncThrottler
 
-__all__ = ["ATTEMPTS_ATTRIBUTE", "ThrottledAdapter", "ThrottledSession", "throttled_session"]
+__all__ = ["ATTEMPTS_ATTRIBUTE", "ThrottledAdapter", "ThrottledSession", "attempts", "throttled_session"]
 
 logger = logging.getLogger(__name__)
 
-#: The attribute set on each response: how many sends it took.
-ATTEMPTS_ATTRIBUTE = "crawlpace_attempts"
+#: The attribute set on each response: how many sends it took (read it typed with :func:`attempts`).
+ATTEMPTS_ATTRIBUTE = ATTEMPTS
+
+
+class _LookingConnection(HTTPConnection):
+    """A urllib3 connection that takes the last look once it is open, just before the request is written."""
+
+    def request(self, method: str, url: str, body: Any = None, headers: Any = None,
+                **options: Any) -> None:
+        if self.sock is None:  # http.client would connect inside the write: connect first, then look
+            self.connect()
+        last_look_sync()
+        super().request(method, url, body, headers, **options)
+
+
+class _LookingTLSConnection(HTTPSConnection):
+    """:class:`_LookingConnection` for https."""
+
+    def request(self, method: str, url: str, body: Any = None, headers: Any = None,
+                **options: Any) -> None:
+        if self.sock is None:
+            self.connect()
+        last_look_sync()
+        super().request(method, url, body, headers, **options)
+
+
+class _LookingPool(HTTPConnectionPool):
+    ConnectionCls = _LookingConnection
+
+
+class _LookingTLSPool(HTTPSConnectionPool):
+    ConnectionCls = _LookingTLSConnection
+
+
+def _looking(manager: PoolManager) -> PoolManager:
+    """``manager`` with pools whose connections take the last look (see :mod:`crawlpace._last_look`)."""
+    manager.pool_classes_by_scheme = {"http": _LookingPool, "https": _LookingTLSPool}
+    return manager
 
 
 def _replayable(request: requests.PreparedRequest) -> bool:
@@ -53,6 +93,10 @@ def _replayable(request: requests.PreparedRequest) -> bool:
 def _discard(response: requests.Response) -> None:
     with contextlib.suppress(requests.RequestException, OSError):
         response.close()
+
+
+def _answer(response: requests.Response) -> tuple[int, Mapping[str, str], Callable[[], bytes]]:
+    return response.status_code, response.headers, lambda: response.content
 
 
 def _robots_fetch(adapter: HTTPAdapter, options: dict[str, Any]) -> FetchRobots:
@@ -100,17 +144,27 @@ class ThrottledAdapter(HTTPAdapter):
 
     def __init__(self, throttler: SyncThrottler, *, retries: int = 3, robots_txt: bool = False,
                  robots_user_agent: str | None = None, **adapter_kwargs: Any) -> None:
-        self._retries = check_retries(retries)
+        self._core = SyncCore(throttler, retries=retries, robots_txt=robots_txt,
+                              robots_user_agent=robots_user_agent, log=logger)
         self.throttler = throttler
         #: The robots.txt keeper, when the adapter obeys robots.txt (it lives on the throttler's loop).
-        self.robots = RobotsGuard(throttler.throttler, retries=retries,
-                                  user_agent=robots_user_agent) if robots_txt else None
+        self.robots = self._core.robots
         super().__init__(**adapter_kwargs)
+
+    def init_poolmanager(self, connections: int, maxsize: int, block: bool = False,
+                         **pool_kwargs: Any) -> None:
+        """requests' pool manager, whose connections take the last look before each write."""
+        super().init_poolmanager(connections, maxsize, block, **pool_kwargs)
+        _looking(self.poolmanager)
+
+    def proxy_manager_for(self, proxy: str, **proxy_kwargs: Any) -> PoolManager:
+        """requests' proxy manager, whose connections take the last look before each write."""
+        return _looking(super().proxy_manager_for(proxy, **proxy_kwargs))
 
     @property
     def retries(self) -> int:
         """How many times a backoff outcome is retried."""
-        return self._retries
+        return self._core.retries
 
     def send(self, request: requests.PreparedRequest, stream: bool = False,
              timeout: float | tuple[float, float] | tuple[float, None] | None = None,
@@ -120,9 +174,11 @@ class ThrottledAdapter(HTTPAdapter):
 
         Returns:
             The first response that is not a backoff trigger, or the last one;
-            its ``crawlpace_attempts`` attribute counts the sends.
+            :func:`attempts` (or its ``crawlpace_attempts`` attribute) counts
+            the sends.
 
         Raises:
+            StoreUnreachable: at first use, when a shared store does not answer.
             ScopeGivenUp: when the circuit breaker gave a scope up.
             QuotaError: when the request expects more quota than its scope has.
             ThrottlerClosed: when the throttler is closed.
@@ -130,26 +186,20 @@ class ThrottledAdapter(HTTPAdapter):
             requests.RequestException: for the last attempt, when it failed.
         """
         target = request.url or ""
-        method = request.method or "GET"
-        robots = self.robots
-        if robots is not None:
-            options = {"timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
-            fetch = _robots_fetch(self, options)
-            agent = request.headers.get("User-Agent")
-            self.throttler.call(lambda _throttler: robots.check(target, fetch, agent))
-        attempts = 1 + (self._retries if _replayable(request) else 0)
-        if attempts == 1 and self._retries:
-            logger.debug("%s %s has a streamed body that cannot be sent twice: no retries",
-                         method, target)
 
         def once() -> requests.Response:
             # HTTPAdapter.send returns once the headers are in; Session.send reads the body later.
             return super(ThrottledAdapter, self).send(request, stream=stream, timeout=timeout,
                                                       verify=verify, cert=cert, proxies=proxies)
 
-        scopes = getattr(request, "crawlpace_scopes", None)
-        response, attempt = send_sync(self.throttler, method, target, scopes, attempts, once, _discard,
-                                      logger)
+        def fetch_robots() -> FetchRobots:
+            options = {"timeout": timeout, "verify": verify, "cert": cert, "proxies": proxies}
+            return _robots_fetch(self, options)
+
+        response, attempt = self._core.send(
+            request.method or "GET", target, getattr(request, "crawlpace_scopes", None), _replayable(request),
+            once, _discard, answer=_answer, fetch_robots=fetch_robots,
+            user_agent=request.headers.get("User-Agent"))
         setattr(response, ATTEMPTS_ATTRIBUTE, attempt)
         return response
 
@@ -183,9 +233,7 @@ class ThrottledSession(requests.Session):
     def close(self) -> None:
         """Close the adapters, and the throttler if the session created it."""
         try:
-            robots = self._adapter.robots
-            if robots is not None and not self._throttler.closed:
-                self._throttler.call(lambda _throttler: robots.aclose())
+            self._adapter._core.close()
             super().close()
         finally:
             if self._owns_throttler:
@@ -199,7 +247,8 @@ class ThrottledSession(requests.Session):
 def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
                       throttler: SyncThrottler | None = None, store: str | None = None,
                       retries: int = 3, robots_txt: bool = False,
-                      robots_user_agent: str | None = None) -> ThrottledSession:
+                      robots_user_agent: str | None = None, learned: str | None = None,
+                      block_rules: Iterable[str] | None = None) -> ThrottledSession:
     """Build a :class:`requests.Session` whose requests all go through a throttler.
 
     Args:
@@ -216,19 +265,30 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
             :class:`ThrottledAdapter`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the ``User-Agent`` header of the first request.
+        learned: where the session's own throttler keeps learned limits for a warm
+            start (a SQLite file path or a ``redis://`` URL; see
+            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
+        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
+            :class:`~crawlpace.BlockRules`) added to the settings'
+            ``block_rules``; an answer that matches one (or carries
+            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
+            its scopes off and is sent again like a 429. Not allowed together
+            with ``throttler`` (whose settings' rules apply).
 
     Returns:
         The session; use it in ``with`` or call ``close()``.
 
     Raises:
-        TypeError: for ``throttler`` together with ``settings`` or ``store``.
+        TypeError: for ``throttler`` together with ``settings``, ``store``,
+            ``learned`` or ``block_rules``.
         ValueError: when ``retries`` is not an integer >= 0.
         ConfigError: when the settings are invalid.
     """
     check_retries(retries)
-    check_owner(settings, throttler, store)
+    check_owner(settings, throttler, store, learned=learned, block_rules=block_rules)
     owns = throttler is None
     if throttler is None:
-        throttler = SyncThrottler(settings, store=store if store is not None else "memory://")
+        throttler = SyncThrottler(own_settings(settings, robots_txt, block_rules=block_rules),
+                                  store=store if store is not None else "memory://", learned=learned)
     return ThrottledSession(throttler, owns_throttler=owns, retries=retries, robots_txt=robots_txt,
                             robots_user_agent=robots_user_agent)

@@ -111,7 +111,8 @@ class RedisStore:
                                "install crawlpace[redis]"])
         options = read_options(url, namespace=namespace, lease=lease, time=time, cluster=cluster,
                                policy_cache=policy_cache)
-        self.url, self.namespace, self.lease = options.url, options.namespace, options.lease
+        # The URL connected to keeps its password; the one shown (``url``) has it masked.
+        self._url, self.namespace, self.lease = options.url, options.namespace, options.lease
         self.cluster, self.fallback_workers = options.cluster, options.fallback_workers
         self.time: TimeSource = options.time
         self._settings = settings
@@ -129,7 +130,7 @@ class RedisStore:
         self._lease_arg, self._idle_arg = repr(self.lease), str(self.idle)  # as the scripts take them
         self._writer = PolicyWriter(self._policies, self._run, self._now_arg, self._server_now, self._keys,
                                     self._fetch_blob, self.idle)
-        self._conn = RedisConnection(self.url, _SCRIPTS, cluster=self.cluster)
+        self._conn = RedisConnection(self._url, _SCRIPTS, cluster=self.cluster)
         self._down = self._conn.down
         self._offset = 0.0  # server time minus this worker's clock
         self._synced_at = -math.inf
@@ -139,7 +140,7 @@ class RedisStore:
         self._ids = itertools.count()
         self._worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         # While the server is unreachable, admissions go to a memory store instead (fallback=memory), if set.
-        self._outage = Outage(self.url, clock, _fallback.open_fallback(
+        self._outage = Outage(self._url, clock, _fallback.open_fallback(
             settings, self.fallback_workers, clock, self._rng) if options.fallback else None,
             self.fallback_workers)
         self._fallback = self._outage.fallback
@@ -147,7 +148,7 @@ class RedisStore:
         if self.cluster:
             self._slots = _cluster.SlotAdmission(self._run, self._now_arg, self._clock.now, self._held,
                                                  self._renewer.start)
-        self._releases = ReleaseSender(self.url, self._conn, self._writer, self._outage, self._slots,
+        self._releases = ReleaseSender(self._url, self._conn, self._writer, self._outage, self._slots,
                                        self._run, self._now_arg, self._connect, self._clock.now,
                                        self._clock.sleep)
         self._unreleased = self._releases.unreleased
@@ -157,8 +158,16 @@ class RedisStore:
                                  self._renewer.drop, clock.now, self._server_now,
                                  clock.sleep, self._now_text, self._lease_arg, self._idle_arg)
 
+    @property
+    def url(self) -> str:
+        """The server's URL as crawlpace reads it, with any password masked (``redis://:***@host``).
+
+        The store connects with the real one, which it keeps to itself.
+        """
+        return redact(self._url)
+
     def __repr__(self) -> str:
-        return (f"<RedisStore {redact(self.url)} namespace={self.namespace!r} leases={len(self._held)} "
+        return (f"<RedisStore {self.url} namespace={self.namespace!r} leases={len(self._held)} "
                 f"policies={len(self._policies)}/{self._policies.limit}>")
 
     @property
@@ -368,7 +377,7 @@ class RedisStore:
     def _unreachable(self, exc: Exception) -> StoreUnreachable:
         """The documented error for a read the server did not answer (the URL without its password)."""
         reason = redact(" ".join(str(exc).split()) or type(exc).__name__)
-        return StoreUnreachable(f"store {redact(self.url)}: cannot be reached: {reason}; reads fail while "
+        return StoreUnreachable(f"store {self.url}: cannot be reached: {reason}; reads fail while "
                                 "it is away (admissions wait for it)")
 
     async def purge(self) -> int:
