@@ -1,9 +1,17 @@
-"""Find the runnable examples of the docs: a ```python block followed by the ```text block of its output.
+"""Find the runnable examples of the docs: every ```python block is run, or marked as not run.
 
-Two comments steer the runner, each on the line right before a block:
+A python block followed by the ```text block of its output is run and must
+print that output; any other python block is run and must succeed and print
+nothing (no output, no warning: a page that shows no output promises none).
+
+Three comments steer the runner, each on the line right before a block:
 
 - ``<!-- not run: why -->`` before a python block: shown but not run (it
-  needs a network, a server of the reader's, a module of their project);
+  needs a network, a server of the reader's, a module of their project; a
+  fragment of a larger example);
+- ``<!-- output varies: why -->`` before a python block: run, and it must
+  succeed without a warning, but what it prints changes from run to run
+  (real times, ports, jitter), so it is not compared;
 - ``<!-- example file: NAME -->`` before any block: the block is written to
   ``NAME`` in the working folder of the page's examples that follow it.
 """
@@ -14,7 +22,7 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
-__all__ = ["DOCS", "Example", "examples", "not_run", "same_output"]
+__all__ = ["DOCS", "Example", "examples", "not_run", "quiet_examples", "same_output"]
 
 ROOT = Path(__file__).resolve().parents[1]
 #: The pages whose examples are run: every page of docs/ and the README.
@@ -26,6 +34,7 @@ ELLIPSIS = "..."
 
 
 _NOT_RUN = re.compile(r"^<!-- not run: (.+) -->$")
+_VARIES = re.compile(r"^<!-- output varies: (.+) -->$")
 _FILE = re.compile(r"^<!-- example file: (\S+) -->$")
 
 
@@ -75,10 +84,37 @@ def examples(pages: list[Path] = DOCS) -> list[Example]:
             named = _FILE.match(before)
             if named:
                 files.append((named.group(1), code + "\n"))
-            if lang != "python" or _NOT_RUN.match(before):
+            if lang != "python" or _NOT_RUN.match(before) or _VARIES.match(before):
                 continue
             if after is not None and after[0] == "text" and after[1] - end <= 2:
                 found.append(Example(page, line, code, after[2], tuple(files)))
+    return found
+
+
+def quiet_examples(pages: list[Path] = DOCS) -> list[Example]:
+    """Every python block that shows no output, or whose output varies, and is not marked not run.
+
+    Each must run without a warning; one that shows no output must print nothing, and one
+    whose output varies has ``shown`` set to ``...`` (anything).
+    """
+    found = []
+    for page in pages:
+        blocks = _blocks(page.read_text(encoding="utf-8"))
+        files: list[tuple[str, str]] = []
+        for index, (lang, line, code, end, before) in enumerate(blocks):
+            after = blocks[index + 1] if index + 1 < len(blocks) else None
+            named = _FILE.match(before)
+            if named:
+                files.append((named.group(1), code + "\n"))
+                continue
+            if lang != "python" or _NOT_RUN.match(before):
+                continue
+            if _VARIES.match(before):
+                found.append(Example(page, line, code, ELLIPSIS, tuple(files)))
+                continue
+            if after is not None and after[0] == "text" and after[1] - end <= 2:
+                continue
+            found.append(Example(page, line, code, "", tuple(files)))
     return found
 
 
