@@ -53,10 +53,12 @@ def test_example_without_output_runs_silently(example: Example, tmp_path: Path) 
     for name, text in example.files:
         (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
         (tmp_path / name).write_text(text, encoding="utf-8")
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONHASHSEED": "0"}
     done = subprocess.run([sys.executable, "-c", example.code], capture_output=True, text=True, timeout=120,
-                          cwd=tmp_path, env={**os.environ, "PYTHONPATH": str(ROOT / "src"), "PYTHONHASHSEED": "0"})
+                          cwd=tmp_path, env=env)
     assert done.returncode == 0, f"{example.name} failed (mark it <!-- not run: why --> if it cannot run " \
                                  f"here):\n{done.stderr[-3000:]}"
     if example.shown != "...":
-        assert done.stdout == "", f"{example.name} printed output its page does not show:\n{done.stdout[-2000:]}"
+        assert done.stdout == "", (f"{example.name} printed output its page does not show:\n"
+                                   f"{done.stdout[-2000:]}")
     assert done.stderr == "", f"{example.name} printed warnings:\n{done.stderr[-2000:]}"
