@@ -84,7 +84,10 @@ def test_purge_removes_one_job_and_spares_the_job_its_pattern_would_match(
         assert job_keys(client, lookalike) == theirs  # not one key of the other job
 
         async def listed() -> list[str]:
-            store = RedisStore(url_of(server, lookalike), SETTINGS, MockClock(), random.Random(1))
+            # On the clock the job was filled on: a snapshot is as of its store's now, and the
+            # server's clock is decades past the fake one, when the backoff has long recovered.
+            store = RedisStore(url_of(server, lookalike) + "&time=local", SETTINGS, MockClock(),
+                               random.Random(1))
             try:
                 snapshot = await store.snapshot("a*")
                 assert snapshot is not None
