@@ -24,13 +24,14 @@ import scrapy
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler
 
-from .._exceptions import ConfigError
+from .._exceptions import ConfigError, StoreUnreachable
 from ._compat import MAX_SCRAPY, MIN_SCRAPY, SCRAPY_VERSION
 from ._extension import ThrottlingExtension, watch_options
 from ._middleware import ThrottlingMiddleware
 from ._reported import mark_reported
 from ._runtime import Runtime
 from ._settings import AddonConfig, read_config
+from ._store_check import check_store
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -62,6 +63,9 @@ class Addon:
     Raises:
         ConfigError: from ``update_settings``, listing every invalid setting;
             the crawl does not start.
+        StoreUnreachable: from ``update_settings``, when ``CRAWLPACE_STORE``
+            names a Redis that does not answer (unless its URL has
+            ``fallback=memory``); the crawl does not start.
     """
 
     def __init__(self, crawler: Crawler | None = None) -> None:
@@ -85,6 +89,12 @@ class Addon:
             watch_options(settings)  # CRAWLPACE_METRICS_PORT and CRAWLPACE_ON_GIVE_UP, checked now
         except ConfigError as exc:
             logger.error("crawlpace.scrapy: invalid settings, the crawl cannot start:\n%s", exc)
+            mark_reported(exc)  # said in full: Scrapy's traceback of it would only repeat it
+            raise
+        try:
+            check_store(config)
+        except StoreUnreachable as exc:
+            logger.error("crawlpace.scrapy: %s; the crawl cannot start", exc)
             mark_reported(exc)  # said in full: Scrapy's traceback of it would only repeat it
             raise
         self.config = config

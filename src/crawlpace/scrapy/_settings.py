@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
+from scrapy.settings import default_settings as _scrapy_defaults
 
 from .._clock import AsyncioClock, Clock
 from .._config import Settings
@@ -33,6 +34,7 @@ from .._exceptions import ConfigError
 from .._feedback import FeedbackBuilder
 from .._learning import Learner
 from .._manager import ThrottlingManager, ThrottlingManagerProtocol, load_scope_manager
+from .._names import misspelt_name, unknown_name
 from .._server_scopes import IpScopes
 from ..stores import REDIS_SCHEMES, open_store
 from ..stores.base import Store
@@ -55,6 +57,17 @@ _PLAIN_NAMES = frozenset({"DOWNLOAD_DELAY_PER_SLOT", "REDIRECT_MAX_DELAY", "DELA
 _PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
 # The add-on's own names, never passed to the core.
 ADDON_NAMES = frozenset({"THROTTLING_DEBUG", "THROTTLING_MANAGER"})
+#: Every ``CRAWLPACE_*`` name the add-on reads; another ``CRAWLPACE_*`` name is a slip.
+CRAWLPACE_NAMES = frozenset({
+    "CRAWLPACE_STORE", "CRAWLPACE_SCHEDULER", "CRAWLPACE_STATS_SCOPES", "CRAWLPACE_LEARNED",
+    "CRAWLPACE_METRICS_PORT", "CRAWLPACE_METRICS_HOST", "CRAWLPACE_METRICS_TOP_SCOPES",
+    "CRAWLPACE_ON_GIVE_UP", "CRAWLPACE_FRONTIER", "CRAWLPACE_FRONTIER_VISIBILITY",
+})
+# Scrapy's own settings (this Scrapy's defaults, and the deprecated ones it reads without a default):
+# never taken for a slip of ours.
+_SCRAPY_NAMES = frozenset(name for name in dir(_scrapy_defaults) if name.isupper()) | {
+    "CONCURRENT_REQUESTS_PER_IP", "REQUEST_FINGERPRINTER_IMPLEMENTATION", "REQUEST_FINGERPRINTER_CLASS",
+    "SPIDER_LOADER_WARN_ONLY", "DOWNLOAD_DELAY_JITTER", "RANDOMIZE_DOWNLOAD_DELAY"}
 _DEFAULT = SETTINGS_PRIORITIES["default"]
 
 
@@ -149,6 +162,10 @@ def scrapy_values(settings: BaseSettings) -> dict[str, Any]:
                 values[name] = _plain(_from_text(settings[name]))
         elif name in _PLAIN_NAMES or name.startswith(_PREFIXES):
             values[name] = _plain(_from_text(settings[name]))
+        elif name not in _SCRAPY_NAMES and not name.startswith("CRAWLPACE_") and _explicit(settings, name):
+            # Somebody else's setting, or a slip of one of ours (CONCURRENT_REQUEST_PER_DOMAIN,
+            # BACKOF_MAX_DELAY): the core's did-you-mean judges the name, its value is never read.
+            values[name] = None
     if "RANDOMIZE_DOWNLOAD_DELAY" not in values and _explicit(settings, "DOWNLOAD_DELAY_JITTER"):
         values["RANDOMIZE_DOWNLOAD_DELAY"] = _from_text(settings["DOWNLOAD_DELAY_JITTER"])
     if "BACKOFF_EXCEPTIONS" not in values:
@@ -162,6 +179,26 @@ def scrapy_values(settings: BaseSettings) -> dict[str, Any]:
                    if isinstance(entry, dict) and "manager" in entry else entry)
             for name, entry in scopes.items()}
     return values
+
+
+def addon_name_problems(settings: BaseSettings) -> list[str]:
+    """Slips in the names of the add-on's own settings (``CRAWLPACE_STORES``, ``THROTTLING_DEBUGG``).
+
+    The core judges the names it reads (:meth:`Settings.from_scrapy`, with
+    the values :func:`scrapy_values` passes it); these are the names only the
+    add-on reads, judged by the same did-you-mean (:mod:`crawlpace._names`).
+    """
+    problems: list[str] = []
+    own = CRAWLPACE_NAMES | ADDON_NAMES
+    for name in settings:
+        if not isinstance(name, str) or name in own or name in _SCRAPY_NAMES:
+            continue
+        if name.upper().startswith("CRAWLPACE_"):
+            problems.append(unknown_name(name, own).replace("unknown crawlpace setting",
+                                                            "unknown crawlpace.scrapy setting"))
+        elif (problem := misspelt_name(name, own)) is not None:
+            problems.append(problem)
+    return problems
 
 
 def _flag(settings: BaseSettings, name: str, default: bool, problems: list[str]) -> bool:
@@ -297,14 +334,15 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     Raises:
         ConfigError: listing every problem found.
     """
-    problems: list[str] = []
+    problems: list[str] = addon_name_problems(settings)
     _check_reactor(settings, problems)
     values = {**scrapy_values(settings), **spider_attribute_values(spider, settings)}
     core: Settings | None = None
+    flagged = {problem.partition(":")[0] for problem in problems}  # a slip of the add-on's names: said once
     try:
         core = Settings.from_scrapy(values)
     except ConfigError as exc:
-        problems.extend(exc.problems)
+        problems.extend(problem for problem in exc.problems if problem.partition(":")[0] not in flagged)
     if core is not None:
         debug = _flag(settings, "THROTTLING_DEBUG", False, problems) or core.autothrottle.debug
         if debug:
