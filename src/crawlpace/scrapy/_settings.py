@@ -196,9 +196,17 @@ def addon_name_problems(settings: BaseSettings) -> list[str]:
         if name.upper().startswith("CRAWLPACE_"):
             problems.append(unknown_name(name, own).replace("unknown crawlpace setting",
                                                             "unknown crawlpace.scrapy setting"))
-        elif (problem := misspelt_name(name, own)) is not None:
-            problems.append(problem)
+        elif not name.startswith(_PREFIXES) and (problem := misspelt_name(name, own)) is not None:
+            problems.append(problem)  # names with the core's prefixes are the core's to judge first
     return problems
+
+
+def _as_addon_slip(problem: str) -> str:
+    """The core's message for an unknown name, or the add-on's when the name is a slip of one of its own."""
+    name = problem.partition(":")[0]
+    if "unknown crawlpace setting" not in problem and "not a setting crawlpace reads" not in problem:
+        return problem
+    return misspelt_name(name, CRAWLPACE_NAMES | ADDON_NAMES) or problem
 
 
 def _flag(settings: BaseSettings, name: str, default: bool, problems: list[str]) -> bool:
@@ -342,7 +350,8 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     try:
         core = Settings.from_scrapy(values)
     except ConfigError as exc:
-        problems.extend(problem for problem in exc.problems if problem.partition(":")[0] not in flagged)
+        problems.extend(_as_addon_slip(problem) for problem in exc.problems
+                        if problem.partition(":")[0] not in flagged)
     if core is not None:
         debug = _flag(settings, "THROTTLING_DEBUG", False, problems) or core.autothrottle.debug
         if debug:
