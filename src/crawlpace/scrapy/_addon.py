@@ -115,7 +115,7 @@ def _build(cls: type[Any], crawler: Crawler | None) -> Any:
 def apply_overrides(settings: BaseSettings, config: AddonConfig) -> None:
     """Plug the add-on's components in and neutralise Scrapy's own throttling."""
     if config.use_scheduler:
-        settings.set("SCHEDULER", "crawlpace.scrapy.ThrottlingScheduler", priority=_OVERRIDE)
+        settings.set("SCHEDULER", config.scheduler_path, priority=_OVERRIDE)
     settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ThrottlingMiddleware,
                                             MIDDLEWARE_PRIORITY)
     settings.set_in_component_priority_dict("EXTENSIONS", ThrottlingExtension, 0)

@@ -136,8 +136,13 @@ class ThrottlingScheduler:
         if self.df is not None and not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)
             return False
+        self.runtime.forget(request)
+        self._queue(request)
+        return True
+
+    def _queue(self, request: Request) -> None:
+        """Put ``request`` in the queue of its scopes (its duplicate check is done)."""
         runtime = self.runtime
-        runtime.forget(request)
         stats = runtime.stats
         stats.inc_value("scheduler/enqueued/memory")
         stats.inc_value("scheduler/enqueued")
@@ -145,13 +150,12 @@ class ThrottlingScheduler:
             demands = runtime.scopes_nowait(request)
         except ScopeError as exc:
             self._refuse(request, "scopes", str(exc))
-            return True
+            return
         if demands is None:
             self._resolving += 1
             runtime.spawn(self._resolve(request))
         else:
             self._queues.push(request, demands)
-        return True
 
     def next_request(self) -> Request | None:
         """Return a request whose scopes admitted it, or ``None`` when none is ready.

@@ -37,6 +37,7 @@ from .._manager import ThrottlingManager, ThrottlingManagerProtocol, load_scope_
 from .._names import misspelt_name, unknown_name
 from .._server_scopes import IpScopes
 from ..stores import REDIS_SCHEMES, open_store
+from ..stores._check import check_url
 from ..stores.base import Store
 from ._compat import ASYNCIO_REACTOR, default_backoff_exceptions
 from ._managers import load_manager
@@ -69,6 +70,8 @@ _SCRAPY_NAMES = frozenset(name for name in dir(_scrapy_defaults) if name.isupper
     "CONCURRENT_REQUESTS_PER_IP", "REQUEST_FINGERPRINTER_IMPLEMENTATION", "REQUEST_FINGERPRINTER_CLASS",
     "SPIDER_LOADER_WARN_ONLY", "DOWNLOAD_DELAY_JITTER", "RANDOMIZE_DOWNLOAD_DELAY"}
 _DEFAULT = SETTINGS_PRIORITIES["default"]
+THROTTLING_SCHEDULER = "crawlpace.scrapy.ThrottlingScheduler"
+SHARED_SCHEDULER = "crawlpace.scrapy.SharedScheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,6 +92,10 @@ class AddonConfig:
         robots_user_agent: whose Crawl-Delay to read.
         stats_scopes: how many scopes get per-scope entries in the stats.
         learner: keeps what the crawl learns (``CRAWLPACE_LEARNED``), if set.
+        frontier_url: the shared frontier's Redis URL when the requests of
+            several processes share one queue (``SharedScheduler``), else ``None``.
+        frontier_visibility: seconds a claimed request stays this process's
+            without being touched (``CRAWLPACE_FRONTIER_VISIBILITY``).
     """
 
     settings: Settings
@@ -102,6 +109,13 @@ class AddonConfig:
     robots_user_agent: str
     stats_scopes: int
     learner: Learner | None = None
+    frontier_url: str | None = None
+    frontier_visibility: float = 30.0
+
+    @property
+    def scheduler_path(self) -> str:
+        """The import path of the crawlpace scheduler the crawl runs with."""
+        return SHARED_SCHEDULER if self.frontier_url is not None else THROTTLING_SCHEDULER
 
 
 def _plain(value: Any) -> Any:
@@ -242,9 +256,41 @@ def _check_reactor(settings: BaseSettings, problems: list[str]) -> None:
                         f"set TWISTED_REACTOR = {ASYNCIO_REACTOR!r}")
 
 
+def _shared_choice(settings: BaseSettings, store_url: object, problems: list[str]) -> str | None:
+    """The shared frontier's URL when ``SharedScheduler`` is asked for, else ``None``.
+
+    ``SCHEDULER = "crawlpace.scrapy.SharedScheduler"`` or ``CRAWLPACE_FRONTIER``
+    ask for it; the frontier is ``CRAWLPACE_FRONTIER``, by default the Redis
+    of ``CRAWLPACE_STORE``.
+    """
+    scheduler = _class_path(settings.get("SCHEDULER"))
+    frontier = settings.get("CRAWLPACE_FRONTIER")
+    if scheduler not in (SHARED_SCHEDULER, "crawlpace.scrapy._shared.SharedScheduler") and not frontier:
+        return None
+    if settings.get("JOBDIR"):
+        problems.append("JOBDIR: the shared scheduler keeps requests in Redis, not in a JOBDIR; remove "
+                        "JOBDIR (a stopped fleet resumes from the shared frontier by itself)")
+    url = frontier or store_url
+    if not isinstance(url, str) or urlsplit(url).scheme not in REDIS_SCHEMES:
+        problems.append(f"CRAWLPACE_FRONTIER: the shared scheduler needs a Redis URL, got {url!r}; set "
+                        "CRAWLPACE_FRONTIER = 'redis://host:6379/0' (by default it is CRAWLPACE_STORE's, "
+                        "which should then be the same Redis, so that the fleet shares the limits too)")
+        return None
+    problems.extend(f"CRAWLPACE_FRONTIER: {problem}" for problem in check_url(url))
+    return url
+
+
+def _seconds(settings: BaseSettings, name: str, default: float, problems: list[str]) -> float:
+    value = _from_text(settings.get(name, default))
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        problems.append(f"{name}: expected a number of seconds above 0, got {value!r}; use e.g. {default:g}")
+        return default
+    return float(value)
+
+
 def _scheduler_choice(settings: BaseSettings, problems: list[str]) -> bool:
     """Whether the crawlpace scheduler is used (``CRAWLPACE_SCHEDULER``)."""
-    ours = "crawlpace.scrapy.ThrottlingScheduler"
+    ours = THROTTLING_SCHEDULER
     explicit = _explicit(settings, "CRAWLPACE_SCHEDULER")
     use = _flag(settings, "CRAWLPACE_SCHEDULER", True, problems)
     if explicit:
@@ -254,6 +300,8 @@ def _scheduler_choice(settings: BaseSettings, problems: list[str]) -> bool:
                             "Scrapy's scheduler, or remove JOBDIR")
         return use
     scheduler = settings.get("SCHEDULER")
+    if _class_path(scheduler) == SHARED_SCHEDULER or scheduler == SHARED_SCHEDULER:
+        return True
     if _explicit(settings, "SCHEDULER") and _class_path(scheduler) != ours and scheduler != ours:
         problems.append(f"SCHEDULER: {_class_path(scheduler)!r} is set, and the add-on would replace it "
                         "with crawlpace's; set CRAWLPACE_SCHEDULER = True to replace it, or "
@@ -404,6 +452,8 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
                 elif problem not in problems:
                     problems.append(problem)
     use_scheduler = _scheduler_choice(settings, problems)
+    frontier_url = _shared_choice(settings, store_url, problems) if use_scheduler else None
+    visibility = _seconds(settings, "CRAWLPACE_FRONTIER_VISIBILITY", 30.0, problems)
     stats_scopes = _count(settings, "CRAWLPACE_STATS_SCOPES", 100, problems)
     robots = settings.getbool("ROBOTSTXT_OBEY")
     if problems:
@@ -414,4 +464,5 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
     return AddonConfig(settings=core, manager=manager, store=store, store_url=store_url, clock=clock,
                        debug=debug, use_scheduler=use_scheduler, robots=robots and core.robotstxt_obey,
-                       robots_user_agent=str(agent), stats_scopes=stats_scopes, learner=learner)
+                       robots_user_agent=str(agent), stats_scopes=stats_scopes, learner=learner,
+                       frontier_url=frontier_url, frontier_visibility=visibility)
