@@ -55,9 +55,9 @@ def test_the_shared_scheduler_without_redis_is_a_settings_error() -> None:
     with pytest.raises(ConfigError) as caught:
         read_config(settings, lambda cls: cls())
     assert caught.value.problems == [
-        "CRAWLPACE_FRONTIER: the shared scheduler needs a Redis URL, got 'memory://'; set CRAWLPACE_FRONTIER = "
-        "'redis://host:6379/0' (by default it is CRAWLPACE_STORE's, which should then be the same Redis, so "
-        "that the fleet shares the limits too)",
+        "CRAWLPACE_FRONTIER: the shared scheduler needs a Redis URL, got 'memory://'; set "
+        "CRAWLPACE_FRONTIER = 'redis://host:6379/0' (by default it is CRAWLPACE_STORE's, which should then "
+        "be the same Redis, so that the fleet shares the limits too)",
         "CRAWLPACE_FRONTIER_VISIBILITY: expected a number of seconds above 0, got 0; use e.g. 30"]
 
 
@@ -100,7 +100,8 @@ async def test_two_scrapy_processes_share_one_queue_and_fetch_every_url_once(
         assert "Traceback" not in result.log, result.log[-3000:]
     fetched = [record["url"] for result in (first, second) for record in result.records]
     assert sorted(fetched) == sorted(urls)  # every URL, once, across the two
-    assert first.records and second.records  # both took part
+    assert first.records  # both took part
+    assert second.records
     for name, site in report.items():
         assert site["violations"] == 0, (name, site["violation_kinds"])
     # Each site answered each page once (a 429 and its retry aside), plus one robots.txt per process that
@@ -121,9 +122,11 @@ async def _counts(url: str) -> Any:
         await frontier.aclose()
 
 
-async def test_a_killed_processs_claimed_requests_are_redone(tmp_path: Path, redis_server: RedisServer) -> None:
+async def test_a_killed_processs_claimed_requests_are_redone(tmp_path: Path,
+                                                             redis_server: RedisServer) -> None:
     url = f"{redis_server.url}?namespace=t{uuid.uuid4().hex[:12]}"
-    spec = {"site": [{"name": "slow", "profile": "crawldelay", "delay": 0.3, "pages": 8, "tolerance": IN_FLIGHT}]}
+    spec = {"site": [{"name": "slow", "profile": "crawldelay", "delay": 0.3, "pages": 8,
+                      "tolerance": IN_FLIGHT}]}
     settings = shared_settings(url, CRAWLPACE_FRONTIER_VISIBILITY=1.0)
     async with Farm(spec) as farm:
         urls = pages(farm.site("slow"))
@@ -133,9 +136,9 @@ async def test_a_killed_processs_claimed_requests_are_redone(tmp_path: Path, red
         config.write_text(json.dumps({"urls": urls, "settings": settings,
                                       "output": str(tmp_path / "doomed.json")}), encoding="utf-8")
         with (tmp_path / "doomed.log").open("wb") as sink:
-            doomed = await asyncio.create_subprocess_exec(sys.executable, str(runner), str(config), stdout=sink,
-                                                          stderr=sink, cwd=tmp_path,
-                                                          env={**os.environ, "PYTHONUNBUFFERED": "1"})
+            doomed = await asyncio.create_subprocess_exec(
+                sys.executable, str(runner), str(config), stdout=sink, stderr=sink, cwd=tmp_path,
+                env={**os.environ, "PYTHONUNBUFFERED": "1"})
             try:
                 for _ in range(300):  # until it holds claims and has fetched a page
                     await asyncio.sleep(0.05)
@@ -158,7 +161,8 @@ async def test_a_killed_processs_claimed_requests_are_redone(tmp_path: Path, red
     # The survivor's own start requests were duplicates: it fetched what the killed one had not finished,
     # its claims included.
     assert before.done < len(urls)
-    assert len(survivor.records) == len({record["url"] for record in survivor.records}) == len(urls) - before.done
+    fetched = {record["url"] for record in survivor.records}
+    assert len(survivor.records) == len(fetched) == len(urls) - before.done
     assert survivor.stats["dupefilter/filtered"] == len(urls)
     assert report["ok"] >= len(urls)
     assert report["violations"] == 0, report["violation_kinds"]
