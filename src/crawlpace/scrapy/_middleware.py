@@ -125,13 +125,15 @@ class ThrottlingMiddleware:
                              latency=latency if isinstance(latency, float) else None)
         if rule is None:
             return response
-        runtime.stats.inc_value("throttling/blocked")
+        # Every soft block counts in throttling/backoffs/soft_block; throttling/blocked counts the pages
+        # still blocked after their retries, which the spider receives.
         request.meta[BLOCKED_KEY] = rule
         spider = spider or getattr(runtime.crawler, "spider", None)
         retry = None if spider is None else get_retry_request(
             request, spider=spider, reason=f"soft block ({rule})")
         if retry is not None:
             return retry
+        runtime.stats.inc_value("throttling/blocked")
         logger.info("%s: still a soft block (%s) after the retries; passed on to the spider",
                     request.url, rule)
         return response
