@@ -76,7 +76,8 @@ class CrawlDelays:
             return
         if delay is None:
             scopes = tuple(scope for scope in scopes if scope in self._delayed)
-        scopes = tuple(scope for scope in scopes if scope not in self._applied or self._applied[scope] != delay)
+        applied = self._applied
+        scopes = tuple(scope for scope in scopes if scope not in applied or applied[scope] != delay)
         if not scopes:
             return
         throttler = self._throttler()

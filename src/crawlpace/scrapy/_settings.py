@@ -57,7 +57,10 @@ _PLAIN_NAMES = frozenset({"DOWNLOAD_DELAY_PER_SLOT", "REDIRECT_MAX_DELAY", "DELA
                           "CRAWLPACE_LEARNED"})
 _PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
 # The add-on's own names, never passed to the core.
-ADDON_NAMES = frozenset({"THROTTLING_DEBUG", "THROTTLING_MANAGER"})
+# The names of Scrapy's throttling draft (scrapy/scrapy#6931) among them: THROTTLING_SCOPE_CONCURRENCY is
+# read as CONCURRENT_REQUESTS_PER_DOMAIN, THROTTLER_DEBUG as THROTTLING_DEBUG.
+ADDON_NAMES = frozenset({"THROTTLING_DEBUG", "THROTTLING_MANAGER", "THROTTLER_DEBUG",
+                         "THROTTLING_SCOPE_LIMIT", "THROTTLING_SCOPE_CONCURRENCY"})
 #: Every ``CRAWLPACE_*`` name the add-on reads; another ``CRAWLPACE_*`` name is a slip.
 CRAWLPACE_NAMES = frozenset({
     "CRAWLPACE_STORE", "CRAWLPACE_SCHEDULER", "CRAWLPACE_STATS_SCOPES", "CRAWLPACE_LEARNED",
@@ -180,6 +183,10 @@ def scrapy_values(settings: BaseSettings) -> dict[str, Any]:
             # Somebody else's setting, or a slip of one of ours (CONCURRENT_REQUEST_PER_DOMAIN,
             # BACKOF_MAX_DELAY): the core's did-you-mean judges the name, its value is never read.
             values[name] = None
+    if "THROTTLING_SCOPE_CONCURRENCY" in settings and "CONCURRENT_REQUESTS_PER_DOMAIN" not in values:
+        # The draft's new name for the per-scope concurrency; the seed's name wins when both are set.
+        draft = settings["THROTTLING_SCOPE_CONCURRENCY"]
+        values["CONCURRENT_REQUESTS_PER_DOMAIN"] = _plain(_from_text(draft))
     if "RANDOMIZE_DOWNLOAD_DELAY" not in values and _explicit(settings, "DOWNLOAD_DELAY_JITTER"):
         values["RANDOMIZE_DOWNLOAD_DELAY"] = _from_text(settings["DOWNLOAD_DELAY_JITTER"])
     if "BACKOFF_EXCEPTIONS" not in values:
@@ -401,7 +408,11 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
         problems.extend(_as_addon_slip(problem) for problem in exc.problems
                         if problem.partition(":")[0] not in flagged)
     if core is not None:
-        debug = _flag(settings, "THROTTLING_DEBUG", False, problems) or core.autothrottle.debug
+        debug = (_flag(settings, "THROTTLING_DEBUG", False, problems)
+                 or _flag(settings, "THROTTLER_DEBUG", False, problems) or core.autothrottle.debug)
+        if settings.get("THROTTLING_SCOPE_LIMIT") is not None:
+            logger.info("THROTTLING_SCOPE_LIMIT (from Scrapy's throttling draft) has no effect under "
+                        "crawlpace.scrapy: crawlpace forgets an idle scope's state by itself")
         if debug:
             # The add-on's own line per adjustment covers AutoThrottle's changes too.
             core = replace(core, autothrottle=replace(core.autothrottle, debug=False))
