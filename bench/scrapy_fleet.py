@@ -11,7 +11,10 @@ names another) twice, with the list spider of ``bench/_peers/scrapy_list_spider.
 * **fleet**: ``--processes`` Scrapy processes (4) started together, each given the whole list,
   with ``SCHEDULER = "crawlpace.scrapy.SharedScheduler"`` and ``CRAWLPACE_STORE`` on a
   redis-server of the bench's own (from PATH, on a free loopback port): one shared queue, one
-  duplicate filter, one set of limits.
+  duplicate filter, one set of limits;
+* **split** (with ``--split``): the same processes without the shared queue, each given a
+  quarter of the list (round robin), the limits still shared through Redis: what a fleet did
+  before, a reference for what the shared queue itself costs.
 
 Measured per crawl: the seconds from starting the first process to the end of the last (wall,
 which includes starting the interpreters: on a loaded machine, four Scrapy start-ups at once cost
@@ -123,16 +126,21 @@ async def start_sim(farm: Path, folder: Path) -> tuple[asyncio.subprocess.Proces
 
 
 async def crawl(name: str, processes: int, settings: dict[str, object], urls: Path, folder: Path,
-                limit: float) -> dict[str, Any]:
+                limit: float, *, split: bool = False) -> dict[str, Any]:
     wanted = [line for line in urls.read_text("utf-8").split() if line]  # noqa: ASYNC240 - before the crawl
     overrides = [arg for key, value in settings.items() for arg in ("-s", f"{key}={value}")]
     outputs = [folder / f"{name}-{n}.jsonl" for n in range(processes)]
+    lists = [urls] * processes
+    if split:  # each process its own share of the list, round robin
+        lists = [folder / f"{name}-{n}.urls" for n in range(processes)]
+        for n, part in enumerate(lists):
+            part.write_text("\n".join(wanted[n::processes]) + "\n", encoding="utf-8")
     started = time.monotonic()
     running = []
     for n, output in enumerate(outputs):
         log = (folder / f"{name}-{n}.log").open("wb")
         running.append(await asyncio.create_subprocess_exec(
-            sys.executable, "-m", "scrapy", "runspider", str(SPIDER), "-a", f"urls={urls}", "-a",
+            sys.executable, "-m", "scrapy", "runspider", str(SPIDER), "-a", f"urls={lists[n]}", "-a",
             f"out={output}", "-s", "LOG_LEVEL=INFO", *overrides, stdout=log, stderr=log, cwd=folder))
     cut = False
     try:
@@ -165,13 +173,16 @@ async def one_round(args: argparse.Namespace, redis: Redis, folder: Path) -> dic
     farm.write_text(farm_text(args.farm, args.quick), encoding="utf-8")
     limit = QUICK_LIMIT if args.quick else LIMIT
     results = {}
-    for name, processes, settings in (
-            ("single", 1, ADDON),
-            ("fleet", args.processes, {**ADDON, "CRAWLPACE_STORE": redis.url(),
-                                        "SCHEDULER": "crawlpace.scrapy.SharedScheduler"})):
+    contenders: list[tuple[str, int, dict[str, object]]] = [
+        ("single", 1, ADDON),
+        ("fleet", args.processes, {**ADDON, "CRAWLPACE_STORE": redis.url(),
+                                    "SCHEDULER": "crawlpace.scrapy.SharedScheduler"})]
+    if args.split:
+        contenders.append(("split", args.processes, {**ADDON, "CRAWLPACE_STORE": redis.url()}))
+    for name, processes, settings in contenders:
         sim, urls, figures = await start_sim(farm, folder)
         try:
-            result = await crawl(name, processes, settings, urls, folder, limit)
+            result = await crawl(name, processes, settings, urls, folder, limit, split=name == "split")
         finally:
             sim.send_signal(signal.SIGTERM)
             await sim.communicate()
@@ -200,6 +211,9 @@ async def main() -> None:
     parser.add_argument("--quick", action="store_true", help="one round on a small farm (under a minute)")
     parser.add_argument("--json", action="store_true", help="end with one line of JSON")
     parser.add_argument("--keep", type=Path, help="keep each round's logs and outputs under this folder")
+    parser.add_argument("--split", action="store_true",
+                        help="also run the fleet the old way: each process its own share of the list, "
+                             "the limits shared through the same Redis, no shared queue")
     args = parser.parse_args()
     rounds = 1 if args.quick else args.rounds
     redis = Redis()
@@ -218,7 +232,7 @@ async def main() -> None:
         redis.close()
     summary: dict[str, Any] = {"farm": args.farm, "quick": args.quick, "rounds": rounds,
                                "processes": args.processes, "runs": runs}
-    for name in ("single", "fleet"):
+    for name in ("single", "fleet", "split") if args.split else ("single", "fleet"):
         summary[f"{name}_seconds_median"] = statistics.median(run[name]["seconds"] for run in runs)
         summary[f"{name}_span_median"] = statistics.median(run[name]["span"] or 0.0 for run in runs)
     summary["ratio"] = round(summary["fleet_seconds_median"] / summary["single_seconds_median"], 3)
@@ -226,6 +240,11 @@ async def main() -> None:
     summary["fleet_twice"] = max(run["fleet"]["twice"] for run in runs)
     summary["fleet_missing"] = max(run["fleet"]["missing"] for run in runs)
     summary["violations"] = max(run[name]["violations"] for run in runs for name in ("single", "fleet"))
+    if args.split:
+        single = max(summary["single_span_median"], 1e-9)
+        summary["split_span_ratio"] = round(summary["split_span_median"] / single, 3)
+        print(f"split fleet (own queues, shared limits): wall {summary['split_seconds_median']:.1f} s, "
+              f"crawl span {summary['split_span_median']:.1f} s: ratio {summary['split_span_ratio']:.2f}")
     print(f"median wall time (start of the first process to the end of the last): single "
           f"{summary['single_seconds_median']:.1f} s, fleet of {args.processes} "
           f"{summary['fleet_seconds_median']:.1f} s: ratio {summary['ratio']:.2f}; median crawl span (the "
