@@ -112,8 +112,8 @@ class Redis:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
-async def start_sim(farm: Path, folder: Path) -> tuple[asyncio.subprocess.Process, Path, Path]:
-    urls, figures = folder / "urls.txt", folder / "sim.json"
+async def start_sim(farm: Path, folder: Path, name: str) -> tuple[asyncio.subprocess.Process, Path, Path]:
+    urls, figures = folder / "urls.txt", folder / f"{name}-sim.json"
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "crawlpace", "sim", str(farm), "--urls", str(urls), "--output", str(figures),
         stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL, cwd=folder)
@@ -180,7 +180,7 @@ async def one_round(args: argparse.Namespace, redis: Redis, folder: Path) -> dic
     if args.split:
         contenders.append(("split", args.processes, {**ADDON, "CRAWLPACE_STORE": redis.url()}))
     for name, processes, settings in contenders:
-        sim, urls, figures = await start_sim(farm, folder)
+        sim, urls, figures = await start_sim(farm, folder, name)
         try:
             result = await crawl(name, processes, settings, urls, folder, limit, split=name == "split")
         finally:
