@@ -17,13 +17,16 @@ names another) twice, with the list spider of ``bench/_peers/scrapy_list_spider.
   before, a reference for what the shared queue itself costs.
 
 Measured per crawl: the seconds from starting the first process to the end of the last (wall,
-which includes starting the interpreters: on a loaded machine, four Scrapy start-ups at once cost
-seconds of their own); the crawl span, from the farm's first request to its last, as the farm's
-clock saw them; the pages recorded with a final 200 (union of every process's output), the URLs
-recorded by more than one process (**twice**), the URLs nobody recorded (**missing**), and the
-broken rules the farm counted (a request inside a Retry-After embargo or closer than a
-Crawl-delay). The summary gives the medians over the rounds and the ratios fleet/single of the
-medians (the target: a crawl span ratio of 1.1 or less, every URL once, 0 broken rules).
+which includes starting the interpreters: on a loaded machine, four Scrapy start-ups at once
+cost seconds of their own); the crawl span, from the farm's first request to its last, as the
+farm's clock saw them, and the same span without the sites that never answer 200 (the ``dead``
+site of the mixed farm ends when the circuit breaker gives it up, after jittered pauses whose
+sum varies by tens of seconds from run to run, in one process as in a fleet); the pages recorded
+with a final 200 (union of every process's output), the URLs recorded by more than one process
+(**twice**), the URLs nobody recorded (**missing**), and the broken rules the farm counted (a
+request inside a Retry-After embargo or closer than a Crawl-delay). The summary gives the
+medians over the rounds and the ratios fleet/single of the medians (the target: a crawl span
+ratio of 1.1 or less, every URL once, 0 broken rules).
 """
 
 from __future__ import annotations
@@ -194,9 +197,14 @@ async def one_round(args: argparse.Namespace, redis: Redis, folder: Path) -> dic
         firsts = [site["first"] for site in sites.values() if site["first"] is not None]
         lasts = [site["last"] for site in sites.values() if site["last"] is not None]
         result["span"] = round(max(lasts) - min(firsts), 2) if firsts else None
+        # The same without the sites that never answer 200 (a dead site ends when the circuit breaker gives
+        # it up, a schedule of jittered pauses that varies by tens of seconds from one run to the next).
+        live = [site for site in sites.values() if site["ok"] and site["first"] is not None]
+        result["live_span"] = round(max(site["last"] for site in live) - min(firsts), 2) if live else None
         results[name] = result
         print(f"  {name:6} {processes} process(es): {result['seconds']:6.1f} s wall, farm's first to last "
-              f"request {result['span']} s, {result['done']}/"
+              f"request {result['span']} s ({result['live_span']} s without the dead sites), "
+              f"{result['done']}/"
               f"{result['pages']} pages with a 200, twice {result['twice']}, missing {result['missing']}, "
               f"{result['violations']} broken rules, {result['requests']} requests"
               f"{', CUT' if result['cut'] else ''}", flush=True)
@@ -235,8 +243,11 @@ async def main() -> None:
     for name in ("single", "fleet", "split") if args.split else ("single", "fleet"):
         summary[f"{name}_seconds_median"] = statistics.median(run[name]["seconds"] for run in runs)
         summary[f"{name}_span_median"] = statistics.median(run[name]["span"] or 0.0 for run in runs)
+        summary[f"{name}_live_span_median"] = statistics.median(run[name]["live_span"] or 0.0 for run in runs)
     summary["ratio"] = round(summary["fleet_seconds_median"] / summary["single_seconds_median"], 3)
     summary["span_ratio"] = round(summary["fleet_span_median"] / max(summary["single_span_median"], 1e-9), 3)
+    summary["live_span_ratio"] = round(summary["fleet_live_span_median"]
+                                       / max(summary["single_live_span_median"], 1e-9), 3)
     summary["fleet_twice"] = max(run["fleet"]["twice"] for run in runs)
     summary["fleet_missing"] = max(run["fleet"]["missing"] for run in runs)
     summary["violations"] = max(run[name]["violations"] for run in runs for name in ("single", "fleet"))
@@ -249,7 +260,9 @@ async def main() -> None:
           f"{summary['single_seconds_median']:.1f} s, fleet of {args.processes} "
           f"{summary['fleet_seconds_median']:.1f} s: ratio {summary['ratio']:.2f}; median crawl span (the "
           f"farm's first request to its last): single {summary['single_span_median']:.1f} s, fleet "
-          f"{summary['fleet_span_median']:.1f} s: ratio {summary['span_ratio']:.2f} (target <= 1.1); fleet "
+          f"{summary['fleet_span_median']:.1f} s: ratio {summary['span_ratio']:.2f} (target <= 1.1); the "
+          f"same without the dead sites: single {summary['single_live_span_median']:.1f} s, fleet "
+          f"{summary['fleet_live_span_median']:.1f} s: ratio {summary['live_span_ratio']:.2f}; fleet "
           f"URLs twice {summary['fleet_twice']}, missing {summary['fleet_missing']}; broken rules (most in a "
           f"run) {summary['violations']}")
     if args.json:
