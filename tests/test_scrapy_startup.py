@@ -238,3 +238,17 @@ def test_an_unreachable_store_ends_scrapy_crawl_with_one_line_and_a_failure_stat
     assert "the crawl cannot start" in err
     assert "Traceback" not in err, err
     assert "could not publish" not in err
+
+
+def test_an_unreachable_shared_queue_stops_the_crawl_too() -> None:
+    """The shared queue has no fallback: a fleet process without it would wait forever."""
+    port = free_port()
+    message = unreachable_message_of({"SCHEDULER": "crawlpace.scrapy.SharedScheduler",
+                                      "CRAWLPACE_FRONTIER": f"redis://127.0.0.1:{port}/0"})
+    assert message.startswith(f"CRAWLPACE_FRONTIER: store redis://127.0.0.1:{port}/0: cannot be reached: ")
+
+
+def unreachable_message_of(values: dict[str, Any]) -> str:
+    with pytest.raises(StoreUnreachable) as caught:
+        run_addon(values)
+    return str(caught.value)

@@ -49,38 +49,51 @@ def has_fallback(url: str) -> bool:
 def check_store(config: AddonConfig, *, within: float = REACH_WITHIN) -> None:
     """Make sure the crawl's shared store answers; a no-op for the memory store.
 
+    The shared queue's Redis (``CRAWLPACE_FRONTIER``), when it is another,
+    is asked too; it has no fallback, and neither has a store that also
+    holds the shared queue.
+
     Raises:
         StoreUnreachable: the store cannot be reached and its URL has no
             ``fallback=memory``; the message names the store (password
             hidden), the reason and what to check.
     """
+    frontier = config.frontier_url
+    if frontier is not None and frontier != config.store_url:
+        # The shared queue has no fallback: without it a fleet process has nothing to crawl.
+        failure = _in_thread(frontier, "CRAWLPACE_FRONTIER", config, within)
+        if failure is not None:
+            raise failure
     if not config.store.shared:
         return
-    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlpace-store-check") as pool:
-        failure = pool.submit(asyncio.run, _ask(config, within)).result()
+    failure = _in_thread(config.store_url, "CRAWLPACE_STORE", config, within)
     if failure is None:
         return
-    if has_fallback(config.store_url):
+    if has_fallback(config.store_url) and (frontier is None or frontier != config.store_url):
         logger.warning("%s; the crawl starts on the memory fallback (fallback=memory in CRAWLPACE_STORE) "
                        "and goes back to the store when it answers", failure)
         return
     raise failure
 
 
-async def _ask(config: AddonConfig, within: float) -> StoreUnreachable | None:
-    url = config.store_url
+def _in_thread(url: str, name: str, config: AddonConfig, within: float) -> StoreUnreachable | None:
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="crawlpace-store-check") as pool:
+        return pool.submit(asyncio.run, _ask(url, name, config, within)).result()
+
+
+async def _ask(url: str, name: str, config: AddonConfig, within: float) -> StoreUnreachable | None:
     store = open_store(url, config.settings, AsyncioClock(), random.Random())
     try:
         await reach(store, url, within=within)
     except StoreUnreachable as exc:
         # One line: the cause is in the message already, a chained traceback would only repeat it.
-        message = f"CRAWLPACE_STORE: {exc}"
+        message = f"{name}: {exc}"
         if urlsplit(url).scheme == "rediss" and "no answer" in message:
             # A plain port never answers a TLS handshake: the likeliest cause, said first.
             message += "; a rediss:// URL speaks TLS: make sure the port is a TLS port, or use redis://"
         return StoreUnreachable(message)
     except Exception as exc:  # anything else the driver raises, said in one line all the same
-        return StoreUnreachable(f"CRAWLPACE_STORE: store {redact(url)}: cannot be reached: "
+        return StoreUnreachable(f"{name}: store {redact(url)}: cannot be reached: "
                                 f"{redact(str(exc)) or type(exc).__name__}")
     finally:
         try:
