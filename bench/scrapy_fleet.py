@@ -1,7 +1,8 @@
 """A Scrapy fleet on crawlpace's shared frontier against one Scrapy process, on the simulator's farm.
 
 Run it as ``python bench/scrapy_fleet.py`` (three rounds of two crawls, a few minutes;
-``--quick`` for one small round in under a minute, ``--json`` for a machine-readable last line).
+``--quick`` for one small round without the dead site, about a minute; ``--json`` for a
+machine-readable last line).
 
 Each round crawls the page list of a fresh ``crawlpace sim`` farm (``mixed`` unless ``--farm``
 names another) twice, with the list spider of ``bench/_peers/scrapy_list_spider.py``:
@@ -43,6 +44,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import tomllib
 import uuid
 from importlib import resources
 from pathlib import Path
@@ -68,21 +70,26 @@ def free_port() -> int:
 
 
 def farm_text(name: str, quick: bool) -> str:
-    """The farm's TOML; with ``quick``, every site cut to a few pages and short hangs."""
+    """The farm's TOML; with ``quick``, a few pages per site, short hangs and no dead site.
+
+    A dead site lasts as long as its circuit breaker takes to give it up (tens of seconds, however few
+    its pages), which would keep a quick round above a minute.
+    """
     path = Path(name)
     text = path.read_text("utf-8") if path.exists() else \
         resources.files("crawlpace.sim").joinpath("farms", f"{name}.toml").read_text("utf-8")
     if not quick:
         return text
-    out = []
-    for line in text.splitlines():
-        key = line.split("=", 1)[0].strip()
-        if key == "pages":
-            line = f"pages = {min(int(line.split('=', 1)[1].split('#')[0]), QUICK_PAGES)}"
-        elif key == "hang":
-            line = f"hang = {QUICK_HANG}"
-        out.append(line)
-    return "\n".join(out) + "\n"
+    spec = tomllib.loads(text)
+    lines = [f"{key} = {json.dumps(value)}" for key, value in spec.items() if key != "site"]
+    for site in spec.get("site", []):
+        if site.get("profile") == "dead":
+            continue
+        shrunk = {**site, "pages": min(int(site.get("pages", 50)), QUICK_PAGES)}
+        if "hang" in site:
+            shrunk["hang"] = min(float(site["hang"]), QUICK_HANG)
+        lines += ["", "[[site]]", *(f"{key} = {json.dumps(value)}" for key, value in shrunk.items())]
+    return "\n".join(lines) + "\n"
 
 
 class Redis:
