@@ -53,8 +53,14 @@ def scope_limits(cfg: ScopeConfig, settings: Settings) -> str:
 def effective_limits(settings: Settings, store: str = "memory://") -> str:
     """The start-up block: the store, the global cap, the defaults and each configured scope."""
     lines = [f"crawlpace limits in force (store {store}, {settings.concurrent_requests} requests in flight "
-             f"at most over all scopes, robots.txt {'obeyed' if settings.robotstxt_obey else 'ignored'}):",
-             f"  every other scope: {scope_limits(settings.scope_defaults, settings)}"]
+             f"at most over all scopes, robots.txt {'obeyed' if settings.robotstxt_obey else 'ignored'}):"]
+    # A "*" scope entry is what every scope not named more precisely gets: the defaults never apply then,
+    # so they are not shown as if some scope ran under them.
+    catch_all = settings.scopes.get("*")
+    other = scope_limits(catch_all if catch_all is not None else settings.scope_defaults, settings)
+    label = 'every other scope ("*")' if catch_all is not None else "every other scope"
+    lines.append(f"  {label}: {other}")
     for name in sorted(settings.scopes):
-        lines.append(f"  {name}: {scope_limits(settings.scopes[name], settings)}")
+        if name != "*":
+            lines.append(f"  {name}: {scope_limits(settings.scopes[name], settings)}")
     return "\n".join(lines)

@@ -270,6 +270,25 @@ class SharedFrontier:
             added += int(await self._run("enqueue", ["", self._prefix, *batch]))
         return EnqueueReport(read=read, added=added, duplicates=read - invalid - added, invalid=invalid)
 
+    async def enqueue_entries(self, entries: Iterable[tuple[str, str]]) -> int:
+        """Add ``(entry, scope)`` pairs as given; returns how many were added.
+
+        The entry need not be a URL and the scope is the caller's (the Scrapy
+        add-on's shared scheduler queues serialised requests under their
+        throttling scope). An entry already queued or claimed is skipped, as
+        in :meth:`enqueue`.
+        """
+        added = 0
+        batch: list[str] = []
+        for entry, scope in entries:
+            batch += (entry, scope)
+            if len(batch) >= 2 * _BATCH:
+                added += int(await self._run("enqueue", ["", self._prefix, *batch]))
+                batch = []
+        if batch:
+            added += int(await self._run("enqueue", ["", self._prefix, *batch]))
+        return added
+
     # -- working ------------------------------------------------------------------
 
     async def claim(self, count: int, *, spacing: float, skip: Sequence[str] = ()) -> Claim:

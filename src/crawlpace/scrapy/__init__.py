@@ -24,6 +24,7 @@ from ._compat import MAX_SCRAPY, MIN_SCRAPY
 from ._extension import ThrottlingExtension
 from ._middleware import RequestRefused, ThrottlingMiddleware
 from ._scheduler import ThrottlingScheduler
+from ._shared import SharedScheduler
 from ._tickets import APPLIED_SCOPES_KEY
 
 __all__ = [
@@ -34,6 +35,7 @@ __all__ = [
     "Addon",
     "RequestRefused",
     "ScopeFeedback",
+    "SharedScheduler",
     "ThrottlingExtension",
     "ThrottlingManager",
     "ThrottlingManagerProtocol",

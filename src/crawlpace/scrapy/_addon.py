@@ -24,13 +24,14 @@ import scrapy
 from scrapy.settings import SETTINGS_PRIORITIES
 from scrapy.utils.misc import build_from_crawler
 
-from .._exceptions import ConfigError
+from .._exceptions import ConfigError, StoreUnreachable
 from ._compat import MAX_SCRAPY, MIN_SCRAPY, SCRAPY_VERSION
 from ._extension import ThrottlingExtension, watch_options
 from ._middleware import ThrottlingMiddleware
 from ._reported import mark_reported
 from ._runtime import Runtime
 from ._settings import AddonConfig, read_config
+from ._store_check import check_store
 
 if TYPE_CHECKING:
     from scrapy.crawler import Crawler
@@ -62,6 +63,9 @@ class Addon:
     Raises:
         ConfigError: from ``update_settings``, listing every invalid setting;
             the crawl does not start.
+        StoreUnreachable: from ``update_settings``, when ``CRAWLPACE_STORE``
+            names a Redis that does not answer (unless its URL has
+            ``fallback=memory``); the crawl does not start.
     """
 
     def __init__(self, crawler: Crawler | None = None) -> None:
@@ -87,6 +91,12 @@ class Addon:
             logger.error("crawlpace.scrapy: invalid settings, the crawl cannot start:\n%s", exc)
             mark_reported(exc)  # said in full: Scrapy's traceback of it would only repeat it
             raise
+        try:
+            check_store(config)
+        except StoreUnreachable as exc:
+            logger.error("crawlpace.scrapy: %s; the crawl cannot start", exc)
+            mark_reported(exc)  # said in full: Scrapy's traceback of it would only repeat it
+            raise
         self.config = config
         if crawler is not None:
             Runtime.register(crawler, config)
@@ -105,7 +115,7 @@ def _build(cls: type[Any], crawler: Crawler | None) -> Any:
 def apply_overrides(settings: BaseSettings, config: AddonConfig) -> None:
     """Plug the add-on's components in and neutralise Scrapy's own throttling."""
     if config.use_scheduler:
-        settings.set("SCHEDULER", "crawlpace.scrapy.ThrottlingScheduler", priority=_OVERRIDE)
+        settings.set("SCHEDULER", config.scheduler_path, priority=_OVERRIDE)
     settings.set_in_component_priority_dict("DOWNLOADER_MIDDLEWARES", ThrottlingMiddleware,
                                             MIDDLEWARE_PRIORITY)
     settings.set_in_component_priority_dict("EXTENSIONS", ThrottlingExtension, 0)

@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import importlib
 import logging
+from collections.abc import Iterable
 from typing import Any
 
 import scrapy
@@ -127,3 +128,17 @@ def wake_engine(crawler: Any) -> bool:
         return False
     schedule()
     return True
+
+
+def requests_in_progress(crawler: Any) -> Iterable[Any]:
+    """The requests the engine is downloading or whose callbacks run (from 2.13 to 2.19: its slot's set).
+
+    Falls back to the downloader's active requests when the engine's private
+    set is not there.
+    """
+    engine = getattr(crawler, "engine", None)
+    slot = getattr(engine, "_slot", None)
+    inprogress: Iterable[Any] | None = getattr(slot, "inprogress", None)
+    if inprogress is None:
+        inprogress = getattr(getattr(engine, "downloader", None), "active", None) or ()
+    return tuple(inprogress)

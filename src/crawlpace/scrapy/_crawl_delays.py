@@ -46,6 +46,9 @@ class CrawlDelays:
         self._parked = parked
         self._robots_scopes: dict[str, tuple[str, ...]] = {}
         self._delayed: set[str] = set()  # scopes under a Crawl-Delay, to clear when it goes
+        # The Crawl-Delay last applied to each scope: Scrapy 2.18+ hands the same robots.txt over twice
+        # (the raw response, then its parser's signal), and applying it again would only repeat its warnings.
+        self._applied: dict[str, float | None] = {}
 
     def remember(self, url: str, scopes: tuple[str, ...]) -> None:
         """Note which scopes a robots.txt fetch ran under, for its Crawl-Delay."""
@@ -73,12 +76,15 @@ class CrawlDelays:
             return
         if delay is None:
             scopes = tuple(scope for scope in scopes if scope in self._delayed)
-            if not scopes:
-                return
+        applied = self._applied
+        scopes = tuple(scope for scope in scopes if scope not in applied or applied[scope] != delay)
+        if not scopes:
+            return
         throttler = self._throttler()
         stats = self._stats()
         for scope in scopes:
             await throttler.set_crawl_delay(scope, delay)
+            remember(self._applied, scope, delay)  # bounded, like every per-host memo
             key = f"throttling/crawl_delay/{scope}"
             if delay is None:
                 self._delayed.discard(scope)

@@ -23,14 +23,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
 from scrapy import signals
 
-from .._exceptions import ConfigError, StoreUnreachable
-from ..stores import reach
+from .._exceptions import ConfigError
 from . import signals as crawlpace_signals
 from ._compat import HAS_ROBOTS_PARSED
 from ._runtime import Runtime, runtime_of
@@ -57,7 +55,6 @@ class ThrottlingExtension:
         self.watch = watch
         self.crawler = crawler
         self.monitor: Monitor | None = None
-        self._closing: asyncio.Future[Any] | None = None
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ThrottlingExtension:
@@ -85,23 +82,6 @@ class ThrottlingExtension:
             runtime.spawn(self._publish_every())
         if runtime.config.learner is not None:
             runtime.config.learner.start(runtime.throttler)
-        runtime.spawn(self._check_store(spider))
-
-    async def _check_store(self, spider: Spider) -> None:
-        """Stop the crawl, saying why, when its shared store does not answer at start-up."""
-        runtime = self.runtime
-        try:
-            await reach(runtime.throttler.store, runtime.config.store_url)
-        except StoreUnreachable as exc:
-            logger.error("%s; the crawl stops", exc)
-            runtime.stats.set_value("throttling/store_unreachable", 1)
-            engine = getattr(runtime.crawler, "engine", None)
-            close_async = getattr(engine, "close_spider_async", None)
-            # Not awaited here: closing the spider cancels the runtime's tasks, this one included.
-            if close_async is not None:  # Scrapy 2.14+
-                self._closing = asyncio.ensure_future(close_async(reason="store_unreachable"))
-            elif engine is not None:
-                engine.close_spider(spider, "store_unreachable")
 
     async def _publish_every(self) -> None:
         clock = self.runtime.config.clock

@@ -31,7 +31,7 @@ from scrapy.exceptions import IgnoreRequest
 from .._blocks import BlockRules
 from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from ._runtime import Runtime, runtime_of
-from ._tickets import REFUSAL_KEY, TICKET_KEY
+from ._tickets import DELAY_DONE_KEY, DONT_THROTTLE_KEY, REFUSAL_KEY, TICKET_KEY, pending_delay
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -94,6 +94,15 @@ class ThrottlingMiddleware:
         if refusal is not None:
             raise RequestRefused(refusal)
         runtime = self.runtime
+        if request.meta.get(DONT_THROTTLE_KEY):
+            runtime.forget(request)
+            if not runtime.config.use_scheduler:  # the scheduler counts those it hands out
+                runtime.stats.inc_value("throttling/dont_throttle")
+            return
+        hold = pending_delay(request.meta)
+        if hold > 0:  # Scrapy's scheduler kept it: its ``delay`` is served here, once
+            request.meta[DELAY_DONE_KEY] = True
+            await runtime.config.clock.sleep(hold)
         if await runtime.claim(request) is not None:
             return
         try:
@@ -125,13 +134,15 @@ class ThrottlingMiddleware:
                              latency=latency if isinstance(latency, float) else None)
         if rule is None:
             return response
-        runtime.stats.inc_value("throttling/blocked")
+        # Every soft block counts in throttling/backoffs/soft_block; throttling/blocked counts the pages
+        # still blocked after their retries, which the spider receives.
         request.meta[BLOCKED_KEY] = rule
         spider = spider or getattr(runtime.crawler, "spider", None)
         retry = None if spider is None else get_retry_request(
             request, spider=spider, reason=f"soft block ({rule})")
         if retry is not None:
             return retry
+        runtime.stats.inc_value("throttling/blocked")
         logger.info("%s: still a soft block (%s) after the retries; passed on to the spider",
                     request.url, rule)
         return response

@@ -69,14 +69,22 @@ class ScopeReport:
         self._last_limits: dict[str, tuple[object, ...]] = {}
         self._factory: PolicyFactory | None = None
 
-    def count_release(self, outcome: Any) -> None:
-        """Count what a released permit's outcome did to its scopes."""
+    def count_release(self, outcome: Any, *, soft_block: bool = False) -> None:
+        """Count what a released permit's outcome did to its scopes.
+
+        A backoff is counted by its cause: ``status/429``, ``exception/TimeoutError``,
+        or ``soft_block`` for a page a block rule recognised (a challenge page
+        answered with 200 is pushback, not a status worth naming).
+        """
         if outcome is None:
             return
         stats = self._stats()
         if any(signal.backoff for signal in outcome.feedback):
             stats.inc_value("throttling/backoffs")
-            cause = f"status/{outcome.status}" if outcome.error is None else f"exception/{outcome.error}"
+            if soft_block:
+                cause = "soft_block"
+            else:
+                cause = f"status/{outcome.status}" if outcome.error is None else f"exception/{outcome.error}"
             stats.inc_value(f"throttling/backoffs/{cause}")
         if any(signal.hold for signal in outcome.feedback):
             stats.inc_value("throttling/holds")

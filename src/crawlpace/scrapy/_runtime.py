@@ -311,7 +311,7 @@ class Runtime:
                 ticket.permit.feedback(response, exception=exception, latency=latency, blocked=blocked)
         elif ticket.state is State.PARKED:
             self.stats.inc_value("throttling/released_unsent")
-        await self._give_back(ticket)
+        await self._give_back(ticket, soft_block=blocked)
 
     def forget(self, request: Any) -> None:
         """Drop a ticket a request still carries as it re-enters the scheduler.
@@ -324,7 +324,7 @@ class Runtime:
         if isinstance(ticket, Ticket) and ticket.state in (State.PARKED, State.SENT):
             self._schedule_give_back(ticket)
 
-    async def _give_back(self, ticket: Ticket) -> None:
+    async def _give_back(self, ticket: Ticket, *, soft_block: bool = False) -> None:
         if ticket.state in (State.DONE, State.LENT):
             return
         ticket.state = State.DONE
@@ -337,7 +337,7 @@ class Runtime:
             await permit.release()
         except PermitError:  # pragma: no cover - released through another path already
             return
-        await self._released(permit)
+        await self._released(permit, soft_block=soft_block)
 
     def _schedule_give_back(self, ticket: Ticket) -> None:
         try:
@@ -359,9 +359,9 @@ class Runtime:
         self.stats.inc_value("throttling/released_abandoned")
         loop.call_soon_threadsafe(self._schedule_give_back, ticket)
 
-    async def _released(self, permit: Permit) -> None:
+    async def _released(self, permit: Permit, *, soft_block: bool = False) -> None:
         outcome = permit.outcome
-        self.report.count_release(outcome)
+        self.report.count_release(outcome, soft_block=soft_block)
         scopes = permit.scopes
         for listener in self._release_listeners:
             listener(scopes)

@@ -34,7 +34,7 @@ from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
 from .._permit import NotReady, Permit
 from ._queues import ASKING, IDLE, LOCAL_POLL, Entry, Queue, ScopeQueues
 from ._runtime import Runtime, runtime_of
-from ._tickets import REFUSAL_KEY, RequestView
+from ._tickets import DELAY_DONE_KEY, DONT_THROTTLE_KEY, REFUSAL_KEY, RequestView, pending_delay
 
 if TYPE_CHECKING:
     from scrapy import Request, Spider
@@ -90,6 +90,8 @@ class ThrottlingScheduler:
         self._queues = ScopeQueues(runtime)
         self._ready: deque[Request] = deque()
         self._refused: deque[Request] = deque()
+        self._bypass: deque[Request] = deque()  # dont_throttle: handed out without a permit
+        self._holding = 0  # requests serving their ``delay`` meta key before they join a queue
         self._resolving = 0
         self._asking = 0
         runtime.on_release(self._released)
@@ -129,38 +131,62 @@ class ThrottlingScheduler:
         return len(self) > 0
 
     def __len__(self) -> int:
-        return self._queues.queued + self._resolving + self._asking + len(self._ready) + len(self._refused)
+        return (self._queues.queued + self._resolving + self._asking + len(self._ready) + len(self._refused)
+                + len(self._bypass) + self._holding)
 
     def enqueue_request(self, request: Request) -> bool:
         """Queue ``request`` under its scopes, unless the duplicate filter drops it."""
         if self.df is not None and not request.dont_filter and self.df.request_seen(request):
             self.df.log(request, self.spider)
             return False
+        self.runtime.forget(request)
+        self._queue(request)
+        return True
+
+    def _queue(self, request: Request) -> None:
+        """Put ``request`` in the queue of its scopes (its duplicate check is done)."""
         runtime = self.runtime
-        runtime.forget(request)
         stats = runtime.stats
         stats.inc_value("scheduler/enqueued/memory")
         stats.inc_value("scheduler/enqueued")
+        if request.meta.get(DONT_THROTTLE_KEY):
+            self._bypass.append(request)
+            return
+        hold = pending_delay(request.meta)
+        if hold > 0:
+            # Scrapy's draft: held this long once, then throttled like any other request.
+            request.meta[DELAY_DONE_KEY] = True
+            self._holding += 1
+            runtime.spawn(self._hold(request, hold))
+            return
+        self._file(request)
+
+    def _file(self, request: Request) -> None:
+        """Put ``request`` in the queue of its scopes, now or once an awaiting manager named them."""
+        runtime = self.runtime
         try:
             demands = runtime.scopes_nowait(request)
         except ScopeError as exc:
             self._refuse(request, "scopes", str(exc))
-            return True
+            return
         if demands is None:
             self._resolving += 1
             runtime.spawn(self._resolve(request))
         else:
             self._queues.push(request, demands)
-        return True
 
     def next_request(self) -> Request | None:
         """Return a request whose scopes admitted it, or ``None`` when none is ready.
 
         ``None`` with requests pending means they wait for their scopes; the
-        scheduler wakes the engine when the earliest is due.
+        scheduler wakes the engine when the earliest is due. A ``dont_throttle``
+        request goes at once, without a permit.
         """
         if self._refused:
             return self._dequeued(self._refused.popleft())
+        if self._bypass:
+            self.runtime.stats.inc_value("throttling/dont_throttle")
+            return self._dequeued(self._bypass.popleft())
         if self._ready:
             return self._dequeued(self._ready.popleft())
         throttler = self.runtime.throttler
@@ -192,6 +218,15 @@ class ThrottlingScheduler:
         stats.inc_value("scheduler/dequeued/memory")
         stats.inc_value("scheduler/dequeued")
         return request
+
+    async def _hold(self, request: Request, seconds: float) -> None:
+        """Queue ``request`` after its ``delay``."""
+        try:
+            await self.runtime.config.clock.sleep(seconds)
+        finally:
+            self._holding -= 1
+        self._file(request)
+        self.runtime.wake()
 
     async def _resolve(self, request: Any) -> None:
         """Ask an awaiting manager for the scopes, then queue the request."""

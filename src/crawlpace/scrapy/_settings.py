@@ -26,6 +26,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
+from scrapy.settings import default_settings as _scrapy_defaults
 
 from .._clock import AsyncioClock, Clock
 from .._config import Settings
@@ -33,8 +34,10 @@ from .._exceptions import ConfigError
 from .._feedback import FeedbackBuilder
 from .._learning import Learner
 from .._manager import ThrottlingManager, ThrottlingManagerProtocol, load_scope_manager
+from .._names import misspelt_name, unknown_name
 from .._server_scopes import IpScopes
 from ..stores import REDIS_SCHEMES, open_store
+from ..stores._check import check_url
 from ..stores.base import Store
 from ._compat import ASYNCIO_REACTOR, default_backoff_exceptions
 from ._managers import load_manager
@@ -54,8 +57,24 @@ _PLAIN_NAMES = frozenset({"DOWNLOAD_DELAY_PER_SLOT", "REDIRECT_MAX_DELAY", "DELA
                           "CRAWLPACE_LEARNED"})
 _PREFIXES = ("THROTTLING_", "BACKOFF_", "BREAKER_", "RAMPUP_", "AUTOTHROTTLE_")
 # The add-on's own names, never passed to the core.
-ADDON_NAMES = frozenset({"THROTTLING_DEBUG", "THROTTLING_MANAGER"})
+# The names of Scrapy's throttling draft (scrapy/scrapy#6931) among them: THROTTLING_SCOPE_CONCURRENCY is
+# read as CONCURRENT_REQUESTS_PER_DOMAIN, THROTTLER_DEBUG as THROTTLING_DEBUG.
+ADDON_NAMES = frozenset({"THROTTLING_DEBUG", "THROTTLING_MANAGER", "THROTTLER_DEBUG",
+                         "THROTTLING_SCOPE_LIMIT", "THROTTLING_SCOPE_CONCURRENCY"})
+#: Every ``CRAWLPACE_*`` name the add-on reads; another ``CRAWLPACE_*`` name is a slip.
+CRAWLPACE_NAMES = frozenset({
+    "CRAWLPACE_STORE", "CRAWLPACE_SCHEDULER", "CRAWLPACE_STATS_SCOPES", "CRAWLPACE_LEARNED",
+    "CRAWLPACE_METRICS_PORT", "CRAWLPACE_METRICS_HOST", "CRAWLPACE_METRICS_TOP_SCOPES",
+    "CRAWLPACE_ON_GIVE_UP", "CRAWLPACE_FRONTIER", "CRAWLPACE_FRONTIER_VISIBILITY",
+})
+# Scrapy's own settings (this Scrapy's defaults, and the deprecated ones it reads without a default):
+# never taken for a slip of ours.
+_SCRAPY_NAMES = frozenset(name for name in dir(_scrapy_defaults) if name.isupper()) | {
+    "CONCURRENT_REQUESTS_PER_IP", "REQUEST_FINGERPRINTER_IMPLEMENTATION", "REQUEST_FINGERPRINTER_CLASS",
+    "SPIDER_LOADER_WARN_ONLY", "DOWNLOAD_DELAY_JITTER", "RANDOMIZE_DOWNLOAD_DELAY"}
 _DEFAULT = SETTINGS_PRIORITIES["default"]
+THROTTLING_SCHEDULER = "crawlpace.scrapy.ThrottlingScheduler"
+SHARED_SCHEDULER = "crawlpace.scrapy.SharedScheduler"
 
 
 @dataclass(frozen=True, slots=True)
@@ -76,6 +95,10 @@ class AddonConfig:
         robots_user_agent: whose Crawl-Delay to read.
         stats_scopes: how many scopes get per-scope entries in the stats.
         learner: keeps what the crawl learns (``CRAWLPACE_LEARNED``), if set.
+        frontier_url: the shared frontier's Redis URL when the requests of
+            several processes share one queue (``SharedScheduler``), else ``None``.
+        frontier_visibility: seconds a claimed request stays this process's
+            without being touched (``CRAWLPACE_FRONTIER_VISIBILITY``).
     """
 
     settings: Settings
@@ -89,6 +112,13 @@ class AddonConfig:
     robots_user_agent: str
     stats_scopes: int
     learner: Learner | None = None
+    frontier_url: str | None = None
+    frontier_visibility: float = 30.0
+
+    @property
+    def scheduler_path(self) -> str:
+        """The import path of the crawlpace scheduler the crawl runs with."""
+        return SHARED_SCHEDULER if self.frontier_url is not None else THROTTLING_SCHEDULER
 
 
 def _plain(value: Any) -> Any:
@@ -149,6 +179,14 @@ def scrapy_values(settings: BaseSettings) -> dict[str, Any]:
                 values[name] = _plain(_from_text(settings[name]))
         elif name in _PLAIN_NAMES or name.startswith(_PREFIXES):
             values[name] = _plain(_from_text(settings[name]))
+        elif name not in _SCRAPY_NAMES and not name.startswith("CRAWLPACE_") and _explicit(settings, name):
+            # Somebody else's setting, or a slip of one of ours (CONCURRENT_REQUEST_PER_DOMAIN,
+            # BACKOF_MAX_DELAY): the core's did-you-mean judges the name, its value is never read.
+            values[name] = None
+    if "THROTTLING_SCOPE_CONCURRENCY" in settings and "CONCURRENT_REQUESTS_PER_DOMAIN" not in values:
+        # The draft's new name for the per-scope concurrency; the seed's name wins when both are set.
+        draft = settings["THROTTLING_SCOPE_CONCURRENCY"]
+        values["CONCURRENT_REQUESTS_PER_DOMAIN"] = _plain(_from_text(draft))
     if "RANDOMIZE_DOWNLOAD_DELAY" not in values and _explicit(settings, "DOWNLOAD_DELAY_JITTER"):
         values["RANDOMIZE_DOWNLOAD_DELAY"] = _from_text(settings["DOWNLOAD_DELAY_JITTER"])
     if "BACKOFF_EXCEPTIONS" not in values:
@@ -162,6 +200,34 @@ def scrapy_values(settings: BaseSettings) -> dict[str, Any]:
                    if isinstance(entry, dict) and "manager" in entry else entry)
             for name, entry in scopes.items()}
     return values
+
+
+def addon_name_problems(settings: BaseSettings) -> list[str]:
+    """Slips in the names of the add-on's own settings (``CRAWLPACE_STORES``, ``THROTTLING_DEBUGG``).
+
+    The core judges the names it reads (:meth:`Settings.from_scrapy`, with
+    the values :func:`scrapy_values` passes it); these are the names only the
+    add-on reads, judged by the same did-you-mean (:mod:`crawlpace._names`).
+    """
+    problems: list[str] = []
+    own = CRAWLPACE_NAMES | ADDON_NAMES
+    for name in settings:
+        if not isinstance(name, str) or name in own or name in _SCRAPY_NAMES:
+            continue
+        if name.upper().startswith("CRAWLPACE_"):
+            problems.append(unknown_name(name, own).replace("unknown crawlpace setting",
+                                                            "unknown crawlpace.scrapy setting"))
+        elif not name.startswith(_PREFIXES) and (problem := misspelt_name(name, own)) is not None:
+            problems.append(problem)  # names with the core's prefixes are the core's to judge first
+    return problems
+
+
+def _as_addon_slip(problem: str) -> str:
+    """The core's message for an unknown name, or the add-on's when the name is a slip of one of its own."""
+    name = problem.partition(":")[0]
+    if "unknown crawlpace setting" not in problem and "not a setting crawlpace reads" not in problem:
+        return problem
+    return misspelt_name(name, CRAWLPACE_NAMES | ADDON_NAMES) or problem
 
 
 def _flag(settings: BaseSettings, name: str, default: bool, problems: list[str]) -> bool:
@@ -197,9 +263,41 @@ def _check_reactor(settings: BaseSettings, problems: list[str]) -> None:
                         f"set TWISTED_REACTOR = {ASYNCIO_REACTOR!r}")
 
 
+def _shared_choice(settings: BaseSettings, store_url: object, problems: list[str]) -> str | None:
+    """The shared frontier's URL when ``SharedScheduler`` is asked for, else ``None``.
+
+    ``SCHEDULER = "crawlpace.scrapy.SharedScheduler"`` or ``CRAWLPACE_FRONTIER``
+    ask for it; the frontier is ``CRAWLPACE_FRONTIER``, by default the Redis
+    of ``CRAWLPACE_STORE``.
+    """
+    scheduler = _class_path(settings.get("SCHEDULER"))
+    frontier = settings.get("CRAWLPACE_FRONTIER")
+    if scheduler not in (SHARED_SCHEDULER, "crawlpace.scrapy._shared.SharedScheduler") and not frontier:
+        return None
+    if settings.get("JOBDIR"):
+        problems.append("JOBDIR: the shared scheduler keeps requests in Redis, not in a JOBDIR; remove "
+                        "JOBDIR (a stopped fleet resumes from the shared frontier by itself)")
+    url = frontier or store_url
+    if not isinstance(url, str) or urlsplit(url).scheme not in REDIS_SCHEMES:
+        problems.append(f"CRAWLPACE_FRONTIER: the shared scheduler needs a Redis URL, got {url!r}; set "
+                        "CRAWLPACE_FRONTIER = 'redis://host:6379/0' (by default it is CRAWLPACE_STORE's, "
+                        "which should then be the same Redis, so that the fleet shares the limits too)")
+        return None
+    problems.extend(f"CRAWLPACE_FRONTIER: {problem}" for problem in check_url(url))
+    return url
+
+
+def _seconds(settings: BaseSettings, name: str, default: float, problems: list[str]) -> float:
+    value = _from_text(settings.get(name, default))
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < float("inf"):
+        problems.append(f"{name}: expected a number of seconds above 0, got {value!r}; use e.g. {default:g}")
+        return default
+    return float(value)
+
+
 def _scheduler_choice(settings: BaseSettings, problems: list[str]) -> bool:
     """Whether the crawlpace scheduler is used (``CRAWLPACE_SCHEDULER``)."""
-    ours = "crawlpace.scrapy.ThrottlingScheduler"
+    ours = THROTTLING_SCHEDULER
     explicit = _explicit(settings, "CRAWLPACE_SCHEDULER")
     use = _flag(settings, "CRAWLPACE_SCHEDULER", True, problems)
     if explicit:
@@ -209,6 +307,8 @@ def _scheduler_choice(settings: BaseSettings, problems: list[str]) -> bool:
                             "Scrapy's scheduler, or remove JOBDIR")
         return use
     scheduler = settings.get("SCHEDULER")
+    if _class_path(scheduler) == SHARED_SCHEDULER or scheduler == SHARED_SCHEDULER:
+        return True
     if _explicit(settings, "SCHEDULER") and _class_path(scheduler) != ours and scheduler != ours:
         problems.append(f"SCHEDULER: {_class_path(scheduler)!r} is set, and the add-on would replace it "
                         "with crawlpace's; set CRAWLPACE_SCHEDULER = True to replace it, or "
@@ -297,16 +397,22 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     Raises:
         ConfigError: listing every problem found.
     """
-    problems: list[str] = []
+    problems: list[str] = addon_name_problems(settings)
     _check_reactor(settings, problems)
     values = {**scrapy_values(settings), **spider_attribute_values(spider, settings)}
     core: Settings | None = None
+    flagged = {problem.partition(":")[0] for problem in problems}  # a slip of the add-on's names: said once
     try:
         core = Settings.from_scrapy(values)
     except ConfigError as exc:
-        problems.extend(exc.problems)
+        problems.extend(_as_addon_slip(problem) for problem in exc.problems
+                        if problem.partition(":")[0] not in flagged)
     if core is not None:
-        debug = _flag(settings, "THROTTLING_DEBUG", False, problems) or core.autothrottle.debug
+        debug = (_flag(settings, "THROTTLING_DEBUG", False, problems)
+                 or _flag(settings, "THROTTLER_DEBUG", False, problems) or core.autothrottle.debug)
+        if settings.get("THROTTLING_SCOPE_LIMIT") is not None:
+            logger.info("THROTTLING_SCOPE_LIMIT (from Scrapy's throttling draft) has no effect under "
+                        "crawlpace.scrapy: crawlpace forgets an idle scope's state by itself")
         if debug:
             # The add-on's own line per adjustment covers AutoThrottle's changes too.
             core = replace(core, autothrottle=replace(core.autothrottle, debug=False))
@@ -357,6 +463,8 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
                 elif problem not in problems:
                     problems.append(problem)
     use_scheduler = _scheduler_choice(settings, problems)
+    frontier_url = _shared_choice(settings, store_url, problems) if use_scheduler else None
+    visibility = _seconds(settings, "CRAWLPACE_FRONTIER_VISIBILITY", 30.0, problems)
     stats_scopes = _count(settings, "CRAWLPACE_STATS_SCOPES", 100, problems)
     robots = settings.getbool("ROBOTSTXT_OBEY")
     if problems:
@@ -367,4 +475,5 @@ def read_config(settings: BaseSettings, build: Callable[[type[Any]], Any], *,
     agent = settings.get("ROBOTSTXT_USER_AGENT") or settings.get("USER_AGENT") or "*"
     return AddonConfig(settings=core, manager=manager, store=store, store_url=store_url, clock=clock,
                        debug=debug, use_scheduler=use_scheduler, robots=robots and core.robotstxt_obey,
-                       robots_user_agent=str(agent), stats_scopes=stats_scopes, learner=learner)
+                       robots_user_agent=str(agent), stats_scopes=stats_scopes, learner=learner,
+                       frontier_url=frontier_url, frontier_visibility=visibility)

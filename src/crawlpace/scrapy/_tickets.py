@@ -22,7 +22,8 @@ from typing import Any
 
 from .._permit import Permit
 
-__all__ = ["APPLIED_SCOPES_KEY", "REFUSAL_KEY", "TICKET_KEY", "RequestView", "State", "Ticket"]
+__all__ = ["APPLIED_SCOPES_KEY", "DELAY_DONE_KEY", "DELAY_KEY", "DONT_THROTTLE_KEY", "REFUSAL_KEY",
+           "TICKET_KEY", "RequestView", "State", "Ticket", "pending_delay"]
 
 #: Private meta key holding the request's :class:`Ticket`.
 TICKET_KEY = "_crawlpace_ticket"
@@ -30,6 +31,21 @@ TICKET_KEY = "_crawlpace_ticket"
 REFUSAL_KEY = "_crawlpace_refusal"
 #: Public meta key: the scopes the request was last sent under.
 APPLIED_SCOPES_KEY = "throttling_applied_scopes"
+#: Public meta key (Scrapy's throttling draft): the request goes outside its scopes' limits and is not
+#: counted in them.
+DONT_THROTTLE_KEY = "dont_throttle"
+#: Public meta key (Scrapy's throttling draft): seconds to hold the request, once, before it is throttled.
+DELAY_KEY = "delay"
+#: Private meta key marking a request whose ``delay`` was served (retries and redirects copy ``meta``).
+DELAY_DONE_KEY = "_crawlpace_delay_done"
+
+
+def pending_delay(meta: Any) -> float:
+    """Seconds the ``delay`` meta key still asks for (0 once served, or when it is not a positive number)."""
+    value = meta.get(DELAY_KEY)
+    if meta.get(DELAY_DONE_KEY) or isinstance(value, bool) or not isinstance(value, int | float):
+        return 0.0
+    return float(value) if 0.0 < value < float("inf") else 0.0
 
 
 class State(enum.Enum):
