@@ -198,15 +198,20 @@ class FeedbackBuilder:
             return None
         return parse_hints(headers, wall_now=self.wall_clock(), cap=float("inf"))
 
-    def hold_of(self, hint: ServerHint | None) -> float | None:
+    def hold_of(self, hint: ServerHint | None, status: int | None = None) -> float | None:
         """The seconds a hint asks to wait before the next request, if any.
 
-        ``Retry-After`` when present; otherwise the time to the reset when the
-        announced budget is spent.
+        ``Retry-After`` when it applies (see :func:`retry_after_applies`);
+        otherwise the time to the reset when the announced budget is spent.
+
+        Args:
+            hint: the response's parsed headers.
+            status: the response's status, when known: a ``Retry-After`` on an
+                answer that is no refusal and says budget remains is no hold.
         """
         if hint is None:
             return None
-        if hint.retry_after is not None:
+        if hint.retry_after is not None and retry_after_applies(hint, status):
             return hint.retry_after
         if hint.source in ("ratelimit", "ratelimit-policy"):
             return hint.hold  # the strictest of the announced budgets, already chosen
@@ -234,8 +239,11 @@ class FeedbackBuilder:
             pace_for = hint.reset
             pace = _unrounded(hint.reset) / hint.remaining
         budget = _budget_of(hint)
-        if budget is not None and hint is not None and hint.retry_after is None and hold == hint.hold:
+        if budget is not None and hint is not None and hold == hint.hold and (
+                hint.retry_after is None or not retry_after_applies(hint, status)):
             hold = None  # a spent budget's hold: the scope reckons it from the window it learned
+        if hint is not None and logger.isEnabledFor(logging.DEBUG):
+            _log_hold(demands, hint, status, hold)
         settings = self.settings
         redirect_cap = settings.redirect_max_delay
         is_redirect = status is not None and 300 <= status < 400
@@ -257,6 +265,57 @@ class FeedbackBuilder:
                 budget=budget,
             )
         return out
+
+
+#: Statuses on which ``Retry-After`` always counts: RFC 9110 gives it a meaning on
+#: 503 and on redirects, RFC 6585 on 429.
+_REFUSALS = frozenset({429, 503})
+
+
+def budget_remains(hint: ServerHint) -> bool:
+    """Whether the answer announces budget left for another request."""
+    if hint.source == "ratelimit":
+        return hint.hold is None and (hint.remaining is None or hint.remaining >= 1.0)
+    return hint.remaining is not None and hint.remaining >= 1.0
+
+
+def retry_after_applies(hint: ServerHint, status: int | None) -> bool:
+    """Whether the answer's ``Retry-After`` asks the client to wait.
+
+    It does on a refusal (429, 503, any status of 400 and above) and on a
+    redirect (RFC 9110 section 10.2.3). On any other answer (a 200, say) it
+    counts only while the same answer does not say budget remains: Flask-Limiter,
+    with its headers on, sends ``Retry-After`` on every answer, beside
+    ``X-RateLimit-Remaining: 99``, and holding the scope for it after every
+    success would run a client at a tenth of its limit. A lone
+    ``Retry-After`` on a success, with no budget announced, still counts:
+    the server gave no other sign.
+    """
+    if status is None or status >= 300:
+        return True
+    return not budget_remains(hint)
+
+
+def describe_hold(hint: ServerHint, status: int | None, hold: float) -> str:
+    """Which header asked for a hold, and its value, for the DEBUG line."""
+    family = {"x-ratelimit": "X-RateLimit", "x-rate-limit": "X-Rate-Limit", "ratelimit": "RateLimit",
+              "ratelimit-draft07": "RateLimit", "ratelimit-trio": "RateLimit-Reset",
+              "ratelimit-policy": "RateLimit-Policy"}.get(hint.source, hint.source)
+    on = "" if status is None else f" on a {status}"
+    if hint.retry_after is not None and retry_after_applies(hint, status) and hold == hint.retry_after:
+        return f"Retry-After {hint.retry_after:g}s{on}"
+    return (f"{family} budget spent (remaining {hint.remaining!r}, reset in "
+            f"{'?' if hint.reset is None else format(hint.reset, 'g')}s){on}")
+
+
+def _log_hold(demands: tuple[Demand, ...], hint: ServerHint, status: int | None, hold: float | None) -> None:
+    """Say why the scopes are held, or why a ``Retry-After`` is not a hold."""
+    names = "+".join(name for name, _use in demands)
+    if hold is not None and hold > 0.0:
+        logger.debug("scope %s held %.3fs: %s", names, hold, describe_hold(hint, status, hold))
+    elif hint.retry_after is not None and not retry_after_applies(hint, status):
+        logger.debug("scope %s not held: Retry-After %gs on a %s that says budget remains "
+                     "(remaining %r)", names, hint.retry_after, status, hint.remaining)
 
 
 def _budget_of(hint: ServerHint | None) -> BudgetReading | None:
@@ -316,7 +375,7 @@ def current_context() -> FeedbackContext:
 def default_response_delay(response: Any) -> float | None:
     """The default ``get_response_delay``: what the response's headers ask for."""
     context = current_context()
-    return context.builder.hold_of(context.hint_of(response))
+    return context.builder.hold_of(context.hint_of(response), _status_of(response))
 
 
 def default_response_backoff(response: Any, hold: float | None) -> dict[str, ScopeFeedback]:
