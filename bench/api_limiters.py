@@ -37,7 +37,8 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
-OPEN: dict[str, Any] = {"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0}
+OPEN: dict[str, Any] = {"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0,
+                        "DOWNLOAD_DELAY_PER_SLOT": 0}
 TASKS = 8
 
 
@@ -132,7 +133,8 @@ def parse_limit(limit: str) -> tuple[int, float]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a run under a minute")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
     parser.add_argument("--rounds", type=int, default=None)
@@ -164,7 +166,8 @@ def main() -> None:
             print(f"{limit:>18} {strategy:>14}: {row['score']:.2f} of the limit (oracle 1.00), "
                   f"refusals {100 * row['refusal_rate']:.1f} %  rounds {row['scores']}", flush=True)
     if args.json:
-        print(json.dumps({"bench": "api_limiters", "when": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        when = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        print(json.dumps({"bench": "api_limiters", "when": when,
                           "python": platform.python_version(), "load": os.getloadavg()[0],
                           "results": results}))
 

@@ -22,11 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from ._budget_scopes import budget_kind
 from ._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Settings
 from ._exceptions import ConfigError
 from ._headers import ServerHint, parse_hints
 from ._scopes import Demand, import_object
-from .policy.signals import BudgetReading, ScopeFeedback
+from .policy.signals import AnnouncedQuota, BudgetReading, ScopeFeedback
 
 __all__ = ["FeedbackBuilder", "ScopeFeedback", "current_context", "update_scope_backoff"]
 
@@ -247,6 +248,7 @@ class FeedbackBuilder:
         settings = self.settings
         redirect_cap = settings.redirect_max_delay
         is_redirect = status is not None and 300 <= status < 400
+        announced = _announced_by_kind(hint, demands)
         out: dict[str, ScopeFeedback] = {}
         for name, _use in demands:
             rules = self._rules_of(settings.scope_config(name))
@@ -254,7 +256,9 @@ class FeedbackBuilder:
             if is_redirect and redirect_cap is not None:
                 cap = min(cap, redirect_cap)
             out[name] = ScopeFeedback(
-                backoff=status in rules.codes,
+                # A refusal that comes with the budgets the request spends is theirs to answer:
+                # their buckets pace the scope, a backoff would only slow it further.
+                backoff=status in rules.codes and not announced,
                 failed=status is not None and status >= 500,
                 hold=None if hold is None else min(hold, cap),
                 pace=None if pace is None else min(pace, cap),
@@ -263,6 +267,7 @@ class FeedbackBuilder:
                 status=status,
                 concurrency=None if hint is None else hint.concurrency,
                 budget=budget,
+                announced=announced.get(budget_kind(name) or ""),
             )
         return out
 
@@ -306,6 +311,15 @@ def describe_hold(hint: ServerHint, status: int | None, hold: float) -> str:
         return f"Retry-After {hint.retry_after:g}s{on}"
     return (f"{family} budget spent (remaining {hint.remaining!r}, reset in "
             f"{'?' if hint.reset is None else format(hint.reset, 'g')}s){on}")
+
+
+def _announced_by_kind(hint: ServerHint | None, demands: tuple[Demand, ...]) -> dict[str, AnnouncedQuota]:
+    """The budgets an answer announces that the request's budget scopes count, by kind."""
+    if hint is None or not hint.budgets:
+        return {}
+    kinds = {budget_kind(name) for name, _use in demands}
+    return {budget.kind: AnnouncedQuota(budget.limit, budget.window)
+            for budget in hint.budgets if budget.kind in kinds}
 
 
 def _log_hold(demands: tuple[Demand, ...], hint: ServerHint, status: int | None, hold: float | None) -> None:

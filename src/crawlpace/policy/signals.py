@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BudgetReading", "ScopeFeedback"]
+__all__ = ["AnnouncedQuota", "BudgetReading", "ScopeFeedback"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,19 @@ class BudgetReading:
     quota: float
     window: float
     span: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class AnnouncedQuota:
+    """A metered API's budget for the unit one scope counts (tokens, say), as an answer announced it.
+
+    Attributes:
+        limit: units per window.
+        window: the window in seconds.
+    """
+
+    limit: float
+    window: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +64,10 @@ class ScopeFeedback:
         budget: the announced request budget with its policy, when the answer
             gave both; the scope learns its window and brake from these (see
             :mod:`crawlpace.policy.budget`) and paces by them instead of ``pace``.
+        announced: the budget of a metered API that this scope counts (a
+            budget scope, see :mod:`crawlpace.budgets`); a scope without a
+            quota of its own in the settings keeps a bucket of it
+            (:mod:`crawlpace.policy.tokens`).
     """
 
     backoff: bool = False
@@ -63,3 +80,4 @@ class ScopeFeedback:
     status: int | None = None
     concurrency: int | None = None
     budget: BudgetReading | None = None
+    announced: AnnouncedQuota | None = None
