@@ -22,12 +22,12 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from ._budget_scopes import budget_kind
 from ._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Settings
 from ._exceptions import ConfigError
 from ._headers import ServerHint, parse_hints
 from ._scopes import Demand, import_object
 from .policy.signals import AnnouncedQuota, BudgetReading, ScopeFeedback
+from .policy.tokens import budget_kind
 
 __all__ = ["FeedbackBuilder", "ScopeFeedback", "current_context", "update_scope_backoff"]
 

@@ -41,6 +41,7 @@ from ._header_values import parse_positive as _positive
 from ._header_values import parse_reset, parse_retry_after
 from ._header_values import parse_timestamp as _timestamp
 from ._ratelimit import binding, parse_policies, parse_ratelimit
+from .policy.tokens import BUDGET_KINDS
 
 __all__ = ["BUDGET_KINDS", "Announced", "ServerHint", "header_items", "parse_budgets", "parse_hints",
            "parse_reset", "parse_retry_after"]
@@ -53,8 +54,6 @@ _VENDORS = (("x-ratelimit-", "x-ratelimit"), ("x-rate-limit-", "x-rate-limit"))
 # Read only beside a pacing header: alone they say nothing.
 _CONTEXT = frozenset({"date", "content-length"})
 
-#: What a metered API's budgets count, as the budget headers name them.
-BUDGET_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
 #: The window a budget is taken to have when its headers cannot tell (both vendors
 #: document requests and tokens *per minute*).
 ASSUMED_WINDOW = 60.0

@@ -35,7 +35,7 @@ from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .scope_manager import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
 from .signals import AnnouncedQuota, ScopeFeedback
-from .tokens import learned_bucket
+from .tokens import budget_kind, learned_bucket
 
 __all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
 
@@ -118,7 +118,12 @@ class ScopePolicy(ScopeGates, GradualSlots):
         self.pace_until = _NEVER
         # A server's own cap on requests in flight (RateLimit's concurrent-requests unit).
         self.server_concurrency: int | None = None
-        self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
+        self.quota: QuotaBucket | None = None
+        if config.quota is not None:
+            # A budget scope's quota is a server's budget: its bucket mirrors the server's
+            # (see policy/tokens.py); any other quota is a cap of the user's own.
+            self.quota = (learned_bucket(config.quota, config.window) if budget_kind(scope) is not None
+                          else QuotaBucket(config.quota, config.window))
         # A metered API's budget learned from its answers, as (limit, window), when no quota is set.
         self.announced: tuple[float, float] | None = None
         self.breaker: Breaker | None = None
