@@ -212,13 +212,16 @@ class FeedbackBuilder:
         """
         if hint is None:
             return None
-        if hint.retry_after is not None and retry_after_applies(hint, status):
-            return hint.retry_after
+        retry_after = hint.retry_after if retry_after_applies(hint, status) else None
         if hint.source in ("ratelimit", "ratelimit-policy"):
-            return hint.hold  # the strictest of the announced budgets, already chosen
-        if hint.remaining is not None and hint.remaining < 1.0 and hint.reset is not None:
-            return hint.reset
-        return None
+            # The strictest of the announced budgets, already chosen; a Retry-After comes first.
+            return hint.hold if retry_after is None else retry_after
+        spent = _spent_reset(hint)
+        if spent is not None:
+            # Spent until its reset, whatever a Retry-After says: Flask-Limiter's is the
+            # reset's seconds cut down to a whole number (0 with 0.9 s to go).
+            return spent if retry_after is None else max(spent, retry_after)
+        return retry_after
 
     def for_response(self, demands: tuple[Demand, ...], *, status: int | None,
                      latency: float | None, hold: float | None,
@@ -249,6 +252,12 @@ class FeedbackBuilder:
         redirect_cap = settings.redirect_max_delay
         is_redirect = status is not None and 300 <= status < 400
         announced = _announced_by_kind(hint, demands)
+        # A refusal that says the announced budget is spent, and until when, is answered by
+        # holding the scope to the reset (above), not by a backoff on top of it: the budget
+        # paces the scope, and the backoff's minute at one request a second would not.
+        explained = bool(announced) or (
+            hint is not None and hint.source not in ("ratelimit", "ratelimit-policy")
+            and _spent_reset(hint) is not None)
         out: dict[str, ScopeFeedback] = {}
         for name, _use in demands:
             rules = self._rules_of(settings.scope_config(name))
@@ -256,9 +265,9 @@ class FeedbackBuilder:
             if is_redirect and redirect_cap is not None:
                 cap = min(cap, redirect_cap)
             out[name] = ScopeFeedback(
-                # A refusal that comes with the budgets the request spends is theirs to answer:
-                # their buckets pace the scope, a backoff would only slow it further.
-                backoff=status in rules.codes and not announced,
+                # So too a refusal that comes with the budgets the request spends: their buckets
+                # pace the scope.
+                backoff=status in rules.codes and not explained,
                 failed=status is not None and status >= 500,
                 hold=None if hold is None else min(hold, cap),
                 pace=None if pace is None else min(pace, cap),
@@ -275,6 +284,13 @@ class FeedbackBuilder:
 #: Statuses on which ``Retry-After`` always counts: RFC 9110 gives it a meaning on
 #: 503 and on redirects, RFC 6585 on 429.
 _REFUSALS = frozenset({429, 503})
+
+
+def _spent_reset(hint: ServerHint) -> float | None:
+    """The seconds to the reset of a budget the answer says is spent (``X-RateLimit-*`` and the like)."""
+    if hint.remaining is not None and hint.remaining < 1.0 and hint.reset is not None:
+        return hint.reset
+    return None
 
 
 def budget_remains(hint: ServerHint) -> bool:
