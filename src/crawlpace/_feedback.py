@@ -242,6 +242,12 @@ class FeedbackBuilder:
                 and hint.reset is not None and hint.reset > 0.0:
             pace_for = hint.reset
             pace = _unrounded(hint.reset) / hint.remaining
+        elif hint is not None and (spent := _spent_reset(hint)) is not None and spent > 0.0:
+            # Spent: held to the reset (see hold_of), and then one request at a time until an
+            # answer says how much came back. A fixed window's reset brings the whole budget
+            # back, a moving window's only its oldest request: sending every slot at the hold's
+            # end would have all but one of them refused.
+            pace, pace_for = spent, 2.0 * spent
         budget = _budget_of(hint)
         if budget is not None and hint is not None and hold == hint.hold and (
                 hint.retry_after is None or not retry_after_applies(hint, status)):

@@ -359,7 +359,7 @@ def parse_hints(headers: object, *, wall_now: float, cap: float) -> ServerHint |
                                         wall_now=wall_now, cap=cap)
     rate = (_ratelimit_field(items, cap) or _trio(items, wall_now, cap)
             or _vendor(items, wall_now, cap) or _policy_alone(items, cap))
-    budgets = parse_budgets(items, wall_now=wall_now, cap=cap) if len(items) > 2 else ()
+    budgets = parse_budgets(items, wall_now=wall_now, cap=cap)
     if rate is not None:
         return replace(rate, retry_after=retry_after, budgets=budgets)
     if budgets:
