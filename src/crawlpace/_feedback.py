@@ -240,7 +240,10 @@ class FeedbackBuilder:
             pace, pace_for = hint.pace, hint.pace_for
         elif hint is not None and hint.remaining is not None and hint.remaining >= 1.0 \
                 and hint.reset is not None and hint.reset > 0.0:
-            pace_for = hint.reset
+            # The pace lasts past the reset, until an answer replaces it: a moving window's
+            # reset frees only its oldest request, and a scope with many slots left unpaced
+            # at the reset would send them all at once (most of them to be refused).
+            pace_for = 2.0 * hint.reset
             pace = _unrounded(hint.reset) / hint.remaining
         elif hint is not None and (spent := _spent_reset(hint)) is not None and spent > 0.0:
             # Spent: held to the reset (see hold_of), and then one request at a time until an
