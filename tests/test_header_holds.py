@@ -128,3 +128,55 @@ def test_hold_of_without_a_status_keeps_retry_after() -> None:
     hint = parse_hints(flask_limiter(99, 60, 60), wall_now=0.0, cap=300.0)
     assert builder.hold_of(hint) == 60.0  # a manager that knows no status: the header stands
     assert builder.hold_of(hint, 200) is None
+
+
+# -- a reset in whole seconds, narrowed by the window's learned length -------------------------
+
+
+def flask_reset(window_end: float) -> float:
+    """Flask-Limiter's X-RateLimit-Reset: the end's second, plus one."""
+    return float(int(window_end + 1))
+
+
+def test_the_refiner_learns_a_fixed_windows_length_and_narrows_its_reset() -> None:
+    from crawlpace.policy.budget import EDGE_MARGIN, ResetRefiner
+
+    refiner = ResetRefiner()
+    # Windows of 1 s, each starting at its first request (sent 1 ms before it arrives).
+    used = []
+    for start in (10.3, 11.35, 12.42):
+        end = start + 0.001 + 1.0
+        now = start + 0.005
+        used.append(refiner.reset(now, sent_at=start, remaining=9, limit=10,
+                                  reset=flask_reset(end) - now, refused=False))
+    # First window: only the header (its end lies anywhere in its last second).
+    assert used[0] == pytest.approx(flask_reset(10.301 + 1.0) - 10.305)
+    # Then the window's length (at most the time between two windows' first requests) narrows it.
+    assert refiner.length == pytest.approx(1.05)
+    assert used[2] == pytest.approx(12.42 + 1.05 + EDGE_MARGIN - 12.425)
+    assert 12.42 + 0.001 + 1.0 <= 12.425 + used[2] <= flask_reset(13.421)
+
+
+def test_a_stale_start_keeps_the_headers_reset() -> None:
+    from crawlpace.policy.budget import ResetRefiner
+
+    refiner = ResetRefiner()
+    refiner.reset(0.005, sent_at=0.0, remaining=9, limit=10, reset=1.995, refused=False)
+    refiner.reset(1.105, sent_at=1.1, remaining=9, limit=10, reset=0.895, refused=False)
+    # A moving window's answer, long after the last window's first request: the header stands.
+    assert refiner.reset(5.5, sent_at=5.49, remaining=2, limit=10, reset=0.5, refused=False) == 0.5
+
+
+def test_a_refusal_of_a_request_let_go_early_turns_the_narrowing_off() -> None:
+    from crawlpace.policy.budget import ResetRefiner
+
+    refiner = ResetRefiner()
+    refiner.reset(0.005, sent_at=0.0, remaining=9, limit=10, reset=1.995, refused=False)
+    refiner.reset(1.105, sent_at=1.1, remaining=9, limit=10, reset=1.895, refused=False)
+    narrowed = refiner.reset(1.5, sent_at=1.49, remaining=0, limit=10, reset=1.5, refused=False)
+    assert narrowed < 1.5
+    # The server refused a request sent before the header's reset: it rounds otherwise.
+    refiner.reset(2.3, sent_at=2.25, remaining=0, limit=10, reset=0.7, refused=True)
+    assert not refiner.trusted
+    assert refiner.reset(2.4, sent_at=2.35, remaining=5, limit=10, reset=0.6, refused=False) == 0.6
+

@@ -26,7 +26,7 @@ from ._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Set
 from ._exceptions import ConfigError
 from ._headers import ServerHint, parse_hints
 from ._scopes import Demand, import_object
-from .policy.signals import AnnouncedQuota, BudgetReading, ScopeFeedback
+from .policy.signals import AnnouncedQuota, BudgetReading, CoarseReset, ScopeFeedback
 from .policy.tokens import budget_kind
 
 __all__ = ["FeedbackBuilder", "ScopeFeedback", "current_context", "update_scope_backoff"]
@@ -261,6 +261,10 @@ class FeedbackBuilder:
         redirect_cap = settings.redirect_max_delay
         is_redirect = status is not None and 300 <= status < 400
         announced = _announced_by_kind(hint, demands)
+        coarse = None
+        if hint is not None and hint.reset_whole and hint.limit is not None and hint.remaining is not None \
+                and hint.reset is not None:
+            coarse = CoarseReset(hint.remaining, hint.limit, hint.reset)
         # A refusal that says the announced budget is spent, and until when, is answered by
         # holding the scope to the reset (above), not by a backoff on top of it: the budget
         # paces the scope, and the backoff's minute at one request a second would not.
@@ -286,6 +290,7 @@ class FeedbackBuilder:
                 concurrency=None if hint is None else hint.concurrency,
                 budget=budget,
                 announced=announced.get(budget_kind(name) or ""),
+                coarse=coarse,
             )
         return out
 

@@ -115,6 +115,9 @@ class ServerHint:
             ``requests``, ``content-bytes``...).
         budgets: The budgets of a metered API (requests, tokens, input and
             output tokens), when its budget headers announce them.
+        reset_whole: ``reset`` came from a reset moment in whole seconds
+            (``X-RateLimit-Reset: 1800000000``): the reset itself may lie up
+            to a second before it (see :class:`crawlpace.policy.budget.ResetRefiner`).
     """
 
     retry_after: float | None = None
@@ -131,6 +134,7 @@ class ServerHint:
     partition: bytes | None = None
     unit: str = "requests"
     budgets: tuple[Announced, ...] = ()
+    reset_whole: bool = False
 
     def __repr__(self) -> str:
         # Only what the server said: most responses fill two or three of the twelve fields.
@@ -275,7 +279,12 @@ def _vendor(items: dict[str, str], wall_now: float, cap: float) -> ServerHint | 
             reset = parse_reset(raw_reset, wall_now=wall_now, cap=cap)
         if remaining is not None or reset is not None:
             limit, window = _limit_and_window(items.get(prefix + "limit"), prefix + "limit")
-            return ServerHint(remaining=remaining, reset=reset, limit=limit, window=window, source=source)
+            # A whole number of seconds, or of epoch seconds (not of epoch milliseconds).
+            digits = None if raw_reset is None else raw_reset.strip(_OWS)
+            whole = reset is not None and digits is not None and prefix + "reset-after" not in items \
+                and digits.isascii() and digits.isdigit() and len(digits) <= 12
+            return ServerHint(remaining=remaining, reset=reset, limit=limit, window=window, source=source,
+                              reset_whole=whole)
     return None
 
 

@@ -30,7 +30,7 @@ from ._scope_gates import ScopeGates
 from .admission import Limits
 from .autothrottle import AutoThrottle
 from .breaker import Breaker
-from .budget import HeaderBudget
+from .budget import SPREAD_SHARE, HeaderBudget, ResetRefiner
 from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .scope_manager import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
@@ -87,7 +87,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
                  "concurrency", "config", "crawl_delay", "gated", "generation", "gradual", "hold_until",
                  "jitter", "limits",
                  "manager", "opened", "opened_good", "opened_good_sent", "opened_threshold", "pace",
-                 "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at", "watches")
+                 "pace_until", "quota", "rampup", "refiner", "scope", "server_concurrency", "wake_at",
+                 "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -129,6 +130,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         self.breaker: Breaker | None = None
         # The server's announced budget, learned (created with the first answer that has one).
         self.budget: HeaderBudget | None = None
+        # The window length behind X-RateLimit-Reset's whole seconds (created with the first such answer).
+        self.refiner: ResetRefiner | None = None
         self.gated = self.quota is not None
         self.watches = self.gated or self.rampup is not None
         self.jitter = config.jitter
@@ -267,6 +270,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if breaker is not None:
                 breaker.on_abandon(sent_at)
             return False
+        if feedback.coarse is not None:
+            feedback = self._refine(now, feedback, sent_at)
         if feedback.hold is not None and feedback.hold > 0.0:
             # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
             hold = min(feedback.hold, self.config.backoff.max_delay)
@@ -334,10 +339,31 @@ class ScopePolicy(ScopeGates, GradualSlots):
         return not (feedback.backoff or feedback.failed or (feedback.hold is not None and feedback.hold > 0.0)
                     or feedback.pace is not None or feedback.concurrency is not None
                     or feedback.budget is not None or feedback.announced is not None
+                    or feedback.coarse is not None
                     or self.gated or self.manager is not None
                     or self.rampup is not None or self.autothrottle is not None or self.quota is not None
                     or self.budget is not None or self.generation or self.pace_until != _NEVER
                     or self.opened < self.concurrency)
+
+    def _refine(self, now: float, feedback: ScopeFeedback, sent_at: float) -> ScopeFeedback:
+        """Narrow the hold and pace of a reset given in whole seconds (:class:`.budget.ResetRefiner`)."""
+        coarse = feedback.coarse
+        assert coarse is not None
+        refiner = self.refiner
+        if refiner is None:
+            refiner = self.refiner = ResetRefiner()
+        reset = refiner.reset(now, sent_at=sent_at, remaining=coarse.remaining, limit=coarse.limit,
+                              reset=coarse.reset, refused=feedback.status in (429, 503))
+        if reset >= coarse.reset:
+            return feedback
+        changes: dict[str, float] = {}
+        if feedback.hold is not None and feedback.hold == coarse.reset:
+            changes["hold"] = reset  # the spent budget's hold, not a longer Retry-After
+        if feedback.pace is not None and coarse.remaining < 1.0:
+            changes["pace"] = reset  # one at a time after the hold
+        elif feedback.pace is not None:
+            changes["pace"] = SPREAD_SHARE * reset / coarse.remaining
+        return dataclasses.replace(feedback, **changes)
 
     def _take_announced(self, announced: AnnouncedQuota) -> None:
         """Keep a bucket of a metered API's budget (:mod:`.tokens`), unless the settings give a quota."""

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["AnnouncedQuota", "BudgetReading", "ScopeFeedback"]
+__all__ = ["AnnouncedQuota", "BudgetReading", "CoarseReset", "ScopeFeedback"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,21 @@ class BudgetReading:
     quota: float
     window: float
     span: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CoarseReset:
+    """A request budget whose reset came in whole seconds (``X-RateLimit-*``), as one answer gave it.
+
+    Attributes:
+        remaining: requests left.
+        limit: requests per window.
+        reset: seconds to the reset as the header gave it (the latest it may be).
+    """
+
+    remaining: float
+    limit: float
+    reset: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,6 +83,9 @@ class ScopeFeedback:
             budget scope, see :mod:`crawlpace.budgets`); a scope without a
             quota of its own in the settings keeps a bucket of it
             (:mod:`crawlpace.policy.tokens`).
+        coarse: the request budget, when its reset came in whole seconds: the
+            scope narrows the reset with the window it learned
+            (:class:`crawlpace.policy.budget.ResetRefiner`).
     """
 
     backoff: bool = False
@@ -81,3 +99,4 @@ class ScopeFeedback:
     concurrency: int | None = None
     budget: BudgetReading | None = None
     announced: AnnouncedQuota | None = None
+    coarse: CoarseReset | None = None
