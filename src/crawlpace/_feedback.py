@@ -295,11 +295,6 @@ class FeedbackBuilder:
         return out
 
 
-#: Statuses on which ``Retry-After`` always counts: RFC 9110 gives it a meaning on
-#: 503 and on redirects, RFC 6585 on 429.
-_REFUSALS = frozenset({429, 503})
-
-
 def _spent_reset(hint: ServerHint) -> float | None:
     """The seconds to the reset of a budget the answer says is spent (``X-RateLimit-*`` and the like)."""
     if hint.remaining is not None and hint.remaining < 1.0 and hint.reset is not None:

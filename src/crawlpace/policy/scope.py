@@ -85,10 +85,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
 
     __slots__ = ("_base", "announced", "autothrottle", "autothrottle_log_level", "breaker", "budget",
                  "concurrency", "config", "crawl_delay", "gated", "generation", "gradual", "hold_until",
-                 "jitter", "limits",
-                 "manager", "opened", "opened_good", "opened_good_sent", "opened_threshold", "pace",
-                 "pace_until", "quota", "rampup", "refiner", "scope", "server_concurrency", "wake_at",
-                 "watches")
+                 "jitter", "limits", "manager", "opened", "opened_good", "opened_good_sent",
+                 "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner", "scope",
+                 "server_concurrency", "wake_at", "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -356,14 +355,13 @@ class ScopePolicy(ScopeGates, GradualSlots):
                               reset=coarse.reset, refused=feedback.status in (429, 503))
         if reset >= coarse.reset:
             return feedback
-        changes: dict[str, float] = {}
-        if feedback.hold is not None and feedback.hold == coarse.reset:
-            changes["hold"] = reset  # the spent budget's hold, not a longer Retry-After
-        if feedback.pace is not None and coarse.remaining < 1.0:
-            changes["pace"] = reset  # one at a time after the hold
-        elif feedback.pace is not None:
-            changes["pace"] = SPREAD_SHARE * reset / coarse.remaining
-        return dataclasses.replace(feedback, **changes)
+        hold, pace = feedback.hold, feedback.pace
+        if hold is not None and hold == coarse.reset:
+            hold = reset  # the spent budget's hold, not a longer Retry-After
+        if pace is not None:
+            # After a spent budget's hold, one at a time; otherwise the window's rest, spread.
+            pace = reset if coarse.remaining < 1.0 else SPREAD_SHARE * reset / coarse.remaining
+        return dataclasses.replace(feedback, hold=hold, pace=pace)
 
     def _take_announced(self, announced: AnnouncedQuota) -> None:
         """Keep a bucket of a metered API's budget (:mod:`.tokens`), unless the settings give a quota."""
