@@ -13,10 +13,16 @@ the tighter one, by far. Clients learn both budgets from the answers' headers
 actual use from the body (:func:`crawlpace.budgets.openai_usage`); 8 tasks a
 process, each refused request retried.
 
+The full run adds an API that counts input and output tokens apart
+(Anthropic's headers): 600 requests, 40,000 input and 4,000 output tokens a
+minute, so the output tokens bind; clients reserve 100 input and 200 output
+tokens per request.
+
 The score is the tokens the API served per second in the steady part of the
 run (from the 10th second on, after the budget's first burst) over the
-budget's refill (20,000 / 60 per second); the reference is the budget itself
-(1.0). Refusals are the API's 429s over all the requests it saw.
+tighter budget's refill (20,000 / 60 per second; 4,000 / 60 output tokens);
+the reference is the budget itself (1.0). Refusals are the API's 429s over
+all the requests it saw.
 """
 
 from __future__ import annotations
@@ -37,6 +43,10 @@ from collections.abc import Iterator
 from typing import Any
 
 REQUESTS, TOKENS, WINDOW = 600, 20_000, 60.0
+INPUT_TOKENS, OUTPUT_TOKENS = 40_000, 4_000
+#: Per style: the budget kinds, and the kind whose budget binds with its size.
+STYLES = {"openai": (("requests", "tokens"), "tokens", TOKENS),
+          "anthropic": (("requests", "input-tokens", "output-tokens"), "output-tokens", OUTPUT_TOKENS)}
 PROMPT, MAX_TOKENS = 100, 200
 WARMUP = 10.0
 TASKS = 8
@@ -48,18 +58,23 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-async def serve(port: int) -> None:
+async def serve(port: int, style: str) -> None:
     """Run the stand-in API (in the child process); print its figures on stdin's end."""
     from crawlpace.sim import SimServer
     from crawlpace.sim.token_api import TokenAPI
 
-    api = TokenAPI(requests=REQUESTS, tokens=TOKENS, window=WINDOW, latency=(0.05, 0.25))
+    if style == "openai":
+        api = TokenAPI(requests=REQUESTS, tokens=TOKENS, window=WINDOW, latency=(0.05, 0.25))
+    else:
+        api = TokenAPI(requests=REQUESTS, input_tokens=INPUT_TOKENS, output_tokens=OUTPUT_TOKENS,
+                       window=WINDOW, latency=(0.05, 0.25), style="anthropic")
+    scored = STYLES[style][1]
     used: list[tuple[float, float]] = []
     charge = api._charge
 
     def record(kind: str, units: float) -> None:
         charge(kind, units)
-        if kind == "tokens":
+        if kind == scored:
             used.append((time.monotonic(), units))
 
     api._charge = record  # type: ignore[method-assign]
@@ -71,13 +86,14 @@ async def serve(port: int) -> None:
                       "used": [(round(t - start, 4), units) for t, units in used]}), flush=True)
 
 
-async def client(base: str, seconds: float, redis_url: str | None) -> int:
+async def client(base: str, seconds: float, redis_url: str | None, style: str) -> int:
     import httpx
 
     from crawlpace import Throttler
-    from crawlpace.budgets import TokenBudget, openai_usage
+    from crawlpace.budgets import TokenBudget, anthropic_usage, openai_usage
 
-    budget = TokenBudget("api", kinds=("requests", "tokens"), usage=openai_usage)
+    budget = TokenBudget("api", kinds=STYLES[style][0],
+                         usage=openai_usage if style == "openai" else anthropic_usage)
     settings = {"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0, "CONCURRENT_REQUESTS_PER_DOMAIN": TASKS,
                 "RANDOMIZE_DOWNLOAD_DELAY": False, "THROTTLING_SCOPES": budget.settings()}
     sent = 0
@@ -100,9 +116,9 @@ async def client(base: str, seconds: float, redis_url: str | None) -> int:
 
 
 @contextlib.contextmanager
-def api_server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
+def api_server(style: str) -> Iterator[tuple[str, subprocess.Popen[str]]]:
     port = free_port()
-    child = subprocess.Popen([sys.executable, __file__, "--serve", str(port)], stdin=subprocess.PIPE,
+    child = subprocess.Popen([sys.executable, __file__, "--serve", str(port), style], stdin=subprocess.PIPE,
                              stdout=subprocess.PIPE, text=True)
     try:
         assert child.stdout is not None
@@ -115,13 +131,13 @@ def api_server() -> Iterator[tuple[str, subprocess.Popen[str]]]:
         child.wait(10)
 
 
-def figures(child: subprocess.Popen[str], seconds: float) -> dict[str, Any]:
+def figures(child: subprocess.Popen[str], seconds: float, budget: float) -> dict[str, Any]:
     out, _ = child.communicate("stop\n", timeout=30)
     data = json.loads(out.strip().splitlines()[-1])
     steady = sum(units for t, units in data["used"] if WARMUP <= t <= seconds)
     rate = steady / (seconds - WARMUP)
     seen = data["answered"] + data["refused"]
-    return {"score": rate / (TOKENS / WINDOW), "refusal_rate": data["refused"] / max(seen, 1),
+    return {"score": rate / (budget / WINDOW), "refusal_rate": data["refused"] / max(seen, 1),
             "answered": data["answered"], "refused": data["refused"]}
 
 
@@ -149,18 +165,18 @@ def redis_server() -> Iterator[str]:
         child.wait(10)
 
 
-def run(processes: int, seconds: float) -> dict[str, Any]:
-    with api_server() as (base, child):
+def run(processes: int, seconds: float, style: str) -> dict[str, Any]:
+    with api_server(style) as (base, child):
         if processes == 1:
-            asyncio.run(client(base, seconds, None))
+            asyncio.run(client(base, seconds, None, style))
         else:
             with redis_server() as url:
-                workers = [subprocess.Popen([sys.executable, __file__, "--client", base, str(seconds), url])
-                           for _ in range(processes)]
+                workers = [subprocess.Popen([sys.executable, __file__, "--client", base, str(seconds), url,
+                                             style]) for _ in range(processes)]
                 for worker in workers:
                     if worker.wait(seconds + 60) != 0:
                         raise RuntimeError("a client process failed")
-        return figures(child, seconds)
+        return figures(child, seconds, STYLES[style][2])
 
 
 def main() -> None:
@@ -168,21 +184,23 @@ def main() -> None:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--quick", action="store_true", help="a run under a minute")
     parser.add_argument("--json", action="store_true", help="print one JSON object as the last line")
-    parser.add_argument("--serve", help=argparse.SUPPRESS)
-    parser.add_argument("--client", nargs=3, help=argparse.SUPPRESS)
+    parser.add_argument("--serve", nargs=2, help=argparse.SUPPRESS)
+    parser.add_argument("--client", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.serve:
-        asyncio.run(serve(int(args.serve)))
+        asyncio.run(serve(int(args.serve[0]), args.serve[1]))
         return
     if args.client:
-        asyncio.run(client(args.client[0], float(args.client[1]), args.client[2]))
+        asyncio.run(client(args.client[0], float(args.client[1]), args.client[2], args.client[3]))
         return
     seconds = 25.0 if args.quick else 70.0
+    cases = [("openai", 1), ("openai", 3)] + ([] if args.quick else [("anthropic", 1), ("anthropic", 3)])
     results = []
-    for processes in (1, 3):
-        row = {"processes": processes, "seconds": seconds, **run(processes, seconds)}
+    for style, processes in cases:
+        row = {"style": style, "processes": processes, "seconds": seconds, **run(processes, seconds, style)}
         results.append(row)
-        print(f"{processes} process(es): {row['score']:.2f} of the tokens budget (reference 1.00), "
+        print(f"{style:>9}, {processes} process(es): {row['score']:.2f} of the {STYLES[style][1]} budget "
+              "(reference 1.00), "
               f"refusals {100 * row['refusal_rate']:.2f} % ({row['refused']} of "
               f"{row['answered'] + row['refused']})", flush=True)
     if args.json:
