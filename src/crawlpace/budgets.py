@@ -166,11 +166,13 @@ class TokenBudget:
     def feedback(self, permit: Any, response: Any) -> None:
         """Give ``response`` to ``permit`` with the actual use the usage hook reads from it.
 
-        A refusal (a status of 400 or more) whose body reports no use used no
-        tokens: they are given back, and only the request counts.
+        An answer whose use cannot be read (a refusal, most often) keeps the
+        expected use charged. For a refusal that is deliberate: the server
+        refused because its budget holds less than the scope's bucket showed
+        (spent by requests sent before the budget was known, or by another
+        program on the same key), and each refusal that keeps its reservation
+        brings the scope's bucket down toward the server's. Given back, the
+        reservation would be spent again at once and refused again.
         """
         found = self.usage(response) if self.usage is not None else None
-        status = getattr(response, "status_code", getattr(response, "status", None))
-        if found is None and isinstance(status, int) and status >= 400:
-            found = {"input-tokens": 0.0, "output-tokens": 0.0}
         permit.feedback(response, consumed_quota=None if found is None else self.consumed(found))
