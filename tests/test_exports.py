@@ -8,7 +8,7 @@ import crawlpace
 def test_all_is_sorted_and_complete() -> None:
     public = sorted((name for name in vars(crawlpace) if not name.startswith("_")), key=str.casefold)
     subpackages = {"policy", "stores", "cli", "testing", "guard", "sim", "frontier", "crawl", "http",
-                   "scrapy", "requests", "aiohttp", "observe"}
+                   "scrapy", "requests", "aiohttp", "observe", "budgets"}
     public = [name for name in public if name not in subpackages]
     assert sorted(crawlpace.__all__, key=str.casefold) == sorted([*public, "__version__"],
                                                                  key=str.casefold)

@@ -278,12 +278,13 @@ def test_github_style() -> None:
         "X-RateLimit-Limit": "5000", "X-RateLimit-Remaining": "4999", "X-RateLimit-Reset": "1700000120",
         "X-RateLimit-Used": "1", "X-RateLimit-Resource": "core",
     })
-    assert got == ServerHint(remaining=4999.0, reset=120.0, limit=5000.0, source="x-ratelimit")
+    assert got == ServerHint(remaining=4999.0, reset=120.0, limit=5000.0, source="x-ratelimit",
+                             reset_whole=True)
 
 
 def test_reddit_style_fractional_remaining() -> None:
     got = hints({"x-ratelimit-used": "4", "x-ratelimit-remaining": "596.0", "x-ratelimit-reset": "204"})
-    assert got == ServerHint(remaining=596.0, reset=204.0, source="x-ratelimit")
+    assert got == ServerHint(remaining=596.0, reset=204.0, source="x-ratelimit", reset_whole=True)
 
 
 def test_twitter_style_epoch_milliseconds() -> None:
@@ -301,7 +302,7 @@ def test_reset_after_is_preferred_over_reset() -> None:
 
 def test_vendor_malformed_remaining_keeps_valid_reset() -> None:
     got = hints({"X-RateLimit-Remaining": "-5", "X-RateLimit-Reset": "10", "X-RateLimit-Limit": "abc"})
-    assert got == ServerHint(reset=10.0, source="x-ratelimit")
+    assert got == ServerHint(reset=10.0, source="x-ratelimit", reset_whole=True)
 
 
 # --- precedence and Retry-After alongside ------------------------------------------------------
@@ -336,7 +337,7 @@ def test_draft07_beats_trio() -> None:
 
 def test_unusable_family_falls_through_to_the_next() -> None:
     got = hints({"RateLimit": '"p";r=-1, garbage', "RateLimit-Remaining": "x", "X-RateLimit-Reset": "8"})
-    assert got == ServerHint(reset=8.0, source="x-ratelimit")
+    assert got == ServerHint(reset=8.0, source="x-ratelimit", reset_whole=True)
 
 
 def test_retry_after_is_reported_alongside_rate_limits() -> None:

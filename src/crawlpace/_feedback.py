@@ -26,7 +26,8 @@ from ._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Set
 from ._exceptions import ConfigError
 from ._headers import ServerHint, parse_hints
 from ._scopes import Demand, import_object
-from .policy.signals import BudgetReading, ScopeFeedback
+from .policy.signals import AnnouncedQuota, BudgetReading, CoarseReset, ScopeFeedback
+from .policy.tokens import budget_kind
 
 __all__ = ["FeedbackBuilder", "ScopeFeedback", "current_context", "update_scope_backoff"]
 
@@ -198,21 +199,29 @@ class FeedbackBuilder:
             return None
         return parse_hints(headers, wall_now=self.wall_clock(), cap=float("inf"))
 
-    def hold_of(self, hint: ServerHint | None) -> float | None:
+    def hold_of(self, hint: ServerHint | None, status: int | None = None) -> float | None:
         """The seconds a hint asks to wait before the next request, if any.
 
-        ``Retry-After`` when present; otherwise the time to the reset when the
-        announced budget is spent.
+        ``Retry-After`` when it applies (see :func:`retry_after_applies`);
+        otherwise the time to the reset when the announced budget is spent.
+
+        Args:
+            hint: the response's parsed headers.
+            status: the response's status, when known: a ``Retry-After`` on an
+                answer that is no refusal and says budget remains is no hold.
         """
         if hint is None:
             return None
-        if hint.retry_after is not None:
-            return hint.retry_after
+        retry_after = hint.retry_after if retry_after_applies(hint, status) else None
         if hint.source in ("ratelimit", "ratelimit-policy"):
-            return hint.hold  # the strictest of the announced budgets, already chosen
-        if hint.remaining is not None and hint.remaining < 1.0 and hint.reset is not None:
-            return hint.reset
-        return None
+            # The strictest of the announced budgets, already chosen; a Retry-After comes first.
+            return hint.hold if retry_after is None else retry_after
+        spent = _spent_reset(hint)
+        if spent is not None:
+            # Spent until its reset, whatever a Retry-After says: Flask-Limiter's is the
+            # reset's seconds cut down to a whole number (0 with 0.9 s to go).
+            return spent if retry_after is None else max(spent, retry_after)
+        return retry_after
 
     def for_response(self, demands: tuple[Demand, ...], *, status: int | None,
                      latency: float | None, hold: float | None,
@@ -231,14 +240,37 @@ class FeedbackBuilder:
             pace, pace_for = hint.pace, hint.pace_for
         elif hint is not None and hint.remaining is not None and hint.remaining >= 1.0 \
                 and hint.reset is not None and hint.reset > 0.0:
-            pace_for = hint.reset
+            # The pace lasts past the reset, until an answer replaces it: a moving window's
+            # reset frees only its oldest request, and a scope with many slots left unpaced
+            # at the reset would send them all at once (most of them to be refused).
+            pace_for = 2.0 * hint.reset
             pace = _unrounded(hint.reset) / hint.remaining
+        elif hint is not None and (spent := _spent_reset(hint)) is not None and spent > 0.0:
+            # Spent: held to the reset (see hold_of), and then one request at a time until an
+            # answer says how much came back. A fixed window's reset brings the whole budget
+            # back, a moving window's only its oldest request: sending every slot at the hold's
+            # end would have all but one of them refused.
+            pace, pace_for = spent, 2.0 * spent
         budget = _budget_of(hint)
-        if budget is not None and hint is not None and hint.retry_after is None and hold == hint.hold:
+        if budget is not None and hint is not None and hold == hint.hold and (
+                hint.retry_after is None or not retry_after_applies(hint, status)):
             hold = None  # a spent budget's hold: the scope reckons it from the window it learned
+        if hint is not None and logger.isEnabledFor(logging.DEBUG):
+            _log_hold(demands, hint, status, hold)
         settings = self.settings
         redirect_cap = settings.redirect_max_delay
         is_redirect = status is not None and 300 <= status < 400
+        announced = _announced_by_kind(hint, demands)
+        coarse = None
+        if hint is not None and hint.reset_whole and hint.limit is not None and hint.remaining is not None \
+                and hint.reset is not None:
+            coarse = CoarseReset(hint.remaining, hint.limit, hint.reset)
+        # A refusal that says the announced budget is spent, and until when, is answered by
+        # holding the scope to the reset (above), not by a backoff on top of it: the budget
+        # paces the scope, and the backoff's minute at one request a second would not.
+        explained = bool(announced) or (
+            hint is not None and hint.source not in ("ratelimit", "ratelimit-policy")
+            and _spent_reset(hint) is not None)
         out: dict[str, ScopeFeedback] = {}
         for name, _use in demands:
             rules = self._rules_of(settings.scope_config(name))
@@ -246,7 +278,9 @@ class FeedbackBuilder:
             if is_redirect and redirect_cap is not None:
                 cap = min(cap, redirect_cap)
             out[name] = ScopeFeedback(
-                backoff=status in rules.codes,
+                # So too a refusal that comes with the budgets the request spends: their buckets
+                # pace the scope.
+                backoff=status in rules.codes and not explained,
                 failed=status is not None and status >= 500,
                 hold=None if hold is None else min(hold, cap),
                 pace=None if pace is None else min(pace, cap),
@@ -255,8 +289,72 @@ class FeedbackBuilder:
                 status=status,
                 concurrency=None if hint is None else hint.concurrency,
                 budget=budget,
+                announced=announced.get(budget_kind(name) or ""),
+                coarse=coarse,
             )
         return out
+
+
+def _spent_reset(hint: ServerHint) -> float | None:
+    """The seconds to the reset of a budget the answer says is spent (``X-RateLimit-*`` and the like)."""
+    if hint.remaining is not None and hint.remaining < 1.0 and hint.reset is not None:
+        return hint.reset
+    return None
+
+
+def budget_remains(hint: ServerHint) -> bool:
+    """Whether the answer announces budget left for another request."""
+    if hint.source == "ratelimit":
+        return hint.hold is None and (hint.remaining is None or hint.remaining >= 1.0)
+    return hint.remaining is not None and hint.remaining >= 1.0
+
+
+def retry_after_applies(hint: ServerHint, status: int | None) -> bool:
+    """Whether the answer's ``Retry-After`` asks the client to wait.
+
+    It does on a refusal (429, 503, any status of 400 and above) and on a
+    redirect (RFC 9110 section 10.2.3). On any other answer (a 200, say) it
+    counts only while the same answer does not say budget remains: Flask-Limiter,
+    with its headers on, sends ``Retry-After`` on every answer, beside
+    ``X-RateLimit-Remaining: 99``, and holding the scope for it after every
+    success would run a client at a tenth of its limit. A lone
+    ``Retry-After`` on a success, with no budget announced, still counts:
+    the server gave no other sign.
+    """
+    if status is None or status >= 300:
+        return True
+    return not budget_remains(hint)
+
+
+def describe_hold(hint: ServerHint, status: int | None, hold: float) -> str:
+    """Which header asked for a hold, and its value, for the DEBUG line."""
+    family = {"x-ratelimit": "X-RateLimit", "x-rate-limit": "X-Rate-Limit", "ratelimit": "RateLimit",
+              "ratelimit-draft07": "RateLimit", "ratelimit-trio": "RateLimit-Reset",
+              "ratelimit-policy": "RateLimit-Policy"}.get(hint.source, hint.source)
+    on = "" if status is None else f" on a {status}"
+    if hint.retry_after is not None and retry_after_applies(hint, status) and hold == hint.retry_after:
+        return f"Retry-After {hint.retry_after:g}s{on}"
+    return (f"{family} budget spent (remaining {hint.remaining!r}, reset in "
+            f"{'?' if hint.reset is None else format(hint.reset, 'g')}s){on}")
+
+
+def _announced_by_kind(hint: ServerHint | None, demands: tuple[Demand, ...]) -> dict[str, AnnouncedQuota]:
+    """The budgets an answer announces that the request's budget scopes count, by kind."""
+    if hint is None or not hint.budgets:
+        return {}
+    kinds = {budget_kind(name) for name, _use in demands}
+    return {budget.kind: AnnouncedQuota(budget.limit, budget.window)
+            for budget in hint.budgets if budget.kind in kinds}
+
+
+def _log_hold(demands: tuple[Demand, ...], hint: ServerHint, status: int | None, hold: float | None) -> None:
+    """Say why the scopes are held, or why a ``Retry-After`` is not a hold."""
+    names = "+".join(name for name, _use in demands)
+    if hold is not None and hold > 0.0:
+        logger.debug("scope %s held %.3fs: %s", names, hold, describe_hold(hint, status, hold))
+    elif hint.retry_after is not None and not retry_after_applies(hint, status):
+        logger.debug("scope %s not held: Retry-After %gs on a %s that says budget remains "
+                     "(remaining %r)", names, hint.retry_after, status, hint.remaining)
 
 
 def _budget_of(hint: ServerHint | None) -> BudgetReading | None:
@@ -316,7 +414,7 @@ def current_context() -> FeedbackContext:
 def default_response_delay(response: Any) -> float | None:
     """The default ``get_response_delay``: what the response's headers ask for."""
     context = current_context()
-    return context.builder.hold_of(context.hint_of(response))
+    return context.builder.hold_of(context.hint_of(response), _status_of(response))
 
 
 def default_response_backoff(response: Any, hold: float | None) -> dict[str, ScopeFeedback]:

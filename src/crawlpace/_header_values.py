@@ -12,13 +12,13 @@ import logging
 import math
 import re
 import sys
-from datetime import UTC
+from datetime import UTC, datetime
 from email.utils import parsedate_to_datetime
 from typing import NamedTuple
 
 __all__ = ["DICT_MEMBER", "MEMBER", "NUMBER", "OWS", "Item", "clamp", "http_date", "ignored", "parse_count",
-           "parse_delay", "parse_items", "parse_limit_and_window", "parse_number", "parse_positive",
-           "parse_reset", "parse_retry_after"]
+           "parse_delay", "parse_duration", "parse_items", "parse_limit_and_window", "parse_number",
+           "parse_positive", "parse_reset", "parse_retry_after", "parse_timestamp"]
 
 _log = logging.getLogger("crawlpace._headers")  # its log lines, as before the move
 
@@ -188,3 +188,53 @@ def parse_limit_and_window(value: str | None, name: str) -> tuple[float | None, 
     return limit, parse_positive(windows[0], name) if windows else None
 
 
+
+
+# Go's time.Duration text, as OpenAI sends it: "6m0s", "1s", "20ms", "1h2m3.5s", "850us".
+_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]+)?)(h|ms|us|µs|ns|m|s)", re.ASCII)
+_DURATION = re.compile(r"(?:[0-9]+(?:\.[0-9]+)?(?:h|ms|us|µs|ns|m|s))+")
+_UNIT_SECONDS = {"h": 3600.0, "m": 60.0, "s": 1.0, "ms": 1e-3, "us": 1e-6, "µs": 1e-6, "ns": 1e-9}
+
+
+def parse_duration(value: str | None, name: str, cap: float) -> float | None:
+    """Seconds from a duration such as ``6m0s``, ``1s``, ``20ms`` (or plain seconds), clamped to the cap.
+
+    Returns:
+        Seconds in ``[0, cap]``; None (with a log line) when the value is unusable.
+    """
+    if value is None:
+        return None
+    text = value.strip(OWS)
+    seconds: float | None = None
+    if _DURATION.fullmatch(text):
+        seconds = sum(float(number) * _UNIT_SECONDS[unit] for number, unit in _DURATION_PART.findall(text))
+    else:
+        seconds = parse_number(text)
+    result = None if seconds is None else clamp(seconds, cap)
+    if result is None:
+        ignored(name, value)
+    return result
+
+
+def parse_timestamp(value: str | None, name: str, *, wall_now: float, cap: float) -> float | None:
+    """Seconds until an RFC 3339 time (``2026-11-28T17:20:00Z``), clamped to ``[0, cap]``.
+
+    Returns:
+        None (with a log line) when the value is unusable; 0.0 for a time in the past.
+    """
+    if value is None:
+        return None
+    text = value.strip(OWS)
+    stamp: float | None = None
+    if 0 < len(text) <= 40 and text[:4].isdigit():
+        try:
+            moment = datetime.fromisoformat(text[:-1] + "+00:00" if text[-1:] in "zZ" else text)
+            if moment.tzinfo is None:
+                moment = moment.replace(tzinfo=UTC)
+            stamp = moment.timestamp()
+        except (ValueError, OverflowError):
+            stamp = None
+    result = None if stamp is None or not math.isfinite(stamp) else clamp(stamp - wall_now, cap)
+    if result is None:
+        ignored(name, value)
+    return result

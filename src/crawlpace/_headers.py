@@ -5,7 +5,11 @@ family seen in practice: the IETF ``RateLimit``/``RateLimit-Policy`` fields in t
 current list form (read as draft-11 defines them, see :mod:`crawlpace._ratelimit`)
 and their draft-07 dictionary form, the older
 ``RateLimit-Limit``/``-Remaining``/``-Reset`` trio, and the vendor headers
-``X-RateLimit-*`` and ``X-Rate-Limit-*``.
+``X-RateLimit-*`` and ``X-Rate-Limit-*``. The several budgets of LLM and
+metered APIs (requests and tokens per minute, input and output tokens apart)
+are read from ``x-ratelimit-{limit,remaining,reset}-{requests,tokens}`` (resets
+as durations such as ``6m0s``) and ``anthropic-ratelimit-*`` (resets as RFC 3339
+times), see :func:`parse_budgets`.
 
 The functions here are total: bad input yields ``None`` (plus a debug log line),
 never an exception. No clock is read; the caller passes the wall-clock time at
@@ -29,14 +33,18 @@ from ._header_values import clamp as _clamp
 from ._header_values import ignored as _ignored
 from ._header_values import parse_count as _count
 from ._header_values import parse_delay as _delay
+from ._header_values import parse_duration as _duration
 from ._header_values import parse_items as _items
 from ._header_values import parse_limit_and_window as _limit_and_window
 from ._header_values import parse_number as _number
 from ._header_values import parse_positive as _positive
 from ._header_values import parse_reset, parse_retry_after
+from ._header_values import parse_timestamp as _timestamp
 from ._ratelimit import binding, parse_policies, parse_ratelimit
+from .policy.tokens import BUDGET_KINDS
 
-__all__ = ["ServerHint", "header_items", "parse_hints", "parse_reset", "parse_retry_after"]
+__all__ = ["BUDGET_KINDS", "Announced", "ServerHint", "header_items", "parse_budgets", "parse_hints",
+           "parse_reset", "parse_retry_after"]
 
 _log = logging.getLogger(__name__)
 
@@ -45,6 +53,36 @@ _WANTED = frozenset({"retry-after", "date", "ratelimit", "ratelimit-policy", "ra
 _VENDORS = (("x-ratelimit-", "x-ratelimit"), ("x-rate-limit-", "x-rate-limit"))
 # Read only beside a pacing header: alone they say nothing.
 _CONTEXT = frozenset({"date", "content-length"})
+
+#: The window a budget is taken to have when its headers cannot tell (both vendors
+#: document requests and tokens *per minute*).
+ASSUMED_WINDOW = 60.0
+# A window is inferred from a refill only past this share of the limit used: a few
+# units' reset, rounded to whole seconds or milliseconds, says little.
+_INFER_SHARE = 0.1
+# Windows a budget's refill is snapped to: a count per second, minute, hour or day.
+_WINDOWS = (1.0, 60.0, 3600.0, 86400.0)
+
+
+@dataclass(frozen=True, slots=True)
+class Announced:
+    """One budget of a metered API as one answer announced it.
+
+    Attributes:
+        kind: what it counts, one of :data:`BUDGET_KINDS`.
+        limit: units per window (positive).
+        remaining: units left now (at least 0), when given.
+        reset: seconds until the budget is full again (or resets), when given.
+        window: the window in seconds: inferred from the refill the answer shows
+            (``limit - remaining`` units come back in ``reset`` seconds), snapped
+            to a second, minute, hour or day; a minute when it cannot tell.
+    """
+
+    kind: str
+    limit: float
+    remaining: float | None = None
+    reset: float | None = None
+    window: float = ASSUMED_WINDOW
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +113,11 @@ class ServerHint:
         partition: Its partition key (``pk``), when it has one.
         unit: What ``remaining`` and ``limit`` count (``RateLimit`` policies:
             ``requests``, ``content-bytes``...).
+        budgets: The budgets of a metered API (requests, tokens, input and
+            output tokens), when its budget headers announce them.
+        reset_whole: ``reset`` came from a reset moment in whole seconds
+            (``X-RateLimit-Reset: 1800000000``): the reset itself may lie up
+            to a second before it (see :class:`crawlpace.policy.budget.ResetRefiner`).
     """
 
     retry_after: float | None = None
@@ -90,6 +133,8 @@ class ServerHint:
     policy: str | None = None
     partition: bytes | None = None
     unit: str = "requests"
+    budgets: tuple[Announced, ...] = ()
+    reset_whole: bool = False
 
     def __repr__(self) -> str:
         # Only what the server said: most responses fill two or three of the twelve fields.
@@ -112,7 +157,7 @@ def _text(value: object) -> str | None:
 
 
 def _wanted(name: str) -> bool:
-    return name in _WANTED or name.startswith(("x-ratelimit-", "x-rate-limit-"))
+    return name in _WANTED or name.startswith(("x-ratelimit-", "x-rate-limit-", "anthropic-ratelimit-"))
 
 
 def header_items(headers: object) -> dict[str, str]:
@@ -234,8 +279,67 @@ def _vendor(items: dict[str, str], wall_now: float, cap: float) -> ServerHint | 
             reset = parse_reset(raw_reset, wall_now=wall_now, cap=cap)
         if remaining is not None or reset is not None:
             limit, window = _limit_and_window(items.get(prefix + "limit"), prefix + "limit")
-            return ServerHint(remaining=remaining, reset=reset, limit=limit, window=window, source=source)
+            # A whole number of seconds, or of epoch seconds (not of epoch milliseconds).
+            digits = None if raw_reset is None else raw_reset.strip(_OWS)
+            whole = reset is not None and digits is not None and prefix + "reset-after" not in items \
+                and digits.isascii() and digits.isdigit() and len(digits) <= 12
+            return ServerHint(remaining=remaining, reset=reset, limit=limit, window=window, source=source,
+                              reset_whole=whole)
     return None
+
+
+def _window_of(limit: float, remaining: float | None, reset: float | None) -> float:
+    """The window a token-bucket budget refills over, from one answer (see :class:`Announced`)."""
+    if remaining is None or reset is None or reset <= 0.0 or limit - remaining < _INFER_SHARE * limit:
+        return ASSUMED_WINDOW  # too little used for its reset to say much
+    refill = reset * limit / (limit - remaining)  # seconds to refill the whole limit
+    return min(_WINDOWS, key=lambda window: abs(math.log(refill / window)))
+
+
+def _one_budget(kind: str, limit_text: str | None, remaining_text: str | None, reset: float | None,
+                name: str) -> Announced | None:
+    limit = _positive(limit_text, name + " limit")
+    if limit is None or math.isinf(limit):
+        return None
+    remaining = _count(remaining_text, name + " remaining")
+    if remaining is not None and remaining > limit:
+        _log.debug("%s: remaining %g above the limit %g, taken as the limit", name, remaining, limit)
+        remaining = limit
+    return Announced(kind, limit, remaining, reset, _window_of(limit, remaining, reset))
+
+
+def parse_budgets(items: dict[str, str], *, wall_now: float, cap: float) -> tuple[Announced, ...]:
+    """The budgets of a metered API from its headers (already gathered by :func:`header_items`).
+
+    ``x-ratelimit-limit-KIND``, ``x-ratelimit-remaining-KIND`` and
+    ``x-ratelimit-reset-KIND`` (a duration: ``6m0s``, ``1s``, ``20ms``) for KIND
+    ``requests`` or ``tokens``; ``anthropic-ratelimit-KIND-limit``, ``-remaining``
+    and ``-reset`` (an RFC 3339 time) for every kind of :data:`BUDGET_KINDS`.
+    A budget needs a positive limit; bad values are dropped with a log line.
+
+    Args:
+        items: lower-cased header names and their values.
+        wall_now: POSIX wall-clock time at which the response arrived.
+        cap: longest reset, in seconds, that may be returned.
+    """
+    found: dict[str, Announced] = {}
+    for kind in ("requests", "tokens"):
+        limit = items.get(f"x-ratelimit-limit-{kind}")
+        if limit is not None:
+            name = f"x-ratelimit-*-{kind}"
+            reset = _duration(items.get(f"x-ratelimit-reset-{kind}"), f"x-ratelimit-reset-{kind}", cap)
+            got = _one_budget(kind, limit, items.get(f"x-ratelimit-remaining-{kind}"), reset, name)
+            if got is not None:
+                found[kind] = got
+    for kind in BUDGET_KINDS:
+        prefix = f"anthropic-ratelimit-{kind}-"
+        limit = items.get(prefix + "limit")
+        if limit is not None and kind not in found:
+            reset = _timestamp(items.get(prefix + "reset"), prefix + "reset", wall_now=wall_now, cap=cap)
+            got = _one_budget(kind, limit, items.get(prefix + "remaining"), reset, prefix + "*")
+            if got is not None:
+                found[kind] = got
+    return tuple(found[kind] for kind in BUDGET_KINDS if kind in found)
 
 
 def parse_hints(headers: object, *, wall_now: float, cap: float) -> ServerHint | None:
@@ -264,6 +368,9 @@ def parse_hints(headers: object, *, wall_now: float, cap: float) -> ServerHint |
                                         wall_now=wall_now, cap=cap)
     rate = (_ratelimit_field(items, cap) or _trio(items, wall_now, cap)
             or _vendor(items, wall_now, cap) or _policy_alone(items, cap))
+    budgets = parse_budgets(items, wall_now=wall_now, cap=cap)
     if rate is not None:
-        return replace(rate, retry_after=retry_after)
+        return replace(rate, retry_after=retry_after, budgets=budgets)
+    if budgets:
+        return ServerHint(retry_after=retry_after, source="budgets", budgets=budgets)
     return None if retry_after is None else ServerHint(retry_after=retry_after, source="retry-after")

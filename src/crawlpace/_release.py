@@ -160,7 +160,7 @@ class Releaser:
         hint = builder.hint(raw.response) if raw.response is not None else None
         latency = None if _dont_adjust(request) else raw.latency
         by_scope = builder.for_response(lease.demands, status=raw.status, latency=latency,
-                                        hold=builder.hold_of(hint), hint=hint)
+                                        hold=builder.hold_of(hint, raw.status), hint=hint)
         return _outcome_of(lease, raw, by_scope)
 
     async def _outcome_from_hooks(self, lease: Lease, request: object, raw: RawFeedback) -> Outcome:
@@ -179,7 +179,7 @@ class Releaser:
                          "ScopeFeedback; using the default feedback", self._manager, by_scope)
             hint = builder.hint(raw.response)
             by_scope = builder.for_response(lease.demands, status=raw.status, latency=latency,
-                                            hold=builder.hold_of(hint), hint=hint)
+                                            hold=builder.hold_of(hint, raw.status), hint=hint)
         return _outcome_of(lease, raw, by_scope)
 
 

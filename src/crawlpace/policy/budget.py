@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import math
 
-__all__ = ["EVEN_SHARE", "BudgetAdvice", "HeaderBudget"]
+__all__ = ["EDGE_MARGIN", "EVEN_SHARE", "SPREAD_SHARE", "BudgetAdvice", "HeaderBudget", "ResetRefiner"]
 
 #: The even pace is this share of the window per usable unit: a little quicker than
 #: exact, since the spacing of sends only ever stretches (jitter, a late event loop),
@@ -48,6 +48,16 @@ EVEN_SHARE = 0.97
 
 _NEVER = float("-inf")
 _FOREVER = float("inf")
+
+#: A window's remaining requests, paced over the time to its narrowed reset, are spread over
+#: this share of it: each answer spreads what is left over what is left, and spread over all
+#: of it the last request would land just past the reset, in the next window (one of every
+#: window's requests lost). At 0.9 the last one goes before the end with room for its trip.
+SPREAD_SHARE = 0.9
+
+#: Seconds added to a reset the window's length gave: the request that showed the window's
+#: start reached the server a little after it was sent, and the next may be quicker.
+EDGE_MARGIN = 0.02
 
 
 class BudgetAdvice:
@@ -177,3 +187,83 @@ class HeaderBudget:
     def __repr__(self) -> str:
         return (f"<HeaderBudget {self.quota:g}/{self.window:g}s usable={self.usable:g} "
                 f"edge=[{self.edge_lo:.3f}, {self.edge_hi:.3f}]>")
+
+
+class ResetRefiner:
+    """Narrows a reset given in whole seconds with the window's length, learned.
+
+    ``X-RateLimit-Reset`` is a moment in whole seconds, rounded up: Flask-Limiter
+    sends the reset's second plus one, so the reset lies up to a second before
+    the header's moment. For a window of a minute that second hardly matters;
+    for one of a second it halves the rate: held to the header's moment, a
+    client waits half a window, on average, for nothing.
+
+    A window that starts at its first request (Flask-Limiter's fixed window)
+    tells its length: an answer showing one request used (``remaining ==
+    limit - 1``) was the window's first, so the window began after it was
+    sent and ends by the header's reset, and the window before it had ended:
+    its length is at most that reset less the send, and at most the time
+    since the previous window's first send. The smallest such bound is the
+    length, and the window's first send plus the length is its end, when that
+    end is one the header allows (within its last second, and still ahead).
+    Other windows (a moving window, whose reset is its oldest request's)
+    seldom give such an end, and keep the header's reset.
+
+    A refusal of a request sent before the reset the header gave, once a
+    narrower one was used, says the server rounds otherwise: the header's
+    resets are used from then on.
+
+    Attributes:
+        limit: the budget's limit the length was learned for.
+        length: the learned window length (``inf``: not yet).
+        start: when the current window's first request was sent.
+        trusted: False once a narrowed reset let a request go too early.
+        early_until: the header's reset the latest narrowed one came before.
+    """
+
+    __slots__ = ("early_until", "length", "limit", "start", "trusted")
+
+    def __init__(self) -> None:
+        self.limit = 0.0
+        self.length = _FOREVER
+        self.start = _NEVER
+        self.trusted = True
+        self.early_until = _NEVER
+
+    def reset(self, now: float, *, sent_at: float, remaining: float, limit: float, reset: float,
+              refused: bool) -> float:
+        """Seconds from ``now`` to the reset, as exact as the learned window allows.
+
+        Args:
+            now: when the answer arrived.
+            sent_at: when its request was sent.
+            remaining: requests left, as the answer said.
+            limit: the budget's limit.
+            reset: seconds to the reset as the header gave it (whole-second moment).
+            refused: the answer was a refusal.
+        """
+        if refused and sent_at < self.early_until:
+            self.trusted = False
+        if limit != self.limit:
+            self.limit, self.length, self.start = limit, _FOREVER, _NEVER
+        coarse = now + reset
+        if remaining >= limit - 1.0 and reset > 0.0 and not refused:
+            # The window's first request: the window ends by the header's reset, and the one
+            # before it ended before this one began.
+            self.length = min(self.length, coarse - sent_at)
+            if self.start < sent_at:
+                self.length = min(self.length, sent_at - self.start)
+            self.start = max(self.start, sent_at)
+        if not self.trusted or self.length == _FOREVER:
+            return reset
+        learned = self.start + self.length + EDGE_MARGIN
+        # An end already past, while the header says the reset is ahead, is a stale start's
+        # (a moving window, or requests of other clients): the header's reset stands.
+        if max(coarse - 1.0, now) < learned < coarse:
+            self.early_until = max(self.early_until, coarse)
+            return learned - now
+        return reset
+
+    def __repr__(self) -> str:
+        return (f"<ResetRefiner limit={self.limit:g} length={self.length:.3f} start={self.start:.3f} "
+                f"trusted={self.trusted}>")

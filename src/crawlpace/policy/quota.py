@@ -96,23 +96,28 @@ class QuotaBucket:
 
     __slots__ = ("_at", "_capacity", "_credit", "_quota", "_rate", "_window")
 
-    def __init__(self, quota: float, window: float) -> None:
+    def __init__(self, quota: float, window: float, *, capacity: float | None = None) -> None:
         """Set up a full bucket.
 
         Args:
             quota: units allowed in any span of ``window`` seconds.
             window: the span, in seconds.
+            capacity: the largest burst, below ``quota``; by default the
+                module's rule (a tenth of the quota, or a minute's worth).
 
         Raises:
-            ValueError: when either is not a finite number above zero.
+            ValueError: when either is not a finite number above zero, or the
+                capacity is not within ``(0, quota)``.
         """
         if not (math.isfinite(quota) and quota > 0):
             raise ValueError(f"quota must be a finite number > 0, not {quota!r}")
         if not (math.isfinite(window) and window > 0):
             raise ValueError(f"window must be a finite number > 0, not {window!r}")
+        if capacity is not None and not 0 < capacity < quota:
+            raise ValueError(f"capacity must be within (0, quota={quota!r}), not {capacity!r}")
         self._quota = quota
         self._window = window
-        self._capacity = quota * min(0.1, 60.0 / window)
+        self._capacity = quota * min(0.1, 60.0 / window) if capacity is None else capacity
         self._rate = (quota - self._capacity) / window
         # The credit as of time _at; -inf means "full since forever".
         self._credit = self._capacity

@@ -30,11 +30,12 @@ from ._scope_gates import ScopeGates
 from .admission import Limits
 from .autothrottle import AutoThrottle
 from .breaker import Breaker
-from .budget import HeaderBudget
+from .budget import SPREAD_SHARE, HeaderBudget, ResetRefiner
 from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .scope_manager import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
-from .signals import ScopeFeedback
+from .signals import AnnouncedQuota, ScopeFeedback
+from .tokens import budget_kind, learned_bucket
 
 __all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
 
@@ -82,10 +83,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
             (a failure sent before it is not load; see ``_gradual_slots``).
     """
 
-    __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency",
-                 "config", "crawl_delay", "gated", "generation", "gradual", "hold_until", "jitter", "limits",
-                 "manager", "opened", "opened_good", "opened_good_sent", "opened_threshold", "pace",
-                 "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at", "watches")
+    __slots__ = ("_base", "announced", "autothrottle", "autothrottle_log_level", "breaker", "budget",
+                 "concurrency", "config", "crawl_delay", "gated", "generation", "gradual", "hold_until",
+                 "jitter", "limits", "manager", "opened", "opened_good", "opened_good_sent",
+                 "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner", "scope",
+                 "server_concurrency", "wake_at", "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -116,10 +118,19 @@ class ScopePolicy(ScopeGates, GradualSlots):
         self.pace_until = _NEVER
         # A server's own cap on requests in flight (RateLimit's concurrent-requests unit).
         self.server_concurrency: int | None = None
-        self.quota = QuotaBucket(config.quota, config.window) if config.quota is not None else None
+        self.quota: QuotaBucket | None = None
+        if config.quota is not None:
+            # A budget scope's quota is a server's budget: its bucket mirrors the server's
+            # (see policy/tokens.py); any other quota is a cap of the user's own.
+            self.quota = (learned_bucket(config.quota, config.window) if budget_kind(scope) is not None
+                          else QuotaBucket(config.quota, config.window))
+        # A metered API's budget learned from its answers, as (limit, window), when no quota is set.
+        self.announced: tuple[float, float] | None = None
         self.breaker: Breaker | None = None
         # The server's announced budget, learned (created with the first answer that has one).
         self.budget: HeaderBudget | None = None
+        # The window length behind X-RateLimit-Reset's whole seconds (created with the first such answer).
+        self.refiner: ResetRefiner | None = None
         self.gated = self.quota is not None
         self.watches = self.gated or self.rampup is not None
         self.jitter = config.jitter
@@ -194,6 +205,14 @@ class ScopePolicy(ScopeGates, GradualSlots):
     def restored(self) -> None:
         """Bring derived values in line after learned state was written in (see ``policy/state.py``)."""
         self._set_jitter(self.limits, self._base)
+        announced = self.announced
+        if announced is not None and self.config.quota is None:
+            # Another worker learned the budget: keep a bucket of it here too (its credit is
+            # the store's to count).
+            learned, quota = learned_bucket(*announced), self.quota
+            if quota is None or learned is None or (quota.quota, quota.window, quota.capacity) != (
+                    learned.quota, learned.window, learned.capacity):
+                self.quota = learned
         self._update_gated()
 
     def refresh(self, now: float) -> bool:
@@ -254,6 +273,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             # A recovery that fell due since the last look applies first, whoever looked: the
             # outcome must not move the scope differently because a dashboard read it meanwhile.
             self.refresh(now)
+        if feedback.coarse is not None:
+            feedback = self._refine(now, feedback, sent_at)
         if feedback.hold is not None and feedback.hold > 0.0:
             # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
             hold = min(feedback.hold, self.config.backoff.max_delay)
@@ -270,6 +291,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if feedback.concurrency is not None:
             # The newest announcement counts; it lasts until another one changes it.
             self.server_concurrency = max(1, feedback.concurrency)
+        if feedback.announced is not None:
+            self._take_announced(feedback.announced)
         if self.gradual:
             self._open_slots(now, feedback, sent_at)
         if feedback.consumed_quota is not None and self.quota is not None:
@@ -318,10 +341,49 @@ class ScopePolicy(ScopeGates, GradualSlots):
         """
         return not (feedback.backoff or feedback.failed or (feedback.hold is not None and feedback.hold > 0.0)
                     or feedback.pace is not None or feedback.concurrency is not None
-                    or feedback.budget is not None or self.gated or self.manager is not None
+                    or feedback.budget is not None or feedback.announced is not None
+                    or feedback.coarse is not None
+                    or self.gated or self.manager is not None
                     or self.rampup is not None or self.autothrottle is not None or self.quota is not None
                     or self.budget is not None or self.generation or self.pace_until != _NEVER
                     or self.opened < self.concurrency)
+
+    def _refine(self, now: float, feedback: ScopeFeedback, sent_at: float) -> ScopeFeedback:
+        """Narrow the hold and pace of a reset given in whole seconds (:class:`.budget.ResetRefiner`)."""
+        coarse = feedback.coarse
+        assert coarse is not None
+        refiner = self.refiner
+        if refiner is None:
+            refiner = self.refiner = ResetRefiner()
+        reset = refiner.reset(now, sent_at=sent_at, remaining=coarse.remaining, limit=coarse.limit,
+                              reset=coarse.reset, refused=feedback.status in (429, 503))
+        if reset >= coarse.reset:
+            return feedback
+        hold, pace = feedback.hold, feedback.pace
+        if hold is not None and hold == coarse.reset:
+            hold = reset  # the spent budget's hold, not a longer Retry-After
+        if pace is not None:
+            # After a spent budget's hold, one at a time; otherwise the window's rest, spread.
+            pace = reset if coarse.remaining < 1.0 else SPREAD_SHARE * reset / coarse.remaining
+        return dataclasses.replace(feedback, hold=hold, pace=pace)
+
+    def _take_announced(self, announced: AnnouncedQuota) -> None:
+        """Keep a bucket of a metered API's budget (:mod:`.tokens`), unless the settings give a quota."""
+        if self.config.quota is not None:
+            return  # the settings win
+        value = (announced.limit, announced.window)
+        if value == self.announced and self.quota is not None:
+            return
+        bucket = learned_bucket(*value)
+        if bucket is None:
+            return
+        if self.announced is not None:
+            logger.info("scope %s: the server's budget is now %g per %gs (was %g per %gs)", self.scope,
+                        value[0], value[1], *self.announced)
+        else:
+            logger.debug("scope %s: the server announces a budget of %g per %gs", self.scope, *value)
+        self.announced, self.quota = value, bucket
+        self._update_gated()
 
     def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
         """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""

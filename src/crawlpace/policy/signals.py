@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-__all__ = ["BudgetReading", "ScopeFeedback"]
+__all__ = ["AnnouncedQuota", "BudgetReading", "CoarseReset", "ScopeFeedback"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -22,6 +22,34 @@ class BudgetReading:
     quota: float
     window: float
     span: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class CoarseReset:
+    """A request budget whose reset came in whole seconds (``X-RateLimit-*``), as one answer gave it.
+
+    Attributes:
+        remaining: requests left.
+        limit: requests per window.
+        reset: seconds to the reset as the header gave it (the latest it may be).
+    """
+
+    remaining: float
+    limit: float
+    reset: float
+
+
+@dataclass(frozen=True, slots=True)
+class AnnouncedQuota:
+    """A metered API's budget for the unit one scope counts (tokens, say), as an answer announced it.
+
+    Attributes:
+        limit: units per window.
+        window: the window in seconds.
+    """
+
+    limit: float
+    window: float
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +79,13 @@ class ScopeFeedback:
         budget: the announced request budget with its policy, when the answer
             gave both; the scope learns its window and brake from these (see
             :mod:`crawlpace.policy.budget`) and paces by them instead of ``pace``.
+        announced: the budget of a metered API that this scope counts (a
+            budget scope, see :mod:`crawlpace.budgets`); a scope without a
+            quota of its own in the settings keeps a bucket of it
+            (:mod:`crawlpace.policy.tokens`).
+        coarse: the request budget, when its reset came in whole seconds: the
+            scope narrows the reset with the window it learned
+            (:class:`crawlpace.policy.budget.ResetRefiner`).
     """
 
     backoff: bool = False
@@ -63,3 +98,5 @@ class ScopeFeedback:
     status: int | None = None
     concurrency: int | None = None
     budget: BudgetReading | None = None
+    announced: AnnouncedQuota | None = None
+    coarse: CoarseReset | None = None

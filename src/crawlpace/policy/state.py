@@ -46,7 +46,7 @@ from typing import Any
 
 from .._exceptions import StateFormatError
 from .admission import Limits
-from .budget import HeaderBudget
+from .budget import HeaderBudget, ResetRefiner
 from .scope import ScopePolicy, ThrottlingScopeManager
 
 __all__ = ["FIELDS", "LAYOUT", "SETTINGS", "WORDS", "StateFormatError", "StateValue", "decode", "encode",
@@ -65,7 +65,8 @@ StateValue = float | int | bool | None | tuple[float, ...]
 FIELDS: dict[str, tuple[str, ...]] = {
     # The policy itself: what it combined, and its own learned inputs.
     "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
-          "server_concurrency", "opened", "opened_good", "opened_threshold", "opened_good_sent"),
+          "server_concurrency", "opened", "opened_good", "opened_threshold", "opened_good_sent",
+          "announced"),
     # The default scope manager's backoff.
     "b": ("level", "generation", "anchor", "last_feedback", "last_change", "tail"),
     "a": ("delay",),  # AutoThrottle
@@ -79,6 +80,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_stuck_share", "_stuck_time", "_resumed_at", "slot_cap", "_cap_at", "_good_rate", "_door",
           "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap", "_gentle"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
+    "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
 }
 
 #: Per part, the attributes that are *not* learned state: settings, values derived from them
@@ -87,7 +89,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: attribute cannot be left out of the shared state by accident.
 SETTINGS: dict[str, tuple[str, ...]] = {
     "p": ("autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency", "config", "gated",
-          "gradual", "jitter", "manager", "quota", "rampup", "scope", "watches"),
+          "gradual", "jitter", "manager", "quota", "rampup", "refiner", "scope", "watches"),
     "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),
@@ -95,6 +97,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
           "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window"),
     "h": (),
+    "c": (),
 }
 
 #: Fields that hold a word from a fixed list: stored as the word's index.
@@ -117,7 +120,7 @@ def _parts(policy: ScopePolicy) -> dict[str, object]:
     manager = policy.manager
     return {"p": policy, "b": manager.backoff if isinstance(manager, ThrottlingScopeManager) else None,
             "a": policy.autothrottle, "q": policy.quota, "k": policy.breaker, "r": policy.rampup,
-            "h": policy.budget,
+            "h": policy.budget, "c": policy.refiner,
             "m": manager if manager is not None and not isinstance(manager, ThrottlingScopeManager) else None}
 
 
@@ -227,6 +230,8 @@ def restore_state(policy: ScopePolicy, state: Mapping[str, StateValue]) -> Scope
         policy.ensure_breaker()
     if "h" in prefixes and policy.budget is None:
         policy.budget = HeaderBudget()
+    if "c" in prefixes and policy.refiner is None:
+        policy.refiner = ResetRefiner()
     for prefix, part in _parts(policy).items():
         if part is None or prefix not in prefixes:
             continue
