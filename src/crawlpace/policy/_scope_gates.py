@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from .._config import ScopeConfig
+from .._config_types import ScopeConfig
 from .._exceptions import QuotaError
 from .breaker import FIRST_PAUSE_SHARE, Breaker
 from .quota import QuotaBucket

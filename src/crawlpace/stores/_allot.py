@@ -45,7 +45,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._scopes import Demand
+from ..policy.admission import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from ._redis_lease import RedisLease

@@ -15,7 +15,7 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._scopes import Demand
+from ..policy.admission import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from . import _cluster

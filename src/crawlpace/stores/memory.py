@@ -20,8 +20,7 @@ import random
 from .._clock import Clock
 from .._config import ScopeConfig, Settings
 from .._exceptions import ScopeGivenUp
-from .._scopes import Demand
-from ..policy.admission import ScopeState
+from ..policy.admission import Demand, ScopeState
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from ..policy.tally import SuccessTally, count_success, tally_is_idle

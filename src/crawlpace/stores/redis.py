@@ -39,7 +39,7 @@ from .._clock import Clock
 from .._config import Settings
 from .._exceptions import ConfigError, ScopeGivenUp, StoreUnreachable
 from .._redact import redact
-from .._scopes import Demand
+from ..policy.admission import Demand
 from . import _cluster, _fallback, _keys
 from ._allot import Allotments
 from ._lua import load_scripts
