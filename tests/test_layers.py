@@ -107,33 +107,36 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 
 
 # The layers of docs/architecture.md, lowest first. A module's layer is the
-# longest entry below that its dotted path (without ``crawlpace.``) starts
-# with; a module may import its own layer's modules and lower ones, never a
-# higher layer's. Anything not listed is an adapter (the top).
+# longest entry below that is the module or one of its packages; a module may
+# import its own layer's modules and lower ones, never a higher layer's.
+# Anything not listed is an adapter (the top, ``crawlpace`` itself).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("basics", ("_exceptions", "_redact", "_clock", "_bounded", "_jitter", "_names", "_patterns",
-                "_user_agent")),
-    ("pure core", ("policy", "_board", "_config_types", "_config_checks")),
-    ("settings", ("_config", "_config_parse", "_config_scrapy", "_blocks", "_effective",
-                  "_ineffective")),
-    ("stores", ("stores",)),
-    ("edge logic", ("_feedback", "_headers", "_header_values", "_ratelimit", "_scopes", "_manager",
-                    "_server_scopes", "_resolver", "_fetchable", "_robots", "_robots_cache",
-                    "_stats", "_observer")),
-    ("facade", ("_throttler", "_throttler_reports", "_waiting", "_permit", "_release", "_sync",
-                "_learned", "_learning")),
-    ("schedulers", ("frontier",)),
-    ("adapters", ("",)),
+    ("basics", ("crawlpace._exceptions", "crawlpace._redact", "crawlpace._clock", "crawlpace._bounded",
+                "crawlpace._jitter", "crawlpace._names", "crawlpace._patterns", "crawlpace._user_agent")),
+    ("pure core", ("crawlpace.policy", "crawlpace._board", "crawlpace._config_types",
+                   "crawlpace._config_checks")),
+    ("settings", ("crawlpace._config", "crawlpace._config_parse", "crawlpace._config_scrapy",
+                  "crawlpace._blocks", "crawlpace._effective", "crawlpace._ineffective")),
+    ("stores", ("crawlpace.stores",)),
+    ("edge logic", ("crawlpace._feedback", "crawlpace._headers", "crawlpace._header_values",
+                    "crawlpace._ratelimit", "crawlpace._scopes", "crawlpace._manager",
+                    "crawlpace._server_scopes", "crawlpace._resolver", "crawlpace._fetchable",
+                    "crawlpace._robots", "crawlpace._robots_cache", "crawlpace._stats",
+                    "crawlpace._observer")),
+    ("facade", ("crawlpace._throttler", "crawlpace._throttler_reports", "crawlpace._waiting",
+                "crawlpace._permit", "crawlpace._release", "crawlpace._sync", "crawlpace._learned",
+                "crawlpace._learning")),
+    ("schedulers", ("crawlpace.frontier",)),
+    ("adapters", ("crawlpace",)),
 )
 
 
 def layer_of(module: str) -> int:
     """The index in :data:`LAYERS` of ``module`` (a dotted name, ``crawlpace.`` included)."""
-    path = module.removeprefix("crawlpace").removeprefix(".")
     best, best_len = len(LAYERS) - 1, -1
     for index, (_, prefixes) in enumerate(LAYERS):
         for prefix in prefixes:
-            if (path == prefix or path.startswith(prefix + ".") or not prefix) and len(prefix) > best_len:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
                 best, best_len = index, len(prefix)
     return best
 

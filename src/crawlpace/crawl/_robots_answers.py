@@ -32,7 +32,7 @@ from ._source import JobParts, RobotsShare
 
 __all__ = ["RobotsAnswers"]
 
-_log = logging.getLogger("crawlpace.crawl._job")  # its lines keep the job's logger
+_log = logging.getLogger(__name__)
 
 #: Seconds one worker holds the right to fetch a site's robots.txt for the fleet; should it store
 #: no answer by then (it died, or its fetch was dropped), the next worker to ask fetches it.

@@ -20,7 +20,7 @@ from .signals import ScopeFeedback
 
 __all__ = ["ScopeGates"]
 
-logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines, as before the move
+logger = logging.getLogger("crawlpace.policy.scope")  # named in docs/concepts/ (autothrottle, breaker)
 
 _NEVER = float("-inf")
 

@@ -19,7 +19,7 @@ from .signals import ScopeFeedback
 
 __all__ = ["ThrottlingScopeManager", "ThrottlingScopeManagerProtocol", "load_scope_manager"]
 
-logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines, as before the move
+logger = logging.getLogger("crawlpace.policy.scope")  # named in docs/concepts/ (autothrottle, breaker)
 
 _NEVER = float("-inf")
 _FOREVER = float("inf")
