@@ -111,23 +111,45 @@ def test_the_cycle_finder_finds_a_circle() -> None:
 # import its own layer's modules and lower ones, never a higher layer's.
 # Anything not listed is an adapter (the top, ``crawlpace`` itself).
 LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
-    ("basics", ("crawlpace._exceptions", "crawlpace._redact", "crawlpace._clock", "crawlpace._bounded",
-                "crawlpace._jitter", "crawlpace._names", "crawlpace._patterns", "crawlpace._user_agent")),
-    ("pure core", ("crawlpace.policy", "crawlpace._board", "crawlpace._config_types",
-                   "crawlpace._config_checks")),
-    ("settings", ("crawlpace._config", "crawlpace._config_parse", "crawlpace._config_scrapy",
-                  "crawlpace._blocks", "crawlpace._effective", "crawlpace._ineffective")),
-    ("stores", ("crawlpace.stores",)),
-    ("edge logic", ("crawlpace._feedback", "crawlpace._headers", "crawlpace._header_values",
-                    "crawlpace._ratelimit", "crawlpace._scopes", "crawlpace._manager",
-                    "crawlpace._server_scopes", "crawlpace._resolver", "crawlpace._fetchable",
-                    "crawlpace._robots", "crawlpace._robots_cache", "crawlpace._stats",
-                    "crawlpace._observer")),
-    ("facade", ("crawlpace._throttler", "crawlpace._throttler_reports", "crawlpace._waiting",
-                "crawlpace._permit", "crawlpace._release", "crawlpace._sync", "crawlpace._learned",
-                "crawlpace._learning")),
-    ("schedulers", ("crawlpace.frontier",)),
-    ("adapters", ("crawlpace",)),
+    ("basics", (
+        "crawlpace._exceptions", "crawlpace._redact",
+        "crawlpace._clock", "crawlpace._bounded",
+        "crawlpace._jitter", "crawlpace._names",
+        "crawlpace._patterns", "crawlpace._user_agent",
+    )),
+    ("pure core", (
+        "crawlpace.policy", "crawlpace._board",
+        "crawlpace._config_types", "crawlpace._config_checks",
+    )),
+    ("settings", (
+        "crawlpace._config", "crawlpace._config_parse",
+        "crawlpace._config_scrapy", "crawlpace._blocks",
+        "crawlpace._effective", "crawlpace._ineffective",
+    )),
+    ("stores", (
+        "crawlpace.stores",
+    )),
+    ("edge logic", (
+        "crawlpace._feedback", "crawlpace._headers",
+        "crawlpace._header_values", "crawlpace._ratelimit",
+        "crawlpace._scopes", "crawlpace._manager",
+        "crawlpace._server_scopes", "crawlpace._resolver",
+        "crawlpace._fetchable", "crawlpace._robots",
+        "crawlpace._robots_cache", "crawlpace._stats",
+        "crawlpace._observer",
+    )),
+    ("facade", (
+        "crawlpace._throttler", "crawlpace._throttler_reports",
+        "crawlpace._waiting", "crawlpace._permit",
+        "crawlpace._release", "crawlpace._sync",
+        "crawlpace._learned", "crawlpace._learning",
+    )),
+    ("schedulers", (
+        "crawlpace.frontier",
+    )),
+    ("adapters", (
+        "crawlpace",
+    )),
 )
 
 
