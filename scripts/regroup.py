@@ -50,8 +50,9 @@ GROUPS: dict[str, tuple[str, ...]] = {
     "_clients": ("_http_sync", "_httpx_common", "_retry", "_last_look"),
 }
 #: Redis-only modules of stores/ -> stores/redis/ (stores/redis.py becomes stores/redis/__init__.py).
-REDIS_ONLY = ("_allot", "_batch", "_cluster", "_fallback", "_keys", "_leases", "_lua", "_outage",
-              "_pending", "_redis_admit", "_redis_lease", "_redis_options", "_redis_parts",
+#: ``connection`` goes too: left beside the package, it and the package would import each other.
+REDIS_ONLY = ("connection", "_allot", "_batch", "_cluster", "_fallback", "_keys", "_leases", "_lua",
+              "_outage", "_pending", "_redis_admit", "_redis_lease", "_redis_options", "_redis_parts",
               "_redis_release", "_redis_snapshot", "_script_args", "_shared_policy", "_writeback")
 
 MOVES: dict[str, str] = {
@@ -60,6 +61,8 @@ MOVES: dict[str, str] = {
 }
 #: Modules that become packages: their file moves to the package's ``__init__.py``, the name stays.
 INTO_PACKAGE = ("crawlpace.stores.redis",)
+#: Public modules that move: a module re-exporting the moved one's ``__all__`` keeps the old path working.
+SHIMS = ("crawlpace.stores.connection",)
 #: The new packages' docstrings.
 PACKAGE_DOCS = {
     "crawlpace._settings": "Settings: the Settings object, TOML and Scrapy names, checks, what took effect.",
@@ -267,6 +270,28 @@ def wrap_long_lines(text: str, before: str) -> str:
     return "".join(out)
 
 
+def write_shim(module: str) -> None:
+    """Keep ``module``'s public path: a module that re-exports what the moved one exports."""
+    target = MOVES[module]
+    tree = ast.parse(new_path(module).read_text(encoding="utf-8"))
+    names: list[str] = []
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and any(isinstance(t, ast.Name) and t.id == "__all__"
+                                                for t in node.targets):
+            names = list(ast.literal_eval(node.value))
+    level, rest = relative(module.rpartition(".")[0], target)
+    lines = [f'"""A public path kept for {target.rpartition(".")[2]!r}: everything here comes from '
+             f'``{target}``."""', "", "from __future__ import annotations", "",
+             f"from {'.' * level}{rest} import ("]
+    lines += [f"    {name}," for name in sorted(names)]
+    lines += [")", "", "__all__ = ["]
+    lines += [f"    {name!r}," for name in sorted(names)]
+    lines += ["]", ""]
+    shim = current_path(module)
+    shim.write_text("\n".join(lines).replace("'", '"'), encoding="utf-8")
+    git("add", str(shim))
+
+
 def text_files() -> list[Path]:
     files = [Path(name) for name in PROJECT_FILES if Path(name).exists()]
     for tree in TREES:
@@ -288,7 +313,8 @@ def main(argv: list[str] | None = None) -> int:
         print("run from the repository's root", file=sys.stderr)
         return 2
     modules = known_modules()
-    moving = {old: new for old, new in MOVES.items() if current_path(old).exists()}
+    moving = {old: new for old, new in MOVES.items()
+              if current_path(old).exists() and not new_path(old).exists()}
     into_package = [module for module in INTO_PACKAGE
                     if path_of(module).exists() and not path_of(module, package=True).exists()]
     # 1. The new text of every file, computed at its old place.
@@ -299,7 +325,7 @@ def main(argv: list[str] | None = None) -> int:
         updated = text
         if path.suffix == ".py" and path.is_relative_to(SRC):
             old_module, old_is_package = module_of(path)
-            new_module = map_module(old_module)
+            new_module = moving.get(old_module, old_module)
             new_is_package = old_is_package or old_module in into_package
             updated = rewrite_imports(updated, old_module, old_is_package, new_module, new_is_package,
                                       modules)
@@ -344,6 +370,9 @@ def main(argv: list[str] | None = None) -> int:
             destinations.get(path, path).write_text(text, encoding="utf-8")
         for path in new_texts:
             git("add", str(destinations.get(path, path)))
+        for module in SHIMS:
+            if module in moving:
+                write_shim(module)
         # Moved imports sort differently: let ruff put each import block back in order.
         sorted_ok = subprocess.run([sys.executable, "-m", "ruff", "check", "--fix", "--select", "I", "-q",
                                     *[tree for tree in TREES if Path(tree).exists()]], check=False)
