@@ -221,7 +221,9 @@ def path_rules() -> list[tuple[re.Pattern[str], str]]:
 def rewrite_text(text: str, dotted: re.Pattern[str], rules: list[tuple[re.Pattern[str], str]]) -> str:
     text = dotted.sub(lambda m: MOVES[m.group(1)], text)
     for pattern, new_rel in rules:
-        text = pattern.sub(lambda m, new_rel=new_rel: (m.group(1) or "") + new_rel, text)
+        def swap(match: re.Match[str], new_rel: str = new_rel) -> str:
+            return (match.group(1) or "") + new_rel
+        text = pattern.sub(swap, text)
     return text
 
 
