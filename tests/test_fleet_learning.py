@@ -127,7 +127,7 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
             inflight[worker] -= 1
             if robots and lease is first:
                 # The rules are known: the fetcher's pages go at once, the other workers' once
-                # they find its copy (a crawl's workers look every SHARED_POLL, 0.2 s).
+                # they find its copy (a crawl's workers look every COPY_POLL, 0.2 s).
                 for other in range(len(stores)):
                     retry(other, at + (0.0 if other == worker else mix.uniform(0.0, 0.2)))
                 continue

@@ -104,3 +104,101 @@ def test_no_import_circles() -> None:
 
 def test_the_cycle_finder_finds_a_circle() -> None:
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
+
+
+# The layers of docs/architecture.md, lowest first. A module's layer is the
+# longest entry below that is the module or one of its packages; a module may
+# import its own layer's modules and lower ones, never a higher layer's.
+# Anything not listed is an adapter (the top, ``crawlpace`` itself).
+LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("basics", (
+        "crawlpace._exceptions", "crawlpace._redact",
+        "crawlpace._clock", "crawlpace._bounded",
+        "crawlpace._jitter", "crawlpace._names",
+        "crawlpace._patterns", "crawlpace._user_agent",
+    )),
+    ("pure core", (
+        "crawlpace.policy", "crawlpace._board",
+        "crawlpace._config_types", "crawlpace._config_checks",
+    )),
+    ("settings", (
+        "crawlpace._config", "crawlpace._config_parse",
+        "crawlpace._config_scrapy", "crawlpace._blocks",
+        "crawlpace._effective", "crawlpace._ineffective",
+    )),
+    ("stores", (
+        "crawlpace.stores",
+    )),
+    ("edge logic", (
+        "crawlpace._feedback", "crawlpace._headers",
+        "crawlpace._header_values", "crawlpace._ratelimit",
+        "crawlpace._scopes", "crawlpace._manager",
+        "crawlpace._server_scopes", "crawlpace._resolver",
+        "crawlpace._fetchable", "crawlpace._robots",
+        "crawlpace._robots_cache", "crawlpace._stats",
+        "crawlpace._observer",
+    )),
+    ("facade", (
+        "crawlpace._throttler", "crawlpace._throttler_reports",
+        "crawlpace._waiting", "crawlpace._permit",
+        "crawlpace._release", "crawlpace._sync",
+        "crawlpace._learned", "crawlpace._learning",
+    )),
+    ("schedulers", (
+        "crawlpace.frontier",
+    )),
+    ("adapters", (
+        "crawlpace",
+    )),
+)
+
+
+def layer_of(module: str) -> int:
+    """The index in :data:`LAYERS` of ``module`` (a dotted name, ``crawlpace.`` included)."""
+    best, best_len = len(LAYERS) - 1, -1
+    for index, (_, prefixes) in enumerate(LAYERS):
+        for prefix in prefixes:
+            if (module == prefix or module.startswith(prefix + ".")) and len(prefix) > best_len:
+                best, best_len = index, len(prefix)
+    return best
+
+
+def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
+    found = []
+    for name, targets in sorted(graph.items()):
+        for target in sorted(targets):
+            if layer_of(target) > layer_of(name):
+                found.append(f"{name} ({LAYERS[layer_of(name)][0]}) imports {target} "
+                             f"({LAYERS[layer_of(target)][0]})")
+    return found
+
+
+def test_the_layer_table_reads_paths() -> None:
+    names = [LAYERS[layer_of(module)][0] for module in
+             ("crawlpace.policy.scope", "crawlpace._config", "crawlpace.stores.redis",
+              "crawlpace._scopes", "crawlpace._throttler", "crawlpace.frontier._scheduler",
+              "crawlpace.crawl._job", "crawlpace", "crawlpace._config_types")]
+    assert names == ["pure core", "settings", "stores", "edge logic", "facade", "schedulers",
+                     "adapters", "adapters", "pure core"]
+
+
+def test_imports_point_down_the_layers() -> None:
+    assert _upward_imports(_graph()) == []
+
+
+def test_an_upward_import_is_caught() -> None:
+    assert _upward_imports({"crawlpace.policy.scope": {"crawlpace._config"}}) == [
+        "crawlpace.policy.scope (pure core) imports crawlpace._config (settings)"]
+
+
+def test_the_frontier_uses_the_stores_public_api() -> None:
+    reaches = {target for name, targets in _graph().items() if name.startswith("crawlpace.frontier.")
+               for target in targets if target.startswith("crawlpace.stores._")}
+    # _keys names the Redis keys every shared part (store, frontier, guard) lives under.
+    assert reaches <= {"crawlpace.stores._keys"}
+
+
+def test_one_shared_poll() -> None:
+    defined = [path.relative_to(ROOT).as_posix() for path in sorted(ROOT.rglob("*.py"))
+               if "\nSHARED_POLL = " in path.read_text(encoding="utf-8")]
+    assert defined == ["_board.py"]

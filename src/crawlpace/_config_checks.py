@@ -7,6 +7,7 @@ can go on and report every problem in one :class:`ConfigError`.
 from __future__ import annotations
 
 import difflib
+import importlib
 import math
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
@@ -14,7 +15,18 @@ from typing import Any
 from ._exceptions import ConfigError
 from ._jitter import HALF_JITTER, NO_JITTER, Jitter
 
-__all__ = ["Checker", "kind_of", "parse_jitter", "unknown_key_message"]
+__all__ = ["Checker", "import_object", "kind_of", "parse_jitter", "unknown_key_message"]
+
+def import_object(path: str) -> Any:
+    """Import ``module.attr`` from a dotted path.
+
+    Raises:
+        ImportError: when the module cannot be imported.
+        AttributeError: when the module has no such attribute.
+        ValueError: when the path has no module part.
+    """
+    module_name, _, attr = path.rpartition(".")
+    return getattr(importlib.import_module(module_name), attr)
 
 
 def kind_of(value: object) -> str:

@@ -20,7 +20,7 @@ __all__ = ["DICT_MEMBER", "MEMBER", "NUMBER", "OWS", "Item", "clamp", "http_date
            "parse_delay", "parse_duration", "parse_items", "parse_limit_and_window", "parse_number",
            "parse_positive", "parse_reset", "parse_retry_after", "parse_timestamp"]
 
-_log = logging.getLogger("crawlpace._headers")  # its log lines, as before the move
+_log = logging.getLogger("crawlpace._headers")  # named in docs/concepts/server-hints.md
 
 OWS = " \t\r\n"
 

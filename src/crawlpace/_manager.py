@@ -15,6 +15,7 @@ from typing import Any, Protocol, runtime_checkable
 from ._exceptions import ConfigError
 from ._feedback import default_response_backoff, default_response_delay
 from ._scopes import ScopesSpec, default_scopes, import_object
+from .policy.scope_manager import load_scope_manager  # the stores load scope managers too
 
 __all__ = ["ThrottlingManager", "ThrottlingManagerProtocol", "load_manager", "load_scope_manager",
            "scopes_without_await"]
@@ -95,22 +96,3 @@ def load_manager(path: str) -> ThrottlingManagerProtocol:
                            "see docs/concepts/scopes.md"])
     return manager
 
-
-def load_scope_manager(path: str) -> type[Any]:
-    """Import a scope manager class (``THROTTLING_SCOPE_MANAGER`` or a scope's ``manager``).
-
-    Raises:
-        ConfigError: when the path cannot be imported or names no scope manager.
-    """
-    try:
-        target = import_object(path)
-    except (ImportError, AttributeError, ValueError) as exc:
-        raise ConfigError([f"THROTTLING_SCOPE_MANAGER: cannot import {path!r} ({exc}); give the "
-                           "import path of a scope manager class"]) from exc
-    needed = ("feedback", "adjust", "wake_at", "is_idle")
-    missing = [name for name in needed if not callable(getattr(target, name, None))]
-    if not isinstance(target, type) or missing:
-        raise ConfigError([f"THROTTLING_SCOPE_MANAGER: {path!r} is not a scope manager class "
-                           f"(missing: {', '.join(missing) or 'a class'}); subclass "
-                           "crawlpace.ThrottlingScopeManager"])
-    return target

@@ -11,7 +11,6 @@ other way; :func:`scope_cache` and :func:`add_scope` help writing one.
 from __future__ import annotations
 
 import functools
-import importlib
 import math
 import weakref
 from collections import OrderedDict
@@ -19,7 +18,9 @@ from collections.abc import Callable, Coroutine, Iterable, Mapping, Set
 from typing import Any, Protocol, TypeAlias, TypeVar, runtime_checkable
 from urllib.parse import urlsplit
 
+from ._config_checks import import_object
 from ._exceptions import ScopeError
+from .policy.admission import Demand  # defined in the pure core, where the stores read it
 
 __all__ = [
     "Demand",
@@ -34,9 +35,6 @@ __all__ = [
 
 #: What a request or a manager may give as scopes.
 ScopesSpec: TypeAlias = str | Iterable[str] | Mapping[str, float]
-#: One scope a request counts against, with the quota it is expected to use.
-Demand: TypeAlias = tuple[str, float]
-
 META_KEY = "throttling_scopes"
 
 
@@ -152,17 +150,6 @@ def default_scopes(request: Any) -> ScopesSpec:
             return spec  # type: ignore[no-any-return]
     return host_scope(request_url(request))
 
-
-def import_object(path: str) -> Any:
-    """Import ``module.attr`` from a dotted path.
-
-    Raises:
-        ImportError: when the module cannot be imported.
-        AttributeError: when the module has no such attribute.
-        ValueError: when the path has no module part.
-    """
-    module_name, _, attr = path.rpartition(".")
-    return getattr(importlib.import_module(module_name), attr)
 
 
 M = TypeVar("M")

@@ -18,7 +18,7 @@ from .stores.base import Lease, LocalStore, Outcome, Store
 __all__ = ["GiveUpHook", "ThrottlerReports"]
 
 # Log as the throttler: users filter on that name, and this is part of it.
-logger = logging.getLogger("crawlpace._throttler")
+logger = logging.getLogger("crawlpace._throttler")  # the throttler's notes at close (test_ineffective)
 
 #: Called with the scope and the reason when the circuit breaker gives a scope up.
 GiveUpHook = Callable[[str, str], None]

@@ -42,7 +42,7 @@ from .stores.base import NO_OUTCOME, Blocked, Lease, LocalStore, Store
 __all__ = ["WaitingRoom"]
 
 # Log as the throttler: users filter on that name, and the room is part of it.
-logger = logging.getLogger("crawlpace._throttler")
+logger = logging.getLogger(__name__)
 
 
 class _Waiter:

@@ -15,7 +15,7 @@ from ..frontier._scheduler import Task
 
 __all__ = ["REDIRECTS", "Answer", "redirect_target", "transient"]
 
-_log = logging.getLogger("crawlpace.crawl._job")  # its lines keep the job's logger
+_log = logging.getLogger(__name__)
 
 #: The statuses whose ``Location`` is followed.
 REDIRECTS = frozenset({301, 302, 303, 307, 308})

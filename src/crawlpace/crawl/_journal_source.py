@@ -21,7 +21,7 @@ from ._source import JobParts, RobotsShare, host_or_blank
 
 __all__ = ["JournalSource"]
 
-_log = logging.getLogger("crawlpace.crawl._job")  # its lines keep the job's logger
+_log = logging.getLogger(__name__)
 
 
 class JournalSource:

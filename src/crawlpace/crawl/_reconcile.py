@@ -22,7 +22,7 @@ from ._result_line import FINAL_OUTCOMES
 
 __all__ = ["Reconciled", "reconcile"]
 
-_log = logging.getLogger("crawlpace.crawl._results")  # its log lines, as before the move
+_log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True, slots=True)

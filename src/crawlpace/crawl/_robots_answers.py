@@ -32,13 +32,14 @@ from ._source import JobParts, RobotsShare
 
 __all__ = ["RobotsAnswers"]
 
-_log = logging.getLogger("crawlpace.crawl._job")  # its lines keep the job's logger
+_log = logging.getLogger(__name__)
 
 #: Seconds one worker holds the right to fetch a site's robots.txt for the fleet; should it store
 #: no answer by then (it died, or its fetch was dropped), the next worker to ask fetches it.
 SHARED_HOLD = 30.0
-#: Seconds between two looks for the copy another worker is fetching.
-SHARED_POLL = 0.2
+#: Seconds between two looks for the robots.txt copy another worker is fetching. Not the board's
+#: ``SHARED_POLL`` (0.05 s, a look at a full scope's queue): a copy takes a whole fetch to appear.
+COPY_POLL = 0.2
 
 
 class RobotsAnswers:
@@ -89,7 +90,7 @@ class RobotsAnswers:
                 self._fetching.add(origin)
                 job.scheduler.push(fetch, front=True)
                 return
-            await job.throttler.clock.sleep(SHARED_POLL)
+            await job.throttler.clock.sleep(COPY_POLL)
 
     def settle(self, task: Task, answer: Answer, scopes: tuple[str, ...]) -> None:
         """The answer to robots.txt ``task``, fetched under ``scopes``."""

@@ -28,7 +28,7 @@ from ._tallies import ScopeTally, tally_of
 
 __all__ = ["JobOutcomes"]
 
-_log = logging.getLogger("crawlpace.crawl._job")  # the job's log lines, as before the move
+_log = logging.getLogger(__name__)
 
 
 class JobOutcomes:

@@ -22,7 +22,7 @@ from .._exceptions import CrawlpaceError
 __all__ = ["FORMAT_VERSION", "KIND", "SCHEMA", "SIDE_FILES", "JournalError", "acquire", "check_kind",
            "connect", "created_file", "opened_file", "txn"]
 
-_log = logging.getLogger("crawlpace.frontier._journal")  # the journal's log lines keep their logger
+_log = logging.getLogger(__name__)
 
 #: The layout version written into new journals; other versions are refused.
 FORMAT_VERSION = 1

@@ -40,8 +40,7 @@ from typing import Any
 from .._exceptions import ConfigError, ScopeError
 from .._fetchable import fetchable_scope
 from .._redact import redact
-from ..stores import _keys
-from ..stores._check import check_url
+from ..stores import _keys, check_url
 from ..stores.connection import (
     RedisConnection,
     cluster_flag,

@@ -36,7 +36,7 @@ from ._verify import BotVerifier, Resolver
 
 __all__ = ["DEFAULT_ALLOW", "GuardCore", "KeyFunction", "Scope", "Verdict", "network_of", "user_agent_class"]
 
-_log = logging.getLogger("crawlpace.guard")
+_log = logging.getLogger("crawlpace.guard")  # the public package's logger, named in docs/guard.md
 
 Scope = MutableMapping[str, Any]
 KeyFunction = Callable[[Scope], str]

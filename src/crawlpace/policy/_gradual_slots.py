@@ -45,7 +45,7 @@ from .signals import ScopeFeedback
 
 __all__ = ["GradualSlots", "applies", "in_force", "next_open"]
 
-logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
+logger = logging.getLogger("crawlpace.policy.scope")  # named in docs/concepts/ (autothrottle, breaker)
 
 
 def applies(enabled: bool, concurrency: int, delay: float, *, rampup: bool, autothrottle: bool) -> bool:

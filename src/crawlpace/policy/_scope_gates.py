@@ -11,7 +11,7 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from .._config import ScopeConfig
+from .._config_types import ScopeConfig
 from .._exceptions import QuotaError
 from .breaker import FIRST_PAUSE_SHARE, Breaker
 from .quota import QuotaBucket
@@ -20,7 +20,7 @@ from .signals import ScopeFeedback
 
 __all__ = ["ScopeGates"]
 
-logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines, as before the move
+logger = logging.getLogger("crawlpace.policy.scope")  # named in docs/concepts/ (autothrottle, breaker)
 
 _NEVER = float("-inf")
 

@@ -24,8 +24,12 @@ from __future__ import annotations
 
 import heapq
 from dataclasses import dataclass
+from typing import TypeAlias
 
-__all__ = ["Limits", "ScopeState"]
+__all__ = ["Demand", "Limits", "ScopeState"]
+
+#: One scope a request counts against, with the quota it is expected to use.
+Demand: TypeAlias = tuple[str, float]
 
 _NEVER = float("-inf")
 

@@ -40,6 +40,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ._shared_rules import refill
+
 __all__ = ["QuotaBucket", "QuotaSnapshot", "quota_share"]
 
 _NEVER = float("-inf")
@@ -151,10 +153,7 @@ class QuotaBucket:
 
     def remaining(self, now: float) -> float:
         """Credit available at ``now``; negative while a debt is being paid back."""
-        elapsed = now - self._at
-        if elapsed <= 0:
-            return self._credit
-        return min(self._capacity, self._credit + self._rate * elapsed)
+        return refill(self._credit, self._at, self._capacity, self._rate, now)
 
     def ready_at(self, now: float, use: float) -> float:
         """Return the earliest time a request of ``use`` units can be admitted.

@@ -23,7 +23,7 @@ import functools
 import logging
 import math
 
-from .._config import AutoThrottleConfig, ScopeConfig
+from .._config_types import AutoThrottleConfig, ScopeConfig
 from ._gradual_slots import GradualSlots, in_force
 from ._gradual_slots import applies as gradual_applies
 from ._scope_gates import ScopeGates

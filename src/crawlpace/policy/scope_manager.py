@@ -8,16 +8,18 @@ asks its manager for the limits after the configured ones.
 from __future__ import annotations
 
 import logging
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
-from .._config import ScopeConfig
+from .._config_checks import import_object
+from .._config_types import ScopeConfig
+from .._exceptions import ConfigError
 from .admission import Limits
 from .backoff import Backoff
 from .signals import ScopeFeedback
 
-__all__ = ["ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
+__all__ = ["ThrottlingScopeManager", "ThrottlingScopeManagerProtocol", "load_scope_manager"]
 
-logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines, as before the move
+logger = logging.getLogger("crawlpace.policy.scope")  # named in docs/concepts/ (autothrottle, breaker)
 
 _NEVER = float("-inf")
 _FOREVER = float("inf")
@@ -97,3 +99,22 @@ class ThrottlingScopeManager:
     def is_idle(self, now: float) -> bool:
         return self.backoff.level == 0 or now >= self.backoff.expires_at()
 
+
+def load_scope_manager(path: str) -> type[Any]:
+    """Import a scope manager class (``THROTTLING_SCOPE_MANAGER`` or a scope's ``manager``).
+
+    Raises:
+        ConfigError: when the path cannot be imported or names no scope manager.
+    """
+    try:
+        target = import_object(path)
+    except (ImportError, AttributeError, ValueError) as exc:
+        raise ConfigError([f"THROTTLING_SCOPE_MANAGER: cannot import {path!r} ({exc}); give the "
+                           "import path of a scope manager class"]) from exc
+    needed = ("feedback", "adjust", "wake_at", "is_idle")
+    missing = [name for name in needed if not callable(getattr(target, name, None))]
+    if not isinstance(target, type) or missing:
+        raise ConfigError([f"THROTTLING_SCOPE_MANAGER: {path!r} is not a scope manager class "
+                           f"(missing: {', '.join(missing) or 'a class'}); subclass "
+                           "crawlpace.ThrottlingScopeManager"])
+    return target

@@ -17,7 +17,7 @@ from .memory import MemoryStore
 REDIS_SCHEMES = frozenset({"redis", "rediss", "unix", "valkey", "valkeys"})
 
 __all__ = ["REDIS_SCHEMES", "Blocked", "Lease", "MemoryStore", "Outcome", "PolicyFactory", "ScopeSnapshot",
-           "Store", "open_store", "reach"]
+           "Store", "check_url", "open_store", "reach"]
 
 
 def open_store(url: str, settings: Settings, clock: Clock, rng: random.Random) -> Store:

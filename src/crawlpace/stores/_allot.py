@@ -41,14 +41,15 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from .._scopes import Demand
+from ..policy._shared_rules import LATENCY_WEIGHT  # the mean release.lua keeps
+from ..policy.admission import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from ._redis_lease import RedisLease
+from ._redis_parts import RedisParts
 from ._shared_policy import SharedPolicies
 from .base import Outcome
 
@@ -74,8 +75,6 @@ REFRESH_EVERY, REFRESH_SENDS, REFRESH_MOST = 0.05, 16, 0.5
 TRIM_AFTER, IDLE_AFTER = 0.1, 0.5
 #: Seconds a scope gets no new allotment after one was dropped by a refresh.
 COOLDOWN = 1.0
-# The moving mean of latencies, as release.lua keeps it: mean + WEIGHT * (latency - mean).
-_WEIGHT = 0.2
 _OK = ScopeFeedback(status=200)
 
 
@@ -123,7 +122,7 @@ class Allotment:
     errors: int = 0
     last_latency: str = ""
     latencies: int = 0
-    mean_step: float = 0.0  # the mean's added term after ``latencies`` values (a stored mean decays by 0.8^n)
+    mean_step: float = 0.0  # the mean's added term after n = ``latencies`` (a stored mean is times (1-w)^n)
     mean_first: float = 0.0  # the mean of these values alone (no stored mean yet)
 
     def count(self, outcome: Outcome) -> None:
@@ -135,8 +134,8 @@ class Allotment:
         latency = outcome.latency
         if latency is not None and latency >= 0.0:
             self.last_latency = repr(latency)
-            self.mean_step += _WEIGHT * (latency - self.mean_step)
-            self.mean_first = latency if not self.latencies else self.mean_first + _WEIGHT * (
+            self.mean_step += LATENCY_WEIGHT * (latency - self.mean_step)
+            self.mean_first = latency if not self.latencies else self.mean_first + LATENCY_WEIGHT * (
                 latency - self.mean_first)
             self.latencies += 1
 
@@ -166,15 +165,12 @@ class Allotments:
         idle: the idle seconds, as the scripts take them.
     """
 
-    def __init__(self, submit: Callable[[str, list[str], list[Any]], asyncio.Future[Any]],
-                 down: tuple[type[Exception], ...], keys_of: Callable[[str], tuple[str, str, str, str]],
-                 policies: Callable[[], SharedPolicies], drop: Callable[[str], None],
-                 now: Callable[[], float], server_now: Callable[[], float],
-                 sleep: Callable[[float], Awaitable[None]], now_text: Callable[[], str], lease: str,
-                 idle: str) -> None:
-        self._submit, self._down, self._keys_of, self._policies = submit, down, keys_of, policies
-        self._drop, self._now, self._server_now = drop, now, server_now
-        self._sleep, self._now_text, self._lease, self._idle = sleep, now_text, lease, idle
+    def __init__(self, parts: RedisParts) -> None:
+        self._submit, self._down, self._keys_of, self._policies = parts.submit, parts.down, parts.keys_of, \
+            parts.policies
+        self._drop, self._now, self._server_now = parts.stop_renewing, parts.now, parts.server_now
+        self._sleep, self._now_text = parts.sleep, parts.now_text
+        self._lease, self._idle = parts.lease_arg, parts.idle_arg
         self.scopes: dict[str, Allotment] = {}
         self._cooldown: dict[str, float] = {}
         self._keeper: asyncio.Task[None] | None = None

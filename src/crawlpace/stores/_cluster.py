@@ -31,6 +31,7 @@ from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit, urlunsplit
 
 from ._check import with_timeouts
+from ._script_args import ACQUIRE, RELEASE
 
 if TYPE_CHECKING:
     from redis.asyncio.cluster import RedisCluster
@@ -43,8 +44,8 @@ _ON = frozenset({"1", "yes", "true", "on"})
 _OFF = frozenset({"", "0", "no", "false", "off"})
 
 # Where the per-scope values start in each script's ARGV (0-based), and how many there are per scope.
-ACQUIRE_HEAD, ACQUIRE_EACH, ACQUIRE_KEYS = 5, 8, 3
-RELEASE_HEAD, RELEASE_EACH, RELEASE_KEYS = 4, 18, 4
+ACQUIRE_HEAD, ACQUIRE_EACH, ACQUIRE_KEYS = len(ACQUIRE.head), len(ACQUIRE.each), len(ACQUIRE.keys)
+RELEASE_HEAD, RELEASE_EACH, RELEASE_KEYS = len(RELEASE.head), len(RELEASE.each), len(RELEASE.keys)
 _ACQUIRE_HEAD, _ACQUIRE_EACH, _ACQUIRE_KEYS = ACQUIRE_HEAD, ACQUIRE_EACH, ACQUIRE_KEYS
 _RELEASE_HEAD, _RELEASE_EACH, _RELEASE_KEYS = RELEASE_HEAD, RELEASE_EACH, RELEASE_KEYS
 # Values per scope at the end of an acquire reply in "undo" mode.

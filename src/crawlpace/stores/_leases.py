@@ -17,7 +17,7 @@ from .._redact import redact
 
 __all__ = ["LeaseRenewer"]
 
-logger = logging.getLogger("crawlpace.stores.connection")  # its log lines, as before the move
+logger = logging.getLogger(__name__)
 
 
 class _Server(Protocol):

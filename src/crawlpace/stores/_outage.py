@@ -14,7 +14,7 @@ import math
 
 from .._clock import Clock
 from .._redact import redact
-from .._scopes import Demand
+from ..policy.admission import Demand
 from .base import Blocked, Lease
 from .connection import Retry
 from .memory import MemoryStore

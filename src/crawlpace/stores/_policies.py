@@ -14,8 +14,8 @@ from collections.abc import Callable
 
 from .._config import ScopeConfig, Settings
 from .._exceptions import PolicyFormatError, StateFormatError
-from .._manager import load_scope_manager
 from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
+from ..policy.scope_manager import load_scope_manager
 from ..policy.state import StateValue, decode, encode, export_state, restore_state
 
 __all__ = ["PolicyFactory", "PolicyFormatError", "dump_policy", "is_fresh", "load_policy"]

@@ -20,7 +20,7 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._scopes import Demand
+from ..policy.admission import Demand
 from ._shared_policy import SharedPolicies, quota_args
 from ._writeback import PolicyWriter
 from .base import Blocked

@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import logging
-from collections.abc import Awaitable, Callable, Coroutine
+from collections.abc import Callable, Coroutine
 from typing import Any
 
 from .._redact import redact
@@ -34,6 +34,8 @@ from ._outage import Outage
 from ._pending import PendingRelease, ReleaseQueue
 from ._policies import PolicyFactory, is_fresh
 from ._redis_lease import RedisLease
+from ._redis_parts import RedisParts
+from ._script_args import RELEASE
 from ._shared_policy import SharedPolicies
 from ._writeback import PolicyWriter
 from .base import Outcome
@@ -135,23 +137,20 @@ class ReleaseSender:
         sleep: this worker's sleep.
     """
 
-    def __init__(self, url: str, connection: RedisConnection, writer: PolicyWriter, outage: Outage,
-                 slots: _cluster.SlotAdmission | None,
-                 run: Callable[[str, list[str], list[Any]], Awaitable[Any]],
-                 now_arg: Callable[[], Awaitable[str]], connect: Callable[[], Awaitable[None]],
-                 now: Callable[[], float], sleep: Callable[[float], Awaitable[None]]) -> None:
-        self._url = url
+    def __init__(self, parts: RedisParts, connection: RedisConnection, writer: PolicyWriter, outage: Outage,
+                 slots: _cluster.SlotAdmission | None) -> None:
+        self._url = parts.url
         self._conn = connection
         self._writer = writer
         self._outage = outage
         self._slots = slots
-        self._run = run
-        self._now_arg = now_arg
-        self._connect = connect
+        self._run = parts.run
+        self._now_arg = parts.now_arg
+        self._connect = parts.connect
         self._down = connection.down
         self._settling: set[asyncio.Task[None]] = set()
         #: Releases that could not reach the server, sent again when it answers.
-        self.unreleased = ReleaseQueue(self._resend, self._down, now, sleep)
+        self.unreleased = ReleaseQueue(self._resend, self._down, parts.now, parts.sleep)
 
     def send_nowait(self, item: PendingRelease) -> bool:
         """Queue a release at once when nothing stands before it; False if :meth:`send` must do it.
@@ -254,7 +253,7 @@ class ReleaseSender:
         """Send a release that failed: its outcome counts only where its lease is still held."""
         _lease, _keys, args, _pending = item.payload
         for index in range(int(args[_cluster.RELEASE_HEAD - 1])):
-            args[_cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index + 1] = "2"
+            args[RELEASE.at(index, "free")] = "2"
         await self._send_now(item)
 
     async def _send_now(self, item: PendingRelease) -> None:

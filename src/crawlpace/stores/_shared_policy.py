@@ -21,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .._exceptions import QuotaError
+from ..policy._shared_rules import GAP_WEIGHT
 from ..policy.scope import ScopePolicy
 from ._policies import PolicyFactory, PolicyFormatError, dump_policy, load_policy
 
@@ -33,8 +34,6 @@ DEFAULT_LIMIT = 10_000
 #: A scope seen sending within this many of this worker's own spacings between its sends
 #: of the scope is taken to be sending still (see :meth:`SharedPolicies.sends_at`).
 SEEN_HORIZON = 2.0
-#: Weight of the newest spacing between this worker's sends of a scope in their mean.
-_SEEN_WEIGHT = 0.25
 
 
 @dataclass(slots=True)
@@ -147,7 +146,7 @@ class SharedPolicies:
             return
         if cached.seen != -math.inf:
             spacing, mean = at - cached.seen, cached.every
-            cached.every = spacing if mean is None else mean + _SEEN_WEIGHT * (spacing - mean)
+            cached.every = spacing if mean is None else mean + GAP_WEIGHT * (spacing - mean)
         cached.seen, cached.seen_gap = at, gap
 
     def sends_at(self, scope: str, now: float, gap: float | None, last: float) -> tuple[float | None, float]:

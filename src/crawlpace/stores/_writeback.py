@@ -15,11 +15,12 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from .._scopes import Demand
+from ..policy.admission import Demand
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
-from . import _cluster
 from ._redis_lease import RedisLease
+from ._redis_parts import RedisParts
+from ._script_args import RELEASE
 from ._shared_policy import Cached, SharedPolicies
 
 __all__ = ["WRITE_TRIES", "PolicyWriter"]
@@ -45,16 +46,14 @@ class PolicyWriter:
         idle: seconds a scope's keys live without use.
     """
 
-    def __init__(self, policies: SharedPolicies, run: Run, now_arg: Callable[[], Awaitable[str]],
-                 server_now: Callable[[], float], keys: Callable[[str], tuple[str, str, str, str]],
-                 fetch: Callable[[str], Awaitable[bytes | None]], idle: int) -> None:
+    def __init__(self, policies: SharedPolicies, parts: RedisParts) -> None:
         self.policies = policies
-        self._run = run
-        self._now_arg = now_arg
-        self._server_now = server_now
-        self._keys = keys
-        self._fetch = fetch
-        self.idle = idle
+        self._run = parts.run
+        self._now_arg = parts.now_arg
+        self._server_now = parts.server_now
+        self._keys = parts.keys_of
+        self._fetch = parts.fetch_blob
+        self.idle = parts.idle
         #: Outcomes not written back because other workers kept updating the scope first.
         self.unshared = 0
 
@@ -90,8 +89,8 @@ class PolicyWriter:
             if index not in pending:
                 continue
             if result in (b"ok", "ok"):
-                base = _cluster.RELEASE_HEAD + _cluster.RELEASE_EACH * index
-                self.policies.written(lease.demands[index][0], int(args[base + 5]), args[base + 6])
+                self.policies.written(lease.demands[index][0], int(args[RELEASE.at(index, "version")]),
+                                      args[RELEASE.at(index, "policy_blob")])
             else:
                 beaten[index] = int(result)
         return beaten

@@ -15,7 +15,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Protocol, runtime_checkable
 
-from .._scopes import Demand
+from ..policy.admission import Demand
 from ..policy.rampup import RampupStats
 from ..policy.signals import ScopeFeedback
 

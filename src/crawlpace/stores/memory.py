@@ -20,8 +20,8 @@ import random
 from .._clock import Clock
 from .._config import ScopeConfig, Settings
 from .._exceptions import ScopeGivenUp
-from .._scopes import Demand
-from ..policy.admission import ScopeState
+from ..policy._shared_rules import LATENCY_WEIGHT
+from ..policy.admission import Demand, ScopeState
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
 from ..policy.tally import SuccessTally, count_success, tally_is_idle
@@ -33,8 +33,6 @@ __all__ = ["MemoryStore"]
 
 logger = logging.getLogger(__name__)
 
-# Weight of the newest sample in the mean latency (an exponential moving average).
-_LATENCY_WEIGHT = 0.2
 # Sweep idle scopes after this many admissions, at the least.
 _SWEEP_MIN = 4096
 
@@ -94,7 +92,7 @@ class _Scope(ScopeState):
         if latency is not None and latency >= 0.0:
             self.last_latency = latency
             mean = self.mean_latency
-            self.mean_latency = latency if mean is None else mean + _LATENCY_WEIGHT * (latency - mean)
+            self.mean_latency = latency if mean is None else mean + LATENCY_WEIGHT * (latency - mean)
 
 
 class MemoryStore:

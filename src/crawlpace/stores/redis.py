@@ -39,7 +39,7 @@ from .._clock import Clock
 from .._config import Settings
 from .._exceptions import ConfigError, ScopeGivenUp, StoreUnreachable
 from .._redact import redact
-from .._scopes import Demand
+from ..policy.admission import Demand
 from . import _cluster, _fallback, _keys
 from ._allot import Allotments
 from ._lua import load_scripts
@@ -49,6 +49,7 @@ from ._policies import PolicyFactory
 from ._redis_admit import acquire_call, blocked, door_open, granted, learn_versions, pass_doors, sooner
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
+from ._redis_parts import RedisParts
 from ._redis_release import ReleaseSender, release_call
 from ._redis_snapshot import fetch_snapshot
 from ._shared_policy import SharedPolicies
@@ -128,8 +129,6 @@ class RedisStore:
         # Idle scopes expire, but not before any delay they hold could have run out.
         self.idle = int(max(3600.0, 10.0 * longest))
         self._lease_arg, self._idle_arg = repr(self.lease), str(self.idle)  # as the scripts take them
-        self._writer = PolicyWriter(self._policies, self._run, self._now_arg, self._server_now, self._keys,
-                                    self._fetch_blob, self.idle)
         self._conn = RedisConnection(self._url, _SCRIPTS, cluster=self.cluster)
         self._down = self._conn.down
         self._offset = 0.0  # server time minus this worker's clock
@@ -137,6 +136,13 @@ class RedisStore:
         self._renewer = LeaseRenewer(self._conn, clock.sleep, lambda: self._server_now() + self.lease,
                                      self.lease / 3.0, lambda scope: self._keys(scope)[1])
         self._held = self._renewer.held  # lease id -> scope names, for renewal
+        parts = RedisParts(url=self._url, keys_of=self._keys, policies=lambda: self._policies, run=self._run,
+                           submit=self._conn.submit, down=self._down, fetch_blob=self._fetch_blob,
+                           connect=self._connect, now=clock.now, server_now=self._server_now,
+                           now_arg=self._now_arg, now_text=self._now_text, sleep=clock.sleep,
+                           stop_renewing=self._renewer.drop, idle=self.idle, idle_arg=self._idle_arg,
+                           lease_arg=self._lease_arg)
+        self._writer = PolicyWriter(self._policies, parts)
         self._ids = itertools.count()
         self._worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
         # While the server is unreachable, admissions go to a memory store instead (fallback=memory), if set.
@@ -148,15 +154,11 @@ class RedisStore:
         if self.cluster:
             self._slots = _cluster.SlotAdmission(self._run, self._now_arg, self._clock.now, self._held,
                                                  self._renewer.start)
-        self._releases = ReleaseSender(self._url, self._conn, self._writer, self._outage, self._slots,
-                                       self._run, self._now_arg, self._connect, self._clock.now,
-                                       self._clock.sleep)
+        self._releases = ReleaseSender(parts, self._conn, self._writer, self._outage, self._slots)
         self._unreleased = self._releases.unreleased
         # Slots of busy plain scopes kept by this worker between requests (``_allot.py``; ``allot=0``: none).
         self._allotting = options.allot and not self.cluster
-        self._allot = Allotments(self._conn.submit, self._down, self._keys, lambda: self._policies,
-                                 self._renewer.drop, clock.now, self._server_now,
-                                 clock.sleep, self._now_text, self._lease_arg, self._idle_arg)
+        self._allot = Allotments(parts)
 
     @property
     def url(self) -> str:

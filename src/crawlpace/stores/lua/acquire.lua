@@ -25,7 +25,12 @@
 --   were out when a request was refused on arrival (a server that limits requests in
 --   flight), then per scope the seconds since the scope's previous send ("" for none),
 --   which rampup's quick start weighs more than the mean gap does.
--- `now` and `num` come from clock.lua, prepended when the script is loaded.
+-- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
+-- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
+-- ARGV layout (stores/_script_args.py):
+--   head: now lease_id lease_seconds idle_seconds scope_count
+--   each scope: concurrency delay delay_per_slot floor jitter_factor quota_use quota_capacity quota_rate
+--   tail: mode
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local mode = ARGV[6 + 8 * n] or ""
 local ready, state = {}, {}
@@ -147,7 +152,7 @@ for i = 1, n do
     if s[25] > last and s[25] <= now then from = s[25] end
     local g = now - from
     spaced[i] = string.format("%.12g", g)
-    if sent_gap then g = tonumber(sent_gap) + 0.25 * (g - tonumber(sent_gap)) end
+    if sent_gap then g = tonumber(sent_gap) + GAP_WEIGHT * (g - tonumber(sent_gap)) end
     gaps[i] = string.format("%.12g", g)  -- a spacing: 12 digits are plenty, and cheaper than 17
     set[#set + 1] = "gap"
     set[#set + 1] = gaps[i]
@@ -164,12 +169,7 @@ for i = 1, n do
   if s[12] then redis.call("HSET", a, "probe", id) end
   if s[14] and s[13] > 0 then
     local qcap, qrate, credit, qa = s[14], s[15], s[16], s[17]
-    if not (credit and qa) then
-      credit, qa = qcap, now
-    elseif now > qa then
-      credit = math.min(qcap, credit + qrate * (now - qa))
-      qa = now
-    end
+    credit, qa = refill(credit, qa, qcap, qrate, now)
     redis.call("HSET", a, "qc", num(credit - s[13]), "qa", num(qa))
   end
   if s[11] then

@@ -8,7 +8,7 @@
 --   version the allotment was formed under, 5 sends made from it since the
 --   last refresh and 6 the latest one's time, 7 responses and 8 errors among
 --   their outcomes, 9 the latest latency ("" for none), 10 latencies counted,
---   11 and 12 their moving mean's two terms (the mean becomes 0.8^n x mean +
+--   11 and 12 their moving mean's two terms (the mean becomes (1 - LATENCY_WEIGHT)^n x mean +
 --   ARGV[11], or ARGV[12] when no mean is stored yet), 13 the count g of
 --   members given back, then g member ids to free, then the ids of the
 --   members the worker keeps (renewed).
@@ -16,7 +16,11 @@
 --   the worker must give back the members it keeps (the policy was written
 --   since, the scope holds a delay, a hold, a breaker pause, or is more than
 --   half full); lost: kept members whose lease had expired.
--- `now` and `num` come from clock.lua, prepended when the script is loaded.
+-- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
+-- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
+-- ARGV layout (stores/_script_args.py):
+--   head: now lease_seconds idle_seconds version sends last_send responses errors latency latencies mean_step mean_first given_back_count
+--   tail: given_back_ids... kept_ids...
 local a, l = KEYS[1], KEYS[2]
 local lease, idle, ngive = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[13])
 if ngive > 0 then redis.call("ZREM", l, unpack(ARGV, 14, 13 + ngive)) end
@@ -37,7 +41,7 @@ if resp > 0 or errs > 0 or nlat > 0 then
   r, e = tonumber(r) + resp, tonumber(e) + errs
   if nlat > 0 then
     local m = tonumber(mean)
-    if m then m = 0.8 ^ nlat * m + tonumber(ARGV[11]) else m = tonumber(ARGV[12]) end
+    if m then m = (1 - LATENCY_WEIGHT) ^ nlat * m + tonumber(ARGV[11]) else m = tonumber(ARGV[12]) end
     last, mean = lat, string.format("%.6g", m)
   end
   set[#set + 1] = "o"

@@ -22,7 +22,12 @@
 -- Returns {"", result...} (the first value is a place holder: formatting "now"
 --   cost more than anything read it for): per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
--- `now` and `num` come from clock.lua, prepended when the script is loaded.
+-- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
+-- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
+-- ARGV layout (stores/_script_args.py):
+--   head: now lease_id idle_seconds scope_count
+--   each scope: slot_ready free add_response add_error latency version policy_blob concurrency delay delay_per_slot floor hold_until generation given_up breaker_pause quota_capacity quota_rate quota_charge
+--   tail: mean_gap
 local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
 local set_gap = ARGV[5 + 18 * n]
 -- Each argument costs the server more than a short loop here: callers leave the empty tail out.
@@ -72,7 +77,7 @@ for i = 1, n do
     if lat ~= "" then
       local m = tonumber(mean)
       local x = tonumber(lat)
-      if m then m = m + 0.2 * (x - m) else m = x end
+      if m then m = m + LATENCY_WEIGHT * (x - m) else m = x end
       -- Six digits: a smaller hash, and a cheaper format than every digit (it is only shown).
       last, mean = lat, string.format("%.6g", m)
     end
@@ -87,12 +92,7 @@ for i = 1, n do
     local qrate = tonumber(ARGV[base + 17])
     local q = redis.call("HMGET", a, "qc", "qa")
     local credit, qa = tonumber(q[1]), tonumber(q[2])
-    if not (credit and qa) then
-      credit, qa = qcap, now
-    elseif now > qa then
-      credit = math.min(qcap, credit + qrate * (now - qa))
-      qa = now
-    end
+    credit, qa = refill(credit, qa, qcap, qrate, now)
     redis.call("HSET", a, "qc", num(math.min(qcap, credit - qdelta)), "qa", num(qa))
   end
   local result = "ok"

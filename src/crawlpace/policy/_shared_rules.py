@@ -1,0 +1,51 @@
+"""The rules both the Python side and the Redis store's Lua scripts apply, defined once here.
+
+The memory store, the allotments and the policies use these names; the Lua
+scripts get them from :func:`lua_prelude`, which ``stores/_lua.py`` prepends
+to every script that reads the time when the scripts are loaded, so a value
+changed here changes on both sides. ``tests/test_script_args.py`` runs the
+Lua arithmetic on a real server and compares it with the Python functions.
+"""
+
+from __future__ import annotations
+
+__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "lua_prelude", "refill"]
+
+#: Weight of the newest latency in a scope's mean latency (an exponential moving
+#: average): the memory store, a Redis release (``release.lua``) and an allotment's
+#: refresh (``allot.lua``, which folds n latencies at once as ``(1 - w)^n``).
+LATENCY_WEIGHT = 0.2
+#: Weight of the newest spacing between a scope's sends in their mean gap: rampup's
+#: measured send rate, the Redis admission (``acquire.lua``) and a worker's view of
+#: its own sends (``stores/_shared_policy.py``).
+GAP_WEIGHT = 0.25
+
+
+def refill(credit: float, at: float, capacity: float, rate: float, now: float) -> float:
+    """The credit at ``now`` of a token bucket that held ``credit`` at time ``at``.
+
+    It grows by ``rate`` per second, up to ``capacity``; asked at or before
+    ``at``, the credit is as stored (a debt included).
+    """
+    if now <= at:
+        return credit
+    return min(capacity, credit + rate * (now - at))
+
+
+# The Lua of refill(): nil state (no credit or time stored) is a full bucket as of now.
+# Returns the credit and its time, as policy/quota.py's _settle leaves them.
+_REFILL_LUA = """\
+local function refill(credit, at, capacity, rate, now)
+  if not (credit and at) then return capacity, now end
+  if now > at then return math.min(capacity, credit + rate * (now - at)), now end
+  return credit, at
+end
+"""
+
+
+def lua_prelude() -> str:
+    """The Lua lines that define these rules for a script (prepended at load time)."""
+    return (f"-- Generated from crawlpace/policy/_shared_rules.py when the script is loaded.\n"
+            f"local LATENCY_WEIGHT = {LATENCY_WEIGHT!r}\n"
+            f"local GAP_WEIGHT = {GAP_WEIGHT!r}\n"
+            + _REFILL_LUA)
