@@ -298,7 +298,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if manager is not None or (feedback.backoff and rampup is None):
             # With rampup on, rampup answers pushback; a custom manager still adjusts the result.
             manager = self.ensure_manager()
-            manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
+            if type(manager).feedback is ThrottlingScopeManager.feedback:  # the default backoff measures the pace
+                manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base,
+                                 sent_at=sent_at, inflight=inflight)
+            else:
+                manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
         self.generation = (manager.generation if manager is not None else 0) + ramp_generation
         self.refresh(now)
         return self._breaker_outcome(now, feedback, sent_at)

@@ -68,17 +68,29 @@ class ThrottlingScopeManager:
         """The backoff generation."""
         return self.backoff.generation
 
-    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
+    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits,
+                 sent_at: float | None = None, inflight: int | None = None) -> None:
+        """Take one outcome; ``sent_at`` and ``inflight`` (when the store knows them) measure the pace
+        a first refusal came at, before the backoff has answers of its own to measure it by."""
         backoff = self.backoff
         if feedback.backoff:
-            if backoff.on_backoff(now, generation, base.delay, base.concurrency):
+            round_trip = None if sent_at is None else now - sent_at
+            if backoff.on_backoff(now, generation, base.delay, base.concurrency, round_trip=round_trip,
+                                  inflight=inflight):
                 cause = "a failed request" if feedback.status is None else f"status {feedback.status}"
-                logger.info("scope %s: backing off after %s, level %d: delay %.2fs, concurrency %d",
-                            self.scope, cause, backoff.level, backoff.delay(),
-                            backoff.concurrency(base.concurrency))
-        elif feedback.status is not None and not feedback.failed and backoff.on_success(now):
-            logger.info("scope %s: recovering, level %d: delay %.2fs", self.scope, backoff.level,
-                        max(base.delay, backoff.delay()))
+                logger.info("scope %s: backing off after %s, level %d: delay %.3fs, concurrency %d "
+                            "(pushback at %.3fs between sends)", self.scope, cause, backoff.level,
+                            backoff.delay(), backoff.concurrency(base.concurrency), backoff.ceiling)
+        elif feedback.status is not None and not feedback.failed:
+            level = backoff.level
+            if backoff.on_success(now, current=generation == backoff.generation):
+                if backoff.level == 0:
+                    logger.info("scope %s: backoff over, back to the configured delay %.3fs", self.scope,
+                                base.delay)
+                else:
+                    logger.log(logging.INFO if backoff.level != level else logging.DEBUG,
+                               "scope %s: recovering, level %d: delay %.3fs%s", self.scope, backoff.level,
+                               max(base.delay, backoff.delay()), " (probing)" if backoff.probing else "")
 
     def adjust(self, base: Limits, now: float) -> Limits:
         backoff = self.backoff

@@ -67,7 +67,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
           "server_concurrency", "opened", "opened_good", "opened_threshold", "opened_good_sent"),
     # The default scope manager's backoff.
-    "b": ("level", "generation", "anchor", "last_feedback", "last_change", "tail"),
+    "b": ("level", "generation", "anchor", "last_feedback", "last_change", "interval", "ceiling", "good",
+          "answers", "answers_good", "probing", "probe_misses", "probe_hits"),
     "a": ("delay",),  # AutoThrottle
     "q": ("_credit", "_at"),  # the quota bucket
     "k": ("_state", "_open_until", "_half_open_since", "_probe_out", "_buckets", "_total", "_failed",
