@@ -208,7 +208,7 @@ async def test_backed_off_scope_survives_eviction(clock: MockClock,
     store: Any = throttler.store
     assert store.evict_idle() == 0  # the backoff still matters
     assert await delay_of(throttler) == 2.0
-    clock.advance(400.0)  # level 2 and level 1's tail of 5 steps, x 60 s since the last change: forgotten
+    clock.advance(600.0)  # (level 1 + 8 probe waits) x 60 s since the last change: forgotten
     assert store.evict_idle() == 1
     assert await throttler.scope_stats("example.com") is None
 

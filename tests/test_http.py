@@ -109,7 +109,7 @@ async def test_exhausted_retries_return_the_last_backoff_response(
     assert clock.now() == 3.0
     stats = await throttler.scope_stats(HOST)
     assert stats is not None
-    assert stats.backoff == 3
+    assert stats.generation == 3  # each refusal cut the pace once
 
 
 async def test_a_status_outside_the_backoff_codes_is_not_retried(

@@ -48,8 +48,11 @@ Feedback does not compound. Every cut starts a new *generation*, and only
 feedback from a request sent under the current generation may take the next
 step: ten 429s answering one burst of ten requests count once, and only
 answers to requests sent at the current pace count as evidence for the climb.
-A scope left idle keeps its state until ``(level + 1) * window`` after the
-last change; then it is dropped, which the store's eviction of idle scopes
+A server's hold (``Retry-After``) counts in the measure like any silence: what
+a server lets through over a span that includes the holds it imposed is what
+it allows in the long run, and a server that punishes a refusal with long
+holds is thereby approached more carefully. A scope left idle
+keeps its state until ``(level + PROBE_WAITS) * window`` after the last change; then it is dropped, which the store's eviction of idle scopes
 relies on.
 """
 
@@ -294,7 +297,8 @@ class Backoff:
         """When an idle scope's backoff is forgotten (``-inf`` at level 0)."""
         if self.level == 0:
             return _NEVER
-        return max(self.last_feedback, self.last_change) + (self.level + 1) * self.window
+        # A scope between two probes is not idle: its longest wait is PROBE_WAITS windows.
+        return max(self.last_feedback, self.last_change) + (self.level + PROBE_WAITS) * self.window
 
     def settle(self, now: float) -> bool:
         """Forget the backoff of a scope idle long enough.
