@@ -293,6 +293,15 @@ class Backoff:
             self.probe_hits = 0
         return True
 
+    def forgive(self, now: float) -> None:
+        """Forget the backoff: its cuts answered errors judged not about load (``_load_errors``)."""
+        self.level = 0
+        self.interval = self.ceiling = 0.0
+        self.probing = False
+        self.probe_misses = self.probe_hits = 0
+        self.good = 0
+        self.last_change = now
+
     def expires_at(self) -> float:
         """When an idle scope's backoff is forgotten (``-inf`` at level 0)."""
         if self.level == 0:
