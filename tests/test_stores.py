@@ -139,7 +139,7 @@ async def test_a_backoff_recovers_and_the_shorter_delay_counts_from_the_last_sen
     lease = await store.acquire((("a", 1.0),))
     assert isinstance(lease, Lease)
     await store.release(lease, refused)
-    for _ in range(2):  # a quiet window (BACKOFF_WINDOW, 60 s): 0.9 of the rate refused; another: a probe
+    for _ in range(2):  # a quiet window (BACKOFF_WINDOW, 60 s): SETTLE of the rate refused; another: a probe
         clock.advance(61.0)
         lease = await store.acquire((("a", 1.0),))
         assert isinstance(lease, Lease)

@@ -67,8 +67,8 @@ _NEVER = float("-inf")
 MEMORY = 16
 #: Answers needed before the accepted rate is trusted over the sent rate: fewer are one burst.
 RICH = 8
-#: The share of the ceiling the scope settles at: under the rate refused, with room for jitter.
-SETTLE = 0.9
+#: The share of the ceiling the scope settles at: under the rate refused, with room for BACKOFF_JITTER (10 %).
+SETTLE = 0.95
 #: Good answers at the current pace that earn one step of the climb: one is luck, a few are a pace.
 STEP_ANSWERS = 4
 #: A probe raises the ceiling by this much: a fifth more, where a whole factor would be a swing.
