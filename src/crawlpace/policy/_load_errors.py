@@ -12,9 +12,10 @@ slowing down does. So the first such errors are believed: they slow the scope
 2. **After.** The outcomes of the requests sent after the cut, at the slower
    pace, are counted until :data:`JUDGE` of them are known. Meanwhile errors
    do not cut again: the experiment is one cut, measured at one pace.
-3. **Verdict.** If the share after is at least :data:`SAME` of the share before
-   (slowing did not reduce it), and at least :data:`MIN_ERRORS` errors came
-   back, the errors are the site's own: from then on they are *plain errors*.
+3. **Verdict.** The errors were about load only if slowing *clearly* reduced
+   them: the share after is below :data:`SAME` of the share before, by more
+   than two standard deviations of chance (both shares are samples). If not,
+   the errors are the site's own: from then on they are *plain errors*.
    They no longer slow the scope (they still count as failures: the circuit
    breaker sees them, and the crawl resends them within ``--retries``), the
    default backoff forgets the cuts they caused, and the breaker is told to
@@ -45,7 +46,7 @@ import math
 
 from .signals import ScopeFeedback
 
-__all__ = ["JUDGE", "MEMORY", "MIN_ERRORS", "RETURN", "SAME", "LoadErrors", "is_error"]
+__all__ = ["JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "is_error"]
 
 logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
 
@@ -55,8 +56,6 @@ MEMORY = 40
 JUDGE = 20
 #: A share after the cut at least this share of the one before: slowing did not help.
 SAME = 0.5
-#: Errors after the cut needed for a verdict of "not load" (one or two are chance).
-MIN_ERRORS = 3
 #: A learned share is trusted until errors are clearly above this multiple of it.
 RETURN = 2.0
 # Outcomes known before the share in memory is used rather than the breaker's window.
@@ -78,11 +77,12 @@ class LoadErrors:
         plain: the errors are judged not about load: they do not slow the scope.
         share: the error share learned when they were judged so.
         judging: a cut is being judged; ``since`` is when it began.
-        before: the error share before that cut.
+        before: the error share before that cut, and ``before_n`` the outcomes it was measured on.
         after_n, after_bad: outcomes and errors of requests sent after it.
     """
 
-    __slots__ = ("after_bad", "after_n", "before", "judging", "plain", "recent", "recent_n", "share", "since")
+    __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "plain", "recent", "recent_n", "share",
+                 "since")
 
     def __init__(self) -> None:
         self.plain = False
@@ -90,6 +90,7 @@ class LoadErrors:
         self.judging = False
         self.since = 0.0
         self.before = 0.0
+        self.before_n = 0
         self.after_n = self.after_bad = 0
         self.recent = 0
         self.recent_n = 0
@@ -124,23 +125,33 @@ class LoadErrors:
                                 "learned: believed to be about load again", scope, 100 * share,
                                 self.recent_n, 100 * self.share)
 
-    def slowed(self, now: float, breaker_share: float | None) -> None:
-        """An error slowed the scope at ``now``: judge the cut by the outcomes of sends after it."""
+    def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0) -> None:
+        """An error slowed the scope at ``now``: judge the cut by the outcomes of sends after it.
+
+        Args:
+            now: when the cut was made.
+            breaker_share: the circuit breaker's error share over its window (before the outcome
+                that made the cut), if it has one.
+            breaker_n: the outcomes that share was measured on.
+        """
         if self.judging:
             return  # a cut during the judgement: the outcomes after the first one still tell
-        before = self.recent_share()
-        if before is None:
-            before = breaker_share
+        before, before_n = self.recent_share(), self.recent_n
+        if before is None and breaker_share is not None:
+            # The breaker has not counted the error that made the cut yet: it belongs to the sample.
+            before, before_n = (breaker_share * breaker_n + 1.0) / (breaker_n + 1), breaker_n + 1
         if before is None:
             return  # nothing to compare with: the next cut is judged
-        self.judging, self.since, self.before = True, now, before
+        self.judging, self.since, self.before, self.before_n = True, now, before, before_n
         self.after_n = self.after_bad = 0
 
     def _judge(self, scope: str) -> None:
         self.judging = False
-        after = self.after_bad / self.after_n
-        if self.after_bad >= MIN_ERRORS and after >= SAME * self.before:
-            self.plain, self.share = True, max(after, self.before)
+        after, before = self.after_bad / self.after_n, self.before
+        spread = 2.0 * math.sqrt(before * (1.0 - before) / max(self.before_n, 1)
+                                 + after * (1.0 - after) / self.after_n)
+        if not (after < SAME * before and before - after > spread):
+            self.plain, self.share = True, after
             logger.info("scope %s: errors at %.0f%% after slowing down, %.0f%% before: not about load; "
                         "they no longer slow the scope", scope, 100 * after, 100 * self.before)
         else:

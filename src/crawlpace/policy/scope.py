@@ -322,7 +322,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
         self.generation = (manager.generation if manager is not None else 0) + ramp_generation
         if errors is not None and error and self.generation != generation_before:
-            errors.slowed(now, None if breaker is None else breaker.snapshot(now).error_share)
+            seen = None if breaker is None else breaker.snapshot(now)
+            errors.slowed(now, None if seen is None else (seen.error_share or 0.0),
+                          0 if seen is None else seen.outcomes)
         if errors is not None and errors.plain and not was_plain:
             if isinstance(manager, ThrottlingScopeManager):
                 manager.backoff.forgive(now)  # its cuts answered errors that were never about the pace
