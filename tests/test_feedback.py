@@ -101,8 +101,8 @@ async def test_a_scope_that_sends_seldom_recovers_once_per_quiet_window(
         if not steps or steps[-1][1] != delay:
             steps.append((clock.now(), delay))
     # The last 429 (t=3) came at 2 s between sends: the first quiet window goes straight to SETTLE
-    # (0.95) of that rate (2 / 0.95 s), the next ones probe faster and faster (1.2, 1.44, 2.07 x ...), until the
-    # pace is the scope's own.
+    # (0.95) of that rate (2 / 0.95 s), the next ones probe faster and faster (1.2, 1.44, 2.07 x ...),
+    # until the pace is the scope's own.
     delays = [delay for _, delay in steps]
     assert delays[:3] == [4.0, pytest.approx(2 / SETTLE), pytest.approx(2 / SETTLE / 1.2)]
     assert delays[-1] == 0.0

@@ -81,8 +81,8 @@ class LoadErrors:
         after_n, after_bad: outcomes and errors of requests sent after it.
     """
 
-    __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "plain", "recent", "recent_n", "share",
-                 "since")
+    __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "plain", "recent", "recent_n",
+                 "share", "since")
 
     def __init__(self) -> None:
         self.plain = False

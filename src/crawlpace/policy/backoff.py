@@ -51,9 +51,9 @@ answers to requests sent at the current pace count as evidence for the climb.
 A server's hold (``Retry-After``) counts in the measure like any silence: what
 a server lets through over a span that includes the holds it imposed is what
 it allows in the long run, and a server that punishes a refusal with long
-holds is thereby approached more carefully. A scope left idle
-keeps its state until ``(level + PROBE_WAITS) * window`` after the last change; then it is dropped, which the store's eviction of idle scopes
-relies on.
+holds is thereby approached more carefully. A scope left idle keeps its state
+until ``(level + PROBE_WAITS) * window`` after the last change; then it is
+dropped, which the store's eviction of idle scopes relies on.
 """
 
 from __future__ import annotations

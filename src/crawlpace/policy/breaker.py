@@ -128,7 +128,8 @@ class Breaker:
     """
 
     __slots__ = ("_buckets", "_error_share", "_failed", "_first_pause", "_give_up_after", "_half_open_since",
-                 "_min_requests", "_next_pause", "_open_until", "_opened_at", "_opened_share", "_pause", "_probe_out",
+                 "_min_requests", "_next_pause", "_open_until", "_opened_at", "_opened_share", "_pause",
+                 "_probe_out",
                  "_recent", "_recent_n", "_state", "_total", "_width", "_window", "consecutive_failures",
                  "reason", "tolerated_share")
 

@@ -89,7 +89,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
 
     __slots__ = ("_base", "autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency",
                  "config", "crawl_delay", "gated", "generation", "gradual", "hold_until", "jitter", "limits",
-                 "load_errors", "manager", "opened", "opened_good", "opened_good_sent", "opened_threshold", "pace",
+                 "load_errors", "manager", "opened", "opened_good", "opened_good_sent", "opened_threshold",
+                 "pace",
                  "pace_until", "quota", "rampup", "scope", "server_concurrency", "wake_at", "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
@@ -263,7 +264,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if errors is not None:
             errors.record(self.scope, sent_at=sent_at, error=error)
             if error and feedback.backoff and not errors.slows():
-                # The site's own errors, or a cut being judged: failures (the breaker, the retries), not pushback.
+                # The site's own errors, or a cut being judged: failures (breaker, retries), not pushback.
                 feedback = dataclasses.replace(feedback, backoff=False, failed=True)
         generation_before = self.generation
         was_plain = errors is not None and errors.plain
@@ -315,11 +316,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if manager is not None or (feedback.backoff and rampup is None):
             # With rampup on, rampup answers pushback; a custom manager still adjusts the result.
             manager = self.ensure_manager()
-            if type(manager).feedback is ThrottlingScopeManager.feedback:  # the default backoff measures the pace
-                manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base,
-                                 sent_at=sent_at, inflight=inflight)
-            else:
-                manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
+            if isinstance(manager, ThrottlingScopeManager):  # the default backoff measures the pace refused
+                manager.round_trip(now - sent_at, inflight)
+            manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
         self.generation = (manager.generation if manager is not None else 0) + ramp_generation
         if errors is not None and error and self.generation != generation_before:
             seen = None if breaker is None else breaker.snapshot(now)

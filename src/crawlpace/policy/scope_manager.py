@@ -62,19 +62,27 @@ class ThrottlingScopeManager:
         self.backoff = Backoff(factor=cfg.delay_factor, min_delay=cfg.min_delay,
                                max_delay=cfg.max_delay, concurrency_factor=cfg.concurrency_factor,
                                window=cfg.window)
+        self._round_trip: float | None = None
+        self._inflight: int | None = None
 
     @property
     def generation(self) -> int:
         """The backoff generation."""
         return self.backoff.generation
 
-    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits,
-                 sent_at: float | None = None, inflight: int | None = None) -> None:
-        """Take one outcome; ``sent_at`` and ``inflight`` (when the store knows them) measure the pace
-        a first refusal came at, before the backoff has answers of its own to measure it by."""
+    def round_trip(self, seconds: float | None, inflight: int | None) -> None:
+        """The round trip of the outcome :meth:`feedback` takes next, and the requests in flight with it.
+
+        The scope policy passes them when the store knows them: they measure the pace a first
+        refusal came at, before the backoff has answers of its own to measure it by.
+        """
+        self._round_trip, self._inflight = seconds, inflight
+
+    def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
         backoff = self.backoff
+        round_trip, inflight = self._round_trip, self._inflight
+        self._round_trip = self._inflight = None
         if feedback.backoff:
-            round_trip = None if sent_at is None else now - sent_at
             if backoff.on_backoff(now, generation, base.delay, base.concurrency, round_trip=round_trip,
                                   inflight=inflight):
                 cause = "a failed request" if feedback.status is None else f"status {feedback.status}"
