@@ -52,8 +52,8 @@ logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log l
 
 #: Outcomes remembered for the error share now (one bit each).
 MEMORY = 40
-#: Outcomes of requests sent after a cut needed to judge it: fewer are a coin's luck.
-JUDGE = 20
+#: Outcomes of requests sent after a cut needed to judge it (the test of significance weighs how few).
+JUDGE = 10
 #: A share after the cut at least this share of the one before: slowing did not help.
 SAME = 0.5
 #: A learned share is trusted until errors are clearly above this multiple of it.
