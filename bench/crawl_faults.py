@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import random
-import sys
 import tempfile
 import time
 from collections import Counter, defaultdict, deque
@@ -126,12 +125,12 @@ def fixed(delay: float, per_host: int) -> Settings:
         settings.scope_defaults, delay=delay, delay_per_slot=delay, concurrency=per_host))
 
 
-async def crawl(app: App, settings: Settings, pages: int, *, retries: int = 3, timeout: float = 10.0,
+async def crawl(app: App, settings: Settings, pages: int, *, retries: int = 3, read_timeout: float = 10.0,
                 limit: float = 300.0) -> tuple[Counter[str], float]:
     with tempfile.TemporaryDirectory() as folder:
         async with SimServer(app, HOST) as server:
             job = CrawlJob(settings, CrawlOptions(output=Path(folder) / "out.jsonl", trust_env=False,
-                                                  retries=retries, timeout=timeout))
+                                                  retries=retries, timeout=read_timeout))
             started = time.monotonic()
             try:
                 summary = await asyncio.wait_for(job.run([f"{server.url}/p{n}" for n in range(pages)]), limit)
@@ -157,8 +156,9 @@ async def run(quick: bool) -> dict[str, Any]:
                      "pages_per_s": outcomes["ok"] / seconds, "outcomes": dict(outcomes)}
 
     hangs = Hangs()
-    outcomes, seconds = await crawl(hangs, adaptive(), 100 if quick else 245, timeout=3.0)
-    out["hangs"] = {"outcomes": dict(outcomes), "seconds": seconds, "requests": sum(map(len, hangs.sends.values()))}
+    outcomes, seconds = await crawl(hangs, adaptive(), 100 if quick else 245, read_timeout=3.0)
+    out["hangs"] = {"outcomes": dict(outcomes), "seconds": seconds,
+                    "requests": sum(map(len, hangs.sends.values()))}
 
     bucket = Bucket(10.0, 2.0)
     outcomes, seconds = await crawl(bucket, fixed(0.05, 1), 400 if quick else 900, retries=10)
@@ -186,8 +186,8 @@ def main() -> None:
     hangs, fixed_, counted = results["hangs"], results["fixed"], results["counted"]
     for name in ("flaky503", "flaky503_fixed"):
         flaky = results[name]
-        print(f"{name}: {flaky['sends_per_s']:.1f} sends/s, {flaky['share']:.2f} of the same site with no errors "
-              f"({flaky['reference_sends_per_s']:.1f}/s); {flaky['pages_per_s']:.1f} pages/s; "
+        print(f"{name}: {flaky['sends_per_s']:.1f} sends/s, {flaky['share']:.2f} of the same site with "
+              f"no errors ({flaky['reference_sends_per_s']:.1f}/s); {flaky['pages_per_s']:.1f} pages/s; "
               f"outcomes {flaky['outcomes']}")
     print(f"hangs: outcomes {hangs['outcomes']} in {hangs['seconds']:.0f} s, {hangs['requests']} requests")
     print(f"fixed: sends per 10 s {fixed_['sends_per_10s']} (spread {fixed_['spread']}), "
@@ -195,7 +195,8 @@ def main() -> None:
     print(f"counted: at most {counted['max_sends_per_url']} sends of one URL; outcomes {counted['outcomes']}")
     print(f"load average {os.getloadavg()[0]:.1f}")
     if args.json:
-        print(json.dumps({"bench": "crawl_faults", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+        date = dt.datetime.now(dt.UTC).isoformat(timespec="seconds")
+        print(json.dumps({"bench": "crawl_faults", "date": date,
                           "python": platform.python_version(), "load": os.getloadavg()[0], **results}))
 
 

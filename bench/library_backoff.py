@@ -30,7 +30,6 @@ import math
 import os
 import platform
 import statistics
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,7 +41,8 @@ from crawlpace.sim import SimServer
 from crawlpace.sim._asgi import Receive, Scope, Send, respond
 
 HOST = "127.0.0.2"
-LIBRARY: dict[str, Any] = {"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0}
+LIBRARY: dict[str, Any] = {"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0,
+                           "DOWNLOAD_DELAY_PER_SLOT": 0}
 TASKS = 8
 #: A request arriving this long after a 429 left the site may have been sent before it was read.
 LAG = 0.02
@@ -148,8 +148,8 @@ def main() -> None:
             results[kind].append(asyncio.run(one(kind, args.rate, args.burst, calls)))
     summary: dict[str, Any] = {
         "bench": "library_backoff", "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
-        "python": platform.python_version(), "load": os.getloadavg()[0], "rate": args.rate, "burst": args.burst,
-        "calls": calls, "rounds": rounds,
+        "python": platform.python_version(), "load": os.getloadavg()[0], "rate": args.rate,
+        "burst": args.burst, "calls": calls, "rounds": rounds,
     }
     for kind, runs in results.items():
         summary[kind] = {key: statistics.median(run[key] for run in runs)
