@@ -241,8 +241,8 @@ def test_stragglers_neither_close_nor_reopen_a_half_open_breaker() -> None:
     assert fail(breaker, 13.0, sent_at=0.0) is False  # a late failure
     assert breaker.state == HALF_OPEN
     assert breaker.blocked_until(13.0) is None
-    snap = breaker.snapshot(13.0)  # both were still counted
-    assert snap.consecutive_failures == 1
+    snap = breaker.snapshot(13.0)  # both were still counted in the window
+    assert snap.consecutive_failures == 0  # but a failure sent before the opening is old news for the run
     assert snap.outcomes == 3
     assert succeed(breaker, 14.0, sent_at=11.0) is False  # the probe decides
     assert breaker.state == CLOSED
@@ -555,3 +555,34 @@ def test_an_unlucky_start_of_a_flaky_site_is_not_given_up() -> None:
     breaker.on_send(until)
     assert fail(breaker, until + 0.1, sent_at=until) is False
     assert breaker.state == OPEN
+
+
+def test_hung_requests_timing_out_during_a_pause_do_not_give_a_flaky_site_up() -> None:
+    # Issue 30: a site answering most requests well but hanging on a few. The breaker opens; during
+    # the pause nothing arrives but the hung requests' timeouts, nine in a row. They were sent before
+    # it opened: old news. A failed probe then must not give the site up.
+    breaker = Breaker(min_requests=5, pause=60.0, first_pause=10.0, give_up_after=5)
+    t = 0.0
+    for n in range(30):  # one failure in three (a flaky site at a bad moment): it opens
+        t += 0.1
+        (fail if n % 3 == 0 else succeed)(breaker, t, sent_at=t - 0.05)
+        if breaker.state == OPEN:
+            break
+    assert breaker.state == OPEN
+    opened = t
+    for n in range(9):  # the hung requests time out, one after another
+        assert fail(breaker, opened + 1.0 + n, sent_at=opened - 5.0) is False
+    assert breaker.snapshot(opened + 9.5).consecutive_failures < 5
+    breaker.on_send(opened + 10.0)  # the probe
+    assert fail(breaker, opened + 10.5, sent_at=opened + 10.0) is False  # a failed probe
+    assert breaker.state == OPEN  # paused again, not given up
+
+
+def test_a_site_that_died_is_still_given_up_at_a_failed_probe() -> None:
+    breaker = Breaker(min_requests=5, pause=60.0, first_pause=10.0, give_up_after=5)
+    for n in range(8):
+        fail(breaker, 0.1 * n, sent_at=0.1 * n - 0.05)
+    assert breaker.state == OPEN
+    breaker.on_send(10.5)
+    assert fail(breaker, 11.0, sent_at=10.5) is True
+    assert breaker.state == GIVEN_UP

@@ -40,7 +40,8 @@ async def _seed(url: str, settings: Settings) -> None:
 
     ``api.example``: two sends, one answered 200 and one still in flight (its
     lease stays held after this store closes, until it expires in 30 s).
-    ``slow.example``: one send, answered 429, so it backs off one level.
+    ``slow.example``: one send, answered 429 after 50 ms, so it backs off one level (to twice
+    the 50 ms that one request in flight took: the pace it was refused at).
     """
     store = open_store(url, settings, AsyncioClock(), random.Random(1))
     try:
@@ -51,6 +52,7 @@ async def _seed(url: str, settings: Settings) -> None:
         assert isinstance(held, Lease)
         assert isinstance(throttled, Lease)
         await store.release(done, Outcome(status=200, latency=0.05))
+        await asyncio.sleep(0.05)  # the refused request's round trip, not a wait for a throttle
         await store.release(throttled, THROTTLED)
     finally:
         await store.aclose()

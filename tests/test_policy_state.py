@@ -107,7 +107,8 @@ def test_the_bytes_are_compact() -> None:
     make = factory()
     blob = dump_policy(learned(make.new("a.example")), make)
     assert blob[:3] == b"cp" + bytes([LAYOUT])
-    assert len(blob) < 400, len(blob)  # a backoff, a hold, a Crawl-Delay and a breaker tally
+    # A backoff (with the times of its last answers, up to 16), a hold, a Crawl-Delay and a breaker tally.
+    assert len(blob) < 400 + 8 * 16, len(blob)
     assert len(dump_policy(make.new("fresh.example"), make)) == 3
 
 

@@ -20,9 +20,9 @@ What happens to each URL:
   host's queue, within the same ``retries`` (as Scrapy's RetryMiddleware
   does): the host's pace spaces the resends, and the rest of its URLs go
   first;
-- past its retries, a URL is still sent again while its host answers other
-  URLs well (a flaky site: ``crawl/_alive.py``), up to 4 times the attempts
-  the retries allow;
+- ``retries`` bounds every kind of resend: a URL goes out at most
+  ``retries + 1`` times (redirect hops aside), soft blocks and unexpected
+  errors included, and each resend waits for the throttler's admission;
 - a soft block (a challenge page matching a block rule, ``cf-mitigated:
   challenge``, a quota problem+json) counts as a backoff answer, whatever its
   status, and its line says ``"blocked": true`` with the rule;
@@ -53,7 +53,6 @@ from .._robots import MAX_ROBOTS_BYTES
 from .._throttler import Throttler
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Scheduler, Task
-from ._alive import LiveHosts
 from ._answer import Answer
 from ._fetch import AiohttpFetcher, Fetcher
 from ._journal_source import JournalSource
@@ -115,7 +114,6 @@ class CrawlJob(JobOutcomes):
         self._fetcher: Fetcher | None = None
         self._fetches: set[asyncio.Task[None]] = set()
         self._refusals = RefusalTracker()
-        self._live = LiveHosts()
         self.source.bind(self)
 
     # -- public ------------------------------------------------------------------

@@ -28,8 +28,9 @@ class CrawlOptions:
         retries: times a URL is sent again after a backoff answer (429, 503,
             a timeout...), whose wait the throttler decides, or after another
             transient failure (a 500, a reset connection), which goes behind
-            the host's other URLs. While the host keeps answering other URLs
-            well, a URL may take more (see ``crawl/_alive.py``).
+            the host's other URLs. A bound: a URL is sent at most
+            ``retries + 1`` times, and a robots.txt file at most
+            ``min(robots_retries, retries) + 1`` times.
         timeout: seconds allowed for connecting, and then for each read.
         max_redirects: redirects followed per URL, each throttled under its
             own host.

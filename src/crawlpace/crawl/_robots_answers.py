@@ -3,7 +3,8 @@
 The scheduler fetches a site's robots.txt before its first page and holds
 the pages until the rules are known (``frontier/_scheduler.py``). The answer
 comes back here: redirects are followed (up to five hops), an unreachable
-file is fetched again within ``robots_retries``, and then the rules are
+file is fetched again within ``robots_retries`` (and never more often than
+the crawl's ``retries`` allow any URL), and then the rules are
 settled in the cache, a changed Crawl-delay goes to the scopes the fetch ran
 under (stored again and again while a shared store is away), and the pages
 that waited are let go.
@@ -97,7 +98,9 @@ class RobotsAnswers:
         job = self._job
         if self._follow(task, answer, ROBOTS_MAX_REDIRECTS):
             return
-        if robots_verdict(answer.status) == "unreachable" and task.retries < job.options.robots_retries:
+        # --retries bounds every URL's sends, robots.txt's too: --retries 0 means one try here as well.
+        retries = min(job.options.robots_retries, job.options.retries)
+        if robots_verdict(answer.status) == "unreachable" and task.retries < retries:
             task.retries += 1  # the throttler spaces the retry by the scope's backoff
             job.scheduler.push(task, front=True)
             return

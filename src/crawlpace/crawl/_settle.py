@@ -5,6 +5,13 @@ declared here): a backoff answer or a transient failure is queued again within
 the retries, a redirect is followed under its own host, anything else is the
 URL's answer, written as its result line and counted in the crawl's figures.
 The rules are listed in the job's module docstring.
+
+``retries`` is a bound, not a wish: a URL is sent at most ``retries + 1``
+times, whatever its answers (backoff, soft block, transient failure, an
+unexpected error), and a robots.txt file at most ``min(robots_retries,
+retries) + 1`` times. Every resend goes back through the scheduler and the
+throttler's admission, so it waits out the scope's pace, its backoff and any
+hold the server announced; nothing here sends on its own.
 """
 
 from __future__ import annotations
@@ -15,7 +22,6 @@ import time
 from .._permit import Permit
 from .._throttler import Throttler
 from ..frontier._scheduler import Dropped, Scheduler, Task
-from ._alive import LiveHosts
 from ._answer import Answer, redirect_target, transient
 from ._options import CrawlOptions
 from ._output import ResultBatch
@@ -41,7 +47,6 @@ class JobOutcomes:
     source: UrlSource
     _results: ResultBatch[tuple[Task, str]]
     _refusals: RefusalTracker
-    _live: LiveHosts
     _robots_answers: RobotsAnswers | None
 
     def _settle(self, task: Task, permit: Permit, answer: Answer) -> None:
@@ -60,10 +65,7 @@ class JobOutcomes:
         if self._follow_redirect(task, answer):
             return
         transient_failure = not backoff and transient(answer)
-        now = self.throttler.clock.now()
-        if not (backoff or transient_failure):
-            self._live.note(task.host, now)
-        elif self._live.may_retry(task.host, now, retries=self.options.retries, used=task.retries):
+        if (backoff or transient_failure) and task.retries < self.options.retries:
             task.retries += 1
             _log.debug("%s: %s %s, attempt %d; queued again", task.target,
                        "backoff answer" if backoff else "transient failure",

@@ -19,10 +19,16 @@ The breaker has four states:
 * ``given_up``: terminal. Nothing is ever sent again.
 
 Outcomes of requests sent before the current half-open period began
-(stragglers) still count towards the window and the run of consecutive failures,
-but they never move the breaker between ``open`` and ``half_open``. As only a
-failed probe can give a scope up, a burst of simultaneous failures can at worst
-open the breaker: giving up needs failures on both sides of a full pause.
+(stragglers) still count towards the window, but they never move the breaker
+between ``open`` and ``half_open``. A straggler's failure that arrives while
+the breaker is not closed, of a request sent before it last opened, does not
+lengthen the run of consecutive failures nor the memory of recent outcomes:
+it is old news, already weighed when the breaker opened. Without this, a site
+that hangs on a few requests has its hung requests time out one after another
+during every pause (nothing else arrives then) and is given up at the next
+failed probe, although most of its answers are good. As only a failed probe
+can give a scope up, a burst of simultaneous failures can at worst open the
+breaker: giving up needs failures on both sides of a full pause.
 
 The second condition keeps a site with a steady share of transient errors
 from being given up by bad luck: at 10 % errors, five failures in a row and a
@@ -122,7 +128,8 @@ class Breaker:
     """
 
     __slots__ = ("_buckets", "_error_share", "_failed", "_first_pause", "_give_up_after", "_half_open_since",
-                 "_min_requests", "_next_pause", "_open_until", "_opened_share", "_pause", "_probe_out",
+                 "_min_requests", "_next_pause", "_open_until", "_opened_at", "_opened_share", "_pause",
+                 "_probe_out",
                  "_recent", "_recent_n", "_state", "_total", "_width", "_window", "consecutive_failures",
                  "reason", "tolerated_share")
 
@@ -169,6 +176,7 @@ class Breaker:
         self.tolerated_share = 0.0
         self._state = CLOSED
         self._open_until = _NEVER
+        self._opened_at = _NEVER
         self._half_open_since = _NEVER
         self._probe_out = False
         # (bucket number, outcomes, failures), oldest first; at most _BUCKETS entries.
@@ -236,6 +244,18 @@ class Breaker:
 
     # -- transitions -------------------------------------------------------
 
+    def tolerate(self, share: float) -> None:
+        """Tolerate failures up to ``STEADY_MARGIN`` times ``share``, never :data:`STEADY_MAX` or more.
+
+        For errors judged the site's own elsewhere (they did not fall when the scope slowed down,
+        ``policy/_load_errors.py``): the breaker then opens only clearly past that share, as it
+        does once it learned the share itself after a pause.
+        """
+        tolerated = min(STEADY_MAX, STEADY_MARGIN * share)
+        if tolerated > self.tolerated_share:
+            _log.info("breaker: tolerating up to %.0f%% failures (the site's own errors)", 100 * tolerated)
+            self.tolerated_share = tolerated
+
     def absorb(self, tally: tuple[float, ...]) -> None:
         """Take in the successes a compact tally counted before this breaker existed (``policy/tally.py``).
 
@@ -274,7 +294,9 @@ class Breaker:
             True exactly when this outcome made the breaker give the scope up.
         """
         self._advance(now)
-        self._record(now, failed)
+        # A failure of a request sent before the breaker opened, arriving while it is not closed: old news.
+        old_news = failed and self._state != CLOSED and sent_at < self._opened_at
+        self._record(now, failed, run=not old_news)
         state = self._state
         if state == CLOSED:
             total, bad = self._total, self._failed
@@ -363,6 +385,7 @@ class Breaker:
         pause = self._next_pause
         self._next_pause = min(self._pause, 2.0 * pause) if pause > 0.0 else self._pause
         self._state = OPEN
+        self._opened_at = now
         self._open_until = now + pause
         self.reason = f"{why}; paused {pause:g}s"
         _log.debug("breaker opened: %s", self.reason)
@@ -376,13 +399,14 @@ class Breaker:
             self._total -= total
             self._failed -= bad
 
-    def _record(self, now: float, failed: bool) -> None:
-        if failed:
-            self.consecutive_failures += 1
-        else:
-            self.consecutive_failures = 0
-        self._recent = ((self._recent << 1) | failed) & _RECENT_MASK
-        self._recent_n = min(_RECENT, self._recent_n + 1)
+    def _record(self, now: float, failed: bool, *, run: bool = True) -> None:
+        if run:  # the run of consecutive failures and the recent outcomes
+            if failed:
+                self.consecutive_failures += 1
+            else:
+                self.consecutive_failures = 0
+            self._recent = ((self._recent << 1) | failed) & _RECENT_MASK
+            self._recent_n = min(_RECENT, self._recent_n + 1)
         bucket = now // self._width
         self._prune(bucket)
         buckets = self._buckets

@@ -11,7 +11,9 @@ so that none erases another; the strictest wins:
 * gates that hold every send until a time: a server-announced hold
   (``Retry-After``), the circuit breaker, and the quota;
 * gradual slots (off by default): a scope with several slots and no delay
-  opens them as its site answers well (:mod:`._gradual_slots`).
+  opens them as its site answers well (:mod:`._gradual_slots`);
+* the verdict on its errors: 5xx answers and failures whose share did not
+  fall when the scope slowed down stop slowing it (:mod:`._load_errors`).
 
 Pure state plus ``now``, like the rest of :mod:`crawlpace.policy`.
 """
@@ -26,6 +28,7 @@ import math
 from .._config_types import AutoThrottleConfig, ScopeConfig
 from ._gradual_slots import GradualSlots, in_force
 from ._gradual_slots import applies as gradual_applies
+from ._load_errors import LoadErrors, is_error
 from ._scope_gates import ScopeGates
 from .admission import Limits
 from .autothrottle import AutoThrottle
@@ -81,11 +84,13 @@ class ScopePolicy(ScopeGates, GradualSlots):
             when off), the good answers toward the next step, the threshold.
         opened_good_sent: when the latest request answered well was sent
             (a failure sent before it is not load; see ``_gradual_slots``).
+        load_errors: the verdict on the scope's errors, from its first error that
+            asked to slow down on (``_load_errors``); each worker judges for itself.
     """
 
     __slots__ = ("_base", "announced", "autothrottle", "autothrottle_log_level", "breaker", "budget",
                  "concurrency", "config", "crawl_delay", "gated", "generation", "gradual", "hold_until",
-                 "jitter", "limits", "manager", "opened", "opened_good", "opened_good_sent",
+                 "jitter", "limits", "load_errors", "manager", "opened", "opened_good", "opened_good_sent",
                  "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner", "scope",
                  "server_concurrency", "wake_at", "watches")
 
@@ -127,6 +132,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # A metered API's budget learned from its answers, as (limit, window), when no quota is set.
         self.announced: tuple[float, float] | None = None
         self.breaker: Breaker | None = None
+        self.load_errors: LoadErrors | None = None
         # The server's announced budget, learned (created with the first answer that has one).
         self.budget: HeaderBudget | None = None
         # The window length behind X-RateLimit-Reset's whole seconds (created with the first such answer).
@@ -275,6 +281,17 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.refresh(now)
         if feedback.coarse is not None:
             feedback = self._refine(now, feedback, sent_at)
+        error = is_error(feedback)
+        errors = self.load_errors
+        if error and feedback.backoff and errors is None:
+            errors = self.load_errors = LoadErrors()
+        if errors is not None:
+            errors.record(self.scope, sent_at=sent_at, error=error)
+            if error and feedback.backoff and not errors.slows():
+                # The site's own errors, or a cut being judged: failures (breaker, retries), not pushback.
+                feedback = dataclasses.replace(feedback, backoff=False, failed=True)
+        generation_before = self.generation
+        was_plain = errors is not None and errors.plain
         if feedback.hold is not None and feedback.hold > 0.0:
             # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
             hold = min(feedback.hold, self.config.backoff.max_delay)
@@ -325,10 +342,23 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if manager is not None or (feedback.backoff and rampup is None):
             # With rampup on, rampup answers pushback; a custom manager still adjusts the result.
             manager = self.ensure_manager()
+            if isinstance(manager, ThrottlingScopeManager):  # the default backoff measures the pace refused
+                manager.round_trip(now - sent_at, inflight)
             manager.feedback(feedback, now=now, generation=generation - ramp_generation, base=self._base)
         self.generation = (manager.generation if manager is not None else 0) + ramp_generation
+        if errors is not None and error and self.generation != generation_before:
+            seen = None if breaker is None else breaker.snapshot(now)
+            errors.slowed(now, None if seen is None else (seen.error_share or 0.0),
+                          0 if seen is None else seen.outcomes)
+        if errors is not None and errors.plain and not was_plain:
+            if isinstance(manager, ThrottlingScopeManager):
+                manager.backoff.forgive(now)  # its cuts answered errors that were never about the pace
+            self._base = self._compute_base(now)
         self.refresh(now)
-        return self._breaker_outcome(now, feedback, sent_at)
+        gave_up = self._breaker_outcome(now, feedback, sent_at)
+        if errors is not None and errors.plain and self.breaker is not None:
+            self.breaker.tolerate(errors.share)
+        return gave_up
 
     def counts_only(self, feedback: ScopeFeedback) -> bool:
         """True when :meth:`on_outcome` would do no more with ``feedback`` than count it in the breaker.
@@ -346,7 +376,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                     or self.gated or self.manager is not None
                     or self.rampup is not None or self.autothrottle is not None or self.quota is not None
                     or self.budget is not None or self.generation or self.pace_until != _NEVER
-                    or self.opened < self.concurrency)
+                    or self.opened < self.concurrency or self.load_errors is not None)
 
     def _refine(self, now: float, feedback: ScopeFeedback, sent_at: float) -> ScopeFeedback:
         """Narrow the hold and pace of a reset given in whole seconds (:class:`.budget.ResetRefiner`)."""
@@ -416,7 +446,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # changes no limit but restarts the recovery window, which every worker must wait out.
         return (self.limits, self.generation, self.hold_until, self.crawl_delay, self.pace, self.pace_until,
                 self.opened,
-                None if backoff is None else (backoff.level, backoff.tail, backoff.last_feedback),
+                None if backoff is None else (backoff.level, backoff.last_feedback, backoff.ceiling,
+                                              backoff.interval, backoff.probing),
                 None if breaker is None else breaker.state,
                 None if self.autothrottle is None else self.autothrottle.delay,
                 None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation,

@@ -64,23 +64,43 @@ class ThrottlingScopeManager:
         self.backoff = Backoff(factor=cfg.delay_factor, min_delay=cfg.min_delay,
                                max_delay=cfg.max_delay, concurrency_factor=cfg.concurrency_factor,
                                window=cfg.window)
+        self._round_trip: float | None = None
+        self._inflight: int | None = None
 
     @property
     def generation(self) -> int:
         """The backoff generation."""
         return self.backoff.generation
 
+    def round_trip(self, seconds: float | None, inflight: int | None) -> None:
+        """The round trip of the outcome :meth:`feedback` takes next, and the requests in flight with it.
+
+        The scope policy passes them when the store knows them: they measure the pace a first
+        refusal came at, before the backoff has answers of its own to measure it by.
+        """
+        self._round_trip, self._inflight = seconds, inflight
+
     def feedback(self, feedback: ScopeFeedback, *, now: float, generation: int, base: Limits) -> None:
         backoff = self.backoff
+        round_trip, inflight = self._round_trip, self._inflight
+        self._round_trip = self._inflight = None
         if feedback.backoff:
-            if backoff.on_backoff(now, generation, base.delay, base.concurrency):
+            if backoff.on_backoff(now, generation, base.delay, base.concurrency, round_trip=round_trip,
+                                  inflight=inflight):
                 cause = "a failed request" if feedback.status is None else f"status {feedback.status}"
-                logger.info("scope %s: backing off after %s, level %d: delay %.2fs, concurrency %d",
-                            self.scope, cause, backoff.level, backoff.delay(),
-                            backoff.concurrency(base.concurrency))
-        elif feedback.status is not None and not feedback.failed and backoff.on_success(now):
-            logger.info("scope %s: recovering, level %d: delay %.2fs", self.scope, backoff.level,
-                        max(base.delay, backoff.delay()))
+                logger.info("scope %s: backing off after %s, level %d: delay %.3fs, concurrency %d "
+                            "(pushback at %.3fs between sends)", self.scope, cause, backoff.level,
+                            backoff.delay(), backoff.concurrency(base.concurrency), backoff.ceiling)
+        elif feedback.status is not None and not feedback.failed:
+            level = backoff.level
+            if backoff.on_success(now, current=generation == backoff.generation):
+                if backoff.level == 0:
+                    logger.info("scope %s: backoff over, back to the configured delay %.3fs", self.scope,
+                                base.delay)
+                else:
+                    logger.log(logging.INFO if backoff.level != level else logging.DEBUG,
+                               "scope %s: recovering, level %d: delay %.3fs%s", self.scope, backoff.level,
+                               max(base.delay, backoff.delay()), " (probing)" if backoff.probing else "")
 
     def adjust(self, base: Limits, now: float) -> Limits:
         backoff = self.backoff

@@ -68,10 +68,12 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "server_concurrency", "opened", "opened_good", "opened_threshold", "opened_good_sent",
           "announced"),
     # The default scope manager's backoff.
-    "b": ("level", "generation", "anchor", "last_feedback", "last_change", "tail"),
+    "b": ("level", "generation", "anchor", "last_feedback", "last_change", "interval", "ceiling", "good",
+          "answers", "answers_good", "probing", "probe_misses", "probe_hits"),
     "a": ("delay",),  # AutoThrottle
     "q": ("_credit", "_at"),  # the quota bucket
-    "k": ("_state", "_open_until", "_half_open_since", "_probe_out", "_buckets", "_total", "_failed",
+    "k": ("_state", "_open_until", "_opened_at", "_half_open_since", "_probe_out", "_buckets", "_total",
+          "_failed",
           "consecutive_failures", "_recent", "_recent_n", "_next_pause", "_opened_share",
           "tolerated_share"),  # the circuit breaker
     "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
@@ -89,7 +91,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: attribute cannot be left out of the shared state by accident.
 SETTINGS: dict[str, tuple[str, ...]] = {
     "p": ("autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency", "config", "gated",
-          "gradual", "jitter", "manager", "quota", "rampup", "refiner", "scope", "watches"),
+          "gradual", "jitter", "load_errors", "manager", "quota", "rampup", "refiner", "scope", "watches"),
     "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),

@@ -1,0 +1,159 @@
+"""Errors that are not about load: 5xx answers and failures whose share does not fall with the rate.
+
+A 503 or a timeout may mean "too fast" (an overloaded server sheds load) or
+nothing of the kind (a flaky backend fails a share of its requests, whatever
+the pace). Both look the same one at a time; the difference shows only in what
+slowing down does. So the first such errors are believed: they slow the scope
+(backoff or rampup) like any backoff answer. Then this rule measures:
+
+1. **Before.** When an error slows the scope, the error share just before the
+   cut is kept: the share of the last :data:`MEMORY` outcomes, or the circuit
+   breaker's window when this rule knows too few.
+2. **After.** The outcomes of the requests sent after the cut, at the slower
+   pace, are counted until :data:`JUDGE` of them are known. Meanwhile errors
+   do not cut again: the experiment is one cut, measured at one pace.
+3. **Verdict.** The errors were about load only if slowing *clearly* reduced
+   them: the share after is below :data:`SAME` of the share before, by more
+   than two standard deviations of chance (both shares are samples). If not,
+   the errors are the site's own: from then on they are *plain errors*.
+   They no longer slow the scope (they still count as failures: the circuit
+   breaker sees them, and the crawl resends them within ``--retries``), the
+   default backoff forgets the cuts they caused, and the breaker is told to
+   tolerate that share. If the share fell, the errors were
+   about load, and the rule waits for the next cut to judge again.
+
+A site judged flaky is watched: once the share of its last :data:`MEMORY`
+outcomes is clearly above :data:`RETURN` times the share learned (by two
+standard deviations), the errors are believed again and the next cut is
+judged afresh. A site whose answers are nearly all errors is the circuit
+breaker's: it never tolerates a share of :data:`~.breaker.STEADY_MAX` or more,
+so it still pauses, probes and gives up such a site (seed 003).
+
+A worked timeline (a site with no limit answering 25 % of its requests 503):
+at 20/s the first 503s cut the pace to 10/s; the 20 answers sent after the
+cut hold 5 errors (25 %, against 25 % before): not load. The pace climbs back
+by evidence (successes at the new pace), and later 503s no longer cut it. On
+an overloaded site instead, the share before the cut (say 40 %) falls after it
+(say 5 %): load, and the cut stands.
+
+Pure: no clock, no I/O; the scope policy feeds it outcomes and times.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+
+from .signals import ScopeFeedback
+
+__all__ = ["JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "is_error"]
+
+logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
+
+#: Outcomes remembered for the error share now (one bit each).
+MEMORY = 40
+#: Outcomes of requests sent after a cut needed to judge it (the test of significance weighs how few).
+JUDGE = 10
+#: A share after the cut at least this share of the one before: slowing did not help.
+SAME = 0.5
+#: A learned share is trusted until errors are clearly above this multiple of it.
+RETURN = 2.0
+# Outcomes known before the share in memory is used rather than the breaker's window.
+_KNOWN = 10
+
+
+def is_error(feedback: ScopeFeedback) -> bool:
+    """Whether an outcome is an error this rule weighs: a failure or a 5xx, not a 429 or a soft block."""
+    status = feedback.status
+    if status is None:
+        return feedback.failed or feedback.backoff
+    return status >= 500 and (feedback.failed or feedback.backoff)
+
+
+class LoadErrors:
+    """The verdict on one scope's errors, and what it is based on.
+
+    Attributes:
+        plain: the errors are judged not about load: they do not slow the scope.
+        share: the error share learned when they were judged so.
+        judging: a cut is being judged; ``since`` is when it began.
+        before: the error share before that cut, and ``before_n`` the outcomes it was measured on.
+        after_n, after_bad: outcomes and errors of requests sent after it.
+    """
+
+    __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "plain", "recent", "recent_n",
+                 "share", "since")
+
+    def __init__(self) -> None:
+        self.plain = False
+        self.share = 0.0
+        self.judging = False
+        self.since = 0.0
+        self.before = 0.0
+        self.before_n = 0
+        self.after_n = self.after_bad = 0
+        self.recent = 0
+        self.recent_n = 0
+
+    def slows(self) -> bool:
+        """Whether an error may slow the scope now: not once judged plain, nor while a cut is judged."""
+        return not (self.plain or self.judging)
+
+    def recent_share(self) -> float | None:
+        """The error share of the last :data:`MEMORY` outcomes, once :data:`_KNOWN` are known."""
+        if self.recent_n < _KNOWN:
+            return None
+        return self.recent.bit_count() / self.recent_n
+
+    def record(self, scope: str, *, sent_at: float, error: bool) -> None:
+        """Count one outcome of a request sent at ``sent_at``."""
+        self.recent = ((self.recent << 1) | error) & ((1 << MEMORY) - 1)
+        self.recent_n = min(MEMORY, self.recent_n + 1)
+        if self.judging and sent_at >= self.since:
+            self.after_n += 1
+            self.after_bad += error
+            if self.after_n >= JUDGE:
+                self._judge(scope)
+        elif self.plain and error:
+            share = self.recent_share()
+            if share is not None:
+                limit = RETURN * self.share
+                spread = 2.0 * math.sqrt(max(limit * (1.0 - limit), 0.0) / self.recent_n)
+                if share - spread > limit:
+                    self.plain = False
+                    logger.info("scope %s: errors at %.0f%% of the last %d outcomes, above the %.0f%% "
+                                "learned: believed to be about load again", scope, 100 * share,
+                                self.recent_n, 100 * self.share)
+
+    def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0) -> None:
+        """An error slowed the scope at ``now``: judge the cut by the outcomes of sends after it.
+
+        Args:
+            now: when the cut was made.
+            breaker_share: the circuit breaker's error share over its window (before the outcome
+                that made the cut), if it has one.
+            breaker_n: the outcomes that share was measured on.
+        """
+        if self.judging:
+            return  # a cut during the judgement: the outcomes after the first one still tell
+        before, before_n = self.recent_share(), self.recent_n
+        if before is None and breaker_share is not None:
+            # The breaker has not counted the error that made the cut yet: it belongs to the sample.
+            before, before_n = (breaker_share * breaker_n + 1.0) / (breaker_n + 1), breaker_n + 1
+        if before is None:
+            return  # nothing to compare with: the next cut is judged
+        self.judging, self.since, self.before, self.before_n = True, now, before, before_n
+        self.after_n = self.after_bad = 0
+
+    def _judge(self, scope: str) -> None:
+        self.judging = False
+        after, before = self.after_bad / self.after_n, self.before
+        spread = 2.0 * math.sqrt(before * (1.0 - before) / max(self.before_n, 1)
+                                 + after * (1.0 - after) / self.after_n)
+        if not (after < SAME * before and before - after > spread):
+            self.plain, self.share = True, after
+            logger.info("scope %s: errors at %.0f%% after slowing down, %.0f%% before: not about load; "
+                        "they no longer slow the scope", scope, 100 * after, 100 * self.before)
+        else:
+            logger.debug("scope %s: errors at %.0f%% after slowing down, %.0f%% before: about load", scope,
+                         100 * after, 100 * self.before)

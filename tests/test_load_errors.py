@@ -1,0 +1,114 @@
+"""Errors that are not about load (issue 30 item 5), on the fake clock.
+
+A site with no limit that answers a steady share of its requests with 503,
+whatever the pace, must keep >= 0.9 of its pace; an overloaded site whose
+errors fall when the pace falls still slows it; a site that is down is still
+paused and given up by the circuit breaker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from crawlpace import Throttler
+from crawlpace.policy._load_errors import JUDGE, LoadErrors
+from crawlpace.testing import MockClock
+
+URL = "https://flaky.example/page"
+#: 20 requests a second at most: 2 slots, 0.1 s apart each, 0.05 s between any two.
+PACED: dict[str, Any] = {"CONCURRENT_REQUESTS_PER_DOMAIN": 2, "DOWNLOAD_DELAY": 0.05,
+                         "DOWNLOAD_DELAY_PER_SLOT": 0.1, "RANDOMIZE_DOWNLOAD_DELAY": False,
+                         "BACKOFF_JITTER": False}
+
+
+@dataclass
+class Response:
+    status: int = 200
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+async def run(clock: MockClock, settings: dict[str, Any], status: Callable[[float], int],
+              seconds: float) -> tuple[list[float], Throttler]:
+    """Send through two tasks for ``seconds``; ``status(now)`` answers each after 0.02 s."""
+    throttler = Throttler({**PACED, **settings}, clock=clock)
+    sends: list[float] = []
+
+    async def task() -> None:
+        while clock.now() < seconds:
+            try:
+                async with throttler.slot(URL) as permit:
+                    sends.append(clock.now())
+                    await clock.sleep(0.02)
+                    permit.feedback(Response(status(clock.now())))
+            except Exception:  # the breaker gave the scope up
+                return
+
+    await asyncio.gather(task(), task())
+    return sends, throttler
+
+
+async def test_a_steady_share_of_503s_does_not_slow_the_site(clock: MockClock) -> None:
+    draw = random.Random(7)
+    sends, throttler = await run(clock, {}, lambda now: 503 if draw.random() < 0.25 else 200, 180.0)
+    late = [t for t in sends if t >= 60.0]
+    # 20/s is the pace the settings allow; after the first minute (one cut, judged, climbed back):
+    assert len(late) / 120.0 >= 0.9 * 20.0, len(late) / 120.0
+    stats = await throttler.scope_stats("flaky.example")
+    assert stats is not None
+    assert stats.breaker == "closed"
+    await throttler.aclose()
+
+
+async def test_errors_that_fall_with_the_pace_still_slow_it(clock: MockClock) -> None:
+    # An overloaded site: above 10/s every other answer is a 503, below it none.
+    recent: list[float] = []
+
+    def status(now: float) -> int:
+        recent.append(now)
+        while recent and recent[0] < now - 1.0:
+            recent.pop(0)
+        return 503 if len(recent) > 10 and len(recent) % 2 else 200
+
+    sends, throttler = await run(clock, {"BREAKER_ENABLED": False}, status, 120.0)
+    late = [t for t in sends if t >= 60.0]
+    assert len(late) / 60.0 <= 12.0  # held near the knee, not back at 20/s
+    await throttler.aclose()
+
+
+async def test_a_site_that_is_down_is_still_given_up(clock: MockClock) -> None:
+    sends, throttler = await run(clock, {"BREAKER_PAUSE": 6.0, "BREAKER_GIVE_UP_AFTER": 5},
+                                 lambda now: 503, 120.0)
+    stats = await throttler.scope_stats("flaky.example")
+    assert stats is not None
+    assert stats.breaker == "given_up"
+    assert len(sends) < 40
+    await throttler.aclose()
+
+
+def test_the_verdict_compares_the_share_before_a_cut_with_the_share_after() -> None:
+    errors = LoadErrors()
+    for n in range(40):  # 25 % errors at the old pace
+        errors.record("s", sent_at=n, error=n % 4 == 0)
+    errors.slowed(40.0, None)
+    assert errors.judging
+    for n in range(JUDGE):  # 25 % again at the new pace: not load
+        errors.record("s", sent_at=41.0 + n, error=n % 4 == 0)
+    assert errors.plain
+    assert errors.share == sum(n % 4 == 0 for n in range(JUDGE)) / JUDGE  # the share after the cut
+
+    overloaded = LoadErrors()
+    for n in range(40):
+        overloaded.record("s", sent_at=n, error=n % 2 == 0)
+    overloaded.slowed(40.0, None)
+    for n in range(JUDGE):  # one error in twenty after the cut: it was load
+        overloaded.record("s", sent_at=41.0 + n, error=n == 0)
+    assert not overloaded.plain
+
+    judged = errors
+    for n in range(40):  # a site judged flaky that starts failing most requests: believed again
+        judged.record("s", sent_at=100.0 + n, error=n % 5 != 0)
+    assert not judged.plain
