@@ -32,17 +32,12 @@ class Lease:
         granted_at: the store clock's reading at admission.
         generations: per scope, the backoff generation the request was sent
             under (feedback from an older generation cannot slow it again).
-        inflight: per scope, its requests in flight with this one at admission
-            (over every worker in a shared store; empty when unknown). Every
-            store gives the policy this count with the answer, so the memory
-            and the Redis store learn the same from it.
     """
 
     demands: tuple[Demand, ...]
     slot_ready: tuple[float, ...]
     granted_at: float
     generations: tuple[int, ...] = ()
-    inflight: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -166,7 +166,7 @@ class MemoryStore:
             if ready is None or ready > now:
                 return Blocked(ready, ((name, ready),))
             lease = Lease(demands, (state.send(now, use, self._rng),), now,
-                          (state.policy.generation,), (state.inflight,))
+                          (state.policy.generation,))
             self._tick()  # after admit: the sweep must see this scope as busy
             return lease
         states: list[_Scope] = []
@@ -185,8 +185,7 @@ class MemoryStore:
             return Blocked(latest, tuple(waiting))
         rng = self._rng
         slot_ready = tuple(state.send(now, use, rng) for state, (_, use) in zip(states, demands, strict=True))
-        lease = Lease(demands, slot_ready, now, tuple(state.policy.generation for state in states),
-                      tuple(state.inflight for state in states))
+        lease = Lease(demands, slot_ready, now, tuple(state.policy.generation for state in states))
         self._tick()
         return lease
 
@@ -198,13 +197,13 @@ class MemoryStore:
             outcome.plain_feedback(),) * len(lease.demands)
         generations = lease.generations or (0,) * len(lease.demands)
         given_up: list[str] = []
-        sent_with = lease.inflight or (None,) * len(lease.demands)
-        for (name, use), slot_ready, generation, signal, inflight in zip(
-                lease.demands, lease.slot_ready, generations, feedback, sent_with, strict=True):
+        for (name, use), slot_ready, generation, signal in zip(
+                lease.demands, lease.slot_ready, generations, feedback, strict=True):
             state = scopes.get(name)
             if state is None:  # pragma: no cover - in-flight scopes are never evicted
                 logger.warning("release for unknown scope %r ignored", name)
                 continue
+            inflight = state.inflight  # this request included
             state.release(slot_ready, now)
             if signal is None:
                 if state.policy.gated:  # only a breaker's probe needs to hear of it
