@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from ._rampup_climb import CEILING_SHARE
+from ._rampup_climb import BETA_DEEP, CEILING_SHARE
 from ._rampup_start import START_HELD_MIN
 
 __all__ = ["HOLD_LONG", "HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
@@ -73,6 +73,7 @@ class _SearchState(Protocol):
     _last_growth: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _held_short(self, now: float, held: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
 
 
@@ -111,6 +112,12 @@ class SearchClimb:
             self.hold_learned = held
         if self.hold_learned > 0.0:
             self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
+        if steady and held >= HOLD_LONG and self._held_short(now, held):
+            # Refused within one hold of the last resume: the level is far too high (a bucket's
+            # burst, refilled by the hold, spent in a moment). Halve it, and resume there.
+            self.ceiling = ceiling = min(ceiling, BETA_DEEP * sent)
+            self.rate = min(self.rate, ceiling)
+            self._top = 0.0
         if steady and held >= HOLD_LONG and ceiling > self.rate:
             # The silence has already paid back whatever the overshoot owed (a bucket refills in
             # it): climbing back from under the level would only waste the sends after it. (The

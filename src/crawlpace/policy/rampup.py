@@ -96,6 +96,7 @@ from dataclasses import dataclass
 from .._jitter import Jitter
 from ._rampup_climb import CubicClimb
 from ._rampup_cut import CutRules
+from ._rampup_episode import Episodes
 from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
 from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
@@ -149,7 +150,7 @@ class RampupStats:
     decision: str
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb):
+class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb, Episodes):
     """The rampup controller of one scope.
 
     Args:
@@ -166,7 +167,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_door", "_epoch", "_gap", "_gentle",
+    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
+                 "_door", "_ep_gap", "_ep_since", "_epoch", "_gap", "_gentle",
                  "_good_rate", "_k", "_last_growth", "_level", "_low_latency", "_probe_after", "_probe_c",
                  "_pushbacks", "_queue_cap", "_quiet_until", "_resumed_at", "_samples", "_sent_at",
                  "_stuck_share", "_stuck_time", "_top", "_window_min", "_window_start", "above_since",
@@ -225,6 +227,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # The search's top after a deep cut (0: no search), and the hold rule (_rampup_search).
         self._top, self._probe_after, self.hold_learned = 0.0, _NEVER, 0.0
         self._queue_cap = False  # the slot cap came from latency (_cap_queue), not from refusals
+        # The overshoot episode under way (since its first refusal; NEVER: none) and its probe gap,
+        # and the cycle since the last episode ended: when, and the answers accepted (_rampup_episode).
+        self._ep_since, self._ep_gap = _NEVER, 0.0
+        self._cycle_start, self._cycle_ok, self._cycle_rate = _NEVER, 0, 0.0
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -280,13 +286,19 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
             self._decide(now, "ignored: a request failed without an answer while latency is normal; "
                          "not taken for overload")
             self.hung_silence(now, elapsed)
+        elif pushback and answered and not self._episode_opens(now, can_cut, sent_at):
+            self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
+                         f"{self._ep_gap:.3g}s, until one is accepted")
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
                 self._cut(now, reason="slots", sent_at=sent_at)
+                self._episode_cut()
         elif pushback:
             if can_cut:
                 self._cut(now, reason="pushback", sent_at=sent_at)
+                self._episode_cut()
         else:
+            self._episode_answer(now, now if sent_at is None else sent_at)
             level = self._observe_latency(now, latency)
             if level == 2 and can_cut:
                 self._cap_queue(now)

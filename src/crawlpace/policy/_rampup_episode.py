@@ -1,0 +1,169 @@
+"""Rampup's overshoot episodes: the refusals one overshoot draws are one piece of evidence.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
+rules). Many limiters go on refusing for a while after the rate that overshot
+them has been cut: a window counted to the end of its period, a request-rate
+counter that counts the refusals too (HAProxy's ``http_req_rate``), a bucket
+paying back the burst it lent, a ``Retry-After`` hold. Taking each of those
+refusals as new pushback halves the rate again and again (57 -> 28 -> 14 -> 7
+-> 3.6 -> 1.8/s on a 10/s counter) for what was one overshoot.
+
+**The episode.** The first refusal starts an *episode* and cuts as usual. Until
+a request sent after that refusal is accepted, the episode lasts, and every
+refusal in it is part of the same evidence: none cuts again. Instead the scope
+*probes*: its sends are spaced at least ``probe gap`` apart, a gap that starts
+at the cut rate's and doubles with every refused probe (a request sent inside
+the episode), up to :data:`PROBE_GAP_MAX`. A lock-out of unknown length (a
+window's rest, a counter draining) costs a few probes, not a cascade of cuts,
+and a counter that counts refusals is not kept full by them.
+
+**The fit.** The stretch between the end of one episode and the end of the
+next is a *cycle*; the answers accepted in it over its length are the rate the
+limiter let through, lock-out included: a window of ``N`` per ``W`` seconds
+gives ``N / W`` exactly, a bucket its refill rate, a counter its limit. That
+rate was achieved, so it is safe to pace at; the level after an episode is
+never under :data:`FIT_SHARE` of it. (It only ever lifts a level: where the
+ordinary cut leaves the rate higher, the cut stands.)
+
+**Held episodes.** A refusal with a hold of ``HOLD_LONG`` or more that comes
+within one hold's length of the previous episode's end says the level was far
+too high (a bucket whose burst the hold refilled, spent in a fraction of a
+second): the level is halved rather than cut by the ordinary share. One hold
+costs the scope ``H`` seconds of silence; a level a little too high costs a
+hold every few seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Protocol
+
+from ._rampup_search import HOLD_SHARE
+from ._rampup_sends import NEVER
+
+__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "Episodes"]
+
+#: The level after an episode is at least this share of the cycle's accepted rate: the rate was
+#: achieved, lock-out included, so it is safe; the one-sided jitter keeps the sends a little
+#: under it (``RAMPUP_JITTER``), which is the margin a window or a bucket at its limit needs.
+FIT_SHARE = 0.98
+#: The longest probe gap in an episode, in seconds: a lock-out that ends (a window's boundary, a
+#: counter drained) is seen at most this late, at the cost of one refused probe per this long.
+PROBE_GAP_MAX = 2.0
+#: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
+#: counter draining), not a bucket refilling (whose first or second probe is accepted): the cycle's
+#: accepted rate is then the limit itself, and the level follows it down as well as up.
+LOCKOUT_GAPS = 4.0
+
+
+class _EpisodeState(Protocol):
+    """What the methods of :class:`Episodes` use of the controller."""
+
+    rate: float
+    ceiling: float | None
+    max_rate: float
+    min_rate: float
+    phase: str
+    _ep_since: float
+    _ep_gap: float
+    _cycle_start: float
+    _cycle_ok: int
+    _cycle_rate: float
+    _resumed_at: float
+    _top: float
+    _cut_rate: float
+    _probe_after: float
+    hold_learned: float
+
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
+
+
+class Episodes:
+    """The episode part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    ceiling: float | None  # declared for the assignments below, which might narrow it
+
+    def in_episode(self: _EpisodeState) -> bool:
+        """Whether the scope is inside an overshoot episode (probing until a send is accepted)."""
+        return self._ep_since != NEVER
+
+    def _episode_cap(self: _EpisodeState, allowed: float) -> float:
+        """``allowed``, capped at one send per probe gap inside an episode."""
+        gap = self._ep_gap
+        if self._ep_since == NEVER or gap <= 0.0:
+            return allowed
+        return min(allowed, 1.0 / gap)
+
+    def _episode_opens(self: _EpisodeState, now: float, can_cut: bool, sent_at: float | None) -> bool:
+        """A refusal answered at ``now`` of a send made at ``sent_at``: whether it is new evidence.
+
+        True: no episode is under way, so this refusal is judged as before (it may cut, and
+        then opens one). False: it belongs to an overshoot already counted, either the episode
+        under way (a refused probe doubles the probe gap) or the one that ended after it was sent.
+        """
+        sent = now if sent_at is None else sent_at
+        if self._ep_since == NEVER:
+            if not can_cut:
+                return True
+            if self._cycle_start != NEVER and sent < self._cycle_start:
+                return False  # sent before the last episode ended, answered since: its tail
+            self._ep_since = now
+            self._ep_gap = 0.0  # set from the cut rate (_episode_cut)
+            return True
+        if sent >= self._ep_since:
+            gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
+            self._ep_gap = max(gap, min(2.0 * gap, PROBE_GAP_MAX))
+        return False
+
+    def _episode_cut(self: _EpisodeState) -> None:
+        """After the cut that opened an episode: probes go at the cut rate until one is refused."""
+        if self._ep_since != NEVER and self._ep_gap <= 0.0 and self.rate > 0.0:
+            self._ep_gap = 1.0 / self.rate
+
+    def _episode_answer(self: _EpisodeState, now: float, sent_at: float) -> None:
+        """An accepted answer: count it in the cycle, and end the episode if it answers a probe."""
+        if self._cycle_start == NEVER:
+            self._cycle_start = sent_at
+        if self._ep_since == NEVER:
+            self._cycle_ok += 1
+            return
+        if sent_at < self._ep_since:
+            self._cycle_ok += 1  # a send from before the episode: the lock-out may go on
+            return
+        span, accepted, since = now - self._cycle_start, self._cycle_ok, self._ep_since
+        # A lock-out: probes were refused for LOCKOUT_GAPS gaps at the cut rate, and no hold the
+        # server asked for explains the silence (a hold is a penalty; a cycle counting it says little).
+        gap = 1.0 / max(self.rate, self.min_rate)
+        lockout = (self._ep_gap > 1.5 * gap and now - since >= LOCKOUT_GAPS * gap
+                   and self._resumed_at <= since)
+        # The cycle's rate is the limit's only if the scope sent at least that fast all through it;
+        # otherwise (a start phase's ramp, a slow climb) it is only a floor under the limit.
+        saturated = self._cycle_rate
+        self._ep_since, self._ep_gap = NEVER, 0.0
+        self._cycle_start, self._cycle_ok = now, 1
+        if span <= 0.0 or accepted < 2:
+            self._cycle_rate = self.rate
+            return
+        fit = max(self.min_rate, min(self.max_rate, FIT_SHARE * accepted / span))
+        if lockout and fit < self.rate and saturated * FIT_SHARE < fit:
+            fit = math.sqrt(fit * self.rate)  # a floor and a ceiling: the geometric middle
+        self._cycle_rate = max(self.rate, fit)
+        if lockout:
+            # The lock-out is what a refusal costs here, as a hold would: probe above the level
+            # as rarely as after a hold that long (_rampup_search's hold rule).
+            self.hold_learned = now - since
+            self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
+        if lockout and fit != self.rate:
+            self._cycle_rate = fit
+            self.rate = self.ceiling = fit
+            self._top, self._cut_rate = 0.0, 0.0  # no search above it; a refusal above it is no cascade
+            self._start_climb(now, fast=False)
+            self._decide(now, f"fit: the last cycle let {accepted} through in {span:.3g}s"
+                         f"{' (a lock-out)' if lockout else ''}; pacing at {fit:.3g}/s")
+
+    def _held_short(self: _EpisodeState, now: float, held: float) -> bool:
+        """Whether a refusal with a hold of ``held`` came within one hold of the last episode's end."""
+        start = self._cycle_start
+        return start != NEVER and now - start < held
