@@ -65,7 +65,7 @@ def _window(rng: random.Random, seconds: float, rate_high: float = 30.0) -> tupl
     """A window's count and length: 1 s to ``min(120, seconds / 2)``, at 0.5 to ``rate_high`` a second."""
     window = _round(_log_uniform(rng, 1.0, max(min(_MAX_WINDOW, seconds / 2), 1.0)), 2)
     rate = _log_uniform(rng, 0.5, rate_high)
-    return max(round(rate * window), 1), window
+    return max(round(rate * window), math.ceil(0.5 * window)), window
 
 
 def _draw(kind: str, rng: random.Random, seconds: float) -> tuple[dict[str, Any], float | None]:
@@ -101,7 +101,7 @@ def _draw(kind: str, rng: random.Random, seconds: float) -> tuple[dict[str, Any]
                 "retry_after": rng.random() < 0.7}, limit / window
     if kind == "reqrate":
         period = _round(_log_uniform(rng, 1.0, 60.0), 2)
-        limit = max(round(_log_uniform(rng, 0.5, 60.0) * period), 10)
+        limit = max(round(_log_uniform(rng, 0.5, 60.0) * period), math.ceil(0.5 * period), 10)
         return {"profile": "reqrate", "limit": limit, "period": period}, limit / period
     if kind == "conncap":
         cap, latency, lag = rng.randint(1, 16), _round(rng.uniform(0.1, 0.4)), _round(rng.uniform(0.005, 0.1))
