@@ -31,6 +31,7 @@ from ._shifting import SHIFTABLE, ShiftingSite
 from ._site import Site
 from ._spec import FarmSpec, SiteSpec, parse_farm
 from ._stats import SiteStats
+from ._windows import RequestRateSite, SlotCapSite, WindowSite
 
 __all__ = [
     "CHALLENGE_PAGE",
@@ -50,6 +51,7 @@ __all__ = [
     "PlotUnavailable",
     "QuotaSite",
     "RateLimitSite",
+    "RequestRateSite",
     "RetryAfterSite",
     "ShiftingSite",
     "SimServer",
@@ -57,7 +59,9 @@ __all__ = [
     "SiteInfo",
     "SiteSpec",
     "SiteStats",
+    "SlotCapSite",
     "SlowSite",
+    "WindowSite",
     "builtin_farms",
     "parse_farm",
     "serve",
