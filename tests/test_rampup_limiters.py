@@ -12,7 +12,6 @@ from __future__ import annotations
 import asyncio
 import math
 import random
-from collections import deque
 from dataclasses import dataclass, field
 from typing import Protocol
 
@@ -34,7 +33,9 @@ class Response:
 class Limiter(Protocol):
     """A limiter model: pure bookkeeping on the times it is handed."""
 
-    capacity: float  # accepted requests per second, at best, over a long run
+    @property
+    def capacity(self) -> float:
+        """Accepted requests per second, at best, over a long run."""
 
     def arrive(self, now: float) -> Response: ...
     def leave(self, now: float) -> None: ...
@@ -135,7 +136,6 @@ class ConnectionCap:
     cap: int
     latency: float
     late: float = 0.02
-    _busy: deque[float] = field(default_factory=deque)  # when each slot in use is freed (inf: busy)
     _inflight: int = 0
     _freed: list[float] = field(default_factory=list)
 
@@ -220,11 +220,12 @@ async def test_fixed_windows_aligned_to_the_clock(limit: int, window: float, ref
     assert out.refused <= refusals
 
 
-@pytest.mark.parametrize(("rate", "share"), [(3.0, 0.88), (12.0, 0.74)])  # was 0.91 and 0.77: not improved
+@pytest.mark.parametrize(("rate", "share"), [(3.0, 0.92), (12.0, 0.9)])  # was 0.91 / 5 and 0.77 / 4
 async def test_strict_buckets_without_burst(rate: float, share: float) -> None:
+    # A refusal just under the shortest accepted gap: paced evenly at that gap, not at half of it.
     out = await crawl(Bucket(rate, 1.0), 120.0)
     assert out.share >= share
-    assert out.refused <= 8
+    assert out.refused <= 10
 
 
 async def test_a_request_rate_counter_that_counts_refusals() -> None:

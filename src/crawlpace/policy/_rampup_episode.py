@@ -25,6 +25,17 @@ rate was achieved, so it is safe to pace at; the level after an episode is
 never under :data:`FIT_SHARE` of it. (It only ever lifts a level: where the
 ordinary cut leaves the rate higher, the cut stands.)
 
+**A bucket with no burst.** Such a bucket refuses any gap shorter than its
+own, whatever the mean rate: the refused send's gap to the last accepted one
+is just under the shortest gap it accepted before. When a refusal fits that
+(its gap at least :data:`STRICT_NEAR` of the shortest accepted gap, and
+shorter), the level is at least :data:`FIT_SHARE` of the rate that gap gives,
+paced evenly (the one-sided jitter only lengthens gaps): the cut from a lagging
+mean rate would leave the scope at half its limit. A bucket with a burst accepts
+gaps far shorter than the one it refuses, and is left to the ordinary cut. The
+same shortest gap is not trusted twice in a row (a second refusal there says
+the bucket is not strict after all).
+
 **Held episodes.** A refusal with a hold of ``HOLD_LONG`` or more that comes
 within one hold's length of the previous episode's end says the level was far
 too high (a bucket whose burst the hold refilled, spent in a fraction of a
@@ -36,12 +47,13 @@ hold every few seconds.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Protocol
 
 from ._rampup_search import HOLD_SHARE
 from ._rampup_sends import NEVER
 
-__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "Episodes"]
+__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "STRICT_NEAR", "Episodes"]
 
 #: The level after an episode is at least this share of the cycle's accepted rate: the rate was
 #: achieved, lock-out included, so it is safe; the one-sided jitter keeps the sends a little
@@ -54,6 +66,9 @@ PROBE_GAP_MAX = 2.0
 #: counter draining), not a bucket refilling (whose first or second probe is accepted): the cycle's
 #: accepted rate is then the limit itself, and the level follows it down as well as up.
 LOCKOUT_GAPS = 4.0
+#: A refused gap at least this share of the shortest accepted one is a bucket with no burst
+#: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
+STRICT_NEAR = 0.8
 
 
 class _EpisodeState(Protocol):
@@ -69,6 +84,10 @@ class _EpisodeState(Protocol):
     _cycle_start: float
     _cycle_ok: int
     _cycle_rate: float
+    _ok_sends: deque[float]
+    _gap_ok: float
+    _strict_gap: float
+    _quiet_until: float
     _resumed_at: float
     _top: float
     _cut_rate: float
@@ -76,6 +95,7 @@ class _EpisodeState(Protocol):
     hold_learned: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _last_ok_before(self, sent: float) -> float | None: ...
     def _decide(self, now: float, decision: str) -> None: ...
 
 
@@ -162,6 +182,41 @@ class Episodes:
             self._start_climb(now, fast=False)
             self._decide(now, f"fit: the last cycle let {accepted} through in {span:.3g}s"
                          f"{' (a lock-out)' if lockout else ''}; pacing at {fit:.3g}/s")
+
+    def _last_ok_before(self: _EpisodeState, sent: float) -> float | None:
+        """The latest accepted send before ``sent``, if any is on record."""
+        best = None
+        for at in self._ok_sends:
+            if at < sent and (best is None or at > best):
+                best = at
+        return best
+
+    def _note_accepted(self: _EpisodeState, sent: float) -> None:
+        """An accepted send at ``sent``: its gap to the accepted send before it may be the shortest."""
+        before = self._last_ok_before(sent)
+        if before is not None and sent - before < self._gap_ok:
+            self._gap_ok = sent - before
+        self._ok_sends.append(sent)
+
+    def _strict_fit(self: _EpisodeState, now: float, sent_at: float | None) -> None:
+        """After a cut: a refusal just under the shortest accepted gap lifts the level to that gap's rate."""
+        shortest = self._gap_ok
+        if sent_at is None or not math.isfinite(shortest) or shortest == self._strict_gap:
+            return
+        before = self._last_ok_before(sent_at)
+        if before is None:
+            return
+        refused = sent_at - before
+        if not STRICT_NEAR * shortest <= refused < shortest:
+            return
+        self._strict_gap = shortest
+        fit = max(self.min_rate, min(self.max_rate, FIT_SHARE / shortest))
+        if fit > self.rate:
+            self.rate = self.ceiling = fit
+            self._top, self._cut_rate = 0.0, 0.0
+            self._start_climb(now, fast=False)
+            self._decide(now, f"fit: a bucket with no burst; refused a gap of {refused:.4g}s, accepted "
+                         f"{shortest:.4g}s: pacing evenly at {fit:.3g}/s")
 
     def _held_short(self: _EpisodeState, now: float, held: float) -> bool:
         """Whether a refusal with a hold of ``held`` came within one hold of the last episode's end."""

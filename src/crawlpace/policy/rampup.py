@@ -119,6 +119,8 @@ USED_SHARE = 0.5
 STUCK_WEIGHT = 0.05
 #: The longest stretch of time one response may advance the curve.
 MAX_STEP = 1.0
+#: Accepted sends kept to find the one before a refused send (more than are in flight at once).
+OK_SENDS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -168,12 +170,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
     """
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
-                 "_door", "_ep_gap", "_ep_since", "_epoch", "_gap", "_gentle",
-                 "_good_rate", "_k", "_last_growth", "_level", "_low_latency", "_probe_after", "_probe_c",
+                 "_door", "_ep_gap", "_ep_since", "_epoch", "_gap", "_gap_ok", "_gentle", "_good_rate", "_k",
+                 "_last_growth", "_level", "_low_latency", "_ok_sends", "_probe_after", "_probe_c",
                  "_pushbacks", "_queue_cap", "_quiet_until", "_resumed_at", "_samples", "_sent_at",
-                 "_stuck_share", "_stuck_time", "_top", "_window_min", "_window_start", "above_since",
-                 "ceiling", "decision", "generation", "hold_learned", "last_pushback_rate", "latency",
-                 "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "slot_cap",
+                 "_strict_gap", "_stuck_share", "_stuck_time", "_top", "_window_min", "_window_start",
+                 "above_since", "ceiling", "decision", "generation", "hold_learned", "last_pushback_rate",
+                 "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "slot_cap",
                  "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
@@ -231,6 +233,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # and the cycle since the last episode ended: when, and the answers accepted (_rampup_episode).
         self._ep_since, self._ep_gap = _NEVER, 0.0
         self._cycle_start, self._cycle_ok, self._cycle_rate = _NEVER, 0, 0.0
+        # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
+        # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
+        self._ok_sends: deque[float] = deque(maxlen=OK_SENDS_KEPT)
+        self._gap_ok, self._strict_gap = math.inf, math.inf
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -295,9 +301,15 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._episode_cut()
         elif pushback:
             if can_cut:
+                # (Not in the start phase: its doubling shortens every gap, so a bursty bucket's
+                # first refusal looks strict too.)
+                steady = self.phase == "steady"
                 self._cut(now, reason="pushback", sent_at=sent_at)
+                if steady and answered:  # (a timeout says nothing of a gap)
+                    self._strict_fit(now, sent_at)
                 self._episode_cut()
         else:
+            self._note_accepted(now if sent_at is None else sent_at)
             self._episode_answer(now, now if sent_at is None else sent_at)
             level = self._observe_latency(now, latency)
             if level == 2 and can_cut:

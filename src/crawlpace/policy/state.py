@@ -78,7 +78,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_probe_c", "_baseline", "_window_min", "_window_start", "_samples", "_quiet_until", "_level",
           "_stuck_share", "_stuck_time", "_resumed_at", "slot_cap", "_cap_at", "_good_rate", "_door",
           "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap", "_gentle", "_ep_since",
-          "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate"),  # rampup
+          "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_ok_sends", "_gap_ok",
+          "_strict_gap"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
 }
 

@@ -1,0 +1,107 @@
+"""Rampup's overshoot episodes and fits, rule by rule, on a scripted clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawlpace.policy._rampup_episode import FIT_SHARE, PROBE_GAP_MAX
+from crawlpace.policy.rampup import Rampup
+
+
+def controller(**overrides: object) -> Rampup:
+    options: dict[str, object] = {"start_rate": 1.0, "min_rate": 1 / 300, "max_rate": 100.0,
+                                  "max_concurrency": 8, "window": 60.0, "target": (1.0, 1.0)}
+    options.update(overrides)
+    return Rampup(**options)  # type: ignore[arg-type]
+
+
+def answer(ramp: Rampup, sent: float, *, refused: bool = False, latency: float = 0.01) -> None:
+    """One request sent at ``sent`` and answered ``latency`` later, under the current generation."""
+    ramp.on_send(sent)
+    ramp.on_response(sent + latency, pushback=refused, current=True, latency=latency, elapsed=latency)
+
+
+def steady(ramp: Rampup, rate: float, until: float) -> float:
+    """Accepted sends at ``rate`` from 0 to ``until``, the scope put in its steady phase at ``rate``."""
+    ramp.phase, ramp.rate, ramp.ceiling = "steady", rate, rate
+    now = 0.0
+    while now < until:
+        answer(ramp, now)
+        now += 1.0 / rate
+    return now
+
+
+def test_the_refusals_of_one_overshoot_cut_once_and_slow_the_probes() -> None:
+    ramp = controller()
+    now = steady(ramp, 20.0, 5.0)
+    answer(ramp, now, refused=True)
+    cut, generation = ramp.rate, ramp.generation
+    assert ramp.in_episode()
+    # Every send that follows is refused (a lock-out): none cuts again, each doubles the gap.
+    gaps = []
+    for _ in range(8):
+        gap = 1.0 / ramp.allowed_rate(now)
+        gaps.append(gap)
+        now += gap
+        answer(ramp, now, refused=True)
+    assert ramp.rate == cut
+    assert ramp.generation == generation
+    assert gaps[1] == pytest.approx(2 * gaps[0])
+    assert max(gaps) == pytest.approx(PROBE_GAP_MAX)
+    assert "same overshoot" in ramp.decision
+    answer(ramp, now + PROBE_GAP_MAX)
+    assert not ramp.in_episode()
+
+
+def test_a_lock_out_paces_at_the_rate_the_cycle_let_through() -> None:
+    # A window of 30 per 10 s: 30 accepted at 20/s, then refused until the window ends.
+    ramp = controller()
+    now = steady(ramp, 20.0, 1.5)  # 30 sends
+    while now < 10.0:
+        answer(ramp, now, refused=True)
+        now += 1.0 / ramp.allowed_rate(now)
+    answer(ramp, now)  # the next window
+    # Cycle: 30 accepted from 0 to the end of the lock-out. The first cycle was not sent at that
+    # rate throughout (it began at 20/s), so it is a floor: the level is the middle of it and the cut.
+    assert ramp.rate < 20.0
+    fit = FIT_SHARE * 30 / (now + 0.01)
+    assert ramp.rate >= fit
+    assert "a lock-out" in ramp.decision
+    # The lock-out's length (about 8.5 s) is what the next refusal costs: probing waits as after a hold.
+    assert ramp.hold_learned > 5.0
+    assert ramp._probe_after >= now + 20 * 5.0
+
+
+def test_a_refusal_just_under_the_shortest_accepted_gap_is_a_bucket_with_no_burst() -> None:
+    ramp = controller()
+    now = steady(ramp, 9.0, 5.0)  # gaps of 0.111 s accepted
+    ramp.rate = 9.5
+    last = now - 1.0 / 9.0
+    answer(ramp, last + 0.1, refused=True)  # a gap of 0.1 s refused
+    assert ramp.rate == pytest.approx(FIT_SHARE * 9.0, rel=0.01)
+    assert "no burst" in ramp.decision
+
+
+def test_a_bursty_bucket_is_cut_as_before() -> None:
+    ramp = controller()
+    now = steady(ramp, 9.0, 5.0)
+    answer(ramp, now)
+    answer(ramp, now + 0.01)  # the burst let a gap of 10 ms through
+    before = ramp.rate
+    answer(ramp, now + 0.11, refused=True)  # a gap of 0.1 s refused
+    assert ramp.rate < before
+    assert "no burst" not in ramp.decision
+
+
+def test_a_held_refusal_soon_after_the_last_resume_halves_the_level() -> None:
+    ramp = controller()
+    now = steady(ramp, 20.0, 5.0)
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)  # the first: an ordinary cut, resumed at the level after the hold
+    now += 5.0
+    answer(ramp, now)  # the hold is over: the episode ends
+    level = ramp.rate
+    now += 0.3
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)  # refused again within one hold of resuming
+    assert ramp.rate == pytest.approx(0.5 * min(level, ramp.sent_rate(now)), rel=0.05)
