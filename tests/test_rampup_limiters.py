@@ -236,8 +236,10 @@ async def test_a_request_rate_counter_that_counts_refusals() -> None:
 
 async def test_a_request_rate_counter_over_ten_seconds() -> None:
     out = await crawl(RequestRate(100.0, 10.0), 150.0)
-    assert out.share >= 0.65  # was 0.18 / 74
-    assert out.refused <= 35
+    # was 0.18 / 74. A probe gets through before the blended count has drained: the refusals
+    # that follow within a cycle of the lock-out are its drain, not a new overshoot.
+    assert out.share >= 0.85
+    assert out.refused <= 40
 
 
 async def test_a_connection_cap_released_late() -> None:

@@ -25,6 +25,11 @@ rate was achieved, so it is safe to pace at; the level after an episode is
 never under :data:`FIT_SHARE` of it. (It only ever lifts a level: where the
 ordinary cut leaves the rate higher, the cut stands.)
 
+A refusal within one cycle's length of a lock-out's end, while the level is the
+fitted one (no probe above it yet), opens an episode without a cut: a counter
+that blends its last period into the current one (HAProxy's) lets a probe
+through before it has drained.
+
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
 is just under the shortest gap it accepted before. When a refusal fits that
@@ -92,10 +97,13 @@ class _EpisodeState(Protocol):
     _top: float
     _cut_rate: float
     _probe_after: float
+    _fitted: bool
+    _fit_span: float
     hold_learned: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
+    def _draining(self, now: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
 
 
@@ -130,12 +138,23 @@ class Episodes:
             if self._cycle_start != NEVER and sent < self._cycle_start:
                 return False  # sent before the last episode ended, answered since: its tail
             self._ep_since = now
+            if self._draining(now):
+                self._ep_gap = 1.0 / max(self.rate, self.min_rate)
+                return False
             self._ep_gap = 0.0  # set from the cut rate (_episode_cut)
             return True
         if sent >= self._ep_since:
             gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
             self._ep_gap = max(gap, min(2.0 * gap, PROBE_GAP_MAX))
         return False
+
+    def _draining(self: _EpisodeState, now: float) -> bool:
+        """Whether a refusal now is the last lock-out still draining: it comes within the fitted cycle's
+        length of the lock-out's end, at the fitted level, before any probe above it. A counter that
+        blends its last period into the current one (HAProxy's) lets a probe through before it has
+        drained."""
+        return (self._cycle_start != NEVER and self._fitted and now < self._probe_after
+                and now - self._cycle_start < self._fit_span)
 
     def _episode_cut(self: _EpisodeState) -> None:
         """After the cut that opened an episode: probes go at the cut rate until one is refused."""
@@ -162,19 +181,25 @@ class Episodes:
         # otherwise (a start phase's ramp, a slow climb) it is only a floor under the limit.
         saturated = self._cycle_rate
         self._ep_since, self._ep_gap = NEVER, 0.0
+        if self._fitted and span < self._fit_span:
+            self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
+            return
         self._cycle_start, self._cycle_ok = now, 1
         if span <= 0.0 or accepted < 2:
             self._cycle_rate = self.rate
             return
         fit = max(self.min_rate, min(self.max_rate, FIT_SHARE * accepted / span))
+        trusted = lockout
         if lockout and fit < self.rate and saturated * FIT_SHARE < fit:
             fit = math.sqrt(fit * self.rate)  # a floor and a ceiling: the geometric middle
+            trusted = False
         self._cycle_rate = max(self.rate, fit)
         if lockout:
             # The lock-out is what a refusal costs here, as a hold would: probe above the level
             # as rarely as after a hold that long (_rampup_search's hold rule).
             self.hold_learned = now - since
             self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
+        self._fitted, self._fit_span = trusted, span
         if lockout and fit != self.rate:
             self._cycle_rate = fit
             self.rate = self.ceiling = fit
