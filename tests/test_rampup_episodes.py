@@ -105,3 +105,18 @@ def test_a_held_refusal_soon_after_the_last_resume_halves_the_level() -> None:
     ramp.hold(now + 5.0)
     answer(ramp, now, refused=True)  # refused again within one hold of resuming
     assert ramp.rate == pytest.approx(0.5 * min(level, ramp.sent_rate(now)), rel=0.05)
+
+
+def test_a_refusal_at_a_count_accepted_before_is_a_slot_freed_late() -> None:
+    ramp = controller(start_rate=4.0)
+    now = 0.0
+    for inflight in (1, 2, 3, 3, 2):  # pages take 0.1 s, up to 3 accepted at once
+        ramp.on_send(now)
+        ramp.on_response(now + 0.1, pushback=False, current=True, latency=0.1, elapsed=0.1, inflight=inflight)
+        now += 0.05
+    ramp.on_send(now)
+    ramp.on_response(now + 0.001, pushback=True, current=True, latency=0.001, elapsed=0.001, inflight=3)
+    assert ramp.slot_cap == 3  # not 2: the server's count held a slot its answer had left
+    ramp.on_send(now + 1.0)
+    ramp.on_response(now + 1.001, pushback=True, current=True, latency=0.001, elapsed=0.001, inflight=4)
+    assert ramp.slot_cap == 3  # 4 were never accepted: the cap is under 4

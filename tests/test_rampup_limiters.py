@@ -244,8 +244,10 @@ async def test_a_request_rate_counter_over_ten_seconds() -> None:
 
 async def test_a_connection_cap_released_late() -> None:
     out = await crawl(ConnectionCap(3, 0.1), 120.0, latency=0.1)
-    assert out.share >= 0.75  # was 0.78 / 2: the cap is found, but one slot short (not improved)
-    assert out.refused <= 5
+    # was 0.78 / 2: a 503 at 3 in flight capped the slots at 2 for good; 3 were accepted in
+    # flight before, so the cap is 3 and the rate spaces the sends.
+    assert out.share >= 0.82
+    assert out.refused <= 8
 
 
 async def test_a_quick_bucket_is_not_read_as_a_connection_cap() -> None:

@@ -171,12 +171,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
-                 "_gentle", "_good_rate", "_k", "_last_growth", "_level", "_low_latency", "_ok_sends",
-                 "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until", "_resumed_at",
-                 "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time", "_top", "_window_min",
-                 "_window_start", "above_since", "ceiling", "decision", "generation", "hold_learned",
-                 "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate",
-                 "scope", "slot_cap", "start_rate", "target", "window")
+                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_low_latency",
+                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
+                 "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time", "_top",
+                 "_window_min", "_window_start", "above_since", "ceiling", "decision", "generation",
+                 "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate",
+                 "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -235,6 +235,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self._cycle_start, self._cycle_ok, self._cycle_rate = _NEVER, 0, 0.0
         # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
         self._fitted, self._fit_span = False, 0.0
+        self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
         # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
         # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
         self._ok_sends: deque[float] = deque(maxlen=OK_SENDS_KEPT)
@@ -312,6 +313,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._episode_cut()
         else:
             self._note_accepted(now if sent_at is None else sent_at)
+            self._note_inflight(inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
             level = self._observe_latency(now, latency)
             if level == 2 and can_cut:
