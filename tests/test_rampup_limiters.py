@@ -168,8 +168,11 @@ class Outcome:
 
 
 async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, workers: int = 16,
-                seed: int = 1) -> Outcome:
-    """Crawl one site for ``seconds`` of virtual time as ``crawlpace crawl`` paces it."""
+                seed: int = 1, instant: bool = False) -> Outcome:
+    """Crawl one site for ``seconds`` of virtual time as ``crawlpace crawl`` paces it.
+
+    A 503 is answered at once (a cap on requests in flight refuses on arrival); with ``instant``,
+    a 429 too (a rate limiter in front of the application)."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
     settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
@@ -185,7 +188,8 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                         permit.feedback(status=200, latency=0.0)
                         break
                     answer = limiter.arrive(clock.now())
-                    took = 0.001 if answer.status_code == 503 else latency * rng.uniform(0.9, 1.1)
+                    refused_at_once = answer.status_code == 503 or (instant and answer.status_code != 200)
+                    took = 0.001 if refused_at_once else latency * rng.uniform(0.9, 1.1)
                     await clock.sleep(took)
                     if answer.status_code == 200:
                         limiter.leave(clock.now())
@@ -250,7 +254,18 @@ async def test_a_connection_cap_released_late() -> None:
     assert out.refused <= 8
 
 
-async def test_a_quick_bucket_is_not_read_as_a_connection_cap() -> None:
-    out = await crawl(Bucket(25.0, 5.0), 90.0, latency=0.05)
-    assert out.share >= 0.9  # was 0.94 / 4
-    assert out.refused <= 6
+@pytest.mark.parametrize(("latency", "instant", "share"),
+                         [(0.05, False, 0.9),   # was 0.94 / 4
+                          (0.2, True, 0.9)])    # was 0.84 / 4: the instant 429 read as a cap on slots
+async def test_a_quick_bucket_is_not_read_as_a_connection_cap(latency: float, instant: bool,
+                                                               share: float) -> None:
+    out = await crawl(Bucket(25.0, 5.0), 90.0, latency=latency, instant=instant)
+    assert out.share >= share
+    assert out.refused <= 8
+
+
+async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
+    # 429s answered at once by a limiter in front of pages that take 0.3 s.
+    out = await crawl(Bucket(8.0, 1.0), 90.0, latency=0.3, instant=True)
+    assert out.share >= 0.88  # was 0.77 / 8
+    assert out.refused <= 8

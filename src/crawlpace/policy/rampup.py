@@ -77,12 +77,20 @@ previous refusal's rate is cut gently instead (``_rampup_cut``). A refusal
 with a ``Retry-After`` hold is not probed past for ``hold / 5 %`` seconds,
 and in the steady phase a long hold resumes at the level.
 
+The refusals one overshoot draws are one piece of evidence
+(``_rampup_episode``): until a send made after the first refusal is accepted,
+no other refusal cuts, and the scope probes at a doubling gap. A lock-out (a
+window's rest, a counter draining) sets the level to the rate its cycle let
+through; a refusal just under the shortest accepted gap is a bucket with no
+burst, paced evenly at that gap; a held refusal soon after resuming halves
+the level.
+
 The controller is one object (its attributes are the state ``policy/state.py``
 shares), with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
 ``_rampup_climb``, the cut itself in ``_rampup_cut``, the search and the holds
-in ``_rampup_search``. This
+in ``_rampup_search``, the episodes and fits in ``_rampup_episode``. This
 module keeps the phases and the decisions.
 """
 
