@@ -100,11 +100,27 @@ def test_a_held_refusal_soon_after_the_last_resume_halves_the_level() -> None:
     answer(ramp, now, refused=True)  # the first: an ordinary cut, resumed at the level after the hold
     now += 5.0
     answer(ramp, now)  # the hold is over: the episode ends
+    answer(ramp, now + 0.05)  # a burst: two accepted at once
     level = ramp.rate
     now += 0.3
     ramp.hold(now + 5.0)
     answer(ramp, now, refused=True)  # refused again within one hold of resuming
     assert ramp.rate == pytest.approx(0.5 * min(level, ramp.sent_rate(now)), rel=0.05)
+
+
+def test_a_held_refusal_after_one_accepted_send_is_cut_as_before() -> None:
+    # A bucket with no burst takes one send from a level a little too high: no halving.
+    ramp = controller()
+    now = steady(ramp, 20.0, 5.0)
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)
+    now += 5.0
+    answer(ramp, now)
+    level = ramp.rate
+    now += 0.3
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)
+    assert ramp.rate > 0.6 * min(level, ramp.sent_rate(now))
 
 
 def test_a_refusal_at_a_count_accepted_before_is_a_slot_freed_late() -> None:

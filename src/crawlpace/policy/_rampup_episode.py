@@ -42,9 +42,11 @@ same shortest gap is not trusted twice in a row (a second refusal there says
 the bucket is not strict after all).
 
 **Held episodes.** A refusal with a hold of ``HOLD_LONG`` or more that comes
-within one hold's length of the previous episode's end says the level was far
-too high (a bucket whose burst the hold refilled, spent in a fraction of a
-second): the level is halved rather than cut by the ordinary share. One hold
+within one hold's length of the previous episode's end, after two sends or
+more were accepted since, says the level was far too high (a bucket whose
+burst the hold refilled, spent in a fraction of a second): the level is halved
+rather than cut by the ordinary share. (One accepted send is what a bucket with
+no burst takes from a level a little too high: that gets the ordinary cut.) One hold
 costs the scope ``H`` seconds of silence; a level a little too high costs a
 hold every few seconds.
 """
@@ -244,6 +246,8 @@ class Episodes:
                          f"{shortest:.4g}s: pacing evenly at {fit:.3g}/s")
 
     def _held_short(self: _EpisodeState, now: float, held: float) -> bool:
-        """Whether a refusal with a hold of ``held`` came within one hold of the last episode's end."""
+        """Whether a refusal with a hold of ``held`` came within one hold of the last episode's end,
+        after a burst: two sends or more accepted since (one is what a bucket with no burst takes
+        from a level a little too high)."""
         start = self._cycle_start
-        return start != NEVER and now - start < held
+        return start != NEVER and now - start < held and self._cycle_ok >= 2
