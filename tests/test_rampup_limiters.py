@@ -217,7 +217,7 @@ async def test_bursty_buckets_with_retry_after_holds(rate: float, burst: float, 
 
 @pytest.mark.parametrize(("limit", "window", "refusals"),
                          [(30, 10.0, 25),    # was 0.38 / 64: each refusal of the lock-out halved
-                          (100, 60.0, 80)])  # was 0.42 / 81
+                          (100, 60.0, 50)])  # was 0.42 / 81
 async def test_fixed_windows_aligned_to_the_clock(limit: int, window: float, refusals: int) -> None:
     out = await crawl(ClockWindow(limit, window), 300.0)
     assert out.share >= 0.9  # the lock-out's cycle gives N / W, paced evenly

@@ -13,9 +13,11 @@ a request sent after that refusal is accepted, the episode lasts, and every
 refusal in it is part of the same evidence: none cuts again. Instead the scope
 *probes*: its sends are spaced at least ``probe gap`` apart, a gap that starts
 at the cut rate's and doubles with every refused probe (a request sent inside
-the episode), up to :data:`PROBE_GAP_MAX`. A lock-out of unknown length (a
-window's rest, a counter draining) costs a few probes, not a cascade of cuts,
-and a counter that counts refusals is not kept full by them.
+the episode), up to :data:`PROBE_GAP_MAX` or :data:`PROBE_SHARE` of the
+episode so far, whichever is longer. A lock-out of unknown length (a window's
+rest, a counter draining) costs a few probes, not a cascade of cuts, a counter
+that counts refusals is not kept full by them, and the end of a lock-out is
+seen at most a quarter of its length late.
 
 **The fit.** The stretch between the end of one episode and the end of the
 next is a *cycle*; the answers accepted in it over its length are the rate the
@@ -60,15 +62,18 @@ from typing import Protocol
 from ._rampup_search import HOLD_SHARE
 from ._rampup_sends import NEVER
 
-__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "STRICT_NEAR", "Episodes"]
+__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "PROBE_SHARE", "STRICT_NEAR", "Episodes"]
 
 #: The level after an episode is at least this share of the cycle's accepted rate: the rate was
 #: achieved, lock-out included, so it is safe; the one-sided jitter keeps the sends a little
 #: under it (``RAMPUP_JITTER``), which is the margin a window or a bucket at its limit needs.
 FIT_SHARE = 0.98
-#: The longest probe gap in an episode, in seconds: a lock-out that ends (a window's boundary, a
-#: counter drained) is seen at most this late, at the cost of one refused probe per this long.
+#: The longest probe gap in an episode's first seconds: a lock-out that ends (a window's boundary, a
+#: counter drained) is seen at most this late, at the cost of one refused probe per this long ...
 PROBE_GAP_MAX = 2.0
+#: ... or, later in a long one, this share of the episode so far: a window of a minute costs about
+#: a dozen refused probes rather than thirty, and its end is seen at most a quarter of it late.
+PROBE_SHARE = 0.25
 #: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
 #: counter draining), not a bucket refilling (whose first or second probe is accepted): the cycle's
 #: accepted rate is then the limit itself, and the level follows it down as well as up.
@@ -147,7 +152,8 @@ class Episodes:
             return True
         if sent >= self._ep_since:
             gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
-            self._ep_gap = max(gap, min(2.0 * gap, PROBE_GAP_MAX))
+            longest = max(PROBE_GAP_MAX, PROBE_SHARE * (now - self._ep_since))
+            self._ep_gap = max(gap, min(2.0 * gap, longest))
         return False
 
     def _draining(self: _EpisodeState, now: float) -> bool:
