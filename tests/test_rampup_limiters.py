@@ -156,6 +156,34 @@ class ConnectionCap:
 
 
 @dataclass
+class Knee:
+    """A server that slows past ``knee`` requests in flight: each takes ``latency`` times
+    (in flight / knee) ** ``exponent`` past it; 503 at once past ``limit`` in flight."""
+
+    knee: int
+    latency: float
+    exponent: float
+    limit: int
+    _inflight: int = 0
+
+    @property
+    def capacity(self) -> float:
+        return self.knee / self.latency
+
+    def service(self) -> float:
+        return self.latency * max(1.0, self._inflight / self.knee) ** self.exponent
+
+    def arrive(self, now: float) -> Response:
+        if self._inflight >= self.limit:
+            return Response(503)
+        self._inflight += 1
+        return Response(200)
+
+    def leave(self, now: float) -> None:
+        self._inflight -= 1
+
+
+@dataclass
 class Outcome:
     accepted: int
     refused: int
@@ -189,7 +217,8 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                         break
                     answer = limiter.arrive(clock.now())
                     refused_at_once = answer.status_code == 503 or (instant and answer.status_code != 200)
-                    took = 0.001 if refused_at_once else latency * rng.uniform(0.9, 1.1)
+                    service = limiter.service() if isinstance(limiter, Knee) else latency
+                    took = 0.001 if refused_at_once else service * rng.uniform(0.9, 1.1)
                     await clock.sleep(took)
                     if answer.status_code == 200:
                         limiter.leave(clock.now())
@@ -269,3 +298,14 @@ async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
     out = await crawl(Bucket(8.0, 1.0), 90.0, latency=0.3, instant=True)
     assert out.share >= 0.88  # was 0.77 / 8
     assert out.refused <= 8
+
+
+@pytest.mark.parametrize(("knee", "latency", "exponent", "share"),
+                         [(7, 0.2, 2.0, 0.8),    # 0.86, as before: no change here yet
+                          (7, 0.2, 1.0, 0.9),    # 0.97
+                          (4, 0.3, 2.0, 0.68)])  # 0.73: rampup's knee (1.6 x baseline) is past the best
+async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float,
+                                               share: float) -> None:
+    out = await crawl(Knee(knee, latency, exponent, 3 * knee), 60.0)
+    assert out.share >= share
+    assert out.refused == 0
