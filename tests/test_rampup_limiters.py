@@ -171,7 +171,7 @@ class Knee:
         return self.knee / self.latency
 
     def service(self) -> float:
-        return self.latency * max(1.0, self._inflight / self.knee) ** self.exponent
+        return self.latency * math.pow(max(1.0, self._inflight / self.knee), self.exponent)
 
     def arrive(self, now: float) -> Response:
         if self._inflight >= self.limit:
