@@ -136,3 +136,19 @@ def test_a_refusal_at_a_count_accepted_before_is_a_slot_freed_late() -> None:
     ramp.on_send(now + 1.0)
     ramp.on_response(now + 1.001, pushback=True, current=True, latency=0.001, elapsed=0.001, inflight=4)
     assert ramp.slot_cap == 3  # 4 were never accepted: the cap is under 4
+
+
+def test_a_held_refusal_of_a_bunched_send_is_cut_as_before() -> None:
+    # The refused send came far closer to the last accepted one than the pace allows (the
+    # crawler's own delays on a loaded machine): it says nothing of the level.
+    ramp = controller()
+    now = steady(ramp, 20.0, 5.0)
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)
+    now += 5.0
+    answer(ramp, now)
+    answer(ramp, now + 0.3)
+    level = ramp.rate
+    ramp.hold(now + 5.31)
+    answer(ramp, now + 0.31, refused=True)  # 10 ms after the last accepted send, paced at ~17/s
+    assert ramp.rate > 0.6 * min(level, ramp.sent_rate(now + 0.31))

@@ -45,10 +45,12 @@ the bucket is not strict after all).
 
 **Held episodes.** A refusal with a hold of ``HOLD_LONG`` or more that comes
 within one hold's length of the previous episode's end, after two sends or
-more were accepted since, says the level was far too high (a bucket whose
-burst the hold refilled, spent in a fraction of a second): the level is halved
-rather than cut by the ordinary share. (One accepted send is what a bucket with
-no burst takes from a level a little too high: that gets the ordinary cut.) One hold
+more were accepted since at the pace (the refused send's gap the pace's, not
+one bunched by the crawler's own delays), says the level was far too high (a
+bucket whose burst the hold refilled, spent in a fraction of a second): the
+level is halved rather than cut by the ordinary share. (One accepted send is
+what a bucket with no burst takes from a level a little too high: that gets
+the ordinary cut.) One hold
 costs the scope ``H`` seconds of silence; a level a little too high costs a
 hold every few seconds.
 """
@@ -251,9 +253,18 @@ class Episodes:
             self._decide(now, f"fit: a bucket with no burst; refused a gap of {refused:.4g}s, accepted "
                          f"{shortest:.4g}s: pacing evenly at {fit:.3g}/s")
 
-    def _held_short(self: _EpisodeState, now: float, held: float) -> bool:
-        """Whether a refusal with a hold of ``held`` came within one hold of the last episode's end,
-        after a burst: two sends or more accepted since (one is what a bucket with no burst takes
-        from a level a little too high)."""
+    def _held_short(self: _EpisodeState, now: float, held: float, sent_at: float | None,
+                    pace: float) -> bool:
+        """Whether a refusal with a hold of ``held``, of a send at ``sent_at`` paced at ``pace``, came
+        within one hold of the last episode's end, after a burst spent at the pace.
+
+        Two sends or more accepted since (one is what a bucket with no burst takes from a level a
+        little too high), and the refused send's gap to the last accepted one is the pace's (at
+        least :data:`STRICT_NEAR` of it): a send bunched by the crawler's own delays (a loaded
+        machine) says nothing of the level.
+        """
         start = self._cycle_start
-        return start != NEVER and now - start < held and self._cycle_ok >= 2
+        if start == NEVER or now - start >= held or self._cycle_ok < 2 or sent_at is None or pace <= 0.0:
+            return False
+        before = self._last_ok_before(sent_at)
+        return before is not None and sent_at - before >= STRICT_NEAR / pace
