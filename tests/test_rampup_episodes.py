@@ -95,7 +95,7 @@ def test_a_bursty_bucket_is_cut_as_before() -> None:
 
 def test_a_held_refusal_soon_after_the_last_resume_halves_the_level() -> None:
     ramp = controller()
-    now = steady(ramp, 20.0, 5.0)
+    now = steady(ramp, 20.0, 3.0)  # shorter than a hold: 20/s was never kept up for one
     ramp.hold(now + 5.0)
     answer(ramp, now, refused=True)  # the first: an ordinary cut, resumed at the level after the hold
     now += 5.0
@@ -104,7 +104,7 @@ def test_a_held_refusal_soon_after_the_last_resume_halves_the_level() -> None:
     level = ramp.rate
     now += 0.3
     ramp.hold(now + 5.0)
-    answer(ramp, now, refused=True)  # refused again within one hold of resuming
+    answer(ramp, now, refused=True)  # refused again within a quarter of a hold of resuming
     assert ramp.rate == pytest.approx(0.5 * min(level, ramp.sent_rate(now)), rel=0.05)
 
 
@@ -138,17 +138,35 @@ def test_a_refusal_at_a_count_accepted_before_is_a_slot_freed_late() -> None:
     assert ramp.slot_cap == 3  # 4 were never accepted: the cap is under 4
 
 
-def test_a_held_refusal_of_a_bunched_send_is_cut_as_before() -> None:
-    # The refused send came far closer to the last accepted one than the pace allows (the
-    # crawler's own delays on a loaded machine): it says nothing of the level.
+def test_a_held_refusal_past_a_quarter_of_a_hold_or_at_a_pace_kept_up_is_cut_as_before() -> None:
+    # A bucket with no burst refuses now and then a send that the crawler's own delays bunched,
+    # at a pace a little under its limit: no burst was spent, and a halving would waste the rest.
     ramp = controller()
     now = steady(ramp, 20.0, 5.0)
     ramp.hold(now + 5.0)
     answer(ramp, now, refused=True)
     now += 5.0
     answer(ramp, now)
-    answer(ramp, now + 0.3)
+    answer(ramp, now + 1.0)
     level = ramp.rate
-    ramp.hold(now + 5.31)
-    answer(ramp, now + 0.31, refused=True)  # 10 ms after the last accepted send, paced at ~17/s
-    assert ramp.rate > 0.6 * min(level, ramp.sent_rate(now + 0.31))
+    ramp.hold(now + 7.5)
+    answer(ramp, now + 2.5, refused=True)  # half a hold after resuming
+    assert ramp.rate > 0.6 * min(level, ramp.sent_rate(now + 2.5))
+    # That stretch was short of a hold; one of a whole hold's length is noted as kept up, and a
+    # relapse at that pace or under, however soon, is not a burst's.
+    now += 7.5
+    answer(ramp, now)
+    pace = ramp.rate
+    t = now
+    while t < now + 5.5:
+        t += 1.0 / pace
+        answer(ramp, t)
+    ramp.hold(t + 0.3 + 5.0)
+    answer(ramp, t + 0.3, refused=True)  # kept up for 5.5 s: noted as kept up
+    resumed = t + 5.3
+    answer(ramp, resumed)
+    answer(ramp, resumed + 0.1)
+    level = ramp.rate
+    ramp.hold(resumed + 0.2 + 5.0)
+    answer(ramp, resumed + 0.2, refused=True)  # soon after resuming, at a pace kept up before
+    assert ramp.rate > 0.6 * min(level, ramp.sent_rate(resumed + 0.2))

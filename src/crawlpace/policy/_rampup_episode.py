@@ -45,11 +45,12 @@ the bucket is not strict after all).
 
 **Held episodes.** A refusal with a hold of ``HOLD_LONG`` or more that comes
 within one hold's length of the previous episode's end, after two sends or
-more were accepted since at the pace (the refused send's gap the pace's, not
-one bunched by the crawler's own delays), says the level was far too high (a
-bucket whose burst the hold refilled, spent in a fraction of a second): the
-level is halved rather than cut by the ordinary share. (One accepted send is
-what a bucket with no burst takes from a level a little too high: that gets
+more were accepted since, at a pace above any the scope kept up for a whole
+hold's length before, says the level was far too high (a bucket whose burst
+the hold refilled, spent in a fraction of a second): the level is halved
+rather than cut by the ordinary share. (One accepted send is what a bucket
+with no burst takes from a level a little too high, and a pace that held
+before was refused for a send that the crawler's own delays bunched: those get
 the ordinary cut.) One hold
 costs the scope ``H`` seconds of silence; a level a little too high costs a
 hold every few seconds.
@@ -64,7 +65,8 @@ from typing import Protocol
 from ._rampup_search import HOLD_SHARE
 from ._rampup_sends import NEVER
 
-__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "PROBE_SHARE", "STRICT_NEAR", "Episodes"]
+__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "PROBE_SHARE", "RELAPSE_SHARE", "STRICT_NEAR",
+           "Episodes"]
 
 #: The level after an episode is at least this share of the cycle's accepted rate: the rate was
 #: achieved, lock-out included, so it is safe; the one-sided jitter keeps the sends a little
@@ -80,6 +82,10 @@ PROBE_SHARE = 0.25
 #: counter draining), not a bucket refilling (whose first or second probe is accepted): the cycle's
 #: accepted rate is then the limit itself, and the level follows it down as well as up.
 LOCKOUT_GAPS = 4.0
+#: A held refusal within this share of a hold after the last one's end is a burst's relapse (a bucket
+#: far over its limit spends its burst in a moment); later, it may be a send that a loaded machine
+#: bunched at a pace a little under a bucket with no burst (5/s, 5 s holds: 2.5 s after resuming).
+RELAPSE_SHARE = 0.25
 #: A refused gap at least this share of the shortest accepted one is a bucket with no burst
 #: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
 STRICT_NEAR = 0.8
@@ -108,6 +114,7 @@ class _EpisodeState(Protocol):
     _probe_after: float
     _fitted: bool
     _fit_span: float
+    _sustained: float
     hold_learned: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
@@ -255,16 +262,20 @@ class Episodes:
 
     def _held_short(self: _EpisodeState, now: float, held: float, sent_at: float | None,
                     pace: float) -> bool:
-        """Whether a refusal with a hold of ``held``, of a send at ``sent_at`` paced at ``pace``, came
-        within one hold of the last episode's end, after a burst spent at the pace.
+        """Whether a refusal with a hold of ``held``, of a send paced at ``pace``, is a burst's relapse.
 
-        Two sends or more accepted since (one is what a bucket with no burst takes from a level a
-        little too high), and the refused send's gap to the last accepted one is the pace's (at
-        least :data:`STRICT_NEAR` of it): a send bunched by the crawler's own delays (a loaded
-        machine) says nothing of the level.
+        It is when it came within a quarter of a hold of the last episode's end, with two sends or more
+        accepted since (one is what a bucket with no burst takes from a level a little too high),
+        at a pace above any the scope kept up for a whole hold's length before: a send that a
+        loaded machine's own delays bunched, at a pace that held before, says nothing of the
+        level. A stretch that lasted a hold's length is noted as kept up.
         """
         start = self._cycle_start
-        if start == NEVER or now - start >= held or self._cycle_ok < 2 or sent_at is None or pace <= 0.0:
+        if start == NEVER:
             return False
-        before = self._last_ok_before(sent_at)
-        return before is not None and sent_at - before >= STRICT_NEAR / pace
+        span = now - start
+        if span >= held:
+            if span > 0.0:
+                self._sustained = max(self._sustained, self._cycle_ok / span)
+            return False
+        return span < RELAPSE_SHARE * held and self._cycle_ok >= 2 and pace > self._sustained

@@ -181,10 +181,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_low_latency",
                  "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
-                 "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time", "_top",
-                 "_window_min", "_window_start", "above_since", "ceiling", "decision", "generation",
-                 "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate", "min_rate",
-                 "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
+                 "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
+                 "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
+                 "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
+                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -244,6 +244,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
         self._fitted, self._fit_span = False, 0.0
         self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
+        self._sustained = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
         # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
         # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
         self._ok_sends: deque[float] = deque(maxlen=OK_SENDS_KEPT)
