@@ -23,10 +23,11 @@ of a small threaded Python backend (``--serve-backend``, started by this script)
 A limiter whose binary or package is missing is skipped with a line saying so. Each case
 runs two contenders one after the other, each on a fresh limiter: **crawlpace** (``crawlpace
 crawl URLS -o OUT --quiet --json``, adaptive as by default) and **oracle**, an httpx client in
-this process told the limit: for a rate, requests spaced 1.1 x the limit's gap, one in
-flight (nginx refuses a request that comes a millisecond early); for a window, no more than
-its count in any window; for a concurrency cap, the cap in flight with each slot resting
-20 ms after its answer. What counts is what the limiter logged (its own
+this process told the limit: for a rate, one request in flight, each sent 1.05 x the
+limit's gap after the previous one's send and its answer (nginx refuses a request that
+arrives a millisecond early, and a loaded machine delays some arrivals); for a window, no
+more than its count in any window; for a concurrency cap, the cap in flight with each slot
+resting 5 ms after its answer. What counts is what the limiter logged (its own
 access log, or the app's): requests, 200s and refusals (429 and 503), with their times.
 Reported per case and contender: **goodput/limit** (200s per second from the first to the last
 request, over the configured limit), **x oracle** (that over the oracle's) and the
@@ -74,8 +75,8 @@ START = 10.0
 #: The backend's latency in the concurrency cases.
 SLOW = 0.1
 #: The oracle's margins: its gap over the limit's, and the rest of a concurrency slot after an answer.
-ORACLE_GAP = 1.1
-ORACLE_REST = 0.02
+ORACLE_GAP = 1.05
+ORACLE_REST = 0.005
 REFUSALS = frozenset({429, 503})
 
 
@@ -407,6 +408,13 @@ async def oracle(case: Case, urls: list[str]) -> None:
                 await asyncio.sleep(wait)
             next_send = time.monotonic() + case.gap
 
+    def answered() -> None:
+        # One in flight: the gap runs from the answer too. The request arrived before its answer
+        # came back, so the next one arrives at least a gap after it, however late it got there.
+        nonlocal next_send
+        if case.inflight == 1:
+            next_send = max(next_send, time.monotonic() + case.gap)
+
     async def worker(client: httpx.AsyncClient) -> None:
         while queue:
             url = queue.pop()
@@ -416,6 +424,7 @@ async def oracle(case: Case, urls: list[str]) -> None:
                     status = (await client.get(url)).status_code
                 except httpx.HTTPError:
                     status = 0
+                answered()
                 if case.rest:
                     await asyncio.sleep(case.rest)
                 if status not in REFUSALS and status != 0:
@@ -429,6 +438,7 @@ async def oracle(case: Case, urls: list[str]) -> None:
         with contextlib.suppress(httpx.HTTPError):
             await turn()
             await client.get(f"{base}/robots.txt")
+            answered()
         await asyncio.gather(*(worker(client) for _ in range(case.inflight)))
 
 
