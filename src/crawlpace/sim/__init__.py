@@ -25,6 +25,7 @@ from ._load import OverloadSite, SlowSite
 from ._pages import PRIVATE_PREFIX, PageApp
 from ._plot import PlotUnavailable, write_plot
 from ._profiles import PROFILES
+from ._random import RANDOM_KINDS, draw_farm, farm_toml
 from ._rates import HEADER_STYLES, CrawlDelaySite, HeadersSite, QuotaSite, RateLimitSite, RetryAfterSite
 from ._server import SimServer, serve
 from ._shifting import SHIFTABLE, ShiftingSite
@@ -38,6 +39,7 @@ __all__ = [
     "HEADER_STYLES",
     "PRIVATE_PREFIX",
     "PROFILES",
+    "RANDOM_KINDS",
     "SHIFTABLE",
     "ChallengeSite",
     "CrawlDelaySite",
@@ -63,6 +65,8 @@ __all__ = [
     "SlowSite",
     "WindowSite",
     "builtin_farms",
+    "draw_farm",
+    "farm_toml",
     "parse_farm",
     "serve",
     "write_plot",
