@@ -226,12 +226,16 @@ class Episodes:
                          f"{' (a lock-out)' if lockout else ''}; pacing at {fit:.3g}/s")
 
     def _last_ok_before(self: _EpisodeState, sent: float) -> float | None:
-        """The latest accepted send before ``sent``, if any is on record."""
-        best = None
-        for at in self._ok_sends:
-            if at < sent and (best is None or at > best):
-                best = at
-        return best
+        """The latest accepted send before ``sent`` on record, looked for from the newest.
+
+        Answers come back nearly in the order of their sends, so the first one found is nearly
+        always the latest; when it is not, an earlier one is taken, whose longer gap only makes
+        the fits more cautious.
+        """
+        for at in reversed(self._ok_sends):
+            if at < sent:
+                return at
+        return None
 
     def _note_accepted(self: _EpisodeState, sent: float) -> None:
         """An accepted send at ``sent``: its gap to the accepted send before it may be the shortest."""
