@@ -264,8 +264,7 @@ class Episodes:
             self._decide(now, f"fit: a bucket with no burst; refused a gap of {refused:.4g}s, accepted "
                          f"{shortest:.4g}s: pacing evenly at {fit:.3g}/s")
 
-    def _held_short(self: _EpisodeState, now: float, held: float, sent_at: float | None,
-                    pace: float) -> bool:
+    def _held_short(self: _EpisodeState, now: float, held: float, pace: float) -> bool:
         """Whether a refusal with a hold of ``held``, of a send paced at ``pace``, is a burst's relapse.
 
         It is when it came within a quarter of a hold of the last episode's end, with two sends or more

@@ -73,7 +73,7 @@ class _SearchState(Protocol):
     _last_growth: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
-    def _held_short(self, now: float, held: float, sent_at: float | None, pace: float) -> bool: ...
+    def _held_short(self, now: float, held: float, pace: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
 
 
@@ -84,7 +84,7 @@ class SearchClimb:
     ceiling: float | None  # declared for the assignments below, which might narrow it
 
     def _after_cut(self: _SearchState, now: float, *, sent: float, allowed: float, cascade: bool,
-                   steady: bool, refused: bool, sent_at: float | None = None, pace: float = 0.0) -> None:
+                   steady: bool, refused: bool, pace: float = 0.0) -> None:
         """Set the search's top and the probe's wait after a cut from ``sent``.
 
         Args:
@@ -94,7 +94,6 @@ class SearchClimb:
             cascade: the cut was a deep one (the previous cut was not enough, or the start phase's).
             steady: the cut came in the steady phase.
             refused: the cut answers a refusal (not a slow answer).
-            sent_at: when the refused request was sent, if known.
             pace: the rate the scope was allowed when it was sent.
         """
         ceiling = self.ceiling or 0.0
@@ -114,7 +113,7 @@ class SearchClimb:
             self.hold_learned = held
         if self.hold_learned > 0.0:
             self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
-        if steady and held >= HOLD_LONG and self._held_short(now, held, sent_at, pace):
+        if steady and held >= HOLD_LONG and self._held_short(now, held, pace):
             # Refused within one hold of the last resume: the level is far too high (a bucket's
             # burst, refilled by the hold, spent in a moment). Halve it, and resume there.
             self.ceiling = ceiling = min(ceiling, BETA_DEEP * sent)
