@@ -170,3 +170,20 @@ def test_a_held_refusal_past_a_quarter_of_a_hold_or_at_a_pace_kept_up_is_cut_as_
     ramp.hold(resumed + 0.2 + 5.0)
     answer(ramp, resumed + 0.2, refused=True)  # soon after resuming, at a pace kept up before
     assert ramp.rate > 0.6 * min(level, ramp.sent_rate(resumed + 0.2))
+
+
+def test_a_refusal_of_the_page_sent_at_once_after_robots_txt_cuts_nothing() -> None:
+    # nginx's limit_req with no burst refuses a page 9 ms after robots.txt: a gap, not a rate.
+    ramp = controller()
+    ramp.on_send(0.0)
+    ramp.on_response(0.005, pushback=False, current=True, latency=None, elapsed=0.005)  # robots.txt
+    assert ramp.door_open()
+    ramp.on_send(0.009)  # the first page, at once
+    rate, generation = ramp.rate, ramp.generation
+    ramp.on_response(0.011, pushback=True, current=True, latency=0.002, elapsed=0.002)
+    assert (ramp.rate, ramp.generation, ramp.phase) == (rate, generation, "start")
+    assert "door" in ramp.decision
+    # A refusal of a later page, at the rate, is judged as before.
+    ramp.on_send(1.009)
+    ramp.on_response(1.011, pushback=True, current=True, latency=0.002, elapsed=0.002)
+    assert ramp.generation == generation + 1

@@ -304,6 +304,11 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
             self._decide(now, "ignored: a request failed without an answer while latency is normal; "
                          "not taken for overload")
             self.hung_silence(now, elapsed)
+        elif pushback and answered and self._door_refused(sent_at):
+            # The page robots.txt let go at once was refused: its gap to robots.txt (a few ms) was
+            # too short for a limit with no room for a burst, which says nothing of the rate.
+            self._decide(now, "door: the page sent at once after robots.txt was refused; its gap, "
+                         "not the rate, was too short")
         elif pushback and answered and not self._episode_opens(now, can_cut, sent_at):
             self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
                          f"{self._ep_gap:.3g}s, until one is accepted")
