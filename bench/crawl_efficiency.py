@@ -150,6 +150,7 @@ import datetime as dt
 import json
 import os
 import platform
+import random
 import signal
 import statistics
 import sys
@@ -165,6 +166,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawlpace.sim import PRIVATE_PREFIX
+from crawlpace.sim._random import DEFAULT_SECONDS, draw_farm, farm_toml
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "_peers"
@@ -629,16 +631,27 @@ RATE_PROFILES = frozenset({"ratelimit", "challenge", "retryafter", "crawldelay",
 BUCKET_PROFILES = frozenset({"ratelimit", "challenge", "retryafter"})
 
 
+#: Profiles that count requests in a window of a second or more: the whole count may come in one second.
+WINDOW_PROFILES = frozenset({"window", "reqrate"})
+
+
 def second_limit(site: dict[str, Any], spec: dict[str, Any]) -> float | None:
     """The most requests a site's rules let through within one second, or None when its limit is
     not a rate.
 
     Its highest capacity during the run (the simulator's record of every change), plus, for a
-    token bucket, the ``burst - 1`` requests a full bucket lets through at once beyond the rate.
+    token bucket, the ``burst - 1`` requests a full bucket lets through at once beyond the rate;
+    for a window or a request-rate counter, its highest count per window or period.
     """
     profile = str(spec.get("profile", site.get("profile", "")))
     if profile == "shifting":
         profile = str(spec.get("base", ""))
+    if profile in WINDOW_PROFILES:
+        span = max(float(spec.get("window", spec.get("period", 1.0))), 1.0)
+        steps = (site.get("timeline") or {}).get("capacity") or []
+        capacities = [float(value) for _at, value in steps if value is not None] or (
+            [float(site["capacity"])] if site.get("capacity") is not None else [])
+        return round(max(capacities) * span, 3) if capacities else None
     if profile not in RATE_PROFILES:
         return None
     steps = (site.get("timeline") or {}).get("capacity") or []
@@ -1278,22 +1291,237 @@ def benchmark(args: argparse.Namespace) -> None:
     report(args, chosen, runs, repeats, limit, started)
 
 
+# -- random farms ----------------------------------------------------------------------------
+
+#: Sites of a random farm, and the contenders on it, by default and with ``--quick``.
+RANDOM_SITES, QUICK_RANDOM_SITES = 30, 8
+RANDOM_CONTENDERS = "crawlpace-rampup,crawlpace-fleet4,crawlpace-fleet8,oracle"
+QUICK_RANDOM_CONTENDERS = "crawlpace-rampup,oracle"
+#: The share of the worst sites the random-farm report quotes (its 10th percentile).
+LOW_PERCENTILE = 0.10
+
+
+def kind_of(name: str) -> str:
+    """A random farm site's kind: its name without the number (``fixed07`` -> ``fixed``)."""
+    return name.rstrip("0123456789")
+
+
+def percentile(values: Sequence[float], share: float) -> float | None:
+    """The ``share`` quantile of ``values`` (linear between the closest ranks), None when empty."""
+    ordered = sorted(values)
+    if not ordered:
+        return None
+    position = share * (len(ordered) - 1)
+    low = int(position)
+    high = min(low + 1, len(ordered) - 1)
+    return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def random_site_ratio(mine: SiteFigures, oracle: SiteFigures) -> float | None:
+    """A site's goodput over the oracle's in the same round: goodput/capacity each capped at 1
+    where the site has a capacity (see :func:`site_over_oracle`), plain goodput where it has none."""
+    if mine.capacity:
+        return site_over_oracle(mine.goodput_ratio, oracle.goodput_ratio)
+    return over_oracle(mine.goodput, oracle.goodput)
+
+
+def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
+    """One contender over every round of the random farm, each site against the oracle of its round."""
+    mine_runs = {run.round: run for run in runs if run.contender == contender}
+    oracles = {run.round: run for run in runs if run.contender == ORACLE}
+    ratios: list[float] = []
+    by_kind: dict[str, list[float]] = {}
+    worst: list[tuple[float, str]] = []
+    makespans: list[float] = []
+    for round_no, run in sorted(mine_runs.items()):
+        oracle = oracles.get(round_no)
+        if oracle is None:
+            continue
+        for name, site in run.sites.items():
+            ratio = random_site_ratio(site, oracle.sites[name])
+            if ratio is None:
+                continue
+            ratios.append(ratio)
+            by_kind.setdefault(kind_of(name), []).append(ratio)
+            worst.append((ratio, f"r{round_no}:{name}"))
+        span = over_oracle(run.last_live_request, oracle.last_live_request)
+        if span is not None:
+            makespans.append(span)
+    requests = sum(run.total("requests") for run in mine_runs.values())
+    throttled = sum(run.total("throttled") for run in mine_runs.values())
+    return {
+        "rounds": len(mine_runs),
+        "sites": len(ratios),
+        "mean_over_oracle": None if not ratios else round(statistics.fmean(ratios), 3),
+        "p10_over_oracle": None if not ratios else round(percentile(ratios, LOW_PERCENTILE) or 0.0, 3),
+        "pushback_share": None if not requests else round(throttled / requests, 4),
+        "requests": requests,
+        "throttled": throttled,
+        "violations": sum(run.total("violations") for run in mine_runs.values()),
+        "violation_kinds": {kind: sum(run.kind_total(kind) for run in mine_runs.values())
+                            for kind in VIOLATION_KINDS},
+        "makespan_over_oracle": median_of(makespans),
+        "makespans_over_oracle": makespans,
+        "pages_done": sum(run.total("done") for run in mine_runs.values()),
+        "pages": sum(run.total("pages") for run in mine_runs.values()),
+        "sites_over_limit": sum(len(run.sites_over_limit) for run in mine_runs.values()),
+        "startup": median_of([run.startup for run in mine_runs.values()]),
+        "cut_runs": sum(run.cut for run in mine_runs.values()),
+        "by_kind": {kind: round(statistics.fmean(values), 3) for kind, values in sorted(by_kind.items())},
+        "worst_sites": [{"site": name, "over_oracle": round(ratio, 3)} for ratio, name in sorted(worst)[:6]],
+    }
+
+
+def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, Any]]) -> None:
+    print()
+    print("random farms: each site's goodput over the oracle's in the same round (goodput/capacity "
+          "capped at 1; plain goodput where a site has no capacity), pooled over the rounds")
+    headers = ("contender", "sites", "mean x oracle", "p10 x oracle", "429+503 %", "violations",
+               "makespan x oracle", "start-up s", "pages done", "over limit", "cut")
+    rows = []
+    for c in chosen:
+        t = summaries[c.key]
+        rows.append([c.key, fmt(t["sites"]), fmt(t["mean_over_oracle"], "x"), fmt(t["p10_over_oracle"], "x"),
+                     "-" if t["pushback_share"] is None else f"{100 * t['pushback_share']:.1f}",
+                     fmt(t["violations"]), fmt(t["makespan_over_oracle"], "x"), fmt(t["startup"], "s"),
+                     f"{t['pages_done']}/{t['pages']}", fmt(t["sites_over_limit"]), fmt(t["cut_runs"])])
+    print("\n".join(pipe_table(headers, rows)))
+    kinds = sorted({kind for c in chosen for kind in summaries[c.key]["by_kind"]})
+    if kinds:
+        print()
+        print("mean x oracle by limiter kind")
+        rows = [[kind, *(fmt(summaries[c.key]["by_kind"].get(kind), "x") for c in chosen)] for kind in kinds]
+        print("\n".join(pipe_table(("kind", *(c.key for c in chosen)), rows)))
+    for c in chosen:
+        if c.key != ORACLE and summaries[c.key]["worst_sites"]:
+            print(f"  {c.key}: worst sites " + ", ".join(
+                f"{item['site']} {item['over_oracle']:.2f}" for item in summaries[c.key]["worst_sites"]))
+    print("  p10: the 10th percentile of the sites; makespan: the median over the rounds of the seconds "
+          "to the last request to a live site over the oracle's; over limit: site-rounds whose busiest "
+          "second passed their one-second limit + 1; the sites are named after their kind (see "
+          "crawlpace.sim._random)")
+
+
+def random_seeds(args: argparse.Namespace, repeats: int) -> list[int]:
+    """One seed per round: ``--seed`` and the next ones, or fresh ones (never fixed)."""
+    if args.seed is not None:
+        return [args.seed + index for index in range(repeats)]
+    fresh = random.SystemRandom()
+    return [fresh.randrange(2**31) for _ in range(repeats)]
+
+
+async def random_rounds(chosen: list[Contender], seeds: list[int], sites: int, seconds: float, quick: bool,
+                        root: Path, limit: float, grace: float, plot_dir: Path | None,
+                        progress: bool) -> list[Run]:
+    """Each round on a farm of its own seed, every contender on it, the first contender turning."""
+    runs: list[Run] = []
+    for round_no, seed in enumerate(seeds, 1):
+        spec = draw_farm(seed, sites, seconds=seconds)
+        text = farm_toml(spec, f"crawl_efficiency.py --farm random, round {round_no}: "
+                               f"crawlpace sim random --seed {seed} --sites {sites} --seconds {seconds:g}")
+        farm_file = root / f"round{round_no}-farm.toml"
+        farm_file.write_text(quick_farm(tomllib.loads(text)) if quick else text, encoding="utf-8")
+        print(f"round {round_no}: seed {seed} (replay: --farm random --seed {seed} --repeats 1 "
+              f"--sites {sites}{' --quick' if quick else ''})", flush=True)
+        shift = (round_no - 1) % len(chosen)
+        for contender in chosen[shift:] + chosen[:shift]:
+            folder = fresh_folder(root / f"round{round_no}-{contender.key}")
+            plot = None if plot_dir is None else plot_dir / f"random-round{round_no}-{contender.key}.png"
+            run = await run_one(contender, round_no, str(farm_file), folder, limit, grace, plot)
+            runs.append(run)
+            if progress:
+                print(f"  round {round_no}: {contender.key}: {run.wall:.1f} s, "
+                      f"{run.total('done')}/{run.total('pages')} pages, exit {run.exit_code}"
+                      f"{' (cut at the time limit)' if run.cut else ''}", file=sys.stderr, flush=True)
+                if run.error:
+                    print(f"    WARNING: {run.error}", file=sys.stderr, flush=True)
+    return runs
+
+
+def random_benchmark(args: argparse.Namespace) -> None:
+    """``--farm random``: a fresh farm per round, each contender's sites over the oracle's."""
+    repeats: int = args.repeats or (1 if args.quick else 3)
+    limit: float = args.limit or (QUICK_LIMIT if args.quick else LIMIT)
+    grace = QUICK_GRACE if args.quick else GRACE
+    sites: int = args.sites or (QUICK_RANDOM_SITES if args.quick else RANDOM_SITES)
+    default = QUICK_RANDOM_CONTENDERS if args.quick else RANDOM_CONTENDERS
+    chosen = pick_contenders(args.contenders or default)
+    if ORACLE not in {c.key for c in chosen}:
+        raise SystemExit("--farm random measures every site against the oracle: add oracle to --contenders")
+    plot_dir = Path(args.plot_dir).resolve() if args.plot_dir else None
+    if plot_dir is not None:
+        prepare_plot_dir(plot_dir)
+    seeds = random_seeds(args, repeats)
+    started = time.monotonic()
+    print(f"crawl efficiency: random farms of {sites} sites{' (quick copies)' if args.quick else ''}, "
+          f"{len(chosen)} contenders, {repeats} round(s), seeds {', '.join(map(str, seeds))}, "
+          f"limit {limit:g} s "
+          f"per contender, Python {platform.python_version()}", flush=True)
+    with contextlib.ExitStack() as stack:
+        if args.workdir:
+            root = Path(args.workdir).resolve()
+            root.mkdir(parents=True, exist_ok=True)
+        else:
+            root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="crawl-efficiency-random-")))
+        runs = asyncio.run(random_rounds(chosen, seeds, sites, args.seconds, args.quick, root, limit, grace,
+                                         plot_dir, progress=not args.json))
+    summaries = {c.key: random_summary(c.key, runs) for c in chosen}
+    print_random_report(chosen, summaries)
+    failed = [run for run in runs if run.error]
+    for run in failed:
+        print(f"WARNING: round {run.round}, {run.contender}: {run.error}; its figures are zeros, "
+              f"not a measurement")
+    print(f"\nwhole benchmark: {time.monotonic() - started:.1f} s")
+    if args.json:
+        print(json.dumps({
+            "benchmark": "crawl_efficiency",
+            "farm": "random",
+            "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "python": platform.python_version(),
+            "cpus": os.cpu_count(),
+            "versions": peer_versions(),
+            "quick": args.quick,
+            "seeds": seeds,
+            "sites": sites,
+            "seconds_per_site": args.seconds,
+            "repeats": repeats,
+            "limit_seconds": limit,
+            "contenders": {c.key: c.settings for c in chosen},
+            "summaries": summaries,
+            "failed_runs": [{"round": run.round, "contender": run.contender, "error": run.error}
+                            for run in failed],
+            "runs": [asdict(run) for run in runs],
+            "seconds": round(time.monotonic() - started, 1),
+        }, sort_keys=True))
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true",
                         help=f"a farm of at most {QUICK_PAGES} pages per site, one round (1-2 min)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
     parser.add_argument("--farm", default="mixed",
-                        help="a shipped farm's name or a farm TOML file (default: mixed)")
+                        help="a shipped farm's name, a farm TOML file, or 'random': a farm drawn afresh each "
+                             "round (default: mixed)")
+    parser.add_argument("--seed", type=int, default=None,
+                        help="--farm random: the first round's seed, the next rounds' follow it "
+                             "(default: fresh seeds, printed)")
+    parser.add_argument("--sites", type=int, default=0,
+                        help=f"--farm random: sites per farm (default {RANDOM_SITES}, "
+                             f"quick {QUICK_RANDOM_SITES})")
+    parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+                        help="--farm random: about how long each site takes at its capacity "
+                             "(default %(default)g)")
     parser.add_argument("--repeats", type=int, default=0,
                         help="rounds over all contenders (default 3, quick 1)")
     parser.add_argument("--limit", type=float, default=0.0,
                         help=f"seconds a contender may run (default {LIMIT:g}, quick {QUICK_LIMIT:g})")
-    parser.add_argument("--contenders", default=",".join(c.key for c in CONTENDERS if c.key not in OPTIONAL),
+    parser.add_argument("--contenders", default=None,
                         help=f"comma-separated subset of: {', '.join(c.key for c in CONTENDERS)}, or "
                              f"'fleets' ({PRESETS['fleets']}) "
                              f"(default all but {', '.join(sorted(OPTIONAL))}; the verdicts need "
-                             f"{REFERENCE}, and {ADDON} with {ADDON_BASELINE})")
+                             f"{REFERENCE}, and {ADDON} with {ADDON_BASELINE}; --farm random: "
+                             f"{RANDOM_CONTENDERS}, quick {QUICK_RANDOM_CONTENDERS})")
     parser.add_argument("--plot-dir", default=str(PLOT_DIR),
                         help="folder for one PNG per run, roundN-CONTENDER.png ('' for none; "
                              "default: bench/out/crawl_efficiency)")
@@ -1303,7 +1531,13 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 
 def main(argv: list[str] | None = None) -> None:
-    benchmark(parse_args(argv))
+    args = parse_args(argv)
+    if args.farm == "random" and not Path(args.farm).exists():
+        random_benchmark(args)
+        return
+    if args.contenders is None:
+        args.contenders = ",".join(c.key for c in CONTENDERS if c.key not in OPTIONAL)
+    benchmark(args)
 
 
 if __name__ == "__main__":

@@ -1051,7 +1051,9 @@ async def test_quick_rounds_do_not_overrun_a_window_limit_that_shows_no_latency(
                 ok += status == 200
                 refused += status == 429
                 permit.feedback(status=status, latency=0.05)
-    assert refused <= 5
+    # (The window counts refused requests too: the overshoot's probes, one per doubling gap
+    # until the count has drained, cost one refusal more than a cascade of cuts did.)
+    assert refused <= 6
     assert ok >= 20
 
 
@@ -1126,6 +1128,7 @@ def test_a_busy_machine_does_not_freeze_the_climb_of_a_millisecond_site() -> Non
     ramp = controller(max_rate=10.0)  # gaps of 100 ms or more: answers come back in order
     now = past_the_start(ramp)  # quiet: a baseline of 2 ms
     send_and_answer(ramp, now, pushback=True)
+    send_and_answer(ramp, now + 0.5)  # accepted: the overshoot's episode is over
     now += 1.0
     send_and_answer(ramp, now, pushback=True)  # before the rate grew back: a deep cut
     cut, ceiling = ramp.rate, ramp.ceiling

@@ -202,8 +202,8 @@ def test_a_valid_description_is_read() -> None:
     ({"site": [{"name": "shop", "profile": "dead", "seed": -1}]}, "site 'shop': seed = -1 is too small"),
     ({"site": [{"name": "x", "profile": "dead"}] * 4001}, "4001 sites is too many"),
     ({"site": [{"name": "api", "profile": "headers", "limit": 5, "style": "github"}]},
-     "site 'api': style = \"github\" is not an accepted word; set style to one of 'ietf', 'trio', "
-     "'x-ratelimit' (the rate-limit header family)"),
+     "site 'api': style = \"github\" is not an accepted word; set style to one of 'ietf', 'draft07', "
+     "'trio', 'x-ratelimit', 'x-rate-limit', 'reset-after', 'policy' (the rate-limit header family)"),
     ({"site": [{"name": "old", "profile": "slow", "low": 3.0, "high": 2.0}]},
      "site 'old': high = 2.0 is below low = 3.0; set high to at least low"),
     ({"site": [{"name": "f", "profile": "flaky", "errors": 0.7, "hangs": 0.7}]},
@@ -284,8 +284,11 @@ def test_from_toml_names_the_file_in_errors(tmp_path: Path) -> None:
 def test_the_mixed_farm_has_one_site_per_profile() -> None:
     assert "mixed" in builtin_farms()
     farm = Farm.builtin("mixed")
-    assert sorted(site.profile for site in farm.spec.sites) == sorted(PROFILES)
-    with pytest.raises(ConfigError, match="use one of: fairness, hard, headers, mixed"):
+    newer = {"window", "reqrate", "conncap"}  # shown by the limiters farm, so that mixed stays as measured
+    assert sorted(site.profile for site in farm.spec.sites) == sorted(set(PROFILES) - newer)
+    limiters = {site.profile for site in Farm.builtin("limiters").spec.sites}
+    assert newer <= limiters
+    with pytest.raises(ConfigError, match="use one of: fairness, hard, headers, limiters, mixed"):
         Farm.builtin("nonesuch")
 
 

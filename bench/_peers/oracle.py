@@ -11,7 +11,7 @@ tell the sites apart and exits with an error).
 
 Per profile, each host gets an even gap between sends and a cap on requests in flight:
 
-* ``ratelimit``, ``retryafter``: 95 % of the token rate, evenly spaced from each actual send,
+* ``ratelimit``, ``retryafter``, ``challenge``: 95 % of the token rate, evenly spaced from each actual send,
   4 in flight; 90 % and 1 in flight when the bucket holds at most 2 (no burst room: any
   arrival early by more than the slack draws a 429). The slack leaves room for the jitter
   of two processes' event loops on a loaded machine;
@@ -24,6 +24,18 @@ Per profile, each host gets an even gap between sends and a cap on requests in f
   :meth:`~crawlpace.sim.OverloadSite.best_load`), no gap;
 * ``slow``: ``limit`` in flight, no gap;
 * ``flaky``: 8 in flight, no gap;
+* ``window`` with fixed windows (aligned to the clock, which the oracle shares with the
+  farm: both read the system's monotonic clock): each window's whole count, sent evenly
+  from 50 ms after the window opens to 50 ms before it closes (a quarter of the window at
+  most), never more than the count in one window, so refused requests are never drawn and
+  whether the site counts them does not matter;
+* ``window`` with a sliding window: 95 % of ``limit / window``, and at least 30 ms more
+  than ``window / limit`` between sends, evenly spaced;
+* ``reqrate`` (HAProxy's ``http_req_rate``): ``limit - 2`` requests per period (95 % of
+  the limit when that is lower), evenly spaced: at an even pace the counter reads at most
+  the sends per period plus 2, so it never passes the limit and no refusal is ever counted;
+* ``conncap``: ``cap`` in flight, each slot resting the site's ``lag`` plus 20 ms after its
+  answer, so that the site has freed it before it is used again;
 * ``shifting``: the base profile's plan, scaled by the factor of the schedule from the
   host's first request on, switching to a lower factor 0.3 s early;
 * ``dead``: nothing is sent.
@@ -57,16 +69,20 @@ import httpx
 
 from crawlpace._robots import RobotsRules
 from crawlpace.sim import (
+    ChallengeSite,
     CrawlDelaySite,
     FlakySite,
     HeadersSite,
     OverloadSite,
     QuotaSite,
     RateLimitSite,
+    RequestRateSite,
     RetryAfterSite,
     ShiftingSite,
     Site,
+    SlotCapSite,
     SlowSite,
+    WindowSite,
     parse_farm,
 )
 from crawlpace.sim._spec import build_site
@@ -87,22 +103,37 @@ RATE_INFLIGHT = 4
 FLAKY_INFLIGHT = 8
 #: A lower factor of a shifting site's schedule is taken this many seconds early.
 SHIFT_LEAD = 0.3
+#: Seconds kept clear at each end of a fixed window (at most a quarter of it): an arrival lags its send.
+WINDOW_MARGIN = 0.05
+#: Seconds added to a sliding window's ``window / limit`` gap, for the same lag.
+WINDOW_SLACK = 0.03
+#: Below a request-rate limit, for the counter's rounding (see the module docstring).
+RATE_COUNTER_ROOM = 2
+#: Seconds a slot of a concurrency cap rests beyond the site's lag.
+SLOT_SLACK = 0.02
 
 
 @dataclass
 class Plan:
-    """How one host is paced: at most ``inflight`` at once, sends ``gap`` seconds apart."""
+    """How one host is paced: at most ``inflight`` at once, sends ``gap`` seconds apart.
+
+    ``rest``: seconds each slot waits after its answer before the next send. ``window`` and
+    ``count``: at most ``count`` sends in each window of ``window`` seconds aligned to the clock.
+    """
 
     gap: float
     inflight: int
     send: bool = True
+    rest: float = 0.0
+    window: float | None = None
+    count: int = 0
 
 
 def plan_of(site: Site, factor: float = 1.0) -> Plan:
     """The pace for ``site`` when its main limit is ``factor`` times the configured one."""
     if isinstance(site, ShiftingSite):
         return plan_of(site.inner, factor)
-    if isinstance(site, RateLimitSite | RetryAfterSite):
+    if isinstance(site, RateLimitSite | RetryAfterSite | ChallengeSite):
         # A bucket without room for a burst refuses two sends that arrive closer than its gap:
         # one at a time, so that a late send never lets the next one catch up with it.
         if site.burst <= 2:
@@ -111,6 +142,18 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
     if isinstance(site, HeadersSite):
         limit = max(round(site.limit * factor), 1)
         return Plan(site.window / (limit * RATE_SHARE), RATE_INFLIGHT)
+    if isinstance(site, WindowSite):
+        limit = max(round(site.limit * factor), 1)
+        if site.kind == "fixed":
+            return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit)
+        gap = max(site.window / (limit * RATE_SHARE), site.window / limit + WINDOW_SLACK)
+        return Plan(gap, RATE_INFLIGHT)
+    if isinstance(site, RequestRateSite):
+        limit = max(round(site.limit * factor), 1)
+        sends = max(min(limit * RATE_SHARE, limit - RATE_COUNTER_ROOM), 0.5)
+        return Plan(site.period / sends, RATE_INFLIGHT)
+    if isinstance(site, SlotCapSite):
+        return Plan(0.0, max(round(site.cap * factor), 1), rest=site.lag + SLOT_SLACK)
     if isinstance(site, CrawlDelaySite):
         return Plan(site.delay * CRAWL_DELAY_MARGIN + CRAWL_DELAY_SLACK, 1)
     if isinstance(site, QuotaSite):
@@ -133,6 +176,9 @@ class Host:
         self.next_send = 0.0
         self.slots = asyncio.Semaphore(max(plan_of(site).inflight, 1))
         self.lock = asyncio.Lock()
+        # The clock window the last send fell in, and the sends in it (fixed windows only).
+        self.window_index: int | None = None
+        self.window_sends = 0
 
     def plan(self, now: float) -> Plan:
         site = self.site
@@ -154,18 +200,39 @@ class Host:
         if math.isfinite(seconds) and seconds > 0:
             self.next_send = max(self.next_send, time.monotonic() + seconds + 0.05)
 
-    async def turn(self) -> None:
-        """Wait for this host's next send time, then book the one after it."""
+    def window_slot(self, earliest: float, plan: Plan) -> float:
+        """The time of the next send in a fixed window at or after ``earliest``, booked."""
+        window = plan.window or 1.0
+        margin = min(WINDOW_MARGIN, window / 4)
+        step = (window - 2 * margin) / max(plan.count, 1)
+        index = math.floor(earliest / window)
+        while True:
+            if index != self.window_index:
+                self.window_index, self.window_sends = index, 0
+            start = index * window + margin
+            at = max(earliest, start + self.window_sends * step)
+            if self.window_sends < plan.count and at <= (index + 1) * window - margin:
+                self.window_sends += 1
+                return at
+            index += 1
+
+    async def turn(self) -> Plan:
+        """Wait for this host's next send time, then book the one after it; return the plan it sent under."""
         async with self.lock:
             now = time.monotonic()
             if self.first is None:
                 self.first = now
-            wait = self.next_send - now
+            plan = self.plan(now)
+            due = max(self.next_send, now)
+            if plan.window:
+                due = self.window_slot(due, plan)
+            wait = due - now
             if wait > 0:
                 await asyncio.sleep(wait)
                 now = time.monotonic()
             # From the actual send: a send that woke late must not shorten the next gap.
-            self.next_send = now + self.plan(now).gap
+            self.next_send = now + plan.gap
+            return plan
 
 
 async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, Any]:
@@ -175,7 +242,7 @@ async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, An
     attempts = 0
     async with host.slots:
         while True:
-            await host.turn()
+            plan = await host.turn()
             attempts += 1
             try:
                 response = await client.get(url)
@@ -184,6 +251,8 @@ async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, An
                     host.hold(response.headers.get("retry-after"))
             except (httpx.HTTPError, OSError) as exc:
                 status, error = None, f"{type(exc).__name__}: {exc}"
+            if plan.rest:
+                await asyncio.sleep(plan.rest)  # the site frees this slot a moment after the answer
             if (status is not None and status < 500 and status != 429) or attempts > RETRIES:
                 return {"url": url, "status": status, "attempts": attempts, "error": error}
 

@@ -6,6 +6,7 @@ import argparse
 import asyncio
 import contextlib
 import json
+import random
 import sys
 import time
 from pathlib import Path
@@ -14,6 +15,7 @@ from typing import Any
 from .._exceptions import ConfigError
 from ..sim import PRIVATE_PREFIX, Farm, builtin_farms
 from ..sim._plot import PlotUnavailable, write_plot
+from ..sim._random import DEFAULT_SECONDS, RANDOM_KINDS, draw_farm, farm_toml
 from ..sim._report import render_table, totals
 from ._options import add_json_option
 from ._signals import stop_on_signals
@@ -33,7 +35,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
         description="Serve a farm of simulated sites, one loopback address each, until Ctrl-C, SIGTERM "
                     "or --duration; then print what each site saw and write it as JSON.")
     sim.add_argument("farm", nargs="?", default="mixed",
-                     help="a farm TOML file, or the name of a shipped farm (default: mixed)")
+                     help="a farm TOML file, the name of a shipped farm, or 'random' for a farm drawn at "
+                          "random (default: mixed)")
     sim.add_argument("--list", action="store_true", help="list the shipped farms and exit")
     sim.add_argument("--port", type=int, default=None, help="the port every site shares (default: free)")
     sim.add_argument("--control-port", type=int, default=0,
@@ -45,7 +48,41 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     sim.add_argument("--plot", default=None, metavar="PNG", help="also draw each site's rate over time")
     sim.add_argument("--urls", default=None, metavar="FILE",
                      help="write every page URL of every site to FILE, one per line, to crawl")
+    drawn = sim.add_argument_group("random farms (farm 'random')")
+    drawn.add_argument("--seed", type=int, default=None,
+                       help="seed of the draw (default: a fresh one, printed so the farm can be drawn again)")
+    drawn.add_argument("--sites", type=int, default=30, help="sites to draw (default: %(default)s)")
+    drawn.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
+                       help="about how long a crawl of each site at its capacity takes "
+                            "(default: %(default)g)")
+    drawn.add_argument("--kinds", default=None,
+                       help=f"comma-separated limiter kinds to draw from "
+                            f"(default: all: {', '.join(RANDOM_KINDS)})")
+    drawn.add_argument("--write", default=None, metavar="TOML", help="write the drawn farm to this farm file")
+    drawn.add_argument("--draw-only", action="store_true",
+                       help="print (and --write) the drawn farm, then exit")
     add_json_option(sim)
+
+
+def draw_random(args: argparse.Namespace) -> tuple[dict[str, Any], str]:
+    """The farm ``crawlpace sim random`` asks for, and its TOML text (with the command that draws it again).
+
+    Raises:
+        ValueError: for a bad seed, count, time or kind.
+    """
+    seed = random.SystemRandom().randrange(2**31) if args.seed is None else args.seed
+    if seed < 0:
+        raise ValueError(f"--seed {seed} must be 0 or more")
+    kinds = RANDOM_KINDS if args.kinds is None else tuple(kind.strip() for kind in args.kinds.split(",")
+                                                          if kind.strip())
+    spec = draw_farm(seed, args.sites, seconds=args.seconds, kinds=kinds)
+    again = (f"crawlpace sim random --seed {seed} --sites {args.sites} --seconds {args.seconds:g}"
+             + ("" if args.kinds is None else f" --kinds {','.join(kinds)}"))
+    return spec, farm_toml(spec, f"A random farm: {again}")
+
+
+def _is_random(name: str) -> bool:
+    return name == "random" and not Path(name).exists()
 
 
 def load_farm(name: str, port: int | None = None, control_port: int = 0) -> Farm:
@@ -82,9 +119,11 @@ def _page_urls(farm: Farm) -> list[str]:
         *(f"{site.url}{PRIVATE_PREFIX}{number}" for number in range(1, site.app.private + 1)))]
 
 
-async def _serve(args: argparse.Namespace) -> tuple[dict[str, dict[str, Any]], float]:
+async def _serve(args: argparse.Namespace,
+                 drawn: dict[str, Any] | None) -> tuple[dict[str, dict[str, Any]], float]:
     """Serve until stopped; return every site's figures, with timelines, and the seconds served."""
-    farm = load_farm(args.farm, args.port, args.control_port)
+    farm = (load_farm(args.farm, args.port, args.control_port) if drawn is None
+            else Farm(drawn, port=args.port, control=True, control_port=args.control_port))
     duration = args.duration if args.duration is not None else QUICK_SECONDS if args.quick else None
     stop = asyncio.Event()
     async with farm:
@@ -122,8 +161,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"crawlpace sim: --duration {args.duration:g} must be a positive number of seconds",
               file=sys.stderr)
         return EXIT_USAGE
+    drawn: dict[str, Any] | None = None
+    if _is_random(args.farm):
+        try:
+            drawn, text = draw_random(args)
+        except ValueError as exc:
+            print(f"crawlpace sim: cannot draw a random farm: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        if args.write:
+            Path(args.write).write_text(text, encoding="utf-8")
+        print(text)
+        if args.write:
+            print(f"random farm written to {args.write}")
+        if args.draw_only:
+            return 0
+    elif args.draw_only or args.write:
+        print("crawlpace sim: --draw-only and --write go with the farm 'random'", file=sys.stderr)
+        return EXIT_USAGE
     try:
-        report, served = asyncio.run(_serve(args))
+        report, served = asyncio.run(_serve(args, drawn))
     except ConfigError as exc:
         print(f"crawlpace sim: invalid farm:\n{exc}", file=sys.stderr)
         return EXIT_USAGE

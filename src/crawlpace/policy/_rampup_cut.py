@@ -73,7 +73,7 @@ class _CutState(Protocol):
     def _start_resume(self, now: float, rate: float, ceiling: float) -> float: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _after_cut(self, now: float, *, sent: float, allowed: float, cascade: bool, steady: bool,
-                   refused: bool) -> None: ...
+                   refused: bool, pace: float = 0.0) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
 
 
@@ -167,7 +167,7 @@ class CutRules:
         self._quiet_until = now + max(2.0 * (self.latency or 0.0), 1.0 / self.rate if self.rate > 0 else 0.0)
         self._start_climb(now, fast=cascade or gentle)  # a gentle cut's level is near: no need to dawdle
         self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
-                        steady=steady, refused=refused)
+                        steady=steady, refused=refused, pace=allowed)
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback near the last one's rate" if gentle else "pushback",
                 "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")

@@ -40,7 +40,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from ._rampup_climb import CEILING_SHARE
+from ._rampup_climb import BETA_DEEP, CEILING_SHARE
 from ._rampup_start import START_HELD_MIN
 
 __all__ = ["HOLD_LONG", "HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
@@ -73,6 +73,7 @@ class _SearchState(Protocol):
     _last_growth: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _held_short(self, now: float, held: float, pace: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
 
 
@@ -83,7 +84,7 @@ class SearchClimb:
     ceiling: float | None  # declared for the assignments below, which might narrow it
 
     def _after_cut(self: _SearchState, now: float, *, sent: float, allowed: float, cascade: bool,
-                   steady: bool, refused: bool) -> None:
+                   steady: bool, refused: bool, pace: float = 0.0) -> None:
         """Set the search's top and the probe's wait after a cut from ``sent``.
 
         Args:
@@ -93,6 +94,7 @@ class SearchClimb:
             cascade: the cut was a deep one (the previous cut was not enough, or the start phase's).
             steady: the cut came in the steady phase.
             refused: the cut answers a refusal (not a slow answer).
+            pace: the rate the scope was allowed when it was sent.
         """
         ceiling = self.ceiling or 0.0
         top = CEILING_SHARE * sent
@@ -111,6 +113,12 @@ class SearchClimb:
             self.hold_learned = held
         if self.hold_learned > 0.0:
             self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
+        if steady and held >= HOLD_LONG and self._held_short(now, held, pace):
+            # Refused within one hold of the last resume: the level is far too high (a bucket's
+            # burst, refilled by the hold, spent in a moment). Halve it, and resume there.
+            self.ceiling = ceiling = min(ceiling, BETA_DEEP * sent)
+            self.rate = min(self.rate, ceiling)
+            self._top = 0.0
         if steady and held >= HOLD_LONG and ceiling > self.rate:
             # The silence has already paid back whatever the overshoot owed (a bucket refills in
             # it): climbing back from under the level would only waste the sends after it. (The

@@ -42,6 +42,7 @@ class _SendRecordState(Protocol):
     def _sent_weight(self) -> float: ...
     def hold(self, until: float) -> None: ...
     def _start_floor(self, door: bool = True) -> float: ...
+    def _episode_cap(self, allowed: float) -> float: ...
 
 
 class SendRecord:
@@ -73,7 +74,7 @@ class SendRecord:
         cap = max(self.start_rate, SENT_CAP * self.sent_rate(now))
         allowed = self.rate if self.rate <= cap else cap
         floor = self._start_floor()
-        return floor if floor > allowed else allowed
+        return self._episode_cap(floor if floor > allowed else allowed)
 
 
     def door_gap(self: _SendRecordState, gap: float) -> float:

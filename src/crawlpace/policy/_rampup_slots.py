@@ -2,7 +2,8 @@
 
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
 the slots follow the baseline latency, grow by the requests that hang, and a
-refusal on arrival with several in flight caps them below that count, raised
+refusal on arrival with several in flight caps them below that count (at that
+count, when as many were accepted in flight before: a slot freed late), raised
 by one after every window without a pushback.
 """
 
@@ -33,6 +34,7 @@ class _SlotSizingState(Protocol):
     slot_cap: float
     _cap_at: float
     _queue_cap: bool
+    _inflight_ok: int
     _stuck_share: float
     _stuck_time: float
     latency: float | None
@@ -90,9 +92,18 @@ class SlotSizing:
         if (not answered or elapsed is None or inflight is None or base is None
                 or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base):
             return False
-        self.slot_cap = min(self.slot_cap, float(inflight - 1))
+        # As many in flight were accepted before: the cap is that many, and the refusal came from a
+        # slot freed a moment after its answer left (HAProxy's conn_cur). The rate's cut spaces the
+        # sends so a slot rests; one slot fewer would leave a third of a cap of 3 unused for good.
+        late = inflight <= self._inflight_ok
+        self.slot_cap = min(self.slot_cap, float(inflight if late else inflight - 1))
         self._cap_at = now
         return True
+
+    def _note_inflight(self: _SlotSizingState, inflight: int | None) -> None:
+        """An accepted answer with ``inflight`` in flight (this one included): the most seen."""
+        if inflight is not None and inflight > self._inflight_ok:
+            self._inflight_ok = inflight
 
 
     def _cap_queue(self: _SlotSizingState, now: float) -> None:

@@ -31,7 +31,9 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   the first send: the first page follows its robots.txt at once, as large
   crawlers do. One request is in flight at a time either way. A first answer
   that is a page opens nothing: two pages back to back may be just what a
-  limit with no room for a burst refuses.
+  limit with no room for a burst refuses. And when the page through the door
+  is refused (nginx's ``limit_req`` with no burst refuses a page 9 ms after
+  robots.txt), that refusal is about its gap, not the rate: it cuts nothing.
 
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
@@ -52,9 +54,9 @@ from typing import Protocol
 
 from ._rampup_sends import NEVER, SENT_WEIGHT
 
-__all__ = ["START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE", "START_HELD_CEILING",
-           "START_HELD_MIN", "START_HELD_SHARE", "START_LATENCY_SIGNAL", "START_MIN_ROUND",
-           "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
+__all__ = ["DOOR_SLACK", "START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE",
+           "START_HELD_CEILING", "START_HELD_MIN", "START_HELD_SHARE", "START_LATENCY_SIGNAL",
+           "START_MIN_ROUND", "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
 
 #: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
 START_DOUBLING = 1.0
@@ -100,6 +102,9 @@ START_HELD_SHARE = 0.9
 #: away; after a burst the ceiling may lie above such a bucket's limit (resuming just under it
 #: drew a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2).
 START_HELD_MIN = 1.5
+#: A refusal answers the door's send when its request went out at most this long (seconds) before
+#: the latest send recorded (the throttler stamps the send and the record a moment apart).
+DOOR_SLACK = 0.001
 
 
 class _StartPhaseState(Protocol):
@@ -118,6 +123,7 @@ class _StartPhaseState(Protocol):
     _sent_at: float
     _last_growth: float
     _samples: int
+    _door: float
 
     def allowed_rate(self, now: float) -> float: ...
     def _start_round(self) -> float: ...
@@ -166,6 +172,11 @@ class StartPhase:
         on one slot (a fleet's workers all read the door open before any of them sends)."""
         return (self.phase == "start" and self._low_latency == 0.0 and self._gap is None
                 and self._last_growth > self._sent_at)
+
+    def _door_refused(self: _StartPhaseState, sent_at: float | None) -> bool:
+        """Whether a refusal answers the send that went through the door (the latest send, which
+        went sooner than the rate allowed because robots.txt had just been answered)."""
+        return self._door != NEVER and sent_at is not None and sent_at >= self._sent_at - DOOR_SLACK
 
     def door_open(self: _StartPhaseState) -> bool:
         """Whether robots.txt's door is open (see :meth:`_door_open`): a shared store closes it

@@ -77,12 +77,20 @@ previous refusal's rate is cut gently instead (``_rampup_cut``). A refusal
 with a ``Retry-After`` hold is not probed past for ``hold / 5 %`` seconds,
 and in the steady phase a long hold resumes at the level.
 
+The refusals one overshoot draws are one piece of evidence
+(``_rampup_episode``): until a send made after the first refusal is accepted,
+no other refusal cuts, and the scope probes at a doubling gap. A lock-out (a
+window's rest, a counter draining) sets the level to the rate its cycle let
+through; a refusal just under the shortest accepted gap is a bucket with no
+burst, paced evenly at that gap; a held refusal soon after resuming halves
+the level.
+
 The controller is one object (its attributes are the state ``policy/state.py``
 shares), with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
 ``_rampup_climb``, the cut itself in ``_rampup_cut``, the search and the holds
-in ``_rampup_search``. This
+in ``_rampup_search``, the episodes and fits in ``_rampup_episode``. This
 module keeps the phases and the decisions.
 """
 
@@ -96,6 +104,7 @@ from dataclasses import dataclass
 from .._jitter import Jitter
 from ._rampup_climb import CubicClimb
 from ._rampup_cut import CutRules
+from ._rampup_episode import Episodes
 from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
 from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
@@ -118,6 +127,8 @@ USED_SHARE = 0.5
 STUCK_WEIGHT = 0.05
 #: The longest stretch of time one response may advance the curve.
 MAX_STEP = 1.0
+#: Accepted sends kept to find the one before a refused send (more than are in flight at once).
+OK_SENDS_KEPT = 64
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +163,7 @@ class RampupStats:
     learned_rate: float = 0.0
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb):
+class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb, Episodes):
     """The rampup controller of one scope.
 
     Args:
@@ -169,13 +180,14 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_door", "_epoch", "_gap", "_gentle",
-                 "_good_rate", "_k", "_last_growth", "_level", "_low_latency", "_probe_after", "_probe_c",
-                 "_pushbacks", "_queue_cap", "_quiet_until", "_resumed_at", "_samples", "_sent_at",
-                 "_stuck_share", "_stuck_time", "_top", "_window_min", "_window_start", "above_since",
-                 "ceiling", "decision", "generation", "hold_learned", "last_pushback_rate", "latency",
-                 "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "slot_cap",
-                 "start_rate", "target", "window")
+    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
+                 "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
+                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_low_latency",
+                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
+                 "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
+                 "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
+                 "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
+                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -228,6 +240,18 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # The search's top after a deep cut (0: no search), and the hold rule (_rampup_search).
         self._top, self._probe_after, self.hold_learned = 0.0, _NEVER, 0.0
         self._queue_cap = False  # the slot cap came from latency (_cap_queue), not from refusals
+        # The overshoot episode under way (since its first refusal; NEVER: none) and its probe gap,
+        # and the cycle since the last episode ended: when, and the answers accepted (_rampup_episode).
+        self._ep_since, self._ep_gap = _NEVER, 0.0
+        self._cycle_start, self._cycle_ok, self._cycle_rate = _NEVER, 0, 0.0
+        # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
+        self._fitted, self._fit_span = False, 0.0
+        self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
+        self._sustained = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
+        # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
+        # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
+        self._ok_sends: deque[float] = deque(maxlen=OK_SENDS_KEPT)
+        self._gap_ok, self._strict_gap = math.inf, math.inf
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -283,13 +307,31 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
             self._decide(now, "ignored: a request failed without an answer while latency is normal; "
                          "not taken for overload")
             self.hung_silence(now, elapsed)
+        elif pushback and answered and self._door_refused(sent_at):
+            # The page robots.txt let go at once was refused: its gap to robots.txt (a few ms) was
+            # too short for a limit with no room for a burst, which says nothing of the rate.
+            self._decide(now, "door: the page sent at once after robots.txt was refused; its gap, "
+                         "not the rate, was too short")
+        elif pushback and answered and not self._episode_opens(now, can_cut, sent_at):
+            self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
+                         f"{self._ep_gap:.3g}s, until one is accepted")
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
                 self._cut(now, reason="slots", sent_at=sent_at)
+                self._episode_cut()
         elif pushback:
             if can_cut:
+                # (Not in the start phase: its doubling shortens every gap, so a bursty bucket's
+                # first refusal looks strict too.)
+                steady = self.phase == "steady"
                 self._cut(now, reason="pushback", sent_at=sent_at)
+                if steady and answered:  # (a timeout says nothing of a gap)
+                    self._strict_fit(now, sent_at)
+                self._episode_cut()
         else:
+            self._note_accepted(now if sent_at is None else sent_at)
+            self._note_inflight(inflight)
+            self._episode_answer(now, now if sent_at is None else sent_at)
             level = self._observe_latency(now, latency)
             if level == 2 and can_cut:
                 self._cap_queue(now)

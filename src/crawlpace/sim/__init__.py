@@ -25,18 +25,21 @@ from ._load import OverloadSite, SlowSite
 from ._pages import PRIVATE_PREFIX, PageApp
 from ._plot import PlotUnavailable, write_plot
 from ._profiles import PROFILES
+from ._random import RANDOM_KINDS, draw_farm, farm_toml
 from ._rates import HEADER_STYLES, CrawlDelaySite, HeadersSite, QuotaSite, RateLimitSite, RetryAfterSite
 from ._server import SimServer, serve
 from ._shifting import SHIFTABLE, ShiftingSite
 from ._site import Site
 from ._spec import FarmSpec, SiteSpec, parse_farm
 from ._stats import SiteStats
+from ._windows import RequestRateSite, SlotCapSite, WindowSite
 
 __all__ = [
     "CHALLENGE_PAGE",
     "HEADER_STYLES",
     "PRIVATE_PREFIX",
     "PROFILES",
+    "RANDOM_KINDS",
     "SHIFTABLE",
     "ChallengeSite",
     "CrawlDelaySite",
@@ -50,6 +53,7 @@ __all__ = [
     "PlotUnavailable",
     "QuotaSite",
     "RateLimitSite",
+    "RequestRateSite",
     "RetryAfterSite",
     "ShiftingSite",
     "SimServer",
@@ -57,8 +61,12 @@ __all__ = [
     "SiteInfo",
     "SiteSpec",
     "SiteStats",
+    "SlotCapSite",
     "SlowSite",
+    "WindowSite",
     "builtin_farms",
+    "draw_farm",
+    "farm_toml",
     "parse_farm",
     "serve",
     "write_plot",

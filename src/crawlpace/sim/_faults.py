@@ -18,18 +18,19 @@ from ._site import Site, SiteOptions
 __all__ = ["DeadSite", "FlakySite"]
 
 class FlakySite(Site):
-    """A site that mostly works, but answers some requests with 500 and lets others hang.
+    """A site that mostly works, but answers some requests with an error and lets others hang.
 
     For each request (robots.txt aside) one draw decides: with probability
-    ``errors`` it gets 500 at once; with probability ``hangs`` it waits
+    ``errors`` it gets ``status`` (500) at once, whatever the load; with probability ``hangs`` it waits
     ``hang`` seconds, longer than a crawler's timeout should be, before it is
     served; otherwise it is served after ``latency`` seconds.
 
     Args:
-        errors: the share of requests answered 500.
+        errors: the share of requests answered ``status``.
         hangs: the share of requests that hang.
         hang: how long a hanging request waits, in seconds.
         latency: how long every other request takes, in seconds.
+        status: the 5xx status of an error.
         sleep: how to wait; ``asyncio.sleep`` unless a test swaps it.
         **options: see :class:`Site`.
 
@@ -42,10 +43,11 @@ class FlakySite(Site):
     _HANGS = Param("hangs", "number", "share of requests that hang", 0.05, low=0.0, high=1.0)
     _HANG = Param("hang", "number", "seconds a hanging request waits", 30.0, low=0.0, high=3600.0)
     _LATENCY = Param("latency", "number", "seconds every other request takes", 0.0, low=0.0, high=60.0)
-    PARAMS = (_ERRORS, _HANGS, _HANG, _LATENCY)
+    _STATUS = Param("status", "integer", "the 5xx status of an error", 500, low=500, high=599)
+    PARAMS = (_ERRORS, _HANGS, _HANG, _LATENCY, _STATUS)
 
     def __init__(self, *, errors: float = 0.1, hangs: float = 0.05, hang: float = 30.0, latency: float = 0.0,
-                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 status: int = 500, sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
                  **options: Unpack[SiteOptions]) -> None:
         self.errors = self._ERRORS.number(errors)
         self.hangs = self._HANGS.number(hangs)
@@ -54,6 +56,7 @@ class FlakySite(Site):
             raise ValueError(problem)
         self.hang = self._HANG.number(hang)
         self.latency = self._LATENCY.number(latency)
+        self.status = self._STATUS.integer(status)
         self.sleep = sleep
         super().__init__(**options)
 
@@ -70,7 +73,7 @@ class FlakySite(Site):
         """Fail, hang or serve, as the draw decides."""
         draw = self.rng.random()
         if draw < self.errors:
-            await self.refuse(send, 500)
+            await self.refuse(send, self.status)
             return
         await self.sleep(self.hang if draw < self.errors + self.hangs else self.latency)
         await self.content(scope, receive, send)

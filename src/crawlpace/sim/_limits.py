@@ -8,8 +8,16 @@ use them can be tested by scripting times.
 from __future__ import annotations
 
 import math
+from collections import deque
 
-__all__ = ["Embargo", "FixedWindow", "Spacing", "TokenBucket"]
+__all__ = ["ClockWindow", "Embargo", "FixedWindow", "RequestRate", "SlidingWindow", "SlotCap", "Spacing",
+           "TokenBucket"]
+
+
+def _count(name: str, value: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise ValueError(f"{name} must be an integer of at least 1, got {value!r}")
+    return value
 
 
 def _positive(name: str, value: float) -> float:
@@ -86,9 +94,7 @@ class FixedWindow:
     __slots__ = ("_start", "_used", "limit", "window")
 
     def __init__(self, limit: int, window: float) -> None:
-        if isinstance(limit, bool) or not isinstance(limit, int) or limit < 1:
-            raise ValueError(f"limit must be an integer of at least 1, got {limit!r}")
-        self.limit = limit
+        self.limit = _count("limit", limit)
         self.window = _positive("window", window)
         self._start: float | None = None
         self._used = 0
@@ -209,3 +215,203 @@ class Spacing:
         # Too soon. The next request is judged from this one (never from before the previous one).
         self._sent = max(sent, earliest)
         return True
+
+
+class ClockWindow:
+    """A count of ``limit`` requests per window of ``window`` seconds, windows aligned to the clock.
+
+    The windows are ``[k * window, (k + 1) * window)`` on the clock, whatever
+    the first request's time: a client starts at a random point of a window,
+    as with Flask-Limiter's or ``limits``' fixed windows (which align to the
+    Unix epoch). With ``count_refused`` a refused request is counted too, which
+    a fixed window only shows in :meth:`used` (the window refuses past the
+    limit anyway); it is kept for symmetry with :class:`SlidingWindow`.
+
+    Args:
+        limit: requests allowed per window, at least 1.
+        window: the window length in seconds.
+        count_refused: count refused requests as well.
+    """
+
+    __slots__ = ("_index", "_used", "count_refused", "limit", "window")
+
+    def __init__(self, limit: int, window: float, *, count_refused: bool = False) -> None:
+        self.limit = _count("limit", limit)
+        self.window = _positive("window", window)
+        self.count_refused = bool(count_refused)
+        self._index: int | None = None
+        self._used = 0
+
+    def _roll(self, now: float) -> None:
+        index = math.floor(now / self.window)
+        if self._index is None or index > self._index:
+            self._index = index
+            self._used = 0
+
+    def take(self, now: float) -> bool:
+        """Count a request at ``now``; return whether the window had room for it."""
+        self._roll(now)
+        allowed = self._used < self.limit
+        if allowed or self.count_refused:
+            self._used += 1
+        return allowed
+
+    def used(self, now: float) -> int:
+        """Requests counted in the window holding ``now``."""
+        self._roll(now)
+        return self._used
+
+    def remaining(self, now: float) -> int:
+        """Requests left in the window holding ``now``."""
+        return max(self.limit - self.used(now), 0)
+
+    def reset(self, now: float) -> float:
+        """Seconds from ``now`` until the window holding it ends."""
+        return max((math.floor(now / self.window) + 1) * self.window - now, 0.0)
+
+
+class SlidingWindow:
+    """At most ``limit`` counted requests in any ``window`` seconds: a moving window (a log).
+
+    A request at ``now`` is allowed when fewer than ``limit`` counted
+    requests arrived in ``(now - window, now]``. Allowed requests are counted;
+    with ``count_refused`` refused ones are too, so a client that keeps
+    knocking keeps itself locked out (each refusal pushes the window's end
+    on). Without it, refusals cost nothing, as in ``limits``' moving window.
+
+    Args:
+        limit: requests allowed in any window, at least 1.
+        window: the window length in seconds.
+        count_refused: count refused requests as well.
+    """
+
+    __slots__ = ("_log", "count_refused", "limit", "window")
+
+    def __init__(self, limit: int, window: float, *, count_refused: bool = False) -> None:
+        self.limit = _count("limit", limit)
+        self.window = _positive("window", window)
+        self.count_refused = bool(count_refused)
+        self._log: deque[float] = deque()
+
+    def _prune(self, now: float) -> None:
+        log = self._log
+        while log and log[0] <= now - self.window:
+            log.popleft()
+
+    def take(self, now: float) -> bool:
+        """Count a request at ``now``; return whether the window had room for it."""
+        self._prune(now)
+        allowed = len(self._log) < self.limit
+        if allowed or self.count_refused:
+            self._log.append(now)
+            if len(self._log) > self.limit:  # only the newest ``limit`` can still matter
+                self._log.popleft()
+        return allowed
+
+    def remaining(self, now: float) -> int:
+        """Requests that would be allowed at ``now``."""
+        self._prune(now)
+        return max(self.limit - len(self._log), 0)
+
+    def reset(self, now: float) -> float:
+        """Seconds from ``now`` until one more request is allowed (0.0 when one is)."""
+        self._prune(now)
+        if len(self._log) < self.limit:
+            return 0.0
+        return max(self._log[len(self._log) - self.limit] + self.window - now, 0.0)
+
+
+class RequestRate:
+    """HAProxy's ``http_req_rate(period)`` stick-table counter, with a deny rule ``gt limit``.
+
+    Every request increments the counter, refused ones included (the table
+    tracks a request before the rule refuses it). The counter is HAProxy's
+    ``freq_ctr``: a count for the current period (periods follow each other
+    from the first request) and the previous one's, read as ``current +
+    previous * (time left in the period / period)``. A request is allowed
+    while that reading, the request counted, is at most ``limit``. A client
+    that goes over keeps itself refused for as long as it keeps sending.
+
+    Args:
+        limit: the highest rate reading allowed, at least 1.
+        period: the counter's period in seconds.
+    """
+
+    __slots__ = ("_current", "_previous", "_start", "limit", "period")
+
+    def __init__(self, limit: int, period: float) -> None:
+        self.limit = _count("limit", limit)
+        self.period = _positive("period", period)
+        self._start: float | None = None
+        self._current = 0
+        self._previous = 0
+
+    def _roll(self, now: float) -> float:
+        if self._start is None:
+            self._start = now
+        elif now >= self._start + self.period:
+            periods = math.floor((now - self._start) / self.period)
+            self._previous = self._current if periods == 1 else 0
+            self._current = 0
+            self._start += periods * self.period
+        return self._start
+
+    def reading(self, now: float) -> float:
+        """The counter's value at ``now``, before any request then."""
+        start = self._roll(now)
+        left = max(start + self.period - now, 0.0) / self.period
+        return self._current + self._previous * left
+
+    def take(self, now: float) -> bool:
+        """Count a request at ``now``; return whether the rule lets it through."""
+        self._roll(now)
+        self._current += 1
+        return self.reading(now) <= self.limit
+
+
+class SlotCap:
+    """At most ``cap`` requests at once, each slot freed ``lag`` seconds after its answer left.
+
+    HAProxy's ``conn_cur`` and servers with a worker pool free a slot a
+    moment after the client has its answer: a client that sends again the
+    moment it reads an answer may find its own slot still taken.
+
+    Args:
+        cap: the most slots held at once, at least 1.
+        lag: seconds a slot stays taken after its answer (0 frees it at once).
+    """
+
+    __slots__ = ("_held", "_releases", "cap", "lag")
+
+    def __init__(self, cap: int, lag: float = 0.0) -> None:
+        self.cap = _count("cap", cap)
+        if isinstance(lag, bool) or not (isinstance(lag, int | float) and math.isfinite(lag) and lag >= 0):
+            raise ValueError(f"lag must be a finite number >= 0, got {lag!r}")
+        self.lag = float(lag)
+        self._held = 0
+        self._releases: deque[float] = deque()
+
+    def busy(self, now: float) -> int:
+        """Slots taken at ``now``: requests in flight and slots not yet freed."""
+        releases = self._releases
+        while releases and releases[0] <= now:
+            releases.popleft()
+        return self._held + len(releases)
+
+    def acquire(self, now: float) -> bool:
+        """Take a slot at ``now`` if one is free; return whether one was."""
+        if self.busy(now) >= self.cap:
+            return False
+        self._held += 1
+        return True
+
+    def release(self, now: float) -> None:
+        """The answer of a request holding a slot left at ``now``: free its slot ``lag`` later."""
+        if self._held <= 0:
+            raise RuntimeError("release() without a matching acquire()")
+        self._held -= 1
+        if self.lag > 0:
+            # Answers leave in time order; a release out of order is kept sorted all the same.
+            self._releases.append(now + self.lag)
+            if len(self._releases) > 1 and self._releases[-2] > self._releases[-1]:
+                self._releases = deque(sorted(self._releases))

@@ -27,6 +27,14 @@ Each profile, what it does, and its capacity in successful requests per second:
 - ``challenge``: like ``ratelimit``, but past the bucket a 200 "verify you
   are human" page (with ``cf-mitigated: challenge`` unless ``header =
   false``), counted as a refusal. Capacity ``rate``.
+- ``window``: ``limit`` requests per ``window`` seconds, in windows aligned
+  to the clock (``kind = "fixed"``) or any span (``"sliding"``), refusals
+  counted or not, with RateLimit headers and ``Retry-After`` as asked.
+  Capacity ``limit / window``.
+- ``reqrate``: HAProxy's ``http_req_rate`` counter over ``period`` seconds,
+  refused requests counted; 429 above ``limit``. Capacity ``limit / period``.
+- ``conncap``: ``cap`` requests at once, each ``latency`` long, each slot
+  freed ``lag`` after its answer; 503 past it. Capacity ``cap / (latency + lag)``.
 - ``shifting``: a ``base`` profile whose capacity follows ``changes``.
 
 Every profile also counts the common ``retry_after`` violation (see
@@ -46,6 +54,7 @@ from ._load import OverloadSite, SlowSite
 from ._rates import CrawlDelaySite, HeadersSite, QuotaSite, RateLimitSite, RetryAfterSite
 from ._shifting import ShiftingSite
 from ._site import Site
+from ._windows import RequestRateSite, SlotCapSite, WindowSite
 
 __all__ = ["PROFILES"]
 
@@ -53,5 +62,6 @@ __all__ = ["PROFILES"]
 PROFILES: Mapping[str, type[Site]] = MappingProxyType({
     cls.profile: cls
     for cls in (RateLimitSite, RetryAfterSite, HeadersSite, CrawlDelaySite, QuotaSite, OverloadSite,
-                SlowSite, FlakySite, DeadSite, ShiftingSite, ChallengeSite)
+                SlowSite, FlakySite, DeadSite, ShiftingSite, ChallengeSite, WindowSite, RequestRateSite,
+                SlotCapSite)
 })

@@ -108,8 +108,8 @@ class RetryAfterSite(_BucketSite):
             await self.content(scope, receive, send)
 
 
-#: The header families a ``headers`` site can speak.
-HEADER_STYLES = ("ietf", "trio", "x-ratelimit")
+#: The header families a ``headers`` site can speak: every form crawlpace reads.
+HEADER_STYLES = ("ietf", "draft07", "trio", "x-ratelimit", "x-rate-limit", "reset-after", "policy")
 
 
 def budget_headers(style: str, limit: int, remaining: int, reset: float, window: float,
@@ -118,29 +118,44 @@ def budget_headers(style: str, limit: int, remaining: int, reset: float, window:
 
     Args:
         style: ``"ietf"`` (``RateLimit-Policy`` and ``RateLimit``, the
-            IETF draft's structured fields), ``"trio"`` (the older
-            ``RateLimit-Limit``, ``-Remaining`` and ``-Reset``, reset in
-            seconds) or ``"x-ratelimit"`` (``X-RateLimit-*``, reset as a Unix
-            time, the way GitHub sends it).
+            IETF draft's structured lists), ``"draft07"`` (the draft-07
+            dictionary ``RateLimit: limit=.., remaining=.., reset=..``),
+            ``"trio"`` (the older ``RateLimit-Limit``, ``-Remaining`` and
+            ``-Reset``, reset in seconds), ``"x-ratelimit"`` (``X-RateLimit-*``,
+            reset as a Unix time, the way GitHub sends it), ``"x-rate-limit"``
+            (``X-Rate-Limit-*``, reset as a Unix time, as Twitter did),
+            ``"reset-after"`` (``X-RateLimit-*`` with ``X-RateLimit-Reset-After``
+            in seconds, as Discord does) or ``"policy"`` (``RateLimit-Policy``
+            alone: the quota and window, never what is left).
         limit: requests per window.
         remaining: requests left in this window.
         reset: seconds until the window ends.
         window: the window length in seconds.
-        wall: the current Unix time, for the ``x-ratelimit`` reset.
+        wall: the current Unix time, for resets given as a Unix time.
     """
     seconds = str(max(math.ceil(reset), 0)).encode("ascii")
+    whole_window = max(math.ceil(window), 1)
+    count, left = str(limit).encode("ascii"), str(remaining).encode("ascii")
+    epoch = str(math.ceil(wall + reset)).encode("ascii")
     if style == "ietf":
-        policy = f'"site";q={limit};w={max(math.ceil(window), 1)}'.encode("ascii")
+        policy = f'"site";q={limit};w={whole_window}'.encode("ascii")
         state = f'"site";r={remaining};t={seconds.decode()}'.encode("ascii")
         return [(b"ratelimit-policy", policy), (b"ratelimit", state)]
+    if style == "draft07":
+        state = f"limit={limit}, remaining={remaining}, reset={seconds.decode()}".encode("ascii")
+        return [(b"ratelimit", state), (b"ratelimit-policy", f"{limit};w={whole_window}".encode("ascii"))]
     if style == "trio":
-        return [(b"ratelimit-limit", str(limit).encode("ascii")),
-                (b"ratelimit-remaining", str(remaining).encode("ascii")),
-                (b"ratelimit-reset", seconds)]
-    epoch = str(math.ceil(wall + reset)).encode("ascii")
-    return [(b"x-ratelimit-limit", str(limit).encode("ascii")),
-            (b"x-ratelimit-remaining", str(remaining).encode("ascii")),
-            (b"x-ratelimit-reset", epoch)]
+        return [(b"ratelimit-limit", count), (b"ratelimit-remaining", left), (b"ratelimit-reset", seconds)]
+    if style == "x-rate-limit":
+        return [(b"x-rate-limit-limit", count), (b"x-rate-limit-remaining", left),
+                (b"x-rate-limit-reset", epoch)]
+    if style == "reset-after":
+        after = f"{max(reset, 0.0):.3f}".encode("ascii")
+        return [(b"x-ratelimit-limit", count), (b"x-ratelimit-remaining", left),
+                (b"x-ratelimit-reset-after", after)]
+    if style == "policy":
+        return [(b"ratelimit-policy", f'"site";q={limit};w={whole_window}'.encode("ascii"))]
+    return [(b"x-ratelimit-limit", count), (b"x-ratelimit-remaining", left), (b"x-ratelimit-reset", epoch)]
 
 
 class HeadersSite(Site):

@@ -3,9 +3,9 @@
 A shifting site wraps a site of a *base* profile and follows a schedule of
 ``[seconds, factor]`` steps counted from the site's first request: from each
 step on, the base's main limit is its configured value times the factor. Rate
-limits change their rate (``ratelimit``, ``retryafter``), windows their limit
-(``headers``, rounded) and loaded sites how many requests they hold
-(``overload``, ``slow``, rounded, at least 1). The capacity follows the
+limits change their rate (``ratelimit``, ``retryafter``), windows and counters
+their limit (``headers``, ``window``, ``reqrate``, rounded) and loaded sites how
+many requests they hold (``overload``, ``slow``, ``conncap``, rounded, at least 1). The capacity follows the
 factor exactly for rate limits, up to rounding for ``headers`` and ``slow``;
 for ``overload`` it moves less, since fewer requests in flight are each
 served faster. A crawler that adapts should follow each change down and back up.
@@ -26,6 +26,7 @@ from ._load import OverloadSite, SlowSite
 from ._params import Param, Schedule
 from ._rates import HeadersSite, RateLimitSite, RetryAfterSite
 from ._site import Site
+from ._windows import RequestRateSite, SlotCapSite, WindowSite
 
 __all__ = ["SHIFTABLE", "ShiftingSite"]
 
@@ -38,7 +39,8 @@ class _Scalable(Protocol):
 
 #: The profiles a shifting site can be based on.
 SHIFTABLE: Mapping[str, type[Site]] = {
-    cls.profile: cls for cls in (RateLimitSite, RetryAfterSite, HeadersSite, OverloadSite, SlowSite)
+    cls.profile: cls for cls in (RateLimitSite, RetryAfterSite, HeadersSite, OverloadSite, SlowSite,
+                                 WindowSite, RequestRateSite, SlotCapSite)
 }
 
 _OPTIONS = ("pages", "links", "tolerance", "private", "clock", "rng")

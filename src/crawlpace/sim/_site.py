@@ -8,7 +8,7 @@ request to :meth:`Site.handle`, which a profile overrides to apply its hidden
 limits before, or instead of, serving the page. The statistics count every
 request alike, robots.txt included.
 
-One rule is common to all sites: whenever a response carries ``Retry-After``,
+One rule is common to all sites: whenever a refusal (a 4xx or 5xx) carries ``Retry-After``,
 the site expects no request until that time has passed, and every request
 arriving earlier (by more than the site's ``tolerance``) is counted as a
 ``retry_after`` violation, unless it came within ``tolerance`` of the answer
@@ -176,7 +176,8 @@ class Site:
             nonlocal status
             if message.get("type") == "http.response.start":
                 status = int(message["status"])
-                wait = _announced_wait(message)
+                # Only a refusal asks for quiet: Flask-Limiter, say, sends Retry-After with every answer.
+                wait = _announced_wait(message) if status >= 400 else None
                 if wait is not None:
                     self.embargo.extend(self.clock(), wait)
             await send(message)

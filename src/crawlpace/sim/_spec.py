@@ -10,6 +10,10 @@ A farm is described by a mapping shaped like its TOML file::
     rate = 2.0
     burst = 2
 
+    [random]                  # optional: sites drawn at random (see crawlpace.sim._random)
+    seed = 7
+    sites = 30
+
 Everything is checked before any socket is opened. All problems are reported
 together in one :class:`~crawlpace.ConfigError`, one line each, naming the site,
 the key, the offending value and what to write instead.
@@ -29,6 +33,7 @@ from typing import Any
 from .._exceptions import ConfigError
 from ._params import Param, ParamValue
 from ._profiles import PROFILES
+from ._random import DEFAULT_SECONDS, RANDOM_KINDS, draw_farm
 from ._site import Site
 
 __all__ = ["MAX_SITES", "FarmSpec", "SiteSpec", "build_site", "parse_farm"]
@@ -36,11 +41,17 @@ __all__ = ["MAX_SITES", "FarmSpec", "SiteSpec", "build_site", "parse_farm"]
 #: The most sites one farm may hold (bench/broad.py serves 2,000, on 127.0.0.2 to 127.0.7.209).
 MAX_SITES = 4000
 
-_FARM_KEYS = ("port", "site")
+_FARM_KEYS = ("port", "site", "random")
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}", re.ASCII)
 _NAME_RULE = "letters, digits, '_', '-' and '.', starting with a letter or digit, at most 64"
 _SEED = Param("seed", "integer", "seed of the site's random choices", 0, low=0, high=2**63 - 1)
 _PORT = Param("port", "integer", "the port all sites share, 0 for a free one", 0, low=0, high=65535)
+_RANDOM_PARAMS = (
+    Param("seed", "integer", "seed of the draw", 0, low=0, high=2**63 - 1),
+    Param("sites", "integer", "sites to draw", 30, low=1, high=MAX_SITES),
+    Param("seconds", "number", "about how long a crawl of each site at its capacity takes", DEFAULT_SECONDS,
+          low=2.0, high=86400.0),
+)
 
 
 @dataclass(frozen=True, slots=True)
@@ -183,6 +194,9 @@ def parse_farm(spec: Mapping[str, Any]) -> FarmSpec:
         checked = _check_param("farm", _PORT, spec["port"], problems)
         port = checked if isinstance(checked, int) else 0
     entries = spec.get("site")
+    drawn = _random_sites(spec.get("random"), problems)
+    if drawn:
+        entries = [*entries, *drawn] if isinstance(entries, list) else drawn if entries is None else entries
     if entries is None or (isinstance(entries, list) and not entries):
         problems.append("farm: no sites; add at least one [[site]] table with a name and a profile")
         entries = []
@@ -197,6 +211,42 @@ def parse_farm(spec: Mapping[str, Any]) -> FarmSpec:
     if problems:
         raise ConfigError(problems)
     return FarmSpec(sites=tuple(site for site in sites if site is not None), port=port)
+
+
+def _random_sites(section: object, problems: list[str]) -> list[dict[str, Any]]:
+    """The sites a ``[random]`` section draws, or none (with a problem noted) when it is invalid."""
+    if section is None:
+        return []
+    if not isinstance(section, Mapping):
+        problems.append(f"farm: random = {_show(section)} is not a table; write it as [random] with "
+                        f"seed = 7 and sites = 30")
+        return []
+    known = {param.name: param for param in _RANDOM_PARAMS}
+    values: dict[str, Any] = {param.name: param.default for param in _RANDOM_PARAMS}
+    kinds: list[str] = list(RANDOM_KINDS)
+    before = len(problems)
+    for key, value in section.items():
+        if key == "kinds":
+            if (not isinstance(value, list) or not value
+                    or any(not isinstance(kind, str) or kind not in RANDOM_KINDS for kind in value)):
+                problems.append(f"random: kinds = {_show(value)} is not a list of kinds; use a list of "
+                                f"some of: {', '.join(RANDOM_KINDS)}")
+            else:
+                kinds = value
+            continue
+        param = known.get(str(key))
+        if param is None:
+            problems.append(f"random: unknown key {str(key)!r} = {_show(value)}; "
+                            f"{_unknown(str(key), [*known, 'kinds'])}")
+            continue
+        checked = _check_param("random", param, value, problems)
+        if checked is not None:
+            values[param.name] = checked
+    if len(problems) > before:
+        return []
+    drawn: list[dict[str, Any]] = draw_farm(int(values["seed"]), int(values["sites"]),
+                                            seconds=float(values["seconds"]), kinds=kinds)["site"]
+    return drawn
 
 
 def build_site(spec: SiteSpec, *, clock: Callable[[], float] = time.monotonic) -> Site:

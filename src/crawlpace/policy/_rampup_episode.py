@@ -1,0 +1,284 @@
+"""Rampup's overshoot episodes: the refusals one overshoot draws are one piece of evidence.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
+rules). Many limiters go on refusing for a while after the rate that overshot
+them has been cut: a window counted to the end of its period, a request-rate
+counter that counts the refusals too (HAProxy's ``http_req_rate``), a bucket
+paying back the burst it lent, a ``Retry-After`` hold. Taking each of those
+refusals as new pushback halves the rate again and again (57 -> 28 -> 14 -> 7
+-> 3.6 -> 1.8/s on a 10/s counter) for what was one overshoot.
+
+**The episode.** The first refusal starts an *episode* and cuts as usual. Until
+a request sent after that refusal is accepted, the episode lasts, and every
+refusal in it is part of the same evidence: none cuts again. Instead the scope
+*probes*: its sends are spaced at least ``probe gap`` apart, a gap that starts
+at the cut rate's and doubles with every refused probe (a request sent inside
+the episode), up to :data:`PROBE_GAP_MAX` or :data:`PROBE_SHARE` of the
+episode so far, whichever is longer. A lock-out of unknown length (a window's
+rest, a counter draining) costs a few probes, not a cascade of cuts, a counter
+that counts refusals is not kept full by them, and the end of a lock-out is
+seen at most a quarter of its length late.
+
+**The fit.** The stretch between the end of one episode and the end of the
+next is a *cycle*; the answers accepted in it over its length are the rate the
+limiter let through, lock-out included: a window of ``N`` per ``W`` seconds
+gives ``N / W`` exactly, a bucket its refill rate, a counter its limit. That
+rate was achieved, so it is safe to pace at; the level after an episode is
+never under :data:`FIT_SHARE` of it. (It only ever lifts a level: where the
+ordinary cut leaves the rate higher, the cut stands.)
+
+A refusal within one cycle's length of a lock-out's end, while the level is the
+fitted one (no probe above it yet), opens an episode without a cut: a counter
+that blends its last period into the current one (HAProxy's) lets a probe
+through before it has drained.
+
+**A bucket with no burst.** Such a bucket refuses any gap shorter than its
+own, whatever the mean rate: the refused send's gap to the last accepted one
+is just under the shortest gap it accepted before. When a refusal fits that
+(its gap at least :data:`STRICT_NEAR` of the shortest accepted gap, and
+shorter), the level is at least :data:`FIT_SHARE` of the rate that gap gives,
+paced evenly (the one-sided jitter only lengthens gaps): the cut from a lagging
+mean rate would leave the scope at half its limit. A bucket with a burst accepts
+gaps far shorter than the one it refuses, and is left to the ordinary cut. The
+same shortest gap is not trusted twice in a row (a second refusal there says
+the bucket is not strict after all).
+
+**Held episodes.** A refusal with a hold of ``HOLD_LONG`` or more that comes
+within one hold's length of the previous episode's end, after two sends or
+more were accepted since, at a pace above any the scope kept up for a whole
+hold's length before, says the level was far too high (a bucket whose burst
+the hold refilled, spent in a fraction of a second): the level is halved
+rather than cut by the ordinary share. (One accepted send is what a bucket
+with no burst takes from a level a little too high, and a pace that held
+before was refused for a send that the crawler's own delays bunched: those get
+the ordinary cut.) One hold
+costs the scope ``H`` seconds of silence; a level a little too high costs a
+hold every few seconds.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Protocol
+
+from ._rampup_search import HOLD_SHARE
+from ._rampup_sends import NEVER
+
+__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "PROBE_SHARE", "RELAPSE_SHARE", "STRICT_NEAR",
+           "Episodes"]
+
+#: The level after an episode is at least this share of the cycle's accepted rate: the rate was
+#: achieved, lock-out included, so it is safe; the one-sided jitter keeps the sends a little
+#: under it (``RAMPUP_JITTER``), which is the margin a window or a bucket at its limit needs.
+FIT_SHARE = 0.98
+#: The longest probe gap in an episode's first seconds: a lock-out that ends (a window's boundary, a
+#: counter drained) is seen at most this late, at the cost of one refused probe per this long ...
+PROBE_GAP_MAX = 2.0
+#: ... or, later in a long one, this share of the episode so far: a window of a minute costs about
+#: a dozen refused probes rather than thirty, and its end is seen at most a quarter of it late.
+PROBE_SHARE = 0.25
+#: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
+#: counter draining), not a bucket refilling (whose first or second probe is accepted): the cycle's
+#: accepted rate is then the limit itself, and the level follows it down as well as up.
+LOCKOUT_GAPS = 4.0
+#: A held refusal within this share of a hold after the last one's end is a burst's relapse (a bucket
+#: far over its limit spends its burst in a moment); later, it may be a send that a loaded machine
+#: bunched at a pace a little under a bucket with no burst (5/s, 5 s holds: 2.5 s after resuming).
+RELAPSE_SHARE = 0.25
+#: A refused gap at least this share of the shortest accepted one is a bucket with no burst
+#: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
+STRICT_NEAR = 0.8
+
+
+class _EpisodeState(Protocol):
+    """What the methods of :class:`Episodes` use of the controller."""
+
+    rate: float
+    ceiling: float | None
+    max_rate: float
+    min_rate: float
+    phase: str
+    _ep_since: float
+    _ep_gap: float
+    _cycle_start: float
+    _cycle_ok: int
+    _cycle_rate: float
+    _ok_sends: deque[float]
+    _gap_ok: float
+    _strict_gap: float
+    _quiet_until: float
+    _resumed_at: float
+    _top: float
+    _cut_rate: float
+    _probe_after: float
+    _fitted: bool
+    _fit_span: float
+    _sustained: float
+    hold_learned: float
+
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _last_ok_before(self, sent: float) -> float | None: ...
+    def _draining(self, now: float) -> bool: ...
+    def _decide(self, now: float, decision: str) -> None: ...
+
+
+class Episodes:
+    """The episode part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    ceiling: float | None  # declared for the assignments below, which might narrow it
+
+    def in_episode(self: _EpisodeState) -> bool:
+        """Whether the scope is inside an overshoot episode (probing until a send is accepted)."""
+        return self._ep_since != NEVER
+
+    def _episode_cap(self: _EpisodeState, allowed: float) -> float:
+        """``allowed``, capped at one send per probe gap inside an episode."""
+        gap = self._ep_gap
+        if self._ep_since == NEVER or gap <= 0.0:
+            return allowed
+        return min(allowed, 1.0 / gap)
+
+    def _episode_opens(self: _EpisodeState, now: float, can_cut: bool, sent_at: float | None) -> bool:
+        """A refusal answered at ``now`` of a send made at ``sent_at``: whether it is new evidence.
+
+        True: no episode is under way, so this refusal is judged as before (it may cut, and
+        then opens one). False: it belongs to an overshoot already counted, either the episode
+        under way (a refused probe doubles the probe gap) or the one that ended after it was sent.
+        """
+        sent = now if sent_at is None else sent_at
+        if self._ep_since == NEVER:
+            if not can_cut:
+                return True
+            if self._cycle_start != NEVER and sent < self._cycle_start:
+                return False  # sent before the last episode ended, answered since: its tail
+            self._ep_since = now
+            if self._draining(now):
+                self._ep_gap = 1.0 / max(self.rate, self.min_rate)
+                return False
+            self._ep_gap = 0.0  # set from the cut rate (_episode_cut)
+            return True
+        if sent >= self._ep_since:
+            gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
+            longest = max(PROBE_GAP_MAX, PROBE_SHARE * (now - self._ep_since))
+            self._ep_gap = max(gap, min(2.0 * gap, longest))
+        return False
+
+    def _draining(self: _EpisodeState, now: float) -> bool:
+        """Whether a refusal now is the last lock-out still draining: it comes within the fitted cycle's
+        length of the lock-out's end, at the fitted level, before any probe above it. A counter that
+        blends its last period into the current one (HAProxy's) lets a probe through before it has
+        drained."""
+        return (self._cycle_start != NEVER and self._fitted and now < self._probe_after
+                and now - self._cycle_start < self._fit_span)
+
+    def _episode_cut(self: _EpisodeState) -> None:
+        """After the cut that opened an episode: probes go at the cut rate until one is refused."""
+        if self._ep_since != NEVER and self._ep_gap <= 0.0 and self.rate > 0.0:
+            self._ep_gap = 1.0 / self.rate
+
+    def _episode_answer(self: _EpisodeState, now: float, sent_at: float) -> None:
+        """An accepted answer: count it in the cycle, and end the episode if it answers a probe."""
+        if self._cycle_start == NEVER:
+            self._cycle_start = sent_at
+        if self._ep_since == NEVER:
+            self._cycle_ok += 1
+            return
+        if sent_at < self._ep_since:
+            self._cycle_ok += 1  # a send from before the episode: the lock-out may go on
+            return
+        span, accepted, since = now - self._cycle_start, self._cycle_ok, self._ep_since
+        # A lock-out: probes were refused for LOCKOUT_GAPS gaps at the cut rate, and no hold the
+        # server asked for explains the silence (a hold is a penalty; a cycle counting it says little).
+        gap = 1.0 / max(self.rate, self.min_rate)
+        lockout = (self._ep_gap > 1.5 * gap and now - since >= LOCKOUT_GAPS * gap
+                   and self._resumed_at <= since)
+        # The cycle's rate is the limit's only if the scope sent at least that fast all through it;
+        # otherwise (a start phase's ramp, a slow climb) it is only a floor under the limit.
+        saturated = self._cycle_rate
+        self._ep_since, self._ep_gap = NEVER, 0.0
+        if self._fitted and span < self._fit_span:
+            self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
+            return
+        self._cycle_start, self._cycle_ok = now, 1
+        if span <= 0.0 or accepted < 2:
+            self._cycle_rate = self.rate
+            return
+        fit = max(self.min_rate, min(self.max_rate, FIT_SHARE * accepted / span))
+        trusted = lockout
+        if lockout and fit < self.rate and saturated * FIT_SHARE < fit:
+            fit = math.sqrt(fit * self.rate)  # a floor and a ceiling: the geometric middle
+            trusted = False
+        self._cycle_rate = max(self.rate, fit)
+        if lockout:
+            # The lock-out is what a refusal costs here, as a hold would: probe above the level
+            # as rarely as after a hold that long (_rampup_search's hold rule).
+            self.hold_learned = now - since
+            self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
+        self._fitted, self._fit_span = trusted, span
+        if lockout and fit != self.rate:
+            self._cycle_rate = fit
+            self.rate = self.ceiling = fit
+            self._top, self._cut_rate = 0.0, 0.0  # no search above it; a refusal above it is no cascade
+            self._start_climb(now, fast=False)
+            self._decide(now, f"fit: the last cycle let {accepted} through in {span:.3g}s"
+                         f"{' (a lock-out)' if lockout else ''}; pacing at {fit:.3g}/s")
+
+    def _last_ok_before(self: _EpisodeState, sent: float) -> float | None:
+        """The latest accepted send before ``sent`` on record, looked for from the newest.
+
+        Answers come back nearly in the order of their sends, so the first one found is nearly
+        always the latest; when it is not, an earlier one is taken, whose longer gap only makes
+        the fits more cautious.
+        """
+        for at in reversed(self._ok_sends):
+            if at < sent:
+                return at
+        return None
+
+    def _note_accepted(self: _EpisodeState, sent: float) -> None:
+        """An accepted send at ``sent``: its gap to the accepted send before it may be the shortest."""
+        before = self._last_ok_before(sent)
+        if before is not None and sent - before < self._gap_ok:
+            self._gap_ok = sent - before
+        self._ok_sends.append(sent)
+
+    def _strict_fit(self: _EpisodeState, now: float, sent_at: float | None) -> None:
+        """After a cut: a refusal just under the shortest accepted gap lifts the level to that gap's rate."""
+        shortest = self._gap_ok
+        if sent_at is None or not math.isfinite(shortest) or shortest == self._strict_gap:
+            return
+        before = self._last_ok_before(sent_at)
+        if before is None:
+            return
+        refused = sent_at - before
+        if not STRICT_NEAR * shortest <= refused < shortest:
+            return
+        self._strict_gap = shortest
+        fit = max(self.min_rate, min(self.max_rate, FIT_SHARE / shortest))
+        if fit > self.rate:
+            self.rate = self.ceiling = fit
+            self._top, self._cut_rate = 0.0, 0.0
+            self._start_climb(now, fast=False)
+            self._decide(now, f"fit: a bucket with no burst; refused a gap of {refused:.4g}s, accepted "
+                         f"{shortest:.4g}s: pacing evenly at {fit:.3g}/s")
+
+    def _held_short(self: _EpisodeState, now: float, held: float, pace: float) -> bool:
+        """Whether a refusal with a hold of ``held``, of a send paced at ``pace``, is a burst's relapse.
+
+        It is when it came within a quarter of a hold of the last episode's end, with two sends or more
+        accepted since (one is what a bucket with no burst takes from a level a little too high),
+        at a pace above any the scope kept up for a whole hold's length before: a send that a
+        loaded machine's own delays bunched, at a pace that held before, says nothing of the
+        level. A stretch that lasted a hold's length is noted as kept up.
+        """
+        start = self._cycle_start
+        if start == NEVER:
+            return False
+        span = now - start
+        if span >= held:
+            if span > 0.0:
+                self._sustained = max(self._sustained, self._cycle_ok / span)
+            return False
+        return span < RELAPSE_SHARE * held and self._cycle_ok >= 2 and pace > self._sustained

@@ -1,0 +1,225 @@
+"""Profiles of the limiters found in front of real sites, besides token buckets.
+
+``window`` counts requests in fixed windows aligned to the clock or in a
+moving window, the way Flask-Limiter and the ``limits`` package do, with or
+without RateLimit headers and ``Retry-After`` (on refusals only, or on every
+answer as Flask-Limiter sends it with its headers on). ``reqrate`` is
+HAProxy's stick-table rule ``deny if { sc_http_req_rate(0) gt N }``, whose
+counter counts the refused requests too. ``conncap`` holds a few requests at
+once and frees each slot a moment after its answer left, as HAProxy's
+``conn_cur`` and worker pools do.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Awaitable, Callable
+from typing import Unpack
+
+from ._asgi import Message, Receive, Scope, Send
+from ._limits import ClockWindow, RequestRate, SlidingWindow, SlotCap
+from ._params import Param
+from ._rates import HEADER_STYLES, budget_headers
+from ._site import Site, SiteOptions, retry_after_value
+
+__all__ = ["RETRY_AFTER_MODES", "WINDOW_KINDS", "RequestRateSite", "SlotCapSite", "WindowSite"]
+
+#: ``fixed``: windows aligned to the clock; ``sliding``: any span of the window's length.
+WINDOW_KINDS = ("fixed", "sliding")
+#: When a ``window`` site sends ``Retry-After``.
+RETRY_AFTER_MODES = ("none", "refusals", "every")
+_STATUS = Param("status", "integer", "the status of a refusal", 429, low=400, high=599)
+
+
+class WindowSite(Site):
+    """A site that allows ``limit`` requests per ``window`` seconds, fixed or sliding.
+
+    ``kind = "fixed"`` counts in windows aligned to the clock
+    (:class:`~crawlpace.sim._limits.ClockWindow`): a crawler meets its first
+    window part-spent in time. ``kind = "sliding"`` allows ``limit`` in any
+    ``window`` seconds (:class:`~crawlpace.sim._limits.SlidingWindow`). With
+    ``count_refused`` refusals are counted too, so knocking on keeps a sliding
+    window shut. Refusals get ``status`` (429). With ``style`` other than
+    ``"none"`` every answer announces the budget in that header family;
+    ``retry_after`` says which answers carry ``Retry-After`` (the seconds
+    until a request would be allowed again): none, refusals only, or every
+    answer (Flask-Limiter with its headers on; only a refusal's counts as a
+    demand for quiet).
+
+    Args:
+        limit: requests per window.
+        window: the window length in seconds.
+        kind: one of :data:`WINDOW_KINDS`.
+        count_refused: count refused requests as well.
+        retry_after: one of :data:`RETRY_AFTER_MODES`.
+        style: ``"none"`` or one of :data:`~crawlpace.sim.HEADER_STYLES`.
+        status: the status of a refusal.
+        wall: the Unix-time clock for resets given as a Unix time.
+        **options: see :class:`~crawlpace.sim.Site`.
+    """
+
+    profile = "window"
+    _LIMIT = Param("limit", "integer", "requests per window", low=1, high=1_000_000_000)
+    _WINDOW = Param("window", "number", "window length in seconds", 10.0, low=0.0, above=True, high=1e7)
+    _KIND = Param("kind", "choice", "fixed windows aligned to the clock, or a sliding window", "fixed",
+                  choices=WINDOW_KINDS)
+    _COUNT_REFUSED = Param("count_refused", "boolean", "count refused requests too", False)
+    _RETRY = Param("retry_after", "choice", "which answers carry Retry-After", "refusals",
+                   choices=RETRY_AFTER_MODES)
+    _STYLE = Param("style", "choice", "the rate-limit header family of every answer", "none",
+                   choices=("none", *HEADER_STYLES))
+    PARAMS = (_LIMIT, _WINDOW, _KIND, _COUNT_REFUSED, _RETRY, _STYLE, _STATUS)
+
+    def __init__(self, *, limit: int, window: float = 10.0, kind: str = "fixed", count_refused: bool = False,
+                 retry_after: str = "refusals", style: str = "none", status: int = 429,
+                 wall: Callable[[], float] = time.time, **options: Unpack[SiteOptions]) -> None:
+        self.limit = self._LIMIT.integer(limit)
+        self.window = self._WINDOW.number(window)
+        self.kind = self._KIND.word(kind)
+        self.count_refused = self._COUNT_REFUSED.flag(count_refused)
+        self.retry_after = self._RETRY.word(retry_after)
+        self.style = self._STYLE.word(style)
+        self.status = _STATUS.integer(status)
+        self.wall = wall
+        self.counter: ClockWindow | SlidingWindow = (
+            ClockWindow(self.limit, self.window, count_refused=self.count_refused) if self.kind == "fixed"
+            else SlidingWindow(self.limit, self.window, count_refused=self.count_refused))
+        super().__init__(**options)
+
+    @property
+    def capacity(self) -> float:
+        """The limit spread over its window."""
+        return self.counter.limit / self.window
+
+    def rescale(self, factor: float, now: float) -> None:
+        """Allow ``factor`` times the configured limit (at least 1) from now on."""
+        self.counter.limit = max(round(self.limit * factor), 1)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
+        """Count the request, then serve or refuse it, with the headers the site sends."""
+        allowed = self.counter.take(now)
+        reset = self.counter.reset(now)
+        extra = [] if self.style == "none" else budget_headers(
+            self.style, self.counter.limit, self.counter.remaining(now), reset, self.window, self.wall())
+        if not allowed:
+            retry = [] if self.retry_after == "none" else [(b"retry-after", retry_after_value(reset))]
+            await self.refuse(send, self.status, headers=extra + retry)
+            return
+        if self.retry_after == "every":
+            # Flask-Limiter: the whole seconds until the window resets, 0 included.
+            extra.append((b"retry-after", str(int(reset)).encode("ascii")))
+        if not extra:
+            await self.content(scope, receive, send)
+            return
+
+        async def announce(message: Message) -> None:
+            if message.get("type") == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        await self.content(scope, receive, announce)
+
+
+class RequestRateSite(Site):
+    """HAProxy's ``http_req_rate`` rule: refuse while the client's request rate is above ``limit``.
+
+    Every request, refused or not, increments a
+    :class:`~crawlpace.sim._limits.RequestRate` counter over ``period``
+    seconds; a request that brings its reading above ``limit`` gets
+    ``status`` (429), with no header saying how long to wait, as ``http-request
+    deny deny_status 429`` answers. A client that keeps sending while refused
+    stays refused.
+
+    Args:
+        limit: the highest rate reading allowed, requests per period.
+        period: the counter's period in seconds.
+        status: the status of a refusal.
+        **options: see :class:`~crawlpace.sim.Site`.
+    """
+
+    profile = "reqrate"
+    _LIMIT = Param("limit", "integer", "requests per period allowed", low=1, high=1_000_000_000)
+    _PERIOD = Param("period", "number", "the counter's period in seconds", 10.0, low=0.0, above=True,
+                    high=1e6)
+    PARAMS = (_LIMIT, _PERIOD, _STATUS)
+
+    def __init__(self, *, limit: int, period: float = 10.0, status: int = 429,
+                 **options: Unpack[SiteOptions]) -> None:
+        self.limit = self._LIMIT.integer(limit)
+        self.period = self._PERIOD.number(period)
+        self.status = _STATUS.integer(status)
+        self.counter = RequestRate(self.limit, self.period)
+        super().__init__(**options)
+
+    @property
+    def capacity(self) -> float:
+        """The limit spread over the period."""
+        return self.counter.limit / self.period
+
+    def rescale(self, factor: float, now: float) -> None:
+        """Allow ``factor`` times the configured limit (at least 1) from now on."""
+        self.counter.limit = max(round(self.limit * factor), 1)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
+        """Count the request; serve it when the reading allows, else refuse it."""
+        if self.counter.take(now):
+            await self.content(scope, receive, send)
+        else:
+            await self.refuse(send, self.status)
+
+
+class SlotCapSite(Site):
+    """A site that works on at most ``cap`` requests at once and frees each slot ``lag`` after its answer.
+
+    Each request takes ``latency`` seconds; one that finds every slot taken
+    (requests in flight, and slots whose answer left less than ``lag`` ago)
+    gets ``status`` (503) at once. A crawler that sends again the moment an
+    answer comes back meets its own slot still taken.
+
+    Args:
+        cap: the most requests held at once.
+        latency: seconds each request takes.
+        lag: seconds a slot stays taken after its answer left.
+        status: the status of a refusal.
+        sleep: how to wait; ``asyncio.sleep`` unless a test swaps it.
+        **options: see :class:`~crawlpace.sim.Site`.
+    """
+
+    profile = "conncap"
+    _CAP = Param("cap", "integer", "requests held at once", 4, low=1, high=100_000)
+    _LATENCY = Param("latency", "number", "seconds each request takes", 0.05, low=0.0, high=60.0)
+    _LAG = Param("lag", "number", "seconds a slot stays taken after its answer", 0.05, low=0.0, high=60.0)
+    _BUSY = Param("status", "integer", "the status of a refusal", 503, low=400, high=599)
+    PARAMS = (_CAP, _LATENCY, _LAG, _BUSY)
+
+    def __init__(self, *, cap: int = 4, latency: float = 0.05, lag: float = 0.05, status: int = 503,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 **options: Unpack[SiteOptions]) -> None:
+        self.cap = self._CAP.integer(cap)
+        self.latency = self._LATENCY.number(latency)
+        self.lag = self._LAG.number(lag)
+        self.status = self._BUSY.integer(status)
+        self.sleep = sleep
+        self.slots = SlotCap(self.cap, self.lag)
+        super().__init__(**options)
+
+    @property
+    def capacity(self) -> float:
+        """Each slot serves one request per latency plus lag."""
+        return self.slots.cap / max(self.latency + self.lag, 1e-3)
+
+    def rescale(self, factor: float, now: float) -> None:
+        """Hold ``factor`` times the configured cap (at least 1) from now on."""
+        self.slots.cap = max(round(self.cap * factor), 1)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
+        """Take a slot or refuse; serve after the latency; free the slot ``lag`` after the answer."""
+        if not self.slots.acquire(now):
+            await self.refuse(send, self.status)
+            return
+        try:
+            await self.sleep(self.latency)
+            await self.content(scope, receive, send)
+        finally:
+            self.slots.release(self.clock())

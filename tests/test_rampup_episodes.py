@@ -1,0 +1,189 @@
+"""Rampup's overshoot episodes and fits, rule by rule, on a scripted clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawlpace.policy._rampup_episode import FIT_SHARE, PROBE_GAP_MAX
+from crawlpace.policy.rampup import Rampup
+
+
+def controller(**overrides: object) -> Rampup:
+    options: dict[str, object] = {"start_rate": 1.0, "min_rate": 1 / 300, "max_rate": 100.0,
+                                  "max_concurrency": 8, "window": 60.0, "target": (1.0, 1.0)}
+    options.update(overrides)
+    return Rampup(**options)  # type: ignore[arg-type]
+
+
+def answer(ramp: Rampup, sent: float, *, refused: bool = False, latency: float = 0.01) -> None:
+    """One request sent at ``sent`` and answered ``latency`` later, under the current generation."""
+    ramp.on_send(sent)
+    ramp.on_response(sent + latency, pushback=refused, current=True, latency=latency, elapsed=latency)
+
+
+def steady(ramp: Rampup, rate: float, until: float) -> float:
+    """Accepted sends at ``rate`` from 0 to ``until``, the scope put in its steady phase at ``rate``."""
+    ramp.phase, ramp.rate, ramp.ceiling = "steady", rate, rate
+    now = 0.0
+    while now < until:
+        answer(ramp, now)
+        now += 1.0 / rate
+    return now
+
+
+def test_the_refusals_of_one_overshoot_cut_once_and_slow_the_probes() -> None:
+    ramp = controller()
+    now = steady(ramp, 20.0, 5.0)
+    answer(ramp, now, refused=True)
+    cut, generation = ramp.rate, ramp.generation
+    assert ramp.in_episode()
+    # Every send that follows is refused (a lock-out): none cuts again, each doubles the gap.
+    gaps = []
+    for _ in range(8):
+        gap = 1.0 / ramp.allowed_rate(now)
+        gaps.append(gap)
+        now += gap
+        answer(ramp, now, refused=True)
+    assert ramp.rate == cut
+    assert ramp.generation == generation
+    assert gaps[1] == pytest.approx(2 * gaps[0])
+    assert max(gaps) == pytest.approx(PROBE_GAP_MAX)
+    assert "same overshoot" in ramp.decision
+    answer(ramp, now + PROBE_GAP_MAX)
+    assert not ramp.in_episode()
+
+
+def test_a_lock_out_paces_at_the_rate_the_cycle_let_through() -> None:
+    # A window of 30 per 10 s: 30 accepted at 20/s, then refused until the window ends.
+    ramp = controller()
+    now = steady(ramp, 20.0, 1.5)  # 30 sends
+    while now < 10.0:
+        answer(ramp, now, refused=True)
+        now += 1.0 / ramp.allowed_rate(now)
+    answer(ramp, now)  # the next window
+    # Cycle: 30 accepted from 0 to the end of the lock-out. The first cycle was not sent at that
+    # rate throughout (it began at 20/s), so it is a floor: the level is the middle of it and the cut.
+    assert ramp.rate < 20.0
+    fit = FIT_SHARE * 30 / (now + 0.01)
+    assert ramp.rate >= fit
+    assert "a lock-out" in ramp.decision
+    # The lock-out's length (about 8.5 s) is what the next refusal costs: probing waits as after a hold.
+    assert ramp.hold_learned > 5.0
+    assert ramp._probe_after >= now + 20 * 5.0
+
+
+def test_a_refusal_just_under_the_shortest_accepted_gap_is_a_bucket_with_no_burst() -> None:
+    ramp = controller()
+    now = steady(ramp, 9.0, 5.0)  # gaps of 0.111 s accepted
+    ramp.rate = 9.5
+    last = now - 1.0 / 9.0
+    answer(ramp, last + 0.1, refused=True)  # a gap of 0.1 s refused
+    assert ramp.rate == pytest.approx(FIT_SHARE * 9.0, rel=0.01)
+    assert "no burst" in ramp.decision
+
+
+def test_a_bursty_bucket_is_cut_as_before() -> None:
+    ramp = controller()
+    now = steady(ramp, 9.0, 5.0)
+    answer(ramp, now)
+    answer(ramp, now + 0.01)  # the burst let a gap of 10 ms through
+    before = ramp.rate
+    answer(ramp, now + 0.11, refused=True)  # a gap of 0.1 s refused
+    assert ramp.rate < before
+    assert "no burst" not in ramp.decision
+
+
+def test_a_held_refusal_soon_after_the_last_resume_halves_the_level() -> None:
+    ramp = controller()
+    now = steady(ramp, 20.0, 3.0)  # shorter than a hold: 20/s was never kept up for one
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)  # the first: an ordinary cut, resumed at the level after the hold
+    now += 5.0
+    answer(ramp, now)  # the hold is over: the episode ends
+    answer(ramp, now + 0.05)  # a burst: two accepted at once
+    level = ramp.rate
+    now += 0.3
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)  # refused again within a quarter of a hold of resuming
+    assert ramp.rate == pytest.approx(0.5 * min(level, ramp.sent_rate(now)), rel=0.05)
+
+
+def test_a_held_refusal_after_one_accepted_send_is_cut_as_before() -> None:
+    # A bucket with no burst takes one send from a level a little too high: no halving.
+    ramp = controller()
+    now = steady(ramp, 20.0, 5.0)
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)
+    now += 5.0
+    answer(ramp, now)
+    level = ramp.rate
+    now += 0.3
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)
+    assert ramp.rate > 0.6 * min(level, ramp.sent_rate(now))
+
+
+def test_a_refusal_at_a_count_accepted_before_is_a_slot_freed_late() -> None:
+    ramp = controller(start_rate=4.0)
+    now = 0.0
+    for inflight in (1, 2, 3, 3, 2):  # pages take 0.1 s, up to 3 accepted at once
+        ramp.on_send(now)
+        ramp.on_response(now + 0.1, pushback=False, current=True, latency=0.1, elapsed=0.1, inflight=inflight)
+        now += 0.05
+    ramp.on_send(now)
+    ramp.on_response(now + 0.001, pushback=True, current=True, latency=0.001, elapsed=0.001, inflight=3)
+    assert ramp.slot_cap == 3  # not 2: the server's count held a slot its answer had left
+    ramp.on_send(now + 1.0)
+    ramp.on_response(now + 1.001, pushback=True, current=True, latency=0.001, elapsed=0.001, inflight=4)
+    assert ramp.slot_cap == 3  # 4 were never accepted: the cap is under 4
+
+
+def test_a_held_refusal_past_a_quarter_of_a_hold_or_at_a_pace_kept_up_is_cut_as_before() -> None:
+    # A bucket with no burst refuses now and then a send that the crawler's own delays bunched,
+    # at a pace a little under its limit: no burst was spent, and a halving would waste the rest.
+    ramp = controller()
+    now = steady(ramp, 20.0, 5.0)
+    ramp.hold(now + 5.0)
+    answer(ramp, now, refused=True)
+    now += 5.0
+    answer(ramp, now)
+    answer(ramp, now + 1.0)
+    level = ramp.rate
+    ramp.hold(now + 7.5)
+    answer(ramp, now + 2.5, refused=True)  # half a hold after resuming
+    assert ramp.rate > 0.6 * min(level, ramp.sent_rate(now + 2.5))
+    # That stretch was short of a hold; one of a whole hold's length is noted as kept up, and a
+    # relapse at that pace or under, however soon, is not a burst's.
+    now += 7.5
+    answer(ramp, now)
+    pace = ramp.rate
+    t = now
+    while t < now + 5.5:
+        t += 1.0 / pace
+        answer(ramp, t)
+    ramp.hold(t + 0.3 + 5.0)
+    answer(ramp, t + 0.3, refused=True)  # kept up for 5.5 s: noted as kept up
+    resumed = t + 5.3
+    answer(ramp, resumed)
+    answer(ramp, resumed + 0.1)
+    level = ramp.rate
+    ramp.hold(resumed + 0.2 + 5.0)
+    answer(ramp, resumed + 0.2, refused=True)  # soon after resuming, at a pace kept up before
+    assert ramp.rate > 0.6 * min(level, ramp.sent_rate(resumed + 0.2))
+
+
+def test_a_refusal_of_the_page_sent_at_once_after_robots_txt_cuts_nothing() -> None:
+    # nginx's limit_req with no burst refuses a page 9 ms after robots.txt: a gap, not a rate.
+    ramp = controller()
+    ramp.on_send(0.0)
+    ramp.on_response(0.005, pushback=False, current=True, latency=None, elapsed=0.005)  # robots.txt
+    assert ramp.door_open()
+    ramp.on_send(0.009)  # the first page, at once
+    rate, generation = ramp.rate, ramp.generation
+    ramp.on_response(0.011, pushback=True, current=True, latency=0.002, elapsed=0.002)
+    assert (ramp.rate, ramp.generation, ramp.phase) == (rate, generation, "start")
+    assert "door" in ramp.decision
+    # A refusal of a later page, at the rate, is judged as before.
+    ramp.on_send(1.009)
+    ramp.on_response(1.011, pushback=True, current=True, latency=0.002, elapsed=0.002)
+    assert ramp.generation == generation + 1

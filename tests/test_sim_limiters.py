@@ -1,0 +1,217 @@
+"""The limiter kinds of the random farm: pure models on plain numbers, then their sites on a fake clock."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import random
+from collections.abc import AsyncIterator
+
+import httpx
+import pytest
+
+from crawlpace import parse_hints
+from crawlpace.sim import (
+    HEADER_STYLES,
+    FlakySite,
+    RequestRateSite,
+    ShiftingSite,
+    SimServer,
+    Site,
+    SlotCapSite,
+    WindowSite,
+)
+from crawlpace.sim._limits import ClockWindow, RequestRate, SlidingWindow, SlotCap
+from crawlpace.sim._rates import budget_headers
+from crawlpace.testing import MockClock
+
+HOST = "127.0.0.2"
+
+
+# --- pure models --------------------------------------------------------------------------------------
+
+
+def test_clock_window_is_aligned_to_the_clock_not_to_the_first_request() -> None:
+    window = ClockWindow(limit=3, window=10.0)
+    assert [window.take(t) for t in (7.0, 8.0, 9.0, 9.9)] == [True, True, True, False]
+    assert window.reset(9.9) == pytest.approx(0.1)  # the window began at 0, not at 7
+    assert window.take(10.0)  # a new window at 10, three seconds after the first request
+    assert window.remaining(10.0) == 2
+    assert window.take(25.0)
+    assert window.remaining(25.0) == 2
+
+
+def test_clock_window_counting_refusals_changes_the_count_not_the_answers() -> None:
+    counted = ClockWindow(limit=2, window=1.0, count_refused=True)
+    plain = ClockWindow(limit=2, window=1.0)
+    times = [0.1 * n for n in range(25)]
+    assert [counted.take(t) for t in times] == [plain.take(t) for t in times]
+    assert counted.used(2.45) == 5
+    assert plain.used(2.45) == 2
+
+
+def test_sliding_window_allows_the_limit_in_any_span() -> None:
+    window = SlidingWindow(limit=2, window=1.0)
+    assert [window.take(t) for t in (0.0, 0.5, 0.9)] == [True, True, False]
+    assert window.reset(0.9) == pytest.approx(0.1)
+    assert window.take(1.0)  # 0.0 has left the span (0.0, 1.0]
+    assert not window.take(1.4)
+    assert window.take(1.5)
+
+
+def test_sliding_window_counting_refusals_keeps_a_knocker_out() -> None:
+    strict = SlidingWindow(limit=2, window=1.0, count_refused=True)
+    lenient = SlidingWindow(limit=2, window=1.0)
+    knocks = [0.0, 0.1, *(0.2 + 0.25 * n for n in range(8))]
+    assert [lenient.take(t) for t in knocks].count(True) > 2
+    assert [strict.take(t) for t in knocks] == [True, True] + [False] * 8  # every knock restarts the wait
+    assert strict.reset(1.95) == pytest.approx(0.75)
+    assert strict.take(3.0)  # quiet for a whole window: open again
+
+
+def test_request_rate_counts_refusals_like_haproxy() -> None:
+    rate = RequestRate(limit=10, period=1.0)
+    assert all(rate.take(0.05 * n) for n in range(10))  # 10 in the first period: allowed
+    assert not rate.take(0.6)  # the 11th
+    assert not rate.take(0.9)
+    # Next period: the previous one's 12 count for the part of the period still ahead.
+    assert rate.reading(1.5) == pytest.approx(6.0)
+    assert rate.take(1.5)  # 1 + 12 * 0.5 = 7
+    # Knocking at 20/s holds the reading above the limit: every knock is refused.
+    answers = [rate.take(2.0 + 0.05 * n) for n in range(40)]
+    assert answers[:9] == [True] * 9  # the 10th reads 10 + 1 * 0.55, the previous period's one success
+    assert not any(answers[10:])
+
+
+def test_request_rate_at_an_even_pace_under_the_limit_is_never_refused() -> None:
+    rate = RequestRate(limit=10, period=10.0)
+    assert all(rate.take(1.25 * n) for n in range(200))  # 8 per 10 s, read as 8 to 9
+
+
+def test_slot_cap_frees_a_slot_late() -> None:
+    slots = SlotCap(cap=2, lag=0.05)
+    assert slots.acquire(0.0)
+    assert slots.acquire(0.0)
+    assert not slots.acquire(0.01)
+    slots.release(0.1)
+    assert not slots.acquire(0.12)  # the answer has left, the slot not yet
+    assert slots.acquire(0.16)
+    assert slots.busy(0.16) == 2
+    with pytest.raises(ValueError, match="cap"):
+        SlotCap(cap=0)
+    with pytest.raises(RuntimeError):
+        SlotCap(cap=1).release(0.0)
+
+
+@pytest.mark.parametrize("make", [lambda: ClockWindow(0, 1.0), lambda: SlidingWindow(1, 0.0),
+                                  lambda: RequestRate(True, 1.0), lambda: SlotCap(1, -1.0)])
+def test_models_refuse_bad_numbers(make: object) -> None:
+    with pytest.raises(ValueError, match="must be"):
+        make()  # type: ignore[operator]
+
+
+@pytest.mark.parametrize("style", HEADER_STYLES)
+def test_every_header_style_reads_back_as_the_budget(style: str) -> None:
+    headers = budget_headers(style, limit=20, remaining=5, reset=4.0, window=10.0, wall=1_700_000_000.0)
+    hint = parse_hints([(k.decode(), v.decode()) for k, v in headers], wall_now=1_700_000_000.0, cap=600.0)
+    assert hint is not None, style
+    if style == "policy":
+        assert hint.pace == pytest.approx(0.5)
+    else:
+        assert hint.remaining == 5 or hint.pace is not None
+        assert hint.reset == pytest.approx(4.0) or hint.pace == pytest.approx(0.8)
+
+
+# --- the sites, over loopback HTTP on a fake clock -------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def live(site: Site) -> AsyncIterator[httpx.AsyncClient]:
+    async with (SimServer(site, HOST) as server,
+                httpx.AsyncClient(base_url=server.url, trust_env=False, timeout=5.0) as client):
+        yield client
+
+
+async def test_a_flask_limiter_like_window_sends_retry_after_on_every_answer() -> None:
+    clock = MockClock(103.0)
+    site = WindowSite(limit=2, window=10.0, retry_after="every", style="x-ratelimit", clock=clock.now,
+                      tolerance=0.0, wall=lambda: 5000.0)
+    async with live(site) as client:
+        first = await client.get("/page/1")
+        assert first.status_code == 200
+        assert first.headers["retry-after"] == "7"
+        assert first.headers["x-ratelimit-remaining"] == "1"
+        assert (await client.get("/page/2")).status_code == 200
+        refused = await client.get("/page/3")
+        assert refused.status_code == 429
+        assert refused.headers["retry-after"] == "7"
+        clock.advance(7.0)  # the next clock window: allowed again
+        assert (await client.get("/page/3")).status_code == 200
+    stats = site.stats.as_dict()
+    assert stats["violations"] == 0  # Retry-After on a 200 demands nothing
+    assert stats["throttled"] == 1
+
+
+async def test_a_sliding_window_that_counts_refusals_and_says_nothing() -> None:
+    clock = MockClock(0.0)
+    site = WindowSite(limit=1, window=2.0, kind="sliding", count_refused=True, retry_after="none",
+                      clock=clock.now)
+    async with live(site) as client:
+        assert (await client.get("/page/1")).status_code == 200
+        clock.advance(1.5)
+        refused = await client.get("/page/1")
+        assert refused.status_code == 429
+        assert "retry-after" not in refused.headers
+        clock.advance(1.0)  # 2.5 s after the success, but the refusal at 1.5 still counts
+        assert (await client.get("/page/1")).status_code == 429
+        clock.advance(2.0)
+        assert (await client.get("/page/1")).status_code == 200
+
+
+async def test_reqrate_site_refuses_without_a_hint_and_keeps_counting() -> None:
+    clock = MockClock(0.0)
+    site = RequestRateSite(limit=3, period=1.0, clock=clock.now)
+    async with live(site) as client:
+        answers = []
+        for _ in range(6):
+            answers.append(await client.get("/page/1"))
+            clock.advance(0.1)
+        assert [r.status_code for r in answers] == [200, 200, 200, 429, 429, 429]
+        assert all("retry-after" not in r.headers for r in answers)
+    assert site.capacity == 3.0
+
+
+async def test_conncap_site_frees_its_slot_after_the_answer() -> None:
+    clock = MockClock(0.0)
+
+    async def no_wait(seconds: float) -> None:
+        await asyncio.sleep(0)
+
+    site = SlotCapSite(cap=1, latency=0.0, lag=0.5, clock=clock.now, sleep=no_wait)
+    async with live(site) as client:
+        assert (await client.get("/page/1")).status_code == 200
+        assert (await client.get("/page/2")).status_code == 503  # the slot is freed 0.5 s late
+        clock.advance(0.5)
+        assert (await client.get("/page/2")).status_code == 200
+    assert site.capacity == pytest.approx(2.0)
+
+
+async def test_flaky_site_errors_with_its_status_whatever_the_pace() -> None:
+    async def no_wait(seconds: float) -> None:
+        await asyncio.sleep(0)
+
+    site = FlakySite(errors=0.3, hangs=0.0, status=503, rng=random.Random(4), sleep=no_wait)
+    async with live(site) as client:
+        codes = [(await client.get(f"/page/{n % 50 + 1}")).status_code for n in range(200)]
+    assert set(codes) == {200, 503}
+    assert 0.2 < codes.count(503) / len(codes) < 0.4
+
+
+async def test_new_kinds_shift_their_limit() -> None:
+    clock = MockClock(0.0)
+    site = ShiftingSite(base="reqrate", limit=10, period=1.0, changes=[[5.0, 0.5]], clock=clock.now)
+    async with live(site) as client:
+        assert (await client.get("/page/1")).status_code == 200
+        clock.advance(6.0)
+        assert (await client.get("/page/1")).status_code == 200
+    assert site.capacity == 5.0
