@@ -179,6 +179,8 @@ class Host:
         # The clock window the last send fell in, and the sends in it (fixed windows only).
         self.window_index: int | None = None
         self.window_sends = 0
+        # Until when the host asked, in a Retry-After, to be left alone.
+        self.held_until = 0.0
 
     def plan(self, now: float) -> Plan:
         site = self.site
@@ -198,7 +200,7 @@ class Host:
         except ValueError:
             return
         if math.isfinite(seconds) and seconds > 0:
-            self.next_send = max(self.next_send, time.monotonic() + seconds + 0.05)
+            self.held_until = max(self.held_until, time.monotonic() + seconds + 0.05)
 
     def window_slot(self, earliest: float, plan: Plan) -> float:
         """The time of the next send in a fixed window at or after ``earliest``, booked."""
@@ -219,17 +221,22 @@ class Host:
     async def turn(self) -> Plan:
         """Wait for this host's next send time, then book the one after it; return the plan it sent under."""
         async with self.lock:
-            now = time.monotonic()
-            if self.first is None:
-                self.first = now
-            plan = self.plan(now)
-            due = max(self.next_send, now)
-            if plan.window:
-                due = self.window_slot(due, plan)
-            wait = due - now
-            if wait > 0:
-                await asyncio.sleep(wait)
+            while True:
                 now = time.monotonic()
+                if self.first is None:
+                    self.first = now
+                plan = self.plan(now)
+                held = self.held_until
+                due = max(self.next_send, held, now)
+                if plan.window:
+                    due = self.window_slot(due, plan)
+                wait = due - now
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                    now = time.monotonic()
+                if self.held_until <= held:
+                    break
+                # A Retry-After came back while this send waited: wait for it too.
             # From the actual send: a send that woke late must not shorten the next gap.
             self.next_send = now + plan.gap
             return plan
