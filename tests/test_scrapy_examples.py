@@ -180,9 +180,12 @@ async def test_scraping_api_scopes_and_upstream_status(clock: MockClock) -> None
     assert at["https://other.com/1"] == pytest.approx(0.08)
     assert at["https://slow-site.com/1"] == pytest.approx(0.16)
     # An upstream 429 behind an API 200 counts as a 429 for the request's scopes, the target
-    # site's and (as the seed's code is written) the API's: both wait BACKOFF_MIN_DELAY, 10 s.
-    assert at["https://example.com/2"] == pytest.approx(0.16 + 10.0)
-    assert at["https://slow-site.com/2"] == pytest.approx(0.16 + 10.0 + 10.0)
+    # site's and (as the seed's code is written) the API's. Each backs off by what it was
+    # sending (docs/concepts/backoff.md): the API, sending every 0.08 s, halves that rate, so
+    # example.com's second page waits only for example.com's own second; slow-site.com, sending
+    # at its one-second delay, doubles it. (Up to 0.7.0 both waited BACKOFF_MIN_DELAY, 10 s.)
+    assert at["https://example.com/2"] == pytest.approx(1.0)
+    assert at["https://slow-site.com/2"] == pytest.approx(0.16 + 2.0)
     for scope in ("slow-site.com", "api.toscrape.com"):
         snapshot = await engine.throttler.scope_stats(scope)
         assert snapshot is not None

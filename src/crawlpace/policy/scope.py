@@ -281,7 +281,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.refresh(now)
         if feedback.coarse is not None:
             feedback = self._refine(now, feedback, sent_at)
-        error = is_error(feedback)
+        # Rampup weighs its own refusals (one overshoot is one piece of evidence, a late-freed slot
+        # is not a cut): the load-errors rule judges fixed limits only. Left on under rampup it
+        # took a connection cap's quick 503s for the site's own errors and stopped slowing for them.
+        error = self.rampup is None and is_error(feedback)
         errors = self.load_errors
         if error and feedback.backoff and errors is None:
             errors = self.load_errors = LoadErrors()
