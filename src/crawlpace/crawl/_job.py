@@ -144,6 +144,7 @@ class CrawlJob(JobOutcomes):
         started = time.monotonic()
         self._writer = self.source.open(urls)
         try:
+            self.source.refill()  # the first URLs, now that their lines have somewhere to go
             self._fetcher = self._given_fetcher or self._make_fetcher()
             if self.learner is not None:
                 self.learner.start(self.throttler)
@@ -204,6 +205,8 @@ class CrawlJob(JobOutcomes):
                     self._results.flush()  # nothing to send now: write (and settle) what waits
                     if self.stopping or self._finished():
                         break
+                    if self._refilled():
+                        continue
                     await self._await_news(stop_wait)
                     continue
                 task, permit = got
@@ -217,6 +220,21 @@ class CrawlJob(JobOutcomes):
 
     def _finished(self) -> bool:
         return self.inflight == 0 and self.scheduler.idle and self.source.exhausted()
+
+    def _refilled(self) -> bool:
+        """Nothing queued and nothing in flight: whether the source had more to queue (it was asked).
+
+        URLs can leave the scheduler without a fetch (their site's robots.txt
+        failed, the breaker gave the site up, the URL is unusable), and only a
+        finished fetch asks the source for more. Without this, a crawl whose
+        whole memory bound was dropped so would find nothing queued, nothing in
+        flight and nothing to wait for, and go round this loop for ever.
+        """
+        if self.inflight or not self.scheduler.idle:
+            return False
+        before = self.summary.outcomes.total()
+        self.source.refill()
+        return not self.scheduler.idle or self.summary.outcomes.total() != before
 
     async def _next(self) -> tuple[Task, Permit] | None:
         """The next admitted task; None when nothing is queued now."""
@@ -240,6 +258,12 @@ class CrawlJob(JobOutcomes):
         news = self.source.wait_for_urls()
         if news is None:
             if not self._fetches:
+                # Nothing can bring work any more, yet the source is not exhausted: a bug, but
+                # going round the loop would spin at full CPU for ever. End, leaving the rest.
+                _log.error("the crawl has nothing queued, nothing in flight and nothing to wait for, "
+                           "yet its source is not exhausted (%r); stopping, the rest is left for --resume",
+                           self.source)
+                self.stop()
                 return
             await asyncio.wait({*self._fetches, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             return

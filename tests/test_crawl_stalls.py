@@ -1,0 +1,120 @@
+"""A crawl always ends: URLs that leave without a fetch never stall it or crash it (issue 31, items 1 and 2).
+
+Some URLs end without a request of their own: every page of a site whose
+robots.txt cannot be fetched, the pages robots.txt forbids, URLs the crawl
+cannot fetch at all (``ftp://``). A crawl of more such URLs than it holds in
+memory once spun at full CPU (nothing queued, nothing in flight, and only a
+finished fetch asked the journal for more); 256 refused URLs, a result batch,
+were written before the output file was open and ended in an AssertionError.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import socket
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from crawlpace import Settings
+from crawlpace.crawl import CrawlJob, CrawlOptions
+from crawlpace.sim._asgi import Receive, Scope, Send, respond
+
+from .sim_thread import serve_in_thread
+
+QUICK: dict[str, Any] = {
+    "RANDOMIZE_DOWNLOAD_DELAY": False,
+    "DOWNLOAD_DELAY": 0.0,
+    "CONCURRENT_REQUESTS_PER_DOMAIN": 8,
+    "BACKOFF_MIN_DELAY": 0.01,
+    "BACKOFF_MAX_DELAY": 0.02,
+    "BACKOFF_JITTER": False,
+}
+
+
+def free_port() -> int:
+    """A loopback port nothing listens on (found free, then closed)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+    return port
+
+
+async def site(scope: Scope, receive: Receive, send: Send) -> None:
+    """A live site whose robots.txt forbids /private/."""
+    if scope.get("type") != "http":
+        return
+    if scope["path"] == "/robots.txt":
+        await respond(send, 200, b"User-agent: *\nDisallow: /private/\n")
+    else:
+        await respond(send, 200, b"page")
+
+
+@pytest.fixture(scope="module")
+def live() -> Iterator[str]:
+    with serve_in_thread(site, "127.0.0.5") as url:
+        yield url
+
+
+def crawl(tmp_path: Path, urls: list[str], *, resume: bool = False, fresh: bool = True,
+          **options: Any) -> tuple[Any, list[dict[str, Any]]]:
+    """Crawl ``urls`` in a loop of its own; a crawl that does not end within 30 s fails the test."""
+    output = tmp_path / "out.jsonl"
+    if fresh and not resume:
+        for path in (output, *tmp_path.glob("out.jsonl.state*")):
+            path.unlink(missing_ok=True)
+    job = CrawlJob(Settings.from_scrapy(QUICK), CrawlOptions(output=output, trust_env=False, resume=resume,
+                                                              **options))
+    summary = asyncio.run(asyncio.wait_for(job.run(urls), 30))
+    return summary, [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+
+
+def test_more_urls_than_memory_on_sites_whose_robots_txt_fails_end(tmp_path: Path) -> None:
+    port = free_port()
+    urls = [f"http://127.0.0.{2 + n % 3}:{port}/x/{n}" for n in range(180)]
+    summary, results = crawl(tmp_path, urls, max_in_memory=100)
+    assert sorted(result["url"] for result in results) == sorted(urls)
+    assert set(Counter(result["outcome"] for result in results)) <= {"exhausted", "gave_up"}
+    assert not summary.complete  # not final: a resume asks robots.txt again
+
+
+def test_256_refused_urls_are_written_and_a_resume_runs(tmp_path: Path) -> None:
+    urls = [f"ftp://127.0.0.1/x/{n}" for n in range(256)]
+    summary, results = crawl(tmp_path, urls)
+    assert Counter(result["outcome"] for result in results) == {"failed": 256}
+    assert summary.complete
+    resumed, results = crawl(tmp_path, urls, resume=True)
+    assert resumed.complete and len(results) == 256
+
+
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(refused=st.integers(0, 30), forbidden=st.integers(0, 12), dead=st.integers(0, 30),
+       alive=st.integers(0, 12), memory=st.integers(1, 25), seed=st.randoms(use_true_random=False))
+def test_any_mix_of_urls_ends_with_one_line_each(tmp_path: Path, live: str, refused: int, forbidden: int,
+                                                 dead: int, alive: int, memory: int, seed: Any) -> None:
+    port = free_port()
+    urls = ([f"ftp://127.0.0.1/r/{n}" for n in range(refused)]
+            + [f"{live}/private/{n}" for n in range(forbidden)]
+            + [f"http://127.0.0.{2 + n % 2}:{port}/d/{n}" for n in range(dead)]
+            + [f"{live}/page/{n}" for n in range(alive)])
+    seed.shuffle(urls)
+    _, results = crawl(tmp_path, urls, max_in_memory=memory)
+    assert sorted(result["url"] for result in results) == sorted(urls)
+    outcomes = Counter(result["outcome"] for result in results)
+    assert outcomes["ok"] == alive and outcomes["disallowed"] == forbidden and outcomes["failed"] == refused
+
+
+@settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(count=st.integers(250, 520), memory=st.sampled_from([1, 100, 255, 256, 257, 100_000]))
+def test_refused_urls_around_the_batch_size_are_all_written(tmp_path: Path, count: int, memory: int) -> None:
+    urls = [f"ftp://127.0.0.1/x/{n}" for n in range(count)]
+    summary, results = crawl(tmp_path, urls, max_in_memory=memory)
+    assert len(results) == count and summary.complete
+    _, again = crawl(tmp_path, urls, resume=True, max_in_memory=memory)
+    assert len(again) == count
