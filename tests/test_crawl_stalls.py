@@ -118,3 +118,40 @@ def test_refused_urls_around_the_batch_size_are_all_written(tmp_path: Path, coun
     assert len(results) == count and summary.complete
     _, again = crawl(tmp_path, urls, resume=True, max_in_memory=memory)
     assert len(again) == count
+
+
+async def trickle(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """Answer the headers at once, then the body a byte every 0.3 s (each read well within --timeout)."""
+    try:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 1000\r\n\r\n")
+        for _ in range(1000):
+            writer.write(b"x")
+            await writer.drain()
+            await asyncio.sleep(0.3)
+    except (ConnectionError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        writer.close()
+
+
+async def test_a_server_that_trickles_its_answer_cannot_hold_the_crawl(tmp_path: Path) -> None:
+    server = await asyncio.start_server(trickle, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    output = tmp_path / "out.jsonl"
+    job = CrawlJob(Settings.from_scrapy(QUICK), CrawlOptions(
+        output=output, trust_env=False, robots=False, retries=1, timeout=2.0, deadline=1.0))
+    try:
+        async with server:
+            summary = await asyncio.wait_for(job.run([f"http://127.0.0.1:{port}/slow"]), 20)
+    finally:
+        server.close()
+    [result] = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
+    assert result["outcome"] == "exhausted"  # a timeout is a backoff answer: retried once, then given up
+    assert result["attempts"] == 2 and "deadline" in result["error"]
+    assert summary.requests == 2
+
+
+def test_the_deadline_is_checked() -> None:
+    with pytest.raises(Exception, match="deadline"):
+        CrawlOptions(output=Path("out.jsonl"), deadline=0)

@@ -161,7 +161,8 @@ class CrawlJob(JobOutcomes):
         options = self.options
         return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
                               max_connections=max(self.settings.concurrent_requests * 2, 10),
-                              trust_env=options.trust_env, clock=self.throttler.clock.now)
+                              trust_env=options.trust_env, clock=self.throttler.clock.now,
+                              deadline=options.deadline)
 
     async def _shutdown(self) -> None:
         try:

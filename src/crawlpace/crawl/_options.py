@@ -31,6 +31,9 @@ class CrawlOptions:
             the host's other URLs. While the host keeps answering other URLs
             well, a URL may take more (see ``crawl/_alive.py``).
         timeout: seconds allowed for connecting, and then for each read.
+        deadline: seconds one whole request may take, headers and body
+            (default 300: a body at the 10 MiB cap still arrives at 35 KiB/s).
+            A request past it counts as a timeout for the backoff.
         max_redirects: redirects followed per URL, each throttled under its
             own host.
         max_bytes: bytes of a body read at most; the rest is discarded.
@@ -58,6 +61,7 @@ class CrawlOptions:
     user_agent: str = DEFAULT_USER_AGENT
     retries: int = 3
     timeout: float = 10.0
+    deadline: float = 300.0
     max_redirects: int = 5
     max_bytes: int = 10 * 1024 * 1024
     robots: bool = True
@@ -75,7 +79,7 @@ class CrawlOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 problems.append(f"{name}: {value!r} is not an integer >= {low}; use a whole number >= {low}")
-        for name, example in (("timeout", 10), ("visibility", 30)):
+        for name, example in (("timeout", 10), ("deadline", 300), ("visibility", 30)):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 problems.append(f"{name}: {value!r} is not a positive number of seconds; use e.g. {example}")
