@@ -102,6 +102,10 @@ class Claim:
         claimed: URLs claimed and not yet acknowledged (all workers, these included).
         next_in: seconds until some scope is ready; None when nothing is queued.
         requeued: claims that had expired and went back to their queues just now.
+        last_id: the id of the last URL ever enqueued (ids only grow); 0 when
+            none was, or when the frontier's keys are gone. Lower than a worker
+            saw before, it says the frontier lost its data: a Redis restarted
+            without persistence, or from an older snapshot, or purged.
     """
 
     urls: tuple[ClaimedUrl, ...]
@@ -109,6 +113,7 @@ class Claim:
     claimed: int
     next_in: float | None
     requeued: int
+    last_id: int = 0
 
     @property
     def drained(self) -> bool:
@@ -296,10 +301,10 @@ class SharedFrontier:
             raise
         self._lost = []
         urls = tuple(ClaimedUrl(int(reply[i]), reply[i + 1], reply[i + 2], int(reply[i + 3]))
-                     for i in range(4, len(reply), 4))
+                     for i in range(5, len(reply), 4))
         next_in = float(reply[2]) if reply[2] != "" else None
         return Claim(urls=urls, queued=int(reply[0]), claimed=int(reply[1]), next_in=next_in,
-                     requeued=int(reply[3]))
+                     requeued=int(reply[3]), last_id=int(reply[4]))
 
     async def ack(self, ids: Sequence[int], outcome: str) -> tuple[int, int]:
         """Mark URLs finished with ``outcome``; returns (finished now, already finished by another).
