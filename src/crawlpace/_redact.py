@@ -38,7 +38,7 @@ _USERINFO = re.compile(r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:[/\\]{1,3}|//)[^
 # hold them as typed), quotes and brackets included; only closing quotes or brackets that end
 # the text or stand before a blank are given back (they close a repr around the URL).
 _CLOSERS = "'\")>\\]}"
-_QUERY = re.compile(rf"(?P<head>[?&;](?:{_KEYS})=)(?P<secret>[^&#\s]*?)(?P<tail>[{_CLOSERS}]*)(?=[&#\s,]|$)",
+_QUERY = re.compile(rf"(?P<head>[?&;](?:{_KEYS})=)(?P<secret>[^&#\s]*?)(?P<tail>[{_CLOSERS}]*)(?=[&#\s]|$)",
                     re.IGNORECASE)
 # password='x'  password=x  'token': 'x'  (reprs of keyword arguments and of dicts); a quoted value
 # runs to its closing quote, escaped quotes included; a bare one to a blank, "," or ";", closing
