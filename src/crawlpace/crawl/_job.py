@@ -114,6 +114,8 @@ class CrawlJob(JobOutcomes):
             self._write_results, lambda item: self.source.settled(*item), on_error=self._write_failed)
         self._fetcher: Fetcher | None = None
         self._fetches: set[asyncio.Task[None]] = set()
+        #: The error that stopped the crawl's writes (a full disk), None while the output file takes them.
+        self.write_error: OSError | None = None
         self._refusals = RefusalTracker()
         self._live = LiveHosts()
         self.source.bind(self)
@@ -182,9 +184,12 @@ class CrawlJob(JobOutcomes):
         writer = self._writer
         if writer is not None:
             try:
-                self._results.flush()
+                self._flush()
             finally:
-                writer.close()
+                try:
+                    writer.close()
+                except OSError as exc:  # its last fsync: the lines were written, the disk refused
+                    self._write_failed(exc)
         if self.learner is not None:
             await self.learner.close(self.throttler)
         if self._own_throttler:
@@ -203,7 +208,7 @@ class CrawlJob(JobOutcomes):
                 got = self.scheduler.take_nowait() or await self._next()
                 if got is None:
                     slots.release()
-                    self._results.flush()  # nothing to send now: write (and settle) what waits
+                    self._flush()  # nothing to send now: write (and settle) what waits
                     if self.stopping or self._finished():
                         break
                     if self._refilled():
@@ -353,7 +358,18 @@ class CrawlJob(JobOutcomes):
         assert writer is not None
         writer.write_many(results)
 
+    def _flush(self) -> None:
+        """Write (and settle) the pending lines; a failed write stops the crawl with a message."""
+        try:
+            self._results.flush()
+        except OSError as exc:
+            self._write_failed(exc)
+
     def _write_failed(self, exc: OSError) -> None:
-        _log.error("cannot write to %s (%s); stopping the crawl, its unwritten URLs are left for a resume",
-                   self.options.output, exc)
+        """The output file refused a write (a full disk, say): say so once and stop; a resume carries on."""
+        if self.write_error is None:
+            self.write_error = exc
+            _log.error("cannot write to %s (%s); stopping the crawl: its unwritten URLs are not marked done, "
+                       "so --resume fetches them once there is room", self.options.output,
+                       exc.strerror or exc)
         self.stop()

@@ -90,6 +90,9 @@ class CrawlOptions:
                             "end at once on an empty frontier")
         if not self.user_agent or any(ch in self.user_agent for ch in "\r\n"):
             problems.append(f"user_agent: {self.user_agent!r} is empty or spans lines; use one line of text")
+        if not Path(self.output).name or Path(self.output).is_dir():
+            problems.append(f"output: {str(self.output)!r} names no file (a folder, or nothing); give the "
+                            "file to write, e.g. -o results.jsonl")
         for name, path in (("output", self.output), ("state", self.state)):
             folder = None if path is None else Path(path).parent
             if folder is not None and not folder.is_dir():

@@ -51,8 +51,8 @@ class ResultBatch(Generic[T]):
             (e.g. :meth:`ResultWriter.write_many`).
         settled: called with each result's ``item`` once its line is written.
         on_error: called with the ``OSError`` when a write started by the
-            timer fails (a write started by :meth:`add` or :meth:`flush`
-            raises instead).
+            timer or by :meth:`add` fails (a write started by :meth:`flush`
+            raises instead); the results stay pending, unsettled.
         max_lines: pending lines that trigger a write.
         max_delay: seconds the first pending line may wait; 0 (the default):
             until the event loop's current turn ends.
@@ -80,7 +80,10 @@ class ResultBatch(Generic[T]):
         self._results.append(result)
         self._items.append(item)
         if len(self._results) >= self._max_lines:
-            self.flush()
+            try:
+                self.flush()
+            except OSError as exc:  # the caller is settling an answer, not writing: tell on_error
+                self._on_error(exc)
         elif self._timer is None:
             loop = asyncio.get_running_loop()
             self._timer = (loop.call_soon(self._on_timer) if self._max_delay == 0

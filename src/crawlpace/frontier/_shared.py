@@ -51,7 +51,7 @@ from ..stores.connection import (
     unreachable,
 )
 
-__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "FrontierCounts", "RobotsCopy", "SharedFrontier",
+__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "EnqueueStopped", "FrontierCounts", "RobotsCopy", "SharedFrontier",
            "frontier_unreachable"]
 
 _log = logging.getLogger(__name__)
@@ -119,6 +119,20 @@ class Claim:
     def drained(self) -> bool:
         """Whether nothing is queued and nothing is claimed: the frontier's work is done."""
         return self.queued <= 0 and self.claimed == 0
+
+
+class EnqueueStopped(Exception):
+    """:meth:`SharedFrontier.enqueue` stopped part-way: the server refused a batch, or went away.
+
+    Attributes:
+        report: what was done before (``added`` URLs are in the frontier).
+        error: what stopped it.
+    """
+
+    def __init__(self, report: EnqueueReport, error: BaseException) -> None:
+        super().__init__(f"{report.added} URLs queued, then {type(error).__name__}: {error}")
+        self.report = report
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -269,11 +283,22 @@ class SharedFrontier:
                 continue
             batch += (url, scope)
             if len(batch) >= 2 * _BATCH:
-                added += int(await self._run("enqueue", ["", self._prefix, *batch]))
+                added += await self._enqueue_batch(batch, read, added, invalid)
                 batch = []
         if batch:
-            added += int(await self._run("enqueue", ["", self._prefix, *batch]))
+            added += await self._enqueue_batch(batch, read, added, invalid)
         return EnqueueReport(read=read, added=added, duplicates=read - invalid - added, invalid=invalid)
+
+    async def _enqueue_batch(self, batch: list[str], read: int, added: int, invalid: int) -> int:
+        """Send one batch (each batch is one script: all of it goes in, or none); its URLs added."""
+        try:
+            return int(await self._run("enqueue", ["", self._prefix, *batch]))
+        except Exception as exc:
+            # A server at maxmemory refuses the batch (OOM), or the server went away: the batches
+            # before it are in. Say how many, so the caller can tell the user.
+            queued = read - len(batch) // 2
+            raise EnqueueStopped(EnqueueReport(read=queued, added=added, duplicates=queued - invalid - added,
+                                               invalid=invalid), exc) from exc
 
     # -- working ------------------------------------------------------------------
 
