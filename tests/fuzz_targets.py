@@ -170,7 +170,8 @@ def _password(value: tuple[str, str]) -> None:
 
 
 _LIST_LINES = ["ftp://127.0.0.1/x", "http://127.0.0.2:9/x", "http://127.0.0.3:9/y", "mailto:a@b",
-               "http://[::1", "http://127.0.0.1:99999/x", "http://0x7f.1/x", "", "# comment", "  ", "not a url",
+               "http://[::1", "http://127.0.0.1:99999/x", "http://0x7f.1/x", "", "# comment", "  ",
+               "not a url",
                "http://127.0.0.2:9/robots.txt", "https://127.0.0.4:9/z"]
 _LISTS = st.tuples(st.lists(st.tuples(st.sampled_from(_LIST_LINES), st.integers(0, 40)), max_size=40),
                    st.integers(1, 30))

@@ -82,7 +82,8 @@ def test_a_kill_re_sends_only_what_was_in_flight(tmp_path: Path) -> None:
     spec.write_text(FAST_FARM, encoding="utf-8")
     server = subprocess.Popen(
         [sys.executable, "-m", "crawlpace", "sim", str(spec), "--urls", str(urls), "--json"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"})
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"})
     try:
         assert server.stdout is not None
         for line in server.stdout:

@@ -33,7 +33,8 @@ _KEYS = "|".join(sorted(SECRET_KEYS, key=len, reverse=True))
 # "/" (which ends the user info for every URL parser: such a password must be typed as %2F):
 # "<", ">", quotes, spaces, line breaks (URL parsers drop them, so the password still counts).
 # Better to hide a few words too many than a password.
-_USERINFO = re.compile(r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:[/\\]{1,3}|//)[^:@/\\]*):(?P<secret>[^/\\]+)@")
+_USERINFO = re.compile(
+    r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:[/\\]{1,3}|//)[^:@/\\]*):(?P<secret>[^/\\]+)@")
 # ?password=...  &token=... : the value runs to the next "&", "#" or blank (a query value cannot
 # hold them as typed), quotes and brackets included; only closing quotes or brackets that end
 # the text or stand before a blank are given back (they close a repr around the URL).

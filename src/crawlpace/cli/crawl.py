@@ -341,11 +341,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps({"output": str(options.output), **summary.as_dict()}, sort_keys=True))
     if job.write_error is not None:
-        print(f"crawlpace crawl: cannot write to {options.output} ({job.write_error.strerror or job.write_error}); "
-              f"make room, then run again with --resume to continue from {options.state_path}"
-              if not shared else f"crawlpace crawl: cannot write to {options.output} "
-              f"({job.write_error.strerror or job.write_error}); the URLs not written went back to the frontier",
-              file=sys.stderr)
+        why = job.write_error.strerror or job.write_error
+        then = ("the URLs not written went back to the frontier" if shared
+                else f"make room, then run again with --resume to continue from {options.state_path}")
+        print(f"crawlpace crawl: cannot write to {options.output} ({why}); {then}", file=sys.stderr)
         return EXIT_INCOMPLETE
     if summary.interrupted and shared:
         print("stopped; the URLs not answered here went back to the shared frontier", file=sys.stderr)

@@ -19,7 +19,7 @@ def _configs(settings: Settings) -> list[ScopeConfig]:
 
 
 def claim_spacing(settings: Settings) -> float:
-    """Seconds a host waits in the frontier after giving a URL: the fastest pace any scope may have, at most 1 s.
+    """Seconds a host waits in the frontier after giving a URL: the fastest pace of any scope, at most 1 s.
 
     Claims then hand a site's URLs out about as fast as its limits let them
     be sent, so no worker piles up URLs of one site while the others idle.

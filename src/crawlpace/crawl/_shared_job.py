@@ -401,8 +401,9 @@ class SharedSource:
     def _unreachable(self, exc: BaseException) -> None:
         if self._down_since is None:
             self._down_since = self.throttler.clock.now()
-            _log.warning("the shared frontier is unreachable (%s); waiting for it. Nothing is lost if it comes "
-                         "back with its data; should it come back empty, this worker says how many URLs went",
+            _log.warning("the shared frontier is unreachable (%s); waiting for it. Nothing is lost if it "
+                         "comes back with its data; should it come back empty, this worker says how many "
+                         "URLs went",
                          exc)
 
     def _reachable(self) -> None:

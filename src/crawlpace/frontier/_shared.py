@@ -51,7 +51,8 @@ from ..stores.connection import (
     unreachable,
 )
 
-__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "EnqueueStopped", "FrontierCounts", "RobotsCopy", "SharedFrontier",
+__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "EnqueueStopped", "FrontierCounts", "RobotsCopy",
+           "SharedFrontier",
            "frontier_unreachable"]
 
 _log = logging.getLogger(__name__)
