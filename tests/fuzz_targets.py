@@ -149,7 +149,7 @@ def _headers(headers: dict[str, str]) -> None:
 
 # A password of any characters a URL's user info can hold as typed (not "/" or "\\", which end it;
 # not a line break, which parsers drop) and the form it is given in.
-_PASSWORD = st.text(st.characters(blacklist_categories=("Cs",), blacklist_characters="/\\\n\r"),
+_PASSWORD = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="/\\\n\r"),
                     min_size=4, max_size=16)
 _FORMS = ("redis://:{p}@h:1/0", "redis://user:{p}@h", "redis:/:{p}@h/0", "rediss:///:{p}@h",
           "<Store 'redis://:{p}@h' ns='x'>", "redis://h/0?password={q}", "redis://h/0?db=1&password={q}&x=1",

@@ -90,7 +90,8 @@ def test_256_refused_urls_are_written_and_a_resume_runs(tmp_path: Path) -> None:
     assert Counter(result["outcome"] for result in results) == {"failed": 256}
     assert summary.complete
     resumed, results = crawl(tmp_path, urls, resume=True)
-    assert resumed.complete and len(results) == 256
+    assert resumed.complete
+    assert len(results) == 256
 
 
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -107,7 +108,9 @@ def test_any_mix_of_urls_ends_with_one_line_each(tmp_path: Path, live: str, refu
     _, results = crawl(tmp_path, urls, max_in_memory=memory)
     assert sorted(result["url"] for result in results) == sorted(urls)
     outcomes = Counter(result["outcome"] for result in results)
-    assert outcomes["ok"] == alive and outcomes["disallowed"] == forbidden and outcomes["failed"] == refused
+    assert outcomes["ok"] == alive
+    assert outcomes["disallowed"] == forbidden
+    assert outcomes["failed"] == refused
 
 
 @settings(max_examples=8, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
@@ -115,7 +118,8 @@ def test_any_mix_of_urls_ends_with_one_line_each(tmp_path: Path, live: str, refu
 def test_refused_urls_around_the_batch_size_are_all_written(tmp_path: Path, count: int, memory: int) -> None:
     urls = [f"ftp://127.0.0.1/x/{n}" for n in range(count)]
     summary, results = crawl(tmp_path, urls, max_in_memory=memory)
-    assert len(results) == count and summary.complete
+    assert len(results) == count
+    assert summary.complete
     _, again = crawl(tmp_path, urls, resume=True, max_in_memory=memory)
     assert len(again) == count
 
@@ -148,7 +152,8 @@ async def test_a_server_that_trickles_its_answer_cannot_hold_the_crawl(tmp_path:
         server.close()
     [result] = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
     assert result["outcome"] == "exhausted"  # a timeout is a backoff answer: retried once, then given up
-    assert result["attempts"] == 2 and "deadline" in result["error"]
+    assert result["attempts"] == 2
+    assert "deadline" in result["error"]
     assert summary.requests == 2
 
 

@@ -1,4 +1,4 @@
-"""A message where a traceback used to be (issue 31, item 6): a full Redis, a full disk, bad files and paths."""
+"""A message where a traceback used to be (issue 31, item 6): full Redis, full disk, bad files and paths."""
 
 from __future__ import annotations
 
@@ -26,7 +26,8 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "crawlpace", *args], capture_output=True, text=True, timeout=60,
+    return subprocess.run([sys.executable, "-m", "crawlpace", *args], capture_output=True, text=True,
+                          timeout=60,
                           env={**os.environ, "PYTHONPATH": SRC}, cwd=cwd)
 
 
@@ -50,7 +51,8 @@ def test_enqueue_into_a_full_redis_says_how_many_got_in(tmp_path: Path, small_se
                        encoding="utf-8")
     done = cli("enqueue", str(listing), "--redis", small_server.url, "--namespace", "full", "--json")
     assert done.returncode == 2, done.stderr
-    assert "Traceback" not in done.stderr and "is full" in done.stderr, done.stderr
+    assert "Traceback" not in done.stderr, done.stderr
+    assert "is full" in done.stderr, done.stderr
     figures = json.loads(done.stdout.strip().splitlines()[-1])
     stored = redis.Redis.from_url(small_server.url).hlen(frontier_prefix("full") + "url")
     assert 0 < figures["added"] == stored < 30_000
@@ -88,9 +90,12 @@ async def test_a_full_disk_stops_the_crawl_with_a_message_and_a_resume_finishes(
     options = CrawlOptions(output=output, trust_env=False, max_in_memory=100)
     job = CrawlJob(Settings.from_scrapy({}), options)
     summary = await asyncio.wait_for(job.run(urls), 20)  # no exception: a message, and a stop
-    assert job.write_error is not None and job.write_error.errno == errno.ENOSPC
-    assert summary.interrupted and not summary.complete
-    assert "No space left on device" in caplog.text and "--resume" in caplog.text
+    assert job.write_error is not None
+    assert job.write_error.errno == errno.ENOSPC
+    assert summary.interrupted
+    assert not summary.complete
+    assert "No space left on device" in caplog.text
+    assert "--resume" in caplog.text
     written = len(output.read_text(encoding="utf-8").splitlines())
     assert 0 < written < 600
     monkeypatch.setattr(ResultWriter, "write_many", real)

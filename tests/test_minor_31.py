@@ -18,7 +18,8 @@ from crawlpace.crawl._claims import claim_per_scope, claim_spacing
 
 
 @pytest.mark.parametrize("value", ["inf", "1e309", "nan", "-1", "-inf", "soon"])
-def test_an_unusable_crawl_delay_is_ignored_with_a_warning(value: str, caplog: pytest.LogCaptureFixture) -> None:
+def test_an_unusable_crawl_delay_is_ignored_with_a_warning(value: str,
+                                                           caplog: pytest.LogCaptureFixture) -> None:
     with caplog.at_level(logging.WARNING, logger="crawlpace._robots"):
         assert crawl_delay(f"User-agent: *\nCrawl-delay: {value}\nDisallow: /x\n", "crawlpace") is None
     assert f"Crawl-Delay {value!r} is not a usable number" in caplog.text
@@ -48,15 +49,19 @@ def test_valid_addresses_still_pass() -> None:
 
 async def test_such_urls_end_failed_and_a_resume_leaves_them(tmp_path: Path) -> None:
     output = tmp_path / "out.jsonl"
-    summary = await asyncio.wait_for(CrawlJob(Settings(), CrawlOptions(output=output, trust_env=False)).run(BROKEN), 20)
+    job = CrawlJob(Settings(), CrawlOptions(output=output, trust_env=False))
+    summary = await asyncio.wait_for(job.run(BROKEN), 20)
     results = [json.loads(line) for line in output.read_text(encoding="utf-8").splitlines()]
     assert {result["outcome"] for result in results} == {"failed"}
-    assert summary.complete and summary.requests == 0  # final: nothing sent, nothing left for a resume
+    assert summary.complete
+    assert summary.requests == 0
 
 
 def test_the_frontier_spaces_and_caps_claims_by_the_fastest_configured_scope() -> None:
-    settings = Settings.from_dict({"concurrent_requests": 8,
-                                   "scope_defaults": {"concurrency": 1, "delay": 1.0},
-                                   "scopes": {"127.0.0.9": {"concurrency": 4, "delay": 0.0, "delay_per_slot": 0.0}}})
-    assert claim_spacing(settings) == 0.0  # was 1.0: one URL a second for the 4-slot host, whatever its limits
+    fast = {"concurrency": 4, "delay": 0.0, "delay_per_slot": 0.0}
+    slow = {"concurrency": 1, "delay": 1.0}
+    settings = Settings.from_dict({"concurrent_requests": 8, "scope_defaults": slow,
+                                   "scopes": {"127.0.0.9": fast}})
+    # Was 1.0: one URL a second for the 4-slot host, whatever its limits.
+    assert claim_spacing(settings) == 0.0
     assert claim_per_scope(settings) == 6  # its 4 slots, plus two

@@ -68,7 +68,8 @@ async def cli(*args: str, serves: bool = False) -> tuple[int, str]:
     """Run a command; one that ``serves`` is stopped with SIGINT once it says it serves."""
     process = await asyncio.create_subprocess_exec(
         sys.executable, "-m", "crawlpace", *args, stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL, env={**os.environ, "PYTHONPATH": SRC})
+        stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.DEVNULL,
+        env={**os.environ, "PYTHONPATH": SRC})
     assert process.stdout is not None
     head = b""
     if serves:
@@ -82,6 +83,12 @@ async def cli(*args: str, serves: bool = False) -> tuple[int, str]:
     out, _ = await asyncio.wait_for(process.communicate(), 90)
     assert process.returncode is not None
     return process.returncode, (head + out).decode(errors="replace")
+
+
+def written_secrets(folder: Path) -> list[str]:
+    """The files under ``folder`` that hold a secret."""
+    return [str(path) for path in folder.rglob("*")
+            if path.is_file() and any(secret.encode() in path.read_bytes() for secret in SECRETS)]
 
 
 async def test_no_command_shows_an_awkward_password(tmp_path: Path, locked: RedisServer) -> None:
@@ -101,8 +108,8 @@ async def test_no_command_shows_an_awkward_password(tmp_path: Path, locked: Redi
         (("crawl", str(listing), "-o", out + "2.jsonl", "--store", info, "--learned", query + "&namespace=l",
           "-vv"), False, {0}),
         (("enqueue", str(queued), "--redis", query, "--namespace", "q", "-vv"), False, {0}),
-        (("crawl", "-o", out + "3.jsonl", "--redis", query, "--namespace", "q", "-vv", "--retries", "0"), False,
-         {0, 1}),
+        (("crawl", "-o", out + "3.jsonl", "--redis", query, "--namespace", "q", "-vv", "--retries", "0"),
+         False, {0, 1}),
         (("status", "--store", query, "--namespace", "q", "-vv"), False, {0}),
         (("purge", "--store", query, "--namespace", "q", "--dry-run", "-vv"), False, {0}),
         (("dashboard", "--store", query, "--port", str(free_port()), "-vv"), True, {0, 130, -2}),
@@ -111,7 +118,8 @@ async def test_no_command_shows_an_awkward_password(tmp_path: Path, locked: Redi
           for store in (wrong, shut, typo, query + "&namspace=x")
           for command, rest in (("crawl", (str(listing), "-o", out + "x.jsonl")), ("status", ()),
                                 ("enqueue", (str(queued), "--namespace", "e")),
-                                ("purge", ("--namespace", "e")), ("dashboard", ("--port", str(free_port()))))],
+                                ("purge", ("--namespace", "e")),
+                                ("dashboard", ("--port", str(free_port()))))],
         (("crawl", str(listing), "-o", out + "4.jsonl", "--learned", shut), False, {0, 1, 2, 3}),
     ]
     done = await asyncio.gather(*(cli(*args, serves=serves) for args, serves, _ in runs))
@@ -119,8 +127,5 @@ async def test_no_command_shows_an_awkward_password(tmp_path: Path, locked: Redi
         assert code in codes, (args[-3:], code, text)
         assert not any(secret in text for secret in SECRETS), (args, text)
         assert "Traceback" not in text, (args, text)
-    for path in tmp_path.rglob("*"):
-        if path.is_file():
-            data = path.read_bytes()
-            assert not any(secret.encode() in data for secret in SECRETS), path
+    assert not written_secrets(tmp_path)
     assert MASK in done[5][1] or MASK in done[-1][1]  # the URLs were shown, masked

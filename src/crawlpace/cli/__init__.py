@@ -108,7 +108,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     through :func:`~crawlpace._redact.redact`: no password reaches the terminal.
     """
     stdout, stderr = sys.stdout, sys.stderr
-    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)  # type: ignore[assignment]
+    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)
     try:
         return _main(argv)
     except BaseException as exc:  # an uncaught error: its traceback, masked, before the streams go back
