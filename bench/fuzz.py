@@ -128,6 +128,8 @@ def main() -> int:
     parser.add_argument("--seconds", type=float, default=None, help="seconds per target")
     parser.add_argument("--engine", choices=("hypothesis", "atheris", "both"), default="hypothesis",
                         help="what draws the inputs (atheris: pip install crawlpace[fuzz])")
+    parser.add_argument("--target", action="append", choices=NAMES, metavar="NAME",
+                        help="fuzz only this target (repeat for more); all of them by default")
     parser.add_argument("--atheris-child", help=argparse.SUPPRESS)  # one target, in this process
     parser.add_argument("--artifacts", help=argparse.SUPPRESS)
     args = parser.parse_args()
@@ -144,12 +146,13 @@ def main() -> int:
     if "atheris" in engines and importlib.util.find_spec("atheris") is None:
         raise SystemExit("fuzz: atheris is not installed; pip install 'crawlpace[fuzz]' (a wheel for Linux "
                          "and macOS on CPython 3.8-3.12), or use --engine hypothesis")
+    names = [name for name in NAMES if not args.target or name in args.target]
     artifacts = Path(tempfile.mkdtemp(prefix="crawlpace-fuzz-"))
-    print(f"fuzz: {len(NAMES)} targets, {seconds:g} s each, {' and '.join(engines)}; {dt.date.today()}, "
+    print(f"fuzz: {len(names)} targets, {seconds:g} s each, {' and '.join(engines)}; {dt.date.today()}, "
           f"{platform.node()}, Python {platform.python_version()}; crash inputs go to {artifacts}")
     figures: dict[str, Any] = {}
     for engine in engines:
-        for name in NAMES:
+        for name in names:
             if engine == "hypothesis":
                 result = run_target(name, seconds)
             else:

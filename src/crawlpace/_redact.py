@@ -35,12 +35,12 @@ _KEYS = "|".join(sorted(SECRET_KEYS, key=len, reverse=True))
 # Better to hide a few words too many than a password.
 _USERINFO = re.compile(
     r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:[/\\]{1,3}|//)[^:@/\\]*):(?P<secret>[^/\\]+)@")
-# ?password=...  &token=... : the value runs to the next "&", "#" or blank (a query value cannot
-# hold them as typed), quotes and brackets included; only closing quotes or brackets that end
+# ?password=...  &token=... : the value runs to the next "&", "#" or ASCII blank (a query value
+# cannot hold them as typed; other Unicode spaces, U+0085 say, it can: found by the fuzz run), quotes and brackets included; only closing quotes or brackets that end
 # the text or stand before a blank are given back (they close a repr around the URL).
 _CLOSERS = "'\")>\\]}"
 _QUERY = re.compile(rf"(?P<head>[?&;](?:{_KEYS})=)(?P<secret>[^&#\s]*?)(?P<tail>[{_CLOSERS}]*)(?=[&#\s]|$)",
-                    re.IGNORECASE)
+                    re.IGNORECASE | re.ASCII)
 # password='x'  password=x  'token': 'x'  (reprs of keyword arguments and of dicts); a quoted value
 # runs to its closing quote, escaped quotes included; a bare one to a blank, "," or ";", closing
 # brackets and quotes at its end given back.
@@ -48,7 +48,7 @@ _ASSIGNED = re.compile(
     rf"(?P<head>(?:\b(?:{_KEYS})\s*=|['\"](?:{_KEYS})['\"]\s*:)\s*)"
     rf"(?:(?P<quote>['\"])(?P<quoted>(?:\\.|(?!(?P=quote)).)*)(?P=quote)"
     rf"|(?P<bare>[^\s,;&]+?)(?P<tail>[{_CLOSERS}]*)(?=[\s,;&]|$))",
-    re.IGNORECASE | re.DOTALL)
+    re.IGNORECASE | re.DOTALL | re.ASCII)
 
 
 def _mask_assigned(match: re.Match[str]) -> str:
