@@ -94,7 +94,7 @@ def test_256_refused_urls_are_written_and_a_resume_runs(tmp_path: Path) -> None:
     assert len(results) == 256
 
 
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=15, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(refused=st.integers(0, 30), forbidden=st.integers(0, 12), dead=st.integers(0, 30),
        alive=st.integers(0, 12), memory=st.integers(1, 25), seed=st.randoms(use_true_random=False))
 def test_any_mix_of_urls_ends_with_one_line_each(tmp_path: Path, live: str, refused: int, forbidden: int,

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from collections import Counter
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -66,8 +67,9 @@ def test_bad_paths_and_files_are_messages_with_exit_3(tmp_path: Path) -> None:
             ("crawl", "urls.txt", "-o", "out.jsonl", "--config", "bad.toml"), ("check", "bad.toml"),
             ("purge", "--store", "redis://127.0.0.1:1/0?namspace=x", "--namespace", "j"),
             ("purge", "--store", "redis:/127.0.0.1:1/0", "--namespace", "j")]
-    for args in runs:
-        done = cli(*args, cwd=tmp_path)
+    with ThreadPoolExecutor(len(runs)) as pool:  # processes of their own: run side by side
+        finished = list(pool.map(lambda args: cli(*args, cwd=tmp_path), runs))
+    for args, done in zip(runs, finished, strict=True):
         assert done.returncode == 3, (args, done.stdout, done.stderr)
         assert "Traceback" not in done.stderr, (args, done.stderr)
     assert "line 2 is not UTF-8" in cli("check", "bad.toml", cwd=tmp_path).stderr
