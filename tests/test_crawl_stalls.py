@@ -160,3 +160,17 @@ async def test_a_server_that_trickles_its_answer_cannot_hold_the_crawl(tmp_path:
 def test_the_deadline_is_checked() -> None:
     with pytest.raises(Exception, match="deadline"):
         CrawlOptions(output=Path("out.jsonl"), deadline=0)
+
+
+@pytest.mark.parametrize("count", [10, 20, 11])
+def test_a_host_whose_last_batch_is_exactly_full_ends_complete_without_a_false_alarm(
+        tmp_path: Path, count: int, caplog: pytest.LogCaptureFixture) -> None:
+    # With room for 10, the journal hands the host over 10 at a time and looks once more after a
+    # full batch; when that look finds nothing left, the source is exhausted though nothing was
+    # queued. The job once took that for a stall and stopped (found by bench/fuzz.py).
+    port = free_port()
+    urls = [f"http://127.0.0.2:{port}/d/{n}" for n in range(count)]
+    summary, results = crawl(tmp_path, urls, max_in_memory=10)
+    assert sorted(result["url"] for result in results) == sorted(urls)
+    assert not summary.interrupted
+    assert "nothing to wait for" not in caplog.text

@@ -238,9 +238,11 @@ class CrawlJob(JobOutcomes):
         """
         if self.inflight or not self.scheduler.idle:
             return False
-        before = self.summary.outcomes.total()
+        before = self.summary.outcomes.total(), self.source.exhausted()
         self.source.refill()
-        return not self.scheduler.idle or self.summary.outcomes.total() != before
+        # Progress is anything queued, any URL ended, or the source found it has no more (its last
+        # look at a host whose previous batch was exactly full finds nothing): the loop looks again.
+        return not self.scheduler.idle or (self.summary.outcomes.total(), self.source.exhausted()) != before
 
     async def _next(self) -> tuple[Task, Permit] | None:
         """The next admitted task; None when nothing is queued now."""
