@@ -36,8 +36,9 @@ _KEYS = "|".join(sorted(SECRET_KEYS, key=len, reverse=True))
 _USERINFO = re.compile(
     r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:[/\\]{1,3}|//)[^:@/\\]*):(?P<secret>[^/\\]+)@")
 # ?password=...  &token=... : the value runs to the next "&", "#" or ASCII blank (a query value
-# cannot hold them as typed; other Unicode spaces, U+0085 say, it can: found by the fuzz run), quotes and brackets included; only closing quotes or brackets that end
-# the text or stand before a blank are given back (they close a repr around the URL).
+# cannot hold them as typed; other Unicode spaces, U+0085 say, it can: found by the fuzz run),
+# quotes and brackets included; only closing quotes or brackets that end the text or stand
+# before a blank are given back (they close a repr around the URL).
 _CLOSERS = "'\")>\\]}"
 _QUERY = re.compile(rf"(?P<head>[?&;](?:{_KEYS})=)(?P<secret>[^&#\s]*?)(?P<tail>[{_CLOSERS}]*)(?=[&#\s]|$)",
                     re.IGNORECASE | re.ASCII)
