@@ -64,6 +64,12 @@ def test_a_unicode_space_does_not_end_a_query_password() -> None:
         assert redact(f"password={secret} next") == "password=*** next"
 
 
+def test_an_at_sign_in_the_user_name_does_not_hide_the_password() -> None:
+    # urlsplit reads 'A://@:0000@' as user "@", password "0000" (found by bench/fuzz.py).
+    assert redact("A://@:0000@") == "A://@:***@"
+    assert redact("redis://u@x:s3cret@h/0") == "redis://u@x:***@h/0"
+
+
 def test_the_rule_keeps_what_is_not_a_secret() -> None:
     for plain in ("redis://127.0.0.1:6379/0?namespace=a&db=1", "http://a.example/x:y@z", "see /a:b@c",
                   "http://medium.com/@someone", "Error 111 connecting to 127.0.0.1:6379."):

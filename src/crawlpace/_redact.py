@@ -28,13 +28,14 @@ SECRET_KEYS = ("password", "passwd", "pwd", "pass", "token", "secret", "api_key"
 _KEYS = "|".join(sorted(SECRET_KEYS, key=len, reverse=True))
 # The one rule for a URL's password, whatever the user typed: scheme:/user:password@host,
 # scheme://..., scheme:///... (one slash is a typo URL parsers still read, or show back), or a
-# bare //user:password@ (never a lone /user:x@, which is a path). The user part stops at ":", "@" or "/"; the
+# bare //user:password@ (never a lone /user:x@, which is a path). The user part stops at ":" or "/"
+# (an "@" in it is the user's, as urlsplit reads 'A://@:pw@': found by the fuzz run); the
 # password runs to the last "@" before the host, as urlsplit reads it, and may hold anything but
 # "/" (which ends the user info for every URL parser: such a password must be typed as %2F):
 # "<", ">", quotes, spaces, line breaks (URL parsers drop them, so the password still counts).
 # Better to hide a few words too many than a password.
 _USERINFO = re.compile(
-    r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:[/\\]{1,3}|//)[^:@/\\]*):(?P<secret>[^/\\]+)@")
+    r"(?P<head>(?:\b[A-Za-z][A-Za-z0-9+.\-]*:[/\\]{1,3}|//)[^:/\\]*):(?P<secret>[^/\\]+)@")
 # ?password=...  &token=... : the value runs to the next "&", "#" or ASCII blank (a query value
 # cannot hold them as typed; other Unicode spaces, U+0085 say, it can: found by the fuzz run),
 # quotes and brackets included; only closing quotes or brackets that end the text or stand
