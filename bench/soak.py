@@ -262,7 +262,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if lists is not None:
             lists.start()
         plan = args.minutes * 60.0
-        pending_restarts = [started + plan / 3, started + 2 * plan / 3]
+        pending_restarts = ([started + 60.0 * minute for minute in args.restart_at] if args.restart_at
+                            else [started + plan / 3, started + 2 * plan / 3])
         limit = started + plan * 3 + 120
         while any(worker.poll() is None for worker in workers) and time.monotonic() < limit:
             now = time.monotonic()
@@ -365,6 +366,10 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--hosts", type=int, default=None)
     parser.add_argument("--minutes", type=float, default=None)
+    parser.add_argument("--restart-at", type=lambda text: [float(part) for part in text.split(",")],
+                        default=None, metavar="MIN,MIN",
+                        help="minutes after the start at which Redis is restarted (default: at 1/3 and 2/3 of "
+                             "--minutes)")
     parser.add_argument("--no-lists", dest="lists", action="store_false",
                         help="leave out the hostile URL-list crawls beside the fleet")
     parser.add_argument("--rate", type=float, default=FLEET_RATE,
