@@ -368,7 +368,7 @@ def main() -> int:
     parser.add_argument("--minutes", type=float, default=None)
     parser.add_argument("--restart-at", type=lambda text: [float(part) for part in text.split(",")],
                         default=None, metavar="MIN,MIN",
-                        help="minutes after the start at which Redis is restarted (default: at 1/3 and 2/3 of "
+                        help="minutes after the start at which Redis is restarted (default: 1/3 and 2/3 of "
                              "--minutes)")
     parser.add_argument("--no-lists", dest="lists", action="store_false",
                         help="leave out the hostile URL-list crawls beside the fleet")
