@@ -66,7 +66,8 @@ def test_bad_paths_and_files_are_messages_with_exit_3(tmp_path: Path) -> None:
     runs = [("crawl", "urls.txt", "-o", ""), ("crawl", "urls.txt", "-o", "."),
             ("crawl", "urls.txt", "-o", "out.jsonl", "--config", "bad.toml"), ("check", "bad.toml"),
             ("purge", "--store", "redis://127.0.0.1:1/0?namspace=x", "--namespace", "j"),
-            ("purge", "--store", "redis:/127.0.0.1:1/0", "--namespace", "j")]
+            ("purge", "--store", "redis:/127.0.0.1:1/0", "--namespace", "j"),
+            ("status", "--store", "unix:////[")]  # read once, not again once rebuilt (found by the fuzz run)
     with ThreadPoolExecutor(len(runs)) as pool:  # processes of their own: run side by side
         finished = list(pool.map(lambda args: cli(*args, cwd=tmp_path), runs))
     for args, done in zip(runs, finished, strict=True):
