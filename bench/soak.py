@@ -23,6 +23,15 @@ What is checked and reported (the last line with ``--json``):
 * **memory flat**: each worker's resident memory, sampled every 2 s; the growth
   from the end of the first quarter to the last sample, per worker (median, max).
 
+Beside the fleet, a thread crawls hostile URL lists in rounds until the fleet ends
+(``--no-lists`` turns it off; issue 31's paths): 300 URLs the crawl cannot fetch (a
+result batch and more), 150 pages of three dead hosts with room for 50 in memory
+(robots.txt fails for all of them), invalid ports and non-IPv4 numeric hosts, pages
+of a site whose robots.txt is a different hostile body each round (unusable
+Crawl-delays among them), and pages of a server that trickles its body a byte at a
+time, under a 2 s ``deadline``. Every round must end within 300 s with one line per
+URL; the rounds, the failures and the slowest round are reported.
+
 There is nothing to compare the fleet with here, so no ratio is printed.
 Run from the repository root: ``python bench/soak.py --quick``.
 """
@@ -100,6 +109,114 @@ def cli(*args: str, **kwargs: Any) -> subprocess.Popen[str]:
     return subprocess.Popen([sys.executable, "-m", "crawlpace", *args], text=True, env=env, **kwargs)
 
 
+#: Seconds a list-crawl round may take: the trickling pages count as timeouts, and their site's breaker may
+#: pause it for up to a minute and more (measured: 100 s in the worst round), which is the design.
+ROUND_LIMIT = 300.0
+
+_HOSTILE_ROBOTS = ["Crawl-delay: inf", "Crawl-delay: 1e309", "Crawl-delay: nan", "Crawl-delay: -1",
+                   "Disallow: /p/1", "Disallow: /", "Allow: /", "\x00\xff", "User-agent: *",
+                   "Crawl-delay: 0.01",
+                   "#", "Sitemap: http://x/", "Disallow: /*$", "\n", "Crawl-delay: 9999999"]
+
+
+class ListCrawls:
+    """Hostile URL lists crawled in rounds on a thread of its own (see the module docstring)."""
+
+    def __init__(self, work: Path) -> None:
+        import random
+        import threading
+
+        self.work = work
+        self.rounds = 0
+        self.failures: list[str] = []
+        self.slowest = 0.0
+        self.slowest_crawl = 0.0
+        self._random = random.Random(31)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> dict[str, Any]:
+        self._stop.set()
+        self._thread.join(timeout=180)
+        return {"rounds": self.rounds, "failures": self.failures[:5], "failed_rounds": len(self.failures),
+                "slowest_round_s": round(self.slowest, 1), "slowest_crawl_s": round(self.slowest_crawl, 1)}
+
+    def _run(self) -> None:
+        import asyncio
+
+        while not self._stop.is_set():
+            started = time.monotonic()
+            try:
+                asyncio.run(asyncio.wait_for(self._round(), ROUND_LIMIT))
+            except Exception as exc:  # a round that stalled or crashed: the failure this looks for
+                self.failures.append(f"round {self.rounds}: {type(exc).__name__}: {exc}"[:300])
+            self.slowest = max(self.slowest, time.monotonic() - started)
+            self.rounds += 1
+
+    async def _round(self) -> None:
+        import asyncio
+        import socket
+
+        from crawlpace import Settings
+        from crawlpace.crawl import CrawlJob, CrawlOptions
+
+        body = "\n".join(["User-agent: *", *self._random.choices(_HOSTILE_ROBOTS, k=6)]).encode("latin-1")
+
+        async def site(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+                path = head.split(b" ")[1]
+                if path == b"/robots.txt":
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\n\r\n%s" % (len(body), body))
+                elif path.startswith(b"/slow"):
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 100\r\n\r\n")
+                    for _ in range(100):
+                        if reader.at_eof():  # the crawler gave up (its deadline): stop trickling
+                            break
+                        writer.write(b"x")
+                        await writer.drain()
+                        await asyncio.sleep(0.5)
+                else:
+                    writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                await writer.drain()
+            except (ConnectionError, asyncio.IncompleteReadError, IndexError):
+                pass
+            finally:
+                writer.close()
+
+        with socket.socket() as probe:  # a port nothing listens on
+            probe.bind(("127.0.0.1", 0))
+            dead = probe.getsockname()[1]
+        server = await asyncio.start_server(site, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        urls = ([f"ftp://127.0.0.1/f/{n}" for n in range(300)]
+                + [f"http://127.0.0.{2 + n % 3}:{dead}/d/{n}" for n in range(150)]
+                + ["http://127.0.0.1:99999/x", "http://999.1.1.1/x", "http://0x7f.1/x", "http://127.0.0.1:0/x"]
+                + [f"http://127.0.0.1:{port}/p/{n}" for n in range(20)]
+                + [f"http://127.0.0.1:{port}/slow/{n}" for n in range(3)])
+        self._random.shuffle(urls)
+        output = self.work / f"list{self.rounds}.jsonl"
+        settings = Settings.from_scrapy({"DOWNLOAD_DELAY": 0.0, "RANDOMIZE_DOWNLOAD_DELAY": False,
+                                         "BACKOFF_MIN_DELAY": 0.05, "BACKOFF_MAX_DELAY": 0.2,
+                                         "THROTTLING_ROBOTSTXT_MAX_DELAY": 0.1})
+        options = CrawlOptions(output=output, trust_env=False, max_in_memory=50, timeout=5.0, deadline=2.0,
+                               retries=1)
+        try:
+            began = time.monotonic()
+            await CrawlJob(settings, options).run(urls)
+            self.slowest_crawl = max(self.slowest_crawl, time.monotonic() - began)
+        finally:
+            server.close()
+        written = Counter(json.loads(line)["url"] for line in output.read_text(encoding="utf-8").splitlines())
+        if written != Counter(urls):
+            raise AssertionError(f"{sum(written.values())} lines for {len(urls)} URLs")
+        for path in self.work.glob(f"list{self.rounds}.jsonl*"):
+            path.unlink()
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     binary = redis_binary()
     if binary is None:
@@ -118,6 +235,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     logs: list[Any] = []
     samples: dict[int, list[tuple[float, int]]] = {}
     restarts: list[float] = []
+    lists = ListCrawls(work) if args.lists else None
+    list_figures: dict[str, Any] = {}
     try:
         assert farm.stdout is not None
         for line in farm.stdout:
@@ -140,8 +259,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         workers = [cli("crawl", "-o", str(path), "--redis", store, "--config", str(config), "--quiet",
                        "--json", stdout=end, stderr=err)
                    for path, err, end in zip(outputs, errs, ends, strict=True)]
+        if lists is not None:
+            lists.start()
         plan = args.minutes * 60.0
-        pending_restarts = [started + plan / 3, started + 2 * plan / 3]
+        pending_restarts = ([started + 60.0 * minute for minute in args.restart_at] if args.restart_at
+                            else [started + plan / 3, started + 2 * plan / 3])
         limit = started + plan * 3 + 120
         while any(worker.poll() is None for worker in workers) and time.monotonic() < limit:
             now = time.monotonic()
@@ -158,6 +280,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 restarts.append(round(time.monotonic() - started, 1))
             time.sleep(2.0)
         crawl_seconds = time.monotonic() - started
+        if lists is not None:
+            list_figures = lists.stop()
         by_themselves = sum(1 for worker in workers if worker.poll() is not None)
         for worker in workers:  # past the time limit: ask the rest to stop (they hand their URLs back)
             if worker.poll() is None:
@@ -231,6 +355,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "rss_growth_median": round(statistics.median(growth), 3) if growth else None,
         "rss_growth_max": round(max(growth), 3) if growth else None,
         "rss_kib_last": [series[-1][1] for series in samples.values() if series],
+        "list_crawls": list_figures,
     }
 
 
@@ -241,6 +366,12 @@ def main() -> int:
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--hosts", type=int, default=None)
     parser.add_argument("--minutes", type=float, default=None)
+    parser.add_argument("--restart-at", type=lambda text: [float(part) for part in text.split(",")],
+                        default=None, metavar="MIN,MIN",
+                        help="minutes after the start at which Redis is restarted (default: 1/3 and 2/3 of "
+                             "--minutes)")
+    parser.add_argument("--no-lists", dest="lists", action="store_false",
+                        help="leave out the hostile URL-list crawls beside the fleet")
     parser.add_argument("--rate", type=float, default=FLEET_RATE,
                         help="pages/s the fleet is assumed to fetch (sets the pages per host)")
     args = parser.parse_args()
@@ -251,7 +382,8 @@ def main() -> int:
     figures = run(args)
     ok = (figures["lost_urls"] == 0 and figures["slots_in_flight_at_end"] == 0
           and not figures["hosts_over_limit"] and figures["violations"] == 0
-          and figures["frontier"]["queued"] == 0 and figures["frontier"]["claimed"] == 0)
+          and figures["frontier"]["queued"] == 0 and figures["frontier"]["claimed"] == 0
+          and not figures["list_crawls"].get("failed_rounds"))
     for key, value in figures.items():
         print(f"  {key:<24} {value}")
     print("soak: " + ("passed" if ok else "FAILED"))

@@ -147,6 +147,58 @@ def _headers(headers: dict[str, str]) -> None:
     if hint is not None and hint.retry_after is not None:
         assert 0.0 <= hint.retry_after <= 300.0
 
+# A password of any characters a URL's user info can hold as typed (not "/" or "\\", which end it;
+# not a line break, which parsers drop) and the form it is given in.
+_PASSWORD = st.text(st.characters(exclude_categories=["Cs"], exclude_characters="/\\\n\r"),
+                    min_size=4, max_size=16)
+_FORMS = ("redis://:{p}@h:1/0", "redis://user:{p}@h", "redis:/:{p}@h/0", "rediss:///:{p}@h",
+          "<Store 'redis://:{p}@h' ns='x'>", "redis://h/0?password={q}", "redis://h/0?db=1&password={q}&x=1",
+          "'redis://h?password={q}'", "store redis://:{p}@h:1: cannot be reached: Error 111")
+
+
+def _password(value: tuple[str, str]) -> None:
+    """No typed form of a password shows it once masked (issue 31: <, >, quotes, one slash)."""
+    password, form = value
+    query = "".join(ch for ch in password if ch not in "&# \t\f\v") .rstrip("'\")>]}")
+    text = form.format(p=password, q=query)
+    secret = query if "{q}" in form else password
+    if len(secret) < 4 or secret.strip() != secret or text.count(secret) != form.count("{"):
+        return
+    shown = redact(text)
+    if secret in shown:
+        raise AssertionError(f"redact({text!r}) shows the password: {shown!r}")
+
+
+_LIST_LINES = ["ftp://127.0.0.1/x", "http://127.0.0.2:9/x", "http://127.0.0.3:9/y", "mailto:a@b",
+               "http://[::1", "http://127.0.0.1:99999/x", "http://0x7f.1/x", "", "# comment", "  ",
+               "not a url",
+               "http://127.0.0.2:9/robots.txt", "https://127.0.0.4:9/z"]
+_LISTS = st.tuples(st.lists(st.tuples(st.sampled_from(_LIST_LINES), st.integers(0, 40)), max_size=40),
+                   st.integers(1, 30))
+
+
+def _url_list(value: tuple[list[tuple[str, int]], int]) -> None:
+    """A crawl of any URL list (unfetchable, dead hosts, numeric hosts) ends with one line per URL."""
+    import asyncio
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from crawlpace.crawl import CrawlJob, CrawlOptions
+
+    lines, memory = value
+    urls = [f"{line}/{n}" if line.startswith(("http", "ftp")) else line for line, n in lines]
+    wanted = {url.strip() for url in urls if url.strip() and not url.strip().startswith("#")}
+    settings = Settings.from_scrapy({"DOWNLOAD_DELAY": 0.0, "RANDOMIZE_DOWNLOAD_DELAY": False,
+                                     "BACKOFF_MIN_DELAY": 0.01, "BACKOFF_MAX_DELAY": 0.02})
+    with tempfile.TemporaryDirectory() as folder:
+        output = Path(folder) / "out.jsonl"
+        job = CrawlJob(settings, CrawlOptions(output=output, trust_env=False, max_in_memory=memory,
+                                              timeout=2.0, deadline=3.0, retries=1))
+        asyncio.run(asyncio.wait_for(job.run(urls), 60))
+        written = [json.loads(line)["url"] for line in output.read_text(encoding="utf-8").splitlines()]
+    assert sorted(written) == sorted(wanted), (sorted(written), sorted(wanted))
+
 
 #: name -> (strategy, check): every parser a user or a server can feed.
 TARGETS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], None]]] = {
@@ -156,4 +208,6 @@ TARGETS: dict[str, tuple[st.SearchStrategy[Any], Callable[[Any], None]]] = {
     "farm files": (_FARM, _farm),
     "urls and store urls": (_URLS, _url),
     "response headers": (_HEADERS, _headers),
+    "password forms": (st.tuples(_PASSWORD, st.sampled_from(_FORMS)), _password),
+    "url lists": (_LISTS, _url_list),
 }

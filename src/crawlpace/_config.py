@@ -159,6 +159,10 @@ class Settings:
             data = tomllib.loads(path.read_text(encoding="utf-8"))
         except OSError as exc:
             raise ConfigError([f"{path}: cannot read the settings file ({exc.strerror})"]) from exc
+        except UnicodeDecodeError as exc:
+            line = exc.object[:exc.start].count(b"\n") + 1
+            raise ConfigError([f"{path}: line {line} is not UTF-8 text (byte {exc.object[exc.start]:#04x}); "
+                               "TOML files are UTF-8: save the file as UTF-8"]) from exc
         except tomllib.TOMLDecodeError as exc:
             raise ConfigError([f"{path}: not valid TOML ({exc}); fix the syntax"]) from exc
         return cls.from_dict(data, source=f"{path}: ")

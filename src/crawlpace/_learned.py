@@ -35,7 +35,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import urlsplit
 
 from ._config import AutoThrottleConfig, ScopeConfig
 from ._stats import ScopeStats
@@ -218,14 +218,30 @@ class LearnedRedis:
     def __init__(self, url: str, *, ttl: int = REDIS_TTL) -> None:
         import redis
 
-        query = parse_qs(urlsplit(url).query)
-        self.namespace = query.get("namespace", ["crawlpace"])[0]
-        plain = url.split("?", 1)[0]
+        from .stores.connection import parse_url
+
+        # crawlpace's own options (namespace, ...) come off; redis-py's (password, username,
+        # ssl_ca_certs, db...) stay with the URL, as for the store.
+        plain, ours = parse_url(url)
+        self._url = url
+        self.namespace = ours.get("namespace", "crawlpace")
         self.ttl = ttl
         self._client: Any = redis.Redis.from_url(plain)
         self._prefix = learned_prefix(self.namespace)
 
     def load(self) -> dict[str, LearnedScope]:
+        import redis
+
+        try:
+            return self._load()
+        except redis.RedisError as exc:  # a message, not a traceback: exit 2 as for the store
+            from ._exceptions import StoreUnreachable
+            from ._redact import redact
+
+            raise StoreUnreachable(f"learned {redact(self._url)}: cannot be read: "
+                                   f"{redact(' '.join(str(exc).split()))}") from exc
+
+    def _load(self) -> dict[str, LearnedScope]:
         out: dict[str, LearnedScope] = {}
         # Escaped: a namespace "job[1]" must not read the records of "job1".
         mine = self._prefix.encode()

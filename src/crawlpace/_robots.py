@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 import math
+import re
 from typing import Literal
 
 from protego import Protego
@@ -88,6 +89,19 @@ def _head(robots_txt: bytes) -> bytes:
     return head[:end + 1] if end >= 0 else head
 
 
+_DELAY_LINE = re.compile(r"^[ \t]*crawl[-_ ]?delay[ \t]*:[ \t]*([^#\r\n]*?)[ \t]*(?:#.*)?$",
+                         re.IGNORECASE | re.MULTILINE)
+
+
+def _usable(text: str) -> bool:
+    """Whether a Crawl-Delay value reads as a finite number of seconds >= 0."""
+    try:
+        value = float(text)
+    except ValueError:
+        return False
+    return math.isfinite(value) and value >= 0.0
+
+
 def crawl_delay(robots_txt: str | bytes, user_agent: str) -> float | None:
     """Return the Crawl-Delay that ``robots_txt`` sets for ``user_agent``, if any.
 
@@ -105,6 +119,12 @@ def crawl_delay(robots_txt: str | bytes, user_agent: str) -> float | None:
         logger.warning("robots.txt could not be parsed (%s); ignoring its Crawl-Delay", exc)
         return None
     if delay is None:
+        # The parser drops a delay it cannot use (inf, 1e309, nan, negative, words) without a word:
+        # say so, as for any hostile input, naming the first such value.
+        unusable = next((value for value in _DELAY_LINE.findall(robots_txt) if not _usable(value)), None)
+        if unusable is not None:
+            logger.warning("robots.txt Crawl-Delay %r is not a usable number of seconds; ignoring it",
+                           unusable[:40])
         return None
     try:
         value = float(delay)

@@ -14,7 +14,7 @@ from .. import __version__
 from .._config import ScopeConfig, Settings
 from .._exceptions import ConfigError, StoreUnreachable
 from .._ineffective import static_notes
-from .._redact import RedactingFormatter, redact
+from .._redact import RedactingFormatter, RedactingStream, redact
 from ..frontier import JournalError
 from ..observe._server import ServeError
 
@@ -103,7 +103,27 @@ def _jsonable(value: object) -> object:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the command line; return the exit status."""
+    """Run the command line; return the exit status.
+
+    Everything a command prints or logs, a traceback included, passes
+    through :func:`~crawlpace._redact.redact`: no password reaches the terminal.
+    """
+    stdout, stderr = sys.stdout, sys.stderr
+    sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)
+    try:
+        return _main(argv)
+    except BaseException as exc:  # an uncaught error: its traceback, masked, before the streams go back
+        if not isinstance(exc, SystemExit | KeyboardInterrupt):
+            import traceback
+
+            traceback.print_exc()
+            return 1
+        raise
+    finally:
+        sys.stdout, sys.stderr = stdout, stderr
+
+
+def _main(argv: Sequence[str] | None) -> int:
     args = _parser().parse_args(argv)
     level = {0: logging.WARNING, 1: logging.INFO}.get(args.verbose, logging.DEBUG)
     handler = logging.StreamHandler()

@@ -73,6 +73,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        "failure: 5xx, timeout, reset connection (default 3)")
     crawl.add_argument("--timeout", type=float, default=10.0, help="seconds to connect and per read "
                        "(default 10)")
+    crawl.add_argument("--deadline", type=float, default=300.0, metavar="SECONDS",
+                       help="seconds one whole request may take, headers and body; past it the request "
+                            "counts as a timeout (backoff, retry). Stops a server that trickles its answer "
+                            "a byte at a time within --timeout (default 300)")
     crawl.add_argument("--scope-by", choices=("host", "domain", "ip"), default=None,
                        help="what one budget covers: each host (default), its registrable domain, or the "
                             "server address it resolves to; with domain or ip a request holds its host's "
@@ -309,7 +313,7 @@ def run(args: argparse.Namespace) -> int:
     options = CrawlOptions(
         output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
         user_agent=DEFAULT_USER_AGENT if args.user_agent is None else args.user_agent,
-        retries=args.retries, timeout=args.timeout,
+        retries=args.retries, timeout=args.timeout, deadline=args.deadline,
         robots=not args.no_robots, store=store_url(args.store, args.namespace), visibility=args.visibility,
         wait_for_urls=args.wait_for_urls)
     shared = args.urls is None
@@ -347,6 +351,12 @@ def run(args: argparse.Namespace) -> int:
     print(render_summary(summary))
     if args.json:
         print(json.dumps({"output": str(options.output), **summary.as_dict()}, sort_keys=True))
+    if job.write_error is not None:
+        why = job.write_error.strerror or job.write_error
+        then = ("the URLs not written went back to the frontier" if shared
+                else f"make room, then run again with --resume to continue from {options.state_path}")
+        print(f"crawlpace crawl: cannot write to {options.output} ({why}); {then}", file=sys.stderr)
+        return EXIT_INCOMPLETE
     if summary.interrupted and shared:
         print("stopped; the URLs not answered here went back to the shared frontier", file=sys.stderr)
         return EXIT_INTERRUPTED

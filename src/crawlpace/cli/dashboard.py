@@ -68,7 +68,7 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
     try:
         store: Store = open_store(url, settings, AsyncioClock(), random.Random())
     except errors as exc:
-        print(f"crawlpace dashboard: cannot open the store {shown_url}: {exc}", file=sys.stderr)
+        print(f"crawlpace dashboard: cannot open the store {shown_url}: {shown(str(exc))}", file=sys.stderr)
         return EXIT_NO_STORE
     try:
         if not store.shared:

@@ -31,7 +31,7 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``crawlpace enqueue``; return the exit status."""
-    from ..frontier._shared import SharedFrontier, frontier_unreachable
+    from ..frontier._shared import EnqueueStopped, SharedFrontier, frontier_unreachable
 
     url = store_url(args.store, args.namespace)
     require_redis(args, "the shared frontier lives in Redis")
@@ -45,6 +45,23 @@ def run(args: argparse.Namespace) -> int:
 
     try:
         report = asyncio.run(fill())
+    except EnqueueStopped as stopped:
+        exc, done = stopped.error, stopped.report
+        reason = redact(" ".join(str(exc).split()) or type(exc).__name__)
+        if frontier_unreachable(exc):
+            what = f"cannot reach {redact(frontier.url)}: {reason}"
+        elif "OOM" in str(exc) or "maxmemory" in str(exc):
+            what = (f"{redact(frontier.url)} is full ({reason}); raise its maxmemory, or free memory, then "
+                    "enqueue the same file again (URLs already queued are skipped)")
+        else:
+            what = f"{redact(frontier.url)} refused the URLs: {reason}"
+        print(f"crawlpace enqueue: {what}. {done.added} URLs were queued before it stopped "
+              f"(of {done.read} read)", file=sys.stderr)
+        if args.json:
+            print(json.dumps({"namespace": frontier.namespace, "read": done.read, "added": done.added,
+                              "duplicates": done.duplicates, "invalid": done.invalid, "error": reason},
+                             sort_keys=True))
+        return 2
     except Exception as exc:
         if not frontier_unreachable(exc):
             raise

@@ -9,6 +9,7 @@ import sys
 from typing import Any
 
 from .._exceptions import ConfigError
+from .._redact import redact
 from ._options import URL_FORMS, add_json_option, add_store_options, require_redis
 
 __all__ = ["add_parser", "run"]
@@ -44,6 +45,11 @@ def run(args: argparse.Namespace) -> int:
     problems = _keys.check_namespace(args.namespace)
     if problems:
         raise ConfigError([f"--{problem}" for problem in problems])
+    from ..stores._check import check_url
+
+    url_problems = check_url(args.store)  # a misspelled option, a one-slash URL...: exit 3, as documented
+    if url_problems:
+        raise ConfigError([f"--store: {problem}" for problem in url_problems])
     url, options = parse_url(args.store)
     cluster = cluster_flag(options.get("cluster"))
     if cluster is None:
@@ -65,7 +71,7 @@ def run(args: argparse.Namespace) -> int:
     except Exception as exc:
         if not unreachable(exc, cluster=cluster):
             raise
-        print(f"crawlpace purge: cannot reach {url.split('@')[-1]}: {exc}", file=sys.stderr)
+        print(f"crawlpace purge: cannot reach {redact(url)}: {redact(exc)}", file=sys.stderr)
         return 2
     verb = "would remove" if args.dry_run else "removed"
     print(f"{verb} {count} keys of namespace {args.namespace!r}")

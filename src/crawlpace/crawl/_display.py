@@ -107,4 +107,7 @@ def render_summary(summary: CrawlSummary) -> str:
     lines.append("")
     lines.append(f"{state}: {summary.answered}/{summary.urls} URLs answered, {summary.unfinished} left, "
                  f"{summary.requests} requests in {summary.seconds:.1f}s")
+    if summary.lost:
+        lines.append(f"LOST: about {summary.lost} URLs vanished from the shared frontier (its Redis came "
+                     "back empty); enqueue them again")
     return "\n".join(lines)

@@ -113,6 +113,8 @@ class CrawlJob(JobOutcomes):
             self._write_results, lambda item: self.source.settled(*item), on_error=self._write_failed)
         self._fetcher: Fetcher | None = None
         self._fetches: set[asyncio.Task[None]] = set()
+        #: The error that stopped the crawl's writes (a full disk), None while the output file takes them.
+        self.write_error: OSError | None = None
         self._refusals = RefusalTracker()
         self.source.bind(self)
 
@@ -142,6 +144,7 @@ class CrawlJob(JobOutcomes):
         started = time.monotonic()
         self._writer = self.source.open(urls)
         try:
+            self.source.refill()  # the first URLs, now that their lines have somewhere to go
             self._fetcher = self._given_fetcher or self._make_fetcher()
             if self.learner is not None:
                 self.learner.start(self.throttler)
@@ -158,7 +161,8 @@ class CrawlJob(JobOutcomes):
         options = self.options
         return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
                               max_connections=max(self.settings.concurrent_requests * 2, 10),
-                              trust_env=options.trust_env, clock=self.throttler.clock.now)
+                              trust_env=options.trust_env, clock=self.throttler.clock.now,
+                              deadline=options.deadline)
 
     async def _shutdown(self) -> None:
         try:
@@ -178,9 +182,12 @@ class CrawlJob(JobOutcomes):
         writer = self._writer
         if writer is not None:
             try:
-                self._results.flush()
+                self._flush()
             finally:
-                writer.close()
+                try:
+                    writer.close()
+                except OSError as exc:  # its last fsync: the lines were written, the disk refused
+                    self._write_failed(exc)
         if self.learner is not None:
             await self.learner.close(self.throttler)
         if self._own_throttler:
@@ -199,9 +206,11 @@ class CrawlJob(JobOutcomes):
                 got = self.scheduler.take_nowait() or await self._next()
                 if got is None:
                     slots.release()
-                    self._results.flush()  # nothing to send now: write (and settle) what waits
+                    self._flush()  # nothing to send now: write (and settle) what waits
                     if self.stopping or self._finished():
                         break
+                    if self._refilled():
+                        continue
                     await self._await_news(stop_wait)
                     continue
                 task, permit = got
@@ -215,6 +224,23 @@ class CrawlJob(JobOutcomes):
 
     def _finished(self) -> bool:
         return self.inflight == 0 and self.scheduler.idle and self.source.exhausted()
+
+    def _refilled(self) -> bool:
+        """Nothing queued and nothing in flight: whether the source had more to queue (it was asked).
+
+        URLs can leave the scheduler without a fetch (their site's robots.txt
+        failed, the breaker gave the site up, the URL is unusable), and only a
+        finished fetch asks the source for more. Without this, a crawl whose
+        whole memory bound was dropped so would find nothing queued, nothing in
+        flight and nothing to wait for, and go round this loop for ever.
+        """
+        if self.inflight or not self.scheduler.idle:
+            return False
+        before = self.summary.outcomes.total(), self.source.exhausted()
+        self.source.refill()
+        # Progress is anything queued, any URL ended, or the source found it has no more (its last
+        # look at a host whose previous batch was exactly full finds nothing): the loop looks again.
+        return not self.scheduler.idle or (self.summary.outcomes.total(), self.source.exhausted()) != before
 
     async def _next(self) -> tuple[Task, Permit] | None:
         """The next admitted task; None when nothing is queued now."""
@@ -238,6 +264,12 @@ class CrawlJob(JobOutcomes):
         news = self.source.wait_for_urls()
         if news is None:
             if not self._fetches:
+                # Nothing can bring work any more, yet the source is not exhausted: a bug, but
+                # going round the loop would spin at full CPU for ever. End, leaving the rest.
+                _log.error("the crawl has nothing queued, nothing in flight and nothing to wait for, "
+                           "yet its source is not exhausted (%r); stopping, the rest is left for --resume",
+                           self.source)
+                self.stop()
                 return
             await asyncio.wait({*self._fetches, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
             return
@@ -328,7 +360,18 @@ class CrawlJob(JobOutcomes):
         assert writer is not None
         writer.write_many(results)
 
+    def _flush(self) -> None:
+        """Write (and settle) the pending lines; a failed write stops the crawl with a message."""
+        try:
+            self._results.flush()
+        except OSError as exc:
+            self._write_failed(exc)
+
     def _write_failed(self, exc: OSError) -> None:
-        _log.error("cannot write to %s (%s); stopping the crawl, its unwritten URLs are left for a resume",
-                   self.options.output, exc)
+        """The output file refused a write (a full disk, say): say so once and stop; a resume carries on."""
+        if self.write_error is None:
+            self.write_error = exc
+            _log.error("cannot write to %s (%s); stopping the crawl: its unwritten URLs are not marked done, "
+                       "so --resume fetches them once there is room", self.options.output,
+                       exc.strerror or exc)
         self.stop()

@@ -95,8 +95,9 @@ class JournalSource:
         journal.flush()
         job.summary.urls = journal.total()
         writer = ResultWriter(options.output, append=options.resume)
+        # The first batch is queued by the job's first refill(), once it holds the writer: URLs
+        # that end without a fetch (an ftp:// URL, say) are written as they are queued.
         self._pending_scopes.extend(scope for scope, count in journal.scopes().items() if count)
-        self.refill()
         return writer
 
     def start_background(self) -> None:

@@ -32,6 +32,9 @@ class CrawlOptions:
             ``retries + 1`` times, and a robots.txt file at most
             ``min(robots_retries, retries) + 1`` times.
         timeout: seconds allowed for connecting, and then for each read.
+        deadline: seconds one whole request may take, headers and body
+            (default 300: a body at the 10 MiB cap still arrives at 35 KiB/s).
+            A request past it counts as a timeout for the backoff.
         max_redirects: redirects followed per URL, each throttled under its
             own host.
         max_bytes: bytes of a body read at most; the rest is discarded.
@@ -59,6 +62,7 @@ class CrawlOptions:
     user_agent: str = DEFAULT_USER_AGENT
     retries: int = 3
     timeout: float = 10.0
+    deadline: float = 300.0
     max_redirects: int = 5
     max_bytes: int = 10 * 1024 * 1024
     robots: bool = True
@@ -76,7 +80,7 @@ class CrawlOptions:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 problems.append(f"{name}: {value!r} is not an integer >= {low}; use a whole number >= {low}")
-        for name, example in (("timeout", 10), ("visibility", 30)):
+        for name, example in (("timeout", 10), ("deadline", 300), ("visibility", 30)):
             value = getattr(self, name)
             if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
                 problems.append(f"{name}: {value!r} is not a positive number of seconds; use e.g. {example}")
@@ -87,6 +91,9 @@ class CrawlOptions:
                             "end at once on an empty frontier")
         if not self.user_agent or any(ch in self.user_agent for ch in "\r\n"):
             problems.append(f"user_agent: {self.user_agent!r} is empty or spans lines; use one line of text")
+        if not Path(self.output).name or Path(self.output).is_dir():
+            problems.append(f"output: {str(self.output)!r} names no file (a folder, or nothing); give the "
+                            "file to write, e.g. -o results.jsonl")
         for name, path in (("output", self.output), ("state", self.state)):
             folder = None if path is None else Path(path).parent
             if folder is not None and not folder.is_dir():

@@ -113,6 +113,8 @@ class SharedSource:
         self._deferred: dict[str, float] = {}  # host -> when (our clock) we last said it waits until
         self._target = 2 * settings.concurrent_requests
         self._wait_until: float | None = None  # until when an empty frontier is waited on (start_background)
+        self._last_id = 0  # the highest URL id the frontier reported: lower later means it lost its data
+        self._outstanding = 0  # URLs queued or claimed elsewhere at the last claim (what a loss costs)
         self._spacing = claim_spacing(settings)
         self._scope_cap = claim_per_scope(settings)
         self.on_wait: Callable[[str, float], None] | None = self._held_back
@@ -290,6 +292,7 @@ class SharedSource:
         return [scope for scope, held in self._per_scope.items() if held >= self._scope_cap]
 
     def _take(self, claim: Claim) -> None:
+        self._check_loss(claim)
         if claim.requeued:
             _log.info("%d claims had expired and went back to the queue", claim.requeued)
         for item in claim.urls:
@@ -306,6 +309,27 @@ class SharedSource:
         self._drained = drained and not waiting
         if claim.urls or self._drained:
             self._claimed.set()
+
+    def _check_loss(self, claim: Claim) -> None:
+        """Say so, loudly, when the frontier's data vanished since the last claim.
+
+        Ids only grow, so a last id below the one seen before means the keys
+        went: the server restarted without persistence (or from an older
+        snapshot), or someone purged the namespace. What was queued or claimed
+        by other workers at the last claim is gone; this worker still answers
+        the URLs it holds. The count goes to the summary, which makes the run
+        incomplete (a non-zero exit).
+        """
+        if claim.last_id < self._last_id:
+            lost = max(self._outstanding, 0)
+            self.summary.lost += lost
+            _log.error("the shared frontier lost its data (the last URL id went from %d to %d: its Redis "
+                       "restarted without persistence, or from an older snapshot, or the namespace was "
+                       "purged): about %d URLs queued or claimed by other workers are gone and will not be "
+                       "crawled; enqueue them again. docs/frontier.md says how to make a frontier durable",
+                       self._last_id, claim.last_id, lost)
+        self._last_id = claim.last_id
+        self._outstanding = claim.queued + claim.claimed - len(self._held) - len(claim.urls)
 
     def _next_claim_in(self, claim: Claim) -> float:
         if len(self._held) >= self._target:
@@ -377,7 +401,10 @@ class SharedSource:
     def _unreachable(self, exc: BaseException) -> None:
         if self._down_since is None:
             self._down_since = self.throttler.clock.now()
-            _log.warning("the shared frontier is unreachable (%s); waiting for it, nothing is lost", exc)
+            _log.warning("the shared frontier is unreachable (%s); waiting for it. Nothing is lost if it "
+                         "comes back with its data; should it come back empty, this worker says how many "
+                         "URLs went",
+                         exc)
 
     def _reachable(self) -> None:
         if self._down_since is not None:

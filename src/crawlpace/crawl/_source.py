@@ -87,7 +87,12 @@ class UrlSource(Protocol):
         """Remember the job this source feeds."""
 
     def open(self, urls: Iterable[str] | None) -> ResultWriter:
-        """Take ``urls`` (``None``: none given), queue the first tasks, and open the output file."""
+        """Take ``urls`` (``None``: none given) and open the output file.
+
+        Nothing may be queued yet: a task can end without a fetch as it is
+        queued (a URL the crawl cannot fetch), and its line needs the writer
+        this returns. The job calls :meth:`refill` next.
+        """
 
     def start_background(self) -> None:
         """Begin any background work the source does while the crawl runs."""
@@ -96,7 +101,12 @@ class UrlSource(Protocol):
         """End that background work (the dispatch loop has ended)."""
 
     def refill(self) -> None:
-        """A fetch ended: queue more URLs if the source holds back some."""
+        """Queue more URLs if the source holds back some.
+
+        Called once the output file is open, after every fetch, and whenever
+        the job finds nothing queued: URLs that leave without a fetch (a
+        site whose robots.txt failed, an unusable URL) free room too.
+        """
 
     def exhausted(self) -> bool:
         """Whether no more URLs will come (the job ends once nothing is queued or in flight)."""

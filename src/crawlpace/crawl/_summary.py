@@ -33,22 +33,23 @@ class CrawlSummary:
     statuses: Counter[int] = field(default_factory=Counter)
     scopes: dict[str, ScopeTally] = field(default_factory=dict)
     resumed_from: int = 0
+    #: URLs the shared frontier lost (its Redis came back empty): queued or claimed elsewhere, gone.
+    lost: int = 0
     #: The hosts whose rows were folded into one, beyond ``TALLY_LIMIT`` (``crawl/_tallies.py``).
     folded: Tallies = field(default_factory=Tallies)
 
     @property
     def complete(self) -> bool:
         """Whether every URL got a final answer."""
-        return not self.interrupted and self.unfinished == 0
+        return not self.interrupted and self.unfinished == 0 and self.lost == 0
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict."""
         return {
             "urls": self.urls, "answered": self.answered, "unfinished": self.unfinished,
             "requests": self.requests, "retries": self.retries, "bytes": self.bytes,
-            "seconds": round(self.seconds, 3),
-            "interrupted": self.interrupted,
-            "complete": self.complete, "resumed_from": self.resumed_from,
+            "seconds": round(self.seconds, 3), "interrupted": self.interrupted,
+            "complete": self.complete, "resumed_from": self.resumed_from, "lost": self.lost,
             "outcomes": dict(sorted(self.outcomes.items())),
             "statuses": {str(code): count for code, count in sorted(self.statuses.items())},
             "scopes": {name: {"done": tally.done, "errors": tally.errors, "requests": tally.requests,

@@ -50,7 +50,8 @@ from ..stores.connection import (
     unreachable,
 )
 
-__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "FrontierCounts", "RobotsCopy", "SharedFrontier",
+__all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "EnqueueStopped", "FrontierCounts", "RobotsCopy",
+           "SharedFrontier",
            "frontier_unreachable"]
 
 _log = logging.getLogger(__name__)
@@ -101,6 +102,10 @@ class Claim:
         claimed: URLs claimed and not yet acknowledged (all workers, these included).
         next_in: seconds until some scope is ready; None when nothing is queued.
         requeued: claims that had expired and went back to their queues just now.
+        last_id: the id of the last URL ever enqueued (ids only grow); 0 when
+            none was, or when the frontier's keys are gone. Lower than a worker
+            saw before, it says the frontier lost its data: a Redis restarted
+            without persistence, or from an older snapshot, or purged.
     """
 
     urls: tuple[ClaimedUrl, ...]
@@ -108,11 +113,26 @@ class Claim:
     claimed: int
     next_in: float | None
     requeued: int
+    last_id: int = 0
 
     @property
     def drained(self) -> bool:
         """Whether nothing is queued and nothing is claimed: the frontier's work is done."""
         return self.queued <= 0 and self.claimed == 0
+
+
+class EnqueueStopped(Exception):
+    """:meth:`SharedFrontier.enqueue` stopped part-way: the server refused a batch, or went away.
+
+    Attributes:
+        report: what was done before (``added`` URLs are in the frontier).
+        error: what stopped it.
+    """
+
+    def __init__(self, report: EnqueueReport, error: BaseException) -> None:
+        super().__init__(f"{report.added} URLs queued, then {type(error).__name__}: {error}")
+        self.report = report
+        self.error = error
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,10 +283,10 @@ class SharedFrontier:
                 continue
             batch += (url, scope)
             if len(batch) >= 2 * _BATCH:
-                added += int(await self._run("enqueue", ["", self._prefix, *batch]))
+                added += await self._enqueue_batch(batch, read, added, invalid)
                 batch = []
         if batch:
-            added += int(await self._run("enqueue", ["", self._prefix, *batch]))
+            added += await self._enqueue_batch(batch, read, added, invalid)
         return EnqueueReport(read=read, added=added, duplicates=read - invalid - added, invalid=invalid)
 
     async def enqueue_entries(self, entries: Iterable[tuple[str, str]]) -> int:
@@ -287,6 +307,17 @@ class SharedFrontier:
         if batch:
             added += int(await self._run("enqueue", ["", self._prefix, *batch]))
         return added
+
+    async def _enqueue_batch(self, batch: list[str], read: int, added: int, invalid: int) -> int:
+        """Send one batch (each batch is one script: all of it goes in, or none); its URLs added."""
+        try:
+            return int(await self._run("enqueue", ["", self._prefix, *batch]))
+        except Exception as exc:
+            # A server at maxmemory refuses the batch (OOM), or the server went away: the batches
+            # before it are in. Say how many, so the caller can tell the user.
+            queued = read - len(batch) // 2
+            raise EnqueueStopped(EnqueueReport(read=queued, added=added, duplicates=queued - invalid - added,
+                                               invalid=invalid), exc) from exc
 
     # -- working ------------------------------------------------------------------
 
@@ -314,10 +345,10 @@ class SharedFrontier:
             raise
         self._lost = []
         urls = tuple(ClaimedUrl(int(reply[i]), reply[i + 1], reply[i + 2], int(reply[i + 3]))
-                     for i in range(4, len(reply), 4))
+                     for i in range(5, len(reply), 4))
         next_in = float(reply[2]) if reply[2] != "" else None
         return Claim(urls=urls, queued=int(reply[0]), claimed=int(reply[1]), next_in=next_in,
-                     requeued=int(reply[3]))
+                     requeued=int(reply[3]), last_id=int(reply[4]))
 
     async def ack(self, ids: Sequence[int], outcome: str) -> tuple[int, int]:
         """Mark URLs finished with ``outcome``; returns (finished now, already finished by another).

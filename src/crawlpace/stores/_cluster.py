@@ -69,7 +69,10 @@ def _nodes(netloc: str) -> tuple[str, list[str]]:
 
 def check_url(url: str, cluster: bool, namespace: str) -> list[str]:
     """What is wrong with ``url`` (already stripped of crawlpace's options) in this mode."""
-    parts = urlsplit(url)
+    try:
+        parts = urlsplit(url)
+    except ValueError as exc:  # 'unix:////[' reads once, and not again once rebuilt (found by the fuzz run)
+        return [f"store {url!r}: cannot be read as a URL ({exc}); write it as redis://host:port/db"]
     _userinfo, hosts = _nodes(parts.netloc)
     if not cluster:
         if len(hosts) > 1:

@@ -24,7 +24,8 @@
 --   seconds, 6 spacing seconds, 7 this claim's token, 8 the tokens of claims
 --   whose replies were lost, space-separated ("" for none), then scopes to skip.
 -- Returns {queued, claimed, next ready in seconds ("" when nothing is queued),
---   requeued, then id, url, scope, tries for each URL handed out}.
+--   requeued, the id of the last URL ever enqueued ("0": none, or the frontier
+--   vanished), then id, url, scope, tries for each URL handed out}.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local p, worker = ARGV[2], ARGV[3]
 local n, vis, spacing = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -115,6 +116,7 @@ local next_in = ""
 local first = redis.call("ZRANGE", ready, 0, 0, "WITHSCORES")
 if #first > 0 then next_in = num(math.max(tonumber(first[2]) - now, 0)) end
 keep(p, ready)
-local head = {tostring(queued), tostring(redis.call("ZCARD", claimed)), next_in, tostring(requeued)}
+local head = {tostring(queued), tostring(redis.call("ZCARD", claimed)), next_in, tostring(requeued),
+              redis.call("GET", p .. "seq") or "0"}
 for _, item in ipairs(out) do head[#head + 1] = item end
 return head
