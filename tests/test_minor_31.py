@@ -14,7 +14,7 @@ from crawlpace import ScopeError, Settings
 from crawlpace._fetchable import fetchable_scope
 from crawlpace._robots import crawl_delay
 from crawlpace.crawl import CrawlJob, CrawlOptions
-from crawlpace.crawl._claims import claim_per_scope, claim_spacing
+from crawlpace.frontier._claims import claim_per_scope, claim_spacing
 
 
 @pytest.mark.parametrize("value", ["inf", "1e309", "nan", "-1", "-inf", "soon"])

@@ -48,7 +48,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..crawl._claims import claim_per_scope, claim_spacing
+from ..frontier._claims import claim_per_scope, claim_spacing
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
 from ..stores._keys import frontier_prefix
 from ..stores.connection import RETRY_FIRST, RETRY_MAX, RedisConnection
