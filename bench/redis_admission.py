@@ -16,7 +16,7 @@ contenders:
 * **crawlpace**: ``RedisStore.acquire(((scope, 1.0),))`` then ``release(lease,
   Outcome(status=200, latency=0.01))``. Nothing ever blocks (no delay, no jitter, 1000
   slots per scope), so what is timed is the store's own work. Such a scope is a busy
-  plain one, so the store keeps a local allotment of it (``stores/_allot.py``, 0.7.0):
+  plain one, so the store keeps a local allotment of it (``stores/redis/_allot.py``, 0.7.0):
   a worker keeps the slots its requests used (each a lease in Redis, counted as held by
   every worker) and admits from them in the process; the first admission of a scope
   goes through the acquire script, and then every 50 ms of use one ``allot`` script

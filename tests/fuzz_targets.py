@@ -18,10 +18,10 @@ from urllib.parse import urlsplit
 from hypothesis import strategies as st
 
 from crawlpace import ConfigError, ScopeError, Settings
-from crawlpace._fetchable import fetchable_scope
-from crawlpace._headers import parse_hints
 from crawlpace._redact import MASK, redact
-from crawlpace._robots import MAX_ROBOTS_BYTES, RobotsRules, crawl_delay
+from crawlpace._responses._headers import parse_hints
+from crawlpace._robotstxt._robots import MAX_ROBOTS_BYTES, RobotsRules, crawl_delay
+from crawlpace._scoping._fetchable import fetchable_scope
 from crawlpace.frontier._robots_cache import RobotsCache
 from crawlpace.sim._spec import parse_farm
 from crawlpace.stores import open_store

@@ -1,4 +1,4 @@
-"""Local allotments of the Redis store (``stores/_allot.py``), on real redis-server and valkey-server.
+"""Local allotments of the Redis store (``stores/redis/_allot.py``), on real redis-server and valkey-server.
 
 A worker keeps the slots its requests used on a busy plain scope and admits
 from them locally; these tests hold it to the rules: never over a limit (two
@@ -20,9 +20,9 @@ import redis.asyncio as aioredis
 from crawlpace import ConfigError, Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome, Store, open_store
-from crawlpace.stores._allot import IDLE_AFTER, REFRESH_EVERY, REFRESH_MOST, TRIM_AFTER
-from crawlpace.stores._keys import prefix, scope_keys
 from crawlpace.stores.redis import RedisStore
+from crawlpace.stores.redis._allot import IDLE_AFTER, REFRESH_EVERY, REFRESH_MOST, TRIM_AFTER
+from crawlpace.stores.redis._keys import prefix, scope_keys
 from crawlpace.testing import MockClock
 
 from .redis_server import RedisServer

@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from crawlpace import Settings
-from crawlpace._blocks import BlockRule, BlockRules, parse_block_rules
 from crawlpace._exceptions import ConfigError
+from crawlpace._responses._blocks import BlockRule, BlockRules, parse_block_rules
 from crawlpace.cli import main
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.sim import CHALLENGE_PAGE, ChallengeSite, Farm

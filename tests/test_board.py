@@ -5,7 +5,7 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from crawlpace._board import GLOBAL_CAP, Board, request_order
+from crawlpace._throttle._board import GLOBAL_CAP, Board, request_order
 
 
 def test_a_key_is_popped_once_its_time_has_come() -> None:

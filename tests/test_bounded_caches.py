@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from crawlpace._bounded import remember
-from crawlpace._robots import RobotsRules
+from crawlpace._robotstxt._robots import RobotsRules
 from crawlpace.frontier import RobotsCache
 
 

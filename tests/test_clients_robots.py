@@ -1,6 +1,6 @@
 """robots.txt in the other clients: httpx.Client, requests and aiohttp take ``robots_txt=True`` too.
 
-One guard (``crawlpace._robots_guard``) serves every client; each test here
+One guard (``crawlpace._robotstxt._robots_guard``) serves every client; each test here
 runs the same site through one client. The blocking clients meet a site
 served from a thread of its own on the real clock; the Crawl-delay is a
 hundredth of a second, so no test waits for it.

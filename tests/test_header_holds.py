@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 import pytest
 
 from crawlpace import Throttler
-from crawlpace._feedback import FeedbackBuilder, retry_after_applies
-from crawlpace._headers import parse_hints
+from crawlpace._responses._feedback import FeedbackBuilder, retry_after_applies
+from crawlpace._responses._headers import parse_hints
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -110,11 +110,11 @@ def test_when_retry_after_applies(status: int, headers: dict[str, str], applies:
 async def test_a_debug_line_says_why_a_scope_is_held(clock: MockClock, make_throttler: ThrottlerFactory,
                                                      caplog: pytest.LogCaptureFixture) -> None:
     throttler = make_throttler(FAST)
-    with caplog.at_level(logging.DEBUG, logger="crawlpace._feedback"):
+    with caplog.at_level(logging.DEBUG, logger="crawlpace._responses._feedback"):
         await answer(throttler, 200, flask_limiter(99, 60, 60))
         await answer(throttler, 429, {"Retry-After": "30"})
         await answer(throttler, 200, flask_limiter(0, 7, 6))
-    lines = [record.getMessage() for record in caplog.records if record.name == "crawlpace._feedback"]
+    lines = [record.getMessage() for record in caplog.records if record.name == "crawlpace._responses._feedback"]
     assert any("not held: Retry-After 60s on a 200" in line and "remaining 99" in line for line in lines)
     assert any("held 30.000s: Retry-After 30s on a 429" in line for line in lines)
     assert any("held 7.000s: X-RateLimit budget spent (remaining 0.0, reset in 7s) on a 200" in line

@@ -12,7 +12,13 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from crawlpace._headers import ServerHint, header_items, parse_hints, parse_reset, parse_retry_after
+from crawlpace._responses._headers import (
+    ServerHint,
+    header_items,
+    parse_hints,
+    parse_reset,
+    parse_retry_after,
+)
 
 NOW = 1_700_000_000.0  # 2023-11-14 22:13:20 UTC
 CAP = 300.0
@@ -154,7 +160,7 @@ def test_retry_after_malformed_is_ignored(value: str) -> None:
 
 
 def test_malformed_header_is_logged_at_debug(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="crawlpace._headers"):
+    with caplog.at_level(logging.DEBUG, logger="crawlpace._responses._headers"):
         assert hints({"Retry-After": "soon"}) is None
     assert [r.levelno for r in caplog.records] == [logging.DEBUG]
     assert "Retry-After" in caplog.records[0].getMessage()

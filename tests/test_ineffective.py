@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from crawlpace import ConfigError, Settings, Throttler
-from crawlpace._effective import effective_limits
-from crawlpace._ineffective import crawl_delay_notes, static_notes
+from crawlpace._settings._effective import effective_limits
+from crawlpace._settings._ineffective import crawl_delay_notes, static_notes
 
 from .conftest import ThrottlerFactory
 
@@ -67,7 +67,7 @@ async def test_keys_that_matched_no_request_are_listed_at_close_with_a_did_you_m
     for url in ("https://www.example.com/", "https://used.example/", "https://a.example.org/"):
         async with throttler.slot(url) as permit:
             permit.feedback(status=200)
-    with caplog.at_level(logging.WARNING, logger="crawlpace._throttler"):
+    with caplog.at_level(logging.WARNING, logger="crawlpace._throttle._throttler"):
         await throttler.aclose()
     lines = [r.getMessage() for r in caplog.records if "had no effect" in r.getMessage()]
     assert lines == ['setting had no effect: THROTTLING_SCOPES["www.exmaple.com"] matched no request; '
@@ -83,7 +83,7 @@ async def test_a_crawl_delay_that_replaced_the_delay_is_named(make_throttler: Th
         "THROTTLING_ROBOTSTXT_OBEY = False"]
     throttler = make_throttler({"DOWNLOAD_DELAY": 0.5, "DOWNLOAD_DELAY_PER_SLOT": 0.5})
     await throttler.set_crawl_delay("slow.example", 5.0)
-    with caplog.at_level(logging.WARNING, logger="crawlpace._throttler"):
+    with caplog.at_level(logging.WARNING, logger="crawlpace._throttle._throttler"):
         await throttler.aclose()
     assert "had no effect on 1 scope(s) (slow.example)" in caplog.text
 
@@ -119,7 +119,7 @@ def test_the_start_block_says_what_each_scope_gets(caplog: pytest.LogCaptureFixt
         "  every other scope: concurrency 1, delay 0.25s, per-slot delay 1s, at most 1 requests/s\n"
         "  api.example: concurrency 8 (CONCURRENT_REQUESTS caps 16), delay 0.25s, per-slot delay 1s, at most "
         "4 requests/s, rampup on (up to 8 slots, 0.01s apart), quota 100 per 60s")
-    with caplog.at_level(logging.INFO, logger="crawlpace._throttler"):
+    with caplog.at_level(logging.INFO, logger="crawlpace._throttle._throttler"):
         Throttler(settings)
     assert "crawlpace limits in force (store memory://" in caplog.text
 

@@ -1,4 +1,4 @@
-"""The last look before the wire (``crawlpace._last_look``), in the httpx transport.
+"""The last look before the wire (``crawlpace._clients._last_look``), in the httpx transport.
 
 A permit is granted before the request's bytes leave; a slow new connection
 can put a long gap between the two. Real sockets on loopback sites, the

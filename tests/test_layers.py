@@ -93,9 +93,9 @@ def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
 
 def test_the_graph_sees_known_edges() -> None:
     graph = _graph()
-    assert "crawlpace._permit" in graph["crawlpace._throttler"]
-    assert "crawlpace._scopes" in graph["crawlpace._feedback"]
-    assert "crawlpace._config_types" in graph["crawlpace._config"]
+    assert "crawlpace._throttle._permit" in graph["crawlpace._throttle._throttler"]
+    assert "crawlpace._scoping._scopes" in graph["crawlpace._responses._feedback"]
+    assert "crawlpace._settings._config_types" in graph["crawlpace._settings._config"]
 
 
 def test_no_import_circles() -> None:
@@ -114,35 +114,35 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("basics", (
         "crawlpace._exceptions", "crawlpace._redact",
         "crawlpace._clock", "crawlpace._bounded",
-        "crawlpace._jitter", "crawlpace._names",
-        "crawlpace._patterns", "crawlpace._user_agent",
+        "crawlpace._jitter", "crawlpace._settings._names",
+        "crawlpace._scoping._patterns", "crawlpace._user_agent",
     )),
     ("pure core", (
-        "crawlpace.policy", "crawlpace._board",
-        "crawlpace._config_types", "crawlpace._config_checks",
+        "crawlpace.policy", "crawlpace._throttle._board",
+        "crawlpace._settings._config_types", "crawlpace._settings._config_checks",
     )),
     ("settings", (
-        "crawlpace._config", "crawlpace._config_parse",
-        "crawlpace._config_scrapy", "crawlpace._blocks",
-        "crawlpace._effective", "crawlpace._ineffective",
+        "crawlpace._settings._config", "crawlpace._settings._config_parse",
+        "crawlpace._settings._config_scrapy", "crawlpace._responses._blocks",
+        "crawlpace._settings._effective", "crawlpace._settings._ineffective",
     )),
     ("stores", (
         "crawlpace.stores",
     )),
     ("edge logic", (
-        "crawlpace._feedback", "crawlpace._headers",
-        "crawlpace._header_values", "crawlpace._ratelimit",
-        "crawlpace._scopes", "crawlpace._manager",
-        "crawlpace._server_scopes", "crawlpace._resolver",
-        "crawlpace._fetchable", "crawlpace._robots",
-        "crawlpace._robots_cache", "crawlpace._stats",
-        "crawlpace._observer",
+        "crawlpace._responses._feedback", "crawlpace._responses._headers",
+        "crawlpace._responses._header_values", "crawlpace._responses._ratelimit",
+        "crawlpace._scoping._scopes", "crawlpace._scoping._manager",
+        "crawlpace._scoping._server_scopes", "crawlpace._scoping._resolver",
+        "crawlpace._scoping._fetchable", "crawlpace._robotstxt._robots",
+        "crawlpace._robotstxt._robots_cache", "crawlpace._throttle._stats",
+        "crawlpace._throttle._observer",
     )),
     ("facade", (
-        "crawlpace._throttler", "crawlpace._throttler_reports",
-        "crawlpace._waiting", "crawlpace._permit",
-        "crawlpace._release", "crawlpace._sync",
-        "crawlpace._learned", "crawlpace._learning",
+        "crawlpace._throttle._throttler", "crawlpace._throttle._throttler_reports",
+        "crawlpace._throttle._waiting", "crawlpace._throttle._permit",
+        "crawlpace._throttle._release", "crawlpace._throttle._sync",
+        "crawlpace._throttle._learned", "crawlpace._throttle._learning",
     )),
     ("schedulers", (
         "crawlpace.frontier",
@@ -175,9 +175,9 @@ def _upward_imports(graph: dict[str, set[str]]) -> list[str]:
 
 def test_the_layer_table_reads_paths() -> None:
     names = [LAYERS[layer_of(module)][0] for module in
-             ("crawlpace.policy.scope", "crawlpace._config", "crawlpace.stores.redis",
-              "crawlpace._scopes", "crawlpace._throttler", "crawlpace.frontier._scheduler",
-              "crawlpace.crawl._job", "crawlpace", "crawlpace._config_types")]
+             ("crawlpace.policy.scope", "crawlpace._settings._config", "crawlpace.stores.redis",
+              "crawlpace._scoping._scopes", "crawlpace._throttle._throttler", "crawlpace.frontier._scheduler",
+              "crawlpace.crawl._job", "crawlpace", "crawlpace._settings._config_types")]
     assert names == ["pure core", "settings", "stores", "edge logic", "facade", "schedulers",
                      "adapters", "adapters", "pure core"]
 
@@ -187,18 +187,18 @@ def test_imports_point_down_the_layers() -> None:
 
 
 def test_an_upward_import_is_caught() -> None:
-    assert _upward_imports({"crawlpace.policy.scope": {"crawlpace._config"}}) == [
-        "crawlpace.policy.scope (pure core) imports crawlpace._config (settings)"]
+    assert _upward_imports({"crawlpace.policy.scope": {"crawlpace._settings._config"}}) == [
+        "crawlpace.policy.scope (pure core) imports crawlpace._settings._config (settings)"]
 
 
 def test_the_frontier_uses_the_stores_public_api() -> None:
     reaches = {target for name, targets in _graph().items() if name.startswith("crawlpace.frontier.")
                for target in targets if target.startswith("crawlpace.stores._")}
     # _keys names the Redis keys every shared part (store, frontier, guard) lives under.
-    assert reaches <= {"crawlpace.stores._keys"}
+    assert reaches <= {"crawlpace.stores.redis._keys"}
 
 
 def test_one_shared_poll() -> None:
     defined = [path.relative_to(ROOT).as_posix() for path in sorted(ROOT.rglob("*.py"))
                if "\nSHARED_POLL = " in path.read_text(encoding="utf-8")]
-    assert defined == ["_board.py"]
+    assert defined == ["_throttle/_board.py"]

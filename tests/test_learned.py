@@ -12,7 +12,7 @@ import redis
 
 from crawlpace import Settings, Throttler
 from crawlpace._exceptions import ConfigError
-from crawlpace._learned import (
+from crawlpace._throttle._learned import (
     FRESH_TRUST,
     HALF_LIFE,
     LearnedFile,

@@ -16,9 +16,9 @@ ROOT = Path(crawlpace.__file__).parent
 #: Logger names other than a module's own, and who depends on them.
 KEPT = {
     "crawlpace.http": "docs/http.md: the library clients log their retries and robots.txt lines on it",
-    "crawlpace._headers": "docs/concepts/server-hints.md; tests/test_headers.py",
+    "crawlpace._responses._headers": "docs/concepts/server-hints.md; tests/test_headers.py",
     "crawlpace.policy.scope": "docs/concepts/autothrottle.md and circuit-breaker.md",
-    "crawlpace._throttler": "tests/test_ineffective.py: the throttler's notes at close",
+    "crawlpace._throttle._throttler": "tests/test_ineffective.py: the throttler's notes at close",
     "crawlpace.guard": "docs/guard.md; tests/test_guard.py",
     "crawlpace.scrapy": "docs/reference/scrapy.md; the add-on's tests",
 }

@@ -19,7 +19,7 @@ import redis
 from crawlpace import Settings
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.crawl._results import Result, ResultWriter
-from crawlpace.stores._keys import frontier_prefix
+from crawlpace.stores.redis._keys import frontier_prefix
 
 from .redis_server import RedisServer, redis_binary
 

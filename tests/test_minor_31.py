@@ -11,8 +11,8 @@ from pathlib import Path
 import pytest
 
 from crawlpace import ScopeError, Settings
-from crawlpace._fetchable import fetchable_scope
-from crawlpace._robots import crawl_delay
+from crawlpace._robotstxt._robots import crawl_delay
+from crawlpace._scoping._fetchable import fetchable_scope
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.frontier._claims import claim_per_scope, claim_spacing
 
@@ -20,13 +20,13 @@ from crawlpace.frontier._claims import claim_per_scope, claim_spacing
 @pytest.mark.parametrize("value", ["inf", "1e309", "nan", "-1", "-inf", "soon"])
 def test_an_unusable_crawl_delay_is_ignored_with_a_warning(value: str,
                                                            caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="crawlpace._robots"):
+    with caplog.at_level(logging.WARNING, logger="crawlpace._robotstxt._robots"):
         assert crawl_delay(f"User-agent: *\nCrawl-delay: {value}\nDisallow: /x\n", "crawlpace") is None
     assert f"Crawl-Delay {value!r} is not a usable number" in caplog.text
 
 
 def test_a_usable_crawl_delay_is_read_without_a_word(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.WARNING, logger="crawlpace._robots"):
+    with caplog.at_level(logging.WARNING, logger="crawlpace._robotstxt._robots"):
         assert crawl_delay("User-agent: *\nCrawl-delay: 2.5\n", "crawlpace") == 2.5
     assert caplog.text == ""
 

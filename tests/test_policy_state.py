@@ -7,7 +7,7 @@ import struct
 
 import pytest
 
-from crawlpace._config import Settings
+from crawlpace._settings._config import Settings
 from crawlpace.policy.autothrottle import AutoThrottle
 from crawlpace.policy.backoff import Backoff
 from crawlpace.policy.breaker import Breaker

@@ -12,14 +12,14 @@ import pytest
 import redis
 
 from crawlpace import ConfigError, Settings
-from crawlpace._learned import LearnedRedis, LearnedScope
+from crawlpace._throttle._learned import LearnedRedis, LearnedScope
 from crawlpace.cli import main
 from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.guard import SharedBrake
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Lease, Outcome
-from crawlpace.stores import _keys as keys
 from crawlpace.stores.redis import RedisStore
+from crawlpace.stores.redis import _keys as keys
 from crawlpace.testing import MockClock
 
 pytestmark = pytest.mark.redis

@@ -7,8 +7,8 @@ import logging
 import pytest
 
 from crawlpace import Permit, Throttler
-from crawlpace._headers import ServerHint, parse_hints
-from crawlpace._ratelimit import Policy, _members, binding, parse_policies, parse_ratelimit
+from crawlpace._responses._headers import ServerHint, parse_hints
+from crawlpace._responses._ratelimit import Policy, _members, binding, parse_policies, parse_ratelimit
 from crawlpace.policy.budget import EVEN_SHARE
 from crawlpace.testing import MockClock
 
@@ -103,7 +103,7 @@ def test_policy_alone_gives_its_quota_pace() -> None:
 ])
 def test_malformed_ratelimit_members_are_dropped_with_a_log_line(
         member: str, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="crawlpace._ratelimit"):
+    with caplog.at_level(logging.DEBUG, logger="crawlpace._responses._ratelimit"):
         got = hints({"RateLimit": f'{member}, "ok";r=4;t=2'})
     assert (got.policy, got.pace) == ("ok", 0.5)
     assert any("ignoring member" in record.getMessage() for record in caplog.records)

@@ -35,8 +35,8 @@ from crawlpace.cli import main
 from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, open_store
-from crawlpace.stores._cluster import SlotAdmission, slot_of
 from crawlpace.stores.redis import RedisLease, RedisStore
+from crawlpace.stores.redis._cluster import SlotAdmission, slot_of
 from crawlpace.testing import MockClock
 
 from .redis_cluster import RedisCluster

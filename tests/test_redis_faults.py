@@ -27,8 +27,8 @@ import pytest
 from crawlpace import Settings
 from crawlpace._clock import AsyncioClock, Clock
 from crawlpace.stores import Blocked, Lease, Outcome, Store, open_store
-from crawlpace.stores._pending import PendingRelease, ReleaseQueue
 from crawlpace.stores.redis import RedisLease, RedisStore
+from crawlpace.stores.redis._pending import PendingRelease, ReleaseQueue
 from crawlpace.testing import MockClock
 
 from .conftest import serve

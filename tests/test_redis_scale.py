@@ -16,8 +16,8 @@ from crawlpace import ConfigError, Settings
 from crawlpace.cli import main
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Lease, Outcome
-from crawlpace.stores import _keys as keys
 from crawlpace.stores.redis import RedisStore
+from crawlpace.stores.redis import _keys as keys
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered

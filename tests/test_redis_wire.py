@@ -17,8 +17,8 @@ import pytest
 from crawlpace import Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Lease, Outcome, open_store
-from crawlpace.stores._batch import pack, pack_each
 from crawlpace.stores.redis import RedisStore
+from crawlpace.stores.redis._batch import pack, pack_each
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered

@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from crawlpace._robots import MAX_ROBOTS_BYTES, RobotsRules, crawl_delay, robots_verdict
+from crawlpace._robotstxt._robots import MAX_ROBOTS_BYTES, RobotsRules, crawl_delay, robots_verdict
 from crawlpace.frontier import RobotsCache
 
 from .test_crawl import crawl

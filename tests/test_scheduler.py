@@ -7,7 +7,7 @@ import asyncio
 import pytest
 
 from crawlpace import ThrottlingManager, host_scope
-from crawlpace._scopes import ScopesSpec
+from crawlpace._scoping._scopes import ScopesSpec
 from crawlpace.frontier._scheduler import Scheduler, Task
 from crawlpace.testing import MockClock
 

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from crawlpace import Settings
-from crawlpace._patterns import resolve_scope
+from crawlpace._scoping._patterns import resolve_scope
 
 from .conftest import ThrottlerFactory
 

@@ -16,7 +16,7 @@ from crawlpace import (
     normalize_scopes,
     scope_cache,
 )
-from crawlpace._scopes import ScopesSpec
+from crawlpace._scoping._scopes import ScopesSpec
 
 
 @pytest.mark.parametrize(("url", "scope"), [

@@ -16,7 +16,7 @@ from scrapy import Request
 from scrapy.settings import Settings as ScrapySettings
 
 from crawlpace import Settings
-from crawlpace._effective import effective_limits
+from crawlpace._settings._effective import effective_limits
 from crawlpace.scrapy._runtime import Runtime
 from crawlpace.scrapy._settings import read_config
 from crawlpace.testing import MockClock

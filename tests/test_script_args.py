@@ -1,6 +1,6 @@
 """One source for each rule the Python side and the Lua scripts share (issue 35 item 2).
 
-The scripts' argument layouts are named in ``stores/_script_args.py``: each
+The scripts' argument layouts are named in ``stores/redis/_script_args.py``: each
 script carries the same names in a comment block, and its code reads the
 per-scope values at the strides and offsets the layout gives. The weights of
 the moving means and the quota's refill come from ``policy/_shared_rules.py``,
@@ -18,8 +18,8 @@ import redis
 
 from crawlpace.policy import quota
 from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, refill
-from crawlpace.stores._lua import CLOCK, load_scripts
-from crawlpace.stores._script_args import ACQUIRE, LAYOUTS, RELEASE, Layout
+from crawlpace.stores.redis._lua import CLOCK, load_scripts
+from crawlpace.stores.redis._script_args import ACQUIRE, LAYOUTS, RELEASE, Layout
 
 from .redis_server import RedisServer
 
@@ -52,7 +52,7 @@ def test_the_code_reads_each_scope_at_the_layouts_stride(layout: Layout) -> None
 
 
 def test_the_callers_split_a_cluster_call_by_the_same_layout() -> None:
-    from crawlpace.stores import _cluster
+    from crawlpace.stores.redis import _cluster
     acquire = (_cluster.ACQUIRE_HEAD, _cluster.ACQUIRE_EACH, _cluster.ACQUIRE_KEYS)
     release = (_cluster.RELEASE_HEAD, _cluster.RELEASE_EACH, _cluster.RELEASE_KEYS)
     assert acquire == (len(ACQUIRE.head), len(ACQUIRE.each), len(ACQUIRE.keys))

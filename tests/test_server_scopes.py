@@ -13,8 +13,8 @@ import pytest
 import crawlpace
 from crawlpace import Throttler
 from crawlpace._exceptions import ConfigError
-from crawlpace._resolver import Resolver, pick_address
-from crawlpace._server_scopes import ServerScopes, manager_path, registrable_domain
+from crawlpace._scoping._resolver import Resolver, pick_address
+from crawlpace._scoping._server_scopes import ServerScopes, manager_path, registrable_domain
 from crawlpace.cli import _parser
 from crawlpace.cli.crawl import build_settings
 from crawlpace.crawl import CrawlJob, CrawlOptions
@@ -88,7 +88,7 @@ async def test_concurrent_callers_share_one_query() -> None:
 async def test_a_failed_lookup_is_logged_and_remembered_briefly(caplog: pytest.LogCaptureFixture) -> None:
     dns, clock = FakeDns({}), Clock()
     resolver = Resolver(lookup=dns, negative_ttl=5.0, clock=clock)
-    with caplog.at_level(logging.WARNING, logger="crawlpace._resolver"):
+    with caplog.at_level(logging.WARNING, logger="crawlpace._scoping._resolver"):
         assert await resolver.address("gone.example") is None
         assert await resolver.address("gone.example") is None
     assert dns.asked == ["gone.example"]

@@ -14,7 +14,7 @@ import httpx
 import pytest
 
 from crawlpace import crawl_delay, parse_hints
-from crawlpace._robots import RobotsRules
+from crawlpace._robotstxt._robots import RobotsRules
 from crawlpace.sim import (
     PROFILES,
     CrawlDelaySite,

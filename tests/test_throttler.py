@@ -373,7 +373,7 @@ async def test_real_clock_spacing_without_sleeping_for_it() -> None:
 async def test_a_failing_store_fails_the_waiters_instead_of_hanging(
         clock: MockClock, caplog: pytest.LogCaptureFixture) -> None:
     from crawlpace import Settings
-    from crawlpace._scopes import Demand
+    from crawlpace._scoping._scopes import Demand
     from crawlpace.stores import Blocked, Lease, MemoryStore
 
     class BrokenStore(MemoryStore):

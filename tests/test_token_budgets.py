@@ -12,8 +12,8 @@ import httpx
 import pytest
 
 from crawlpace import NotReady, Permit, Throttler
-from crawlpace._header_values import parse_duration, parse_timestamp
-from crawlpace._headers import Announced, header_items, parse_budgets, parse_hints
+from crawlpace._responses._header_values import parse_duration, parse_timestamp
+from crawlpace._responses._headers import Announced, header_items, parse_budgets, parse_hints
 from crawlpace.budgets import TokenBudget, anthropic_usage, budget_kind, budget_scope, openai_usage
 from crawlpace.policy.tokens import BURST_SHARE, REFILL_SHARE, learned_bucket
 from crawlpace.sim import SimServer
@@ -42,7 +42,7 @@ def test_durations(text: str, seconds: float) -> None:
 
 @pytest.mark.parametrize("text", ["", "-1s", "1x", "s", "1e999s", "nan", "inf", "1m-2s", "٣s", "1 s"])
 def test_bad_durations_are_ignored_with_a_log_line(text: str, caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="crawlpace._headers"):
+    with caplog.at_level(logging.DEBUG, logger="crawlpace._responses._headers"):
         assert parse_duration(text, "x-ratelimit-reset-tokens", 1e9) is None
     assert "x-ratelimit-reset-tokens" in caplog.text
 
@@ -97,7 +97,7 @@ def test_a_daily_budget_is_told_by_its_refill() -> None:
 
 
 def test_hostile_budget_values_are_dropped_or_clamped(caplog: pytest.LogCaptureFixture) -> None:
-    with caplog.at_level(logging.DEBUG, logger="crawlpace._headers"):
+    with caplog.at_level(logging.DEBUG, logger="crawlpace._responses._headers"):
         found = budgets_of({"x-ratelimit-limit-requests": "0", "x-ratelimit-limit-tokens": "1000",
                             "x-ratelimit-remaining-tokens": "5000", "x-ratelimit-reset-tokens": "soon",
                             "anthropic-ratelimit-input-tokens-limit": "-5",

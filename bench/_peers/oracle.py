@@ -67,7 +67,7 @@ from urllib.parse import urlsplit
 
 import httpx
 
-from crawlpace._robots import RobotsRules
+from crawlpace._robotstxt._robots import RobotsRules
 from crawlpace.sim import (
     ChallengeSite,
     CrawlDelaySite,

@@ -5,9 +5,7 @@ The public names live here; everything else is an implementation detail.
 
 import typing as _typing
 
-from ._blocks import BlockRules
 from ._clock import AsyncioClock, Clock, TimerHandle
-from ._config import AutoThrottleConfig, BackoffConfig, BreakerConfig, ScopeConfig, Settings, parse_jitter
 from ._exceptions import (
     ConfigError,
     CrawlpaceError,
@@ -21,24 +19,39 @@ from ._exceptions import (
     StoreUnreachable,
     ThrottlerClosed,
 )
-from ._feedback import update_scope_backoff
-from ._headers import ServerHint, parse_hints
 from ._jitter import Jitter
-from ._manager import ThrottlingManager, ThrottlingManagerProtocol
-from ._observer import ThrottleObserver
-from ._permit import NotReady, Permit
-from ._resolver import Resolver
-from ._robots import crawl_delay
-from ._scopes import (
+from ._responses._blocks import BlockRules
+from ._responses._feedback import update_scope_backoff
+from ._responses._headers import ServerHint, parse_hints
+from ._robotstxt._robots import crawl_delay
+from ._scoping._manager import ThrottlingManager, ThrottlingManagerProtocol
+from ._scoping._resolver import Resolver
+from ._scoping._scopes import (
     add_scope,
     host_scope,
     normalize_scopes,
     scope_cache,
 )
-from ._server_scopes import DomainScopes, HostAndDomainScopes, HostAndIpScopes, IpScopes, ServerScopes
-from ._stats import ScopeStats
-from ._sync import SyncPermit, SyncThrottler
-from ._throttler import Throttler
+from ._scoping._server_scopes import (
+    DomainScopes,
+    HostAndDomainScopes,
+    HostAndIpScopes,
+    IpScopes,
+    ServerScopes,
+)
+from ._settings._config import (
+    AutoThrottleConfig,
+    BackoffConfig,
+    BreakerConfig,
+    ScopeConfig,
+    Settings,
+    parse_jitter,
+)
+from ._throttle._observer import ThrottleObserver
+from ._throttle._permit import NotReady, Permit
+from ._throttle._stats import ScopeStats
+from ._throttle._sync import SyncPermit, SyncThrottler
+from ._throttle._throttler import Throttler
 from .policy.admission import Limits
 from .policy.rampup import RampupStats
 from .policy.scope import ThrottlingScopeManager, ThrottlingScopeManagerProtocol

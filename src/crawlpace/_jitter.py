@@ -14,7 +14,7 @@ class Jitter:
 
     ``Jitter(-0.5, 0.5)`` spreads a 1 s delay over 0.5 s to 1.5 s; ``Jitter(0, 0)``
     leaves delays untouched. Build one from the seed's setting forms with
-    :func:`crawlpace._config.parse_jitter`.
+    :func:`crawlpace._settings._config.parse_jitter`.
     """
 
     low: float = 0.0

@@ -13,7 +13,7 @@ latency), feeds the response or exception back, and sends again when the
 outcome was a backoff trigger (429, 503, a timeout...) and retries remain. The
 next permit waits for the backoff delay or ``Retry-After`` by itself. These are
 the semantics of :func:`crawlpace.http.throttled_client`, ``robots_txt=True``
-included (the same :class:`~crawlpace._robots_guard.RobotsGuard`; the
+included (the same :class:`~crawlpace._robotstxt._robots_guard.RobotsGuard`; the
 robots.txt GET is sent through the session with no middleware, under a
 permit of its own).
 
@@ -31,12 +31,12 @@ from typing import Any
 import aiohttp
 from aiohttp import payload
 
+from ._clients._retry import check_owner, check_retries
 from ._clients.core import ATTEMPTS, AsyncCore, attempts, own_settings
-from ._config import Settings
-from ._retry import check_owner, check_retries
-from ._robots import MAX_ROBOTS_BYTES
-from ._robots_guard import FetchRobots, RobotsAnswer, RobotsGuard
-from ._throttler import Throttler
+from ._robotstxt._robots import MAX_ROBOTS_BYTES
+from ._robotstxt._robots_guard import FetchRobots, RobotsAnswer, RobotsGuard
+from ._settings._config import Settings
+from ._throttle._throttler import Throttler
 from .stores.base import Store
 
 __all__ = ["ATTEMPTS_ATTRIBUTE", "ThrottleMiddleware", "ThrottledSession", "attempts", "throttled_session"]

@@ -26,13 +26,13 @@ For each attempt the transport:
 
 Between 1 and 2 the request may wait for a connection. Just before its
 headers are written (httpx's ``trace`` extension tells when), the transport
-takes a last look (:mod:`crawlpace._last_look`): if one of its scopes was
+takes a last look (:mod:`crawlpace._clients._last_look`): if one of its scopes was
 told to wait (``Retry-After``) after the permit was granted, the request is
 not written but admitted again once the wait is over; and a robots.txt
 ``Crawl-delay`` is kept between the writes themselves.
 
 With ``robots_txt=True`` it first reads the origin's robots.txt (once per
-origin, see :mod:`crawlpace._robots_guard`): disallowed URLs raise
+origin, see :mod:`crawlpace._robotstxt._robots_guard`): disallowed URLs raise
 :class:`~crawlpace.RobotsDisallowed` and a ``Crawl-delay`` paces the host.
 
 httpx is an optional dependency (``pip install crawlpace[http]``); the rest of
@@ -47,11 +47,8 @@ from typing import Any
 
 import httpx
 
-from ._clients.core import AsyncCore, attempts, own_settings
-from ._config import Settings
-from ._http_robots import async_fetch
-from ._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_sync_client
-from ._httpx_common import (
+from ._clients._http_sync import ThrottledSyncClient, ThrottledSyncTransport, throttled_sync_client
+from ._clients._httpx_common import (
     ATTEMPTS_EXTENSION,
     SCOPES_EXTENSION,
     ThrottlerHolder,
@@ -60,9 +57,12 @@ from ._httpx_common import (
     replayable,
     split_client_kwargs,
 )
-from ._retry import check_owner, check_retries
-from ._robots_guard import RobotsGuard
-from ._throttler import Throttler
+from ._clients._retry import check_owner, check_retries
+from ._clients.core import AsyncCore, attempts, own_settings
+from ._robotstxt._http_robots import async_fetch
+from ._robotstxt._robots_guard import RobotsGuard
+from ._settings._config import Settings
+from ._throttle._throttler import Throttler
 from .stores.base import Store
 
 __all__ = [

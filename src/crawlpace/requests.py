@@ -14,7 +14,7 @@ when the outcome was a backoff trigger (429, 503, a timeout...) and retries
 remain; the next permit waits for the backoff delay or ``Retry-After`` by
 itself. Waiting blocks the thread on a lock: nothing polls. With
 ``robots_txt=True`` each origin's robots.txt is obeyed, by the same
-:class:`~crawlpace._robots_guard.RobotsGuard` as the other clients.
+:class:`~crawlpace._robotstxt._robots_guard.RobotsGuard` as the other clients.
 
 requests is an optional dependency (``pip install crawlpace[requests]``).
 """
@@ -34,12 +34,12 @@ from urllib3.connection import HTTPConnection, HTTPSConnection
 from urllib3.connectionpool import HTTPConnectionPool, HTTPSConnectionPool
 from urllib3.poolmanager import PoolManager
 
+from ._clients._retry import check_owner, check_retries
 from ._clients.core import ATTEMPTS, SyncCore, attempts, last_look_sync, own_settings
-from ._config import Settings
-from ._retry import check_owner, check_retries
-from ._robots import MAX_ROBOTS_BYTES
-from ._robots_guard import FetchRobots, RobotsAnswer
-from ._sync import SyncThrottler
+from ._robotstxt._robots import MAX_ROBOTS_BYTES
+from ._robotstxt._robots_guard import FetchRobots, RobotsAnswer
+from ._settings._config import Settings
+from ._throttle._sync import SyncThrottler
 
 __all__ = ["ATTEMPTS_ATTRIBUTE", "ThrottledAdapter", "ThrottledSession", "attempts", "throttled_session"]
 
@@ -80,7 +80,8 @@ class _LookingTLSPool(HTTPSConnectionPool):
 
 
 def _looking(manager: PoolManager) -> PoolManager:
-    """``manager`` with pools whose connections take the last look (see :mod:`crawlpace._last_look`)."""
+    """``manager`` with pools whose connections take the last look (see
+    :mod:`crawlpace._clients._last_look`)."""
     manager.pool_classes_by_scheme = {"http": _LookingPool, "https": _LookingTLSPool}
     return manager
 

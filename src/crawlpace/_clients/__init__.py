@@ -8,10 +8,10 @@ do around a send is the same and lives here once (:mod:`.core`):
   (:func:`crawlpace.stores.reach`): a closed port or a wrong password raises
   :class:`~crawlpace.StoreUnreachable` within the connect timeout instead of
   leaving the request waiting for a server that will never answer;
-- robots.txt, when asked for (:class:`~crawlpace._robots_guard.RobotsGuard`);
-- the retry loop (:mod:`crawlpace._retry`): a permit, the send, the outcome
+- robots.txt, when asked for (:class:`~crawlpace._robotstxt._robots_guard.RobotsGuard`);
+- the retry loop (:mod:`crawlpace._clients._retry`): a permit, the send, the outcome
   fed back, a backoff outcome sent again;
-- the last look (:mod:`crawlpace._last_look`): just before a request's
+- the last look (:mod:`crawlpace._clients._last_look`): just before a request's
   headers are written, a hold (``Retry-After``) heard after its permit was
   granted stops the write, and the request waits for the throttler again;
 - the soft-block rules (:class:`~crawlpace.BlockRules`) on each answer's

@@ -3,8 +3,8 @@
 :class:`AsyncCore` serves the clients on the caller's event loop (httpx's
 ``AsyncClient``, aiohttp); :class:`SyncCore` the blocking ones (httpx's
 ``Client``, requests), on a :class:`~crawlpace.SyncThrottler` whose loop runs
-in a thread of its own. Both run the same retry loop (:mod:`crawlpace._retry`)
-and the same last look (:mod:`crawlpace._last_look`).
+in a thread of its own. Both run the same retry loop (:mod:`crawlpace._clients._retry`)
+and the same last look (:mod:`crawlpace._clients._last_look`).
 """
 
 from __future__ import annotations
@@ -18,18 +18,18 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import parse_qsl, urlsplit
 
-from .._blocks import BlockRules, parse_block_rules
 from .._clock import Clock
-from .._config import Settings
-from .._last_look import LastLook, look_before_writing, written
-from .._retry import check_retries, send_async, send_sync
-from .._robots_guard import FetchRobots, RobotsGuard
+from .._responses._blocks import BlockRules, parse_block_rules
+from .._robotstxt._robots_guard import FetchRobots, RobotsGuard
+from .._settings._config import Settings
 from ..stores._check import DEFAULT_SOCKET_TIMEOUT, reach
 from ..stores.base import Store
+from ._last_look import LastLook, look_before_writing, written
+from ._retry import check_retries, send_async, send_sync
 
 if TYPE_CHECKING:
-    from .._sync import SyncThrottler
-    from .._throttler import Throttler
+    from .._throttle._sync import SyncThrottler
+    from .._throttle._throttler import Throttler
 
 __all__ = ["ATTEMPTS", "AsyncCore", "SyncCore", "attempts", "connect_timeout", "last_look", "last_look_sync",
            "own_settings", "store_checked"]

@@ -11,10 +11,10 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict
 
 from .. import __version__
-from .._config import ScopeConfig, Settings
 from .._exceptions import ConfigError, StoreUnreachable
-from .._ineffective import static_notes
 from .._redact import RedactingFormatter, RedactingStream, redact
+from .._settings._config import ScopeConfig, Settings
+from .._settings._ineffective import static_notes
 from ..frontier import JournalError
 from ..observe._server import ServeError
 

@@ -15,10 +15,10 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 from urllib.parse import urlsplit
 
-from .._blocks import parse_block_rules
-from .._config import Settings
 from .._exceptions import ConfigError, StoreUnreachable
-from .._server_scopes import manager_path
+from .._responses._blocks import parse_block_rules
+from .._scoping._server_scopes import manager_path
+from .._settings._config import Settings
 from .._user_agent import DEFAULT_USER_AGENT
 from ..stores import REDIS_SCHEMES, reach
 from ._loop import LOOPS, run_on
@@ -339,7 +339,7 @@ def run(args: argparse.Namespace) -> int:
     monitor = _monitor(job, args)
     summary = run_on(args.loop, _watched(job, urls, show=show, monitor=monitor))
     if args.report:
-        from .._effective import store_label
+        from .._settings._effective import store_label
         from ..observe._report import write_report
 
         assert monitor is not None

@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from .._clock import AsyncioClock
-from .._config import Settings
 from .._exceptions import StoreUnreachable
+from .._settings._config import Settings
 from ..observe._server import check_bind
 from ..stores import Store, open_store
 from ._options import add_store_options, store_url

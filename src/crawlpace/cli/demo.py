@@ -93,7 +93,7 @@ def _page_urls(farm: Farm, pages: int | None) -> list[str]:
 
 
 async def _demo(quick: bool, out_dir: Path, show: bool) -> tuple[CrawlSummary, dict[str, dict[str, Any]]]:
-    from .._config import Settings
+    from .._settings._config import Settings
     from ..crawl import CrawlJob, CrawlOptions
     from ..observe import Monitor
     from ..observe._report import join_sites, write_report

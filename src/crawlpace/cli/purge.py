@@ -36,8 +36,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
 
 def run(args: argparse.Namespace) -> int:
     """Run ``crawlpace purge``; return the exit status."""
-    from ..stores import _keys
-    from ..stores.connection import RedisConnection, cluster_flag, parse_url, unreachable
+    from ..stores.redis import _keys
+    from ..stores.redis.connection import RedisConnection, cluster_flag, parse_url, unreachable
 
     require_redis(args, "purge removes a job's keys from Redis")
     if not args.namespace:

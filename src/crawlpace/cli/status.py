@@ -20,9 +20,9 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from .._clock import AsyncioClock
-from .._config import Settings
 from .._exceptions import StoreUnreachable
 from .._redact import redact
+from .._settings._config import Settings
 from ..frontier._shared import FrontierCounts
 from ..stores import ScopeSnapshot, Store, open_store
 from ._options import URL_FORMS, add_json_option, add_store_options, store_url

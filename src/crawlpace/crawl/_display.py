@@ -11,7 +11,7 @@ import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING
 
-from .._stats import ScopeStats
+from .._throttle._stats import ScopeStats
 from ._tallies import ScopeTally
 
 if TYPE_CHECKING:

@@ -45,12 +45,12 @@ import time
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
-from .._blocks import BlockRules
-from .._config import Settings
-from .._learning import Learner
-from .._permit import Permit
-from .._robots import MAX_ROBOTS_BYTES
-from .._throttler import Throttler
+from .._responses._blocks import BlockRules
+from .._robotstxt._robots import MAX_ROBOTS_BYTES
+from .._settings._config import Settings
+from .._throttle._learning import Learner
+from .._throttle._permit import Permit
+from .._throttle._throttler import Throttler
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Scheduler, Task
 from ._answer import Answer
@@ -87,7 +87,8 @@ class CrawlJob(JobOutcomes):
 
     def __init__(self, settings: Settings, options: CrawlOptions, *, throttler: Throttler | None = None,
                  fetcher: Fetcher | None = None, source: UrlSource | None = None) -> None:
-        # Warm start: the scopes' policies begin from what earlier crawls learned (crawlpace._learned).
+        # Warm start: the scopes' policies begin from what earlier crawls learned
+        # (crawlpace._throttle._learned).
         settings, self.learner = Learner.prepare(settings) if throttler is None else (settings, None)
         self.settings = settings
         self.options = options

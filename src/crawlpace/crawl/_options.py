@@ -7,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import ConfigError
-from .._robots import ROBOTS_RETRIES
+from .._robotstxt._robots import ROBOTS_RETRIES
 from .._user_agent import DEFAULT_USER_AGENT
 
 __all__ = ["DEFAULT_USER_AGENT", "CrawlOptions"]

@@ -22,12 +22,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
-from .._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
+from .._robotstxt._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Task, origin_of
 from ..frontier._shared import RobotsCopy
 from ..frontier._task import Unmeasured
-from ..stores.connection import Retry, unreachable
+from ..stores.redis.connection import Retry, unreachable
 from ._answer import Answer
 from ._source import JobParts, RobotsShare
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 import logging
 import time
 
-from .._permit import Permit
-from .._throttler import Throttler
+from .._throttle._permit import Permit
+from .._throttle._throttler import Throttler
 from ..frontier._scheduler import Dropped, Scheduler, Task
 from ._answer import Answer, redirect_target, transient
 from ._options import CrawlOptions

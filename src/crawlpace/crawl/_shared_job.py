@@ -38,13 +38,15 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
-from .._config import Settings
-from .._throttler import Throttler
+from .._settings._config import Settings
+from .._throttle._throttler import Throttler
 from ..frontier._claims import claim_per_scope, claim_spacing
 from ..frontier._scheduler import Scheduler, Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
-from ..stores.connection import RETRY_FIRST as _RETRY_FIRST  # one source for the waits while Redis is away
-from ..stores.connection import RETRY_MAX as _RETRY_MAX
+
+# one source for the waits while Redis is away
+from ..stores.redis.connection import RETRY_FIRST as _RETRY_FIRST
+from ..stores.redis.connection import RETRY_MAX as _RETRY_MAX
 from ._fetch import Fetcher
 from ._job import CrawlJob
 from ._options import CrawlOptions

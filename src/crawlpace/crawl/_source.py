@@ -23,8 +23,8 @@ from collections.abc import Callable, Coroutine, Iterable
 from typing import Any, Protocol
 
 from .._exceptions import ScopeError
-from .._fetchable import fetchable_scope
-from .._throttler import Throttler
+from .._scoping._fetchable import fetchable_scope
+from .._throttle._throttler import Throttler
 from ..frontier._scheduler import Scheduler, Task
 from ..frontier._shared import RobotsCopy
 from ._options import CrawlOptions

@@ -8,7 +8,7 @@ with the URLs of slow sites (see :mod:`crawlpace.crawl._shared_job`).
 
 from __future__ import annotations
 
-from .._config import ScopeConfig, Settings
+from .._settings._config import ScopeConfig, Settings
 
 __all__ = ["claim_per_scope", "claim_spacing"]
 

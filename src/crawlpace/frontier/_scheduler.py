@@ -6,7 +6,7 @@ up holding every worker (the fault seeds 002 and 003 describe). So no worker
 ever waits on a site here. The scheduler keeps one FIFO queue per set of
 throttling scopes (the throttler's own answer for the URL: its host, unless
 ``meta`` or a manager says otherwise), and the readiness board
-(:mod:`crawlpace._board`) decides which queue goes next. :meth:`Scheduler.take`
+(:mod:`crawlpace._throttle._board`) decides which queue goes next. :meth:`Scheduler.take`
 takes the queue that is due, asks the throttler without waiting
 (:meth:`Throttler.try_acquire`) and either returns the task with its permit
 or puts the queue back on the board at the time the throttler names. A queue
@@ -25,13 +25,13 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from .._board import SHARED_POLL, Board
 from .._clock import Clock
 from .._exceptions import ScopeError, ScopeGivenUp
-from .._fetchable import fetchable_scope
-from .._permit import NotReady, Permit
-from .._scopes import host_scope
-from .._throttler import Throttler
+from .._scoping._fetchable import fetchable_scope
+from .._scoping._scopes import host_scope
+from .._throttle._board import SHARED_POLL, Board
+from .._throttle._permit import NotReady, Permit
+from .._throttle._throttler import Throttler
 from ._alarm import Alarm
 from ._robots_cache import RobotsCache
 from ._robots_gate import RobotsGating

@@ -38,10 +38,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .._exceptions import ConfigError, ScopeError
-from .._fetchable import fetchable_scope
 from .._redact import redact
-from ..stores import _keys, check_url
-from ..stores.connection import (
+from .._scoping._fetchable import fetchable_scope
+from ..stores import check_url
+from ..stores.redis import _keys
+from ..stores.redis.connection import (
     RedisConnection,
     cluster_flag,
     have_driver,

@@ -6,7 +6,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 from urllib.parse import urlsplit
 
-from .._release import DONT_ADJUST_KEY
+from .._throttle._release import DONT_ADJUST_KEY
 
 __all__ = ["Dropped", "Kind", "Task", "Unmeasured", "origin_of"]
 

@@ -164,7 +164,7 @@ class GuardCore:
         if on_store_error not in ("local", "open", "closed"):
             raise ValueError(f"on_store_error must be 'local', 'open' or 'closed', got {on_store_error!r}")
         if workers is None:
-            from ..stores._fallback import DEFAULT_WORKERS
+            from ..stores.redis._fallback import DEFAULT_WORKERS
 
             workers = _web_concurrency() or DEFAULT_WORKERS
         if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:

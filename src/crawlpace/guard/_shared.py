@@ -33,10 +33,10 @@ from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from .._redact import redact
-from ..stores import _keys
 from ..stores._check import reach
 from ..stores.base import Store
-from ..stores.connection import RedisConnection, Retry, cluster_flag, load_scripts, parse_url
+from ..stores.redis import _keys
+from ..stores.redis.connection import RedisConnection, Retry, cluster_flag, load_scripts, parse_url
 from ._brake import (
     DEFAULT_STAGES,
     OVERFLOW_KEY,
@@ -106,7 +106,7 @@ class SharedBrake:
         name: the brake's name: brakes with the same URL, namespace and
             name share their counts.
         connection: a connection to share (a shared store's, say: see
-            :class:`~crawlpace.stores.connection.RedisConnection`); its
+            :class:`~crawlpace.stores.redis.connection.RedisConnection`); its
             owner closes it. ``None``: the brake opens one of its own from
             ``url`` and closes it in :meth:`aclose`.
         share: the most of the quota one key may use.

@@ -18,8 +18,8 @@ from .._exceptions import ConfigError
 from .._redact import redact
 from ..stores import REDIS_SCHEMES
 from ..stores._check import CRAWLPACE_OPTIONS, check_url
-from ..stores._cluster import is_on
-from ..stores._keys import check_namespace
+from ..stores.redis._cluster import is_on
+from ..stores.redis._keys import check_namespace
 
 __all__ = ["GUARD_OPTIONS", "check_store", "is_local"]
 

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from .._config import Settings
-from .._effective import effective_limits
+from .._settings._config import Settings
+from .._settings._effective import effective_limits
 from ._recorder import ScopeCounts
 from ._sampler import Point, Sampler, limit_rate
 

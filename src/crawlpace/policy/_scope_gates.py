@@ -11,8 +11,8 @@ from __future__ import annotations
 import logging
 from typing import Protocol
 
-from .._config_types import ScopeConfig
 from .._exceptions import QuotaError
+from .._settings._config_types import ScopeConfig
 from .breaker import FIRST_PAUSE_SHARE, Breaker
 from .quota import QuotaBucket
 from .rampup import Rampup

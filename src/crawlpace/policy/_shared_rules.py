@@ -1,7 +1,7 @@
 """The rules both the Python side and the Redis store's Lua scripts apply, defined once here.
 
 The memory store, the allotments and the policies use these names; the Lua
-scripts get them from :func:`lua_prelude`, which ``stores/_lua.py`` prepends
+scripts get them from :func:`lua_prelude`, which ``stores/redis/_lua.py`` prepends
 to every script that reads the time when the scripts are loaded, so a value
 changed here changes on both sides. ``tests/test_script_args.py`` runs the
 Lua arithmetic on a real server and compares it with the Python functions.
@@ -17,7 +17,7 @@ __all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "lua_prelude", "refill"]
 LATENCY_WEIGHT = 0.2
 #: Weight of the newest spacing between a scope's sends in their mean gap: rampup's
 #: measured send rate, the Redis admission (``acquire.lua``) and a worker's view of
-#: its own sends (``stores/_shared_policy.py``).
+#: its own sends (``stores/redis/_shared_policy.py``).
 GAP_WEIGHT = 0.25
 
 

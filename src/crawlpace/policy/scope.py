@@ -25,7 +25,7 @@ import functools
 import logging
 import math
 
-from .._config_types import AutoThrottleConfig, ScopeConfig
+from .._settings._config_types import AutoThrottleConfig, ScopeConfig
 from ._gradual_slots import GradualSlots, in_force
 from ._gradual_slots import applies as gradual_applies
 from ._load_errors import LoadErrors, is_error

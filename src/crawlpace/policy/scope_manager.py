@@ -10,9 +10,9 @@ from __future__ import annotations
 import logging
 from typing import Any, Protocol, runtime_checkable
 
-from .._config_checks import import_object
-from .._config_types import ScopeConfig
 from .._exceptions import ConfigError
+from .._settings._config_checks import import_object
+from .._settings._config_types import ScopeConfig
 from .admission import Limits
 from .backoff import Backoff
 from .signals import ScopeFeedback

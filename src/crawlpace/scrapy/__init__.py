@@ -14,9 +14,9 @@ examples work with one changed import line. See docs/scrapy.md.
 
 from __future__ import annotations
 
-from .._feedback import update_scope_backoff
-from .._manager import ThrottlingManager, ThrottlingManagerProtocol
-from .._scopes import add_scope, scope_cache
+from .._responses._feedback import update_scope_backoff
+from .._scoping._manager import ThrottlingManager, ThrottlingManagerProtocol
+from .._scoping._scopes import add_scope, scope_cache
 from ..policy.scope import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
 from ..policy.signals import ScopeFeedback
 from ._addon import MIDDLEWARE_PRIORITY, Addon

@@ -16,9 +16,9 @@ from urllib.parse import urlsplit
 
 from .._bounded import remember
 from .._exceptions import ScopeError
-from .._robots import crawl_delay, crawl_delay_scopes, robots_verdict
-from .._scopes import host_scope
-from .._throttler import Throttler
+from .._robotstxt._robots import crawl_delay, crawl_delay_scopes, robots_verdict
+from .._scoping._scopes import host_scope
+from .._throttle._throttler import Throttler
 from ._reporting import StatsLike
 from ._settings import AddonConfig
 from ._tickets import Ticket

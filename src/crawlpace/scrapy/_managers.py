@@ -5,7 +5,7 @@ Seed 001's first examples define managers with a plain, synchronous
 ``get_scopes``. :func:`load_manager` accepts both and wraps the first kind in
 :class:`RequestScopesManager`, whose ``scopes_nowait`` lets the throttler and
 the scheduler have the scopes without an await
-(:func:`crawlpace._manager.scopes_without_await`).
+(:func:`crawlpace._scoping._manager.scopes_without_await`).
 """
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ from collections.abc import Callable
 from typing import Any
 
 from .._exceptions import ConfigError
-from .._manager import ThrottlingManager, ThrottlingManagerProtocol
-from .._scopes import import_object
+from .._scoping._manager import ThrottlingManager, ThrottlingManagerProtocol
+from .._scoping._scopes import import_object
 
 __all__ = ["RequestScopesManager", "load_manager"]
 

@@ -28,8 +28,8 @@ from urllib.parse import urlsplit
 from scrapy.downloadermiddlewares.retry import get_retry_request
 from scrapy.exceptions import IgnoreRequest
 
-from .._blocks import BlockRules
 from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
+from .._responses._blocks import BlockRules
 from ._runtime import Runtime, runtime_of
 from ._tickets import DELAY_DONE_KEY, DONT_THROTTLE_KEY, REFUSAL_KEY, TICKET_KEY, pending_delay
 

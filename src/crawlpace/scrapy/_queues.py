@@ -23,8 +23,8 @@ import itertools
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .._board import SHARED_POLL, Board, request_order
-from .._scopes import Demand
+from .._scoping._scopes import Demand
+from .._throttle._board import SHARED_POLL, Board, request_order
 
 if TYPE_CHECKING:
     from ._runtime import Runtime

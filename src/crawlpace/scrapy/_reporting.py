@@ -15,8 +15,8 @@ from collections.abc import Callable
 from typing import Any, Protocol
 
 from .._bounded import remember
-from .._config import Settings
-from .._throttler import Throttler
+from .._settings._config import Settings
+from .._throttle._throttler import Throttler
 from ..stores import PolicyFactory
 
 __all__ = ["NoStats", "ScopeReport", "StatsLike"]

@@ -15,11 +15,11 @@ from collections.abc import Callable
 from typing import Any
 
 from .._exceptions import PermitError
-from .._manager import scopes_without_await
-from .._permit import Permit
 from .._redact import redact
-from .._scopes import Demand, normalize_scopes
-from .._throttler import Throttler
+from .._scoping._manager import scopes_without_await
+from .._scoping._scopes import Demand, normalize_scopes
+from .._throttle._permit import Permit
+from .._throttle._throttler import Throttler
 from ._crawl_delays import CrawlDelays
 from ._reporting import NoStats, ScopeReport, StatsLike
 from ._settings import AddonConfig

@@ -8,7 +8,7 @@ request until the throttler admits it: the engine only ever receives a
 request whose scopes said yes, together with its permit.
 
 Requests are grouped in queues by their scope names (:mod:`._queues`). Which
-queue is asked next is the readiness board's call (:mod:`crawlpace._board`), as for the
+queue is asked next is the readiness board's call (:mod:`crawlpace._throttle._board`), as for the
 crawl and the throttler's own waiters: a queue is *eligible* (due now: worth
 asking the throttler about), *timed* (due at a known time), *blocked*
 (parked until a permit of a full scope is released) or *asking* (off the
@@ -31,7 +31,7 @@ from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from .._exceptions import QuotaError, ScopeError, ScopeGivenUp, ThrottlerClosed
-from .._permit import NotReady, Permit
+from .._throttle._permit import NotReady, Permit
 from ._queues import ASKING, IDLE, LOCAL_POLL, Entry, Queue, ScopeQueues
 from ._runtime import Runtime, runtime_of
 from ._tickets import DELAY_DONE_KEY, DONT_THROTTLE_KEY, REFUSAL_KEY, RequestView, pending_delay

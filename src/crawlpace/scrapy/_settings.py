@@ -29,13 +29,13 @@ from scrapy.settings import SETTINGS_PRIORITIES, BaseSettings
 from scrapy.settings import default_settings as _scrapy_defaults
 
 from .._clock import AsyncioClock, Clock
-from .._config import Settings
 from .._exceptions import ConfigError
-from .._feedback import FeedbackBuilder
-from .._learning import Learner
-from .._manager import ThrottlingManager, ThrottlingManagerProtocol, load_scope_manager
-from .._names import misspelt_name, unknown_name
-from .._server_scopes import IpScopes
+from .._responses._feedback import FeedbackBuilder
+from .._scoping._manager import ThrottlingManager, ThrottlingManagerProtocol, load_scope_manager
+from .._scoping._server_scopes import IpScopes
+from .._settings._config import Settings
+from .._settings._names import misspelt_name, unknown_name
+from .._throttle._learning import Learner
 from ..stores import REDIS_SCHEMES, open_store
 from ..stores._check import check_url
 from ..stores.base import Store
@@ -207,7 +207,7 @@ def addon_name_problems(settings: BaseSettings) -> list[str]:
 
     The core judges the names it reads (:meth:`Settings.from_scrapy`, with
     the values :func:`scrapy_values` passes it); these are the names only the
-    add-on reads, judged by the same did-you-mean (:mod:`crawlpace._names`).
+    add-on reads, judged by the same did-you-mean (:mod:`crawlpace._settings._names`).
     """
     problems: list[str] = []
     own = CRAWLPACE_NAMES | ADDON_NAMES
@@ -323,7 +323,7 @@ def _scheduler_choice(settings: BaseSettings, problems: list[str]) -> bool:
 
 def _warn_inert(settings: BaseSettings, core: Settings) -> None:
     """Say which Scrapy throttling settings stop mattering under the add-on."""
-    # A delay the per-slot delay makes inert is reported by the throttler (crawlpace._ineffective).
+    # A delay the per-slot delay makes inert is reported by the throttler (crawlpace._settings._ineffective).
     slots = _plain(settings.get("DOWNLOAD_SLOTS") or {})
     if slots:
         moved = {key: {k: v for k, v in (entry or {}).items() if k in ("concurrency", "delay")}

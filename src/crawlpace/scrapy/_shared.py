@@ -50,8 +50,8 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..frontier._claims import claim_per_scope, claim_spacing
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
-from ..stores._keys import frontier_prefix
-from ..stores.connection import RETRY_FIRST, RETRY_MAX, RedisConnection
+from ..stores.redis._keys import frontier_prefix
+from ..stores.redis.connection import RETRY_FIRST, RETRY_MAX, RedisConnection
 from ._compat import requests_in_progress
 from ._runtime import Runtime, runtime_of
 from ._scheduler import ThrottlingScheduler

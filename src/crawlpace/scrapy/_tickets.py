@@ -20,7 +20,7 @@ import enum
 import weakref
 from typing import Any
 
-from .._permit import Permit
+from .._throttle._permit import Permit
 
 __all__ = ["APPLIED_SCOPES_KEY", "DELAY_DONE_KEY", "DELAY_KEY", "DONT_THROTTLE_KEY", "REFUSAL_KEY",
            "TICKET_KEY", "RequestView", "State", "Ticket", "pending_delay"]

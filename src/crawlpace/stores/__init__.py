@@ -6,8 +6,8 @@ import random
 from urllib.parse import urlsplit
 
 from .._clock import Clock
-from .._config import Settings
 from .._exceptions import ConfigError
+from .._settings._config import Settings
 from ._check import check_url, reach
 from ._policies import PolicyFactory
 from .base import Blocked, Lease, Outcome, ScopeSnapshot, Store

@@ -12,8 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from .._config import ScopeConfig, Settings
 from .._exceptions import PolicyFormatError, StateFormatError
+from .._settings._config import ScopeConfig, Settings
 from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
 from ..policy.scope_manager import load_scope_manager
 from ..policy.state import StateValue, decode, encode, export_state, restore_state
@@ -79,7 +79,7 @@ class PolicyFactory:
         config: ScopeConfig = settings.scope_config(name)
         autothrottle = settings.autothrottle
         warm = settings.warm_start
-        if warm is not None:  # a head start from what an earlier crawl learned (crawlpace._learned)
+        if warm is not None:  # a head start from what an earlier crawl learned (crawlpace._throttle._learned)
             autothrottle = warm.autothrottle_for(name, config, autothrottle)
             config = warm.config_for(name, config)
         manager_cls = self.managers.get(config.manager) if config.manager else None

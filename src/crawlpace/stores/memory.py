@@ -18,8 +18,8 @@ import logging
 import random
 
 from .._clock import Clock
-from .._config import ScopeConfig, Settings
 from .._exceptions import ScopeGivenUp
+from .._settings._config import ScopeConfig, Settings
 from ..policy._shared_rules import LATENCY_WEIGHT
 from ..policy.admission import Demand, ScopeState
 from ..policy.scope import ScopePolicy

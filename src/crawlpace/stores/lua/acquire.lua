@@ -27,7 +27,7 @@
 --   which rampup's quick start weighs more than the mean gap does.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
 -- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
--- ARGV layout (stores/_script_args.py):
+-- ARGV layout (stores/redis/_script_args.py):
 --   head: now lease_id lease_seconds idle_seconds scope_count
 --   each scope: concurrency delay delay_per_slot floor jitter_factor quota_use quota_capacity quota_rate
 --   tail: mode

@@ -2,7 +2,7 @@
 --
 -- An allotment is a few of the scope's slots that one worker holds as leases
 -- (members of the lease set, so they count as held for every worker) and
--- admits from locally; see stores/_allot.py and docs/redis.md.
+-- admits from locally; see stores/redis/_allot.py and docs/redis.md.
 -- KEYS: the scope's admission hash and its lease set.
 -- ARGV: 1 now ("" = TIME), 2 lease seconds, 3 idle seconds, 4 the policy
 --   version the allotment was formed under, 5 sends made from it since the
@@ -18,7 +18,7 @@
 --   half full); lost: kept members whose lease had expired.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
 -- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
--- ARGV layout (stores/_script_args.py):
+-- ARGV layout (stores/redis/_script_args.py):
 --   head: now lease_seconds idle_seconds version sends last_send responses errors latency latencies mean_step mean_first given_back_count
 --   tail: given_back_ids... kept_ids...
 local a, l = KEYS[1], KEYS[2]

@@ -1,4 +1,4 @@
--- Prepended to every crawlpace script that reads the time (see stores/_lua.py).
+-- Prepended to every crawlpace script that reads the time (see stores/redis/_lua.py).
 -- `now`: ARGV[1] when the caller gives a time, else the server's TIME.
 -- `num`: times as text with every digit; tostring keeps only 14, which rounds
 -- a time to a tenth of a millisecond and can put a stored time past the next

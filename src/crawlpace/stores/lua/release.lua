@@ -18,13 +18,13 @@
 --   Trailing "" values may be left out (the usual release has no write-back
 --   and no quota: 5 values instead of 18); they read as "". After the scopes,
 --   optionally, the mean gap between sends to store with a write-back (one
---   scope: the send through the start phase's door, see stores/_writeback.py).
+--   scope: the send through the start phase's door, see stores/redis/_writeback.py).
 -- Returns {"", result...} (the first value is a place holder: formatting "now"
 --   cost more than anything read it for): per scope "ok", or the current version when it no
 --   longer matched (the write-back was not done: compute it again).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
 -- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
--- ARGV layout (stores/_script_args.py):
+-- ARGV layout (stores/redis/_script_args.py):
 --   head: now lease_id idle_seconds scope_count
 --   each scope: slot_ready free add_response add_error latency version policy_blob concurrency delay delay_per_slot floor hold_until generation given_up breaker_pause quota_capacity quota_rate quota_charge
 --   tail: mean_gap

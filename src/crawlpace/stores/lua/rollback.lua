@@ -21,7 +21,7 @@
 -- spaced from it, and putting "next" back could let the scope send sooner
 -- than its limits allow. Such a phantom send only shows in "rb", which the
 -- store subtracts from "sends" when it reports them.
--- ARGV layout (stores/_script_args.py):
+-- ARGV layout (stores/redis/_script_args.py):
 --   head: lease_id scope_count
 --   each scope: version sends last_written next_written next_before last_before gap_before was_new
 local id, n = ARGV[1], tonumber(ARGV[2])

@@ -1,0 +1,1 @@
+"""What a response says: feedback, hint headers, RateLimit fields, soft blocks."""

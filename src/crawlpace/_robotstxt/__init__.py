@@ -1,0 +1,1 @@
+"""robots.txt: the rules, their cache, the library clients' guard."""

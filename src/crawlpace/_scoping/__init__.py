@@ -1,0 +1,1 @@
+"""Scopes: which limits a request counts against, managers, patterns, servers."""

@@ -1,0 +1,1 @@
+"""Settings: the Settings object, TOML and Scrapy names, checks, what took effect."""

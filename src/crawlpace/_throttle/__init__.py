@@ -1,0 +1,1 @@
+"""The throttler: its waiting room, board, permits, releases, reports, warm start."""

@@ -1,0 +1,414 @@
+"""The shared store: admission state in Redis or Valkey, for many workers on many machines.
+
+Selected by URL (``redis://``, ``rediss://``, ``unix://``, ``valkey://``; a
+Redis Cluster with ``cluster=1``); crawlpace's options ride in the query
+string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``.
+
+* Admission is two Lua scripts called by SHA: ``acquire`` admits a request to
+  all of its scopes or to none, ``release`` gives its slots back. Both read
+  ``now`` from the server's ``TIME``, so the workers' clocks never have to
+  agree. Calls made while another is in flight share one batch script call
+  (``connection.py``); a release is not awaited but rides with the
+  worker's next call (``_redis_release.py``). What each call sends, and how
+  its reply reads, is in ``_redis_admit.py`` and ``_redis_release.py``.
+* Slots are leases, renewed while their requests run (``connection.py``);
+  a worker killed with SIGKILL stops renewing and its slots come back. On a
+  busy plain scope a worker keeps a few as an allotment and admits from it
+  locally (``_allot.py``).
+* The adaptive policy is computed in Python by the same code as the memory
+  store, kept in a bounded cache (``_shared_policy.py``) and written back
+  under a version (``_writeback.py``) in the compact layout of
+  ``policy/state.py``.
+* What must hold for every worker at once is decided in the scripts: the
+  breaker's half-open probe and the quota's token bucket.
+* Unreachable server: fail closed or the memory fallback (``_outage.py``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import itertools
+import logging
+import math
+import os
+import random
+import uuid
+from typing import Any
+
+from ..._clock import Clock
+from ..._exceptions import ConfigError, ScopeGivenUp, StoreUnreachable
+from ..._redact import redact
+from ..._settings._config import Settings
+from ...policy.admission import Demand
+from .._policies import PolicyFactory
+from ..base import Blocked, Lease, Outcome, ScopeSnapshot
+from . import _cluster, _fallback, _keys
+from ._allot import Allotments
+from ._lua import load_scripts
+from ._outage import Outage
+from ._pending import PendingRelease
+from ._redis_admit import acquire_call, blocked, door_open, granted, learn_versions, pass_doors, sooner
+from ._redis_lease import RedisLease
+from ._redis_options import TimeSource, read_options
+from ._redis_parts import RedisParts
+from ._redis_release import ReleaseSender, release_call
+from ._redis_snapshot import fetch_snapshot
+from ._shared_policy import SharedPolicies
+from ._writeback import WRITE_TRIES, PolicyWriter
+from .connection import LeaseRenewer, RedisConnection, parse_url
+
+__all__ = ["RedisLease", "RedisStore", "TimeSource", "parse_url"]
+
+logger = logging.getLogger(__name__)
+
+# Seconds between two readings of the server's clock in "synced" mode.
+_SYNC_EVERY = 1.0
+
+try:  # the driver is optional: the ``redis`` extra
+    from redis.exceptions import ResponseError
+except ImportError:  # pragma: no cover - exercised only without the extra
+    ResponseError = None  # type: ignore[assignment,misc]
+
+_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot"),
+                        clocked=("acquire", "release", "allot"))
+
+
+class RedisStore:
+    """Admission state in a Redis (or Valkey) server, shared by every worker that uses it.
+
+    Args:
+        url: the server, e.g. ``redis://127.0.0.1:6379/0``; crawlpace's own
+            options may ride in its query string (see the keyword arguments).
+        settings: the limits of every scope (every worker should use the same).
+        clock: this worker's clock; the store converts the server's times to it.
+        rng: the random source for jitter.
+        namespace: keeps one crawl job's keys apart from another's.
+        lease: seconds a slot stays held without renewal; a dead worker's
+            slots come back after at most this long.
+        time: where ``now`` comes from (see :data:`TimeSource`).
+        cluster: talk to a Redis Cluster (the URL's ``cluster=1``): scripts
+            run per hash slot, and a request whose scopes span slots is
+            admitted in two phases (see ``docs/redis.md``).
+        policy_cache: scope policies this worker keeps at most (the URL's
+            ``policy_cache``; least recently used go first).
+
+    The URL's ``fallback=memory`` (and ``fallback_workers``) admits by a
+    cautious local memory store while the server is unreachable (see
+    ``_fallback.py``); without it the store fails closed. Releases that
+    cannot reach the server are sent again when it answers (``_pending.py``).
+
+    Raises:
+        ConfigError: for a bad option or a missing driver.
+    """
+
+    shared = True
+
+    def __init__(self, url: str, settings: Settings, clock: Clock, rng: random.Random | None = None, *,
+                 namespace: str | None = None, lease: float | None = None,
+                 time: TimeSource | None = None, cluster: bool | None = None,
+                 policy_cache: int | None = None) -> None:
+        if ResponseError is None:  # pragma: no cover - exercised only without the extra
+            raise ConfigError([f"store {url!r}: the Redis store needs redis-py; "
+                               "install crawlpace[redis]"])
+        options = read_options(url, namespace=namespace, lease=lease, time=time, cluster=cluster,
+                               policy_cache=policy_cache)
+        # The URL connected to keeps its password; the one shown (``url``) has it masked.
+        self._url, self.namespace, self.lease = options.url, options.namespace, options.lease
+        self.cluster, self.fallback_workers = options.cluster, options.fallback_workers
+        self.time: TimeSource = options.time
+        self._settings = settings
+        self._clock = clock
+        self._rng = rng if rng is not None else random.Random()
+        self._factory = PolicyFactory(settings)
+        self._policies = SharedPolicies(self._factory, options.policy_cache)
+        self._prefix = _keys.prefix(self.namespace)
+        longest = max([settings.robotstxt_max_delay, settings.scope_defaults.backoff.max_delay,
+                       settings.scope_defaults.window,
+                       *(cfg.backoff.max_delay for cfg in settings.scopes.values()),
+                       *(cfg.window for cfg in settings.scopes.values())])
+        # Idle scopes expire, but not before any delay they hold could have run out.
+        self.idle = int(max(3600.0, 10.0 * longest))
+        self._lease_arg, self._idle_arg = repr(self.lease), str(self.idle)  # as the scripts take them
+        self._conn = RedisConnection(self._url, _SCRIPTS, cluster=self.cluster)
+        self._down = self._conn.down
+        self._offset = 0.0  # server time minus this worker's clock
+        self._synced_at = -math.inf
+        self._renewer = LeaseRenewer(self._conn, clock.sleep, lambda: self._server_now() + self.lease,
+                                     self.lease / 3.0, lambda scope: self._keys(scope)[1])
+        self._held = self._renewer.held  # lease id -> scope names, for renewal
+        parts = RedisParts(url=self._url, keys_of=self._keys, policies=lambda: self._policies, run=self._run,
+                           submit=self._conn.submit, down=self._down, fetch_blob=self._fetch_blob,
+                           connect=self._connect, now=clock.now, server_now=self._server_now,
+                           now_arg=self._now_arg, now_text=self._now_text, sleep=clock.sleep,
+                           stop_renewing=self._renewer.drop, idle=self.idle, idle_arg=self._idle_arg,
+                           lease_arg=self._lease_arg)
+        self._writer = PolicyWriter(self._policies, parts)
+        self._ids = itertools.count()
+        self._worker = f"{os.getpid()}-{uuid.uuid4().hex[:8]}"
+        # While the server is unreachable, admissions go to a memory store instead (fallback=memory), if set.
+        self._outage = Outage(self._url, clock, _fallback.open_fallback(
+            settings, self.fallback_workers, clock, self._rng) if options.fallback else None,
+            self.fallback_workers)
+        self._fallback = self._outage.fallback
+        self._slots: _cluster.SlotAdmission | None = None
+        if self.cluster:
+            self._slots = _cluster.SlotAdmission(self._run, self._now_arg, self._clock.now, self._held,
+                                                 self._renewer.start)
+        self._releases = ReleaseSender(parts, self._conn, self._writer, self._outage, self._slots)
+        self._unreleased = self._releases.unreleased
+        # Slots of busy plain scopes kept by this worker between requests (``_allot.py``; ``allot=0``: none).
+        self._allotting = options.allot and not self.cluster
+        self._allot = Allotments(parts)
+
+    @property
+    def url(self) -> str:
+        """The server's URL as crawlpace reads it, with any password masked (``redis://:***@host``).
+
+        The store connects with the real one, which it keeps to itself.
+        """
+        return redact(self._url)
+
+    def __repr__(self) -> str:
+        return (f"<RedisStore {self.url} namespace={self.namespace!r} leases={len(self._held)} "
+                f"policies={len(self._policies)}/{self._policies.limit}>")
+
+    @property
+    def connection(self) -> RedisConnection:
+        """The connection this store talks through; other components may share it (the guard's brake)."""
+        return self._conn
+
+    # -- keys and time ----------------------------------------------------------
+
+    def _keys(self, scope: str) -> tuple[str, str, str, str]:
+        # One hash tag per scope: every key of a scope lives in one cluster slot.
+        return _keys.scope_keys(self._prefix, scope)
+
+    def _server_now(self) -> float:
+        return self._clock.now() + self._offset
+
+    def _local(self, server_time: float) -> float:
+        return server_time - self._offset
+
+    def _now_text(self) -> str:
+        return "" if self.time == "server" else repr(self._server_now())
+
+    async def _now_arg(self) -> str:
+        if self.time == "server":
+            return ""
+        if self.time == "synced" and self._clock.now() - self._synced_at >= _SYNC_EVERY:
+            await self._sync()
+        return repr(self._server_now())
+
+    async def _sync(self) -> None:
+        client = await self._conn.client()
+        before = self._clock.now()
+        seconds, micros = await client.time()
+        after = self._clock.now()
+        self._offset = seconds + micros / 1e6 - (before + after) / 2.0
+        self._synced_at = after
+
+    def _heard(self, server_now: float, sent: float) -> None:
+        """Follow the server's clock from a reply's ``now`` (server mode)."""
+        if self.time == "server":
+            self._offset = server_now - (sent + self._clock.now()) / 2.0
+
+    # -- connection ---------------------------------------------------------------
+
+    async def _connect(self) -> None:
+        if self._conn.connected:
+            return
+        await self._conn.client()
+        if self.time != "local" and self._synced_at == -math.inf:
+            # Snapshots and Crawl-Delays may come before the first script reply sets the offset.
+            await self._sync()
+
+    async def _run(self, name: str, keys: list[str], args: list[Any]) -> Any:
+        await self._connect()
+        try:
+            return await self._conn.call(name, keys, args)
+        except ResponseError as exc:
+            return await self._refused(exc, name, keys, args)
+
+    async def _refused(self, exc: Exception, name: str, keys: list[str], args: list[Any]) -> Any:
+        """A script call failed with ``exc``: once more with the time passed in, if TIME was refused."""
+        if (self.time == "server" and name != "rollback" and "TIME" in str(exc).upper()
+                and "ARGV" not in str(exc)):
+            logger.warning("the Redis server refuses TIME inside scripts (%s); reading its clock "
+                           "once a second instead", exc)
+            self.time = "synced"
+            args = [await self._now_arg(), *args[1:]]
+            return await self._conn.call(name, keys, args)
+        raise exc
+
+    # -- the Store interface ------------------------------------------------------------
+
+    async def acquire(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
+        """Admit ``demands`` in every scope at once, or return why not."""
+        if self._outage.skip():  # still down, most likely: the fallback answers without a try
+            assert self._fallback is not None
+            return self._fallback.acquire_nowait(demands)
+        if self._allot.scopes and len(demands) == 1:  # a free slot of this worker's allotment, if any
+            lease = self._allot.admit(demands[0])
+            if lease is None and self._allot.due(demands[0][0]):
+                await self._allot.refresh(demands[0][0])
+                lease = self._allot.admit(demands[0])
+            if lease is not None:
+                return lease
+        policies = self._policies
+        lease_id = ""
+        try:
+            # (Each step is skipped when there is nothing to do: an await costs even when it does not wait.)
+            if not self._conn.connected:
+                await self._connect()
+            if self._unreleased:
+                await self._unreleased.flush()  # a slot a failed release still holds may be the one needed
+            if self._writer.due(demands):
+                await self._writer.refresh_due(demands)
+            now_arg = "" if self.time == "server" else await self._now_arg()
+            lease_id = f"{self._worker}-{next(self._ids)}"
+            keys, args = acquire_call(policies, self._keys, self._rng, demands, now_arg, lease_id,
+                                      self._lease_arg, self._idle_arg, full=self.cluster)
+            if self._slots is not None and self._slots.spans(keys, 3):
+                reply, sent = await self._slots.acquire([name for name, _ in demands], keys, args)
+            elif self.cluster:
+                sent = self._clock.now()
+                reply = await self._run("acquire", keys, args)
+            else:  # connected above: straight into the next batch (each await layer costs)
+                sent = self._clock.now()
+                try:
+                    reply = await self._conn.submit("acquire", keys, args)
+                except ResponseError as exc:
+                    reply = await self._refused(exc, "acquire", keys, args)
+        except self._down as exc:
+            if lease_id:
+                self._releases.abandon(lease_id, [key for name, _ in demands for key in self._keys(name)],
+                                       len(demands), self._idle_arg, self._clock.now() + self.lease)
+            return self._outage.unreachable(exc, demands)
+        self._outage.reachable()
+        status, server_now = int(reply[0]), float(reply[1])
+        self._heard(server_now, sent)
+        if status == 2:
+            name = demands[int(reply[2]) - 1][0]
+            policy = policies.policy(name)
+            raise ScopeGivenUp(name, policy.breaker.reason if policy.breaker else "")
+        if status == 0:
+            return sooner(blocked(demands, reply, server_now, self._local), policies, self._clock.now())
+        got = granted(reply, len(demands))
+        # The lease is granted from here on: renew it before anything else can fail.
+        self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
+        await learn_versions(policies, demands, got, self._fetch_blob, self._down)
+        if any(door_open(policies, name) for name, _use in demands):
+            got = await pass_doors(self._writer, demands, got, self._down)
+        return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
+                          got.generations, lease_id=lease_id, server_granted_at=server_now,
+                          server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,
+                          spacings=got.spacings)
+
+    async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
+        """Give the slots of ``lease`` back and apply ``outcome`` to the shared policies."""
+        if not isinstance(lease, RedisLease):
+            if self._fallback is not None:  # granted by the fallback while the server was away
+                return self._fallback.release_nowait(lease, outcome)
+            raise TypeError("a RedisStore can only release its own leases")
+        if len(lease.demands) == 1 and self._allotting and self._allot.keep(lease, outcome):
+            return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
+        self._renewer.drop(lease.lease_id)
+        keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self._idle_arg,
+                                                     self._policies, self._factory, self._writer, self._keys,
+                                                     full=self.cluster)
+        item = PendingRelease(lease.lease_id, self._clock.now() + self.lease, (lease, keys, args, pending))
+        if self.time != "server" or not self._releases.send_nowait(item):
+            await self._releases.send(item)
+        return tuple(given_up)
+
+    async def flush(self) -> None:
+        """Wait until every release this worker made has reached the server and been settled.
+
+        A release returns before the server has answered it: it rides with the
+        worker's next call (``_redis_release.py``). What this worker does next
+        sees it anyway; another worker may need this to see it at once (tests).
+        """
+        self._allot.drop_all()  # what this worker holds idle goes back too
+        await self._releases.flush()
+
+    async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
+        """Apply a robots.txt Crawl-Delay to ``scope`` for every worker."""
+        settings = self._settings
+        if not settings.robotstxt_obey:
+            return
+        await self._connect()
+        for _ in range(WRITE_TRIES):
+            policy = self._policies.policy(scope)
+            version = self._policies.entry(scope).version
+            now = self._server_now()
+            policy.set_crawl_delay(delay, max_delay=settings.robotstxt_max_delay,
+                                   explicit=settings.is_explicit(scope), now=now)
+            if await self._writer.write(scope, version, policy, now):
+                return
+        logger.warning("scope %s: Crawl-Delay not stored: other workers kept writing first", scope)
+
+    async def snapshot(self, scope: str) -> ScopeSnapshot | None:
+        """Describe ``scope`` as every worker sees it.
+
+        Raises:
+            StoreUnreachable: the server cannot be reached (the driver's error chained).
+        """
+        try:
+            return await self._snapshot(scope)
+        except self._down as exc:
+            raise self._unreachable(exc) from exc
+
+    async def _snapshot(self, scope: str) -> ScopeSnapshot | None:
+        await self._connect()
+        await self.flush()  # what this worker sent is part of the picture
+        return await fetch_snapshot(await self._conn.client(), scope, self._keys(scope), self._factory,
+                                    self._server_now())
+
+    async def scopes(self) -> list[str]:
+        """List the scopes with state in this namespace.
+
+        Raises:
+            StoreUnreachable: the server cannot be reached (the driver's error chained).
+        """
+        try:
+            await self._connect()
+            return await _keys.list_scopes(await self._conn.client(), self._prefix)
+        except self._down as exc:
+            raise self._unreachable(exc) from exc
+
+    def _unreachable(self, exc: Exception) -> StoreUnreachable:
+        """The documented error for a read the server did not answer (the URL without its password)."""
+        reason = redact(" ".join(str(exc).split()) or type(exc).__name__)
+        return StoreUnreachable(f"store {self.url}: cannot be reached: {reason}; reads fail while "
+                                "it is away (admissions wait for it)")
+
+    async def purge(self) -> int:
+        """Delete every key of this store's namespace (every worker's state); return how many.
+
+        Meant for a job that is over: workers still running lose their leases and what they learned.
+        """
+        try:
+            await self._connect()
+            await self.flush()
+            self._policies = self._writer.policies = SharedPolicies(self._factory, self._policies.limit)
+            return await _keys.purge(await self._conn.client(), self.namespace)
+        except self._down as exc:
+            raise self._unreachable(exc) from exc
+
+    async def aclose(self) -> None:
+        """Send what is queued, stop renewing leases and close the connections."""
+        with contextlib.suppress(Exception):
+            await self.flush()
+        unshared = self._writer.unshared
+        if unshared:
+            logger.info("%d outcomes were not shared with other workers, who kept writing the same scopes "
+                        "first; their slots were freed all the same (see docs/observability.md)", unshared)
+        await self._allot.aclose()
+        await self._releases.aclose()
+        await self._renewer.aclose()
+        await self._conn.aclose()
+
+    async def _fetch_blob(self, name: str) -> bytes | None:
+        client = await self._conn.client()
+        blob: bytes | None = await client.get(self._keys(name)[3])
+        return blob

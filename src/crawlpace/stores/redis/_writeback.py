@@ -1,0 +1,189 @@
+"""Writing what a worker learned back to the shared store, guarded by the policy's version.
+
+A release carries the write-back of each scope whose policy changed in a way
+other workers must see; ``release.lua`` does it only if the stored version is
+still the one the change was computed from. When another worker wrote first,
+:class:`PolicyWriter` reads the newer policy, applies the same outcome to it
+and tries again (a few times: many workers racing on one scope). Backoff
+cannot compound this way: an outcome from an older generation is ignored by
+the policy itself.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from ...policy.admission import Demand
+from ...policy.scope import ScopePolicy
+from ...policy.signals import ScopeFeedback
+from ._redis_lease import RedisLease
+from ._redis_parts import RedisParts
+from ._script_args import RELEASE
+from ._shared_policy import Cached, SharedPolicies
+
+__all__ = ["WRITE_TRIES", "PolicyWriter"]
+
+logger = logging.getLogger(__name__)
+
+#: Write-backs tried before an outcome's lesson is dropped (many workers racing).
+WRITE_TRIES = 8
+
+Run = Callable[[str, list[str], list[Any]], Awaitable[Any]]
+
+
+class PolicyWriter:
+    """Applies outcomes to this worker's copies of the policies, and writes them back.
+
+    Args:
+        policies: the bounded cache of policies.
+        run: calls a script (``name, keys, args``).
+        now_arg: the scripts' ``now`` argument.
+        server_now: the server's time as this worker estimates it.
+        keys: a scope's four keys.
+        fetch: reads a scope's stored policy bytes.
+        idle: seconds a scope's keys live without use.
+    """
+
+    def __init__(self, policies: SharedPolicies, parts: RedisParts) -> None:
+        self.policies = policies
+        self._run = parts.run
+        self._now_arg = parts.now_arg
+        self._server_now = parts.server_now
+        self._keys = parts.keys_of
+        self._fetch = parts.fetch_blob
+        self.idle = parts.idle
+        #: Outcomes not written back because other workers kept updating the scope first.
+        self.unshared = 0
+
+    def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
+              lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
+        """The scope's policy after ``signal``, and the version it was computed from."""
+        policy = self.policies.policy(name)
+        version = self.policies.entry(name).version
+        if policy.rampup is not None and lease.sends:
+            gap, last = self.policies.sends_at(name, now, *lease.sends[index])
+            policy.rampup.sync_sends(gap, last, lease.spacings[index] if lease.spacings else None)
+        # The fleet's requests in flight when this one went (the memory store counts them at
+        # the answer; for a refusal on arrival, the one rampup reads it for, that is the same).
+        inflight = lease.inflight[index] if lease.inflight else None
+        policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
+                          expected_use=use, inflight=inflight)
+        return policy, version
+
+    async def settle(self, lease: RedisLease, reply: Any,
+                     pending: dict[int, tuple[ScopeFeedback | None, int]], args: list[Any]) -> None:
+        """Record the write-backs of a release that landed; redo those another worker beat."""
+        await self.redo(lease, self.record(lease, reply, pending, args), pending)
+
+    def record(self, lease: RedisLease, reply: Any, pending: dict[int, tuple[ScopeFeedback | None, int]],
+               args: list[Any]) -> dict[int, int]:
+        """Record the write-backs of a release that landed; return those another worker beat.
+
+        Returns:
+            Scope index -> the version stored instead (pass to :meth:`redo`).
+        """
+        beaten: dict[int, int] = {}
+        for index, result in enumerate(reply[1:]):
+            if index not in pending:
+                continue
+            if result in (b"ok", "ok"):
+                self.policies.written(lease.demands[index][0], int(args[RELEASE.at(index, "version")]),
+                                      args[RELEASE.at(index, "policy_blob")])
+            else:
+                beaten[index] = int(result)
+        return beaten
+
+    async def redo(self, lease: RedisLease, beaten: dict[int, int],
+                   pending: dict[int, tuple[ScopeFeedback | None, int]]) -> None:
+        """Apply again, to the newer stored policies, the outcomes whose write-backs another worker beat."""
+        for index, result in beaten.items():
+            name, use = lease.demands[index]
+            # Another worker wrote first: apply this outcome to the newer policy.
+            signal, generation = pending[index]
+            for _ in range(WRITE_TRIES):
+                self.policies.know(name, int(result), await self._fetch(name))
+                now = self._server_now()
+                policy, version = self.apply(name, now, signal, generation, lease, index, use)
+                if await self.write(name, version, policy, now):
+                    break
+            else:
+                # Normal contention between busy workers: counted, and summed up once at close.
+                self.unshared += 1
+                logger.debug("scope %s: an outcome was not shared: other workers kept writing first", name)
+
+    async def write(self, name: str, version: int, policy: ScopePolicy, now: float, *,
+                    gap: float | None = None) -> bool:
+        """Write ``policy`` back if the stored version is still ``version``; False if it was not.
+
+        ``gap``, if given, replaces the scope's stored mean gap between sends with it.
+        """
+        blob, values = self.policies.writeback(policy, now)
+        args = [await self._now_arg(), "", self.idle, 1, "0", "", "0", "0", "", str(version), *values,
+                "", "", ""]
+        if gap is not None:
+            args.append(repr(gap))
+        reply = await self._run("release", list(self._keys(name)), args)
+        if reply[1] in (b"ok", "ok"):
+            self.policies.written(name, version, blob)
+            return True
+        self.policies.know(name, int(reply[1]), await self._fetch(name))
+        return False
+
+    async def pass_door(self, name: str, at: float) -> float | None:
+        """Close the start phase's door on the send admitted at ``at`` (server time), for the fleet.
+
+        A robots.txt answer opens the door (``policy/_rampup_start.py``): the
+        next send may go at once, on one slot. One process closes it as that
+        send goes (``on_admit``); a fleet keeps the stored limits of the open
+        door (one slot, the robots.txt round trip as the delay) until the
+        page's answer is written back, a whole round trip later: a slow site
+        then had one request in flight for seconds where one process had two.
+        So the worker that sends through the door writes the closed door back
+        at once, and with it the scope's mean gap between sends as one
+        process counts it: the door's short spacing counts as the rate's gap
+        (``Rampup.on_send``), or the fleet would read the scope's sends as
+        many times its rate, and a worker whose answer came after another's
+        send would read the scope as silent since its own. Should another
+        worker have written first, that write is the newer lesson, and this
+        one is dropped. Returns the gap written (None when nothing was).
+        """
+        cached = self.policies.peek(name)
+        if cached is None or cached.blob is None:
+            return None
+        policy = self.policies.policy(name)
+        rampup = policy.rampup
+        if rampup is None or not rampup.door_open():
+            return None
+        policy.on_admit(at, 0.0)
+        gap = rampup.mean_gap
+        if not await self.write(name, cached.version, policy, at, gap=gap):
+            return None
+        cached = self.policies.entry(name)
+        if cached.seen == at:
+            cached.seen_gap = gap
+        return gap
+
+    def due(self, demands: tuple[Demand, ...]) -> bool:
+        """Whether a scope of ``demands`` may have a time-driven change due (see :meth:`refresh_due`)."""
+        now = self._server_now()
+        policies = self.policies
+        for name, _use in demands:
+            cached = policies.peek(name)
+            if cached is not None and cached.blob is not None and now >= policies.policy(name).wake_at:
+                return True
+        return False
+
+    async def refresh_due(self, demands: tuple[Demand, ...]) -> None:
+        """Write back the limits of policies whose time-driven change is due (a backoff wearing off)."""
+        now = self._server_now()
+        for name, _use in demands:
+            cached: Cached | None = self.policies.peek(name)
+            if cached is None or cached.blob is None:
+                continue
+            policy = self.policies.policy(name)
+            if now < policy.wake_at:
+                continue
+            if policy.refresh(now):
+                await self.write(name, cached.version, policy, now)

@@ -1,0 +1,338 @@
+"""The one place that talks to a Redis (or Valkey) server: connecting, calling scripts, retrying, renewing.
+
+The shared store (``stores/redis/__init__.py``), the shared frontier
+(``frontier/_shared.py``) and the crawl's shared job all reach Redis through
+this module, so that these rules are written once:
+
+* **Connecting.** One server (``redis://``, ``rediss://``, ``unix://``) or a
+  Redis Cluster (``cluster=1``), opened on first use; crawlpace's own options
+  are split off the URL by :func:`parse_url`.
+* **Scripts.** Lua scripts are registered once and called by SHA. Calls made
+  while another is in flight are queued and sent together as one pipeline
+  when it returns (:meth:`RedisConnection.call`), so a process with many
+  requests in flight pays about one round trip per batch, not per call:
+  acquires, and the releases that carry outcomes, ride together. The batch is
+  packed here and written on one pooled connection (cheaper per argument than
+  redis-py's generic pipeline).
+* **Unreachable.** :data:`DOWN` lists the errors that mean "the server
+  cannot be reached"; :class:`Retry` is the growing wait between two
+  attempts while it stays away.
+* **Leases.** :class:`LeaseRenewer` pushes the expiry of held leases forward
+  while their requests run.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import Collection, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+from ..._redact import redact
+from .._check import CRAWLPACE_OPTIONS, with_timeouts
+from . import _cluster
+from ._batch import BATCH as _BATCH
+from ._batch import FAILED as _FAILED
+from ._batch import as_text as _text
+from ._batch import batch_source as _batch_source
+from ._batch import pack as _pack
+from ._leases import LeaseRenewer
+from ._lua import load_scripts
+
+__all__ = ["DOWN", "RETRY_FIRST", "RETRY_MAX", "LeaseRenewer", "RedisConnection", "Retry", "cluster_flag",
+           "have_driver", "load_scripts", "parse_url", "unreachable"]
+
+logger = logging.getLogger(__name__)
+
+#: The first and the longest wait between two attempts while the server cannot be reached.
+RETRY_FIRST, RETRY_MAX = 0.1, 5.0
+#: crawlpace's own options in a store URL (the rest go to redis-py).
+OPTIONS = CRAWLPACE_OPTIONS
+# Calls sent at most in one pipeline.
+_BATCH_MAX = 256
+
+try:  # the driver is optional: the ``redis`` extra
+    import redis.asyncio as aioredis
+    from redis.exceptions import ClusterError, NoScriptError, ResponseError, SlotNotCoveredError
+    from redis.exceptions import ConnectionError as RedisConnectionError
+    from redis.exceptions import TimeoutError as RedisTimeoutError
+
+    #: What "the server cannot be reached" looks like (a node down or slots moving, on a cluster).
+    DOWN: tuple[type[Exception], ...] = (RedisConnectionError, RedisTimeoutError, OSError)
+    _CLUSTER_DOWN: tuple[type[Exception], ...] = (ClusterError, SlotNotCoveredError)
+except ImportError:  # pragma: no cover - exercised only without the extra
+    aioredis = None  # type: ignore[assignment]
+    DOWN = (OSError,)
+    _CLUSTER_DOWN = ()
+
+
+#: Error replies that mean "this server cannot run writes for now" (a replica after a failover, a
+#: failed disk write, too few replicas, another script still running, a cluster re-sharding): they
+#: count as an unreachable server (fail closed, retry later), not as a bug in the call.
+_UNAVAILABLE = ("READONLY", "MISCONF", "NOREPLICAS", "BUSY ", "MASTERDOWN", "TRYAGAIN", "CLUSTERDOWN",
+                "LOADING")
+
+
+def _as_down(exc: Exception) -> Exception:
+    """``exc`` as one of :data:`DOWN` when it is an error reply of :data:`_UNAVAILABLE`, else itself."""
+    if aioredis is not None and isinstance(exc, ResponseError) and str(exc).startswith(_UNAVAILABLE):
+        down = RedisConnectionError(f"the server cannot run scripts now: {exc}")
+        down.__cause__ = exc
+        return down
+    return exc
+
+
+def have_driver() -> bool:
+    """True when redis-py (the ``redis`` extra) is installed."""
+    return aioredis is not None
+
+
+def unreachable(exc: BaseException, *, cluster: bool = False) -> bool:
+    """Whether ``exc`` means the server could not be reached (worth trying again later)."""
+    return isinstance(exc, DOWN + _CLUSTER_DOWN if cluster else DOWN)
+
+
+def cluster_flag(text: str | None) -> bool | None:
+    """The ``cluster`` option as a flag (``None``: not a flag)."""
+    return _cluster.is_on(text)
+
+
+def parse_url(url: str, ours: Collection[str] = OPTIONS) -> tuple[str, dict[str, str]]:
+    """Split crawlpace's options (``ours``) off a store URL; ``valkey://`` becomes ``redis://``.
+
+    Returns:
+        The URL for redis-py, and crawlpace's options.
+    """
+    parts = urlsplit(url)
+    options: dict[str, str] = {}
+    theirs = []
+    for key, value in parse_qsl(parts.query, keep_blank_values=True):
+        if key in ours:
+            options[key] = value
+        else:
+            theirs.append((key, value))
+    scheme = {"valkey": "redis", "valkeys": "rediss"}.get(parts.scheme, parts.scheme)
+    return urlunsplit((scheme, parts.netloc, parts.path, urlencode(theirs), parts.fragment)), options
+
+
+class Retry:
+    """The wait before the next attempt while a server stays away: doubling from ``first`` up to ``most``."""
+
+    def __init__(self, first: float = RETRY_FIRST, most: float = RETRY_MAX) -> None:
+        self.first, self.most = first, most
+        self.wait = first
+
+    def next(self) -> float:
+        """The wait to use now; the one after it is longer."""
+        wait = self.wait
+        self.wait = min(wait * 2.0, self.most)
+        return wait
+
+    def reset(self) -> None:
+        """The server answered: the next outage starts with a short wait again."""
+        self.wait = self.first
+
+
+@dataclass(slots=True)
+class _Call:
+    name: str
+    keys: Sequence[str]
+    args: Sequence[Any]
+    done: asyncio.Future[Any]
+
+
+
+class RedisConnection:
+    """A lazily opened client with registered scripts; script calls made meanwhile go out as one batch.
+
+    Args:
+        url: the server, without crawlpace's options (see :func:`parse_url`).
+        scripts: script name -> Lua source.
+        cluster: a Redis Cluster (calls are then sent one by one: each may
+            go to another node).
+        decode_responses: redis-py's option of the same name.
+
+    Attributes:
+        batches: pipelines sent with more than one call (for tests and benches).
+    """
+
+    def __init__(self, url: str, scripts: Mapping[str, str], *, cluster: bool = False,
+                 decode_responses: bool = False) -> None:
+        self.url = url
+        self.cluster = cluster
+        self.down = DOWN + _CLUSTER_DOWN if cluster else DOWN
+        self._sources = dict(scripts)
+        if scripts and not cluster:  # a batch's calls may name keys of any slot: one server only
+            self._sources[_BATCH] = _batch_source(scripts)
+        self._decode = decode_responses
+        self._client: Any = None
+        self._scripts: dict[str, Any] = {}
+        self._connecting = asyncio.Lock()
+        self._queue: list[_Call] = []
+        self._pump: asyncio.Task[None] | None = None
+        self.batches = 0
+
+    def __repr__(self) -> str:
+        state = "open" if self._client is not None else "closed"
+        return (f"<RedisConnection {redact(self.url)} {state} cluster={self.cluster} "
+                f"queued={len(self._queue)}>")
+
+    def add_scripts(self, scripts: Mapping[str, str]) -> None:
+        """Register more scripts (another component sharing this connection: the guard's brake, say).
+
+        Raises:
+            ValueError: when a name is taken by a different script.
+        """
+        for name, source in scripts.items():
+            if self._sources.get(name, source) != source:
+                raise ValueError(f"a different script named {name!r} is registered on this connection")
+        self._sources.update(scripts)
+        if not self.cluster:  # the batch script knows every script by name: built again
+            self._sources.pop(_BATCH, None)
+            self._sources[_BATCH] = _batch_source(self._sources)
+        client = self._client
+        if client is not None:
+            self._scripts = {name: client.register_script(src) for name, src in self._sources.items()}
+
+    @property
+    def connected(self) -> bool:
+        """True once a client is open."""
+        return self._client is not None
+
+    async def client(self) -> Any:
+        """The redis-py client, opened on first use."""
+        if self._client is None:
+            async with self._connecting:  # opening a cluster client awaits: one opener at a time
+                if self._client is None:
+                    client: Any
+                    if self.cluster:
+                        client = await _cluster.connect(self.url, decode_responses=self._decode)
+                    else:
+                        client = aioredis.from_url(with_timeouts(self.url), decode_responses=self._decode)
+                    self._scripts = {name: client.register_script(src) for name, src in self._sources.items()}
+                    self._client = client
+        return self._client
+
+    async def call_now(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Call a script on its own, now (a cluster routes it by its keys)."""
+        await self.client()
+        try:
+            return await self._scripts[name](keys=list(keys), args=list(args))
+        except ResponseError as exc:
+            raise _as_down(exc) from exc
+
+    async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """Call a script; while another call is in flight, wait to go out with the next batch.
+
+        Raises:
+            Whatever the call raised (one of :data:`DOWN` while the server is away).
+        """
+        if self.cluster:
+            return await self.call_now(name, keys, args)
+        return await self.submit(name, keys, args)
+
+    def submit(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> asyncio.Future[Any]:
+        """Queue a script call without waiting for it: it goes out with the next batch (one server only).
+
+        The batch leaves at the loop's next turn at the latest, so a call
+        queued by a task that goes on to make another call rides with it.
+
+        Returns:
+            The reply's future (it raises what the call raised).
+        """
+        done: asyncio.Future[Any] = asyncio.get_running_loop().create_future()
+        self._enqueue(_Call(name, keys, args, done))
+        return done
+
+    async def drain(self) -> None:
+        """Wait until every queued call has been answered."""
+        while self._pump is not None and not self._pump.done():
+            await asyncio.shield(self._pump)
+
+    def _enqueue(self, item: _Call) -> None:
+        self._queue.append(item)
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._send_all())
+
+    async def _send_all(self) -> None:
+        while self._queue:
+            batch, self._queue = self._queue[:_BATCH_MAX], self._queue[_BATCH_MAX:]
+            # A caller cancelled before its call went out: it is not sent at all.
+            batch = [item for item in batch if not item.done.done()]
+            if not batch:
+                continue
+            try:
+                replies = await self._send(batch)
+            except Exception as exc:  # the whole batch failed (the server is away, say)
+                replies = [exc] * len(batch)
+            for item, reply in zip(batch, replies, strict=True):
+                if item.done.done():  # its caller was cancelled meanwhile
+                    continue
+                if isinstance(reply, BaseException):
+                    item.done.set_exception(reply)
+                else:
+                    item.done.set_result(reply)
+
+    async def _send(self, batch: list[_Call]) -> list[Any]:
+        client = await self.client()
+        if len(batch) > 1:
+            self.batches += 1
+        replies = await self._exchange(client, batch)
+        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+        if missing:  # the server restarted or was flushed: load the scripts, then send those again
+            for script in self._scripts.values():
+                await client.script_load(script.script)
+            again = await self._exchange(client, [batch[i] for i in missing])
+            for i, reply in zip(missing, again, strict=True):
+                replies[i] = reply
+        return replies
+
+    async def _exchange(self, client: Any, batch: list[_Call]) -> list[Any]:
+        """Send ``batch`` as one script call (the batch script, for more than one call) and read the replies.
+
+        The command is packed here (``_pack``) rather than by redis-py, which
+        costs several times as much per argument; the reply is read by
+        redis-py's parser on a pooled connection. A call's own error is its
+        caller's reply; a broken connection fails the whole batch and is not
+        reused.
+        """
+        if len(batch) == 1:
+            item = batch[0]
+            command: Sequence[Any] = ("EVALSHA", self._scripts[item.name].sha, str(len(item.keys)),
+                                      *item.keys, *item.args)
+        else:
+            keys = [key for item in batch for key in item.keys]
+            head: list[Any] = [str(len(batch))]  # all text: packed in one pass
+            for item in batch:
+                head += [item.name, str(len(item.keys)), str(len(item.args))]
+            command = ("EVALSHA", self._scripts[_BATCH].sha, str(len(keys)), *keys, *head,
+                       *[arg for item in batch for arg in item.args])
+        pool = client.connection_pool
+        connection = await pool.get_connection()
+        try:
+            await connection.send_packed_command(_pack((command,)))
+            try:
+                reply = await connection.read_response()
+            except ResponseError as exc:
+                return [_as_down(exc)] * len(batch)  # the batch itself failed (NOSCRIPT, say): every call
+        except BaseException:
+            await connection.disconnect()
+            raise
+        finally:
+            await pool.release(connection)
+        if len(batch) == 1:
+            return [reply]
+        failed = (_FAILED.encode(), _FAILED)
+        return [_as_down(ResponseError(_text(r[1]))) if isinstance(r, list) and len(r) == 2 and r[0] in failed
+                else r for r in reply]
+
+    async def aclose(self) -> None:
+        """Answer what is queued (or fail it), then close the client."""
+        with contextlib.suppress(Exception):
+            await self.drain()
+        client, self._client = self._client, None
+        if client is not None:
+            await client.aclose()
