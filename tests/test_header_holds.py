@@ -114,7 +114,8 @@ async def test_a_debug_line_says_why_a_scope_is_held(clock: MockClock, make_thro
         await answer(throttler, 200, flask_limiter(99, 60, 60))
         await answer(throttler, 429, {"Retry-After": "30"})
         await answer(throttler, 200, flask_limiter(0, 7, 6))
-    lines = [record.getMessage() for record in caplog.records if record.name == "crawlpace._responses._feedback"]
+    lines = [record.getMessage() for record in caplog.records
+             if record.name == "crawlpace._responses._feedback"]
     assert any("not held: Retry-After 60s on a 200" in line and "remaining 99" in line for line in lines)
     assert any("held 30.000s: Retry-After 30s on a 429" in line for line in lines)
     assert any("held 7.000s: X-RateLimit budget spent (remaining 0.0, reset in 7s) on a 200" in line
