@@ -135,12 +135,17 @@ def test_crawl_serves_metrics_while_it_runs(tmp_path: Path) -> None:
     crawl = None
     try:
         assert sim.stdout is not None
+        names = ""
         for line in sim.stdout:
+            if line.startswith("live figures:"):
+                names = line.split()[-1]  # the farm's list of sites: http://127.0.0.1:PORT/sites
             if line.startswith("serving"):
                 break
+        assert names.endswith("/sites"), names
         crawl = subprocess.Popen([sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o",
                                   str(tmp_path / "out.jsonl"), "--delay", "0.2", "--metrics-port", "0",
-                                  "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  "--quiet", "--sites", names],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert crawl.stderr is not None
         first = crawl.stderr.readline()
         assert first.startswith("--metrics-port: http://127.0.0.1:"), first
@@ -153,6 +158,8 @@ def test_crawl_serves_metrics_while_it_runs(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert 'crawlpace_requests_total{outcome="ok",scope="127.0.0.2"}' in body
         assert 'crawlpace_delay_seconds{scope="127.0.0.2"} 0.2' in body
+        # The site's name, for dashboards to join on (the scope alone is an address).
+        assert 'crawlpace_scope_info{scope="127.0.0.2",site="one"} 1.0' in body
         # A scraper that watched the run reads the final figures: the crawl waits for its next
         # scrape (--linger) before it exits, so the last pages are not lost between two scrapes.
         final = body

@@ -19,6 +19,7 @@ from typing import Any
 from .._clock import AsyncioClock
 from .._exceptions import StoreUnreachable
 from .._settings._config import Settings
+from ..observe._names import read_site_names
 from ..observe._server import check_bind
 from ..stores import Store, open_store
 from ._options import add_store_options, store_url
@@ -46,6 +47,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.add_argument("--token", default=None, help="access token (default: $CRAWLPACE_DASHBOARD_TOKEN)")
     cmd.add_argument("--top-scopes", type=int, default=50, metavar="N", help="scopes shown (default 50)")
     cmd.add_argument("--config", help="the workers' crawlpace TOML settings file")
+    cmd.add_argument("--sites", metavar="SOURCE",
+                     help="name the sites on the page and in /metrics (crawlpace_scope_info): a crawlpace "
+                          "sim control address (http://127.0.0.1:PORT/sites) or a JSON file of scope -> name")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,10 +57,12 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_toml(args.config) if args.config else Settings()
     token = args.token if args.token is not None else os.environ.get("CRAWLPACE_DASHBOARD_TOKEN")
     check_bind(args.host, token, "--host")
-    return asyncio.run(_serve(store_url(args.store, args.namespace), settings, args, token or None))
+    names = read_site_names(args.sites, "--sites") if args.sites else {}
+    return asyncio.run(_serve(store_url(args.store, args.namespace), settings, args, token or None, names))
 
 
-async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: str | None) -> int:
+async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: str | None,
+                 names: Mapping[str, str]) -> int:
     from ..observe import Recorder, Sampler, ThrottlerCollector, store_reader
     from ..observe._dashboard import dashboard_routes
     from ..observe._metrics import FleetCollector
@@ -89,7 +95,8 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
         frontier = SharedFrontier(url, worker="crawlpace-dashboard")
         sampler = Sampler(store_reader(store), max_scopes=args.top_scopes)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes, fleet=True))
+        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes, fleet=True,
+                                             site_names=names))
         # The frontier's latest figures: read for each page load and once a second for /metrics,
         # whose scrape must not wait for Redis.
         latest: dict[str, Any] = {}
@@ -110,7 +117,7 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
                 await asyncio.sleep(1.0)
 
         server = HttpServer(dashboard_routes(sampler, mode="fleet", source=shown_url, fleet=fleet,
-                                             registry=registry),
+                                             registry=registry, names=names),
                             host=args.host, port=args.port, token=token, what="--port",
                             public=frozenset({"/dashboard.js", "/dashboard.css"}))
         await server.start()

@@ -16,7 +16,7 @@ from typing import Any
 
 from ._metrics import CrawlFigures, metrics_text
 from ._recorder import ScopeCounts
-from ._sampler import Sampler, limit_rate
+from ._sampler import Sampler, limit_rule
 from ._server import Handler, Request, Response
 
 __all__ = ["ASSETS", "STALE_AFTER", "FleetInfo", "dashboard_routes", "dashboard_state", "scope_state"]
@@ -68,8 +68,14 @@ def _finite(value: Any) -> Any:
 def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = "",
                     workers: Mapping[str, float] | None = None,
                     frontier: Mapping[str, Any] | None = None,
-                    crawl: CrawlFigures | None = None) -> dict[str, Any]:
+                    crawl: CrawlFigures | None = None,
+                    names: Mapping[str, str] | None = None) -> dict[str, Any]:
     """The JSON the page draws: one entry per sampled scope, busiest first, and totals.
+
+    Each scope is shown by its key (``scope``) and, where ``names`` knows it
+    (``--sites``), by its site's name (``site``). ``limit`` is the lowest rule
+    that binds and ``limit_by`` names it (``server's pace``, ``rampup``,
+    ``delay``, ``slots``, ``Crawl-delay``).
 
     ``errors`` counts failed answers (5xx but 503, 4xx but 429, exceptions)
     where this process's counts are known, and exceptions alone in a fleet
@@ -104,11 +110,13 @@ def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = ""
             totals["pushbacks"] += pushbacks
         totals["rate"] += rate
         urls = None
+        limit, limit_by = limit_rule(snap)
         if host is not None:
             urls = {"done": host.done, "outcomes": dict(host.outcomes), "note": host.note}
         scopes.append({
-            "scope": name, "sends": snap.sends, "errors": errors, "pushbacks": pushbacks,
-            "rate": rate, "limit": _finite(limit_rate(snap)), "delay": snap.delay,
+            "scope": name, "site": (names or {}).get(name), "sends": snap.sends, "errors": errors,
+            "pushbacks": pushbacks, "rate": rate, "limit": _finite(limit), "limit_by": limit_by,
+            "pace": snap.pace, "delay": snap.delay,
             "delay_per_slot": snap.delay_per_slot, "concurrency": snap.concurrency,
             "inflight": snap.inflight, "queued": waiting.get(name, getattr(snap, "queued", 0)),
             "backoff": snap.backoff, "hold_in": _finite(snap.hold_in), "crawl_delay": snap.crawl_delay,
@@ -127,7 +135,8 @@ def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = ""
 
 def dashboard_routes(sampler: Sampler, *, mode: str = "process", source: str = "",
                      fleet: FleetInfo | None = None, registry: Any = None,
-                     crawl: CrawlFigures | None = None) -> dict[str, Handler]:
+                     crawl: CrawlFigures | None = None,
+                     names: Mapping[str, str] | None = None) -> dict[str, Handler]:
     """The dashboard's routes: the page, its assets, ``/api/state``, and ``/metrics`` with a registry."""
     files = resources.files(__package__).joinpath("assets")
     routes: dict[str, Handler] = {}
@@ -138,7 +147,7 @@ def dashboard_routes(sampler: Sampler, *, mode: str = "process", source: str = "
     async def state(_request: Request) -> Response:
         workers, frontier = await fleet() if fleet is not None else (None, None)
         data = dashboard_state(sampler, mode=mode, source=source, workers=workers, frontier=frontier,
-                               crawl=crawl)
+                               crawl=crawl, names=names)
         return Response(json.dumps(data).encode(), "application/json")
 
     routes["/api/state"] = state

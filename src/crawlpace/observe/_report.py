@@ -106,7 +106,8 @@ def busy_rate(points: Sequence[Point]) -> float | None:
 
 def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpace run",
                   summary: Mapping[str, Any] | None = None,
-                  sites: Mapping[str, Mapping[str, Any]] | None = None, store: str = "memory://") -> str:
+                  sites: Mapping[str, Mapping[str, Any]] | None = None, store: str = "memory://",
+                  site_names: Mapping[str, str] | None = None) -> str:
     """The report's HTML.
 
     Args:
@@ -116,11 +117,15 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
         summary: the crawl's figures (``CrawlSummary.as_dict()``), shown as a list.
         sites: the sites' own figures keyed by host (:func:`join_sites`), when known.
         store: the store's URL, for the settings block.
+        site_names: scope -> site name, where known (``--sites``); the sites'
+            figures name their sites too.
     """
     recorder = sampler.recorder
     names = list(recorder.names()) if recorder is not None else []
     names += [name for name in sorted(sampler.latest) if name not in names]
     joined = sites or {}
+    named = {**(site_names or {}),
+             **{host: str(site["site"]) for host, site in joined.items() if site.get("site")}}
     names += [host for host in sorted(joined) if host not in names]
     esc = html.escape
     head = ["host", "sends", "ok", "pushbacks", "errors", "given up", "latency", "busy sends/s",
@@ -138,7 +143,10 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
         latency = counts.latency_sum / counts.latency_count if counts.latency_count else None
         o = counts.outcomes
         errors = o["http_4xx"] + o["http_5xx"] + o["exception"]
-        cells = [name, str(sends), str(o["ok"]), str(counts.pushbacks), str(errors), str(counts.given_up),
+        shown = f"{name} ({named[name]})" if name in named and named[name] != name else name
+        # A row joined with the site's figures names it in its "site" column.
+        cells = [name if name in joined else shown, str(sends), str(o["ok"]), str(counts.pushbacks),
+                 str(errors), str(counts.given_up),
                  NONE if latency is None else f"{latency * 1000:.0f} ms", _num(busy_rate(points)),
                  _num(max((p.rate for p in points), default=None)),
                  _num(limit_rate(snap)) if snap is not None else NONE,
@@ -155,7 +163,7 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
                 cells += [_num(site.get("goodput")), _num(site.get("capacity")),
                           NONE if ratio is None else f"{ratio:.0%}"]
         rows.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>")
-        label = f"{name} ({site['site']})" if site else name
+        label = shown
         plots.append(f'<div class="site"><h3>{esc(label)}</h3>{_plot(points)}</div>')
     facts = ""
     if summary:
