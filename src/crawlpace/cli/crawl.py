@@ -369,7 +369,7 @@ def run(args: argparse.Namespace) -> int:
         sites = _site_figures(args.report_sites) if args.report_sites else None
         write_report(Path(args.report), monitor.sampler, settings, summary=summary.as_dict(), sites=sites,
                      title=f"crawlpace crawl {args.urls or '(shared frontier)'}",
-                     store=store_label(options.store), site_names=names)
+                     store=store_label(options.store), site_names=names, hosts=summary.scopes)
         print(f"report: {args.report}")
     print(render_summary(summary))
     if args.json:

@@ -34,17 +34,25 @@ FleetInfo = Callable[[], Awaitable[tuple[Mapping[str, float], Mapping[str, Any] 
 STALE_AFTER = 15.0
 
 
-def scope_state(snap: Any, counts: ScopeCounts | None, host: Any = None) -> str:
+def scope_state(snap: Any, counts: ScopeCounts | None, host: Any = None, queued: int = 0) -> str:
     """One word or two for what is happening to a scope, worst first, as the page shows it.
 
     ``given up`` and ``forbidden by robots.txt`` come from the crawl's own
     record of the host's URLs; the rest from the scope's snapshot: a server's
-    hold, a backoff, a cut by rampup, a breaker that is open.
+    hold, a backoff, a cut by rampup, a breaker that is open. A site is
+    forbidden by its robots.txt when the file could not be fetched (RFC 9309
+    then forbids the whole site), or when it disallowed every URL of the site
+    the crawl asked for (none ended ``ok``, none is left); a few disallowed
+    paths beside pages fetched are the site's rules obeyed, not a state.
     """
     note = str(getattr(host, "note", "") or "")
+    outcomes = getattr(host, "outcomes", None) or {}
     if snap.breaker == "given_up":
         return "given up"
-    if "robots.txt" in note and ("forbid" in note or "could not be fetched" in note):
+    unreachable = "robots.txt" in note and "could not be fetched" in note
+    everything_disallowed = (outcomes.get("disallowed", 0) > 0 and outcomes.get("ok", 0) == 0
+                             and queued == 0 and snap.inflight == 0)
+    if unreachable or everything_disallowed:
         return "forbidden by robots.txt"
     if snap.breaker in ("open", "half_open"):
         return "paused by the breaker"
@@ -111,6 +119,7 @@ def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = ""
         totals["rate"] += rate
         urls = None
         limit, limit_by = limit_rule(snap)
+        queued = waiting.get(name, getattr(snap, "queued", 0))
         if host is not None:
             urls = {"done": host.done, "outcomes": dict(host.outcomes), "note": host.note}
         scopes.append({
@@ -118,11 +127,11 @@ def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = ""
             "pushbacks": pushbacks, "rate": rate, "limit": _finite(limit), "limit_by": limit_by,
             "pace": snap.pace, "delay": snap.delay,
             "delay_per_slot": snap.delay_per_slot, "concurrency": snap.concurrency,
-            "inflight": snap.inflight, "queued": waiting.get(name, getattr(snap, "queued", 0)),
+            "inflight": snap.inflight, "queued": queued,
             "backoff": snap.backoff, "hold_in": _finite(snap.hold_in), "crawl_delay": snap.crawl_delay,
             "breaker": snap.breaker, "quota_remaining": _finite(snap.quota_remaining),
             "rampup": snap.rampup.phase if snap.rampup is not None else None,
-            "state": scope_state(snap, counts, host), "urls": urls,
+            "state": scope_state(snap, counts, host, queued), "urls": urls,
             "points": [[p.t, p.rate, _finite(p.limit)] for p in points],
         })
     if mode == "fleet":

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from .._settings._config import Settings
 from .._settings._effective import effective_limits
+from ._dashboard import scope_state
 from ._recorder import ScopeCounts
 from ._sampler import Point, Sampler, limit_rate
 
@@ -37,6 +38,7 @@ th{background:#f3f3f3}.site{display:inline-block;margin:0 1.5em 1.5em 0;vertical
 .site h3{font-size:1em;margin:.2em 0}pre{background:#f6f6f6;padding:1em;overflow-x:auto}
 .rate{fill:none;stroke:#1f77b4;stroke-width:1.5}.limit{fill:none;stroke:#d62728;stroke-dasharray:4 2}
 .axis{stroke:#999}.bad{color:#c0392b;font-weight:bold}
+tr.attention td:nth-child(2){color:#fff;background:#c0392b;font-weight:600}
 """
 
 
@@ -107,7 +109,8 @@ def busy_rate(points: Sequence[Point]) -> float | None:
 def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpace run",
                   summary: Mapping[str, Any] | None = None,
                   sites: Mapping[str, Mapping[str, Any]] | None = None, store: str = "memory://",
-                  site_names: Mapping[str, str] | None = None) -> str:
+                  site_names: Mapping[str, str] | None = None,
+                  hosts: Mapping[str, Any] | None = None) -> str:
     """The report's HTML.
 
     Args:
@@ -119,6 +122,9 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
         store: the store's URL, for the settings block.
         site_names: scope -> site name, where known (``--sites``); the sites'
             figures name their sites too.
+        hosts: a crawl's record per host (``CrawlSummary.scopes``): each row
+            then says what happened to the site (``forbidden by robots.txt``,
+            ``given up``, ...) and how its URLs ended.
     """
     recorder = sampler.recorder
     names = list(recorder.names()) if recorder is not None else []
@@ -128,8 +134,9 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
              **{host: str(site["site"]) for host, site in joined.items() if site.get("site")}}
     names += [host for host in sorted(joined) if host not in names]
     esc = html.escape
-    head = ["host", "sends", "ok", "pushbacks", "errors", "given up", "latency", "busy sends/s",
-            "peak sends/s", "limit/s", "delay", "slots", "breaker"]
+    head = ["host", "state", "sends", "ok", "pushbacks", "errors", "given up", "latency", "busy sends/s",
+            "peak sends/s", "limit/s", "delay", "slots", "breaker", "URLs"]
+    record = hosts or {}
     if joined:
         head += ["site", "site saw", "site 429+503", "broken rules", "goodput/s", "capacity/s", "ratio"]
     rows = []
@@ -145,14 +152,21 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
         errors = o["http_4xx"] + o["http_5xx"] + o["exception"]
         shown = f"{name} ({named[name]})" if name in named and named[name] != name else name
         # A row joined with the site's figures names it in its "site" column.
-        cells = [name if name in joined else shown, str(sends), str(o["ok"]), str(counts.pushbacks),
+        host = record.get(name)
+        state = scope_state(snap, counts, host) if snap is not None else NONE
+        busy = busy_rate(points)
+        # The busiest 5 s sent at least the busy average (a site crawled within one sample has no window).
+        peak = max([p.rate for p in points] + ([busy] if busy is not None else []), default=None)
+        ended = NONE
+        if host is not None:
+            ended = ", ".join(f"{count} {outcome}" for outcome, count in sorted(host.outcomes.items())) or "0"
+        cells = [name if name in joined else shown, state, str(sends), str(o["ok"]), str(counts.pushbacks),
                  str(errors), str(counts.given_up),
-                 NONE if latency is None else f"{latency * 1000:.0f} ms", _num(busy_rate(points)),
-                 _num(max((p.rate for p in points), default=None)),
+                 NONE if latency is None else f"{latency * 1000:.0f} ms", _num(busy), _num(peak),
                  _num(limit_rate(snap)) if snap is not None else NONE,
                  f"{snap.delay:.3g}s" if snap is not None else NONE,
                  str(snap.concurrency) if snap is not None else NONE,
-                 snap.breaker if snap is not None else NONE]
+                 snap.breaker if snap is not None else NONE, ended]
         site = joined.get(name)
         if joined:
             if site is None:
@@ -162,7 +176,8 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
                 cells += [str(site.get(key, "")) for key in ("site", "requests", "throttled", "violations")]
                 cells += [_num(site.get("goodput")), _num(site.get("capacity")),
                           NONE if ratio is None else f"{ratio:.0%}"]
-        rows.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>")
+        mark = ' class="attention"' if state not in ("ok", NONE) else ""
+        rows.append(f"<tr{mark}>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>")
         label = shown
         plots.append(f'<div class="site"><h3>{esc(label)}</h3>{_plot(points)}</div>')
     facts = ""
