@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from crawlpace import Throttler
+from crawlpace.frontier._shared import RobotsCopy, SharedFrontier
 from crawlpace.observe import Monitor, MonitorOptions
 
 from .browser import dump_dom
@@ -96,6 +97,14 @@ async def _two_workers(url: str) -> None:
                     permit.feedback(status=200)
         async with workers[0].slot("https://other.example/") as permit:
             permit.feedback(status=503)
+        # The fleet's copies of two robots.txt: one fetched, one that answered 503 (RFC 9309: the site
+        # is forbidden until it can be fetched).
+        frontier = SharedFrontier(url, worker="one")
+        try:
+            await frontier.store_robots("https://shared.example", RobotsCopy(200, b"User-agent: *"), keep=60)
+            await frontier.store_robots("https://other.example", RobotsCopy(503, b""), keep=60)
+        finally:
+            await frontier.aclose()
     finally:
         for throttler in workers:
             await throttler.aclose()
@@ -134,6 +143,8 @@ def test_crawlpace_dashboard_shows_a_fleet_from_the_shared_store(redis_server: R
     assert server.returncode == 0, err
     assert cells(dom, "shared.example")["sends"] == "7"  # both workers' sends, from the store
     assert cells(dom, "other.example")["errors"] == "0"
+    assert cells(dom, "other.example")["state"] == "forbidden by robots.txt"  # the fleet's copy says so
+    assert cells(dom, "shared.example")["state"] == "ok"
     assert "fleet view of redis://" in dom
     assert "frontier: 7 queued, 0 claimed, 0 done of 7" in dom
     assert "pushbacks: see each worker's metrics" in dom  # not a false 0: the store keeps no status counts

@@ -10,15 +10,18 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import sys
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from .._clock import AsyncioClock
 from .._exceptions import StoreUnreachable
 from .._settings._config import Settings
+from ..observe._dashboard import HostNote, robots_forbid
 from ..observe._names import read_site_names
 from ..observe._server import check_bind
 from ..stores import Store, open_store
@@ -30,6 +33,8 @@ __all__ = ["DEFAULT_PORT", "add_parser", "run"]
 
 #: The port served unless ``--port`` says otherwise.
 DEFAULT_PORT = 8765
+#: Seconds between two reads of the fleet's stored robots.txt answers (a SCAN).
+ROBOTS_EVERY = 30
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -111,13 +116,30 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
             latest["frontier"] = dict(data)
             return data.pop("workers"), (data if counts.enqueued else None)
 
+        # Hosts whose robots.txt the fleet could not fetch: read every ROBOTS_EVERY seconds.
+        forbidden: dict[str, HostNote] = {}
+
+        async def read_robots() -> None:
+            try:
+                copies = await asyncio.wait_for(frontier.robots_copies(), TIMEOUT)
+            except errors:
+                return
+            forbidden.clear()
+            for origin, copy in copies.items():
+                note = robots_forbid(origin, copy.status, copy.why)
+                host = urlsplit(origin).hostname
+                if note is not None and host:
+                    forbidden[host] = HostNote(note)
+
         async def refresh() -> None:
-            while True:
+            for round_ in itertools.count():
+                if round_ % ROBOTS_EVERY == 0:
+                    await read_robots()
                 await fleet()
                 await asyncio.sleep(1.0)
 
         server = HttpServer(dashboard_routes(sampler, mode="fleet", source=shown_url, fleet=fleet,
-                                             registry=registry, names=names),
+                                             registry=registry, names=names, hosts=lambda: forbidden),
                             host=args.host, port=args.port, token=token, what="--port",
                             public=frozenset({"/dashboard.js", "/dashboard.css"}))
         await server.start()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
@@ -19,7 +20,8 @@ from ._recorder import ScopeCounts
 from ._sampler import Sampler, limit_rule
 from ._server import Handler, Request, Response
 
-__all__ = ["ASSETS", "STALE_AFTER", "FleetInfo", "dashboard_routes", "dashboard_state", "scope_state"]
+__all__ = ["ASSETS", "STALE_AFTER", "FleetInfo", "HostNote", "dashboard_routes", "dashboard_state",
+           "robots_forbid", "scope_state"]
 
 #: The page's files, served at ``/`` and next to it.
 ASSETS = {"/": ("dashboard.html", "text/html; charset=utf-8"),
@@ -32,6 +34,26 @@ POINTS = 120
 FleetInfo = Callable[[], Awaitable[tuple[Mapping[str, float], Mapping[str, Any] | None]]]
 #: Seconds after which a worker not heard from is marked stale on the page.
 STALE_AFTER = 15.0
+
+
+@dataclass(frozen=True, slots=True)
+class HostNote:
+    """What a fleet's view knows of a host without a crawl's record: why its URLs cannot end ``ok``."""
+
+    note: str
+    outcomes: Mapping[str, int] = field(default_factory=dict)
+
+
+def robots_forbid(origin: str, status: int | None, why: str) -> str | None:
+    """The note for a host whose stored robots.txt answer forbids the site (``None``: it does not).
+
+    No answer, a 429 or a 5xx forbids the whole site while it stands (RFC 9309).
+    """
+    if status is not None and status != 429 and status < 500:
+        return None
+    got = f"status {status}" if status is not None else (why or "no answer")
+    return (f"robots.txt of {origin} could not be fetched ({got}); RFC 9309 forbids crawling the site "
+            "until it can")
 
 
 def scope_state(snap: Any, counts: ScopeCounts | None, host: Any = None, queued: int = 0) -> str:
@@ -77,8 +99,12 @@ def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = ""
                     workers: Mapping[str, float] | None = None,
                     frontier: Mapping[str, Any] | None = None,
                     crawl: CrawlFigures | None = None,
-                    names: Mapping[str, str] | None = None) -> dict[str, Any]:
+                    names: Mapping[str, str] | None = None,
+                    hosts: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """The JSON the page draws: one entry per sampled scope, busiest first, and totals.
+
+    ``hosts`` stands in for a crawl's record of its hosts where there is no
+    crawl (a fleet's view: a robots.txt the fleet could not fetch).
 
     Each scope is shown by its key (``scope``) and, where ``names`` knows it
     (``--sites``), by its site's name (``site``). ``limit`` is the lowest rule
@@ -96,7 +122,7 @@ def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = ""
     recorder = sampler.recorder
     if recorder is not None:
         totals["scopes"] = max(totals["scopes"], len(list(recorder.tracked())) + recorder.folded_names)
-    hosts = dict(crawl.hosts()) if crawl is not None else {}
+    hosts = dict(crawl.hosts()) if crawl is not None else dict(hosts or {})
     waiting = dict(crawl.queued_by_scope()) if crawl is not None else {}
     for name, snap in sorted(sampler.latest.items(), key=lambda item: (-item[1].sends, item[0])):
         points = list(sampler.history.get(name, ()))[-POINTS:]
@@ -120,7 +146,7 @@ def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = ""
         urls = None
         limit, limit_by = limit_rule(snap)
         queued = waiting.get(name, getattr(snap, "queued", 0))
-        if host is not None:
+        if host is not None and not isinstance(host, HostNote):  # a fleet's view counts no URLs per host
             urls = {"done": host.done, "outcomes": dict(host.outcomes), "note": host.note}
         scopes.append({
             "scope": name, "site": (names or {}).get(name), "sends": snap.sends, "errors": errors,
@@ -145,7 +171,8 @@ def dashboard_state(sampler: Sampler, *, mode: str = "process", source: str = ""
 def dashboard_routes(sampler: Sampler, *, mode: str = "process", source: str = "",
                      fleet: FleetInfo | None = None, registry: Any = None,
                      crawl: CrawlFigures | None = None,
-                     names: Mapping[str, str] | None = None) -> dict[str, Handler]:
+                     names: Mapping[str, str] | None = None,
+                     hosts: Callable[[], Mapping[str, Any]] | None = None) -> dict[str, Handler]:
     """The dashboard's routes: the page, its assets, ``/api/state``, and ``/metrics`` with a registry."""
     files = resources.files(__package__).joinpath("assets")
     routes: dict[str, Handler] = {}
@@ -156,7 +183,7 @@ def dashboard_routes(sampler: Sampler, *, mode: str = "process", source: str = "
     async def state(_request: Request) -> Response:
         workers, frontier = await fleet() if fleet is not None else (None, None)
         data = dashboard_state(sampler, mode=mode, source=source, workers=workers, frontier=frontier,
-                               crawl=crawl, names=names)
+                               crawl=crawl, names=names, hosts=hosts() if hosts is not None else None)
         return Response(json.dumps(data).encode(), "application/json")
 
     routes["/api/state"] = state
