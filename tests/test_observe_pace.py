@@ -113,3 +113,26 @@ def _metrics(collector: ThrottlerCollector) -> str:
     registry.register(collector)
     return metrics_text(registry)[0].decode()
 
+
+
+@pytest.mark.redis
+async def test_a_fleet_view_without_the_workers_options_still_shows_their_rampup(redis_url: str) -> None:
+    # Workers of crawlpace crawl's default (rampup); crawlpace dashboard reads the store with the
+    # plain defaults, rampup off. It showed the delay in force (which follows what was sent lately)
+    # instead of the rate rampup learned, and no rampup phase. A fixed-limit worker's scope stays fixed.
+    ramping = {**FIXED, "THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+               "THROTTLING_SCOPES": {"fixed.example": {"delay": 0.05, "rampup": False}}}
+    async with Throttler(ramping, store=redis_url) as worker, Throttler({}, store=redis_url) as viewer:
+        for url in ("https://ramp.example/", "https://ramp.example/", "https://fixed.example/"):
+            async with worker.slot(url) as permit:
+                permit.feedback(status=200)
+        mine = await worker.scope_stats("ramp.example")
+        seen = await store_reader(viewer.store)(10)
+    assert mine is not None
+    assert mine.rampup is not None
+    ramp = seen["ramp.example"]
+    assert ramp.rampup is not None  # was None: the reader's settings dropped it
+    assert ramp.rampup.learned_rate == pytest.approx(mine.rampup.learned_rate)
+    assert limit_rule(ramp) == limit_rule(mine)
+    assert seen["fixed.example"].rampup is None
+    assert limit_rule(seen["fixed.example"])[1] == "delay"

@@ -21,6 +21,7 @@ from .._scoping._server_scopes import manager_path
 from .._settings._config import Settings
 from .._user_agent import DEFAULT_USER_AGENT
 from ..stores import REDIS_SCHEMES, reach
+from ..stores._policies import with_rampup
 from ._loop import LOOPS, run_on
 from ._options import URL_FORMS, add_json_option, add_store_options, store_url
 from ._signals import stop_on_signals
@@ -151,13 +152,13 @@ def build_settings(args: argparse.Namespace) -> Settings:
         changes["delay"] = args.delay
         changes["delay_per_slot"] = min(defaults.delay_per_slot, args.delay) if args.delay else 0.0
     rampup = adaptive(args)
-    if rampup:
-        changes["rampup"] = True
     try:
         if changes:
             defaults = dataclasses.replace(defaults, **changes)
-        scopes = ({name: dataclasses.replace(cfg, rampup=True) for name, cfg in settings.scopes.items()}
-                  if rampup else settings.scopes)
+        scopes = settings.scopes
+        if rampup:
+            rampup_on = with_rampup(dataclasses.replace(settings, scope_defaults=defaults))
+            defaults, scopes = rampup_on.scope_defaults, rampup_on.scopes
         total = args.concurrency if args.concurrency is not None else settings.concurrent_requests
         if args.concurrency is None and rampup and not args.config:
             # Each host's own slots are rampup's to set (at most rampup_max_concurrency); a

@@ -34,7 +34,7 @@ __all__ = ["DEFAULT_PORT", "add_parser", "run"]
 #: The port served unless ``--port`` says otherwise.
 DEFAULT_PORT = 8765
 #: Seconds between two reads of the fleet's stored robots.txt answers (a SCAN).
-ROBOTS_EVERY = 30
+ROBOTS_EVERY = 10
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
