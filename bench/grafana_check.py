@@ -130,6 +130,10 @@ def run(quick: bool) -> dict[str, Any]:
         if crawl.returncode not in (0, 1):
             raise RuntimeError(f"the crawl failed ({crawl.returncode}): {crawl.stderr[-2000:]}")
         time.sleep(2.0)  # let the last scrape's samples be written
+        if not query(base, 'up{job="crawl"}', ended):
+            raise SystemExit(f"bench/grafana_check.py: Prometheus never scraped the crawl in its "
+                             f"{seconds:.1f} s (a loaded machine starts it late): nothing to check; "
+                             "run it again")
         text = out.read_text(encoding="utf-8")
         lines: list[dict[str, Any]] = [json.loads(line) for line in text.splitlines()]
         written = Counter(str(line["outcome"]) for line in lines)
