@@ -17,7 +17,9 @@ What it does, all on 127.0.0.1:
 5. checks the figures an operator reads against the crawl's own output: the
    URLs by outcome in Prometheus against the JSON lines, the requests per host
    against what the simulator counted, and that the last requests reached
-   Prometheus (the crawl waits for the final scrape before it exits).
+   Prometheus (the crawl waits for the final scrape before it exits);
+6. checks that every series of a per-site panel carries its site's name in
+   the simulator (the crawl is given ``--sites``), not only its address.
 
 The figures: panels with data out of those that should have it, and each
 comparison with both sides.
@@ -121,12 +123,17 @@ def run(quick: bool) -> dict[str, Any]:
         started = time.monotonic()
         crawl = subprocess.run([sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o", str(out),
                                 "--metrics-port", str(metrics_port), "--quiet", "--json",
-                                "--linger", "10"], capture_output=True, text=True, timeout=600)
+                                "--linger", "10", "--sites", f"http://127.0.0.1:{stats_port}/sites"],
+                               capture_output=True, text=True, timeout=600)
         seconds = time.monotonic() - started
         ended = time.time()
         if crawl.returncode not in (0, 1):
             raise RuntimeError(f"the crawl failed ({crawl.returncode}): {crawl.stderr[-2000:]}")
         time.sleep(2.0)  # let the last scrape's samples be written
+        if not query(base, 'up{job="crawl"}', ended):
+            raise SystemExit(f"bench/grafana_check.py: Prometheus never scraped the crawl in its "
+                             f"{seconds:.1f} s (a loaded machine starts it late): nothing to check; "
+                             "run it again")
         text = out.read_text(encoding="utf-8")
         lines: list[dict[str, Any]] = [json.loads(line) for line in text.splitlines()]
         written = Counter(str(line["outcome"]) for line in lines)
@@ -138,12 +145,20 @@ def run(quick: bool) -> dict[str, Any]:
             sites = json.loads(answer.read().decode())
         site_requests = {str(urllib.parse.urlsplit(str(figures["url"])).hostname): int(figures["requests"])
                          for figures in dict(sites).values()}
+        names = set(sites)
         panels = []
+        unnamed: list[str] = []
         for item in dashboard["panels"]:
             title = item["title"]
             if title in FLEET_PANELS:
                 continue
-            series = sum(len(query(base, target["expr"], ended)) for target in item["targets"])
+            series = 0
+            for target in item["targets"]:
+                found = query(base, target["expr"], ended)
+                series += len(found)
+                if "{{site}}" in target.get("legendFormat", ""):
+                    unnamed += [f"{title}: {row['metric']}" for row in found
+                                if row["metric"].get("site") not in names | {"other"}]
             panels.append({"title": title, "series": series, "expected": title not in TROUBLE_PANELS})
         with_data = sum(1 for panel in panels if panel["series"] > 0)
         return {
@@ -156,6 +171,8 @@ def run(quick: bool) -> dict[str, Any]:
             "requests_crawler": requests, "requests_sites": site_requests,
             # The crawler counts released requests; the site counts arrivals (robots.txt included both).
             "requests_match": all(requests.get(host, 0) == count for host, count in site_requests.items()),
+            # Per-site panels show the simulator's site names (crawlpace_scope_info), not addresses.
+            "series_without_site_name": unnamed, "sites_named": not unnamed,
         }
     finally:
         for process in reversed(processes):
@@ -182,9 +199,12 @@ def main(argv: list[str] | None = None) -> int:
     print(f"URL outcomes, JSON lines {figures['outcomes_jsonl']} vs Prometheus "
           f"{figures['outcomes_prometheus']}: {'match' if figures['outcomes_match'] else 'DIFFER'}")
     print(f"requests per host, crawler vs sites: {'match' if figures['requests_match'] else 'DIFFER'}")
+    named = "all" if figures["sites_named"] else figures["series_without_site_name"]
+    print(f"per-site series named by site: {named}")
     if args.json:
         print(json.dumps(figures, sort_keys=True))
-    ok = figures["outcomes_match"] and figures["requests_match"] and not figures["missing_expected"]
+    ok = (figures["outcomes_match"] and figures["requests_match"] and not figures["missing_expected"]
+          and figures["sites_named"])
     return 0 if ok else 1
 
 

@@ -44,7 +44,8 @@ def test_quick_demo_crawls_every_site_politely(tmp_path: Path, capsys: pytest.Ca
     # The HTML report joins both sides on one row per site: the crawler's host and the site's name.
     report = (out_dir / "report.html").read_text(encoding="utf-8")
     host = json.loads((out_dir / "sites.json").read_text(encoding="utf-8"))["slowshop"]["url"].split("/")[2]
-    row = next(row for row in report.split("<tr>") if row.startswith(f"<td>{host.split(':')[0]}</td>"))
-    assert "<td>slowshop</td>" in row
+    key = '<span class="key">' + host.split(":")[0] + "</span>"
+    row = next(row for row in report.split("<tr") if key in row)
+    assert '<td>slowshop<span class="key">' in row
     assert f"<td>{sites['slowshop']['requests']}</td>" in row
     assert "report.html" in text

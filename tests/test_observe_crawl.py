@@ -45,16 +45,21 @@ async def test_a_given_up_site_runs_the_alert_command_and_the_report_joins_both_
     assert "give_up 127.0.0.2 the circuit breaker gave it up after repeated failures" in events
     assert any(line.startswith("breaker_open 127.0.0.2 ") for line in events)
     assert not any("127.0.0.3" in line for line in events)
-    page = render_report(monitor.sampler, settings, sites=join_sites(sites), title="test run")
+    page = render_report(monitor.sampler, settings, sites=join_sites(sites), title="test run",
+                         hosts=job.summary.scopes)
     rows = {cells[0]: cells for cells in (re.findall(r"<td>(.*?)</td>", row)
-                                           for row in re.findall(r"<tr>(.*?)</tr>", page)) if cells}
-    alive, dead = rows["127.0.0.3"], rows["127.0.0.2"]
-    assert alive[2] == "30"  # 30 pages answered 200 as the crawler counted them...
-    assert alive[13] == "alive"  # ...on the same row as the site's own name and figures
-    assert int(alive[14]) == sites["alive"]["requests"]
+                                           for row in re.findall(r"<tr[^>]*>(.*?)</tr>", page)) if cells}
+    # The site by the simulator's name, its host beneath, on the row of the crawler's figures.
+    alive = rows['alive<span class="key">127.0.0.3</span>']
+    dead = rows['dead<span class="key">127.0.0.2</span>']
+    assert alive[3] == "30"  # 30 pages answered 200 as the crawler counted them...
+    assert int(alive[13]) == sites["alive"]["requests"]  # ...beside what the site saw
     assert float(alive[7]) > 0  # sends/s while it was busy, not over the whole run
-    assert dead[13] == "dead"
-    assert dead[5] == "1"  # given up once
+    assert float(alive[8]) >= float(alive[7])  # its busiest 5 s: at least the busy average
+    assert (alive[1], alive[12]) == ("ok", "30 ok")
+    assert dead[1] == "given up"  # what happened, said in words, and how its URLs ended
+    assert dead[12].endswith("gave_up"), dead[12]
+    assert '<tr class="attention"><td>dead<span class="key">127.0.0.2</span></td>' in page
     assert "<svg" in page
     assert "every other scope: concurrency 2" in page
 
@@ -84,8 +89,8 @@ def test_crawl_writes_a_report_and_a_busy_metrics_port_is_one_line_and_exit_5(tm
         assert done.returncode == 0, done.stderr
         assert json.loads(done.stdout.splitlines()[-1])["answered"] == 10
         page = report.read_text()
-        row = next(row for row in page.split("<tr>") if row.startswith("<td>127.0.0.2</td>"))
-        assert "<td>one</td>" in row  # the simulator's site name, on the crawler's row for its host
+        row = next(row for row in page.split("<tr") if '<span class="key">127.0.0.2</span>' in row)
+        assert '<td>one<span class="key">' in row  # the simulator's name, on the crawler's row for its host
         assert "<td>11</td>" in row  # the site saw 10 pages and robots.txt
         with socket.socket() as busy:
             busy.bind(("127.0.0.1", 0))
@@ -135,12 +140,17 @@ def test_crawl_serves_metrics_while_it_runs(tmp_path: Path) -> None:
     crawl = None
     try:
         assert sim.stdout is not None
+        names = ""
         for line in sim.stdout:
+            if line.startswith("live figures:"):
+                names = line.split()[-1]  # the farm's list of sites: http://127.0.0.1:PORT/sites
             if line.startswith("serving"):
                 break
+        assert names.endswith("/sites"), names
         crawl = subprocess.Popen([sys.executable, "-m", "crawlpace", "crawl", str(urls), "-o",
                                   str(tmp_path / "out.jsonl"), "--delay", "0.2", "--metrics-port", "0",
-                                  "--quiet"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                  "--quiet", "--sites", names],
+                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         assert crawl.stderr is not None
         first = crawl.stderr.readline()
         assert first.startswith("--metrics-port: http://127.0.0.1:"), first
@@ -153,6 +163,8 @@ def test_crawl_serves_metrics_while_it_runs(tmp_path: Path) -> None:
             time.sleep(0.1)
         assert 'crawlpace_requests_total{outcome="ok",scope="127.0.0.2"}' in body
         assert 'crawlpace_delay_seconds{scope="127.0.0.2"} 0.2' in body
+        # The site's name, for dashboards to join on (the scope alone is an address).
+        assert 'crawlpace_scope_info{scope="127.0.0.2",site="one"} 1.0' in body
         # A scraper that watched the run reads the final figures: the crawl waits for its next
         # scrape (--linger) before it exits, so the last pages are not lost between two scrapes.
         final = body

@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from crawlpace import Throttler
+from crawlpace.frontier._shared import RobotsCopy, SharedFrontier
 from crawlpace.observe import Monitor, MonitorOptions
 
 from .browser import dump_dom
@@ -32,7 +33,8 @@ def cells(dom: str, scope: str) -> dict[str, str]:
 
 async def test_the_page_shows_each_scope_its_pushbacks_and_backoff() -> None:
     async with Throttler({**FAST, "BACKOFF_MIN_DELAY": 0.01, "BACKOFF_MAX_DELAY": 0.02}) as throttler:
-        monitor = Monitor(throttler, MonitorOptions(dashboard_port=0, interval=0.05))
+        monitor = Monitor(throttler, MonitorOptions(dashboard_port=0, interval=0.05),
+                          site_names={"busy.example": "the busy shop"})
         await monitor.start()
         try:
             for index in range(12):
@@ -52,7 +54,7 @@ async def test_the_page_shows_each_scope_its_pushbacks_and_backoff() -> None:
     assert busy["backoff"] == "1"
     assert busy["breaker"] == "closed"
     assert busy["state"] == "backing off"  # highlighted: the row is marked for attention
-    assert re.search(r'<tr data-scope="busy.example" class="attention">', dom)
+    assert re.search(r'<tr data-scope="busy.example" [^>]*class="attention">', dom)
     assert quiet["state"] == "ok"
     assert quiet["sends"] == "3"
     assert quiet["pushbacks"] == "0"
@@ -60,6 +62,10 @@ async def test_the_page_shows_each_scope_its_pushbacks_and_backoff() -> None:
     assert '<polyline class="rate"' in dom  # the rate was drawn
     assert "2 scopes shown of 2 · 15 sends · 1 pushbacks" in dom
     assert "this process" in dom
+    # A site whose name is known is shown by it, its scope key beside it; the others by their key.
+    assert re.search(r'<tr data-scope="busy.example" data-site="the busy shop"[^>]*><td class="scope">'
+                     r'the busy shop<span class="key">busy.example</span></td>', dom), dom[-3000:]
+    assert '<td class="scope">quiet.example</td>' in dom
 
 
 async def test_a_token_is_asked_for_and_accepted() -> None:
@@ -91,6 +97,14 @@ async def _two_workers(url: str) -> None:
                     permit.feedback(status=200)
         async with workers[0].slot("https://other.example/") as permit:
             permit.feedback(status=503)
+        # The fleet's copies of two robots.txt: one fetched, one that answered 503 (RFC 9309: the site
+        # is forbidden until it can be fetched).
+        frontier = SharedFrontier(url, worker="one")
+        try:
+            await frontier.store_robots("https://shared.example", RobotsCopy(200, b"User-agent: *"), keep=60)
+            await frontier.store_robots("https://other.example", RobotsCopy(503, b""), keep=60)
+        finally:
+            await frontier.aclose()
     finally:
         for throttler in workers:
             await throttler.aclose()
@@ -107,8 +121,11 @@ def test_crawlpace_dashboard_shows_a_fleet_from_the_shared_store(redis_server: R
     assert enqueue.returncode == 0, enqueue.stderr
     asyncio.run(_two_workers(url))
     port = free_port()
+    names = tmp_path / "names.json"
+    names.write_text('{"shared.example": "the shared shop"}', encoding="utf-8")
     server = subprocess.Popen([sys.executable, "-m", "crawlpace", "dashboard", "--store", url, "--port",
-                               str(port)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               str(port), "--sites", str(names)],
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
         assert server.stdout is not None
         line = server.stdout.readline()
@@ -126,6 +143,8 @@ def test_crawlpace_dashboard_shows_a_fleet_from_the_shared_store(redis_server: R
     assert server.returncode == 0, err
     assert cells(dom, "shared.example")["sends"] == "7"  # both workers' sends, from the store
     assert cells(dom, "other.example")["errors"] == "0"
+    assert cells(dom, "other.example")["state"] == "forbidden by robots.txt"  # the fleet's copy says so
+    assert cells(dom, "shared.example")["state"] == "ok"
     assert "fleet view of redis://" in dom
     assert "frontier: 7 queued, 0 claimed, 0 done of 7" in dom
     assert "pushbacks: see each worker's metrics" in dom  # not a false 0: the store keeps no status counts
@@ -135,3 +154,7 @@ def test_crawlpace_dashboard_shows_a_fleet_from_the_shared_store(redis_server: R
     assert 'crawlpace_fleet_inflight{scope="shared.example"} 0.0' in metrics
     assert "crawlpace_inflight{" not in metrics
     assert 'crawlpace_frontier_urls{state="queued"} 7.0' in metrics
+    # The fleet's sites by name where known: on the page and for Grafana to join on.
+    assert 'data-site="the shared shop"' in dom
+    assert 'crawlpace_scope_info{scope="shared.example",site="the shared shop"} 1.0' in metrics
+    assert 'crawlpace_scope_info{scope="other.example",site="other.example"} 1.0' in metrics

@@ -231,9 +231,12 @@ def test_every_series_passes_promtool(tmp_path: Path) -> None:
     figures = CrawlFigures(outcomes=lambda: {"ok": 3, "exhausted": 2}, queued=lambda: 4, retries=lambda: 1,
                            queued_by_scope=lambda: {"a.example": 4})
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(ThrottlerCollector(recorder, None, top_n=5, crawl=figures))
+    registry.register(ThrottlerCollector(recorder, None, top_n=5, crawl=figures,
+                                         site_names={"a.example": "shop A"}))
     body, _ = metrics_text(registry)
     text = body.decode()
+    assert 'crawlpace_scope_info{scope="a.example",site="shop A"} 1.0' in text
+    assert 'crawlpace_scope_info{scope="b.example",site="b.example"} 1.0' in text  # no name: the key
     fleet_only = {"crawlpace_fleet_inflight", "crawlpace_frontier_urls", "crawlpace_frontier_outcomes",
                   "crawlpace_worker_last_seen_seconds"}
     for name, (kind, _labels, _help) in METRICS.items():

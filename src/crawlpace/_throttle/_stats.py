@@ -24,7 +24,7 @@ class ScopeStats(ScopeSnapshot):
     ``concurrency``, ``delay``, ``delay_per_slot``, ``inflight``, ``resting``,
     ``sends``, ``responses``, ``errors``, ``ready_in``, ``last_latency``,
     ``mean_latency``, ``backoff``, ``generation``, ``hold_in``, ``breaker``,
-    ``quota_remaining``, ``crawl_delay`` and ``rampup``):
+    ``quota_remaining``, ``crawl_delay``, ``rampup`` and ``pace``):
         queued: requests of this process waiting for this scope.
     """
 

@@ -21,6 +21,7 @@ from .._scoping._server_scopes import manager_path
 from .._settings._config import Settings
 from .._user_agent import DEFAULT_USER_AGENT
 from ..stores import REDIS_SCHEMES, reach
+from ..stores._policies import with_rampup
 from ._loop import LOOPS, run_on
 from ._options import URL_FORMS, add_json_option, add_store_options, store_url
 from ._signals import stop_on_signals
@@ -127,6 +128,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     watch.add_argument("--report-sites", metavar="URL", help="with --report and a crawl of crawlpace sim: "
                        "its live figures address (http://127.0.0.1:PORT/stats), to join each host's row with "
                        "what the site saw")
+    watch.add_argument("--sites", metavar="SOURCE",
+                       help="name the sites on the dashboard, in the metrics (crawlpace_scope_info) and in "
+                            "the report: a crawlpace sim control address (http://127.0.0.1:PORT/sites) or a "
+                            "JSON file of scope -> name")
     watch.add_argument("--on-give-up", metavar="CMD", help="run this shell command when a site is given up "
                        "or its circuit breaker opens (CRAWLPACE_EVENT, CRAWLPACE_SCOPE and "
                        "CRAWLPACE_REASON are set)")
@@ -147,13 +152,13 @@ def build_settings(args: argparse.Namespace) -> Settings:
         changes["delay"] = args.delay
         changes["delay_per_slot"] = min(defaults.delay_per_slot, args.delay) if args.delay else 0.0
     rampup = adaptive(args)
-    if rampup:
-        changes["rampup"] = True
     try:
         if changes:
             defaults = dataclasses.replace(defaults, **changes)
-        scopes = ({name: dataclasses.replace(cfg, rampup=True) for name, cfg in settings.scopes.items()}
-                  if rampup else settings.scopes)
+        scopes = settings.scopes
+        if rampup:
+            rampup_on = with_rampup(dataclasses.replace(settings, scope_defaults=defaults))
+            defaults, scopes = rampup_on.scope_defaults, rampup_on.scopes
         total = args.concurrency if args.concurrency is not None else settings.concurrent_requests
         if args.concurrency is None and rampup and not args.config:
             # Each host's own slots are rampup's to set (at most rampup_max_concurrency); a
@@ -269,7 +274,25 @@ def _site_figures(url: str) -> dict[str, dict[str, Any]] | None:
     return join_sites({str(name): figures for name, figures in data.items() if isinstance(figures, dict)})
 
 
-def _monitor(job: CrawlJob, args: argparse.Namespace) -> Monitor | None:
+def _site_names(args: argparse.Namespace) -> dict[str, str]:
+    """The sites' names (``--sites``; else the names in ``--report-sites``, if it can be read).
+
+    Raises:
+        ConfigError: when ``--sites`` cannot be read or names no site.
+    """
+    from ..observe._names import read_site_names
+
+    if args.sites:
+        return read_site_names(args.sites, "--sites")
+    if args.report_sites and (args.metrics_port is not None or args.dashboard is not None):
+        try:
+            return read_site_names(args.report_sites, "--report-sites")
+        except ConfigError as exc:
+            print(f"{exc}; the dashboard and metrics show the scopes without names", file=sys.stderr)
+    return {}
+
+
+def _monitor(job: CrawlJob, args: argparse.Namespace, names: dict[str, str]) -> Monitor | None:
     """The monitor the watching options ask for, or ``None``."""
     asked = (args.metrics_port, args.dashboard, args.report, args.on_give_up)
     if all(value is None for value in asked):
@@ -287,7 +310,7 @@ def _monitor(job: CrawlJob, args: argparse.Namespace) -> Monitor | None:
                            retries=lambda: summary.retries,
                            queued_by_scope=job.scheduler.scope_sizes, hosts=lambda: summary.scopes,
                            received_bytes=lambda: summary.bytes)
-    return Monitor(job.throttler, options, crawl=figures)
+    return Monitor(job.throttler, options, crawl=figures, site_names=names)
 
 
 async def _watched(job: CrawlJob, urls: Iterable[str] | None, *, show: bool,
@@ -325,6 +348,7 @@ def run(args: argparse.Namespace) -> int:
                            "--redis URL to work from the shared frontier filled by crawlpace enqueue"])
     if not shared and args.urls != "-" and not Path(args.urls).is_file():
         raise FileNotFoundError(f"no URL file {args.urls!r}; give a file of URLs, one per line, or '-'")
+    names = _site_names(args)
     show = not (args.quiet or args.json) and sys.stdout.isatty()
     if show:
         import rich  # noqa: F401 - fail before the crawl leaves a journal behind, not after
@@ -336,7 +360,7 @@ def run(args: argparse.Namespace) -> int:
     else:
         urls = read_urls(args.urls, QUICK_URLS if args.quick else None)
         job = CrawlJob(settings, options)
-    monitor = _monitor(job, args)
+    monitor = _monitor(job, args, names)
     summary = run_on(args.loop, _watched(job, urls, show=show, monitor=monitor))
     if args.report:
         from .._settings._effective import store_label
@@ -346,7 +370,7 @@ def run(args: argparse.Namespace) -> int:
         sites = _site_figures(args.report_sites) if args.report_sites else None
         write_report(Path(args.report), monitor.sampler, settings, summary=summary.as_dict(), sites=sites,
                      title=f"crawlpace crawl {args.urls or '(shared frontier)'}",
-                     store=store_label(options.store))
+                     store=store_label(options.store), site_names=names, hosts=summary.scopes)
         print(f"report: {args.report}")
     print(render_summary(summary))
     if args.json:

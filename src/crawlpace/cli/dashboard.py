@@ -10,15 +10,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import itertools
 import os
 import random
 import sys
 from collections.abc import Mapping
 from typing import Any
+from urllib.parse import urlsplit
 
 from .._clock import AsyncioClock
 from .._exceptions import StoreUnreachable
 from .._settings._config import Settings
+from ..observe._dashboard import HostNote, robots_forbid
+from ..observe._names import read_site_names
 from ..observe._server import check_bind
 from ..stores import Store, open_store
 from ._options import add_store_options, store_url
@@ -29,6 +33,8 @@ __all__ = ["DEFAULT_PORT", "add_parser", "run"]
 
 #: The port served unless ``--port`` says otherwise.
 DEFAULT_PORT = 8765
+#: Seconds between two reads of the fleet's stored robots.txt answers (a SCAN).
+ROBOTS_EVERY = 10
 
 
 def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
@@ -46,6 +52,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     cmd.add_argument("--token", default=None, help="access token (default: $CRAWLPACE_DASHBOARD_TOKEN)")
     cmd.add_argument("--top-scopes", type=int, default=50, metavar="N", help="scopes shown (default 50)")
     cmd.add_argument("--config", help="the workers' crawlpace TOML settings file")
+    cmd.add_argument("--sites", metavar="SOURCE",
+                     help="name the sites on the page and in /metrics (crawlpace_scope_info): a crawlpace "
+                          "sim control address (http://127.0.0.1:PORT/sites) or a JSON file of scope -> name")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -53,10 +62,12 @@ def run(args: argparse.Namespace) -> int:
     settings = Settings.from_toml(args.config) if args.config else Settings()
     token = args.token if args.token is not None else os.environ.get("CRAWLPACE_DASHBOARD_TOKEN")
     check_bind(args.host, token, "--host")
-    return asyncio.run(_serve(store_url(args.store, args.namespace), settings, args, token or None))
+    names = read_site_names(args.sites, "--sites") if args.sites else {}
+    return asyncio.run(_serve(store_url(args.store, args.namespace), settings, args, token or None, names))
 
 
-async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: str | None) -> int:
+async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: str | None,
+                 names: Mapping[str, str]) -> int:
     from ..observe import Recorder, Sampler, ThrottlerCollector, store_reader
     from ..observe._dashboard import dashboard_routes
     from ..observe._metrics import FleetCollector
@@ -89,7 +100,8 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
         frontier = SharedFrontier(url, worker="crawlpace-dashboard")
         sampler = Sampler(store_reader(store), max_scopes=args.top_scopes)
         registry = CollectorRegistry(auto_describe=False)
-        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes, fleet=True))
+        registry.register(ThrottlerCollector(Recorder(), sampler, top_n=args.top_scopes, fleet=True,
+                                             site_names=names))
         # The frontier's latest figures: read for each page load and once a second for /metrics,
         # whose scrape must not wait for Redis.
         latest: dict[str, Any] = {}
@@ -104,13 +116,30 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
             latest["frontier"] = dict(data)
             return data.pop("workers"), (data if counts.enqueued else None)
 
+        # Hosts whose robots.txt the fleet could not fetch: read every ROBOTS_EVERY seconds.
+        forbidden: dict[str, HostNote] = {}
+
+        async def read_robots() -> None:
+            try:
+                copies = await asyncio.wait_for(frontier.robots_copies(), TIMEOUT)
+            except errors:
+                return
+            forbidden.clear()
+            for origin, copy in copies.items():
+                note = robots_forbid(origin, copy.status, copy.why)
+                host = urlsplit(origin).hostname
+                if note is not None and host:
+                    forbidden[host] = HostNote(note)
+
         async def refresh() -> None:
-            while True:
+            for round_ in itertools.count():
+                if round_ % ROBOTS_EVERY == 0:
+                    await read_robots()
                 await fleet()
                 await asyncio.sleep(1.0)
 
         server = HttpServer(dashboard_routes(sampler, mode="fleet", source=shown_url, fleet=fleet,
-                                             registry=registry),
+                                             registry=registry, names=names, hosts=lambda: forbidden),
                             host=args.host, port=args.port, token=token, what="--port",
                             public=frozenset({"/dashboard.js", "/dashboard.css"}))
         await server.start()

@@ -116,7 +116,7 @@ async def _demo(quick: bool, out_dir: Path, show: bool) -> tuple[CrawlSummary, d
         sites = farm.stats(timeline=True)
         # One row per site: the crawler's figures (by host) joined with the site's own (by name).
         write_report(out_dir / "report.html", monitor.sampler, job.settings, title="crawlpace demo",
-                     summary=job.summary.as_dict(), sites=join_sites(sites))
+                     summary=job.summary.as_dict(), sites=join_sites(sites), hosts=job.summary.scopes)
         return job.summary, sites
 
 

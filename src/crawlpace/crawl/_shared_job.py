@@ -233,8 +233,11 @@ class SharedSource:
         with contextlib.suppress(asyncio.TimeoutError):
             await asyncio.wait_for(self._goodbye(), _GOODBYE)
         await self.frontier.aclose()
-        self.summary.unfinished = len(self._held)
-        self.summary.answered = self.summary.urls - len(self._held)
+        # As a single process counts them: a URL that ended exhausted or gave_up has no answer. The
+        # frontier settled it (no worker claims it again), but it is not done, and the run not complete.
+        summary = self.summary
+        summary.unfinished = len(self._held) + summary.settled_not_final
+        summary.answered = max(summary.urls - summary.unfinished, 0)
 
     def __repr__(self) -> str:
         return (f"<SharedSource {self.frontier!r} held={len(self._held)} "

@@ -10,6 +10,7 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._result_line import FINAL_OUTCOMES
 from ._tallies import ScopeTally, Tallies
 
 __all__ = ["CrawlSummary", "ScopeTally"]
@@ -39,9 +40,22 @@ class CrawlSummary:
     folded: Tallies = field(default_factory=Tallies)
 
     @property
+    def settled_not_final(self) -> int:
+        """URLs written with an outcome that is not final (``exhausted``, ``gave_up``): no answer."""
+        return sum(count for outcome, count in self.outcomes.items() if outcome not in FINAL_OUTCOMES)
+
+    @property
     def complete(self) -> bool:
-        """Whether every URL got a final answer."""
-        return not self.interrupted and self.unfinished == 0 and self.lost == 0
+        """Whether every URL reached a final outcome (``ok``, ``disallowed``, ``failed``).
+
+        Not so when the crawl was interrupted, when a URL is left queued or in
+        flight, when one ended ``exhausted`` or ``gave_up`` (in a single process
+        a ``--resume`` asks again; on a shared frontier the URL is settled and
+        only enqueueing it again retries it), or when the shared frontier lost
+        URLs. A worker of a fleet and a single process mean the same by it.
+        """
+        return (not self.interrupted and self.unfinished == 0 and self.lost == 0
+                and self.settled_not_final == 0)
 
     def as_dict(self) -> dict[str, Any]:
         """The figures as a JSON-ready dict."""

@@ -406,6 +406,31 @@ class SharedFrontier:
         await self._run("robots_put", ["", self._prefix, self.worker, origin, max(keep, 1.0), status,
                                        copy.body.decode("latin-1"), copy.why])
 
+    async def robots_copies(self, limit: int = 2000) -> dict[str, RobotsCopy]:
+        """The fleet's stored robots.txt answers by origin, at most ``limit`` (SCAN; bodies left out).
+
+        For a dashboard: an answer with no status, a 429 or a 5xx forbids its
+        whole site while it is kept (RFC 9309).
+        """
+        client, prefix = await self._connect(), self._prefix
+        start = len(prefix) + len("robots:")
+        origins: list[str] = []
+        async for key in client.scan_iter(match=_keys.glob_escape(prefix) + "robots:*", count=1000):
+            text = key.decode("latin-1") if isinstance(key, bytes) else str(key)
+            if text.startswith(prefix + "robots:"):
+                origins.append(text[start:])
+            if len(origins) >= limit:
+                break
+        copies: dict[str, RobotsCopy] = {}
+        for origin in origins:
+            status, why = await client.hmget(prefix + "robots:" + origin, "status", "why")
+            if status is None and why is None:  # expired since the scan
+                continue
+            text = status.decode() if isinstance(status, bytes) else (status or "")
+            reason = why.decode("latin-1") if isinstance(why, bytes) else (why or "")
+            copies[origin] = RobotsCopy(int(text) if text else None, b"", reason)
+        return copies
+
     # -- reading ------------------------------------------------------------------
 
     async def counts(self) -> FrontierCounts:

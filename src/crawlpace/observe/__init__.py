@@ -10,7 +10,7 @@ from ._alerts import CommandAlert
 from ._metrics import METRICS, CrawlFigures, ThrottlerCollector
 from ._monitor import Monitor, MonitorOptions
 from ._recorder import OTHER, Recorder, ScopeCounts
-from ._sampler import Point, Sampler, limit_rate, store_reader, throttler_reader
+from ._sampler import Point, Sampler, limit_rate, limit_rule, store_reader, throttler_reader
 from ._server import ServeError
 
 __all__ = [
@@ -27,6 +27,7 @@ __all__ = [
     "ServeError",
     "ThrottlerCollector",
     "limit_rate",
+    "limit_rule",
     "store_reader",
     "throttler_reader",
 ]

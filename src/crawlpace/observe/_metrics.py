@@ -56,9 +56,13 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
     "crawlpace_backoff_level": ("gauge", ("scope",), "Backoff level (0: none)"),
     "crawlpace_hold_seconds": ("gauge", ("scope",), "Seconds left of a server's Retry-After hold"),
     "crawlpace_crawl_delay_seconds": ("gauge", ("scope",), "robots.txt Crawl-delay in force"),
+    "crawlpace_pace_seconds": ("gauge", ("scope",),
+                               "Seconds between sends a budget the server announced asks for"),
     "crawlpace_breaker_state": ("gauge", ("scope", "state"), "1 for the breaker's current state"),
     "crawlpace_quota_remaining": ("gauge", ("scope",), "Quota units left (scopes with a quota)"),
     "crawlpace_scopes_tracked": ("gauge", (), "Scopes seen (those without their own label are under other)"),
+    "crawlpace_scope_info": ("gauge", ("scope", "site"),
+                             "1 for each scope, with its site's name (the scope when none is known)"),
     "crawlpace_urls": ("counter", ("outcome",), "URLs of this process's crawl settled, by final outcome"),
     "crawlpace_urls_queued": ("gauge", (), "URLs of this process's crawl not yet settled"),
     "crawlpace_retries": ("counter", (), "Requests sent again for a URL already tried"),
@@ -74,7 +78,7 @@ METRICS: dict[str, tuple[str, tuple[str, ...], str]] = {
 _SNAPSHOT_GAUGES = ("crawlpace_delay_seconds", "crawlpace_delay_per_slot_seconds", "crawlpace_concurrency",
                     "crawlpace_limit_requests_per_second", "crawlpace_rampup_requests_per_second",
                     "crawlpace_backoff_level", "crawlpace_hold_seconds", "crawlpace_crawl_delay_seconds",
-                    "crawlpace_breaker_state", "crawlpace_quota_remaining")
+                    "crawlpace_pace_seconds", "crawlpace_breaker_state", "crawlpace_quota_remaining")
 
 
 @dataclass(slots=True)
@@ -137,6 +141,8 @@ class ThrottlerCollector:
         fleet: the sampler reads a whole fleet's shared store and this process
             admits nothing itself (``crawlpace dashboard``): in-flight counts
             are exported as ``crawlpace_fleet_inflight``.
+        site_names: scope -> site name, where known (``--sites``): exported
+            as ``crawlpace_scope_info{scope, site}``, for dashboards to join on.
 
     Example::
 
@@ -148,7 +154,8 @@ class ThrottlerCollector:
     """
 
     def __init__(self, recorder: Recorder, sampler: Sampler | None = None, *, top_n: int = 50,
-                 crawl: CrawlFigures | None = None, fleet: bool = False) -> None:
+                 crawl: CrawlFigures | None = None, fleet: bool = False,
+                 site_names: Mapping[str, str] | None = None) -> None:
         if top_n < 0:
             raise ValueError(f"top_n: {top_n!r} is negative; use e.g. 50")
         self.recorder = recorder
@@ -156,6 +163,7 @@ class ThrottlerCollector:
         self.top_n = top_n
         self.crawl = crawl
         self.fleet = fleet
+        self.site_names = dict(site_names or {})
         # Scopes with their own label, for good, each with what an earlier scrape had
         # already counted under "other" (their series start after it).
         self._labels: dict[str, ScopeCounts] = {}
@@ -223,11 +231,12 @@ class ThrottlerCollector:
             latencies.add_metric([name], _histogram(LATENCY_BUCKETS, counts.latency_buckets),
                                  counts.latency_sum)
         yield from (requests, pushbacks, given_up, waits, latencies)
-        yield from self._gauges(family, [name for name, _ in rows if name != OTHER])
+        yield from self._gauges(family, [name for name, _ in rows if name != OTHER],
+                                other=any(name == OTHER for name, _ in rows))
         if self.crawl is not None:
             yield from self._crawl_figures(family, self.crawl)
 
-    def _gauges(self, family: Any, labelled: list[str]) -> Iterator[Any]:
+    def _gauges(self, family: Any, labelled: list[str], *, other: bool = False) -> Iterator[Any]:
         fams = {name: family(name) for name in _SNAPSHOT_GAUGES}
         inflight = family("crawlpace_fleet_inflight" if self.fleet else "crawlpace_inflight")
         queued = family("crawlpace_queue_length")
@@ -259,11 +268,19 @@ class ThrottlerCollector:
             fams["crawlpace_hold_seconds"].add_metric([name], max(snap.hold_in or 0.0, 0.0))
             if snap.crawl_delay:
                 fams["crawlpace_crawl_delay_seconds"].add_metric([name], snap.crawl_delay)
+            if snap.pace is not None:
+                fams["crawlpace_pace_seconds"].add_metric([name], snap.pace)
             for state in BREAKER_STATES:
                 on = 1.0 if snap.breaker == state else 0.0
                 fams["crawlpace_breaker_state"].add_metric([name, state], on)
             if snap.quota_remaining is not None:
                 fams["crawlpace_quota_remaining"].add_metric([name], snap.quota_remaining)
+        # One info series per scope shown, named or not: a query joining on it keeps every scope.
+        info = family("crawlpace_scope_info")
+        for name in sorted(labelled):
+            info.add_metric([name, self.site_names.get(name, name)], 1.0)
+        if other:
+            info.add_metric([OTHER, OTHER], 1.0)
         tracked = family("crawlpace_scopes_tracked")
         seen = len(list(self.recorder.tracked())) + self.recorder.folded_names
         tracked.add_metric([], seen if seen else len(latest))
@@ -272,6 +289,7 @@ class ThrottlerCollector:
         if not self.fleet:
             yield queued
         yield tracked
+        yield info
 
     def _crawl_figures(self, family: Any, crawl: CrawlFigures) -> Iterator[Any]:
         urls = family("crawlpace_urls")

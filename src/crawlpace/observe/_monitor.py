@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -94,11 +95,15 @@ class Monitor:
         options: what to serve.
         crawl: a crawl's own figures (URL outcomes, queued URLs, retries), for
             the metrics.
+        site_names: scope -> site name, where known (:func:`read_site_names`):
+            the dashboard shows them beside the scopes, the metrics export them
+            as ``crawlpace_scope_info``.
     """
 
     def __init__(self, throttler: Any, options: MonitorOptions | None = None, *,
-                 crawl: CrawlFigures | None = None) -> None:
+                 crawl: CrawlFigures | None = None, site_names: Mapping[str, str] | None = None) -> None:
         self.options = options = options if options is not None else MonitorOptions()
+        self.site_names = dict(site_names or {})
         self.recorder = Recorder()
         throttler.observe(self.recorder)
         self.sampler = Sampler(throttler_reader(throttler, self.recorder), recorder=self.recorder,
@@ -119,7 +124,8 @@ class Monitor:
 
             self.registry = CollectorRegistry(auto_describe=False)
             self.registry.register(ThrottlerCollector(self.recorder, self.sampler, top_n=options.top_n,
-                                                      crawl=crawl, fleet=False))
+                                                      crawl=crawl, fleet=False,
+                                                      site_names=self.site_names))
         self._watches: list[_Watch] = []
         if options.metrics_port is not None:
             registry = self.registry
@@ -136,7 +142,8 @@ class Monitor:
         else:
             self.metrics_server = None
         if options.dashboard_port is not None:
-            routes = dashboard_routes(self.sampler, registry=self.registry, crawl=crawl)
+            routes = dashboard_routes(self.sampler, registry=self.registry, crawl=crawl,
+                                      names=self.site_names)
             watch = _Watch()
             self._watches.append(watch)
             routes["/api/state"] = watch.wrap(routes["/api/state"])

@@ -20,6 +20,7 @@ from urllib.parse import urlsplit
 
 from .._settings._config import Settings
 from .._settings._effective import effective_limits
+from ._dashboard import scope_state
 from ._recorder import ScopeCounts
 from ._sampler import Point, Sampler, limit_rate
 
@@ -37,6 +38,9 @@ th{background:#f3f3f3}.site{display:inline-block;margin:0 1.5em 1.5em 0;vertical
 .site h3{font-size:1em;margin:.2em 0}pre{background:#f6f6f6;padding:1em;overflow-x:auto}
 .rate{fill:none;stroke:#1f77b4;stroke-width:1.5}.limit{fill:none;stroke:#d62728;stroke-dasharray:4 2}
 .axis{stroke:#999}.bad{color:#c0392b;font-weight:bold}
+td .key{display:block;color:#777;font-size:.85em}
+th{white-space:normal;vertical-align:bottom}td:nth-child(2){white-space:normal;max-width:8em}
+tr.attention td:nth-child(2){color:#fff;background:#c0392b;font-weight:600}
 """
 
 
@@ -106,7 +110,9 @@ def busy_rate(points: Sequence[Point]) -> float | None:
 
 def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpace run",
                   summary: Mapping[str, Any] | None = None,
-                  sites: Mapping[str, Mapping[str, Any]] | None = None, store: str = "memory://") -> str:
+                  sites: Mapping[str, Mapping[str, Any]] | None = None, store: str = "memory://",
+                  site_names: Mapping[str, str] | None = None,
+                  hosts: Mapping[str, Any] | None = None) -> str:
     """The report's HTML.
 
     Args:
@@ -116,17 +122,27 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
         summary: the crawl's figures (``CrawlSummary.as_dict()``), shown as a list.
         sites: the sites' own figures keyed by host (:func:`join_sites`), when known.
         store: the store's URL, for the settings block.
+        site_names: scope -> site name, where known (``--sites``); the sites'
+            figures name their sites too.
+        hosts: a crawl's record per host (``CrawlSummary.scopes``): each row
+            then says what happened to the site (``forbidden by robots.txt``,
+            ``given up``, ...) and how its URLs ended.
     """
     recorder = sampler.recorder
     names = list(recorder.names()) if recorder is not None else []
     names += [name for name in sorted(sampler.latest) if name not in names]
     joined = sites or {}
+    named = {**(site_names or {}),
+             **{host: str(site["site"]) for host, site in joined.items() if site.get("site")}}
     names += [host for host in sorted(joined) if host not in names]
     esc = html.escape
-    head = ["host", "sends", "ok", "pushbacks", "errors", "given up", "latency", "busy sends/s",
-            "peak sends/s", "limit/s", "delay", "slots", "breaker"]
+    # The site by its name where known, its host beneath; what happened to it in words (the
+    # breaker's state and give-ups among it), so the table stays narrower than a screen.
+    head = ["site", "state", "sends", "ok", "pushbacks", "errors", "latency", "busy sends/s",
+            "peak sends/s", "limit/s", "delay", "slots", "URLs"]
+    record = hosts or {}
     if joined:
-        head += ["site", "site saw", "site 429+503", "broken rules", "goodput/s", "capacity/s", "ratio"]
+        head += ["site saw", "site 429+503", "broken rules", "goodput/s", "capacity/s", "ratio"]
     rows = []
     plots = []
     for name in names:
@@ -138,24 +154,37 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
         latency = counts.latency_sum / counts.latency_count if counts.latency_count else None
         o = counts.outcomes
         errors = o["http_4xx"] + o["http_5xx"] + o["exception"]
-        cells = [name, str(sends), str(o["ok"]), str(counts.pushbacks), str(errors), str(counts.given_up),
-                 NONE if latency is None else f"{latency * 1000:.0f} ms", _num(busy_rate(points)),
-                 _num(max((p.rate for p in points), default=None)),
+        site_name = named.get(name) if named.get(name) != name else None
+        shown = f"{site_name} ({name})" if site_name else name
+        first = (f'{esc(site_name)}<span class="key">{esc(name)}</span>' if site_name else esc(name))
+        host = record.get(name)
+        state = scope_state(snap, counts, host) if snap is not None else NONE
+        if state == "ok" and counts.given_up:
+            state = "given up"  # given up, then its breaker's pause ended
+        busy = busy_rate(points)
+        # The busiest 5 s sent at least the busy average (a site crawled within one sample has no window).
+        peak = max([p.rate for p in points] + ([busy] if busy is not None else []), default=None)
+        ended = NONE
+        if host is not None:
+            ended = ", ".join(f"{count} {outcome}" for outcome, count in sorted(host.outcomes.items())) or "0"
+        cells = [state, str(sends), str(o["ok"]), str(counts.pushbacks), str(errors),
+                 NONE if latency is None else f"{latency * 1000:.0f} ms", _num(busy), _num(peak),
                  _num(limit_rate(snap)) if snap is not None else NONE,
                  f"{snap.delay:.3g}s" if snap is not None else NONE,
-                 str(snap.concurrency) if snap is not None else NONE,
-                 snap.breaker if snap is not None else NONE]
+                 str(snap.concurrency) if snap is not None else NONE, ended]
         site = joined.get(name)
         if joined:
             if site is None:
-                cells += [NONE] * 7
+                cells += [NONE] * 6
             else:
                 ratio = site.get("goodput_ratio")
-                cells += [str(site.get(key, "")) for key in ("site", "requests", "throttled", "violations")]
+                cells += [str(site.get(key, "")) for key in ("requests", "throttled", "violations")]
                 cells += [_num(site.get("goodput")), _num(site.get("capacity")),
                           NONE if ratio is None else f"{ratio:.0%}"]
-        rows.append("<tr>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells) + "</tr>")
-        label = f"{name} ({site['site']})" if site else name
+        mark = ' class="attention"' if state not in ("ok", NONE) else ""
+        rows.append(f"<tr{mark}><td>{first}</td>" + "".join(f"<td>{esc(cell)}</td>" for cell in cells)
+                    + "</tr>")
+        label = shown
         plots.append(f'<div class="site"><h3>{esc(label)}</h3>{_plot(points)}</div>')
     facts = ""
     if summary:
@@ -172,7 +201,8 @@ def render_report(sampler: Sampler, settings: Settings, *, title: str = "crawlpa
             f"<h2>Sites</h2>{table}{gave}<h2>Send rate against the limit</h2>"
             f"<p><span style='color:#1f77b4'>&#9473;</span> sends/s, "
             f"<span style='color:#d62728'>&#9476;</span> the limit: the lowest rule that binds "
-            f"(the rate rampup learned, a Crawl-delay, or what delay and slots allow)</p>{''.join(plots)}"
+            f"(a pace the server announced, the rate rampup learned, a Crawl-delay, or what delay and slots "
+            f"allow)</p>{''.join(plots)}"
             f"<h2>Settings in force</h2><pre>{esc(effective_limits(settings, store))}</pre></body></html>\n")
 
 

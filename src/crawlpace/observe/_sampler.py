@@ -22,7 +22,7 @@ from typing import Any
 from ..stores.base import ScopeSnapshot, Store
 from ._recorder import Recorder
 
-__all__ = ["Point", "Reader", "Sampler", "limit_rate", "store_reader", "throttler_reader"]
+__all__ = ["Point", "Reader", "Sampler", "limit_rate", "limit_rule", "store_reader", "throttler_reader"]
 
 logger = logging.getLogger(__name__)
 
@@ -42,29 +42,51 @@ BREAKER_MEMO = 10_000
 ScopeReader = Callable[[str], Awaitable[ScopeSnapshot | None]]
 
 
-def limit_rate(snap: ScopeSnapshot) -> float | None:
-    """The sends per second the scope's rules allow, the lowest of every rule that binds (``None``: none).
+def limit_rule(snap: ScopeSnapshot) -> tuple[float | None, str]:
+    """The sends per second the scope may make, the lowest of every rule that binds, and which rule.
 
-    The rules: one send per ``delay`` and ``concurrency`` sends per per-slot
-    delay, as admission applies them; a robots.txt Crawl-delay; and, for a
-    rampup scope, the rate rampup has learned the site takes. Rampup's delay
-    in force also follows what the scope has been sending lately (an idle
-    scope starts again gently), so on its own it would show a site that went
-    quiet, or sends in bursts, as slow: the learned rate stands for it.
-    A ``Retry-After`` hold is not a rate: it is shown apart (``hold_in``).
+    The rules: a budget the server announced (``RateLimit`` or
+    ``X-RateLimit-*`` headers: its pace, while in force); for a rampup scope,
+    the rate rampup has learned the site takes; otherwise one send per
+    ``delay`` and ``concurrency`` sends per per-slot delay, as admission
+    applies them; and a robots.txt Crawl-delay. Rampup's delay in force also
+    follows what the scope has been sending lately (an idle scope starts
+    again gently), so on its own it would show a site that went quiet, or
+    sends in bursts, as slow: the learned rate stands for it. While a server's
+    pace is in force rampup does not search (the pace is the rate, even above
+    what it learned), so the pace is the limit. A ``Retry-After`` hold is not
+    a rate: it is shown apart (``hold_in``).
+
+    Returns:
+        ``(rate, rule)``: ``rule`` is ``"server's pace"``, ``"rampup"``,
+        ``"delay"``, ``"slots"`` or ``"Crawl-delay"``; ``(None, "")`` when no
+        rule limits the scope. On a tie the server's pace is named: a fixed
+        delay shorter than the pace is raised to it.
     """
-    bounds = []
+    bounds: list[tuple[float, str]] = []
+    pace = snap.pace if snap.pace is not None and snap.pace > 0 else None
+    if pace is not None:
+        bounds.append((1.0 / pace, "server's pace"))
     rampup = snap.rampup
     if rampup is not None:
-        bounds.append(getattr(rampup, "learned_rate", rampup.rate))
+        learned = getattr(rampup, "learned_rate", rampup.rate)
+        if pace is None:  # with a pace, rampup's rate is raised to it
+            bounds.append((learned, "rampup"))
     else:
         if snap.delay > 0:
-            bounds.append(1.0 / snap.delay)
+            bounds.append((1.0 / snap.delay, "delay"))
         if snap.delay_per_slot > 0:
-            bounds.append(snap.concurrency / snap.delay_per_slot)
+            bounds.append((snap.concurrency / snap.delay_per_slot, "slots"))
     if snap.crawl_delay:
-        bounds.append(1.0 / snap.crawl_delay)
-    return min(bounds) if bounds else None
+        bounds.append((1.0 / snap.crawl_delay, "Crawl-delay"))
+    if not bounds:
+        return None, ""
+    return min(bounds, key=lambda bound: bound[0])
+
+
+def limit_rate(snap: ScopeSnapshot) -> float | None:
+    """The sends per second the scope may make: :func:`limit_rule`'s rate (``None``: no rule binds)."""
+    return limit_rule(snap)[0]
 
 
 @dataclass(frozen=True, slots=True)

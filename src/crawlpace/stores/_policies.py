@@ -10,6 +10,7 @@ numbers), written into a fresh policy built from this worker's settings.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 
 from .._exceptions import PolicyFormatError, StateFormatError
@@ -18,7 +19,8 @@ from ..policy.scope import ScopePolicy, ThrottlingScopeManagerProtocol
 from ..policy.scope_manager import load_scope_manager
 from ..policy.state import StateValue, decode, encode, export_state, restore_state
 
-__all__ = ["PolicyFactory", "PolicyFormatError", "dump_policy", "is_fresh", "load_policy"]
+__all__ = ["PolicyFactory", "PolicyFormatError", "dump_policy", "has_rampup", "is_fresh", "load_policy",
+           "with_rampup"]
 
 
 class PolicyFactory:
@@ -36,6 +38,18 @@ class PolicyFactory:
         }
         self._fresh: dict[int, tuple[ScopeConfig, dict[str, StateValue]]] = {}
         self._summaries: dict[tuple[int, bool, bool], tuple[ScopeConfig, tuple[object, ...]]] = {}
+        self._rampup_variant: PolicyFactory | None = None
+
+    def rampup_variant(self) -> PolicyFactory:
+        """A factory of the same settings with rampup on, for state written by a worker that ran it.
+
+        A reader of the shared store whose settings leave rampup off (``crawlpace
+        dashboard`` without the workers' options) would otherwise drop a rampup
+        worker's learned rate when it reads the scope.
+        """
+        if self._rampup_variant is None:
+            self._rampup_variant = PolicyFactory(with_rampup(self.settings))
+        return self._rampup_variant
 
     def fresh_state(self, name: str) -> dict[str, StateValue]:
         """The state of a new policy of scope ``name`` (kept per scope configuration)."""
@@ -113,6 +127,25 @@ def load_policy(data: bytes, factory: PolicyFactory, name: str) -> ScopePolicy:
     except StateFormatError as exc:
         raise PolicyFormatError(str(exc)) from exc
     return restore_state(factory.new(name), state)
+
+
+def with_rampup(settings: Settings) -> Settings:
+    """``settings`` with rampup on for every scope: the defaults and each scope named."""
+    return dataclasses.replace(
+        settings, scope_defaults=dataclasses.replace(settings.scope_defaults, rampup=True),
+        scopes={name: dataclasses.replace(cfg, rampup=True) for name, cfg in settings.scopes.items()})
+
+
+def has_rampup(data: bytes) -> bool:
+    """Whether stored policy state holds a rampup part (its writer ran rampup on the scope).
+
+    Raises:
+        PolicyFormatError: when the bytes are not state this version can read.
+    """
+    try:
+        return any(key.startswith("r.") for key in decode(data))
+    except StateFormatError as exc:
+        raise PolicyFormatError(str(exc)) from exc
 
 
 def is_fresh(policy: ScopePolicy, factory: PolicyFactory) -> bool:

@@ -43,4 +43,5 @@ def describe(scope: str, policy: ScopePolicy, now: float, *, concurrency: int, d
         quota_remaining=policy.quota.remaining(now) if policy.quota is not None else None,
         crawl_delay=policy.crawl_delay,
         rampup=policy.rampup.stats(now) if policy.rampup is not None else None,
+        pace=policy.pace if now < policy.pace_until and policy.pace > 0.0 else None,
     )

@@ -120,6 +120,9 @@ class ScopeSnapshot:
         quota_remaining: quota units available now, for scopes with a quota.
         crawl_delay: the robots.txt Crawl-Delay in force, if any.
         rampup: what rampup knows about the scope, when it is on.
+        pace: seconds between two sends that a budget the server announced
+            (``RateLimit``, ``X-RateLimit-*`` headers) asks for, while it is in
+            force (``None``: no budget announced, or it has run out).
     """
 
     scope: str
@@ -141,6 +144,7 @@ class ScopeSnapshot:
     quota_remaining: float | None = None
     crawl_delay: float | None = None
     rampup: RampupStats | None = None
+    pace: float | None = None
 
 
 @runtime_checkable

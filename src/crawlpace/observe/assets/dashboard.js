@@ -5,6 +5,9 @@
   const token = new URLSearchParams(window.location.search).get("token");
   const stateUrl = "api/state" + (token ? "?token=" + encodeURIComponent(token) : "");
   const SVG = "http://www.w3.org/2000/svg";
+  // Short words for the rule that sets the limit, shown under it.
+  const RULES = {"server's pace": "server", "rampup": "rampup", "delay": "delay", "slots": "slots",
+                 "Crawl-delay": "crawl-delay"};
 
   function fmt(value, digits) {
     if (value === null || value === undefined) return "–";
@@ -68,13 +71,31 @@
     for (const s of state.scopes) {
       const row = document.createElement("tr");
       row.dataset.scope = s.scope;
+      const named = s.site && s.site !== s.scope;
+      if (named) row.dataset.site = s.site;
       if (s.state !== "ok") row.className = "attention";
-      cell(row, s.scope, "scope");
+      // The site's name where it is known (--sites), its scope key beside it.
+      const scopeCell = cell(row, named ? s.site : s.scope, "scope");
+      if (named) {
+        const key = document.createElement("span");
+        key.className = "key";
+        key.textContent = s.scope;
+        scopeCell.appendChild(key);
+      }
       cell(row, s.state, "state state-" + s.state.replace(/[^a-z]+/g, "-"));
       const graph = cell(row, "", "graph");
       graph.appendChild(spark(s.points));
       cell(row, fmt(s.rate, 2), "rate");
-      cell(row, fmt(s.limit, 2), "limit");
+      const limitCell = cell(row, fmt(s.limit, 2), "limit");
+      if (s.limit_by) {
+        // Which rule binds: the server's announced pace, rampup, the delay, the slots, a Crawl-delay.
+        const by = document.createElement("span");
+        by.className = "by";
+        by.textContent = RULES[s.limit_by] || s.limit_by;
+        limitCell.appendChild(by);
+        limitCell.title = "the lowest rule that binds: " + s.limit_by +
+          (s.pace ? " (the server announced one request per " + fmt(s.pace, 3) + "s)" : "");
+      }
       cell(row, fmt(s.delay, 3) + "s", "delay");
       cell(row, s.inflight + "/" + s.concurrency, "inflight");
       cell(row, String(s.queued), "queued");

@@ -7,7 +7,7 @@ import dataclasses
 import math
 from typing import Any
 
-from .._policies import PolicyFactory, PolicyFormatError, load_policy
+from .._policies import PolicyFactory, PolicyFormatError, has_rampup, load_policy
 from .._snapshot import describe
 from ..base import ScopeSnapshot
 
@@ -42,6 +42,10 @@ def read_snapshot(scope: str, fields: dict[Any, Any], inflight: int, resting: in
     policy = factory.new(scope)
     if blob is not None:
         with contextlib.suppress(PolicyFormatError):
+            if policy.rampup is None and has_rampup(blob):
+                # Written by a worker that ran rampup on the scope, read with settings that leave it
+                # off (crawlpace dashboard without the workers' options): show it as they run it.
+                factory = factory.rampup_variant()
             policy = load_policy(blob, factory, scope)
 
     def number(key: str, default: float = -math.inf) -> float:
