@@ -12,7 +12,8 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-__all__ = ["CAP_INFLIGHT", "FIRST_SPAN", "QUEUE_MIN_BASELINE", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
+__all__ = ["CAP_INFLIGHT", "FIRST_SPAN", "QUEUE_MIN_BASELINE", "QUICK_REFUSAL", "SLOT_HEADROOM",
+           "STUCK_SHARE_WEIGHT", "SlotSizing"]
 
 #: Seconds of sends at the rate that may be in flight before any latency is known.
 FIRST_SPAN = 1.0
@@ -24,6 +25,11 @@ QUICK_REFUSAL = 0.5
 CAP_INFLIGHT = 3
 #: A latency cut caps the slots only for a scope whose baseline latency is at least this (seconds).
 QUEUE_MIN_BASELINE = 0.05
+
+#: Weight of the newest outcome in the share of failures without an answer (hangs): a few hangs in
+#: a hundred answers are a steady trait of a site, and a memory of about twenty outcomes forgot each
+#: within a second at 20/s, leaving no slot for the next ones (the scope fell silent till they ended).
+STUCK_SHARE_WEIGHT = 0.005
 
 
 class _SlotSizingState(Protocol):
@@ -74,14 +80,21 @@ class SlotSizing:
             # (a server taking seconds per page would otherwise get one request at a time
             # until its first answer, whatever the rate allows).
             span = FIRST_SPAN
-        stuck = rate * self._stuck_share * self._stuck_time  # slots held by hangs
+        # Slots held by hangs: their count in flight is Poisson, so its mean plus two deviations,
+        # or a few hangs at once leave no slot free and the scope falls silent till they time out.
+        # At the learned rate, not the one allowed now: hangs holding the slots slow the sends, and
+        # the allowed rate (twice the send rate) with them, which would shrink the slots further.
+        share = self._stuck_share / (1.0 - (1.0 - STUCK_SHARE_WEIGHT) ** max(1, self._samples))  # unbiased
+        stuck = max(rate, self.rate) * share * self._stuck_time
+        stuck += 2.0 * math.sqrt(stuck)
         slots = min(self.max_concurrency, math.ceil(rate * span + stuck) + 1)
         return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
 
 
-    def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
-                       inflight: int | None) -> bool:
-        """A refusal on arrival with several in flight: cap the slots below that count.
+    def refused_on_arrival(self: _SlotSizingState, answered: bool, elapsed: float | None,
+                           inflight: int | None) -> bool:
+        """Whether a refusal came at once with several in flight: a cap on requests in flight, which
+        is load by its nature (the errors-not-about-load rule leaves such refusals to rampup).
 
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
@@ -89,8 +102,13 @@ class SlotSizing:
         base = self.baseline()
         if base is None and self._low_latency > 0.0:
             base = self._low_latency
-        if (not answered or elapsed is None or inflight is None or base is None
-                or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base):
+        return not (not answered or elapsed is None or inflight is None or base is None
+                    or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base)
+
+    def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
+                       inflight: int | None) -> bool:
+        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
+        if not self.refused_on_arrival(answered, elapsed, inflight):
             return False
         # As many in flight were accepted before: the cap is that many, and the refusal came from a
         # slot freed a moment after its answer left (HAProxy's conn_cur). The rate's cut spaces the

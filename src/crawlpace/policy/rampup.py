@@ -109,7 +109,7 @@ from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
 from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
-from ._rampup_slots import SlotSizing
+from ._rampup_slots import STUCK_SHARE_WEIGHT, SlotSizing
 from ._rampup_start import StartPhase
 
 __all__ = ["RAMPUP_JITTER", "Rampup", "RampupStats"]
@@ -298,15 +298,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
-        self._stuck_share += STUCK_WEIGHT * (stuck - self._stuck_share)
+        self._stuck_share += STUCK_SHARE_WEIGHT * (stuck - self._stuck_share)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
-            if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
-                held = self._stuck_time
-                self._stuck_time = held + STUCK_WEIGHT * (elapsed - held) if held else elapsed
+            self._note_stuck(now, elapsed)
             self._decide(now, "ignored: a request failed without an answer while latency is normal; "
                          "not taken for overload")
-            self.hung_silence(now, elapsed)
         elif pushback and answered and self._door_refused(sent_at):
             # The page robots.txt let go at once was refused: its gap to robots.txt (a few ms) was
             # too short for a limit with no room for a burst, which says nothing of the rate.
@@ -380,6 +377,34 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._start_again()
                 self._decide(now, "start: a whole window above the ceiling with no pushback, "
                              "the limit has moved up")
+
+    def on_hang(self, now: float, elapsed: float | None) -> None:
+        """A request failed without an answer, and it is known not to be about load (the site's own
+        errors, ``_load_errors``): no pushback, but it held a slot, which the slots make room for."""
+        self._stuck_share += STUCK_SHARE_WEIGHT * (1.0 - self._stuck_share)
+        self._note_stuck(now, elapsed)
+
+    def _note_stuck(self, now: float, elapsed: float | None) -> None:
+        if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
+            held = self._stuck_time
+            self._stuck_time = held + STUCK_WEIGHT * (elapsed - held) if held else elapsed
+        self.hung_silence(now, elapsed)
+
+    def forgive(self, now: float) -> None:
+        """The errors that cut the rate were judged the site's own, not load (``_load_errors``):
+        climb again from the rate they left, as the start phase does, with no ceiling.
+
+        Their cuts set a ceiling and a search under the pace the site takes, and the cubic
+        climb would spend a window under them. A cap on the slots stays: refusals on arrival
+        past a count in flight are a cap's, whatever else failed.
+        """
+        self._pushbacks.clear()
+        self.ceiling = self.last_pushback_rate = None
+        self._top, self._probe_after = 0.0, _NEVER
+        self._ep_since, self._ep_gap = _NEVER, 0.0
+        self._start_again()
+        self._decide(now, "start: the errors that cut the rate are the site's own, not load; "
+                     "doubling again from here")
 
     def _freeze(self, now: float) -> None:
         """Latency at the knee: hold the rate, and end the start phase there."""

@@ -1,0 +1,88 @@
+"""Errors that are not about load, under rampup (issue 30 item 5), on the fake clock.
+
+``crawlpace crawl`` runs rampup by default. A site with no limit that fails a
+steady share of its requests (5xx, a few hangs), whatever the pace, must keep
+>= 0.9 of the pace rampup reaches on the same site without errors; a site that
+is down is still paused, probed and given up; a connection cap's quick 503s are
+still load (``test_rampup_limiters``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+from crawlpace import ScopeGivenUp, Settings, Throttler
+from crawlpace.testing import MockClock
+
+URL = "https://flaky.example/page"
+#: Seconds a run may spend learning that its errors are not about load (a cut judged, a breaker
+#: pause learned) before its pace is measured.
+LEARN = 20.0
+
+
+@dataclass
+class Run:
+    sends: list[float]
+    given_up: bool
+    seconds: float
+
+    @property
+    def pace(self) -> float:
+        """Sends per second after the first ``LEARN`` seconds (the first errors and hangs are believed)."""
+        return sum(t >= LEARN for t in self.sends) / (self.seconds - LEARN)
+
+
+async def crawl(*, errors: float, hangs: float = 0.0, seconds: float = 80.0, status: int = 500,
+                seed: int = 3, breaker: dict[str, object] | None = None) -> Run:
+    """Crawl one site that answers in 20-40 ms, ``errors`` of its answers ``status`` and
+    ``hangs`` of its requests timing out after 5 s, with rampup on as the crawl runs it (up to
+    20/s: the sends such a site is given are what is measured, and fewer keep the test quick)."""
+    clock = MockClock(autojump=True)
+    rng = random.Random(seed)
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True, "rampup_min_delay": 0.05},
+                                     "CONCURRENT_REQUESTS": 64, **(breaker or {})})
+    sends: list[float] = []
+    given_up = False
+    async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:
+
+        async def worker() -> None:
+            nonlocal given_up
+            while clock.now() < seconds and not given_up:
+                try:
+                    async with throttler.slot(URL) as permit:
+                        if clock.now() >= seconds:
+                            permit.feedback(status=200, latency=0.0)
+                            break
+                        sends.append(clock.now())
+                        draw = rng.random()
+                        if draw < hangs:
+                            await clock.sleep(5.0)
+                            permit.feedback(exception=TimeoutError(), latency=5.0)
+                            continue
+                        took = rng.uniform(0.02, 0.04)
+                        await clock.sleep(took)
+                        permit.feedback(status=status if draw < hangs + errors else 200, latency=took)
+                except ScopeGivenUp:
+                    given_up = True
+
+        await asyncio.gather(*(worker() for _ in range(16)))
+    return Run(sends, given_up, seconds)
+
+
+async def test_a_steady_share_of_errors_does_not_slow_rampup() -> None:
+    clean = await crawl(errors=0.0)
+    # 503s and 502s are backoff answers: judged by what slowing did. 500s are not: the circuit
+    # breaker learns their share after one pause.
+    for errors, hangs, status in ((0.2, 0.0, 503), (0.2, 0.01, 503), (0.1, 0.02, 502), (0.2, 0.02, 500)):
+        flaky = await crawl(errors=errors, hangs=hangs, status=status)
+        assert not flaky.given_up, (errors, hangs, status)
+        assert flaky.pace >= 0.9 * clean.pace, (errors, hangs, status, flaky.pace, clean.pace)
+
+
+async def test_a_site_that_is_down_is_still_given_up_under_rampup() -> None:
+    down = await crawl(errors=1.0, status=503, seconds=120.0,
+                       breaker={"BREAKER_PAUSE": 6.0, "BREAKER_GIVE_UP_AFTER": 5})
+    assert down.given_up
+    assert len(down.sends) < 40
