@@ -105,12 +105,13 @@ from .._jitter import Jitter
 from ._rampup_climb import CubicClimb
 from ._rampup_cut import CutRules
 from ._rampup_episode import Episodes
-from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
+from ._rampup_latency import LatencyWatch
 from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
-from ._rampup_slots import STUCK_SHARE_WEIGHT, SlotSizing
+from ._rampup_slots import SlotSizing
 from ._rampup_start import StartPhase
+from ._rampup_tuning import TUNING as T
 
 __all__ = ["RAMPUP_JITTER", "Rampup", "RampupStats"]
 
@@ -121,12 +122,6 @@ logger = logging.getLogger(__name__)
 #: spread of +/-10 % would hold the mean rate 10 % under a limit that one-sided
 #: jitter gets within 2.5 % of, with as few refusals.
 RAMPUP_JITTER = Jitter(0.0, 0.05)
-#: The rate grows only while the measured send rate is at least this share of it.
-USED_SHARE = 0.5
-#: Weight of the newest outcome in the share of failures without an answer, and in their duration.
-STUCK_WEIGHT = 0.05
-#: The longest stretch of time one response may advance the curve.
-MAX_STEP = 1.0
 #: Accepted sends kept to find the one before a refused send (more than are in flight at once).
 OK_SENDS_KEPT = 64
 
@@ -220,7 +215,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self._k = 0.0
         self._climb = 0.0
         self._probe_c = 0.0
-        self._baseline: deque[float] = deque(maxlen=BASELINE_WINDOWS)
+        self._baseline: deque[float] = deque(maxlen=T.baseline_windows)
         self._window_min = math.inf
         self._window_start = _NEVER
         self._samples = 0
@@ -294,11 +289,11 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0
+        stuck = pushback and not answered and self._samples >= T.baseline_after and self._level == 0
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
-        self._stuck_share += STUCK_SHARE_WEIGHT * (stuck - self._stuck_share)
+        self._stuck_share += T.stuck_share_weight * (stuck - self._stuck_share)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)
@@ -345,7 +340,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
 
     def _grow(self, now: float) -> None:
         self._skip_hold(now)
-        step = min(now - self._last_growth, MAX_STEP)
+        step = min(now - self._last_growth, T.round)
         self._last_growth = now
         if step <= 0.0:
             return
@@ -353,7 +348,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # Compared with the rate itself: what the scope may send is capped at twice what
         # it sends, so against that cap the test could never fail, and a scope held back
         # by its slots (a server answering slowly) would double its rate for nothing.
-        used = USED_SHARE * self.rate if self.phase != "start" else self._start_used(self.rate)
+        used = T.used_share * self.rate if self.phase != "start" else self._start_used(self.rate)
         if self.sent_rate(now) < used or self.rate >= self.max_rate:
             self._epoch += step  # not using its rate: the curve waits
             return
@@ -381,13 +376,13 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
     def on_hang(self, now: float, elapsed: float | None) -> None:
         """A request failed without an answer, and it is known not to be about load (the site's own
         errors, ``_load_errors``): no pushback, but it held a slot, which the slots make room for."""
-        self._stuck_share += STUCK_SHARE_WEIGHT * (1.0 - self._stuck_share)
+        self._stuck_share += T.stuck_share_weight * (1.0 - self._stuck_share)
         self._note_stuck(now, elapsed)
 
     def _note_stuck(self, now: float, elapsed: float | None) -> None:
         if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
             held = self._stuck_time
-            self._stuck_time = held + STUCK_WEIGHT * (elapsed - held) if held else elapsed
+            self._stuck_time = held + T.stuck_weight * (elapsed - held) if held else elapsed
         self.hung_silence(now, elapsed)
 
     def forgive(self, now: float) -> None:
@@ -408,7 +403,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
 
     def _freeze(self, now: float) -> None:
         """Latency at the knee: hold the rate, and end the start phase there."""
-        step = min(now - self._last_growth, MAX_STEP)
+        step = min(now - self._last_growth, T.round)
         self._last_growth = now
         if step > 0.0:
             self._epoch += step
