@@ -35,9 +35,11 @@ class Run:
 
 
 async def crawl(*, errors: float, hangs: float = 0.0, seconds: float = 80.0, status: int = 500,
-                seed: int = 3, breaker: dict[str, object] | None = None) -> Run:
-    """Crawl one site that answers in 20-40 ms, ``errors`` of its answers ``status`` and
-    ``hangs`` of its requests timing out after 5 s, with rampup on as the crawl runs it (up to
+                seed: int = 3, breaker: dict[str, object] | None = None, at_once: bool = False,
+                page: float = 0.03) -> Run:
+    """Crawl one site that answers in ``page`` seconds (+/-1/3), ``errors`` of its answers ``status`` and
+    ``hangs`` of its requests timing out after 5 s (``at_once``: the errors are answered in 1 ms,
+    as a backend failing at once is), with rampup on as the crawl runs it (up to
     20/s: the sends such a site is given are what is measured, and fewer keep the test quick)."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
@@ -61,9 +63,10 @@ async def crawl(*, errors: float, hangs: float = 0.0, seconds: float = 80.0, sta
                             await clock.sleep(5.0)
                             permit.feedback(exception=TimeoutError(), latency=5.0)
                             continue
-                        took = rng.uniform(0.02, 0.04)
+                        error = draw < hangs + errors
+                        took = 0.001 if error and at_once else page * rng.uniform(2 / 3, 4 / 3)
                         await clock.sleep(took)
-                        permit.feedback(status=status if draw < hangs + errors else 200, latency=took)
+                        permit.feedback(status=status if error else 200, latency=took)
                 except ScopeGivenUp:
                     given_up = True
 
@@ -79,6 +82,15 @@ async def test_a_steady_share_of_errors_does_not_slow_rampup() -> None:
         flaky = await crawl(errors=errors, hangs=hangs, status=status)
         assert not flaky.given_up, (errors, hangs, status)
         assert flaky.pace >= 0.9 * clean.pace, (errors, hangs, status, flaky.pace, clean.pace)
+
+
+async def test_errors_answered_at_once_are_not_read_as_a_cap_on_requests_in_flight() -> None:
+    # Pages take 0.15 s, so 20/s keeps about three in flight. A 503 in a millisecond with three in
+    # flight looks like a connection cap's refusal, but one with nothing else in flight is no cap's:
+    # the slots stay open and the errors are judged.
+    clean = await crawl(errors=0.0, page=0.15)
+    flaky = await crawl(errors=0.2, status=503, at_once=True, page=0.15)
+    assert flaky.pace >= 0.9 * clean.pace, (flaky.pace, clean.pace)
 
 
 async def test_a_site_that_is_down_is_still_given_up_under_rampup() -> None:

@@ -13,6 +13,7 @@ from collections import deque
 from typing import Protocol
 
 from ._rampup_tuning import TUNING as T
+from ._shared_rules import LATENCY_WEIGHT
 
 __all__ = ["LatencyWatch"]
 
@@ -50,10 +51,10 @@ class LatencyWatch:
         if sample is None or not sample >= 0.0 or math.isinf(sample):
             return 0
         smooth = self.latency
-        smooth = sample if smooth is None else smooth + T.latency_weight * (sample - smooth)
+        smooth = sample if smooth is None else smooth + LATENCY_WEIGHT * (sample - smooth)
         self.latency = smooth
         self._samples += 1
-        if self._samples < T.baseline_after:
+        if self._samples < T.confirm:
             return 0  # one odd first answer must not become the baseline
         if now - self._window_start >= self.window:
             if self._window_min != math.inf:

@@ -12,7 +12,7 @@ climb reaches its level with no pushback, that level is taken as safe and the
 next level is the geometric middle between it and the *top* (the level an
 ordinary cut would have set, ``T.ceiling_share`` times the rate that failed),
 reached by a climb twice as quick as the one after the deep cut; within
-:data:`T.search_done` of the top, the top is
+:data:`T.same_rate` of the top, the top is
 the level and the search ends. A limit anywhere in between is found within a
 few quick climbs, by bisection, without a refusal at all when it lies above
 the top.
@@ -95,7 +95,7 @@ class SearchClimb:
             # past the level it held before (a site that asks for silence is not probed).
             top = max(top, T.ceiling_share * allowed)
             deep = True
-        self._top = top if deep and refused and ceiling < top * (1.0 - T.search_done) else 0.0
+        self._top = top if deep and refused and ceiling < top * (1.0 - T.same_rate) else 0.0
         if not refused:
             return
         if held > 0.0:
@@ -124,11 +124,11 @@ class SearchClimb:
         top, ceiling = self._top, self.ceiling
         if top <= 0.0 or ceiling is None or self.phase != "steady" or now < self._epoch + self._k:
             return False
-        if ceiling >= top * (1.0 - T.search_done):
+        if ceiling >= top * (1.0 - T.same_rate):
             self._top = 0.0
             return False
         level = math.sqrt(ceiling * top)
-        if level >= top * (1.0 - T.search_done):
+        if level >= top * (1.0 - T.same_rate):
             level, self._top = top, 0.0
         self.ceiling = level
         self._start_climb(now, fast=True)

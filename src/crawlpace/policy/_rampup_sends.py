@@ -12,6 +12,7 @@ import math
 from typing import Protocol
 
 from ._rampup_tuning import TUNING as T
+from ._shared_rules import GAP_WEIGHT
 
 __all__ = ["NEVER", "SendRecord"]
 
@@ -110,7 +111,7 @@ class SendRecord:
                 gap = 1.0 / self.rate
             if gap < 0.0:
                 gap = 0.0
-            weight = self._sent_weight()  # T.sent_weight but in a quick start phase
+            weight = self._sent_weight()  # GAP_WEIGHT but in a quick start phase
             self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
 
@@ -150,7 +151,7 @@ class SendRecord:
                    spacing: float | None = None) -> None:
         """Take the send record kept elsewhere: a shared store counts every worker's sends.
 
-        The store's mean gap weighs each new gap by ``T.sent_weight``; while the
+        The store's mean gap weighs each new gap by ``GAP_WEIGHT``; while the
         start phase weighs them more (it doubles the rate every round, and a
         slow mean would hold the climb back), the spacings of the sends this
         worker made are weighed here instead, as :meth:`on_send` would.
@@ -165,7 +166,7 @@ class SendRecord:
         if self._sent_at == NEVER:
             self._last_growth = last
         weight = self._sent_weight()
-        if spacing is not None and weight != T.sent_weight:
+        if spacing is not None and weight != GAP_WEIGHT:
             mean = self._gap
             if mean is None and self.rate > 0.0 and spacing < 1.0 / self.rate:
                 spacing = 1.0 / self.rate  # a send through the start's door, as in on_send

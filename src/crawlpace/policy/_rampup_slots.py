@@ -36,9 +36,11 @@ class _SlotSizingState(Protocol):
 
     rate: float
     _samples: int
+    _lone_refused: bool
 
     def baseline(self) -> float | None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None) -> bool: ...
+    def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
     def _cap_queue(self, now: float) -> None: ...
@@ -90,11 +92,26 @@ class SlotSizing:
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
         """
+        if inflight is None or inflight < T.cap_inflight or self._lone_refused:
+            return False
+        return self._quick(answered, elapsed)
+
+    def _quick(self: _SlotSizingState, answered: bool, elapsed: float | None) -> bool:
+        """Whether an answer came under ``T.quick_refusal`` of the baseline latency (refused on arrival)."""
         base = self.baseline()
         if base is None and self._low_latency > 0.0:
             base = self._low_latency
-        return not (not answered or elapsed is None or inflight is None or base is None
-                    or inflight < T.cap_inflight or elapsed >= T.quick_refusal * base)
+        return answered and elapsed is not None and base is not None and elapsed < T.quick_refusal * base
+
+    def _note_refusal(self: _SlotSizingState, answered: bool, elapsed: float | None,
+                      inflight: int | None) -> None:
+        """A refusal on arrival of a request that was alone in flight: no cap on requests in flight
+        of ``T.cap_inflight`` or more refuses that, so the site's quick refusals are its own errors
+        (a backend failing at once), and a slot cap read from them is dropped."""
+        if inflight == 1 and not self._lone_refused and self._quick(answered, elapsed):
+            self._lone_refused = True
+            if not self._queue_cap:
+                self.slot_cap = math.inf
 
     def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
                        inflight: int | None) -> bool:

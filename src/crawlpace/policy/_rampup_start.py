@@ -19,7 +19,7 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
 * *a window of one*: a site whose answers take ``T.latency_signal`` or more
   may always have one request in flight back to back, the rate at which
   AutoThrottle with a target concurrency of 1 settles (``1 / latency``). Once
-  ``T.start_confirm`` answers have shown such a latency, the doubling starts
+  ``T.confirm`` answers have shown such a latency, the doubling starts
   from there, so a 50 ms site (20/s at once) has four in flight within half a
   second instead of four seconds, and its latency (which grows with what is in
   flight) stops the climb at its knee. (A single slow answer lets one more
@@ -54,6 +54,7 @@ from typing import Protocol
 
 from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
+from ._shared_rules import GAP_WEIGHT
 
 __all__ = ["DOOR_SLACK", "StartPhase"]
 
@@ -172,7 +173,7 @@ class StartPhase:
     def _sent_weight(self: _StartPhaseState) -> float:
         """The weight of the newest gap in the measured send rate (see ``T.start_sent_weight``)."""
         quick = self.phase == "start" and self._start_round() < T.round
-        return T.start_sent_weight if quick else T.sent_weight
+        return T.start_sent_weight if quick else GAP_WEIGHT
 
     def _start_used(self: _StartPhaseState, rate: float) -> float:
         """The send rate below which the start phase does not grow: the sends lag one doubling."""
@@ -185,7 +186,7 @@ class StartPhase:
         if allowed > self._good_rate:
             self._good_rate = allowed
         low = self._low_latency
-        if low >= T.latency_signal and self._samples >= T.start_confirm:
+        if low >= T.latency_signal and self._samples >= T.confirm:
             self.rate = max(self.rate, 1.0 / low)  # the window of one, confirmed: double from there
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 

@@ -8,6 +8,10 @@ rules hold for the numbers:
 * a number that is the same idea in two rules is one field (one second is the
   *round* of every rule that measures per round; one threshold says when a hold
   is long, in both phases; one share is where rampup sits after a long hold);
+* a number the stores share with rampup is defined once, in ``_shared_rules``
+  (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
+  newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
+  until the limiter cases showed the same figures with the stores' 0.2);
 * implementation bounds that are not tuning (a sentinel time, how many sends a
   record keeps, a clock tolerance) stay in the module that needs them.
 
@@ -36,8 +40,6 @@ class RampupTuning:
     #: What a scope may send is capped at this multiple of its measured send rate: an idle scope
     #: neither learns nor banks a rate it never tried.
     sent_cap: float = 2.0
-    #: Weight of the newest gap between two sends in the mean gap.
-    sent_weight: float = 0.25
     #: A scope unsent for this many windows has learned nothing worth keeping.
     idle_windows: float = 2.0
     #: The rate grows only while the measured send rate is at least this share of it.
@@ -49,24 +51,26 @@ class RampupTuning:
     #: one-second round's finer steps leave the first refusal's good rate near the limit. From this
     #: latency up, the round follows the latency and one request may be in flight back to back.
     latency_signal: float = 0.02
-    #: Answers with a latency the start phase's window of one waits for before the doubling starts
-    #: from it. An answer may be slow for reasons of its own (a new connection, a busy crawler; in a
-    #: fleet each worker opens its own connections). (With two, three workers on one store at 0.2 s
-    #: answers drew 8 refusals in the fleet-learning test, where one process drew 2; with three, 3.)
-    start_confirm: int = 3
+    #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
+    #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
+    #: phase's window of one waits for them before the doubling starts from it, and the latency
+    #: baseline is taken after them. (With two, three workers on one store at 0.2 s answers drew 8
+    #: refusals in the fleet-learning test, where one process drew 2; with three, 3. The baseline
+    #: waited for 5 until the limiter cases showed the same figures with 3.)
+    confirm: int = 3
     #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
     #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
     #: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
     min_round: float = 0.5
-    #: The start phase grows only while the measured send rate is at least this share of the rate
-    #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
-    #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
-    start_used_share: float = 0.4
     #: Weight of the newest gap in the measured send rate while the round is shorter than ``round``:
     #: doubling every round trip outruns the steady weight's mean within a few sends. (With
     #: one-second rounds the lagging mean is what tempers the overshoot into a token bucket's burst,
     #: so the steady weight stays.)
     start_sent_weight: float = 0.75
+    #: The start phase grows only while the measured send rate is at least this share of the rate
+    #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
+    #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
+    start_used_share: float = 0.4
     #: After the first refusal the climb levels out at this share of the good rate (if lower) ...
     good_ceiling: float = 0.95
     #: ... when the good rate is at least this share of the refused one (one answer may double the
@@ -105,13 +109,13 @@ class RampupTuning:
     climb_share: float = 0.75
     #: How much quicker the climb is after a deep cut.
     fast_climb: float = 6.0
-    #: A cut counts as "not enough" if the rate has grown less than this since.
-    cascade_growth: float = 1.05
     #: A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
     #: least this share of the previous refusal's: the limit is near, not far below.
     near_share: float = 0.75
-    #: The search after a deep cut ends when the level is within this share of the top.
-    search_done: float = 0.05
+    #: Two rates within this share of each other are one rate: a cut counts as "not enough" when
+    #: the rate has grown less than this since the last one, and the search after a deep cut ends
+    #: when the level is within this share of its top.
+    same_rate: float = 0.05
     #: How much quicker a climb of the search is than the quick climb after a deep cut.
     search_pace: float = 2.0
 
@@ -149,11 +153,6 @@ class RampupTuning:
     high_slack: float = 0.050
     #: A latency cut is the deeper the further past ``knee * baseline + knee_slack + deep_slack`` it is.
     deep_slack: float = 0.05
-    #: Weight of a new latency sample in the smoothed latency.
-    latency_weight: float = 0.3
-    #: Latency samples smoothed in before the baseline is taken (one odd first answer must not
-    #: become the baseline).
-    baseline_after: int = 5
     #: Windows of smoothed-latency minimums the baseline is the minimum of.
     baseline_windows: int = 10
 

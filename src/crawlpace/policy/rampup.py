@@ -177,7 +177,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
-                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_low_latency",
+                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
+                 "_low_latency",
                  "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
                  "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
                  "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
@@ -242,6 +243,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
         self._fitted, self._fit_span = False, 0.0
         self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
+        self._lone_refused = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
         self._sustained = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
         # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
         # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
@@ -289,11 +291,13 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        stuck = pushback and not answered and self._samples >= T.baseline_after and self._level == 0
+        stuck = pushback and not answered and self._samples >= T.confirm and self._level == 0
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
         self._stuck_share += T.stuck_share_weight * (stuck - self._stuck_share)
+        if pushback:
+            self._note_refusal(answered, elapsed, inflight)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)
