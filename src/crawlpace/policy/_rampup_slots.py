@@ -103,7 +103,7 @@ class SlotSizing:
             base = self._low_latency
         return answered and elapsed is not None and base is not None and elapsed < T.quick_refusal * base
 
-    def _note_refusal(self: _SlotSizingState, answered: bool, elapsed: float | None,
+    def note_refusal(self: _SlotSizingState, answered: bool, elapsed: float | None,
                       inflight: int | None) -> None:
         """A refusal on arrival of a request that was alone in flight: no cap on requests in flight
         of ``T.cap_inflight`` or more refuses that, so the site's quick refusals are its own errors

@@ -297,7 +297,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
         self._stuck_share += T.stuck_share_weight * (stuck - self._stuck_share)
         if pushback:
-            self._note_refusal(answered, elapsed, inflight)
+            self.note_refusal(answered, elapsed, inflight)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)

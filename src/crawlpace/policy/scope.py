@@ -285,6 +285,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # refusal on arrival with several in flight: a cap on them is load, which rampup caps the
         # slots for (a cut of the rate would not lower such refusals, and they would seem the site's).
         rampup = self.rampup
+        if rampup is not None and feedback.backoff:
+            rampup.note_refusal(feedback.status is not None, now - sent_at, inflight)
         error = is_error(feedback) and not (
             rampup is not None and feedback.backoff
             and rampup.refused_on_arrival(feedback.status is not None, now - sent_at, inflight))
@@ -366,6 +368,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self._base = self._compute_base(now)
         self.refresh(now)
         gave_up = self._breaker_outcome(now, feedback, sent_at)
+        breaker = self.breaker
+        if rampup is not None and breaker is not None and breaker.state == "open":
+            # The pause is the breaker's silence, not the scope's choice: without this the measured
+            # send rate falls to nothing in it, and the scope starts over at 1/s once it closes.
+            rampup.hold(breaker.snapshot(now).open_until or now)
         if errors is not None and errors.plain and self.breaker is not None:
             self.breaker.tolerate(errors.tolerable)
         return gave_up
