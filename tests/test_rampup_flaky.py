@@ -93,6 +93,19 @@ async def test_errors_answered_at_once_are_not_read_as_a_cap_on_requests_in_flig
     assert flaky.pace >= 0.9 * clean.pace, (flaky.pace, clean.pace)
 
 
+async def test_after_a_breaker_pause_the_scope_resumes_at_its_pace() -> None:
+    # 500s are no backoff answer: the breaker opens once at 20 % failures (before it has learned
+    # the site's share), pauses the scope 10 s, and closes on a good probe. The pause is the
+    # breaker's silence, not the scope's: the sends after it go at the pace from before it.
+    clean = await crawl(errors=0.0)
+    flaky = await crawl(errors=0.2, status=500)
+    gaps = [(later - earlier, later) for earlier, later in zip(flaky.sends, flaky.sends[1:], strict=False)]
+    pause, probe = max(gaps)
+    assert pause >= 5.0  # the breaker did pause the scope
+    after = sum(probe < t <= probe + 3.0 for t in flaky.sends)
+    assert after >= 0.8 * 3.0 * clean.pace, (after, clean.pace)  # was 7 of 58: climbing from 1/s
+
+
 async def test_a_site_that_is_down_is_still_given_up_under_rampup() -> None:
     down = await crawl(errors=1.0, status=503, seconds=120.0,
                        breaker={"BREAKER_PAUSE": 6.0, "BREAKER_GIVE_UP_AFTER": 5})
