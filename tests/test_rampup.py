@@ -15,8 +15,7 @@ from dataclasses import dataclass, field
 import pytest
 
 from crawlpace import Settings, Throttler
-from crawlpace.policy._rampup_climb import BETA_DEEP
-from crawlpace.policy._rampup_start import START_GOOD_CEILING, START_HELD_CEILING, START_HELD_SHARE
+from crawlpace.policy._rampup_tuning import TUNING
 from crawlpace.policy.rampup import RAMPUP_JITTER, Rampup
 from crawlpace.testing import MockClock
 
@@ -382,9 +381,9 @@ def test_a_first_refusal_with_a_hold_resumes_under_the_ceiling_not_at_half() -> 
     refused_held, end = first_refusal(held, 2.0)
     assert refused_held == pytest.approx(refused)
     assert halved.ceiling is not None
-    assert held.ceiling == pytest.approx(halved.ceiling * START_HELD_CEILING / START_GOOD_CEILING)
+    assert held.ceiling == pytest.approx(halved.ceiling * TUNING.held_share / TUNING.good_ceiling)
     assert held.ceiling is not None
-    assert held.rate == pytest.approx(START_HELD_SHARE * held.ceiling)
+    assert held.rate == pytest.approx(TUNING.held_share * held.ceiling)
     assert held.rate > 0.7 * refused
     # After the hold, the scope may send at that rate at once (not capped by the silence).
     assert held.allowed_rate(end + 2.01) >= held.rate
@@ -1117,7 +1116,7 @@ def test_a_timeout_cuts_from_the_rate_its_request_was_sent_at() -> None:
     ramp.on_send(now)
     ramp.on_response(now + 10.0, pushback=True, current=True, latency=None, answered=False, elapsed=10.0)
     assert "cut: pushback" in ramp.decision
-    assert ramp.rate >= BETA_DEEP * 0.5 * rate
+    assert ramp.rate >= TUNING.cut_deep * 0.5 * rate
 
 
 def test_a_busy_machine_does_not_freeze_the_climb_of_a_millisecond_site() -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlpace.policy._rampup_episode import FIT_SHARE, PROBE_GAP_MAX
+from crawlpace.policy._rampup_tuning import TUNING
 from crawlpace.policy.rampup import Rampup
 
 
@@ -47,9 +47,9 @@ def test_the_refusals_of_one_overshoot_cut_once_and_slow_the_probes() -> None:
     assert ramp.rate == cut
     assert ramp.generation == generation
     assert gaps[1] == pytest.approx(2 * gaps[0])
-    assert max(gaps) == pytest.approx(PROBE_GAP_MAX)
+    assert max(gaps) == pytest.approx(TUNING.probe_gap_max)
     assert "same overshoot" in ramp.decision
-    answer(ramp, now + PROBE_GAP_MAX)
+    answer(ramp, now + TUNING.probe_gap_max)
     assert not ramp.in_episode()
 
 
@@ -64,7 +64,7 @@ def test_a_lock_out_paces_at_the_rate_the_cycle_let_through() -> None:
     # Cycle: 30 accepted from 0 to the end of the lock-out. The first cycle was not sent at that
     # rate throughout (it began at 20/s), so it is a floor: the level is the middle of it and the cut.
     assert ramp.rate < 20.0
-    fit = FIT_SHARE * 30 / (now + 0.01)
+    fit = TUNING.fit_share * 30 / (now + 0.01)
     assert ramp.rate >= fit
     assert "a lock-out" in ramp.decision
     # The lock-out's length (about 8.5 s) is what the next refusal costs: probing waits as after a hold.
@@ -78,7 +78,7 @@ def test_a_refusal_just_under_the_shortest_accepted_gap_is_a_bucket_with_no_burs
     ramp.rate = 9.5
     last = now - 1.0 / 9.0
     answer(ramp, last + 0.1, refused=True)  # a gap of 0.1 s refused
-    assert ramp.rate == pytest.approx(FIT_SHARE * 9.0, rel=0.01)
+    assert ramp.rate == pytest.approx(TUNING.fit_share * 9.0, rel=0.01)
     assert "no burst" in ramp.decision
 
 

@@ -22,6 +22,10 @@ slowing down does. So the first such errors are believed: they slow the scope
    tolerate that share. If the share fell, the errors were
    about load, and the rule waits for the next cut to judge again.
 
+Under rampup the same verdict sends rampup back to its start phase (``Rampup.forgive``), and a
+refusal on arrival with several requests in flight is not weighed here: it is a cap on requests
+in flight, whose refusals a slower rate does not lower (the scope policy leaves it out).
+
 A site judged flaky is watched: once the share of its last :data:`MEMORY`
 outcomes is clearly above :data:`RETURN` times the share learned (by two
 standard deviations), the errors are believed again and the next cut is
@@ -75,18 +79,21 @@ class LoadErrors:
 
     Attributes:
         plain: the errors are judged not about load: they do not slow the scope.
-        share: the error share learned when they were judged so.
+        share: the error share learned when they were judged so (both samples pooled).
+        tolerable: the share the circuit breaker is told to tolerate: the higher of the two
+            samples of any verdict of plain errors.
         judging: a cut is being judged; ``since`` is when it began.
         before: the error share before that cut, and ``before_n`` the outcomes it was measured on.
         after_n, after_bad: outcomes and errors of requests sent after it.
     """
 
     __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "plain", "recent", "recent_n",
-                 "share", "since")
+                 "share", "since", "tolerable")
 
     def __init__(self) -> None:
         self.plain = False
         self.share = 0.0
+        self.tolerable = 0.0
         self.judging = False
         self.since = 0.0
         self.before = 0.0
@@ -151,7 +158,14 @@ class LoadErrors:
         spread = 2.0 * math.sqrt(before * (1.0 - before) / max(self.before_n, 1)
                                  + after * (1.0 - after) / self.after_n)
         if not (after < SAME * before and before - after > spread):
-            self.plain, self.share = True, after
+            # The share learned pools both samples: the one after the cut alone is a handful of
+            # outcomes (0 of 10 at a 20 % share is no rarity), and a share of 0 would be exceeded
+            # by the next error, which would be believed again and cut once more.
+            pooled = (before * self.before_n + self.after_bad) / (self.before_n + self.after_n)
+            self.plain, self.share = True, pooled
+            # The breaker is told the higher of the two: slowing did not lower the errors, so the
+            # share before is the site's too, and a breaker opened by it pauses a site that is fine.
+            self.tolerable = max(self.tolerable, before, after)
             logger.info("scope %s: errors at %.0f%% after slowing down, %.0f%% before: not about load; "
                         "they no longer slow the scope", scope, 100 * after, 100 * self.before)
         else:

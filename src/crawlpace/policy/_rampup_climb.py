@@ -10,29 +10,10 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from ._rampup_latency import KNEE, KNEE_SLACK
+from ._rampup_tuning import TUNING as T
 
-__all__ = ["BETA", "BETA_DEEP", "BETA_OVER", "CASCADE_GROWTH", "CEILING_SHARE", "CLIMB_SHARE", "DEEP_SLACK",
-           "FAST_CLIMB", "START_CEILING_SHARE", "CubicClimb"]
+__all__ = ["CubicClimb"]
 
-#: The cut after a pushback that ends a probe.
-BETA = 0.9
-#: The cut when the last window already had more pushbacks than the band allows.
-BETA_OVER = 0.8
-#: The cut after a pushback in the start phase, or one the previous cut did not prevent.
-BETA_DEEP = 0.5
-#: Where the climb levels out after an ordinary cut, as a share of the failing rate.
-CEILING_SHARE = 0.92
-#: Where the quick climb after the start phase levels out, as a share of the failing rate.
-START_CEILING_SHARE = 0.85
-#: The time to climb back to the ceiling, as a share of the window per target pushback.
-CLIMB_SHARE = 0.75
-#: How much quicker the climb is after a deep cut.
-FAST_CLIMB = 6.0
-#: A cut counts as "not enough" if the rate has grown less than this since.
-CASCADE_GROWTH = 1.05
-#: A latency cut is the deeper the further past ``KNEE * baseline + KNEE_SLACK + DEEP_SLACK`` it is.
-DEEP_SLACK = 0.05
 
 
 class _CubicClimbState(Protocol):
@@ -77,8 +58,8 @@ class CubicClimb:
     def _climb_time(self: _CubicClimbState, *, fast: bool) -> float:
         low, high = self.target
         middle = (low + high) / 2.0
-        k = self.window * CLIMB_SHARE / max(middle, 0.5)
-        return k / FAST_CLIMB if fast else k
+        k = self.window * T.climb_share / max(middle, 0.5)
+        return k / T.fast_climb if fast else k
 
     def _start_climb(self: _CubicClimbState, now: float, *, fast: bool) -> None:
         """Set the curve from the current rate up to the ceiling, and the probe beyond it."""
@@ -88,17 +69,17 @@ class CubicClimb:
         self._epoch = now
         self._k = k if gap > 0.0 else 0.0
         self._climb = gap / k ** 3
-        # Beyond the ceiling, always at the ordinary pace: the share (1 - BETA) of
+        # Beyond the ceiling, always at the ordinary pace: the share (1 - T.cut) of
         # it gained in one climb time. (A quick probe after a quick climb would
         # overshoot, and the cut that follows would not be enough.)
-        self._probe_c = ceiling * (1.0 - BETA) / self._climb_time(fast=False) ** 3
+        self._probe_c = ceiling * (1.0 - T.cut) / self._climb_time(fast=False) ** 3
         self._last_growth = now
 
     def _latency_beta(self: _CubicClimbState) -> float:
         """The cut for a latency past the cut line: the further past the knee, the deeper.
 
-        The square root of knee latency (plus ``DEEP_SLACK``) over smoothed latency, within
-        ``[BETA_DEEP, BETA]``: just past the line it is the ordinary cut, and a server whose
+        The square root of knee latency (plus ``T.deep_slack``) over smoothed latency, within
+        ``[T.cut_deep, T.cut]``: just past the line it is the ordinary cut, and a server whose
         queue has grown to several times its baseline latency gets the rate halved, as a
         gradient controller would, instead of one gentle cut per round trip while its queue
         keeps growing. The slack keeps a site answering in milliseconds from deep cuts
@@ -106,7 +87,7 @@ class CubicClimb:
         """
         base, smooth = self.baseline(), self.latency
         if base is None or not smooth:
-            return BETA
-        knee = KNEE * base + KNEE_SLACK + DEEP_SLACK
-        return min(BETA, max(BETA_DEEP, math.sqrt(knee / smooth)))
+            return T.cut
+        knee = T.knee * base + T.knee_slack + T.deep_slack
+        return min(T.cut, max(T.cut_deep, math.sqrt(knee / smooth)))
 

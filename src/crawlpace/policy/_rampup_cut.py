@@ -6,14 +6,14 @@ sending at (the rate allowed, in the start phase, where doubling outruns the
 measured rate), multiplies it by a depth and sets the *ceiling* the climb back
 levels out at:
 
-* an ordinary refusal: ``BETA`` (0.9), the ceiling ``CEILING_SHARE`` of the
+* an ordinary refusal: ``T.cut`` (0.9), the ceiling ``T.ceiling_share`` of the
   failing rate;
-* more refusals than the band allows in the last window: ``BETA_OVER`` (0.8);
+* more refusals than the band allows in the last window: ``T.cut_over`` (0.8);
 * a refusal the previous cut did not prevent, or the start phase's first:
-  ``BETA_DEEP`` (a half), the ceiling at the geometric middle (the start
-  phase's at ``START_CEILING_SHARE``, or under its good rate);
+  ``T.cut_deep`` (a half), the ceiling at the geometric middle (the start
+  phase's at ``T.start_ceiling_share``, or under its good rate);
 * but the first such refusal in the steady phase that comes near the previous
-  refusal's rate (at least ``NEAR_SHARE`` of it) is *gentle*: the ordinary
+  refusal's rate (at least ``T.near_share`` of it) is *gentle*: the ordinary
   depth and ceiling, counted from its own send rate. The limit is known to lie
   just under it (a token bucket paying back the burst that let the rate pass
   its limit), and a halving would leave the scope at half its rate while the
@@ -34,14 +34,11 @@ import math
 from collections import deque
 from typing import Protocol
 
-from ._rampup_climb import BETA, BETA_DEEP, BETA_OVER, CASCADE_GROWTH, CEILING_SHARE, START_CEILING_SHARE
 from ._rampup_sends import NEVER
+from ._rampup_tuning import TUNING as T
 
-__all__ = ["NEAR_SHARE", "CutRules"]
+__all__ = ["CutRules"]
 
-#: A refusal the previous cut did not prevent is cut gently, once, when its send rate is at least
-#: this share of the previous refusal's: the limit is near, not far below (see the module's rules).
-NEAR_SHARE = 0.75
 
 
 class _CutState(Protocol):
@@ -122,7 +119,7 @@ class CutRules:
         # A slow answer is a hint, not a refusal: it never cuts deep.
         # Too many slots, not too high a rate: the cap answers it, and the cut stays gentle.
         cascade = refused and not slots and (self.phase == "start" or (
-            self._cut_rate > 0.0 and sent < self._cut_rate * CASCADE_GROWTH))
+            self._cut_rate > 0.0 and sent < self._cut_rate * (1.0 + T.same_rate)))
         if cascade and self._gentle and now >= self._epoch + self._k:
             # A gentle cut's level is only a few per cent over its rate, so the growth test
             # cannot tell: a refusal once the climb held its level says the level is a little
@@ -130,27 +127,27 @@ class CutRules:
             cascade = False
         # Near the previous refusal's rate, the first cascade of a streak is gentle (see the rules).
         gentle = cascade and self.phase == "steady" and not self._gentle and (
-            self.last_pushback_rate is not None and sent >= NEAR_SHARE * self.last_pushback_rate)
+            self.last_pushback_rate is not None and sent >= T.near_share * self.last_pushback_rate)
         cascade = cascade and not gentle
         if cascade:
-            beta = BETA_DEEP
+            beta = T.cut_deep
         elif slots or gentle:
-            beta = BETA
+            beta = T.cut
         elif count > high and refused:
-            beta = BETA_OVER
+            beta = T.cut_over
         elif not refused:
             beta = self._latency_beta()
         else:
-            beta = BETA
+            beta = T.cut
         # After a cascade the limit lies between the new rate and the one that failed:
         # climb quickly to the middle (geometrically), then probe quickly beyond.
         # Otherwise the refusal came only once the server's allowance for bursts was
         # spent, so the rate that drew it is above the limit: level out a little below.
         steady = self.phase == "steady"
         if self.phase == "start" and not slots:
-            ceiling = sent * START_CEILING_SHARE
+            ceiling = sent * T.start_ceiling_share
         else:
-            ceiling = sent * (math.sqrt(beta) if cascade else CEILING_SHARE)
+            ceiling = sent * (math.sqrt(beta) if cascade else T.ceiling_share)
         if refused:
             self.last_pushback_rate = sent
         rate = max(self.min_rate, min(self.max_rate, sent * beta))

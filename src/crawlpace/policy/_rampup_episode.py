@@ -13,7 +13,7 @@ a request sent after that refusal is accepted, the episode lasts, and every
 refusal in it is part of the same evidence: none cuts again. Instead the scope
 *probes*: its sends are spaced at least ``probe gap`` apart, a gap that starts
 at the cut rate's and doubles with every refused probe (a request sent inside
-the episode), up to :data:`PROBE_GAP_MAX` or :data:`PROBE_SHARE` of the
+the episode), up to :data:`T.probe_gap_max` or :data:`T.probe_share` of the
 episode so far, whichever is longer. A lock-out of unknown length (a window's
 rest, a counter draining) costs a few probes, not a cascade of cuts, a counter
 that counts refusals is not kept full by them, and the end of a lock-out is
@@ -24,7 +24,7 @@ next is a *cycle*; the answers accepted in it over its length are the rate the
 limiter let through, lock-out included: a window of ``N`` per ``W`` seconds
 gives ``N / W`` exactly, a bucket its refill rate, a counter its limit. That
 rate was achieved, so it is safe to pace at; the level after an episode is
-never under :data:`FIT_SHARE` of it. (It only ever lifts a level: where the
+never under :data:`T.fit_share` of it. (It only ever lifts a level: where the
 ordinary cut leaves the rate higher, the cut stands.)
 
 A refusal within one cycle's length of a lock-out's end, while the level is the
@@ -35,15 +35,15 @@ through before it has drained.
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
 is just under the shortest gap it accepted before. When a refusal fits that
-(its gap at least :data:`STRICT_NEAR` of the shortest accepted gap, and
-shorter), the level is at least :data:`FIT_SHARE` of the rate that gap gives,
+(its gap at least :data:`T.strict_near` of the shortest accepted gap, and
+shorter), the level is at least :data:`T.fit_share` of the rate that gap gives,
 paced evenly (the one-sided jitter only lengthens gaps): the cut from a lagging
 mean rate would leave the scope at half its limit. A bucket with a burst accepts
 gaps far shorter than the one it refuses, and is left to the ordinary cut. The
 same shortest gap is not trusted twice in a row (a second refusal there says
 the bucket is not strict after all).
 
-**Held episodes.** A refusal with a hold of ``HOLD_LONG`` or more that comes
+**Held episodes.** A refusal with a hold of ``T.hold_long`` or more that comes
 within one hold's length of the previous episode's end, after two sends or
 more were accepted since, at a pace above any the scope kept up for a whole
 hold's length before, says the level was far too high (a bucket whose burst
@@ -62,33 +62,11 @@ import math
 from collections import deque
 from typing import Protocol
 
-from ._rampup_search import HOLD_SHARE
 from ._rampup_sends import NEVER
+from ._rampup_tuning import TUNING as T
 
-__all__ = ["FIT_SHARE", "LOCKOUT_GAPS", "PROBE_GAP_MAX", "PROBE_SHARE", "RELAPSE_SHARE", "STRICT_NEAR",
-           "Episodes"]
+__all__ = ["Episodes"]
 
-#: The level after an episode is at least this share of the cycle's accepted rate: the rate was
-#: achieved, lock-out included, so it is safe; the one-sided jitter keeps the sends a little
-#: under it (``RAMPUP_JITTER``), which is the margin a window or a bucket at its limit needs.
-FIT_SHARE = 0.98
-#: The longest probe gap in an episode's first seconds: a lock-out that ends (a window's boundary, a
-#: counter drained) is seen at most this late, at the cost of one refused probe per this long ...
-PROBE_GAP_MAX = 2.0
-#: ... or, later in a long one, this share of the episode so far: a window of a minute costs about
-#: a dozen refused probes rather than thirty, and its end is seen at most a quarter of it late.
-PROBE_SHARE = 0.25
-#: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
-#: counter draining), not a bucket refilling (whose first or second probe is accepted): the cycle's
-#: accepted rate is then the limit itself, and the level follows it down as well as up.
-LOCKOUT_GAPS = 4.0
-#: A held refusal within this share of a hold after the last one's end is a burst's relapse (a bucket
-#: far over its limit spends its burst in a moment); later, it may be a send that a loaded machine
-#: bunched at a pace a little under a bucket with no burst (5/s, 5 s holds: 2.5 s after resuming).
-RELAPSE_SHARE = 0.25
-#: A refused gap at least this share of the shortest accepted one is a bucket with no burst
-#: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
-STRICT_NEAR = 0.8
 
 
 class _EpisodeState(Protocol):
@@ -161,7 +139,7 @@ class Episodes:
             return True
         if sent >= self._ep_since:
             gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
-            longest = max(PROBE_GAP_MAX, PROBE_SHARE * (now - self._ep_since))
+            longest = max(T.probe_gap_max, T.probe_share * (now - self._ep_since))
             self._ep_gap = max(gap, min(2.0 * gap, longest))
         return False
 
@@ -189,10 +167,10 @@ class Episodes:
             self._cycle_ok += 1  # a send from before the episode: the lock-out may go on
             return
         span, accepted, since = now - self._cycle_start, self._cycle_ok, self._ep_since
-        # A lock-out: probes were refused for LOCKOUT_GAPS gaps at the cut rate, and no hold the
+        # A lock-out: probes were refused for T.lockout_gaps gaps at the cut rate, and no hold the
         # server asked for explains the silence (a hold is a penalty; a cycle counting it says little).
         gap = 1.0 / max(self.rate, self.min_rate)
-        lockout = (self._ep_gap > 1.5 * gap and now - since >= LOCKOUT_GAPS * gap
+        lockout = (self._ep_gap > 1.5 * gap and now - since >= T.lockout_gaps * gap
                    and self._resumed_at <= since)
         # The cycle's rate is the limit's only if the scope sent at least that fast all through it;
         # otherwise (a start phase's ramp, a slow climb) it is only a floor under the limit.
@@ -205,9 +183,9 @@ class Episodes:
         if span <= 0.0 or accepted < 2:
             self._cycle_rate = self.rate
             return
-        fit = max(self.min_rate, min(self.max_rate, FIT_SHARE * accepted / span))
+        fit = max(self.min_rate, min(self.max_rate, T.fit_share * accepted / span))
         trusted = lockout
-        if lockout and fit < self.rate and saturated * FIT_SHARE < fit:
+        if lockout and fit < self.rate and saturated * T.fit_share < fit:
             fit = math.sqrt(fit * self.rate)  # a floor and a ceiling: the geometric middle
             trusted = False
         self._cycle_rate = max(self.rate, fit)
@@ -215,7 +193,7 @@ class Episodes:
             # The lock-out is what a refusal costs here, as a hold would: probe above the level
             # as rarely as after a hold that long (_rampup_search's hold rule).
             self.hold_learned = now - since
-            self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
+            self._probe_after = max(self._probe_after, now + self.hold_learned / T.hold_share)
         self._fitted, self._fit_span = trusted, span
         if lockout and fit != self.rate:
             self._cycle_rate = fit
@@ -253,10 +231,10 @@ class Episodes:
         if before is None:
             return
         refused = sent_at - before
-        if not STRICT_NEAR * shortest <= refused < shortest:
+        if not T.strict_near * shortest <= refused < shortest:
             return
         self._strict_gap = shortest
-        fit = max(self.min_rate, min(self.max_rate, FIT_SHARE / shortest))
+        fit = max(self.min_rate, min(self.max_rate, T.fit_share / shortest))
         if fit > self.rate:
             self.rate = self.ceiling = fit
             self._top, self._cut_rate = 0.0, 0.0
@@ -281,4 +259,4 @@ class Episodes:
             if span > 0.0:
                 self._sustained = max(self._sustained, self._cycle_ok / span)
             return False
-        return span < RELAPSE_SHARE * held and self._cycle_ok >= 2 and pace > self._sustained
+        return span < T.relapse_share * held and self._cycle_ok >= 2 and pace > self._sustained

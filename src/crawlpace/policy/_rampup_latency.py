@@ -1,7 +1,7 @@
 """Rampup's latency watch: the smoothed latency, its baseline, and where it stands against it.
 
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
-past ``KNEE`` times the baseline the rate stops growing, past ``HIGH`` times it
+past ``T.knee`` times the baseline the rate stops growing, past ``T.high`` times it
 the rate is cut, so an overloaded server is caught at its knee, before it
 starts to refuse.
 """
@@ -12,21 +12,11 @@ import math
 from collections import deque
 from typing import Protocol
 
-from ._rampup_slots import QUEUE_MIN_BASELINE
+from ._rampup_tuning import TUNING as T
+from ._shared_rules import LATENCY_WEIGHT
 
-__all__ = ["BASELINE_AFTER", "BASELINE_WINDOWS", "HIGH", "HIGH_SLACK", "KNEE", "KNEE_SLACK", "LATENCY_WEIGHT",
-           "LatencyWatch"]
+__all__ = ["LatencyWatch"]
 
-#: Latency: stop growing past ``KNEE * baseline + KNEE_SLACK`` ...
-KNEE, KNEE_SLACK = 1.6, 0.010
-#: ... and cut past ``HIGH * baseline + HIGH_SLACK`` ...
-HIGH, HIGH_SLACK = 2.0, 0.050
-#: Weight of a new latency sample in the smoothed latency.
-LATENCY_WEIGHT = 0.3
-#: Latency samples smoothed in before the baseline is taken.
-BASELINE_AFTER = 5
-#: Windows of smoothed-latency minimums the baseline is the minimum of.
-BASELINE_WINDOWS = 10
 
 
 class _LatencyWatchState(Protocol):
@@ -64,7 +54,7 @@ class LatencyWatch:
         smooth = sample if smooth is None else smooth + LATENCY_WEIGHT * (sample - smooth)
         self.latency = smooth
         self._samples += 1
-        if self._samples < BASELINE_AFTER:
+        if self._samples < T.confirm:
             return 0  # one odd first answer must not become the baseline
         if now - self._window_start >= self.window:
             if self._window_min != math.inf:
@@ -74,11 +64,11 @@ class LatencyWatch:
         self._window_min = min(self._window_min, smooth)
         base = self.baseline()
         level = 0
-        if base is not None and smooth > HIGH * base + HIGH_SLACK:
+        if base is not None and smooth > T.high * base + T.high_slack:
             level = 2
-        elif base is not None and smooth > KNEE * base + KNEE_SLACK and base >= QUEUE_MIN_BASELINE:
+        elif base is not None and smooth > T.knee * base + T.knee_slack and base >= T.queue_min_baseline:
             # (A page answered in milliseconds has no knee to see: a busy crawler machine adds
-            # more than KNEE times its latency to many answers. Only the cut line, with its
+            # more than T.knee times its latency to many answers. Only the cut line, with its
             # slack, speaks for it.)
             level = 1
         self._level = level

@@ -10,9 +10,9 @@ overshoot (a token bucket still paying back its burst). The climb beyond that
 middle would go at the ordinary, slow pace of a probe. Instead, every time the
 climb reaches its level with no pushback, that level is taken as safe and the
 next level is the geometric middle between it and the *top* (the level an
-ordinary cut would have set, ``CEILING_SHARE`` times the rate that failed),
+ordinary cut would have set, ``T.ceiling_share`` times the rate that failed),
 reached by a climb twice as quick as the one after the deep cut; within
-:data:`SEARCH_DONE` of the top, the top is
+:data:`T.same_rate` of the top, the top is
 the level and the search ends. A limit anywhere in between is found within a
 few quick climbs, by bisection, without a refusal at all when it lies above
 the top.
@@ -21,14 +21,14 @@ the top.
 server wants silence for ``H`` seconds) costs ``H`` seconds of the scope's
 time, where an ordinary refusal costs one request. So after such a refusal the
 rate climbs back to its level and stays there: no probe beyond it until
-``H / HOLD_SHARE`` seconds have passed, so that a probe that fails costs at
-most ``HOLD_SHARE`` of the time. The length of the last hold is kept
+``H / T.hold_share`` seconds have passed, so that a probe that fails costs at
+most ``T.hold_share`` of the time. The length of the last hold is kept
 (:attr:`hold_learned`), so a server that always asks for the same silence is
 probed as rarely even on a refusal it sends without the header. And the
 hold is left out of the climb: the curve resumes after the silence where it
 was when the silence began, so the first sends after a hold do not jump to a
 rate the climb would have reached had the scope been sending. But in the
-steady phase a hold of :data:`HOLD_LONG` or more resumes *at* the level, not at
+steady phase a hold of :data:`T.hold_long` or more resumes *at* the level, not at
 the cut rate under it: the cut under the level is there to pay back what an overshoot owes (a token
 bucket's burst spent past its limit), and a silence of seconds has paid it
 already, so a climb from under the level would only waste the sends after the
@@ -40,21 +40,10 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from ._rampup_climb import BETA_DEEP, CEILING_SHARE
-from ._rampup_start import START_HELD_MIN
+from ._rampup_tuning import TUNING as T
 
-__all__ = ["HOLD_LONG", "HOLD_SHARE", "SEARCH_DONE", "SEARCH_PACE", "SearchClimb"]
+__all__ = ["SearchClimb"]
 
-#: The search ends when the level is within this share of the top.
-SEARCH_DONE = 0.05
-#: How much quicker a climb of the search is than the quick climb after a deep cut.
-SEARCH_PACE = 2.0
-#: After a held refusal, the probe beyond the level waits until a failed one costs this share of the time.
-HOLD_SHARE = 0.05
-#: In the steady phase, a hold at least this long (seconds) resumes at the level, not under it: the
-#: silence is the cut. (Shorter is a token bucket's wait for its next token: ``Retry-After: 1``.)
-#: One threshold with the start phase's held resume, so a hold means the same in both phases.
-HOLD_LONG = START_HELD_MIN
 
 
 class _SearchState(Protocol):
@@ -97,29 +86,29 @@ class SearchClimb:
             pace: the rate the scope was allowed when it was sent.
         """
         ceiling = self.ceiling or 0.0
-        top = CEILING_SHARE * sent
+        top = T.ceiling_share * sent
         deep = cascade and steady
         held = self._resumed_at - now
         if refused and steady and held > 0.0:
             # The measured send rate may have sagged (a stall of the crawler's own), and the
             # probe will wait long: search up to under the rate the scope was allowed, never
             # past the level it held before (a site that asks for silence is not probed).
-            top = max(top, CEILING_SHARE * allowed)
+            top = max(top, T.ceiling_share * allowed)
             deep = True
-        self._top = top if deep and refused and ceiling < top * (1.0 - SEARCH_DONE) else 0.0
+        self._top = top if deep and refused and ceiling < top * (1.0 - T.same_rate) else 0.0
         if not refused:
             return
         if held > 0.0:
             self.hold_learned = held
         if self.hold_learned > 0.0:
-            self._probe_after = max(self._probe_after, now + self.hold_learned / HOLD_SHARE)
-        if steady and held >= HOLD_LONG and self._held_short(now, held, pace):
+            self._probe_after = max(self._probe_after, now + self.hold_learned / T.hold_share)
+        if steady and held >= T.hold_long and self._held_short(now, held, pace):
             # Refused within one hold of the last resume: the level is far too high (a bucket's
             # burst, refilled by the hold, spent in a moment). Halve it, and resume there.
-            self.ceiling = ceiling = min(ceiling, BETA_DEEP * sent)
+            self.ceiling = ceiling = min(ceiling, T.cut_deep * sent)
             self.rate = min(self.rate, ceiling)
             self._top = 0.0
-        if steady and held >= HOLD_LONG and ceiling > self.rate:
+        if steady and held >= T.hold_long and ceiling > self.rate:
             # The silence has already paid back whatever the overshoot owed (a bucket refills in
             # it): climbing back from under the level would only waste the sends after it. (The
             # start phase's first refusal has a rule of its own, in _rampup_start.)
@@ -135,17 +124,17 @@ class SearchClimb:
         top, ceiling = self._top, self.ceiling
         if top <= 0.0 or ceiling is None or self.phase != "steady" or now < self._epoch + self._k:
             return False
-        if ceiling >= top * (1.0 - SEARCH_DONE):
+        if ceiling >= top * (1.0 - T.same_rate):
             self._top = 0.0
             return False
         level = math.sqrt(ceiling * top)
-        if level >= top * (1.0 - SEARCH_DONE):
+        if level >= top * (1.0 - T.same_rate):
             level, self._top = top, 0.0
         self.ceiling = level
         self._start_climb(now, fast=True)
         if self._k > 0.0:  # the step is short, and a level just held is safe to climb from at once
-            self._k /= SEARCH_PACE
-            self._climb *= SEARCH_PACE ** 3
+            self._k /= T.search_pace
+            self._climb *= T.search_pace ** 3
         self._decide(now, f"search: {ceiling:.3g}/s held with no pushback; climbing quickly to {level:.3g}/s "
                      f"(top {top:.3g}/s)")
         return True

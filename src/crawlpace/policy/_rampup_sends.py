@@ -11,16 +11,11 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-__all__ = ["IDLE_WINDOWS", "NEVER", "SENT_CAP", "SENT_FIRST_GAP", "SENT_WEIGHT", "SendRecord"]
+from ._rampup_tuning import TUNING as T
+from ._shared_rules import GAP_WEIGHT
 
-#: What a scope may send is capped at this multiple of its measured send rate.
-SENT_CAP = 2.0
-#: Weight of the newest gap between two sends in the mean gap.
-SENT_WEIGHT = 0.25
-#: The gap assumed after a scope's first send, in seconds.
-SENT_FIRST_GAP = 1.0
-#: A scope unsent for this many windows has learned nothing worth keeping.
-IDLE_WINDOWS = 2.0
+__all__ = ["NEVER", "SendRecord"]
+
 
 NEVER = float("-inf")
 
@@ -60,7 +55,7 @@ class SendRecord:
         if self._sent_at == NEVER:
             return 0.0
         since = now - max(self._sent_at, self._resumed_at)
-        gap = max(self._gap if self._gap is not None else SENT_FIRST_GAP, since)
+        gap = max(self._gap if self._gap is not None else T.round, since)
         return 1.0 / gap if gap > 0.0 else math.inf
 
     @property
@@ -71,7 +66,7 @@ class SendRecord:
     def allowed_rate(self: _SendRecordState, now: float) -> float:
         """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending,
         and never under the start phase's floor (``_rampup_start``: one request in flight back to back)."""
-        cap = max(self.start_rate, SENT_CAP * self.sent_rate(now))
+        cap = max(self.start_rate, T.sent_cap * self.sent_rate(now))
         allowed = self.rate if self.rate <= cap else cap
         floor = self._start_floor()
         return self._episode_cap(floor if floor > allowed else allowed)
@@ -94,7 +89,7 @@ class SendRecord:
 
     def is_idle(self: _SendRecordState, now: float) -> bool:
         """True once the scope has sent nothing for a while: a new controller would do as well."""
-        return now - self._sent_at >= IDLE_WINDOWS * self.window
+        return now - self._sent_at >= T.idle_windows * self.window
 
     # -- events ----------------------------------------------------------------
 
@@ -116,7 +111,7 @@ class SendRecord:
                 gap = 1.0 / self.rate
             if gap < 0.0:
                 gap = 0.0
-            weight = self._sent_weight()  # SENT_WEIGHT but in a quick start phase
+            weight = self._sent_weight()  # GAP_WEIGHT but in a quick start phase
             self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
 
@@ -156,7 +151,7 @@ class SendRecord:
                    spacing: float | None = None) -> None:
         """Take the send record kept elsewhere: a shared store counts every worker's sends.
 
-        The store's mean gap weighs each new gap by ``SENT_WEIGHT``; while the
+        The store's mean gap weighs each new gap by ``GAP_WEIGHT``; while the
         start phase weighs them more (it doubles the rate every round, and a
         slow mean would hold the climb back), the spacings of the sends this
         worker made are weighed here instead, as :meth:`on_send` would.
@@ -171,7 +166,7 @@ class SendRecord:
         if self._sent_at == NEVER:
             self._last_growth = last
         weight = self._sent_weight()
-        if spacing is not None and weight != SENT_WEIGHT:
+        if spacing is not None and weight != GAP_WEIGHT:
             mean = self._gap
             if mean is None and self.rate > 0.0 and spacing < 1.0 / self.rate:
                 spacing = 1.0 / self.rate  # a send through the start's door, as in on_send

@@ -12,18 +12,11 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-__all__ = ["CAP_INFLIGHT", "FIRST_SPAN", "QUEUE_MIN_BASELINE", "QUICK_REFUSAL", "SLOT_HEADROOM", "SlotSizing"]
+from ._rampup_tuning import TUNING as T
 
-#: Seconds of sends at the rate that may be in flight before any latency is known.
-FIRST_SPAN = 1.0
-#: Slots per request in flight at the rate and the baseline latency.
-SLOT_HEADROOM = 1.5
-#: A refusal answered in less than this share of the baseline latency was refused on arrival ...
-QUICK_REFUSAL = 0.5
-#: ... and caps the slots when at least this many requests were in flight.
-CAP_INFLIGHT = 3
-#: A latency cut caps the slots only for a scope whose baseline latency is at least this (seconds).
-QUEUE_MIN_BASELINE = 0.05
+__all__ = ["SlotSizing"]
+
+
 
 
 class _SlotSizingState(Protocol):
@@ -41,7 +34,13 @@ class _SlotSizingState(Protocol):
     window: float
     _low_latency: float
 
+    rate: float
+    _samples: int
+    _lone_refused: bool
+
     def baseline(self) -> float | None: ...
+    def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None) -> bool: ...
+    def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
     def _cap_queue(self, now: float) -> None: ...
@@ -55,42 +54,69 @@ class SlotSizing:
     def concurrency(self: _SlotSizingState, rate: float) -> int:
         """Slots enough for ``rate``, with room for the latency's swings.
 
-        Once a baseline is known the slots follow it (``SLOT_HEADROOM`` times the
+        Once a baseline is known the slots follow it (``T.slot_headroom`` times the
         requests in flight at ``rate`` and the baseline latency, plus one): a server
         that queues answers ever more slowly, and slots counted from its slow answers
         would let the queue grow further, which is how an overloaded server's
         throughput collapses. Before that, twice the smoothed latency is the guess,
-        and before any latency, a second's worth of sends (``FIRST_SPAN``).
+        and before any latency, a second's worth of sends (``T.round``).
         """
         if self._door_open():
             return 1  # robots.txt's door lets one send through, not a slot per worker
         base = self.baseline()
         if base is not None:
-            span = SLOT_HEADROOM * base
+            span = T.slot_headroom * base
         elif self.latency is not None:
             span = 2.0 * self.latency
         else:
             # No page answered yet: the sends of the first second may all be out at once
             # (a server taking seconds per page would otherwise get one request at a time
             # until its first answer, whatever the rate allows).
-            span = FIRST_SPAN
-        stuck = rate * self._stuck_share * self._stuck_time  # slots held by hangs
+            span = T.round
+        # Slots held by hangs: their count in flight is Poisson, so its mean plus two deviations,
+        # or a few hangs at once leave no slot free and the scope falls silent till they time out.
+        # At the learned rate, not the one allowed now: hangs holding the slots slow the sends, and
+        # the allowed rate (twice the send rate) with them, which would shrink the slots further.
+        share = self._stuck_share / (1.0 - (1.0 - T.stuck_share_weight) ** max(1, self._samples))  # unbiased
+        stuck = max(rate, self.rate) * share * self._stuck_time
+        stuck += 2.0 * math.sqrt(stuck)
         slots = min(self.max_concurrency, math.ceil(rate * span + stuck) + 1)
         return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
 
 
-    def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
-                       inflight: int | None) -> bool:
-        """A refusal on arrival with several in flight: cap the slots below that count.
+    def refused_on_arrival(self: _SlotSizingState, answered: bool, elapsed: float | None,
+                           inflight: int | None) -> bool:
+        """Whether a refusal came at once with several in flight: a cap on requests in flight, which
+        is load by its nature (the errors-not-about-load rule leaves such refusals to rampup).
 
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
         """
+        if inflight is None or inflight < T.cap_inflight or self._lone_refused:
+            return False
+        return self._quick(answered, elapsed)
+
+    def _quick(self: _SlotSizingState, answered: bool, elapsed: float | None) -> bool:
+        """Whether an answer came under ``T.quick_refusal`` of the baseline latency (refused on arrival)."""
         base = self.baseline()
         if base is None and self._low_latency > 0.0:
             base = self._low_latency
-        if (not answered or elapsed is None or inflight is None or base is None
-                or inflight < CAP_INFLIGHT or elapsed >= QUICK_REFUSAL * base):
+        return answered and elapsed is not None and base is not None and elapsed < T.quick_refusal * base
+
+    def note_refusal(self: _SlotSizingState, answered: bool, elapsed: float | None,
+                      inflight: int | None) -> None:
+        """A refusal on arrival of a request that was alone in flight: no cap on requests in flight
+        of ``T.cap_inflight`` or more refuses that, so the site's quick refusals are its own errors
+        (a backend failing at once), and a slot cap read from them is dropped."""
+        if inflight == 1 and not self._lone_refused and self._quick(answered, elapsed):
+            self._lone_refused = True
+            if not self._queue_cap:
+                self.slot_cap = math.inf
+
+    def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
+                       inflight: int | None) -> bool:
+        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
+        if inflight is None or not self.refused_on_arrival(answered, elapsed, inflight):
             return False
         # As many in flight were accepted before: the cap is that many, and the refusal came from a
         # slot freed a moment after its answer left (HAProxy's conn_cur). The rate's cut spaces the
@@ -113,14 +139,14 @@ class SlotSizing:
         baseline`` of the scope's requests at once; more slots than that only
         queue at a server whose latency grows with its load, and its answers slow
         for every request. The cap is that count (rounded, at least
-        :data:`CAP_INFLIGHT`), raised by one after every window without a pushback
+        :data:`T.cap_inflight`), raised by one after every window without a pushback
         as the refusal cap is. The rate may then climb past what the slots let
         through: the slots, not the delay, pace such a server.
         """
         base = self.baseline()
-        if base is None or base < QUEUE_MIN_BASELINE or self.phase != "steady":
+        if base is None or base < T.queue_min_baseline or self.phase != "steady":
             return  # a page answered in milliseconds: its latency swings are the crawler's machine's
-        cap = float(max(CAP_INFLIGHT, round(self.sent_rate(now) * base)))
+        cap = float(max(T.cap_inflight, round(self.sent_rate(now) * base)))
         if cap < self.slot_cap:
             self.slot_cap = cap
             self._cap_at = now

@@ -3,23 +3,23 @@
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other rules).
 A fresh scope starts at its polite starting rate and doubles it once per *round*:
 
-* a round is the lowest latency the scope has seen, within ``[START_MIN_ROUND,
-  START_DOUBLING]``: a site answering in 50 ms doubles every half second of
+* a round is the lowest latency the scope has seen, within ``[T.min_round,
+  T.round]``: a site answering in 50 ms doubles every half second of
   sending, one taking seconds every second. Under
-  ``START_LATENCY_SIGNAL`` latency says nothing of a server's load (there is no
+  ``T.latency_signal`` latency says nothing of a server's load (there is no
   queue to see), so such a site keeps the one-second round: only a refusal
   could stop a quicker climb, and the slower one leaves it near the limit;
 * one answer doubles the rate at most once, however long it took: growth is
   clocked by answers, as TCP's slow start is by acknowledgements, so a scope
   that sends little learns little, and one whose slots hold its sends back
-  (its measured send rate under ``START_USED_SHARE`` of the rate) stops.
+  (its measured send rate under ``T.start_used_share`` of the rate) stops.
 
 Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
 
-* *a window of one*: a site whose answers take ``START_LATENCY_SIGNAL`` or more
+* *a window of one*: a site whose answers take ``T.latency_signal`` or more
   may always have one request in flight back to back, the rate at which
   AutoThrottle with a target concurrency of 1 settles (``1 / latency``). Once
-  ``START_CONFIRM`` answers have shown such a latency, the doubling starts
+  ``T.confirm`` answers have shown such a latency, the doubling starts
   from there, so a 50 ms site (20/s at once) has four in flight within half a
   second instead of four seconds, and its latency (which grows with what is in
   flight) stops the climb at its knee. (A single slow answer lets one more
@@ -38,8 +38,8 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
-between the two. After a refusal that came with a hold of ``START_HELD_MIN`` or
-more (``Retry-After: 2``, say), the rate resumes at ``START_HELD_SHARE`` of that
+between the two. After a refusal that came with a hold of ``T.hold_long`` or
+more (``Retry-After: 2``, say), the rate resumes at ``T.held_share`` of that
 ceiling instead of half the refused rate: the hold paid the burst's debt.
 
 The state is two numbers on the controller: the good rate (``_good_rate``) and
@@ -52,56 +52,12 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
-from ._rampup_sends import NEVER, SENT_WEIGHT
+from ._rampup_sends import NEVER
+from ._rampup_tuning import TUNING as T
+from ._shared_rules import GAP_WEIGHT
 
-__all__ = ["DOOR_SLACK", "START_CONFIRM", "START_DOUBLING", "START_GOOD_CEILING", "START_GOOD_SHARE",
-           "START_HELD_CEILING", "START_HELD_MIN", "START_HELD_SHARE", "START_LATENCY_SIGNAL",
-           "START_MIN_ROUND", "START_SENT_WEIGHT", "START_USED_SHARE", "StartPhase"]
+__all__ = ["DOOR_SLACK", "StartPhase"]
 
-#: The longest round of the start phase, in seconds (the rate doubles at least this often while used).
-START_DOUBLING = 1.0
-#: Latency under this many seconds says nothing of a server's load (no queue to see), so the
-#: round stays ``START_DOUBLING``: only a refusal could stop a quicker climb, and a one-second
-#: round's finer steps leave the first refusal's good rate near the limit. From this latency
-#: up, the round follows the latency and one request may be in flight back to back.
-START_LATENCY_SIGNAL = 0.02
-#: Answers with a latency the window of one waits for before the doubling starts from it. An
-#: answer may be slow for reasons of its own (a new connection, a busy crawler; in a fleet each
-#: worker opens its own connections): until then the floor only lets the next send go at once,
-#: and a quicker answer lowers it. (With two, three workers on one store at 0.2 s answers drew
-#: 8 refusals in the fleet-learning test, where one process drew 2; with three, 3.)
-START_CONFIRM = 3
-#: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
-#: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
-#: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
-START_MIN_ROUND = 0.5
-#: The start phase grows only while the measured send rate is at least this share of the rate
-#: (under a half: the last gap was sent at the rate before the last doubling, and jitter lengthens it;
-#: a scope held back by its slots falls far below it and stops doubling for nothing).
-START_USED_SHARE = 0.4
-#: Weight of the newest gap in the measured send rate while the round is shorter than
-#: ``START_DOUBLING``: doubling every round trip outruns the steady weight's mean within a
-#: few sends. (With one-second rounds the lagging mean is what tempers the overshoot into a
-#: token bucket's burst, so the steady weight stays.)
-START_SENT_WEIGHT = 0.75
-#: After the first refusal the climb levels out at this share of the good rate (if lower) ...
-START_GOOD_CEILING = 0.95
-#: ... or this share after a refusal with a hold of ``START_HELD_MIN`` or more. A site that
-#: demands seconds of silence after a refusal charges a whole hold for each one, and the good
-#: rate is a rate allowed, not one the sends reached: at 0.95 of it a 5/s site that allows no
-#: burst and holds 5 s refused again within seconds of the first hold, in every round of the
-#: hard farm on an idle machine, and held the 0.92 the second cut left for the rest of its crawl.
-START_HELD_CEILING = 0.9
-#: ... when the good rate is at least this share of the refused one (one answer may double
-#: the rate, so a good rate about half the refused one tells nothing).
-START_GOOD_SHARE = 0.6
-#: After a first refusal that came with a hold, the rate resumes at this share of the ceiling ...
-START_HELD_SHARE = 0.9
-#: ... when the hold is at least this many seconds: a ``Retry-After`` of 1, the least a header
-#: in whole seconds can say, is what a token bucket says while its next token is under a second
-#: away; after a burst the ceiling may lie above such a bucket's limit (resuming just under it
-#: drew a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2).
-START_HELD_MIN = 1.5
 #: A refusal answers the door's send when its request went out at most this long (seconds) before
 #: the latest send recorded (the throttler stamps the send and the record a moment apart).
 DOOR_SLACK = 0.001
@@ -137,22 +93,22 @@ class StartPhase:
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
 
     def _start_round(self: _StartPhaseState) -> float:
-        """Seconds per doubling: the lowest latency seen within ``[START_MIN_ROUND, START_DOUBLING]``,
-        or ``START_DOUBLING`` while none is known or it is under ``START_LATENCY_SIGNAL``.
+        """Seconds per doubling: the lowest latency seen within ``[T.min_round, T.round]``,
+        or ``T.round`` while none is known or it is under ``T.latency_signal``.
 
         The lowest, not the smoothed: a first answer slowed by its connection's set-up
         (or by a busy crawler) must not make a quick site look slow.
         """
         low = self._low_latency
-        if low < START_LATENCY_SIGNAL:  # none known (0) or too quick to say anything
-            return START_DOUBLING
-        return min(START_DOUBLING, max(START_MIN_ROUND, low))
+        if low < T.latency_signal:  # none known (0) or too quick to say anything
+            return T.round
+        return min(T.round, max(T.min_round, low))
 
     def _start_floor(self: _StartPhaseState, door: bool = True) -> float:
         """The least rate the start phase allows (0 outside it): see the module's two floors.
 
         The window of one: ``1 / latency`` for a site whose lowest latency is at
-        least ``START_LATENCY_SIGNAL``. The first answer: while the scope has sent
+        least ``T.latency_signal``. The first answer: while the scope has sent
         once and that send was answered without a latency to measure (a
         robots.txt fetch: its latency is not the pages'), one send per that round
         trip, so the next send may go at once (the send that follows sets the gaps,
@@ -162,7 +118,7 @@ class StartPhase:
         if self.phase != "start":
             return 0.0
         low = self._low_latency
-        floor = 1.0 / low if low >= START_LATENCY_SIGNAL else 0.0
+        floor = 1.0 / low if low >= T.latency_signal else 0.0
         if door and self._door_open():
             floor = max(floor, 1.0 / (self._last_growth - self._sent_at))
         return min(floor, self.max_rate)
@@ -191,8 +147,8 @@ class StartPhase:
 
     def _start_resume(self: _StartPhaseState, now: float, rate: float, ceiling: float) -> float:
         """The rate after the start phase's first refusal: ``rate`` (the halved one), or, when
-        the refusal came with a hold of ``START_HELD_MIN`` or more that the scope is still in,
-        ``START_HELD_SHARE`` of ``ceiling``.
+        the refusal came with a hold of ``T.hold_long`` or more that the scope is still in,
+        ``T.held_share`` of ``ceiling``.
 
         A token bucket refuses only once it is empty, and refused requests take
         nothing from it, so after a silence of at least one gap at the ceiling (a
@@ -201,12 +157,12 @@ class StartPhase:
         is paid by the hold, and a climb back from half the rate would cost the
         site seconds on top of the silence (a 2 s hold at a site allowing 2/s:
         about 4 s more to climb back from 1/s). A hold that long is a penalty,
-        not a bucket's wait for its next token (see ``START_HELD_MIN``).
+        not a bucket's wait for its next token (see ``T.hold_long``).
         """
         held = self._resumed_at - now
-        if ceiling <= 0.0 or held < START_HELD_MIN or held < 1.0 / ceiling:
+        if ceiling <= 0.0 or held < T.hold_long or held < 1.0 / ceiling:
             return rate
-        return min(ceiling, max(rate, START_HELD_SHARE * ceiling))
+        return min(ceiling, max(rate, T.held_share * ceiling))
 
     def _start_again(self: _StartPhaseState) -> None:
         """Back to the start phase (the limit moved up): the rate in force is the good rate now."""
@@ -215,13 +171,13 @@ class StartPhase:
         self._good_rate = self.rate
 
     def _sent_weight(self: _StartPhaseState) -> float:
-        """The weight of the newest gap in the measured send rate (see ``START_SENT_WEIGHT``)."""
-        quick = self.phase == "start" and self._start_round() < START_DOUBLING
-        return START_SENT_WEIGHT if quick else SENT_WEIGHT
+        """The weight of the newest gap in the measured send rate (see ``T.start_sent_weight``)."""
+        quick = self.phase == "start" and self._start_round() < T.round
+        return T.start_sent_weight if quick else GAP_WEIGHT
 
     def _start_used(self: _StartPhaseState, rate: float) -> float:
         """The send rate below which the start phase does not grow: the sends lag one doubling."""
-        return START_USED_SHARE * rate
+        return T.start_used_share * rate
 
     def _start_grow(self: _StartPhaseState, now: float, step: float, round_: float) -> None:
         """An answer in the start phase: note the good rate, then double at most once."""
@@ -230,7 +186,7 @@ class StartPhase:
         if allowed > self._good_rate:
             self._good_rate = allowed
         low = self._low_latency
-        if low >= START_LATENCY_SIGNAL and self._samples >= START_CONFIRM:
+        if low >= T.latency_signal and self._samples >= T.confirm:
             self.rate = max(self.rate, 1.0 / low)  # the window of one, confirmed: double from there
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 
@@ -239,8 +195,8 @@ class StartPhase:
         """Where the climb after the start phase's first refusal (at ``refused``) levels out.
 
         ``rate`` and ``ceiling`` are the ordinary cut's: half the refused rate,
-        and 0.85 of it. The climb levels out at ``START_GOOD_CEILING`` of the good
-        rate instead when that is lower and the good rate is at least ``START_GOOD_SHARE``
+        and 0.85 of it. The climb levels out at ``T.good_ceiling`` of the good
+        rate instead when that is lower and the good rate is at least ``T.good_share``
         of the refused one: the limit lies between the two, and near the good one
         when the server allows no burst. (A good rate about a whole doubling below
         says no more than the halving does.) The rate itself is still halved: a server
@@ -248,13 +204,13 @@ class StartPhase:
         just under it drew more refusals while the burst's debt was paid (unless a hold
         paid it: :meth:`_start_resume`).
 
-        A refusal that came with a hold of ``START_HELD_MIN`` or more levels out at
-        ``START_HELD_CEILING`` of the good rate: the good rate is the rate allowed at the
+        A refusal that came with a hold of ``T.hold_long`` or more levels out at
+        ``T.held_share`` of the good rate: the good rate is the rate allowed at the
         last answered send, which the sends seldom reached, and another refusal costs a
         whole hold again.
         """
         good = min(self._good_rate, refused)
-        if good < START_GOOD_SHARE * refused:
+        if good < T.good_share * refused:
             return ceiling
-        share = START_HELD_CEILING if self._resumed_at - now >= START_HELD_MIN else START_GOOD_CEILING
+        share = T.held_share if self._resumed_at - now >= T.hold_long else T.good_ceiling
         return max(rate, min(ceiling, good * share))

@@ -105,12 +105,13 @@ from .._jitter import Jitter
 from ._rampup_climb import CubicClimb
 from ._rampup_cut import CutRules
 from ._rampup_episode import Episodes
-from ._rampup_latency import BASELINE_AFTER, BASELINE_WINDOWS, LatencyWatch
+from ._rampup_latency import LatencyWatch
 from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
 from ._rampup_slots import SlotSizing
 from ._rampup_start import StartPhase
+from ._rampup_tuning import TUNING as T
 
 __all__ = ["RAMPUP_JITTER", "Rampup", "RampupStats"]
 
@@ -121,12 +122,6 @@ logger = logging.getLogger(__name__)
 #: spread of +/-10 % would hold the mean rate 10 % under a limit that one-sided
 #: jitter gets within 2.5 % of, with as few refusals.
 RAMPUP_JITTER = Jitter(0.0, 0.05)
-#: The rate grows only while the measured send rate is at least this share of it.
-USED_SHARE = 0.5
-#: Weight of the newest outcome in the share of failures without an answer, and in their duration.
-STUCK_WEIGHT = 0.05
-#: The longest stretch of time one response may advance the curve.
-MAX_STEP = 1.0
 #: Accepted sends kept to find the one before a refused send (more than are in flight at once).
 OK_SENDS_KEPT = 64
 
@@ -182,7 +177,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
-                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_low_latency",
+                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
+                 "_low_latency",
                  "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
                  "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
                  "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
@@ -220,7 +216,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self._k = 0.0
         self._climb = 0.0
         self._probe_c = 0.0
-        self._baseline: deque[float] = deque(maxlen=BASELINE_WINDOWS)
+        self._baseline: deque[float] = deque(maxlen=T.baseline_windows)
         self._window_min = math.inf
         self._window_start = _NEVER
         self._samples = 0
@@ -247,6 +243,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
         self._fitted, self._fit_span = False, 0.0
         self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
+        self._lone_refused = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
         self._sustained = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
         # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
         # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
@@ -294,19 +291,18 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        stuck = pushback and not answered and self._samples >= BASELINE_AFTER and self._level == 0
+        stuck = pushback and not answered and self._samples >= T.confirm and self._level == 0
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
-        self._stuck_share += STUCK_WEIGHT * (stuck - self._stuck_share)
+        self._stuck_share += T.stuck_share_weight * (stuck - self._stuck_share)
+        if pushback:
+            self.note_refusal(answered, elapsed, inflight)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
-            if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
-                held = self._stuck_time
-                self._stuck_time = held + STUCK_WEIGHT * (elapsed - held) if held else elapsed
+            self._note_stuck(now, elapsed)
             self._decide(now, "ignored: a request failed without an answer while latency is normal; "
                          "not taken for overload")
-            self.hung_silence(now, elapsed)
         elif pushback and answered and self._door_refused(sent_at):
             # The page robots.txt let go at once was refused: its gap to robots.txt (a few ms) was
             # too short for a limit with no room for a burst, which says nothing of the rate.
@@ -348,7 +344,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
 
     def _grow(self, now: float) -> None:
         self._skip_hold(now)
-        step = min(now - self._last_growth, MAX_STEP)
+        step = min(now - self._last_growth, T.round)
         self._last_growth = now
         if step <= 0.0:
             return
@@ -356,7 +352,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # Compared with the rate itself: what the scope may send is capped at twice what
         # it sends, so against that cap the test could never fail, and a scope held back
         # by its slots (a server answering slowly) would double its rate for nothing.
-        used = USED_SHARE * self.rate if self.phase != "start" else self._start_used(self.rate)
+        used = T.used_share * self.rate if self.phase != "start" else self._start_used(self.rate)
         if self.sent_rate(now) < used or self.rate >= self.max_rate:
             self._epoch += step  # not using its rate: the curve waits
             return
@@ -381,9 +377,37 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._decide(now, "start: a whole window above the ceiling with no pushback, "
                              "the limit has moved up")
 
+    def on_hang(self, now: float, elapsed: float | None) -> None:
+        """A request failed without an answer, and it is known not to be about load (the site's own
+        errors, ``_load_errors``): no pushback, but it held a slot, which the slots make room for."""
+        self._stuck_share += T.stuck_share_weight * (1.0 - self._stuck_share)
+        self._note_stuck(now, elapsed)
+
+    def _note_stuck(self, now: float, elapsed: float | None) -> None:
+        if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
+            held = self._stuck_time
+            self._stuck_time = held + T.stuck_weight * (elapsed - held) if held else elapsed
+        self.hung_silence(now, elapsed)
+
+    def forgive(self, now: float) -> None:
+        """The errors that cut the rate were judged the site's own, not load (``_load_errors``):
+        climb again from the rate they left, as the start phase does, with no ceiling.
+
+        Their cuts set a ceiling and a search under the pace the site takes, and the cubic
+        climb would spend a window under them. A cap on the slots stays: refusals on arrival
+        past a count in flight are a cap's, whatever else failed.
+        """
+        self._pushbacks.clear()
+        self.ceiling = self.last_pushback_rate = None
+        self._top, self._probe_after = 0.0, _NEVER
+        self._ep_since, self._ep_gap = _NEVER, 0.0
+        self._start_again()
+        self._decide(now, "start: the errors that cut the rate are the site's own, not load; "
+                     "doubling again from here")
+
     def _freeze(self, now: float) -> None:
         """Latency at the knee: hold the rate, and end the start phase there."""
-        step = min(now - self._last_growth, MAX_STEP)
+        step = min(now - self._last_growth, T.round)
         self._last_growth = now
         if step > 0.0:
             self._epoch += step

@@ -281,20 +281,26 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.refresh(now)
         if feedback.coarse is not None:
             feedback = self._refine(now, feedback, sent_at)
-        # Rampup weighs its own refusals (one overshoot is one piece of evidence, a late-freed slot
-        # is not a cut): the load-errors rule judges fixed limits only. Left on under rampup it
-        # took a connection cap's quick 503s for the site's own errors and stopped slowing for them.
-        error = self.rampup is None and is_error(feedback)
+        # Errors whose share does not fall with the pace are not pushback (_load_errors), except a
+        # refusal on arrival with several in flight: a cap on them is load, which rampup caps the
+        # slots for (a cut of the rate would not lower such refusals, and they would seem the site's).
+        rampup = self.rampup
+        if rampup is not None and feedback.backoff:
+            rampup.note_refusal(feedback.status is not None, now - sent_at, inflight)
+        error = is_error(feedback) and not (
+            rampup is not None and feedback.backoff
+            and rampup.refused_on_arrival(feedback.status is not None, now - sent_at, inflight))
         errors = self.load_errors
         if error and feedback.backoff and errors is None:
             errors = self.load_errors = LoadErrors()
+        # (Before the record: the verdict falls in it, and what turned plain here is what to forgive.)
+        was_plain = errors is not None and errors.plain
         if errors is not None:
             errors.record(self.scope, sent_at=sent_at, error=error)
             if error and feedback.backoff and not errors.slows():
                 # The site's own errors, or a cut being judged: failures (breaker, retries), not pushback.
                 feedback = dataclasses.replace(feedback, backoff=False, failed=True)
         generation_before = self.generation
-        was_plain = errors is not None and errors.plain
         if feedback.hold is not None and feedback.hold > 0.0:
             # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
             hold = min(feedback.hold, self.config.backoff.max_delay)
@@ -326,10 +332,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 logger.log(self.autothrottle_log_level,
                            "scope %s: AutoThrottle delay %.3fs -> %.3fs (latency %.3fs, status %d)",
                            self.scope, before, changed, feedback.latency, feedback.status)
-        rampup = self.rampup
         ramp_generation = 0
         if rampup is not None:
-            if feedback.backoff or (feedback.status is not None and not feedback.failed):
+            if feedback.failed and not feedback.backoff and feedback.status is None and error:
+                rampup.on_hang(now, now - sent_at)  # judged the site's own: only its slot counts
+            elif feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
                                    elapsed=now - sent_at, inflight=inflight)
@@ -356,11 +363,18 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if errors is not None and errors.plain and not was_plain:
             if isinstance(manager, ThrottlingScopeManager):
                 manager.backoff.forgive(now)  # its cuts answered errors that were never about the pace
+            if rampup is not None:
+                rampup.forgive(now)
             self._base = self._compute_base(now)
         self.refresh(now)
         gave_up = self._breaker_outcome(now, feedback, sent_at)
+        breaker = self.breaker
+        if rampup is not None and breaker is not None and breaker.state == "open":
+            # The pause is the breaker's silence, not the scope's choice: without this the measured
+            # send rate falls to nothing in it, and the scope starts over at 1/s once it closes.
+            rampup.hold(breaker.snapshot(now).open_until or now)
         if errors is not None and errors.plain and self.breaker is not None:
-            self.breaker.tolerate(errors.share)
+            self.breaker.tolerate(errors.tolerable)
         return gave_up
 
     def counts_only(self, feedback: ScopeFeedback) -> bool:

@@ -1,0 +1,178 @@
+"""Rampup's tuning: every number its rules use, in one place, each with its reason.
+
+One frozen dataclass, :class:`RampupTuning`, and its one instance, :data:`TUNING`,
+which the rampup modules read as ``T``. The fields are grouped by the part of the
+model they belong to (docs/concepts/rampup.md has the same table for users). Two
+rules hold for the numbers:
+
+* a number that is the same idea in two rules is one field (one second is the
+  *round* of every rule that measures per round; one threshold says when a hold
+  is long, in both phases; one share is where rampup sits after a long hold);
+* a number the stores share with rampup is defined once, in ``_shared_rules``
+  (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
+  newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
+  until the limiter cases showed the same figures with the stores' 0.2);
+* implementation bounds that are not tuning (a sentinel time, how many sends a
+  record keeps, a clock tolerance) stay in the module that needs them.
+
+Changing a field changes rampup's behaviour everywhere it is read: the figures
+in bench/results/ were measured with these values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+__all__ = ["TUNING", "RampupTuning"]
+
+
+@dataclass(frozen=True, slots=True)
+class RampupTuning:
+    """The numbers rampup's rules use (see each field's comment for its reason)."""
+
+    # -- the round and the send record --
+    #: Seconds: the round of every rule that measures per round when nothing quicker is known. The
+    #: start phase doubles at least once per round while used; one answer advances a climb by at most
+    #: a round; the gap assumed after a scope's first send; the sends of a round may be in flight
+    #: before any latency is known (a server taking seconds per page would otherwise get one request
+    #: at a time until its first answer).
+    round: float = 1.0
+    #: What a scope may send is capped at this multiple of its measured send rate: an idle scope
+    #: neither learns nor banks a rate it never tried.
+    sent_cap: float = 2.0
+    #: A scope unsent for this many windows has learned nothing worth keeping.
+    idle_windows: float = 2.0
+    #: The rate grows only while the measured send rate is at least this share of it.
+    used_share: float = 0.5
+
+    # -- the start phase --
+    #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
+    #: start phase's round stays ``round``: only a refusal could stop a quicker climb, and a
+    #: one-second round's finer steps leave the first refusal's good rate near the limit. From this
+    #: latency up, the round follows the latency and one request may be in flight back to back.
+    latency_signal: float = 0.02
+    #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
+    #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
+    #: phase's window of one waits for them before the doubling starts from it, and the latency
+    #: baseline is taken after them. (With two, three workers on one store at 0.2 s answers drew 8
+    #: refusals in the fleet-learning test, where one process drew 2; with three, 3. The baseline
+    #: waited for 5 until the limiter cases showed the same figures with 3.)
+    confirm: int = 3
+    #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
+    #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
+    #: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
+    min_round: float = 0.5
+    #: Weight of the newest gap in the measured send rate while the round is shorter than ``round``:
+    #: doubling every round trip outruns the steady weight's mean within a few sends. (With
+    #: one-second rounds the lagging mean is what tempers the overshoot into a token bucket's burst,
+    #: so the steady weight stays.)
+    start_sent_weight: float = 0.75
+    #: The start phase grows only while the measured send rate is at least this share of the rate
+    #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
+    #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
+    start_used_share: float = 0.4
+    #: After the first refusal the climb levels out at this share of the good rate (if lower) ...
+    good_ceiling: float = 0.95
+    #: ... when the good rate is at least this share of the refused one (one answer may double the
+    #: rate, so a good rate about half the refused one tells nothing).
+    good_share: float = 0.6
+    #: Where the quick climb after the start phase levels out, as a share of the failing rate.
+    start_ceiling_share: float = 0.85
+
+    # -- holds (Retry-After) --------------------------------------------------------------------------
+    #: Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next token
+    #: (``Retry-After: 1``, the least a header in whole seconds can say). After such a hold the rate
+    #: resumes at ``held_share`` of the level in the start phase and at the level in the steady phase:
+    #: the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
+    #: a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.)
+    hold_long: float = 1.5
+    #: Where rampup sits after a long hold, as a share of the rate known good: the climb after the
+    #: start phase's held refusal levels out there, and the rate resumes there. A site that demands
+    #: seconds of silence charges a whole hold for each refusal, and the good rate is a rate allowed,
+    #: not one the sends reached: at 0.95 of it a 5/s site that allows no burst and holds 5 s refused
+    #: again within seconds of the first hold, in every round of the hard farm on an idle machine.
+    held_share: float = 0.9
+    #: After a held refusal, the probe beyond the level waits until a failed one costs this share of
+    #: the time.
+    hold_share: float = 0.05
+
+    # -- cuts and the cubic climb --
+    #: The cut after a pushback that ends a probe.
+    cut: float = 0.9
+    #: The cut when the last window already had more pushbacks than the band allows.
+    cut_over: float = 0.8
+    #: The cut after a pushback in the start phase, or one the previous cut did not prevent.
+    cut_deep: float = 0.5
+    #: Where the climb levels out after an ordinary cut, as a share of the failing rate.
+    ceiling_share: float = 0.92
+    #: The time to climb back to the ceiling, as a share of the window per target pushback.
+    climb_share: float = 0.75
+    #: How much quicker the climb is after a deep cut.
+    fast_climb: float = 6.0
+    #: A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
+    #: least this share of the previous refusal's: the limit is near, not far below.
+    near_share: float = 0.75
+    #: Two rates within this share of each other are one rate: a cut counts as "not enough" when
+    #: the rate has grown less than this since the last one, and the search after a deep cut ends
+    #: when the level is within this share of its top.
+    same_rate: float = 0.05
+    #: How much quicker a climb of the search is than the quick climb after a deep cut.
+    search_pace: float = 2.0
+
+    # -- overshoot episodes and fits --
+    #: The level after an episode is at least this share of the cycle's accepted rate: the rate was
+    #: achieved, lock-out included, so it is safe; the one-sided jitter keeps the sends a little
+    #: under it (``RAMPUP_JITTER``), which is the margin a window or a bucket at its limit needs.
+    fit_share: float = 0.98
+    #: The longest probe gap in an episode's first seconds: a lock-out that ends (a window's
+    #: boundary, a counter drained) is seen at most this late, at the cost of one refused probe per
+    #: this long ...
+    probe_gap_max: float = 2.0
+    #: ... or, later in a long one, this share of the episode so far: a window of a minute costs
+    #: about a dozen refused probes rather than thirty, and its end is seen at most a quarter late.
+    probe_share: float = 0.25
+    #: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
+    #: counter draining), not a bucket refilling (whose first or second probe is accepted): the
+    #: cycle's accepted rate is then the limit itself, and the level follows it down as well as up.
+    lockout_gaps: float = 4.0
+    #: A held refusal within this share of a hold after the last one's end is a burst's relapse (a
+    #: bucket far over its limit spends its burst in a moment); later, it may be a send that a loaded
+    #: machine bunched at a pace a little under a bucket with no burst (5/s, 5 s holds).
+    relapse_share: float = 0.25
+    #: A refused gap at least this share of the shortest accepted one is a bucket with no burst
+    #: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
+    strict_near: float = 0.8
+
+    # -- latency --
+    #: Latency: stop growing past ``knee * baseline + knee_slack`` (seconds) ...
+    knee: float = 1.6
+    knee_slack: float = 0.010
+    #: ... and cut past ``high * baseline + high_slack``: an overloaded server is caught at its knee,
+    #: before it starts to refuse.
+    high: float = 2.0
+    high_slack: float = 0.050
+    #: A latency cut is the deeper the further past ``knee * baseline + knee_slack + deep_slack`` it is.
+    deep_slack: float = 0.05
+    #: Windows of smoothed-latency minimums the baseline is the minimum of.
+    baseline_windows: int = 10
+
+    # -- slots --
+    #: Slots per request in flight at the rate and the baseline latency.
+    slot_headroom: float = 1.5
+    #: A refusal answered in less than this share of the baseline latency was refused on arrival ...
+    quick_refusal: float = 0.5
+    #: ... and caps the slots when at least this many requests were in flight.
+    cap_inflight: int = 3
+    #: A latency cut caps the slots only for a scope whose baseline latency is at least this (seconds).
+    queue_min_baseline: float = 0.05
+    #: Weight of the newest failure without an answer in their duration.
+    stuck_weight: float = 0.05
+    #: Weight of the newest outcome in the share of failures without an answer (hangs): a few hangs
+    #: in a hundred answers are a steady trait of a site, and a memory of about twenty outcomes
+    #: forgot each within a second at 20/s, leaving no slot for the next ones (the scope fell silent
+    #: till they ended).
+    stuck_share_weight: float = 0.005
+
+
+#: The tuning every rampup controller reads.
+TUNING = RampupTuning()

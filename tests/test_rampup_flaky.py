@@ -1,0 +1,113 @@
+"""Errors that are not about load, under rampup (issue 30 item 5), on the fake clock.
+
+``crawlpace crawl`` runs rampup by default. A site with no limit that fails a
+steady share of its requests (5xx, a few hangs), whatever the pace, must keep
+>= 0.9 of the pace rampup reaches on the same site without errors; a site that
+is down is still paused, probed and given up; a connection cap's quick 503s are
+still load (``test_rampup_limiters``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from dataclasses import dataclass
+
+from crawlpace import ScopeGivenUp, Settings, Throttler
+from crawlpace.testing import MockClock
+
+URL = "https://flaky.example/page"
+#: Seconds a run may spend learning that its errors are not about load (a cut judged, a breaker
+#: pause learned) before its pace is measured.
+LEARN = 20.0
+
+
+@dataclass
+class Run:
+    sends: list[float]
+    given_up: bool
+    seconds: float
+
+    @property
+    def pace(self) -> float:
+        """Sends per second after the first ``LEARN`` seconds (the first errors and hangs are believed)."""
+        return sum(t >= LEARN for t in self.sends) / (self.seconds - LEARN)
+
+
+async def crawl(*, errors: float, hangs: float = 0.0, seconds: float = 80.0, status: int = 500,
+                seed: int = 3, breaker: dict[str, object] | None = None, at_once: bool = False,
+                page: float = 0.03) -> Run:
+    """Crawl one site that answers in ``page`` seconds (+/-1/3), ``errors`` of its answers ``status`` and
+    ``hangs`` of its requests timing out after 5 s (``at_once``: the errors are answered in 1 ms,
+    as a backend failing at once is), with rampup on as the crawl runs it (up to
+    20/s: the sends such a site is given are what is measured, and fewer keep the test quick)."""
+    clock = MockClock(autojump=True)
+    rng = random.Random(seed)
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True, "rampup_min_delay": 0.05},
+                                     "CONCURRENT_REQUESTS": 64, **(breaker or {})})
+    sends: list[float] = []
+    given_up = False
+    async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:
+
+        async def worker() -> None:
+            nonlocal given_up
+            while clock.now() < seconds and not given_up:
+                try:
+                    async with throttler.slot(URL) as permit:
+                        if clock.now() >= seconds:
+                            permit.feedback(status=200, latency=0.0)
+                            break
+                        sends.append(clock.now())
+                        draw = rng.random()
+                        if draw < hangs:
+                            await clock.sleep(5.0)
+                            permit.feedback(exception=TimeoutError(), latency=5.0)
+                            continue
+                        error = draw < hangs + errors
+                        took = 0.001 if error and at_once else page * rng.uniform(2 / 3, 4 / 3)
+                        await clock.sleep(took)
+                        permit.feedback(status=status if error else 200, latency=took)
+                except ScopeGivenUp:
+                    given_up = True
+
+        await asyncio.gather(*(worker() for _ in range(16)))
+    return Run(sends, given_up, seconds)
+
+
+async def test_a_steady_share_of_errors_does_not_slow_rampup() -> None:
+    clean = await crawl(errors=0.0)
+    # 503s and 502s are backoff answers: judged by what slowing did. 500s are not: the circuit
+    # breaker learns their share after one pause.
+    for errors, hangs, status in ((0.2, 0.0, 503), (0.2, 0.01, 503), (0.1, 0.02, 502), (0.2, 0.02, 500)):
+        flaky = await crawl(errors=errors, hangs=hangs, status=status)
+        assert not flaky.given_up, (errors, hangs, status)
+        assert flaky.pace >= 0.9 * clean.pace, (errors, hangs, status, flaky.pace, clean.pace)
+
+
+async def test_errors_answered_at_once_are_not_read_as_a_cap_on_requests_in_flight() -> None:
+    # Pages take 0.15 s, so 20/s keeps about three in flight. A 503 in a millisecond with three in
+    # flight looks like a connection cap's refusal, but one with nothing else in flight is no cap's:
+    # the slots stay open and the errors are judged.
+    clean = await crawl(errors=0.0, page=0.15)
+    flaky = await crawl(errors=0.2, status=503, at_once=True, page=0.15)
+    assert flaky.pace >= 0.9 * clean.pace, (flaky.pace, clean.pace)
+
+
+async def test_after_a_breaker_pause_the_scope_resumes_at_its_pace() -> None:
+    # 500s are no backoff answer: the breaker opens once at 20 % failures (before it has learned
+    # the site's share), pauses the scope 10 s, and closes on a good probe. The pause is the
+    # breaker's silence, not the scope's: the sends after it go at the pace from before it.
+    clean = await crawl(errors=0.0)
+    flaky = await crawl(errors=0.2, status=500)
+    gaps = [(later - earlier, later) for earlier, later in zip(flaky.sends, flaky.sends[1:], strict=False)]
+    pause, probe = max(gaps)
+    assert pause >= 5.0  # the breaker did pause the scope
+    after = sum(probe < t <= probe + 3.0 for t in flaky.sends)
+    assert after >= 0.8 * 3.0 * clean.pace, (after, clean.pace)  # was 7 of 58: climbing from 1/s
+
+
+async def test_a_site_that_is_down_is_still_given_up_under_rampup() -> None:
+    down = await crawl(errors=1.0, status=503, seconds=120.0,
+                       breaker={"BREAKER_PAUSE": 6.0, "BREAKER_GIVE_UP_AFTER": 5})
+    assert down.given_up
+    assert len(down.sends) < 40
