@@ -26,6 +26,9 @@ SETTINGS = Settings.from_scrapy({
         "b": {"concurrency": 1, "delay": 0.0, "delay_per_slot": 0.0},
         "brk": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0,
                 "breaker": {"min_requests": 3, "error_share": 0.1, "pause": 10.0, "give_up_after": 2}},
+        # The same breaker, slow to give up: a failed probe opens it again.
+        "reopen": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0,
+                   "breaker": {"min_requests": 3, "error_share": 0.1, "pause": 10.0, "give_up_after": 50}},
         # 10 units per 100 s: a bucket of 1 unit (a tenth), refilled at 0.09 units a second.
         "q": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0, "quota": 10.0, "window": 100.0},
         # Four slots, no delay, opened gradually (docs/concepts/gradual-slots.md).
@@ -214,6 +217,44 @@ async def test_the_breaker_opens_lets_one_probe_through_and_closes(
     assert snap is not None
     assert snap.breaker == "closed"
     assert isinstance(await store.acquire((("brk", 1.0),)), Lease)
+
+
+async def test_a_lease_counts_its_scopes_requests_in_flight_at_admission(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    # One rule for every store (the memory store counted at the answer: seed 7 of the trace).
+    store, _clock = store_and_clock
+    first = await store.acquire((("reopen", 1.0),))
+    second = await store.acquire((("reopen", 1.0),))
+    assert isinstance(first, Lease)
+    assert isinstance(second, Lease)
+    assert (first.inflight, second.inflight) == ((1,), (2,))
+    await store.release(first, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+    third = await store.acquire((("reopen", 1.0),))
+    assert isinstance(third, Lease)
+    assert third.inflight == (2,)
+
+
+async def test_a_failed_probe_opens_the_breaker_again_for_a_longer_pause(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    # A shared store admits the probe in its script: the worker's own copy of the breaker still
+    # said "open" for a pause that was over, so the reopening went unwritten (seed 19 of the trace).
+    store, clock = store_and_clock
+    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
+    for _ in range(3):
+        lease = await store.acquire((("reopen", 1.0),))
+        assert isinstance(lease, Lease)
+        await store.release(lease, failure)
+        clock.advance(0.1)
+    clock.advance(10.0 / 6)
+    probe = await store.acquire((("reopen", 1.0),))
+    assert isinstance(probe, Lease)
+    await store.release(probe, failure)
+    snap = await store.snapshot("reopen")
+    assert snap is not None
+    assert snap.breaker == "open"
+    blocked = await store.acquire((("reopen", 1.0),))
+    assert isinstance(blocked, Blocked)
+    assert blocked.ready_at == pytest.approx(clock.now() + 2 * 10.0 / 6)  # the next pause: twice the first
 
 
 async def test_a_quota_refuses_until_its_bucket_has_refilled(
