@@ -17,11 +17,21 @@ What is checked and reported (the last line with ``--json``):
   frontier ends with none queued or claimed;
 * **no slot leaked**: every host's scope has nothing in flight at the end;
 * **limits held**: each host's busiest second (counted by the host) is at most its
-  limit plus one, and the hosts counted no request closer than a Crawl-delay or
-  inside a Retry-After (``violations``), allowing :data:`TOLERANCE` for the time
-  between a worker's admission and the host's reading of the request;
-* **memory flat**: each worker's resident memory, sampled every 2 s; the growth
-  from the end of the first quarter to the last sample, per worker (median, max).
+  limit plus one; the hosts counted no request inside a Retry-After
+  (``violations``), allowing :data:`TOLERANCE` for the time between a worker's
+  admission and the host's reading of the request; and no page of a Crawl-delay
+  host was *admitted* sooner than the Crawl-delay after the one before it, by
+  any worker, on Redis's clock (``crawl_delay.early_admissions``). The workers
+  and the simulator run through ``bench/_soak_probe.py``, which notes each
+  admission and each arrival at a Crawl-delay host: the arrivals the hosts
+  count early (``crawl_delay.early_arrivals``) are reported beside their
+  admissions and the lag between the two, not held against the crawl, since
+  that lag is the loaded machine's, not the throttle's;
+* **memory flat**: each worker's resident memory, open file descriptors and
+  threads, sampled every 2 s, and its asyncio tasks (from the probe, every 10 s):
+  the growth from the end of the first quarter to the last sample, per worker
+  (median, max); and Redis's ``used_memory`` at the start, the first quarter and
+  the end.
 
 Beside the fleet, a thread crawls hostile URL lists in rounds until the fleet ends
 (``--no-lists`` turns it off; issue 31's paths): 300 URLs the crawl cannot fetch (a
@@ -171,8 +181,9 @@ def probe_figures(work: Path, delays: dict[str, float]) -> tuple[dict[str, Any],
     admitted sooner than the Crawl-delay after a robots.txt fetch is counted apart
     (``pages_soon_after_robots``: the first page goes at the configured delay). An arrival is
     early as the site counts it (``sim._limits.Spacing``, with :data:`TOLERANCE`); each such
-    arrival is set beside the admissions of it and of the request before it (the latest admission of
-    the host at or before each arrival), which says whether the admissions were spaced and the lag
+    arrival is set beside the admissions of it and of the request before it (the k-th admission of a
+    host with the k-th arrival when their counts agree, ``hosts_paired_in_order``; else the latest
+    admission at or before the arrival), which says whether the admissions were spaced and the lag
     between admission and arrival varied. ``lag_s``: that lag for every arrival (median, 99th
     percentile, max).
     """
@@ -198,6 +209,7 @@ def probe_figures(work: Path, delays: dict[str, float]) -> tuple[dict[str, Any],
                     tasks[path.name].append((float(parts[1]), int(parts[2])))
     early_admissions = 0
     after_robots = 0
+    paired = 0
     closest = math.inf
     lags: list[float] = []
     early_arrivals = 0
@@ -219,9 +231,17 @@ def probe_figures(work: Path, delays: dict[str, float]) -> tuple[dict[str, Any],
         spacing = Spacing(delay, TOLERANCE)
         previous: float | None = None
         previous_arrival: float | None = None
-        for arrival in sorted(arrivals[host]):
-            index = bisect.bisect_right(granted, arrival) - 1
-            admitted = granted[index] if index >= 0 else None
+        arrived = sorted(arrivals[host])
+        # One request at a time per host, 0.5 s apart: the k-th page admitted is the k-th to arrive
+        # when the counts agree; else each arrival goes with the latest admission before it.
+        in_order = len(arrived) == len(granted)
+        paired += in_order
+        for number, arrival in enumerate(arrived):
+            if in_order:
+                admitted: float | None = granted[number]
+            else:
+                index = bisect.bisect_right(granted, arrival) - 1
+                admitted = granted[index] if index >= 0 else None
             if admitted is not None:
                 lags.append(arrival - admitted)
             if spacing.observe(arrival):
@@ -239,6 +259,7 @@ def probe_figures(work: Path, delays: dict[str, float]) -> tuple[dict[str, Any],
         "hosts": len(delays), "admissions": sum(len(times) for times in admissions.values()),
         "admission_kinds": dict(admission_kinds), "arrivals": sum(len(times) for times in arrivals.values()),
         "early_admissions": early_admissions, "pages_soon_after_robots": after_robots,
+        "hosts_paired_in_order": paired,
         "closest_admissions_s": round(closest, 4) if closest != math.inf else None,
         "early_arrivals": early_arrivals, "early_arrivals_with_spaced_admissions": explained,
         "lag_s": ({"median": round(lags[len(lags) // 2], 4), "p99": round(lags[int(len(lags) * 0.99)], 4),
