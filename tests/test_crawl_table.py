@@ -82,6 +82,14 @@ def test_flags_win_over_the_file_and_the_file_over_the_defaults(tmp_path: Path) 
     assert crawl_options(args, settings) == {"robots": False}
 
 
+def test_a_bad_flag_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    urls = tmp_path / "urls.txt"
+    urls.write_text("http://127.0.0.2:9/\n", encoding="utf-8")
+    assert main(["crawl", str(urls), "-o", str(tmp_path / "o.jsonl"), "--deadline", "0"]) == 3
+    err = capsys.readouterr().err
+    assert "--deadline: deadline: 0.0 is not a positive number of seconds; use e.g. 300" in err
+
+
 def test_a_file_of_crawl_options_only_leaves_the_crawl_adaptive(tmp_path: Path) -> None:
     _args_only, settings = _args(tmp_path, "[crawl]\ndeadline = 60\n")
     assert settings.scope_defaults.rampup

@@ -339,9 +339,13 @@ def run(args: argparse.Namespace) -> int:
     from ..crawl._display import render_summary
 
     settings = build_settings(args)
-    options = CrawlOptions(
-        output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
-        store=store_url(args.store, args.namespace), **crawl_options(args, settings))
+    try:
+        options = CrawlOptions(
+            output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
+            store=store_url(args.store, args.namespace), **crawl_options(args, settings))
+    except ConfigError as exc:  # a bad value from a flag: name the flag (the file's were checked with it)
+        given = {name: flag for name, flag in CRAWL_FLAGS.items() if getattr(args, name) is not None}
+        raise ConfigError([_name_flag(problem, given) for problem in exc.problems]) from None
     shared = args.urls is None
     if shared and args.resume:
         raise ConfigError(["--resume: a shared-frontier worker has nothing to resume (the frontier keeps "
