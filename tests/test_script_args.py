@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from crawlpace.policy import quota
-from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, inflight_at_admission, refill
+from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, refill
 from crawlpace.stores.redis._lua import CLOCK, load_scripts
 from crawlpace.stores.redis._script_args import ACQUIRE, LAYOUTS, RELEASE, Layout
 
@@ -65,8 +65,6 @@ def test_the_store_scripts_hold_no_weight_of_their_own() -> None:
         code = _code(name)
         assert not re.search(r"\b0\.(2|25|8)\b", code), name
         assert "math.min(qcap, credit + qrate" not in code, name  # the refill is refill()
-    # The in-flight count an admission reports is inflight_at_admission(), as in the memory store.
-    assert "inflight_at_admission(state[i][23])" in _code("acquire")
     loaded = load_scripts("crawlpace.stores", ("acquire",), clocked=("acquire",))["acquire"]
     assert loaded.startswith(CLOCK)
     assert f"local LATENCY_WEIGHT = {LATENCY_WEIGHT!r}" in CLOCK
@@ -92,7 +90,7 @@ def test_lua_applies_the_rules_as_python_does(redis_server: RedisServer) -> None
     try:
         script = CLOCK + """
 local credit, at = refill(tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5]), now)
-return {num(credit), num(at), num(LATENCY_WEIGHT), num(GAP_WEIGHT), inflight_at_admission(#ARGV)}
+return {num(credit), num(at), num(LATENCY_WEIGHT), num(GAP_WEIGHT)}
 """
         cases = [  # now, credit, at, capacity, rate
             (10.0, 3.0, 4.0, 10.0, 0.5), (10.0, -2.5, 9.0, 10.0, 1.5), (4.0, 3.0, 4.0, 10.0, 0.5),
@@ -103,7 +101,7 @@ return {num(credit), num(at), num(LATENCY_WEIGHT), num(GAP_WEIGHT), inflight_at_
             got = [float(x) for x in reply]
             assert got[0] == refill(credit, at, capacity, rate, now)
             assert got[1] == max(now, at)
-            assert got[2:] == [LATENCY_WEIGHT, GAP_WEIGHT, inflight_at_admission(5)]
+            assert got[2:] == [LATENCY_WEIGHT, GAP_WEIGHT]
         # No state stored: a full bucket as of now.
         reply = client.eval(script, 0, "5", "", "", "10", "1")
         assert [float(x) for x in reply[:2]] == [10.0, 5.0]

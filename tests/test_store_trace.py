@@ -145,9 +145,9 @@ def _open(url: str) -> Replay:
 
 
 #: Seeds replayed. Two met drifts now mended: seed 7, the requests in flight that the backoff's
-#: first cut reads (the memory store counted them at the answer, Redis at admission; both now
-#: count at admission, ``policy/_shared_rules.py``); seed 19, a failed breaker probe (a Redis
-#: worker's copy still said "open" for a pause that was over, so the reopening was neither
+#: first cut reads (the memory store counted them at the refusal's answer, Redis at its
+#: admission; Redis now counts them at the answer too); seed 19, a failed breaker probe (a
+#: Redis worker's copy still said "open" for a pause that was over, so the reopening was neither
 #: written back nor logged, and other workers probed again at once). Seeds 1-60 agree.
 SEEDS = [*range(1, 8), 19]
 

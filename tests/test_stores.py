@@ -26,6 +26,8 @@ SETTINGS = Settings.from_scrapy({
         "b": {"concurrency": 1, "delay": 0.0, "delay_per_slot": 0.0},
         "brk": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0,
                 "breaker": {"min_requests": 3, "error_share": 0.1, "pause": 10.0, "give_up_after": 2}},
+        # Eight slots, no delay, no backoff jitter: a burst's first cut is exact.
+        "burst": {"concurrency": 8, "delay": 0.0, "delay_per_slot": 0.0, "backoff": {"jitter": 0.0}},
         # The same breaker, slow to give up: a failed probe opens it again.
         "reopen": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0,
                    "breaker": {"min_requests": 3, "error_share": 0.1, "pause": 10.0, "give_up_after": 50}},
@@ -219,19 +221,22 @@ async def test_the_breaker_opens_lets_one_probe_through_and_closes(
     assert isinstance(await store.acquire((("brk", 1.0),)), Lease)
 
 
-async def test_a_lease_counts_its_scopes_requests_in_flight_at_admission(
+async def test_a_refusal_reads_the_requests_in_flight_at_its_answer(
         store_and_clock: tuple[Store, MockClock]) -> None:
-    # One rule for every store (the memory store counted at the answer: seed 7 of the trace).
-    store, _clock = store_and_clock
-    first = await store.acquire((("reopen", 1.0),))
-    second = await store.acquire((("reopen", 1.0),))
-    assert isinstance(first, Lease)
-    assert isinstance(second, Lease)
-    assert (first.inflight, second.inflight) == ((1,), (2,))
-    await store.release(first, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
-    third = await store.acquire((("reopen", 1.0),))
-    assert isinstance(third, Lease)
-    assert third.inflight == (2,)
+    # Eight sent together and answered in 40 ms: the refused one was sent at 200 a second, so the
+    # first cut halves that (docs/concepts/backoff.md). The Redis store counted the requests in
+    # flight at the refused one's admission (1: 25 a second, a cut to 0.08 s): a fleet cut deeper.
+    store, clock = store_and_clock
+    leases = [await store.acquire((("burst", 1.0),)) for _ in range(8)]
+    assert all(isinstance(lease, Lease) for lease in leases)
+    clock.advance(0.04)
+    first, *rest = [lease for lease in leases if isinstance(lease, Lease)]
+    await store.release(first, Outcome(status=429, feedback=(ScopeFeedback(backoff=True, status=429),)))
+    for lease in rest:
+        await store.release(lease, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+    snap = await store.snapshot("burst")
+    assert snap is not None
+    assert (snap.backoff, snap.delay) == (1, pytest.approx(0.01))
 
 
 async def test_a_failed_probe_opens_the_breaker_again_for_a_longer_pause(

@@ -9,7 +9,7 @@ Lua arithmetic on a real server and compares it with the Python functions.
 
 from __future__ import annotations
 
-__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "inflight_at_admission", "lua_prelude", "refill"]
+__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "lua_prelude", "refill"]
 
 #: Weight of the newest latency in a scope's mean latency (an exponential moving
 #: average): the memory store, a Redis release (``release.lua``) and an allotment's
@@ -32,23 +32,6 @@ def refill(credit: float, at: float, capacity: float, rate: float, now: float) -
     return min(capacity, credit + rate * (now - at))
 
 
-def inflight_at_admission(live: int) -> int:
-    """A scope's requests in flight as an admission reports them (``Lease.inflight``).
-
-    The requests live when it was admitted, and itself. Every store counts at
-    admission (a shared store learns nothing of the others' requests between
-    admission and answer), so an answer reads the same count wherever the
-    scope's state lives: the backoff's first cut estimates the rate sent from
-    it, and rampup reads it on a refusal.
-    """
-    return live + 1
-
-
-# The Lua of inflight_at_admission(): the leases live in the scope's set before this one, and it.
-_INFLIGHT_LUA = """\
-local function inflight_at_admission(live) return live + 1 end
-"""
-
 # The Lua of refill(): nil state (no credit or time stored) is a full bucket as of now.
 # Returns the credit and its time, as policy/quota.py's _settle leaves them.
 _REFILL_LUA = """\
@@ -65,4 +48,4 @@ def lua_prelude() -> str:
     return (f"-- Generated from crawlpace/policy/_shared_rules.py when the script is loaded.\n"
             f"local LATENCY_WEIGHT = {LATENCY_WEIGHT!r}\n"
             f"local GAP_WEIGHT = {GAP_WEIGHT!r}\n"
-            + _REFILL_LUA + _INFLIGHT_LUA)
+            + _REFILL_LUA)

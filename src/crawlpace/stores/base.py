@@ -32,19 +32,12 @@ class Lease:
         granted_at: the store clock's reading at admission.
         generations: per scope, the backoff generation the request was sent
             under (feedback from an older generation cannot slow it again).
-        inflight: per scope, its requests in flight at admission, this one
-            included, over every worker the store serves (empty when unknown).
-            Every store counts them at admission, so that an answer reads the
-            same count wherever the scope's state lives: the backoff's first
-            cut estimates the rate sent from it, and rampup reads it on a
-            refusal (a server that limits requests in flight).
     """
 
     demands: tuple[Demand, ...]
     slot_ready: tuple[float, ...]
     granted_at: float
     generations: tuple[int, ...] = ()
-    inflight: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -20,7 +20,7 @@ import random
 from .._clock import Clock
 from .._exceptions import ScopeGivenUp
 from .._settings._config import ScopeConfig, Settings
-from ..policy._shared_rules import LATENCY_WEIGHT, inflight_at_admission
+from ..policy._shared_rules import LATENCY_WEIGHT
 from ..policy.admission import Demand, ScopeState
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
@@ -165,9 +165,8 @@ class MemoryStore:
             ready = state.ready(now, use)
             if ready is None or ready > now:
                 return Blocked(ready, ((name, ready),))
-            live = state.inflight
             lease = Lease(demands, (state.send(now, use, self._rng),), now,
-                          (state.policy.generation,), (inflight_at_admission(live),))
+                          (state.policy.generation,))
             self._tick()  # after admit: the sweep must see this scope as busy
             return lease
         states: list[_Scope] = []
@@ -185,9 +184,8 @@ class MemoryStore:
             latest = None if None in times else max(t for t in times if t is not None)
             return Blocked(latest, tuple(waiting))
         rng = self._rng
-        inflight = tuple(inflight_at_admission(state.inflight) for state in states)
         slot_ready = tuple(state.send(now, use, rng) for state, (_, use) in zip(states, demands, strict=True))
-        lease = Lease(demands, slot_ready, now, tuple(state.policy.generation for state in states), inflight)
+        lease = Lease(demands, slot_ready, now, tuple(state.policy.generation for state in states))
         self._tick()
         return lease
 
@@ -198,15 +196,14 @@ class MemoryStore:
         feedback: tuple[ScopeFeedback | None, ...] = outcome.feedback or (
             outcome.plain_feedback(),) * len(lease.demands)
         generations = lease.generations or (0,) * len(lease.demands)
-        # Counted at admission, as every store does (a lease made elsewhere may not say).
-        counts: tuple[int | None, ...] = lease.inflight or (None,) * len(lease.demands)
         given_up: list[str] = []
-        for (name, use), slot_ready, generation, signal, inflight in zip(
-                lease.demands, lease.slot_ready, generations, feedback, counts, strict=True):
+        for (name, use), slot_ready, generation, signal in zip(
+                lease.demands, lease.slot_ready, generations, feedback, strict=True):
             state = scopes.get(name)
             if state is None:  # pragma: no cover - in-flight scopes are never evicted
                 logger.warning("release for unknown scope %r ignored", name)
                 continue
+            inflight = state.inflight  # this request included
             state.release(slot_ready, now)
             if signal is None:
                 if state.policy.gated:  # only a breaker's probe needs to hear of it

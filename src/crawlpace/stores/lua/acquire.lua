@@ -26,7 +26,7 @@
 --   flight), then per scope the seconds since the scope's previous send ("" for none),
 --   which rampup's quick start weighs more than the mean gap does.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
--- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill, inflight_at_admission) from policy/_shared_rules.py after it.
+-- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
 -- ARGV layout (stores/redis/_script_args.py):
 --   head: now lease_id lease_seconds idle_seconds scope_count
 --   each scope: concurrency delay delay_per_slot floor jitter_factor quota_use quota_capacity quota_rate
@@ -202,6 +202,6 @@ if mode == "undo" then
     for j = 1, 6 do out[#out + 1] = undo[i][j] end
   end
 end
-for i = 1, n do out[#out + 1] = inflight_at_admission(state[i][23]) end
+for i = 1, n do out[#out + 1] = state[i][23] + 1 end
 for i = 1, n do out[#out + 1] = spaced[i] end
 return out

@@ -19,6 +19,8 @@ class RedisLease(Lease):
         server_slot_ready: per scope, the server time the slot may send again.
         sends: per scope, the mean gap between sends and the last send, as the
             store counted them over every worker.
+        inflight: per scope, its requests in flight over every worker with this one, at
+            admission (empty when unknown); rampup reads it on a refusal.
         spacings: per scope, the seconds since its previous send by any worker (``None``
             for its first; empty when unknown); rampup's quick start weighs them.
     """
@@ -27,4 +29,5 @@ class RedisLease(Lease):
     server_granted_at: float = 0.0
     server_slot_ready: tuple[float, ...] = ()
     sends: tuple[tuple[float | None, float], ...] = field(default_factory=tuple)
+    inflight: tuple[int, ...] = ()
     spacings: tuple[float | None, ...] = ()

@@ -65,7 +65,8 @@ class PolicyWriter:
         if policy.rampup is not None and lease.sends:
             gap, last = self.policies.sends_at(name, now, *lease.sends[index])
             policy.rampup.sync_sends(gap, last, lease.spacings[index] if lease.spacings else None)
-        # The fleet's requests in flight when this one went, itself included (Lease.inflight).
+        # The fleet's requests in flight when this one went (the memory store counts them at
+        # the answer; for a refusal on arrival, the one rampup reads it for, that is the same).
         inflight = lease.inflight[index] if lease.inflight else None
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use, inflight=inflight)
