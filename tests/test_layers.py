@@ -120,6 +120,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("pure core", (
         "crawlpace.policy", "crawlpace._throttle._board",
         "crawlpace._settings._config_types", "crawlpace._settings._config_checks",
+        "crawlpace._settings._config_crawl",
     )),
     ("settings", (
         "crawlpace._settings._config", "crawlpace._settings._config_parse",

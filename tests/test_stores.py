@@ -26,6 +26,11 @@ SETTINGS = Settings.from_scrapy({
         "b": {"concurrency": 1, "delay": 0.0, "delay_per_slot": 0.0},
         "brk": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0,
                 "breaker": {"min_requests": 3, "error_share": 0.1, "pause": 10.0, "give_up_after": 2}},
+        # Eight slots, no delay, no backoff jitter: a burst's first cut is exact.
+        "burst": {"concurrency": 8, "delay": 0.0, "delay_per_slot": 0.0, "backoff": {"jitter": 0.0}},
+        # The same breaker, slow to give up: a failed probe opens it again.
+        "reopen": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0,
+                   "breaker": {"min_requests": 3, "error_share": 0.1, "pause": 10.0, "give_up_after": 50}},
         # 10 units per 100 s: a bucket of 1 unit (a tenth), refilled at 0.09 units a second.
         "q": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0, "quota": 10.0, "window": 100.0},
         # Four slots, no delay, opened gradually (docs/concepts/gradual-slots.md).
@@ -214,6 +219,48 @@ async def test_the_breaker_opens_lets_one_probe_through_and_closes(
     assert snap is not None
     assert snap.breaker == "closed"
     assert isinstance(await store.acquire((("brk", 1.0),)), Lease)
+
+
+async def test_a_refusal_reads_the_requests_in_flight_at_its_answer(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    # Eight sent together and answered in 40 ms: the refused one was sent at 200 a second, so the
+    # first cut halves that (docs/concepts/backoff.md). The Redis store counted the requests in
+    # flight at the refused one's admission (1: 25 a second, a cut to 0.08 s): a fleet cut deeper.
+    store, clock = store_and_clock
+    leases = [await store.acquire((("burst", 1.0),)) for _ in range(8)]
+    assert all(isinstance(lease, Lease) for lease in leases)
+    clock.advance(0.04)
+    first, *rest = [lease for lease in leases if isinstance(lease, Lease)]
+    await store.release(first, Outcome(status=429, feedback=(ScopeFeedback(backoff=True, status=429),)))
+    for lease in rest:
+        await store.release(lease, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+    snap = await store.snapshot("burst")
+    assert snap is not None
+    assert snap.backoff == 1
+    assert snap.delay == pytest.approx(0.01)
+
+
+async def test_a_failed_probe_opens_the_breaker_again_for_a_longer_pause(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    # A shared store admits the probe in its script: the worker's own copy of the breaker still
+    # said "open" for a pause that was over, so the reopening went unwritten (seed 19 of the trace).
+    store, clock = store_and_clock
+    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
+    for _ in range(3):
+        lease = await store.acquire((("reopen", 1.0),))
+        assert isinstance(lease, Lease)
+        await store.release(lease, failure)
+        clock.advance(0.1)
+    clock.advance(10.0 / 6)
+    probe = await store.acquire((("reopen", 1.0),))
+    assert isinstance(probe, Lease)
+    await store.release(probe, failure)
+    snap = await store.snapshot("reopen")
+    assert snap is not None
+    assert snap.breaker == "open"
+    blocked = await store.acquire((("reopen", 1.0),))
+    assert isinstance(blocked, Blocked)
+    assert blocked.ready_at == pytest.approx(clock.now() + 2 * 10.0 / 6)  # the next pause: twice the first
 
 
 async def test_a_quota_refuses_until_its_bucket_has_refilled(

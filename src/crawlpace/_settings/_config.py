@@ -30,6 +30,7 @@ from typing import Any
 from .._exceptions import ConfigError
 from .._scoping._patterns import resolve_scope
 from ._config_checks import Checker, kind_of, parse_jitter
+from ._config_crawl import CrawlConfig
 from ._config_parse import TreeLabels, parse_tree
 from ._config_scrapy import scrapy_to_tree
 from ._config_types import (
@@ -51,6 +52,7 @@ __all__ = [
     "AutoThrottleConfig",
     "BackoffConfig",
     "BreakerConfig",
+    "CrawlConfig",
     "ScopeConfig",
     "Settings",
     "parse_jitter",
@@ -75,6 +77,8 @@ class Settings:
             (``THROTTLING_BLOCK_RULES``; see :mod:`crawlpace._responses._blocks`).
         learned: where learned limits are kept for a warm start, a SQLite
             file or a Redis URL (``CRAWLPACE_LEARNED``; see :mod:`crawlpace._throttle._learned`).
+        crawl: the options of ``crawlpace crawl`` the file keeps (its ``[crawl]``
+            table: ``deadline``, ``timeout``, ``retries``...); read by that command only.
         warm_start: the records read from ``learned`` for this run (a
             :class:`crawlpace._throttle._learned.WarmStart`), set by whoever reads
             them; new scopes' policies start from it.
@@ -93,6 +97,7 @@ class Settings:
     autothrottle: AutoThrottleConfig = field(default_factory=AutoThrottleConfig)
     block_rules: tuple[str, ...] = ()
     learned: str | None = None
+    crawl: CrawlConfig = field(default_factory=CrawlConfig)
     warm_start: Any = field(default=None, compare=False, repr=False)
 
     def __post_init__(self) -> None:
@@ -108,6 +113,9 @@ class Settings:
         for label, cfg in configs:
             if not isinstance(cfg, ScopeConfig):
                 check.fail(f"{label}: expected a ScopeConfig, got {kind_of(cfg)}")
+        crawl: object = self.crawl
+        if not isinstance(crawl, CrawlConfig):
+            check.fail(f"Settings.crawl: expected a CrawlConfig, got {kind_of(crawl)}")
         check.raise_if_any()
 
     def scope_config(self, scope: str) -> ScopeConfig:

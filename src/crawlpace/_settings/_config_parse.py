@@ -14,6 +14,7 @@ from typing import Any, TypeVar
 from .._exceptions import ConfigError
 from .._responses._blocks import parse_block_rules
 from ._config_checks import Checker, kind_of
+from ._config_crawl import CRAWL_KEYS, CrawlConfig, crawl_problems
 from ._config_types import AutoThrottleConfig, BackoffConfig, BreakerConfig, ScopeConfig
 
 __all__ = ["TreeLabels", "parse_tree"]
@@ -47,7 +48,7 @@ _TOP_KEYS = frozenset({
     "concurrent_requests", "concurrent_requests_per_ip", "scope_defaults", "scopes", "manager",
     "rampup_backoff_target",
     "robotstxt_obey", "robotstxt_max_delay", "redirect_max_delay",
-    "delayed_requests_warn_threshold", "autothrottle", "block_rules", "learned",
+    "delayed_requests_warn_threshold", "autothrottle", "block_rules", "learned", "crawl",
 })
 _SCOPE_KEYS = frozenset(f.name for f in fields(ScopeConfig))
 _BACKOFF_KEYS = frozenset(f.name for f in fields(BackoffConfig))
@@ -121,6 +122,14 @@ def parse_tree(tree: Mapping[str, Any], labels: TreeLabels, problems: Iterable[s
         data = check.mapping(labels.autothrottle(), tree["autothrottle"])
         if data is not None:
             autothrottle = _parse_autothrottle(check, labels, data)
+    if "crawl" in tree:
+        data = check.mapping(labels.top("crawl"), tree["crawl"])
+        if data is not None:
+            check.keys(labels.top("crawl"), data, CRAWL_KEYS)
+            problems = crawl_problems(data, labels.top("crawl."))
+            check.problems.extend(problems)
+            if not problems and set(data) <= CRAWL_KEYS:
+                top["crawl"] = CrawlConfig(**data)
     check.raise_if_any()
     return {"scope_defaults": defaults, "scopes": scopes, "autothrottle": autothrottle, **top}
 

@@ -71,6 +71,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
     print(f"  every scope: {_describe(settings.scope_defaults, settings)}")
     for name, cfg in sorted(settings.scopes.items()):
         print(f"  scope {name!r}: {_describe(cfg, settings)}")
+    crawl = settings.crawl.given()
+    if crawl:  # the [crawl] table, as the file writes it
+        print("  crawlpace crawl: " + " ".join(f"{key}={json.dumps(value)}" for key, value in crawl.items()))
     for note in static_notes(settings):
         print(f"  note: {note}")
     return 0

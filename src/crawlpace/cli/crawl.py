@@ -18,7 +18,7 @@ from urllib.parse import urlsplit
 from .._exceptions import ConfigError, StoreUnreachable
 from .._responses._blocks import parse_block_rules
 from .._scoping._server_scopes import manager_path
-from .._settings._config import Settings
+from .._settings._config import CrawlConfig, Settings
 from .._user_agent import DEFAULT_USER_AGENT
 from ..stores import REDIS_SCHEMES, reach
 from ..stores._policies import with_rampup
@@ -56,7 +56,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
     crawl.add_argument("urls", nargs="?", help="file of URLs, one per line ('-' for standard input); "
                        "leave it out to work from the shared frontier of --redis (crawlpace enqueue)")
     crawl.add_argument("-o", "--output", required=True, help="JSON Lines file for the results")
-    crawl.add_argument("--config", help="crawlpace TOML settings file")
+    crawl.add_argument("--config", help="crawlpace TOML settings file; its [crawl] table may hold this "
+                       "command's options (deadline, timeout, retries...), which the flags override")
     crawl.add_argument("--resume", action="store_true",
                        help="continue the crawl recorded next to --output after a crash or Ctrl-C")
     crawl.add_argument("--rampup", action="store_true",
@@ -69,12 +70,14 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        "(CONCURRENT_REQUESTS_PER_DOMAIN, default 1)")
     crawl.add_argument("--delay", type=float, help="seconds between requests to one host (DOWNLOAD_DELAY, "
                        "default 1)")
+    # The crawl's own options default to None: a value from the settings file's [crawl] table, else
+    # CrawlOptions' default, applies to a flag not given (crawl_options()).
     crawl.add_argument("--user-agent", default=None, help=f"user agent (default: {DEFAULT_USER_AGENT})")
-    crawl.add_argument("--retries", type=int, default=3, help="resends after a backoff answer or a transient "
-                       "failure: 5xx, timeout, reset connection (default 3)")
-    crawl.add_argument("--timeout", type=float, default=10.0, help="seconds to connect and per read "
+    crawl.add_argument("--retries", type=int, default=None, help="resends after a backoff answer or a "
+                       "transient failure: 5xx, timeout, reset connection (default 3)")
+    crawl.add_argument("--timeout", type=float, default=None, help="seconds to connect and per read "
                        "(default 10)")
-    crawl.add_argument("--deadline", type=float, default=300.0, metavar="SECONDS",
+    crawl.add_argument("--deadline", type=float, default=None, metavar="SECONDS",
                        help="seconds one whole request may take, headers and body; past it the request "
                             "counts as a timeout (backoff, retry). Stops a server that trickles its answer "
                             "a byte at a time within --timeout (default 300)")
@@ -89,7 +92,8 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="count a response whose body matches REGEX (with STATUS only, when given, "
                             "e.g. 'captcha:200') as a soft block: backed off like a 429 and resent; "
                             "repeatable, added to the settings file's block_rules")
-    crawl.add_argument("--no-robots", action="store_true", help="neither fetch nor obey robots.txt")
+    crawl.add_argument("--robots", action=argparse.BooleanOptionalAction, default=None,
+                       help="fetch and obey robots.txt (the default); --no-robots: neither fetch nor obey it")
     crawl.add_argument("--state", help="journal file (default: OUTPUT.state)")
     crawl.add_argument("--quiet", action="store_true", help="no live display")
     crawl.add_argument("--quick", action="store_true", help=f"crawl only the first {QUICK_URLS} URLs")
@@ -101,9 +105,9 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                                      "(default: crawlpace)")
     crawl.add_argument("--loop", choices=LOOPS, default="auto", help="event loop: uvloop when installed "
                        "(auto, the default; faster on broad crawls), or asyncio, or uvloop")
-    crawl.add_argument("--visibility", type=float, default=30.0, help="with the shared frontier: seconds "
+    crawl.add_argument("--visibility", type=float, default=None, help="with the shared frontier: seconds "
                        "before a killed worker's URLs are handed out again (default 30)")
-    crawl.add_argument("--wait-for-urls", type=float, default=0.0, metavar="SECONDS",
+    crawl.add_argument("--wait-for-urls", type=float, default=None, metavar="SECONDS",
                        help="with the shared frontier: wait up to SECONDS for URLs when the frontier is "
                             "empty at start, instead of ending at once (default 0)")
     watch = crawl.add_argument_group("watching the crawl (docs/observability.md)")
@@ -151,7 +155,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
     if args.delay is not None:
         changes["delay"] = args.delay
         changes["delay_per_slot"] = min(defaults.delay_per_slot, args.delay) if args.delay else 0.0
-    rampup = adaptive(args)
+    rampup = adaptive(args, settings)
     try:
         if changes:
             defaults = dataclasses.replace(defaults, **changes)
@@ -160,7 +164,7 @@ def build_settings(args: argparse.Namespace) -> Settings:
             rampup_on = with_rampup(dataclasses.replace(settings, scope_defaults=defaults))
             defaults, scopes = rampup_on.scope_defaults, rampup_on.scopes
         total = args.concurrency if args.concurrency is not None else settings.concurrent_requests
-        if args.concurrency is None and rampup and not args.config:
+        if args.concurrency is None and rampup and not throttling_file(args, settings):
             # Each host's own slots are rampup's to set (at most rampup_max_concurrency); a
             # crawl-wide cap of 16 would hold back every host once a few slow ones fill it.
             total = max(total, ADAPTIVE_CONCURRENCY)
@@ -184,15 +188,40 @@ def build_settings(args: argparse.Namespace) -> Settings:
         raise ConfigError([_name_flag(problem, flags) for problem in exc.problems]) from None
 
 
-def adaptive(args: argparse.Namespace) -> bool:
+#: The flags that override a key of the settings file's [crawl] table: option name -> flag.
+CRAWL_FLAGS = {"deadline": "--deadline", "timeout": "--timeout", "retries": "--retries",
+               "user_agent": "--user-agent", "robots": "--robots", "visibility": "--visibility",
+               "wait_for_urls": "--wait-for-urls"}
+
+
+def crawl_options(args: argparse.Namespace, settings: Settings) -> dict[str, Any]:
+    """The crawl's own options: each flag given, else the settings file's ``[crawl]`` value, else
+    left out (``CrawlOptions``' default)."""
+    options = settings.crawl.given()
+    for name in CRAWL_FLAGS:
+        value = getattr(args, name)
+        if value is not None:
+            options[name] = value
+    return options
+
+
+def adaptive(args: argparse.Namespace, settings: Settings | None = None) -> bool:
     """Whether every host gets rampup: asked for with ``--rampup``, or the default when no
-    throttling option (``--delay``, ``--per-host``, ``--config``) fixes the limits.
+    throttling option (``--delay``, ``--per-host``, a ``--config`` that sets throttling) fixes
+    the limits.
 
     Rampup starts each host at the polite default (one request in flight, about one per
     second) and climbs from there while the site answers without pushback.
     """
-    fixed = args.delay is not None or args.per_host is not None or bool(args.config)
+    fixed = args.delay is not None or args.per_host is not None or throttling_file(args, settings)
     return bool(args.rampup) or not fixed
+
+
+def throttling_file(args: argparse.Namespace, settings: Settings | None) -> bool:
+    """Whether ``--config`` gives throttling settings: a file with only a ``[crawl]`` table does not."""
+    if not args.config:
+        return False
+    return settings is None or dataclasses.replace(settings, crawl=CrawlConfig()) != Settings()
 
 
 def _name_flag(problem: str, flags: dict[str, str]) -> str:
@@ -333,12 +362,13 @@ def run(args: argparse.Namespace) -> int:
     from ..crawl._display import render_summary
 
     settings = build_settings(args)
-    options = CrawlOptions(
-        output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
-        user_agent=DEFAULT_USER_AGENT if args.user_agent is None else args.user_agent,
-        retries=args.retries, timeout=args.timeout, deadline=args.deadline,
-        robots=not args.no_robots, store=store_url(args.store, args.namespace), visibility=args.visibility,
-        wait_for_urls=args.wait_for_urls)
+    try:
+        options = CrawlOptions(
+            output=Path(args.output), state=Path(args.state) if args.state else None, resume=args.resume,
+            store=store_url(args.store, args.namespace), **crawl_options(args, settings))
+    except ConfigError as exc:  # a bad value from a flag: name the flag (the file's were checked with it)
+        given = {name: flag for name, flag in CRAWL_FLAGS.items() if getattr(args, name) is not None}
+        raise ConfigError([_name_flag(problem, given) for problem in exc.problems]) from None
     shared = args.urls is None
     if shared and args.resume:
         raise ConfigError(["--resume: a shared-frontier worker has nothing to resume (the frontier keeps "

@@ -2,17 +2,22 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from .._exceptions import ConfigError
 from .._robotstxt._robots import ROBOTS_RETRIES
+from .._settings._config_crawl import crawl_problems
 from .._user_agent import DEFAULT_USER_AGENT
 
 __all__ = ["DEFAULT_USER_AGENT", "CrawlOptions"]
 
 #: The user agent sent unless another is configured.
+
+
+#: The options checked by the rules the settings file's [crawl] table shares.
+_CHECKED = ("retries", "max_redirects", "max_bytes", "robots_retries", "max_in_memory", "timeout", "deadline",
+            "visibility", "wait_for_urls", "user_agent")
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,23 +79,8 @@ class CrawlOptions:
     wait_for_urls: float = 0.0
 
     def __post_init__(self) -> None:
-        problems = []
-        for name, low in (("retries", 0), ("max_redirects", 0), ("max_bytes", 0), ("robots_retries", 0),
-                          ("max_in_memory", 1)):
-            value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, int) or value < low:
-                problems.append(f"{name}: {value!r} is not an integer >= {low}; use a whole number >= {low}")
-        for name, example in (("timeout", 10), ("deadline", 300), ("visibility", 30)):
-            value = getattr(self, name)
-            if not (isinstance(value, int | float) and math.isfinite(value) and value > 0):
-                problems.append(f"{name}: {value!r} is not a positive number of seconds; use e.g. {example}")
-        wait = self.wait_for_urls
-        number = isinstance(wait, int | float) and not isinstance(wait, bool)
-        if not (number and math.isfinite(wait) and wait >= 0):
-            problems.append(f"wait_for_urls: {wait!r} is not a number of seconds >= 0; use e.g. 60, or 0 to "
-                            "end at once on an empty frontier")
-        if not self.user_agent or any(ch in self.user_agent for ch in "\r\n"):
-            problems.append(f"user_agent: {self.user_agent!r} is empty or spans lines; use one line of text")
+        # The same checks as the settings file's [crawl] table (one rule, two ways in).
+        problems = crawl_problems({name: getattr(self, name) for name in _CHECKED})
         if not Path(self.output).name or Path(self.output).is_dir():
             problems.append(f"output: {str(self.output)!r} names no file (a folder, or nothing); give the "
                             "file to write, e.g. -o results.jsonl")

@@ -111,7 +111,9 @@ class ScopeGates:
                 breaker.on_abandon(sent_at)
         elif self.config.breaker.enabled:
             breaker = self.ensure_breaker()
-            state_before = breaker.state
+            # As of now: a worker of a shared store admits the probe in the store, so its own copy
+            # may still say "open" for a pause that is over; a failed probe must read as a reopening.
+            state_before = breaker.state_at(now)
             if breaker.on_outcome(now, failed=feedback.failed, sent_at=sent_at):
                 logger.error("scope %s given up: %s", self.scope, breaker.reason)
                 gave_up = True

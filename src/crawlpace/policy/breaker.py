@@ -195,6 +195,16 @@ class Breaker:
         """The state as of the last call; an expired pause shows as ``open`` until the next one."""
         return self._state
 
+    def state_at(self, now: float) -> str:
+        """The state as of ``now``: a pause that is over shows as ``half_open``."""
+        self._advance(now)
+        return self._state
+
+    @property
+    def pause_end(self) -> float:
+        """When the latest pause ends, or ended; -inf before the first."""
+        return self._open_until
+
     @property
     def half_open_since(self) -> float:
         """Start of the latest half-open period (the end of the pause before it); -inf if none yet."""

@@ -465,7 +465,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 self.opened,
                 None if backoff is None else (backoff.level, backoff.last_feedback, backoff.ceiling,
                                               backoff.interval, backoff.probing),
-                None if breaker is None else breaker.state,
+                # A failed probe opens the breaker again for a longer pause: the same state, a new end.
+                None if breaker is None else (breaker.state,
+                                              breaker.pause_end if breaker.state == "open" else None),
                 None if self.autothrottle is None else self.autothrottle.delay,
                 None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation,
                                              rampup.resumed_at))  # resumed_at: a silence not its own
