@@ -64,8 +64,10 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
 * **last s**: seconds from the contender's start to the site's last request;
 * **busiest 1 s**: the most requests the site saw within any one second (the simulator's
   own sliding count, whoever sent them: one process or a whole fleet), over the most the
-  site's rules let through in one second: its highest capacity during the run, plus
-  ``burst - 1`` for a token bucket (a full bucket lets its burst through at once). Sites whose
+  site's rules let through in one second: its highest capacity during the run rounded up to
+  whole requests, plus ``burst - 1`` for a token bucket (a full bucket lets its burst through
+  at once); for a window or a request-rate counter its count, twice for windows that follow
+  each other (a second can straddle their boundary). Sites whose
   limit is on requests in flight (``overload``, ``slow``) or that have none show the count
   alone. ``!`` marks a second past that limit + 1.
 
@@ -663,8 +665,9 @@ def second_limit(site: dict[str, Any], spec: dict[str, Any]) -> float | None:
     """The most requests a site's rules let through within one second, or None when its limit is
     not a rate.
 
-    Its highest capacity during the run (the simulator's record of every change), plus, for a
-    token bucket, the ``burst - 1`` requests a full bucket lets through at once beyond the rate;
+    Its highest capacity during the run (the simulator's record of every change), rounded up to
+    whole requests (sends ``1 / rate`` apart), plus, for a token bucket, the ``burst - 1``
+    requests a full bucket lets through at once beyond the rate;
     for a window or a request-rate counter, its highest count per window or period, times the
     windows one second can touch (see :func:`windows_per_second`).
     """
@@ -679,8 +682,10 @@ def second_limit(site: dict[str, Any], spec: dict[str, Any]) -> float | None:
         return round(max(capacities) * span * windows_per_second(profile, spec, span), 3)
     if profile not in RATE_PROFILES:
         return None
+    # Sends at least 1 / rate apart fit ceil(rate) in any second (1 for a rate under 1/s, not 0.7);
+    # a full bucket adds the rest of its burst at once.
     extra = max(int(spec.get("burst", 1)) - 1, 0) if profile in BUCKET_PROFILES else 0
-    return round(max(capacities) + extra, 3)
+    return float(math.ceil(max(capacities) - 1e-9) + extra)
 
 
 def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures: dict[str, Any],
