@@ -18,8 +18,8 @@ of a small threaded Python backend (``--serve-backend``, started by this script)
   answer), in front of the 100 ms backend;
 * **flask-fixed** and **flask-moving**: a Flask app behind Flask-Limiter (``limits``),
   ``20 per 2 second`` per client with the fixed-window and the moving-window strategy and its
-  headers on (``X-RateLimit-*`` and ``Retry-After`` on every answer); **flask-fixed-1s** the
-  fixed window at ``10 per 1 second``.
+  headers on (``X-RateLimit-*`` and ``Retry-After`` on every answer); **flask-fixed-1s** and
+  **flask-moving-1s** the same at ``10 per 1 second``.
 
 A limiter whose binary or package is missing is skipped with a line saying so. Each case
 runs two contenders one after the other, each on a fresh limiter: **crawlpace** (``crawlpace
@@ -149,6 +149,9 @@ CASES: tuple[Case, ...] = (
     # The same windows at 1 s: shorter windows the crawl must not mistake for a rate.
     Case("flask-fixed-1s", "flask", 10.0, BURST_INFLIGHT, 1.0 / 9,
          config={"strategy": "fixed-window", "limit": "10 per 1 second"}, allowance=10, refill="window",
+         window=1.0),
+    Case("flask-moving-1s", "flask", 10.0, BURST_INFLIGHT, 1.0 / 9,
+         config={"strategy": "moving-window", "limit": "10 per 1 second"}, allowance=10, refill="window",
          window=1.0),
 )
 
