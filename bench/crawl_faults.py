@@ -192,8 +192,9 @@ async def run(quick: bool) -> dict[str, Any]:
     first = times[0]
     bins = Counter(int((t - first) // size.bin) for t in times if t - first >= size.settle)
     full = [bins[key] for key in sorted(bins)][:-1]  # the last bin is cut short by the end
+    least = min(full, default=0)
     out["fixed"] = {"bin_seconds": size.bin, "sends_per_bin": full,
-                    "spread": max(full) / min(full) if full and min(full) else None,
+                    "spread": max(full) / least if least else None,
                     "refusals": sum(len(ts) for ts in bucket.sends.values()) - outcomes["ok"],
                     "pages_per_s": outcomes["ok"] / seconds, "limit": 10.0}
 
