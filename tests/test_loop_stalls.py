@@ -93,3 +93,4 @@ async def test_rampup_learns_no_latency_the_loops_stalls_made(tmp_path: Path, st
     # Rampup would read 0.4 s as the site's latency; the stalls made it, so it learns none.
     assert (snapshot.rampup.latency is not None) is learned
     assert snapshot.mean_latency == pytest.approx(0.4)  # the scope's record keeps what was measured
+

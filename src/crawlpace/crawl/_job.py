@@ -250,6 +250,11 @@ class CrawlJob(JobOutcomes):
         stop = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait({take, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # The crawl itself was cancelled (a caller's timeout): the take must not outlive it, or
+            # it ends later on the closed throttler with an error nobody retrieves.
+            take.cancel()
+            raise
         finally:
             stop.cancel()
         if take.done():
