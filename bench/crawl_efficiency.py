@@ -64,8 +64,10 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
 * **last s**: seconds from the contender's start to the site's last request;
 * **busiest 1 s**: the most requests the site saw within any one second (the simulator's
   own sliding count, whoever sent them: one process or a whole fleet), over the most the
-  site's rules let through in one second: its highest capacity during the run, plus
-  ``burst - 1`` for a token bucket (a full bucket lets its burst through at once). Sites whose
+  site's rules let through in one second: its highest capacity during the run rounded up to
+  whole requests, plus ``burst - 1`` for a token bucket (a full bucket lets its burst through
+  at once); for a window or a request-rate counter its count, twice for windows that follow
+  each other (a second can straddle their boundary). Sites whose
   limit is on requests in flight (``overload``, ``slow``) or that have none show the count
   alone. ``!`` marks a second past that limit + 1.
 
@@ -148,6 +150,7 @@ import asyncio
 import contextlib
 import datetime as dt
 import json
+import math
 import os
 import platform
 import random
@@ -626,42 +629,63 @@ def clear_plot(plot: Path | None) -> None:
 
 #: Profiles whose limit is a rate (requests per second or per window); the others limit requests
 #: in flight (``overload``, ``slow``) or have none (``flaky``, ``dead``).
-RATE_PROFILES = frozenset({"ratelimit", "challenge", "retryafter", "crawldelay", "headers", "quota"})
+RATE_PROFILES = frozenset({"ratelimit", "challenge", "retryafter", "crawldelay", "quota"})
 #: Of those, the token buckets: a full bucket lets ``burst`` requests through at once.
 BUCKET_PROFILES = frozenset({"ratelimit", "challenge", "retryafter"})
 
 
 #: Profiles that count requests in a window of a second or more: the whole count may come in one second.
-WINDOW_PROFILES = frozenset({"window", "reqrate"})
+WINDOW_PROFILES = frozenset({"window", "reqrate", "headers"})
+
+
+def windows_per_second(profile: str, spec: dict[str, Any], span: float) -> int:
+    """How many of a window profile's counts one second (any second, not only a whole one) can hold.
+
+    A sliding window or a request-rate counter lets its count through in any span of its length, so
+    one second holds ``ceil(1 / span)`` of them. Windows that follow each other (a ``fixed`` window,
+    aligned to the clock, or the ``headers`` profile's back-to-back windows) let a client that keeps
+    every rule send a whole count at the end of one window and another at the start of the next:
+    one more.
+    """
+    whole = max(math.ceil(1.0 / span - 1e-9), 1)
+    consecutive = profile == "headers" or (profile == "window" and str(spec.get("kind", "fixed")) == "fixed")
+    return whole + 1 if consecutive else whole
+
+
+def site_capacities(site: dict[str, Any]) -> list[float]:
+    """A site's capacities during the run: the simulator's record of every change, else its capacity."""
+    steps = (site.get("timeline") or {}).get("capacity") or []
+    capacities = [float(value) for _at, value in steps if value is not None]
+    if not capacities and site.get("capacity") is not None:
+        capacities = [float(site["capacity"])]
+    return capacities
 
 
 def second_limit(site: dict[str, Any], spec: dict[str, Any]) -> float | None:
     """The most requests a site's rules let through within one second, or None when its limit is
     not a rate.
 
-    Its highest capacity during the run (the simulator's record of every change), plus, for a
-    token bucket, the ``burst - 1`` requests a full bucket lets through at once beyond the rate;
-    for a window or a request-rate counter, its highest count per window or period.
+    Its highest capacity during the run (the simulator's record of every change), rounded up to
+    whole requests (sends ``1 / rate`` apart), plus, for a token bucket, the ``burst - 1``
+    requests a full bucket lets through at once beyond the rate;
+    for a window or a request-rate counter, its highest count per window or period, times the
+    windows one second can touch (see :func:`windows_per_second`).
     """
     profile = str(spec.get("profile", site.get("profile", "")))
     if profile == "shifting":
         profile = str(spec.get("base", ""))
-    if profile in WINDOW_PROFILES:
-        span = max(float(spec.get("window", spec.get("period", 1.0))), 1.0)
-        steps = (site.get("timeline") or {}).get("capacity") or []
-        capacities = [float(value) for _at, value in steps if value is not None] or (
-            [float(site["capacity"])] if site.get("capacity") is not None else [])
-        return round(max(capacities) * span, 3) if capacities else None
-    if profile not in RATE_PROFILES:
-        return None
-    steps = (site.get("timeline") or {}).get("capacity") or []
-    capacities = [float(value) for _at, value in steps if value is not None]
-    if not capacities and site.get("capacity") is not None:
-        capacities = [float(site["capacity"])]
+    capacities = site_capacities(site)
     if not capacities:
         return None
+    if profile in WINDOW_PROFILES:
+        span = float(spec.get("window", spec.get("period", 1.0)))
+        return round(max(capacities) * span * windows_per_second(profile, spec, span), 3)
+    if profile not in RATE_PROFILES:
+        return None
+    # Sends at least 1 / rate apart fit ceil(rate) in any second (1 for a rate under 1/s, not 0.7);
+    # a full bucket adds the rest of its burst at once.
     extra = max(int(spec.get("burst", 1)) - 1, 0) if profile in BUCKET_PROFILES else 0
-    return round(max(capacities) + extra, 3)
+    return float(math.ceil(max(capacities) - 1e-9) + extra)
 
 
 def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures: dict[str, Any],
@@ -1325,6 +1349,24 @@ def random_site_ratio(mine: SiteFigures, oracle: SiteFigures) -> float | None:
     return over_oracle(mine.goodput, oracle.goodput)
 
 
+def worst_excess(runs: Sequence[Run]) -> dict[str, Any] | None:
+    """The site-round whose busiest second went furthest past its one-second limit (or came
+    closest to it), as ``{site, busiest, limit, excess}``; None when no site has such a limit.
+
+    ``excess`` is the busiest second minus the limit: the target is at most 1.
+    """
+    worst: dict[str, Any] | None = None
+    for run in runs:
+        for name, site in run.sites.items():
+            if site.second_limit is None or site.busiest_second is None:
+                continue
+            excess = round(site.busiest_second - site.second_limit, 3)
+            if worst is None or excess > worst["excess"]:
+                worst = {"site": f"r{run.round}:{name}", "busiest": site.busiest_second,
+                         "limit": site.second_limit, "excess": excess}
+    return worst
+
+
 def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
     """One contender over every round of the random farm, each site against the oracle of its round."""
     mine_runs = {run.round: run for run in runs if run.contender == contender}
@@ -1365,6 +1407,9 @@ def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
         "pages_done": sum(run.total("done") for run in mine_runs.values()),
         "pages": sum(run.total("pages") for run in mine_runs.values()),
         "sites_over_limit": sum(len(run.sites_over_limit) for run in mine_runs.values()),
+        "over_limit_sites": [f"r{run.round}:{name}" for run in mine_runs.values()
+                             for name in run.sites_over_limit],
+        "worst_excess": worst_excess(list(mine_runs.values())),
         "startup": median_of([run.startup for run in mine_runs.values()]),
         "cut_runs": sum(run.cut for run in mine_runs.values()),
         "by_kind": {kind: round(statistics.fmean(values), 3) for kind, values in sorted(by_kind.items())},
@@ -1372,19 +1417,27 @@ def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
     }
 
 
+def excess_cell(worst: dict[str, Any] | None) -> str:
+    """``+2 (r1:bucket03 14/12)``: the worst busiest second over its limit, '-' when none has a limit."""
+    if worst is None:
+        return "-"
+    return f"{worst['excess']:+g} ({worst['site']} {worst['busiest']:g}/{worst['limit']:g})"
+
+
 def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, Any]]) -> None:
     print()
     print("random farms: each site's goodput over the oracle's in the same round (goodput/capacity "
           "capped at 1; plain goodput where a site has no capacity), pooled over the rounds")
     headers = ("contender", "sites", "mean x oracle", "p10 x oracle", "429+503 %", "violations",
-               "makespan x oracle", "start-up s", "pages done", "over limit", "cut")
+               "makespan x oracle", "start-up s", "pages done", "over limit", "worst excess", "cut")
     rows = []
     for c in chosen:
         t = summaries[c.key]
         rows.append([c.key, fmt(t["sites"]), fmt(t["mean_over_oracle"], "x"), fmt(t["p10_over_oracle"], "x"),
                      "-" if t["pushback_share"] is None else f"{100 * t['pushback_share']:.1f}",
                      fmt(t["violations"]), fmt(t["makespan_over_oracle"], "x"), fmt(t["startup"], "s"),
-                     f"{t['pages_done']}/{t['pages']}", fmt(t["sites_over_limit"]), fmt(t["cut_runs"])])
+                     f"{t['pages_done']}/{t['pages']}", fmt(t["sites_over_limit"]),
+                     excess_cell(t["worst_excess"]), fmt(t["cut_runs"])])
     print("\n".join(pipe_table(headers, rows)))
     kinds = sorted({kind for c in chosen for kind in summaries[c.key]["by_kind"]})
     if kinds:
@@ -1393,13 +1446,17 @@ def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, 
         rows = [[kind, *(fmt(summaries[c.key]["by_kind"].get(kind), "x") for c in chosen)] for kind in kinds]
         print("\n".join(pipe_table(("kind", *(c.key for c in chosen)), rows)))
     for c in chosen:
+        if summaries[c.key]["over_limit_sites"]:
+            print(f"  {c.key}: over their one-second limit + 1: "
+                  + ", ".join(summaries[c.key]["over_limit_sites"]))
         if c.key != ORACLE and summaries[c.key]["worst_sites"]:
             print(f"  {c.key}: worst sites " + ", ".join(
                 f"{item['site']} {item['over_oracle']:.2f}" for item in summaries[c.key]["worst_sites"]))
     print("  p10: the 10th percentile of the sites; makespan: the median over the rounds of the seconds "
           "to the last request to a live site over the oracle's; over limit: site-rounds whose busiest "
-          "second passed their one-second limit + 1; the sites are named after their kind (see "
-          "crawlpace.sim._random)")
+          "second passed their one-second limit + 1; worst excess: the largest busiest second minus that "
+          "limit (target at most +1), with the site-round, busiest and limit; the sites are named after "
+          "their kind (see crawlpace.sim._random)")
 
 
 def random_seeds(args: argparse.Namespace, repeats: int) -> list[int]:

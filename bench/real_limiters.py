@@ -18,16 +18,21 @@ of a small threaded Python backend (``--serve-backend``, started by this script)
   answer), in front of the 100 ms backend;
 * **flask-fixed** and **flask-moving**: a Flask app behind Flask-Limiter (``limits``),
   ``20 per 2 second`` per client with the fixed-window and the moving-window strategy and its
-  headers on (``X-RateLimit-*`` and ``Retry-After`` on every answer).
+  headers on (``X-RateLimit-*`` and ``Retry-After`` on every answer); **flask-fixed-1s** and
+  **flask-moving-1s** the same at ``10 per 1 second``.
 
 A limiter whose binary or package is missing is skipped with a line saying so. Each case
 runs two contenders one after the other, each on a fresh limiter: **crawlpace** (``crawlpace
 crawl URLS -o OUT --quiet --json``, adaptive as by default) and **oracle**, an httpx client in
 this process told the limit: for a rate, one request in flight, each sent 1.05 x the
 limit's gap after the previous one's send and its answer (nginx refuses a request that
-arrives a millisecond early, and a loaded machine delays some arrivals); for a window, no
-more than its count in any window; for a concurrency cap, the cap in flight with each slot
-resting 5 ms after its answer. What counts is what the limiter logged (its own
+arrives a millisecond early, and a loaded machine delays some arrivals); with nginx's
+``burst=10 nodelay``, a bucket of 10 refilled at that pace, 4 in flight; for a Flask-Limiter
+window, 4 in flight while fewer than its count less one went in the last window (plus 50 ms);
+for HAProxy's counter, its count less one at once when the whole run fits in it, the rate's
+gap otherwise (the counter's estimate keeps a burst against the client for one to two
+periods, so past the first count a burst gains nothing); for a concurrency cap, the cap in
+flight with each slot resting 5 ms after its answer. What counts is what the limiter logged (its own
 access log, or the app's): requests, 200s and refusals (429 and 503), with their times.
 Reported per case and contender: **goodput/limit** (200s per second from the first to the last
 request, over the configured limit), **x oracle** (that over the oracle's) and the
@@ -38,6 +43,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import collections
 import contextlib
 import datetime as dt
 import http.server
@@ -103,22 +109,50 @@ class Case:
     rest: float = 0.0
     backend_delay: float | None = None
     config: dict[str, Any] = field(default_factory=dict)
+    #: Requests the limiter lets through at once from a fresh start (1: none beyond the rate).
+    allowance: int = 1
+    #: How the allowance comes back: ``bucket`` (one per ``gap``, nginx's ``burst``), ``window``
+    #: (``allowance`` in any ``window`` seconds, Flask-Limiter) or ``once`` (a counter such as
+    #: HAProxy's ``http_req_rate``, whose estimate of the rate keeps a burst for a whole period and
+    #: more: the allowance is used only when every request fits in it).
+    refill: str = "bucket"
+    window: float = 0.0
 
+
+#: Requests the oracle keeps in flight where a limiter lets a burst through.
+BURST_INFLIGHT = 4
 
 CASES: tuple[Case, ...] = (
     Case("nginx-req", "nginx", 10.0, 1, ORACLE_GAP / 10.0, config={"limit_req": ""}),
+    # burst=10 without nodelay: nginx queues the excess and serves it at the rate, so a burst
+    # gains nothing; the oracle keeps the rate.
     Case("nginx-req-burst", "nginx", 10.0, 1, ORACLE_GAP / 10.0, config={"limit_req": " burst=10"}),
-    Case("nginx-req-nodelay", "nginx", 10.0, 1, ORACLE_GAP / 10.0, config={"limit_req": " burst=10 nodelay"}),
+    # burst=10 nodelay: 11 at once (the request and the burst), then one per 100 ms.
+    Case("nginx-req-nodelay", "nginx", 10.0, BURST_INFLIGHT, ORACLE_GAP / 10.0,
+         config={"limit_req": " burst=10 nodelay"}, allowance=11),
     Case("nginx-conn", "nginx", 4 / SLOW, 4, 0.0, ORACLE_REST, backend_delay=SLOW, config={"limit_conn": 4}),
-    Case("haproxy-req-rate", "haproxy", 10.0, 1, ORACLE_GAP / 10.0, backend_delay=0.0,
-         config={"req_rate": 100, "period": 10}),
+    # 100 per 10 s, refusals counted: a fresh counter lets 100 through at once, but HAProxy's
+    # estimate (this period's count plus the last one's, prorated) holds a burst against the
+    # client for up to two periods, so a burst only pays when every request fits in it.
+    Case("haproxy-req-rate", "haproxy", 10.0, BURST_INFLIGHT, ORACLE_GAP / 10.0, backend_delay=0.0,
+         config={"req_rate": 100, "period": 10}, allowance=100, refill="once"),
     Case("haproxy-conn-cur", "haproxy", 4 / SLOW, 4, 0.0, ORACLE_REST, backend_delay=SLOW,
          config={"conn_cur": 4}),
-    # 20 per 2 s: the oracle spaces the sends so that no window of 2 s holds more than 20.
-    Case("flask-fixed", "flask", 10.0, 1, 2.0 / 19, config={"strategy": "fixed-window",
-                                                             "limit": "20 per 2 second"}),
-    Case("flask-moving", "flask", 10.0, 1, 2.0 / 19, config={"strategy": "moving-window",
-                                                              "limit": "20 per 2 second"}),
+    # 20 per 2 s: the oracle sends while fewer than 20 went in the last 2 s (a little more, for
+    # the time a request takes to arrive), as many at once as that allows.
+    Case("flask-fixed", "flask", 10.0, BURST_INFLIGHT, 2.0 / 19,
+         config={"strategy": "fixed-window", "limit": "20 per 2 second"}, allowance=20, refill="window",
+         window=2.0),
+    Case("flask-moving", "flask", 10.0, BURST_INFLIGHT, 2.0 / 19,
+         config={"strategy": "moving-window", "limit": "20 per 2 second"}, allowance=20, refill="window",
+         window=2.0),
+    # The same windows at 1 s: shorter windows the crawl must not mistake for a rate.
+    Case("flask-fixed-1s", "flask", 10.0, BURST_INFLIGHT, 1.0 / 9,
+         config={"strategy": "fixed-window", "limit": "10 per 1 second"}, allowance=10, refill="window",
+         window=1.0),
+    Case("flask-moving-1s", "flask", 10.0, BURST_INFLIGHT, 1.0 / 9,
+         config={"strategy": "moving-window", "limit": "10 per 1 second"}, allowance=10, refill="window",
+         window=1.0),
 )
 
 
@@ -394,26 +428,75 @@ def stop(processes: list[subprocess.Popen[bytes]]) -> None:
 # -- the contenders ---------------------------------------------------------------------------
 
 
+#: The oracle's margins on a burst: requests it leaves unused of an allowance, and the seconds it
+#: adds to a window (a request takes a moment to arrive).
+ALLOWANCE_SPARE = 1
+WINDOW_MARGIN = 0.05
+
+
+class OraclePace:
+    """When the oracle may send next, from what it was told of the limiter.
+
+    Without an allowance, one send per ``gap``. A ``bucket`` allowance is a token bucket of that
+    many less one spare, refilled one per ``gap``; a ``window`` allowance lets that many less
+    one go in any window (plus a margin); a ``once`` allowance is spent only when the whole run
+    (``total`` requests) fits in it, else the oracle keeps the gap.
+    """
+
+    def __init__(self, case: Case, total: int) -> None:
+        self.case = case
+        room = max(case.allowance - ALLOWANCE_SPARE, 1)
+        self.refill = case.refill if room > 1 else "bucket"
+        if self.refill == "once" and total > room:
+            room = 1
+        self.room = room
+        self.tokens = float(room)
+        self.stamp = time.monotonic()
+        self.sent: collections.deque[float] = collections.deque()
+        self.next_send = 0.0
+
+    def delay(self, now: float) -> float:
+        """Seconds from ``now`` until a send is allowed."""
+        if self.refill == "window":
+            horizon = self.case.window + WINDOW_MARGIN
+            while self.sent and self.sent[0] <= now - horizon:
+                self.sent.popleft()
+            return 0.0 if len(self.sent) < self.room else self.sent[0] + horizon - now
+        if self.room == 1:
+            return max(self.next_send - now, 0.0)
+        if self.refill == "bucket":
+            self.tokens = min(self.tokens + (now - self.stamp) / self.case.gap, float(self.room))
+            self.stamp = now
+        return 0.0 if self.tokens >= 1.0 else (1.0 - self.tokens) * self.case.gap
+
+    def take(self, now: float) -> None:
+        self.sent.append(now)
+        self.tokens -= 1.0
+        self.next_send = now + self.case.gap
+
+    def answered(self, now: float) -> None:
+        # One in flight at the rate: the gap runs from the answer too. The request arrived before
+        # its answer came back, so the next one arrives at least a gap after it, however late it
+        # got there.
+        if self.room == 1 and self.case.inflight == 1:
+            self.next_send = max(self.next_send, now + self.case.gap)
+
+
 async def oracle(case: Case, urls: list[str]) -> None:
     """Every URL, paced as the case says, resent after a refusal or an error (8 times at most)."""
     queue = list(reversed(urls))
     lock = asyncio.Lock()
-    next_send = 0.0
+    pace = OraclePace(case, len(urls) + 1)  # the pages and robots.txt
 
     async def turn() -> None:
-        nonlocal next_send
         async with lock:
-            wait = next_send - time.monotonic()
-            if wait > 0:
-                await asyncio.sleep(wait)
-            next_send = time.monotonic() + case.gap
+            wait = pace.delay(time.monotonic())
+            if wait > 0:  # exactly until the send is allowed: the lock keeps the others out
+                await asyncio.sleep(wait + 1e-4)
+            pace.take(time.monotonic())
 
     def answered() -> None:
-        # One in flight: the gap runs from the answer too. The request arrived before its answer
-        # came back, so the next one arrives at least a gap after it, however late it got there.
-        nonlocal next_send
-        if case.inflight == 1:
-            next_send = max(next_send, time.monotonic() + case.gap)
+        pace.answered(time.monotonic())
 
     async def worker(client: httpx.AsyncClient) -> None:
         while queue:

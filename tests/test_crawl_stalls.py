@@ -24,6 +24,7 @@ from hypothesis import strategies as st
 
 from crawlpace import Settings
 from crawlpace.crawl import CrawlJob, CrawlOptions
+from crawlpace.crawl._fetch import Page
 from crawlpace.sim._asgi import Receive, Scope, Send, respond
 
 from .sim_thread import serve_in_thread
@@ -174,3 +175,26 @@ def test_a_host_whose_last_batch_is_exactly_full_ends_complete_without_a_false_a
     assert sorted(result["url"] for result in results) == sorted(urls)
     assert not summary.interrupted
     assert "nothing to wait for" not in caplog.text
+
+
+class InstantFetcher:
+    """Every page answered at once, without a network."""
+
+    async def get(self, url: str, limit: int) -> Page:
+        return Page(200, {}, b"page", 0.001)
+
+    async def aclose(self) -> None:
+        return None
+
+
+async def test_a_cancelled_crawl_leaves_no_take_behind(tmp_path: Path) -> None:
+    # bench/crawl_faults.py cuts crawls with a timeout; each cut left a Scheduler.take() waiting,
+    # which later failed on the closed throttler ("Task exception was never retrieved").
+    settings = Settings.from_scrapy({"DOWNLOAD_DELAY": 30.0, "RANDOMIZE_DOWNLOAD_DELAY": False})
+    job = CrawlJob(settings, CrawlOptions(output=tmp_path / "out.jsonl", robots=False, trust_env=False),
+                   fetcher=InstantFetcher())
+    with pytest.raises(TimeoutError):
+        await asyncio.wait_for(job.run([f"http://127.0.0.2:9/page/{n}" for n in range(2)]), 0.3)
+    await asyncio.sleep(0)
+    left = [task for task in asyncio.all_tasks() if "Scheduler.take" in repr(task) and not task.done()]
+    assert left == []

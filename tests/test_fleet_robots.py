@@ -14,10 +14,13 @@ from typing import Any
 import pytest
 
 from crawlpace import Settings
+from crawlpace._clock import AsyncioClock
 from crawlpace.crawl import CrawlOptions
+from crawlpace.crawl._robots_answers import FLEET_DELAY_SPREAD, fleet_crawl_delay
 from crawlpace.crawl._shared_job import SharedCrawlJob
 from crawlpace.frontier._shared import RobotsCopy, SharedFrontier
 from crawlpace.sim import SimServer
+from crawlpace.stores.redis import RedisStore
 
 from .test_crawl import FAST, lines
 from .test_robots_crawl import robots_site
@@ -124,3 +127,30 @@ async def test_a_worker_started_before_the_urls_waits_for_them(redis_url: str, t
 def test_wait_for_urls_must_be_a_number_of_seconds(tmp_path: Path) -> None:
     with pytest.raises(Exception, match=r"wait_for_urls: -1 is not a number of seconds >= 0; use e\.g\. 60"):
         CrawlOptions(output=tmp_path / "out.jsonl", wait_for_urls=-1)
+
+
+def test_a_fleet_keeps_room_for_its_workers_lags_in_a_crawl_delay() -> None:
+    # Admissions are spaced by the store, sends by each worker's own lag after its admission.
+    assert fleet_crawl_delay(1.33, 60.0) == pytest.approx(1.33 + FLEET_DELAY_SPREAD)
+    assert fleet_crawl_delay(None, 60.0) is None  # a removed Crawl-delay stays removed
+    assert fleet_crawl_delay(59.99, 60.0) == 60.0  # the room never passes the cap...
+    assert fleet_crawl_delay(90.0, 60.0) == 90.0  # ...and a delay past it is the store's to clamp
+
+
+async def test_a_fleet_worker_stores_the_crawl_delay_with_room_for_the_lags(redis_url: str,
+                                                                           tmp_path: Path) -> None:
+    app = robots_site(lambda path, n: (200, [], b"User-agent: *\nCrawl-delay: 0.1\n"))
+    async with SimServer(app, "127.0.0.2") as server:
+        frontier = SharedFrontier(redis_url, worker="filler")
+        try:
+            await frontier.enqueue([f"{server.url}/page/1", f"{server.url}/page/2"])
+            await crawl(redis_url, tmp_path / "one.jsonl", "one")
+        finally:
+            await frontier.aclose()
+        store = RedisStore(redis_url, Settings.from_scrapy(FAST), AsyncioClock())
+        try:
+            snapshot = await store.snapshot("127.0.0.2")
+        finally:
+            await store.aclose()
+    assert snapshot is not None
+    assert snapshot.crawl_delay == pytest.approx(0.1 + FLEET_DELAY_SPREAD)

@@ -74,7 +74,8 @@ class Permit:
 
     def feedback(self, response: object = None, *, status: int | None = None,
                  exception: BaseException | None = None, latency: float | None = None,
-                 consumed_quota: Mapping[str, float] | None = None, blocked: bool = False) -> None:
+                 consumed_quota: Mapping[str, float] | None = None, blocked: bool = False,
+                 stalled: bool = False) -> None:
         """Record what happened to the request; it is applied at release.
 
         Args:
@@ -89,6 +90,9 @@ class Permit:
             blocked: the response is a soft block (see :class:`~crawlpace.BlockRules`):
                 every scope backs off as for a 429, whatever the status, and
                 its latency does not steer AutoThrottle.
+            stalled: the latency is mostly this process's own lateness (its event
+                loop ran late while the answer waited): it is kept in the outcome
+                but steers no scope (rampup, AutoThrottle, the mean latency).
 
         Raises:
             PermitError: if the permit was already released.
@@ -100,7 +104,7 @@ class Permit:
             status = status_of(response)
         if latency is None:
             latency = self._releaser.clock.now() - self._lease.granted_at
-        self._raw = RawFeedback(response, status, exception, latency, consumed_quota, blocked)
+        self._raw = RawFeedback(response, status, exception, latency, consumed_quota, blocked, stalled)
 
     async def release(self) -> None:
         """Give the slots back and apply the feedback; later calls do nothing."""

@@ -39,6 +39,8 @@ class RawFeedback:
     latency: float | None = None
     consumed_quota: Mapping[str, float] | None = None
     blocked: bool = False
+    #: The latency is mostly the caller's own lateness (see ``Permit.feedback``): no scope learns it.
+    stalled: bool = False
 
 
 def _overrides(manager: object, name: str) -> bool:
@@ -158,14 +160,14 @@ class Releaser:
         if self._hooks and raw.response is not None:
             return None
         hint = builder.hint(raw.response) if raw.response is not None else None
-        latency = None if _dont_adjust(request) else raw.latency
+        latency = None if raw.stalled or _dont_adjust(request) else raw.latency
         by_scope = builder.for_response(lease.demands, status=raw.status, latency=latency,
                                         hold=builder.hold_of(hint, raw.status), hint=hint)
         return _outcome_of(lease, raw, by_scope)
 
     async def _outcome_from_hooks(self, lease: Lease, request: object, raw: RawFeedback) -> Outcome:
         builder = self._builder
-        latency = None if _dont_adjust(request) else raw.latency
+        latency = None if raw.stalled or _dont_adjust(request) else raw.latency
         context = FeedbackContext(builder, lease.demands, latency)
         token = use_context(context)
         try:

@@ -34,6 +34,8 @@ from typing import Protocol
 
 import aiohttp
 
+from ._stalls import LoopStalls
+
 __all__ = ["DEFAULT_DEADLINE", "AiohttpFetcher", "FetchError", "Fetcher", "Page"]
 
 _log = logging.getLogger(__name__)
@@ -74,6 +76,8 @@ class Page:
         latency: seconds from the request being handed to the library to the
             response headers, None when no answer came.
         error: what stopped the fetch, None when nothing did.
+        stalled: seconds of that latency during which this process's event loop was
+            known to run late (``crawl/_stalls.py``): the crawler's own share, not the server's.
     """
 
     status: int | None
@@ -81,6 +85,7 @@ class Page:
     body: bytes
     latency: float | None
     error: BaseException | None = None
+    stalled: float = 0.0
 
     @property
     def status_code(self) -> int | None:
@@ -130,6 +135,10 @@ class AiohttpFetcher:
                  clock: Callable[[], float], deadline: float = DEFAULT_DEADLINE) -> None:
         self._clock = clock
         self._deadline = deadline
+        loop = asyncio.get_running_loop()
+        self._loop_time = loop.time
+        self._stalls = LoopStalls(loop.time)
+        self._stalls.start()
         # With trust_env, aiohttp looks up proxies and ~/.netrc again in a worker thread
         # for every request; when the environment holds neither, that is pure cost.
         trust_env = trust_env and _environment_matters()
@@ -141,17 +150,20 @@ class AiohttpFetcher:
             auto_decompress=True)
 
     async def get(self, url: str, limit: int) -> Page:
-        started = self._clock()
+        started, loop_started = self._clock(), self._loop_time()
         got: list[tuple[int, Mapping[str, str], float]] = []  # the status line, once it came
         try:
             async with asyncio.timeout(self._deadline):
-                return await self._get(url, limit, started, got)
+                page = await self._get(url, limit, started, got)
         except TimeoutError:  # ours: aiohttp's own timeouts come back as pages
             error = _past_deadline(url, self._deadline)
             if not got:
                 return Page(None, None, b"", None, error)
             status, headers, latency = got[0]
-            return Page(status, headers, b"", latency, error)
+            page = Page(status, headers, b"", latency, error)
+        if page.latency is not None:
+            page.stalled = self._stalls.within(loop_started, loop_started + page.latency)
+        return page
 
     async def _get(self, url: str, limit: int, started: float,
                    got: list[tuple[int, Mapping[str, str], float]]) -> Page:
@@ -172,6 +184,7 @@ class AiohttpFetcher:
         return Page(response.status, response.headers, body, latency)
 
     async def aclose(self) -> None:
+        await self._stalls.stop()
         await self._session.close()
 
 

@@ -63,6 +63,7 @@ from ._results import Result, ResultWriter
 from ._robots_answers import RobotsAnswers
 from ._settle import JobOutcomes
 from ._source import UrlSource
+from ._stalls import local_share_dominates
 from ._summary import CrawlSummary
 from ._tallies import ScopeTally
 
@@ -249,6 +250,11 @@ class CrawlJob(JobOutcomes):
         stop = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait({take, stop}, return_when=asyncio.FIRST_COMPLETED)
+        except BaseException:
+            # The crawl itself was cancelled (a caller's timeout): the take must not outlive it, or
+            # it ends later on the closed throttler with an error nobody retrieves.
+            take.cancel()
+            raise
         finally:
             stop.cancel()
         if take.done():
@@ -336,13 +342,16 @@ class CrawlJob(JobOutcomes):
         assert fetcher is not None
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
         page = await fetcher.get(task.target, limit)
+        # A latency mostly spent waiting for this process's own event loop (a worker starved
+        # of CPU) says nothing of the server: the throttler does not learn from it.
+        stalled = local_share_dominates(page.latency, page.stalled)
         if page.error is not None:
             permit.feedback(exception=page.error, latency=page.latency)
             return Answer(None, None, b"", page.latency, page.error)
         rule = None
         if task.kind == "page" and page.status is not None:
             rule = self.blocks.match(page.status, page.headers or {}, page.body)
-        permit.feedback(page, latency=page.latency, blocked=rule is not None)
+        permit.feedback(page, latency=page.latency, blocked=rule is not None, stalled=stalled)
         return Answer(page.status, page.location, page.body, page.latency, None, rule)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
