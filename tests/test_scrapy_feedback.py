@@ -377,8 +377,8 @@ async def test_the_extension_neutralises_the_spider_and_publishes_periodically(c
 ])
 async def test_a_backoff_min_delay_the_user_set_is_a_floor(clock: MockClock, values: dict[str, Any],
                                                            least: float, most: float) -> None:
-    engine = FakeEngine({"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0, "CONCURRENT_REQUESTS_PER_DOMAIN": 8,
-                         **values}, clock, latency=0.04,
+    engine = FakeEngine({"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0,
+                         "CONCURRENT_REQUESTS_PER_DOMAIN": 8, **values}, clock, latency=0.04,
                         respond=lambda r: status(429 if r.url.endswith("/0") else 200)(r))
     await engine.run(Request(f"https://api.example/{n}") for n in range(10))
     times = engine.times()

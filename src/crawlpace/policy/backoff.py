@@ -115,9 +115,27 @@ class Backoff:
         probe_hits: probes that held in a row (the next one steps ``PROBE_STEP ** 2 ** hits``).
     """
 
-    __slots__ = ("anchor", "answers", "answers_good", "ceiling", "concurrency_factor", "factor", "generation",
-                 "floor", "good", "interval", "last_change", "last_feedback", "level", "max_delay",
-                 "min_delay", "probe_hits", "probe_misses", "probing", "window")
+    __slots__ = (
+        "anchor",
+        "answers",
+        "answers_good",
+        "ceiling",
+        "concurrency_factor",
+        "factor",
+        "floor",
+        "generation",
+        "good",
+        "interval",
+        "last_change",
+        "last_feedback",
+        "level",
+        "max_delay",
+        "min_delay",
+        "probe_hits",
+        "probe_misses",
+        "probing",
+        "window",
+    )
 
     def __init__(self, *, factor: float, min_delay: float, max_delay: float,
                  concurrency_factor: float, window: float, floor: float = 0.0) -> None:
