@@ -14,7 +14,7 @@ examples work with one changed import line. See docs/scrapy.md.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+import typing as _typing
 
 from .._responses._feedback import update_scope_backoff
 from .._scoping._manager import ThrottlingManager, ThrottlingManagerProtocol
@@ -28,7 +28,7 @@ from ._middleware import RequestRefused, ThrottlingMiddleware
 from ._scheduler import ThrottlingScheduler
 from ._tickets import APPLIED_SCOPES_KEY
 
-if TYPE_CHECKING:
+if _typing.TYPE_CHECKING:
     from ._shared import SharedScheduler
 
 __all__ = [
@@ -53,7 +53,7 @@ __all__ = [
 ]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> _typing.Any:
     """``SharedScheduler`` is imported when first asked for (Scrapy loads it by its path).
 
     It brings the shared frontier and the Redis client, about 100 modules and
