@@ -15,8 +15,9 @@ from typing import Any
 
 import pytest
 
-from crawlpace import Throttler
+from crawlpace import BackoffConfig, ScopeConfig, Throttler
 from crawlpace.policy.backoff import SETTLE, Backoff
+from crawlpace.policy.scope_manager import ThrottlingScopeManager
 from crawlpace.testing import MockClock
 
 URL = "https://api.example/items"
@@ -138,3 +139,33 @@ async def test_a_retry_after_site_allowing_5_a_second_gets_most_of_it_and_nothin
     assert good >= 0.8 * 5.0 * 60.0, (good, len(holds))
     inside = [sent for sent in sends for start, end in holds if start < sent < end]
     assert not inside, inside[:5]
+
+
+def test_a_min_delay_the_user_set_is_a_floor_while_backing_off() -> None:
+    """An explicit BACKOFF_MIN_DELAY is the seed's "minimum delay during backoff"; evidence cuts above it."""
+    floored = Backoff(factor=2.0, min_delay=5.0, max_delay=300.0, concurrency_factor=0.5, window=60.0,
+                      floor=5.0)
+    # The same refusal as above: 200 a second were going out, evidence alone would wait 0.01 s.
+    assert floored.on_backoff(0.04, 0, 0.0, 8, round_trip=0.04, inflight=8)
+    assert floored.delay() == 5.0
+    now = 0.04
+    while floored.level:  # the climb: good answers at the pace in force, never below the floor
+        now += floored.delay()
+        floored.on_success(now)
+        assert floored.delay() >= 5.0 or floored.level == 0
+    assert now >= 0.04 + 3 * 5.0  # it ended as evidence says (a few good answers), at 5 s apart
+    # The next refusal backs off again, to the floor or above it.
+    assert floored.on_backoff(now + 0.01, floored.generation, 0.0, 8, round_trip=0.01, inflight=8)
+    assert floored.delay() >= 5.0
+
+
+def test_the_scope_manager_floors_only_an_explicit_min_delay() -> None:
+    unset = ThrottlingScopeManager(scope="a", config=ScopeConfig()).backoff
+    assert (unset.min_delay, unset.floor) == (1.0, 0.0)  # 1 s with nothing measured, no floor
+    config = ScopeConfig(backoff=BackoffConfig(min_delay=1.0))
+    explicit = ThrottlingScopeManager(scope="a", config=config).backoff
+    assert (explicit.min_delay, explicit.floor) == (1.0, 1.0)  # even the default's value, when set
+    assert explicit.on_backoff(0.04, 0, 0.0, 8, round_trip=0.04, inflight=8)
+    assert unset.on_backoff(0.04, 0, 0.0, 8, round_trip=0.04, inflight=8)
+    assert explicit.delay() == 1.0
+    assert unset.delay() == pytest.approx(0.01)

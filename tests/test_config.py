@@ -122,8 +122,9 @@ def test_defaults_are_the_seeds() -> None:
     assert settings.concurrent_requests == 16
     backoff = scope.backoff
     assert backoff.http_codes == {429, 502, 503, 504, 520, 521, 522, 523, 524}
-    assert (backoff.delay_factor, backoff.min_delay, backoff.max_delay, backoff.window) == \
-        (2.0, 1.0, 300.0, 60.0)
+    # BACKOFF_MIN_DELAY unset: 1 s for a refusal nothing was measured for, and no floor.
+    assert (backoff.delay_factor, backoff.min_delay, backoff.first_delay) == (2.0, None, 1.0)
+    assert (backoff.max_delay, backoff.window) == (300.0, 60.0)
     assert backoff.jitter == Jitter(-0.1, 0.1)
     assert backoff.concurrency_factor == 0.5
     assert settings.rampup_backoff_target == (1.0, 1.0)

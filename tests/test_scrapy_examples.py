@@ -159,13 +159,23 @@ class ScrapingApiManager(ThrottlingManager):
         return await super().get_response_backoff(upstream_response)
 
 
-async def test_scraping_api_scopes_and_upstream_status(clock: MockClock) -> None:
+@pytest.mark.parametrize(("floor", "example_2", "slow_2"), [
+    # BACKOFF_MIN_DELAY unset: each scope backs off by what it was sending (docs/concepts/backoff.md).
+    # The API, sending every 0.08 s, halves that rate, so example.com's second page waits only for
+    # example.com's own second; slow-site.com, sending at its one-second delay, doubles it.
+    ({}, 1.0, 0.16 + 2.0),
+    # BACKOFF_MIN_DELAY = 10 set: the proposal's "minimum delay during backoff". The API scope, which
+    # every request holds, now sends at most one request per 10 s while it backs off.
+    ({"BACKOFF_MIN_DELAY": 10.0}, 0.16 + 10.0, 0.16 + 20.0),
+])
+async def test_scraping_api_scopes_and_upstream_status(clock: MockClock, floor: dict[str, float],
+                                                       example_2: float, slow_2: float) -> None:
     def respond(request: Request) -> Response:
         upstream = b"429" if "slow-site" in request.url else b"200"
         return Response(request.url, status=200, headers={"X-Upstream-Status-Code": upstream},
                         request=request)
 
-    settings = {"DOWNLOAD_DELAY_PER_SLOT": 0.0, "BACKOFF_MIN_DELAY": 10.0,
+    settings = {"DOWNLOAD_DELAY_PER_SLOT": 0.0, **floor,
                 "THROTTLING_SCOPES": {"api.toscrape.com": {"concurrency": 1000, "delay": 0.08}}}
     engine = FakeEngine(settings, clock, latency=0.01, respond=respond, manager=ScrapingApiManager)
     api = "https://api.toscrape.com/?url="
@@ -180,12 +190,9 @@ async def test_scraping_api_scopes_and_upstream_status(clock: MockClock) -> None
     assert at["https://other.com/1"] == pytest.approx(0.08)
     assert at["https://slow-site.com/1"] == pytest.approx(0.16)
     # An upstream 429 behind an API 200 counts as a 429 for the request's scopes, the target
-    # site's and (as the seed's code is written) the API's. Each backs off by what it was
-    # sending (docs/concepts/backoff.md): the API, sending every 0.08 s, halves that rate, so
-    # example.com's second page waits only for example.com's own second; slow-site.com, sending
-    # at its one-second delay, doubles it. (Up to 0.7.0 both waited BACKOFF_MIN_DELAY, 10 s.)
-    assert at["https://example.com/2"] == pytest.approx(1.0)
-    assert at["https://slow-site.com/2"] == pytest.approx(0.16 + 2.0)
+    # site's and (as the seed's code is written) the API's.
+    assert at["https://example.com/2"] == pytest.approx(example_2)
+    assert at["https://slow-site.com/2"] == pytest.approx(slow_2)
     for scope in ("slow-site.com", "api.toscrape.com"):
         snapshot = await engine.throttler.scope_stats(scope)
         assert snapshot is not None

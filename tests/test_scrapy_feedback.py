@@ -21,7 +21,7 @@ from .test_scrapy_engine import FakeEngine, Outcome, clock
 
 __all__ = ["clock"]
 
-FAST: dict[str, Any] = {"DOWNLOAD_DELAY": 0.1, "DOWNLOAD_DELAY_PER_SLOT": 0.1, "BACKOFF_MIN_DELAY": 1.0}
+FAST: dict[str, Any] = {"DOWNLOAD_DELAY": 0.1, "DOWNLOAD_DELAY_PER_SLOT": 0.1}
 
 
 def status(code: int, **headers: str) -> Callable[[Request], Response]:
@@ -368,3 +368,19 @@ async def test_the_extension_neutralises_the_spider_and_publishes_periodically(c
     assert engine.stats.values["throttling/scope/periodic.example/delay"] == 0.25
     await extension.spider_closed(spider)  # type: ignore[arg-type]
     assert engine.runtime.closed
+
+
+@pytest.mark.parametrize(("values", "least", "most"), [
+    ({}, 0.0, 0.5),  # left at its default: the cut follows the rate sent (8 in flight, 40 ms each)
+    ({"BACKOFF_MIN_DELAY": 1.0}, 1.0, 1.5),  # set, even to the default's value: a floor
+    ({"THROTTLING_SCOPES": {"api.example": {"backoff": {"min_delay": 2.0}}}}, 2.0, 2.5),
+])
+async def test_a_backoff_min_delay_the_user_set_is_a_floor(clock: MockClock, values: dict[str, Any],
+                                                           least: float, most: float) -> None:
+    engine = FakeEngine({"DOWNLOAD_DELAY": 0, "DOWNLOAD_DELAY_PER_SLOT": 0,
+                         "CONCURRENT_REQUESTS_PER_DOMAIN": 8, **values}, clock, latency=0.04,
+                        respond=lambda r: status(429 if r.url.endswith("/0") else 200)(r))
+    await engine.run(Request(f"https://api.example/{n}") for n in range(10))
+    times = engine.times()
+    assert times[:8] == [0.0] * 8  # 8 sent at once, /0 refused 40 ms later
+    assert least <= times[8] - times[0] <= most, times  # the wait the 429 imposed on the next send

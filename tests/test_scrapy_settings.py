@@ -373,7 +373,13 @@ def test_the_public_names() -> None:
     modules = {"annotations"}
     public = {name for name, value in vars(crawlpace.scrapy).items()
               if not name.startswith("_") and name not in modules and not isinstance(value, type(crawlpace))}
-    assert set(crawlpace.scrapy.__all__) == public
+    lazy = {"SharedScheduler"}  # imported when first asked for: it brings the Redis client
+    assert set(crawlpace.scrapy.__all__) == public | lazy
+    from crawlpace.scrapy._shared import SharedScheduler
+
+    assert crawlpace.scrapy.SharedScheduler is SharedScheduler
+    with pytest.raises(AttributeError, match="no attribute 'Nothing'"):
+        _ = crawlpace.scrapy.Nothing
     assert crawlpace.scrapy.Addon is Addon
     assert crawlpace.scrapy.ThrottlingScheduler is ThrottlingScheduler
 

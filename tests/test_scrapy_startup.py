@@ -252,3 +252,22 @@ def unreachable_message_of(values: dict[str, Any]) -> str:
     with pytest.raises(StoreUnreachable) as caught:
         run_addon(values)
     return str(caught.value)
+
+
+def test_the_add_on_on_the_memory_store_imports_no_redis_client_and_no_frontier() -> None:
+    """Every module imported is walked by each full pass of the garbage collector, for the whole crawl.
+
+    The Redis client and the shared frontier (about 100 modules and 12,000 objects) come only
+    with a Redis store or the ``SharedScheduler``, which is still importable by its path.
+    """
+    probe = ("import sys\n"
+             "import crawlpace.scrapy\n"
+             "from crawlpace.scrapy._addon import Addon\n"
+             "print(sorted(name for name in ('redis', 'crawlpace.frontier', 'crawlpace.stores.redis')"
+             " if name in sys.modules))\n"
+             "from scrapy.utils.misc import load_object\n"
+             "print(load_object('crawlpace.scrapy.SharedScheduler').__name__)\n")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60,
+                            check=False)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.split() == ["[]", "SharedScheduler"]

@@ -143,7 +143,7 @@ class Checker:
             high = self.number(f"{label}[1]", value[1], example="3")
             if low is None or high is None:
                 return None
-            if low > high:
+            if low is not None and low > high:
                 self.fail(f"{label}: {list(value)!r} has low > high; write [low, high] with low <= high")
                 return None
             return (low, high)
@@ -207,7 +207,7 @@ class Checker:
         if factor < 1.0:
             self.fail(f"{label('delay_factor')}: {factor:g} would shorten delays on backoff; "
                       "use 1.0 or more")
-        if low > high:
+        if low is not None and low > high:
             other = label("max_delay").removeprefix(source)
             self.fail(f"{label('min_delay')}: {low:g} is above {other} ({high:g}); "
                       "make the minimum no larger than the maximum")
@@ -244,7 +244,7 @@ def parse_jitter(value: object, *, label: str = "RANDOMIZE_DOWNLOAD_DELAY") -> J
         low, high = float(value[0]), float(value[1])
         if any(math.isnan(v) or math.isinf(v) for v in (low, high)):
             raise ConfigError([f"{label}: {list(value)!r} must hold finite numbers, e.g. [-0.1, 0.3]"])
-        if low > high:
+        if low is not None and low > high:
             raise ConfigError([f"{label}: {list(value)!r} has low > high; write [low, high] with "
                                "low <= high, e.g. [-0.1, 0.3]"])
         if low < -1.0:

@@ -16,6 +16,7 @@ __all__ = [
     "BACKOFF_JITTER",
     "DEFAULT_BACKOFF_EXCEPTIONS",
     "DEFAULT_BACKOFF_HTTP_CODES",
+    "DEFAULT_MIN_DELAY",
     "HALF_JITTER",
     "AutoThrottleConfig",
     "BackoffConfig",
@@ -42,18 +43,34 @@ DEFAULT_BACKOFF_EXCEPTIONS: tuple[str, ...] = (
 )
 
 
+#: The first backoff delay of a refusal nothing was measured for, when ``min_delay`` is not set.
+DEFAULT_MIN_DELAY = 1.0
+
+
 @dataclass(frozen=True, slots=True)
 class BackoffConfig:
-    """How a scope slows down when the server pushes back (seed 001, "Backoff")."""
+    """How a scope slows down when the server pushes back (seed 001, "Backoff").
+
+    ``min_delay`` (``BACKOFF_MIN_DELAY``), when set, is the minimum delay while
+    the scope backs off, whatever the evidence says. Left unset (``None``),
+    a refusal nothing was measured for still starts at
+    :data:`DEFAULT_MIN_DELAY` (1 s), but a cut taken from the rate the scope
+    was sending may be gentler than that (see :mod:`crawlpace.policy.backoff`).
+    """
 
     http_codes: frozenset[int] = DEFAULT_BACKOFF_HTTP_CODES
     exceptions: tuple[str | type[BaseException], ...] = DEFAULT_BACKOFF_EXCEPTIONS
     delay_factor: float = 2.0
-    min_delay: float = 1.0
+    min_delay: float | None = None
     max_delay: float = 300.0
     jitter: Jitter = BACKOFF_JITTER
     concurrency_factor: float = 0.5
     window: float = 60.0
+
+    @property
+    def first_delay(self) -> float:
+        """The first delay of a refusal nothing was measured for: ``min_delay``, or 1 s unset."""
+        return DEFAULT_MIN_DELAY if self.min_delay is None else self.min_delay
 
     def __post_init__(self) -> None:
         check = Checker("BackoffConfig")
@@ -132,7 +149,8 @@ class AutoThrottleConfig:
 def _check_backoff(check: Checker, cfg: BackoffConfig) -> None:
     o = check.owner
     for name in ("delay_factor", "min_delay", "max_delay", "window", "concurrency_factor"):
-        check.number(f"{o}.{name}", getattr(cfg, name), example="1.0")
+        if name != "min_delay" or cfg.min_delay is not None:  # unset: no floor
+            check.number(f"{o}.{name}", getattr(cfg, name), example="1.0")
     if not check.problems:
         check.backoff_relations(lambda key: f"{o}.{key}",
                                {f.name: getattr(cfg, f.name) for f in fields(cfg)})

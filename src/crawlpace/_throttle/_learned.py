@@ -38,7 +38,6 @@ from typing import Any, Protocol
 from urllib.parse import urlsplit
 
 from .._settings._config import AutoThrottleConfig, ScopeConfig
-from ..stores.redis._keys import glob_escape, learned_prefix
 from ._stats import ScopeStats
 
 __all__ = ["FRESH_TRUST", "HALF_LIFE", "LearnedFile", "LearnedRedis", "LearnedScope", "LearnedSink",
@@ -218,6 +217,8 @@ class LearnedRedis:
     def __init__(self, url: str, *, ttl: int = REDIS_TTL) -> None:
         import redis
 
+        # Imported here: the Redis package brings redis-py, which a crawl without Redis never needs.
+        from ..stores.redis._keys import learned_prefix
         from ..stores.redis.connection import parse_url
 
         # crawlpace's own options (namespace, ...) come off; redis-py's (password, username,
@@ -242,6 +243,8 @@ class LearnedRedis:
                                    f"{redact(' '.join(str(exc).split()))}") from exc
 
     def _load(self) -> dict[str, LearnedScope]:
+        from ..stores.redis._keys import glob_escape
+
         out: dict[str, LearnedScope] = {}
         # Escaped: a namespace "job[1]" must not read the records of "job1".
         mine = self._prefix.encode()

@@ -17,6 +17,10 @@ comes back down, follows what the scope measured, not a fixed ladder:
   step, taken from what was being sent rather than from a fixed 1 s. Only when
   nothing at all was measured does the first delay fall back to the seed's
   ``max(delay x factor, min_delay)`` (``BACKOFF_MIN_DELAY``).
+* **The floor.** A ``BACKOFF_MIN_DELAY`` the user set (``floor``) is what the
+  seed calls it, the minimum delay during backoff: whatever the evidence says,
+  a scope backing off waits at least that long between sends. Left at its
+  default, it is no floor, and evidence may cut gentler than 1 s.
 * **The climb.** Below :data:`SETTLE` of the ceiling, every :data:`STEP_ANSWERS`
   good answers to requests sent at the current pace close half of the gap to
   it: successes at the new pace are the evidence, so recovery takes seconds,
@@ -89,6 +93,8 @@ class Backoff:
     Args:
         factor: the cut's divisor when evidence is thin (``BACKOFF_DELAY_FACTOR``).
         min_delay: the first delay when nothing was measured (``BACKOFF_MIN_DELAY``).
+        floor: the shortest delay while backing off: ``BACKOFF_MIN_DELAY`` when the
+            user set it, else 0.0 (the evidence decides).
         max_delay: the largest backoff delay (``BACKOFF_MAX_DELAY``).
         concurrency_factor: the slot multiplier per level past the delay cap.
         window: quiet seconds before probing above the ceiling (``BACKOFF_WINDOW``).
@@ -109,14 +115,33 @@ class Backoff:
         probe_hits: probes that held in a row (the next one steps ``PROBE_STEP ** 2 ** hits``).
     """
 
-    __slots__ = ("anchor", "answers", "answers_good", "ceiling", "concurrency_factor", "factor", "generation",
-                 "good", "interval", "last_change", "last_feedback", "level", "max_delay", "min_delay",
-                 "probe_hits", "probe_misses", "probing", "window")
+    __slots__ = (
+        "anchor",
+        "answers",
+        "answers_good",
+        "ceiling",
+        "concurrency_factor",
+        "factor",
+        "floor",
+        "generation",
+        "good",
+        "interval",
+        "last_change",
+        "last_feedback",
+        "level",
+        "max_delay",
+        "min_delay",
+        "probe_hits",
+        "probe_misses",
+        "probing",
+        "window",
+    )
 
     def __init__(self, *, factor: float, min_delay: float, max_delay: float,
-                 concurrency_factor: float, window: float) -> None:
+                 concurrency_factor: float, window: float, floor: float = 0.0) -> None:
         self.factor = factor
         self.min_delay = min_delay
+        self.floor = min(floor, max_delay)
         self.max_delay = max_delay
         self.concurrency_factor = concurrency_factor
         self.window = window
@@ -137,8 +162,8 @@ class Backoff:
     # -- what the state means ----------------------------------------------
 
     def delay(self) -> float:
-        """The backoff delay (0.0 at level 0)."""
-        return self.interval if self.level else 0.0
+        """The backoff delay (0.0 at level 0; never below ``floor`` while backing off)."""
+        return max(self.interval, self.floor) if self.level else 0.0
 
     def concurrency(self, configured: int) -> int:
         """The slots the current level leaves of ``configured``."""
@@ -207,7 +232,7 @@ class Backoff:
             return False  # sent before the last cut: that cut already answered it
         if self.level == 0:
             self.anchor = anchor
-        current = max(self.anchor, self.interval) if self.level else self.anchor
+        current = max(self.anchor, self.interval, self.floor) if self.level else self.anchor
         # Evidence may make a cut gentler than the seed's step, never harsher: a client that sent
         # seldom (answers far apart) was not paced by the scope, and its refusal says nothing of
         # a rate it never reached.

@@ -61,9 +61,9 @@ class ThrottlingScopeManager:
     def __init__(self, *, scope: str, config: ScopeConfig) -> None:
         cfg = config.backoff
         self.scope = scope
-        self.backoff = Backoff(factor=cfg.delay_factor, min_delay=cfg.min_delay,
+        self.backoff = Backoff(factor=cfg.delay_factor, min_delay=cfg.first_delay,
                                max_delay=cfg.max_delay, concurrency_factor=cfg.concurrency_factor,
-                               window=cfg.window)
+                               window=cfg.window, floor=cfg.min_delay or 0.0)
         self._round_trip: float | None = None
         self._inflight: int | None = None
 

@@ -94,7 +94,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
 SETTINGS: dict[str, tuple[str, ...]] = {
     "p": ("autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency", "config", "gated",
           "gradual", "jitter", "load_errors", "manager", "quota", "rampup", "refiner", "scope", "watches"),
-    "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
+    "b": ("concurrency_factor", "factor", "floor", "max_delay", "min_delay", "window"),
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",

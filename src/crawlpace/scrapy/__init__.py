@@ -14,6 +14,8 @@ examples work with one changed import line. See docs/scrapy.md.
 
 from __future__ import annotations
 
+import typing as _typing
+
 from .._responses._feedback import update_scope_backoff
 from .._scoping._manager import ThrottlingManager, ThrottlingManagerProtocol
 from .._scoping._scopes import add_scope, scope_cache
@@ -24,8 +26,10 @@ from ._compat import MAX_SCRAPY, MIN_SCRAPY
 from ._extension import ThrottlingExtension
 from ._middleware import RequestRefused, ThrottlingMiddleware
 from ._scheduler import ThrottlingScheduler
-from ._shared import SharedScheduler
 from ._tickets import APPLIED_SCOPES_KEY
+
+if _typing.TYPE_CHECKING:
+    from ._shared import SharedScheduler
 
 __all__ = [
     "APPLIED_SCOPES_KEY",
@@ -47,3 +51,17 @@ __all__ = [
     "scope_cache",
     "update_scope_backoff",
 ]
+
+
+def __getattr__(name: str) -> _typing.Any:
+    """``SharedScheduler`` is imported when first asked for (Scrapy loads it by its path).
+
+    It brings the shared frontier and the Redis client, about 100 modules and
+    12,000 objects that a crawl on the memory store never uses, and that every
+    full pass of Python's garbage collector would otherwise walk.
+    """
+    if name == "SharedScheduler":
+        from ._shared import SharedScheduler
+
+        return SharedScheduler
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
