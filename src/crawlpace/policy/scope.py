@@ -12,6 +12,8 @@ so that none erases another; the strictest wins:
   (``Retry-After``), the circuit breaker, and the quota;
 * gradual slots (off by default): a scope with several slots and no delay
   opens them as its site answers well (:mod:`._gradual_slots`);
+* a metered API's budget scope whose size is neither set nor learned yet sends
+  one request at a time until its first answer (:func:`.tokens.awaits_first_answer`);
 * the verdict on its errors: 5xx answers and failures whose share did not
   fall when the scope slowed down stop slowing it (:mod:`._load_errors`).
 
@@ -38,7 +40,7 @@ from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .scope_manager import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
 from .signals import AnnouncedQuota, ScopeFeedback
-from .tokens import budget_kind, learned_bucket
+from .tokens import awaits_first_answer, budget_kind, learned_bucket
 
 __all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
 
@@ -86,11 +88,13 @@ class ScopePolicy(ScopeGates, GradualSlots):
             (a failure sent before it is not load; see ``_gradual_slots``).
         load_errors: the verdict on the scope's errors, from its first error that
             asked to slow down on (``_load_errors``); each worker judges for itself.
+        awaiting: a metered API's budget scope whose size is not known yet, waiting for
+            its first answer with one slot (:func:`.tokens.awaits_first_answer`).
     """
 
-    __slots__ = ("_base", "announced", "autothrottle", "autothrottle_log_level", "breaker", "budget",
-                 "concurrency", "config", "crawl_delay", "gated", "generation", "gradual", "hold_until",
-                 "jitter", "limits", "load_errors", "manager", "opened", "opened_good", "opened_good_sent",
+    __slots__ = ("_base", "announced", "autothrottle", "autothrottle_log_level", "awaiting", "breaker",
+                 "budget", "concurrency", "config", "crawl_delay", "gated", "generation", "gradual",
+                 "hold_until", "jitter", "limits", "load_errors", "manager", "opened", "opened_good", "opened_good_sent",
                  "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner", "scope",
                  "server_concurrency", "wake_at", "watches")
 
@@ -131,6 +135,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
                           else QuotaBucket(config.quota, config.window))
         # A metered API's budget learned from its answers, as (limit, window), when no quota is set.
         self.announced: tuple[float, float] | None = None
+        # A budget scope of unknown size: one request at a time until the first answer.
+        self.awaiting = awaits_first_answer(scope, config.quota)
         self.breaker: Breaker | None = None
         self.load_errors: LoadErrors | None = None
         # The server's announced budget, learned (created with the first answer that has one).
@@ -174,6 +180,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if self.crawl_delay is not None:
             concurrency, floor = 1, self.crawl_delay
             delay = max(delay, floor)
+        if self.awaiting:
+            concurrency = 1
         if rampup is not None:
             return Limits(concurrency, delay, per_slot, floor)
         return _limits(concurrency, delay, per_slot, floor)
@@ -308,6 +316,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
             if self.rampup is not None:
                 self._base = self._compute_base(now)
+        if self.awaiting:
+            # The first answer (or failure) came: the budget is known now, or the API does not say it.
+            self.awaiting = False
+            self._base = self._compute_base(now)
         if feedback.concurrency is not None:
             # The newest announcement counts; it lasts until another one changes it.
             self.server_concurrency = max(1, feedback.concurrency)
@@ -379,6 +391,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                     or self.gated or self.manager is not None
                     or self.rampup is not None or self.autothrottle is not None or self.quota is not None
                     or self.budget is not None or self.generation or self.pace_until != _NEVER
+                    or self.awaiting
                     or self.opened < self.concurrency or self.load_errors is not None)
 
     def _refine(self, now: float, feedback: ScopeFeedback, sent_at: float) -> ScopeFeedback:

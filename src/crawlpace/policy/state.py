@@ -66,7 +66,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # The policy itself: what it combined, and its own learned inputs.
     "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
           "server_concurrency", "opened", "opened_good", "opened_threshold", "opened_good_sent",
-          "announced"),
+          "announced", "awaiting"),
     # The default scope manager's backoff.
     "b": ("level", "generation", "anchor", "last_feedback", "last_change", "interval", "ceiling", "good",
           "answers", "answers_good", "probing", "probe_misses", "probe_hits"),
