@@ -371,7 +371,7 @@ async def test_a_team_waits_for_the_first_answer_of_a_budget_of_unknown_size(red
             assert isinstance(permit, Permit)
             budget.feedback(permit, Answer(body={"usage": {"prompt_tokens": 100, "completion_tokens": 100}}))
             await permit.release()
-        flush = getattr(two.store, "flush")  # the releases reach the server before the next look
+        flush = two.store.flush  # the releases reach the server before the next look
         await flush()
         assert isinstance(await one.try_acquire(scopes=scopes), NotReady)
     finally:

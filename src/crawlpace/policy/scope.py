@@ -94,9 +94,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
 
     __slots__ = ("_base", "announced", "autothrottle", "autothrottle_log_level", "awaiting", "breaker",
                  "budget", "concurrency", "config", "crawl_delay", "gated", "generation", "gradual",
-                 "hold_until", "jitter", "limits", "load_errors", "manager", "opened", "opened_good", "opened_good_sent",
-                 "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner", "scope",
-                 "server_concurrency", "wake_at", "watches")
+                 "hold_until", "jitter", "limits", "load_errors", "manager", "opened", "opened_good",
+                 "opened_good_sent", "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner",
+                 "scope", "server_concurrency", "wake_at", "watches")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,

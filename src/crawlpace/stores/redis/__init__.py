@@ -47,8 +47,17 @@ from ._allot import Allotments
 from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease
-from ._redis_admit import (acquire_call, blocked, door_open, granted, learn_versions, pass_doors, quota_known,
-                           sooner, uncharged)
+from ._redis_admit import (
+    acquire_call,
+    blocked,
+    door_open,
+    granted,
+    learn_versions,
+    pass_doors,
+    quota_known,
+    sooner,
+    uncharged,
+)
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
 from ._redis_parts import RedisParts
