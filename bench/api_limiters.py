@@ -125,6 +125,61 @@ async def run_case(base: str, calls: int) -> dict[str, Any]:
     return {"elapsed": elapsed, "ok": done, "refused": counts["429"], "served": counts["200"]}
 
 
+async def run_oracle(base: str, calls: int, amount: int, window: float) -> dict[str, Any]:
+    """The peer: a plain httpx client that knows the limit and its window.
+
+    It keeps the times its counted requests were answered and sends while
+    fewer than ``amount`` of them (with those in flight) lie within the last
+    ``window`` seconds: safe for a fixed window (however it is aligned) and a
+    moving one alike, since an answer comes after the request reached the
+    server. What it cannot know is when a request reached the server.
+    """
+    import httpx
+
+    done = refused = 0
+    queue: asyncio.Queue[int] = asyncio.Queue()
+    for i in range(calls):
+        queue.put_nowait(i)
+    answers: list[float] = []
+    inflight = 0
+    changed = asyncio.Condition()
+
+    def ready_at(now: float) -> float:
+        recent = [t for t in answers if t > now - window]
+        free = amount - inflight - len(recent)
+        if free > 0:
+            return now
+        if inflight >= amount:
+            return float("inf")
+        return sorted(recent)[-(amount - inflight)] + window
+
+    async with httpx.AsyncClient(timeout=30.0) as http:
+        async def worker() -> None:
+            nonlocal done, refused, inflight
+            while not queue.empty():
+                queue.get_nowait()
+                while True:
+                    async with changed:
+                        while (at := ready_at(time.monotonic())) > time.monotonic():
+                            with contextlib.suppress(TimeoutError):
+                                await asyncio.wait_for(changed.wait(), min(at - time.monotonic(), 1.0))
+                        inflight += 1
+                    response = await http.get(base + "/")
+                    async with changed:
+                        inflight -= 1
+                        answers.append(time.monotonic())
+                        changed.notify_all()
+                    if response.status_code == 200:
+                        done += 1
+                        break
+                    refused += 1
+
+        start = time.monotonic()
+        await asyncio.gather(*(worker() for _ in range(TASKS)))
+        elapsed = time.monotonic() - start
+    return {"elapsed": elapsed, "ok": done, "refused": refused}
+
+
 def parse_limit(limit: str) -> tuple[int, float]:
     amount, _per, *rest = limit.split()
     count, unit = (1, rest[0]) if len(rest) == 1 else (int(rest[0]), rest[1])

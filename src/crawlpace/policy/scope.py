@@ -35,7 +35,7 @@ from ._scope_gates import ScopeGates
 from .admission import Limits
 from .autothrottle import AutoThrottle
 from .breaker import Breaker
-from .budget import SPREAD_SHARE, HeaderBudget, ResetRefiner
+from .budget import EVEN_SHARE, SPREAD_SHARE, HeaderBudget, ResetRefiner, WindowLog
 from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .scope_manager import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
@@ -96,7 +96,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                  "budget", "concurrency", "config", "crawl_delay", "gated", "generation", "gradual",
                  "hold_until", "jitter", "limits", "load_errors", "manager", "opened", "opened_good",
                  "opened_good_sent", "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner",
-                 "scope", "server_concurrency", "wake_at", "watches")
+                 "scope", "server_concurrency", "wake_at", "watches", "window_log")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -143,6 +143,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         self.budget: HeaderBudget | None = None
         # The window length behind X-RateLimit-Reset's whole seconds (created with the first such answer).
         self.refiner: ResetRefiner | None = None
+        # The same budget as a log of this process's answers, once the window's length is known.
+        self.window_log: WindowLog | None = None
         self.gated = self.quota is not None
         self.watches = self.gated or self.rampup is not None
         self.jitter = config.jitter
@@ -265,6 +267,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
             self.breaker.on_send(now)
+        if self.window_log is not None:
+            self.window_log.on_send()
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
                    sent_at: float, expected_use: float, inflight: int | None = None) -> bool:
@@ -282,13 +286,15 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if feedback is None:
             if breaker is not None:
                 breaker.on_abandon(sent_at)
+            if self.window_log is not None:
+                self.window_log.on_abandon()
             return False
         if now >= self.wake_at:
             # A recovery that fell due since the last look applies first, whoever looked: the
             # outcome must not move the scope differently because a dashboard read it meanwhile.
             self.refresh(now)
         if feedback.coarse is not None:
-            feedback = self._refine(now, feedback, sent_at)
+            feedback = self._refine(now, feedback, sent_at, inflight)
         # Rampup weighs its own refusals (one overshoot is one piece of evidence, a late-freed slot
         # is not a cut): the load-errors rule judges fixed limits only. Left on under rampup it
         # took a connection cap's quick 503s for the site's own errors and stopped slowing for them.
@@ -394,15 +400,39 @@ class ScopePolicy(ScopeGates, GradualSlots):
                     or self.awaiting
                     or self.opened < self.concurrency or self.load_errors is not None)
 
-    def _refine(self, now: float, feedback: ScopeFeedback, sent_at: float) -> ScopeFeedback:
-        """Narrow the hold and pace of a reset given in whole seconds (:class:`.budget.ResetRefiner`)."""
+    def _refine(self, now: float, feedback: ScopeFeedback, sent_at: float,
+                inflight: int | None) -> ScopeFeedback:
+        """Narrow the hold and pace of a reset given in whole seconds.
+
+        Once the window's length is known and the store reports each send, the
+        scope's own log of answers gates its sends (:class:`.budget.WindowLog`)
+        in place of the header's pace and the hold of a spent budget; until
+        then (and in a shared store) the reset is narrowed with the window
+        learned so far (:class:`.budget.ResetRefiner`).
+        """
         coarse = feedback.coarse
         assert coarse is not None
+        refused = feedback.status in (429, 503)
+        log = self.window_log
+        if log is None:
+            log = self.window_log = WindowLog()
+            self._update_gated()
+        log.observe(now, sent_at=sent_at, remaining=coarse.remaining, limit=coarse.limit, reset=coarse.reset,
+                    refused=refused, inflight=inflight)
+        if log.active:
+            hold = feedback.hold
+            if hold is not None and hold <= coarse.reset:
+                hold = None  # the spent budget's: the log holds the next send until a slot frees
+            # Spread over the window, a little quicker than even: the log keeps the count.
+            length = log.length()
+            assert length is not None
+            return dataclasses.replace(feedback, hold=hold, pace=EVEN_SHARE * length / coarse.limit,
+                                       pace_for=2.0 * length)
         refiner = self.refiner
         if refiner is None:
             refiner = self.refiner = ResetRefiner()
         reset = refiner.reset(now, sent_at=sent_at, remaining=coarse.remaining, limit=coarse.limit,
-                              reset=coarse.reset, refused=feedback.status in (429, 503))
+                              reset=coarse.reset, refused=refused)
         if reset >= coarse.reset:
             return feedback
         hold, pace = feedback.hold, feedback.pace

@@ -93,7 +93,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: attribute cannot be left out of the shared state by accident.
 SETTINGS: dict[str, tuple[str, ...]] = {
     "p": ("autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency", "config", "gated",
-          "gradual", "jitter", "load_errors", "manager", "quota", "rampup", "refiner", "scope", "watches"),
+          "gradual", "jitter", "load_errors", "manager", "quota", "rampup", "refiner", "scope", "watches",
+          "window_log"),  # the window log: this process's own answers (policy/budget.py)
     "b": ("concurrency_factor", "factor", "max_delay", "min_delay", "window"),
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),
