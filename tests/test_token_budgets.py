@@ -343,7 +343,7 @@ async def test_two_throttlers_on_one_redis_share_one_token_budget(redis_url: str
         await first.release()
         # The release reaches the server before the other process looks (the requests budget,
         # not set, has one slot until this first answer).
-        await getattr(one.store, "flush")()
+        await one.store.flush()
         second = await two.try_acquire(scopes=budget.scopes(input_tokens=100, output_tokens=200))
         assert isinstance(second, Permit)
         await second.release()
@@ -365,7 +365,7 @@ async def test_a_team_waits_for_the_first_answer_of_a_budget_of_unknown_size(red
         budget.feedback(first, Answer(body={"usage": {"prompt_tokens": 100, "completion_tokens": 100}},
                                       headers=OPENAI_HEADERS))
         await first.release()
-        await getattr(one.store, "flush")()
+        await one.store.flush()
         # Every slot opens, and the budget the first answer taught holds for both processes:
         # 1000 tokens at once, all spent by these five (the first of them was admitted on a
         # stale copy of the policy, before this process had read the budget: its answer is
