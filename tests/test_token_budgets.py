@@ -18,6 +18,7 @@ from crawlpace.budgets import TokenBudget, anthropic_usage, budget_kind, budget_
 from crawlpace.policy.tokens import BURST_SHARE, REFILL_SHARE, learned_bucket
 from crawlpace.sim import SimServer
 from crawlpace.sim.token_api import TokenAPI, go_duration
+from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -328,6 +329,13 @@ def test_the_stand_in_speaks_anthropic_too() -> None:
 # -- one budget for a team: real Redis ------------------------------------------------------
 
 
+async def flush(throttler: Throttler) -> None:
+    """Let the releases of ``throttler`` reach the server before another process looks."""
+    store = throttler.store
+    assert isinstance(store, RedisStore)
+    await store.flush()
+
+
 async def test_two_throttlers_on_one_redis_share_one_token_budget(redis_url: str) -> None:
     budget = TokenBudget("api", usage=openai_usage)
     settings = {**FAST, "THROTTLING_SCOPES": budget.settings(tokens=1000)}
@@ -343,7 +351,7 @@ async def test_two_throttlers_on_one_redis_share_one_token_budget(redis_url: str
         await first.release()
         # The release reaches the server before the other process looks (the requests budget,
         # not set, has one slot until this first answer).
-        await one.store.flush()
+        await flush(one)
         second = await two.try_acquire(scopes=budget.scopes(input_tokens=100, output_tokens=200))
         assert isinstance(second, Permit)
         await second.release()
@@ -365,7 +373,7 @@ async def test_a_team_waits_for_the_first_answer_of_a_budget_of_unknown_size(red
         budget.feedback(first, Answer(body={"usage": {"prompt_tokens": 100, "completion_tokens": 100}},
                                       headers=OPENAI_HEADERS))
         await first.release()
-        await one.store.flush()
+        await flush(one)
         # Every slot opens, and the budget the first answer taught holds for both processes:
         # 1000 tokens at once, all spent by these five (the first of them was admitted on a
         # stale copy of the policy, before this process had read the budget: its answer is
@@ -375,8 +383,7 @@ async def test_a_team_waits_for_the_first_answer_of_a_budget_of_unknown_size(red
             assert isinstance(permit, Permit)
             budget.feedback(permit, Answer(body={"usage": {"prompt_tokens": 100, "completion_tokens": 100}}))
             await permit.release()
-        flush = two.store.flush  # the releases reach the server before the next look
-        await flush()
+        await flush(two)
         assert isinstance(await one.try_acquire(scopes=scopes), NotReady)
     finally:
         await one.aclose()

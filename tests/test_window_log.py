@@ -159,7 +159,7 @@ def test_refusals_the_log_did_not_foresee_turn_it_off_in_two_steps() -> None:
     log.on_send()
     log.observe(0.5, sent_at=0.49, remaining=0, limit=10, reset=1.1, refused=True, inflight=1)
     assert not log.trusted
-    assert not log.active
+    assert log.length() is None
     assert log.ready_at(0.6) == -math.inf
 
 
