@@ -11,6 +11,7 @@ first request, and a moving window), written out for a scripted clock.
 from __future__ import annotations
 
 import heapq
+import logging
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -189,3 +190,19 @@ async def test_a_flask_limiter_scope_is_gated_by_its_own_answers(clock: MockCloc
     assert refused == 0
     # Six windows after the first: a second each and the first request's trip, not the header's second more.
     assert sends[-1] - sends[10] == pytest.approx(5.0 + 5 * (2 * ONE_WAY + 0.005), abs=0.05)
+
+
+def test_a_debug_line_says_when_the_window_log_holds_a_scope(caplog: pytest.LogCaptureFixture) -> None:
+    from crawlpace._settings._config_types import ScopeConfig
+    from crawlpace.policy.scope import ScopePolicy
+    from crawlpace.policy.signals import CoarseReset, ScopeFeedback
+
+    policy = ScopePolicy("api.example.com", ScopeConfig(), concurrency_cap=16)
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.scope"):
+        policy.on_outcome(0.004, ScopeFeedback(status=200, coarse=CoarseReset(1.0, 2.0, 1.6)), generation=0,
+                          sent_at=0.0, expected_use=1.0, inflight=1)
+        policy.on_admit(0.01, 1.0)
+        policy.on_outcome(0.02, ScopeFeedback(status=200, coarse=CoarseReset(0.0, 2.0, 1.58)), generation=0,
+                          sent_at=0.01, expected_use=1.0, inflight=1)
+    assert "window log gates the sends" in caplog.text
+    assert "api.example.com held 0.989s: its window log has the budget of 2 spent" in caplog.text

@@ -417,8 +417,17 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if log is None:
             log = self.window_log = WindowLog()
             self._update_gated()
+        known = log.length()
         log.observe(now, sent_at=sent_at, remaining=coarse.remaining, limit=coarse.limit, reset=coarse.reset,
                     refused=refused, inflight=inflight)
+        if log.length() != known:
+            length = log.length()
+            logger.debug("scope %s: window log %s (%r)", self.scope, "off: the header's reset is used"
+                         if length is None else f"gates the sends: {coarse.limit:g} per {length:g}s", log)
+        if log.active and coarse.remaining < 1.0 and logger.isEnabledFor(logging.DEBUG):
+            at = log.ready_at(now)
+            logger.debug("scope %s held %s: its window log has the budget of %g spent", self.scope,
+                         "until an answer" if at is None else f"{max(at - now, 0.0):.3f}s", coarse.limit)
         if log.active:
             hold = feedback.hold
             if hold is not None and hold <= coarse.reset:
