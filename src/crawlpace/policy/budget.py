@@ -304,10 +304,11 @@ class WindowLog:
     that is the length; until then its upper end is used (never too short,
     as far as the server's clock agrees with this one).
 
-    A refusal this log did not foresee says the model is wrong for this
-    server (another client spends the same budget, the clocks disagree, the
-    window is not whole seconds): the whole-second length is dropped for the
-    interval's upper end, and a second such refusal turns the log off.
+    A refusal this log did not foresee, or an answer that counts more
+    requests in the window than the log holds, says the model is wrong for
+    this server (another client spends the same budget, the clocks disagree,
+    the window is not whole seconds): the whole-second length is dropped for
+    the interval's upper end, and a second such surprise turns the log off.
 
     The log works where each send is seen (``on_send``): one process's
     store. A team sharing a Redis store keeps the pace and hold of
@@ -378,15 +379,15 @@ class WindowLog:
             self.limit, self.lo, self.hi = limit, 0.0, _FOREVER
             self.answers.clear()
             self.whole = self.trusted = True
-        if refused and self.active and self._foresaw_room(now):
-            if self.whole and self.length() != self.hi:
-                self.whole = False
-            else:
-                self.trusted = False
         answers = self.answers
         answers.append(now)
         while len(answers) > limit:
             answers.popleft()
+        if self.active and self._surprised(now, remaining, refused):
+            if self.whole and self.length() != self.hi:
+                self.whole = False
+            else:
+                self.trusted = False
         if remaining == limit - 1.0 and not refused and reset > 0.0:
             end = now + reset
             lo, hi = end - 1.0 - now, end - sent_at
@@ -395,12 +396,20 @@ class WindowLog:
             else:
                 self.lo, self.hi = max(self.lo, lo), min(self.hi, hi)
 
-    def _foresaw_room(self, now: float) -> bool:
-        """Whether the log held room for the refused request (its answer not yet counted)."""
+    def _surprised(self, now: float, remaining: float, refused: bool) -> bool:
+        """Whether an answer contradicts the log: a refusal it left room for, or more used than it holds.
+
+        Every request the server counts in its window was answered within the
+        last ``length`` seconds or is still in flight, so a server that counts
+        more than that (``limit - remaining``) sees requests the log does not,
+        or a longer window.
+        """
         length = self.length()
         assert length is not None
-        recent = sum(1 for t in self.answers if t > now - length)
-        return recent + self.inflight < self.limit
+        ours = sum(1 for t in self.answers if t > now - length) + self.inflight
+        if refused:
+            return ours <= self.limit  # this answer included: there was room for it
+        return self.limit - remaining > ours
 
     def ready_at(self, now: float) -> float | None:
         """The earliest time the next send may go (``-inf``: now); None until an answer comes."""
