@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
-from crawlpace.policy.budget import EVEN_SHARE, LOG_MARGIN, WindowLog
+from crawlpace.policy.budget import LOG_MARGIN, SPREAD_SHARE, WindowLog
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -72,7 +72,7 @@ def run(limit: int, window: float, *, moving: bool, windows: int = 12, slots: in
     target = windows * limit + 1
     while done < target:
         length = log.length()
-        pace = 0.0 if length is None else EVEN_SHARE * length / limit
+        pace = 0.0 if length is None else SPREAD_SHARE * length / limit
         gate = log.ready_at(now) if log.sends_seen else -math.inf
         send_at = max(hold_until, last_send + pace, -math.inf if gate is None else gate)
         if inflight < slots and gate is not None and send_at <= now and done + inflight < target:

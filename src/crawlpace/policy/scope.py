@@ -35,7 +35,7 @@ from ._scope_gates import ScopeGates
 from .admission import Limits
 from .autothrottle import AutoThrottle
 from .breaker import Breaker
-from .budget import EVEN_SHARE, SPREAD_SHARE, HeaderBudget, ResetRefiner, WindowLog
+from .budget import SPREAD_SHARE, HeaderBudget, ResetRefiner, WindowLog
 from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .scope_manager import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
@@ -432,10 +432,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
             hold = feedback.hold
             if hold is not None and hold <= coarse.reset:
                 hold = None  # the spent budget's: the log holds the next send until a slot frees
-            # Spread over the window, a little quicker than even: the log keeps the count.
+            # Spread over most of the window (sends come late, never early): the log keeps the count.
             length = log.length()
             assert length is not None
-            return dataclasses.replace(feedback, hold=hold, pace=EVEN_SHARE * length / coarse.limit,
+            return dataclasses.replace(feedback, hold=hold, pace=SPREAD_SHARE * length / coarse.limit,
                                        pace_for=2.0 * length)
         refiner = self.refiner
         if refiner is None:
