@@ -197,10 +197,12 @@ def uncharged(policies: SharedPolicies, demands: tuple[Demand, ...], known: tupl
     use is charged whole at the release (``consumed - 0``), not as a
     difference from a reservation that was never made.
     """
-    if all(known):
-        return demands
-    return tuple((name, 0.0) if not had and use > 0.0 and policies.policy(name).quota is not None
-                 else (name, use) for (name, use), had in zip(demands, known, strict=True))
+    stale = [not had and use > 0.0 and policies.policy(name).quota is not None
+             for (name, use), had in zip(demands, known, strict=True)]
+    if not any(stale):
+        return demands  # the common case: every copy was current
+    return tuple((name, 0.0) if late else (name, use)
+                 for (name, use), late in zip(demands, stale, strict=True))
 
 
 def door_open(policies: SharedPolicies, name: str) -> bool:
