@@ -233,7 +233,8 @@ def main() -> None:
                    "scores": [round(x, 3) for x in scores], "peer": statistics.median(peers),
                    "peer_refusal_rate": statistics.median(peer_refusals),
                    "peers": [round(x, 3) for x in peers],
-                   "x_peer": statistics.median(a / b for a, b in zip(scores, peers, strict=True))}
+                   "x_peer": statistics.median(a / b for a, b in zip(scores, peers, strict=True)),
+                   "refusals": [round(x, 4) for x in refusals]}
             results.append(row)
             print(f"{limit:>18} {strategy:>14}: {row['score']:.2f} of the limit (ideal 1.00), refusals "
                   f"{100 * row['refusal_rate']:.1f} %; peer {row['peer']:.2f} (refusals "

@@ -342,8 +342,8 @@ class WindowLog:
         if not self.trusted or self.hi == _FOREVER:
             return None
         if self.whole:
-            first, last = math.ceil(self.lo), math.floor(self.hi)
-            if first == last and first >= 1:
+            first, last = max(1, math.ceil(self.lo)), math.floor(self.hi)  # a window lasts a second at least
+            if first == last:
                 return float(first)
         return self.hi
 
