@@ -311,8 +311,9 @@ class WindowLog:
     the interval's upper end, and a second such surprise turns the log off.
 
     The log works where each send is seen (``on_send``): one process's
-    store. A team sharing a Redis store keeps the pace and hold of
-    :class:`ResetRefiner` and :class:`HeaderBudget`.
+    store, for a scope without rampup (whose own search sets its rate). A
+    team sharing a Redis store keeps the pace and hold of
+    :class:`ResetRefiner`.
 
     Attributes:
         limit: the budget's limit the log was learned for.

@@ -267,7 +267,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
             self.breaker.on_send(now)
-        if self.window_log is not None:
+        if self.window_log is not None and rampup is None:
+            # (A shared store reports a rampup scope's door passes alone: its log never gates.)
             self.window_log.on_send()
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
