@@ -118,12 +118,16 @@ def test_the_length_is_the_one_whole_second_the_windows_allow() -> None:
     assert log.length() == 1.0
     log.observe(1.104, sent_at=1.1, remaining=9, limit=10, reset=1.5, refused=False, inflight=1)
     assert (log.lo, log.hi) == pytest.approx((0.6, 1.504))
-    # An interval that holds two whole seconds is used at its upper end: never too short.
+    # An interval that holds two whole seconds gives the longer: never too short.
     wide = WindowLog()
     wide.observe(0.01, sent_at=0.0, remaining=9, limit=10, reset=1.99, refused=False, inflight=1)
     assert wide.length() == pytest.approx(2.0)
     wide.observe(2.51, sent_at=2.5, remaining=9, limit=10, reset=1.49, refused=False, inflight=1)
     assert wide.length() == 1.0
+    # A slow first answer bounds the length from below by nothing: a window lasts a second at least.
+    slow = WindowLog()
+    slow.observe(1.0, sent_at=0.0, remaining=9, limit=10, reset=0.9, refused=False, inflight=1)
+    assert (slow.lo, slow.hi, slow.length()) == pytest.approx((0.0, 1.9, 1.0))
 
 
 def test_the_log_holds_a_send_until_an_answer_leaves_the_window() -> None:

@@ -300,9 +300,11 @@ class WindowLog:
     the length lies between the header's end less a second less the answer,
     and the header's end less the send. The intervals of several windows are
     intersected. Limiters count in whole seconds (every Flask-Limiter window
-    is), so once the interval holds one whole number of seconds and no other,
-    that is the length; until then its upper end is used (never too short,
-    as far as the server's clock agrees with this one).
+    does), so the length is the longest whole number of seconds the interval
+    holds, never too short as far as the server's clock agrees with this one
+    (while it holds two, the longer: a window's first request that crossed a
+    second on its way leaves that doubt, until another window's first
+    answer settles it); an interval that holds none gives its upper end.
 
     A refusal this log did not foresee, or an answer that counts more
     requests in the window than the log holds, says the model is wrong for
@@ -343,9 +345,10 @@ class WindowLog:
         if not self.trusted or self.hi == _FOREVER:
             return None
         if self.whole:
-            first, last = max(1, math.ceil(self.lo)), math.floor(self.hi)  # a window lasts a second at least
-            if first == last:
-                return float(first)
+            # The longest whole second the interval holds (a window lasts a second at least).
+            last = math.floor(self.hi)
+            if last >= max(1, math.ceil(self.lo)):
+                return float(last)
         return self.hi
 
     @property
