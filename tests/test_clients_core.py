@@ -346,3 +346,20 @@ async def test_warm_start_is_kept_by_a_client_and_read_by_the_next(site: Site, t
         assert "127.0.0.1" in warm.records
     with pytest.raises(ConfigError, match="learned: cannot open"):
         Throttler(learned=str(tmp_path / "no-such-dir" / "x.sqlite"))
+
+
+async def test_every_client_takes_learned_and_block_rules(tmp_path: Any) -> None:
+    # Issue 37 item 5: both are public options of every client, not only of the async httpx one.
+    learned = str(tmp_path / "learned.sqlite")
+    throttlers: list[Throttler] = []
+    async with throttled_client(OPEN, learned=learned, block_rules=RULES) as client:
+        throttlers.append(client.throttler)
+    async with aiohttp_session(OPEN, learned=learned, block_rules=RULES) as session:
+        throttlers.append(session.throttler)
+    with throttled_sync_client(OPEN, learned=learned, block_rules=RULES) as sync_client:
+        throttlers.append(sync_client.throttler.throttler)
+    with requests_session(OPEN, learned=learned, block_rules=RULES) as requests_client:
+        throttlers.append(requests_client.throttler.throttler)
+    for throttler in throttlers:
+        assert throttler.learner is not None
+        assert throttler.settings.block_rules == tuple(RULES)

@@ -18,6 +18,7 @@ from crawlpace.budgets import TokenBudget, anthropic_usage, budget_kind, budget_
 from crawlpace.policy.tokens import BURST_SHARE, REFILL_SHARE, learned_bucket
 from crawlpace.sim import SimServer
 from crawlpace.sim.token_api import TokenAPI, go_duration
+from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -248,6 +249,50 @@ async def test_a_refusal_with_budgets_is_not_backed_off(clock: MockClock,
     assert stats.backoff == 0
 
 
+OPENAI_HEADERS = {"x-ratelimit-limit-tokens": "2000", "x-ratelimit-remaining-tokens": "1800",
+                  "x-ratelimit-reset-tokens": "6s", "x-ratelimit-limit-requests": "100",
+                  "x-ratelimit-remaining-requests": "99", "x-ratelimit-reset-requests": "600ms"}
+
+
+async def test_a_budget_of_unknown_size_sends_one_request_first(make_throttler: ThrottlerFactory) -> None:
+    budget = TokenBudget("api", usage=openai_usage)
+    throttler = make_throttler({**FAST, "THROTTLING_SCOPES": budget.settings()})
+    scopes = budget.scopes(input_tokens=100, output_tokens=100)
+    first = await throttler.try_acquire(scopes=scopes)
+    assert isinstance(first, Permit)
+    # Nothing is known of the budget yet: the others wait for the first answer's headers.
+    assert isinstance(await throttler.try_acquire(scopes=scopes), NotReady)
+    budget.feedback(first, Answer(body={"usage": {"prompt_tokens": 100, "completion_tokens": 100}},
+                                  headers=OPENAI_HEADERS))
+    await first.release()
+    # Known: the learned bucket (1000 tokens at once) admits five at once.
+    permits = [await throttler.try_acquire(scopes=scopes) for _ in range(6)]
+    assert [isinstance(p, Permit) for p in permits] == [True] * 5 + [False]
+    for permit in permits:
+        if isinstance(permit, Permit):
+            await permit.release()
+
+
+async def test_a_lost_first_request_or_a_silent_api_does_not_stall_a_budget(
+        make_throttler: ThrottlerFactory) -> None:
+    budget = TokenBudget("api")
+    throttler = make_throttler({**FAST, "THROTTLING_SCOPES": budget.settings()})
+    scopes = budget.scopes(input_tokens=100)
+    lost = await throttler.try_acquire(scopes=scopes)
+    assert isinstance(lost, Permit)
+    await lost.release()  # cancelled: no answer, so the next request goes first in its place
+    first = await throttler.try_acquire(scopes=scopes)
+    assert isinstance(first, Permit)
+    assert isinstance(await throttler.try_acquire(scopes=scopes), NotReady)
+    first.feedback(Answer())  # an API that sends no budget headers: its first answer opens every slot
+    await first.release()
+    permits = [await throttler.try_acquire(scopes=scopes) for _ in range(8)]
+    assert all(isinstance(p, Permit) for p in permits)
+    for permit in permits:
+        assert isinstance(permit, Permit)
+        await permit.release()
+
+
 # -- the stand-in API, served -----------------------------------------------------------------
 
 
@@ -284,6 +329,13 @@ def test_the_stand_in_speaks_anthropic_too() -> None:
 # -- one budget for a team: real Redis ------------------------------------------------------
 
 
+async def flush(throttler: Throttler) -> None:
+    """Let the releases of ``throttler`` reach the server before another process looks."""
+    store = throttler.store
+    assert isinstance(store, RedisStore)
+    await store.flush()
+
+
 async def test_two_throttlers_on_one_redis_share_one_token_budget(redis_url: str) -> None:
     budget = TokenBudget("api", usage=openai_usage)
     settings = {**FAST, "THROTTLING_SCOPES": budget.settings(tokens=1000)}
@@ -297,9 +349,42 @@ async def test_two_throttlers_on_one_redis_share_one_token_budget(redis_url: str
         # The first request used far less than it reserved: the rest comes back to the team.
         budget.feedback(first, Answer(body={"usage": {"prompt_tokens": 100, "completion_tokens": 20}}))
         await first.release()
+        # The release reaches the server before the other process looks (the requests budget,
+        # not set, has one slot until this first answer).
+        await flush(one)
         second = await two.try_acquire(scopes=budget.scopes(input_tokens=100, output_tokens=200))
         assert isinstance(second, Permit)
         await second.release()
+    finally:
+        await one.aclose()
+        await two.aclose()
+
+
+async def test_a_team_waits_for_the_first_answer_of_a_budget_of_unknown_size(redis_url: str) -> None:
+    budget = TokenBudget("api", usage=openai_usage)
+    settings = {**FAST, "THROTTLING_SCOPES": budget.settings()}
+    one, two = Throttler(settings, store=redis_url), Throttler(settings, store=redis_url)
+    scopes = budget.scopes(input_tokens=100, output_tokens=100)
+    try:
+        first = await one.try_acquire(scopes=scopes)
+        assert isinstance(first, Permit)
+        # The other process waits too: the one slot is the team's.
+        assert isinstance(await two.try_acquire(scopes=scopes), NotReady)
+        budget.feedback(first, Answer(body={"usage": {"prompt_tokens": 100, "completion_tokens": 100}},
+                                      headers=OPENAI_HEADERS))
+        await first.release()
+        await flush(one)
+        # Every slot opens, and the budget the first answer taught holds for both processes:
+        # 1000 tokens at once, all spent by these five (the first of them was admitted on a
+        # stale copy of the policy, before this process had read the budget: its answer is
+        # charged whole).
+        permits = [await two.try_acquire(scopes=scopes) for _ in range(5)]
+        for permit in permits:
+            assert isinstance(permit, Permit)
+            budget.feedback(permit, Answer(body={"usage": {"prompt_tokens": 100, "completion_tokens": 100}}))
+            await permit.release()
+        await flush(two)
+        assert isinstance(await one.try_acquire(scopes=scopes), NotReady)
     finally:
         await one.aclose()
         await two.aclose()

@@ -14,6 +14,7 @@ from typing import Protocol
 from .._exceptions import QuotaError
 from .._settings._config_types import ScopeConfig
 from .breaker import FIRST_PAUSE_SHARE, Breaker
+from .budget import WindowLog
 from .quota import QuotaBucket
 from .rampup import Rampup
 from .signals import ScopeFeedback
@@ -36,6 +37,7 @@ class _GateState(Protocol):
     hold_until: float
     gated: bool
     watches: bool
+    window_log: WindowLog | None
 
     def ensure_breaker(self) -> Breaker: ...
     def _update_gated(self) -> None: ...
@@ -60,8 +62,9 @@ class ScopeGates:
 
     def _update_gated(self: _GateState) -> None:
         breaker = self.breaker
+        # A window log gates, and hears of every send.
         self.gated = self.quota is not None or self.hold_until != _NEVER or (
-            breaker is not None and breaker.state != "closed")
+            breaker is not None and breaker.state != "closed") or self.window_log is not None
         self.watches = self.gated or self.rampup is not None
 
     # -- gates ---------------------------------------------------------------
@@ -71,7 +74,7 @@ class ScopeGates:
 
         Returns:
             A time (``-inf``: no gate), or ``None`` while the breaker waits
-            for its probe's answer.
+            for its probe's answer (or a window log's budget is all in flight).
 
         Raises:
             QuotaError: when ``use`` exceeds the scope's quota.
@@ -93,6 +96,12 @@ class ScopeGates:
                                  f"whose whole quota is {quota.quota:g} per {quota.window:g}s, so it can "
                                  "never be sent; lower its expected use or raise the scope's quota")
             when = max(when, quota.ready_at(now, use))
+        log = self.window_log
+        if log is not None:
+            at = log.ready_at(now)
+            if at is None:
+                return None  # the budget is all in flight: the next answer frees a slot
+            when = max(when, at)
         return when
 
     @property

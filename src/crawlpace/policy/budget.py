@@ -38,8 +38,10 @@ until the window's estimated end.
 from __future__ import annotations
 
 import math
+from collections import deque
 
-__all__ = ["EDGE_MARGIN", "EVEN_SHARE", "SPREAD_SHARE", "BudgetAdvice", "HeaderBudget", "ResetRefiner"]
+__all__ = ["EDGE_MARGIN", "EVEN_SHARE", "LOG_MARGIN", "SPREAD_SHARE", "BudgetAdvice", "HeaderBudget",
+           "ResetRefiner", "WindowLog"]
 
 #: The even pace is this share of the window per usable unit: a little quicker than
 #: exact, since the spacing of sends only ever stretches (jitter, a late event loop),
@@ -267,3 +269,168 @@ class ResetRefiner:
     def __repr__(self) -> str:
         return (f"<ResetRefiner limit={self.limit:g} length={self.length:.3f} start={self.start:.3f} "
                 f"trusted={self.trusted}>")
+
+
+#: Seconds added to a window's length in :class:`WindowLog`: an answer comes after the server
+#: counted its request, so none is needed in principle; this covers clocks that tick at
+#: slightly different rates.
+LOG_MARGIN = 0.005
+
+
+class WindowLog:
+    """A window limiter of ``limit`` requests per ``length`` seconds, kept in the client's own log.
+
+    Fixed windows (however they are aligned, or started by their first
+    request, as Flask-Limiter's are) and moving windows (a log of the
+    requests of the last ``length`` seconds) have one rule in common: no
+    interval of ``length`` seconds holds more than ``limit`` requests. So a
+    client that keeps the times its requests were *answered* (each came after
+    the server counted its request) and sends only while fewer than
+    ``limit`` of them, with those in flight, lie within the last ``length``
+    seconds is never refused by either kind, and loses only the time between
+    a window's first request reaching the server and its answer. Its sends
+    come in bursts: a window's whole budget at its start.
+
+    **The window's length** comes from the headers. ``X-RateLimit-Reset`` is
+    the end of the window in whole seconds, rounded up (Flask-Limiter sends
+    the end's second plus one): the end lies in the second before it. An
+    answer that shows one request counted (``remaining == limit - 1``) was
+    the first of its window (or, in a moving window, alone in it), which
+    began when it reached the server, between its send and its answer; so
+    the length lies between the header's end less a second less the answer,
+    and the header's end less the send. The intervals of several windows are
+    intersected. Limiters count in whole seconds (every Flask-Limiter window
+    does), so the length is the longest whole number of seconds the interval
+    holds, never too short as far as the server's clock agrees with this one
+    (while it holds two, the longer: a window's first request that crossed a
+    second on its way leaves that doubt, until another window's first
+    answer settles it); an interval that holds none gives its upper end.
+
+    A refusal this log did not foresee, or an answer that counts more
+    requests in the window than the log holds, says the model is wrong for
+    this server (another client spends the same budget, the clocks disagree,
+    the window is not whole seconds): the whole-second length is dropped for
+    the interval's upper end, and a second such surprise turns the log off.
+
+    The log works where each send is seen (``on_send``): one process's
+    store, for a scope without rampup (whose own search sets its rate). A
+    team sharing a Redis store keeps the pace and hold of
+    :class:`ResetRefiner`.
+
+    Attributes:
+        limit: the budget's limit the log was learned for.
+        lo: the shortest the window may be ...
+        hi: ... and the longest (``inf``: not known yet).
+        answers: the latest answer times, at most ``limit`` of them, oldest first.
+        inflight: requests sent and not answered yet.
+        sends_seen: True once a send was reported: the log may gate.
+        whole: False once a refusal showed the whole-second length was wrong.
+        trusted: False once a second unforeseen refusal turned the log off.
+    """
+
+    __slots__ = ("answers", "hi", "inflight", "limit", "lo", "sends_seen", "trusted", "whole")
+
+    def __init__(self) -> None:
+        self.limit = 0.0
+        self.lo = 0.0
+        self.hi = _FOREVER
+        self.answers: deque[float] = deque()
+        self.inflight = 0
+        self.sends_seen = False
+        self.whole = True
+        self.trusted = True
+
+    def length(self) -> float | None:
+        """The window's length as the log uses it; None while unknown (or the log is off)."""
+        if not self.trusted or self.hi == _FOREVER:
+            return None
+        if self.whole:
+            # The longest whole second the interval holds (a window lasts a second at least).
+            last = math.floor(self.hi)
+            if last >= max(1, math.ceil(self.lo)):
+                return float(last)
+        return self.hi
+
+    @property
+    def active(self) -> bool:
+        """True when the log gates the scope's sends (the length known, sends seen)."""
+        return self.sends_seen and self.length() is not None
+
+    def on_send(self) -> None:
+        """A request of the scope was sent."""
+        self.sends_seen = True
+        self.inflight += 1
+
+    def on_abandon(self) -> None:
+        """A request of the scope ended without an answer."""
+        self.inflight = max(0, self.inflight - 1)
+
+    def observe(self, now: float, *, sent_at: float, remaining: float, limit: float, reset: float,
+                refused: bool, inflight: int | None) -> None:
+        """Take one answer that carried the budget's headers.
+
+        Args:
+            now: when the answer arrived.
+            sent_at: when its request was sent.
+            remaining: requests left, as the answer said.
+            limit: the budget's limit.
+            reset: seconds from ``now`` to the header's reset (a whole-second moment).
+            refused: the answer was a refusal.
+            inflight: the scope's requests in flight as it came, this one included, when known.
+        """
+        self.inflight = max(0, (self.inflight if inflight is None else inflight) - 1)
+        if limit != self.limit:
+            self.limit, self.lo, self.hi = limit, 0.0, _FOREVER
+            self.answers.clear()
+            self.whole = self.trusted = True
+        answers = self.answers
+        answers.append(now)
+        while len(answers) > limit:
+            answers.popleft()
+        if self.active and self._surprised(now, remaining, refused):
+            if self.whole and self.length() != self.hi:
+                self.whole = False
+            else:
+                self.trusted = False
+        if remaining == limit - 1.0 and not refused and reset > 0.0:
+            end = now + reset
+            lo, hi = end - 1.0 - now, end - sent_at
+            if hi < self.lo or lo > self.hi:
+                self.lo, self.hi = lo, hi  # the server's window changed: start over
+            else:
+                self.lo, self.hi = max(self.lo, lo), min(self.hi, hi)
+
+    def _surprised(self, now: float, remaining: float, refused: bool) -> bool:
+        """Whether an answer contradicts the log: a refusal it left room for, or more used than it holds.
+
+        Every request the server counts in its window was answered within the
+        last ``length`` seconds or is still in flight, so a server that counts
+        more than that (``limit - remaining``) sees requests the log does not,
+        or a longer window.
+        """
+        length = self.length()
+        assert length is not None
+        ours = sum(1 for t in self.answers if t > now - length) + self.inflight
+        if refused:
+            return ours <= self.limit  # this answer included: there was room for it
+        return self.limit - remaining > ours
+
+    def ready_at(self, now: float) -> float | None:
+        """The earliest time the next send may go (``-inf``: now); None until an answer comes."""
+        length = self.length()
+        if length is None or not self.sends_seen:
+            return _NEVER
+        window = length + LOG_MARGIN
+        answers, limit = self.answers, int(self.limit)
+        free = limit - self.inflight
+        if free <= 0:
+            return None
+        if len(answers) < free:
+            return _NEVER
+        # The free-th latest answer must have left the window.
+        at = answers[len(answers) - free] + window
+        return at if at > now else _NEVER
+
+    def __repr__(self) -> str:
+        return (f"<WindowLog limit={self.limit:g} length=[{self.lo:.3f}, {self.hi:.3f}] "
+                f"inflight={self.inflight} trusted={self.trusted}>")

@@ -12,6 +12,8 @@ so that none erases another; the strictest wins:
   (``Retry-After``), the circuit breaker, and the quota;
 * gradual slots (off by default): a scope with several slots and no delay
   opens them as its site answers well (:mod:`._gradual_slots`);
+* a metered API's budget scope whose size is neither set nor learned yet sends
+  one request at a time until its first answer (:func:`.tokens.awaits_first_answer`);
 * the verdict on its errors: 5xx answers and failures whose share did not
   fall when the scope slowed down stop slowing it (:mod:`._load_errors`).
 
@@ -33,12 +35,12 @@ from ._scope_gates import ScopeGates
 from .admission import Limits
 from .autothrottle import AutoThrottle
 from .breaker import Breaker
-from .budget import SPREAD_SHARE, HeaderBudget, ResetRefiner
+from .budget import SPREAD_SHARE, HeaderBudget, ResetRefiner, WindowLog
 from .quota import QuotaBucket
 from .rampup import RAMPUP_JITTER, Rampup
 from .scope_manager import ThrottlingScopeManager, ThrottlingScopeManagerProtocol
 from .signals import AnnouncedQuota, ScopeFeedback
-from .tokens import budget_kind, learned_bucket
+from .tokens import awaits_first_answer, budget_kind, learned_bucket
 
 __all__ = ["ScopePolicy", "ThrottlingScopeManager", "ThrottlingScopeManagerProtocol"]
 
@@ -86,13 +88,15 @@ class ScopePolicy(ScopeGates, GradualSlots):
             (a failure sent before it is not load; see ``_gradual_slots``).
         load_errors: the verdict on the scope's errors, from its first error that
             asked to slow down on (``_load_errors``); each worker judges for itself.
+        awaiting: a metered API's budget scope whose size is not known yet, waiting for
+            its first answer with one slot (:func:`.tokens.awaits_first_answer`).
     """
 
-    __slots__ = ("_base", "announced", "autothrottle", "autothrottle_log_level", "breaker", "budget",
-                 "concurrency", "config", "crawl_delay", "gated", "generation", "gradual", "hold_until",
-                 "jitter", "limits", "load_errors", "manager", "opened", "opened_good", "opened_good_sent",
-                 "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner", "scope",
-                 "server_concurrency", "wake_at", "watches")
+    __slots__ = ("_base", "announced", "autothrottle", "autothrottle_log_level", "awaiting", "breaker",
+                 "budget", "concurrency", "config", "crawl_delay", "gated", "generation", "gradual",
+                 "hold_until", "jitter", "limits", "load_errors", "manager", "opened", "opened_good",
+                 "opened_good_sent", "opened_threshold", "pace", "pace_until", "quota", "rampup", "refiner",
+                 "scope", "server_concurrency", "wake_at", "watches", "window_log")
 
     def __init__(self, scope: str, config: ScopeConfig, *, concurrency_cap: int,
                  autothrottle: AutoThrottleConfig | None = None,
@@ -131,12 +135,16 @@ class ScopePolicy(ScopeGates, GradualSlots):
                           else QuotaBucket(config.quota, config.window))
         # A metered API's budget learned from its answers, as (limit, window), when no quota is set.
         self.announced: tuple[float, float] | None = None
+        # A budget scope of unknown size: one request at a time until the first answer.
+        self.awaiting = awaits_first_answer(scope, config.quota)
         self.breaker: Breaker | None = None
         self.load_errors: LoadErrors | None = None
         # The server's announced budget, learned (created with the first answer that has one).
         self.budget: HeaderBudget | None = None
         # The window length behind X-RateLimit-Reset's whole seconds (created with the first such answer).
         self.refiner: ResetRefiner | None = None
+        # The same budget as a log of this process's answers, once the window's length is known.
+        self.window_log: WindowLog | None = None
         self.gated = self.quota is not None
         self.watches = self.gated or self.rampup is not None
         self.jitter = config.jitter
@@ -174,6 +182,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if self.crawl_delay is not None:
             concurrency, floor = 1, self.crawl_delay
             delay = max(delay, floor)
+        if self.awaiting:
+            concurrency = 1
         if rampup is not None:
             return Limits(concurrency, delay, per_slot, floor)
         return _limits(concurrency, delay, per_slot, floor)
@@ -257,6 +267,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
             self.breaker.on_send(now)
+        if self.window_log is not None and rampup is None:
+            # (A shared store reports a rampup scope's door passes alone: its log never gates.)
+            self.window_log.on_send()
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
                    sent_at: float, expected_use: float, inflight: int | None = None) -> bool:
@@ -274,13 +287,15 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if feedback is None:
             if breaker is not None:
                 breaker.on_abandon(sent_at)
+            if self.window_log is not None:
+                self.window_log.on_abandon()
             return False
         if now >= self.wake_at:
             # A recovery that fell due since the last look applies first, whoever looked: the
             # outcome must not move the scope differently because a dashboard read it meanwhile.
             self.refresh(now)
         if feedback.coarse is not None:
-            feedback = self._refine(now, feedback, sent_at)
+            feedback = self._refine(now, feedback, sent_at, inflight)
         # Errors whose share does not fall with the pace are not pushback (_load_errors), except a
         # refusal on arrival with several in flight: a cap on them is load, which rampup caps the
         # slots for (a cut of the rate would not lower such refusals, and they would seem the site's).
@@ -314,6 +329,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
             if self.rampup is not None:
                 self._base = self._compute_base(now)
+        if self.awaiting:
+            # The first answer (or failure) came: the budget is known now, or the API does not say it.
+            self.awaiting = False
+            self._base = self._compute_base(now)
         if feedback.concurrency is not None:
             # The newest announcement counts; it lasts until another one changes it.
             self.server_concurrency = max(1, feedback.concurrency)
@@ -393,17 +412,51 @@ class ScopePolicy(ScopeGates, GradualSlots):
                     or self.gated or self.manager is not None
                     or self.rampup is not None or self.autothrottle is not None or self.quota is not None
                     or self.budget is not None or self.generation or self.pace_until != _NEVER
+                    or self.awaiting
                     or self.opened < self.concurrency or self.load_errors is not None)
 
-    def _refine(self, now: float, feedback: ScopeFeedback, sent_at: float) -> ScopeFeedback:
-        """Narrow the hold and pace of a reset given in whole seconds (:class:`.budget.ResetRefiner`)."""
+    def _refine(self, now: float, feedback: ScopeFeedback, sent_at: float,
+                inflight: int | None) -> ScopeFeedback:
+        """Narrow the hold and pace of a reset given in whole seconds.
+
+        Once the window's length is known and the store reports each send, the
+        scope's own log of answers gates its sends (:class:`.budget.WindowLog`)
+        in place of the header's pace and the hold of a spent budget; until
+        then (and in a shared store) the reset is narrowed with the window
+        learned so far (:class:`.budget.ResetRefiner`).
+        """
         coarse = feedback.coarse
         assert coarse is not None
+        refused = feedback.status in (429, 503)
+        log = self.window_log
+        if log is None:
+            log = self.window_log = WindowLog()
+            self._update_gated()
+        known = log.length()
+        log.observe(now, sent_at=sent_at, remaining=coarse.remaining, limit=coarse.limit, reset=coarse.reset,
+                    refused=refused, inflight=inflight)
+        if log.length() != known:
+            length = log.length()
+            logger.debug("scope %s: window log %s (%r)", self.scope, "off: the header's reset is used"
+                         if length is None else f"gates the sends: {coarse.limit:g} per {length:g}s", log)
+        if log.active and coarse.remaining < 1.0 and logger.isEnabledFor(logging.DEBUG):
+            at = log.ready_at(now)
+            logger.debug("scope %s held %s: its window log has the budget of %g spent", self.scope,
+                         "until an answer" if at is None else f"{max(at - now, 0.0):.3f}s", coarse.limit)
+        if log.active:
+            hold = feedback.hold
+            if hold is not None and hold <= coarse.reset:
+                hold = None  # the spent budget's: the log holds the next send until a slot frees
+            # Spread over most of the window (sends come late, never early): the log keeps the count.
+            length = log.length()
+            assert length is not None
+            return dataclasses.replace(feedback, hold=hold, pace=SPREAD_SHARE * length / coarse.limit,
+                                       pace_for=2.0 * length)
         refiner = self.refiner
         if refiner is None:
             refiner = self.refiner = ResetRefiner()
         reset = refiner.reset(now, sent_at=sent_at, remaining=coarse.remaining, limit=coarse.limit,
-                              reset=coarse.reset, refused=feedback.status in (429, 503))
+                              reset=coarse.reset, refused=refused)
         if reset >= coarse.reset:
             return feedback
         hold, pace = feedback.hold, feedback.pace

@@ -66,7 +66,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # The policy itself: what it combined, and its own learned inputs.
     "p": ("generation", "crawl_delay", "hold_until", "pace", "pace_until", "wake_at", "limits", "_base",
           "server_concurrency", "opened", "opened_good", "opened_threshold", "opened_good_sent",
-          "announced"),
+          "announced", "awaiting"),
     # The default scope manager's backoff.
     "b": ("level", "generation", "anchor", "last_feedback", "last_change", "interval", "ceiling", "good",
           "answers", "answers_good", "probing", "probe_misses", "probe_hits"),
@@ -93,7 +93,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
 #: attribute cannot be left out of the shared state by accident.
 SETTINGS: dict[str, tuple[str, ...]] = {
     "p": ("autothrottle", "autothrottle_log_level", "breaker", "budget", "concurrency", "config", "gated",
-          "gradual", "jitter", "load_errors", "manager", "quota", "rampup", "refiner", "scope", "watches"),
+          "gradual", "jitter", "load_errors", "manager", "quota", "rampup", "refiner", "scope", "watches",
+          "window_log"),  # the window log: this process's own answers (policy/budget.py)
     "b": ("concurrency_factor", "factor", "floor", "max_delay", "min_delay", "window"),
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),

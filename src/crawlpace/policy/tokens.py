@@ -31,6 +31,11 @@ inside it:
 * it holds at most :data:`BURST_SHARE` of the server's limit: the other half
   is a reserve for what is in flight and not yet settled.
 
+Until the size of a budget is known (set, or learned from an answer), its
+scope sends one request at a time (:func:`awaits_first_answer`): requests
+sent before any answer spend a budget nobody has seen, and a team of
+processes that each sent a full set of them at once would overdraw it.
+
 The scope's bucket admits a request once its credit covers the request's
 expected use; the answer's actual use is charged or refunded (see
 :mod:`crawlpace.policy.quota`). With a Redis store the credit is counted
@@ -43,8 +48,8 @@ import math
 
 from .quota import QuotaBucket
 
-__all__ = ["BUDGET_KINDS", "BURST_SHARE", "REFILL_SHARE", "SEPARATOR", "budget_kind", "budget_scope",
-           "learned_bucket"]
+__all__ = ["BUDGET_KINDS", "BURST_SHARE", "REFILL_SHARE", "SEPARATOR", "awaits_first_answer", "budget_kind",
+           "budget_scope", "learned_bucket"]
 
 #: What a metered API's budgets count, as its headers name them.
 BUDGET_KINDS = ("requests", "tokens", "input-tokens", "output-tokens")
@@ -83,3 +88,18 @@ def budget_kind(name: str) -> str | None:
         return None
     kind = name.rpartition(SEPARATOR)[2]
     return kind if kind in BUDGET_KINDS else None
+
+
+def awaits_first_answer(scope: str, quota: float | None) -> bool:
+    """Whether ``scope`` is a budget scope of unknown size, to send one request first.
+
+    A budget scope whose settings give no size (``quota``) learns it from the
+    API's answers; until the first answer comes (or the first request fails),
+    the scope admits one request at a time. With a Redis store the one slot is
+    the team's: every process waits for the first answer's headers. A request
+    that is lost frees its slot when it times out, or, if its process died,
+    when its lease runs out (the store's ``lease``, 30 s by default); the next
+    request then goes first. An API that sends no budget headers costs one
+    round trip: its first answer, headers or not, opens every slot.
+    """
+    return quota is None and budget_kind(scope) is not None

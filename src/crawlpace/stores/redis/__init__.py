@@ -48,7 +48,17 @@ from ._allot import Allotments
 from ._lua import load_scripts
 from ._outage import Outage
 from ._pending import PendingRelease
-from ._redis_admit import acquire_call, blocked, door_open, granted, learn_versions, pass_doors, sooner
+from ._redis_admit import (
+    acquire_call,
+    blocked,
+    door_open,
+    granted,
+    learn_versions,
+    pass_doors,
+    quota_known,
+    sooner,
+    uncharged,
+)
 from ._redis_lease import RedisLease
 from ._redis_options import TimeSource, read_options
 from ._redis_parts import RedisParts
@@ -273,6 +283,7 @@ class RedisStore:
                 await self._writer.refresh_due(demands)
             now_arg = "" if self.time == "server" else await self._now_arg()
             lease_id = f"{self._worker}-{next(self._ids)}"
+            known = quota_known(policies, demands)
             keys, args = acquire_call(policies, self._keys, self._rng, demands, now_arg, lease_id,
                                       self._lease_arg, self._idle_arg, full=self.cluster)
             if self._slots is not None and self._slots.spans(keys, 3):
@@ -304,6 +315,7 @@ class RedisStore:
         # The lease is granted from here on: renew it before anything else can fail.
         self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
         await learn_versions(policies, demands, got, self._fetch_blob, self._down)
+        demands = uncharged(policies, demands, known)
         if any(door_open(policies, name) for name, _use in demands):
             got = await pass_doors(self._writer, demands, got, self._down)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),

@@ -26,7 +26,7 @@ from ._shared_policy import SharedPolicies, quota_args
 from ._writeback import PolicyWriter
 
 __all__ = ["START_RECHECK", "START_RECHECK_PAST", "Granted", "acquire_call", "blocked", "door_open",
-           "granted", "learn_versions", "pass_doors", "sooner"]
+           "granted", "learn_versions", "pass_doors", "quota_known", "sooner", "uncharged"]
 
 logger = logging.getLogger(__name__)
 
@@ -180,6 +180,29 @@ async def learn_versions(policies: SharedPolicies, demands: tuple[Demand, ...], 
                 logger.debug("scope %s: could not read the newer policy (%s); read at the next "
                              "admission", name, exc)
         policies.saw_send(name, gap, at)
+
+
+def quota_known(policies: SharedPolicies, demands: tuple[Demand, ...]) -> tuple[bool, ...]:
+    """Per scope, whether this worker's copy has a quota: the acquire script charges only then."""
+    return tuple(policies.policy(name).quota is not None for name, _use in demands)
+
+
+def uncharged(policies: SharedPolicies, demands: tuple[Demand, ...], known: tuple[bool, ...]
+              ) -> tuple[Demand, ...]:
+    """``demands`` with no use for a scope whose quota this admission did not charge.
+
+    A worker whose copy of a policy was stale sends no quota for it (another
+    worker learned the budget meanwhile: :func:`learn_versions` reads it only
+    after the admission). The request went uncharged, so its answer's actual
+    use is charged whole at the release (``consumed - 0``), not as a
+    difference from a reservation that was never made.
+    """
+    stale = [not had and use > 0.0 and policies.policy(name).quota is not None
+             for (name, use), had in zip(demands, known, strict=True)]
+    if not any(stale):
+        return demands  # the common case: every copy was current
+    return tuple((name, 0.0) if late else (name, use)
+                 for (name, use), late in zip(demands, stale, strict=True))
 
 
 def door_open(policies: SharedPolicies, name: str) -> bool:
