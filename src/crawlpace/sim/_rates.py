@@ -15,7 +15,7 @@ from collections.abc import Callable
 from typing import Protocol, Unpack
 
 from ..guard import Guard
-from ._asgi import Headers, Message, Receive, Scope, Send
+from ._asgi import Headers, Receive, Scope, Send
 from ._limits import FixedWindow, Spacing, TokenBucket
 from ._params import Param
 from ._site import Site, SiteOptions, retry_after_value
@@ -229,13 +229,7 @@ class HeadersSite(CountingSite):
             retry = [] if not self.retry_after else [(b"retry-after", retry_after_value(reset))]
             await self.refuse(send, 429, headers=extra + retry)
             return
-
-        async def announce(message: Message) -> None:
-            if message.get("type") == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await send(message)
-
-        await self.content(scope, receive, announce)
+        await self.serve(scope, receive, send, extra)
 
 
 class CrawlDelaySite(Site):

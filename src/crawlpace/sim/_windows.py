@@ -17,7 +17,7 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Unpack
 
-from ._asgi import Message, Receive, Scope, Send
+from ._asgi import Receive, Scope, Send
 from ._limits import ClockWindow, RequestRate, SlidingWindow, SlotCap
 from ._params import Param
 from ._rates import HEADER_STYLES, CountingSite, budget_headers
@@ -100,16 +100,7 @@ class WindowSite(CountingSite):
         if self.retry_after == "every":
             # Flask-Limiter: the whole seconds until the window resets, 0 included.
             extra.append((b"retry-after", str(int(reset)).encode("ascii")))
-        if not extra:
-            await self.content(scope, receive, send)
-            return
-
-        async def announce(message: Message) -> None:
-            if message.get("type") == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await send(message)
-
-        await self.content(scope, receive, announce)
+        await self.serve(scope, receive, send, extra)
 
 
 class RequestRateSite(CountingSite):
