@@ -321,7 +321,8 @@ async def test_a_worker_stops_claiming_a_host_it_holds_enough_urls_of(frontiers:
         assert sorted(source.full_scopes()) == ["fast.test", "slow.test"]
         assert len(source._held) == 8
         fast = next(fid for fid, scope in source._held.items() if scope == "fast.test")
-        source.settled(Task(fast, "http://fast.test/"), "ok")  # one fast URL answered: room for one more of fast.test only
+        # One fast URL answered: room for one more of fast.test only.
+        source.settled(Task(fast, "http://fast.test/"), "ok")
         assert source.full_scopes() == ["slow.test"]
         claim = await frontier.claim(10, spacing=0.0, skip=source.full_scopes())
         assert [item.scope for item in claim.urls] == ["fast.test"]
