@@ -18,7 +18,15 @@ import pytest
 from crawlpace.sim import Farm
 
 from .redis_server import RedisServer, redis_binary
-from .test_frontier_workers import cli, farm_spec, merged, start_worker, wait_for_lines, write_config
+from .test_frontier_workers import (
+    _no_worker_outlives_its_test,  # noqa: F401  (autouse: kills leftovers)
+    cli,
+    farm_spec,
+    merged,
+    start_worker,
+    wait_for_lines,
+    write_config,
+)
 
 pytestmark = pytest.mark.redis
 

@@ -258,7 +258,8 @@ async def test_answers_that_come_in_during_an_ack_are_acknowledged_later(redis_u
     assert isinstance(source, SharedSource)
     try:
         first, second = Task(1, "http://a.test/1"), Task(2, "http://a.test/2")
-        source._held.update({1: first, 2: second})
+        source._claims.hold(1, "a.test")
+        source._claims.hold(2, "a.test")
         source.settled(first, "ok")
         sending = asyncio.ensure_future(source._send_acks())
         await asyncio.sleep(0)  # the first ack is on its way
@@ -319,8 +320,9 @@ async def test_a_worker_stops_claiming_a_host_it_holds_enough_urls_of(frontiers:
             source._take(await frontier.claim(10, spacing=0.0, skip=source.full_scopes()))
         assert sorted(source.full_scopes()) == ["fast.test", "slow.test"]
         assert len(source._held) == 8
-        fast = next(task for task in source._held.values() if "fast" in task.url)
-        source.settled(fast, "ok")  # one fast URL answered: room for one more of fast.test only
+        fast = next(fid for fid, scope in source._held.items() if scope == "fast.test")
+        # One fast URL answered: room for one more of fast.test only.
+        source.settled(Task(fast, "http://fast.test/"), "ok")
         assert source.full_scopes() == ["slow.test"]
         claim = await frontier.claim(10, spacing=0.0, skip=source.full_scopes())
         assert [item.scope for item in claim.urls] == ["fast.test"]

@@ -10,6 +10,7 @@ SIGKILL nor a Redis restart may lose a URL.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import os
 import shutil
@@ -18,6 +19,7 @@ import sys
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +57,23 @@ async def cli(*args: str) -> tuple[int, str, str]:
     return process.returncode, out.decode(), err.decode()
 
 
+_STARTED: list[asyncio.subprocess.Process] = []
+
+
+@pytest.fixture(autouse=True)
+def _no_worker_outlives_its_test() -> Iterator[None]:
+    """Kill the workers a test started and left running (a failed assertion, a timeout elsewhere).
+
+    One such worker once went on for an hour after its test failed, taking a core from the tests after it.
+    """
+    yield
+    while _STARTED:
+        process = _STARTED.pop()
+        if process.returncode is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(process.pid, signal.SIGKILL)
+
+
 async def start_worker(store: str, namespace: str, output: Path, config: Path,
                        visibility: float = 30.0, prefix: tuple[str, ...] = (),
                        verbose: bool = False) -> asyncio.subprocess.Process:
@@ -62,11 +81,13 @@ async def start_worker(store: str, namespace: str, output: Path, config: Path,
 
     ``verbose`` logs at INFO, so a worker that does not end shows what it last did.
     """
-    return await asyncio.create_subprocess_exec(
+    process = await asyncio.create_subprocess_exec(
         *prefix, sys.executable, "-m", "crawlpace", "crawl", "-o", str(output), "--redis", store,
         "--namespace", namespace, "--config", str(config), "--no-robots", "--quiet", "--json",
         *(("-v",) if verbose else ()), "--visibility", str(visibility), stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": SRC})
+    _STARTED.append(process)
+    return process
 
 
 async def finish(process: asyncio.subprocess.Process, within: float = 90.0) -> dict[str, Any]:

@@ -22,7 +22,15 @@ from crawlpace.stores import open_store
 
 from .fault_proxy import FaultProxy
 from .redis_server import RedisServer
-from .test_frontier_workers import RATE, farm_spec, finish, merged, start_worker, write_config
+from .test_frontier_workers import (
+    RATE,
+    _no_worker_outlives_its_test,  # noqa: F401  (autouse: kills leftovers)
+    farm_spec,
+    finish,
+    merged,
+    start_worker,
+    write_config,
+)
 
 pytestmark = pytest.mark.redis
 

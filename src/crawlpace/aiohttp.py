@@ -249,15 +249,10 @@ def throttled_session(settings: Settings | Mapping[str, Any] | None = None, *,
             :class:`ThrottleMiddleware`.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the session's ``User-Agent`` header.
-        learned: where the session's own throttler keeps learned limits for a warm
-            start (a SQLite file path or a ``redis://`` URL; see
-            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
-        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
-            :class:`~crawlpace.BlockRules`) added to the settings'
-            ``block_rules``; an answer that matches one (or carries
-            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
-            its scopes off and is sent again like a 429. Not allowed together
-            with ``throttler`` (whose settings' rules apply).
+        learned: where the session's own throttler keeps learned limits for a
+            warm start, as for :class:`~crawlpace.http.ThrottledTransport`.
+        block_rules: soft-block body rules added to the settings', as for
+            :class:`~crawlpace.http.ThrottledTransport`.
         **session_kwargs: passed to :class:`aiohttp.ClientSession`
             (``timeout``, ``headers``, ``connector``, ``base_url``...). Other
             ``middlewares`` run inside the throttle, once per attempt.

@@ -74,15 +74,10 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
             given to the throttler.
         robots_user_agent: the user agent whose robots.txt rules apply; by
             default the ``User-Agent`` header of the first request.
-        learned: where the transport's own throttler keeps learned limits for a warm
-            start (a SQLite file path or a ``redis://`` URL; see
-            :class:`~crawlpace.Throttler`). Not allowed together with ``throttler``.
-        block_rules: soft-block body rules (``"REGEX[:STATUS]"`` each, see
-            :class:`~crawlpace.BlockRules`) added to the settings'
-            ``block_rules``; an answer that matches one (or carries
-            ``cf-mitigated: challenge``, or a limiting problem+json type) backs
-            its scopes off and is sent again like a 429. Not allowed together
-            with ``throttler`` (whose settings' rules apply).
+        learned: where the transport's own throttler keeps learned limits for a
+            warm start, as for :class:`~crawlpace.http.ThrottledTransport`.
+        block_rules: soft-block body rules added to the settings', as for
+            :class:`~crawlpace.http.ThrottledTransport`.
 
     Raises:
         TypeError: when ``throttler`` is given with ``settings``, ``store``,

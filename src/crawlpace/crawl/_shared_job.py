@@ -34,19 +34,16 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-from collections import Counter, defaultdict
+from collections import defaultdict
 from collections.abc import Callable, Coroutine, Iterable
 from typing import Any
 
 from .._settings._config import Settings
 from .._throttle._throttler import Throttler
+from ..frontier._claim_loop import ClaimLoop, Wording
 from ..frontier._claims import claim_per_scope, claim_spacing
 from ..frontier._scheduler import Scheduler, Task
 from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
-
-# one source for the waits while Redis is away
-from ..stores.redis.connection import RETRY_FIRST as _RETRY_FIRST
-from ..stores.redis.connection import RETRY_MAX as _RETRY_MAX
 from ._fetch import Fetcher
 from ._job import CrawlJob
 from ._options import CrawlOptions
@@ -62,6 +59,9 @@ _log = logging.getLogger(__name__)
 _POLL = 0.5
 # Seconds allowed, when stopping, to hand URLs back and send the last acknowledgements.
 _GOODBYE = 5.0
+_WORDING = Wording(items="URLs", holder="worker", visibility="the visibility",
+                   down=". Nothing is lost if it comes back with its data; should it come back empty, this "
+                        "worker says how many URLs went")
 
 
 class SharedCrawlJob(CrawlJob):
@@ -103,22 +103,18 @@ class SharedSource:
         self.frontier = frontier if frontier is not None else SharedFrontier(
             options.store, visibility=options.visibility)
         self._job: JobParts | None = None
-        self._held: dict[int, Task] = {}  # claimed and not yet answered
-        self._held_scope: dict[int, str] = {}  # their scopes in the frontier
-        self._per_scope: Counter[str] = Counter()  # held URLs per scope
+        # The URLs claimed and not yet answered, and the loop that claims more.
+        self._claims = ClaimLoop(self.frontier, settings, now=lambda: self.throttler.clock.now(), poll=_POLL,
+                                 wording=_WORDING, logger=_log)
+        self._held = self._claims.held
         self._acks: dict[str, list[int]] = defaultdict(list)  # outcome -> ids, waiting to be sent
-        self._news = asyncio.Event()  # a URL was answered: the feeder may claim more
         self._claimed = asyncio.Event()  # the feeder handed over URLs, or found the frontier drained
         self._drained = False
-        self._down_since: float | None = None
         self._feeder: asyncio.Task[None] | None = None
         self._deferred: dict[str, float] = {}  # host -> when (our clock) we last said it waits until
-        self._target = 2 * settings.concurrent_requests
         self._wait_until: float | None = None  # until when an empty frontier is waited on (start_background)
         self._last_id = 0  # the highest URL id the frontier reported: lower later means it lost its data
         self._outstanding = 0  # URLs queued or claimed elsewhere at the last claim (what a loss costs)
-        self._spacing = claim_spacing(settings)
-        self._scope_cap = claim_per_scope(settings)
         self.on_wait: Callable[[str, float], None] | None = self._held_back
         # One worker fetches each site's robots.txt; the others read its answer from the frontier.
         self.robots_share: RobotsShare | None = self.frontier
@@ -201,7 +197,7 @@ class SharedSource:
 
     def refill(self) -> None:
         """A fetch ended: the feeder may claim more."""
-        self._news.set()
+        self._claims.news.set()
 
     def exhausted(self) -> bool:
         """Whether the frontier is drained and every URL claimed here was answered."""
@@ -219,14 +215,9 @@ class SharedSource:
 
     def settled(self, task: Task, outcome: str) -> None:
         """``task``'s line is written: its acknowledgement goes with the feeder's next round."""
-        if self._held.pop(task.id, None) is not None:
+        if self._claims.release(task.id):
             self._acks[outcome].append(task.id)
-            scope = self._held_scope.pop(task.id, None)
-            if scope is not None:
-                self._per_scope[scope] -= 1
-                if self._per_scope[scope] <= 0:
-                    del self._per_scope[scope]
-        self._news.set()
+        self._claims.news.set()
 
     async def close(self) -> None:
         """Send the last acknowledgements, hand back what was not answered, close the frontier."""
@@ -264,48 +255,20 @@ class SharedSource:
 
     async def _feed(self) -> None:
         """Claim, touch and acknowledge until the frontier is drained or the job stops."""
-        clock = self.throttler.clock
-        touched = clock.now()
-        retry = _RETRY_FIRST
-        while not self.stopping:
-            self._news.clear()
-            try:
-                await self._send_acks()
-                if clock.now() - touched >= self.frontier.visibility / 3.0:
-                    await self._touch()
-                    touched = clock.now()
-                skip = self.full_scopes()
-                claim = await self.frontier.claim(max(self._target - len(self._held), 0),
-                                                  spacing=self._spacing, skip=skip)
-            except Exception as exc:
-                if not frontier_unreachable(exc):
-                    raise
-                self._unreachable(exc)
-                await self._pause(retry)
-                retry = min(retry * 2.0, _RETRY_MAX)
-                continue
-            retry = _RETRY_FIRST
-            self._reachable()
-            self._take(claim)
-            if self._finished():
-                self.scheduler.poke()
-                return
-            await self._pause(_POLL if skip and not claim.urls else self._next_claim_in(claim))
+        await self._claims.run(before=self._send_acks, take=self._take, stopping=lambda: self.stopping)
 
     def full_scopes(self) -> list[str]:
         """The scopes this worker holds enough URLs of (:func:`claim_per_scope`): claims skip them."""
-        return [scope for scope, held in self._per_scope.items() if held >= self._scope_cap]
+        return self._claims.full_scopes()
 
-    def _take(self, claim: Claim) -> None:
+    def _take(self, claim: Claim) -> bool:
+        """Hand the claimed URLs to the scheduler; True when the frontier is drained and all is answered."""
         self._check_loss(claim)
         if claim.requeued:
             _log.info("%d claims had expired and went back to the queue", claim.requeued)
         for item in claim.urls:
-            task = Task(item.id, item.url)
-            self._held[item.id] = task
-            self._held_scope[item.id] = item.scope
-            self._per_scope[item.scope] += 1
-            self.scheduler.push(task)
+            self._claims.hold(item.id, item.scope)
+            self.scheduler.push(Task(item.id, item.url))
         self.summary.urls += len(claim.urls)
         if claim.urls or not claim.drained:
             self._wait_until = None  # work was seen: a drained frontier now means the end
@@ -314,6 +277,10 @@ class SharedSource:
         self._drained = drained and not waiting
         if claim.urls or self._drained:
             self._claimed.set()
+        if self._finished():
+            self.scheduler.poke()
+            return True
+        return False
 
     def _check_loss(self, claim: Claim) -> None:
         """Say so, loudly, when the frontier's data vanished since the last claim.
@@ -336,17 +303,6 @@ class SharedSource:
         self._last_id = claim.last_id
         self._outstanding = claim.queued + claim.claimed - len(self._held) - len(claim.urls)
 
-    def _next_claim_in(self, claim: Claim) -> float:
-        if len(self._held) >= self._target:
-            return _POLL  # full: wait for an answer (news) or touch/ack on time
-        if claim.next_in is None:
-            return _POLL  # nothing queued: look again for expired claims of dead workers
-        return min(max(claim.next_in, 0.01), _POLL)
-
-    async def _pause(self, seconds: float) -> None:
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._news.wait(), seconds)
-
     async def _send_acks(self) -> None:
         for outcome in list(self._acks):
             # Taken out before the await: answers that come in meanwhile start a new list.
@@ -362,15 +318,6 @@ class SharedSource:
             if len(ids) - done - dups:
                 _log.info("%d URLs were answered after another worker had claimed them (this worker was out "
                           "of touch past the visibility); that worker finishes them", len(ids) - done - dups)
-
-    async def _touch(self) -> None:
-        if not self._held:
-            return
-        lost = await self.frontier.touch(list(self._held))
-        if lost:
-            _log.warning("%d URLs held here were claimed back (this worker was out of touch longer than "
-                         "the visibility, %gs); they may be fetched twice", len(lost),
-                         self.frontier.visibility)
 
     def _held_back(self, host: str, seconds: float) -> None:
         """The throttler holds ``host`` back: tell the frontier, at most once per wait."""
@@ -402,18 +349,3 @@ class SharedSource:
             _log.warning("could not reach the frontier to hand back %d URLs and acknowledge %d answers; "
                          "they come back to other workers after the visibility (%gs)", len(self._held),
                          sum(len(ids) for ids in self._acks.values()), self.frontier.visibility)
-
-    def _unreachable(self, exc: BaseException) -> None:
-        if self._down_since is None:
-            self._down_since = self.throttler.clock.now()
-            _log.warning("the shared frontier is unreachable (%s); waiting for it. Nothing is lost if it "
-                         "comes back with its data; should it come back empty, this worker says how many "
-                         "URLs went",
-                         exc)
-
-    def _reachable(self) -> None:
-        if self._down_since is not None:
-            _log.warning("the shared frontier answers again after %.1fs",
-                         self.throttler.clock.now() - self._down_since)
-            self._down_since = None
-

@@ -3,7 +3,7 @@
 Both follow from the throttling settings every worker of a fleet shares:
 the spacing keeps one worker from taking a site's URLs faster than its
 limits let them be sent, the per-host cap keeps a worker's room from filling
-with the URLs of slow sites (see :mod:`crawlpace.crawl._shared_job`).
+with the URLs of slow sites (see :mod:`crawlpace.frontier._claim_loop`).
 """
 
 from __future__ import annotations

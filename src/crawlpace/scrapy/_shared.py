@@ -48,10 +48,10 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
-from ..frontier._claims import claim_per_scope, claim_spacing
-from ..frontier._shared import Claim, SharedFrontier, frontier_unreachable
+from ..frontier._claim_loop import ClaimLoop, Wording
+from ..frontier._shared import Claim, SharedFrontier
 from ..stores.redis._keys import frontier_prefix
-from ..stores.redis.connection import RETRY_FIRST, RETRY_MAX, RedisConnection
+from ..stores.redis.connection import RedisConnection
 from ._compat import requests_in_progress
 from ._runtime import Runtime, runtime_of
 from ._scheduler import ThrottlingScheduler
@@ -72,6 +72,8 @@ FRONTIER_ID_KEY = "_crawlpace_frontier_id"
 _POLL = 0.25
 # Seconds allowed, when closing, to push, acknowledge and hand back.
 _GOODBYE = 5.0
+_WORDING = Wording(items="requests", holder="process", visibility="CRAWLPACE_FRONTIER_VISIBILITY",
+                   down=", nothing is lost")
 # Adds fingerprints to the spider's set; returns 1 for each one that was new.
 _SEEN = """
 local out = {}
@@ -130,20 +132,16 @@ class SharedScheduler(ThrottlingScheduler):
         self._seen = RedisConnection(frontier.url, {"seen": _SEEN}, cluster=frontier.cluster,
                                      decode_responses=True)
         self._seen_key = frontier_prefix(frontier.namespace) + "scrapy-fingerprints"
-        settings = runtime.config.settings
-        self._target = 2 * settings.concurrent_requests
-        self._spacing = claim_spacing(settings)
-        self._scope_cap = claim_per_scope(settings)
+        # The requests claimed here and not yet acknowledged, and the loop that claims more.
+        self._claims = ClaimLoop(frontier, runtime.config.settings, now=lambda: self.runtime.clock_now,
+                                 poll=_POLL, wording=_WORDING, logger=logger)
+        self._held = self._claims.held
         # Requests made here, waiting to be checked against the shared fingerprints and pushed:
         # (request, the held id it belongs to, its fingerprint when it is to be checked).
         self._outbox: list[tuple[Request, int | None, str | None]] = []
-        self._held: dict[int, str] = {}  # claimed here and not yet acknowledged: id -> its frontier scope
-        self._per_scope: Counter[str] = Counter()
         self._local: Counter[int] = Counter()  # id -> requests of it queued here, not yet handed out
         self._drained = False
         self._feeder: asyncio.Task[None] | None = None
-        self._news: asyncio.Event | None = None
-        self._down_since: float | None = None
         self._unserialisable = False
 
     @classmethod
@@ -166,7 +164,6 @@ class SharedScheduler(ThrottlingScheduler):
     def open(self, spider: Spider | None = None) -> Deferred[None] | None:
         """Start the throttler and the feeder."""
         opened = super().open(spider)
-        self._news = asyncio.Event()
         self._feeder = self.runtime.spawn(self._feed())
         self._feeder.add_done_callback(self._feeder_ended)
         logger.info("shared frontier %r: this process takes its requests from it", self.frontier)
@@ -225,8 +222,7 @@ class SharedScheduler(ThrottlingScheduler):
     # -- the feeder -------------------------------------------------------------------
 
     def _poke(self) -> None:
-        if self._news is not None:
-            self._news.set()
+        self._claims.news.set()
 
     def _keep(self, request: Request, fid: int | None) -> None:
         if fid is not None:
@@ -243,38 +239,11 @@ class SharedScheduler(ThrottlingScheduler):
             self.runtime.wake()
 
     async def _feed(self) -> None:
-        clock = self.runtime.config.clock
-        touched = clock.now()
-        retry = RETRY_FIRST
-        assert self._news is not None
-        while True:
-            self._news.clear()
-            try:
-                await self._push()
-                await self._acknowledge()
-                if clock.now() - touched >= self.frontier.visibility / 3.0:
-                    await self._touch()
-                    touched = clock.now()
-                skip = [scope for scope, held in self._per_scope.items() if held >= self._scope_cap]
-                claim = await self.frontier.claim(max(self._target - len(self._held), 0),
-                                                  spacing=self._spacing, skip=skip)
-            except Exception as exc:
-                if not frontier_unreachable(exc):
-                    raise
-                self._unreachable(exc)
-                await self._pause(retry)
-                retry = min(retry * 2.0, RETRY_MAX)
-                continue
-            retry = RETRY_FIRST
-            self._reachable()
-            self._take(claim)
-            pause = _POLL if claim.next_in is None else min(max(claim.next_in, 0.01), _POLL)
-            await self._pause(pause)
+        await self._claims.run(before=self._before_claim, take=self._take)
 
-    async def _pause(self, seconds: float) -> None:
-        assert self._news is not None
-        with contextlib.suppress(asyncio.TimeoutError):
-            await asyncio.wait_for(self._news.wait(), seconds)
+    async def _before_claim(self) -> None:
+        await self._push()
+        await self._acknowledge()
 
     async def _push(self) -> None:
         """Check the new requests' fingerprints, then push the fresh ones (or keep them, for a held claim)."""
@@ -335,7 +304,7 @@ class SharedScheduler(ThrottlingScheduler):
             return demands[0][0]
         return urlsplit(request.url).hostname or "-"
 
-    def _take(self, claim: Claim) -> None:
+    def _take(self, claim: Claim) -> bool:
         stats = self.runtime.stats
         if claim.requeued:
             logger.info("%d claimed requests had expired (a process died or lost Redis) and went back to "
@@ -350,8 +319,7 @@ class SharedScheduler(ThrottlingScheduler):
                              "(is every process running the same spider code?)", type(exc).__name__, exc)
                 broken.append(item.id)
                 continue
-            self._held[item.id] = item.scope
-            self._per_scope[item.scope] += 1
+            self._claims.hold(item.id, item.scope)
             self._keep(request, item.id)
         if broken:
             self.runtime.spawn(self.frontier.ack(broken, "unreadable"))
@@ -364,6 +332,7 @@ class SharedScheduler(ThrottlingScheduler):
             self.runtime.wake()  # the engine sees the spider idle and closes it
         elif not drained:
             self._drained = False
+        return False  # the engine ends the crawl, when the spider is idle
 
     def _finished(self) -> list[int]:
         """Held ids with nothing left here: none queued, none in the engine's hands."""
@@ -385,21 +354,8 @@ class SharedScheduler(ThrottlingScheduler):
                         len(done) - finished)
 
     def _forget(self, fid: int) -> None:
-        scope = self._held.pop(fid, None)
+        self._claims.release(fid)
         self._local.pop(fid, None)
-        if scope is not None:
-            self._per_scope[scope] -= 1
-            if self._per_scope[scope] <= 0:
-                del self._per_scope[scope]
-
-    async def _touch(self) -> None:
-        if not self._held:
-            return
-        lost = await self.frontier.touch(list(self._held))
-        if lost:
-            logger.warning("%d requests held here were claimed back (this process was out of touch longer "
-                           "than CRAWLPACE_FRONTIER_VISIBILITY, %gs); they may be fetched twice", len(lost),
-                           self.frontier.visibility)
 
     async def _goodbye(self) -> None:
         try:
@@ -417,17 +373,6 @@ class SharedScheduler(ThrottlingScheduler):
         finally:
             await self._seen.aclose()
             await self.frontier.aclose()
-
-    def _unreachable(self, exc: BaseException) -> None:
-        if self._down_since is None:
-            self._down_since = self.runtime.clock_now
-            logger.warning("the shared frontier is unreachable (%s); waiting for it, nothing is lost", exc)
-
-    def _reachable(self) -> None:
-        if self._down_since is not None:
-            logger.warning("the shared frontier answers again after %.1fs",
-                           self.runtime.clock_now - self._down_since)
-            self._down_since = None
 
     def __repr__(self) -> str:
         return (f"<SharedScheduler {self.frontier!r} held={len(self._held)} outbox={len(self._outbox)} "

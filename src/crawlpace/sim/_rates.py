@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 import time
 from collections.abc import Callable
-from typing import Unpack
+from typing import Protocol, Unpack
 
 from ..guard import Guard
-from ._asgi import Headers, Message, Receive, Scope, Send
+from ._asgi import Headers, Receive, Scope, Send
 from ._limits import FixedWindow, Spacing, TokenBucket
 from ._params import Param
 from ._site import Site, SiteOptions, retry_after_value
@@ -24,6 +24,31 @@ __all__ = ["CrawlDelaySite", "HeadersSite", "QuotaSite", "RateLimitSite", "Retry
 
 _RATE = Param("rate", "number", "requests per second", low=0.0, above=True, high=1e6)
 _BURST = Param("burst", "integer", "requests allowed at once after a pause", 1, low=1, high=1_000_000)
+
+
+class _Counter(Protocol):
+    limit: int
+
+
+class CountingSite(Site):
+    """A site that allows ``counter.limit`` requests per ``span`` seconds (its configured ``limit`` rescaled).
+
+    The base of the windows and request-rate counters: a subclass sets
+    ``limit``, ``span`` and ``counter`` before ``Site.__init__``.
+    """
+
+    limit: int
+    span: float
+    counter: _Counter
+
+    @property
+    def capacity(self) -> float:
+        """The limit spread over its span."""
+        return self.counter.limit / self.span
+
+    def rescale(self, factor: float, now: float) -> None:
+        """Allow ``factor`` times the configured limit (at least 1) from now on."""
+        self.counter.limit = max(round(self.limit * factor), 1)
 
 
 class _BucketSite(Site):
@@ -158,7 +183,7 @@ def budget_headers(style: str, limit: int, remaining: int, reset: float, window:
     return [(b"x-ratelimit-limit", count), (b"x-ratelimit-remaining", left), (b"x-ratelimit-reset", epoch)]
 
 
-class HeadersSite(Site):
+class HeadersSite(CountingSite):
     """A site that counts ``limit`` requests per ``window`` and says so in every answer.
 
     Each answer, 200 or 429, carries the window's budget in the header family
@@ -187,21 +212,12 @@ class HeadersSite(Site):
     def __init__(self, *, limit: int, window: float = 10.0, style: str = "ietf", retry_after: bool = True,
                  wall: Callable[[], float] = time.time, **options: Unpack[SiteOptions]) -> None:
         self.limit = self._LIMIT.integer(limit)
-        self.window = self._WINDOW.number(window)
+        self.window = self.span = self._WINDOW.number(window)
         self.style = self._STYLE.word(style)
         self.retry_after = self._RETRY.flag(retry_after)
         self.wall = wall
-        self.counter = FixedWindow(self.limit, self.window)
+        self.counter: FixedWindow = FixedWindow(self.limit, self.window)
         super().__init__(**options)
-
-    @property
-    def capacity(self) -> float:
-        """The limit spread over its window."""
-        return self.counter.limit / self.window
-
-    def rescale(self, factor: float, now: float) -> None:
-        """Allow ``factor`` times the configured limit (at least 1) from now on."""
-        self.counter.limit = max(round(self.limit * factor), 1)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request if the window has room and serve it, else refuse it; announce the budget."""
@@ -213,13 +229,7 @@ class HeadersSite(Site):
             retry = [] if not self.retry_after else [(b"retry-after", retry_after_value(reset))]
             await self.refuse(send, 429, headers=extra + retry)
             return
-
-        async def announce(message: Message) -> None:
-            if message.get("type") == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await send(message)
-
-        await self.content(scope, receive, announce)
+        await self.serve(scope, receive, send, extra)
 
 
 class CrawlDelaySite(Site):

@@ -23,7 +23,7 @@ import math
 import random
 import re
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import ClassVar, TypedDict
 
@@ -223,6 +223,21 @@ class Site:
             now: the arrival time on the site's clock.
         """
         await self.content(scope, receive, send)
+
+    async def serve(self, scope: Scope, receive: Receive, send: Send,
+                    headers: Sequence[tuple[bytes, bytes]] = ()) -> None:
+        """Serve the page, with ``headers`` (lower-case names) added to its answer."""
+        if not headers:
+            await self.content(scope, receive, send)
+            return
+        extra = list(headers)
+
+        async def announce(message: Message) -> None:
+            if message.get("type") == "http.response.start":
+                message = {**message, "headers": [*message.get("headers", ()), *extra]}
+            await send(message)
+
+        await self.content(scope, receive, announce)
 
     async def refuse(self, send: Send, status: int, retry_after: float | None = None, *,
                      headers: Iterable[tuple[bytes, bytes]] = ()) -> None:

@@ -17,10 +17,10 @@ import time
 from collections.abc import Awaitable, Callable
 from typing import Unpack
 
-from ._asgi import Message, Receive, Scope, Send
+from ._asgi import Receive, Scope, Send
 from ._limits import ClockWindow, RequestRate, SlidingWindow, SlotCap
 from ._params import Param
-from ._rates import HEADER_STYLES, budget_headers
+from ._rates import HEADER_STYLES, CountingSite, budget_headers
 from ._site import Site, SiteOptions, retry_after_value
 
 __all__ = ["RETRY_AFTER_MODES", "WINDOW_KINDS", "RequestRateSite", "SlotCapSite", "WindowSite"]
@@ -32,7 +32,7 @@ RETRY_AFTER_MODES = ("none", "refusals", "every")
 _STATUS = Param("status", "integer", "the status of a refusal", 429, low=400, high=599)
 
 
-class WindowSite(Site):
+class WindowSite(CountingSite):
     """A site that allows ``limit`` requests per ``window`` seconds, fixed or sliding.
 
     ``kind = "fixed"`` counts in windows aligned to the clock
@@ -75,7 +75,7 @@ class WindowSite(Site):
                  retry_after: str = "refusals", style: str = "none", status: int = 429,
                  wall: Callable[[], float] = time.time, **options: Unpack[SiteOptions]) -> None:
         self.limit = self._LIMIT.integer(limit)
-        self.window = self._WINDOW.number(window)
+        self.window = self.span = self._WINDOW.number(window)
         self.kind = self._KIND.word(kind)
         self.count_refused = self._COUNT_REFUSED.flag(count_refused)
         self.retry_after = self._RETRY.word(retry_after)
@@ -86,15 +86,6 @@ class WindowSite(Site):
             ClockWindow(self.limit, self.window, count_refused=self.count_refused) if self.kind == "fixed"
             else SlidingWindow(self.limit, self.window, count_refused=self.count_refused))
         super().__init__(**options)
-
-    @property
-    def capacity(self) -> float:
-        """The limit spread over its window."""
-        return self.counter.limit / self.window
-
-    def rescale(self, factor: float, now: float) -> None:
-        """Allow ``factor`` times the configured limit (at least 1) from now on."""
-        self.counter.limit = max(round(self.limit * factor), 1)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request, then serve or refuse it, with the headers the site sends."""
@@ -109,19 +100,10 @@ class WindowSite(Site):
         if self.retry_after == "every":
             # Flask-Limiter: the whole seconds until the window resets, 0 included.
             extra.append((b"retry-after", str(int(reset)).encode("ascii")))
-        if not extra:
-            await self.content(scope, receive, send)
-            return
-
-        async def announce(message: Message) -> None:
-            if message.get("type") == "http.response.start":
-                message = {**message, "headers": [*message.get("headers", ()), *extra]}
-            await send(message)
-
-        await self.content(scope, receive, announce)
+        await self.serve(scope, receive, send, extra)
 
 
-class RequestRateSite(Site):
+class RequestRateSite(CountingSite):
     """HAProxy's ``http_req_rate`` rule: refuse while the client's request rate is above ``limit``.
 
     Every request, refused or not, increments a
@@ -147,19 +129,10 @@ class RequestRateSite(Site):
     def __init__(self, *, limit: int, period: float = 10.0, status: int = 429,
                  **options: Unpack[SiteOptions]) -> None:
         self.limit = self._LIMIT.integer(limit)
-        self.period = self._PERIOD.number(period)
+        self.period = self.span = self._PERIOD.number(period)
         self.status = _STATUS.integer(status)
-        self.counter = RequestRate(self.limit, self.period)
+        self.counter: RequestRate = RequestRate(self.limit, self.period)
         super().__init__(**options)
-
-    @property
-    def capacity(self) -> float:
-        """The limit spread over the period."""
-        return self.counter.limit / self.period
-
-    def rescale(self, factor: float, now: float) -> None:
-        """Allow ``factor`` times the configured limit (at least 1) from now on."""
-        self.counter.limit = max(round(self.limit * factor), 1)
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request; serve it when the reading allows, else refuse it."""
