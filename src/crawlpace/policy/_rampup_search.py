@@ -86,9 +86,9 @@ class SearchClimb:
             pace: the rate the scope was allowed when it was sent.
         """
         ceiling = self.ceiling or 0.0
-        top = T.ceiling_share * sent
-        deep = cascade and steady
         held = self._resumed_at - now
+        top = T.ceiling_share * sent
+        deep = cascade and (steady or held <= 0.0)
         if refused and steady and held > 0.0:
             # The measured send rate may have sagged (a stall of the crawler's own), and the
             # probe will wait long: search up to under the rate the scope was allowed, never

@@ -100,7 +100,7 @@ class StartPhase:
         (or by a busy crawler) must not make a quick site look slow.
         """
         low = self._low_latency
-        if low < T.latency_signal:  # none known (0) or too quick to say anything
+        if low <= 0.0:  # none known yet
             return T.round
         return min(T.round, max(T.min_round, low))
 
@@ -212,5 +212,6 @@ class StartPhase:
         good = min(self._good_rate, refused)
         if good < T.good_share * refused:
             return ceiling
-        share = T.held_share if self._resumed_at - now >= T.hold_long else T.good_ceiling
-        return max(rate, min(ceiling, good * share))
+        if self._resumed_at - now >= T.hold_long:
+            return max(rate, min(ceiling, math.sqrt(good * refused) * T.held_share))
+        return max(rate, min(ceiling, good * T.good_ceiling))
