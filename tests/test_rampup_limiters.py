@@ -242,7 +242,8 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                          [(lambda: Bucket(25.0, 5.0), 0.5),     # was 0.21: one-second rounds from 1/s
                           (lambda: Bucket(60.0, 20.0), 0.4),    # was 0.09
                           (lambda: ClockWindow(11, 1.0), 0.6)])  # was 0.42
-async def test_a_quick_site_climbs_in_half_second_rounds(limiter: Callable[[], Limiter], share: float) -> None:
+async def test_a_quick_site_climbs_in_half_second_rounds(limiter: Callable[[], Limiter],
+                                                         share: float) -> None:
     # Pages answered in 3 ms: latency says nothing of load, yet the climb from the polite
     # 1/s is clocked by the same half-second rounds as a slow site's, not by seconds.
     out = await crawl(limiter(), 5.0, latency=0.003)
