@@ -15,9 +15,7 @@ reached by a climb twice as quick as the one after the deep cut; within
 :data:`T.same_rate` of the top, the top is
 the level and the search ends. A limit anywhere in between is found within a
 few quick climbs, by bisection, without a refusal at all when it lies above
-the top. The start phase's first refusal searches the same way, unless it came
-with a hold: doubling every half second, the good rate before it may lie far
-under the limit.
+the top.
 
 **Held refusals.** A refusal that comes with a hold (``Retry-After``: the
 server wants silence for ``H`` seconds) costs ``H`` seconds of the scope's
@@ -88,9 +86,9 @@ class SearchClimb:
             pace: the rate the scope was allowed when it was sent.
         """
         ceiling = self.ceiling or 0.0
-        held = self._resumed_at - now
         top = T.ceiling_share * sent
-        deep = cascade and (steady or held <= 0.0)  # the start's first refusal: no hold, a search
+        deep = cascade and steady
+        held = self._resumed_at - now
         if refused and steady and held > 0.0:
             # The measured send rate may have sagged (a stall of the crawler's own), and the
             # probe will wait long: search up to under the rate the scope was allowed, never

@@ -4,12 +4,11 @@ Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other r
 A fresh scope starts at its polite starting rate and doubles it once per *round*:
 
 * a round is the lowest latency the scope has seen, within ``[T.min_round,
-  T.round]``: a site answering in 50 ms or in 2 ms doubles every half second of
-  sending, one taking seconds every second (``T.round`` until an answer shows
-  a latency). Quick sites kept one-second rounds until 0.7.x, so that the first
-  refusal came in finer steps; short crawls and small sites spent most of
-  their time climbing. The coarser steps are made up for after the first
-  refusal (:meth:`StartPhase._start_ceiling`, and the search that follows it);
+  T.round]``: a site answering in 50 ms doubles every half second of
+  sending, one taking seconds every second. Under
+  ``T.latency_signal`` latency says nothing of a server's load (there is no
+  queue to see), so such a site keeps the one-second round: only a refusal
+  could stop a quicker climb, and the slower one leaves it near the limit;
 * one answer doubles the rate at most once, however long it took: growth is
   clocked by answers, as TCP's slow start is by acknowledgements, so a scope
   that sends little learns little, and one whose slots hold its sends back
@@ -95,13 +94,13 @@ class StartPhase:
 
     def _start_round(self: _StartPhaseState) -> float:
         """Seconds per doubling: the lowest latency seen within ``[T.min_round, T.round]``,
-        or ``T.round`` while none is known.
+        or ``T.round`` while none is known or it is under ``T.latency_signal``.
 
         The lowest, not the smoothed: a first answer slowed by its connection's set-up
         (or by a busy crawler) must not make a quick site look slow.
         """
         low = self._low_latency
-        if low <= 0.0:  # none known yet (0)
+        if low < T.latency_signal:  # none known (0) or too quick to say anything
             return T.round
         return min(T.round, max(T.min_round, low))
 
@@ -205,18 +204,13 @@ class StartPhase:
         just under it drew more refusals while the burst's debt was paid (unless a hold
         paid it: :meth:`_start_resume`).
 
-        Without a hold the climb then searches up to ``T.ceiling_share`` of the refused
-        rate by halves (``_rampup_search``): with half-second rounds an answer may grow
-        the rate by a third or more at a few per second, so the limit may lie well above
-        the good rate. A refusal that came with a hold of ``T.hold_long`` or more is not
-        searched beyond (a failed step costs a whole hold): it levels out at
-        ``T.held_share`` of the geometric middle of the good and the refused rates, where
-        a bucket with no burst has its limit as likely above as below (the good rate is
-        the rate allowed at the last answered send, which the sends seldom reached).
+        A refusal that came with a hold of ``T.hold_long`` or more levels out at
+        ``T.held_share`` of the good rate: the good rate is the rate allowed at the
+        last answered send, which the sends seldom reached, and another refusal costs a
+        whole hold again.
         """
         good = min(self._good_rate, refused)
         if good < T.good_share * refused:
             return ceiling
-        if self._resumed_at - now >= T.hold_long:
-            return max(rate, min(ceiling, math.sqrt(good * refused) * T.held_share))
-        return max(rate, min(ceiling, good * T.good_ceiling))
+        share = T.held_share if self._resumed_at - now >= T.hold_long else T.good_ceiling
+        return max(rate, min(ceiling, good * share))

@@ -46,9 +46,10 @@ class RampupTuning:
     used_share: float = 0.5
 
     # -- the start phase --
-    #: Latency under this many seconds says nothing of a server's load (no queue to see), and one
-    #: request in flight back to back would be hundreds a second: from this latency up, the start
-    #: phase's window of one lets one request be in flight back to back.
+    #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
+    #: start phase's round stays ``round``: only a refusal could stop a quicker climb, and a
+    #: one-second round's finer steps leave the first refusal's good rate near the limit. From this
+    #: latency up, the round follows the latency and one request may be in flight back to back.
     latency_signal: float = 0.02
     #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
     #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
@@ -57,11 +58,9 @@ class RampupTuning:
     #: refusals in the fleet-learning test, where one process drew 2; with three, 3. The baseline
     #: waited for 5 until the limiter cases showed the same figures with 3.)
     confirm: int = 3
-    #: The shortest round, in seconds, a quick site's too (a one-second round left a 25/s bucket
-    #: at 0.21 of its capacity over its first 5 s, 0.58 with this). Not a round trip of 50 ms: a
-    #: limit on a window or a bucket shows nothing until its burst is spent, and a rate doubling
-    #: every 50 ms is far past it by then (a window of 11 per second drew 15 refusals in a second
-    #: at 50 ms rounds, 3 at 0.5 s).
+    #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
+    #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
+    #: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
     min_round: float = 0.5
     #: Weight of the newest gap in the measured send rate while the round is shorter than ``round``:
     #: doubling every round trip outruns the steady weight's mean within a few sends. (With
