@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import asyncio
+import io
 import random
 import uuid
+import warnings
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from typing import Any
 
@@ -14,6 +17,30 @@ from crawlpace.testing import MockClock
 
 from .redis_cluster import RedisCluster, cluster_binaries
 from .redis_server import RedisServer, redis_binary, valkey_binary
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> None:
+    """A test that pytest-timeout stopped: show where each of its asyncio tasks was waiting.
+
+    The timeout's own traceback ends in the event loop's ``select``, which says only that the
+    loop was idle; the tasks' stacks say what they waited for (a reply, a lock, a child's line).
+    """
+    if call.when != "call" or call.excinfo is None or "Timeout" not in str(call.excinfo.value):
+        return
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            loop = asyncio.get_event_loop_policy().get_event_loop()
+        tasks = [task for task in asyncio.all_tasks(loop) if not task.done()]
+    except RuntimeError:  # no loop: not an async test
+        return
+    out = io.StringIO()
+    for task in tasks:
+        task.print_stack(file=out)
+    if tasks:
+        item.add_report_section("call", "asyncio tasks at the timeout", out.getvalue())
+
 
 #: Settings with jitter off, so spacing is exact and tests can compare times.
 EXACT: dict[str, Any] = {"RANDOMIZE_DOWNLOAD_DELAY": False, "BACKOFF_JITTER": False}

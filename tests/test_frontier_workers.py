@@ -76,7 +76,7 @@ def _no_worker_outlives_its_test() -> Iterator[None]:
 
 async def start_worker(store: str, namespace: str, output: Path, config: Path,
                        visibility: float = 30.0, prefix: tuple[str, ...] = (),
-                       verbose: bool = False) -> asyncio.subprocess.Process:
+                       verbose: bool = False, wait_for_urls: float = 0.0) -> asyncio.subprocess.Process:
     """A frontier worker; ``prefix`` runs it under another command (``faketime`` for a skewed clock).
 
     ``verbose`` logs at INFO, so a worker that does not end shows what it last did.
@@ -84,7 +84,8 @@ async def start_worker(store: str, namespace: str, output: Path, config: Path,
     process = await asyncio.create_subprocess_exec(
         *prefix, sys.executable, "-m", "crawlpace", "crawl", "-o", str(output), "--redis", store,
         "--namespace", namespace, "--config", str(config), "--no-robots", "--quiet", "--json",
-        *(("-v",) if verbose else ()), "--visibility", str(visibility), stdout=asyncio.subprocess.PIPE,
+        *(("-v",) if verbose else ()), "--visibility", str(visibility),
+        *(("--wait-for-urls", str(wait_for_urls)) if wait_for_urls else ()), stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE, env={**os.environ, "PYTHONPATH": SRC})
     _STARTED.append(process)
     return process
@@ -123,6 +124,31 @@ async def wait_for_lines(paths: Path | list[Path], count: int, within: float = 2
             await asyncio.sleep(0.05)
 
 
+def named(url: str, name: str) -> str:
+    """``url`` with a client name: the worker's connections show under it in CLIENT LIST."""
+    return f"{url}{'&' if '?' in url else '?'}client_name={name}"
+
+
+async def connected(url: str, names: list[str], within: float = 120.0) -> None:
+    """Return once a client of each of ``names`` is connected to the server at ``url``.
+
+    A worker's start-up (an interpreter, crawlpace, its drivers) took several seconds on a loaded
+    machine: a test that needs every worker at work waits for their connections, not a fixed time.
+    """
+    import redis.asyncio as aioredis
+
+    client = aioredis.from_url(url.partition("?")[0], decode_responses=True)
+    try:
+        async with asyncio.timeout(within):
+            while True:  # no event to wait on: poll the server's clients
+                present = {entry.get("name") for entry in await client.client_list()}
+                if present.issuperset(names):
+                    return
+                await asyncio.sleep(0.05)
+    finally:
+        await client.aclose()
+
+
 async def test_workers_share_one_queue_and_one_set_of_limits(tmp_path: Path,
                                                              redis_server: RedisServer) -> None:
     config, namespace = write_config(tmp_path), f"f{uuid.uuid4().hex[:8]}"
@@ -130,12 +156,17 @@ async def test_workers_share_one_queue_and_one_set_of_limits(tmp_path: Path,
         urls = [f"{site.url}/page/{n}" for site in farm.sites for n in range(1, 25)]
         listing = tmp_path / "urls.txt"
         listing.write_text("\n".join(urls + urls[:5]) + "\n", encoding="utf-8")
+        # Every worker is up and waiting for URLs before there are any: on a loaded machine the
+        # first one started did all 48 (2.4 s of work) before the others had started.
+        outputs = [tmp_path / f"out{n}.jsonl" for n in range(3)]
+        names = [f"{namespace}-{n}" for n in range(3)]
+        workers = [await start_worker(named(redis_server.url, name), namespace, path, config,
+                                      wait_for_urls=120.0) for name, path in zip(names, outputs, strict=True)]
+        await connected(redis_server.url, names)
         code, out, _ = await cli("enqueue", str(listing), "--redis", redis_server.url, "--namespace",
                                  namespace, "--json")
         assert code == 0
         assert json.loads(out.strip().splitlines()[-1])["added"] == 48
-        outputs = [tmp_path / f"out{n}.jsonl" for n in range(3)]
-        workers = [await start_worker(redis_server.url, namespace, path, config) for path in outputs]
         summaries = await asyncio.gather(*(finish(worker) for worker in workers))
         stats = farm.stats()
     results = merged(outputs)
@@ -222,8 +253,13 @@ async def test_workers_pause_through_a_redis_restart_and_lose_nothing(
         outputs = [tmp_path / f"out{n}.jsonl" for n in range(2)]
         # The default lease (30 s): a release that failed while the server was away is sent again
         # when it is back, so no slot stays held until its lease runs out.
-        workers = [await start_worker(persistent_server.url, namespace, path, config) for path in outputs]
-        await wait_for_lines(outputs, 4)  # the crawl is under way, whichever worker answers
+        names = [f"{namespace}-{n}" for n in range(2)]
+        workers = [await start_worker(named(persistent_server.url, name), namespace, path, config)
+                   for name, path in zip(names, outputs, strict=True)]
+        # Both workers have reached the server (a loaded machine once stopped it before the second
+        # had started, which then failed its start-up check), and the crawl is under way.
+        await connected(persistent_server.url, names)
+        await wait_for_lines(outputs, 4)
         persistent_server.stop()
         during = len(merged(outputs))
         await asyncio.sleep(1.5)

@@ -25,9 +25,11 @@ from .redis_server import RedisServer
 from .test_frontier_workers import (
     RATE,
     _no_worker_outlives_its_test,  # noqa: F401  (autouse: kills leftovers)
+    connected,
     farm_spec,
     finish,
     merged,
+    named,
     start_worker,
     write_config,
 )
@@ -72,8 +74,12 @@ async def test_workers_ride_out_network_faults(tmp_path: Path, redis_server: Red
             outputs = [tmp_path / f"out{n}.jsonl" for n in range(3)]
             # Logged at INFO: this test has failed twice in full runs (stops 27 and 28) with a worker
             # still running after 150 s and nothing to show why; alone, it passed 14 runs of 14.
-            workers = [await start_worker(through, namespace, path, config, verbose=True)
-                       for path in outputs]
+            names = [f"{namespace}-{n}" for n in range(3)]
+            workers = [await start_worker(named(through, name), namespace, path, config, verbose=True)
+                       for name, path in zip(names, outputs, strict=True)]
+            # The faults are for running workers: on a loaded machine a worker could still be starting
+            # when they began, and its start-up check would meet the partition.
+            await connected(redis_server.url, names)
             schedule = asyncio.ensure_future(faults(proxy, log))
             try:
                 summaries = await asyncio.gather(*(finish(worker, within=150.0) for worker in workers))

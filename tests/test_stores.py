@@ -349,6 +349,9 @@ async def test_only_one_worker_probes_a_half_open_scope(redis_url: str) -> None:
             assert isinstance(lease, Lease)
             await one.release(lease, failure)
             clock.advance(0.1)
+        # A release is sent without waiting for its reply: the other worker's next call may reach
+        # the server first. Wait until the server has them (what a worker sees across processes).
+        await delivered(one)
         assert isinstance(await two.acquire((("brk", 1.0),)), Blocked)  # open for every worker
         clock.advance(10.0)
         probe = await two.acquire((("brk", 1.0),))
@@ -356,6 +359,7 @@ async def test_only_one_worker_probes_a_half_open_scope(redis_url: str) -> None:
         # The scope has a second slot, but the probe is alone: worker one waits too.
         assert isinstance(await one.acquire((("brk", 1.0),)), Blocked)
         await two.release(probe, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+        await delivered(two)
         assert isinstance(await one.acquire((("brk", 1.0),)), Lease)
     finally:
         await one.aclose()
