@@ -21,7 +21,7 @@ from .sim_thread import Recorder, serve_in_thread
 pytestmark = pytest.mark.redis
 
 HOST = "127.0.0.2"
-DELAY = 0.1
+DELAY = 0.25  # long enough that one arrival lagging on a loaded machine cannot halve a gap
 PER_PROCESS = 4
 
 
