@@ -45,7 +45,11 @@ twelve twelfths of the window.
 Two more rules tell a site that is down from one that merely fails now and then:
 
 * Pauses escalate. The first pause after a close lasts ``first_pause``; each
-  failed probe doubles it, up to ``pause``. A dead site is thus probed early and
+  failed probe doubles it, up to ``pause``. The very first opening of a site
+  whose successes still outnumber its failures pauses only
+  ``SAMPLE_PAUSE_SHARE`` of ``first_pause``: it is the sample the next rule
+  compares with, not yet a sign that the site is down; a failed probe then
+  pauses ``first_pause`` and escalation goes on as usual. A dead site is thus probed early and
   given up early (with the scope policy's defaults, ten seconds after
   it opened), while a site that keeps failing after a few probes waits the full
   pause between them.
@@ -67,7 +71,8 @@ import logging
 import math
 from dataclasses import dataclass
 
-__all__ = ["BUCKETS", "CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "RECENT", "Breaker", "BreakerSnapshot"]
+__all__ = ["BUCKETS", "CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "RECENT", "SAMPLE_PAUSE_SHARE", "Breaker",
+           "BreakerSnapshot"]
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +97,10 @@ STEADY_MARGIN = 1.5
 STEADY_MAX = 0.5
 #: Outcomes since the pause needed before failures can be judged the site's own.
 STEADY_OUTCOMES = 10
+#: The very first pause of a site whose successes outnumber its failures, as a share of
+#: ``first_pause``: long enough for the rate to fall to zero and be compared with after, short
+#: enough not to cost a flaky site with no limit most of its crawl (issue 30: 10 s of a 3 s crawl).
+SAMPLE_PAUSE_SHARE = 0.1
 
 #: Buckets a window is counted in.
 BUCKETS = _BUCKETS = 12
@@ -318,9 +327,14 @@ class Breaker:
                               "errors do not depend on the pace; tolerating up to %.0f%%", bad, total,
                               100 * self._opened_share, 100 * self.tolerated_share)
                 if verdict != "wait" and self._too_many(total, bad):
+                    # A first opening while successes outnumber failures is a sample, not a verdict:
+                    # a short pause tells errors that fall with the pace from the site's own.
+                    sample = self._opened_share < 0.0 and 2 * bad < total
                     self._opened_share = bad / total
-                    self._next_pause = self._first_pause
+                    self._next_pause = self._first_pause * (SAMPLE_PAUSE_SHARE if sample else 1.0)
                     self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
+                    if sample:
+                        self._next_pause = self._first_pause
         elif state == HALF_OPEN and sent_at >= self._half_open_since:
             self._probe_out = False
             if not failed:
