@@ -534,8 +534,10 @@ def test_the_documented_flaky_timeline() -> None:
         if breaker.tolerated_share and not learned:
             learned.append((round(now, 1), breaker.tolerated_share))
         now += 0.1
-    assert pauses == [(1.0, 10.9)]  # opened by the outcome at 0.9 s
-    assert learned == [(11.9, 0.5)]
+    # Opened by the outcome at 0.9 s; 7 of its 10 outcomes succeeded, so the first pause is a
+    # sample of a tenth of first_pause (it was 10 s, as long as a site that is down gets).
+    assert pauses == [(1.0, 1.9)]
+    assert learned == [(2.9, 0.5)]
     assert breaker.state == CLOSED
 
 
@@ -586,3 +588,28 @@ def test_a_site_that_died_is_still_given_up_at_a_failed_probe() -> None:
     breaker.on_send(10.5)
     assert fail(breaker, 11.0, sent_at=10.5) is True
     assert breaker.state == GIVEN_UP
+
+
+def test_an_unlucky_probe_of_a_mostly_answering_site_keeps_the_pause_short() -> None:
+    # The first opening of a site whose successes outnumber its failures is a 1 s sample pause.
+    # Its probe may fail by chance (one time in four at 25 % errors): that alone must not cost
+    # the site the full first pause while most of its recent answers are good.
+    breaker = Breaker(pause=60.0, first_pause=10.0)
+    now = 0.0
+    for failed in (False, True, False, False, True, False, False, True):
+        breaker.on_send(now)
+        breaker.on_outcome(now, failed=failed, sent_at=now)
+        now += 0.1
+    assert breaker.state == OPEN
+    assert breaker.pause_end == pytest.approx(1.7)  # 3 of 8 failed at 0.7 s
+    breaker.on_send(1.7)
+    breaker.on_outcome(1.75, failed=True, sent_at=1.7)  # the probe fails
+    assert breaker.state == OPEN
+    assert breaker.pause_end == pytest.approx(2.75)  # was 11.75
+    # A site that is down fails everything: its pauses are the usual ones from the start.
+    down = Breaker(pause=60.0, first_pause=10.0)
+    for i in range(5):
+        down.on_send(i * 0.1)
+        down.on_outcome(i * 0.1, failed=True, sent_at=i * 0.1)
+    assert down.state == OPEN
+    assert down.pause_end == pytest.approx(10.4)

@@ -95,13 +95,14 @@ async def test_errors_answered_at_once_are_not_read_as_a_cap_on_requests_in_flig
 
 async def test_after_a_breaker_pause_the_scope_resumes_at_its_pace() -> None:
     # 500s are no backoff answer: the breaker opens once at 20 % failures (before it has learned
-    # the site's share), pauses the scope 10 s, and closes on a good probe. The pause is the
-    # breaker's silence, not the scope's: the sends after it go at the pace from before it.
+    # the site's share), pauses the scope for its short sample pause (1 s), and closes on a good
+    # probe. The pause is the breaker's silence, not the scope's: the sends after it go at the
+    # pace from before it.
     clean = await crawl(errors=0.0)
     flaky = await crawl(errors=0.2, status=500)
     gaps = [(later - earlier, later) for earlier, later in zip(flaky.sends, flaky.sends[1:], strict=False)]
     pause, probe = max(gaps)
-    assert pause >= 5.0  # the breaker did pause the scope
+    assert pause >= 0.9  # the breaker did pause the scope
     after = sum(probe < t <= probe + 3.0 for t in flaky.sends)
     assert after >= 0.8 * 3.0 * clean.pace, (after, clean.pace)  # was 7 of 58: climbing from 1/s
 
@@ -111,3 +112,12 @@ async def test_a_site_that_is_down_is_still_given_up_under_rampup() -> None:
                        breaker={"BREAKER_PAUSE": 6.0, "BREAKER_GIVE_UP_AFTER": 5})
     assert down.given_up
     assert len(down.sends) < 40
+
+
+async def test_the_first_breaker_pause_of_a_mostly_answering_site_is_short() -> None:
+    # The breaker's first opening is its sample of the error share, not a verdict: while successes
+    # outnumber failures it pauses a tenth of its first pause. A 10 s pause cost a random farm's
+    # site with 24 % 500s and no limit 10 s of a crawl an oracle did in 3 s (0.23 x the oracle).
+    clean = await crawl(errors=0.0, seconds=LEARN)
+    flaky = await crawl(errors=0.2, status=500, seconds=LEARN)
+    assert len(flaky.sends) >= 0.9 * len(clean.sends), (len(flaky.sends), len(clean.sends))  # was 190 of 384

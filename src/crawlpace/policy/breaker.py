@@ -45,7 +45,12 @@ twelve twelfths of the window.
 Two more rules tell a site that is down from one that merely fails now and then:
 
 * Pauses escalate. The first pause after a close lasts ``first_pause``; each
-  failed probe doubles it, up to ``pause``. A dead site is thus probed early and
+  failed probe doubles it, up to ``pause``. The very first opening of a site
+  whose successes still outnumber its failures pauses only
+  ``SAMPLE_PAUSE_SHARE`` of ``first_pause``: it is the sample the next rule
+  compares with, not yet a sign that the site is down. Its failed probes pause
+  as briefly while successes still outnumber failures among the recent
+  outcomes; after that, ``first_pause`` and escalation go on as usual. A dead site is thus probed early and
   given up early (with the scope policy's defaults, ten seconds after
   it opened), while a site that keeps failing after a few probes waits the full
   pause between them.
@@ -67,7 +72,8 @@ import logging
 import math
 from dataclasses import dataclass
 
-__all__ = ["BUCKETS", "CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "RECENT", "Breaker", "BreakerSnapshot"]
+__all__ = ["BUCKETS", "CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "RECENT", "SAMPLE_PAUSE_SHARE", "Breaker",
+           "BreakerSnapshot"]
 
 _log = logging.getLogger(__name__)
 
@@ -92,6 +98,10 @@ STEADY_MARGIN = 1.5
 STEADY_MAX = 0.5
 #: Outcomes since the pause needed before failures can be judged the site's own.
 STEADY_OUTCOMES = 10
+#: The very first pause of a site whose successes outnumber its failures, as a share of
+#: ``first_pause``: long enough for the rate to fall to zero and be compared with after, short
+#: enough not to cost a flaky site with no limit most of its crawl (issue 30: 10 s of a 3 s crawl).
+SAMPLE_PAUSE_SHARE = 0.1
 
 #: Buckets a window is counted in.
 BUCKETS = _BUCKETS = 12
@@ -130,7 +140,8 @@ class Breaker:
     __slots__ = ("_buckets", "_error_share", "_failed", "_first_pause", "_give_up_after", "_half_open_since",
                  "_min_requests", "_next_pause", "_open_until", "_opened_at", "_opened_share", "_pause",
                  "_probe_out",
-                 "_recent", "_recent_n", "_state", "_total", "_width", "_window", "consecutive_failures",
+                 "_recent", "_recent_n", "_sampling", "_state", "_total", "_width", "_window",
+                 "consecutive_failures",
                  "reason", "tolerated_share")
 
     def __init__(self, *, window: float = 60.0, error_share: float = 0.1, min_requests: int = 5,
@@ -179,6 +190,9 @@ class Breaker:
         self._opened_at = _NEVER
         self._half_open_since = _NEVER
         self._probe_out = False
+        # Whether the current opening is a sample (SAMPLE_PAUSE_SHARE): the first of a site that
+        # mostly answers, and the probes after it while its recent outcomes still mostly succeed.
+        self._sampling = False
         # (bucket number, outcomes, failures), oldest first; at most _BUCKETS entries.
         self._buckets: list[tuple[float, int, int]] = []
         self._total = 0
@@ -318,6 +332,9 @@ class Breaker:
                               "errors do not depend on the pace; tolerating up to %.0f%%", bad, total,
                               100 * self._opened_share, 100 * self.tolerated_share)
                 if verdict != "wait" and self._too_many(total, bad):
+                    # A first opening while successes outnumber failures is a sample, not a verdict:
+                    # a short pause tells errors that fall with the pace from the site's own.
+                    self._sampling = self._opened_share < 0.0 and 2 * bad < total
                     self._opened_share = bad / total
                     self._next_pause = self._first_pause
                     self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
@@ -325,6 +342,7 @@ class Breaker:
             self._probe_out = False
             if not failed:
                 self._state = CLOSED
+                self._sampling = False
                 self._buckets = []
                 self._total = self._failed = 0
                 _log.debug("breaker closed: the probe succeeded")
@@ -336,6 +354,9 @@ class Breaker:
                 _log.debug("breaker %s", self.reason)
                 return True
             else:
+                # A sample goes on while successes still outnumber failures: one unlucky probe of a
+                # site failing a quarter of its requests is no sign that it is down.
+                self._sampling = self._sampling and 2 * self._recent.bit_count() < self._recent_n
                 self._open(now, f"the probe failed ({self.consecutive_failures} failures in a row)")
         return False
 
@@ -394,6 +415,8 @@ class Breaker:
     def _open(self, now: float, why: str) -> None:
         pause = self._next_pause
         self._next_pause = min(self._pause, 2.0 * pause) if pause > 0.0 else self._pause
+        if self._sampling:  # a short sample pause; a failed probe after it pauses as usual
+            pause, self._next_pause = SAMPLE_PAUSE_SHARE * self._first_pause, self._first_pause
         self._state = OPEN
         self._opened_at = now
         self._open_until = now + pause
