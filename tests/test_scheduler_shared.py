@@ -19,7 +19,7 @@ import uuid
 
 import pytest
 
-from crawlpace import Throttler
+from crawlpace import Permit, Throttler
 from crawlpace.frontier import _scheduler
 from crawlpace.frontier._scheduler import Scheduler, Task
 
@@ -43,7 +43,7 @@ async def test_a_queue_parked_while_take_sleeps_wakes_it(redis_server: RedisServ
     async with Throttler(ONE_SLOT, store=url) as here, Throttler(ONE_SLOT, store=url) as elsewhere:
         # Another worker holds the site's only slot.
         theirs = await elsewhere.try_acquire("https://example.com/theirs")
-        assert theirs
+        assert isinstance(theirs, Permit)
         scheduler = Scheduler(here, robots=None, on_drop=lambda task, why, detail: None)
         scheduler.push(Task(1, "https://example.com/1"))
         # A fetch's take_due() pops the queue and waits for the store's answer; meanwhile the
