@@ -7,12 +7,18 @@ whichever comes first, on the scheduler's clock, so that a fake clock jumps
 straight to the due time in tests. News that arrives while no one sleeps is
 kept, and the next sleep returns at once: a poke is never lost between a
 caller finding nothing due and going to sleep.
+
+A time can also come up while the sleeper sleeps: another coroutine of the
+scheduler tried a queue and put it back on the board, due later or parked
+with a time to look again. :meth:`Alarm.wake_by` moves the sleeper's timer
+earlier for it, so that no time on the board is ever later than the sleeper's
+own (a sleeper with no timer and a queue parked with a look-again time slept
+for ever: a fleet worker kept its claimed URLs until it was killed).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
 
 from .._clock import Clock, TimerHandle
 
@@ -26,36 +32,58 @@ class Alarm:
         clock: the clock the due times are read on.
     """
 
-    __slots__ = ("_clock", "_news", "_signal")
+    __slots__ = ("_clock", "_event", "_handle", "_news", "_until")
 
     def __init__(self, clock: Clock) -> None:
         self._clock = clock
         self._news = False
-        self._signal: Callable[[], None] | None = None
+        self._event: asyncio.Event | None = None  # set while someone sleeps
+        self._until: float | None = None  # the sleeper's time (None: none)
+        self._handle: TimerHandle | None = None
 
     def ring(self) -> None:
         """Say that something happened: wake the sleeper, or the next one to come."""
         self._news = True
-        if self._signal is not None:
-            self._signal()
+        if self._event is not None:
+            self._event.set()
 
-    async def sleep(self, until: float | None) -> None:
-        """Return at the time ``until`` (None: no such time), or at news; at once if news is waiting."""
+    def wake_by(self, when: float) -> None:
+        """Make sure the sleeper, if any, is up at ``when`` at the latest.
+
+        Nothing to do while no one sleeps: the next sleep is given the
+        earliest time there is to wait for.
+        """
+        event = self._event
+        if event is None or (self._until is not None and self._until <= when):
+            return
+        if self._handle is not None:
+            self._handle.cancel()
+        self._until = when
+        self._handle = self._clock.call_at(when, event.set)
+
+    async def sleep(self, until: float | None) -> bool:
+        """Return at the time ``until`` (None: no such time), or at news; at once if news is waiting.
+
+        Returns:
+            True when it returned at ``until`` itself: no news came, and no
+            earlier time (:meth:`wake_by`).
+        """
         if self._news:
             self._news = False
-            return
-        event = asyncio.Event()
-        self._signal = event.set
-        handle: TimerHandle | None = None
+            return False
+        event = self._event = asyncio.Event()
+        self._until = until
         if until is not None:
-            handle = self._clock.call_at(until, event.set)
+            self._handle = self._clock.call_at(until, event.set)
         try:
             await event.wait()
         finally:
-            self._signal = None
-            self._news = False
-            if handle is not None:
-                handle.cancel()
+            self._event = None
+            news, self._news = self._news, False
+            if self._handle is not None:
+                self._handle.cancel()
+                self._handle = None
+        return not news and self._until == until
 
     def __repr__(self) -> str:
-        return f"<Alarm news={self._news} sleeping={self._signal is not None}>"
+        return f"<Alarm news={self._news} sleeping={self._event is not None} until={self._until}>"

@@ -37,12 +37,16 @@ from ._robots_cache import RobotsCache
 from ._robots_gate import RobotsGating
 from ._task import Dropped, Task, Unmeasured, origin_of
 
-__all__ = ["LONG_WAIT", "Dropped", "Scheduler", "Task", "origin_of"]
+__all__ = ["LONG_WAIT", "MAX_QUIET", "Dropped", "Scheduler", "Task", "origin_of"]
 
 _log = logging.getLogger(__name__)
 
 # A release re-tries its scope's queue at once when that queue waits longer than this.
 _RECHECK_AFTER = 0.05
+#: Seconds a take() on a shared store sleeps at most before it looks at its queues again. Every way
+#: a queue becomes due wakes it (a time on the board, a release, a push); this bound is only a
+#: second line, for a wake-up a future change might lose (it logs a warning should it ever help).
+MAX_QUIET = 1.0
 #: Seconds of waiting from which ``on_wait`` hears about a queue.
 LONG_WAIT = 1.0
 
@@ -98,7 +102,8 @@ class Scheduler(RobotsGating):
         self._key_scopes: dict[str, tuple[str, ...]] = {}  # queue -> the scopes its last permit held
         self._alarm = Alarm(self._clock)  # what take() sleeps on when nothing is due
         # A local store answers at once: whole takes run without a coroutine (take_nowait).
-        self._nowait = not throttler.store.shared
+        self._shared = throttler.store.shared
+        self._nowait = not self._shared
         self.queued = 0
 
     # -- adding work -----------------------------------------------------------
@@ -207,13 +212,20 @@ class Scheduler(RobotsGating):
             The task and its permit, or None when nothing is queued (the
             caller decides whether more may come, and calls again after news).
         """
+        bounded = False  # the last sleep ended at MAX_QUIET, with nothing on the board due by then
         while True:
             got = await self._take_due()
             if got is not None:
+                if bounded:
+                    _log.warning("a queue of %s was due with nothing to wake the scheduler: a lost "
+                                 "wake-up (a bug); found by the look every %g s", got[0].host, MAX_QUIET)
                 return got
             if self.idle:
                 return None
-            await self._alarm.sleep(self._board.next_at())
+            until = self._board.next_at()
+            limit = self._clock.now() + MAX_QUIET if self._shared else None
+            bound = limit is not None and (until is None or until > limit)
+            bounded = await self._alarm.sleep(limit if bound else until) and bound
 
     def poke(self) -> None:
         """Wake a waiting :meth:`take`, e.g. because work was added or a slot freed."""
@@ -347,8 +359,12 @@ class Scheduler(RobotsGating):
             # release of ours would say so: look again shortly as well.
             full = [name for name, ready in result.waiting_on if ready is None]
             now = self._clock.now()
-            poll = now + SHARED_POLL if self._throttler.store.shared else None
+            poll = now + SHARED_POLL if self._shared else None
             self._board.park(key, full, (now,), poll_at=poll)
+            if poll is not None:
+                # A take() may sleep meanwhile, with no time at all if this queue was all it had
+                # (it was off the board during the store's round trip): it must look again then.
+                self._alarm.wake_by(poll)
         else:
             self._schedule(key, result.ready_at)
             wait = result.ready_at - self._clock.now()
@@ -375,8 +391,7 @@ class Scheduler(RobotsGating):
     def _schedule(self, key: str, when: float) -> None:
         # Ranked by the time it became due: the queue that waited longest goes first.
         self._board.due(key, when, (when,))
-        if self._board.next_at() == when:
-            self._poke()
+        self._alarm.wake_by(when)  # a sleeping take() is up by then
 
     def _poke(self) -> None:
         self._alarm.ring()
