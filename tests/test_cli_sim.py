@@ -110,3 +110,17 @@ def test_sim_uses_the_control_port_asked_for(capsys: pytest.CaptureFixture[str])
         port = probe.getsockname()[1]
     assert main(["sim", "mixed", "--control-port", str(port), "--duration", "0.1", "--output", ""]) == 0
     assert f"live figures: http://127.0.0.1:{port}/stats" in capsys.readouterr().out
+
+
+def test_a_reader_that_goes_away_ends_the_command_without_a_traceback() -> None:
+    """``crawlpace sim random ... | head``: the reader closes the pipe, the command stops quietly."""
+    command = [sys.executable, "-m", "crawlpace", "sim", "random", "--seed", "1", "--sites", "3000",
+               "--draw-only"]
+    with subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE) as child:
+        assert child.stdout is not None
+        assert child.stderr is not None
+        assert child.stdout.read(10)  # far less than the farm it draws
+        child.stdout.close()
+        errors = child.stderr.read().decode()
+        assert child.wait(timeout=60) == 1, errors
+    assert "Traceback" not in errors

@@ -6,9 +6,11 @@ import argparse
 import importlib
 import json
 import logging
+import os
 import sys
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
+from typing import TextIO
 
 from .. import __version__
 from .._exceptions import ConfigError, StoreUnreachable
@@ -115,6 +117,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     sys.stdout, sys.stderr = RedactingStream(stdout), RedactingStream(stderr)
     try:
         return _main(argv)
+    except BrokenPipeError:
+        # Whoever read the output went away (`crawlpace sim | head`, a script that stopped
+        # reading): nothing more can reach it. Point stdout at /dev/null so that the flush at
+        # exit does not fail again, and end as a broken pipe does, without a traceback.
+        _silence(stdout)
+        return 1
     except BaseException as exc:  # an uncaught error: its traceback, masked, before the streams go back
         if not isinstance(exc, SystemExit | KeyboardInterrupt):
             import traceback
@@ -124,6 +132,16 @@ def main(argv: Sequence[str] | None = None) -> int:
         raise
     finally:
         sys.stdout, sys.stderr = stdout, stderr
+
+
+def _silence(stream: TextIO) -> None:
+    """Send what is left for ``stream`` (a closed pipe) to /dev/null instead."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, stream.fileno())
+        os.close(devnull)
+    except (OSError, ValueError):  # no file descriptor behind it (a test's StringIO): nothing to flush
+        pass
 
 
 def _main(argv: Sequence[str] | None) -> int:
