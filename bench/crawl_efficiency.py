@@ -169,7 +169,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from crawlpace.sim import PRIVATE_PREFIX
-from crawlpace.sim._random import DEFAULT_SECONDS, draw_farm, farm_toml
+from crawlpace.sim._random import DEFAULT_SECONDS, RANDOM_KINDS, draw_farm, farm_toml
 
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "_peers"
@@ -1469,17 +1469,18 @@ def random_seeds(args: argparse.Namespace, repeats: int) -> list[int]:
 
 async def random_rounds(chosen: list[Contender], seeds: list[int], sites: int, seconds: float, quick: bool,
                         root: Path, limit: float, grace: float, plot_dir: Path | None,
-                        progress: bool) -> list[Run]:
+                        progress: bool, kinds: tuple[str, ...] = RANDOM_KINDS) -> list[Run]:
     """Each round on a farm of its own seed, every contender on it, the first contender turning."""
     runs: list[Run] = []
     for round_no, seed in enumerate(seeds, 1):
-        spec = draw_farm(seed, sites, seconds=seconds)
-        text = farm_toml(spec, f"crawl_efficiency.py --farm random, round {round_no}: "
-                               f"crawlpace sim random --seed {seed} --sites {sites} --seconds {seconds:g}")
+        spec = draw_farm(seed, sites, seconds=seconds, kinds=kinds)
+        only = "" if kinds == RANDOM_KINDS else f" --kinds {','.join(kinds)}"
+        text = farm_toml(spec, f"crawl_efficiency.py --farm random, round {round_no}: crawlpace sim random "
+                               f"--seed {seed} --sites {sites} --seconds {seconds:g}{only}")
         farm_file = root / f"round{round_no}-farm.toml"
         farm_file.write_text(quick_farm(tomllib.loads(text)) if quick else text, encoding="utf-8")
         print(f"round {round_no}: seed {seed} (replay: --farm random --seed {seed} --repeats 1 "
-              f"--sites {sites}{' --quick' if quick else ''})", flush=True)
+              f"--sites {sites}{only}{' --quick' if quick else ''})", flush=True)
         shift = (round_no - 1) % len(chosen)
         for contender in chosen[shift:] + chosen[:shift]:
             folder = fresh_folder(root / f"round{round_no}-{contender.key}")
@@ -1501,6 +1502,11 @@ def random_benchmark(args: argparse.Namespace) -> None:
     limit: float = args.limit or (QUICK_LIMIT if args.quick else LIMIT)
     grace = QUICK_GRACE if args.quick else GRACE
     sites: int = args.sites or (QUICK_RANDOM_SITES if args.quick else RANDOM_SITES)
+    kinds = RANDOM_KINDS if args.kinds is None else tuple(
+        kind.strip() for kind in args.kinds.split(",") if kind.strip())
+    unknown = sorted(set(kinds) - set(RANDOM_KINDS))
+    if unknown or not kinds:
+        raise SystemExit(f"--kinds {args.kinds!r}: use one or more of: {', '.join(RANDOM_KINDS)}")
     default = QUICK_RANDOM_CONTENDERS if args.quick else RANDOM_CONTENDERS
     chosen = pick_contenders(args.contenders or default)
     if ORACLE not in {c.key for c in chosen}:
@@ -1521,7 +1527,7 @@ def random_benchmark(args: argparse.Namespace) -> None:
         else:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="crawl-efficiency-random-")))
         runs = asyncio.run(random_rounds(chosen, seeds, sites, args.seconds, args.quick, root, limit, grace,
-                                         plot_dir, progress=not args.json))
+                                         plot_dir, progress=not args.json, kinds=kinds))
     summaries = {c.key: random_summary(c.key, runs) for c in chosen}
     print_random_report(chosen, summaries)
     failed = [run for run in runs if run.error]
@@ -1569,6 +1575,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--seconds", type=float, default=DEFAULT_SECONDS,
                         help="--farm random: about how long each site takes at its capacity "
                              "(default %(default)g)")
+    parser.add_argument("--kinds", default=None,
+                        help=f"--farm random: comma-separated limiter kinds to draw from "
+                             f"(default: all: {', '.join(RANDOM_KINDS)})")
     parser.add_argument("--repeats", type=int, default=0,
                         help="rounds over all contenders (default 3, quick 1)")
     parser.add_argument("--limit", type=float, default=0.0,
