@@ -80,21 +80,23 @@ class SendRecord:
         answer slow enough to open the window of one). Unless the answers since
         showed service time (the window of one then paces the scope, one request
         in flight), that early send is the one extra request the polite start
-        allows in its first gap: the next waits until that gap (``1 /
-        start_rate``) since the first send is over. A slow robots.txt answer (a
-        new connection, a loaded crawler) followed by quick pages sent robots.txt
-        and two pages within one second, one too many for a limit under one a
-        second. Under a pace the server announced (``announced``) the next is due
-        two gaps after the send before the early one, where it would have been
-        without it: a budget of two a second must not see robots.txt, the first
-        page and two more pages inside one second.
+        allows: the next keeps at least the starting gap (``1 / start_rate``)
+        after it. From the early send, not the first: the first answer's time
+        bounds when the first request arrived, its send does not (a new
+        connection, a loaded crawler). A robots.txt answered in 0.3 s, a first
+        page at once and the next one gap after it put robots.txt and two pages
+        within one second, one too many for a limit under one a second. Under a
+        pace the server announced (``announced``) the next is due two gaps after
+        the send before the early one, where it would have been without it: a
+        budget of two a second must not see robots.txt, the first page and two
+        more pages inside one second.
         """
         door = self._door
         if door == NEVER or self._start_floor(door=False) > 0.0:
             return gap
         if announced:
             return max(gap, door + 2.0 * gap - self._sent_at)
-        return max(gap, door + 1.0 / self.start_rate - self._sent_at)
+        return max(gap, 1.0 / self.start_rate)
 
     @property
     def went_early(self: _SendRecordState) -> bool:
