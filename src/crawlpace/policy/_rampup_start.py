@@ -34,13 +34,19 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   limit with no room for a burst refuses. And when the page through the door
   is refused (nginx's ``limit_req`` with no burst refuses a page 9 ms after
   robots.txt), that refusal is about its gap, not the rate: it cuts nothing.
+  The page through the door is the one extra request of the polite start: the
+  next keeps the starting gap after it (``SendRecord.door_gap``).
 
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
 between the two. After a refusal that came with a hold of ``T.hold_long`` or
 more (``Retry-After: 2``, say), the rate resumes at ``T.held_share`` of that
-ceiling instead of half the refused rate: the hold paid the burst's debt.
+ceiling instead of half the refused rate: the hold paid the burst's debt. Such a
+refusal's cut starts from at most twice the rate the accepted sends of the last
+round showed (:meth:`StartPhase._start_refused`): the window of one may have
+allowed far more than any send showed, and each overshoot of that site costs a
+hold.
 
 The state is two numbers on the controller: the good rate (``_good_rate``) and
 the lowest latency seen (``_low_latency``, 0 for none); the send record
