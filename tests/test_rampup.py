@@ -214,9 +214,13 @@ def test_a_robots_txt_answer_lets_the_first_page_go_at_once() -> None:
     assert ramp.sent_rate(0.02) <= 1.05
     # Under a pace the server announced (two a second, say), the send after the door's keeps
     # the time it had without the door: two gaps after robots.txt, not one after the first page.
-    assert ramp.door_gap(0.5) == pytest.approx(1.0 - 0.01)
+    assert ramp.door_gap(0.5, announced=True) == pytest.approx(1.0 - 0.01)
+    # Without one, the early page is the one extra request of the polite start: the next keeps
+    # the starting gap after it, however quick the rate allowed.
+    assert ramp.door_gap(0.1) == 1.0
     ramp.on_send(1.0)
-    assert ramp.door_gap(0.5) == 0.5  # from then on, the pace alone
+    assert ramp.door_gap(0.5, announced=True) == 0.5  # from then on, the pace alone
+    assert ramp.door_gap(0.1) == 0.1
     # A first answer that is a refusal opens nothing, nor does a page's: two pages back to
     # back may be what a limit without room for a burst refuses.
     refused, page = controller(), controller()

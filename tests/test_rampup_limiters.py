@@ -320,3 +320,51 @@ async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, expone
     out = await crawl(Knee(knee, latency, exponent, 3 * knee), 60.0)
     assert out.share >= share
     assert out.refused == 0
+
+
+async def test_a_scope_sends_robots_txt_and_one_page_in_its_first_second() -> None:
+    # robots.txt answered in 0.3 s (a loaded crawler, a slow first connection), pages in 3 ms, a
+    # bucket of 0.98/s with no burst (strict07 of a random farm). The slow answer opens the window of
+    # one, so the first page goes at once: that early page is the one extra request the polite start
+    # allows in its first second. Before, the next page went 0.3 s after it: 3 requests in a second.
+    clock = MockClock(autojump=True)
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+                                     "CONCURRENT_REQUESTS": 64})
+    limiter, sends, refused = Bucket(0.98, 1.0), [], 0
+    async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
+        async with throttler.slot("https://site.example/robots.txt") as permit:
+            sends.append(clock.now())
+            await clock.sleep(0.3)
+            permit.feedback(Response(200), latency=0.3)
+
+        async def worker(pages: list[str]) -> None:
+            nonlocal refused
+            while pages:
+                url = pages.pop(0)
+                async with throttler.slot(url) as permit:
+                    sends.append(clock.now())
+                    answer = limiter.arrive(clock.now())
+                    await clock.sleep(0.003)
+                    if answer.status_code != 200:
+                        refused += 1
+                        pages.insert(0, url)
+                    permit.feedback(answer, latency=0.003)
+
+        pages = [f"https://site.example/page/{n}" for n in range(6)]
+        await asyncio.gather(*(worker(pages) for _ in range(8)))
+    busiest = max(sum(1 for t in sends if start <= t < start + 1.0) for start in sends)
+    assert busiest <= 2  # the limit (1 a second) + 1
+    assert sends[2] - sends[0] >= 1.0
+    assert refused <= 2
+
+
+@pytest.mark.parametrize(("rate", "burst", "hold", "latency", "share"),
+                         [(5.0, 1.0, 5, 0.03, 0.5),     # was 0.04 / 13: resumed at 28/s after each hold
+                          (3.0, 3.0, 10, 0.05, 0.4)])   # was 0.31 / 5
+async def test_a_held_refusal_under_the_window_of_one_resumes_at_what_the_sends_showed(
+        rate: float, burst: float, hold: int, latency: float, share: float) -> None:
+    # Answers in 30-50 ms (a loaded crawler, or an API some way off) open the window of one at
+    # 20-33/s from the first answer; the bucket refuses within a few sends and holds for seconds.
+    out = await crawl(Bucket(rate, burst, hold), 60.0, latency=latency, seed=2)
+    assert out.share >= share
+    assert out.refused <= 4

@@ -33,7 +33,7 @@ class _SendRecordState(Protocol):
     _door: float
 
     def sent_rate(self, now: float) -> float: ...
-    def door_gap(self, gap: float) -> float: ...
+    def door_gap(self, gap: float, announced: bool = False) -> float: ...
     def _sent_weight(self) -> float: ...
     def hold(self, until: float) -> None: ...
     def _start_floor(self, door: bool = True) -> float: ...
@@ -72,20 +72,37 @@ class SendRecord:
         return self._episode_cap(floor if floor > allowed else allowed)
 
 
-    def door_gap(self: _SendRecordState, gap: float) -> float:
-        """The delay from the last send when sends are ``gap`` apart: ``gap``, or longer after the door.
+    def door_gap(self: _SendRecordState, gap: float, announced: bool = False) -> float:
+        """The delay from the last send when sends are ``gap`` apart: ``gap``, or longer after an early send.
 
-        See :meth:`on_send`: when the last send went early through the start
-        phase's door, the next is due two gaps after the send before it, where it
-        would have been without the door, unless the answers showed service time
-        (the window of one then paces the scope). The scope's policy asks this
-        under a pace the server announced: a budget of two a second must not see
-        robots.txt, the first page and two more pages inside one second.
+        See :meth:`on_send`: the scope's second send may go early, as soon as
+        the first is answered (robots.txt through the start phase's door, or an
+        answer slow enough to open the window of one). Unless the answers since
+        showed service time (the window of one then paces the scope, one request
+        in flight), that early send is the one extra request the polite start
+        allows: the next keeps at least the starting gap (``1 / start_rate``)
+        after it. From the early send, not the first: the first answer's time
+        bounds when the first request arrived, its send does not (a new
+        connection, a loaded crawler). A robots.txt answered in 0.3 s, a first
+        page at once and the next one gap after it put robots.txt and two pages
+        within one second, one too many for a limit under one a second. Under a
+        pace the server announced (``announced``) the next is due two gaps after
+        the send before the early one, where it would have been without it: a
+        budget of two a second must not see robots.txt, the first page and two
+        more pages inside one second.
         """
         door = self._door
         if door == NEVER or self._start_floor(door=False) > 0.0:
             return gap
-        return max(gap, door + 2.0 * gap - self._sent_at)
+        if announced:
+            return max(gap, door + 2.0 * gap - self._sent_at)
+        return max(gap, 1.0 / self.start_rate)
+
+    @property
+    def went_early(self: _SendRecordState) -> bool:
+        """Whether the last send went early, through the start phase's door or window of one
+        (:meth:`door_gap` then sets when the next is due)."""
+        return self._door != NEVER
 
     def is_idle(self: _SendRecordState, now: float) -> bool:
         """True once the scope has sent nothing for a while: a new controller would do as well."""

@@ -34,13 +34,19 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   limit with no room for a burst refuses. And when the page through the door
   is refused (nginx's ``limit_req`` with no burst refuses a page 9 ms after
   robots.txt), that refusal is about its gap, not the rate: it cuts nothing.
+  The page through the door is the one extra request of the polite start: the
+  next keeps the starting gap after it (``SendRecord.door_gap``).
 
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
 between the two. After a refusal that came with a hold of ``T.hold_long`` or
 more (``Retry-After: 2``, say), the rate resumes at ``T.held_share`` of that
-ceiling instead of half the refused rate: the hold paid the burst's debt.
+ceiling instead of half the refused rate: the hold paid the burst's debt. Such a
+refusal's cut starts from at most twice the rate the accepted sends of the last
+round showed (:meth:`StartPhase._start_refused`): the window of one may have
+allowed far more than any send showed, and each overshoot of that site costs a
+hold.
 
 The state is two numbers on the controller: the good rate (``_good_rate``) and
 the lowest latency seen (``_low_latency``, 0 for none); the send record
@@ -50,6 +56,7 @@ the lowest latency seen (``_low_latency``, 0 for none); the send record
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Protocol
 
 from ._rampup_sends import NEVER
@@ -80,6 +87,8 @@ class _StartPhaseState(Protocol):
     _last_growth: float
     _samples: int
     _door: float
+    start_rate: float
+    _ok_sends: deque[float]
 
     def allowed_rate(self, now: float) -> float: ...
     def _start_round(self) -> float: ...
@@ -189,6 +198,33 @@ class StartPhase:
         if low >= T.latency_signal and self._samples >= T.confirm:
             self.rate = max(self.rate, 1.0 / low)  # the window of one, confirmed: double from there
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
+
+    def _start_refused(self: _StartPhaseState, now: float, at: float, allowed: float) -> float:
+        """The rate a refusal in the start phase answers, for a request sent at ``at``: the rate
+        allowed then, but after a hold of ``T.hold_long`` or more at most twice what the sends
+        accepted in the round before showed.
+
+        Growth is clocked by answers: a rate doubling once a round has sent about
+        0.7 of its final rate in its last round, so the bound leaves such a climb
+        alone. It holds a rate no sends showed: the window of one lets a site
+        whose answers take 30 ms (a loaded crawler's, or an API's distance) send at
+        33/s from its first answer, and a bucket of 5/s with no burst refuses the
+        second page. That says its limit is under 33/s, not near it, and where the
+        refusal brought a long hold, every overshoot of the level costs another:
+        the cut from 33/s resumed at 28/s after the hold, and 10 holds of 5 s came in
+        a minute (0.24 of the limit). Without such a hold an overshoot costs one
+        quick refusal, and a limit near the rate allowed (a bucket of 12/s, the
+        window of one at 20/s) is found at once. (A record full of sends within the
+        round says nothing here: the rate is that high at least.)
+        """
+        if self._resumed_at - now < T.hold_long:
+            return allowed
+        round_ = self._start_round()
+        sends = self._ok_sends
+        shown = sum(1 for sent in sends if at - round_ <= sent < at)
+        if shown == sends.maxlen:
+            return allowed
+        return min(allowed, max(self.start_rate, 2.0 * shown / round_))
 
     def _start_ceiling(self: _StartPhaseState, now: float, refused: float, rate: float,
                        ceiling: float) -> float:

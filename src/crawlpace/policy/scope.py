@@ -170,9 +170,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 # not rampup's (which may still be in its start phase).
                 rate = max(rate, min(1.0 / self.pace, rampup.max_rate))
             concurrency, delay = rampup.concurrency(rate), 1.0 / rate
-            if now < self.pace_until and self.pace > 0.0:
-                # A first page sent at once after robots.txt does not move the server's schedule.
-                delay = rampup.door_gap(delay)
+            # A page sent early in the start (at once after robots.txt) does not move the schedule.
+            delay = rampup.door_gap(delay, announced=now < self.pace_until and self.pace > 0.0)
             # Slots only cap what is in flight: each may send as often as the scope.
             per_slot = min(per_slot, delay)
         elif self.autothrottle is not None:
@@ -257,8 +256,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
         rampup = self.rampup
         if rampup is not None:
             rampup.on_send(now)
-            # Only the send-rate cap can have moved; the limits follow when it did.
-            if 1.0 / rampup.allowed_rate(now) != self._base.delay or self.crawl_delay is not None:
+            # Only the send-rate cap can have moved, or an early send set the next one's time
+            # (door_gap); the limits follow when they did.
+            if (1.0 / rampup.allowed_rate(now) != self._base.delay or self.crawl_delay is not None
+                    or rampup.went_early):
                 base = self._compute_base(now)
                 if base != self._base:
                     self._base = base
