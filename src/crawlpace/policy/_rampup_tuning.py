@@ -37,12 +37,11 @@ class RampupTuning:
     #: before any latency is known (a server taking seconds per page would otherwise get one request
     #: at a time until its first answer).
     round: float = 1.0
-    #: What a scope may send is capped at this multiple of its measured send rate: an idle scope
-    #: neither learns nor banks a rate it never tried.
-    sent_cap: float = 2.0
     #: A scope unsent for this many windows has learned nothing worth keeping.
     idle_windows: float = 2.0
-    #: The rate grows only while the measured send rate is at least this share of it.
+    #: A scope uses its rate while its measured send rate is at least this share of it: the rate
+    #: grows only then, and what the scope may send is capped where it would stop counting as used
+    #: (``sent_cap``). An idle scope neither learns nor banks a rate it never tried.
     used_share: float = 0.5
 
     # -- the start phase --
@@ -172,6 +171,14 @@ class RampupTuning:
     #: forgot each within a second at 20/s, leaving no slot for the next ones (the scope fell silent
     #: till they ended).
     stuck_share_weight: float = 0.005
+
+    # -- derived: numbers that follow from the fields above, by the formula that states their reason --
+
+    @property
+    def sent_cap(self) -> float:
+        """What a scope may send, as a multiple of its measured send rate: the most at which it still
+        counts as using its rate (``1 / used_share``, 2)."""
+        return 1.0 / self.used_share
 
 
 #: The tuning every rampup controller reads.
