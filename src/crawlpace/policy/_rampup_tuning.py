@@ -7,7 +7,7 @@ rules hold for the numbers:
 
 * a number that is the same idea in two rules is one field (one second is the
   *round* of every rule that measures per round; one threshold says when a hold
-  is long, in both phases; one share is where rampup sits after a long hold);
+  is long, in both phases; one share, the ordinary cut, is where rampup sits after a long hold);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
@@ -81,22 +81,22 @@ class RampupTuning:
     # -- holds (Retry-After) --------------------------------------------------------------------------
     #: Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next token
     #: (``Retry-After: 1``, the least a header in whole seconds can say). After such a hold the rate
-    #: resumes at ``held_share`` of the level in the start phase and at the level in the steady phase:
+    #: resumes at ``cut`` of the level in the start phase and at the level in the steady phase:
     #: the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
     #: a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.)
     hold_long: float = 1.5
-    #: Where rampup sits after a long hold, as a share of the rate known good: the climb after the
-    #: start phase's held refusal levels out there, and the rate resumes there. A site that demands
-    #: seconds of silence charges a whole hold for each refusal, and the good rate is a rate allowed,
-    #: not one the sends reached: at 0.95 of it a 5/s site that allows no burst and holds 5 s refused
-    #: again within seconds of the first hold, in every round of the hard farm on an idle machine.
-    held_share: float = 0.9
     #: After a held refusal, the probe beyond the level waits until a failed one costs this share of
     #: the time.
     hold_share: float = 0.05
 
     # -- cuts and the cubic climb --
-    #: The cut after a pushback that ends a probe.
+    #: The ordinary cut: after a pushback that ends a probe, and after a long hold (``hold_long``),
+    #: where rampup sits as a share of the rate known good. The climb after the start phase's held
+    #: refusal levels out at this share of the good rate, and the rate resumes at this share of that
+    #: level: a site that demands seconds of silence charges a whole hold for each refusal, and the
+    #: good rate is a rate allowed, not one the sends reached (at 0.95 of it a 5/s site that allows no
+    #: burst and holds 5 s refused again within seconds of the first hold, in every round of the hard
+    #: farm on an idle machine).
     cut: float = 0.9
     #: The cut when the last window already had more pushbacks than the band allows.
     cut_over: float = 0.8
