@@ -146,12 +146,16 @@ class RampupTuning:
     #: Latency: stop growing past ``knee * baseline + knee_slack`` (seconds) ...
     knee: float = 1.6
     knee_slack: float = 0.010
-    #: ... and cut past ``high * baseline + high_slack``: an overloaded server is caught at its knee,
-    #: before it starts to refuse.
+    #: ... and cut past ``high * baseline + latency_noise``: an overloaded server is caught at its
+    #: knee, before it starts to refuse.
     high: float = 2.0
-    high_slack: float = 0.050
-    #: A latency cut is the deeper the further past ``knee * baseline + knee_slack + deep_slack`` it is.
-    deep_slack: float = 0.05
+    #: Seconds: what a busy crawler machine (its own event loop, its neighbours) adds to an answer's
+    #: latency, a few tens of milliseconds, which say nothing of the server. The cut line is this far
+    #: above ``high * baseline``; a latency cut is the deeper the further past ``knee * baseline +
+    #: knee_slack + latency_noise`` it is (a site answering in milliseconds is not cut deep for the
+    #: machine's delays); and a scope whose baseline is under it has no knee to see: only the cut
+    #: line speaks for it, and a latency cut does not cap its slots.
+    latency_noise: float = 0.05
     #: Windows of smoothed-latency minimums the baseline is the minimum of.
     baseline_windows: int = 10
 
@@ -162,8 +166,6 @@ class RampupTuning:
     quick_refusal: float = 0.5
     #: ... and caps the slots when at least this many requests were in flight.
     cap_inflight: int = 3
-    #: A latency cut caps the slots only for a scope whose baseline latency is at least this (seconds).
-    queue_min_baseline: float = 0.05
     #: Weight of the newest failure without an answer in their duration.
     stuck_weight: float = 0.05
     #: Weight of the newest outcome in the share of failures without an answer (hangs): a few hangs
