@@ -193,7 +193,7 @@ class Episodes:
             # The lock-out is what a refusal costs here, as a hold would: probe above the level
             # as rarely as after a hold that long (_rampup_search's hold rule).
             self.hold_learned = now - since
-            self._probe_after = max(self._probe_after, now + self.hold_learned / T.hold_share)
+            self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
         self._fitted, self._fit_span = trusted, span
         if lockout and fit != self.rate:
             self._cycle_rate = fit

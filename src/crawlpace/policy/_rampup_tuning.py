@@ -70,10 +70,9 @@ class RampupTuning:
     #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
     #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
     start_used_share: float = 0.4
-    #: After the first refusal the climb levels out at this share of the good rate (if lower) ...
-    good_ceiling: float = 0.95
-    #: ... when the good rate is at least this share of the refused one (one answer may double the
-    #: rate, so a good rate about half the refused one tells nothing).
+    #: After the first refusal the climb levels out just under the good rate (``good_ceiling``, if
+    #: lower than the usual level) when the good rate is at least this share of the refused one (one
+    #: answer may double the rate, so a good rate about half the refused one tells nothing).
     good_share: float = 0.6
     #: Where the quick climb after the start phase levels out, as a share of the failing rate.
     start_ceiling_share: float = 0.85
@@ -85,9 +84,6 @@ class RampupTuning:
     #: the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
     #: a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.)
     hold_long: float = 1.5
-    #: After a held refusal, the probe beyond the level waits until a failed one costs this share of
-    #: the time.
-    hold_share: float = 0.05
 
     # -- cuts and the cubic climb --
     #: The ordinary cut: after a pushback that ends a probe, and after a long hold (``hold_long``),
@@ -111,10 +107,12 @@ class RampupTuning:
     #: A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
     #: least this share of the previous refusal's: the limit is near, not far below.
     near_share: float = 0.75
-    #: Two rates within this share of each other are one rate: a cut counts as "not enough" when
-    #: the rate has grown less than this since the last one, and the search after a deep cut ends
-    #: when the level is within this share of its top.
-    same_rate: float = 0.05
+    #: A share too small to matter. Two rates within it of each other are one rate: a cut counts
+    #: as "not enough" when the rate has grown less than this since the last one, and the search
+    #: after a deep cut ends when the level is within this share of its top. After a refusal that
+    #: cost a hold (or a lock-out), the probe beyond the level waits until a failed one costs at most
+    #: this share of the time. And the start phase's good rate is sat under by this share.
+    tolerance: float = 0.05
     #: How much quicker a climb of the search is than the quick climb after a deep cut.
     search_pace: float = 2.0
 
@@ -181,6 +179,12 @@ class RampupTuning:
         """What a scope may send, as a multiple of its measured send rate: the most at which it still
         counts as using its rate (``1 / used_share``, 2)."""
         return 1.0 / self.used_share
+
+    @property
+    def good_ceiling(self) -> float:
+        """Where the climb after the start phase's first refusal levels out, as a share of the good rate
+        (see ``good_share``): just under it, one ``tolerance`` (``1 - tolerance``, 0.95)."""
+        return 1.0 - self.tolerance
 
 
 #: The tuning every rampup controller reads.
