@@ -123,19 +123,20 @@ class RampupTuning:
     fit_share: float = 0.98
     #: The longest probe gap in an episode's first seconds: a lock-out that ends (a window's
     #: boundary, a counter drained) is seen at most this late, at the cost of one refused probe per
-    #: this long ...
+    #: this long (or, later in a long one, ``late_share`` of the episode so far).
     probe_gap_max: float = 2.0
-    #: ... or, later in a long one, this share of the episode so far: a window of a minute costs
-    #: about a dozen refused probes rather than thirty, and its end is seen at most a quarter late.
-    probe_share: float = 0.25
+    #: A share of a silence (an episode's lock-out, a hold): how late its end may be seen, and how
+    #: soon after it ends a refusal still belongs to it. A long episode's probe gap grows to this
+    #: share of the episode so far: a window of a minute costs about a dozen refused probes rather
+    #: than thirty, and its end is seen at most a quarter late. A held refusal within this share of
+    #: a hold after the last one's end is a burst's relapse (a bucket far over its limit spends its
+    #: burst in a moment); later, it may be a send that a loaded machine bunched at a pace a little
+    #: under a bucket with no burst (5/s, 5 s holds).
+    late_share: float = 0.25
     #: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
     #: counter draining), not a bucket refilling (whose first or second probe is accepted): the
     #: cycle's accepted rate is then the limit itself, and the level follows it down as well as up.
     lockout_gaps: float = 4.0
-    #: A held refusal within this share of a hold after the last one's end is a burst's relapse (a
-    #: bucket far over its limit spends its burst in a moment); later, it may be a send that a loaded
-    #: machine bunched at a pace a little under a bucket with no burst (5/s, 5 s holds).
-    relapse_share: float = 0.25
     #: A refused gap at least this share of the shortest accepted one is a bucket with no burst
     #: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
     strict_near: float = 0.8
