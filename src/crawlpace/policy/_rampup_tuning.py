@@ -13,7 +13,8 @@ rules hold for the numbers:
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
   until the limiter cases showed the same figures with the stores' 0.2);
 * implementation bounds that are not tuning (a sentinel time, how many sends a
-  record keeps, a clock tolerance) stay in the module that needs them.
+  record keeps, a clock tolerance, when an unused record may be dropped) stay in
+  the module that needs them.
 
 Changing a field changes rampup's behaviour everywhere it is read: the figures
 in bench/results/ were measured with these values.
@@ -37,8 +38,6 @@ class RampupTuning:
     #: before any latency is known (a server taking seconds per page would otherwise get one request
     #: at a time until its first answer).
     round: float = 1.0
-    #: A scope unsent for this many windows has learned nothing worth keeping.
-    idle_windows: float = 2.0
     #: A scope uses its rate while its measured send rate is at least this share of it: the rate
     #: grows only then, and what the scope may send is capped where it would stop counting as used
     #: (``sent_cap``). An idle scope neither learns nor banks a rate it never tried.
