@@ -103,9 +103,6 @@ class RampupTuning:
     climb_share: float = 0.75
     #: How much quicker the climb is after a deep cut.
     fast_climb: float = 6.0
-    #: A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
-    #: least this share of the previous refusal's: the limit is near, not far below.
-    near_share: float = 0.75
     #: A share too small to matter. Two rates within it of each other are one rate: a cut counts
     #: as "not enough" when the rate has grown less than this since the last one, and the search
     #: after a deep cut ends when the level is within this share of its top. After a refusal that
@@ -185,6 +182,14 @@ class RampupTuning:
         """Where the climb after the start phase's first refusal levels out, as a share of the good rate
         (see ``good_share``): just under it, one ``tolerance`` (``1 - tolerance``, 0.95)."""
         return 1.0 - self.tolerance
+
+    @property
+    def near_share(self) -> float:
+        """A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
+        least this share of the previous refusal's: the limit is near, not far below. Near is where a
+        cut that was not deep left the rate (``cut_over`` at the deepest), within ``tolerance``
+        (``cut_over * (1 - tolerance)``, 0.76); a deep cut leaves it at half."""
+        return self.cut_over * (1.0 - self.tolerance)
 
 
 #: The tuning every rampup controller reads.
