@@ -46,7 +46,8 @@ def test_the_table_names_every_number_with_its_value() -> None:
     stale = sorted(set(table) - set(fields) - set(derived))
     assert not stale, f"{PAGE.name}: the table names {stale}, which RampupTuning no longer has"
     for name, value in {**fields, **derived}.items():
-        assert table[name] == pytest.approx(value, abs=0.005), f"{PAGE.name}: `{name}` is {value}, not {table[name]}"
+        assert table[name] == pytest.approx(value, abs=0.005), (
+            f"{PAGE.name}: `{name}` is {value}, not {table[name]}")
     assert f"it: {len(fields)} fields, and {len(derived)} numbers derived" in " ".join(section.split())
 
 

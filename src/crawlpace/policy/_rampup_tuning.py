@@ -2,12 +2,17 @@
 
 One frozen dataclass, :class:`RampupTuning`, and its one instance, :data:`TUNING`,
 which the rampup modules read as ``T``. The fields are grouped by the part of the
-model they belong to (docs/concepts/rampup.md has the same table for users). Two
-rules hold for the numbers:
+model they belong to (docs/concepts/rampup.md has the same table for users, and
+``tests/test_rampup_tuning.py`` holds the two together). The rules for the numbers:
 
 * a number that is the same idea in two rules is one field (one second is the
   *round* of every rule that measures per round; one threshold says when a hold
-  is long, in both phases; one share, the ordinary cut, is where rampup sits after a long hold);
+  is long, in both phases; the ordinary cut is also where rampup sits after a
+  long hold; one *tolerance* is a share too small to matter; a quarter of a
+  silence is how late its end is seen; one *latency noise* is what a busy
+  machine adds to an answer);
+* a number that follows from others is a property, whose formula states the
+  reason (``sent_cap``, ``good_ceiling``, ``near_share``);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3

@@ -249,7 +249,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         scope: the scope's name, for log lines.
     """
 
-    __slots__ = ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window")
+    __slots__ = ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target",
+                 "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
