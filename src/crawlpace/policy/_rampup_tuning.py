@@ -112,7 +112,8 @@ class RampupTuning:
     #: as "not enough" when the rate has grown less than this since the last one, and the search
     #: after a deep cut ends when the level is within this share of its top. After a refusal that
     #: cost a hold (or a lock-out), the probe beyond the level waits until a failed one costs at most
-    #: this share of the time. And the start phase's good rate is sat under by this share.
+    #: this share of the time. And the climb after the start phase's first refusal levels out this
+    #: share under the good rate (``good_ceiling``).
     tolerance: float = 0.05
     #: How much quicker a climb of the search is than the quick climb after a deep cut.
     search_pace: float = 2.0
