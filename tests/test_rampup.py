@@ -385,9 +385,9 @@ def test_a_first_refusal_with_a_hold_resumes_under_the_ceiling_not_at_half() -> 
     refused_held, end = first_refusal(held, 2.0)
     assert refused_held == pytest.approx(refused)
     assert halved.ceiling is not None
-    assert held.ceiling == pytest.approx(halved.ceiling * TUNING.held_share / TUNING.good_ceiling)
+    assert held.ceiling == pytest.approx(halved.ceiling * TUNING.cut / TUNING.good_ceiling)
     assert held.ceiling is not None
-    assert held.rate == pytest.approx(TUNING.held_share * held.ceiling)
+    assert held.rate == pytest.approx(TUNING.cut * held.ceiling)
     assert held.rate > 0.7 * refused
     # After the hold, the scope may send at that rate at once (not capped by the silence).
     assert held.allowed_rate(end + 2.01) >= held.rate

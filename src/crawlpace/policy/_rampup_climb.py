@@ -78,7 +78,7 @@ class CubicClimb:
     def _latency_beta(self: _CubicClimbState) -> float:
         """The cut for a latency past the cut line: the further past the knee, the deeper.
 
-        The square root of knee latency (plus ``T.deep_slack``) over smoothed latency, within
+        The square root of knee latency (plus ``T.latency_noise``) over smoothed latency, within
         ``[T.cut_deep, T.cut]``: just past the line it is the ordinary cut, and a server whose
         queue has grown to several times its baseline latency gets the rate halved, as a
         gradient controller would, instead of one gentle cut per round trip while its queue
@@ -88,6 +88,6 @@ class CubicClimb:
         base, smooth = self.baseline(), self.latency
         if base is None or not smooth:
             return T.cut
-        knee = T.knee * base + T.knee_slack + T.deep_slack
+        knee = T.knee * base + T.knee_slack + T.latency_noise
         return min(T.cut, max(T.cut_deep, math.sqrt(knee / smooth)))
 

@@ -122,7 +122,7 @@ class CutRules:
         # A slow answer is a hint, not a refusal: it never cuts deep.
         # Too many slots, not too high a rate: the cap answers it, and the cut stays gentle.
         cascade = refused and not slots and (self.phase == "start" or (
-            self._cut_rate > 0.0 and sent < self._cut_rate * (1.0 + T.same_rate)))
+            self._cut_rate > 0.0 and sent < self._cut_rate * (1.0 + T.tolerance)))
         if cascade and self._gentle and now >= self._epoch + self._k:
             # A gentle cut's level is only a few per cent over its rate, so the growth test
             # cannot tell: a refusal once the climb held its level says the level is a little

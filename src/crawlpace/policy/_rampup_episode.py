@@ -13,7 +13,7 @@ a request sent after that refusal is accepted, the episode lasts, and every
 refusal in it is part of the same evidence: none cuts again. Instead the scope
 *probes*: its sends are spaced at least ``probe gap`` apart, a gap that starts
 at the cut rate's and doubles with every refused probe (a request sent inside
-the episode), up to :data:`T.probe_gap_max` or :data:`T.probe_share` of the
+the episode), up to :data:`T.probe_gap_max` or :data:`T.late_share` of the
 episode so far, whichever is longer. A lock-out of unknown length (a window's
 rest, a counter draining) costs a few probes, not a cascade of cuts, a counter
 that counts refusals is not kept full by them, and the end of a lock-out is
@@ -139,7 +139,7 @@ class Episodes:
             return True
         if sent >= self._ep_since:
             gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
-            longest = max(T.probe_gap_max, T.probe_share * (now - self._ep_since))
+            longest = max(T.probe_gap_max, T.late_share * (now - self._ep_since))
             self._ep_gap = max(gap, min(2.0 * gap, longest))
         return False
 
@@ -193,7 +193,7 @@ class Episodes:
             # The lock-out is what a refusal costs here, as a hold would: probe above the level
             # as rarely as after a hold that long (_rampup_search's hold rule).
             self.hold_learned = now - since
-            self._probe_after = max(self._probe_after, now + self.hold_learned / T.hold_share)
+            self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
         self._fitted, self._fit_span = trusted, span
         if lockout and fit != self.rate:
             self._cycle_rate = fit
@@ -259,4 +259,4 @@ class Episodes:
             if span > 0.0:
                 self._sustained = max(self._sustained, self._cycle_ok / span)
             return False
-        return span < T.relapse_share * held and self._cycle_ok >= 2 and pace > self._sustained
+        return span < T.late_share * held and self._cycle_ok >= 2 and pace > self._sustained

@@ -64,9 +64,9 @@ class LatencyWatch:
         self._window_min = min(self._window_min, smooth)
         base = self.baseline()
         level = 0
-        if base is not None and smooth > T.high * base + T.high_slack:
+        if base is not None and smooth > T.high * base + T.latency_noise:
             level = 2
-        elif base is not None and smooth > T.knee * base + T.knee_slack and base >= T.queue_min_baseline:
+        elif base is not None and smooth > T.knee * base + T.knee_slack and base >= T.latency_noise:
             # (A page answered in milliseconds has no knee to see: a busy crawler machine adds
             # more than T.knee times its latency to many answers. Only the cut line, with its
             # slack, speaks for it.)

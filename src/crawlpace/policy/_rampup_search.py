@@ -12,7 +12,7 @@ climb reaches its level with no pushback, that level is taken as safe and the
 next level is the geometric middle between it and the *top* (the level an
 ordinary cut would have set, ``T.ceiling_share`` times the rate that failed),
 reached by a climb twice as quick as the one after the deep cut; within
-:data:`T.same_rate` of the top, the top is
+:data:`T.tolerance` of the top, the top is
 the level and the search ends. A limit anywhere in between is found within a
 few quick climbs, by bisection, without a refusal at all when it lies above
 the top.
@@ -21,8 +21,8 @@ the top.
 server wants silence for ``H`` seconds) costs ``H`` seconds of the scope's
 time, where an ordinary refusal costs one request. So after such a refusal the
 rate climbs back to its level and stays there: no probe beyond it until
-``H / T.hold_share`` seconds have passed, so that a probe that fails costs at
-most ``T.hold_share`` of the time. The length of the last hold is kept
+``H / T.tolerance`` seconds have passed, so that a probe that fails costs at
+most ``T.tolerance`` of the time. The length of the last hold is kept
 (:attr:`hold_learned`), so a server that always asks for the same silence is
 probed as rarely even on a refusal it sends without the header. And the
 hold is left out of the climb: the curve resumes after the silence where it
@@ -95,13 +95,13 @@ class SearchClimb:
             # past the level it held before (a site that asks for silence is not probed).
             top = max(top, T.ceiling_share * allowed)
             deep = True
-        self._top = top if deep and refused and ceiling < top * (1.0 - T.same_rate) else 0.0
+        self._top = top if deep and refused and ceiling < top * (1.0 - T.tolerance) else 0.0
         if not refused:
             return
         if held > 0.0:
             self.hold_learned = held
         if self.hold_learned > 0.0:
-            self._probe_after = max(self._probe_after, now + self.hold_learned / T.hold_share)
+            self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
         if steady and held >= T.hold_long and self._held_short(now, held, pace):
             # Refused within one hold of the last resume: the level is far too high (a bucket's
             # burst, refilled by the hold, spent in a moment). Halve it, and resume there.
@@ -124,11 +124,11 @@ class SearchClimb:
         top, ceiling = self._top, self.ceiling
         if top <= 0.0 or ceiling is None or self.phase != "steady" or now < self._epoch + self._k:
             return False
-        if ceiling >= top * (1.0 - T.same_rate):
+        if ceiling >= top * (1.0 - T.tolerance):
             self._top = 0.0
             return False
         level = math.sqrt(ceiling * top)
-        if level >= top * (1.0 - T.same_rate):
+        if level >= top * (1.0 - T.tolerance):
             level, self._top = top, 0.0
         self.ceiling = level
         self._start_climb(now, fast=True)

@@ -18,6 +18,11 @@ __all__ = ["NEVER", "SendRecord"]
 
 
 NEVER = float("-inf")
+#: A scope unsent for this many windows has learned nothing worth keeping: its record may be dropped
+#: (``is_idle``) and a fresh one made when it sends again. By then what it may send is back near
+#: its starting rate anyway (capped at ``T.sent_cap`` times a send rate that fell to nothing), and
+#: its pushback count is empty; a memory bound, not a number the pace depends on while a scope sends.
+IDLE_WINDOWS = 2.0
 
 
 class _SendRecordState(Protocol):
@@ -106,7 +111,7 @@ class SendRecord:
 
     def is_idle(self: _SendRecordState, now: float) -> bool:
         """True once the scope has sent nothing for a while: a new controller would do as well."""
-        return now - self._sent_at >= T.idle_windows * self.window
+        return now - self._sent_at >= IDLE_WINDOWS * self.window
 
     # -- events ----------------------------------------------------------------
 

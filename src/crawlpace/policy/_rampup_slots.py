@@ -144,7 +144,7 @@ class SlotSizing:
         through: the slots, not the delay, pace such a server.
         """
         base = self.baseline()
-        if base is None or base < T.queue_min_baseline or self.phase != "steady":
+        if base is None or base < T.latency_noise or self.phase != "steady":
             return  # a page answered in milliseconds: its latency swings are the crawler's machine's
         cap = float(max(T.cap_inflight, round(self.sent_rate(now) * base)))
         if cap < self.slot_cap:

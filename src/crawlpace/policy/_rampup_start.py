@@ -41,7 +41,7 @@ The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
 between the two. After a refusal that came with a hold of ``T.hold_long`` or
-more (``Retry-After: 2``, say), the rate resumes at ``T.held_share`` of that
+more (``Retry-After: 2``, say), the rate resumes at ``T.cut`` of that
 ceiling instead of half the refused rate: the hold paid the burst's debt. Such a
 refusal's cut starts from at most twice the rate the accepted sends of the last
 round showed (:meth:`StartPhase._start_refused`): the window of one may have
@@ -157,7 +157,7 @@ class StartPhase:
     def _start_resume(self: _StartPhaseState, now: float, rate: float, ceiling: float) -> float:
         """The rate after the start phase's first refusal: ``rate`` (the halved one), or, when
         the refusal came with a hold of ``T.hold_long`` or more that the scope is still in,
-        ``T.held_share`` of ``ceiling``.
+        ``T.cut`` of ``ceiling``.
 
         A token bucket refuses only once it is empty, and refused requests take
         nothing from it, so after a silence of at least one gap at the ceiling (a
@@ -171,7 +171,7 @@ class StartPhase:
         held = self._resumed_at - now
         if ceiling <= 0.0 or held < T.hold_long or held < 1.0 / ceiling:
             return rate
-        return min(ceiling, max(rate, T.held_share * ceiling))
+        return min(ceiling, max(rate, T.cut * ceiling))
 
     def _start_again(self: _StartPhaseState) -> None:
         """Back to the start phase (the limit moved up): the rate in force is the good rate now."""
@@ -241,12 +241,12 @@ class StartPhase:
         paid it: :meth:`_start_resume`).
 
         A refusal that came with a hold of ``T.hold_long`` or more levels out at
-        ``T.held_share`` of the good rate: the good rate is the rate allowed at the
+        ``T.cut`` of the good rate: the good rate is the rate allowed at the
         last answered send, which the sends seldom reached, and another refusal costs a
         whole hold again.
         """
         good = min(self._good_rate, refused)
         if good < T.good_share * refused:
             return ceiling
-        share = T.held_share if self._resumed_at - now >= T.hold_long else T.good_ceiling
+        share = T.cut if self._resumed_at - now >= T.hold_long else T.good_ceiling
         return max(rate, min(ceiling, good * share))

@@ -2,18 +2,24 @@
 
 One frozen dataclass, :class:`RampupTuning`, and its one instance, :data:`TUNING`,
 which the rampup modules read as ``T``. The fields are grouped by the part of the
-model they belong to (docs/concepts/rampup.md has the same table for users). Two
-rules hold for the numbers:
+model they belong to (docs/concepts/rampup.md has the same table for users, and
+``tests/test_rampup_tuning.py`` holds the two together). The rules for the numbers:
 
 * a number that is the same idea in two rules is one field (one second is the
   *round* of every rule that measures per round; one threshold says when a hold
-  is long, in both phases; one share is where rampup sits after a long hold);
+  is long, in both phases; the ordinary cut is also where rampup sits after a
+  long hold; one *tolerance* is a share too small to matter; a quarter of a
+  silence is how late its end is seen; one *latency noise* is what a busy
+  machine adds to an answer);
+* a number that follows from others is a property, whose formula states the
+  reason (``sent_cap``, ``good_ceiling``, ``near_share``);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
   until the limiter cases showed the same figures with the stores' 0.2);
 * implementation bounds that are not tuning (a sentinel time, how many sends a
-  record keeps, a clock tolerance) stay in the module that needs them.
+  record keeps, a clock tolerance, when an unused record may be dropped) stay in
+  the module that needs them.
 
 Changing a field changes rampup's behaviour everywhere it is read: the figures
 in bench/results/ were measured with these values.
@@ -37,12 +43,9 @@ class RampupTuning:
     #: before any latency is known (a server taking seconds per page would otherwise get one request
     #: at a time until its first answer).
     round: float = 1.0
-    #: What a scope may send is capped at this multiple of its measured send rate: an idle scope
-    #: neither learns nor banks a rate it never tried.
-    sent_cap: float = 2.0
-    #: A scope unsent for this many windows has learned nothing worth keeping.
-    idle_windows: float = 2.0
-    #: The rate grows only while the measured send rate is at least this share of it.
+    #: A scope uses its rate while its measured send rate is at least this share of it: the rate
+    #: grows only then, and what the scope may send is capped where it would stop counting as used
+    #: (``sent_cap``). An idle scope neither learns nor banks a rate it never tried.
     used_share: float = 0.5
 
     # -- the start phase --
@@ -71,10 +74,9 @@ class RampupTuning:
     #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
     #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
     start_used_share: float = 0.4
-    #: After the first refusal the climb levels out at this share of the good rate (if lower) ...
-    good_ceiling: float = 0.95
-    #: ... when the good rate is at least this share of the refused one (one answer may double the
-    #: rate, so a good rate about half the refused one tells nothing).
+    #: After the first refusal the climb levels out just under the good rate (``good_ceiling``, if
+    #: lower than the usual level) when the good rate is at least this share of the refused one (one
+    #: answer may double the rate, so a good rate about half the refused one tells nothing).
     good_share: float = 0.6
     #: Where the quick climb after the start phase levels out, as a share of the failing rate.
     start_ceiling_share: float = 0.85
@@ -82,22 +84,19 @@ class RampupTuning:
     # -- holds (Retry-After) --------------------------------------------------------------------------
     #: Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next token
     #: (``Retry-After: 1``, the least a header in whole seconds can say). After such a hold the rate
-    #: resumes at ``held_share`` of the level in the start phase and at the level in the steady phase:
+    #: resumes at ``cut`` of the level in the start phase and at the level in the steady phase:
     #: the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
     #: a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.)
     hold_long: float = 1.5
-    #: Where rampup sits after a long hold, as a share of the rate known good: the climb after the
-    #: start phase's held refusal levels out there, and the rate resumes there. A site that demands
-    #: seconds of silence charges a whole hold for each refusal, and the good rate is a rate allowed,
-    #: not one the sends reached: at 0.95 of it a 5/s site that allows no burst and holds 5 s refused
-    #: again within seconds of the first hold, in every round of the hard farm on an idle machine.
-    held_share: float = 0.9
-    #: After a held refusal, the probe beyond the level waits until a failed one costs this share of
-    #: the time.
-    hold_share: float = 0.05
 
     # -- cuts and the cubic climb --
-    #: The cut after a pushback that ends a probe.
+    #: The ordinary cut: after a pushback that ends a probe, and after a long hold (``hold_long``),
+    #: where rampup sits as a share of the rate known good. The climb after the start phase's held
+    #: refusal levels out at this share of the good rate, and the rate resumes at this share of that
+    #: level: a site that demands seconds of silence charges a whole hold for each refusal, and the
+    #: good rate is a rate allowed, not one the sends reached (at 0.95 of it a 5/s site that allows no
+    #: burst and holds 5 s refused again within seconds of the first hold, in every round of the hard
+    #: farm on an idle machine).
     cut: float = 0.9
     #: The cut when the last window already had more pushbacks than the band allows.
     cut_over: float = 0.8
@@ -109,13 +108,13 @@ class RampupTuning:
     climb_share: float = 0.75
     #: How much quicker the climb is after a deep cut.
     fast_climb: float = 6.0
-    #: A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
-    #: least this share of the previous refusal's: the limit is near, not far below.
-    near_share: float = 0.75
-    #: Two rates within this share of each other are one rate: a cut counts as "not enough" when
-    #: the rate has grown less than this since the last one, and the search after a deep cut ends
-    #: when the level is within this share of its top.
-    same_rate: float = 0.05
+    #: A share too small to matter. Two rates within it of each other are one rate: a cut counts
+    #: as "not enough" when the rate has grown less than this since the last one, and the search
+    #: after a deep cut ends when the level is within this share of its top. After a refusal that
+    #: cost a hold (or a lock-out), the probe beyond the level waits until a failed one costs at most
+    #: this share of the time. And the climb after the start phase's first refusal levels out this
+    #: share under the good rate (``good_ceiling``).
+    tolerance: float = 0.05
     #: How much quicker a climb of the search is than the quick climb after a deep cut.
     search_pace: float = 2.0
 
@@ -126,19 +125,20 @@ class RampupTuning:
     fit_share: float = 0.98
     #: The longest probe gap in an episode's first seconds: a lock-out that ends (a window's
     #: boundary, a counter drained) is seen at most this late, at the cost of one refused probe per
-    #: this long ...
+    #: this long (or, later in a long one, ``late_share`` of the episode so far).
     probe_gap_max: float = 2.0
-    #: ... or, later in a long one, this share of the episode so far: a window of a minute costs
-    #: about a dozen refused probes rather than thirty, and its end is seen at most a quarter late.
-    probe_share: float = 0.25
+    #: A share of a silence (an episode's lock-out, a hold): how late its end may be seen, and how
+    #: soon after it ends a refusal still belongs to it. A long episode's probe gap grows to this
+    #: share of the episode so far: a window of a minute costs about a dozen refused probes rather
+    #: than thirty, and its end is seen at most a quarter late. A held refusal within this share of
+    #: a hold after the last one's end is a burst's relapse (a bucket far over its limit spends its
+    #: burst in a moment); later, it may be a send that a loaded machine bunched at a pace a little
+    #: under a bucket with no burst (5/s, 5 s holds).
+    late_share: float = 0.25
     #: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
     #: counter draining), not a bucket refilling (whose first or second probe is accepted): the
     #: cycle's accepted rate is then the limit itself, and the level follows it down as well as up.
     lockout_gaps: float = 4.0
-    #: A held refusal within this share of a hold after the last one's end is a burst's relapse (a
-    #: bucket far over its limit spends its burst in a moment); later, it may be a send that a loaded
-    #: machine bunched at a pace a little under a bucket with no burst (5/s, 5 s holds).
-    relapse_share: float = 0.25
     #: A refused gap at least this share of the shortest accepted one is a bucket with no burst
     #: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
     strict_near: float = 0.8
@@ -147,12 +147,16 @@ class RampupTuning:
     #: Latency: stop growing past ``knee * baseline + knee_slack`` (seconds) ...
     knee: float = 1.6
     knee_slack: float = 0.010
-    #: ... and cut past ``high * baseline + high_slack``: an overloaded server is caught at its knee,
-    #: before it starts to refuse.
+    #: ... and cut past ``high * baseline + latency_noise``: an overloaded server is caught at its
+    #: knee, before it starts to refuse.
     high: float = 2.0
-    high_slack: float = 0.050
-    #: A latency cut is the deeper the further past ``knee * baseline + knee_slack + deep_slack`` it is.
-    deep_slack: float = 0.05
+    #: Seconds: what a busy crawler machine (its own event loop, its neighbours) adds to an answer's
+    #: latency, a few tens of milliseconds, which say nothing of the server. The cut line is this far
+    #: above ``high * baseline``; a latency cut is the deeper the further past ``knee * baseline +
+    #: knee_slack + latency_noise`` it is (a site answering in milliseconds is not cut deep for the
+    #: machine's delays); and a scope whose baseline is under it has no knee to see: only the cut
+    #: line speaks for it, and a latency cut does not cap its slots.
+    latency_noise: float = 0.05
     #: Windows of smoothed-latency minimums the baseline is the minimum of.
     baseline_windows: int = 10
 
@@ -163,8 +167,6 @@ class RampupTuning:
     quick_refusal: float = 0.5
     #: ... and caps the slots when at least this many requests were in flight.
     cap_inflight: int = 3
-    #: A latency cut caps the slots only for a scope whose baseline latency is at least this (seconds).
-    queue_min_baseline: float = 0.05
     #: Weight of the newest failure without an answer in their duration.
     stuck_weight: float = 0.05
     #: Weight of the newest outcome in the share of failures without an answer (hangs): a few hangs
@@ -172,6 +174,28 @@ class RampupTuning:
     #: forgot each within a second at 20/s, leaving no slot for the next ones (the scope fell silent
     #: till they ended).
     stuck_share_weight: float = 0.005
+
+    # -- derived: numbers that follow from the fields above, by the formula that states their reason --
+
+    @property
+    def sent_cap(self) -> float:
+        """What a scope may send, as a multiple of its measured send rate: the most at which it still
+        counts as using its rate (``1 / used_share``, 2)."""
+        return 1.0 / self.used_share
+
+    @property
+    def good_ceiling(self) -> float:
+        """Where the climb after the start phase's first refusal levels out, as a share of the good rate
+        (see ``good_share``): just under it, one ``tolerance`` (``1 - tolerance``, 0.95)."""
+        return 1.0 - self.tolerance
+
+    @property
+    def near_share(self) -> float:
+        """A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
+        least this share of the previous refusal's: the limit is near, not far below. Near is where a
+        cut that was not deep left the rate (``cut_over`` at the deepest), within ``tolerance``
+        (``cut_over * (1 - tolerance)``, 0.76); a deep cut leaves it at half."""
+        return self.cut_over * (1.0 - self.tolerance)
 
 
 #: The tuning every rampup controller reads.

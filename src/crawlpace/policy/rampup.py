@@ -85,8 +85,9 @@ through; a refusal just under the shortest accepted gap is a bucket with no
 burst, paced evenly at that gap; a held refusal soon after resuming halves
 the level.
 
-The controller is one object (its attributes are the state ``policy/state.py``
-shares), with its parts in rooms of their own: the send record in
+The controller's state is one record, :class:`RampupState` (the fields
+``policy/state.py`` shares between workers); :class:`Rampup` adds its settings
+and the rules, with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
 ``_rampup_climb``, the cut itself in ``_rampup_cut``, the search and the holds
@@ -99,7 +100,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from .._jitter import Jitter
 from ._rampup_climb import CubicClimb
@@ -113,7 +114,7 @@ from ._rampup_slots import SlotSizing
 from ._rampup_start import StartPhase
 from ._rampup_tuning import TUNING as T
 
-__all__ = ["RAMPUP_JITTER", "Rampup", "RampupStats"]
+__all__ = ["RAMPUP_JITTER", "Rampup", "RampupState", "RampupStats"]
 
 logger = logging.getLogger(__name__)
 
@@ -158,8 +159,85 @@ class RampupStats:
     learned_rate: float = 0.0
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb, Episodes):
-    """The rampup controller of one scope.
+@dataclass(slots=True, eq=False, repr=False)
+class RampupState:
+    """Everything one scope's rampup controller has learned: the state its rules read and move.
+
+    One record, with the rules over it in the mixins of :class:`Rampup` (each
+    module's docstring says which fields it moves). ``policy/state.py`` shares
+    these fields between workers (its ``FIELDS["r"]``); :class:`Rampup` adds only
+    its settings and the text of its last decision.
+    """
+
+    rate: float  #: the rate the controller settled on (before the send-rate cap)
+    phase: str = "start"
+    generation: int = 0  #: incremented by every cut
+    ceiling: float | None = None  #: the rate the climb levels out at
+    last_pushback_rate: float | None = None
+    latency: float | None = None  #: the smoothed latency
+    above_since: float = _NEVER  #: when the rate went above the ceiling with no pushback
+    _pushbacks: deque[float] = field(default_factory=deque)
+    # The send record (_rampup_sends): the mean gap, the last send, when growth was last counted.
+    _gap: float | None = None
+    _sent_at: float = _NEVER
+    _last_growth: float = _NEVER
+    _cut_rate: float = 0.0
+    _gentle: bool = False  # the last cut was a gentle one of a refusal it did not prevent (_rampup_cut)
+    _good_rate: float = 0.0  # the start phase's highest rate whose send was answered
+    _door: float = _NEVER  # after the send robots.txt let go at once: when the send after it is due
+    _low_latency: float = 0.0  # the lowest latency seen (0: none yet), for the start phase's round
+    # The cubic climb: from the rate at `_epoch` up to the ceiling in `_k` seconds.
+    _epoch: float = 0.0
+    _k: float = 0.0
+    _climb: float = 0.0
+    _probe_c: float = 0.0
+    # The latency watch (_rampup_latency): the windows' minimums, the window under way, the answers
+    # seen, and the last verdict (0 fine, 1 at the knee, 2 too high).
+    _baseline: deque[float] = field(default_factory=lambda: deque(maxlen=T.baseline_windows))
+    _window_min: float = math.inf
+    _window_start: float = _NEVER
+    _samples: int = 0
+    _level: int = 0
+    # Failures without an answer that were not taken for overload: their share of the
+    # outcomes and how long each held its slot (both smoothed).
+    _stuck_share: float = 0.0
+    _stuck_time: float = 0.0
+    _quiet_until: float = _NEVER
+    # When the last hold the server asked for (Retry-After) ends: the silence it
+    # imposed is not a gap in the scope's sending, see hold().
+    _resumed_at: float = _NEVER
+    # The slots a server that limits requests in flight was seen to allow (inf: no such limit
+    # seen), and when that was last learned or raised.
+    slot_cap: float = math.inf
+    _cap_at: float = _NEVER
+    # The search's top after a deep cut (0: no search), and the hold rule (_rampup_search).
+    _top: float = 0.0
+    _probe_after: float = _NEVER
+    hold_learned: float = 0.0
+    _queue_cap: bool = False  # the slot cap came from latency (_cap_queue), not from refusals
+    # The overshoot episode under way (since its first refusal; NEVER: none) and its probe gap,
+    # and the cycle since the last episode ended: when, and the answers accepted (_rampup_episode).
+    _ep_since: float = _NEVER
+    _ep_gap: float = 0.0
+    _cycle_start: float = _NEVER
+    _cycle_ok: int = 0
+    _cycle_rate: float = 0.0
+    # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
+    _fitted: bool = False
+    _fit_span: float = 0.0
+    _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
+    _lone_refused: bool = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
+    _sustained: float = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
+    # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
+    # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
+    _ok_sends: deque[float] = field(default_factory=lambda: deque(maxlen=OK_SENDS_KEPT))
+    _gap_ok: float = math.inf
+    _strict_gap: float = math.inf
+
+
+class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb,
+             Episodes):
+    """The rampup controller of one scope: its settings, its state (:class:`RampupState`), and the rules.
 
     Args:
         start_rate: the rate a new scope starts at (sends per second).
@@ -169,21 +247,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         window: the window pushbacks are counted over, in seconds.
         target: the band ``(low, high)`` of pushbacks per window.
         scope: the scope's name, for log lines.
-
-    Attributes:
-        rate: the rate the controller settled on (before the send-rate cap).
-        generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
-                 "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
-                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
-                 "_low_latency",
-                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
-                 "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
-                 "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
-                 "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
-                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
+    __slots__ = ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target",
+                 "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -194,61 +261,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self.max_concurrency = max(1, max_concurrency)
         self.window = window
         self.target = target
-        self.rate: float = self.start_rate
-        self.phase = "start"
-        self.generation = 0
-        self.ceiling: float | None = None
-        self.last_pushback_rate: float | None = None
+        RampupState.__init__(self, rate=self.start_rate)
         self.decision = "start: doubling the rate every round until the server pushes back"
-        self.latency: float | None = None
-        self.above_since = _NEVER
-        self._pushbacks: deque[float] = deque()
-        self._gap: float | None = None
-        self._sent_at = _NEVER
-        self._last_growth = _NEVER
-        self._cut_rate = 0.0
-        self._gentle = False  # the last cut was a gentle one of a refusal it did not prevent (_rampup_cut)
-        self._good_rate = 0.0  # the start phase's highest rate whose send was answered
-        self._door = _NEVER  # after the send robots.txt let go at once: when the send after it is due
-        self._low_latency = 0.0  # the lowest latency seen (0: none yet), for the start phase's round
-        # The cubic climb: from the rate at `_epoch` up to the ceiling in `_k` seconds.
-        self._epoch = 0.0
-        self._k = 0.0
-        self._climb = 0.0
-        self._probe_c = 0.0
-        self._baseline: deque[float] = deque(maxlen=T.baseline_windows)
-        self._window_min = math.inf
-        self._window_start = _NEVER
-        self._samples = 0
-        self._level = 0  # the last latency verdict: 0 fine, 1 at the knee, 2 too high
-        # Failures without an answer that were not taken for overload: their share of the
-        # outcomes and how long each held its slot (both smoothed).
-        self._stuck_share = 0.0
-        self._stuck_time = 0.0
-        self._quiet_until = _NEVER
-        # When the last hold the server asked for (Retry-After) ends: the silence it
-        # imposed is not a gap in the scope's sending, see hold().
-        self._resumed_at = _NEVER
-        # The slots a server that limits requests in flight was seen to allow (inf: no such limit
-        # seen), and when that was last learned or raised.
-        self.slot_cap = math.inf
-        self._cap_at = _NEVER
-        # The search's top after a deep cut (0: no search), and the hold rule (_rampup_search).
-        self._top, self._probe_after, self.hold_learned = 0.0, _NEVER, 0.0
-        self._queue_cap = False  # the slot cap came from latency (_cap_queue), not from refusals
-        # The overshoot episode under way (since its first refusal; NEVER: none) and its probe gap,
-        # and the cycle since the last episode ended: when, and the answers accepted (_rampup_episode).
-        self._ep_since, self._ep_gap = _NEVER, 0.0
-        self._cycle_start, self._cycle_ok, self._cycle_rate = _NEVER, 0, 0.0
-        # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
-        self._fitted, self._fit_span = False, 0.0
-        self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
-        self._lone_refused = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
-        self._sustained = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
-        # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
-        # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
-        self._ok_sends: deque[float] = deque(maxlen=OK_SENDS_KEPT)
-        self._gap_ok, self._strict_gap = math.inf, math.inf
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""

@@ -1,0 +1,59 @@
+"""Rampup's tuning and the user's guide agree: the table of numbers names every one, with its value.
+
+``docs/concepts/rampup.md`` ("The numbers it is tuned with") lists every field of
+:class:`~crawlpace.policy._rampup_tuning.RampupTuning` and every number derived from
+them; a field added, merged or changed without the table fails here, naming it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+
+import pytest
+
+from crawlpace.policy._rampup_tuning import TUNING, RampupTuning
+
+PAGE = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "rampup.md"
+#: A name in backquotes, then either its value or " = formula = value" (a derived number), with a unit.
+_ENTRY = re.compile(r"`(\w+)`(?: = [^*|]*=)? (\d+(?:\.\d+)?)( ms| s)?")
+
+
+def _table() -> tuple[str, dict[str, float]]:
+    text = PAGE.read_text(encoding="utf-8")
+    section = text.split("## The numbers it is tuned with", 1)[1].split("\n## ", 1)[0]
+    numbers: dict[str, float] = {}
+    for row in section.splitlines():
+        cells = row.split("|")
+        if len(cells) < 4 or not row.startswith("| ") or "`" not in cells[2]:
+            continue
+        for name, value, unit in _ENTRY.findall(cells[2]):
+            numbers[name] = float(value) / (1000.0 if unit == " ms" else 1.0)
+    return section, numbers
+
+
+def _derived() -> list[str]:
+    return [name for name, member in vars(RampupTuning).items() if isinstance(member, property)]
+
+
+def test_the_table_names_every_number_with_its_value() -> None:
+    section, table = _table()
+    fields = {f.name: getattr(TUNING, f.name) for f in dataclasses.fields(RampupTuning)}
+    derived = {name: getattr(TUNING, name) for name in _derived()}
+    missing = sorted((set(fields) | set(derived)) - set(table))
+    assert not missing, f"{PAGE.name}: the table of numbers lacks {missing}"
+    stale = sorted(set(table) - set(fields) - set(derived))
+    assert not stale, f"{PAGE.name}: the table names {stale}, which RampupTuning no longer has"
+    for name, value in {**fields, **derived}.items():
+        assert table[name] == pytest.approx(value, abs=0.005), (
+            f"{PAGE.name}: `{name}` is {value}, not {table[name]}")
+    assert f"it: {len(fields)} fields, and {len(derived)} numbers derived" in " ".join(section.split())
+
+
+def test_a_derived_number_follows_its_fields() -> None:
+    # The formulas the table states, applied to a tuning with other values.
+    other = dataclasses.replace(TUNING, used_share=0.25, tolerance=0.1, cut_over=0.7)
+    assert other.sent_cap == pytest.approx(4.0)
+    assert other.good_ceiling == pytest.approx(0.9)
+    assert other.near_share == pytest.approx(0.63)
