@@ -4,11 +4,16 @@ Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
 the rate only grows while the scope uses it, and what the scope may send is
 capped at twice the rate it has been sending, so an idle scope neither learns
 nor banks a rate it never tried.
+
+It also keeps the send times of the requests still out, so that a request out
+far longer than the site's answers take, while requests sent after it come
+back quickly, is seen as a straggler (hung at the site) before it answers.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Protocol
 
 from ._rampup_tuning import TUNING as T
@@ -18,6 +23,9 @@ __all__ = ["NEVER", "SendRecord"]
 
 
 NEVER = float("-inf")
+#: Two send times this close are one send (a send time given back as ``now - elapsed`` may differ by
+#: a rounding error).
+_SAME_SEND = 1e-6
 
 
 class _SendRecordState(Protocol):
@@ -31,6 +39,7 @@ class _SendRecordState(Protocol):
     _resumed_at: float
     _last_growth: float
     _door: float
+    _outstanding: deque[float]
 
     def sent_rate(self, now: float) -> float: ...
     def door_gap(self, gap: float) -> float: ...
@@ -114,6 +123,27 @@ class SendRecord:
             weight = self._sent_weight()  # GAP_WEIGHT but in a quick start phase
             self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
+        self._outstanding.append(now)
+
+    def settled(self: _SendRecordState, sent_at: float) -> None:
+        """The request sent at ``sent_at`` is over (answered, failed or abandoned): it is out no more."""
+        out = self._outstanding
+        if not out:
+            return
+        best = min(range(len(out)), key=lambda i: abs(out[i] - sent_at))
+        if abs(out[best] - sent_at) <= _SAME_SEND:
+            del out[best]
+
+    def _count_stragglers(self: _SendRecordState, now: float, sent_at: float, span: float) -> int:
+        """Requests sent before ``sent_at`` (whose answer just came) and out for longer than ``span``.
+
+        A request out for a whole window is dropped: an outcome never reported
+        (a request abandoned by its caller) must not hold a slot for ever.
+        """
+        out = self._outstanding
+        while out and out[0] <= now - self.window:
+            out.popleft()
+        return sum(1 for at in out if at < sent_at and now - at > span)
 
     def hold(self: _SendRecordState, until: float) -> None:
         """The server asked for silence until ``until`` (``Retry-After``): resume where it left off.

@@ -179,8 +179,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
                  "_low_latency",
-                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
-                 "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
+                 "_ok_sends", "_outstanding", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
+                 "_resumed_at", "_samples", "_quick_sent", "_sent_at", "_strict_gap", "_stragglers", "_stuck_share", "_stuck_time",
                  "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
                  "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
                  "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
@@ -221,6 +221,11 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self._window_start = _NEVER
         self._samples = 0
         self._level = 0  # the last latency verdict: 0 fine, 1 at the knee, 2 too high
+        self._quick_sent = _NEVER  # the latest send answered under the knee (_rampup_latency)
+        # The send times of the requests still out, and how many of them were stragglers (out far longer
+        # than the site's answers take) at the last quick answer (_rampup_sends, _rampup_slots).
+        self._outstanding: deque[float] = deque(maxlen=OK_SENDS_KEPT)
+        self._stragglers = 0
         # Failures without an answer that were not taken for overload: their share of the
         # outcomes and how long each held its slot (both smoothed).
         self._stuck_share = 0.0
@@ -292,10 +297,13 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
         stuck = pushback and not answered and self._samples >= T.confirm and self._level == 0
+        # A slow answer among quick ones hung at the site and then answered: it held its slot as a
+        # hang does, and its latency is no load (_rampup_latency).
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
-        self._stuck_share += T.stuck_share_weight * (stuck - self._stuck_share)
+        outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at)
+        self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
         if pushback:
             self.note_refusal(answered, elapsed, inflight)
         if stuck:
@@ -328,7 +336,19 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
             self._note_accepted(now if sent_at is None else sent_at)
             self._note_inflight(inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
-            level = self._observe_latency(now, latency)
+            if outlier:
+                self._note_stuck(now, elapsed if elapsed is not None else latency)
+                level = self._level
+                self._decide(now, f"outlier: one answer took {latency or 0.0:.3g}s while the others stay "
+                             "quick; the site's own, not load")
+            else:
+                level = self._observe_latency(now, latency)
+            # The requests out far longer than the site's answers take, overtaken by a later send answered
+            # quickly, are stragglers: the slots make room for them before they end (or the first few
+            # hangs silence the scope). None while latency shows load.
+            span = self._outlier_span()
+            self._stragglers = self._count_stragglers(now, self._quick_sent, span) \
+                if span is not None and level == 0 else 0
             if level == 2 and can_cut:
                 self._cap_queue(now)
                 self._cut(now, reason="latency")

@@ -284,6 +284,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             True when this outcome made the circuit breaker give the scope up.
         """
         breaker = self.breaker
+        if self.rampup is not None:
+            self.rampup.settled(sent_at)  # out no more, whatever came of it
         if feedback is None:
             if breaker is not None:
                 breaker.on_abandon(sent_at)
