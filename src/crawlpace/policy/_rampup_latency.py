@@ -55,7 +55,7 @@ class LatencyWatch:
 
 
     def _outlier_span(self: _LatencyWatchState) -> float | None:
-        """Seconds past which one answer alone moves the smoothed latency past the knee (None: no baseline)."""
+        """Seconds past which one answer alone moves the smoothed latency past the knee (None: no base)."""
         smooth, base = self.latency, self.baseline()
         if smooth is None or base is None or self._samples < T.confirm:
             return None
@@ -63,7 +63,7 @@ class LatencyWatch:
         return smooth + max(line - smooth, 0.0) / LATENCY_WEIGHT
 
     def _outlier(self: _LatencyWatchState, sample: float | None, sent_at: float) -> bool:
-        """Whether an accepted answer sent at ``sent_at`` is the site's own outlier, not load (see the module).
+        """Whether an accepted answer sent at ``sent_at`` is the site's own outlier, not load (see module).
 
         Notes when a quick answer's request was sent; call it once per accepted answer.
         """

@@ -179,8 +179,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
                  "_low_latency",
-                 "_ok_sends", "_outstanding", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
-                 "_resumed_at", "_samples", "_quick_sent", "_sent_at", "_strict_gap", "_stragglers", "_stuck_share", "_stuck_time",
+                 "_ok_sends", "_outstanding", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap",
+                 "_quick_sent", "_quiet_until",
+                 "_resumed_at", "_samples", "_sent_at", "_stragglers", "_strict_gap", "_stuck_share",
+                 "_stuck_time",
                  "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
                  "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
                  "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
