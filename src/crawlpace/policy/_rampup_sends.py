@@ -123,7 +123,10 @@ class SendRecord:
             weight = self._sent_weight()  # GAP_WEIGHT but in a quick start phase
             self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
-        self._outstanding.append(now)
+
+    def out(self: _SendRecordState, sent_at: float) -> None:
+        """A request sent at ``sent_at`` is out until :meth:`settled` (its scope tells both ends)."""
+        self._outstanding.append(sent_at)
 
     def settled(self: _SendRecordState, sent_at: float) -> None:
         """The request sent at ``sent_at`` is over (answered, failed or abandoned): it is out no more."""

@@ -257,6 +257,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         rampup = self.rampup
         if rampup is not None:
             rampup.on_send(now)
+            rampup.out(now)
             # Only the send-rate cap can have moved; the limits follow when it did.
             if 1.0 / rampup.allowed_rate(now) != self._base.delay or self.crawl_delay is not None:
                 base = self._compute_base(now)
