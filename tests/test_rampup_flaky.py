@@ -108,6 +108,17 @@ async def test_errors_answered_at_once_are_not_read_as_a_cap_on_requests_in_flig
     assert flaky.pace >= 0.9 * clean.pace, (flaky.pace, clean.pace)
 
 
+async def test_once_its_errors_are_its_own_a_backend_failing_at_once_sets_no_cap() -> None:
+    # 7.5 % 502s answered at once and 1.8 % hangs of 5.1 s (a random farm's site): after its errors
+    # were judged its own, a 502 at three in flight capped the slots at 2, which the hangs then
+    # filled (0.24 of the clean pace; through the crawl, 3 in flight at most and 5 s silences).
+    clean = await crawl(errors=0.0, seconds=60.0)
+    flaky = await crawl(errors=0.075, status=502, at_once=True, hangs=0.018, hang=5.1, late=True,
+                        seconds=60.0)
+    assert not flaky.given_up
+    assert len(flaky.sends) >= 0.9 * len(clean.sends), (len(flaky.sends), len(clean.sends))
+
+
 async def test_after_a_breaker_pause_the_scope_resumes_at_its_pace() -> None:
     # 500s are no backoff answer: the breaker opens once at 20 % failures (before it has learned
     # the site's share), pauses the scope for its short sample pause (1 s), and closes on a good

@@ -416,9 +416,13 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         climb again from the rate they left, as the start phase does, with no ceiling.
 
         Their cuts set a ceiling and a search under the pace the site takes, and the cubic
-        climb would spend a window under them. A cap on the slots stays: refusals on arrival
-        past a count in flight are a cap's, whatever else failed.
+        climb would spend a window under them. A cap on the slots read from quick refusals goes
+        too: the scope takes the site's quick 5xx for its own errors from now on (the scope
+        policy), and a flaky backend failing at once looks like a cap's refusal with several in
+        flight. A cap read from latency (a queue) stays.
         """
+        if not self._queue_cap:
+            self.slot_cap = math.inf
         self._pushbacks.clear()
         self.ceiling = self.last_pushback_rate = None
         self._top, self._probe_after = 0.0, _NEVER
