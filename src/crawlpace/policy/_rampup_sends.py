@@ -131,11 +131,10 @@ class SendRecord:
     def settled(self: _SendRecordState, sent_at: float) -> None:
         """The request sent at ``sent_at`` is over (answered, failed or abandoned): it is out no more."""
         out = self._outstanding
-        if not out:
-            return
-        best = min(range(len(out)), key=lambda i: abs(out[i] - sent_at))
-        if abs(out[best] - sent_at) <= _SAME_SEND:
-            del out[best]
+        for i, at in enumerate(out):  # oldest first: answers mostly come in the order of their sends
+            if abs(at - sent_at) <= _SAME_SEND:
+                del out[i]
+                return
 
     def _count_stragglers(self: _SendRecordState, now: float, sent_at: float, span: float) -> int:
         """Requests sent before ``sent_at`` (whose answer just came) and out for longer than ``span``.
