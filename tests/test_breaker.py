@@ -613,3 +613,40 @@ def test_an_unlucky_probe_of_a_mostly_answering_site_keeps_the_pause_short() -> 
         down.on_outcome(i * 0.1, failed=True, sent_at=i * 0.1)
     assert down.state == OPEN
     assert down.pause_end == pytest.approx(10.4)
+
+
+def test_an_unlucky_first_opening_of_a_flaky_site_is_a_sample() -> None:
+    # A random farm's site with 24 % 502s opened its breaker with three failures among its first five
+    # outcomes: more than half, but on five outcomes that is luck, and two of them succeeded. It was
+    # paused 10 s, its probe failed (20 s), then 40 s: 1 page of 88 in 36 s, the oracle's 88 in 15 s.
+    breaker = Breaker(pause=60.0, first_pause=10.0)
+    for i, failed in enumerate((True, False, True, False, True)):
+        breaker.on_outcome(0.1 * i, failed=failed, sent_at=0.1 * i)
+    assert breaker.state == OPEN
+    assert breaker.blocked_until(0.4) == pytest.approx(1.4)  # a sample: a tenth of the first pause
+    breaker.on_send(1.4)
+    assert fail(breaker, 1.5, sent_at=1.4) is False  # an unlucky probe: 4 of 6 failed, still not clear
+    assert breaker.blocked_until(1.5) == pytest.approx(2.5)
+
+
+def test_a_share_after_the_pause_not_clearly_lower_is_the_sites_own() -> None:
+    # 15 % 500s: the first opening came at 3 of 9 (33 %, a sample), the share after the pause was
+    # 22 of 146 (15 %): under half of 33 %, which read as errors that fell with the pace and paused
+    # the site 10 s, then 20 s. On nine outcomes 33 % and 15 % are the same share.
+    breaker = Breaker(pause=60.0, first_pause=10.0)
+    now = 0.0
+    for failed in (False, False, True, False, False, True, False, False, True):
+        breaker.on_outcome(now, failed=failed, sent_at=now)
+        now += 0.02
+    assert breaker.state == OPEN
+    until = breaker.blocked_until(now)
+    assert until is not None
+    now = until
+    breaker.on_send(now)
+    succeed(breaker, now)
+    for i in range(400):
+        now += 0.02
+        assert breaker.blocked_until(now) == -INF, i
+        breaker.on_send(now)
+        breaker.on_outcome(now, failed=i % 20 in (0, 7, 13), sent_at=now)
+    assert breaker.tolerated_share > 0.15

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crawlpace import Throttler
-from crawlpace.policy._load_errors import JUDGE, LoadErrors
+from crawlpace.policy._load_errors import EARLY, JUDGE, LoadErrors
 from crawlpace.testing import MockClock
 
 URL = "https://flaky.example/page"
@@ -95,12 +95,16 @@ def test_the_verdict_compares_the_share_before_a_cut_with_the_share_after() -> N
         errors.record("s", sent_at=n, error=n % 4 == 0)
     errors.slowed(40.0, None)
     assert errors.judging
-    for n in range(JUDGE):  # 25 % again at the new pace: not load
+    n = 0
+    while n < JUDGE and (n == 0 or errors.judging):  # 25 % again at the new pace: not load
         errors.record("s", sent_at=41.0 + n, error=n % 4 == 0)
+        n += 1
     assert errors.plain
-    after = sum(n % 4 == 0 for n in range(JUDGE))
-    assert errors.share == (10 + after) / (40 + JUDGE)  # both samples pooled, not the few after the cut
-    assert errors.tolerable == max(0.25, after / JUDGE)  # the breaker tolerates the higher of the two
+    # One error among the first EARLY: even successes for the rest of JUDGE could not show a fall.
+    assert n == EARLY
+    after = sum(i % 4 == 0 for i in range(n))
+    assert errors.share == (10 + after) / (40 + n)  # both samples pooled, not the few after the cut
+    assert errors.tolerable == max(0.25, errors.share)  # the breaker tolerates the higher of the two
 
     overloaded = LoadErrors()
     for n in range(40):
@@ -114,3 +118,25 @@ def test_the_verdict_compares_the_share_before_a_cut_with_the_share_after() -> N
     for n in range(40):  # a site judged flaky that starts failing most requests: believed again
         judged.record("s", sent_at=100.0 + n, error=n % 5 != 0)
     assert not judged.plain
+
+
+def test_the_verdict_comes_early_when_the_rest_could_not_show_a_fall() -> None:
+    # A cut at 0.5/s whose share before rests on the breaker's four outcomes (2 of 4): no sample after
+    # it can be clearly lower, so ten outcomes at that pace (20 s) only delayed the verdict.
+    errors = LoadErrors()
+    errors.slowed(5.0, 1 / 3, 3)  # the breaker's 1 of 3, and the error that made the cut
+    assert errors.judging
+    for n in range(EARLY):
+        errors.record("s", sent_at=6.0 + 2.0 * n, error=n == 1)
+    assert errors.plain
+    # A share before measured on forty outcomes can be beaten: the verdict waits for the whole sample.
+    overloaded = LoadErrors()
+    for n in range(40):
+        overloaded.record("s", sent_at=n, error=n % 2 == 0)
+    overloaded.slowed(40.0, None)
+    for n in range(JUDGE - 1):
+        overloaded.record("s", sent_at=41.0 + n, error=False)
+        assert overloaded.judging
+    overloaded.record("s", sent_at=50.0, error=False)
+    assert not overloaded.judging
+    assert not overloaded.plain

@@ -14,7 +14,11 @@ slowing down does. So the first such errors are believed: they slow the scope
    do not cut again: the experiment is one cut, measured at one pace.
 3. **Verdict.** The errors were about load only if slowing *clearly* reduced
    them: the share after is below :data:`SAME` of the share before, by more
-   than two standard deviations of chance (both shares are samples). If not,
+   than two standard deviations of chance (both shares are samples). The
+   verdict comes before :data:`JUDGE` outcomes once :data:`EARLY` are known
+   and the rest could not make it "fell" even if every one succeeded (a share
+   before measured on four outcomes can never be clearly beaten: at 0.5/s,
+   waiting for ten outcomes cost a flaky site 20 s at that pace). If not,
    the errors are the site's own: from then on they are *plain errors*.
    They no longer slow the scope (they still count as failures: the circuit
    breaker sees them, and the crawl resends them within ``--retries``), the
@@ -50,7 +54,7 @@ import math
 
 from .signals import ScopeFeedback
 
-__all__ = ["JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "is_error"]
+__all__ = ["EARLY", "JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "is_error"]
 
 logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
 
@@ -58,6 +62,8 @@ logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log l
 MEMORY = 40
 #: Outcomes of requests sent after a cut needed to judge it (the test of significance weighs how few).
 JUDGE = 10
+#: Outcomes after a cut before the verdict may come early (see the module's rule 3).
+EARLY = 3
 #: A share after the cut at least this share of the one before: slowing did not help.
 SAME = 0.5
 #: A learned share is trusted until errors are clearly above this multiple of it.
@@ -119,7 +125,8 @@ class LoadErrors:
         if self.judging and sent_at >= self.since:
             self.after_n += 1
             self.after_bad += error
-            if self.after_n >= JUDGE:
+            # Early when even successes for the rest could not show a fall.
+            if self.after_n >= JUDGE or (self.after_n >= EARLY and not self._fell(self.after_bad, JUDGE)):
                 self._judge(scope)
         elif self.plain and error:
             share = self.recent_share()
@@ -152,20 +159,25 @@ class LoadErrors:
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
         self.after_n = self.after_bad = 0
 
+    def _fell(self, bad: int, n: int) -> bool:
+        """Whether ``bad`` errors among ``n`` outcomes after the cut are clearly fewer than before it."""
+        after, before = bad / n, self.before
+        spread = 2.0 * math.sqrt(before * (1.0 - before) / max(self.before_n, 1) + after * (1.0 - after) / n)
+        return after < SAME * before and before - after > spread
+
     def _judge(self, scope: str) -> None:
         self.judging = False
-        after, before = self.after_bad / self.after_n, self.before
-        spread = 2.0 * math.sqrt(before * (1.0 - before) / max(self.before_n, 1)
-                                 + after * (1.0 - after) / self.after_n)
-        if not (after < SAME * before and before - after > spread):
+        after = self.after_bad / self.after_n
+        if not self._fell(self.after_bad, self.after_n):
             # The share learned pools both samples: the one after the cut alone is a handful of
             # outcomes (0 of 10 at a 20 % share is no rarity), and a share of 0 would be exceeded
             # by the next error, which would be believed again and cut once more.
-            pooled = (before * self.before_n + self.after_bad) / (self.before_n + self.after_n)
+            pooled = (self.before * self.before_n + self.after_bad) / (self.before_n + self.after_n)
             self.plain, self.share = True, pooled
             # The breaker is told the higher of the two: slowing did not lower the errors, so the
             # share before is the site's too, and a breaker opened by it pauses a site that is fine.
-            self.tolerable = max(self.tolerable, before, after)
+            # (An early verdict's share after rests on a few outcomes: the pooled one stands for it.)
+            self.tolerable = max(self.tolerable, self.before, after if self.after_n >= JUDGE else pooled)
             logger.info("scope %s: errors at %.0f%% after slowing down, %.0f%% before: not about load; "
                         "they no longer slow the scope", scope, 100 * after, 100 * self.before)
         else:

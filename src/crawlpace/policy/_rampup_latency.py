@@ -4,6 +4,13 @@ Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
 past ``T.knee`` times the baseline the rate stops growing, past ``T.high`` times it
 the rate is cut, so an overloaded server is caught at its knee, before it
 starts to refuse.
+
+Load slows every answer; a site's own outlier slows one. An answer slow enough to
+move the verdict by itself (a request that hung for seconds, then answered 200)
+that a later send overtook (answered quickly before it) is an outlier
+(:meth:`LatencyWatch._outlier`): a queue serves in turn, so what is overtaken
+was held by the site, not by a queue. It stays out of the smoothed latency, and
+the slots make room for such answers as they do for hangs.
 """
 
 from __future__ import annotations
@@ -18,7 +25,6 @@ from ._shared_rules import LATENCY_WEIGHT
 __all__ = ["LatencyWatch"]
 
 
-
 class _LatencyWatchState(Protocol):
     """What the methods of :class:`LatencyWatch` use of the controller."""
 
@@ -29,8 +35,10 @@ class _LatencyWatchState(Protocol):
     _window_start: float
     _samples: int
     _level: int
+    _quick_sent: float
 
     def baseline(self) -> float | None: ...
+    def _outlier_span(self) -> float | None: ...
 
 
 class LatencyWatch:
@@ -45,6 +53,28 @@ class LatencyWatch:
         low = min(low, self._window_min)
         return None if low == math.inf else low
 
+
+    def _outlier_span(self: _LatencyWatchState) -> float | None:
+        """Seconds past which one answer alone moves the smoothed latency past the knee (None: no base)."""
+        smooth, base = self.latency, self.baseline()
+        if smooth is None or base is None or self._samples < T.confirm:
+            return None
+        line = T.knee * base + T.knee_slack
+        return smooth + max(line - smooth, 0.0) / LATENCY_WEIGHT
+
+    def _outlier(self: _LatencyWatchState, sample: float | None, sent_at: float) -> bool:
+        """Whether an accepted answer sent at ``sent_at`` is the site's own outlier, not load (see module).
+
+        Notes when a quick answer's request was sent; call it once per accepted answer.
+        """
+        span, base = self._outlier_span(), self.baseline()
+        if sample is None or span is None or base is None or not math.isfinite(sample):
+            return False
+        if sample <= T.knee * base + T.knee_slack:
+            self._quick_sent = max(self._quick_sent, sent_at)
+            return False
+        # (One 6-s answer on a 20-ms site smoothed in read as a queue and cut the rate three times.)
+        return sample > span and sent_at < self._quick_sent
 
     def _observe_latency(self: _LatencyWatchState, now: float, sample: float | None) -> int:
         """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""

@@ -4,11 +4,16 @@ Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
 the rate only grows while the scope uses it, and what the scope may send is
 capped at twice the rate it has been sending, so an idle scope neither learns
 nor banks a rate it never tried.
+
+It also keeps the send times of the requests still out, so that a request out
+far longer than the site's answers take, while requests sent after it come
+back quickly, is seen as a straggler (hung at the site) before it answers.
 """
 
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Protocol
 
 from ._rampup_tuning import TUNING as T
@@ -23,6 +28,9 @@ NEVER = float("-inf")
 #: its starting rate anyway (capped at ``T.sent_cap`` times a send rate that fell to nothing), and
 #: its pushback count is empty; a memory bound, not a number the pace depends on while a scope sends.
 IDLE_WINDOWS = 2.0
+#: Two send times this close are one send (a send time given back as ``now - elapsed`` may differ by
+#: a rounding error).
+_SAME_SEND = 1e-6
 
 
 class _SendRecordState(Protocol):
@@ -36,6 +44,7 @@ class _SendRecordState(Protocol):
     _resumed_at: float
     _last_growth: float
     _door: float
+    _outstanding: deque[float]
 
     def sent_rate(self, now: float) -> float: ...
     def door_gap(self, gap: float, announced: bool = False) -> float: ...
@@ -136,6 +145,29 @@ class SendRecord:
             weight = self._sent_weight()  # GAP_WEIGHT but in a quick start phase
             self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
+
+    def out(self: _SendRecordState, sent_at: float) -> None:
+        """A request sent at ``sent_at`` is out until :meth:`settled` (its scope tells both ends)."""
+        self._outstanding.append(sent_at)
+
+    def settled(self: _SendRecordState, sent_at: float) -> None:
+        """The request sent at ``sent_at`` is over (answered, failed or abandoned): it is out no more."""
+        out = self._outstanding
+        for i, at in enumerate(out):  # oldest first: answers mostly come in the order of their sends
+            if abs(at - sent_at) <= _SAME_SEND:
+                del out[i]
+                return
+
+    def _count_stragglers(self: _SendRecordState, now: float, sent_at: float, span: float) -> int:
+        """Requests sent before ``sent_at`` (whose answer just came) and out for longer than ``span``.
+
+        A request out for a whole window is dropped: an outcome never reported
+        (a request abandoned by its caller) must not hold a slot for ever.
+        """
+        out = self._outstanding
+        while out and out[0] <= now - self.window:
+            out.popleft()
+        return sum(1 for at in out if at < sent_at and now - at > span)
 
     def hold(self: _SendRecordState, until: float) -> None:
         """The server asked for silence until ``until`` (``Retry-After``): resume where it left off.

@@ -37,6 +37,8 @@ class _SlotSizingState(Protocol):
     rate: float
     _samples: int
     _lone_refused: bool
+    _level: int
+    _stragglers: int
 
     def baseline(self) -> float | None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None) -> bool: ...
@@ -77,9 +79,11 @@ class SlotSizing:
         # or a few hangs at once leave no slot free and the scope falls silent till they time out.
         # At the learned rate, not the one allowed now: hangs holding the slots slow the sends, and
         # the allowed rate (twice the send rate) with them, which would shrink the slots further.
+        # The requests out now far longer than the site's answers take count too (the hangs learned above
+        # count only once they end). Neither while latency shows load: a knee slows every answer.
         share = self._stuck_share / (1.0 - (1.0 - T.stuck_share_weight) ** max(1, self._samples))  # unbiased
         stuck = max(rate, self.rate) * share * self._stuck_time
-        stuck += 2.0 * math.sqrt(stuck)
+        stuck = 0.0 if self._level else max(stuck + 2.0 * math.sqrt(stuck), float(self._stragglers))
         slots = min(self.max_concurrency, math.ceil(rate * span + stuck) + 1)
         return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
 

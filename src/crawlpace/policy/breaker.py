@@ -46,18 +46,21 @@ Two more rules tell a site that is down from one that merely fails now and then:
 
 * Pauses escalate. The first pause after a close lasts ``first_pause``; each
   failed probe doubles it, up to ``pause``. The very first opening of a site
-  whose successes still outnumber its failures pauses only
-  ``SAMPLE_PAUSE_SHARE`` of ``first_pause``: it is the sample the next rule
-  compares with, not yet a sign that the site is down. Its failed probes pause
-  as briefly while successes still outnumber failures among the recent
-  outcomes; after that, ``first_pause`` and escalation go on as usual. A dead site is thus probed early and
+  that is not clearly down (some outcome succeeded and not clearly more than
+  half failed, by two standard deviations: three failures among five outcomes
+  are a flaky site's luck as often as not) pauses only ``SAMPLE_PAUSE_SHARE`` of
+  ``first_pause``: it is the sample the next rule compares with, not yet a sign
+  that the site is down. Its failed probes pause as briefly while the recent
+  outcomes are not clearly mostly failures; after that, ``first_pause`` and
+  escalation go on as usual. A dead site is thus probed early and
   given up early (with the scope policy's defaults, ten seconds after
   it opened), while a site that keeps failing after a few probes waits the full
   pause between them.
 * Errors that do not depend on the pace are tolerated. A pause brings the rate
   to zero; if, once the probe has closed the breaker, failures come back at
   about the same share as the one that opened it (at least ``STEADY_SAME`` of
-  it) while successes still outnumber them, slowing down did not help: the
+  it, or not clearly lower: the opening's share may rest on a handful of
+  outcomes) while successes still outnumber them, slowing down did not help: the
   errors are the site's own, not overload. The breaker then learns the new
   share (times ``STEADY_MARGIN``, at most ``STEADY_MAX``) as the site's normal
   one and opens again only clearly past it. A site where clearly more than half
@@ -138,7 +141,8 @@ class Breaker:
     """
 
     __slots__ = ("_buckets", "_error_share", "_failed", "_first_pause", "_give_up_after", "_half_open_since",
-                 "_min_requests", "_next_pause", "_open_until", "_opened_at", "_opened_share", "_pause",
+                 "_min_requests", "_next_pause", "_open_until", "_opened_at", "_opened_n", "_opened_share",
+                 "_pause",
                  "_probe_out",
                  "_recent", "_recent_n", "_sampling", "_state", "_total", "_width", "_window",
                  "consecutive_failures",
@@ -184,6 +188,7 @@ class Breaker:
         # The failed share that last opened the breaker from closed (-1: none yet), and the
         # share learned as the site's normal one (0: none).
         self._opened_share = -1.0
+        self._opened_n = 0  # the outcomes that share was measured on
         self.tolerated_share = 0.0
         self._state = CLOSED
         self._open_until = _NEVER
@@ -334,8 +339,8 @@ class Breaker:
                 if verdict != "wait" and self._too_many(total, bad):
                     # A first opening while successes outnumber failures is a sample, not a verdict:
                     # a short pause tells errors that fall with the pace from the site's own.
-                    self._sampling = self._opened_share < 0.0 and 2 * bad < total
-                    self._opened_share = bad / total
+                    self._sampling = self._opened_share < 0.0 and not _looks_down(bad, total)
+                    self._opened_share, self._opened_n = bad / total, total
                     self._next_pause = self._first_pause
                     self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
         elif state == HALF_OPEN and sent_at >= self._half_open_since:
@@ -354,9 +359,10 @@ class Breaker:
                 _log.debug("breaker %s", self.reason)
                 return True
             else:
-                # A sample goes on while successes still outnumber failures: one unlucky probe of a
-                # site failing a quarter of its requests is no sign that it is down.
-                self._sampling = self._sampling and 2 * self._recent.bit_count() < self._recent_n
+                # A sample goes on while the recent outcomes are not clearly mostly failures: one
+                # unlucky probe of a site failing a quarter of its requests is no sign that it is down.
+                recent = self._recent.bit_count()
+                self._sampling = self._sampling and not _looks_down(recent, self._recent_n)
                 self._open(now, f"the probe failed ({self.consecutive_failures} failures in a row)")
         return False
 
@@ -391,7 +397,13 @@ class Breaker:
             return "down"
         if total < STEADY_OUTCOMES:
             return "wait"
-        return "steady" if share >= STEADY_SAME * min(opened, STEADY_MAX) else "fell"
+        if share >= STEADY_SAME * min(opened, STEADY_MAX):
+            return "steady"
+        # Fell only if clearly: a first opening may rest on a handful of outcomes (3 of 9 opened a
+        # site failing 15 %, whose 22 of 146 after the pause then read as a fall and paused it 10 s).
+        spread = 2.0 * math.sqrt(opened * (1.0 - opened) / max(self._opened_n, 1)
+                                 + share * (1.0 - share) / total)
+        return "fell" if opened - share > spread else "steady"
 
     def _threshold(self, total: int) -> float:
         """Failures among ``total`` outcomes that are clearly above the error share.
@@ -456,3 +468,9 @@ class Breaker:
     def __repr__(self) -> str:
         return (f"<Breaker {self._state} outcomes={self._total} failed={self._failed} "
                 f"consecutive_failures={self.consecutive_failures}>")
+
+
+def _looks_down(failed: int, known: int) -> bool:
+    """Whether ``failed`` of ``known`` outcomes say the site is down: every one failed, or clearly more
+    than half (by two standard deviations)."""
+    return known > 0 and (failed >= known or failed / known - 2.0 * math.sqrt(0.25 / known) >= 0.5)

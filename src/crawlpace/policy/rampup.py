@@ -198,6 +198,11 @@ class RampupState:
     _window_start: float = _NEVER
     _samples: int = 0
     _level: int = 0
+    _quick_sent: float = _NEVER  # the latest send answered under the knee (_rampup_latency)
+    # The send times of the requests still out, and how many of them were stragglers (out far longer
+    # than the site's answers take) at the last quick answer (_rampup_sends, _rampup_slots).
+    _outstanding: deque[float] = field(default_factory=lambda: deque(maxlen=OK_SENDS_KEPT))
+    _stragglers: int = 0
     # Failures without an answer that were not taken for overload: their share of the
     # outcomes and how long each held its slot (both smoothed).
     _stuck_share: float = 0.0
@@ -306,10 +311,13 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
         stuck = pushback and not answered and self._samples >= T.confirm and self._level == 0
+        # A slow answer among quick ones hung at the site and then answered: it held its slot as a
+        # hang does, and its latency is no load (_rampup_latency).
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
-        self._stuck_share += T.stuck_share_weight * (stuck - self._stuck_share)
+        outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at)
+        self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
         if pushback:
             self.note_refusal(answered, elapsed, inflight)
         if stuck:
@@ -342,7 +350,19 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self._note_accepted(now if sent_at is None else sent_at)
             self._note_inflight(inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
-            level = self._observe_latency(now, latency)
+            if outlier:
+                self._note_stuck(now, elapsed if elapsed is not None else latency)
+                level = self._level
+                self._decide(now, f"outlier: one answer took {latency or 0.0:.3g}s while the others stay "
+                             "quick; the site's own, not load")
+            else:
+                level = self._observe_latency(now, latency)
+            # The requests out far longer than the site's answers take, overtaken by a later send answered
+            # quickly, are stragglers: the slots make room for them before they end (or the first few
+            # hangs silence the scope). None while latency shows load.
+            span = self._outlier_span()
+            self._stragglers = self._count_stragglers(now, self._quick_sent, span) \
+                if span is not None and level == 0 else 0
             if level == 2 and can_cut:
                 self._cap_queue(now)
                 self._cut(now, reason="latency")
@@ -408,9 +428,13 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         climb again from the rate they left, as the start phase does, with no ceiling.
 
         Their cuts set a ceiling and a search under the pace the site takes, and the cubic
-        climb would spend a window under them. A cap on the slots stays: refusals on arrival
-        past a count in flight are a cap's, whatever else failed.
+        climb would spend a window under them. A cap on the slots read from quick refusals goes
+        too: the scope takes the site's quick 5xx for its own errors from now on (the scope
+        policy), and a flaky backend failing at once looks like a cap's refusal with several in
+        flight. A cap read from latency (a queue) stays.
         """
+        if not self._queue_cap:
+            self.slot_cap = math.inf
         self._pushbacks.clear()
         self.ceiling = self.last_pushback_rate = None
         self._top, self._probe_after = 0.0, _NEVER

@@ -256,6 +256,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         rampup = self.rampup
         if rampup is not None:
             rampup.on_send(now)
+            rampup.out(now)
             # Only the send-rate cap can have moved, or an early send set the next one's time
             # (door_gap); the limits follow when they did.
             if (1.0 / rampup.allowed_rate(now) != self._base.delay or self.crawl_delay is not None
@@ -285,6 +286,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             True when this outcome made the circuit breaker give the scope up.
         """
         breaker = self.breaker
+        if self.rampup is not None:
+            self.rampup.settled(sent_at)  # out no more, whatever came of it
         if feedback is None:
             if breaker is not None:
                 breaker.on_abandon(sent_at)
@@ -300,13 +303,18 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # Errors whose share does not fall with the pace are not pushback (_load_errors), except a
         # refusal on arrival with several in flight: a cap on them is load, which rampup caps the
         # slots for (a cut of the rate would not lower such refusals, and they would seem the site's).
+        # Once the site's 5xx are judged its own, a quick one is one of them too: a flaky backend
+        # fails at once whatever is in flight (a 502 at 3 in flight capped such a site at 2 slots,
+        # which its hangs then filled). Should the share climb clearly past the one learned, the
+        # errors are believed again, and such refusals with them.
         rampup = self.rampup
+        errors = self.load_errors
+        own = errors is not None and errors.plain and is_error(feedback)
         if rampup is not None and feedback.backoff:
             rampup.note_refusal(feedback.status is not None, now - sent_at, inflight)
         error = is_error(feedback) and not (
-            rampup is not None and feedback.backoff
+            rampup is not None and feedback.backoff and not own
             and rampup.refused_on_arrival(feedback.status is not None, now - sent_at, inflight))
-        errors = self.load_errors
         if error and feedback.backoff and errors is None:
             errors = self.load_errors = LoadErrors()
         # (Before the record: the verdict falls in it, and what turned plain here is what to forgive.)

@@ -74,7 +74,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "q": ("_credit", "_at"),  # the quota bucket
     "k": ("_state", "_open_until", "_opened_at", "_half_open_since", "_probe_out", "_buckets", "_total",
           "_failed",
-          "consecutive_failures", "_recent", "_recent_n", "_next_pause", "_opened_share",
+          "consecutive_failures", "_recent", "_recent_n", "_next_pause", "_opened_share", "_opened_n",
           "tolerated_share", "_sampling"),  # the circuit breaker
     "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
           "_pushbacks", "_gap", "_sent_at", "_last_growth", "_cut_rate", "_epoch", "_k", "_climb",
@@ -82,7 +82,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_stuck_share", "_stuck_time", "_resumed_at", "slot_cap", "_cap_at", "_good_rate", "_door",
           "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap", "_gentle", "_ep_since",
           "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_ok_sends", "_gap_ok",
-          "_strict_gap", "_fitted", "_fit_span", "_inflight_ok", "_sustained", "_lone_refused"),  # rampup
+          "_strict_gap", "_fitted", "_fit_span", "_inflight_ok", "_sustained", "_lone_refused",
+          "_quick_sent", "_outstanding", "_stragglers"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
 }
