@@ -175,7 +175,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
+    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_refused",
+                 "_cycle_start",
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
                  "_low_latency",
@@ -240,6 +241,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # and the cycle since the last episode ended: when, and the answers accepted (_rampup_episode).
         self._ep_since, self._ep_gap = _NEVER, 0.0
         self._cycle_start, self._cycle_ok, self._cycle_rate = _NEVER, 0, 0.0
+        self._cycle_refused = 0  # refusals answered in the cycle: a counter counts them (_rampup_episode)
         # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
         self._fitted, self._fit_span = False, 0.0
         self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
