@@ -304,6 +304,15 @@ async def test_a_request_rate_counter_over_a_minute() -> None:
     assert out.refused <= 60
 
 
+async def test_a_slow_request_rate_counter_is_not_kept_full_by_its_probes() -> None:
+    # 10 per 20 s: the limit's gap is 2 s, the longest probe gap of a lock-out's first seconds.
+    out = await crawl(RequestRate(10.0, 20.0), 200.0)
+    # was 0.48 / 26: probes at the limit's own pace, each counted, kept the count over the limit
+    # for 38 s, and the lock-out's fit with it under half the limit.
+    assert out.share >= 0.7
+    assert out.refused <= 22
+
+
 async def test_a_strict_bucket_refused_far_under_its_accepted_gap() -> None:
     # The start phase's overshoot, then a send 0.118 s after one accepted 0.23 s after the one
     # before: the limit's gap lies between. Was 0.51: the deep cut from the measured rate (still

@@ -13,11 +13,11 @@ a request sent after that refusal is accepted, the episode lasts, and every
 refusal in it is part of the same evidence: none cuts again. Instead the scope
 *probes*: its sends are spaced at least ``probe gap`` apart, a gap that starts
 at the cut rate's and doubles with every refused probe (a request sent inside
-the episode), up to :data:`T.probe_gap_max` or :data:`T.probe_share` of the
-episode so far, whichever is longer. A lock-out of unknown length (a window's
-rest, a counter draining) costs a few probes, not a cascade of cuts, a counter
-that counts refusals is not kept full by them, and the end of a lock-out is
-seen at most a quarter of its length late.
+the episode), up to :data:`T.probe_gap_max`, :data:`T.lockout_gaps` gaps at the
+cut rate or :data:`T.probe_share` of the episode so far, whichever is longer. A
+lock-out of unknown length (a window's rest, a counter draining) costs a few
+probes, not a cascade of cuts, a counter that counts refusals is not kept full
+by them, and the end of a lock-out is seen at most a quarter of its length late.
 
 **The fit.** The stretch between the end of one episode and the end of the
 next is a *cycle*; the answers accepted in it over its length are the rate the
@@ -25,12 +25,19 @@ limiter let through, lock-out included: a window of ``N`` per ``W`` seconds
 gives ``N / W`` exactly, a bucket its refill rate, a counter its limit. That
 rate was achieved, so it is safe to pace at; the level after an episode is
 never under :data:`T.fit_share` of it. (It only ever lifts a level: where the
-ordinary cut leaves the rate higher, the cut stands.)
+ordinary cut leaves the rate higher, the cut stands.) A cycle the scope did not
+send through at that rate (the start phase's ramp) is a floor, and so is any
+cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
+starts at the counter's estimate and searches up (see ``_episode_answer``). The
+lock-out's silence is the limiter's, left out of the send record.
 
 A refusal within one cycle's length of a lock-out's end, while the level is the
 fitted one (no probe above it yet), opens an episode without a cut: a counter
 that blends its last period into the current one (HAProxy's) lets a probe
-through before it has drained.
+through before it has drained. So does a refusal soon after a cut, within the
+last lock-out's cycle, with the rate not grown past the cut: the overshoot is
+still being counted. A lock-out within a quarter of the last one's length after
+it ended is its drain: the cycle goes on, to be fitted whole.
 
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
@@ -161,7 +168,10 @@ class Episodes:
             return True
         if sent >= self._ep_since:
             gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
-            longest = max(T.probe_gap_max, T.probe_share * (now - self._ep_since))
+            # (At least a lock-out's worth of gaps at the rate: probes at a slow limit's own pace would
+            # keep a counter that counts them full.)
+            longest = max(T.probe_gap_max, T.probe_share * (now - self._ep_since),
+                          T.lockout_gaps / max(self.rate, self.min_rate))
             self._ep_gap = max(gap, min(2.0 * gap, longest))
         return False
 
