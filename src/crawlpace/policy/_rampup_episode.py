@@ -183,11 +183,12 @@ class Episodes:
         if (self._cycle_start != NEVER and self._fitted and now < self._probe_after
                 and now - self._cycle_start < self._fit_span):
             return True
-        # The same after a cut, once a lock-out has shown the limiter counts over a span that long: a
+        # The same after a cut, once a lock-out that outlasted the sending before it (a window's or a
+        # counter's, not a bucket's refill) has shown the limiter counts over a span that long: a
         # refusal soon after the cut, with the rate not grown past it, is the overshoot still counted.
         last = self._pushbacks[-1] if self._pushbacks else NEVER
-        return (self._fit_span > 0.0 and now - last < self._fit_span
-                and self.rate <= self._cut_rate * (1.0 + T.same_rate))
+        return (self._fit_span > 0.0 and 2.0 * self.hold_learned >= self._fit_span
+                and now - last < self._fit_span and self.rate <= self._cut_rate * (1.0 + T.same_rate))
 
     def _episode_cut(self: _EpisodeState) -> None:
         """After the cut that opened an episode: probes go at the cut rate until one is refused."""
