@@ -286,6 +286,42 @@ async def test_a_request_rate_counter_over_ten_seconds() -> None:
     assert out.refused <= 40
 
 
+async def test_a_request_rate_counter_in_a_short_crawl() -> None:
+    # HAProxy's 100 per 10 s, as bench/real_limiters.py configures it, for half a minute.
+    out = await crawl(RequestRate(100.0, 10.0), 30.0)
+    # was 0.79 / 37: the first lock-out's fit (100 in 12.5 s, a floor since the counter counted the
+    # refusals too) was lifted to the geometric middle, 26/s, and the second lock-out and its drain
+    # cost ten seconds. Now the counter's estimate (about 9/s), searched up to under its upper bound.
+    assert out.share >= 0.85
+    assert out.refused <= 25
+
+
+async def test_a_request_rate_counter_over_a_minute() -> None:
+    out = await crawl(RequestRate(600.0, 60.0), 300.0)
+    # was 0.88 / 215: the probes after the first lock-out's fit climbed back at a probe's pace, and
+    # every refusal of the counter's drain after an overshoot cut the rate again.
+    assert out.share >= 0.9
+    assert out.refused <= 60
+
+
+async def test_a_slow_request_rate_counter_is_not_kept_full_by_its_probes() -> None:
+    # 10 per 20 s: the limit's gap is 2 s, the longest probe gap of a lock-out's first seconds.
+    out = await crawl(RequestRate(10.0, 20.0), 200.0)
+    # was 0.48 / 26: probes at the limit's own pace, each counted, kept the count over the limit
+    # for 38 s, and the lock-out's fit with it under half the limit.
+    assert out.share >= 0.7
+    assert out.refused <= 22
+
+
+async def test_a_strict_bucket_refused_far_under_its_accepted_gap() -> None:
+    # The start phase's overshoot, then a send 0.118 s after one accepted 0.23 s after the one
+    # before: the limit's gap lies between. Was 0.51: the deep cut from the measured rate (still
+    # the start's, 4.8/s) left 2.4/s, and the climb beyond took the rest of the crawl.
+    out = await crawl(Bucket(7.8, 1.0), 30.0)
+    assert out.share >= 0.85
+    assert out.refused <= 5
+
+
 async def test_a_connection_cap_released_late() -> None:
     out = await crawl(ConnectionCap(3, 0.1), 120.0, latency=0.1)
     # was 0.78 / 2: a 503 at 3 in flight capped the slots at 2 for good; 3 were accepted in

@@ -168,6 +168,9 @@ class CutRules:
         self._start_climb(now, fast=cascade or gentle)  # a gentle cut's level is near: no need to dawdle
         self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
                         steady=steady, refused=refused, pace=allowed)
+        # A long hold resumes at the level (_after_cut): a refusal there, before any growth, is one
+        # the cut did not prevent, not a new limit above it.
+        self._cut_rate = max(self._cut_rate, self.rate)
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback near the last one's rate" if gentle else "pushback",
                 "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")

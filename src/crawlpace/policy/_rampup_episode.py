@@ -13,11 +13,11 @@ a request sent after that refusal is accepted, the episode lasts, and every
 refusal in it is part of the same evidence: none cuts again. Instead the scope
 *probes*: its sends are spaced at least ``probe gap`` apart, a gap that starts
 at the cut rate's and doubles with every refused probe (a request sent inside
-the episode), up to :data:`T.probe_gap_max` or :data:`T.late_share` of the
-episode so far, whichever is longer. A lock-out of unknown length (a window's
-rest, a counter draining) costs a few probes, not a cascade of cuts, a counter
-that counts refusals is not kept full by them, and the end of a lock-out is
-seen at most a quarter of its length late.
+the episode), up to :data:`T.probe_gap_max`, :data:`T.lockout_gaps` gaps at the
+cut rate or :data:`T.late_share` of the episode so far, whichever is longer. A
+lock-out of unknown length (a window's rest, a counter draining) costs a few
+probes, not a cascade of cuts, a counter that counts refusals is not kept full
+by them, and the end of a lock-out is seen at most a quarter of its length late.
 
 **The fit.** The stretch between the end of one episode and the end of the
 next is a *cycle*; the answers accepted in it over its length are the rate the
@@ -25,12 +25,19 @@ limiter let through, lock-out included: a window of ``N`` per ``W`` seconds
 gives ``N / W`` exactly, a bucket its refill rate, a counter its limit. That
 rate was achieved, so it is safe to pace at; the level after an episode is
 never under :data:`T.fit_share` of it. (It only ever lifts a level: where the
-ordinary cut leaves the rate higher, the cut stands.)
+ordinary cut leaves the rate higher, the cut stands.) A cycle the scope did not
+send through at that rate (the start phase's ramp) is a floor, and so is any
+cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
+starts at the counter's estimate and searches up (see ``_episode_answer``). The
+lock-out's silence is the limiter's, left out of the send record.
 
 A refusal within one cycle's length of a lock-out's end, while the level is the
 fitted one (no probe above it yet), opens an episode without a cut: a counter
 that blends its last period into the current one (HAProxy's) lets a probe
-through before it has drained.
+through before it has drained. So does a refusal soon after a cut, within the
+last lock-out's cycle, with the rate not grown past the cut: the overshoot is
+still being counted. A lock-out within a quarter of the last one's length after
+it ended is its drain: the cycle goes on, to be fitted whole.
 
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
@@ -69,6 +76,19 @@ __all__ = ["Episodes"]
 
 
 
+def _counter_fit(fit: float, accepted: int, refused: int) -> float:
+    """The limit a lock-out's cycle gives when the limiter counts refused requests too.
+
+    A counter of ``L`` per period ``P`` (HAProxy's ``http_req_rate``) that a burst filled
+    refuses until its reading falls under ``L`` again, a period after the burst's first request
+    and then some: the ``R`` refusals counted with the ``A`` accepted requests
+    (``A`` about ``L``) keep it over ``L`` for a further share ``(R + 1) / (A + R)`` of the period.
+    So the cycle's rate ``A / span`` (``fit``) is ``L / P`` divided by ``1 + (R + 1) / (A + R)``:
+    a floor under the limit, as the cycle of a window counted to its end is not.
+    """
+    return fit * (1.0 + (refused + 1) / (accepted + refused))
+
+
 class _EpisodeState(Protocol):
     """What the methods of :class:`Episodes` use of the controller."""
 
@@ -82,6 +102,8 @@ class _EpisodeState(Protocol):
     _cycle_start: float
     _cycle_ok: int
     _cycle_rate: float
+    _cycle_refused: int
+    _pushbacks: deque[float]
     _ok_sends: deque[float]
     _gap_ok: float
     _strict_gap: float
@@ -93,7 +115,11 @@ class _EpisodeState(Protocol):
     _fitted: bool
     _fit_span: float
     _sustained: float
+    _gap: float | None
     hold_learned: float
+
+    def hold(self, until: float) -> None: ...
+    def _lockout_resume(self, now: float) -> None: ...
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
@@ -105,7 +131,9 @@ class Episodes:
     """The episode part of a rampup controller (its attributes live on :class:`Rampup`)."""
 
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
-    ceiling: float | None  # declared for the assignments below, which might narrow it
+    # declared for the assignments below, which might narrow them
+    ceiling: float | None
+    _gap: float | None
 
     def in_episode(self: _EpisodeState) -> bool:
         """Whether the scope is inside an overshoot episode (probing until a send is accepted)."""
@@ -126,6 +154,7 @@ class Episodes:
         under way (a refused probe doubles the probe gap) or the one that ended after it was sent.
         """
         sent = now if sent_at is None else sent_at
+        self._cycle_refused += 1
         if self._ep_since == NEVER:
             if not can_cut:
                 return True
@@ -139,7 +168,10 @@ class Episodes:
             return True
         if sent >= self._ep_since:
             gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
-            longest = max(T.probe_gap_max, T.late_share * (now - self._ep_since))
+            # (At least a lock-out's worth of gaps at the rate: probes at a slow limit's own pace would
+            # keep a counter that counts them full.)
+            longest = max(T.probe_gap_max, T.late_share * (now - self._ep_since),
+                          T.lockout_gaps / max(self.rate, self.min_rate))
             self._ep_gap = max(gap, min(2.0 * gap, longest))
         return False
 
@@ -148,8 +180,15 @@ class Episodes:
         length of the lock-out's end, at the fitted level, before any probe above it. A counter that
         blends its last period into the current one (HAProxy's) lets a probe through before it has
         drained."""
-        return (self._cycle_start != NEVER and self._fitted and now < self._probe_after
-                and now - self._cycle_start < self._fit_span)
+        if (self._cycle_start != NEVER and self._fitted and now < self._probe_after
+                and now - self._cycle_start < self._fit_span):
+            return True
+        # The same after a cut, once a lock-out that outlasted the sending before it (a window's or a
+        # counter's, not a bucket's refill) has shown the limiter counts over a span that long: a
+        # refusal soon after the cut, with the rate not grown past it, is the overshoot still counted.
+        last = self._pushbacks[-1] if self._pushbacks else NEVER
+        return (self._fit_span > 0.0 and 2.0 * self.hold_learned >= self._fit_span
+                and now - last < self._fit_span and self.rate <= self._cut_rate * (1.0 + T.tolerance))
 
     def _episode_cut(self: _EpisodeState) -> None:
         """After the cut that opened an episode: probes go at the cut rate until one is refused."""
@@ -174,19 +213,32 @@ class Episodes:
                    and self._resumed_at <= since)
         # The cycle's rate is the limit's only if the scope sent at least that fast all through it;
         # otherwise (a start phase's ramp, a slow climb) it is only a floor under the limit.
-        saturated = self._cycle_rate
+        saturated, late = self._cycle_rate, self._ep_gap  # late: the end was seen up to a probe gap late
         self._ep_since, self._ep_gap = NEVER, 0.0
-        if self._fitted and span < self._fit_span:
+        if lockout:
+            self._lockout_resume(now)
+        if (self._fitted and span < self._fit_span) or (lockout and span < T.late_share * self.hold_learned):
             self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
             return
-        self._cycle_start, self._cycle_ok = now, 1
-        if span <= 0.0 or accepted < 2:
+        refused = self._cycle_refused
+        self._cycle_start, self._cycle_ok, self._cycle_refused = now, 1, 0
+        # (One send accepted before a lock-out says something only of a scope's first cycle: its
+        # second send was refused, a bucket with no burst.)
+        if span <= 0.0 or accepted < (1 if lockout and saturated <= 0.0 else 2):
             self._cycle_rate = self.rate
             return
         fit = max(self.min_rate, min(self.max_rate, T.fit_share * accepted / span))
-        trusted = lockout
+        trusted, top = lockout, 0.0
         if lockout and fit < self.rate and saturated * T.fit_share < fit:
-            fit = math.sqrt(fit * self.rate)  # a floor and a ceiling: the geometric middle
+            # A floor and a ceiling: start from what a counter that counts refusals allows (see
+            # _counter_fit) and search up to the geometric middle.
+            top = math.sqrt(fit * self.rate)
+            if 2.0 * (now - since) >= span:
+                # The lock-out outlasted the sending before it: a window or a counter, whose limit
+                # the counter's estimate bounds, taking the end as early as the last refused probe.
+                early = T.fit_share * accepted / max(span - late, 0.5 * span)
+                top = min(top, _counter_fit(early, accepted, refused))
+            fit = min(top, _counter_fit(fit, accepted, refused))
             trusted = False
         self._cycle_rate = max(self.rate, fit)
         if lockout:
@@ -194,14 +246,31 @@ class Episodes:
             # as rarely as after a hold that long (_rampup_search's hold rule).
             self.hold_learned = now - since
             self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
-        self._fitted, self._fit_span = trusted, span
+        self._fitted = trusted
+        if lockout:
+            self._fit_span = span  # the span a lock-out's limiter counts over, at most
         if lockout and fit != self.rate:
             self._cycle_rate = fit
             self.rate = self.ceiling = fit
-            self._top, self._cut_rate = 0.0, 0.0  # no search above it; a refusal above it is no cascade
+            # No search above a trusted fit; a refusal above it is no cascade.
+            self._top, self._cut_rate = (top if top > fit * (1.0 + T.tolerance) else 0.0), 0.0
+            self._lockout_resume(now)
             self._start_climb(now, fast=False)
             self._decide(now, f"fit: the last cycle let {accepted} through in {span:.3g}s"
                          f"{' (a lock-out)' if lockout else ''}; pacing at {fit:.3g}/s")
+
+    def _lockout_resume(self: _EpisodeState, now: float) -> None:
+        """A lock-out is over: its silence was the limiter's, not the scope's choice.
+
+        The probes' doubling gaps would leave the measured send rate at a probe's pace, and what
+        the scope may send (twice that, ``_rampup_sends``) would take several round trips to climb
+        back to the level: the silence is left out of the send record, as a server's hold is, and
+        the mean gap is the level's at most.
+        """
+        self.hold(now)
+        gap = 1.0 / max(self.rate, self.min_rate)
+        if self._gap is None or self._gap > gap:
+            self._gap = gap
 
     def _last_ok_before(self: _EpisodeState, sent: float) -> float | None:
         """The latest accepted send before ``sent`` on record, looked for from the newest.
@@ -231,10 +300,23 @@ class Episodes:
         if before is None:
             return
         refused = sent_at - before
-        if not T.strict_near * shortest <= refused < shortest:
+        if not 0.0 < refused < shortest:
+            return
+        fit = max(self.min_rate, min(self.max_rate, T.fit_share / shortest))
+        if refused < T.strict_near * shortest:
+            # Far under it: the limit's gap lies somewhere between the two. The accepted gap's rate is a
+            # floor the cut must not go under, and the search climbs from it to under the refused one's.
+            if fit > self.rate:
+                self._strict_gap = shortest
+                top = max(self._top, min(self.max_rate, T.ceiling_share / refused))
+                self.rate = self.ceiling = fit
+                self._cut_rate = 0.0
+                self._top = top if top > fit * (1.0 + T.tolerance) else 0.0
+                self._start_climb(now, fast=False)
+                self._decide(now, f"fit: a bucket with no burst; refused a gap of {refused:.4g}s, accepted "
+                             f"{shortest:.4g}s: at least {fit:.3g}/s, searching up to {top:.3g}/s")
             return
         self._strict_gap = shortest
-        fit = max(self.min_rate, min(self.max_rate, T.fit_share / shortest))
         if fit > self.rate:
             self.rate = self.ceiling = fit
             self._top, self._cut_rate = 0.0, 0.0

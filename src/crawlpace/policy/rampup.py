@@ -227,6 +227,7 @@ class RampupState:
     _cycle_start: float = _NEVER
     _cycle_ok: int = 0
     _cycle_rate: float = 0.0
+    _cycle_refused: int = 0  # refusals answered in the cycle: a counter counts them (_rampup_episode)
     # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
     _fitted: bool = False
     _fit_span: float = 0.0
