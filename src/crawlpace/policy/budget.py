@@ -313,8 +313,9 @@ class WindowLog:
     the interval's upper end, and a second such surprise turns the log off.
 
     The log works where each send is seen (``on_send``): one process's
-    store, for a scope without rampup (whose own search sets its rate). A
-    team sharing a Redis store keeps the pace and hold of
+    store, with rampup on or off (the log's pace stands in for rampup's
+    search while it gates). A team sharing a Redis store, which reports a
+    rampup scope's door pass alone, keeps the pace and hold of
     :class:`ResetRefiner`.
 
     Attributes:

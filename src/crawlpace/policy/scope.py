@@ -252,8 +252,12 @@ class ScopePolicy(ScopeGates, GradualSlots):
 
     # -- transitions ---------------------------------------------------------
 
-    def on_admit(self, now: float, use: float) -> None:
-        """Record a send of ``use`` quota (only needed when :attr:`watches`)."""
+    def on_admit(self, now: float, use: float, *, every_send: bool = True) -> None:
+        """Record a send of ``use`` quota (only needed when :attr:`watches`).
+
+        ``every_send`` is False where the store reports only some sends (a shared
+        store, a rampup scope's door pass): the window log must not gate on those.
+        """
         rampup = self.rampup
         if rampup is not None:
             rampup.on_send(now)
@@ -267,8 +271,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
             self.breaker.on_send(now)
-        if self.window_log is not None and rampup is None:
-            # (A shared store reports a rampup scope's door passes alone: its log never gates.)
+        if self.window_log is not None and every_send:
             self.window_log.on_send()
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
