@@ -11,7 +11,7 @@ import pytest
 
 from crawlpace.guard import Decision, StagedBrake
 from crawlpace.policy.budget import HeaderBudget
-from crawlpace.sim._limits import Embargo, FixedWindow, TokenBucket
+from crawlpace.sim._limits import Embargo, FixedWindow, SlidingWindow, TokenBucket
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -67,6 +67,39 @@ def test_other_windows_are_spent_evenly_too(limit: int, window: float) -> None:
     ok, refused = crawl_fixed_window(limit, window, 20 * window, opened_at=0.11)
     assert ok >= 0.93 * limit * 20
     assert refused <= 2
+
+
+def crawl_moving_window(limit: int, window: float, seconds: float, *, count_refused: bool,
+                        jitter: float = 0.05, seed: int = 1) -> tuple[int, int]:
+    """As :func:`crawl_fixed_window`, against a moving window announcing ``t`` (0 while units are left)."""
+    rng = random.Random(seed)
+    counter = SlidingWindow(limit, window, count_refused=count_refused)
+    budget = HeaderBudget()
+    now, ok, refused = 0.01, 0, 0
+    while now < seconds:
+        allowed = counter.take(now)
+        ok += allowed
+        refused += not allowed
+        span = float(max(math.ceil(counter.reset(now)), 0))
+        advice = budget.observe(now + LATENCY, sent_at=now, remaining=float(counter.remaining(now)),
+                                quota=float(limit), window=window, span=span, refused=not allowed)
+        gap = advice.pace * (1.0 + rng.uniform(0.0, jitter))
+        if not allowed:
+            gap = max(gap, span)
+        now = max(now + gap, now + LATENCY + (advice.hold or 0.0))
+    return ok, refused
+
+
+@pytest.mark.parametrize(("limit", "window", "count_refused"),
+                         [(9, 9.0, True), (10, 5.0, False), (3, 1.0, True)])
+def test_a_moving_window_is_used_to_at_least_95_percent(limit: int, window: float,
+                                                        count_refused: bool) -> None:
+    # At its full pace a moving window shows no unit left on every answer, and its T (the oldest
+    # request's leaving, in whole seconds) is no window edge: held for T each time, or spread over
+    # an edge fitted to its rises, a crawl got half of it.
+    ok, refused = crawl_moving_window(limit, window, 20 * window, count_refused=count_refused)
+    assert ok >= 0.95 * limit * 20
+    assert refused == 0
 
 
 def test_the_edge_sharpens_with_each_reset_seen() -> None:

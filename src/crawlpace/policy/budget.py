@@ -33,6 +33,13 @@ Then the pace is the usable remainder spread over the time left in the window,
 ``left_time / (R - (Q - usable))``, never faster than the even pace, a little
 under ``W / usable`` (:data:`EVEN_SHARE`); a spent usable remainder holds sends
 until the window's estimated end.
+
+**Moving windows** fit neither edge: their ``T`` is when the oldest counted
+request leaves (0 while units are left), and at their full pace every answer
+shows none left. So the time the remainder is spread over, and a hold, never
+reach past ``T``; and a spent budget that this process's own answers explain
+(``usable`` of them within the window) comes back once the oldest of them
+leaves it, within ``T``'s last second.
 """
 
 from __future__ import annotations
@@ -93,9 +100,11 @@ class HeaderBudget:
         edge_hi: ... and the latest (``-inf``/``inf``: not known yet).
         last_left: the remaining count of the latest answer taken (-1: none).
         last_sent: when the request of that answer was sent.
+        answers: when this process's latest accepted answers came, at most ``usable`` of them
+            (its own, never shared: a fleet's other sends are not in it).
     """
 
-    __slots__ = ("edge_hi", "edge_lo", "last_left", "last_sent", "quota", "usable", "window")
+    __slots__ = ("answers", "edge_hi", "edge_lo", "last_left", "last_sent", "quota", "usable", "window")
 
     def __init__(self) -> None:
         self.quota = 0.0
@@ -105,6 +114,7 @@ class HeaderBudget:
         self.edge_hi = _FOREVER
         self.last_left = -1.0
         self.last_sent = _NEVER
+        self.answers: deque[float] = deque()
 
     # -- the window's edge -----------------------------------------------------
 
@@ -166,6 +176,11 @@ class HeaderBudget:
             # Refused with units left: the server brakes before its quota is spent.
             self.usable = min(self.usable, max(1.0, quota - remaining))
         usable = min(self.usable, quota)
+        answers = self.answers
+        if not refused:
+            answers.append(now)
+        while len(answers) > usable:
+            answers.popleft()
         left = remaining - (quota - usable)
         # Once the window's edge is known a budget spent a little early costs only a short
         # hold to that edge, so the even pace may be a little quicker (see EVEN_SHARE).
@@ -175,6 +190,14 @@ class HeaderBudget:
             end = self.window_end(sent_at)
             if end is None:
                 end = now + (span if span is not None and span > 0.0 else window)
+            elif span is not None and span > 0.0:
+                end = min(end, now + span)  # never past what the header itself says
+            if span is not None and span >= 1.0 and len(answers) >= usable and answers[0] > now - window:
+                # This process's own answers explain the spent budget: a unit comes back once the
+                # oldest of them leaves the window (a moving window at its full pace shows none left
+                # on every answer, and its whole-second T would hold each for up to a second more).
+                # The header's T is rounded up, so the reset lies within its last second.
+                end = min(end, max(answers[0] + window, now + span - 1.0))
             return BudgetAdvice(even, max(end - now, 0.0) + window, max(end - now, 0.0))
         # Units left may go at any time before the end, so the earliest end sets the pace:
         # the even pace, or slower when the scope got ahead of it (the rest spread evenly).
@@ -182,6 +205,10 @@ class HeaderBudget:
         if end is None:
             end = now + (span - 1.0 if span is not None and span >= 1.0 else window)
         time_left = max(end - now, 0.0)
+        if span is not None:
+            # R units within T seconds, as the header says: a moving window's T is when its oldest
+            # request leaves (0 while units are left), never a window's edge to save units for.
+            time_left = min(time_left, span)
         # The pace lasts into the next window: should the next answer come late, a scope
         # with many slots must not find itself unpaced and send them all at once.
         return BudgetAdvice(max(even, EVEN_SHARE * time_left / left), time_left + window, None)
