@@ -169,6 +169,24 @@ def test_refusals_the_log_did_not_foresee_turn_it_off_in_two_steps() -> None:
     assert log.ready_at(0.6) == -math.inf
 
 
+def test_a_slow_answer_is_no_surprise() -> None:
+    # A moving window of 3 a second: the fourth request goes as the log allows, and its answer
+    # takes 0.3 s. The server counted it with the two before it (arrivals 0.302 and 0.602); those
+    # were answered more than a second before this answer came, but not before it was sent.
+    log = WindowLog()
+    for sent, remaining in ((0.0, 2), (0.3, 1), (0.6, 0)):
+        log.on_send()
+        log.observe(sent + 0.004, sent_at=sent, remaining=remaining, limit=3, reset=1.6 - sent,
+                    refused=False, inflight=1)
+    assert log.length() == 1.0
+    assert log.ready_at(0.7) == pytest.approx(0.004 + 1.0 + LOG_MARGIN)
+    log.on_send()
+    log.observe(1.31, sent_at=1.009, remaining=0, limit=3, reset=0.3, refused=False, inflight=1)
+    assert log.whole
+    assert log.trusted
+    assert log.length() == 1.0
+
+
 @dataclass
 class Response:
     status: int

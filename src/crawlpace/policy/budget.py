@@ -415,7 +415,7 @@ class WindowLog:
         answers.append(now)
         while len(answers) > limit:
             answers.popleft()
-        if self.active and self._surprised(now, remaining, refused):
+        if self.active and self._surprised(sent_at, remaining, refused):
             if self.whole and self.length() != self.hi:
                 self.whole = False
             else:
@@ -428,17 +428,21 @@ class WindowLog:
             else:
                 self.lo, self.hi = max(self.lo, lo), min(self.hi, hi)
 
-    def _surprised(self, now: float, remaining: float, refused: bool) -> bool:
+    def _surprised(self, sent_at: float, remaining: float, refused: bool) -> bool:
         """Whether an answer contradicts the log: a refusal it left room for, or more used than it holds.
 
-        Every request the server counts in its window was answered within the
-        last ``length`` seconds or is still in flight, so a server that counts
-        more than that (``limit - remaining``) sees requests the log does not,
-        or a longer window.
+        The server counted this request on its arrival, after ``sent_at``,
+        with those that arrived less than ``length`` seconds before; each of
+        them was answered after it arrived, so after ``sent_at - length``, or
+        is still in flight. A server that counts more than that (``limit -
+        remaining``) sees requests the log does not, or a longer window. (Not
+        the answers of the last ``length`` seconds before this one: an answer
+        slower than an older one's would leave that one out, and the log would
+        be turned off by the spread of its own round trips.)
         """
         length = self.length()
         assert length is not None
-        ours = sum(1 for t in self.answers if t > now - length) + self.inflight
+        ours = sum(1 for t in self.answers if t > sent_at - length) + self.inflight
         if refused:
             return ours <= self.limit  # this answer included: there was room for it
         return self.limit - remaining > ours
