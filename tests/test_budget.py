@@ -77,12 +77,13 @@ def crawl_moving_window(limit: int, window: float, seconds: float, *, count_refu
     budget = HeaderBudget()
     now, ok, refused = 0.01, 0, 0
     while now < seconds:
+        budget.on_send()
         allowed = counter.take(now)
         ok += allowed
         refused += not allowed
         span = float(max(math.ceil(counter.reset(now)), 0))
         advice = budget.observe(now + LATENCY, sent_at=now, remaining=float(counter.remaining(now)),
-                                quota=float(limit), window=window, span=span, refused=not allowed)
+                                quota=float(limit), window=window, span=span, refused=not allowed, inflight=1)
         gap = advice.pace * (1.0 + rng.uniform(0.0, jitter))
         if not allowed:
             gap = max(gap, span)
@@ -100,6 +101,25 @@ def test_a_moving_window_is_used_to_at_least_95_percent(limit: int, window: floa
     ok, refused = crawl_moving_window(limit, window, 20 * window, count_refused=count_refused)
     assert ok >= 0.95 * limit * 20
     assert refused == 0
+
+
+def test_a_spent_budget_comes_back_as_the_oldest_own_answer_leaves() -> None:
+    def spend(*, seen: bool, inflight: int) -> float | None:
+        budget = HeaderBudget()
+        if seen:
+            budget.on_send()
+        for now, left in ((0.01, 2.0), (0.11, 1.0)):
+            budget.observe(now, sent_at=now - 0.005, remaining=left, quota=3.0, window=1.0, span=0.0,
+                           refused=False, inflight=1)
+        return budget.observe(0.21, sent_at=0.205, remaining=0.0, quota=3.0, window=1.0, span=1.0,
+                              refused=False, inflight=inflight).hold
+
+    # Three answers of its own in the window: the first leaves it at 1.01, not at T's whole second.
+    assert spend(seen=True, inflight=1) == pytest.approx(0.8)
+    # With another request in flight the server counted it too: the second answer must leave.
+    assert spend(seen=True, inflight=2) == pytest.approx(0.9)
+    # A fleet's worker does not hear of every send: others may have spent the budget, T stands.
+    assert spend(seen=False, inflight=1) == pytest.approx(1.0)
 
 
 def test_the_edge_sharpens_with_each_reset_seen() -> None:

@@ -100,11 +100,14 @@ class HeaderBudget:
         edge_hi: ... and the latest (``-inf``/``inf``: not known yet).
         last_left: the remaining count of the latest answer taken (-1: none).
         last_sent: when the request of that answer was sent.
-        answers: when this process's latest accepted answers came, at most ``usable`` of them
-            (its own, never shared: a fleet's other sends are not in it).
+        answers: when this process's latest answers came, refusals too, at most ``usable`` of
+            them (its own, never shared: a fleet's other sends are not in it).
+        sends_seen: True once the store reported a send (:meth:`on_send`): one process's
+            store, which reports each one, so its answers and requests in flight are all.
     """
 
-    __slots__ = ("answers", "edge_hi", "edge_lo", "last_left", "last_sent", "quota", "usable", "window")
+    __slots__ = ("answers", "edge_hi", "edge_lo", "last_left", "last_sent", "quota", "sends_seen", "usable",
+                 "window")
 
     def __init__(self) -> None:
         self.quota = 0.0
@@ -115,6 +118,11 @@ class HeaderBudget:
         self.last_left = -1.0
         self.last_sent = _NEVER
         self.answers: deque[float] = deque()
+        self.sends_seen = False
+
+    def on_send(self) -> None:
+        """The store reported a send of the scope (one process's store reports each one)."""
+        self.sends_seen = True
 
     # -- the window's edge -----------------------------------------------------
 
@@ -147,7 +155,7 @@ class HeaderBudget:
     # -- answers -----------------------------------------------------------------
 
     def observe(self, now: float, *, sent_at: float, remaining: float, quota: float, window: float,
-                span: float | None, refused: bool) -> BudgetAdvice:
+                span: float | None, refused: bool, inflight: int | None = None) -> BudgetAdvice:
         """Take one answer's budget and say how to pace from here.
 
         Args:
@@ -158,6 +166,7 @@ class HeaderBudget:
             window: ``W``, the window in seconds.
             span: ``T``, seconds within which ``R`` may be used, when given.
             refused: the answer was a refusal (429, 503).
+            inflight: the scope's requests in flight as it came, this one included, when known.
         """
         if quota != self.quota or window != self.window:
             if window != self.window:
@@ -177,8 +186,7 @@ class HeaderBudget:
             self.usable = min(self.usable, max(1.0, quota - remaining))
         usable = min(self.usable, quota)
         answers = self.answers
-        if not refused:
-            answers.append(now)
+        answers.append(now)  # a refusal too: a moving window may count it
         while len(answers) > usable:
             answers.popleft()
         left = remaining - (quota - usable)
@@ -192,12 +200,13 @@ class HeaderBudget:
                 end = now + (span if span is not None and span > 0.0 else window)
             elif span is not None and span > 0.0:
                 end = min(end, now + span)  # never past what the header itself says
-            if span is not None and span >= 1.0 and len(answers) >= usable and answers[0] > now - window:
+            oldest = self._oldest_counted(now, window, usable, inflight)
+            if span is not None and span >= 1.0 and oldest is not None:
                 # This process's own answers explain the spent budget: a unit comes back once the
                 # oldest of them leaves the window (a moving window at its full pace shows none left
                 # on every answer, and its whole-second T would hold each for up to a second more).
                 # The header's T is rounded up, so the reset lies within its last second.
-                end = min(end, max(answers[0] + window, now + span - 1.0))
+                end = min(end, max(oldest + window, now + span - 1.0))
             return BudgetAdvice(even, max(end - now, 0.0) + window, max(end - now, 0.0))
         # Units left may go at any time before the end, so the earliest end sets the pace:
         # the even pace, or slower when the scope got ahead of it (the rest spread evenly).
@@ -212,6 +221,23 @@ class HeaderBudget:
         # The pace lasts into the next window: should the next answer come late, a scope
         # with many slots must not find itself unpaced and send them all at once.
         return BudgetAdvice(max(even, EVEN_SHARE * time_left / left), time_left + window, None)
+
+    def _oldest_counted(self, now: float, window: float, usable: float, inflight: int | None) -> float | None:
+        """The answer whose leaving the window frees a unit, when this process's own requests spent it.
+
+        Requests still in flight were counted too, after every answer taken:
+        with ``k`` of them, the ``usable - k``-th latest answer is the oldest
+        the server may still count. ``None`` unless the store reports every
+        send, and that answer lies within the window (else others spent it).
+        """
+        if not self.sends_seen or inflight is None:
+            return None
+        wanted = int(usable) - max(inflight - 1, 0)
+        answers = self.answers
+        if wanted < 1 or len(answers) < wanted:
+            return None
+        oldest = answers[len(answers) - wanted]
+        return oldest if oldest > now - window else None
 
     def __repr__(self) -> str:
         return (f"<HeaderBudget {self.quota:g}/{self.window:g}s usable={self.usable:g} "

@@ -271,8 +271,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
             self.breaker.on_send(now)
-        if self.window_log is not None and every_send:
-            self.window_log.on_send()
+        if every_send:
+            if self.window_log is not None:
+                self.window_log.on_send()
+            if self.budget is not None:
+                self.budget.on_send()
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
                    sent_at: float, expected_use: float, inflight: int | None = None) -> bool:
@@ -326,7 +329,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if self.rampup is not None:
                 self.rampup.hold(self.hold_until)
         if feedback.budget is not None:
-            self._take_budget(now, feedback, sent_at)
+            self._take_budget(now, feedback, sent_at, inflight)
         elif feedback.pace is not None:
             # The newest announcement of the budget replaces older ones.
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
@@ -488,15 +491,17 @@ class ScopePolicy(ScopeGates, GradualSlots):
         self.announced, self.quota = value, bucket
         self._update_gated()
 
-    def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
+    def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float, inflight: int | None) -> None:
         """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""
         reading = feedback.budget
         assert reading is not None
         budget = self.budget
         if budget is None:
             budget = self.budget = HeaderBudget()
+            self._update_gated()  # its own answers explain a spent budget once it hears of each send
         advice = budget.observe(now, sent_at=sent_at, remaining=reading.remaining, quota=reading.quota,
-                                window=reading.window, span=reading.span, refused=feedback.backoff)
+                                window=reading.window, span=reading.span, refused=feedback.backoff,
+                                inflight=inflight)
         cap = self.config.backoff.max_delay
         self.pace, self.pace_until = min(advice.pace, cap), now + min(advice.pace_for, cap)
         if advice.hold is not None and advice.hold > 0.0:
