@@ -187,6 +187,20 @@ def test_a_slow_answer_is_no_surprise() -> None:
     assert log.length() == 1.0
 
 
+def test_windows_that_follow_the_clock_turn_the_log_off() -> None:
+    # Windows of 2 s on the clock's even seconds: a window's first request may come late in it,
+    # and its interval then says nothing of the length. The next window's, early in it, cannot
+    # hold the same length: no window begun by its first request gives such a pair.
+    log = WindowLog()
+    log.on_send()
+    log.observe(1.704, sent_at=1.7, remaining=9, limit=10, reset=0.296, refused=False, inflight=1)
+    assert log.length() == pytest.approx(0.3)
+    log.on_send()
+    log.observe(2.014, sent_at=2.01, remaining=9, limit=10, reset=1.986, refused=False, inflight=1)
+    assert not log.trusted
+    assert log.length() is None
+
+
 @dataclass
 class Response:
     status: int

@@ -359,6 +359,11 @@ class WindowLog:
     second on its way leaves that doubt, until another window's first
     answer settles it); an interval that holds none gives its upper end.
 
+    Windows that follow the clock (or a server's period) rather than their
+    first request break that rule: a window's first request may come late in
+    it. Two first answers whose intervals share no length show them, and turn
+    the log off.
+
     A refusal this log did not foresee, or an answer that counts more
     requests in the window than the log holds, says the model is wrong for
     this server (another client spends the same budget, the clocks disagree,
@@ -450,7 +455,10 @@ class WindowLog:
             end = now + reset
             lo, hi = end - 1.0 - now, end - sent_at
             if hi < self.lo or lo > self.hi:
-                self.lo, self.hi = lo, hi  # the server's window changed: start over
+                # A window begun by its first request holds its length in every such interval:
+                # these windows follow the clock (or the server changed them). Off, as surprised.
+                self.lo, self.hi = lo, hi
+                self.trusted = False
             else:
                 self.lo, self.hi = max(self.lo, lo), min(self.hi, hi)
 
