@@ -11,7 +11,7 @@ import pytest
 
 from crawlpace.guard import Decision, StagedBrake
 from crawlpace.policy.budget import HeaderBudget
-from crawlpace.sim._limits import Embargo, FixedWindow, TokenBucket
+from crawlpace.sim._limits import Embargo, FixedWindow, SlidingWindow, TokenBucket
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -67,6 +67,59 @@ def test_other_windows_are_spent_evenly_too(limit: int, window: float) -> None:
     ok, refused = crawl_fixed_window(limit, window, 20 * window, opened_at=0.11)
     assert ok >= 0.93 * limit * 20
     assert refused <= 2
+
+
+def crawl_moving_window(limit: int, window: float, seconds: float, *, count_refused: bool,
+                        jitter: float = 0.05, seed: int = 1) -> tuple[int, int]:
+    """As :func:`crawl_fixed_window`, against a moving window announcing ``t`` (0 while units are left)."""
+    rng = random.Random(seed)
+    counter = SlidingWindow(limit, window, count_refused=count_refused)
+    budget = HeaderBudget()
+    now, ok, refused = 0.01, 0, 0
+    while now < seconds:
+        budget.on_send()
+        allowed = counter.take(now)
+        ok += allowed
+        refused += not allowed
+        span = float(max(math.ceil(counter.reset(now)), 0))
+        advice = budget.observe(now + LATENCY, sent_at=now, remaining=float(counter.remaining(now)),
+                                quota=float(limit), window=window, span=span, refused=not allowed, inflight=1)
+        gap = advice.pace * (1.0 + rng.uniform(0.0, jitter))
+        if not allowed:
+            gap = max(gap, span)
+        now = max(now + gap, now + LATENCY + (advice.hold or 0.0))
+    return ok, refused
+
+
+@pytest.mark.parametrize(("limit", "window", "count_refused"),
+                         [(9, 9.0, True), (10, 5.0, False), (3, 1.0, True)])
+def test_a_moving_window_is_used_to_at_least_95_percent(limit: int, window: float,
+                                                        count_refused: bool) -> None:
+    # At its full pace a moving window shows no unit left on every answer, and its T (the oldest
+    # request's leaving, in whole seconds) is no window edge: held for T each time, or spread over
+    # an edge fitted to its rises, a crawl got half of it.
+    ok, refused = crawl_moving_window(limit, window, 20 * window, count_refused=count_refused)
+    assert ok >= 0.95 * limit * 20
+    assert refused == 0
+
+
+def test_a_spent_budget_comes_back_as_the_oldest_own_answer_leaves() -> None:
+    def spend(*, seen: bool, inflight: int) -> float | None:
+        budget = HeaderBudget()
+        if seen:
+            budget.on_send()
+        for now, left in ((0.01, 2.0), (0.11, 1.0)):
+            budget.observe(now, sent_at=now - 0.005, remaining=left, quota=3.0, window=1.0, span=0.0,
+                           refused=False, inflight=1)
+        return budget.observe(0.21, sent_at=0.205, remaining=0.0, quota=3.0, window=1.0, span=1.0,
+                              refused=False, inflight=inflight).hold
+
+    # Three answers of its own in the window: the first leaves it at 1.01, not at T's whole second.
+    assert spend(seen=True, inflight=1) == pytest.approx(0.8)
+    # With another request in flight the server counted it too: the second answer must leave.
+    assert spend(seen=True, inflight=2) == pytest.approx(0.9)
+    # A fleet's worker does not hear of every send: others may have spent the budget, T stands.
+    assert spend(seen=False, inflight=1) == pytest.approx(1.0)
 
 
 def test_the_edge_sharpens_with_each_reset_seen() -> None:

@@ -10,6 +10,7 @@ first request, and a moving window), written out for a scripted clock.
 
 from __future__ import annotations
 
+import asyncio
 import heapq
 import logging
 import math
@@ -168,6 +169,38 @@ def test_refusals_the_log_did_not_foresee_turn_it_off_in_two_steps() -> None:
     assert log.ready_at(0.6) == -math.inf
 
 
+def test_a_slow_answer_is_no_surprise() -> None:
+    # A moving window of 3 a second: the fourth request goes as the log allows, and its answer
+    # takes 0.3 s. The server counted it with the two before it (arrivals 0.302 and 0.602); those
+    # were answered more than a second before this answer came, but not before it was sent.
+    log = WindowLog()
+    for sent, remaining in ((0.0, 2), (0.3, 1), (0.6, 0)):
+        log.on_send()
+        log.observe(sent + 0.004, sent_at=sent, remaining=remaining, limit=3, reset=1.6 - sent,
+                    refused=False, inflight=1)
+    assert log.length() == 1.0
+    assert log.ready_at(0.7) == pytest.approx(0.004 + 1.0 + LOG_MARGIN)
+    log.on_send()
+    log.observe(1.31, sent_at=1.009, remaining=0, limit=3, reset=0.3, refused=False, inflight=1)
+    assert log.whole
+    assert log.trusted
+    assert log.length() == 1.0
+
+
+def test_windows_that_follow_the_clock_turn_the_log_off() -> None:
+    # Windows of 2 s on the clock's even seconds: a window's first request may come late in it,
+    # and its interval then says nothing of the length. The next window's, early in it, cannot
+    # hold the same length: no window begun by its first request gives such a pair.
+    log = WindowLog()
+    log.on_send()
+    log.observe(1.704, sent_at=1.7, remaining=9, limit=10, reset=0.296, refused=False, inflight=1)
+    assert log.length() == pytest.approx(0.3)
+    log.on_send()
+    log.observe(2.014, sent_at=2.01, remaining=9, limit=10, reset=1.986, refused=False, inflight=1)
+    assert not log.trusted
+    assert log.length() is None
+
+
 @dataclass
 class Response:
     status: int
@@ -194,6 +227,41 @@ async def test_a_flask_limiter_scope_is_gated_by_its_own_answers(clock: MockCloc
     assert refused == 0
     # Six windows after the first: a second each and the first request's trip, not the header's second more.
     assert sends[-1] - sends[10] == pytest.approx(5.0 + 5 * (2 * ONE_WAY + 0.005), abs=0.05)
+
+
+@pytest.mark.parametrize(("limit", "window", "moving"), [(10, 1.0, False), (10, 1.0, True), (20, 2.0, True)],
+                         ids=["fixed-1s", "moving-1s", "moving-2s"])
+async def test_a_rampup_scope_in_one_process_is_gated_by_its_log_too(
+        clock: MockClock, make_throttler: ThrottlerFactory, limit: int, window: float, moving: bool) -> None:
+    # Rampup is the crawl's default: its scope hears every send in one process's store, so
+    # its window log gates it as well (it got 0.68-0.91 of the limit on the header's reset).
+    throttler = make_throttler({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "DOWNLOAD_DELAY": 1.0,
+                                "CONCURRENT_REQUESTS_PER_DOMAIN": 8})
+    throttler._releaser._builder.wall_clock = lambda: EPOCH + clock.now()  # the server's epoch
+    server = Limiter(limit, window, moving=moving)
+    sends: list[float] = []
+    refused = 0
+    pages = 12 * limit + 1
+
+    async def worker() -> None:
+        nonlocal refused, pages
+        while pages > 0:
+            pages -= 1
+            async with throttler.slot("http://api.example.com/") as permit:
+                sent = clock.now()
+                sends.append(sent)
+                allowed, remaining, reset = server.hit(sent + ONE_WAY)
+                await clock.sleep(2 * ONE_WAY)
+                refused += not allowed
+                permit.feedback(Response(200 if allowed else 429, {
+                    "X-RateLimit-Limit": str(limit), "X-RateLimit-Remaining": str(remaining),
+                    "X-RateLimit-Reset": str(int(EPOCH + reset)),
+                    "Retry-After": str(max(0, int(reset - clock.now())))}))
+
+    await asyncio.gather(*(worker() for _ in range(8)))
+    assert refused == 0
+    # Twelve windows from the first send to the last: each a window and the first request's trip.
+    assert 12 * window / (sends[-1] - sends[0]) >= 0.97
 
 
 def test_a_debug_line_says_when_the_window_log_holds_a_scope(caplog: pytest.LogCaptureFixture) -> None:

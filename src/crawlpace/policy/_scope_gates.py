@@ -14,7 +14,7 @@ from typing import Protocol
 from .._exceptions import QuotaError
 from .._settings._config_types import ScopeConfig
 from .breaker import FIRST_PAUSE_SHARE, Breaker
-from .budget import WindowLog
+from .budget import HeaderBudget, WindowLog
 from .quota import QuotaBucket
 from .rampup import Rampup
 from .signals import ScopeFeedback
@@ -38,6 +38,7 @@ class _GateState(Protocol):
     gated: bool
     watches: bool
     window_log: WindowLog | None
+    budget: HeaderBudget | None
 
     def ensure_breaker(self) -> Breaker: ...
     def _update_gated(self) -> None: ...
@@ -65,7 +66,7 @@ class ScopeGates:
         # A window log gates, and hears of every send.
         self.gated = self.quota is not None or self.hold_until != _NEVER or (
             breaker is not None and breaker.state != "closed") or self.window_log is not None
-        self.watches = self.gated or self.rampup is not None
+        self.watches = self.gated or self.rampup is not None or self.budget is not None
 
     # -- gates ---------------------------------------------------------------
 

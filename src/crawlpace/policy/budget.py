@@ -33,6 +33,13 @@ Then the pace is the usable remainder spread over the time left in the window,
 ``left_time / (R - (Q - usable))``, never faster than the even pace, a little
 under ``W / usable`` (:data:`EVEN_SHARE`); a spent usable remainder holds sends
 until the window's estimated end.
+
+**Moving windows** fit neither edge: their ``T`` is when the oldest counted
+request leaves (0 while units are left), and at their full pace every answer
+shows none left. So the time the remainder is spread over, and a hold, never
+reach past ``T``; and a spent budget that this process's own answers explain
+(``usable`` of them within the window) comes back once the oldest of them
+leaves it, within ``T``'s last second.
 """
 
 from __future__ import annotations
@@ -93,9 +100,14 @@ class HeaderBudget:
         edge_hi: ... and the latest (``-inf``/``inf``: not known yet).
         last_left: the remaining count of the latest answer taken (-1: none).
         last_sent: when the request of that answer was sent.
+        answers: when this process's latest answers came, refusals too, at most ``usable`` of
+            them (its own, never shared: a fleet's other sends are not in it).
+        sends_seen: True once the store reported a send (:meth:`on_send`): one process's
+            store, which reports each one, so its answers and requests in flight are all.
     """
 
-    __slots__ = ("edge_hi", "edge_lo", "last_left", "last_sent", "quota", "usable", "window")
+    __slots__ = ("answers", "edge_hi", "edge_lo", "last_left", "last_sent", "quota", "sends_seen", "usable",
+                 "window")
 
     def __init__(self) -> None:
         self.quota = 0.0
@@ -105,6 +117,12 @@ class HeaderBudget:
         self.edge_hi = _FOREVER
         self.last_left = -1.0
         self.last_sent = _NEVER
+        self.answers: deque[float] = deque()
+        self.sends_seen = False
+
+    def on_send(self) -> None:
+        """The store reported a send of the scope (one process's store reports each one)."""
+        self.sends_seen = True
 
     # -- the window's edge -----------------------------------------------------
 
@@ -137,7 +155,7 @@ class HeaderBudget:
     # -- answers -----------------------------------------------------------------
 
     def observe(self, now: float, *, sent_at: float, remaining: float, quota: float, window: float,
-                span: float | None, refused: bool) -> BudgetAdvice:
+                span: float | None, refused: bool, inflight: int | None = None) -> BudgetAdvice:
         """Take one answer's budget and say how to pace from here.
 
         Args:
@@ -148,6 +166,7 @@ class HeaderBudget:
             window: ``W``, the window in seconds.
             span: ``T``, seconds within which ``R`` may be used, when given.
             refused: the answer was a refusal (429, 503).
+            inflight: the scope's requests in flight as it came, this one included, when known.
         """
         if quota != self.quota or window != self.window:
             if window != self.window:
@@ -166,6 +185,10 @@ class HeaderBudget:
             # Refused with units left: the server brakes before its quota is spent.
             self.usable = min(self.usable, max(1.0, quota - remaining))
         usable = min(self.usable, quota)
+        answers = self.answers
+        answers.append(now)  # a refusal too: a moving window may count it
+        while len(answers) > usable:
+            answers.popleft()
         left = remaining - (quota - usable)
         # Once the window's edge is known a budget spent a little early costs only a short
         # hold to that edge, so the even pace may be a little quicker (see EVEN_SHARE).
@@ -175,6 +198,15 @@ class HeaderBudget:
             end = self.window_end(sent_at)
             if end is None:
                 end = now + (span if span is not None and span > 0.0 else window)
+            elif span is not None and span > 0.0:
+                end = min(end, now + span)  # never past what the header itself says
+            oldest = self._oldest_counted(now, window, usable, inflight)
+            if span is not None and span >= 1.0 and oldest is not None:
+                # This process's own answers explain the spent budget: a unit comes back once the
+                # oldest of them leaves the window (a moving window at its full pace shows none left
+                # on every answer, and its whole-second T would hold each for up to a second more).
+                # The header's T is rounded up, so the reset lies within its last second.
+                end = min(end, max(oldest + window, now + span - 1.0))
             return BudgetAdvice(even, max(end - now, 0.0) + window, max(end - now, 0.0))
         # Units left may go at any time before the end, so the earliest end sets the pace:
         # the even pace, or slower when the scope got ahead of it (the rest spread evenly).
@@ -182,9 +214,30 @@ class HeaderBudget:
         if end is None:
             end = now + (span - 1.0 if span is not None and span >= 1.0 else window)
         time_left = max(end - now, 0.0)
+        if span is not None:
+            # R units within T seconds, as the header says: a moving window's T is when its oldest
+            # request leaves (0 while units are left), never a window's edge to save units for.
+            time_left = min(time_left, span)
         # The pace lasts into the next window: should the next answer come late, a scope
         # with many slots must not find itself unpaced and send them all at once.
         return BudgetAdvice(max(even, EVEN_SHARE * time_left / left), time_left + window, None)
+
+    def _oldest_counted(self, now: float, window: float, usable: float, inflight: int | None) -> float | None:
+        """The answer whose leaving the window frees a unit, when this process's own requests spent it.
+
+        Requests still in flight were counted too, after every answer taken:
+        with ``k`` of them, the ``usable - k``-th latest answer is the oldest
+        the server may still count. ``None`` unless the store reports every
+        send, and that answer lies within the window (else others spent it).
+        """
+        if not self.sends_seen or inflight is None:
+            return None
+        wanted = int(usable) - max(inflight - 1, 0)
+        answers = self.answers
+        if wanted < 1 or len(answers) < wanted:
+            return None
+        oldest = answers[len(answers) - wanted]
+        return oldest if oldest > now - window else None
 
     def __repr__(self) -> str:
         return (f"<HeaderBudget {self.quota:g}/{self.window:g}s usable={self.usable:g} "
@@ -306,6 +359,11 @@ class WindowLog:
     second on its way leaves that doubt, until another window's first
     answer settles it); an interval that holds none gives its upper end.
 
+    Windows that follow the clock (or a server's period) rather than their
+    first request break that rule: a window's first request may come late in
+    it. Two first answers whose intervals share no length show them, and turn
+    the log off.
+
     A refusal this log did not foresee, or an answer that counts more
     requests in the window than the log holds, says the model is wrong for
     this server (another client spends the same budget, the clocks disagree,
@@ -313,8 +371,9 @@ class WindowLog:
     the interval's upper end, and a second such surprise turns the log off.
 
     The log works where each send is seen (``on_send``): one process's
-    store, for a scope without rampup (whose own search sets its rate). A
-    team sharing a Redis store keeps the pace and hold of
+    store, with rampup on or off (the log's pace stands in for rampup's
+    search while it gates). A team sharing a Redis store, which reports a
+    rampup scope's door pass alone, keeps the pace and hold of
     :class:`ResetRefiner`.
 
     Attributes:
@@ -387,7 +446,7 @@ class WindowLog:
         answers.append(now)
         while len(answers) > limit:
             answers.popleft()
-        if self.active and self._surprised(now, remaining, refused):
+        if self.active and self._surprised(sent_at, remaining, refused):
             if self.whole and self.length() != self.hi:
                 self.whole = False
             else:
@@ -396,21 +455,28 @@ class WindowLog:
             end = now + reset
             lo, hi = end - 1.0 - now, end - sent_at
             if hi < self.lo or lo > self.hi:
-                self.lo, self.hi = lo, hi  # the server's window changed: start over
+                # A window begun by its first request holds its length in every such interval:
+                # these windows follow the clock (or the server changed them). Off, as surprised.
+                self.lo, self.hi = lo, hi
+                self.trusted = False
             else:
                 self.lo, self.hi = max(self.lo, lo), min(self.hi, hi)
 
-    def _surprised(self, now: float, remaining: float, refused: bool) -> bool:
+    def _surprised(self, sent_at: float, remaining: float, refused: bool) -> bool:
         """Whether an answer contradicts the log: a refusal it left room for, or more used than it holds.
 
-        Every request the server counts in its window was answered within the
-        last ``length`` seconds or is still in flight, so a server that counts
-        more than that (``limit - remaining``) sees requests the log does not,
-        or a longer window.
+        The server counted this request on its arrival, after ``sent_at``,
+        with those that arrived less than ``length`` seconds before; each of
+        them was answered after it arrived, so after ``sent_at - length``, or
+        is still in flight. A server that counts more than that (``limit -
+        remaining``) sees requests the log does not, or a longer window. (Not
+        the answers of the last ``length`` seconds before this one: an answer
+        slower than an older one's would leave that one out, and the log would
+        be turned off by the spread of its own round trips.)
         """
         length = self.length()
         assert length is not None
-        ours = sum(1 for t in self.answers if t > now - length) + self.inflight
+        ours = sum(1 for t in self.answers if t > sent_at - length) + self.inflight
         if refused:
             return ours <= self.limit  # this answer included: there was room for it
         return self.limit - remaining > ours

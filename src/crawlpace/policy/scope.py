@@ -251,8 +251,12 @@ class ScopePolicy(ScopeGates, GradualSlots):
 
     # -- transitions ---------------------------------------------------------
 
-    def on_admit(self, now: float, use: float) -> None:
-        """Record a send of ``use`` quota (only needed when :attr:`watches`)."""
+    def on_admit(self, now: float, use: float, *, every_send: bool = True) -> None:
+        """Record a send of ``use`` quota (only needed when :attr:`watches`).
+
+        ``every_send`` is False where the store reports only some sends (a shared
+        store, a rampup scope's door pass): the window log must not gate on those.
+        """
         rampup = self.rampup
         if rampup is not None:
             rampup.on_send(now)
@@ -269,9 +273,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.quota.consume(now, use)
         if self.breaker is not None and self.breaker.state != "closed":
             self.breaker.on_send(now)
-        if self.window_log is not None and rampup is None:
-            # (A shared store reports a rampup scope's door passes alone: its log never gates.)
-            self.window_log.on_send()
+        if every_send:
+            if self.window_log is not None:
+                self.window_log.on_send()
+            if self.budget is not None:
+                self.budget.on_send()
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
                    sent_at: float, expected_use: float, inflight: int | None = None) -> bool:
@@ -332,7 +338,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if self.rampup is not None:
                 self.rampup.hold(self.hold_until)
         if feedback.budget is not None:
-            self._take_budget(now, feedback, sent_at)
+            self._take_budget(now, feedback, sent_at, inflight)
         elif feedback.pace is not None:
             # The newest announcement of the budget replaces older ones.
             self.pace, self.pace_until = feedback.pace, now + feedback.pace_for
@@ -494,15 +500,17 @@ class ScopePolicy(ScopeGates, GradualSlots):
         self.announced, self.quota = value, bucket
         self._update_gated()
 
-    def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float) -> None:
+    def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float, inflight: int | None) -> None:
         """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""
         reading = feedback.budget
         assert reading is not None
         budget = self.budget
         if budget is None:
             budget = self.budget = HeaderBudget()
+            self._update_gated()  # its own answers explain a spent budget once it hears of each send
         advice = budget.observe(now, sent_at=sent_at, remaining=reading.remaining, quota=reading.quota,
-                                window=reading.window, span=reading.span, refused=feedback.backoff)
+                                window=reading.window, span=reading.span, refused=feedback.backoff,
+                                inflight=inflight)
         cap = self.config.backoff.max_delay
         self.pace, self.pace_until = min(advice.pace, cap), now + min(advice.pace_for, cap)
         if advice.hold is not None and advice.hold > 0.0:

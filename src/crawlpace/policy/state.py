@@ -102,7 +102,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
           "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window"),
-    "h": (),
+    "h": ("answers", "sends_seen"),  # this process's own answers: a fleet's other sends are not in them
     "c": (),
 }
 

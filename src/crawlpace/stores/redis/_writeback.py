@@ -156,7 +156,7 @@ class PolicyWriter:
         rampup = policy.rampup
         if rampup is None or not rampup.door_open():
             return None
-        policy.on_admit(at, 0.0)
+        policy.on_admit(at, 0.0, every_send=False)  # the fleet's other sends pass unseen
         gap = rampup.mean_gap
         if not await self.write(name, cached.version, policy, at, gap=gap):
             return None
