@@ -141,3 +141,14 @@ async def test_a_random_farm_serves_and_refuses_as_drawn() -> None:
         answers = [await client.get(f"{url['reqrate']}/page/1") for _ in range(limit + 3)]
         assert [answer.status_code for answer in answers] == [200] * limit + [429] * 3
         assert all("retry-after" not in answer.headers for answer in answers)  # HAProxy says nothing
+
+
+def test_a_window_announced_with_its_length_is_whole_seconds() -> None:
+    # The IETF, draft-07 and policy forms say the window as w=<seconds>: a 1.1 s window would be
+    # announced as w=2, a limit the site does not have. Other forms only say when the window resets.
+    sites = [site for seed in range(20) for site in draw_farm(seed, 15, kinds=("headers", "fixed"))["site"]]
+    stated = [site for site in sites if site.get("style") in ("ietf", "draft07", "policy")]
+    others = [site for site in sites if site.get("style") not in ("ietf", "draft07", "policy")]
+    assert len(stated) > 20
+    assert all(site["window"] == int(site["window"]) for site in stated)
+    assert any(site["window"] != int(site["window"]) for site in others)

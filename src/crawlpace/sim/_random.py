@@ -28,7 +28,9 @@ challenge   token bucket whose refusals are 200 challenge pages
 Every rate lies between 0.5 and 60 requests a second, and a window is at
 most half the farm's ``seconds`` long, so that a crawl at capacity sees
 at least two windows; each site has pages for about ``seconds`` seconds
-at its capacity (at least 10, at most 1500).
+at its capacity (at least 10, at most 1500). A window announced in a header
+form that states its length (``w=`` of the IETF, draft-07 and policy forms)
+is a whole number of seconds, as those forms can say no other.
 """
 
 from __future__ import annotations
@@ -61,10 +63,20 @@ def _round(value: float, digits: int = 3) -> float:
     return float(f"{value:.{digits}g}")
 
 
-def _window(rng: random.Random, seconds: float, rate_high: float = 30.0) -> tuple[int, float]:
-    """A window's count and length: 1 s to ``min(120, seconds / 2)``, at 0.5 to ``rate_high`` a second."""
+#: The header forms that announce a window's length, in whole seconds (``w=``).
+_STATES_LENGTH = ("ietf", "draft07", "policy")
+
+
+def _window(rng: random.Random, seconds: float, rate_high: float = 30.0) -> tuple[float, float]:
+    """A window's rate and length: 1 s to ``min(120, seconds / 2)``, at 0.5 to ``rate_high`` a second."""
     window = _round(_log_uniform(rng, 1.0, max(min(_MAX_WINDOW, seconds / 2), 1.0)), 2)
-    rate = _log_uniform(rng, 0.5, rate_high)
+    return _log_uniform(rng, 0.5, rate_high), window
+
+
+def _count(rate: float, window: float, style: str) -> tuple[int, float]:
+    """A window's count and length, the length whole seconds where ``style`` announces it."""
+    if style in _STATES_LENGTH:
+        window = float(max(round(window), 1))
     return max(round(rate * window), math.ceil(0.5 * window)), window
 
 
@@ -85,19 +97,21 @@ def _draw(kind: str, rng: random.Random, seconds: float) -> tuple[dict[str, Any]
         return {"profile": "retryafter", "rate": rate, "burst": rng.randint(1, 10),
                 "embargo": round(_log_uniform(rng, 1.0, 60.0))}, rate
     if kind in ("fixed", "sliding", "flask"):
-        limit, window = _window(rng, seconds)
+        rate, window = _window(rng, seconds)
         sliding = kind == "sliding" or (kind == "flask" and rng.random() < 0.5)
-        site = {"profile": "window", "limit": limit, "window": window,
-                "kind": "sliding" if sliding else "fixed"}
+        site = {"kind": "sliding" if sliding else "fixed"}
         if kind == "flask":
             site.update(retry_after="every", style="x-ratelimit")
         else:
             site.update(count_refused=rng.random() < 0.5, retry_after=rng.choice(("none", "refusals")),
                         style=rng.choice(("none",) * 3 + HEADER_STYLES))
-        return site, limit / window
+        limit, window = _count(rate, window, str(site["style"]))
+        return {"profile": "window", "limit": limit, "window": window, **site}, limit / window
     if kind == "headers":
-        limit, window = _window(rng, seconds)
-        return {"profile": "headers", "limit": limit, "window": window, "style": rng.choice(HEADER_STYLES),
+        rate, window = _window(rng, seconds)
+        style = rng.choice(HEADER_STYLES)
+        limit, window = _count(rate, window, style)
+        return {"profile": "headers", "limit": limit, "window": window, "style": style,
                 "retry_after": rng.random() < 0.7}, limit / window
     if kind == "reqrate":
         period = _round(_log_uniform(rng, 1.0, 60.0), 2)
