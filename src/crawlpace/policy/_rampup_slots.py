@@ -33,12 +33,20 @@ class _SlotSizingState(Protocol):
     latency: float | None
     window: float
     _low_latency: float
+    _knee_hold: int
+    _knee_at: float
+    max_rate: float
 
     rate: float
     _samples: int
     _lone_refused: bool
 
     def baseline(self) -> float | None: ...
+    def best_load(self) -> int | None: ...
+    def throughput(self, inflight: int) -> float | None: ...
+    def _forget_load(self, inflight: int) -> None: ...
+    def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None) -> bool: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
@@ -63,6 +71,9 @@ class SlotSizing:
         """
         if self._door_open():
             return 1  # robots.txt's door lets one send through, not a slot per worker
+        if self._knee_hold > 0:
+            # The load fit holds a count in flight (:meth:`_judge_load`): the slots, not the rate, pace.
+            return max(1, min(self.max_concurrency, self._knee_hold, int(min(self.slot_cap, 1e9))))
         base = self.baseline()
         if base is not None:
             span = T.slot_headroom * base
@@ -144,6 +155,8 @@ class SlotSizing:
         through: the slots, not the delay, pace such a server.
         """
         base = self.baseline()
+        if self._knee_hold > 0:
+            return  # the load fit holds the slots (_judge_load)
         if base is None or base < T.queue_min_baseline or self.phase != "steady":
             return  # a page answered in milliseconds: its latency swings are the crawler's machine's
         cap = float(max(T.cap_inflight, round(self.sent_rate(now) * base)))
@@ -170,3 +183,63 @@ class SlotSizing:
             if self.slot_cap >= self.max_concurrency:
                 self.slot_cap = math.inf
                 self._queue_cap = False
+
+    def _judge_load(self: _SlotSizingState, now: float, level: int, inflight: int | None,
+                    sample: float | None) -> int:
+        """An accepted answer with ``inflight`` in flight, answered in ``sample`` seconds: judge its
+        latency by the load fit; the level to act on (0 grow, 1 hold the rate, 2 cut).
+
+        Latency past the knee line on a server slower than ``T.queue_min_baseline`` hands the
+        slots to the load fit: they hold a count in flight (the count that answer came with, at
+        first), the rate is lifted above what that count serves so that the slots, not the delay,
+        pace, and no latency cut follows (the slots answer it). The fit then walks: one more than
+        its best load while no higher count was measured, one fewer while no lower one was, else
+        the best; and every window it tries one more again, measured afresh (a knee may move).
+        A page answered in milliseconds has no knee to fit (see :meth:`_cap_queue`).
+        """
+        fitting = self._knee_hold > 0 or self._queue_cap
+        if inflight is None or (level == 0 and not fitting):
+            return level
+        base = self.baseline()
+        if base is None or base < T.queue_min_baseline:
+            return level
+        best = self.best_load()
+        if best is None:
+            if self._knee_hold == 0:
+                # Little's law: the count that serves what this one did at the baseline latency.
+                # The best load is no lower (nothing is answered quicker than the baseline) and
+                # at most this one, and the walk up from it takes short rounds.
+                latency = max(self.latency or base, sample or base, base)
+                entry = min(inflight, T.load_counts, round(inflight * base / latency))
+                self._hold_load(now, max(1, entry), None)
+            return min(level, 1)
+        if self.throughput(best + 1) is None:
+            hold = best + 1
+        elif best > 1 and self.throughput(best - 1) is None:
+            hold = best - 1
+        else:
+            hold = best
+            if now - self._knee_at >= self.window:
+                hold = best + 1  # try one more again, measured afresh: the knee may have moved
+                self._forget_load(hold)
+        self._hold_load(now, hold, best)
+        return min(level, 1)
+
+    def _hold_load(self: _SlotSizingState, now: float, hold: int, best: int | None) -> None:
+        """Hold ``hold`` requests in flight: the slots are the load fit's (see :meth:`_judge_load`)."""
+        if self._queue_cap:
+            self.slot_cap, self._queue_cap = math.inf, False  # the fit, not the latency cut, caps them now
+        if hold == self._knee_hold:
+            return
+        before, self._knee_hold = self._knee_hold, hold
+        if hold > before or before == 0:
+            self._knee_at = now
+        got = self.throughput(best) if best is not None else None
+        if got is None:
+            got = hold / max(self.latency or 0.0, 1e-3)
+        # The delay must not bind under the slots: pace above what the count held serves.
+        serves = got * max(1.0, hold / (best or hold))
+        self.rate = max(self.rate, min(self.max_rate, T.slot_headroom * serves))
+        self._decide(now, f"knee: holding {hold} in flight (best seen: "
+                     f"{'none yet' if best is None else f'{got:.3g}/s at {best}'}; latency "
+                     f"{self.latency or 0.0:.3f}s)")

@@ -177,7 +177,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
-                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
+                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_knee_at", "_knee_hold", "_last_growth",
+                 "_level", "_load_count", "_load_latency", "_load_n", "_load_since", "_lone_refused",
                  "_low_latency",
                  "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
                  "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
@@ -244,6 +245,12 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self._fitted, self._fit_span = False, 0.0
         self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
         self._lone_refused = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
+        # The load fit: a smoothed latency and a sample count per count in flight (_rampup_latency), and
+        # the count in flight it holds the slots at (0: none) since when (_rampup_slots).
+        self._load_latency: tuple[float, ...] = ()
+        self._load_count: tuple[float, ...] = ()
+        self._knee_hold, self._knee_at = 0, _NEVER
+        self._load_n, self._load_since = 0, _NEVER  # the count in flight the last answers saw, since when
         self._sustained = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
         # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
         # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
@@ -329,6 +336,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
             self._note_inflight(inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
             level = self._observe_latency(now, latency)
+            self._note_load(now, inflight, latency, sent_at)
+            level = self._judge_load(now, level, inflight, latency)
             if level == 2 and can_cut:
                 self._cap_queue(now)
                 self._cut(now, reason="latency")
