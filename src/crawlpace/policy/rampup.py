@@ -321,7 +321,10 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
                 self._cut(now, reason="slots", sent_at=sent_at)
-                self._episode_cut()
+            # A cap on requests in flight, not a rate's overshoot: the slot cap answers it at once, so
+            # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
+            # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
+            self._ep_since, self._ep_gap = _NEVER, 0.0
         elif pushback:
             if can_cut:
                 # (Not in the start phase: its doubling shortens every gap, so a bursty bucket's
