@@ -321,6 +321,17 @@ async def test_a_connection_cap_released_late() -> None:
     assert out.refused <= 8
 
 
+@pytest.mark.parametrize(("cap", "late", "share"),
+                         [(1, 0.05, 0.75),   # was 0.15 / 50: read as the site's own errors, the breaker opened
+                          (2, 0.08, 0.8)])   # was 0.65 / 260
+async def test_a_cap_of_one_or_two_released_late(cap: int, late: float, share: float) -> None:
+    # A request sent as soon as an answer freed its slot is refused, alone in flight: the cap's, not
+    # a backend failing at once, since as many were accepted in flight before.
+    out = await crawl(ConnectionCap(cap, 0.3, late), 60.0, latency=0.3)
+    assert out.share >= share
+    assert out.refused <= 10
+
+
 async def test_a_connection_cap_is_no_rate_lock_out() -> None:
     out = await crawl(ConnectionCap(7, 0.387, 0.0124), 60.0, latency=0.387)
     # was 0.62 / 2: the refusals at the cap opened an overshoot episode, whose end was fitted as a
@@ -350,7 +361,7 @@ async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
                          [(7, 0.2, 2.0, 0.88),    # was 0.86: the latency cut capped the slots at the rate's
                           (7, 0.2, 1.0, 0.9),     # 0.97
                           (4, 0.3, 2.0, 0.85),    # was 0.73: rampup's knee (1.6 x baseline) is past the best
-                          (12, 0.15, 2.0, 0.85)])  # was 0.64: held at 8 in flight, the most slots rampup opened
+                          (12, 0.15, 2.0, 0.85)])  # was 0.64: held at 8, the most slots rampup opened
 async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float,
                                                share: float) -> None:
     # The load fit (Little's law) holds the count in flight that serves the most; the start phase's

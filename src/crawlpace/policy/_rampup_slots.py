@@ -35,6 +35,8 @@ class _SlotSizingState(Protocol):
     _low_latency: float
     _knee_hold: int
     _knee_at: float
+    _answered_at: float
+    _sent_at: float
     max_rate: float
 
     rate: float
@@ -103,9 +105,26 @@ class SlotSizing:
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
         """
-        if inflight is None or inflight < T.cap_inflight or self._lone_refused:
+        if inflight is None or self._lone_refused:
+            return False
+        if inflight < T.cap_inflight and not self._slot_reused(inflight):
             return False
         return self._quick(answered, elapsed)
+
+    def _slot_reused(self: _SlotSizingState, inflight: int) -> bool:
+        """Whether a refusal with ``inflight`` in flight fits a cap of one or two whose slot is freed late:
+        as many were accepted in flight before and never more, and the latest send left right after an
+        answer (within ``T.quick_refusal`` of the baseline latency), so the slot it freed had not rested.
+
+        With fewer than ``T.cap_inflight`` in flight a quick refusal is otherwise taken for the
+        site's own (a backend failing at once); a cap of one with a late release refuses a
+        request alone in flight, and read so, a site capped at one got 44 of 60 pages in 3 minutes.
+        """
+        base = self.baseline()
+        if base is None:
+            base = self._low_latency
+        since = self._sent_at - self._answered_at
+        return inflight == self._inflight_ok and base > 0.0 and 0.0 <= since < T.quick_refusal * base
 
     def _quick(self: _SlotSizingState, answered: bool, elapsed: float | None) -> bool:
         """Whether an answer came under ``T.quick_refusal`` of the baseline latency (refused on arrival)."""
@@ -119,7 +138,8 @@ class SlotSizing:
         """A refusal on arrival of a request that was alone in flight: no cap on requests in flight
         of ``T.cap_inflight`` or more refuses that, so the site's quick refusals are its own errors
         (a backend failing at once), and a slot cap read from them is dropped."""
-        if inflight == 1 and not self._lone_refused and self._quick(answered, elapsed):
+        if (inflight == 1 and not self._lone_refused and self._quick(answered, elapsed)
+                and not self._slot_reused(1)):
             self._lone_refused = True
             if not self._queue_cap:
                 self.slot_cap = math.inf
@@ -137,8 +157,9 @@ class SlotSizing:
         self._cap_at = now
         return True
 
-    def _note_inflight(self: _SlotSizingState, inflight: int | None) -> None:
-        """An accepted answer with ``inflight`` in flight (this one included): the most seen."""
+    def _note_inflight(self: _SlotSizingState, now: float, inflight: int | None) -> None:
+        """An accepted answer at ``now`` with ``inflight`` in flight (this one included): the most seen."""
+        self._answered_at = now
         if inflight is not None and inflight > self._inflight_ok:
             self._inflight_ok = inflight
 

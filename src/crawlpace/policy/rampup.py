@@ -175,16 +175,16 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
-                 "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
-                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_knee_at", "_knee_hold", "_last_growth",
-                 "_level", "_load_count", "_load_latency", "_load_n", "_load_since", "_lone_refused",
-                 "_low_latency",
-                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
-                 "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
-                 "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
-                 "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
-                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
+    __slots__ = ("_answered_at", "_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate",
+                 "_cycle_start", "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap",
+                 "_gap_ok", "_gentle", "_good_rate", "_inflight_ok", "_k", "_knee_at", "_knee_hold",
+                 "_last_growth", "_level", "_load_count", "_load_latency", "_load_n", "_load_since",
+                 "_lone_refused", "_low_latency", "_ok_sends", "_probe_after", "_probe_c", "_pushbacks",
+                 "_queue_cap", "_quiet_until", "_resumed_at", "_samples", "_sent_at", "_strict_gap",
+                 "_stuck_share", "_stuck_time", "_sustained", "_top", "_window_min", "_window_start",
+                 "above_since", "ceiling", "decision", "generation", "hold_learned", "last_pushback_rate",
+                 "latency", "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "slot_cap",
+                 "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
@@ -244,6 +244,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
         self._fitted, self._fit_span = False, 0.0
         self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
+        self._answered_at = _NEVER  # when the latest accepted answer came (_rampup_slots)
         self._lone_refused = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
         # The load fit: a smoothed latency and a sample count per count in flight (_rampup_latency), and
         # the count in flight it holds the slots at (0: none) since when (_rampup_slots).
@@ -336,7 +337,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._episode_cut()
         else:
             self._note_accepted(now if sent_at is None else sent_at)
-            self._note_inflight(inflight)
+            self._note_inflight(now, inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
             level = self._observe_latency(now, latency)
             self._note_load(now, inflight, latency, sent_at)
