@@ -322,7 +322,7 @@ async def test_a_connection_cap_released_late() -> None:
 
 
 @pytest.mark.parametrize(("cap", "late", "share"),
-                         [(1, 0.05, 0.75),   # was 0.15 / 50: read as the site's own errors, the breaker opened
+                         [(1, 0.05, 0.75),   # was 0.15 / 50: taken for the site's own errors
                           (2, 0.08, 0.8)])   # was 0.65 / 260
 async def test_a_cap_of_one_or_two_released_late(cap: int, late: float, share: float) -> None:
     # A request sent as soon as an answer freed its slot is refused, alone in flight: the cap's, not

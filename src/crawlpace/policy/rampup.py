@@ -64,10 +64,17 @@ may have held every slot since).
 A server may limit the requests it holds at once rather than their rate (a
 slow site answering 503 past six in flight, say): a pushback answered in less
 than half the baseline latency with at least three in flight caps the slots
-at one fewer, and cuts the rate only gently. A latency cut in the steady phase
-caps them at what the rate needs unqueued (``rate * baseline``, at least
-three), set again when latency reaches the knee under that cap. Either cap
-rises by one after every window without a pushback.
+at one fewer (at that count when as many were accepted before: a slot freed
+late; with one or two in flight, only then), and cuts the rate only gently.
+The cap rises by one after every window without a pushback.
+
+Latency past the knee on a server slower than 50 ms hands the slots to the
+load fit (``_rampup_latency``, ``_rampup_slots``): by Little's law ``n`` in
+flight answered in ``L(n)`` serve ``n / L(n)`` a second, so the slots walk to
+the count past which one more bought no more throughput and hold it, with the
+rate lifted above what it serves: the slots pace the server, and latency no
+longer cuts. (Where the count in flight is unknown, a latency cut in the steady
+phase caps the slots at what the rate needs unqueued, ``rate * baseline``.)
 
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
