@@ -218,7 +218,8 @@ class SlotSizing:
         first), the rate is lifted above what that count serves so that the slots, not the delay,
         pace, and no latency cut follows (the slots answer it). The fit then walks: one more than
         its best load while no higher count was measured, one fewer while no lower one was, else
-        the best; and every window it tries one more again, measured afresh (a knee may move).
+        the best, or one more where that one serves as much (a spare); and every window it tries
+        one more again, measured afresh (a knee may move).
         A page answered in milliseconds has no knee to fit (see :meth:`_cap_queue`).
         """
         fitting = self._knee_hold > 0 or self._queue_cap
@@ -237,14 +238,22 @@ class SlotSizing:
                 entry = min(inflight, T.load_counts, round(inflight * base / latency))
                 self._hold_load(now, max(1, entry), None)
             return min(level, 1)
-        if self.throughput(best + 1) is None:
+        # One more than the best costs nothing where it serves as much, less what the fit's step
+        # must gain (a level stretch past the knee): it covers the crawler's own gap between an
+        # answer and the next send, which holding the knee exactly leaves the server short of.
+        above, at = self.throughput(best + 1), self.throughput(best) or 0.0
+        spare = above is not None and above >= at * (1.0 - T.knee_gain / best)
+        top = best + 1 if spare else best
+        if above is None:
             hold = best + 1
+        elif spare and self.throughput(best + 2) is None:
+            hold = best + 2
         elif best > 1 and self.throughput(best - 1) is None:
             hold = best - 1
         else:
-            hold = best
+            hold = top
             if now - self._knee_at >= self.window:
-                hold = best + 1  # try one more again, measured afresh: the knee may have moved
+                hold = top + 1  # try one more again, measured afresh: the knee may have moved
                 self._forget_load(hold)
         self._hold_load(now, hold, best)
         return min(level, 1)
