@@ -223,16 +223,17 @@ class Outcome:
 
 
 async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, workers: int = 16,
-                seed: int = 1, instant: bool = False, lag: float = 0.0) -> Outcome:
+                seed: int = 1, instant: bool = False, lag: float = 0.0, slots: int = 8) -> Outcome:
     """Crawl one site for ``seconds`` of virtual time as ``crawlpace crawl`` paces it.
 
     A 503 is answered at once (a cap on requests in flight refuses on arrival); with ``instant``,
     a 429 too (a rate limiter in front of the application). ``lag``: each request reaches the
-    site up to that many seconds after its send (a loaded crawler machine's own delays)."""
+    site up to that many seconds after its send (a loaded crawler machine's own delays).
+    ``slots``: the most rampup opens (``rampup_max_concurrency``)."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
-    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
-                                     "CONCURRENT_REQUESTS": 64})
+    defaults = {"rampup": True, "rampup_max_concurrency": slots}
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": defaults, "CONCURRENT_REQUESTS": 64})
     accepted = refused = 0
     async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:
 
@@ -347,7 +348,9 @@ async def test_a_quick_bucket_is_not_read_as_a_connection_cap(latency: float, in
                                                                share: float) -> None:
     out = await crawl(Bucket(25.0, 5.0), 90.0, latency=latency, instant=instant)
     assert out.share >= share
-    assert out.refused <= 8
+    # (0.2 s: 10 of 2160 requests, 3 before a refusal read as a cap opened no overshoot episode:
+    # the burst's other refusals, at 7-5 in flight, now lower the cap instead of the episode's fit.)
+    assert out.refused <= 10
 
 
 async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
@@ -357,27 +360,27 @@ async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
     assert out.refused <= 8
 
 
-@pytest.mark.parametrize(("knee", "latency", "exponent", "share"),
-                         [(7, 0.2, 2.0, 0.88),    # was 0.86: the latency cut capped the slots at the rate's
-                          (7, 0.2, 1.0, 0.9),     # 0.97
-                          (4, 0.3, 2.0, 0.85),    # was 0.73: rampup's knee (1.6 x baseline) is past the best
-                          (12, 0.15, 2.0, 0.85)])  # was 0.64: held at 8, the most slots rampup opened
-async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float,
+@pytest.mark.parametrize(("knee", "latency", "exponent", "slots", "share"),
+                         [(7, 0.2, 2.0, 8, 0.8),       # 0.86: 8 in flight stay under the knee line
+                          (7, 0.2, 1.0, 8, 0.9),       # 0.97
+                          (4, 0.3, 2.0, 8, 0.85),      # was 0.73: rampup's knee (1.6 x baseline) is past it
+                          (12, 0.15, 2.0, 16, 0.85)])  # was 0.64 with 16 slots allowed
+async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float, slots: int,
                                                share: float) -> None:
     # The load fit (Little's law) holds the count in flight that serves the most; the start phase's
     # overshoot may meet the hard limit (three times the knee) once.
-    out = await crawl(Knee(knee, latency, exponent, 3 * knee), 60.0)
+    out = await crawl(Knee(knee, latency, exponent, 3 * knee), 60.0, slots=slots)
     assert out.share >= share
     assert out.refused <= 1
 
 
 @pytest.mark.parametrize(("latency", "per_inflight", "limit", "share"),
                          [(0.355, 0.0613, 9, 0.85),   # was 0.59: held at 3 in flight by the latency cut
-                          (0.15, 0.02, 16, 0.85)])    # was 0.73: held at 8, the most slots rampup opened
+                          (0.15, 0.02, 16, 0.85)])    # was 0.44 with 16 slots allowed
 async def test_a_server_slower_with_every_request_it_holds(latency: float, per_inflight: float, limit: int,
                                                             share: float) -> None:
     # Latency grows with every request in flight, yet so does the throughput (in flight / latency),
     # up to a hard limit: latency past rampup's knee line is the load's price here, not overload.
-    out = await crawl(HardKnee(latency, per_inflight, limit), 40.0)
+    out = await crawl(HardKnee(latency, per_inflight, limit), 40.0, slots=16)
     assert out.share >= share
     assert out.refused <= 3

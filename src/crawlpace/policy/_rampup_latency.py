@@ -48,6 +48,7 @@ class _LatencyWatchState(Protocol):
     _load_count: tuple[float, ...]
     _load_n: int
     _load_since: float
+    _knee_hold: int
 
     def baseline(self) -> float | None: ...
     def throughput(self, inflight: int) -> float | None: ...
@@ -101,13 +102,18 @@ class LatencyWatch:
 
         The count labels the sample only when every answer since before its send saw the same
         count: while the slots change, a request's answer comes with a count it never shared
-        the server with. The sample is clipped to twice the count's smoothed latency (one slow
-        answer among quick ones is not load).
+        the server with. Once the load fit holds the slots, it takes the answers that came with
+        the count held, to sends made since it was set (a shared store's counts swing by one
+        as slots refill). The sample is clipped to twice the count's smoothed latency (one slow answer
+        among quick ones is not load).
         """
         if inflight is None or inflight < 1 or sample is None or not 0.0 < sample < math.inf:
             return
         n = min(inflight, T.load_counts)
-        if n != self._load_n:
+        if self._knee_hold > 0:
+            if n != min(self._knee_hold, T.load_counts):
+                return  # (a slot not yet refilled: the count is not the one held)
+        elif n != self._load_n:
             self._load_n, self._load_since = n, now
             return
         if sent_at is None or sent_at < self._load_since:

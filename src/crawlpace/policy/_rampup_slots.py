@@ -39,6 +39,7 @@ class _SlotSizingState(Protocol):
     _knee_at: float
     _answered_at: float
     _sent_at: float
+    _load_since: float
     max_rate: float
 
     rate: float
@@ -265,6 +266,7 @@ class SlotSizing:
         if hold == self._knee_hold:
             return
         before, self._knee_hold = self._knee_hold, hold
+        self._load_since = now  # the answers to sends from now on are this count's (_note_load)
         if hold > before or before == 0:
             self._knee_at = now
         got = self.throughput(best) if best is not None else None
