@@ -184,6 +184,33 @@ class Knee:
 
 
 @dataclass
+class HardKnee:
+    """A server that serves each request ``per_inflight`` seconds slower for every other one it holds,
+    and answers 503 at once past ``limit`` in flight: its throughput grows up to the limit."""
+
+    latency: float
+    per_inflight: float
+    limit: int
+    _inflight: int = 0
+
+    @property
+    def capacity(self) -> float:
+        return self.limit / (self.latency + self.per_inflight * (self.limit - 1))
+
+    def service(self) -> float:
+        return self.latency + self.per_inflight * (self._inflight - 1)
+
+    def arrive(self, now: float) -> Response:
+        if self._inflight >= self.limit:
+            return Response(503)
+        self._inflight += 1
+        return Response(200)
+
+    def leave(self, now: float) -> None:
+        self._inflight -= 1
+
+
+@dataclass
 class Outcome:
     accepted: int
     refused: int
@@ -196,16 +223,17 @@ class Outcome:
 
 
 async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, workers: int = 16,
-                seed: int = 1, instant: bool = False, lag: float = 0.0) -> Outcome:
+                seed: int = 1, instant: bool = False, lag: float = 0.0, slots: int = 8) -> Outcome:
     """Crawl one site for ``seconds`` of virtual time as ``crawlpace crawl`` paces it.
 
     A 503 is answered at once (a cap on requests in flight refuses on arrival); with ``instant``,
     a 429 too (a rate limiter in front of the application). ``lag``: each request reaches the
-    site up to that many seconds after its send (a loaded crawler machine's own delays)."""
+    site up to that many seconds after its send (a loaded crawler machine's own delays).
+    ``slots``: the most rampup opens (``rampup_max_concurrency``)."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
-    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
-                                     "CONCURRENT_REQUESTS": 64})
+    defaults = {"rampup": True, "rampup_max_concurrency": slots}
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": defaults, "CONCURRENT_REQUESTS": 64})
     accepted = refused = 0
     async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:
 
@@ -220,7 +248,7 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                         await clock.sleep(rng.uniform(0.0, lag))
                     answer = limiter.arrive(clock.now())
                     refused_at_once = answer.status_code == 503 or (instant and answer.status_code != 200)
-                    service = limiter.service() if isinstance(limiter, Knee) else latency
+                    service = limiter.service() if isinstance(limiter, Knee | HardKnee) else latency
                     took = 0.001 if refused_at_once else service * rng.uniform(0.9, 1.1)
                     await clock.sleep(took)
                     if answer.status_code == 200:
@@ -330,6 +358,25 @@ async def test_a_connection_cap_released_late() -> None:
     assert out.refused <= 8
 
 
+@pytest.mark.parametrize(("cap", "late", "share"),
+                         [(1, 0.05, 0.75),   # was 0.15 / 50: taken for the site's own errors
+                          (2, 0.08, 0.8)])   # was 0.65 / 260
+async def test_a_cap_of_one_or_two_released_late(cap: int, late: float, share: float) -> None:
+    # A request sent as soon as an answer freed its slot is refused, alone in flight: the cap's, not
+    # a backend failing at once, since as many were accepted in flight before.
+    out = await crawl(ConnectionCap(cap, 0.3, late), 60.0, latency=0.3)
+    assert out.share >= share
+    assert out.refused <= 10
+
+
+async def test_a_connection_cap_is_no_rate_lock_out() -> None:
+    out = await crawl(ConnectionCap(7, 0.387, 0.0124), 60.0, latency=0.387)
+    # was 0.62 / 2: the refusals at the cap opened an overshoot episode, whose end was fitted as a
+    # lock-out at the start phase's mean rate (11/s where the cap serves 17.5/s), probed past rarely.
+    assert out.share >= 0.8
+    assert out.refused <= 8
+
+
 @pytest.mark.parametrize(("latency", "instant", "share"),
                          [(0.05, False, 0.9),   # was 0.94 / 4
                           (0.2, True, 0.9)])    # was 0.84 / 4: the instant 429 read as a cap on slots
@@ -337,7 +384,9 @@ async def test_a_quick_bucket_is_not_read_as_a_connection_cap(latency: float, in
                                                                share: float) -> None:
     out = await crawl(Bucket(25.0, 5.0), 90.0, latency=latency, instant=instant)
     assert out.share >= share
-    assert out.refused <= 8
+    # (0.2 s: 10 of 2160 requests, 3 before a refusal read as a cap opened no overshoot episode:
+    # the burst's other refusals, at 7-5 in flight, now lower the cap instead of the episode's fit.)
+    assert out.refused <= 10
 
 
 async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
@@ -347,15 +396,30 @@ async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
     assert out.refused <= 8
 
 
-@pytest.mark.parametrize(("knee", "latency", "exponent", "share"),
-                         [(7, 0.2, 2.0, 0.8),    # 0.86, as before: no change here yet
-                          (7, 0.2, 1.0, 0.9),    # 0.97
-                          (4, 0.3, 2.0, 0.68)])  # 0.73: rampup's knee (1.6 x baseline) is past the best
-async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float,
+@pytest.mark.parametrize(("knee", "latency", "exponent", "slots", "share"),
+                         [(7, 0.2, 2.0, 8, 0.8),       # 0.86: 8 in flight stay under the knee line
+                          (7, 0.2, 1.0, 8, 0.9),       # 0.97
+                          (4, 0.3, 2.0, 8, 0.85),      # was 0.73: rampup's knee (1.6 x baseline) is past it
+                          (12, 0.15, 2.0, 16, 0.85)])  # was 0.64 with 16 slots allowed
+async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float, slots: int,
                                                share: float) -> None:
-    out = await crawl(Knee(knee, latency, exponent, 3 * knee), 60.0)
+    # The load fit (Little's law) holds the count in flight that serves the most; the start phase's
+    # overshoot may meet the hard limit (three times the knee) once.
+    out = await crawl(Knee(knee, latency, exponent, 3 * knee), 60.0, slots=slots)
     assert out.share >= share
-    assert out.refused == 0
+    assert out.refused <= 1
+
+
+@pytest.mark.parametrize(("latency", "per_inflight", "limit", "share"),
+                         [(0.355, 0.0613, 9, 0.85),   # was 0.59: held at 3 in flight by the latency cut
+                          (0.15, 0.02, 16, 0.85)])    # was 0.44 with 16 slots allowed
+async def test_a_server_slower_with_every_request_it_holds(latency: float, per_inflight: float, limit: int,
+                                                            share: float) -> None:
+    # Latency grows with every request in flight, yet so does the throughput (in flight / latency),
+    # up to a hard limit: latency past rampup's knee line is the load's price here, not overload.
+    out = await crawl(HardKnee(latency, per_inflight, limit), 40.0, slots=16)
+    assert out.share >= share
+    assert out.refused <= 3
 
 
 async def test_a_scope_sends_robots_txt_and_one_page_in_its_first_second() -> None:

@@ -11,6 +11,17 @@ that a later send overtook (answered quickly before it) is an outlier
 (:meth:`LatencyWatch._outlier`): a queue serves in turn, so what is overtaken
 was held by the site, not by a queue. It stays out of the smoothed latency, and
 the slots make room for such answers as they do for hangs.
+
+**The load fit.** Latency that grows with the requests in flight is not overload
+by itself: a server that serves each request a little slower the more it holds
+may still serve more of them per second. By Little's law a scope holding ``n``
+requests in flight, each answered in ``L(n)`` seconds, gets ``n / L(n)`` answers a
+second. The watch keeps ``L(n)`` for every ``n`` it has seen (a smoothed latency
+per count in flight, each sample clipped to twice the count's estimate so that one
+slow answer among quick ones does not move it far), and :meth:`best_load` is the
+count past which more in flight bought no more throughput: each step up from the
+best must gain at least ``T.knee_gain`` of the ``1 / n`` that one more request
+in flight adds at a server that does not queue at all.
 """
 
 from __future__ import annotations
@@ -22,7 +33,16 @@ from typing import Protocol
 from ._rampup_tuning import TUNING as T
 from ._shared_rules import LATENCY_WEIGHT
 
-__all__ = ["LatencyWatch"]
+__all__ = ["LOAD_COUNTS", "LatencyWatch"]
+
+#: The counts in flight the load fit keeps a latency for (higher counts share the last): a memory
+#: bound on the shared state, not a number the pace depends on (slots stop far below it).
+LOAD_COUNTS = 64
+
+
+def _put(values: tuple[float, ...], index: int, value: float) -> tuple[float, ...]:
+    """``values`` with ``value`` at ``index`` (the fit's tables are tuples: the shared state stores them)."""
+    return (*values[:index], value, *values[index + 1:])
 
 
 class _LatencyWatchState(Protocol):
@@ -36,9 +56,15 @@ class _LatencyWatchState(Protocol):
     _samples: int
     _level: int
     _quick_sent: float
+    _load_latency: tuple[float, ...]
+    _load_count: tuple[float, ...]
+    _load_n: int
+    _load_since: float
+    _knee_hold: int
 
     def baseline(self) -> float | None: ...
     def _outlier_span(self) -> float | None: ...
+    def throughput(self, inflight: int) -> float | None: ...
 
 
 class LatencyWatch:
@@ -104,3 +130,66 @@ class LatencyWatch:
         self._level = level
         return level
 
+    def _note_load(self: _LatencyWatchState, now: float, inflight: int | None, sample: float | None,
+                   sent_at: float | None) -> None:
+        """An accepted answer's latency ``sample``, sent at ``sent_at``, with ``inflight`` in flight at the
+        answer (this one included), into the load fit.
+
+        The count labels the sample only when every answer since before its send saw the same
+        count: while the slots change, a request's answer comes with a count it never shared
+        the server with. Once the load fit holds the slots, it takes the answers that came with
+        the count held, to sends made since it was set (a shared store's counts swing by one
+        as slots refill). The sample is clipped to twice the count's smoothed latency (one slow answer
+        among quick ones is not load).
+        """
+        if inflight is None or inflight < 1 or sample is None or not 0.0 < sample < math.inf:
+            return
+        n = min(inflight, LOAD_COUNTS)
+        if self._knee_hold > 0:
+            if n != min(self._knee_hold, LOAD_COUNTS):
+                return  # (a slot not yet refilled: the count is not the one held)
+        elif n != self._load_n:
+            self._load_n, self._load_since = n, now
+            return
+        if sent_at is None or sent_at < self._load_since:
+            return
+        seen, counts = self._load_latency, self._load_count
+        if len(seen) < n:
+            seen += (0.0,) * (n - len(seen))
+            counts += (0.0,) * (n - len(counts))
+        old = seen[n - 1]
+        new = sample if old <= 0.0 else old + LATENCY_WEIGHT * (min(sample, 2.0 * old) - old)
+        self._load_latency = _put(seen, n - 1, new)
+        self._load_count = _put(counts, n - 1, counts[n - 1] + 1.0)
+
+    def _forget_load(self: _LatencyWatchState, inflight: int) -> None:
+        """Drop what the fit knows of ``inflight`` in flight, to measure it afresh."""
+        if 1 <= inflight <= len(self._load_latency):
+            self._load_latency = _put(self._load_latency, inflight - 1, 0.0)
+            self._load_count = _put(self._load_count, inflight - 1, 0.0)
+
+    def throughput(self: _LatencyWatchState, inflight: int) -> float | None:
+        """Answers a second with ``inflight`` in flight, by Little's law, once that count was seen a
+        round's worth of times (``inflight``, at least ``T.confirm``; None before)."""
+        if (not 1 <= inflight <= len(self._load_latency)
+                or self._load_count[inflight - 1] < max(T.confirm, inflight)):
+            return None
+        latency = self._load_latency[inflight - 1]
+        return inflight / latency if latency > 0.0 else None
+
+    def best_load(self: _LatencyWatchState) -> int | None:
+        """The count in flight past which more bought no more throughput (None: no count seen enough).
+
+        Walking up the counts seen, a count replaces the best when its throughput beats the
+        best's by ``T.knee_gain`` of what the extra requests would add at a server that does
+        not queue (``(m - n) / n`` of the best's), so a level stretch past a knee is not taken.
+        """
+        best: int | None = None
+        top = 0.0
+        for n in range(1, len(self._load_latency) + 1):
+            got = self.throughput(n)
+            if got is None:
+                continue
+            if best is None or got >= top * (1.0 + T.knee_gain * (n - best) / best):
+                best, top = n, got
+        return best

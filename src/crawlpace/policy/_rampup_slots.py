@@ -4,7 +4,9 @@ Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the rules):
 the slots follow the baseline latency, grow by the requests that hang, and a
 refusal on arrival with several in flight caps them below that count (at that
 count, when as many were accepted in flight before: a slot freed late), raised
-by one after every window without a pushback.
+by one after every window without a pushback. Once latency passes the knee on a
+server slower than ``T.latency_noise``, the load fit holds them instead
+(:meth:`SlotSizing._judge_load`): the count in flight that serves the most.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ from __future__ import annotations
 import math
 from typing import Protocol
 
+from ._rampup_latency import LOAD_COUNTS
 from ._rampup_tuning import TUNING as T
 
 __all__ = ["SlotSizing"]
@@ -33,6 +36,12 @@ class _SlotSizingState(Protocol):
     latency: float | None
     window: float
     _low_latency: float
+    _knee_hold: int
+    _knee_at: float
+    _answered_at: float
+    _sent_at: float
+    _load_since: float
+    max_rate: float
 
     rate: float
     _samples: int
@@ -41,6 +50,12 @@ class _SlotSizingState(Protocol):
     _stragglers: int
 
     def baseline(self) -> float | None: ...
+    def best_load(self) -> int | None: ...
+    def throughput(self, inflight: int) -> float | None: ...
+    def _forget_load(self, inflight: int) -> None: ...
+    def _slot_reused(self, inflight: int) -> bool: ...
+    def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None) -> bool: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
@@ -65,6 +80,9 @@ class SlotSizing:
         """
         if self._door_open():
             return 1  # robots.txt's door lets one send through, not a slot per worker
+        if self._knee_hold > 0:
+            # The load fit holds a count in flight (:meth:`_judge_load`): the slots, not the rate, pace.
+            return max(1, min(self.max_concurrency, self._knee_hold, int(min(self.slot_cap, 1e9))))
         base = self.baseline()
         if base is not None:
             span = T.slot_headroom * base
@@ -96,9 +114,26 @@ class SlotSizing:
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
         """
-        if inflight is None or inflight < T.cap_inflight or self._lone_refused:
+        if inflight is None or self._lone_refused:
+            return False
+        if inflight < T.cap_inflight and not self._slot_reused(inflight):
             return False
         return self._quick(answered, elapsed)
+
+    def _slot_reused(self: _SlotSizingState, inflight: int) -> bool:
+        """Whether a refusal with ``inflight`` in flight fits a cap of one or two whose slot is freed late:
+        as many were accepted in flight before and never more, and the latest send left right after an
+        answer (within ``T.quick_refusal`` of the baseline latency), so the slot it freed had not rested.
+
+        With fewer than ``T.cap_inflight`` in flight a quick refusal is otherwise taken for the
+        site's own (a backend failing at once); a cap of one with a late release refuses a
+        request alone in flight, and read so, a site capped at one got 44 of 60 pages in 3 minutes.
+        """
+        base = self.baseline()
+        if base is None:
+            base = self._low_latency
+        since = self._sent_at - self._answered_at
+        return inflight == self._inflight_ok and base > 0.0 and 0.0 <= since < T.quick_refusal * base
 
     def _quick(self: _SlotSizingState, answered: bool, elapsed: float | None) -> bool:
         """Whether an answer came under ``T.quick_refusal`` of the baseline latency (refused on arrival)."""
@@ -112,7 +147,8 @@ class SlotSizing:
         """A refusal on arrival of a request that was alone in flight: no cap on requests in flight
         of ``T.cap_inflight`` or more refuses that, so the site's quick refusals are its own errors
         (a backend failing at once), and a slot cap read from them is dropped."""
-        if inflight == 1 and not self._lone_refused and self._quick(answered, elapsed):
+        if (inflight == 1 and not self._lone_refused and self._quick(answered, elapsed)
+                and not self._slot_reused(1)):
             self._lone_refused = True
             if not self._queue_cap:
                 self.slot_cap = math.inf
@@ -130,8 +166,9 @@ class SlotSizing:
         self._cap_at = now
         return True
 
-    def _note_inflight(self: _SlotSizingState, inflight: int | None) -> None:
-        """An accepted answer with ``inflight`` in flight (this one included): the most seen."""
+    def _note_inflight(self: _SlotSizingState, now: float, inflight: int | None) -> None:
+        """An accepted answer at ``now`` with ``inflight`` in flight (this one included): the most seen."""
+        self._answered_at = now
         if inflight is not None and inflight > self._inflight_ok:
             self._inflight_ok = inflight
 
@@ -148,6 +185,8 @@ class SlotSizing:
         through: the slots, not the delay, pace such a server.
         """
         base = self.baseline()
+        if self._knee_hold > 0:
+            return  # the load fit holds the slots (_judge_load)
         if base is None or base < T.latency_noise or self.phase != "steady":
             return  # a page answered in milliseconds: its latency swings are the crawler's machine's
         cap = float(max(T.cap_inflight, round(self.sent_rate(now) * base)))
@@ -174,3 +213,73 @@ class SlotSizing:
             if self.slot_cap >= self.max_concurrency:
                 self.slot_cap = math.inf
                 self._queue_cap = False
+
+    def _judge_load(self: _SlotSizingState, now: float, level: int, inflight: int | None,
+                    sample: float | None) -> int:
+        """An accepted answer with ``inflight`` in flight, answered in ``sample`` seconds: judge its
+        latency by the load fit; the level to act on (0 grow, 1 hold the rate, 2 cut).
+
+        Latency past the knee line on a server slower than ``T.latency_noise`` hands the
+        slots to the load fit: they hold a count in flight (the count that answer came with, at
+        first), the rate is lifted above what that count serves so that the slots, not the delay,
+        pace, and no latency cut follows (the slots answer it). The fit then walks: one more than
+        its best load while no higher count was measured, one fewer while no lower one was, else
+        the best, or one more where that one serves as much (a spare); and every window it tries
+        one more again, measured afresh (a knee may move).
+        A page answered in milliseconds has no knee to fit (see :meth:`_cap_queue`).
+        """
+        fitting = self._knee_hold > 0 or self._queue_cap
+        if inflight is None or (level == 0 and not fitting):
+            return level
+        base = self.baseline()
+        if base is None or base < T.latency_noise:
+            return level
+        best = self.best_load()
+        if best is None:
+            if self._knee_hold == 0:
+                # Little's law: the count that serves what this one did at the baseline latency.
+                # The best load is no lower (nothing is answered quicker than the baseline) and
+                # at most this one, and the walk up from it takes short rounds.
+                latency = max(self.latency or base, sample or base, base)
+                entry = min(inflight, LOAD_COUNTS, round(inflight * base / latency))
+                self._hold_load(now, max(1, entry), None)
+            return min(level, 1)
+        # One more than the best costs nothing where it serves as much, less what the fit's step
+        # must gain (a level stretch past the knee): it covers the crawler's own gap between an
+        # answer and the next send, which holding the knee exactly leaves the server short of.
+        above, at = self.throughput(best + 1), self.throughput(best) or 0.0
+        spare = above is not None and above >= at * (1.0 - T.knee_gain / best)
+        top = best + 1 if spare else best
+        if above is None:
+            hold = best + 1
+        elif spare and self.throughput(best + 2) is None:
+            hold = best + 2
+        elif best > 1 and self.throughput(best - 1) is None:
+            hold = best - 1
+        else:
+            hold = top
+            if now - self._knee_at >= self.window:
+                hold = top + 1  # try one more again, measured afresh: the knee may have moved
+                self._forget_load(hold)
+        self._hold_load(now, hold, best)
+        return min(level, 1)
+
+    def _hold_load(self: _SlotSizingState, now: float, hold: int, best: int | None) -> None:
+        """Hold ``hold`` requests in flight: the slots are the load fit's (see :meth:`_judge_load`)."""
+        if self._queue_cap:
+            self.slot_cap, self._queue_cap = math.inf, False  # the fit, not the latency cut, caps them now
+        if hold == self._knee_hold:
+            return
+        before, self._knee_hold = self._knee_hold, hold
+        self._load_since = now  # the answers to sends from now on are this count's (_note_load)
+        if hold > before or before == 0:
+            self._knee_at = now
+        got = self.throughput(best) if best is not None else None
+        if got is None:
+            got = hold / max(self.latency or 0.0, 1e-3)
+        # The delay must not bind under the slots: pace above what the count held serves.
+        serves = got * max(1.0, hold / (best or hold))
+        self.rate = max(self.rate, min(self.max_rate, T.slot_headroom * serves))
+        self._decide(now, f"knee: holding {hold} in flight (best seen: "
+                     f"{'none yet' if best is None else f'{got:.3g}/s at {best}'}; latency "
+                     f"{self.latency or 0.0:.3f}s)")

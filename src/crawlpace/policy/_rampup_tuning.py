@@ -175,6 +175,13 @@ class RampupTuning:
     #: till they ended).
     stuck_share_weight: float = 0.005
 
+    # -- the load fit --
+    #: The load fit (``_rampup_latency``): one more request in flight is worth holding when it adds at
+    #: least this share of the throughput it adds at a server that does not queue (``1 / n`` at ``n``
+    #: in flight). A fifth: a knee's level stretch adds nothing, a server slowing a little per request
+    #: held still adds most of it, and the fit's noise (a few % on a smoothed latency) stays under it.
+    knee_gain: float = 0.2
+
     # -- derived: numbers that follow from the fields above, by the formula that states their reason --
 
     @property

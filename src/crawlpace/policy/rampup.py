@@ -64,10 +64,17 @@ may have held every slot since).
 A server may limit the requests it holds at once rather than their rate (a
 slow site answering 503 past six in flight, say): a pushback answered in less
 than half the baseline latency with at least three in flight caps the slots
-at one fewer, and cuts the rate only gently. A latency cut in the steady phase
-caps them at what the rate needs unqueued (``rate * baseline``, at least
-three), set again when latency reaches the knee under that cap. Either cap
-rises by one after every window without a pushback.
+at one fewer (at that count when as many were accepted before: a slot freed
+late; with one or two in flight, only then), and cuts the rate only gently.
+The cap rises by one after every window without a pushback.
+
+Latency past the knee on a server slower than 50 ms hands the slots to the
+load fit (``_rampup_latency``, ``_rampup_slots``): by Little's law ``n`` in
+flight answered in ``L(n)`` serve ``n / L(n)`` a second, so the slots walk to
+the count past which one more bought no more throughput and hold it, with the
+rate lifted above what it serves: the slots pace the server, and latency no
+longer cuts. (Where the count in flight is unknown, a latency cut in the steady
+phase caps the slots at what the rate needs unqueued, ``rate * baseline``.)
 
 A cut that follows the previous one before the rate had grown back (the
 previous cut was not enough) halves the rate, and the next climb is six
@@ -232,6 +239,15 @@ class RampupState:
     _fitted: bool = False
     _fit_span: float = 0.0
     _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
+    _answered_at: float = _NEVER  # when the latest accepted answer came (_rampup_slots)
+    # The load fit: a smoothed latency and a sample count per count in flight (_rampup_latency), and
+    # the count in flight it holds the slots at (0: none) since when (_rampup_slots).
+    _load_latency: tuple[float, ...] = ()
+    _load_count: tuple[float, ...] = ()
+    _knee_hold: int = 0
+    _knee_at: float = _NEVER
+    _load_n: int = 0  # the count in flight the last answers saw, since when
+    _load_since: float = _NEVER
     _lone_refused: bool = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
     _sustained: float = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
     # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
@@ -337,7 +353,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
                 self._cut(now, reason="slots", sent_at=sent_at)
-                self._episode_cut()
+            # A cap on requests in flight, not a rate's overshoot: the slot cap answers it at once, so
+            # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
+            # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
+            self._ep_since, self._ep_gap = _NEVER, 0.0
         elif pushback:
             if can_cut:
                 # (Not in the start phase: its doubling shortens every gap, so a bursty bucket's
@@ -349,7 +368,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._episode_cut()
         else:
             self._note_accepted(now if sent_at is None else sent_at)
-            self._note_inflight(inflight)
+            self._note_inflight(now, inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
             if outlier:
                 self._note_stuck(now, elapsed if elapsed is not None else latency)
@@ -358,6 +377,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                              "quick; the site's own, not load")
             else:
                 level = self._observe_latency(now, latency)
+                self._note_load(now, inflight, latency, sent_at)
+                level = self._judge_load(now, level, inflight, latency)
             # The requests out far longer than the site's answers take, overtaken by a later send answered
             # quickly, are stragglers: the slots make room for them before they end (or the first few
             # hangs silence the scope). None while latency shows load.
