@@ -11,7 +11,9 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import logging
 import random
+import re
 import uuid
 from dataclasses import dataclass, field
 
@@ -79,8 +81,28 @@ class Slots:
         return (503, 0.002) if inflight > self.limit else (200, self.latency)
 
 
+class Window:
+    """A sliding window of ``limit`` requests per ``length`` seconds that counts refused ones too,
+    whose limit falls to ``limit * share`` at ``shift`` seconds (a random farm's ``shifting``)."""
+
+    def __init__(self, limit: int, length: float, latency: float, shift: float, share: float) -> None:
+        self.limit, self.length, self.latency = limit, length, latency
+        self.shift, self.share = shift, share
+        self.counted: list[float] = []
+        self.begin: float | None = None
+
+    def answer(self, at: float, inflight: int) -> tuple[int, float]:
+        if self.begin is None:
+            self.begin = at
+        self.counted = [t for t in self.counted if t > at - self.length]
+        limit = self.limit if at - self.begin < self.shift else int(self.limit * self.share)
+        accepted = len(self.counted) < limit
+        self.counted.append(at)
+        return (200 if accepted else 429), self.latency
+
+
 async def crawl(stores: list[Store], clock: MockClock, *, latency: float, seconds: float,
-                site: Bucket | Slots | None = None, robots: bool = False,
+                site: Bucket | Slots | Window | None = None, robots: bool = False,
                 pages: list[int] | None = None) -> Run:
     """Each worker sends while it has a free slot (of ``SLOTS``) and the store admits; the site
     answers (by default a :class:`Bucket`: 200 while it has a token, 429 past it). With
@@ -165,7 +187,7 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
 
 
 async def measure(url: str, workers: int, *, latency: float, seconds: float = 20.0,
-                  site: Bucket | Slots | None = None, robots: bool = False,
+                  site: Bucket | Slots | Window | None = None, robots: bool = False,
                   pages: list[int] | None = None) -> Run:
     clock = MockClock()
     if url != "memory://":
@@ -226,6 +248,32 @@ async def test_a_fleet_learns_a_limit_on_requests_in_flight_as_one_process_does(
     assert alone.per_second(20.0, 40.0) >= 0.95 * 4.0
     assert fleet.per_second(20.0, 40.0) >= 0.95 * alone.per_second(20.0, 40.0)
     assert fleet.refused <= alone.refused + 1
+
+
+@pytest.mark.redis
+async def test_a_fleet_fits_an_overshoot_to_every_workers_accepted_answers(
+        redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
+    # A sliding window of 113 per 5.1 s (22/s) that counts refusals, whose limit halves at 20 s.
+    # Each lock-out ends with a fit: the answers accepted in the cycle over its length. Each
+    # worker's copy of the policy counted only the answers it applied itself since it last read
+    # the stored copy (a plain answer is not written back), so eight workers fitted the second
+    # lock-out to 38 of its 187 answers and paced the site at 2.7/s, with no refusal, where one
+    # process paced it at 13/s. The store counts every worker's accepted answers now.
+    fitted = re.compile(r"rampup fit: the last cycle let (\d+) through")
+    fits: list[list[int]] = []
+    runs: list[Run] = []
+    for url, workers in (("memory://", 1), (redis_url.split("?")[0], 8)):
+        caplog.clear()
+        with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+            runs.append(await measure(url, workers, latency=0.003, seconds=30.0,
+                                      site=Window(113, 5.1, 0.003, 20.0, 0.5), robots=True))
+        fits.append([int(m.group(1)) for r in caplog.records if (m := fitted.search(r.getMessage()))])
+    alone, fleet = runs
+    assert len(fits[0]) == 2  # the start's overshoot, and the lock-out after the limit fell
+    assert len(fits[1]) >= 2
+    for mine, its in zip(fits[1][:2], fits[0], strict=True):
+        assert abs(mine - its) <= 0.05 * its  # the fleet's count is one process's (38 of 187)
+    assert fleet.per_second(25.0, 30.0) >= 0.9 * alone.per_second(25.0, 30.0)  # 2.8/s against 11.8/s
 
 
 @pytest.mark.redis

@@ -175,7 +175,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
+    __slots__ = ("_acc_base", "_acc_cycle", "_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
                  "_low_latency",
@@ -243,6 +243,9 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
         self._fitted, self._fit_span = False, 0.0
         self._inflight_ok = 0  # the most requests in flight at an accepted answer (_rampup_slots)
+        # A shared store's count of the scope's accepted answers at the cycle's start, and the
+        # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
+        self._acc_base, self._acc_cycle = 0, _NEVER
         self._lone_refused = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
         self._sustained = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
         # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-

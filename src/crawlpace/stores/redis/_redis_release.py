@@ -81,7 +81,9 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
         # Response, error, latency: counted only for a release with an outcome.
         counts = ["0", "0", ""]
         if signal is not None:
-            counts = ["1" if outcome.error is None and outcome.status is not None else "0",
+            # "2": an answer the scope accepted, which the server also counts as such ("acc").
+            counts = [("2" if signal.accepted else "1") if outcome.error is None and outcome.status is not None
+                      else "0",
                       "0" if outcome.error is None else "1",
                       repr(outcome.latency) if outcome.latency is not None and outcome.latency >= 0.0
                       else ""]

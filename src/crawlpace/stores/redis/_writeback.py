@@ -68,8 +68,15 @@ class PolicyWriter:
         # The fleet's requests in flight when this one went (the memory store counts them at
         # the answer; for a refusal on arrival, the one rampup reads it for, that is the same).
         inflight = lease.inflight[index] if lease.inflight else None
+        # Every worker's accepted answers, when read at this answer (RedisStore._at_answer): the
+        # overshoot fit's count of a cycle is the fleet's, not this copy's share of it.
+        accepted = lease.accepted[index] if lease.accepted and policy.rampup is not None else None
+        if policy.rampup is not None and accepted is not None:
+            policy.rampup.sync_accepted(accepted)
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use, inflight=inflight)
+        if policy.rampup is not None and accepted is not None:
+            policy.rampup.rebase_accepted(accepted + (signal is not None and signal.accepted))
         return policy, version
 
     async def settle(self, lease: RedisLease, reply: Any,
