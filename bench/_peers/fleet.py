@@ -43,6 +43,9 @@ from types import FrameType
 SERVER_START = 10.0
 #: Seconds the workers may take to start; past it the URLs go in anyway (and the figure says so).
 WORKERS_START = 240.0
+#: More options for every worker, from the environment (``FLEET_WORKER_FLAGS="-vv"`` logs each
+#: worker's decisions into its ``workerN.stderr``, to diagnose a run).
+WORKER_FLAGS = tuple(os.environ.get("FLEET_WORKER_FLAGS", "").split())
 #: Seconds a worker waits on the empty frontier for the URLs (longer than the start allowance).
 WAIT_FOR_URLS = 300.0
 
@@ -131,7 +134,8 @@ def main(urls: Path, output: Path, workers: int) -> int:
             with (folder / f"worker{n}.stderr").open("wb") as err:
                 crawlers.append(subprocess.Popen(
                     [sys.executable, "-m", "crawlpace", "crawl", "-o", str(out), "--redis", store, "--quiet",
-                     "--json", "--wait-for-urls", str(WAIT_FOR_URLS)], stdout=subprocess.DEVNULL, stderr=err))
+                     "--json", "--wait-for-urls", str(WAIT_FOR_URLS), *WORKER_FLAGS],
+                    stdout=subprocess.DEVNULL, stderr=err))
         timing = asyncio.run(fill_when_ready(store, urls, crawlers, started))
         (folder / "fleet.json").write_text(json.dumps(timing), encoding="utf-8")
         codes = [crawler.wait() for crawler in crawlers]

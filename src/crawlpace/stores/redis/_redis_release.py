@@ -82,8 +82,8 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
         counts = ["0", "0", ""]
         if signal is not None:
             # "2": an answer the scope accepted, which the server also counts as such ("acc").
-            counts = [("2" if signal.accepted else "1") if outcome.error is None and outcome.status is not None
-                      else "0",
+            answered = outcome.error is None and outcome.status is not None
+            counts = [("2" if signal.accepted else "1") if answered else "0",
                       "0" if outcome.error is None else "1",
                       repr(outcome.latency) if outcome.latency is not None and outcome.latency >= 0.0
                       else ""]
