@@ -213,3 +213,11 @@ class SendRecord:
         start = self._cycle_start
         if start != NEVER and self._acc_cycle != start:
             self._acc_base, self._acc_cycle = accepted - self._cycle_ok, start
+
+    def door_passed(self: _SendRecordState) -> None:
+        """A send after the one through the start phase's door is known: a refusal is that send's
+        no longer (:meth:`on_send` forgets the door at the next send; a shared store's worker,
+        which records no send here, calls this for every answer but its own door send's). A
+        fleet's copy kept the door for good and excused every refusal answered within a
+        millisecond of its send as the door's: a quick limiter's refusals were never counted."""
+        self._door = NEVER

@@ -65,8 +65,11 @@ class PolicyWriter:
         if policy.rampup is not None and lease.sends:
             gap, last = self.policies.sends_at(name, now, *lease.sends[index])
             policy.rampup.sync_sends(gap, last, lease.spacings[index] if lease.spacings else None)
-        # The fleet's requests in flight when this one went (the memory store counts them at
-        # the answer; for a refusal on arrival, the one rampup reads it for, that is the same).
+            if lease.sends[index][1] != self.policies.entry(name).door_sent:
+                policy.rampup.door_passed()  # not the door's send: the door is behind the scope
+        # The fleet's requests in flight when this one went; for a refusal, when its answer came
+        # (RedisStore._at_answer), as the memory store counts them. (The memory store counts an
+        # accepted answer's at the answer: see bench/results/fleet3.md for why they still differ.)
         inflight = lease.inflight[index] if lease.inflight else None
         # Every worker's accepted answers, when read at this answer (RedisStore._at_answer): the
         # overshoot fit's count of a cycle is the fleet's, not this copy's share of it.
@@ -168,6 +171,7 @@ class PolicyWriter:
         if not await self.write(name, cached.version, policy, at, gap=gap):
             return None
         cached = self.policies.entry(name)
+        cached.door_sent = at
         if cached.seen == at:
             cached.seen_gap = gap
         return gap
