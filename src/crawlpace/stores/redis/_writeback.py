@@ -63,10 +63,16 @@ class PolicyWriter:
         policy = self.policies.policy(name)
         version = self.policies.entry(name).version
         if policy.rampup is not None and lease.sends:
-            gap, last = self.policies.sends_at(name, now, *lease.sends[index])
+            own, cached = lease.sends[index], self.policies.entry(name)
+            # The answer to this worker's send through the start's door, its latest send: rampup
+            # excuses a refusal of the scope's latest send there, so that send stays the latest
+            # (the scope is not taken to be sending still, see SharedPolicies.sends_at). Any
+            # other answer: the door is behind the scope (one process forgets it at its next send).
+            door = own[1] == cached.door_sent and cached.seen <= own[1]
+            gap, last = own if door else self.policies.sends_at(name, now, *own)
             policy.rampup.sync_sends(gap, last, lease.spacings[index] if lease.spacings else None)
-            if lease.sends[index][1] != self.policies.entry(name).door_sent:
-                policy.rampup.door_passed()  # not the door's send: the door is behind the scope
+            if not door:
+                policy.rampup.door_passed()
         # The fleet's requests in flight when this one went; for a refusal, when its answer came
         # (RedisStore._at_answer), as the memory store counts them. (The memory store counts an
         # accepted answer's at the answer: see bench/results/fleet3.md for why they still differ.)
