@@ -65,11 +65,13 @@ class PolicyWriter:
         if policy.rampup is not None and lease.sends:
             own, cached = lease.sends[index], self.policies.entry(name)
             # The answer to this worker's send through the start's door, its latest send: rampup
-            # excuses a refusal of the scope's latest send there, so that send stays the latest
-            # (the scope is not taken to be sending still, see SharedPolicies.sends_at). Any
-            # other answer: the door is behind the scope (one process forgets it at its next send).
+            # excuses a refusal of the scope's latest send there, so for a refusal that send stays
+            # the latest (the scope is not taken to be sending still, see SharedPolicies.sends_at).
+            # Any other answer: the door is behind the scope (one process forgets it at its next
+            # send).
             door = own[1] == cached.door_sent and cached.seen <= own[1]
-            gap, last = own if door else self.policies.sends_at(name, now, *own)
+            refused = door and signal is not None and signal.backoff
+            gap, last = own if refused else self.policies.sends_at(name, now, *own)
             policy.rampup.sync_sends(gap, last, lease.spacings[index] if lease.spacings else None)
             if not door:
                 policy.rampup.door_passed()
