@@ -221,3 +221,11 @@ class SendRecord:
         fleet's copy kept the door for good and excused every refusal answered within a
         millisecond of its send as the door's: a quick limiter's refusals were never counted."""
         self._door = NEVER
+
+    def own_mean(self: _SendRecordState) -> bool:
+        """Whether the mean gap between sends is this record's own, weighted as :meth:`sync_sends`
+        describes (a quick start phase), rather than the shared store's mean, which weighs every
+        new gap by ``GAP_WEIGHT``. When it stops being its own, the store's lags the start's
+        quick gaps: a shared store then takes this record's mean as its own (see
+        ``stores/redis/_redis_release.py``)."""
+        return self._sent_weight() != GAP_WEIGHT
