@@ -89,8 +89,9 @@ workers start first, and the URLs go into the shared frontier once every one of 
 up, so that a fleet's site times (and makespan) count from then: its start-up, every
 worker importing Python, aiohttp and redis-py on the same cores, is shown apart (the
 **start-up s** column of the targets table, and the makespan with it); the time limit
-grows by 240 s for it. **crawlpace-fleet1** is the same with one worker: what the Redis
-store and the shared frontier cost a lone process, apart from sharing.
+counts from the enqueue, and the start-up may take 240 s more. **crawlpace-fleet1** is the
+same with one worker: what the Redis store and the shared frontier cost a lone process,
+apart from sharing.
 
 Three more run only when named, the library API as a user would call it:
 **library-defaults**, **library-gradual** and **library-rampup**,
@@ -148,6 +149,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
 import datetime as dt
 import json
 import math
@@ -311,7 +313,7 @@ ADDON_SETTINGS: dict[str, object] = {
 OPTIONAL = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8", "library-defaults",
                       "library-gradual", "library-rampup"})
 #: The fleets, whose worker start-up is measured apart (see ``bench/_peers/fleet.py``), and the
-#: seconds added to their time limit for it.
+#: seconds their start-up may take on top of the time limit (which counts from the enqueue).
 FLEETS = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8"})
 FLEET_START = 240.0
 #: Short names for ``--contenders``: the fleet rows with what they are measured against.
@@ -428,7 +430,7 @@ async def start_sim(farm: str, folder: Path, plot: Path | None = None) -> SimPro
         process = await asyncio.create_subprocess_exec(
             sys.executable, "-m", "crawlpace", "sim", farm, "--urls", str(urls), "--output", str(figures),
             *(["--plot", str(plot)] if plot is not None else []),
-            stdout=asyncio.subprocess.PIPE, stderr=err, cwd=folder)
+            stdout=asyncio.subprocess.PIPE, stderr=err, cwd=folder, preexec_fn=die_with_parent)
     assert process.stdout is not None
     seen: list[str] = []
     try:
@@ -551,15 +553,51 @@ class Run:
         return statistics.median(ratios) if ratios else None
 
 
-async def run_process(command: list[str], folder: Path, limit: float,
-                      grace: float) -> tuple[int | None, bool]:
-    """Run a contender with a time limit; return its exit code and whether it was cut."""
+#: Seconds between two looks for a fleet's start-up (``fleet.json``) while it starts.
+STARTUP_POLL = 0.25
+#: Linux's prctl option that sends a signal to a process when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child before it runs its program: the kernel kills it when this script dies (Linux).
+
+    A ``preexec_fn`` (``bench/_peers/fleet.py`` has its twin for its workers, which a
+    script run apart cannot import from here): a benchmark killed outright would otherwise
+    leave its farm and crawlers running. Elsewhere it does nothing.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
+
+
+async def run_process(command: list[str], folder: Path, limit: float, grace: float,
+                      startup: Callable[[], float | None] | None = None) -> tuple[int | None, bool]:
+    """Run a contender with a time limit; return its exit code and whether it was cut.
+
+    With ``startup`` (a fleet: the seconds its workers took to start, once it is
+    known), the limit counts from the end of that start-up, which may itself take
+    up to :data:`FLEET_START` seconds. The contender runs in a session of its own
+    (its whole process group is stopped at the limit) and is killed by the kernel
+    should this script die first.
+    """
     with (folder / "stdout.txt").open("wb") as out, (folder / "stderr.txt").open("wb") as err:
         process = await asyncio.create_subprocess_exec(*command, stdout=out, stderr=err, cwd=folder,
-                                                       start_new_session=True)
+                                                       start_new_session=True, preexec_fn=die_with_parent)
+    begin = time.monotonic()
+    deadline = begin + limit + (FLEET_START if startup is not None else 0.0)
     try:
-        await asyncio.wait_for(process.wait(), limit)
-        return process.returncode, False
+        while True:
+            if startup is not None and (took := startup()) is not None:
+                deadline, startup = begin + took + limit, None
+            left = deadline - time.monotonic()
+            if left <= 0.0:
+                raise TimeoutError
+            try:
+                await asyncio.wait_for(process.wait(), left if startup is None else min(left, STARTUP_POLL))
+                return process.returncode, False
+            except TimeoutError:
+                continue
     except TimeoutError:
         stop_group(process.pid, signal.SIGTERM)
         try:
@@ -604,7 +642,8 @@ async def run_one(contender: Contender, round_no: int, farm: str, folder: Path, 
     try:
         started = time.monotonic()
         exit_code, cut = await run_process(contender.command(sim.urls, folder / "out.jsonl", Path(farm)),
-                                           folder, limit + (FLEET_START if fleet else 0.0), grace)
+                                           folder, limit, grace,
+                                           (lambda: fleet_startup(folder)) if fleet else None)
         wall = time.monotonic() - started
     finally:
         figures = await stop_sim(sim)
@@ -1596,7 +1635,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def stop_on_signals() -> None:
+    """Make SIGTERM and SIGHUP (an outer ``timeout``, a closed terminal) stop this script as Ctrl-C
+    does: the run under way stops its contender's process group and the farm on the way out."""
+    for signum in (signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.default_int_handler)
+
+
 def main(argv: list[str] | None = None) -> None:
+    stop_on_signals()
     args = parse_args(argv)
     if args.farm == "random" and not Path(args.farm).exists():
         random_benchmark(args)
@@ -1607,4 +1654,7 @@ def main(argv: list[str] | None = None) -> None:
 
 
 if __name__ == "__main__":
-    main()
+    try:
+        main()
+    except KeyboardInterrupt:  # Ctrl-C, SIGTERM, SIGHUP: every child was stopped on the way out
+        sys.exit("crawl_efficiency: interrupted")

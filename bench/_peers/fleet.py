@@ -15,7 +15,11 @@ then), which ``bench/crawl_efficiency.py``
 reads. Each worker takes URLs from the shared frontier, and all of them share every
 host's limits, rampup state and robots.txt through the store. When they have all ended,
 their output files are joined into OUT.jsonl (the contender's record of pages done).
-SIGTERM stops the workers (then the server) and still joins what they wrote.
+SIGTERM stops the workers (then the server) and still joins what they wrote: each worker
+has ``STOP_GRACE`` seconds to end before it is killed. The server runs in a session of its
+own, so that a signal to this script's process group (``crawl_efficiency.py`` past its time
+limit) does not take the store away from workers that are stopping; every child is killed
+by the kernel should this script die first (``die_with_parent``), so none is left behind.
 
 Before the workers start, crawlpace's modules are compiled to bytecode once
 (``compileall``), as installing a wheel does: run from a source checkout with
@@ -27,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ctypes
 import importlib.util
 import json
 import os
@@ -43,8 +48,29 @@ from types import FrameType
 SERVER_START = 10.0
 #: Seconds the workers may take to start; past it the URLs go in anyway (and the figure says so).
 WORKERS_START = 240.0
+#: More options for every worker, from the environment (``FLEET_WORKER_FLAGS="-vv"`` logs each
+#: worker's decisions into its ``workerN.stderr``, to diagnose a run).
+WORKER_FLAGS = tuple(os.environ.get("FLEET_WORKER_FLAGS", "").split())
 #: Seconds a worker waits on the empty frontier for the URLs (longer than the start allowance).
 WAIT_FOR_URLS = 300.0
+
+
+#: Seconds the workers have to end after a SIGTERM before they are killed.
+STOP_GRACE = 1.0
+#: Linux's prctl option that sends a signal to a process when its parent dies.
+_PR_SET_PDEATHSIG = 1
+
+
+def die_with_parent() -> None:
+    """In a child before it runs its program: the kernel kills it when its parent dies (Linux).
+
+    A ``preexec_fn``: a benchmark killed outright (SIGKILL, an outer timeout)
+    would otherwise leave its crawlers, farm and Redis server running.
+    Elsewhere it does nothing.
+    """
+    if sys.platform.startswith("linux"):
+        with contextlib.suppress(OSError, AttributeError):
+            ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL))
 
 
 def free_port() -> int:
@@ -61,7 +87,8 @@ def start_redis(folder: Path) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     server = subprocess.Popen([binary, "--bind", "127.0.0.1", "--port", str(port), "--save", "",
                                "--appendonly", "no", "--dir", str(folder)],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                              start_new_session=True, preexec_fn=die_with_parent)
     deadline = time.monotonic() + SERVER_START
     while time.monotonic() < deadline:
         with contextlib.suppress(OSError), socket.create_connection(("127.0.0.1", port), timeout=0.5) as conn:
@@ -109,13 +136,26 @@ def cpu_seconds(pid: int) -> float | None:
     return None
 
 
+def wait_all(crawlers: list[subprocess.Popen[bytes]], stopping: list[float]) -> list[int]:
+    """Wait for every worker to end; once a SIGTERM came, kill those still running after ``STOP_GRACE``."""
+    while any(crawler.poll() is None for crawler in crawlers):
+        if stopping and time.monotonic() - stopping[0] >= STOP_GRACE:
+            for crawler in crawlers:
+                if crawler.poll() is None:
+                    crawler.kill()
+        time.sleep(0.05)
+    return [crawler.wait() for crawler in crawlers]
+
+
 def main(urls: Path, output: Path, workers: int) -> int:
     started = time.monotonic()
     folder = output.parent
     server, store = start_redis(folder)
     crawlers: list[subprocess.Popen[bytes]] = []
+    stopping: list[float] = []  # when a SIGTERM came
 
     def stop(signum: int, frame: FrameType | None) -> None:
+        stopping.append(time.monotonic())
         for crawler in crawlers:
             if crawler.poll() is None:
                 crawler.send_signal(signal.SIGTERM)
@@ -131,10 +171,12 @@ def main(urls: Path, output: Path, workers: int) -> int:
             with (folder / f"worker{n}.stderr").open("wb") as err:
                 crawlers.append(subprocess.Popen(
                     [sys.executable, "-m", "crawlpace", "crawl", "-o", str(out), "--redis", store, "--quiet",
-                     "--json", "--wait-for-urls", str(WAIT_FOR_URLS)], stdout=subprocess.DEVNULL, stderr=err))
-        timing = asyncio.run(fill_when_ready(store, urls, crawlers, started))
-        (folder / "fleet.json").write_text(json.dumps(timing), encoding="utf-8")
-        codes = [crawler.wait() for crawler in crawlers]
+                     "--json", "--wait-for-urls", str(WAIT_FOR_URLS), *WORKER_FLAGS],
+                    stdout=subprocess.DEVNULL, stderr=err, preexec_fn=die_with_parent))
+        if not stopping:
+            timing = asyncio.run(fill_when_ready(store, urls, crawlers, started))
+            (folder / "fleet.json").write_text(json.dumps(timing), encoding="utf-8")
+        codes = wait_all(crawlers, stopping)
     finally:
         for crawler in crawlers:
             if crawler.poll() is None:

@@ -45,6 +45,10 @@ class _SendRecordState(Protocol):
     _last_growth: float
     _door: float
     _outstanding: deque[float]
+    _cycle_start: float
+    _cycle_ok: int
+    _acc_base: int
+    _acc_cycle: float
 
     def sent_rate(self, now: float) -> float: ...
     def door_gap(self, gap: float, announced: bool = False) -> float: ...
@@ -230,3 +234,52 @@ class SendRecord:
         if last > self._sent_at:
             self._sent_at = last
 
+    def sync_accepted(self: _SendRecordState, accepted: int) -> None:
+        """Take the count of the scope's accepted answers kept elsewhere, before an outcome is applied.
+
+        The overshoot episodes' fit (``_rampup_episode``) divides the answers
+        accepted in a cycle by the cycle's length. A shared store's workers each
+        count in their own copy of the policy only the answers they applied since
+        they last read the stored one (an answer that changes nothing the scope
+        admits by is not written back), so the fit read a fraction of the cycle:
+        a fleet of 8 paced a window of 22/s at 2.7/s for good, with no refusal.
+        The store counts every worker's accepted answers; the count at the
+        cycle's start (:meth:`rebase_accepted`) makes the cycle's own count exact.
+
+        Args:
+            accepted: the scope's accepted answers over every worker, this one not included.
+        """
+        start = self._cycle_start
+        if start == NEVER:
+            return
+        if self._acc_cycle == NEVER:
+            # The first cycle runs from the scope's first accepted answer: every one counts.
+            self._acc_base, self._acc_cycle = 0, start
+        elif self._acc_cycle != start:
+            # A cycle this copy began without the count (another worker's copy may have ended the
+            # episode): its own count stands, and is exact from here on.
+            self._acc_base, self._acc_cycle = accepted - self._cycle_ok, start
+        self._cycle_ok = max(0, accepted - self._acc_base)
+
+    def rebase_accepted(self: _SendRecordState, accepted: int) -> None:
+        """After an outcome given to :meth:`sync_accepted`: a cycle it began counts from ``accepted``
+        (the scope's accepted answers over every worker, this one included)."""
+        start = self._cycle_start
+        if start != NEVER and self._acc_cycle != start:
+            self._acc_base, self._acc_cycle = accepted - self._cycle_ok, start
+
+    def door_passed(self: _SendRecordState) -> None:
+        """A send after the one through the start phase's door is known: a refusal is that send's
+        no longer (:meth:`on_send` forgets the door at the next send; a shared store's worker,
+        which records no send here, calls this for every answer but its own door send's). A
+        fleet's copy kept the door for good and excused every refusal answered within a
+        millisecond of its send as the door's: a quick limiter's refusals were never counted."""
+        self._door = NEVER
+
+    def own_mean(self: _SendRecordState) -> bool:
+        """Whether the mean gap between sends is this record's own, weighted as :meth:`sync_sends`
+        describes (a quick start phase), rather than the shared store's mean, which weighs every
+        new gap by ``GAP_WEIGHT``. When it stops being its own, the store's lags the start's
+        quick gaps: a shared store then takes this record's mean as its own (see
+        ``stores/redis/_redis_release.py``)."""
+        return self._sent_weight() != GAP_WEIGHT

@@ -240,6 +240,10 @@ class RampupState:
     _fit_span: float = 0.0
     _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
     _answered_at: float = _NEVER  # when the latest accepted answer came (_rampup_slots)
+    # A shared store's count of the scope's accepted answers at the cycle's start, and the
+    # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
+    _acc_base: int = 0
+    _acc_cycle: float = _NEVER
     # The load fit: a smoothed latency and a sample count per count in flight (_rampup_latency), and
     # the count in flight it holds the slots at (0: none) since when (_rampup_slots).
     _load_latency: tuple[float, ...] = ()

@@ -100,3 +100,9 @@ class ScopeFeedback:
     budget: BudgetReading | None = None
     announced: AnnouncedQuota | None = None
     coarse: CoarseReset | None = None
+
+    @property
+    def accepted(self) -> bool:
+        """An answer the scope accepted: a response that is neither pushback nor a failure (the
+        answers rampup counts in a cycle, ``policy/_rampup_episode.py``)."""
+        return self.status is not None and not self.backoff and not self.failed

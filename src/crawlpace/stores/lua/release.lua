@@ -7,7 +7,8 @@
 --   for a write-back alone; "2" for a release sent again after an outage,
 --   whose outcome counts only if the lease was still held; "3" as "1" for a
 --   refusal, whose hold stands even when its write-back loses to another
---   worker's: see "fhold" below), the response and error counts to add (0 or 1),
+--   worker's: see "fhold" below), the response and error counts to add (0 or 1;
+--   the response's "2": an answer the scope accepted, also counted in "acc"),
 --   the latency ("" if none), the policy version the write-back was computed
 --   from ("" for no write-back), the new policy blob, concurrency, delay,
 --   delay per slot, floor, hold-until and generation, "1" when given up, and
@@ -41,7 +42,7 @@ for i = 1, n do
   -- One read and one write for the outcome counts, the probe and the expiry stamp (each field
   -- read or written costs: the counts share one field, "o", and the resting slot's two are
   -- read only when a slot rests).
-  local h = redis.call("HMGET", a, "probe", "o", "exp")
+  local h = redis.call("HMGET", a, "probe", "o", "exp", "acc")
   local set = {}
   if freed then
     if slot_ready > now then
@@ -67,7 +68,8 @@ for i = 1, n do
     set[#set + 1] = "exp"
     set[#set + 1] = math.floor(now)
   end
-  local add_resp, add_errs, lat = ARGV[base + 3] == "1", ARGV[base + 4] == "1", ARGV[base + 5]
+  local resp_arg = ARGV[base + 3]
+  local add_resp, add_errs, lat = resp_arg == "1" or resp_arg == "2", ARGV[base + 4] == "1", ARGV[base + 5]
   if counts and (add_resp or add_errs or lat ~= "") then
     -- "o": responses, errors, the latest latency and their moving mean, space-separated
     -- (the latencies "" until one is known).
@@ -83,6 +85,12 @@ for i = 1, n do
     end
     set[#set + 1] = "o"
     set[#set + 1] = resp .. " " .. errs .. " " .. last .. " " .. mean
+    if resp_arg == "2" then
+      -- "acc": the answers the scope accepted, over every worker (rampup's overshoot fit
+      -- counts a cycle's from it: policy/_rampup_sends.py, sync_accepted).
+      set[#set + 1] = "acc"
+      set[#set + 1] = (tonumber(h[4]) or 0) + 1
+    end
   end
   if #set > 0 then redis.call("HSET", a, unpack(set)) end
   local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])

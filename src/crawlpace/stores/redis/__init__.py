@@ -90,6 +90,19 @@ def _refusal(lease: Lease, outcome: Outcome) -> bool:
     return any(signal is not None and signal.backoff for signal in feedback)
 
 
+def _ends_episode(lease: Lease, outcome: Outcome, policies: SharedPolicies) -> bool:
+    """Whether ``outcome`` is an accepted answer for a scope of ``lease`` whose rampup is in an
+    overshoot episode (as this worker knows it): its answer may end the episode and fit a rate to
+    the cycle's accepted answers, which only the server counts over every worker."""
+    feedback = outcome.feedback or (outcome.plain_feedback(),) * len(lease.demands)
+    for (name, _use), signal in zip(lease.demands, feedback, strict=True):
+        if signal is not None and signal.accepted and policies.stored(name):
+            rampup = policies.policy(name).rampup
+            if rampup is not None and rampup.in_episode():
+                return True
+    return False
+
+
 class RedisStore:
     """Admission state in a Redis (or Valkey) server, shared by every worker that uses it.
 
@@ -332,8 +345,9 @@ class RedisStore:
         if len(lease.demands) == 1 and self._allotting and self._allot.keep(lease, outcome):
             return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
         self._renewer.drop(lease.lease_id)
-        if lease.inflight and _refusal(lease, outcome):
-            lease = await self._inflight_at_answer(lease)
+        refused = _refusal(lease, outcome)
+        if refused or _ends_episode(lease, outcome, self._policies):
+            lease = await self._at_answer(lease, inflight=refused and bool(lease.inflight))
         keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self._idle_arg,
                                                      self._policies, self._factory, self._writer, self._keys,
                                                      full=self.cluster)
@@ -429,24 +443,33 @@ class RedisStore:
         await self._renewer.aclose()
         await self._conn.aclose()
 
-    async def _inflight_at_answer(self, lease: RedisLease) -> RedisLease:
-        """``lease`` with each scope's requests in flight as its answer came, itself included.
+    async def _at_answer(self, lease: RedisLease, *, inflight: bool) -> RedisLease:
+        """``lease`` with each scope's accepted answers over every worker as its answer came (this
+        one not included), and with ``inflight``, its requests in flight then, itself included.
 
-        The backoff's first cut reads them (Little's law: the round trip over the requests in
-        flight is the rate that was sent), and the memory store counts them at the answer: a
-        burst of eight answered in 40 ms was sent at 200 a second, whatever the first of them
-        saw at its admission. One call per scope, for a refusal only; the count at admission
-        stands when the server does not answer.
+        The backoff's first cut reads the requests in flight (Little's law: the round trip over
+        the requests in flight is the rate that was sent), and the memory store counts them at
+        the answer: a burst of eight answered in 40 ms was sent at 200 a second, whatever the
+        first of them saw at its admission. Rampup's overshoot fit reads the accepted answers
+        (``Rampup.sync_accepted``). Read for a refusal, or an answer that may end an overshoot
+        episode, only; what the lease holds stands when the server does not answer.
         """
         try:
             await self._releases.flush()  # this worker's answers before this one, released first
             now = self._server_now()
             client = await self._conn.client()
-            counts = [int(await client.zcount(self._keys(name)[1], f"({now!r}", "+inf"))
-                      for name, _use in lease.demands]
+            counts: list[int] = []
+            accepted: list[int] = []
+            for name, _use in lease.demands:
+                keys = self._keys(name)
+                if inflight:
+                    counts.append(int(await client.zcount(keys[1], f"({now!r}", "+inf")))
+                accepted.append(int(await client.hget(keys[0], "acc") or 0))
         except self._down:
             return lease
-        return replace(lease, inflight=tuple(max(count, 1) for count in counts))
+        if inflight:
+            lease = replace(lease, inflight=tuple(max(count, 1) for count in counts))
+        return replace(lease, accepted=tuple(accepted))
 
     async def _fetch_blob(self, name: str) -> bytes | None:
         client = await self._conn.client()

@@ -23,6 +23,9 @@ class RedisLease(Lease):
             admission (empty when unknown); rampup reads it on a refusal.
         spacings: per scope, the seconds since its previous send by any worker (``None``
             for its first; empty when unknown); rampup's quick start weighs them.
+        accepted: per scope, its answers accepted over every worker before this lease's
+            answer, read as it came (empty when not read): rampup's overshoot fit counts
+            a cycle's answers from it (``Rampup.sync_accepted``).
     """
 
     lease_id: str = ""
@@ -31,3 +34,4 @@ class RedisLease(Lease):
     sends: tuple[tuple[float | None, float], ...] = field(default_factory=tuple)
     inflight: tuple[int, ...] = ()
     spacings: tuple[float | None, ...] = ()
+    accepted: tuple[int, ...] = ()

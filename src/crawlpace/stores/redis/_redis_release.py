@@ -75,13 +75,16 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
     pending: dict[int, tuple[ScopeFeedback | None, int]] = {}
     args: list[Any] = ["", lease.lease_id, idle, str(len(lease.demands))]
     keys: list[str] = []
+    handover: float | None = None  # a mean gap for the store to take (one scope only)
     for index, ((name, use), signal, generation) in enumerate(
             zip(lease.demands, feedback, generations, strict=True)):
         keys += keys_of(name)
         # Response, error, latency: counted only for a release with an outcome.
         counts = ["0", "0", ""]
         if signal is not None:
-            counts = ["1" if outcome.error is None and outcome.status is not None else "0",
+            # "2": an answer the scope accepted, which the server also counts as such ("acc").
+            answered = outcome.error is None and outcome.status is not None
+            counts = [("2" if signal.accepted else "1") if answered else "0",
                       "0" if outcome.error is None else "1",
                       repr(outcome.latency) if outcome.latency is not None and outcome.latency >= 0.0
                       else ""]
@@ -98,6 +101,7 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
         elif signal is not None or policies.gated(name):
             stored = policies.stored(name)
             before = policy.summary()
+            own = policy.rampup is not None and policy.rampup.own_mean()
             policy, version = writer.apply(name, now, signal, generation, lease, index, use)
             if policy.given_up:
                 given_up.append(name)
@@ -106,6 +110,13 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
                 _blob, values = policies.writeback(policy, now)
                 write = [str(version), *values]
                 pending[index] = (signal, generation)
+                rampup = policy.rampup
+                if own and rampup is not None and not rampup.own_mean() and rampup.mean_gap is not None:
+                    # The quick start is over: the store's mean gap (every new gap weighed by a
+                    # quarter all through the start) lags the start's quick gaps, which this
+                    # copy weighed more, as one process does. The store takes this mean, or the
+                    # fleet's first cuts measured 2/s where one process measured 3.5/s.
+                    handover = rampup.mean_gap
         # A refusal that holds the scope ("3") keeps its hold even if another worker writes first.
         free = "3" if pending.get(index) and signal is not None and (
             signal.backoff or (signal.hold is not None and signal.hold > 0.0)) else "1"
@@ -118,6 +129,10 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
         if len(lease.demands) == 1 and not pending and lease.server_slot_ready[0] <= lease.server_granted_at:
             # No slot to rest and no policy to write: the script touches only the hash and the lease set.
             del keys[2:]
+    if handover is not None and len(lease.demands) == 1:
+        # The script's tail value after the scope's whole 18 (lua/release.lua: "mean_gap").
+        args += [""] * (_cluster.RELEASE_HEAD + _cluster.RELEASE_EACH - len(args))
+        args.append(repr(handover))
     return keys, args, pending, given_up
 
 

@@ -49,6 +49,8 @@ class Cached:
     seen: float = -math.inf
     seen_gap: float | None = None
     every: float | None = None
+    #: When this worker sent through the scope's start-phase door (server time; -inf: never).
+    door_sent: float = -math.inf
 
 
 def pause_arg(policy: ScopePolicy, now: float) -> str:
@@ -128,6 +130,7 @@ class SharedPolicies:
         self._cache[scope] = new = Cached(version, blob)
         if old is not None:  # what this worker saw of the scope's sends stays
             new.seen, new.seen_gap, new.every = old.seen, old.seen_gap, old.every
+            new.door_sent = old.door_sent
         self._cache.move_to_end(scope)
         if len(self._cache) > self.limit:
             self._cache.popitem(last=False)

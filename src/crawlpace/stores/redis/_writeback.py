@@ -63,13 +63,31 @@ class PolicyWriter:
         policy = self.policies.policy(name)
         version = self.policies.entry(name).version
         if policy.rampup is not None and lease.sends:
-            gap, last = self.policies.sends_at(name, now, *lease.sends[index])
+            own, cached = lease.sends[index], self.policies.entry(name)
+            # The answer to this worker's send through the start's door, its latest send: rampup
+            # excuses a refusal of the scope's latest send there, so for a refusal that send stays
+            # the latest (the scope is not taken to be sending still, see SharedPolicies.sends_at).
+            # Any other answer: the door is behind the scope (one process forgets it at its next
+            # send).
+            door = own[1] == cached.door_sent and cached.seen <= own[1]
+            refused = door and signal is not None and signal.backoff
+            gap, last = own if refused else self.policies.sends_at(name, now, *own)
             policy.rampup.sync_sends(gap, last, lease.spacings[index] if lease.spacings else None)
-        # The fleet's requests in flight when this one went (the memory store counts them at
-        # the answer; for a refusal on arrival, the one rampup reads it for, that is the same).
+            if not door:
+                policy.rampup.door_passed()
+        # The fleet's requests in flight when this one went; for a refusal, when its answer came
+        # (RedisStore._at_answer), as the memory store counts them. (The memory store counts an
+        # accepted answer's at the answer: see bench/results/fleet3.md for why they still differ.)
         inflight = lease.inflight[index] if lease.inflight else None
+        # Every worker's accepted answers, when read at this answer (RedisStore._at_answer): the
+        # overshoot fit's count of a cycle is the fleet's, not this copy's share of it.
+        accepted = lease.accepted[index] if lease.accepted and policy.rampup is not None else None
+        if policy.rampup is not None and accepted is not None:
+            policy.rampup.sync_accepted(accepted)
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use, inflight=inflight)
+        if policy.rampup is not None and accepted is not None:
+            policy.rampup.rebase_accepted(accepted + (signal is not None and signal.accepted))
         return policy, version
 
     async def settle(self, lease: RedisLease, reply: Any,
@@ -161,6 +179,7 @@ class PolicyWriter:
         if not await self.write(name, cached.version, policy, at, gap=gap):
             return None
         cached = self.policies.entry(name)
+        cached.door_sent = at
         if cached.seen == at:
             cached.seen_gap = gap
         return gap
