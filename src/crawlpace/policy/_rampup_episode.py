@@ -29,7 +29,11 @@ ordinary cut leaves the rate higher, the cut stands.) A cycle the scope did not
 send through at that rate (the start phase's ramp) is a floor, and so is any
 cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
 starts at the counter's estimate and searches up (see ``_episode_answer``). The
-lock-out's silence is the limiter's, left out of the send record.
+lock-out's silence is the limiter's, left out of the send record. A cycle that let through only
+the probe that ended the last episode, with a probe refused in its own, is a bucket whose burst
+is spent (its first cycle looked like a window's): one request per refill, due between the last
+refused probe and the accepted one. The level is the geometric middle of the two gaps, searching
+up to under the shorter one; it only ever lowers the level.
 
 A refusal within one cycle's length of a lock-out's end, while the level is the
 fitted one (no probe above it yet), opens an episode without a cut: a counter
@@ -97,6 +101,7 @@ class _EpisodeState(Protocol):
     max_rate: float
     min_rate: float
     phase: str
+    generation: int
     _ep_since: float
     _ep_gap: float
     _cycle_start: float
