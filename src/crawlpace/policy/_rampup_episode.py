@@ -29,7 +29,11 @@ ordinary cut leaves the rate higher, the cut stands.) A cycle the scope did not
 send through at that rate (the start phase's ramp) is a floor, and so is any
 cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
 starts at the counter's estimate and searches up (see ``_episode_answer``). The
-lock-out's silence is the limiter's, left out of the send record.
+lock-out's silence is the limiter's, left out of the send record. A cycle that let through only
+the probe that ended the last episode, with a probe refused in its own, is a bucket whose burst
+is spent (its first cycle looked like a window's): one request per refill, due between the last
+refused probe and the accepted one. The level is the geometric middle of the two gaps, searching
+up to under the shorter one; it only ever lowers the level.
 
 A refusal within one cycle's length of a lock-out's end, while the level is the
 fitted one (no probe above it yet), opens an episode without a cut: a counter
@@ -97,6 +101,7 @@ class _EpisodeState(Protocol):
     max_rate: float
     min_rate: float
     phase: str
+    generation: int
     _ep_since: float
     _ep_gap: float
     _cycle_start: float
@@ -214,6 +219,7 @@ class Episodes:
         # The cycle's rate is the limit's only if the scope sent at least that fast all through it;
         # otherwise (a start phase's ramp, a slow climb) it is only a floor under the limit.
         saturated, late = self._cycle_rate, self._ep_gap  # late: the end was seen up to a probe gap late
+        unheld = self._resumed_at <= since
         self._ep_since, self._ep_gap = NEVER, 0.0
         if lockout:
             self._lockout_resume(now)
@@ -224,11 +230,24 @@ class Episodes:
         self._cycle_start, self._cycle_ok, self._cycle_refused = now, 1, 0
         # (One send accepted before a lock-out says something only of a scope's first cycle: its
         # second send was refused, a bucket with no burst.)
-        if span <= 0.0 or accepted < (1 if lockout and saturated <= 0.0 else 2):
+        # An episode right after the last one's end, with only its ending probe accepted between them and
+        # a probe refused in it, is a bucket whose burst is spent: it gives back one request per refill,
+        # not a window's count, whatever the cycles before let through.
+        refill = accepted == 1 and self.generation >= 2 and late > 1.5 * gap and unheld
+        if span <= 0.0 or accepted < (1 if (lockout and saturated <= 0.0) or refill else 2):
             self._cycle_rate = self.rate
             return
         fit = max(self.min_rate, min(self.max_rate, T.fit_share * accepted / span))
         trusted, top = lockout, 0.0
+        if refill:
+            # Its one request came due between the last refused probe and the accepted one: pace at the
+            # geometric middle of the two gaps, and search up to under the shorter.
+            early = max(span - late, T.late_share * span)
+            fit = max(self.min_rate, min(self.max_rate, T.fit_share / math.sqrt(span * early)))
+            if fit >= self.rate:
+                self._cycle_rate = self.rate
+                return
+            top, trusted = min(self.max_rate, T.ceiling_share / early), False
         if lockout and fit < self.rate and saturated * T.fit_share < fit:
             # A floor and a ceiling: start from what a counter that counts refusals allows (see
             # _counter_fit) and search up to the geometric middle.
@@ -249,7 +268,7 @@ class Episodes:
         self._fitted = trusted
         if lockout:
             self._fit_span = span  # the span a lock-out's limiter counts over, at most
-        if lockout and fit != self.rate:
+        if (lockout or refill) and fit != self.rate:
             self._cycle_rate = fit
             self.rate = self.ceiling = fit
             # No search above a trusted fit; a refusal above it is no cascade.
