@@ -106,6 +106,7 @@ from ._rampup_climb import CubicClimb
 from ._rampup_cut import CutRules
 from ._rampup_episode import Episodes
 from ._rampup_latency import LatencyWatch
+from ._rampup_recall import LevelRecall
 from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
@@ -158,7 +159,8 @@ class RampupStats:
     learned_rate: float = 0.0
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb, Episodes):
+class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb, Episodes,
+             LevelRecall):
     """The rampup controller of one scope.
 
     Args:
@@ -179,7 +181,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
                  "_low_latency",
-                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
+                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until", "_recall", "_recall_wait",
                  "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
                  "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
                  "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
@@ -249,6 +251,9 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
         self._ok_sends: deque[float] = deque(maxlen=OK_SENDS_KEPT)
         self._gap_ok, self._strict_gap = math.inf, math.inf
+        # A level held before the limit fell under it (0: none), and the quiet before the next
+        # search back up to it (_rampup_recall).
+        self._recall, self._recall_wait = 0.0, 0.0
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -320,6 +325,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 # (Not in the start phase: its doubling shortens every gap, so a bursty bucket's
                 # first refusal looks strict too.)
                 steady = self.phase == "steady"
+                self._note_fall(now, sent_at)
                 self._cut(now, reason="pushback", sent_at=sent_at)
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at)
@@ -362,6 +368,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._decide(now, f"start: reached the cap of {self.max_rate:.3g}/s")
                 self._enter_steady(now, self.rate)
             return
+        self._recall_step(now)
         self._search_step(now)
         curve, ceiling = self._curve(now), self.ceiling or self.rate
         if curve > ceiling and self._probe_held(now):
