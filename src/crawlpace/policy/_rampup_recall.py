@@ -17,9 +17,11 @@ remembered (:attr:`_recall`, the highest such rate).
 limit, and evidence ages. Once the scope has gone a *recall age* with no
 pushback, its rate is taken as held and a search (``_rampup_search``: quick
 climbs to geometric middles, each held before the next) runs from it up to the
-remembered level. A refusal on the way ends it with an ordinary cut, as any
-search refusal does, and the next recall waits twice as long: each failed
-recall is one more piece of evidence that the fall lasts. The first recall age
+remembered level. A refusal on the way ends it, back at the level it started
+from (which was held: the ordinary cut from the search's level would still be
+over a limit that stayed low), and the next recall waits twice as long: each
+failed recall is one more piece of evidence that the fall lasts; after the
+try that waited a whole window, the level is forgotten. The first recall age
 is the quick climb's time (``window * climb_share / target`` over
 ``fast_climb``: 7.5 s by default), the longest one window, so a limit that
 stays low costs about one refused send per window, the band rampup aims at
@@ -52,11 +54,13 @@ class _RecallState(Protocol):
     _probe_after: float
     _recall: float
     _recall_wait: float
+    _recall_from: float
 
     @property
     def _pushbacks(self) -> deque[float]: ...
     def _climb_time(self, *, fast: bool) -> float: ...
     def _search_step(self, now: float) -> bool: ...
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
@@ -89,8 +93,11 @@ class LevelRecall:
 
     def _recall_step(self: _RecallState, now: float) -> None:
         """With no pushback for the recall age: search from the rate now up to the remembered level."""
+        if self._top > 0.0:
+            return  # a search is under way (the recall's own, or one after a deep cut)
+        self._recall_from = 0.0  # none, or the recall's search reached its top with no refusal
         recall = self._recall
-        if recall <= 0.0 or self.phase != "steady" or self._top > 0.0:
+        if recall <= 0.0 or self.phase != "steady":
             return
         level = max(self.rate, self.ceiling or 0.0)
         if level >= recall * (1.0 - T.same_rate):
@@ -107,10 +114,27 @@ class LevelRecall:
         if now < self._epoch + self._k <= self._epoch + self._climb_time(fast=True):
             return  # a quick climb (a search's) is under way: its level first
         # The rate now is held (no pushback for the recall age): the search climbs from it.
-        self.ceiling = self.rate
+        self.ceiling = self._recall_from = self.rate
         self._epoch, self._k = now, 0.0
         self._top = recall
+        if self._recall_wait >= self.window:
+            self._recall = 0.0  # the last try: the fall has lasted windows
         self._recall_wait = min(2.0 * self._recall_wait, self.window)  # if it fails, the next waits longer
         self._decide(now, f"recall: no pushback for {now - last if last != NEVER else 0.0:.3g}s; "
                      f"searching back up to {recall:.3g}/s, the level held before the limit fell")
         self._search_step(now)
+
+    def _recall_refused(self: _RecallState, now: float) -> None:
+        """After the cut for a refusal: one that ends a recall's search goes back to the level it
+        started from, which was held; the cut from the search's level would still be over a limit
+        that stayed low, and each refusal that followed would cut again."""
+        held = self._recall_from
+        if held <= 0.0:
+            return
+        self._recall_from = 0.0
+        if self.rate > held:
+            self.rate = held
+        self.ceiling = min(self.ceiling or held, held)
+        self._top = 0.0
+        self._start_climb(now, fast=False)
+        self._decide(now, f"recall refused: back at {held:.3g}/s, the level held before it")

@@ -181,7 +181,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
                  "_low_latency",
-                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until", "_recall", "_recall_wait",
+                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until", "_recall", "_recall_from",
+                 "_recall_wait",
                  "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
                  "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
                  "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
@@ -251,9 +252,9 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
         self._ok_sends: deque[float] = deque(maxlen=OK_SENDS_KEPT)
         self._gap_ok, self._strict_gap = math.inf, math.inf
-        # A level held before the limit fell under it (0: none), and the quiet before the next
-        # search back up to it (_rampup_recall).
-        self._recall, self._recall_wait = 0.0, 0.0
+        # A level held before the limit fell under it (0: none), the quiet before the next search
+        # back up to it, and the level that search started from (_rampup_recall).
+        self._recall, self._recall_wait, self._recall_from = 0.0, 0.0, 0.0
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -327,6 +328,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 steady = self.phase == "steady"
                 self._note_fall(now, sent_at)
                 self._cut(now, reason="pushback", sent_at=sent_at)
+                self._recall_refused(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at)
                 self._episode_cut()

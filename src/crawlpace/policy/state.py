@@ -83,7 +83,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap", "_gentle", "_ep_since",
           "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_ok_sends", "_gap_ok",
           "_strict_gap", "_fitted", "_fit_span", "_inflight_ok", "_sustained", "_lone_refused",
-          "_recall", "_recall_wait"),  # rampup
+          "_recall", "_recall_wait", "_recall_from"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
 }
