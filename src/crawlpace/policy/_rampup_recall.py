@@ -70,6 +70,7 @@ class LevelRecall:
     """The recall part of a rampup controller (its attributes live on :class:`Rampup`)."""
 
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    ceiling: float | None  # declared for the assignments below, which might narrow it
 
     def _note_fall(self: _RecallState, now: float, sent_at: float | None) -> None:
         """Before a refusal's cut: remember the rate held when a send at or under the level is refused."""

@@ -85,12 +85,18 @@ through; a refusal just under the shortest accepted gap is a bucket with no
 burst, paced evenly at that gap; a held refusal soon after resuming halves
 the level.
 
+A refusal at or under the level the scope held says the limit fell; the rate
+held before it is remembered, and after a quiet spell a search climbs back
+towards it (``_rampup_recall``), so a limit that comes back is found again in
+seconds rather than at the probe's pace.
+
 The controller is one object (its attributes are the state ``policy/state.py``
 shares), with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
 ``_rampup_climb``, the cut itself in ``_rampup_cut``, the search and the holds
-in ``_rampup_search``, the episodes and fits in ``_rampup_episode``. This
+in ``_rampup_search``, the episodes and fits in ``_rampup_episode``, the
+memory of a level held before a fall in ``_rampup_recall``. This
 module keeps the phases and the decisions.
 """
 
@@ -181,8 +187,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                  "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
                  "_low_latency",
-                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until", "_recall", "_recall_from",
-                 "_recall_wait",
+                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
+                 "_recall", "_recall_from", "_recall_wait",
                  "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
                  "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
                  "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
