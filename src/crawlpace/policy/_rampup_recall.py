@@ -9,9 +9,12 @@ that rises again from 5/s to 10/s is found a minute or two later, and a crawl
 of half a minute stays at the low rate to its end.
 
 **The memory.** A refusal of a send made at or under the ceiling, after the
-scope had gone a quick climb's time (below) with no pushback, is not a probe
-that went too far: the limit fell under a rate the site took. That rate is
-remembered (:attr:`_recall`, the highest such rate).
+scope had gone a round (:data:`T.round`) with no pushback, is not a probe that
+went too far: the limit fell under a rate the site took. That rate is
+remembered (:attr:`_recall`, the highest such rate). (A limit that falls soon
+after the start phase, as the random farm's ``shifting`` sites do, is
+remembered too; waiting a quick climb's time here missed those. A false memory
+costs one refused try, below, and was not seen on steady buckets.)
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
@@ -84,8 +87,8 @@ class LevelRecall:
         last = self._pushbacks[-1] if self._pushbacks else NEVER
         if now >= self._epoch + self._k:
             held = ceiling  # the climb had reached its level, and no pushback came since
-        elif last == NEVER or now - last >= self._climb_time(fast=True):
-            held = sent  # climbing still, but the rate had gone a quick climb's time with no pushback
+        elif last == NEVER or now - last >= T.round:
+            held = sent  # climbing still, but the rate had gone a round with no pushback
         else:
             return  # the same fall's refusals, or a climb's
         if held > self._recall:
