@@ -11,7 +11,9 @@ of half a minute stays at the low rate to its end.
 **The memory.** A refusal of a send made at or under the ceiling, after the
 scope had gone a round (:data:`T.round`) with no pushback, is not a probe that
 went too far: the limit fell under a rate the site took. That rate is
-remembered (:attr:`_recall`, the highest such rate). (A limit that falls soon
+remembered (:attr:`_recall`, the highest such rate), a search's level too, once
+held a round (the level after a deep cut is where a fall's cuts leave it, and
+the next refusal there may be the fall). (A limit that falls soon
 after the start phase, as the random farm's ``shifting`` sites do, is
 remembered too; waiting a quick climb's time here missed those. A false memory
 costs one refused try, below, and was not seen on steady buckets.)
@@ -78,8 +80,8 @@ class LevelRecall:
     def _note_fall(self: _RecallState, now: float, sent_at: float | None) -> None:
         """Before a refusal's cut: remember the rate held when a send at or under the level is refused."""
         ceiling = self.ceiling
-        if self.phase != "steady" or ceiling is None or self._top > 0.0:
-            return  # (a search's refusal says the search went too far)
+        if self.phase != "steady" or ceiling is None or self._recall_from > 0.0:
+            return  # (a recall's own refusal goes back to its level: _recall_refused)
         at = now if sent_at is None else min(now, sent_at)
         sent = min(self.allowed_rate(at), self.sent_rate(at))
         if sent > ceiling * (1.0 + T.same_rate):
