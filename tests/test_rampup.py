@@ -429,10 +429,15 @@ def test_after_a_deep_cut_the_search_climbs_quickly_to_an_ordinary_cuts_level() 
     # Without the search the climb would level out at the middle for the length of a
     # climb (45 s) and then probe at the ordinary pace: about 0.71x the failing rate.
     # With it, each level held is safe and the next is halfway (geometrically) to 0.92x.
-    drive(ramp, start, start + 25.0)
+    now = start
+    while ramp._top > 0.0 and now < start + 25.0:
+        now = drive(ramp, now, now + 0.5)
+    drive(ramp, now, ramp._epoch + ramp._k)  # its last quick climb
     assert ramp.ceiling == pytest.approx(0.92 * failing, rel=0.01)
     assert ramp.rate >= 0.9 * failing
     assert ramp._top == 0.0  # the search is over; the ordinary probe takes it from here
+    # (Later, with no pushback for a while, the level held before the refusals is searched for
+    # again: _rampup_recall, tests/test_rampup_recall.py.)
 
 
 def test_a_refusal_during_the_search_ends_it_with_an_ordinary_cut() -> None:
@@ -447,7 +452,7 @@ def test_a_refusal_during_the_search_ends_it_with_an_ordinary_cut() -> None:
     # window is over the band, so the cut is 0.8, not 0.9.
     assert ramp.rate == pytest.approx(0.8 * rate, rel=0.05)
     assert ramp._top == 0.0
-    drive(ramp, end, end + 40.0)
+    drive(ramp, end, end + 7.0)  # (from a quick climb's time on, the recall may search: _rampup_recall)
     assert ramp.rate < 0.92 * failing
 
 

@@ -92,13 +92,19 @@ through; a refusal just under the shortest accepted gap is a bucket with no
 burst, paced evenly at that gap; a held refusal soon after resuming halves
 the level.
 
+A refusal at or under the level the scope held says the limit fell; the rate
+held before it is remembered, and after a quiet spell a search climbs back
+towards it (``_rampup_recall``), so a limit that comes back is found again in
+seconds rather than at the probe's pace.
+
 The controller's state is one record, :class:`RampupState` (the fields
 ``policy/state.py`` shares between workers); :class:`Rampup` adds its settings
 and the rules, with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
 ``_rampup_climb``, the cut itself in ``_rampup_cut``, the search and the holds
-in ``_rampup_search``, the episodes and fits in ``_rampup_episode``. This
+in ``_rampup_search``, the episodes and fits in ``_rampup_episode``, the
+memory of a level held before a fall in ``_rampup_recall``. This
 module keeps the phases and the decisions.
 """
 
@@ -114,6 +120,7 @@ from ._rampup_climb import CubicClimb
 from ._rampup_cut import CutRules
 from ._rampup_episode import Episodes
 from ._rampup_latency import LatencyWatch
+from ._rampup_recall import LevelRecall
 from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
@@ -259,10 +266,15 @@ class RampupState:
     _ok_sends: deque[float] = field(default_factory=lambda: deque(maxlen=OK_SENDS_KEPT))
     _gap_ok: float = math.inf
     _strict_gap: float = math.inf
+    # A level held before the limit fell under it (0: none), the quiet before the next search
+    # back up to it, and the level that search started from (_rampup_recall).
+    _recall: float = 0.0
+    _recall_wait: float = 0.0
+    _recall_from: float = 0.0
 
 
 class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb,
-             Episodes):
+             Episodes, LevelRecall):
     """The rampup controller of one scope: its settings, its state (:class:`RampupState`), and the rules.
 
     Args:
@@ -366,7 +378,9 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 # (Not in the start phase: its doubling shortens every gap, so a bursty bucket's
                 # first refusal looks strict too.)
                 steady = self.phase == "steady"
+                self._note_fall(now, sent_at)
                 self._cut(now, reason="pushback", sent_at=sent_at)
+                self._recall_refused(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at)
                 self._episode_cut()
@@ -422,6 +436,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._decide(now, f"start: reached the cap of {self.max_rate:.3g}/s")
                 self._enter_steady(now, self.rate)
             return
+        self._recall_step(now)
         self._search_step(now)
         curve, ceiling = self._curve(now), self.ceiling or self.rate
         if curve > ceiling and self._probe_held(now):

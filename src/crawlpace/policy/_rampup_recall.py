@@ -1,0 +1,146 @@
+"""Rampup's memory of a level the site took before its limit fell, and the search back to it.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
+rules). A limit that falls often comes back: a site under load, an API whose
+quota shrinks for a while, a counter shared with other clients. The cuts follow
+it down; the climb back is the cubic's, which probes beyond the new ceiling at a
+pace made for a limit that stays put (about one refusal per window), so a limit
+that rises again from 5/s to 10/s is found a minute or two later, and a crawl
+of half a minute stays at the low rate to its end.
+
+**The memory.** A refusal of a send made at or under the ceiling, after the
+scope had gone a round (:data:`T.round`) with no pushback, is not a probe that
+went too far: the limit fell under a rate the site took. That rate is
+remembered (:attr:`_recall`, the highest such rate), a search's level too, once
+held a round (the level after a deep cut is where a fall's cuts leave it, and
+the next refusal there may be the fall). (A limit that falls soon
+after the start phase, as the random farm's ``shifting`` sites do, is
+remembered too; waiting a quick climb's time here missed those. A false memory
+costs one refused try, below, and was not seen on steady buckets.)
+
+**The recall.** The refusals that lowered the rate are evidence of the lower
+limit, and evidence ages. Once the scope has gone a *recall age* with no
+pushback, its rate is taken as held and a search (``_rampup_search``: quick
+climbs to geometric middles, each held before the next) runs from it up to the
+remembered level. A refusal on the way ends it, back at the level it started
+from (which was held: the ordinary cut from the search's level would still be
+over a limit that stayed low), and the next recall waits twice as long: each
+failed recall is one more piece of evidence that the fall lasts; after the
+try that waited a whole window, the level is forgotten. The first recall age
+is the quick climb's time (``window * climb_share / target`` over
+``fast_climb``: 7.5 s by default), the longest one window, so a limit that
+stays low costs about one refused send per window, the band rampup aims at
+anyway. Reaching the remembered level, or a new start phase, forgets it; a
+held refusal's wait (``hold_learned / hold_share``) is respected, since a failed
+recall into a hold costs the hold.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Protocol
+
+from ._rampup_sends import NEVER
+from ._rampup_tuning import TUNING as T
+
+__all__ = ["LevelRecall"]
+
+
+class _RecallState(Protocol):
+    """What the methods of :class:`LevelRecall` use of the controller."""
+
+    phase: str
+    rate: float
+    ceiling: float | None
+    window: float
+    _epoch: float
+    _k: float
+    _top: float
+    _probe_after: float
+    _recall: float
+    _recall_wait: float
+    _recall_from: float
+
+    @property
+    def _pushbacks(self) -> deque[float]: ...
+    def _climb_time(self, *, fast: bool) -> float: ...
+    def _search_step(self, now: float) -> bool: ...
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
+    def allowed_rate(self, now: float) -> float: ...
+    def sent_rate(self, now: float) -> float: ...
+
+
+class LevelRecall:
+    """The recall part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    ceiling: float | None  # declared for the assignments below, which might narrow it
+
+    def _note_fall(self: _RecallState, now: float, sent_at: float | None) -> None:
+        """Before a refusal's cut: remember the rate held when a send at or under the level is refused."""
+        ceiling = self.ceiling
+        if self.phase != "steady" or ceiling is None or self._recall_from > 0.0:
+            return  # (a recall's own refusal goes back to its level: _recall_refused)
+        at = now if sent_at is None else min(now, sent_at)
+        sent = min(self.allowed_rate(at), self.sent_rate(at))
+        if sent > ceiling * (1.0 + T.tolerance):
+            return  # a probe beyond the level went too far
+        last = self._pushbacks[-1] if self._pushbacks else NEVER
+        if now >= self._epoch + self._k:
+            held = ceiling  # the climb had reached its level, and no pushback came since
+        elif last == NEVER or now - last >= T.round:
+            held = sent  # climbing still, but the rate had gone a round with no pushback
+        else:
+            return  # the same fall's refusals, or a climb's
+        if held > self._recall:
+            self._recall = held
+            self._recall_wait = self._climb_time(fast=True)
+
+    def _recall_step(self: _RecallState, now: float) -> None:
+        """With no pushback for the recall age: search from the rate now up to the remembered level."""
+        if self._top > 0.0:
+            return  # a search is under way (the recall's own, or one after a deep cut)
+        self._recall_from = 0.0  # none, or the recall's search reached its top with no refusal
+        recall = self._recall
+        if recall <= 0.0 or self.phase != "steady":
+            return
+        level = max(self.rate, self.ceiling or 0.0)
+        if level >= recall * (1.0 - T.tolerance):
+            self._recall, self._recall_wait = 0.0, 0.0  # back where it was: nothing left to recall
+            return
+        if level >= T.ceiling_share * recall * (1.0 - T.tolerance):
+            # Where one ordinary cut of the remembered rate leaves it: one refusal at a held level
+            # is one piece of evidence, which that cut answers (the limit may be just there); only
+            # cuts that took the rate further down say the limit fell.
+            return
+        last = self._pushbacks[-1] if self._pushbacks else NEVER
+        if now < self._probe_after or (last != NEVER and now - last < self._recall_wait):
+            return
+        if now < self._epoch + self._k <= self._epoch + self._climb_time(fast=True):
+            return  # a quick climb (a search's) is under way: its level first
+        # The rate now is held (no pushback for the recall age): the search climbs from it.
+        self.ceiling = self._recall_from = self.rate
+        self._epoch, self._k = now, 0.0
+        self._top = recall
+        if self._recall_wait >= self.window:
+            self._recall = 0.0  # the last try: the fall has lasted windows
+        self._recall_wait = min(2.0 * self._recall_wait, self.window)  # if it fails, the next waits longer
+        self._decide(now, f"recall: no pushback for {now - last if last != NEVER else 0.0:.3g}s; "
+                     f"searching back up to {recall:.3g}/s, the level held before the limit fell")
+        self._search_step(now)
+
+    def _recall_refused(self: _RecallState, now: float) -> None:
+        """After the cut for a refusal: one that ends a recall's search goes back to the level it
+        started from, which was held; the cut from the search's level would still be over a limit
+        that stayed low, and each refusal that followed would cut again."""
+        held = self._recall_from
+        if held <= 0.0:
+            return
+        self._recall_from = 0.0
+        if self.rate > held:
+            self.rate = held
+        self.ceiling = min(self.ceiling or held, held)
+        self._top = 0.0
+        self._start_climb(now, fast=False)
+        self._decide(now, f"recall refused: back at {held:.3g}/s, the level held before it")

@@ -1,0 +1,106 @@
+"""Rampup after a limit falls and comes back: the level held before the fall is searched for again.
+
+Whole crawls in virtual time (the harness of ``test_rampup_limiters``) against limiters whose
+limit is cut mid-run and then raised, as the random farm's ``shifting`` sites do, and the pure
+controller against a token bucket. Before the recall the climb back probed past the lower
+ceiling at the pace made for a limit that stays put (one refusal per window), and stayed at the
+lower rate for a minute or more after the limit had come back.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+
+import pytest
+
+from crawlpace.policy.rampup import RAMPUP_JITTER
+from crawlpace.sim._limits import TokenBucket
+
+from .test_rampup import controller, send_and_answer
+from .test_rampup_limiters import Bucket, ClockWindow, RequestRate, Response, crawl
+
+
+@dataclass
+class Shifting:
+    """A limiter whose limit is multiplied by ``factor`` from each ``(seconds, factor)`` step on."""
+
+    inner: Bucket | ClockWindow | RequestRate
+    steps: list[tuple[float, float]]
+    accepted: list[float] = field(default_factory=list)
+    refused: list[float] = field(default_factory=list)
+    _base: float = 0.0
+
+    def __post_init__(self) -> None:
+        inner = self.inner
+        self._base = inner.rate if isinstance(inner, Bucket) else float(inner.limit)
+
+    @property
+    def capacity(self) -> float:
+        return self.inner.capacity
+
+    def _scale(self, now: float, factor: float) -> None:
+        inner = self.inner
+        if isinstance(inner, Bucket):
+            inner.rate = self._base * factor
+            inner.bucket.set_rate(now, inner.rate)
+        elif isinstance(inner, RequestRate):
+            inner.limit = self._base * factor
+        else:
+            inner.limit = round(self._base * factor)
+
+    def arrive(self, now: float) -> Response:
+        while self.steps and now >= self.steps[0][0]:
+            self._scale(now, self.steps.pop(0)[1])
+        answer = self.inner.arrive(now)
+        (self.accepted if answer.status_code == 200 else self.refused).append(now)
+        return answer
+
+    def leave(self, now: float) -> None:
+        self.inner.leave(now)
+
+    def rate(self, start: float, end: float) -> float:
+        return sum(start <= t < end for t in self.accepted) / (end - start)
+
+
+# Limits of 12/s, 20/s and 20/s that halve at 15 s and come back 1.4 times as high at 30 s (16.8/s,
+# 28/s, 28/s): what the crawl got from 40 s to 60 s (a one-second Retry-After hold on every 429 of
+# the second bucket). Before the recall: 6.5/s, 13.5/s and 9.3/s; with it 10.9/s, 23.9/s, 10.6/s.
+# The last: a fall soon after the start phase (40/s, bursts of 3, x0.45 at 8 s, x1.2 at 16 s, as
+# the random farm draws them): 17.5/s from 40 s to 60 s before, 39/s of 48 with it.
+@pytest.mark.parametrize(("limiter", "steps", "least"),
+                         [(Bucket(12.0, 9.0), [(15.0, 0.5), (30.0, 1.4)], 9.5),
+                          (Bucket(20.0, 6.0, hold=1), [(15.0, 0.5), (30.0, 1.4)], 20.0),
+                          (ClockWindow(40, 2.0), [(15.0, 0.5), (30.0, 1.4)], 10.2),
+                          (Bucket(40.0, 3.0), [(8.0, 0.45), (16.0, 1.2)], 30.0)],
+                         ids=["bucket", "bucket-held", "window", "early-fall"])
+async def test_a_limit_that_falls_and_comes_back_is_found_again(limiter: Bucket | ClockWindow,
+                                                                  steps: list[tuple[float, float]],
+                                                                  least: float) -> None:
+    fall, rise = steps[0][0], steps[1][0]
+    site = Shifting(limiter, list(steps))
+    await crawl(site, 60.0)
+    assert site.rate(fall + 5.0, rise) <= site.capacity  # it followed the limit down
+    assert site.rate(40.0, 60.0) >= least
+
+
+def test_a_limit_that_falls_for_good_costs_about_one_refusal_per_window() -> None:
+    # The pure controller on a bucket of 10/s (burst 5) that falls to 4/s at 60 s for good: each
+    # recall that fails is a refused send, and the next waits twice as long.
+    bucket = TokenBucket(10.0, 5.0)
+    ramp = controller()
+    rng = random.Random(5)
+    now, refused_after, good_after = 0.0, 0, 0
+    while now < 300.0:
+        if now >= 60.0 and bucket.rate > 4.0:
+            bucket.set_rate(now, 4.0)
+        accepted = bucket.take(now) == 0.0
+        send_and_answer(ramp, now, pushback=not accepted)
+        if now >= 120.0:
+            refused_after += not accepted
+            good_after += accepted
+        now += rng.uniform(1.0 + RAMPUP_JITTER.low, 1.0 + RAMPUP_JITTER.high) / ramp.allowed_rate(now)
+    # Three windows after the fall settled: 2-3 refusals before the recall, 4 with it (each failed
+    # recall costs about one, and goes back to the level it left).
+    assert refused_after <= 3 + 2
+    assert good_after / 180.0 >= 0.85 * 4.0
