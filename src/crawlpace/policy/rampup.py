@@ -102,6 +102,7 @@ from collections import deque
 from dataclasses import dataclass
 
 from .._jitter import Jitter
+from ._rampup_bucket import REFUSALS_KEPT, BucketFit
 from ._rampup_climb import CubicClimb
 from ._rampup_cut import CutRules
 from ._rampup_episode import Episodes
@@ -158,7 +159,8 @@ class RampupStats:
     learned_rate: float = 0.0
 
 
-class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb, Episodes):
+class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb, Episodes,
+             BucketFit):
     """The rampup controller of one scope.
 
     Args:
@@ -176,10 +178,11 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
     """
 
     __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
-                 "_door", "_ep_gap", "_ep_since", "_epoch", "_fit_span", "_fitted", "_gap", "_gap_ok",
+                 "_door", "_ep_gap", "_ep_since", "_epoch", "_first_send", "_fit_span", "_fitted", "_gap",
+                 "_gap_ok", "_held_refusals", "_hold_end", "_belief", "_kept",
                  "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
                  "_low_latency",
-                 "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
+                 "_ok_count", "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
                  "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
                  "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
                  "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
@@ -249,6 +252,14 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         # burst fit last used (inf: none), for the strict-bucket fit (_rampup_episode).
         self._ok_sends: deque[float] = deque(maxlen=OK_SENDS_KEPT)
         self._gap_ok, self._strict_gap = math.inf, math.inf
+        # The bucket fit's record (_rampup_bucket): the accepted sends ever, the first one, the sends
+        # whose refusal started a hold, and when the last such hold ended.
+        self._ok_count, self._first_send, self._hold_end = 0, _NEVER, _NEVER
+        self._held_refusals: deque[float] = deque(maxlen=REFUSALS_KEPT)
+        # What the fit believes of the limit (rate, chance it is at least that, ...) and the highest
+        # fitted level kept up for a step's wait (_rampup_bucket).
+        self._belief: tuple[float, ...] = ()
+        self._kept = 0.0
 
     def pushbacks(self, now: float) -> int:
         """Pushbacks counted in the last window."""
@@ -298,6 +309,8 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         self._stuck_share += T.stuck_share_weight * (stuck - self._stuck_share)
         if pushback:
             self.note_refusal(answered, elapsed, inflight)
+            if answered:
+                self._note_refusal_held(now, sent_at, self._resumed_at)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)
@@ -326,6 +339,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._episode_cut()
         else:
             self._note_accepted(now if sent_at is None else sent_at)
+            self._note_ok_send(now if sent_at is None else sent_at)
             self._note_inflight(inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
             level = self._observe_latency(now, latency)
@@ -363,6 +377,7 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
                 self._enter_steady(now, self.rate)
             return
         self._search_step(now)
+        self._fit_step(now)
         curve, ceiling = self._curve(now), self.ceiling or self.rate
         if curve > ceiling and self._probe_held(now):
             self._epoch += step  # a held refusal's wait is not over: the curve stays at its level

@@ -82,7 +82,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_stuck_share", "_stuck_time", "_resumed_at", "slot_cap", "_cap_at", "_good_rate", "_door",
           "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap", "_gentle", "_ep_since",
           "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_ok_sends", "_gap_ok",
-          "_strict_gap", "_fitted", "_fit_span", "_inflight_ok", "_sustained", "_lone_refused"),  # rampup
+          "_strict_gap", "_fitted", "_fit_span", "_inflight_ok", "_sustained", "_lone_refused",
+          "_ok_count", "_first_send", "_held_refusals", "_hold_end", "_belief", "_kept"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
 }

@@ -1,0 +1,322 @@
+"""Rampup's bucket fit: the token buckets a scope's accepted and refused sends are consistent with.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
+rules). A site that answers a refusal with a long hold (``Retry-After`` of
+seconds) charges a whole hold for every overshoot, so its refusals are few and
+each one is worth reading closely. A token bucket of rate ``r`` and burst ``b``
+is fully described by its level over time: it starts full, gains ``r`` tokens
+a second up to ``b``, an accepted request takes one, a refused one takes none.
+Given the times of the scope's accepted sends and of the refusals that started
+a hold, the level at every send is a rising function of ``r`` for each ``b``,
+so each accepted send puts a floor under ``r`` and each refusal a ceiling over
+it. :func:`bucket_fit` finds, for every burst, the interval of rates that fit
+everything on record, and returns the span over the bursts that fit at all.
+
+One refusal alone says little: a large burst spent at any rate explains it as
+well as a small one at a high rate. Two stretches at different paces (the
+start phase's doubling, then the pace after the first hold) pin both numbers:
+the fit's floor is then within a few per cent of the limit, and the scope paces
+just under it (:meth:`BucketFit._fit_holds`), where the ordinary rules would
+halve the rate for a burst's relapse or resume above the limit and pay another
+hold.
+
+**The trade-off.** A probe above the fit's floor gains the difference for the
+rest of the crawl if the limit is higher, and costs a whole hold if it is not.
+The rest of the crawl is unknown; the time the scope has been crawling is the
+best guess of it (a crawl that has run for a minute is likely to run about as
+long again). With the limit anywhere between the fit's floor ``lo`` and ceiling
+``hi``, a probe to their geometric middle ``m`` is as likely to fail as to pay,
+and pays over a time ``D`` when ``(m - lo) * D > hold * lo``: the probe waits
+until the scope has run ``hold / (m / lo - 1)`` seconds. A tight fit (the limit
+pinned) waits many holds; a wide one probes soon.
+
+A send's time is the crawler's stamp; the server sees it a little later. An
+accepted send is read :data:`FIT_SLACK` later than its stamp (more tokens, the
+looser floor), a refusal at its stamp (fewer tokens, the looser ceiling), so
+the timing noise of a loopback or a loaded machine widens the fit rather than
+making it wrong; a record no bucket fits (a window, a counter) gives no fit, and
+the ordinary rules stand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from typing import Protocol
+
+from ._rampup_sends import NEVER
+from ._rampup_tuning import TUNING as T
+
+__all__ = ["FIT_SLACK", "KNOTS", "REFUSALS_KEPT", "BucketFit", "belief_of", "best_level", "bucket_fit", "chance"]
+
+#: Seconds: an accepted send may reach the server this long after the crawler stamped it (the
+#: connection's own latency, a loaded machine's delays), so it is read this much later.
+FIT_SLACK = 0.01
+#: Bisection steps per bound: the rate's interval is narrowed to 2**-STEPS of its width.
+_STEPS = 32
+#: Rates the belief (the chance the limit is at least each) is kept at.
+KNOTS = 8
+#: Refusals that started a hold kept on record (a refusal older than the accepted sends kept says
+#: nothing the fit can use).
+REFUSALS_KEPT = 8
+
+
+def _level_ok(events: Sequence[tuple[float, bool]], rate: float, burst: float, start: float,
+              slack: float) -> tuple[bool, bool]:
+    """Replay the bucket (``rate``, ``burst``, ``start`` tokens at the first event) over ``events``.
+
+    Returns:
+        (every accepted send found a token, every refusal found none).
+    """
+    level, last = start, events[0][0]
+    accepts = refusals = True
+    for at, ok in events:
+        when = at + slack if ok else at
+        level = min(burst, level + max(0.0, when - last) * rate)
+        last = max(last, when)
+        if ok:
+            if level < 1.0:
+                accepts = False
+                level = 1.0  # it was accepted: the bucket had the token (the rate is too low)
+            level -= 1.0
+        elif level >= 1.0:
+            refusals = False
+    return accepts, refusals
+
+
+def _bound(events: Sequence[tuple[float, bool]], burst: float, start: float, top: float, slack: float,
+           *, floor: bool) -> float:
+    """The least rate under which every acceptance fits (``floor``), or the greatest under which
+    every refusal does; both by bisection on ``[0, top]`` (the level rises with the rate)."""
+    low, high = 0.0, top
+    for _ in range(_STEPS):
+        mid = 0.5 * (low + high)
+        accepts, refusals = _level_ok(events, mid, burst, start, slack)
+        fits = accepts if floor else refusals
+        if fits == floor:  # a floor that fits, or a ceiling that does not: look lower
+            high = mid
+        else:
+            low = mid
+    return high if floor else low
+
+
+def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bool,
+               slack: float = FIT_SLACK) -> list[tuple[int, float, float]]:
+    """The token buckets that fit a scope's record of sends.
+
+    Args:
+        accepted: the times of accepted sends on record.
+        refused: the times of the sends whose refusal started a hold (the bucket was empty);
+            those before the first accepted send on record are left out.
+        first: the first accepted send on record is the scope's first send (the bucket was full);
+            otherwise it may have had as little as one token then.
+        slack: seconds an accepted send is read later than its stamp.
+
+    Returns:
+        ``(burst, lo, hi)`` for every burst some bucket with a refill rate in ``[lo, hi]`` fits
+        with, the smallest burst first; empty when none fits or no refusal bounds the rate.
+    """
+    if not accepted:
+        return []
+    oks = sorted(accepted)
+    start = oks[0]
+    nos = [at for at in refused if at > start]
+    if not nos:
+        return []
+    events = sorted([(at, True) for at in oks] + [(at, False) for at in nos])
+    # No refill rate above one token per the shortest gap between two events matters more than that.
+    shortest = min((b[0] - a[0] for a, b in zip(events, events[1:], strict=False) if b[0] > a[0]), default=1.0)
+    top = 2.0 * len(events) / max(shortest, 1e-4)
+    fits = []
+    for burst in range(1, len(oks) + 1):
+        floor = _bound(events, burst, float(burst), top, slack, floor=True)
+        ceiling = _bound(events, burst, float(burst) if first else 1.0, top, slack, floor=False)
+        if floor <= ceiling:
+            fits.append((burst, floor, ceiling))
+    return fits
+
+
+def _chance_at_least(fits: Sequence[tuple[int, float, float]], rate: float) -> float:
+    """The chance the refill rate is at least ``rate``: every burst that fits equally likely, and
+    within a burst's interval every rate equally likely on a log scale."""
+    total = 0.0
+    for _, lo, hi in fits:
+        lo = max(lo, hi * 1e-3)
+        if rate <= lo:
+            total += 1.0
+        elif rate < hi:
+            total += math.log(hi / rate) / math.log(hi / lo)
+    return total / len(fits)
+
+
+def belief_of(fits: Sequence[tuple[int, float, float]]) -> tuple[float, ...]:
+    """The chance the refill rate is at least each of :data:`KNOTS` rates over the fits' span, as
+    ``(rate, chance, rate, chance, ...)``, the lowest rate first (a compact, shareable summary)."""
+    lo = min(max(low, high * 1e-3) for _, low, high in fits)
+    hi = max(high for _, _, high in fits)
+    if hi <= lo:
+        return (lo, 1.0)
+    out: list[float] = []
+    for i in range(KNOTS):
+        rate = lo * (hi / lo) ** (i / (KNOTS - 1))
+        out += [rate, _chance_at_least(fits, rate)]
+    return tuple(out)
+
+
+def chance(belief: Sequence[float], rate: float) -> float:
+    """The chance the refill rate is at least ``rate``, by the belief's knots (log-linear between)."""
+    rates, chances = belief[0::2], belief[1::2]
+    if not rates or rate <= rates[0]:
+        return 1.0
+    for (r0, c0), (r1, c1) in zip(zip(rates, chances, strict=True), zip(rates[1:], chances[1:], strict=True),
+                                  strict=False):
+        if rate <= r1:
+            share = math.log(rate / r0) / math.log(r1 / r0) if r1 > r0 else 1.0
+            return c0 + share * (c1 - c0)
+    return 0.0
+
+
+def _below(belief: Sequence[float], rate: float) -> tuple[float, ...]:
+    """The belief told that the limit is under ``rate`` (a pace was refused there)."""
+    gone = chance(belief, rate)
+    if gone >= 1.0:
+        return ()
+    out = [x for r, c in zip(belief[0::2], belief[1::2], strict=True) if r < rate
+           for x in (r, max(0.0, (c - gone) / (1.0 - gone)))]
+    return (*out, rate, 0.0)
+
+
+def best_level(belief: Sequence[float], hold: float, horizon: float, floor: float = 0.0) -> tuple[float, float]:
+    """The pace worth keeping, given the belief and that the rate is at least ``floor`` (kept up).
+
+    A pace holds when the refill rate is at least that pace. Over ``horizon`` seconds it gains its
+    rate when it holds, and loses a hold's worth of it when it does not.
+
+    Returns:
+        ``(level, chance)``: the pace with the best expected gain and the chance it holds.
+    """
+    base = chance(belief, floor) if floor > 0.0 else 1.0
+    if base <= 0.0:
+        return floor, 1.0
+    rates = ([floor] if floor > 0.0 else []) + [r for r in belief[0::2] if r > floor]
+    candidates = [r0 * (r1 / r0) ** (i / 8) for r0, r1 in zip(rates, rates[1:], strict=False) if r0 > 0.0
+                  for i in range(8)] + rates[-1:]
+    best, held, value_best = floor, 1.0, floor * horizon
+    for rate in candidates:
+        holds = min(1.0, chance(belief, rate) / base)
+        # Held: the rate for the horizon. Refused: the hold's silence, then back to the floor kept up
+        # (with none kept up yet, nothing is known to hold: the silence's loss is the whole rate's).
+        value = holds * rate * horizon + (1.0 - holds) * (floor * (horizon - hold) - (0.0 if floor else rate * hold))
+        if value > value_best and (holds >= 0.5 or not floor):
+            value_best, best, held = value, rate, holds
+    return best, held
+
+
+class _BucketState(Protocol):
+    """What the methods of :class:`BucketFit` use of the controller."""
+
+    rate: float
+    ceiling: float | None
+    min_rate: float
+    max_rate: float
+    window: float
+    phase: str
+    hold_learned: float
+    _ok_sends: Sequence[float]
+    _ok_count: int
+    _held_refusals: deque[float]
+    _first_send: float
+    _hold_end: float
+    _belief: tuple[float, ...]
+    _kept: float
+    _sustained: float
+    _top: float
+    _cut_rate: float
+    _probe_after: float
+    _ep_since: float
+    _resumed_at: float
+
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
+    def _set_level(self, now: float, level: float, held: float, sure: float) -> None: ...
+
+
+class BucketFit:
+    """The bucket-fit part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    ceiling: float | None  # declared for the assignments below, which might narrow it
+
+    def _note_refusal_held(self: _BucketState, now: float, sent_at: float | None, hold_end: float) -> None:
+        """A refusal answered at ``now``: when it started a hold (one the scope was not already in when
+        the send went), the bucket was empty at its send; note the send's time."""
+        sent = now if sent_at is None else sent_at
+        if hold_end - now < T.hold_long or sent < self._hold_end:
+            return
+        self._held_refusals.append(sent)
+        self._hold_end = hold_end
+
+    def _note_ok_send(self: _BucketState, sent: float) -> None:
+        """An accepted send at ``sent`` (kept in ``_ok_sends`` by the episodes' record)."""
+        self._ok_count += 1
+        if self._first_send == NEVER:
+            self._first_send = sent
+
+    def _horizon(self: _BucketState, now: float) -> float:
+        """The time a rate decision is weighed over: the time crawled so far, at least a window."""
+        first = now if self._first_send == NEVER else self._first_send
+        return max(now - first, self.window)
+
+    def _fit_holds(self: _BucketState, now: float, held: float, refused: float) -> bool:
+        """After a refusal (of a send paced at ``refused``) that started a hold of ``held`` seconds:
+        pace at the level the bucket fit makes worth keeping.
+
+        Returns:
+            True when the fit set the level.
+        """
+        kept, belief = self._kept, self._belief
+        if kept > 0.0 and refused > kept and belief:
+            # A step above a pace kept up was refused: back to that pace; the limit is under the step.
+            self._belief = _below(belief, refused)
+            self._set_level(now, kept / T.fit_share, held, 1.0)
+            return True
+        fits = bucket_fit(self._ok_sends, self._held_refusals, first=self._ok_count <= len(self._ok_sends))
+        if not fits:
+            return False
+        self._belief = belief_of(fits)
+        # A pace kept up for a whole hold's length before (_rampup_episode's note) is known to hold:
+        # a refusal at it is a send the crawler's own delays bunched, or a limit that moved.
+        self._kept = kept = min(self._sustained, refused)
+        level, sure = best_level(self._belief, held, self._horizon(now), floor=kept)
+        self._set_level(now, level, held, sure)
+        return True
+
+    def _set_level(self: _BucketState, now: float, level: float, held: float, sure: float) -> None:
+        """Pace at ``level`` (from the fit); a step above it is weighed once it has been kept up for a
+        hold's length after the hold (a bucket's burst, refilled by the hold, is spent by then)."""
+        self.rate = self.ceiling = max(self.min_rate, min(self.max_rate, T.fit_share * level))
+        self._top, self._cut_rate = 0.0, 0.0
+        self._start_climb(now, fast=False)
+        self._probe_after = max(now, self._resumed_at) + held
+        self._decide(now, f"fit: a token bucket; pacing at {self.rate:.3g}/s (it holds with a chance of "
+                     f"{sure:.2f}); a step above it weighed in {self._probe_after - now:.3g}s")
+
+    def _fit_step(self: _BucketState, now: float) -> bool:
+        """At the fitted level once it has been kept up: step to the pace now worth keeping, if
+        higher (the time crawled grows, and with it what a step gains).
+
+        Returns:
+            True when the level moved up.
+        """
+        if not self._belief or self.phase != "steady" or now < self._probe_after or self._ep_since != NEVER:
+            return False
+        level = self.ceiling or self.rate
+        self._kept = max(self._kept, level)
+        held = max(self.hold_learned, T.hold_long)
+        step, sure = best_level(self._belief, held, self._horizon(now), floor=level)
+        if step <= level * (1.0 + T.same_rate):
+            self._probe_after = now + T.round  # weighed again a round later
+            return False
+        self._set_level(now, step / T.fit_share, held, sure)
+        return True
