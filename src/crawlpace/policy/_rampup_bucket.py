@@ -284,10 +284,15 @@ class BucketFit:
         fits = bucket_fit(self._ok_sends, self._held_refusals, first=self._ok_count <= len(self._ok_sends))
         if not fits:
             return False
-        self._belief = belief_of(fits)
-        # A pace kept up for a whole hold's length before (_rampup_episode's note) is known to hold:
-        # a refusal at it is a send the crawler's own delays bunched, or a limit that moved.
-        self._kept = kept = min(self._sustained, refused)
+        # The pace that drew the refusal, kept up, would draw it again: the limit is under it.
+        self._belief = _below(belief_of(fits), refused) if refused > 0.0 else belief_of(fits)
+        # A pace kept up for a whole hold's length before (_rampup_episode's note) held; a refusal at
+        # it or under is a send the crawler's own delays bunched, or a limit that moved down: the
+        # ordinary cut under it, so that a limit that fell is followed down hold by hold.
+        kept = self._sustained
+        if refused <= kept * (1.0 + T.same_rate):
+            kept = T.cut * min(kept, refused)
+        self._kept = kept
         level, sure = best_level(self._belief, held, self._horizon(now), floor=kept)
         self._set_level(now, level, held, sure)
         return True
