@@ -1,41 +1,45 @@
-"""Rampup's bucket fit: the token buckets a scope's accepted and refused sends are consistent with.
+"""Rampup's bucket fit: after a refusal that cost a hold, pace at what the evidence makes worth keeping.
 
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
-rules). A site that answers a refusal with a long hold (``Retry-After`` of
-seconds) charges a whole hold for every overshoot, so its refusals are few and
-each one is worth reading closely. A token bucket of rate ``r`` and burst ``b``
-is fully described by its level over time: it starts full, gains ``r`` tokens
-a second up to ``b``, an accepted request takes one, a refused one takes none.
-Given the times of the scope's accepted sends and of the refusals that started
-a hold, the level at every send is a rising function of ``r`` for each ``b``,
-so each accepted send puts a floor under ``r`` and each refusal a ceiling over
-it. :func:`bucket_fit` finds, for every burst, the interval of rates that fit
-everything on record, and returns the span over the bursts that fit at all.
+rules). A site that answers an overshoot with a hold (``Retry-After`` of
+``T.hold_long`` seconds or more) charges the whole hold for every refusal, so
+its refusals are few, costly, and each worth reading closely.
 
-One refusal alone says little: a large burst spent at any rate explains it as
-well as a small one at a high rate. Two stretches at different paces (the
-start phase's doubling, then the pace after the first hold) pin both numbers:
-the fit's floor is then within a few per cent of the limit, and the scope paces
-just under it (:meth:`BucketFit._fit_holds`), where the ordinary rules would
-halve the rate for a burst's relapse or resume above the limit and pay another
-hold.
+**The fit.** A token bucket of rate ``r`` and burst ``b`` is known by its level
+over time: it gains ``r`` tokens a second up to ``b``, an accepted request takes
+one, a refused one none. Given the scope's accepted sends on record and the sends
+whose refusal started a hold (the bucket was empty then), the level at every send
+rises with ``r`` for each ``b``; so each accepted send puts a floor under ``r``
+and each refusal a ceiling over it, and :func:`bucket_fit` finds by bisection,
+for every burst, the interval of rates that fit the whole record. One overshoot
+says little (a large burst at a low rate explains it as well as no burst at a high
+one); two stretches at different paces, with a hold between, pin both numbers.
 
-**The trade-off.** A probe above the fit's floor gains the difference for the
-rest of the crawl if the limit is higher, and costs a whole hold if it is not.
-The rest of the crawl is unknown; the time the scope has been crawling is the
-best guess of it (a crawl that has run for a minute is likely to run about as
-long again). With the limit anywhere between the fit's floor ``lo`` and ceiling
-``hi``, a probe to their geometric middle ``m`` is as likely to fail as to pay,
-and pays over a time ``D`` when ``(m - lo) * D > hold * lo``: the probe waits
-until the scope has run ``hold / (m / lo - 1)`` seconds. A tight fit (the limit
-pinned) waits many holds; a wide one probes soon.
+**The belief.** Every burst that fits is taken as likely as any other, and within
+its interval every rate as likely on a log scale; the chance that the limit is at
+least a rate is kept at :data:`KNOTS` rates (:func:`belief_of`), and a refused
+pace drops the chance above it (the limit is under a pace that drew a hold).
+
+**The trade-off.** After the hold, the scope paces at the rate with the best
+expected gain over the time it has crawled (at least a window: a crawl that has run
+a minute is likely to run about as long again), where a pace that holds gains its
+rate for that time and one that does not costs the hold (:func:`best_level`).
+Once a pace has been kept up for two holds' lengths after the hold (a bucket's
+burst refilled by the hold carries a pace half again over its limit for about that
+long), a *step* above it is weighed the same way, each round: a step that fails
+costs the hold and returns to the pace kept up, so a step is taken when its gain
+over the time crawled outweighs that, and only when it is likelier to hold than
+not. A long hold makes the scope careful and a short one bold; the time crawled
+makes steps worth more as the crawl goes on. A refusal at or under a pace kept up
+(a send the crawler's own delays bunched, or a limit that moved down) is cut by the
+ordinary share under it, so a falling limit is followed down hold by hold.
 
 A send's time is the crawler's stamp; the server sees it a little later. An
 accepted send is read :data:`FIT_SLACK` later than its stamp (more tokens, the
 looser floor), a refusal at its stamp (fewer tokens, the looser ceiling), so
-the timing noise of a loopback or a loaded machine widens the fit rather than
-making it wrong; a record no bucket fits (a window, a counter) gives no fit, and
-the ordinary rules stand.
+a loopback's timing noise widens the fit rather than making it wrong. A record
+no bucket fits (no refusal on record after its first accepted send) gives no fit,
+and the ordinary held rules (``_rampup_search``, ``_rampup_start``) stand.
 """
 
 from __future__ import annotations
@@ -43,12 +47,14 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from itertools import pairwise
 from typing import Protocol
 
 from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
 
-__all__ = ["FIT_SLACK", "KNOTS", "REFUSALS_KEPT", "BucketFit", "belief_of", "best_level", "bucket_fit", "chance"]
+__all__ = ["FIT_SLACK", "KNOTS", "REFUSALS_KEPT", "BucketFit", "belief_of", "best_level", "bucket_fit",
+           "chance"]
 
 #: Seconds: an accepted send may reach the server this long after the crawler stamped it (the
 #: connection's own latency, a loaded machine's delays), so it is read this much later.
@@ -146,7 +152,7 @@ def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bo
         return []
     events = sorted([(at, True) for at in oks] + [(at, False) for at in nos])
     # No refill rate above one token per the shortest gap between two events matters more than that.
-    shortest = min((b[0] - a[0] for a, b in zip(events, events[1:], strict=False) if b[0] > a[0]), default=1.0)
+    shortest = min((b[0] - a[0] for a, b in pairwise(events) if b[0] > a[0]), default=1.0)
     top = 2.0 * len(events) / max(shortest, 1e-4)
     fits = []
     for burst, weight in _bursts(len(oks)):
@@ -190,8 +196,7 @@ def chance(belief: Sequence[float], rate: float) -> float:
     rates, chances = belief[0::2], belief[1::2]
     if not rates or rate <= rates[0]:
         return 1.0
-    for (r0, c0), (r1, c1) in zip(zip(rates, chances, strict=True), zip(rates[1:], chances[1:], strict=True),
-                                  strict=False):
+    for (r0, c0), (r1, c1) in pairwise(zip(rates, chances, strict=True)):
         if rate <= r1:
             share = math.log(rate / r0) / math.log(r1 / r0) if r1 > r0 else 1.0
             return c0 + share * (c1 - c0)
@@ -208,7 +213,8 @@ def _below(belief: Sequence[float], rate: float) -> tuple[float, ...]:
     return (*out, rate, 0.0)
 
 
-def best_level(belief: Sequence[float], hold: float, horizon: float, floor: float = 0.0) -> tuple[float, float]:
+def best_level(belief: Sequence[float], hold: float, horizon: float,
+               floor: float = 0.0) -> tuple[float, float]:
     """The pace worth keeping, given the belief and that the rate is at least ``floor`` (kept up).
 
     A pace holds when the refill rate is at least that pace. Over ``horizon`` seconds it gains its
@@ -221,14 +227,15 @@ def best_level(belief: Sequence[float], hold: float, horizon: float, floor: floa
     if base <= 0.0:
         return floor, 1.0
     rates = ([floor] if floor > 0.0 else []) + [r for r in belief[0::2] if r > floor]
-    candidates = [r0 * (r1 / r0) ** (i / 8) for r0, r1 in zip(rates, rates[1:], strict=False) if r0 > 0.0
+    candidates = [r0 * (r1 / r0) ** (i / 8) for r0, r1 in pairwise(rates) if r0 > 0.0
                   for i in range(8)] + rates[-1:]
     best, held, value_best = floor, 1.0, floor * horizon
     for rate in candidates:
         holds = min(1.0, chance(belief, rate) / base)
         # Held: the rate for the horizon. Refused: the hold's silence, then back to the floor kept up
         # (with none kept up yet, nothing is known to hold: the silence's loss is the whole rate's).
-        value = holds * rate * horizon + (1.0 - holds) * (floor * (horizon - hold) - (0.0 if floor else rate * hold))
+        lost = floor * (horizon - hold) if floor else -rate * hold
+        value = holds * rate * horizon + (1.0 - holds) * lost
         if value > value_best and (holds >= 0.5 or not floor):
             value_best, best, held = value, rate, holds
     return best, held
@@ -244,7 +251,7 @@ class _BucketState(Protocol):
     window: float
     phase: str
     hold_learned: float
-    _ok_sends: Sequence[float]
+    _ok_sends: deque[float]
     _ok_count: int
     _held_refusals: deque[float]
     _first_send: float
@@ -261,6 +268,7 @@ class _BucketState(Protocol):
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _set_level(self, now: float, level: float, held: float, sure: float) -> None: ...
+    def _horizon(self, now: float) -> float: ...
 
 
 class BucketFit:
@@ -319,12 +327,12 @@ class BucketFit:
         return True
 
     def _set_level(self: _BucketState, now: float, level: float, held: float, sure: float) -> None:
-        """Pace at ``level`` (from the fit); a step above it is weighed once it has been kept up for a
-        hold's length after the hold (a bucket's burst, refilled by the hold, is spent by then)."""
+        """Pace at ``level`` (from the fit); a step above it is weighed once it has been kept up for
+        two holds' lengths after the hold (see the module's trade-off)."""
         self.rate = self.ceiling = max(self.min_rate, min(self.max_rate, T.fit_share * level))
         self._top, self._cut_rate = 0.0, 0.0
         self._start_climb(now, fast=False)
-        self._probe_after = max(now, self._resumed_at) + held
+        self._probe_after = max(now, self._resumed_at) + 2.0 * held
         self._decide(now, f"fit: a token bucket; pacing at {self.rate:.3g}/s (it holds with a chance of "
                      f"{sure:.2f}); a step above it weighed in {self._probe_after - now:.3g}s")
 

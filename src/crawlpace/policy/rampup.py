@@ -74,8 +74,12 @@ previous cut was not enough) halves the rate, and the next climb is six
 times quicker; then a search (``_rampup_search``) climbs by halves to where
 an ordinary cut would have levelled out. The first such refusal near the
 previous refusal's rate is cut gently instead (``_rampup_cut``). A refusal
-with a ``Retry-After`` hold is not probed past for ``hold / 5 %`` seconds,
-and in the steady phase a long hold resumes at the level.
+with a ``Retry-After`` hold of seconds is read against a token bucket fitted to
+the sends on record (``_rampup_bucket``): the scope resumes after the hold at the
+pace with the best expected gain, a failed step costing a whole hold, and steps
+above it only when the time crawled makes a step worth that risk. Without a fit,
+it is not probed past for ``hold / 5 %`` seconds, and in the steady phase a long
+hold resumes at the level.
 
 The refusals one overshoot draws are one piece of evidence
 (``_rampup_episode``): until a send made after the first refusal is accepted,
@@ -90,7 +94,8 @@ shares), with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
 ``_rampup_climb``, the cut itself in ``_rampup_cut``, the search and the holds
-in ``_rampup_search``, the episodes and fits in ``_rampup_episode``. This
+in ``_rampup_search``, the episodes and fits in ``_rampup_episode``, the bucket fit
+after a hold in ``_rampup_bucket``. This
 module keeps the phases and the decisions.
 """
 
@@ -177,16 +182,16 @@ class Rampup(SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPh
         generation: incremented by every cut.
     """
 
-    __slots__ = ("_baseline", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate", "_cycle_start",
-                 "_door", "_ep_gap", "_ep_since", "_epoch", "_first_send", "_fit_span", "_fitted", "_gap",
-                 "_gap_ok", "_held_refusals", "_hold_end", "_belief", "_kept",
-                 "_gentle", "_good_rate", "_inflight_ok", "_k", "_last_growth", "_level", "_lone_refused",
-                 "_low_latency",
-                 "_ok_count", "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap", "_quiet_until",
-                 "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share", "_stuck_time",
-                 "_sustained", "_top", "_window_min", "_window_start", "above_since", "ceiling", "decision",
-                 "generation", "hold_learned", "last_pushback_rate", "latency", "max_concurrency", "max_rate",
-                 "min_rate", "phase", "rate", "scope", "slot_cap", "start_rate", "target", "window")
+    __slots__ = ("_baseline", "_belief", "_cap_at", "_climb", "_cut_rate", "_cycle_ok", "_cycle_rate",
+                 "_cycle_start", "_door", "_ep_gap", "_ep_since", "_epoch", "_first_send", "_fit_span",
+                 "_fitted", "_gap", "_gap_ok", "_gentle", "_good_rate", "_held_refusals", "_hold_end",
+                 "_inflight_ok", "_k", "_kept", "_last_growth", "_level", "_lone_refused", "_low_latency",
+                 "_ok_count", "_ok_sends", "_probe_after", "_probe_c", "_pushbacks", "_queue_cap",
+                 "_quiet_until", "_resumed_at", "_samples", "_sent_at", "_strict_gap", "_stuck_share",
+                 "_stuck_time", "_sustained", "_top", "_window_min", "_window_start", "above_since",
+                 "ceiling", "decision", "generation", "hold_learned", "last_pushback_rate", "latency",
+                 "max_concurrency", "max_rate", "min_rate", "phase", "rate", "scope", "slot_cap",
+                 "start_rate", "target", "window")
 
     def __init__(self, *, start_rate: float, min_rate: float, max_rate: float, max_concurrency: int,
                  window: float, target: tuple[float, float], scope: str = "") -> None:
