@@ -374,14 +374,17 @@ def test_a_first_refusal_with_a_hold_resumes_under_the_ceiling_not_at_half() -> 
     halved, held, short, second = controller(), controller(), controller(), controller()
     refused, _ = first_refusal(halved, None)
     assert halved.rate == pytest.approx(0.5 * refused, rel=0.01)
-    # The same refusal with a 2 s Retry-After: another refusal costs a whole hold, so the pace
-    # after it is the one the bucket fit makes worth keeping (_rampup_bucket), under the rate
-    # that drew the refusal, paced at once (no climb from under it: the silence refilled the bucket).
+    # The same refusal with a 2 s Retry-After: the bucket refilled during the silence,
+    # so the sends resume just under the ceiling, not from half the refused rate; and
+    # another refusal would cost a whole hold again, so the ceiling keeps more room under
+    # the good rate.
     refused_held, end = first_refusal(held, 2.0)
     assert refused_held == pytest.approx(refused)
+    assert halved.ceiling is not None
+    assert held.ceiling == pytest.approx(halved.ceiling * TUNING.held_share / TUNING.good_ceiling)
     assert held.ceiling is not None
-    assert held.rate == pytest.approx(held.ceiling)
-    assert held.rate < refused
+    assert held.rate == pytest.approx(TUNING.held_share * held.ceiling)
+    assert held.rate > 0.7 * refused
     # After the hold, the scope may send at that rate at once (not capped by the silence).
     assert held.allowed_rate(end + 2.01) >= held.rate
     # A hold shorter than one gap at the ceiling refills no token: the rate is halved.

@@ -2,8 +2,9 @@
 
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
 rules). A site that answers an overshoot with a hold (``Retry-After`` of
-``T.hold_long`` seconds or more) charges the whole hold for every refusal, so
-its refusals are few, costly, and each worth reading closely.
+``T.fit_hold`` seconds or more; ``_rampup_search`` calls in here) charges the
+whole hold for every refusal, so its refusals are few, costly, and each worth
+reading closely.
 
 **The fit.** A token bucket of rate ``r`` and burst ``b`` is known by its level
 over time: it gains ``r`` tokens a second up to ``b``, an accepted request takes

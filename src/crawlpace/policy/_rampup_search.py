@@ -115,7 +115,7 @@ class SearchClimb:
             # start phase's first refusal has a rule of its own, in _rampup_start.)
             self.rate = ceiling
             self._start_climb(now, fast=False)
-        if held >= T.hold_long:
+        if held >= T.fit_hold:
             self._fit_holds(now, held, pace)
 
     def _search_step(self: _SearchState, now: float) -> bool:
