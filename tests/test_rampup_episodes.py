@@ -93,7 +93,7 @@ def test_a_bursty_bucket_is_cut_as_before() -> None:
     assert "no burst" not in ramp.decision
 
 
-def test_a_held_refusal_soon_after_the_last_resume_halves_the_level() -> None:
+def test_a_held_refusal_soon_after_the_last_resume_is_fitted_as_a_large_burst() -> None:
     ramp = controller()
     now = steady(ramp, 20.0, 3.0)  # shorter than a hold: 20/s was never kept up for one
     ramp.hold(now + 5.0)
@@ -105,7 +105,9 @@ def test_a_held_refusal_soon_after_the_last_resume_halves_the_level() -> None:
     now += 0.3
     ramp.hold(now + 5.0)
     answer(ramp, now, refused=True)  # refused again within a quarter of a hold of resuming
-    assert ramp.rate == pytest.approx(0.5 * min(level, ramp.sent_rate(now)), rel=0.05)
+    # Only a large burst at a low rate fits both stretches (a small one at 20/s would have had a
+    # token again 0.3 s after the hold): the level is at least as deep as the old halving's.
+    assert ramp.rate <= 0.5 * min(level, ramp.sent_rate(now))
 
 
 def test_a_held_refusal_after_one_accepted_send_is_cut_as_before() -> None:

@@ -275,11 +275,26 @@ async def test_bursty_buckets_with_retry_after_holds(rate: float, burst: float, 
     assert out.refused <= refusals
 
 
+@pytest.mark.parametrize(("rate", "burst", "hold", "seconds", "share"),
+                         [(12.2, 8.0, 8, 60.0, 0.65),    # was 0.50 / 6: a second hold, then a halving
+                          (6.22, 3.0, 13, 60.0, 0.48),   # was 0.27 / 4
+                          (10.0, 5.0, 30, 90.0, 0.25)])  # was 0.05 / 5: two 30 s holds after the first
+async def test_buckets_with_long_holds_are_paced_at_the_fit_after_one_hold(
+        rate: float, burst: float, hold: int, seconds: float, share: float) -> None:
+    # After the first hold the sends go at the pace the bucket fit makes worth keeping (a second hold
+    # costs as much as the first), and step above it only once a step is likelier to hold than not.
+    out = await crawl(Bucket(rate, burst, hold), seconds)
+    assert out.share >= share
+    assert out.refused <= 4  # the start's trip, its lock-out's probe, the one hold (with the start's rules)
+
+
 async def test_a_bucket_with_no_burst_and_holds_on_a_loaded_machine() -> None:
     # The hard farm's embargo (5/s, 5 s holds) with sends reaching the site up to 50 ms late: a
     # send bunched at a pace under the limit is refused now and then, and is no burst's relapse.
     out = await crawl(Bucket(5.0, 1.0, 5), 60.0, latency=0.003, seed=2, lag=0.05)
-    assert out.share >= 0.5  # 0.56 before the episodes; 0.39 when such a refusal halved the level
+    # 0.56 before the episodes; 0.39 when such a refusal halved the level; 0.49 with the bucket fit
+    # (_rampup_bucket), whose first pace after the start's hold is a cautious 2.5/s for two holds.
+    assert out.share >= 0.45
     assert out.refused <= 4
 
 
@@ -459,7 +474,9 @@ async def test_a_scope_sends_robots_txt_and_one_page_in_its_first_second() -> No
 
 
 @pytest.mark.parametrize(("rate", "burst", "hold", "latency", "share"),
-                         [(5.0, 1.0, 5, 0.03, 0.5),     # was 0.04 / 13: resumed at 28/s after each hold
+                         [(5.0, 1.0, 5, 0.03, 0.4),     # was 0.04 / 13: resumed at 28/s after each hold
+                          # (0.56 / 3 with the held rules; the bucket fit's cautious first pace after
+                          # a 5 s hold gives 0.41 / 6 here, and more on bursty buckets with holds)
                           (3.0, 3.0, 10, 0.05, 0.4)])   # was 0.31 / 5
 async def test_a_held_refusal_under_the_window_of_one_resumes_at_what_the_sends_showed(
         rate: float, burst: float, hold: int, latency: float, share: float) -> None:
@@ -467,4 +484,4 @@ async def test_a_held_refusal_under_the_window_of_one_resumes_at_what_the_sends_
     # 20-33/s from the first answer; the bucket refuses within a few sends and holds for seconds.
     out = await crawl(Bucket(rate, burst, hold), 60.0, latency=latency, seed=2)
     assert out.share >= share
-    assert out.refused <= 4
+    assert out.refused <= 6  # 13 before; the bucket fit after a 5 s hold may try twice more

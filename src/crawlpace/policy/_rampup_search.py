@@ -64,6 +64,7 @@ class _SearchState(Protocol):
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _held_short(self, now: float, held: float, pace: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
+    def _fit_holds(self, now: float, held: float, refused: float) -> bool: ...
 
 
 class SearchClimb:
@@ -114,6 +115,8 @@ class SearchClimb:
             # start phase's first refusal has a rule of its own, in _rampup_start.)
             self.rate = ceiling
             self._start_climb(now, fast=False)
+        if held >= T.fit_hold:
+            self._fit_holds(now, held, pace)
 
     def _search_step(self: _SearchState, now: float) -> bool:
         """At the level with no pushback: climb quickly to the next level of the search.

@@ -182,6 +182,15 @@ class RampupTuning:
     #: held still adds most of it, and the fit's noise (a few % on a smoothed latency) stays under it.
     knee_gain: float = 0.2
 
+    # -- holds --
+    #: Seconds: a refusal with a hold at least this long is read against the bucket fit
+    #: (``_rampup_bucket``); shorter holds keep the held rules above. A wrong pace after a short hold
+    #: costs little, and the fit's first pace, cautious by design, cost more than it saved there: the
+    #: mixed farm's 2/s site with 2 s holds fell from 0.63 to 0.36 of the oracle with the fit, and on
+    #: 24 random buckets with holds of 2-60 s the fit from 4 s up did as well as from 1.5 s (0.62 and
+    #: 0.61 of capacity, against 0.53 without it).
+    fit_hold: float = 4.0
+
     # -- derived: numbers that follow from the fields above, by the formula that states their reason --
 
     @property

@@ -81,8 +81,12 @@ previous cut was not enough) halves the rate, and the next climb is six
 times quicker; then a search (``_rampup_search``) climbs by halves to where
 an ordinary cut would have levelled out. The first such refusal near the
 previous refusal's rate is cut gently instead (``_rampup_cut``). A refusal
-with a ``Retry-After`` hold is not probed past for ``hold / 5 %`` seconds,
-and in the steady phase a long hold resumes at the level.
+with a ``Retry-After`` hold of seconds is read against a token bucket fitted to
+the sends on record (``_rampup_bucket``): the scope resumes after the hold at the
+pace with the best expected gain, a failed step costing a whole hold, and steps
+above it only when the time crawled makes a step worth that risk. Without a fit,
+it is not probed past for ``hold / 5 %`` seconds, and in the steady phase a long
+hold resumes at the level.
 
 The refusals one overshoot draws are one piece of evidence
 (``_rampup_episode``): until a send made after the first refusal is accepted,
@@ -103,8 +107,9 @@ and the rules, with its parts in rooms of their own: the send record in
 ``_rampup_sends``, the latency watch in ``_rampup_latency``, the slots and
 their cap in ``_rampup_slots``, the cuts' depths and the cubic climb in
 ``_rampup_climb``, the cut itself in ``_rampup_cut``, the search and the holds
-in ``_rampup_search``, the episodes and fits in ``_rampup_episode``, the
-memory of a level held before a fall in ``_rampup_recall``. This
+in ``_rampup_search``, the episodes and fits in ``_rampup_episode``, the bucket fit
+after a hold in ``_rampup_bucket``, the memory of a level held before a fall in
+``_rampup_recall``. This
 module keeps the phases and the decisions.
 """
 
@@ -116,6 +121,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .._jitter import Jitter
+from ._rampup_bucket import REFUSALS_KEPT, BucketFit
 from ._rampup_climb import CubicClimb
 from ._rampup_cut import CutRules
 from ._rampup_episode import Episodes
@@ -271,10 +277,20 @@ class RampupState:
     _recall: float = 0.0
     _recall_wait: float = 0.0
     _recall_from: float = 0.0
+    # The bucket fit's record (_rampup_bucket): the accepted sends ever, the first one, the sends
+    # whose refusal started a hold, and when the last such hold ended.
+    _ok_count: int = 0
+    _first_send: float = _NEVER
+    _hold_end: float = _NEVER
+    _held_refusals: deque[float] = field(default_factory=lambda: deque(maxlen=REFUSALS_KEPT))
+    # What the fit believes of the limit (rate, chance it is at least that, ...) and the highest
+    # fitted level kept up for a step's wait (_rampup_bucket).
+    _belief: tuple[float, ...] = ()
+    _kept: float = 0.0
 
 
 class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb,
-             Episodes, LevelRecall):
+             Episodes, LevelRecall, BucketFit):
     """The rampup controller of one scope: its settings, its state (:class:`RampupState`), and the rules.
 
     Args:
@@ -353,6 +369,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
         if pushback:
             self.note_refusal(answered, elapsed, inflight)
+            if answered:
+                self._note_refusal_held(now, sent_at, self._resumed_at)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)
@@ -386,6 +404,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._episode_cut()
         else:
             self._note_accepted(now if sent_at is None else sent_at)
+            self._note_ok_send(now if sent_at is None else sent_at)
             self._note_inflight(now, inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
             if outlier:
@@ -438,6 +457,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             return
         self._recall_step(now)
         self._search_step(now)
+        self._fit_step(now)
         curve, ceiling = self._curve(now), self.ceiling or self.rate
         if curve > ceiling and self._probe_held(now):
             self._epoch += step  # a held refusal's wait is not over: the curve stays at its level

@@ -1,0 +1,357 @@
+"""Rampup's bucket fit: after a refusal that cost a hold, pace at what the evidence makes worth keeping.
+
+Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
+rules). A site that answers an overshoot with a hold (``Retry-After`` of
+``T.fit_hold`` seconds or more; ``_rampup_search`` calls in here) charges the
+whole hold for every refusal, so its refusals are few, costly, and each worth
+reading closely.
+
+**The fit.** A token bucket of rate ``r`` and burst ``b`` is known by its level
+over time: it gains ``r`` tokens a second up to ``b``, an accepted request takes
+one, a refused one none. Given the scope's accepted sends on record and the sends
+whose refusal started a hold (the bucket was empty then), the level at every send
+rises with ``r`` for each ``b``; so each accepted send puts a floor under ``r``
+and each refusal a ceiling over it, and :func:`bucket_fit` finds by bisection,
+for every burst, the interval of rates that fit the whole record. One overshoot
+says little (a large burst at a low rate explains it as well as no burst at a high
+one); two stretches at different paces, with a hold between, pin both numbers.
+
+**The belief.** Every burst that fits is taken as likely as any other, and within
+its interval every rate as likely on a log scale; the chance that the limit is at
+least a rate is kept at :data:`KNOTS` rates (:func:`belief_of`), and a refused
+pace drops the chance above it (the limit is under a pace that drew a hold).
+
+**The trade-off.** After the hold, the scope paces at the rate with the best
+expected gain over the time it has crawled (at least a window: a crawl that has run
+a minute is likely to run about as long again), where a pace that holds gains its
+rate for that time and one that does not costs the hold (:func:`best_level`).
+Once a pace has been kept up for two holds' lengths after the hold (a bucket's
+burst refilled by the hold carries a pace half again over its limit for about that
+long), a *step* above it is weighed the same way, each round: a step that fails
+costs the hold and returns to the pace kept up, so a step is taken when its gain
+over the time crawled outweighs that, and only when it is likelier to hold than
+not. A long hold makes the scope careful and a short one bold; the time crawled
+makes steps worth more as the crawl goes on. A refusal at or under a pace kept up
+(a send the crawler's own delays bunched, or a limit that moved down) is cut by the
+ordinary share under it, so a falling limit is followed down hold by hold.
+
+A send's time is the crawler's stamp; the server sees it a little later. An
+accepted send is read :data:`FIT_SLACK` later than its stamp (more tokens, the
+looser floor), a refusal at its stamp (fewer tokens, the looser ceiling), so
+a loopback's timing noise widens the fit rather than making it wrong. A record
+no bucket fits (no refusal on record after its first accepted send) gives no fit,
+and the ordinary held rules (``_rampup_search``, ``_rampup_start``) stand.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+from itertools import pairwise
+from typing import Protocol
+
+from ._rampup_sends import NEVER
+from ._rampup_tuning import TUNING as T
+
+__all__ = ["FIT_SLACK", "KNOTS", "REFUSALS_KEPT", "BucketFit", "belief_of", "best_level", "bucket_fit",
+           "chance"]
+
+#: Seconds: an accepted send may reach the server this long after the crawler stamped it (the
+#: connection's own latency, a loaded machine's delays), so it is read this much later.
+FIT_SLACK = 0.01
+#: Bisection steps per bound, on a log scale over a factor of ``exp(_RANGE)`` (a million): the bound
+#: is found within 0.1 %.
+_STEPS = 14
+_RANGE = math.log(1e6)
+#: Bursts up to this many are each tried; larger ones are sampled geometrically (a fit takes a few
+#: milliseconds, not the tenths of a second 64 bursts took).
+EVERY_BURST = 12
+#: Rates the belief (the chance the limit is at least each) is kept at.
+KNOTS = 8
+#: Refusals that started a hold kept on record (a refusal older than the accepted sends kept says
+#: nothing the fit can use).
+REFUSALS_KEPT = 8
+
+
+def _level_ok(events: Sequence[tuple[float, bool]], rate: float, burst: float, start: float,
+              slack: float) -> tuple[bool, bool]:
+    """Replay the bucket (``rate``, ``burst``, ``start`` tokens at the first event) over ``events``.
+
+    Returns:
+        (every accepted send found a token, every refusal found none).
+    """
+    level, last = start, events[0][0]
+    accepts = refusals = True
+    for at, ok in events:
+        when = at + slack if ok else at
+        level = min(burst, level + max(0.0, when - last) * rate)
+        last = max(last, when)
+        if ok:
+            if level < 1.0:
+                accepts = False
+                level = 1.0  # it was accepted: the bucket had the token (the rate is too low)
+            level -= 1.0
+        elif level >= 1.0:
+            refusals = False
+    return accepts, refusals
+
+
+def _bound(events: Sequence[tuple[float, bool]], burst: float, start: float, top: float, slack: float,
+           *, floor: bool) -> float:
+    """The least rate under which every acceptance fits (``floor``), or the greatest under which
+    every refusal does; both by bisection on a log scale over ``[top * 1e-6, top]`` (the level
+    rises with the rate), 0 for a bound under that range."""
+    low, high = math.log(top) - _RANGE, math.log(top)
+    for _ in range(_STEPS):
+        mid = 0.5 * (low + high)
+        accepts, refusals = _level_ok(events, math.exp(mid), burst, start, slack)
+        fits = accepts if floor else refusals
+        if fits == floor:  # a floor that fits, or a ceiling that does not: look lower
+            high = mid
+        else:
+            low = mid
+    bound = high if floor else low
+    return 0.0 if bound <= math.log(top) - _RANGE + 1e-9 else math.exp(bound)
+
+
+def _bursts(most: int) -> list[tuple[int, float]]:
+    """The bursts tried, 1 to ``most``: every one up to :data:`EVERY_BURST`, then a geometric
+    sample (each stands for the bursts up to the next), with how many bursts each stands for."""
+    tried = list(range(1, min(most, EVERY_BURST) + 1))
+    burst = float(EVERY_BURST)
+    while round(burst) < most:
+        burst = min(float(most), burst * 1.25)
+        tried.append(round(burst))
+    tried = sorted(set(tried))
+    return [(b, float((tried[i + 1] if i + 1 < len(tried) else b + 1) - b)) for i, b in enumerate(tried)]
+
+
+def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bool,
+               slack: float = FIT_SLACK) -> list[tuple[int, float, float, float]]:
+    """The token buckets that fit a scope's record of sends.
+
+    Args:
+        accepted: the times of accepted sends on record.
+        refused: the times of the sends whose refusal started a hold (the bucket was empty);
+            those before the first accepted send on record are left out.
+        first: the first accepted send on record is the scope's first send (the bucket was full);
+            otherwise it may have had as little as one token then.
+        slack: seconds an accepted send is read later than its stamp.
+
+    Returns:
+        ``(burst, lo, hi, weight)`` for every burst tried that some bucket with a refill rate in
+        ``[lo, hi]`` fits with (``weight``: the bursts it stands for), the smallest burst first;
+        empty when none fits or no refusal bounds the rate.
+    """
+    if not accepted:
+        return []
+    oks = sorted(accepted)
+    start = oks[0]
+    nos = [at for at in refused if at > start]
+    if not nos:
+        return []
+    events = sorted([(at, True) for at in oks] + [(at, False) for at in nos])
+    # No refill rate above one token per the shortest gap between two events matters more than that.
+    shortest = min((b[0] - a[0] for a, b in pairwise(events) if b[0] > a[0]), default=1.0)
+    top = 2.0 * len(events) / max(shortest, 1e-4)
+    fits = []
+    for burst, weight in _bursts(len(oks)):
+        floor = _bound(events, burst, float(burst), top, slack, floor=True)
+        ceiling = _bound(events, burst, float(burst) if first else 1.0, top, slack, floor=False)
+        if floor <= ceiling:
+            fits.append((burst, floor, ceiling, weight))
+    return fits
+
+
+def _chance_at_least(fits: Sequence[tuple[int, float, float, float]], rate: float) -> float:
+    """The chance the refill rate is at least ``rate``: every burst that fits equally likely, and
+    within a burst's interval every rate equally likely on a log scale."""
+    total = weights = 0.0
+    for _, lo, hi, weight in fits:
+        weights += weight
+        lo = max(lo, hi * 1e-3)
+        if rate <= lo:
+            total += weight
+        elif rate < hi:
+            total += weight * math.log(hi / rate) / math.log(hi / lo)
+    return total / weights
+
+
+def belief_of(fits: Sequence[tuple[int, float, float, float]]) -> tuple[float, ...]:
+    """The chance the refill rate is at least each of :data:`KNOTS` rates over the fits' span, as
+    ``(rate, chance, rate, chance, ...)``, the lowest rate first (a compact, shareable summary)."""
+    lo = min(max(low, high * 1e-3) for _, low, high, _ in fits)
+    hi = max(high for _, _, high, _ in fits)
+    if hi <= lo:
+        return (lo, 1.0)
+    out: list[float] = []
+    for i in range(KNOTS):
+        rate = lo * (hi / lo) ** (i / (KNOTS - 1))
+        out += [rate, _chance_at_least(fits, rate)]
+    return tuple(out)
+
+
+def chance(belief: Sequence[float], rate: float) -> float:
+    """The chance the refill rate is at least ``rate``, by the belief's knots (log-linear between)."""
+    rates, chances = belief[0::2], belief[1::2]
+    if not rates or rate <= rates[0]:
+        return 1.0
+    for (r0, c0), (r1, c1) in pairwise(zip(rates, chances, strict=True)):
+        if rate <= r1:
+            share = math.log(rate / r0) / math.log(r1 / r0) if r1 > r0 else 1.0
+            return c0 + share * (c1 - c0)
+    return 0.0
+
+
+def _below(belief: Sequence[float], rate: float) -> tuple[float, ...]:
+    """The belief told that the limit is under ``rate`` (a pace was refused there)."""
+    gone = chance(belief, rate)
+    if gone >= 1.0:
+        return ()
+    out = [x for r, c in zip(belief[0::2], belief[1::2], strict=True) if r < rate
+           for x in (r, max(0.0, (c - gone) / (1.0 - gone)))]
+    return (*out, rate, 0.0)
+
+
+def best_level(belief: Sequence[float], hold: float, horizon: float,
+               floor: float = 0.0) -> tuple[float, float]:
+    """The pace worth keeping, given the belief and that the rate is at least ``floor`` (kept up).
+
+    A pace holds when the refill rate is at least that pace. Over ``horizon`` seconds it gains its
+    rate when it holds, and loses a hold's worth of it when it does not.
+
+    Returns:
+        ``(level, chance)``: the pace with the best expected gain and the chance it holds.
+    """
+    base = chance(belief, floor) if floor > 0.0 else 1.0
+    if base <= 0.0:
+        return floor, 1.0
+    rates = ([floor] if floor > 0.0 else []) + [r for r in belief[0::2] if r > floor]
+    candidates = [r0 * (r1 / r0) ** (i / 8) for r0, r1 in pairwise(rates) if r0 > 0.0
+                  for i in range(8)] + rates[-1:]
+    best, held, value_best = floor, 1.0, floor * horizon
+    for rate in candidates:
+        holds = min(1.0, chance(belief, rate) / base)
+        # Held: the rate for the horizon. Refused: the hold's silence, then back to the floor kept up
+        # (with none kept up yet, nothing is known to hold: the silence's loss is the whole rate's).
+        lost = floor * (horizon - hold) if floor else -rate * hold
+        value = holds * rate * horizon + (1.0 - holds) * lost
+        if value > value_best and (holds >= 0.5 or not floor):
+            value_best, best, held = value, rate, holds
+    return best, held
+
+
+class _BucketState(Protocol):
+    """What the methods of :class:`BucketFit` use of the controller."""
+
+    rate: float
+    ceiling: float | None
+    min_rate: float
+    max_rate: float
+    window: float
+    phase: str
+    hold_learned: float
+    _ok_sends: deque[float]
+    _ok_count: int
+    _held_refusals: deque[float]
+    _first_send: float
+    _hold_end: float
+    _belief: tuple[float, ...]
+    _kept: float
+    _sustained: float
+    _top: float
+    _cut_rate: float
+    _probe_after: float
+    _ep_since: float
+    _resumed_at: float
+
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
+    def _set_level(self, now: float, level: float, held: float, sure: float) -> None: ...
+    def _horizon(self, now: float) -> float: ...
+
+
+class BucketFit:
+    """The bucket-fit part of a rampup controller (its attributes live on :class:`Rampup`)."""
+
+    __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    ceiling: float | None  # declared for the assignments below, which might narrow it
+
+    def _note_refusal_held(self: _BucketState, now: float, sent_at: float | None, hold_end: float) -> None:
+        """A refusal answered at ``now``: when it started a hold (one the scope was not already in when
+        the send went), the bucket was empty at its send; note the send's time."""
+        sent = now if sent_at is None else sent_at
+        if hold_end - now < T.hold_long or sent < self._hold_end:
+            return
+        self._held_refusals.append(sent)
+        self._hold_end = hold_end
+
+    def _note_ok_send(self: _BucketState, sent: float) -> None:
+        """An accepted send at ``sent`` (kept in ``_ok_sends`` by the episodes' record)."""
+        self._ok_count += 1
+        if self._first_send == NEVER:
+            self._first_send = sent
+
+    def _horizon(self: _BucketState, now: float) -> float:
+        """The time a rate decision is weighed over: the time crawled so far, at least a window."""
+        first = now if self._first_send == NEVER else self._first_send
+        return max(now - first, self.window)
+
+    def _fit_holds(self: _BucketState, now: float, held: float, refused: float) -> bool:
+        """After a refusal (of a send paced at ``refused``) that started a hold of ``held`` seconds:
+        pace at the level the bucket fit makes worth keeping.
+
+        Returns:
+            True when the fit set the level.
+        """
+        kept, belief = self._kept, self._belief
+        if kept > 0.0 and refused > kept and belief:
+            # A step above a pace kept up was refused: back to that pace; the limit is under the step.
+            self._belief = _below(belief, refused)
+            self._set_level(now, kept / T.fit_share, held, 1.0)
+            return True
+        fits = bucket_fit(self._ok_sends, self._held_refusals, first=self._ok_count <= len(self._ok_sends))
+        if not fits:
+            return False
+        # The pace that drew the refusal, kept up, would draw it again: the limit is under it.
+        self._belief = _below(belief_of(fits), refused) if refused > 0.0 else belief_of(fits)
+        # A pace kept up for a whole hold's length before (_rampup_episode's note) held; a refusal at
+        # it or under is a send the crawler's own delays bunched, or a limit that moved down: the
+        # ordinary cut under it, so that a limit that fell is followed down hold by hold.
+        kept = self._sustained
+        if refused <= kept * (1.0 + T.tolerance):
+            kept = T.cut * min(kept, refused)
+        self._kept = kept
+        level, sure = best_level(self._belief, held, self._horizon(now), floor=kept)
+        self._set_level(now, level, held, sure)
+        return True
+
+    def _set_level(self: _BucketState, now: float, level: float, held: float, sure: float) -> None:
+        """Pace at ``level`` (from the fit); a step above it is weighed once it has been kept up for
+        two holds' lengths after the hold (see the module's trade-off)."""
+        self.rate = self.ceiling = max(self.min_rate, min(self.max_rate, T.fit_share * level))
+        self._top, self._cut_rate = 0.0, 0.0
+        self._start_climb(now, fast=False)
+        self._probe_after = max(now, self._resumed_at) + 2.0 * held
+        self._decide(now, f"fit: a token bucket; pacing at {self.rate:.3g}/s (it holds with a chance of "
+                     f"{sure:.2f}); a step above it weighed in {self._probe_after - now:.3g}s")
+
+    def _fit_step(self: _BucketState, now: float) -> bool:
+        """At the fitted level once it has been kept up: step to the pace now worth keeping, if
+        higher (the time crawled grows, and with it what a step gains).
+
+        Returns:
+            True when the level moved up.
+        """
+        if not self._belief or self.phase != "steady" or now < self._probe_after or self._ep_since != NEVER:
+            return False
+        level = self.ceiling or self.rate
+        self._kept = max(self._kept, level)
+        held = max(self.hold_learned, T.hold_long)
+        step, sure = best_level(self._belief, held, self._horizon(now), floor=level)
+        if step <= level * (1.0 + T.tolerance):
+            self._probe_after = now + T.round  # weighed again a round later
+            return False
+        self._set_level(now, step / T.fit_share, held, sure)
+        return True

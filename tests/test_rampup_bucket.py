@@ -1,0 +1,60 @@
+"""Rampup's bucket fit (``policy/_rampup_bucket``): the token buckets a record of sends fits, and the
+pace worth keeping after a hold, on plain numbers."""
+
+from __future__ import annotations
+
+import pytest
+
+from crawlpace.policy._rampup_bucket import belief_of, best_level, bucket_fit, chance
+from crawlpace.sim._limits import TokenBucket
+
+
+def replay(bucket: TokenBucket, sends: list[float]) -> tuple[list[float], list[float]]:
+    """The sends a bucket accepts up to the first it refuses (a hold follows: nothing more is sent)."""
+    accepted: list[float] = []
+    for at in sends:
+        if bucket.take(at) > 0.0:
+            return accepted, [at]
+        accepted.append(at)
+    return accepted, []
+
+
+def test_two_paces_pin_a_bucket_that_one_overshoot_cannot() -> None:
+    # A bucket of 8 at 20/s: a quick overshoot from full, then (after a pause that refills it) a pace
+    # of 25/s, which it keeps up for 8 / 5 = 1.6 s before refusing.
+    bucket = TokenBucket(20.0, 8.0)
+    first = [i * 0.02 for i in range(30)]  # 50/s
+    accepted, refused = replay(bucket, first)
+    one = bucket_fit(accepted, refused, first=True, slack=0.0)
+    # One overshoot: a large burst at a low rate fits as well as no burst at a high one.
+    assert min(lo for _, lo, _, _ in one) < 5.0 < 40.0 < max(hi for _, _, hi, _ in one)
+    second = [10.0 + i * 0.04 for i in range(60)]  # 25/s from a full bucket
+    more, refused_more = replay(bucket, second)
+    two = bucket_fit(accepted + more, refused + refused_more, first=True, slack=0.0)
+    assert [burst for burst, *_ in two] == [8]
+    (_, lo, hi, _), = two
+    assert lo <= 20.0 * 1.001  # (the bisection finds each bound within 0.1 %)
+    assert hi >= 20.0
+    assert hi / lo < 1.1
+
+
+def test_no_refusal_gives_no_fit() -> None:
+    assert bucket_fit([0.0, 0.1, 0.2], [], first=True) == []
+    assert bucket_fit([0.0, 0.1, 0.2], [-1.0], first=True) == []  # a refusal before the record
+
+
+def test_the_pace_kept_weighs_the_hold_a_step_risks() -> None:
+    # The limit anywhere from 1 to 16/s (one burst, log-uniform): a short hold makes a higher pace
+    # worth its risk; a long one a lower pace; a pace known to hold bounds what is risked.
+    belief = belief_of([(1, 1.0, 16.0, 1.0)])
+    assert chance(belief, 1.0) == 1.0
+    assert chance(belief, 4.0) == pytest.approx(0.5, abs=0.02)
+    assert chance(belief, 16.0) == pytest.approx(0.0, abs=1e-9)
+    bold, _ = best_level(belief, hold=1.0, horizon=60.0)
+    timid, sure = best_level(belief, hold=60.0, horizon=60.0)
+    assert 1.0 <= timid < bold < 16.0
+    assert sure > 0.5
+    # From a pace kept up (the fallback if the step fails), a step more likely to hold than not.
+    step, holds = best_level(belief, hold=10.0, horizon=60.0, floor=4.0)
+    assert step > 4.0
+    assert holds >= 0.5
