@@ -384,6 +384,20 @@ async def test_a_fleets_workers_share_a_quick_sites_pages_from_its_first_answers
     assert fleet.refused <= alone.refused + 1
 
 
+@pytest.mark.redis
+async def test_a_fleet_climbs_past_the_start_on_a_site_answering_in_milliseconds(redis_url: str) -> None:
+    # A site answering in 2 ms (no window of one) crawled after robots.txt: the page through the
+    # start's door is the one early send, the next keeps the starting gap (1 s), and then the
+    # climb goes on. A fleet's send record comes from the store (sync_sends), which never forgot
+    # the door's time: every later send kept the starting gap, 1/s for the whole crawl (a random
+    # farm's 58.8/s bucket got 1 page a second for 300 s) where one process climbs to ~46/s.
+    alone = await measure("memory://", 1, latency=0.002, seconds=8.0, robots=True)
+    fleet = await measure(redis_url.split("?")[0], 4, latency=0.002, seconds=8.0, robots=True)
+    assert alone.per_second(4.0, 8.0) >= 0.8 * RATE
+    assert fleet.per_second(4.0, 8.0) >= 0.9 * alone.per_second(4.0, 8.0)
+    assert fleet.refused <= alone.refused + 3
+
+
 async def test_a_pushback_seen_by_one_worker_slows_every_worker(store_url: str) -> None:
     # Two workers (two stores on one server; on memory, one store) climb to a fast rate, each
     # with a request out. One answer is a 429: the rate is cut for both at once, and the other

@@ -232,6 +232,10 @@ class SendRecord:
         elif gap is not None:
             self._gap = gap
         if last > self._sent_at:
+            # A send after the one this record knows: the early send's successor has gone, so the
+            # door's time is spent, as on_send forgets it at the next send (a fleet calls on_send
+            # only for the send through the door; kept, door_gap held the scope at its starting gap).
+            self._door = NEVER
             self._sent_at = last
 
     def sync_accepted(self: _SendRecordState, accepted: int) -> None:
