@@ -223,16 +223,18 @@ class Outcome:
 
 
 async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, workers: int = 16,
-                seed: int = 1, instant: bool = False, lag: float = 0.0, slots: int = 8) -> Outcome:
+                seed: int = 1, instant: bool = False, lag: float = 0.0, slots: int | None = None) -> Outcome:
     """Crawl one site for ``seconds`` of virtual time as ``crawlpace crawl`` paces it.
 
     A 503 is answered at once (a cap on requests in flight refuses on arrival); with ``instant``,
     a 429 too (a rate limiter in front of the application). ``lag``: each request reaches the
     site up to that many seconds after its send (a loaded crawler machine's own delays).
-    ``slots``: the most rampup opens (``rampup_max_concurrency``)."""
+    ``slots``: the most rampup opens (``rampup_max_concurrency``; None: its default)."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
-    defaults = {"rampup": True, "rampup_max_concurrency": slots}
+    defaults: dict[str, object] = {"rampup": True}
+    if slots is not None:
+        defaults["rampup_max_concurrency"] = slots
     settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": defaults, "CONCURRENT_REQUESTS": 64})
     accepted = refused = 0
     async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:

@@ -182,6 +182,14 @@ class RampupTuning:
     #: held still adds most of it, and the fit's noise (a few % on a smoothed latency) stays under it.
     knee_gain: float = 0.2
 
+    # -- slots --
+    #: The slots rampup opens without evidence that requests in flight, not a rate, bind the site
+    #: (the start phase, a rate limiter's pace); past them, up to ``rampup_max_concurrency``, one
+    #: more opens per measured round while every slot is used, latency stays under the knee line and
+    #: nothing is refused (``_rampup_slots``). 8: the start phase's doubling holds this many when a
+    #: bucket's first refusal comes back; with 16 a 25/s bucket at 0.2 s drew 17 refusals, not 10.
+    open_slots: int = 8
+
     # -- derived: numbers that follow from the fields above, by the formula that states their reason --
 
     @property

@@ -84,7 +84,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_cycle_refused", "_ok_sends", "_gap_ok",
           "_strict_gap", "_fitted", "_fit_span", "_inflight_ok", "_sustained", "_lone_refused",
           "_quick_sent", "_outstanding", "_stragglers", "_load_latency", "_load_count", "_load_n",
-          "_load_since", "_knee_hold", "_knee_at", "_answered_at"),  # rampup
+          "_load_since", "_knee_hold", "_knee_at", "_answered_at", "_slots_open", "_opened_at"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
 }
