@@ -123,10 +123,10 @@ class SlotSizing:
 
         That is: the steady phase, every slot in use (this answer came with all of them out) while the
         rate calls for more, latency under the knee line (each request answered as quickly as one
-        alone: by Little's law one more in flight serves one more ``1 / n``), no pushback in the window,
-        no cap read from refusals at or under the count, and the count measured a round's worth
-        (:meth:`throughput`) since the last one opened. A rate's refusal takes them back (:meth:`_close_slot`);
-        latency past the knee hands the slots to the load fit.
+        alone: by Little's law one more in flight serves one more ``1 / n``), no pushback in the
+        window, no cap read from refusals at or under the count, and the count measured a round's
+        worth (:meth:`throughput`) since the last one opened. A rate's refusal takes them back
+        (:meth:`_close_slot`); latency past the knee hands the slots to the load fit.
         """
         limit = self.slot_limit()
         if (level != 0 or inflight is None or inflight < limit or limit >= self.max_concurrency
@@ -141,7 +141,8 @@ class SlotSizing:
             # and a window before the next try (one measured round would find the same).
             self._slots_open = max(0, best - T.open_slots)
             self._opened_at = now + self.window - T.round
-            self._decide(now, f"slots: {limit} in flight serve no more than {best}; back to {self.slot_limit()}")
+            self._decide(now, f"slots: {limit} in flight serve no more than {best}; "
+                         f"back to {self.slot_limit()}")
             return
         self._slots_open += 1
         self._opened_at = now
