@@ -130,19 +130,19 @@ class SlotSizing:
         """
         limit = self.slot_limit()
         if (level != 0 or inflight is None or inflight < limit or limit >= self.max_concurrency
-                or self.phase != "steady" or self._knee_hold > 0 or self.slot_cap <= limit):
+                or self._knee_hold > 0 or self.slot_cap <= limit):
             return
-        if (now - self._opened_at < T.round or self.throughput(limit) is None or self.pushbacks(now) > 0
+        base = self.baseline()
+        if (base is None or now - self._opened_at < max(T.round, 2.0 * base) or self.pushbacks(now) > 0
                 or self.concurrency(self.allowed_rate(now)) < limit):
             return
-        best = self.best_load()
-        if self._slots_open > 0 and best is not None and best < limit:
-            # The last slot opened bought no throughput (a knee under the knee line): back to the best,
-            # and a window before the next try (one measured round would find the same).
-            self._slots_open = max(0, best - T.open_slots)
+        got, fewer = self.throughput(limit), self.throughput(limit - 1)
+        if self._slots_open > 0 and got is not None and fewer is not None and got < fewer:
+            # The last slot opened served less than one fewer (a knee under the knee line): back to one
+            # fewer, and a window before the next try (one measured round would find the same).
+            self._slots_open -= 1
             self._opened_at = now + self.window - T.round
-            self._decide(now, f"slots: {limit} in flight serve no more than {best}; "
-                         f"back to {self.slot_limit()}")
+            self._decide(now, f"slots: {limit} in flight serve less than {limit - 1}; back to {limit - 1}")
             return
         self._slots_open += 1
         self._opened_at = now
