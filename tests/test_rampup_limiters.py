@@ -404,7 +404,7 @@ async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
                           (7, 0.2, 1.0, 8, 0.9),       # 0.97
                           (4, 0.3, 2.0, 8, 0.85),      # was 0.73: rampup's knee (1.6 x baseline) is past it
                           (12, 0.15, 2.0, 16, 0.85),   # was 0.64 with 16 slots allowed
-                          (12, 0.15, 2.0, None, 0.85)])  # 0.93; 0.64 with the default of 8 slots
+                          (12, 0.15, 2.0, None, 0.85)])  # 0.92; 0.64 with the default of 8 slots
 async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float, slots: int | None,
                                                share: float) -> None:
     # The load fit (Little's law) holds the count in flight that serves the most; the start phase's
@@ -429,9 +429,9 @@ async def test_a_server_slower_with_every_request_it_holds(latency: float, per_i
 async def test_slots_past_eight_open_only_where_requests_in_flight_bind() -> None:
     # A server capped at 12 in flight (slots freed 20 ms late) and answering at its baseline latency
     # till then: every slot in use, no refusal, latency flat, so slots open past the 8 the start phase
-    # and rate limiters get (0.70 with 8: the default before).
+    # and rate limiters get (0.83; 0.70 with 8: the default before).
     out = await crawl(ConnectionCap(12, 0.2, 0.02), 60.0, latency=0.2)
-    assert out.share >= 0.75
+    assert out.share >= 0.78
     assert out.refused <= 4
 
 

@@ -121,12 +121,15 @@ class SlotSizing:
         """An accepted answer with ``inflight`` in flight at latency ``level``: open one slot more when the
         site is bound by requests in flight, not by a rate.
 
-        That is: the steady phase, every slot in use (this answer came with all of them out) while the
-        rate calls for more, latency under the knee line (each request answered as quickly as one
-        alone: by Little's law one more in flight serves one more ``1 / n``), no pushback in the
-        window, no cap read from refusals at or under the count, and the count measured a round's
-        worth (:meth:`throughput`) since the last one opened. A rate's refusal takes them back
-        (:meth:`_close_slot`); latency past the knee hands the slots to the load fit.
+        That is: every slot in use (this answer came with all of them out) while the rate calls for
+        more, latency under the knee line (each request answered as quickly as one alone: by
+        Little's law one more in flight serves one more ``1 / n``), no pushback in the window, no cap
+        read from refusals at or under the count, and a round trip (twice the baseline latency, at
+        least ``T.round``) since the last one opened. In the start phase too: a site of 20 s spent
+        its whole start at 8 slots. A bucket's first refusal then finds at most one slot more in
+        flight than answers showed it holds. A rate's refusal takes them back (:meth:`_close_slot`);
+        latency past the knee hands the slots to the load fit; a slot that served less than one
+        fewer (:meth:`throughput`, a knee under the knee line) goes, for a window.
         """
         limit = self.slot_limit()
         if (level != 0 or inflight is None or inflight < limit or limit >= self.max_concurrency
