@@ -309,7 +309,7 @@ async def test_a_worker_stops_claiming_a_host_it_holds_enough_urls_of(frontiers:
     frontier = frontiers("w1")
     settings = Settings(scope_defaults=ScopeConfig(concurrency=2))
     assert claim_per_scope(settings) == 4  # its slots, plus two
-    assert claim_per_scope(Settings(scope_defaults=ScopeConfig(rampup=True))) == 10  # rampup's 8 slots + 2
+    assert claim_per_scope(Settings(scope_defaults=ScopeConfig(rampup=True))) == 18  # 16 slots, plus two
     await frontier.enqueue(site("slow.test", 8) + site("fast.test", 8))
     job = SharedCrawlJob(settings, CrawlOptions(output=tmp_path / "out.jsonl", store=frontier.url),
                          frontier=frontier)

@@ -1182,3 +1182,38 @@ def test_a_refusal_for_too_many_in_flight_cuts_from_what_went_out_at_least() -> 
     ramp.on_response(1.0, pushback=True, current=True, latency=0.004, elapsed=0.004, inflight=5)
     assert "slots capped at 4" in ramp.decision
     assert ramp.rate >= 0.9 * 0.9 * ramp.sent_rate(1.0)
+
+
+# -- slots past eight -------------------------------------------------------------
+
+
+def _fill_slots(ramp: Rampup, start: float, end: float, latency: float = 0.2) -> float:
+    """Every slot out at once, each answered after ``latency`` with all of them in flight: a site bound
+    by requests in flight (its latency flat, nothing refused)."""
+    now = start
+    while now < end:
+        slots = ramp.concurrency(ramp.allowed_rate(now))
+        for _ in range(slots):
+            ramp.on_send(now)
+        for _ in range(slots):
+            ramp.on_response(now + latency, pushback=False, current=True, latency=latency, elapsed=latency,
+                             inflight=slots)
+        now += latency
+    return now
+
+
+def test_slots_past_eight_open_only_while_every_slot_is_used_and_a_rate_refusal_closes_them() -> None:
+    ramp = controller(start_rate=100.0, max_concurrency=16)
+    now = _fill_slots(ramp, 0.0, 3.0)
+    opened = ramp.concurrency(ramp.allowed_rate(now))
+    assert 8 < opened < 16  # one per round trip (at least a second), not all at once
+    now = _fill_slots(ramp, now, 30.0)
+    assert ramp.concurrency(ramp.allowed_rate(now)) == 16  # the most, and no more
+    # A refusal that took as long as a page (a rate limiter's, not a cap on arrival): back to 8.
+    ramp.on_send(now)
+    ramp.on_response(now + 0.2, pushback=True, current=True, latency=0.2, elapsed=0.2, inflight=16)
+    assert ramp.slot_limit() == 8
+    # The user's maximum is a hard cap.
+    capped = controller(start_rate=100.0, max_concurrency=8)
+    now = _fill_slots(capped, 0.0, 30.0)
+    assert capped.concurrency(capped.allowed_rate(now)) == 8

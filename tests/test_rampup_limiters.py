@@ -223,16 +223,18 @@ class Outcome:
 
 
 async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, workers: int = 16,
-                seed: int = 1, instant: bool = False, lag: float = 0.0, slots: int = 8) -> Outcome:
+                seed: int = 1, instant: bool = False, lag: float = 0.0, slots: int | None = None) -> Outcome:
     """Crawl one site for ``seconds`` of virtual time as ``crawlpace crawl`` paces it.
 
     A 503 is answered at once (a cap on requests in flight refuses on arrival); with ``instant``,
     a 429 too (a rate limiter in front of the application). ``lag``: each request reaches the
     site up to that many seconds after its send (a loaded crawler machine's own delays).
-    ``slots``: the most rampup opens (``rampup_max_concurrency``)."""
+    ``slots``: the most rampup opens (``rampup_max_concurrency``; None: its default)."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
-    defaults = {"rampup": True, "rampup_max_concurrency": slots}
+    defaults: dict[str, object] = {"rampup": True}
+    if slots is not None:
+        defaults["rampup_max_concurrency"] = slots
     settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": defaults, "CONCURRENT_REQUESTS": 64})
     accepted = refused = 0
     async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:
@@ -413,10 +415,12 @@ async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
 
 @pytest.mark.parametrize(("knee", "latency", "exponent", "slots", "share"),
                          [(7, 0.2, 2.0, 8, 0.8),       # 0.86: 8 in flight stay under the knee line
+                          (7, 0.2, 2.0, None, 0.9),    # 0.95: the slots opened past 8 reach the line
                           (7, 0.2, 1.0, 8, 0.9),       # 0.97
                           (4, 0.3, 2.0, 8, 0.85),      # was 0.73: rampup's knee (1.6 x baseline) is past it
-                          (12, 0.15, 2.0, 16, 0.85)])  # was 0.64 with 16 slots allowed
-async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float, slots: int,
+                          (12, 0.15, 2.0, 16, 0.85),   # was 0.64 with 16 slots allowed
+                          (12, 0.15, 2.0, None, 0.85)])  # 0.92; 0.64 with the default of 8 slots
+async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, exponent: float, slots: int | None,
                                                share: float) -> None:
     # The load fit (Little's law) holds the count in flight that serves the most; the start phase's
     # overshoot may meet the hard limit (three times the knee) once.
@@ -435,6 +439,23 @@ async def test_a_server_slower_with_every_request_it_holds(latency: float, per_i
     out = await crawl(HardKnee(latency, per_inflight, limit), 40.0, slots=16)
     assert out.share >= share
     assert out.refused <= 3
+
+
+async def test_slots_past_eight_open_only_where_requests_in_flight_bind() -> None:
+    # A server capped at 12 in flight (slots freed 20 ms late) and answering at its baseline latency
+    # till then: every slot in use, no refusal, latency flat, so slots open past the 8 the start phase
+    # and rate limiters get (0.83; 0.70 with 8: the default before).
+    out = await crawl(ConnectionCap(12, 0.2, 0.02), 60.0, latency=0.2)
+    assert out.share >= 0.78
+    assert out.refused <= 4
+
+
+async def test_a_maximum_of_slots_set_by_the_user_is_a_hard_cap() -> None:
+    # A knee at 12 would call for more slots; the user's 8 holds: a server refusing past 8 in flight
+    # refuses nothing.
+    out = await crawl(Knee(12, 0.15, 2.0, 8), 60.0, slots=8)
+    assert out.refused == 0
+    assert out.share >= 0.6
 
 
 async def test_a_scope_sends_robots_txt_and_one_page_in_its_first_second() -> None:

@@ -41,6 +41,8 @@ class _SlotSizingState(Protocol):
     _answered_at: float
     _sent_at: float
     _load_since: float
+    _slots_open: int
+    _opened_at: float
     max_rate: float
 
     rate: float
@@ -61,6 +63,10 @@ class _SlotSizingState(Protocol):
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
     def _cap_queue(self, now: float) -> None: ...
+    def allowed_rate(self, now: float) -> float: ...
+    def pushbacks(self, now: float) -> int: ...
+    def slot_limit(self) -> int: ...
+    def concurrency(self, rate: float) -> int: ...
 
 
 class SlotSizing:
@@ -102,8 +108,56 @@ class SlotSizing:
         share = self._stuck_share / (1.0 - (1.0 - T.stuck_share_weight) ** max(1, self._samples))  # unbiased
         stuck = max(rate, self.rate) * share * self._stuck_time
         stuck = 0.0 if self._level else max(stuck + 2.0 * math.sqrt(stuck), float(self._stragglers))
-        slots = min(self.max_concurrency, math.ceil(rate * span + stuck) + 1)
+        slots = min(self.slot_limit(), math.ceil(rate * span + stuck) + 1)
         return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
+
+    def slot_limit(self: _SlotSizingState) -> int:
+        """The most slots the rate may call for now: ``T.open_slots`` and those opened past it on evidence
+        (:meth:`_open_slot`), never past ``max_concurrency`` (the user's cap). The load fit's hold is
+        bound by ``max_concurrency`` alone: it is evidence itself."""
+        return min(self.max_concurrency, T.open_slots + self._slots_open)
+
+    def _open_slot(self: _SlotSizingState, now: float, inflight: int | None, level: int) -> None:
+        """An accepted answer with ``inflight`` in flight at latency ``level``: open one slot more when the
+        site is bound by requests in flight, not by a rate.
+
+        That is: every slot in use (this answer came with all of them out) while the rate calls for
+        more, latency under the knee line (each request answered as quickly as one alone: by
+        Little's law one more in flight serves one more ``1 / n``), no pushback in the window, no cap
+        read from refusals at or under the count, and a round trip (twice the baseline latency, at
+        least ``T.round``) since the last one opened. In the start phase too: a site of 20 s spent
+        its whole start at 8 slots. A bucket's first refusal then finds at most one slot more in
+        flight than answers showed it holds. A rate's refusal takes them back (:meth:`_close_slot`);
+        latency past the knee hands the slots to the load fit; a slot that served less than one
+        fewer (:meth:`throughput`, a knee under the knee line) goes, for a window.
+        """
+        limit = self.slot_limit()
+        if (level != 0 or inflight is None or inflight < limit or limit >= self.max_concurrency
+                or self._knee_hold > 0 or self.slot_cap <= limit):
+            return
+        base = self.baseline()
+        if (base is None or now - self._opened_at < max(T.round, 2.0 * base) or self.pushbacks(now) > 0
+                or self.concurrency(self.allowed_rate(now)) < limit):
+            return
+        got, fewer = self.throughput(limit), self.throughput(limit - 1)
+        if self._slots_open > 0 and got is not None and fewer is not None and got < fewer:
+            # The last slot opened served less than one fewer (a knee under the knee line): back to one
+            # fewer, and a window before the next try (one measured round would find the same).
+            self._slots_open -= 1
+            self._opened_at = now + self.window - T.round
+            self._decide(now, f"slots: {limit} in flight serve less than {limit - 1}; back to {limit - 1}")
+            return
+        self._slots_open += 1
+        self._opened_at = now
+        self._forget_load(limit + 1)  # measured afresh before the next one opens
+        self._decide(now, f"slots: {limit} in flight answered at the baseline latency with no pushback; "
+                     f"opening {limit + 1}")
+
+    def _close_slot(self: _SlotSizingState, now: float) -> None:
+        """A rate's refusal: the site is bound by a rate, not by requests in flight; the opened slots go."""
+        if self._slots_open > 0:
+            self._slots_open = 0
+            self._opened_at = now
 
 
     def refused_on_arrival(self: _SlotSizingState, answered: bool, elapsed: float | None,
@@ -268,18 +322,20 @@ class SlotSizing:
         """Hold ``hold`` requests in flight: the slots are the load fit's (see :meth:`_judge_load`)."""
         if self._queue_cap:
             self.slot_cap, self._queue_cap = math.inf, False  # the fit, not the latency cut, caps them now
+        got = self.throughput(best) if best is not None else None
+        if got is None:
+            got = hold / max(self.latency or 0.0, 1e-3)
+        # The delay must not bind under the slots: pace above what the count held serves (again after
+        # a cut: a refusal at a limit past the count held caps the slots, and a hardknee of 9 whose
+        # rate was cut under what 9 serve stayed there, at 0.83 of it, for the rest of the crawl).
+        serves = got * max(1.0, hold / (best or hold))
+        self.rate = max(self.rate, min(self.max_rate, T.slot_headroom * serves))
         if hold == self._knee_hold:
             return
         before, self._knee_hold = self._knee_hold, hold
         self._load_since = now  # the answers to sends from now on are this count's (_note_load)
         if hold > before or before == 0:
             self._knee_at = now
-        got = self.throughput(best) if best is not None else None
-        if got is None:
-            got = hold / max(self.latency or 0.0, 1e-3)
-        # The delay must not bind under the slots: pace above what the count held serves.
-        serves = got * max(1.0, hold / (best or hold))
-        self.rate = max(self.rate, min(self.max_rate, T.slot_headroom * serves))
         self._decide(now, f"knee: holding {hold} in flight (best seen: "
                      f"{'none yet' if best is None else f'{got:.3g}/s at {best}'}; latency "
                      f"{self.latency or 0.0:.3f}s)")

@@ -191,6 +191,14 @@ class RampupTuning:
     #: 0.61 of capacity, against 0.53 without it).
     fit_hold: float = 4.0
 
+    # -- slots --
+    #: The slots rampup opens without evidence that requests in flight, not a rate, bind the site
+    #: (a rate limiter's pace); past them, up to ``rampup_max_concurrency``, one more opens per round
+    #: trip while every slot is used, latency stays under the knee line and nothing is refused
+    #: (``_rampup_slots``). 8: the start phase's blind doubling with 16 open held 14-16 in flight when
+    #: a 25/s bucket's first refusal came back at 0.2 s, and drew 17 refusals, not 10.
+    open_slots: int = 8
+
     # -- derived: numbers that follow from the fields above, by the formula that states their reason --
 
     @property

@@ -265,6 +265,10 @@ class RampupState:
     _knee_at: float = _NEVER
     _load_n: int = 0  # the count in flight the last answers saw, since when
     _load_since: float = _NEVER
+    # The slots opened past T.open_slots on evidence that requests in flight bind the site, and when
+    # the last one opened (_rampup_slots).
+    _slots_open: int = 0
+    _opened_at: float = _NEVER
     _lone_refused: bool = False  # a refusal on arrival came with nothing else in flight (_rampup_slots)
     _sustained: float = 0.0  # the fastest pace kept up for a hold's length (_rampup_episode)
     # The last accepted sends, the shortest gap between two of them, and the one a bucket-with-no-
@@ -399,6 +403,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._note_fall(now, sent_at)
                 self._cut(now, reason="pushback", sent_at=sent_at)
                 self._recall_refused(now)
+                self._close_slot(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at)
                 self._episode_cut()
@@ -427,6 +432,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._cut(now, reason="latency")
             elif level == 0:
                 self._grow(now)
+                if not outlier:
+                    self._open_slot(now, inflight, level)
             else:
                 self._knee_slots(now)
                 self._freeze(now)
