@@ -1,4 +1,4 @@
-"""The crawl's last look (``crawl/_fetch.py``): a robots.txt Crawl-delay holds between writes, not only admissions.
+"""The crawl's last look (``crawl/_fetch.py``): a Crawl-delay holds between writes, not only admissions.
 
 A real site on loopback judges the gaps between the requests' arrivals; the
 throttler, the site and the crawl share one autojumping fake clock. A slow
