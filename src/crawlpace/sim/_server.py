@@ -28,6 +28,7 @@ import contextlib
 import ipaddress
 import logging
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import SupportsIndex
@@ -102,7 +103,7 @@ class _Lateness:
                 self.stall = (due, woke)
 
 
-_LATENESS: dict[asyncio.AbstractEventLoop, _Lateness] = {}
+_LATENESS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lateness] = weakref.WeakKeyDictionary()
 
 
 class _TimedReader(asyncio.StreamReader):
