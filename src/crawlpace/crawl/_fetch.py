@@ -18,7 +18,15 @@ who bring their own httpx client.
 
 The module never decides *when* a request goes: the throttler did that
 before :meth:`Fetcher.get` is called. So the connector has no per-host cap
-of its own; its total cap only guards against a leak.
+of its own; its total cap only guards against a leak. One exception, the
+last look (:mod:`crawlpace._clients._last_look`): a scope paced by a
+robots.txt ``Crawl-delay`` is spaced between the *writes* of its requests,
+not only between their admissions, because on a busy event loop (or on a
+new connection) an admitted request can reach the wire a good while after
+its permit, and the next, punctual one would then land closer than the delay.
+aiohttp's ``on_request_headers_sent`` trace runs just before the request's
+bytes are written (the write follows in the same step of the loop), so the
+fetcher waits there if need be and notes the write.
 """
 
 from __future__ import annotations
@@ -27,13 +35,15 @@ import asyncio
 import logging
 import os
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 import aiohttp
 
+from .._clients._last_look import WRITING
 from ._stalls import LoopStalls
 
 __all__ = ["DEFAULT_DEADLINE", "AiohttpFetcher", "FetchError", "Fetcher", "Page"]
@@ -44,6 +54,10 @@ _log = logging.getLogger(__name__)
 #: body at the 10 MiB cap still arrives at 35 KiB/s; what it stops is a server that trickles a
 #: byte a second within the per-read timeout and would otherwise hold its slot for ever.
 DEFAULT_DEADLINE = 300.0
+
+#: Seconds the request :meth:`AiohttpFetcher.get` is sending waited in its last look: left out
+#: of its latency, which is the server's and the network's, not the Crawl-delay's.
+_HELD: ContextVar[list[float] | None] = ContextVar("crawlpace_crawl_held", default=None)
 
 #: Bytes asked of the stream per read when a body has no usable Content-Length.
 _CHUNK = 64 * 1024
@@ -129,11 +143,15 @@ class AiohttpFetcher:
             server that trickles a byte at a time within ``timeout`` cannot
             hold a slot past it. The page then carries a ``TimeoutError``,
             which the throttler's backoff counts as any timeout.
+        sleep: how to wait, on the same clock, before a write a Crawl-delay
+            holds back (the last look; the throttler's ``clock.sleep``).
     """
 
     def __init__(self, *, user_agent: str, timeout: float, max_connections: int, trust_env: bool,
-                 clock: Callable[[], float], deadline: float = DEFAULT_DEADLINE) -> None:
+                 clock: Callable[[], float], deadline: float = DEFAULT_DEADLINE,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep) -> None:
         self._clock = clock
+        self._sleep = sleep
         self._deadline = deadline
         loop = asyncio.get_running_loop()
         self._loop_time = loop.time
@@ -144,34 +162,63 @@ class AiohttpFetcher:
         trust_env = trust_env and _environment_matters()
         # No per-host cap: the throttler enforces each scope's concurrency.
         connector = aiohttp.TCPConnector(limit=max_connections, limit_per_host=0, ttl_dns_cache=300)
+        last_look = aiohttp.TraceConfig()
+        last_look.on_request_headers_sent.append(self._last_look)
         self._session = aiohttp.ClientSession(
             connector=connector, headers={"User-Agent": user_agent}, trust_env=trust_env,
+            trace_configs=[last_look],
             timeout=aiohttp.ClientTimeout(total=None, connect=timeout, sock_read=timeout),
             auto_decompress=True)
+
+    async def _last_look(self, session: aiohttp.ClientSession, context: object,
+                         params: aiohttp.TraceRequestHeadersSentParams) -> None:
+        """Just before the headers are written: wait out the scope's Crawl-delay since its last write.
+
+        The crawl job puts the request's permit in ``WRITING`` around :meth:`get`;
+        a robots.txt fetch, or a fetcher used alone, has none and is not held.
+        """
+        writing = WRITING.get()
+        if writing is None:
+            return
+        look, permit = writing.look, writing.permit
+        wait = look.wait(permit, writing.now())
+        if wait > 0.0:
+            _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
+            before = writing.now()
+            await self._sleep(wait)
+            held = _HELD.get()
+            if held is not None:
+                held[0] += writing.now() - before
+        look.wrote(permit, writing.now())
 
     async def get(self, url: str, limit: int) -> Page:
         started, loop_started = self._clock(), self._loop_time()
         got: list[tuple[int, Mapping[str, str], float]] = []  # the status line, once it came
+        held = [0.0]  # seconds the last look held the write back
+        token = _HELD.set(held)
         try:
             async with asyncio.timeout(self._deadline):
-                page = await self._get(url, limit, started, got)
+                page = await self._get(url, limit, started, got, held)
         except TimeoutError:  # ours: aiohttp's own timeouts come back as pages
             error = _past_deadline(url, self._deadline)
             if not got:
                 return Page(None, None, b"", None, error)
             status, headers, latency = got[0]
             page = Page(status, headers, b"", latency, error)
+        finally:
+            _HELD.reset(token)
         if page.latency is not None:
-            page.stalled = self._stalls.within(loop_started, loop_started + page.latency)
+            sent = loop_started + held[0]
+            page.stalled = self._stalls.within(sent, sent + page.latency)
         return page
 
     async def _get(self, url: str, limit: int, started: float,
-                   got: list[tuple[int, Mapping[str, str], float]]) -> Page:
+                   got: list[tuple[int, Mapping[str, str], float]], held: list[float]) -> Page:
         try:
             response = await self._session.get(url, allow_redirects=False)
         except (aiohttp.ClientError, OSError, ValueError) as exc:
             return Page(None, None, b"", None, _translate(exc))
-        latency = self._clock() - started
+        latency = self._clock() - started - held[0]
         got.append((response.status, response.headers, latency))
         try:
             body = await _read(response, limit)

@@ -45,6 +45,7 @@ import time
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
+from .._clients._last_look import WRITING, LastLook, Writing
 from .._responses._blocks import BlockRules
 from .._robotstxt._robots import MAX_ROBOTS_BYTES
 from .._settings._config import Settings
@@ -99,9 +100,11 @@ class CrawlJob(JobOutcomes):
         self._given_fetcher = fetcher
         self.blocks = BlockRules(settings.block_rules)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
+        #: Each Crawl-delay scope's last write, for the fetcher's last look (told by RobotsAnswers).
+        self.look = LastLook()
         self.source: UrlSource = source if source is not None else JournalSource()
         self._robots_answers = None if self.robots is None else RobotsAnswers(
-            self, self.robots, self._follow_redirect, shared=self.source.robots_share)
+            self, self.robots, self._follow_redirect, shared=self.source.robots_share, look=self.look)
         self.scheduler = Scheduler(self.throttler, robots=self.robots, on_drop=self._dropped,
                                    on_wait=self.source.on_wait)
         if self._robots_answers is not None and self.source.robots_share is not None:
@@ -164,7 +167,7 @@ class CrawlJob(JobOutcomes):
         return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
                               max_connections=max(self.settings.concurrent_requests * 2, 10),
                               trust_env=options.trust_env, clock=self.throttler.clock.now,
-                              deadline=options.deadline)
+                              deadline=options.deadline, sleep=self.throttler.clock.sleep)
 
     async def _shutdown(self) -> None:
         try:
@@ -341,7 +344,12 @@ class CrawlJob(JobOutcomes):
         fetcher = self._fetcher
         assert fetcher is not None
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
-        page = await fetcher.get(task.target, limit)
+        # The fetcher's last look spaces a Crawl-delay scope's writes (crawl/_fetch.py).
+        token = WRITING.set(Writing(permit, self.look, self.throttler.clock.now))
+        try:
+            page = await fetcher.get(task.target, limit)
+        finally:
+            WRITING.reset(token)
         # A latency mostly spent waiting for this process's own event loop (a worker starved
         # of CPU) says nothing of the server: the throttler does not learn from it.
         stalled = local_share_dominates(page.latency, page.stalled)

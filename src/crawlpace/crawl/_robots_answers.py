@@ -22,6 +22,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 
+from .._clients._last_look import LastLook
 from .._robotstxt._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Task, origin_of
@@ -70,11 +71,15 @@ class RobotsAnswers:
             False when there is none to follow.
         shared: where the workers of a fleet share robots.txt answers; None
             for a crawl on its own (every file is fetched here).
+        look: the fetcher's last look, told each scope's Crawl-delay in force so
+            that it spaces the writes as well as the admissions; None for none.
     """
 
     def __init__(self, job: JobParts, cache: RobotsCache,
-                 follow: Callable[[Task, Answer, int], bool], *, shared: RobotsShare | None = None) -> None:
+                 follow: Callable[[Task, Answer, int], bool], *, shared: RobotsShare | None = None,
+                 look: LastLook | None = None) -> None:
         self._job = job
+        self._look = look
         self._cache = cache
         self._follow = follow
         self._shared = shared
@@ -176,6 +181,10 @@ class RobotsAnswers:
         while not job.stopping:
             try:
                 await job.throttler.set_crawl_delay(scope, delay)
+                # The delay in force (clamped, or None where settings win) spaces the writes too.
+                if self._look is not None:
+                    stats = await job.throttler.scope_stats(scope)
+                    self._look.pace(scope, None if stats is None else stats.crawl_delay)
                 return
             except Exception as exc:
                 if not unreachable(exc):

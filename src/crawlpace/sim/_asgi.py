@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable, Iterable, MutableMapping
 from typing import Any
 
-__all__ = ["RECEIVED_KEY", "ASGIApp", "Headers", "Message", "Receive", "ResetConnection", "Scope", "Send",
-           "header", "respond"]
+__all__ = ["LATE_KEY", "RECEIVED_KEY", "ASGIApp", "Headers", "Message", "Receive", "ResetConnection", "Scope",
+           "Send", "header", "respond"]
 
 Scope = MutableMapping[str, Any]
 Message = MutableMapping[str, Any]
@@ -22,6 +22,9 @@ Headers = list[tuple[bytes, bytes]]
 #: The ASGI scope key where :class:`~crawlpace.sim.SimServer` puts the ``time.monotonic()``
 #: reading taken when the request's first bytes were read, before the head was parsed.
 RECEIVED_KEY = "crawlpace.received"
+#: Where it puts how late its event loop was running at that reading (seconds, 0.0 when on time):
+#: the request may have come in that much earlier, while the server's process was stalled.
+LATE_KEY = "crawlpace.received_late"
 
 
 class ResetConnection(Exception):

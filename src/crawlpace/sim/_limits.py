@@ -201,10 +201,14 @@ class Spacing:
         # The earliest time the previous request can have been sent.
         self._sent: float | None = None
 
-    def observe(self, now: float) -> bool:
-        """Record an arrival at ``now``; return whether it came too soon after the previous one."""
+    def observe(self, now: float, late: float = 0.0) -> bool:
+        """Record an arrival at ``now``; return whether it came too soon after the previous one.
+
+        ``late``: seconds the arrival may have been noted late by the site itself (its
+        server's loop running behind), which widen the tolerance for this arrival.
+        """
         sent = self._sent
-        earliest = now - self.tolerance
+        earliest = now - self.tolerance - late
         if sent is None:
             self._sent = earliest
             return False

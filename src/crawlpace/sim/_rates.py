@@ -266,7 +266,7 @@ class CrawlDelaySite(Site):
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Serve the page, counting a violation when it came too soon."""
-        if self.spacing.observe(now):
+        if self.spacing.observe(now, self.late(scope)):
             self.stats.violation("crawl_delay")
         await self.content(scope, receive, send)
 

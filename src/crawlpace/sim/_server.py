@@ -28,11 +28,12 @@ import contextlib
 import ipaddress
 import logging
 import time
+import weakref
 from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import SupportsIndex
 
-from ._asgi import RECEIVED_KEY, ASGIApp, Headers, Message, ResetConnection, Scope
+from ._asgi import LATE_KEY, RECEIVED_KEY, ASGIApp, Headers, Message, ResetConnection, Scope
 from ._http import END_OF_HEAD, BadRequest, RequestHead, encode_response, error_response, parse_head
 
 __all__ = ["MAX_HEADER_BYTES", "READ_TIMEOUT", "SimServer", "check_loopback", "serve"]
@@ -47,27 +48,92 @@ READ_TIMEOUT = 10.0
 _LOOPBACK = ipaddress.IPv4Network("127.0.0.0/8")
 
 
+#: Seconds between two beats of :class:`_Lateness`: how finely a stall of the server's loop is seen.
+BEAT = 0.01
+
+
+class _Lateness:
+    """How late the event loop ran as a request was read: a heartbeat (shared by a loop's servers).
+
+    A request's bytes are read when the loop gets to them. If the server's
+    process was starved of CPU, or its loop busy with other sites' requests,
+    that reading comes late, and a request sent on time looks, against the
+    next one read promptly, as if it came too soon. The beat due before the
+    bytes came runs about as late (to within :data:`BEAT`): either it is still
+    overdue when the bytes are read (:meth:`late`), or it ran just before, and
+    its stall ends at the reading (:meth:`late_at`). The sites widen their
+    tolerance by that much for this request (:data:`~crawlpace.sim._asgi.LATE_KEY`).
+    """
+
+    def __init__(self) -> None:
+        self.due = time.monotonic() + BEAT
+        self.stall = (0.0, 0.0)  # the last beat that ran late: (when it was due, when it ran)
+        self.users = 0
+        self._task: asyncio.Task[None] | None = None
+
+    def late(self, now: float) -> float:
+        """Seconds the loop is behind at ``now`` (0.0 while it keeps time)."""
+        return max(0.0, now - self.due) if self._task is not None else 0.0
+
+    def late_at(self, received: float) -> float:
+        """Seconds of the last stall before a reading at ``received``, if it ended right then."""
+        start, end = self.stall
+        return received - start if start < received and end >= received - BEAT else 0.0
+
+    def use(self) -> None:
+        self.users += 1
+        if self._task is None:
+            self._task = asyncio.get_running_loop().create_task(self._beat())
+
+    async def release(self) -> None:
+        self.users -= 1
+        task = self._task
+        if self.users <= 0 and task is not None:
+            self._task = None
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+    async def _beat(self) -> None:
+        while True:
+            self.due = due = time.monotonic() + BEAT
+            await asyncio.sleep(BEAT)
+            woke = time.monotonic()
+            if woke - due > BEAT:
+                self.stall = (due, woke)
+
+
+_LATENESS: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _Lateness] = weakref.WeakKeyDictionary()
+
+
 class _TimedReader(asyncio.StreamReader):
     """A stream reader that notes when the first bytes of each request came in.
 
     The time is taken as the event loop hands the socket's data over, before
     the head is parsed and the application runs: a site judging a crawler's
     pace should not count the server's own delays in reading and dispatching.
+    How late the loop was running then is noted with it (:class:`_Lateness`).
     """
 
     received: float | None = None
+    late: float = 0.0
+    lateness: _Lateness | None = None
 
     def feed_data(self, data: Iterable[SupportsIndex]) -> None:
         if self.received is None and data:
-            self.received = time.monotonic()
+            self.received = now = time.monotonic()
+            self.late = 0.0 if self.lateness is None else self.lateness.late(now)
         super().feed_data(data)
 
-    def take_received(self) -> float:
-        """When the request just read began to arrive; starts the watch for the next one."""
+    def take_received(self) -> tuple[float, float]:
+        """When the request just read began to arrive, and how late the loop was then; starts the
+        watch for the next one."""
         received = time.monotonic() if self.received is None else self.received
+        late = self.late if self.lateness is None else max(self.late, self.lateness.late_at(received))
         # Bytes of a next request may already wait behind this one: they came no later than now.
         self.received = time.monotonic() if len(self._buffer) else None  # type: ignore[attr-defined]
-        return received
+        self.late = 0.0
+        return received, late
 
 
 def check_loopback(host: str) -> str:
@@ -177,6 +243,7 @@ class SimServer:
         self._server: asyncio.Server | None = None
         self._port: int | None = None
         self._connections: set[asyncio.Task[None]] = set()
+        self._lateness: _Lateness | None = None
 
     @property
     def port(self) -> int:
@@ -210,12 +277,24 @@ class SimServer:
         if self._server is not None:
             raise RuntimeError("the server is already started")
         loop = asyncio.get_running_loop()
+        lateness = _LATENESS.get(loop)
+        if lateness is None or lateness.users <= 0:
+            lateness = _LATENESS[loop] = _Lateness()
+        lateness.use()
+        self._lateness = lateness
 
         def protocol() -> asyncio.StreamReaderProtocol:
             # What asyncio.start_server builds, with a reader that notes arrival times.
-            return asyncio.StreamReaderProtocol(_TimedReader(limit=self._max_header, loop=loop), self._accept)
+            reader = _TimedReader(limit=self._max_header, loop=loop)
+            reader.lateness = lateness
+            return asyncio.StreamReaderProtocol(reader, self._accept)
 
-        self._server = await loop.create_server(protocol, self.host, self._requested_port)
+        try:
+            self._server = await loop.create_server(protocol, self.host, self._requested_port)
+        except BaseException:
+            self._lateness = None
+            await lateness.release()
+            raise
         self._port = int(self._server.sockets[0].getsockname()[1])
         _log.debug("serving on %s", self.url)
 
@@ -230,6 +309,11 @@ class SimServer:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
         await server.wait_closed()
+        lateness, self._lateness = self._lateness, None
+        if lateness is not None:
+            await lateness.release()
+            if lateness.users <= 0 and _LATENESS.get(asyncio.get_running_loop()) is lateness:
+                del _LATENESS[asyncio.get_running_loop()]
         _log.debug("stopped serving on %s:%s", self.host, self._port)
 
     async def __aenter__(self) -> SimServer:
@@ -281,7 +365,8 @@ class SimServer:
             data = await self._read_head(reader)
             if data is None:
                 return False
-            received = reader.take_received() if isinstance(reader, _TimedReader) else time.monotonic()
+            received, late = (reader.take_received() if isinstance(reader, _TimedReader)
+                              else (time.monotonic(), 0.0))
             head = parse_head(data)
             if head.body_length:
                 async with asyncio.timeout(self._read_timeout):
@@ -293,7 +378,7 @@ class SimServer:
                 exc.status, [(b"content-type", b"text/plain; charset=utf-8"), *exc.headers], body,
                 head_only=False, keep_alive=False, http_version="1.1"))
             return False
-        answer = await self._run(head, client, received)
+        answer = await self._run(head, client, received, late)
         if answer is None:
             _log.debug("%s %s %s -> connection reset", client, head.method, head.path)
             writer.transport.abort()
@@ -309,7 +394,8 @@ class SimServer:
         writer.write(data)
         await writer.drain()
 
-    def _scope(self, head: RequestHead, client: tuple[str, int] | None, received: float) -> Scope:
+    def _scope(self, head: RequestHead, client: tuple[str, int] | None, received: float,
+               late: float) -> Scope:
         return {
             "type": "http",
             "asgi": {"version": "3.0", "spec_version": "2.3"},
@@ -324,14 +410,15 @@ class SimServer:
             "client": client,
             "server": (self.host, self.port),
             RECEIVED_KEY: received,
+            LATE_KEY: late,
         }
 
     async def _run(self, head: RequestHead, client: tuple[str, int] | None,
-                   received: float) -> tuple[int, Headers, bytes] | None:
+                   received: float, late: float) -> tuple[int, Headers, bytes] | None:
         """Run the application on one request; return its whole response, None to reset."""
         exchange = _Exchange()
         try:
-            await self.app(self._scope(head, client, received), exchange.receive, exchange.send)
+            await self.app(self._scope(head, client, received, late), exchange.receive, exchange.send)
         except ResetConnection:
             return None
         except Exception:

@@ -27,7 +27,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from http import HTTPStatus
 from typing import ClassVar, TypedDict
 
-from ._asgi import RECEIVED_KEY, Message, Receive, ResetConnection, Scope, Send, header, respond
+from ._asgi import LATE_KEY, RECEIVED_KEY, Message, Receive, ResetConnection, Scope, Send, header, respond
 from ._limits import Embargo
 from ._pages import PRIVATE_PREFIX, PageApp
 from ._params import Param
@@ -166,7 +166,7 @@ class Site:
             return
         now = self._arrival(scope)
         self.stats.arrive(now)
-        if self.embargo.violated(now, self.tolerance):
+        if self.embargo.violated(now, self.tolerance + self.late(scope)):
             self.stats.violation("retry_after")
         if self.private and str(scope.get("path", "")).startswith(PRIVATE_PREFIX):
             self.stats.violation("disallow")  # robots.txt forbids it; served all the same
@@ -212,6 +212,15 @@ class Site:
         if self.clock is time.monotonic and isinstance(received, float):
             return min(received, now)
         return now
+
+    def late(self, scope: Scope) -> float:
+        """How much earlier than its arrival time the request may have come in: how late the
+        server's loop ran as it read it (see :data:`~crawlpace.sim._asgi.LATE_KEY`; 0.0 on
+        another clock). The rules judged from arrivals add it to their tolerance."""
+        late = scope.get(LATE_KEY)
+        if self.clock is time.monotonic and isinstance(late, float) and math.isfinite(late):
+            return max(0.0, late)
+        return 0.0
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Answer a request other than robots.txt; profiles override this.
