@@ -317,45 +317,32 @@ async def test_strict_buckets_without_burst(rate: float, share: float) -> None:
     assert out.refused <= 10
 
 
-async def test_a_request_rate_counter_that_counts_refusals() -> None:
-    out = await crawl(RequestRate(10.0, 1.0), 120.0)
-    assert out.share >= 0.8  # was 0.48 / 13: 33 -> 17 -> 8 -> 4/s, a cut per refused resend
-    assert out.refused <= 12
-
-
-async def test_a_request_rate_counter_over_ten_seconds() -> None:
-    out = await crawl(RequestRate(100.0, 10.0), 150.0)
-    # was 0.18 / 74. A probe gets through before the blended count has drained: the refusals
-    # that follow within a cycle of the lock-out are its drain, not a new overshoot.
-    assert out.share >= 0.85
-    assert out.refused <= 40
-
-
-async def test_a_request_rate_counter_in_a_short_crawl() -> None:
-    # HAProxy's 100 per 10 s, as bench/real_limiters.py configures it, for half a minute.
-    out = await crawl(RequestRate(100.0, 10.0), 30.0)
-    # was 0.79 / 37: the first lock-out's fit (100 in 12.5 s, a floor since the counter counted the
-    # refusals too) was lifted to the geometric middle, 26/s, and the second lock-out and its drain
-    # cost ten seconds. Now the counter's estimate (about 9/s), searched up to under its upper bound.
-    assert out.share >= 0.85
-    assert out.refused <= 25
-
-
-async def test_a_request_rate_counter_over_a_minute() -> None:
-    out = await crawl(RequestRate(600.0, 60.0), 300.0)
+# Request-rate counters that count refused requests too (HAProxy's http_req_rate): limit per period,
+# crawl seconds, and the share and refusals each must keep, with what it was before.
+@pytest.mark.parametrize(("limit", "period", "seconds", "share", "refusals"), [
+    # was 0.48 / 13: 33 -> 17 -> 8 -> 4/s, a cut per refused resend
+    (10.0, 1.0, 120.0, 0.8, 12),
+    # was 0.18 / 74. A probe gets through before the blended count has drained: the refusals that
+    # follow within a cycle of the lock-out are its drain, not a new overshoot.
+    (100.0, 10.0, 150.0, 0.85, 40),
+    # HAProxy's 100 per 10 s as bench/real_limiters.py configures it, for half a minute. Was 0.79 / 37:
+    # the first lock-out's fit (100 in 12.5 s, a floor since the counter counted the refusals too) was
+    # lifted to the geometric middle, 26/s, and the second lock-out and its drain cost ten seconds.
+    # Now the counter's estimate (about 9/s), searched up to under its upper bound.
+    (100.0, 10.0, 30.0, 0.85, 25),
     # was 0.88 / 215: the probes after the first lock-out's fit climbed back at a probe's pace, and
     # every refusal of the counter's drain after an overshoot cut the rate again.
-    assert out.share >= 0.9
-    assert out.refused <= 60
-
-
-async def test_a_slow_request_rate_counter_is_not_kept_full_by_its_probes() -> None:
-    # 10 per 20 s: the limit's gap is 2 s, the longest probe gap of a lock-out's first seconds.
-    out = await crawl(RequestRate(10.0, 20.0), 200.0)
-    # was 0.48 / 26: probes at the limit's own pace, each counted, kept the count over the limit
-    # for 38 s, and the lock-out's fit with it under half the limit.
-    assert out.share >= 0.7
-    assert out.refused <= 22
+    (600.0, 60.0, 300.0, 0.9, 60),
+    # 10 per 20 s: the limit's gap is 2 s, the longest probe gap of a lock-out's first seconds. Was
+    # 0.48 / 26: probes at the limit's own pace, each counted, kept the count over the limit for 38 s,
+    # and the lock-out's fit with it under half the limit.
+    (10.0, 20.0, 200.0, 0.7, 22),
+], ids=["10-per-1s", "100-per-10s", "haproxy-short-crawl", "600-per-minute", "slow-10-per-20s"])
+async def test_a_request_rate_counter_that_counts_refusals(limit: float, period: float, seconds: float,
+                                                           share: float, refusals: int) -> None:
+    out = await crawl(RequestRate(limit, period), seconds)
+    assert out.share >= share
+    assert out.refused <= refusals
 
 
 async def test_a_strict_bucket_refused_far_under_its_accepted_gap() -> None:

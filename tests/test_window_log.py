@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from crawlpace import Throttler
 from crawlpace.policy.budget import LOG_MARGIN, SPREAD_SHARE, WindowLog
 from crawlpace.testing import MockClock
 
@@ -207,23 +208,33 @@ class Response:
     headers: Mapping[str, str] = field(default_factory=dict)
 
 
+async def flask_request(throttler: Throttler, server: Limiter, clock: MockClock, sends: list[float]) -> bool:
+    """One request through ``throttler`` to a Flask-Limiter-like ``server``, answered with its headers.
+
+    Returns whether the server accepted it; the send time goes to ``sends``.
+    """
+    async with throttler.slot("http://api.example.com/") as permit:
+        sent = clock.now()
+        sends.append(sent)
+        allowed, remaining, reset = server.hit(sent + ONE_WAY)
+        await clock.sleep(2 * ONE_WAY)
+        permit.feedback(Response(200 if allowed else 429, {
+            "X-RateLimit-Limit": str(server.limit), "X-RateLimit-Remaining": str(remaining),
+            "X-RateLimit-Reset": str(int(EPOCH + reset)),
+            "Retry-After": str(max(0, int(reset - clock.now())))}))
+    return allowed
+
+
 async def test_a_flask_limiter_scope_is_gated_by_its_own_answers(clock: MockClock,
                                                                  make_throttler: ThrottlerFactory) -> None:
     throttler = make_throttler({"DOWNLOAD_DELAY": 0.0, "DOWNLOAD_DELAY_PER_SLOT": 0.0,
                                 "CONCURRENT_REQUESTS_PER_DOMAIN": 8, "RANDOMIZE_DOWNLOAD_DELAY": False})
     throttler._releaser._builder.wall_clock = lambda: EPOCH + clock.now()  # the server's epoch
     server = Limiter(10, 1.0, moving=False)
-    sends, refused = [], 0
+    sends: list[float] = []
+    refused = 0
     for _ in range(61):
-        async with throttler.slot("http://api.example.com/") as permit:
-            sent = clock.now()
-            sends.append(sent)
-            allowed, remaining, reset = server.hit(sent + ONE_WAY)
-            await clock.sleep(2 * ONE_WAY)
-            refused += not allowed
-            permit.feedback(Response(200 if allowed else 429, {
-                "X-RateLimit-Limit": "10", "X-RateLimit-Remaining": str(remaining),
-                "X-RateLimit-Reset": str(int(EPOCH + reset)), "Retry-After": str(int(reset - clock.now()))}))
+        refused += not await flask_request(throttler, server, clock, sends)
     assert refused == 0
     # Six windows after the first: a second each and the first request's trip, not the header's second more.
     assert sends[-1] - sends[10] == pytest.approx(5.0 + 5 * (2 * ONE_WAY + 0.005), abs=0.05)
@@ -247,16 +258,7 @@ async def test_a_rampup_scope_in_one_process_is_gated_by_its_log_too(
         nonlocal refused, pages
         while pages > 0:
             pages -= 1
-            async with throttler.slot("http://api.example.com/") as permit:
-                sent = clock.now()
-                sends.append(sent)
-                allowed, remaining, reset = server.hit(sent + ONE_WAY)
-                await clock.sleep(2 * ONE_WAY)
-                refused += not allowed
-                permit.feedback(Response(200 if allowed else 429, {
-                    "X-RateLimit-Limit": str(limit), "X-RateLimit-Remaining": str(remaining),
-                    "X-RateLimit-Reset": str(int(EPOCH + reset)),
-                    "Retry-After": str(max(0, int(reset - clock.now())))}))
+            refused += not await flask_request(throttler, server, clock, sends)
 
     await asyncio.gather(*(worker() for _ in range(8)))
     assert refused == 0
