@@ -75,6 +75,10 @@ class PolicyWriter:
             policy.rampup.sync_sends(gap, last, lease.spacings[index] if lease.spacings else None)
             if not door:
                 policy.rampup.door_passed()
+            # The requests this worker still has out (this one settles below): a fleet's admissions
+            # tell the shared record of no send, so without them no worker's stragglers counted,
+            # and the slots made no room for hangs as one process's do.
+            policy.rampup.also_out(self.policies.out(name))
         # The fleet's requests in flight when this one went; for a refusal, when its answer came
         # (RedisStore._at_answer), as the memory store counts them. (The memory store counts an
         # accepted answer's at the answer: see bench/results/fleet3.md for why they still differ.)
