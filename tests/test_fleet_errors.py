@@ -4,7 +4,9 @@ Each worker judges the scope's errors for itself (``policy/_load_errors.py``)
 and keeps its verdict when its copy of the shared policy is read anew after
 another worker's write-back; before, every reload forgot it, the next 5xx was
 believed again and cut the shared rate, and a fleet of 4 crawled a site
-failing 13 % of its requests some 40 times slower than one process.
+failing 5.6 % of its requests some 30 times slower than one process. An
+outcome applied again after its write-back lost the race meets the verdict as
+it first did, so the verdict's forgiving of the cuts reaches the newer policy.
 
 A request that hangs for seconds while the site's other answers stay quick
 holds a slot; rampup counts it as a straggler once a later send is answered
@@ -114,9 +116,10 @@ class Flaky(Bucket):
 @pytest.mark.redis
 async def test_a_fleet_keeps_its_verdict_that_a_sites_errors_are_its_own(redis_url: str) -> None:
     url = redis_url.split("?")[0]
-    alone = await crawl_fleet("memory://", 1, latency=0.043, seconds=12.0, site=Flaky(0.13))
-    fleet = await crawl_fleet(url, 4, latency=0.043, seconds=12.0, site=Flaky(0.13))
+    alone = await crawl_fleet("memory://", 1, latency=0.043, seconds=12.0, site=Flaky(0.056))
+    fleet = await crawl_fleet(url, 4, latency=0.043, seconds=12.0, site=Flaky(0.056))
     assert len(fleet.by_worker) == 4
     # Before: 2.7/s against 89/s from 6 s to 12 s (each worker's verdict was forgotten at every
-    # reload of its copy).
+    # reload of its copy); then 29/s (a write-back that lost the race was redone on a verdict
+    # already reached, so the newer policy kept the cuts the verdict forgives).
     assert fleet.per_second(6.0, 12.0) >= 0.9 * alone.per_second(6.0, 12.0)
