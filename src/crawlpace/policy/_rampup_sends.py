@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from typing import Protocol
 
 from ._rampup_tuning import TUNING as T
@@ -153,6 +154,20 @@ class SendRecord:
     def out(self: _SendRecordState, sent_at: float) -> None:
         """A request sent at ``sent_at`` is out until :meth:`settled` (its scope tells both ends)."""
         self._outstanding.append(sent_at)
+
+    def also_out(self: _SendRecordState, sends: Sequence[float]) -> None:
+        """Requests sent at ``sends`` are out, whether or not this record heard of them (:meth:`out`).
+
+        A fleet's shared record hears of no send as it goes (a store's admission
+        changes no stored state): each worker's release adds the requests that
+        worker still has out, so that the stragglers of every worker count.
+        """
+        out = self._outstanding
+        new = [at for at in sends if not any(abs(at - known) <= _SAME_SEND for known in out)]
+        if new:
+            merged = sorted([*out, *new])  # oldest first, as sends come
+            out.clear()
+            out.extend(merged)  # the newest ``maxlen`` stay
 
     def settled(self: _SendRecordState, sent_at: float) -> None:
         """The request sent at ``sent_at`` is over (answered, failed or abandoned): it is out no more."""

@@ -331,6 +331,8 @@ class RedisStore:
         demands = uncharged(policies, demands, known)
         if any(door_open(policies, name) for name, _use in demands):
             got = await pass_doors(self._writer, demands, got, self._down)
+        for name, _use in demands:
+            policies.sent(name, server_now)  # out until released (rampup's stragglers)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,
@@ -342,6 +344,8 @@ class RedisStore:
             if self._fallback is not None:  # granted by the fallback while the server was away
                 return self._fallback.release_nowait(lease, outcome)
             raise TypeError("a RedisStore can only release its own leases")
+        for name, _use in lease.demands:
+            self._policies.answered(name, lease.server_granted_at)
         if len(lease.demands) == 1 and self._allotting and self._allot.keep(lease, outcome):
             return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
         self._renewer.drop(lease.lease_id)
