@@ -420,6 +420,15 @@ async def test_a_server_that_slows_past_a_knee(knee: int, latency: float, expone
     assert out.refused <= 1
 
 
+async def test_the_load_fit_measures_a_count_once_it_is_full() -> None:
+    # A knee of 2 falling steeply past it (softknee02 of a random farm, about 14 s of pages). The
+    # sends right after the hold rose to 3 reached the server with 2 in flight and came back with 3:
+    # the fit read 7.2/s at 3 (4/s in truth) and walked 3, 4, 3, 1, 3, 2 (0.60; 0.56 on main).
+    out = await crawl(Knee(2, 0.335, 2.0, 6), 14.0)
+    assert out.share >= 0.66  # 0.71
+    assert out.refused <= 1
+
+
 @pytest.mark.parametrize(("latency", "per_inflight", "limit", "share"),
                          [(0.355, 0.0613, 9, 0.85),   # was 0.59: held at 3 in flight by the latency cut
                           (0.15, 0.02, 16, 0.85)])    # was 0.44 with 16 slots allowed
