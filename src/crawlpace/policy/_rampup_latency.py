@@ -148,7 +148,14 @@ class LatencyWatch:
         if self._knee_hold > 0:
             if n != min(self._knee_hold, LOAD_COUNTS):
                 return  # (a slot not yet refilled: the count is not the one held)
-        elif n != self._load_n:
+            if self._load_since == math.inf:
+                # The first answer with the count held full: the sends from now on share the server
+                # with that count. The sends between the hold's change and now went with fewer (the
+                # slots added fill one by one) and were answered with the count full: a knee of 2
+                # measured "7.2/s at 3" where 3 serve 4/s, and the fit walked 3, 4, 3, 1, 3, 2.
+                self._load_since = now
+                return
+        elif n != self._load_n or self._load_since == math.inf:
             self._load_n, self._load_since = n, now
             return
         if sent_at is None or sent_at < self._load_since:

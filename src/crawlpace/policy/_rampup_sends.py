@@ -46,6 +46,7 @@ class _SendRecordState(Protocol):
     _last_growth: float
     _door: float
     _outstanding: deque[float]
+    latency: float | None
     _cycle_start: float
     _cycle_ok: int
     _acc_base: int
@@ -69,11 +70,20 @@ class SendRecord:
         """The measured send rate: the inverse of the mean gap between recent sends.
 
         The time since the last send counts as a gap too, so the rate of a
-        scope that stopped sending falls off at once.
+        scope that stopped sending falls off at once. Not while it waits on its
+        own requests: with requests out, no slot frees before the oldest is
+        answered (its send plus the smoothed latency), and a scope whose slots
+        are all out sends nothing till then. Counting that wait as idleness cut
+        what it may send, and with it its slots, each time a round of slots
+        came back together (a server that answers 16 in flight a little
+        slower than 12: 3-4 in flight after each round, 0.8 of its capacity).
         """
         if self._sent_at == NEVER:
             return 0.0
-        since = now - max(self._sent_at, self._resumed_at)
+        last = max(self._sent_at, self._resumed_at)
+        if self._outstanding and self.latency is not None:
+            last = max(last, self._outstanding[0] + self.latency)
+        since = now - last
         gap = max(self._gap if self._gap is not None else T.round, since)
         return 1.0 / gap if gap > 0.0 else math.inf
 

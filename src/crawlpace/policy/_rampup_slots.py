@@ -333,7 +333,7 @@ class SlotSizing:
         if hold == self._knee_hold:
             return
         before, self._knee_hold = self._knee_hold, hold
-        self._load_since = now  # the answers to sends from now on are this count's (_note_load)
+        self._load_since = math.inf  # set at the first answer with the count full (_note_load)
         if hold > before or before == 0:
             self._knee_at = now
         self._decide(now, f"knee: holding {hold} in flight (best seen: "
