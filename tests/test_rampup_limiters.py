@@ -155,8 +155,24 @@ class ConnectionCap:
         self._freed.append(now + self.late)
 
 
+class _HardLimit:
+    """A server that answers 503 at once past ``limit`` requests in flight (the knee servers' door)."""
+
+    limit: int
+    _inflight: int
+
+    def arrive(self, now: float) -> Response:
+        if self._inflight >= self.limit:
+            return Response(503)
+        self._inflight += 1
+        return Response(200)
+
+    def leave(self, now: float) -> None:
+        self._inflight -= 1
+
+
 @dataclass
-class Knee:
+class Knee(_HardLimit):
     """A server that slows past ``knee`` requests in flight: each takes ``latency`` times
     (in flight / knee) ** ``exponent`` past it; 503 at once past ``limit`` in flight."""
 
@@ -173,18 +189,9 @@ class Knee:
     def service(self) -> float:
         return self.latency * math.pow(max(1.0, self._inflight / self.knee), self.exponent)
 
-    def arrive(self, now: float) -> Response:
-        if self._inflight >= self.limit:
-            return Response(503)
-        self._inflight += 1
-        return Response(200)
-
-    def leave(self, now: float) -> None:
-        self._inflight -= 1
-
 
 @dataclass
-class HardKnee:
+class HardKnee(_HardLimit):
     """A server that serves each request ``per_inflight`` seconds slower for every other one it holds,
     and answers 503 at once past ``limit`` in flight: its throughput grows up to the limit."""
 
@@ -199,15 +206,6 @@ class HardKnee:
 
     def service(self) -> float:
         return self.latency + self.per_inflight * (self._inflight - 1)
-
-    def arrive(self, now: float) -> Response:
-        if self._inflight >= self.limit:
-            return Response(503)
-        self._inflight += 1
-        return Response(200)
-
-    def leave(self, now: float) -> None:
-        self._inflight -= 1
 
 
 @dataclass
