@@ -60,7 +60,8 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
   capacity (the flaky and the dead one). A short burst makes this ratio huge: it rewards
   speed, not manners, which is why violations sit next to it;
 * **done**: of the site's **pages**, those the contender itself recorded with a final 200
-  (its own output file; robots.txt and abandoned URLs do not count);
+  (its own output file; robots.txt and abandoned URLs do not count), less those the farm
+  last answered with a challenge page (a contender that takes one for the page records a 200);
 * **last s**: seconds from the contender's start to the site's last request;
 * **busiest 1 s**: the most requests the site saw within any one second (the simulator's
   own sliding count, whoever sent them: one process or a whole fleet), over the most the
@@ -746,9 +747,13 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
         if name is not None and not disallowed(url):
             pages[name] += 1
     done = dict.fromkeys(sites, 0)
+    # A page whose last answer from the farm was a challenge page is not done, whatever the
+    # contender recorded: one that took the challenge for content recorded a 200.
+    challenged = {f"{site['url']}{path}" for site in sites.values()
+                  for path in site.get("challenged_paths", ())}
     for url, ok in contender.pages_done(output).items():
         name = site_of(url, prefixes)
-        if ok and name is not None and not disallowed(url):
+        if ok and name is not None and not disallowed(url) and url.split("?", 1)[0] not in challenged:
             done[name] += 1
     for name, site in sites.items():
         last = site.get("last")

@@ -81,7 +81,7 @@ class ThrottlingMiddleware:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.blocks = BlockRules(runtime.config.settings.block_rules)
+        self.blocks = BlockRules.of(runtime.config.settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ThrottlingMiddleware:
