@@ -1387,10 +1387,19 @@ def percentile(values: Sequence[float], share: float) -> float | None:
 
 def random_site_ratio(mine: SiteFigures, oracle: SiteFigures) -> float | None:
     """A site's goodput over the oracle's in the same round: goodput/capacity each capped at 1
-    where the site has a capacity (see :func:`site_over_oracle`), plain goodput where it has none."""
-    if mine.capacity:
-        return site_over_oracle(mine.goodput_ratio, oracle.goodput_ratio)
-    return over_oracle(mine.goodput, oracle.goodput)
+    where the site has a capacity (see :func:`site_over_oracle`), plain goodput where it has none;
+    times the share of the oracle's pages done that the contender did too.
+
+    The goodput is the farm's 200s over the site's active period, so a contender that leaves
+    pages behind (takes a challenge page for the page, gives URLs up) ends the period early
+    and kept its goodput: without the share, a site crawled too fast, half of it answered with
+    challenges, read as 1.0 x oracle.
+    """
+    ratio = site_over_oracle(mine.goodput_ratio, oracle.goodput_ratio) if mine.capacity else (
+        over_oracle(mine.goodput, oracle.goodput))
+    if ratio is None or not oracle.done:
+        return ratio
+    return round(ratio * min(mine.done / oracle.done, 1.0), 3)
 
 
 def worst_excess(runs: Sequence[Run]) -> dict[str, Any] | None:
@@ -1471,7 +1480,8 @@ def excess_cell(worst: dict[str, Any] | None) -> str:
 def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, Any]]) -> None:
     print()
     print("random farms: each site's goodput over the oracle's in the same round (goodput/capacity "
-          "capped at 1; plain goodput where a site has no capacity), pooled over the rounds")
+          "capped at 1; plain goodput where a site has no capacity) times the share of the oracle's "
+          "pages done that it did, pooled over the rounds")
     headers = ("contender", "sites", "mean x oracle", "p10 x oracle", "429+503 %", "violations",
                "makespan x oracle", "start-up s", "pages done", "over limit", "worst excess", "cut")
     rows = []
