@@ -136,15 +136,16 @@ def test_the_default_rules_judge_only_a_small_html_body() -> None:
 
 def test_a_client_reads_a_body_only_where_a_rule_could_match() -> None:
     rules = BlockRules()
-    assert rules.needs_body(200, HTML)
+    assert not rules.needs_body(200, HTML)  # a page of unsaid length could be large: it streams on
+    assert rules.needs_body(200, {**HTML, "content-length": "5000"})
     assert rules.needs_body(403, {})
     assert rules.needs_body(200, {**HTML, "content-length": str(DEFAULT_MAX_BYTES)})
     assert not rules.needs_body(200, {**HTML, "content-length": str(DEFAULT_MAX_BYTES + 1)})  # a big page
     assert not rules.needs_body(200, {"content-type": "application/json"})  # an API answer streams on
     assert not rules.needs_body(404, HTML)
-    assert rules.needs_body(200, {**HTML, "content-length": "junk"})  # hostile length: ignored
+    assert rules.needs_body(503, {**HTML, "content-length": "junk"})  # hostile length: as if unsaid
     assert rules.needs_body(400, {"content-type": "application/problem+json"})
-    assert not BlockRules(defaults=False).needs_body(200, HTML)
+    assert not BlockRules(defaults=False).needs_body(503, HTML)
     assert BlockRules(["captcha:404"], defaults=False).needs_body(404, {"content-type": "image/png"})
     assert BlockRules(["captcha"], defaults=False).needs_body(201, {})
 

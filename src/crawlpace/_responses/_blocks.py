@@ -207,9 +207,10 @@ class BlockRules:
         """Whether telling a soft block from ``status`` and ``headers`` needs the body.
 
         True for a problem+json answer, for a user rule that covers ``status``, and for a default
-        rule that covers it when the answer is HTML (or unlabelled) and not announced as larger
-        than the rule judges. A client that reads bodies only when this says so leaves every
-        other answer (a large download, a 200 of JSON) to stream.
+        rule that covers it when the answer is HTML (or unlabelled) and its ``Content-Length`` is
+        within what the rule judges; a 200 must announce its length (a page of content streamed
+        without one may be large), a refusal's status need not. A client that reads bodies only
+        when this says so leaves every other answer (a large download, a 200 of JSON) to stream.
         """
         kind = headers.get("content-type", "")
         if "problem+json" in kind.lower():
@@ -220,7 +221,9 @@ class BlockRules:
                 continue
             if rule.max_bytes is None:
                 return True
-            if _html_or_unsaid(kind) and (length is None or length <= rule.max_bytes):
+            if not _html_or_unsaid(kind):
+                continue
+            if (length is None and status != 200) or (length is not None and length <= rule.max_bytes):
                 return True
         return False
 
