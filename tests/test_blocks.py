@@ -281,3 +281,20 @@ async def test_the_scrapy_addon_retries_challenge_pages(tmp_path: Path) -> None:
     assert "throttling/blocked" not in result.stats
     assert result.stats["retry/count"] >= site["challenged"]
     assert {record["url"]: record.get("status") for record in result.records} == dict.fromkeys(urls, 200)
+
+
+def test_the_command_line_turns_the_defaults_off_over_the_settings_file(tmp_path: Path) -> None:
+    from crawlpace.cli import _parser
+    from crawlpace.cli.crawl import build_settings
+
+    config = tmp_path / "crawlpace.toml"
+    config.write_text("block_defaults = false\n", encoding="utf-8")
+
+    def defaults(*flags: str) -> bool:
+        args = _parser().parse_args(["crawl", "urls.txt", "-o", "out.jsonl", *flags])
+        return build_settings(args).block_defaults
+
+    assert defaults()
+    assert not defaults("--no-block-defaults")
+    assert not defaults("--config", str(config))
+    assert defaults("--config", str(config), "--block-defaults")
