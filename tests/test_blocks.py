@@ -144,6 +144,8 @@ def test_a_client_reads_a_body_only_where_a_rule_could_match() -> None:
     assert not rules.needs_body(200, {"content-type": "application/json"})  # an API answer streams on
     assert not rules.needs_body(404, HTML)
     assert rules.needs_body(503, {**HTML, "content-length": "junk"})  # hostile length: as if unsaid
+    assert not rules.needs_body(503, {**HTML, "retry-after": "5"})  # its hold is heard before any body
+    assert not rules.needs_body(429, HTML)  # pushback already
     assert rules.needs_body(400, {"content-type": "application/problem+json"})
     assert not BlockRules(defaults=False).needs_body(503, HTML)
     assert BlockRules(["captcha:404"], defaults=False).needs_body(404, {"content-type": "image/png"})

@@ -53,9 +53,10 @@ PROBLEM_TYPES = frozenset({"quota-exceeded", "temporary-reduced-capacity", "abno
 #: larger, and one that quotes a marker (a help page about bot shields, say) should stay content.
 DEFAULT_MAX_BYTES = 48 * 1024
 #: The statuses the interstitials come with: 403 (Cloudflare's managed challenge, DataDome, HUMAN,
-#: Imperva, Sucuri), 503 (Cloudflare's older "I'm under attack" page), 429, and 200 for shields that
-#: serve the page in place of the content.
-_INTERSTITIAL = (200, 403, 429, 503)
+#: Imperva, Sucuri), 503 (Cloudflare's older "I'm under attack" page), and 200 for shields that serve
+#: the page in place of the content. Not 429: that is pushback already, and its hold (Retry-After)
+#: must reach the throttler at once, not after the body was read.
+_INTERSTITIAL = (200, 403, 503)
 
 _STATUSES = re.compile(r"[1-5][0-9][0-9](?:,[1-5][0-9][0-9])*", re.ASCII)
 
@@ -137,11 +138,11 @@ DEFAULT_RULES: tuple[BlockRule, ...] = (
     # Imperva (Incapsula): the incident page and its resource frame.
     _default("imperva", r"Incapsula incident ID|/_Incapsula_Resource\?", _INTERSTITIAL),
     # DataDome: the captcha page loads from captcha-delivery.com (normal pages load js.datadome.co).
-    _default("datadome", r"\b(?:geo|ct)\.captcha-delivery\.com\b", (403, 429)),
+    _default("datadome", r"\b(?:geo|ct)\.captcha-delivery\.com\b", (403,)),
     # HUMAN (PerimeterX): the block page's captcha element (normal pages carry only the sensor).
-    _default("human", r"""id=["']px-captcha["']""", (403, 429)),
+    _default("human", r"""id=["']px-captcha["']""", (403,)),
     # Sucuri's firewall page.
-    _default("sucuri", r"Sucuri WebSite Firewall - (?:CloudProxy - )?Access Denied", (403, 429, 503)),
+    _default("sucuri", r"Sucuri WebSite Firewall - (?:CloudProxy - )?Access Denied", (403, 503)),
 )
 
 
@@ -207,21 +208,24 @@ class BlockRules:
         """Whether telling a soft block from ``status`` and ``headers`` needs the body.
 
         True for a problem+json answer, for a user rule that covers ``status``, and for a default
-        rule that covers it when the answer is HTML (or unlabelled) and its ``Content-Length`` is
-        within what the rule judges; a 200 must announce its length (a page of content streamed
-        without one may be large), a refusal's status need not. A client that reads bodies only
-        when this says so leaves every other answer (a large download, a 200 of JSON) to stream.
+        rule that covers it when the answer is HTML (or unlabelled), carries no ``Retry-After``
+        (a hold must reach the throttler at once, and such an answer is pushback already) and
+        its ``Content-Length`` is within what the rule judges; a 200 must announce its length (a
+        page of content streamed without one may be large), a refusal's status need not. A
+        client that reads bodies only when this says so leaves every other answer (a large
+        download, a 200 of JSON) to stream.
         """
         kind = headers.get("content-type", "")
         if "problem+json" in kind.lower():
             return True
         length = _length(headers.get("content-length"))
+        held = headers.get("retry-after") is not None
         for rule in self.rules:
             if rule.statuses and status not in rule.statuses:
                 continue
             if rule.max_bytes is None:
                 return True
-            if not _html_or_unsaid(kind):
+            if held or not _html_or_unsaid(kind):
                 continue
             if (length is None and status != 200) or (length is not None and length <= rule.max_bytes):
                 return True
