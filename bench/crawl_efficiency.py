@@ -60,7 +60,8 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
   capacity (the flaky and the dead one). A short burst makes this ratio huge: it rewards
   speed, not manners, which is why violations sit next to it;
 * **done**: of the site's **pages**, those the contender itself recorded with a final 200
-  (its own output file; robots.txt and abandoned URLs do not count);
+  (its own output file; robots.txt and abandoned URLs do not count), less those the farm
+  last answered with a challenge page (a contender that takes one for the page records a 200);
 * **last s**: seconds from the contender's start to the site's last request;
 * **busiest 1 s**: the most requests the site saw within any one second (the simulator's
   own sliding count, whoever sent them: one process or a whole fleet), over the most the
@@ -746,9 +747,13 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
         if name is not None and not disallowed(url):
             pages[name] += 1
     done = dict.fromkeys(sites, 0)
+    # A page whose last answer from the farm was a challenge page is not done, whatever the
+    # contender recorded: one that took the challenge for content recorded a 200.
+    challenged = {f"{site['url']}{path}" for site in sites.values()
+                  for path in site.get("challenged_paths", ())}
     for url, ok in contender.pages_done(output).items():
         name = site_of(url, prefixes)
-        if ok and name is not None and not disallowed(url):
+        if ok and name is not None and not disallowed(url) and url.split("?", 1)[0] not in challenged:
             done[name] += 1
     for name, site in sites.items():
         last = site.get("last")
@@ -1382,10 +1387,19 @@ def percentile(values: Sequence[float], share: float) -> float | None:
 
 def random_site_ratio(mine: SiteFigures, oracle: SiteFigures) -> float | None:
     """A site's goodput over the oracle's in the same round: goodput/capacity each capped at 1
-    where the site has a capacity (see :func:`site_over_oracle`), plain goodput where it has none."""
-    if mine.capacity:
-        return site_over_oracle(mine.goodput_ratio, oracle.goodput_ratio)
-    return over_oracle(mine.goodput, oracle.goodput)
+    where the site has a capacity (see :func:`site_over_oracle`), plain goodput where it has none;
+    times the share of the oracle's pages done that the contender did too.
+
+    The goodput is the farm's 200s over the site's active period, so a contender that leaves
+    pages behind (takes a challenge page for the page, gives URLs up) ends the period early
+    and kept its goodput: without the share, a site crawled too fast, half of it answered with
+    challenges, read as 1.0 x oracle.
+    """
+    ratio = site_over_oracle(mine.goodput_ratio, oracle.goodput_ratio) if mine.capacity else (
+        over_oracle(mine.goodput, oracle.goodput))
+    if ratio is None or not oracle.done:
+        return ratio
+    return round(ratio * min(mine.done / oracle.done, 1.0), 3)
 
 
 def worst_excess(runs: Sequence[Run]) -> dict[str, Any] | None:
@@ -1466,7 +1480,8 @@ def excess_cell(worst: dict[str, Any] | None) -> str:
 def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, Any]]) -> None:
     print()
     print("random farms: each site's goodput over the oracle's in the same round (goodput/capacity "
-          "capped at 1; plain goodput where a site has no capacity), pooled over the rounds")
+          "capped at 1; plain goodput where a site has no capacity) times the share of the oracle's "
+          "pages done that it did, pooled over the rounds")
     headers = ("contender", "sites", "mean x oracle", "p10 x oracle", "429+503 %", "violations",
                "makespan x oracle", "start-up s", "pages done", "over limit", "worst excess", "cut")
     rows = []

@@ -35,6 +35,7 @@ from crawlpace.http import throttled_client, throttled_sync_client
 from crawlpace.requests import ThrottledAdapter
 from crawlpace.requests import attempts as requests_attempts
 from crawlpace.requests import throttled_session as requests_session
+from crawlpace.sim import CHALLENGE_PAGE
 
 from .redis_server import RedisServer, free_port, redis_binary
 
@@ -270,9 +271,14 @@ class ChallengeSite(Site):
                     first = not site.arrivals
                     site.arrivals.append((time.monotonic(), 200))
                 body = b"<p>please solve this captcha</p>" if first else b"the page"
+                if self.path.startswith("/shield") and first:  # a bare challenge: the default rules know it
+                    body = CHALLENGE_PAGE
+                elif self.path.startswith("/form"):  # content with a captcha widget, every time
+                    body = FORM_PAGE
                 self.send_response(200)
                 if first and self.path.startswith("/cf"):  # Cloudflare's own mark: no rule needed
                     self.send_header("cf-mitigated", "challenge")
+                self.send_header("Content-Type", "text/html; charset=utf-8")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
                 self.wfile.write(body)
@@ -296,6 +302,9 @@ def challenge() -> Iterator[ChallengeSite]:
 
 
 RULES = ["captcha:200"]
+#: A page of content with a reCAPTCHA widget on its form: no block by the default rules.
+FORM_PAGE = (b'<html><title>Contact</title><script src="https://www.google.com/recaptcha/api.js"></script>'
+             b'<form><div class="g-recaptcha"></div><p>Verify you are human</p></form></html>')
 
 
 async def test_async_clients_resend_a_soft_block(challenge: ChallengeSite) -> None:
@@ -332,6 +341,20 @@ async def test_a_soft_block_through_aiohttp_is_resent(challenge: ChallengeSite) 
     async with throttled_client(OPEN, trust_env=False) as client:  # no rule: a 200 is a 200
         response = await client.get(f"{challenge.url}/b")
         assert (response.status_code, httpx_attempts(response)) == (200, 1)
+
+
+async def test_clients_know_a_bare_challenge_page_by_the_default_rules(challenge: ChallengeSite) -> None:
+    async with throttled_client(OPEN, trust_env=False) as client:
+        response = await client.get(f"{challenge.url}/shield")  # a challenge, then the page
+        assert (response.text, httpx_attempts(response)) == ("the page", 2)
+        form = await client.get(f"{challenge.url}/form")  # content with a widget
+        assert (form.content, httpx_attempts(form)) == (FORM_PAGE, 1)
+    with requests_session(OPEN) as session:
+        assert requests_attempts(session.get(f"{challenge.url}/shield")) == 1  # the site blocks once only
+    challenge.arrivals.clear()
+    with requests_session({**OPEN, "THROTTLING_BLOCK_DEFAULTS": False}) as session:
+        answer = session.get(f"{challenge.url}/shield")  # the defaults off: the challenge is a page
+        assert (answer.content, requests_attempts(answer)) == (CHALLENGE_PAGE, 1)
 
 
 async def test_warm_start_is_kept_by_a_client_and_read_by_the_next(site: Site, tmp_path: Any) -> None:

@@ -159,3 +159,13 @@ def test_resets_are_aborted_requests_counted_apart() -> None:
         stats.arrive(1.0)
         stats.depart(1.0, None, reset=reset)
     assert (stats.aborted, stats.resets) == (2, 1)
+
+
+def test_a_path_last_answered_with_a_challenge_is_listed_until_its_content_goes_out() -> None:
+    stats = SiteStats(capacity=1.0)
+    for at, path, challenge in [(0.0, "/a", True), (0.1, "/b", True), (0.2, "/a", False), (0.3, "/c", False)]:
+        stats.arrive(at)
+        stats.depart(at, 200, challenge=challenge, path=path)
+    figures = stats.as_dict()
+    assert (figures["challenged"], figures["ok"], figures["throttled"]) == (2, 2, 2)
+    assert figures["challenged_paths"] == ["/b"]  # /a got its content in the end; /b never did

@@ -43,8 +43,9 @@ Per profile, each host gets an even gap between sends and a cap on requests in f
 It obeys every site's robots.txt, read from the site itself: a URL the file disallows is
 not sent (its line says so).
 
-Every request has the same 10 s timeout as the crawlpace contenders; a 5xx, a 429, a
-timeout or a failed connection is sent again after the host's gap, or after the
+Every request has the same 10 s timeout as the crawlpace contenders; a 5xx, a 429, the
+farm's challenge page (recorded as a 429 if it is the last answer), a timeout or a failed
+connection is sent again after the host's gap, or after the
 ``Retry-After`` of a 429, which holds the whole host (at most 8 resends), so
 the flaky sites' pages all get done. Each URL's final answer is one JSON line ``{"url",
 "status", "attempts", "error"}``, written and flushed as soon as it is known.
@@ -69,6 +70,7 @@ import httpx
 
 from crawlpace._robotstxt._robots import RobotsRules
 from crawlpace.sim import (
+    CHALLENGE_PAGE,
     ChallengeSite,
     CrawlDelaySite,
     FlakySite,
@@ -256,6 +258,8 @@ async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, An
                 status, error = response.status_code, None
                 if status == 429:
                     host.hold(response.headers.get("retry-after"))
+                elif response.content == CHALLENGE_PAGE:  # the farm's challenge: a refusal, not the page
+                    status, error = 429, "challenge page"
             except (httpx.HTTPError, OSError) as exc:
                 status, error = None, f"{type(exc).__name__}: {exc}"
             if plan.rest:

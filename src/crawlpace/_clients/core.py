@@ -143,13 +143,8 @@ class _Common:
                  robots_user_agent: str | None, log: logging.Logger) -> None:
         self.retries = check_retries(retries)
         self.log = log
-        #: The throttler's ``block_rules`` (and the rules always on): which answers are soft blocks.
-        self.blocks = BlockRules(throttler.settings.block_rules)
-        # The statuses whose body a rule searches (None: every status's).
-        self._body_statuses: frozenset[int] | None = frozenset().union(
-            *(rule.statuses for rule in self.blocks.rules))
-        if any(not rule.statuses for rule in self.blocks.rules):
-            self._body_statuses = None
+        #: The throttler's ``block_rules``, the default rules, those always on: which answers are soft blocks.
+        self.blocks = BlockRules.of(throttler.settings)
         if isinstance(robots_txt, RobotsGuard):
             self.robots: RobotsGuard | None = robots_txt
             self.look = robots_txt.look or LastLook()
@@ -159,12 +154,8 @@ class _Common:
                                       look=self.look) if robots_txt else None
 
     def wants_body(self, status: int, headers: Mapping[str, str]) -> bool:
-        """Whether telling a soft block needs the body: problem+json, or a body rule for ``status``."""
-        statuses = self._body_statuses
-        if statuses is None or status in statuses:
-            return True
-        kind = headers.get("content-type")
-        return kind is not None and "problem+json" in kind.lower()
+        """Whether telling a soft block needs the body (see :meth:`BlockRules.needs_body`)."""
+        return self.blocks.needs_body(status, headers)
 
     def verdict(self, method: str, url: str, status: int, headers: Mapping[str, str],
                 body: bytes | None) -> bool:

@@ -75,6 +75,8 @@ class Settings:
         scopes: per-scope settings, already merged over ``scope_defaults``.
         block_rules: soft-block body rules, ``REGEX[:STATUS]`` each
             (``THROTTLING_BLOCK_RULES``; see :mod:`crawlpace._responses._blocks`).
+        block_defaults: add the default body rules for well-known challenge
+            pages after ``block_rules`` (``THROTTLING_BLOCK_DEFAULTS``).
         learned: where learned limits are kept for a warm start, a SQLite
             file or a Redis URL (``CRAWLPACE_LEARNED``; see :mod:`crawlpace._throttle._learned`).
         crawl: the options of ``crawlpace crawl`` the file keeps (its ``[crawl]``
@@ -96,6 +98,7 @@ class Settings:
     delayed_requests_warn_threshold: int = 500
     autothrottle: AutoThrottleConfig = field(default_factory=AutoThrottleConfig)
     block_rules: tuple[str, ...] = ()
+    block_defaults: bool = True
     learned: str | None = None
     crawl: CrawlConfig = field(default_factory=CrawlConfig)
     warm_start: Any = field(default=None, compare=False, repr=False)

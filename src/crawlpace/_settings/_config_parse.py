@@ -48,7 +48,8 @@ _TOP_KEYS = frozenset({
     "concurrent_requests", "concurrent_requests_per_ip", "scope_defaults", "scopes", "manager",
     "rampup_backoff_target",
     "robotstxt_obey", "robotstxt_max_delay", "redirect_max_delay",
-    "delayed_requests_warn_threshold", "autothrottle", "block_rules", "learned", "crawl",
+    "delayed_requests_warn_threshold", "autothrottle", "block_rules", "block_defaults", "learned",
+    "crawl",
 })
 _SCOPE_KEYS = frozenset(f.name for f in fields(ScopeConfig))
 _BACKOFF_KEYS = frozenset(f.name for f in fields(BackoffConfig))
@@ -78,6 +79,7 @@ def parse_tree(tree: Mapping[str, Any], labels: TreeLabels, problems: Iterable[s
     take("robotstxt_max_delay", check.seconds)
     take("delayed_requests_warn_threshold", check.count)
     take("robotstxt_obey", check.flag)
+    take("block_defaults", check.flag)
     take("manager", check.import_path)
     per_ip = _per_ip(check, labels, tree, top)
     if tree.get("learned") is not None:

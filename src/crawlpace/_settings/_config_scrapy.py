@@ -31,6 +31,7 @@ _SCRAPY_NAMES: dict[str, tuple[str, str]] = {
     "THROTTLING_SCOPE_DEFAULTS": ("", "scope_defaults"),
     "THROTTLING_MANAGER": ("", "manager"),
     "THROTTLING_BLOCK_RULES": ("", "block_rules"),
+    "THROTTLING_BLOCK_DEFAULTS": ("", "block_defaults"),
     "CRAWLPACE_LEARNED": ("", "learned"),
     "THROTTLING_ROBOTSTXT_OBEY": ("", "robotstxt_obey"),
     "THROTTLING_ROBOTSTXT_MAX_DELAY": ("", "robotstxt_max_delay"),

@@ -146,7 +146,7 @@ class Throttler(ThrottlerReports, WaitingRoom):
             settings = Settings.from_scrapy(settings)
         settings, self._learner = _learning(settings, learned)
         self.settings = settings
-        self._blocks = BlockRules(settings.block_rules)
+        self._blocks = BlockRules.of(settings)
         self.clock: Clock = clock if clock is not None else AsyncioClock()
         self._rng = rng if rng is not None else random.Random()
         self._store: Store = (open_store(store, settings, self.clock, self._rng)
@@ -334,7 +334,8 @@ class Throttler(ThrottlerReports, WaitingRoom):
 
     @property
     def blocks(self) -> BlockRules:
-        """The soft-block rules of the settings (``block_rules``) and those always on.
+        """The soft-block rules of the settings (``block_rules``, then the default rules unless
+        ``block_defaults`` is false) and those always on.
 
         The library's clients apply them to every answer; code that feeds
         back by hand does the same with

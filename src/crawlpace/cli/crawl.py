@@ -92,6 +92,10 @@ def add_parser(sub: Any, common: argparse.ArgumentParser) -> None:
                        help="count a response whose body matches REGEX (with STATUS only, when given, "
                             "e.g. 'captcha:200') as a soft block: backed off like a 429 and resent; "
                             "repeatable, added to the settings file's block_rules")
+    crawl.add_argument("--block-defaults", action=argparse.BooleanOptionalAction, default=None,
+                       help="also count the well-known challenge pages (Cloudflare's 'Just a moment...', "
+                            "Imperva, DataDome, HUMAN, Sucuri) as soft blocks (the default); "
+                            "--no-block-defaults: only your rules (the settings file's block_defaults)")
     crawl.add_argument("--robots", action=argparse.BooleanOptionalAction, default=None,
                        help="fetch and obey robots.txt (the default); --no-robots: neither fetch nor obey it")
     crawl.add_argument("--state", help="journal file (default: OUTPUT.state)")
@@ -172,6 +176,9 @@ def build_settings(args: argparse.Namespace) -> Settings:
         block_on = getattr(args, "block_on_match", None) or []
         if block_on:
             extra["block_rules"] = (*settings.block_rules, *parse_block_rules("--block-on-match", block_on))
+        block_defaults = getattr(args, "block_defaults", None)
+        if block_defaults is not None:
+            extra["block_defaults"] = block_defaults
         scope_by = getattr(args, "scope_by", None)
         path = None if scope_by is None else manager_path(scope_by, with_host=True)
         if path is not None and settings.manager is not None and settings.manager != path:

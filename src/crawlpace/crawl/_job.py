@@ -98,7 +98,7 @@ class CrawlJob(JobOutcomes):
         self.throttler = throttler if throttler is not None else Throttler(
             settings, store=options.store, on_give_up=self._gave_up)
         self._given_fetcher = fetcher
-        self.blocks = BlockRules(settings.block_rules)
+        self.blocks = BlockRules.of(settings)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
         #: Each Crawl-delay scope's last write, for the fetcher's last look (told by RobotsAnswers).
         self.look = LastLook()

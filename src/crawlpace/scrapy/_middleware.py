@@ -12,7 +12,7 @@ HTTP cache, so cached answers are never throttled), and there:
   rampup, the circuit breaker), and the permit is released;
 * a robots.txt response gives its Crawl-Delay to the scopes before its
   permit goes back, so that the next request already keeps to it;
-* a soft block (a response matching ``THROTTLING_BLOCK_RULES``, a
+* a soft block (a response matching ``THROTTLING_BLOCK_RULES`` or a default rule, a
   ``cf-mitigated: challenge`` header, a quota problem+json) backs the scopes
   off like a 429 and is retried within ``RETRY_TIMES`` (Scrapy's
   ``get_retry_request``); when the retries are spent the response goes on to
@@ -81,7 +81,7 @@ class ThrottlingMiddleware:
 
     def __init__(self, runtime: Runtime) -> None:
         self.runtime = runtime
-        self.blocks = BlockRules(runtime.config.settings.block_rules)
+        self.blocks = BlockRules.of(runtime.config.settings)
 
     @classmethod
     def from_crawler(cls, crawler: Crawler) -> ThrottlingMiddleware:

@@ -196,7 +196,9 @@ class Site:
                 status = 500  # what the server will answer
             raise
         finally:
-            self.stats.depart(self.clock(), status, reset=reset, challenge=bool(scope.get(CHALLENGE_KEY)))
+            path = scope.get("path")
+            self.stats.depart(self.clock(), status, reset=reset, challenge=bool(scope.get(CHALLENGE_KEY)),
+                              path=path if isinstance(path, str) else None)
 
     def _arrival(self, scope: Scope) -> float:
         """When the request arrived, on the site's clock.

@@ -83,6 +83,9 @@ class SiteStats:
         self.aborted = 0
         #: 200s that were challenge pages, not the content (counted as refusals).
         self.challenged = 0
+        #: Paths whose latest answer was a challenge page: pages the crawler has not got, whatever
+        #: its own record says (a crawler that takes the page for content counts them as done).
+        self.challenged_paths: set[str] = set()
         self.resets = 0
         self.violations: Counter[str] = Counter()
         self._recent: deque[float] = deque()
@@ -135,7 +138,8 @@ class SiteStats:
         self.peak_per_second = max(self.peak_per_second, len(recent))
         _bin(self._arrivals, self._index(now))
 
-    def depart(self, now: float, status: int | None, *, reset: bool = False, challenge: bool = False) -> None:
+    def depart(self, now: float, status: int | None, *, reset: bool = False, challenge: bool = False,
+               path: str | None = None) -> None:
         """Record that a request was answered with ``status`` (None: it never was).
 
         Args:
@@ -144,11 +148,15 @@ class SiteStats:
             reset: the site reset the connection on purpose instead of answering.
             challenge: the answer was a challenge page instead of the content:
                 a refusal whatever its status, and not in ``statuses``.
+            path: the request's path: a challenge adds it to ``challenged_paths``,
+                the content (a 200) takes it out.
         """
         self.inflight = max(self.inflight - 1, 0)
         if challenge and status is not None:
             self.challenged += 1
             _bin(self._refused, self._index(now))
+            if path is not None:
+                self.challenged_paths.add(path)
         elif status is None:
             self.aborted += 1
             self.resets += reset
@@ -156,6 +164,8 @@ class SiteStats:
             self.statuses[status] += 1
             if status == 200:
                 _bin(self._ok, self._index(now))
+                if path is not None:
+                    self.challenged_paths.discard(path)
             elif status in (429, 503):
                 _bin(self._refused, self._index(now))
 
@@ -230,6 +240,7 @@ class SiteStats:
             "aborted": self.aborted,
             "resets": self.resets,
             "challenged": self.challenged,
+            "challenged_paths": sorted(self.challenged_paths),
             "statuses": {str(status): count for status, count in sorted(self.statuses.items())},
             "violations": sum(self.violations.values()),
             "violation_kinds": dict(sorted(self.violations.items())),
