@@ -92,8 +92,10 @@ def _level_ok(events: Sequence[tuple[float, bool]], rate: float, burst: float, s
                 accepts = False
                 level = 1.0  # it was accepted: the bucket had the token (the rate is too low)
             level -= 1.0
-        elif level >= 1.0:
-            refusals = False
+        else:
+            if level >= 1.0:
+                refusals = False
+            level = min(level, 1.0)  # it was refused: the bucket had no token (the rate is too high)
     return accepts, refusals
 
 
@@ -124,7 +126,8 @@ def _bursts(most: int) -> list[tuple[int, float]]:
         burst = min(float(most), burst * 1.25)
         tried.append(round(burst))
     tried = sorted(set(tried))
-    return [(b, float((tried[i + 1] if i + 1 < len(tried) else b + 1) - b)) for i, b in enumerate(tried)]
+    ends = [*tried[1:], tried[-1] + 1]
+    return [(b, sum(1.0 / k for k in range(b, end))) for b, end in zip(tried, ends, strict=True)]
 
 
 def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bool,
