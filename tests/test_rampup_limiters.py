@@ -288,6 +288,19 @@ async def test_buckets_with_long_holds_are_paced_at_the_fit_after_one_hold(
     assert out.refused <= 4  # the start's trip, its lock-out's probe, the one hold (with the start's rules)
 
 
+@pytest.mark.parametrize(("rate", "burst", "hold", "share"),
+                         [(6.22, 3.0, 17, 0.4),    # was 0.24: paced at 3.6/s for the rest of the minute
+                          (5.54, 3.0, 31, 0.25)])  # was 0.13: 1.4/s
+async def test_a_slow_start_does_not_make_a_large_burst_the_likely_fit(
+        rate: float, burst: float, hold: int, share: float) -> None:
+    # Answers in milliseconds: the start doubles once a second and some 20 sends are accepted before the
+    # refusal. Every burst up to 20 fits them (the larger, the lower its rate); taken as equally likely,
+    # they made a rate a third of the limit's the pace worth keeping after the one long hold.
+    out = await crawl(Bucket(rate, burst, hold), 60.0, latency=0.003)
+    assert out.share >= share
+    assert out.refused == 1  # the start's overshoot only
+
+
 async def test_a_bucket_with_no_burst_and_holds_on_a_loaded_machine() -> None:
     # The hard farm's embargo (5/s, 5 s holds) with sends reaching the site up to 50 ms late: a
     # send bunched at a pace under the limit is refused now and then, and is no burst's relapse.

@@ -9,15 +9,20 @@ reading closely.
 **The fit.** A token bucket of rate ``r`` and burst ``b`` is known by its level
 over time: it gains ``r`` tokens a second up to ``b``, an accepted request takes
 one, a refused one none. Given the scope's accepted sends on record and the sends
-whose refusal started a hold (the bucket was empty then), the level at every send
-rises with ``r`` for each ``b``; so each accepted send puts a floor under ``r``
-and each refusal a ceiling over it, and :func:`bucket_fit` finds by bisection,
+whose refusal started a hold (the bucket was empty then, so the replay empties it
+there), the level at every send rises with ``r`` for each ``b``; so each accepted
+send puts a floor under ``r`` and each refusal a ceiling over it, and
+:func:`bucket_fit` finds by bisection,
 for every burst, the interval of rates that fit the whole record. One overshoot
 says little (a large burst at a low rate explains it as well as no burst at a high
 one); two stretches at different paces, with a hold between, pin both numbers.
 
-**The belief.** Every burst that fits is taken as likely as any other, and within
-its interval every rate as likely on a log scale; the chance that the limit is at
+**The belief.** Bursts, like rates, are taken as equally likely on a log scale: a
+burst that fits is as likely as any other in proportion to ``1 / b`` (a slow start's
+forty accepted sends fit every burst up to forty, each with a lower rate, and
+counted alike they made a burst over ten, and so a limit under a third of the
+true one, the likely fit), and within its interval every rate is as likely on a
+log scale; the chance that the limit is at
 least a rate is kept at :data:`KNOTS` rates (:func:`belief_of`), and a refused
 pace drops the chance above it (the limit is under a pace that drew a hold).
 
@@ -95,7 +100,7 @@ def _level_ok(events: Sequence[tuple[float, bool]], rate: float, burst: float, s
         else:
             if level >= 1.0:
                 refusals = False
-            level = min(level, 1.0)  # it was refused: the bucket had no token (the rate is too high)
+            level = min(level, 1.0)  # it was refused: the bucket had no token, whatever it held before
     return accepts, refusals
 
 
@@ -119,7 +124,8 @@ def _bound(events: Sequence[tuple[float, bool]], burst: float, start: float, top
 
 def _bursts(most: int) -> list[tuple[int, float]]:
     """The bursts tried, 1 to ``most``: every one up to :data:`EVERY_BURST`, then a geometric
-    sample (each stands for the bursts up to the next), with how many bursts each stands for."""
+    sample (each stands for the bursts up to the next), with the weight of the bursts each stands
+    for, ``1 / b`` apiece (log-uniform: a burst twice as large is half as likely)."""
     tried = list(range(1, min(most, EVERY_BURST) + 1))
     burst = float(EVERY_BURST)
     while round(burst) < most:
@@ -168,7 +174,7 @@ def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bo
 
 
 def _chance_at_least(fits: Sequence[tuple[int, float, float, float]], rate: float) -> float:
-    """The chance the refill rate is at least ``rate``: every burst that fits equally likely, and
+    """The chance the refill rate is at least ``rate``: each burst that fits by its weight, and
     within a burst's interval every rate equally likely on a log scale."""
     total = weights = 0.0
     for _, lo, hi, weight in fits:
