@@ -274,6 +274,8 @@ class _BucketState(Protocol):
     _probe_after: float
     _ep_since: float
     _resumed_at: float
+    _recall: float
+    _recall_wait: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -339,6 +341,10 @@ class BucketFit:
     def _set_level(self: _BucketState, now: float, level: float, held: float, sure: float) -> None:
         """Pace at ``level`` (from the fit); a step above it is weighed once it has been kept up for
         two holds' lengths after the hold (see the module's trade-off)."""
+        # The fit answers for the level from here: a rate the recall remembers (``_rampup_recall``) was
+        # a refilled burst carrying a pace over the bucket's rate, not a limit that fell, and a search
+        # back up to it would buy another hold.
+        self._recall = self._recall_wait = 0.0
         self.rate = self.ceiling = max(self.min_rate, min(self.max_rate, T.fit_share * level))
         self._top, self._cut_rate = 0.0, 0.0
         self._start_climb(now, fast=False)
