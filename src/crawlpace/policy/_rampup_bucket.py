@@ -2,7 +2,8 @@
 
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
 rules). A site that answers an overshoot with a hold (``Retry-After`` of
-``T.fit_hold`` seconds or more; ``_rampup_search`` calls in here) charges the
+``T.fit_hold`` seconds or more, or a shorter one of ``T.hold_long`` or more from the
+second on; ``_rampup_search`` calls in here) charges the
 whole hold for every refusal, so its refusals are few, costly, and each worth
 reading closely.
 
