@@ -38,6 +38,22 @@ def test_two_paces_pin_a_bucket_that_one_overshoot_cannot() -> None:
     assert hi / lo < 1.1
 
 
+def test_a_refusal_empties_the_bucket_for_every_burst() -> None:
+    # A bucket of 2 at 20/s: an overshoot refused at 0.04 s, a 3 s hold, then 25/s until refused again.
+    # The record no longer holds the scope's first send (the bucket's level then is unknown), but the
+    # refusal says it was empty at 0.04 s: the six sends accepted after the hold need 5 tokens in 3.4 s,
+    # whatever the burst. (Replaying each burst from full, a burst of 8 fitted 0.001/s.)
+    bucket = TokenBucket(20.0, 2.0)
+    accepted, refused = replay(bucket, [i * 0.02 for i in range(60)])
+    resumed = refused[0] + 3.0
+    more, refused_more = replay(bucket, [resumed + i / 25.0 for i in range(200)])
+    fits = bucket_fit(accepted[-1:] + more, refused + refused_more, first=False, slack=0.0)
+    least = (len(more) - 1) / (more[-1] - refused[0])
+    assert fits
+    assert all(lo >= least for _, lo, _, _ in fits)
+    assert any(lo <= 20.0 * 1.001 and hi >= 20.0 for _, lo, hi, _ in fits)  # (within the bisection's 0.1 %)
+
+
 def test_no_refusal_gives_no_fit() -> None:
     assert bucket_fit([0.0, 0.1, 0.2], [], first=True) == []
     assert bucket_fit([0.0, 0.1, 0.2], [-1.0], first=True) == []  # a refusal before the record

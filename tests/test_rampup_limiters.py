@@ -288,6 +288,36 @@ async def test_buckets_with_long_holds_are_paced_at_the_fit_after_one_hold(
     assert out.refused <= 4  # the start's trip, its lock-out's probe, the one hold (with the start's rules)
 
 
+@pytest.mark.parametrize(("rate", "burst", "hold", "share"),
+                         [(6.22, 3.0, 17, 0.4),    # was 0.24: paced at 3.6/s for the rest of the minute
+                          (5.54, 3.0, 31, 0.25)])  # was 0.13: 1.4/s
+async def test_a_slow_start_does_not_make_a_large_burst_the_likely_fit(
+        rate: float, burst: float, hold: int, share: float) -> None:
+    # Answers in milliseconds: the start doubles once a second and some 20 sends are accepted before the
+    # refusal. Every burst up to 20 fits them (the larger, the lower its rate); taken as equally likely,
+    # they made a rate a third of the limit's the pace worth keeping after the one long hold.
+    out = await crawl(Bucket(rate, burst, hold), 60.0, latency=0.003)
+    assert out.share >= share
+    assert out.refused == 1  # the start's overshoot only
+
+
+async def test_short_holds_are_fitted_from_the_second() -> None:
+    # 7.43/s, burst 8, 3 s holds: each hold refills the burst, which carried a pace twice the rate for a
+    # second, and the ordinary cuts (x0.9, x0.8) took six holds to come down to it. From the second
+    # hold the two stretches pin the bucket.
+    out = await crawl(Bucket(7.43, 8.0, 3), 30.0, latency=0.003)
+    assert out.share >= 0.6  # was 0.52
+    assert out.refused <= 4  # was 6
+
+
+async def test_the_recall_does_not_search_back_to_a_pace_the_bucket_fit_refused() -> None:
+    # The worked timeline of docs/concepts/rampup.md: the step to 13.1/s draws the second hold at 19.6 s
+    # and the fit paces at 11.3/s. The recall took 13.1/s for a level held before a fall and searched
+    # back up to it at 44 s, which drew a third 8 s hold.
+    out = await crawl(Bucket(12.2, 8.0, 8), 60.0)
+    assert out.refused <= 3  # the start's overshoot and its probe, the step's hold (was 4)
+
+
 async def test_a_bucket_with_no_burst_and_holds_on_a_loaded_machine() -> None:
     # The hard farm's embargo (5/s, 5 s holds) with sends reaching the site up to 50 ms late: a
     # send bunched at a pace under the limit is refused now and then, and is no burst's relapse.

@@ -2,22 +2,28 @@
 
 Part of :class:`~crawlpace.policy.rampup.Rampup` (see its module for the other
 rules). A site that answers an overshoot with a hold (``Retry-After`` of
-``T.fit_hold`` seconds or more; ``_rampup_search`` calls in here) charges the
+``T.fit_hold`` seconds or more, or a shorter one of ``T.hold_long`` or more from the
+second on; ``_rampup_search`` calls in here) charges the
 whole hold for every refusal, so its refusals are few, costly, and each worth
 reading closely.
 
 **The fit.** A token bucket of rate ``r`` and burst ``b`` is known by its level
 over time: it gains ``r`` tokens a second up to ``b``, an accepted request takes
 one, a refused one none. Given the scope's accepted sends on record and the sends
-whose refusal started a hold (the bucket was empty then), the level at every send
-rises with ``r`` for each ``b``; so each accepted send puts a floor under ``r``
-and each refusal a ceiling over it, and :func:`bucket_fit` finds by bisection,
+whose refusal started a hold (the bucket was empty then, so the replay empties it
+there), the level at every send rises with ``r`` for each ``b``; so each accepted
+send puts a floor under ``r`` and each refusal a ceiling over it, and
+:func:`bucket_fit` finds by bisection,
 for every burst, the interval of rates that fit the whole record. One overshoot
 says little (a large burst at a low rate explains it as well as no burst at a high
 one); two stretches at different paces, with a hold between, pin both numbers.
 
-**The belief.** Every burst that fits is taken as likely as any other, and within
-its interval every rate as likely on a log scale; the chance that the limit is at
+**The belief.** Bursts, like rates, are taken as equally likely on a log scale: a
+burst that fits is as likely as any other in proportion to ``1 / b`` (a slow start's
+forty accepted sends fit every burst up to forty, each with a lower rate, and
+counted alike they made a burst over ten, and so a limit under a third of the
+true one, the likely fit), and within its interval every rate is as likely on a
+log scale; the chance that the limit is at
 least a rate is kept at :data:`KNOTS` rates (:func:`belief_of`), and a refused
 pace drops the chance above it (the limit is under a pace that drew a hold).
 
@@ -92,8 +98,10 @@ def _level_ok(events: Sequence[tuple[float, bool]], rate: float, burst: float, s
                 accepts = False
                 level = 1.0  # it was accepted: the bucket had the token (the rate is too low)
             level -= 1.0
-        elif level >= 1.0:
-            refusals = False
+        else:
+            if level >= 1.0:
+                refusals = False
+            level = min(level, 1.0)  # it was refused: the bucket had no token, whatever it held before
     return accepts, refusals
 
 
@@ -117,14 +125,16 @@ def _bound(events: Sequence[tuple[float, bool]], burst: float, start: float, top
 
 def _bursts(most: int) -> list[tuple[int, float]]:
     """The bursts tried, 1 to ``most``: every one up to :data:`EVERY_BURST`, then a geometric
-    sample (each stands for the bursts up to the next), with how many bursts each stands for."""
+    sample (each stands for the bursts up to the next), with the weight of the bursts each stands
+    for, ``1 / b`` apiece (log-uniform: a burst twice as large is half as likely)."""
     tried = list(range(1, min(most, EVERY_BURST) + 1))
     burst = float(EVERY_BURST)
     while round(burst) < most:
         burst = min(float(most), burst * 1.25)
         tried.append(round(burst))
     tried = sorted(set(tried))
-    return [(b, float((tried[i + 1] if i + 1 < len(tried) else b + 1) - b)) for i, b in enumerate(tried)]
+    ends = [*tried[1:], tried[-1] + 1]
+    return [(b, sum(1.0 / k for k in range(b, end))) for b, end in zip(tried, ends, strict=True)]
 
 
 def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bool,
@@ -165,7 +175,7 @@ def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bo
 
 
 def _chance_at_least(fits: Sequence[tuple[int, float, float, float]], rate: float) -> float:
-    """The chance the refill rate is at least ``rate``: every burst that fits equally likely, and
+    """The chance the refill rate is at least ``rate``: each burst that fits by its weight, and
     within a burst's interval every rate equally likely on a log scale."""
     total = weights = 0.0
     for _, lo, hi, weight in fits:
@@ -265,6 +275,8 @@ class _BucketState(Protocol):
     _probe_after: float
     _ep_since: float
     _resumed_at: float
+    _recall: float
+    _recall_wait: float
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -330,6 +342,10 @@ class BucketFit:
     def _set_level(self: _BucketState, now: float, level: float, held: float, sure: float) -> None:
         """Pace at ``level`` (from the fit); a step above it is weighed once it has been kept up for
         two holds' lengths after the hold (see the module's trade-off)."""
+        # The fit answers for the level from here: a rate the recall remembers (``_rampup_recall``) was
+        # a refilled burst carrying a pace over the bucket's rate, not a limit that fell, and a search
+        # back up to it would buy another hold.
+        self._recall = self._recall_wait = 0.0
         self.rate = self.ceiling = max(self.min_rate, min(self.max_rate, T.fit_share * level))
         self._top, self._cut_rate = 0.0, 0.0
         self._start_climb(now, fast=False)

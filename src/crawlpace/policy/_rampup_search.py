@@ -38,6 +38,7 @@ hold.
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Protocol
 
 from ._rampup_tuning import TUNING as T
@@ -53,6 +54,7 @@ class _SearchState(Protocol):
     rate: float
     ceiling: float | None
     hold_learned: float
+    _held_refusals: deque[float]
     _top: float
     _probe_after: float
     _epoch: float
@@ -115,7 +117,9 @@ class SearchClimb:
             # start phase's first refusal has a rule of its own, in _rampup_start.)
             self.rate = ceiling
             self._start_climb(now, fast=False)
-        if held >= T.fit_hold:
+        if held >= T.fit_hold or (held >= T.hold_long and len(self._held_refusals) >= 2):
+            # (A short hold costs little, and one overshoot fits a wide range of buckets; from the
+            # second, two stretches at different paces pin the bucket.)
             self._fit_holds(now, held, pace)
 
     def _search_step(self: _SearchState, now: float) -> bool:

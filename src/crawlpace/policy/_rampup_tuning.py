@@ -184,7 +184,9 @@ class RampupTuning:
 
     # -- holds --
     #: Seconds: a refusal with a hold at least this long is read against the bucket fit
-    #: (``_rampup_bucket``); shorter holds keep the held rules above. A wrong pace after a short hold
+    #: (``_rampup_bucket``); shorter holds (from ``hold_long``) keep the held rules above until the
+    #: second, where two stretches pin the bucket (on a 7.43/s bucket with 3 s holds the ordinary cuts
+    #: took six holds in 30 s to come down, 0.52 of capacity; 0.67 and four). A wrong pace after a short hold
     #: costs little, and the fit's first pace, cautious by design, cost more than it saved there: the
     #: mixed farm's 2/s site with 2 s holds fell from 0.63 to 0.36 of the oracle with the fit, and on
     #: 24 random buckets with holds of 2-60 s the fit from 4 s up did as well as from 1.5 s (0.62 and
