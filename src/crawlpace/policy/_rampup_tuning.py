@@ -135,10 +135,6 @@ class RampupTuning:
     #: burst in a moment); later, it may be a send that a loaded machine bunched at a pace a little
     #: under a bucket with no burst (5/s, 5 s holds).
     late_share: float = 0.25
-    #: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
-    #: counter draining), not a bucket refilling (whose first or second probe is accepted): the
-    #: cycle's accepted rate is then the limit itself, and the level follows it down as well as up.
-    lockout_gaps: float = 4.0
     #: A refused gap at least this share of the shortest accepted one is a bucket with no burst
     #: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
     strict_near: float = 0.8
@@ -220,6 +216,16 @@ class RampupTuning:
         cut that was not deep left the rate (``cut_over`` at the deepest), within ``tolerance``
         (``cut_over * (1 - tolerance)``, 0.76); a deep cut leaves it at half."""
         return self.cut_over * (1.0 - self.tolerance)
+
+    @property
+    def lockout_gaps(self) -> float:
+        """An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
+        counter draining), not a bucket refilling (whose first or second probe is accepted): the
+        cycle's accepted rate is then the limit itself, and the level follows it down as well as up.
+        It is the episode's length at which its probe gap, ``late_share`` of the episode so far,
+        outgrows one gap at the cut rate: a bucket refilling has let a probe through by then, a
+        lock-out is paced from then on by its own length (``1 / late_share``, 4)."""
+        return 1.0 / self.late_share
 
 
 #: The tuning every rampup controller reads.
