@@ -59,7 +59,11 @@ class RampupTuning:
     #: phase's window of one waits for them before the doubling starts from it, and the latency
     #: baseline is taken after them. (With two, three workers on one store at 0.2 s answers drew 8
     #: refusals in the fleet-learning test, where one process drew 2; with three, 3. The baseline
-    #: waited for 5 until the limiter cases showed the same figures with 3.)
+    #: waited for 5 until the limiter cases showed the same figures with 3.) Three is the least count
+    #: that is evidence rather than chance wherever rampup counts: a refusal on arrival caps the
+    #: slots only with at least three requests in flight (``quick_refusal``; with one or two it may
+    #: be a backend failing at once), and a cap on requests in flight read from latency is at least
+    #: three.
     confirm: int = 3
     #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
     #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
@@ -159,10 +163,10 @@ class RampupTuning:
     # -- slots --
     #: Slots per request in flight at the rate and the baseline latency.
     slot_headroom: float = 1.5
-    #: A refusal answered in less than this share of the baseline latency was refused on arrival ...
+    #: A refusal answered in less than this share of the baseline latency was refused on arrival, and
+    #: caps the slots when at least ``confirm`` requests were in flight (fewer may be a backend
+    #: failing at once; a cap read from latency is never under that count either).
     quick_refusal: float = 0.5
-    #: ... and caps the slots when at least this many requests were in flight.
-    cap_inflight: int = 3
     #: Weight of the newest failure without an answer in their duration.
     stuck_weight: float = 0.05
     #: Weight of the newest outcome in the share of failures without an answer (hangs): a few hangs
