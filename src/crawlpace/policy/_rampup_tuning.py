@@ -117,7 +117,8 @@ class RampupTuning:
     #: after a deep cut ends when the level is within this share of its top. After a refusal that
     #: cost a hold (or a lock-out), the probe beyond the level waits until a failed one costs at most
     #: this share of the time. And the climb after the start phase's first refusal levels out this
-    #: share under the good rate (``good_ceiling``).
+    #: share under the good rate (``good_ceiling``). A rampup scope's delays are lengthened by at most
+    #: this share (``RAMPUP_JITTER``, one-sided: sends spread without ever going over the pace).
     tolerance: float = 0.05
     #: How much quicker a climb of the search is than the quick climb after a deep cut.
     search_pace: float = 2.0

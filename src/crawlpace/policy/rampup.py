@@ -138,11 +138,11 @@ __all__ = ["RAMPUP_JITTER", "Rampup", "RampupState", "RampupStats"]
 
 logger = logging.getLogger(__name__)
 
-#: The spread of a rampup scope's delays: only ever longer, by up to 5 %. A token
-#: bucket with no room for bursts refuses any gap shorter than its own, so a symmetric
-#: spread of +/-10 % would hold the mean rate 10 % under a limit that one-sided
-#: jitter gets within 2.5 % of, with as few refusals.
-RAMPUP_JITTER = Jitter(0.0, 0.05)
+#: The spread of a rampup scope's delays: only ever longer, by up to one ``T.tolerance``
+#: (5 %, a share too small to matter). A token bucket with no room for bursts refuses any
+#: gap shorter than its own, so a symmetric spread of +/-10 % would hold the mean rate 10 %
+#: under a limit that one-sided jitter gets within 2.5 % of, with as few refusals.
+RAMPUP_JITTER = Jitter(0.0, T.tolerance)
 #: Accepted sends kept to find the one before a refused send (more than are in flight at once).
 OK_SENDS_KEPT = 64
 
