@@ -77,7 +77,7 @@ class SlotSizing:
     def concurrency(self: _SlotSizingState, rate: float) -> int:
         """Slots enough for ``rate``, with room for the latency's swings.
 
-        Once a baseline is known the slots follow it (``T.slot_headroom`` times the
+        Once a baseline is known the slots follow it (``T.knee`` times the
         requests in flight at ``rate`` and the baseline latency, plus one): a server
         that queues answers ever more slowly, and slots counted from its slow answers
         would let the queue grow further, which is how an overloaded server's
@@ -91,7 +91,7 @@ class SlotSizing:
             return max(1, min(self.max_concurrency, self._knee_hold, int(min(self.slot_cap, 1e9))))
         base = self.baseline()
         if base is not None:
-            span = T.slot_headroom * base
+            span = T.knee * base
         elif self.latency is not None:
             span = 2.0 * self.latency
         else:
@@ -329,7 +329,7 @@ class SlotSizing:
         # a cut: a refusal at a limit past the count held caps the slots, and a hardknee of 9 whose
         # rate was cut under what 9 serve stayed there, at 0.83 of it, for the rest of the crawl).
         serves = got * max(1.0, hold / (best or hold))
-        self.rate = max(self.rate, min(self.max_rate, T.slot_headroom * serves))
+        self.rate = max(self.rate, min(self.max_rate, T.knee * serves))
         if hold == self._knee_hold:
             return
         before, self._knee_hold = self._knee_hold, hold

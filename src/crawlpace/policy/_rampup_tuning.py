@@ -145,7 +145,10 @@ class RampupTuning:
     strict_near: float = 0.8
 
     # -- latency --
-    #: Latency: stop growing past ``knee * baseline + knee_slack`` (seconds) ...
+    #: Latency: stop growing past ``knee * baseline + knee_slack`` (seconds) ... The slots are sized
+    #: for the same line: enough requests in flight for the rate at up to ``knee`` times the baseline
+    #: latency (a latency past it stops the growth anyway), and the load fit paces ``knee`` times
+    #: over what the count it holds serves, so that the slots, not the delay, bind.
     knee: float = 1.6
     knee_slack: float = 0.010
     #: ... and cut past ``high * baseline + latency_noise``: an overloaded server is caught at its
@@ -162,8 +165,6 @@ class RampupTuning:
     baseline_windows: int = 10
 
     # -- slots --
-    #: Slots per request in flight at the rate and the baseline latency.
-    slot_headroom: float = 1.5
     #: A refusal answered in less than this share of the baseline latency was refused on arrival, and
     #: caps the slots when at least ``confirm`` requests were in flight (fewer may be a backend
     #: failing at once; a cap read from latency is never under that count either).
