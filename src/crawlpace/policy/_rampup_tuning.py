@@ -102,8 +102,6 @@ class RampupTuning:
     #: burst and holds 5 s refused again within seconds of the first hold, in every round of the hard
     #: farm on an idle machine).
     cut: float = 0.9
-    #: The cut when the last window already had more pushbacks than the band allows.
-    cut_over: float = 0.8
     #: The cut after a pushback in the start phase, or one the previous cut did not prevent.
     cut_deep: float = 0.5
     #: Where the climb levels out after an ordinary cut, as a share of the failing rate.
@@ -216,11 +214,17 @@ class RampupTuning:
         return 1.0 - self.tolerance
 
     @property
+    def cut_over(self) -> float:
+        """The cut when the last window already had more pushbacks than the band allows: the ordinary
+        cut taken twice, once for the refusal and once for the window's excess (``cut ** 2``, 0.81)."""
+        return self.cut * self.cut
+
+    @property
     def near_share(self) -> float:
         """A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
         least this share of the previous refusal's: the limit is near, not far below. Near is where a
         cut that was not deep left the rate (``cut_over`` at the deepest), within ``tolerance``
-        (``cut_over * (1 - tolerance)``, 0.76); a deep cut leaves it at half."""
+        (``cut_over * (1 - tolerance)``, 0.77); a deep cut leaves it at half."""
         return self.cut_over * (1.0 - self.tolerance)
 
     @property
