@@ -82,8 +82,6 @@ class RampupTuning:
     #: lower than the usual level) when the good rate is at least this share of the refused one (one
     #: answer may double the rate, so a good rate about half the refused one tells nothing).
     good_share: float = 0.6
-    #: Where the quick climb after the start phase levels out, as a share of the failing rate.
-    start_ceiling_share: float = 0.85
 
     # -- holds (Retry-After) --------------------------------------------------------------------------
     #: Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next token
@@ -218,6 +216,13 @@ class RampupTuning:
         """The cut when the last window already had more pushbacks than the band allows: the ordinary
         cut taken twice, once for the refusal and once for the window's excess (``cut ** 2``, 0.81)."""
         return self.cut * self.cut
+
+    @property
+    def start_ceiling_share(self) -> float:
+        """Where the quick climb after the start phase's first refusal levels out, as a share of the
+        failing rate: the ordinary ceiling taken twice, since that rate was reached by doubling, not
+        held, and the refusal came only once a burst was spent (``ceiling_share ** 2``, 0.85)."""
+        return self.ceiling_share * self.ceiling_share
 
     @property
     def near_share(self) -> float:
