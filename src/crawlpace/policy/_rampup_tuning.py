@@ -27,6 +27,7 @@ in bench/results/ were measured with these values.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["TUNING", "RampupTuning"]
@@ -78,10 +79,6 @@ class RampupTuning:
     #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
     #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
     start_used_share: float = 0.4
-    #: After the first refusal the climb levels out just under the good rate (``good_ceiling``, if
-    #: lower than the usual level) when the good rate is at least this share of the refused one (one
-    #: answer may double the rate, so a good rate about half the refused one tells nothing).
-    good_share: float = 0.6
 
     # -- holds (Retry-After) --------------------------------------------------------------------------
     #: Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next token
@@ -223,6 +220,15 @@ class RampupTuning:
         failing rate: the ordinary ceiling taken twice, since that rate was reached by doubling, not
         held, and the refusal came only once a burst was spent (``ceiling_share ** 2``, 0.85)."""
         return self.ceiling_share * self.ceiling_share
+
+    @property
+    def good_share(self) -> float:
+        """After the start phase's first refusal the climb levels out just under the good rate
+        (``good_ceiling``, if lower than the usual level) when the good rate is at least this share of
+        the refused one. One answer may double the rate, so the good rate lies between half the refused
+        one and all of it; past the middle of that doubling (geometrically: the square root of the
+        deep cut, a half) it says more than the halving does (``sqrt(cut_deep)``, 0.71)."""
+        return math.sqrt(self.cut_deep)
 
     @property
     def near_share(self) -> float:
