@@ -6,7 +6,7 @@ A fresh scope starts at its polite starting rate and doubles it once per *round*
 * a round is the lowest latency the scope has seen, within ``[T.min_round,
   T.round]``: a site answering in 50 ms doubles every half second of
   sending, one taking seconds every second. Under
-  ``T.latency_noise`` latency says nothing of a server's load (there is no
+  ``T.latency_signal`` latency says nothing of a server's load (there is no
   queue to see), so such a site keeps the one-second round: only a refusal
   could stop a quicker climb, and the slower one leaves it near the limit;
 * one answer doubles the rate at most once, however long it took: growth is
@@ -16,7 +16,7 @@ A fresh scope starts at its polite starting rate and doubles it once per *round*
 
 Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
 
-* *a window of one*: a site whose answers take ``T.latency_noise`` or more
+* *a window of one*: a site whose answers take ``T.latency_signal`` or more
   may always have one request in flight back to back, the rate at which
   AutoThrottle with a target concurrency of 1 settles (``1 / latency``). Once
   ``T.confirm`` answers have shown such a latency, the doubling starts
@@ -103,13 +103,13 @@ class StartPhase:
 
     def _start_round(self: _StartPhaseState) -> float:
         """Seconds per doubling: the lowest latency seen within ``[T.min_round, T.round]``,
-        or ``T.round`` while none is known or it is under ``T.latency_noise``.
+        or ``T.round`` while none is known or it is under ``T.latency_signal``.
 
         The lowest, not the smoothed: a first answer slowed by its connection's set-up
         (or by a busy crawler) must not make a quick site look slow.
         """
         low = self._low_latency
-        if low < T.latency_noise:  # none known (0) or too quick to say anything
+        if low < T.latency_signal:  # none known (0) or too quick to say anything
             return T.round
         return min(T.round, max(T.min_round, low))
 
@@ -117,7 +117,7 @@ class StartPhase:
         """The least rate the start phase allows (0 outside it): see the module's two floors.
 
         The window of one: ``1 / latency`` for a site whose lowest latency is at
-        least ``T.latency_noise``. The first answer: while the scope has sent
+        least ``T.latency_signal``. The first answer: while the scope has sent
         once and that send was answered without a latency to measure (a
         robots.txt fetch: its latency is not the pages'), one send per that round
         trip, so the next send may go at once (the send that follows sets the gaps,
@@ -127,7 +127,7 @@ class StartPhase:
         if self.phase != "start":
             return 0.0
         low = self._low_latency
-        floor = 1.0 / low if low >= T.latency_noise else 0.0
+        floor = 1.0 / low if low >= T.latency_signal else 0.0
         if door and self._door_open():
             floor = max(floor, 1.0 / (self._last_growth - self._sent_at))
         return min(floor, self.max_rate)
@@ -195,7 +195,7 @@ class StartPhase:
         if allowed > self._good_rate:
             self._good_rate = allowed
         low = self._low_latency
-        if low >= T.latency_noise and self._samples >= T.confirm:
+        if low >= T.latency_signal and self._samples >= T.confirm:
             self.rate = max(self.rate, 1.0 / low)  # the window of one, confirmed: double from there
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 

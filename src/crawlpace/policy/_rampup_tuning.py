@@ -50,6 +50,11 @@ class RampupTuning:
     used_share: float = 0.5
 
     # -- the start phase --
+    #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
+    #: start phase's round stays ``round``: only a refusal could stop a quicker climb, and a
+    #: one-second round's finer steps leave the first refusal's good rate near the limit. From this
+    #: latency up, the round follows the latency and one request may be in flight back to back.
+    latency_signal: float = 0.02
     #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
     #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
     #: phase's window of one waits for them before the doubling starts from it, and the latency
@@ -147,11 +152,7 @@ class RampupTuning:
     #: above ``high * baseline``; a latency cut is the deeper the further past ``knee * baseline +
     #: knee_slack + latency_noise`` it is (a site answering in milliseconds is not cut deep for the
     #: machine's delays); and a scope whose baseline is under it has no knee to see: only the cut
-    #: line speaks for it, and a latency cut does not cap its slots. For the same reason a latency
-    #: under it says nothing of a server's load (no queue to see), so the start phase's round stays
-    #: ``round`` there: only a refusal could stop a quicker climb, and a one-second round's finer
-    #: steps leave the first refusal's good rate near the limit. From this latency up, the round
-    #: follows the latency and one request may be in flight back to back (the window of one).
+    #: line speaks for it, and a latency cut does not cap its slots.
     latency_noise: float = 0.05
     #: Windows of smoothed-latency minimums the baseline is the minimum of.
     baseline_windows: int = 10
