@@ -53,12 +53,11 @@ def test_the_table_names_every_number_with_its_value() -> None:
 
 def test_a_derived_number_follows_its_fields() -> None:
     # The formulas the table states, applied to a tuning with other values.
-    other = dataclasses.replace(TUNING, used_share=0.25, tolerance=0.1, cut=0.8, late_share=0.2,
+    other = dataclasses.replace(TUNING, used_share=0.25, tolerance=0.1, cut_over=0.7, late_share=0.2,
                                 ceiling_share=0.9, cut_deep=0.36)
     assert other.sent_cap == pytest.approx(4.0)
     assert other.good_ceiling == pytest.approx(0.9)
-    assert other.cut_over == pytest.approx(0.64)
-    assert other.near_share == pytest.approx(0.576)
+    assert other.near_share == pytest.approx(0.63)
     assert other.lockout_gaps == pytest.approx(5.0)
     assert other.start_ceiling_share == pytest.approx(0.81)
     assert other.good_share == pytest.approx(0.6)

@@ -8,8 +8,7 @@ levels out at:
 
 * an ordinary refusal: ``T.cut`` (0.9), the ceiling ``T.ceiling_share`` of the
   failing rate;
-* more refusals than the band allows in the last window: ``T.cut_over`` (0.81, the
-  ordinary cut twice);
+* more refusals than the band allows in the last window: ``T.cut_over`` (0.8);
 * a refusal the previous cut did not prevent, or the start phase's first:
   ``T.cut_deep`` (a half), the ceiling at the geometric middle (the start
   phase's at ``T.start_ceiling_share``, or under its good rate);
