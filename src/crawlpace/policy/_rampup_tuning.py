@@ -166,8 +166,8 @@ class RampupTuning:
     #: caps the slots when at least ``confirm`` requests were in flight (fewer may be a backend
     #: failing at once; a cap read from latency is never under that count either).
     quick_refusal: float = 0.5
-    #: Weight of the newest failure without an answer in their duration.
-    stuck_weight: float = 0.05
+    #: (The mean time a failure without an answer held its slot is smoothed as latencies are, with
+    #: ``LATENCY_WEIGHT``: a hang is a latency that ended without an answer.)
     #: Weight of the newest outcome in the share of failures without an answer (hangs): a few hangs
     #: in a hundred answers are a steady trait of a site, and a memory of about twenty outcomes
     #: forgot each within a second at 20/s, leaving no slot for the next ones (the scope fell silent

@@ -133,6 +133,7 @@ from ._rampup_sends import SendRecord
 from ._rampup_slots import SlotSizing
 from ._rampup_start import StartPhase
 from ._rampup_tuning import TUNING as T
+from ._shared_rules import LATENCY_WEIGHT
 
 __all__ = ["RAMPUP_JITTER", "Rampup", "RampupState", "RampupStats"]
 
@@ -488,7 +489,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
     def _note_stuck(self, now: float, elapsed: float | None) -> None:
         if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
             held = self._stuck_time
-            self._stuck_time = held + T.stuck_weight * (elapsed - held) if held else elapsed
+            self._stuck_time = held + LATENCY_WEIGHT * (elapsed - held) if held else elapsed
         self.hung_silence(now, elapsed)
 
     def forgive(self, now: float) -> None:
