@@ -139,7 +139,7 @@ def test_without_a_good_rate_the_ceiling_is_a_share_of_the_refused_rate() -> Non
     ramp = controller(start_rate=2.0)
     send_and_answer(ramp, 0.0, pushback=True)  # refused at once: no answered send yet
     assert ramp.rate == pytest.approx(1.0)
-    assert ramp.ceiling == pytest.approx(0.85 * 2.0)
+    assert ramp.ceiling == pytest.approx(TUNING.start_ceiling_share * 2.0)
 
 
 def test_a_start_phase_begun_again_takes_the_rate_in_force_as_good() -> None:

@@ -77,7 +77,7 @@ class SlotSizing:
     def concurrency(self: _SlotSizingState, rate: float) -> int:
         """Slots enough for ``rate``, with room for the latency's swings.
 
-        Once a baseline is known the slots follow it (``T.slot_headroom`` times the
+        Once a baseline is known the slots follow it (``T.knee`` times the
         requests in flight at ``rate`` and the baseline latency, plus one): a server
         that queues answers ever more slowly, and slots counted from its slow answers
         would let the queue grow further, which is how an overloaded server's
@@ -91,7 +91,7 @@ class SlotSizing:
             return max(1, min(self.max_concurrency, self._knee_hold, int(min(self.slot_cap, 1e9))))
         base = self.baseline()
         if base is not None:
-            span = T.slot_headroom * base
+            span = T.knee * base
         elif self.latency is not None:
             span = 2.0 * self.latency
         else:
@@ -170,7 +170,7 @@ class SlotSizing:
         """
         if inflight is None or self._lone_refused:
             return False
-        if inflight < T.cap_inflight and not self._slot_reused(inflight):
+        if inflight < T.confirm and not self._slot_reused(inflight):
             return False
         return self._quick(answered, elapsed)
 
@@ -179,7 +179,7 @@ class SlotSizing:
         as many were accepted in flight before and never more, and the latest send left right after an
         answer (within ``T.quick_refusal`` of the baseline latency), so the slot it freed had not rested.
 
-        With fewer than ``T.cap_inflight`` in flight a quick refusal is otherwise taken for the
+        With fewer than ``T.confirm`` in flight a quick refusal is otherwise taken for the
         site's own (a backend failing at once); a cap of one with a late release refuses a
         request alone in flight, and read so, a site capped at one got 44 of 60 pages in 3 minutes.
         """
@@ -199,7 +199,7 @@ class SlotSizing:
     def note_refusal(self: _SlotSizingState, answered: bool, elapsed: float | None,
                       inflight: int | None) -> None:
         """A refusal on arrival of a request that was alone in flight: no cap on requests in flight
-        of ``T.cap_inflight`` or more refuses that, so the site's quick refusals are its own errors
+        of ``T.confirm`` or more refuses that, so the site's quick refusals are its own errors
         (a backend failing at once), and a slot cap read from them is dropped."""
         if (inflight == 1 and not self._lone_refused and self._quick(answered, elapsed)
                 and not self._slot_reused(1)):
@@ -234,7 +234,7 @@ class SlotSizing:
         baseline`` of the scope's requests at once; more slots than that only
         queue at a server whose latency grows with its load, and its answers slow
         for every request. The cap is that count (rounded, at least
-        :data:`T.cap_inflight`), raised by one after every window without a pushback
+        :data:`T.confirm`), raised by one after every window without a pushback
         as the refusal cap is. The rate may then climb past what the slots let
         through: the slots, not the delay, pace such a server.
         """
@@ -243,7 +243,7 @@ class SlotSizing:
             return  # the load fit holds the slots (_judge_load)
         if base is None or base < T.latency_noise or self.phase != "steady":
             return  # a page answered in milliseconds: its latency swings are the crawler's machine's
-        cap = float(max(T.cap_inflight, round(self.sent_rate(now) * base)))
+        cap = float(max(T.confirm, round(self.sent_rate(now) * base)))
         if cap < self.slot_cap:
             self.slot_cap = cap
             self._cap_at = now
@@ -329,7 +329,7 @@ class SlotSizing:
         # a cut: a refusal at a limit past the count held caps the slots, and a hardknee of 9 whose
         # rate was cut under what 9 serve stayed there, at 0.83 of it, for the rest of the crawl).
         serves = got * max(1.0, hold / (best or hold))
-        self.rate = max(self.rate, min(self.max_rate, T.slot_headroom * serves))
+        self.rate = max(self.rate, min(self.max_rate, T.knee * serves))
         if hold == self._knee_hold:
             return
         before, self._knee_hold = self._knee_hold, hold

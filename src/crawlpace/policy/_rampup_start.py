@@ -231,7 +231,7 @@ class StartPhase:
         """Where the climb after the start phase's first refusal (at ``refused``) levels out.
 
         ``rate`` and ``ceiling`` are the ordinary cut's: half the refused rate,
-        and 0.85 of it. The climb levels out at ``T.good_ceiling`` of the good
+        and ``T.start_ceiling_share`` of it. The climb levels out at ``T.good_ceiling`` of the good
         rate instead when that is lower and the good rate is at least ``T.good_share``
         of the refused one: the limit lies between the two, and near the good one
         when the server allows no burst. (A good rate about a whole doubling below

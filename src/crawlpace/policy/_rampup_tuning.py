@@ -2,17 +2,24 @@
 
 One frozen dataclass, :class:`RampupTuning`, and its one instance, :data:`TUNING`,
 which the rampup modules read as ``T``. The fields are grouped by the part of the
-model they belong to (docs/concepts/rampup.md has the same table for users, and
-``tests/test_rampup_tuning.py`` holds the two together). The rules for the numbers:
+model they belong to (docs/concepts/rampup.md has the same numbers for users, each with its
+kind and reason, and ``tests/test_rampup_tuning.py`` holds the two together). Each number is a
+*model* one (it follows from how limiters and HTTP work: ``round``, ``hold_long``, ``cut_deep``,
+``used_share``, ``high``), a *measured* one (set against other values on the cases its comment
+names), or a *chosen* one (a design choice with its reason that no case has yet compared with
+other values: the first candidates for a fit of the limiter to replace). The rules for the
+numbers:
 
 * a number that is the same idea in two rules is one field (one second is the
   *round* of every rule that measures per round; one threshold says when a hold
   is long, in both phases; the ordinary cut is also where rampup sits after a
   long hold; one *tolerance* is a share too small to matter; a quarter of a
   silence is how late its end is seen; one *latency noise* is what a busy
-  machine adds to an answer);
+  machine adds to an answer; three is the least count that is evidence; the knee
+  line sizes the slots too; a hang's duration is smoothed as a latency is);
 * a number that follows from others is a property, whose formula states the
-  reason (``sent_cap``, ``good_ceiling``, ``near_share``);
+  reason (``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
+  ``start_ceiling_share``, ``good_share``);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
@@ -27,6 +34,7 @@ in bench/results/ were measured with these values.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 __all__ = ["TUNING", "RampupTuning"]
@@ -37,13 +45,15 @@ class RampupTuning:
     """The numbers rampup's rules use (see each field's comment for its reason)."""
 
     # -- the round and the send record --
-    #: Seconds: the round of every rule that measures per round when nothing quicker is known. The
+    #: Seconds: the round of every rule that measures per round when nothing quicker is known (model:
+    #: limits are stated per second, ``Retry-After`` in whole seconds). The
     #: start phase doubles at least once per round while used; one answer advances a climb by at most
     #: a round; the gap assumed after a scope's first send; the sends of a round may be in flight
     #: before any latency is known (a server taking seconds per page would otherwise get one request
     #: at a time until its first answer).
     round: float = 1.0
-    #: A scope uses its rate while its measured send rate is at least this share of it: the rate
+    #: A scope uses its rate while its measured send rate is at least this share of it (model: within
+    #: one doubling of what the sends showed, ``cut_deep``'s step): the rate
     #: grows only then, and what the scope may send is capped where it would stop counting as used
     #: (``sent_cap``). An idle scope neither learns nor banks a rate it never tried.
     used_share: float = 0.5
@@ -53,13 +63,20 @@ class RampupTuning:
     #: start phase's round stays ``round``: only a refusal could stop a quicker climb, and a
     #: one-second round's finer steps leave the first refusal's good rate near the limit. From this
     #: latency up, the round follows the latency and one request may be in flight back to back.
+    #: (Measured: as ``latency_noise``, 50 ms, sites answering in 20-50 ms lost the window of one,
+    #: and the limiter cases' buckets with holds of 3-30 s fell from 0.65, 0.48 and 0.25 of capacity
+    #: to 0.47, 0.32 and 0.14.)
     latency_signal: float = 0.02
     #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
     #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
     #: phase's window of one waits for them before the doubling starts from it, and the latency
     #: baseline is taken after them. (With two, three workers on one store at 0.2 s answers drew 8
     #: refusals in the fleet-learning test, where one process drew 2; with three, 3. The baseline
-    #: waited for 5 until the limiter cases showed the same figures with 3.)
+    #: waited for 5 until the limiter cases showed the same figures with 3.) Three is the least count
+    #: that is evidence rather than chance wherever rampup counts: a refusal on arrival caps the
+    #: slots only with at least three requests in flight (``quick_refusal``; with one or two it may
+    #: be a backend failing at once), and a cap on requests in flight read from latency is at least
+    #: three.
     confirm: int = 3
     #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
     #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
@@ -74,19 +91,15 @@ class RampupTuning:
     #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
     #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
     start_used_share: float = 0.4
-    #: After the first refusal the climb levels out just under the good rate (``good_ceiling``, if
-    #: lower than the usual level) when the good rate is at least this share of the refused one (one
-    #: answer may double the rate, so a good rate about half the refused one tells nothing).
-    good_share: float = 0.6
-    #: Where the quick climb after the start phase levels out, as a share of the failing rate.
-    start_ceiling_share: float = 0.85
 
     # -- holds (Retry-After) --------------------------------------------------------------------------
     #: Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next token
     #: (``Retry-After: 1``, the least a header in whole seconds can say). After such a hold the rate
     #: resumes at ``cut`` of the level in the start phase and at the level in the steady phase:
     #: the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
-    #: a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.)
+    #: a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.) Model:
+    #: between ``Retry-After: 1`` and ``2``, so a header in whole seconds falls on one side or the
+    #: other.
     hold_long: float = 1.5
 
     # -- cuts and the cubic climb --
@@ -98,24 +111,34 @@ class RampupTuning:
     #: burst and holds 5 s refused again within seconds of the first hold, in every round of the hard
     #: farm on an idle machine).
     cut: float = 0.9
-    #: The cut when the last window already had more pushbacks than the band allows.
+    #: The cut when the last window already had more pushbacks than the band allows. (The ordinary
+    #: cut twice, ``cut ** 2`` = 0.81, was tried as its formula: on the fake clock's buckets it drew
+    #: as many refusals, 8 % more at 50/s with bursts of 10, and one over a test's bound.)
     cut_over: float = 0.8
-    #: The cut after a pushback in the start phase, or one the previous cut did not prevent.
+    #: The cut after a pushback in the start phase, or one the previous cut did not prevent (model):
+    #: a half undoes one doubling, the start phase's step; a refusal the previous cut did not prevent
+    #: says the rate is at least one such step too high.
     cut_deep: float = 0.5
-    #: Where the climb levels out after an ordinary cut, as a share of the failing rate.
+    #: Where the climb levels out after an ordinary cut, as a share of the failing rate (chosen):
+    #: over the cut, so the climb gains back part of it, and under the rate that failed.
     ceiling_share: float = 0.92
-    #: The time to climb back to the ceiling, as a share of the window per target pushback.
+    #: The time to climb back to the ceiling, as a share of the window per target pushback (chosen):
+    #: the climb takes three quarters of the time the band allows per pushback, and the rest probes
+    #: beyond the ceiling, so the probe's refusal is the band's one.
     climb_share: float = 0.75
-    #: How much quicker the climb is after a deep cut.
+    #: How much quicker the climb is after a deep cut (chosen): the limit then lies between the cut
+    #: rate and the refused one, near, so the climb takes a sixth of the usual time.
     fast_climb: float = 6.0
     #: A share too small to matter. Two rates within it of each other are one rate: a cut counts
     #: as "not enough" when the rate has grown less than this since the last one, and the search
     #: after a deep cut ends when the level is within this share of its top. After a refusal that
     #: cost a hold (or a lock-out), the probe beyond the level waits until a failed one costs at most
     #: this share of the time. And the climb after the start phase's first refusal levels out this
-    #: share under the good rate (``good_ceiling``).
+    #: share under the good rate (``good_ceiling``). A rampup scope's delays are lengthened by at most
+    #: this share (``RAMPUP_JITTER``, one-sided: sends spread without ever going over the pace).
     tolerance: float = 0.05
-    #: How much quicker a climb of the search is than the quick climb after a deep cut.
+    #: How much quicker a climb of the search is than the quick climb after a deep cut (chosen): each
+    #: step of the search halves the interval the limit lies in, as a bisection does.
     search_pace: float = 2.0
 
     # -- overshoot episodes and fits --
@@ -135,20 +158,23 @@ class RampupTuning:
     #: burst in a moment); later, it may be a send that a loaded machine bunched at a pace a little
     #: under a bucket with no burst (5/s, 5 s holds).
     late_share: float = 0.25
-    #: An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
-    #: counter draining), not a bucket refilling (whose first or second probe is accepted): the
-    #: cycle's accepted rate is then the limit itself, and the level follows it down as well as up.
-    lockout_gaps: float = 4.0
     #: A refused gap at least this share of the shortest accepted one is a bucket with no burst
     #: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
     strict_near: float = 0.8
 
     # -- latency --
-    #: Latency: stop growing past ``knee * baseline + knee_slack`` (seconds) ...
+    #: Latency: stop growing past ``knee * baseline + knee_slack`` (seconds) ... The slots are sized
+    #: for the same line: enough requests in flight for the rate at up to ``knee`` times the baseline
+    #: latency (a latency past it stops the growth anyway), and the load fit paces ``knee`` times
+    #: over what the count it holds serves, so that the slots, not the delay, bind.
+    #: (chosen: past the baseline's noise, short of the cut line at ``high``.)
     knee: float = 1.6
+    #: Seconds of slack on the knee line (chosen): a timer's and an event loop's jitter on an answer
+    #: of a few milliseconds, which 1.6 times the baseline would not cover.
     knee_slack: float = 0.010
     #: ... and cut past ``high * baseline + latency_noise``: an overloaded server is caught at its
-    #: knee, before it starts to refuse.
+    #: knee, before it starts to refuse (model: latency twice the service time is a queue as long as
+    #: the service, one request waiting for each one served).
     high: float = 2.0
     #: Seconds: what a busy crawler machine (its own event loop, its neighbours) adds to an answer's
     #: latency, a few tens of milliseconds, which say nothing of the server. The cut line is this far
@@ -157,18 +183,17 @@ class RampupTuning:
     #: machine's delays); and a scope whose baseline is under it has no knee to see: only the cut
     #: line speaks for it, and a latency cut does not cap its slots.
     latency_noise: float = 0.05
-    #: Windows of smoothed-latency minimums the baseline is the minimum of.
+    #: Windows of smoothed-latency minimums the baseline is the minimum of (chosen): the baseline's
+    #: memory; a server loaded by others for this many windows in a row raises it, and the knee.
     baseline_windows: int = 10
 
     # -- slots --
-    #: Slots per request in flight at the rate and the baseline latency.
-    slot_headroom: float = 1.5
-    #: A refusal answered in less than this share of the baseline latency was refused on arrival ...
+    #: A refusal answered in less than this share of the baseline latency was refused on arrival, and
+    #: caps the slots when at least ``confirm`` requests were in flight (fewer may be a backend
+    #: failing at once; a cap read from latency is never under that count either).
     quick_refusal: float = 0.5
-    #: ... and caps the slots when at least this many requests were in flight.
-    cap_inflight: int = 3
-    #: Weight of the newest failure without an answer in their duration.
-    stuck_weight: float = 0.05
+    #: (The mean time a failure without an answer held its slot is smoothed as latencies are, with
+    #: ``LATENCY_WEIGHT``: a hang is a latency that ended without an answer.)
     #: Weight of the newest outcome in the share of failures without an answer (hangs): a few hangs
     #: in a hundred answers are a steady trait of a site, and a memory of about twenty outcomes
     #: forgot each within a second at 20/s, leaving no slot for the next ones (the scope fell silent
@@ -216,12 +241,38 @@ class RampupTuning:
         return 1.0 - self.tolerance
 
     @property
+    def start_ceiling_share(self) -> float:
+        """Where the quick climb after the start phase's first refusal levels out, as a share of the
+        failing rate: the ordinary ceiling taken twice, since that rate was reached by doubling, not
+        held, and the refusal came only once a burst was spent (``ceiling_share ** 2``, 0.85)."""
+        return self.ceiling_share * self.ceiling_share
+
+    @property
+    def good_share(self) -> float:
+        """After the start phase's first refusal the climb levels out just under the good rate
+        (``good_ceiling``, if lower than the usual level) when the good rate is at least this share of
+        the refused one. One answer may double the rate, so the good rate lies between half the refused
+        one and all of it; past the middle of that doubling (geometrically: the square root of the
+        deep cut, a half) it says more than the halving does (``sqrt(cut_deep)``, 0.71)."""
+        return math.sqrt(self.cut_deep)
+
+    @property
     def near_share(self) -> float:
         """A refusal the previous cut did not prevent is cut gently, once, when its send rate is at
         least this share of the previous refusal's: the limit is near, not far below. Near is where a
         cut that was not deep left the rate (``cut_over`` at the deepest), within ``tolerance``
         (``cut_over * (1 - tolerance)``, 0.76); a deep cut leaves it at half."""
         return self.cut_over * (1.0 - self.tolerance)
+
+    @property
+    def lockout_gaps(self) -> float:
+        """An episode that outlasts this many gaps at the cut rate was a lock-out (a window's rest, a
+        counter draining), not a bucket refilling (whose first or second probe is accepted): the
+        cycle's accepted rate is then the limit itself, and the level follows it down as well as up.
+        It is the episode's length at which its probe gap, ``late_share`` of the episode so far,
+        outgrows one gap at the cut rate: a bucket refilling has let a probe through by then, a
+        lock-out is paced from then on by its own length (``1 / late_share``, 4)."""
+        return 1.0 / self.late_share
 
 
 #: The tuning every rampup controller reads.

@@ -133,16 +133,17 @@ from ._rampup_sends import SendRecord
 from ._rampup_slots import SlotSizing
 from ._rampup_start import StartPhase
 from ._rampup_tuning import TUNING as T
+from ._shared_rules import LATENCY_WEIGHT
 
 __all__ = ["RAMPUP_JITTER", "Rampup", "RampupState", "RampupStats"]
 
 logger = logging.getLogger(__name__)
 
-#: The spread of a rampup scope's delays: only ever longer, by up to 5 %. A token
-#: bucket with no room for bursts refuses any gap shorter than its own, so a symmetric
-#: spread of +/-10 % would hold the mean rate 10 % under a limit that one-sided
-#: jitter gets within 2.5 % of, with as few refusals.
-RAMPUP_JITTER = Jitter(0.0, 0.05)
+#: The spread of a rampup scope's delays: only ever longer, by up to one ``T.tolerance``
+#: (5 %, a share too small to matter). A token bucket with no room for bursts refuses any
+#: gap shorter than its own, so a symmetric spread of +/-10 % would hold the mean rate 10 %
+#: under a limit that one-sided jitter gets within 2.5 % of, with as few refusals.
+RAMPUP_JITTER = Jitter(0.0, T.tolerance)
 #: Accepted sends kept to find the one before a refused send (more than are in flight at once).
 OK_SENDS_KEPT = 64
 
@@ -488,7 +489,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
     def _note_stuck(self, now: float, elapsed: float | None) -> None:
         if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0:
             held = self._stuck_time
-            self._stuck_time = held + T.stuck_weight * (elapsed - held) if held else elapsed
+            self._stuck_time = held + LATENCY_WEIGHT * (elapsed - held) if held else elapsed
         self.hung_silence(now, elapsed)
 
     def forgive(self, now: float) -> None:
