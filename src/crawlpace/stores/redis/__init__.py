@@ -459,7 +459,7 @@ class RedisStore:
         episode, only; what the lease holds stands when the server does not answer.
         """
         try:
-            await self._releases.flush()  # this worker's answers before this one, released first
+            await self._releases.sent()  # this worker's answers before this one, released first
             now = self._server_now()
             client = await self._conn.client()
             counts: list[int] = []
