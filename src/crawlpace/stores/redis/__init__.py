@@ -459,21 +459,24 @@ class RedisStore:
         episode, only; what the lease holds stands when the server does not answer.
         """
         try:
-            await self._releases.flush()  # this worker's answers before this one, released first
+            await self._releases.sent()  # this worker's answers before this one, released first
             now = self._server_now()
             client = await self._conn.client()
-            counts: list[int] = []
-            accepted: list[int] = []
-            for name, _use in lease.demands:
-                keys = self._keys(name)
-                if inflight:
-                    counts.append(int(await client.zcount(keys[1], f"({now!r}", "+inf")))
-                accepted.append(int(await client.hget(keys[0], "acc") or 0))
+            # One round trip for every read (it was two a scope, each a wait on a loaded fleet).
+            async with client.pipeline(transaction=False) as pipe:
+                for name, _use in lease.demands:
+                    keys = self._keys(name)
+                    if inflight:
+                        pipe.zcount(keys[1], f"({now!r}", "+inf")
+                    pipe.hget(keys[0], "acc")
+                replies = await pipe.execute()
         except self._down:
             return lease
+        step = 2 if inflight else 1
+        accepted = tuple(int(reply or 0) for reply in replies[step - 1::step])
         if inflight:
-            lease = replace(lease, inflight=tuple(max(count, 1) for count in counts))
-        return replace(lease, accepted=tuple(accepted))
+            lease = replace(lease, inflight=tuple(max(int(count), 1) for count in replies[0::2]))
+        return replace(lease, accepted=accepted)
 
     async def _fetch_blob(self, name: str) -> bytes | None:
         client = await self._conn.client()

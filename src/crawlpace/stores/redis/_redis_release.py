@@ -15,7 +15,8 @@ expires, as a worker dying mid-request always did.
 The reply is handled when it comes: write-backs that landed are recorded at
 once; those another worker beat are applied again in a background task, as
 are releases that met a script error (sent again the awaited way).
-:meth:`ReleaseSender.flush` waits for all of it.
+:meth:`ReleaseSender.flush` waits for all of it; :meth:`ReleaseSender.sent` only for
+the releases queued so far to reach the server (what a refusal's counts need).
 """
 
 from __future__ import annotations
@@ -164,6 +165,8 @@ class ReleaseSender:
         self._connect = parts.connect
         self._down = connection.down
         self._settling: set[asyncio.Task[None]] = set()
+        #: The replies of the releases queued on the connection and not answered yet.
+        self._replies: set[asyncio.Future[Any]] = set()
         #: Releases that could not reach the server, sent again when it answers.
         self.unreleased = ReleaseQueue(self._resend, self._down, parts.now, parts.sleep)
 
@@ -181,7 +184,7 @@ class ReleaseSender:
         except self._down as exc:
             self._failed(item, exc)
             return True
-        reply.add_done_callback(functools.partial(self._answered, item))
+        self._track(item, reply)
         return True
 
     async def send(self, item: PendingRelease) -> None:
@@ -197,9 +200,14 @@ class ReleaseSender:
             if not self._conn.connected:
                 await self._connect()
             reply = self._conn.submit("release", keys, args)
-            reply.add_done_callback(functools.partial(self._answered, item))
+            self._track(item, reply)
         except self._down as exc:
             self._failed(item, exc)
+
+    def _track(self, item: PendingRelease, reply: asyncio.Future[Any]) -> None:
+        self._replies.add(reply)
+        reply.add_done_callback(self._replies.discard)
+        reply.add_done_callback(functools.partial(self._answered, item))
 
     def abandon(self, lease_id: str, keys: list[str], scopes: int, idle: str, expires: float) -> None:
         """Take back a lease an acquire may have been granted without this worker hearing of it.
@@ -214,6 +222,19 @@ class ReleaseSender:
         for _ in range(scopes):  # no slot to rest, free if held, nothing counted, nothing written
             args += ["0", "2", "0", "0", *[""] * (_cluster.RELEASE_EACH - 4)]
         self.unreleased.add(PendingRelease(lease_id, expires, (None, keys, args, {})))
+
+    async def sent(self) -> None:
+        """Wait until the releases queued so far have reached the server and been answered.
+
+        Not for their write-backs to settle, nor for releases queued meanwhile: the server's
+        counts (accepted answers, leases in flight) are the release script's own, and the
+        redone write-backs of a busy fleet, which :meth:`flush` waits for, follow one another
+        for seconds. A refusal's release that waited for them held its lease (the start's
+        only slot) and its ``Retry-After`` from the fleet for 4-6 s.
+        """
+        pending = [reply for reply in self._replies if not reply.done()]
+        if pending:
+            await asyncio.wait(pending)
 
     async def flush(self) -> None:
         """Wait until every release sent has been answered and settled."""
