@@ -529,7 +529,8 @@ async def test_a_quick_start_does_not_pass_a_few_per_second_sooner() -> None:
     # The hard farm's embargo (5/s, no burst, 5 s of silence after a 429) in a crawl of 5 pages: under
     # 3/s the doubling still takes a whole second, so the pages are in before the pace passes 5/s.
     limiter, clock, refused = Bucket(5.0, 1.0, 5), MockClock(autojump=True), 0
-    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "CONCURRENT_REQUESTS": 64})
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+                                     "CONCURRENT_REQUESTS": 64})
     pages = [f"https://site.example/page/{n}" for n in range(5)]
     async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
         async with throttler.slot("https://site.example/robots.txt") as permit:

@@ -7,8 +7,10 @@ A fresh scope starts at its polite starting rate and doubles it once per *round*
   T.round]``: a site answering in 50 ms doubles every half second of
   sending, one taking seconds every second. Under
   ``T.latency_signal`` latency says nothing of a server's load (there is no
-  queue to see), so such a site keeps the one-second round: only a refusal
-  could stop a quicker climb, and the slower one leaves it near the limit;
+  queue to see), so such a site's round is ``T.confirm`` answers at the pace
+  it doubles, within the same bounds: under ``T.confirm`` per second the
+  one-second round (a limit of a few per second, perhaps one that holds
+  seconds after a refusal, is met no sooner), half a second from twice that;
 * one answer doubles the rate at most once, however long it took: growth is
   clocked by answers, as TCP's slow start is by acknowledgements, so a scope
   that sends little learns little, and one whose slots hold its sends back

@@ -50,16 +50,19 @@ class RampupTuning:
 
     # -- the start phase --
     #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
-    #: start phase's round stays ``round``: only a refusal could stop a quicker climb, and a
-    #: one-second round's finer steps leave the first refusal's good rate near the limit. From this
-    #: latency up, the round follows the latency and one request may be in flight back to back.
+    #: start phase's round is ``confirm`` answers at the pace it doubles (within ``[min_round,
+    #: round]``): only a refusal could stop the climb, and a round of a few answers keeps the first
+    #: refusal's good rate near the limit. From this latency up, the round follows the latency and
+    #: one request may be in flight back to back.
     latency_signal: float = 0.02
     #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
     #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
     #: phase's window of one waits for them before the doubling starts from it, and the latency
     #: baseline is taken after them. (With two, three workers on one store at 0.2 s answers drew 8
     #: refusals in the fleet-learning test, where one process drew 2; with three, 3. The baseline
-    #: waited for 5 until the limiter cases showed the same figures with 3.)
+    #: waited for 5 until the limiter cases showed the same figures with 3.) A quick site's start
+    #: phase doubles once this many answers have come at the pace it doubles (under 3/s, a whole
+    #: round): fewer ones passed a bursty bucket of 2/s further, more took most of the gain away.
     confirm: int = 3
     #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
     #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
