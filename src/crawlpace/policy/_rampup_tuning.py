@@ -62,7 +62,8 @@ class RampupTuning:
     #: refusals in the fleet-learning test, where one process drew 2; with three, 3. The baseline
     #: waited for 5 until the limiter cases showed the same figures with 3.) A quick site's start
     #: phase doubles once this many answers have come at the pace it doubles (under 3/s, a whole
-    #: round): fewer ones passed a bursty bucket of 2/s further, more took most of the gain away.
+    #: round): with two, a 5/s limit with 5 s holds refused a crawl of 5 pages (the hard farm's
+    #: embargo) and a second 20 s hold came at 0.87/s; four or six took most of the gain away.
     confirm: int = 3
     #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
     #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
