@@ -7,8 +7,10 @@ A fresh scope starts at its polite starting rate and doubles it once per *round*
   T.round]``: a site answering in 50 ms doubles every half second of
   sending, one taking seconds every second. Under
   ``T.latency_signal`` latency says nothing of a server's load (there is no
-  queue to see), so such a site keeps the one-second round: only a refusal
-  could stop a quicker climb, and the slower one leaves it near the limit;
+  queue to see), so such a site's round is ``T.confirm`` answers at the pace
+  it doubles, within the same bounds: under ``T.confirm`` per second the
+  one-second round (a limit of a few per second, perhaps one that holds
+  seconds after a refusal, is met no sooner), half a second from twice that;
 * one answer doubles the rate at most once, however long it took: growth is
   clocked by answers, as TCP's slow start is by acknowledgements, so a scope
   that sends little learns little, and one whose slots hold its sends back
@@ -102,15 +104,23 @@ class StartPhase:
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
 
     def _start_round(self: _StartPhaseState) -> float:
-        """Seconds per doubling: the lowest latency seen within ``[T.min_round, T.round]``,
-        or ``T.round`` while none is known or it is under ``T.latency_signal``.
+        """Seconds per doubling, within ``[T.min_round, T.round]``: the lowest latency seen, or
+        for a quick site (under ``T.latency_signal``) the time ``T.confirm`` sends take at the
+        rate; ``T.round`` while no answer has shown a latency.
 
-        The lowest, not the smoothed: a first answer slowed by its connection's set-up
-        (or by a busy crawler) must not make a quick site look slow.
+        The lowest latency, not the smoothed: a first answer slowed by its connection's
+        set-up (or by a busy crawler) must not make a quick site look slow. A quick site's
+        latency says nothing of its load, so its round is counted in answers instead: a
+        doubling waits for ``T.confirm`` answers at the pace it doubles, the evidence that
+        the pace holds. Under ``T.confirm`` per second that is the whole one-second round
+        (a limit of a few per second, perhaps one that holds seconds after a refusal, is
+        met no sooner than before); above it the climb speeds up to half-second rounds.
         """
         low = self._low_latency
-        if low < T.latency_signal:  # none known (0) or too quick to say anything
+        if low <= 0.0:  # nothing answered with a latency yet
             return T.round
+        if low < T.latency_signal:  # too quick to say anything: the round is T.confirm sends
+            low = T.confirm / self.rate if self.rate > 0.0 else T.round
         return min(T.round, max(T.min_round, low))
 
     def _start_floor(self: _StartPhaseState, door: bool = True) -> float:

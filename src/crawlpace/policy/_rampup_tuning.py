@@ -60,9 +60,10 @@ class RampupTuning:
 
     # -- the start phase --
     #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
-    #: start phase's round stays ``round``: only a refusal could stop a quicker climb, and a
-    #: one-second round's finer steps leave the first refusal's good rate near the limit. From this
-    #: latency up, the round follows the latency and one request may be in flight back to back.
+    #: start phase's round is ``confirm`` answers at the pace it doubles (within ``[min_round,
+    #: round]``): only a refusal could stop the climb, and a round of a few answers keeps the first
+    #: refusal's good rate near the limit. From this latency up, the round follows the latency and
+    #: one request may be in flight back to back.
     #: (Measured: as ``latency_noise``, 50 ms, sites answering in 20-50 ms lost the window of one,
     #: and the limiter cases' buckets with holds of 3-30 s fell from 0.65, 0.48 and 0.25 of capacity
     #: to 0.47, 0.32 and 0.14.)
@@ -77,6 +78,10 @@ class RampupTuning:
     #: slots only with at least three requests in flight (``quick_refusal``; with one or two it may
     #: be a backend failing at once), and a cap on requests in flight read from latency is at least
     #: three.
+    #: A quick site's start phase doubles once this many answers have come at the pace it doubles
+    #: (under 3/s, a whole round): with two, a 5/s limit with 5 s holds refused a crawl of 5 pages
+    #: (the hard farm's embargo) and a second 20 s hold came at 0.87/s; four or six took most of the
+    #: gain away.
     confirm: int = 3
     #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
     #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
