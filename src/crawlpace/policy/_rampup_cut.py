@@ -31,16 +31,16 @@ gap at the new rate), during which answers to earlier sends cannot cut again.
 bucket with no burst refuses two requests that *arrive* closer than its gap, and the crawler
 knows only when it *sent* them: a request its own machine (or the network) delayed arrives
 late, and the next one, sent on time, reaches the site too soon after it. So a refusal in the
-steady phase (of a scope that has shown the sign of a bucket with no burst: a refusal just
-under the shortest gap accepted) whose send gap to the last accepted send is one the site has
-accepted before
+steady phase whose send gap to the last accepted send is one the site has accepted before
 (at least the shortest accepted gap), while that accepted send's answer took longer than the
 site's quickest answers by enough that the two arrivals may have come closer than that
-shortest gap, says nothing of the level: the limit's gap is still at most the shortest one
-accepted. The pace keeps its level, spaced at least that shortest gap plus the arrivals'
-measured jitter (:meth:`CutRules._arrival_jitter`), and no probe wait follows. A bucket with a
-burst, a window or a counter accepts gaps far shorter than the ones they refuse, so their
-refusals are not explained this way and cut as before.
+shortest gap, says nothing of the level, when that delay was a stall (longer than the
+arrivals' usual spread) or the scope has shown a bucket with no burst (a refusal just under
+the shortest gap accepted): the limit's gap is still at most the shortest one accepted. The
+pace keeps its level, spaced at least that shortest gap plus the arrivals' measured jitter
+(:meth:`CutRules._arrival_jitter`), and no probe wait follows. A bucket with a burst, a window
+or a counter accepts gaps far shorter than the ones they refuse, so their refusals are seldom
+explained this way (a stall longer than the gap they refused), and cut as before.
 """
 
 from __future__ import annotations
@@ -153,11 +153,13 @@ class CutRules:
         True when the refused send's gap to the last accepted send was no shorter than the shortest
         gap the site accepted, and that accepted send's answer was late enough (its latency over the
         quickest on record) that its request may have reached the site that much later than sent,
-        so the two arrivals came closer than any gap the site accepted. The level stands; its gap
-        is at least the shortest accepted one plus the measured jitter (see the module's rules).
+        so the two arrivals came closer than any gap the site accepted; and the delay was a stall
+        (more than the arrivals' usual spread) or the scope has shown a bucket with no burst. The
+        level stands; its gap is at least the shortest accepted one plus the measured jitter (see
+        the module's rules).
         """
         shortest = self._gap_ok
-        if sent_at is None or self.phase != "steady" or not self._no_burst or not math.isfinite(shortest):
+        if sent_at is None or self.phase != "steady" or not math.isfinite(shortest):
             return False
         before = self._last_ok_before(sent_at)
         late = None if before is None else self._latency_of(before)
@@ -166,9 +168,12 @@ class CutRules:
         latencies = list(self._ok_lat)[1::2]
         refused = sent_at - before
         delayed = late - min(latencies)
-        if not shortest <= refused < shortest + delayed:
-            return False
         jitter = self._arrival_jitter()
+        # A stall (an answer later than the usual spread) explains it whatever the limiter; a delay
+        # within the usual spread only once the scope has shown a bucket with no burst (a server's
+        # own service times spread too, and a counter's refusal at the pace cap is no one's jitter).
+        if not shortest <= refused < shortest + delayed or not (self._no_burst or delayed > jitter):
+            return False
         # Never deeper than an ordinary cut: a jitter that large is the refusal's cause only seldom.
         rate = max(self.min_rate, T.cut * self.rate, min(self.rate, 1.0 / (shortest + jitter)))
         self.last_pushback_rate = 1.0 / refused

@@ -415,7 +415,13 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                     self._strict_fit(now, sent_at)
                 self._episode_cut()
         else:
+            shortest = self._gap_ok
             self._note_accepted(now if sent_at is None else sent_at)
+            if self._door_refused(sent_at):
+                # The page robots.txt let go at once: its gap to robots.txt is none of the limiter's
+                # (a site seldom counts robots.txt), and as the shortest accepted gap it hid every
+                # strict bucket's gap (15 ms on a bucket of 23/s: no refusal was ever "just under" it).
+                self._gap_ok = shortest
             self._note_latency(now if sent_at is None else sent_at, latency)
             self._note_ok_send(now if sent_at is None else sent_at)
             self._note_inflight(now, inflight)
