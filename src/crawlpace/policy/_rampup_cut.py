@@ -26,6 +26,21 @@ levels out at:
 
 Each cut starts a new generation and a quiet spell of two latencies (or one
 gap at the new rate), during which answers to earlier sends cannot cut again.
+
+**A refusal the arrivals explain** (:meth:`CutRules._jitter_refused`) is no cut at all. A
+bucket with no burst refuses two requests that *arrive* closer than its gap, and the crawler
+knows only when it *sent* them: a request its own machine (or the network) delayed arrives
+late, and the next one, sent on time, reaches the site too soon after it. So a refusal in the
+steady phase whose send gap to the last accepted send is one the site has accepted before
+(at least the shortest accepted gap), while that accepted send's answer took longer than the
+site's quickest answers by enough that the two arrivals may have come closer than that
+shortest gap, says nothing of the level, when that delay was a stall (longer than the
+arrivals' usual spread) or the scope has shown a bucket with no burst (a refusal just under
+the shortest gap accepted): the limit's gap is still at most the shortest one accepted. The
+pace keeps its level, spaced at least that shortest gap plus the arrivals' measured jitter
+(:meth:`CutRules._arrival_jitter`), and no probe wait follows. A bucket with a burst, a window
+or a counter accepts gaps far shorter than the ones they refuse, so their refusals are seldom
+explained this way (a stall longer than the gap they refused), and cut as before.
 """
 
 from __future__ import annotations
@@ -37,8 +52,10 @@ from typing import Protocol
 from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
 
-__all__ = ["CutRules"]
+__all__ = ["LATENCIES_KEPT", "CutRules"]
 
+#: Accepted answers whose latency the arrivals' jitter is measured over (a send time and a latency each).
+LATENCIES_KEPT = 16
 
 
 class _CutState(Protocol):
@@ -61,6 +78,9 @@ class _CutState(Protocol):
     _quiet_until: float
     _epoch: float
     _k: float
+    _gap_ok: float
+    _ok_lat: deque[float]
+    _no_burst: bool
 
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
@@ -73,6 +93,9 @@ class _CutState(Protocol):
     def _after_cut(self, now: float, *, sent: float, allowed: float, cascade: bool, steady: bool,
                    refused: bool, pace: float = 0.0) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
+    def _last_ok_before(self, sent: float) -> float | None: ...
+    def _arrival_jitter(self) -> float: ...
+    def _latency_of(self, sent: float) -> float | None: ...
 
 
 class CutRules:
@@ -82,6 +105,87 @@ class CutRules:
     # declared for the assignments below, which might narrow them
     ceiling: float | None
     last_pushback_rate: float | None
+
+    def _note_latency(self: _CutState, sent: float, latency: float | None) -> None:
+        """An accepted send at ``sent`` answered in ``latency``: kept for the arrivals' jitter."""
+        if latency is not None and math.isfinite(latency) and latency >= 0.0:
+            self._ok_lat.extend((sent, latency))
+
+    def _arrival_jitter(self: _CutState) -> float:
+        """How much later than its send a request typically reaches the site, beyond the quickest.
+
+        Twice the mean of the recent accepted answers' latencies over the quickest of them: the
+        spread a crawler's own delays (a busy event loop, the network) add to each request, of
+        which the share on the way in moves its arrival. (Twice the mean: a delay spread evenly
+        from 0 to ``J`` has a mean of ``J / 2``.) 0 before two answers.
+        """
+        latencies = list(self._ok_lat)[1::2]
+        if len(latencies) < 2:
+            return 0.0
+        quickest = min(latencies)
+        return 2.0 * sum(lat - quickest for lat in latencies) / len(latencies)
+
+    def _note_refused_gap(self: _CutState, sent_at: float | None) -> None:
+        """A refusal of a send made at ``sent_at``: whether it is a sign of a bucket with no burst.
+
+        It is when its gap to the last accepted send was just under the shortest one accepted (at
+        least :data:`T.strict_near` of it): such a bucket refuses the first gap shorter than its
+        own. A window or a counter that the crawl reached at its pace cap with no refusal, and a
+        bucket whose burst let shorter gaps through, show none, and their refusals are not taken
+        for the arrivals' jitter.
+        """
+        shortest = self._gap_ok
+        before = None if sent_at is None else self._last_ok_before(sent_at)
+        if sent_at is not None and before is not None and math.isfinite(shortest) and (
+                T.strict_near * shortest <= sent_at - before < shortest):
+            self._no_burst = True
+
+    def _latency_of(self: _CutState, sent: float) -> float | None:
+        """The latency of the accepted send made at ``sent``, if it is still on record."""
+        record = self._ok_lat
+        for i in range(len(record) - 2, -1, -2):
+            if record[i] == sent:
+                return record[i + 1]
+        return None
+
+    def _jitter_refused(self: _CutState, now: float, sent_at: float | None) -> bool:
+        """A steady-phase refusal the arrivals' jitter explains: pace on, spaced for the jitter, no cut.
+
+        True when the refused send's gap to the last accepted send was no shorter than the shortest
+        gap the site accepted, and that accepted send's answer was late enough (its latency over the
+        quickest on record) that its request may have reached the site that much later than sent,
+        so the two arrivals came closer than any gap the site accepted; and the delay was a stall
+        (more than the arrivals' usual spread) or the scope has shown a bucket with no burst. The
+        level stands; its gap is at least the shortest accepted one plus the measured jitter (see
+        the module's rules).
+        """
+        shortest = self._gap_ok
+        if sent_at is None or self.phase != "steady" or not math.isfinite(shortest):
+            return False
+        before = self._last_ok_before(sent_at)
+        late = None if before is None else self._latency_of(before)
+        if before is None or late is None:
+            return False
+        latencies = list(self._ok_lat)[1::2]
+        refused = sent_at - before
+        delayed = late - min(latencies)
+        jitter = self._arrival_jitter()
+        # A stall (an answer later than the usual spread) explains it whatever the limiter; a delay
+        # within the usual spread only once the scope has shown a bucket with no burst (a server's
+        # own service times spread too, and a counter's refusal at the pace cap is no one's jitter).
+        if not shortest <= refused < shortest + delayed or not (self._no_burst or delayed > jitter):
+            return False
+        # Never deeper than an ordinary cut: a jitter that large is the refusal's cause only seldom.
+        rate = max(self.min_rate, T.cut * self.rate, min(self.rate, 1.0 / (shortest + jitter)))
+        self.last_pushback_rate = 1.0 / refused
+        if rate < self.rate:
+            self.rate = rate
+            self.ceiling = rate if self.ceiling is None else min(self.ceiling, rate)
+            self._start_climb(now, fast=False)
+        self._decide(now, f"jitter: refused {refused:.4g}s after an accepted send whose answer took "
+                     f"{delayed:.3g}s longer than the quickest; the site accepted {shortest:.4g}s: "
+                     f"no cut, paced at {self.rate:.3g}/s (arrivals spread {jitter:.3g}s)")
+        return True
 
     def _cut(self: _CutState, now: float, *, reason: str, sent_at: float | None = None) -> None:
         """Cut the rate for a pushback (``reason``: ``pushback``, ``slots``) or a slow answer (``latency``).

@@ -123,7 +123,7 @@ from dataclasses import dataclass, field
 from .._jitter import Jitter
 from ._rampup_bucket import REFUSALS_KEPT, BucketFit
 from ._rampup_climb import CubicClimb
-from ._rampup_cut import CutRules
+from ._rampup_cut import LATENCIES_KEPT, CutRules
 from ._rampup_episode import Episodes
 from ._rampup_latency import LatencyWatch
 from ._rampup_recall import LevelRecall
@@ -277,6 +277,10 @@ class RampupState:
     _ok_sends: deque[float] = field(default_factory=lambda: deque(maxlen=OK_SENDS_KEPT))
     _gap_ok: float = math.inf
     _strict_gap: float = math.inf
+    # The last accepted sends and their latencies, flat (send, latency, ...), for the arrivals' jitter
+    # (_rampup_cut).
+    _ok_lat: deque[float] = field(default_factory=lambda: deque(maxlen=2 * LATENCIES_KEPT))
+    _no_burst: bool = False  # a refusal came just under the shortest accepted gap (_rampup_cut)
     # A level held before the limit fell under it (0: none), the quiet before the next search
     # back up to it, and the level that search started from (_rampup_recall).
     _recall: float = 0.0
@@ -376,6 +380,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self.note_refusal(answered, elapsed, inflight)
             if answered:
                 self._note_refusal_held(now, sent_at, self._resumed_at)
+                self._note_refused_gap(sent_at)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)
@@ -396,6 +401,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
             # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
             self._ep_since, self._ep_gap = _NEVER, 0.0
+        elif pushback and can_cut and answered and self._jitter_refused(now, sent_at):
+            self._episode_cut()  # (no cut: probes at the level until one is accepted)
         elif pushback:
             if can_cut:
                 # (Not in the start phase: its doubling shortens every gap, so a bursty bucket's
@@ -409,7 +416,14 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                     self._strict_fit(now, sent_at)
                 self._episode_cut()
         else:
+            shortest = self._gap_ok
             self._note_accepted(now if sent_at is None else sent_at)
+            if self._door_refused(sent_at):
+                # The page robots.txt let go at once: its gap to robots.txt is none of the limiter's
+                # (a site seldom counts robots.txt), and as the shortest accepted gap it hid every
+                # strict bucket's gap (15 ms on a bucket of 23/s: no refusal was ever "just under" it).
+                self._gap_ok = shortest
+            self._note_latency(now if sent_at is None else sent_at, latency)
             self._note_ok_send(now if sent_at is None else sent_at)
             self._note_inflight(now, inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)
