@@ -56,10 +56,12 @@ class _RecallState(Protocol):
     _epoch: float
     _k: float
     _top: float
-    _probe_after: float
     _recall: float
     _recall_wait: float
     _recall_from: float
+    _recall_span: float
+    hold_learned: float
+    _fit_span: float
 
     @property
     def _pushbacks(self) -> deque[float]: ...
@@ -89,20 +91,34 @@ class LevelRecall:
         last = self._pushbacks[-1] if self._pushbacks else NEVER
         if now >= self._epoch + self._k:
             held = ceiling  # the climb had reached its level, and no pushback came since
+            since = max(self._epoch + self._k, last)
         elif last == NEVER or now - last >= T.round:
             held = sent  # climbing still, but the rate had gone a round with no pushback
+            since = self._epoch if last == NEVER else last
         else:
             return  # the same fall's refusals, or a climb's
         if held > self._recall:
-            self._recall = held
+            self._recall, self._recall_span = held, now - since
             self._recall_wait = self._climb_time(fast=True)
 
     def _recall_step(self: _RecallState, now: float) -> None:
         """With no pushback for the recall age: search from the rate now up to the remembered level."""
-        if self._top > 0.0:
-            return  # a search is under way (the recall's own, or one after a deep cut)
-        self._recall_from = 0.0  # none, or the recall's search reached its top with no refusal
         recall = self._recall
+        if self._top > 0.0:
+            if self._recall_from > 0.0 or self._top >= recall * (1.0 - T.tolerance):
+                return  # the recall's own search is under way, or a deep cut's that reaches as high
+            # A deep cut's search is under way, to a top under the remembered level: once the recall
+            # is due, its top takes over (the search's levels so far were held, and it would climb
+            # to its top at a search's pace first, the recall only after).
+        elif self._recall_from > 0.0 and now >= self._epoch + self._k:
+            # The recall's search reached its top with no refusal: the limit came back at least to the
+            # level it had, and a limit that moved twice may have moved further. Probe beyond at the
+            # quick pace, not the one made for a limit that stays put.
+            self._recall_from = 0.0
+            self._probe_c *= T.fast_climb ** 3
+            self._decide(now, f"recall: back at {self.ceiling or 0.0:.3g}/s with no pushback; "
+                         "probing beyond it quickly, since the limit has moved")
+            return
         if recall <= 0.0 or self.phase != "steady":
             return
         level = max(self.rate, self.ceiling or 0.0)
@@ -114,18 +130,30 @@ class LevelRecall:
             # is one piece of evidence, which that cut answers (the limit may be just there); only
             # cuts that took the rate further down say the limit fell.
             return
+        if self._fit_span > 0.0 and self.hold_learned > self._recall_span:
+            # A lock-out lasted longer than the level was held: the limiter counts over at least that
+            # span, and a window's count or a counter's allowance let the level through, which says
+            # nothing of the limit (a start phase that reached its cap went 2 s at 100/s into a counter
+            # of 253 per 8.2 s, and was locked out for 6 s).
+            self._recall, self._recall_wait = 0.0, 0.0
+            return
+        # A failed try costs what a refusal costs here: one request, or the hold the server asks
+        # for (Retry-After, or a lock-out's length: hold_learned). Where a probe into a limit that stays
+        # put waits until a failure costs T.tolerance of the time, a recall, whose premise is that a
+        # limit that fell comes back, lets it cost up to T.late_share.
+        wait = max(self._recall_wait, self.hold_learned / T.late_share)
         last = self._pushbacks[-1] if self._pushbacks else NEVER
-        if now < self._probe_after or (last != NEVER and now - last < self._recall_wait):
+        if last != NEVER and now - last < wait:
             return
         if now < self._epoch + self._k <= self._epoch + self._climb_time(fast=True):
             return  # a quick climb (a search's) is under way: its level first
         # The rate now is held (no pushback for the recall age): the search climbs from it.
-        self.ceiling = self._recall_from = self.rate
+        self.ceiling = self._recall_from = max(self.rate, self.ceiling or 0.0) if self._top > 0.0 else self.rate
         self._epoch, self._k = now, 0.0
         self._top = recall
-        if self._recall_wait >= self.window:
+        if wait >= self.window:
             self._recall = 0.0  # the last try: the fall has lasted windows
-        self._recall_wait = min(2.0 * self._recall_wait, self.window)  # if it fails, the next waits longer
+        self._recall_wait = min(2.0 * wait, self.window)  # if it fails, the next waits longer
         self._decide(now, f"recall: no pushback for {now - last if last != NEVER else 0.0:.3g}s; "
                      f"searching back up to {recall:.3g}/s, the level held before the limit fell")
         self._search_step(now)
