@@ -60,6 +60,7 @@ class _RecallState(Protocol):
     _recall_wait: float
     _recall_from: float
     _recall_span: float
+    _recall_last: float
     hold_learned: float
     _fit_span: float
 
@@ -105,6 +106,12 @@ class LevelRecall:
         """With no pushback for the recall age: search from the rate now up to the remembered level."""
         recall = self._recall
         if self._top > 0.0:
+            if self._recall_from > 0.0 and now >= self._epoch + self._k:
+                # The recall's search reached its level: the one it climbed from is held (the rate
+                # stayed above it for a whole step with no refusal), and a refusal from here on goes
+                # back there, not to the level the recall started from.
+                self._recall_from = max(self._recall_from, self._recall_last)
+                self._recall_last = self.ceiling or 0.0
             if self._recall_from > 0.0 or self._top >= recall * (1.0 - T.tolerance):
                 return  # the recall's own search is under way, or a deep cut's that reaches as high
             # A deep cut's search is under way, to a top under the remembered level: once the recall
@@ -148,7 +155,8 @@ class LevelRecall:
         if now < self._epoch + self._k <= self._epoch + self._climb_time(fast=True):
             return  # a quick climb (a search's) is under way: its level first
         # The rate now is held (no pushback for the recall age): the search climbs from it.
-        self.ceiling = self._recall_from = max(self.rate, self.ceiling or 0.0) if self._top > 0.0 else self.rate
+        self.ceiling = self._recall_from = self._recall_last = (max(self.rate, self.ceiling or 0.0)
+                                                                if self._top > 0.0 else self.rate)
         self._epoch, self._k = now, 0.0
         self._top = recall
         if wait >= self.window:
@@ -171,4 +179,4 @@ class LevelRecall:
         self.ceiling = min(self.ceiling or held, held)
         self._top = 0.0
         self._start_climb(now, fast=False)
-        self._decide(now, f"recall refused: back at {held:.3g}/s, the level held before it")
+        self._decide(now, f"recall refused: back at {held:.3g}/s, the last level it held")
