@@ -61,6 +61,7 @@ class _RecallState(Protocol):
     _recall_from: float
     _recall_span: float
     _recall_last: float
+    _ok_sends: deque[float]
     hold_learned: float
     _fit_span: float
 
@@ -70,6 +71,7 @@ class _RecallState(Protocol):
     def _search_step(self, now: float) -> bool: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
+    def _took(self, at: float) -> float: ...
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
 
@@ -90,17 +92,31 @@ class LevelRecall:
         if sent > ceiling * (1.0 + T.tolerance):
             return  # a probe beyond the level went too far
         last = self._pushbacks[-1] if self._pushbacks else NEVER
+        took = self._took(at)
         if now >= self._epoch + self._k:
             held = ceiling  # the climb had reached its level, and no pushback came since
             since = max(self._epoch + self._k, last)
         elif last == NEVER or now - last >= T.round:
             held = sent  # climbing still, but the rate had gone a round with no pushback
             since = self._epoch if last == NEVER else last
+        elif sent <= took * (1.0 + T.tolerance):
+            # Soon after another refusal, yet the site had taken this rate for the round before the send:
+            # the limit fell under what it took (the start phase's first refusal may be the fall itself).
+            held, since = took, at - T.round
         else:
             return  # the same fall's refusals, or a climb's
         if held > self._recall:
             self._recall, self._recall_span = held, now - since
             self._recall_wait = self._climb_time(fast=True)
+
+    def _took(self: _RecallState, at: float) -> float:
+        """The rate of the accepted sends in the round before ``at``, as far as the record reaches back."""
+        count = 0
+        for sent in reversed(self._ok_sends):
+            if sent < at - T.round:
+                break
+            count += sent < at
+        return count / T.round
 
     def _recall_step(self: _RecallState, now: float) -> None:
         """With no pushback for the recall age: search from the rate now up to the remembered level."""
