@@ -56,6 +56,7 @@ class _RecallState(Protocol):
     _epoch: float
     _k: float
     _top: float
+    _probe_c: float
     _recall: float
     _recall_wait: float
     _recall_from: float
