@@ -436,7 +436,8 @@ def test_after_a_deep_cut_the_search_climbs_quickly_to_an_ordinary_cuts_level() 
     # At the ordinary cut's level at least: the refusals came at a level held for a long climb (a
     # fall), so once the recall is due its search takes over, up to the level held before them
     # (_rampup_recall, tests/test_rampup_recall.py).
-    assert ramp.ceiling is not None and ramp.ceiling >= 0.99 * 0.92 * failing
+    assert ramp.ceiling is not None
+    assert ramp.ceiling >= 0.99 * 0.92 * failing
     assert ramp.rate >= 0.9 * failing
     assert ramp._top == 0.0  # the search is over; the ordinary probe takes it from here
 

@@ -13,26 +13,38 @@ scope had gone a round (:data:`T.round`) with no pushback, is not a probe that
 went too far: the limit fell under a rate the site took. That rate is
 remembered (:attr:`_recall`, the highest such rate), a search's level too, once
 held a round (the level after a deep cut is where a fall's cuts leave it, and
-the next refusal there may be the fall). (A limit that falls soon
-after the start phase, as the random farm's ``shifting`` sites do, is
-remembered too; waiting a quick climb's time here missed those. A false memory
-costs one refused try, below, and was not seen on steady buckets.)
+the next refusal there may be the fall). So is the rate of the sends accepted
+in the round before a refused one at that rate, even soon after another
+refusal: a fall that lands with the start phase's first refusal (the random
+farm's ``shifting`` sites fall at a fifth of the run) leaves no level held,
+only the rate the site took. A false memory costs one refused try, below. A
+level held for less time than a lock-out lasted (``hold_learned``, with a
+lock-out fitted) is forgotten: a window's count or a counter's allowance let
+it through, which says nothing of the limit.
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
 pushback, its rate is taken as held and a search (``_rampup_search``: quick
 climbs to geometric middles, each held before the next) runs from it up to the
-remembered level. A refusal on the way ends it, back at the level it started
-from (which was held: the ordinary cut from the search's level would still be
-over a limit that stayed low), and the next recall waits twice as long: each
-failed recall is one more piece of evidence that the fall lasts; after the
-try that waited a whole window, the level is forgotten. The first recall age
-is the quick climb's time (``window * climb_share / target`` over
+remembered level; a deep cut's search under way takes the remembered level as
+its top. A refusal on the way ends it, back at the last level the search held
+(the one it started from, if none: the ordinary cut from the search's level
+would still be over a limit that stayed low), and the next recall waits twice
+as long: each failed recall is one more piece of evidence that the fall lasts;
+after the try that waited a whole window, the level is forgotten. The first
+recall age is the quick climb's time (``window * climb_share / target`` over
 ``fast_climb``: 7.5 s by default), the longest one window, so a limit that
 stays low costs about one refused send per window, the band rampup aims at
-anyway. Reaching the remembered level, or a new start phase, forgets it; a
-held refusal's wait (``hold_learned / hold_share``) is respected, since a failed
-recall into a hold costs the hold.
+anyway. Where a refusal costs more than a send (a ``Retry-After`` hold, a
+window's or a counter's lock-out: ``hold_learned``), the age is at least
+``hold_learned / late_share``: a failed try may cost a quarter of the time
+waited, where a probe into a limit that stays put waits until it costs
+``tolerance`` (the hold rule, 20 times the hold: 85 s after a lock-out of 4 s,
+longer than most limits stay low). Reaching the remembered level, or a new
+start phase, forgets it. A search that reaches it with no refusal says the
+limit came back at least that far, and a limit that moved twice may have
+moved further: the probe beyond it goes at the quick pace (``fast_climb``
+times quicker), once.
 """
 
 from __future__ import annotations
