@@ -112,13 +112,15 @@ def test_a_limit_that_falls_for_good_costs_about_one_refusal_per_window() -> Non
 # recall had started from. Per second in the span, before -> now: 1.13 -> 2.67 (a window of 13 per
 # 3.3 s, x0.36 at 6.7 s, x1.4 at 11 s: 5.5/s), 3.35 -> 7.5 (a counter of 30 per 3 s, 13/s after the
 # rise), 9.3 -> 12.0 (a bucket with no burst, 17.8/s after the rise), 9.7 -> 13.8 (a bucket with
-# 1 s holds whose memory, 28.6/s, is above the 15.2/s it came back to).
+# 1 s holds whose memory, 28.6/s, is above the 15.2/s it came back to), 7.6 -> 17.2 (a window of
+# 20 per second falling to 8 with the start phase's first refusal: no level held, nothing remembered).
 @pytest.mark.parametrize(("limiter", "steps", "seconds", "least"),
                          [(ClockWindow(13, 3.3), [(6.7, 0.36), (11.0, 1.4)], 30.0, 2.2),
                           (RequestRate(30.0, 3.0), [(6.0, 0.4), (14.0, 1.3)], 40.0, 6.0),
                           (Bucket(13.7, 1.0), [(4.3, 0.51), (11.0, 1.3)], 30.0, 11.0),
-                          (Bucket(12.7, 12.0, hold=1), [(14.0, 0.45), (27.0, 1.2)], 60.0, 12.5)],
-                         ids=["window-lockout", "counter", "after-a-deep-cut", "part-way"])
+                          (Bucket(12.7, 12.0, hold=1), [(14.0, 0.45), (27.0, 1.2)], 60.0, 12.5),
+                          (ClockWindow(20, 1.0), [(0.8, 0.4), (6.0, 1.2)], 30.0, 14.0)],
+                         ids=["window-lockout", "counter", "after-a-deep-cut", "part-way", "at-the-start"])
 async def test_a_recall_waits_what_a_refusal_costs_and_keeps_what_it_found(
         limiter: Bucket | ClockWindow | RequestRate, steps: list[tuple[float, float]], seconds: float,
         least: float) -> None:

@@ -15,9 +15,11 @@ remembered (:attr:`_recall`, the highest such rate), a search's level too, once
 held a round (the level after a deep cut is where a fall's cuts leave it, and
 the next refusal there may be the fall). So is the rate of the sends accepted
 in the round before a refused one at that rate, even soon after another
-refusal: a fall that lands with the start phase's first refusal (the random
-farm's ``shifting`` sites fall at a fifth of the run) leaves no level held,
-only the rate the site took. A false memory costs one refused try, below. A
+refusal, and in the round before the start phase's first refusal: a fall that
+lands with the end of the doubling (the random farm's ``shifting`` sites fall
+at a fifth of the run) leaves no level held, only the rate the site took. A
+false memory (a bucket's burst swells the start's last round) costs one
+refused try, below. A
 level held for less time than a lock-out lasted (``hold_learned``, with a
 lock-out fitted) is forgotten: a window's count or a counter's allowance let
 it through, which says nothing of the limit.
@@ -98,9 +100,20 @@ class LevelRecall:
     def _note_fall(self: _RecallState, now: float, sent_at: float | None) -> None:
         """Before a refusal's cut: remember the rate held when a send at or under the level is refused."""
         ceiling = self.ceiling
+        at = now if sent_at is None else min(now, sent_at)
+        if self.phase == "start":
+            # The start phase's first refusal may be the fall itself (the random farm's shifting sites
+            # fall at a fifth of the run, as the doubling ends): what the site took in the round before
+            # it is remembered. (Its doubling's overshoot is refused at twice what the site took, and
+            # the start's own rules set the level under that; a bucket's burst may swell it, which costs
+            # a refused try.)
+            took = self._took(at)
+            if took > self._recall:
+                self._recall, self._recall_span = took, T.round
+                self._recall_wait = self._climb_time(fast=True)
+            return
         if self.phase != "steady" or ceiling is None or self._recall_from > 0.0:
             return  # (a recall's own refusal goes back to its level: _recall_refused)
-        at = now if sent_at is None else min(now, sent_at)
         sent = min(self.allowed_rate(at), self.sent_rate(at))
         if sent > ceiling * (1.0 + T.tolerance):
             return  # a probe beyond the level went too far
