@@ -442,11 +442,13 @@ def test_after_a_deep_cut_the_search_climbs_quickly_to_an_ordinary_cuts_level() 
     while ramp._top > 0.0 and now < start + 25.0:
         now = drive(ramp, now, now + 0.5)
     drive(ramp, now, ramp._epoch + ramp._k)  # its last quick climb
-    assert ramp.ceiling == pytest.approx(0.92 * failing, rel=0.01)
+    # At the ordinary cut's level at least: the refusals came at a level held for a long climb (a
+    # fall), so once the recall is due its search takes over, up to the level held before them
+    # (_rampup_recall, tests/test_rampup_recall.py).
+    assert ramp.ceiling is not None
+    assert ramp.ceiling >= 0.99 * 0.92 * failing
     assert ramp.rate >= 0.9 * failing
     assert ramp._top == 0.0  # the search is over; the ordinary probe takes it from here
-    # (Later, with no pushback for a while, the level held before the refusals is searched for
-    # again: _rampup_recall, tests/test_rampup_recall.py.)
 
 
 def test_a_refusal_during_the_search_ends_it_with_an_ordinary_cut() -> None:

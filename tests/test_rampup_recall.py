@@ -104,3 +104,37 @@ def test_a_limit_that_falls_for_good_costs_about_one_refusal_per_window() -> Non
     # recall costs about one, and goes back to the level it left).
     assert refused_after <= 3 + 2
     assert good_after / 180.0 >= 0.85 * 4.0
+
+
+# Limits that come back after a fall, with what a refusal costs there. Before: the recall waited for
+# the steady probe's rule after a lock-out (its length / 5 %: 85 s after a 4 s lock-out), a deep
+# cut's search ran to its end before a due recall, and a refused step went back to the level the
+# recall had started from. Per second in the span, before -> now: 1.13 -> 2.67 (a window of 13 per
+# 3.3 s, x0.36 at 6.7 s, x1.4 at 11 s: 5.5/s), 3.35 -> 7.5 (a counter of 30 per 3 s, 13/s after the
+# rise), 9.3 -> 12.0 (a bucket with no burst, 17.8/s after the rise), 9.7 -> 13.8 (a bucket with
+# 1 s holds whose memory, 28.6/s, is above the 15.2/s it came back to), 7.6 -> 17.2 (a window of
+# 20 per second falling to 8 with the start phase's first refusal: no level held, nothing remembered).
+@pytest.mark.parametrize(("limiter", "steps", "seconds", "least"),
+                         [(ClockWindow(13, 3.3), [(6.7, 0.36), (11.0, 1.4)], 30.0, 2.2),
+                          (RequestRate(30.0, 3.0), [(6.0, 0.4), (14.0, 1.3)], 40.0, 6.0),
+                          (Bucket(13.7, 1.0), [(4.3, 0.51), (11.0, 1.3)], 30.0, 11.0),
+                          (Bucket(12.7, 12.0, hold=1), [(14.0, 0.45), (27.0, 1.2)], 60.0, 12.5),
+                          (ClockWindow(20, 1.0), [(0.8, 0.4), (6.0, 1.2)], 30.0, 14.0)],
+                         ids=["window-lockout", "counter", "after-a-deep-cut", "part-way", "at-the-start"])
+async def test_a_recall_waits_what_a_refusal_costs_and_keeps_what_it_found(
+        limiter: Bucket | ClockWindow | RequestRate, steps: list[tuple[float, float]], seconds: float,
+        least: float) -> None:
+    rise = steps[1][0]
+    site = Shifting(limiter, list(steps))
+    await crawl(site, seconds)
+    assert site.rate(rise + 0.4 * (seconds - rise), seconds) >= least
+
+
+async def test_a_level_let_through_by_a_counters_allowance_is_no_memory() -> None:
+    # HAProxy-style, 253 per 8.2 s (30.9/s), steady: the start phase reaches its cap of 100/s and
+    # goes 2 s at it before a refusal, then a lock-out of 6 s. Remembered, 100/s drew a recall
+    # into the counter every few seconds (112 refusals in 60 s, where there are 26 without).
+    site = Shifting(RequestRate(253.0, 8.2), [])
+    await crawl(site, 60.0)
+    assert len(site.refused) <= 30
+    assert site.rate(10.0, 60.0) >= 0.9 * site.capacity

@@ -13,26 +13,40 @@ scope had gone a round (:data:`T.round`) with no pushback, is not a probe that
 went too far: the limit fell under a rate the site took. That rate is
 remembered (:attr:`_recall`, the highest such rate), a search's level too, once
 held a round (the level after a deep cut is where a fall's cuts leave it, and
-the next refusal there may be the fall). (A limit that falls soon
-after the start phase, as the random farm's ``shifting`` sites do, is
-remembered too; waiting a quick climb's time here missed those. A false memory
-costs one refused try, below, and was not seen on steady buckets.)
+the next refusal there may be the fall). So is the rate of the sends accepted
+in the round before a refused one at that rate, even soon after another
+refusal, and in the round before the start phase's first refusal: a fall that
+lands with the end of the doubling (the random farm's ``shifting`` sites fall
+at a fifth of the run) leaves no level held, only the rate the site took. A
+false memory (a bucket's burst swells the start's last round) costs one
+refused try, below. A
+level held for less time than a lock-out lasted (``hold_learned``, with a
+lock-out fitted) is forgotten: a window's count or a counter's allowance let
+it through, which says nothing of the limit.
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
 pushback, its rate is taken as held and a search (``_rampup_search``: quick
 climbs to geometric middles, each held before the next) runs from it up to the
-remembered level. A refusal on the way ends it, back at the level it started
-from (which was held: the ordinary cut from the search's level would still be
-over a limit that stayed low), and the next recall waits twice as long: each
-failed recall is one more piece of evidence that the fall lasts; after the
-try that waited a whole window, the level is forgotten. The first recall age
-is the quick climb's time (``window * climb_share / target`` over
+remembered level; a deep cut's search under way takes the remembered level as
+its top. A refusal on the way ends it, back at the last level the search held
+(the one it started from, if none: the ordinary cut from the search's level
+would still be over a limit that stayed low), and the next recall waits twice
+as long: each failed recall is one more piece of evidence that the fall lasts;
+after the try that waited a whole window, the level is forgotten. The first
+recall age is the quick climb's time (``window * climb_share / target`` over
 ``fast_climb``: 7.5 s by default), the longest one window, so a limit that
 stays low costs about one refused send per window, the band rampup aims at
-anyway. Reaching the remembered level, or a new start phase, forgets it; a
-held refusal's wait (``hold_learned / hold_share``) is respected, since a failed
-recall into a hold costs the hold.
+anyway. Where a refusal costs more than a send (a ``Retry-After`` hold, a
+window's or a counter's lock-out: ``hold_learned``), the age is at least
+``hold_learned / late_share``: a failed try may cost a quarter of the time
+waited, where a probe into a limit that stays put waits until it costs
+``tolerance`` (the hold rule, 20 times the hold: 85 s after a lock-out of 4 s,
+longer than most limits stay low). Reaching the remembered level, or a new
+start phase, forgets it. A search that reaches it with no refusal says the
+limit came back at least that far, and a limit that moved twice may have
+moved further: the probe beyond it goes at the quick pace (``fast_climb``
+times quicker), once.
 """
 
 from __future__ import annotations
@@ -56,10 +70,15 @@ class _RecallState(Protocol):
     _epoch: float
     _k: float
     _top: float
-    _probe_after: float
+    _probe_c: float
     _recall: float
     _recall_wait: float
     _recall_from: float
+    _recall_span: float
+    _recall_last: float
+    _ok_sends: deque[float]
+    hold_learned: float
+    _fit_span: float
 
     @property
     def _pushbacks(self) -> deque[float]: ...
@@ -67,6 +86,7 @@ class _RecallState(Protocol):
     def _search_step(self, now: float) -> bool: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
+    def _took(self, at: float) -> float: ...
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
 
@@ -80,29 +100,74 @@ class LevelRecall:
     def _note_fall(self: _RecallState, now: float, sent_at: float | None) -> None:
         """Before a refusal's cut: remember the rate held when a send at or under the level is refused."""
         ceiling = self.ceiling
+        at = now if sent_at is None else min(now, sent_at)
+        if self.phase == "start":
+            # The start phase's first refusal may be the fall itself (the random farm's shifting sites
+            # fall at a fifth of the run, as the doubling ends): what the site took in the round before
+            # it is remembered. (Its doubling's overshoot is refused at twice what the site took, and
+            # the start's own rules set the level under that; a bucket's burst may swell it, which costs
+            # a refused try.)
+            took = self._took(at)
+            if took > self._recall:
+                self._recall, self._recall_span = took, T.round
+                self._recall_wait = self._climb_time(fast=True)
+            return
         if self.phase != "steady" or ceiling is None or self._recall_from > 0.0:
             return  # (a recall's own refusal goes back to its level: _recall_refused)
-        at = now if sent_at is None else min(now, sent_at)
         sent = min(self.allowed_rate(at), self.sent_rate(at))
         if sent > ceiling * (1.0 + T.tolerance):
             return  # a probe beyond the level went too far
         last = self._pushbacks[-1] if self._pushbacks else NEVER
+        took = self._took(at)
         if now >= self._epoch + self._k:
             held = ceiling  # the climb had reached its level, and no pushback came since
+            since = max(self._epoch + self._k, last)
         elif last == NEVER or now - last >= T.round:
             held = sent  # climbing still, but the rate had gone a round with no pushback
+            since = self._epoch if last == NEVER else last
+        elif sent <= took * (1.0 + T.tolerance):
+            # Soon after another refusal, yet the site had taken this rate for the round before the send:
+            # the limit fell under what it took (the start phase's first refusal may be the fall itself).
+            held, since = took, at - T.round
         else:
             return  # the same fall's refusals, or a climb's
         if held > self._recall:
-            self._recall = held
+            self._recall, self._recall_span = held, now - since
             self._recall_wait = self._climb_time(fast=True)
+
+    def _took(self: _RecallState, at: float) -> float:
+        """The rate of the accepted sends in the round before ``at``, as far as the record reaches back."""
+        count = 0
+        for sent in reversed(self._ok_sends):
+            if sent < at - T.round:
+                break
+            count += sent < at
+        return count / T.round
 
     def _recall_step(self: _RecallState, now: float) -> None:
         """With no pushback for the recall age: search from the rate now up to the remembered level."""
-        if self._top > 0.0:
-            return  # a search is under way (the recall's own, or one after a deep cut)
-        self._recall_from = 0.0  # none, or the recall's search reached its top with no refusal
         recall = self._recall
+        if self._top > 0.0:
+            if self._recall_from > 0.0 and now >= self._epoch + self._k:
+                # The recall's search reached its level: the one it climbed from is held (the rate
+                # stayed above it for a whole step with no refusal), and a refusal from here on goes
+                # back there, not to the level the recall started from.
+                self._recall_from = max(self._recall_from, self._recall_last)
+                self._recall_last = self.ceiling or 0.0
+            if self._recall_from > 0.0 or self._top >= recall * (1.0 - T.tolerance):
+                return  # the recall's own search is under way, or a deep cut's that reaches as high
+            # A deep cut's search is under way, to a top under the remembered level: once the recall
+            # is due, its top takes over (the search's levels so far were held, and it would climb
+            # to its top at a search's pace first, the recall only after).
+        elif self._recall_from > 0.0 and now >= self._epoch + self._k:
+            # The recall's search reached its top with no refusal: the limit came back at least to the
+            # level it had, and a limit that moved twice may have moved further. Probe beyond at the
+            # quick pace, not the one made for a limit that stays put.
+            self._recall_from = 0.0
+            self._probe_c *= T.fast_climb ** 3
+            self._decide(now, f"recall: back at {self.ceiling or 0.0:.3g}/s with no pushback; "
+                         "probing beyond it quickly, since the limit has moved")
+            return
         if recall <= 0.0 or self.phase != "steady":
             return
         level = max(self.rate, self.ceiling or 0.0)
@@ -114,18 +179,31 @@ class LevelRecall:
             # is one piece of evidence, which that cut answers (the limit may be just there); only
             # cuts that took the rate further down say the limit fell.
             return
+        if self._fit_span > 0.0 and self.hold_learned > self._recall_span:
+            # A lock-out lasted longer than the level was held: the limiter counts over at least that
+            # span, and a window's count or a counter's allowance let the level through, which says
+            # nothing of the limit (a start phase that reached its cap went 2 s at 100/s into a counter
+            # of 253 per 8.2 s, and was locked out for 6 s).
+            self._recall, self._recall_wait = 0.0, 0.0
+            return
+        # A failed try costs what a refusal costs here: one request, or the hold the server asks
+        # for (Retry-After, or a lock-out's length: hold_learned). Where a probe into a limit that stays
+        # put waits until a failure costs T.tolerance of the time, a recall, whose premise is that a
+        # limit that fell comes back, lets it cost up to T.late_share.
+        wait = max(self._recall_wait, self.hold_learned / T.late_share)
         last = self._pushbacks[-1] if self._pushbacks else NEVER
-        if now < self._probe_after or (last != NEVER and now - last < self._recall_wait):
+        if last != NEVER and now - last < wait:
             return
         if now < self._epoch + self._k <= self._epoch + self._climb_time(fast=True):
             return  # a quick climb (a search's) is under way: its level first
         # The rate now is held (no pushback for the recall age): the search climbs from it.
-        self.ceiling = self._recall_from = self.rate
+        self.ceiling = self._recall_from = self._recall_last = (max(self.rate, self.ceiling or 0.0)
+                                                                if self._top > 0.0 else self.rate)
         self._epoch, self._k = now, 0.0
         self._top = recall
-        if self._recall_wait >= self.window:
+        if wait >= self.window:
             self._recall = 0.0  # the last try: the fall has lasted windows
-        self._recall_wait = min(2.0 * self._recall_wait, self.window)  # if it fails, the next waits longer
+        self._recall_wait = min(2.0 * wait, self.window)  # if it fails, the next waits longer
         self._decide(now, f"recall: no pushback for {now - last if last != NEVER else 0.0:.3g}s; "
                      f"searching back up to {recall:.3g}/s, the level held before the limit fell")
         self._search_step(now)
@@ -143,4 +221,4 @@ class LevelRecall:
         self.ceiling = min(self.ceiling or held, held)
         self._top = 0.0
         self._start_climb(now, fast=False)
-        self._decide(now, f"recall refused: back at {held:.3g}/s, the level held before it")
+        self._decide(now, f"recall refused: back at {held:.3g}/s, the last level it held")

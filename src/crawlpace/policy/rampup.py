@@ -286,6 +286,8 @@ class RampupState:
     _recall: float = 0.0
     _recall_wait: float = 0.0
     _recall_from: float = 0.0
+    _recall_span: float = 0.0  # how long the remembered level had been held when the limit fell
+    _recall_last: float = 0.0  # the level the recall's search reached last
     # The bucket fit's record (_rampup_bucket): the accepted sends ever, the first one, the sends
     # whose refusal started a hold, and when the last such hold ended.
     _ok_count: int = 0
