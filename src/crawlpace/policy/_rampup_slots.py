@@ -231,14 +231,17 @@ class SlotSizing:
 
     def _slots_pace(self: _SlotSizingState, inflight: int | None) -> None:
         """After the cut for a refusal on arrival at ``inflight`` in flight: where more were refused than
-        were ever accepted at once, the site holds a fixed count (a hard limit, no slot freed late), and
-        the capped slots, not the rate, pace it: the rate stays above what they serve at the latency
-        seen. (A hardknee of 11 refused at 12 was cut to 24/s where its 11 serve 27.6/s, and the climb
-        back to it took the rest of a 20 s crawl.) A refusal at or under the most accepted is a slot freed
-        late: the cut's spacing answers that, so the rate stays cut."""
-        if inflight is None or inflight <= self._inflight_ok or self.latency is None or self.latency <= 0.0:
+        were ever accepted at once, the site holds a fixed count (a hard limit), and the capped slots,
+        not the rate, pace it: the rate stays at least at what they would serve answered at the
+        baseline latency (the most they can serve, so the delay never binds under them). A hardknee of
+        11 refused at 12 was cut to 24/s where its 11 serve 27.6/s, and the climb back took the rest of
+        a 20 s crawl. A refusal at or under the most accepted is a slot freed late: the cut's spacing
+        answers that, so the rate stays cut (a cap freed late serves less than its slots at the
+        baseline latency; neither is the first refusal's rate lifted past that)."""
+        base = self.baseline()
+        if inflight is None or inflight <= self._inflight_ok or base is None or base <= 0.0:
             return
-        serves = min(self.slot_cap, float(self.max_concurrency)) / self.latency
+        serves = min(self.slot_cap, float(self.max_concurrency)) / base
         self.rate = max(self.rate, min(self.max_rate, serves))
 
     def _note_inflight(self: _SlotSizingState, now: float, inflight: int | None) -> None:
