@@ -126,20 +126,20 @@ class SlotSizing:
         more, latency under the knee line (each request answered as quickly as one alone: by
         Little's law one more in flight serves one more ``1 / n``), no pushback in the window, no cap
         read from refusals at or under the count, this answer itself as quick (its count is then the one
-        it was served with), and a round trip (twice the baseline latency) since the last one opened:
-        the one opened last was answered by then. (At least ``T.round`` apart, a cap of 15 at 0.3 s
-        took 7 s of a 20 s crawl to open.) In the start phase too: a site of 20 s spent its whole
-        start at 8 slots. A bucket's first refusal then finds at most one slot more in
-        flight than answers showed it holds. A rate's refusal takes them back (:meth:`_close_slot`);
-        latency past the knee hands the slots to the load fit; a slot that served less than one
-        fewer (:meth:`throughput`, a knee under the knee line) goes, for a window.
+        it was served with: a knee of 3 opened a ninth slot on an answer 1.8 times the baseline), and a
+        round trip (twice the baseline latency, at least ``T.round``) since the last one opened. In the
+        start phase too: a site of 20 s spent its whole start at 8 slots. A bucket's first refusal
+        then finds at most one slot more in flight than answers showed it holds. A rate's refusal
+        takes them back (:meth:`_close_slot`); latency past the knee hands the slots to the load fit;
+        a slot that served less than one fewer (:meth:`throughput`, a knee under the knee line)
+        goes, for a window.
         """
         limit = self.slot_limit()
         if (level != 0 or inflight is None or inflight < limit or limit >= self.max_concurrency
                 or self._knee_hold > 0 or self.slot_cap <= limit):
             return
         base = self.baseline()
-        if (base is None or now - self._opened_at < 2.0 * base or self.pushbacks(now) > 0
+        if (base is None or now - self._opened_at < max(T.round, 2.0 * base) or self.pushbacks(now) > 0
                 or self.concurrency(self.allowed_rate(now)) < limit):
             return
         if sample is None or sample > T.knee * base + T.knee_slack:
