@@ -229,7 +229,7 @@ class SlotSizing:
         self._cap_at = now
         return True
 
-    def _slots_pace(self: _SlotSizingState, inflight: int | None) -> None:
+    def _slots_pace(self: _SlotSizingState, now: float, inflight: int | None) -> None:
         """After the cut for a refusal on arrival at ``inflight`` in flight: where more were refused than
         were ever accepted at once, the site holds a fixed count (a hard limit), and the capped slots,
         not the rate, pace it: the rate stays at least at what they would serve answered at the
@@ -239,10 +239,13 @@ class SlotSizing:
         answers that, so the rate stays cut (a cap freed late serves less than its slots at the
         baseline latency; neither is the first refusal's rate lifted past that)."""
         base = self.baseline()
-        if inflight is None or inflight <= self._inflight_ok or base is None or base <= 0.0:
-            return
-        serves = min(self.slot_cap, float(self.max_concurrency)) / base
-        self.rate = max(self.rate, min(self.max_rate, serves))
+        if inflight is None or inflight <= self._inflight_ok or base is None or base < T.latency_noise:
+            return  # (pages answered in milliseconds: a rate limiter's quick refusals, no count to hold)
+        serves = min(self.max_rate, min(self.slot_cap, float(self.max_concurrency)) / base)
+        if serves > self.rate:
+            self.rate = serves
+            self._decide(now, f"slots: refused past the most accepted at once, a hard limit; the "
+                         f"{self.slot_cap:g} slots pace it, the rate kept at what they serve, {serves:.3g}/s")
 
     def _note_inflight(self: _SlotSizingState, now: float, inflight: int | None) -> None:
         """An accepted answer at ``now`` with ``inflight`` in flight (this one included): the most seen."""

@@ -391,7 +391,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
                 self._cut(now, reason="slots", sent_at=sent_at)
-                self._slots_pace(inflight)
+                self._slots_pace(now, inflight)
             # A cap on requests in flight, not a rate's overshoot: the slot cap answers it at once, so
             # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
             # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
