@@ -241,6 +241,11 @@ class SlotSizing:
         base = self.baseline()
         if inflight is None or inflight <= self._inflight_ok or base is None or base < T.latency_noise:
             return  # (pages answered in milliseconds: a rate limiter's quick refusals, no count to hold)
+        if self.latency is None or self.latency < (1.0 + 2.0 * T.tolerance) * base:
+            # Latency flat with the count: no sign the server holds its requests (a cap may be freeing
+            # slots late, as nginx's limit_conn and HAProxy's conn_cur do, and slots pacing it would
+            # send each request the moment an answer left: refused again). The cut's spacing stays.
+            return
         serves = min(self.max_rate, min(self.slot_cap, float(self.max_concurrency)) / base)
         if serves > self.rate:
             self.rate = serves
