@@ -64,3 +64,54 @@ def test_a_sample_counts_only_when_its_count_held_from_send_to_answer() -> None:
     for i in range(1, 5):
         ramp._note_load(1.0 + 0.05 * i, 4, 0.2, 0.5)
     assert ramp.throughput(4) == pytest.approx(4 / 0.2)
+
+
+def busy(baseline: float, latency: float, send_rate: float, rate: float, now: float = 3.0) -> Rampup:
+    """A controller at ``rate`` that sent at ``send_rate`` for ``now`` seconds to a site answering in
+    ``baseline`` alone and in ``latency`` now."""
+    ramp = controller()
+    ramp._baseline.append(baseline)
+    ramp.latency, ramp._samples, ramp.rate = latency, 10, rate
+    for i in range(int(now * send_rate)):
+        ramp.on_send(i / send_rate)
+    return ramp
+
+
+@pytest.mark.parametrize(("sample", "opens"), [(0.3, True), (0.55, False)])
+def test_a_slot_opens_past_eight_only_on_an_answer_itself_quick(sample: float, opens: bool) -> None:
+    # Eight in flight at an answer, the smoothed latency still at the baseline (0.3 s). An answer
+    # that took 1.8 times the baseline left with fewer out (a knee of 3 filling its slots behind it):
+    # its count is not the one it was served with, so it opens nothing.
+    ramp = busy(0.3, 0.3, 40.0, 100.0)
+    ramp.on_response(3.0, pushback=False, current=True, latency=sample, elapsed=sample, inflight=8)
+    assert ramp.slot_limit() == (9 if opens else 8)
+
+
+@pytest.mark.parametrize(("inflight", "lifted"), [(12, True), (10, False)])
+def test_a_refusal_past_the_most_accepted_leaves_the_capped_slots_to_pace(inflight: int,
+                                                                           lifted: bool) -> None:
+    # Eleven were accepted at once; a 503 at once at twelve is a hard limit of 11 (the cap), and the
+    # rate must not bind under the slots: 11 answered at the baseline 0.324 s serve 34/s. (Cut from
+    # the 30/s sent to 27/s, a hardknee of 11 stayed at 0.85 of its 27.6/s.) At ten, a slot was
+    # freed late (a connection cap): the cut's spacing stands.
+    ramp = busy(0.324, 0.4, 30.0, 30.0)
+    ramp._inflight_ok = 11
+    ramp.on_response(3.0, pushback=True, current=True, latency=0.001, elapsed=0.001, inflight=inflight)
+    assert ramp.slot_cap == (inflight - 1 if lifted else inflight)
+    assert (ramp.rate >= 11 / 0.324) is lifted
+
+
+def test_the_load_fit_enters_at_the_count_the_answer_shows_not_a_low_best() -> None:
+    # The start phase measured 1 and 2 in flight; an answer with 13 in flight at 0.32 s (a site 0.2 s
+    # alone, slower by 10 ms per request held, refusing past 13) passes the knee line. By Little's
+    # law 8 serve as much at the baseline: the fit holds 8, and measures it before walking on (it
+    # walked up from 3, one count a round, for five seconds of a 20 s crawl).
+    ramp = controller()
+    fill(ramp, {1: 0.2, 2: 0.2})
+    ramp._baseline.append(0.2)
+    ramp.latency = 0.32
+    assert ramp.best_load() == 2
+    ramp._judge_load(10.0, 1, 13, 0.32)
+    assert ramp._knee_hold == 8
+    ramp._judge_load(10.1, 1, 8, 0.26)
+    assert ramp._knee_hold == 8

@@ -117,19 +117,22 @@ class SlotSizing:
         bound by ``max_concurrency`` alone: it is evidence itself."""
         return min(self.max_concurrency, T.open_slots + self._slots_open)
 
-    def _open_slot(self: _SlotSizingState, now: float, inflight: int | None, level: int) -> None:
+    def _open_slot(self: _SlotSizingState, now: float, inflight: int | None, level: int,
+                   sample: float | None) -> None:
         """An accepted answer with ``inflight`` in flight at latency ``level``: open one slot more when the
         site is bound by requests in flight, not by a rate.
 
         That is: every slot in use (this answer came with all of them out) while the rate calls for
         more, latency under the knee line (each request answered as quickly as one alone: by
         Little's law one more in flight serves one more ``1 / n``), no pushback in the window, no cap
-        read from refusals at or under the count, and a round trip (twice the baseline latency, at
-        least ``T.round``) since the last one opened. In the start phase too: a site of 20 s spent
-        its whole start at 8 slots. A bucket's first refusal then finds at most one slot more in
-        flight than answers showed it holds. A rate's refusal takes them back (:meth:`_close_slot`);
-        latency past the knee hands the slots to the load fit; a slot that served less than one
-        fewer (:meth:`throughput`, a knee under the knee line) goes, for a window.
+        read from refusals at or under the count, this answer itself as quick (its count is then the one
+        it was served with: a knee of 3 opened a ninth slot on an answer 1.8 times the baseline), and a
+        round trip (twice the baseline latency, at least ``T.round``) since the last one opened. In the
+        start phase too: a site of 20 s spent its whole start at 8 slots. A bucket's first refusal
+        then finds at most one slot more in flight than answers showed it holds. A rate's refusal
+        takes them back (:meth:`_close_slot`); latency past the knee hands the slots to the load fit;
+        a slot that served less than one fewer (:meth:`throughput`, a knee under the knee line)
+        goes, for a window.
         """
         limit = self.slot_limit()
         if (level != 0 or inflight is None or inflight < limit or limit >= self.max_concurrency
@@ -138,6 +141,12 @@ class SlotSizing:
         base = self.baseline()
         if (base is None or now - self._opened_at < max(T.round, 2.0 * base) or self.pushbacks(now) > 0
                 or self.concurrency(self.allowed_rate(now)) < limit):
+            return
+        if sample is None or sample > T.knee * base + T.knee_slack:
+            # This answer itself came slow: the count it came with is not the one it was served with
+            # (it left with fewer out, the slots filled behind it). A knee of 3 opened a ninth slot on
+            # an answer 1.8 times the baseline that came "with 8 in flight" before the smoothed
+            # latency crossed the knee line.
             return
         got, fewer = self.throughput(limit), self.throughput(limit - 1)
         if self._slots_open > 0 and got is not None and fewer is not None and got < fewer:
@@ -220,6 +229,29 @@ class SlotSizing:
         self._cap_at = now
         return True
 
+    def _slots_pace(self: _SlotSizingState, now: float, inflight: int | None) -> None:
+        """After the cut for a refusal on arrival at ``inflight`` in flight: where more were refused than
+        were ever accepted at once, the site holds a fixed count (a hard limit), and the capped slots,
+        not the rate, pace it: the rate stays at least at what they would serve answered at the
+        baseline latency (the most they can serve, so the delay never binds under them). A hardknee of
+        11 refused at 12 was cut to 24/s where its 11 serve 27.6/s, and the climb back took the rest of
+        a 20 s crawl. A refusal at or under the most accepted is a slot freed late: the cut's spacing
+        answers that, so the rate stays cut (a cap freed late serves less than its slots at the
+        baseline latency; neither is the first refusal's rate lifted past that)."""
+        base = self.baseline()
+        if inflight is None or inflight <= self._inflight_ok or base is None or base < T.latency_noise:
+            return  # (pages answered in milliseconds: a rate limiter's quick refusals, no count to hold)
+        if self.latency is None or self.latency < (1.0 + 2.0 * T.tolerance) * base:
+            # Latency flat with the count: no sign the server holds its requests (a cap may be freeing
+            # slots late, as nginx's limit_conn and HAProxy's conn_cur do, and slots pacing it would
+            # send each request the moment an answer left: refused again). The cut's spacing stays.
+            return
+        serves = min(self.max_rate, min(self.slot_cap, float(self.max_concurrency)) / base)
+        if serves > self.rate:
+            self.rate = serves
+            self._decide(now, f"slots: refused past the most accepted at once, a hard limit; the "
+                         f"{self.slot_cap:g} slots pace it, the rate kept at what they serve, {serves:.3g}/s")
+
     def _note_inflight(self: _SlotSizingState, now: float, inflight: int | None) -> None:
         """An accepted answer at ``now`` with ``inflight`` in flight (this one included): the most seen."""
         self._answered_at = now
@@ -289,15 +321,19 @@ class SlotSizing:
         if base is None or base < T.latency_noise:
             return level
         best = self.best_load()
-        if best is None:
-            if self._knee_hold == 0:
-                # Little's law: the count that serves what this one did at the baseline latency.
-                # The best load is no lower (nothing is answered quicker than the baseline) and
-                # at most this one, and the walk up from it takes short rounds.
-                latency = max(self.latency or base, sample or base, base)
-                entry = min(inflight, LOAD_COUNTS, round(inflight * base / latency))
-                self._hold_load(now, max(1, entry), None)
-            return min(level, 1)
+        if self._knee_hold == 0:
+            # Little's law: the count that serves what this one did at the baseline latency.
+            # The best load is no lower (nothing is answered quicker than the baseline) and
+            # at most this one, and the walk up from it takes short rounds. A best load measured
+            # lower (the start phase's first counts, each seen a round) is no bound: a hard knee of
+            # 13 entered at 13 in flight walked up from 3, one count a round, for five seconds.
+            latency = max(self.latency or base, sample or base, base)
+            entry = max(1, min(inflight, LOAD_COUNTS, round(inflight * base / latency)))
+            if best is None or entry > best + 1:
+                self._hold_load(now, entry, best)
+                return min(level, 1)
+        if best is None or (self._knee_hold > best + 1 and self.throughput(self._knee_hold) is None):
+            return min(level, 1)  # (the count held above the best is measured before the walk goes on)
         # One more than the best costs nothing where it serves as much, less what the fit's step
         # must gain (a level stretch past the knee): it covers the crawler's own gap between an
         # answer and the next send, which holding the knee exactly leaves the server short of.

@@ -399,6 +399,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
                 self._cut(now, reason="slots", sent_at=sent_at)
+                self._slots_pace(now, inflight)
             # A cap on requests in flight, not a rate's overshoot: the slot cap answers it at once, so
             # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
             # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
@@ -450,7 +451,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             elif level == 0:
                 self._grow(now)
                 if not outlier:
-                    self._open_slot(now, inflight, level)
+                    self._open_slot(now, inflight, level, latency)
             else:
                 self._knee_slots(now)
                 self._freeze(now)
