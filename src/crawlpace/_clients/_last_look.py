@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
@@ -171,6 +171,9 @@ class Writing:
     permit: Granted
     look: LastLook
     now: Callable[[], float]
+    #: A shared store's holds (:meth:`~crawlpace.stores.base.HeldStore.held_for`), for the crawl's
+    #: last look: another worker's refusal reaches this one only through the store.
+    held_for: Callable[[tuple[str, ...]], Awaitable[float]] | None = None
 
 
 #: The request this task (or thread) is sending now; set by the retry loop around each send
