@@ -65,6 +65,7 @@ async def test_a_refusals_hold_reaches_the_fleet_before_its_release_reads_the_co
         assert isinstance(got, Blocked)
         assert got.ready_at is not None
         assert got.ready_at >= clock.now() + 1.9
+        assert isinstance(other, RedisStore)
         assert await other.held_for(("site",)) >= 1.9  # what a late write's last look reads
         earlier.set()
         await asyncio.wait_for(release, timeout=5.0)
@@ -99,9 +100,11 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
                               clock=time.monotonic, sleep=sleep)
         try:
             now = time.monotonic()
-            for granted_at in (now - 0.2, now + 60.0):  # admitted a while ago; just admitted
-                token = WRITING.set(Writing(_Permit(("site",), granted_at), LastLook(), time.monotonic,
-                                            held_for))
+            paced = LastLook()
+            paced.pace("site", 0.25)  # a Crawl-delay scope: one slot, nothing else in flight to hold
+            # Admitted a while ago; just admitted; admitted a while ago in a Crawl-delay scope.
+            for granted_at, look in ((now - 0.2, LastLook()), (now + 60.0, LastLook()), (now - 0.2, paced)):
+                token = WRITING.set(Writing(_Permit(("site",), granted_at), look, time.monotonic, held_for))
                 try:
                     page = await http.get(f"{base}/a", 100)
                 finally:
@@ -109,7 +112,7 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
                 assert page.status == 200
         finally:
             await http.aclose()
-    assert len(seen) == 2
+    assert len(seen) == 3
     # The lagging write waited out the hold; the one written at once went without asking.
     assert asked == [("site",)]
     assert slept == [0.75]

@@ -116,6 +116,11 @@ class LastLook:
                 wait = max(wait, last + spacing - now)
         return wait
 
+    def paced(self, permit: Granted) -> bool:
+        """Whether a scope of the permit is paced by a Crawl-delay (one slot: no other request of it
+        can be in flight when a refusal comes, so its hold needs no look at a shared store)."""
+        return any(scope in self._spacing for scope in permit.scopes)
+
     def wrote(self, permit: Granted, now: float) -> None:
         """Record that the permit's request is being written at ``now``."""
         with self._lock:

@@ -187,9 +187,12 @@ class AiohttpFetcher:
         wait = look.wait(permit, writing.now())
         if wait > 0.0:
             _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
-        if writing.held_for is not None and writing.now() - permit.granted_at >= LOOK_AFTER:
+        if (writing.held_for is not None and writing.now() - permit.granted_at >= LOOK_AFTER
+                and not look.paced(permit)):
             # A fleet: another worker's Retry-After may have reached the store since this was
             # admitted (writes lagging their grants by 0.1-0.25 s on a loaded machine broke them).
+            # Not for a Crawl-delay scope: its one slot leaves nothing in flight to hold, and
+            # the round trip would lag this write behind its grant more than the next one's.
             hold = await writing.held_for(permit.scopes)
             if hold > wait:
                 _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
