@@ -67,6 +67,8 @@ async def test_a_refusals_hold_reaches_the_fleet_before_its_release_reads_the_co
         assert got.ready_at >= clock.now() + 1.9
         assert isinstance(other, RedisStore)
         assert await other.held_for(("site",)) >= 1.9  # what a late write's last look reads
+        await other.set_crawl_delay("site", 0.5)  # one slot: nothing else in flight to hold
+        assert await other.held_for(("site",)) == 0.0
         earlier.set()
         await asyncio.wait_for(release, timeout=5.0)
     finally:

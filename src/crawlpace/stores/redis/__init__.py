@@ -460,9 +460,15 @@ class RedisStore:
         """Seconds until the latest hold the server keeps on ``scopes`` ends (0.0: none, or no answer).
 
         The last look before a request is written (``crawl/_fetch.py``): a lease granted
-        before another worker's refusal reached the server does not see its hold.
+        before another worker's refusal reached the server does not see its hold. A scope
+        paced by a Crawl-delay is not asked about: its one slot leaves no other request in
+        flight to hold, and the round trip would lag this write behind its grant more than
+        the next one's (the fleet's spacing at the site is the spacing of its grants).
         """
         if self._outage.skip():
+            return 0.0
+        scopes = tuple(name for name in scopes if self._policies.policy(name).crawl_delay is None)
+        if not scopes:
             return 0.0
         try:
             client = await self._conn.client()
