@@ -41,7 +41,7 @@ from __future__ import annotations
 
 import logging
 import threading
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from typing import Protocol
@@ -116,6 +116,11 @@ class LastLook:
                 wait = max(wait, last + spacing - now)
         return wait
 
+    def paced(self, permit: Granted) -> bool:
+        """Whether a scope of the permit is paced by a Crawl-delay (one slot: no other request of it
+        can be in flight when a refusal comes, so its hold needs no look at a shared store)."""
+        return any(scope in self._spacing for scope in permit.scopes)
+
     def wrote(self, permit: Granted, now: float) -> None:
         """Record that the permit's request is being written at ``now``."""
         with self._lock:
@@ -171,6 +176,9 @@ class Writing:
     permit: Granted
     look: LastLook
     now: Callable[[], float]
+    #: A shared store's holds (:meth:`~crawlpace.stores.base.HeldStore.held_for`), for the crawl's
+    #: last look: another worker's refusal reaches this one only through the store.
+    held_for: Callable[[tuple[str, ...]], Awaitable[float]] | None = None
 
 
 #: The request this task (or thread) is sending now; set by the retry loop around each send

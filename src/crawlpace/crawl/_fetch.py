@@ -54,6 +54,9 @@ _log = logging.getLogger(__name__)
 #: body at the 10 MiB cap still arrives at 35 KiB/s; what it stops is a server that trickles a
 #: byte a second within the per-read timeout and would otherwise hold its slot for ever.
 DEFAULT_DEADLINE = 300.0
+#: A shared store's request written this soon after its grant goes without a look at the store's
+#: holds (a round trip): a refusal's hold can hardly have landed in between.
+LOOK_AFTER = 0.01
 
 #: Seconds the request :meth:`AiohttpFetcher.get` is sending waited in its last look: left out
 #: of its latency, which is the server's and the network's, not the Crawl-delay's.
@@ -184,6 +187,18 @@ class AiohttpFetcher:
         wait = look.wait(permit, writing.now())
         if wait > 0.0:
             _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
+        if (writing.held_for is not None and writing.now() - permit.granted_at >= LOOK_AFTER
+                and not look.paced(permit)):
+            # A fleet: another worker's Retry-After may have reached the store since this was
+            # admitted (writes lagging their grants by 0.1-0.25 s on a loaded machine broke them).
+            # Not for a Crawl-delay scope: its one slot leaves nothing in flight to hold, and
+            # the round trip would lag this write behind its grant more than the next one's.
+            hold = await writing.held_for(permit.scopes)
+            if hold > wait:
+                _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
+                           params.url, hold)
+                wait = hold
+        if wait > 0.0:
             before = writing.now()
             await self._sleep(wait)
             held = _HELD.get()

@@ -54,6 +54,7 @@ from .._throttle._permit import Permit
 from .._throttle._throttler import Throttler
 from ..frontier._robots_cache import RobotsCache
 from ..frontier._scheduler import Scheduler, Task
+from ..stores.base import HeldStore
 from ._answer import Answer
 from ._fetch import AiohttpFetcher, Fetcher
 from ._journal_source import JournalSource
@@ -345,7 +346,9 @@ class CrawlJob(JobOutcomes):
         assert fetcher is not None
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
         # The fetcher's last look spaces a Crawl-delay scope's writes (crawl/_fetch.py).
-        token = WRITING.set(Writing(permit, self.look, self.throttler.clock.now))
+        store = self.throttler.store
+        held_for = store.held_for if isinstance(store, HeldStore) else None
+        token = WRITING.set(Writing(permit, self.look, self.throttler.clock.now, held_for))
         try:
             page = await fetcher.get(task.target, limit)
         finally:

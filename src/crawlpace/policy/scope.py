@@ -332,9 +332,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 feedback = dataclasses.replace(feedback, backoff=False, failed=True)
         generation_before = self.generation
         if feedback.hold is not None and feedback.hold > 0.0:
-            # A manager's hold is capped like a header's: never more than BACKOFF_MAX_DELAY.
-            hold = min(feedback.hold, self.config.backoff.max_delay)
-            self.hold_until = max(self.hold_until, now + hold)
+            self.hold_until = max(self.hold_until, now + self.hold_for(feedback.hold))
             if self.rampup is not None:
                 self.rampup.hold(self.hold_until)
         if feedback.budget is not None:
@@ -499,6 +497,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
             logger.debug("scope %s: the server announces a budget of %g per %gs", self.scope, *value)
         self.announced, self.quota = value, bucket
         self._update_gated()
+
+    def hold_for(self, hold: float) -> float:
+        """Seconds a refusal's hold of ``hold`` seconds holds the scope: a manager's hold is
+        capped like a header's, never more than ``BACKOFF_MAX_DELAY``."""
+        return min(hold, self.config.backoff.max_delay)
 
     def _take_budget(self, now: float, feedback: ScopeFeedback, sent_at: float, inflight: int | None) -> None:
         """Pace by an announced budget, its window and brake learned (:mod:`.budget`)."""

@@ -19,7 +19,7 @@ from ..policy.admission import Demand
 from ..policy.rampup import RampupStats
 from ..policy.signals import ScopeFeedback
 
-__all__ = ["NO_OUTCOME", "Blocked", "Lease", "LocalStore", "Outcome", "ScopeSnapshot", "Store"]
+__all__ = ["NO_OUTCOME", "Blocked", "HeldStore", "Lease", "LocalStore", "Outcome", "ScopeSnapshot", "Store"]
 
 
 @dataclass(slots=True)
@@ -188,6 +188,18 @@ class Store(Protocol):
 
     async def aclose(self) -> None:
         """Release connections and background work."""
+
+
+@runtime_checkable
+class HeldStore(Protocol):
+    """A shared store that can say, just before a request is written, whether its scopes are held.
+
+    Another worker's refusal (``Retry-After``) reaches this worker only through the
+    store: a request it admitted before is checked again at the last moment.
+    """
+
+    async def held_for(self, scopes: tuple[str, ...]) -> float:
+        """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none)."""
 
 
 @runtime_checkable

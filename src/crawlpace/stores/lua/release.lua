@@ -111,15 +111,9 @@ for i = 1, n do
     local fhold = tonumber(w[5])
     if version ~= ARGV[base + 6] then
       result = version
-      -- A refusal's hold (a Retry-After, say) must hold every worker at once, not after the
-      -- worker that got it has read the newer policy and written again: "hold" takes it now,
-      -- and "fhold" keeps it under the write-backs of workers that do not know it yet.
+      -- A refusal's hold stands although its write-back lost (clock.lua: take_hold).
       local h = tonumber(ARGV[base + 12])
-      if ARGV[base + 2] == "3" and h and h > now then
-        local held = tonumber(redis.call("HGET", a, "hold")) or -1
-        if h > held then redis.call("HSET", a, "hold", num(h)) end
-        if not fhold or h > fhold then redis.call("HSET", a, "fhold", num(h)) end
-      end
+      if ARGV[base + 2] == "3" and h and h > now then take_hold(a, h, fhold) end
     else
       local hold = ARGV[base + 12]
       if fhold and fhold > now and fhold > (tonumber(hold) or -1) then hold = num(fhold) end

@@ -26,6 +26,7 @@ string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import itertools
 import logging
@@ -80,8 +81,8 @@ try:  # the driver is optional: the ``redis`` extra
 except ImportError:  # pragma: no cover - exercised only without the extra
     ResponseError = None  # type: ignore[assignment,misc]
 
-_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot"),
-                        clocked=("acquire", "release", "allot"))
+_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot", "hold"),
+                        clocked=("acquire", "release", "allot", "hold"))
 
 
 def _refusal(lease: Lease, outcome: Outcome) -> bool:
@@ -101,6 +102,12 @@ def _ends_episode(lease: Lease, outcome: Outcome, policies: SharedPolicies) -> b
             if rampup is not None and rampup.in_episode():
                 return True
     return False
+
+
+def _hold_sent(reply: asyncio.Future[Any]) -> None:
+    """A hold sent ahead of its release: a failure is the release's to handle (it carries the hold)."""
+    if not reply.cancelled() and (exc := reply.exception()) is not None:
+        logger.debug("a refusal's hold did not reach the server ahead of its release: %r", exc)
 
 
 class RedisStore:
@@ -350,6 +357,8 @@ class RedisStore:
             return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
         self._renewer.drop(lease.lease_id)
         refused = _refusal(lease, outcome)
+        if refused:
+            await self._hold_first(lease, outcome)
         if refused or _ends_episode(lease, outcome, self._policies):
             lease = await self._at_answer(lease, inflight=refused and bool(lease.inflight))
         keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self._idle_arg,
@@ -446,6 +455,59 @@ class RedisStore:
         await self._releases.aclose()
         await self._renewer.aclose()
         await self._conn.aclose()
+
+    async def held_for(self, scopes: tuple[str, ...]) -> float:
+        """Seconds until the latest hold the server keeps on ``scopes`` ends (0.0: none, or no answer).
+
+        The last look before a request is written (``crawl/_fetch.py``): a lease granted
+        before another worker's refusal reached the server does not see its hold. A scope
+        paced by a Crawl-delay is not asked about: its one slot leaves no other request in
+        flight to hold, and the round trip would lag this write behind its grant more than
+        the next one's (the fleet's spacing at the site is the spacing of its grants).
+        """
+        if self._outage.skip():
+            return 0.0
+        scopes = tuple(name for name in scopes if self._policies.policy(name).crawl_delay is None)
+        if not scopes:
+            return 0.0
+        try:
+            client = await self._conn.client()
+            async with client.pipeline(transaction=False) as pipe:
+                for name in scopes:
+                    pipe.hget(self._keys(name)[0], "hold")
+                replies = await pipe.execute()
+        except self._down:
+            return 0.0
+        ends = [float(reply) for reply in replies if reply]
+        return max(self._local(max(ends)) - self._clock.now(), 0.0) if ends else 0.0
+
+    async def _hold_first(self, lease: RedisLease, outcome: Outcome) -> None:
+        """Take a refusal's hold (``Retry-After``) to the server before its release reads the counts.
+
+        The release carries the hold as well, but it comes after a round trip or more (this
+        worker's earlier releases, then the counts); meanwhile another worker was admitted and
+        wrote into the hold. Queued, not awaited: it leaves at the loop's next turn, ahead of
+        the reads. The hold's length is the policy's (``ScopePolicy.hold_for``), its end the
+        server's time (``lua/hold.lua``; both scripts keep the later end).
+        """
+        if self.cluster or not self._conn.connected:
+            return  # (a cluster's scopes may span slots; the release carries the hold)
+        feedback = outcome.feedback or (outcome.plain_feedback(),) * len(lease.demands)
+        keys: list[str] = []
+        args: list[Any] = [""]
+        for (name, _use), signal in zip(lease.demands, feedback, strict=True):
+            if signal is not None and signal.hold is not None and signal.hold > 0.0:
+                keys.append(self._keys(name)[0])
+                args.append(repr(self._policies.policy(name).hold_for(signal.hold)))
+        if not keys:
+            return
+        try:
+            if self.time != "server":
+                args[0] = await self._now_arg()
+            reply = self._conn.submit("hold", keys, args)
+        except self._down:
+            return
+        reply.add_done_callback(_hold_sent)
 
     async def _at_answer(self, lease: RedisLease, *, inflight: bool) -> RedisLease:
         """``lease`` with each scope's accepted answers over every worker as its answer came (this

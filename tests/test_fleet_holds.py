@@ -1,0 +1,121 @@
+"""A fleet keeps a site's ``Retry-After`` as one process does: the hold reaches every worker at once.
+
+A worker's 429 reached the others only through the shared store, with the
+refusal's release, which first waits for the worker's earlier releases and
+reads the scope's counts (25-230 ms on a loaded machine); and a request
+admitted before the hold landed was written whenever its own loop got to it
+(0.1-0.25 s after its admission). The site saw requests inside its
+``Retry-After`` (``test_redis_fleet.py``'s adaptive fleet failed now and then).
+Now the hold goes to the store ahead of the release, and a write that lags its
+admission asks the store for its holds first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+import time
+import uuid
+from dataclasses import dataclass
+
+import pytest
+
+from crawlpace import Settings
+from crawlpace._clients._last_look import WRITING, LastLook, Writing
+from crawlpace.crawl._fetch import LOOK_AFTER, AiohttpFetcher
+from crawlpace.policy.signals import ScopeFeedback
+from crawlpace.stores import Blocked, Lease, Outcome, open_store
+from crawlpace.stores.redis import RedisStore
+from crawlpace.testing import MockClock
+
+from .test_fetch import answering, server
+
+SETTINGS = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"concurrency": 4, "delay": 0.0},
+                                 "CONCURRENT_REQUESTS": 16})
+SCOPE = (("site", 1.0),)
+
+
+@pytest.mark.redis
+async def test_a_refusals_hold_reaches_the_fleet_before_its_release_reads_the_counts(redis_url: str) -> None:
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=h{uuid.uuid4().hex[:10]}&time=local"
+    refused, other = (open_store(url, SETTINGS, clock, random.Random(seed)) for seed in (1, 2))
+    assert isinstance(refused, RedisStore)
+    earlier = asyncio.Event()
+
+    async def earlier_releases() -> None:  # the refused worker's earlier releases, not answered yet
+        await earlier.wait()
+
+    refused._releases.sent = earlier_releases  # type: ignore[method-assign]
+    try:
+        lease = await refused.acquire(SCOPE)
+        assert isinstance(lease, Lease)
+        clock.advance(0.01)
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=2.0)
+        release = asyncio.ensure_future(
+            refused.release(lease, Outcome(status=429, latency=0.01, feedback=(feedback,))))
+        for _ in range(50):  # the hold's call leaves at the loop's next turn; its reply a little later
+            await asyncio.sleep(0.01)
+            got = await other.acquire(SCOPE)
+            if isinstance(got, Blocked):
+                break
+            await other.release(got, Outcome(status=200, latency=0.01))
+        assert not release.done()  # the release still waits for the counts
+        # Another worker is held for the Retry-After already (it was admitted before).
+        assert isinstance(got, Blocked)
+        assert got.ready_at is not None
+        assert got.ready_at >= clock.now() + 1.9
+        assert isinstance(other, RedisStore)
+        assert await other.held_for(("site",)) >= 1.9  # what a late write's last look reads
+        await other.set_crawl_delay("site", 0.5)  # one slot: nothing else in flight to hold
+        assert await other.held_for(("site",)) == 0.0
+        earlier.set()
+        await asyncio.wait_for(release, timeout=5.0)
+    finally:
+        earlier.set()
+        await refused.aclose()
+        await other.aclose()
+
+
+@dataclass
+class _Permit:
+    scopes: tuple[str, ...]
+    granted_at: float
+    outcome: Outcome | None = None
+
+
+async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> None:
+    asked: list[tuple[str, ...]] = []
+    slept: list[float] = []
+
+    async def held_for(scopes: tuple[str, ...]) -> float:  # another worker's Retry-After, in the store
+        asked.append(scopes)
+        return 0.75
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    seen: list[bytes] = []
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+    async with server(answering(head, b"ok", seen=seen)) as base:
+        http = AiohttpFetcher(user_agent="crawlpace-test/1", timeout=5.0, max_connections=4, trust_env=False,
+                              clock=time.monotonic, sleep=sleep)
+        try:
+            now = time.monotonic()
+            paced = LastLook()
+            paced.pace("site", 0.25)  # a Crawl-delay scope: one slot, nothing else in flight to hold
+            # Admitted a while ago; just admitted; admitted a while ago in a Crawl-delay scope.
+            for granted_at, look in ((now - 0.2, LastLook()), (now + 60.0, LastLook()), (now - 0.2, paced)):
+                token = WRITING.set(Writing(_Permit(("site",), granted_at), look, time.monotonic, held_for))
+                try:
+                    page = await http.get(f"{base}/a", 100)
+                finally:
+                    WRITING.reset(token)
+                assert page.status == 200
+        finally:
+            await http.aclose()
+    assert len(seen) == 3
+    # The lagging write waited out the hold; the one written at once went without asking.
+    assert asked == [("site",)]
+    assert slept == [0.75]
+    assert LOOK_AFTER <= 0.05  # well within the sites' tolerance for requests already on their way
