@@ -235,7 +235,8 @@ class Outcome:
 
 async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, workers: int = 16,
                 seed: int = 1, instant: bool = False, lag: float = 0.0, slots: int | None = None,
-                hiccups: tuple[float, ...] = (), hiccup: float = 0.0, robots: float = 0.0) -> Outcome:
+                hiccups: tuple[float, ...] = (), hiccup: float = 0.0, robots: float = 0.0,
+                told: bool = False) -> Outcome:
     """Crawl one site for ``seconds`` of virtual time as ``crawlpace crawl`` paces it.
 
     A 503 is answered at once (a cap on requests in flight refuses on arrival); with ``instant``,
@@ -244,7 +245,9 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
     ``slots``: the most rampup opens (``rampup_max_concurrency``; None: its default).
     ``hiccups``: the first request sent after each of these times reaches the site ``hiccup``
     seconds late (a stall of the crawler's machine), and its answer comes that much later.
-    ``robots``: robots.txt is fetched first, answered in that many seconds and counted by no limiter."""
+    ``robots``: robots.txt is fetched first, answered in that many seconds and counted by no limiter.
+    ``told``: the ``lag`` before each arrival is given as the permit's ``lag`` (the crawl's time from
+    admission to the fetch, a fleet worker's wait for the store's reply), the latency from then on."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
     defaults: dict[str, object] = {"rampup": True}
@@ -267,10 +270,13 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                         permit.feedback(status=200, latency=0.0)
                         break
                     sent = clock.now()
+                    delay = 0.0
                     if lag > 0.0:
-                        await clock.sleep(rng.uniform(0.0, lag))
+                        delay = rng.uniform(0.0, lag)
+                        await clock.sleep(delay)
                     if stalls and sent >= stalls[0]:
                         stalls.pop(0)
+                        delay += hiccup
                         await clock.sleep(hiccup)
                     answer = limiter.arrive(clock.now())
                     refused_at_once = answer.status_code == 503 or (instant and answer.status_code != 200)
@@ -282,7 +288,10 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                         accepted += 1
                     else:
                         refused += 1
-                    permit.feedback(answer, latency=clock.now() - sent if hiccups else took)
+                    if told:
+                        permit.feedback(answer, latency=took, lag=delay)
+                    else:
+                        permit.feedback(answer, latency=clock.now() - sent if hiccups else took)
 
         await asyncio.gather(*(worker() for _ in range(workers)))
     return Outcome(accepted, refused, seconds, limiter.capacity)

@@ -346,6 +346,9 @@ class CrawlJob(JobOutcomes):
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
         # The fetcher's last look spaces a Crawl-delay scope's writes (crawl/_fetch.py).
         token = WRITING.set(Writing(permit, self.look, self.throttler.clock.now))
+        # From the admission to the fetch: a fleet worker's wait for the store's reply and its own
+        # loop's turn. The fetch's latency starts after it; the scopes learn it apart (Permit.feedback).
+        lag = self.throttler.clock.now() - permit.granted_at
         try:
             page = await fetcher.get(task.target, limit)
         finally:
@@ -359,7 +362,7 @@ class CrawlJob(JobOutcomes):
         rule = None
         if task.kind == "page" and page.status is not None:
             rule = self.blocks.match(page.status, page.headers or {}, page.body)
-        permit.feedback(page, latency=page.latency, blocked=rule is not None, stalled=stalled)
+        permit.feedback(page, latency=page.latency, blocked=rule is not None, stalled=stalled, lag=lag)
         return Answer(page.status, page.location, page.body, page.latency, None, rule)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:
