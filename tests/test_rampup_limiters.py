@@ -423,6 +423,18 @@ async def test_a_strict_bucket_refusing_a_send_a_stall_bunched_keeps_its_pace(ra
     assert out.refused <= 5
 
 
+@pytest.mark.parametrize(("rate", "share"), [(29.9, 0.78), (15.0, 0.84)])  # was 0.68 and 0.79
+async def test_a_stall_before_the_fetch_explains_a_strict_buckets_refusal(rate: float, share: float) -> None:
+    # The same stalls as a fleet worker meets them: before its fetch (the shared store's reply on its
+    # way back, the worker's loop busy), so the fetch's latency holds none of it and the crawl gives
+    # it as the permit's lag. Rampup read the arrivals' delays from the latency alone, found none, and
+    # cut each refusal as one process did before it knew of stalls.
+    out = await crawl(Bucket(rate, 1.0), 60.0, latency=0.002, hiccups=(15.0, 30.0, 45.0), hiccup=0.012,
+                      told=True)
+    assert out.share >= share
+    assert out.refused <= 5
+
+
 async def test_the_page_after_robots_txt_is_no_gap_a_strict_bucket_accepted() -> None:
     # The same with robots.txt first, answered in 30 ms (enough to open the start's window of one), as
     # every crawl begins: the page the door lets go at once after it was accepted 30 ms after robots.txt
