@@ -41,6 +41,10 @@ pace keeps its level, spaced at least that shortest gap plus the arrivals' measu
 (:meth:`CutRules._arrival_jitter`), and no probe wait follows. A bucket with a burst, a window
 or a counter accepts gaps far shorter than the ones they refuse, so their refusals are seldom
 explained this way (a stall longer than the gap they refused), and cut as before.
+
+An answer's delay counts from the send the scope recorded (its admission): the latency plus the
+caller's ``lag`` before the fetch (``ScopeFeedback.lag``), which in a fleet is each worker's wait
+for the shared store's reply and its loop's turn, and which the fetch's latency does not hold.
 """
 
 from __future__ import annotations
