@@ -270,6 +270,19 @@ async def test_feedback_records_status_and_latency(clock: MockClock,
     assert stats.last_latency == pytest.approx(0.25)
 
 
+@pytest.mark.parametrize(("lag", "stalled", "given"), [(0.03, False, 0.03), (-1.0, False, 0.0),
+                                                    (float("nan"), False, 0.0), (0.03, True, 0.0)])
+async def test_a_permits_lag_reaches_each_scopes_feedback(make_throttler: ThrottlerFactory, lag: float,
+                                                           stalled: bool, given: float) -> None:
+    # The time from the admission to the fetch (a fleet worker's wait for the store's reply): rampup
+    # reads the arrivals' spread from it. Nonsense is none, and a stall's lag is this process's own.
+    throttler = make_throttler()
+    async with throttler.slot("https://example.com/") as permit:
+        permit.feedback(status=200, latency=0.002, lag=lag, stalled=stalled)
+    assert permit.outcome is not None
+    assert [signal.lag for signal in permit.outcome.feedback] == [given]
+
+
 async def test_exception_in_block_is_fed_back_and_reraised(clock: MockClock,
                                                            make_throttler: ThrottlerFactory) -> None:
     throttler = make_throttler()

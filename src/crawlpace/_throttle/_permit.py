@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from types import TracebackType
@@ -75,7 +76,7 @@ class Permit:
     def feedback(self, response: object = None, *, status: int | None = None,
                  exception: BaseException | None = None, latency: float | None = None,
                  consumed_quota: Mapping[str, float] | None = None, blocked: bool = False,
-                 stalled: bool = False) -> None:
+                 stalled: bool = False, lag: float = 0.0) -> None:
         """Record what happened to the request; it is applied at release.
 
         Args:
@@ -93,6 +94,12 @@ class Permit:
             stalled: the latency is mostly this process's own lateness (its event
                 loop ran late while the answer waited): it is kept in the outcome
                 but steers no scope (rampup, AutoThrottle, the mean latency).
+            lag: seconds from the admission to the moment the request began to
+                go out, when ``latency`` was measured from then (a fleet
+                worker's wait for the shared store's reply, a busy event loop):
+                the request reached the server that much later than the send
+                time its scopes recorded. Rampup reads the arrivals' spread
+                from it; negative or not finite: 0.
 
         Raises:
             PermitError: if the permit was already released.
@@ -104,7 +111,8 @@ class Permit:
             status = status_of(response)
         if latency is None:
             latency = self._releaser.clock.now() - self._lease.granted_at
-        self._raw = RawFeedback(response, status, exception, latency, consumed_quota, blocked, stalled)
+        lag = lag if math.isfinite(lag) and lag > 0.0 else 0.0
+        self._raw = RawFeedback(response, status, exception, latency, consumed_quota, blocked, stalled, lag)
 
     async def release(self) -> None:
         """Give the slots back and apply the feedback; later calls do nothing."""

@@ -41,6 +41,8 @@ class RawFeedback:
     blocked: bool = False
     #: The latency is mostly the caller's own lateness (see ``Permit.feedback``): no scope learns it.
     stalled: bool = False
+    #: Seconds from the admission to the send (see ``Permit.feedback``): given to every scope.
+    lag: float = 0.0
 
 
 def _overrides(manager: object, name: str) -> bool:
@@ -196,6 +198,8 @@ def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeed
             signal = ScopeFeedback(status=raw.status)
         if name in consumed:
             signal = replace(signal, consumed_quota=float(consumed[name]))
+        if raw.lag > 0.0 and not raw.stalled:  # (a stall's lag is this process's, like its latency)
+            signal = replace(signal, lag=raw.lag)
         if raw.blocked:  # a soft block is pushback like a 429; its latency says nothing
             signal = replace(signal, backoff=True, latency=None)
         feedback.append(signal)

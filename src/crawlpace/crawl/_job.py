@@ -349,6 +349,9 @@ class CrawlJob(JobOutcomes):
         store = self.throttler.store
         held_for = store.held_for if isinstance(store, HeldStore) else None
         token = WRITING.set(Writing(permit, self.look, self.throttler.clock.now, held_for))
+        # From the admission to the fetch: a fleet worker's wait for the store's reply and its own
+        # loop's turn. The fetch's latency starts after it; the scopes learn it apart (Permit.feedback).
+        lag = self.throttler.clock.now() - permit.granted_at
         try:
             page = await fetcher.get(task.target, limit)
         finally:
@@ -362,7 +365,7 @@ class CrawlJob(JobOutcomes):
         rule = None
         if task.kind == "page" and page.status is not None:
             rule = self.blocks.match(page.status, page.headers or {}, page.body)
-        permit.feedback(page, latency=page.latency, blocked=rule is not None, stalled=stalled)
+        permit.feedback(page, latency=page.latency, blocked=rule is not None, stalled=stalled, lag=lag)
         return Answer(page.status, page.location, page.body, page.latency, None, rule)
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> None:

@@ -41,6 +41,10 @@ pace keeps its level, spaced at least that shortest gap plus the arrivals' measu
 (:meth:`CutRules._arrival_jitter`), and no probe wait follows. A bucket with a burst, a window
 or a counter accepts gaps far shorter than the ones they refuse, so their refusals are seldom
 explained this way (a stall longer than the gap they refused), and cut as before.
+
+An answer's delay counts from the send the scope recorded (its admission): the latency plus the
+caller's ``lag`` before the fetch (``ScopeFeedback.lag``), which in a fleet is each worker's wait
+for the shared store's reply and its loop's turn, and which the fetch's latency does not hold.
 """
 
 from __future__ import annotations
@@ -106,10 +110,18 @@ class CutRules:
     ceiling: float | None
     last_pushback_rate: float | None
 
-    def _note_latency(self: _CutState, sent: float, latency: float | None) -> None:
-        """An accepted send at ``sent`` answered in ``latency``: kept for the arrivals' jitter."""
+    def _note_latency(self: _CutState, sent: float, latency: float | None, lag: float = 0.0) -> None:
+        """An accepted send at ``sent`` answered in ``latency``: kept for the arrivals' jitter.
+
+        ``lag`` is the caller's delay from the send to the moment its request went out, which
+        ``latency`` does not hold: the record keeps the sum, the time from the send the scope
+        knows to the answer, as in one process where the fetch follows the admission at once.
+        In a fleet the admission is the shared store's and each worker's request goes out a
+        varying while after it, so sends granted a full gap apart reach the site closer; without
+        the lag no refusal of a strict bucket looked explained by a late arrival, and each was cut.
+        """
         if latency is not None and math.isfinite(latency) and latency >= 0.0:
-            self._ok_lat.extend((sent, latency))
+            self._ok_lat.extend((sent, latency + (lag if math.isfinite(lag) and lag > 0.0 else 0.0)))
 
     def _arrival_jitter(self: _CutState) -> float:
         """How much later than its send a request typically reaches the site, beyond the quickest.

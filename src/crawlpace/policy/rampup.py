@@ -349,7 +349,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
     # -- events ----------------------------------------------------------------
 
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
-                    answered: bool = True, elapsed: float | None = None, inflight: int | None = None) -> bool:
+                    answered: bool = True, elapsed: float | None = None, inflight: int | None = None,
+                    lag: float = 0.0) -> bool:
         """Take one outcome.
 
         Args:
@@ -360,6 +361,9 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             answered: a response arrived (False: a timeout, a reset connection...).
             elapsed: seconds from the send to this outcome.
             inflight: the scope's requests in flight when it came, this one included, when known.
+            lag: seconds from its send to the moment the caller began to send it, which
+                ``latency`` does not hold (a fleet worker's wait for the store's reply): its
+                arrival came that much later (the arrivals' spread, ``_rampup_cut``).
 
         Returns:
             True when :attr:`rate` changed.
@@ -426,7 +430,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 # (a site seldom counts robots.txt), and as the shortest accepted gap it hid every
                 # strict bucket's gap (15 ms on a bucket of 23/s: no refusal was ever "just under" it).
                 self._gap_ok = shortest
-            self._note_latency(now if sent_at is None else sent_at, latency)
+            self._note_latency(now if sent_at is None else sent_at, latency, lag)
             self._note_ok_send(now if sent_at is None else sent_at)
             self._note_inflight(now, inflight)
             self._episode_answer(now, now if sent_at is None else sent_at)

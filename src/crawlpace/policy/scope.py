@@ -371,7 +371,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             elif feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
-                                   elapsed=now - sent_at, inflight=inflight)
+                                   elapsed=now - sent_at, inflight=inflight, lag=feedback.lag)
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager

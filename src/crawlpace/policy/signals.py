@@ -86,8 +86,13 @@ class ScopeFeedback:
         coarse: the request budget, when its reset came in whole seconds: the
             scope narrows the reset with the window it learned
             (:class:`crawlpace.policy.budget.ResetRefiner`).
+        lag: seconds from the request's admission (the send time the scope
+            records) to the moment the caller began to send it: its own delay
+            (a shared store's reply on the way back, a busy event loop), which
+            moves the request's arrival at the site and which ``latency`` does
+            not hold. Rampup reads the arrivals' spread from it (a strict
+            bucket's refusal that a late arrival explains is no cut).
     """
-
     backoff: bool = False
     failed: bool = False
     hold: float | None = None
@@ -100,6 +105,7 @@ class ScopeFeedback:
     budget: BudgetReading | None = None
     announced: AnnouncedQuota | None = None
     coarse: CoarseReset | None = None
+    lag: float = 0.0
 
     @property
     def accepted(self) -> bool:
