@@ -41,7 +41,10 @@ that blends its last period into the current one (HAProxy's) lets a probe
 through before it has drained. So does a refusal soon after a cut, within the
 last lock-out's cycle, with the rate not grown past the cut: the overshoot is
 still being counted. A lock-out within a quarter of the last one's length after
-it ended is its drain: the cycle goes on, to be fitted whole.
+it ended is its drain: the cycle goes on, to be fitted whole. The drain's excuse
+holds once: when a probe of the drain is accepted, the count has run out, and a
+later refusal at the fitted level is the level's own (a limit that fell under
+the fit) and cuts.
 
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
@@ -225,6 +228,11 @@ class Episodes:
             self._lockout_resume(now)
         if (self._fitted and span < self._fit_span) or (lockout and span < T.late_share * self.hold_learned):
             self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
+            # A drain is the one overshoot's count running out, once: with a send after it accepted, the
+            # counter has room at the level, and a refusal after that is the level's own (a limit that
+            # fell under the fit), to be cut. (Excused, a fit 14% over a counter that fell drew a
+            # refusal pair every half second for the rest of the cycle.)
+            self._fitted = False
             return
         refused = self._cycle_refused
         self._cycle_start, self._cycle_ok, self._cycle_refused = now, 1, 0
