@@ -417,12 +417,12 @@ async def test_a_request_rate_counter_that_counts_refusals(limit: float, period:
 
 async def test_a_counter_whose_limit_fell_under_the_lockout_fit_is_cut_after_its_drain() -> None:
     # 26 per 1.3 s falling to 0.61 of it at 6 s: the lock-out then fits 13.9/s, 14 % over the new
-    # 12.2/s. The first refusal at that level may be the counter's drain (no cut); the ones after a
-    # probe of that drain was accepted are the level's own. Was 141 accepted / 28 refused: every
-    # refusal within the fitted cycle was excused as the drain, a refused pair every half second.
+    # 12.2/s. A refusal early in the fitted cycle may be the counter's drain (no cut); later ones are
+    # the level's own. Was 141 accepted / 28 refused: every refusal within the fitted cycle was
+    # excused as the drain, a refused pair every half second.
     out = await crawl(FallingRequestRate(26.0, 1.3, at=6.0, share=0.61), 12.0)
-    assert out.refused <= 20
-    assert out.accepted >= 146
+    assert out.refused <= 22
+    assert out.accepted >= 144
 
 
 @pytest.mark.parametrize(("rate", "share"), [(29.9, 0.78), (15.0, 0.8)])  # was 0.66 and 0.75
