@@ -35,10 +35,11 @@ is spent (its first cycle looked like a window's): one request per refill, due b
 refused probe and the accepted one. The level is the geometric middle of the two gaps, searching
 up to under the shorter one; it only ever lowers the level.
 
-A refusal within one cycle's length of a lock-out's end, while the level is the
-fitted one (no probe above it yet), opens an episode without a cut: a counter
+A refusal within half a cycle's length of a lock-out's end, while the level is
+the fitted one (no probe above it yet), opens an episode without a cut: a counter
 that blends its last period into the current one (HAProxy's) lets a probe
-through before it has drained. So does a refusal soon after a cut, within the
+through before it has drained. (Later in the cycle a refusal at the level is the
+level's own: a limit that fell under the fit.) So does a refusal soon after a cut, within the
 last lock-out's cycle, with the rate not grown past the cut: the overshoot is
 still being counted. A lock-out within a quarter of the last one's length after
 it ended is its drain: the cycle goes on, to be fitted whole.
@@ -181,12 +182,14 @@ class Episodes:
         return False
 
     def _draining(self: _EpisodeState, now: float) -> bool:
-        """Whether a refusal now is the last lock-out still draining: it comes within the fitted cycle's
-        length of the lock-out's end, at the fitted level, before any probe above it. A counter that
-        blends its last period into the current one (HAProxy's) lets a probe through before it has
-        drained."""
+        """Whether a refusal now is the last lock-out still draining: it comes within half the fitted
+        cycle's length of the lock-out's end, at the fitted level, before any probe above it. A counter
+        that blends its last period into the current one (HAProxy's) lets a probe through before it has
+        drained; refusals later in the cycle are the level's own (a limit that fell under the fit)."""
         if (self._cycle_start != NEVER and self._fitted and now < self._probe_after
-                and now - self._cycle_start < self._fit_span):
+                and 2.0 * (now - self._cycle_start) < self._fit_span):
+            # (Within half the fitted cycle: a blended counter's drain came back 0.6 and 1.2 s after a
+            # 13.6 s cycle's lock-out; a level over a limit that fell kept being refused all through it.)
             return True
         # The same after a cut, once a lock-out that outlasted the sending before it (a window's or a
         # counter's, not a bucket's refill) has shown the limiter counts over a span that long: a
