@@ -53,9 +53,13 @@ async def test_a_refusing_host_is_given_up_in_seconds_without_stalling_the_other
         started = time.monotonic()
         summary, results = await crawl(tmp_path, dead + alive, {"BACKOFF_MIN_DELAY": 1.0}, robots=False)
         took = time.monotonic() - started
+        alive_requests = farm.stats()["alive"]["requests"]
     outcomes = {result["url"]: result["outcome"] for result in results}
     assert {outcomes[url] for url in alive} == {"ok"}
     assert {outcomes[url] for url in dead} == {"gave_up"}  # not final: --resume tries them again
-    assert summary.requests == 3 + 10  # three refusals, then nothing more for that host
+    # Three refusals, then nothing more for that host (the live site's own count may include a resend
+    # of a 429 that two bunched arrivals drew on a loaded machine).
+    assert alive_requests >= 10
+    assert summary.requests - alive_requests == 3
     assert took < 15.0  # backoff 1 s then 2 s between the refusals; the breaker alone took ~90 s
     assert "connection refused 3 times in a row" in next(r["error"] for r in results if r["url"] in dead)
