@@ -39,6 +39,7 @@ class _SlotSizingState(Protocol):
     _lag_hi: float
     _lag_probe: float
     _lag_gap: float
+    _rests: bool
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -292,8 +293,8 @@ class SlotSizing:
         late = self._inflight_ok - inflight + 1
         base = self.baseline()
         if (late > len(before) or late < 1 or (late > 1 and self._lag_lo <= 0.0) or self._lag_lo < 0.0
-                or base is None):
-            return
+                or base is None or not self._rests):
+            return  # (not _rests: a fleet's workers, whose shared admission takes no rest)
         gap = sent - before[-late]
         if gap >= 0.5 * base:
             # A slot held past its answer half as long as its page takes is no late release (a
@@ -312,7 +313,9 @@ class SlotSizing:
         """A send at ``now``: once a slot freed late was seen, a send that fills every slot of the cap
         (the most accepted at once) right after an answer, if accepted, says no answered slot was still
         held: the lag is at most its time since the latest answer (:meth:`slot_rest`'s upper bound).
-        One such probe is out at a time."""
+        One such probe is out at a time. Called for every send of a process whose admission rests the
+        slots (a memory store), which turns the model on."""
+        self._rests = True
         if self._lag_lo <= 0.0 or not self._answers:
             return  # (no late slot seen, or the model dropped)
         if self._lag_probe != _NEVER and now - self._lag_probe < 2.0 * (self.latency or T.round):

@@ -263,6 +263,9 @@ class RampupState:
     _lag_hi: float = 0.0
     _lag_probe: float = _NEVER
     _lag_gap: float = 0.0
+    # Whether this process's admission sees every send and rests the slots (a memory store); a fleet's
+    # Redis scripts do not take a rest after the answer, so its workers keep the cut's spacing.
+    _rests: bool = False
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
     # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
     _acc_base: int = 0

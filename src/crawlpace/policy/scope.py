@@ -261,7 +261,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         rampup = self.rampup
         if rampup is not None:
             rampup.on_send(now)
-            rampup.note_slot_send(now)
+            if every_send:
+                rampup.note_slot_send(now)
             rampup.out(now)
             # Only the send-rate cap can have moved, or an early send set the next one's time
             # (door_gap); the limits follow when they did.
