@@ -40,6 +40,7 @@ class _SlotSizingState(Protocol):
     _lag_probe: float
     _lag_gap: float
     _rests: bool
+    _lag_seen: int
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -192,7 +193,7 @@ class SlotSizing:
         if inflight is None or self._lone_refused:
             return False
         if inflight < T.confirm and not self._slot_reused(inflight) and not (
-                self._lag_lo > 0.0 and inflight <= self._inflight_ok):
+                self.slot_rest() > 0.0 and inflight <= self._inflight_ok):
             # (A slot freed late was measured: a refusal at fewer than the most accepted is one more.)
             return False
         return self._quick(answered, elapsed)
@@ -264,8 +265,8 @@ class SlotSizing:
         while no upper bound is known, twice the lower one.
         """
         lo, hi = self._lag_lo, self._lag_hi
-        if lo <= 0.0:
-            return 0.0  # (none seen, or the model was dropped: -1)
+        if lo <= 0.0 or self._lag_seen < 2:
+            return 0.0  # (none seen, one only, or the model was dropped: -1)
         if hi <= lo:
             # (never half as long as a page takes: no late release is, see _note_late)
             base = self.baseline()
@@ -292,7 +293,7 @@ class SlotSizing:
         before = [at for at in self._answers if at <= sent]
         late = self._inflight_ok - inflight + 1
         base = self.baseline()
-        if (late > len(before) or late < 1 or (late > 1 and self._lag_lo <= 0.0) or self._lag_lo < 0.0
+        if (late > len(before) or late < 1 or (late > 1 and self.slot_rest() <= 0.0) or self._lag_lo < 0.0
                 or base is None or not self._rests):
             return  # (not _rests: a fleet's workers, whose shared admission takes no rest)
         gap = sent - before[-late]
@@ -306,8 +307,13 @@ class SlotSizing:
                          "takes; no slot freed late, no rest after answers")
         elif 0.0 < self._lag_hi <= gap:
             self._lag_lo = self._lag_hi = 0.0
-        elif gap > self._lag_lo:
-            self._lag_lo = gap
+            self._lag_seen = 0
+        else:
+            # Slots rest from the second such refusal on: one alone is often the start phase's
+            # overshoot (a real limit_conn of 4 saw one or two in 600 pages, and resting every slot
+            # on one bound cost more than it saved).
+            self._lag_seen += 1
+            self._lag_lo = max(self._lag_lo, gap)
 
     def note_slot_send(self: _SlotSizingState, now: float) -> None:
         """A send at ``now``: once a slot freed late was seen, a send that fills every slot of the cap
@@ -316,8 +322,8 @@ class SlotSizing:
         One such probe is out at a time. Called for every send of a process whose admission rests the
         slots (a memory store), which turns the model on."""
         self._rests = True
-        if self._lag_lo <= 0.0 or not self._answers:
-            return  # (no late slot seen, or the model dropped)
+        if self.slot_rest() <= 0.0 or not self._answers:
+            return  # (no slot rests: none freed late seen, or the model dropped)
         if self._lag_probe != _NEVER and now - self._lag_probe < 2.0 * (self.latency or T.round):
             return
         if len(self._outstanding) + 1 >= self._inflight_ok:
@@ -338,6 +344,7 @@ class SlotSizing:
             return
         if gap <= self._lag_lo:
             self._lag_lo = self._lag_hi = 0.0
+            self._lag_seen = 0
         elif self._lag_hi <= 0.0 or gap < self._lag_hi:
             self._lag_hi = gap
 

@@ -266,6 +266,7 @@ class RampupState:
     # Whether this process's admission sees every send and rests the slots (a memory store); a fleet's
     # Redis scripts do not take a rest after the answer, so its workers keep the cut's spacing.
     _rests: bool = False
+    _lag_seen: int = 0  # refusals at the full count that bounded the lag (slots rest from the second)
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
     # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
     _acc_base: int = 0
