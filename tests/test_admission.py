@@ -41,6 +41,21 @@ def test_per_slot_delay_counts_from_the_send_not_the_response() -> None:
     assert state.ready_at(13.0) == pytest.approx(11.0)
 
 
+def test_a_rest_after_the_answer_holds_the_slot_past_its_release() -> None:
+    # A cap that frees a slot 80 ms after its answer: the slot rests that long from the answer, the
+    # per-slot delay (counted from the send) still holds where it ends later.
+    state = ScopeState(Limits(concurrency=2, delay=0.0, delay_per_slot=0.5, rest=0.08))
+    a = state.admit(0.0)
+    b = state.admit(0.0)
+    state.release(a, 0.3)  # the per-slot delay ends at 0.5, after the rest
+    state.release(b, 0.6)  # the rest ends at 0.68
+    ready = state.ready_at(0.6)
+    assert ready is not None
+    assert ready <= 0.6  # the first slot rested till 0.5
+    state.admit(0.6)
+    assert state.ready_at(0.6) == pytest.approx(0.68)
+
+
 def test_jitter_factor_scales_both_delays_of_the_send() -> None:
     state = ScopeState(Limits(concurrency=1, delay=2.0, delay_per_slot=4.0))
     slot_ready = state.admit(0.0, factor=0.5)

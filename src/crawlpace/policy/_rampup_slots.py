@@ -12,10 +12,13 @@ server slower than ``T.latency_noise``, the load fit holds them instead
 from __future__ import annotations
 
 import math
+from collections import deque
 from typing import Protocol
 
 from ._rampup_latency import LOAD_COUNTS
 from ._rampup_tuning import TUNING as T
+
+_NEVER = float("-inf")
 
 __all__ = ["SlotSizing"]
 
@@ -31,6 +34,14 @@ class _SlotSizingState(Protocol):
     _cap_at: float
     _queue_cap: bool
     _inflight_ok: int
+    _answers: tuple[float, ...]
+    _lag_lo: float
+    _lag_hi: float
+    _lag_probe: float
+    _lag_gap: float
+    _rests: bool
+    _lag_seen: int
+    _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
     latency: float | None
@@ -66,6 +77,8 @@ class _SlotSizingState(Protocol):
     def allowed_rate(self, now: float) -> float: ...
     def pushbacks(self, now: float) -> int: ...
     def slot_limit(self) -> int: ...
+    def slot_rest(self) -> float: ...
+    def _note_late(self, sent: float, inflight: int) -> None: ...
     def concurrency(self, rate: float) -> int: ...
 
 
@@ -179,7 +192,9 @@ class SlotSizing:
         """
         if inflight is None or self._lone_refused:
             return False
-        if inflight < T.confirm and not self._slot_reused(inflight):
+        if inflight < T.confirm and not self._slot_reused(inflight) and not (
+                self.slot_rest() > 0.0 and inflight <= self._inflight_ok):
+            # (A slot freed late was measured: a refusal at fewer than the most accepted is one more.)
             return False
         return self._quick(answered, elapsed)
 
@@ -219,15 +234,119 @@ class SlotSizing:
     def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
                        inflight: int | None) -> bool:
         """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
-        if inflight is None or not self.refused_on_arrival(answered, elapsed, inflight):
+        if inflight is None:
+            return False
+        late = inflight <= self._inflight_ok
+        if late and elapsed is not None and self._quick(answered, elapsed):
+            self._note_late(now - elapsed, inflight)  # (first: a lag dropped here reads it as main does)
+        if not self.refused_on_arrival(answered, elapsed, inflight):
             return False
         # As many in flight were accepted before: the cap is that many, and the refusal came from a
         # slot freed a moment after its answer left (HAProxy's conn_cur). The rate's cut spaces the
         # sends so a slot rests; one slot fewer would leave a third of a cap of 3 unused for good.
-        late = inflight <= self._inflight_ok
-        self.slot_cap = min(self.slot_cap, float(inflight if late else inflight - 1))
+        # With a rest after each answer measured (slot_rest), the slots rest instead: all of the most
+        # accepted stay in use.
+        held = self._inflight_ok if late and self.slot_rest() > 0.0 else inflight
+        self.slot_cap = min(self.slot_cap, float(held if late else inflight - 1))
         self._cap_at = now
         return True
+
+    def slot_rest(self: _SlotSizingState) -> float:
+        """How long a slot rests after its answer before it sends again (0: no slot freed late seen).
+
+        A cap whose slots are freed a moment after the answer leaves (HAProxy's ``conn_cur``,
+        nginx's ``limit_conn``) holds ``cap x latency / (latency + lag)`` of the crawler's requests
+        at its capacity: integer slot caps and rate cuts both land under that, resting each slot
+        the lag after its answer (as the server does) does not. The lag is bracketed by the
+        longest rest after an answer that was refused and the shortest accepted at the full count
+        (:meth:`_note_late`, :meth:`note_slot_send`): the rest halves the bracket until it is
+        narrower than ``T.tolerance`` of the upper bound, then sits at the upper bound, a rest that
+        was accepted (half-way forever would creep up on the lag from under it, refused each step);
+        while no upper bound is known, twice the lower one.
+        """
+        lo, hi = self._lag_lo, self._lag_hi
+        if lo <= 0.0 or self._lag_seen < 2:
+            return 0.0  # (none seen, one only, or the model was dropped: -1)
+        if hi <= lo:
+            # (never half as long as a page takes: no late release is, see _note_late)
+            base = self.baseline()
+            return 2.0 * lo if base is None else min(2.0 * lo, 0.5 * base)
+        if hi - lo <= T.tolerance * hi:
+            return hi
+        return 0.5 * (lo + hi)
+
+    def _note_late(self: _SlotSizingState, sent: float, inflight: int) -> None:
+        """A refusal on arrival of a send at ``sent`` with ``inflight`` in flight, as many having been
+        accepted at once before: a slot freed late. The server held at least ``_inflight_ok`` then
+        (a lower bound of its cap), so at least ``_inflight_ok - inflight + 1`` of the scope's latest
+        answers before the send still held their slots: the oldest of them bounds the lag from below.
+
+        The first bound comes from a refusal at the full count only: a bucket's burst running dry
+        refuses at any count (at 6 of 9, the fourth latest answer 140 ms before: a rest that long held
+        a 25/s bucket at 19/s for a minute). Once slots rest, one at fewer (two slots held late: a cap
+        of 5 refused at 4 every half second, its rest 10 ms short) raises it. A refusal after a
+        longer rest than one accepted at the full count contradicts the model (the cap is higher
+        than the most accepted, or there is no cap): it is forgotten, back to the cut's spacing,
+        and the next refusal starts it afresh.
+        """
+        self._lag_probe = _NEVER
+        before = [at for at in self._answers if at <= sent]
+        late = self._inflight_ok - inflight + 1
+        base = self.baseline()
+        if (late > len(before) or late < 1 or (late > 1 and self.slot_rest() <= 0.0) or self._lag_lo < 0.0
+                or base is None or not self._rests):
+            return  # (not _rests: a fleet's workers, whose shared admission takes no rest)
+        gap = sent - before[-late]
+        if gap >= 0.5 * base:
+            # A slot held past its answer half as long as its page takes is no late release (a
+            # server's close takes milliseconds): a strict bucket in front of 0.3 s pages, read as a
+            # cap of 3, raised the rest refusal by refusal to 0.85 s. The model is dropped for good
+            # (-1); the cut's spacing paces.
+            self._lag_lo, self._lag_hi = -1.0, 0.0
+            self._decide(sent, f"slots: refused {gap * 1e3:.0f} ms after an answer, longer than a page "
+                         "takes; no slot freed late, no rest after answers")
+        elif 0.0 < self._lag_hi <= gap:
+            self._lag_lo = self._lag_hi = 0.0
+            self._lag_seen = 0
+        else:
+            # Slots rest from the second such refusal on: one alone is often the start phase's
+            # overshoot (a real limit_conn of 4 saw one or two in 600 pages, and resting every slot
+            # on one bound cost more than it saved).
+            self._lag_seen += 1
+            self._lag_lo = max(self._lag_lo, gap)
+
+    def note_slot_send(self: _SlotSizingState, now: float) -> None:
+        """A send at ``now``: once a slot freed late was seen, a send that fills every slot of the cap
+        (the most accepted at once) right after an answer, if accepted, says no answered slot was still
+        held: the lag is at most its time since the latest answer (:meth:`slot_rest`'s upper bound).
+        One such probe is out at a time. Called for every send of a process whose admission rests the
+        slots (a memory store), which turns the model on."""
+        self._rests = True
+        if self.slot_rest() <= 0.0 or not self._answers:
+            return  # (no slot rests: none freed late seen, or the model dropped)
+        if self._lag_probe != _NEVER and now - self._lag_probe < 2.0 * (self.latency or T.round):
+            return
+        if len(self._outstanding) + 1 >= self._inflight_ok:
+            self._lag_probe, self._lag_gap = now, now - self._answers[-1]
+        else:
+            self._lag_probe = _NEVER
+
+    def _lag_accepted(self: _SlotSizingState, sent_at: float | None) -> None:
+        """An accepted answer to a request sent at ``sent_at``: the lag probe's upper bound holds.
+
+        Accepted after a shorter rest than one refused at the full count, the model fails (the cap is
+        higher than the most accepted, its slots would rest for nothing), and the rest is forgotten."""
+        if sent_at is None or sent_at != self._lag_probe:
+            return
+        self._lag_probe = _NEVER
+        gap = self._lag_gap
+        if self._lag_lo <= 0.0:
+            return
+        if gap <= self._lag_lo:
+            self._lag_lo = self._lag_hi = 0.0
+            self._lag_seen = 0
+        elif self._lag_hi <= 0.0 or gap < self._lag_hi:
+            self._lag_hi = gap
 
     def _slots_pace(self: _SlotSizingState, now: float, inflight: int | None) -> None:
         """After the cut for a refusal on arrival at ``inflight`` in flight: where more were refused than
@@ -239,8 +358,21 @@ class SlotSizing:
         answers that, so the rate stays cut (a cap freed late serves less than its slots at the
         baseline latency; neither is the first refusal's rate lifted past that)."""
         base = self.baseline()
-        if inflight is None or inflight <= self._inflight_ok or base is None or base < T.latency_noise:
+        if inflight is None or base is None or base < T.latency_noise:
             return  # (pages answered in milliseconds: a rate limiter's quick refusals, no count to hold)
+        rest = self.slot_rest()
+        if inflight <= self._inflight_ok and rest > 0.0:
+            # A slot freed late, its lag measured: the slots rest it after each answer, so they pace;
+            # the rate stays over what they serve so (a cut from a bunched round's rate left a cap of 6
+            # at 0.85 of what it serves).
+            serves = min(self.max_rate, (1.0 + T.tolerance) * self._inflight_ok / (base + rest))
+            if serves > self.rate:
+                self.rate = serves
+                self._decide(now, f"slots: a slot freed late, {rest * 1e3:.0f} ms after its answer; each "
+                             f"rests that long, the {self._inflight_ok} slots pace, {serves:.3g}/s")
+            return
+        if inflight <= self._inflight_ok:
+            return
         if self.latency is None or self.latency < (1.0 + 2.0 * T.tolerance) * base:
             # Latency flat with the count: no sign the server holds its requests (a cap may be freeing
             # slots late, as nginx's limit_conn and HAProxy's conn_cur do, and slots pacing it would
@@ -255,6 +387,8 @@ class SlotSizing:
     def _note_inflight(self: _SlotSizingState, now: float, inflight: int | None) -> None:
         """An accepted answer at ``now`` with ``inflight`` in flight (this one included): the most seen."""
         self._answered_at = now
+        keep = max(1, self.max_concurrency)
+        self._answers = (*self._answers[max(0, len(self._answers) + 1 - keep):], now)
         if inflight is not None and inflight > self._inflight_ok:
             self._inflight_ok = inflight
 

@@ -6,7 +6,8 @@ A scope has ``concurrency`` slots. A request may be sent when
 
 * fewer than ``concurrency`` requests of the scope are in flight,
 * at least ``delay`` has passed since the scope's previous send, and
-* some idle slot has rested ``delay_per_slot`` since *its* previous send.
+* some idle slot has rested ``delay_per_slot`` since *its* previous send, and
+  ``rest`` since its previous answer.
 
 Slots are interchangeable, so the state keeps no slot identities: only the
 times at which the idle slots that are still resting become usable again, in a
@@ -43,6 +44,10 @@ class Limits:
     delay_per_slot: float
     #: No jittered delay may go below this (a Crawl-Delay, a server's pace).
     floor: float = 0.0
+    #: How long a slot rests after its request's answer before it sends again: a server that frees
+    #: a slot a moment after its answer leaves (HAProxy's ``conn_cur``, nginx's ``limit_conn``)
+    #: refuses a request sent on a slot the moment it is released.
+    rest: float = 0.0
 
 
 def _woken(ready: float, last: float, shift: float, scale: float) -> float:
@@ -153,8 +158,12 @@ class ScopeState:
         return now + limits.delay_per_slot * factor
 
     def release(self, slot_ready: float, now: float) -> None:
-        """Return a slot once its request is answered (or failed)."""
+        """Return a slot once its request is answered (or failed): it rests till ``slot_ready`` and at
+        least ``limits.rest`` from ``now``."""
         self.inflight -= 1
+        rest = self.limits.rest
+        if rest > 0.0 and now + rest > slot_ready:
+            slot_ready = now + rest
         if slot_ready <= now:
             return  # the slot rested while its request was out: it is fresh
         resting = self._resting

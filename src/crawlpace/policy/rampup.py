@@ -254,6 +254,19 @@ class RampupState:
     _fit_span: float = 0.0
     _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
     _answered_at: float = _NEVER  # when the latest accepted answer came (_rampup_slots)
+    # -- conncap2 -- a cap whose slots are freed late (_rampup_slots' slot_rest): the latest accepted
+    # answers' times, oldest first; the longest rest after an answer that was refused and the shortest
+    # that was accepted at the full count (0: none seen), bracketing how long a slot stays held after
+    # its answer; and the send whose acceptance would bound it from above, with its rest.
+    _answers: tuple[float, ...] = ()
+    _lag_lo: float = 0.0
+    _lag_hi: float = 0.0
+    _lag_probe: float = _NEVER
+    _lag_gap: float = 0.0
+    # Whether this process's admission sees every send and rests the slots (a memory store); a fleet's
+    # Redis scripts do not take a rest after the answer, so its workers keep the cut's spacing.
+    _rests: bool = False
+    _lag_seen: int = 0  # refusals at the full count that bounded the lag (slots rest from the second)
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
     # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
     _acc_base: int = 0
@@ -433,6 +446,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self._note_latency(now if sent_at is None else sent_at, latency, lag)
             self._note_ok_send(now if sent_at is None else sent_at)
             self._note_inflight(now, inflight)
+            self._lag_accepted(sent_at)
             self._episode_answer(now, now if sent_at is None else sent_at)
             if outlier:
                 self._note_stuck(now, elapsed if elapsed is not None else latency)

@@ -51,9 +51,9 @@ _FOREVER = float("inf")
 
 
 @functools.lru_cache(maxsize=1024)
-def _limits(concurrency: int, delay: float, delay_per_slot: float, floor: float) -> Limits:
+def _limits(concurrency: int, delay: float, delay_per_slot: float, floor: float, rest: float = 0.0) -> Limits:
     """One shared :class:`Limits` per distinct value: most scopes have the same ones."""
-    return Limits(concurrency, delay, delay_per_slot, floor)
+    return Limits(concurrency, delay, delay_per_slot, floor, rest)
 
 
 class ScopePolicy(ScopeGates, GradualSlots):
@@ -184,7 +184,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if self.awaiting:
             concurrency = 1
         if rampup is not None:
-            return Limits(concurrency, delay, per_slot, floor)
+            return Limits(concurrency, delay, per_slot, floor, rampup.slot_rest())
         return _limits(concurrency, delay, per_slot, floor)
 
     def _compute(self, now: float) -> Limits:
@@ -196,11 +196,12 @@ class ScopePolicy(ScopeGates, GradualSlots):
             wake = manager.wake_at()
         if now < self.pace_until:
             floor = max(limits.floor, self.pace)
-            limits = _limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor)
+            limits = _limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor,
+                             limits.rest)
             wake = min(wake, self.pace_until)
         cap = self.server_concurrency
         if cap is not None and limits.concurrency > cap:
-            limits = _limits(cap, limits.delay, limits.delay_per_slot, limits.floor)
+            limits = _limits(cap, limits.delay, limits.delay_per_slot, limits.floor, limits.rest)
         self.wake_at = wake
         self._set_jitter(limits, base)
         return limits
@@ -260,6 +261,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         rampup = self.rampup
         if rampup is not None:
             rampup.on_send(now)
+            if every_send:
+                rampup.note_slot_send(now)
             rampup.out(now)
             # Only the send-rate cap can have moved, or an early send set the next one's time
             # (door_gap); the limits follow when they did.

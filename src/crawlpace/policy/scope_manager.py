@@ -110,7 +110,7 @@ class ThrottlingScopeManager:
             return base
         delay = backoff.delay()
         return Limits(backoff.concurrency(base.concurrency), max(base.delay, delay),
-                      base.delay_per_slot, base.floor)
+                      base.delay_per_slot, base.floor, base.rest)
 
     def wake_at(self) -> float:
         expires = self.backoff.expires_at()
