@@ -1609,9 +1609,9 @@ def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, 
         rows = [[kind, *(fmt(summaries[c.key]["by_kind"].get(kind), "x") for c in chosen if c.key != ORACLE),
                  *(fmt(summaries[c.key]["own_share_by_kind"].get(kind), "x") for c in chosen)]
                 for kind in kinds]
-        headers = ("kind", *(f"{c.key} x oracle" for c in chosen if c.key != ORACLE),
-                   *(f"{c.key} share" for c in chosen))
-        print("\n".join(pipe_table(headers, rows)))
+        kind_headers = ("kind", *(f"{c.key} x oracle" for c in chosen if c.key != ORACLE),
+                        *(f"{c.key} share" for c in chosen))
+        print("\n".join(pipe_table(kind_headers, rows)))
     for c in chosen:
         if summaries[c.key]["over_limit_sites"]:
             print(f"  {c.key}: over their limit + 1 (per second, or per window): "

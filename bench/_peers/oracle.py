@@ -9,19 +9,23 @@ found by address, as the farm lays them out: the first on 127.0.0.2, the next on
 127.0.0.3, and so on (the simulator's loopback aliases; without them this script cannot
 tell the sites apart and exits with an error).
 
-Per profile, each host gets an even gap between sends and a cap on requests in flight:
+Per profile, each host gets a gap between sends and a cap on requests in flight. Each send is
+due one gap after the previous one's due time, not after the moment it went out, so that a send
+that woke late (a loaded machine) does not slow every later one; where the limit has nothing to
+spare, the gap counts from the actual send instead (``catch_up`` is 0):
 
-* ``ratelimit``, ``retryafter``, ``challenge``: 95 % of the token rate, evenly spaced from each actual send,
-  4 in flight; 90 % and 1 in flight when the bucket holds at most 2 (no burst room: any
-  arrival early by more than the slack draws a 429). The slack leaves room for the jitter
-  of two processes' event loops on a loaded machine;
+* ``ratelimit``, ``retryafter``, ``challenge``: 95 % of the token rate, evenly spaced, 4 in flight,
+  a late send caught up by at most ``burst - 2`` sends (3 at most); 90 % and 1 in flight when the
+  bucket holds at most 2 (no burst room: any arrival early by more than the slack draws a 429),
+  from each actual send. The slack leaves room for the jitter of two processes' event loops;
 * ``headers``: 95 % of ``limit / window``, evenly spaced (never more than the limit in a window);
 * ``crawldelay``: one request at a time, ``delay`` plus 2 % plus 20 ms apart;
 * ``quota``: 96 % of *half* the quota per window, evenly spaced. The site's staged brake
   refuses half of the requests once half of a window's quota is used, so the quota's
   second half costs at least one 429 per success: below half, none is ever drawn;
-* ``overload``: the in-flight count that serves the most per second (the site's
-  :meth:`~crawlpace.sim.OverloadSite.best_load`), no gap;
+* ``overload``: the in-flight count that serves the most per second given the latency curve and
+  the client's own turn between an answer and the next send (:func:`best_inflight`): the knee
+  where throughput falls past it, a few more where it stays level, the limit without a knee; no gap;
 * ``slow``: ``limit`` in flight, no gap;
 * ``flaky``: 8 in flight, no gap;
 * ``window`` with fixed windows (aligned to the clock, which the oracle shares with the
@@ -31,10 +35,12 @@ Per profile, each host gets an even gap between sends and a cap on requests in f
   whether the site counts them does not matter;
 * ``window`` with a sliding window: 95 % of ``limit / window``, and at least 30 ms more
   than ``window / limit`` between sends, evenly spaced;
-* ``reqrate`` (HAProxy's ``http_req_rate``): ``limit - 2`` requests per period (95 % of
-  the limit when that is lower), evenly spaced: at an even pace the counter reads at most
-  the sends per period plus 2, so it never passes the limit and no refusal is ever counted;
-* ``conncap``: ``cap`` in flight, each slot resting the site's ``lag`` plus 20 ms after its
+* ``reqrate`` (HAProxy's ``http_req_rate``): each send as soon as a shadow of the counter, fed
+  with the oracle's own sends, reads at most ``limit - 1`` with it (:class:`CounterShadow`): the
+  first period's count at once (the counter has no previous period yet), then as the previous
+  period's weight drains, about ``limit - 1`` per period. The one request of room covers an
+  arrival's lag; no refusal is drawn, so that the counter counts refusals does not matter;
+* ``conncap``: ``cap`` in flight, each slot resting the site's ``lag`` plus 5 ms after its
   answer, so that the site has freed it before it is used again;
 * ``shifting``: the base profile's plan, scaled by the factor of the schedule from the
   host's first request on, switching to a lower factor 0.3 s early;
@@ -43,8 +49,9 @@ Per profile, each host gets an even gap between sends and a cap on requests in f
 It obeys every site's robots.txt, read from the site itself: a URL the file disallows is
 not sent (its line says so).
 
-Every request has the same 10 s timeout as the crawlpace contenders; a 5xx, a 429, the
-farm's challenge page (recorded as a 429 if it is the last answer), a timeout or a failed
+It sends with aiohttp, as ``crawlpace crawl`` does, so that its own cost per request is no
+more than a contender's. Every request has the same 10 s timeout as the crawlpace contenders;
+a 5xx, a 429, the farm's challenge page (recorded as a 429 if it is the last answer), a timeout or a failed
 connection is sent again after the host's gap, or after the
 ``Retry-After`` of a 429, which holds the whole host (at most 8 resends), so
 the flaky sites' pages all get done. Each URL's final answer is one JSON line ``{"url",
@@ -122,6 +129,11 @@ CATCH_UP_ROOM = 2
 CATCH_UP_MAX = 3
 #: Below a request-rate limit for the counter's shadow: one request of room for arrival jitter.
 COUNTER_ROOM = 1
+#: Seconds past a period's boundary before the shadow sends in the new period (an arrival lags its
+#: send, and the site's periods start at its first arrival), and past the exact moment the previous
+#: period's weight allows a send (the reading is a float).
+COUNTER_BOUNDARY = 0.02
+COUNTER_EPSILON = 1e-6
 
 
 @dataclass
@@ -192,8 +204,10 @@ class CounterShadow:
                 return at
             if room > 0:
                 # The previous period's weight drains linearly: wait until it is down to the room.
-                return max(at, start + period * (1.0 - room / previous))
-            at = start + period  # this period is spent: the next one opens with it as the previous
+                return max(at, start + period * (1.0 - room / previous) + COUNTER_EPSILON)
+            # This period is spent: the next one opens with it as the previous. Not on the boundary
+            # itself, which the site (its periods start at its first arrival) may place a little later.
+            at = start + period + COUNTER_BOUNDARY
         return at
 
     def take(self, now: float, period: float) -> None:
