@@ -71,6 +71,22 @@ def test_chained_windows_start_at_the_first_limited_arrival() -> None:
     assert stats.peak_per_window == 5
 
 
+def test_a_counter_is_judged_by_its_reading_not_a_count() -> None:
+    # HAProxy's counter lets 9 through at once in its first period (no previous one), then more as
+    # that period's weight drains; a client that follows it reads at most its limit. (Sent late in the
+    # first period, the 9 would share a span of a period with the next ones: a count is no judge.)
+    stats, counter = SiteStats(1.0), RequestRate(10, 1.0)
+    stats.watch_window(1.0, "counter")
+    times = [0.0] * 9 + [1.0 + 0.02 + k / 9 for k in range(8)]
+    for now in times:
+        assert counter.take(now)
+        stats.limited(now)
+    assert stats.peak_per_window <= 10
+    for _ in range(3):
+        stats.limited(1.95)
+    assert stats.peak_per_window == 12  # 11 in this period, 9 * 5 % of the last one's, rounded up
+
+
 def test_a_site_without_a_window_reports_none() -> None:
     stats = SiteStats(1.0)
     stats.limited(1.0)
@@ -84,7 +100,7 @@ def test_a_site_without_a_window_reports_none() -> None:
 def test_window_sites_name_their_window() -> None:
     assert WindowSite(limit=4, window=4.7, kind="sliding").stats.window == (4.7, "sliding")
     assert WindowSite(limit=4, window=5.0, kind="fixed").stats.window == (5.0, "clock")
-    assert RequestRateSite(limit=10, period=2.0).stats.window == (2.0, "sliding")
+    assert RequestRateSite(limit=10, period=2.0).stats.window == (2.0, "counter")
     assert HeadersSite(limit=10, window=3.0).stats.window == (3.0, "chained")
     assert RateLimitSite(rate=2.0, burst=3).stats.window is None
 

@@ -25,7 +25,7 @@ __all__ = ["BIN", "MAX_BINS", "WINDOW", "WINDOW_KINDS", "SiteStats"]
 #: The length, in seconds, of the sliding window behind ``peak_per_second``.
 WINDOW = 1.0
 #: How a site's own counting window runs (see :meth:`SiteStats.watch_window`).
-WINDOW_KINDS = ("sliding", "clock", "chained")
+WINDOW_KINDS = ("sliding", "clock", "chained", "counter")
 #: The width, in seconds, of one bin of the timeline kept for plots.
 BIN = 1.0
 #: The most timeline bins kept (a week of seconds); later events go in the last bin.
@@ -67,7 +67,8 @@ class SiteStats:
         peak_per_window: the most limited arrivals (robots.txt aside) within one
             such window, counted as the site counts: in any span of its length
             (``sliding``), per window aligned to the clock (``clock``) or per
-            window following the first limited arrival's (``chained``).
+            window following the first limited arrival's (``chained``); for a
+            request-rate counter (``counter``), its highest reading, rounded up.
         first: arrival time of the first request, None before any.
         last: arrival time of the latest request, None before any.
         statuses: responses per status code.
@@ -102,6 +103,7 @@ class SiteStats:
         self._window_times: deque[float] = deque()
         self._window_origin: float | None = None
         self._window_index: int | None = None
+        self._counts = (0, 0)  # a counter's current and previous periods
         self._arrivals: list[int] = []
         self._ok: list[int] = []
         self._refused: list[int] = []
@@ -153,7 +155,12 @@ class SiteStats:
 
     def watch_window(self, seconds: float, kind: str) -> None:
         """Count limited arrivals per the site's own window of ``seconds``, of ``kind`` ``"sliding"``
-        (any span), ``"clock"`` (aligned to the clock) or ``"chained"`` (from the first limited arrival)."""
+        (any span), ``"clock"`` (aligned to the clock), ``"chained"`` (from the first limited arrival)
+        or ``"counter"``: HAProxy's request-rate counter over periods of ``seconds`` from the first
+        limited arrival, read as ``current + previous * (time left / period)`` (see
+        :class:`~crawlpace.sim._limits.RequestRate`). A client within such a counter's rule may send
+        more than its limit in one span of a period (the previous period's weight drains as it goes),
+        so its peak is the reading, not a count."""
         if kind not in WINDOW_KINDS:
             raise ValueError(f"window kind must be one of {', '.join(WINDOW_KINDS)}, got {kind!r}")
         if not (math.isfinite(seconds) and seconds > 0):
@@ -166,6 +173,9 @@ class SiteStats:
             return
         seconds, kind = self.window
         times = self._window_times
+        if kind == "counter":
+            self._count(now, seconds)
+            return
         if kind == "sliding":
             times.append(now)
             while times[0] + seconds <= now:
@@ -179,6 +189,20 @@ class SiteStats:
                 times.clear()
             times.append(now)
         self.peak_per_window = max(self.peak_per_window, len(times))
+
+    def _count(self, now: float, period: float) -> None:
+        origin = self._window_origin
+        if origin is None:
+            self._window_origin, self._counts = now, (0, 0)
+            origin = now
+        elif now >= origin + period:
+            periods = math.floor((now - origin) / period)
+            self._window_origin = origin = origin + periods * period
+            self._counts = (0, self._counts[0] if periods == 1 else 0)
+        current, previous = self._counts[0] + 1, self._counts[1]
+        self._counts = (current, previous)
+        reading = current + previous * max(origin + period - now, 0.0) / period
+        self.peak_per_window = max(self.peak_per_window, math.ceil(reading - 1e-9))
 
     def depart(self, now: float, status: int | None, *, reset: bool = False, challenge: bool = False,
                path: str | None = None) -> None:

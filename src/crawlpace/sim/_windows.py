@@ -141,8 +141,8 @@ class RequestRateSite(CountingSite):
 
     @property
     def limit_window(self) -> tuple[float, str]:
-        """Any span of the period: a client within the rule sends at most ``limit`` in one."""
-        return self.period, "sliding"
+        """The counter itself: its highest reading."""
+        return self.period, "counter"
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request; serve it when the reading allows, else refuse it."""
