@@ -69,8 +69,9 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
   whole requests, plus ``burst - 1`` for a token bucket (a full bucket lets its burst through
   at once). A site that counts per window (a window, a request-rate counter, an announced
   window) is judged over its own window instead: the most requests (robots.txt aside) within
-  one of its windows as it counts them (any span of a sliding window or counter's period, or
-  each of its windows back to back), over its highest count. Sites whose
+  one of its windows as it counts them (any span of a sliding window, or each of its windows
+  back to back), over its highest count; a request-rate counter by its highest reading (a
+  client within its rule may send more than the limit in one span of a period). Sites whose
   limit is on requests in flight (``overload``, ``slow``) or that have none show the count
   alone. ``!`` marks a second (or window) past that limit + 1.
 
@@ -994,8 +995,8 @@ def print_site_table(names: list[str], contenders: list[Contender], sites: dict[
           "contender's start to the site's last request; busiest 1 s / window: the most requests the site "
           "saw within one second / the most its rules let through in one (its highest capacity, plus a "
           "token bucket's burst - 1; none for a limit on requests in flight), or, for a site that counts "
-          "per window, within one of its windows (as it counts them: any span, or windows back to back) / "
-          "its count ('in T s'); '!' past that + 1")
+          "per window, within one of its windows (as it counts them: any span, or windows back to back; "
+          "a request-rate counter's highest reading) / its count ('in T s'); '!' past that + 1")
 
 
 def busiest_cell(busiest: float | None, limit: float | None, window: float | None = None) -> str:
