@@ -36,10 +36,11 @@ spare, the gap counts from the actual send instead (``catch_up`` is 0):
 * ``window`` with a sliding window: 95 % of ``limit / window``, and at least 30 ms more
   than ``window / limit`` between sends, evenly spaced;
 * ``reqrate`` (HAProxy's ``http_req_rate``): each send as soon as a shadow of the counter, fed
-  with the oracle's own sends, reads at most ``limit - 1`` with it (:class:`CounterShadow`): the
-  first period's count at once (the counter has no previous period yet), then as the previous
-  period's weight drains, about ``limit - 1`` per period. The one request of room covers an
-  arrival's lag; no refusal is drawn, so that the counter counts refusals does not matter;
+  with the oracle's own sends, reads at most the limit with it, an arrival's lag allowed for
+  (:class:`CounterShadow`): the first period's whole count at once (the counter has no previous
+  period yet), then as the previous period's weight drains, ``limit - 1`` per period (even sends
+  at the limit would read one more). No refusal is drawn, so that the counter counts refusals
+  does not matter;
 * ``conncap``: ``cap`` in flight, each slot resting the site's ``lag`` plus 5 ms after its
   answer, so that the site has freed it before it is used again;
 * ``shifting``: the base profile's plan, scaled by the factor of the schedule from the
@@ -127,12 +128,12 @@ LOAD_SHARE = 0.99
 #: Of a bucket's burst, how many sends a late send may be caught up by (the rest stays as slack).
 CATCH_UP_ROOM = 2
 CATCH_UP_MAX = 3
-#: Below a request-rate limit for the counter's shadow: one request of room for arrival jitter.
-COUNTER_ROOM = 1
-#: Seconds past a period's boundary before the shadow sends in the new period (an arrival lags its
-#: send, and the site's periods start at its first arrival), and past the exact moment the previous
-#: period's weight allows a send (the reading is a float).
-COUNTER_BOUNDARY = 0.02
+#: Seconds an arrival may lag its send more than the first arrival did (the site's periods start at
+#: its first arrival): the counter's shadow keeps its sends this far from either end of a period,
+#: and its reading below the limit by the previous period's weight over this long.
+COUNTER_LAG = 0.02
+COUNTER_BOUNDARY = COUNTER_LAG
+#: Seconds past the exact moment the previous period's weight allows a send (the reading is a float).
 COUNTER_EPSILON = 1e-6
 
 
@@ -177,8 +178,9 @@ class CounterShadow:
 
     The counter reads ``current + previous * (time left in the period / period)``, the request
     counted; a request passes while that is at most the limit. Periods follow each other from the
-    first request. The shadow is given the limit less :data:`COUNTER_ROOM` (an arrival lags its send
-    by a varying moment), and :meth:`due` says when a send reads within it.
+    first request. :meth:`due` says when a send reads within the limit, arrivals' lag allowed for.
+    Sent as soon as it allows, the shadow settles at ``limit - 1`` per period: even sends at the limit
+    would read ``limit + 1`` (the request counted, a whole previous period).
     """
 
     def __init__(self) -> None:
@@ -195,19 +197,28 @@ class CounterShadow:
         return self.start + periods * period, 0, self.current if periods == 1 else 0
 
     def due(self, now: float, limit: int, period: float) -> float:
-        """The earliest time from ``now`` at which one more request reads at most ``limit``."""
+        """The earliest time from ``now`` at which one more request reads at most ``limit`` at the site.
+
+        The site's periods start at its first arrival, a moment after the oracle's first send, so a
+        send is kept :data:`COUNTER_BOUNDARY` clear of each end of a period (it falls in the same
+        period at the site), and the reading is held below the limit by what that moment can add to
+        the previous period's weight (``previous * COUNTER_LAG / period``).
+        """
+        if self.start is None:
+            return now
         at = now
-        for _ in range(3):
+        for _ in range(4):
             start, current, previous = self._rolled(at, period)
-            room = limit - current - 1
-            if room >= 0 and previous <= room:
-                return at
-            if room > 0:
+            end = start + period
+            at = max(at, start + COUNTER_BOUNDARY)
+            # The weight of the previous period that may be left when the send reads, at most.
+            room = limit - current - 1 - previous * COUNTER_LAG / period
+            if room >= 0:
                 # The previous period's weight drains linearly: wait until it is down to the room.
-                return max(at, start + period * (1.0 - room / previous) + COUNTER_EPSILON)
-            # This period is spent: the next one opens with it as the previous. Not on the boundary
-            # itself, which the site (its periods start at its first arrival) may place a little later.
-            at = start + period + COUNTER_BOUNDARY
+                due = at if previous == 0 else max(at, end - room * period / previous + COUNTER_EPSILON)
+                if due <= end - COUNTER_BOUNDARY:
+                    return due
+            at = end + COUNTER_BOUNDARY  # this period is spent: the next opens with it as the previous
         return at
 
     def take(self, now: float, period: float) -> None:
@@ -241,7 +252,7 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
         # Sent whenever a shadow of the counter reads low enough (see CounterShadow): the first
         # period's whole count at once, then as the previous period's weight drains, never refused.
         limit = max(round(site.limit * factor), 1)
-        return Plan(0.0, RATE_INFLIGHT, period=site.period, count=max(limit - COUNTER_ROOM, 1))
+        return Plan(0.0, RATE_INFLIGHT, period=site.period, count=limit)
     if isinstance(site, SlotCapSite):
         return Plan(0.0, max(round(site.cap * factor), 1), rest=site.lag + SLOT_SLACK)
     if isinstance(site, CrawlDelaySite):
