@@ -91,8 +91,8 @@ def test_a_site_without_a_window_reports_none() -> None:
     stats = SiteStats(1.0)
     stats.limited(1.0)
     figures = stats.as_dict()
-    assert figures["peak_per_window"] is None
-    assert figures["window"] is None
+    assert "peak_per_window" not in figures
+    assert "window" not in figures
     with pytest.raises(ValueError, match="window kind"):
         stats.watch_window(1.0, "rolling")
 

@@ -313,9 +313,6 @@ class SiteStats:
             "inflight": self.inflight,
             "peak_inflight": self.peak_inflight,
             "peak_per_second": self.peak_per_second,
-            "window": None if self.window is None else self.window[0],
-            "window_kind": None if self.window is None else self.window[1],
-            "peak_per_window": None if self.window is None else self.peak_per_window,
             "first": self.first,
             "last": self.last,
             "active": self.active,
@@ -323,6 +320,9 @@ class SiteStats:
             "capacity": self.capacity,
             "goodput_ratio": self.goodput_ratio,
         }
+        if self.window is not None:  # only a site that counts per window has these
+            figures.update(window=self.window[0], window_kind=self.window[1],
+                           peak_per_window=self.peak_per_window)
         if timeline:
             figures["timeline"] = self.timeline()
         return figures
