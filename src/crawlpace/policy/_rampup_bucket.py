@@ -269,6 +269,7 @@ class _BucketState(Protocol):
     _hold_end: float
     _belief: tuple[float, ...]
     _kept: float
+    _refit_at: float
     _sustained: float
     _top: float
     _cut_rate: float
@@ -282,6 +283,7 @@ class _BucketState(Protocol):
     def _decide(self, now: float, decision: str) -> None: ...
     def _set_level(self, now: float, level: float, held: float, sure: float) -> None: ...
     def _horizon(self, now: float) -> float: ...
+    def _level_shown(self, now: float) -> bool: ...
 
 
 class BucketFit:
@@ -360,7 +362,9 @@ class BucketFit:
         Returns:
             True when the level moved up.
         """
-        if not self._belief or self.phase != "steady" or now < self._probe_after or self._ep_since != NEVER:
+        if not self._belief or self.phase != "steady" or self._ep_since != NEVER:
+            return False
+        if now < self._probe_after and not self._level_shown(now):
             return False
         level = self.ceiling or self.rate
         self._kept = max(self._kept, level)
@@ -371,3 +375,13 @@ class BucketFit:
             return False
         self._set_level(now, step / T.fit_share, held, sure)
         return True
+
+    def _level_shown(self: _BucketState, now: float) -> bool:
+        """Whether the sends on record, refitted (once a round), show the bucket refills at least the
+        pace (within ``T.tolerance``) whatever its burst: the level is kept up, and the step need not
+        wait out the two holds' lengths."""
+        if now < self._refit_at:
+            return False
+        self._refit_at = now + T.round
+        fits = bucket_fit(self._ok_sends, self._held_refusals, first=self._ok_count <= len(self._ok_sends))
+        return bool(fits) and min(lo for _, lo, _, _ in fits) >= (1.0 - T.tolerance) * self.rate
