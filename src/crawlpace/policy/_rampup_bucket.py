@@ -33,7 +33,10 @@ a minute is likely to run about as long again), where a pace that holds gains it
 rate for that time and one that does not costs the hold (:func:`best_level`).
 Once a pace has been kept up for two holds' lengths after the hold (a bucket's
 burst refilled by the hold carries a pace half again over its limit for about that
-long), a *step* above it is weighed the same way, each round: a step that fails
+long), or for one when the sends since show it (refitted, every bucket that still
+fits the record refills at least the pace: a burst of one after two sends, while a
+large burst leaves its low rates in the fit for a long time), a *step* above it is
+weighed the same way, each round: a step that fails
 costs the hold and returns to the pace kept up, so a step is taken when its gain
 over the time crawled outweighs that, and only when it is likelier to hold than
 not. A long hold makes the scope careful and a short one bold; the time crawled
@@ -343,7 +346,7 @@ class BucketFit:
 
     def _set_level(self: _BucketState, now: float, level: float, held: float, sure: float) -> None:
         """Pace at ``level`` (from the fit); a step above it is weighed once it has been kept up for
-        two holds' lengths after the hold (see the module's trade-off)."""
+        two holds' lengths after the hold, or one when the sends show it (see the module's trade-off)."""
         # The fit answers for the level from here: a rate the recall remembers (``_rampup_recall``) was
         # a refilled burst carrying a pace over the bucket's rate, not a limit that fell, and a search
         # back up to it would buy another hold.
@@ -364,11 +367,11 @@ class BucketFit:
         """
         if not self._belief or self.phase != "steady" or self._ep_since != NEVER:
             return False
-        if now < self._probe_after and not self._level_shown(now):
+        held = max(self.hold_learned, T.hold_long)
+        if now < self._probe_after and (now < self._probe_after - held or not self._level_shown(now)):
             return False
         level = self.ceiling or self.rate
         self._kept = max(self._kept, level)
-        held = max(self.hold_learned, T.hold_long)
         step, sure = best_level(self._belief, held, self._horizon(now), floor=level)
         if step <= level * (1.0 + T.tolerance):
             self._probe_after = now + T.round  # weighed again a round later
@@ -378,8 +381,10 @@ class BucketFit:
 
     def _level_shown(self: _BucketState, now: float) -> bool:
         """Whether the sends on record, refitted (once a round), show the bucket refills at least the
-        pace (within ``T.tolerance``) whatever its burst: the level is kept up, and the step need not
-        wait out the two holds' lengths."""
+        pace (within ``T.tolerance``) whatever its burst: the level is kept up, and a step need not
+        wait out the second hold's length. (Not from the first: a loaded machine's lag bunches sends
+        the bucket still accepts, which shows a burst of one faster than it is, and a 5/s bucket with
+        5 s holds stepped over its limit 1.6 s after the step before.)"""
         if now < self._refit_at:
             return False
         self._refit_at = now + T.round
