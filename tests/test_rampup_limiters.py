@@ -379,6 +379,17 @@ async def test_a_bucket_with_no_burst_and_holds_on_a_loaded_machine() -> None:
     assert out.refused <= 4
 
 
+async def test_a_slow_bucket_with_no_burst_steps_once_its_sends_show_the_pace() -> None:
+    # 0.732/s, no burst, 23 s holds: the start's second send, a second after the first, is refused. One
+    # accepted send bounds no rate from below, so the fit's first pace is cautious (0.27/s), and its step
+    # waited two holds' lengths (46 s) each time, whatever the sends showed: 0.14 of the limit in two
+    # minutes. Two sends at a pace show a bucket with no burst refills at least that, so each step
+    # waits one hold's length only.
+    out = await crawl(Bucket(0.732, 1.0, 23), 120.0, latency=0.003)
+    assert out.share >= 0.2  # was 0.137
+    assert out.refused == 1  # the start's overshoot only
+
+
 @pytest.mark.parametrize(("limit", "window", "refusals"),
                          [(30, 10.0, 25),    # was 0.38 / 64: each refusal of the lock-out halved
                           (100, 60.0, 50)])  # was 0.42 / 81

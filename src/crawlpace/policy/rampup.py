@@ -310,6 +310,7 @@ class RampupState:
     # What the fit believes of the limit (rate, chance it is at least that, ...) and the highest
     # fitted level kept up for a step's wait (_rampup_bucket).
     _belief: tuple[float, ...] = ()
+    _refit_at: float = _NEVER
     _kept: float = 0.0
 
 
