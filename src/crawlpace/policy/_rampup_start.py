@@ -91,8 +91,23 @@ class _StartPhaseState(Protocol):
     _door: float
     start_rate: float
     _ok_sends: deque[float]
+    ceiling: float | None
+    generation: int
+    _gap_ok: float
+    _top: float
+    _cut_rate: float
+    _k: float
+    _climb: float
+    _quiet_until: float
+    _pushbacks: deque[float]
+    _trial: tuple[float, ...]
 
     def allowed_rate(self, now: float) -> float: ...
+    def _last_ok_before(self, sent: float) -> float | None: ...
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _decide(self, now: float, decision: str) -> None: ...
+    def _episode_opens(self, now: float, can_cut: bool, sent_at: float | None) -> bool: ...
+    def _episode_cut(self) -> None: ...
     def _start_round(self) -> float: ...
     def _start_floor(self, door: bool = True) -> float: ...
     def _door_open(self) -> bool: ...
@@ -260,3 +275,72 @@ class StartPhase:
             return ceiling
         share = T.cut if self._resumed_at - now >= T.hold_long else T.good_ceiling
         return max(rate, min(ceiling, good * share))
+
+    def _start_strict(self: _StartPhaseState, now: float, sent_at: float | None) -> str:
+        """After the start phase's first refusal (cut as usual): pace at a bucket-with-no-burst fit,
+        on trial, when the refusal fits one; returns what it did, for the cut's log line ("": nothing).
+
+        The refused send's gap to the last accepted one was just under the shortest gap accepted
+        (at least ``T.strict_near`` of it, and shorter): a bucket with no burst refuses the first gap
+        shorter than its own, so its rate lies between the two gaps' rates. The halving pays back a
+        burst the start's overshoot spent, a debt such a bucket does not have (refused requests take
+        nothing from it), and the climb back cost it a tenth of its limit (nginx ``limit_req`` with
+        no ``burst``: the halved rate climbed to the start's ceiling and sat there, 0.78 of the
+        limit, the probe beyond it a window away). So the scope paces at ``T.fit_share`` of the
+        shortest accepted gap's rate, holds that level for one ``T.round``, and then searches up
+        (by halves, ``_rampup_search``) to the refused gap's rate: a refusal there is the steady
+        phase's strict fit (``_strict_fit``), which paces at the gap accepted.
+
+        The start's doubling shortens every gap, so a bucket with a burst, a window or a counter
+        fits too: each refuses a send paced at the fit within that round (the burst's debt, the
+        count still full). Such a refusal ends the trial (:meth:`_trial_refused`). A hold of
+        ``T.hold_long`` or more has rules of its own (:meth:`_start_resume`).
+        """
+        shortest = self._gap_ok
+        before = None if sent_at is None else self._last_ok_before(sent_at)
+        if sent_at is None or before is None or not math.isfinite(shortest) \
+                or self._resumed_at - now >= T.hold_long:
+            return ""
+        refused = sent_at - before
+        fit = min(self.max_rate, T.fit_share / shortest)
+        if not T.strict_near * shortest <= refused < shortest or fit <= self.rate:
+            return ""
+        top = min(self.max_rate, 1.0 / refused)
+        self._trial = (now + T.round, self.rate, self.ceiling or self.rate)
+        self.rate = self.ceiling = fit
+        self._cut_rate = fit  # a refusal under the fit after the trial is one it did not prevent
+        self._top = top if top > fit * (1.0 + T.tolerance) else 0.0
+        self._start_climb(now, fast=True)
+        self._k = T.round  # the level held for the trial (the climb is flat: the rate is the level)
+        self._episode_cut()
+        return (f"; but a bucket with no burst fits the gaps (refused {refused:.4g}s, accepted "
+                f"{shortest:.4g}s): paced at {fit:.3g}/s on trial for {T.round:g}s, then searching up "
+                f"to {top:.3g}/s")
+
+    def _trial_refused(self: _StartPhaseState, now: float, sent_at: float | None) -> bool:
+        """A refusal of a send made while the start's fit was on trial (:meth:`_start_strict`): the
+        bucket-with-no-burst fit is wrong (a bucket still paying back its burst, a window or a counter
+        still full), so the rate and ceiling are the start's ordinary halving after all, and the
+        refusal is part of the start's overshoot (its episode probes on). True when it was one."""
+        trial = self._trial
+        if not trial or sent_at is None:
+            return False
+        until, rate, ceiling = trial
+        if not until - T.round <= sent_at < until:
+            if sent_at >= until:
+                self._trial = ()
+            return False
+        self._trial = ()
+        self.generation += 1
+        self.rate = rate
+        self.ceiling = ceiling
+        self._cut_rate = rate
+        self._top = 0.0
+        self._pushbacks.append(now)
+        self._quiet_until = now + 1.0 / max(rate, self.min_rate)
+        self._start_climb(now, fast=True)
+        if self._episode_opens(now, True, sent_at):
+            self._episode_cut()
+        self._decide(now, f"start: the fit's pace was refused on trial, no bucket with no burst; "
+                     f"rate {rate:.3g}/s, ceiling {ceiling:.3g}/s (the start's halving)")
+        return True
