@@ -50,6 +50,14 @@ round showed (:meth:`StartPhase._start_refused`): the window of one may have
 allowed far more than any send showed, and each overshoot of that site costs a
 hold.
 
+A refusal whose gap to the last accepted send is just under the shortest gap accepted (every
+start's is, its doubling shortening each gap) fits a bucket with no burst, whose rate lies between
+the two gaps': such a bucket owes nothing (refused requests take nothing from it), so the halving
+would only cost it the climb back. The scope paces at the accepted gap's fit instead, on trial for
+one round, then searches up to the refused gap's rate (:meth:`StartPhase._start_strict`); a
+refusal in the trial (a burst's debt, a window or a counter still full) restores the halving
+(``_trial``: when the trial ends, and the halving's rate and ceiling).
+
 The state is two numbers on the controller: the good rate (``_good_rate``) and
 the lowest latency seen (``_low_latency``, 0 for none); the send record
 (``_rampup_sends``) keeps when the send before the door's went.
@@ -117,6 +125,9 @@ class StartPhase:
     """The start-phase part of a rampup controller (its attributes live on :class:`Rampup`)."""
 
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    # declared for the assignments below, which might narrow them
+    ceiling: float | None
+    _trial: tuple[float, ...]
 
     def _start_round(self: _StartPhaseState) -> float:
         """Seconds per doubling, within ``[T.min_round, T.round]``: the lowest latency seen, or
