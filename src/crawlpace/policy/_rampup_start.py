@@ -109,12 +109,14 @@ class _StartPhaseState(Protocol):
     _quiet_until: float
     _pushbacks: deque[float]
     _trial: tuple[float, ...]
+    _ep_since: float
+    _ep_gap: float
+    _cycle_refused: int
 
     def allowed_rate(self, now: float) -> float: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
-    def _episode_opens(self, now: float, can_cut: bool, sent_at: float | None) -> bool: ...
     def _episode_cut(self) -> None: ...
     def _start_round(self) -> float: ...
     def _start_floor(self, door: bool = True) -> float: ...
@@ -317,7 +319,7 @@ class StartPhase:
         if not T.strict_near * shortest <= refused < shortest or fit <= self.rate:
             return ""
         top = min(self.max_rate, 1.0 / refused)
-        self._trial = (now + T.round, self.rate, self.ceiling or self.rate)
+        self._trial = (now, now + T.round, self.rate, self.ceiling or self.rate)
         self.rate = self.ceiling = fit
         self._cut_rate = fit  # a refusal under the fit after the trial is one it did not prevent
         self._top = top if top > fit * (1.0 + T.tolerance) else 0.0
@@ -332,16 +334,21 @@ class StartPhase:
         """A refusal of a send made while the start's fit was on trial (:meth:`_start_strict`): the
         bucket-with-no-burst fit is wrong (a bucket still paying back its burst, a window or a counter
         still full), so the rate and ceiling are the start's ordinary halving after all, and the
-        refusal is part of the start's overshoot (its episode probes on). True when it was one."""
+        refusal is part of the start's overshoot: its episode probes on from the halved rate's gap,
+        as it would have from the start's refusal. The trial's other sends' refusals are its own
+        too, no probe's. True when the refusal answers a send made in the trial."""
         trial = self._trial
         if not trial or sent_at is None:
             return False
-        until, rate, ceiling = trial
-        if not until - T.round <= sent_at < until:
+        since, until, rate, ceiling = trial
+        if not since <= sent_at < until:
             if sent_at >= until:
                 self._trial = ()
             return False
-        self._trial = ()
+        self._cycle_refused += 1
+        if rate <= 0.0:
+            return True  # the trial has failed already: one more of the sends made before its verdict
+        self._trial = (since, now, 0.0, 0.0)
         self.generation += 1
         self.rate = rate
         self.ceiling = ceiling
@@ -350,8 +357,9 @@ class StartPhase:
         self._pushbacks.append(now)
         self._quiet_until = now + 1.0 / max(rate, self.min_rate)
         self._start_climb(now, fast=True)
-        if self._episode_opens(now, True, sent_at):
-            self._episode_cut()
+        if self._ep_since == NEVER:
+            self._ep_since = now
+        self._ep_gap = 1.0 / max(rate, self.min_rate)
         self._decide(now, f"start: the fit's pace was refused on trial, no bucket with no burst; "
                      f"rate {rate:.3g}/s, ceiling {ceiling:.3g}/s (the start's halving)")
         return True

@@ -294,8 +294,9 @@ class RampupState:
     # (_rampup_cut).
     _ok_lat: deque[float] = field(default_factory=lambda: deque(maxlen=2 * LATENCIES_KEPT))
     _no_burst: bool = False  # a refusal came just under the shortest accepted gap (_rampup_cut)
-    # -- start3 -- the start's refusal paced at a bucket-with-no-burst fit on trial (_rampup_start): until
-    # when the trial's sends go, and the rate and ceiling the ordinary halving would have left (): none.
+    # -- start3 -- the start's refusal paced at a bucket-with-no-burst fit on trial (_rampup_start):
+    # when the trial began and ends (its verdict, once refused), and the rate and ceiling the ordinary
+    # halving would have left (0 once refused; (): no trial).
     _trial: tuple[float, ...] = ()
     # A level held before the limit fell under it (0: none), the quiet before the next search
     # back up to it, and the level that search started from (_rampup_recall).
