@@ -50,13 +50,11 @@ round showed (:meth:`StartPhase._start_refused`): the window of one may have
 allowed far more than any send showed, and each overshoot of that site costs a
 hold.
 
-A refusal whose gap to the last accepted send is just under the shortest gap accepted (every
-start's is, its doubling shortening each gap) fits a bucket with no burst, whose rate lies between
-the two gaps': such a bucket owes nothing (refused requests take nothing from it), so the halving
-would only cost it the climb back. The scope paces at the accepted gap's fit instead, on trial for
-one round, then searches up to the refused gap's rate (:meth:`StartPhase._start_strict`); a
-refusal in the trial (a burst's debt, a window or a counter still full) restores the halving
-(``_trial``: when the trial ends, and the halving's rate and ceiling).
+A refusal whose gap to the last accepted send is just under the shortest gap accepted fits a
+bucket with no burst, whose rate lies between the two gaps': the climb back then levels out at the
+accepted gap's fit and searches up to the refused gap's rate from there, within seconds
+(:meth:`StartPhase._start_strict`). The halving stays: every start's refusal fits (its doubling
+shortens each gap), a burst's, a window's or a counter's too, and those owe a debt first.
 
 The state is two numbers on the controller: the good rate (``_good_rate``) and
 the lowest latency seen (``_low_latency``, 0 for none); the send record
@@ -100,24 +98,12 @@ class _StartPhaseState(Protocol):
     start_rate: float
     _ok_sends: deque[float]
     ceiling: float | None
-    generation: int
     _gap_ok: float
     _top: float
-    _cut_rate: float
-    _k: float
-    _climb: float
-    _quiet_until: float
-    _pushbacks: deque[float]
-    _trial: tuple[float, ...]
-    _ep_since: float
-    _ep_gap: float
-    _cycle_refused: int
 
     def allowed_rate(self, now: float) -> float: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
-    def _decide(self, now: float, decision: str) -> None: ...
-    def _episode_cut(self) -> None: ...
     def _start_round(self) -> float: ...
     def _start_floor(self, door: bool = True) -> float: ...
     def _door_open(self) -> bool: ...
@@ -127,9 +113,7 @@ class StartPhase:
     """The start-phase part of a rampup controller (its attributes live on :class:`Rampup`)."""
 
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
-    # declared for the assignments below, which might narrow them
-    ceiling: float | None
-    _trial: tuple[float, ...]
+    ceiling: float | None  # declared for the assignment below, which might narrow it
 
     def _start_round(self: _StartPhaseState) -> float:
         """Seconds per doubling, within ``[T.min_round, T.round]``: the lowest latency seen, or
@@ -290,76 +274,38 @@ class StartPhase:
         return max(rate, min(ceiling, good * share))
 
     def _start_strict(self: _StartPhaseState, now: float, sent_at: float | None) -> str:
-        """After the start phase's first refusal (cut as usual): pace at a bucket-with-no-burst fit,
-        on trial, when the refusal fits one; returns what it did, for the cut's log line ("": nothing).
+        """After the start phase's first refusal (halved as usual): where a bucket with no burst fits
+        it, level out at that fit and search up to the refused gap's rate from there; returns what it
+        did, for the cut's log line ("": nothing).
 
         The refused send's gap to the last accepted one was just under the shortest gap accepted
-        (at least ``T.strict_near`` of it, and shorter): a bucket with no burst refuses the first gap
-        shorter than its own, so its rate lies between the two gaps' rates. The halving pays back a
-        burst the start's overshoot spent, a debt such a bucket does not have (refused requests take
-        nothing from it), and the climb back cost it a tenth of its limit (nginx ``limit_req`` with
-        no ``burst``: the halved rate climbed to the start's ceiling and sat there, 0.78 of the
-        limit, the probe beyond it a window away). So the scope paces at ``T.fit_share`` of the
-        shortest accepted gap's rate, holds that level for one ``T.round``, and then searches up
-        (by halves, ``_rampup_search``) to the refused gap's rate: a refusal there is the steady
-        phase's strict fit (``_strict_fit``), which paces at the gap accepted.
+        (at least ``T.strict_near`` of it): a bucket with no burst refuses the first gap shorter than
+        its own, so its rate lies between the two gaps' rates, and pacing at ``T.fit_share`` of the
+        accepted one's is safe. The climb back levels out there (if that is higher than the start's
+        own ceiling), and once it has held it, the search (``_rampup_search``) climbs by halves to the
+        refused gap's rate: within seconds, where the probe beyond a ceiling takes most of a window
+        (nginx ``limit_req`` with no ``burst`` sat at 0.84 of its limit for the rest of the crawl). A
+        refusal on the way is the steady phase's, and its strict fit paces at the gap accepted.
 
-        The start's doubling shortens every gap, so a bucket with a burst, a window or a counter
-        fits too: each refuses a send paced at the fit within that round (the burst's debt, the
-        count still full). Such a refusal ends the trial (:meth:`_trial_refused`). A hold of
-        ``T.hold_long`` or more has rules of its own (:meth:`_start_resume`).
+        The halving stays: the start's doubling shortens every gap, so a bucket with a burst, a window
+        or a counter fits just as well, and each of those has a debt to pay back first (pacing at the
+        fit at once drew a second refusal from each, and cost a counter that counts refusals a longer
+        lock-out). A refusal that came with a hold is left to the hold's rules: a strict bucket's
+        refusal costs nothing, and nginx's sends none.
         """
         shortest = self._gap_ok
         before = None if sent_at is None else self._last_ok_before(sent_at)
-        if sent_at is None or before is None or not math.isfinite(shortest) \
-                or self._resumed_at - now >= T.hold_long:
+        if sent_at is None or before is None or not math.isfinite(shortest) or self._resumed_at > now:
             return ""
         refused = sent_at - before
-        fit = min(self.max_rate, T.fit_share / shortest)
-        if not T.strict_near * shortest <= refused < shortest or fit <= self.rate:
+        if not T.strict_near * shortest <= refused < shortest:
             return ""
+        fit = min(self.max_rate, T.fit_share / shortest)
         top = min(self.max_rate, 1.0 / refused)
-        self._trial = (now, now + T.round, self.rate, self.ceiling or self.rate)
-        self.rate = self.ceiling = fit
-        self._cut_rate = fit  # a refusal under the fit after the trial is one it did not prevent
-        self._top = top if top > fit * (1.0 + T.tolerance) else 0.0
+        level = max(self.ceiling or 0.0, fit)
+        if top <= level * (1.0 + T.tolerance):
+            return ""
+        self.ceiling, self._top = level, top
         self._start_climb(now, fast=True)
-        self._k = T.round  # the level held for the trial (the climb is flat: the rate is the level)
-        self._episode_cut()
-        return (f"; but a bucket with no burst fits the gaps (refused {refused:.4g}s, accepted "
-                f"{shortest:.4g}s): paced at {fit:.3g}/s on trial for {T.round:g}s, then searching up "
-                f"to {top:.3g}/s")
-
-    def _trial_refused(self: _StartPhaseState, now: float, sent_at: float | None) -> bool:
-        """A refusal of a send made while the start's fit was on trial (:meth:`_start_strict`): the
-        bucket-with-no-burst fit is wrong (a bucket still paying back its burst, a window or a counter
-        still full), so the rate and ceiling are the start's ordinary halving after all, and the
-        refusal is part of the start's overshoot: its episode probes on from the halved rate's gap,
-        as it would have from the start's refusal. The trial's other sends' refusals are its own
-        too, no probe's. True when the refusal answers a send made in the trial."""
-        trial = self._trial
-        if not trial or sent_at is None:
-            return False
-        since, until, rate, ceiling = trial
-        if not since <= sent_at < until:
-            if sent_at >= until:
-                self._trial = ()
-            return False
-        self._cycle_refused += 1
-        if rate <= 0.0:
-            return True  # the trial has failed already: one more of the sends made before its verdict
-        self._trial = (since, now, 0.0, 0.0)
-        self.generation += 1
-        self.rate = rate
-        self.ceiling = ceiling
-        self._cut_rate = rate
-        self._top = 0.0
-        self._pushbacks.append(now)
-        self._quiet_until = now + 1.0 / max(rate, self.min_rate)
-        self._start_climb(now, fast=True)
-        if self._ep_since == NEVER:
-            self._ep_since = now
-        self._ep_gap = 1.0 / max(rate, self.min_rate)
-        self._decide(now, f"start: the fit's pace was refused on trial, no bucket with no burst; "
-                     f"rate {rate:.3g}/s, ceiling {ceiling:.3g}/s (the start's halving)")
-        return True
+        return (f"; a bucket with no burst fits the gaps (refused {refused:.4g}s, accepted {shortest:.4g}s): "
+                f"level {level:.3g}/s, then searching up to {top:.3g}/s")

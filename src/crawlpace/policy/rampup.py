@@ -294,10 +294,6 @@ class RampupState:
     # (_rampup_cut).
     _ok_lat: deque[float] = field(default_factory=lambda: deque(maxlen=2 * LATENCIES_KEPT))
     _no_burst: bool = False  # a refusal came just under the shortest accepted gap (_rampup_cut)
-    # -- start3 -- the start's refusal paced at a bucket-with-no-burst fit on trial (_rampup_start):
-    # when the trial began and ends (its verdict, once refused), and the rate and ceiling the ordinary
-    # halving would have left (0 once refused; (): no trial).
-    _trial: tuple[float, ...] = ()
     # A level held before the limit fell under it (0: none), the quiet before the next search
     # back up to it, and the level that search started from (_rampup_recall).
     _recall: float = 0.0
@@ -414,8 +410,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # too short for a limit with no room for a burst, which says nothing of the rate.
             self._decide(now, "door: the page sent at once after robots.txt was refused; its gap, "
                          "not the rate, was too short")
-        elif pushback and answered and self._trial_refused(now, sent_at):
-            pass  # the fit on trial was wrong: halved as the start's refusal is otherwise (_rampup_start)
         elif pushback and answered and not self._episode_opens(now, can_cut, sent_at):
             self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
                          f"{self._ep_gap:.3g}s, until one is accepted")
