@@ -285,8 +285,8 @@ class CutRules:
         self._start_climb(now, fast=cascade or gentle)  # a gentle cut's level is near: no need to dawdle
         self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
                         steady=steady, refused=refused, pace=allowed)
-        # The start's refusal of a gap just under the shortest accepted: a bucket with no burst fits it,
-        # paced at the fit on trial instead of the halving (_rampup_start).
+        # The start's refusal of a gap just under the shortest accepted fits a bucket with no burst: the
+        # climb levels out at the accepted gap's rate and searches up to the refused one's (_rampup_start).
         fitted = self._start_strict(now, sent_at) if not steady and refused and not slots else ""
         # A long hold resumes at the level (_after_cut): a refusal there, before any growth, is one
         # the cut did not prevent, not a new limit above it.
@@ -294,7 +294,7 @@ class CutRules:
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback near the last one's rate" if gentle else "pushback",
                 "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
-        resumed = " (the hold is the cut: at the level after it)" if self.rate > rate and not fitted else ""
+        resumed = " (the hold is the cut: at the level after it)" if self.rate > rate else ""
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
                      f"{low:g}-{high:g}); rate x{beta:.3g} -> {rate:.3g}/s{resumed}, ceiling {ceiling:.3g}/s"
                      f"{fitted}")
