@@ -407,6 +407,32 @@ async def test_strict_buckets_without_burst(rate: float, share: float) -> None:
     assert out.refused <= 10
 
 
+@pytest.mark.parametrize(("rate", "share"), [(10.0, 0.83), (25.0, 0.84), (40.0, 0.76)])  # was 0.76, 0.79, 0.7
+async def test_the_start_refused_by_a_strict_bucket_searches_past_its_ceiling_within_seconds(
+        rate: float, share: float) -> None:
+    # nginx limit_req with no burst: 429s at once, robots.txt first, pages in 3 ms. The start's refusal (a
+    # gap just under the shortest accepted) was halved and the climb levelled out at 0.84 of the refused
+    # rate for the rest of the crawl, the probe beyond it a window away. Now it levels out at the accepted
+    # gap's rate and searches up to the refused one's: 9.8/s from 15 s on at 10/s.
+    out = await crawl(Bucket(rate, 1.0), 30.0, latency=0.003, robots=0.005, instant=True)
+    assert out.share >= share
+    assert out.refused <= 3
+
+
+@pytest.mark.parametrize(("limiter", "share", "refusals"),
+                         [(Bucket(15.0, 5.0), 0.85, 3), (RequestRate(30.0, 3.0), 0.7, 6),
+                          (ClockWindow(11, 1.0), 0.68, 4)],
+                         ids=["bucket-with-burst", "counter", "window"])
+async def test_a_start_refusal_that_only_looks_strict_keeps_its_halving(limiter: Limiter, share: float,
+                                                                         refusals: int) -> None:
+    # A bucket with a burst, a counter that counts refusals and a window fit a bucket with no burst at the
+    # start's refusal too (its doubling shortens every gap), and each owes a debt: paced at the fit at
+    # once, each drew a second refusal (0.87 / 4, 0.70 / 7 and a longer lock-out, 0.69 / 5).
+    out = await crawl(limiter, 20.0, latency=0.003)
+    assert out.share >= share
+    assert out.refused <= refusals
+
+
 # Request-rate counters that count refused requests too (HAProxy's http_req_rate): limit per period,
 # crawl seconds, and the share and refusals each must keep, with what it was before.
 @pytest.mark.parametrize(("limit", "period", "seconds", "share", "refusals"), [
