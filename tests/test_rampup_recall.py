@@ -159,3 +159,15 @@ async def test_a_recall_refused_past_a_level_it_reached_keeps_the_rise() -> None
     await crawl(site, 60.0)
     assert site.rate(38.0, 52.0) >= 10.5  # was 9.29
     assert len(site.refused) <= 10
+
+
+async def test_a_counter_that_falls_as_the_search_leaves_its_fit_is_recalled_at_the_fit() -> None:
+    # HAProxy-style, 275 per 7.2 s (38/s): the first lock-out fits 35/s over its 8 s cycle, and the
+    # limit falls by a third (25/s) as the search leaves the fit. The next lock-out, its counter still
+    # full of the old count, fits 4.6/s; the level refused had been held only 0.5 s, less than a
+    # lock-out lasts, so nothing was remembered and the scope stayed at 4.6/s after the limit rose to
+    # 46/s. The fit's own level, taken over its whole cycle, is the memory.
+    site = Shifting(RequestRate(275.0, 7.2), [(8.6, 0.66), (22.0, 1.2)])
+    await crawl(site, 60.0)
+    assert site.rate(35.0, 60.0) >= 20.0  # was 4.5
+    assert len(site.refused) <= 22

@@ -86,6 +86,7 @@ class _RecallState(Protocol):
     _ok_sends: deque[float]
     hold_learned: float
     _fit_span: float
+    _cycle_rate: float
 
     @property
     def _pushbacks(self) -> deque[float]: ...
@@ -139,10 +140,17 @@ class LevelRecall:
             held, since = took, at - T.round
         else:
             return  # the same fall's refusals, or a climb's
+        span = now - since
+        if span < self.hold_learned <= self._fit_span and self._cycle_rate > 0.0:
+            # A level a search above a lock-out's fit reached only briefly: the fit is what the site
+            # took over its whole cycle, longer than the lock-out, and that is the evidence of the
+            # limit before this fall (a counter of 275 per 7.2 s fitted at 35/s fell by a third as
+            # the search left the fit; its next lock-out, still full of the old count, fitted 4.6/s).
+            held, span = min(held, self._cycle_rate), self._fit_span
         # A memory that a lock-out would discard (held for less time than the lock-out lasted) is no
         # evidence of the limit before this fall: the level held since the last change is.
         if held > self._recall or self._memory_weak():
-            self._recall, self._recall_span = held, now - since
+            self._recall, self._recall_span = held, span
             self._recall_wait = self._climb_time(fast=True)
 
     def _memory_weak(self: _RecallState) -> bool:
