@@ -22,7 +22,9 @@ false memory (a bucket's burst swells the start's last round) costs one
 refused try, below. A
 level held for less time than a lock-out lasted (``hold_learned``, with a
 lock-out fitted) is forgotten: a window's count or a counter's allowance let
-it through, which says nothing of the limit. Nor does it outweigh a later
+it through, which says nothing of the limit; a level a search above a
+lock-out's fit reached only briefly is remembered as the fit, what the site
+took over the fit's whole cycle. Nor does a discarded memory outweigh a later
 fall's level: a change of the limit is a change point, and the level held
 since the last one is the evidence of what the site took before this fall
 (a window's start trip left a memory held 0.07 s, which hid the 11 s held at
