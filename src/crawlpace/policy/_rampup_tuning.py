@@ -19,7 +19,7 @@ numbers:
   line sizes the slots too; a hang's duration is smoothed as a latency is);
 * a number that follows from others is a property, whose formula states the
   reason (``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
-  ``start_ceiling_share``, ``good_share``);
+  ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
@@ -127,10 +127,6 @@ class RampupTuning:
     #: Where the climb levels out after an ordinary cut, as a share of the failing rate (chosen):
     #: over the cut, so the climb gains back part of it, and under the rate that failed.
     ceiling_share: float = 0.92
-    #: The time to climb back to the ceiling, as a share of the window per target pushback (chosen):
-    #: the climb takes three quarters of the time the band allows per pushback, and the rest probes
-    #: beyond the ceiling, so the probe's refusal is the band's one.
-    climb_share: float = 0.75
     #: How much quicker the climb is after a deep cut (chosen): the limit then lies between the cut
     #: rate and the refused one, near, so the climb takes a sixth of the usual time.
     fast_climb: float = 6.0
@@ -142,9 +138,6 @@ class RampupTuning:
     #: share under the good rate (``good_ceiling``). A rampup scope's delays are lengthened by at most
     #: this share (``RAMPUP_JITTER``, one-sided: sends spread without ever going over the pace).
     tolerance: float = 0.05
-    #: How much quicker a climb of the search is than the quick climb after a deep cut (chosen): each
-    #: step of the search halves the interval the limit lies in, as a bisection does.
-    search_pace: float = 2.0
 
     # -- overshoot episodes and fits --
     #: The level after an episode is at least this share of the cycle's accepted rate: the rate was
@@ -193,10 +186,6 @@ class RampupTuning:
     baseline_windows: int = 10
 
     # -- slots --
-    #: A refusal answered in less than this share of the baseline latency was refused on arrival, and
-    #: caps the slots when at least ``confirm`` requests were in flight (fewer may be a backend
-    #: failing at once; a cap read from latency is never under that count either).
-    quick_refusal: float = 0.5
     #: (The mean time a failure without an answer held its slot is smoothed as latencies are, with
     #: ``LATENCY_WEIGHT``: a hang is a latency that ended without an answer.)
     #: Weight of the newest outcome in the share of failures without an answer (hangs): a few hangs
@@ -268,6 +257,31 @@ class RampupTuning:
         cut that was not deep left the rate (``cut_over`` at the deepest), within ``tolerance``
         (``cut_over * (1 - tolerance)``, 0.76); a deep cut leaves it at half."""
         return self.cut_over * (1.0 - self.tolerance)
+
+    @property
+    def climb_share(self) -> float:
+        """The time to climb back to the ceiling, as a share of the window per target pushback: the
+        climb takes all but the last ``late_share`` of the time the band allows per pushback, and
+        that last share probes beyond the ceiling, so the probe's refusal is the band's one and a
+        limit that rose is found at most that share of the time late, as a silence's end is
+        (``1 - late_share``, 0.75)."""
+        return 1.0 - self.late_share
+
+    @property
+    def search_pace(self) -> float:
+        """How much quicker a climb of the search is than the quick climb after a deep cut: each step
+        of the search halves the interval the limit lies in, as a bisection does, the same halving
+        that undoes one doubling (``1 / cut_deep``, 2)."""
+        return 1.0 / self.cut_deep
+
+    @property
+    def quick_refusal(self) -> float:
+        """A refusal answered in less than this share of the baseline latency was refused on arrival,
+        and caps the slots when at least ``confirm`` requests were in flight (fewer may be a backend
+        failing at once; a cap read from latency is never under that count either). Quicker by more
+        than one doubling, the step rampup tells rates apart by, is another kind of answer: no
+        service time, only the way there and back (``cut_deep``, 0.5)."""
+        return self.cut_deep
 
     @property
     def lockout_gaps(self) -> float:
