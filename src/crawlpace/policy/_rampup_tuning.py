@@ -19,7 +19,7 @@ numbers:
   line sizes the slots too; a hang's duration is smoothed as a latency is);
 * a number that follows from others is a property, whose formula states the
   reason (``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
-  ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``);
+  ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``, ``strict_near``);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
@@ -156,9 +156,6 @@ class RampupTuning:
     #: burst in a moment); later, it may be a send that a loaded machine bunched at a pace a little
     #: under a bucket with no burst (5/s, 5 s holds).
     late_share: float = 0.25
-    #: A refused gap at least this share of the shortest accepted one is a bucket with no burst
-    #: refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times shorter).
-    strict_near: float = 0.8
 
     # -- latency --
     #: Latency: stop growing past ``knee * baseline + knee_slack`` (seconds) ... The slots are sized
@@ -282,6 +279,15 @@ class RampupTuning:
         than one doubling, the step rampup tells rates apart by, is another kind of answer: no
         service time, only the way there and back (``cut_deep``, 0.5)."""
         return self.cut_deep
+
+    @property
+    def strict_near(self) -> float:
+        """A refused gap at least this share of the shortest accepted one is a bucket with no burst
+        refusing: its limit lies between the two gaps (a bursty bucket accepts gaps many times
+        shorter). A gap is a rate turned over, and near is one idea: the refused rate is near the
+        accepted one as a refusal's rate is near the last refusal's (``near_share``, 0.76; 0.8 before,
+        with the same outcome in every fake-clock limiter crawl)."""
+        return self.near_share
 
     @property
     def lockout_gaps(self) -> float:
