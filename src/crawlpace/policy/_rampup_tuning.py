@@ -19,7 +19,8 @@ numbers:
   line sizes the slots too; a hang's duration is smoothed as a latency is);
 * a number that follows from others is a property, whose formula states the
   reason (``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
-  ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``, ``strict_near``);
+  ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``,
+  ``strict_near``);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
