@@ -446,6 +446,21 @@ async def test_a_counter_refusing_at_once_is_probed_after_a_slot_cut(latency: fl
     assert out.share >= 0.85  # 0.87 and 0.86 before
 
 
+# HAProxy's periods follow its own clock, not the crawler's first request: the first period began
+# this many seconds before it. Pages in 3 ms, 429s at once (bench/real_limiters.py's HAProxy).
+@pytest.mark.parametrize(("start", "share", "refusals"), [
+    (-1.1, 0.9, 18),
+    (-2.8, 0.9, 31),
+    (-4.7, 0.9, 17),
+    (-6.0, 0.65, 13),
+])
+async def test_a_counter_whose_periods_started_before_the_crawl(start: float, share: float,
+                                                                refusals: int) -> None:
+    out = await crawl(RequestRate(100.0, 10.0, _start=start), 30.0, latency=0.003, instant=True)
+    assert out.share >= share
+    assert out.refused <= refusals
+
+
 async def test_a_counter_whose_limit_fell_under_the_lockout_fit_is_cut_after_its_drain() -> None:
     # 26 per 1.3 s falling to 0.61 of it at 6 s: the lock-out then fits 13.9/s, 14 % over the new
     # 12.2/s. A refusal early in the fitted cycle may be the counter's drain (no cut); later ones are
