@@ -245,3 +245,18 @@ def test_a_bucket_with_room_catches_a_late_send_up() -> None:
     assert roomy.catch_up == pytest.approx(3 * roomy.gap)
     assert tight.catch_up == 0.0
     assert tight.inflight == 1
+
+
+def test_a_counter_site_is_judged_on_its_own_periods() -> None:
+    # A counter whose first period was 0.6 gone at the first request: the oracle's shadow (told the
+    # phase) sends a whole count in that short first period and the next one right after. The judge
+    # reads the site's own periods, so a sender the site never refused is never over its limit.
+    limit, period, phase = 100, 10.0, 0.6
+    site = RequestRateSite(limit=limit, period=period, phase=phase)
+    shadow, now = oracle.CounterShadow(), 0.0
+    for _ in range(4 * limit):
+        now = shadow.due(now, limit, period, phase)
+        shadow.take(now, period, phase)
+        assert site.counter.take(now)
+        site.stats.limited(now)
+    assert site.stats.peak_per_window <= limit

@@ -150,6 +150,11 @@ class RequestRateSite(CountingSite):
         """The counter itself: its highest reading."""
         return self.period, "counter"
 
+    @property
+    def window_phase(self) -> float:
+        """Where the counter's first period stands at the first request (see :class:`RequestRate`)."""
+        return self.phase
+
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request; serve it when the reading allows, else refuse it."""
         if self.counter.take(now):
