@@ -160,9 +160,9 @@ class SiteStats:
         (any span), ``"clock"`` (aligned to the clock), ``"chained"`` (from the first limited arrival)
         or ``"counter"``: HAProxy's request-rate counter over periods of ``seconds``, the first of them
         ``phase`` gone at the first limited arrival (as the site's own counter runs), read as
-        ``current + previous * (time left / period)`` (see :class:`~crawlpace.sim._limits.RequestRate`). A client within such a counter's rule may send
-        more than its limit in one span of a period (the previous period's weight drains as it goes),
-        so its peak is the reading, not a count."""
+        ``current + previous * (time left / period)`` (see :class:`~crawlpace.sim._limits.RequestRate`).
+        A client within such a counter's rule may send more than its limit in one span of a period
+        (the previous period's weight drains as it goes), so its peak is the reading, not a count."""
         if kind not in WINDOW_KINDS:
             raise ValueError(f"window kind must be one of {', '.join(WINDOW_KINDS)}, got {kind!r}")
         if not (math.isfinite(seconds) and seconds > 0):
