@@ -197,6 +197,28 @@ def test_counter_shadow_is_never_refused_and_keeps_the_counters_pace(limit: int,
     assert sends / now >= 0.95 * (limit - 1) / period
 
 
+@pytest.mark.parametrize("phase", [0.28, 0.6, 0.93])
+def test_counter_shadow_told_the_phase_is_never_refused(phase: float) -> None:
+    # The site's periods follow its clock (``phase`` of the first one gone at the first request);
+    # a shadow that started them at its first send would spend the first count twice in one period.
+    limit, period, lag = 100, 10.0, 0.005
+    shadow, counter = oracle.CounterShadow(), RequestRate(limit, period, phase)
+    now, refused = 0.0, 0
+    for index in range(6 * limit):
+        now = shadow.due(now, limit, period, phase)
+        shadow.take(now, period, phase)
+        refused += not counter.take(now + lag * ((index + 1) % 2))
+    assert refused == 0
+    assert 6 * limit / now >= 0.95 * (limit - 1) / period
+    blind = oracle.CounterShadow()
+    counter, now, refused = RequestRate(limit, period, phase), 0.0, 0
+    for _ in range(3 * limit):
+        now = blind.due(now, limit, period)
+        blind.take(now, period)
+        refused += not counter.take(now)
+    assert refused > 0  # not told the phase: refused (12, 44 and 77 times)
+
+
 def test_shadow_waits_for_the_previous_periods_weight() -> None:
     shadow = oracle.CounterShadow()
     for _ in range(9):
@@ -223,3 +245,18 @@ def test_a_bucket_with_room_catches_a_late_send_up() -> None:
     assert roomy.catch_up == pytest.approx(3 * roomy.gap)
     assert tight.catch_up == 0.0
     assert tight.inflight == 1
+
+
+def test_a_counter_site_is_judged_on_its_own_periods() -> None:
+    # A counter whose first period was 0.6 gone at the first request: the oracle's shadow (told the
+    # phase) sends a whole count in that short first period and the next one right after. The judge
+    # reads the site's own periods, so a sender the site never refused is never over its limit.
+    limit, period, phase = 100, 10.0, 0.6
+    site = RequestRateSite(limit=limit, period=period, phase=phase)
+    shadow, now = oracle.CounterShadow(), 0.0
+    for _ in range(4 * limit):
+        now = shadow.due(now, limit, period, phase)
+        shadow.take(now, period, phase)
+        assert site.counter.take(now)
+        site.stats.limited(now)
+    assert site.stats.peak_per_window <= limit

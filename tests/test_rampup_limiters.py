@@ -474,6 +474,29 @@ async def test_a_counter_refusing_at_once_is_probed_after_a_slot_cut(latency: fl
     assert out.share >= 0.85  # 0.87 and 0.86 before
 
 
+# HAProxy's periods follow its own clock, not the crawler's first request: the first period began
+# this many seconds before it. Pages in 3 ms (50 ms for 600 per minute), 429s at once.
+# At -2.8 s the lock-out ends 1.6 s early and its fit is 11.1/s (limit 10); the search stepped to
+# 13.9/s, judged held within 4 s, and after the cut to 10.8/s refused pairs every 0.6 s were excused
+# as the counter's drain for the whole fitted cycle (31 refusals). On 600 per minute the excuse ran
+# 48 s at 13.2/s. A cut of a level refused within a fitted cycle of the last episode's end excuses
+# one refusal as the drain, not more: a drain at an even rate only falls.
+# (-6 s: a second lock-out is fitted at 1.7/s, "5 through in 2.9 s": not solved.)
+@pytest.mark.parametrize(("limit", "period", "start", "seconds", "latency", "share", "refusals"), [
+    (100.0, 10.0, -1.1, 30.0, 0.003, 0.9, 18),
+    (100.0, 10.0, -2.8, 30.0, 0.003, 0.9, 16),    # was 31
+    (100.0, 10.0, -4.7, 30.0, 0.003, 0.9, 17),
+    (100.0, 10.0, -6.0, 30.0, 0.003, 0.65, 13),
+    (600.0, 60.0, -4.7, 120.0, 0.05, 0.95, 30),   # was 65
+], ids=["100-per-10s-1.1", "100-per-10s-2.8", "100-per-10s-4.7", "100-per-10s-6", "600-per-minute-4.7"])
+async def test_a_counter_whose_periods_started_before_the_crawl(limit: float, period: float, start: float,
+                                                                seconds: float, latency: float, share: float,
+                                                                refusals: int) -> None:
+    out = await crawl(RequestRate(limit, period, _start=start), seconds, latency=latency, instant=True)
+    assert out.share >= share
+    assert out.refused <= refusals
+
+
 async def test_a_counter_whose_limit_fell_under_the_lockout_fit_is_cut_after_its_drain() -> None:
     # 26 per 1.3 s falling to 0.61 of it at 6 s: the lock-out then fits 13.9/s, 14 % over the new
     # 12.2/s. A refusal early in the fitted cycle may be the counter's drain (no cut); later ones are

@@ -83,6 +83,20 @@ def test_request_rate_counts_refusals_like_haproxy() -> None:
     assert not any(answers[10:])
 
 
+def test_request_rate_periods_follow_the_servers_clock() -> None:
+    # HAProxy's periods are not started by the client: with 0.7 of the first one gone at the first
+    # request, the 10 sent then roll into the previous period 0.3 s later and weigh 10 * 0.7 at 0.6.
+    rate = RequestRate(limit=10, period=1.0, phase=0.7)
+    assert all(rate.take(0.01 * n) for n in range(10))
+    assert rate.reading(0.6) == pytest.approx(7.0)
+    assert rate.take(0.6)  # 1 + 7: allowed; with periods from the first request it would read 11
+    aligned = RequestRate(limit=10, period=1.0)
+    assert all(aligned.take(0.01 * n) for n in range(10))
+    assert not aligned.take(0.6)
+    with pytest.raises(ValueError, match="phase"):
+        RequestRate(limit=10, period=1.0, phase=1.5)
+
+
 def test_request_rate_at_an_even_pace_under_the_limit_is_never_refused() -> None:
     rate = RequestRate(limit=10, period=10.0)
     assert all(rate.take(1.25 * n) for n in range(200))  # 8 per 10 s, read as 8 to 9

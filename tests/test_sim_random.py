@@ -12,7 +12,7 @@ import pytest
 
 from crawlpace import ConfigError
 from crawlpace.cli import main
-from crawlpace.sim import HEADER_STYLES, Farm, ShiftingSite, parse_farm
+from crawlpace.sim import HEADER_STYLES, Farm, RequestRateSite, ShiftingSite, parse_farm
 from crawlpace.sim._random import RANDOM_KINDS, draw_farm, farm_toml
 from crawlpace.sim._spec import build_site
 
@@ -72,6 +72,10 @@ def test_parameters_stay_in_their_ranges() -> None:
             if profile == "reqrate":
                 assert 1.0 <= site["period"] <= 60.0
                 assert site["limit"] >= 10
+                assert 0.0 <= site["phase"] < 1.0
+                counted = built.inner if isinstance(built, ShiftingSite) else built
+                assert isinstance(counted, RequestRateSite)
+                assert counted.counter.phase == site["phase"]
             if profile == "conncap":
                 assert 1 <= site["cap"] <= 16
                 assert 0.0 < site["lag"] <= 0.1

@@ -36,11 +36,11 @@ spare, the gap counts from the actual send instead (``catch_up`` is 0):
 * ``window`` with a sliding window: 95 % of ``limit / window``, and at least 30 ms more
   than ``window / limit`` between sends, evenly spaced;
 * ``reqrate`` (HAProxy's ``http_req_rate``): each send as soon as a shadow of the counter, fed
-  with the oracle's own sends, reads at most the limit with it, an arrival's lag allowed for
-  (:class:`CounterShadow`): the first period's whole count at once (the counter has no previous
-  period yet), then as the previous period's weight drains, ``limit - 1`` per period (even sends
-  at the limit would read one more). No refusal is drawn, so that the counter counts refusals
-  does not matter;
+  with the oracle's own sends (and told the phase of the site's periods), reads at most the
+  limit with it, an arrival's lag allowed for (:class:`CounterShadow`): the first period's
+  whole count at once (the counter has no previous period yet), then as the previous period's
+  weight drains, ``limit - 1`` per period (even sends at the limit would read one more). No
+  refusal is drawn, so that the counter counts refusals does not matter;
 * ``conncap``: ``cap`` in flight, each slot resting the site's ``lag`` plus 5 ms after its
   answer, so that the site has freed it before it is used again;
 * ``shifting``: the base profile's plan, scaled by the factor of the schedule from the
@@ -157,6 +157,8 @@ class Plan:
     #: A request-rate counter (HAProxy's ``http_req_rate``): ``count`` per ``period`` seconds, its
     #: reading followed by a shadow of the counter instead of an even gap.
     period: float | None = None
+    #: The share of the counter's first period gone at the site's first arrival (its ``phase``).
+    phase: float = 0.0
 
 
 def best_inflight(site: OverloadSite) -> int:
@@ -177,8 +179,9 @@ class CounterShadow:
     fed with the oracle's own sends, to know when the next one passes.
 
     The counter reads ``current + previous * (time left in the period / period)``, the request
-    counted; a request passes while that is at most the limit. Periods follow each other from the
-    first request. :meth:`due` says when a send reads within the limit, arrivals' lag allowed for.
+    counted; a request passes while that is at most the limit. The site's periods follow its clock:
+    the first one began ``phase`` of a period before the first request. :meth:`due` says when a
+    send reads within the limit, arrivals' lag allowed for.
     Sent as soon as it allows, the shadow settles at ``limit - 1`` per period: even sends at the limit
     would read ``limit + 1`` (the request counted, a whole previous period).
     """
@@ -188,18 +191,18 @@ class CounterShadow:
         self.current = 0
         self.previous = 0
 
-    def _rolled(self, now: float, period: float) -> tuple[float, int, int]:
+    def _rolled(self, now: float, period: float, phase: float) -> tuple[float, int, int]:
         if self.start is None:
-            return now, 0, 0
+            return now - phase * period, 0, 0
         if now < self.start + period:
             return self.start, self.current, self.previous
         periods = math.floor((now - self.start) / period)
         return self.start + periods * period, 0, self.current if periods == 1 else 0
 
-    def due(self, now: float, limit: int, period: float) -> float:
+    def due(self, now: float, limit: int, period: float, phase: float = 0.0) -> float:
         """The earliest time from ``now`` at which one more request reads at most ``limit`` at the site.
 
-        The site's periods start at its first arrival, a moment after the oracle's first send, so a
+        The site's periods are set by its first arrival, a moment after the oracle's first send, so a
         send is kept :data:`COUNTER_BOUNDARY` clear of each end of a period (it falls in the same
         period at the site), and the reading is held below the limit by what that moment can add to
         the previous period's weight (``previous * COUNTER_LAG / period``).
@@ -208,7 +211,7 @@ class CounterShadow:
             return now
         at = now
         for _ in range(4):
-            start, current, previous = self._rolled(at, period)
+            start, current, previous = self._rolled(at, period, phase)
             end = start + period
             at = max(at, start + COUNTER_BOUNDARY)
             # The weight of the previous period that may be left when the send reads, at most.
@@ -221,9 +224,9 @@ class CounterShadow:
             at = end + COUNTER_BOUNDARY  # this period is spent: the next opens with it as the previous
         return at
 
-    def take(self, now: float, period: float) -> None:
+    def take(self, now: float, period: float, phase: float = 0.0) -> None:
         """Count a send at ``now``."""
-        self.start, self.current, self.previous = self._rolled(now, period)
+        self.start, self.current, self.previous = self._rolled(now, period, phase)
         self.current += 1
 
 
@@ -252,7 +255,7 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
         # Sent whenever a shadow of the counter reads low enough (see CounterShadow): the first
         # period's whole count at once, then as the previous period's weight drains, never refused.
         limit = max(round(site.limit * factor), 1)
-        return Plan(0.0, RATE_INFLIGHT, period=site.period, count=limit)
+        return Plan(0.0, RATE_INFLIGHT, period=site.period, count=limit, phase=site.phase)
     if isinstance(site, SlotCapSite):
         return Plan(0.0, max(round(site.cap * factor), 1), rest=site.lag + SLOT_SLACK)
     if isinstance(site, CrawlDelaySite):
@@ -334,7 +337,7 @@ class Host:
                 if plan.window:
                     due = self.window_slot(due, plan)
                 if plan.period:
-                    due = self.counter.due(due, plan.count, plan.period)
+                    due = self.counter.due(due, plan.count, plan.period, plan.phase)
                 wait = due - now
                 if wait > 0:
                     await asyncio.sleep(wait)
@@ -343,7 +346,7 @@ class Host:
                     break
                 # A Retry-After came back while this send waited: wait for it too.
             if plan.period:
-                self.counter.take(now, plan.period)
+                self.counter.take(now, plan.period, plan.phase)
             # From the due time, so that a send that woke late does not slow every later one; but a late
             # send is caught up by at most what the limit spares (nothing but for a bucket with a burst).
             self.next_send = max(due, now - plan.catch_up) + plan.gap

@@ -41,8 +41,14 @@ that blends its last period into the current one (HAProxy's) lets a probe
 through before it has drained. (Later in the cycle a refusal at the level is the
 level's own: a limit that fell under the fit.) So does a refusal soon after a cut, within the
 last lock-out's cycle, with the rate not grown past the cut: the overshoot is
-still being counted. A lock-out within a quarter of the last one's length after
-it ended is its drain: the cycle goes on, to be fitted whole.
+still being counted. But a counter judges a level only once a period has been
+sent at it: a level refused sooner than the fitted cycle after the last episode
+ended may be far over (a counter whose periods began before the crawl ends its
+first lock-out early, and its fit overshoots), and after its cut one refusal is
+excused as the drain, not more: a drain at an even rate only falls, so a refusal
+after the excused one's probe got through is the cut rate's own. A lock-out
+within a quarter of the last one's length after it ended is its drain: the
+cycle goes on, to be fitted whole.
 
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
@@ -120,6 +126,8 @@ class _EpisodeState(Protocol):
     _probe_after: float
     _fitted: bool
     _fit_span: float
+    _early_cut: float
+    _drain_at: float
     _sustained: float
     _gap: float | None
     hold_learned: float
@@ -175,6 +183,11 @@ class Episodes:
                 self._ep_gap = 1.0 / max(self.rate, self.min_rate)
                 return False
             self._ep_gap = 0.0  # set from the cut rate (_episode_cut)
+            # A counter's verdict on a level comes a period after it began: refused sooner than the
+            # fitted cycle, the level may be far over the limit, not just over by its last step.
+            since = self._cycle_start
+            if self._fit_span > 0.0 and since != NEVER and now - since < self._fit_span:
+                self._early_cut = now  # (the cut's time, if this refusal cuts)
             return True
         if sent >= self._ep_since:
             gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
@@ -227,8 +240,13 @@ class Episodes:
         # counter's, not a bucket's refill) has shown the limiter counts over a span that long: a
         # refusal soon after the cut, with the rate not grown past it, is the overshoot still counted.
         last = self._pushbacks[-1] if self._pushbacks else NEVER
-        return (self._fit_span > 0.0 and 2.0 * self.hold_learned >= self._fit_span
-                and now - last < self._fit_span and self.rate <= self._cut_rate * (1.0 + T.tolerance))
+        if not (self._fit_span > 0.0 and 2.0 * self.hold_learned >= self._fit_span
+                and now - last < self._fit_span and self.rate <= self._cut_rate * (1.0 + T.tolerance)):
+            return False
+        if self._early_cut == last and last < self._drain_at < self._cycle_start:
+            return False
+        self._drain_at = now
+        return True
 
     def _episode_cut(self: _EpisodeState) -> None:
         """After the cut that opened an episode: probes go at the cut rate until one is refused."""

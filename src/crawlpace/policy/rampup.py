@@ -252,6 +252,10 @@ class RampupState:
     # The level is the last lock-out's fit, and that fit's cycle length (_rampup_episode).
     _fitted: bool = False
     _fit_span: float = 0.0
+    # -- counters3 -- a cut of a level refused within a fitted cycle of the last episode's end, and
+    # when a refusal after it was last excused as the counter's drain (_rampup_episode).
+    _early_cut: float = _NEVER
+    _drain_at: float = _NEVER
     _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
     _answered_at: float = _NEVER  # when the latest accepted answer came (_rampup_slots)
     # -- conncap2 -- a cap whose slots are freed late (_rampup_slots' slot_rest): the latest accepted

@@ -330,30 +330,36 @@ class RequestRate:
 
     Every request increments the counter, refused ones included (the table
     tracks a request before the rule refuses it). The counter is HAProxy's
-    ``freq_ctr``: a count for the current period (periods follow each other
-    from the first request) and the previous one's, read as ``current +
-    previous * (time left in the period / period)``. A request is allowed
-    while that reading, the request counted, is at most ``limit``. A client
-    that goes over keeps itself refused for as long as it keeps sending.
+    ``freq_ctr``: a count for the current period and the previous one's,
+    read as ``current + previous * (time left in the period / period)``. A
+    request is allowed while that reading, the request counted, is at most
+    ``limit``. A client that goes over keeps itself refused for as long as it
+    keeps sending. HAProxy's periods follow its own clock, not the client's
+    first request: ``phase`` is the share of a period already gone when the
+    first request comes (0: periods start with it).
 
     Args:
         limit: the highest rate reading allowed, at least 1.
         period: the counter's period in seconds.
+        phase: the share of the first period gone at the first request, 0 to 1 (1 is 0).
     """
 
-    __slots__ = ("_current", "_previous", "_start", "limit", "period")
+    __slots__ = ("_current", "_previous", "_start", "limit", "period", "phase")
 
-    def __init__(self, limit: int, period: float) -> None:
+    def __init__(self, limit: int, period: float, phase: float = 0.0) -> None:
         self.limit = _count("limit", limit)
         self.period = _positive("period", period)
+        if isinstance(phase, bool) or not (isinstance(phase, int | float) and 0.0 <= phase <= 1.0):
+            raise ValueError(f"phase must be a number from 0 to 1, got {phase!r}")
+        self.phase = float(phase)
         self._start: float | None = None
         self._current = 0
         self._previous = 0
 
     def _roll(self, now: float) -> float:
         if self._start is None:
-            self._start = now
-        elif now >= self._start + self.period:
+            self._start = now - self.phase * self.period
+        if now >= self._start + self.period:
             periods = math.floor((now - self._start) / self.period)
             self._previous = self._current if periods == 1 else 0
             self._current = 0

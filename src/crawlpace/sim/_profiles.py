@@ -32,7 +32,8 @@ Each profile, what it does, and its capacity in successful requests per second:
   counted or not, with RateLimit headers and ``Retry-After`` as asked.
   Capacity ``limit / window``.
 - ``reqrate``: HAProxy's ``http_req_rate`` counter over ``period`` seconds,
-  refused requests counted; 429 above ``limit``. Capacity ``limit / period``.
+  refused requests counted; 429 above ``limit``; ``phase``: the share of its
+  first period gone at the first request. Capacity ``limit / period``.
 - ``conncap``: ``cap`` requests at once, each ``latency`` long, each slot
   freed ``lag`` after its answer; 503 past it. Capacity ``cap / (latency + lag)``.
 - ``shifting``: a ``base`` profile whose capacity follows ``changes``.

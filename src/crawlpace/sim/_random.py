@@ -14,7 +14,7 @@ fixed       N per window of 1-120 s aligned to the clock, refusals counted or no
 sliding     N in any window of 1-120 s, refusals counted or not
 flask       a fixed or moving window with X-RateLimit headers and Retry-After
             on every answer, as Flask-Limiter sends them
-reqrate     HAProxy's ``http_req_rate`` over 1-60 s, refused requests counted
+reqrate     HAProxy's ``http_req_rate`` over 1-60 s, refused requests counted, periods at any phase
 conncap     1-16 requests at once, 0.1-0.4 s each, each slot freed 5-100 ms after its answer
 softknee    0.15-0.4 s alone; latency grows past a knee of 2-12 in flight
 hardknee    0.15-0.4 s alone, a little more per request in flight; 503 past 2-16 in flight
@@ -188,8 +188,13 @@ def draw_farm(seed: int, sites: int, *, seconds: float = DEFAULT_SECONDS,
         site, capacity = _draw(kind, rng, float(seconds))
         target = rng.uniform(0.5, 1.0) * seconds
         pages = rng.randint(50, 300) if capacity is None else round(capacity * target)
+        seed_of_site = rng.randrange(2**31)
+        if "period" in site:
+            # A request-rate counter's periods follow the server's clock: the share of one already
+            # gone at the first request, drawn from the site's seed so other draws stay as they were.
+            site["phase"] = round(random.Random(seed_of_site).random(), 3)
         drawn.append({"name": f"{kind}{index:02d}", **site, "pages": min(max(pages, _MIN_PAGES), _MAX_PAGES),
-                      "seed": rng.randrange(2**31)})
+                      "seed": seed_of_site})
     return {"port": 0, "site": drawn}
 
 

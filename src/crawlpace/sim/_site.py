@@ -129,7 +129,7 @@ class Site:
         self.rng = random.Random(0) if rng is None else rng
         self.stats = SiteStats(self.capacity)
         if self.limit_window is not None:
-            self.stats.watch_window(*self.limit_window)
+            self.stats.watch_window(*self.limit_window, phase=self.window_phase)
         self.embargo = Embargo()
         self.content = PageApp(self.pages, self.links, self.crawl_delay, private=self.private)
 
@@ -162,6 +162,12 @@ class Site:
         """The window the site counts its limit in, ``(seconds, kind)`` (see
         :meth:`SiteStats.watch_window`); None when its limit is not a count per window."""
         return None
+
+    @property
+    def window_phase(self) -> float:
+        """The share of the site's first counting period gone at its first request (a counter
+        whose periods follow the server's clock); 0 for every other site."""
+        return 0.0
 
     @property
     def crawl_delay(self) -> float | None:

@@ -20,6 +20,8 @@ import math
 from collections import Counter, deque
 from typing import Any
 
+from crawlpace.sim._limits import RequestRate
+
 __all__ = ["BIN", "MAX_BINS", "WINDOW", "WINDOW_KINDS", "SiteStats"]
 
 #: The length, in seconds, of the sliding window behind ``peak_per_second``.
@@ -103,7 +105,7 @@ class SiteStats:
         self._window_times: deque[float] = deque()
         self._window_origin: float | None = None
         self._window_index: int | None = None
-        self._counts = (0, 0)  # a counter's current and previous periods
+        self._counter: RequestRate | None = None  # a counter site's shadow, read the site's way
         self._arrivals: list[int] = []
         self._ok: list[int] = []
         self._refused: list[int] = []
@@ -153,19 +155,20 @@ class SiteStats:
         self.peak_per_second = max(self.peak_per_second, len(recent))
         _bin(self._arrivals, self._index(now))
 
-    def watch_window(self, seconds: float, kind: str) -> None:
+    def watch_window(self, seconds: float, kind: str, phase: float = 0.0) -> None:
         """Count limited arrivals per the site's own window of ``seconds``, of ``kind`` ``"sliding"``
         (any span), ``"clock"`` (aligned to the clock), ``"chained"`` (from the first limited arrival)
-        or ``"counter"``: HAProxy's request-rate counter over periods of ``seconds`` from the first
-        limited arrival, read as ``current + previous * (time left / period)`` (see
-        :class:`~crawlpace.sim._limits.RequestRate`). A client within such a counter's rule may send
-        more than its limit in one span of a period (the previous period's weight drains as it goes),
-        so its peak is the reading, not a count."""
+        or ``"counter"``: HAProxy's request-rate counter over periods of ``seconds``, the first of them
+        ``phase`` gone at the first limited arrival (as the site's own counter runs), read as
+        ``current + previous * (time left / period)`` (see :class:`~crawlpace.sim._limits.RequestRate`).
+        A client within such a counter's rule may send more than its limit in one span of a period
+        (the previous period's weight drains as it goes), so its peak is the reading, not a count."""
         if kind not in WINDOW_KINDS:
             raise ValueError(f"window kind must be one of {', '.join(WINDOW_KINDS)}, got {kind!r}")
         if not (math.isfinite(seconds) and seconds > 0):
             raise ValueError(f"window seconds must be a finite number > 0, got {seconds!r}")
         self.window = (float(seconds), kind)
+        self._counter = RequestRate(1, seconds, phase) if kind == "counter" else None
 
     def limited(self, now: float) -> None:
         """Record that the request arrived at ``now`` meets the site's limit (robots.txt is exempt)."""
@@ -173,8 +176,10 @@ class SiteStats:
             return
         seconds, kind = self.window
         times = self._window_times
-        if kind == "counter":
-            self._count(now, seconds)
+        if self._counter is not None:
+            self._counter.take(now)
+            reading = self._counter.reading(now)
+            self.peak_per_window = max(self.peak_per_window, math.ceil(reading - 1e-9))
             return
         if kind == "sliding":
             times.append(now)
@@ -189,20 +194,6 @@ class SiteStats:
                 times.clear()
             times.append(now)
         self.peak_per_window = max(self.peak_per_window, len(times))
-
-    def _count(self, now: float, period: float) -> None:
-        origin = self._window_origin
-        if origin is None:
-            self._window_origin, self._counts = now, (0, 0)
-            origin = now
-        elif now >= origin + period:
-            periods = math.floor((now - origin) / period)
-            self._window_origin = origin = origin + periods * period
-            self._counts = (0, self._counts[0] if periods == 1 else 0)
-        current, previous = self._counts[0] + 1, self._counts[1]
-        self._counts = (current, previous)
-        reading = current + previous * max(origin + period - now, 0.0) / period
-        self.peak_per_window = max(self.peak_per_window, math.ceil(reading - 1e-9))
 
     def depart(self, now: float, status: int | None, *, reset: bool = False, challenge: bool = False,
                path: str | None = None) -> None:

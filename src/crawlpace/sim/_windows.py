@@ -116,11 +116,14 @@ class RequestRateSite(CountingSite):
     seconds; a request that brings its reading above ``limit`` gets
     ``status`` (429), with no header saying how long to wait, as ``http-request
     deny deny_status 429`` answers. A client that keeps sending while refused
-    stays refused.
+    stays refused. HAProxy's periods follow its own clock: ``phase`` is the
+    share of a period already gone when the first request comes (0: the
+    periods start with it).
 
     Args:
         limit: the highest rate reading allowed, requests per period.
         period: the counter's period in seconds.
+        phase: the share of the counter's first period gone at the first request, 0 to 1.
         status: the status of a refusal.
         **options: see :class:`~crawlpace.sim.Site`.
     """
@@ -129,20 +132,28 @@ class RequestRateSite(CountingSite):
     _LIMIT = Param("limit", "integer", "requests per period allowed", low=1, high=1_000_000_000)
     _PERIOD = Param("period", "number", "the counter's period in seconds", 10.0, low=0.0, above=True,
                     high=1e6)
-    PARAMS = (_LIMIT, _PERIOD, _STATUS)
+    _PHASE = Param("phase", "number", "the share of the counter's first period gone at the first request",
+                   0.0, low=0.0, high=1.0)
+    PARAMS = (_LIMIT, _PERIOD, _PHASE, _STATUS)
 
-    def __init__(self, *, limit: int, period: float = 10.0, status: int = 429,
+    def __init__(self, *, limit: int, period: float = 10.0, phase: float = 0.0, status: int = 429,
                  **options: Unpack[SiteOptions]) -> None:
         self.limit = self._LIMIT.integer(limit)
         self.period = self.span = self._PERIOD.number(period)
+        self.phase = self._PHASE.number(phase)
         self.status = _STATUS.integer(status)
-        self.counter: RequestRate = RequestRate(self.limit, self.period)
+        self.counter: RequestRate = RequestRate(self.limit, self.period, self.phase)
         super().__init__(**options)
 
     @property
     def limit_window(self) -> tuple[float, str]:
         """The counter itself: its highest reading."""
         return self.period, "counter"
+
+    @property
+    def window_phase(self) -> float:
+        """Where the counter's first period stands at the first request (see :class:`RequestRate`)."""
+        return self.phase
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request; serve it when the reading allows, else refuse it."""
