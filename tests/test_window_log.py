@@ -296,10 +296,11 @@ def test_answers_without_the_budget_headers_leave_the_log_too() -> None:
     policy.on_outcome(0.02, ScopeFeedback(status=200, coarse=CoarseReset(0.0, 2.0, 1.58)), generation=0,
                       sent_at=0.01, expected_use=1.0, inflight=1)
     log = policy.window_log
-    assert log is not None and log.active
+    assert log is not None
+    assert log.active
     for n in range(2):
         policy.on_admit(3.0 + n, 1.0)
-        policy.on_outcome(3.01 + n, ScopeFeedback(status=404), generation=0, sent_at=3.0 + n, expected_use=1.0,
-                          inflight=1)
+        policy.on_outcome(3.01 + n, ScopeFeedback(status=404), generation=0, sent_at=3.0 + n,
+                          expected_use=1.0, inflight=1)
     assert log.inflight == 0
     assert log.ready_at(6.0) is not None
