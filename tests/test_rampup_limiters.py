@@ -679,6 +679,7 @@ class AnnouncedWindow:
 
     counter: SlidingWindow | FixedWindow
     style: str
+    retry_after: bool = True
 
     @property
     def capacity(self) -> float:
@@ -689,8 +690,8 @@ class AnnouncedWindow:
         reset = self.counter.reset(now)
         headers = {name.decode(): value.decode() for name, value in budget_headers(
             self.style, self.counter.limit, self.counter.remaining(now), reset, self.counter.window, 0.0)}
-        if allowed:
-            return Response(200, headers)
+        if allowed or not self.retry_after:
+            return Response(200 if allowed else 429, headers)
         return Response(429, {**headers, "Retry-After": str(max(1, math.ceil(reset)))})
 
     def leave(self, now: float) -> None:
@@ -713,3 +714,13 @@ async def test_the_last_request_a_header_leaves_goes_before_its_reset() -> None:
     out = await crawl(AnnouncedWindow(FixedWindow(2, 1.5), "reset-after"), 20.0)
     assert out.share >= 0.95
     assert out.refused == 0
+
+
+async def test_a_moving_window_of_one_request_is_not_sent_its_next_before_the_first_leaves() -> None:
+    # One request per 2 s, refusals counted, no Retry-After (a random farm's sliding12: 0.22 of the
+    # oracle, 18 refusals for 10 pages): each "r=0;t=2" held the scope 0.05 s, and the even pace
+    # (0.97 of the window) sent the next at 1.94 s, refused: 0.5 of the site, 6 refusals here.
+    window = SlidingWindow(1, 2.0, count_refused=True)
+    out = await crawl(AnnouncedWindow(window, "ietf", retry_after=False), 20.0)
+    assert out.share >= 0.85
+    assert out.refused <= 1
