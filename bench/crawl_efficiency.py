@@ -63,14 +63,17 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
   (its own output file; robots.txt and abandoned URLs do not count), less those the farm
   last answered with a challenge page (a contender that takes one for the page records a 200);
 * **last s**: seconds from the contender's start to the site's last request;
-* **busiest 1 s**: the most requests the site saw within any one second (the simulator's
+* **busiest 1 s / window**: the most requests the site saw within any one second (the simulator's
   own sliding count, whoever sent them: one process or a whole fleet), over the most the
   site's rules let through in one second: its highest capacity during the run rounded up to
   whole requests, plus ``burst - 1`` for a token bucket (a full bucket lets its burst through
-  at once); for a window or a request-rate counter its count, twice for windows that follow
-  each other (a second can straddle their boundary). Sites whose
+  at once). A site that counts per window (a window, a request-rate counter, an announced
+  window) is judged over its own window instead: the most requests (robots.txt aside) within
+  one of its windows as it counts them (any span of a sliding window, or each of its windows
+  back to back), over its highest count; a request-rate counter by its highest reading (a
+  client within its rule may send more than the limit in one span of a period). Sites whose
   limit is on requests in flight (``overload``, ``slow``) or that have none show the count
-  alone. ``!`` marks a second past that limit + 1.
+  alone. ``!`` marks a second (or window) past that limit + 1.
 
 Under it, one verdict per site: **yes** when crawlpace-rampup has a strictly higher
 goodput/capacity than every peer that drew no more 429+503 and broke no more rules than
@@ -115,8 +118,8 @@ targets for every contender: the mean over the sites with a capacity of goodput/
 each capped at 1 (at least 0.86 and 0.95 x the oracle's), the worst site over the oracle's
 (at least 0.75), 429+503 per request (at most 2 %), violations (none), pages done on the
 sites that are not dead (all), the makespan, seconds to the last request to such a
-site, over the oracle's (at most 1.25), and every site's busiest second within its
-one-second limit + 1 (in every round). Every run reads its farm from one file written in
+site, over the oracle's (at most 1.25), and every site's busiest second (or window) within its
+limit + 1 (in every round). Every run reads its farm from one file written in
 the work folder, which the oracle reads too.
 
 When both ``scrapy-crawlpace`` and ``scrapy-autothrottle`` ran, a second verdict per site
@@ -486,15 +489,31 @@ class SiteFigures:
     goodput_ratio: float | None
     last_request: float | None
     #: The most requests the site saw within any one second (the simulator's own count), and the
-    #: most its rules let through in one (None for a site whose limit is not a rate).
+    #: most its rules let through in one (None for a site whose limit is not a rate per second).
     busiest_second: int | None = None
     second_limit: float | None = None
+    #: For a site that counts its limit per window (a window, a request-rate counter, an announced
+    #: window): the most limited requests it saw within one of its own windows, counted as it counts
+    #: them, the window's seconds, and its highest count during the run.
+    busiest_window: int | None = None
+    window: float | None = None
+    window_limit: float | None = None
+
+    @property
+    def judged(self) -> tuple[float, float] | None:
+        """The busiest figure and the limit the site is judged by: its own window's where it counts
+        per window, else its one-second limit; None when its limit is not a rate."""
+        if self.window_limit is not None and self.busiest_window is not None:
+            return float(self.busiest_window), self.window_limit
+        if self.second_limit is not None and self.busiest_second is not None:
+            return float(self.busiest_second), self.second_limit
+        return None
 
     @property
     def over_limit(self) -> bool:
-        """True when the busiest second passed the site's one-second limit plus one."""
-        return (self.second_limit is not None and self.busiest_second is not None
-                and self.busiest_second > self.second_limit + 1)
+        """True when the busiest second (or window, see :attr:`judged`) passed the site's limit plus one."""
+        judged = self.judged
+        return judged is not None and judged[0] > judged[1] + 1
 
 
 @dataclass
@@ -545,7 +564,7 @@ class Run:
 
     @property
     def sites_over_limit(self) -> list[str]:
-        """The sites whose busiest second passed their one-second limit plus one."""
+        """The sites whose busiest second (or window) passed their limit plus one."""
         return [name for name, site in self.sites.items() if site.over_limit]
 
     @property
@@ -673,23 +692,8 @@ RATE_PROFILES = frozenset({"ratelimit", "challenge", "retryafter", "crawldelay",
 #: Of those, the token buckets: a full bucket lets ``burst`` requests through at once.
 BUCKET_PROFILES = frozenset({"ratelimit", "challenge", "retryafter"})
 
-
-#: Profiles that count requests in a window of a second or more: the whole count may come in one second.
+#: Profiles that count requests per window (of any length): judged over their own window, not per second.
 WINDOW_PROFILES = frozenset({"window", "reqrate", "headers"})
-
-
-def windows_per_second(profile: str, spec: dict[str, Any], span: float) -> int:
-    """How many of a window profile's counts one second (any second, not only a whole one) can hold.
-
-    A sliding window or a request-rate counter lets its count through in any span of its length, so
-    one second holds ``ceil(1 / span)`` of them. Windows that follow each other (a ``fixed`` window,
-    aligned to the clock, or the ``headers`` profile's back-to-back windows) let a client that keeps
-    every rule send a whole count at the end of one window and another at the start of the next:
-    one more.
-    """
-    whole = max(math.ceil(1.0 / span - 1e-9), 1)
-    consecutive = profile == "headers" or (profile == "window" and str(spec.get("kind", "fixed")) == "fixed")
-    return whole + 1 if consecutive else whole
 
 
 def site_capacities(site: dict[str, Any]) -> list[float]:
@@ -701,25 +705,32 @@ def site_capacities(site: dict[str, Any]) -> list[float]:
     return capacities
 
 
+def window_limit(site: dict[str, Any]) -> float | None:
+    """The most requests a site that counts per window lets through in one of its windows: its
+    highest capacity during the run times the window (its count, rescaled where the limit shifts);
+    None for a site that does not count per window (the simulator reports no ``window``)."""
+    span, capacities = site.get("window"), site_capacities(site)
+    if span is None or site.get("peak_per_window") is None or not capacities:
+        return None
+    return float(round(max(capacities) * float(span), 3))
+
+
 def second_limit(site: dict[str, Any], spec: dict[str, Any]) -> float | None:
     """The most requests a site's rules let through within one second, or None when its limit is
-    not a rate.
+    not a rate per second.
 
     Its highest capacity during the run (the simulator's record of every change), rounded up to
     whole requests (sends ``1 / rate`` apart), plus, for a token bucket, the ``burst - 1``
-    requests a full bucket lets through at once beyond the rate;
-    for a window or a request-rate counter, its highest count per window or period, times the
-    windows one second can touch (see :func:`windows_per_second`).
+    requests a full bucket lets through at once beyond the rate. A site that counts per window (a
+    window, a request-rate counter) is judged over its own window instead (:func:`window_limit`):
+    per second, a window of several seconds has no limit short of its whole count.
     """
     profile = str(spec.get("profile", site.get("profile", "")))
     if profile == "shifting":
         profile = str(spec.get("base", ""))
     capacities = site_capacities(site)
-    if not capacities:
+    if not capacities or profile in WINDOW_PROFILES:
         return None
-    if profile in WINDOW_PROFILES:
-        span = float(spec.get("window", spec.get("period", 1.0)))
-        return round(max(capacities) * span * windows_per_second(profile, spec, span), 3)
     if profile not in RATE_PROFILES:
         return None
     # Sends at least 1 / rate apart fit ceil(rate) in any second (1 for a rate under 1/s, not 0.7);
@@ -732,7 +743,8 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
           started: float, plot: Path | None = None, spec: dict[str, Any] | None = None) -> None:
     """Fill ``run`` from the farm's figures, the contender's own output and the farm's picture.
 
-    ``spec`` is the farm as written (for each site's one-second limit; without it, none is set).
+    ``spec`` is the farm as written (for each site's one-second limit; without it, none is set; a
+    site that counts per window is judged over its own window, which the farm reports).
     """
     specs = {str(site.get("name")): site for site in (spec or {}).get("site", [])}
     if plot is not None and plot.exists():
@@ -765,7 +777,9 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
             goodput_ratio=site.get("goodput_ratio"),
             last_request=None if last is None else round(float(last) - started, 3),
             busiest_second=site.get("peak_per_second"),
-            second_limit=second_limit(site, specs[name]) if name in specs else None)
+            second_limit=second_limit(site, specs[name]) if name in specs else None,
+            busiest_window=site.get("peak_per_window"), window=site.get("window"),
+            window_limit=window_limit(site))
     if run.total("requests") == 0:
         tail = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         run.error = f"no request reached the farm (exit {run.exit_code}); its stderr ends: " + (
@@ -788,7 +802,7 @@ def median_of(values: Sequence[float | None]) -> float | None:
 
 
 SITE_KEYS = ("pages", "done", "requests", "ok", "throttled", "violations", "goodput_ratio", "last_request",
-             "busiest_second", "second_limit")
+             "busiest_second", "second_limit", "busiest_window", "window", "window_limit")
 
 
 def site_medians(runs: list[Run], site: str) -> dict[str, float | None]:
@@ -813,7 +827,7 @@ def total_medians(runs: list[Run]) -> dict[str, float | None]:
         "last_live_request": median_of([run.last_live_request for run in runs]),
         "startup": median_of([run.startup for run in runs]),
         "cut_runs": sum(run.cut for run in runs),
-        # The worst round: a site over its one-second limit + 1 in any round counts.
+        # The worst round: a site over its limit + 1 (per second, or per its own window) in any round counts.
         "over_limit": max((len(run.sites_over_limit) for run in runs), default=0),
     }
 
@@ -962,7 +976,7 @@ def site_over_oracle(mine: float | None, oracle: float | None) -> float | None:
 def print_site_table(names: list[str], contenders: list[Contender], sites: dict[str, Figures]) -> None:
     with_oracle = any(c.key == ORACLE for c in contenders)
     headers = ("site", "contender", "goodput/capacity", *(("x oracle",) if with_oracle else ()), "429+503",
-               "violations", "done", "pages", "requests", "last s", "busiest 1 s")
+               "violations", "done", "pages", "requests", "last s", "busiest 1 s / window")
     rows: list[list[str]] = []
     for name in names:
         for index, c in enumerate(contenders):
@@ -972,22 +986,27 @@ def print_site_table(names: list[str], contenders: list[Contender], sites: dict[
             rows.append([name if index == 0 else "", c.key, fmt(mine["goodput_ratio"], "%"), *versus,
                          fmt(mine["throttled"]), fmt(mine["violations"]), fmt(mine["done"]),
                          fmt(mine["pages"]), fmt(mine["requests"]), fmt(mine["last_request"], "s"),
-                         busiest_cell(mine["busiest_second"], mine["second_limit"])])
+                         busiest_cell(mine["busiest_second"], mine["second_limit"])
+                         if mine["window_limit"] is None else
+                         busiest_cell(mine["busiest_window"], mine["window_limit"], mine["window"])])
     print("\n".join(pipe_table(headers, rows, left=2)))
     print("  goodput/capacity: 200s per second of the site's active period over its capacity (- for none); "
           "done: of its pages, those the contender recorded with a final 200; last s: seconds from the "
-          "contender's start to the site's last request; busiest 1 s: the most requests the site saw "
-          "within one second / the most its rules let through in one (its highest capacity, plus a "
-          "token bucket's burst - 1; none for a limit on requests in flight), '!' past that + 1")
+          "contender's start to the site's last request; busiest 1 s / window: the most requests the site "
+          "saw within one second / the most its rules let through in one (its highest capacity, plus a "
+          "token bucket's burst - 1; none for a limit on requests in flight), or, for a site that counts "
+          "per window, within one of its windows (as it counts them: any span, or windows back to back; "
+          "a request-rate counter's highest reading) / its count ('in T s'); '!' past that + 1")
 
 
-def busiest_cell(busiest: float | None, limit: float | None) -> str:
-    """``busiest/limit``, marked ``!`` when the busiest second passed the limit plus one."""
+def busiest_cell(busiest: float | None, limit: float | None, window: float | None = None) -> str:
+    """``busiest/limit`` (``in T s`` for a window of ``T`` seconds), marked ``!`` past the limit plus one."""
     if busiest is None:
         return "-"
     if limit is None:
         return fmt(busiest)
-    return f"{fmt(busiest)}/{fmt(limit)}" + (" !" if busiest > limit + 1 else "")
+    span = "" if window is None else f" in {window:g} s"
+    return f"{fmt(busiest)}/{fmt(limit)}{span}" + (" !" if busiest > limit + 1 else "")
 
 
 def site_figures(who: dict[str, Any]) -> str:
@@ -1147,7 +1166,7 @@ def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[st
             "0 violations": (mine["violations"] or 0) == 0,
             "every live page done": done is not None and done == pages,
             f"makespan <= {TARGET_MAKESPAN:g} x oracle": makespan is not None and makespan <= TARGET_MAKESPAN,
-            "busiest second <= limit + 1": not mine["over_limit"],
+            "busiest second (window) <= limit + 1": not mine["over_limit"],
         }
         result[c.key] = {"mean_capped": mean, "mean_over_oracle": mean_share, "sites_over_oracle": per_site,
                          "worst_site": worst, "worst_over_oracle": None if worst is None else known[worst],
@@ -1192,8 +1211,9 @@ def print_oracle_targets(contenders: list[Contender], targets: dict[str, dict[st
     print("  mean capped: the mean over the sites with a capacity of goodput/capacity, each capped at 1; "
           "makespan: seconds to the last request to a live site, a fleet's counted from the moment its "
           "URLs went in (every worker started); start-up s: a fleet's seconds from its start to then "
-          "(median), and the makespan with it; over limit: sites whose busiest second passed their "
-          "one-second limit + 1 (the worst round); Retry-After / Crawl-delay / Disallow: the violations "
+          "(median), and the makespan with it; over limit: sites whose busiest second (or own window, "
+          "for a site that counts per window) passed their limit + 1 (the worst round); "
+          "Retry-After / Crawl-delay / Disallow: the violations "
           "by kind (a request inside a Retry-After hold, closer than a Crawl-delay, or for a page "
           "robots.txt disallows)")
 
@@ -1403,52 +1423,114 @@ def random_site_ratio(mine: SiteFigures, oracle: SiteFigures) -> float | None:
 
 
 def worst_excess(runs: Sequence[Run]) -> dict[str, Any] | None:
-    """The site-round whose busiest second went furthest past its one-second limit (or came
+    """The site-round whose busiest second (or window) went furthest past its limit (or came
     closest to it), as ``{site, busiest, limit, excess}``; None when no site has such a limit.
 
-    ``excess`` is the busiest second minus the limit: the target is at most 1.
+    ``excess`` is the busiest second (or window, see :attr:`SiteFigures.judged`) minus the limit: the
+    target is at most 1. ``window`` is the seconds it was counted over.
     """
     worst: dict[str, Any] | None = None
     for run in runs:
         for name, site in run.sites.items():
-            if site.second_limit is None or site.busiest_second is None:
+            judged = site.judged
+            if judged is None:
                 continue
-            excess = round(site.busiest_second - site.second_limit, 3)
+            excess = round(judged[0] - judged[1], 3)
             if worst is None or excess > worst["excess"]:
-                worst = {"site": f"r{run.round}:{name}", "busiest": site.busiest_second,
-                         "limit": site.second_limit, "excess": excess}
+                worst = {"site": f"r{run.round}:{name}", "busiest": judged[0], "limit": judged[1],
+                         "window": site.window if site.window_limit is not None else 1.0, "excess": excess}
     return worst
 
 
+def own_share(site: SiteFigures) -> float | None:
+    """A site's own share of its capacity, whoever else ran: goodput/capacity capped at 1, times the
+    share of its pages done; None for a site without a capacity or a goodput. Unlike the ratio to the
+    oracle it does not flatter a contender where the oracle is weak."""
+    if not site.capacity or site.goodput_ratio is None:
+        return None
+    return min(site.goodput_ratio, 1.0) * min(site.done / max(site.pages, 1), 1.0)
+
+
+#: The figures of one round that ``--repeats`` also gives as medians over the rounds.
+ROUND_KEYS = ("mean_over_oracle", "p10_over_oracle", "pushback_share", "makespan_over_oracle",
+              "own_share_mean", "own_share_p10")
+
+
+def round_figures(run: Run, oracle: Run) -> dict[str, Any]:
+    """One contender's run against the oracle's of the same round: per site, its ratio to the oracle
+    (:func:`random_site_ratio`) and its own share of capacity (:func:`own_share`); their mean and
+    10th percentile, the pushback share and the makespan over the oracle's."""
+    ratios = {name: random_site_ratio(site, oracle.sites[name]) for name, site in run.sites.items()}
+    shares = {name: own_share(site) for name, site in run.sites.items()}
+    known = [value for value in ratios.values() if value is not None]
+    owned = [value for value in shares.values() if value is not None]
+    requests = run.total("requests")
+
+    def rounded(value: float | None) -> float | None:
+        return None if value is None else round(value, 3)
+
+    return {
+        "ratios": ratios, "shares": shares,
+        "mean_over_oracle": rounded(statistics.fmean(known)) if known else None,
+        "p10_over_oracle": rounded(percentile(known, LOW_PERCENTILE)),
+        "pushback_share": round(run.total("throttled") / requests, 4) if requests else None,
+        "makespan_over_oracle": over_oracle(run.last_live_request, oracle.last_live_request),
+        "own_share_mean": rounded(statistics.fmean(owned)) if owned else None,
+        "own_share_p10": rounded(percentile(owned, LOW_PERCENTILE)),
+    }
+
+
 def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
-    """One contender over every round of the random farm, each site against the oracle of its round."""
+    """One contender over every round of the random farm, each site against the oracle of its round.
+
+    The figures are pooled over the rounds (every site-round one sample); ``round_medians`` holds the
+    median over the rounds of each round's own figures (:data:`ROUND_KEYS`), and ``per_round`` those.
+    ``own_share_*`` is each site's goodput/capacity whatever the oracle got (:func:`own_share`), the
+    honest figure where the oracle is weak; ``oracle_share_by_kind`` gives the oracle's for comparison.
+    """
     mine_runs = {run.round: run for run in runs if run.contender == contender}
     oracles = {run.round: run for run in runs if run.contender == ORACLE}
     ratios: list[float] = []
+    shares: list[float] = []
     by_kind: dict[str, list[float]] = {}
+    share_by_kind: dict[str, list[float]] = {}
+    oracle_by_kind: dict[str, list[float]] = {}
     worst: list[tuple[float, str]] = []
     makespans: list[float] = []
+    per_round: list[dict[str, Any]] = []
     for round_no, run in sorted(mine_runs.items()):
         oracle = oracles.get(round_no)
         if oracle is None:
             continue
-        for name, site in run.sites.items():
-            ratio = random_site_ratio(site, oracle.sites[name])
+        figures = round_figures(run, oracle)
+        per_round.append({"round": round_no, **{key: figures[key] for key in ROUND_KEYS}})
+        for name, ratio in figures["ratios"].items():
+            share, theirs = figures["shares"][name], own_share(oracle.sites[name])
+            if share is not None:
+                shares.append(share)
+                share_by_kind.setdefault(kind_of(name), []).append(share)
+            if theirs is not None:
+                oracle_by_kind.setdefault(kind_of(name), []).append(theirs)
             if ratio is None:
                 continue
             ratios.append(ratio)
             by_kind.setdefault(kind_of(name), []).append(ratio)
             worst.append((ratio, f"r{round_no}:{name}"))
-        span = over_oracle(run.last_live_request, oracle.last_live_request)
-        if span is not None:
-            makespans.append(span)
+        if figures["makespan_over_oracle"] is not None:
+            makespans.append(figures["makespan_over_oracle"])
     requests = sum(run.total("requests") for run in mine_runs.values())
     throttled = sum(run.total("throttled") for run in mine_runs.values())
+
+    def kinds(values: dict[str, list[float]]) -> dict[str, float]:
+        return {kind: round(statistics.fmean(found), 3) for kind, found in sorted(values.items())}
+
     return {
         "rounds": len(mine_runs),
         "sites": len(ratios),
         "mean_over_oracle": None if not ratios else round(statistics.fmean(ratios), 3),
         "p10_over_oracle": None if not ratios else round(percentile(ratios, LOW_PERCENTILE) or 0.0, 3),
+        "own_share_mean": None if not shares else round(statistics.fmean(shares), 3),
+        "own_share_p10": None if not shares else round(percentile(shares, LOW_PERCENTILE) or 0.0, 3),
         "pushback_share": None if not requests else round(throttled / requests, 4),
         "requests": requests,
         "throttled": throttled,
@@ -1457,6 +1539,8 @@ def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
                             for kind in VIOLATION_KINDS},
         "makespan_over_oracle": median_of(makespans),
         "makespans_over_oracle": makespans,
+        "per_round": per_round,
+        "round_medians": {key: median_of([figures[key] for figures in per_round]) for key in ROUND_KEYS},
         "pages_done": sum(run.total("done") for run in mine_runs.values()),
         "pages": sum(run.total("pages") for run in mine_runs.values()),
         "sites_over_limit": sum(len(run.sites_over_limit) for run in mine_runs.values()),
@@ -1465,50 +1549,81 @@ def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
         "worst_excess": worst_excess(list(mine_runs.values())),
         "startup": median_of([run.startup for run in mine_runs.values()]),
         "cut_runs": sum(run.cut for run in mine_runs.values()),
-        "by_kind": {kind: round(statistics.fmean(values), 3) for kind, values in sorted(by_kind.items())},
+        "by_kind": kinds(by_kind),
+        "own_share_by_kind": kinds(share_by_kind),
+        "oracle_share_by_kind": kinds(oracle_by_kind),
         "worst_sites": [{"site": name, "over_oracle": round(ratio, 3)} for ratio, name in sorted(worst)[:6]],
     }
 
 
 def excess_cell(worst: dict[str, Any] | None) -> str:
-    """``+2 (r1:bucket03 14/12)``: the worst busiest second over its limit, '-' when none has a limit."""
+    """``+2 (r1:bucket03 14/12)``: the worst busiest second (``in T s``: window) over its limit, '-'
+    when none has a limit."""
     if worst is None:
         return "-"
-    return f"{worst['excess']:+g} ({worst['site']} {worst['busiest']:g}/{worst['limit']:g})"
+    window = worst.get("window")
+    span = "" if window in (None, 1.0) else f" in {window:g} s"
+    return f"{worst['excess']:+g} ({worst['site']} {worst['busiest']:g}/{worst['limit']:g}{span})"
+
+
+def share_cell(mean: float | None, low: float | None) -> str:
+    """``0.85 / 0.62``: an own share of capacity's mean and 10th percentile."""
+    return f"{fmt(mean, 'x')} / {fmt(low, 'x')}"
 
 
 def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, Any]]) -> None:
     print()
     print("random farms: each site's goodput over the oracle's in the same round (goodput/capacity "
           "capped at 1; plain goodput where a site has no capacity) times the share of the oracle's "
-          "pages done that it did, pooled over the rounds")
-    headers = ("contender", "sites", "mean x oracle", "p10 x oracle", "429+503 %", "violations",
-               "makespan x oracle", "start-up s", "pages done", "over limit", "worst excess", "cut")
+          "pages done that it did, pooled over the rounds; own share: goodput/capacity capped at 1 times "
+          "the share of its pages done, whatever the oracle got")
+    headers = ("contender", "sites", "mean x oracle", "p10 x oracle", "own share mean / p10", "429+503 %",
+               "violations", "makespan x oracle", "start-up s", "pages done", "over limit", "worst excess",
+               "cut")
     rows = []
     for c in chosen:
         t = summaries[c.key]
         rows.append([c.key, fmt(t["sites"]), fmt(t["mean_over_oracle"], "x"), fmt(t["p10_over_oracle"], "x"),
+                     share_cell(t["own_share_mean"], t["own_share_p10"]),
                      "-" if t["pushback_share"] is None else f"{100 * t['pushback_share']:.1f}",
                      fmt(t["violations"]), fmt(t["makespan_over_oracle"], "x"), fmt(t["startup"], "s"),
                      f"{t['pages_done']}/{t['pages']}", fmt(t["sites_over_limit"]),
                      excess_cell(t["worst_excess"]), fmt(t["cut_runs"])])
     print("\n".join(pipe_table(headers, rows)))
+    rounds = max((summaries[c.key]["rounds"] for c in chosen), default=0)
+    if rounds > 1:
+        print()
+        print(f"medians over the {rounds} rounds of each round's own figures")
+        rows = []
+        for c in chosen:
+            m = summaries[c.key]["round_medians"]
+            rows.append([c.key, fmt(m["mean_over_oracle"], "x"), fmt(m["p10_over_oracle"], "x"),
+                         share_cell(m["own_share_mean"], m["own_share_p10"]),
+                         "-" if m["pushback_share"] is None else f"{100 * m['pushback_share']:.1f}",
+                         fmt(m["makespan_over_oracle"], "x")])
+        print("\n".join(pipe_table(("contender", "mean x oracle", "p10 x oracle", "own share mean / p10",
+                                     "429+503 %", "makespan x oracle"), rows)))
     kinds = sorted({kind for c in chosen for kind in summaries[c.key]["by_kind"]})
     if kinds:
         print()
-        print("mean x oracle by limiter kind")
-        rows = [[kind, *(fmt(summaries[c.key]["by_kind"].get(kind), "x") for c in chosen)] for kind in kinds]
-        print("\n".join(pipe_table(("kind", *(c.key for c in chosen)), rows)))
+        print("by limiter kind: mean x oracle, and each contender's own share of capacity")
+        rows = [[kind, *(fmt(summaries[c.key]["by_kind"].get(kind), "x") for c in chosen if c.key != ORACLE),
+                 *(fmt(summaries[c.key]["own_share_by_kind"].get(kind), "x") for c in chosen)]
+                for kind in kinds]
+        kind_headers = ("kind", *(f"{c.key} x oracle" for c in chosen if c.key != ORACLE),
+                        *(f"{c.key} share" for c in chosen))
+        print("\n".join(pipe_table(kind_headers, rows)))
     for c in chosen:
         if summaries[c.key]["over_limit_sites"]:
-            print(f"  {c.key}: over their one-second limit + 1: "
+            print(f"  {c.key}: over their limit + 1 (per second, or per window): "
                   + ", ".join(summaries[c.key]["over_limit_sites"]))
         if c.key != ORACLE and summaries[c.key]["worst_sites"]:
             print(f"  {c.key}: worst sites " + ", ".join(
                 f"{item['site']} {item['over_oracle']:.2f}" for item in summaries[c.key]["worst_sites"]))
     print("  p10: the 10th percentile of the sites; makespan: the median over the rounds of the seconds "
           "to the last request to a live site over the oracle's; over limit: site-rounds whose busiest "
-          "second passed their one-second limit + 1; worst excess: the largest busiest second minus that "
+          "second (own window, for a site that counts per window) passed their limit + 1; worst excess: "
+          "the largest busiest second (window) minus that "
           "limit (target at most +1), with the site-round, busiest and limit; the sites are named after "
           "their kind (see crawlpace.sim._random)")
 

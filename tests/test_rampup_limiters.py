@@ -380,6 +380,17 @@ async def test_a_bucket_with_no_burst_and_holds_on_a_loaded_machine() -> None:
     assert out.refused <= 4
 
 
+async def test_a_slow_bucket_with_no_burst_steps_once_its_sends_show_the_pace() -> None:
+    # 0.732/s, no burst, 23 s holds: the start's second send, a second after the first, is refused. One
+    # accepted send bounds no rate from below, so the fit's first pace is cautious (0.27/s), and its step
+    # waited two holds' lengths (46 s) each time, whatever the sends showed: 0.14 of the limit in two
+    # minutes. Two sends at a pace show a bucket with no burst refills at least that, so each step
+    # waits one hold's length only.
+    out = await crawl(Bucket(0.732, 1.0, 23), 120.0, latency=0.003)
+    assert out.share >= 0.2  # was 0.137
+    assert out.refused == 1  # the start's overshoot only
+
+
 @pytest.mark.parametrize(("limit", "window", "refusals"),
                          [(30, 10.0, 25),    # was 0.38 / 64: each refusal of the lock-out halved
                           (100, 60.0, 50)])  # was 0.42 / 81
@@ -395,6 +406,32 @@ async def test_strict_buckets_without_burst(rate: float, share: float) -> None:
     out = await crawl(Bucket(rate, 1.0), 120.0)
     assert out.share >= share
     assert out.refused <= 10
+
+
+@pytest.mark.parametrize(("rate", "share"), [(10.0, 0.83), (25.0, 0.84), (40.0, 0.76)])  # was 0.76, 0.79, 0.7
+async def test_the_start_refused_by_a_strict_bucket_searches_past_its_ceiling_within_seconds(
+        rate: float, share: float) -> None:
+    # nginx limit_req with no burst: 429s at once, robots.txt first, pages in 3 ms. The start's refusal (a
+    # gap just under the shortest accepted) was halved and the climb levelled out at 0.84 of the refused
+    # rate for the rest of the crawl, the probe beyond it a window away. Now it levels out at the accepted
+    # gap's rate and searches up to the refused one's: 9.8/s from 15 s on at 10/s.
+    out = await crawl(Bucket(rate, 1.0), 30.0, latency=0.003, robots=0.005, instant=True)
+    assert out.share >= share
+    assert out.refused <= 3
+
+
+@pytest.mark.parametrize(("limiter", "share", "refusals"),
+                         [(Bucket(15.0, 5.0), 0.85, 3), (RequestRate(30.0, 3.0), 0.7, 6),
+                          (ClockWindow(11, 1.0), 0.68, 4)],
+                         ids=["bucket-with-burst", "counter", "window"])
+async def test_a_start_refusal_that_only_looks_strict_keeps_its_halving(limiter: Limiter, share: float,
+                                                                         refusals: int) -> None:
+    # A bucket with a burst, a counter that counts refusals and a window fit a bucket with no burst at the
+    # start's refusal too (its doubling shortens every gap), and each owes a debt: paced at the fit at
+    # once, each drew a second refusal (0.87 / 4, 0.70 / 7 and a longer lock-out, 0.69 / 5).
+    out = await crawl(limiter, 20.0, latency=0.003)
+    assert out.share >= share
+    assert out.refused <= refusals
 
 
 # Request-rate counters that count refused requests too (HAProxy's http_req_rate): limit per period,
@@ -423,6 +460,17 @@ async def test_a_request_rate_counter_that_counts_refusals(limit: float, period:
     out = await crawl(RequestRate(limit, period), seconds)
     assert out.share >= share
     assert out.refused <= refusals
+
+
+@pytest.mark.parametrize(("latency", "refusals"), [(0.04, 16), (0.08, 15)])  # was 24 and 28
+async def test_a_counter_refusing_at_once_is_probed_after_a_slot_cut(latency: float, refusals: int) -> None:
+    # HAProxy's 429s come back at once, pages in 40-80 ms: the start's overshoot is refused on arrival
+    # with several in flight and read as a cap on slots, which opens no episode. The sends after that
+    # cut went on at the cut rate (seven refused 12 ms apart, each one counted) until its quiet ended.
+    # A send made after the slot cut and refused again is the overshoot's: it opens the episode.
+    out = await crawl(RequestRate(100.0, 10.0), 30.0, latency=latency, instant=True)
+    assert out.refused <= refusals
+    assert out.share >= 0.85  # 0.87 and 0.86 before
 
 
 async def test_a_counter_whose_limit_fell_under_the_lockout_fit_is_cut_after_its_drain() -> None:

@@ -9,19 +9,23 @@ found by address, as the farm lays them out: the first on 127.0.0.2, the next on
 127.0.0.3, and so on (the simulator's loopback aliases; without them this script cannot
 tell the sites apart and exits with an error).
 
-Per profile, each host gets an even gap between sends and a cap on requests in flight:
+Per profile, each host gets a gap between sends and a cap on requests in flight. Each send is
+due one gap after the previous one's due time, not after the moment it went out, so that a send
+that woke late (a loaded machine) does not slow every later one; where the limit has nothing to
+spare, the gap counts from the actual send instead (``catch_up`` is 0):
 
-* ``ratelimit``, ``retryafter``, ``challenge``: 95 % of the token rate, evenly spaced from each actual send,
-  4 in flight; 90 % and 1 in flight when the bucket holds at most 2 (no burst room: any
-  arrival early by more than the slack draws a 429). The slack leaves room for the jitter
-  of two processes' event loops on a loaded machine;
+* ``ratelimit``, ``retryafter``, ``challenge``: 95 % of the token rate, evenly spaced, 4 in flight,
+  a late send caught up by at most ``burst - 2`` sends (3 at most); 90 % and 1 in flight when the
+  bucket holds at most 2 (no burst room: any arrival early by more than the slack draws a 429),
+  from each actual send. The slack leaves room for the jitter of two processes' event loops;
 * ``headers``: 95 % of ``limit / window``, evenly spaced (never more than the limit in a window);
 * ``crawldelay``: one request at a time, ``delay`` plus 2 % plus 20 ms apart;
 * ``quota``: 96 % of *half* the quota per window, evenly spaced. The site's staged brake
   refuses half of the requests once half of a window's quota is used, so the quota's
   second half costs at least one 429 per success: below half, none is ever drawn;
-* ``overload``: the in-flight count that serves the most per second (the site's
-  :meth:`~crawlpace.sim.OverloadSite.best_load`), no gap;
+* ``overload``: the in-flight count that serves the most per second given the latency curve and
+  the client's own turn between an answer and the next send (:func:`best_inflight`): the knee
+  where throughput falls past it, a few more where it stays level, the limit without a knee; no gap;
 * ``slow``: ``limit`` in flight, no gap;
 * ``flaky``: 8 in flight, no gap;
 * ``window`` with fixed windows (aligned to the clock, which the oracle shares with the
@@ -31,10 +35,13 @@ Per profile, each host gets an even gap between sends and a cap on requests in f
   whether the site counts them does not matter;
 * ``window`` with a sliding window: 95 % of ``limit / window``, and at least 30 ms more
   than ``window / limit`` between sends, evenly spaced;
-* ``reqrate`` (HAProxy's ``http_req_rate``): ``limit - 2`` requests per period (95 % of
-  the limit when that is lower), evenly spaced: at an even pace the counter reads at most
-  the sends per period plus 2, so it never passes the limit and no refusal is ever counted;
-* ``conncap``: ``cap`` in flight, each slot resting the site's ``lag`` plus 20 ms after its
+* ``reqrate`` (HAProxy's ``http_req_rate``): each send as soon as a shadow of the counter, fed
+  with the oracle's own sends, reads at most the limit with it, an arrival's lag allowed for
+  (:class:`CounterShadow`): the first period's whole count at once (the counter has no previous
+  period yet), then as the previous period's weight drains, ``limit - 1`` per period (even sends
+  at the limit would read one more). No refusal is drawn, so that the counter counts refusals
+  does not matter;
+* ``conncap``: ``cap`` in flight, each slot resting the site's ``lag`` plus 5 ms after its
   answer, so that the site has freed it before it is used again;
 * ``shifting``: the base profile's plan, scaled by the factor of the schedule from the
   host's first request on, switching to a lower factor 0.3 s early;
@@ -43,8 +50,9 @@ Per profile, each host gets an even gap between sends and a cap on requests in f
 It obeys every site's robots.txt, read from the site itself: a URL the file disallows is
 not sent (its line says so).
 
-Every request has the same 10 s timeout as the crawlpace contenders; a 5xx, a 429, the
-farm's challenge page (recorded as a 429 if it is the last answer), a timeout or a failed
+It sends with aiohttp, as ``crawlpace crawl`` does, so that its own cost per request is no
+more than a contender's. Every request has the same 10 s timeout as the crawlpace contenders;
+a 5xx, a 429, the farm's challenge page (recorded as a 429 if it is the last answer), a timeout or a failed
 connection is sent again after the host's gap, or after the
 ``Retry-After`` of a 429, which holds the whole host (at most 8 resends), so
 the flaky sites' pages all get done. Each URL's final answer is one JSON line ``{"url",
@@ -66,7 +74,7 @@ from pathlib import Path
 from typing import Any, TextIO
 from urllib.parse import urlsplit
 
-import httpx
+import aiohttp
 
 from crawlpace._robotstxt._robots import RobotsRules
 from crawlpace.sim import (
@@ -91,8 +99,8 @@ from crawlpace.sim._spec import build_site
 
 TIMEOUT = 10.0
 RETRIES = 8
-#: The user agent whose robots.txt rules the oracle obeys (httpx's own, as it sends).
-USER_AGENT = f"python-httpx/{httpx.__version__}"
+#: The user agent the oracle sends, and whose robots.txt rules it obeys.
+USER_AGENT = f"crawlpace-oracle (aiohttp/{aiohttp.__version__})"
 FIRST_HOST = ipaddress.ip_address("127.0.0.2")
 #: Shares of the hidden limits the oracle uses.
 RATE_SHARE = 0.95
@@ -109,10 +117,24 @@ SHIFT_LEAD = 0.3
 WINDOW_MARGIN = 0.05
 #: Seconds added to a sliding window's ``window / limit`` gap, for the same lag.
 WINDOW_SLACK = 0.03
-#: Below a request-rate limit, for the counter's rounding (see the module docstring).
-RATE_COUNTER_ROOM = 2
-#: Seconds a slot of a concurrency cap rests beyond the site's lag.
-SLOT_SLACK = 0.02
+#: Seconds a slot of a concurrency cap rests beyond the site's lag: the site frees it ``lag`` after the
+#: answer left, and the answer reaches the oracle after that, so a little more covers the clocks' skew.
+SLOT_SLACK = 0.005
+#: Seconds a request costs the client between an answer and its next send (an event-loop turn on a
+#: loaded machine): with it, a site whose throughput stays level past its knee serves more with a few
+#: more in flight, and the oracle keeps the fewest that come within ``LOAD_SHARE`` of the best.
+CLIENT_TURN = 0.01
+LOAD_SHARE = 0.99
+#: Of a bucket's burst, how many sends a late send may be caught up by (the rest stays as slack).
+CATCH_UP_ROOM = 2
+CATCH_UP_MAX = 3
+#: Seconds an arrival may lag its send more than the first arrival did (the site's periods start at
+#: its first arrival): the counter's shadow keeps its sends this far from either end of a period,
+#: and its reading below the limit by the previous period's weight over this long.
+COUNTER_LAG = 0.02
+COUNTER_BOUNDARY = COUNTER_LAG
+#: Seconds past the exact moment the previous period's weight allows a send (the reading is a float).
+COUNTER_EPSILON = 1e-6
 
 
 @dataclass
@@ -129,6 +151,80 @@ class Plan:
     rest: float = 0.0
     window: float | None = None
     count: int = 0
+    #: Seconds a late send may be caught up by (a bucket's spare burst): the next send is due
+    #: ``gap`` after the previous one's due time, never earlier than ``gap - catch_up`` after it was sent.
+    catch_up: float = 0.0
+    #: A request-rate counter (HAProxy's ``http_req_rate``): ``count`` per ``period`` seconds, its
+    #: reading followed by a shadow of the counter instead of an even gap.
+    period: float | None = None
+
+
+def best_inflight(site: OverloadSite) -> int:
+    """The requests in flight that serve the most per second, the client's own turn counted.
+
+    Each request takes the site's latency at that load plus :data:`CLIENT_TURN`; of the counts that
+    come within :data:`LOAD_SHARE` of the best, the fewest. Where the throughput falls past a knee
+    (exponent 2) that is the knee; where it stays level (exponent 1) a few more than the knee, which
+    cover the client's turn; with no knee, the site's limit.
+    """
+    served = {n: n / (site.latency(n - 1) + CLIENT_TURN) for n in range(1, site.limit + 1)}
+    best = max(served.values())
+    return min(n for n, value in served.items() if value >= LOAD_SHARE * best)
+
+
+class CounterShadow:
+    """A copy of HAProxy's ``http_req_rate`` counter (:class:`crawlpace.sim._limits.RequestRate`)
+    fed with the oracle's own sends, to know when the next one passes.
+
+    The counter reads ``current + previous * (time left in the period / period)``, the request
+    counted; a request passes while that is at most the limit. Periods follow each other from the
+    first request. :meth:`due` says when a send reads within the limit, arrivals' lag allowed for.
+    Sent as soon as it allows, the shadow settles at ``limit - 1`` per period: even sends at the limit
+    would read ``limit + 1`` (the request counted, a whole previous period).
+    """
+
+    def __init__(self) -> None:
+        self.start: float | None = None
+        self.current = 0
+        self.previous = 0
+
+    def _rolled(self, now: float, period: float) -> tuple[float, int, int]:
+        if self.start is None:
+            return now, 0, 0
+        if now < self.start + period:
+            return self.start, self.current, self.previous
+        periods = math.floor((now - self.start) / period)
+        return self.start + periods * period, 0, self.current if periods == 1 else 0
+
+    def due(self, now: float, limit: int, period: float) -> float:
+        """The earliest time from ``now`` at which one more request reads at most ``limit`` at the site.
+
+        The site's periods start at its first arrival, a moment after the oracle's first send, so a
+        send is kept :data:`COUNTER_BOUNDARY` clear of each end of a period (it falls in the same
+        period at the site), and the reading is held below the limit by what that moment can add to
+        the previous period's weight (``previous * COUNTER_LAG / period``).
+        """
+        if self.start is None:
+            return now
+        at = now
+        for _ in range(4):
+            start, current, previous = self._rolled(at, period)
+            end = start + period
+            at = max(at, start + COUNTER_BOUNDARY)
+            # The weight of the previous period that may be left when the send reads, at most.
+            room = limit - current - 1 - previous * COUNTER_LAG / period
+            if room >= 0:
+                # The previous period's weight drains linearly: wait until it is down to the room.
+                due = at if previous == 0 else max(at, end - room * period / previous + COUNTER_EPSILON)
+                if due <= end - COUNTER_BOUNDARY:
+                    return due
+            at = end + COUNTER_BOUNDARY  # this period is spent: the next opens with it as the previous
+        return at
+
+    def take(self, now: float, period: float) -> None:
+        """Count a send at ``now``."""
+        self.start, self.current, self.previous = self._rolled(now, period)
+        self.current += 1
 
 
 def plan_of(site: Site, factor: float = 1.0) -> Plan:
@@ -140,7 +236,9 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
         # one at a time, so that a late send never lets the next one catch up with it.
         if site.burst <= 2:
             return Plan(1.0 / (site.rate * factor * TIGHT_SHARE), 1)
-        return Plan(1.0 / (site.rate * factor * RATE_SHARE), RATE_INFLIGHT)
+        gap = 1.0 / (site.rate * factor * RATE_SHARE)
+        # A send that woke late may be caught up by what the bucket has to spare beyond one send.
+        return Plan(gap, RATE_INFLIGHT, catch_up=min(site.burst - CATCH_UP_ROOM, CATCH_UP_MAX) * gap)
     if isinstance(site, HeadersSite):
         limit = max(round(site.limit * factor), 1)
         return Plan(site.window / (limit * RATE_SHARE), RATE_INFLIGHT)
@@ -151,9 +249,10 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
         gap = max(site.window / (limit * RATE_SHARE), site.window / limit + WINDOW_SLACK)
         return Plan(gap, RATE_INFLIGHT)
     if isinstance(site, RequestRateSite):
+        # Sent whenever a shadow of the counter reads low enough (see CounterShadow): the first
+        # period's whole count at once, then as the previous period's weight drains, never refused.
         limit = max(round(site.limit * factor), 1)
-        sends = max(min(limit * RATE_SHARE, limit - RATE_COUNTER_ROOM), 0.5)
-        return Plan(site.period / sends, RATE_INFLIGHT)
+        return Plan(0.0, RATE_INFLIGHT, period=site.period, count=limit)
     if isinstance(site, SlotCapSite):
         return Plan(0.0, max(round(site.cap * factor), 1), rest=site.lag + SLOT_SLACK)
     if isinstance(site, CrawlDelaySite):
@@ -161,7 +260,7 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
     if isinstance(site, QuotaSite):
         return Plan(site.window / (site.quota * QUOTA_SHARE), RATE_INFLIGHT)
     if isinstance(site, OverloadSite):
-        return Plan(0.0, site.best_load())
+        return Plan(0.0, best_inflight(site))
     if isinstance(site, SlowSite):
         return Plan(0.0, max(round(site.limit * factor), 1))
     if isinstance(site, FlakySite):
@@ -183,6 +282,8 @@ class Host:
         self.window_sends = 0
         # Until when the host asked, in a Retry-After, to be left alone.
         self.held_until = 0.0
+        # The site's request-rate counter as the oracle's own sends have moved it (reqrate only).
+        self.counter = CounterShadow()
 
     def plan(self, now: float) -> Plan:
         site = self.site
@@ -232,6 +333,8 @@ class Host:
                 due = max(self.next_send, held, now)
                 if plan.window:
                     due = self.window_slot(due, plan)
+                if plan.period:
+                    due = self.counter.due(due, plan.count, plan.period)
                 wait = due - now
                 if wait > 0:
                     await asyncio.sleep(wait)
@@ -239,12 +342,15 @@ class Host:
                 if self.held_until <= held:
                     break
                 # A Retry-After came back while this send waited: wait for it too.
-            # From the actual send: a send that woke late must not shorten the next gap.
-            self.next_send = now + plan.gap
+            if plan.period:
+                self.counter.take(now, plan.period)
+            # From the due time, so that a send that woke late does not slow every later one; but a late
+            # send is caught up by at most what the limit spares (nothing but for a bucket with a burst).
+            self.next_send = max(due, now - plan.catch_up) + plan.gap
             return plan
 
 
-async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, Any]:
+async def fetch(client: aiohttp.ClientSession, host: Host, url: str) -> dict[str, Any]:
     """One URL, resent after an error, each send paced by its host."""
     status: int | None = None
     error: str | None = None
@@ -254,13 +360,14 @@ async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, An
             plan = await host.turn()
             attempts += 1
             try:
-                response = await client.get(url)
-                status, error = response.status_code, None
+                async with client.get(url, allow_redirects=False) as response:
+                    body = await response.read()
+                status, error = response.status, None
                 if status == 429:
                     host.hold(response.headers.get("retry-after"))
-                elif response.content == CHALLENGE_PAGE:  # the farm's challenge: a refusal, not the page
+                elif body == CHALLENGE_PAGE:  # the farm's challenge: a refusal, not the page
                     status, error = 429, "challenge page"
-            except (httpx.HTTPError, OSError) as exc:
+            except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 status, error = None, f"{type(exc).__name__}: {exc}"
             if plan.rest:
                 await asyncio.sleep(plan.rest)  # the site frees this slot a moment after the answer
@@ -268,7 +375,7 @@ async def fetch(client: httpx.AsyncClient, host: Host, url: str) -> dict[str, An
                 return {"url": url, "status": status, "attempts": attempts, "error": error}
 
 
-async def crawl_host(client: httpx.AsyncClient, host: Host, urls: deque[str], out: TextIO) -> None:
+async def crawl_host(client: aiohttp.ClientSession, host: Host, urls: deque[str], out: TextIO) -> None:
     async def worker() -> None:
         while urls:
             result = await fetch(client, host, urls.popleft())
@@ -298,12 +405,15 @@ async def main(urls: list[str], output: Path, farm: Path) -> None:
             forbidden.append(url)
             continue
         queues.setdefault(host, deque()).append(url)
-    limits = httpx.Limits(max_connections=None, max_keepalive_connections=None)
+    # No cap on connections (each host's plan caps its own), no proxy from the environment.
+    connector = aiohttp.TCPConnector(limit=0, limit_per_host=0)
+    timeout = aiohttp.ClientTimeout(total=TIMEOUT)
     with output.open("w", encoding="utf-8") as out:
         for url in forbidden:
             out.write(json.dumps({"url": url, "status": None, "attempts": 0,
                                   "error": "disallowed by robots.txt"}) + "\n")
-        async with httpx.AsyncClient(timeout=TIMEOUT, limits=limits, trust_env=False) as client:
+        async with aiohttp.ClientSession(connector=connector, timeout=timeout,
+                                         headers={"User-Agent": USER_AGENT}) as client:
             await asyncio.gather(*(crawl_host(client, Host(sites[host]), queue, out)
                                    for host, queue in queues.items() if plan_of(sites[host]).send))
 

@@ -33,7 +33,10 @@ a minute is likely to run about as long again), where a pace that holds gains it
 rate for that time and one that does not costs the hold (:func:`best_level`).
 Once a pace has been kept up for two holds' lengths after the hold (a bucket's
 burst refilled by the hold carries a pace half again over its limit for about that
-long), a *step* above it is weighed the same way, each round: a step that fails
+long), or for one when the sends since show it (refitted, every bucket that still
+fits the record refills at least the pace: a burst of one after two sends, while a
+large burst leaves its low rates in the fit for a long time), a *step* above it is
+weighed the same way, each round: a step that fails
 costs the hold and returns to the pace kept up, so a step is taken when its gain
 over the time crawled outweighs that, and only when it is likelier to hold than
 not. A long hold makes the scope careful and a short one bold; the time crawled
@@ -269,6 +272,7 @@ class _BucketState(Protocol):
     _hold_end: float
     _belief: tuple[float, ...]
     _kept: float
+    _refit_at: float
     _sustained: float
     _top: float
     _cut_rate: float
@@ -282,6 +286,7 @@ class _BucketState(Protocol):
     def _decide(self, now: float, decision: str) -> None: ...
     def _set_level(self, now: float, level: float, held: float, sure: float) -> None: ...
     def _horizon(self, now: float) -> float: ...
+    def _level_shown(self, now: float) -> bool: ...
 
 
 class BucketFit:
@@ -341,7 +346,7 @@ class BucketFit:
 
     def _set_level(self: _BucketState, now: float, level: float, held: float, sure: float) -> None:
         """Pace at ``level`` (from the fit); a step above it is weighed once it has been kept up for
-        two holds' lengths after the hold (see the module's trade-off)."""
+        two holds' lengths after the hold, or one when the sends show it (see the module's trade-off)."""
         # The fit answers for the level from here: a rate the recall remembers (``_rampup_recall``) was
         # a refilled burst carrying a pace over the bucket's rate, not a limit that fell, and a search
         # back up to it would buy another hold.
@@ -360,14 +365,28 @@ class BucketFit:
         Returns:
             True when the level moved up.
         """
-        if not self._belief or self.phase != "steady" or now < self._probe_after or self._ep_since != NEVER:
+        if not self._belief or self.phase != "steady" or self._ep_since != NEVER:
+            return False
+        held = max(self.hold_learned, T.hold_long)
+        if now < self._probe_after and (now < self._probe_after - held or not self._level_shown(now)):
             return False
         level = self.ceiling or self.rate
         self._kept = max(self._kept, level)
-        held = max(self.hold_learned, T.hold_long)
         step, sure = best_level(self._belief, held, self._horizon(now), floor=level)
         if step <= level * (1.0 + T.tolerance):
             self._probe_after = now + T.round  # weighed again a round later
             return False
         self._set_level(now, step / T.fit_share, held, sure)
         return True
+
+    def _level_shown(self: _BucketState, now: float) -> bool:
+        """Whether the sends on record, refitted (once a round), show the bucket refills at least the
+        pace (within ``T.tolerance``) whatever its burst: the level is kept up, and a step need not
+        wait out the second hold's length. (Not from the first: a loaded machine's lag bunches sends
+        the bucket still accepts, which shows a burst of one faster than it is, and a 5/s bucket with
+        5 s holds stepped over its limit 1.6 s after the step before.)"""
+        if now < self._refit_at:
+            return False
+        self._refit_at = now + T.round
+        fits = bucket_fit(self._ok_sends, self._held_refusals, first=self._ok_count <= len(self._ok_sends))
+        return bool(fits) and min(lo for _, lo, _, _ in fits) >= (1.0 - T.tolerance) * self.rate

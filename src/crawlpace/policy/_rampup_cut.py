@@ -93,6 +93,7 @@ class _CutState(Protocol):
     def _start_ceiling(self, now: float, refused: float, rate: float, ceiling: float) -> float: ...
     def _start_resume(self, now: float, rate: float, ceiling: float) -> float: ...
     def _start_refused(self, now: float, at: float, allowed: float) -> float: ...
+    def _start_strict(self, now: float, sent_at: float | None) -> str: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _after_cut(self, now: float, *, sent: float, allowed: float, cascade: bool, steady: bool,
                    refused: bool, pace: float = 0.0) -> None: ...
@@ -284,6 +285,9 @@ class CutRules:
         self._start_climb(now, fast=cascade or gentle)  # a gentle cut's level is near: no need to dawdle
         self._after_cut(now, sent=sent, allowed=min(allowed, previous or allowed), cascade=cascade,
                         steady=steady, refused=refused, pace=allowed)
+        # The start's refusal of a gap just under the shortest accepted fits a bucket with no burst: the
+        # climb levels out at the accepted gap's rate and searches up to the refused one's (_rampup_start).
+        fitted = self._start_strict(now, sent_at) if not steady and refused and not slots else ""
         # A long hold resumes at the level (_after_cut): a refusal there, before any growth, is one
         # the cut did not prevent, not a new limit above it.
         self._cut_rate = max(self._cut_rate, self.rate)
@@ -292,4 +296,5 @@ class CutRules:
                 "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
         resumed = " (the hold is the cut: at the level after it)" if self.rate > rate else ""
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
-                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {rate:.3g}/s{resumed}, ceiling {ceiling:.3g}/s")
+                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {rate:.3g}/s{resumed}, ceiling {ceiling:.3g}/s"
+                     f"{fitted}")

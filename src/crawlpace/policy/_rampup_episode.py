@@ -123,8 +123,12 @@ class _EpisodeState(Protocol):
     _sustained: float
     _gap: float | None
     hold_learned: float
+    _answers: tuple[float, ...]
+    _inflight_ok: int
 
     def hold(self, until: float) -> None: ...
+    def slot_rest(self) -> float: ...
+    def baseline(self) -> float | None: ...
     def _lockout_resume(self, now: float) -> None: ...
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
@@ -180,6 +184,34 @@ class Episodes:
                           T.lockout_gaps / max(self.rate, self.min_rate))
             self._ep_gap = max(gap, min(2.0 * gap, longest))
         return False
+
+    def _slot_cut_missed(self: _EpisodeState, now: float, sent_at: float | None,
+                         inflight: int | None) -> None:
+        """A refusal on arrival in the quiet after a cut, of a send made after that cut: the overshoot's?
+
+        A refusal that comes at once with several in flight cuts the slots (``_rampup_slots``) and
+        opens no episode: a cap on requests in flight is answered by the capped slots, and a request
+        refused after that cut was most likely sent into a slot freed a moment after its answer. It
+        was not when the answers that would have had to hold their slots still (as many as were in
+        flight beyond the send's count, at the most accepted at once) had left half a page's time
+        or more before it (the bound ``_rampup_slots`` drops a late release at): then no cap explains
+        it, and a rate limiter that answers its refusals at once (HAProxy's 429s come back before a
+        page does) is still counting the overshoot. Without an episode the sends went on at the cut
+        rate until the quiet ended, each one refused and counted (seven in a row, 12 ms apart, on a
+        counter of 100 per 10 s whose pages take 40 ms). The refused send was the episode's first
+        probe: the next waits twice the cut rate's gap, doubling as refused probes do.
+        """
+        last = self._pushbacks[-1] if self._pushbacks else NEVER
+        base = self.baseline()
+        if (self._ep_since != NEVER or sent_at is None or last == NEVER or sent_at < last or inflight is None
+                or base is None or self.slot_rest() > 0.0):
+            return
+        held = self._inflight_ok - inflight + 1  # answers that would still hold their slots
+        before = [at for at in self._answers if at <= sent_at]
+        if 1 <= held <= len(before) and sent_at - before[-held] < T.quick_refusal * base:
+            return  # (a slot freed late may explain it)
+        self._ep_since = now
+        self._ep_gap = 2.0 / max(self.rate, self.min_rate)
 
     def _draining(self: _EpisodeState, now: float) -> bool:
         """Whether a refusal now is the last lock-out still draining: it comes within half the fitted

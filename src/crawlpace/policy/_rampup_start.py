@@ -50,6 +50,12 @@ round showed (:meth:`StartPhase._start_refused`): the window of one may have
 allowed far more than any send showed, and each overshoot of that site costs a
 hold.
 
+A refusal whose gap to the last accepted send is just under the shortest gap accepted fits a
+bucket with no burst, whose rate lies between the two gaps': the climb back then levels out at the
+accepted gap's fit and searches up to the refused gap's rate from there, within seconds
+(:meth:`StartPhase._start_strict`). The halving stays: every start's refusal fits (its doubling
+shortens each gap), a burst's, a window's or a counter's too, and those owe a debt first.
+
 The state is two numbers on the controller: the good rate (``_good_rate``) and
 the lowest latency seen (``_low_latency``, 0 for none); the send record
 (``_rampup_sends``) keeps when the send before the door's went.
@@ -91,8 +97,13 @@ class _StartPhaseState(Protocol):
     _door: float
     start_rate: float
     _ok_sends: deque[float]
+    ceiling: float | None
+    _gap_ok: float
+    _top: float
 
     def allowed_rate(self, now: float) -> float: ...
+    def _last_ok_before(self, sent: float) -> float | None: ...
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _start_round(self) -> float: ...
     def _start_floor(self, door: bool = True) -> float: ...
     def _door_open(self) -> bool: ...
@@ -102,6 +113,7 @@ class StartPhase:
     """The start-phase part of a rampup controller (its attributes live on :class:`Rampup`)."""
 
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
+    ceiling: float | None  # declared for the assignment below, which might narrow it
 
     def _start_round(self: _StartPhaseState) -> float:
         """Seconds per doubling, within ``[T.min_round, T.round]``: the lowest latency seen, or
@@ -260,3 +272,40 @@ class StartPhase:
             return ceiling
         share = T.cut if self._resumed_at - now >= T.hold_long else T.good_ceiling
         return max(rate, min(ceiling, good * share))
+
+    def _start_strict(self: _StartPhaseState, now: float, sent_at: float | None) -> str:
+        """After the start phase's first refusal (halved as usual): where a bucket with no burst fits
+        it, level out at that fit and search up to the refused gap's rate from there; returns what it
+        did, for the cut's log line ("": nothing).
+
+        The refused send's gap to the last accepted one was just under the shortest gap accepted
+        (at least ``T.strict_near`` of it): a bucket with no burst refuses the first gap shorter than
+        its own, so its rate lies between the two gaps' rates, and pacing at ``T.fit_share`` of the
+        accepted one's is safe. The climb back levels out there (if that is higher than the start's
+        own ceiling), and once it has held it, the search (``_rampup_search``) climbs by halves to the
+        refused gap's rate: within seconds, where the probe beyond a ceiling takes most of a window
+        (nginx ``limit_req`` with no ``burst`` sat at 0.84 of its limit for the rest of the crawl). A
+        refusal on the way is the steady phase's, and its strict fit paces at the gap accepted.
+
+        The halving stays: the start's doubling shortens every gap, so a bucket with a burst, a window
+        or a counter fits just as well, and each of those has a debt to pay back first (pacing at the
+        fit at once drew a second refusal from each, and cost a counter that counts refusals a longer
+        lock-out). A refusal that came with a hold is left to the hold's rules: a strict bucket's
+        refusal costs nothing, and nginx's sends none.
+        """
+        shortest = self._gap_ok
+        before = None if sent_at is None else self._last_ok_before(sent_at)
+        if sent_at is None or before is None or not math.isfinite(shortest) or self._resumed_at > now:
+            return ""
+        refused = sent_at - before
+        if not T.strict_near * shortest <= refused < shortest:
+            return ""
+        fit = min(self.max_rate, T.fit_share / shortest)
+        top = min(self.max_rate, 1.0 / refused)
+        level = max(self.ceiling or 0.0, fit)
+        if top <= level * (1.0 + T.tolerance):
+            return ""
+        self.ceiling, self._top = level, top
+        self._start_climb(now, fast=True)
+        return (f"; a bucket with no burst fits the gaps (refused {refused:.4g}s, accepted {shortest:.4g}s): "
+                f"level {level:.3g}/s, then searching up to {top:.3g}/s")

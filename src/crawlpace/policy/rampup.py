@@ -310,6 +310,7 @@ class RampupState:
     # What the fit believes of the limit (rate, chance it is at least that, ...) and the highest
     # fitted level kept up for a step's wait (_rampup_bucket).
     _belief: tuple[float, ...] = ()
+    _refit_at: float = _NEVER
     _kept: float = 0.0
 
 
@@ -421,6 +422,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
             # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
             self._ep_since, self._ep_gap = _NEVER, 0.0
+            if not can_cut and answered:
+                self._slot_cut_missed(now, sent_at, inflight)  # (unless the capped slots explain it)
         elif pushback and can_cut and answered and self._jitter_refused(now, sent_at):
             self._episode_cut()  # (no cut: probes at the level until one is accepted)
         elif pushback:

@@ -219,6 +219,11 @@ class HeadersSite(CountingSite):
         self.counter: FixedWindow = FixedWindow(self.limit, self.window)
         super().__init__(**options)
 
+    @property
+    def limit_window(self) -> tuple[float, str]:
+        """Windows back to back from the first counted request."""
+        return self.window, "chained"
+
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request if the window has room and serve it, else refuse it; announce the budget."""
         allowed = self.counter.take(now)

@@ -128,6 +128,8 @@ class Site:
         self.clock = clock
         self.rng = random.Random(0) if rng is None else rng
         self.stats = SiteStats(self.capacity)
+        if self.limit_window is not None:
+            self.stats.watch_window(*self.limit_window)
         self.embargo = Embargo()
         self.content = PageApp(self.pages, self.links, self.crawl_delay, private=self.private)
 
@@ -156,6 +158,12 @@ class Site:
         return None
 
     @property
+    def limit_window(self) -> tuple[float, str] | None:
+        """The window the site counts its limit in, ``(seconds, kind)`` (see
+        :meth:`SiteStats.watch_window`); None when its limit is not a count per window."""
+        return None
+
+    @property
     def crawl_delay(self) -> float | None:
         """The ``Crawl-delay`` announced in robots.txt, if any."""
         return None
@@ -166,6 +174,9 @@ class Site:
             return
         now = self._arrival(scope)
         self.stats.arrive(now)
+        exempt = scope.get("path") == "/robots.txt" and not self.gates_robots
+        if not exempt:
+            self.stats.limited(now)
         if self.embargo.violated(now, self.tolerance + self.late(scope)):
             self.stats.violation("retry_after")
         if self.private and str(scope.get("path", "")).startswith(PRIVATE_PREFIX):
@@ -184,7 +195,7 @@ class Site:
 
         reset = False
         try:
-            if scope.get("path") == "/robots.txt" and not self.gates_robots:
+            if exempt:
                 await self.content(scope, receive, watch)
             else:
                 await self.handle(scope, receive, watch, now)

@@ -20,10 +20,12 @@ import math
 from collections import Counter, deque
 from typing import Any
 
-__all__ = ["BIN", "MAX_BINS", "WINDOW", "SiteStats"]
+__all__ = ["BIN", "MAX_BINS", "WINDOW", "WINDOW_KINDS", "SiteStats"]
 
 #: The length, in seconds, of the sliding window behind ``peak_per_second``.
 WINDOW = 1.0
+#: How a site's own counting window runs (see :meth:`SiteStats.watch_window`).
+WINDOW_KINDS = ("sliding", "clock", "chained", "counter")
 #: The width, in seconds, of one bin of the timeline kept for plots.
 BIN = 1.0
 #: The most timeline bins kept (a week of seconds); later events go in the last bin.
@@ -60,6 +62,13 @@ class SiteStats:
         peak_inflight: the most requests ever in flight at once.
         peak_per_second: the most arrivals within any window of one second,
             computed exactly over every window, not per calendar second.
+        window: the site's own counting window, ``(seconds, kind)``, when its
+            limit is a count per window (see :meth:`watch_window`); None otherwise.
+        peak_per_window: the most limited arrivals (robots.txt aside) within one
+            such window, counted as the site counts: in any span of its length
+            (``sliding``), per window aligned to the clock (``clock``) or per
+            window following the first limited arrival's (``chained``); for a
+            request-rate counter (``counter``), its highest reading, rounded up.
         first: arrival time of the first request, None before any.
         last: arrival time of the latest request, None before any.
         statuses: responses per status code.
@@ -89,6 +98,12 @@ class SiteStats:
         self.resets = 0
         self.violations: Counter[str] = Counter()
         self._recent: deque[float] = deque()
+        self.window: tuple[float, str] | None = None
+        self.peak_per_window = 0
+        self._window_times: deque[float] = deque()
+        self._window_origin: float | None = None
+        self._window_index: int | None = None
+        self._counts = (0, 0)  # a counter's current and previous periods
         self._arrivals: list[int] = []
         self._ok: list[int] = []
         self._refused: list[int] = []
@@ -137,6 +152,57 @@ class SiteStats:
             recent.popleft()
         self.peak_per_second = max(self.peak_per_second, len(recent))
         _bin(self._arrivals, self._index(now))
+
+    def watch_window(self, seconds: float, kind: str) -> None:
+        """Count limited arrivals per the site's own window of ``seconds``, of ``kind`` ``"sliding"``
+        (any span), ``"clock"`` (aligned to the clock), ``"chained"`` (from the first limited arrival)
+        or ``"counter"``: HAProxy's request-rate counter over periods of ``seconds`` from the first
+        limited arrival, read as ``current + previous * (time left / period)`` (see
+        :class:`~crawlpace.sim._limits.RequestRate`). A client within such a counter's rule may send
+        more than its limit in one span of a period (the previous period's weight drains as it goes),
+        so its peak is the reading, not a count."""
+        if kind not in WINDOW_KINDS:
+            raise ValueError(f"window kind must be one of {', '.join(WINDOW_KINDS)}, got {kind!r}")
+        if not (math.isfinite(seconds) and seconds > 0):
+            raise ValueError(f"window seconds must be a finite number > 0, got {seconds!r}")
+        self.window = (float(seconds), kind)
+
+    def limited(self, now: float) -> None:
+        """Record that the request arrived at ``now`` meets the site's limit (robots.txt is exempt)."""
+        if self.window is None:
+            return
+        seconds, kind = self.window
+        times = self._window_times
+        if kind == "counter":
+            self._count(now, seconds)
+            return
+        if kind == "sliding":
+            times.append(now)
+            while times[0] + seconds <= now:
+                times.popleft()
+        else:
+            if self._window_origin is None:
+                self._window_origin = 0.0 if kind == "clock" else now
+            index = math.floor((now - self._window_origin) / seconds)
+            if index != self._window_index:
+                self._window_index = index
+                times.clear()
+            times.append(now)
+        self.peak_per_window = max(self.peak_per_window, len(times))
+
+    def _count(self, now: float, period: float) -> None:
+        origin = self._window_origin
+        if origin is None:
+            self._window_origin, self._counts = now, (0, 0)
+            origin = now
+        elif now >= origin + period:
+            periods = math.floor((now - origin) / period)
+            self._window_origin = origin = origin + periods * period
+            self._counts = (0, self._counts[0] if periods == 1 else 0)
+        current, previous = self._counts[0] + 1, self._counts[1]
+        self._counts = (current, previous)
+        reading = current + previous * max(origin + period - now, 0.0) / period
+        self.peak_per_window = max(self.peak_per_window, math.ceil(reading - 1e-9))
 
     def depart(self, now: float, status: int | None, *, reset: bool = False, challenge: bool = False,
                path: str | None = None) -> None:
@@ -254,6 +320,9 @@ class SiteStats:
             "capacity": self.capacity,
             "goodput_ratio": self.goodput_ratio,
         }
+        if self.window is not None:  # only a site that counts per window has these
+            figures.update(window=self.window[0], window_kind=self.window[1],
+                           peak_per_window=self.peak_per_window)
         if timeline:
             figures["timeline"] = self.timeline()
         return figures

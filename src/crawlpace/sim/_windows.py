@@ -87,6 +87,11 @@ class WindowSite(CountingSite):
             else SlidingWindow(self.limit, self.window, count_refused=self.count_refused))
         super().__init__(**options)
 
+    @property
+    def limit_window(self) -> tuple[float, str]:
+        """Windows aligned to the clock, or any span of the window's length."""
+        return self.window, "clock" if self.kind == "fixed" else "sliding"
+
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request, then serve or refuse it, with the headers the site sends."""
         allowed = self.counter.take(now)
@@ -133,6 +138,11 @@ class RequestRateSite(CountingSite):
         self.status = _STATUS.integer(status)
         self.counter: RequestRate = RequestRate(self.limit, self.period)
         super().__init__(**options)
+
+    @property
+    def limit_window(self) -> tuple[float, str]:
+        """The counter itself: its highest reading."""
+        return self.period, "counter"
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request; serve it when the reading allows, else refuse it."""

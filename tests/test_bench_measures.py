@@ -1,0 +1,225 @@
+"""The crawl benchmark's measures and its oracle's pacing, on figures and limiters built by hand.
+
+``bench/crawl_efficiency.py`` judges every contender against ``bench/_peers/oracle.py``; both are
+scripts, loaded here from their files. Nothing here starts a farm or sleeps: the oracle's counter
+shadow and knee are checked against the simulator's own limiter classes on a scripted clock.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import statistics
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import pytest
+
+from crawlpace.sim import OverloadSite, RateLimitSite, RequestRateSite, WindowSite
+from crawlpace.sim._limits import RequestRate
+from crawlpace.sim._rates import HeadersSite
+from crawlpace.sim._stats import SiteStats
+
+BENCH = Path(__file__).resolve().parent.parent / "bench"
+
+
+def load(name: str, path: Path) -> ModuleType:
+    """A bench script as a module (registered first: its dataclasses look themselves up)."""
+    if name in sys.modules:
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+bench = load("_bench_crawl_efficiency", BENCH / "crawl_efficiency.py")
+oracle = load("_bench_oracle", BENCH / "_peers" / "oracle.py")
+
+
+# -- the site's own window ----------------------------------------------------------------
+
+
+def test_sliding_window_peak_counts_any_span() -> None:
+    stats = SiteStats(1.0)
+    stats.watch_window(4.0, "sliding")
+    for now in (0.0, 1.0, 2.0, 3.9, 4.0, 4.1):
+        stats.limited(now)
+    # (0.1, 4.1] holds 1.0, 2.0, 3.9, 4.0, 4.1; 0.0 has left by 4.0.
+    assert stats.peak_per_window == 5
+    assert stats.as_dict()["window"] == 4.0
+    assert stats.as_dict()["window_kind"] == "sliding"
+
+
+def test_clock_window_peak_counts_per_aligned_window() -> None:
+    stats = SiteStats(1.0)
+    stats.watch_window(10.0, "clock")
+    for now in (7.0, 8.0, 9.9, 10.0, 10.5):  # 3 in [0, 10), 2 in [10, 20): never 5 in one window
+        stats.limited(now)
+    assert stats.peak_per_window == 3
+
+
+def test_chained_windows_start_at_the_first_limited_arrival() -> None:
+    stats = SiteStats(1.0)
+    stats.watch_window(10.0, "chained")
+    for now in (7.0, 8.0, 9.9, 10.0, 16.9, 17.0):  # [7, 17) holds 5, [17, 27) one
+        stats.limited(now)
+    assert stats.peak_per_window == 5
+
+
+def test_a_counter_is_judged_by_its_reading_not_a_count() -> None:
+    # HAProxy's counter lets 9 through at once in its first period (no previous one), then more as
+    # that period's weight drains; a client that follows it reads at most its limit. (Sent late in the
+    # first period, the 9 would share a span of a period with the next ones: a count is no judge.)
+    stats, counter = SiteStats(1.0), RequestRate(10, 1.0)
+    stats.watch_window(1.0, "counter")
+    times = [0.0] * 9 + [1.0 + 0.02 + k / 9 for k in range(8)]
+    for now in times:
+        assert counter.take(now)
+        stats.limited(now)
+    assert stats.peak_per_window <= 10
+    for _ in range(3):
+        stats.limited(1.95)
+    assert stats.peak_per_window == 12  # 11 in this period, 9 * 5 % of the last one's, rounded up
+
+
+def test_a_site_without_a_window_reports_none() -> None:
+    stats = SiteStats(1.0)
+    stats.limited(1.0)
+    figures = stats.as_dict()
+    assert "peak_per_window" not in figures
+    assert "window" not in figures
+    with pytest.raises(ValueError, match="window kind"):
+        stats.watch_window(1.0, "rolling")
+
+
+def test_window_sites_name_their_window() -> None:
+    assert WindowSite(limit=4, window=4.7, kind="sliding").stats.window == (4.7, "sliding")
+    assert WindowSite(limit=4, window=5.0, kind="fixed").stats.window == (5.0, "clock")
+    assert RequestRateSite(limit=10, period=2.0).stats.window == (2.0, "counter")
+    assert HeadersSite(limit=10, window=3.0).stats.window == (3.0, "chained")
+    assert RateLimitSite(rate=2.0, burst=3).stats.window is None
+
+
+def farm_site(**figures: Any) -> dict[str, Any]:
+    base = {"requests": 11, "ok": 10, "throttled": 1, "violations": 0, "capacity": 4 / 4.7,
+            "goodput": 1.0, "goodput_ratio": 1.17, "last": None, "peak_per_second": 6,
+            "window": 4.7, "peak_per_window": 5}
+    return {**base, **figures}
+
+
+def test_a_window_site_is_judged_over_its_own_window_not_per_second() -> None:
+    # r1:flask21 of stop 41: 4 per 4.7 s (sliding); robots.txt, 4 pages and a refusal in one second.
+    # Per second its "limit" was 4 and 6 read as over it; over its own window it sent 5 (4 + 1 refused).
+    site, spec = farm_site(), {"profile": "window", "kind": "sliding", "limit": 4, "window": 4.7}
+    assert bench.second_limit(site, spec) is None
+    assert bench.window_limit(site) == 4.0
+    figures = bench.SiteFigures(pages=10, done=10, requests=11, ok=10, throttled=1, violations=0,
+                                violation_kinds={}, goodput=1.0, capacity=site["capacity"],
+                                goodput_ratio=1.17, last_request=11.0, busiest_second=6, second_limit=None,
+                                busiest_window=5, window=4.7, window_limit=4.0)
+    assert figures.judged == (5.0, 4.0)
+    assert not figures.over_limit
+    figures.busiest_window = 6
+    assert figures.over_limit
+
+
+def test_a_bucket_is_still_judged_per_second() -> None:
+    site = farm_site(capacity=10.0, window=None, peak_per_window=None, peak_per_second=14)
+    spec = {"profile": "ratelimit", "rate": 10.0, "burst": 3}
+    assert bench.window_limit(site) is None
+    assert bench.second_limit(site, spec) == 12.0
+    figures = bench.SiteFigures(pages=10, done=10, requests=14, ok=14, throttled=0, violations=0,
+                                violation_kinds={}, goodput=10.0, capacity=10.0, goodput_ratio=1.0,
+                                last_request=2.0, busiest_second=14, second_limit=12.0)
+    assert figures.judged == (14.0, 12.0)
+    assert figures.over_limit
+
+
+# -- medians over the rounds and the own share of capacity -----------------------------------
+
+
+def run(contender: str, round_no: int, ratios: dict[str, float], throttled: int = 0,
+        last: float = 10.0) -> Any:
+    sites = {name: bench.SiteFigures(pages=10, done=10, requests=10 + throttled, ok=10, throttled=throttled,
+                                     violations=0, violation_kinds={}, goodput=ratio, capacity=1.0,
+                                     goodput_ratio=ratio, last_request=last)
+             for name, ratio in ratios.items()}
+    return bench.Run(contender=contender, round=round_no, wall=last, exit_code=0, cut=False, sites=sites)
+
+
+def test_repeats_give_medians_over_rounds_beside_the_pooled_figures() -> None:
+    mine = [{"bucket01": 0.9, "conncap02": 0.6}, {"bucket01": 0.8, "conncap02": 0.8},
+            {"bucket01": 0.5, "conncap02": 0.5}]
+    theirs = {"bucket01": 1.0, "conncap02": 0.8}
+    runs = []
+    for round_no, ratios in enumerate(mine, 1):
+        runs.append(run("crawlpace-rampup", round_no, ratios, throttled=round_no, last=10.0 + round_no))
+        runs.append(run("oracle", round_no, theirs))
+    summary = bench.random_summary("crawlpace-rampup", runs)
+    means = [statistics.fmean([r["bucket01"] / 1.0, min(r["conncap02"] / 0.8, 1.0)]) for r in mine]
+    assert summary["round_medians"]["mean_over_oracle"] == pytest.approx(statistics.median(means), abs=1e-3)
+    assert [item["round"] for item in summary["per_round"]] == [1, 2, 3]
+    assert summary["round_medians"]["pushback_share"] == pytest.approx(2 / 12, abs=1e-4)
+    assert summary["round_medians"]["makespan_over_oracle"] == pytest.approx(1.2)
+    # Own share: goodput/capacity capped at 1, whatever the oracle got; pooled over 6 site-rounds.
+    assert summary["own_share_mean"] == pytest.approx(statistics.fmean([0.9, 0.6, 0.8, 0.8, 0.5, 0.5]),
+                                                      abs=1e-3)
+    assert summary["own_share_by_kind"]["conncap"] == pytest.approx(statistics.fmean([0.6, 0.8, 0.5]),
+                                                                    abs=1e-3)
+    assert summary["oracle_share_by_kind"] == {"bucket": 1.0, "conncap": 0.8}
+
+
+# -- the oracle's pacing ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("limit", "period", "lag"), [(10, 1.3, 0.0), (10, 1.3, 0.01), (150, 13.0, 0.005),
+                                                      (12, 6.0, 0.02), (10, 1.0, 0.02)])
+def test_counter_shadow_is_never_refused_and_keeps_the_counters_pace(limit: int, period: float,
+                                                                    lag: float) -> None:
+    shadow = oracle.CounterShadow()
+    counter = RequestRate(limit, period)  # the simulator's own counter, as the site keeps it
+    now, sends, refused = 0.0, 0, 0
+    for index in range(20 * limit):
+        now = shadow.due(now, limit, period)
+        shadow.take(now, period)
+        # Arrivals lag their send by 0 or ``lag``, the first one too: the site's periods start later
+        # than the shadow's, and two arrivals may come closer than their sends.
+        refused += not counter.take(now + lag * ((index + 1) % 2))
+        sends += 1
+    assert refused == 0
+    # After the first period's count at once, limit - 1 per period: even sends at the limit per period
+    # would read limit + 1 (the request counted, a whole previous period).
+    assert sends / now >= 0.95 * (limit - 1) / period
+
+
+def test_shadow_waits_for_the_previous_periods_weight() -> None:
+    shadow = oracle.CounterShadow()
+    for _ in range(9):
+        shadow.take(0.0, 1.0)
+    assert shadow.due(0.5, 10, 1.0) == 0.5  # the first period has no previous one: 10 pass
+    # With 9 allowed the period is spent; in the next one a send reads 1 + 9 * (time left), kept
+    # 9 * COUNTER_LAG below 9 for the site's later start.
+    drained = 2.0 - (9 - 1 - 9 * oracle.COUNTER_LAG) / 9
+    assert shadow.due(0.5, 9, 1.0) == pytest.approx(drained, abs=1e-5)
+
+
+def test_best_inflight_counts_the_clients_turn() -> None:
+    falling = OverloadSite(latency=0.2, per_inflight=0.0, knee=4, exponent=2.0, limit=12)
+    level = OverloadSite(latency=0.2, per_inflight=0.0, knee=4, exponent=1.0, limit=12)
+    plain = OverloadSite(latency=0.2, per_inflight=0.01, limit=6)
+    assert oracle.best_inflight(falling) == 4
+    assert 4 < oracle.best_inflight(level) <= 12
+    assert oracle.best_inflight(plain) == 6
+
+
+def test_a_bucket_with_room_catches_a_late_send_up() -> None:
+    roomy = oracle.plan_of(RateLimitSite(rate=10.0, burst=6))
+    tight = oracle.plan_of(RateLimitSite(rate=10.0, burst=2))
+    assert roomy.catch_up == pytest.approx(3 * roomy.gap)
+    assert tight.catch_up == 0.0
+    assert tight.inflight == 1
