@@ -764,11 +764,15 @@ async def test_the_last_request_a_header_leaves_goes_before_its_reset() -> None:
     assert out.refused == 0
 
 
-async def test_a_moving_window_of_one_request_is_not_sent_its_next_before_the_first_leaves() -> None:
+@pytest.mark.parametrize("style", ["ietf", "draft07"])
+async def test_a_moving_window_of_one_is_not_sent_its_next_before_the_first_leaves(style: str) -> None:
     # One request per 2 s, refusals counted, no Retry-After (a random farm's sliding12: 0.22 of the
     # oracle, 18 refusals for 10 pages): each "r=0;t=2" held the scope 0.05 s, and the even pace
-    # (0.97 of the window) sent the next at 1.94 s, refused: 0.5 of the site, 6 refusals here.
-    window = SlidingWindow(1, 2.0, count_refused=True)
-    out = await crawl(AnnouncedWindow(window, "ietf", retry_after=False), 20.0)
-    assert out.share >= 0.85
-    assert out.refused <= 1
+    # (0.97 of the window) sent the next at 1.94 s, refused: 0.2-0.8 of the site, 2-9 refusals.
+    # Then an edge learned from an earlier window still ended some holds before the one request
+    # left the window (seeds 2, 3 and 6: 2-4 refusals).
+    for seed in (1, 2, 3, 6):
+        window = SlidingWindow(1, 2.0, count_refused=True)
+        out = await crawl(AnnouncedWindow(window, style, retry_after=False), 20.0, seed=seed)
+        assert out.share >= 0.9
+        assert out.refused == 0

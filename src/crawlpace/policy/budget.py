@@ -215,6 +215,12 @@ class HeaderBudget:
                 # on every answer, and its whole-second T would hold each for up to a second more).
                 # The header's T is rounded up, so the reset lies within its last second.
                 end = min(end, max(oldest + window, now + span - 1.0))
+                if usable <= 1.0:
+                    # A budget of one: the next request may go once this one has left the window,
+                    # never sooner, whatever the window's kind. Sends a window apart lose nothing on
+                    # fixed windows, and an edge learned from earlier windows can end a moving
+                    # window's hold before its one request left it (1 per 2 s: up to 4 refusals in 20 s).
+                    end = max(end, min(oldest + window, now + span))
             return BudgetAdvice(even, max(end - now, 0.0) + window, max(end - now, 0.0))
         # Units left may go at any time before the end, so the earliest end sets the pace:
         # the even pace, or slower when the scope got ahead of it (the rest spread evenly).
