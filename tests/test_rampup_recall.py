@@ -138,3 +138,36 @@ async def test_a_level_let_through_by_a_counters_allowance_is_no_memory() -> Non
     await crawl(site, 60.0)
     assert len(site.refused) <= 30
     assert site.rate(10.0, 60.0) >= 0.9 * site.capacity
+
+
+async def test_a_fall_after_a_memory_a_lock_out_discards_is_remembered() -> None:
+    # A window of 15 per 1.1 s falling to 5 at 14 s and rising to 20 (17.7/s) at 29 s. The start's
+    # trip left a memory held 0.07 s, which the lock-out's fit discards; the fall's own level (13.2/s,
+    # held 11 s) was not remembered since it was lower, and the scope stayed at 4/s to the end.
+    site = Shifting(ClockWindow(15, 1.1), [(14.0, 0.34), (29.0, 1.3)])
+    await crawl(site, 60.0)
+    assert site.rate(14.0, 29.0) <= 5.0 / 1.1  # it followed the limit down
+    assert site.rate(45.0, 60.0) >= 9.0  # was 4.13
+    assert len(site.refused) <= 14
+
+
+async def test_a_recall_refused_past_a_level_it_reached_keeps_the_rise() -> None:
+    # A bucket of 12.9/s (burst 5, 1 s holds) falling to 5/s at 12.8 s and coming back to 11.9/s at
+    # 27 s. The recall reached 13.4/s and was refused on its way to 15.9/s: the limit had risen, yet
+    # the scope went back to 9.5/s, the level before the last step, and waited 15 s to try again.
+    site = Shifting(Bucket(12.9, 5.0, hold=1), [(12.77, 0.39), (27.0, 0.92)])
+    await crawl(site, 60.0)
+    assert site.rate(38.0, 52.0) >= 10.5  # was 9.29
+    assert len(site.refused) <= 10
+
+
+async def test_a_counter_that_falls_as_the_search_leaves_its_fit_is_recalled_at_the_fit() -> None:
+    # HAProxy-style, 275 per 7.2 s (38/s): the first lock-out fits 35/s over its 8 s cycle, and the
+    # limit falls by a third (25/s) as the search leaves the fit. The next lock-out, its counter still
+    # full of the old count, fits 4.6/s; the level refused had been held only 0.5 s, less than a
+    # lock-out lasts, so nothing was remembered and the scope stayed at 4.6/s after the limit rose to
+    # 46/s. The fit's own level, taken over its whole cycle, is the memory.
+    site = Shifting(RequestRate(275.0, 7.2), [(8.6, 0.66), (22.0, 1.2)])
+    await crawl(site, 60.0)
+    assert site.rate(35.0, 60.0) >= 20.0  # was 4.5
+    assert len(site.refused) <= 22

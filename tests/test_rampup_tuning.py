@@ -76,3 +76,8 @@ def test_a_derived_number_follows_its_fields() -> None:
     assert other.lockout_gaps == pytest.approx(5.0)
     assert other.start_ceiling_share == pytest.approx(0.81)
     assert other.good_share == pytest.approx(0.6)
+    assert other.climb_share == pytest.approx(0.8)
+    assert other.search_pace == pytest.approx(1.0 / 0.36)
+    assert other.quick_refusal == pytest.approx(0.36)
+    assert other.strict_near == pytest.approx(0.63)
+    assert other.fit_share == pytest.approx(0.9 * 1.05)

@@ -22,18 +22,27 @@ false memory (a bucket's burst swells the start's last round) costs one
 refused try, below. A
 level held for less time than a lock-out lasted (``hold_learned``, with a
 lock-out fitted) is forgotten: a window's count or a counter's allowance let
-it through, which says nothing of the limit.
+it through, which says nothing of the limit; a level a search above a
+lock-out's fit reached only briefly is remembered as the fit, what the site
+took over the fit's whole cycle. Nor does a discarded memory outweigh a later
+fall's level: a change of the limit is a change point, and the level held
+since the last one is the evidence of what the site took before this fall
+(a window's start trip left a memory held 0.07 s, which hid the 11 s held at
+13/s before the limit fell, and the scope stayed at the lower rate).
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
 pushback, its rate is taken as held and a search (``_rampup_search``: quick
 climbs to geometric middles, each held before the next) runs from it up to the
 remembered level; a deep cut's search under way takes the remembered level as
-its top. A refusal on the way ends it, back at the last level the search held
-(the one it started from, if none: the ordinary cut from the search's level
-would still be over a limit that stayed low), and the next recall waits twice
-as long: each failed recall is one more piece of evidence that the fall lasts;
-after the try that waited a whole window, the level is forgotten. The first
+its top. A refusal on its first step ends it, back at the level it started from (the
+ordinary cut from the search's level would still be over a limit that stayed
+low), and the next recall waits twice as long: each failed recall is one more
+piece of evidence that the fall lasts; after the try that waited a whole
+window, the level is forgotten. A refusal after the search reached a level
+above its start is another matter: the limit rose, and the refusal is the
+search's overshoot past where it came back to. The ordinary cut answers it
+(never under the level held, where the first step's refusal would go back). The first
 recall age is the quick climb's time (``window * climb_share / target`` over
 ``fast_climb``: 7.5 s by default), the longest one window, so a limit that
 stays low costs about one refused send per window, the band rampup aims at
@@ -79,6 +88,7 @@ class _RecallState(Protocol):
     _ok_sends: deque[float]
     hold_learned: float
     _fit_span: float
+    _cycle_rate: float
 
     @property
     def _pushbacks(self) -> deque[float]: ...
@@ -87,6 +97,7 @@ class _RecallState(Protocol):
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _took(self, at: float) -> float: ...
+    def _memory_weak(self) -> bool: ...
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
 
@@ -131,9 +142,23 @@ class LevelRecall:
             held, since = took, at - T.round
         else:
             return  # the same fall's refusals, or a climb's
-        if held > self._recall:
-            self._recall, self._recall_span = held, now - since
+        span = now - since
+        if span < self.hold_learned <= self._fit_span and self._cycle_rate > 0.0:
+            # A level a search above a lock-out's fit reached only briefly: the fit is what the site
+            # took over its whole cycle, longer than the lock-out, and that is the evidence of the
+            # limit before this fall (a counter of 275 per 7.2 s fitted at 35/s fell by a third as
+            # the search left the fit; its next lock-out, still full of the old count, fitted 4.6/s).
+            held, span = min(held, self._cycle_rate), self._fit_span
+        # A memory that a lock-out would discard (held for less time than the lock-out lasted) is no
+        # evidence of the limit before this fall: the level held since the last change is.
+        if held > self._recall or self._memory_weak():
+            self._recall, self._recall_span = held, span
             self._recall_wait = self._climb_time(fast=True)
+
+    def _memory_weak(self: _RecallState) -> bool:
+        """Whether the remembered level was held for less time than a lock-out lasted (a window's
+        count or a counter's allowance let it through, which says nothing of the limit)."""
+        return self._fit_span > 0.0 and self.hold_learned > self._recall_span
 
     def _took(self: _RecallState, at: float) -> float:
         """The rate of the accepted sends in the round before ``at``, as far as the record reaches back."""
@@ -179,7 +204,7 @@ class LevelRecall:
             # is one piece of evidence, which that cut answers (the limit may be just there); only
             # cuts that took the rate further down say the limit fell.
             return
-        if self._fit_span > 0.0 and self.hold_learned > self._recall_span:
+        if self._memory_weak():
             # A lock-out lasted longer than the level was held: the limiter counts over at least that
             # span, and a window's count or a counter's allowance let the level through, which says
             # nothing of the limit (a start phase that reached its cap went 2 s at 100/s into a counter
@@ -216,6 +241,18 @@ class LevelRecall:
         if held <= 0.0:
             return
         self._recall_from = 0.0
+        if self._recall_last > held:
+            # The search had reached a level above the one it started from: the limit rose, and
+            # this refusal is the search's overshoot past where it came back to, which the ordinary
+            # cut answers (never under the level held). The next try still waits twice as long
+            # (a bucket's burst can carry a step past a limit that never moved).
+            if self.rate < held:
+                self.rate = held
+                self.ceiling = max(self.ceiling or held, held)
+                self._start_climb(now, fast=False)
+            self._decide(now, f"recall refused past {self._recall_last:.3g}/s, a level it reached: "
+                         f"the limit rose; at {self.rate:.3g}/s")
+            return
         if self.rate > held:
             self.rate = held
         self.ceiling = min(self.ceiling or held, held)
