@@ -248,7 +248,9 @@ class FeedbackBuilder:
             # reset frees only its oldest request, and a scope with many slots left unpaced
             # at the reset would send them all at once (most of them to be refused).
             pace_for = 2.0 * hint.reset
-            pace = SPREAD_SHARE * _unrounded(hint.reset) / hint.remaining
+            # (A reset moment in whole seconds is the scope's to narrow, with the window it learns.)
+            share = 1.0 if hint.reset_whole else SPREAD_SHARE
+            pace = share * _unrounded(hint.reset) / hint.remaining
         elif hint is not None and (spent := _spent_reset(hint)) is not None and spent > 0.0:
             # Spent: held to the reset (see hold_of), and then one request at a time until an
             # answer says how much came back. A fixed window's reset brings the whole budget
