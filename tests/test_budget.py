@@ -157,6 +157,15 @@ def test_a_spent_budget_holds_until_the_learned_end_not_the_whole_second() -> No
     assert advice.hold == pytest.approx(2.0 - 1.86)
 
 
+def test_a_spent_budget_holds_no_sooner_than_its_own_header_says() -> None:
+    # One request per 2 s (a moving window), its first answer "r=0;t=2": the edge lies in (1, 2.05],
+    # which is also (-1, 0.05] a window sooner. The hold once ended there, 0.05 s after the send.
+    budget = HeaderBudget()
+    advice = budget.observe(0.046, sent_at=0.0, remaining=0.0, quota=1.0, window=2.0, span=2.0, refused=False)
+    assert advice.hold is not None
+    assert advice.hold >= 1.0 - 0.046
+
+
 def test_a_rising_budget_is_followed_at_once() -> None:
     budget = HeaderBudget()
     slow = budget.observe(0.01, sent_at=0.0, remaining=2.0, quota=3.0, window=1.0, span=1.0, refused=False)

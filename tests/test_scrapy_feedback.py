@@ -97,14 +97,14 @@ async def test_a_retry_waits_for_retry_after_while_other_sites_go_on(clock: Mock
 
 
 async def test_rate_limit_headers_pace_the_scope(clock: MockClock) -> None:
-    """A budget of 5 requests for the next 10.5 s is spread over those 10.5 s."""
+    """A budget of 5 requests for the next 10.5 s is spread over 0.9 of it: the fifth goes before it ends."""
     engine = FakeEngine({"DOWNLOAD_DELAY": 0.0, "DOWNLOAD_DELAY_PER_SLOT": 0.0}, clock, latency=0.01,
                         respond=status(200, **{"RateLimit-Limit": "6", "RateLimit-Remaining": "5",
                                                "RateLimit-Reset": "10.5"}))
     await engine.run(Request(f"https://budget.example/{n}") for n in range(3))
     times = engine.times()
-    assert times[1] - times[0] == pytest.approx(2.1)
-    assert times[2] - times[1] == pytest.approx(2.1)
+    assert times[1] - times[0] == pytest.approx(0.9 * 2.1)
+    assert times[2] - times[1] == pytest.approx(0.9 * 2.1)
 
 
 async def test_autothrottle_follows_latency_unless_the_request_opts_out(clock: MockClock) -> None:

@@ -280,3 +280,27 @@ def test_a_debug_line_says_when_the_window_log_holds_a_scope(caplog: pytest.LogC
                           sent_at=0.01, expected_use=1.0, inflight=1)
     assert "window log gates the sends" in caplog.text
     assert "api.example.com held 0.989s: its window log has the budget of 2 spent" in caplog.text
+
+
+def test_answers_without_the_budget_headers_leave_the_log_too() -> None:
+    # An error page or a redirect carries no X-RateLimit-*: counted as still in flight, as many of them
+    # as the budget held the scope for good ("until an answer", with none to come).
+    from crawlpace._settings._config_types import ScopeConfig
+    from crawlpace.policy.scope import ScopePolicy
+    from crawlpace.policy.signals import CoarseReset, ScopeFeedback
+
+    policy = ScopePolicy("api.example.com", ScopeConfig(), concurrency_cap=16)
+    policy.on_outcome(0.004, ScopeFeedback(status=200, coarse=CoarseReset(1.0, 2.0, 1.6)), generation=0,
+                      sent_at=0.0, expected_use=1.0, inflight=1)
+    policy.on_admit(0.01, 1.0)
+    policy.on_outcome(0.02, ScopeFeedback(status=200, coarse=CoarseReset(0.0, 2.0, 1.58)), generation=0,
+                      sent_at=0.01, expected_use=1.0, inflight=1)
+    log = policy.window_log
+    assert log is not None
+    assert log.active
+    for n in range(2):
+        policy.on_admit(3.0 + n, 1.0)
+        policy.on_outcome(3.01 + n, ScopeFeedback(status=404), generation=0, sent_at=3.0 + n,
+                          expected_use=1.0, inflight=1)
+    assert log.inflight == 0
+    assert log.ready_at(6.0) is not None

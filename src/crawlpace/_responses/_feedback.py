@@ -25,6 +25,7 @@ from typing import Any
 from .._exceptions import ConfigError
 from .._scoping._scopes import Demand, import_object
 from .._settings._config import DEFAULT_BACKOFF_EXCEPTIONS, BackoffConfig, ScopeConfig, Settings
+from ..policy.budget import SPREAD_SHARE
 from ..policy.signals import AnnouncedQuota, BudgetReading, CoarseReset, ScopeFeedback
 from ..policy.tokens import budget_kind
 from ._headers import ServerHint, parse_hints
@@ -240,11 +241,16 @@ class FeedbackBuilder:
             pace, pace_for = hint.pace, hint.pace_for
         elif hint is not None and hint.remaining is not None and hint.remaining >= 1.0 \
                 and hint.reset is not None and hint.reset > 0.0:
+            # R requests within T seconds: spread over most of T (SPREAD_SHARE), so that the
+            # R-th goes before the reset; spread over all of it, the R-th lands on the reset, in
+            # the next window, and a window of 2 got one request each (half its capacity).
             # The pace lasts past the reset, until an answer replaces it: a moving window's
             # reset frees only its oldest request, and a scope with many slots left unpaced
             # at the reset would send them all at once (most of them to be refused).
             pace_for = 2.0 * hint.reset
-            pace = _unrounded(hint.reset) / hint.remaining
+            # (A reset moment in whole seconds is the scope's to narrow, with the window it learns.)
+            share = 1.0 if hint.reset_whole else SPREAD_SHARE
+            pace = share * _unrounded(hint.reset) / hint.remaining
         elif hint is not None and (spent := _spent_reset(hint)) is not None and spent > 0.0:
             # Spent: held to the reset (see hold_of), and then one request at a time until an
             # answer says how much came back. A fixed window's reset brings the whole budget
@@ -252,7 +258,8 @@ class FeedbackBuilder:
             # end would have all but one of them refused.
             pace, pace_for = spent, 2.0 * spent
         budget = _budget_of(hint)
-        if budget is not None and hint is not None and hold == hint.hold and (
+        if budget is not None and hint is not None and (
+                hold == hint.hold or hint.source != "ratelimit") and (
                 hint.retry_after is None or not retry_after_applies(hint, status)):
             hold = None  # a spent budget's hold: the scope reckons it from the window it learned
         if hint is not None and logger.isEnabledFor(logging.DEBUG):
@@ -357,9 +364,23 @@ def _log_hold(demands: tuple[Demand, ...], hint: ServerHint, status: int | None,
                      "(remaining %r)", names, hint.retry_after, status, hint.remaining)
 
 
+#: The header families whose budget is a count per window with the seconds to its reset: with
+#: the window's length announced too, the scope paces them as one budget (:mod:`.policy.budget`).
+_BUDGET_SOURCES = frozenset({"ratelimit", "ratelimit-draft07", "ratelimit-trio"})
+
+
 def _budget_of(hint: ServerHint | None) -> BudgetReading | None:
-    """The request budget of a current-form ``RateLimit`` answer whose policy gives ``q`` and ``w``."""
-    if hint is None or hint.source != "ratelimit" or hint.unit != "requests":
+    """The request budget of a ``RateLimit`` answer whose policy gives the quota and the window.
+
+    The current form (``r``, ``t`` beside a policy's ``q`` and ``w``), the
+    draft-07 dictionary (``limit``, ``remaining``, ``reset`` beside
+    ``RateLimit-Policy: 4;w=1``) and the older trio with a window say the
+    same thing: so many requests per window, so many left, the seconds to
+    the reset. Read without the window, the draft-07 form held a moving
+    window at its full pace for the whole second of each ``reset=1`` (every
+    answer of it shows none left), about half its capacity.
+    """
+    if hint is None or hint.source not in _BUDGET_SOURCES or hint.unit != "requests":
         return None
     if hint.remaining is None or hint.limit is None or hint.window is None:
         return None

@@ -199,6 +199,14 @@ class HeaderBudget:
             if end is None:
                 end = now + (span if span is not None and span > 0.0 else window)
             elif span is not None and span > 0.0:
+                # Nor before what the header itself says: the reset comes after the send plus T
+                # (less the second T was rounded up by). A wide edge interval seen a whole window
+                # away can put its end earlier: t=2 of w=2 pins it to (1, 2.05] after a send at
+                # 0, and the end "0.05" let the next send go at 1.94 s, into a moving window's
+                # refusal (one request per 2 s got 0.22 of its capacity).
+                soonest = sent_at + span - (1.0 if span == math.floor(span) else 0.0)
+                if end <= soonest:
+                    end += math.ceil((soonest - end) / window + 1e-9) * window
                 end = min(end, now + span)  # never past what the header itself says
             oldest = self._oldest_counted(now, window, usable, inflight)
             if span is not None and span >= 1.0 and oldest is not None:
@@ -207,6 +215,12 @@ class HeaderBudget:
                 # on every answer, and its whole-second T would hold each for up to a second more).
                 # The header's T is rounded up, so the reset lies within its last second.
                 end = min(end, max(oldest + window, now + span - 1.0))
+                if usable <= 1.0:
+                    # A budget of one: the next request may go once this one has left the window,
+                    # never sooner, whatever the window's kind. Sends a window apart lose nothing on
+                    # fixed windows, and an edge learned from earlier windows can end a moving
+                    # window's hold before its one request left it (1 per 2 s: up to 4 refusals in 20 s).
+                    end = max(end, min(oldest + window, now + span))
             return BudgetAdvice(even, max(end - now, 0.0) + window, max(end - now, 0.0))
         # Units left may go at any time before the end, so the earliest end sets the pace:
         # the even pace, or slower when the scope got ahead of it (the rest spread evenly).

@@ -309,6 +309,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.refresh(now)
         if feedback.coarse is not None:
             feedback = self._refine(now, feedback, sent_at, inflight)
+        elif self.window_log is not None:
+            # An answer without the budget's headers (an error page, a redirect) is no longer in
+            # flight either: counted as still out, a few of them held the scope for good.
+            self.window_log.on_abandon()
         # Errors whose share does not fall with the pace are not pushback (_load_errors), except a
         # refusal on arrival with several in flight: a cap on them is load, which rampup caps the
         # slots for (a cut of the rate would not lower such refusals, and they would seem the site's).
