@@ -1,0 +1,58 @@
+"""A scope must never stop sending to a live site: the stalls found so far, on the fake clock.
+
+The farm's fixed window (``crawlpace.sim``'s own model and its ``Retry-After``), at a phase of
+the clock, crawled as ``crawlpace crawl --rampup`` paces it (tests/test_rampup_limiters.py).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from crawlpace.sim._limits import ClockWindow
+from crawlpace.sim._site import retry_after_value
+
+from .test_rampup_limiters import Response, crawl
+
+
+class PhasedWindow:
+    """The farm's fixed window with Retry-After on refusals; the crawl starts ``phase`` seconds
+    into the clock's windows. Keeps every arrival's time."""
+
+    def __init__(self, limit: int, window: float, phase: float) -> None:
+        self.window = ClockWindow(limit, window, count_refused=True)
+        self.phase = phase
+        self.arrivals: list[float] = []
+
+    @property
+    def capacity(self) -> float:
+        return self.window.limit / self.window.window
+
+    def arrive(self, now: float) -> Response:
+        self.arrivals.append(now)
+        at = now + self.phase
+        if self.window.take(at):
+            return Response(200)
+        return Response(429, {"Retry-After": retry_after_value(self.window.reset(at)).decode()})
+
+    def leave(self, now: float) -> None:
+        pass
+
+    def longest_silence(self, end: float) -> float:
+        times = [0.0, *self.arrivals, end]
+        return max(later - earlier for earlier, later in zip(times, times[1:], strict=False))
+
+
+# Before the fix, each of these sent nothing after the first seconds: the bucket fit found no bucket
+# under the refused pace and paced at the floor rate, one send per BACKOFF_MAX_DELAY (300 s).
+@pytest.mark.parametrize(("limit", "window", "phase", "latency", "seed"),
+                         [(18, 2.8, 0.42, 0.05, 55),     # fixed04 of random seed 1782651072: silent after 6.5 s
+                          (18, 3.9, 2.69, 0.05, 21),     # silent after 10.5 s
+                          (30, 5.0, 4.28, 0.005, 11)])   # silent after 11.7 s
+async def test_a_fixed_window_with_retry_after_is_never_left_silent(
+        limit: int, window: float, phase: float, latency: float, seed: int) -> None:
+    site = PhasedWindow(limit, window, phase)
+    seconds = 25.0
+    out = await crawl(site, seconds, latency=latency, seed=seed, robots=0.005)
+    # The longest silence a Retry-After of this window can ask for, and a probe's gap or two on top.
+    assert site.longest_silence(seconds) < window + 3.0
+    assert out.share >= 0.6
