@@ -6,10 +6,18 @@ the clock, crawled as ``crawlpace crawl --rampup`` paces it (tests/test_rampup_l
 
 from __future__ import annotations
 
+import logging
+import random
+
 import pytest
 
+from crawlpace import Settings
+from crawlpace.policy.admission import Limits
 from crawlpace.sim._limits import ClockWindow
 from crawlpace.sim._site import retry_after_value
+from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome
+from crawlpace.stores.memory import STUCK_LOOK
+from crawlpace.testing import MockClock
 
 from .test_rampup_limiters import Response, crawl
 
@@ -56,3 +64,28 @@ async def test_a_fixed_window_with_retry_after_is_never_left_silent(
     # The longest silence a Retry-After of this window can ask for, and a probe's gap or two on top.
     assert site.longest_silence(seconds) < window + 3.0
     assert out.share >= 0.6
+
+
+def test_a_scope_waiting_for_an_answer_with_nothing_in_flight_is_told_and_looked_at_again(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """The guard for the stalls not found yet: a scope that only a release could open, with nothing
+    in flight to release, was parked for good; now it says so once and is looked at every second."""
+    clock = MockClock()
+    store = MemoryStore(Settings.from_scrapy({"DOWNLOAD_DELAY": 0.0}), clock, random.Random(1))
+    demand = (("a.example", 0.0),)
+    lease = store.acquire_nowait(demand)
+    assert isinstance(lease, Lease)
+    store.release_nowait(lease, Outcome(status=200, latency=0.01))
+    state = store._scopes["a.example"]
+    state.set_limits(Limits(0, 0.0, 0.0))  # a bug's state: no slot at all, nothing in flight
+    with caplog.at_level(logging.WARNING, logger="crawlpace.stores.memory"):
+        for _ in range(3):
+            blocked = store.acquire_nowait(demand)
+            assert isinstance(blocked, Blocked)
+            assert blocked.ready_at == pytest.approx(clock.now() + STUCK_LOOK)  # was None: never
+            clock.advance(STUCK_LOOK)
+    told = [r.getMessage() for r in caplog.records if "nothing in flight" in r.getMessage()]
+    assert len(told) == 1 and "a.example" in told[0] and "inflight=0/0" in told[0]
+    state.set_limits(Limits(1, 0.0, 0.0))  # whatever mends it: the scope sends, and may be told again
+    assert isinstance(store.acquire_nowait(demand), Lease)
+    assert not state.stuck
