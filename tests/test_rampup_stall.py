@@ -6,6 +6,7 @@ the clock, crawled as ``crawlpace crawl --rampup`` paces it (tests/test_rampup_l
 
 from __future__ import annotations
 
+import itertools
 import logging
 import random
 
@@ -47,13 +48,13 @@ class PhasedWindow:
 
     def longest_silence(self, end: float) -> float:
         times = [0.0, *self.arrivals, end]
-        return max(later - earlier for earlier, later in zip(times, times[1:], strict=False))
+        return max(later - earlier for earlier, later in itertools.pairwise(times))
 
 
 # Before the fix, each of these sent nothing after the first seconds: the bucket fit found no bucket
 # under the refused pace and paced at the floor rate, one send per BACKOFF_MAX_DELAY (300 s).
 @pytest.mark.parametrize(("limit", "window", "phase", "latency", "seed"),
-                         [(18, 2.8, 0.42, 0.05, 55),     # fixed04 of random seed 1782651072: silent after 6.5 s
+                         [(18, 2.8, 0.42, 0.05, 55),  # fixed04 of random seed 1782651072: silent from 6.5 s
                           (18, 3.9, 2.69, 0.05, 21),     # silent after 10.5 s
                           (30, 5.0, 4.28, 0.005, 11)])   # silent after 11.7 s
 async def test_a_fixed_window_with_retry_after_is_never_left_silent(
@@ -85,7 +86,9 @@ def test_a_scope_waiting_for_an_answer_with_nothing_in_flight_is_told_and_looked
             assert blocked.ready_at == pytest.approx(clock.now() + STUCK_LOOK)  # was None: never
             clock.advance(STUCK_LOOK)
     told = [r.getMessage() for r in caplog.records if "nothing in flight" in r.getMessage()]
-    assert len(told) == 1 and "a.example" in told[0] and "inflight=0/0" in told[0]
+    assert len(told) == 1
+    assert "a.example" in told[0]
+    assert "inflight=0/0" in told[0]
     state.set_limits(Limits(1, 0.0, 0.0))  # whatever mends it: the scope sends, and may be told again
     assert isinstance(store.acquire_nowait(demand), Lease)
     assert not state.stuck
