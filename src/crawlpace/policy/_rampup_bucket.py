@@ -332,7 +332,14 @@ class BucketFit:
         if not fits:
             return False
         # The pace that drew the refusal, kept up, would draw it again: the limit is under it.
-        self._belief = _below(belief_of(fits), refused) if refused > 0.0 else belief_of(fits)
+        belief = _below(belief_of(fits), refused) if refused > 0.0 else belief_of(fits)
+        if not belief:
+            # Every bucket that fits the record refills faster than the pace refused: no bucket
+            # explains it (a fixed window refuses by its clock, whatever the pace). An empty belief
+            # has no level above nothing, and the scope fell to its floor rate, one send per
+            # BACKOFF_MAX_DELAY (a live site left for 300 s): the ordinary cut answers instead.
+            return False
+        self._belief = belief
         # A pace kept up for a whole hold's length before (_rampup_episode's note) held; a refusal at
         # it or under is a send the crawler's own delays bunched, or a limit that moved down: the
         # ordinary cut under it, so that a limit that fell is followed down hold by hold.

@@ -35,6 +35,8 @@ logger = logging.getLogger(__name__)
 
 # Sweep idle scopes after this many admissions, at the least.
 _SWEEP_MIN = 4096
+#: Seconds between looks at a scope found waiting for an answer with nothing in flight (a bug).
+STUCK_LOOK = 1.0
 
 
 class _Scope(ScopeState):
@@ -46,7 +48,7 @@ class _Scope(ScopeState):
     breaker would hold (``policy/tally.py``).
     """
 
-    __slots__ = ("errors", "last_latency", "mean_latency", "oks", "policy", "responses")
+    __slots__ = ("errors", "last_latency", "mean_latency", "oks", "policy", "responses", "stuck")
 
     def __init__(self, policy: ScopePolicy, shared: bool = False) -> None:
         super().__init__(policy.limits)
@@ -56,6 +58,7 @@ class _Scope(ScopeState):
         self.errors = 0
         self.last_latency: float | None = None
         self.mean_latency: float | None = None
+        self.stuck = False  # found waiting for a release with nothing in flight (and told so)
 
     def ready(self, now: float, use: float) -> float | None:
         """When a send of ``use`` quota could go: slots, delays and gates together."""
@@ -64,17 +67,36 @@ class _Scope(ScopeState):
             self.set_limits(policy.limits)
         ready = self.ready_at(now)
         if ready is None or not policy.gated:
+            if ready is None and not self.inflight:
+                return self._stuck(now, "every slot taken")
             return ready
         if policy.given_up:
             raise ScopeGivenUp(policy.scope, policy.breaker.reason if policy.breaker else "")
         gate = policy.gate(now, use)
         if gate is None:
-            return None
+            return None if self.inflight else self._stuck(now, "a gate waiting for an answer")
         return gate if gate > ready else ready
+
+    def _stuck(self, now: float, why: str) -> float:
+        """Waiting for a release with nothing in flight, which no release will ever end: a bug.
+
+        Said once, with the scope's state; the scope is looked at again every :data:`STUCK_LOOK`
+        seconds instead of never (the scheduler parks a queue whose scope waits for a release).
+        """
+        if not self.stuck:
+            self.stuck = True
+            policy = self.policy
+            logger.warning("scope %s waits for an answer with nothing in flight (%s: %r, held %.3fs more, "
+                           "breaker %s, rampup %s): a bug; looked at again every %g s",
+                           policy.scope, why, self, max(0.0, policy.hold_until - now),
+                           None if policy.breaker is None else policy.breaker.state,
+                           None if policy.rampup is None else policy.rampup.decision, STUCK_LOOK)
+        return now + STUCK_LOOK
 
     def send(self, now: float, use: float, rng: random.Random) -> float:
         """Record a send; return when its slot may send again."""
         policy = self.policy
+        self.stuck = False
         jitter = policy.jitter
         slot_ready = self.admit(now, jitter.factor(rng) if jitter.enabled else 1.0)
         if policy.watches:
