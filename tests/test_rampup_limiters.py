@@ -551,7 +551,12 @@ async def test_a_strict_bucket_refused_far_under_its_accepted_gap() -> None:
     # 0.81, each refusal cutting the rate by a tenth under what the slots serve.
     (3, 0.25, 0.099, 20.0, 0.9, 4),
     (6, 0.22, 0.07, 20.0, 0.85, 3),
-], ids=["cap-3", "cap-1", "cap-2", "no-rate-lock-out", "slots-past-eight", "lag-rested-3", "lag-rested-6"])
+    # Refused at 8 the moment a ninth slot opened (9 accepted once): capped at 8, the lag was never
+    # measured (only a refusal at 9 would) and each refusal cut the rate; was 0.80. The capped count is
+    # the full one now, and once the slots rest all 9 are used again.
+    (9, 0.198, 0.028, 20.0, 0.84, 5),
+], ids=["cap-3", "cap-1", "cap-2", "no-rate-lock-out", "slots-past-eight", "lag-rested-3", "lag-rested-6",
+        "lag-under-a-capped-count"])
 async def test_a_connection_cap_released_late(cap: int, service: float, late: float, seconds: float,
                                               share: float, refusals: int) -> None:
     out = await crawl(ConnectionCap(cap, service, late), seconds, latency=service)
