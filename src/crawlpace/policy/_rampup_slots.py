@@ -69,7 +69,7 @@ class _SlotSizingState(Protocol):
     def throughput(self, inflight: int) -> float | None: ...
     def _forget_load(self, inflight: int) -> None: ...
     def _slot_reused(self, inflight: int) -> bool: ...
-    def met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
+    def _met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None, *,
@@ -186,7 +186,7 @@ class SlotSizing:
             self._opened_at = now
 
 
-    def met(self: _SlotSizingState, inflight: int | None, sent_at: float | None,
+    def _met(self: _SlotSizingState, inflight: int | None, sent_at: float | None,
             elapsed: float | None) -> int | None:
         """The requests in flight a refusal on arrival met, from ``inflight`` at its answer (itself
         included): those answered (accepted) since its send were out when it left, and held their
@@ -205,7 +205,7 @@ class SlotSizing:
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
         """
-        inflight = self.met(inflight, sent_at, elapsed)
+        inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None or self._lone_refused:
             return False
         if (inflight < T.confirm and not self._slot_reused(inflight)
@@ -256,7 +256,7 @@ class SlotSizing:
             # then taken for the site's own errors: breaker pauses, 0.21-0.34 of its capacity.
             self._inflight_ok = max(self._ok_below, self._inflight_ok - 1)
             self._ok_at = sent_at  # (called twice per refusal: once by the scope, once by on_response)
-        inflight = self.met(inflight, sent_at, elapsed)
+        inflight = self._met(inflight, sent_at, elapsed)
         if (inflight == 1 and not self._lone_refused and self._quick(answered, elapsed)
                 and not self._slot_reused(1)):
             self._lone_refused = True
@@ -282,7 +282,7 @@ class SlotSizing:
         if late and self.slot_rest() > 0.0 and not self._queue_cap:
             # Resting, every slot of the most accepted is in use again, whatever an earlier refusal
             # capped them at before the lag was known (8 of a cap of 9 refused before any rest: the
-            # slots stayed at 8, cut after cut, 0.81 of its capacity in 20 s; now 0.88).
+            # slots stayed at 8, cut after cut, 0.80 of its capacity in 20 s; now 0.86).
             self.slot_cap = float(held)
         else:
             self.slot_cap = min(self.slot_cap, float(held if late else inflight - 1))

@@ -402,7 +402,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
         if pushback:
             self.note_refusal(answered, elapsed, inflight, sent_at=sent_at)
-            inflight = self.met(inflight, sent_at, elapsed)  # (the count it met, not the count at its answer)
+            inflight = self._met(inflight, sent_at, elapsed)  # (the count it met, not the one at its answer)
             if answered:
                 self._note_refusal_held(now, sent_at, self._resumed_at)
                 self._note_refused_gap(sent_at)
