@@ -34,6 +34,8 @@ class _SlotSizingState(Protocol):
     _cap_at: float
     _queue_cap: bool
     _inflight_ok: int
+    _ok_at: float
+    _ok_below: int
     _answers: tuple[float, ...]
     _lag_lo: float
     _lag_hi: float
@@ -67,9 +69,11 @@ class _SlotSizingState(Protocol):
     def throughput(self, inflight: int) -> float | None: ...
     def _forget_load(self, inflight: int) -> None: ...
     def _slot_reused(self, inflight: int) -> bool: ...
+    def _met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
-    def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None) -> bool: ...
+    def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None, *,
+                           sent_at: float | None = None) -> bool: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
@@ -182,19 +186,34 @@ class SlotSizing:
             self._opened_at = now
 
 
+    def _met(self: _SlotSizingState, inflight: int | None, sent_at: float | None,
+            elapsed: float | None) -> int | None:
+        """The requests in flight a refusal on arrival met, from ``inflight`` at its answer (itself
+        included): those answered (accepted) since its send were out when it left, and held their
+        slots when it arrived. A send reaches the site a moment after it leaves (a busy crawler's
+        own delay), so an answer may come between: a cap of 1 refused a request sent while another
+        was out, and counted at its answer it seemed alone, a slot freed late."""
+        if inflight is None or sent_at is None or elapsed is None:
+            return inflight
+        return inflight + sum(1 for at in self._answers if sent_at < at <= sent_at + elapsed)
+
     def refused_on_arrival(self: _SlotSizingState, answered: bool, elapsed: float | None,
-                           inflight: int | None) -> bool:
+                           inflight: int | None, *, sent_at: float | None = None) -> bool:
         """Whether a refusal came at once with several in flight: a cap on requests in flight, which
         is load by its nature (the errors-not-about-load rule leaves such refusals to rampup).
 
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
         """
+        inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None or self._lone_refused:
             return False
-        if inflight < T.confirm and not self._slot_reused(inflight) and not (
-                self.slot_rest() > 0.0 and inflight <= self._inflight_ok):
-            # (A slot freed late was measured: a refusal at fewer than the most accepted is one more.)
+        if (inflight < T.confirm and not self._slot_reused(inflight)
+                and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
+                and not 1 <= self._inflight_ok < inflight):
+            # (A slot freed late was measured: a refusal at fewer than the most accepted is one more.
+            # More than the most accepted, sent while they were out: a cap of 1, whose refusals, taken
+            # for the site's own errors, were forgiven, and the breaker paused it for most of a minute.)
             return False
         return self._quick(answered, elapsed)
 
@@ -221,10 +240,23 @@ class SlotSizing:
         return answered and elapsed is not None and base is not None and elapsed < T.quick_refusal * base
 
     def note_refusal(self: _SlotSizingState, answered: bool, elapsed: float | None,
-                      inflight: int | None) -> None:
-        """A refusal on arrival of a request that was alone in flight: no cap on requests in flight
+                     inflight: int | None, *, sent_at: float | None = None) -> None:
+        """A refusal, of a request sent at ``sent_at``. Refused on arrival, it was never held by the server,
+        yet the accepted answer that set the most in flight (``_inflight_ok``) counted it if it was out
+        then: that count falls by one, to no less than the most before.
+
+        A refusal on arrival of a request that was alone in flight: no cap on requests in flight
         of ``T.confirm`` or more refuses that, so the site's quick refusals are its own errors
         (a backend failing at once), and a slot cap read from them is dropped."""
+        if (sent_at is not None and elapsed is not None and sent_at < self._ok_at <= sent_at + elapsed
+                and self._quick(answered, elapsed)):
+            # Sent before that answer, refused on arrival after it: it reached the site late (a busy
+            # crawler's own delay), after that answer's count was taken. A cap of 1 answered "with 2 in
+            # flight" so, and its refusals of a send right after an answer (a slot freed late) were
+            # then taken for the site's own errors: breaker pauses, 0.21-0.34 of its capacity.
+            self._inflight_ok = max(self._ok_below, self._inflight_ok - 1)
+            self._ok_at = sent_at  # (called twice per refusal: once by the scope, once by on_response)
+        inflight = self._met(inflight, sent_at, elapsed)
         if (inflight == 1 and not self._lone_refused and self._quick(answered, elapsed)
                 and not self._slot_reused(1)):
             self._lone_refused = True
@@ -247,7 +279,13 @@ class SlotSizing:
         # With a rest after each answer measured (slot_rest), the slots rest instead: all of the most
         # accepted stay in use.
         held = self._inflight_ok if late and self.slot_rest() > 0.0 else inflight
-        self.slot_cap = min(self.slot_cap, float(held if late else inflight - 1))
+        if late and self.slot_rest() > 0.0 and not self._queue_cap:
+            # Resting, every slot of the most accepted is in use again, whatever an earlier refusal
+            # capped them at before the lag was known (8 of a cap of 9 refused before any rest: the
+            # slots stayed at 8, cut after cut, 0.80 of its capacity in 20 s; now 0.86).
+            self.slot_cap = float(held)
+        else:
+            self.slot_cap = min(self.slot_cap, float(held if late else inflight - 1))
         self._cap_at = now
         return True
 
@@ -293,8 +331,11 @@ class SlotSizing:
         before = [at for at in self._answers if at <= sent]
         late = self._inflight_ok - inflight + 1
         base = self.baseline()
-        if (late > len(before) or late < 1 or (late > 1 and self.slot_rest() <= 0.0) or self._lag_lo < 0.0
-                or base is None or not self._rests):
+        # The full count: the most accepted, or the slots a refusal capped under it (a cap of 9 refused
+        # at 8 the moment its ninth slot opened, capped at 8, never reached 9 again to be measured).
+        full = min(self._inflight_ok, int(min(self.slot_cap, float(self._inflight_ok))))
+        if (late > len(before) or late < 1 or (inflight < full and self.slot_rest() <= 0.0)
+                or self._lag_lo < 0.0 or base is None or not self._rests):
             return  # (not _rests: a fleet's workers, whose shared admission takes no rest)
         gap = sent - before[-late]
         if gap >= 0.5 * base:
@@ -390,6 +431,7 @@ class SlotSizing:
         keep = max(1, self.max_concurrency)
         self._answers = (*self._answers[max(0, len(self._answers) + 1 - keep):], now)
         if inflight is not None and inflight > self._inflight_ok:
+            self._ok_below, self._ok_at = self._inflight_ok, now
             self._inflight_ok = inflight
 
 

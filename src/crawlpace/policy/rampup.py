@@ -258,6 +258,10 @@ class RampupState:
     _drain_at: float = _NEVER
     _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
     _answered_at: float = _NEVER  # when the latest accepted answer came (_rampup_slots)
+    # -- slots3 -- when the answer that set _inflight_ok came, and the most before it: a request out then
+    # and refused on arrival later was counted in it, never held by the server (_rampup_slots).
+    _ok_at: float = _NEVER
+    _ok_below: int = 0
     # -- conncap2 -- a cap whose slots are freed late (_rampup_slots' slot_rest): the latest accepted
     # answers' times, oldest first; the longest rest after an answer that was refused and the shortest
     # that was accepted at the full count (0: none seen), bracketing how long a slot stays held after
@@ -401,7 +405,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at)
         self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
         if pushback:
-            self.note_refusal(answered, elapsed, inflight)
+            self.note_refusal(answered, elapsed, inflight, sent_at=sent_at)
+            inflight = self._met(inflight, sent_at, elapsed)  # (the count it met, not the one at its answer)
             if answered:
                 self._note_refusal_held(now, sent_at, self._resumed_at)
                 self._note_refused_gap(sent_at)

@@ -324,10 +324,11 @@ class ScopePolicy(ScopeGates, GradualSlots):
         errors = self.load_errors
         own = errors is not None and errors.plain and is_error(feedback)
         if rampup is not None and feedback.backoff:
-            rampup.note_refusal(feedback.status is not None, now - sent_at, inflight)
+            rampup.note_refusal(feedback.status is not None, now - sent_at, inflight, sent_at=sent_at)
         error = is_error(feedback) and not (
             rampup is not None and feedback.backoff and not own
-            and rampup.refused_on_arrival(feedback.status is not None, now - sent_at, inflight))
+            and rampup.refused_on_arrival(feedback.status is not None, now - sent_at, inflight,
+                                         sent_at=sent_at))
         if error and feedback.backoff and errors is None:
             errors = self.load_errors = LoadErrors()
         # (Before the record: the verdict falls in it, and what turned plain here is what to forgive.)
