@@ -208,7 +208,7 @@ def test_crawl_is_adaptive_unless_a_throttling_option_fixes_the_limits(
     defaults = settings.scope_defaults
     assert (defaults.rampup, defaults.delay, defaults.concurrency) == (rampup, delay, per_host)
     # Adaptive: each host's slots are rampup's; the crawl-wide cap does not hold hosts back.
-    assert settings.concurrent_requests == (64 if rampup else 16)
+    assert settings.concurrent_requests == (256 if rampup else 16)
 
 
 def test_a_config_file_fixes_the_limits(tmp_path: Path) -> None:

@@ -41,7 +41,7 @@ EXIT_INCOMPLETE = 1
 #: Exit status after Ctrl-C or SIGTERM (128 + SIGINT, as shells report it).
 EXIT_INTERRUPTED = 130
 #: Requests in flight over all hosts when the crawl is adaptive and ``--concurrency`` is not given.
-ADAPTIVE_CONCURRENCY = 64
+ADAPTIVE_CONCURRENCY = 256
 #: URLs crawled at most with ``--quick``.
 QUICK_URLS = 100
 
