@@ -119,7 +119,7 @@ def one(job: tuple[float, int, int, float, float]) -> dict[str, float]:
 def summary(rows: list[dict[str, float]]) -> dict[str, float]:
     """Mean and p10 share, refusals per bucket, summed time over the oracle's."""
     shares = sorted(r["share"] for r in rows)
-    return {"buckets": len(rows), "mean": round(statistics.mean(shares), 3),
+    return {"crawls": len(rows), "mean": round(statistics.mean(shares), 3),
             "p10": round(shares[len(shares) // 10], 3),
             "refused": round(statistics.mean(r["refused"] for r in rows), 2),
             "time_x_oracle": round(sum(r["seconds"] for r in rows) / sum(r["oracle"] for r in rows), 3)}
@@ -164,10 +164,10 @@ def main(argv: list[str] | None = None) -> int:
             figures[name] = summary(chosen)
     answers = ", ".join(f"{x:g}" for x in latencies)
     print(f"holds battery: seeds {seeds[0]}-{seeds[-1]}, answers in {answers} s")
-    print("| class | buckets | mean | p10 | refusals | time x oracle |")
+    print("| class | crawls | mean | p10 | refusals | time x oracle |")
     print("|---|--:|--:|--:|--:|--:|")
     for name, f in figures.items():
-        print(f"| {name} | {f['buckets']:g} | {f['mean']:.3f} | {f['p10']:.3f} | {f['refused']:.2f} | "
+        print(f"| {name} | {f['crawls']:g} | {f['mean']:.3f} | {f['p10']:.3f} | {f['refused']:.2f} | "
               f"{f['time_x_oracle']:.2f} |")
     if args.json:
         print(json.dumps({"benchmark": "holds_battery", "seeds": seeds, "latencies": latencies,
