@@ -1,0 +1,179 @@
+"""Retry-After holds on token buckets, on a fake clock: rampup's time to crawl a site against the oracle's.
+
+Draws buckets as ``crawlpace sim random --kinds holds`` does (rate 0.5-30/s log-uniform, burst 1-10,
+a 429 demands 1-60 s of quiet, log-uniform), 12 per seed, and crawls each, as ``crawlpace crawl``
+paces it (rampup on, 16 workers), until it has ``rate x --seconds`` pages. Answers take
+``--latencies`` seconds (3 ms: the start doubles once a second; 50 ms: the start's window of one sends
+at 20/s from the first answer). The oracle needs ``(pages - burst) / rate`` seconds.
+
+Figures: the mean and 10th percentile of oracle time / crawl time (capped at 1.5), refusals per
+bucket, and the summed crawl time over the summed oracle time, overall and by class (burst 1-2 or
+3-10, hold under 8 s or not). Deterministic: the same code gives the same figures on any load.
+
+    python bench/holds_battery.py                 # seeds 1-40, 3 ms and 50 ms (about a minute idle)
+    python bench/holds_battery.py --quick --json  # seeds 1-4, 3 ms
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing import Pool
+
+from crawlpace import Settings, Throttler
+from crawlpace.sim._limits import Embargo, TokenBucket
+from crawlpace.testing import MockClock
+
+URL = "https://site.example/page"
+
+
+@dataclass
+class Answer:
+    status_code: int
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class HeldBucket:
+    """A token bucket whose refusal demands ``hold`` seconds of quiet; sends inside it are refused."""
+
+    rate: float
+    burst: float
+    hold: int
+    bucket: TokenBucket = field(init=False)
+    embargo: Embargo = field(default_factory=Embargo)
+
+    def __post_init__(self) -> None:
+        self.bucket = TokenBucket(self.rate, self.burst)
+
+    def arrive(self, now: float) -> Answer:
+        if self.embargo.remaining(now) > 0.0:
+            return Answer(429, {"Retry-After": str(math.ceil(self.embargo.remaining(now)))})
+        if self.bucket.take(now) == 0.0:
+            return Answer(200)
+        self.embargo.extend(now, self.hold)
+        return Answer(429, {"Retry-After": str(self.hold)})
+
+
+async def crawl_pages(site: HeldBucket, pages: int, latency: float, *, workers: int = 16,
+                      cap: float = 600.0) -> tuple[float, int]:
+    """Crawl ``site`` until ``pages`` are accepted (or ``cap`` virtual seconds); (seconds, refusals)."""
+    clock = MockClock(autojump=True)
+    rng = random.Random(1)
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+                                     "CONCURRENT_REQUESTS": 64})
+    accepted = refused = 0
+    done_at = cap
+    async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
+
+        async def worker() -> None:
+            nonlocal accepted, refused, done_at
+            while accepted < pages and clock.now() < cap:
+                async with throttler.slot(URL) as permit:
+                    if accepted >= pages or clock.now() >= cap:
+                        permit.feedback(status=200, latency=0.0)
+                        break
+                    answer = site.arrive(clock.now())
+                    took = latency * rng.uniform(0.9, 1.1)
+                    await clock.sleep(took)
+                    if answer.status_code == 200:
+                        accepted += 1
+                        if accepted == pages:
+                            done_at = clock.now()
+                    else:
+                        refused += 1
+                    permit.feedback(answer, latency=took)
+
+        await asyncio.gather(*(worker() for _ in range(workers)))
+    return done_at, refused
+
+
+def draw(seed: int, count: int = 12) -> list[tuple[float, int, int]]:
+    """``count`` buckets (rate, burst, hold) drawn as the random farm's ``holds`` kind draws them."""
+    rng = random.Random(seed)
+    out = []
+    for _ in range(count):
+        rate = round(math.exp(rng.uniform(math.log(0.5), math.log(30.0))), 2)
+        burst = rng.randint(1, 10)
+        hold = round(math.exp(rng.uniform(0.0, math.log(60.0))))
+        out.append((rate, burst, hold))
+    return out
+
+
+def one(job: tuple[float, int, int, float, float]) -> dict[str, float]:
+    """Crawl one bucket; its figures."""
+    rate, burst, hold, latency, seconds = job
+    pages = max(5, round(rate * seconds))
+    took, refused = asyncio.run(crawl_pages(HeldBucket(rate, float(burst), hold), pages, latency))
+    oracle = max(0.0, pages - burst) / rate + latency
+    return {"rate": rate, "burst": burst, "hold": hold, "latency": latency, "seconds": took,
+            "oracle": oracle, "refused": refused, "share": min(1.5, oracle / took)}
+
+
+def summary(rows: list[dict[str, float]]) -> dict[str, float]:
+    """Mean and p10 share, refusals per bucket, summed time over the oracle's."""
+    shares = sorted(r["share"] for r in rows)
+    return {"crawls": len(rows), "mean": round(statistics.mean(shares), 3),
+            "p10": round(shares[len(shares) // 10], 3),
+            "refused": round(statistics.mean(r["refused"] for r in rows), 2),
+            "time_x_oracle": round(sum(r["seconds"] for r in rows) / sum(r["oracle"] for r in rows), 3)}
+
+
+CLASSES: dict[str, Callable[[dict[str, float]], bool]] = {
+    "burst 1-2, hold < 8 s": lambda r: r["burst"] <= 2 and r["hold"] < 8,
+    "burst 1-2, hold >= 8 s": lambda r: r["burst"] <= 2 and r["hold"] >= 8,
+    "burst 3-10, hold < 8 s": lambda r: r["burst"] > 2 and r["hold"] < 8,
+    "burst 3-10, hold >= 8 s": lambda r: r["burst"] > 2 and r["hold"] >= 8,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help="seeds 1-4, 3 ms answers only")
+    parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
+    parser.add_argument("--seeds", default="1-40",
+                        help="seeds of 12 buckets each, 'A-B' or 'A,B,C' (default 1-40)")
+    parser.add_argument("--latencies", default="0.003,0.05",
+                        help="answer times in seconds (default 0.003,0.05)")
+    parser.add_argument("--seconds", type=float, default=20.0,
+                        help="pages per bucket: rate x this (default 20)")
+    parser.add_argument("--processes", type=int, default=2, help="crawls run in parallel (default 2)")
+    args = parser.parse_args(argv)
+    if "-" in args.seeds:
+        first, last = (int(x) for x in args.seeds.split("-"))
+        seeds = list(range(first, last + 1))
+    else:
+        seeds = [int(x) for x in args.seeds.split(",")]
+    latencies = [float(x) for x in args.latencies.split(",")]
+    if args.quick:
+        seeds, latencies = seeds[:4], latencies[:1]
+    jobs = [(rate, burst, hold, latency, args.seconds) for seed in seeds for rate, burst, hold in draw(seed)
+            for latency in latencies]
+    with Pool(max(1, args.processes)) as pool:
+        rows = pool.map(one, jobs, chunksize=1)
+    figures = {"all": summary(rows)}
+    for name, test in CLASSES.items():
+        chosen = [r for r in rows if test(r)]
+        if chosen:
+            figures[name] = summary(chosen)
+    answers = ", ".join(f"{x:g}" for x in latencies)
+    print(f"holds battery: seeds {seeds[0]}-{seeds[-1]}, answers in {answers} s")
+    print("| class | crawls | mean | p10 | refusals | time x oracle |")
+    print("|---|--:|--:|--:|--:|--:|")
+    for name, f in figures.items():
+        print(f"| {name} | {f['crawls']:g} | {f['mean']:.3f} | {f['p10']:.3f} | {f['refused']:.2f} | "
+              f"{f['time_x_oracle']:.2f} |")
+    if args.json:
+        print(json.dumps({"benchmark": "holds_battery", "seeds": seeds, "latencies": latencies,
+                          "figures": figures}))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
