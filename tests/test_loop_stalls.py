@@ -13,11 +13,15 @@ from pathlib import Path
 import pytest
 
 from crawlpace import Settings
+from crawlpace._clients._last_look import WRITING, LastLook, Writing
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.crawl._fetch import AiohttpFetcher, Page
 from crawlpace.crawl._stalls import LoopStalls, local_share_dominates
 from crawlpace.sim import SimServer
 from crawlpace.sim._asgi import Receive, Scope, Send, respond
+from crawlpace.testing import MockClock
+
+from .test_fetch import answering, server
 
 
 def test_stalls_are_counted_where_they_overlap_a_flight() -> None:
@@ -62,6 +66,37 @@ async def test_a_fetch_whose_answer_waited_for_a_blocked_loop_says_how_long() ->
     assert page.latency >= 0.15
     assert page.stalled >= 0.1
     assert local_share_dominates(page.latency, page.stalled)
+
+
+class _Granted:
+    def __init__(self, granted_at: float) -> None:
+        self.scopes, self.granted_at = ("site",), granted_at
+
+
+async def test_a_fleets_last_look_at_the_store_is_not_the_sites_latency() -> None:
+    """The store's round trip before a lagging write (0.05-0.15 s on a loaded machine, on every scope
+    at once) counted as the site's latency: a strict bucket answering in 2 ms was cut for it, over
+    and over (fleet6: 307 latency cuts in one fleet of 8). It is the admission's lag, not the site's."""
+    clock = MockClock(100.0)
+
+    async def held_for(scopes: tuple[str, ...]) -> float:
+        clock.advance(0.12)  # a slow reply of a loaded store; no hold
+        return 0.0
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+    async with server(answering(head, b"ok")) as base:
+        http = AiohttpFetcher(user_agent="test", timeout=5.0, max_connections=4, trust_env=False,
+                              clock=clock.now, sleep=clock.sleep)
+        token = WRITING.set(Writing(_Granted(clock.now() - 0.2), LastLook(), clock.now, held_for))
+        try:
+            page = await http.get(f"{base}/a", 100)
+        finally:
+            WRITING.reset(token)
+            await http.aclose()
+    assert page.status == 200
+    assert page.latency is not None
+    assert page.latency == pytest.approx(0.0)  # the site's: the fake clock moved only in the round trip
+    assert page.asked == pytest.approx(0.12)  # the crawl job adds it to the lag
 
 
 class StalledFetcher:
