@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from crawlpace.crawl._fetch import AiohttpFetcher, Page
 from crawlpace.crawl._stalls import LoopStalls, local_share_dominates
 from crawlpace.sim import SimServer
 from crawlpace.sim._asgi import Receive, Scope, Send, respond
+from crawlpace.stores import Outcome
 from crawlpace.testing import MockClock
 
 from .test_fetch import answering, server
@@ -68,9 +70,11 @@ async def test_a_fetch_whose_answer_waited_for_a_blocked_loop_says_how_long() ->
     assert local_share_dominates(page.latency, page.stalled)
 
 
+@dataclass
 class _Granted:
-    def __init__(self, granted_at: float) -> None:
-        self.scopes, self.granted_at = ("site",), granted_at
+    scopes: tuple[str, ...]
+    granted_at: float
+    outcome: Outcome | None = None
 
 
 async def test_a_fleets_last_look_at_the_store_is_not_the_sites_latency() -> None:
@@ -87,7 +91,7 @@ async def test_a_fleets_last_look_at_the_store_is_not_the_sites_latency() -> Non
     async with server(answering(head, b"ok")) as base:
         http = AiohttpFetcher(user_agent="test", timeout=5.0, max_connections=4, trust_env=False,
                               clock=clock.now, sleep=clock.sleep)
-        token = WRITING.set(Writing(_Granted(clock.now() - 0.2), LastLook(), clock.now, held_for))
+        token = WRITING.set(Writing(_Granted(("site",), clock.now() - 0.2), LastLook(), clock.now, held_for))
         try:
             page = await http.get(f"{base}/a", 100)
         finally:
