@@ -152,7 +152,8 @@ def test_a_latency_rise_with_one_request_in_flight_is_not_load_to_cut(inflight: 
         ramp.on_response(now + latency, pushback=False, current=True, latency=latency,
                          elapsed=latency, inflight=inflight)
         now += 1.0 / ramp.allowed_rate(now)
-    assert ramp.latency is not None and ramp.latency > 0.06  # the smoothed latency is past the cut line
+    assert ramp.latency is not None
+    assert ramp.latency > 0.06  # the smoothed latency is past the cut line
     assert before is not None
     assert ("cut: latency" in ramp.decision) is cut
     assert (ramp.rate < before) is cut
