@@ -8,16 +8,23 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from crawlpace import Settings
+from crawlpace._clients._last_look import WRITING, LastLook, Writing
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.crawl._fetch import AiohttpFetcher, Page
 from crawlpace.crawl._stalls import LoopStalls, local_share_dominates
+from crawlpace.policy.rampup import Rampup
 from crawlpace.sim import SimServer
 from crawlpace.sim._asgi import Receive, Scope, Send, respond
+from crawlpace.stores import Outcome
+from crawlpace.testing import MockClock
+
+from .test_fetch import answering, server
 
 
 def test_stalls_are_counted_where_they_overlap_a_flight() -> None:
@@ -64,6 +71,39 @@ async def test_a_fetch_whose_answer_waited_for_a_blocked_loop_says_how_long() ->
     assert local_share_dominates(page.latency, page.stalled)
 
 
+@dataclass
+class _Granted:
+    scopes: tuple[str, ...]
+    granted_at: float
+    outcome: Outcome | None = None
+
+
+async def test_a_fleets_last_look_at_the_store_is_not_the_sites_latency() -> None:
+    """The store's round trip before a lagging write (0.05-0.15 s on a loaded machine, on every scope
+    at once) counted as the site's latency: a strict bucket answering in 2 ms was cut for it, over
+    and over (fleet6: 307 latency cuts in one fleet of 8). It is the admission's lag, not the site's."""
+    clock = MockClock(100.0)
+
+    async def held_for(scopes: tuple[str, ...]) -> float:
+        clock.advance(0.12)  # a slow reply of a loaded store; no hold
+        return 0.0
+
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+    async with server(answering(head, b"ok")) as base:
+        http = AiohttpFetcher(user_agent="test", timeout=5.0, max_connections=4, trust_env=False,
+                              clock=clock.now, sleep=clock.sleep)
+        token = WRITING.set(Writing(_Granted(("site",), clock.now() - 0.2), LastLook(), clock.now, held_for))
+        try:
+            page = await http.get(f"{base}/a", 100)
+        finally:
+            WRITING.reset(token)
+            await http.aclose()
+    assert page.status == 200
+    assert page.latency is not None
+    assert page.latency == pytest.approx(0.0)  # the site's: the fake clock moved only in the round trip
+    assert page.asked == pytest.approx(0.12)  # the crawl job adds it to the lag
+
+
 class StalledFetcher:
     """Every page answered at once, reported as ``latency`` seconds of which ``stalled`` were the loop's."""
 
@@ -94,3 +134,26 @@ async def test_rampup_learns_no_latency_the_loops_stalls_made(tmp_path: Path, st
     assert (snapshot.rampup.latency is not None) is learned
     assert snapshot.mean_latency == pytest.approx(0.4)  # the scope's record keeps what was measured
 
+
+
+@pytest.mark.parametrize(("inflight", "cut"), [(1, False), (3, True)])
+def test_a_latency_rise_with_one_request_in_flight_is_not_load_to_cut(inflight: int, cut: bool) -> None:
+    """A loaded machine reads a 2 ms site's answers 60-90 ms late: alone in flight, the crawler
+    queues nothing at the site, so that is no load a cut relieves (a site's own overload grows
+    with its requests in flight, which still cuts)."""
+    ramp = Rampup(start_rate=4.0, min_rate=1 / 300, max_rate=100.0, max_concurrency=8, window=60.0,
+                  target=(1.0, 1.0))
+    now, before = 0.0, None
+    while now < 3.0:
+        latency = 0.002 if now < 2.0 else 0.09
+        if latency > 0.002 and before is None:
+            before = ramp.rate
+        ramp.on_send(now)
+        ramp.on_response(now + latency, pushback=False, current=True, latency=latency,
+                         elapsed=latency, inflight=inflight)
+        now += 1.0 / ramp.allowed_rate(now)
+    assert ramp.latency is not None
+    assert ramp.latency > 0.06  # the smoothed latency is past the cut line
+    assert before is not None
+    assert ("cut: latency" in ramp.decision) is cut
+    assert (ramp.rate < before) is cut

@@ -58,8 +58,9 @@ DEFAULT_DEADLINE = 300.0
 #: holds (a round trip): a refusal's hold can hardly have landed in between.
 LOOK_AFTER = 0.01
 
-#: Seconds the request :meth:`AiohttpFetcher.get` is sending waited in its last look: left out
-#: of its latency, which is the server's and the network's, not the Crawl-delay's.
+#: Seconds the request :meth:`AiohttpFetcher.get` is sending waited in its last look, and of them
+#: the seconds spent asking a shared store: left out of its latency, which is the server's and the
+#: network's, not the Crawl-delay's or the store's.
 _HELD: ContextVar[list[float] | None] = ContextVar("crawlpace_crawl_held", default=None)
 
 #: Bytes asked of the stream per read when a body has no usable Content-Length.
@@ -91,10 +92,14 @@ class Page:
         headers: the response headers, None when no answer came.
         body: the body, at most the ``limit`` given to :meth:`Fetcher.get`.
         latency: seconds from the request being handed to the library to the
-            response headers, None when no answer came.
+            response headers, less the last look's wait before the write (see
+            :attr:`asked`), None when no answer came.
         error: what stopped the fetch, None when nothing did.
         stalled: seconds of that latency during which this process's event loop was
             known to run late (``crawl/_stalls.py``): the crawler's own share, not the server's.
+        asked: seconds the last look spent asking a shared store for its holds before the
+            write (a fleet's write that lags its admission): not in :attr:`latency`, but part
+            of the delay from the admission to the write (``ScopeFeedback.lag``).
     """
 
     status: int | None
@@ -103,6 +108,7 @@ class Page:
     latency: float | None
     error: BaseException | None = None
     stalled: float = 0.0
+    asked: float = 0.0
 
     @property
     def status_code(self) -> int | None:
@@ -184,7 +190,8 @@ class AiohttpFetcher:
         if writing is None:
             return
         look, permit = writing.look, writing.permit
-        wait = look.wait(permit, writing.now())
+        entered = writing.now()
+        wait = look.wait(permit, entered)
         if wait > 0.0:
             _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
         if (writing.held_for is not None and writing.now() - permit.granted_at >= LOOK_AFTER
@@ -194,6 +201,13 @@ class AiohttpFetcher:
             # Not for a Crawl-delay scope: its one slot leaves nothing in flight to hold, and
             # the round trip would lag this write behind its grant more than the next one's.
             hold = await writing.held_for(permit.scopes)
+            # The round trip is the crawler's (a loaded machine's store and loop: 50-150 ms against
+            # sites answering in 2 ms), not the site's: out of the latency, into the lag.
+            asked = writing.now() - entered
+            held = _HELD.get()
+            if held is not None:
+                held[0] += asked
+                held[1] += asked
             if hold > wait:
                 _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
                            params.url, hold)
@@ -209,7 +223,7 @@ class AiohttpFetcher:
     async def get(self, url: str, limit: int) -> Page:
         started, loop_started = self._clock(), self._loop_time()
         got: list[tuple[int, Mapping[str, str], float]] = []  # the status line, once it came
-        held = [0.0]  # seconds the last look held the write back
+        held = [0.0, 0.0]  # seconds the last look held the write back; of them, asking the store
         token = _HELD.set(held)
         try:
             async with asyncio.timeout(self._deadline):
@@ -222,6 +236,7 @@ class AiohttpFetcher:
             page = Page(status, headers, b"", latency, error)
         finally:
             _HELD.reset(token)
+        page.asked = held[1]
         if page.latency is not None:
             sent = loop_started + held[0]
             page.stalled = self._stalls.within(sent, sent + page.latency)

@@ -475,6 +475,12 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             span = self._outlier_span()
             self._stragglers = self._count_stragglers(now, self._quick_sent, span) \
                 if span is not None and level == 0 else 0
+            if level == 2 and inflight is not None and inflight <= 1:
+                # Alone in flight, this crawler queues nothing at the site: a latency past the cut
+                # line is the site's own or the crawler's (a loaded machine reads answers late),
+                # not load a cut would relieve. Hold the rate instead (latency2: a strict bucket in
+                # a loaded fleet was cut from 3.8/s to 0.32/s this way, one request in flight).
+                level = 1
             if level == 2 and can_cut:
                 self._cap_queue(now)
                 self._cut(now, reason="latency")
