@@ -533,7 +533,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         outcome (the breaker's tally of recent outcomes, say, stays with the
         worker that saw them until something that matters changes).
         """
-        manager, breaker, rampup = self.manager, self.breaker, self.rampup
+        manager, breaker, rampup, errors = self.manager, self.breaker, self.rampup, self.load_errors
         backoff = manager.backoff if isinstance(manager, ThrottlingScopeManager) else None
         # The backoff's level, and when it last heard pushback: a pushback at the deepest level
         # changes no limit but restarts the recovery window, which every worker must wait out.
@@ -546,7 +546,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
                                               breaker.pause_end if breaker.state == "open" else None),
                 None if self.autothrottle is None else self.autothrottle.delay,
                 None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation,
-                                             rampup.resumed_at))  # resumed_at: a silence not its own
+                                             rampup.resumed_at),  # resumed_at: a silence not its own
+                # The verdict on the errors, and each outcome of the cut it judges: one judgement for
+                # a fleet, fed by every worker (policy/_load_errors.py).
+                None if errors is None else (errors.plain, errors.judging, errors.after_n))
 
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
                         now: float) -> None:
