@@ -99,7 +99,7 @@ async def test_a_release_sends_every_value_it_needs(redis_url: str) -> None:
         await delivered(store)
         release = next(call for call in calls if call[0] == "release")
         assert len(release[1]) == 8
-        assert len(release[2]) == 4 + 18 + 18
+        assert len(release[2]) == 4 + 19 + 19
         assert release[2][-3:] != ["", "", ""]
         paced, quota = await store.snapshot("paced"), await store.snapshot("q")
         assert paced is not None
