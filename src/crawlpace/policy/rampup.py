@@ -263,8 +263,8 @@ class RampupState:
     _lag_hi: float = 0.0
     _lag_probe: float = _NEVER
     _lag_gap: float = 0.0
-    # Whether this process's admission sees every send and rests the slots (a memory store); a fleet's
-    # Redis scripts do not take a rest after the answer, so its workers keep the cut's spacing.
+    # Whether the store's admission rests the slots after their answers and tells rampup of its sends
+    # (the memory store, and a Redis store's workers of their own sends: release.lua rests the slots).
     _rests: bool = False
     _lag_seen: int = 0  # refusals at the full count that bounded the lag (slots rest from the second)
     # A shared store's count of the scope's accepted answers at the cycle's start, and the

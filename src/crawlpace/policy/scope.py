@@ -87,7 +87,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         opened_good_sent: when the latest request answered well was sent
             (a failure sent before it is not load; see ``_gradual_slots``).
         load_errors: the verdict on the scope's errors, from its first error that
-            asked to slow down on (``_load_errors``); each worker judges for itself.
+            asked to slow down on (``_load_errors``); stored state, so a fleet judges once.
         awaiting: a metered API's budget scope whose size is not known yet, waiting for
             its first answer with one slot (:func:`.tokens.awaits_first_answer`).
     """
