@@ -295,7 +295,7 @@ class SlotSizing:
         base = self.baseline()
         if (late > len(before) or late < 1 or (late > 1 and self.slot_rest() <= 0.0) or self._lag_lo < 0.0
                 or base is None or not self._rests):
-            return  # (not _rests: a store whose admission takes no rest after the answer)
+            return  # (not _rests: a fleet's workers, see RampupState._rests)
         gap = sent - before[-late]
         if gap >= 0.5 * base:
             # A slot held past its answer half as long as its page takes is no late release (a

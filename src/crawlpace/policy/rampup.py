@@ -263,8 +263,10 @@ class RampupState:
     _lag_hi: float = 0.0
     _lag_probe: float = _NEVER
     _lag_gap: float = 0.0
-    # Whether the store's admission rests the slots after their answers and tells rampup of its sends
-    # (the memory store, and a Redis store's workers of their own sends: release.lua rests the slots).
+    # Whether the store's admission sees every send and rests the slots (a memory store). A Redis
+    # store's release rests a slot by the stored rest too (release.lua), but a fleet's workers do
+    # not run the model: on a loaded machine their sends reach the site 0.1-0.25 s after the grant,
+    # and a rest counted from the release did not keep a cap's slots apart (bench/results/fleet6.md).
     _rests: bool = False
     _lag_seen: int = 0  # refusals at the full count that bounded the lag (slots rest from the second)
     # A shared store's count of the scope's accepted answers at the cycle's start, and the

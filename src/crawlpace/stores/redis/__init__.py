@@ -340,9 +340,6 @@ class RedisStore:
             got = await pass_doors(self._writer, demands, got, self._down)
         for name, _use in demands:
             policies.sent(name, server_now)  # out until released (rampup's stragglers)
-            # The release script rests the slots after their answers (Limits.rest), as one process's
-            # admission does: rampup may measure a cap's late release here too (note_slot_send).
-            policies.noted_send(name, server_now)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,

@@ -155,19 +155,6 @@ class SharedPolicies:
         if len(out) > OUT_KEPT:
             del out[0]  # a request never released (abandoned) must not be remembered for ever
 
-    def noted_send(self, scope: str, at: float) -> None:
-        """Tell this worker's copy of the scope's rampup of its own send at ``at`` (server time).
-
-        The release script rests each slot after its answer by the scope's stored rest
-        (``Limits.rest``, the shared rule ``rested``), so rampup's model of a cap whose slots are
-        freed late (``Rampup.note_slot_send``) holds in a fleet as in one process; the send may be
-        the probe of the rest's upper bound, whose answer this worker releases.
-        """
-        cached = self._cache.get(scope)
-        policy = None if cached is None else cached.policy
-        if policy is not None and policy.rampup is not None:
-            policy.rampup.note_slot_send(at)
-
     def answered(self, scope: str, at: float) -> None:
         """This worker's request of ``scope`` sent at ``at`` is over (released, whatever came of it)."""
         cached = self._cache.get(scope)
