@@ -29,6 +29,7 @@ import pytest
 from crawlpace import Settings
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, Store, open_store
+from crawlpace.stores._policies import PolicyFactory
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered
@@ -139,3 +140,25 @@ async def test_a_fleet_of_eight_judges_a_sites_errors_once_as_one_process_does(r
     assert len(fleet.by_worker) == 8
     for start in (2.0, 4.0, 6.0):
         assert fleet.per_second(start, start + 2.0) >= 0.9 * alone.per_second(start, start + 2.0)
+
+
+def test_a_caps_instant_503_told_late_is_a_cap_not_an_error() -> None:
+    # A fleet's worker writes its request a moment after the store granted it (0.1-0.25 s on a loaded
+    # machine), so the time from the grant to the answer is no measure of how quick a refusal was:
+    # the answer's own latency is. A cap's 503 in 2 ms with five in flight (pages take 0.12 s) is a
+    # cap on requests in flight, left to rampup; taken for a slow error, it was judged with
+    # the site's own errors, and once the verdict was shared every worker ignored the cap's refusals.
+    policy = PolicyFactory(SETTINGS).new("site")
+    assert policy.rampup is not None
+    for i in range(12):
+        sent = i * 0.05
+        policy.on_admit(sent, 1.0)
+        ok = ScopeFeedback(backoff=False, status=200, latency=0.12)
+        policy.on_outcome(sent + 0.12, ok, generation=policy.generation, sent_at=sent, expected_use=1.0,
+                          inflight=4)
+    policy.on_admit(1.0, 1.0)
+    generation = policy.rampup.generation
+    refused = ScopeFeedback(backoff=True, status=503, latency=0.002)
+    policy.on_outcome(1.2, refused, generation=policy.generation, sent_at=1.0, expected_use=1.0, inflight=5)
+    assert policy.load_errors is None  # not weighed as an error that may or may not be load
+    assert policy.rampup.generation > generation  # rampup's pushback, as a cap's refusal is
