@@ -254,6 +254,9 @@ class RampupState:
     _fit_span: float = 0.0
     _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
     _answered_at: float = _NEVER  # when the latest accepted answer came (_rampup_slots)
+    # -- fleet7 -- the shortest time after the latest answer that a request accepted at the most in
+    # flight (``_inflight_ok``) was sent: a slot freed late refuses only sooner sends (_slot_reused).
+    _ok_since: float = math.inf
     # -- conncap2 -- a cap whose slots are freed late (_rampup_slots' slot_rest): the latest accepted
     # answers' times, oldest first; the longest rest after an answer that was refused and the shortest
     # that was accepted at the full count (0: none seen), bracketing how long a slot stays held after
@@ -447,7 +450,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._gap_ok = shortest
             self._note_latency(now if sent_at is None else sent_at, latency, lag)
             self._note_ok_send(now if sent_at is None else sent_at)
-            self._note_inflight(now, inflight)
+            self._note_inflight(now, inflight, sent_at)
             self._lag_accepted(sent_at)
             self._episode_answer(now, now if sent_at is None else sent_at)
             if outlier:
