@@ -68,6 +68,7 @@ class _SlotSizingState(Protocol):
     def throughput(self, inflight: int) -> float | None: ...
     def _forget_load(self, inflight: int) -> None: ...
     def _slot_reused(self, inflight: int) -> bool: ...
+    def _rest_before(self, sent: float, held: int = 1) -> float | None: ...
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None) -> bool: ...
@@ -215,11 +216,13 @@ class SlotSizing:
         return inflight == self._inflight_ok and base > 0.0 and 0.0 <= since < T.quick_refusal * base
 
     def held_late(self: _SlotSizingState, answered: bool, elapsed: float | None,
-                  inflight: int | None) -> bool:
-        """Whether a quick refusal may be a cap's whose slot is freed late, so that no verdict on the
-        site's errors may rest on it: at the most ever accepted in flight (or more), the latest send
-        left within a page's time (the baseline latency) after an answer, and sooner than any send
-        accepted at the most in flight did (``_ok_since``).
+                  inflight: int | None, sent: float) -> bool:
+        """Whether a quick refusal of a request sent at ``sent`` may be a cap's whose slot is freed late,
+        so that no verdict on the site's errors may rest on it: at the most ever accepted in flight (or
+        more), sent within a page's time (the baseline latency) after the latest answer before it, and
+        sooner after it than any send accepted at the most in flight (``_ok_since``); at ``k`` fewer,
+        the same of the ``k + 1``-th latest answer (that many slots still held: a cap of 3 freed 54 ms
+        after 0.1 s pages refused a fleet's sends at 2, and was judged the site's errors).
 
         A cap freed late refuses only the sends that left sooner after an answer than the slot's lag
         and accepts every later one; a backend failing at once fails sends after any rest. The cap's
@@ -230,13 +233,21 @@ class SlotSizing:
         can show no fall), and the verdict, shared, stopped every worker cutting for the cap's
         refusals: 8 workers drew 87-105 refusals of 150 requests.
         """
-        if inflight is None or inflight < max(1, self._inflight_ok) or not self._quick(answered, elapsed):
+        if inflight is None or inflight < 1 or self._inflight_ok < 1 or not self._quick(answered, elapsed):
             return False
         base = self.baseline()
         if base is None:
             base = self._low_latency
-        since = self._sent_at - self._answered_at
-        return 0.0 <= since < min(base, self._ok_since)
+        since = self._rest_before(sent, max(1, self._inflight_ok - inflight + 1))
+        return since is not None and since < min(base, self._ok_since)
+
+    def _rest_before(self: _SlotSizingState, sent: float, held: int = 1) -> float | None:
+        """How long after the ``held``-th latest accepted answer before it a request left at ``sent``
+        (None: not that many answers known before it). A fleet's worker writes its request a moment
+        after the store's grant (0.1-0.25 s on a loaded machine): ``sent`` is the write, the answer's
+        time less its latency."""
+        before = sorted(at for at in self._answers if at <= sent)
+        return sent - before[-held] if len(before) >= held else None
 
     def _quick(self: _SlotSizingState, answered: bool, elapsed: float | None) -> bool:
         """Whether an answer came under ``T.quick_refusal`` of the baseline latency (refused on arrival)."""
@@ -417,9 +428,9 @@ class SlotSizing:
         if inflight is not None and inflight > self._inflight_ok:
             self._inflight_ok, self._ok_since = inflight, math.inf
         if inflight is not None and inflight == self._inflight_ok and sent_at is not None:
-            before = [at for at in self._answers if at <= sent_at]
-            if before:
-                self._ok_since = min(self._ok_since, sent_at - max(before))
+            rest = self._rest_before(sent_at)
+            if rest is not None:
+                self._ok_since = min(self._ok_since, rest)
         self._answered_at = now
         keep = max(1, self.max_concurrency)
         self._answers = (*self._answers[max(0, len(self._answers) + 1 - keep):], now)

@@ -450,7 +450,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._gap_ok = shortest
             self._note_latency(now if sent_at is None else sent_at, latency, lag)
             self._note_ok_send(now if sent_at is None else sent_at)
-            self._note_inflight(now, inflight, sent_at)
+            # (Sent when written: the answer's own latency, where shorter, tells when; a fleet's grant
+            # comes a moment before it.)
+            written = sent_at if latency is None or sent_at is None else max(sent_at, now - latency)
+            self._note_inflight(now, inflight, written)
             self._lag_accepted(sent_at)
             self._episode_answer(now, now if sent_at is None else sent_at)
             if outlier:

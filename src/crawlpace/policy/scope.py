@@ -331,7 +331,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         error = is_error(feedback) and not (
             rampup is not None and feedback.backoff and not own
             and (rampup.refused_on_arrival(feedback.status is not None, took, inflight)
-                 or rampup.held_late(feedback.status is not None, took, inflight)))
+                 or rampup.held_late(feedback.status is not None, took, inflight, now - took)))
         if error and feedback.backoff and errors is None:
             errors = self.load_errors = LoadErrors()
         # (Before the record: the verdict falls in it, and what turned plain here is what to forgive.)
