@@ -81,6 +81,23 @@ class Slots:
         return (503, 0.002) if inflight > self.limit else (200, self.latency)
 
 
+class LateSlots:
+    """A cap of ``limit`` requests at a time whose slot is freed ``lag`` after its answer leaves
+    (HAProxy's ``conn_cur``, nginx's ``limit_conn``): 200 after ``latency``, 503 at once for a
+    request that finds every slot held."""
+
+    def __init__(self, latency: float, limit: int, lag: float) -> None:
+        self.latency, self.limit, self.lag = latency, limit, lag
+        self.held: list[float] = []  # when each held slot is freed
+
+    def answer(self, at: float, inflight: int) -> tuple[int, float]:
+        self.held = [t for t in self.held if t > at]
+        if len(self.held) >= self.limit:
+            return 503, 0.002
+        self.held.append(at + self.latency + self.lag)
+        return 200, self.latency
+
+
 class Window:
     """A sliding window of ``limit`` requests per ``length`` seconds that counts refused ones too,
     whose limit falls to ``limit * share`` at ``shift`` seconds (a random farm's ``shifting``)."""
@@ -118,7 +135,7 @@ class Front:
 
 
 async def crawl(stores: list[Store], clock: MockClock, *, latency: float, seconds: float,
-                site: Bucket | Slots | Window | Front | None = None, robots: bool = False,
+                site: Bucket | Slots | LateSlots | Window | Front | None = None, robots: bool = False,
                 pages: list[int] | None = None) -> Run:
     """Each worker sends while it has a free slot (of ``SLOTS``) and the store admits; the site
     answers (by default a :class:`Bucket`: 200 while it has a token, 429 past it). With
@@ -203,7 +220,7 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
 
 
 async def measure(url: str, workers: int, *, latency: float, seconds: float = 20.0,
-                  site: Bucket | Slots | Window | Front | None = None, robots: bool = False,
+                  site: Bucket | Slots | LateSlots | Window | Front | None = None, robots: bool = False,
                   pages: list[int] | None = None) -> Run:
     clock = MockClock()
     if url != "memory://":

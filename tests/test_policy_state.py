@@ -8,6 +8,8 @@ import struct
 import pytest
 
 from crawlpace._settings._config import Settings
+from crawlpace.policy._load_errors import LoadErrors
+from crawlpace.policy.admission import Limits
 from crawlpace.policy.autothrottle import AutoThrottle
 from crawlpace.policy.backoff import Backoff
 from crawlpace.policy.breaker import Breaker
@@ -107,8 +109,9 @@ def test_the_bytes_are_compact() -> None:
     make = factory()
     blob = dump_policy(learned(make.new("a.example")), make)
     assert blob[:3] == b"cp" + bytes([LAYOUT])
-    # A backoff (with the times of its last answers, up to 16), a hold, a Crawl-Delay and a breaker tally.
-    assert len(blob) < 400 + 8 * 16, len(blob)
+    # A backoff (with the times of its last answers, up to 16), a hold, a Crawl-Delay, a breaker tally,
+    # and the verdict on its 5xx (11 numbers, each with its name: about 200 bytes).
+    assert len(blob) < 400 + 8 * 16 + 200, len(blob)
     assert len(dump_policy(make.new("fresh.example"), make)) == 3
 
 
@@ -171,7 +174,7 @@ def test_numbers_keep_their_types() -> None:
 
 @pytest.mark.parametrize(("prefix", "cls"), [("p", ScopePolicy), ("b", Backoff), ("a", AutoThrottle),
                                              ("q", QuotaBucket), ("k", Breaker), ("r", Rampup),
-                                             ("h", HeaderBudget)])
+                                             ("h", HeaderBudget), ("e", LoadErrors)])
 def test_every_attribute_of_a_policy_is_either_shared_state_or_a_setting(prefix: str, cls: type) -> None:
     slots = {name for part in cls.__mro__ for name in getattr(part, "__slots__", ())}  # Rampup: its state too
     state, settings = set(FIELDS[prefix]), set(SETTINGS[prefix])
@@ -211,3 +214,24 @@ def test_a_server_announced_concurrency_travels_as_a_whole_number() -> None:
     assert back.server_concurrency == 3
     assert isinstance(back.server_concurrency, int)
     assert back.limits == policy.limits
+
+
+def test_the_verdict_on_errors_and_the_rest_after_an_answer_travel_to_another_worker() -> None:
+    # One judgement of a scope's errors for a fleet (policy/_load_errors.py), and the rest a slot takes
+    # after its answer (Limits.rest), which the Redis release applies from the stored limits.
+    make = factory()
+    policy = make.new("e.example")
+    errors = policy.load_errors = LoadErrors()
+    errors.plain, errors.share, errors.tolerable, errors.recent, errors.recent_n = True, 0.14, 0.2, 0b1011, 4
+    policy.limits = Limits(3, 0.1, 0.0, 0.0, rest=0.08)
+    back = load_policy(dump_policy(policy, make), make, "e.example")
+    assert back.load_errors is not None
+    assert (back.load_errors.plain, back.load_errors.share, back.load_errors.tolerable) == (True, 0.14, 0.2)
+    assert (back.load_errors.recent, back.load_errors.recent_n) == (0b1011, 4)
+    assert back.limits.rest == 0.08
+    assert export_state(back) == export_state(policy)
+    # A policy without errors has no verdict, and a blob written before the rest existed reads as none.
+    assert load_policy(dump_policy(make.new("f.example"), make), make, "f.example").load_errors is None
+    state = export_state(policy)
+    state["p.limits"] = (3.0, 0.1, 0.0, 0.0)
+    assert restore_state(make.new("e.example"), state).limits == Limits(3, 0.1, 0.0, 0.0)

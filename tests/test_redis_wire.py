@@ -15,8 +15,9 @@ from typing import Any
 import pytest
 
 from crawlpace import Settings
+from crawlpace.policy.admission import Limits
 from crawlpace.policy.signals import ScopeFeedback
-from crawlpace.stores import Lease, Outcome, open_store
+from crawlpace.stores import Blocked, Lease, Outcome, open_store
 from crawlpace.stores.redis import RedisStore
 from crawlpace.stores.redis._batch import pack, pack_each
 from crawlpace.testing import MockClock
@@ -27,6 +28,7 @@ SETTINGS = Settings.from_scrapy({
     "RANDOMIZE_DOWNLOAD_DELAY": False,
     "THROTTLING_SCOPES": {
         "plain": {"concurrency": 4, "delay": 0.0, "delay_per_slot": 0.0},
+        "one": {"concurrency": 1, "delay": 0.0, "delay_per_slot": 0.0},
         "paced": {"concurrency": 4, "delay": 0.0, "delay_per_slot": 2.0},
         "q": {"concurrency": 2, "delay": 0.0, "delay_per_slot": 0.0, "quota": 10.0, "window": 100.0},
     },
@@ -99,7 +101,7 @@ async def test_a_release_sends_every_value_it_needs(redis_url: str) -> None:
         await delivered(store)
         release = next(call for call in calls if call[0] == "release")
         assert len(release[1]) == 8
-        assert len(release[2]) == 4 + 18 + 18
+        assert len(release[2]) == 4 + 19 + 19
         assert release[2][-3:] != ["", "", ""]
         paced, quota = await store.snapshot("paced"), await store.snapshot("q")
         assert paced is not None
@@ -110,3 +112,31 @@ async def test_a_release_sends_every_value_it_needs(redis_url: str) -> None:
     finally:
         await store.aclose()
 
+
+
+@pytest.mark.redis
+async def test_a_released_slot_rests_the_stored_rest_after_its_answer(redis_url: str) -> None:
+    # A cap that frees its slot a moment after the answer (Limits.rest, learned by rampup): the release
+    # script rests the slot that long from the release, by the rule the memory store applies
+    # (_shared_rules.rested), for every worker: before, a fleet's slot was free at once.
+    clock = MockClock()
+    store = open_store(f"{redis_url}&time=local", SETTINGS, clock, random.Random(1))
+    other = open_store(f"{redis_url}&time=local", SETTINGS, clock, random.Random(2))
+    assert isinstance(store, RedisStore)
+    try:
+        lease = await store.acquire((("one", 1.0),))
+        assert isinstance(lease, Lease)
+        policy = store._policies.policy("one")
+        policy.limits = Limits(1, 0.0, 0.0, 0.0, rest=0.25)
+        assert await store._writer.write("one", store._policies.entry("one").version, policy, clock.now())
+        clock.advance(1.0)
+        await store.release(lease, Outcome(status=200, latency=1.0))
+        await delivered(store)
+        blocked = await other.acquire((("one", 1.0),))
+        assert isinstance(blocked, Blocked)
+        assert blocked.ready_at == pytest.approx(clock.now() + 0.25)
+        clock.advance(0.25)
+        assert isinstance(await other.acquire((("one", 1.0),)), Lease)
+    finally:
+        await store.aclose()
+        await other.aclose()

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from crawlpace.policy import quota
-from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, refill
+from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, refill, rested
 from crawlpace.stores.redis._lua import CLOCK, load_scripts
 from crawlpace.stores.redis._script_args import ACQUIRE, LAYOUTS, RELEASE, Layout
 
@@ -105,5 +105,20 @@ return {num(credit), num(at), num(LATENCY_WEIGHT), num(GAP_WEIGHT)}
         # No state stored: a full bucket as of now.
         reply = client.eval(script, 0, "5", "", "", "10", "1")
         assert [float(x) for x in reply[:2]] == [10.0, 5.0]
+    finally:
+        client.close()
+
+
+def test_lua_rests_a_released_slot_as_python_does(redis_server: RedisServer) -> None:
+    # policy/admission.py's release and release.lua rest a slot by one rule (Limits.rest).
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        script = CLOCK + "return num(rested(tonumber(ARGV[2]), now, tonumber(ARGV[3])))"
+        for now, ready, rest in [(10.0, 9.0, 0.25), (10.0, 10.5, 0.25), (10.0, 10.1, 0.25), (10.0, 9.0, 0.0),
+                                 (10.0, 12.0, 0.0), (3.5, 3.0, 0.125)]:
+            got = float(client.eval(script, 0, repr(now), repr(ready), repr(rest)))
+            assert got == rested(ready, now, rest)
+        # No rest stored (a policy written before it existed): the slot's own readiness.
+        assert float(client.eval(script, 0, "10", "9.5", "")) == 9.5
     finally:
         client.close()

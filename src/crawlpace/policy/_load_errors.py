@@ -28,7 +28,8 @@ slowing down does. So the first such errors are believed: they slow the scope
 
 Under rampup the same verdict sends rampup back to its start phase (``Rampup.forgive``), and a
 refusal on arrival with several requests in flight is not weighed here: it is a cap on requests
-in flight, whose refusals a slower rate does not lower (the scope policy leaves it out).
+in flight, whose refusals a slower rate does not lower (the scope policy leaves it out), nor is one
+that may be a cap's whose slot is freed late (``Rampup.held_late``).
 
 A site judged flaky is watched: once the share of its last :data:`MEMORY`
 outcomes is clearly above :data:`RETURN` times the share learned (by two

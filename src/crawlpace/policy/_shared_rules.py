@@ -9,7 +9,7 @@ Lua arithmetic on a real server and compares it with the Python functions.
 
 from __future__ import annotations
 
-__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "lua_prelude", "refill"]
+__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "lua_prelude", "refill", "rested"]
 
 #: Weight of the newest latency in a scope's mean latency (an exponential moving
 #: average): the memory store, a Redis release (``release.lua``) and an allotment's
@@ -32,6 +32,26 @@ def refill(credit: float, at: float, capacity: float, rate: float, now: float) -
     return min(capacity, credit + rate * (now - at))
 
 
+def rested(slot_ready: float, now: float, rest: float) -> float:
+    """When a slot released at ``now`` may send again: at ``slot_ready`` (its per-slot delay from its
+    send), and no sooner than ``rest`` after its answer (``Limits.rest``: a server that frees its
+    slot a moment after the answer leaves refuses a send made on it at once).
+
+    The memory store's release (``policy/admission.py``) and a Redis release (``release.lua``,
+    the rest stored with the scope's limits) both rest a slot by this rule.
+    """
+    return now + rest if rest > 0.0 and now + rest > slot_ready else slot_ready
+
+
+# The Lua of rested(): a rest not stored (nil) is none.
+_RESTED_LUA = """\
+local function rested(slot_ready, now, rest)
+  if rest and rest > 0 and now + rest > slot_ready then return now + rest end
+  return slot_ready
+end
+"""
+
+
 # The Lua of refill(): nil state (no credit or time stored) is a full bucket as of now.
 # Returns the credit and its time, as policy/quota.py's _settle leaves them.
 _REFILL_LUA = """\
@@ -48,4 +68,4 @@ def lua_prelude() -> str:
     return (f"-- Generated from crawlpace/policy/_shared_rules.py when the script is loaded.\n"
             f"local LATENCY_WEIGHT = {LATENCY_WEIGHT!r}\n"
             f"local GAP_WEIGHT = {GAP_WEIGHT!r}\n"
-            + _REFILL_LUA)
+            + _REFILL_LUA + _RESTED_LUA)

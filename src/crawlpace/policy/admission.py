@@ -27,6 +27,8 @@ import heapq
 from dataclasses import dataclass
 from typing import TypeAlias
 
+from ._shared_rules import rested
+
 __all__ = ["Demand", "Limits", "ScopeState"]
 
 #: One scope a request counts against, with the quota it is expected to use.
@@ -161,9 +163,7 @@ class ScopeState:
         """Return a slot once its request is answered (or failed): it rests till ``slot_ready`` and at
         least ``limits.rest`` from ``now``."""
         self.inflight -= 1
-        rest = self.limits.rest
-        if rest > 0.0 and now + rest > slot_ready:
-            slot_ready = now + rest
+        slot_ready = rested(slot_ready, now, self.limits.rest)
         if slot_ready <= now:
             return  # the slot rested while its request was out: it is fresh
         resting = self._resting

@@ -262,6 +262,9 @@ class RampupState:
     # and refused on arrival later was counted in it, never held by the server (_rampup_slots).
     _ok_at: float = _NEVER
     _ok_below: int = 0
+    # -- fleet7 -- the shortest time after the latest answer that a request accepted at the most in
+    # flight (``_inflight_ok``) was sent: a slot freed late refuses only sooner sends (_slot_reused).
+    _ok_since: float = math.inf
     # -- conncap2 -- a cap whose slots are freed late (_rampup_slots' slot_rest): the latest accepted
     # answers' times, oldest first; the longest rest after an answer that was refused and the shortest
     # that was accepted at the full count (0: none seen), bracketing how long a slot stays held after
@@ -271,8 +274,10 @@ class RampupState:
     _lag_hi: float = 0.0
     _lag_probe: float = _NEVER
     _lag_gap: float = 0.0
-    # Whether this process's admission sees every send and rests the slots (a memory store); a fleet's
-    # Redis scripts do not take a rest after the answer, so its workers keep the cut's spacing.
+    # Whether the store's admission sees every send and rests the slots (a memory store). A Redis
+    # store's release rests a slot by the stored rest too (release.lua), but a fleet's workers do
+    # not run the model: on a loaded machine their sends reach the site 0.1-0.25 s after the grant,
+    # and a rest counted from the release did not keep a cap's slots apart (bench/results/fleet6.md).
     _rests: bool = False
     _lag_seen: int = 0  # refusals at the full count that bounded the lag (slots rest from the second)
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
@@ -457,7 +462,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._gap_ok = shortest
             self._note_latency(now if sent_at is None else sent_at, latency, lag)
             self._note_ok_send(now if sent_at is None else sent_at)
-            self._note_inflight(now, inflight)
+            # (Sent when written: the answer's own latency, where shorter, tells when; a fleet's grant
+            # comes a moment before it.)
+            written = sent_at if latency is None or sent_at is None else max(sent_at, now - latency)
+            self._note_inflight(now, inflight, written)
             self._lag_accepted(sent_at)
             self._episode_answer(now, now if sent_at is None else sent_at)
             if outlier:

@@ -87,7 +87,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         opened_good_sent: when the latest request answered well was sent
             (a failure sent before it is not load; see ``_gradual_slots``).
         load_errors: the verdict on the scope's errors, from its first error that
-            asked to slow down on (``_load_errors``); each worker judges for itself.
+            asked to slow down on (``_load_errors``); stored state, so a fleet judges once.
         awaiting: a metered API's budget scope whose size is not known yet, waiting for
             its first answer with one slot (:func:`.tokens.awaits_first_answer`).
     """
@@ -323,12 +323,20 @@ class ScopePolicy(ScopeGates, GradualSlots):
         rampup = self.rampup
         errors = self.load_errors
         own = errors is not None and errors.plain and is_error(feedback)
+        # How long the refusal took: the answer's own latency where it is shorter. A fleet's worker
+        # writes its request a moment after the store granted it (0.1-0.25 s on a loaded machine),
+        # and a cap's instant 503 taken for a slow error was judged the site's own, for every
+        # worker: a fleet of 4 then drew 70-92 refusals from a cap of 4 where one process drew 3.
+        took = now - sent_at
+        if feedback.latency is not None and 0.0 <= feedback.latency < took:
+            took = feedback.latency
         if rampup is not None and feedback.backoff:
-            rampup.note_refusal(feedback.status is not None, now - sent_at, inflight, sent_at=sent_at)
+            # (From the write: the refusal met what was out then, see SlotSizing._met.)
+            rampup.note_refusal(feedback.status is not None, took, inflight, sent_at=now - took)
         error = is_error(feedback) and not (
             rampup is not None and feedback.backoff and not own
-            and rampup.refused_on_arrival(feedback.status is not None, now - sent_at, inflight,
-                                         sent_at=sent_at))
+            and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took)
+                 or rampup.held_late(feedback.status is not None, took, inflight, now - took)))
         if error and feedback.backoff and errors is None:
             errors = self.load_errors = LoadErrors()
         # (Before the record: the verdict falls in it, and what turned plain here is what to forgive.)
@@ -538,7 +546,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         outcome (the breaker's tally of recent outcomes, say, stays with the
         worker that saw them until something that matters changes).
         """
-        manager, breaker, rampup = self.manager, self.breaker, self.rampup
+        manager, breaker, rampup, errors = self.manager, self.breaker, self.rampup, self.load_errors
         backoff = manager.backoff if isinstance(manager, ThrottlingScopeManager) else None
         # The backoff's level, and when it last heard pushback: a pushback at the deepest level
         # changes no limit but restarts the recovery window, which every worker must wait out.
@@ -551,7 +559,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
                                               breaker.pause_end if breaker.state == "open" else None),
                 None if self.autothrottle is None else self.autothrottle.delay,
                 None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation,
-                                             rampup.resumed_at))  # resumed_at: a silence not its own
+                                             rampup.resumed_at),  # resumed_at: a silence not its own
+                # The verdict on the errors, and each outcome of the cut it judges: one judgement for
+                # a fleet, fed by every worker (policy/_load_errors.py).
+                None if errors is None else (errors.plain, errors.judging, errors.after_n))
 
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
                         now: float) -> None:

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from .._exceptions import StateFormatError
+from ._load_errors import LoadErrors
 from .admission import Limits
 from .budget import HeaderBudget, ResetRefiner
 from .scope import ScopePolicy, ThrottlingScopeManager
@@ -89,9 +90,14 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_acc_cycle", "_recall", "_recall_wait", "_recall_from", "_recall_span", "_recall_last",
           "_ok_count", "_first_send", "_held_refusals", "_hold_end", "_belief", "_kept", "_refit_at",
           "_slots_open", "_opened_at", "_answers", "_lag_lo", "_lag_hi", "_lag_probe", "_lag_gap",
-          "_rests", "_lag_seen", "_ok_at", "_ok_below"),  # rampup
+          "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
+    # The verdict on the scope's errors (policy/_load_errors.py): one judgement for a fleet, made from
+    # every worker's outcomes, as one process makes it from its own (each worker judging alone cut a
+    # flaky site's shared rate once per worker, and few outcomes each left most workers no verdict).
+    "e": ("plain", "share", "tolerable", "judging", "since", "before", "before_n", "after_n", "after_bad",
+          "recent", "recent_n"),
 }
 
 #: Per part, the attributes that are *not* learned state: settings, values derived from them
@@ -110,6 +116,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window"),
     "h": ("answers", "sends_seen"),  # this process's own answers: a fleet's other sends are not in them
     "c": (),
+    "e": (),
 }
 
 #: Fields that hold a word from a fixed list: stored as the word's index.
@@ -132,7 +139,7 @@ def _parts(policy: ScopePolicy) -> dict[str, object]:
     manager = policy.manager
     return {"p": policy, "b": manager.backoff if isinstance(manager, ThrottlingScopeManager) else None,
             "a": policy.autothrottle, "q": policy.quota, "k": policy.breaker, "r": policy.rampup,
-            "h": policy.budget, "c": policy.refiner,
+            "h": policy.budget, "c": policy.refiner, "e": policy.load_errors,
             "m": manager if manager is not None and not isinstance(manager, ThrottlingScopeManager) else None}
 
 
@@ -172,7 +179,8 @@ def export_state(policy: ScopePolicy) -> dict[str, StateValue]:
                     continue
                 out[key] = words.index(value)
             elif key in _LIMITS:
-                out[key] = (float(value.concurrency), value.delay, value.delay_per_slot, value.floor)
+                out[key] = (float(value.concurrency), value.delay, value.delay_per_slot, value.floor,
+                            value.rest)
             elif key in _GROUPED:
                 out[key] = tuple(float(x) for item in value for x in item)
             elif isinstance(value, deque | list | tuple):
@@ -207,8 +215,9 @@ def _restore_part(prefix: str, part: object, state: Mapping[str, StateValue]) ->
                 continue
             setattr(part, name, words[int(value)])
         elif key in _LIMITS:
-            if isinstance(value, tuple) and len(value) == 4:
-                setattr(part, name, Limits(int(value[0]), value[1], value[2], value[3]))
+            # (Four values: written before the rest after an answer was stored; no rest.)
+            if isinstance(value, tuple) and len(value) in (4, 5):
+                setattr(part, name, Limits(int(value[0]), *value[1:]))
         elif key in _GROUPED:
             if isinstance(value, tuple):
                 kinds = _GROUPED[key]
@@ -244,6 +253,8 @@ def restore_state(policy: ScopePolicy, state: Mapping[str, StateValue]) -> Scope
         policy.budget = HeaderBudget()
     if "c" in prefixes and policy.refiner is None:
         policy.refiner = ResetRefiner()
+    if "e" in prefixes and policy.load_errors is None:
+        policy.load_errors = LoadErrors()
     for prefix, part in _parts(policy).items():
         if part is None or prefix not in prefixes:
             continue

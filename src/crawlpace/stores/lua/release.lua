@@ -3,7 +3,7 @@
 --
 -- KEYS: per scope, its admission hash, lease set, resting-slot set and policy blob.
 -- ARGV: 1 now ("" = TIME), 2 lease id, 3 idle seconds, 4 scope count, then per
---   scope 18 values: when its slot may send again, "1" to free the lease (""
+--   scope 19 values: when its slot may send again, "1" to free the lease (""
 --   for a write-back alone; "2" for a release sent again after an outage,
 --   whose outcome counts only if the lease was still held; "3" as "1" for a
 --   refusal, whose hold stands even when its write-back loses to another
@@ -13,11 +13,13 @@
 --   from ("" for no write-back), the new policy blob, concurrency, delay,
 --   delay per slot, floor, hold-until and generation, "1" when given up, and
 --   the breaker's pause: its end while open, "h" while half-open, "" when
---   closed or off (a new end, or "", clears the recorded probe); then the
---   quota bucket's capacity and refill rate, and the units to charge (the
+--   closed or off (a new end, or "", clears the recorded probe), and the rest
+--   a slot takes after its answer (policy/admission.py's Limits.rest, stored
+--   with the limits: every later release of the scope rests its slot so, by
+--   the shared rule rested()); then the quota bucket's capacity and refill rate, and the units to charge (the
 --   actual use minus the expected one; negative: a refund), "" for none.
 --   Trailing "" values may be left out (the usual release has no write-back
---   and no quota: 5 values instead of 18); they read as "". After the scopes,
+--   and no quota: 5 values instead of 19); they read as "". After the scopes,
 --   optionally, the mean gap between sends to store with a write-back (one
 --   scope: the send through the start phase's door, see stores/redis/_writeback.py).
 -- Returns {"", result...} (the first value is a place holder: formatting "now"
@@ -27,24 +29,26 @@
 -- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
 -- ARGV layout (stores/redis/_script_args.py):
 --   head: now lease_id idle_seconds scope_count
---   each scope: slot_ready free add_response add_error latency version policy_blob concurrency delay delay_per_slot floor hold_until generation given_up breaker_pause quota_capacity quota_rate quota_charge
+--   each scope: slot_ready free add_response add_error latency version policy_blob concurrency delay delay_per_slot floor hold_until generation given_up breaker_pause rest quota_capacity quota_rate quota_charge
 --   tail: mean_gap
 local id, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4])
-local set_gap = ARGV[5 + 18 * n]
+local set_gap = ARGV[5 + 19 * n]
 -- Each argument costs the server more than a short loop here: callers leave the empty tail out.
-for j = #ARGV + 1, 4 + 18 * n do ARGV[j] = "" end
+for j = #ARGV + 1, 4 + 19 * n do ARGV[j] = "" end
 local out = {""}
 for i = 1, n do
   local a, l, r, p = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1], KEYS[4 * i]
-  local base = 4 + 18 * (i - 1)
+  local base = 4 + 19 * (i - 1)
   local slot_ready = tonumber(ARGV[base + 1])
   local freed = ARGV[base + 2] ~= "" and redis.call("ZREM", l, id) == 1
-  -- One read and one write for the outcome counts, the probe and the expiry stamp (each field
-  -- read or written costs: the counts share one field, "o", and the resting slot's two are
-  -- read only when a slot rests).
-  local h = redis.call("HMGET", a, "probe", "o", "exp", "acc")
+  -- One read and one write for the outcome counts, the probe, the expiry stamp and the rest
+  -- after an answer (each field read or written costs: the counts share one field, "o", and the
+  -- resting slot's two are read only when a slot rests).
+  local h = redis.call("HMGET", a, "probe", "o", "exp", "acc", "rest")
   local set = {}
   if freed then
+    -- A slot rests its per-slot delay from its send, and the scope's rest from its answer.
+    slot_ready = rested(slot_ready, now, tonumber(h[5]))
     if slot_ready > now then
       local rest = redis.call("HMGET", a, "conc", "rmax")
       local conc = tonumber(rest[1]) or 1
@@ -93,11 +97,11 @@ for i = 1, n do
     end
   end
   if #set > 0 then redis.call("HSET", a, unpack(set)) end
-  local qcap, qdelta = tonumber(ARGV[base + 16]), tonumber(ARGV[base + 18])
+  local qcap, qdelta = tonumber(ARGV[base + 17]), tonumber(ARGV[base + 19])
   if counts and qcap and qdelta and qdelta ~= 0 then
     -- Reconcile as policy/quota.py does: settle the refill, then charge or
     -- refund (a refund never fills the bucket beyond its capacity).
-    local qrate = tonumber(ARGV[base + 17])
+    local qrate = tonumber(ARGV[base + 18])
     local q = redis.call("HMGET", a, "qc", "qa")
     local credit, qa = tonumber(q[1]), tonumber(q[2])
     credit, qa = refill(credit, qa, qcap, qrate, now)
@@ -151,7 +155,7 @@ for i = 1, n do
       redis.call("SET", p, ARGV[base + 7], "EX", idle)
       redis.call("HSET", a, "ver", tonumber(version) + 1, "conc", ARGV[base + 8], "delay", ARGV[base + 9],
                  "pslot", ARGV[base + 10], "floor", ARGV[base + 11], "hold", hold,
-                 "gen", ARGV[base + 13], "dead", ARGV[base + 14])
+                 "gen", ARGV[base + 13], "dead", ARGV[base + 14], "rest", ARGV[base + 16])
       local brk = ARGV[base + 15]
       if brk == "" then
         redis.call("HDEL", a, "brk", "probe")

@@ -48,7 +48,7 @@ logger = logging.getLogger(__name__)
 
 
 # A scope's release values when nothing is written back, and when no quota is charged.
-_NO_WRITE, _NO_CHARGE = [""] * 10, [""] * 3
+_NO_WRITE, _NO_CHARGE = [""] * 11, [""] * 3
 
 
 def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, policies: SharedPolicies,
@@ -60,10 +60,10 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
     The common answer (one that only the scope's breaker window hears of)
     writes nothing back; an outcome that changed what the scope admits, or a
     first lesson a new policy would not know, carries a version-guarded
-    write-back (``lua/release.lua`` documents the 18 values per scope).
+    write-back (``lua/release.lua`` documents the 19 values per scope).
     Unless ``full`` (a cluster, which splits the arguments by scope), the
     empty values at the end are left out: the usual release sends 5 values
-    for its scope instead of 18, and each costs the server about a field read.
+    for its scope instead of 19, and each costs the server about a field read.
 
     Returns:
         The keys, the arguments, the write-backs awaiting their reply (scope
@@ -127,11 +127,13 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
     if not full:
         while args[-1] == "":  # a latency, or a quota's values, that are not there
             args.pop()
-        if len(lease.demands) == 1 and not pending and lease.server_slot_ready[0] <= lease.server_granted_at:
-            # No slot to rest and no policy to write: the script touches only the hash and the lease set.
+        if (len(lease.demands) == 1 and not pending and lease.server_slot_ready[0] <= lease.server_granted_at
+                and policy.limits.rest <= 0.0):
+            # No slot to rest (neither a per-slot delay nor a rest after the answer) and no policy to
+            # write: the script touches only the hash and the lease set.
             del keys[2:]
     if handover is not None and len(lease.demands) == 1:
-        # The script's tail value after the scope's whole 18 (lua/release.lua: "mean_gap").
+        # The script's tail value after the scope's whole 19 (lua/release.lua: "mean_gap").
         args += [""] * (_cluster.RELEASE_HEAD + _cluster.RELEASE_EACH - len(args))
         args.append(repr(handover))
     return keys, args, pending, given_up

@@ -66,7 +66,7 @@ RELEASE = Layout(
     head=("now", "lease_id", "idle_seconds", "scope_count"),
     each=("slot_ready", "free", "add_response", "add_error", "latency", "version", "policy_blob",
           "concurrency", "delay", "delay_per_slot", "floor", "hold_until", "generation", "given_up",
-          "breaker_pause", "quota_capacity", "quota_rate", "quota_charge"),
+          "breaker_pause", "rest", "quota_capacity", "quota_rate", "quota_charge"),
     tail=("mean_gap",),
     keys=("admission", "leases", "resting", "policy"),
 )

@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..._exceptions import QuotaError
-from ...policy._load_errors import LoadErrors
 from ...policy._shared_rules import GAP_WEIGHT
 from ...policy.scope import ScopePolicy
 from .._policies import PolicyFactory, PolicyFormatError, dump_policy, load_policy
@@ -59,10 +58,6 @@ class Cached:
     #: each release (:meth:`SharedPolicies.out`), as one process's scope tells rampup of
     #: each send; the requests still out are how rampup sees its stragglers.
     out: list[float] = field(default_factory=list)
-    #: This worker's verdict on the scope's errors (``policy/_load_errors.py``), kept from one copy
-    #: of the policy to the next: it is no stored state (each worker judges for itself), and a copy
-    #: read anew after another worker's write-back would otherwise start the judgement over.
-    errors: LoadErrors | None = None
 
 
 def pause_arg(policy: ScopePolicy, now: float) -> str:
@@ -143,7 +138,6 @@ class SharedPolicies:
         if old is not None:  # what this worker saw of the scope's sends stays
             new.seen, new.seen_gap, new.every = old.seen, old.seen_gap, old.every
             new.door_sent, new.out = old.door_sent, old.out
-            new.errors = old.errors if old.policy is None else old.policy.load_errors
         self._cache.move_to_end(scope)
         if len(self._cache) > self.limit:
             self._cache.popitem(last=False)
@@ -218,10 +212,6 @@ class SharedPolicies:
                 except PolicyFormatError as exc:
                     logger.warning("scope %s: %s; starting from a fresh policy", scope, exc)
                     cached.policy = self.factory.new(scope)
-            if cached.errors is not None:
-                # Its first error after a reload was believed again, and cut the shared rate: a fleet
-                # of 4 on a site failing 13 % of its requests sent 91 pages in 40 s where one sent 3389.
-                cached.policy.load_errors = cached.errors
         return cached.policy
 
     def stored(self, scope: str) -> bool:
@@ -250,4 +240,4 @@ class SharedPolicies:
         blob = dump_policy(policy, self.factory)
         return blob, [blob, str(limits.concurrency), repr(limits.delay), repr(limits.delay_per_slot),
                       repr(limits.floor), repr(hold), str(policy.generation),
-                      "1" if policy.given_up else "0", pause_arg(policy, now)]
+                      "1" if policy.given_up else "0", pause_arg(policy, now), repr(limits.rest)]

@@ -11,13 +11,10 @@ the policy itself.
 
 from __future__ import annotations
 
-import copy
 import logging
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...policy._load_errors import LoadErrors
 from ...policy.admission import Demand
 from ...policy.scope import ScopePolicy
 from ...policy.signals import ScopeFeedback
@@ -32,8 +29,6 @@ logger = logging.getLogger(__name__)
 
 #: Write-backs tried before an outcome's lesson is dropped (many workers racing).
 WRITE_TRIES = 8
-#: Outcomes whose verdict on errors before them is kept for a redo (see ``PolicyWriter.apply``).
-REPLAYS_KEPT = 1024
 
 Run = Callable[[str, list[str], list[Any]], Awaitable[Any]]
 
@@ -61,14 +56,11 @@ class PolicyWriter:
         self.idle = parts.idle
         #: Outcomes not written back because other workers kept updating the scope first.
         self.unshared = 0
-        #: Per outcome applied lately (lease id, scope index): this worker's verdict on the scope's
-        #: errors as it was before the outcome, so that a redo applies the outcome as it came.
-        self._errors_before: OrderedDict[tuple[str, int], LoadErrors | None] = OrderedDict()
 
     def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
-              lease: RedisLease, index: int, use: float, *, redo: bool = False) -> tuple[ScopePolicy, int]:
-        """The scope's policy after ``signal``, and the version it was computed from (``redo``: the
-        outcome is applied again, to a newer stored policy, after its first write-back lost)."""
+              lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
+        """The scope's policy after ``signal``, and the version it was computed from (also for an
+        outcome applied again, to a newer stored policy, after its first write-back lost)."""
         policy = self.policies.policy(name)
         version = self.policies.entry(name).version
         if policy.rampup is not None and lease.sends:
@@ -91,18 +83,8 @@ class PolicyWriter:
         # The fleet's requests in flight when this one went; for a refusal, when its answer came
         # (RedisStore._at_answer), as the memory store counts them. (The memory store counts an
         # accepted answer's at the answer: see bench/results/fleet3.md for why they still differ.)
-        # A redo must meet the verdict as the outcome first did: the first try moved it (the outcome
-        # counted, perhaps the verdict that the errors are the site's own), and a second count on
-        # the moved verdict would find it reached already, so the newer policy would keep the cuts
-        # the verdict forgives (4 workers then held a site failing 5.6 % of its requests at 31/s).
-        key = (lease.lease_id, index)
-        if redo and key in self._errors_before:
-            policy.load_errors = copy.copy(self._errors_before[key])
-        elif not redo:
-            self._errors_before[key] = copy.copy(policy.load_errors)
-            self._errors_before.move_to_end(key)
-            if len(self._errors_before) > REPLAYS_KEPT:
-                self._errors_before.popitem(last=False)
+        # The verdict on the scope's errors is stored state (policy/state.py, "e"): a redo meets it
+        # as the newer policy holds it, which has not counted this outcome (its write-back lost).
         inflight = lease.inflight[index] if lease.inflight else None
         # Every worker's accepted answers, when read at this answer (RedisStore._at_answer): the
         # overshoot fit's count of a cycle is the fleet's, not this copy's share of it.
@@ -148,7 +130,7 @@ class PolicyWriter:
             for _ in range(WRITE_TRIES):
                 self.policies.know(name, int(result), await self._fetch(name))
                 now = self._server_now()
-                policy, version = self.apply(name, now, signal, generation, lease, index, use, redo=True)
+                policy, version = self.apply(name, now, signal, generation, lease, index, use)
                 if await self.write(name, version, policy, now):
                     break
             else:
