@@ -93,7 +93,7 @@ def test_a_bad_flag_is_named(tmp_path: Path, capsys: pytest.CaptureFixture[str])
 def test_a_file_of_crawl_options_only_leaves_the_crawl_adaptive(tmp_path: Path) -> None:
     _args_only, settings = _args(tmp_path, "[crawl]\ndeadline = 60\n")
     assert settings.scope_defaults.rampup
-    assert settings.concurrent_requests == ADAPTIVE_CONCURRENCY  # an adaptive crawl's cap, as without --config
+    assert settings.concurrent_requests == ADAPTIVE_CONCURRENCY  # as without --config
     _args_fixed, settings = _args(tmp_path, "[crawl]\ndeadline = 60\n[scope_defaults]\ndelay = 0.5\n")
     assert not settings.scope_defaults.rampup
     assert settings.concurrent_requests == 16
