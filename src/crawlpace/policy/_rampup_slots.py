@@ -269,9 +269,9 @@ class SlotSizing:
         """How long after the ``held``-th latest accepted answer before it a request left at ``sent``
         (None: not that many answers known before it). A fleet's worker writes its request a moment
         after the store's grant (0.1-0.25 s on a loaded machine): ``sent`` is the write, the answer's
-        time less its latency."""
+        time less its latency. (Sorted: no order of the kept times is assumed.)"""
         before = sorted(at for at in self._answers if at <= sent)
-        return sent - before[-held] if len(before) >= held else None
+        return sent - before[-held] if 1 <= held <= len(before) else None
 
     def _quick(self: _SlotSizingState, answered: bool, elapsed: float | None) -> bool:
         """Whether an answer came under ``T.quick_refusal`` of the baseline latency (refused on arrival)."""
@@ -369,16 +369,15 @@ class SlotSizing:
         and the next refusal starts it afresh.
         """
         self._lag_probe = _NEVER
-        before = [at for at in self._answers if at <= sent]
         late = self._inflight_ok - inflight + 1
+        gap = self._rest_before(sent, late)
         base = self.baseline()
         # The full count: the most accepted, or the slots a refusal capped under it (a cap of 9 refused
         # at 8 the moment its ninth slot opened, capped at 8, never reached 9 again to be measured).
         full = min(self._inflight_ok, int(min(self.slot_cap, float(self._inflight_ok))))
-        if (late > len(before) or late < 1 or (inflight < full and self.slot_rest() <= 0.0)
+        if (gap is None or (inflight < full and self.slot_rest() <= 0.0)
                 or self._lag_lo < 0.0 or base is None or not self._rests):
             return  # (not _rests: a fleet's workers, whose shared admission takes no rest)
-        gap = sent - before[-late]
         if gap >= 0.5 * base:
             # A slot held past its answer half as long as its page takes is no late release (a
             # server's close takes milliseconds): a strict bucket in front of 0.3 s pages, read as a
