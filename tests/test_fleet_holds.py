@@ -119,3 +119,30 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
     assert asked == [("site",)]
     assert slept == [0.75]
     assert LOOK_AFTER <= 0.05  # well within the sites' tolerance for requests already on their way
+
+
+@pytest.mark.redis
+async def test_the_last_look_reads_the_hold_on_the_servers_clock_not_the_workers_estimate(redis_url: str) -> None:
+    """A worker's estimate of the server's time comes from its replies (the midpoint of a call's
+    send and its reply); on a loaded machine a call waits in the batch before it leaves and the
+    estimate runs ahead by tens of milliseconds, more than a site's tolerance. The last look's
+    wait is the hold's end less the server's own time, read in the same round trip."""
+    url = redis_url.split("?")[0] + f"?namespace=s{uuid.uuid4().hex[:10]}"
+    refused = open_store(url, SETTINGS, MockClock(), random.Random(1))
+    clock = MockClock()
+    other = open_store(url, SETTINGS, clock, random.Random(2))
+    assert isinstance(other, RedisStore) and other.time == "server"
+    try:
+        got = await other.acquire(SCOPE)  # this worker learns its offset to the server's clock
+        assert isinstance(got, Lease)
+        lease = await refused.acquire(SCOPE)
+        assert isinstance(lease, Lease)
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=2.0)
+        await refused.release(lease, Outcome(status=429, latency=0.01, feedback=(feedback,)))
+        await refused.flush()
+        clock.advance(0.3)  # its estimate of the server's time now runs 0.3 s ahead
+        assert await other.held_for(("site",)) >= 1.9  # main: 1.7, a write 0.3 s into the hold
+        await other.release(got, Outcome(status=200, latency=0.01))
+    finally:
+        await refused.aclose()
+        await other.aclose()

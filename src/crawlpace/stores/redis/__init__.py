@@ -475,11 +475,20 @@ class RedisStore:
             async with client.pipeline(transaction=False) as pipe:
                 for name in scopes:
                     pipe.hget(self._keys(name)[0], "hold")
+                if self.time == "server":
+                    pipe.time()
                 replies = await pipe.execute()
         except self._down:
             return 0.0
+        now = self._server_now()  # the clock the admissions were judged by ("local", "synced")
+        if self.time == "server":
+            # The seconds left on the server's own clock, read with the holds: this worker's estimate
+            # of it (from replies read late on a loaded machine) may run ahead of it by more than a
+            # site's tolerance, and the write would then land inside the hold.
+            seconds, micros = replies.pop()
+            now = float(seconds) + micros / 1e6
         ends = [float(reply) for reply in replies if reply]
-        return max(self._local(max(ends)) - self._clock.now(), 0.0) if ends else 0.0
+        return max(max(ends) - now, 0.0) if ends else 0.0
 
     async def _hold_first(self, lease: RedisLease, outcome: Outcome) -> None:
         """Take a refusal's hold (``Retry-After``) to the server before its release reads the counts.
