@@ -22,7 +22,7 @@ import pytest
 
 from crawlpace import Settings
 from crawlpace._clients._last_look import WRITING, LastLook, Writing
-from crawlpace.crawl._fetch import LOOK_AFTER, AiohttpFetcher
+from crawlpace.crawl._fetch import LOOK_AFTER, RELOOKS, AiohttpFetcher
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, open_store
 from crawlpace.stores.redis import RedisStore
@@ -90,7 +90,7 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
 
     async def held_for(scopes: tuple[str, ...]) -> float:  # another worker's Retry-After, in the store
         asked.append(scopes)
-        return 0.75
+        return 0.75 if len(asked) == 1 else 0.0  # over once waited out
 
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
@@ -115,14 +115,15 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
         finally:
             await http.aclose()
     assert len(seen) == 3
-    # The lagging write waited out the hold; the one written at once went without asking.
-    assert asked == [("site",)]
+    # The lagging write waited out the hold (and looked again); the one written at once went without asking.
+    assert asked == [("site",), ("site",)]
     assert slept == [0.75]
     assert LOOK_AFTER <= 0.05  # well within the sites' tolerance for requests already on their way
 
 
 @pytest.mark.redis
-async def test_the_last_look_reads_the_hold_on_the_servers_clock_not_the_workers_estimate(redis_url: str) -> None:
+async def test_the_last_look_reads_the_hold_on_the_servers_clock_not_a_workers_estimate(
+        redis_url: str) -> None:
     """A worker's estimate of the server's time comes from its replies (the midpoint of a call's
     send and its reply); on a loaded machine a call waits in the batch before it leaves and the
     estimate runs ahead by tens of milliseconds, more than a site's tolerance. The last look's
@@ -131,7 +132,8 @@ async def test_the_last_look_reads_the_hold_on_the_servers_clock_not_the_workers
     refused = open_store(url, SETTINGS, MockClock(), random.Random(1))
     clock = MockClock()
     other = open_store(url, SETTINGS, clock, random.Random(2))
-    assert isinstance(other, RedisStore) and other.time == "server"
+    assert isinstance(other, RedisStore)
+    assert other.time == "server"
     try:
         got = await other.acquire(SCOPE)  # this worker learns its offset to the server's clock
         assert isinstance(got, Lease)
@@ -146,3 +148,43 @@ async def test_the_last_look_reads_the_hold_on_the_servers_clock_not_the_workers
     finally:
         await refused.aclose()
         await other.aclose()
+
+
+async def test_a_write_held_by_the_store_looks_again_before_it_goes() -> None:
+    """While a write waits out another worker's hold, a request already on its way draws a refusal
+    whose hold ends later (the site's quiet time grows with it): the write asks the store again
+    before it goes, a bounded number of times. It went at the end of the first hold, inside the
+    second (main: one look, one wait)."""
+    holds = [0.5, 0.3, 0.0]
+    asked: list[float] = []
+    slept: list[float] = []
+
+    async def held_for(scopes: tuple[str, ...]) -> float:
+        asked.append(holds[len(asked)] if len(asked) < len(holds) else 0.2)
+        return asked[-1]
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    seen: list[bytes] = []
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+    async with server(answering(head, b"ok", seen=seen)) as base:
+        http = AiohttpFetcher(user_agent="crawlpace-test/1", timeout=5.0, max_connections=4, trust_env=False,
+                              clock=time.monotonic, sleep=sleep)
+        try:
+            for _ in range(2):  # then a store holding the scope for ever: asked a bounded number of times
+                permit = _Permit(("site",), time.monotonic() - 0.2)
+                token = WRITING.set(Writing(permit, LastLook(), time.monotonic, held_for))
+                try:
+                    page = await http.get(f"{base}/a", 100)
+                finally:
+                    WRITING.reset(token)
+                assert page.status == 200
+                if len(seen) == 1:
+                    assert asked == [0.5, 0.3, 0.0]
+                    assert slept == [0.5, 0.3]
+        finally:
+            await http.aclose()
+    assert len(seen) == 2
+    assert asked[3:] == [0.2] * (RELOOKS + 1)
+    assert slept[2:] == [0.2] * (RELOOKS + 1)
