@@ -188,3 +188,47 @@ async def test_a_write_held_by_the_store_looks_again_before_it_goes() -> None:
     assert len(seen) == 2
     assert asked[3:] == [0.2] * (RELOOKS + 1)
     assert slept[2:] == [0.2] * (RELOOKS + 1)
+
+
+@pytest.mark.redis
+async def test_a_refusals_hold_does_not_wait_for_the_batch_call_in_flight(redis_url: str) -> None:
+    """A worker's script calls ride in batches, one in flight at a time; on a loaded machine the
+    batch in flight is answered and read tens of milliseconds later. A refusal's hold goes at once,
+    on a connection of its own (main queued it behind that batch: other workers were admitted)."""
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=b{uuid.uuid4().hex[:10]}&time=local"
+    refused, other = (open_store(url, SETTINGS, clock, random.Random(seed)) for seed in (1, 2))
+    assert isinstance(refused, RedisStore)
+    answered = asyncio.Event()
+    exchange = refused._conn._exchange
+
+    async def slow_exchange(client: object, batch: list[object]) -> list[object]:
+        await answered.wait()  # the batch in flight, its reply not read yet
+        return await exchange(client, batch)  # type: ignore[arg-type]
+
+    try:
+        lease = await refused.acquire(SCOPE)
+        assert isinstance(lease, Lease)
+        refused._conn._exchange = slow_exchange  # type: ignore[method-assign]
+        busy = asyncio.ensure_future(refused.acquire((("elsewhere", 1.0),)))  # the batch in flight
+        await asyncio.sleep(0.01)
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=2.0)
+        release = asyncio.ensure_future(
+            refused.release(lease, Outcome(status=429, latency=0.01, feedback=(feedback,))))
+        got: Lease | Blocked | None = None
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            got = await other.acquire(SCOPE)
+            if isinstance(got, Blocked):
+                break
+            await other.release(got, Outcome(status=200, latency=0.01))
+        assert not busy.done()  # the batch was still in flight
+        assert isinstance(got, Blocked)
+        assert got.ready_at is not None
+        assert got.ready_at >= clock.now() + 1.9  # main: held by its pace only (0.56 s)
+        answered.set()
+        await asyncio.wait_for(asyncio.gather(busy, release), timeout=5.0)
+    finally:
+        answered.set()
+        await refused.aclose()
+        await other.aclose()
