@@ -17,6 +17,7 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
@@ -26,6 +27,7 @@ from crawlpace.crawl._fetch import LOOK_AFTER, RELOOKS, AiohttpFetcher
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, open_store
 from crawlpace.stores.redis import RedisStore
+from crawlpace.stores.redis.connection import _Call
 from crawlpace.testing import MockClock
 
 from .test_fetch import answering, server
@@ -130,6 +132,7 @@ async def test_the_last_look_reads_the_hold_on_the_servers_clock_not_a_workers_e
     wait is the hold's end less the server's own time, read in the same round trip."""
     url = redis_url.split("?")[0] + f"?namespace=s{uuid.uuid4().hex[:10]}"
     refused = open_store(url, SETTINGS, MockClock(), random.Random(1))
+    assert isinstance(refused, RedisStore)
     clock = MockClock()
     other = open_store(url, SETTINGS, clock, random.Random(2))
     assert isinstance(other, RedisStore)
@@ -202,9 +205,9 @@ async def test_a_refusals_hold_does_not_wait_for_the_batch_call_in_flight(redis_
     answered = asyncio.Event()
     exchange = refused._conn._exchange
 
-    async def slow_exchange(client: object, batch: list[object]) -> list[object]:
+    async def slow_exchange(client: Any, batch: list[_Call]) -> list[Any]:
         await answered.wait()  # the batch in flight, its reply not read yet
-        return await exchange(client, batch)  # type: ignore[arg-type]
+        return await exchange(client, batch)
 
     try:
         lease = await refused.acquire(SCOPE)
