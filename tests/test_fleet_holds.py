@@ -17,15 +17,17 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from crawlpace import Settings
 from crawlpace._clients._last_look import WRITING, LastLook, Writing
-from crawlpace.crawl._fetch import LOOK_AFTER, AiohttpFetcher
+from crawlpace.crawl._fetch import LOOK_AFTER, RELOOKS, AiohttpFetcher
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, open_store
 from crawlpace.stores.redis import RedisStore
+from crawlpace.stores.redis.connection import _Call
 from crawlpace.testing import MockClock
 
 from .test_fetch import answering, server
@@ -90,7 +92,7 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
 
     async def held_for(scopes: tuple[str, ...]) -> float:  # another worker's Retry-After, in the store
         asked.append(scopes)
-        return 0.75
+        return 0.75 if len(asked) == 1 else 0.0  # over once waited out
 
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
@@ -115,7 +117,121 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
         finally:
             await http.aclose()
     assert len(seen) == 3
-    # The lagging write waited out the hold; the one written at once went without asking.
-    assert asked == [("site",)]
+    # The lagging write waited out the hold (and looked again); the one written at once went without asking.
+    assert asked == [("site",), ("site",)]
     assert slept == [0.75]
     assert LOOK_AFTER <= 0.05  # well within the sites' tolerance for requests already on their way
+
+
+@pytest.mark.redis
+async def test_the_last_look_reads_the_hold_on_the_servers_clock_not_a_workers_estimate(
+        redis_url: str) -> None:
+    """A worker's estimate of the server's time comes from its replies (the midpoint of a call's
+    send and its reply); on a loaded machine a call waits in the batch before it leaves and the
+    estimate runs ahead by tens of milliseconds, more than a site's tolerance. The last look's
+    wait is the hold's end less the server's own time, read in the same round trip."""
+    url = redis_url.split("?")[0] + f"?namespace=s{uuid.uuid4().hex[:10]}"
+    refused = open_store(url, SETTINGS, MockClock(), random.Random(1))
+    assert isinstance(refused, RedisStore)
+    clock = MockClock()
+    other = open_store(url, SETTINGS, clock, random.Random(2))
+    assert isinstance(other, RedisStore)
+    assert other.time == "server"
+    try:
+        got = await other.acquire(SCOPE)  # this worker learns its offset to the server's clock
+        assert isinstance(got, Lease)
+        lease = await refused.acquire(SCOPE)
+        assert isinstance(lease, Lease)
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=2.0)
+        await refused.release(lease, Outcome(status=429, latency=0.01, feedback=(feedback,)))
+        await refused.flush()
+        clock.advance(0.3)  # its estimate of the server's time now runs 0.3 s ahead
+        assert await other.held_for(("site",)) >= 1.9  # main: 1.7, a write 0.3 s into the hold
+        await other.release(got, Outcome(status=200, latency=0.01))
+    finally:
+        await refused.aclose()
+        await other.aclose()
+
+
+async def test_a_write_held_by_the_store_looks_again_before_it_goes() -> None:
+    """While a write waits out another worker's hold, a request already on its way draws a refusal
+    whose hold ends later (the site's quiet time grows with it): the write asks the store again
+    before it goes, a bounded number of times. It went at the end of the first hold, inside the
+    second (main: one look, one wait)."""
+    holds = [0.5, 0.3, 0.0]
+    asked: list[float] = []
+    slept: list[float] = []
+
+    async def held_for(scopes: tuple[str, ...]) -> float:
+        asked.append(holds[len(asked)] if len(asked) < len(holds) else 0.2)
+        return asked[-1]
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    seen: list[bytes] = []
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+    async with server(answering(head, b"ok", seen=seen)) as base:
+        http = AiohttpFetcher(user_agent="crawlpace-test/1", timeout=5.0, max_connections=4, trust_env=False,
+                              clock=time.monotonic, sleep=sleep)
+        try:
+            for _ in range(2):  # then a store holding the scope for ever: asked a bounded number of times
+                permit = _Permit(("site",), time.monotonic() - 0.2)
+                token = WRITING.set(Writing(permit, LastLook(), time.monotonic, held_for))
+                try:
+                    page = await http.get(f"{base}/a", 100)
+                finally:
+                    WRITING.reset(token)
+                assert page.status == 200
+                if len(seen) == 1:
+                    assert asked == [0.5, 0.3, 0.0]
+                    assert slept == [0.5, 0.3]
+        finally:
+            await http.aclose()
+    assert len(seen) == 2
+    assert asked[3:] == [0.2] * (RELOOKS + 1)
+    assert slept[2:] == [0.2] * (RELOOKS + 1)
+
+
+@pytest.mark.redis
+async def test_a_refusals_hold_does_not_wait_for_the_batch_call_in_flight(redis_url: str) -> None:
+    """A worker's script calls ride in batches, one in flight at a time; on a loaded machine the
+    batch in flight is answered and read tens of milliseconds later. A refusal's hold goes at once,
+    on a connection of its own (main queued it behind that batch: other workers were admitted)."""
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=b{uuid.uuid4().hex[:10]}&time=local"
+    refused, other = (open_store(url, SETTINGS, clock, random.Random(seed)) for seed in (1, 2))
+    assert isinstance(refused, RedisStore)
+    answered = asyncio.Event()
+    exchange = refused._conn._exchange
+
+    async def slow_exchange(client: Any, batch: list[_Call]) -> list[Any]:
+        await answered.wait()  # the batch in flight, its reply not read yet
+        return await exchange(client, batch)
+
+    try:
+        lease = await refused.acquire(SCOPE)
+        assert isinstance(lease, Lease)
+        refused._conn._exchange = slow_exchange  # type: ignore[method-assign]
+        busy = asyncio.ensure_future(refused.acquire((("elsewhere", 1.0),)))  # the batch in flight
+        await asyncio.sleep(0.01)
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=2.0)
+        release = asyncio.ensure_future(
+            refused.release(lease, Outcome(status=429, latency=0.01, feedback=(feedback,))))
+        got: Lease | Blocked | None = None
+        for _ in range(50):
+            await asyncio.sleep(0.01)
+            got = await other.acquire(SCOPE)
+            if isinstance(got, Blocked):
+                break
+            await other.release(got, Outcome(status=200, latency=0.01))
+        assert not busy.done()  # the batch was still in flight
+        assert isinstance(got, Blocked)
+        assert got.ready_at is not None
+        assert got.ready_at >= clock.now() + 1.9  # main: held by its pace only (0.56 s)
+        answered.set()
+        await asyncio.wait_for(asyncio.gather(busy, release), timeout=5.0)
+    finally:
+        answered.set()
+        await refused.aclose()
+        await other.aclose()

@@ -57,6 +57,9 @@ DEFAULT_DEADLINE = 300.0
 #: A shared store's request written this soon after its grant goes without a look at the store's
 #: holds (a round trip): a refusal's hold can hardly have landed in between.
 LOOK_AFTER = 0.01
+#: Looks again at the store's holds after waiting one out, at most: a refusal drawn meanwhile by a
+#: request already on its way may have held the scope longer (each look is a round trip).
+RELOOKS = 4
 
 #: Seconds the request :meth:`AiohttpFetcher.get` is sending waited in its last look, and of them
 #: the seconds spent asking a shared store: left out of its latency, which is the server's and the
@@ -194,31 +197,51 @@ class AiohttpFetcher:
         wait = look.wait(permit, entered)
         if wait > 0.0:
             _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
-        if (writing.held_for is not None and writing.now() - permit.granted_at >= LOOK_AFTER
-                and not look.paced(permit)):
+        held_for = writing.held_for
+        lagged = writing.now() - permit.granted_at >= LOOK_AFTER
+        if held_for is not None and lagged and not look.paced(permit):
             # A fleet: another worker's Retry-After may have reached the store since this was
             # admitted (writes lagging their grants by 0.1-0.25 s on a loaded machine broke them).
             # Not for a Crawl-delay scope: its one slot leaves nothing in flight to hold, and
             # the round trip would lag this write behind its grant more than the next one's.
-            hold = await writing.held_for(permit.scopes)
-            # The round trip is the crawler's (a loaded machine's store and loop: 50-150 ms against
-            # sites answering in 2 ms), not the site's: out of the latency, into the lag.
-            asked = writing.now() - entered
-            held = _HELD.get()
-            if held is not None:
-                held[0] += asked
-                held[1] += asked
-            if hold > wait:
+            hold = await self._ask(held_for, permit.scopes, writing.now, entered)
+            looks = 1
+            while hold > wait:
                 _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
                            params.url, hold)
-                wait = hold
+                await self._wait(writing.now, hold)
+                wait = 0.0
+                if looks > RELOOKS:
+                    break
+                # While this one waited, a request already on its way may have drawn a refusal whose
+                # hold ends later (a site's quiet time grows with every refusal it gives): look again.
+                looks += 1
+                hold = await self._ask(held_for, permit.scopes, writing.now, writing.now())
         if wait > 0.0:
-            before = writing.now()
-            await self._sleep(wait)
-            held = _HELD.get()
-            if held is not None:
-                held[0] += writing.now() - before
+            await self._wait(writing.now, wait)
         look.wrote(permit, writing.now())
+
+    @staticmethod
+    async def _ask(held_for: Callable[[tuple[str, ...]], Awaitable[float]], scopes: tuple[str, ...],
+                   now: Callable[[], float], entered: float) -> float:
+        """The store's hold on ``scopes``, in seconds; the round trip is noted as the crawler's."""
+        hold = await held_for(scopes)
+        # The round trip is the crawler's (a loaded machine's store and loop: 50-150 ms against
+        # sites answering in 2 ms), not the site's: out of the latency, into the lag.
+        asked = now() - entered
+        held = _HELD.get()
+        if held is not None:
+            held[0] += asked
+            held[1] += asked
+        return hold
+
+    async def _wait(self, now: Callable[[], float], seconds: float) -> None:
+        """Hold the write back ``seconds``, out of the request's latency."""
+        before = now()
+        await self._sleep(seconds)
+        held = _HELD.get()
+        if held is not None:
+            held[0] += now() - before
 
     async def get(self, url: str, limit: int) -> Page:
         started, loop_started = self._clock(), self._loop_time()

@@ -196,6 +196,7 @@ class RedisStore:
         # Slots of busy plain scopes kept by this worker between requests (``_allot.py``; ``allot=0``: none).
         self._allotting = options.allot and not self.cluster
         self._allot = Allotments(parts)
+        self._holds: set[asyncio.Future[Any]] = set()  # refusals' holds on their way (_hold_first)
 
     @property
     def url(self) -> str:
@@ -377,6 +378,8 @@ class RedisStore:
         sees it anyway; another worker may need this to see it at once (tests).
         """
         self._allot.drop_all()  # what this worker holds idle goes back too
+        if self._holds:
+            await asyncio.gather(*self._holds, return_exceptions=True)
         await self._releases.flush()
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
@@ -475,20 +478,30 @@ class RedisStore:
             async with client.pipeline(transaction=False) as pipe:
                 for name in scopes:
                     pipe.hget(self._keys(name)[0], "hold")
+                if self.time == "server":
+                    pipe.time()
                 replies = await pipe.execute()
         except self._down:
             return 0.0
+        now = self._server_now()  # the clock the admissions were judged by ("local", "synced")
+        if self.time == "server":
+            # The seconds left on the server's own clock, read with the holds: this worker's estimate
+            # of it (from replies read late on a loaded machine) may run ahead of it by more than a
+            # site's tolerance, and the write would then land inside the hold.
+            seconds, micros = replies.pop()
+            now = float(seconds) + micros / 1e6
         ends = [float(reply) for reply in replies if reply]
-        return max(self._local(max(ends)) - self._clock.now(), 0.0) if ends else 0.0
+        return max(max(ends) - now, 0.0) if ends else 0.0
 
     async def _hold_first(self, lease: RedisLease, outcome: Outcome) -> None:
         """Take a refusal's hold (``Retry-After``) to the server before its release reads the counts.
 
         The release carries the hold as well, but it comes after a round trip or more (this
         worker's earlier releases, then the counts); meanwhile another worker was admitted and
-        wrote into the hold. Queued, not awaited: it leaves at the loop's next turn, ahead of
-        the reads. The hold's length is the policy's (``ScopePolicy.hold_for``), its end the
-        server's time (``lua/hold.lua``; both scripts keep the later end).
+        wrote into the hold. Not awaited: it leaves at the loop's next turn on a connection of its
+        own, ahead of the reads and of any batch call in flight. The hold's length is the policy's
+        (``ScopePolicy.hold_for``), its end the server's time (``lua/hold.lua``; both scripts keep
+        the later end).
         """
         if self.cluster or not self._conn.connected:
             return  # (a cluster's scopes may span slots; the release carries the hold)
@@ -504,9 +517,13 @@ class RedisStore:
         try:
             if self.time != "server":
                 args[0] = await self._now_arg()
-            reply = self._conn.submit("hold", keys, args)
         except self._down:
             return
+        # On a connection of its own, at once: queued, it waited for the batch in flight to be
+        # answered and read (a round trip and a turn of a loaded loop), while other workers wrote.
+        reply = asyncio.ensure_future(self._conn.call_now("hold", keys, args))
+        self._holds.add(reply)  # (a task nothing refers to may be collected before it ran)
+        reply.add_done_callback(self._holds.discard)
         reply.add_done_callback(_hold_sent)
 
     async def _at_answer(self, lease: RedisLease, *, inflight: bool) -> RedisLease:
