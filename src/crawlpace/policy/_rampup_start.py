@@ -30,7 +30,8 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   ``T.latency_noise`` (what a busy crawler adds) needs no confirming: that
   much is the server's own time, and a later answer can only lower the latency
   and raise the window, so the doubling starts from it at once
-  (:meth:`StartPhase._window_known`);
+  (:meth:`StartPhase._window_known`; a quick answer before the third sends the
+  rate back to the starting rate: the slow one was a connection's set-up);
 * *robots.txt opens the door*: when a scope's first answer has no latency to
   measure (a robots.txt fetch, whose latency is not the pages'), the send that
   follows goes as soon as that answer is in, not a whole starting gap after
@@ -176,10 +177,19 @@ class StartPhase:
         return self._door_open()
 
     def _start_latency(self: _StartPhaseState, sample: float | None) -> None:
-        """Note an answer's latency: the start phase's round follows the lowest one."""
+        """Note an answer's latency: the start phase's round follows the lowest one.
+
+        An answer quicker than ``T.latency_signal`` before ``T.confirm`` answers, after answers past
+        the noise that started the doubling from the window of one (:meth:`_window_known`): those
+        answers were slowed by something else (a connection's set-up, a name lookup, a stalled
+        crawler), the site has no window of one, and the rate goes back to the starting rate.
+        """
         if sample is not None and sample > 0.0 and math.isfinite(sample):
             low = self._low_latency
             self._low_latency = sample if low <= 0.0 else min(low, sample)
+            if (self._samples < T.confirm and low >= T.latency_signal + T.latency_noise
+                    and self._low_latency < T.latency_signal):
+                self.rate = min(self.rate, self.start_rate)
 
     def _start_resume(self: _StartPhaseState, now: float, rate: float, ceiling: float) -> float:
         """The rate after the start phase's first refusal: ``rate`` (the halved one), or, when
