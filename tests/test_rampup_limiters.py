@@ -574,7 +574,10 @@ async def test_a_strict_bucket_refused_far_under_its_accepted_gap() -> None:
     # count) and each slot rested that long after its answer, as the server frees it: was 0.80 and
     # 0.81, each refusal cutting the rate by a tenth under what the slots serve.
     (3, 0.25, 0.099, 20.0, 0.9, 4),
-    (6, 0.22, 0.07, 20.0, 0.85, 3),
+    # (5 since the start doubles from the window of one at the first 0.22 s answer: the cap is met
+    # 0.4 s sooner with fewer answers on record; seeds 1-6 draw 3-6 refusals, 2-3 before, at the same
+    # share, 0.88.)
+    (6, 0.22, 0.07, 20.0, 0.85, 5),
     # Refused at 8 the moment a ninth slot opened (9 accepted once): capped at 8, the lag was never
     # measured (only a refusal at 9 would) and each refusal cut the rate; was 0.80. The capped count is
     # the full one now, and once the slots rest all 9 are used again.
@@ -617,7 +620,9 @@ async def test_a_quick_bucket_is_not_read_as_a_connection_cap(latency: float, in
 async def test_a_strict_bucket_in_front_of_a_slow_application() -> None:
     # 429s answered at once by a limiter in front of pages that take 0.3 s.
     out = await crawl(Bucket(8.0, 1.0), 90.0, latency=0.3, instant=True)
-    assert out.share >= 0.88  # was 0.77 / 8
+    # was 0.77 / 8; 0.86 / 2 since the start doubles from the first 0.3 s answer (seeds 1-6: 0.86-0.92,
+    # mean 0.887 with 35 refusals; 0.77-0.92, 0.875 with 40 before)
+    assert out.share >= 0.85
     assert out.refused <= 8
 
 
@@ -646,7 +651,10 @@ async def test_the_load_fit_measures_a_count_once_it_is_full() -> None:
     # sends right after the hold rose to 3 reached the server with 2 in flight and came back with 3:
     # the fit read 7.2/s at 3 (4/s in truth) and walked 3, 4, 3, 1, 3, 2 (0.60; 0.56 on main).
     out = await crawl(Knee(2, 0.335, 2.0, 6), 14.0)
-    assert out.share >= 0.66  # 0.71
+    # 0.65 since the start doubles from the first 0.335 s answer and meets the knee 0.7 s sooner, its
+    # queue deeper (seeds 1-6: 0.55-0.68, mean 0.636; 0.62-0.71, 0.666 before). A random farm's soft
+    # knees gain 0.03 on the mean (24 drawn on the fake clock: 0.835-0.864).
+    assert out.share >= 0.63
     assert out.refused <= 1
 
 
@@ -820,3 +828,22 @@ async def test_a_moving_window_of_one_is_not_sent_its_next_before_the_first_leav
         out = await crawl(AnnouncedWindow(window, style, retry_after=False), 20.0, seed=seed)
         assert out.share >= 0.9
         assert out.refused == 0
+
+
+async def test_a_server_answering_in_a_quarter_second_doubles_from_its_first_answer() -> None:
+    # 0.25 s answers, 20 ms slower per request held, a 503 past 8 in flight (a random farm's hard
+    # knee). The doubling waited for three answers to confirm the window of one (0.75 s at one in
+    # flight): 21-22 pages in the first 2 s. A latency past latency_signal + latency_noise is the
+    # server's own (a busy crawler adds less), and later answers can only widen the window.
+    out = await crawl(HardKnee(0.25, 0.02, 8), 2.0)
+    assert out.accepted >= 26  # 29-30 now
+    assert out.refused <= 1
+
+
+async def test_a_millisecond_site_whose_first_answer_the_crawler_slowed_keeps_its_slow_start() -> None:
+    # A 3 ms site behind a bucket of 2/s with no burst; the crawler's machine delays the first answer
+    # 40 ms (under latency_signal + latency_noise): no window of one to double from, as before. (Taken
+    # for the server's time, it started the doubling at 25/s: 0.70 of the site and 10 refusals.)
+    out = await crawl(Bucket(2.0, 1.0), 10.0, latency=0.003, hiccups=(0.0,), hiccup=0.04)
+    assert out.share >= 0.85  # 0.90
+    assert out.refused <= 6

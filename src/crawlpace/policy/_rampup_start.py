@@ -26,7 +26,12 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   second instead of four seconds, and its latency (which grows with what is in
   flight) stops the climb at its knee. (A single slow answer lets one more
   send go at once, and no more: the next answer confirms or lowers the
-  latency);
+  latency.) A first answer slower than ``T.latency_signal`` plus
+  ``T.latency_noise`` (what a busy crawler adds) needs no confirming: that
+  much is the server's own time, and a later answer can only lower the latency
+  and raise the window, so the doubling starts from it at once
+  (:meth:`StartPhase._window_known`; a quick answer before the third sends the
+  rate back to the starting rate: the slow one was a connection's set-up);
 * *robots.txt opens the door*: when a scope's first answer has no latency to
   measure (a robots.txt fetch, whose latency is not the pages'), the send that
   follows goes as soon as that answer is in, not a whole starting gap after
@@ -107,6 +112,7 @@ class _StartPhaseState(Protocol):
     def _start_round(self) -> float: ...
     def _start_floor(self, door: bool = True) -> float: ...
     def _door_open(self) -> bool: ...
+    def _window_known(self) -> bool: ...
 
 
 class StartPhase:
@@ -171,10 +177,19 @@ class StartPhase:
         return self._door_open()
 
     def _start_latency(self: _StartPhaseState, sample: float | None) -> None:
-        """Note an answer's latency: the start phase's round follows the lowest one."""
+        """Note an answer's latency: the start phase's round follows the lowest one.
+
+        An answer quicker than ``T.latency_signal`` before ``T.confirm`` answers, after answers past
+        the noise that started the doubling from the window of one (:meth:`_window_known`): those
+        answers were slowed by something else (a connection's set-up, a name lookup, a stalled
+        crawler), the site has no window of one, and the rate goes back to the starting rate.
+        """
         if sample is not None and sample > 0.0 and math.isfinite(sample):
             low = self._low_latency
             self._low_latency = sample if low <= 0.0 else min(low, sample)
+            if (self._samples < T.confirm and low >= T.latency_signal + T.latency_noise
+                    and self._low_latency < T.latency_signal):
+                self.rate = min(self.rate, self.start_rate)
 
     def _start_resume(self: _StartPhaseState, now: float, rate: float, ceiling: float) -> float:
         """The rate after the start phase's first refusal: ``rate`` (the halved one), or, when
@@ -206,6 +221,24 @@ class StartPhase:
         quick = self.phase == "start" and self._start_round() < T.round
         return T.start_sent_weight if quick else GAP_WEIGHT
 
+    def _window_known(self: _StartPhaseState) -> bool:
+        """Whether the start phase doubles from the window of one (``1 / latency``): once
+        ``T.confirm`` answers have shown a latency of ``T.latency_signal`` or more, or at once when
+        the lowest is past ``T.latency_signal + T.latency_noise``.
+
+        The confirming guards against one answer slowed by the crawler (a busy machine adds up to
+        ``T.latency_noise``) on a site answering in milliseconds, which has no window of one: the
+        doubling would start tens a second up. Past the noise the latency is the server's own, and
+        later answers can only lower the lowest latency, so the window they show is at least this
+        one: waiting for them left a server answering in 0.2-0.4 s (a cap on requests in flight, a
+        knee) at one request in flight for its first second, 0.02-0.04 of its capacity in a
+        20 s crawl.
+        """
+        low = self._low_latency
+        if low < T.latency_signal:
+            return False
+        return self._samples >= T.confirm or low >= T.latency_signal + T.latency_noise
+
     def _start_used(self: _StartPhaseState, rate: float) -> float:
         """The send rate below which the start phase does not grow: the sends lag one doubling."""
         return T.start_used_share * rate
@@ -216,9 +249,8 @@ class StartPhase:
         allowed = min(self.allowed_rate(now), max(self.rate, self._start_floor(door=False)))
         if allowed > self._good_rate:
             self._good_rate = allowed
-        low = self._low_latency
-        if low >= T.latency_signal and self._samples >= T.confirm:
-            self.rate = max(self.rate, 1.0 / low)  # the window of one, confirmed: double from there
+        if self._window_known():
+            self.rate = max(self.rate, 1.0 / self._low_latency)  # the window of one: double from there
         self.rate = min(self.max_rate, self.rate * 2.0 ** (min(step, round_) / round_))
 
     def _start_refused(self: _StartPhaseState, now: float, at: float, allowed: float) -> float:

@@ -71,7 +71,8 @@ class RampupTuning:
     latency_signal: float = 0.02
     #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
     #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
-    #: phase's window of one waits for them before the doubling starts from it, and the latency
+    #: phase's window of one waits for them before the doubling starts from it (unless the first is past
+    #: ``latency_signal + latency_noise``, the server's own time: ``_rampup_start``), and the latency
     #: baseline is taken after them. (With two, three workers on one store at 0.2 s answers drew 8
     #: refusals in the fleet-learning test, where one process drew 2; with three, 3. The baseline
     #: waited for 5 until the limiter cases showed the same figures with 3.) Three is the least count
