@@ -359,7 +359,7 @@ def test_a_moving_window_naming_the_current_second_while_requests_are_left_is_le
     assert log.length() == pytest.approx(0.604)  # under a second: the first-request rule's
     answer(0.62, 0, 1.38, refused=True)
     assert log.length() is None  # off: a refusal it left room for
-    assert not log.moving
+    assert (log.moving, log.trusted) == (False, False)
     answer(2.1, 1, 0.9)
     assert log.moving
     answer(2.11, 0, 1.99)
