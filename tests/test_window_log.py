@@ -341,27 +341,3 @@ def test_resets_in_seconds_from_now_teach_no_fixed_window() -> None:
     assert log.length() is None
     assert not log.active
 
-
-def test_a_moving_window_naming_the_current_second_while_requests_are_left_is_learned_when_spent() -> None:
-    # X-RateLimit-Reset as a whole-second moment, 2 per 2 s moving: with requests left the window names
-    # the end of the current second. Its first answer looks like a window of 0.6 s to the first-request
-    # rule, whose log a refusal then turns off. A later answer with requests left naming another second
-    # shows a moving window, learned anew from the answer that spends it.
-    log = WindowLog()
-
-    def answer(sent: float, remaining: int, reset: float, refused: bool = False) -> None:
-        log.on_send()
-        log.observe(sent + 0.004, sent_at=sent, remaining=remaining, limit=2, reset=reset, refused=refused,
-                    inflight=1)
-
-    answer(0.0, 1, 0.6)
-    answer(0.01, 0, 1.99)
-    assert log.length() == pytest.approx(0.604)  # under a second: the first-request rule's
-    answer(0.62, 0, 1.38, refused=True)
-    assert log.length() is None  # off: a refusal it left room for
-    assert (log.moving, log.trusted) == (False, False)
-    answer(2.1, 1, 0.9)
-    assert log.moving
-    answer(2.11, 0, 1.99)
-    assert log.length() == 2.0
-    assert log.active

@@ -389,12 +389,10 @@ class WindowLog:
     counts refusals too holds later ones: the length it gives is then too
     long, never too short.) Headers that give the reset in seconds from now
     (``X-RateLimit-Reset-After``, the ``RateLimit-*`` trio) are learned from
-    this way only, since their windows need not last whole seconds. A reset
-    moment in whole seconds (``X-RateLimit-Reset``) shows such a window as the
-    end of the current second, a new one each second, where a fixed window
-    names its own end: two such answers with requests left, a second apart,
-    tell a moving window from the first-request rule's model once that model
-    is off (a surprise) or was never learned; a model that holds stands.
+    this way only, since their windows need not last whole seconds. (A reset
+    moment in whole seconds, ``X-RateLimit-Reset``, names the end of the
+    current second for such a window, as a fixed window's last second does:
+    not told apart, it is left to the first-request rule.)
 
     A refusal this log did not foresee, or an answer that counts more
     requests in the window than the log holds, says the model is wrong for
@@ -422,8 +420,8 @@ class WindowLog:
         accepted: ``(sent, answered)`` of the latest accepted requests, at most ``limit``.
     """
 
-    __slots__ = ("accepted", "answers", "hi", "inflight", "limit", "lo", "moving", "near", "sends_seen",
-                 "trusted", "whole")
+    __slots__ = ("accepted", "answers", "hi", "inflight", "limit", "lo", "moving", "sends_seen", "trusted",
+                 "whole")
 
     def __init__(self) -> None:
         self.limit = 0.0
@@ -435,7 +433,6 @@ class WindowLog:
         self.whole = True
         self.trusted = True
         self.moving = False
-        self.near = _NEVER
         self.accepted: deque[tuple[float, float]] = deque()
 
     def length(self) -> float | None:
@@ -484,7 +481,6 @@ class WindowLog:
             self.accepted.clear()
             self.whole = self.trusted = True
             self.moving = False
-            self.near = _NEVER
         if not whole and reset != int(reset):
             self.whole = False  # seconds with a fraction: the window need not last whole seconds
         answers = self.answers
@@ -500,21 +496,12 @@ class WindowLog:
                 self.whole = False
             else:
                 self.trusted = False
-        if not refused and remaining >= 1.0 and reset < 1.0:
-            # No reset while requests are left: 0, or (a reset moment in whole seconds) the current
-            # second's end, a new one at each second, where a fixed window names its own end.
-            named = now + reset
-            if not self.moving and (reset <= 0.0 or (whole and self.near != _NEVER
-                                                     and abs(named - self.near) >= 0.5)) and (
-                    not self.trusted or self.hi == _FOREVER):
-                # A moving window: what the first-request rule learned (or the surprises it drew) was
-                # a fixed window's, learned anew from the spent answers. (A length that rule learned and
-                # no surprise contradicted stands: a moving window that names its oldest request's
-                # leaving, as ``limits`` does, shows such a reset too once that one is about to leave.)
-                self.moving, self.trusted, self.lo, self.hi = True, True, 0.0, _FOREVER
-            self.near = named
-        elif not refused and remaining >= 1.0:
-            self.near = _NEVER  # a reset a second or more away with requests left: a fixed window's
+        if not refused and not whole and remaining >= 1.0 and reset <= 0.0 and not self.moving:
+            # No reset while requests are left (in seconds from now: a moment in whole seconds names
+            # the current second's end, which a fixed window's last second names too): a moving
+            # window. What the first-request rule learned (or the surprises it drew) was a fixed
+            # window's; the length is learned anew from the spent answers.
+            self.moving, self.trusted, self.lo, self.hi = True, True, 0.0, _FOREVER
         if self.moving:
             if not refused and remaining < 1.0 and reset > 0.0 and len(self.accepted) >= limit:
                 # The limit-th counted: the oldest counted is the limit-th latest accepted, or (with
