@@ -64,7 +64,8 @@ pipe table, so it reads the same in a terminal and pasted into markdown. Its col
   last answered with a challenge page (a contender that takes one for the page records a 200);
 * **last s**: seconds from the contender's start to the site's last request;
 * **busiest 1 s / window**: the most requests the site saw within any one second (the simulator's
-  own sliding count, whoever sent them: one process or a whole fleet), over the most the
+  own sliding count, whoever sent them: one process or a whole fleet; robots.txt, which no
+  limiter of the farm counts, aside), over the most the
   site's rules let through in one second: its highest capacity during the run rounded up to
   whole requests, plus ``burst - 1`` for a token bucket (a full bucket lets its burst through
   at once). A site that counts per window (a window, a request-rate counter, an announced
@@ -776,7 +777,8 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
             goodput=site.get("goodput"), capacity=site.get("capacity"),
             goodput_ratio=site.get("goodput_ratio"),
             last_request=None if last is None else round(float(last) - started, 3),
-            busiest_second=site.get("peak_per_second"),
+            # (robots.txt aside, which no limiter of the farm counts, as the window's figure leaves it)
+            busiest_second=site.get("peak_limited_per_second", site.get("peak_per_second")),
             second_limit=second_limit(site, specs[name]) if name in specs else None,
             busiest_window=site.get("peak_per_window"), window=site.get("window"),
             window_limit=window_limit(site))

@@ -169,3 +169,17 @@ def test_a_path_last_answered_with_a_challenge_is_listed_until_its_content_goes_
     figures = stats.as_dict()
     assert (figures["challenged"], figures["ok"], figures["throttled"]) == (2, 2, 2)
     assert figures["challenged_paths"] == ["/b"]  # /a got its content in the end; /b never did
+
+
+def test_the_judged_peak_per_second_leaves_robots_txt_out() -> None:
+    # A bucket of 2/s, burst 1: robots.txt (which no limiter of the farm counts) and two pages within a
+    # second are within its rules, but every arrival together reads 3, over its limit of 2. The figure
+    # the bench judges a per-second limit by counts what the limit meets, as the window's figure does.
+    stats = SiteStats()
+    stats.arrive(0.0)  # robots.txt: arrives, not limited
+    for now in (0.2, 0.7):
+        stats.arrive(now)
+        stats.limited(now)
+    assert stats.peak_per_second == 3
+    assert stats.peak_limited_per_second == 2
+    assert stats.as_dict()["peak_limited_per_second"] == 2

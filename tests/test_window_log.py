@@ -304,3 +304,40 @@ def test_answers_without_the_budget_headers_leave_the_log_too() -> None:
                           expected_use=1.0, inflight=1)
     assert log.inflight == 0
     assert log.ready_at(6.0) is not None
+
+
+def test_a_moving_window_that_shows_no_reset_while_requests_are_left_is_learned_when_spent() -> None:
+    # 4 per 1 s moving, its reset in seconds from now (X-RateLimit-Reset-After): 0 while requests are
+    # left, then the time until the oldest counted leaves. No answer with one request counted shows a
+    # reset, so the first-answer rule never learned such a window; the spent answer pins it.
+    log = WindowLog()
+    for k in range(4):
+        log.on_send()
+        sent = 0.1 * k
+        remaining = 3 - k
+        reset = 0.0 if remaining else (0.0 + ONE_WAY) + 1.0 - (sent + ONE_WAY)
+        log.observe(sent + 0.05, sent_at=sent, remaining=remaining, limit=4, reset=reset, refused=False,
+                    inflight=1, whole=False)
+    length = log.length()
+    assert log.moving
+    assert log.active
+    assert length is not None
+    assert log.lo <= 1.0 <= length <= 1.0 + 0.1  # never shorter than the window
+    # The next send waits until the first answer has left a window of that length.
+    ready = log.ready_at(0.4)
+    assert ready is not None
+    assert ready == pytest.approx(0.05 + length + LOG_MARGIN)
+
+
+def test_resets_in_seconds_from_now_teach_no_fixed_window() -> None:
+    # The same headers on a fixed window (a reset > 0 with requests left): the whole-second rule is
+    # not theirs (their windows need not last whole seconds), and the header's pace stands.
+    log = WindowLog()
+    for k in range(4):
+        log.on_send()
+        log.observe(0.1 * k + 0.05, sent_at=0.1 * k, remaining=3 - k, limit=4, reset=2.3 - 0.1 * k,
+                    refused=False, inflight=1, whole=False)
+    assert not log.moving
+    assert log.length() is None
+    assert not log.active
+

@@ -269,9 +269,12 @@ class FeedbackBuilder:
         is_redirect = status is not None and 300 <= status < 400
         announced = _announced_by_kind(hint, demands)
         coarse = None
-        if hint is not None and hint.reset_whole and hint.limit is not None and hint.remaining is not None \
-                and hint.reset is not None:
-            coarse = CoarseReset(hint.remaining, hint.limit, hint.reset)
+        if hint is not None and hint.limit is not None and hint.remaining is not None \
+                and hint.reset is not None \
+                and (hint.reset_whole or (budget is None and hint.source in _WINDOWLESS_SOURCES)):
+            # (Seconds from now, not a whole-second moment: for a moving window's log only, see
+            # policy/budget.py's WindowLog; the pace above stands until that log gates.)
+            coarse = CoarseReset(hint.remaining, hint.limit, hint.reset, whole=hint.reset_whole)
         # A refusal that says the announced budget is spent, and until when, is answered by
         # holding the scope to the reset (above), not by a backoff on top of it: the budget
         # paces the scope, and the backoff's minute at one request a second would not.
@@ -363,6 +366,10 @@ def _log_hold(demands: tuple[Demand, ...], hint: ServerHint, status: int | None,
         logger.debug("scope %s not held: Retry-After %gs on a %s that says budget remains "
                      "(remaining %r)", names, hint.retry_after, status, hint.remaining)
 
+
+#: The header families that may announce a count and its reset without the window's length: a
+#: moving window's log learns the length from their spent answers (``CoarseReset``).
+_WINDOWLESS_SOURCES = frozenset({"ratelimit-trio", "x-ratelimit", "x-rate-limit"})
 
 #: The header families whose budget is a count per window with the seconds to its reset: with
 #: the window's length announced too, the scope paces them as one budget (:mod:`.policy.budget`).

@@ -378,6 +378,22 @@ class WindowLog:
     it. Two first answers whose intervals share no length show them, and turn
     the log off.
 
+    **A moving window** says its reset is 0 while requests are left (no
+    request has to leave it before the next may come) and, once spent, the
+    seconds until its oldest counted request leaves. Such an answer that was
+    accepted and spent the budget was the ``limit``-th counted: the oldest is
+    this log's ``limit``-th latest accepted request, which reached the server
+    between its send and its answer, so the length lies between this send plus
+    the reset (less a second when the reset is whole seconds) less that
+    answer, and this answer plus the reset less that send. (A window that
+    counts refusals too holds later ones: the length it gives is then too
+    long, never too short.) Headers that give the reset in seconds from now
+    (``X-RateLimit-Reset-After``, the ``RateLimit-*`` trio) are learned from
+    this way only, since their windows need not last whole seconds. (A reset
+    moment in whole seconds, ``X-RateLimit-Reset``, names the end of the
+    current second for such a window, as a fixed window's last second does:
+    not told apart, it is left to the first-request rule.)
+
     A refusal this log did not foresee, or an answer that counts more
     requests in the window than the log holds, says the model is wrong for
     this server (another client spends the same budget, the clocks disagree,
@@ -394,14 +410,18 @@ class WindowLog:
         limit: the budget's limit the log was learned for.
         lo: the shortest the window may be ...
         hi: ... and the longest (``inf``: not known yet).
-        answers: the latest answer times, at most ``limit`` of them, oldest first.
+        answers: the latest answer times, at most ``limit + 1`` of them, oldest first.
         inflight: requests sent and not answered yet.
         sends_seen: True once a send was reported: the log may gate.
-        whole: False once a refusal showed the whole-second length was wrong.
+        whole: False once a refusal showed the whole-second length was wrong (or the resets
+            came in seconds from now: no whole seconds to round the length to).
         trusted: False once a second unforeseen refusal turned the log off.
+        moving: True once an answer with requests left said its reset was 0 (a moving window).
+        accepted: ``(sent, answered)`` of the latest accepted requests, at most ``limit``.
     """
 
-    __slots__ = ("answers", "hi", "inflight", "limit", "lo", "sends_seen", "trusted", "whole")
+    __slots__ = ("accepted", "answers", "hi", "inflight", "limit", "lo", "moving", "sends_seen", "trusted",
+                 "whole")
 
     def __init__(self) -> None:
         self.limit = 0.0
@@ -412,6 +432,8 @@ class WindowLog:
         self.sends_seen = False
         self.whole = True
         self.trusted = True
+        self.moving = False
+        self.accepted: deque[tuple[float, float]] = deque()
 
     def length(self) -> float | None:
         """The window's length as the log uses it; None while unknown (or the log is off)."""
@@ -439,7 +461,7 @@ class WindowLog:
         self.inflight = max(0, self.inflight - 1)
 
     def observe(self, now: float, *, sent_at: float, remaining: float, limit: float, reset: float,
-                refused: bool, inflight: int | None) -> None:
+                refused: bool, inflight: int | None, whole: bool = True) -> None:
         """Take one answer that carried the budget's headers.
 
         Args:
@@ -450,31 +472,61 @@ class WindowLog:
             reset: seconds from ``now`` to the header's reset (a whole-second moment).
             refused: the answer was a refusal.
             inflight: the scope's requests in flight as it came, this one included, when known.
+            whole: the reset came as a whole-second moment; False: exact seconds from now.
         """
         self.inflight = max(0, (self.inflight if inflight is None else inflight) - 1)
         if limit != self.limit:
             self.limit, self.lo, self.hi = limit, 0.0, _FOREVER
             self.answers.clear()
+            self.accepted.clear()
             self.whole = self.trusted = True
+            self.moving = False
+        if not whole and reset != int(reset):
+            self.whole = False  # seconds with a fraction: the window need not last whole seconds
         answers = self.answers
         answers.append(now)
-        while len(answers) > limit:
+        while len(answers) > limit + 1.0:  # (a refusal's check counts it with the limit before it)
             answers.popleft()
+        if not refused:
+            self.accepted.append((sent_at, now))
+            while len(self.accepted) > limit:
+                self.accepted.popleft()
         if self.active and self._surprised(sent_at, remaining, refused):
             if self.whole and self.length() != self.hi:
                 self.whole = False
             else:
                 self.trusted = False
-        if remaining == limit - 1.0 and not refused and reset > 0.0:
+        if not refused and not whole and remaining >= 1.0 and reset <= 0.0 and not self.moving:
+            # No reset while requests are left (in seconds from now: a moment in whole seconds names
+            # the current second's end, which a fixed window's last second names too): a moving
+            # window. What the first-request rule learned (or the surprises it drew) was a fixed
+            # window's; the length is learned anew from the spent answers.
+            self.moving, self.trusted, self.lo, self.hi = True, True, 0.0, _FOREVER
+        if self.moving:
+            if not refused and remaining < 1.0 and reset > 0.0 and len(self.accepted) >= limit:
+                # The limit-th counted: the oldest counted is the limit-th latest accepted, or (with
+                # requests still out, sent before this one and counted before it) a later one.
+                oldest = self.accepted[0][0]
+                later = int(limit) - self.inflight
+                lo = 0.0
+                if later >= 1:
+                    # (A reset in whole seconds is rounded up: the true one may be up to a second shorter.)
+                    rounded = whole or reset == int(reset)
+                    lo = sent_at + (reset - 1.0 if rounded else reset) - self.accepted[-later][1]
+                self._pin(max(lo, 0.0), now + reset - oldest)
+        elif whole and remaining == limit - 1.0 and not refused and reset > 0.0:
             end = now + reset
-            lo, hi = end - 1.0 - now, end - sent_at
-            if hi < self.lo or lo > self.hi:
-                # A window begun by its first request holds its length in every such interval:
-                # these windows follow the clock (or the server changed them). Off, as surprised.
-                self.lo, self.hi = lo, hi
-                self.trusted = False
-            else:
-                self.lo, self.hi = max(self.lo, lo), min(self.hi, hi)
+            self._pin(end - 1.0 - now, end - sent_at)
+
+    def _pin(self, lo: float, hi: float) -> None:
+        """Narrow the length to ``[lo, hi]``, or turn the log off when that interval shares none with it."""
+        if hi < self.lo or lo > self.hi:
+            # A window begun by its first request holds its length in every such interval:
+            # these windows follow the clock (or the server changed them). Off, as surprised.
+            self.lo, self.hi = lo, hi
+            self.trusted = False
+        else:
+            self.lo, self.hi = max(self.lo, lo), min(self.hi, hi)
 
     def _surprised(self, sent_at: float, remaining: float, refused: bool) -> bool:
         """Whether an answer contradicts the log: a refusal it left room for, or more used than it holds.

@@ -463,7 +463,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self._update_gated()
         known = log.length()
         log.observe(now, sent_at=sent_at, remaining=coarse.remaining, limit=coarse.limit, reset=coarse.reset,
-                    refused=refused, inflight=inflight)
+                    refused=refused, inflight=inflight, whole=coarse.whole)
         if log.length() != known:
             length = log.length()
             logger.debug("scope %s: window log %s (%r)", self.scope, "off: the header's reset is used"
@@ -481,6 +481,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             assert length is not None
             return dataclasses.replace(feedback, hold=hold, pace=SPREAD_SHARE * length / coarse.limit,
                                        pace_for=2.0 * length)
+        if not coarse.whole:
+            return feedback  # seconds from now need no narrowing: the header's pace and hold stand
         refiner = self.refiner
         if refiner is None:
             refiner = self.refiner = ResetRefiner()

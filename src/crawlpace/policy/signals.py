@@ -26,17 +26,22 @@ class BudgetReading:
 
 @dataclass(frozen=True, slots=True)
 class CoarseReset:
-    """A request budget whose reset came in whole seconds (``X-RateLimit-*``), as one answer gave it.
+    """A request budget announced without its window's length (``X-RateLimit-*``, the
+    ``RateLimit-*`` trio), as one answer gave it.
 
     Attributes:
         remaining: requests left.
         limit: requests per window.
         reset: seconds to the reset as the header gave it (the latest it may be).
+        whole: the reset came as a moment in whole seconds (``X-RateLimit-Reset`` as a Unix
+            time); False for seconds from now (``X-RateLimit-Reset-After``, the trio's reset),
+            which only a moving window's log (:class:`~crawlpace.policy.budget.WindowLog`) uses.
     """
 
     remaining: float
     limit: float
     reset: float
+    whole: bool = True
 
 
 @dataclass(frozen=True, slots=True)

@@ -64,6 +64,9 @@ class SiteStats:
         peak_inflight: the most requests ever in flight at once.
         peak_per_second: the most arrivals within any window of one second,
             computed exactly over every window, not per calendar second.
+        peak_limited_per_second: the same for the arrivals the site's limit meets
+            (:meth:`limited`: robots.txt aside, which no limiter of the farm counts),
+            the figure a site's per-second limit is judged by.
         window: the site's own counting window, ``(seconds, kind)``, when its
             limit is a count per window (see :meth:`watch_window`); None otherwise.
         peak_per_window: the most limited arrivals (robots.txt aside) within one
@@ -100,6 +103,8 @@ class SiteStats:
         self.resets = 0
         self.violations: Counter[str] = Counter()
         self._recent: deque[float] = deque()
+        self.peak_limited_per_second = 0
+        self._limited_recent: deque[float] = deque()
         self.window: tuple[float, str] | None = None
         self.peak_per_window = 0
         self._window_times: deque[float] = deque()
@@ -172,6 +177,12 @@ class SiteStats:
 
     def limited(self, now: float) -> None:
         """Record that the request arrived at ``now`` meets the site's limit (robots.txt is exempt)."""
+        recent = self._limited_recent
+        at = max(now, recent[-1]) if recent else now  # (times do not go backwards, as in :meth:`arrive`)
+        recent.append(at)
+        while recent[0] + WINDOW <= at:
+            recent.popleft()
+        self.peak_limited_per_second = max(self.peak_limited_per_second, len(recent))
         if self.window is None:
             return
         seconds, kind = self.window
@@ -304,6 +315,7 @@ class SiteStats:
             "inflight": self.inflight,
             "peak_inflight": self.peak_inflight,
             "peak_per_second": self.peak_per_second,
+            "peak_limited_per_second": self.peak_limited_per_second,
             "first": self.first,
             "last": self.last,
             "active": self.active,
