@@ -33,9 +33,9 @@ a minute is likely to run about as long again), where a pace that holds gains it
 rate for that time and one that does not costs the hold (:func:`best_level`).
 Once a pace has been kept up for two holds' lengths after the hold (a bucket's
 burst refilled by the hold carries a pace half again over its limit for about that
-long), or for one when the sends since show it (refitted, every bucket that still
-fits the record refills at least the pace: a burst of one after two sends, while a
-large burst leaves its low rates in the fit for a long time), a *step* above it is
+long), or for one when the sends since show it (refitted, and weighed as the fit
+weighs the bursts, the record makes the pace likelier than not to hold: a burst of
+one after two sends), a *step* above it is
 weighed the same way, each round: a step that fails
 costs the hold and returns to the pace kept up, so a step is taken when its gain
 over the time crawled outweighs that, and only when it is likelier to hold than
