@@ -80,6 +80,7 @@ import math
 from collections import deque
 from typing import Protocol
 
+from ._rampup_counter import SENDS_KEPT, counter_open, fit_counter
 from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
 
@@ -133,6 +134,16 @@ class _EpisodeState(Protocol):
     hold_learned: float
     _answers: tuple[float, ...]
     _inflight_ok: int
+    _counted: deque[tuple[float, bool]]
+    _counted_n: int
+    _pinned: float
+    _counter_lo: float
+    _counter_hi: float
+    _recall: float
+    _recall_wait: float
+    _recall_from: float
+    _rests: bool
+    _sent_at: float
 
     def hold(self, until: float) -> None: ...
     def slot_rest(self) -> float: ...
@@ -248,6 +259,65 @@ class Episodes:
         self._drain_at = now
         return True
 
+    def _note_counted(self: _EpisodeState, sent: float, accepted: bool) -> None:
+        """An answered send at ``sent``: a request-rate counter counted it, accepted or refused."""
+        self._counted.append((sent, accepted))
+        self._counted_n += 1
+
+    def _counter_pinned(self: _EpisodeState, now: float) -> bool:
+        """A refusal after a lock-out: fit every send on record to request-rate counters (``_rampup_counter``).
+
+        The rates ``N / T`` of the counters that fit bound the limiter's, if it is such a counter: the
+        lowest is safe to pace at, none lets more than the highest through (:meth:`_counter_bound`
+        applies them after the cut). When they agree (the counter is pinned), the level is that rate
+        (at ``T.fit_share``, the margin a limit needs), with no search above it and the hold rule's
+        wait (a ``T.tolerance`` share of the crawl per probe, a failed probe costing a period) before
+        any probe past it; the refusals this overshoot draws are one episode, whose next send waits
+        until the pinned counter's reading falls under ``N`` (each send before that would be refused
+        and counted too, keeping it over). True then: the refusal is answered, no cut.
+        """
+        self._counter_lo = self._counter_hi = 0.0
+        if not self._rests or self._fit_span <= 0.0 or self.phase != "steady":
+            return False
+        sends = sorted(self._counted)
+        fit = fit_counter(sends, self._fit_span, complete=self._counted_n <= SENDS_KEPT)
+        if fit is None:
+            self._pinned = 0.0
+            return False
+        self._counter_lo, self._counter_hi = fit.low.rate, fit.high
+        if not fit.pinned:
+            return False
+        counter = fit.low
+        level = max(self.min_rate, min(self.max_rate, T.fit_share * counter.rate))
+        opens = counter_open(counter, (at for at, _ in sends), now)
+        self._pinned = self.rate = self.ceiling = self._cycle_rate = level
+        self._top, self._cut_rate, self._fitted = 0.0, 0.0, True
+        # The refused levels were over the counter, not a limit that fell: nothing to recall.
+        self._recall = self._recall_wait = self._recall_from = 0.0
+        self.hold_learned = max(self.hold_learned, counter.period)
+        self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
+        self._ep_since, self._ep_gap = now, max(1.0 / level, opens - self._sent_at)
+        self._start_climb(now, fast=False)
+        self._decide(now, f"counter: every send fits {counter.limit} per {counter.period:.3g}s; pacing at "
+                     f"{level:.3g}/s from {opens:.3g}s, when its reading falls under the limit")
+        return True
+
+    def _counter_bound(self: _EpisodeState, now: float) -> None:
+        """After the cut of a refusal that request-rate counters fit (:meth:`_counter_pinned`): the level
+        is not under the slowest of them, and neither the search nor the recall climbs past the fastest."""
+        low, high = self._counter_lo, self._counter_hi
+        if low <= 0.0:
+            return
+        floor = max(self.min_rate, min(self.max_rate, T.fit_share * low))
+        if floor > self.rate:
+            self.rate = self.ceiling = floor
+            self._decide(now, f"counter: every send fits a counter letting {low:.3g} to {high:.3g}/s through; "
+                         f"pacing at {floor:.3g}/s at least")
+        if self._top > high:
+            self._top = high if high > self.rate * (1.0 + T.tolerance) else 0.0
+        if self._recall > high:
+            self._recall = high if high > self.rate * (1.0 + T.tolerance) else 0.0
+
     def _episode_cut(self: _EpisodeState) -> None:
         """After the cut that opened an episode: probes go at the cut rate until one is refused."""
         if self._ep_since != NEVER and self._ep_gap <= 0.0 and self.rate > 0.0:
@@ -262,6 +332,11 @@ class Episodes:
             return
         if sent_at < self._ep_since:
             self._cycle_ok += 1  # a send from before the episode: the lock-out may go on
+            return
+        if self._pinned > 0.0:
+            # The pinned counter's reading fell as it said: the level stands, no cycle to fit.
+            self._ep_since, self._ep_gap = NEVER, 0.0
+            self._cycle_ok += 1
             return
         span, accepted, since = now - self._cycle_start, self._cycle_ok, self._ep_since
         # A lock-out: probes were refused for T.lockout_gaps gaps at the cut rate, and no hold the

@@ -1,0 +1,61 @@
+"""The request-rate counter fit (policy/_rampup_counter.py): pure functions over a send record."""
+
+from __future__ import annotations
+
+import math
+
+from crawlpace.policy._rampup_counter import Counter, counter_open, fit_counter
+
+
+def _counter_sends(limit: int, period: float, start: float, times: list[float]) -> list[tuple[float, bool]]:
+    """What HAProxy's counter answers to sends at ``times`` (each counted, refused or not)."""
+    out: list[tuple[float, bool]] = []
+    index, current, previous = None, 0, 0
+    for at in times:
+        k = math.floor((at - start) / period)
+        if index is not None and k != index:
+            previous = current if k == index + 1 else 0
+            current = 0
+        index = k
+        current += 1
+        out.append((at, current + previous * (1.0 - (at - start - k * period) / period) <= limit))
+    return out
+
+
+def test_one_lockout_leaves_the_counter_open_and_a_steady_refusal_pins_it() -> None:
+    # 100 per 10 s, periods 2.8 s before the first send: a burst at 40/s, then 9/s, then 11/s.
+    times = [i / 40 for i in range(130)]
+    times += [6.0 + i / 9 for i in range(180)]
+    burst_and_level = _counter_sends(100, 10.0, -2.8, times)
+    assert fit_counter(burst_and_level, 12.0, 0.05) is None  # many counters fit, far apart
+    times += [times[-1] + (i + 1) / 11 for i in range(200)]
+    sends = _counter_sends(100, 10.0, -2.8, times)
+    refused = next(i for i in range(310, len(sends)) if not sends[i][1])
+    sends = sends[:refused + 1]  # (the pacer's cut comes with the first refusal at the steady pace)
+    counter = fit_counter(sends[-256:], 12.0, 0.05, complete=False)
+    assert counter is not None
+    assert 9.5 <= counter.rate <= 10.1
+
+
+def test_the_counter_opens_when_its_reading_falls_under_the_limit() -> None:
+    counter = Counter(10, 2.0, 0.0)
+    # Ten sends in the first second fill it; the next period starts at 2 s with 10 behind it, read
+    # as 10 * (time left): one more fits once that weight is 9 or less, at 2.2 s.
+    sends = [0.1 * i for i in range(10)]
+    assert math.isclose(counter_open(counter, sends, 1.0), 2.2)
+    assert counter_open(counter, sends, 5.0) == 5.0  # two periods later nothing is left
+
+
+def test_a_token_bucket_pins_no_counter() -> None:
+    # A bucket of 5/s with a burst of 5: refusals come and go with each gap, which no counter's
+    # periods fit at one rate.
+    sends, tokens, last = [], 5.0, 0.0
+    for i in range(120):
+        at = i * 0.15 if i < 60 else 9.0 + i * 0.05
+        tokens = min(5.0, tokens + (at - last) * 5.0)
+        last = at
+        ok = tokens >= 1.0
+        tokens -= 1.0 if ok else 0.0
+        sends.append((at, ok))
+    counter = fit_counter(sends, 2.0, 0.05)
+    assert counter is None or counter.rate <= 5.5
