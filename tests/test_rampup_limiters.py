@@ -498,13 +498,13 @@ async def test_a_counter_whose_periods_started_before_the_crawl(limit: float, pe
     assert out.refused <= refusals
 
 
-async def test_a_counter_that_every_send_pins_is_paced_under_its_limit() -> None:
+async def test_a_counter_fitted_to_every_send_is_paced_between_the_counters_that_fit() -> None:
     # 100 per 10 s, periods 2.8 s before the crawl, pages in 3 ms, 429s at once. After the lock-out, the
-    # counters that fit every send let 0.85 to 21/s through; the search's refusals at 18-19 s pin one
-    # (about 101 per 10.2 s): paced at it, no search above and no recall of the refused level.
+    # counters that fit every send let 0.85 to 21/s through; the search's refusals at 18-20 s leave 9.6 to
+    # 11.3/s: the level stays over the slowest, and no search or recall climbs past the fastest.
     # Was 0.935 / 21: the recall climbed back to 13.5/s at 44 s and drew seven more refusals.
     out = await crawl(RequestRate(100.0, 10.0, _start=-2.8), 60.0, latency=0.003, instant=True)
-    assert out.refused <= 14
+    assert out.refused <= 16
     assert out.share >= 0.95
 
 

@@ -121,6 +121,9 @@ class CounterFit:
 
     low: Counter
     high: float
+    #: When half the fitting counters let a send through again (nothing more sent): the time a probe
+    #: passes with even odds, if the limiter is such a counter.
+    opens: float = 0.0
 
     @property
     def pinned(self) -> bool:
@@ -128,7 +131,8 @@ class CounterFit:
         return self.high <= self.low.rate * (1.0 + 2.0 * _FINE)
 
 
-def fit_counter(sends: list[tuple[float, bool]], cycle: float, *, complete: bool = True) -> CounterFit | None:
+def fit_counter(sends: list[tuple[float, bool]], cycle: float, *, complete: bool = True,
+                now: float | None = None) -> CounterFit | None:
     """The request-rate counters ``(N, T, phase)`` that fit every send, or None when none does.
 
     Args:
@@ -136,6 +140,7 @@ def fit_counter(sends: list[tuple[float, bool]], cycle: float, *, complete: bool
         cycle: the last lock-out's cycle: the periods tried run from half of it to twelve times it
             (a cycle lasts at least the refused share of a period, at most a period and that share).
         complete: ``sends`` hold every send since the scope's first (none dropped).
+        now: the time :attr:`CounterFit.opens` is reckoned from (None: the last send's).
     """
     if cycle <= 0.0 or len(sends) < 2 or all(ok for _, ok in sends) or not any(ok for _, ok in sends):
         return None
@@ -145,6 +150,7 @@ def fit_counter(sends: list[tuple[float, bool]], cycle: float, *, complete: bool
     low: Counter | None = None
     high = 0.0
     half = _REFINE // 2
+    fitting: list[Counter] = []
     while period <= top:
         for step in range(PHASES):
             start = origin - (step + 0.5) * period / PHASES
@@ -158,11 +164,17 @@ def fit_counter(sends: list[tuple[float, bool]], cycle: float, *, complete: bool
                     if limit is None:
                         continue
                     counter = Counter(limit, fine, at)
+                    fitting.append(counter)
                     if low is None or counter.rate < low.rate:
                         low = counter
                     high = max(high, counter.rate)
         period *= ratio
-    return None if low is None else CounterFit(low, high)
+    if low is None:
+        return None
+    times = [at for at, _ in sends]
+    when = times[-1] if now is None else now
+    opens = sorted(counter_open(counter, times, when) for counter in fitting)
+    return CounterFit(low, high, opens[len(opens) // 2])
 
 
 def counter_open(counter: Counter, sends: Iterable[float], now: float) -> float:

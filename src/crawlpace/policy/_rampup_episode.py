@@ -139,6 +139,8 @@ class _EpisodeState(Protocol):
     _pinned: float
     _counter_lo: float
     _counter_hi: float
+    _counter_span: float
+    _counter_open: float
     _recall: float
     _recall_wait: float
     _recall_from: float
@@ -279,12 +281,15 @@ class Episodes:
         self._counter_lo = self._counter_hi = 0.0
         if not self._rests or self._fit_span <= 0.0 or self.phase != "steady":
             return False
+        # (The periods tried follow the longest lock-out's cycle: a drain's short cycle after a cut
+        # would leave out the counter's own period.)
+        self._counter_span = max(self._counter_span, self._fit_span)
         sends = sorted(self._counted)
-        fit = fit_counter(sends, self._fit_span, complete=self._counted_n <= SENDS_KEPT)
+        fit = fit_counter(sends, self._counter_span, complete=self._counted_n <= SENDS_KEPT, now=now)
         if fit is None:
             self._pinned = 0.0
             return False
-        self._counter_lo, self._counter_hi = fit.low.rate, fit.high
+        self._counter_lo, self._counter_hi, self._counter_open = fit.low.rate, fit.high, fit.opens
         if not fit.pinned:
             return False
         counter = fit.low
@@ -304,10 +309,14 @@ class Episodes:
 
     def _counter_bound(self: _EpisodeState, now: float) -> None:
         """After the cut of a refusal that request-rate counters fit (:meth:`_counter_pinned`): the level
-        is not under the slowest of them, and neither the search nor the recall climbs past the fastest."""
+        is not under the slowest of them, neither the search nor the recall climbs past the fastest, and
+        the episode's first probe waits until half of them let a send through again (a counter still
+        draining an overshoot refuses the level it is cut to, and counts each refusal)."""
         low, high = self._counter_lo, self._counter_hi
         if low <= 0.0:
             return
+        if self._ep_since != NEVER and self._counter_open > now:
+            self._ep_gap = max(self._ep_gap, self._counter_open - self._sent_at)
         floor = max(self.min_rate, min(self.max_rate, T.fit_share * low))
         if floor > self.rate:
             self.rate = self.ceiling = floor
@@ -387,6 +396,10 @@ class Episodes:
                 top = min(top, _counter_fit(early, accepted, refused))
             fit = min(top, _counter_fit(fit, accepted, refused))
             trusted = False
+        if self._counter_lo > 0.0:
+            # Not under the slowest request-rate counter that fits every send (a short cycle after a
+            # cut, two through in a second, is the counter's drain, not its rate).
+            fit = max(fit, min(self.max_rate, T.fit_share * self._counter_lo))
         self._cycle_rate = max(self.rate, fit)
         if lockout:
             # The lock-out is what a refusal costs here, as a hold would: probe above the level

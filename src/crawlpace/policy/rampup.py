@@ -265,6 +265,8 @@ class RampupState:
     _pinned: float = 0.0
     _counter_lo: float = 0.0  # the slowest and fastest counters that fit the last refusal, per second
     _counter_hi: float = 0.0
+    _counter_span: float = 0.0  # the longest lock-out cycle seen: the periods the fit tries follow it
+    _counter_open: float = _NEVER  # when half the counters that fit let a send through again
     _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
     _answered_at: float = _NEVER  # when the latest accepted answer came (_rampup_slots)
     # -- slots3 -- when the answer that set _inflight_ok came, and the most before it: a request out then
@@ -464,8 +466,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._close_slot(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at)
-                self._counter_bound(now)
                 self._episode_cut()
+                self._counter_bound(now)
         else:
             shortest = self._gap_ok
             self._note_accepted(now if sent_at is None else sent_at)
