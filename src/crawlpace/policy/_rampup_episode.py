@@ -50,6 +50,14 @@ after the excused one's probe got through is the cut rate's own. A lock-out
 within a quarter of the last one's length after it ended is its drain: the
 cycle goes on, to be fitted whole.
 
+**Counters fitted to every send.** A counter that counts refusals counts every send, so every
+answered send is kept (``_counted``, accepted or refused). At a refusal after a lock-out the sends
+are fitted to request-rate counters (``_rampup_counter``): the level after the cut, and the next
+lock-out's fit, are not under the slowest counter that fits, the search and the recall climb no
+higher than the fastest, and the first probe waits until half of them have drained. When every
+counter that fits agrees, the counter is pinned: paced at its rate once its reading falls, with no
+search above it.
+
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
 is just under the shortest gap it accepted before. When a refusal fits that
@@ -267,7 +275,8 @@ class Episodes:
         self._counted_n += 1
 
     def _counter_pinned(self: _EpisodeState, now: float) -> bool:
-        """A refusal after a lock-out: fit every send on record to request-rate counters (``_rampup_counter``).
+        """A refusal after a lock-out: fit every send on record to request-rate counters (the fit is
+        ``_rampup_counter``'s).
 
         The rates ``N / T`` of the counters that fit bound the limiter's, if it is such a counter: the
         lowest is safe to pace at, none lets more than the highest through (:meth:`_counter_bound`
@@ -320,8 +329,8 @@ class Episodes:
         floor = max(self.min_rate, min(self.max_rate, T.fit_share * low))
         if floor > self.rate:
             self.rate = self.ceiling = floor
-            self._decide(now, f"counter: every send fits a counter letting {low:.3g} to {high:.3g}/s through; "
-                         f"pacing at {floor:.3g}/s at least")
+            self._decide(now, f"counter: every send fits a counter letting {low:.3g} to {high:.3g}/s "
+                         f"through; pacing at {floor:.3g}/s at least")
         if self._top > high:
             self._top = high if high > self.rate * (1.0 + T.tolerance) else 0.0
         if self._recall > high:
