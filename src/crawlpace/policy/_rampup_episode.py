@@ -288,8 +288,8 @@ class Episodes:
         and counted too, keeping it over). True then: the refusal is answered, no cut.
         """
         self._counter_lo = self._counter_hi = 0.0
-        if not self._rests or self._fit_span <= 0.0 or self.phase != "steady":
-            return False
+        if not self._rests or self._fit_span <= 0.0 or self.phase != "steady" or self._ep_since != NEVER:
+            return False  # (a refusal inside an episode is the same overshoot: no new fit)
         # (The periods tried follow the longest lock-out's cycle: a drain's short cycle after a cut
         # would leave out the counter's own period.)
         self._counter_span = max(self._counter_span, self._fit_span)
