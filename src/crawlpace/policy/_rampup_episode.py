@@ -56,7 +56,9 @@ are fitted to request-rate counters (``_rampup_counter``): the level after the c
 lock-out's fit, are not under the slowest counter that fits, the search and the recall climb no
 higher than the fastest, and the first probe waits until half of them have drained. When every
 counter that fits agrees, the counter is pinned: paced at its rate once its reading falls, with no
-search above it.
+search above it. A record that many grid points fit (the fit gives None) is too loose to act on: its
+drain wait, between counters 3 to 22/s apart, shortened a second lock-out and lifted its fit over a
+counter still draining (100 per 10 s, periods 6 s off the crawl's: 0.87 of capacity -> 0.73).
 
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
