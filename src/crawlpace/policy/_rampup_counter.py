@@ -139,20 +139,21 @@ class _Record:
         if self.scans > SCANS:
             raise _Loose
         times, oks, floor, ceil = self.times, self.oks, math.floor, math.ceil
-        index = floor((times[0] - start) / period)
-        judged = index + self.skip
-        current = previous = 0
+        index = judged = floor((times[0] - start) / period) + self.skip
+        # (The sends before the first period judged only count: its previous period's count is all
+        # they tell.)
+        begun = bisect_left(times, start + judged * period)
+        current, previous = 0, begun - bisect_left(times, start + (judged - 1) * period, 0, begun)
         accepted, refused = 0.0, math.inf
         top = low = -1  # the sends that set the two bounds
         down, up = 1.0 - share, 1.0 + share
-        for i, at in enumerate(times):
+        for i in range(begun, len(times)):
+            at = times[i]
             k = floor((at - start) / period)
             if k != index:
                 previous = current if k == index + 1 else 0
                 current, index = 0, k
             current += 1
-            if k < judged:
-                continue
             reading = current + previous * (1.0 - (at - start - k * period) / period)
             if oks[i]:
                 bound = reading * down - MARGIN
