@@ -22,7 +22,7 @@ every send of the scope (a fleet's worker sees only its own). It runs on the eve
 is bounded: most grid points are ruled out by the two sends that ruled out the last one (read from
 prefix counts over the sorted send times, a few microseconds), and at most :data:`SCANS` points are
 read send by send. A record that more points fit than that is too loose to act on (a first
-lock-out, a level far under the limit: 0.85 to 21/s above) and gives no fit. One fit costs 3-6 ms
+lock-out, a level far under the limit: 0.85 to 21/s above) and gives no fit. One fit costs 3-7 ms
 of CPU where counters4's exhaustive search took 10-400 (``bench/results/counters4.md``, section
 counters5), with the same counters found wherever it gives a fit.
 """
