@@ -50,6 +50,16 @@ after the excused one's probe got through is the cut rate's own. A lock-out
 within a quarter of the last one's length after it ended is its drain: the
 cycle goes on, to be fitted whole.
 
+**Counters fitted to every send.** A counter that counts refusals counts every send, so every
+answered send is kept (``_counted``, accepted or refused). At a refusal after a lock-out the sends
+are fitted to request-rate counters (``_rampup_counter``): the level after the cut, and the next
+lock-out's fit, are not under the slowest counter that fits, the search and the recall climb no
+higher than the fastest, and the first probe waits until half of them have drained. When every
+counter that fits agrees, the counter is pinned: paced at its rate once its reading falls, with no
+search above it. A record that many grid points fit (the fit gives None) is too loose to act on: its
+drain wait, between counters 3 to 22/s apart, shortened a second lock-out and lifted its fit over a
+counter still draining (100 per 10 s, periods 6 s off the crawl's: 0.87 of capacity -> 0.73).
+
 **A bucket with no burst.** Such a bucket refuses any gap shorter than its
 own, whatever the mean rate: the refused send's gap to the last accepted one
 is just under the shortest gap it accepted before. When a refusal fits that
@@ -80,6 +90,7 @@ import math
 from collections import deque
 from typing import Protocol
 
+from ._rampup_counter import SENDS_KEPT, counter_open, fit_counter
 from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
 
@@ -133,6 +144,18 @@ class _EpisodeState(Protocol):
     hold_learned: float
     _answers: tuple[float, ...]
     _inflight_ok: int
+    _counted: deque[tuple[float, bool]]
+    _counted_n: int
+    _pinned: float
+    _counter_lo: float
+    _counter_hi: float
+    _counter_span: float
+    _counter_open: float
+    _recall: float
+    _recall_wait: float
+    _recall_from: float
+    _rests: bool
+    _sent_at: float
 
     def hold(self, until: float) -> None: ...
     def slot_rest(self) -> float: ...
@@ -248,6 +271,73 @@ class Episodes:
         self._drain_at = now
         return True
 
+    def _note_counted(self: _EpisodeState, sent: float, accepted: bool) -> None:
+        """An answered send at ``sent``: a request-rate counter counted it, accepted or refused."""
+        self._counted.append((sent, accepted))
+        self._counted_n += 1
+
+    def _counter_pinned(self: _EpisodeState, now: float) -> bool:
+        """A refusal after a lock-out: fit every send on record to request-rate counters (the fit is
+        ``_rampup_counter``'s).
+
+        The rates ``N / T`` of the counters that fit bound the limiter's, if it is such a counter: the
+        lowest is safe to pace at, none lets more than the highest through (:meth:`_counter_bound`
+        applies them after the cut). When they agree (the counter is pinned), the level is that rate
+        (at ``T.fit_share``, the margin a limit needs), with no search above it and the hold rule's
+        wait (a ``T.tolerance`` share of the crawl per probe, a failed probe costing a period) before
+        any probe past it; the refusals this overshoot draws are one episode, whose next send waits
+        until the pinned counter's reading falls under ``N`` (each send before that would be refused
+        and counted too, keeping it over). True then: the refusal is answered, no cut.
+        """
+        self._counter_lo = self._counter_hi = 0.0
+        if not self._rests or self._fit_span <= 0.0 or self.phase != "steady" or self._ep_since != NEVER:
+            return False  # (a refusal inside an episode is the same overshoot: no new fit)
+        # (The periods tried follow the longest lock-out's cycle: a drain's short cycle after a cut
+        # would leave out the counter's own period.)
+        self._counter_span = max(self._counter_span, self._fit_span)
+        sends = sorted(self._counted)
+        fit = fit_counter(sends, self._counter_span, complete=self._counted_n <= SENDS_KEPT, now=now)
+        if fit is None:
+            self._pinned = 0.0
+            return False
+        self._counter_lo, self._counter_hi, self._counter_open = fit.low.rate, fit.high, fit.opens
+        if not fit.pinned:
+            return False
+        counter = fit.low
+        level = max(self.min_rate, min(self.max_rate, T.fit_share * counter.rate))
+        opens = counter_open(counter, (at for at, _ in sends), now)
+        self._pinned = self.rate = self.ceiling = self._cycle_rate = level
+        self._top, self._cut_rate, self._fitted = 0.0, 0.0, True
+        # The refused levels were over the counter, not a limit that fell: nothing to recall.
+        self._recall = self._recall_wait = self._recall_from = 0.0
+        self.hold_learned = max(self.hold_learned, counter.period)
+        self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
+        self._ep_since, self._ep_gap = now, max(1.0 / level, opens - self._sent_at)
+        self._start_climb(now, fast=False)
+        self._decide(now, f"counter: every send fits {counter.limit} per {counter.period:.3g}s; pacing at "
+                     f"{level:.3g}/s from {opens:.3g}s, when its reading falls under the limit")
+        return True
+
+    def _counter_bound(self: _EpisodeState, now: float) -> None:
+        """After the cut of a refusal that request-rate counters fit (:meth:`_counter_pinned`): the level
+        is not under the slowest of them, neither the search nor the recall climbs past the fastest, and
+        the episode's first probe waits until half of them let a send through again (a counter still
+        draining an overshoot refuses the level it is cut to, and counts each refusal)."""
+        low, high = self._counter_lo, self._counter_hi
+        if low <= 0.0:
+            return
+        if self._ep_since != NEVER and self._counter_open > now:
+            self._ep_gap = max(self._ep_gap, self._counter_open - self._sent_at)
+        floor = max(self.min_rate, min(self.max_rate, T.fit_share * low))
+        if floor > self.rate:
+            self.rate = self.ceiling = floor
+            self._decide(now, f"counter: every send fits a counter letting {low:.3g} to {high:.3g}/s "
+                         f"through; pacing at {floor:.3g}/s at least")
+        if self._top > high:
+            self._top = high if high > self.rate * (1.0 + T.tolerance) else 0.0
+        if self._recall > high:
+            self._recall = high if high > self.rate * (1.0 + T.tolerance) else 0.0
+
     def _episode_cut(self: _EpisodeState) -> None:
         """After the cut that opened an episode: probes go at the cut rate until one is refused."""
         if self._ep_since != NEVER and self._ep_gap <= 0.0 and self.rate > 0.0:
@@ -262,6 +352,11 @@ class Episodes:
             return
         if sent_at < self._ep_since:
             self._cycle_ok += 1  # a send from before the episode: the lock-out may go on
+            return
+        if self._pinned > 0.0:
+            # The pinned counter's reading fell as it said: the level stands, no cycle to fit.
+            self._ep_since, self._ep_gap = NEVER, 0.0
+            self._cycle_ok += 1
             return
         span, accepted, since = now - self._cycle_start, self._cycle_ok, self._ep_since
         # A lock-out: probes were refused for T.lockout_gaps gaps at the cut rate, and no hold the
@@ -312,6 +407,10 @@ class Episodes:
                 top = min(top, _counter_fit(early, accepted, refused))
             fit = min(top, _counter_fit(fit, accepted, refused))
             trusted = False
+        if self._counter_lo > 0.0:
+            # Not under the slowest request-rate counter that fits every send (a short cycle after a
+            # cut, two through in a second, is the counter's drain, not its rate).
+            fit = max(fit, min(self.max_rate, T.fit_share * self._counter_lo))
         self._cycle_rate = max(self.rate, fit)
         if lockout:
             # The lock-out is what a refusal costs here, as a hold would: probe above the level

@@ -123,6 +123,7 @@ from dataclasses import dataclass, field
 from .._jitter import Jitter
 from ._rampup_bucket import REFUSALS_KEPT, BucketFit
 from ._rampup_climb import CubicClimb
+from ._rampup_counter import SENDS_KEPT
 from ._rampup_cut import LATENCIES_KEPT, CutRules
 from ._rampup_episode import Episodes
 from ._rampup_latency import LatencyWatch
@@ -256,6 +257,16 @@ class RampupState:
     # when a refusal after it was last excused as the counter's drain (_rampup_episode).
     _early_cut: float = _NEVER
     _drain_at: float = _NEVER
+    # -- counters4 -- every answered send, accepted or refused (a counter counts both), oldest dropped,
+    # how many were ever noted, and the rate of the counter they pinned (0: none) (_rampup_episode).
+    # Not shared by a fleet: a worker sees only its own sends.
+    _counted: deque[tuple[float, bool]] = field(default_factory=lambda: deque(maxlen=SENDS_KEPT))
+    _counted_n: int = 0
+    _pinned: float = 0.0
+    _counter_lo: float = 0.0  # the slowest and fastest counters that fit the last refusal, per second
+    _counter_hi: float = 0.0
+    _counter_span: float = 0.0  # the longest lock-out cycle seen: the periods the fit tries follow it
+    _counter_open: float = _NEVER  # when half the counters that fit let a send through again
     _inflight_ok: int = 0  # the most requests in flight at an accepted answer (_rampup_slots)
     _answered_at: float = _NEVER  # when the latest accepted answer came (_rampup_slots)
     # -- slots3 -- when the answer that set _inflight_ok came, and the most before it: a request out then
@@ -409,6 +420,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
         outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at)
         self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
+        if answered:
+            self._note_counted(now if sent_at is None else sent_at, not pushback)
         if pushback:
             self.note_refusal(answered, elapsed, inflight, sent_at=sent_at)
             inflight = self._met(inflight, sent_at, elapsed)  # (the count it met, not the one at its answer)
@@ -425,6 +438,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # too short for a limit with no room for a burst, which says nothing of the rate.
             self._decide(now, "door: the page sent at once after robots.txt was refused; its gap, "
                          "not the rate, was too short")
+        elif pushback and answered and self._counter_pinned(now):
+            pass  # (paced under the counter every send fits, after its reading falls: no cut)
         elif pushback and answered and not self._episode_opens(now, can_cut, sent_at):
             self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
                          f"{self._ep_gap:.3g}s, until one is accepted")
@@ -452,6 +467,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at)
                 self._episode_cut()
+                self._counter_bound(now)
         else:
             shortest = self._gap_ok
             self._note_accepted(now if sent_at is None else sent_at)

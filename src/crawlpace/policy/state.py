@@ -90,7 +90,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_acc_cycle", "_recall", "_recall_wait", "_recall_from", "_recall_span", "_recall_last",
           "_ok_count", "_first_send", "_held_refusals", "_hold_end", "_belief", "_kept", "_refit_at",
           "_slots_open", "_opened_at", "_answers", "_lag_lo", "_lag_hi", "_lag_probe", "_lag_gap",
-          "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since"),  # rampup
+          "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since",
+          "_pinned", "_counter_lo", "_counter_hi", "_counter_span", "_counter_open"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
     # The verdict on the scope's errors (policy/_load_errors.py): one judgement for a fleet, made from
@@ -113,7 +114,8 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "q": ("_capacity", "_quota", "_rate", "_window"),
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
           "reason"),
-    "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window"),
+    "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window",
+          "_counted", "_counted_n"),  # (the last two: this process's own sends, for the counter fit)
     "h": ("answers", "sends_seen"),  # this process's own answers: a fleet's other sends are not in them
     "c": (),
     "e": (),
