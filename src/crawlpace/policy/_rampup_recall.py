@@ -28,7 +28,9 @@ took over the fit's whole cycle. Nor does a discarded memory outweigh a later
 fall's level: a change of the limit is a change point, and the level held
 since the last one is the evidence of what the site took before this fall
 (a window's start trip left a memory held 0.07 s, which hid the 11 s held at
-13/s before the limit fell, and the scope stayed at the lower rate).
+13/s before the limit fell, and the scope stayed at the lower rate). A memory
+that only a later lock-out shows to be weak yields the same way, to the latest
+fall's level held longer than it (:attr:`_recall_next`).
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
@@ -47,9 +49,12 @@ recall age is the quick climb's time (``window * climb_share / target`` over
 ``fast_climb``: 7.5 s by default), the longest one window, so a limit that
 stays low costs about one refused send per window, the band rampup aims at
 anyway. Where a refusal costs more than a send (a ``Retry-After`` hold, a
-window's or a counter's lock-out: ``hold_learned``), the age is at least
-``hold_learned / late_share``: a failed try may cost a quarter of the time
-waited, where a probe into a limit that stays put waits until it costs
+window's or a counter's lock-out: ``hold_learned``), a failed try costs that
+hold at the rate held, and the wait costs the rise (remembered level less the
+rate) each second; the age is what makes a failed try cost at most
+``late_share`` of what the wait missed, no longer than ``hold_learned /
+late_share`` (a fall to under half the level tries sooner), where a probe
+into a limit that stays put waits until it costs
 ``tolerance`` (the hold rule, 20 times the hold: 85 s after a lock-out of 4 s,
 longer than most limits stay low). Reaching the remembered level, or a new
 start phase, forgets it. A search that reaches it with no refusal says the
