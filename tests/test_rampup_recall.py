@@ -193,3 +193,14 @@ async def test_a_recall_after_a_deep_fall_weighs_a_lock_out_at_the_rate_held() -
     await crawl(site, 50.0)
     assert site.rate(25.0, 35.0) >= 7.5  # was 6.0
     assert len(site.refused) <= 40
+
+
+async def test_a_slow_scopes_recall_holds_each_level_it_searches() -> None:
+    # HAProxy-style, 11 per 5.6 s, falling to a third at 10 s and rising to 2.2/s at 19 s: the fall's
+    # fit paced 0.19/s, one answer per 5.3 s, longer than a search step's climb (3.75 s). Each step
+    # took the climb's time for the level held and restarted from 0.19/s: the search "held" 0.5 ...
+    # 1.33/s, its top, and sent at 0.19/s all along (4 pages in the last 20 s).
+    site = Shifting(RequestRate(11.0, 5.6), [(10.0, 0.34), (19.0, 1.1)])
+    await crawl(site, 60.0)
+    assert site.rate(40.0, 60.0) >= 0.9  # was 0.2 (0.35 with the wait above)
+    assert len(site.refused) <= 16

@@ -105,6 +105,7 @@ class _RecallState(Protocol):
     def _decide(self, now: float, decision: str) -> None: ...
     def _took(self, at: float) -> float: ...
     def _memory_weak(self) -> bool: ...
+    def _at_level(self) -> bool: ...
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
 
@@ -169,6 +170,11 @@ class LevelRecall:
             # the second lock-out, 2.2 s, discarded the memory: 4/s to the end after the rise to 8.8/s).
             self._recall_next, self._recall_next_span = held, span
 
+    def _at_level(self: _RecallState) -> bool:
+        """Whether the rate has reached the search's level (a slow scope's rate grows on answers that
+        come further apart than a quick climb lasts, so the climb's time alone does not say it)."""
+        return self.ceiling is not None and self.rate >= self.ceiling * (1.0 - T.tolerance)
+
     def _memory_weak(self: _RecallState) -> bool:
         """Whether the remembered level was held for less time than a lock-out lasted (a window's
         count or a counter's allowance let it through, which says nothing of the limit)."""
@@ -187,7 +193,7 @@ class LevelRecall:
         """With no pushback for the recall age: search from the rate now up to the remembered level."""
         recall = self._recall
         if self._top > 0.0:
-            if self._recall_from > 0.0 and now >= self._epoch + self._k:
+            if self._recall_from > 0.0 and now >= self._epoch + self._k and self._at_level():
                 # The recall's search reached its level: the one it climbed from is held (the rate
                 # stayed above it for a whole step with no refusal), and a refusal from here on goes
                 # back there, not to the level the recall started from.
@@ -198,7 +204,7 @@ class LevelRecall:
             # A deep cut's search is under way, to a top under the remembered level: once the recall
             # is due, its top takes over (the search's levels so far were held, and it would climb
             # to its top at a search's pace first, the recall only after).
-        elif self._recall_from > 0.0 and now >= self._epoch + self._k:
+        elif self._recall_from > 0.0 and now >= self._epoch + self._k and self._at_level():
             # The recall's search reached its top with no refusal: the limit came back at least to the
             # level it had, and a limit that moved twice may have moved further. Probe beyond at the
             # quick pace, not the one made for a limit that stays put.
