@@ -28,9 +28,7 @@ took over the fit's whole cycle. Nor does a discarded memory outweigh a later
 fall's level: a change of the limit is a change point, and the level held
 since the last one is the evidence of what the site took before this fall
 (a window's start trip left a memory held 0.07 s, which hid the 11 s held at
-13/s before the limit fell, and the scope stayed at the lower rate). A memory
-that only a later lock-out shows to be weak yields the same way, to the latest
-fall's level held longer than it (:attr:`_recall_next`).
+13/s before the limit fell, and the scope stayed at the lower rate).
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
@@ -49,12 +47,9 @@ recall age is the quick climb's time (``window * climb_share / target`` over
 ``fast_climb``: 7.5 s by default), the longest one window, so a limit that
 stays low costs about one refused send per window, the band rampup aims at
 anyway. Where a refusal costs more than a send (a ``Retry-After`` hold, a
-window's or a counter's lock-out: ``hold_learned``), a failed try costs that
-hold at the rate held, and the wait costs the rise (remembered level less the
-rate) each second; the age is what makes a failed try cost at most
-``late_share`` of what the wait missed, no longer than ``hold_learned /
-late_share`` (a fall to under half the level tries sooner), where a probe
-into a limit that stays put waits until it costs
+window's or a counter's lock-out: ``hold_learned``), the age is at least
+``hold_learned / late_share``: a failed try may cost a quarter of the time
+waited, where a probe into a limit that stays put waits until it costs
 ``tolerance`` (the hold rule, 20 times the hold: 85 s after a lock-out of 4 s,
 longer than most limits stay low). Reaching the remembered level, or a new
 start phase, forgets it. A search that reaches it with no refusal says the
@@ -105,7 +100,6 @@ class _RecallState(Protocol):
     def _decide(self, now: float, decision: str) -> None: ...
     def _took(self, at: float) -> float: ...
     def _memory_weak(self) -> bool: ...
-    def _at_level(self) -> bool: ...
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
 
@@ -170,11 +164,6 @@ class LevelRecall:
             # the second lock-out, 2.2 s, discarded the memory: 4/s to the end after the rise to 8.8/s).
             self._recall_next, self._recall_next_span = held, span
 
-    def _at_level(self: _RecallState) -> bool:
-        """Whether the rate has reached the search's level (a slow scope's rate grows on answers that
-        come further apart than a quick climb lasts, so the climb's time alone does not say it)."""
-        return self.ceiling is not None and self.rate >= self.ceiling * (1.0 - T.tolerance)
-
     def _memory_weak(self: _RecallState) -> bool:
         """Whether the remembered level was held for less time than a lock-out lasted (a window's
         count or a counter's allowance let it through, which says nothing of the limit)."""
@@ -193,7 +182,7 @@ class LevelRecall:
         """With no pushback for the recall age: search from the rate now up to the remembered level."""
         recall = self._recall
         if self._top > 0.0:
-            if self._recall_from > 0.0 and now >= self._epoch + self._k and self._at_level():
+            if self._recall_from > 0.0 and now >= self._epoch + self._k:
                 # The recall's search reached its level: the one it climbed from is held (the rate
                 # stayed above it for a whole step with no refusal), and a refusal from here on goes
                 # back there, not to the level the recall started from.
@@ -204,7 +193,7 @@ class LevelRecall:
             # A deep cut's search is under way, to a top under the remembered level: once the recall
             # is due, its top takes over (the search's levels so far were held, and it would climb
             # to its top at a search's pace first, the recall only after).
-        elif self._recall_from > 0.0 and now >= self._epoch + self._k and self._at_level():
+        elif self._recall_from > 0.0 and now >= self._epoch + self._k:
             # The recall's search reached its top with no refusal: the limit came back at least to the
             # level it had, and a limit that moved twice may have moved further. Probe beyond at the
             # quick pace, not the one made for a limit that stays put.
