@@ -171,3 +171,36 @@ async def test_a_counter_that_falls_as_the_search_leaves_its_fit_is_recalled_at_
     await crawl(site, 60.0)
     assert site.rate(35.0, 60.0) >= 20.0  # was 4.5
     assert len(site.refused) <= 22
+
+
+async def test_a_fall_whose_level_the_memory_outweighed_is_recalled_when_a_lock_out_discards_it() -> None:
+    # A window of 29 per 4.3 s (6.7/s) falling to 19 at 6.2 s and rising to 38 (8.8/s) at 11 s, 20 ms
+    # answers. The start's trip left a memory of 21/s held a round; the fall came from 8.6/s held
+    # 2.8 s, lower, so not remembered; then the second lock-out (2.2 s) showed the memory held for
+    # less time than a lock-out lasts and discarded it: 4/s to the end. The fall's level stands in.
+    site = Shifting(ClockWindow(29, 4.3), [(6.2, 0.66), (11.0, 1.3)])
+    await crawl(site, 30.0, latency=0.02)
+    assert site.rate(22.0, 30.0) >= 7.0  # was 4.0
+    assert len(site.refused) <= 10
+
+
+async def test_a_recall_after_a_deep_fall_weighs_a_lock_out_at_the_rate_held() -> None:
+    # HAProxy-style, 60 per 6 s (10/s), falling to 3.5/s at 10 s and rising to 11/s at 20 s. The
+    # fall's fit paced 3.2/s, locked out 3.9 s a time: the recall waited hold / late_share (15.6 s,
+    # till 27.6 s), a lock-out's time being costed as if the rise were no more than the rate held.
+    # A lock-out at 3.2/s costs far less than 6.7/s missed while the limit is back: it tries at 17.8 s.
+    site = Shifting(RequestRate(60.0, 6.0), [(10.0, 0.35), (20.0, 1.1)])
+    await crawl(site, 50.0)
+    assert site.rate(25.0, 35.0) >= 7.5  # was 6.0
+    assert len(site.refused) <= 40
+
+
+async def test_a_slow_scopes_recall_holds_each_level_it_searches() -> None:
+    # HAProxy-style, 11 per 5.6 s, falling to a third at 10 s and rising to 2.2/s at 19 s: the fall's
+    # fit paced 0.19/s, one answer per 5.3 s, longer than a search step's climb (3.75 s). Each step
+    # took the climb's time for the level held and restarted from 0.19/s: the search "held" 0.5 ...
+    # 1.33/s, its top, and sent at 0.19/s all along (4 pages in the last 20 s).
+    site = Shifting(RequestRate(11.0, 5.6), [(10.0, 0.34), (19.0, 1.1)])
+    await crawl(site, 60.0)
+    assert site.rate(40.0, 60.0) >= 0.9  # was 0.2 (0.35 with the wait above)
+    assert len(site.refused) <= 16

@@ -85,6 +85,8 @@ class _RecallState(Protocol):
     _recall_from: float
     _recall_span: float
     _recall_last: float
+    _recall_next: float
+    _recall_next_span: float
     _ok_sends: deque[float]
     hold_learned: float
     _fit_span: float
@@ -153,7 +155,14 @@ class LevelRecall:
         # evidence of the limit before this fall: the level held since the last change is.
         if held > self._recall or self._memory_weak():
             self._recall, self._recall_span = held, span
+            self._recall_next = self._recall_next_span = 0.0
             self._recall_wait = self._climb_time(fast=True)
+        elif span > self._recall_span:
+            # Lower, but held longer than the memory: if a later lock-out shows the memory was held for
+            # less time than a lock-out lasts, this level is the evidence of the limit before the fall
+            # (a window's start trip left 21/s held a round; the fall came from 8.6/s held 2.8 s, and
+            # the second lock-out, 2.2 s, discarded the memory: 4/s to the end after the rise to 8.8/s).
+            self._recall_next, self._recall_next_span = held, span
 
     def _memory_weak(self: _RecallState) -> bool:
         """Whether the remembered level was held for less time than a lock-out lasted (a window's
@@ -208,14 +217,23 @@ class LevelRecall:
             # A lock-out lasted longer than the level was held: the limiter counts over at least that
             # span, and a window's count or a counter's allowance let the level through, which says
             # nothing of the limit (a start phase that reached its cap went 2 s at 100/s into a counter
-            # of 253 per 8.2 s, and was locked out for 6 s).
-            self._recall, self._recall_wait = 0.0, 0.0
+            # of 253 per 8.2 s, and was locked out for 6 s). A later fall's level held longer is.
+            self._recall, self._recall_span = self._recall_next, self._recall_next_span
+            self._recall_next = self._recall_next_span = 0.0
+            if self._memory_weak():
+                self._recall, self._recall_wait = 0.0, 0.0
             return
         # A failed try costs what a refusal costs here: one request, or the hold the server asks
-        # for (Retry-After, or a lock-out's length: hold_learned). Where a probe into a limit that stays
-        # put waits until a failure costs T.tolerance of the time, a recall, whose premise is that a
-        # limit that fell comes back, lets it cost up to T.late_share.
-        wait = max(self._recall_wait, self.hold_learned / T.late_share)
+        # for (Retry-After, or a lock-out's length: hold_learned), at the rate held; waiting while the
+        # limit is back costs the rise, recall - rate, each second. Where a probe into a limit that
+        # stays put waits until a failure costs T.tolerance of the time, a recall, whose premise is that
+        # a limit that fell comes back, lets a failure cost up to T.late_share of what the wait would
+        # have missed: hold * rate <= late_share * (recall - rate) * wait. A fall to under half the
+        # level tries sooner than hold / late_share (a counter of 10/s paced at 3.2/s after its fall,
+        # 3.9 s lock-outs, back to 11/s at 20 s: the recall came at 17.8 s instead of 27.6 s); a
+        # shallower one waits that long still (measured: waiting longer there cost more than it saved).
+        cost = self.hold_learned * min(1.0, self.rate / (recall - self.rate))
+        wait = max(self._recall_wait, cost / T.late_share)
         last = self._pushbacks[-1] if self._pushbacks else NEVER
         if last != NEVER and now - last < wait:
             return

@@ -131,6 +131,12 @@ class SearchClimb:
         top, ceiling = self._top, self.ceiling
         if top <= 0.0 or ceiling is None or self.phase != "steady" or now < self._epoch + self._k:
             return False
+        if self.rate < ceiling * (1.0 - T.tolerance):
+            # The climb's time is over but the rate is not at the level yet: it grows on answers, and a
+            # slow scope's come further apart than a quick climb lasts (0.19/s, one answer per 5.3 s:
+            # each step restarted from 0.19/s, the search "held" 0.5, 0.82, ... 1.33/s and sent at
+            # 0.19/s all along). The level is held once the rate has been at it.
+            return False
         if ceiling >= top * (1.0 - T.tolerance):
             self._top = 0.0
             return False

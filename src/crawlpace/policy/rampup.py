@@ -325,6 +325,10 @@ class RampupState:
     _recall_from: float = 0.0
     _recall_span: float = 0.0  # how long the remembered level had been held when the limit fell
     _recall_last: float = 0.0  # the level the recall's search reached last
+    # A later fall's level that the memory outweighed, and how long it had been held: the memory
+    # if a lock-out shows the remembered level was held for less time than it lasted.
+    _recall_next: float = 0.0
+    _recall_next_span: float = 0.0
     # The bucket fit's record (_rampup_bucket): the accepted sends ever, the first one, the sends
     # whose refusal started a hold, and when the last such hold ended.
     _ok_count: int = 0
