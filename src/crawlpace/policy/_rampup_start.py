@@ -107,6 +107,7 @@ class _StartPhaseState(Protocol):
     def _start_round(self) -> float: ...
     def _start_floor(self, door: bool = True) -> float: ...
     def _door_open(self) -> bool: ...
+    def _arrival_jitter(self) -> float: ...
 
 
 class StartPhase:
@@ -287,25 +288,37 @@ class StartPhase:
         (nginx ``limit_req`` with no ``burst`` sat at 0.84 of its limit for the rest of the crawl). A
         refusal on the way is the steady phase's, and its strict fit paces at the gap accepted.
 
+        The search stops short of the refused gap by the arrivals' measured spread
+        (``_rampup_cut``'s ``_arrival_jitter``): that gap is one the bucket refused, and a pace at it
+        was refused again on the search's last step nearly every time (with ``Retry-After``, a
+        second of silence each). A bracket too narrow to search (its top within a ``tolerance`` of
+        the level) still lifts the level to the accepted gap's fit.
+
         The halving stays: the start's doubling shortens every gap, so a bucket with a burst, a window
         or a counter fits just as well, and each of those has a debt to pay back first (pacing at the
         fit at once drew a second refusal from each, and cost a counter that counts refusals a longer
-        lock-out). A refusal that came with a hold is left to the hold's rules: a strict bucket's
-        refusal costs nothing, and nginx's sends none.
+        lock-out). A refusal that came with a hold of ``T.hold_long`` or more is left to the hold's
+        rules; a shorter one is a bucket's wait for its next token rounded up to a whole second (the
+        random farm's strict buckets send ``Retry-After: 1``, and were held at the start's ceiling,
+        0.83 of their limit, for the rest of a 20 s crawl).
         """
         shortest = self._gap_ok
         before = None if sent_at is None else self._last_ok_before(sent_at)
-        if sent_at is None or before is None or not math.isfinite(shortest) or self._resumed_at > now:
+        if sent_at is None or before is None or not math.isfinite(shortest) or (
+                self._resumed_at - now >= T.hold_long):
             return ""
         refused = sent_at - before
         if not T.strict_near * shortest <= refused < shortest:
             return ""
         fit = min(self.max_rate, T.fit_share / shortest)
-        top = min(self.max_rate, 1.0 / refused)
+        top = min(self.max_rate, 1.0 / (refused + self._arrival_jitter()))
         level = max(self.ceiling or 0.0, fit)
         if top <= level * (1.0 + T.tolerance):
-            return ""
+            if level <= (self.ceiling or 0.0):
+                return ""
+            top = 0.0  # too narrow to search: the accepted gap's fit is the level
         self.ceiling, self._top = level, top
         self._start_climb(now, fast=True)
+        search = f", then searching up to {top:.3g}/s" if top else ""
         return (f"; a bucket with no burst fits the gaps (refused {refused:.4g}s, accepted {shortest:.4g}s): "
-                f"level {level:.3g}/s, then searching up to {top:.3g}/s")
+                f"level {level:.3g}/s{search}")
