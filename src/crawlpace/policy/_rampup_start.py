@@ -290,17 +290,19 @@ class StartPhase:
 
         The search stops short of the refused gap by the arrivals' measured spread
         (``_rampup_cut``'s ``_arrival_jitter``): that gap is one the bucket refused, and a pace at it
-        was refused again on the search's last step nearly every time (with ``Retry-After``, a
-        second of silence each). A bracket too narrow to search (its top within a ``tolerance`` of
-        the level) still lifts the level to the accepted gap's fit.
+        was refused again on the search's last step nearly every time. A bracket too narrow to search
+        (its top within a ``tolerance`` of the level) still lifts the level to the accepted gap's fit.
 
         The halving stays: the start's doubling shortens every gap, so a bucket with a burst, a window
         or a counter fits just as well, and each of those has a debt to pay back first (pacing at the
         fit at once drew a second refusal from each, and cost a counter that counts refusals a longer
         lock-out). A refusal that came with a hold of ``T.hold_long`` or more is left to the hold's
-        rules; a shorter one is a bucket's wait for its next token rounded up to a whole second (the
+        rules. A shorter one is a bucket's wait for its next token rounded up to a whole second (the
         random farm's strict buckets send ``Retry-After: 1``, and were held at the start's ceiling,
-        0.83 of their limit, for the rest of a 20 s crawl).
+        0.83 of their limit, for the rest of a 20 s crawl): the level is the accepted gap's fit, with
+        no search above it, since each step refused would cost another hold (searching, the fake
+        clock's buckets of 9-29/s gained as much as they lost, and a loaded crawl drew one or two
+        refusals more per site).
         """
         shortest = self._gap_ok
         before = None if sent_at is None else self._last_ok_before(sent_at)
@@ -313,10 +315,11 @@ class StartPhase:
         fit = min(self.max_rate, T.fit_share / shortest)
         top = min(self.max_rate, 1.0 / (refused + self._arrival_jitter()))
         level = max(self.ceiling or 0.0, fit)
-        if top <= level * (1.0 + T.tolerance):
+        if self._resumed_at > now or top <= level * (1.0 + T.tolerance):
+            # Held (a step refused costs another hold), or too narrow to search: the level is the fit.
             if level <= (self.ceiling or 0.0):
                 return ""
-            top = 0.0  # too narrow to search: the accepted gap's fit is the level
+            top = 0.0
         self.ceiling, self._top = level, top
         self._start_climb(now, fast=True)
         search = f", then searching up to {top:.3g}/s" if top else ""
