@@ -288,10 +288,13 @@ class StartPhase:
         (nginx ``limit_req`` with no ``burst`` sat at 0.84 of its limit for the rest of the crawl). A
         refusal on the way is the steady phase's, and its strict fit paces at the gap accepted.
 
-        The search stops short of the refused gap by the arrivals' measured spread
-        (``_rampup_cut``'s ``_arrival_jitter``): that gap is one the bucket refused, and a pace at it
-        was refused again on the search's last step nearly every time. A bracket too narrow to search
-        (its top within a ``tolerance`` of the level) still lifts the level to the accepted gap's fit.
+        Such a bucket judges the gaps between arrivals, and sends one gap apart arrive up to the spread
+        of their delays on the way closer (``_rampup_cut``'s ``_arrival_jitter``): the level is the
+        accepted gap plus that spread where that is wider than the fit's share allows (a loaded
+        machine's; the share covers a quiet one's), and the search stops short of the refused gap by
+        it too (a pace at the refused gap itself was refused again on the search's last step nearly
+        every time). A bracket too narrow to search (its top within a ``tolerance`` of the level)
+        still lifts the level to the accepted gap's fit.
 
         The halving stays: the start's doubling shortens every gap, so a bucket with a burst, a window
         or a counter fits just as well, and each of those has a debt to pay back first (pacing at the
@@ -312,8 +315,9 @@ class StartPhase:
         refused = sent_at - before
         if not T.strict_near * shortest <= refused < shortest:
             return ""
-        fit = min(self.max_rate, T.fit_share / shortest)
-        top = min(self.max_rate, 1.0 / (refused + self._arrival_jitter()))
+        jitter = self._arrival_jitter()
+        fit = min(self.max_rate, T.fit_share / shortest, 1.0 / (shortest + jitter))
+        top = min(self.max_rate, 1.0 / (refused + jitter))
         level = max(self.ceiling or 0.0, fit)
         if self._resumed_at > now or top <= level * (1.0 + T.tolerance):
             # Held (a step refused costs another hold), or too narrow to search: the level is the fit.
