@@ -113,6 +113,7 @@ class _StartPhaseState(Protocol):
     def _start_floor(self, door: bool = True) -> float: ...
     def _door_open(self) -> bool: ...
     def _window_known(self) -> bool: ...
+    def _arrival_jitter(self) -> float: ...
 
 
 class StartPhase:
@@ -319,25 +320,45 @@ class StartPhase:
         (nginx ``limit_req`` with no ``burst`` sat at 0.84 of its limit for the rest of the crawl). A
         refusal on the way is the steady phase's, and its strict fit paces at the gap accepted.
 
+        Such a bucket judges the gaps between arrivals, and sends one gap apart arrive up to the spread
+        of their delays on the way closer (``_rampup_cut``'s ``_arrival_jitter``): the level is the
+        accepted gap plus that spread where that is wider than the fit's share allows (a loaded
+        machine's; the share covers a quiet one's), and the search stops short of the refused gap by
+        it too (at the refused gap itself, the last step drew refusal after refusal where sends reached
+        the site a few milliseconds late: 10-11 in 20 s on buckets of 19-25/s). A bracket too narrow to
+        search (its top within a ``tolerance`` of the level) still lifts the level to the accepted gap's
+        fit (it stayed at the start's ceiling, 0.85 of the refused rate).
+
         The halving stays: the start's doubling shortens every gap, so a bucket with a burst, a window
         or a counter fits just as well, and each of those has a debt to pay back first (pacing at the
         fit at once drew a second refusal from each, and cost a counter that counts refusals a longer
-        lock-out). A refusal that came with a hold is left to the hold's rules: a strict bucket's
-        refusal costs nothing, and nginx's sends none.
+        lock-out). A refusal that came with a hold of ``T.hold_long`` or more is left to the hold's
+        rules. A shorter one is a bucket's wait for its next token rounded up to a whole second (the
+        random farm's strict buckets send ``Retry-After: 1``, and were held at the start's ceiling,
+        0.83 of their limit, for the rest of a 20 s crawl): the level is the accepted gap's fit, with
+        no search above it, since each step refused would cost another hold (searching, the fake
+        clock's buckets of 9-29/s gained as much as they lost, and a loaded crawl drew one or two
+        refusals more per site).
         """
         shortest = self._gap_ok
         before = None if sent_at is None else self._last_ok_before(sent_at)
-        if sent_at is None or before is None or not math.isfinite(shortest) or self._resumed_at > now:
+        if sent_at is None or before is None or not math.isfinite(shortest) or (
+                self._resumed_at - now >= T.hold_long):
             return ""
         refused = sent_at - before
         if not T.strict_near * shortest <= refused < shortest:
             return ""
-        fit = min(self.max_rate, T.fit_share / shortest)
-        top = min(self.max_rate, 1.0 / refused)
+        jitter = self._arrival_jitter()
+        fit = min(self.max_rate, T.fit_share / shortest, 1.0 / (shortest + jitter))
+        top = min(self.max_rate, 1.0 / (refused + jitter))
         level = max(self.ceiling or 0.0, fit)
-        if top <= level * (1.0 + T.tolerance):
-            return ""
+        if self._resumed_at > now or top <= level * (1.0 + T.tolerance):
+            # Held (a step refused costs another hold), or too narrow to search: the level is the fit.
+            if level <= (self.ceiling or 0.0):
+                return ""
+            top = 0.0
         self.ceiling, self._top = level, top
         self._start_climb(now, fast=True)
+        search = f", then searching up to {top:.3g}/s" if top else ""
         return (f"; a bucket with no burst fits the gaps (refused {refused:.4g}s, accepted {shortest:.4g}s): "
-                f"level {level:.3g}/s, then searching up to {top:.3g}/s")
+                f"level {level:.3g}/s{search}")
