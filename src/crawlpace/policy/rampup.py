@@ -561,6 +561,18 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._decide(now, "start: a whole window above the ceiling with no pushback, "
                              "the limit has moved up")
 
+    @property
+    def shortest_ok_gap(self) -> float:
+        """The shortest gap between two accepted sends the site took (inf before two)."""
+        return self._gap_ok
+
+    def door_page_accepted(self, shortest: float) -> None:
+        """The page robots.txt let go at once was accepted, and :meth:`on_response` could not tell
+        (a fleet's copy, which hears of the other workers' sends through the store, may have taken
+        the scope to be sending still, which forgets the door): its gap to robots.txt is none of
+        the limiter's, so the shortest accepted gap is ``shortest`` again, as it was before."""
+        self._gap_ok = shortest
+
     def on_hang(self, now: float, elapsed: float | None) -> None:
         """A request failed without an answer, and it is known not to be about load (the site's own
         errors, ``_load_errors``): no pushback, but it held a slot, which the slots make room for."""

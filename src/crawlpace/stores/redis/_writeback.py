@@ -63,6 +63,7 @@ class PolicyWriter:
         outcome applied again, to a newer stored policy, after its first write-back lost)."""
         policy = self.policies.policy(name)
         version = self.policies.entry(name).version
+        door = False
         if policy.rampup is not None and lease.sends:
             own, cached = lease.sends[index], self.policies.entry(name)
             # The answer to this worker's send through the start's door, its latest send: rampup
@@ -91,8 +92,17 @@ class PolicyWriter:
         accepted = lease.accepted[index] if lease.accepted and policy.rampup is not None else None
         if policy.rampup is not None and accepted is not None:
             policy.rampup.sync_accepted(accepted)
+        # The page through the start's door accepted: taken as sending still above, the copy forgot
+        # the door, and the page's 10-25 ms after robots.txt became the shortest gap the site
+        # accepted. No refusal of a strict bucket was ever under it, so none was fitted or excused
+        # as a late arrival: each was cut (bench/results/fleetstrict.md). One process, whose
+        # window of one sends nothing before that answer, takes no gap from it.
+        door_ok = (policy.rampup.shortest_ok_gap if policy.rampup is not None and door and signal is not None
+                   and signal.accepted else None)
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use, inflight=inflight)
+        if door_ok is not None and policy.rampup is not None:
+            policy.rampup.door_page_accepted(door_ok)
         if policy.rampup is not None and accepted is not None:
             policy.rampup.rebase_accepted(accepted + (signal is not None and signal.accepted))
         return policy, version
