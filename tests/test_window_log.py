@@ -188,18 +188,43 @@ def test_a_slow_answer_is_no_surprise() -> None:
     assert log.length() == 1.0
 
 
-def test_windows_that_follow_the_clock_turn_the_log_off() -> None:
-    # Windows of 2 s on the clock's even seconds: a window's first request may come late in it,
-    # and its interval then says nothing of the length. The next window's, early in it, cannot
-    # hold the same length: no window begun by its first request gives such a pair.
+def test_windows_that_follow_the_clock_are_learned_from_the_requests_before_each_window() -> None:
+    # Windows of 2 s on the clock's even seconds: a window's first request may come late in it, the
+    # crawl's first most of all, and its interval's upper end is then too short. Taken as a window
+    # begun by its first request, the first answer here said 0.3 s, and the log gated at 10 per 0.3 s.
     log = WindowLog()
     log.on_send()
     log.observe(1.704, sent_at=1.7, remaining=9, limit=10, reset=0.296, refused=False, inflight=1)
-    assert log.length() == pytest.approx(0.3)
+    assert log.clocked  # no whole-second window is that short: the window was met part spent
+    assert log.length() is None
+    # The next window began after the request answered before its first was sent (1.7).
     log.on_send()
     log.observe(2.014, sent_at=2.01, remaining=9, limit=10, reset=1.986, refused=False, inflight=1)
+    assert (log.lo, log.hi) == pytest.approx((0.986, 2.3))
+    assert log.length() == 2.0
+    # A window whose first request came 0.3 s late in it keeps that: 2 s, not the 1.7 s its own send gives.
+    log.on_send()
+    log.observe(4.304, sent_at=4.3, remaining=9, limit=10, reset=1.696, refused=False, inflight=1)
+    assert log.length() == 2.0
+    assert log.trusted
+    # A window that fits none of that (the server changed its windows) turns the log off.
+    log.on_send()
+    log.observe(8.304, sent_at=8.3, remaining=9, limit=10, reset=4.696, refused=False, inflight=1)
     assert not log.trusted
     assert log.length() is None
+
+
+def test_a_window_that_begins_sooner_than_its_first_requests_allow_follows_the_clock() -> None:
+    # A 7 per 1 s window on the clock, met late in it: [0, 1] from the first answer. The next window's
+    # first answer says 0.69 s at least, but came 0.31 s after the first send: a window begun by its
+    # first request would still be open. The first-request bound of that answer (1.74) is dropped.
+    log = WindowLog()
+    for sent, answered, left, reset in ((0.0, 0.05, 6, 0.95), (0.1, 0.15, 5, 0.85), (0.26, 0.31, 6, 1.69)):
+        log.on_send()
+        log.observe(answered, sent_at=sent, remaining=left, limit=7, reset=reset, refused=False, inflight=1)
+    assert log.clocked
+    assert (log.lo, log.hi) == pytest.approx((0.69, 1.9))  # it began after the request sent at 0.1 arrived
+    assert log.length() == 1.0
 
 
 @dataclass
