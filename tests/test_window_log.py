@@ -213,17 +213,23 @@ def test_windows_that_follow_the_clock_are_learned_from_the_requests_before_each
     assert log.length() is None
 
 
-def test_a_window_that_begins_sooner_than_its_first_requests_allow_follows_the_clock() -> None:
-    # A 7 per 1 s window on the clock, met late in it: [0, 1] from the first answer. The next window's
-    # first answer says 0.69 s at least, but came 0.31 s after the first send: a window begun by its
-    # first request would still be open. The first-request bound of that answer (1.74) is dropped.
+def test_a_clock_window_met_part_spent_is_learned_from_the_next_windows_first_answer() -> None:
+    # 7 per 1 s on the clock, windows ending at .63: the crawl's first request goes at 0.37, with
+    # the header's end at 1.0. Taken for a window begun by it, [0, 0.63], and the next window's first
+    # answer ([0.27, 1.32]) kept the log at 7 per 0.63 s: refusals, then the log off.
     log = WindowLog()
-    for sent, answered, left, reset in ((0.0, 0.05, 6, 0.95), (0.1, 0.15, 5, 0.85), (0.26, 0.31, 6, 1.69)):
+    for sent, left, reset in ((0.37, 6, 0.58), (0.5, 5, 0.45), (0.68, 6, 1.27)):
         log.on_send()
-        log.observe(answered, sent_at=sent, remaining=left, limit=7, reset=reset, refused=False, inflight=1)
+        log.observe(sent + 0.05, sent_at=sent, remaining=left, limit=7, reset=reset, refused=False,
+                    inflight=1)
     assert log.clocked
-    assert (log.lo, log.hi) == pytest.approx((0.69, 1.9))  # it began after the request sent at 0.1 arrived
+    assert (log.lo, log.hi) == pytest.approx((0.27, 1.5))  # it began after the request sent at 0.5 arrived
     assert log.length() == 1.0
+    # A budget of one keeps the first-request rule: every answer is its window's first.
+    one = WindowLog()
+    one.observe(0.42, sent_at=0.37, remaining=0, limit=1, reset=0.58, refused=False, inflight=1)
+    assert not one.clocked
+    assert one.length() == pytest.approx(0.63)
 
 
 @dataclass

@@ -381,16 +381,16 @@ class WindowLog:
     **Windows that follow the clock** (or a server's period) rather than
     their first request break that rule: a window's first request may come
     late in it, the crawl's very first most of all (it meets a window part
-    spent in time), so its interval's upper end is too short. They show
-    themselves when a window's first answer contradicts the first-request
-    model: its interval shares no length with the earlier ones, or none of
-    their whole seconds while it holds one, or the window began sooner after
-    the previous window's first send than the length allows. The log then
-    drops what it learned (the first window's count and length say nothing)
-    and bounds each window's length from above by the requests answered
-    before its first was sent: the window began after they reached the
-    server. A window of such windows that again fits none turns the log off.
-    (The log's rule holds for any alignment: only the length is needed.)
+    spent in time), so its interval's upper end is too short. A first answer
+    that leaves less than a second between its send and the header's end
+    shows them (no window of whole seconds is that short; a budget of one,
+    whose every answer is a window's first, keeps the first-request rule).
+    The log then forgets the upper ends learned and bounds each window's
+    length by the requests answered before its first was sent (the window
+    began after the server counted them) and by the time since the previous
+    window's such request; the lower ends hold for either kind. The log's
+    rule holds for any alignment: only the length is needed. Two first
+    answers whose intervals share no length turn the log off.
 
     **A moving window** says its reset is 0 while requests are left (no
     request has to leave it before the next may come) and, once spent, the
@@ -431,14 +431,13 @@ class WindowLog:
             came in seconds from now: no whole seconds to round the length to).
         trusted: False once a second unforeseen refusal turned the log off.
         clocked: True once a window's first answer showed windows that follow the clock.
-        first_sent: when the latest window's first request was sent (``-inf``: none yet).
-        first_before: the latest send answered before that one was sent (``-inf``: none).
+        first_before: the latest send answered before the latest window's first was sent (``-inf``: none).
         moving: True once an answer with requests left said its reset was 0 (a moving window).
         accepted: ``(sent, answered)`` of the latest accepted requests, at most ``limit``.
     """
 
-    __slots__ = ("accepted", "answers", "clocked", "first_before", "first_sent", "hi", "inflight", "limit",
-                 "lo", "moving", "sends_seen", "trusted", "whole")
+    __slots__ = ("accepted", "answers", "clocked", "first_before", "hi", "inflight", "limit", "lo", "moving",
+                 "sends_seen", "trusted", "whole")
 
     def __init__(self) -> None:
         self.limit = 0.0
@@ -451,7 +450,7 @@ class WindowLog:
         self.trusted = True
         self.moving = False
         self.clocked = False
-        self.first_sent = self.first_before = _NEVER
+        self.first_before = _NEVER
         self.accepted: deque[tuple[float, float]] = deque()
 
     def length(self) -> float | None:
@@ -500,7 +499,7 @@ class WindowLog:
             self.accepted.clear()
             self.whole = self.trusted = True
             self.moving = self.clocked = False
-            self.first_sent = self.first_before = _NEVER
+            self.first_before = _NEVER
         # (Before this answer joins them: the requests answered before this one was sent.)
         before = max((sent for sent, answered in self.accepted if answered <= sent_at), default=_NEVER)
         if not whole and reset != int(reset):
@@ -546,25 +545,17 @@ class WindowLog:
         none), which the server counted in an earlier window.
         """
         lo, hi = end - 1.0 - now, end - sent_at
-        previous, self.first_sent = self.first_sent, sent_at
         began_after, self.first_before = self.first_before, before
+        if not self.clocked and self.whole and hi < 1.0 and self.limit >= 2.0:
+            # No window of whole seconds ends within a second of its first request: this one began
+            # before it, on the clock. The upper ends learned so far say nothing (the crawl's first
+            # window was met part spent); the lower ends hold.
+            self.clocked = True
+            self.hi = _FOREVER
         if self.clocked:
-            # This window began after ``before`` reached the server and by this answer; the previous
+            # This window began after ``before`` reached the server, and by this answer; the previous
             # one began after its own ``before``: a window lasts no longer than that spacing.
             self._pin(lo, min(end - before, now - began_after))
-            return
-        if not self.trusted:
-            return
-        # (No whole-second window is shorter than a second; one begun by its first request lasts until
-        # the next one's first arrives; a new interval that fits none of the earlier ones' lengths.)
-        if (self.whole and hi < 1.0) or (self.hi != _FOREVER and (
-                hi < self.lo or lo > self.hi or lo > now - previous
-                or (self.whole and _whole_in(lo, hi) and not _whole_in(max(lo, self.lo), min(hi, self.hi))))):
-            # Windows that follow the clock: the first window was met part spent, and this one's first
-            # request may have come late in it too, so the upper ends learned say nothing; the lower
-            # ends hold (the window's end lies in the header's second, its start before this arrival).
-            self.clocked = True
-            self.lo, self.hi = max(lo, self.lo, 0.0), min(end - before, now - began_after)
             return
         self._pin(lo, hi)
 
