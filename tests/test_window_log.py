@@ -188,18 +188,48 @@ def test_a_slow_answer_is_no_surprise() -> None:
     assert log.length() == 1.0
 
 
-def test_windows_that_follow_the_clock_turn_the_log_off() -> None:
-    # Windows of 2 s on the clock's even seconds: a window's first request may come late in it,
-    # and its interval then says nothing of the length. The next window's, early in it, cannot
-    # hold the same length: no window begun by its first request gives such a pair.
+def test_windows_that_follow_the_clock_are_learned_from_the_requests_before_each_window() -> None:
+    # Windows of 2 s on the clock's even seconds: a window's first request may come late in it, the
+    # crawl's first most of all, and its interval's upper end is then too short. Taken as a window
+    # begun by its first request, the first answer here said 0.3 s, and the log gated at 10 per 0.3 s.
     log = WindowLog()
     log.on_send()
     log.observe(1.704, sent_at=1.7, remaining=9, limit=10, reset=0.296, refused=False, inflight=1)
-    assert log.length() == pytest.approx(0.3)
+    assert log.clocked  # no whole-second window is that short: the window was met part spent
+    assert log.length() is None
+    # The next window began after the request answered before its first was sent (1.7).
     log.on_send()
     log.observe(2.014, sent_at=2.01, remaining=9, limit=10, reset=1.986, refused=False, inflight=1)
+    assert (log.lo, log.hi) == pytest.approx((0.986, 2.3))
+    assert log.length() == 2.0
+    # A window whose first request came 0.3 s late in it keeps that: 2 s, not the 1.7 s its own send gives.
+    log.on_send()
+    log.observe(4.304, sent_at=4.3, remaining=9, limit=10, reset=1.696, refused=False, inflight=1)
+    assert (log.lo, log.hi, log.length()) == pytest.approx((0.986, 2.3, 2.0))
+    # A window that fits none of that (the server changed its windows) turns the log off.
+    log.on_send()
+    log.observe(8.304, sent_at=8.3, remaining=9, limit=10, reset=4.696, refused=False, inflight=1)
     assert not log.trusted
     assert log.length() is None
+
+
+def test_a_clock_window_met_part_spent_is_learned_from_the_next_windows_first_answer() -> None:
+    # 7 per 1 s on the clock, windows ending at .63: the crawl's first request goes at 0.37, with
+    # the header's end at 1.0. Taken for a window begun by it, [0, 0.63], and the next window's first
+    # answer ([0.27, 1.32]) kept the log at 7 per 0.63 s: refusals, then the log off.
+    log = WindowLog()
+    for sent, left, reset in ((0.37, 6, 0.58), (0.5, 5, 0.45), (0.68, 6, 1.27)):
+        log.on_send()
+        log.observe(sent + 0.05, sent_at=sent, remaining=left, limit=7, reset=reset, refused=False,
+                    inflight=1)
+    assert log.clocked
+    assert (log.lo, log.hi) == pytest.approx((0.27, 1.5))  # it began after the request sent at 0.5 arrived
+    assert log.length() == 1.0
+    # A budget of one keeps the first-request rule: every answer is its window's first.
+    one = WindowLog()
+    one.observe(0.42, sent_at=0.37, remaining=0, limit=1, reset=0.58, refused=False, inflight=1)
+    assert not one.clocked
+    assert one.length() == pytest.approx(0.63)
 
 
 @dataclass

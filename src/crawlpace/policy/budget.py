@@ -344,6 +344,11 @@ class ResetRefiner:
 LOG_MARGIN = 0.005
 
 
+def _whole_in(lo: float, hi: float) -> bool:
+    """Whether ``[lo, hi]`` holds a whole number of seconds, one at least."""
+    return math.floor(hi) >= max(1, math.ceil(lo))
+
+
 class WindowLog:
     """A window limiter of ``limit`` requests per ``length`` seconds, kept in the client's own log.
 
@@ -373,10 +378,19 @@ class WindowLog:
     second on its way leaves that doubt, until another window's first
     answer settles it); an interval that holds none gives its upper end.
 
-    Windows that follow the clock (or a server's period) rather than their
-    first request break that rule: a window's first request may come late in
-    it. Two first answers whose intervals share no length show them, and turn
-    the log off.
+    **Windows that follow the clock** (or a server's period) rather than
+    their first request break that rule: a window's first request may come
+    late in it, the crawl's very first most of all (it meets a window part
+    spent in time), so its interval's upper end is too short. A first answer
+    that leaves less than a second between its send and the header's end
+    shows them (no window of whole seconds is that short; a budget of one,
+    whose every answer is a window's first, keeps the first-request rule).
+    The log then forgets the upper ends learned and bounds each window's
+    length by the requests answered before its first was sent (the window
+    began after the server counted them) and by the time since the previous
+    window's such request; the lower ends hold for either kind. The log's
+    rule holds for any alignment: only the length is needed. Two first
+    answers whose intervals share no length turn the log off.
 
     **A moving window** says its reset is 0 while requests are left (no
     request has to leave it before the next may come) and, once spent, the
@@ -416,12 +430,14 @@ class WindowLog:
         whole: False once a refusal showed the whole-second length was wrong (or the resets
             came in seconds from now: no whole seconds to round the length to).
         trusted: False once a second unforeseen refusal turned the log off.
+        clocked: True once a window's first answer showed windows that follow the clock.
+        first_before: the latest send answered before the latest window's first was sent (``-inf``: none).
         moving: True once an answer with requests left said its reset was 0 (a moving window).
         accepted: ``(sent, answered)`` of the latest accepted requests, at most ``limit``.
     """
 
-    __slots__ = ("accepted", "answers", "hi", "inflight", "limit", "lo", "moving", "sends_seen", "trusted",
-                 "whole")
+    __slots__ = ("accepted", "answers", "clocked", "first_before", "hi", "inflight", "limit", "lo", "moving",
+                 "sends_seen", "trusted", "whole")
 
     def __init__(self) -> None:
         self.limit = 0.0
@@ -433,6 +449,8 @@ class WindowLog:
         self.whole = True
         self.trusted = True
         self.moving = False
+        self.clocked = False
+        self.first_before = _NEVER
         self.accepted: deque[tuple[float, float]] = deque()
 
     def length(self) -> float | None:
@@ -480,7 +498,10 @@ class WindowLog:
             self.answers.clear()
             self.accepted.clear()
             self.whole = self.trusted = True
-            self.moving = False
+            self.moving = self.clocked = False
+            self.first_before = _NEVER
+        # (Before this answer joins them: the requests answered before this one was sent.)
+        before = max((sent for sent, answered in self.accepted if answered <= sent_at), default=_NEVER)
         if not whole and reset != int(reset):
             self.whole = False  # seconds with a fraction: the window need not last whole seconds
         answers = self.answers
@@ -515,8 +536,28 @@ class WindowLog:
                     lo = sent_at + (reset - 1.0 if rounded else reset) - self.accepted[-later][1]
                 self._pin(max(lo, 0.0), now + reset - oldest)
         elif whole and remaining == limit - 1.0 and not refused and reset > 0.0:
-            end = now + reset
-            self._pin(end - 1.0 - now, end - sent_at)
+            self._first(now, sent_at, now + reset, before)
+
+    def _first(self, now: float, sent_at: float, end: float, before: float) -> None:
+        """Take a window's first answer: its end lies in the second before ``end``.
+
+        ``before``: the latest send of a request answered before this one was sent (``-inf``:
+        none), which the server counted in an earlier window.
+        """
+        lo, hi = end - 1.0 - now, end - sent_at
+        began_after, self.first_before = self.first_before, before
+        if not self.clocked and self.whole and hi < 1.0 and self.limit >= 2.0:
+            # No window of whole seconds ends within a second of its first request: this one began
+            # before it, on the clock. The upper ends learned so far say nothing (the crawl's first
+            # window was met part spent); the lower ends hold.
+            self.clocked = True
+            self.hi = _FOREVER
+        if self.clocked:
+            # This window began after ``before`` reached the server, and by this answer; the previous
+            # one began after its own ``before``: a window lasts no longer than that spacing.
+            self._pin(lo, min(end - before, now - began_after))
+            return
+        self._pin(lo, hi)
 
     def _pin(self, lo: float, hi: float) -> None:
         """Narrow the length to ``[lo, hi]``, or turn the log off when that interval shares none with it."""
@@ -565,4 +606,4 @@ class WindowLog:
 
     def __repr__(self) -> str:
         return (f"<WindowLog limit={self.limit:g} length=[{self.lo:.3f}, {self.hi:.3f}] "
-                f"inflight={self.inflight} trusted={self.trusted}>")
+                f"inflight={self.inflight} trusted={self.trusted} clocked={self.clocked}>")
