@@ -63,7 +63,7 @@ class _LatencyWatchState(Protocol):
     _knee_hold: int
 
     def baseline(self) -> float | None: ...
-    def _outlier_span(self) -> float | None: ...
+    def _outlier_span(self, early: bool = False) -> float | None: ...
     def throughput(self, inflight: int) -> float | None: ...
 
 
@@ -80,22 +80,36 @@ class LatencyWatch:
         return None if low == math.inf else low
 
 
-    def _outlier_span(self: _LatencyWatchState) -> float | None:
-        """Seconds past which one answer alone moves the smoothed latency past the knee (None: no base)."""
+    def _outlier_span(self: _LatencyWatchState, early: bool = False) -> float | None:
+        """Seconds past which one answer alone moves the smoothed latency past the knee (None: no base).
+
+        With ``early``, before a baseline is known (fewer than ``T.confirm`` answers) the smoothed
+        latency of the answers so far stands for it.
+        """
         smooth, base = self.latency, self.baseline()
-        if smooth is None or base is None or self._samples < T.confirm:
+        if smooth is None:
             return None
+        if base is None or self._samples < T.confirm:
+            if not early:
+                return None
+            base = smooth
         line = T.knee * base + T.knee_slack
         return smooth + max(line - smooth, 0.0) / LATENCY_WEIGHT
 
     def _outlier(self: _LatencyWatchState, sample: float | None, sent_at: float) -> bool:
         """Whether an accepted answer sent at ``sent_at`` is the site's own outlier, not load (see module).
 
-        Notes when a quick answer's request was sent; call it once per accepted answer.
+        Notes when a quick answer's request was sent; call it once per accepted answer. This holds
+        from the second answer on: an answer overtaken by a quick one is no queue's, baseline or
+        not (a 4.3-s hang among the first three answers of a 13-ms site, smoothed in, ended the
+        start phase at 0.5/s, and the steady climb from there took a minute: 0.01 of the oracle).
         """
-        span, base = self._outlier_span(), self.baseline()
-        if sample is None or span is None or base is None or not math.isfinite(sample):
+        span = self._outlier_span(early=True)
+        if sample is None or span is None or not math.isfinite(sample):
             return False
+        base = self.baseline()
+        if base is None or self._samples < T.confirm:
+            base = self.latency if self.latency is not None else sample
         if sample <= T.knee * base + T.knee_slack:
             self._quick_sent = max(self._quick_sent, sent_at)
             return False

@@ -71,6 +71,7 @@ class _SlotSizingState(Protocol):
     def _forget_load(self, inflight: int) -> None: ...
     def _slot_reused(self, inflight: int) -> bool: ...
     def _met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
+    def _outlier_span(self, early: bool = False) -> float | None: ...
     def _rest_before(self, sent: float, held: int = 1) -> float | None: ...
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -210,6 +211,7 @@ class SlotSizing:
         inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None or self._lone_refused:
             return False
+        inflight = max(1, inflight - self._hung_at(sent_at))
         if (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
                 and not 1 <= self._inflight_ok < inflight):
@@ -218,6 +220,20 @@ class SlotSizing:
             # for the site's own errors, were forgiven, and the breaker paused it for most of a minute.)
             return False
         return self._quick(answered, elapsed)
+
+    def _hung_at(self: _SlotSizingState, sent_at: float | None) -> int:
+        """Requests that were out at ``sent_at`` for longer than one answer may take without moving the
+        latency past the knee (``_outlier_span``): hangs, whose answers may never come.
+
+        A cap on requests in flight is judged by the requests whose answers come: a hang says nothing
+        of load, and a quick 5xx sent while one was out is no cap's refusal for it. Counted, a 502 at
+        once with a 4.3-s hang out (2 in flight, the most accepted 1) capped a 13-ms site's slots at 1,
+        which the next hangs held: seconds of silence each, 0.01 of the oracle.
+        """
+        span = self._outlier_span(early=True)
+        if sent_at is None or span is None:
+            return 0
+        return sum(1 for at in self._outstanding if at < sent_at - span)
 
     def _slot_reused(self: _SlotSizingState, inflight: int) -> bool:
         """Whether a refusal with ``inflight`` in flight fits a cap of one or two whose slot is freed late:
@@ -309,6 +325,8 @@ class SlotSizing:
         """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
         if inflight is None:
             return False
+        if elapsed is not None:  # (the count the cap saw: see refused_on_arrival)
+            inflight = max(1, inflight - self._hung_at(now - elapsed))
         late = inflight <= self._inflight_ok
         if late and elapsed is not None and self._quick(answered, elapsed):
             self._note_late(now - elapsed, inflight)  # (first: a lag dropped here reads it as main does)
