@@ -165,3 +165,15 @@ async def test_a_hang_among_the_first_answers_is_no_queue_and_leaves_no_cap() ->
                             page=0.013, first=first, seconds=50.0)
         assert not flaky.given_up
         assert flaky.pace >= 0.9 * clean.pace, (first, flaky.pace, clean.pace)
+
+
+async def test_a_request_out_far_too_long_holds_no_slot() -> None:
+    # 11 % 503s at once and 0.6 % hangs that time out at 10 s, on a 47-ms site (random farm errors08): a
+    # 503 with a page out (2 in flight, 1 ever accepted) caps the slots at 1, as a cap of 1 would; the
+    # next send hung, held that slot, and the site heard nothing for 10 s. A request out far longer than
+    # the site's answers take is no sign of load: from then on its slot is free.
+    for seed in (3, 4):
+        run = await crawl(errors=0.11, status=503, at_once=True, hangs=0.006, hang=10.0, page=0.047,
+                          first=("ok", "ok", "error", "hang"), seconds=30.0, seed=seed)
+        silence = max(later - sent for sent, later in zip(run.sends, run.sends[1:], strict=False))
+        assert silence < 2.0, (seed, silence)

@@ -64,6 +64,7 @@ class _SlotSizingState(Protocol):
     _lone_refused: bool
     _level: int
     _stragglers: int
+    _hung: int
 
     def baseline(self) -> float | None: ...
     def best_load(self) -> int | None: ...
@@ -73,6 +74,7 @@ class _SlotSizingState(Protocol):
     def _met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
     def _outlier_span(self, early: bool = False) -> float | None: ...
     def _hung_at(self, sent_at: float | None) -> int: ...
+    def hung_out(self, now: float) -> tuple[int, float]: ...
     def _rest_before(self, sent: float, held: int = 1) -> float | None: ...
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -126,11 +128,43 @@ class SlotSizing:
         # the allowed rate (twice the send rate) with them, which would shrink the slots further.
         # The requests out now far longer than the site's answers take count too (the hangs learned above
         # count only once they end). Neither while latency shows load: a knee slows every answer.
+        # The requests out now far past the site's answers (hung_out) hold no slot at all: a cap on
+        # requests in flight is judged by answers that come, and an answer that never comes is no
+        # sign of load (a 13-ms site capped at 1 slot after a 503 at 2 in flight fell silent for
+        # each 10-s hang that took it).
         share = self._stuck_share / (1.0 - (1.0 - T.stuck_share_weight) ** max(1, self._samples))  # unbiased
         stuck = max(rate, self.rate) * share * self._stuck_time
-        stuck = 0.0 if self._level else max(stuck + 2.0 * math.sqrt(stuck), float(self._stragglers))
-        slots = min(self.slot_limit(), math.ceil(rate * span + stuck) + 1)
-        return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
+        hung = 0 if self._level else self._hung
+        known = float(max(self._stragglers, hung))
+        stuck = 0.0 if self._level else max(stuck + 2.0 * math.sqrt(stuck), known)
+        slots = min(self.slot_limit() + hung, math.ceil(rate * span + stuck) + 1)
+        slots = slots if slots <= self.slot_cap + hung else int(self.slot_cap) + hung
+        return max(1, min(slots, self.max_concurrency))
+
+    def hung_out(self: _SlotSizingState, now: float) -> tuple[int, float]:
+        """The requests out at ``now`` for longer than one answer may take without moving the latency
+        past the knee (``_outlier_span``), and when the next request out will have been so long
+        (``inf``: none). None while latency shows load (a knee slows every answer), nor a request out
+        for a whole window (an outcome never reported, as ``_count_stragglers`` drops it).
+        """
+        span = self._outlier_span(early=True)
+        if span is None or self._level:
+            return 0, math.inf
+        count, due = 0, math.inf
+        for at in self._outstanding:
+            if at <= now - self.window:
+                continue
+            if at + span <= now:  # (the same sum as the due time: a wake at it counts the request)
+                count += 1
+            else:
+                due = min(due, at + span)
+        return count, due
+
+    def note_hung(self: _SlotSizingState, now: float) -> bool:
+        """Count the requests out far too long at ``now`` (:meth:`hung_out`); True when the count changed."""
+        count = self.hung_out(now)[0]
+        changed, self._hung = count != self._hung, count
+        return changed
 
     def slot_limit(self: _SlotSizingState) -> int:
         """The most slots the rate may call for now: ``T.open_slots`` and those opened past it on evidence

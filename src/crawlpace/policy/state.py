@@ -85,7 +85,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_cycle_refused", "_ok_sends", "_gap_ok",
           "_strict_gap", "_ok_lat", "_no_burst",
           "_fitted", "_fit_span", "_early_cut", "_drain_at", "_inflight_ok", "_sustained", "_lone_refused",
-          "_quick_sent", "_outstanding", "_stragglers", "_load_latency", "_load_count", "_load_n",
+          "_quick_sent", "_outstanding", "_stragglers", "_hung", "_load_latency", "_load_count", "_load_n",
           "_load_since", "_knee_hold", "_knee_at", "_answered_at", "_acc_base",
           "_acc_cycle", "_recall", "_recall_wait", "_recall_from", "_recall_span", "_recall_last",
           "_ok_count", "_first_send", "_held_refusals", "_hold_end", "_belief", "_kept", "_refit_at",

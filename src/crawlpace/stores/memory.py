@@ -15,6 +15,7 @@ could no longer change what it admits.
 from __future__ import annotations
 
 import logging
+import math
 import random
 
 from .._clock import Clock
@@ -66,6 +67,10 @@ class _Scope(ScopeState):
         if now >= policy.wake_at and policy.refresh(now):
             self.set_limits(policy.limits)
         ready = self.ready_at(now)
+        if ready is None and self.inflight and now < policy.wake_at < math.inf:
+            # Every slot is taken, but the limits may change before a release (a request out far
+            # too long frees its slot then: rampup's hung_out): look again at that time.
+            return policy.wake_at
         if ready is None or not policy.gated:
             if ready is None and not self.inflight:
                 return self._stuck(now, "every slot taken")
