@@ -123,10 +123,10 @@ def test_the_verdict_compares_the_share_before_a_cut_with_the_share_after() -> N
 def test_the_verdict_comes_early_when_the_rest_could_not_show_a_fall() -> None:
     # A cut at 0.5/s whose share before rests on the breaker's four outcomes (2 of 4): no sample after
     # it can be clearly lower, so ten outcomes at that pace (20 s) only delayed the verdict.
-    # Nor could any: the verdict comes with the cut (waiting for EARLY outcomes at the cut's 0.5/s cost
-    # a flaky site 6 s, and the climb back after it).
+    # Nor could any: under rampup the verdict comes with the cut (waiting for EARLY outcomes at the
+    # cut's 0.5/s cost a flaky site 6 s, and the climb back after it).
     errors = LoadErrors()
-    errors.slowed(5.0, 1 / 3, 3)  # the breaker's 1 of 3, and the error that made the cut
+    errors.slowed(5.0, 1 / 3, 3, at_once=True)  # the breaker's 1 of 3, and the error that made the cut
     assert errors.plain
     assert not errors.judging
     assert errors.share == errors.tolerable == 0.5
@@ -134,15 +134,19 @@ def test_the_verdict_comes_early_when_the_rest_could_not_show_a_fall() -> None:
     errors = LoadErrors()
     for n in range(20):
         errors.record("s", sent_at=n, error=n % 10 == 0)
-    errors.slowed(20.0, None)
+    errors.slowed(20.0, None, at_once=True)
     assert errors.plain
     errors = LoadErrors()
     for n in range(40):
         errors.record("s", sent_at=n, error=n % 4 == 0)
-    errors.slowed(40.0, None)
+    errors.slowed(40.0, None, at_once=True)
+    assert errors.judging
+    # The default backoff keeps its cut for EARLY outcomes (at_once=False).
+    errors = LoadErrors()
+    errors.slowed(5.0, 1 / 3, 3)
     assert errors.judging
     for n in range(EARLY):
-        errors.record("s", sent_at=41.0 + n, error=n == 1)
+        errors.record("s", sent_at=6.0 + 2.0 * n, error=n == 1)
     assert errors.plain
     # A share before measured on forty outcomes can be beaten: the verdict waits for the whole sample.
     overloaded = LoadErrors()

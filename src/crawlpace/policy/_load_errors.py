@@ -18,8 +18,8 @@ slowing down does. So the first such errors are believed: they slow the scope
    verdict comes before :data:`JUDGE` outcomes once :data:`EARLY` are known
    and the rest could not make it "fell" even if every one succeeded (a share
    before measured on four outcomes can never be clearly beaten: at 0.5/s,
-   waiting for ten outcomes cost a flaky site 20 s at that pace), and at once,
-   with no outcome after the cut, when none could (the verdict is known). If not,
+   waiting for ten outcomes cost a flaky site 20 s at that pace); under rampup
+   at once, with no outcome after the cut, when none could (the verdict is known). If not,
    the errors are the site's own: from then on they are *plain errors*.
    They no longer slow the scope (they still count as failures: the circuit
    breaker sees them, and the crawl resends them within ``--retries``), the
@@ -141,14 +141,16 @@ class LoadErrors:
                                 "learned: believed to be about load again", scope, 100 * share,
                                 self.recent_n, 100 * self.share)
 
-    def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0, scope: str = "") -> None:
+    def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0, scope: str = "",
+               *, at_once: bool = False) -> None:
         """An error slowed the scope at ``now``: judge the cut by the outcomes of sends after it.
 
-        When the share before rests on so few outcomes that no sample after the cut could be
-        clearly lower (:data:`JUDGE` successes in a row would not do), the verdict is known
-        already and comes at once: waiting for outcomes at the slower pace only delays it (a
-        first 502 on a site's second page, 1 of 3 before, cost 6 s at 0.5/s, then the climb
-        back from there).
+        With ``at_once`` (rampup's cuts), when the share before rests on so few outcomes that no
+        sample after the cut could be clearly lower (:data:`JUDGE` successes in a row would not
+        do), the verdict is known already and comes at once: waiting for outcomes at the slower
+        pace only delays it (a first 502 on a site's second page, 1 of 3 before, cost 6 s at
+        0.5/s, then the climb back from there). The default backoff keeps its cut for
+        :data:`EARLY` outcomes: a backoff answer doubles its delay, whatever is learned after.
 
         Args:
             now: when the cut was made.
@@ -156,6 +158,7 @@ class LoadErrors:
                 that made the cut), if it has one.
             breaker_n: the outcomes that share was measured on.
             scope: the scope's name, for the log.
+            at_once: give a verdict that is known at the cut at once.
         """
         if self.judging:
             return  # a cut during the judgement: the outcomes after the first one still tell
@@ -167,7 +170,7 @@ class LoadErrors:
             return  # nothing to compare with: the next cut is judged
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
         self.after_n = self.after_bad = 0
-        if not self._fell(0, JUDGE):
+        if at_once and not self._fell(0, JUDGE):
             self._judge(scope)
 
     def _fell(self, bad: int, n: int) -> bool:
