@@ -65,6 +65,7 @@ class _SlotSizingState(Protocol):
     _level: int
     _stragglers: int
     _hung: int
+    _merged: bool
 
     def baseline(self) -> float | None: ...
     def best_load(self) -> int | None: ...
@@ -148,7 +149,9 @@ class SlotSizing:
         for a whole window (an outcome never reported, as ``_count_stragglers`` drops it).
         """
         span = self._outlier_span(early=True)
-        if span is None or self._level:
+        if span is None or self._level or self._merged:
+            # (A fleet's record of the requests out merges every worker's, and keeps some already
+            # answered until a window has passed: read as hung, they lifted a cap of 6 to 10 refusals.)
             return 0, math.inf
         count, due = 0, math.inf
         for at in self._outstanding:

@@ -67,10 +67,6 @@ class _Scope(ScopeState):
         if now >= policy.wake_at and policy.refresh(now):
             self.set_limits(policy.limits)
         ready = self.ready_at(now)
-        if ready is None and self.inflight and now < policy.wake_at < math.inf:
-            # Every slot is taken, but the limits may change before a release (a request out far
-            # too long frees its slot then: rampup's hung_out): look again at that time.
-            return policy.wake_at
         if ready is None or not policy.gated:
             if ready is None and not self.inflight:
                 return self._stuck(now, "every slot taken")
@@ -81,6 +77,13 @@ class _Scope(ScopeState):
         if gate is None:
             return None if self.inflight else self._stuck(now, "a gate waiting for an answer")
         return gate if gate > ready else ready
+
+    def poll_at(self, now: float) -> float | None:
+        """When a full scope's limits may change with no release (its policy's ``wake_at``: a
+        request out far too long frees its slot then, rampup's ``hung_out``), if it has requests
+        in flight and that is to come."""
+        wake = self.policy.wake_at
+        return wake if self.inflight and now < wake < math.inf else None
 
     def _stuck(self, now: float, why: str) -> float:
         """Waiting for a release with nothing in flight, which no release will ever end: a bug.
@@ -191,7 +194,7 @@ class MemoryStore:
                 state = self._new_scope(name)
             ready = state.ready(now, use)
             if ready is None or ready > now:
-                return Blocked(ready, ((name, ready),))
+                return Blocked(ready, ((name, ready),), state.poll_at(now) if ready is None else None)
             lease = Lease(demands, (state.send(now, use, self._rng),), now,
                           (state.policy.generation,))
             self._tick()  # after admit: the sweep must see this scope as busy
