@@ -96,13 +96,16 @@ class LatencyWatch:
         line = T.knee * base + T.knee_slack
         return smooth + max(line - smooth, 0.0) / LATENCY_WEIGHT
 
-    def _outlier(self: _LatencyWatchState, sample: float | None, sent_at: float) -> bool:
+    def _outlier(self: _LatencyWatchState, sample: float | None, sent_at: float, alone: bool = False) -> bool:
         """Whether an accepted answer sent at ``sent_at`` is the site's own outlier, not load (see module).
 
         Notes when a quick answer's request was sent; call it once per accepted answer. This holds
         from the second answer on: an answer overtaken by a quick one is no queue's, baseline or
         not (a 4.3-s hang among the first three answers of a 13-ms site, smoothed in, ended the
         start phase at 0.5/s, and the steady climb from there took a minute: 0.01 of the oracle).
+        With ``alone`` (no other request of the scope was out at its answer) it queued behind
+        nothing of the crawler's, overtaken or not: a fleet's slot cap of 1 held by an 8.9-s hang
+        let no send overtake it, and smoothed in, it ended the start phase at 0.32/s.
         """
         span = self._outlier_span(early=True)
         if sample is None or span is None or not math.isfinite(sample):
@@ -114,7 +117,7 @@ class LatencyWatch:
             self._quick_sent = max(self._quick_sent, sent_at)
             return False
         # (One 6-s answer on a 20-ms site smoothed in read as a queue and cut the rate three times.)
-        return sample > span and sent_at < self._quick_sent
+        return sample > span and (alone or sent_at < self._quick_sent)
 
     def _observe_latency(self: _LatencyWatchState, now: float, sample: float | None) -> int:
         """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""

@@ -409,7 +409,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
-        outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at)
+        outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at,
+                                                 alone=inflight is not None and inflight <= 1)
         self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
         if pushback:
             self.note_refusal(answered, elapsed, inflight, sent_at=sent_at)
