@@ -56,6 +56,7 @@ class _LatencyWatchState(Protocol):
     _samples: int
     _level: int
     _quick_sent: float
+    _slow_last: bool
     _load_latency: tuple[float, ...]
     _load_count: tuple[float, ...]
     _load_n: int
@@ -104,8 +105,10 @@ class LatencyWatch:
         not (a 4.3-s hang among the first three answers of a 13-ms site, smoothed in, ended the
         start phase at 0.5/s, and the steady climb from there took a minute: 0.01 of the oracle).
         With ``alone`` (no other request of the scope was out at its answer) it queued behind
-        nothing of the crawler's, overtaken or not: a fleet's slot cap of 1 held by an 8.9-s hang
-        let no send overtake it, and smoothed in, it ended the start phase at 0.32/s.
+        nothing of the crawler's, overtaken or not, if the answer before it was quick (one slow
+        answer, not a shift: a loaded machine that reads every answer late still moves the
+        latency): a fleet's slot cap of 1 held by an 8.9-s hang let no send overtake it, and
+        smoothed in, it ended the start phase at 0.32/s.
         """
         span = self._outlier_span(early=True)
         if sample is None or span is None or not math.isfinite(sample):
@@ -113,11 +116,12 @@ class LatencyWatch:
         base = self.baseline()
         if base is None or self._samples < T.confirm:
             base = self.latency if self.latency is not None else sample
-        if sample <= T.knee * base + T.knee_slack:
+        slow_before, self._slow_last = self._slow_last, sample > T.knee * base + T.knee_slack
+        if not self._slow_last:
             self._quick_sent = max(self._quick_sent, sent_at)
             return False
         # (One 6-s answer on a 20-ms site smoothed in read as a queue and cut the rate three times.)
-        return sample > span and (alone or sent_at < self._quick_sent)
+        return sample > span and ((alone and not slow_before) or sent_at < self._quick_sent)
 
     def _observe_latency(self: _LatencyWatchState, now: float, sample: float | None) -> int:
         """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""

@@ -225,6 +225,7 @@ class RampupState:
     _outstanding: deque[float] = field(default_factory=lambda: deque(maxlen=OK_SENDS_KEPT))
     _stragglers: int = 0
     _hung: int = 0  # requests out far longer than the site's answers take, at the last look (_rampup_slots)
+    _slow_last: bool = False  # the latest accepted answer was past the knee line (_rampup_latency)
     _merged: bool = False  # the requests out are merged from a fleet's workers (also_out): none is known hung
     # Failures without an answer that were not taken for overload: their share of the
     # outcomes and how long each held its slot (both smoothed).
