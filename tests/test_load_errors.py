@@ -123,8 +123,27 @@ def test_the_verdict_compares_the_share_before_a_cut_with_the_share_after() -> N
 def test_the_verdict_comes_early_when_the_rest_could_not_show_a_fall() -> None:
     # A cut at 0.5/s whose share before rests on the breaker's four outcomes (2 of 4): no sample after
     # it can be clearly lower, so ten outcomes at that pace (20 s) only delayed the verdict.
+    # Nor could any: under rampup the verdict comes with the cut (waiting for EARLY outcomes at the
+    # cut's 0.5/s cost a flaky site 6 s, and the climb back after it).
     errors = LoadErrors()
-    errors.slowed(5.0, 1 / 3, 3)  # the breaker's 1 of 3, and the error that made the cut
+    errors.slowed(5.0, 1 / 3, 3, at_once=True)  # the breaker's 1 of 3, and the error that made the cut
+    assert errors.plain
+    assert not errors.judging
+    assert errors.share == errors.tolerable == 0.5
+    # Two of twenty before can be beaten by none after the cut either; 10 of 40 can: that one waits.
+    errors = LoadErrors()
+    for n in range(20):
+        errors.record("s", sent_at=n, error=n % 10 == 0)
+    errors.slowed(20.0, None, at_once=True)
+    assert errors.plain
+    errors = LoadErrors()
+    for n in range(40):
+        errors.record("s", sent_at=n, error=n % 4 == 0)
+    errors.slowed(40.0, None, at_once=True)
+    assert errors.judging
+    # The default backoff keeps its cut for EARLY outcomes (at_once=False).
+    errors = LoadErrors()
+    errors.slowed(5.0, 1 / 3, 3)
     assert errors.judging
     for n in range(EARLY):
         errors.record("s", sent_at=6.0 + 2.0 * n, error=n == 1)

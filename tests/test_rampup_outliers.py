@@ -66,3 +66,21 @@ def test_a_queue_that_slows_every_answer_is_still_cut() -> None:
         now = exchange(ramp, now, 1.0)
     assert ramp.generation > generation
     assert ramp.rate < 10.0
+
+
+def test_a_late_answer_alone_in_flight_is_not_load_and_keeps_the_start_phase() -> None:
+    # A fleet's slot cap of 1 (a quick 502 with one page out) held by an 8.9-s hang answered 200: no
+    # send could overtake it, and smoothed in, "past the knee" ended the start phase at 0.32/s (one
+    # request every 3 s for 200 s). Alone in flight, it queued behind nothing of the crawler's.
+    ramp = controller(max_rate=1000.0)
+    now = 0.0
+    for _ in range(3):
+        now = exchange(ramp, now, 0.013)
+    assert ramp.phase == "start"
+    ramp.on_send(now)
+    ramp.out(now)
+    ramp.on_response(now + 8.9, pushback=False, current=True, latency=8.9, elapsed=8.9, inflight=1)
+    ramp.settled(now)
+    assert ramp.phase == "start"
+    assert ramp.latency is not None
+    assert ramp.latency < 0.05

@@ -25,10 +25,12 @@ class NotReady:
             admit the request, or ``None`` when that depends on a release
             (slots full, the global cap reached, or earlier waiters queued).
         waiting_on: the scopes that said no, each with its own ready time.
+        poll_at: when a full scope's limits may change with no release (``Blocked.poll_at``).
     """
 
     ready_at: float | None
     waiting_on: tuple[tuple[str, float | None], ...]
+    poll_at: float | None = None
 
     def __bool__(self) -> bool:
         return False

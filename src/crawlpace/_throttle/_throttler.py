@@ -250,7 +250,7 @@ class Throttler(ThrottlerReports, WaitingRoom):
             return self._try_local(request, demands)
         result = await self._store.acquire(demands)
         return self._permit(result, request) if isinstance(result, Lease) \
-            else NotReady(result.ready_at, result.waiting_on)
+            else NotReady(result.ready_at, result.waiting_on, result.poll_at)
 
     def try_acquire_nowait(self, request: object = None, *,
                            scopes: object = None) -> Permit | NotReady | None:
@@ -266,7 +266,7 @@ class Throttler(ThrottlerReports, WaitingRoom):
         assert self._local is not None
         result = self._local.acquire_nowait(demands)
         return self._permit(result, request) if isinstance(result, Lease) \
-            else NotReady(result.ready_at, result.waiting_on)
+            else NotReady(result.ready_at, result.waiting_on, result.poll_at)
 
     def _permit(self, lease: Lease, request: object) -> Permit:
         self._inflight += 1

@@ -199,9 +199,12 @@ class WaitingRoom:
         self._board.due(name, now, self._rank(name), keep_earlier=True)
         self._start_pump()
 
-    def _park(self, name: str, scopes: tuple[str, ...], now: float) -> None:
-        """Leave ``name`` until a release of ``scopes`` (none: the global cap) wakes it."""
+    def _park(self, name: str, scopes: tuple[str, ...], now: float, poll_at: float | None = None) -> None:
+        """Leave ``name`` until a release of ``scopes`` (none: the global cap) wakes it, or ``poll_at``
+        (a full scope's limits may change then: ``Blocked.poll_at``)."""
         poll = now + SHARED_POLL if scopes and self._store.shared else None
+        if poll_at is not None:
+            poll = poll_at if poll is None else min(poll, poll_at)
         if not scopes:
             self._cap_waiters = True
         self._board.park(name, scopes, self._rank(name), poll_at=poll)
@@ -221,7 +224,7 @@ class WaitingRoom:
                 continue
             if when is None:
                 if board.state(name) == "off":
-                    self._park(name, (name,), now)
+                    self._park(name, (name,), now, blocked.poll_at)
                 continue
             if board.state(name) != "due" or (board.when(name) or 0.0) > when:
                 board.due(name, when, self._rank(name))

@@ -360,6 +360,8 @@ class Scheduler(RobotsGating):
             full = [name for name, ready in result.waiting_on if ready is None]
             now = self._clock.now()
             poll = now + SHARED_POLL if self._shared else None
+            if result.poll_at is not None:  # the scope's limits may change then (a hung slot freed)
+                poll = result.poll_at if poll is None else min(poll, result.poll_at)
             self._board.park(key, full, (now,), poll_at=poll)
             if poll is not None:
                 # A take() may sleep meanwhile, with no time at all if this queue was all it had

@@ -18,7 +18,8 @@ slowing down does. So the first such errors are believed: they slow the scope
    verdict comes before :data:`JUDGE` outcomes once :data:`EARLY` are known
    and the rest could not make it "fell" even if every one succeeded (a share
    before measured on four outcomes can never be clearly beaten: at 0.5/s,
-   waiting for ten outcomes cost a flaky site 20 s at that pace). If not,
+   waiting for ten outcomes cost a flaky site 20 s at that pace); under rampup
+   at once, with no outcome after the cut, when none could (the verdict is known). If not,
    the errors are the site's own: from then on they are *plain errors*.
    They no longer slow the scope (they still count as failures: the circuit
    breaker sees them, and the crawl resends them within ``--retries``), the
@@ -140,14 +141,24 @@ class LoadErrors:
                                 "learned: believed to be about load again", scope, 100 * share,
                                 self.recent_n, 100 * self.share)
 
-    def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0) -> None:
+    def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0, scope: str = "",
+               *, at_once: bool = False) -> None:
         """An error slowed the scope at ``now``: judge the cut by the outcomes of sends after it.
+
+        With ``at_once`` (rampup's cuts), when the share before rests on so few outcomes that no
+        sample after the cut could be clearly lower (:data:`JUDGE` successes in a row would not
+        do), the verdict is known already and comes at once: waiting for outcomes at the slower
+        pace only delays it (a first 502 on a site's second page, 1 of 3 before, cost 6 s at
+        0.5/s, then the climb back from there). The default backoff keeps its cut for
+        :data:`EARLY` outcomes: a backoff answer doubles its delay, whatever is learned after.
 
         Args:
             now: when the cut was made.
             breaker_share: the circuit breaker's error share over its window (before the outcome
                 that made the cut), if it has one.
             breaker_n: the outcomes that share was measured on.
+            scope: the scope's name, for the log.
+            at_once: give a verdict that is known at the cut at once.
         """
         if self.judging:
             return  # a cut during the judgement: the outcomes after the first one still tell
@@ -159,6 +170,8 @@ class LoadErrors:
             return  # nothing to compare with: the next cut is judged
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
         self.after_n = self.after_bad = 0
+        if at_once and not self._fell(0, JUDGE):
+            self._judge(scope)
 
     def _fell(self, bad: int, n: int) -> bool:
         """Whether ``bad`` errors among ``n`` outcomes after the cut are clearly fewer than before it."""
@@ -168,8 +181,8 @@ class LoadErrors:
 
     def _judge(self, scope: str) -> None:
         self.judging = False
-        after = self.after_bad / self.after_n
-        if not self._fell(self.after_bad, self.after_n):
+        after = self.after_bad / self.after_n if self.after_n else self.before
+        if not (self.after_n and self._fell(self.after_bad, self.after_n)):
             # The share learned pools both samples: the one after the cut alone is a handful of
             # outcomes (0 of 10 at a 20 % share is no rarity), and a share of 0 would be exceeded
             # by the next error, which would be believed again and cut once more.
@@ -179,8 +192,13 @@ class LoadErrors:
             # share before is the site's too, and a breaker opened by it pauses a site that is fine.
             # (An early verdict's share after rests on a few outcomes: the pooled one stands for it.)
             self.tolerable = max(self.tolerable, self.before, after if self.after_n >= JUDGE else pooled)
-            logger.info("scope %s: errors at %.0f%% after slowing down, %.0f%% before: not about load; "
-                        "they no longer slow the scope", scope, 100 * after, 100 * self.before)
+            if self.after_n:
+                logger.info("scope %s: errors at %.0f%% after slowing down, %.0f%% before: not about load; "
+                            "they no longer slow the scope", scope, 100 * after, 100 * self.before)
+            else:
+                logger.info("scope %s: errors at %.0f%% of %d outcomes, too few for any share after slowing "
+                            "down to be clearly lower: not about load; they no longer slow the scope", scope,
+                            100 * self.before, self.before_n)
         else:
             logger.debug("scope %s: errors at %.0f%% after slowing down, %.0f%% before: about load", scope,
                          100 * after, 100 * self.before)

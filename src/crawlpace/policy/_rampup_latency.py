@@ -56,6 +56,7 @@ class _LatencyWatchState(Protocol):
     _samples: int
     _level: int
     _quick_sent: float
+    _slow_last: bool
     _load_latency: tuple[float, ...]
     _load_count: tuple[float, ...]
     _load_n: int
@@ -63,7 +64,7 @@ class _LatencyWatchState(Protocol):
     _knee_hold: int
 
     def baseline(self) -> float | None: ...
-    def _outlier_span(self) -> float | None: ...
+    def _outlier_span(self, early: bool = False) -> float | None: ...
     def throughput(self, inflight: int) -> float | None: ...
 
 
@@ -80,27 +81,47 @@ class LatencyWatch:
         return None if low == math.inf else low
 
 
-    def _outlier_span(self: _LatencyWatchState) -> float | None:
-        """Seconds past which one answer alone moves the smoothed latency past the knee (None: no base)."""
+    def _outlier_span(self: _LatencyWatchState, early: bool = False) -> float | None:
+        """Seconds past which one answer alone moves the smoothed latency past the knee (None: no base).
+
+        With ``early``, before a baseline is known (fewer than ``T.confirm`` answers) the smoothed
+        latency of the answers so far stands for it.
+        """
         smooth, base = self.latency, self.baseline()
-        if smooth is None or base is None or self._samples < T.confirm:
+        if smooth is None:
             return None
+        if base is None or self._samples < T.confirm:
+            if not early:
+                return None
+            base = smooth
         line = T.knee * base + T.knee_slack
         return smooth + max(line - smooth, 0.0) / LATENCY_WEIGHT
 
-    def _outlier(self: _LatencyWatchState, sample: float | None, sent_at: float) -> bool:
+    def _outlier(self: _LatencyWatchState, sample: float | None, sent_at: float, alone: bool = False) -> bool:
         """Whether an accepted answer sent at ``sent_at`` is the site's own outlier, not load (see module).
 
-        Notes when a quick answer's request was sent; call it once per accepted answer.
+        Notes when a quick answer's request was sent; call it once per accepted answer. This holds
+        from the second answer on: an answer overtaken by a quick one is no queue's, baseline or
+        not (a 4.3-s hang among the first three answers of a 13-ms site, smoothed in, ended the
+        start phase at 0.5/s, and the steady climb from there took a minute: 0.01 of the oracle).
+        With ``alone`` (no other request of the scope was out at its answer) it queued behind
+        nothing of the crawler's, overtaken or not, if the answer before it was quick (one slow
+        answer, not a shift: a loaded machine that reads every answer late still moves the
+        latency): a fleet's slot cap of 1 held by an 8.9-s hang let no send overtake it, and
+        smoothed in, it ended the start phase at 0.32/s.
         """
-        span, base = self._outlier_span(), self.baseline()
-        if sample is None or span is None or base is None or not math.isfinite(sample):
+        span = self._outlier_span(early=True)
+        if sample is None or span is None or not math.isfinite(sample):
             return False
-        if sample <= T.knee * base + T.knee_slack:
+        base = self.baseline()
+        if base is None or self._samples < T.confirm:
+            base = self.latency if self.latency is not None else sample
+        slow_before, self._slow_last = self._slow_last, sample > T.knee * base + T.knee_slack
+        if not self._slow_last:
             self._quick_sent = max(self._quick_sent, sent_at)
             return False
         # (One 6-s answer on a 20-ms site smoothed in read as a queue and cut the rate three times.)
-        return sample > span and sent_at < self._quick_sent
+        return sample > span and ((alone and not slow_before) or sent_at < self._quick_sent)
 
     def _observe_latency(self: _LatencyWatchState, now: float, sample: float | None) -> int:
         """Smooth ``sample`` in; 0: latency fine, 1: at the knee, 2: too high."""

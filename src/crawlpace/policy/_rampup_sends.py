@@ -46,6 +46,7 @@ class _SendRecordState(Protocol):
     _last_growth: float
     _door: float
     _outstanding: deque[float]
+    _merged: bool
     latency: float | None
     _cycle_start: float
     _cycle_ok: int
@@ -172,6 +173,7 @@ class SendRecord:
         changes no stored state): each worker's release adds the requests that
         worker still has out, so that the stragglers of every worker count.
         """
+        self._merged = True
         out = self._outstanding
         new = [at for at in sends if not any(abs(at - known) <= _SAME_SEND for known in out)]
         if new:

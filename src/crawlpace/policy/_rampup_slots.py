@@ -64,6 +64,8 @@ class _SlotSizingState(Protocol):
     _lone_refused: bool
     _level: int
     _stragglers: int
+    _hung: int
+    _merged: bool
 
     def baseline(self) -> float | None: ...
     def best_load(self) -> int | None: ...
@@ -71,6 +73,9 @@ class _SlotSizingState(Protocol):
     def _forget_load(self, inflight: int) -> None: ...
     def _slot_reused(self, inflight: int) -> bool: ...
     def _met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
+    def _outlier_span(self, early: bool = False) -> float | None: ...
+    def _hung_at(self, sent_at: float | None) -> int: ...
+    def hung_out(self, now: float) -> tuple[int, float]: ...
     def _rest_before(self, sent: float, held: int = 1) -> float | None: ...
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -124,11 +129,45 @@ class SlotSizing:
         # the allowed rate (twice the send rate) with them, which would shrink the slots further.
         # The requests out now far longer than the site's answers take count too (the hangs learned above
         # count only once they end). Neither while latency shows load: a knee slows every answer.
+        # The requests out now far past the site's answers (hung_out) hold no slot at all: a cap on
+        # requests in flight is judged by answers that come, and an answer that never comes is no
+        # sign of load (a 13-ms site capped at 1 slot after a 503 at 2 in flight fell silent for
+        # each 10-s hang that took it).
         share = self._stuck_share / (1.0 - (1.0 - T.stuck_share_weight) ** max(1, self._samples))  # unbiased
         stuck = max(rate, self.rate) * share * self._stuck_time
-        stuck = 0.0 if self._level else max(stuck + 2.0 * math.sqrt(stuck), float(self._stragglers))
-        slots = min(self.slot_limit(), math.ceil(rate * span + stuck) + 1)
-        return max(1, slots if slots <= self.slot_cap else int(self.slot_cap))
+        hung = 0 if self._level else self._hung
+        known = float(max(self._stragglers, hung))
+        stuck = 0.0 if self._level else max(stuck + 2.0 * math.sqrt(stuck), known)
+        slots = min(self.slot_limit() + hung, math.ceil(rate * span + stuck) + 1)
+        slots = slots if slots <= self.slot_cap + hung else int(self.slot_cap) + hung
+        return max(1, min(slots, self.max_concurrency))
+
+    def hung_out(self: _SlotSizingState, now: float) -> tuple[int, float]:
+        """The requests out at ``now`` for longer than one answer may take without moving the latency
+        past the knee (``_outlier_span``), and when the next request out will have been so long
+        (``inf``: none). None while latency shows load (a knee slows every answer), nor a request out
+        for a whole window (an outcome never reported, as ``_count_stragglers`` drops it).
+        """
+        span = self._outlier_span(early=True)
+        if span is None or self._level or self._merged:
+            # (A fleet's record of the requests out merges every worker's, and keeps some already
+            # answered until a window has passed: read as hung, they lifted a cap of 6 to 10 refusals.)
+            return 0, math.inf
+        count, due = 0, math.inf
+        for at in self._outstanding:
+            if at <= now - self.window:
+                continue
+            if at + span <= now:  # (the same sum as the due time: a wake at it counts the request)
+                count += 1
+            else:
+                due = min(due, at + span)
+        return count, due
+
+    def note_hung(self: _SlotSizingState, now: float) -> bool:
+        """Count the requests out far too long at ``now`` (:meth:`hung_out`); True when the count changed."""
+        count = self.hung_out(now)[0]
+        changed, self._hung = count != self._hung, count
+        return changed
 
     def slot_limit(self: _SlotSizingState) -> int:
         """The most slots the rate may call for now: ``T.open_slots`` and those opened past it on evidence
@@ -210,6 +249,7 @@ class SlotSizing:
         inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None or self._lone_refused:
             return False
+        inflight = max(1, inflight - self._hung_at(sent_at))
         if (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
                 and not 1 <= self._inflight_ok < inflight):
@@ -218,6 +258,20 @@ class SlotSizing:
             # for the site's own errors, were forgiven, and the breaker paused it for most of a minute.)
             return False
         return self._quick(answered, elapsed)
+
+    def _hung_at(self: _SlotSizingState, sent_at: float | None) -> int:
+        """Requests that were out at ``sent_at`` for longer than one answer may take without moving the
+        latency past the knee (``_outlier_span``): hangs, whose answers may never come.
+
+        A cap on requests in flight is judged by the requests whose answers come: a hang says nothing
+        of load, and a quick 5xx sent while one was out is no cap's refusal for it. Counted, a 502 at
+        once with a 4.3-s hang out (2 in flight, the most accepted 1) capped a 13-ms site's slots at 1,
+        which the next hangs held: seconds of silence each, 0.01 of the oracle.
+        """
+        span = self._outlier_span(early=True)
+        if sent_at is None or span is None:
+            return 0
+        return sum(1 for at in self._outstanding if at < sent_at - span)
 
     def _slot_reused(self: _SlotSizingState, inflight: int) -> bool:
         """Whether a refusal with ``inflight`` in flight fits a cap of one or two whose slot is freed late:
@@ -309,6 +363,8 @@ class SlotSizing:
         """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
         if inflight is None:
             return False
+        if elapsed is not None:  # (the count the cap saw: see refused_on_arrival)
+            inflight = max(1, inflight - self._hung_at(now - elapsed))
         late = inflight <= self._inflight_ok
         if late and elapsed is not None and self._quick(answered, elapsed):
             self._note_late(now - elapsed, inflight)  # (first: a lag dropped here reads it as main does)

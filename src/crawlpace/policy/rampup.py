@@ -225,6 +225,9 @@ class RampupState:
     # than the site's answers take) at the last quick answer (_rampup_sends, _rampup_slots).
     _outstanding: deque[float] = field(default_factory=lambda: deque(maxlen=OK_SENDS_KEPT))
     _stragglers: int = 0
+    _hung: int = 0  # requests out far longer than the site's answers take, at the last look (_rampup_slots)
+    _slow_last: bool = False  # the latest accepted answer was past the knee line (_rampup_latency)
+    _merged: bool = False  # the requests out are merged from a fleet's workers (also_out): none is known hung
     # Failures without an answer that were not taken for overload: their share of the
     # outcomes and how long each held its slot (both smoothed).
     _stuck_share: float = 0.0
@@ -422,7 +425,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
-        outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at)
+        outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at,
+                                                 alone=inflight is not None and inflight <= 1)
         self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
         if answered:
             self._note_counted(now if sent_at is None else sent_at, not pushback)

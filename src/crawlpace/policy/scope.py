@@ -164,6 +164,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         per_slot = config.delay_per_slot
         rampup = self.rampup
         if rampup is not None:
+            rampup.note_hung(now)
             rate = rampup.allowed_rate(now)
             if now < self.pace_until and self.pace > 0.0:
                 # A budget the server announced needs no search: its pace is the rate,
@@ -199,6 +200,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
             limits = _limits(limits.concurrency, max(limits.delay, floor), limits.delay_per_slot, floor,
                              limits.rest)
             wake = min(wake, self.pace_until)
+        if self.rampup is not None:
+            # A request out far longer than the site's answers take frees its slot then (hung_out).
+            wake = min(wake, self.rampup.hung_out(now)[1])
         cap = self.server_concurrency
         if cap is not None and limits.concurrency > cap:
             limits = _limits(cap, limits.delay, limits.delay_per_slot, limits.floor, limits.rest)
@@ -237,6 +241,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             # The announced budget ran out: rampup's own rate takes over again.
             self.pace_until = _NEVER
             self._base = self._compute_base(now)
+        elif self.rampup is not None and self.rampup.note_hung(now):
+            self._base = self._compute_base(now)  # a request out has hung since: its slot is free
         limits = self._compute(now)
         if limits == self.limits:
             return False
@@ -264,6 +270,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if every_send:
                 rampup.note_slot_send(now)
             rampup.out(now)
+            self.wake_at = min(self.wake_at, rampup.hung_out(now)[1])  # (when this send may hang: _compute)
             # Only the send-rate cap can have moved, or an early send set the next one's time
             # (door_gap); the limits follow when they did.
             if (1.0 / rampup.allowed_rate(now) != self._base.delay or self.crawl_delay is not None
@@ -407,7 +414,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if errors is not None and error and self.generation != generation_before:
             seen = None if breaker is None else breaker.snapshot(now)
             errors.slowed(now, None if seen is None else (seen.error_share or 0.0),
-                          0 if seen is None else seen.outcomes)
+                          0 if seen is None else seen.outcomes, self.scope, at_once=rampup is not None)
         if errors is not None and errors.plain and not was_plain:
             if isinstance(manager, ThrottlingScopeManager):
                 manager.backoff.forgive(now)  # its cuts answered errors that were never about the pace

@@ -49,10 +49,13 @@ class Blocked:
             some scope has all its slots in flight (only a release helps).
         waiting_on: each scope that is not ready, with its own ready time
             (``None``: full).
+        poll_at: when a full scope's limits may change with no release (a request out far
+            too long frees its slot then); look again at that time too (``None``: no such time).
     """
 
     ready_at: float | None
     waiting_on: tuple[tuple[str, float | None], ...]
+    poll_at: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

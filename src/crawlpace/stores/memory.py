@@ -15,6 +15,7 @@ could no longer change what it admits.
 from __future__ import annotations
 
 import logging
+import math
 import random
 
 from .._clock import Clock
@@ -76,6 +77,13 @@ class _Scope(ScopeState):
         if gate is None:
             return None if self.inflight else self._stuck(now, "a gate waiting for an answer")
         return gate if gate > ready else ready
+
+    def poll_at(self, now: float) -> float | None:
+        """When a full scope's limits may change with no release (its policy's ``wake_at``: a
+        request out far too long frees its slot then, rampup's ``hung_out``), if it has requests
+        in flight and that is to come."""
+        wake = self.policy.wake_at
+        return wake if self.inflight and now < wake < math.inf else None
 
     def _stuck(self, now: float, why: str) -> float:
         """Waiting for a release with nothing in flight, which no release will ever end: a bug.
@@ -186,7 +194,7 @@ class MemoryStore:
                 state = self._new_scope(name)
             ready = state.ready(now, use)
             if ready is None or ready > now:
-                return Blocked(ready, ((name, ready),))
+                return Blocked(ready, ((name, ready),), state.poll_at(now) if ready is None else None)
             lease = Lease(demands, (state.send(now, use, self._rng),), now,
                           (state.policy.generation,))
             self._tick()  # after admit: the sweep must see this scope as busy
