@@ -66,6 +66,7 @@ class _SlotSizingState(Protocol):
     _stragglers: int
     _hung: int
     _merged: bool
+    _slow_last: bool
 
     def baseline(self) -> float | None: ...
     def best_load(self) -> int | None: ...
@@ -145,11 +146,13 @@ class SlotSizing:
     def hung_out(self: _SlotSizingState, now: float) -> tuple[int, float]:
         """The requests out at ``now`` for longer than one answer may take without moving the latency
         past the knee (``_outlier_span``), and when the next request out will have been so long
-        (``inf``: none). None while latency shows load (a knee slows every answer), nor a request out
-        for a whole window (an outcome never reported, as ``_count_stragglers`` drops it).
+        (``inf``: none). None while latency shows load (a knee slows every answer) or the latest
+        answer was itself past the knee line (a queue forming, not a hang: a steep knee's requests
+        read as hung opened slots up to its hard limit), nor a request out for a whole window (an
+        outcome never reported, as ``_count_stragglers`` drops it).
         """
         span = self._outlier_span(early=True)
-        if span is None or self._level or self._merged:
+        if span is None or self._level or self._merged or self._slow_last:
             # (A fleet's record of the requests out merges every worker's, and keeps some already
             # answered until a window has passed: read as hung, they lifted a cap of 6 to 10 refusals.)
             return 0, math.inf
@@ -266,10 +269,11 @@ class SlotSizing:
         A cap on requests in flight is judged by the requests whose answers come: a hang says nothing
         of load, and a quick 5xx sent while one was out is no cap's refusal for it. Counted, a 502 at
         once with a 4.3-s hang out (2 in flight, the most accepted 1) capped a 13-ms site's slots at 1,
-        which the next hangs held: seconds of silence each, 0.01 of the oracle.
+        which the next hangs held: seconds of silence each, 0.01 of the oracle. None while the latest
+        answer was past the knee line, as in :meth:`hung_out`.
         """
         span = self._outlier_span(early=True)
-        if sent_at is None or span is None:
+        if sent_at is None or span is None or self._slow_last:
             return 0
         return sum(1 for at in self._outstanding if at < sent_at - span)
 
