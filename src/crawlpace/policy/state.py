@@ -90,7 +90,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_acc_cycle", "_recall", "_recall_wait", "_recall_from", "_recall_span", "_recall_last",
           "_ok_count", "_first_send", "_held_refusals", "_hold_end", "_belief", "_kept", "_refit_at",
           "_slots_open", "_opened_at", "_answers", "_lag_lo", "_lag_hi", "_lag_probe", "_lag_gap",
-          "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since"),  # rampup
+          "_lag_at", "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
     # The verdict on the scope's errors (policy/_load_errors.py): one judgement for a fleet, made from
