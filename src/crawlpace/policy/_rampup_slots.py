@@ -346,6 +346,7 @@ class SlotSizing:
         known, twice the lower one.
         """
         lo, hi = self._lag_lo, self._lag_hi
+        base = self.baseline()
         if lo < 0.0 or self._lag_seen < 2:
             return 0.0  # (none seen, one only, or the model was dropped: -1)
         if hi > lo:
@@ -356,12 +357,10 @@ class SlotSizing:
             # The top was accepted: resting it costs at most ``hi - lo`` of each slot's cycle (its page and
             # rest), and once that is a share too small to matter, the search below it stops (half-way
             # steps crept up on a 50 ms lag from 35 ms, refused at each: four refusals to gain 2 %).
-            base = self.baseline() or 0.0
-            return hi if hi - lo <= T.tolerance * (base + hi) else 0.5 * (lo + hi)
+            return hi if hi - lo <= T.tolerance * ((base or 0.0) + hi) else 0.5 * (lo + hi)
         if lo <= 0.0 or self._lag_seen < 2:
             return 0.0  # (the lag bounded by refusals at no time since the latest answer)
         # (never half as long as a page takes: no late release is, see _note_late)
-        base = self.baseline()
         return 2.0 * lo if base is None else min(2.0 * lo, 0.5 * base)
 
     def _note_late(self: _SlotSizingState, sent: float, inflight: int) -> None:
