@@ -401,7 +401,8 @@ class SlotSizing:
                 # reaches the site a moment after it leaves on a busy machine, so an accepted rest reads
                 # short; or the cap is higher), the lower one holds either way (an answered slot was still
                 # held). No upper bound till the most accepted rises: forgetting all and taking the next
-                # accepted rest again drew a refusal every 0.3 s from a cap of 4 freed 10 ms late.
+                # accepted rest again drew a refusal every 0.3 s from a cap of 4 freed 10 ms late. Upper
+                # bounds are taken again once slots rest (from the second refusal, as before the start's).
                 self._lag_hi = -1.0
             # Slots rest from the second such refusal on: one alone is often the start phase's
             # overshoot (a real limit_conn of 4 saw one or two in 600 pages, and resting every slot
@@ -425,10 +426,12 @@ class SlotSizing:
             return  # (the model dropped, or nothing accepted yet)
         if self._lag_probe != _NEVER and now - self._lag_probe < 2.0 * (self.latency or T.round):
             return
+        if self._lag_hi < 0.0 and self.slot_rest() <= 0.0:
+            return  # (the start's bounds failed at this count: none taken till slots rest)
         gap = now - self._answers[-1]
         base = self.baseline()
         if (len(self._outstanding) + 1 >= self._inflight_ok and base is not None and gap < 0.5 * base
-                and (self._lag_hi == 0.0 or gap < self._lag_hi)):
+                and (self._lag_hi <= 0.0 or gap < self._lag_hi)):
             # (Only a rest shorter than the bound known says more; none half a page long: see _note_late.)
             self._lag_probe, self._lag_gap, self._lag_at = now, gap, self._inflight_ok
         else:
@@ -443,8 +446,8 @@ class SlotSizing:
             return
         self._lag_probe = _NEVER
         gap = self._lag_gap
-        if self._lag_lo < 0.0 or self._lag_hi < 0.0 or self._lag_at != self._inflight_ok:
-            return  # (the model or its upper bounds dropped, or more accepted at once since: a higher cap)
+        if self._lag_lo < 0.0 or self._lag_at != self._inflight_ok:
+            return  # (the model dropped, or more were accepted at once since: the cap is higher)
         if self._lag_seen > 0 and gap <= self._lag_lo:
             self._lag_lo = self._lag_hi = 0.0
             self._lag_seen = 0
