@@ -42,6 +42,7 @@ class _SlotSizingState(Protocol):
     _lag_hi: float
     _lag_probe: float
     _lag_gap: float
+    _lag_at: int
     _rests: bool
     _lag_seen: int
     _outstanding: deque[float]
@@ -398,21 +399,29 @@ class SlotSizing:
         at its capacity: integer slot caps and rate cuts both land under that, resting each slot
         the lag after its answer (as the server does) does not. The lag is bracketed by the
         longest rest after an answer that was refused and the shortest accepted at the full count
-        (:meth:`_note_late`, :meth:`note_slot_send`): the rest halves the bracket until it is
-        narrower than ``T.tolerance`` of the upper bound, then sits at the upper bound, a rest that
-        was accepted (half-way forever would creep up on the lag from under it, refused each step);
-        while no upper bound is known, twice the lower one.
+        (:meth:`_note_late`, :meth:`note_slot_send`), both measured from the first answer on: the
+        rest halves the bracket until resting its top instead of the lag costs under ``T.tolerance``
+        of a slot's cycle (page and rest), then sits at the top, a rest that was accepted (half-way
+        forever would creep up on the lag from under it, refused each step); while no upper bound is
+        known, twice the lower one.
         """
         lo, hi = self._lag_lo, self._lag_hi
-        if lo <= 0.0 or self._lag_seen < 2:
+        base = self.baseline()
+        if lo < 0.0 or self._lag_seen < 2:
             return 0.0  # (none seen, one only, or the model was dropped: -1)
-        if hi <= lo:
-            # (never half as long as a page takes: no late release is, see _note_late)
-            base = self.baseline()
-            return 2.0 * lo if base is None else min(2.0 * lo, 0.5 * base)
-        if hi - lo <= T.tolerance * hi:
-            return hi
-        return 0.5 * (lo + hi)
+        if hi > lo:
+            # Bracketed: a refusal says the lag is past its rest, an acceptance at the full count that it
+            # is within its own. From the first refusal inside the bracket: the accepted sends of the start
+            # bound it already (a first refusal 6 ms after an answer, its rest doubled refusal by refusal to
+            # the true 50 ms, drew four refusals where the bracket's middle draws one).
+            # The top was accepted: resting it costs at most ``hi - lo`` of each slot's cycle (its page and
+            # rest), and once that is a share too small to matter, the search below it stops (half-way
+            # steps crept up on a 50 ms lag from 35 ms, refused at each: four refusals to gain 2 %).
+            return hi if hi - lo <= T.tolerance * ((base or 0.0) + hi) else 0.5 * (lo + hi)
+        if lo <= 0.0 or self._lag_seen < 2:
+            return 0.0  # (the lag bounded by refusals at no time since the latest answer)
+        # (never half as long as a page takes: no late release is, see _note_late)
+        return 2.0 * lo if base is None else min(2.0 * lo, 0.5 * base)
 
     def _note_late(self: _SlotSizingState, sent: float, inflight: int) -> None:
         """A refusal on arrival of a send at ``sent`` with ``inflight`` in flight, as many having been
@@ -446,29 +455,45 @@ class SlotSizing:
             self._lag_lo, self._lag_hi = -1.0, 0.0
             self._decide(sent, f"slots: refused {gap * 1e3:.0f} ms after an answer, longer than a page "
                          "takes; no slot freed late, no rest after answers")
-        elif 0.0 < self._lag_hi <= gap:
-            self._lag_lo = self._lag_hi = 0.0
-            self._lag_seen = 0
         else:
+            if 0.0 < self._lag_hi <= gap:
+                # Refused after a longer rest than one accepted: the upper bounds fail at this count (a send
+                # reaches the site a moment after it leaves on a busy machine, so an accepted rest reads
+                # short; or the cap is higher), the lower one holds either way (an answered slot was still
+                # held). No upper bound till the most accepted rises: forgetting all and taking the next
+                # accepted rest again drew a refusal every 0.3 s from a cap of 4 freed 10 ms late. Upper
+                # bounds are taken again once slots rest (from the second refusal, as before the start's).
+                self._lag_hi = -1.0
             # Slots rest from the second such refusal on: one alone is often the start phase's
             # overshoot (a real limit_conn of 4 saw one or two in 600 pages, and resting every slot
-            # on one bound cost more than it saved).
-            self._lag_seen += 1
+            # on one bound cost more than it saved). From the first where a send accepted at this count
+            # after a longer rest brackets the lag already: the refusal is what a slot freed late within
+            # the bracket draws (a cap of 2 freed 50 ms late, refused 6 ms after an answer, then at
+            # twice each rest tried: four refusals more, where the accepted rests showed 69 ms).
+            self._lag_seen += 2 if self._lag_hi > gap else 1
             self._lag_lo = max(self._lag_lo, gap)
 
     def note_slot_send(self: _SlotSizingState, now: float) -> None:
-        """A send at ``now``: once a slot freed late was seen, a send that fills every slot of the cap
-        (the most accepted at once) right after an answer, if accepted, says no answered slot was still
+        """A send at ``now``: a send that fills every slot of the cap (the most accepted at once) right
+        after an answer, if accepted while that count is still the most, says no answered slot was still
         held: the lag is at most its time since the latest answer (:meth:`slot_rest`'s upper bound).
-        One such probe is out at a time. Called for every send of a process whose admission rests the
-        slots (a memory store), which turns the model on."""
+        From the first answer on, not only once a slot freed late was seen: the start's accepted sends
+        bound the lag before its first refusal (measured from refusals alone, a first bound of 6 ms on a
+        50 ms lag was doubled refusal by refusal). One such probe is out at a time. Called for every
+        send of a process whose admission rests the slots (a memory store), which turns the model on."""
         self._rests = True
-        if self.slot_rest() <= 0.0 or not self._answers:
-            return  # (no slot rests: none freed late seen, or the model dropped)
+        if self._lag_lo < 0.0 or not self._answers or self._inflight_ok < 1:
+            return  # (the model dropped, or nothing accepted yet)
         if self._lag_probe != _NEVER and now - self._lag_probe < 2.0 * (self.latency or T.round):
             return
-        if len(self._outstanding) + 1 >= self._inflight_ok:
-            self._lag_probe, self._lag_gap = now, now - self._answers[-1]
+        if self._lag_hi < 0.0 and self.slot_rest() <= 0.0:
+            return  # (the start's bounds failed at this count: none taken till slots rest)
+        gap = now - self._answers[-1]
+        base = self.baseline()
+        if (len(self._outstanding) + 1 >= self._inflight_ok and base is not None and gap < 0.5 * base
+                and (self._lag_hi <= 0.0 or gap < self._lag_hi)):
+            # (Only a rest shorter than the bound known says more; none half a page long: see _note_late.)
+            self._lag_probe, self._lag_gap, self._lag_at = now, gap, self._inflight_ok
         else:
             self._lag_probe = _NEVER
 
@@ -481,9 +506,9 @@ class SlotSizing:
             return
         self._lag_probe = _NEVER
         gap = self._lag_gap
-        if self._lag_lo <= 0.0:
-            return
-        if gap <= self._lag_lo:
+        if self._lag_lo < 0.0 or self._lag_at != self._inflight_ok:
+            return  # (the model dropped, or more were accepted at once since: the cap is higher)
+        if self._lag_seen > 0 and gap <= self._lag_lo:
             self._lag_lo = self._lag_hi = 0.0
             self._lag_seen = 0
         elif self._lag_hi <= 0.0 or gap < self._lag_hi:
@@ -533,6 +558,8 @@ class SlotSizing:
         if inflight is not None and inflight > self._inflight_ok:
             self._ok_below, self._ok_at = self._inflight_ok, now
             self._inflight_ok, self._ok_since = inflight, math.inf
+            if self._lag_lo >= 0.0:
+                self._lag_hi = 0.0  # (accepted at fewer: no bound on a cap of more)
         if inflight is not None and inflight == self._inflight_ok and sent_at is not None:
             rest = self._rest_before(sent_at)
             if rest is not None:

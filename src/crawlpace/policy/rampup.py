@@ -288,6 +288,9 @@ class RampupState:
     _lag_hi: float = 0.0
     _lag_probe: float = _NEVER
     _lag_gap: float = 0.0
+    # -- slots4 -- the probe's count in flight at its send: its acceptance bounds the lag from above only
+    # where that count is still the most accepted (a cap of more takes any rest).
+    _lag_at: int = 0
     # Whether the store's admission sees every send and rests the slots (a memory store). A Redis
     # store's release rests a slot by the stored rest too (release.lua), but a fleet's workers do
     # not run the model: on a loaded machine their sends reach the site 0.1-0.25 s after the grant,
