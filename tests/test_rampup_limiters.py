@@ -393,7 +393,9 @@ async def test_a_slow_bucket_with_no_burst_steps_once_its_sends_show_the_pace() 
 
 @pytest.mark.parametrize(("rate", "burst", "hold", "seconds", "latency", "share"),
                          [(2.92, 1.0, 10, 40.0, 0.003, 0.45),   # was 0.35
-                          (1.14, 2.0, 43, 150.0, 0.05, 0.16)])  # was 0.11
+                          # was 0.111; 0.181 with holds5, 0.117 since a pace weighs the time to finish
+                          # the work ahead (smaller steps: 0.18, 0.41, 0.73/s against 0.23, 0.93/s)
+                          (1.14, 2.0, 43, 150.0, 0.05, 0.115)])
 async def test_a_level_likelier_than_not_kept_up_is_stepped_from_after_one_hold(
         rate: float, burst: float, hold: int, seconds: float, latency: float, share: float) -> None:
     # The level after a hold waited out a second hold's length unless every burst that still fits the
@@ -403,6 +405,17 @@ async def test_a_level_likelier_than_not_kept_up_is_stepped_from_after_one_hold(
     out = await crawl(Bucket(rate, burst, hold), seconds, latency=latency)
     assert out.share >= share
     assert out.refused <= 3  # the start's overshoot (with its in-flight sends), the first fit's hold
+
+
+async def test_a_wide_fit_after_a_long_hold_does_not_pace_far_under_the_limit() -> None:
+    # 0.9/s, no burst, 59 s holds, pages in 3 ms: one accepted send before the start's refusal bounds
+    # no rate from below, and the fit spreads the rate over three decades. Weighing a pace's gain over a
+    # fixed time made 0.012/s the safe choice, kept for two holds' lengths: 0.04 of the limit in four
+    # minutes. Weighing the time to finish the work ahead, a pace ten times too low costs ten times the
+    # time, and the first pace is bolder without a second hold.
+    out = await crawl(Bucket(0.9, 1.0, 59), 240.0, latency=0.003)
+    assert out.share >= 0.18  # was 0.042
+    assert out.refused == 1  # the start's overshoot only
 
 
 @pytest.mark.parametrize(("limit", "window", "refusals"),
