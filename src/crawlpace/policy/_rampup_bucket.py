@@ -393,7 +393,7 @@ class BucketFit:
 
     def _fit_step(self: _BucketState, now: float) -> bool:
         """At the fitted level once it has been kept up: step to the pace now worth keeping, if
-        higher (the time crawled grows, and with it what a step gains).
+        higher (the work ahead grows with the time crawled, and with it what a step saves).
 
         Returns:
             True when the level moved up.
@@ -414,14 +414,13 @@ class BucketFit:
 
     def _level_shown(self: _BucketState, now: float) -> bool:
         """Whether the sends on record, refitted (once a round), show the bucket likelier than not to
-        refill at least the pace (within ``T.tolerance``), the bar a step itself must pass
-        (:func:`best_level`): the level is kept up, and a step need not wait out the second hold's
-        length. The refit weighs the bursts as the fit does; asking every burst that still fits to
-        show the pace (as before) kept a large burst's low rates in for a long time, and a level under
-        a bucket of 1.47/s, burst 4, 46 s holds, waited two holds' lengths at 0.18/s. (Not from the
-        first hold's length: a loaded machine's lag bunches sends the bucket still accepts, which shows
-        a burst of one faster than it is, and a 5/s bucket with 5 s holds stepped over its limit 1.6 s
-        after the step before.)"""
+        refill at least the pace (within ``T.tolerance``): the level is kept up, and a step need not
+        wait out the second hold's length. The refit weighs the bursts as the fit does; asking every
+        burst that still fits to show the pace (as before) kept a large burst's low rates in for a
+        long time, and a level under a bucket of 1.47/s, burst 4, 46 s holds, waited two holds'
+        lengths at 0.18/s. (Not from the first hold's length: a loaded machine's lag bunches sends
+        the bucket still accepts, which shows a burst of one faster than it is, and a 5/s bucket
+        with 5 s holds stepped over its limit 1.6 s after the step before.)"""
         if now < self._refit_at:
             return False
         self._refit_at = now + T.round
