@@ -330,11 +330,14 @@ class BucketFit:
             self._first_send = sent
 
     def _work(self: _BucketState, now: float) -> float:
-        """The sends a rate decision is weighed for: those accepted so far, at the rate they came,
-        over the time a decision is weighed for (:meth:`_horizon`: a crawl that has run a minute is
-        likely to run about as long again)."""
+        """The sends a rate decision is weighed for: those accepted so far, at the rate they came
+        while the site let the scope send (the holds on record left out: a hold says when the
+        bucket was empty, not how much work there is), over the time a decision is weighed for
+        (:meth:`_horizon`: a crawl that has run a minute is likely to run about as long again)."""
         first = now if self._first_send == NEVER else self._first_send
-        return self._ok_count * self._horizon(now) / max(now - first, T.round)
+        held = max(self.hold_learned, T.hold_long)
+        silent = sum(min(now, at + held) - at for at in self._held_refusals if at <= now)
+        return self._ok_count * self._horizon(now) / max(now - first - silent, T.round)
 
     def _horizon(self: _BucketState, now: float) -> float:
         """The time a rate decision is weighed over: the time crawled so far, at least a window."""
