@@ -29,7 +29,7 @@ pace drops the chance above it (the limit is under a pace that drew a hold).
 
 **The trade-off.** After the hold, the scope paces at the rate that finishes the
 work ahead soonest on average (:func:`best_level`): the sends accepted so far, at
-the rate they came, over the time it has crawled (at least a window: a crawl that
+the rate they came between the holds, over the time it has crawled (at least a window: a crawl that
 has run a minute is likely to run about as long again). A pace that holds takes
 the work over itself; one that does not costs the hold, and then the best pace
 under it, weighed the same way. So a pace ten times too low costs ten times the
