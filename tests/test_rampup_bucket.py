@@ -66,11 +66,25 @@ def test_the_pace_kept_weighs_the_hold_a_step_risks() -> None:
     assert chance(belief, 1.0) == 1.0
     assert chance(belief, 4.0) == pytest.approx(0.5, abs=0.02)
     assert chance(belief, 16.0) == pytest.approx(0.0, abs=1e-9)
-    bold, _ = best_level(belief, hold=1.0, horizon=60.0)
-    timid, sure = best_level(belief, hold=60.0, horizon=60.0)
+    bold, _ = best_level(belief, hold=1.0, work=60.0)
+    timid, sure = best_level(belief, hold=60.0, work=60.0)
     assert 1.0 <= timid < bold < 16.0
     assert sure > 0.5
-    # From a pace kept up (the fallback if the step fails), a step more likely to hold than not.
-    step, holds = best_level(belief, hold=10.0, horizon=60.0, floor=4.0)
+    # From a pace kept up (the fallback if the step fails), a step likelier to hold than not.
+    step, holds = best_level(belief, hold=10.0, work=60.0, floor=4.0)
     assert step > 4.0
     assert holds >= 0.5
+
+
+def test_the_pace_weighs_the_time_to_finish_the_work_ahead() -> None:
+    # The more work ahead, the more a pace too low costs against a hold: with little work the sure
+    # lowest rate finishes soonest; with much, a pace no likelier than not to hold, and a step from a
+    # pace kept up that is as likely to fail as not.
+    belief = belief_of([(1, 1.0, 16.0, 1.0)])
+    assert best_level(belief, hold=60.0, work=6.0) == (1.0, 1.0)
+    level, sure = best_level(belief, hold=60.0, work=600.0)
+    assert level == pytest.approx(4.0, rel=0.05)
+    assert sure == pytest.approx(0.5, abs=0.05)
+    step, holds = best_level(belief, hold=10.0, work=600.0, floor=4.0)
+    assert step > 8.0
+    assert holds < 0.5

@@ -27,22 +27,25 @@ log scale; the chance that the limit is at
 least a rate is kept at :data:`KNOTS` rates (:func:`belief_of`), and a refused
 pace drops the chance above it (the limit is under a pace that drew a hold).
 
-**The trade-off.** After the hold, the scope paces at the rate with the best
-expected gain over the time it has crawled (at least a window: a crawl that has run
-a minute is likely to run about as long again), where a pace that holds gains its
-rate for that time and one that does not costs the hold (:func:`best_level`).
-Once a pace has been kept up for two holds' lengths after the hold (a bucket's
-burst refilled by the hold carries a pace half again over its limit for about that
-long), or for one when the sends since show it (refitted, and weighed as the fit
-weighs the bursts, the record makes the pace likelier than not to hold: a burst of
-one after two sends), a *step* above it is
-weighed the same way, each round: a step that fails
-costs the hold and returns to the pace kept up, so a step is taken when its gain
-over the time crawled outweighs that, and only when it is likelier to hold than
-not. A long hold makes the scope careful and a short one bold; the time crawled
-makes steps worth more as the crawl goes on. A refusal at or under a pace kept up
-(a send the crawler's own delays bunched, or a limit that moved down) is cut by the
-ordinary share under it, so a falling limit is followed down hold by hold.
+**The trade-off.** After the hold, the scope paces at the rate that finishes the
+work ahead soonest on average (:func:`best_level`): the sends accepted so far, at
+the rate they came between the holds, over the time it has crawled (at least a window: a crawl that
+has run a minute is likely to run about as long again). A pace that holds takes
+the work over itself; one that does not costs the hold, and then the best pace
+under it, weighed the same way. So a pace ten times too low costs ten times the
+time and is no safe bet (the rule before weighed a pace's gain over a fixed time,
+and a wide belief made it pace a 0.9/s bucket with 59 s holds at 0.012/s for
+four minutes). Once a pace has been kept up for two holds' lengths after the
+hold (a bucket's burst refilled by the hold carries a pace half again over its
+limit for about that long), or for one when the sends since show it (refitted, and
+weighed as the fit weighs the bursts, the record makes the pace likelier than not
+to hold: a burst of one after two sends), a *step* above it is weighed the same
+way, each round, with the pace kept up as the fallback: a step that fails costs
+the hold and returns to it. A long hold makes the scope careful and a short one bold;
+the work ahead makes steps worth more as the crawl goes on. A refusal at or under
+a pace kept up (a send the crawler's own delays bunched, or a limit that moved
+down) is cut by the ordinary share under it, so a falling limit is followed down
+hold by hold.
 
 A send's time is the crawler's stamp; the server sees it a little later. An
 accepted send is read :data:`FIT_SLACK` later than its stamp (more tokens, the
@@ -227,15 +230,19 @@ def _below(belief: Sequence[float], rate: float) -> tuple[float, ...]:
     return (*out, rate, 0.0)
 
 
-def best_level(belief: Sequence[float], hold: float, horizon: float,
+def best_level(belief: Sequence[float], hold: float, work: float,
                floor: float = 0.0) -> tuple[float, float]:
-    """The pace worth keeping, given the belief and that the rate is at least ``floor`` (kept up).
+    """The pace that finishes ``work`` sends soonest on average, given the belief and that the rate
+    is at least ``floor`` (kept up).
 
-    A pace holds when the refill rate is at least that pace. Over ``horizon`` seconds it gains its
-    rate when it holds, and loses a hold's worth of it when it does not.
+    A pace ``p`` holds when the refill rate is at least ``p``, and then the work takes ``work / p``.
+    When it does not hold it costs the hold, and the scope paces again under it, knowing the rate is
+    under ``p``: the expected time of that next choice, worked out the same way down the candidates
+    (the floor, or the belief's lowest rate, always holds). A pace ten times too low costs ten times
+    the time, so it is no safer than a bold one that costs a hold.
 
     Returns:
-        ``(level, chance)``: the pace with the best expected gain and the chance it holds.
+        ``(level, chance)``: the pace with the least expected time and the chance it holds.
     """
     base = chance(belief, floor) if floor > 0.0 else 1.0
     if base <= 0.0:
@@ -243,15 +250,26 @@ def best_level(belief: Sequence[float], hold: float, horizon: float,
     rates = ([floor] if floor > 0.0 else []) + [r for r in belief[0::2] if r > floor]
     candidates = [r0 * (r1 / r0) ** (i / 8) for r0, r1 in pairwise(rates) if r0 > 0.0
                   for i in range(8)] + rates[-1:]
-    best, held, value_best = floor, 1.0, floor * horizon
-    for rate in candidates:
-        holds = min(1.0, chance(belief, rate) / base)
-        # Held: the rate for the horizon. Refused: the hold's silence, then back to the floor kept up
-        # (with none kept up yet, nothing is known to hold: the silence's loss is the whole rate's).
-        lost = floor * (horizon - hold) if floor else -rate * hold
-        value = holds * rate * horizon + (1.0 - holds) * lost
-        if value > value_best and (holds >= 0.5 or not floor):
-            value_best, best, held = value, rate, holds
+    candidates = [c for c in candidates if c > 0.0]
+    if not candidates:
+        return floor, 1.0
+    holds = [min(1.0, chance(belief, rate) / base) for rate in candidates]
+    holds[0] = 1.0  # the floor kept up, or the belief's lowest rate: the rate is at least that
+    work = max(work, 1.0)
+    # after[j]: the expected time from the end of a hold drawn at candidates[j] (the best pace under it).
+    after: list[float] = []
+    best, held, time_best = candidates[0], 1.0, math.inf
+    for j, (rate, sure) in enumerate(zip(candidates, holds, strict=True)):
+        under = math.inf
+        for i in range(j):
+            # The chance candidates[i] holds, knowing the rate is under candidates[j].
+            left = 1.0 - sure
+            cond = 1.0 if left <= 1e-12 else max(0.0, min(1.0, (holds[i] - sure) / left))
+            under = min(under, cond * work / candidates[i] + (1.0 - cond) * (hold + after[i]))
+        after.append(under if j else work / rate)
+        expected = sure * work / rate + (1.0 - sure) * (hold + (under if j else work / rate))
+        if expected < time_best:
+            time_best, best, held = expected, rate, sure
     return best, held
 
 
@@ -287,6 +305,7 @@ class _BucketState(Protocol):
     def _set_level(self, now: float, level: float, held: float, sure: float) -> None: ...
     def _horizon(self, now: float) -> float: ...
     def _level_shown(self, now: float) -> bool: ...
+    def _work(self, now: float) -> float: ...
 
 
 class BucketFit:
@@ -309,6 +328,16 @@ class BucketFit:
         self._ok_count += 1
         if self._first_send == NEVER:
             self._first_send = sent
+
+    def _work(self: _BucketState, now: float) -> float:
+        """The sends a rate decision is weighed for: those accepted so far, at the rate they came
+        while the site let the scope send (the holds on record left out: a hold says when the
+        bucket was empty, not how much work there is), over the time a decision is weighed for
+        (:meth:`_horizon`: a crawl that has run a minute is likely to run about as long again)."""
+        first = now if self._first_send == NEVER else self._first_send
+        held = max(self.hold_learned, T.hold_long)
+        silent = sum(min(now, at + held) - at for at in self._held_refusals if at <= now)
+        return self._ok_count * self._horizon(now) / max(now - first - silent, T.round)
 
     def _horizon(self: _BucketState, now: float) -> float:
         """The time a rate decision is weighed over: the time crawled so far, at least a window."""
@@ -347,7 +376,7 @@ class BucketFit:
         if refused <= kept * (1.0 + T.tolerance):
             kept = T.cut * min(kept, refused)
         self._kept = kept
-        level, sure = best_level(self._belief, held, self._horizon(now), floor=kept)
+        level, sure = best_level(self._belief, held, self._work(now), floor=kept)
         self._set_level(now, level, held, sure)
         return True
 
@@ -367,7 +396,7 @@ class BucketFit:
 
     def _fit_step(self: _BucketState, now: float) -> bool:
         """At the fitted level once it has been kept up: step to the pace now worth keeping, if
-        higher (the time crawled grows, and with it what a step gains).
+        higher (the work ahead grows with the time crawled, and with it what a step saves).
 
         Returns:
             True when the level moved up.
@@ -379,7 +408,7 @@ class BucketFit:
             return False
         level = self.ceiling or self.rate
         self._kept = max(self._kept, level)
-        step, sure = best_level(self._belief, held, self._horizon(now), floor=level)
+        step, sure = best_level(self._belief, held, self._work(now), floor=level)
         if step <= level * (1.0 + T.tolerance):
             self._probe_after = now + T.round  # weighed again a round later
             return False
@@ -388,14 +417,13 @@ class BucketFit:
 
     def _level_shown(self: _BucketState, now: float) -> bool:
         """Whether the sends on record, refitted (once a round), show the bucket likelier than not to
-        refill at least the pace (within ``T.tolerance``), the bar a step itself must pass
-        (:func:`best_level`): the level is kept up, and a step need not wait out the second hold's
-        length. The refit weighs the bursts as the fit does; asking every burst that still fits to
-        show the pace (as before) kept a large burst's low rates in for a long time, and a level under
-        a bucket of 1.47/s, burst 4, 46 s holds, waited two holds' lengths at 0.18/s. (Not from the
-        first hold's length: a loaded machine's lag bunches sends the bucket still accepts, which shows
-        a burst of one faster than it is, and a 5/s bucket with 5 s holds stepped over its limit 1.6 s
-        after the step before.)"""
+        refill at least the pace (within ``T.tolerance``): the level is kept up, and a step need not
+        wait out the second hold's length. The refit weighs the bursts as the fit does; asking every
+        burst that still fits to show the pace (as before) kept a large burst's low rates in for a
+        long time, and a level under a bucket of 1.47/s, burst 4, 46 s holds, waited two holds'
+        lengths at 0.18/s. (Not from the first hold's length: a loaded machine's lag bunches sends
+        the bucket still accepts, which shows a burst of one faster than it is, and a 5/s bucket
+        with 5 s holds stepped over its limit 1.6 s after the step before.)"""
         if now < self._refit_at:
             return False
         self._refit_at = now + T.round
