@@ -32,6 +32,7 @@ from typing import Any
 import crawlpace.policy._rampup_counter as fit_module
 import crawlpace.policy._rampup_episode as episode_module
 from crawlpace import Settings, Throttler
+from crawlpace.sim._limits import RequestRate
 from crawlpace.testing import MockClock
 
 URL = "https://site.example/page"
@@ -44,27 +45,6 @@ CASES = [(100, 10.0, -2.8, 60.0, 0.003), (100, 10.0, -6.0, 30.0, 0.003), (30, 3.
 @dataclass
 class Answer:
     status_code: int
-
-
-@dataclass
-class RequestRate:
-    """HAProxy's ``sc_http_req_rate(period) gt limit``: every request counted, the refused ones too."""
-
-    limit: float
-    period: float
-    start: float
-    current: int = 0
-    previous: int = 0
-
-    def arrive(self, now: float) -> Answer:
-        periods = math.floor((now - self.start) / self.period)
-        if periods >= 1:
-            self.previous = self.current if periods == 1 else 0
-            self.current = 0
-            self.start += periods * self.period
-        self.current += 1
-        reading = self.current + self.previous * (1.0 - (now - self.start) / self.period)
-        return Answer(429 if reading > self.limit else 200)
 
 
 async def crawl(counter: RequestRate, seconds: float, latency: float) -> tuple[int, int]:
@@ -83,7 +63,7 @@ async def crawl(counter: RequestRate, seconds: float, latency: float) -> tuple[i
                     if clock.now() >= seconds:
                         permit.feedback(status=200, latency=0.0)
                         break
-                    answer = counter.arrive(clock.now())
+                    answer = Answer(200 if counter.take(clock.now()) else 429)
                     took = latency * rng.uniform(0.9, 1.1) if answer.status_code == 200 else 0.001
                     await clock.sleep(took)
                     accepted += answer.status_code == 200
@@ -145,7 +125,8 @@ def main() -> None:
     rows, every, slow = [], [], []
     for limit, period, start, seconds, latency in CASES[:3] if args.quick else CASES:
         calls.clear()
-        accepted, refused = asyncio.run(crawl(RequestRate(limit, period, start), seconds, latency))
+        counter = RequestRate(limit, period, (-start % period) / period)  # the first send at 0 s
+        accepted, refused = asyncio.run(crawl(counter, seconds, latency))
         times, given, same = [], 0, 0
         for sends, cycle, kwargs in calls:
             ms, fit = timed(lambda: original(sends, cycle, **kwargs), args.repeats)  # noqa: B023
