@@ -143,9 +143,11 @@ async def _serve(url: str, settings: Settings, args: argparse.Namespace, token: 
                             host=args.host, port=args.port, token=token, what="--port",
                             public=frozenset({"/dashboard.js", "/dashboard.css"}))
         await server.start()
-        print(f"crawlpace dashboard: {server.url} (Ctrl-C stops)", flush=True)
         stopped = asyncio.Event()
         with stop_on_signals(stopped.set):
+            # The address is printed once Ctrl-C is ours: a script that stops the dashboard as soon as it
+            # reads the line must not meet asyncio's own handler (a traceback, not exit status 0).
+            print(f"crawlpace dashboard: {server.url} (Ctrl-C stops)", flush=True)
             sampler.start()
             refreshing = asyncio.get_running_loop().create_task(refresh())
             try:
