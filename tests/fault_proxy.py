@@ -47,6 +47,7 @@ class FaultProxy:
         self._links: set[_Link] = set()
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
+        self._closed = False
 
     @property
     def port(self) -> int:
@@ -58,6 +59,7 @@ class FaultProxy:
         self._server = await asyncio.start_server(self._accept, "127.0.0.1", 0)
 
     async def close(self) -> None:
+        self._closed = True
         if self._server is not None:
             self._server.close()
         self.drop()
@@ -88,9 +90,22 @@ class FaultProxy:
 
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
+        # Tracked like the pumps: a connection accepted while close() runs is cancelled with them (the
+        # server does not track its handlers; one that connected upstream after close() left that
+        # socket open, an unclosed-transport warning failing whichever test ran then).
+        accepting = asyncio.current_task()
+        if accepting is not None:
+            self._tasks.add(accepting)
+            accepting.add_done_callback(self._tasks.discard)
         try:
             up_reader, up_writer = await asyncio.open_connection("127.0.0.1", self.target)
-        except OSError:
+        except (OSError, asyncio.CancelledError) as exc:
+            writer.transport.abort()
+            if isinstance(exc, asyncio.CancelledError):
+                raise
+            return
+        if self._closed:
+            up_writer.transport.abort()
             writer.transport.abort()
             return
         link = _Link(writer, up_writer)
