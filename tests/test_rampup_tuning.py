@@ -68,9 +68,10 @@ def test_each_number_has_its_kind() -> None:
 
 def test_a_derived_number_follows_its_fields() -> None:
     # The formulas the table states, applied to a tuning with other values.
-    other = dataclasses.replace(TUNING, used_share=0.25, tolerance=0.1, cut_over=0.7, late_share=0.2,
+    other = dataclasses.replace(TUNING, tolerance=0.1, cut_over=0.7, late_share=0.2,
                                 ceiling_share=0.9, cut_deep=0.36)
-    assert other.sent_cap == pytest.approx(4.0)
+    assert other.used_share == pytest.approx(0.36)
+    assert other.sent_cap == pytest.approx(1.0 / 0.36)
     assert other.good_ceiling == pytest.approx(0.9)
     assert other.near_share == pytest.approx(0.63)
     assert other.lockout_gaps == pytest.approx(5.0)

@@ -5,7 +5,7 @@ which the rampup modules read as ``T``. The fields are grouped by the part of th
 model they belong to (docs/concepts/rampup.md has the same numbers for users, each with its
 kind and reason, and ``tests/test_rampup_tuning.py`` holds the two together). Each number is a
 *model* one (it follows from how limiters and HTTP work: ``round``, ``hold_long``, ``cut_deep``,
-``used_share``, ``high``), a *measured* one (set against other values on the cases its comment
+``high``), a *measured* one (set against other values on the cases its comment
 names), or a *chosen* one (a design choice with its reason that no case has yet compared with
 other values: the first candidates for a fit of the limiter to replace). The rules for the
 numbers:
@@ -18,7 +18,7 @@ numbers:
   machine adds to an answer; three is the least count that is evidence; the knee
   line sizes the slots too; a hang's duration is smoothed as a latency is);
 * a number that follows from others is a property, whose formula states the
-  reason (``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
+  reason (``used_share``, ``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
   ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``,
   ``strict_near``, ``fit_share``);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
@@ -53,11 +53,6 @@ class RampupTuning:
     #: before any latency is known (a server taking seconds per page would otherwise get one request
     #: at a time until its first answer).
     round: float = 1.0
-    #: A scope uses its rate while its measured send rate is at least this share of it (model: within
-    #: one doubling of what the sends showed, ``cut_deep``'s step): the rate
-    #: grows only then, and what the scope may send is capped where it would stop counting as used
-    #: (``sent_cap``). An idle scope neither learns nor banks a rate it never tried.
-    used_share: float = 0.5
 
     # -- the start phase --
     #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
@@ -235,6 +230,14 @@ class RampupTuning:
     open_slots: int = 8
 
     # -- derived: numbers that follow from the fields above, by the formula that states their reason --
+
+    @property
+    def used_share(self) -> float:
+        """A scope uses its rate while its measured send rate is at least this share of it: within one
+        doubling of what the sends showed, the step rampup tells rates apart by (``cut_deep``, 0.5).
+        The rate grows only then, and what the scope may send is capped where it would stop counting
+        as used (``sent_cap``). An idle scope neither learns nor banks a rate it never tried."""
+        return self.cut_deep
 
     @property
     def sent_cap(self) -> float:
