@@ -4,8 +4,8 @@ One frozen dataclass, :class:`RampupTuning`, and its one instance, :data:`TUNING
 which the rampup modules read as ``T``. The fields are grouped by the part of the
 model they belong to (docs/concepts/rampup.md has the same numbers for users, each with its
 kind and reason, and ``tests/test_rampup_tuning.py`` holds the two together). Each number is a
-*model* one (it follows from how limiters and HTTP work: ``round``, ``hold_long``, ``cut_deep``,
-``high``), a *measured* one (set against other values on the cases its comment
+*model* one (it follows from how limiters and HTTP work: ``round``, ``hold_long``, ``cut_deep``),
+a *measured* one (set against other values on the cases its comment
 names), or a *chosen* one (a design choice with its reason that no case has yet compared with
 other values: the first candidates for a fit of the limiter to replace). The rules for the
 numbers:
@@ -18,7 +18,7 @@ numbers:
   machine adds to an answer; three is the least count that is evidence; the knee
   line sizes the slots too; a hang's duration is smoothed as a latency is);
 * a number that follows from others is a property, whose formula states the
-  reason (``used_share``, ``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
+  reason (``used_share``, ``high``, ``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
   ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``,
   ``strict_near``, ``fit_share``);
 * a number the stores share with rampup is defined once, in ``_shared_rules``
@@ -175,10 +175,6 @@ class RampupTuning:
     #: milliseconds, which 1.6 times the baseline would not cover. (Measured: ``latency_signal``,
     #: 20 ms, took a server with a knee from 0.670 to 0.646 of its capacity.)
     knee_slack: float = 0.010
-    #: ... and cut past ``high * baseline + latency_noise``: an overloaded server is caught at its
-    #: knee, before it starts to refuse (model: latency twice the service time is a queue as long as
-    #: the service, one request waiting for each one served).
-    high: float = 2.0
     #: Seconds: what a busy crawler machine (its own event loop, its neighbours) adds to an answer's
     #: latency, a few tens of milliseconds, which say nothing of the server. The cut line is this far
     #: above ``high * baseline``; a latency cut is the deeper the further past ``knee * baseline +
@@ -238,6 +234,14 @@ class RampupTuning:
         The rate grows only then, and what the scope may send is capped where it would stop counting
         as used (``sent_cap``). An idle scope neither learns nor banks a rate it never tried."""
         return self.cut_deep
+
+    @property
+    def high(self) -> float:
+        """Latency past ``high * baseline + latency_noise`` is cut: an overloaded server is caught at
+        its knee, before it starts to refuse. Latency one doubling over the service time, the step
+        rampup tells rates and latencies apart by, is a queue as long as the service, one request
+        waiting for each one served (``1 / cut_deep``, 2)."""
+        return 1.0 / self.cut_deep
 
     @property
     def sent_cap(self) -> float:
