@@ -17,10 +17,8 @@ numbers:
   silence is how late its end is seen; one *latency noise* is what a busy
   machine adds to an answer; three is the least count that is evidence; the knee
   line sizes the slots too; a hang's duration is smoothed as a latency is);
-* a number that follows from others is a property, whose formula states the
-  reason (``used_share``, ``high``, ``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
-  ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``,
-  ``strict_near``, ``fit_share``);
+* a number that follows from others is a property (the properties after the fields),
+  whose formula states the reason;
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
@@ -80,10 +78,6 @@ class RampupTuning:
     #: (the hard farm's embargo) and a second 20 s hold came at 0.87/s; four or six took most of the
     #: gain away.
     confirm: int = 3
-    #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
-    #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
-    #: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
-    min_round: float = 0.5
     #: Weight of the newest gap in the measured send rate while the round is shorter than ``round``:
     #: doubling every round trip outruns the steady weight's mean within a few sends. (With
     #: one-second rounds the lagging mean is what tempers the overshoot into a token bucket's burst,
@@ -242,6 +236,15 @@ class RampupTuning:
         rampup tells rates and latencies apart by, is a queue as long as the service, one request
         waiting for each one served (``1 / cut_deep``, 2)."""
         return 1.0 / self.cut_deep
+
+    @property
+    def min_round(self) -> float:
+        """The shortest round, in seconds: a round shortened by one doubling's step, so the start
+        phase at most quadruples its rate within the round a limit is stated per (``round *
+        cut_deep``, 0.5 s). Not a round trip of 50 ms: a limit on a window or a bucket shows nothing
+        until its burst is spent, and a rate doubling every 50 ms is far past it by then (a window of
+        11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s)."""
+        return self.round * self.cut_deep
 
     @property
     def sent_cap(self) -> float:
