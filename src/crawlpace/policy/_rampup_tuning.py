@@ -140,12 +140,6 @@ class RampupTuning:
     tolerance: float = 0.05
 
     # -- overshoot episodes and fits --
-    #: The longest probe gap in an episode's first seconds: a lock-out that ends (a window's
-    #: boundary, a counter drained) is seen at most this late, at the cost of one refused probe per
-    #: this long (or, later in a long one, ``late_share`` of the episode so far). (Measured: with a
-    #: round, 1 s, a fixed window of 30 per 10 s drew 37 refusals in 5 minutes, where 25 are allowed;
-    #: with no floor at all, seven fake-clock cases of windows and counters broke their bounds.)
-    probe_gap_max: float = 2.0
     #: A share of a silence (an episode's lock-out, a hold): how late its end may be seen, and how
     #: soon after it ends a refusal still belongs to it. A long episode's probe gap grows to this
     #: share of the episode so far: a window of a minute costs about a dozen refused probes rather
@@ -245,6 +239,17 @@ class RampupTuning:
         until its burst is spent, and a rate doubling every 50 ms is far past it by then (a window of
         11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s)."""
         return self.round * self.cut_deep
+
+    @property
+    def probe_gap_max(self) -> float:
+        """The longest probe gap in an episode's first seconds, in seconds: a lock-out that ends (a
+        window's boundary, a counter drained) is seen at most this late, at the cost of one refused
+        probe per this long (or, later in a long one, ``late_share`` of the episode so far). A round
+        lengthened by one doubling's step: a limit stated per round is probed at most every other
+        round (``round / cut_deep``, 2 s). (With a round, 1 s, a fixed window of 30 per 10 s drew 37
+        refusals in 5 minutes, where 25 are allowed; with no floor at all, seven fake-clock cases of
+        windows and counters broke their bounds.)"""
+        return self.round / self.cut_deep
 
     @property
     def sent_cap(self) -> float:
