@@ -82,6 +82,7 @@ def test_a_derived_number_follows_its_fields() -> None:
     assert other.quick_refusal == pytest.approx(0.36)
     assert other.strict_near == pytest.approx(0.63)
     assert other.fit_share == pytest.approx(0.9 * 1.05)
+    assert other.hold_long == pytest.approx((1.0 + 1.0 / 0.36) / 2.0)
     assert other.probe_gap_max == pytest.approx(1.0 / 0.36)
     assert other.min_round == pytest.approx(0.36)
     assert other.high == pytest.approx(1.0 / 0.36)

@@ -4,7 +4,7 @@ One frozen dataclass, :class:`RampupTuning`, and its one instance, :data:`TUNING
 which the rampup modules read as ``T``. The fields are grouped by the part of the
 model they belong to (docs/concepts/rampup.md has the same numbers for users, each with its
 kind and reason, and ``tests/test_rampup_tuning.py`` holds the two together). Each number is a
-*model* one (it follows from how limiters and HTTP work: ``round``, ``hold_long``, ``cut_deep``),
+*model* one (it follows from how limiters and HTTP work: ``round``, ``cut_deep``),
 a *measured* one (set against other values on the cases its comment
 names), or a *chosen* one (a design choice with its reason that no case has yet compared with
 other values: the first candidates for a fit of the limiter to replace). The rules for the
@@ -91,16 +91,6 @@ class RampupTuning:
     #: (Measured: ``used_share * (1 - tolerance)``, 0.475, drew 103 refusals on 20 seeds of a 10/s
     #: bucket with bursts of 5, where 0.4 drew 80.)
     start_used_share: float = 0.4
-
-    # -- holds (Retry-After) --------------------------------------------------------------------------
-    #: Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next token
-    #: (``Retry-After: 1``, the least a header in whole seconds can say). After such a hold the rate
-    #: resumes at ``cut`` of the level in the start phase and at the level in the steady phase:
-    #: the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
-    #: a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.) Model:
-    #: between ``Retry-After: 1`` and ``2``, so a header in whole seconds falls on one side or the
-    #: other.
-    hold_long: float = 1.5
 
     # -- cuts and the cubic climb --
     #: The ordinary cut: after a pushback that ends a probe, and after a long hold (``hold_long``),
@@ -250,6 +240,17 @@ class RampupTuning:
         refusals in 5 minutes, where 25 are allowed; with no floor at all, seven fake-clock cases of
         windows and counters broke their bounds.)"""
         return self.round / self.cut_deep
+
+    @property
+    def hold_long(self) -> float:
+        """Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next
+        token (``Retry-After: 1``, the least a header in whole seconds can say). After such a hold the
+        rate resumes at ``cut`` of the level in the start phase and at the level in the steady phase:
+        the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
+        a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.) The
+        middle of a round and a round one doubling longer, of ``Retry-After: 1`` and ``2``, so a header
+        in whole seconds falls on one side or the other (``round * (1 + 1 / cut_deep) / 2``, 1.5 s)."""
+        return self.round * (1.0 + 1.0 / self.cut_deep) / 2.0
 
     @property
     def sent_cap(self) -> float:
