@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from crawlpace.policy._rampup_tuning import TUNING, RampupTuning
+from crawlpace.policy._shared_rules import GAP_WEIGHT
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "rampup.md"
 #: A name in backquotes, then either its value or " = formula = value" (a derived number), with a unit.
@@ -82,6 +83,7 @@ def test_a_derived_number_follows_its_fields() -> None:
     assert other.quick_refusal == pytest.approx(0.36)
     assert other.strict_near == pytest.approx(0.63)
     assert other.fit_share == pytest.approx(0.9 * 1.05)
+    assert other.start_sent_weight == pytest.approx(1.0 - GAP_WEIGHT)
     assert other.hold_long == pytest.approx((1.0 + 1.0 / 0.36) / 2.0)
     assert other.probe_gap_max == pytest.approx(1.0 / 0.36)
     assert other.min_round == pytest.approx(0.36)

@@ -36,6 +36,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ._shared_rules import GAP_WEIGHT
+
 __all__ = ["TUNING", "RampupTuning"]
 
 
@@ -78,13 +80,6 @@ class RampupTuning:
     #: (the hard farm's embargo) and a second 20 s hold came at 0.87/s; four or six took most of the
     #: gain away.
     confirm: int = 3
-    #: Weight of the newest gap in the measured send rate while the round is shorter than ``round``:
-    #: doubling every round trip outruns the steady weight's mean within a few sends. (With
-    #: one-second rounds the lagging mean is what tempers the overshoot into a token bucket's burst,
-    #: so the steady weight stays.) (Measured: with the steady weight, 0.25, in quick rounds too,
-    #: eleven fake-clock cases broke their bounds, among them a 12.2/s bucket with 8 s holds, 0.65 of
-    #: capacity to 0.649, and a 10 per 1 s counter of refusals, 0.83 to 0.77.)
-    start_sent_weight: float = 0.75
     #: The start phase grows only while the measured send rate is at least this share of the rate
     #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
     #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
@@ -251,6 +246,18 @@ class RampupTuning:
         middle of a round and a round one doubling longer, of ``Retry-After: 1`` and ``2``, so a header
         in whole seconds falls on one side or the other (``round * (1 + 1 / cut_deep) / 2``, 1.5 s)."""
         return self.round * (1.0 + 1.0 / self.cut_deep) / 2.0
+
+    @property
+    def start_sent_weight(self) -> float:
+        """Weight of the newest gap in the measured send rate while the round is shorter than
+        ``round``: doubling every round trip outruns the steady weight's mean within a few sends, so
+        the steady mean's weights are swapped, the newest gap weighing what the older ones weigh there
+        (``1 - GAP_WEIGHT``, 0.75). (With one-second rounds the lagging mean is what tempers the
+        overshoot into a token bucket's burst, so the steady weight stays. With the steady weight,
+        0.25, in quick rounds too, eleven fake-clock cases broke their bounds, among them a 12.2/s
+        bucket with 8 s holds, 0.65 of capacity to 0.649, and a 10 per 1 s counter of refusals, 0.83
+        to 0.77.)"""
+        return 1.0 - GAP_WEIGHT
 
     @property
     def sent_cap(self) -> float:
