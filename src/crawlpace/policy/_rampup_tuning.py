@@ -144,9 +144,11 @@ class RampupTuning:
     #: 0.91 of its capacity with 52 refusals over six fake-clock crawls, where 1.6 gives 0.93 with
     #: 31, and two random farms' hard knees 0.72-0.77 where 1.6 got 0.84-0.86.)
     knee: float = 1.6
-    #: Seconds of slack on the knee line: a timer's and an event loop's jitter on an answer of a few
-    #: milliseconds, which 1.6 times the baseline would not cover. (Measured: ``latency_signal``,
-    #: 20 ms, took a server with a knee from 0.670 to 0.646 of its capacity.)
+    #: Seconds of slack on a time the crawler measures: a timer's and an event loop's jitter. On the
+    #: knee line it covers an answer of a few milliseconds, which 1.6 times the baseline would not;
+    #: the bucket fit reads an accepted send this much after its stamp (``FIT_SLACK``, the same
+    #: slack: the server may see the send that much later). (Measured: ``latency_signal``, 20 ms,
+    #: took a server with a knee from 0.670 to 0.646 of its capacity.)
     knee_slack: float = 0.010
     #: Seconds: what a busy crawler machine (its own event loop, its neighbours) adds to an answer's
     #: latency, a few tens of milliseconds, which say nothing of the server. The cut line is this far
