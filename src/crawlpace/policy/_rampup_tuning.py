@@ -55,15 +55,6 @@ class RampupTuning:
     round: float = 1.0
 
     # -- the start phase --
-    #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
-    #: start phase's round is ``confirm`` answers at the pace it doubles (within ``[min_round,
-    #: round]``): only a refusal could stop the climb, and a round of a few answers keeps the first
-    #: refusal's good rate near the limit. From this latency up, the round follows the latency and
-    #: one request may be in flight back to back.
-    #: (Measured: as ``latency_noise``, 50 ms, sites answering in 20-50 ms lost the window of one,
-    #: and the limiter cases' buckets with holds of 3-30 s fell from 0.65, 0.48 and 0.25 of capacity
-    #: to 0.47, 0.32 and 0.14.)
-    latency_signal: float = 0.02
     #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
     #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
     #: phase's window of one waits for them before the doubling starts from it (unless the first is past
@@ -260,6 +251,19 @@ class RampupTuning:
         bucket with 8 s holds, 0.65 of capacity to 0.649, and a 10 per 1 s counter of refusals, 0.83
         to 0.77.)"""
         return 1.0 - GAP_WEIGHT
+
+    @property
+    def latency_signal(self) -> float:
+        """Latency under this many seconds says nothing of a server's load (no queue to see): a
+        latency is two stamps, the send's and the answer's, each off by up to the timing slack, so an
+        answer this quick may be the crawler's own jitter (``2 * knee_slack``, 20 ms). Under it the
+        start phase's round is ``confirm`` answers at the pace it doubles (within ``[min_round,
+        round]``): only a refusal could stop the climb, and a round of a few answers keeps the first
+        refusal's good rate near the limit. From this latency up, the round follows the latency and
+        one request may be in flight back to back. (As ``latency_noise``, 50 ms, sites answering in
+        20-50 ms lost the window of one, and the limiter cases' buckets with holds of 3-30 s fell from
+        0.65, 0.48 and 0.25 of capacity to 0.47, 0.32 and 0.14.)"""
+        return 2.0 * self.knee_slack
 
     @property
     def sent_cap(self) -> float:
