@@ -83,6 +83,7 @@ def test_a_derived_number_follows_its_fields() -> None:
     assert other.quick_refusal == pytest.approx(0.36)
     assert other.strict_near == pytest.approx(0.63)
     assert other.fit_share == pytest.approx(0.9 * 1.05)
+    assert other.fit_hold == pytest.approx(1.0 / 0.36 ** 2)
     assert other.latency_signal == pytest.approx(0.04)
     assert other.start_sent_weight == pytest.approx(1.0 - GAP_WEIGHT)
     assert other.hold_long == pytest.approx((1.0 + 1.0 / 0.36) / 2.0)

@@ -172,17 +172,6 @@ class RampupTuning:
     #: capacity with 3-5 refusals, where 0.2 kept 0.84-0.91 with one.)
     knee_gain: float = 0.2
 
-    # -- holds --
-    #: Seconds: a refusal with a hold at least this long is read against the bucket fit
-    #: (``_rampup_bucket``); shorter holds (from ``hold_long``) keep the held rules above until the
-    #: second, where two stretches pin the bucket (on a 7.43/s bucket with 3 s holds the ordinary cuts
-    #: took six holds in 30 s to come down, 0.52 of capacity; 0.67 and four). A wrong pace after a short hold
-    #: costs little, and the fit's first pace, cautious by design, cost more than it saved there: the
-    #: mixed farm's 2/s site with 2 s holds fell from 0.63 to 0.36 of the oracle with the fit, and on
-    #: 24 random buckets with holds of 2-60 s the fit from 4 s up did as well as from 1.5 s (0.62 and
-    #: 0.61 of capacity, against 0.53 without it).
-    fit_hold: float = 4.0
-
     # -- slots --
     #: The slots rampup opens without evidence that requests in flight, not a rate, bind the site
     #: (a rate limiter's pace); past them, up to ``rampup_max_concurrency``, one more opens per round
@@ -264,6 +253,21 @@ class RampupTuning:
         20-50 ms lost the window of one, and the limiter cases' buckets with holds of 3-30 s fell from
         0.65, 0.48 and 0.25 of capacity to 0.47, 0.32 and 0.14.)"""
         return 2.0 * self.knee_slack
+
+    @property
+    def fit_hold(self) -> float:
+        """Seconds: a refusal with a hold at least this long is read against the bucket fit
+        (``_rampup_bucket``); shorter holds (from ``hold_long``) keep the held rules until the second,
+        where two stretches pin the bucket (on a 7.43/s bucket with 3 s holds the ordinary cuts took
+        six holds in 30 s to come down, 0.52 of capacity; 0.67 and four). Holds are told apart by
+        doublings of a round, as rates are: one round is a bucket's next token, one doubling more a
+        penalty (``hold_long`` lies between), two doublings a penalty long enough to fit at once
+        (``round / cut_deep ** 2``, 4 s). A wrong pace after a short hold costs little, and the fit's
+        first pace, cautious by design, cost more than it saved there: the mixed farm's 2/s site with
+        2 s holds fell from 0.63 to 0.36 of the oracle with the fit, and on 24 random buckets with
+        holds of 2-60 s the fit from 4 s up did as well as from 1.5 s (0.62 and 0.61 of capacity,
+        against 0.53 without it)."""
+        return self.round / (self.cut_deep * self.cut_deep)
 
     @property
     def sent_cap(self) -> float:
