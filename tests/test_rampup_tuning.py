@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from crawlpace.policy._rampup_tuning import TUNING, RampupTuning
+from crawlpace.policy._shared_rules import GAP_WEIGHT
 
 PAGE = Path(__file__).resolve().parents[1] / "docs" / "concepts" / "rampup.md"
 #: A name in backquotes, then either its value or " = formula = value" (a derived number), with a unit.
@@ -68,9 +69,10 @@ def test_each_number_has_its_kind() -> None:
 
 def test_a_derived_number_follows_its_fields() -> None:
     # The formulas the table states, applied to a tuning with other values.
-    other = dataclasses.replace(TUNING, used_share=0.25, tolerance=0.1, cut_over=0.7, late_share=0.2,
-                                ceiling_share=0.9, cut_deep=0.36)
-    assert other.sent_cap == pytest.approx(4.0)
+    other = dataclasses.replace(TUNING, tolerance=0.1, cut_over=0.7, late_share=0.2,
+                                ceiling_share=0.9, cut_deep=0.36, knee_slack=0.02)
+    assert other.used_share == pytest.approx(0.36)
+    assert other.sent_cap == pytest.approx(1.0 / 0.36)
     assert other.good_ceiling == pytest.approx(0.9)
     assert other.near_share == pytest.approx(0.63)
     assert other.lockout_gaps == pytest.approx(5.0)
@@ -81,3 +83,10 @@ def test_a_derived_number_follows_its_fields() -> None:
     assert other.quick_refusal == pytest.approx(0.36)
     assert other.strict_near == pytest.approx(0.63)
     assert other.fit_share == pytest.approx(0.9 * 1.05)
+    assert other.fit_hold == pytest.approx(1.0 / 0.36 ** 2)
+    assert other.latency_signal == pytest.approx(0.04)
+    assert other.start_sent_weight == pytest.approx(1.0 - GAP_WEIGHT)
+    assert other.hold_long == pytest.approx((1.0 + 1.0 / 0.36) / 2.0)
+    assert other.probe_gap_max == pytest.approx(1.0 / 0.36)
+    assert other.min_round == pytest.approx(0.36)
+    assert other.high == pytest.approx(1.0 / 0.36)

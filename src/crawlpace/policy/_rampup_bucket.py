@@ -70,8 +70,9 @@ __all__ = ["FIT_SLACK", "KNOTS", "REFUSALS_KEPT", "BucketFit", "belief_of", "bes
            "chance"]
 
 #: Seconds: an accepted send may reach the server this long after the crawler stamped it (the
-#: connection's own latency, a loaded machine's delays), so it is read this much later.
-FIT_SLACK = 0.01
+#: connection's own latency, a loaded machine's delays), so it is read this much later: the
+#: crawler's timing slack, the knee line's too (``T.knee_slack``).
+FIT_SLACK = T.knee_slack
 #: Bisection steps per bound, on a log scale over a factor of ``exp(_RANGE)`` (a million): the bound
 #: is found within 0.1 %.
 _STEPS = 14

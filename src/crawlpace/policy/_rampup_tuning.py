@@ -4,8 +4,8 @@ One frozen dataclass, :class:`RampupTuning`, and its one instance, :data:`TUNING
 which the rampup modules read as ``T``. The fields are grouped by the part of the
 model they belong to (docs/concepts/rampup.md has the same numbers for users, each with its
 kind and reason, and ``tests/test_rampup_tuning.py`` holds the two together). Each number is a
-*model* one (it follows from how limiters and HTTP work: ``round``, ``hold_long``, ``cut_deep``,
-``used_share``, ``high``), a *measured* one (set against other values on the cases its comment
+*model* one (it follows from how limiters and HTTP work: ``round``, ``cut_deep``),
+a *measured* one (set against other values on the cases its comment
 names), or a *chosen* one (a design choice with its reason that no case has yet compared with
 other values: the first candidates for a fit of the limiter to replace). The rules for the
 numbers:
@@ -17,10 +17,8 @@ numbers:
   silence is how late its end is seen; one *latency noise* is what a busy
   machine adds to an answer; three is the least count that is evidence; the knee
   line sizes the slots too; a hang's duration is smoothed as a latency is);
-* a number that follows from others is a property, whose formula states the
-  reason (``sent_cap``, ``good_ceiling``, ``near_share``, ``lockout_gaps``,
-  ``start_ceiling_share``, ``good_share``, ``climb_share``, ``search_pace``, ``quick_refusal``,
-  ``strict_near``, ``fit_share``);
+* a number that follows from others is a property (the properties after the fields),
+  whose formula states the reason;
 * a number the stores share with rampup is defined once, in ``_shared_rules``
   (the weights of the newest gap between two sends in their mean, ``GAP_WEIGHT``, and of the
   newest latency in a scope's mean latency, ``LATENCY_WEIGHT``: rampup smoothed latency with 0.3
@@ -38,6 +36,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
+from ._shared_rules import GAP_WEIGHT
+
 __all__ = ["TUNING", "RampupTuning"]
 
 
@@ -53,22 +53,8 @@ class RampupTuning:
     #: before any latency is known (a server taking seconds per page would otherwise get one request
     #: at a time until its first answer).
     round: float = 1.0
-    #: A scope uses its rate while its measured send rate is at least this share of it (model: within
-    #: one doubling of what the sends showed, ``cut_deep``'s step): the rate
-    #: grows only then, and what the scope may send is capped where it would stop counting as used
-    #: (``sent_cap``). An idle scope neither learns nor banks a rate it never tried.
-    used_share: float = 0.5
 
     # -- the start phase --
-    #: Latency under this many seconds says nothing of a server's load (no queue to see), so the
-    #: start phase's round is ``confirm`` answers at the pace it doubles (within ``[min_round,
-    #: round]``): only a refusal could stop the climb, and a round of a few answers keeps the first
-    #: refusal's good rate near the limit. From this latency up, the round follows the latency and
-    #: one request may be in flight back to back.
-    #: (Measured: as ``latency_noise``, 50 ms, sites answering in 20-50 ms lost the window of one,
-    #: and the limiter cases' buckets with holds of 3-30 s fell from 0.65, 0.48 and 0.25 of capacity
-    #: to 0.47, 0.32 and 0.14.)
-    latency_signal: float = 0.02
     #: Answers with a latency before one is trusted: an answer may be slow for reasons of its own (a
     #: new connection, a busy crawler; in a fleet each worker opens its own connections). The start
     #: phase's window of one waits for them before the doubling starts from it (unless the first is past
@@ -85,33 +71,12 @@ class RampupTuning:
     #: (the hard farm's embargo) and a second 20 s hold came at 0.87/s; four or six took most of the
     #: gain away.
     confirm: int = 3
-    #: The shortest round, in seconds. Not a round trip of 50 ms: a limit on a window or a bucket
-    #: shows nothing until its burst is spent, and a rate doubling every 50 ms is far past it by
-    #: then (a window of 11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s).
-    min_round: float = 0.5
-    #: Weight of the newest gap in the measured send rate while the round is shorter than ``round``:
-    #: doubling every round trip outruns the steady weight's mean within a few sends. (With
-    #: one-second rounds the lagging mean is what tempers the overshoot into a token bucket's burst,
-    #: so the steady weight stays.) (Measured: with the steady weight, 0.25, in quick rounds too,
-    #: eleven fake-clock cases broke their bounds, among them a 12.2/s bucket with 8 s holds, 0.65 of
-    #: capacity to 0.649, and a 10 per 1 s counter of refusals, 0.83 to 0.77.)
-    start_sent_weight: float = 0.75
     #: The start phase grows only while the measured send rate is at least this share of the rate
     #: (under a half: the last gap was sent at the rate before the last doubling, and jitter
     #: lengthens it; a scope held back by its slots falls far below it and stops doubling for nothing).
     #: (Measured: ``used_share * (1 - tolerance)``, 0.475, drew 103 refusals on 20 seeds of a 10/s
     #: bucket with bursts of 5, where 0.4 drew 80.)
     start_used_share: float = 0.4
-
-    # -- holds (Retry-After) --------------------------------------------------------------------------
-    #: Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next token
-    #: (``Retry-After: 1``, the least a header in whole seconds can say). After such a hold the rate
-    #: resumes at ``cut`` of the level in the start phase and at the level in the steady phase:
-    #: the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
-    #: a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.) Model:
-    #: between ``Retry-After: 1`` and ``2``, so a header in whole seconds falls on one side or the
-    #: other.
-    hold_long: float = 1.5
 
     # -- cuts and the cubic climb --
     #: The ordinary cut: after a pushback that ends a probe, and after a long hold (``hold_long``),
@@ -151,12 +116,6 @@ class RampupTuning:
     tolerance: float = 0.05
 
     # -- overshoot episodes and fits --
-    #: The longest probe gap in an episode's first seconds: a lock-out that ends (a window's
-    #: boundary, a counter drained) is seen at most this late, at the cost of one refused probe per
-    #: this long (or, later in a long one, ``late_share`` of the episode so far). (Measured: with a
-    #: round, 1 s, a fixed window of 30 per 10 s drew 37 refusals in 5 minutes, where 25 are allowed;
-    #: with no floor at all, seven fake-clock cases of windows and counters broke their bounds.)
-    probe_gap_max: float = 2.0
     #: A share of a silence (an episode's lock-out, a hold): how late its end may be seen, and how
     #: soon after it ends a refusal still belongs to it. A long episode's probe gap grows to this
     #: share of the episode so far: a window of a minute costs about a dozen refused probes rather
@@ -176,14 +135,12 @@ class RampupTuning:
     #: 0.91 of its capacity with 52 refusals over six fake-clock crawls, where 1.6 gives 0.93 with
     #: 31, and two random farms' hard knees 0.72-0.77 where 1.6 got 0.84-0.86.)
     knee: float = 1.6
-    #: Seconds of slack on the knee line: a timer's and an event loop's jitter on an answer of a few
-    #: milliseconds, which 1.6 times the baseline would not cover. (Measured: ``latency_signal``,
-    #: 20 ms, took a server with a knee from 0.670 to 0.646 of its capacity.)
+    #: Seconds of slack on a time the crawler measures: a timer's and an event loop's jitter. On the
+    #: knee line it covers an answer of a few milliseconds, which 1.6 times the baseline would not;
+    #: the bucket fit reads an accepted send this much after its stamp (``FIT_SLACK``, the same
+    #: slack: the server may see the send that much later). (Measured: ``latency_signal``, 20 ms,
+    #: took a server with a knee from 0.670 to 0.646 of its capacity.)
     knee_slack: float = 0.010
-    #: ... and cut past ``high * baseline + latency_noise``: an overloaded server is caught at its
-    #: knee, before it starts to refuse (model: latency twice the service time is a queue as long as
-    #: the service, one request waiting for each one served).
-    high: float = 2.0
     #: Seconds: what a busy crawler machine (its own event loop, its neighbours) adds to an answer's
     #: latency, a few tens of milliseconds, which say nothing of the server. The cut line is this far
     #: above ``high * baseline``; a latency cut is the deeper the further past ``knee * baseline +
@@ -215,17 +172,6 @@ class RampupTuning:
     #: capacity with 3-5 refusals, where 0.2 kept 0.84-0.91 with one.)
     knee_gain: float = 0.2
 
-    # -- holds --
-    #: Seconds: a refusal with a hold at least this long is read against the bucket fit
-    #: (``_rampup_bucket``); shorter holds (from ``hold_long``) keep the held rules above until the
-    #: second, where two stretches pin the bucket (on a 7.43/s bucket with 3 s holds the ordinary cuts
-    #: took six holds in 30 s to come down, 0.52 of capacity; 0.67 and four). A wrong pace after a short hold
-    #: costs little, and the fit's first pace, cautious by design, cost more than it saved there: the
-    #: mixed farm's 2/s site with 2 s holds fell from 0.63 to 0.36 of the oracle with the fit, and on
-    #: 24 random buckets with holds of 2-60 s the fit from 4 s up did as well as from 1.5 s (0.62 and
-    #: 0.61 of capacity, against 0.53 without it).
-    fit_hold: float = 4.0
-
     # -- slots --
     #: The slots rampup opens without evidence that requests in flight, not a rate, bind the site
     #: (a rate limiter's pace); past them, up to ``rampup_max_concurrency``, one more opens per round
@@ -235,6 +181,93 @@ class RampupTuning:
     open_slots: int = 8
 
     # -- derived: numbers that follow from the fields above, by the formula that states their reason --
+
+    @property
+    def used_share(self) -> float:
+        """A scope uses its rate while its measured send rate is at least this share of it: within one
+        doubling of what the sends showed, the step rampup tells rates apart by (``cut_deep``, 0.5).
+        The rate grows only then, and what the scope may send is capped where it would stop counting
+        as used (``sent_cap``). An idle scope neither learns nor banks a rate it never tried."""
+        return self.cut_deep
+
+    @property
+    def high(self) -> float:
+        """Latency past ``high * baseline + latency_noise`` is cut: an overloaded server is caught at
+        its knee, before it starts to refuse. Latency one doubling over the service time, the step
+        rampup tells rates and latencies apart by, is a queue as long as the service, one request
+        waiting for each one served (``1 / cut_deep``, 2)."""
+        return 1.0 / self.cut_deep
+
+    @property
+    def min_round(self) -> float:
+        """The shortest round, in seconds: a round shortened by one doubling's step, so the start
+        phase at most quadruples its rate within the round a limit is stated per (``round *
+        cut_deep``, 0.5 s). Not a round trip of 50 ms: a limit on a window or a bucket shows nothing
+        until its burst is spent, and a rate doubling every 50 ms is far past it by then (a window of
+        11 per second drew 15 refusals in a second at 50 ms rounds, 3 at 0.5 s)."""
+        return self.round * self.cut_deep
+
+    @property
+    def probe_gap_max(self) -> float:
+        """The longest probe gap in an episode's first seconds, in seconds: a lock-out that ends (a
+        window's boundary, a counter drained) is seen at most this late, at the cost of one refused
+        probe per this long (or, later in a long one, ``late_share`` of the episode so far). A round
+        lengthened by one doubling's step: a limit stated per round is probed at most every other
+        round (``round / cut_deep``, 2 s). (With a round, 1 s, a fixed window of 30 per 10 s drew 37
+        refusals in 5 minutes, where 25 are allowed; with no floor at all, seven fake-clock cases of
+        windows and counters broke their bounds.)"""
+        return self.round / self.cut_deep
+
+    @property
+    def hold_long(self) -> float:
+        """Seconds: a hold at least this long is a penalty, not a token bucket's wait for its next
+        token (``Retry-After: 1``, the least a header in whole seconds can say). After such a hold the
+        rate resumes at ``cut`` of the level in the start phase and at the level in the steady phase:
+        the silence paid the burst's debt. (Resuming just under a ceiling after a one-second hold drew
+        a second refusal at once on the mixed farm's buckets of 2/s and 4/s with bursts of 2.) The
+        middle of a round and a round one doubling longer, of ``Retry-After: 1`` and ``2``, so a header
+        in whole seconds falls on one side or the other (``round * (1 + 1 / cut_deep) / 2``, 1.5 s)."""
+        return self.round * (1.0 + 1.0 / self.cut_deep) / 2.0
+
+    @property
+    def start_sent_weight(self) -> float:
+        """Weight of the newest gap in the measured send rate while the round is shorter than
+        ``round``: doubling every round trip outruns the steady weight's mean within a few sends, so
+        the steady mean's weights are swapped, the newest gap weighing what the older ones weigh there
+        (``1 - GAP_WEIGHT``, 0.75). (With one-second rounds the lagging mean is what tempers the
+        overshoot into a token bucket's burst, so the steady weight stays. With the steady weight,
+        0.25, in quick rounds too, eleven fake-clock cases broke their bounds, among them a 12.2/s
+        bucket with 8 s holds, 0.65 of capacity to 0.649, and a 10 per 1 s counter of refusals, 0.83
+        to 0.77.)"""
+        return 1.0 - GAP_WEIGHT
+
+    @property
+    def latency_signal(self) -> float:
+        """Latency under this many seconds says nothing of a server's load (no queue to see): a
+        latency is two stamps, the send's and the answer's, each off by up to the timing slack, so an
+        answer this quick may be the crawler's own jitter (``2 * knee_slack``, 20 ms). Under it the
+        start phase's round is ``confirm`` answers at the pace it doubles (within ``[min_round,
+        round]``): only a refusal could stop the climb, and a round of a few answers keeps the first
+        refusal's good rate near the limit. From this latency up, the round follows the latency and
+        one request may be in flight back to back. (As ``latency_noise``, 50 ms, sites answering in
+        20-50 ms lost the window of one, and the limiter cases' buckets with holds of 3-30 s fell from
+        0.65, 0.48 and 0.25 of capacity to 0.47, 0.32 and 0.14.)"""
+        return 2.0 * self.knee_slack
+
+    @property
+    def fit_hold(self) -> float:
+        """Seconds: a refusal with a hold at least this long is read against the bucket fit
+        (``_rampup_bucket``); shorter holds (from ``hold_long``) keep the held rules until the second,
+        where two stretches pin the bucket (on a 7.43/s bucket with 3 s holds the ordinary cuts took
+        six holds in 30 s to come down, 0.52 of capacity; 0.67 and four). Holds are told apart by
+        doublings of a round, as rates are: one round is a bucket's next token, one doubling more a
+        penalty (``hold_long`` lies between), two doublings a penalty long enough to fit at once
+        (``round / cut_deep ** 2``, 4 s). A wrong pace after a short hold costs little, and the fit's
+        first pace, cautious by design, cost more than it saved there: the mixed farm's 2/s site with
+        2 s holds fell from 0.63 to 0.36 of the oracle with the fit, and on 24 random buckets with
+        holds of 2-60 s the fit from 4 s up did as well as from 1.5 s (0.62 and 0.61 of capacity,
+        against 0.53 without it)."""
+        return self.round / (self.cut_deep * self.cut_deep)
 
     @property
     def sent_cap(self) -> float:
