@@ -181,7 +181,8 @@ async def test_a_request_out_far_too_long_holds_no_slot() -> None:
         assert silence < 2.0, (seed, silence)
 
 
-@pytest.mark.parametrize(("page", "first"), [(0.03, ("error", "ok", "ok", "ok")), (0.015, ("error", "ok", "ok", "ok")),
+@pytest.mark.parametrize(("page", "first"), [(0.03, ("error", "ok", "ok", "ok")),
+                                             (0.015, ("error", "ok", "ok", "ok")),
                                              (0.015, ("ok", "error", "ok", "ok"))])
 async def test_an_error_among_the_first_sends_costs_no_start(page: float, first: tuple[str, ...]) -> None:
     # 20 % 503s, no limit, no robots.txt (an API client's scope). The first send refused halved the
