@@ -143,9 +143,34 @@ def test_a_good_rate_a_whole_doubling_below_the_refused_one_sets_no_ceiling() ->
 
 def test_without_a_good_rate_the_ceiling_is_a_share_of_the_refused_rate() -> None:
     ramp = controller(start_rate=2.0)
-    send_and_answer(ramp, 0.0, pushback=True)  # refused at once: no answered send yet
+    ramp.on_send(0.0)
+    send_and_answer(ramp, 0.5, pushback=True)  # a gap sent, refused before any send was answered
     assert ramp.rate == pytest.approx(1.0)
     assert ramp.ceiling == pytest.approx(TUNING.start_ceiling_share * 2.0)
+
+
+def test_a_refusal_of_the_first_send_cuts_nothing() -> None:
+    # No gap was sent yet: the refusal says nothing of a rate. The next refusal, after a gap, cuts.
+    ramp = controller(start_rate=2.0)
+    send_and_answer(ramp, 0.0, pushback=True)
+    assert (ramp.phase, ramp.rate, ramp.generation) == ("start", 2.0, 0)
+    send_and_answer(ramp, 0.5, pushback=True)
+    assert ramp.phase == "steady"
+    assert ramp.rate == pytest.approx(1.0)
+
+
+def test_errors_judged_the_sites_own_give_back_the_good_rate() -> None:
+    # A 503 at 4/s halved the rate; judged the site's own, the doubling starts again from the start
+    # phase's good rate, not from the cut.
+    ramp = controller()
+    end = drive(ramp, 0.0, 3.0)
+    good = ramp._good_rate
+    assert good >= 2.0
+    send_and_answer(ramp, end, pushback=True)
+    assert ramp.rate < good
+    ramp.forgive(end + 0.1)
+    assert ramp.phase == "start"
+    assert ramp.rate == pytest.approx(good)
 
 
 def test_a_start_phase_begun_again_takes_the_rate_in_force_as_good() -> None:
@@ -608,7 +633,8 @@ def test_the_probe_pace_is_a_share_of_the_rate() -> None:
     shares = []
     for scale in (2.0, 200.0):
         ramp = controller(start_rate=scale, max_rate=10 * scale)
-        send_and_answer(ramp, 0.0, pushback=True)  # ends the start phase (no good rate: halved)
+        ramp.on_send(0.0)
+        send_and_answer(ramp, 1.0 / scale, pushback=True)  # ends the start phase (no good rate: halved)
         end = drive(ramp, 0.5, 20.0)
         send_and_answer(ramp, end, pushback=True)  # an ordinary cut
         ceiling = ramp.ceiling

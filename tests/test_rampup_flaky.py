@@ -13,6 +13,8 @@ import asyncio
 import random
 from dataclasses import dataclass
 
+import pytest
+
 from crawlpace import ScopeGivenUp, Settings, Throttler
 from crawlpace.testing import MockClock
 
@@ -177,3 +179,17 @@ async def test_a_request_out_far_too_long_holds_no_slot() -> None:
                           first=("ok", "ok", "error", "hang"), seconds=30.0, seed=seed)
         silence = max(later - sent for sent, later in zip(run.sends, run.sends[1:], strict=False))
         assert silence < 2.0, (seed, silence)
+
+
+@pytest.mark.parametrize(("page", "first"), [(0.03, ("error", "ok", "ok", "ok")),
+                                             (0.015, ("error", "ok", "ok", "ok")),
+                                             (0.015, ("ok", "error", "ok", "ok"))])
+async def test_an_error_among_the_first_sends_costs_no_start(page: float, first: tuple[str, ...]) -> None:
+    # 20 % 503s, no limit, no robots.txt (an API client's scope). The first send refused halved the
+    # starting rate the site never saw, and the errors rule judged the cut at 0.5/s: its one error
+    # "before" outweighed the answers after, so the cut stood (12-94 sends in 15 s; now 228-274). An
+    # error at the second send, judged the site's own, left the doubling to start again from half the
+    # starting rate (0.75 of the clean pace at 15 ms; now 0.91, from the good rate).
+    clean = await crawl(errors=0.0, page=page, seconds=15.0)
+    flaky = await crawl(errors=0.2, status=503, page=page, first=first, seconds=15.0)
+    assert len(flaky.sends) >= 0.85 * len(clean.sends), (len(flaky.sends), len(clean.sends))

@@ -44,6 +44,14 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   The page through the door is the one extra request of the polite start: the
   next keeps the starting gap after it (``SendRecord.door_gap``).
 
+*The first send*: a refusal of a scope's first send, answered before anything else was, cuts
+nothing (:meth:`StartPhase._first_refused`). No gap was sent yet, so it says nothing of a rate, and
+halving the starting rate answered a flaky backend's first 5xx (an API client fetches no
+robots.txt) with half the polite pace while the errors rule (``_load_errors``) judged it: its
+outcomes at 0.5/s took seconds to come, and the one error "before" the cut outweighed any share
+after it, so the scope stayed at 0.5/s (12-94 sends in 15 s where a clean site got 243-287). A
+limiter already full from earlier traffic refuses the next send too, which cuts as usual.
+
 The first refusal ends the phase. The rate is halved, as before; the climb back
 levels out under the *good rate* (the rate in force at the last answered send)
 when that is lower than the usual share of the refused rate: the limit lies
@@ -171,6 +179,12 @@ class StartPhase:
         """Whether a refusal answers the send that went through the door (the latest send, which
         went sooner than the rate allowed because robots.txt had just been answered)."""
         return self._door != NEVER and sent_at is not None and sent_at >= self._sent_at - DOOR_SLACK
+
+    def _first_refused(self: _StartPhaseState, sent_at: float | None) -> bool:
+        """Whether a refusal answers the scope's first send, with nothing answered before it: no gap
+        was sent yet, so it says nothing of a rate (see the module's *first send*)."""
+        return (self.phase == "start" and self._gap is None and self._good_rate == 0.0
+                and self._sent_at != NEVER and (sent_at is None or sent_at >= self._sent_at - DOOR_SLACK))
 
     def door_open(self: _StartPhaseState) -> bool:
         """Whether robots.txt's door is open (see :meth:`_door_open`): a shared store closes it

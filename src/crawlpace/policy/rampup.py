@@ -449,6 +449,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # too short for a limit with no room for a burst, which says nothing of the rate.
             self._decide(now, "door: the page sent at once after robots.txt was refused; its gap, "
                          "not the rate, was too short")
+        elif pushback and answered and self._first_refused(sent_at):
+            # No gap was sent yet: a cut would halve a rate the site never saw (_rampup_start).
+            self._decide(now, "first: the scope's first send was refused; no rate was sent yet, "
+                         "nothing to cut")
         elif pushback and answered and self._counter_pinned(now):
             pass  # (paced under the counter every send fits, after its reading falls: no cut)
         elif pushback and answered and not self._episode_opens(now, can_cut, sent_at):
@@ -594,7 +598,11 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
 
     def forgive(self, now: float) -> None:
         """The errors that cut the rate were judged the site's own, not load (``_load_errors``):
-        climb again from the rate they left, as the start phase does, with no ceiling.
+        climb again, as the start phase does, with no ceiling, from the rate they left or the start
+        phase's good rate (the rate in force at its last answered send), whichever is higher: their
+        cuts answered nothing, and a quick site doubling again from half its starting rate took
+        seconds to climb back (a 15 ms site with 20 % 503s: 0.75 of the clean pace over 15 s, 0.9
+        from the good rate).
 
         Their cuts set a ceiling and a search under the pace the site takes, and the cubic
         climb would spend a window under them. A cap on the slots read from quick refusals goes
@@ -608,6 +616,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         self.ceiling = self.last_pushback_rate = None
         self._top, self._probe_after = 0.0, _NEVER
         self._ep_since, self._ep_gap = _NEVER, 0.0
+        # Their cuts undone: back to the start phase's good rate, if they had cut under it.
+        self.rate = max(self.rate, min(self.max_rate, self._good_rate))
         self._start_again()
         self._decide(now, "start: the errors that cut the rate are the site's own, not load; "
                      "doubling again from here")
