@@ -262,7 +262,8 @@ async def test_the_writes_a_hold_caught_go_one_by_one_after_it_then_the_admissio
     clock = MockClock()
     url = redis_url.split("?")[0] + f"?namespace=t{uuid.uuid4().hex[:10]}&time=local"
     refused, first, second = (open_store(url, PACED, clock, random.Random(seed)) for seed in (1, 2, 3))
-    assert isinstance(first, RedisStore) and isinstance(second, RedisStore)
+    assert isinstance(first, RedisStore)
+    assert isinstance(second, RedisStore)
     try:
         leases = [await _admitted(store, clock) for store in (refused, first, second)]
         feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=5.0)
