@@ -261,9 +261,10 @@ async def test_the_writes_a_hold_caught_go_one_by_one_after_it_then_the_admissio
     asked for quiet (a bucket with no burst refused two, and held the fleet again)."""
     clock = MockClock()
     url = redis_url.split("?")[0] + f"?namespace=t{uuid.uuid4().hex[:10]}&time=local"
-    refused, first, second = (open_store(url, PACED, clock, random.Random(seed)) for seed in (1, 2, 3))
-    assert isinstance(first, RedisStore)
-    assert isinstance(second, RedisStore)
+    stores = [open_store(url, PACED, clock, random.Random(seed)) for seed in (1, 2, 3)]
+    redis_stores = [store for store in stores if isinstance(store, RedisStore)]
+    assert len(redis_stores) == 3
+    refused, first, second = redis_stores
     try:
         leases = [await _admitted(store, clock) for store in (refused, first, second)]
         feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=5.0)
@@ -285,5 +286,5 @@ async def test_the_writes_a_hold_caught_go_one_by_one_after_it_then_the_admissio
         for store, lease in ((first, leases[1]), (second, leases[2])):
             await store.release(lease, Outcome(status=200, latency=0.01))
     finally:
-        for store in (refused, first, second):
-            await store.aclose()
+        for each in stores:
+            await each.aclose()
