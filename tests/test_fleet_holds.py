@@ -235,3 +235,56 @@ async def test_a_refusals_hold_does_not_wait_for_the_batch_call_in_flight(redis_
         answered.set()
         await refused.aclose()
         await other.aclose()
+
+
+PACED = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"concurrency": 4, "delay": 0.5},
+                              "CONCURRENT_REQUESTS": 16})
+
+
+async def _admitted(store: Any, clock: MockClock) -> Lease:
+    """A lease of ``SCOPE`` from ``store``, the clock advanced to the scope's next send."""
+    for _ in range(10):
+        got = await store.acquire(SCOPE)
+        if isinstance(got, Lease):
+            return got
+        assert got.ready_at is not None
+        clock.advance(max(got.ready_at - clock.now(), 0.001))
+    raise AssertionError("never admitted")
+
+
+@pytest.mark.redis
+async def test_the_writes_a_hold_caught_go_one_by_one_after_it_then_the_admissions(redis_url: str) -> None:
+    """Two workers' leases, granted before a third worker's refusal held the scope, are written
+    late (a loaded fleet's loops). Their last looks each get a turn after the hold, the scope's
+    delay apart, and the store admits nothing new before both turns. main sent both at the hold's
+    end, with the store's first admission after it: three requests at once right after the site
+    asked for quiet (a bucket with no burst refused two, and held the fleet again)."""
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=t{uuid.uuid4().hex[:10]}&time=local"
+    stores = [open_store(url, PACED, clock, random.Random(seed)) for seed in (1, 2, 3)]
+    redis_stores = [store for store in stores if isinstance(store, RedisStore)]
+    assert len(redis_stores) == 3
+    refused, first, second = redis_stores
+    try:
+        leases = [await _admitted(store, clock) for store in (refused, first, second)]
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=5.0)
+        await refused.release(leases[0], Outcome(status=429, latency=0.01, feedback=(feedback,)))
+        await refused.flush()
+        end = clock.now() + 5.0  # the hold's end (the refusal's answer came just now)
+        client = await first._conn.client()
+        delay = float(await client.hget(first._keys("site")[0], "delay"))
+        assert delay >= 0.5
+        waits = [await first.held_for(("site",)), await second.held_for(("site",))]
+        assert waits[0] == pytest.approx(5.0, abs=0.01)  # the first at the hold's end
+        assert waits[1] == pytest.approx(waits[0] + delay, abs=0.01)  # the next a delay later (main: 5.0)
+        clock.advance(5.0)
+        got = await refused.acquire(SCOPE)  # the store's first admission after the hold: after both
+        assert isinstance(got, Blocked)  # main: admitted at the hold's end
+        assert got.ready_at == pytest.approx(end + 2 * delay, abs=0.01)
+        clock.advance(delay)
+        assert await second.held_for(("site",)) == 0.0  # its turn: the hold is over, it goes
+        for store, lease in ((first, leases[1]), (second, leases[2])):
+            await store.release(lease, Outcome(status=200, latency=0.01))
+    finally:
+        for each in stores:
+            await each.aclose()

@@ -40,7 +40,7 @@ for i = 1, n do
   local base = 5 + 8 * (i - 1)
   -- Every field read costs the server: the probe and the quota's two are read only when in use.
   local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
-                      "brk", "last", "gap", "sends", "rmax", "exp")
+                      "brk", "last", "gap", "sends", "rmax", "exp", "turn")
   local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
   local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
@@ -62,6 +62,9 @@ for i = 1, n do
   local at = tonumber(f[5]) or -1
   local hold = tonumber(f[6]) or -1
   if hold > at then at = hold end
+  -- "turn": after the writes a hold caught, each in its turn (look.lua).
+  local turn = tonumber(f[16])
+  if turn and turn > at then at = turn end
   local full = inflight >= conc
   -- The quota, a token bucket as in policy/quota.py: "qc" is the credit as of
   -- time "qa" (neither: full since forever). A request waits until the credit

@@ -81,8 +81,8 @@ try:  # the driver is optional: the ``redis`` extra
 except ImportError:  # pragma: no cover - exercised only without the extra
     ResponseError = None  # type: ignore[assignment,misc]
 
-_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot", "hold"),
-                        clocked=("acquire", "release", "allot", "hold"))
+_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot", "hold", "look"),
+                        clocked=("acquire", "release", "allot", "hold", "look"))
 
 
 def _refusal(lease: Lease, outcome: Outcome) -> bool:
@@ -460,38 +460,36 @@ class RedisStore:
         await self._conn.aclose()
 
     async def held_for(self, scopes: tuple[str, ...]) -> float:
-        """Seconds until the latest hold the server keeps on ``scopes`` ends (0.0: none, or no answer).
+        """Seconds until this write's turn after the hold the server keeps on ``scopes`` (0.0: none held).
 
         The last look before a request is written (``crawl/_fetch.py``): a lease granted
-        before another worker's refusal reached the server does not see its hold. A scope
-        paced by a Crawl-delay is not asked about: its one slot leaves no other request in
-        flight to hold, and the round trip would lag this write behind its grant more than
-        the next one's (the fleet's spacing at the site is the spacing of its grants).
+        before another worker's refusal reached the server does not see its hold. Each
+        write a hold catches takes a turn after it (``lua/look.lua``), as an admission
+        would: the first at the hold's end, the next one the scope's delay later, and the
+        server's admissions after them; all of them at the hold's end would reach the site
+        together, a burst right after it asked for quiet. A scope paced by a Crawl-delay is
+        not asked about: its one slot leaves no other request in flight to hold, and the
+        round trip would lag this write behind its grant more than the next one's (the
+        fleet's spacing at the site is the spacing of its grants).
+
+        The wait is counted on the server's clock (``time=server``, the default): this
+        worker's estimate of it (from replies read late on a loaded machine) may run ahead
+        of it by more than a site's tolerance, and the write would then land inside the hold.
         """
         if self._outage.skip():
             return 0.0
         scopes = tuple(name for name in scopes if self._policies.policy(name).crawl_delay is None)
         if not scopes:
             return 0.0
+        # One call for every scope (their keys share a slot only off a cluster; there, one each).
+        groups = [scopes] if not self.cluster else [(name,) for name in scopes]
         try:
-            client = await self._conn.client()
-            async with client.pipeline(transaction=False) as pipe:
-                for name in scopes:
-                    pipe.hget(self._keys(name)[0], "hold")
-                if self.time == "server":
-                    pipe.time()
-                replies = await pipe.execute()
+            now = await self._now_arg()
+            replies = [await self._conn.call_now("look", [self._keys(name)[0] for name in group], [now])
+                       for group in groups]
         except self._down:
             return 0.0
-        now = self._server_now()  # the clock the admissions were judged by ("local", "synced")
-        if self.time == "server":
-            # The seconds left on the server's own clock, read with the holds: this worker's estimate
-            # of it (from replies read late on a loaded machine) may run ahead of it by more than a
-            # site's tolerance, and the write would then land inside the hold.
-            seconds, micros = replies.pop()
-            now = float(seconds) + micros / 1e6
-        ends = [float(reply) for reply in replies if reply]
-        return max(max(ends) - now, 0.0) if ends else 0.0
+        return max(max(float(reply[1]) for reply in replies), 0.0)
 
     async def _hold_first(self, lease: RedisLease, outcome: Outcome) -> None:
         """Take a refusal's hold (``Retry-After``) to the server before its release reads the counts.

@@ -62,7 +62,7 @@ def read_snapshot(scope: str, fields: dict[Any, Any], inflight: int, resting: in
                            ("pslot", policy.limits.delay_per_slot)):
             values[key] = str(value)
     concurrency = int(number("conc", policy.limits.concurrency))
-    ready: float | None = max(number("next"), number("hold"))
+    ready: float | None = max(number("next"), number("hold"), number("turn"))  # turn: look.lua
     if inflight >= concurrency:
         ready = None
     # "o": responses, errors, the latest latency and the mean, one field (release.lua). The
