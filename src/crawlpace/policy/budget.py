@@ -276,9 +276,7 @@ class ResetRefiner:
     length, and the window's first send plus the length is its end, when that
     end is one the header allows (within its last second, and still ahead).
     Other windows (a moving window, whose reset is its oldest request's)
-    seldom give such an end, and keep the header's reset. Whole seconds from
-    now (the ``RateLimit-*`` trio's ``RateLimit-Reset: 2``, rounded up) leave
-    the same second of doubt, and are narrowed alike.
+    seldom give such an end, and keep the header's reset.
 
     A refusal of a request sent before the reset the header gave, once a
     narrower one was used, says the server rounds otherwise: the header's
@@ -310,8 +308,7 @@ class ResetRefiner:
             sent_at: when its request was sent.
             remaining: requests left, as the answer said.
             limit: the budget's limit.
-            reset: seconds to the reset as the header gave it (a whole-second moment, or whole
-                seconds from now).
+            reset: seconds to the reset as the header gave it (whole-second moment).
             refused: the answer was a refusal.
         """
         if refused and sent_at < self.early_until:

@@ -496,10 +496,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             assert length is not None
             return dataclasses.replace(feedback, hold=hold, pace=SPREAD_SHARE * length / coarse.limit,
                                        pace_for=2.0 * length)
-        if not coarse.whole and coarse.reset != int(coarse.reset):
-            # Exact seconds from now (X-RateLimit-Reset-After) need no narrowing: the header's pace and
-            # hold stand. Whole seconds from now (the RateLimit-* trio) are rounded up like a moment.
-            return feedback
+        if not coarse.whole:
+            return feedback  # seconds from now need no narrowing: the header's pace and hold stand
         refiner = self.refiner
         if refiner is None:
             refiner = self.refiner = ResetRefiner()

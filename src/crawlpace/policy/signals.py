@@ -35,9 +35,7 @@ class CoarseReset:
         reset: seconds to the reset as the header gave it (the latest it may be).
         whole: the reset came as a moment in whole seconds (``X-RateLimit-Reset`` as a Unix
             time); False for seconds from now (``X-RateLimit-Reset-After``, the trio's reset),
-            which a moving window's log (:class:`~crawlpace.policy.budget.WindowLog`) uses, and
-            :class:`~crawlpace.policy.budget.ResetRefiner` too when they are whole (the trio's,
-            rounded up like a moment).
+            which only a moving window's log (:class:`~crawlpace.policy.budget.WindowLog`) uses.
     """
 
     remaining: float
