@@ -290,9 +290,9 @@ async def test_announced_budget_paces_before_the_429(clock: MockClock,
     throttler = make_throttler(FAST)
     await answer(throttler, 200, {"RateLimit-Remaining": "10", "RateLimit-Reset": "5"})
     sends = [await answer(throttler) for _ in range(3)]
-    # 10 requests left over "5" s, a rounded-up 4.5 s on average, spread over 0.9 of it so that
-    # the tenth goes before the reset: one per 0.405 s.
-    assert sends == pytest.approx([0.405, 0.81, 1.215])
+    # 10 requests left over "5" s, rounded up: 4 s at the earliest, spread over 0.9 of it so that
+    # the tenth goes before the reset: one per 0.36 s.
+    assert sends == pytest.approx([0.36, 0.72, 1.08])
 
 
 async def test_a_fractional_reset_is_taken_as_exact(clock: MockClock,
@@ -311,11 +311,11 @@ async def test_an_announced_budget_lifts_rampup_at_once(clock: MockClock,
     stats = await throttler.scope_stats("example.com")
     assert stats is not None
     assert stats.rampup is not None
-    # Rampup alone starts at 1 request per second; the budget allows 50 in ~9.5 s (spread over
-    # 0.9 of it, so that the 50th goes before the reset).
+    # Rampup alone starts at 1 request per second; the budget allows 50 in 9 s at the earliest
+    # (spread over 0.9 of it, so that the 50th goes before the reset).
     assert stats.rampup.phase == "start"
     # Rampup's jitter only lengthens a delay, by up to 5 %.
-    assert 0.9 * 9.5 / 50 <= second - first <= 0.9 * 9.5 / 50 * 1.05
+    assert 0.9 * 9.0 / 50 <= second - first <= 0.9 * 9.0 / 50 * 1.05
 
 
 async def test_spent_budget_holds_until_the_reset(clock: MockClock,

@@ -1050,3 +1050,61 @@ async def test_a_moving_window_announced_without_its_length_is_learned_from_its_
     assert out.share >= share
     assert out.refused <= 2  # the climb's requests already out when the budget first ran out
     assert site.busiest() <= limit + 1
+
+
+@dataclass
+class Judged:
+    """Another limiter, judged as the simulator judges every site: a request that comes while a
+    refusal's ``Retry-After`` still runs (more than ``tolerance`` after that answer) breaks it."""
+
+    inner: AnnouncedWindow
+    tolerance: float = 0.01
+    embargo: Embargo = field(default_factory=Embargo)
+    violations: int = 0
+
+    @property
+    def capacity(self) -> float:
+        return self.inner.capacity
+
+    def arrive(self, now: float) -> Response:
+        if self.embargo.violated(now, self.tolerance):
+            self.violations += 1
+        answer = self.inner.arrive(now)
+        wait = answer.headers.get("Retry-After")
+        if answer.status_code >= 400 and wait is not None:
+            self.embargo.extend(now, float(wait))
+        return answer
+
+    def leave(self, now: float) -> None:
+        self.inner.leave(now)
+
+
+@pytest.mark.parametrize(("limit", "window", "seed"), [(5, 9.1, 1), (8, 7.5, 2)])
+async def test_a_refusals_retry_after_stands_while_the_window_log_gates(limit: int, window: float,
+                                                                        seed: int) -> None:
+    # A random farm's r3:sliding27: 5 per 9.1 s moving, refusals counted, the RateLimit-* trio and
+    # Retry-After on refusals. The trio's whole-second resets taught the log 9 s, so its sixth request
+    # was refused; the refusal's "Retry-After: 2" (the reset, rounded up) was dropped as the spent
+    # budget's hold, and the log's pace sent the next 1.7-1.9 s later: a broken Retry-After. (The
+    # second page's 0.5 s stall puts the window's second request a second after its first, as the
+    # crawl's 1 s start delay did.)
+    site = Judged(AnnouncedWindow(SlidingWindow(limit, window, count_refused=True), "trio"))
+    out = await crawl(site, 20.0, seed=seed, latency=0.003, instant=True, robots=0.005,
+                      hiccups=(1.4,), hiccup=0.5)
+    assert site.violations == 0
+    assert out.refused <= 1
+    assert out.share >= 0.8
+
+
+@pytest.mark.parametrize(("limit", "window"), [(2, 2.3), (2, 1.4)])
+async def test_a_budget_announced_in_whole_seconds_from_now_is_spread_before_its_earliest_reset(
+        limit: int, window: float) -> None:
+    # The RateLimit-* trio on windows that follow each other from the first request (random farms'
+    # headers kind): "RateLimit-Reset: 2" is a reset anywhere in (1, 2] s, rounded up. Taken as 1.5 s
+    # and spread, the window's last request went after a reset of 1.3 s, into the next window, and
+    # each window served one request: 0.58-0.69 and 0.60-0.63 of the site. Spread over the earliest
+    # the reset may be, the whole budget goes in its window.
+    site = AnnouncedWindow(FixedWindow(limit, window), "trio")
+    out = await crawl(site, 20.0, instant=True, robots=0.005)
+    assert out.share >= 0.8  # 0.92 and 0.875 now
+    assert out.refused == 0

@@ -250,7 +250,7 @@ class FeedbackBuilder:
             pace_for = 2.0 * hint.reset
             # (A reset moment in whole seconds is the scope's to narrow, with the window it learns.)
             share = 1.0 if hint.reset_whole else SPREAD_SHARE
-            pace = share * _unrounded(hint.reset) / hint.remaining
+            pace = share * _earliest(hint.reset) / hint.remaining
         elif hint is not None and (spent := _spent_reset(hint)) is not None and spent > 0.0:
             # Spent: held to the reset (see hold_of), and then one request at a time until an
             # answer says how much came back. A fixed window's reset brings the whole budget
@@ -394,15 +394,20 @@ def _budget_of(hint: ServerHint | None) -> BudgetReading | None:
     return BudgetReading(remaining=hint.remaining, quota=hint.limit, window=hint.window, span=hint.reset)
 
 
-def _unrounded(reset: float) -> float:
-    """The likeliest time to a reset a header gave in whole seconds.
+def _earliest(reset: float) -> float:
+    """The time to a reset a header gave in whole seconds that the budget is spread over.
 
-    Servers round the seconds to a reset up, so "1" means anywhere in (0, 1]:
-    pacing the rest of the budget over the whole second would leave, on
-    average, half a second of every window unused. A whole number is taken
-    as half a second less; a fractional one is already exact.
+    Servers round the seconds to a reset up, so "2" means anywhere in (1, 2]: the
+    rest of the budget, spread over the earliest the reset may be, all goes in this
+    window. (Taken as 1.5 s, a window of 2 per 2.3 s whose reset was 1.3 s away got its
+    second request in the next window, one request a window: 0.57 of its limit. Sent
+    sooner, the budget is spent a little early and the spent budget waits out the
+    rest.) "1" gives no such bound and is taken as half a second; a fractional reset
+    is already exact.
     """
-    return reset - 0.5 if reset >= 1.0 and reset == int(reset) else reset
+    if reset >= 1.0 and reset == int(reset):
+        return reset - 1.0 if reset >= 2.0 else 0.5
+    return reset
 
 
 @dataclass(slots=True)

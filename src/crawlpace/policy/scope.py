@@ -460,10 +460,18 @@ class ScopePolicy(ScopeGates, GradualSlots):
         in place of the header's pace and the hold of a spent budget; until
         then (and in a shared store) the reset is narrowed with the window
         learned so far (:class:`.budget.ResetRefiner`).
+
+        Only a success's hold is the spent budget's to narrow: a refusal's
+        stands as the server sent it. Its ``Retry-After`` is a demand, in whole
+        seconds rounded up, and the refusal itself shows the model wrong (a
+        moving window of 9.1 s learned as 9 from whole-second resets was sent
+        its next 1.7 s after a ``Retry-After: 2``).
         """
         coarse = feedback.coarse
         assert coarse is not None
         refused = feedback.status in (429, 503)
+        # (A redirect's or refusal's hold: Retry-After applies there, see _responses/_feedback.py.)
+        demanded = feedback.status is None or feedback.status >= 300
         log = self.window_log
         if log is None:
             log = self.window_log = WindowLog()
@@ -481,7 +489,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                          "until an answer" if at is None else f"{max(at - now, 0.0):.3f}s", coarse.limit)
         if log.active:
             hold = feedback.hold
-            if hold is not None and hold <= coarse.reset:
+            if hold is not None and hold <= coarse.reset and not demanded:
                 hold = None  # the spent budget's: the log holds the next send until a slot frees
             # Spread over most of the window (sends come late, never early): the log keeps the count.
             length = log.length()
@@ -498,7 +506,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if reset >= coarse.reset:
             return feedback
         hold, pace = feedback.hold, feedback.pace
-        if hold is not None and hold == coarse.reset:
+        if hold is not None and hold == coarse.reset and not demanded:
             hold = reset  # the spent budget's hold, not a longer Retry-After
         if pace is not None:
             # After a spent budget's hold, one at a time; otherwise the window's rest, spread.
