@@ -84,7 +84,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap", "_gentle", "_ep_since",
           "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_cycle_refused", "_ok_sends", "_gap_ok",
           "_strict_gap", "_ok_lat", "_no_burst",
-          "_fitted", "_fit_span", "_early_cut", "_drain_at", "_inflight_ok", "_sustained", "_lone_refused",
+          "_fitted", "_fit_span", "_early_cut", "_drain_at", "_ep_drain", "_drain_until", "_inflight_ok", "_sustained", "_lone_refused",
           "_quick_sent", "_outstanding", "_stragglers", "_hung", "_merged", "_slow_last", "_load_latency",
           "_load_count", "_load_n",
           "_load_since", "_knee_hold", "_knee_at", "_answered_at", "_acc_base",
