@@ -568,8 +568,9 @@ async def test_a_counter_whose_periods_started_before_the_crawl(limit: float, pe
 
 @dataclass
 class PeakRequestRate(RequestRate):
-    """A :class:`RequestRate` that keeps its highest reading, refused requests counted (the random farm's
-    judge of a counter's busiest window: over ``limit + 1`` once two refusals come within one count's drain)."""
+    """A :class:`RequestRate` that keeps its highest reading, refused requests counted (the random
+    farm's judge of a counter's busiest window: over ``limit + 1`` once two refusals come within one
+    count's drain)."""
 
     peak: float = 0.0
 

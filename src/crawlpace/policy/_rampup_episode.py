@@ -386,8 +386,8 @@ class Episodes:
         counts = _DRAIN_COUNTS
         before = None if sent_at is None else self._last_ok_before(sent_at)
         shortest = self._gap_ok
-        if self.phase == "steady" and sent_at is not None and before is not None and math.isfinite(shortest) and (
-                T.strict_near * shortest <= sent_at - before < shortest):
+        if (self.phase == "steady" and sent_at is not None and before is not None and math.isfinite(shortest)
+                and T.strict_near * shortest <= sent_at - before < shortest):
             counts = 1.0
         return counts * (self._ep_since - start) / accepted
 
