@@ -566,6 +566,35 @@ async def test_a_counter_whose_periods_started_before_the_crawl(limit: float, pe
     assert out.refused <= refusals
 
 
+@dataclass
+class PeakRequestRate(RequestRate):
+    """A :class:`RequestRate` that keeps its highest reading, refused requests counted (the random
+    farm's judge of a counter's busiest window: over ``limit + 1`` once two refusals come within one
+    count's drain)."""
+
+    peak: float = 0.0
+
+    def arrive(self, now: float) -> Response:
+        answer = super().arrive(now)
+        self.peak = max(self.peak, self._current + self._previous * (1.0 - (now - self._start) / self.period))
+        return answer
+
+
+async def test_a_counter_refusing_on_arrival_is_probed_after_its_drain() -> None:
+    # r1:reqrate19 of the random farm (seed 499791605, 20 s a site): 93 per 5.4 s, its periods 2.1 s
+    # into the first at the first request, 429s at once. The start reached 100/s; the first lock-out's
+    # probes went 11 ms, 23 ms, 46 ms... after the refusal, each counted while the counter drained
+    # 3 a second: 8 refusals, and the lock-out ran to 7.6 s. After it the counter was still full until
+    # its period turned at 8.7 s; the level's refusal there cut again, and that 1.5 s cycle was fitted as
+    # a bucket's refill, 0.93/s for ten seconds. Was 0.32 / 12, the busiest reading 97.1 (limit 93); now
+    # 0.76 / 9, 95.1 (the drain's probes after the lock-out still go at the level's gap, doubling).
+    limiter = PeakRequestRate(93.0, 5.4, _start=-2.079)
+    out = await crawl(limiter, 20.0, latency=0.004, instant=True)
+    assert out.share >= 0.7
+    assert out.refused <= 10
+    assert limiter.peak <= 96.0
+
+
 async def test_a_counter_fitted_to_every_send_is_paced_between_the_counters_that_fit() -> None:
     # 100 per 10 s, periods 2.8 s before the crawl, pages in 3 ms, 429s at once. After the lock-out, the
     # counters that fit every send let 0.85 to 21/s through; the search's refusals at 18-20 s leave 9.6 to

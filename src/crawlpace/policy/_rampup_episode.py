@@ -96,6 +96,14 @@ from ._rampup_tuning import TUNING as T
 
 __all__ = ["Episodes"]
 
+#: A request-rate counter that counts refused sends reads between ``N`` and ``N + 1`` with the refused
+#: send counted, and lets a send through once its reading fell to ``N - 1``: a drain of one to two
+#: counts, which no counter drains faster than the scope's accepted sends came in (the counter
+#: counted them, at most a period's worth blended). A probe sooner is refused and counted, which
+#: only lengthens the lock-out. (A model bound, not tuning: a bucket's refill of one token is within
+#: it too.) Fewer accepted sends than that say nothing of the pace.
+_DRAIN_COUNTS = 2.0
+_DRAIN_SENDS = 4
 
 
 def _counter_fit(fit: float, accepted: int, refused: int) -> float:
@@ -139,6 +147,8 @@ class _EpisodeState(Protocol):
     _fit_span: float
     _early_cut: float
     _drain_at: float
+    _ep_drain: float
+    _drain_until: float
     _sustained: float
     _gap: float | None
     hold_learned: float
@@ -164,6 +174,8 @@ class _EpisodeState(Protocol):
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
+    def _drain_gap(self, sent_at: float | None) -> float: ...
+    def _probe_gap(self) -> float: ...
     def _draining(self, now: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
 
@@ -182,10 +194,18 @@ class Episodes:
 
     def _episode_cap(self: _EpisodeState, allowed: float) -> float:
         """``allowed``, capped at one send per probe gap inside an episode."""
-        gap = self._ep_gap
-        if self._ep_since == NEVER or gap <= 0.0:
+        gap = self._probe_gap()
+        if gap <= 0.0:
             return allowed
         return min(allowed, 1.0 / gap)
+
+    def _probe_gap(self: _EpisodeState) -> float:
+        """The gap between sends inside an episode (0: none under way): the probe gap, and until a hold
+        the server asked for came, at least the overshoot's drain (:meth:`_drain_gap`)."""
+        gap = self._ep_gap
+        if self._ep_since == NEVER or gap <= 0.0 or self._resumed_at > self._ep_since:
+            return gap
+        return max(gap, self._ep_drain)
 
     def _episode_opens(self: _EpisodeState, now: float, can_cut: bool, sent_at: float | None) -> bool:
         """A refusal answered at ``now`` of a send made at ``sent_at``: whether it is new evidence.
@@ -201,10 +221,11 @@ class Episodes:
                 return True
             if self._cycle_start != NEVER and sent < self._cycle_start:
                 return False  # sent before the last episode ended, answered since: its tail
-            self._ep_since = now
+            self._ep_since, self._ep_drain = now, 0.0
             if self._draining(now):
                 self._ep_gap = 1.0 / max(self.rate, self.min_rate)
                 return False
+            self._drain_until = NEVER  # (a refusal that cuts is no lock-out's drain)
             self._ep_gap = 0.0  # set from the cut rate (_episode_cut)
             # A counter's verdict on a level comes a period after it began: refused sooner than the
             # fitted cycle, the level may be far over the limit, not just over by its last step.
@@ -213,7 +234,7 @@ class Episodes:
                 self._early_cut = now  # (the cut's time, if this refusal cuts)
             return True
         if sent >= self._ep_since:
-            gap = self._ep_gap if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
+            gap = self._probe_gap() if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
             # (At least a lock-out's worth of gaps at the rate: probes at a slow limit's own pace would
             # keep a counter that counts them full.)
             longest = max(T.probe_gap_max, T.late_share * (now - self._ep_since),
@@ -246,7 +267,7 @@ class Episodes:
         before = [at for at in self._answers if at <= sent_at]
         if 1 <= held <= len(before) and sent_at - before[-held] < T.quick_refusal * base:
             return  # (a slot freed late may explain it)
-        self._ep_since = now
+        self._ep_since, self._ep_drain = now, 0.0
         self._ep_gap = 2.0 / max(self.rate, self.min_rate)
 
     def _draining(self: _EpisodeState, now: float) -> bool:
@@ -254,6 +275,14 @@ class Episodes:
         cycle's length of the lock-out's end, at the fitted level, before any probe above it. A counter
         that blends its last period into the current one (HAProxy's) lets a probe through before it has
         drained; refusals later in the cycle are the level's own (a limit that fell under the fit)."""
+        if now < self._drain_until:
+            # The last lock-out's drain (see _episode_answer): a counter still full until its period
+            # turns refuses the fit as it refuses a search's first step above it, which says nothing of
+            # the limit: back to the fit, the search's top kept for later.
+            if self.rate > self._cycle_rate > 0.0:
+                self.rate = self._cycle_rate
+                self._start_climb(now, fast=False)
+            return True
         if (self._cycle_start != NEVER and self._fitted and now < self._probe_after
                 and 2.0 * (now - self._cycle_start) < self._fit_span):
             # (Within half the fitted cycle: a blended counter's drain came back 0.6 and 1.2 s after a
@@ -312,7 +341,7 @@ class Episodes:
         self._recall = self._recall_wait = self._recall_from = 0.0
         self.hold_learned = max(self.hold_learned, counter.period)
         self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
-        self._ep_since, self._ep_gap = now, max(1.0 / level, opens - self._sent_at)
+        self._ep_since, self._ep_gap, self._ep_drain = now, max(1.0 / level, opens - self._sent_at), 0.0
         self._start_climb(now, fast=False)
         self._decide(now, f"counter: every send fits {counter.limit} per {counter.period:.3g}s; pacing at "
                      f"{level:.3g}/s from {opens:.3g}s, when its reading falls under the limit")
@@ -338,10 +367,29 @@ class Episodes:
         if self._recall > high:
             self._recall = high if high > self.rate * (1.0 + T.tolerance) else 0.0
 
-    def _episode_cut(self: _EpisodeState) -> None:
-        """After the cut that opened an episode: probes go at the cut rate until one is refused."""
+    def _episode_cut(self: _EpisodeState, quick: bool = False, sent_at: float | None = None) -> None:
+        """After the cut that opened an episode: probes go at the cut rate until one is refused, the
+        first no sooner than the overshoot's drain after a refusal on arrival (``quick``) of a send
+        made at ``sent_at``."""
         if self._ep_since != NEVER and self._ep_gap <= 0.0 and self.rate > 0.0:
             self._ep_gap = 1.0 / self.rate
+            self._ep_drain = self._drain_gap(sent_at) if quick else 0.0
+
+    def _drain_gap(self: _EpisodeState, sent_at: float | None) -> float:
+        """The earliest a probe after an overshoot's refusal of a send made at ``sent_at`` can pass: two
+        mean gaps of the cycle's accepted sends (0 when the cycle has too few to tell), one where the
+        refused send came just under the shortest gap accepted (a bucket with no burst fits it: its next
+        token comes one gap after)."""
+        start, accepted = self._cycle_start, self._cycle_ok
+        if start == NEVER or accepted < _DRAIN_SENDS or self._ep_since <= start:
+            return 0.0
+        counts = _DRAIN_COUNTS
+        before = None if sent_at is None else self._last_ok_before(sent_at)
+        shortest = self._gap_ok
+        if (self.phase == "steady" and sent_at is not None and before is not None and math.isfinite(shortest)
+                and T.strict_near * shortest <= sent_at - before < shortest):
+            counts = 1.0
+        return counts * (self._ep_since - start) / accepted
 
     def _episode_answer(self: _EpisodeState, now: float, sent_at: float) -> None:
         """An accepted answer: count it in the cycle, and end the episode if it answers a probe."""
@@ -352,6 +400,13 @@ class Episodes:
             return
         if sent_at < self._ep_since:
             self._cycle_ok += 1  # a send from before the episode: the lock-out may go on
+            return
+        if self._ep_since < self._drain_until:
+            # The last lock-out's drain ended: the level stands, and the cycle goes on, to be fitted whole.
+            self._drain_until = NEVER
+            self._ep_since, self._ep_gap = NEVER, 0.0
+            self._cycle_ok += 1
+            self._lockout_resume(now)
             return
         if self._pinned > 0.0:
             # The pinned counter's reading fell as it said: the level stands, no cycle to fit.
@@ -368,9 +423,12 @@ class Episodes:
         # otherwise (a start phase's ramp, a slow climb) it is only a floor under the limit.
         saturated, late = self._cycle_rate, self._ep_gap  # late: the end was seen up to a probe gap late
         unheld = self._resumed_at <= since
-        self._ep_since, self._ep_gap = NEVER, 0.0
+        drained = self._ep_drain
+        self._ep_since, self._ep_gap, self._ep_drain = NEVER, 0.0, 0.0
         if lockout:
             self._lockout_resume(now)
+            if drained > 0.0:
+                self._drain_until = now + (now - since)
         if (self._fitted and span < self._fit_span) or (lockout and span < T.late_share * self.hold_learned):
             self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
             return

@@ -260,6 +260,11 @@ class RampupState:
     # when a refusal after it was last excused as the counter's drain (_rampup_episode).
     _early_cut: float = _NEVER
     _drain_at: float = _NEVER
+    # -- counters6 -- the least gap before the first probe of an episode opened by a refusal on
+    # arrival (0: none), and until when a refusal at the level the lock-out after it set is still
+    # that lock-out's drain, excused once (_rampup_episode).
+    _ep_drain: float = 0.0
+    _drain_until: float = _NEVER
     # -- counters4 -- every answered send, accepted or refused (a counter counts both), oldest dropped,
     # how many were ever noted, and the rate of the counter they pinned (0: none) (_rampup_episode).
     # Not shared by a fleet: a worker sees only its own sends.
@@ -481,7 +486,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._close_slot(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at)
-                self._episode_cut()
+                self._episode_cut(self._quick(answered, elapsed), sent_at)
                 self._counter_bound(now)
         else:
             shortest = self._gap_ok
