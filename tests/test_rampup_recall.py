@@ -47,7 +47,7 @@ class Shifting:
         elif isinstance(inner, RequestRate):
             inner.limit = self._base * factor
         else:
-            inner.limit = round(self._base * factor)
+            inner.limit = max(round(self._base * factor), 1)
 
     def arrive(self, now: float) -> Response:
         while self.steps and now >= self.steps[0][0]:
