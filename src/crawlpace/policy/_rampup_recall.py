@@ -72,6 +72,9 @@ __all__ = ["LevelRecall"]
 #: The span of a memory no lock-out discards (it was held longer than a lock-out known before the
 #: fall lasted, or it is a whole fitted cycle's rate): longer than any lock-out.
 _PROVEN = math.inf
+#: The top of the search beyond a recalled level that held, as a multiple of it: its first step (a
+#: search goes to the geometric middle) doubles the level, the step of an exponential search.
+_BEYOND = 4.0
 
 
 class _RecallState(Protocol):
@@ -85,6 +88,7 @@ class _RecallState(Protocol):
     _k: float
     _top: float
     _probe_c: float
+    _probe_after: float
     _recall: float
     _recall_wait: float
     _recall_from: float
@@ -214,12 +218,18 @@ class LevelRecall:
             # to its top at a search's pace first, the recall only after).
         elif self._recall_from > 0.0 and now >= self._epoch + self._k:
             # The recall's search reached its top with no refusal: the limit came back at least to the
-            # level it had, and a limit that moved twice may have moved further. Probe beyond at the
-            # quick pace, not the one made for a limit that stays put.
-            self._recall_from = 0.0
-            self._probe_c *= T.fast_climb ** 3
-            self._decide(now, f"recall: back at {self.ceiling or 0.0:.3g}/s with no pushback; "
-                         "probing beyond it quickly, since the limit has moved")
+            # level it had, and a limit that moved twice may have moved further. The search goes on
+            # beyond it, each step doubling the level held (an exponential search: log2 steps to an
+            # unknown limit), until a refusal, which the ordinary cut answers, never under the level
+            # held (_recall_refused). A probe at the pace made for a limit that stays put, gated by
+            # the hold rule's wait (a lock-out's length over T.tolerance), kept a counter that had come
+            # back to eight times the recalled level at that level for a minute.
+            level = self.ceiling or self.rate
+            self._recall_from = self._recall_last = level
+            self._top = _BEYOND * level
+            self._decide(now, f"recall: back at {level:.3g}/s with no pushback; searching beyond it, "
+                         "since the limit has moved")
+            self._search_step(now)
             return
         if recall <= 0.0 or self.phase != "steady":
             return
