@@ -28,7 +28,13 @@ took over the fit's whole cycle. Nor does a discarded memory outweigh a later
 fall's level: a change of the limit is a change point, and the level held
 since the last one is the evidence of what the site took before this fall
 (a window's start trip left a memory held 0.07 s, which hid the 11 s held at
-13/s before the limit fell, and the scope stayed at the lower rate).
+13/s before the limit fell, and the scope stayed at the lower rate). A level
+is judged by the lock-outs known before the refusal that made it a memory,
+not by the one that refusal opens: after a fall a counter's reading drains to
+the lower limit, so that lock-out lasts longer than any before it, and judged
+by it the level before the fall was forgotten. Beside a memory a lock-out may
+yet discard stands the rate of the last fitted cycle, which ended in a
+lock-out (no allowance explains it).
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
@@ -54,8 +60,12 @@ waited, where a probe into a limit that stays put waits until it costs
 longer than most limits stay low). Reaching the remembered level, or a new
 start phase, forgets it. A search that reaches it with no refusal says the
 limit came back at least that far, and a limit that moved twice may have
-moved further: the probe beyond it goes at the quick pace (``fast_climb``
-times quicker), once.
+moved further. Where a refusal costs one request, the probe beyond it goes at
+the quick pace (``fast_climb`` times quicker), once. Where it costs a hold or
+a lock-out, that probe would wait the hold rule's time, priced for a limit that
+stays put: the search goes on beyond the level instead, up to :data:`_BEYOND`
+times it (its first step doubles the level), and again from there, until a
+refusal sends it back to the last level it held.
 """
 
 from __future__ import annotations
@@ -88,7 +98,6 @@ class _RecallState(Protocol):
     _k: float
     _top: float
     _probe_c: float
-    _probe_after: float
     _recall: float
     _recall_wait: float
     _recall_from: float
@@ -218,13 +227,22 @@ class LevelRecall:
             # to its top at a search's pace first, the recall only after).
         elif self._recall_from > 0.0 and now >= self._epoch + self._k:
             # The recall's search reached its top with no refusal: the limit came back at least to the
-            # level it had, and a limit that moved twice may have moved further. The search goes on
-            # beyond it, each step doubling the level held (an exponential search: log2 steps to an
-            # unknown limit), until a refusal, which the ordinary cut answers, never under the level
-            # held (_recall_refused). A probe at the pace made for a limit that stays put, gated by
-            # the hold rule's wait (a lock-out's length over T.tolerance), kept a counter that had come
-            # back to eight times the recalled level at that level for a minute.
+            # level it had, and a limit that moved twice may have moved further.
             level = self.ceiling or self.rate
+            if self.hold_learned <= 0.0:
+                # A refusal costs one request here: probe beyond at the quick pace, not the one made
+                # for a limit that stays put.
+                self._recall_from = 0.0
+                self._probe_c *= T.fast_climb ** 3
+                self._decide(now, f"recall: back at {level:.3g}/s with no pushback; probing beyond it "
+                             "quickly, since the limit has moved")
+                return
+            # A refusal costs a hold or a lock-out, and the probe beyond waits the hold rule's time (its
+            # length over T.tolerance), priced for a limit that stays put: a counter that had come back
+            # to eight times the recalled level was kept at that level for 40 s. The search goes on
+            # beyond it instead, to _BEYOND times the level (its first step doubles it: an exponential
+            # search, a few steps to an unknown limit), and again from there, until a refusal, which
+            # goes back to the level held (_recall_refused).
             self._recall_from = self._recall_last = level
             self._top = _BEYOND * level
             self._decide(now, f"recall: back at {level:.3g}/s with no pushback; searching beyond it, "
