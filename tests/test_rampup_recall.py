@@ -219,14 +219,3 @@ async def test_a_level_held_before_a_fall_outlives_the_falls_longer_lock_out() -
     assert site.rate(35.0, 50.0) >= 3.5  # was 1.3
     assert len(site.refused) <= 20
 
-
-async def test_a_recall_that_reaches_its_level_searches_beyond_it() -> None:
-    # HAProxy-style, 134 per 3 s (44.7/s) at 0.51 from 7.4 s and at 1.5 (67/s) from 14 s. The recall
-    # came back to the level it remembered, 8/s (a fit far under the counter), with no refusal, and the
-    # probe beyond it waited the hold rule's time (a lock-out's length over 5 %): 7.8/s for 40 s.
-    limiter = RequestRate(134.0, 3.0)
-    limiter._start = -0.658 * 3.0
-    site = Shifting(limiter, [(7.4, 0.51), (14.0, 1.5)])
-    await crawl(site, 60.0, latency=0.02)
-    assert site.rate(45.0, 60.0) >= 20.0  # was 7.8
-    assert len(site.refused) <= 25

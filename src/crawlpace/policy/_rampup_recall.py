@@ -60,12 +60,8 @@ waited, where a probe into a limit that stays put waits until it costs
 longer than most limits stay low). Reaching the remembered level, or a new
 start phase, forgets it. A search that reaches it with no refusal says the
 limit came back at least that far, and a limit that moved twice may have
-moved further. Where a refusal costs one request, the probe beyond it goes at
-the quick pace (``fast_climb`` times quicker), once. Where it costs a hold or
-a lock-out, that probe would wait the hold rule's time, priced for a limit that
-stays put: the search goes on beyond the level instead, up to :data:`_BEYOND`
-times it (its first step doubles the level), and again from there, until a
-refusal sends it back to the last level it held.
+moved further: the probe beyond it goes at the quick pace (``fast_climb``
+times quicker), once.
 """
 
 from __future__ import annotations
@@ -82,9 +78,6 @@ __all__ = ["LevelRecall"]
 #: The span of a memory no lock-out discards (it was held longer than a lock-out known before the
 #: fall lasted, or it is a whole fitted cycle's rate): longer than any lock-out.
 _PROVEN = math.inf
-#: The top of the search beyond a recalled level that held, as a multiple of it: its first step (a
-#: search goes to the geometric middle) doubles the level, the step of an exponential search.
-_BEYOND = 4.0
 
 
 class _RecallState(Protocol):
@@ -227,27 +220,12 @@ class LevelRecall:
             # to its top at a search's pace first, the recall only after).
         elif self._recall_from > 0.0 and now >= self._epoch + self._k:
             # The recall's search reached its top with no refusal: the limit came back at least to the
-            # level it had, and a limit that moved twice may have moved further.
-            level = self.ceiling or self.rate
-            if self.hold_learned <= 0.0:
-                # A refusal costs one request here: probe beyond at the quick pace, not the one made
-                # for a limit that stays put.
-                self._recall_from = 0.0
-                self._probe_c *= T.fast_climb ** 3
-                self._decide(now, f"recall: back at {level:.3g}/s with no pushback; probing beyond it "
-                             "quickly, since the limit has moved")
-                return
-            # A refusal costs a hold or a lock-out, and the probe beyond waits the hold rule's time (its
-            # length over T.tolerance), priced for a limit that stays put: a counter that had come back
-            # to eight times the recalled level was kept at that level for 40 s. The search goes on
-            # beyond it instead, to _BEYOND times the level (its first step doubles it: an exponential
-            # search, a few steps to an unknown limit), and again from there, until a refusal, which
-            # goes back to the level held (_recall_refused).
-            self._recall_from = self._recall_last = level
-            self._top = _BEYOND * level
-            self._decide(now, f"recall: back at {level:.3g}/s with no pushback; searching beyond it, "
-                         "since the limit has moved")
-            self._search_step(now)
+            # level it had, and a limit that moved twice may have moved further. Probe beyond at the
+            # quick pace, not the one made for a limit that stays put.
+            self._recall_from = 0.0
+            self._probe_c *= T.fast_climb ** 3
+            self._decide(now, f"recall: back at {self.ceiling or 0.0:.3g}/s with no pushback; "
+                         "probing beyond it quickly, since the limit has moved")
             return
         if recall <= 0.0 or self.phase != "steady":
             return
