@@ -47,7 +47,7 @@ class Shifting:
         elif isinstance(inner, RequestRate):
             inner.limit = self._base * factor
         else:
-            inner.limit = round(self._base * factor)
+            inner.limit = max(round(self._base * factor), 1)
 
     def arrive(self, now: float) -> Response:
         while self.steps and now >= self.steps[0][0]:
@@ -204,3 +204,18 @@ async def test_a_slow_scopes_recall_holds_each_level_it_searches() -> None:
     await crawl(site, 60.0)
     assert site.rate(40.0, 60.0) >= 0.9  # was 0.2 (0.35 with the wait above)
     assert len(site.refused) <= 16
+
+
+async def test_a_level_held_before_a_fall_outlives_the_falls_longer_lock_out() -> None:
+    # HAProxy-style, 42 per 12 s (3.5/s), falling to 18 at 15 s and rising to 59 (4.9/s) at 28 s, 20 ms
+    # answers (r3:shifting21). The search after the start's lock-out (6 s) was refused at 5.3/s held
+    # 10 s; the limit fell in the lock-out that refusal opened, which lasted 12 s (the reading drains to
+    # the lower limit), and judged by it the level was forgotten: 1.35/s to the end (the wall-clock
+    # crawl took 269 s where the oracle took 30). Held longer than the lock-out known before, it stays.
+    limiter = RequestRate(42.0, 12.0)
+    limiter._start = -0.431 * 12.0
+    site = Shifting(limiter, [(15.0, 0.44), (28.0, 1.4)])
+    await crawl(site, 50.0, latency=0.02)
+    assert site.rate(35.0, 50.0) >= 3.5  # was 1.3
+    assert len(site.refused) <= 20
+

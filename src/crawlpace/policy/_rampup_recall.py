@@ -28,7 +28,13 @@ took over the fit's whole cycle. Nor does a discarded memory outweigh a later
 fall's level: a change of the limit is a change point, and the level held
 since the last one is the evidence of what the site took before this fall
 (a window's start trip left a memory held 0.07 s, which hid the 11 s held at
-13/s before the limit fell, and the scope stayed at the lower rate).
+13/s before the limit fell, and the scope stayed at the lower rate). A level
+is judged by the lock-outs known before the refusal that made it a memory,
+not by the one that refusal opens: after a fall a counter's reading drains to
+the lower limit, so that lock-out lasts longer than any before it, and judged
+by it the level before the fall was forgotten. Beside a memory a lock-out may
+yet discard stands the rate of the last fitted cycle, which ended in a
+lock-out (no allowance explains it).
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
@@ -60,6 +66,7 @@ times quicker), once.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 from typing import Protocol
 
@@ -67,6 +74,10 @@ from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
 
 __all__ = ["LevelRecall"]
+
+#: The span of a memory no lock-out discards (it was held longer than a lock-out known before the
+#: fall lasted, or it is a whole fitted cycle's rate): longer than any lock-out.
+_PROVEN = math.inf
 
 
 class _RecallState(Protocol):
@@ -151,6 +162,14 @@ class LevelRecall:
             # limit before this fall (a counter of 275 per 7.2 s fitted at 35/s fell by a third as
             # the search left the fit; its next lock-out, still full of the old count, fitted 4.6/s).
             held, span = min(held, self._cycle_rate), self._fit_span
+        if self._fit_span > 0.0 and span >= self.hold_learned > 0.0:
+            # Held longer than a lock-out known before this refusal lasted: no count's allowance let it
+            # through, and no later lock-out judges it. The lock-out this refusal opens is no measure of
+            # the span the limiter counts over: after a fall its reading drains to the lower limit, longer
+            # (a counter of 42 per 12 s that fell to 18 locked the scope out 12 s after lock-outs of 6 s;
+            # judged by it, the level before the fall was forgotten and the scope kept the fall's pace
+            # for four minutes after the limit rose).
+            span = _PROVEN
         # A memory that a lock-out would discard (held for less time than the lock-out lasted) is no
         # evidence of the limit before this fall: the level held since the last change is.
         if held > self._recall or self._memory_weak():
@@ -163,6 +182,12 @@ class LevelRecall:
             # (a window's start trip left 21/s held a round; the fall came from 8.6/s held 2.8 s, and
             # the second lock-out, 2.2 s, discarded the memory: 4/s to the end after the rise to 8.8/s).
             self._recall_next, self._recall_next_span = held, span
+        cycle = self._cycle_rate if self._fit_span > 0.0 else 0.0
+        if self._recall_span < _PROVEN and cycle > self._recall_next and self._recall_next_span < _PROVEN:
+            # A memory that a lock-out may yet discard: what the last fitted cycle let through stands
+            # beside it. That cycle ended in a lock-out, so no allowance explains its rate: it is what the
+            # site took over the span it counts over, before this refusal.
+            self._recall_next, self._recall_next_span = min(cycle, self._recall), _PROVEN
 
     def _memory_weak(self: _RecallState) -> bool:
         """Whether the remembered level was held for less time than a lock-out lasted (a window's
