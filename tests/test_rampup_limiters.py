@@ -595,6 +595,20 @@ async def test_a_counter_refusing_on_arrival_is_probed_after_its_drain() -> None
     assert limiter.peak <= 96.0
 
 
+async def test_a_counter_still_full_after_its_drain_probe_is_not_fitted_by_it() -> None:
+    # stop 42's reqrate17 (seed 788307211, 20 s a site): 10 per 2 s, 0.39 of a period in at the first
+    # request, 429s at once. The start's refusal at 3.14 s waited the drain (0.29 s) and that probe
+    # passed, the reading just under 10; the next send was refused, and the cycle from the probe to the
+    # lock-out after it (one through in 1.2 s) was fitted at 1.15/s, a fifth of the limit's 5/s.
+    # Was 0.34 / 4 refusals; now 0.69 / 7 (that lock-out's level stays at the cut, and its next
+    # lock-out, 8 through in 2.2 s, is fitted). The busiest reading is 10.6 on both.
+    limiter = PeakRequestRate(10.0, 2.0, _start=-0.776)
+    out = await crawl(limiter, 20.0, latency=0.004, instant=True)
+    assert out.share >= 0.6
+    assert out.refused <= 8
+    assert limiter.peak <= 11.0
+
+
 async def test_a_counter_fitted_to_every_send_is_paced_between_the_counters_that_fit() -> None:
     # 100 per 10 s, periods 2.8 s before the crawl, pages in 3 ms, 429s at once. After the lock-out, the
     # counters that fit every send let 0.85 to 21/s through; the search's refusals at 18-20 s leave 9.6 to

@@ -149,6 +149,7 @@ class _EpisodeState(Protocol):
     _drain_at: float
     _ep_drain: float
     _drain_until: float
+    _drain_passed: float
     _sustained: float
     _gap: float | None
     hold_learned: float
@@ -432,8 +433,15 @@ class Episodes:
         if (self._fitted and span < self._fit_span) or (lockout and span < T.late_share * self.hold_learned):
             self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
             return
-        refused = self._cycle_refused
+        refused, passed = self._cycle_refused, self._drain_passed == self._cycle_start
         self._cycle_start, self._cycle_ok, self._cycle_refused = now, 1, 0
+        self._drain_passed = now if drained > 0.0 and not lockout else NEVER
+        if passed and accepted == 1:
+            # The cycle opened by the drain wait's first probe, refused at its next send: that probe
+            # passed as the counter fell just under its limit, still full. One through in that
+            # cycle is no measure of the limiter's rate (10 per 2 s was fitted at 1.15/s).
+            self._cycle_rate = self.rate
+            return
         # (One send accepted before a lock-out says something only of a scope's first cycle: its
         # second send was refused, a bucket with no burst.)
         # An episode right after the last one's end, with only its ending probe accepted between them and

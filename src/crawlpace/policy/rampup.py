@@ -265,6 +265,9 @@ class RampupState:
     # that lock-out's drain, excused once (_rampup_episode).
     _ep_drain: float = 0.0
     _drain_until: float = _NEVER
+    # -- counters7 -- the start of a cycle opened by the accepted first probe of a drain wait (_NEVER:
+    # none): a counter still full there, and the cycle to its next refusal no measure (_rampup_episode).
+    _drain_passed: float = _NEVER
     # -- counters4 -- every answered send, accepted or refused (a counter counts both), oldest dropped,
     # how many were ever noted, and the rate of the counter they pinned (0: none) (_rampup_episode).
     # Not shared by a fleet: a worker sees only its own sends.
