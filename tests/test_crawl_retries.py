@@ -113,3 +113,34 @@ async def test_a_resend_waits_for_the_backoff_the_refusal_asked_for(tmp_path: Pa
     assert len(times) == 4
     gaps = [later - earlier for earlier, later in itertools.pairwise(times)]
     assert min(gaps) >= 0.1 * 0.9, gaps  # a little slack for the arrival's own lag
+
+
+class LockedOut:
+    """An ASGI app that answers 429 to its sends number 2 to 1 + ``refusals`` (robots.txt aside),
+    whatever the page, as a counter that counts refusals keeps refusing through a lock-out; 200 else."""
+
+    def __init__(self, refusals: int) -> None:
+        self.refusals = refusals
+        self.paths: list[str] = []
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"] != "/robots.txt":
+            self.paths.append(scope["path"])
+        refused = 2 <= len(self.paths) <= 1 + self.refusals and scope["path"] != "/robots.txt"
+        status = 429 if refused else 200 if scope["path"] != "/robots.txt" else 404
+        await send({"type": "http.response.start", "status": status, "headers": [(b"content-length", b"0")]})
+        await send({"type": "http.response.body", "body": b""})
+
+
+async def test_a_lock_outs_refusals_fall_on_several_pages_not_one(tmp_path: Path) -> None:
+    # A refusal is about the site's pace, not the page: the refused page goes behind the others,
+    # so a lock-out of three refusals in a row spends one retry each of three pages. At the front
+    # of its queue, one page was sent into every refusal and given up as exhausted.
+    app = LockedOut(refusals=3)
+    async with SimServer(app, "127.0.0.2") as server:
+        urls = [f"{server.url}/p{n}" for n in range(5)]
+        results = await crawl(tmp_path, urls, 1, robots=False)
+    assert len(app.paths) == 5 + 3
+    assert {result["outcome"] for result in results} == {"ok"}
+    refused = app.paths[1:4]
+    assert len(set(refused)) == 3, app.paths

@@ -12,9 +12,10 @@ What happens to each URL:
 - a 3xx with a ``Location`` is followed (up to ``max_redirects``), the next
   hop queued under its own host so its throttling applies;
 - a backoff answer (by the scope's ``BACKOFF_HTTP_CODES`` and
-  ``BACKOFF_EXCEPTIONS``) is queued again, ahead of its host's queue, up to
-  ``retries`` times; the throttler makes it wait out the backoff delay or the
-  server's Retry-After before it goes;
+  ``BACKOFF_EXCEPTIONS``) is queued again, behind its host's queue, up to
+  ``retries`` times; the throttler makes the host wait out the backoff delay
+  or the server's Retry-After, and the host's next send tries another page
+  (a lock-out's refusals then spend one retry each of several pages);
 - a transient failure that is not a backoff answer (another 5xx, or an
   exception the scope does not back off on) is queued again too, behind its
   host's queue, within the same ``retries`` (as Scrapy's RetryMiddleware

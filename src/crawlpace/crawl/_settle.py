@@ -73,7 +73,11 @@ class JobOutcomes:
             if answer.block_rule is not None:
                 _log.info("%s: soft block (%s), attempt %d; backing off and queued again", task.target,
                           answer.block_rule, task.attempts)
-            self.scheduler.push(task, front=backoff)
+            # Behind its host's other pages, a failure as a refusal: a refusal is about the site's
+            # pace, not the page, and the lock-out's probes then try other pages, so one page does
+            # not spend all its retries on them (a counter that counts refusals, HAProxy's, refused
+            # one page's four sends in a row and left it "exhausted").
+            self.scheduler.push(task)
             return
         if backoff:
             kind = "exhausted"
