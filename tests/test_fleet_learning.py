@@ -635,7 +635,8 @@ async def test_a_servers_hold_is_no_gap_in_the_shared_send_record(redis_url: str
 
 
 @pytest.mark.redis
-async def test_after_a_hold_every_workers_accepted_sends_reach_the_shared_bucket_record(redis_url: str) -> None:
+async def test_after_a_hold_every_workers_accepted_sends_reach_the_shared_bucket_record(
+        redis_url: str) -> None:
     # After a Retry-After hold, rampup fits a token bucket to its record of accepted sends, and
     # steps above the fitted level by the work that record shows. A fleet wrote a policy back only
     # when its summary changed, and an accepted answer at the fitted level changes nothing else:
