@@ -331,7 +331,8 @@ class RedisStore:
             policy = policies.policy(name)
             raise ScopeGivenUp(name, policy.breaker.reason if policy.breaker else "")
         if status == 0:
-            return sooner(blocked(demands, reply, server_now, self._local), policies, self._clock.now())
+            return sooner(blocked(demands, reply, server_now, self._local), policies, self._clock.now(),
+                          server_now)
         got = granted(reply, len(demands))
         # The lease is granted from here on: renew it before anything else can fail.
         self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))

@@ -113,7 +113,7 @@ def _tail(reply: Sequence[Any], end: int, n: int) -> tuple[tuple[int, ...], tupl
 START_RECHECK, START_RECHECK_PAST = 0.1, 0.5
 
 
-def sooner(result: Blocked, policies: SharedPolicies, now: float) -> Blocked:
+def sooner(result: Blocked, policies: SharedPolicies, now: float, server_now: float) -> Blocked:
     """``result``, its ready times at most ``START_RECHECK`` after ``now`` for a scope starting up.
 
     One process tries a waiting scope again at each of its own answers, and a
@@ -124,26 +124,31 @@ def sooner(result: Blocked, policies: SharedPolicies, now: float) -> Blocked:
     robots.txt, three of eight workers sat out that second while the others
     sent a quick site's pages a round trip apart (the mixed farm's busyforum,
     20 pages in 0.7 s alone, spread over 1.4 s by the fleet). Once the start
-    phase is over, waits change rarely, and are taken as they are.
+    phase is over, waits change rarely, and are taken as they are. So is a server's hold
+    (``Retry-After``) this worker's copy knows of (at ``server_now``): no answer shortens it, and
+    a refusal of the scope's first send, which ends no start phase, had the fleet ask every
+    0.1 s through it.
     """
     ready = result.ready_at
     if ready is None or ready - now < START_RECHECK_PAST:
         return result
-    if not any(_starting(policies, name) for name, _at in result.waiting_on):
+    if not any(_starting(policies, name, server_now) for name, _at in result.waiting_on):
         return result
     soon = now + START_RECHECK
     waiting = tuple((name, None if at is None else min(at, soon)) for name, at in result.waiting_on)
     return Blocked(soon, waiting)
 
 
-def _starting(policies: SharedPolicies, name: str) -> bool:
+def _starting(policies: SharedPolicies, name: str, server_now: float) -> bool:
     """Whether this worker's copy of ``name``'s policy is in rampup's start phase, with no floor
-    under its delay (a Crawl-delay, a server's pace: a wait they set is not shortened by answers)."""
+    under its delay and no hold in force at ``server_now`` (a Crawl-delay, a server's pace or
+    hold: a wait they set is not shortened by answers)."""
     if policies.peek(name) is None:
         return False
     policy = policies.policy(name)
     rampup = policy.rampup
-    return rampup is not None and rampup.phase == "start" and policy.limits.floor <= 0.0
+    return (rampup is not None and rampup.phase == "start" and policy.limits.floor <= 0.0
+            and policy.hold_until <= server_now)
 
 
 def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float,
