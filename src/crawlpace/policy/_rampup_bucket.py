@@ -330,6 +330,20 @@ class BucketFit:
         if self._first_send == NEVER:
             self._first_send = sent
 
+    def fit_record(self: _BucketState) -> int:
+        """The accepted sends on record once a hold started (0 before): what a shared store must see change.
+
+        After a hold the bucket fit reads the record of accepted sends: its level, its steps
+        (:meth:`_level_shown`) and the work they are weighed for (:meth:`_work`). A shared store writes
+        a policy back only when its summary changes, and an accepted answer at the fitted level
+        changes nothing else, so each worker's copy held the stored record plus its own answers since
+        it last read it. A fleet of four fitted the second hold of a 7.88/s bucket to a quarter of
+        the sends the bucket took after the first, paced it at 0.8/s, and never stepped: the record
+        stopped growing, and so did the work a step was weighed for (bench/results/fleets11.md).
+        Before any hold nothing reads the record this way, and a fleet's plain answers stay unwritten.
+        """
+        return self._ok_count if self._held_refusals else 0
+
     def _work(self: _BucketState, now: float) -> float:
         """The sends a rate decision is weighed for: those accepted so far, at the rate they came
         while the site let the scope send (the holds on record left out: a hold says when the

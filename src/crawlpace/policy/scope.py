@@ -575,8 +575,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 None if breaker is None else (breaker.state,
                                               breaker.pause_end if breaker.state == "open" else None),
                 None if self.autothrottle is None else self.autothrottle.delay,
+                # resumed_at: a silence not its own; fit_record: each accepted send once the bucket
+                # fit reads the record (after a hold), which every worker's answers must reach.
                 None if rampup is None else (rampup.rate, rampup.phase, rampup.ceiling, rampup.generation,
-                                             rampup.resumed_at),  # resumed_at: a silence not its own
+                                             rampup.resumed_at, rampup.fit_record()),
                 # The verdict on the errors, and each outcome of the cut it judges: one judgement for
                 # a fleet, fed by every worker (policy/_load_errors.py).
                 None if errors is None else (errors.plain, errors.judging, errors.after_n))
