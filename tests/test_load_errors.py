@@ -159,3 +159,21 @@ def test_the_verdict_comes_early_when_the_rest_could_not_show_a_fall() -> None:
     overloaded.record("s", sent_at=50.0, error=False)
     assert not overloaded.judging
     assert not overloaded.plain
+
+
+def test_a_share_on_two_outcomes_is_never_clearly_beaten() -> None:
+    # Two errors in a row first: the breaker's 1 of 1 and the error that made the cut, a share of 1
+    # with a Wald spread of 0. One error in the ten after the cut read as a clear fall: "about load".
+    errors = LoadErrors()
+    errors.slowed(1.0, 1.0, 1)
+    assert errors.judging
+    for n in range(EARLY):
+        errors.record("s", sent_at=2.0 + n, error=n == 1)
+    assert errors.plain
+    # Under rampup the verdict is known at the cut; three errors of three can be beaten.
+    errors = LoadErrors()
+    errors.slowed(1.0, 1.0, 1, at_once=True)
+    assert errors.plain
+    errors = LoadErrors()
+    errors.slowed(1.0, 1.0, 2, at_once=True)
+    assert errors.judging

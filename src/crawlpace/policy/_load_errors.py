@@ -14,7 +14,9 @@ slowing down does. So the first such errors are believed: they slow the scope
    do not cut again: the experiment is one cut, measured at one pace.
 3. **Verdict.** The errors were about load only if slowing *clearly* reduced
    them: the share after is below :data:`SAME` of the share before, by more
-   than two standard deviations of chance (both shares are samples). The
+   than two standard deviations of chance (both shares are samples), and
+   never against a share on fewer than :data:`EARLY` outcomes (two errors
+   in a row are a share of 1 whose spread is no share's). The
    verdict comes before :data:`JUDGE` outcomes once :data:`EARLY` are known
    and the rest could not make it "fell" even if every one succeeded (a share
    before measured on four outcomes can never be clearly beaten: at 0.5/s,
@@ -174,9 +176,18 @@ class LoadErrors:
             self._judge(scope)
 
     def _fell(self, bad: int, n: int) -> bool:
-        """Whether ``bad`` errors among ``n`` outcomes after the cut are clearly fewer than before it."""
+        """Whether ``bad`` errors among ``n`` outcomes after the cut are clearly fewer than before it.
+
+        Never against a share on fewer than :data:`EARLY` outcomes: its spread is no share's. Two
+        errors in a row among a site's first sends are a share of 1 with a spread of 0, which one
+        error in the ten after the cut "clearly" beat (by Fisher's exact test, one flaky site in
+        twenty does as much by chance; one with a fifth of its answers errors has two in a row
+        first once in 25): the cut stood at 0.5/s, 12 sends in 15 s.
+        """
+        if self.before_n < EARLY:
+            return False
         after, before = bad / n, self.before
-        spread = 2.0 * math.sqrt(before * (1.0 - before) / max(self.before_n, 1) + after * (1.0 - after) / n)
+        spread = 2.0 * math.sqrt(before * (1.0 - before) / self.before_n + after * (1.0 - after) / n)
         return after < SAME * before and before - after > spread
 
     def _judge(self, scope: str) -> None:
