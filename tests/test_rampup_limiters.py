@@ -580,7 +580,7 @@ class PeakRequestRate(RequestRate):
         return answer
 
 
-async def test_a_counter_refusing_on_arrival_is_probed_after_its_drain() -> None:
+@pytest.mark.parametrize(("limit", "period", "start", "share", "refused", "peak"), [
     # r1:reqrate19 of the random farm (seed 499791605, 20 s a site): 93 per 5.4 s, its periods 2.1 s
     # into the first at the first request, 429s at once. The start reached 100/s; the first lock-out's
     # probes went 11 ms, 23 ms, 46 ms... after the refusal, each counted while the counter drained
@@ -588,25 +588,22 @@ async def test_a_counter_refusing_on_arrival_is_probed_after_its_drain() -> None
     # its period turned at 8.7 s; the level's refusal there cut again, and that 1.5 s cycle was fitted as
     # a bucket's refill, 0.93/s for ten seconds. Was 0.32 / 12, the busiest reading 97.1 (limit 93); now
     # 0.76 / 9, 95.1 (the drain's probes after the lock-out still go at the level's gap, doubling).
-    limiter = PeakRequestRate(93.0, 5.4, _start=-2.079)
-    out = await crawl(limiter, 20.0, latency=0.004, instant=True)
-    assert out.share >= 0.7
-    assert out.refused <= 10
-    assert limiter.peak <= 96.0
-
-
-async def test_a_counter_still_full_after_its_drain_probe_is_not_fitted_by_it() -> None:
+    pytest.param(93.0, 5.4, -2.079, 0.7, 10, 96.0, id="probed-after-its-drain"),
     # stop 42's reqrate17 (seed 788307211, 20 s a site): 10 per 2 s, 0.39 of a period in at the first
     # request, 429s at once. The start's refusal at 3.14 s waited the drain (0.29 s) and that probe
     # passed, the reading just under 10; the next send was refused, and the cycle from the probe to the
     # lock-out after it (one through in 1.2 s) was fitted at 1.15/s, a fifth of the limit's 5/s.
     # Was 0.34 / 4 refusals; now 0.69 / 7 (that lock-out's level stays at the cut, and its next
     # lock-out, 8 through in 2.2 s, is fitted). The busiest reading is 10.6 on both.
-    limiter = PeakRequestRate(10.0, 2.0, _start=-0.776)
+    pytest.param(10.0, 2.0, -0.776, 0.6, 8, 11.0, id="still-full-after-its-drain-probe"),
+])
+async def test_a_counter_refusing_on_arrival_is_paced_after_its_drain(
+        limit: float, period: float, start: float, share: float, refused: int, peak: float) -> None:
+    limiter = PeakRequestRate(limit, period, _start=start)
     out = await crawl(limiter, 20.0, latency=0.004, instant=True)
-    assert out.share >= 0.6
-    assert out.refused <= 8
-    assert limiter.peak <= 11.0
+    assert out.share >= share
+    assert out.refused <= refused
+    assert limiter.peak <= peak
 
 
 async def test_a_counter_fitted_to_every_send_is_paced_between_the_counters_that_fit() -> None:
