@@ -35,6 +35,10 @@ spare, the gap counts from the actual send instead (``catch_up`` is 0):
   whether the site counts them does not matter;
 * ``window`` with a sliding window: 95 % of ``limit / window``, and at least 30 ms more
   than ``window / limit`` between sends, evenly spaced;
+* ``window`` with windows each opened by a request (``started``, Flask-Limiter's fixed window):
+  a shadow of the site's window opened by the oracle's own send, its whole count sent evenly
+  until 50 ms before it closes, the next window opened 50 ms after it closed (a quarter of the
+  window at most);
 * ``reqrate`` (HAProxy's ``http_req_rate``): each send as soon as a shadow of the counter, fed
   with the oracle's own sends (and told the phase of the site's periods), reads at most the
   limit with it, an arrival's lag allowed for (:class:`CounterShadow`): the first period's
@@ -157,6 +161,8 @@ class Plan:
     #: A request-rate counter (HAProxy's ``http_req_rate``): ``count`` per ``period`` seconds, its
     #: reading followed by a shadow of the counter instead of an even gap.
     period: float | None = None
+    #: The windows (``window``, ``count``) are opened by a send, not aligned to the clock.
+    started: bool = False
     #: The share of the counter's first period gone at the site's first arrival (its ``phase``).
     phase: float = 0.0
 
@@ -249,6 +255,8 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
         limit = max(round(site.limit * factor), 1)
         if site.kind == "fixed":
             return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit)
+        if site.kind == "started":
+            return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit, started=True)
         gap = max(site.window / (limit * RATE_SHARE), site.window / limit + WINDOW_SLACK)
         return Plan(gap, RATE_INFLIGHT)
     if isinstance(site, RequestRateSite):
@@ -283,6 +291,8 @@ class Host:
         # The clock window the last send fell in, and the sends in it (fixed windows only).
         self.window_index: int | None = None
         self.window_sends = 0
+        # When the oracle's send opened the site's current window (``started`` windows only).
+        self.window_opened: float | None = None
         # Until when the host asked, in a Retry-After, to be left alone.
         self.held_until = 0.0
         # The site's request-rate counter as the oracle's own sends have moved it (reqrate only).
@@ -324,6 +334,21 @@ class Host:
                 return at
             index += 1
 
+    def started_slot(self, earliest: float, plan: Plan) -> float:
+        """The time of the next send at or after ``earliest`` in windows opened by a send, booked."""
+        window = plan.window or 1.0
+        margin = min(WINDOW_MARGIN, window / 4)
+        step = (window - 2 * margin) / max(plan.count, 1)
+        opened = self.window_opened
+        if opened is not None:
+            at = max(earliest, opened + self.window_sends * step)
+            if self.window_sends < plan.count and at <= opened + window - margin:
+                self.window_sends += 1
+                return at
+            earliest = max(earliest, opened + window + margin)
+        self.window_opened, self.window_sends = earliest, 1
+        return earliest
+
     async def turn(self) -> Plan:
         """Wait for this host's next send time, then book the one after it; return the plan it sent under."""
         async with self.lock:
@@ -335,7 +360,7 @@ class Host:
                 held = self.held_until
                 due = max(self.next_send, held, now)
                 if plan.window:
-                    due = self.window_slot(due, plan)
+                    due = self.started_slot(due, plan) if plan.started else self.window_slot(due, plan)
                 if plan.period:
                     due = self.counter.due(due, plan.count, plan.period, plan.phase)
                 wait = due - now
