@@ -87,7 +87,8 @@ def test_the_oracle_sends_a_started_windows_count_in_the_window_its_send_opened(
 
     host = oracle.Host(WindowSite(limit=4, window=2.0, kind="started"))
     plan = oracle.plan_of(host.site)
-    assert plan.started and plan.count == 4
+    assert plan.started
+    assert plan.count == 4
     sends = [host.started_slot(10.0, plan) for _ in range(9)]
     # Four in [10, 12) spread 0.475 s apart, the next window opened 50 ms after it ends.
     assert sends[:4] == pytest.approx([10.0, 10.475, 10.95, 11.425])

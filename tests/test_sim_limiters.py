@@ -240,7 +240,8 @@ _SCRIPT = (0.0, 0.45, 0.95, 1.2, 1.93, 2.1, 2.55, 3.05, 3.3, 3.98, 5.5, 6.05, 6.
 _WALL = 1_700_000_000.3
 
 
-def _flask_limiter_answers(strategy: str, limit: str, monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+def _flask_limiter_answers(strategy: str, limit: str,
+                           monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
     """The real Flask-Limiter (headers on, memory storage) answering ``_SCRIPT`` on a scripted Unix clock."""
     flask = pytest.importorskip("flask")
     flask_limiter = pytest.importorskip("flask_limiter")

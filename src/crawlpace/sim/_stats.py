@@ -163,7 +163,8 @@ class SiteStats:
     def watch_window(self, seconds: float, kind: str, phase: float = 0.0) -> None:
         """Count limited arrivals per the site's own window of ``seconds``, of ``kind`` ``"sliding"``
         (any span), ``"clock"`` (aligned to the clock), ``"chained"`` (from the first limited arrival),
-        ``"started"`` (each opened by the first limited arrival after the last one ended) or ``"counter"``: HAProxy's request-rate counter over periods of ``seconds``, the first of them
+        ``"started"`` (each opened by the first limited arrival after the last one ended) or
+        ``"counter"``: HAProxy's request-rate counter over periods of ``seconds``, the first of them
         ``phase`` gone at the first limited arrival (as the site's own counter runs), read as
         ``current + previous * (time left / period)`` (see :class:`~crawlpace.sim._limits.RequestRate`).
         A client within such a counter's rule may send more than its limit in one span of a period

@@ -69,9 +69,9 @@ class WindowSite(CountingSite):
     profile = "window"
     _LIMIT = Param("limit", "integer", "requests per window", low=1, high=1_000_000_000)
     _WINDOW = Param("window", "number", "window length in seconds", 10.0, low=0.0, above=True, high=1e7)
-    _KIND = Param("kind", "choice", "fixed windows aligned to the clock, a sliding window, or windows opened by a request",
-                  "fixed",
-                  choices=WINDOW_KINDS)
+    _KIND = Param("kind", "choice",
+                  "fixed windows aligned to the clock, a sliding window, or windows opened by a request",
+                  "fixed", choices=WINDOW_KINDS)
     _COUNT_REFUSED = Param("count_refused", "boolean", "count refused requests too", False)
     _RETRY = Param("retry_after", "choice", "which answers carry Retry-After", "refusals",
                    choices=RETRY_AFTER_MODES)
