@@ -95,6 +95,11 @@ def test_the_oracle_sends_a_started_windows_count_in_the_window_its_send_opened(
     assert sends[4:8] == pytest.approx([12.05, 12.525, 13.0, 13.475])
     assert sends[8] == pytest.approx(14.1)
     assert host.started_slot(20.0, plan) == 20.0  # after a quiet spell the next send opens a window
+    # The opening send's answer came 0.2 s after it: the site's window (opened on its arrival) may end
+    # as late as that answer plus the window.
+    host.opener_answered = 20.2
+    assert [host.started_slot(20.0, plan) for _ in range(3)][-1] == pytest.approx(21.425)
+    assert host.started_slot(20.0, plan) == pytest.approx(22.2 + oracle.SLOT_SLACK)
 
 
 def test_a_counter_is_judged_by_its_reading_not_a_count() -> None:

@@ -37,8 +37,9 @@ spare, the gap counts from the actual send instead (``catch_up`` is 0):
   than ``window / limit`` between sends, evenly spaced;
 * ``window`` with windows each opened by a request (``started``, Flask-Limiter's fixed window):
   a shadow of the site's window opened by the oracle's own send, its whole count sent evenly
-  until 50 ms before it closes, the next window opened 50 ms after it closed (a quarter of the
-  window at most);
+  until 50 ms before it closes (a quarter of the window at most); the next window opened once
+  the site's has surely closed: 50 ms after the opening send's window, and the window's length
+  after that send's answer (the site opened it on arrival, before answering);
 * ``reqrate`` (HAProxy's ``http_req_rate``): each send as soon as a shadow of the counter, fed
   with the oracle's own sends (and told the phase of the site's periods), reads at most the
   limit with it, an arrival's lag allowed for (:class:`CounterShadow`): the first period's
@@ -291,8 +292,13 @@ class Host:
         # The clock window the last send fell in, and the sends in it (fixed windows only).
         self.window_index: int | None = None
         self.window_sends = 0
-        # When the oracle's send opened the site's current window (``started`` windows only).
+        # When the oracle's send opened the site's current window (``started`` windows only), which
+        # of the sends it was, and when its answer came (the site's window began before it).
         self.window_opened: float | None = None
+        self.opening = False
+        self.sends = 0
+        self.opener = -1
+        self.opener_answered: float | None = None
         # Until when the host asked, in a Retry-After, to be left alone.
         self.held_until = 0.0
         # The site's request-rate counter as the oracle's own sends have moved it (reqrate only).
@@ -346,7 +352,9 @@ class Host:
                 self.window_sends += 1
                 return at
             earliest = max(earliest, opened + window + margin)
-        self.window_opened, self.window_sends = earliest, 1
+            if self.opener_answered is not None:
+                earliest = max(earliest, self.opener_answered + window + SLOT_SLACK)
+        self.window_opened, self.window_sends, self.opening = earliest, 1, True
         return earliest
 
     async def turn(self) -> Plan:
@@ -372,6 +380,11 @@ class Host:
                 # A Retry-After came back while this send waited: wait for it too.
             if plan.period:
                 self.counter.take(now, plan.period, plan.phase)
+            self.sends += 1
+            if plan.started and self.opening:
+                # The site's window opens when this send arrives: from when it went, not when it was due.
+                self.window_opened, self.opening = now, False
+                self.opener, self.opener_answered = self.sends, None
             # From the due time, so that a send that woke late does not slow every later one; but a late
             # send is caught up by at most what the limit spares (nothing but for a bucket with a burst).
             self.next_send = max(due, now - plan.catch_up) + plan.gap
@@ -386,11 +399,14 @@ async def fetch(client: aiohttp.ClientSession, host: Host, url: str) -> dict[str
     async with host.slots:
         while True:
             plan = await host.turn()
+            index = host.sends
             attempts += 1
             try:
                 async with client.get(url, allow_redirects=False) as response:
                     body = await response.read()
                 status, error = response.status, None
+                if plan.started and index == host.opener:
+                    host.opener_answered = time.monotonic()
                 if status == 429:
                     host.hold(response.headers.get("retry-after"))
                 elif body == CHALLENGE_PAGE:  # the farm's challenge: a refusal, not the page
