@@ -102,6 +102,15 @@ def test_the_oracle_sends_a_started_windows_count_in_the_window_its_send_opened(
     assert host.started_slot(20.0, plan) == pytest.approx(22.2 + oracle.SLOT_SLACK)
 
 
+def test_the_oracle_keeps_a_moving_windows_count_in_a_log_of_its_sends() -> None:
+    from crawlpace.sim import WindowSite
+
+    # (It spaced them window / limit + 30 ms apart: 0.54 of a window of 143 per 5 s.)
+    plan = oracle.plan_of(WindowSite(limit=143, window=5.0, kind="sliding"))
+    assert plan.sliding
+    assert (plan.gap, plan.count, plan.window) == (0.0, 143, 5.0)
+
+
 def test_a_counter_is_judged_by_its_reading_not_a_count() -> None:
     # HAProxy's counter lets 9 through at once in its first period (no previous one), then more as
     # that period's weight drains; a client that follows it reads at most its limit. (Sent late in the

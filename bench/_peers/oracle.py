@@ -33,8 +33,9 @@ spare, the gap counts from the actual send instead (``catch_up`` is 0):
   from 50 ms after the window opens to 50 ms before it closes (a quarter of the window at
   most), never more than the count in one window, so refused requests are never drawn and
   whether the site counts them does not matter;
-* ``window`` with a sliding window: 95 % of ``limit / window``, and at least 30 ms more
-  than ``window / limit`` between sends, evenly spaced;
+* ``window`` with a sliding window: a log of its own sends, each sent while fewer than
+  ``limit`` went in the last ``window`` seconds and 50 ms (an arrival lags its send by less), as
+  many at once as that allows;
 * ``window`` with windows each opened by a request (``started``, Flask-Limiter's fixed window):
   a shadow of the site's window opened by the oracle's own send, its whole count sent evenly
   until 50 ms before it closes (a quarter of the window at most); the next window opened once
@@ -120,8 +121,6 @@ FLAKY_INFLIGHT = 8
 SHIFT_LEAD = 0.3
 #: Seconds kept clear at each end of a fixed window (at most a quarter of it): an arrival lags its send.
 WINDOW_MARGIN = 0.05
-#: Seconds added to a sliding window's ``window / limit`` gap, for the same lag.
-WINDOW_SLACK = 0.03
 #: Seconds a slot of a concurrency cap rests beyond the site's lag: the site frees it ``lag`` after the
 #: answer left, and the answer reaches the oracle after that, so a little more covers the clocks' skew.
 SLOT_SLACK = 0.005
@@ -164,6 +163,8 @@ class Plan:
     period: float | None = None
     #: The windows (``window``, ``count``) are opened by a send, not aligned to the clock.
     started: bool = False
+    #: ``count`` in any span of ``window`` seconds (a moving window), kept in a log of the sends.
+    sliding: bool = False
     #: The share of the counter's first period gone at the site's first arrival (its ``phase``).
     phase: float = 0.0
 
@@ -258,8 +259,7 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
             return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit)
         if site.kind == "started":
             return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit, started=True)
-        gap = max(site.window / (limit * RATE_SHARE), site.window / limit + WINDOW_SLACK)
-        return Plan(gap, RATE_INFLIGHT)
+        return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit, sliding=True)
     if isinstance(site, RequestRateSite):
         # Sent whenever a shadow of the counter reads low enough (see CounterShadow): the first
         # period's whole count at once, then as the previous period's weight drains, never refused.
@@ -299,6 +299,8 @@ class Host:
         self.sends = 0
         self.opener = -1
         self.opener_answered: float | None = None
+        # The latest sends (a sliding window's log).
+        self.sent_log: deque[float] = deque()
         # Until when the host asked, in a Retry-After, to be left alone.
         self.held_until = 0.0
         # The site's request-rate counter as the oracle's own sends have moved it (reqrate only).
@@ -367,7 +369,11 @@ class Host:
                 plan = self.plan(now)
                 held = self.held_until
                 due = max(self.next_send, held, now)
-                if plan.window:
+                if plan.sliding:
+                    log = self.sent_log
+                    if len(log) >= plan.count:
+                        due = max(due, log[-plan.count] + (plan.window or 0.0) + WINDOW_MARGIN)
+                elif plan.window:
                     due = self.started_slot(due, plan) if plan.started else self.window_slot(due, plan)
                 if plan.period:
                     due = self.counter.due(due, plan.count, plan.period, plan.phase)
@@ -381,6 +387,10 @@ class Host:
             if plan.period:
                 self.counter.take(now, plan.period, plan.phase)
             self.sends += 1
+            if plan.sliding:
+                self.sent_log.append(now)
+                while len(self.sent_log) > plan.count:
+                    self.sent_log.popleft()
             if plan.started and self.opening:
                 # The site's window opens when this send arrives: from when it went, not when it was due.
                 self.window_opened, self.opening = now, False
