@@ -406,7 +406,10 @@ class WindowLog:
     this way only, since their windows need not last whole seconds. (A reset
     moment in whole seconds, ``X-RateLimit-Reset``, names the end of the
     current second for such a window, as a fixed window's last second does:
-    not told apart, it is left to the first-request rule.)
+    not told apart, it is left to the first-request rule.) A moving window
+    that names its oldest request's end, requests left or not (``limits``),
+    never says 0: it is told by its budget coming back in part instead
+    (:meth:`_partly_back`), with those seconds-from-now headers.
 
     A refusal this log did not foresee, or an answer that counts more
     requests in the window than the log holds, says the model is wrong for
