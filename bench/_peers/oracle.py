@@ -33,9 +33,10 @@ spare, the gap counts from the actual send instead (``catch_up`` is 0):
   from 50 ms after the window opens to 50 ms before it closes (a quarter of the window at
   most), never more than the count in one window, so refused requests are never drawn and
   whether the site counts them does not matter;
-* ``window`` with a sliding window: a log of its own sends, each sent while fewer than
-  ``limit`` went in the last ``window`` seconds and 50 ms (an arrival lags its send by less), as
-  many at once as that allows;
+* ``window`` with a sliding window: a log of its own answers (each request arrived before its
+  answer, so it leaves the window by the answer plus the window), each send going while fewer
+  than ``limit`` answers came in the last ``window`` seconds and 5 ms, those still out
+  counted in; as many at once as that allows;
 * ``window`` with windows each opened by a request (``started``, Flask-Limiter's fixed window):
   a shadow of the site's window opened by the oracle's own send, its whole count sent evenly
   until 50 ms before it closes (a quarter of the window at most); the next window opened once
@@ -299,8 +300,9 @@ class Host:
         self.sends = 0
         self.opener = -1
         self.opener_answered: float | None = None
-        # The latest sends (a sliding window's log).
-        self.sent_log: deque[float] = deque()
+        # The latest answers, and the requests still out (a sliding window's log).
+        self.answer_log: deque[float] = deque()
+        self.out = 0
         # Until when the host asked, in a Retry-After, to be left alone.
         self.held_until = 0.0
         # The site's request-rate counter as the oracle's own sends have moved it (reqrate only).
@@ -359,6 +361,13 @@ class Host:
         self.window_opened, self.window_sends, self.opening = earliest, 1, True
         return earliest
 
+    def answered(self, now: float, count: int) -> None:
+        """A request of a sliding window's plan came back (or failed) at ``now``."""
+        self.out = max(self.out - 1, 0)
+        self.answer_log.append(now)
+        while len(self.answer_log) > count:
+            self.answer_log.popleft()
+
     async def turn(self) -> Plan:
         """Wait for this host's next send time, then book the one after it; return the plan it sent under."""
         async with self.lock:
@@ -370,9 +379,12 @@ class Host:
                 held = self.held_until
                 due = max(self.next_send, held, now)
                 if plan.sliding:
-                    log = self.sent_log
-                    if len(log) >= plan.count:
-                        due = max(due, log[-plan.count] + (plan.window or 0.0) + WINDOW_MARGIN)
+                    free = plan.count - self.out
+                    if free <= 0:
+                        await asyncio.sleep(SLOT_SLACK)  # every request of the window still out
+                        continue
+                    if len(self.answer_log) >= free:
+                        due = max(due, self.answer_log[-free] + (plan.window or 0.0) + SLOT_SLACK)
                 elif plan.window:
                     due = self.started_slot(due, plan) if plan.started else self.window_slot(due, plan)
                 if plan.period:
@@ -388,9 +400,7 @@ class Host:
                 self.counter.take(now, plan.period, plan.phase)
             self.sends += 1
             if plan.sliding:
-                self.sent_log.append(now)
-                while len(self.sent_log) > plan.count:
-                    self.sent_log.popleft()
+                self.out += 1
             if plan.started and self.opening:
                 # The site's window opens when this send arrives: from when it went, not when it was due.
                 self.window_opened, self.opening = now, False
@@ -423,6 +433,8 @@ async def fetch(client: aiohttp.ClientSession, host: Host, url: str) -> dict[str
                     status, error = 429, "challenge page"
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 status, error = None, f"{type(exc).__name__}: {exc}"
+            if plan.sliding:
+                host.answered(time.monotonic(), plan.count)
             if plan.rest:
                 await asyncio.sleep(plan.rest)  # the site frees this slot a moment after the answer
             if (status is not None and status < 500 and status != 429) or attempts > RETRIES:
