@@ -71,6 +71,46 @@ def test_chained_windows_start_at_the_first_limited_arrival() -> None:
     assert stats.peak_per_window == 5
 
 
+def test_started_windows_open_at_the_first_limited_arrival_after_the_last_one_ended() -> None:
+    # ``limits``' fixed window (Flask-Limiter): [7, 17) holds 4; 17.5 opens [17.5, 27.5), not [17, 27).
+    stats = SiteStats(1.0)
+    stats.watch_window(10.0, "started")
+    for now in (7.0, 8.0, 9.9, 16.9, 17.5, 26.0, 27.0, 27.4):
+        stats.limited(now)
+    assert stats.peak_per_window == 4  # chained windows would put 4 in [17, 27) and judge [27, 37) alone
+    stats.limited(27.45)
+    assert stats.peak_per_window == 5
+
+
+def test_the_oracle_sends_a_started_windows_count_in_the_window_its_send_opened() -> None:
+    from crawlpace.sim import WindowSite
+
+    host = oracle.Host(WindowSite(limit=4, window=2.0, kind="started"))
+    plan = oracle.plan_of(host.site)
+    assert plan.started
+    assert plan.count == 4
+    sends = [host.started_slot(10.0, plan) for _ in range(9)]
+    # Four in [10, 12) spread 0.475 s apart, the next window opened 50 ms after it ends.
+    assert sends[:4] == pytest.approx([10.0, 10.475, 10.95, 11.425])
+    assert sends[4:8] == pytest.approx([12.05, 12.525, 13.0, 13.475])
+    assert sends[8] == pytest.approx(14.1)
+    assert host.started_slot(20.0, plan) == 20.0  # after a quiet spell the next send opens a window
+    # The opening send's answer came 0.2 s after it: the site's window (opened on its arrival) may end
+    # as late as that answer plus the window.
+    host.opener_answered = 20.2
+    assert [host.started_slot(20.0, plan) for _ in range(3)][-1] == pytest.approx(21.425)
+    assert host.started_slot(20.0, plan) == pytest.approx(22.2 + oracle.SLOT_SLACK)
+
+
+def test_the_oracle_keeps_a_moving_windows_count_in_a_log_of_its_sends() -> None:
+    from crawlpace.sim import WindowSite
+
+    # (It spaced them window / limit + 30 ms apart: 0.54 of a window of 143 per 5 s.)
+    plan = oracle.plan_of(WindowSite(limit=143, window=5.0, kind="sliding"))
+    assert plan.sliding
+    assert (plan.gap, plan.count, plan.window) == (0.0, 143, 5.0)
+
+
 def test_a_counter_is_judged_by_its_reading_not_a_count() -> None:
     # HAProxy's counter lets 9 through at once in its first period (no previous one), then more as
     # that period's weight drains; a client that follows it reads at most its limit. (Sent late in the

@@ -149,7 +149,7 @@ async def live(site: Site) -> AsyncIterator[httpx.AsyncClient]:
 async def test_a_flask_limiter_like_window_sends_retry_after_on_every_answer() -> None:
     clock = MockClock(103.0)
     site = WindowSite(limit=2, window=10.0, retry_after="every", style="x-ratelimit", clock=clock.now,
-                      tolerance=0.0, wall=lambda: 5000.0)
+                      tolerance=0.0, wall=lambda: 5000.5)
     async with live(site) as client:
         first = await client.get("/page/1")
         assert first.status_code == 200
@@ -229,3 +229,63 @@ async def test_new_kinds_shift_their_limit() -> None:
         clock.advance(6.0)
         assert (await client.get("/page/1")).status_code == 200
     assert site.capacity == 5.0
+
+
+# --- the flask kind against the real Flask-Limiter ----------------------------------------------------
+
+#: A scripted sequence (seconds from the first request): bursts, refusals, a quiet gap past a window,
+#: and requests late in a window; no two times a whole window apart (``limits`` counts an entry exactly
+#: a window old as in the window when it admits, and as out of it when it announces).
+_SCRIPT = (0.0, 0.45, 0.95, 1.2, 1.93, 2.1, 2.55, 3.05, 3.3, 3.98, 5.5, 6.05, 6.1, 6.2, 7.62, 8.4, 9.05)
+_WALL = 1_700_000_000.3
+
+
+def _flask_limiter_answers(strategy: str, limit: str,
+                           monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, ...]]:
+    """The real Flask-Limiter (headers on, memory storage) answering ``_SCRIPT`` on a scripted Unix clock."""
+    flask = pytest.importorskip("flask")
+    flask_limiter = pytest.importorskip("flask_limiter")
+    import types
+
+    import flask_limiter._extension as extension
+    import limits.storage.memory as memory
+
+    now = [_WALL]
+    fake = types.SimpleNamespace(time=lambda: now[0])
+    monkeypatch.setattr(memory, "time", fake)
+    monkeypatch.setattr(extension, "time", fake)
+    app = flask.Flask("limited")
+    flask_limiter.Limiter(lambda: "client", app=app, default_limits=[limit], strategy=strategy,
+                          headers_enabled=True, storage_uri="memory://")
+    app.add_url_rule("/page/<int:number>", "page", lambda number: "page")
+    client = app.test_client()
+    answers = []
+    for at in _SCRIPT:
+        now[0] = _WALL + at
+        response = client.get("/page/1")
+        answers.append((str(response.status_code), *(response.headers.get(name, "") for name in (
+            "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after"))))
+    return answers
+
+
+@pytest.mark.parametrize(("kind", "strategy"), [("started", "fixed-window"), ("sliding", "moving-window")])
+async def test_the_flask_kind_answers_as_flask_limiter_does(kind: str, strategy: str,
+                                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    # The sim's flask kind stands for Flask-Limiter with its headers on. Found against the real one:
+    # its fixed window is opened by a request (not aligned to the clock), a moving window announces
+    # its oldest request's end while requests are left (the sim said "now"), the reset is
+    # int(end + 1) and Retry-After that less now, truncated: 0 on a refusal less than a second
+    # before it (the sim said at least 1).
+    real = _flask_limiter_answers(strategy, "3 per 2 second", monkeypatch)
+    clock = MockClock(0.0)
+    site = WindowSite(limit=3, window=2.0, kind=kind, retry_after="every", style="x-ratelimit",
+                      clock=clock.now, tolerance=0.0, wall=lambda: _WALL + clock.now())
+    sim = []
+    async with live(site) as client:
+        for at in _SCRIPT:
+            clock.advance(at - clock.now())
+            response = await client.get("/page/1")
+            sim.append((str(response.status_code), *(response.headers.get(name, "") for name in (
+                "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after"))))
+    assert sim == real
+    assert any(answer[0] == "429" and answer[4] == "0" for answer in real)  # the script meets the "0"

@@ -37,7 +37,11 @@ def test_every_kind_is_dealt_before_any_comes_twice() -> None:
 def test_every_variant_is_reachable() -> None:
     sites = [site for seed in range(12) for site in draw_farm(seed, 30)["site"]]
     windows = [site for site in sites if site["profile"] == "window"]
-    assert {site["kind"] for site in windows} == {"fixed", "sliding"}
+    assert {site["kind"] for site in windows} == {"fixed", "sliding", "started"}
+    # Flask-Limiter's windows: moving or opened by a request, whole seconds (``limits`` parses no other).
+    flask = [site for site in windows if kind(site) == "flask"]
+    assert {site["kind"] for site in flask} == {"sliding", "started"}
+    assert all(float(site["window"]).is_integer() for site in flask)
     assert {site.get("count_refused") for site in windows} >= {True, False}
     assert {site["retry_after"] for site in windows} == {"none", "refusals", "every"}
     styles = {site["style"] for site in sites if site["profile"] in ("window", "headers")}

@@ -33,8 +33,15 @@ spare, the gap counts from the actual send instead (``catch_up`` is 0):
   from 50 ms after the window opens to 50 ms before it closes (a quarter of the window at
   most), never more than the count in one window, so refused requests are never drawn and
   whether the site counts them does not matter;
-* ``window`` with a sliding window: 95 % of ``limit / window``, and at least 30 ms more
-  than ``window / limit`` between sends, evenly spaced;
+* ``window`` with a sliding window: a log of its own answers (each request arrived before its
+  answer, so it leaves the window by the answer plus the window), each send going while fewer
+  than ``limit`` answers came in the last ``window`` seconds and 5 ms, those still out
+  counted in; as many at once as that allows;
+* ``window`` with windows each opened by a request (``started``, Flask-Limiter's fixed window):
+  a shadow of the site's window opened by the oracle's own send, its whole count sent evenly
+  until 50 ms before it closes (a quarter of the window at most); the next window opened once
+  the site's has surely closed: 50 ms after the opening send's window, and the window's length
+  after that send's answer (the site opened it on arrival, before answering);
 * ``reqrate`` (HAProxy's ``http_req_rate``): each send as soon as a shadow of the counter, fed
   with the oracle's own sends (and told the phase of the site's periods), reads at most the
   limit with it, an arrival's lag allowed for (:class:`CounterShadow`): the first period's
@@ -115,8 +122,6 @@ FLAKY_INFLIGHT = 8
 SHIFT_LEAD = 0.3
 #: Seconds kept clear at each end of a fixed window (at most a quarter of it): an arrival lags its send.
 WINDOW_MARGIN = 0.05
-#: Seconds added to a sliding window's ``window / limit`` gap, for the same lag.
-WINDOW_SLACK = 0.03
 #: Seconds a slot of a concurrency cap rests beyond the site's lag: the site frees it ``lag`` after the
 #: answer left, and the answer reaches the oracle after that, so a little more covers the clocks' skew.
 SLOT_SLACK = 0.005
@@ -157,6 +162,10 @@ class Plan:
     #: A request-rate counter (HAProxy's ``http_req_rate``): ``count`` per ``period`` seconds, its
     #: reading followed by a shadow of the counter instead of an even gap.
     period: float | None = None
+    #: The windows (``window``, ``count``) are opened by a send, not aligned to the clock.
+    started: bool = False
+    #: ``count`` in any span of ``window`` seconds (a moving window), kept in a log of the sends.
+    sliding: bool = False
     #: The share of the counter's first period gone at the site's first arrival (its ``phase``).
     phase: float = 0.0
 
@@ -249,8 +258,9 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
         limit = max(round(site.limit * factor), 1)
         if site.kind == "fixed":
             return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit)
-        gap = max(site.window / (limit * RATE_SHARE), site.window / limit + WINDOW_SLACK)
-        return Plan(gap, RATE_INFLIGHT)
+        if site.kind == "started":
+            return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit, started=True)
+        return Plan(0.0, RATE_INFLIGHT, window=site.window, count=limit, sliding=True)
     if isinstance(site, RequestRateSite):
         # Sent whenever a shadow of the counter reads low enough (see CounterShadow): the first
         # period's whole count at once, then as the previous period's weight drains, never refused.
@@ -283,6 +293,16 @@ class Host:
         # The clock window the last send fell in, and the sends in it (fixed windows only).
         self.window_index: int | None = None
         self.window_sends = 0
+        # When the oracle's send opened the site's current window (``started`` windows only), which
+        # of the sends it was, and when its answer came (the site's window began before it).
+        self.window_opened: float | None = None
+        self.opening = False
+        self.sends = 0
+        self.opener = -1
+        self.opener_answered: float | None = None
+        # The latest answers, and the requests still out (a sliding window's log).
+        self.answer_log: deque[float] = deque()
+        self.out = 0
         # Until when the host asked, in a Retry-After, to be left alone.
         self.held_until = 0.0
         # The site's request-rate counter as the oracle's own sends have moved it (reqrate only).
@@ -324,6 +344,30 @@ class Host:
                 return at
             index += 1
 
+    def started_slot(self, earliest: float, plan: Plan) -> float:
+        """The time of the next send at or after ``earliest`` in windows opened by a send, booked."""
+        window = plan.window or 1.0
+        margin = min(WINDOW_MARGIN, window / 4)
+        step = (window - 2 * margin) / max(plan.count, 1)
+        opened = self.window_opened
+        if opened is not None:
+            at = max(earliest, opened + self.window_sends * step)
+            if self.window_sends < plan.count and at <= opened + window - margin:
+                self.window_sends += 1
+                return at
+            earliest = max(earliest, opened + window + margin)
+            if self.opener_answered is not None:
+                earliest = max(earliest, self.opener_answered + window + SLOT_SLACK)
+        self.window_opened, self.window_sends, self.opening = earliest, 1, True
+        return earliest
+
+    def answered(self, now: float, count: int) -> None:
+        """A request of a sliding window's plan came back (or failed) at ``now``."""
+        self.out = max(self.out - 1, 0)
+        self.answer_log.append(now)
+        while len(self.answer_log) > count:
+            self.answer_log.popleft()
+
     async def turn(self) -> Plan:
         """Wait for this host's next send time, then book the one after it; return the plan it sent under."""
         async with self.lock:
@@ -334,8 +378,15 @@ class Host:
                 plan = self.plan(now)
                 held = self.held_until
                 due = max(self.next_send, held, now)
-                if plan.window:
-                    due = self.window_slot(due, plan)
+                if plan.sliding:
+                    free = plan.count - self.out
+                    if free <= 0:
+                        await asyncio.sleep(SLOT_SLACK)  # every request of the window still out
+                        continue
+                    if len(self.answer_log) >= free:
+                        due = max(due, self.answer_log[-free] + (plan.window or 0.0) + SLOT_SLACK)
+                elif plan.window:
+                    due = self.started_slot(due, plan) if plan.started else self.window_slot(due, plan)
                 if plan.period:
                     due = self.counter.due(due, plan.count, plan.period, plan.phase)
                 wait = due - now
@@ -347,6 +398,13 @@ class Host:
                 # A Retry-After came back while this send waited: wait for it too.
             if plan.period:
                 self.counter.take(now, plan.period, plan.phase)
+            self.sends += 1
+            if plan.sliding:
+                self.out += 1
+            if plan.started and self.opening:
+                # The site's window opens when this send arrives: from when it went, not when it was due.
+                self.window_opened, self.opening = now, False
+                self.opener, self.opener_answered = self.sends, None
             # From the due time, so that a send that woke late does not slow every later one; but a late
             # send is caught up by at most what the limit spares (nothing but for a bucket with a burst).
             self.next_send = max(due, now - plan.catch_up) + plan.gap
@@ -361,17 +419,22 @@ async def fetch(client: aiohttp.ClientSession, host: Host, url: str) -> dict[str
     async with host.slots:
         while True:
             plan = await host.turn()
+            index = host.sends
             attempts += 1
             try:
                 async with client.get(url, allow_redirects=False) as response:
                     body = await response.read()
                 status, error = response.status, None
+                if plan.started and index == host.opener:
+                    host.opener_answered = time.monotonic()
                 if status == 429:
                     host.hold(response.headers.get("retry-after"))
                 elif body == CHALLENGE_PAGE:  # the farm's challenge: a refusal, not the page
                     status, error = 429, "challenge page"
             except (aiohttp.ClientError, TimeoutError, OSError) as exc:
                 status, error = None, f"{type(exc).__name__}: {exc}"
+            if plan.sliding:
+                host.answered(time.monotonic(), plan.count)
             if plan.rest:
                 await asyncio.sleep(plan.rest)  # the site frees this slot a moment after the answer
             if (status is not None and status < 500 and status != 429) or attempts > RETRIES:

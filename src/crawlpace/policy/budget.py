@@ -406,7 +406,10 @@ class WindowLog:
     this way only, since their windows need not last whole seconds. (A reset
     moment in whole seconds, ``X-RateLimit-Reset``, names the end of the
     current second for such a window, as a fixed window's last second does:
-    not told apart, it is left to the first-request rule.)
+    not told apart, it is left to the first-request rule.) A moving window
+    that names its oldest request's end, requests left or not (``limits``),
+    never says 0: it is told by its budget coming back in part instead
+    (:meth:`_partly_back`), with those seconds-from-now headers.
 
     A refusal this log did not foresee, or an answer that counts more
     requests in the window than the log holds, says the model is wrong for
@@ -436,8 +439,8 @@ class WindowLog:
         accepted: ``(sent, answered)`` of the latest accepted requests, at most ``limit``.
     """
 
-    __slots__ = ("accepted", "answers", "clocked", "first_before", "hi", "inflight", "limit", "lo", "moving",
-                 "sends_seen", "trusted", "whole")
+    __slots__ = ("accepted", "answers", "clocked", "first_before", "hi", "inflight", "last", "limit", "lo",
+                 "moving", "refused_since", "sends_seen", "trusted", "whole")
 
     def __init__(self) -> None:
         self.limit = 0.0
@@ -452,6 +455,8 @@ class WindowLog:
         self.clocked = False
         self.first_before = _NEVER
         self.accepted: deque[tuple[float, float]] = deque()
+        self.last: tuple[float, float, float] | None = None
+        self.refused_since = 0
 
     def length(self) -> float | None:
         """The window's length as the log uses it; None while unknown (or the log is off)."""
@@ -500,6 +505,7 @@ class WindowLog:
             self.whole = self.trusted = True
             self.moving = self.clocked = False
             self.first_before = _NEVER
+            self.last, self.refused_since = None, 0
         # (Before this answer joins them: the requests answered before this one was sent.)
         before = max((sent for sent, answered in self.accepted if answered <= sent_at), default=_NEVER)
         if not whole and reset != int(reset):
@@ -517,12 +523,18 @@ class WindowLog:
                 self.whole = False
             else:
                 self.trusted = False
-        if not refused and not whole and remaining >= 1.0 and reset <= 0.0 and not self.moving:
+        if not refused and not whole and not self.moving and (
+                (remaining >= 1.0 and reset <= 0.0) or self._partly_back(now, sent_at, remaining, reset)):
             # No reset while requests are left (in seconds from now: a moment in whole seconds names
-            # the current second's end, which a fixed window's last second names too): a moving
-            # window. What the first-request rule learned (or the surprises it drew) was a fixed
-            # window's; the length is learned anew from the spent answers.
+            # the current second's end, which a fixed window's last second names too), or a budget
+            # partly back: a moving window. What the first-request rule learned (or the surprises it
+            # drew) was a fixed window's; the length is learned anew from the spent answers.
             self.moving, self.trusted, self.lo, self.hi = True, True, 0.0, _FOREVER
+        if refused:
+            self.refused_since += 1
+        else:
+            # (The latest the window's end may be: the server's reset counts from before the answer.)
+            self.last, self.refused_since = (sent_at, remaining, now + reset), 0
         if self.moving:
             if not refused and remaining < 1.0 and reset > 0.0 and len(self.accepted) >= limit:
                 # The limit-th counted: the oldest counted is the limit-th latest accepted, or (with
@@ -537,6 +549,30 @@ class WindowLog:
                 self._pin(max(lo, 0.0), now + reset - oldest)
         elif whole and remaining == limit - 1.0 and not refused and reset > 0.0:
             self._first(now, sent_at, now + reset, before)
+
+    def _partly_back(self, now: float, sent_at: float, remaining: float, reset: float) -> bool:
+        """Whether an accepted answer shows a window that did not start anew: a moving window's oldest left.
+
+        A moving window that announces its oldest request's end while requests
+        are left (``limits``' moving window, whatever header carries it) gives
+        its budget back one request at a time, and its end moves on by the gap
+        to the next oldest. A fixed window (however aligned) gives it back
+        whole: an answer with more left than the previous accepted one's, or
+        an end surely after that one's, was counted in a new window, which
+        holds only requests counted after that one: at most those sent since
+        (this one, the accepted ones after it and the refusals since, and those
+        still out). Counting more than that, the window still holds older
+        requests. (Called once this answer joined ``accepted``.)
+        """
+        last = self.last
+        if last is None:
+            return False
+        # The earliest this answer's end may be (a reset in whole seconds is rounded up).
+        earliest = sent_at + (reset - 1.0 if reset == int(reset) else reset)
+        if remaining <= last[1] and earliest <= last[2]:
+            return False
+        since = sum(1 for sent, _answered in self.accepted if sent > last[0]) + (sent_at <= last[0])
+        return self.limit - remaining > since + self.refused_since + self.inflight
 
     def _first(self, now: float, sent_at: float, end: float, before: float) -> None:
         """Take a window's first answer: its end lies in the second before ``end``.

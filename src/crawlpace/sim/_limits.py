@@ -80,22 +80,29 @@ class TokenBucket:
 
 
 class FixedWindow:
-    """A count of ``limit`` requests per window of ``window`` seconds.
+    """A count of ``limit`` requests per window of ``window`` seconds, opened by a request.
 
-    The first request opens the first window; the next ones follow it back to
-    back, so a window boundary falls every ``window`` seconds after that
-    first request. Refused requests are not counted.
+    The first request opens the first window. With ``chained`` (the default)
+    the next ones follow it back to back, so a window boundary falls every
+    ``window`` seconds after that first request. Without it, a window is
+    opened by the first request at or after the previous one's end, as
+    ``limits``' fixed window (Flask-Limiter, SlowAPI) and any counter kept
+    with Redis ``INCR`` and ``EXPIRE`` do: the count's expiry is set by the
+    request that starts it. Refused requests are not counted (``limits``
+    counts them past the limit, which changes nothing a client can see).
 
     Args:
         limit: requests allowed per window, at least 1.
         window: the window length in seconds.
+        chained: windows back to back from the first request, or each opened by a request.
     """
 
-    __slots__ = ("_start", "_used", "limit", "window")
+    __slots__ = ("_start", "_used", "chained", "limit", "window")
 
-    def __init__(self, limit: int, window: float) -> None:
+    def __init__(self, limit: int, window: float, *, chained: bool = True) -> None:
         self.limit = _count("limit", limit)
         self.window = _positive("window", window)
+        self.chained = bool(chained)
         self._start: float | None = None
         self._used = 0
 
@@ -103,7 +110,10 @@ class FixedWindow:
         if self._start is None:
             self._start = now
         elif now >= self._start + self.window:
-            self._start += math.floor((now - self._start) / self.window) * self.window
+            if self.chained:
+                self._start += math.floor((now - self._start) / self.window) * self.window
+            else:
+                self._start = now
             self._used = 0
         return self._start
 
@@ -318,11 +328,16 @@ class SlidingWindow:
         return max(self.limit - len(self._log), 0)
 
     def reset(self, now: float) -> float:
-        """Seconds from ``now`` until one more request is allowed (0.0 when one is)."""
+        """Seconds from ``now`` until the oldest counted request leaves the window (0.0 when none is counted).
+
+        When the window is full that is when one more request is allowed; while requests are left
+        it is still the oldest one's end, as ``limits``' moving window announces it (Flask-Limiter's
+        ``X-RateLimit-Reset``): the moment the budget starts to come back, not "now".
+        """
         self._prune(now)
-        if len(self._log) < self.limit:
+        if not self._log:
             return 0.0
-        return max(self._log[len(self._log) - self.limit] + self.window - now, 0.0)
+        return max(self._log[0] + self.window - now, 0.0)
 
 
 class RequestRate:

@@ -12,8 +12,9 @@ strict      token bucket with no burst, 0.5-30/s
 holds       token bucket (0.5-30/s, bursts 1-10); a 429 demands 1-60 s of quiet
 fixed       N per window of 1-120 s aligned to the clock, refusals counted or not
 sliding     N in any window of 1-120 s, refusals counted or not
-flask       a fixed or moving window with X-RateLimit headers and Retry-After
-            on every answer, as Flask-Limiter sends them
+flask       Flask-Limiter with its headers on: a moving window, or a fixed one
+            opened by a request (``limits``), of whole seconds, X-RateLimit headers
+            and Retry-After on every answer
 reqrate     HAProxy's ``http_req_rate`` over 1-60 s, refused requests counted, periods at any phase
 conncap     1-16 requests at once, 0.1-0.4 s each, each slot freed 5-100 ms after its answer
 softknee    0.15-0.4 s alone; latency grows past a knee of 2-12 in flight
@@ -30,7 +31,8 @@ most half the farm's ``seconds`` long, so that a crawl at capacity sees
 at least two windows; each site has pages for about ``seconds`` seconds
 at its capacity (at least 10, at most 1500). A window announced in a header
 form that states its length (``w=`` of the IETF, draft-07 and policy forms)
-is a whole number of seconds, as those forms can say no other.
+is a whole number of seconds, as those forms can say no other, and so is a
+Flask-Limiter window, as ``limits`` parses no other.
 """
 
 from __future__ import annotations
@@ -99,8 +101,11 @@ def _draw(kind: str, rng: random.Random, seconds: float) -> tuple[dict[str, Any]
     if kind in ("fixed", "sliding", "flask"):
         rate, window = _window(rng, seconds)
         sliding = kind == "sliding" or (kind == "flask" and rng.random() < 0.5)
-        site = {"kind": "sliding" if sliding else "fixed"}
+        site = {"kind": "sliding" if sliding else "started" if kind == "flask" else "fixed"}
         if kind == "flask":
+            # ``limits`` parses whole seconds only ("20 per 2 second"); refused requests never
+            # extend its windows.
+            window = float(max(round(window), 1))
             site.update(retry_after="every", style="x-ratelimit")
         else:
             site.update(count_refused=rng.random() < 0.5, retry_after=rng.choice(("none", "refusals")),

@@ -138,7 +138,7 @@ HEADER_STYLES = ("ietf", "draft07", "trio", "x-ratelimit", "x-rate-limit", "rese
 
 
 def budget_headers(style: str, limit: int, remaining: int, reset: float, window: float,
-                   wall: float) -> Headers:
+                   wall: float, *, reset_at: int | None = None) -> Headers:
     """The header pairs announcing a window's budget in one family.
 
     Args:
@@ -157,11 +157,13 @@ def budget_headers(style: str, limit: int, remaining: int, reset: float, window:
         reset: seconds until the window ends.
         window: the window length in seconds.
         wall: the current Unix time, for resets given as a Unix time.
+        reset_at: the Unix time to announce for those instead of ``ceil(wall + reset)``
+            (Flask-Limiter announces ``int(wall + reset + 1)``).
     """
     seconds = str(max(math.ceil(reset), 0)).encode("ascii")
     whole_window = max(math.ceil(window), 1)
     count, left = str(limit).encode("ascii"), str(remaining).encode("ascii")
-    epoch = str(math.ceil(wall + reset)).encode("ascii")
+    epoch = str(math.ceil(wall + reset) if reset_at is None else reset_at).encode("ascii")
     if style == "ietf":
         policy = f'"site";q={limit};w={whole_window}'.encode("ascii")
         state = f'"site";r={remaining};t={seconds.decode()}'.encode("ascii")

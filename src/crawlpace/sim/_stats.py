@@ -27,7 +27,7 @@ __all__ = ["BIN", "MAX_BINS", "WINDOW", "WINDOW_KINDS", "SiteStats"]
 #: The length, in seconds, of the sliding window behind ``peak_per_second``.
 WINDOW = 1.0
 #: How a site's own counting window runs (see :meth:`SiteStats.watch_window`).
-WINDOW_KINDS = ("sliding", "clock", "chained", "counter")
+WINDOW_KINDS = ("sliding", "clock", "chained", "started", "counter")
 #: The width, in seconds, of one bin of the timeline kept for plots.
 BIN = 1.0
 #: The most timeline bins kept (a week of seconds); later events go in the last bin.
@@ -162,8 +162,9 @@ class SiteStats:
 
     def watch_window(self, seconds: float, kind: str, phase: float = 0.0) -> None:
         """Count limited arrivals per the site's own window of ``seconds``, of ``kind`` ``"sliding"``
-        (any span), ``"clock"`` (aligned to the clock), ``"chained"`` (from the first limited arrival)
-        or ``"counter"``: HAProxy's request-rate counter over periods of ``seconds``, the first of them
+        (any span), ``"clock"`` (aligned to the clock), ``"chained"`` (from the first limited arrival),
+        ``"started"`` (each opened by the first limited arrival after the last one ended) or
+        ``"counter"``: HAProxy's request-rate counter over periods of ``seconds``, the first of them
         ``phase`` gone at the first limited arrival (as the site's own counter runs), read as
         ``current + previous * (time left / period)`` (see :class:`~crawlpace.sim._limits.RequestRate`).
         A client within such a counter's rule may send more than its limit in one span of a period
@@ -196,6 +197,11 @@ class SiteStats:
             times.append(now)
             while times[0] + seconds <= now:
                 times.popleft()
+        elif kind == "started":
+            if self._window_origin is None or now >= self._window_origin + seconds:
+                self._window_origin = now
+                times.clear()
+            times.append(now)
         else:
             if self._window_origin is None:
                 self._window_origin = 0.0 if kind == "clock" else now

@@ -18,15 +18,16 @@ from collections.abc import Awaitable, Callable
 from typing import Unpack
 
 from ._asgi import Receive, Scope, Send
-from ._limits import ClockWindow, RequestRate, SlidingWindow, SlotCap
+from ._limits import ClockWindow, FixedWindow, RequestRate, SlidingWindow, SlotCap
 from ._params import Param
 from ._rates import HEADER_STYLES, CountingSite, budget_headers
 from ._site import Site, SiteOptions, retry_after_value
 
 __all__ = ["RETRY_AFTER_MODES", "WINDOW_KINDS", "RequestRateSite", "SlotCapSite", "WindowSite"]
 
-#: ``fixed``: windows aligned to the clock; ``sliding``: any span of the window's length.
-WINDOW_KINDS = ("fixed", "sliding")
+#: ``fixed``: windows aligned to the clock; ``sliding``: any span of the window's length; ``started``:
+#: each window opened by the first request after the last one ended (``limits``' fixed window).
+WINDOW_KINDS = ("fixed", "sliding", "started")
 #: When a ``window`` site sends ``Retry-After``.
 RETRY_AFTER_MODES = ("none", "refusals", "every")
 _STATUS = Param("status", "integer", "the status of a refusal", 429, low=400, high=599)
@@ -38,14 +39,20 @@ class WindowSite(CountingSite):
     ``kind = "fixed"`` counts in windows aligned to the clock
     (:class:`~crawlpace.sim._limits.ClockWindow`): a crawler meets its first
     window part-spent in time. ``kind = "sliding"`` allows ``limit`` in any
-    ``window`` seconds (:class:`~crawlpace.sim._limits.SlidingWindow`). With
+    ``window`` seconds (:class:`~crawlpace.sim._limits.SlidingWindow`), and
+    ``kind = "started"`` counts in windows each opened by the first request
+    after the previous one ended (:class:`~crawlpace.sim._limits.FixedWindow`
+    unchained), as ``limits``' fixed window does. With
     ``count_refused`` refusals are counted too, so knocking on keeps a sliding
     window shut. Refusals get ``status`` (429). With ``style`` other than
     ``"none"`` every answer announces the budget in that header family;
     ``retry_after`` says which answers carry ``Retry-After`` (the seconds
     until a request would be allowed again): none, refusals only, or every
-    answer (Flask-Limiter with its headers on; only a refusal's counts as a
-    demand for quiet).
+    answer, with Flask-Limiter's arithmetic (its headers on): the reset is the
+    Unix second after the window's end (``int(end + 1)``; a moving window's
+    end is its oldest request's, requests left or not) and ``Retry-After`` is
+    that second less now, truncated, so ``0`` on a refusal less than a
+    second before it. Only a refusal's counts as a demand for quiet.
 
     Args:
         limit: requests per window.
@@ -62,8 +69,9 @@ class WindowSite(CountingSite):
     profile = "window"
     _LIMIT = Param("limit", "integer", "requests per window", low=1, high=1_000_000_000)
     _WINDOW = Param("window", "number", "window length in seconds", 10.0, low=0.0, above=True, high=1e7)
-    _KIND = Param("kind", "choice", "fixed windows aligned to the clock, or a sliding window", "fixed",
-                  choices=WINDOW_KINDS)
+    _KIND = Param("kind", "choice",
+                  "fixed windows aligned to the clock, a sliding window, or windows opened by a request",
+                  "fixed", choices=WINDOW_KINDS)
     _COUNT_REFUSED = Param("count_refused", "boolean", "count refused requests too", False)
     _RETRY = Param("retry_after", "choice", "which answers carry Retry-After", "refusals",
                    choices=RETRY_AFTER_MODES)
@@ -82,29 +90,35 @@ class WindowSite(CountingSite):
         self.style = self._STYLE.word(style)
         self.status = _STATUS.integer(status)
         self.wall = wall
-        self.counter: ClockWindow | SlidingWindow = (
+        self.counter: ClockWindow | SlidingWindow | FixedWindow = (
             ClockWindow(self.limit, self.window, count_refused=self.count_refused) if self.kind == "fixed"
-            else SlidingWindow(self.limit, self.window, count_refused=self.count_refused))
+            else SlidingWindow(self.limit, self.window, count_refused=self.count_refused)
+            if self.kind == "sliding" else FixedWindow(self.limit, self.window, chained=False))
         super().__init__(**options)
 
     @property
     def limit_window(self) -> tuple[float, str]:
-        """Windows aligned to the clock, or any span of the window's length."""
-        return self.window, "clock" if self.kind == "fixed" else "sliding"
+        """Windows aligned to the clock, any span of the window's length, or windows opened by requests."""
+        return self.window, {"fixed": "clock", "sliding": "sliding"}.get(self.kind, "started")
 
     async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
         """Count the request, then serve or refuse it, with the headers the site sends."""
         allowed = self.counter.take(now)
         reset = self.counter.reset(now)
+        wall = self.wall()
+        # Flask-Limiter's reset: the Unix second after the window's end, ``int(end + 1)``.
+        reset_at = int(wall + reset + 1) if self.retry_after == "every" else None
         extra = [] if self.style == "none" else budget_headers(
-            self.style, self.counter.limit, self.counter.remaining(now), reset, self.window, self.wall())
+            self.style, self.counter.limit, self.counter.remaining(now), reset, self.window, wall,
+            reset_at=reset_at)
+        if reset_at is not None:
+            # Flask-Limiter, on every answer: that second less now, truncated (0 included, refusals too).
+            extra.append((b"retry-after", str(max(int(reset_at - wall), 0)).encode("ascii")))
+        elif not allowed and self.retry_after == "refusals":
+            extra.append((b"retry-after", retry_after_value(reset)))
         if not allowed:
-            retry = [] if self.retry_after == "none" else [(b"retry-after", retry_after_value(reset))]
-            await self.refuse(send, self.status, headers=extra + retry)
+            await self.refuse(send, self.status, headers=extra)
             return
-        if self.retry_after == "every":
-            # Flask-Limiter: the whole seconds until the window resets, 0 included.
-            extra.append((b"retry-after", str(int(reset)).encode("ascii")))
         await self.serve(scope, receive, send, extra)
 
 
