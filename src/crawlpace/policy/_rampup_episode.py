@@ -298,6 +298,12 @@ class Episodes:
             return False
         if self._early_cut == last and last < self._drain_at < self._cycle_start:
             return False
+        if self._counter_lo > 0.0 and self.rate > T.fit_share * self._counter_lo:
+            # A counter drains only while it is sent less than its rate, refusals counted: at a level
+            # over the slowest counter that fits every send, that one never drains, and the refusals
+            # at the level keep the others full (pairs every half second for five seconds, 93 per
+            # 9.2 s paced at 9.9/s). The refusal is the level's own: cut (to that counter, at least).
+            return False
         self._drain_at = now
         return True
 
