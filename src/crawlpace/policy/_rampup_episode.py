@@ -46,7 +46,10 @@ sent at it: a level refused sooner than the fitted cycle after the last episode
 ended may be far over (a counter whose periods began before the crawl ends its
 first lock-out early, and its fit overshoots), and after its cut one refusal is
 excused as the drain, not more: a drain at an even rate only falls, so a refusal
-after the excused one's probe got through is the cut rate's own. A lock-out
+after the excused one's probe got through is the cut rate's own. Nor is a
+refusal the drain at a level over the slowest request-rate counter that fits
+every send (below): a counter drains only while it is sent less than its rate,
+refusals counted, so that one never drains there. A lock-out
 within a quarter of the last one's length after it ended is its drain: the
 cycle goes on, to be fitted whole.
 
