@@ -616,6 +616,17 @@ async def test_a_counter_fitted_to_every_send_is_paced_between_the_counters_that
     assert out.share >= 0.95
 
 
+async def test_a_counter_paced_over_the_slowest_fit_after_a_search_is_cut_not_excused() -> None:
+    # 93 per 9.2 s, periods 1.7 s before the crawl, pages in 4 ms, 429s at once. The search above the
+    # lock-out's fit (9.9/s) was refused at 12.4/s and cut to 9.9/s, over the slowest counter that fits
+    # every send (9.7/s): that counter never drains there, and each refusal at the level was excused as
+    # the drain, its probe a level's gap later refused too: a refused pair every 0.6 s for 5.5 s.
+    # Was 0.93 / 24 refusals; now 0.946 / 11 (cut, and lifted to the slowest counter's rate at once).
+    out = await crawl(RequestRate(93.0, 9.2, _start=-1.7), 30.0, latency=0.004, instant=True)
+    assert out.refused <= 14
+    assert out.share >= 0.93
+
+
 async def test_a_counter_whose_limit_fell_under_the_lockout_fit_is_cut_after_its_drain() -> None:
     # 26 per 1.3 s falling to 0.61 of it at 6 s: the lock-out then fits 13.9/s, 14 % over the new
     # 12.2/s. A refusal early in the fitted cycle may be the counter's drain (no cut); later ones are

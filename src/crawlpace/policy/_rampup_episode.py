@@ -46,7 +46,10 @@ sent at it: a level refused sooner than the fitted cycle after the last episode
 ended may be far over (a counter whose periods began before the crawl ends its
 first lock-out early, and its fit overshoots), and after its cut one refusal is
 excused as the drain, not more: a drain at an even rate only falls, so a refusal
-after the excused one's probe got through is the cut rate's own. A lock-out
+after the excused one's probe got through is the cut rate's own. Nor is a
+refusal the drain at a level over the slowest request-rate counter that fits
+every send (below): a counter drains only while it is sent less than its rate,
+refusals counted, so that one never drains there. A lock-out
 within a quarter of the last one's length after it ended is its drain: the
 cycle goes on, to be fitted whole.
 
@@ -297,6 +300,12 @@ class Episodes:
                 and now - last < self._fit_span and self.rate <= self._cut_rate * (1.0 + T.tolerance)):
             return False
         if self._early_cut == last and last < self._drain_at < self._cycle_start:
+            return False
+        if self._counter_lo > 0.0 and self.rate > T.fit_share * self._counter_lo:
+            # A counter drains only while it is sent less than its rate, refusals counted: at a level
+            # over the slowest counter that fits every send, that one never drains, and the refusals
+            # at the level keep the others full (pairs every half second for five seconds, 93 per
+            # 9.2 s paced at 9.9/s). The refusal is the level's own: cut (to that counter, at least).
             return False
         self._drain_at = now
         return True
