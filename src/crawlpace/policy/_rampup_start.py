@@ -201,7 +201,7 @@ class StartPhase:
         floor = 1.0 / low if low >= T.latency_signal else 0.0
         if door and self._door_open():
             floor = max(floor, 1.0 / (self._last_growth - self._sent_at))
-        return min(floor, self.max_rate)
+        return min(floor, self.max_rate, _gap_cap())  # (the door's send: no sooner than gaps pace)
 
     def _door_open(self: _StartPhaseState) -> bool:
         """One send so far, answered without a latency (robots.txt): the next may go at once,
