@@ -118,7 +118,7 @@ def test_the_start_block_says_what_each_scope_gets(caplog: pytest.LogCaptureFixt
         "robots.txt obeyed):\n"
         "  every other scope: concurrency 1, delay 0.25s, per-slot delay 1s, at most 1 requests/s\n"
         "  api.example: concurrency 8 (CONCURRENT_REQUESTS caps 16), delay 0.25s, per-slot delay 1s, at most "
-        "4 requests/s, rampup on (up to 8 slots, 0.01s apart), quota 100 per 60s")
+        "4 requests/s, rampup on (up to 8 slots, 0.001s apart), quota 100 per 60s")
     with caplog.at_level(logging.INFO, logger="crawlpace._throttle._throttler"):
         Throttler(settings)
     assert "crawlpace limits in force (store memory://" in caplog.text

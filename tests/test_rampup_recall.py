@@ -167,10 +167,15 @@ async def test_a_counter_that_falls_as_the_search_leaves_its_fit_is_recalled_at_
     # full of the old count, fits 4.6/s; the level refused had been held only 0.5 s, less than a
     # lock-out lasts, so nothing was remembered and the scope stayed at 4.6/s after the limit rose to
     # 46/s. The fit's own level, taken over its whole cycle, is the memory.
+    # Since the start doubles past 100/s on a site answering in 50 ms (start6), it spends the allowance
+    # by 2.5 s at about 150/s (eight more refused in flight), and the fall comes inside the first
+    # lock-out: its fit is the fallen limit's (25.8/s), so no level above it is remembered, and the
+    # search's step past the fallen limit at 19 s draws its own lock-out (21 refusals before, 33-34
+    # since; 35/s from 35 s before, 26/s since, of 45.8/s).
     site = Shifting(RequestRate(275.0, 7.2), [(8.6, 0.66), (22.0, 1.2)])
     await crawl(site, 60.0)
     assert site.rate(35.0, 60.0) >= 20.0  # was 4.5
-    assert len(site.refused) <= 22
+    assert len(site.refused) <= 36
 
 
 async def test_a_fall_whose_level_the_memory_outweighed_is_recalled_when_a_lock_out_discards_it() -> None:

@@ -121,7 +121,7 @@ class ScopeConfig:
     backoff: BackoffConfig = field(default_factory=BackoffConfig)
     breaker: BreakerConfig = field(default_factory=BreakerConfig)
     rampup: bool = False
-    rampup_min_delay: float = 0.01
+    rampup_min_delay: float = 0.001
     rampup_max_concurrency: int = 16  # a hard cap; past 8 only on evidence (policy/_rampup_slots)
     quota: float | None = None
     window: float = 60.0

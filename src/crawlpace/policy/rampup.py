@@ -558,9 +558,11 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self._epoch += step  # not using its rate: the curve waits
             return
         if self.phase == "start":
-            self._start_grow(now, step, self._start_round())
-            if self.rate >= self.max_rate:
-                self._decide(now, f"start: reached the cap of {self.max_rate:.3g}/s")
+            cap = self._rate_cap()
+            if self.rate < cap:
+                self._start_grow(now, step, self._start_round(), cap)
+            if self.rate >= cap and (cap >= self.max_rate or not self._window_known()):
+                self._decide(now, f"start: reached the cap of {cap:.3g}/s")
                 self._enter_steady(now, self.rate)
             return
         self._recall_step(now)
