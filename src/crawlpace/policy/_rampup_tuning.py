@@ -87,10 +87,6 @@ class RampupTuning:
     #: burst and holds 5 s refused again within seconds of the first hold, in every round of the hard
     #: farm on an idle machine).
     cut: float = 0.9
-    #: The cut when the last window already had more pushbacks than the band allows. (The ordinary
-    #: cut twice, ``cut ** 2`` = 0.81, was tried as its formula: on the fake clock's buckets it drew
-    #: as many refusals, 8 % more at 50/s with bursts of 10, and one over a test's bound.)
-    cut_over: float = 0.8
     #: The cut after a pushback in the start phase, or one the previous cut did not prevent (model):
     #: a half undoes one doubling, the start phase's step; a refusal the previous cut did not prevent
     #: says the rate is at least one such step too high.
@@ -148,9 +144,6 @@ class RampupTuning:
     #: machine's delays); and a scope whose baseline is under it has no knee to see: only the cut
     #: line speaks for it, and a latency cut does not cap its slots.
     latency_noise: float = 0.05
-    #: Windows of smoothed-latency minimums the baseline is the minimum of (chosen): the baseline's
-    #: memory; a server loaded by others for this many windows in a row raises it, and the knee.
-    baseline_windows: int = 10
 
     # -- slots --
     #: (The mean time a failure without an answer held its slot is smoothed as latencies are, with
@@ -172,14 +165,6 @@ class RampupTuning:
     #: capacity with 3-5 refusals, where 0.2 kept 0.84-0.91 with one.)
     knee_gain: float = 0.2
 
-    # -- slots --
-    #: The slots rampup opens without evidence that requests in flight, not a rate, bind the site
-    #: (a rate limiter's pace); past them, up to ``rampup_max_concurrency``, one more opens per round
-    #: trip while every slot is used, latency stays under the knee line and nothing is refused
-    #: (``_rampup_slots``). 8: the start phase's blind doubling with 16 open held 14-16 in flight when
-    #: a 25/s bucket's first refusal came back at 0.2 s, and drew 17 refusals, not 10.
-    open_slots: int = 8
-
     # -- derived: numbers that follow from the fields above, by the formula that states their reason --
 
     @property
@@ -197,6 +182,16 @@ class RampupTuning:
         rampup tells rates and latencies apart by, is a queue as long as the service, one request
         waiting for each one served (``1 / cut_deep``, 2)."""
         return 1.0 / self.cut_deep
+
+    @property
+    def cut_over(self) -> float:
+        """The cut when the last window already had more pushbacks than the band allows: two ordinary
+        steps off the rate that failed (``1 - 2 * (1 - cut)``, 0.8). The window says one step did not
+        bring the rate under the limit; the second is taken from the same rate, not from the first
+        one's result. (That, ``cut ** 2`` = 0.81, drew as many refusals on the fake clock's buckets, 8 %
+        more at 50/s with bursts of 10, and one over a test's bound. 0.8 was a measured field until
+        tuning5; the formula gives it bit for bit.)"""
+        return 1.0 - 2.0 * (1.0 - self.cut)
 
     @property
     def min_round(self) -> float:
@@ -360,6 +355,28 @@ class RampupTuning:
         outgrows one gap at the cut rate: a bucket refilling has let a probe through by then, a
         lock-out is paced from then on by its own length (``1 / late_share``, 4)."""
         return 1.0 / self.late_share
+
+    @property
+    def baseline_windows(self) -> int:
+        """Windows of smoothed-latency minimums the latency baseline is the lowest of: its memory. A
+        server slower for this many windows in a row (loaded by others, or slower for good) raises
+        the baseline, and the knee line with it; a slower window or two may be a busy spell. The least
+        count that is evidence rather than chance (``confirm``, 3: three minutes at the default
+        60 s window). (10 before, a chosen number: no fake-clock case or farm site runs long enough to
+        tell 3, 5, 10 or 20 apart; tuning3 saw 5 and 20 give the same outcomes.)"""
+        return self.confirm
+
+    @property
+    def open_slots(self) -> int:
+        """The slots rampup opens without evidence that requests in flight, not a rate, bind the site
+        (a rate limiter's pace); past them, up to ``rampup_max_concurrency``, one more opens per round
+        trip while every slot is used, latency stays under the knee line and nothing is refused
+        (``_rampup_slots``). The start phase doubles blind from one request in flight; it may do so
+        for ``confirm`` doublings, the least count that is evidence, before the slots say more than its
+        rate does (``2 ** confirm``, 8). (Measured: one doubling more, 16, held 14-16 in flight when
+        a 25/s bucket's first refusal came back at 0.2 s, and drew 17 refusals, not 10. 8 was a
+        measured field until tuning5; the formula gives it exactly.)"""
+        return 2 ** self.confirm
 
 
 #: The tuning every rampup controller reads.
