@@ -64,8 +64,9 @@ class RampupTuning:
     #: waited for 5 until the limiter cases showed the same figures with 3.) Three is the least count
     #: that is evidence rather than chance wherever rampup counts: a refusal on arrival caps the
     #: slots only with at least three requests in flight (``quick_refusal``; with one or two it may
-    #: be a backend failing at once), and a cap on requests in flight read from latency is at least
-    #: three.
+    #: be a backend failing at once), a cap on requests in flight read from latency is at least
+    #: three, the latency baseline rises only after three slower windows (``baseline_windows``), and
+    #: the start phase doubles blind for three doublings before slots need evidence (``open_slots``).
     #: A quick site's start phase doubles once this many answers have come at the pace it doubles
     #: (under 3/s, a whole round): with two, a 5/s limit with 5 s holds refused a crawl of 5 pages
     #: (the hard farm's embargo) and a second 20 s hold came at 0.87/s; four or six took most of the
