@@ -377,7 +377,7 @@ class RampupTuning:
         rate does (``2 ** confirm``, 8). (Measured: one doubling more, 16, held 14-16 in flight when
         a 25/s bucket's first refusal came back at 0.2 s, and drew 17 refusals, not 10. 8 was a
         measured field until tuning5; the formula gives it exactly.)"""
-        return 2 ** self.confirm
+        return int(2 ** self.confirm)
 
 
 #: The tuning every rampup controller reads.
