@@ -41,7 +41,7 @@ Three more rules keep it honest:
   measured send rate (never below the starting rate): an idle scope neither
   learns nor banks a rate it never tried.
 * Latency: when the smoothed latency climbs past ``1.6 *`` the scope's
-  baseline (its lowest smoothed latency over the last three windows) plus 10
+  baseline (its lowest smoothed latency over the last ten windows) plus 10
   ms, the rate stops growing; past ``2 *`` baseline plus 50 ms it is cut as
   for a pushback. An overloaded server is caught at its knee, before it
   starts to refuse. A latency cut is deeper the further latency is past the
