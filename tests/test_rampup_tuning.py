@@ -69,8 +69,11 @@ def test_each_number_has_its_kind() -> None:
 
 def test_a_derived_number_follows_its_fields() -> None:
     # The formulas the table states, applied to a tuning with other values.
-    other = dataclasses.replace(TUNING, tolerance=0.1, cut_over=0.7, late_share=0.2,
-                                ceiling_share=0.9, cut_deep=0.36, knee_slack=0.02)
+    other = dataclasses.replace(TUNING, tolerance=0.1, cut=0.85, late_share=0.2,
+                                ceiling_share=0.9, cut_deep=0.36, knee_slack=0.02, confirm=4)
+    assert other.cut_over == pytest.approx(0.7)
+    assert other.latency_noise == pytest.approx(0.1)
+    assert other.open_slots == 16
     assert other.used_share == pytest.approx(0.36)
     assert other.sent_cap == pytest.approx(1.0 / 0.36)
     assert other.good_ceiling == pytest.approx(0.9)

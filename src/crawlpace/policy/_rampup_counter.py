@@ -51,15 +51,22 @@ MARGIN = 0.5
 _FINE = 0.01
 _COARSE = 0.1
 _REFINE = 3
-#: CPU bounds of one fit (it runs on the event loop): the grid points checked against the evidence
-#: sends (a few microseconds each), those read send by send (about 50 us each), and the evidence sends
-#: kept (those that last ruled a point out or bounded one that fits). A record that more points fit
-#: than :data:`SCANS` (or that needs more checks than :data:`CHECKS`) is too loose to act on: the sends
-#: say little of ``N / T`` (the fits that narrow the rate took 15-64 scans in the harness's counters,
-#: the loose ones 150 to 6,000), so it gives no fit, as one that none fits. The closest fits take
-#: 2,000-2,700 checks.
-SCANS = 64
-CHECKS = 3000
+#: The periods tried, as multiples of the last lock-out's cycle (a cycle is at least the refused
+#: share of a period long, at most a period and that share), and how many that makes on the grid.
+_SHORTEST, _LONGEST = 0.5, 12.0
+_PERIODS = 1 + math.floor(_STEPS_PER_DOUBLING * math.log2(_LONGEST / _SHORTEST))
+#: Bounds of one fit (it runs on the event loop). A record that more grid points fit than the grid
+#: has periods (:data:`SCANS`, 65) is too loose to act on: with a fitting point for every period tried
+#: the sends do not tell the period, and they say little of ``N / T`` (the fits that narrow the rate
+#: took 15-64 scans in the harness's counters, the loose ones 150 to 6,000), so it gives no fit, as
+#: one that none fits. A point is read send by send (scanned, about 50 us) only once the evidence
+#: sends (those that last ruled a point out or bounded one that fits, :data:`EVIDENCE` kept) have not
+#: ruled it out (checked, a few microseconds), so a fit's CPU is bounded by the grid itself: every
+#: coarse point and the fine neighbours of each candidate checked once (:data:`CHECKS`), at most
+#: :data:`SCANS` scanned. (Before tuning5, 64 scans and a bound of 3,000 checks; the closest fits take
+#: 2,000-2,700 checks.)
+SCANS = _PERIODS
+CHECKS = _PERIODS * PHASES * (1 + _REFINE * _REFINE)
 EVIDENCE = 6
 
 
@@ -104,8 +111,6 @@ class _Record:
         or when the evidence sends alone rule it out (each read from prefix counts over the sorted
         send times, no tally)."""
         self.checks += 1
-        if self.checks > CHECKS:
-            raise _Loose
         times, oks, floor = self.times, self.oks, math.floor
         judged = floor((times[0] - start) / period) + self.skip
         if floor((times[-1] - start) / period) < judged:
@@ -185,7 +190,7 @@ class _Record:
 
 
 class _Loose(Exception):
-    """More grid points fit than :data:`SCANS` (or :data:`CHECKS`) allows: no counter is bound closely."""
+    """More grid points fit than :data:`SCANS` allows: no counter is bound closely."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -238,7 +243,7 @@ def _search(record: _Record, cycle: float, now: float) -> CounterFit | None:
     full (every send) only then. Most points are ruled out by two sends in a few microseconds."""
     origin = record.times[0]
     ratio = 2.0 ** (1.0 / _STEPS_PER_DOUBLING)
-    period, top = cycle / 2.0, 12.0 * cycle
+    period, top = cycle * _SHORTEST, _LONGEST * cycle
     low: Counter | None = None
     high = 0.0
     half = _REFINE // 2
