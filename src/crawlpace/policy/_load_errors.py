@@ -37,7 +37,12 @@ that may be a cap's whose slot is freed late (``Rampup.held_late``).
 A site judged flaky is watched: once the share of its last :data:`MEMORY`
 outcomes is clearly above :data:`RETURN` times the share learned (by two
 standard deviations), the errors are believed again and the next cut is
-judged afresh. A site whose answers are nearly all errors is the circuit
+judged afresh. A verdict reached on fewer than :data:`_KNOWN` outcomes learns
+no share from them (two 503s first are a share of 1, which no share is twice
+of, and their errors were what made the cut): its share is learned from the
+error that made the cut and the outcomes after the verdict, until it rests on
+:data:`_KNOWN`, and until then a quick refusal with several requests in flight
+is still a cap's (``learned``), not one of the site's own errors. A site whose answers are nearly all errors is the circuit
 breaker's: it never tolerates a share of :data:`~.breaker.STEADY_MAX` or more,
 so it still pauses, probes and gives up such a site (seed 003).
 
