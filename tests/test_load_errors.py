@@ -132,7 +132,8 @@ def test_the_verdict_comes_early_when_the_rest_could_not_show_a_fall() -> None:
     assert errors.tolerable == 0.5  # the breaker tolerates the higher of the two
     # The share learned rests on the error that made the cut and the outcomes after the verdict,
     # until there are _KNOWN of them: four outcomes before it are no share (their errors made it).
-    assert errors.share == 1.0 and not errors.learned()
+    assert errors.share == 1.0
+    assert not errors.learned()
     for n in range(9):
         errors.record("s", sent_at=6.0 + n, error=False)
     assert errors.learned()
@@ -194,10 +195,12 @@ def test_a_share_learned_on_two_errors_first_is_learned_on_and_believed_again() 
     errors.record("s", sent_at=0.0, error=True)
     errors.record("s", sent_at=1.0, error=True)
     errors.slowed(1.5, 1.0, 1, at_once=True)  # the breaker's 1 of 1, and the error that made the cut
-    assert errors.plain and not errors.learned()
+    assert errors.plain
+    assert not errors.learned()
     for n in range(9):  # the outcomes after the verdict are the sample
         errors.record("s", sent_at=2.0 + n, error=False)
-    assert errors.learned() and errors.share == 0.1
+    assert errors.learned()
+    assert errors.share == 0.1
     for n in range(30):  # then half of the answers fail: clearly past twice the share learned
         errors.record("s", sent_at=11.0 + n, error=n % 2 == 0)
     assert not errors.plain

@@ -40,7 +40,8 @@ class Run:
 async def crawl(*, errors: float, hangs: float = 0.0, seconds: float = 80.0, status: int = 500,
                 seed: int = 3, breaker: dict[str, object] | None = None, at_once: bool = False,
                 page: float = 0.03, hang: float = 5.0, late: bool = False,
-                first: tuple[str, ...] = (), min_delay: float = 0.05, workers: int = 16, knee: int = 0) -> Run:
+                first: tuple[str, ...] = (), min_delay: float = 0.05, workers: int = 16,
+                knee: int = 0) -> Run:
     """Crawl one site that answers in ``page`` seconds (+/-1/3), ``errors`` of its answers ``status`` and
     ``hangs`` of its requests timing out after ``hang`` seconds (``late``: answered 200 after them instead;
     ``at_once``: the errors are answered in 1 ms, as a backend failing at once is; ``first``: what the
@@ -51,8 +52,9 @@ async def crawl(*, errors: float, hangs: float = 0.0, seconds: float = 80.0, sta
     the load). The run's ``served`` are the sends answered 200."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
-    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True, "rampup_min_delay": min_delay},
-                                     "CONCURRENT_REQUESTS": 64, **(breaker or {})})
+    defaults = {"rampup": True, "rampup_min_delay": min_delay}
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": defaults, "CONCURRENT_REQUESTS": 64,
+                                     **(breaker or {})})
     sends: list[float] = []
     served: list[float] = []
     inflight = 0
@@ -227,7 +229,8 @@ async def test_requests_out_far_too_long_do_not_count_against_the_most_slots() -
     # it, the hangs left few slots for the pages, and the site got 0.49 of the clean pace.
     # (Measured after the start, 5 s at this pace: a hang among its first sends may cost it a round.)
     clean = await crawl(errors=0.0, page=0.02, min_delay=0.01, workers=64, seconds=15.0)
-    flaky = await crawl(errors=0.0, hangs=0.03, hang=10.0, page=0.02, min_delay=0.01, workers=64, seconds=15.0)
+    flaky = await crawl(errors=0.0, hangs=0.03, hang=10.0, page=0.02, min_delay=0.01, workers=64,
+                        seconds=15.0)
     after = [sum(t >= 5.0 for t in run.sends) for run in (flaky, clean)]
     assert after[0] >= 0.9 * after[1], after
 

@@ -42,9 +42,10 @@ no share from them (two 503s first are a share of 1, which no share is twice
 of, and their errors were what made the cut): its share is learned from the
 error that made the cut and the outcomes after the verdict, until it rests on
 :data:`_KNOWN`, and until then a quick refusal with several requests in flight
-is still a cap's (``learned``), not one of the site's own errors. A site whose answers are nearly all errors is the circuit
-breaker's: it never tolerates a share of :data:`~.breaker.STEADY_MAX` or more,
-so it still pauses, probes and gives up such a site (seed 003).
+is still a cap's (``learned``), not one of the site's own errors. A site whose
+answers are nearly all errors is the circuit breaker's: it never tolerates a
+share of :data:`~.breaker.STEADY_MAX` or more, so it still pauses, probes and
+gives up such a site (seed 003).
 
 A worked timeline (a site with no limit answering 25 % of its requests 503):
 at 20/s the first 503s cut the pace to 10/s; the 20 answers sent after the
