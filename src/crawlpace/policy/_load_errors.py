@@ -228,10 +228,12 @@ class LoadErrors:
             # share before is the site's too, and a breaker opened by it pauses a site that is fine.
             # (An early verdict's share after rests on a few outcomes: the pooled one stands for it.)
             self.tolerable = max(self.tolerable, self.before, after if self.after_n >= JUDGE else pooled)
-            if self.learned_n < _KNOWN:
+            if self.before_n < EARLY and self.learned_n < _KNOWN:
                 # Too few to be a share: the errors before were what made the cut, chosen by it (two
                 # 503s first are a share of 1). Only the error that made it is kept; the outcomes
-                # after the verdict are the sample (see record).
+                # after the verdict are the sample (see record). (Not from a share before on more:
+                # while the share is learned, a backend's 503s at once with several in flight are
+                # read as a cap's, and a 60/s bucket with 30 % of them was capped at 25/s.)
                 self.learned_n, self.learned_bad = 1, 1.0
             self.plain, self.share = True, self.learned_bad / self.learned_n
             if self.after_n:
