@@ -130,14 +130,14 @@ def test_the_verdict_comes_early_when_the_rest_could_not_show_a_fall() -> None:
     assert errors.plain
     assert not errors.judging
     assert errors.tolerable == 0.5  # the breaker tolerates the higher of the two
-    # The share learned rests on the error that made the cut and the outcomes after the verdict,
-    # until there are _KNOWN of them: four outcomes before it are no share (their errors made it).
-    assert errors.share == 1.0
+    # The share learned pools the four outcomes before and those after the verdict until there are
+    # _KNOWN of them.
+    assert errors.share == 0.5
     assert not errors.learned()
-    for n in range(9):
+    for n in range(6):
         errors.record("s", sent_at=6.0 + n, error=False)
     assert errors.learned()
-    assert errors.share == 0.1
+    assert errors.share == 0.2
     # Two of twenty before can be beaten by none after the cut either; 10 of 40 can: that one waits.
     errors = LoadErrors()
     for n in range(20):
