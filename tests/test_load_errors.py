@@ -129,7 +129,15 @@ def test_the_verdict_comes_early_when_the_rest_could_not_show_a_fall() -> None:
     errors.slowed(5.0, 1 / 3, 3, at_once=True)  # the breaker's 1 of 3, and the error that made the cut
     assert errors.plain
     assert not errors.judging
-    assert errors.share == errors.tolerable == 0.5
+    assert errors.tolerable == 0.5  # the breaker tolerates the higher of the two
+    # The share learned pools the four outcomes before and those after the verdict until there are
+    # _KNOWN of them.
+    assert errors.share == 0.5
+    assert not errors.learned()
+    for n in range(6):
+        errors.record("s", sent_at=6.0 + n, error=False)
+    assert errors.learned()
+    assert errors.share == 0.2
     # Two of twenty before can be beaten by none after the cut either; 10 of 40 can: that one waits.
     errors = LoadErrors()
     for n in range(20):
@@ -177,3 +185,22 @@ def test_a_share_on_two_outcomes_is_never_clearly_beaten() -> None:
     errors = LoadErrors()
     errors.slowed(1.0, 1.0, 2, at_once=True)
     assert errors.judging
+
+
+def test_a_share_learned_on_two_errors_first_is_learned_on_and_believed_again() -> None:
+    # Two 503s among a site's first sends: a share of 1 on two outcomes, judged not about load at the
+    # cut. Kept as the share learned, no error rate could be "clearly above" twice of it, and a site
+    # whose errors then followed its load was never believed again.
+    errors = LoadErrors()
+    errors.record("s", sent_at=0.0, error=True)
+    errors.record("s", sent_at=1.0, error=True)
+    errors.slowed(1.5, 1.0, 1, at_once=True)  # the breaker's 1 of 1, and the error that made the cut
+    assert errors.plain
+    assert not errors.learned()
+    for n in range(9):  # the outcomes after the verdict are the sample
+        errors.record("s", sent_at=2.0 + n, error=False)
+    assert errors.learned()
+    assert errors.share == 0.1
+    for n in range(30):  # then half of the answers fail: clearly past twice the share learned
+        errors.record("s", sent_at=11.0 + n, error=n % 2 == 0)
+    assert not errors.plain

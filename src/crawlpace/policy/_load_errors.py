@@ -37,9 +37,15 @@ that may be a cap's whose slot is freed late (``Rampup.held_late``).
 A site judged flaky is watched: once the share of its last :data:`MEMORY`
 outcomes is clearly above :data:`RETURN` times the share learned (by two
 standard deviations), the errors are believed again and the next cut is
-judged afresh. A site whose answers are nearly all errors is the circuit
-breaker's: it never tolerates a share of :data:`~.breaker.STEADY_MAX` or more,
-so it still pauses, probes and gives up such a site (seed 003).
+judged afresh. A verdict reached on fewer than :data:`_KNOWN` outcomes learns
+no share from them (two 503s first are a share of 1, which no share is twice
+of, and their errors were what made the cut): its share is learned from the
+error that made the cut and the outcomes after the verdict, until it rests on
+:data:`_KNOWN`, and until then a quick refusal with several requests in flight
+is still a cap's (``learned``), not one of the site's own errors. A site whose
+answers are nearly all errors is the circuit breaker's: it never tolerates a
+share of :data:`~.breaker.STEADY_MAX` or more, so it still pauses, probes and
+gives up such a site (seed 003).
 
 A worked timeline (a site with no limit answering 25 % of its requests 503):
 at 20/s the first 503s cut the pace to 10/s; the 20 answers sent after the
@@ -89,7 +95,9 @@ class LoadErrors:
 
     Attributes:
         plain: the errors are judged not about load: they do not slow the scope.
-        share: the error share learned when they were judged so (both samples pooled).
+        share: the error share learned when they were judged so (both samples pooled, and the
+            outcomes after the verdict until the share rests on :data:`_KNOWN`).
+        learned_n, learned_bad: the outcomes and errors ``share`` rests on.
         tolerable: the share the circuit breaker is told to tolerate: the higher of the two
             samples of any verdict of plain errors.
         judging: a cut is being judged; ``since`` is when it began.
@@ -97,12 +105,14 @@ class LoadErrors:
         after_n, after_bad: outcomes and errors of requests sent after it.
     """
 
-    __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "plain", "recent", "recent_n",
-                 "share", "since", "tolerable")
+    __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "learned_bad", "learned_n", "plain",
+                 "recent", "recent_n", "share", "since", "tolerable")
 
     def __init__(self) -> None:
         self.plain = False
         self.share = 0.0
+        self.learned_n = 0
+        self.learned_bad = 0.0
         self.tolerable = 0.0
         self.judging = False
         self.since = 0.0
@@ -111,6 +121,11 @@ class LoadErrors:
         self.after_n = self.after_bad = 0
         self.recent = 0
         self.recent_n = 0
+
+    def learned(self) -> bool:
+        """Whether the errors are judged the site's own on a share that rests on enough outcomes
+        (:data:`_KNOWN`): until then a quick refusal with several in flight may still be a cap's."""
+        return self.plain and self.learned_n >= _KNOWN
 
     def slows(self) -> bool:
         """Whether an error may slow the scope now: not once judged plain, nor while a cut is judged."""
@@ -132,6 +147,15 @@ class LoadErrors:
             # Early when even successes for the rest could not show a fall.
             if self.after_n >= JUDGE or (self.after_n >= EARLY and not self._fell(self.after_bad, JUDGE)):
                 self._judge(scope)
+        elif self.plain and self.learned_n < _KNOWN:
+            # A share learned on a few outcomes is no share yet: two 503s first are a share of 1,
+            # which no error rate could ever be "clearly above" twice of, so a site whose errors
+            # later followed its load was never believed again (a hard knee of 4 with two 503s
+            # first, its refusals taken for its own, was sent at 100/s: 0.04 of its capacity).
+            # The outcomes after the verdict are its sample, until it rests on enough.
+            self.learned_n += 1
+            self.learned_bad += error
+            self.share = self.learned_bad / self.learned_n
         elif self.plain and error:
             share = self.recent_share()
             if share is not None:
@@ -197,12 +221,21 @@ class LoadErrors:
             # The share learned pools both samples: the one after the cut alone is a handful of
             # outcomes (0 of 10 at a 20 % share is no rarity), and a share of 0 would be exceeded
             # by the next error, which would be believed again and cut once more.
-            pooled = (self.before * self.before_n + self.after_bad) / (self.before_n + self.after_n)
-            self.plain, self.share = True, pooled
+            self.learned_n = self.before_n + self.after_n
+            self.learned_bad = self.before * self.before_n + self.after_bad
+            pooled = self.learned_bad / self.learned_n
             # The breaker is told the higher of the two: slowing did not lower the errors, so the
             # share before is the site's too, and a breaker opened by it pauses a site that is fine.
             # (An early verdict's share after rests on a few outcomes: the pooled one stands for it.)
             self.tolerable = max(self.tolerable, self.before, after if self.after_n >= JUDGE else pooled)
+            if self.before_n < EARLY and self.learned_n < _KNOWN:
+                # Too few to be a share: the errors before were what made the cut, chosen by it (two
+                # 503s first are a share of 1). Only the error that made it is kept; the outcomes
+                # after the verdict are the sample (see record). (Not from a share before on more:
+                # while the share is learned, a backend's 503s at once with several in flight are
+                # read as a cap's, and a 60/s bucket with 30 % of them was capped at 25/s.)
+                self.learned_n, self.learned_bad = 1, 1.0
+            self.plain, self.share = True, self.learned_bad / self.learned_n
             if self.after_n:
                 logger.info("scope %s: errors at %.0f%% after slowing down, %.0f%% before: not about load; "
                             "they no longer slow the scope", scope, 100 * after, 100 * self.before)

@@ -329,7 +329,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # errors are believed again, and such refusals with them.
         rampup = self.rampup
         errors = self.load_errors
-        own = errors is not None and errors.plain and is_error(feedback)
+        own = errors is not None and errors.learned() and is_error(feedback)
         # How long the refusal took: the answer's own latency where it is shorter. A fleet's worker
         # writes its request a moment after the store granted it (0.1-0.25 s on a loaded machine),
         # and a cap's instant 503 taken for a slow error was judged the site's own, for every
