@@ -174,7 +174,7 @@ def against(rows: list[dict[str, float]], before: list[dict[str, float]], shown:
             chosen = [(b, r, d) for (b, r), d in zip(pairs, change, strict=True)
                       if test(b) and b["latency"] == latency]
             if chosen:
-                gained = -sum(min(0.0, d) for _, _, d in chosen)
+                gained = sum(max(0.0, -d) for _, _, d in chosen)
                 lost = sum(max(0.0, d) for _, _, d in chosen)
                 held = (f"{sum(b['holds'] for b, _, _ in chosen):g} -> "
                         f"{sum(r['holds'] for _, r, _ in chosen):g}")
