@@ -16,6 +16,11 @@ load.
 
     python bench/holds_battery.py                 # seeds 1-40, 3 ms and 50 ms (about a minute idle)
     python bench/holds_battery.py --quick --json  # seeds 1-4, 3 ms
+
+Before and after a change, crawl by crawl (the battery is deterministic, so two trees' runs pair up):
+
+    PYTHONPATH=/tmp/base/src python bench/holds_battery.py --rows /tmp/base.json
+    python bench/holds_battery.py --rows /tmp/new.json --against /tmp/base.json
 """
 
 from __future__ import annotations
@@ -145,6 +150,44 @@ CLASSES: dict[str, Callable[[dict[str, float]], bool]] = {
 }
 
 
+def _key(row: dict[str, float]) -> tuple[float, float, float, float]:
+    return row["rate"], row["burst"], row["hold"], row["latency"]
+
+
+def against(rows: list[dict[str, float]], before: list[dict[str, float]], shown: int = 6) -> list[str]:
+    """Lines comparing ``rows`` with ``before`` (the same jobs, an earlier tree), crawl by crawl: how many
+    are faster or slower by over half a second, the seconds gained and lost per class and answer time,
+    and the largest changes each way."""
+    pairs = [(b, r) for b, r in zip(before, rows, strict=True) if _key(b) == _key(r)]
+    if len(pairs) != len(rows):
+        return [f"--against: {len(rows) - len(pairs)} of {len(rows)} crawls differ in their bucket"]
+    change = [r["seconds"] - b["seconds"] for b, r in pairs]
+    oracle = sum(b["oracle"] for b, _ in pairs)
+    times = sum(b["seconds"] for b, _ in pairs) / oracle, sum(r["seconds"] for _, r in pairs) / oracle
+    out = [f"against {len(pairs)} crawls: {sum(d < -0.5 for d in change)} faster, "
+           f"{sum(d > 0.5 for d in change)} slower (by 0.5 s or more); time x oracle "
+           f"{times[0]:.3f} -> {times[1]:.3f}",
+           "| class | answers | seconds gained | seconds lost | holds before -> after |",
+           "|---|--:|--:|--:|--:|"]
+    for name, test in CLASSES.items():
+        for latency in sorted({b["latency"] for b, _ in pairs}):
+            chosen = [(b, r, d) for (b, r), d in zip(pairs, change, strict=True)
+                      if test(b) and b["latency"] == latency]
+            if chosen:
+                gained = sum(max(0.0, -d) for _, _, d in chosen)
+                lost = sum(max(0.0, d) for _, _, d in chosen)
+                held = (f"{sum(b['holds'] for b, _, _ in chosen):g} -> "
+                        f"{sum(r['holds'] for _, r, _ in chosen):g}")
+                out.append(f"| {name} | {latency:g} s | {gained:.0f} | {lost:.0f} | {held} |")
+    ranked = sorted(zip(change, pairs, strict=True), key=lambda x: x[0])
+    for d, (b, r) in ranked[:shown] + ranked[-shown:]:
+        if abs(d) > 0.5:
+            out.append(f"  {b['rate']:g}/s burst {b['burst']:g}, {b['hold']:g} s holds, {b['latency']:g} s "
+                       f"answers: {b['seconds']:.1f} -> {r['seconds']:.1f} s (oracle {b['oracle']:.1f}), "
+                       f"holds {b['holds']:g} -> {r['holds']:g}")
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="seeds 1-4, 3 ms answers only")
@@ -156,6 +199,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="pages per bucket: rate x this (default 20)")
     parser.add_argument("--processes", type=int, default=2, help="crawls run in parallel (default 2)")
+    parser.add_argument("--rows", help="write every crawl's figures to this JSON file")
+    parser.add_argument("--against", help="a --rows file of the same jobs (another tree): compare crawl "
+                        "by crawl")
     args = parser.parse_args(argv)
     if "-" in args.seeds:
         first, last = (int(x) for x in args.seeds.split("-"))
@@ -183,6 +229,12 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {name} | {f['crawls']:g} | {f['mean']:.3f} | {f['p10']:.3f} | {f['refused']:.2f} | "
               f"{f['holds']:.2f} | {f['second_hold']:.2f} | {f['time_x_oracle']:.2f} | "
               f"{f['one_hold_x_oracle']:.2f} |")
+    if args.rows:
+        with open(args.rows, "w", encoding="utf-8") as handle:
+            json.dump(rows, handle)
+    if args.against:
+        with open(args.against, encoding="utf-8") as handle:
+            print("\n".join(against(rows, json.load(handle))))
     if args.json:
         print(json.dumps({"benchmark": "holds_battery", "seeds": seeds, "latencies": latencies,
                           "figures": figures}))
