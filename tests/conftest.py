@@ -3,9 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-import gc
 import io
-import os
 import random
 import uuid
 import warnings
@@ -17,6 +15,7 @@ import pytest
 from crawlpace import Throttler
 from crawlpace.testing import MockClock
 
+from .leak_guard import leaked_descriptors_fail_their_own_test  # noqa: F401  (autouse)
 from .redis_cluster import RedisCluster, cluster_binaries
 from .redis_server import RedisServer, redis_binary, valkey_binary
 
@@ -42,34 +41,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         task.print_stack(file=out)
     if tasks:
         item.add_report_section("call", "asyncio tasks at the timeout", out.getvalue())
-
-
-def _open_fds() -> int | None:
-    """How many file descriptors this process has open (None where the system does not say)."""
-    try:
-        return len(os.listdir("/proc/self/fd"))
-    except OSError:  # not Linux
-        return None
-
-
-@pytest.fixture(autouse=True)
-def _leaked_sockets_fail_their_own_test() -> Iterator[None]:
-    """A socket a test leaves unclosed fails that test, not a later one.
-
-    An unclosed socket warns only when it is garbage-collected, which for one held in a reference
-    cycle (a client, its connection, its transport) happens at some later test's allocation: the
-    ResourceWarning, an error here, then failed whichever test ran then (test_packaging once), with
-    nothing naming the leak. A test that ends with more descriptors open than it began with is
-    collected at once, so the warning lands on it (run with ``python -X tracemalloc=25`` to see where
-    the socket was made). Collecting after every test would cost about a minute a run; after only
-    these, a few seconds. Torn down after the test's other function fixtures (autouse ones are set
-    up first), its event loop included.
-    """
-    before = _open_fds()
-    yield
-    after = _open_fds()
-    if before is None or after is None or after > before:
-        gc.collect()
 
 
 #: Settings with jitter off, so spacing is exact and tests can compare times.
