@@ -15,13 +15,15 @@ only these (a few in a hundred: those that start a session's server, say), secon
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import gc
 import os
 from collections.abc import Iterator
 
 import pytest
 
-__all__ = ["leaked_descriptors_fail_their_own_test", "open_descriptors"]
+__all__ = ["end_child", "leaked_descriptors_fail_their_own_test", "open_descriptors"]
 
 
 def open_descriptors() -> int | None:
@@ -46,3 +48,16 @@ def leaked_descriptors_fail_their_own_test() -> Iterator[None]:
     after = open_descriptors()
     if before is None or after is None or after > before:
         gc.collect()
+
+
+async def end_child(process: asyncio.subprocess.Process) -> None:
+    """Kill a child a test gives up on (a timeout, a failed step) and read its pipes to the end.
+
+    Left running, its pipe transports stay open; held by the failed test's traceback until the
+    session ends, they then fail the run with an unclosed-transport warning each.
+    """
+    if process.returncode is None:
+        with contextlib.suppress(ProcessLookupError):
+            process.kill()
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(process.communicate(), 10.0)
