@@ -36,18 +36,29 @@ def open_descriptors() -> int | None:
     return None
 
 
+#: The descriptors open when the last test's guard was torn down.
+_LAST: list[int | None] = [None]
+
+
 @pytest.fixture(autouse=True)
 def leaked_descriptors_fail_their_own_test() -> Iterator[None]:
     """Collect garbage after a test that ends with more descriptors open than it began with.
 
     Autouse fixtures are set up first, so this one is torn down after the test's other function
-    fixtures, its event loop included: what they close is closed by then.
+    fixtures, its event loop included: what they close is closed by then. A module's fixtures are
+    torn down after it, when the module's last test ends; what they leave is caught at the next
+    test's set-up (more open than when the last test ended), and fails that set-up.
     """
     before = open_descriptors()
+    last = _LAST[0]
+    if before is not None and last is not None and before > last:
+        gc.collect()
+        before = open_descriptors()
     yield
     after = open_descriptors()
     if before is None or after is None or after > before:
         gc.collect()
+    _LAST[0] = open_descriptors()
 
 
 async def end_child(process: asyncio.subprocess.Process) -> None:
