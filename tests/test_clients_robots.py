@@ -9,7 +9,7 @@ hundredth of a second, so no test waits for it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 import httpx
@@ -142,12 +142,15 @@ async def test_a_close_cancelled_while_robots_txt_fetches_stop_still_closes_the_
     site = SilentRobots()
     async with SimServer(site, HOST) as server:
         inner = ClosingTransport()
+        made: Any
+        close: Callable[[], Awaitable[None]]
+        closed: Callable[[], bool]
         if client == "httpx":
-            made: Any = throttled_client(EIGHT, robots_txt=True, transport=inner, base_url=server.url)
+            made = throttled_client(EIGHT, robots_txt=True, transport=inner, base_url=server.url)
             close, closed = made.aclose, lambda: inner.closed
         else:
             made = aiohttp_session(EIGHT, robots_txt=True, base_url=server.url)
-            close, closed = made.close, lambda: made.closed
+            close, closed = made.close, lambda: bool(made.closed)
         get = asyncio.ensure_future(made.get("/page"))
         async with asyncio.timeout(5.0):
             await site.asked.wait()  # the robots.txt fetch is under way
