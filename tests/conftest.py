@@ -15,6 +15,7 @@ import pytest
 from crawlpace import Throttler
 from crawlpace.testing import MockClock
 
+from .leak_guard import leaked_descriptors_fail_their_own_test  # noqa: F401  (autouse)
 from .redis_cluster import RedisCluster, cluster_binaries
 from .redis_server import RedisServer, redis_binary, valkey_binary
 

@@ -9,14 +9,15 @@ hundredth of a second, so no test waits for it.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
+import httpx
 import pytest
 
 from crawlpace import RobotsDisallowed
 from crawlpace.aiohttp import throttled_session as aiohttp_session
-from crawlpace.http import throttled_sync_client
+from crawlpace.http import throttled_client, throttled_sync_client
 from crawlpace.requests import throttled_session as requests_session
 from crawlpace.sim import SimServer
 from crawlpace.sim._asgi import Receive, Scope, Send, respond
@@ -107,3 +108,57 @@ async def test_aiohttp_obeys_disallow_and_crawl_delay() -> None:
     assert stats is not None
     assert stats.concurrency == 1
     assert stats.delay >= 0.01
+
+
+class SilentRobots:
+    """robots.txt never answers; says when its request arrived."""
+
+    def __init__(self) -> None:
+        self.asked = asyncio.Event()
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope.get("type") != "http":
+            return
+        self.asked.set()
+        await asyncio.Event().wait()
+
+
+class ClosingTransport(httpx.AsyncHTTPTransport):
+    """httpx's transport, noting that it was closed."""
+
+    closed = False
+
+    async def aclose(self) -> None:
+        self.closed = True
+        await super().aclose()
+
+
+@pytest.mark.parametrize("client", ["httpx", "aiohttp"])
+async def test_a_close_cancelled_while_robots_txt_fetches_stop_still_closes_the_connections(
+        client: str) -> None:
+    """The close first stops the robots.txt fetches under way, which awaits; cancelled there (a
+    timeout around the block, a second Ctrl-C), it used to skip closing the connection pool, whose
+    sockets were left to the garbage collector."""
+    site = SilentRobots()
+    async with SimServer(site, HOST) as server:
+        inner = ClosingTransport()
+        made: Any
+        close: Callable[[], Awaitable[None]]
+        closed: Callable[[], bool]
+        if client == "httpx":
+            made = throttled_client(EIGHT, robots_txt=True, transport=inner, base_url=server.url)
+            close, closed = made.aclose, lambda: inner.closed
+        else:
+            made = aiohttp_session(EIGHT, robots_txt=True, base_url=server.url)
+            close, closed = made.close, lambda: bool(made.closed)
+        get = asyncio.ensure_future(made.get("/page"))
+        async with asyncio.timeout(5.0):
+            await site.asked.wait()  # the robots.txt fetch is under way
+        closing = asyncio.ensure_future(close())
+        await asyncio.sleep(0)  # the close has stopped the fetch and waits for it to end
+        closing.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await closing
+        assert closed()
+        get.cancel()
+        await asyncio.gather(get, return_exceptions=True)

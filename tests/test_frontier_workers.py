@@ -10,7 +10,6 @@ SIGKILL nor a Redis restart may lose a URL.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import json
 import os
 import shutil
@@ -19,7 +18,7 @@ import sys
 import time
 import uuid
 from collections import Counter
-from collections.abc import Iterator
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -28,6 +27,7 @@ import pytest
 from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.sim import Farm
 
+from .leak_guard import end_child
 from .redis_server import RedisServer
 
 pytestmark = pytest.mark.redis
@@ -61,17 +61,16 @@ _STARTED: list[asyncio.subprocess.Process] = []
 
 
 @pytest.fixture(autouse=True)
-def _no_worker_outlives_its_test() -> Iterator[None]:
+async def _no_worker_outlives_its_test() -> AsyncIterator[None]:
     """Kill the workers a test started and left running (a failed assertion, a timeout elsewhere).
 
     One such worker once went on for an hour after its test failed, taking a core from the tests after it.
+    Its pipes are read to the end too, on the test's loop: left open, held by the failure's traceback,
+    they failed the session at its end with an unclosed-transport warning each.
     """
     yield
     while _STARTED:
-        process = _STARTED.pop()
-        if process.returncode is None:
-            with contextlib.suppress(ProcessLookupError):
-                os.kill(process.pid, signal.SIGKILL)
+        await end_child(_STARTED.pop())
 
 
 async def start_worker(store: str, namespace: str, output: Path, config: Path,

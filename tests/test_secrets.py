@@ -17,6 +17,7 @@ from crawlpace import ConfigError
 from crawlpace._redact import RedactingFormatter, redact
 from crawlpace.sim import Farm
 
+from .leak_guard import end_child
 from .redis_server import RedisServer, free_port, redis_binary
 from .test_scrapy_crawl import FAST as SCRAPY_FAST
 from .test_scrapy_crawl import crawl as scrapy_crawl
@@ -75,7 +76,11 @@ async def cli(*args: str, stdin: bytes | None = None) -> tuple[int, str]:
         sys.executable, "-m", "crawlpace", *args, stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.PIPE if stdin is not None else None,
         env={**os.environ, "PYTHONPATH": SRC})
-    out, _ = await asyncio.wait_for(process.communicate(stdin), 60)
+    try:
+        out, _ = await asyncio.wait_for(process.communicate(stdin), 60)
+    except BaseException:
+        await end_child(process)
+        raise
     assert process.returncode is not None
     return process.returncode, out.decode(errors="replace")
 

@@ -21,6 +21,7 @@ import redis
 
 from crawlpace._redact import MASK, redact
 
+from .leak_guard import end_child
 from .redis_server import RedisServer, free_port, redis_binary
 
 pytestmark = pytest.mark.redis
@@ -85,15 +86,19 @@ async def cli(*args: str, serves: bool = False) -> tuple[int, str]:
         env={**os.environ, "PYTHONPATH": SRC})
     assert process.stdout is not None
     head = b""
-    if serves:
-        while b"Ctrl-C" not in head:
-            line = await asyncio.wait_for(process.stdout.readline(), 60)
-            if not line:
-                break
-            head += line
-        if process.returncode is None:
-            process.send_signal(signal.SIGINT)
-    out, _ = await asyncio.wait_for(process.communicate(), 90)
+    try:
+        if serves:
+            while b"Ctrl-C" not in head:
+                line = await asyncio.wait_for(process.stdout.readline(), 60)
+                if not line:
+                    break
+                head += line
+            if process.returncode is None:
+                process.send_signal(signal.SIGINT)
+        out, _ = await asyncio.wait_for(process.communicate(), 90)
+    except BaseException:
+        await end_child(process)
+        raise
     assert process.returncode is not None
     return process.returncode, (head + out).decode(errors="replace")
 

@@ -220,8 +220,12 @@ with warnings.catch_warnings():
         async def close(self) -> None:
             """Close the session, and the throttler if the session created it."""
             try:
-                await self._crawlpace[0]._core.aclose()
-                await super().close()
+                try:
+                    await self._crawlpace[0]._core.aclose()
+                finally:
+                    # Even when the close is cancelled while robots.txt fetches stop: the
+                    # connector's connections would stay open, their sockets unclosed.
+                    await super().close()
             finally:
                 middleware, owns = self._crawlpace
                 if owns:

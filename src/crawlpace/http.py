@@ -213,8 +213,12 @@ class ThrottledTransport(ThrottlerHolder[Throttler], httpx.AsyncBaseTransport):
     async def aclose(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
         try:
-            await self._core.aclose()
-            await self._transport.aclose()
+            try:
+                await self._core.aclose()
+            finally:
+                # Even when the close is cancelled while robots.txt fetches stop: the pool's
+                # connections would stay open, their sockets unclosed.
+                await self._transport.aclose()
         finally:
             if self._owns_throttler:
                 await self._throttler.aclose()

@@ -234,8 +234,10 @@ class ThrottledSession(requests.Session):
     def close(self) -> None:
         """Close the adapters, and the throttler if the session created it."""
         try:
-            self._adapter._core.close()
-            super().close()
+            try:
+                self._adapter._core.close()
+            finally:  # even when stopping robots.txt fetches fails or is interrupted: the sockets
+                super().close()
         finally:
             if self._owns_throttler:
                 self._throttler.close()

@@ -143,8 +143,10 @@ class ThrottledSyncTransport(ThrottlerHolder[SyncThrottler], httpx.BaseTransport
     def close(self) -> None:
         """Close the inner transport, and the throttler if the transport created it."""
         try:
-            self._core.close()
-            self._transport.close()
+            try:
+                self._core.close()
+            finally:  # even when stopping robots.txt fetches fails or is interrupted: the sockets
+                self._transport.close()
         finally:
             if self._owns_throttler:
                 self._throttler.close()
