@@ -198,11 +198,17 @@ class HeldStore(Protocol):
     """A shared store that can say, just before a request is written, whether its scopes are held.
 
     Another worker's refusal (``Retry-After``) reaches this worker only through the
-    store: a request it admitted before is checked again at the last moment.
+    store: a request it admitted before is checked again at the last moment. So do the
+    other workers' writes of a scope paced by a Crawl-delay.
     """
 
-    async def held_for(self, scopes: tuple[str, ...]) -> float:
-        """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none)."""
+    async def held_for(self, scopes: tuple[str, ...], *, again: bool = False) -> float:
+        """Seconds until a request of ``scopes`` may be written: a hold the store keeps on them,
+        or a Crawl-delay after every worker's previous write (0.0: at once); ``again`` after
+        waiting out the first answer."""
+
+    def wrote(self, scopes: tuple[str, ...]) -> None:
+        """Note that a request of ``scopes`` is being written now (the Crawl-delay's spacing)."""
 
 
 @runtime_checkable

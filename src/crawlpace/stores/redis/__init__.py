@@ -81,8 +81,8 @@ try:  # the driver is optional: the ``redis`` extra
 except ImportError:  # pragma: no cover - exercised only without the extra
     ResponseError = None  # type: ignore[assignment,misc]
 
-_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot", "hold", "look"),
-                        clocked=("acquire", "release", "allot", "hold", "look"))
+_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot", "hold", "look", "stamp"),
+                        clocked=("acquire", "release", "allot", "hold", "look", "stamp"))
 
 
 def _refusal(lease: Lease, outcome: Outcome) -> bool:
@@ -102,6 +102,12 @@ def _ends_episode(lease: Lease, outcome: Outcome, policies: SharedPolicies) -> b
             if rampup is not None and rampup.in_episode():
                 return True
     return False
+
+
+def _stamp_sent(reply: asyncio.Future[Any]) -> None:
+    """A write's note sent for the next write's look: a failure costs that look one write's lag."""
+    if not reply.cancelled() and (exc := reply.exception()) is not None:
+        logger.debug("a Crawl-delay write's note did not reach the server: %r", exc)
 
 
 def _hold_sent(reply: asyncio.Future[Any]) -> None:
@@ -460,37 +466,70 @@ class RedisStore:
         await self._renewer.aclose()
         await self._conn.aclose()
 
-    async def held_for(self, scopes: tuple[str, ...]) -> float:
-        """Seconds until this write's turn after the hold the server keeps on ``scopes`` (0.0: none held).
+    async def held_for(self, scopes: tuple[str, ...], *, again: bool = False) -> float:
+        """Seconds until this write may go: its turn after a hold the server keeps on ``scopes``,
+        and a Crawl-delay after every worker's previous write (0.0: at once).
 
         The last look before a request is written (``crawl/_fetch.py``): a lease granted
         before another worker's refusal reached the server does not see its hold. Each
         write a hold catches takes a turn after it (``lua/look.lua``), as an admission
         would: the first at the hold's end, the next one the scope's delay later, and the
         server's admissions after them; all of them at the hold's end would reach the site
-        together, a burst right after it asked for quiet. A scope paced by a Crawl-delay is
-        not asked about: its one slot leaves no other request in flight to hold, and the
-        round trip would lag this write behind its grant more than the next one's (the
-        fleet's spacing at the site is the spacing of its grants).
+        together, a burst right after it asked for quiet.
+
+        A scope paced by a Crawl-delay is spaced here between the *writes* of every worker:
+        the admissions are a delay apart, but on a loaded machine one worker's write lags its
+        admission by a few hundred milliseconds and the next one's does not, and the site sees
+        the two closer than the delay. Each write takes a slot a delay after the previous
+        slot and after the latest write a worker reported (:meth:`wrote`); ``again`` (a look
+        after waiting out the first one's answer) takes no new slot, it reads those writes
+        once more.
 
         The wait is counted on the server's clock (``time=server``, the default): this
         worker's estimate of it (from replies read late on a loaded machine) may run ahead
         of it by more than a site's tolerance, and the write would then land inside the hold.
         """
-        if self._outage.skip():
-            return 0.0
-        scopes = tuple(name for name in scopes if self._policies.policy(name).crawl_delay is None)
-        if not scopes:
+        if self._outage.skip() or not scopes:
             return 0.0
         # One call for every scope (their keys share a slot only off a cluster; there, one each).
         groups = [scopes] if not self.cluster else [(name,) for name in scopes]
         try:
             now = await self._now_arg()
-            replies = [await self._conn.call_now("look", [self._keys(name)[0] for name in group], [now])
+            replies = [await self._conn.call_now("look", [self._keys(name)[0] for name in group],
+                                                 [now, "again" if again else "",
+                                                  *(self._crawl_delay(name) for name in group)])
                        for group in groups]
         except self._down:
             return 0.0
         return max(max(float(reply[1]) for reply in replies), 0.0)
+
+    def _crawl_delay(self, name: str) -> str:
+        """``name``'s Crawl-delay as the look script reads it ("" for none)."""
+        delay = self._policies.policy(name).crawl_delay
+        return "" if delay is None else repr(delay)
+
+    def wrote(self, scopes: tuple[str, ...]) -> None:
+        """Note, for every worker, that a request of ``scopes`` is being written now.
+
+        Only scopes paced by a Crawl-delay are noted (``lua/stamp.lua``): the next write's
+        last look (:meth:`held_for`) keeps the delay after this one even when this one went
+        later than its slot (a worker's loop that woke late). Not awaited: the note leaves at
+        the loop's next turn, after the request's bytes, so the server's time it takes is
+        never earlier than the write.
+        """
+        if self._outage.skip() or not self._conn.connected:
+            return
+        paced = [name for name in scopes if self._policies.policy(name).crawl_delay is not None]
+        if not paced:
+            return
+        groups = [paced] if not self.cluster else [[name] for name in paced]
+        now = self._now_text()
+        for group in groups:
+            reply = asyncio.ensure_future(self._conn.call_now("stamp", [self._keys(name)[0] for name in group],
+                                                              [now]))
+            self._holds.add(reply)
+            reply.add_done_callback(self._holds.discard)
+            reply.add_done_callback(_stamp_sent)
 
     async def _hold_first(self, lease: RedisLease, outcome: Outcome) -> None:
         """Take a refusal's hold (``Retry-After``) to the server before its release reads the counts.
