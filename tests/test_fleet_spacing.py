@@ -42,7 +42,8 @@ async def test_a_crawl_delay_spaces_the_fleets_writes_not_only_its_admissions(re
     clock = MockClock()
     url = redis_url.split("?")[0] + f"?namespace=c{uuid.uuid4().hex[:10]}&time=local"
     first, second = (open_store(url, SETTINGS, clock, random.Random(seed)) for seed in (1, 2))
-    assert isinstance(first, RedisStore) and isinstance(second, RedisStore)
+    assert isinstance(first, RedisStore)
+    assert isinstance(second, RedisStore)
     try:
         await first.set_crawl_delay("site", DELAY)
         lease = await _admitted(first, clock)

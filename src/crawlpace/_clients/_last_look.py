@@ -48,7 +48,8 @@ from typing import Protocol
 
 from ..stores.base import Outcome
 
-__all__ = ["WRITING", "Granted", "LastLook", "NotSent", "StoreLook", "Writing", "look_before_writing", "written"]
+__all__ = ["WRITING", "Granted", "LastLook", "NotSent", "StoreLook", "Writing", "look_before_writing",
+           "written"]
 
 logger = logging.getLogger(__name__)
 

@@ -81,7 +81,8 @@ try:  # the driver is optional: the ``redis`` extra
 except ImportError:  # pragma: no cover - exercised only without the extra
     ResponseError = None  # type: ignore[assignment,misc]
 
-_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot", "hold", "look", "stamp"),
+_SCRIPTS = load_scripts("crawlpace.stores",
+                        ("acquire", "release", "rollback", "allot", "hold", "look", "stamp"),
                         clocked=("acquire", "release", "allot", "hold", "look", "stamp"))
 
 
@@ -525,8 +526,8 @@ class RedisStore:
         groups = [paced] if not self.cluster else [[name] for name in paced]
         now = self._now_text()
         for group in groups:
-            reply = asyncio.ensure_future(self._conn.call_now("stamp", [self._keys(name)[0] for name in group],
-                                                              [now]))
+            keys = [self._keys(name)[0] for name in group]
+            reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, [now]))
             self._holds.add(reply)
             reply.add_done_callback(self._holds.discard)
             reply.add_done_callback(_stamp_sent)
