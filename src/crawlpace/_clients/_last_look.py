@@ -48,8 +48,7 @@ from typing import Protocol
 
 from ..stores.base import Outcome
 
-__all__ = ["WRITING", "Granted", "LastLook", "NotSent", "StoreLook", "Writing", "look_before_writing",
-           "written"]
+__all__ = ["WRITING", "Granted", "LastLook", "NotSent", "Writing", "look_before_writing", "written"]
 
 logger = logging.getLogger(__name__)
 
@@ -170,12 +169,6 @@ class LastLook:
         return f"<LastLook held={sorted(self._held)} paced={sorted(self._spacing)}>"
 
 
-class StoreLook(Protocol):
-    """A shared store's last look (:meth:`~crawlpace.stores.base.HeldStore.held_for`)."""
-
-    def __call__(self, scopes: tuple[str, ...], *, again: bool = False) -> Awaitable[float]: ...
-
-
 @dataclass(slots=True)
 class Writing:
     """A request being sent under ``permit``, looked at by ``look`` on the clock ``now``."""
@@ -184,11 +177,10 @@ class Writing:
     look: LastLook
     now: Callable[[], float]
     #: A shared store's holds (:meth:`~crawlpace.stores.base.HeldStore.held_for`), for the crawl's
-    #: last look: another worker's refusal reaches this one only through the store, and so do
-    #: the other workers' writes of a Crawl-delay scope.
-    held_for: StoreLook | None = None
-    #: Tells the shared store that the request is being written (a Crawl-delay scope's spacing,
-    #: :meth:`~crawlpace.stores.base.HeldStore.wrote`).
+    #: last look: another worker's refusal reaches this one only through the store.
+    held_for: Callable[[tuple[str, ...]], Awaitable[float]] | None = None
+    #: Tells a shared store that the request is being written (a Crawl-delay scope's next
+    #: admission, by any worker, waits the delay after this write: ``HeldStore.wrote``).
     wrote: Callable[[tuple[str, ...]], None] | None = None
 
 

@@ -23,7 +23,9 @@ last look (:mod:`crawlpace._clients._last_look`): a scope paced by a
 robots.txt ``Crawl-delay`` is spaced between the *writes* of its requests,
 not only between their admissions, because on a busy event loop (or on a
 new connection) an admitted request can reach the wire a good while after
-its permit, and the next, punctual one would then land closer than the delay.
+its permit, and the next, punctual one would then land closer than the delay. In a fleet,
+the next one may be another worker's: the write is noted at the shared store, whose next
+admission of the scope waits the delay after it.
 aiohttp's ``on_request_headers_sent`` trace runs just before the request's
 bytes are written (the write follows in the same step of the loop), so the
 fetcher waits there if need be and notes the write.
@@ -43,7 +45,7 @@ from typing import Protocol
 
 import aiohttp
 
-from .._clients._last_look import WRITING, StoreLook
+from .._clients._last_look import WRITING
 from ._stalls import LoopStalls
 
 __all__ = ["DEFAULT_DEADLINE", "AiohttpFetcher", "FetchError", "Fetcher", "Page"]
@@ -199,37 +201,37 @@ class AiohttpFetcher:
             _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
         held_for = writing.held_for
         lagged = writing.now() - permit.granted_at >= LOOK_AFTER
-        paced = look.paced(permit)
-        if held_for is not None and (lagged or paced):
+        if held_for is not None and lagged and not look.paced(permit):
             # A fleet: another worker's Retry-After may have reached the store since this was
             # admitted (writes lagging their grants by 0.1-0.25 s on a loaded machine broke them).
-            # A Crawl-delay scope asks every time: its writes are spaced over every worker there
-            # (the admissions are, but one worker's write may lag its admission more than the next).
+            # Not for a Crawl-delay scope: its one slot leaves nothing in flight to hold, and
+            # the round trip would lag this write behind its grant more than the next one's.
             hold = await self._ask(held_for, permit.scopes, writing.now, entered)
             looks = 1
             while hold > wait:
-                _log.debug("%s: %.3f s more before writing it, held by another worker's refusal or write",
+                _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
                            params.url, hold)
                 await self._wait(writing.now, hold)
                 wait = 0.0
                 if looks > RELOOKS:
                     break
                 # While this one waited, a request already on its way may have drawn a refusal whose
-                # hold ends later (a site's quiet time grows with every refusal it gives), or another
-                # worker's write went later than its slot: look again.
+                # hold ends later (a site's quiet time grows with every refusal it gives): look again.
                 looks += 1
-                hold = await self._ask(held_for, permit.scopes, writing.now, writing.now(), again=True)
+                hold = await self._ask(held_for, permit.scopes, writing.now, writing.now())
         if wait > 0.0:
             await self._wait(writing.now, wait)
         look.wrote(permit, writing.now())
-        if paced and writing.wrote is not None:
+        if writing.wrote is not None and look.paced(permit):
+            # A fleet: every worker's next admission of the scope waits the delay after this write,
+            # not after this admission (a loaded worker writes 0.1-0.3 s after it, another at once).
             writing.wrote(permit.scopes)
 
     @staticmethod
-    async def _ask(held_for: StoreLook, scopes: tuple[str, ...], now: Callable[[], float], entered: float,
-                   *, again: bool = False) -> float:
+    async def _ask(held_for: Callable[[tuple[str, ...]], Awaitable[float]], scopes: tuple[str, ...],
+                   now: Callable[[], float], entered: float) -> float:
         """The store's hold on ``scopes``, in seconds; the round trip is noted as the crawler's."""
-        hold = await held_for(scopes, again=again)
+        hold = await held_for(scopes)
         # The round trip is the crawler's (a loaded machine's store and loop: 50-150 ms against
         # sites answering in 2 ms), not the site's: out of the latency, into the lag.
         asked = now() - entered

@@ -202,13 +202,12 @@ class HeldStore(Protocol):
     other workers' writes of a scope paced by a Crawl-delay.
     """
 
-    async def held_for(self, scopes: tuple[str, ...], *, again: bool = False) -> float:
-        """Seconds until a request of ``scopes`` may be written: a hold the store keeps on them,
-        or a Crawl-delay after every worker's previous write (0.0: at once); ``again`` after
-        waiting out the first answer."""
+    async def held_for(self, scopes: tuple[str, ...]) -> float:
+        """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none)."""
 
     def wrote(self, scopes: tuple[str, ...]) -> None:
-        """Note that a request of ``scopes`` is being written now (the Crawl-delay's spacing)."""
+        """Note that a request of ``scopes`` is being written now: a Crawl-delay scope's next
+        admission, by any worker, comes no sooner than its delay after this write."""
 
 
 @runtime_checkable

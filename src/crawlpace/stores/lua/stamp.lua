@@ -1,11 +1,22 @@
--- A write of a scope paced by a Crawl-delay went (RedisStore.wrote, crawl/_fetch.py): "act" keeps
--- the latest such write, which the next write's last look (look.lua) spaces from. Sent as the
--- request goes, it reaches the server after the bytes left: the time is never too early.
--- KEYS: each scope's hash. ARGV: now (see clock.lua). Returns now.
-for _, a in ipairs(KEYS) do
-  local f = redis.call("HMGET", a, "act", "delay")
-  local act = tonumber(f[1])
-  -- (No "delay" field: the hash expired or was never made; a stamp alone would never expire.)
-  if f[2] and (not act or now > act) then redis.call("HSET", a, "act", num(now)) end
+-- A write of a scope paced by a Crawl-delay went (RedisStore.wrote, crawl/_fetch.py): the scope's
+-- next admission comes no sooner than the delay after it.
+--
+-- The store admits such a scope's requests a delay apart, one at a time, but on a loaded machine
+-- a worker writes its request 0.1-0.3 s after the admission, more or less from one worker to
+-- the next: a write that lagged and a punctual next one reached the site closer than the delay.
+-- The note leaves as the request goes (after its bytes, so the server's time it takes is never
+-- earlier than the write), and before its answer frees the scope's one slot: the next admission,
+-- by any worker, finds "next" moved.
+-- KEYS: each scope's hash. ARGV: now (see clock.lua), then each scope's Crawl-delay in seconds.
+-- Returns now.
+for i, a in ipairs(KEYS) do
+  local cd = tonumber(ARGV[i + 1])
+  local f = redis.call("HMGET", a, "next", "delay")
+  -- (No "delay" field: the hash expired or was never made; a lone "next" would never expire.)
+  if cd and cd > 0 and f[2] then
+    local at = now + cd
+    local nxt = tonumber(f[1])
+    if not nxt or at > nxt then redis.call("HSET", a, "next", num(at)) end
+  end
 end
 return num(now)

@@ -106,7 +106,7 @@ def _ends_episode(lease: Lease, outcome: Outcome, policies: SharedPolicies) -> b
 
 
 def _stamp_sent(reply: asyncio.Future[Any]) -> None:
-    """A write's note sent for the next write's look: a failure costs that look one write's lag."""
+    """A Crawl-delay write's note: a failure leaves the next admission a delay after this one's."""
     if not reply.cancelled() and (exc := reply.exception()) is not None:
         logger.debug("a Crawl-delay write's note did not reach the server: %r", exc)
 
@@ -467,67 +467,61 @@ class RedisStore:
         await self._renewer.aclose()
         await self._conn.aclose()
 
-    async def held_for(self, scopes: tuple[str, ...], *, again: bool = False) -> float:
-        """Seconds until this write may go: its turn after a hold the server keeps on ``scopes``,
-        and a Crawl-delay after every worker's previous write (0.0: at once).
+    async def held_for(self, scopes: tuple[str, ...]) -> float:
+        """Seconds until this write's turn after the hold the server keeps on ``scopes`` (0.0: none held).
 
         The last look before a request is written (``crawl/_fetch.py``): a lease granted
         before another worker's refusal reached the server does not see its hold. Each
         write a hold catches takes a turn after it (``lua/look.lua``), as an admission
         would: the first at the hold's end, the next one the scope's delay later, and the
         server's admissions after them; all of them at the hold's end would reach the site
-        together, a burst right after it asked for quiet.
-
-        A scope paced by a Crawl-delay is spaced here between the *writes* of every worker:
-        the admissions are a delay apart, but on a loaded machine one worker's write lags its
-        admission by a few hundred milliseconds and the next one's does not, and the site sees
-        the two closer than the delay. Each write takes a slot a delay after the previous
-        slot and after the latest write a worker reported (:meth:`wrote`); ``again`` (a look
-        after waiting out the first one's answer) takes no new slot, it reads those writes
-        once more.
+        together, a burst right after it asked for quiet. A scope paced by a Crawl-delay is
+        not asked about: its one slot leaves no other request in flight to hold, and the
+        round trip would lag this write behind its grant more than the next one's (the
+        fleet's spacing at the site is the spacing of its grants).
 
         The wait is counted on the server's clock (``time=server``, the default): this
         worker's estimate of it (from replies read late on a loaded machine) may run ahead
         of it by more than a site's tolerance, and the write would then land inside the hold.
         """
-        if self._outage.skip() or not scopes:
+        if self._outage.skip():
+            return 0.0
+        scopes = tuple(name for name in scopes if self._policies.policy(name).crawl_delay is None)
+        if not scopes:
             return 0.0
         # One call for every scope (their keys share a slot only off a cluster; there, one each).
         groups = [scopes] if not self.cluster else [(name,) for name in scopes]
         try:
             now = await self._now_arg()
-            replies = [await self._conn.call_now("look", [self._keys(name)[0] for name in group],
-                                                 [now, "again" if again else "",
-                                                  *(self._crawl_delay(name) for name in group)])
+            replies = [await self._conn.call_now("look", [self._keys(name)[0] for name in group], [now])
                        for group in groups]
         except self._down:
             return 0.0
         return max(max(float(reply[1]) for reply in replies), 0.0)
 
-    def _crawl_delay(self, name: str) -> str:
-        """``name``'s Crawl-delay as the look script reads it ("" for none)."""
-        delay = self._policies.policy(name).crawl_delay
-        return "" if delay is None else repr(delay)
-
     def wrote(self, scopes: tuple[str, ...]) -> None:
         """Note, for every worker, that a request of ``scopes`` is being written now.
 
-        Only scopes paced by a Crawl-delay are noted (``lua/stamp.lua``): the next write's
-        last look (:meth:`held_for`) keeps the delay after this one even when this one went
-        later than its slot (a worker's loop that woke late). Not awaited: the note leaves at
-        the loop's next turn, after the request's bytes, so the server's time it takes is
-        never earlier than the write.
+        Only scopes paced by a Crawl-delay are noted (``lua/stamp.lua``): their next
+        admission, by any worker, comes no sooner than the delay after this write. The store
+        spaces their admissions, but a write lags its admission (0.1-0.3 s on a loaded
+        machine), more for one worker than for the next, and the site saw two requests closer
+        than the delay. Not awaited: the note leaves at the loop's next turn, after the
+        request's bytes (the server's time it takes is never earlier than the write) and
+        before the answer that frees the scope's one slot.
         """
         if self._outage.skip() or not self._conn.connected:
             return
-        paced = [name for name in scopes if self._policies.policy(name).crawl_delay is not None]
+        delays = [(name, self._policies.policy(name).crawl_delay) for name in scopes]
+        paced = [(name, delay) for name, delay in delays if delay is not None]
         if not paced:
             return
-        groups = [paced] if not self.cluster else [[name] for name in paced]
+        groups = [paced] if not self.cluster else [[each] for each in paced]
         now = self._now_text()
         for group in groups:
-            keys = [self._keys(name)[0] for name in group]
-            reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, [now]))
+            keys = [self._keys(name)[0] for name, _delay in group]
+            args = [now, *(repr(delay) for _name, delay in group)]
+            reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, args))
             self._holds.add(reply)
             reply.add_done_callback(self._holds.discard)
             reply.add_done_callback(_stamp_sent)
