@@ -205,9 +205,13 @@ class HeldStore(Protocol):
     async def held_for(self, scopes: tuple[str, ...]) -> float:
         """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none)."""
 
+    def write_after(self, scopes: tuple[str, ...]) -> float:
+        """The time before which the request just admitted for ``scopes`` may not be written: a
+        Crawl-delay after the latest write of them any worker noted (``-inf``: none)."""
+
     def wrote(self, scopes: tuple[str, ...]) -> None:
-        """Note that a request of ``scopes`` is being written now: a Crawl-delay scope's next
-        admission, by any worker, comes no sooner than its delay after this write."""
+        """Note that a request of ``scopes`` is being written now (a Crawl-delay scope's next
+        write, by any worker, keeps the delay after it)."""
 
 
 @runtime_checkable

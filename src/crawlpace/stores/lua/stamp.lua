@@ -1,23 +1,20 @@
--- A write of a scope paced by a Crawl-delay went (RedisStore.wrote, crawl/_fetch.py): the scope's
--- next admission comes no sooner than the delay after it.
+-- A write of a scope paced by a Crawl-delay went (RedisStore.wrote, crawl/_fetch.py): "act" keeps
+-- the latest, and the next admission's reply carries it (acquire.lua), so that the next write, by
+-- any worker, keeps the delay after it (RedisStore.write_after).
 --
 -- The store admits such a scope's requests a delay apart, one at a time, but on a loaded machine
 -- a worker writes its request 0.1-0.3 s after the admission, more or less from one worker to
 -- the next: a write that lagged and a punctual next one reached the site closer than the delay.
+-- Holding the next admission a delay after the write would add each write's lag to the pace;
+-- the next write waits instead, and only as long as the previous one lagged more than it.
 -- The note leaves as the request goes (after its bytes, so the server's time it takes is never
--- earlier than the write), and before its answer frees the scope's one slot: the next admission,
--- by any worker, finds the scope's "turn" (look.lua; acquire.lua admits no sooner) moved. Not
--- "next": a write-back of a new delay counts "next" again from the last admission.
--- KEYS: each scope's hash. ARGV: now (see clock.lua), then each scope's Crawl-delay in seconds.
--- Returns now.
-for i, a in ipairs(KEYS) do
-  local cd = tonumber(ARGV[i + 1])
-  local f = redis.call("HMGET", a, "turn", "delay")
-  -- (No "delay" field: the hash expired or was never made; a lone "turn" would never expire.)
-  if cd and cd > 0 and f[2] then
-    local at = now + cd
-    local turn = tonumber(f[1])
-    if not turn or at > turn then redis.call("HSET", a, "turn", num(at)) end
-  end
+-- earlier than the write), and before its answer frees the scope's one slot: the next admission
+-- finds it.
+-- KEYS: each scope's hash. ARGV: now (see clock.lua). Returns now.
+for _, a in ipairs(KEYS) do
+  local f = redis.call("HMGET", a, "act", "delay")
+  local act = tonumber(f[1])
+  -- (No "delay" field: the hash expired or was never made; a lone "act" would never expire.)
+  if f[2] and (not act or now > act) then redis.call("HSET", a, "act", num(now)) end
 end
 return num(now)

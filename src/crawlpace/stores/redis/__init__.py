@@ -204,6 +204,9 @@ class RedisStore:
         self._allotting = options.allot and not self.cluster
         self._allot = Allotments(parts)
         self._holds: set[asyncio.Future[Any]] = set()  # refusals' holds on their way (_hold_first)
+        # Crawl-delay scopes: the local time before which this worker's admitted request may not be
+        # written (the latest write any worker noted, plus the delay; write_after).
+        self._write_after: dict[str, float] = {}
 
     @property
     def url(self) -> str:
@@ -349,6 +352,8 @@ class RedisStore:
             got = await pass_doors(self._writer, demands, got, self._down)
         for name, _use in demands:
             policies.sent(name, server_now)  # out until released (rampup's stragglers)
+        if got.written:
+            self._note_written(demands, got.written)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,
@@ -499,29 +504,50 @@ class RedisStore:
             return 0.0
         return max(max(float(reply[1]) for reply in replies), 0.0)
 
+    def _note_written(self, demands: tuple[Demand, ...], written: tuple[float | None, ...]) -> None:
+        """Keep, for the admitted request's write, each Crawl-delay scope's latest write plus its delay."""
+        for (name, _use), at in zip(demands, written, strict=True):
+            if at is not None:
+                delay = self._policies.policy(name).crawl_delay
+                if delay is not None:
+                    self._write_after[name] = self._local(at) + delay
+
+    def write_after(self, scopes: tuple[str, ...]) -> float:
+        """The time (this worker's clock) before which the request just admitted for ``scopes`` may
+        not be written: a Crawl-delay after the latest write of them any worker noted (:meth:`wrote`,
+        read with the admission). ``-inf`` for none.
+
+        The store admits a Crawl-delay scope's requests a delay apart, one at a time; a write lags
+        its admission, more for one worker than for the next, and the site saw two requests closer
+        than the delay. Holding the next admission a delay after the previous write would add every
+        write's lag to the pace; the next write waits instead, only as long as the previous one
+        lagged more than it. No round trip: the admission's reply brought the time.
+        """
+        after = -math.inf
+        if self._write_after:
+            for name in scopes:
+                after = max(after, self._write_after.pop(name, -math.inf))
+        return after
+
     def wrote(self, scopes: tuple[str, ...]) -> None:
         """Note, for every worker, that a request of ``scopes`` is being written now.
 
-        Only scopes paced by a Crawl-delay are noted (``lua/stamp.lua``): their next
-        admission, by any worker, comes no sooner than the delay after this write. The store
-        spaces their admissions, but a write lags its admission (0.1-0.3 s on a loaded
-        machine), more for one worker than for the next, and the site saw two requests closer
-        than the delay. Not awaited: the note leaves at the loop's next turn, after the
-        request's bytes (the server's time it takes is never earlier than the write) and
-        before the answer that frees the scope's one slot.
+        Only scopes paced by a Crawl-delay are noted (``lua/stamp.lua``): the next admission's
+        reply carries the time, and its write keeps the delay after it (:meth:`write_after`).
+        Not awaited: the note leaves at the loop's next turn, after the request's bytes (the
+        server's time it takes is never earlier than the write) and before the answer that
+        frees the scope's one slot.
         """
         if self._outage.skip() or not self._conn.connected:
             return
-        delays = [(name, self._policies.policy(name).crawl_delay) for name in scopes]
-        paced = [(name, delay) for name, delay in delays if delay is not None]
+        paced = [name for name in scopes if self._policies.policy(name).crawl_delay is not None]
         if not paced:
             return
-        groups = [paced] if not self.cluster else [[each] for each in paced]
+        groups = [paced] if not self.cluster else [[name] for name in paced]
         now = self._now_text()
         for group in groups:
-            keys = [self._keys(name)[0] for name, _delay in group]
-            args = [now, *(repr(delay) for _name, delay in group)]
-            reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, args))
+            keys = [self._keys(name)[0] for name in group]
+            reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, [now]))
             self._holds.add(reply)
             reply.add_done_callback(self._holds.discard)
             reply.add_done_callback(_stamp_sent)
