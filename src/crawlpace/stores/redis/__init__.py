@@ -207,6 +207,7 @@ class RedisStore:
         # Crawl-delay scopes: the local time before which this worker's admitted request may not be
         # written (the latest write any worker noted, plus the delay; write_after).
         self._write_after: dict[str, float] = {}
+        self._stamps: dict[str, asyncio.Future[Any]] = {}  # their writes' notes on their way (wrote)
 
     @property
     def url(self) -> str:
@@ -353,7 +354,7 @@ class RedisStore:
         for name, _use in demands:
             policies.sent(name, server_now)  # out until released (rampup's stragglers)
         if got.written:
-            self._note_written(demands, got.written)
+            self._note_written(demands, got.written, server_now)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,
@@ -370,6 +371,8 @@ class RedisStore:
         if len(lease.demands) == 1 and self._allotting and self._allot.keep(lease, outcome):
             return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
         self._renewer.drop(lease.lease_id)
+        if self._stamps:
+            await self._stamped(lease)
         refused = _refusal(lease, outcome)
         if refused:
             await self._hold_first(lease, outcome)
@@ -504,13 +507,20 @@ class RedisStore:
             return 0.0
         return max(max(float(reply[1]) for reply in replies), 0.0)
 
-    def _note_written(self, demands: tuple[Demand, ...], written: tuple[float | None, ...]) -> None:
-        """Keep, for the admitted request's write, each Crawl-delay scope's latest write plus its delay."""
+    def _note_written(self, demands: tuple[Demand, ...], written: tuple[float | None, ...],
+                      server_now: float) -> None:
+        """Keep, for the admitted request's write, each Crawl-delay scope's latest write plus its delay.
+
+        Counted from the reply's own ``now`` and read now, not through this worker's estimate of the
+        server's clock (on a loaded machine it errs by tens of milliseconds, the sites' tolerance):
+        the reply is read after the server wrote it, so the wait is never short.
+        """
+        read = self._clock.now()
         for (name, _use), at in zip(demands, written, strict=True):
             if at is not None:
                 delay = self._policies.policy(name).crawl_delay
                 if delay is not None:
-                    self._write_after[name] = self._local(at) + delay
+                    self._write_after[name] = read + (at + delay - server_now)
 
     def write_after(self, scopes: tuple[str, ...]) -> float:
         """The time (this worker's clock) before which the request just admitted for ``scopes`` may
@@ -528,6 +538,15 @@ class RedisStore:
             for name in scopes:
                 after = max(after, self._write_after.pop(name, -math.inf))
         return after
+
+    async def _stamped(self, lease: RedisLease) -> None:
+        """Wait until the note of the lease's write (:meth:`wrote`) reached the server: its release
+        frees the scope's one slot, and the next admission must find the note (a failure is
+        logged by ``_stamp_sent``; the release goes all the same)."""
+        for name, _use in lease.demands:
+            stamp = self._stamps.pop(name, None)
+            if stamp is not None and not stamp.done():
+                await asyncio.wait([stamp])
 
     def wrote(self, scopes: tuple[str, ...]) -> None:
         """Note, for every worker, that a request of ``scopes`` is being written now.
@@ -548,6 +567,8 @@ class RedisStore:
         for group in groups:
             keys = [self._keys(name)[0] for name in group]
             reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, [now]))
+            for name in group:
+                self._stamps[name] = reply
             self._holds.add(reply)
             reply.add_done_callback(self._holds.discard)
             reply.add_done_callback(_stamp_sent)
