@@ -7,10 +7,10 @@
 -- the next: a write that lagged and a punctual next one reached the site closer than the delay.
 -- Holding the next admission a delay after the write would add each write's lag to the pace;
 -- the next write waits instead, and only as long as the previous one lagged more than it.
--- The note leaves as the request goes (after its bytes, so the server's time it takes is never
--- earlier than the write), and before its answer frees the scope's one slot: the next admission
--- finds it.
--- KEYS: each scope's hash. ARGV: now (see clock.lua). Returns now.
+-- The note leaves as the request goes, with the write's time on the server's clock as the worker
+-- estimates it (the server's own time when the note arrives would add its queueing to the next
+-- write's wait), and the request's release waits for it: the next admission finds it.
+-- KEYS: each scope's hash. ARGV: the write's time (see clock.lua). Returns it.
 for _, a in ipairs(KEYS) do
   local f = redis.call("HMGET", a, "act", "delay")
   local act = tonumber(f[1])

@@ -553,9 +553,8 @@ class RedisStore:
 
         Only scopes paced by a Crawl-delay are noted (``lua/stamp.lua``): the next admission's
         reply carries the time, and its write keeps the delay after it (:meth:`write_after`).
-        Not awaited: the note leaves at the loop's next turn, after the request's bytes (the
-        server's time it takes is never earlier than the write) and before the answer that
-        frees the scope's one slot.
+        Not awaited: the note leaves at the loop's next turn with the write's time, and the
+        request's release waits for it, so the next admission finds it.
         """
         if self._outage.skip() or not self._conn.connected:
             return
@@ -563,7 +562,10 @@ class RedisStore:
         if not paced:
             return
         groups = [paced] if not self.cluster else [[name] for name in paced]
-        now = self._now_text()
+        # The write's own time on the server's clock, as this worker estimates it: the server's time
+        # when the note arrives would add the note's queueing (100 ms and more on a loaded worker)
+        # to every next write that waits for it.
+        now = repr(self._server_now())
         for group in groups:
             keys = [self._keys(name)[0] for name in group]
             reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, [now]))
