@@ -97,6 +97,10 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
     async def sleep(seconds: float) -> None:
         slept.append(seconds)
 
+    noted: list[tuple[str, ...]] = []  # writes told to the store (a Crawl-delay scope's, for the fleet)
+
+    def write_after(scopes: tuple[str, ...]) -> float:  # another worker's write lagged: 0.4 s more
+        return time.monotonic() + 0.4
     seen: list[bytes] = []
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
     async with server(answering(head, b"ok", seen=seen)) as base:
@@ -108,7 +112,8 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
             paced.pace("site", 0.25)  # a Crawl-delay scope: one slot, nothing else in flight to hold
             # Admitted a while ago; just admitted; admitted a while ago in a Crawl-delay scope.
             for granted_at, look in ((now - 0.2, LastLook()), (now + 60.0, LastLook()), (now - 0.2, paced)):
-                token = WRITING.set(Writing(_Permit(("site",), granted_at), look, time.monotonic, held_for))
+                token = WRITING.set(Writing(_Permit(("site",), granted_at), look, time.monotonic, held_for,
+                                            write_after, noted.append))
                 try:
                     page = await http.get(f"{base}/a", 100)
                 finally:
@@ -119,7 +124,10 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
     assert len(seen) == 3
     # The lagging write waited out the hold (and looked again); the one written at once went without asking.
     assert asked == [("site",), ("site",)]
-    assert slept == [0.75]
+    assert slept[0] == 0.75
+    # The Crawl-delay scope's write waited for the other worker's write, and was noted (only it).
+    assert slept[1:] == [pytest.approx(0.4, abs=0.05)]
+    assert noted == [("site",)]
     assert LOOK_AFTER <= 0.05  # well within the sites' tolerance for requests already on their way
 
 

@@ -189,3 +189,35 @@ async def test_a_location_no_url_can_be_made_of_is_not_followed(tmp_path: Path) 
         results = await asyncio.wait_for(run(tmp_path, [f"{server.url}/moved"]), 20.0)
     assert [(result["outcome"], result["status"]) for result in results] == [("ok", 301)]
 
+
+
+async def test_a_sites_pages_wait_for_its_crawl_delay_to_be_applied(tmp_path: Path) -> None:
+    """A fleet's store takes a round trip or two to apply a Crawl-delay; the pages used to go at once
+    meanwhile, at the start's pace, and the site saw its second request closer than the delay."""
+    app = robots_site(lambda path, n: (200, [], b"User-agent: *\nCrawl-delay: 0.2\n"))
+    arrivals: list[float] = []
+
+    async def timed(scope: Any, receive: Any, send: Any) -> None:
+        if scope["path"].startswith("/page"):
+            arrivals.append(time.monotonic())
+        await app(scope, receive, send)
+
+    settings = Settings.from_scrapy({**FAST})
+    applied: list[float] = []
+    async with SimServer(timed, "127.0.0.2") as server, Throttler(settings) as throttler:
+        apply = throttler.set_crawl_delay
+
+        async def set_crawl_delay(scope: str, delay: float | None) -> None:  # a store far away
+            await asyncio.sleep(0.3)
+            await apply(scope, delay)
+            applied.append(time.monotonic())
+
+        throttler.set_crawl_delay = set_crawl_delay  # type: ignore[method-assign]
+        options = CrawlOptions(output=tmp_path / "out.jsonl", trust_env=False)
+        job = CrawlJob(settings, options, throttler=throttler)
+        summary = await job.run([f"{server.url}/page/{n}" for n in range(2)])
+    assert summary.complete
+    assert len(arrivals) == 2
+    assert applied
+    assert arrivals[0] >= applied[0]  # main: the first page went 0.3 s before the delay was in force
+    assert arrivals[1] - arrivals[0] >= 0.2 - 0.02

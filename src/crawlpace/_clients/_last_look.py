@@ -179,6 +179,11 @@ class Writing:
     #: A shared store's holds (:meth:`~crawlpace.stores.base.HeldStore.held_for`), for the crawl's
     #: last look: another worker's refusal reaches this one only through the store.
     held_for: Callable[[tuple[str, ...]], Awaitable[float]] | None = None
+    #: A shared store's time before which the request may not be written (a Crawl-delay after
+    #: another worker's latest write: ``HeldStore.write_after``), and the note that it is being
+    #: written (``HeldStore.wrote``).
+    write_after: Callable[[tuple[str, ...]], float] | None = None
+    wrote: Callable[[tuple[str, ...]], None] | None = None
 
 
 #: The request this task (or thread) is sending now; set by the retry loop around each send

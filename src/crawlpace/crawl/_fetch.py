@@ -23,7 +23,9 @@ last look (:mod:`crawlpace._clients._last_look`): a scope paced by a
 robots.txt ``Crawl-delay`` is spaced between the *writes* of its requests,
 not only between their admissions, because on a busy event loop (or on a
 new connection) an admitted request can reach the wire a good while after
-its permit, and the next, punctual one would then land closer than the delay.
+its permit, and the next, punctual one would then land closer than the delay. In a fleet,
+the next one may be another worker's: each write is noted at the shared store, the next
+admission's reply carries the time, and the next write keeps the delay after it.
 aiohttp's ``on_request_headers_sent`` trace runs just before the request's
 bytes are written (the write follows in the same step of the loop), so the
 fetcher waits there if need be and notes the write.
@@ -195,6 +197,10 @@ class AiohttpFetcher:
         look, permit = writing.look, writing.permit
         entered = writing.now()
         wait = look.wait(permit, entered)
+        if writing.write_after is not None and look.paced(permit):
+            # A fleet: another worker's write of the scope may have lagged its admission more than
+            # this one; its time came with this admission (no round trip).
+            wait = max(wait, writing.write_after(permit.scopes) - entered)
         if wait > 0.0:
             _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
         held_for = writing.held_for
@@ -220,6 +226,9 @@ class AiohttpFetcher:
         if wait > 0.0:
             await self._wait(writing.now, wait)
         look.wrote(permit, writing.now())
+        if writing.wrote is not None and look.paced(permit):
+            # A fleet: the next write of the scope, by any worker, keeps the delay after this one.
+            writing.wrote(permit.scopes)
 
     @staticmethod
     async def _ask(held_for: Callable[[tuple[str, ...]], Awaitable[float]], scopes: tuple[str, ...],

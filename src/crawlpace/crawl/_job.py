@@ -348,8 +348,11 @@ class CrawlJob(JobOutcomes):
         limit = MAX_ROBOTS_BYTES + 1 if task.kind == "robots" else self.options.max_bytes
         # The fetcher's last look spaces a Crawl-delay scope's writes (crawl/_fetch.py).
         store = self.throttler.store
-        held_for = store.held_for if isinstance(store, HeldStore) else None
-        token = WRITING.set(Writing(permit, self.look, self.throttler.clock.now, held_for))
+        shared = store if isinstance(store, HeldStore) else None
+        token = WRITING.set(Writing(permit, self.look, self.throttler.clock.now,
+                                    None if shared is None else shared.held_for,
+                                    None if shared is None else shared.write_after,
+                                    None if shared is None else shared.wrote))
         # From the admission to the fetch: a fleet worker's wait for the store's reply and its own
         # loop's turn. The fetch's latency starts after it; the scopes learn it apart (Permit.feedback).
         lag = self.throttler.clock.now() - permit.granted_at

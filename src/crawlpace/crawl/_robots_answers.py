@@ -20,7 +20,7 @@ start-up pace before any page goes.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from .._clients._last_look import LastLook
 from .._robotstxt._robots import MAX_ROBOTS_BYTES, ROBOTS_MAX_REDIRECTS, crawl_delay_scopes, robots_verdict
@@ -139,9 +139,27 @@ class RobotsAnswers:
         job = self._job
         settled = self._cache.settle(origin, status, body, job.throttler.clock.now(), why=why)
         if settled.crawl_delay_changed:  # a Crawl-delay removed from the file is cleared too
-            for scope in crawl_delay_scopes(task.host, scopes):
-                job.spawn(self._apply_crawl_delay(scope, settled.rules.crawl_delay, origin))
+            paced = crawl_delay_scopes(task.host, scopes)
+            job.spawn(self._crawl_delay_first(paced, settled.rules.crawl_delay, origin))
+            return
         job.scheduler.robots_known(origin)
+
+    async def _crawl_delay_first(self, scopes: Iterable[str], delay: float | None, origin: str) -> None:
+        """Apply a changed Crawl-delay to ``scopes``, then let ``origin``'s waiting pages go.
+
+        The pages went at once, and the delay was applied meanwhile: a fleet's workers admitted the
+        first pages after robots.txt before the delay reached the shared store (a round trip or
+        two on a loaded machine), at the start's pace, and the site saw its second request
+        closer than the delay. A store that cannot be reached holds the pages back no longer than
+        one try; the delay is then stored in the background, as before.
+        """
+        job = self._job
+        try:
+            for scope in scopes:
+                if not await self._try_crawl_delay(scope, delay, origin):
+                    job.spawn(self._apply_crawl_delay(scope, delay, origin))
+        finally:
+            job.scheduler.robots_known(origin)
 
     def _store(self, origin: str, copy: RobotsCopy) -> None:
         """Store this worker's answer for the fleet, as long as the rules it gives are trusted."""
@@ -175,20 +193,27 @@ class RobotsAnswers:
         task with an exception nobody retrieved.
         """
         job = self._job
-        if self._shared is not None:
-            delay = fleet_crawl_delay(delay, job.throttler.settings.robotstxt_max_delay)
         retry = Retry()
         while not job.stopping:
-            try:
-                await job.throttler.set_crawl_delay(scope, delay)
-                # The delay in force (clamped, or None where settings win) spaces the writes too.
-                if self._look is not None:
-                    stats = await job.throttler.scope_stats(scope)
-                    self._look.pace(scope, None if stats is None else stats.crawl_delay)
-                return
-            except Exception as exc:
-                if not unreachable(exc):
-                    _log.exception("could not apply the Crawl-delay of %s to %s", origin, scope)
-                    return
-                _log.debug("could not store the Crawl-delay of %s yet: %s", origin, exc)
             await job.throttler.clock.sleep(retry.next())
+            if await self._try_crawl_delay(scope, delay, origin):
+                return
+
+    async def _try_crawl_delay(self, scope: str, delay: float | None, origin: str) -> bool:
+        """Store a changed Crawl-delay once; False when a shared store could not be reached."""
+        job = self._job
+        if self._shared is not None:
+            delay = fleet_crawl_delay(delay, job.throttler.settings.robotstxt_max_delay)
+        try:
+            await job.throttler.set_crawl_delay(scope, delay)
+            # The delay in force (clamped, or None where settings win) spaces the writes too.
+            if self._look is not None:
+                stats = await job.throttler.scope_stats(scope)
+                self._look.pace(scope, None if stats is None else stats.crawl_delay)
+        except Exception as exc:
+            if not unreachable(exc):
+                _log.exception("could not apply the Crawl-delay of %s to %s", origin, scope)
+                return True
+            _log.debug("could not store the Crawl-delay of %s yet: %s", origin, exc)
+            return False
+        return True

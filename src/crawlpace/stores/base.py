@@ -198,11 +198,20 @@ class HeldStore(Protocol):
     """A shared store that can say, just before a request is written, whether its scopes are held.
 
     Another worker's refusal (``Retry-After``) reaches this worker only through the
-    store: a request it admitted before is checked again at the last moment.
+    store: a request it admitted before is checked again at the last moment. So do the
+    other workers' writes of a scope paced by a Crawl-delay.
     """
 
     async def held_for(self, scopes: tuple[str, ...]) -> float:
         """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none)."""
+
+    def write_after(self, scopes: tuple[str, ...]) -> float:
+        """The time before which the request just admitted for ``scopes`` may not be written: a
+        Crawl-delay after the latest write of them any worker noted (``-inf``: none)."""
+
+    def wrote(self, scopes: tuple[str, ...]) -> None:
+        """Note that a request of ``scopes`` is being written now (a Crawl-delay scope's next
+        write, by any worker, keeps the delay after it)."""
 
 
 @runtime_checkable

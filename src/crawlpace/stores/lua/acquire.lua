@@ -24,7 +24,9 @@
 --   flight with this one (expired ones left out), which tells rampup how many
 --   were out when a request was refused on arrival (a server that limits requests in
 --   flight), then per scope the seconds since the scope's previous send ("" for none),
---   which rampup's quick start weighs more than the mean gap does.
+--   which rampup's quick start weighs more than the mean gap does, then per scope the time of the
+--   latest write of a request of it ("act", stamp.lua: kept for a scope paced by a Crawl-delay,
+--   "" for none), which the admitted request's write keeps the delay after.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
 -- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
 -- ARGV layout (stores/redis/_script_args.py):
@@ -40,7 +42,7 @@ for i = 1, n do
   local base = 5 + 8 * (i - 1)
   -- Every field read costs the server: the probe and the quota's two are read only when in use.
   local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
-                      "brk", "last", "gap", "sends", "rmax", "exp", "turn")
+                      "brk", "last", "gap", "sends", "rmax", "exp", "turn", "act")
   local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
   local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
@@ -117,7 +119,7 @@ for i = 1, n do
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
               credit, qa, f[5], f[11], f[12], (tonumber(f[13]) or 0) + 1, resting,
-              inflight, not f[15] or now - tonumber(f[15]) > idle / 2, hold}
+              inflight, not f[15] or now - tonumber(f[15]) > idle / 2, hold, f[17]}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -207,4 +209,5 @@ if mode == "undo" then
 end
 for i = 1, n do out[#out + 1] = state[i][23] + 1 end
 for i = 1, n do out[#out + 1] = spaced[i] end
+for i = 1, n do out[#out + 1] = state[i][26] or "" end
 return out

@@ -81,8 +81,9 @@ try:  # the driver is optional: the ``redis`` extra
 except ImportError:  # pragma: no cover - exercised only without the extra
     ResponseError = None  # type: ignore[assignment,misc]
 
-_SCRIPTS = load_scripts("crawlpace.stores", ("acquire", "release", "rollback", "allot", "hold", "look"),
-                        clocked=("acquire", "release", "allot", "hold", "look"))
+_SCRIPTS = load_scripts("crawlpace.stores",
+                        ("acquire", "release", "rollback", "allot", "hold", "look", "stamp"),
+                        clocked=("acquire", "release", "allot", "hold", "look", "stamp"))
 
 
 def _refusal(lease: Lease, outcome: Outcome) -> bool:
@@ -102,6 +103,12 @@ def _ends_episode(lease: Lease, outcome: Outcome, policies: SharedPolicies) -> b
             if rampup is not None and rampup.in_episode():
                 return True
     return False
+
+
+def _stamp_sent(reply: asyncio.Future[Any]) -> None:
+    """A Crawl-delay write's note: a failure leaves the next admission a delay after this one's."""
+    if not reply.cancelled() and (exc := reply.exception()) is not None:
+        logger.debug("a Crawl-delay write's note did not reach the server: %r", exc)
 
 
 def _hold_sent(reply: asyncio.Future[Any]) -> None:
@@ -197,6 +204,10 @@ class RedisStore:
         self._allotting = options.allot and not self.cluster
         self._allot = Allotments(parts)
         self._holds: set[asyncio.Future[Any]] = set()  # refusals' holds on their way (_hold_first)
+        # Crawl-delay scopes: the local time before which this worker's admitted request may not be
+        # written (the latest write any worker noted, plus the delay; write_after).
+        self._write_after: dict[str, float] = {}
+        self._stamps: dict[str, asyncio.Future[Any]] = {}  # their writes' notes on their way (wrote)
 
     @property
     def url(self) -> str:
@@ -342,6 +353,8 @@ class RedisStore:
             got = await pass_doors(self._writer, demands, got, self._down)
         for name, _use in demands:
             policies.sent(name, server_now)  # out until released (rampup's stragglers)
+        if got.written:
+            self._note_written(demands, got.written, server_now)
         return RedisLease(demands, tuple([self._local(t) for t in got.slot_ready]), self._local(server_now),
                           got.generations, lease_id=lease_id, server_granted_at=server_now,
                           server_slot_ready=got.slot_ready, sends=got.sends, inflight=got.inflight,
@@ -358,6 +371,8 @@ class RedisStore:
         if len(lease.demands) == 1 and self._allotting and self._allot.keep(lease, outcome):
             return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
         self._renewer.drop(lease.lease_id)
+        if self._stamps:
+            await self._stamped(lease)
         refused = _refusal(lease, outcome)
         if refused:
             await self._hold_first(lease, outcome)
@@ -491,6 +506,74 @@ class RedisStore:
         except self._down:
             return 0.0
         return max(max(float(reply[1]) for reply in replies), 0.0)
+
+    def _note_written(self, demands: tuple[Demand, ...], written: tuple[float | None, ...],
+                      server_now: float) -> None:
+        """Keep, for the admitted request's write, each Crawl-delay scope's latest write plus its delay.
+
+        Counted from the reply's own ``now`` and read now, not through this worker's estimate of the
+        server's clock (on a loaded machine it errs by tens of milliseconds, the sites' tolerance):
+        the reply is read after the server wrote it, so the wait is never short.
+        """
+        read = self._clock.now()
+        for (name, _use), at in zip(demands, written, strict=True):
+            if at is not None:
+                delay = self._policies.policy(name).crawl_delay
+                if delay is not None:
+                    self._write_after[name] = read + (at + delay - server_now)
+
+    def write_after(self, scopes: tuple[str, ...]) -> float:
+        """The time (this worker's clock) before which the request just admitted for ``scopes`` may
+        not be written: a Crawl-delay after the latest write of them any worker noted (:meth:`wrote`,
+        read with the admission). ``-inf`` for none.
+
+        The store admits a Crawl-delay scope's requests a delay apart, one at a time; a write lags
+        its admission, more for one worker than for the next, and the site saw two requests closer
+        than the delay. Holding the next admission a delay after the previous write would add every
+        write's lag to the pace; the next write waits instead, only as long as the previous one
+        lagged more than it. No round trip: the admission's reply brought the time.
+        """
+        after = -math.inf
+        if self._write_after:
+            for name in scopes:
+                after = max(after, self._write_after.pop(name, -math.inf))
+        return after
+
+    async def _stamped(self, lease: RedisLease) -> None:
+        """Wait until the note of the lease's write (:meth:`wrote`) reached the server: its release
+        frees the scope's one slot, and the next admission must find the note (a failure is
+        logged by ``_stamp_sent``; the release goes all the same)."""
+        for name, _use in lease.demands:
+            stamp = self._stamps.pop(name, None)
+            if stamp is not None and not stamp.done():
+                await asyncio.wait([stamp])
+
+    def wrote(self, scopes: tuple[str, ...]) -> None:
+        """Note, for every worker, that a request of ``scopes`` is being written now.
+
+        Only scopes paced by a Crawl-delay are noted (``lua/stamp.lua``): the next admission's
+        reply carries the time, and its write keeps the delay after it (:meth:`write_after`).
+        Not awaited: the note leaves at the loop's next turn with the write's time, and the
+        request's release waits for it, so the next admission finds it.
+        """
+        if self._outage.skip() or not self._conn.connected:
+            return
+        paced = [name for name in scopes if self._policies.policy(name).crawl_delay is not None]
+        if not paced:
+            return
+        groups = [paced] if not self.cluster else [[name] for name in paced]
+        # The write's own time on the server's clock, as this worker estimates it: the server's time
+        # when the note arrives would add the note's queueing (100 ms and more on a loaded worker)
+        # to every next write that waits for it.
+        now = repr(self._server_now())
+        for group in groups:
+            keys = [self._keys(name)[0] for name in group]
+            reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, [now]))
+            for name in group:
+                self._stamps[name] = reply
+            self._holds.add(reply)
+            reply.add_done_callback(self._holds.discard)
+            reply.add_done_callback(_stamp_sent)
 
     async def _hold_first(self, lease: RedisLease, outcome: Outcome) -> None:
         """Take a refusal's hold (``Retry-After``) to the server before its release reads the counts.

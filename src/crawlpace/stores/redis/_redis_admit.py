@@ -72,6 +72,8 @@ class Granted:
             empty when the reply does not say (a cluster's request that spans slots).
         spacings: each scope's seconds since its previous send by any worker (``None``
             for its first); empty when the reply does not say.
+        written: each scope's latest write noted by a worker (server time, ``None`` for none:
+            only a scope paced by a Crawl-delay notes them); empty when the reply does not say.
     """
 
     slot_ready: tuple[float, ...]
@@ -80,6 +82,7 @@ class Granted:
     sends: tuple[tuple[float | None, float], ...]
     inflight: tuple[int, ...] = ()
     spacings: tuple[float | None, ...] = ()
+    written: tuple[float | None, ...] = ()
 
 
 def granted(reply: Sequence[Any], n: int) -> Granted:
@@ -97,12 +100,15 @@ def granted(reply: Sequence[Any], n: int) -> Granted:
     return Granted(slot_ready, generations, versions, sends, *_tail(reply, 2 + 5 * n, n))
 
 
-def _tail(reply: Sequence[Any], end: int, n: int) -> tuple[tuple[int, ...], tuple[float | None, ...]]:
-    """The in-flight counts and spacings that close a plain reply (a cluster's merged one has none)."""
-    if len(reply) != end + 2 * n:
-        return (), ()
+def _tail(reply: Sequence[Any], end: int,
+          n: int) -> tuple[tuple[int, ...], tuple[float | None, ...], tuple[float | None, ...]]:
+    """The in-flight counts, spacings and latest writes that close a plain reply (a cluster's
+    merged one has none)."""
+    if len(reply) != end + 3 * n:
+        return (), (), ()
     return (tuple(int(v) for v in reply[end:end + n]),
-            tuple(None if v in (b"", "") else float(v) for v in reply[end + n:end + 2 * n]))
+            tuple(None if v in (b"", "") else float(v) for v in reply[end + n:end + 2 * n]),
+            tuple(None if v in (b"", "") else float(v) for v in reply[end + 2 * n:end + 3 * n]))
 
 
 #: Seconds after which a worker asks again about a scope in rampup's start phase that the
