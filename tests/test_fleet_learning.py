@@ -329,12 +329,15 @@ async def test_a_fleet_fits_an_overshoot_to_every_workers_accepted_answers(
     assert len(fits[1]) >= 2
     for mine, its in zip(fits[1][:2], fits[0][:2], strict=True):
         # The fleet's count is one process's (it was 38 of 187); eight workers' cycles end a little
-        # apart from one process's, so the counts may differ by a few answers.
-        assert abs(mine - its) <= 0.15 * its
+        # apart from one process's, so the counts may differ by a few answers, and the fleet's may
+        # be the larger: since the start grows past 100/s (start6) one process cuts three times
+        # after the fall and fits 95 in 8.7 s, where the fleet cuts once and fits 118 in 12.9 s.
+        assert mine >= 0.85 * its
     # (2.8/s against 11.8/s then.) Since a quick site's start doubles every half second from 6/s, the
     # window's 113 at once let the start reach the cap before its first refusal, and the fleet's
-    # lock-out ends a probe later than one process's: 8.8/s against 10.0/s here.
-    assert fleet.per_second(25.0, 30.0) >= 0.85 * alone.per_second(25.0, 30.0)
+    # lock-out ends a probe later than one process's: 8.6/s against 10.2/s here (8.8/s for one
+    # process before start6; the fleet's pace did not change).
+    assert fleet.per_second(25.0, 30.0) >= 0.8 * alone.per_second(25.0, 30.0)
 
 
 @pytest.mark.redis
