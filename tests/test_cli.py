@@ -17,7 +17,7 @@ def test_check_reports_a_valid_file(tmp_path: Path, capsys: pytest.CaptureFixtur
     out = capsys.readouterr().out
     assert "scope 'api.example': concurrency=4 delay=1s delay_per_slot=1s jitter=+/-50%" in out
     assert ("scope 'api.example': concurrency=4 delay=1s delay_per_slot=1s jitter=+/-50% rampup=on "
-            "(from that rate up to 16 slots and 0.01s between sends, aiming at 1 backoff answers per 60s)"
+            "(from that rate up to 16 slots and 0.001s between sends, aiming at 1 backoff answers per 60s)"
             in out)
     assert "note:" not in out
     assert main(["check", str(path), "--json"]) == 0
