@@ -249,7 +249,7 @@ PACED = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"concurrency": 4, "d
                               "CONCURRENT_REQUESTS": 16})
 
 
-async def _admitted(store: Any, clock: MockClock) -> Lease:
+async def admitted(store: Any, clock: MockClock) -> Lease:
     """A lease of ``SCOPE`` from ``store``, the clock advanced to the scope's next send."""
     for _ in range(10):
         got = await store.acquire(SCOPE)
@@ -274,7 +274,7 @@ async def test_the_writes_a_hold_caught_go_one_by_one_after_it_then_the_admissio
     assert len(redis_stores) == 3
     refused, first, second = redis_stores
     try:
-        leases = [await _admitted(store, clock) for store in (refused, first, second)]
+        leases = [await admitted(store, clock) for store in (refused, first, second)]
         feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=5.0)
         await refused.release(leases[0], Outcome(status=429, latency=0.01, feedback=(feedback,)))
         await refused.flush()

@@ -17,26 +17,16 @@ import uuid
 import pytest
 
 from crawlpace import Settings
-from crawlpace.stores import Lease, Outcome, open_store
+from crawlpace.stores import Outcome, open_store
 from crawlpace.stores.redis import RedisStore
 from crawlpace.testing import MockClock
+
+from .test_fleet_holds import admitted
 
 SETTINGS = Settings.from_scrapy({
     "THROTTLING_SCOPE_DEFAULTS": {"concurrency": 4, "delay": 0.0, "delay_per_slot": 0.0},
     "CONCURRENT_REQUESTS": 16, "RANDOMIZE_DOWNLOAD_DELAY": False})
-SCOPE = (("site", 1.0),)
 DELAY = 0.5
-
-
-async def _admitted(store: RedisStore, clock: MockClock) -> Lease:
-    """A lease of ``SCOPE``, the clock advanced to the scope's next send."""
-    for _ in range(10):
-        got = await store.acquire(SCOPE)
-        if isinstance(got, Lease):
-            return got
-        assert got.ready_at is not None
-        clock.advance(max(got.ready_at - clock.now(), 0.001))
-    raise AssertionError("never admitted")
 
 
 @pytest.mark.redis
@@ -48,7 +38,7 @@ async def test_a_crawl_delay_spaces_the_fleets_writes_not_only_its_admissions(re
     assert isinstance(second, RedisStore)
     try:
         await first.set_crawl_delay("site", DELAY)
-        lease = await _admitted(first, clock)
+        lease = await admitted(first, clock)
         assert first.write_after(("site",)) == -math.inf  # no write noted yet
         clock.advance(0.3)  # its loop writes it 0.3 s after the admission
         written = clock.now()
@@ -56,7 +46,7 @@ async def test_a_crawl_delay_spaces_the_fleets_writes_not_only_its_admissions(re
         clock.advance(0.05)  # the answer frees the one slot
         await first.release(lease, Outcome(status=200, latency=0.05))
         await first.flush()
-        other = await _admitted(second, clock)
+        other = await admitted(second, clock)
         assert clock.now() == pytest.approx(lease.granted_at + DELAY, abs=0.002)  # admitted at its pace
         # Its write keeps the delay after the first write, not only after the first admission
         # (main: written at once, 0.2 s after the first); asked once, the time is gone.
