@@ -525,13 +525,17 @@ async def oracle(case: Case, urls: list[str]) -> None:
         await asyncio.gather(*(worker(client) for _ in range(case.inflight)))
 
 
-def run_crawlpace(urls: list[str], folder: Path, limit: float) -> tuple[bool, int | None]:
-    """``crawlpace crawl`` on the URLs; return whether it was cut at the time limit, and its exit code."""
+def run_crawlpace(urls: list[str], folder: Path, limit: float,
+                  debug: bool = False) -> tuple[bool, int | None]:
+    """``crawlpace crawl`` on the URLs; return whether it was cut at the time limit, and its exit code.
+
+    With ``debug`` the crawl logs every decision (``-vv``) into ``crawl.out`` instead of staying quiet.
+    """
     url_file = folder / "urls.txt"
     url_file.write_text("\n".join(urls) + "\n", encoding="utf-8")
     with (folder / "crawl.out").open("wb") as out:
         process = subprocess.Popen([sys.executable, "-m", "crawlpace", "crawl", str(url_file), "-o",
-                                    str(folder / "out.jsonl"), "--quiet", "--json"],
+                                    str(folder / "out.jsonl"), "-vv" if debug else "--quiet", "--json"],
                                    stdout=out, stderr=subprocess.STDOUT, cwd=folder, start_new_session=True)
     try:
         process.wait(limit)
@@ -577,7 +581,7 @@ def tally(case: Case, contender: str, limiter: Limiter, cut: bool, exit_code: in
     return result
 
 
-def run_case(case: Case, root: Path, pages: int, limit: float) -> list[Result]:
+def run_case(case: Case, root: Path, pages: int, limit: float, debug: bool = False) -> list[Result]:
     results: list[Result] = []
     for contender in ("crawlpace", "oracle"):
         folder = root / f"{case.name}-{contender}"
@@ -587,7 +591,7 @@ def run_case(case: Case, root: Path, pages: int, limit: float) -> list[Result]:
             cut = False
             code_or_none: int | None = 0
             if contender == "crawlpace":
-                cut, code_or_none = run_crawlpace(urls, folder, limit)
+                cut, code_or_none = run_crawlpace(urls, folder, limit, debug)
             else:
                 try:
                     asyncio.run(asyncio.wait_for(oracle(case, urls), limit))
@@ -617,6 +621,9 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--seconds", type=float, default=0.0,
                         help=f"seconds of pages at each limit (default {SECONDS:g}, quick {QUICK_SECONDS:g})")
     parser.add_argument("--workdir", default=None, help="keep every config and log here")
+    parser.add_argument("--debug-log", action="store_true",
+                        help="the crawl logs every decision (-vv) into CASE-crawlpace/crawl.out; "
+                             "give --workdir to keep it (a cut or slow crawl can then be read)")
     parser.add_argument("--serve-backend", nargs=2, metavar=("PORT", "DELAY"), help=argparse.SUPPRESS)
     parser.add_argument("--serve-flask", nargs=4, metavar=("PORT", "STRATEGY", "LIMIT", "LOG"),
                         help=argparse.SUPPRESS)
@@ -655,7 +662,7 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             pages = max(math.ceil(case.rate * seconds), 10)
             try:
-                pair = run_case(case, root, pages, limit)
+                pair = run_case(case, root, pages, limit, args.debug_log)
             except RuntimeError as exc:
                 skipped[case.name] = str(exc)
                 print(f"  {case.name}: skipped: {exc}", flush=True)
