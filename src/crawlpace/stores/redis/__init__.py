@@ -34,6 +34,7 @@ import math
 import os
 import random
 import uuid
+from collections.abc import Callable
 from dataclasses import replace
 from typing import Any
 
@@ -105,16 +106,14 @@ def _ends_episode(lease: Lease, outcome: Outcome, policies: SharedPolicies) -> b
     return False
 
 
-def _stamp_sent(reply: asyncio.Future[Any]) -> None:
-    """A Crawl-delay write's note: a failure leaves the next admission a delay after this one's."""
-    if not reply.cancelled() and (exc := reply.exception()) is not None:
-        logger.debug("a Crawl-delay write's note did not reach the server: %r", exc)
-
-
-def _hold_sent(reply: asyncio.Future[Any]) -> None:
-    """A hold sent ahead of its release: a failure is the release's to handle (it carries the hold)."""
-    if not reply.cancelled() and (exc := reply.exception()) is not None:
-        logger.debug("a refusal's hold did not reach the server ahead of its release: %r", exc)
+def _sent_ahead(what: str) -> Callable[[asyncio.Future[Any]], None]:
+    """The callback of a call sent ahead and not awaited (a refusal's hold, a Crawl-delay write's
+    note): its failure is only logged, since the release after it carries what matters (the hold),
+    or the next admission waits a delay after this one's all the same (the note)."""
+    def sent(reply: asyncio.Future[Any]) -> None:
+        if not reply.cancelled() and (exc := reply.exception()) is not None:
+            logger.debug("%s did not reach the server ahead of its release: %r", what, exc)
+    return sent
 
 
 class RedisStore:
@@ -542,7 +541,7 @@ class RedisStore:
     async def _stamped(self, lease: RedisLease) -> None:
         """Wait until the note of the lease's write (:meth:`wrote`) reached the server: its release
         frees the scope's one slot, and the next admission must find the note (a failure is
-        logged by ``_stamp_sent``; the release goes all the same)."""
+        logged by :meth:`_keep`; the release goes all the same)."""
         for name, _use in lease.demands:
             stamp = self._stamps.pop(name, None)
             if stamp is not None and not stamp.done():
@@ -571,9 +570,7 @@ class RedisStore:
             reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, [now]))
             for name in group:
                 self._stamps[name] = reply
-            self._holds.add(reply)
-            reply.add_done_callback(self._holds.discard)
-            reply.add_done_callback(_stamp_sent)
+            self._keep(reply, "a Crawl-delay write's note")
 
     async def _hold_first(self, lease: RedisLease, outcome: Outcome) -> None:
         """Take a refusal's hold (``Retry-After``) to the server before its release reads the counts.
@@ -604,9 +601,14 @@ class RedisStore:
         # On a connection of its own, at once: queued, it waited for the batch in flight to be
         # answered and read (a round trip and a turn of a loaded loop), while other workers wrote.
         reply = asyncio.ensure_future(self._conn.call_now("hold", keys, args))
-        self._holds.add(reply)  # (a task nothing refers to may be collected before it ran)
+        self._keep(reply, "a refusal's hold")
+
+    def _keep(self, reply: asyncio.Future[Any], what: str) -> None:
+        """Keep a call sent ahead until it is answered (a task nothing refers to may be collected
+        before it ran), and log its failure."""
+        self._holds.add(reply)
         reply.add_done_callback(self._holds.discard)
-        reply.add_done_callback(_hold_sent)
+        reply.add_done_callback(_sent_ahead(what))
 
     async def _at_answer(self, lease: RedisLease, *, inflight: bool) -> RedisLease:
         """``lease`` with each scope's accepted answers over every worker as its answer came (this
