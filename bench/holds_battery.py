@@ -222,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     latencies = [float(x) for x in args.latencies.split(",")]
     if args.quick:
         seeds, latencies = seeds[:4], latencies[:1]
-    jobs = [(rate, burst, hold, latency, args.seconds, not args.no_count) for seed in seeds for rate, burst, hold in draw(seed)
-            for latency in latencies]
+    jobs = [(rate, burst, hold, latency, args.seconds, not args.no_count) for seed in seeds
+            for rate, burst, hold in draw(seed) for latency in latencies]
     with Pool(max(1, args.processes)) as pool:
         rows = pool.map(one, jobs, chunksize=1)
     figures = {"all": summary(rows)}
