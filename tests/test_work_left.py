@@ -17,6 +17,7 @@ from crawlpace.crawl._summary import CrawlSummary
 from crawlpace.frontier._scheduler import Scheduler, Task
 from crawlpace.policy.rampup import Rampup
 from crawlpace.sim._limits import Embargo, TokenBucket
+from crawlpace.stores import MemoryStore
 from crawlpace.testing import MockClock
 
 from .conftest import ThrottlerFactory
@@ -78,6 +79,33 @@ async def test_the_journal_source_counts_a_hosts_urls_it_has_not_loaded(tmp_path
         await source.close()
 
 
+async def test_the_throttler_carries_each_scopes_work_left_to_its_rampup(clock: MockClock) -> None:
+    told: list[str] = []
+
+    def work(scope: str) -> tuple[int, bool] | None:
+        told.append(scope)
+        return (7, False) if scope == "a.example" else None
+
+    async with Throttler({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}}, clock=clock) as throttler:
+        throttler.count_work(work)
+        for url in ("https://a.example/1", "https://b.example/1"):
+            async with throttler.slot(url) as permit:
+                permit.feedback(status=200, latency=0.01)
+        store = throttler.store
+        assert isinstance(store, MemoryStore)
+        rampups = {name: store._scopes[name].policy.rampup for name in ("a.example", "b.example")}
+        assert told == ["a.example", "b.example"]
+        a, b = rampups["a.example"], rampups["b.example"]
+        assert a is not None
+        assert b is not None
+        assert (a._left, a._more) == (7, False)
+        assert b._left == -1  # not known: rampup guesses the work ahead
+        throttler.count_work(None)
+        async with throttler.slot("https://a.example/2") as permit:
+            permit.feedback(status=200, latency=0.01)
+        assert told == ["a.example", "b.example"]  # no longer asked
+
+
 def test_rampup_weighs_a_step_for_the_work_it_was_told() -> None:
     rampup = Rampup(start_rate=1.0, min_rate=0.01, max_rate=math.inf, max_concurrency=8, window=60.0,
                     target=(0.1, 1.0))
@@ -122,7 +150,8 @@ async def _crawl_pages(site: _HeldBucket, pages: int, *, told: bool, latency: fl
     ``told``: the throttler hears the pages left, as the crawl's queue tells it."""
     clock = MockClock(autojump=True)
     rng = random.Random(1)
-    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "CONCURRENT_REQUESTS": 64})
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+                                     "CONCURRENT_REQUESTS": 64})
     accepted = out = 0
     done_at = math.inf
     async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
@@ -145,9 +174,10 @@ async def _crawl_pages(site: _HeldBucket, pages: int, *, told: bool, latency: fl
                     if accepted == pages and status == 200:
                         done_at = clock.now()
                     out -= 1
-                    headers = {} if status == 200 else {"Retry-After": str(site.hold)}
-                    permit.feedback(status=status, latency=took) if status == 200 else permit.feedback(
-                        _Answer(status, headers), latency=took)
+                    if status == 200:
+                        permit.feedback(status=200, latency=took)
+                    else:
+                        permit.feedback(_Answer(status, {"Retry-After": str(site.hold)}), latency=took)
 
         await asyncio.gather(*(worker() for _ in range(16)))
     return done_at
