@@ -28,7 +28,9 @@ least a rate is kept at :data:`KNOTS` rates (:func:`belief_of`), and a refused
 pace drops the chance above it (the limit is under a pace that drew a hold).
 
 **The trade-off.** After the hold, the scope paces at the rate that finishes the
-work ahead soonest on average (:func:`best_level`): the sends accepted so far, at
+work ahead soonest on average (:func:`best_level`). The work ahead is what the caller says it
+still holds for the scope (``crawlpace crawl``'s queued pages, :meth:`BucketFit.note_left`), and
+otherwise a guess: the sends accepted so far, at
 the rate they came between the holds, over the time it has crawled (at least a window: a crawl that
 has run a minute is likely to run about as long again). A pace that holds takes
 the work over itself; one that does not costs the hold, and then the best pace
