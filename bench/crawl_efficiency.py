@@ -259,6 +259,18 @@ def crawlpace_command(*extra: str) -> Callable[[Path, Path, Path], list[str]]:
     return command
 
 
+def base_command(urls: Path, output: Path, farm: Path) -> list[str]:
+    """``crawlpace crawl --rampup`` from the source tree named by ``CRAWLPACE_BASE`` (its ``src``
+    folder, e.g. a ``git archive`` of main): a change beside its base in the same run."""
+    base = os.environ.get("CRAWLPACE_BASE", "")
+    if not base or not Path(base, "crawlpace").is_dir():
+        raise SystemExit(f"crawlpace-base: set CRAWLPACE_BASE to a source tree's src folder, not {base!r}")
+    argv = ["crawlpace", "crawl", str(urls), "-o", str(output), "--quiet", "--json", "--rampup"]
+    code = (f"import runpy, sys; sys.path.insert(0, {base!r}); sys.argv = {argv!r}; "
+            "runpy.run_module('crawlpace', run_name='__main__')")
+    return [sys.executable, "-c", code]
+
+
 def scrapy_command(**settings: object) -> Callable[[Path, Path, Path], list[str]]:
     """The spider with some of its settings overridden by ``-s`` (which outranks the spider's own)."""
     overrides = [arg for name, value in settings.items() for arg in ("-s", f"{name}={value}")]
@@ -315,8 +327,8 @@ ADDON_SETTINGS: dict[str, object] = {
 }
 
 #: Contenders run only when named in ``--contenders``.
-OPTIONAL = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8", "library-defaults",
-                      "library-gradual", "library-rampup"})
+OPTIONAL = frozenset({"crawlpace-base", "crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8",
+                      "library-defaults", "library-gradual", "library-rampup"})
 #: The fleets, whose worker start-up is measured apart (see ``bench/_peers/fleet.py``), and the
 #: seconds their start-up may take on top of the time limit (which counts from the enqueue).
 FLEETS = frozenset({"crawlpace-fleet1", "crawlpace-fleet4", "crawlpace-fleet8"})
@@ -329,6 +341,8 @@ CONTENDERS: tuple[Contender, ...] = (
               crawlpace_command("--delay", "1", "--per-host", "1"), crawlpace_ok, summary=True),
     Contender("crawlpace-rampup", f"crawlpace crawl --rampup: rampup on for every host; {CRAWLPACE_DEFAULTS}",
               crawlpace_command("--rampup"), crawlpace_ok, summary=True),
+    Contender("crawlpace-base", "crawlpace crawl --rampup from the tree in CRAWLPACE_BASE (a base)",
+              base_command, crawlpace_ok, summary=True),
     Contender("scrapy-autothrottle", f"AutoThrottle on, its defaults (target concurrency 1); {SCRAPY_BASE}",
               scrapy_command(), status_ok),
     Contender("scrapy-at4", f"AutoThrottle on, AUTOTHROTTLE_TARGET_CONCURRENCY 4; {SCRAPY_BASE}",

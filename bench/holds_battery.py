@@ -73,21 +73,29 @@ class HeldBucket:
 
 
 async def crawl_pages(site: HeldBucket, pages: int, latency: float, *, workers: int = 16,
-                      cap: float = 600.0) -> tuple[float, int]:
-    """Crawl ``site`` until ``pages`` are accepted (or ``cap`` virtual seconds); (seconds, refusals)."""
+                      cap: float = 600.0, count_work: bool = True) -> tuple[float, int]:
+    """Crawl ``site`` until ``pages`` are accepted (or ``cap`` virtual seconds); (seconds, refusals).
+
+    ``count_work``: the throttler is told the pages left, as ``crawlpace crawl``'s queue tells it."""
     clock = MockClock(autojump=True)
     rng = random.Random(1)
     settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
                                      "CONCURRENT_REQUESTS": 64})
     accepted = refused = 0
     done_at = cap
+    out = 0
     async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
+        if count_work and hasattr(throttler, "count_work"):  # (an older tree, run with --against, has none)
+            # As the crawl's queue counts them: the pages not yet sent (those out are not counted).
+            throttler.count_work(lambda _scope: (max(0, pages - accepted - out), False))
 
         async def worker() -> None:
-            nonlocal accepted, refused, done_at
+            nonlocal accepted, refused, done_at, out
             while accepted < pages and clock.now() < cap:
                 async with throttler.slot(URL) as permit:
+                    out += 1
                     if accepted >= pages or clock.now() >= cap:
+                        out -= 1
                         permit.feedback(status=200, latency=0.0)
                         break
                     answer = site.arrive(clock.now())
@@ -99,6 +107,7 @@ async def crawl_pages(site: HeldBucket, pages: int, latency: float, *, workers: 
                             done_at = clock.now()
                     else:
                         refused += 1
+                    out -= 1
                     permit.feedback(answer, latency=took)
 
         await asyncio.gather(*(worker() for _ in range(workers)))
@@ -117,12 +126,12 @@ def draw(seed: int, count: int = 12) -> list[tuple[float, int, int]]:
     return out
 
 
-def one(job: tuple[float, int, int, float, float]) -> dict[str, float]:
+def one(job: tuple[float, int, int, float, float, bool]) -> dict[str, float]:
     """Crawl one bucket; its figures."""
-    rate, burst, hold, latency, seconds = job
+    rate, burst, hold, latency, seconds, count_work = job
     pages = max(5, round(rate * seconds))
     site = HeldBucket(rate, float(burst), hold)
-    took, refused = asyncio.run(crawl_pages(site, pages, latency))
+    took, refused = asyncio.run(crawl_pages(site, pages, latency, count_work=count_work))
     oracle = max(0.0, pages - burst) / rate + latency
     return {"rate": rate, "burst": burst, "hold": hold, "latency": latency, "seconds": took,
             "oracle": oracle, "refused": refused, "holds": site.holds, "share": min(1.5, oracle / took)}
@@ -199,6 +208,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0,
                         help="pages per bucket: rate x this (default 20)")
     parser.add_argument("--processes", type=int, default=2, help="crawls run in parallel (default 2)")
+    parser.add_argument("--no-count", action="store_true",
+                        help="do not tell the throttler the pages left (as a crawl without a queue)")
     parser.add_argument("--rows", help="write every crawl's figures to this JSON file")
     parser.add_argument("--against", help="a --rows file of the same jobs (another tree): compare crawl "
                         "by crawl")
@@ -211,8 +222,8 @@ def main(argv: list[str] | None = None) -> int:
     latencies = [float(x) for x in args.latencies.split(",")]
     if args.quick:
         seeds, latencies = seeds[:4], latencies[:1]
-    jobs = [(rate, burst, hold, latency, args.seconds) for seed in seeds for rate, burst, hold in draw(seed)
-            for latency in latencies]
+    jobs = [(rate, burst, hold, latency, args.seconds, not args.no_count) for seed in seeds
+            for rate, burst, hold in draw(seed) for latency in latencies]
     with Pool(max(1, args.processes)) as pool:
         rows = pool.map(one, jobs, chunksize=1)
     figures = {"all": summary(rows)}

@@ -52,6 +52,9 @@ class ListSource:
     def exhausted(self) -> bool:
         return True
 
+    def unloaded(self, scope: str) -> int | None:
+        return 0  # every URL is queued at open()
+
     def wait_for_urls(self) -> asyncio.Future[None] | None:
         return None
 

@@ -27,6 +27,9 @@ DONT_ADJUST_KEY = "autothrottle_dont_adjust_delay"
 
 #: Called with a lease just given back and the scopes its release made the breaker give up.
 OnReleased = Callable[[Lease, tuple[str, ...]], None]
+#: Called with a scope's name: the requests of it the caller still holds to send, and whether more
+#: may come (``None``: not known). See :meth:`crawlpace.Throttler.count_work`.
+WorkLeft = Callable[[str], tuple[int, bool] | None]
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,9 +76,12 @@ class Releaser:
     Attributes:
         observe: when set, called with each lease and its outcome just before
             the release (the throttler's observers: metrics, the run report).
+        work: when set, read for each scope of a released request: the work the
+            caller still holds for it, carried to the scope in its feedback.
     """
 
-    __slots__ = ("_builder", "_hooks", "_local", "_manager", "_on_released", "_store", "clock", "observe")
+    __slots__ = ("_builder", "_hooks", "_local", "_manager", "_on_released", "_store", "clock", "observe",
+                 "work")
 
     def __init__(self, builder: FeedbackBuilder, manager: ThrottlingManagerProtocol, store: Store,
                  clock: Clock, on_released: OnReleased) -> None:
@@ -89,6 +95,7 @@ class Releaser:
         self._on_released = on_released
         self.clock = clock
         self.observe: Callable[[Lease, Outcome], None] | None = None
+        self.work: WorkLeft | None = None
 
     def __repr__(self) -> str:
         return f"<Releaser store={type(self._store).__name__} hooks={self._hooks}>"
@@ -158,14 +165,14 @@ class Releaser:
         if raw.exception is not None:
             signals = builder.for_exception(lease.demands, raw.exception, raw.latency)
             by_name = {name: signal for (name, _use), signal in zip(lease.demands, signals, strict=True)}
-            return _outcome_of(lease, raw, by_name, error=type(raw.exception).__name__)
+            return _outcome_of(lease, raw, by_name, error=type(raw.exception).__name__, work=self.work)
         if self._hooks and raw.response is not None:
             return None
         hint = builder.hint(raw.response) if raw.response is not None else None
         latency = None if raw.stalled or _dont_adjust(request) else raw.latency
         by_scope = builder.for_response(lease.demands, status=raw.status, latency=latency,
                                         hold=builder.hold_of(hint, raw.status), hint=hint)
-        return _outcome_of(lease, raw, by_scope)
+        return _outcome_of(lease, raw, by_scope, work=self.work)
 
     async def _outcome_from_hooks(self, lease: Lease, request: object, raw: RawFeedback) -> Outcome:
         builder = self._builder
@@ -184,12 +191,13 @@ class Releaser:
             hint = builder.hint(raw.response)
             by_scope = builder.for_response(lease.demands, status=raw.status, latency=latency,
                                             hold=builder.hold_of(hint, raw.status), hint=hint)
-        return _outcome_of(lease, raw, by_scope)
+        return _outcome_of(lease, raw, by_scope, work=self.work)
 
 
 def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeedback],
-                error: str | None = None) -> Outcome:
-    """Line the per-scope feedback up with the lease's scopes."""
+                error: str | None = None, work: WorkLeft | None = None) -> Outcome:
+    """Line the per-scope feedback up with the lease's scopes (with the work left in each, when
+    ``work`` reads it)."""
     consumed = raw.consumed_quota or {}
     feedback: list[ScopeFeedback] = []
     for name, _use in lease.demands:
@@ -202,5 +210,9 @@ def _outcome_of(lease: Lease, raw: RawFeedback, by_scope: Mapping[str, ScopeFeed
             signal = replace(signal, lag=raw.lag)
         if raw.blocked:  # a soft block is pushback like a 429; its latency says nothing
             signal = replace(signal, backoff=True, latency=None)
+        if work is not None:
+            known = work(name)
+            if known is not None:
+                signal = replace(signal, left=max(0, int(known[0])), more=bool(known[1]))
         feedback.append(signal)
     return Outcome(status=raw.status, error=error, latency=raw.latency, feedback=tuple(feedback))

@@ -13,7 +13,7 @@ import asyncio
 import dataclasses
 import logging
 import random
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any
 
@@ -273,6 +273,26 @@ class Throttler(ThrottlerReports, WaitingRoom):
         if self._observers:
             self._note_admitted(lease, 0.0)
         return Permit(self._releaser, lease, request)
+
+    def count_work(self, work: Callable[[str], tuple[int, bool] | None] | None) -> None:
+        """Tell the scopes how much work is left for them (``None``: stop telling).
+
+        ``work`` is called with a scope's name whenever a request of it is released,
+        and answers ``(left, more)``: the requests of that scope the caller still
+        holds to send (those in flight not counted), and whether more may come
+        later (links still to be found, URLs not loaded yet), or ``None`` when it
+        does not know. It must be quick and must not await. ``crawlpace crawl``
+        passes its queues' counts. With rampup, a scope weighs the risk of a
+        step after a ``Retry-After`` hold against the work the step could speed
+        up: a step that may cost a minute's hold is not worth taking for the last
+        few pages of a site.
+
+        Example::
+
+            left = {"example.com": 120}
+            throttler.count_work(lambda scope: (left[scope], False) if scope in left else None)
+        """
+        self._releaser.work = work
 
     async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
         """Apply the Crawl-Delay of ``scope``'s robots.txt (``None`` removes it).

@@ -124,6 +124,8 @@ class CrawlJob(JobOutcomes):
         self.write_error: OSError | None = None
         self._refusals = RefusalTracker()
         self.source.bind(self)
+        # Each scope hears the work the crawl still holds for it (rampup weighs a step after a hold by it).
+        self.throttler.count_work(self._work_left)
 
     # -- public ------------------------------------------------------------------
 
@@ -164,6 +166,12 @@ class CrawlJob(JobOutcomes):
 
     # -- set-up and tear-down ------------------------------------------------------
 
+    def _work_left(self, scope: str) -> tuple[int, bool]:
+        """``scope``'s pages still to send: those queued and those the source holds back, and whether
+        more may come than these (then they are a floor)."""
+        held = self.source.unloaded(scope)
+        return self.scheduler.queued_for(scope) + (held or 0), held is None
+
     def _make_fetcher(self) -> Fetcher:
         options = self.options
         return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
@@ -199,6 +207,8 @@ class CrawlJob(JobOutcomes):
             await self.learner.close(self.throttler)
         if self._own_throttler:
             await self.throttler.aclose()
+        else:
+            self.throttler.count_work(None)  # (a throttler lent to the job outlives its queues)
 
     # -- the dispatch loop --------------------------------------------------------------
 

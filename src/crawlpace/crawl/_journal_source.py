@@ -36,6 +36,7 @@ class JournalSource:
         self._pending_scopes: deque[str] = deque()
         self._after: dict[str, int] = {}
         self._in_memory = 0
+        self._unloaded: dict[str, int] = {}  # per host: its pending URLs not yet loaded (0 once all are)
 
     def bind(self, job: JobParts) -> None:
         """Remember the job this source feeds."""
@@ -97,7 +98,8 @@ class JournalSource:
         writer = ResultWriter(options.output, append=options.resume)
         # The first batch is queued by the job's first refill(), once it holds the writer: URLs
         # that end without a fetch (an ftp:// URL, say) are written as they are queued.
-        self._pending_scopes.extend(scope for scope, count in journal.scopes().items() if count)
+        self._unloaded = {scope: count for scope, count in journal.scopes().items() if count}
+        self._pending_scopes.extend(self._unloaded)
         return writer
 
     def start_background(self) -> None:
@@ -127,12 +129,22 @@ class JournalSource:
             self._in_memory += len(entries)
             if len(entries) == want:
                 pending.append(scope)  # there may be more of this host
+                self._unloaded[scope] = max(0, self._unloaded.get(scope, 0) - len(entries))
             else:  # every URL of this host is loaded: nothing to remember about it (bounded by the pending)
                 self._after.pop(scope, None)
+                self._unloaded[scope] = 0
 
     def exhausted(self) -> bool:
         """Whether every URL of the journal has been handed to the scheduler."""
         return not self._pending_scopes
+
+    def unloaded(self, scope: str) -> int | None:
+        """URLs of host ``scope`` still in the journal only (their count was read at the start);
+        ``None`` for a scope that is no host of the journal while some host is still loading."""
+        count = self._unloaded.get(scope)
+        if count is None and not self.exhausted():
+            return None
+        return count or 0
 
     def wait_for_urls(self) -> None:
         """URLs come only as fetches end (:meth:`refill`): nothing else to wait for."""

@@ -203,6 +203,10 @@ class SharedSource:
         """Whether the frontier is drained and every URL claimed here was answered."""
         return self._drained and not self._held
 
+    def unloaded(self, scope: str) -> int | None:
+        """Unknown: the shared frontier holds the fleet's URLs, and other workers claim them too."""
+        return None
+
     def _finished(self) -> bool:
         return self._drained and self.inflight == 0 and self.scheduler.idle and not self._held
 

@@ -111,6 +111,10 @@ class UrlSource(Protocol):
     def exhausted(self) -> bool:
         """Whether no more URLs will come (the job ends once nothing is queued or in flight)."""
 
+    def unloaded(self, scope: str) -> int | None:
+        """URLs of ``scope`` this source still holds back from the scheduler; ``None`` when more of
+        them may come that it cannot count (a shared frontier, a scope that is not a host)."""
+
     def wait_for_urls(self) -> asyncio.Future[None] | None:
         """A future done when new URLs arrive, or ``None`` when only finished fetches bring any."""
 

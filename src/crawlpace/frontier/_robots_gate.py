@@ -37,6 +37,7 @@ class _SchedulerState(Protocol):
 
     def push(self, task: Task, *, front: bool = False) -> None: ...
     def _poke(self) -> None: ...
+    def _count(self, task: Task, step: int) -> None: ...
 
 
 class RobotsGating:
@@ -68,10 +69,12 @@ class RobotsGating:
                 return True
             queue.popleft()
             self.queued -= 1
+            self._count(task, -1)
             final, detail = robots.refusal(origin)
             self._on_drop(task, "disallowed" if final else "exhausted", detail)
             return False
         queue.popleft()
+        self._count(task, -1)  # (counted again when robots_known() pushes it back)
         self._waiting_robots.setdefault(origin, []).append(task)
         if state == "unknown":
             robots.start(origin, self._clock.now())

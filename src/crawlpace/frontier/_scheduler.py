@@ -105,6 +105,7 @@ class Scheduler(RobotsGating):
         self._shared = throttler.store.shared
         self._nowait = not self._shared
         self.queued = 0
+        self._per_scope: dict[str, int] = {}  # pages queued per scope (see queued_for)
 
     # -- adding work -----------------------------------------------------------
 
@@ -148,6 +149,7 @@ class Scheduler(RobotsGating):
         else:
             queue.append(task)
         self.queued += 1
+        self._count(task, 1)
         if task.key not in self._board:
             self._schedule(task.key, self._clock.now())
 
@@ -190,6 +192,27 @@ class Scheduler(RobotsGating):
     def idle(self) -> bool:
         """Whether nothing is queued, waiting for robots.txt, or parked."""
         return self.queued == 0
+
+    def queued_for(self, scope: str) -> int:
+        """Pages queued under ``scope`` (alone or with other scopes), not yet sent.
+
+        What the crawl tells the throttler of each scope's work left
+        (:meth:`crawlpace.Throttler.count_work`): a floor, since pages waiting for
+        their site's robots.txt, retries and redirects still to come are not in it.
+        """
+        return self._per_scope.get(scope, 0)
+
+    def _count(self, task: Task, step: int) -> None:
+        """Count ``task`` in (``step`` 1) or out (-1) of :meth:`queued_for` (pages only)."""
+        if task.kind != "page" or not task.scopes:
+            return
+        counts = self._per_scope
+        for scope in task.scopes:
+            left = counts.get(scope, 0) + step
+            if left > 0:
+                counts[scope] = left
+            else:
+                counts.pop(scope, None)  # (a site done with: nothing kept for it)
 
     def scope_sizes(self) -> dict[str, int]:
         """Queued tasks per queue, those waiting for robots.txt included."""
@@ -344,12 +367,14 @@ class Scheduler(RobotsGating):
         if isinstance(result, Exception):
             queue.popleft()
             self.queued -= 1
+            self._count(task, -1)
             self._on_drop(task, "failed", str(result))
             return _NEXT
         if isinstance(result, Permit):
             self._key_scopes[key] = result.scopes
             queue.popleft()
             self.queued -= 1
+            self._count(task, -1)
             if queue:
                 self._schedule(key, self._clock.now())
             return task, result
@@ -381,6 +406,8 @@ class Scheduler(RobotsGating):
         self._key_scopes.pop(key, None)
         self._board.discard(key)
         waiting = self._take_waiting(key)
+        for task in queue:
+            self._count(task, -1)  # (those waiting for robots.txt were uncounted as they went aside)
         for task in [*queue, *waiting]:
             self.queued -= 1
             if task.kind == "page":

@@ -28,7 +28,9 @@ least a rate is kept at :data:`KNOTS` rates (:func:`belief_of`), and a refused
 pace drops the chance above it (the limit is under a pace that drew a hold).
 
 **The trade-off.** After the hold, the scope paces at the rate that finishes the
-work ahead soonest on average (:func:`best_level`): the sends accepted so far, at
+work ahead soonest on average (:func:`best_level`). The work ahead is what the caller says it
+still holds for the scope (``crawlpace crawl``'s queued pages, :meth:`BucketFit.note_left`), and
+otherwise a guess: the sends accepted so far, at
 the rate they came between the holds, over the time it has crawled (at least a window: a crawl that
 has run a minute is likely to run about as long again). A pace that holds takes
 the work over itself; one that does not costs the hold, and then the best pace
@@ -300,6 +302,9 @@ class _BucketState(Protocol):
     _resumed_at: float
     _recall: float
     _recall_wait: float
+    _left: int
+    _more: bool
+    _outstanding: deque[float]
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -344,15 +349,30 @@ class BucketFit:
         """
         return self._ok_count if self._held_refusals else 0
 
+    def note_left(self: _BucketState, left: int, *, more: bool) -> None:
+        """The caller still holds ``left`` requests of the scope to send (in flight not counted), and
+        ``more`` may come (then ``left`` is only a floor): the work ahead, as the crawl's queue knows it."""
+        self._left, self._more = max(0, left), more
+
     def _work(self: _BucketState, now: float) -> float:
-        """The sends a rate decision is weighed for: those accepted so far, at the rate they came
-        while the site let the scope send (the holds on record left out: a hold says when the
-        bucket was empty, not how much work there is), over the time a decision is weighed for
-        (:meth:`_horizon`: a crawl that has run a minute is likely to run about as long again)."""
+        """The sends a rate decision is weighed for.
+
+        Where the caller told the scope its work left (:meth:`note_left`, a crawl's queue), that
+        count with the requests still out, when no more may come; otherwise a guess, at least that
+        count: the sends accepted so far, at the rate they came while the site let the scope send
+        (the holds on record left out: a hold says when the bucket was empty, not how much work
+        there is), over the time a decision is weighed for (:meth:`_horizon`: a crawl that has run
+        a minute is likely to run about as long again). The guess was 3 to 9 times the pages a
+        20 s crawl had left at its first and second fit (bench/results/holds8.md): every step it
+        paid for was a bet on work that was not there, and each lost one cost a hold.
+        """
+        ahead = self._left + len(self._outstanding) if self._left >= 0 else -1
+        if ahead >= 0 and not self._more:
+            return float(ahead)
         first = now if self._first_send == NEVER else self._first_send
         held = max(self.hold_learned, T.hold_long)
         silent = sum(min(now, at + held) - at for at in self._held_refusals if at <= now)
-        return self._ok_count * self._horizon(now) / max(now - first - silent, T.round)
+        return max(float(ahead), self._ok_count * self._horizon(now) / max(now - first - silent, T.round))
 
     def _horizon(self: _BucketState, now: float) -> float:
         """The time a rate decision is weighed over: the time crawled so far, at least a window."""

@@ -354,6 +354,11 @@ class RampupState:
     _belief: tuple[float, ...] = ()
     _refit_at: float = _NEVER
     _kept: float = 0.0
+    # The scope's requests the caller still held to send at the last answer (-1: not told), and whether
+    # more may come (the count is then a floor): the work a step after a hold is weighed for
+    # (_rampup_bucket). This process's own queue, not shared: a fleet's worker holds a part of it.
+    _left: int = -1
+    _more: bool = True
 
 
 class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb,

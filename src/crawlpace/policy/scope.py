@@ -304,6 +304,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         breaker = self.breaker
         if self.rampup is not None:
             self.rampup.settled(sent_at)  # out no more, whatever came of it
+            if feedback is not None and feedback.left is not None:
+                self.rampup.note_left(feedback.left, more=feedback.more)
         if feedback is None:
             if breaker is not None:
                 breaker.on_abandon(sent_at)

@@ -97,6 +97,13 @@ class ScopeFeedback:
             moves the request's arrival at the site and which ``latency`` does
             not hold. Rampup reads the arrivals' spread from it (a strict
             bucket's refusal that a late arrival explains is no cut).
+        left: the scope's requests the caller still holds to send (those in
+            flight not counted), when it knows them: a crawl's queued URLs of the
+            scope. Rampup weighs a step after a ``Retry-After`` hold against the
+            work it can still speed up (``policy/_rampup_bucket.py``).
+        more: more requests of the scope may come than ``left`` (a source
+            that loads its URLs in batches, links still to be found): ``left``
+            is then only a floor under the work ahead.
     """
     backoff: bool = False
     failed: bool = False
@@ -111,6 +118,8 @@ class ScopeFeedback:
     announced: AnnouncedQuota | None = None
     coarse: CoarseReset | None = None
     lag: float = 0.0
+    left: int | None = None
+    more: bool = True
 
     @property
     def accepted(self) -> bool:

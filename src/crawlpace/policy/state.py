@@ -119,7 +119,8 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
           "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window",
-          "_counted", "_counted_n"),  # (the last two: this process's own sends, for the counter fit)
+          "_counted", "_counted_n", "_left", "_more"),  # (this process's own sends, for the counter fit,
+    # and its own queue: the work a step after a hold is weighed for)
     "h": ("answers", "sends_seen"),  # this process's own answers: a fleet's other sends are not in them
     "c": (),
     "e": (),

@@ -1,0 +1,203 @@
+"""The work a crawl still holds per scope, from its queues to rampup's bet after a Retry-After hold."""
+
+from __future__ import annotations
+
+import asyncio
+import math
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from crawlpace import Settings, Throttler
+from crawlpace.crawl._journal_source import JournalSource
+from crawlpace.crawl._options import CrawlOptions
+from crawlpace.crawl._summary import CrawlSummary
+from crawlpace.frontier._scheduler import Scheduler, Task
+from crawlpace.policy.rampup import Rampup
+from crawlpace.sim._limits import Embargo, TokenBucket
+from crawlpace.stores import MemoryStore
+from crawlpace.testing import MockClock
+
+from .conftest import ThrottlerFactory
+
+
+async def test_the_scheduler_counts_each_scopes_queued_pages(make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0.0})
+    dropped: list[Task] = []
+    scheduler = Scheduler(throttler, robots=None, on_drop=lambda task, why, detail: dropped.append(task))
+    for n in range(3):
+        scheduler.push(Task(n, f"https://a.example/{n}"))
+    for n in range(2):
+        scheduler.push(Task(10 + n, f"https://b.example/{n}"))
+    assert (scheduler.queued_for("a.example"), scheduler.queued_for("b.example")) == (3, 2)
+    got = await scheduler.take()
+    assert got is not None
+    assert scheduler.queued_for(got[0].key) == (2 if got[0].key == "a.example" else 1)  # sent: out of it
+    await got[1].release()
+    scheduler.give_up("b.example", "test")
+    assert scheduler.queued_for("b.example") == 0
+    assert scheduler.queued_for("c.example") == 0
+
+
+class _Pushed:
+    """The scheduler's part a journal source uses: it takes what is pushed."""
+
+    idle = True
+
+    def __init__(self) -> None:
+        self.tasks: list[Task] = []
+
+    def push(self, task: Task, *, front: bool = False) -> None:
+        self.tasks.append(task)
+
+
+class _Parts:
+    def __init__(self, tmp_path: Path) -> None:
+        self.options = CrawlOptions(output=tmp_path / "out.jsonl", max_in_memory=12)
+        self.scheduler = _Pushed()
+        self.summary = CrawlSummary()
+
+
+async def test_the_journal_source_counts_a_hosts_urls_it_has_not_loaded(tmp_path: Path) -> None:
+    source = JournalSource()
+    parts = _Parts(tmp_path)
+    source.bind(parts)  # type: ignore[arg-type]
+    urls = [f"https://a.example/{n}" for n in range(25)] + [f"https://b.example/{n}" for n in range(2)]
+    writer = source.open(urls)
+    try:
+        assert (source.unloaded("a.example"), source.unloaded("b.example")) == (25, 2)
+        assert source.unloaded("shop") is None  # no host of the journal while more is to load: unknown
+        source.refill()  # a URL per host in turn (a tenth of the memory bound) until 12 are held
+        loaded = sum(1 for task in parts.scheduler.tasks if "a.example" in task.url)
+        assert 0 < loaded < 25
+        assert source.unloaded("a.example") == 25 - loaded
+        assert source.unloaded("b.example") == 0
+    finally:
+        writer.close()
+        await source.close()
+
+
+async def test_the_throttler_carries_each_scopes_work_left_to_its_rampup(clock: MockClock) -> None:
+    told: list[str] = []
+
+    def work(scope: str) -> tuple[int, bool] | None:
+        told.append(scope)
+        return (7, False) if scope == "a.example" else None
+
+    async with Throttler({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}}, clock=clock) as throttler:
+        throttler.count_work(work)
+        for url in ("https://a.example/1", "https://b.example/1"):
+            async with throttler.slot(url) as permit:
+                permit.feedback(status=200, latency=0.01)
+        store = throttler.store
+        assert isinstance(store, MemoryStore)
+        rampups = {name: store._scopes[name].policy.rampup for name in ("a.example", "b.example")}
+        assert told == ["a.example", "b.example"]
+        a, b = rampups["a.example"], rampups["b.example"]
+        assert a is not None
+        assert b is not None
+        assert (a._left, a._more) == (7, False)
+        assert b._left == -1  # not known: rampup guesses the work ahead
+        throttler.count_work(None)
+        async with throttler.slot("https://a.example/2") as permit:
+            permit.feedback(status=200, latency=0.01)
+        assert told == ["a.example", "b.example"]  # no longer asked
+
+
+def test_rampup_weighs_a_step_for_the_work_it_was_told() -> None:
+    rampup = Rampup(start_rate=1.0, min_rate=0.01, max_rate=math.inf, max_concurrency=8, window=60.0,
+                    target=(0.1, 1.0))
+    for n in range(40):
+        rampup._note_ok_send(float(n))
+    guess = rampup._work(40.0)
+    assert guess > 0.0
+    rampup.note_left(5, more=False)
+    assert rampup._work(40.0) == 5.0  # all that is left: no guess
+    rampup.note_left(5, more=True)
+    assert rampup._work(40.0) == guess  # a floor under the guess
+    rampup.note_left(10_000, more=True)
+    assert rampup._work(40.0) == 10_000.0
+
+
+@dataclass
+class _HeldBucket:
+    """A token bucket whose 429 demands ``hold`` seconds of quiet; sends inside it are refused."""
+
+    rate: float
+    burst: float
+    hold: int
+    bucket: TokenBucket = field(init=False)
+    embargo: Embargo = field(default_factory=Embargo)
+    holds: int = 0
+
+    def __post_init__(self) -> None:
+        self.bucket = TokenBucket(self.rate, self.burst)
+
+    def arrive(self, now: float) -> int:
+        if self.embargo.remaining(now) > 0.0:
+            return 429
+        if self.bucket.take(now) == 0.0:
+            return 200
+        self.embargo.extend(now, self.hold)
+        self.holds += 1
+        return 429
+
+
+async def _crawl_pages(site: _HeldBucket, pages: int, *, told: bool, latency: float = 0.003) -> float:
+    """Crawl ``site`` until ``pages`` are accepted, as ``crawlpace crawl`` paces it; the seconds it took.
+    ``told``: the throttler hears the pages left, as the crawl's queue tells it."""
+    clock = MockClock(autojump=True)
+    rng = random.Random(1)
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+                                     "CONCURRENT_REQUESTS": 64})
+    accepted = out = 0
+    done_at = math.inf
+    async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
+        if told:
+            throttler.count_work(lambda scope: (max(0, pages - accepted - out), False))
+
+        async def worker() -> None:
+            nonlocal accepted, out, done_at
+            while accepted < pages and clock.now() < 600.0:
+                async with throttler.slot("https://site.example/page") as permit:
+                    out += 1
+                    if accepted >= pages:
+                        out -= 1
+                        permit.feedback(status=200, latency=0.0)
+                        break
+                    status = site.arrive(clock.now())
+                    took = latency * rng.uniform(0.9, 1.1)
+                    await clock.sleep(took)
+                    accepted += status == 200
+                    if accepted == pages and status == 200:
+                        done_at = clock.now()
+                    out -= 1
+                    if status == 200:
+                        permit.feedback(status=200, latency=took)
+                    else:
+                        permit.feedback(_Answer(status, {"Retry-After": str(site.hold)}), latency=took)
+
+        await asyncio.gather(*(worker() for _ in range(16)))
+    return done_at
+
+
+@dataclass
+class _Answer:
+    status_code: int
+    headers: dict[str, str]
+
+
+@pytest.mark.parametrize(("rate", "burst", "hold"), [(0.93, 3.0, 35), (2.59, 5.0, 27)])
+async def test_a_step_after_a_hold_is_not_bet_on_pages_the_crawl_does_not_have(
+        rate: float, burst: float, hold: int) -> None:
+    # rate x 20 s of pages: the guess of the work ahead (the sends so far over the time crawled, for
+    # as long again) was several times the pages left, and the step it paid for drew a second hold.
+    pages = round(rate * 20.0)
+    guessed, told = _HeldBucket(rate, burst, hold), _HeldBucket(rate, burst, hold)
+    took_guessed = await _crawl_pages(guessed, pages, told=False)
+    took_told = await _crawl_pages(told, pages, told=True)
+    assert guessed.holds == 2
+    assert told.holds == 1
+    assert took_told < 0.75 * took_guessed
