@@ -615,7 +615,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         pace over 15 s, 0.9 from the good rate). Under ``T.confirm`` per second (one-second rounds) the
         error that brought the verdict takes the doubling step of the answer it was: without it a 3 ms
         site whose second answer was a 503 resumed at 1/s and waited a whole round for its next answer
-        (31-36 sends in its first 5 s where the clean site gets 125; 117-124 with the step).
+        (31-36 sends in its first 5 s where the clean site gets 125; 115-124 with the step).
 
         Their cuts set a ceiling and a search under the pace the site takes, and the cubic
         climb would spend a window under them. A cap on the slots read from quick refusals goes
