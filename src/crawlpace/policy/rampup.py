@@ -617,7 +617,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         phase's good rate (the rate in force at its last answered send, at least the starting rate),
         whichever is higher: their cuts answered nothing, and a quick site doubling again from half
         its starting rate took seconds to climb back (a 15 ms site with 20 % 503s: 0.75 of the clean
-        pace over 15 s, 0.9 from the good rate).
+        pace over 15 s, 0.9 from the good rate). Under ``T.confirm`` per second (one-second rounds) the
+        error that brought the verdict takes the doubling step of the answer it was: without it a 3 ms
+        site whose second answer was a 503 resumed at 1/s and waited a whole round for its next answer
+        (31-36 sends in its first 5 s where the clean site gets 125; 115-124 with the step).
 
         Their cuts set a ceiling and a search under the pace the site takes, and the cubic
         climb would spend a window under them. A cap on the slots read from quick refusals goes
@@ -636,6 +639,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         # starting rate cost a quick site two seconds at 0.5/s, 0.84 of the clean sends in 30 s).
         self.rate = max(self.rate, min(self.max_rate, max(self._good_rate, self.start_rate)))
         self._start_again()
+        if 0.0 < self.rate < T.confirm / T.round:
+            # The error that drew the cut was an answer, and under a few per second an answer's
+            # doubling is worth a whole round: the rate takes the step the answer would have given.
+            self._start_grow(now, 1.0 / self.rate, self._start_round(), self._rate_cap())
         self._decide(now, "start: the errors that cut the rate are the site's own, not load; "
                      "doubling again from here")
 
