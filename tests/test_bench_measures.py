@@ -173,6 +173,8 @@ def test_a_bucket_is_still_judged_per_second() -> None:
     spec = {"profile": "ratelimit", "rate": 10.0, "burst": 3}
     assert bench.window_limit(site) is None
     assert bench.second_limit(site, spec) == 12.0
+    # nginx's delaying queue takes its whole burst beyond the request it serves: a bucket of burst + 1.
+    assert bench.second_limit(site, {"profile": "queue", "rate": 10.0, "burst": 3}) == 13.0
     figures = bench.SiteFigures(pages=10, done=10, requests=14, ok=14, throttled=0, violations=0,
                                 violation_kinds={}, goodput=10.0, capacity=10.0, goodput_ratio=1.0,
                                 last_request=2.0, busiest_second=14, second_limit=12.0)
