@@ -15,9 +15,9 @@ that woke late (a loaded machine) does not slow every later one; where the limit
 spare, the gap counts from the actual send instead (``catch_up`` is 0):
 
 * ``queue`` (nginx's ``limit_req`` whose burst waits in line): as many in flight as the line
-  holds less its ``delay`` (4 at most), no gap: nginx serves them one ``1 / rate`` apart, each new
-  request finding at most that many ahead of it (it is sent after an answer), so none is
-  refused and the line is never empty; with ``delay`` of ``burst`` or more (``nodelay``), a
+  holds less its ``delay`` and one spare (4 at most, at least 1), no gap: nginx serves them one
+  ``1 / rate`` apart, each new request finding at most that many ahead of it (it is sent after
+  an answer), so none is refused and the line is never empty; with ``delay`` of ``burst`` or more (``nodelay``), a
   token bucket of ``burst + 1`` as below;
 * ``ratelimit``, ``retryafter``, ``challenge``: 95 % of the token rate, evenly spaced, 4 in flight,
   a late send caught up by at most ``burst - 2`` sends (3 at most); 90 % and 1 in flight when the
@@ -251,9 +251,10 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
         return plan_of(site.inner, factor)
     if isinstance(site, QueueSite):
         # A new request arrives after an answer, so it finds at most the others in flight ahead of
-        # it: an excess of ``inflight + delay`` at most, within the line whatever the rate.
+        # it: an excess of ``inflight + delay`` at most. One place of the line is kept spare: nginx
+        # counts whole milliseconds, so an answer may leave up to one early (0.1 % refused without).
         if site.delay < site.burst:
-            return Plan(0.0, max(min(site.burst - site.delay, RATE_INFLIGHT), 1))
+            return Plan(0.0, max(min(site.burst - site.delay - 1, RATE_INFLIGHT), 1))
         if site.burst < 2:
             return Plan(1.0 / (site.rate * factor * TIGHT_SHARE), 1)
         gap = 1.0 / (site.rate * factor * RATE_SHARE)

@@ -101,8 +101,8 @@ def _draw(kind: str, rng: random.Random, seconds: float) -> tuple[dict[str, Any]
     if kind == "queue":
         rate, burst = _round(_log_uniform(rng, 0.5, 60.0)), rng.randint(1, 20)
         # nginx's two-stage form (``burst=B delay=D``) lets the first D of the line through at once.
-        delay = rng.randint(1, burst - 1) if burst > 1 and rng.random() < 0.25 else 0
-        return {"profile": "queue", "rate": rate, "burst": burst, "delay": delay,
+        at_once = rng.randint(1, burst - 1) if burst > 1 and rng.random() < 0.25 else 0
+        return {"profile": "queue", "rate": rate, "burst": burst, "delay": at_once,
                 "status": rng.choice((429, 503))}, rate
     if kind == "holds":
         rate = _round(_log_uniform(rng, 0.5, 30.0))
