@@ -18,7 +18,8 @@ asked for its answers:
   model's wait.
 * **haproxy-conn-cur** (``conn_cur`` over 2, ``option httpclose``, a 100 ms backend) and
   **nginx-conn** (``limit_conn`` 2, the same backend) against :class:`~crawlpace.sim._limits.SlotCap`:
-  two requests hold both slots; the moment the first answer is read, a third request is sent
+  four requests at once (two taken, two refused); then two requests hold both slots, and the
+  moment the first answer is read, a third request is sent
   after a gap of 0 to 20 ms. Whether it is refused, over several rounds per gap, says how long
   after its answer the limiter frees a slot: the ``lag`` of the ``conncap`` profile.
 
@@ -150,6 +151,16 @@ async def slot_script(port: int, gap: float) -> tuple[bool, float]:
     return third.status != 200, third.sent - answer.answered
 
 
+#: Requests sent at once on a cap of 2.
+BURST = 4
+
+
+async def burst(port: int, count: int) -> list[int]:
+    """``count`` requests at once, each on its own connection: their statuses, sorted."""
+    answers = await asyncio.gather(*(get(port, f"/page/{number}") for number in range(1, count + 1)))
+    return sorted(answer.status for answer in answers)
+
+
 def slot_model(lag: float, waited: float) -> bool:
     """The model's answer to the same script: refused when the slot is not yet free."""
     cap = SlotCap(2, lag)
@@ -165,9 +176,18 @@ def run(case: real_limiters.Case, root: Path, rounds: int) -> Outcome:
     try:
         if case.name.startswith("nginx-") and "limit_req" in case.config:
             answers = asyncio.run(queue_script(port))
-            burst, delay = case.config["model"]
-            return compare_queue(case.name, answers, RequestQueue(case.rate, burst, delay))
+            line, at_once = case.config["model"]
+            return compare_queue(case.name, answers, RequestQueue(case.rate, line, at_once))
         outcome = Outcome(case.name)
+        # Four at once on a cap of 2: the model takes the first two and refuses the others.
+        slots = SlotCap(2)
+        expected = sorted(200 if slots.acquire(0.0) else 503 for _ in range(BURST))
+        for _ in range(rounds):
+            statuses = asyncio.run(burst(port, BURST))
+            outcome.requests += BURST
+            outcome.same_status += sum(real == model for real, model in zip(statuses, expected, strict=True))
+            outcome.rows.append(["at once", statuses])
+            time.sleep(0.15)
         tries: list[tuple[float, bool, float]] = []
         for gap in SLOT_GAPS:
             for _ in range(rounds):
@@ -178,14 +198,14 @@ def run(case: real_limiters.Case, root: Path, rounds: int) -> Outcome:
         candidates = sorted({0.0, *(waited + 1e-4 for _gap, _refused, waited in tries)})
         lag = max(candidates, key=lambda lag: (sum(slot_model(lag, w) == r for _g, r, w in tries), -lag))
         outcome.fitted_lag = round(lag, 4)
-        outcome.requests = len(tries)
-        outcome.same_status = sum(slot_model(lag, waited) == refused for _gap, refused, waited in tries)
+        outcome.requests += len(tries)
+        outcome.same_status += sum(slot_model(lag, waited) == refused for _gap, refused, waited in tries)
         for gap in SLOT_GAPS:
             mine = [(refused, waited) for g, refused, waited in tries if g == gap]
             outcome.refused_by_gap[f"{gap * 1000:g}"] = [
                 round(sum(r for r, _w in mine) / len(mine), 2),
                 round(sum(slot_model(lag, w) for _r, w in mine) / len(mine), 2)]
-        outcome.rows = [[gap, refused, round(waited, 4)] for gap, refused, waited in tries]
+        outcome.rows += [[gap, refused, round(waited, 4)] for gap, refused, waited in tries]
         return outcome
     finally:
         real_limiters.stop(limiter.processes)
