@@ -255,6 +255,9 @@ class QueueSite(Site):
     """
 
     profile = "queue"
+    #: nginx's ``limit_req`` in ``location /`` limits robots.txt too: a crawler's first request
+    #: takes its place in the line (bench/real_limiters.py's crawls show it in nginx's log).
+    gates_robots = True
     _RATE = Param("rate", "number", "requests per second served", low=0.0, above=True, high=1e6)
     _BURST = Param("burst", "integer", "requests that may wait in line", 5, low=1, high=1_000_000)
     _DELAY = Param("delay", "integer", "excess served without waiting (nginx's delay=)", 0, low=0,
