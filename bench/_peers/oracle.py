@@ -17,8 +17,8 @@ spare, the gap counts from the actual send instead (``catch_up`` is 0):
 * ``queue`` (nginx's ``limit_req`` whose burst waits in line): as many in flight as the line
   holds less its ``delay`` and one spare (4 at most, at least 1), no gap: nginx serves them one
   ``1 / rate`` apart, each new request finding at most that many ahead of it (it is sent after
-  an answer), so none is refused and the line is never empty; with ``delay`` of ``burst`` or more (``nodelay``), a
-  token bucket of ``burst + 1`` as below;
+  an answer), so none is refused and the line is never empty; with ``delay`` of ``burst`` or
+  more (``nodelay``), a token bucket of ``burst + 1`` as below;
 * ``ratelimit``, ``retryafter``, ``challenge``: 95 % of the token rate, evenly spaced, 4 in flight,
   a late send caught up by at most ``burst - 2`` sends (3 at most); 90 % and 1 in flight when the
   bucket holds at most 2 (no burst room: any arrival early by more than the slack draws a 429),
