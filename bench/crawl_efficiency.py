@@ -703,9 +703,10 @@ def clear_plot(plot: Path | None) -> None:
 
 #: Profiles whose limit is a rate (requests per second or per window); the others limit requests
 #: in flight (``overload``, ``slow``) or have none (``flaky``, ``dead``).
-RATE_PROFILES = frozenset({"ratelimit", "challenge", "retryafter", "crawldelay", "quota"})
-#: Of those, the token buckets: a full bucket lets ``burst`` requests through at once.
-BUCKET_PROFILES = frozenset({"ratelimit", "challenge", "retryafter"})
+RATE_PROFILES = frozenset({"ratelimit", "challenge", "retryafter", "crawldelay", "quota", "queue"})
+#: Of those, the token buckets: a full bucket lets ``burst`` requests through at once (nginx's queue
+#: takes ``burst`` beyond the one it serves: a bucket of ``burst + 1``).
+BUCKET_PROFILES = frozenset({"ratelimit", "challenge", "retryafter", "queue"})
 
 #: Profiles that count requests per window (of any length): judged over their own window, not per second.
 WINDOW_PROFILES = frozenset({"window", "reqrate", "headers"})
@@ -750,7 +751,7 @@ def second_limit(site: dict[str, Any], spec: dict[str, Any]) -> float | None:
         return None
     # Sends at least 1 / rate apart fit ceil(rate) in any second (1 for a rate under 1/s, not 0.7);
     # a full bucket adds the rest of its burst at once.
-    extra = max(int(spec.get("burst", 1)) - 1, 0) if profile in BUCKET_PROFILES else 0
+    extra = max(int(spec.get("burst", 1)) - (profile != "queue"), 0) if profile in BUCKET_PROFILES else 0
     return float(math.ceil(max(capacities) - 1e-9) + extra)
 
 

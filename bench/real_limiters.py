@@ -9,6 +9,8 @@ of a small threaded Python backend (``--serve-backend``, started by this script)
 
 * **nginx-req**: nginx ``limit_req`` at 10 r/s per client, no burst (``limit_req_status 429``);
 * **nginx-req-burst**: the same with ``burst=10`` (excess requests wait in nginx's queue);
+* **nginx-req-503**: ``burst=1`` with nginx's default ``limit_req_status`` (503, no
+  ``Retry-After``): a line of one, whose refusals look like a server's errors;
 * **nginx-req-nodelay**: ``burst=10 nodelay`` (ten at once, then the rate);
 * **nginx-conn**: ``limit_conn`` 4 per client in front of a backend that takes 100 ms;
 * **haproxy-req-rate**: a stick table ``http_req_rate(10s)`` and ``http-request deny
@@ -27,6 +29,9 @@ crawl URLS -o OUT --quiet --json``, adaptive as by default) and **oracle**, an h
 this process told the limit: for a rate, one request in flight, each sent 1.05 x the
 limit's gap after the previous one's send and its answer (nginx refuses a request that
 arrives a millisecond early, and a loaded machine delays some arrivals); with nginx's
+``burst=10`` (the excess waits in line), 4 in flight and no gap: each request is sent after an
+answer, so it finds at most 3 ahead of it, and nginx serves the line at exactly the rate (the
+simulator's oracle does the same on a ``queue`` site); with nginx's
 ``burst=10 nodelay``, a bucket of 10 refilled at that pace, 4 in flight; for a Flask-Limiter
 window, 4 in flight while fewer than its count less one went in the last window (plus 50 ms);
 for HAProxy's counter, its count less one at once when the whole run fits in it, the rate's
@@ -125,8 +130,11 @@ BURST_INFLIGHT = 4
 CASES: tuple[Case, ...] = (
     Case("nginx-req", "nginx", 10.0, 1, ORACLE_GAP / 10.0, config={"limit_req": ""}),
     # burst=10 without nodelay: nginx queues the excess and serves it at the rate, so a burst
-    # gains nothing; the oracle keeps the rate.
-    Case("nginx-req-burst", "nginx", 10.0, 1, ORACLE_GAP / 10.0, config={"limit_req": " burst=10"}),
+    # gains nothing; the oracle keeps a few in line, so that nginx serves at exactly the rate.
+    Case("nginx-req-burst", "nginx", 10.0, BURST_INFLIGHT, 0.0, config={"limit_req": " burst=10"}),
+    # burst=1 and nginx's default status, 503 with no Retry-After: a line of one, refused past it
+    # with the status a server error has too. The oracle keeps one in line, no gap.
+    Case("nginx-req-503", "nginx", 10.0, 1, 0.0, config={"limit_req": " burst=1", "status": 503}),
     # burst=10 nodelay: 11 at once (the request and the burst), then one per 100 ms.
     Case("nginx-req-nodelay", "nginx", 10.0, BURST_INFLIGHT, ORACLE_GAP / 10.0,
          config={"limit_req": " burst=10 nodelay"}, allowance=11),
@@ -260,7 +268,8 @@ def nginx_config(case: Case, folder: Path, port: int, backend: int | None) -> st
     rule = ""
     if "limit_req" in case.config:
         zone = "limit_req_zone $binary_remote_addr zone=perip:1m rate=10r/s;"
-        rule = f"limit_req zone=perip{case.config['limit_req']}; limit_req_status 429;"
+        rule = (f"limit_req zone=perip{case.config['limit_req']}; "
+                f"limit_req_status {case.config.get('status', 429)};")
     if "limit_conn" in case.config:
         zone = "limit_conn_zone $binary_remote_addr zone=conns:1m;"
         rule = f"limit_conn conns {case.config['limit_conn']}; limit_conn_status 503;"

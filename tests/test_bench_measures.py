@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-from crawlpace.sim import OverloadSite, RateLimitSite, RequestRateSite, WindowSite
+from crawlpace.sim import OverloadSite, QueueSite, RateLimitSite, RequestRateSite, WindowSite
 from crawlpace.sim._limits import RequestRate
 from crawlpace.sim._rates import HeadersSite
 from crawlpace.sim._stats import SiteStats
@@ -173,6 +173,8 @@ def test_a_bucket_is_still_judged_per_second() -> None:
     spec = {"profile": "ratelimit", "rate": 10.0, "burst": 3}
     assert bench.window_limit(site) is None
     assert bench.second_limit(site, spec) == 12.0
+    # nginx's delaying queue takes its whole burst beyond the request it serves: a bucket of burst + 1.
+    assert bench.second_limit(site, {"profile": "queue", "rate": 10.0, "burst": 3}) == 13.0
     figures = bench.SiteFigures(pages=10, done=10, requests=14, ok=14, throttled=0, violations=0,
                                 violation_kinds={}, goodput=10.0, capacity=10.0, goodput_ratio=1.0,
                                 last_request=2.0, busiest_second=14, second_limit=12.0)
@@ -300,3 +302,14 @@ def test_a_counter_site_is_judged_on_its_own_periods() -> None:
         assert site.counter.take(now)
         site.stats.limited(now)
     assert site.stats.peak_per_window <= limit
+
+
+@pytest.mark.parametrize(("burst", "delay", "inflight"),
+                         [(12, 0, 4), (5, 0, 4), (3, 0, 2), (1, 0, 1), (6, 4, 1)])
+def test_the_oracle_keeps_nginxs_line_busy_without_filling_it(burst: int, delay: int, inflight: int) -> None:
+    # Each send follows an answer, so it finds the others in flight ahead of it (plus nginx's
+    # ``delay=`` served at once): one place of the line stays spare, no gap, the line never empty.
+    plan = oracle.plan_of(QueueSite(rate=10.0, burst=burst, delay=delay))
+    assert (plan.gap, plan.inflight) == (0.0, inflight)
+    nodelay = oracle.plan_of(QueueSite(rate=10.0, burst=3, delay=3))  # a token bucket of 4
+    assert nodelay.gap == pytest.approx(1 / 9.5)

@@ -16,5 +16,6 @@ def test_sim_all_is_sorted_and_complete() -> None:
 
 def test_profiles_are_named_after_their_classes() -> None:
     assert set(sim.PROFILES) == {"challenge", "conncap", "crawldelay", "dead", "flaky", "headers", "overload",
-                                 "quota", "ratelimit", "reqrate", "retryafter", "shifting", "slow", "window"}
+                                 "queue", "quota", "ratelimit", "reqrate", "retryafter", "shifting", "slow",
+                                 "window"}
     assert all(issubclass(cls, sim.Site) for cls in sim.PROFILES.values())

@@ -14,6 +14,7 @@ from crawlpace import parse_hints
 from crawlpace.sim import (
     HEADER_STYLES,
     FlakySite,
+    QueueSite,
     RequestRateSite,
     ShiftingSite,
     SimServer,
@@ -21,7 +22,7 @@ from crawlpace.sim import (
     SlotCapSite,
     WindowSite,
 )
-from crawlpace.sim._limits import ClockWindow, RequestRate, SlidingWindow, SlotCap
+from crawlpace.sim._limits import ClockWindow, RequestQueue, RequestRate, SlidingWindow, SlotCap
 from crawlpace.sim._rates import budget_headers
 from crawlpace.testing import MockClock
 
@@ -117,6 +118,77 @@ def test_slot_cap_frees_a_slot_late() -> None:
         SlotCap(cap=1).release(0.0)
 
 
+#: What nginx 1.22 answered bench/limiter_scripts.py's script (10 at once, 12 sent 50 ms apart, 3 at
+#: once, 2 more 250 ms later) at rate=10r/s, load 14: (seconds since the first send, status, seconds
+#: from the send to the whole answer).
+NGINX_ANSWERS = {
+    # burst=5 (no nodelay): the excess waits, 1/rate apart; past five waiting, 429 at once.
+    (5, 0): [
+        (0, 200, 0.0009), (0, 200, 0.103), (0, 200, 0.2012), (0.0001, 200, 0.3042), (0.0001, 200, 0.4009),
+        (0.0001, 200, 0.5008), (0.0001, 429, 0.0009), (0.0001, 429, 0.0009), (0.0001, 429, 0.0009),
+        (0.0001, 429, 0.0009), (1.4957, 200, 0.0002), (1.5412, 200, 0.055), (1.5958, 200, 0.1079),
+        (1.6466, 200, 0.1571), (1.6904, 200, 0.2092), (1.7422, 200, 0.2616), (1.7965, 200, 0.3006),
+        (1.842, 200, 0.3556), (1.8961, 200, 0.4018), (1.9442, 200, 0.4537), (1.9901, 429, 0.0003),
+        (2.0419, 200, 0.4703), (3.997, 200, 0.0009), (3.997, 200, 0.1017), (3.997, 200, 0.2021),
+        (4.2446, 200, 0.0592), (4.2446, 200, 0.156),
+    ],
+    # burst=5 delay=2: the first two of the excess go at once, the rest wait.
+    (5, 2): [
+        (0, 200, 0.0087), (0, 200, 0.0088), (0, 200, 0.0088), (0, 200, 0.1034), (0, 200, 0.2087),
+        (0, 200, 0.3054), (0, 429, 0.0088), (0, 429, 0.0088), (0.0001, 429, 0.0088), (0.0001, 429, 0.0088),
+        (1.5009, 200, 0.0009), (1.5535, 200, 0.0002), (1.6011, 200, 0.0033), (1.6485, 200, 0.0121),
+        (1.6988, 200, 0.0056), (1.7517, 200, 0.0529), (1.8012, 200, 0.1031), (1.8571, 200, 0.148),
+        (1.899, 200, 0.2097), (1.9517, 200, 0.2505), (2.0059, 200, 0.2962), (2.0494, 429, 0.0101),
+        (4.0081, 200, 0.0005), (4.0081, 200, 0.0005), (4.0081, 200, 0.0005), (4.2513, 200, 0.003),
+        (4.2513, 200, 0.003),
+    ],
+    # burst=3 nodelay (delay >= burst): nothing waits; the `bucket` kind's token bucket of burst + 1.
+    (3, 3): [
+        (0, 200, 0.0029), (0, 200, 0.0029), (0, 200, 0.0029), (0, 200, 0.0029), (0, 429, 0.003),
+        (0, 429, 0.003), (0, 429, 0.003), (0.0001, 429, 0.003), (0.0001, 429, 0.003), (0.0001, 429, 0.003),
+        (1.5032, 200, 0.0003), (1.5503, 200, 0.0004), (1.6018, 200, 0.001), (1.6459, 200, 0.0002),
+        (1.6964, 200, 0.0004), (1.751, 200, 0.003), (1.796, 429, 0.0009), (1.8469, 200, 0.0033),
+        (1.8964, 429, 0.0002), (1.9511, 200, 0.0002), (2.0034, 200, 0.0028), (2.0467, 429, 0.0001),
+        (4.0111, 200, 0.0007), (4.0111, 200, 0.0007), (4.0111, 200, 0.0007), (4.2471, 200, 0.0122),
+        (4.2471, 200, 0.0123),
+    ],
+}
+
+
+@pytest.mark.parametrize(("burst", "delay"), sorted(NGINX_ANSWERS))
+def test_request_queue_answers_as_nginx_limit_req_did(burst: int, delay: int) -> None:
+    queue = RequestQueue(10.0, burst, delay)
+    for sent, status, held in NGINX_ANSWERS[burst, delay]:
+        wait = queue.take(sent)
+        assert (wait is not None) == (status == 200), (sent, status)
+        if wait is not None:  # nginx's hold, within the loaded machine's few milliseconds
+            assert wait == pytest.approx(held, abs=0.02), (sent, held, wait)
+
+
+def test_request_queue_refusals_cost_nothing_and_follow_a_new_rate() -> None:
+    queue = RequestQueue(2.0, 1)
+    assert queue.take(0.0) == 0.0
+    assert queue.take(0.0) == 0.5  # one waits its turn
+    assert queue.take(0.1) is None  # the line is full
+    assert queue.take(0.5) == pytest.approx(0.5)  # the refusal took nothing: the line moved on
+    queue.set_rate(1.0, 4.0)
+    assert queue.take(1.0) == 0.0
+    assert queue.take(1.0) == pytest.approx(0.25)  # served at the new rate
+    with pytest.raises(ValueError, match="delay"):
+        RequestQueue(1.0, 2, -1)
+
+
+def test_a_slot_cap_freed_at_once_answers_as_haproxy_conn_cur_and_nginx_limit_conn() -> None:
+    # bench/limiter_scripts.py on HAProxy 2.6 (conn_cur gt 2, option httpclose) and nginx 1.22
+    # (limit_conn 2), a 100 ms backend: four at once, two taken and two refused, every round; a
+    # request sent the moment an answer is read (0 to 20 ms after) taken every time, 0 of 48 refused.
+    slots = SlotCap(cap=2, lag=0.0)
+    assert [slots.acquire(0.0) for _ in range(4)] == [True, True, False, False]
+    slots.release(0.1)
+    assert slots.acquire(0.1)
+    assert not slots.acquire(0.1)
+
+
 @pytest.mark.parametrize("make", [lambda: ClockWindow(0, 1.0), lambda: SlidingWindow(1, 0.0),
                                   lambda: RequestRate(True, 1.0), lambda: SlotCap(1, -1.0)])
 def test_models_refuse_bad_numbers(make: object) -> None:
@@ -208,6 +280,28 @@ async def test_conncap_site_frees_its_slot_after_the_answer() -> None:
         clock.advance(0.5)
         assert (await client.get("/page/2")).status_code == 200
     assert site.capacity == pytest.approx(2.0)
+
+
+async def test_queue_site_holds_the_excess_and_refuses_a_full_line() -> None:
+    clock = MockClock(0.0)
+    waits: list[float] = []
+
+    async def note(seconds: float) -> None:
+        waits.append(seconds)
+        await asyncio.sleep(0)
+
+    site = QueueSite(rate=4.0, burst=2, status=429, clock=clock.now, sleep=note)
+    async with live(site) as client:
+        # nginx's limit_req in ``location /`` takes robots.txt too: it is first in the line.
+        answers = [await client.get(path) for path in ("/robots.txt", "/page/1", "/page/2", "/page/3")]
+        clock.advance(0.25)
+        answers.append(await client.get("/page/3"))
+    assert [r.status_code for r in answers] == [200, 200, 200, 429, 200]
+    assert "retry-after" not in answers[3].headers  # nginx sends none
+    assert waits == pytest.approx([0.25, 0.5, 0.5])  # served 1/rate apart; the line moved on by one
+    assert site.capacity == 4.0
+    stats = site.stats.as_dict()
+    assert stats["throttled"] == 1
 
 
 async def test_flaky_site_errors_with_its_status_whatever_the_pace() -> None:

@@ -52,6 +52,13 @@ def test_every_variant_is_reachable() -> None:
     assert any("knee" in site for site in knees)
     assert any("knee" not in site for site in knees)
     assert {site["status"] for site in sites if site["profile"] == "flaky"} == {500, 502, 503}
+    lags = [site["lag"] for site in sites if site["profile"] == "conncap"]
+    assert 0.0 in lags  # freed at once, as HAProxy's conn_cur and nginx's limit_conn do
+    assert any(lag > 0 for lag in lags)
+    queues = [site for site in sites if site["profile"] == "queue"]
+    assert {site["status"] for site in queues} == {429, 503}
+    assert any(site["delay"] == 0 for site in queues)
+    assert any(0 < site["delay"] < site["burst"] for site in queues)  # nginx's two-stage ``delay=``
 
 
 def test_parameters_stay_in_their_ranges() -> None:
@@ -62,7 +69,7 @@ def test_parameters_stay_in_their_ranges() -> None:
             built = build_site(described)
             assert 10 <= site["pages"] <= 1500
             profile = site["profile"] if site["profile"] != "shifting" else site["base"]
-            if profile in ("ratelimit", "retryafter", "challenge", "window", "reqrate", "headers"):
+            if profile in ("ratelimit", "retryafter", "challenge", "window", "reqrate", "headers", "queue"):
                 assert 0.5 <= site.get("rate", 1.0) <= 60.0
                 capacity = built.inner.capacity if isinstance(built, ShiftingSite) else built.capacity
                 assert capacity is not None
@@ -82,12 +89,14 @@ def test_parameters_stay_in_their_ranges() -> None:
                 assert counted.counter.phase == site["phase"]
             if profile == "conncap":
                 assert 1 <= site["cap"] <= 16
-                assert 0.0 < site["lag"] <= 0.1
+                assert 0.0 <= site["lag"] <= 0.1
             if profile == "flaky":
                 assert 0.05 <= site["errors"] <= 0.3
                 assert site["hangs"] <= 0.03
             if profile == "crawldelay":
                 assert 0.2 <= site["delay"] <= 2.0
+            if profile == "queue":
+                assert 0 <= site["delay"] < site["burst"] or site["delay"] == 0
 
 
 def test_bad_draws_are_refused() -> None:

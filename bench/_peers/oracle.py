@@ -14,6 +14,11 @@ due one gap after the previous one's due time, not after the moment it went out,
 that woke late (a loaded machine) does not slow every later one; where the limit has nothing to
 spare, the gap counts from the actual send instead (``catch_up`` is 0):
 
+* ``queue`` (nginx's ``limit_req`` whose burst waits in line): as many in flight as the line
+  holds less its ``delay`` and one spare (4 at most, at least 1), no gap: nginx serves them one
+  ``1 / rate`` apart, each new request finding at most that many ahead of it (it is sent after
+  an answer), so none is refused and the line is never empty; with ``delay`` of ``burst`` or
+  more (``nodelay``), a token bucket of ``burst + 1`` as below;
 * ``ratelimit``, ``retryafter``, ``challenge``: 95 % of the token rate, evenly spaced, 4 in flight,
   a late send caught up by at most ``burst - 2`` sends (3 at most); 90 % and 1 in flight when the
   bucket holds at most 2 (no burst room: any arrival early by more than the slack draws a 429),
@@ -91,6 +96,7 @@ from crawlpace.sim import (
     FlakySite,
     HeadersSite,
     OverloadSite,
+    QueueSite,
     QuotaSite,
     RateLimitSite,
     RequestRateSite,
@@ -243,6 +249,16 @@ def plan_of(site: Site, factor: float = 1.0) -> Plan:
     """The pace for ``site`` when its main limit is ``factor`` times the configured one."""
     if isinstance(site, ShiftingSite):
         return plan_of(site.inner, factor)
+    if isinstance(site, QueueSite):
+        # A new request arrives after an answer, so it finds at most the others in flight ahead of
+        # it: an excess of ``inflight + delay`` at most. One place of the line is kept spare: nginx
+        # counts whole milliseconds, so an answer may leave up to one early (0.1 % refused without).
+        if site.delay < site.burst:
+            return Plan(0.0, max(min(site.burst - site.delay - 1, RATE_INFLIGHT), 1))
+        if site.burst < 2:
+            return Plan(1.0 / (site.rate * factor * TIGHT_SHARE), 1)
+        gap = 1.0 / (site.rate * factor * RATE_SHARE)
+        return Plan(gap, RATE_INFLIGHT, catch_up=min(site.burst + 1 - CATCH_UP_ROOM, CATCH_UP_MAX) * gap)
     if isinstance(site, RateLimitSite | RetryAfterSite | ChallengeSite):
         # A bucket without room for a burst refuses two sends that arrive closer than its gap:
         # one at a time, so that a late send never lets the next one catch up with it.

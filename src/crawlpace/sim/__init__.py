@@ -32,7 +32,7 @@ from ._shifting import SHIFTABLE, ShiftingSite
 from ._site import Site
 from ._spec import FarmSpec, SiteSpec, parse_farm
 from ._stats import SiteStats
-from ._windows import RequestRateSite, SlotCapSite, WindowSite
+from ._windows import QueueSite, RequestRateSite, SlotCapSite, WindowSite
 
 __all__ = [
     "CHALLENGE_PAGE",
@@ -51,6 +51,7 @@ __all__ = [
     "OverloadSite",
     "PageApp",
     "PlotUnavailable",
+    "QueueSite",
     "QuotaSite",
     "RateLimitSite",
     "RequestRateSite",

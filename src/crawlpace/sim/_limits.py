@@ -10,8 +10,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["ClockWindow", "Embargo", "FixedWindow", "RequestRate", "SlidingWindow", "SlotCap", "Spacing",
-           "TokenBucket"]
+__all__ = ["ClockWindow", "Embargo", "FixedWindow", "RequestQueue", "RequestRate", "SlidingWindow", "SlotCap",
+           "Spacing", "TokenBucket"]
 
 
 def _count(name: str, value: int) -> int:
@@ -77,6 +77,64 @@ class TokenBucket:
             self._level = self.level(now)
             self._stamp = max(now, self._stamp)
         self.rate = rate
+
+
+class RequestQueue:
+    """nginx's ``limit_req rate=R burst=B`` without ``nodelay``: the excess waits, then is served at the rate.
+
+    nginx keeps, per client, an *excess*: how many requests ahead of the rate the client is. A
+    request arriving ``dt`` after the previous one counted sets it to ``max(0, excess - R * dt + 1)``;
+    past ``B`` the request is refused (and changes nothing), otherwise it is counted and served
+    ``excess / R`` seconds later, so that requests sent faster than the rate leave nginx one
+    ``1 / R`` apart, the rest of the burst waiting in line. With ``delay = D`` (nginx's ``delay=``)
+    the first ``D`` of the excess go at once and only the rest wait, ``(excess - D) / R``; ``D >= B``
+    is ``nodelay`` (then it refuses as a :class:`TokenBucket` of ``B + 1`` does). The arithmetic
+    is nginx's (``ngx_http_limit_req_module``): whole milliseconds and thousandths of a request,
+    so that a request exactly at the end of the line is let in, as nginx lets it.
+
+    Args:
+        rate: requests per second served.
+        burst: requests that may wait beyond the one being served, at least 1.
+        delay: the excess served without waiting (0: all of it waits).
+    """
+
+    __slots__ = ("_excess", "_last", "_rate", "burst", "delay")
+
+    def __init__(self, rate: float, burst: int, delay: int = 0) -> None:
+        self.burst = _count("burst", burst)
+        if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
+            raise ValueError(f"delay must be an integer of at least 0, got {delay!r}")
+        self.delay = delay
+        self._rate = self._milli(rate)
+        self._excess = 0  # thousandths of a request
+        self._last: int | None = None  # milliseconds
+
+    @staticmethod
+    def _milli(rate: float) -> int:
+        return max(round(_positive("rate", rate) * 1000), 1)
+
+    @property
+    def rate(self) -> float:
+        """Requests per second served."""
+        return self._rate / 1000
+
+    def take(self, now: float) -> float | None:
+        """A request at ``now``: None when refused, else the seconds it waits before it is served."""
+        ms = math.floor(now * 1000 + 1e-6)
+        excess = 0
+        if self._last is not None:
+            elapsed = max(ms - self._last, 0)
+            excess = max(self._excess - self._rate * elapsed // 1000 + 1000, 0)
+            if excess > self.burst * 1000:
+                return None
+            if not elapsed:
+                ms = self._last
+        self._excess, self._last = excess, ms
+        return max(excess - self.delay * 1000, 0) * 1000 // self._rate / 1000
+
+    def set_rate(self, now: float, rate: float) -> None:
+        """Serve at ``rate`` from ``now`` on, the excess kept."""
+        self._rate = self._milli(rate)
 
 
 class FixedWindow:

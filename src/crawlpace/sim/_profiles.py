@@ -36,6 +36,9 @@ Each profile, what it does, and its capacity in successful requests per second:
   first period gone at the first request. Capacity ``limit / period``.
 - ``conncap``: ``cap`` requests at once, each ``latency`` long, each slot
   freed ``lag`` after its answer; 503 past it. Capacity ``cap / (latency + lag)``.
+- ``queue``: nginx's ``limit_req`` with ``burst`` and without ``nodelay``: a
+  request ahead of ``rate`` waits its turn (``burst`` may wait), served at the
+  rate; ``status`` (503) once the line is full. Capacity ``rate``.
 - ``shifting``: a ``base`` profile whose capacity follows ``changes``.
 
 Every profile also counts the common ``retry_after`` violation (see
@@ -55,7 +58,7 @@ from ._load import OverloadSite, SlowSite
 from ._rates import CrawlDelaySite, HeadersSite, QuotaSite, RateLimitSite, RetryAfterSite
 from ._shifting import ShiftingSite
 from ._site import Site
-from ._windows import RequestRateSite, SlotCapSite, WindowSite
+from ._windows import QueueSite, RequestRateSite, SlotCapSite, WindowSite
 
 __all__ = ["PROFILES"]
 
@@ -64,5 +67,5 @@ PROFILES: Mapping[str, type[Site]] = MappingProxyType({
     cls.profile: cls
     for cls in (RateLimitSite, RetryAfterSite, HeadersSite, CrawlDelaySite, QuotaSite, OverloadSite,
                 SlowSite, FlakySite, DeadSite, ShiftingSite, ChallengeSite, WindowSite, RequestRateSite,
-                SlotCapSite)
+                SlotCapSite, QueueSite)
 })

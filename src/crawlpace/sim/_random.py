@@ -16,7 +16,8 @@ flask       Flask-Limiter with its headers on: a moving window, or a fixed one
             opened by a request (``limits``), of whole seconds, X-RateLimit headers
             and Retry-After on every answer
 reqrate     HAProxy's ``http_req_rate`` over 1-60 s, refused requests counted, periods at any phase
-conncap     1-16 requests at once, 0.1-0.4 s each, each slot freed 5-100 ms after its answer
+conncap     1-16 requests at once, 0.1-0.4 s each, each slot freed at once (as HAProxy's
+            ``conn_cur`` and nginx's ``limit_conn``) or, for half, 5-100 ms after its answer
 softknee    0.15-0.4 s alone; latency grows past a knee of 2-12 in flight
 hardknee    0.15-0.4 s alone, a little more per request in flight; 503 past 2-16 in flight
 crawldelay  robots.txt ``Crawl-delay`` of 0.2-2 s
@@ -24,6 +25,9 @@ headers     a window announced in one of the RateLimit header forms
 shifting    a bucket, window or counter whose limit changes twice mid-run
 errors      no limit; 5-30 % of answers are 5xx and up to 3 % hang
 challenge   token bucket whose refusals are 200 challenge pages
+queue       nginx ``limit_req`` with a ``burst`` of 1-20 and no ``nodelay``, 0.5-60/s: a
+            request over the rate waits in line (served at the rate), a full line
+            gets 429 or 503; a quarter of them with ``delay=`` (part of the line goes at once)
 ========== ==================================================================
 
 Every rate lies between 0.5 and 60 requests a second, and a window is at
@@ -49,7 +53,7 @@ __all__ = ["RANDOM_KINDS", "draw_farm", "farm_toml"]
 
 #: The limiter kinds a random farm draws from, in the order of the table above.
 RANDOM_KINDS = ("bucket", "strict", "holds", "fixed", "sliding", "flask", "reqrate", "conncap", "softknee",
-                "hardknee", "crawldelay", "headers", "shifting", "errors", "challenge")
+                "hardknee", "crawldelay", "headers", "shifting", "errors", "challenge", "queue")
 #: The default time, in seconds, a crawl of each site at its capacity takes.
 DEFAULT_SECONDS = 60.0
 _MAX_WINDOW = 120.0
@@ -94,6 +98,12 @@ def _draw(kind: str, rng: random.Random, seconds: float) -> tuple[dict[str, Any]
         else:
             site["retry_after"] = rng.random() < 0.7
         return site, rate
+    if kind == "queue":
+        rate, burst = _round(_log_uniform(rng, 0.5, 60.0)), rng.randint(1, 20)
+        # nginx's two-stage form (``burst=B delay=D``) lets the first D of the line through at once.
+        at_once = rng.randint(1, burst - 1) if burst > 1 and rng.random() < 0.25 else 0
+        return {"profile": "queue", "rate": rate, "burst": burst, "delay": at_once,
+                "status": rng.choice((429, 503))}, rate
     if kind == "holds":
         rate = _round(_log_uniform(rng, 0.5, 30.0))
         return {"profile": "retryafter", "rate": rate, "burst": rng.randint(1, 10),
@@ -194,6 +204,12 @@ def draw_farm(seed: int, sites: int, *, seconds: float = DEFAULT_SECONDS,
         target = rng.uniform(0.5, 1.0) * seconds
         pages = rng.randint(50, 300) if capacity is None else round(capacity * target)
         seed_of_site = rng.randrange(2**31)
+        if site["profile"] == "conncap" and random.Random(seed_of_site).random() < 0.5:
+            # HAProxy's ``conn_cur`` and nginx's ``limit_conn`` have freed the slot by the time the
+            # client has read its answer (bench/limiter_scripts.py): half the caps free at once, the
+            # others late as a worker pool may (drawn from the site's seed: other draws stay put).
+            site["lag"] = 0.0
+            pages = round(site["cap"] / site["latency"] * target)
         if "period" in site:
             # A request-rate counter's periods follow the server's clock: the share of one already
             # gone at the first request, drawn from the site's seed so other draws stay as they were.

@@ -7,7 +7,9 @@ answer as Flask-Limiter sends it with its headers on). ``reqrate`` is
 HAProxy's stick-table rule ``deny if { sc_http_req_rate(0) gt N }``, whose
 counter counts the refused requests too. ``conncap`` holds a few requests at
 once and frees each slot a moment after its answer left, as HAProxy's
-``conn_cur`` and worker pools do.
+``conn_cur``, nginx's ``limit_conn`` and worker pools do. ``queue`` is nginx's
+``limit_req`` with a ``burst`` and without ``nodelay``: requests over the rate
+wait in line and are served at the rate; only a full line is refused.
 """
 
 from __future__ import annotations
@@ -18,12 +20,12 @@ from collections.abc import Awaitable, Callable
 from typing import Unpack
 
 from ._asgi import Receive, Scope, Send
-from ._limits import ClockWindow, FixedWindow, RequestRate, SlidingWindow, SlotCap
+from ._limits import ClockWindow, FixedWindow, RequestQueue, RequestRate, SlidingWindow, SlotCap
 from ._params import Param
 from ._rates import HEADER_STYLES, CountingSite, budget_headers
 from ._site import Site, SiteOptions, retry_after_value
 
-__all__ = ["RETRY_AFTER_MODES", "WINDOW_KINDS", "RequestRateSite", "SlotCapSite", "WindowSite"]
+__all__ = ["RETRY_AFTER_MODES", "WINDOW_KINDS", "QueueSite", "RequestRateSite", "SlotCapSite", "WindowSite"]
 
 #: ``fixed``: windows aligned to the clock; ``sliding``: any span of the window's length; ``started``:
 #: each window opened by the first request after the last one ended (``limits``' fixed window).
@@ -231,3 +233,64 @@ class SlotCapSite(Site):
             await self.content(scope, receive, send)
         finally:
             self.slots.release(self.clock())
+
+
+class QueueSite(Site):
+    """nginx's ``limit_req burst=B`` without ``nodelay``: the excess waits in line, served at ``rate``.
+
+    A request that comes while the client is ahead of the rate is not refused but held
+    (:class:`~crawlpace.sim._limits.RequestQueue`): it is served ``excess / rate`` seconds after
+    it arrived, so the pages leave the site one ``1 / rate`` apart whatever the pace they were
+    asked at. Only a request that finds ``burst`` already waiting is refused, at once, with
+    ``status`` (nginx's default is 503; ``limit_req_status 429`` is common) and no ``Retry-After``.
+    A crawler sees its latency grow, not refusals, until the line is full.
+
+    Args:
+        rate: requests per second served; also the capacity.
+        burst: requests that may wait (nginx's ``burst``), at least 1.
+        delay: the excess served without waiting (nginx's ``delay=``; ``burst`` or more is ``nodelay``).
+        status: the status of a refusal.
+        sleep: how to wait; ``asyncio.sleep`` unless a test swaps it.
+        **options: see :class:`~crawlpace.sim.Site`.
+    """
+
+    profile = "queue"
+    #: nginx's ``limit_req`` in ``location /`` limits robots.txt too: a crawler's first request
+    #: takes its place in the line (bench/real_limiters.py's crawls show it in nginx's log).
+    gates_robots = True
+    _RATE = Param("rate", "number", "requests per second served", low=0.0, above=True, high=1e6)
+    _BURST = Param("burst", "integer", "requests that may wait in line", 5, low=1, high=1_000_000)
+    _DELAY = Param("delay", "integer", "excess served without waiting (nginx's delay=)", 0, low=0,
+                   high=1_000_000)
+    _REFUSED = Param("status", "integer", "the status of a refusal", 503, low=400, high=599)
+    PARAMS = (_RATE, _BURST, _DELAY, _REFUSED)
+
+    def __init__(self, *, rate: float, burst: int = 5, delay: int = 0, status: int = 503,
+                 sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+                 **options: Unpack[SiteOptions]) -> None:
+        self.rate = self._RATE.number(rate)
+        self.burst = self._BURST.integer(burst)
+        self.delay = self._DELAY.integer(delay)
+        self.status = self._REFUSED.integer(status)
+        self.sleep = sleep
+        self.queue = RequestQueue(self.rate, self.burst, self.delay)
+        super().__init__(**options)
+
+    @property
+    def capacity(self) -> float:
+        """The rate the line is served at."""
+        return self.queue.rate
+
+    def rescale(self, factor: float, now: float) -> None:
+        """Serve at ``factor`` times the configured rate from ``now`` on."""
+        self.queue.set_rate(now, self.rate * factor)
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
+        """Refuse when the line is full, else wait for the request's turn and serve it."""
+        wait = self.queue.take(now)
+        if wait is None:
+            await self.refuse(send, self.status)
+            return
+        if wait > 0:
+            await self.sleep(wait)
+        await self.content(scope, receive, send)
