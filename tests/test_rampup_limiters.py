@@ -1153,7 +1153,8 @@ async def test_a_moving_window_announcing_its_oldest_requests_end_is_told_by_a_b
     assert site.busiest() <= limit + 1
 
 
-@pytest.mark.parametrize(("limit", "window", "epoch"), [(3, 2.7, 1_700_000_000.0), (5, 4.2, 1_700_000_000.81)])
+@pytest.mark.parametrize(("limit", "window", "epoch"),
+                         [(3, 2.7, 1_700_000_000.0), (5, 4.2, 1_700_000_000.81)])
 async def test_a_moving_window_with_whole_second_reset_moments_is_learned_from_its_spent_answers(
         limit: int, window: float, epoch: float) -> None:
     # ``X-RateLimit-Reset`` as a Unix time, rounded up, on a moving window of a length that is no whole

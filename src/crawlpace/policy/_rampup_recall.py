@@ -98,6 +98,7 @@ class _RecallState(Protocol):
     _recall_last: float
     _recall_next: float
     _recall_next_span: float
+    _fall_at: float
     _ok_sends: deque[float]
     hold_learned: float
     _fit_span: float
@@ -133,7 +134,7 @@ class LevelRecall:
             # a refused try.)
             took = self._took(at)
             if took > self._recall:
-                self._recall, self._recall_span = took, T.round
+                self._recall, self._recall_span, self._fall_at = took, T.round, now
                 self._recall_wait = self._climb_time(fast=True)
             return
         if self.phase != "steady" or ceiling is None or self._recall_from > 0.0:
@@ -173,7 +174,7 @@ class LevelRecall:
         # A memory that a lock-out would discard (held for less time than the lock-out lasted) is no
         # evidence of the limit before this fall: the level held since the last change is.
         if held > self._recall or self._memory_weak():
-            self._recall, self._recall_span = held, span
+            self._recall, self._recall_span, self._fall_at = held, span, now
             self._recall_next = self._recall_next_span = 0.0
             self._recall_wait = self._climb_time(fast=True)
         elif span > self._recall_span:
@@ -258,7 +259,16 @@ class LevelRecall:
         # 3.9 s lock-outs, back to 11/s at 20 s: the recall came at 17.8 s instead of 27.6 s); a
         # shallower one waits that long still (measured: waiting longer there cost more than it saved).
         cost = self.hold_learned * min(1.0, self.rate / (recall - self.rate))
-        wait = max(self._recall_wait, cost / T.late_share)
+        # How long a fall lasts is not known, nor when it began past the refusal that showed it (the change
+        # point, _fall_at): a limit that has stayed low for a while is likely to stay low about as long
+        # again, and a try is worth it once the time waited since the last refusal is late_share of the
+        # fall's age. A failed try is no more evidence than the age it was made at, which keeps growing:
+        # tries thin out as the fall lasts (every 7.5 s at first, 15 s after a minute). Doubling the wait
+        # per failed try instead counted a try that came before the rise, or during a lock-out's drain,
+        # as a fall twice as long: r2:shifting12 (a counter of 82 per 3.7 s, x0.36 at 17 s, x0.82 at
+        # 30 s) found the rise 16 s late, after a try at 26 s.
+        age = now - self._fall_at if self._fall_at != NEVER else 0.0
+        wait = max(self._recall_wait, cost / T.late_share, T.late_share * age)
         last = self._pushbacks[-1] if self._pushbacks else NEVER
         if last != NEVER and now - last < wait:
             return
@@ -271,7 +281,6 @@ class LevelRecall:
         self._top = recall
         if wait >= self.window:
             self._recall = 0.0  # the last try: the fall has lasted windows
-        self._recall_wait = min(2.0 * wait, self.window)  # if it fails, the next waits longer
         self._decide(now, f"recall: no pushback for {now - last if last != NEVER else 0.0:.3g}s; "
                      f"searching back up to {recall:.3g}/s, the level held before the limit fell")
         self._search_step(now)
