@@ -371,7 +371,9 @@ class WindowLog:
     began when it reached the server, between its send and its answer; so
     the length lies between the header's end less a second less the answer,
     and the header's end less the send. The intervals of several windows are
-    intersected. Limiters count in whole seconds (every Flask-Limiter window
+    intersected, and so is the bound of each accepted answer that spent the
+    budget (its window began after the ``limit``-th latest accepted request
+    was sent: :meth:`_spent`). Limiters count in whole seconds (every Flask-Limiter window
     does), so the length is the longest whole number of seconds the interval
     holds, never too short as far as the server's clock agrees with this one
     (while it holds two, the longer: a window's first request that crossed a
