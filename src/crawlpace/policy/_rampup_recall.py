@@ -43,12 +43,20 @@ climbs to geometric middles, each held before the next) runs from it up to the
 remembered level; a deep cut's search under way takes the remembered level as
 its top. A refusal on its first step ends it, back at the level it started from (the
 ordinary cut from the search's level would still be over a limit that stayed
-low), and the next recall waits twice as long: each failed recall is one more
-piece of evidence that the fall lasts; after the try that waited a whole
-window, the level is forgotten. A refusal after the search reached a level
-above its start is another matter: the limit rose, and the refusal is the
-search's overshoot past where it came back to. The ordinary cut answers it
-(never under the level held, where the first step's refusal would go back). The first
+low). The next try waits until the time since the last refusal is
+``late_share`` of the fall's age (since the refusal that made the memory, the
+change point): how long a fall lasts is not known, but one that has lasted a
+while is likely to last a like while more, so the tries thin out as it lasts
+(every 7.5 s at first, every 15 s a minute on). A failed try is no more
+evidence than the age it was made at: doubling the wait per failed try took a
+try made before the rise, or in a lock-out's drain, for a fall twice as long.
+The try whose wait reaches a whole window is the last: the level is
+forgotten. A refusal after the search reached a level above its start is
+another matter: the limit rose, as far as that level and no further. The
+ordinary cut answers the overshoot (never under the level held, where the
+first step's refusal would go back), and the memory is forgotten: beyond the
+level found, the ordinary probe goes on (a memory a bucket's burst swelled
+drew a refusal there at every try). The first
 recall age is the quick climb's time (``window * climb_share / target`` over
 ``fast_climb``: 7.5 s by default), the longest one window, so a limit that
 stays low costs about one refused send per window, the band rampup aims at
@@ -296,8 +304,11 @@ class LevelRecall:
         if self._recall_last > held:
             # The search had reached a level above the one it started from: the limit rose, and
             # this refusal is the search's overshoot past where it came back to, which the ordinary
-            # cut answers (never under the level held). The next try still waits twice as long
-            # (a bucket's burst can carry a step past a limit that never moved).
+            # cut answers (never under the level held). The limit came back that far and no further:
+            # the memory above it is forgotten, and the ordinary probe goes beyond (a bucket's burst can
+            # carry a step past a limit that never moved, and each try at the memory drew a refusal
+            # there: a 2/s bucket remembered at 2.6/s was refused past 2.2-2.3/s six times in 3 minutes).
+            self._recall = 0.0
             if self.rate < held:
                 self.rate = held
                 self.ceiling = max(self.ceiling or held, held)
