@@ -224,18 +224,3 @@ async def test_a_level_held_before_a_fall_outlives_the_falls_longer_lock_out() -
     assert site.rate(35.0, 50.0) >= 3.5  # was 1.3
     assert len(site.refused) <= 20
 
-
-
-@pytest.mark.parametrize("seed", [1, 3])
-async def test_a_failed_try_before_the_rise_does_not_double_the_wait_for_it(seed: int) -> None:
-    # r2:shifting12 of the random farm: an HAProxy-style counter of 82 per 3.7 s (22/s), x0.36 at
-    # 17 s (8/s), x0.82 at 30 s (18/s). A recall tried at 26 s, during the fall, was refused; the
-    # next waited twice as long from the last refusal (29 s) and came at 46 s, 16 s after the rise:
-    # 7.7 and 6.7/s from 30 s to 45 s. The wait follows the fall's age instead: the rise is found 7 s
-    # after it (12.0 and 11.3/s).
-    counter = RequestRate(82.0, 3.7)
-    counter._start = -0.666 * 3.7  # (the drawn phase: two thirds of a period gone at the start)
-    site = Shifting(counter, [(17.0, 0.36), (30.0, 0.82)])
-    await crawl(site, 45.0, latency=0.02, seed=seed)
-    assert site.rate(30.0, 45.0) >= 10.0
-    assert len(site.refused) <= 34  # (30 and 28; 29 and 25 before)

@@ -43,20 +43,12 @@ climbs to geometric middles, each held before the next) runs from it up to the
 remembered level; a deep cut's search under way takes the remembered level as
 its top. A refusal on its first step ends it, back at the level it started from (the
 ordinary cut from the search's level would still be over a limit that stayed
-low). The next try waits until the time since the last refusal is
-``late_share`` of the fall's age (since the refusal that made the memory, the
-change point): how long a fall lasts is not known, but one that has lasted a
-while is likely to last a like while more, so the tries thin out as it lasts
-(every 7.5 s at first, every 15 s a minute on). A failed try is no more
-evidence than the age it was made at: doubling the wait per failed try took a
-try made before the rise, or in a lock-out's drain, for a fall twice as long.
-The try whose wait reaches a whole window is the last: the level is
-forgotten. A refusal after the search reached a level above its start is
-another matter: the limit rose, as far as that level and no further. The
-ordinary cut answers the overshoot (never under the level held, where the
-first step's refusal would go back), and the memory is forgotten: beyond the
-level found, the ordinary probe goes on (a memory a bucket's burst swelled
-drew a refusal there at every try). The first
+low), and the next recall waits twice as long: each failed recall is one more
+piece of evidence that the fall lasts; after the try that waited a whole
+window, the level is forgotten. A refusal after the search reached a level
+above its start is another matter: the limit rose, and the refusal is the
+search's overshoot past where it came back to. The ordinary cut answers it
+(never under the level held, where the first step's refusal would go back). The first
 recall age is the quick climb's time (``window * climb_share / target`` over
 ``fast_climb``: 7.5 s by default), the longest one window, so a limit that
 stays low costs about one refused send per window, the band rampup aims at
@@ -106,7 +98,6 @@ class _RecallState(Protocol):
     _recall_last: float
     _recall_next: float
     _recall_next_span: float
-    _fall_at: float
     _ok_sends: deque[float]
     hold_learned: float
     _fit_span: float
@@ -142,7 +133,7 @@ class LevelRecall:
             # a refused try.)
             took = self._took(at)
             if took > self._recall:
-                self._recall, self._recall_span, self._fall_at = took, T.round, now
+                self._recall, self._recall_span = took, T.round
                 self._recall_wait = self._climb_time(fast=True)
             return
         if self.phase != "steady" or ceiling is None or self._recall_from > 0.0:
@@ -182,7 +173,7 @@ class LevelRecall:
         # A memory that a lock-out would discard (held for less time than the lock-out lasted) is no
         # evidence of the limit before this fall: the level held since the last change is.
         if held > self._recall or self._memory_weak():
-            self._recall, self._recall_span, self._fall_at = held, span, now
+            self._recall, self._recall_span = held, span
             self._recall_next = self._recall_next_span = 0.0
             self._recall_wait = self._climb_time(fast=True)
         elif span > self._recall_span:
@@ -267,16 +258,7 @@ class LevelRecall:
         # 3.9 s lock-outs, back to 11/s at 20 s: the recall came at 17.8 s instead of 27.6 s); a
         # shallower one waits that long still (measured: waiting longer there cost more than it saved).
         cost = self.hold_learned * min(1.0, self.rate / (recall - self.rate))
-        # How long a fall lasts is not known, nor when it began past the refusal that showed it (the change
-        # point, _fall_at): a limit that has stayed low for a while is likely to stay low about as long
-        # again, and a try is worth it once the time waited since the last refusal is late_share of the
-        # fall's age. A failed try is no more evidence than the age it was made at, which keeps growing:
-        # tries thin out as the fall lasts (every 7.5 s at first, 15 s after a minute). Doubling the wait
-        # per failed try instead counted a try that came before the rise, or during a lock-out's drain,
-        # as a fall twice as long: r2:shifting12 (a counter of 82 per 3.7 s, x0.36 at 17 s, x0.82 at
-        # 30 s) found the rise 16 s late, after a try at 26 s.
-        age = now - self._fall_at if self._fall_at != NEVER else 0.0
-        wait = max(self._recall_wait, cost / T.late_share, T.late_share * age)
+        wait = max(self._recall_wait, cost / T.late_share)
         last = self._pushbacks[-1] if self._pushbacks else NEVER
         if last != NEVER and now - last < wait:
             return
@@ -289,6 +271,7 @@ class LevelRecall:
         self._top = recall
         if wait >= self.window:
             self._recall = 0.0  # the last try: the fall has lasted windows
+        self._recall_wait = min(2.0 * wait, self.window)  # if it fails, the next waits longer
         self._decide(now, f"recall: no pushback for {now - last if last != NEVER else 0.0:.3g}s; "
                      f"searching back up to {recall:.3g}/s, the level held before the limit fell")
         self._search_step(now)
@@ -304,11 +287,8 @@ class LevelRecall:
         if self._recall_last > held:
             # The search had reached a level above the one it started from: the limit rose, and
             # this refusal is the search's overshoot past where it came back to, which the ordinary
-            # cut answers (never under the level held). The limit came back that far and no further:
-            # the memory above it is forgotten, and the ordinary probe goes beyond (a bucket's burst can
-            # carry a step past a limit that never moved, and each try at the memory drew a refusal
-            # there: a 2/s bucket remembered at 2.6/s was refused past 2.2-2.3/s six times in 3 minutes).
-            self._recall = 0.0
+            # cut answers (never under the level held). The next try still waits twice as long
+            # (a bucket's burst can carry a step past a limit that never moved).
             if self.rate < held:
                 self.rate = held
                 self.ceiling = max(self.ceiling or held, held)

@@ -343,7 +343,6 @@ class RampupState:
     # if a lock-out shows the remembered level was held for less time than it lasted.
     _recall_next: float = 0.0
     _recall_next_span: float = 0.0
-    _fall_at: float = _NEVER  # when the refusal that made the memory came: the limit's change point
     # The bucket fit's record (_rampup_bucket): the accepted sends ever, the first one, the sends
     # whose refusal started a hold, and when the last such hold ended.
     _ok_count: int = 0

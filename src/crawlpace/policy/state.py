@@ -91,7 +91,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_load_count", "_load_n",
           "_load_since", "_knee_hold", "_knee_at", "_answered_at", "_acc_base",
           "_acc_cycle", "_recall", "_recall_wait", "_recall_from", "_recall_span", "_recall_last",
-          "_recall_next", "_recall_next_span", "_fall_at",
+          "_recall_next", "_recall_next_span",
           "_ok_count", "_first_send", "_held_refusals", "_hold_end", "_belief", "_kept", "_refit_at",
           "_slots_open", "_opened_at", "_answers", "_lag_lo", "_lag_hi", "_lag_probe", "_lag_gap",
           "_lag_at", "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since",
