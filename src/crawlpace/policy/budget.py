@@ -610,10 +610,10 @@ class WindowLog:
         later. So the window lasts at most ``end`` less that request's send.
         A scope that spreads its budget evenly over the window never sees a
         window's first answer again (the previous request is always still in
-        it), and without this bound a moving window of 2 per 1.4 s learned as
-        2 per 1.8 s from the first answers' whole-second resets stayed paced
-        there (0.70 of the site, no refusal). (Windows on the clock began
-        before their first request: no such bound; see :meth:`_first`.)
+        it), and without this bound a moving window of 3 per 2.7 s stayed paced
+        at the first answers' whole-second resets, 3 per 3 s (0.90 of the
+        site; 0.96 with it). (Windows on the clock began before their first
+        request: no such bound; see :meth:`_first`.)
         """
         if len(self.accepted) < self.limit:
             return
