@@ -16,6 +16,8 @@ import pytest
 
 from crawlpace.cli import main
 
+from .deadlines import REACH
+
 FARM = """
 [[site]]
 name = "one"
@@ -69,11 +71,17 @@ def stop_farm(process: subprocess.Popen[str]) -> dict[str, dict[str, int]]:
 
 
 def wait_for_lines(output: Path, count: int) -> None:
-    """Wait until a real crawl process has written ``count`` lines (not a wait for a throttle)."""
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if output.exists() and output.read_bytes().count(b"\n") >= count:
+    """Wait until a real crawl process has written ``count`` lines (not a wait for a throttle).
+
+    It fails when they do not come: returning all the same (as it once did after 60 s) let a test
+    kill a crawl still starting at load 30, which then had no journal for ``--resume`` to read.
+    """
+    deadline = time.monotonic() + REACH
+    while True:
+        written = output.read_bytes().count(b"\n") if output.exists() else 0
+        if written >= count:
             return
+        assert time.monotonic() < deadline, f"{written} lines of {count} in {output} after {REACH:g}s"
         time.sleep(0.05)
 
 

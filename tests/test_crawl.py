@@ -142,8 +142,11 @@ async def test_fast_sites_finish_at_their_own_pace(tmp_path: Path) -> None:
     assert summary.complete
     finished = {name: site["last"] - site["first"] for name, site in report.items()}
     assert finished["trickle"] >= 5.0  # six pages a second apart
+    # Not held back by the slow site: each fast one is done before the trickle's last page (idle, in
+    # about a second, against five). Not a fixed 2.5 s: at load 30 the fast sites took 5.0 s, all
+    # the same done before the trickle (6.3 s); a crawl that waits on the trickle's delays is not.
     for n in range(5):
-        assert finished[f"fast{n}"] < 2.5, finished  # not held back by the slow site
+        assert report[f"fast{n}"]["last"] < report["trickle"]["last"], finished
     assert report["trickle"]["throttled"] == 0
 
 

@@ -27,6 +27,7 @@ import pytest
 from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.sim import Farm
 
+from .deadlines import REACH
 from .leak_guard import end_child
 from .redis_server import RedisServer
 
@@ -113,7 +114,7 @@ def line_count(path: Path) -> int:
     return len(path.read_text(encoding="utf-8").splitlines()) if path.exists() else 0
 
 
-async def wait_for_lines(paths: Path | list[Path], count: int, within: float = 20.0) -> None:
+async def wait_for_lines(paths: Path | list[Path], count: int, within: float = REACH) -> None:
     """Return once the output files together hold ``count`` lines."""
     files = [paths] if isinstance(paths, Path) else paths
     async with asyncio.timeout(within):
@@ -128,7 +129,7 @@ def named(url: str, name: str) -> str:
     return f"{url}{'&' if '?' in url else '?'}client_name={name}"
 
 
-async def connected(url: str, names: list[str], within: float = 120.0) -> None:
+async def connected(url: str, names: list[str], within: float = REACH) -> None:
     """Return once a client of each of ``names`` is connected to the server at ``url``.
 
     A worker's start-up (an interpreter, crawlpace, its drivers) took several seconds on a loaded
@@ -186,7 +187,7 @@ async def test_workers_share_one_queue_and_one_set_of_limits(tmp_path: Path,
     assert frontier["outcomes"] == {"ok": 48}
 
 
-async def held_by(store: str, namespace: str, pid: int, within: float = 20.0) -> None:
+async def held_by(store: str, namespace: str, pid: int, within: float = REACH) -> None:
     """Return once the worker with process id ``pid`` holds a claim in the frontier."""
     import redis.asyncio as aioredis
 

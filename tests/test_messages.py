@@ -21,6 +21,7 @@ from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.crawl._results import Result, ResultWriter
 from crawlpace.stores.redis._keys import frontier_prefix
 
+from .deadlines import CHILD
 from .redis_server import RedisServer, redis_binary
 
 SRC = str(Path(__file__).resolve().parents[1] / "src")
@@ -28,7 +29,7 @@ SRC = str(Path(__file__).resolve().parents[1] / "src")
 
 def cli(*args: str, cwd: Path | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "crawlpace", *args], capture_output=True, text=True,
-                          timeout=60,
+                          timeout=CHILD,
                           env={**os.environ, "PYTHONPATH": SRC}, cwd=cwd)
 
 

@@ -243,18 +243,21 @@ async def test_skewed_worker_clocks_keep_one_pace(redis_url: str) -> None:
         for turn in range(6):
             store, clock = stores[turn % 2]
             while True:
+                # Bounds from the asking to the answer: the round trip to Redis took 0.16 s once at load 25.
+                asked = clock.now()
                 result = await store.acquire((("paced.example", 1.0),))
                 if isinstance(result, Lease):
                     break
                 assert result.ready_at is not None, result
                 # The ready time is in this store's own clock, whatever its skew.
-                assert clock.now() - 0.05 <= result.ready_at <= clock.now() + 1.0, \
-                    (turn, result.ready_at, clock.now())
+                assert asked - 0.05 <= result.ready_at <= clock.now() + 1.0, \
+                    (turn, asked, result.ready_at, clock.now())
                 if clock is skewed:
                     skewed_refusals += 1
                 await clock.sleep(result.ready_at - clock.now())
             assert isinstance(result, RedisLease)
-            assert abs(result.granted_at - clock.now()) < 0.5, (turn, result.granted_at, clock.now())
+            assert asked - 0.5 < result.granted_at < clock.now() + 0.5, \
+                (turn, asked, result.granted_at, clock.now())
             granted.append(result.server_granted_at)
             await store.release(result, Outcome(status=200, latency=0.01))
         gaps = [later - earlier for earlier, later in itertools.pairwise(granted)]

@@ -23,6 +23,8 @@ import pytest
 from crawlpace.scrapy._compat import SCRAPY_VERSION
 from crawlpace.sim import Farm, SimServer
 
+from .deadlines import CHILD
+
 #: The crawl process: one spider fetching a list of URLs, recording each outcome and Scrapy's stats.
 RUNNER = '''
 import json
@@ -116,11 +118,12 @@ async def crawl(tmp_path: Path, urls: list[str], settings: dict[str, Any], name:
             sys.executable, str(runner), str(config), stdout=sink, stderr=sink, cwd=tmp_path,
             env={**os.environ, "PYTHONUNBUFFERED": "1"})
         try:
-            returncode = await asyncio.wait_for(process.wait(), timeout=60)
+            returncode = await asyncio.wait_for(process.wait(), timeout=CHILD)
         except TimeoutError:
             process.kill()
             await process.wait()
-            raise
+            tail = log.read_text(encoding="utf-8", errors="replace")[-3000:]
+            raise AssertionError(f"scrapy crawl still running after {CHILD:g}s:\n{tail}") from None
     text = log.read_text(encoding="utf-8", errors="replace")
     data = json.loads(output.read_text(encoding="utf-8")) if output.exists() else {"records": [], "stats": {}}
     return Crawl(returncode, text, data["records"], data["stats"])

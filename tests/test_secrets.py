@@ -17,6 +17,7 @@ from crawlpace import ConfigError
 from crawlpace._redact import RedactingFormatter, redact
 from crawlpace.sim import Farm
 
+from .deadlines import CHILD
 from .leak_guard import end_child
 from .redis_server import RedisServer, free_port, redis_binary
 from .test_scrapy_crawl import FAST as SCRAPY_FAST
@@ -77,7 +78,7 @@ async def cli(*args: str, stdin: bytes | None = None) -> tuple[int, str]:
         stderr=asyncio.subprocess.STDOUT, stdin=asyncio.subprocess.PIPE if stdin is not None else None,
         env={**os.environ, "PYTHONPATH": SRC})
     try:
-        out, _ = await asyncio.wait_for(process.communicate(stdin), 60)
+        out, _ = await asyncio.wait_for(process.communicate(stdin), CHILD)
     except BaseException:
         await end_child(process)
         raise

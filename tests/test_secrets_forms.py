@@ -21,6 +21,7 @@ import redis
 
 from crawlpace._redact import MASK, redact
 
+from .deadlines import CHILD, REACH
 from .leak_guard import end_child
 from .redis_server import RedisServer, free_port, redis_binary
 
@@ -89,13 +90,13 @@ async def cli(*args: str, serves: bool = False) -> tuple[int, str]:
     try:
         if serves:
             while b"Ctrl-C" not in head:
-                line = await asyncio.wait_for(process.stdout.readline(), 60)
+                line = await asyncio.wait_for(process.stdout.readline(), REACH)
                 if not line:
                     break
                 head += line
             if process.returncode is None:
                 process.send_signal(signal.SIGINT)
-        out, _ = await asyncio.wait_for(process.communicate(), 90)
+        out, _ = await asyncio.wait_for(process.communicate(), CHILD)
     except BaseException:
         await end_child(process)
         raise
