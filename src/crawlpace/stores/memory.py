@@ -106,9 +106,10 @@ class _Scope(ScopeState):
         policy = self.policy
         self.stuck = False
         jitter = policy.jitter
+        due = self.next_send  # (the pace's time for this send, before admit moves it)
         slot_ready = self.admit(now, jitter.factor(rng) if jitter.enabled else 1.0)
         if policy.watches:
-            policy.on_admit(now, use)
+            policy.on_admit(now, use, due=due)
             if self.limits is not policy.limits:
                 self.set_limits(policy.limits)
         return slot_ready
