@@ -130,8 +130,9 @@ def test_lua_counts_a_sends_gap_as_python_does(redis_server: RedisServer) -> Non
     client = redis.Redis.from_url(redis_server.url)
     try:
         script = CLOCK + "return string.format('%.17g', spacing(now, tonumber(ARGV[2]), tonumber(ARGV[3])))"
-        for now, last, due in [(10.025, 10.0, 10.01), (10.03, 10.0, 10.01), (10.0, 9.0, 9.5), (10.0, 9.0, 10.0),
-                               (10.0, 9.0, 10.5), (10.0, 9.0, 8.0), (10.0, 9.0, 9.0), (100.0, 9.0, 9.1)]:
+        for now, last, due in [(10.025, 10.0, 10.01), (10.03, 10.0, 10.01), (10.0, 9.0, 9.5),
+                               (10.0, 9.0, 10.0), (10.0, 9.0, 10.5), (10.0, 9.0, 8.0), (10.0, 9.0, 9.0),
+                               (100.0, 9.0, 9.1)]:
             got = float(client.eval(script, 0, repr(now), repr(last), repr(due)))
             assert got == spacing(now, last, due)
         assert spacing(10.025, 10.0, 10.01) == pytest.approx(0.015)  # 15 ms late after a 10 ms gap
