@@ -157,7 +157,10 @@ for i = 1, n do
     if s[25] > last and s[25] <= now then from = s[25] end
     -- Counted from when the send was due ("next"), by the rule rampup's own record applies
     -- (spacing(), policy/_shared_rules.py): a worker's lag in taking its turn is no gap of the scope's.
-    local g = spacing(now, from, tonumber(s[18]))
+    -- Not for a send that takes the scope's last free slot: it may have waited for that slot.
+    local due = nil
+    if s[23] + s[22] + 1 < s[4] then due = tonumber(s[18]) end
+    local g = spacing(now, from, due)
     spaced[i] = string.format("%.12g", g)
     if sent_gap then g = tonumber(sent_gap) + GAP_WEIGHT * (g - tonumber(sent_gap)) end
     gaps[i] = string.format("%.12g", g)  -- a spacing: 12 digits are plenty, and cheaper than 17
