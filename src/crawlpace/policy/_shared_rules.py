@@ -51,12 +51,13 @@ def spacing(now: float, last: float, due: float | None) -> float:
     that is longer: the rest of its wait was the crawler's own (a busy event loop, a fleet worker waking
     to its turn and asking the store), not the scope holding back. The stores pass None for a send that
     takes the scope's last free slot, which it may have waited for (a fleet on a cap of 6 slots held by
-    1.5 s pages read the 4/s it sent as 8/s, and sent 3.55/s where one process sent 3.95). Counted whole, that lag capped what
-    rampup lets a scope send (twice its measured send rate): each send ``x`` late after a gap ``d``,
-    the cap held the delay at ``x`` and the pace at half of ``1 / x``, whatever the site took. A fleet of
-    4 workers at a load of 10 sent a 15-slot cap's site 20 pages a second where one process sent 70,
-    its copies' delays all exactly half the gap measured. A scope with nothing to send for a while
-    still reads idle: its lateness is the gap.
+    1.5 s pages read the 4/s it sent as 8/s, and sent 3.55/s where one process sent 3.95).
+
+    Counted whole, that lag capped what rampup lets a scope send (twice its measured send rate): each
+    send ``x`` late after a gap ``d``, the cap held the delay at ``x`` and the pace at half of ``1 / x``,
+    whatever the site took. A fleet of 4 workers at a load of 10 sent a 15-slot cap's site 20 pages a
+    second where one process sent 70, its copies' delays all exactly half the gap measured. A scope
+    with nothing to send for a while still reads idle: its lateness is the gap.
 
     Rampup's own record (``policy/_rampup_sends.py``, the memory store's sends) and the Redis admission
     (``acquire.lua``, a fleet's sends) count the scope's gaps by this rule.
