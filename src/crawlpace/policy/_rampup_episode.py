@@ -447,15 +447,17 @@ class Episodes:
             self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
             return
         refused, passed = self._cycle_refused, self._drain_passed == self._cycle_start
-        # A cycle begun at a cut that was no lock-out, whose lock-out outlasted the sending before it: the
-        # limiter (a window, a counter) counts over the lock-out's length at least, so it still counted
-        # sends from before that cut, and the cycle's count alone is no measure (a fleet overshooting just
-        # before a window of 22/s halved fitted 4 in 3.9 s: 1/s). The cycle is taken back to twice the
-        # lock-out, within the stretch since the last lock-out ended, counting the accepted sends on record
-        # there, or that stretch's accepted pace if more. (Not further: the limit may have fallen within it.)
+        # A cycle begun at a cut that was no lock-out, whose lock-out came within a quarter of its own length
+        # of that cut (as soon as the scope can tell: a lock-out's end is seen that late): one lock-out, split
+        # by a probe that passed. The limiter (a window, a counter) counts over the lock-out's length at
+        # least, so it still counted sends from before that cut, and the cycle's count alone is no measure
+        # (a fleet overshooting just before a window of 22/s halved fitted 4 in 3.9 s: 1/s). The cycle is
+        # taken back to twice the lock-out, within the stretch since the last lock-out ended, counting the
+        # accepted sends on record there, or that stretch's accepted pace if more. (Not further: the limit
+        # may have fallen within it.)
         before = self._cycle_start - self._lock_end
-        if (lockout and self._lock_end != NEVER and before > 0.0 and span < 2.0 * (now - since)
-                and accepted >= 2):
+        if (lockout and self._lock_end != NEVER and before > 0.0 and accepted >= 2
+                and span - (now - since) < T.late_share * (now - since)):
             back = min(2.0 * (now - since), now - self._lock_end) - span
             kept = sum(1 for at in self._ok_sends if self._cycle_start - back <= at < self._cycle_start)
             span, accepted = span + back, accepted + max(kept, round(self._lock_ok * back / before))
