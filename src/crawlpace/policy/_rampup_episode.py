@@ -26,8 +26,9 @@ gives ``N / W`` exactly, a bucket its refill rate, a counter its limit. That
 rate was achieved, so it is safe to pace at; the level after an episode is
 never under :data:`T.fit_share` of it. (It only ever lifts a level: where the ordinary cut
 leaves the rate higher, the cut stands.) A cycle begun at a cut that was no lock-out, whose
-lock-out outlasted its sending, is taken back to twice the lock-out's length (within the
-stretch since the last lock-out): the limiter still counted the sends from before that cut.
+lock-out came within a quarter of its length of that cut, is taken back to twice the lock-out's
+length (within the stretch since the last lock-out): the limiter still counted the sends from
+before that cut.
 A cycle the scope did not send through at that rate (the start phase's ramp) is a floor, and so is any
 cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
 starts at the counter's estimate and searches up (see ``_episode_answer``). The
