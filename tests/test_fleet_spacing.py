@@ -17,8 +17,11 @@ import uuid
 import pytest
 
 from crawlpace import Settings
+from crawlpace.policy._shared_rules import GAP_WEIGHT
+from crawlpace.policy.rampup import Rampup
 from crawlpace.stores import Outcome, open_store
 from crawlpace.stores.redis import RedisStore
+from crawlpace.stores.redis._redis_lease import RedisLease
 from crawlpace.testing import MockClock
 
 from .test_fleet_holds import admitted
@@ -56,3 +59,62 @@ async def test_a_crawl_delay_spaces_the_fleets_writes_not_only_its_admissions(re
     finally:
         await first.aclose()
         await second.aclose()
+
+
+# -- a send's gap is counted from when it was due ----------------------------------------------------
+#
+# Rampup lets a scope send at most twice its measured send rate. A fleet's worker takes its turn a
+# moment after the scope's pace allowed it (it wakes, then asks the store): counted whole, that lag
+# held the delay at the lag itself (a 15-slot cap's site, 4 workers at a load of 10: 20 pages a second,
+# each copy's delay exactly half the mean gap, where one process sent 70). The store and rampup's own
+# record count a late send's gap from when it was due (policy/_shared_rules.py, spacing).
+
+PACED = Settings.from_scrapy({
+    "THROTTLING_SCOPES": {"paced": {"concurrency": 4, "delay": 0.1, "delay_per_slot": 0.0}},
+    "CONCURRENT_REQUESTS": 16, "RANDOMIZE_DOWNLOAD_DELAY": False})
+
+
+@pytest.mark.redis
+async def test_the_store_counts_a_late_sends_gap_from_when_it_was_due(redis_url: str) -> None:
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=g{uuid.uuid4().hex[:10]}&time=local"
+    first, second = (open_store(url, PACED, clock, random.Random(seed)) for seed in (1, 2))
+    assert isinstance(first, RedisStore)
+    assert isinstance(second, RedisStore)
+    try:
+        gaps = []
+        for store, late in ((first, 0.0), (second, 0.03), (first, 0.06), (second, 0.3)):
+            clock.advance(late)  # the worker takes its turn this long after the pace allowed it
+            lease = await store.acquire((("paced", 1.0),))
+            assert isinstance(lease, RedisLease)
+            gaps.append(lease.sends[0][0])
+            await store.release(lease, Outcome(status=200, latency=0.01))
+            clock.advance(0.1)  # the scope's delay
+        # 30 and 60 ms late: the 0.1 s it was due at (main: 0.13, then 0.1375); 0.3 s late, 0.3 s.
+        assert gaps[:3] == [None, pytest.approx(0.1), pytest.approx(0.1)]
+        assert gaps[3] == pytest.approx(0.1 + GAP_WEIGHT * (0.3 - 0.1))
+    finally:
+        await first.aclose()
+        await second.aclose()
+
+
+def test_rampup_lets_a_scope_whose_sends_go_late_send_at_its_rate() -> None:
+    # 100/s learned; each send goes 15 ms after the 10 ms it was due at (a busy crawler). Counted whole
+    # (25 ms), twice the send rate was 80/s: the cap held the scope there, and its sends at 40/s.
+    late = Rampup(start_rate=1.0, min_rate=1 / 300, max_rate=100.0, max_concurrency=8, window=60.0,
+                  target=(1.0, 1.0))
+    late.rate = 100.0
+    now = 0.0
+    late.on_send(now)
+    for _ in range(40):
+        due = now + 1.0 / late.allowed_rate(now)
+        now = due + 0.015
+        late.on_send(now, due)
+    assert late.allowed_rate(now) == pytest.approx(100.0)
+    # A scope that sends one request a second is still read as idle: its lateness is its gap.
+    idle = Rampup(start_rate=2.0, min_rate=1 / 300, max_rate=100.0, max_concurrency=8, window=60.0,
+                  target=(1.0, 1.0))
+    idle.rate = 50.0
+    for second in range(1, 20):
+        idle.on_send(float(second), second - 0.98)
+    assert idle.allowed_rate(19.0) == pytest.approx(2.0, rel=0.05)

@@ -189,3 +189,25 @@ def test_a_refusal_of_the_page_sent_at_once_after_robots_txt_cuts_nothing() -> N
     ramp.on_send(1.009)
     ramp.on_response(1.011, pushback=True, current=True, latency=0.002, elapsed=0.002)
     assert ramp.generation == generation + 1
+
+
+def test_a_lock_out_after_a_plain_cut_is_fitted_over_twice_its_length() -> None:
+    # A sliding window of 113 per 5.1 s that counts refusals, halved at 20 s (56: 11/s), sent one request
+    # at a time at the pace rampup allows. After the first lock-out's fit the search overshoots, is cut
+    # (an episode that ends at its first probe: no lock-out), and the window's fall locks the scope out
+    # 3.4 s after that episode's end. Fitting that cycle alone, 15 through in 4.2 s, paced the scope at
+    # 3.5/s: the window still counted the sends from before the cut.
+    ramp = controller()
+    counted: list[float] = []
+    now, fits = 0.0, []
+    while now < 30.0:
+        now += 1.0 / ramp.allowed_rate(now)
+        counted = [at for at in counted if at > now - 5.1]
+        counted.append(now)
+        before = ramp.decision
+        answer(ramp, now, refused=len(counted) > (113 if now < 20.0 else 56))
+        if ramp.decision != before and ramp.decision.startswith("fit:"):
+            fits.append((now, ramp.rate))
+    after = [rate for at, rate in fits if at > 20.0]
+    assert after
+    assert 0.6 * 56 / 5.1 <= after[0] <= 56 / 5.1

@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from crawlpace.policy import quota
-from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, refill, rested
+from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, refill, rested, spacing
 from crawlpace.stores.redis._lua import CLOCK, load_scripts
 from crawlpace.stores.redis._script_args import ACQUIRE, LAYOUTS, RELEASE, Layout
 
@@ -120,5 +120,25 @@ def test_lua_rests_a_released_slot_as_python_does(redis_server: RedisServer) -> 
             assert got == rested(ready, now, rest)
         # No rest stored (a policy written before it existed): the slot's own readiness.
         assert float(client.eval(script, 0, "10", "9.5", "")) == 9.5
+    finally:
+        client.close()
+
+
+def test_lua_counts_a_sends_gap_as_python_does(redis_server: RedisServer) -> None:
+    # Rampup's own record (policy/_rampup_sends.py) and acquire.lua count a send's gap by one rule: from
+    # when the scope's pace let it go, or its lateness if longer; from the previous send when not known.
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        script = CLOCK + "return string.format('%.17g', spacing(now, tonumber(ARGV[2]), tonumber(ARGV[3])))"
+        for now, last, due in [(10.025, 10.0, 10.01), (10.03, 10.0, 10.01), (10.0, 9.0, 9.5),
+                               (10.0, 9.0, 10.0), (10.0, 9.0, 10.5), (10.0, 9.0, 8.0), (10.0, 9.0, 9.0),
+                               (100.0, 9.0, 9.1)]:
+            got = float(client.eval(script, 0, repr(now), repr(last), repr(due)))
+            assert got == spacing(now, last, due)
+        assert spacing(10.025, 10.0, 10.01) == pytest.approx(0.015)  # 15 ms late after a 10 ms gap
+        assert spacing(10.015, 10.0, 10.01) == pytest.approx(0.01)  # 5 ms late: the gap it was due at
+        assert spacing(100.0, 9.0, 9.1) == pytest.approx(90.9)  # idle: its lateness is the gap
+        # Not known (no "next" stored): from the previous send.
+        assert float(client.eval(script, 0, "10", "9.25", "")) == 0.75 == spacing(10.0, 9.25, None)
     finally:
         client.close()

@@ -24,9 +24,12 @@ next is a *cycle*; the answers accepted in it over its length are the rate the
 limiter let through, lock-out included: a window of ``N`` per ``W`` seconds
 gives ``N / W`` exactly, a bucket its refill rate, a counter its limit. That
 rate was achieved, so it is safe to pace at; the level after an episode is
-never under :data:`T.fit_share` of it. (It only ever lifts a level: where the
-ordinary cut leaves the rate higher, the cut stands.) A cycle the scope did not
-send through at that rate (the start phase's ramp) is a floor, and so is any
+never under :data:`T.fit_share` of it. (It only ever lifts a level: where the ordinary cut
+leaves the rate higher, the cut stands.) A cycle begun at a cut that was no lock-out, whose
+lock-out came within a quarter of its length of that cut, is taken back to twice the lock-out's
+length (within the stretch since the last lock-out): the limiter still counted the sends from
+before that cut.
+A cycle the scope did not send through at that rate (the start phase's ramp) is a floor, and so is any
 cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
 starts at the counter's estimate and searches up (see ``_episode_answer``). The
 lock-out's silence is the limiter's, left out of the send record. A cycle that let through only
@@ -153,6 +156,8 @@ class _EpisodeState(Protocol):
     _ep_drain: float
     _drain_until: float
     _drain_passed: float
+    _lock_end: float
+    _lock_ok: int
     _sustained: float
     _gap: float | None
     hold_learned: float
@@ -443,6 +448,24 @@ class Episodes:
             self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
             return
         refused, passed = self._cycle_refused, self._drain_passed == self._cycle_start
+        # A cycle begun at a cut that was no lock-out, whose lock-out came within a quarter of its own length
+        # of that cut (as soon as the scope can tell: a lock-out's end is seen that late): one lock-out, split
+        # by a probe that passed. The limiter (a window, a counter) counts over the lock-out's length at
+        # least, so it still counted sends from before that cut, and the cycle's count alone is no measure
+        # (a fleet overshooting just before a window of 22/s halved fitted 4 in 3.9 s: 1/s). The cycle is
+        # taken back to twice the lock-out, within the stretch since the last lock-out ended, counting the
+        # accepted sends on record there, or that stretch's accepted pace if more. (Not further: the limit
+        # may have fallen within it.)
+        before = self._cycle_start - self._lock_end
+        if (lockout and self._lock_end != NEVER and before > 0.0 and accepted >= 2
+                and span - (now - since) < T.late_share * (now - since)):
+            back = min(2.0 * (now - since), now - self._lock_end) - span
+            kept = sum(1 for at in self._ok_sends if self._cycle_start - back <= at < self._cycle_start)
+            span, accepted = span + back, accepted + max(kept, round(self._lock_ok * back / before))
+        if lockout:
+            self._lock_end, self._lock_ok = now, 0
+        else:
+            self._lock_ok += accepted
         self._cycle_start, self._cycle_ok, self._cycle_refused = now, 1, 0
         self._drain_passed = now if drained > 0.0 and not lockout else NEVER
         if passed and accepted == 1:

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ._rampup_tuning import TUNING as T
-from ._shared_rules import GAP_WEIGHT
+from ._shared_rules import GAP_WEIGHT, spacing
 
 __all__ = ["NEVER", "SendRecord"]
 
@@ -140,14 +140,16 @@ class SendRecord:
 
     # -- events ----------------------------------------------------------------
 
-    def on_send(self: _SendRecordState, now: float) -> None:
-        """Count a send towards the measured send rate."""
+    def on_send(self: _SendRecordState, now: float, due: float | None = None) -> None:
+        """Count a send towards the measured send rate; ``due``: when the scope's pace let it go (the
+        gap counted is then the one it was due at, or its lateness if longer: ``spacing``)."""
         last = self._sent_at
         self._door = NEVER  # only the send right after the door's keeps the door's time
         if last == NEVER:
             self._last_growth = now  # growth is counted from the first send
         else:
-            gap, mean = now - max(last, self._resumed_at), self._gap
+            since = max(last, self._resumed_at)
+            gap, mean = now - since, self._gap
             if mean is None and self.rate > 0.0 and gap < 1.0 / self.rate:
                 # A second send before the rate's gap went through ``_rampup_start``'s door.
                 # It is no rate the scope sent at: the first gap counts as the rate's (a mean
@@ -156,6 +158,8 @@ class SendRecord:
                 # (see door_gap).
                 self._door = last
                 gap = 1.0 / self.rate
+            else:
+                gap = spacing(now, since, due)
             if gap < 0.0:
                 gap = 0.0
             weight = self._sent_weight()  # GAP_WEIGHT but in a quick start phase

@@ -9,7 +9,7 @@ Lua arithmetic on a real server and compares it with the Python functions.
 
 from __future__ import annotations
 
-__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "lua_prelude", "refill", "rested"]
+__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "lua_prelude", "refill", "rested", "spacing"]
 
 #: Weight of the newest latency in a scope's mean latency (an exponential moving
 #: average): the memory store, a Redis release (``release.lua``) and an allotment's
@@ -43,6 +43,30 @@ def rested(slot_ready: float, now: float, rest: float) -> float:
     return now + rest if rest > 0.0 and now + rest > slot_ready else slot_ready
 
 
+def spacing(now: float, last: float, due: float | None) -> float:
+    """The gap a send at ``now`` counts in its scope's mean gap between sends, after the send at ``last``.
+
+    ``due`` is when the scope's pace let this send go (its delay from ``last``; None or before ``last``:
+    not known). A send that left after it was due counts the gap it was due at, or how late it went if
+    that is longer: the rest of its wait was the crawler's own (a busy event loop, a fleet worker waking
+    to its turn and asking the store), not the scope holding back. The stores pass None for a send that
+    takes the scope's last free slot, which it may have waited for (a fleet on a cap of 6 slots held by
+    1.5 s pages read the 4/s it sent as 8/s, and sent 3.55/s where one process sent 3.95).
+
+    Counted whole, that lag capped what rampup lets a scope send (twice its measured send rate): each
+    send ``x`` late after a gap ``d``, the cap held the delay at ``x`` and the pace at half of ``1 / x``,
+    whatever the site took. A fleet of 4 workers at a load of 10 sent a 15-slot cap's site 20 pages a
+    second where one process sent 70, its copies' delays all exactly half the gap measured. A scope
+    with nothing to send for a while still reads idle: its lateness is the gap.
+
+    Rampup's own record (``policy/_rampup_sends.py``, the memory store's sends) and the Redis admission
+    (``acquire.lua``, a fleet's sends) count the scope's gaps by this rule.
+    """
+    if due is not None and last <= due <= now:
+        return max(due - last, now - due)
+    return now - last
+
+
 # The Lua of rested(): a rest not stored (nil) is none.
 _RESTED_LUA = """\
 local function rested(slot_ready, now, rest)
@@ -63,9 +87,18 @@ end
 """
 
 
+# The Lua of spacing(): ``due`` nil when not known.
+_SPACING_LUA = """\
+local function spacing(now, last, due)
+  if due and last <= due and due <= now then return math.max(due - last, now - due) end
+  return now - last
+end
+"""
+
+
 def lua_prelude() -> str:
     """The Lua lines that define these rules for a script (prepended at load time)."""
     return (f"-- Generated from crawlpace/policy/_shared_rules.py when the script is loaded.\n"
             f"local LATENCY_WEIGHT = {LATENCY_WEIGHT!r}\n"
             f"local GAP_WEIGHT = {GAP_WEIGHT!r}\n"
-            + _REFILL_LUA + _RESTED_LUA)
+            + _REFILL_LUA + _RESTED_LUA + _SPACING_LUA)

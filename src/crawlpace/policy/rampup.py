@@ -268,6 +268,10 @@ class RampupState:
     # -- counters7 -- the start of a cycle opened by the accepted first probe of a drain wait (_NEVER:
     # none): a counter still full there, and the cycle to its next refusal no measure (_rampup_episode).
     _drain_passed: float = _NEVER
+    # -- fleets14 -- when the last lock-out ended (_NEVER: none), and the answers accepted since then
+    # before the cycle under way: cycles begun at plain cuts are fitted from there (_rampup_episode).
+    _lock_end: float = _NEVER
+    _lock_ok: int = 0
     # -- counters4 -- every answered send, accepted or refused (a counter counts both), oldest dropped,
     # how many were ever noted, and the rate of the counter they pinned (0: none) (_rampup_episode).
     # Not shared by a fleet: a worker sees only its own sends.

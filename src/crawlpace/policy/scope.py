@@ -258,15 +258,16 @@ class ScopePolicy(ScopeGates, GradualSlots):
 
     # -- transitions ---------------------------------------------------------
 
-    def on_admit(self, now: float, use: float, *, every_send: bool = True) -> None:
+    def on_admit(self, now: float, use: float, *, every_send: bool = True, due: float | None = None) -> None:
         """Record a send of ``use`` quota (only needed when :attr:`watches`).
 
         ``every_send`` is False where the store reports only some sends (a shared
         store, a rampup scope's door pass): the window log must not gate on those.
+        ``due``: when the scope's delay let this send go (rampup counts its gap from it).
         """
         rampup = self.rampup
         if rampup is not None:
-            rampup.on_send(now)
+            rampup.on_send(now, due)
             if every_send:
                 rampup.note_slot_send(now)
             rampup.out(now)

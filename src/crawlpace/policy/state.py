@@ -85,6 +85,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_cycle_refused", "_ok_sends", "_gap_ok",
           "_strict_gap", "_ok_lat", "_no_burst",
           "_fitted", "_fit_span", "_early_cut", "_drain_at", "_ep_drain", "_drain_until", "_drain_passed",
+          "_lock_end", "_lock_ok",
           "_inflight_ok",
           "_sustained", "_lone_refused",
           "_quick_sent", "_outstanding", "_stragglers", "_hung", "_merged", "_slow_last", "_load_latency",

@@ -106,9 +106,12 @@ class _Scope(ScopeState):
         policy = self.policy
         self.stuck = False
         jitter = policy.jitter
+        # When the pace let this send go (before admit moves it), for rampup's measured send rate; none
+        # for a send that takes the scope's last free slot, which it may have waited for (spacing).
+        due = self.next_send if self.inflight + self.resting + 1 < self.limits.concurrency else None
         slot_ready = self.admit(now, jitter.factor(rng) if jitter.enabled else 1.0)
         if policy.watches:
-            policy.on_admit(now, use)
+            policy.on_admit(now, use, due=due)
             if self.limits is not policy.limits:
                 self.set_limits(policy.limits)
         return slot_ready
