@@ -256,7 +256,8 @@ class Outcome:
 async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, workers: int = 16,
                 seed: int = 1, instant: bool = False, lag: float = 0.0, slots: int | None = None,
                 hiccups: tuple[float, ...] = (), hiccup: float = 0.0, robots: float = 0.0,
-                told: bool = False, epoch: float | None = None) -> Outcome:
+                told: bool = False, epoch: float | None = None, errors: float = 0.0,
+                error_status: int = 502, errors_at_once: bool = False) -> Outcome:
     """Crawl one site for ``seconds`` of virtual time as ``crawlpace crawl`` paces it.
 
     A 503 is answered at once (a cap on requests in flight refuses on arrival); with ``instant``,
@@ -268,7 +269,11 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
     ``robots``: robots.txt is fetched first, answered in that many seconds and counted by no limiter.
     ``told``: the ``lag`` before each arrival is given as the permit's ``lag`` (the crawl's time from
     admission to the fetch, a fleet worker's wait for the store's reply), the latency from then on.
-    ``epoch``: the Unix time at the crawl's start, for resets given as a Unix time."""
+    ``epoch``: the Unix time at the crawl's start, for resets given as a Unix time.
+    ``errors``: that share of the requests the limiter accepted fail at the backend, whatever the load:
+    answered ``error_status`` after the page's time (errors not about load, on a site with a limit), or
+    at once with ``errors_at_once`` (a backend failing at once).
+    ``accepted`` counts the pages served, not those failed."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
     defaults: dict[str, object] = {"rampup": True}
@@ -302,13 +307,18 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                         delay += hiccup
                         await clock.sleep(hiccup)
                     answer = limiter.arrive(clock.now())
+                    failed = answer.status_code == 200 and errors > 0.0 and rng.random() < errors
                     refused_at_once = answer.status_code == 503 or (instant and answer.status_code != 200)
                     service = limiter.service() if isinstance(limiter, Knee | HardKnee) else latency
-                    took = 0.001 if refused_at_once else service * rng.uniform(0.9, 1.1)
+                    took = 0.001 if refused_at_once or (failed and errors_at_once) else (
+                        service * rng.uniform(0.9, 1.1))
                     await clock.sleep(took)
                     if answer.status_code == 200:
                         limiter.leave(clock.now())
-                        accepted += 1
+                        if failed:
+                            answer = Response(error_status)  # the backend's own failure
+                        else:
+                            accepted += 1
                     else:
                         refused += 1
                     if told:

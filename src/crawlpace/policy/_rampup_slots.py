@@ -15,6 +15,7 @@ import math
 from collections import deque
 from typing import Protocol
 
+from ._load_errors import crowded, tallied
 from ._rampup_latency import LOAD_COUNTS
 from ._rampup_tuning import TUNING as T
 
@@ -45,6 +46,8 @@ class _SlotSizingState(Protocol):
     _lag_at: int
     _rests: bool
     _lag_seen: int
+    _crowd_n: tuple[float, ...]
+    _crowd_quick: tuple[float, ...]
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -265,6 +268,33 @@ class SlotSizing:
             # for the site's own errors, were forgiven, and the breaker paused it for most of a minute.)
             return False
         return self._quick(answered, elapsed)
+
+    def met_at_send(self: _SlotSizingState, inflight: int | None, sent_at: float, now: float) -> int | None:
+        """The requests in flight that a request sent at ``sent_at`` met (itself included), as its
+        outcome comes at ``now`` (once it is out no more): those sent before it and still out, and those
+        accepted since its send (``_met``'s count), no more than the count at its answer with the
+        latter, less the hangs out then (``_hung_at``). None without a count (``inflight``).
+
+        The count an answer came with holds the requests sent after it too: for a page that takes
+        its time, many more than it met. The errors rule weighs quick 5xx by this count
+        (``LoadErrors.crowded``): a cap refuses past its count, the site's own errors come at any."""
+        if inflight is None:
+            return None
+        before = sum(1 for at in self._outstanding if at < sent_at)
+        since = sum(1 for at in self._answers if sent_at < at <= now)
+        return max(1, min(inflight + since, 1 + before + since) - self._hung_at(sent_at))
+
+    def tally_crowd(self: _SlotSizingState, met: int, quick: bool) -> None:
+        """Count an answer to a request that met ``met`` in flight (:meth:`met_at_send`), and whether it was
+        a quick 5xx (refused on arrival), for :meth:`crowded`."""
+        self._crowd_n = tallied(self._crowd_n, met)
+        if quick:
+            self._crowd_quick = tallied(self._crowd_quick, met)
+
+    def crowded(self: _SlotSizingState, met: int) -> bool:
+        """Whether the site's quick 5xx follow the count in flight from ``met`` on (``_load_errors.crowded``):
+        a cap's refusals, whatever the verdict on the site's other errors."""
+        return crowded(self._crowd_n, self._crowd_quick, met)
 
     def _hung_at(self: _SlotSizingState, sent_at: float | None) -> int:
         """Requests that were out at ``sent_at`` for longer than one answer may take without moving the

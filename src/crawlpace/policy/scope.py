@@ -329,7 +329,6 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # errors are believed again, and such refusals with them.
         rampup = self.rampup
         errors = self.load_errors
-        own = errors is not None and errors.learned() and is_error(feedback)
         # How long the refusal took: the answer's own latency where it is shorter. A fleet's worker
         # writes its request a moment after the store granted it (0.1-0.25 s on a loaded machine),
         # and a cap's instant 503 taken for a slow error was judged the site's own, for every
@@ -337,6 +336,17 @@ class ScopePolicy(ScopeGates, GradualSlots):
         took = now - sent_at
         if feedback.latency is not None and 0.0 <= feedback.latency < took:
             took = feedback.latency
+        # Quick 5xx weighed by the count in flight they met (LoadErrors.crowded): refused mostly, and
+        # clearly more often, from some count on, they are a cap's, however the site's own errors were
+        # judged; the site's own come at any count.
+        crowded = False
+        if rampup is not None and feedback.status is not None:
+            met = rampup.met_at_send(inflight, sent_at, now)
+            if met is not None:
+                quick = is_error(feedback) and rampup._quick(True, took)
+                rampup.tally_crowd(met, quick)
+                crowded = quick and rampup.crowded(met)
+        own = errors is not None and errors.learned() and is_error(feedback) and not crowded
         if rampup is not None and feedback.backoff:
             # (From the write: the refusal met what was out then, see SlotSizing._met.)
             rampup.note_refusal(feedback.status is not None, took, inflight, sent_at=now - took)
@@ -419,7 +429,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if isinstance(manager, ThrottlingScopeManager):
                 manager.backoff.forgive(now)  # its cuts answered errors that were never about the pace
             if rampup is not None:
-                rampup.forgive(now)
+                # A slot cap stays where the site's quick 5xx follow the count it caps: the cut judged
+                # was the site's own errors', not the cap's.
+                cap = rampup.slot_cap
+                rampup.forgive(now, keep_cap=math.isfinite(cap) and rampup.crowded(int(cap) + 1))
             self._base = self._compute_base(now)
         self.refresh(now)
         gave_up = self._breaker_outcome(now, feedback, sent_at)
