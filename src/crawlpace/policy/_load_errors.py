@@ -65,7 +65,7 @@ import math
 from .signals import ScopeFeedback
 
 __all__ = ["CROWD", "EARLY", "JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "crowded", "is_error",
-           "tallied"]
+           "scattered", "tallied"]
 
 logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
 
@@ -124,6 +124,22 @@ def crowded(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> b
     pooled = (q_hi + q_lo) / (n_hi + n_lo)
     spread = 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_hi + 1.0 / n_lo))
     return hi >= 0.5 and hi - lo > spread
+
+
+def scattered(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> bool:
+    """Whether quick 5xx do *not* follow the count in flight at ``met``: the answers to requests that
+    met ``met`` or more (at least :data:`_KNOWN`) were quick 5xx at a share clearly under the half a
+    cap at ``met - 1`` would refuse (by two standard deviations of a share of one half, ``1 / sqrt(n)``),
+    counted as in :func:`crowded`.
+
+    A backend failing at once answers a quick 5xx with several in flight as a cap does, and one by
+    one they were read as a cap's: a knee of 7 with 3 % of its requests failing at once had its slots
+    cut from 6 to 3 and its rate cut eleven times before the errors were judged (0.39-0.59 of its
+    capacity). At a count its requests mostly passed, a refusal is none of a cap's.
+    """
+    k = min(max(met, 1), CROWD) - 1
+    n_hi = sum(answers[k:])
+    return n_hi >= _KNOWN and sum(quick[k:]) / n_hi < 0.5 - 1.0 / math.sqrt(n_hi)
 
 
 class LoadErrors:

@@ -15,7 +15,7 @@ import math
 from collections import deque
 from typing import Protocol
 
-from ._load_errors import crowded, tallied
+from ._load_errors import crowded, scattered, tallied
 from ._rampup_latency import LOAD_COUNTS
 from ._rampup_tuning import TUNING as T
 
@@ -257,15 +257,18 @@ class SlotSizing:
         that a slow site limiting what it holds is told apart at its first refusal.
         """
         inflight = self._met(inflight, sent_at, elapsed)
-        if inflight is None or self._lone_refused:
+        if inflight is None:
             return False
         inflight = max(1, inflight - self._hung_at(sent_at))
-        if (inflight < T.confirm and not self._slot_reused(inflight)
+        if (self._lone_refused or (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
-                and not 1 <= self._inflight_ok < inflight):
+                and not 1 <= self._inflight_ok < inflight)) and not self.crowded(inflight):
             # (A slot freed late was measured: a refusal at fewer than the most accepted is one more.
             # More than the most accepted, sent while they were out: a cap of 1, whose refusals, taken
             # for the site's own errors, were forgiven, and the breaker paused it for most of a minute.)
+            # Unless the quick 5xx are seen to follow the count (crowded): a door of 6 whose backend
+            # also failed 20 % at once, one of them alone in flight, had its refusals at 7 taken for
+            # the site's own errors for the rest of the crawl (0.12 of its capacity, breaker pauses).
             return False
         return self._quick(answered, elapsed)
 
@@ -295,6 +298,11 @@ class SlotSizing:
         """Whether the site's quick 5xx follow the count in flight from ``met`` on (``_load_errors.crowded``):
         a cap's refusals, whatever the verdict on the site's other errors."""
         return crowded(self._crowd_n, self._crowd_quick, met)
+
+    def scattered(self: _SlotSizingState, met: int) -> bool:
+        """Whether the site's quick 5xx do not follow the count in flight at ``met``
+        (``_load_errors.scattered``): at that count its requests mostly passed."""
+        return scattered(self._crowd_n, self._crowd_quick, met)
 
     def _hung_at(self: _SlotSizingState, sent_at: float | None) -> int:
         """Requests that were out at ``sent_at`` for longer than one answer may take without moving the

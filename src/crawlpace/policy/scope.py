@@ -336,22 +336,26 @@ class ScopePolicy(ScopeGates, GradualSlots):
         took = now - sent_at
         if feedback.latency is not None and 0.0 <= feedback.latency < took:
             took = feedback.latency
-        # Quick 5xx weighed by the count in flight they met (LoadErrors.crowded): refused mostly, and
-        # clearly more often, from some count on, they are a cap's, however the site's own errors were
-        # judged; the site's own come at any count.
-        crowded = False
+        # Quick 5xx weighed by the count in flight they met (_load_errors' crowded and scattered):
+        # refused mostly, and clearly more often, from some count on, they are a cap's, however the
+        # site's own errors were judged; at a count whose requests mostly passed, and not sent so soon
+        # after an answer that a slot freed late explains it (held_late), none of a cap's: the site's
+        # own errors come at any count, and rampup reads no cap on requests in flight from them.
+        crowded = scattered = False
         if rampup is not None and feedback.status is not None:
             met = rampup.met_at_send(inflight, sent_at, now)
             if met is not None:
                 quick = is_error(feedback) and rampup._quick(True, took)
                 rampup.tally_crowd(met, quick)
                 crowded = quick and rampup.crowded(met)
+                scattered = (quick and not crowded and rampup.scattered(met)
+                             and not rampup.held_late(True, took, inflight, now - took))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
         if rampup is not None and feedback.backoff:
             # (From the write: the refusal met what was out then, see SlotSizing._met.)
             rampup.note_refusal(feedback.status is not None, took, inflight, sent_at=now - took)
         error = is_error(feedback) and not (
-            rampup is not None and feedback.backoff and not own
+            rampup is not None and feedback.backoff and not own and not scattered
             and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took)
                  or rampup.held_late(feedback.status is not None, took, inflight, now - took)))
         if error and feedback.backoff and errors is None:
@@ -404,7 +408,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             elif feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
-                                   elapsed=now - sent_at, inflight=inflight, lag=feedback.lag)
+                                   elapsed=now - sent_at, inflight=None if scattered else inflight,
+                                   lag=feedback.lag)
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
