@@ -348,7 +348,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 quick = is_error(feedback) and rampup._quick(True, took)
                 rampup.tally_crowd(met, quick)
                 crowded = quick and rampup.crowded(met)
-                scattered = (quick and not crowded and rampup.scattered(met)
+                scattered = (quick and not crowded and rampup.scattered(met, now - took)
                              and not rampup.held_late(True, took, inflight, now - took))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
         if rampup is not None and feedback.backoff:
@@ -364,6 +364,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
         was_plain = errors is not None and errors.plain
         if errors is not None:
             errors.record(self.scope, sent_at=sent_at, error=error)
+            # Believed again here, a verdict of plain errors at this outcome's cut is a new one: its
+            # cuts are forgiven (a knee of 7 with 3 % of its requests failing at once, believed again
+            # and judged its own at one refusal, kept the slot cap of 5 it read from it: 0.58).
+            was_plain = was_plain and errors.plain
             if error and feedback.backoff and not errors.slows():
                 # The site's own errors, or a cut being judged: failures (breaker, retries), not pushback.
                 feedback = dataclasses.replace(feedback, backoff=False, failed=True)
