@@ -847,6 +847,33 @@ async def test_a_server_slower_with_every_request_it_holds(latency: float, per_i
     assert out.refused <= 3
 
 
+@pytest.mark.parametrize(("limiter", "latency", "errors", "at_once", "seed", "share", "refusals"), [
+    # A door of 6 in flight (503 at once past it), 3 % of its pages failing 502 after the page's time:
+    # a cut for them was judged "not load" and forgiven, the slot cap read from the door with it, and
+    # the door's refusals were taken for the site's own errors (a1ccb18: 0.91 with 89 refusals).
+    (HardKnee(0.2, 0.0, 6), 0.2, 0.03, False, 0, 0.9, 5),
+    # The same with 10 %: also believed again and cut, then judged "not load" on 33 % after the cut
+    # against 45 % before (the door's refusals in both), and the breaker paused the site 10 s at a
+    # time (a1ccb18: 0.07 with 86 refusals).
+    (HardKnee(0.2, 0.0, 6), 0.2, 0.1, False, 1, 0.9, 5),
+    # A hard knee of 9 (latency growing with the count) with 10 % (a1ccb18: 0.62 with 245).
+    (HardKnee(0.355, 0.0613, 9), 0.2, 0.1, False, 0, 0.88, 10),
+    # A connection cap of 4 whose slots are freed 20 ms late, 10 % (a1ccb18: 0.16 with 116).
+    (ConnectionCap(4, 0.2, 0.02), 0.2, 0.1, False, 1, 0.88, 12),
+    # A door of 6 whose backend fails 20 % at once, one of them alone in flight: every refusal of the
+    # door was taken for the site's own errors from then on (a1ccb18: 0.17 with 159).
+    (HardKnee(0.2, 0.0, 6), 0.2, 0.2, True, 0, 0.9, 10),
+], ids=["door-3pc", "door-10pc", "hardknee-10pc", "conncap-10pc", "door-20pc-at-once"])
+async def test_errors_not_about_load_on_a_site_that_caps_its_requests_in_flight(
+        limiter: Limiter, latency: float, errors: float, at_once: bool, seed: int, share: float,
+        refusals: int) -> None:
+    # The site's own errors come at one share whatever is in flight; the cap's refusals come past its
+    # count. Weighed by the count each request met, the cap keeps its slots and the errors slow nothing.
+    out = await crawl(limiter, 40.0, latency=latency, errors=errors, errors_at_once=at_once, seed=seed)
+    assert out.share / (1.0 - errors) >= share  # of what the cap serves with the errors' share out
+    assert out.refused <= refusals
+
+
 async def test_a_maximum_of_slots_set_by_the_user_is_a_hard_cap() -> None:
     # A knee at 12 would call for more slots; the user's 8 holds: a server refusing past 8 in flight
     # refuses nothing.

@@ -299,18 +299,16 @@ class SlotSizing:
         a cap's refusals, whatever the verdict on the site's other errors."""
         return crowded(self._crowd_n, self._crowd_quick, met)
 
-    def scattered(self: _SlotSizingState, met: int, sent: float) -> bool:
-        """Whether a quick 5xx to a request sent at ``sent`` that met ``met`` in flight is no cap's: the
-        site's quick 5xx do not follow the count (``_load_errors.scattered``: at that count its requests
-        mostly passed), and no slot freed late, as measured (:meth:`slot_rest`), explains it: a cap of
-        6 whose slots are freed 70 ms late passes most requests at 5 in flight, and refuses one sent
-        62 ms after an answer (its bracket 41-84 ms); taken for the site's own error, its rate was
-        halved (0.69 of its capacity in 20 s, 0.88 before)."""
-        if not scattered(self._crowd_n, self._crowd_quick, met):
-            return False
-        rest = self.slot_rest()
-        since = self._rest_before(sent)
-        return rest <= 0.0 or since is None or since > max(rest, self._lag_hi)
+    def scattered(self: _SlotSizingState, met: int) -> bool:
+        """Whether a quick 5xx to a request that met ``met`` in flight is no cap's: the site's quick 5xx do
+        not follow the count (``_load_errors.scattered``: at that count its requests mostly passed), and
+        no slot freed late is measured (:meth:`slot_rest`), whose cap refuses under its count too: a cap
+        of 6 whose slots are freed 70 ms late passes most requests at 5 in flight and refuses one sent
+        62 ms after an answer; taken for the site's own error, its rate was halved (0.69 of its
+        capacity in 20 s, 0.88 before). (Not only those within the lag's bracket: a crawler whose sends
+        reach the site late reads each rest short.) A backend failing at once drops that model soon
+        (refused after a rest longer than a page takes)."""
+        return self.slot_rest() <= 0.0 and scattered(self._crowd_n, self._crowd_quick, met)
 
     def _hung_at(self: _SlotSizingState, sent_at: float | None) -> int:
         """Requests that were out at ``sent_at`` for longer than one answer may take without moving the

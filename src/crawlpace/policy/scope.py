@@ -348,7 +348,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 quick = is_error(feedback) and rampup._quick(True, took)
                 rampup.tally_crowd(met, quick)
                 crowded = quick and rampup.crowded(met)
-                scattered = (quick and not crowded and rampup.scattered(met, now - took)
+                scattered = (quick and not crowded and rampup.scattered(met)
                              and not rampup.held_late(True, took, inflight, now - took))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
         if rampup is not None and feedback.backoff:
