@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crawlpace import Throttler
-from crawlpace.policy._load_errors import EARLY, JUDGE, LoadErrors
+from crawlpace.policy._load_errors import CROWD, EARLY, JUDGE, LoadErrors, crowded, scattered, tallied
 from crawlpace.testing import MockClock
 
 URL = "https://flaky.example/page"
@@ -204,3 +204,32 @@ def test_a_share_learned_on_two_errors_first_is_learned_on_and_believed_again() 
     for n in range(30):  # then half of the answers fail: clearly past twice the share learned
         errors.record("s", sent_at=11.0 + n, error=n % 2 == 0)
     assert not errors.plain
+
+
+def _tally(draws: list[tuple[int, bool]]) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    answers = quick = (0.0,) * CROWD
+    for met, refused in draws:
+        answers = tallied(answers, met)
+        if refused:
+            quick = tallied(quick, met)
+    return answers, quick
+
+
+def test_quick_errors_that_follow_the_count_in_flight_are_a_caps() -> None:
+    rng = random.Random(5)
+    # A door of 6 in flight, and a backend failing 10 % at once whatever the count.
+    door = _tally([(met, met > 6 or rng.random() < 0.1) for met in rng.choices(range(1, 9), k=400)])
+    assert crowded(*door, 7)
+    assert not scattered(*door, 7)
+    assert not crowded(*door, 4)  # under the door: the backend's share, as under any count
+    # The backend's failures alone: the same share at every count, at any split.
+    flat = _tally([(met, rng.random() < 0.1) for met in rng.choices(range(1, 9), k=400)])
+    assert not any(crowded(*flat, met) for met in range(1, CROWD + 1))
+    assert scattered(*flat, 6)
+    # A site that is down refuses at every count: neither (the breaker's, seed 003).
+    down = _tally([(met, True) for met in rng.choices(range(1, 9), k=400)])
+    assert not any(crowded(*down, met) or scattered(*down, met) for met in range(1, CROWD + 1))
+    # Too few answers past the count to say either.
+    few = _tally([(1, False)] * 20 + [(7, True)] * (EARLY - 1))
+    assert not crowded(*few, 7)
+    assert not scattered(*few, 7)

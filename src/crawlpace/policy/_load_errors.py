@@ -64,7 +64,8 @@ import math
 
 from .signals import ScopeFeedback
 
-__all__ = ["EARLY", "JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "is_error"]
+__all__ = ["CROWD", "EARLY", "JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "crowded", "is_error",
+           "scattered", "tallied"]
 
 logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
 
@@ -80,6 +81,9 @@ SAME = 0.5
 RETURN = 2.0
 # Outcomes known before the share in memory is used rather than the breaker's window.
 _KNOWN = 10
+#: Counts in flight told apart by the crowding test (:meth:`LoadErrors.crowded`); the last stands for
+#: that many or more. Past rampup's most slots (16), every count a site may refuse at has its own.
+CROWD = 17
 
 
 def is_error(feedback: ScopeFeedback) -> bool:
@@ -88,6 +92,63 @@ def is_error(feedback: ScopeFeedback) -> bool:
     if status is None:
         return feedback.failed or feedback.backoff
     return status >= 500 and (feedback.failed or feedback.backoff)
+
+
+def tallied(counts: tuple[float, ...], met: int) -> tuple[float, ...]:
+    """``counts`` (one per count in flight, :data:`CROWD` of them) with one more at ``met``."""
+    i = min(max(met, 1), CROWD) - 1
+    return (*counts[:i], counts[i] + 1.0, *counts[i + 1:])
+
+
+def crowded(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> bool:
+    """Whether quick 5xx follow the count in flight from ``met`` on, by the answers (``answers``) and
+    quick 5xx (``quick``) counted at each count in flight their requests met (:func:`tallied`): the
+    requests that met ``met`` or more were refused on arrival mostly (at least half: a cap refuses
+    every request past it) and clearly more often than those that met fewer (by two standard
+    deviations, the two shares pooled), on at least :data:`EARLY` answers each side.
+
+    The site's own errors come at one share whatever is in flight; a cap on requests in flight (a
+    server's door, a connection cap) refuses past its count and seldom under it. The verdict of
+    :class:`LoadErrors` weighs the share against the rate, which a cap's refusals do not follow
+    alone while the site's own errors come with them: a door of 6 in flight plus 10 % random 502s
+    was judged "not load" (33 % after the cut against 45 % before), its slot cap dropped and its
+    refusals taken for the site's own from then on (0.07-0.66 of its capacity). The count in flight
+    is their own evidence.
+    """
+    k = min(max(met, 1), CROWD) - 1
+    n_hi, n_lo = sum(answers[k:]), sum(answers[:k])
+    if n_hi < EARLY or n_lo < EARLY:
+        return False
+    q_hi, q_lo = sum(quick[k:]), sum(quick[:k])
+    hi, lo = q_hi / n_hi, q_lo / n_lo
+    pooled = (q_hi + q_lo) / (n_hi + n_lo)
+    spread = 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_hi + 1.0 / n_lo))
+    return hi >= 0.5 and hi - lo > spread
+
+
+def scattered(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> bool:
+    """Whether quick 5xx do *not* follow the count in flight at ``met`` (counted as in :func:`crowded`):
+    the answers to requests that met ``met`` or more (at least :data:`_KNOWN`) were quick 5xx at a
+    share clearly under the half a cap at ``met - 1`` would refuse (by two standard deviations of a
+    share of one half, ``1 / sqrt(n)``), and requests that met fewer were refused on arrival too, at a
+    share not clearly under it (by two standard deviations, the two shares pooled).
+
+    A backend failing at once answers a quick 5xx with several in flight as a cap does, and one by
+    one they were read as a cap's: a knee of 7 with 3 % of its requests failing at once had its slots
+    cut from 6 to 3 and its rate cut eleven times before the errors were judged (0.39-0.59 of its
+    capacity). A cap whose slots are freed late refuses under its count too, but only at the top
+    (a slot still held) and never further down: a cap of 4 freed 10 ms late, reached 0-20 ms after
+    each send, refused 2 of 20 requests that met 4 and none of the 15 that met fewer, and taken for
+    the site's own errors its refusals cut the rate (0.78 of its capacity, 0.85 before).
+    """
+    k = min(max(met, 1), CROWD) - 1
+    n_hi, n_lo = sum(answers[k:]), sum(answers[:k])
+    q_hi, q_lo = sum(quick[k:]), sum(quick[:k])
+    if n_hi < _KNOWN or q_lo < 1 or q_hi / n_hi >= 0.5 - 1.0 / math.sqrt(n_hi):
+        return False
+    hi, lo = q_hi / n_hi, q_lo / n_lo
+    pooled = (q_hi + q_lo) / (n_hi + n_lo)
+    return hi - lo <= 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_hi + 1.0 / n_lo))
 
 
 class LoadErrors:

@@ -15,6 +15,7 @@ import math
 from collections import deque
 from typing import Protocol
 
+from ._load_errors import crowded, scattered, tallied
 from ._rampup_latency import LOAD_COUNTS
 from ._rampup_tuning import TUNING as T
 
@@ -45,6 +46,8 @@ class _SlotSizingState(Protocol):
     _lag_at: int
     _rests: bool
     _lag_seen: int
+    _crowd_n: tuple[float, ...]
+    _crowd_quick: tuple[float, ...]
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -93,6 +96,7 @@ class _SlotSizingState(Protocol):
     def slot_rest(self) -> float: ...
     def _note_late(self, sent: float, inflight: int) -> None: ...
     def concurrency(self, rate: float) -> int: ...
+    def crowded(self, met: int) -> bool: ...
 
 
 class SlotSizing:
@@ -254,17 +258,58 @@ class SlotSizing:
         that a slow site limiting what it holds is told apart at its first refusal.
         """
         inflight = self._met(inflight, sent_at, elapsed)
-        if inflight is None or self._lone_refused:
+        if inflight is None:
             return False
         inflight = max(1, inflight - self._hung_at(sent_at))
-        if (inflight < T.confirm and not self._slot_reused(inflight)
+        if (self._lone_refused or (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
-                and not 1 <= self._inflight_ok < inflight):
+                and not 1 <= self._inflight_ok < inflight)) and not self.crowded(inflight):
             # (A slot freed late was measured: a refusal at fewer than the most accepted is one more.
             # More than the most accepted, sent while they were out: a cap of 1, whose refusals, taken
             # for the site's own errors, were forgiven, and the breaker paused it for most of a minute.)
+            # Unless the quick 5xx are seen to follow the count (crowded): a door of 6 whose backend
+            # also failed 20 % at once, one of them alone in flight, had its refusals at 7 taken for
+            # the site's own errors for the rest of the crawl (0.12 of its capacity, breaker pauses).
             return False
         return self._quick(answered, elapsed)
+
+    def met_at_send(self: _SlotSizingState, inflight: int | None, sent_at: float, now: float) -> int | None:
+        """The requests in flight that a request sent at ``sent_at`` met (itself included), as its
+        outcome comes at ``now`` (once it is out no more): those sent before it and still out, and those
+        accepted since its send (``_met``'s count), no more than the count at its answer with the
+        latter, less the hangs out then (``_hung_at``). None without a count (``inflight``).
+
+        The count an answer came with holds the requests sent after it too: for a page that takes
+        its time, many more than it met. The errors rule weighs quick 5xx by this count
+        (``LoadErrors.crowded``): a cap refuses past its count, the site's own errors come at any."""
+        if inflight is None:
+            return None
+        before = sum(1 for at in self._outstanding if at < sent_at)
+        since = sum(1 for at in self._answers if sent_at < at <= now)
+        return max(1, min(inflight + since, 1 + before + since) - self._hung_at(sent_at))
+
+    def tally_crowd(self: _SlotSizingState, met: int, quick: bool) -> None:
+        """Count an answer to a request that met ``met`` in flight (:meth:`met_at_send`), and whether it was
+        a quick 5xx (refused on arrival), for :meth:`crowded`."""
+        self._crowd_n = tallied(self._crowd_n, met)
+        if quick:
+            self._crowd_quick = tallied(self._crowd_quick, met)
+
+    def crowded(self: _SlotSizingState, met: int) -> bool:
+        """Whether the site's quick 5xx follow the count in flight from ``met`` on (``_load_errors.crowded``):
+        a cap's refusals, whatever the verdict on the site's other errors."""
+        return crowded(self._crowd_n, self._crowd_quick, met)
+
+    def scattered(self: _SlotSizingState, met: int) -> bool:
+        """Whether a quick 5xx to a request that met ``met`` in flight is no cap's: the site's quick 5xx do
+        not follow the count (``_load_errors.scattered``: at that count its requests mostly passed), and
+        no slot freed late is measured (:meth:`slot_rest`), whose cap refuses under its count too: a cap
+        of 6 whose slots are freed 70 ms late passes most requests at 5 in flight and refuses one sent
+        62 ms after an answer; taken for the site's own error, its rate was halved (0.69 of its
+        capacity in 20 s, 0.88 before). (Not only those within the lag's bracket: a crawler whose sends
+        reach the site late reads each rest short.) A backend failing at once drops that model soon
+        (refused after a rest longer than a page takes)."""
+        return self.slot_rest() <= 0.0 and scattered(self._crowd_n, self._crowd_quick, met)
 
     def _hung_at(self: _SlotSizingState, sent_at: float | None) -> int:
         """Requests that were out at ``sent_at`` for longer than one answer may take without moving the

@@ -121,6 +121,7 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from .._jitter import Jitter
+from ._load_errors import CROWD
 from ._rampup_bucket import REFUSALS_KEPT, BucketFit
 from ._rampup_climb import CubicClimb
 from ._rampup_counter import SENDS_KEPT
@@ -309,6 +310,10 @@ class RampupState:
     # and a rest counted from the release did not keep a cap's slots apart (bench/results/fleet6.md).
     _rests: bool = False
     _lag_seen: int = 0  # refusals at the full count that bounded the lag (slots rest from the second)
+    # -- errors6 -- answers and quick 5xx by the count in flight their requests met (_load_errors' crowded):
+    # a cap's refusals follow the count, the site's own errors do not.
+    _crowd_n: tuple[float, ...] = (0.0,) * CROWD
+    _crowd_quick: tuple[float, ...] = (0.0,) * CROWD
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
     # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
     _acc_base: int = 0
@@ -615,7 +620,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self._stuck_time = held + LATENCY_WEIGHT * (elapsed - held) if held else elapsed
         self.hung_silence(now, elapsed)
 
-    def forgive(self, now: float) -> None:
+    def forgive(self, now: float, *, keep_cap: bool = False) -> None:
         """The errors that cut the rate were judged the site's own, not load (``_load_errors``):
         climb again, as the start phase does, with no ceiling, from the rate they left or the start
         phase's good rate (the rate in force at its last answered send, at least the starting rate),
@@ -630,9 +635,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         climb would spend a window under them. A cap on the slots read from quick refusals goes
         too: the scope takes the site's quick 5xx for its own errors from now on (the scope
         policy), and a flaky backend failing at once looks like a cap's refusal with several in
-        flight. A cap read from latency (a queue) stays.
+        flight. A cap read from latency (a queue) stays, and so does one the site's quick 5xx are
+        seen to follow (``keep_cap``: refused mostly past it, and seldom under it).
         """
-        if not self._queue_cap:
+        if not (self._queue_cap or keep_cap):
             self.slot_cap = math.inf
         self._pushbacks.clear()
         self.ceiling = self.last_pushback_rate = None

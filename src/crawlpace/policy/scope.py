@@ -332,7 +332,6 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # errors are believed again, and such refusals with them.
         rampup = self.rampup
         errors = self.load_errors
-        own = errors is not None and errors.learned() and is_error(feedback)
         # How long the refusal took: the answer's own latency where it is shorter. A fleet's worker
         # writes its request a moment after the store granted it (0.1-0.25 s on a loaded machine),
         # and a cap's instant 503 taken for a slow error was judged the site's own, for every
@@ -340,11 +339,26 @@ class ScopePolicy(ScopeGates, GradualSlots):
         took = now - sent_at
         if feedback.latency is not None and 0.0 <= feedback.latency < took:
             took = feedback.latency
+        # Quick 5xx weighed by the count in flight they met (_load_errors' crowded and scattered):
+        # refused mostly, and clearly more often, from some count on, they are a cap's, however the
+        # site's own errors were judged; at a count whose requests mostly passed, and not sent so soon
+        # after an answer that a slot freed late explains it (held_late), none of a cap's: the site's
+        # own errors come at any count, and rampup reads no cap on requests in flight from them.
+        crowded = scattered = False
+        if rampup is not None and feedback.status is not None:
+            met = rampup.met_at_send(inflight, sent_at, now)
+            if met is not None:
+                quick = is_error(feedback) and rampup._quick(True, took)
+                rampup.tally_crowd(met, quick)
+                crowded = quick and rampup.crowded(met)
+                scattered = (quick and not crowded and rampup.scattered(met)
+                             and not rampup.held_late(True, took, inflight, now - took))
+        own = errors is not None and errors.learned() and is_error(feedback) and not crowded
         if rampup is not None and feedback.backoff:
             # (From the write: the refusal met what was out then, see SlotSizing._met.)
             rampup.note_refusal(feedback.status is not None, took, inflight, sent_at=now - took)
         error = is_error(feedback) and not (
-            rampup is not None and feedback.backoff and not own
+            rampup is not None and feedback.backoff and not own and not scattered
             and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took)
                  or rampup.held_late(feedback.status is not None, took, inflight, now - took)))
         if error and feedback.backoff and errors is None:
@@ -353,6 +367,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
         was_plain = errors is not None and errors.plain
         if errors is not None:
             errors.record(self.scope, sent_at=sent_at, error=error)
+            # Believed again here, a verdict of plain errors at this outcome's cut is a new one: its
+            # cuts are forgiven (a knee of 7 with 3 % of its requests failing at once, believed again
+            # and judged its own at one refusal, kept the slot cap of 5 it read from it: 0.58).
+            was_plain = was_plain and errors.plain
             if error and feedback.backoff and not errors.slows():
                 # The site's own errors, or a cut being judged: failures (breaker, retries), not pushback.
                 feedback = dataclasses.replace(feedback, backoff=False, failed=True)
@@ -397,7 +415,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             elif feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
-                                   elapsed=now - sent_at, inflight=inflight, lag=feedback.lag)
+                                   elapsed=now - sent_at, inflight=None if scattered else inflight,
+                                   lag=feedback.lag)
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
@@ -422,7 +441,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if isinstance(manager, ThrottlingScopeManager):
                 manager.backoff.forgive(now)  # its cuts answered errors that were never about the pace
             if rampup is not None:
-                rampup.forgive(now)
+                # A slot cap stays where the site's quick 5xx follow the count it caps: the cut judged
+                # was the site's own errors', not the cap's.
+                cap = rampup.slot_cap
+                rampup.forgive(now, keep_cap=math.isfinite(cap) and rampup.crowded(int(cap) + 1))
             self._base = self._compute_base(now)
         self.refresh(now)
         gave_up = self._breaker_outcome(now, feedback, sent_at)
