@@ -106,7 +106,7 @@ class LoadErrors:
     """
 
     __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "learned_bad", "learned_n", "plain",
-                 "recent", "recent_n", "share", "since", "tolerable")
+                 "quick", "recent", "recent_n", "share", "since", "tolerable")
 
     def __init__(self) -> None:
         self.plain = False
@@ -119,6 +119,7 @@ class LoadErrors:
         self.before = 0.0
         self.before_n = 0
         self.after_n = self.after_bad = 0
+        self.quick = False
         self.recent = 0
         self.recent_n = 0
 
@@ -144,8 +145,10 @@ class LoadErrors:
         if self.judging and sent_at >= self.since:
             self.after_n += 1
             self.after_bad += error
-            # Early when even successes for the rest could not show a fall.
-            if self.after_n >= JUDGE or (self.after_n >= EARLY and not self._fell(self.after_bad, JUDGE)):
+            # Early when even successes for the rest could not show a fall (not for a refusal on
+            # arrival while none recurs: see slowed).
+            if self.after_n >= JUDGE or (self.after_n >= EARLY and not self._fell(self.after_bad, JUDGE)
+                                         and (self.after_bad or not self.quick)):
                 self._judge(scope)
         elif self.plain and self.learned_n < _KNOWN:
             # A share learned on a few outcomes is no share yet: two 503s first are a share of 1,
@@ -168,7 +171,7 @@ class LoadErrors:
                                 self.recent_n, 100 * self.share)
 
     def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0, scope: str = "",
-               *, at_once: bool = False) -> None:
+               *, at_once: bool = False, quick: bool = False) -> None:
         """An error slowed the scope at ``now``: judge the cut by the outcomes of sends after it.
 
         With ``at_once`` (rampup's cuts), when the share before rests on so few outcomes that no
@@ -185,6 +188,14 @@ class LoadErrors:
             breaker_n: the outcomes that share was measured on.
             scope: the scope's name, for the log.
             at_once: give a verdict that is known at the cut at once.
+            quick: the error was a refusal on arrival (a rate limiter's, or a backend failing at
+                once). With too few outcomes before for any share after to be clearly lower, the
+                share alone can tell nothing, and the verdict is not given at once: the errors are
+                about load if none recurs in the :data:`JUDGE` outcomes after the cut. A rate
+                limiter refuses a client alone in flight as quickly, and only above its rate
+                (nginx's ``limit_req`` answers 503 by default): its first refusal, 1 of 4 outcomes,
+                was judged the site's own at once, the pace climbed with no ceiling, and 64-68 %
+                of the crawl's requests were refused (0.03-0.04 of the limit).
         """
         if self.judging:
             return  # a cut during the judgement: the outcomes after the first one still tell
@@ -196,6 +207,7 @@ class LoadErrors:
             return  # nothing to compare with: the next cut is judged
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
         self.after_n = self.after_bad = 0
+        self.quick = quick
         if at_once and not self._fell(0, JUDGE):
             self._judge(scope)
 
@@ -217,7 +229,9 @@ class LoadErrors:
     def _judge(self, scope: str) -> None:
         self.judging = False
         after = self.after_bad / self.after_n if self.after_n else self.before
-        if not (self.after_n and self._fell(self.after_bad, self.after_n)):
+        # Refusals on arrival that stopped once the pace fell are load (see slowed), however few before.
+        stopped = self.quick and self.after_n >= JUDGE and not self.after_bad
+        if not (self.after_n and (stopped or self._fell(self.after_bad, self.after_n))):
             # The share learned pools both samples: the one after the cut alone is a handful of
             # outcomes (0 of 10 at a 20 % share is no rarity), and a share of 0 would be exceeded
             # by the next error, which would be believed again and cut once more.
