@@ -64,7 +64,7 @@ import math
 
 from .signals import ScopeFeedback
 
-__all__ = ["EARLY", "JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "is_error"]
+__all__ = ["EARLY", "JUDGE", "MEMORY", "RETURN", "SAME", "STOPPED", "LoadErrors", "is_error"]
 
 logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
 
@@ -78,6 +78,9 @@ EARLY = 3
 SAME = 0.5
 #: A learned share is trusted until errors are clearly above this multiple of it.
 RETURN = 2.0
+#: The chance, at the share before a cut, of no error in :data:`JUDGE` outcomes under which refusals on
+#: arrival that stopped after the cut are load (see :meth:`LoadErrors.slowed`): a share of 21 % or more.
+STOPPED = 0.1
 # Outcomes known before the share in memory is used rather than the breaker's window.
 _KNOWN = 10
 
@@ -191,7 +194,8 @@ class LoadErrors:
             quick: the error was a refusal on arrival (a rate limiter's, or a backend failing at
                 once). With too few outcomes before for any share after to be clearly lower, the
                 share alone can tell nothing, and the verdict is not given at once: the errors are
-                about load if none recurs in the :data:`JUDGE` outcomes after the cut. A rate
+                about load if none recurs in the :data:`JUDGE` outcomes after the cut, where a
+                site failing at the share before would have none only by chance (:data:`STOPPED`). A rate
                 limiter refuses a client alone in flight as quickly, and only above its rate
                 (nginx's ``limit_req`` answers 503 by default): its first refusal, 1 of 4 outcomes,
                 was judged the site's own at once, the pace climbed with no ceiling, and 64-68 %
@@ -207,8 +211,10 @@ class LoadErrors:
             return  # nothing to compare with: the next cut is judged
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
         self.after_n = self.after_bad = 0
-        self.quick = quick
-        if at_once and not self._fell(0, JUDGE):
+        # (Only where none in JUDGE would be a rarity at the share before: a backend failing 3 % of
+        # its requests at once has none in ten three times in four, and each such cut would stand.)
+        self.quick = quick and (1.0 - before) ** JUDGE <= STOPPED
+        if at_once and not quick and not self._fell(0, JUDGE):
             self._judge(scope)
 
     def _fell(self, bad: int, n: int) -> bool:

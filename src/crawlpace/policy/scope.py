@@ -419,7 +419,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if errors is not None and error and self.generation != generation_before:
             seen = None if breaker is None else breaker.snapshot(now)
             errors.slowed(now, None if seen is None else (seen.error_share or 0.0),
-                          0 if seen is None else seen.outcomes, self.scope, at_once=rampup is not None and not quick,
+                          0 if seen is None else seen.outcomes, self.scope, at_once=rampup is not None,
                           quick=quick)
         if errors is not None and errors.plain and not was_plain:
             if isinstance(manager, ThrottlingScopeManager):
