@@ -29,10 +29,13 @@ def test_a_lone_refusal_on_arrival_that_stops_after_the_cut_is_load() -> None:
     # One quick 503 in four outcomes: no share after the cut could be clearly lower than 1 in 4.
     # Judged at once, that was "not about load"; now the outcomes after the cut decide.
     errors.slowed(3.0, 0.0, 3, at_once=True, quick=True)  # the breaker: 0 of 3 before
-    assert not errors.plain and errors.judging and not errors.slows()
+    assert not errors.plain
+    assert errors.judging
+    assert not errors.slows()
     for t in range(JUDGE):
         errors.record("s", sent_at=4.0 + t, error=False)
-    assert not errors.plain and errors.slows()  # none recurred at the slower pace: about load
+    assert not errors.plain  # none recurred at the slower pace: about load
+    assert errors.slows()
 
 
 def test_a_backend_failing_at_once_is_still_judged_its_own() -> None:
@@ -43,7 +46,8 @@ def test_a_backend_failing_at_once_is_still_judged_its_own() -> None:
     errors.slowed(3.0, 0.0, 3, at_once=True, quick=True)  # the breaker: 0 of 3 before
     for t, error in enumerate((False, True, False)):  # it fails at once at the slower pace too
         errors.record("s", sent_at=4.0 + t, error=error)
-    assert errors.plain and not errors.slows()
+    assert errors.plain
+    assert not errors.slows()
 
 
 async def crawl(seed: int, *, rate: float, seconds: float = 30.0, page: float = 0.01) -> tuple[int, int]:
