@@ -112,3 +112,20 @@ def test_a_rare_quick_error_that_stops_after_the_cut_is_still_the_sites_own() ->
     for t in range(JUDGE):
         errors.record("s", sent_at=40.0 + t, error=False)
     assert errors.plain
+
+
+def test_a_lone_refusal_in_five_that_stops_is_load_after_enough_outcomes() -> None:
+    # Real nginx (burst=1, 503), page 5 refused in 3 ms after four accepted: 1 in 5 before the cut,
+    # 0 of 4 after it read as "not about load" (a fifth of a site's requests failing has none in ten
+    # one time in nine: eleven are asked for), and 66 % of the crawl's requests were refused.
+    errors = LoadErrors()
+    for t in range(4):
+        errors.record("s", sent_at=float(t), error=False)
+    errors.record("s", sent_at=4.0, error=True)
+    errors.slowed(4.0, 0.0, 4, at_once=True, quick=True)
+    for t in range(JUDGE):
+        errors.record("s", sent_at=5.0 + t, error=False)
+    assert errors.judging  # not yet: ten without one is no rarity at a fifth
+    errors.record("s", sent_at=20.0, error=False)
+    assert not errors.judging
+    assert not errors.plain
