@@ -64,8 +64,8 @@ import math
 
 from .signals import ScopeFeedback
 
-__all__ = ["CROWD", "EARLY", "JUDGE", "MEMORY", "RETURN", "SAME", "LoadErrors", "crowded", "is_error",
-           "scattered", "tallied"]
+__all__ = ["CROWD", "EARLY", "JUDGE", "MEMORY", "RETURN", "SAME", "STOPPED", "LoadErrors", "crowded",
+           "is_error", "scattered", "tallied"]
 
 logger = logging.getLogger("crawlpace.policy.scope")  # the scope policy's log lines
 
@@ -79,6 +79,9 @@ EARLY = 3
 SAME = 0.5
 #: A learned share is trusted until errors are clearly above this multiple of it.
 RETURN = 2.0
+#: The chance, at the share before a cut, of no error in the outcomes after it (:data:`JUDGE` or more, up
+#: to three times as many) under which refusals on arrival that stopped are load (:meth:`LoadErrors.slowed`).
+STOPPED = 0.1
 # Outcomes known before the share in memory is used rather than the breaker's window.
 _KNOWN = 10
 #: Counts in flight told apart by the crowding test (:meth:`LoadErrors.crowded`); the last stands for
@@ -164,10 +167,12 @@ class LoadErrors:
         judging: a cut is being judged; ``since`` is when it began.
         before: the error share before that cut, and ``before_n`` the outcomes it was measured on.
         after_n, after_bad: outcomes and errors of requests sent after it.
+        quick: that cut was drawn by a refusal on arrival on a share before that makes its stopping
+            telling: the outcomes after it with no error that make it load (0: no such rule).
     """
 
     __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "learned_bad", "learned_n", "plain",
-                 "recent", "recent_n", "share", "since", "tolerable")
+                 "quick", "recent", "recent_n", "share", "since", "tolerable")
 
     def __init__(self) -> None:
         self.plain = False
@@ -180,6 +185,7 @@ class LoadErrors:
         self.before = 0.0
         self.before_n = 0
         self.after_n = self.after_bad = 0
+        self.quick = 0
         self.recent = 0
         self.recent_n = 0
 
@@ -205,8 +211,11 @@ class LoadErrors:
         if self.judging and sent_at >= self.since:
             self.after_n += 1
             self.after_bad += error
-            # Early when even successes for the rest could not show a fall.
-            if self.after_n >= JUDGE or (self.after_n >= EARLY and not self._fell(self.after_bad, JUDGE)):
+            # Early when even successes for the rest could not show a fall (not for a refusal on
+            # arrival while none recurs: see slowed).
+            if (self.after_n >= JUDGE and (self.after_bad or self.after_n >= self.quick)) or (
+                    self.after_n >= EARLY and not self._fell(self.after_bad, JUDGE)
+                    and (self.after_bad or not self.quick)):
                 self._judge(scope)
         elif self.plain and self.learned_n < _KNOWN:
             # A share learned on a few outcomes is no share yet: two 503s first are a share of 1,
@@ -229,7 +238,7 @@ class LoadErrors:
                                 self.recent_n, 100 * self.share)
 
     def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0, scope: str = "",
-               *, at_once: bool = False) -> None:
+               *, at_once: bool = False, quick: bool = False) -> None:
         """An error slowed the scope at ``now``: judge the cut by the outcomes of sends after it.
 
         With ``at_once`` (rampup's cuts), when the share before rests on so few outcomes that no
@@ -246,6 +255,17 @@ class LoadErrors:
             breaker_n: the outcomes that share was measured on.
             scope: the scope's name, for the log.
             at_once: give a verdict that is known at the cut at once.
+            quick: the error was a refusal on arrival (a rate limiter's, or a backend failing at
+                once). With too few outcomes before for any share after to be clearly lower, the
+                share alone can tell nothing, and the verdict is not given at once: the errors are
+                about load if none recurs in the outcomes after the cut, as many as a site failing
+                at the share before would have none in only by chance (:data:`STOPPED`; at least
+                :data:`JUDGE`, and the rule holds only where at most three times that many do:
+                a share before of 1 in 13 or more). A rate
+                limiter refuses a client alone in flight as quickly, and only above its rate
+                (nginx's ``limit_req`` answers 503 by default): its first refusal, 1 of 4 outcomes,
+                was judged the site's own at once, the pace climbed with no ceiling, and 64-68 %
+                of the crawl's requests were refused (0.03-0.04 of the limit).
         """
         if self.judging:
             return  # a cut during the judgement: the outcomes after the first one still tell
@@ -257,7 +277,12 @@ class LoadErrors:
             return  # nothing to compare with: the next cut is judged
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
         self.after_n = self.after_bad = 0
-        if at_once and not self._fell(0, JUDGE):
+        # The outcomes after the cut in which none would be a rarity (STOPPED) at the share before, if
+        # at most 3 * JUDGE: a backend failing 3 % of its requests at once has none in ten three times
+        # in four, and each such cut would stand. (0: the rule does not apply.)
+        needed = math.ceil(math.log(STOPPED) / math.log1p(-before)) if 0.0 < before < 1.0 else JUDGE
+        self.quick = max(JUDGE, needed) if quick and needed <= 3 * JUDGE else 0
+        if at_once and not self.quick and not self._fell(0, JUDGE):
             self._judge(scope)
 
     def _fell(self, bad: int, n: int) -> bool:
@@ -278,7 +303,9 @@ class LoadErrors:
     def _judge(self, scope: str) -> None:
         self.judging = False
         after = self.after_bad / self.after_n if self.after_n else self.before
-        if not (self.after_n and self._fell(self.after_bad, self.after_n)):
+        # Refusals on arrival that stopped once the pace fell are load (see slowed), however few before.
+        stopped = bool(self.quick) and self.after_n >= self.quick and not self.after_bad
+        if not (self.after_n and (stopped or self._fell(self.after_bad, self.after_n))):
             # The share learned pools both samples: the one after the cut alone is a handful of
             # outcomes (0 of 10 at a 20 % share is no rarity), and a share of 0 would be exceeded
             # by the next error, which would be believed again and cut once more.

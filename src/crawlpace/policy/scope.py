@@ -361,6 +361,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
             rampup is not None and feedback.backoff and not own and not scattered
             and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took)
                  or rampup.held_late(feedback.status is not None, took, inflight, now - took)))
+        # A refusal on arrival not read as a cap's (one alone in flight): a rate limiter's as likely as
+        # the site's own; the cut it makes is judged by whether any recurs (_load_errors' slowed).
+        quick = error and rampup is not None and rampup._quick(feedback.status is not None, took)
         if error and feedback.backoff and errors is None:
             errors = self.load_errors = LoadErrors()
         # (Before the record: the verdict falls in it, and what turned plain here is what to forgive.)
@@ -436,7 +439,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if errors is not None and error and self.generation != generation_before:
             seen = None if breaker is None else breaker.snapshot(now)
             errors.slowed(now, None if seen is None else (seen.error_share or 0.0),
-                          0 if seen is None else seen.outcomes, self.scope, at_once=rampup is not None)
+                          0 if seen is None else seen.outcomes, self.scope, at_once=rampup is not None,
+                          quick=quick)
         if errors is not None and errors.plain and not was_plain:
             if isinstance(manager, ThrottlingScopeManager):
                 manager.backoff.forgive(now)  # its cuts answered errors that were never about the pace

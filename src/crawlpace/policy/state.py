@@ -103,7 +103,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # every worker's outcomes, as one process makes it from its own (each worker judging alone cut a
     # flaky site's shared rate once per worker, and few outcomes each left most workers no verdict).
     "e": ("plain", "share", "learned_n", "learned_bad", "tolerable", "judging", "since", "before", "before_n",
-          "after_n", "after_bad", "recent", "recent_n"),
+          "after_n", "after_bad", "recent", "recent_n", "quick"),
 }
 
 #: Per part, the attributes that are *not* learned state: settings, values derived from them
