@@ -628,6 +628,19 @@ async def test_a_counter_refusing_with_few_in_flight_after_a_slot_cut_is_probed(
     assert out.share >= 0.95
 
 
+async def test_a_counters_lockout_shorter_than_its_span_is_not_fitted_alone() -> None:
+    # 68 per 14.5 s, its periods 0.76 of one in at the crawl's first request (pages in 4 ms, 429s at
+    # once): the first lock-out ends early, while the previous period's share drains, and is fitted at
+    # 6/s (capacity 4.7/s). The search's refusal at 12.9 s and the cut at 17.5 s met a counter full
+    # until its period turned at 18 s: that lock-out's cycle, 3 through in 6.5 s, was fitted at 0.45/s,
+    # and the climb back took 30 s. Its cycle is shorter than the span the counter counts over (the
+    # first lock-out's, 12.5 s): it goes on, fitted whole. Was 0.56 of capacity / 16 refusals; now
+    # 0.89 / 17.
+    out = await crawl(RequestRate(68.0, 14.5, _start=-11.02), 30.0, latency=0.004, instant=True)
+    assert out.share >= 0.8
+    assert out.refused <= 18
+
+
 async def test_a_counter_fitted_to_every_send_is_paced_between_the_counters_that_fit() -> None:
     # 100 per 10 s, periods 2.8 s before the crawl, pages in 3 ms, 429s at once. After the lock-out, the
     # counters that fit every send let 0.85 to 21/s through; the search's refusals at 18-20 s leave 9.6 to
