@@ -641,6 +641,18 @@ async def test_a_counters_lockout_shorter_than_its_span_is_not_fitted_alone() ->
     assert out.refused <= 18
 
 
+async def test_a_counter_fit_on_a_record_too_short_for_its_period_gives_no_fit() -> None:
+    # 245 per 6.49 s, periods 2.2 s before the crawl, pages in 4 ms, 429s at once. At the refusal after
+    # the first lock-out the record (the last 256 sends, older ones dropped: its first two periods are
+    # not judged) spans 3.9 s, and a counter of the true period judges none of its sends: taken as
+    # ruled out, only periods of 3.6 s were judged, and they fitted "54 to 58/s" on a 37.7/s counter;
+    # the level was lifted to 52.8/s and cut twice, the second time by half. Such a counter fits and
+    # is bounded by nothing: no fit. Was 0.64 of capacity / 22 refusals; now 0.65 / 16.
+    out = await crawl(RequestRate(245.0, 6.49, _start=-2.235), 30.0, latency=0.004, instant=True)
+    assert out.refused <= 18
+    assert out.share >= 0.62
+
+
 async def test_a_counter_fitted_to_every_send_is_paced_between_the_counters_that_fit() -> None:
     # 100 per 10 s, periods 2.8 s before the crawl, pages in 3 ms, 429s at once. After the lock-out, the
     # counters that fit every send let 0.85 to 21/s through; the search's refusals at 18-20 s leave 9.6 to
