@@ -107,14 +107,18 @@ class _Record:
         del evidence[EVIDENCE:]
 
     def check(self, period: float, start: float, share: float) -> bool:
-        """Whether the counter of ``period`` from ``start`` may fit: False when no send would be judged,
-        or when the evidence sends alone rule it out (each read from prefix counts over the sorted
-        send times, no tally)."""
+        """Whether the counter of ``period`` from ``start`` may fit: False when the evidence sends alone
+        rule it out (each read from prefix counts over the sorted send times, no tally). Raises
+        :class:`_Loose` when no send would be judged (a record missing older sends, shorter than three
+        such periods): such a counter fits, and the record bounds its rate not at all."""
         self.checks += 1
         times, oks, floor = self.times, self.oks, math.floor
         judged = floor((times[0] - start) / period) + self.skip
         if floor((times[-1] - start) / period) < judged:
-            return False
+            # Older sends dropped, the record judges no send of a counter this long: nothing rules it
+            # out, and nothing bounds it. Taken as ruled out, the shorter periods the record can judge
+            # made the fit (245 per 6.5 s, 256 sends kept over 3.9 s: "54 to 58/s" on a 37.7/s counter).
+            raise _Loose
         need, refused = 0, math.inf
         for i in self.evidence:
             at = times[i]
@@ -216,7 +220,8 @@ class CounterFit:
 def fit_counter(sends: list[tuple[float, bool]], cycle: float, *, complete: bool = True,
                 now: float | None = None) -> CounterFit | None:
     """The request-rate counters ``(N, T, phase)`` that fit every send, or None when none does (or more
-    grid points fit than :data:`SCANS`: the sends bound no counter closely enough to act on). The
+    grid points fit than :data:`SCANS`, or a record missing older sends judges no send of some period
+    tried: the sends bound no counter closely enough to act on). The
     counters it finds, and when they open, are those of the whole grid search (every grid point that
     fits is read send by send); only the grid points ruled out are skipped early.
 
