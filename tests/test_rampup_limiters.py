@@ -623,34 +623,6 @@ async def test_a_counter_refusing_on_arrival_is_paced_after_its_drain(
     assert limiter.peak <= peak
 
 
-async def test_a_counter_refusing_with_few_in_flight_after_a_slot_cut_is_probed() -> None:
-    # HAProxy's 100 per 10 s on a loaded machine (each request reaches it up to 20 ms after its send;
-    # pages in 30 ms, 429s at once, periods 2.8 s before the crawl), as real HAProxy's -vv logs showed
-    # it: the start's first refusal came with several in flight and capped the slots (no episode); the
-    # next ones, with too few in flight to be read as a cap's, opened none either, and the sends went
-    # on at the cut rate until its quiet ended, each refused and counted (pages 101-107 of a real
-    # crawl). Was 0.98 of capacity, 21 refusals, the busiest reading 117; now 1.0, 15, 112 (periods
-    # from the first request: 24 -> 19 refusals).
-    limiter = PeakRequestRate(100.0, 10.0, _start=-2.8)
-    out = await crawl(limiter, 30.0, latency=0.03, instant=True, lag=0.02)
-    assert out.refused <= 18
-    assert limiter.peak <= 115.0
-    assert out.share >= 0.95
-
-
-async def test_a_counters_lockout_shorter_than_its_span_is_not_fitted_alone() -> None:
-    # 68 per 14.5 s, its periods 0.76 of one in at the crawl's first request (pages in 4 ms, 429s at
-    # once): the first lock-out ends early, while the previous period's share drains, and is fitted at
-    # 6/s (capacity 4.7/s). The search's refusal at 12.9 s and the cut at 17.5 s met a counter full
-    # until its period turned at 18 s: that lock-out's cycle, 3 through in 6.5 s, was fitted at 0.45/s,
-    # and the climb back took 30 s. Its cycle is shorter than the span the counter counts over (the
-    # first lock-out's, 12.5 s): it goes on, fitted whole. Was 0.56 of capacity / 16 refusals; now
-    # 0.89 / 17.
-    out = await crawl(RequestRate(68.0, 14.5, _start=-11.02), 30.0, latency=0.004, instant=True)
-    assert out.share >= 0.8
-    assert out.refused <= 18
-
-
 async def test_a_counter_fit_on_a_record_too_short_for_its_period_gives_no_fit() -> None:
     # 245 per 6.49 s, periods 2.2 s before the crawl, pages in 4 ms, 429s at once. At the refusal after
     # the first lock-out the record (the last 256 sends, older ones dropped: its first two periods are

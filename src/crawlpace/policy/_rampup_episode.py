@@ -54,10 +54,7 @@ refusal the drain at a level over the slowest request-rate counter that fits
 every send (below): a counter drains only while it is sent less than its rate,
 refusals counted, so that one never drains there. A lock-out
 within a quarter of the last one's length after it ended is its drain: the
-cycle goes on, to be fitted whole. So does one whose cycle is shorter than the last lock-out's
-where that lock-out outlasted the sending before it (a window's or a counter's): the limiter counts
-over a span that long, and a shorter cycle measured only part of it (a counter full until its period
-turned let 3 through in 6.5 s, fitted at a tenth of its rate).
+cycle goes on, to be fitted whole.
 
 **Counters fitted to every send.** A counter that counts refusals counts every send, so every
 answered send is kept (``_counted``, accepted or refused). At a refusal after a lock-out the sends
@@ -268,9 +265,7 @@ class Episodes:
         page does) is still counting the overshoot. Without an episode the sends went on at the cut
         rate until the quiet ended, each one refused and counted (seven in a row, 12 ms apart, on a
         counter of 100 per 10 s whose pages take 40 ms). The refused send was the episode's first
-        probe: the next waits twice the cut rate's gap, doubling as refused probes do. The same holds for
-        a refusal in that quiet with too few in flight to be read as the cap's (a loaded machine's sends
-        reach the site late and bunched: seven more refused on real HAProxy before the quiet ended).
+        probe: the next waits twice the cut rate's gap, doubling as refused probes do.
         """
         last = self._pushbacks[-1] if self._pushbacks else NEVER
         base = self.baseline()
@@ -449,16 +444,7 @@ class Episodes:
             self._lockout_resume(now)
             if drained > 0.0:
                 self._drain_until = now + (now - since)
-        # A window or a counter (its last lock-out outlasted the sending before it) counts over a span as
-        # long as that lock-out's cycle: a lock-out's cycle shorter than that measured only part of one,
-        # a stretch that a count carried over from before filled (68 per 14.5 s, its periods begun before
-        # the crawl: "3 through in 6.5 s", 0.45/s on 4.7/s, and 30 s of climbing back). The cycle goes on,
-        # to be fitted whole, and the level stays at the cut. (Not after a shorter lock-out, a bucket's
-        # wait or a counter's early end: 100 per 10 s, periods 6 s before the crawl, 20 ms pages, lost
-        # 0.82 -> 0.76 and 0.86 -> 0.68 of capacity when the rule held for every lock-out.)
-        spans = lockout and span < self._fit_span and 2.0 * self.hold_learned >= self._fit_span
-        if ((self._fitted and span < self._fit_span) or (lockout and span < T.late_share * self.hold_learned)
-                or spans):
+        if (self._fitted and span < self._fit_span) or (lockout and span < T.late_share * self.hold_learned):
             self._cycle_ok += 1  # the last lock-out's drain: the cycle goes on, to be fitted whole
             return
         refused, passed = self._cycle_refused, self._drain_passed == self._cycle_start

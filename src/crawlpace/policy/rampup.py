@@ -505,10 +505,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                     self._strict_fit(now, sent_at)
                 self._episode_cut(self._quick(answered, elapsed), sent_at)
                 self._counter_bound(now)
-            elif answered:
-                # In the quiet after a slot cut, with too few in flight to be read as the cap's: the
-                # overshoot may still be counted, as after one that is (the episode's first probe).
-                self._slot_cut_missed(now, sent_at, inflight)
         else:
             shortest = self._gap_ok
             self._note_accepted(now if sent_at is None else sent_at)
