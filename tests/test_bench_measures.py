@@ -7,11 +7,7 @@ shadow and knee are checked against the simulator's own limiter classes on a scr
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
-import sys
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
@@ -21,24 +17,10 @@ from crawlpace.sim._limits import RequestRate
 from crawlpace.sim._rates import HeadersSite
 from crawlpace.sim._stats import SiteStats
 
-BENCH = Path(__file__).resolve().parent.parent / "bench"
+from .bench_scripts import load_bench
 
-
-def load(name: str, path: Path) -> ModuleType:
-    """A bench script as a module (registered first: its dataclasses look themselves up)."""
-    if name in sys.modules:
-        return sys.modules[name]
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-bench = load("_bench_crawl_efficiency", BENCH / "crawl_efficiency.py")
-oracle = load("_bench_oracle", BENCH / "_peers" / "oracle.py")
+bench = load_bench("_bench_crawl_efficiency", "crawl_efficiency.py")
+oracle = load_bench("_bench_oracle", "_peers/oracle.py")
 
 
 # -- the site's own window ----------------------------------------------------------------

@@ -2,25 +2,24 @@
 
 from __future__ import annotations
 
-import asyncio
 import math
-import random
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
 
-from crawlpace import Settings, Throttler
+from crawlpace import Throttler
 from crawlpace.crawl._journal_source import JournalSource
 from crawlpace.crawl._options import CrawlOptions
 from crawlpace.crawl._summary import CrawlSummary
 from crawlpace.frontier._scheduler import Scheduler, Task
 from crawlpace.policy.rampup import Rampup
-from crawlpace.sim._limits import Embargo, TokenBucket
 from crawlpace.stores import MemoryStore
 from crawlpace.testing import MockClock
 
+from .bench_scripts import load_bench
 from .conftest import ThrottlerFactory
+
+holds_battery = load_bench("_bench_holds_battery", "holds_battery.py")
 
 
 async def test_the_scheduler_counts_each_scopes_queued_pages(make_throttler: ThrottlerFactory) -> None:
@@ -121,83 +120,17 @@ def test_rampup_weighs_a_step_for_the_work_it_was_told() -> None:
     assert rampup._work(40.0) == 10_000.0
 
 
-@dataclass
-class _HeldBucket:
-    """A token bucket whose 429 demands ``hold`` seconds of quiet; sends inside it are refused."""
-
-    rate: float
-    burst: float
-    hold: int
-    bucket: TokenBucket = field(init=False)
-    embargo: Embargo = field(default_factory=Embargo)
-    holds: int = 0
-
-    def __post_init__(self) -> None:
-        self.bucket = TokenBucket(self.rate, self.burst)
-
-    def arrive(self, now: float) -> int:
-        if self.embargo.remaining(now) > 0.0:
-            return 429
-        if self.bucket.take(now) == 0.0:
-            return 200
-        self.embargo.extend(now, self.hold)
-        self.holds += 1
-        return 429
-
-
-async def _crawl_pages(site: _HeldBucket, pages: int, *, told: bool, latency: float = 0.003) -> float:
-    """Crawl ``site`` until ``pages`` are accepted, as ``crawlpace crawl`` paces it; the seconds it took.
-    ``told``: the throttler hears the pages left, as the crawl's queue tells it."""
-    clock = MockClock(autojump=True)
-    rng = random.Random(1)
-    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
-                                     "CONCURRENT_REQUESTS": 64})
-    accepted = out = 0
-    done_at = math.inf
-    async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
-        if told:
-            throttler.count_work(lambda scope: (max(0, pages - accepted - out), False))
-
-        async def worker() -> None:
-            nonlocal accepted, out, done_at
-            while accepted < pages and clock.now() < 600.0:
-                async with throttler.slot("https://site.example/page") as permit:
-                    out += 1
-                    if accepted >= pages:
-                        out -= 1
-                        permit.feedback(status=200, latency=0.0)
-                        break
-                    status = site.arrive(clock.now())
-                    took = latency * rng.uniform(0.9, 1.1)
-                    await clock.sleep(took)
-                    accepted += status == 200
-                    if accepted == pages and status == 200:
-                        done_at = clock.now()
-                    out -= 1
-                    if status == 200:
-                        permit.feedback(status=200, latency=took)
-                    else:
-                        permit.feedback(_Answer(status, {"Retry-After": str(site.hold)}), latency=took)
-
-        await asyncio.gather(*(worker() for _ in range(16)))
-    return done_at
-
-
-@dataclass
-class _Answer:
-    status_code: int
-    headers: dict[str, str]
-
-
 @pytest.mark.parametrize(("rate", "burst", "hold"), [(0.93, 3.0, 35), (2.59, 5.0, 27)])
 async def test_a_step_after_a_hold_is_not_bet_on_pages_the_crawl_does_not_have(
         rate: float, burst: float, hold: int) -> None:
     # rate x 20 s of pages: the guess of the work ahead (the sends so far over the time crawled, for
     # as long again) was several times the pages left, and the step it paid for drew a second hold.
     pages = round(rate * 20.0)
-    guessed, told = _HeldBucket(rate, burst, hold), _HeldBucket(rate, burst, hold)
-    took_guessed = await _crawl_pages(guessed, pages, told=False)
-    took_told = await _crawl_pages(told, pages, told=True)
+    # The holds battery's site and crawl (bench/holds_battery.py), 3 ms answers, 16 workers.
+    guessed = holds_battery.HeldBucket(rate, burst, hold)
+    told = holds_battery.HeldBucket(rate, burst, hold)
+    took_guessed, _ = await holds_battery.crawl_pages(guessed, pages, 0.003, count_work=False)
+    took_told, _ = await holds_battery.crawl_pages(told, pages, 0.003, count_work=True)
     assert guessed.holds == 2
     assert told.holds == 1
     assert took_told < 0.75 * took_guessed
