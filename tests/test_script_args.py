@@ -17,7 +17,7 @@ import pytest
 import redis
 
 from crawlpace.policy import quota
-from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, refill, rested, spacing
+from crawlpace.policy._shared_rules import GAP_WEIGHT, LATENCY_WEIGHT, due_at, refill, rested, spacing
 from crawlpace.stores.redis._lua import CLOCK, load_scripts
 from crawlpace.stores.redis._script_args import ACQUIRE, LAYOUTS, RELEASE, Layout
 
@@ -142,3 +142,20 @@ def test_lua_counts_a_sends_gap_as_python_does(redis_server: RedisServer) -> Non
         assert float(client.eval(script, 0, "10", "9.25", "")) == 0.75 == spacing(10.0, 9.25, None)
     finally:
         client.close()
+
+
+def test_lua_tells_when_a_send_was_due_as_python_does(redis_server: RedisServer) -> None:
+    # The memory store and acquire.lua tell by one rule whether a send's due time counts (spacing).
+    client = redis.Redis.from_url(redis_server.url)
+    try:
+        script = CLOCK + ("local due = due_at(tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4]))\n"
+                          "if due == nil then return '' end return string.format('%.17g', due)")
+        for taken, concurrency in ((0, 4), (2, 4), (3, 4), (0, 1), (5, 4)):
+            got = client.eval(script, 0, "0", "12.5", str(taken), str(concurrency))
+            want = due_at(12.5, taken, concurrency)
+            assert (None if got == b"" else float(got)) == want
+        assert due_at(12.5, 2, 4) == 12.5  # a slot to spare: the pace let it go
+        assert due_at(12.5, 3, 4) is None  # the last free slot: it may have waited for the slot
+    finally:
+        client.close()
+

@@ -9,7 +9,7 @@ Lua arithmetic on a real server and compares it with the Python functions.
 
 from __future__ import annotations
 
-__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "lua_prelude", "refill", "rested", "spacing"]
+__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "due_at", "lua_prelude", "refill", "rested", "spacing"]
 
 #: Weight of the newest latency in a scope's mean latency (an exponential moving
 #: average): the memory store, a Redis release (``release.lua``) and an allotment's
@@ -67,6 +67,13 @@ def spacing(now: float, last: float, due: float | None) -> float:
     return now - last
 
 
+def due_at(next_send: float, taken: int, concurrency: int) -> float | None:
+    """When a send admitted now was due, for :func:`spacing`: the scope's next send time, unless the
+    send takes the scope's last free slot (``taken`` slots out or resting before it), which it may have
+    waited for rather than for the pace: then None (not known)."""
+    return next_send if taken + 1 < concurrency else None
+
+
 # The Lua of rested(): a rest not stored (nil) is none.
 _RESTED_LUA = """\
 local function rested(slot_ready, now, rest)
@@ -87,8 +94,12 @@ end
 """
 
 
-# The Lua of spacing(): ``due`` nil when not known.
+# The Lua of due_at() and spacing(): ``due`` nil when not known.
 _SPACING_LUA = """\
+local function due_at(next_send, taken, concurrency)
+  if taken + 1 < concurrency then return next_send end
+  return nil
+end
 local function spacing(now, last, due)
   if due and last <= due and due <= now then return math.max(due - last, now - due) end
   return now - last

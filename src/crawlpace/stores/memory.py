@@ -21,7 +21,7 @@ import random
 from .._clock import Clock
 from .._exceptions import ScopeGivenUp
 from .._settings._config import ScopeConfig, Settings
-from ..policy._shared_rules import LATENCY_WEIGHT
+from ..policy._shared_rules import LATENCY_WEIGHT, due_at
 from ..policy.admission import Demand, ScopeState
 from ..policy.scope import ScopePolicy
 from ..policy.signals import ScopeFeedback
@@ -106,9 +106,8 @@ class _Scope(ScopeState):
         policy = self.policy
         self.stuck = False
         jitter = policy.jitter
-        # When the pace let this send go (before admit moves it), for rampup's measured send rate; none
-        # for a send that takes the scope's last free slot, which it may have waited for (spacing).
-        due = self.next_send if self.inflight + self.resting + 1 < self.limits.concurrency else None
+        # When the pace let this send go (before admit moves it), for rampup's measured send rate.
+        due = due_at(self.next_send, self.inflight + self.resting, self.limits.concurrency)
         slot_ready = self.admit(now, jitter.factor(rng) if jitter.enabled else 1.0)
         if policy.watches:
             policy.on_admit(now, use, due=due)

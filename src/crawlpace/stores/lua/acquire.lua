@@ -28,7 +28,7 @@
 --   latest write of a request of it ("act", stamp.lua: kept for a scope paced by a Crawl-delay,
 --   "" for none), which the admitted request's write keeps the delay after.
 -- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
--- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill, spacing) from policy/_shared_rules.py after it.
+-- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill, due_at, spacing) from policy/_shared_rules.py after it.
 -- ARGV layout (stores/redis/_script_args.py):
 --   head: now lease_id lease_seconds idle_seconds scope_count
 --   each scope: concurrency delay delay_per_slot floor jitter_factor quota_use quota_capacity quota_rate
@@ -157,9 +157,8 @@ for i = 1, n do
     if s[25] > last and s[25] <= now then from = s[25] end
     -- Counted from when the send was due ("next"), by the rule rampup's own record applies
     -- (spacing(), policy/_shared_rules.py): a worker's lag in taking its turn is no gap of the scope's.
-    -- Not for a send that takes the scope's last free slot: it may have waited for that slot.
-    local due = nil
-    if s[23] + s[22] + 1 < s[4] then due = tonumber(s[18]) end
+    -- Not for a send that takes the scope's last free slot (due_at): it may have waited for that slot.
+    local due = due_at(tonumber(s[18]), s[23] + s[22], s[4])
     local g = spacing(now, from, due)
     spaced[i] = string.format("%.12g", g)
     if sent_gap then g = tonumber(sent_gap) + GAP_WEIGHT * (g - tonumber(sent_gap)) end
