@@ -118,15 +118,10 @@ def crowded(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> b
     refusals taken for the site's own from then on (0.07-0.66 of its capacity). The count in flight
     is their own evidence.
     """
-    k = min(max(met, 1), CROWD) - 1
-    n_hi, n_lo = sum(answers[k:]), sum(answers[:k])
+    n_hi, n_lo, q_hi, q_lo = _split(answers, quick, met)
     if n_hi < EARLY or n_lo < EARLY:
         return False
-    q_hi, q_lo = sum(quick[k:]), sum(quick[:k])
-    hi, lo = q_hi / n_hi, q_lo / n_lo
-    pooled = (q_hi + q_lo) / (n_hi + n_lo)
-    spread = 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_hi + 1.0 / n_lo))
-    return hi >= 0.5 and hi - lo > spread
+    return q_hi / n_hi >= 0.5 and q_hi / n_hi - q_lo / n_lo > _spread(n_hi, n_lo, q_hi, q_lo)
 
 
 def scattered(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> bool:
@@ -144,14 +139,24 @@ def scattered(answers: tuple[float, ...], quick: tuple[float, ...], met: int) ->
     each send, refused 2 of 20 requests that met 4 and none of the 15 that met fewer, and taken for
     the site's own errors its refusals cut the rate (0.78 of its capacity, 0.85 before).
     """
-    k = min(max(met, 1), CROWD) - 1
-    n_hi, n_lo = sum(answers[k:]), sum(answers[:k])
-    q_hi, q_lo = sum(quick[k:]), sum(quick[:k])
+    n_hi, n_lo, q_hi, q_lo = _split(answers, quick, met)
     if n_hi < _KNOWN or q_lo < 1 or q_hi / n_hi >= 0.5 - 1.0 / math.sqrt(n_hi):
         return False
-    hi, lo = q_hi / n_hi, q_lo / n_lo
+    return q_hi / n_hi - q_lo / n_lo <= _spread(n_hi, n_lo, q_hi, q_lo)
+
+
+def _split(answers: tuple[float, ...], quick: tuple[float, ...],
+           met: int) -> tuple[float, float, float, float]:
+    """Answers and quick 5xx to requests that met ``met`` or more in flight, then to those that met fewer."""
+    k = min(max(met, 1), CROWD) - 1
+    return sum(answers[k:]), sum(answers[:k]), sum(quick[k:]), sum(quick[:k])
+
+
+def _spread(n_hi: float, n_lo: float, q_hi: float, q_lo: float) -> float:
+    """Two standard deviations of the difference of the two shares ``q_hi / n_hi`` and ``q_lo / n_lo``,
+    the shares pooled: a difference past it is clear."""
     pooled = (q_hi + q_lo) / (n_hi + n_lo)
-    return hi - lo <= 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_hi + 1.0 / n_lo))
+    return 2.0 * math.sqrt(pooled * (1.0 - pooled) * (1.0 / n_hi + 1.0 / n_lo))
 
 
 class LoadErrors:
