@@ -268,8 +268,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seconds", type=float, default=20.0, help="a limited site's time at capacity")
     parser.add_argument("--rows", help="write every crawl's figures to this JSON file")
     parser.add_argument("--against", help="compare with rows an earlier run wrote, crawl by crawl")
-    parser.add_argument("--json", action="store_true", help="print the summary as JSON")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    parser.add_argument("--quick", action="store_true", help="seeds 1-2 only (under a minute)")
     args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds = "1-2"
     todo = jobs(_seeds(args.seeds), [float(x) for x in args.latencies.split(",")], args.seconds)
     with Pool(2) as pool:
         rows = pool.map(one, todo)
@@ -279,9 +282,7 @@ def main(argv: list[str] | None = None) -> int:
     result = {kind: summary([r for r in rows if r["kind"] == kind]) for kind in KINDS}
     result["all"] = summary(rows)
     result["limited"] = summary([r for r in rows if r["kind"] not in ("none", "errors")])
-    if args.json:
-        print(json.dumps(result))
-    else:
+    if not args.json:
         print("| kind | sites | mean | p10 | refused/site | refused % | time x oracle | mean s |")
         print("|---|--:|--:|--:|--:|--:|--:|--:|")
         for kind, s in result.items():
@@ -299,6 +300,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  slower {r['kind']} seed {r['seed']} {r['latency']:g} s {r['pages']} pages {shown}: "
                   f"{b['seconds']:.1f} -> {r['seconds']:.1f} s (oracle {r['oracle']:.1f}), "
                   f"refused {b['refused']} -> {r['refused']}")
+    if args.json:
+        print(json.dumps(result))
     return 0
 
 
