@@ -1,0 +1,309 @@
+"""Quick sites' starts with the work known, on a fake clock: rampup's time to crawl against the oracle's.
+
+The start phase of a site answering under 20 ms doubles once a round (``_rampup_start``), which keeps
+an unlimited site with 50-300 pages (the random farm's ``errors`` kind) at a few seconds where the
+oracle takes a fraction of one. Every limited kind of the random farm answers as quickly, so a faster
+start must be judged on both: this battery draws quick sites as ``crawlpace sim random`` draws them
+(the kinds below, parameters from its ranges), tells the throttler each site's pages left as
+``crawlpace crawl``'s queue does (``Throttler.count_work``), and crawls each until its pages are
+accepted. Answers take ``--latencies`` seconds (all under the start's 20 ms latency signal).
+
+Kinds: ``none`` (no limit, 50-300 pages), ``errors`` (no limit, 5-30 % instant 5xx, 50-300 pages),
+``bucket`` (0.5-60/s, burst 1-20, plain 429 or ``Retry-After`` of the next token), ``strict`` (0.5-30/s,
+no burst), ``holds`` (0.5-30/s, burst 1-10, 1-60 s holds), ``fixed`` (N per 1-30 s window on the
+clock), ``reqrate`` (HAProxy's counter, refused requests counted, period 1-60 s). A limited site has
+``capacity x U(0.5, 1) x --seconds`` pages (at least 10, at most 1,500), as the farm draws them.
+
+Figures per kind: the mean and 10th percentile of oracle time / crawl time (capped at 1), refusals per
+site and as a share of requests, and the summed crawl time over the oracle's. The oracle sends at the
+limit (a bucket's burst at once, a window's count at its start, a counter's allowance at once) and an
+unlimited site at one page per answer on 16 connections (far quicker than any polite start: compare
+two trees' ``mean s``, not the shares, on the unlimited kinds). Deterministic.
+
+    PYTHONPATH=src python bench/start_battery.py --seeds 1-20 --json
+    PYTHONPATH=src python bench/start_battery.py --rows /tmp/new.json --against /tmp/base.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import math
+import random
+import statistics
+from dataclasses import dataclass, field
+from multiprocessing import Pool
+from typing import Any, Protocol
+
+from crawlpace import Settings, Throttler
+from crawlpace.sim._limits import Embargo, TokenBucket
+from crawlpace.testing import MockClock
+
+URL = "https://site.example/page"
+KINDS = ("none", "errors", "bucket", "strict", "holds", "fixed", "reqrate")
+WORKERS = 16
+PARAMS = ("rate", "burst", "hold", "limit", "window", "period")
+
+
+@dataclass
+class Answer:
+    status_code: int
+    headers: dict[str, str] = field(default_factory=dict)
+
+
+class Site(Protocol):
+    def arrive(self, now: float) -> Answer: ...
+
+
+@dataclass
+class Open:
+    """No limit; ``errors`` of the answers are an instant 5xx, drawn from ``seed``."""
+
+    errors: float = 0.0
+    seed: int = 0
+    rng: random.Random = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.rng = random.Random(self.seed)
+
+    def arrive(self, now: float) -> Answer:
+        return Answer(503 if self.rng.random() < self.errors else 200)
+
+
+@dataclass
+class Bucket:
+    """A token bucket: a plain 429, the next token's wait (``wait``), or a hold (``hold`` seconds)."""
+
+    rate: float
+    burst: float
+    hold: int = 0
+    wait: bool = False
+    bucket: TokenBucket = field(init=False)
+    embargo: Embargo = field(default_factory=Embargo)
+
+    def __post_init__(self) -> None:
+        self.bucket = TokenBucket(self.rate, self.burst)
+
+    def arrive(self, now: float) -> Answer:
+        if self.hold and self.embargo.remaining(now) > 0.0:
+            return Answer(429, {"Retry-After": str(math.ceil(self.embargo.remaining(now)))})
+        wait = self.bucket.take(now)
+        if wait == 0.0:
+            return Answer(200)
+        if self.hold:
+            self.embargo.extend(now, self.hold)
+            return Answer(429, {"Retry-After": str(self.hold)})
+        if self.wait:
+            return Answer(429, {"Retry-After": str(max(1, math.ceil(wait)))})
+        return Answer(429)
+
+
+@dataclass
+class Window:
+    """``limit`` per window of ``window`` seconds aligned to the clock, ``phase`` of one gone at 0."""
+
+    limit: int
+    window: float
+    phase: float
+    _index: int = -1
+    _used: int = 0
+
+    def arrive(self, now: float) -> Answer:
+        index = math.floor(now / self.window + self.phase)
+        if index != self._index:
+            self._index, self._used = index, 0
+        if self._used >= self.limit:
+            return Answer(429)
+        self._used += 1
+        return Answer(200)
+
+
+@dataclass
+class Counter:
+    """HAProxy's ``http_req_rate``: every request counted, refused ones too, the previous period blended."""
+
+    limit: float
+    period: float
+    phase: float
+    _start: float = field(init=False)
+    _current: int = 0
+    _previous: int = 0
+
+    def __post_init__(self) -> None:
+        self._start = -self.phase * self.period
+
+    def arrive(self, now: float) -> Answer:
+        periods = math.floor((now - self._start) / self.period)
+        if periods >= 1:
+            self._previous = self._current if periods == 1 else 0
+            self._current = 0
+            self._start += periods * self.period
+        self._current += 1
+        blended = self._current + self._previous * (1.0 - (now - self._start) / self.period)
+        return Answer(429 if blended > self.limit else 200)
+
+
+def _log_uniform(rng: random.Random, low: float, high: float) -> float:
+    return math.exp(rng.uniform(math.log(low), math.log(high)))
+
+
+def draw(kind: str, rng: random.Random, seconds: float) -> tuple[Site, int, float, dict[str, Any]]:
+    """A site of ``kind``: (site, pages, oracle seconds less latency, parameters)."""
+    if kind in ("none", "errors"):
+        pages = rng.randint(50, 300)
+        errors = round(rng.uniform(0.05, 0.3), 2) if kind == "errors" else 0.0
+        return Open(errors, rng.randrange(2**31)), pages, 0.0, {"errors": errors}
+    if kind in ("bucket", "strict", "holds"):
+        rate = round(_log_uniform(rng, 0.5, 60.0 if kind == "bucket" else 30.0), 3)
+        burst = 1 if kind == "strict" else rng.randint(1, 20 if kind == "bucket" else 10)
+        hold = round(_log_uniform(rng, 1.0, 60.0)) if kind == "holds" else 0
+        wait = kind != "holds" and rng.random() < 0.7
+        pages = min(max(round(rate * rng.uniform(0.5, 1.0) * seconds), 10), 1500)
+        site: Site = Bucket(rate, float(burst), hold, wait)
+        return site, pages, max(0.0, pages - burst) / rate, {"rate": rate, "burst": burst, "hold": hold}
+    if kind == "fixed":
+        window = round(_log_uniform(rng, 1.0, min(30.0, seconds / 2)), 2)
+        limit = max(round(_log_uniform(rng, 0.5, 30.0) * window), math.ceil(0.5 * window))
+        pages = min(max(round(limit / window * rng.uniform(0.5, 1.0) * seconds), 10), 1500)
+        phase = round(rng.random(), 3)
+        first = (1.0 - phase) * window  # the oracle's first window ends here
+        periods = max(0, math.ceil(pages / limit) - 1)
+        return Window(limit, window, phase), pages, (first + (periods - 1) * window if periods else 0.0), {
+            "limit": limit, "window": window}
+    if kind == "reqrate":
+        period = round(_log_uniform(rng, 1.0, 60.0), 2)
+        limit = max(round(_log_uniform(rng, 0.5, 60.0) * period), math.ceil(0.5 * period), 10)
+        pages = min(max(round(limit / period * rng.uniform(0.5, 1.0) * seconds), 10), 1500)
+        phase = round(rng.random(), 3)
+        return Counter(float(limit), period, phase), pages, max(0.0, pages - limit) * period / limit, {
+            "limit": limit, "period": period}
+    raise ValueError(kind)
+
+
+async def crawl_pages(site: Site, pages: int, latency: float, *, cap: float = 300.0,
+                      seed: int = 1) -> tuple[float, int, int]:
+    """Crawl ``site`` until ``pages`` are accepted (or ``cap`` virtual seconds), robots.txt first;
+    (seconds, requests, refusals). An error is resent as ``crawlpace crawl`` resends it (at the back
+    of the queue, under the scope's pace)."""
+    clock = MockClock(autojump=True)
+    rng = random.Random(seed)
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+                                     "CONCURRENT_REQUESTS": 64})
+    accepted = refused = sent = out = 0
+    done_at = cap
+    async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:
+        if hasattr(throttler, "count_work"):
+            throttler.count_work(lambda _scope: (max(0, pages - accepted - out), False))
+        async with throttler.slot("https://site.example/robots.txt") as permit:
+            await clock.sleep(latency)
+            permit.feedback(Answer(200), latency=latency)
+
+        async def worker() -> None:
+            nonlocal accepted, refused, done_at, out, sent
+            while accepted + out < pages and clock.now() < cap:
+                async with throttler.slot(URL) as permit:
+                    out += 1
+                    if accepted >= pages or clock.now() >= cap:
+                        out -= 1
+                        permit.feedback(status=200, latency=0.0)
+                        break
+                    sent += 1
+                    answer = site.arrive(clock.now())
+                    took = (0.001 if answer.status_code != 200 else latency) * rng.uniform(0.9, 1.1)
+                    await clock.sleep(took)
+                    out -= 1
+                    if answer.status_code == 200:
+                        accepted += 1
+                        if accepted == pages:
+                            done_at = clock.now()
+                    else:
+                        refused += 1
+                    permit.feedback(answer, latency=took)
+
+        await asyncio.gather(*(worker() for _ in range(WORKERS)))
+    return done_at, sent, refused
+
+
+def jobs(seeds: list[int], latencies: list[float], seconds: float) -> list[tuple[str, int, float, float]]:
+    """Every kind at every latency for every seed."""
+    return [(kind, seed, latency, seconds) for seed in seeds for kind in KINDS for latency in latencies]
+
+
+def one(job: tuple[str, int, float, float]) -> dict[str, Any]:
+    """Draw and crawl one site; its figures."""
+    kind, seed, latency, seconds = job
+    rng = random.Random(f"{kind}-{seed}")
+    site, pages, oracle, params = draw(kind, rng, seconds)
+    took, sent, refused = asyncio.run(crawl_pages(site, pages, latency, seed=seed))
+    if kind in ("none", "errors"):
+        oracle = math.ceil(pages / (1.0 - params["errors"]) / WORKERS) * latency
+    oracle = max(oracle, latency)
+    return {"kind": kind, "seed": seed, "latency": latency, "pages": pages, **params,
+            "seconds": round(took, 3), "oracle": round(oracle, 3), "sent": sent, "refused": refused,
+            "share": min(1.0, oracle / took)}
+
+
+def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Mean and p10 share, refusals per site and per request, summed time over the oracle's, mean seconds."""
+    shares = sorted(r["share"] for r in rows)
+    sent, oracle = sum(r["sent"] for r in rows), sum(r["oracle"] for r in rows)
+    return {"sites": len(rows), "mean": round(statistics.mean(shares), 3),
+            "p10": round(shares[len(shares) // 10], 3),
+            "refused": round(statistics.mean(r["refused"] for r in rows), 2),
+            "refused_share": round(sum(r["refused"] for r in rows) / max(1, sent), 4),
+            "time_x_oracle": round(sum(r["seconds"] for r in rows) / max(1e-9, oracle), 3),
+            "seconds": round(statistics.mean(r["seconds"] for r in rows), 2)}
+
+
+def _seeds(text: str) -> list[int]:
+    low, _, high = text.partition("-")
+    return list(range(int(low), int(high or low) + 1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="1-10", help="seeds, 'A-B' (default 1-10)")
+    parser.add_argument("--latencies", default="0.003,0.01", help="answer times, comma-separated")
+    parser.add_argument("--seconds", type=float, default=20.0, help="a limited site's time at capacity")
+    parser.add_argument("--rows", help="write every crawl's figures to this JSON file")
+    parser.add_argument("--against", help="compare with rows an earlier run wrote, crawl by crawl")
+    parser.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    parser.add_argument("--quick", action="store_true", help="seeds 1-2 only (under a minute)")
+    args = parser.parse_args(argv)
+    if args.quick:
+        args.seeds = "1-2"
+    todo = jobs(_seeds(args.seeds), [float(x) for x in args.latencies.split(",")], args.seconds)
+    with Pool(2) as pool:
+        rows = pool.map(one, todo)
+    if args.rows:
+        with open(args.rows, "w", encoding="utf-8") as f:
+            json.dump(rows, f)
+    result = {kind: summary([r for r in rows if r["kind"] == kind]) for kind in KINDS}
+    result["all"] = summary(rows)
+    result["limited"] = summary([r for r in rows if r["kind"] not in ("none", "errors")])
+    if not args.json:
+        print("| kind | sites | mean | p10 | refused/site | refused % | time x oracle | mean s |")
+        print("|---|--:|--:|--:|--:|--:|--:|--:|")
+        for kind, s in result.items():
+            print(f"| {kind} | {s['sites']} | {s['mean']:.3f} | {s['p10']:.3f} | {s['refused']:.2f} | "
+                  f"{100 * s['refused_share']:.1f} | {s['time_x_oracle']:.2f} | {s['seconds']:.2f} |")
+    if args.against:
+        with open(args.against, encoding="utf-8") as f:
+            before = json.load(f)
+        pairs = list(zip(before, rows, strict=True))
+        worse = [(b, r) for b, r in pairs if r["seconds"] > b["seconds"] * 1.1 + 0.2]
+        better = [(b, r) for b, r in pairs if r["seconds"] * 1.1 + 0.2 < b["seconds"]]
+        print(f"against {len(rows)} crawls: {len(better)} faster, {len(worse)} slower (by 10 % + 0.2 s)")
+        for b, r in sorted(worse, key=lambda p: p[0]["seconds"] - p[1]["seconds"])[:12]:
+            shown = {k: v for k, v in r.items() if k in PARAMS}
+            print(f"  slower {r['kind']} seed {r['seed']} {r['latency']:g} s {r['pages']} pages {shown}: "
+                  f"{b['seconds']:.1f} -> {r['seconds']:.1f} s (oracle {r['oracle']:.1f}), "
+                  f"refused {b['refused']} -> {r['refused']}")
+    if args.json:
+        print(json.dumps(result))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
