@@ -623,6 +623,23 @@ async def test_a_counter_refusing_on_arrival_is_paced_after_its_drain(
     assert limiter.peak <= peak
 
 
+async def test_a_counter_refusing_with_few_in_flight_after_a_slot_cut_is_probed() -> None:
+    # HAProxy's 100 per 10 s on a loaded machine (each request reaches it up to 20 ms after its send;
+    # pages in 30 ms, 429s at once, periods 2.8 s before the crawl), as real HAProxy's -vv logs showed
+    # it: the start's first refusal came with several in flight and capped the slots (no episode); the
+    # next ones, refused on arrival with too few in flight to be read as a cap's, opened none either,
+    # and the sends went on at the cut rate until its quiet ended, each refused and counted (pages
+    # 101-107 of a real crawl). Was 0.98 of capacity, 21 refusals, the busiest reading 117; now 1.04,
+    # 15, 112 (periods from the first request: 24 -> 19 refusals). (counters9's rule, taken out at its
+    # merge: it held for refusals as slow as a page too, and a fleet of 3 workers on a bucket, each
+    # seeing only its own sends, probed there: 19.5/s against one process's 22.1/s.)
+    limiter = PeakRequestRate(100.0, 10.0, _start=-2.8)
+    out = await crawl(limiter, 30.0, latency=0.03, instant=True, lag=0.02)
+    assert out.refused <= 18
+    assert limiter.peak <= 115.0
+    assert out.share >= 0.95
+
+
 async def test_a_counter_fit_on_a_record_too_short_for_its_period_gives_no_fit() -> None:
     # 245 per 6.49 s, periods 2.2 s before the crawl, pages in 4 ms, 429s at once. At the refusal after
     # the first lock-out the record (the last 256 sends, older ones dropped: its first two periods are

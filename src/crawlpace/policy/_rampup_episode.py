@@ -265,7 +265,11 @@ class Episodes:
         page does) is still counting the overshoot. Without an episode the sends went on at the cut
         rate until the quiet ended, each one refused and counted (seven in a row, 12 ms apart, on a
         counter of 100 per 10 s whose pages take 40 ms). The refused send was the episode's first
-        probe: the next waits twice the cut rate's gap, doubling as refused probes do.
+        probe: the next waits twice the cut rate's gap, doubling as refused probes do. The same holds for
+        a refusal on arrival in that quiet with too few in flight to be read as the cap's (a loaded
+        machine's sends reach the site late and bunched: seven more refused on real HAProxy before the
+        quiet ended), not for one as slow as a page (a bucket's, met by a fleet's worker that does not
+        see the others' sends).
         """
         last = self._pushbacks[-1] if self._pushbacks else NEVER
         base = self.baseline()

@@ -505,6 +505,13 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                     self._strict_fit(now, sent_at)
                 self._episode_cut(self._quick(answered, elapsed), sent_at)
                 self._counter_bound(now)
+            elif self._quick(answered, elapsed):
+                # Refused on arrival in the quiet after a slot cut, with too few in flight to be read as
+                # the cap's: the overshoot may still be counted, as after one that is (the episode's
+                # first probe). (Not a refusal as slow as a page: a bucket's, a fleet's worker that
+                # does not see the others' sends; probing there cost a fleet of 3 on a bucket 0.88 x
+                # one process's rate.)
+                self._slot_cut_missed(now, sent_at, inflight)
         else:
             shortest = self._gap_ok
             self._note_accepted(now if sent_at is None else sent_at)
