@@ -668,8 +668,9 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         self.hung_silence(now, elapsed)
 
     def forgive(self, now: float, *, keep_cap: bool = False) -> None:
-        """The errors that cut the rate were judged the site's own, not load (``_load_errors``):
-        climb again, as the start phase does, with no ceiling, from the rate they left or the start
+        """The errors that cut the rate were judged the site's own, not load (``_load_errors``): undo
+        their cuts. With no 429 seen (below), climb again, as the start phase does, with no ceiling,
+        from the rate they left or the start
         phase's good rate (the rate in force at its last answered send, at least the starting rate),
         whichever is higher: their cuts answered nothing, and a quick site doubling again from half
         its starting rate took seconds to climb back (a 15 ms site with 20 % 503s: 0.75 of the clean
