@@ -903,6 +903,24 @@ async def test_errors_not_about_load_on_a_site_that_caps_its_requests_in_flight(
     assert out.refused <= refusals
 
 
+@pytest.mark.parametrize(("limiter", "errors", "seed", "share"), [
+    # A bucket of 10/s (burst 5), 20 % of its pages failing 502: the verdict "not load" dropped the
+    # ceiling its 429s had set, the start doubled past it to 60/s, and the overshoot's refusals fitted
+    # a pace of 2.6/s (48e517d: 0.44 with 15 refusals).
+    (Bucket(10.0, 5.0), 0.2, 2, 0.85),
+    # A bucket of 3/s (burst 3), the same errors: a 502 on a probe of the episode was taken for the
+    # bucket's refusal, the probe gap doubled, and the lock-out fit paced it at 1.6/s (48e517d: 0.70).
+    (Bucket(3.0, 3.0), 0.2, 4, 0.85),
+], ids=["bucket10-20pc", "bucket3-20pc-probe"])
+async def test_a_buckets_429s_outlive_the_verdict_on_the_sites_own_5xx(limiter: Limiter, errors: float,
+                                                                      seed: int, share: float) -> None:
+    # The verdict "not load" concerns the 5xx: the ceiling and the pace the bucket's 429s set stand, and
+    # a 5xx is a request the bucket let through.
+    out = await crawl(limiter, 40.0, errors=errors, seed=seed)
+    assert out.share / (1.0 - errors) >= share
+    assert out.refused <= 10
+
+
 async def test_a_maximum_of_slots_set_by_the_user_is_a_hard_cap() -> None:
     # A knee at 12 would call for more slots; the user's 8 holds: a server refusing past 8 in flight
     # refuses nothing.

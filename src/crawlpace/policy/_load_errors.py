@@ -29,7 +29,8 @@ slowing down does. So the first such errors are believed: they slow the scope
    tolerate that share. If the share fell, the errors were
    about load, and the rule waits for the next cut to judge again.
 
-Under rampup the same verdict sends rampup back to its start phase (``Rampup.forgive``), and a
+Under rampup the same verdict sends rampup back to its start phase (``Rampup.forgive``; where a 429
+had cut the rate before, to the pace before the errors' first cut: the limiter's evidence stands), and a
 refusal on arrival with several requests in flight is not weighed here: it is a cap on requests
 in flight, whose refusals a slower rate does not lower (the scope policy leaves it out), nor is one
 that may be a cap's whose slot is freed late (``Rampup.held_late``).

@@ -148,6 +148,14 @@ logger = logging.getLogger(__name__)
 RAMPUP_JITTER = Jitter(0.0, T.tolerance)
 #: Accepted sends kept to find the one before a refused send (more than are in flight at once).
 OK_SENDS_KEPT = 64
+#: What a cut moves and what a verdict "not load" puts back (:meth:`Rampup.forgive`): the pace, the
+#: ceiling and the climb to it, the search, the episode and the fits under way, the level
+#: remembered before a fall. Not what the answers showed (latency, the sends and their gaps), nor the
+#: generation (feedback from before the cut still counts once).
+_PACE = ("rate", "phase", "ceiling", "last_pushback_rate", "above_since", "_pushbacks", "_cut_rate",
+         "_gentle", "_good_rate", "_epoch", "_k", "_climb", "_probe_c", "_top", "_probe_after", "_ep_since",
+         "_ep_gap", "_fitted", "_fit_span", "_strict_gap", "_no_burst", "_recall", "_recall_wait",
+         "_recall_from", "_recall_span", "_recall_last", "_recall_next", "_recall_next_span")
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +376,18 @@ class RampupState:
     # (_rampup_bucket). This process's own queue, not shared: a fleet's worker holds a part of it.
     _left: int = -1
     _more: bool = True
+    # -- errors7 -- a refusal that is no 5xx (a 429) cut the rate: a limiter's, whatever the errors are.
+    _limited: bool = False
+    # The pace before the first cut drawn by 5xx on a limited scope (_load_errors), which a verdict "not
+    # load" puts back (forgive): empty when none is pending; and whether a limiter's refusal cut the rate
+    # since (its evidence is newer, and stands). This process's own, not shared.
+    _undo: tuple[object, ...] = ()
+    _undo_void: bool = False
+
+
+def _copied(value: object) -> object:
+    """A value of the controller's state as it is now (a deque is copied: the state goes on moving it)."""
+    return deque(value, maxlen=value.maxlen) if isinstance(value, deque) else value
 
 
 class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyWatch, StartPhase, SearchClimb,
@@ -420,7 +440,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
 
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
                     answered: bool = True, elapsed: float | None = None, inflight: int | None = None,
-                    lag: float = 0.0) -> bool:
+                    lag: float = 0.0, error: bool = False) -> bool:
         """Take one outcome.
 
         Args:
@@ -434,11 +454,29 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             lag: seconds from its send to the moment the caller began to send it, which
                 ``latency`` does not hold (a fleet worker's wait for the store's reply): its
                 arrival came that much later (the arrivals' spread, ``_rampup_cut``).
+            error: the pushback is a 5xx or a failure, whose cut the scope's error rule may judge
+                not about load (``_load_errors``), not a limiter's refusal (a 429): see :meth:`forgive`.
 
         Returns:
             True when :attr:`rate` changed.
         """
-        before = self.rate
+        before, generation = self.rate, self.generation
+        undo = pushback and error and self._limited and not self._undo
+        pace = tuple(_copied(getattr(self, name)) for name in _PACE) if undo else ()
+        self._on_response(now, pushback=pushback, current=current, latency=latency, answered=answered,
+                          elapsed=elapsed, inflight=inflight, lag=lag, error=error)
+        if self.generation != generation and pushback:
+            if pace:
+                self._undo = pace  # the first cut of the errors under judgement
+            elif not error:
+                self._limited = True
+                # A limiter's refusal cut since: the pace before the errors is no better.
+                self._undo_void = bool(self._undo)
+        return self.rate != before
+
+    def _on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
+                     answered: bool, elapsed: float | None, inflight: int | None, lag: float,
+                     error: bool) -> None:
         if self.phase == "start" and not pushback:  # a refusal on arrival says nothing of service time
             self._start_latency(latency)
         # Like TCP, cut at most once per round trip: answers to requests that were
@@ -453,12 +491,18 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at,
                                                  alone=inflight is not None and inflight <= 1)
         self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
+        # A 5xx answered by a site whose limiter refuses with 429s: the limiter let the request through
+        # and the backend failed it. The limiter's books count it accepted (a probe it ends an episode,
+        # its gap was allowed), and its cut is a plain one, which the error rule judges: taken for a
+        # refused probe, a backend's 502 doubled an episode's probe gap, and the lock-out fit paced a
+        # bucket of 3/s at 1.5/s (with 20 % of its pages failing: 0.67 of its capacity, 0.98 without).
+        passed = pushback and error and answered and self._limited
         if answered:
-            self._note_counted(now if sent_at is None else sent_at, not pushback)
+            self._note_counted(now if sent_at is None else sent_at, not pushback or passed)
         if pushback:
             self.note_refusal(answered, elapsed, inflight, sent_at=sent_at)
             inflight = self._met(inflight, sent_at, elapsed)  # (the count it met, not the one at its answer)
-            if answered:
+            if answered and not passed:
                 self._note_refusal_held(now, sent_at, self._resumed_at)
                 self._note_refused_gap(sent_at)
         if stuck:
@@ -475,9 +519,9 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # No gap was sent yet: a cut would halve a rate the site never saw (_rampup_start).
             self._decide(now, "first: the scope's first send was refused; no rate was sent yet, "
                          "nothing to cut")
-        elif pushback and answered and self._counter_pinned(now):
+        elif pushback and answered and not passed and self._counter_pinned(now):
             pass  # (paced under the counter every send fits, after its reading falls: no cut)
-        elif pushback and answered and not self._episode_opens(now, can_cut, sent_at):
+        elif pushback and answered and not passed and not self._episode_opens(now, can_cut, sent_at):
             self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
                          f"{self._ep_gap:.3g}s, until one is accepted")
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
@@ -490,6 +534,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self._ep_since, self._ep_gap = _NEVER, 0.0
             if not can_cut and answered:
                 self._slot_cut_missed(now, sent_at, inflight)  # (unless the capped slots explain it)
+        elif passed:
+            self._let_through(now, now if sent_at is None else sent_at)
+            if can_cut:
+                self._cut(now, reason="pushback", sent_at=sent_at)
         elif pushback and can_cut and answered and self._jitter_refused(now, sent_at):
             self._episode_cut()  # (no cut: probes at the level until one is accepted)
         elif pushback:
@@ -559,7 +607,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             else:
                 self._knee_slots(now)
                 self._freeze(now)
-        return self.rate != before
 
 
     # -- moves -----------------------------------------------------------------
@@ -628,8 +675,9 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         self.hung_silence(now, elapsed)
 
     def forgive(self, now: float, *, keep_cap: bool = False) -> None:
-        """The errors that cut the rate were judged the site's own, not load (``_load_errors``):
-        climb again, as the start phase does, with no ceiling, from the rate they left or the start
+        """The errors that cut the rate were judged the site's own, not load (``_load_errors``): undo
+        their cuts. With no 429 seen (below), climb again, as the start phase does, with no ceiling,
+        from the rate they left or the start
         phase's good rate (the rate in force at its last answered send, at least the starting rate),
         whichever is higher: their cuts answered nothing, and a quick site doubling again from half
         its starting rate took seconds to climb back (a 15 ms site with 20 % 503s: 0.75 of the clean
@@ -644,7 +692,26 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         policy), and a flaky backend failing at once looks like a cap's refusal with several in
         flight. A cap read from latency (a queue) stays, and so does one the site's quick 5xx are
         seen to follow (``keep_cap``: refused mostly past it, and seldom under it).
+
+        Where a refusal that is no 5xx (a bucket's 429) had cut the rate before the errors' first
+        cut, the ceiling and the pace are a limiter's, which the verdict on the 5xx does not touch:
+        the pace is put back as it was before that cut (:meth:`on_response`'s ``error``), the slot
+        cap as above, and a limiter's cut since stands. Dropped with the rest, a bucket's ceiling
+        of 25/s was doubled past to 99/s, and the bucket's refusals of that overshoot fitted a pace
+        under half its rate (0.44-0.61 of its capacity with 5-20 % of its pages failing). (A ceiling
+        read from quick 5xx is as suspect as the slot cap they set: it goes with the errors' cuts.)
         """
+        undo, void = self._undo, self._undo_void
+        self.keep_cuts()
+        if undo:
+            if not void:
+                for name, value in zip(_PACE, undo, strict=True):
+                    setattr(self, name, value)
+            if not (self._queue_cap or keep_cap):
+                self.slot_cap = math.inf
+            self._decide(now, "steady: the errors that cut the rate are the site's own, not load; "
+                         f"back to {self.rate:.3g}/s, the ceiling the limiter set stands")
+            return
         if not (self._queue_cap or keep_cap):
             self.slot_cap = math.inf
         self._pushbacks.clear()
@@ -662,6 +729,26 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self._start_grow(now, 1.0 / self.rate, self._start_round(), self._rate_cap())
         self._decide(now, "start: the errors that cut the rate are the site's own, not load; "
                      "doubling again from here")
+
+    def let_through(self, now: float, sent_at: float) -> None:
+        """A 5xx judged the site's own (no pushback), answered at ``now`` to a send at ``sent_at``: where
+        the site's limiter refuses with 429s, it let this request through (see :meth:`on_response`).
+
+        (Left out of the record of counted sends, as before: added, a bucket of 10/s with 20 % of its
+        pages failing was fitted to a request-rate counter of 23-28/s, 30 refusals in 40 s.)"""
+        if self._limited:
+            self._let_through(now, sent_at)
+
+    def _let_through(self, now: float, sent: float) -> None:
+        """The limiter's books for a request it let through that the backend failed: an accepted gap, an
+        accepted send for the bucket fit, a probe that ends the episode under way."""
+        self._note_accepted(sent)
+        self._note_ok_send(sent)
+        self._episode_answer(now, sent)
+
+    def keep_cuts(self) -> None:
+        """The errors' cuts were judged about load (or forgiven): they stand, with nothing to put back."""
+        self._undo, self._undo_void = (), False
 
     def _freeze(self, now: float) -> None:
         """Latency at the knee: hold the rate, and end the start phase there."""

@@ -369,7 +369,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # (Before the record: the verdict falls in it, and what turned plain here is what to forgive.)
         was_plain = errors is not None and errors.plain
         if errors is not None:
+            was_judging = errors.judging
             errors.record(self.scope, sent_at=sent_at, error=error)
+            if was_judging and not (errors.judging or errors.plain) and rampup is not None:
+                rampup.keep_cuts()  # judged about load: the cut stands
             # Believed again here, a verdict of plain errors at this outcome's cut is a new one: its
             # cuts are forgiven (a knee of 7 with 3 % of its requests failing at once, believed again
             # and judged its own at one refusal, kept the slot cap of 5 it read from it: 0.58).
@@ -415,11 +418,13 @@ class ScopePolicy(ScopeGates, GradualSlots):
         if rampup is not None:
             if feedback.failed and not feedback.backoff and feedback.status is None and error:
                 rampup.on_hang(now, now - sent_at)  # judged the site's own: only its slot counts
+            elif feedback.failed and not feedback.backoff and error:
+                rampup.let_through(now, sent_at)  # the site's own 5xx: its limiter let the request through
             elif feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
                                    elapsed=now - sent_at, inflight=None if scattered else inflight,
-                                   lag=feedback.lag)
+                                   lag=feedback.lag, error=is_error(feedback))
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
@@ -441,6 +446,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             errors.slowed(now, None if seen is None else (seen.error_share or 0.0),
                           0 if seen is None else seen.outcomes, self.scope, at_once=rampup is not None,
                           quick=quick)
+            if rampup is not None and not (errors.judging or errors.plain):
+                rampup.keep_cuts()  # a cut not judged (nothing to compare with) has nothing to put back
         if errors is not None and errors.plain and not was_plain:
             if isinstance(manager, ThrottlingScopeManager):
                 manager.backoff.forgive(now)  # its cuts answered errors that were never about the pace

@@ -96,7 +96,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_ok_count", "_first_send", "_held_refusals", "_hold_end", "_belief", "_kept", "_refit_at",
           "_slots_open", "_opened_at", "_answers", "_lag_lo", "_lag_hi", "_lag_probe", "_lag_gap",
           "_lag_at", "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since", "_crowd_n", "_crowd_quick",
-          "_pinned", "_counter_lo", "_counter_hi", "_counter_span", "_counter_open"),  # rampup
+          "_pinned", "_counter_lo", "_counter_hi", "_counter_span", "_counter_open", "_limited"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
     # The verdict on the scope's errors (policy/_load_errors.py): one judgement for a fleet, made from
@@ -120,8 +120,9 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
           "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window",
-          "_counted", "_counted_n", "_left", "_more"),  # (this process's own sends, for the counter fit,
-    # and its own queue: the work a step after a hold is weighed for)
+          "_counted", "_counted_n", "_left", "_more", "_undo", "_undo_void"),  # (this process's own sends,
+    # for the counter fit, its own queue: the work a step after a hold is weighed for, and the pace its
+    # errors' cut would put back)
     "h": ("answers", "sends_seen"),  # this process's own answers: a fleet's other sends are not in them
     "c": (),
     "e": (),
