@@ -421,9 +421,13 @@ class WindowLog:
 
     The log works where each send is seen (``on_send``): one process's
     store, with rampup on or off (the log's pace stands in for rampup's
-    search while it gates). A team sharing a Redis store, which reports a
-    rampup scope's door pass alone, keeps the pace and hold of
-    :class:`ResetRefiner`.
+    search while it gates). A fleet sharing a Redis store sees no send of
+    the other workers, but every answer comes with the fleet's requests in
+    flight (``inflight``), and the log is part of the scope's shared state
+    (``policy/state.py``): each worker's answers join the one log, which
+    gates through the hold the store keeps (:meth:`shared`). Between two
+    answers its count of requests in flight lags the sends made since; the
+    pace (a little under ``length / limit``) keeps those few.
 
     Attributes:
         limit: the budget's limit the log was learned for.
@@ -485,6 +489,12 @@ class WindowLog:
         """A request of the scope ended without an answer."""
         self.inflight = max(0, self.inflight - 1)
 
+    def shared(self) -> None:
+        """A shared store applied an answer: it counts the fleet's requests in flight with each
+        answer instead of reporting each send, and the log may gate (the store holds the scope
+        until :meth:`ready_at`)."""
+        self.sends_seen = True
+
     def observe(self, now: float, *, sent_at: float, remaining: float, limit: float, reset: float,
                 refused: bool, inflight: int | None, whole: bool = True) -> None:
         """Take one answer that carried the budget's headers.
@@ -513,7 +523,13 @@ class WindowLog:
         if not whole and reset != int(reset):
             self.whole = False  # seconds with a fraction: the window need not last whole seconds
         answers = self.answers
-        answers.append(now)
+        if answers and now < answers[-1]:
+            # (A fleet's worker may apply its answer after another's later one: kept in time order.)
+            ordered = sorted((*answers, now))
+            answers.clear()
+            answers.extend(ordered)
+        else:
+            answers.append(now)
         while len(answers) > limit + 1.0:  # (a refusal's check counts it with the limit before it)
             answers.popleft()
         if not refused:
