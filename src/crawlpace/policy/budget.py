@@ -47,8 +47,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["EDGE_MARGIN", "EVEN_SHARE", "LOG_MARGIN", "SPREAD_SHARE", "BudgetAdvice", "HeaderBudget",
-           "ResetRefiner", "WindowLog"]
+__all__ = ["EDGE_MARGIN", "EVEN_SHARE", "LOG_MARGIN", "SHARED_LIMIT", "SPREAD_SHARE", "BudgetAdvice",
+           "HeaderBudget", "ResetRefiner", "WindowLog"]
 
 #: The even pace is this share of the window per usable unit: a little quicker than
 #: exact, since the spacing of sends only ever stretches (jitter, a late event loop),
@@ -344,6 +344,13 @@ class ResetRefiner:
 LOG_MARGIN = 0.005
 
 
+#: The largest budget whose :class:`WindowLog` a shared store keeps with the scope's state: the log
+#: holds three numbers per request of the budget, and every answer writes it back (a budget of 5,000
+#: an hour would write 120 kB per answer). A fleet on a larger budget keeps the header's narrowed
+#: reset and pace (:class:`ResetRefiner`): its sends are spread thin over a long window anyway.
+SHARED_LIMIT = 256
+
+
 def _whole_in(lo: float, hi: float) -> bool:
     """Whether ``[lo, hi]`` holds a whole number of seconds, one at least."""
     return math.floor(hi) >= max(1, math.ceil(lo))
@@ -489,11 +496,17 @@ class WindowLog:
         """A request of the scope ended without an answer."""
         self.inflight = max(0, self.inflight - 1)
 
+    @property
+    def shareable(self) -> bool:
+        """Whether a shared store keeps this log with the scope's state (:data:`SHARED_LIMIT`)."""
+        return self.limit <= SHARED_LIMIT
+
     def shared(self) -> None:
         """A shared store applied an answer: it counts the fleet's requests in flight with each
-        answer instead of reporting each send, and the log may gate (the store holds the scope
-        until :meth:`ready_at`)."""
-        self.sends_seen = True
+        answer instead of reporting each send, and a log it keeps may gate (the store holds the
+        scope until :meth:`ready_at`)."""
+        if self.shareable:
+            self.sends_seen = True
 
     def observe(self, now: float, *, sent_at: float, remaining: float, limit: float, reset: float,
                 refused: bool, inflight: int | None, whole: bool = True) -> None:

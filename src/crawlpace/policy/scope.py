@@ -614,8 +614,9 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 None if errors is None else (errors.plain, errors.judging, errors.after_n),
                 # The window log: every answer of the window's budget, which every worker's log must
                 # count (and the hold it sets, policy/budget.py WindowLog).
-                None if log is None else (log.answers[-1] if log.answers else None, len(log.accepted),
-                                          log.length(), log.inflight, log.trusted))
+                None if log is None or not log.shareable else (
+                    log.answers[-1] if log.answers else None, len(log.accepted), log.length(), log.inflight,
+                    log.trusted))
 
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
                         now: float) -> None:

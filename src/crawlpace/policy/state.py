@@ -179,7 +179,7 @@ def export_state(policy: ScopePolicy) -> dict[str, StateValue]:
     """The learned state of ``policy`` as a flat mapping (see the module's docstring)."""
     out: dict[str, StateValue] = {}
     for prefix, part in _parts(policy).items():
-        if part is None:
+        if part is None or (isinstance(part, WindowLog) and not part.shareable):
             continue
         if prefix == "m":
             out.update({f"m.{name}": value for name, value in _manager_fields(part).items()})
