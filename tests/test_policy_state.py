@@ -13,11 +13,11 @@ from crawlpace.policy.admission import Limits
 from crawlpace.policy.autothrottle import AutoThrottle
 from crawlpace.policy.backoff import Backoff
 from crawlpace.policy.breaker import Breaker
-from crawlpace.policy.budget import HeaderBudget
+from crawlpace.policy.budget import SHARED_LIMIT, HeaderBudget, WindowLog
 from crawlpace.policy.quota import QuotaBucket
 from crawlpace.policy.rampup import Rampup
 from crawlpace.policy.scope import ScopePolicy, ThrottlingScopeManager
-from crawlpace.policy.signals import BudgetReading, ScopeFeedback
+from crawlpace.policy.signals import BudgetReading, CoarseReset, ScopeFeedback
 from crawlpace.policy.state import (
     FIELDS,
     LAYOUT,
@@ -174,7 +174,7 @@ def test_numbers_keep_their_types() -> None:
 
 @pytest.mark.parametrize(("prefix", "cls"), [("p", ScopePolicy), ("b", Backoff), ("a", AutoThrottle),
                                              ("q", QuotaBucket), ("k", Breaker), ("r", Rampup),
-                                             ("h", HeaderBudget), ("e", LoadErrors)])
+                                             ("h", HeaderBudget), ("e", LoadErrors), ("w", WindowLog)])
 def test_every_attribute_of_a_policy_is_either_shared_state_or_a_setting(prefix: str, cls: type) -> None:
     slots = {name for part in cls.__mro__ for name in getattr(part, "__slots__", ())}  # Rampup: its state too
     state, settings = set(FIELDS[prefix]), set(SETTINGS[prefix])
@@ -202,6 +202,29 @@ def test_a_learned_budget_window_travels_to_another_worker() -> None:
     assert other.budget is not None
     assert (other.budget.edge_lo, other.budget.edge_hi) == (policy.budget.edge_lo, policy.budget.edge_hi)
     assert other.budget.window == 1.0
+
+
+def test_a_window_log_travels_to_another_worker_up_to_its_shared_limit() -> None:
+    # A fleet's window log is one log of every worker's answers (policy/budget.py WindowLog): its
+    # answers, the accepted (sent, answered) pairs and the length learned travel with the state.
+    make = factory()
+    policy = make.new("a.example")
+    for sent, answered, left in ((0.0, 0.1, 2.0), (0.5, 0.6, 1.0), (1.0, 1.1, 0.0)):
+        coarse = CoarseReset(remaining=left, limit=3.0, reset=4.0 - answered)
+        policy.on_outcome(answered, ScopeFeedback(status=200, coarse=coarse), generation=0, sent_at=sent,
+                          expected_use=1.0)
+    log = policy.window_log
+    assert log is not None
+    assert log.accepted
+    other = restore_state(make.new("a.example"), decode(encode(export_state(policy))))
+    assert other.window_log is not None
+    assert list(other.window_log.accepted) == list(log.accepted)
+    assert list(other.window_log.answers) == list(log.answers)
+    assert (other.window_log.lo, other.window_log.hi) == (log.lo, log.hi)
+    assert other.gated
+    # A budget of thousands would write kilobytes per answer: such a log stays with its worker.
+    log.limit = SHARED_LIMIT + 1.0
+    assert not any(key.startswith("w.") for key in export_state(policy))
 
 
 def test_a_server_announced_concurrency_travels_as_a_whole_number() -> None:

@@ -47,8 +47,8 @@ from __future__ import annotations
 import math
 from collections import deque
 
-__all__ = ["EDGE_MARGIN", "EVEN_SHARE", "LOG_MARGIN", "SPREAD_SHARE", "BudgetAdvice", "HeaderBudget",
-           "ResetRefiner", "WindowLog"]
+__all__ = ["EDGE_MARGIN", "EVEN_SHARE", "LOG_MARGIN", "SHARED_LIMIT", "SPREAD_SHARE", "BudgetAdvice",
+           "HeaderBudget", "ResetRefiner", "WindowLog"]
 
 #: The even pace is this share of the window per usable unit: a little quicker than
 #: exact, since the spacing of sends only ever stretches (jitter, a late event loop),
@@ -344,6 +344,13 @@ class ResetRefiner:
 LOG_MARGIN = 0.005
 
 
+#: The largest budget whose :class:`WindowLog` a shared store keeps with the scope's state: the log
+#: holds three numbers per request of the budget, and every answer writes it back (a budget of 5,000
+#: an hour would write 120 kB per answer). A fleet on a larger budget keeps the header's narrowed
+#: reset and pace (:class:`ResetRefiner`): its sends are spread thin over a long window anyway.
+SHARED_LIMIT = 256
+
+
 def _whole_in(lo: float, hi: float) -> bool:
     """Whether ``[lo, hi]`` holds a whole number of seconds, one at least."""
     return math.floor(hi) >= max(1, math.ceil(lo))
@@ -421,9 +428,13 @@ class WindowLog:
 
     The log works where each send is seen (``on_send``): one process's
     store, with rampup on or off (the log's pace stands in for rampup's
-    search while it gates). A team sharing a Redis store, which reports a
-    rampup scope's door pass alone, keeps the pace and hold of
-    :class:`ResetRefiner`.
+    search while it gates). A fleet sharing a Redis store sees no send of
+    the other workers, but every answer comes with the fleet's requests in
+    flight (``inflight``), and the log is part of the scope's shared state
+    (``policy/state.py``): each worker's answers join the one log, which
+    gates through the hold the store keeps (:meth:`shared`). Between two
+    answers its count of requests in flight lags the sends made since; the
+    pace (a little under ``length / limit``) keeps those few.
 
     Attributes:
         limit: the budget's limit the log was learned for.
@@ -485,6 +496,18 @@ class WindowLog:
         """A request of the scope ended without an answer."""
         self.inflight = max(0, self.inflight - 1)
 
+    @property
+    def shareable(self) -> bool:
+        """Whether a shared store keeps this log with the scope's state (:data:`SHARED_LIMIT`)."""
+        return self.limit <= SHARED_LIMIT
+
+    def shared(self) -> None:
+        """A shared store applied an answer: it counts the fleet's requests in flight with each
+        answer instead of reporting each send, and a log it keeps may gate (the store holds the
+        scope until :meth:`ready_at`)."""
+        if self.shareable:
+            self.sends_seen = True
+
     def observe(self, now: float, *, sent_at: float, remaining: float, limit: float, reset: float,
                 refused: bool, inflight: int | None, whole: bool = True) -> None:
         """Take one answer that carried the budget's headers.
@@ -513,7 +536,13 @@ class WindowLog:
         if not whole and reset != int(reset):
             self.whole = False  # seconds with a fraction: the window need not last whole seconds
         answers = self.answers
-        answers.append(now)
+        if answers and now < answers[-1]:
+            # (A fleet's worker may apply its answer after another's later one: kept in time order.)
+            ordered = sorted((*answers, now))
+            answers.clear()
+            answers.extend(ordered)
+        else:
+            answers.append(now)
         while len(answers) > limit + 1.0:  # (a refusal's check counts it with the limit before it)
             answers.popleft()
         if not refused:

@@ -600,6 +600,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         worker that saw them until something that matters changes).
         """
         manager, breaker, rampup, errors = self.manager, self.breaker, self.rampup, self.load_errors
+        log = self.window_log
         backoff = manager.backoff if isinstance(manager, ThrottlingScopeManager) else None
         # The backoff's level, and when it last heard pushback: a pushback at the deepest level
         # changes no limit but restarts the recovery window, which every worker must wait out.
@@ -617,7 +618,12 @@ class ScopePolicy(ScopeGates, GradualSlots):
                                              rampup.resumed_at, rampup.fit_record()),
                 # The verdict on the errors, and each outcome of the cut it judges: one judgement for
                 # a fleet, fed by every worker (policy/_load_errors.py).
-                None if errors is None else (errors.plain, errors.judging, errors.after_n))
+                None if errors is None else (errors.plain, errors.judging, errors.after_n),
+                # The window log: every answer of the window's budget, which every worker's log must
+                # count (and the hold it sets, policy/budget.py WindowLog).
+                None if log is None or not log.shareable else (
+                    log.answers[-1] if log.answers else None, len(log.accepted), log.length(), log.inflight,
+                    log.trusted))
 
     def set_crawl_delay(self, delay: float | None, *, max_delay: float, explicit: bool,
                         now: float) -> None:

@@ -227,7 +227,8 @@ class SharedPolicies:
         """The stored form of ``policy``, and the release script's write-back values for it."""
         limits = policy.limits
         hold = policy.gate(now, 0.0)
-        # A breaker waiting for its probe's answer: look again shortly.
+        # A breaker waiting for its probe's answer, or a window log's budget all in flight: look
+        # again shortly (the next answer's write-back names the time).
         hold = now + 1.0 if hold is None else hold
         if hold <= now:
             # No hold in force: the end of the scope's latest silence that was not its own (a

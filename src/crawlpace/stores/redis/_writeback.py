@@ -101,6 +101,9 @@ class PolicyWriter:
                    and signal.accepted else None)
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use, inflight=inflight)
+        if policy.window_log is not None:
+            # The fleet's window log: every worker's answers, with the fleet's requests in flight.
+            policy.window_log.shared()
         if door_ok is not None and policy.rampup is not None:
             policy.rampup.door_page_accepted(door_ok)
         if policy.rampup is not None and accepted is not None:
