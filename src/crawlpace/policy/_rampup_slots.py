@@ -455,8 +455,8 @@ class SlotSizing:
 
     def _miscounted(self: _SlotSizingState, inflight: int) -> bool:
         """Whether a refusal on arrival at ``inflight`` in flight (no more than the most accepted at once)
-        would leave the refusals at that count more than the accepted answers that came with it: the
-        count is past the cap, and the answers read accepted at it were miscounts.
+        would leave the refusals at that count more than the accepted answers that came with it or more:
+        the count is past the cap, and the answers read accepted at it were miscounts.
 
         A cap whose slots are freed late accepts most sends at its count (all but those sent within the
         lag after an answer, and none once the slots rest it): its refusals there stay fewer than its
@@ -466,7 +466,9 @@ class SlotSizing:
         this at a count where it refused most: no lower than the current rule's count, one under it.
         """
         k = min(max(inflight, 1), CROWD) - 1
-        return self._slot_refused[k] + 1.0 > self._slot_ok[k]
+        # (Accepted at this count or more: a cap under it would have refused those too. At least the one
+        # that set the most accepted at once, which a fleet's shared record may hold without its answer.)
+        return self._slot_refused[k] + 1.0 > max(1.0, sum(self._slot_ok[k:]))
 
     def slot_rest(self: _SlotSizingState) -> float:
         """How long a slot rests after its answer before it sends again (0: no slot freed late seen).
