@@ -15,7 +15,7 @@ import math
 from collections import deque
 from typing import Protocol
 
-from ._load_errors import crowded, scattered, tallied
+from ._load_errors import CROWD, crowded, scattered, tallied
 from ._rampup_latency import LOAD_COUNTS
 from ._rampup_tuning import TUNING as T
 
@@ -48,6 +48,8 @@ class _SlotSizingState(Protocol):
     _lag_seen: int
     _crowd_n: tuple[float, ...]
     _crowd_quick: tuple[float, ...]
+    _slot_ok: tuple[float, ...]
+    _slot_refused: tuple[float, ...]
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -95,6 +97,7 @@ class _SlotSizingState(Protocol):
     def slot_limit(self) -> int: ...
     def slot_rest(self) -> float: ...
     def _note_late(self, sent: float, inflight: int) -> None: ...
+    def _miscounted(self, inflight: int) -> bool: ...
     def concurrency(self, rate: float) -> int: ...
     def crowded(self, met: int) -> bool: ...
 
@@ -418,11 +421,22 @@ class SlotSizing:
             return False
         if elapsed is not None:  # (the count the cap saw: see refused_on_arrival)
             inflight = max(1, inflight - self._hung_at(now - elapsed))
-        late = inflight <= self._inflight_ok
-        if late and elapsed is not None and self._quick(answered, elapsed):
+        quick = elapsed is not None and self._quick(answered, elapsed)
+        late = inflight <= self._inflight_ok and not (quick and self._miscounted(inflight))
+        if late and elapsed is not None and quick:
             self._note_late(now - elapsed, inflight)  # (first: a lag dropped here reads it as main does)
         if not self.refused_on_arrival(answered, elapsed, inflight):
             return False
+        self._slot_refused = tallied(self._slot_refused, inflight)
+        if inflight <= self._inflight_ok and not late:
+            # Refused at this count more often than accepted at it: the acceptances were miscounts (a
+            # request reaching the site, or its answer read, a moment late), and the cap is under it.
+            # Taken for a slot freed late, a hard knee of 11 read accepted once "at 12" drew 228 refusals
+            # at 12 on the fake clock (873 on a random farm), each cutting the rate, none lowering the cap.
+            self._inflight_ok = inflight - 1
+            self._ok_below = min(self._ok_below, self._inflight_ok)
+            self._decide(now, f"slots: refused at {inflight} in flight more often than accepted at it; "
+                         f"the most accepted at once taken as {self._inflight_ok}")
         # As many in flight were accepted before: the cap is that many, and the refusal came from a
         # slot freed a moment after its answer left (HAProxy's conn_cur). The rate's cut spaces the
         # sends so a slot rests; one slot fewer would leave a third of a cap of 3 unused for good.
@@ -438,6 +452,23 @@ class SlotSizing:
             self.slot_cap = min(self.slot_cap, float(held if late else inflight - 1))
         self._cap_at = now
         return True
+
+    def _miscounted(self: _SlotSizingState, inflight: int) -> bool:
+        """Whether a refusal on arrival at ``inflight`` in flight (no more than the most accepted at once)
+        would leave the refusals at that count more than the accepted answers that came with it or more:
+        the count is past the cap, and the answers read accepted at it were miscounts.
+
+        A cap whose slots are freed late accepts most sends at its count (all but those sent within the
+        lag after an answer, and none once the slots rest it): its refusals there stay fewer than its
+        acceptances. A cap under the count refuses every send that meets it, and an answer is read with
+        the count one too high only when another request left between the site's answer and its reading
+        (a busy client), so such acceptances are few. A rate limiter refusing at any count is capped by
+        this at a count where it refused most: no lower than the current rule's count, one under it.
+        """
+        k = min(max(inflight, 1), CROWD) - 1
+        # (Accepted at this count or more: a cap under it would have refused those too. At least the one
+        # that set the most accepted at once, which a fleet's shared record may hold without its answer.)
+        return self._slot_refused[k] + 1.0 > max(1.0, sum(self._slot_ok[k:]))
 
     def slot_rest(self: _SlotSizingState) -> float:
         """How long a slot rests after its answer before it sends again (0: no slot freed late seen).
@@ -612,6 +643,8 @@ class SlotSizing:
             rest = self._rest_before(sent_at)
             if rest is not None:
                 self._ok_since = min(self._ok_since, rest)
+        if inflight is not None:
+            self._slot_ok = tallied(self._slot_ok, inflight)
         self._answered_at = now
         keep = max(1, self.max_concurrency)
         self._answers = (*self._answers[max(0, len(self._answers) + 1 - keep):], now)

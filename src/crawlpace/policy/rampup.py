@@ -322,6 +322,11 @@ class RampupState:
     # a cap's refusals follow the count, the site's own errors do not.
     _crowd_n: tuple[float, ...] = (0.0,) * CROWD
     _crowd_quick: tuple[float, ...] = (0.0,) * CROWD
+    # -- knee2 -- accepted answers and refusals on arrival by the count in flight each came with (at the
+    # answer; a refusal's is the count it met): where the refusals outnumber the acceptances, the count is
+    # past the cap, however many were once read accepted at it (_rampup_slots' _miscounted).
+    _slot_ok: tuple[float, ...] = (0.0,) * CROWD
+    _slot_refused: tuple[float, ...] = (0.0,) * CROWD
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
     # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
     _acc_base: int = 0
@@ -532,8 +537,11 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
             # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
             self._ep_since, self._ep_gap = _NEVER, 0.0
-            if not can_cut and answered:
-                self._slot_cut_missed(now, sent_at, inflight)  # (unless the capped slots explain it)
+            if not can_cut and answered and not (inflight is not None and inflight > self.slot_cap):
+                # (Unless the capped slots explain it; sent with more in flight than they are capped at now,
+                # they do: a cap of 6 refusing a second send at 7, accepted once, opened an episode, and
+                # its end was fitted as a lock-out at half what the 6 serve.)
+                self._slot_cut_missed(now, sent_at, inflight)
         elif passed:
             self._let_through(now, now if sent_at is None else sent_at)
             if can_cut:
