@@ -18,7 +18,7 @@ from typing import Protocol
 import pytest
 
 from crawlpace import Settings, Throttler
-from crawlpace.sim._limits import Embargo, FixedWindow, SlidingWindow, TokenBucket
+from crawlpace.sim._limits import Embargo, FixedWindow, RequestQueue, SlidingWindow, TokenBucket
 from crawlpace.sim._rates import budget_headers
 from crawlpace.testing import MockClock
 
@@ -242,6 +242,38 @@ class HardKnee(_HardLimit):
 
 
 @dataclass
+class Queue:
+    """nginx's ``limit_req rate=R burst=B`` without ``nodelay`` (the simulator's ``queue`` kind, with
+    its :class:`~crawlpace.sim._limits.RequestQueue`): a request over the rate waits in line and is served
+    ``1 / rate`` after the one ahead, a full line is refused at once with ``status`` (nginx's 503 by
+    default). ``delay``: nginx's ``delay=`` (that much of the excess goes without waiting)."""
+
+    rate: float
+    burst: int
+    delay: int = 0
+    status: int = 503
+    wait: float = 0.0  # the last accepted request's wait in line
+    line: RequestQueue = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.line = RequestQueue(self.rate, self.burst, self.delay)
+
+    @property
+    def capacity(self) -> float:
+        return self.rate
+
+    def arrive(self, now: float) -> Response:
+        wait = self.line.take(now)
+        if wait is None:
+            return Response(self.status)
+        self.wait = wait
+        return Response(200)
+
+    def leave(self, now: float) -> None:
+        pass
+
+
+@dataclass
 class Outcome:
     accepted: int
     refused: int
@@ -312,6 +344,8 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                     service = limiter.service() if isinstance(limiter, Knee | HardKnee) else latency
                     took = 0.001 if refused_at_once or (failed and errors_at_once) else (
                         service * rng.uniform(0.9, 1.1))
+                    if isinstance(limiter, Queue) and answer.status_code == 200:
+                        took += limiter.wait  # held in the line before the page is served
                     await clock.sleep(took)
                     if answer.status_code == 200:
                         limiter.leave(clock.now())
@@ -1275,3 +1309,4 @@ async def test_a_budget_announced_in_whole_seconds_from_now_is_spread_before_its
     out = await crawl(site, 20.0, instant=True, robots=0.005)
     assert out.share >= 0.8  # 0.92 and 0.875 now
     assert out.refused == 0
+
