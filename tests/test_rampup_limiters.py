@@ -1310,3 +1310,23 @@ async def test_a_budget_announced_in_whole_seconds_from_now_is_spread_before_its
     assert out.share >= 0.8  # 0.92 and 0.875 now
     assert out.refused == 0
 
+
+# nginx's limit_req with a burst and no nodelay (the random farm's `queue` kind): rate, burst, delay=,
+# refusal status, page latency, seed; the share each must keep, and what main (48e517d) got.
+@pytest.mark.parametrize(("rate", "burst", "delay", "status", "latency", "seed", "share"), [
+    (2.96, 8, 0, 429, 0.003, 2, 0.9),    # was 0.69: latency cuts to 6.0, 3.0, 1.5/s, and a slow climb back
+    (2.21, 10, 0, 503, 0.003, 11, 0.9),  # was 0.72
+    (3.72, 13, 7, 429, 0.003, 15, 0.9),  # was 0.63 (two-stage: the first 7 of the line go at once)
+    (13.0, 18, 0, 429, 0.003, 1, 0.85),  # was 0.75
+    (9.86, 12, 0, 429, 0.1, 0, 0.85),    # was 0.72: pages of 0.1 s behind the line
+])
+async def test_a_line_in_front_of_a_fixed_rate_is_paced_at_the_rate_its_answers_leave(
+        rate: float, burst: int, delay: int, status: int, latency: float, seed: int, share: float) -> None:
+    # The line's wait grows while the sends outrun its rate, and the latency rule read it as overload:
+    # cut after cut (the backlog, not the present rate), then a climb back that took most of the crawl.
+    # Its answers leave in turn one 1 / rate apart: rampup paces at that rate, drains the line's backlog
+    # on the climb back to it, and keeps the line short without a refusal.
+    out = await crawl(Queue(rate, burst, delay, status), 30.0, latency=latency, instant=True, robots=0.005,
+                      seed=seed)
+    assert out.share >= share
+    assert out.refused == 0
