@@ -94,6 +94,7 @@ class _LatencyWatchState(Protocol):
     def baseline(self) -> float | None: ...
     def queue_fit(self) -> tuple[float, float] | None: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _climb_time(self, *, fast: bool) -> float: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _outlier_span(self, early: bool = False) -> float | None: ...
     def throughput(self, inflight: int) -> float | None: ...
@@ -296,24 +297,27 @@ class LatencyWatch:
 
         The line holds ``served * wait`` requests ahead of the next send. Left to stand it fills with
         the sends' jitter and, past its burst, refuses; drained, it costs nothing (it serves its
-        backlog meanwhile). So the pace drops to ``T.cut_deep`` of ``served`` and climbs back to it
-        along the cubic curve in the time whose shortfall is that backlog: the curve's shortfall over
-        its climb of ``k`` seconds is a quarter of the drop times ``k``, so ``k = 4 * wait / (1 -
-        T.cut_deep)``, at most a quick climb's time. The answers to sends made meanwhile still queue
-        behind the backlog: they neither cut (nor fit again) nor hold the climb before it is served.
+        backlog meanwhile). So the pace drops under ``served`` and climbs back to it along the cubic
+        curve, whose shortfall over a climb of ``k`` seconds is a quarter of the drop times ``k``: that
+        shortfall is the backlog. The drop is ``1 - T.cut_deep`` of ``served`` and ``k = 4 * wait / (1 -
+        T.cut_deep)`` while that is within a quick climb's time; a longer wait keeps the quick climb's
+        time and drops further (to ``min_rate`` at most: a backlog past a quarter of the climb's worth
+        is not drained by it). The answers to sends made meanwhile still queue behind the backlog: they
+        neither cut (nor fit again) nor hold the climb before it is served.
         """
         self.generation += 1
         self.phase = "steady"
         self.above_since = NEVER
         self.ceiling = served
-        self.rate = max(self.min_rate, min(self.max_rate, served * T.cut_deep))
+        k = min(self._climb_time(fast=True), 4.0 * wait / (1.0 - T.cut_deep))
+        drop = min(1.0, max(1.0 - T.cut_deep, 4.0 * wait / k)) if k > 0.0 else 1.0 - T.cut_deep
+        self.rate = max(self.min_rate, min(self.max_rate, served * (1.0 - drop)))
         self._cut_rate = self.rate
         self._gentle = False
         self._top = 0.0
         self._start_climb(now, fast=True)
-        if self._k > 0.0:
-            k = min(self._k, 4.0 * wait / (1.0 - T.cut_deep))
-            self._k, self._climb = k, (served - self.rate) / k ** 3 if k > 0.0 else 0.0
+        if k > 0.0:
+            self._k, self._climb = k, (served - self.rate) / k ** 3
         self._quiet_until = self._line_until = now + max(self._k, 1.0 / self.rate)
         self._decide(now, f"queue: answers leave in turn one {1.0 / served:.3g}s apart, a line served at "
                      f"{served:.3g}/s (the last waited {wait:.3f}s); paced at {self.rate:.3g}/s, back to "
