@@ -18,7 +18,7 @@ from typing import Protocol
 import pytest
 
 from crawlpace import Settings, Throttler
-from crawlpace.sim._limits import Embargo, FixedWindow, SlidingWindow, TokenBucket
+from crawlpace.sim._limits import Embargo, FixedWindow, RequestQueue, SlidingWindow, TokenBucket
 from crawlpace.sim._rates import budget_headers
 from crawlpace.testing import MockClock
 
@@ -242,6 +242,38 @@ class HardKnee(_HardLimit):
 
 
 @dataclass
+class Queue:
+    """nginx's ``limit_req rate=R burst=B`` without ``nodelay`` (the simulator's ``queue`` kind, with
+    its :class:`~crawlpace.sim._limits.RequestQueue`): a request over the rate waits in line and is served
+    ``1 / rate`` after the one ahead, a full line is refused at once with ``status`` (nginx's 503 by
+    default). ``delay``: nginx's ``delay=`` (that much of the excess goes without waiting)."""
+
+    rate: float
+    burst: int
+    delay: int = 0
+    status: int = 503
+    wait: float = 0.0  # the last accepted request's wait in line
+    line: RequestQueue = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.line = RequestQueue(self.rate, self.burst, self.delay)
+
+    @property
+    def capacity(self) -> float:
+        return self.rate
+
+    def arrive(self, now: float) -> Response:
+        wait = self.line.take(now)
+        if wait is None:
+            return Response(self.status)
+        self.wait = wait
+        return Response(200)
+
+    def leave(self, now: float) -> None:
+        pass
+
+
+@dataclass
 class Outcome:
     accepted: int
     refused: int
@@ -315,6 +347,8 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                     service = limiter.service() if isinstance(limiter, Knee | HardKnee) else latency
                     took = 0.001 if refused_at_once or (failed and errors_at_once) else (
                         service * rng.uniform(0.9, 1.1))
+                    if isinstance(limiter, Queue) and answer.status_code == 200:
+                        took += limiter.wait  # held in the line before the page is served
                     await clock.sleep(took)
                     if answer.status_code == 200:
                         limiter.leave(clock.now())
@@ -1337,4 +1371,25 @@ async def test_a_budget_announced_in_whole_seconds_from_now_is_spread_before_its
     site = AnnouncedWindow(FixedWindow(limit, window), "trio")
     out = await crawl(site, 20.0, instant=True, robots=0.005)
     assert out.share >= 0.8  # 0.92 and 0.875 now
+    assert out.refused == 0
+
+
+# nginx's limit_req with a burst and no nodelay (the random farm's `queue` kind): rate, burst, delay=,
+# refusal status, page latency, seed; the share each must keep, and what main (48e517d) got.
+@pytest.mark.parametrize(("rate", "burst", "delay", "status", "latency", "seed", "share"), [
+    (2.96, 8, 0, 429, 0.003, 2, 0.9),    # was 0.69: latency cuts to 6.0, 3.0, 1.5/s, and a slow climb back
+    (2.21, 10, 0, 503, 0.003, 11, 0.9),  # was 0.72
+    (3.72, 13, 7, 429, 0.003, 15, 0.9),  # was 0.63 (two-stage: the first 7 of the line go at once)
+    (13.0, 18, 0, 429, 0.003, 1, 0.85),  # was 0.75
+    (9.86, 12, 0, 429, 0.1, 0, 0.85),    # was 0.72: pages of 0.1 s behind the line
+])
+async def test_a_line_in_front_of_a_fixed_rate_is_paced_at_the_rate_its_answers_leave(
+        rate: float, burst: int, delay: int, status: int, latency: float, seed: int, share: float) -> None:
+    # The line's wait grows while the sends outrun its rate, and the latency rule read it as overload:
+    # cut after cut (the backlog, not the present rate), then a climb back that took most of the crawl.
+    # Its answers leave in turn one 1 / rate apart: rampup paces at that rate, drains the line's backlog
+    # on the climb back to it, and keeps the line short without a refusal.
+    out = await crawl(Queue(rate, burst, delay, status), 30.0, latency=latency, instant=True, robots=0.005,
+                      seed=seed)
+    assert out.share >= share
     assert out.refused == 0

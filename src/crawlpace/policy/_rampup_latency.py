@@ -22,14 +22,26 @@ slow answer among quick ones does not move it far), and :meth:`best_load` is the
 count past which more in flight bought no more throughput: each step up from the
 best must gain at least ``T.knee_gain`` of the ``1 / n`` that one more request
 in flight adds at a server that does not queue at all.
+
+**The line in front of a fixed rate** (:meth:`LatencyWatch.queue_fit`). A limiter that holds the
+excess in line and serves it at a fixed rate (nginx's ``limit_req`` with a ``burst`` and no
+``nodelay``) answers the requests in turn, one ``1 / rate`` apart, whatever the pace they came at:
+each request waits for the one ahead, so the wait grows by the gap the sends outran the rate by,
+and shrinks by the gap they left. Its latency past the cut line is no overload a cut relieves:
+the answers leaving at the rate *are* the limit. The watch reads the rate off the departures (send
+time plus latency, in send order) of the recent answers that waited, when they left in turn, evenly
+spaced, at a spacing the sends' own did not set; rampup then paces at that rate (just under it
+while the line drains) instead of cutting by a share.
 """
 
 from __future__ import annotations
 
 import math
 from collections import deque
+from itertools import pairwise
 from typing import Protocol
 
+from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
 from ._shared_rules import LATENCY_WEIGHT
 
@@ -62,8 +74,28 @@ class _LatencyWatchState(Protocol):
     _load_n: int
     _load_since: float
     _knee_hold: int
+    _ok_lat: deque[float]
+
+    rate: float
+    phase: str
+    generation: int
+    above_since: float
+    ceiling: float | None
+    min_rate: float
+    max_rate: float
+    _cut_rate: float
+    _quiet_until: float
+    _gentle: bool
+    _top: float
+    _k: float
+    _climb: float
+    _line_until: float
 
     def baseline(self) -> float | None: ...
+    def queue_fit(self) -> tuple[float, float] | None: ...
+    def _start_climb(self, now: float, *, fast: bool) -> None: ...
+    def _climb_time(self, *, fast: bool) -> float: ...
+    def _decide(self, now: float, decision: str) -> None: ...
     def _outlier_span(self, early: bool = False) -> float | None: ...
     def throughput(self, inflight: int) -> float | None: ...
 
@@ -72,7 +104,8 @@ class LatencyWatch:
     """The latency part of a rampup controller (its attributes live on :class:`Rampup`)."""
 
     __slots__ = ()  # the attributes are slots of Rampup (policy/state.py lists them there)
-    latency: float | None  # declared for the assignments below, which might narrow it
+    latency: float | None  # declared for the assignments below, which might narrow them
+    ceiling: float | None
 
     def baseline(self: _LatencyWatchState) -> float | None:
         """The lowest smoothed latency of the recent windows, if any was seen."""
@@ -221,3 +254,71 @@ class LatencyWatch:
             if best is None or got >= top * (1.0 + T.knee_gain * (n - best) / best):
                 best, top = n, got
         return best
+
+
+    def queue_fit(self: _LatencyWatchState) -> tuple[float, float] | None:
+        """The rate a line in front of the site serves at, and the last answer's wait in it, read off
+        the recent answers (None: they show no such line).
+
+        The answers kept for the arrivals' jitter (send, latency) that waited (latency past the knee
+        line over the baseline), in send order, the last run of them: at least ``T.confirm + 1``
+        answers, leaving (send plus latency) in turn (none earlier than the one sent before it by more
+        than a quarter of the mean spacing) and evenly (each spacing within half the mean of it). A
+        server slowed by load answers its requests in flight in no such order: their times swing with
+        the count each met, and later sends overtake earlier ones. The wait is the latest sent
+        answer's latency over the baseline.
+        """
+        base = self.baseline()
+        kept = list(self._ok_lat)
+        if base is None or not kept:
+            return None
+        line = max(T.knee * base, min(kept[1::2])) + T.knee_slack
+        run: list[tuple[float, float]] = []
+        for sent, latency in sorted(zip(kept[0::2], kept[1::2], strict=False)):
+            if latency > line:
+                run.append((sent, sent + latency))
+            else:
+                run.clear()  # (an answer that did not wait: the line was empty when it came)
+        if len(run) < T.confirm + 1:
+            return None
+        left = [served for _, served in run]
+        spacing = (left[-1] - left[0]) / (len(left) - 1)
+        sends = (run[-1][0] - run[0][0]) / (len(run) - 1)
+        if spacing <= 0.0 or abs(spacing - sends) < T.tolerance * spacing:
+            return None
+        gaps = [b - a for a, b in pairwise(left)]
+        if min(gaps) < -spacing / 4.0 or max(abs(gap - spacing) for gap in gaps) > spacing / 2.0:
+            return None
+        return 1.0 / spacing, max(left[-1] - run[-1][0] - base, 0.0)
+
+    def _pace_queue(self: _LatencyWatchState, now: float, served: float, wait: float) -> None:
+        """Pace at ``served``, the rate a line in front of the site serves at (:meth:`queue_fit`), where
+        the latency rule would cut: a new generation, as a cut starts, with ``served`` its ceiling.
+
+        The line holds ``served * wait`` requests ahead of the next send. Left to stand it fills with
+        the sends' jitter and, past its burst, refuses; drained, it costs nothing (it serves its
+        backlog meanwhile). So the pace drops under ``served`` and climbs back to it along the cubic
+        curve, whose shortfall over a climb of ``k`` seconds is a quarter of the drop times ``k``: that
+        shortfall is the backlog. The drop is ``1 - T.cut_deep`` of ``served`` and ``k = 4 * wait / (1 -
+        T.cut_deep)`` while that is within a quick climb's time; a longer wait keeps the quick climb's
+        time and drops further (to ``min_rate`` at most: a backlog past a quarter of the climb's worth
+        is not drained by it). The answers to sends made meanwhile still queue behind the backlog: they
+        neither cut (nor fit again) nor hold the climb before it is served.
+        """
+        self.generation += 1
+        self.phase = "steady"
+        self.above_since = NEVER
+        self.ceiling = served
+        k = min(self._climb_time(fast=True), 4.0 * wait / (1.0 - T.cut_deep))
+        drop = min(1.0, max(1.0 - T.cut_deep, 4.0 * wait / k)) if k > 0.0 else 1.0 - T.cut_deep
+        self.rate = max(self.min_rate, min(self.max_rate, served * (1.0 - drop)))
+        self._cut_rate = self.rate
+        self._gentle = False
+        self._top = 0.0
+        self._start_climb(now, fast=True)
+        if k > 0.0:
+            self._k, self._climb = k, (served - self.rate) / k ** 3
+        self._quiet_until = self._line_until = now + max(self._k, 1.0 / self.rate)
+        self._decide(now, f"queue: answers leave in turn one {1.0 / served:.3g}s apart, a line served at "
+                     f"{served:.3g}/s (the last waited {wait:.3f}s); paced at {self.rate:.3g}/s, back to "
+                     f"{served:.3g}/s in {self._k:.3g}s (latency {self.latency or 0.0:.3f}s: no cut)")

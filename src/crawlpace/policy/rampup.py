@@ -230,6 +230,7 @@ class RampupState:
     _samples: int = 0
     _level: int = 0
     _quick_sent: float = _NEVER  # the latest send answered under the knee (_rampup_latency)
+    _line_until: float = _NEVER  # a line's backlog drains until then, its wait no load (_rampup_latency)
     # The send times of the requests still out, and how many of them were stragglers (out far longer
     # than the site's answers take) at the last quick answer (_rampup_sends, _rampup_slots).
     _outstanding: deque[float] = field(default_factory=lambda: deque(maxlen=OK_SENDS_KEPT))
@@ -599,6 +600,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             span = self._outlier_span()
             self._stragglers = self._count_stragglers(now, self._quick_sent, span) \
                 if span is not None and level == 0 else 0
+            if level > 0 and now < self._line_until:
+                # The wait of a line in front of a fixed rate, draining on the queue pace's climb: the
+                # climb goes on (frozen, it paced under the line's rate until the smoothed latency fell).
+                level = 0
             if level == 2 and inflight is not None and inflight <= 1:
                 # Alone in flight, this crawler queues nothing at the site: a latency past the cut
                 # line is the site's own or the crawler's (a loaded machine reads answers late),
@@ -606,8 +611,14 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 # a loaded fleet was cut from 3.8/s to 0.32/s this way, one request in flight).
                 level = 1
             if level == 2 and can_cut:
-                self._cap_queue(now)
-                self._cut(now, reason="latency")
+                # A line in front of a fixed rate (nginx's limit_req with a burst) spaces its answers at
+                # that rate: pace at it rather than cut a share (_rampup_latency).
+                line = self.queue_fit()
+                if line is not None:
+                    self._pace_queue(now, *line)
+                else:
+                    self._cap_queue(now)
+                    self._cut(now, reason="latency")
             elif level == 0:
                 self._grow(now)
                 if not outlier:
