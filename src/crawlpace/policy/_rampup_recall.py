@@ -247,9 +247,15 @@ class LevelRecall:
             # level at 59 s, raised by a fifth, was probed past it at 90 s).
             self._recall_from = 0.0
             self._probe_c *= T.fast_climb ** 3
-            if self._pushbacks:
-                self._probe_after = min(self._probe_after,
-                                        max(now, self._pushbacks[-1] + self.hold_learned / T.late_share))
+            last, refused = self._pushbacks[-1] if self._pushbacks else NEVER, self.last_pushback_rate
+            if (last != NEVER and refused is not None
+                    and (self.ceiling or 0.0) > refused * (1.0 + T.tolerance)
+                    and now - last >= max(self.hold_learned, self._fit_span)):
+                # Only where the level is evidence that the limit moved: over the last refused rate, and
+                # no refusal for a whole lock-out's cycle since (a steady window of 100 per 60 s let its
+                # false memory of 1.87/s through for 35 s of its 61 s cycle; probed past at once, two
+                # more lock-outs: 54 refusals in 300 s where the hold rule's wait drew 35).
+                self._probe_after = min(self._probe_after, max(now, last + self.hold_learned / T.late_share))
             self._decide(now, f"recall: back at {self.ceiling or 0.0:.3g}/s with no pushback; "
                          "probing beyond it quickly, since the limit has moved")
             return
