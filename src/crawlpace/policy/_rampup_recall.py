@@ -64,6 +64,8 @@ moved further: the probe beyond it goes at the quick pace (``fast_climb``
 times quicker), once, and waits as the recall did (until a failure costs
 ``late_share`` of the time since the last refusal), not the hold rule's
 ``hold_learned / tolerance`` after a lock-out: its premise is a limit that moves.
+(Only where the level reached is evidence of a move: over the last refused rate,
+and no refusal for a whole lock-out cycle since.)
 
 **A rise is a rise.** A step of the search held over the rate of the last
 refusal (the try's own, or the fall's: the limit was under it then) says the
