@@ -224,3 +224,34 @@ async def test_a_level_held_before_a_fall_outlives_the_falls_longer_lock_out() -
     assert site.rate(35.0, 50.0) >= 3.5  # was 1.3
     assert len(site.refused) <= 20
 
+
+
+async def test_a_recall_back_at_its_level_probes_past_it_without_the_hold_rules_wait() -> None:
+    # HAProxy-style, 37 per 2.8 s (13.2/s), falling to 6.3/s at 23 s and rising to 15.9/s at 38 s, 20 ms
+    # answers (seed 102's shifting08 of the random farm). The recall came back to 9.3/s, the level held
+    # before the fall, at 59 s, "probing beyond it quickly, since the limit has moved"; but the hold
+    # rule, set by the fall's lock-outs of 3 s, kept the probe at that level until a failure would cost
+    # a twentieth of the time (90 s): 9.0/s from 60 s to 90 s. Its wait is the recall's: a failure may
+    # cost a quarter of the time since the last refusal, and that time has passed.
+    limiter = RequestRate(37.0, 2.8)
+    limiter._start = -0.236 * 2.8
+    site = Shifting(limiter, [(23.0, 0.48), (38.0, 1.2)])
+    await crawl(site, 100.0, latency=0.02)
+    assert site.rate(23.0, 38.0) <= 6.3  # it followed the limit down
+    assert site.rate(60.0, 90.0) >= 11.5  # was 9.0
+    assert len(site.refused) <= 24  # was 18: the probe's overshoot, a few sends of one lock-out
+
+
+async def test_a_recall_whose_step_holds_over_a_rate_refused_since_the_fall_climbs_to_its_level() -> None:
+    # HAProxy-style, 101 per 2.2 s (45.9/s), halved at 17 s and raised to 59.7/s at 33 s, 20 ms answers
+    # (seed 308's shifting04 of the random farm). The recall at 46.8 s held 28.6/s, over the 24.4/s the
+    # limit had refused since the fall: it had risen, yet the search went on by halves to the 38/s held
+    # before the fall (32.8, 35.3, 38/s, one step of 3.8 s each), and probed past it only at 61.8 s. The
+    # limit came back, so the level it had is the likeliest place: the next step goes there.
+    limiter = RequestRate(101.0, 2.2)
+    limiter._start = -0.366 * 2.2
+    site = Shifting(limiter, [(17.0, 0.5), (33.0, 1.3)])
+    await crawl(site, 70.0, latency=0.02)
+    assert site.rate(17.0, 33.0) <= 23.0  # it followed the limit down
+    assert site.rate(50.0, 62.0) >= 36.5  # was 34.3
+    assert len(site.refused) <= 26  # was 17: the quicker probe past 38/s found the limit within the crawl

@@ -61,7 +61,22 @@ longer than most limits stay low). Reaching the remembered level, or a new
 start phase, forgets it. A search that reaches it with no refusal says the
 limit came back at least that far, and a limit that moved twice may have
 moved further: the probe beyond it goes at the quick pace (``fast_climb``
-times quicker), once.
+times quicker), once, and waits as the recall did (until a failure costs
+``late_share`` of the time since the last refusal), not the hold rule's
+``hold_learned / tolerance`` after a lock-out: its premise is a limit that moves.
+(Only where the level reached is evidence of a move: over the last refused rate,
+and no refusal for a whole lock-out cycle since.)
+
+**A rise is a rise.** A step of the search held over the rate of the last
+refusal (the try's own, or the fall's: the limit was under it then) says the
+limit rose since. A limit that comes back comes back to where it was as
+likely as anywhere between, so the next step goes to the remembered level,
+not to the next geometric middle (each a step of a few seconds). Only when the
+step is evidence of the limit: held at least a lock-out's length (a window's
+count lets anything through for less), and the memory held at least as long
+as the step (the start phase's last round, a bucket's burst in it, is weaker
+evidence than the step). A limit that came back part-way refuses the climb,
+which the ordinary cut answers; the memory stays for the next try.
 """
 
 from __future__ import annotations
@@ -89,8 +104,11 @@ class _RecallState(Protocol):
     window: float
     _epoch: float
     _k: float
+    _climb: float
     _top: float
+    last_pushback_rate: float | None
     _probe_c: float
+    _probe_after: float
     _recall: float
     _recall_wait: float
     _recall_from: float
@@ -107,6 +125,7 @@ class _RecallState(Protocol):
     def _pushbacks(self) -> deque[float]: ...
     def _climb_time(self, *, fast: bool) -> float: ...
     def _search_step(self, now: float) -> bool: ...
+    def _rose(self, now: float) -> bool: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _took(self, at: float) -> float: ...
@@ -213,6 +232,8 @@ class LevelRecall:
                 # back there, not to the level the recall started from.
                 self._recall_from = max(self._recall_from, self._recall_last)
                 self._recall_last = self.ceiling or 0.0
+                if self._rose(now):
+                    return
             if self._recall_from > 0.0 or self._top >= recall * (1.0 - T.tolerance):
                 return  # the recall's own search is under way, or a deep cut's that reaches as high
             # A deep cut's search is under way, to a top under the remembered level: once the recall
@@ -221,9 +242,22 @@ class LevelRecall:
         elif self._recall_from > 0.0 and now >= self._epoch + self._k:
             # The recall's search reached its top with no refusal: the limit came back at least to the
             # level it had, and a limit that moved twice may have moved further. Probe beyond at the
-            # quick pace, not the one made for a limit that stays put.
+            # quick pace, not the one made for a limit that stays put. Nor does it wait as a probe into
+            # a limit that stays put waits after a lock-out (until a failure costs T.tolerance of the
+            # time: 60 s after lock-outs of 3 s), but as the recall did: until a failure costs
+            # T.late_share of the time since the last refusal (a counter of 37 per 2.8 s back at its
+            # level at 59 s, raised by a fifth, was probed past it at 90 s).
             self._recall_from = 0.0
             self._probe_c *= T.fast_climb ** 3
+            last, refused = self._pushbacks[-1] if self._pushbacks else NEVER, self.last_pushback_rate
+            if (last != NEVER and refused is not None
+                    and (self.ceiling or 0.0) > refused * (1.0 + T.tolerance)
+                    and now - last >= max(self.hold_learned, self._fit_span)):
+                # Only where the level is evidence that the limit moved: over the last refused rate, and
+                # no refusal for a whole lock-out's cycle since (a steady window of 100 per 60 s let its
+                # false memory of 1.87/s through for 35 s of its 61 s cycle; probed past at once, two
+                # more lock-outs: 54 refusals in 300 s where the hold rule's wait drew 35).
+                self._probe_after = min(self._probe_after, max(now, last + self.hold_learned / T.late_share))
             self._decide(now, f"recall: back at {self.ceiling or 0.0:.3g}/s with no pushback; "
                          "probing beyond it quickly, since the limit has moved")
             return
@@ -275,6 +309,38 @@ class LevelRecall:
         self._decide(now, f"recall: no pushback for {now - last if last != NEVER else 0.0:.3g}s; "
                      f"searching back up to {recall:.3g}/s, the level held before the limit fell")
         self._search_step(now)
+
+    def _rose(self: _RecallState, now: float) -> bool:
+        """A recall's search held a level above the rate of the last refusal: the limit rose.
+
+        The last refusal, the try's own or the fall's, was of a send at ``last_pushback_rate``: the
+        limit was under it then. A level held above it since says the limit moved up, and a limit
+        that comes back comes back where it was (the remembered level) as often as anywhere between:
+        the search's middles (one step each, a few seconds apiece) are skipped, and it climbs
+        quickly to the remembered level at once. A limit that came back only part-way refuses
+        there, which the ordinary cut answers (:meth:`_recall_refused`: never under the level held).
+        True when the climb was set.
+        """
+        top, ceiling, refused = self._top, self.ceiling or 0.0, self.last_pushback_rate
+        if (top <= 0.0 or refused is None or ceiling <= refused * (1.0 + T.tolerance)
+                or ceiling >= top * (1.0 - T.tolerance) or self._k < self.hold_learned
+                or self._recall_span < self._k or top > self._recall * (1.0 + T.tolerance)):
+            # (A step shorter than a lock-out lasted is no evidence: a window's count or a counter's
+            # allowance lets a level through for that long whatever the limit. Measured: a steady
+            # window of 30 per 10 s, a memory of 4.2/s from the start's trip, the step to 3.85/s
+            # "held" 3.8 s: 24 refusals in 100 s where the search's middles drew 19. Nor is a memory
+            # held for less time than the step: the start phase's last round, a bucket's burst in it,
+            # left 18.9/s on a bucket of 12.9/s, burst 5; the climb to it drew three refusals and a
+            # deep cut, where the middles stopped at 13.4/s.)
+            return False
+        self.ceiling = top  # (the top stays: the memory is kept until the level is reached)
+        self._start_climb(now, fast=True)
+        if self._k > 0.0:  # (as a search step: a level just held is safe to climb from at once)
+            self._k /= T.search_pace
+            self._climb *= T.search_pace ** 3
+        self._decide(now, f"recall: {ceiling:.3g}/s held, over {refused:.3g}/s refused since the fall: "
+                     f"the limit rose; climbing quickly to {top:.3g}/s, the level held before it fell")
+        return True
 
     def _recall_refused(self: _RecallState, now: float) -> None:
         """After the cut for a refusal: one that ends a recall's search goes back to the level it

@@ -1,0 +1,209 @@
+"""Rampup on the random farm's ``shifting`` sites, replayed on a fake clock: how soon a rise is found.
+
+Each site of ``draw_farm(seed, ..., kinds=tuple(args.kinds.split(",")))`` becomes a limiter model of
+``tests/test_rampup_limiters.py`` (a bucket as ``Bucket``, with one-second holds where the
+site sends ``Retry-After``; a window as ``ClockWindow``; a counter as ``RequestRate`` at its
+drawn phase) whose limit follows the drawn changes (``Shifting`` of
+``tests/test_rampup_recall.py``). The crawl runs the harness's workers until the site's
+pages are done (or three times the oracle's time), and reports per site: the oracle's time
+to the pages over the crawl's (the limits in force known), refusals, the first recall after
+the rise and when the accepted rate first reached 0.85 of the risen capacity.
+
+    PYTHONPATH=src python bench/shifting_recall.py --seeds 101-110 --sites 9 [--json]
+    PYTHONPATH=src python bench/shifting_recall.py --kinds bucket,strict,fixed,reqrate --seconds 30 ...
+
+With ``--kinds`` of steady limits (``bucket``, ``strict``, ``fixed``, ``reqrate``) the same models
+run with no change: the cost side of a rule that tries a rise sooner.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import json
+import logging
+import math
+import statistics
+import sys
+import time
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from crawlpace.sim._random import draw_farm
+
+_TESTS = Path(__file__).resolve().parent.parent / "tests"
+
+
+def _load(name: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(f"tests.{name}", _TESTS / f"{name}.py")
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load {name}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+sys.path.insert(0, str(_TESTS.parent))
+limiters = _load("test_rampup_limiters")
+recall_tests = _load("test_rampup_recall")
+
+
+class _Done(Exception):
+    pass
+
+
+class _Decisions(logging.Handler):
+    """Keeps rampup's decisions, stamped with the limiter's last arrival time."""
+
+    def __init__(self, site: Any) -> None:
+        super().__init__(logging.DEBUG)
+        self.site = site
+        self.seen: list[tuple[float, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.seen.append((self.site.now, record.getMessage()))
+
+
+class Site:
+    """``Shifting`` with the time of its last arrival and the steps kept for the oracle."""
+
+    def __init__(self, spec: dict[str, Any]) -> None:
+        base = spec.get("base", spec["profile"])
+        if base == "ratelimit":
+            inner: Any = limiters.Bucket(float(spec["rate"]), float(spec["burst"]),
+                                         hold=1 if spec.get("retry_after") else 0)
+        elif base == "window":
+            inner = limiters.ClockWindow(int(spec["limit"]), float(spec["window"]))
+        else:
+            inner = limiters.RequestRate(float(spec["limit"]), float(spec["period"]))
+            inner._start = -float(spec.get("phase", 0.0)) * float(spec["period"])
+        self.base = inner.capacity
+        self.steps = [(float(at), float(share)) for at, share in spec.get("changes", ())]
+        self.shifting = recall_tests.Shifting(inner, list(self.steps))
+        self.pages = int(spec["pages"])
+        self.now = 0.0
+        self.done = math.inf
+
+    @property
+    def capacity(self) -> float:
+        return float(self.shifting.capacity)
+
+    def arrive(self, now: float) -> Any:
+        self.now = now
+        answer = self.shifting.arrive(now)
+        if answer.status_code == 200 and len(self.shifting.accepted) == self.pages:
+            self.done = now
+        return answer
+
+    def leave(self, now: float) -> None:
+        self.shifting.leave(now)
+
+    def capacity_at(self, t: float) -> float:
+        share = 1.0
+        for at, factor in self.steps:
+            if t >= at:
+                share = factor
+        return self.base * share
+
+    def oracle_time(self) -> float:
+        """Seconds to the pages at the capacity in force (a window's or counter's rounding aside)."""
+        left, t = float(self.pages), 0.0
+        edges = [at for at, _ in self.steps] + [math.inf]
+        for edge in edges:
+            rate = self.capacity_at(t)
+            if left <= rate * (edge - t):
+                return t + left / rate
+            left -= rate * (edge - t)
+            t = edge
+        return t
+
+
+async def run_site(spec: dict[str, Any]) -> dict[str, Any]:
+    site = Site(spec)
+    oracle = site.oracle_time()
+    handler = _Decisions(site)
+    log = logging.getLogger("crawlpace.policy.rampup")
+    log.addHandler(handler)
+    log.setLevel(logging.DEBUG)
+    try:
+        await limiters.crawl(site, 3.0 * oracle + 5.0, latency=0.02)
+    finally:
+        log.removeHandler(handler)
+    done = min(site.done, 3.0 * oracle + 5.0)
+    fall, rise = (site.steps[0][0], site.steps[1][0]) if site.steps else (math.inf, math.inf)
+    recalls = [t for t, msg in handler.seen if "recall: no pushback" in msg]
+    after = [t - rise for t in recalls if t >= rise]
+    accepted = site.shifting.accepted
+    reached = None
+    new = site.capacity_at(rise)
+    if rise < done:
+        inner = site.shifting.inner
+        width = max(2.0, getattr(inner, "window", 0.0), getattr(inner, "period", 0.0))
+        j = 0
+        for i, t in enumerate(accepted):
+            if t < rise + width:
+                continue
+            while accepted[j] < t - width:
+                j += 1
+            if (i - j + 1) / width >= 0.85 * new:
+                reached = t - rise
+                break
+    return {"name": spec["name"], "base": spec.get("base", spec["profile"]), "ratio": round(oracle / done, 3),
+            "oracle": round(oracle, 1), "done": round(done, 1), "refused": len(site.shifting.refused),
+            "fall": fall, "rise": rise, "rise_seen": rise < done, "recalls": len(recalls),
+            "jumps": sum("the limit rose; climbing quickly" in msg for _, msg in handler.seen),
+            "first_recall_after_rise": None if not after else round(after[0], 2),
+            "reach85": None if reached is None else round(reached, 2)}
+
+
+def _seeds(text: str) -> list[int]:
+    if "-" in text:
+        low, high = text.split("-")
+        return list(range(int(low), int(high) + 1))
+    return [int(part) for part in text.split(",")]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--seeds", default="101-110")
+    parser.add_argument("--sites", type=int, default=9)
+    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--kinds", default="shifting",
+                        help="shifting, or steady kinds the models cover: bucket, strict, fixed, reqrate")
+    parser.add_argument("--json", action="store_true")
+    parser.add_argument("--verbose", action="store_true")
+    args = parser.parse_args()
+    started = time.perf_counter()
+    rows = []
+    for seed in _seeds(args.seeds):
+        farm = draw_farm(seed, args.sites, seconds=args.seconds, kinds=tuple(args.kinds.split(",")))
+        for spec in farm["site"]:
+            row = asyncio.run(run_site(spec))
+            row["seed"] = seed
+            rows.append(row)
+            if args.verbose:
+                print(row, flush=True)
+    ratios_capped = [min(1.0, row["ratio"]) for row in rows]
+    ratios = sorted(row["ratio"] for row in rows)
+    seen = [row for row in rows if row["rise_seen"]]
+    firsts = [row["first_recall_after_rise"] for row in seen if row["first_recall_after_rise"] is not None]
+    reach = [row["reach85"] for row in seen if row["reach85"] is not None]
+    summary = {
+        "sites": len(rows), "mean": round(statistics.fmean(ratios), 4),
+        "capped_mean": round(statistics.fmean(ratios_capped), 4),
+        "p10": ratios[max(0, math.ceil(0.1 * len(ratios)) - 1)], "refused": sum(r["refused"] for r in rows),
+        "rises_in_crawl": len(seen),
+        "first_recall_median": round(statistics.median(firsts), 2) if firsts else None,
+        "no_recall_after_rise": len(seen) - len(firsts),
+        "reach85_median": round(statistics.median(reach), 2) if reach else None,
+        "never_reach85": len(seen) - len(reach), "wall": round(time.perf_counter() - started, 1)}
+    print(json.dumps(summary))
+    if args.json:
+        print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()
