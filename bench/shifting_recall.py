@@ -168,14 +168,18 @@ def _seeds(text: str) -> list[int]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--seeds", default="101-110")
-    parser.add_argument("--sites", type=int, default=9)
-    parser.add_argument("--seconds", type=float, default=60.0)
+    parser.add_argument("--seeds", default="101-110", help="farm seeds, 'A-B' or 'A,B,...' (default 101-110)")
+    parser.add_argument("--sites", type=int, default=9, help="sites per farm (default 9)")
+    parser.add_argument("--seconds", type=float, default=60.0, help="a site's time at capacity (default 60)")
     parser.add_argument("--kinds", default="shifting",
                         help="shifting, or steady kinds the models cover: bucket, strict, fixed, reqrate")
-    parser.add_argument("--json", action="store_true")
-    parser.add_argument("--verbose", action="store_true")
+    parser.add_argument("--json", action="store_true",
+                        help="print the summary, with every site's row, as one JSON object on the last line")
+    parser.add_argument("--quick", action="store_true", help="one farm of 4 sites, 30 s each (under a min)")
+    parser.add_argument("--verbose", action="store_true", help="print each site's row as it ends")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.sites, args.seconds = "101", 4, 30.0
     started = time.perf_counter()
     rows = []
     for seed in _seeds(args.seeds):
@@ -200,9 +204,10 @@ def main() -> None:
         "no_recall_after_rise": len(seen) - len(firsts),
         "reach85_median": round(statistics.median(reach), 2) if reach else None,
         "never_reach85": len(seen) - len(reach), "wall": round(time.perf_counter() - started, 1)}
-    print(json.dumps(summary))
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({**summary, "rows": rows}))
+    else:
+        print(json.dumps(summary))
 
 
 if __name__ == "__main__":
