@@ -1,4 +1,5 @@
-"""The crawl's last look (``crawl/_fetch.py``): a Crawl-delay holds between writes, not only admissions.
+"""The crawl's last look (``crawl/_fetch.py``): a Crawl-delay holds between writes, not only admissions,
+and a request admitted before a Retry-After the crawl has since heard is not written inside it.
 
 A real site on loopback judges the gaps between the requests' arrivals; the
 throttler, the site and the crawl share one autojumping fake clock. A slow
@@ -14,7 +15,7 @@ from pathlib import Path
 
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.crawl._fetch import AiohttpFetcher, Page
-from crawlpace.sim import CrawlDelaySite, SimServer
+from crawlpace.sim import CrawlDelaySite, RetryAfterSite, SimServer
 from crawlpace.sim._asgi import Receive, Scope, Send
 from crawlpace.testing import MockClock
 
@@ -68,3 +69,40 @@ async def test_a_crawl_delay_is_kept_between_the_writes_of_a_crawl(
     gaps = [later - earlier for earlier, later in itertools.pairwise(site.arrivals)]
     assert min(gaps) >= 1.0 - 1e-6, site.arrivals
     assert not site.stats.violations
+
+
+class NotingHolds(RetryAfterSite):
+    """A Retry-After site that notes when each page arrived."""
+
+    arrivals: list[tuple[str, float]]
+
+    async def handle(self, scope: Scope, receive: Receive, send: Send, now: float) -> None:
+        self.arrivals.append((str(scope.get("path")), now))
+        await super().handle(scope, receive, send, now)
+
+
+async def test_a_request_admitted_before_a_retry_after_is_not_written_inside_it(
+        tmp_path: Path, clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    # One token, then 429 with Retry-After: 5 for whatever comes before the next one.
+    site = NotingHolds(rate=1.0, embargo=5, pages=3, clock=clock.now)
+    site.arrivals = []
+    throttler = make_throttler({"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0.0,
+                                "DOWNLOAD_DELAY_PER_SLOT": 0.0})
+    async with SimServer(site, HOST) as server:
+        fetcher = SlowFirstWrite(clock, 0.3, "/page/3")
+        job = CrawlJob(throttler.settings, CrawlOptions(output=tmp_path / "out.jsonl", trust_env=False,
+                                                        retries=5),
+                       throttler=throttler, fetcher=fetcher)
+        try:
+            summary = await job.run([f"{server.url}/page/{n}" for n in (1, 2, 3)])
+        finally:
+            await fetcher.aclose()
+    assert summary.complete
+    # The three were admitted at once: one took the token, another drew the 429 and its hold,
+    # and /page/3's write lagged its permit by 0.3 s. By then the crawl had read the hold, so
+    # /page/3 went back to the throttler, unwritten (no attempt used up), instead of reaching
+    # the site 0.3 s into a 5 s quiet time.
+    assert not site.stats.violations, site.arrivals
+    first = next(at for path, at in site.arrivals if path == "/page/3")
+    assert first >= 5.0, site.arrivals
+    assert summary.requests == site.stats.requests  # the request stopped unwritten is not counted

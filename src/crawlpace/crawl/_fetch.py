@@ -29,6 +29,13 @@ admission's reply carries the time, and the next write keeps the delay after it.
 aiohttp's ``on_request_headers_sent`` trace runs just before the request's
 bytes are written (the write follows in the same step of the loop), so the
 fetcher waits there if need be and notes the write.
+
+The same look stops a write that a hold forbids: if another request of the
+scope came back with ``Retry-After`` after this one was admitted (and before
+its bytes left: a new connection, a busy loop), the fetcher raises
+:class:`~crawlpace._clients._last_look.NotSent` there and the job queues the
+request again, unsent, for the throttler to admit after the hold. In a fleet,
+a hold another worker heard is asked of the shared store as well.
 """
 
 from __future__ import annotations
@@ -186,7 +193,8 @@ class AiohttpFetcher:
 
     async def _last_look(self, session: aiohttp.ClientSession, context: object,
                          params: aiohttp.TraceRequestHeadersSentParams) -> None:
-        """Just before the headers are written: wait out the scope's Crawl-delay since its last write.
+        """Just before the headers are written: stop a write a hold heard since its admission
+        forbids, and wait out the scope's Crawl-delay since its last write.
 
         The crawl job puts the request's permit in ``WRITING`` around :meth:`get`;
         a robots.txt fetch, or a fetcher used alone, has none and is not held.
@@ -196,6 +204,9 @@ class AiohttpFetcher:
             return
         look, permit = writing.look, writing.permit
         entered = writing.now()
+        # A hold this crawl heard after the permit was granted (another request's Retry-After):
+        # raises NotSent, and the job queues the request again (a dict lookup when none is noted).
+        look.check(permit, entered)
         wait = look.wait(permit, entered)
         if writing.write_after is not None and look.paced(permit):
             # A fleet: another worker's write of the scope may have lagged its admission more than
