@@ -10,9 +10,18 @@ was granted.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import aiohttp
+import pytest
+from multidict import CIMultiDict
+from yarl import URL
+
+from crawlpace._clients._last_look import WRITING, LastLook, NotSent, Writing
 from crawlpace.crawl import CrawlJob, CrawlOptions
 from crawlpace.crawl._fetch import AiohttpFetcher, Page
 from crawlpace.sim import CrawlDelaySite, RetryAfterSite, SimServer
@@ -106,3 +115,31 @@ async def test_a_request_admitted_before_a_retry_after_is_not_written_inside_it(
     first = next(at for path, at in site.arrivals if path == "/page/3")
     assert first >= 5.0, site.arrivals
     assert summary.requests == site.stats.requests  # the request stopped unwritten is not counted
+
+
+async def test_a_write_just_after_a_stall_lets_answers_already_received_be_read_first() -> None:
+    # Traced on a loaded machine: the crawl's process got no CPU for 0.1-0.8 s; meanwhile a
+    # sibling's 429 came in. On waking, a request admitted then was written before that answer
+    # was read (the site saw it inside the hold). Now a write right after a stall gives the loop
+    # a few turns first: the answer is read, its hold noted, and the write stopped.
+    fetcher = AiohttpFetcher(user_agent="test", timeout=5.0, max_connections=4, trust_env=False,
+                             clock=time.monotonic)
+    try:
+        loop = asyncio.get_running_loop()
+        look = LastLook()
+        granted = time.monotonic()
+        permit = SimpleNamespace(scopes=("site",), granted_at=granted, outcome=None)
+        refused = SimpleNamespace(scopes=("site",), granted_at=granted,
+                                  outcome=SimpleNamespace(feedback=[SimpleNamespace(hold=5.0)]))
+        # The 429's bytes are read at the next turn; its hold is noted at the one after.
+        loop.call_soon(lambda: loop.call_soon(lambda: look.note(refused, time.monotonic())))
+        fetcher._stalls.note(loop.time() - 0.3, loop.time())  # the loop is just out of a 0.3 s stall
+        params = aiohttp.TraceRequestHeadersSentParams("GET", URL(f"http://{HOST}/page/2"), CIMultiDict())
+        token = WRITING.set(Writing(permit, look, time.monotonic))
+        try:
+            with pytest.raises(NotSent):
+                await fetcher._last_look(fetcher._session, SimpleNamespace(), params)
+        finally:
+            WRITING.reset(token)
+    finally:
+        await fetcher.aclose()

@@ -53,7 +53,7 @@ from typing import Protocol
 import aiohttp
 
 from .._clients._last_look import WRITING
-from ._stalls import LoopStalls
+from ._stalls import STALL_FLOOR, LoopStalls
 
 __all__ = ["DEFAULT_DEADLINE", "AiohttpFetcher", "FetchError", "Fetcher", "Page"]
 
@@ -66,6 +66,9 @@ DEFAULT_DEADLINE = 300.0
 #: A shared store's request written this soon after its grant goes without a look at the store's
 #: holds (a round trip): a refusal's hold can hardly have landed in between.
 LOOK_AFTER = 0.01
+#: Turns of the loop a write gives the answers already received before its last look, when the
+#: loop is just out of a stall: an answer's bytes read in one turn reach its release in the next.
+CATCH_UP_TURNS = 3
 #: Looks again at the store's holds after waiting one out, at most: a refusal drawn meanwhile by a
 #: request already on its way may have held the scope longer (each look is a round trip).
 RELOOKS = 4
@@ -207,6 +210,14 @@ class AiohttpFetcher:
         # A hold this crawl heard after the permit was granted (another request's Retry-After):
         # raises NotSent, and the job queues the request again (a dict lookup when none is noted).
         look.check(permit, entered)
+        if self._stalls.late(self._loop_time()) >= STALL_FLOOR:
+            # The loop is just out of a stall (a process starved of CPU): answers that came in
+            # meanwhile may still wait to be read, a sibling's 429 among them, while this write,
+            # admitted on waking, would go first (traced: writes 70-850 ms after a refusal the
+            # crawl had received but not yet read). A few turns let them be read, then look again.
+            for _ in range(CATCH_UP_TURNS):
+                await asyncio.sleep(0)
+            look.check(permit, writing.now())
         wait = look.wait(permit, entered)
         if writing.write_after is not None and look.paced(permit):
             # A fleet: another worker's write of the scope may have lagged its admission more than
