@@ -134,6 +134,7 @@ async def test_a_write_just_after_a_stall_lets_answers_already_received_be_read_
         # The 429's bytes are read at the next turn; its hold is noted at the one after.
         loop.call_soon(lambda: loop.call_soon(lambda: look.note(refused, time.monotonic())))
         fetcher._stalls.note(loop.time() - 0.3, loop.time())  # the loop is just out of a 0.3 s stall
+        fetcher._flying["site"] = 2  # this request and the refused one
         params = aiohttp.TraceRequestHeadersSentParams("GET", URL(f"http://{HOST}/page/2"), CIMultiDict())
         token = WRITING.set(Writing(permit, look, time.monotonic))
         try:

@@ -181,6 +181,8 @@ class AiohttpFetcher:
         self._loop_time = loop.time
         self._stalls = LoopStalls(loop.time)
         self._stalls.start()
+        #: Requests of each scope between get() and their answer (this one included), for the last look.
+        self._flying: dict[str, int] = {}
         # With trust_env, aiohttp looks up proxies and ~/.netrc again in a worker thread
         # for every request; when the environment holds neither, that is pure cost.
         trust_env = trust_env and _environment_matters()
@@ -210,9 +212,12 @@ class AiohttpFetcher:
         # A hold this crawl heard after the permit was granted (another request's Retry-After):
         # raises NotSent, and the job queues the request again (a dict lookup when none is noted).
         look.check(permit, entered)
-        if self._stalls.late(self._loop_time()) >= STALL_FLOOR:
-            # The loop is just out of a stall (a process starved of CPU): answers that came in
-            # meanwhile may still wait to be read, a sibling's 429 among them, while this write,
+        flying = self._flying
+        if (self._stalls.late(self._loop_time()) >= STALL_FLOOR
+                and any(flying.get(scope, 0) > 1 for scope in permit.scopes)):
+            # The loop is just out of a stall (a process starved of CPU) and another request of the
+            # scope is out: answers that came in meanwhile may still wait to be read, a sibling's
+            # 429 among them, while this write,
             # admitted on waking, would go first (traced: writes 70-850 ms after a refusal the
             # crawl had received but not yet read). A few turns let them be read, then look again.
             for _ in range(CATCH_UP_TURNS):
@@ -279,6 +284,11 @@ class AiohttpFetcher:
         got: list[tuple[int, Mapping[str, str], float]] = []  # the status line, once it came
         held = [0.0, 0.0]  # seconds the last look held the write back; of them, asking the store
         token = _HELD.set(held)
+        writing = WRITING.get()
+        scopes = () if writing is None else writing.permit.scopes
+        flying = self._flying
+        for scope in scopes:
+            flying[scope] = flying.get(scope, 0) + 1
         try:
             async with asyncio.timeout(self._deadline):
                 page = await self._get(url, limit, started, got, held)
@@ -290,6 +300,12 @@ class AiohttpFetcher:
             page = Page(status, headers, b"", latency, error)
         finally:
             _HELD.reset(token)
+            for scope in scopes:
+                left = flying[scope] - 1
+                if left:
+                    flying[scope] = left
+                else:
+                    del flying[scope]
         page.asked = held[1]
         if page.latency is not None:
             sent = loop_started + held[0]
