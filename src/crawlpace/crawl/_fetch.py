@@ -29,6 +29,13 @@ admission's reply carries the time, and the next write keeps the delay after it.
 aiohttp's ``on_request_headers_sent`` trace runs just before the request's
 bytes are written (the write follows in the same step of the loop), so the
 fetcher waits there if need be and notes the write.
+
+The same look stops a write that a hold forbids: if another request of the
+scope came back with ``Retry-After`` after this one was admitted (and before
+its bytes left: a new connection, a busy loop), the fetcher raises
+:class:`~crawlpace._clients._last_look.NotSent` there and the job queues the
+request again, unsent, for the throttler to admit after the hold. In a fleet,
+a hold another worker heard is asked of the shared store as well.
 """
 
 from __future__ import annotations
@@ -46,7 +53,7 @@ from typing import Protocol
 import aiohttp
 
 from .._clients._last_look import WRITING
-from ._stalls import LoopStalls
+from ._stalls import STALL_FLOOR, LoopStalls
 
 __all__ = ["DEFAULT_DEADLINE", "AiohttpFetcher", "FetchError", "Fetcher", "Page"]
 
@@ -59,6 +66,9 @@ DEFAULT_DEADLINE = 300.0
 #: A shared store's request written this soon after its grant goes without a look at the store's
 #: holds (a round trip): a refusal's hold can hardly have landed in between.
 LOOK_AFTER = 0.01
+#: Turns of the loop a write gives the answers already received before its last look, when the
+#: loop is just out of a stall: an answer's bytes read in one turn reach its release in the next.
+CATCH_UP_TURNS = 3
 #: Looks again at the store's holds after waiting one out, at most: a refusal drawn meanwhile by a
 #: request already on its way may have held the scope longer (each look is a round trip).
 RELOOKS = 4
@@ -171,6 +181,8 @@ class AiohttpFetcher:
         self._loop_time = loop.time
         self._stalls = LoopStalls(loop.time)
         self._stalls.start()
+        #: Requests of each scope between get() and their answer (this one included), for the last look.
+        self._flying: dict[str, int] = {}
         # With trust_env, aiohttp looks up proxies and ~/.netrc again in a worker thread
         # for every request; when the environment holds neither, that is pure cost.
         trust_env = trust_env and _environment_matters()
@@ -186,7 +198,8 @@ class AiohttpFetcher:
 
     async def _last_look(self, session: aiohttp.ClientSession, context: object,
                          params: aiohttp.TraceRequestHeadersSentParams) -> None:
-        """Just before the headers are written: wait out the scope's Crawl-delay since its last write.
+        """Just before the headers are written: stop a write a hold heard since its admission
+        forbids, and wait out the scope's Crawl-delay since its last write.
 
         The crawl job puts the request's permit in ``WRITING`` around :meth:`get`;
         a robots.txt fetch, or a fetcher used alone, has none and is not held.
@@ -196,6 +209,20 @@ class AiohttpFetcher:
             return
         look, permit = writing.look, writing.permit
         entered = writing.now()
+        # A hold this crawl heard after the permit was granted (another request's Retry-After):
+        # raises NotSent, and the job queues the request again (a dict lookup when none is noted).
+        look.check(permit, entered)
+        flying = self._flying
+        if (self._stalls.late(self._loop_time()) >= STALL_FLOOR
+                and any(flying.get(scope, 0) > 1 for scope in permit.scopes)):
+            # The loop is just out of a stall (a process starved of CPU) and another request of the
+            # scope is out: answers that came in meanwhile may still wait to be read, a sibling's
+            # 429 among them, while this write,
+            # admitted on waking, would go first (traced: writes 70-850 ms after a refusal the
+            # crawl had received but not yet read). A few turns let them be read, then look again.
+            for _ in range(CATCH_UP_TURNS):
+                await asyncio.sleep(0)
+            look.check(permit, writing.now())
         wait = look.wait(permit, entered)
         if writing.write_after is not None and look.paced(permit):
             # A fleet: another worker's write of the scope may have lagged its admission more than
@@ -257,6 +284,11 @@ class AiohttpFetcher:
         got: list[tuple[int, Mapping[str, str], float]] = []  # the status line, once it came
         held = [0.0, 0.0]  # seconds the last look held the write back; of them, asking the store
         token = _HELD.set(held)
+        writing = WRITING.get()
+        scopes = () if writing is None else writing.permit.scopes
+        flying = self._flying
+        for scope in scopes:
+            flying[scope] = flying.get(scope, 0) + 1
         try:
             async with asyncio.timeout(self._deadline):
                 page = await self._get(url, limit, started, got, held)
@@ -268,6 +300,12 @@ class AiohttpFetcher:
             page = Page(status, headers, b"", latency, error)
         finally:
             _HELD.reset(token)
+            for scope in scopes:
+                left = flying[scope] - 1
+                if left:
+                    flying[scope] = left
+                else:
+                    del flying[scope]
         page.asked = held[1]
         if page.latency is not None:
             sent = loop_started + held[0]

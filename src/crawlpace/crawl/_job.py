@@ -46,7 +46,7 @@ import time
 from collections.abc import Coroutine, Iterable
 from typing import Any
 
-from .._clients._last_look import WRITING, LastLook, Writing
+from .._clients._last_look import WRITING, LastLook, NotSent, Writing
 from .._responses._blocks import BlockRules
 from .._robotstxt._robots import MAX_ROBOTS_BYTES
 from .._settings._config import Settings
@@ -102,7 +102,8 @@ class CrawlJob(JobOutcomes):
         self._given_fetcher = fetcher
         self.blocks = BlockRules.of(settings)
         self.robots = RobotsCache(options.user_agent) if options.robots else None
-        #: Each Crawl-delay scope's last write, for the fetcher's last look (told by RobotsAnswers).
+        #: Each Crawl-delay scope's last write (told by RobotsAnswers) and each hold this crawl's answers
+        #: announced, for the fetcher's last look before each write.
         self.look = LastLook()
         self.source: UrlSource = source if source is not None else JournalSource()
         self._robots_answers = None if self.robots is None else RobotsAnswers(
@@ -341,7 +342,20 @@ class CrawlJob(JobOutcomes):
             if not permit.release_nowait():
                 await permit.release()
             released = True
+            # Its hold (Retry-After), for the last look of the requests admitted before it came.
+            self.look.note(permit, self.throttler.clock.now())
             self._settle(task, permit, outcome)
+        except NotSent as exc:
+            # Not written (the fetcher's last look): a hold this crawl heard after the permit was
+            # granted still runs. The slot goes back untaught (below), the send is not counted, and
+            # the task waits at the head of its queue for the throttler, which keeps the hold.
+            _log.debug("%s: %s; queued again", task.target, exc)
+            if task.attempts > 1:
+                self.summary.retries -= 1
+            task.attempts -= 1
+            self._tally(task.host).requests -= 1
+            self.summary.requests -= 1
+            self.scheduler.push(task, front=True)
         except Exception:  # a bug, or an error no layer below turned into an answer
             # The task must not vanish: a shared worker would hold its claim forever and never end.
             _log.exception("%s: unexpected error while fetching it", task.target)

@@ -56,6 +56,7 @@ class LoopStalls:
         #: (start, end) of each stall: from when a heartbeat was due to when it ran.
         self._stalls: collections.deque[tuple[float, float]] = collections.deque(maxlen=_KEPT)
         self._task: asyncio.Task[None] | None = None
+        self._due = float("inf")  # when the next heartbeat should run
 
     def start(self) -> None:
         """Start the heartbeat (once; call inside the running loop)."""
@@ -73,7 +74,7 @@ class LoopStalls:
     async def _beat(self) -> None:
         clock, period = self._clock, self.period
         while True:
-            due = clock() + period
+            self._due = due = clock() + period
             await asyncio.sleep(period)
             self.note(due, clock())
 
@@ -81,6 +82,17 @@ class LoopStalls:
         """Record a heartbeat due at ``due`` that ran at ``woke`` (a stall if later)."""
         if woke > due:
             self._stalls.append((due, woke))
+
+    def late(self, now: float) -> float:
+        """Seconds the loop is, or just was, behind at ``now``: its heartbeat is overdue by that
+        much, or the stall it last noted ended less than a period ago (0.0: on time). Right after
+        a stall, answers that came in during it may wait unread while other work goes first."""
+        behind = max(0.0, now - self._due) if self._task is not None else 0.0
+        if self._stalls:
+            start, end = self._stalls[-1]
+            if end >= now - self.period:
+                behind = max(behind, end - start)
+        return behind
 
     def within(self, start: float, end: float) -> float:
         """Seconds of stalls between ``start`` and ``end`` (loop clock)."""
