@@ -88,3 +88,17 @@ def test_the_pace_weighs_the_time_to_finish_the_work_ahead() -> None:
     step, holds = best_level(belief, hold=10.0, work=600.0, floor=4.0)
     assert step > 8.0
     assert holds < 0.5
+
+
+def test_a_hold_promises_one_token_per_hold() -> None:
+    # A 0.9/s bucket with no burst, pages in milliseconds: the first send accepted, the second (a second
+    # later) refused, with a 59 s hold. The record bounds the rate from above only (under 1/s), and the
+    # belief spread it over three decades under that: 0.1/s was the pace worth keeping, a ninth of the
+    # limit for the rest of the crawl. The hold's end lets a send through, so the bucket refills at
+    # least one token in 59 s: the rates under 1/59 s are no fit.
+    fits = bucket_fit([0.0], [1.0], first=True)
+    least = 1.0 / 59.0
+    assert chance(belief_of(fits, least), least) == 1.0
+    assert chance(belief_of(fits), least) < 0.6
+    level, _ = best_level(belief_of(fits, least), hold=59.0, work=17.0)
+    assert level > 0.14  # was 0.097

@@ -407,7 +407,9 @@ async def test_a_slow_start_does_not_make_a_large_burst_the_likely_fit(
     # they made a rate a third of the limit's the pace worth keeping after the one long hold.
     out = await crawl(Bucket(rate, burst, hold), 60.0, latency=0.003)
     assert out.share >= share
-    assert out.refused == 1  # the start's overshoot only
+    # The start's overshoot, and on 6.22/s a step that the bolder first pace (a hold promises one token
+    # per hold) makes worth its 17 s hold: 0.608 of capacity with 2 refusals, 0.504 with 1 before.
+    assert out.refused <= (2 if hold < 20 else 1)
 
 
 async def test_short_holds_are_fitted_from_the_second() -> None:
@@ -1393,3 +1395,13 @@ async def test_a_line_in_front_of_a_fixed_rate_is_paced_at_the_rate_its_answers_
                       seed=seed)
     assert out.share >= share
     assert out.refused == 0
+
+
+async def test_a_hold_bounds_a_slow_bucket_with_no_burst_from_below() -> None:
+    # 0.65/s, no burst, 41 s holds, pages in 3 ms: one page accepted, the start's second send refused.
+    # The record says only "under 1/s", and the fit spread the rate down to 0.001/s and paced at
+    # a tenth of the limit after the hold. The hold promises a send through at its end, so the rate is
+    # at least one token per 41 s: the first pace is bolder, still with no second hold.
+    out = await crawl(Bucket(0.65, 1.0, 41), 120.0, latency=0.003)
+    assert out.share >= 0.33  # was 0.282
+    assert out.refused == 1  # the start's overshoot only

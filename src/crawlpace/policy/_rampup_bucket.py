@@ -23,7 +23,11 @@ burst that fits is as likely as any other in proportion to ``1 / b`` (a slow sta
 forty accepted sends fit every burst up to forty, each with a lower rate, and
 counted alike they made a burst over ten, and so a limit under a third of the
 true one, the likely fit), and within its interval every rate is as likely on a
-log scale; the chance that the limit is at
+log scale, from one token per hold up (:func:`_least`: a server that asks for
+``H`` seconds of quiet lets a send through after them, so its bucket refills at
+least a token in ``H``; three decades under the top of its interval before, and a
+0.9/s bucket with no burst and 59 s holds, whose record bounds the rate from above
+only, was paced at 0.1/s); the chance that the limit is at
 least a rate is kept at :data:`KNOTS` rates (:func:`belief_of`), and a refused
 pace drops the chance above it (the limit is under a pace that drew a hold).
 
@@ -183,13 +187,23 @@ def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bo
     return fits
 
 
-def _chance_at_least(fits: Sequence[tuple[int, float, float, float]], rate: float) -> float:
+def _least(lo: float, hi: float, least: float) -> float:
+    """The lowest rate a burst's interval ``[lo, hi]`` keeps: no lower than three decades under its
+    top, nor than ``least``, the hold's promise (one token per hold), unless no rate of the interval
+    keeps that promise (then the interval is read as it is)."""
+    low = max(lo, hi * 1e-3)
+    return max(low, least) if least < hi else low
+
+
+def _chance_at_least(fits: Sequence[tuple[int, float, float, float]], rate: float,
+                     least: float = 0.0) -> float:
     """The chance the refill rate is at least ``rate``: each burst that fits by its weight, and
-    within a burst's interval every rate equally likely on a log scale."""
+    within a burst's interval (from ``least`` up: :func:`_least`) every rate equally likely on a log
+    scale."""
     total = weights = 0.0
     for _, lo, hi, weight in fits:
         weights += weight
-        lo = max(lo, hi * 1e-3)
+        lo = _least(lo, hi, least)
         if rate <= lo:
             total += weight
         elif rate < hi:
@@ -197,17 +211,18 @@ def _chance_at_least(fits: Sequence[tuple[int, float, float, float]], rate: floa
     return total / weights
 
 
-def belief_of(fits: Sequence[tuple[int, float, float, float]]) -> tuple[float, ...]:
+def belief_of(fits: Sequence[tuple[int, float, float, float]], least: float = 0.0) -> tuple[float, ...]:
     """The chance the refill rate is at least each of :data:`KNOTS` rates over the fits' span, as
-    ``(rate, chance, rate, chance, ...)``, the lowest rate first (a compact, shareable summary)."""
-    lo = min(max(low, high * 1e-3) for _, low, high, _ in fits)
+    ``(rate, chance, rate, chance, ...)``, the lowest rate first (a compact, shareable summary).
+    ``least``: one token per hold, the rate a server's hold promises (:func:`_least`)."""
+    lo = min(_least(low, high, least) for _, low, high, _ in fits)
     hi = max(high for _, _, high, _ in fits)
     if hi <= lo:
         return (lo, 1.0)
     out: list[float] = []
     for i in range(KNOTS):
         rate = lo * (hi / lo) ** (i / (KNOTS - 1))
-        out += [rate, _chance_at_least(fits, rate)]
+        out += [rate, _chance_at_least(fits, rate, least)]
     return tuple(out)
 
 
@@ -395,8 +410,10 @@ class BucketFit:
         fits = bucket_fit(self._ok_sends, self._held_refusals, first=self._ok_count <= len(self._ok_sends))
         if not fits:
             return False
-        # The pace that drew the refusal, kept up, would draw it again: the limit is under it.
-        belief = _below(belief_of(fits), refused) if refused > 0.0 else belief_of(fits)
+        # The pace that drew the refusal, kept up, would draw it again: the limit is under it. The
+        # hold promises a send through at its end: at least one token per hold.
+        fitted = belief_of(fits, 1.0 / max(held, self.hold_learned, T.hold_long))
+        belief = _below(fitted, refused) if refused > 0.0 else fitted
         if not belief:
             # Every bucket that fits the record refills faster than the pace refused: no bucket
             # explains it (a fixed window refuses by its clock, whatever the pace). An empty belief
@@ -463,4 +480,5 @@ class BucketFit:
             return False
         self._refit_at = now + T.round
         fits = bucket_fit(self._ok_sends, self._held_refusals, first=self._ok_count <= len(self._ok_sends))
-        return bool(fits) and chance(belief_of(fits), (1.0 - T.tolerance) * self.rate) >= 0.5
+        least = 1.0 / max(self.hold_learned, T.hold_long)
+        return bool(fits) and chance(belief_of(fits, least), (1.0 - T.tolerance) * self.rate) >= 0.5
