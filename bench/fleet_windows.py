@@ -187,7 +187,10 @@ def main() -> None:
     args = parser.parse_args()
     cases = CASES[:4] if args.quick else CASES
     seconds = args.seconds or (20.0 if args.quick else 40.0)
-    server = RedisServer(redis_binary())
+    binary = redis_binary()
+    if binary is None:
+        raise SystemExit("fleet_windows.py needs a redis-server (or valkey-server) on PATH")
+    server = RedisServer(binary)
     server.start()
     try:
         rows = asyncio.run(run(server.url, args.contenders.split(","), cases, seconds, args.latency))

@@ -106,7 +106,7 @@ class Site:
         for at, factor in self.steps:
             if t >= at:
                 share = factor
-        return self.base * share
+        return float(self.base * share)
 
     def oracle_time(self) -> float:
         """Seconds to the pages at the capacity in force (a window's or counter's rounding aside)."""
