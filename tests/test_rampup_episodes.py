@@ -211,3 +211,36 @@ def test_a_lock_out_after_a_plain_cut_is_fitted_over_twice_its_length() -> None:
     after = [rate for at, rate in fits if at > 20.0]
     assert after
     assert 0.6 * 56 / 5.1 <= after[0] <= 56 / 5.1
+
+
+def test_a_lock_out_after_a_burst_counts_the_burst_as_tokens_spent_at_once() -> None:
+    # A window of 4 per 1.53 s on the clock, sent by a start at the gap cap (one send per 10 ms, the
+    # timing slack): robots.txt and four pages accepted within 40 ms, then refused until the window
+    # ends 0.647 s after the first send. The cycle's 5 / 0.647 s paced at 11.7/s, over four times
+    # the window's 2.6/s, and the search above it drew refusal after refusal. The burst shows the
+    # window's depth, not its rate: one send per lock-out is the floor, the count over the cycle
+    # the top of the search.
+    ramp = controller()
+    now = steady(ramp, 100.0, 0.05)  # 5 accepted, 10 ms apart
+    while now < 0.647:
+        answer(ramp, now, refused=True)
+        now += 1.0 / ramp.allowed_rate(now)
+    answer(ramp, now)
+    span = now + 0.01  # from the first send to the answer that ended the lock-out
+    assert "5 of them at once" in ramp.decision
+    assert ramp.rate == pytest.approx(TUNING.fit_share / span)
+    assert ramp.rate < 4 / 1.53
+    assert ramp._top >= TUNING.fit_share * 5 / span
+
+
+def test_a_lock_out_after_sends_at_a_pace_is_fitted_as_before() -> None:
+    # The same window sent at 25/s (40 ms apart, wider than the timing slack): the cycle's count over
+    # its length is the rate the limiter let through, and nothing of it was spent at once.
+    ramp = controller()
+    now = steady(ramp, 25.0, 0.2)
+    while now < 1.53:
+        answer(ramp, now, refused=True)
+        now += 1.0 / ramp.allowed_rate(now)
+    answer(ramp, now)
+    assert "a lock-out" in ramp.decision
+    assert ramp.rate >= TUNING.fit_share * 5 / (now + 0.01)

@@ -32,7 +32,10 @@ before that cut.
 A cycle the scope did not send through at that rate (the start phase's ramp) is a floor, and so is any
 cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
 starts at the counter's estimate and searches up (see ``_episode_answer``). The
-lock-out's silence is the limiter's, left out of the send record. A cycle that let through only
+lock-out's silence is the limiter's, left out of the send record. A cycle whose accepted sends all
+went within the timing slack of each other (a burst: the start's window of one at the gap cap) spent
+its tokens at once: its count over its length bounds the rate from above only, one send per
+lock-out from below, and the level searches between the two (``_at_once``). A cycle that let through only
 the probe that ended the last episode, with a probe refused in its own, is a bucket whose burst
 is spent (its first cycle looked like a window's): one request per refill, due between the last
 refused probe and the accepted one. The level is the geometric middle of the two gaps, searching
@@ -94,6 +97,7 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from itertools import pairwise
 from typing import Protocol
 
 from ._rampup_counter import SENDS_KEPT, counter_open, fit_counter
@@ -180,6 +184,7 @@ class _EpisodeState(Protocol):
     def slot_rest(self) -> float: ...
     def baseline(self) -> float | None: ...
     def _lockout_resume(self, now: float) -> None: ...
+    def _at_once(self, start: float, end: float) -> int: ...
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
@@ -460,6 +465,7 @@ class Episodes:
         # taken back to twice the lock-out, within the stretch since the last lock-out ended, counting the
         # accepted sends on record there, or that stretch's accepted pace if more. (Not further: the limit
         # may have fallen within it.)
+        spent = self._at_once(self._cycle_start, since) if lockout else 0
         before = self._cycle_start - self._lock_end
         if (lockout and self._lock_end != NEVER and before > 0.0 and accepted >= 2
                 and span - (now - since) < T.late_share * (now - since)):
@@ -509,6 +515,14 @@ class Episodes:
                 top = min(top, _counter_fit(early, accepted, refused))
             fit = min(top, _counter_fit(fit, accepted, refused))
             trusted = False
+        if spent and lockout:
+            # A burst's tokens spent at once (see _at_once): its count over the span it fills bounds
+            # the limiter's rate from above (a counter's, which counted the burst and its refusals,
+            # is about that), one token per lock-out from below (a bucket's): pace at the floor and
+            # search up to the count's reading.
+            top = max(top, fit)
+            fit = max(self.min_rate, min(fit, T.fit_share / span))
+            trusted = False
         if self._counter_lo > 0.0:
             # Not under the slowest request-rate counter that fits every send (a short cycle after a
             # cut, two through in a second, is the counter's drain, not its rate).
@@ -529,8 +543,36 @@ class Episodes:
             self._top, self._cut_rate = (top if top > fit * (1.0 + T.tolerance) else 0.0), 0.0
             self._lockout_resume(now)
             self._start_climb(now, fast=False)
-            self._decide(now, f"fit: the last cycle let {accepted} through in {span:.3g}s"
+            at_once = f", {spent + 1} of them at once" if spent else ""
+            self._decide(now, f"fit: the last cycle let {accepted} through in {span:.3g}s{at_once}"
                          f"{' (a lock-out)' if lockout else ''}; pacing at {fit:.3g}/s")
+
+    def _at_once(self: _EpisodeState, start: float, end: float) -> int:
+        """The accepted sends on record in ``[start, end)`` after the first, when each went within the
+        timing slack (``T.knee_slack``) of the one before: the limiter may have seen them all at once,
+        tokens spent together (a burst), not sends that show a rate. 0 when any gap was wider, or when
+        the record no longer holds the first.
+
+        A cycle of ``A`` accepted sends over ``span`` seconds shows the limiter's rate when the sends
+        came at a pace (a window's ``N`` spread over its period, a bucket's refill). A burst that
+        spends the allowance at once shows only its depth: a window of 4 per 1.53 s spent by a start's
+        sends 10 ms apart locks out until its period ends, 0.6 s later at a random phase, and
+        ``5 / 0.647 s`` paced at 11.7/s, and the search above it drew refusal after refusal; a bucket
+        of burst ``b`` spent at once locks out for one refill, and its ``b / span`` is ``b`` times its
+        rate. So such a cycle's count over its span bounds the rate from above only (a counter that
+        counts refusals, whose lock-out lasts about its period, lets about that through), and one
+        send per lock-out bounds it from below (a bucket's one token per refill): the level starts at
+        the lower and searches up to the upper. (A cycle with sends at a pace in it is read as before:
+        a start that climbed to the gap cap over seconds showed a rate on its way.)
+        """
+        sends = self._ok_sends
+        if not sends or sends[0] > start:
+            return 0
+        times = [at for at in sends if start <= at < end]
+        slack = T.knee_slack * (1.0 + T.tolerance)
+        if len(times) < 2 or any(later - at > slack for at, later in pairwise(times)):
+            return 0
+        return len(times) - 1
 
     def _lockout_resume(self: _EpisodeState, now: float) -> None:
         """A lock-out is over: its silence was the limiter's, not the scope's choice.
