@@ -34,6 +34,7 @@ import statistics
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from multiprocessing import Pool
+from typing import Protocol
 
 from crawlpace import Settings, Throttler
 from crawlpace.sim._limits import Embargo, TokenBucket
@@ -72,46 +73,80 @@ class HeldBucket:
         return Answer(429, {"Retry-After": str(self.hold)})
 
 
-async def crawl_pages(site: HeldBucket, pages: int, latency: float, *, workers: int = 16,
-                      cap: float = 600.0, count_work: bool = True) -> tuple[float, int]:
-    """Crawl ``site`` until ``pages`` are accepted (or ``cap`` virtual seconds); (seconds, refusals).
+class Answered(Protocol):
+    @property
+    def status_code(self) -> int: ...
 
-    ``count_work``: the throttler is told the pages left, as ``crawlpace crawl``'s queue tells it."""
+
+class Site(Protocol):
+    """A site model: pure bookkeeping on the times it is handed."""
+
+    def arrive(self, now: float) -> Answered: ...
+
+
+async def crawl_site(site: Site, pages: int, latency: float, *, workers: int = 16, cap: float = 600.0,
+                     seed: int = 1, count_work: bool = True, robots: bool = False,
+                     refusals_at_once: bool = False,
+                     stop_when_all_out: bool = False) -> tuple[float, int, int]:
+    """Crawl ``site`` until ``pages`` are accepted (or ``cap`` virtual seconds), as ``crawlpace crawl``
+    paces it (rampup on, ``workers`` workers); (seconds, requests sent, refusals).
+
+    ``count_work``: the throttler is told the pages left, as ``crawlpace crawl``'s queue tells it.
+    ``robots``: robots.txt is fetched first (answered in ``latency``, counted by no limiter).
+    ``refusals_at_once``: an answer other than 200 comes in a millisecond (else in ``latency``).
+    ``stop_when_all_out``: a worker stops once the pages accepted and out make ``pages`` (the crawl's
+    queue is empty; a refused page is sent again by a worker still running), else once they are
+    accepted. ``seed``: of the answers' times and the throttler's jitter."""
     clock = MockClock(autojump=True)
-    rng = random.Random(1)
+    rng = random.Random(seed)
     settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
                                      "CONCURRENT_REQUESTS": 64})
-    accepted = refused = 0
+    accepted = refused = sent = out = 0
     done_at = cap
-    out = 0
-    async with Throttler(settings, clock=clock, rng=random.Random(1)) as throttler:
+    async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:
         if count_work and hasattr(throttler, "count_work"):  # (an older tree, run with --against, has none)
             # As the crawl's queue counts them: the pages not yet sent (those out are not counted).
             throttler.count_work(lambda _scope: (max(0, pages - accepted - out), False))
+        if robots:
+            async with throttler.slot("https://site.example/robots.txt") as permit:
+                await clock.sleep(latency)
+                permit.feedback(Answer(200), latency=latency)
 
         async def worker() -> None:
-            nonlocal accepted, refused, done_at, out
-            while accepted < pages and clock.now() < cap:
+            nonlocal accepted, refused, done_at, out, sent
+            while (accepted + out if stop_when_all_out else accepted) < pages and clock.now() < cap:
                 async with throttler.slot(URL) as permit:
                     out += 1
                     if accepted >= pages or clock.now() >= cap:
                         out -= 1
                         permit.feedback(status=200, latency=0.0)
                         break
+                    sent += 1
                     answer = site.arrive(clock.now())
-                    took = latency * rng.uniform(0.9, 1.1)
+                    base = 0.001 if refusals_at_once and answer.status_code != 200 else latency
+                    took = base * rng.uniform(0.9, 1.1)
                     await clock.sleep(took)
+                    out -= 1
                     if answer.status_code == 200:
                         accepted += 1
                         if accepted == pages:
                             done_at = clock.now()
                     else:
                         refused += 1
-                    out -= 1
                     permit.feedback(answer, latency=took)
 
         await asyncio.gather(*(worker() for _ in range(workers)))
-    return done_at, refused
+    return done_at, sent, refused
+
+
+async def crawl_pages(site: HeldBucket, pages: int, latency: float, *, workers: int = 16,
+                      cap: float = 600.0, count_work: bool = True) -> tuple[float, int]:
+    """Crawl ``site`` until ``pages`` are accepted (or ``cap`` virtual seconds); (seconds, refusals).
+
+    ``count_work``: the throttler is told the pages left, as ``crawlpace crawl``'s queue tells it."""
+    took, _, refused = await crawl_site(site, pages, latency, workers=workers, cap=cap,
+                                        count_work=count_work)
+    return took, refused
 
 
 def draw(seed: int, count: int = 12) -> list[tuple[float, int, int]]:

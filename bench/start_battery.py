@@ -20,6 +20,9 @@ limit (a bucket's burst at once, a window's count at its start, a counter's allo
 unlimited site at one page per answer on 16 connections (far quicker than any polite start: compare
 two trees' ``mean s``, not the shares, on the unlimited kinds). Deterministic.
 
+The limiter models are those of ``tests/test_rampup_limiters.py`` (loaded as ``bench/limiter_kinds.py``
+loads them), the crawl loop is ``bench/holds_battery.py``'s: one copy of each.
+
     PYTHONPATH=src python bench/start_battery.py --seeds 1-20 --json
     PYTHONPATH=src python bench/start_battery.py --rows /tmp/new.json --against /tmp/base.json
 """
@@ -34,26 +37,14 @@ import random
 import statistics
 from dataclasses import dataclass, field
 from multiprocessing import Pool
-from typing import Any, Protocol
+from typing import Any
 
-from crawlpace import Settings, Throttler
-from crawlpace.sim._limits import Embargo, TokenBucket
-from crawlpace.testing import MockClock
+from holds_battery import Answered, Site, crawl_site
+from limiter_kinds import harness
 
-URL = "https://site.example/page"
 KINDS = ("none", "errors", "bucket", "strict", "holds", "fixed", "reqrate")
 WORKERS = 16
 PARAMS = ("rate", "burst", "hold", "limit", "window", "period")
-
-
-@dataclass
-class Answer:
-    status_code: int
-    headers: dict[str, str] = field(default_factory=dict)
-
-
-class Site(Protocol):
-    def arrive(self, now: float) -> Answer: ...
 
 
 @dataclass
@@ -67,81 +58,9 @@ class Open:
     def __post_init__(self) -> None:
         self.rng = random.Random(self.seed)
 
-    def arrive(self, now: float) -> Answer:
-        return Answer(503 if self.rng.random() < self.errors else 200)
-
-
-@dataclass
-class Bucket:
-    """A token bucket: a plain 429, the next token's wait (``wait``), or a hold (``hold`` seconds)."""
-
-    rate: float
-    burst: float
-    hold: int = 0
-    wait: bool = False
-    bucket: TokenBucket = field(init=False)
-    embargo: Embargo = field(default_factory=Embargo)
-
-    def __post_init__(self) -> None:
-        self.bucket = TokenBucket(self.rate, self.burst)
-
-    def arrive(self, now: float) -> Answer:
-        if self.hold and self.embargo.remaining(now) > 0.0:
-            return Answer(429, {"Retry-After": str(math.ceil(self.embargo.remaining(now)))})
-        wait = self.bucket.take(now)
-        if wait == 0.0:
-            return Answer(200)
-        if self.hold:
-            self.embargo.extend(now, self.hold)
-            return Answer(429, {"Retry-After": str(self.hold)})
-        if self.wait:
-            return Answer(429, {"Retry-After": str(max(1, math.ceil(wait)))})
-        return Answer(429)
-
-
-@dataclass
-class Window:
-    """``limit`` per window of ``window`` seconds aligned to the clock, ``phase`` of one gone at 0."""
-
-    limit: int
-    window: float
-    phase: float
-    _index: int = -1
-    _used: int = 0
-
-    def arrive(self, now: float) -> Answer:
-        index = math.floor(now / self.window + self.phase)
-        if index != self._index:
-            self._index, self._used = index, 0
-        if self._used >= self.limit:
-            return Answer(429)
-        self._used += 1
-        return Answer(200)
-
-
-@dataclass
-class Counter:
-    """HAProxy's ``http_req_rate``: every request counted, refused ones too, the previous period blended."""
-
-    limit: float
-    period: float
-    phase: float
-    _start: float = field(init=False)
-    _current: int = 0
-    _previous: int = 0
-
-    def __post_init__(self) -> None:
-        self._start = -self.phase * self.period
-
-    def arrive(self, now: float) -> Answer:
-        periods = math.floor((now - self._start) / self.period)
-        if periods >= 1:
-            self._previous = self._current if periods == 1 else 0
-            self._current = 0
-            self._start += periods * self.period
-        self._current += 1
-        blended = self._current + self._previous * (1.0 - (now - self._start) / self.period)
-        return Answer(429 if blended > self.limit else 200)
+    def arrive(self, now: float) -> Answered:
+        answer: Answered = harness.Response(503 if self.rng.random() < self.errors else 200)
+        return answer
 
 
 def _log_uniform(rng: random.Random, low: float, high: float) -> float:
@@ -160,7 +79,7 @@ def draw(kind: str, rng: random.Random, seconds: float) -> tuple[Site, int, floa
         hold = round(_log_uniform(rng, 1.0, 60.0)) if kind == "holds" else 0
         wait = kind != "holds" and rng.random() < 0.7
         pages = min(max(round(rate * rng.uniform(0.5, 1.0) * seconds), 10), 1500)
-        site: Site = Bucket(rate, float(burst), hold, wait)
+        site: Site = harness.Bucket(rate, float(burst), hold, wait)
         return site, pages, max(0.0, pages - burst) / rate, {"rate": rate, "burst": burst, "hold": hold}
     if kind == "fixed":
         window = round(_log_uniform(rng, 1.0, min(30.0, seconds / 2)), 2)
@@ -169,60 +88,17 @@ def draw(kind: str, rng: random.Random, seconds: float) -> tuple[Site, int, floa
         phase = round(rng.random(), 3)
         first = (1.0 - phase) * window  # the oracle's first window ends here
         periods = max(0, math.ceil(pages / limit) - 1)
-        return Window(limit, window, phase), pages, (first + (periods - 1) * window if periods else 0.0), {
-            "limit": limit, "window": window}
+        oracle = first + (periods - 1) * window if periods else 0.0
+        return harness.ClockWindow(limit, window, phase), pages, oracle, {"limit": limit, "window": window}
     if kind == "reqrate":
         period = round(_log_uniform(rng, 1.0, 60.0), 2)
         limit = max(round(_log_uniform(rng, 0.5, 60.0) * period), math.ceil(0.5 * period), 10)
         pages = min(max(round(limit / period * rng.uniform(0.5, 1.0) * seconds), 10), 1500)
         phase = round(rng.random(), 3)
-        return Counter(float(limit), period, phase), pages, max(0.0, pages - limit) * period / limit, {
+        counter = harness.RequestRate(float(limit), period, _start=-phase * period)
+        return counter, pages, max(0.0, pages - limit) * period / limit, {
             "limit": limit, "period": period}
     raise ValueError(kind)
-
-
-async def crawl_pages(site: Site, pages: int, latency: float, *, cap: float = 300.0,
-                      seed: int = 1) -> tuple[float, int, int]:
-    """Crawl ``site`` until ``pages`` are accepted (or ``cap`` virtual seconds), robots.txt first;
-    (seconds, requests, refusals). An error is resent as ``crawlpace crawl`` resends it (at the back
-    of the queue, under the scope's pace)."""
-    clock = MockClock(autojump=True)
-    rng = random.Random(seed)
-    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
-                                     "CONCURRENT_REQUESTS": 64})
-    accepted = refused = sent = out = 0
-    done_at = cap
-    async with Throttler(settings, clock=clock, rng=random.Random(seed)) as throttler:
-        if hasattr(throttler, "count_work"):
-            throttler.count_work(lambda _scope: (max(0, pages - accepted - out), False))
-        async with throttler.slot("https://site.example/robots.txt") as permit:
-            await clock.sleep(latency)
-            permit.feedback(Answer(200), latency=latency)
-
-        async def worker() -> None:
-            nonlocal accepted, refused, done_at, out, sent
-            while accepted + out < pages and clock.now() < cap:
-                async with throttler.slot(URL) as permit:
-                    out += 1
-                    if accepted >= pages or clock.now() >= cap:
-                        out -= 1
-                        permit.feedback(status=200, latency=0.0)
-                        break
-                    sent += 1
-                    answer = site.arrive(clock.now())
-                    took = (0.001 if answer.status_code != 200 else latency) * rng.uniform(0.9, 1.1)
-                    await clock.sleep(took)
-                    out -= 1
-                    if answer.status_code == 200:
-                        accepted += 1
-                        if accepted == pages:
-                            done_at = clock.now()
-                    else:
-                        refused += 1
-                    permit.feedback(answer, latency=took)
-
-        await asyncio.gather(*(worker() for _ in range(WORKERS)))
-    return done_at, sent, refused
 
 
 def jobs(seeds: list[int], latencies: list[float], seconds: float) -> list[tuple[str, int, float, float]]:
@@ -235,7 +111,9 @@ def one(job: tuple[str, int, float, float]) -> dict[str, Any]:
     kind, seed, latency, seconds = job
     rng = random.Random(f"{kind}-{seed}")
     site, pages, oracle, params = draw(kind, rng, seconds)
-    took, sent, refused = asyncio.run(crawl_pages(site, pages, latency, seed=seed))
+    took, sent, refused = asyncio.run(crawl_site(site, pages, latency, workers=WORKERS, cap=300.0, seed=seed,
+                                                 robots=True, refusals_at_once=True,
+                                                 stop_when_all_out=True))
     if kind in ("none", "errors"):
         oracle = math.ceil(pages / (1.0 - params["errors"]) / WORKERS) * latency
     oracle = max(oracle, latency)

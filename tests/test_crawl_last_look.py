@@ -15,16 +15,18 @@ import itertools
 import time
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import aiohttp
 import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
+from crawlpace import Throttler
 from crawlpace._clients._last_look import WRITING, LastLook, NotSent, Writing
-from crawlpace.crawl import CrawlJob, CrawlOptions
+from crawlpace.crawl import CrawlJob, CrawlOptions, CrawlSummary
 from crawlpace.crawl._fetch import AiohttpFetcher, Page
-from crawlpace.sim import CrawlDelaySite, RetryAfterSite, SimServer
+from crawlpace.sim import CrawlDelaySite, RetryAfterSite, SimServer, Site
 from crawlpace.sim._asgi import Receive, Scope, Send
 from crawlpace.testing import MockClock
 
@@ -57,20 +59,27 @@ class SlowFirstWrite(AiohttpFetcher):
         return await super().get(url, limit)
 
 
+async def crawl_three_pages(tmp_path: Path, clock: MockClock, throttler: Throttler, site: Site,
+                            fetcher: AiohttpFetcher, **options: Any) -> CrawlSummary:
+    """``crawlpace crawl`` of ``site``'s /page/1-3 on loopback through ``fetcher`` (closed after it);
+    ``options``: more of :class:`CrawlOptions`."""
+    async with SimServer(site, HOST) as server:
+        job = CrawlJob(throttler.settings, CrawlOptions(output=tmp_path / "out.jsonl", trust_env=False,
+                                                        **options),
+                       throttler=throttler, fetcher=fetcher)
+        try:
+            return await job.run([f"{server.url}/page/{n}" for n in (1, 2, 3)])
+        finally:
+            await fetcher.aclose()
+
+
 async def test_a_crawl_delay_is_kept_between_the_writes_of_a_crawl(
         tmp_path: Path, clock: MockClock, make_throttler: ThrottlerFactory) -> None:
     site = NotingSite(delay=1.0, pages=4, clock=clock.now, tolerance=0.0)
     site.arrivals = []
     throttler = make_throttler({"CONCURRENT_REQUESTS_PER_DOMAIN": 4, "DOWNLOAD_DELAY": 0.0,
                                 "DOWNLOAD_DELAY_PER_SLOT": 0.0})
-    async with SimServer(site, HOST) as server:
-        fetcher = SlowFirstWrite(clock, 0.6, "/page/1")
-        job = CrawlJob(throttler.settings, CrawlOptions(output=tmp_path / "out.jsonl", trust_env=False),
-                       throttler=throttler, fetcher=fetcher)
-        try:
-            summary = await job.run([f"{server.url}/page/{n}" for n in (1, 2, 3)])
-        finally:
-            await fetcher.aclose()
+    summary = await crawl_three_pages(tmp_path, clock, throttler, site, SlowFirstWrite(clock, 0.6, "/page/1"))
     assert summary.complete
     assert len(site.arrivals) == 3
     # /page/1 was admitted first but written 0.6 s late; /page/2 was admitted 1 s after it, so
@@ -97,15 +106,8 @@ async def test_a_request_admitted_before_a_retry_after_is_not_written_inside_it(
     site.arrivals = []
     throttler = make_throttler({"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0.0,
                                 "DOWNLOAD_DELAY_PER_SLOT": 0.0})
-    async with SimServer(site, HOST) as server:
-        fetcher = SlowFirstWrite(clock, 0.3, "/page/3")
-        job = CrawlJob(throttler.settings, CrawlOptions(output=tmp_path / "out.jsonl", trust_env=False,
-                                                        retries=5),
-                       throttler=throttler, fetcher=fetcher)
-        try:
-            summary = await job.run([f"{server.url}/page/{n}" for n in (1, 2, 3)])
-        finally:
-            await fetcher.aclose()
+    summary = await crawl_three_pages(tmp_path, clock, throttler, site, SlowFirstWrite(clock, 0.3, "/page/3"),
+                                      retries=5)
     assert summary.complete
     # The three were admitted at once: one took the token, another drew the 429 and its hold,
     # and /page/3's write lagged its permit by 0.3 s. By then the crawl had read the hold, so

@@ -94,10 +94,12 @@ class NoLimit:
 
 @dataclass
 class ClockWindow:
-    """``limit`` requests per window of ``window`` seconds aligned to the clock, no headers."""
+    """``limit`` requests per window of ``window`` seconds aligned to the clock, no headers; ``phase``:
+    the share of a window already gone at 0 (as the random farm draws it)."""
 
     limit: int
     window: float
+    phase: float = 0.0
     _index: int = -1
     _used: int = 0
 
@@ -106,7 +108,7 @@ class ClockWindow:
         return self.limit / self.window
 
     def arrive(self, now: float) -> Response:
-        index = math.floor(now / self.window)
+        index = math.floor(now / self.window + self.phase)
         if index != self._index:
             self._index, self._used = index, 0
         if self._used >= self.limit:

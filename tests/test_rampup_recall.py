@@ -217,9 +217,7 @@ async def test_a_level_held_before_a_fall_outlives_the_falls_longer_lock_out() -
     # 10 s; the limit fell in the lock-out that refusal opened, which lasted 12 s (the reading drains to
     # the lower limit), and judged by it the level was forgotten: 1.35/s to the end (the wall-clock
     # crawl took 269 s where the oracle took 30). Held longer than the lock-out known before, it stays.
-    limiter = RequestRate(42.0, 12.0)
-    limiter._start = -0.431 * 12.0
-    site = Shifting(limiter, [(15.0, 0.44), (28.0, 1.4)])
+    site = Shifting(RequestRate(42.0, 12.0, _start=-0.431 * 12.0), [(15.0, 0.44), (28.0, 1.4)])
     await crawl(site, 50.0, latency=0.02)
     assert site.rate(35.0, 50.0) >= 3.5  # was 1.3
     assert len(site.refused) <= 20
@@ -233,9 +231,7 @@ async def test_a_recall_back_at_its_level_probes_past_it_without_the_hold_rules_
     # rule, set by the fall's lock-outs of 3 s, kept the probe at that level until a failure would cost
     # a twentieth of the time (90 s): 9.0/s from 60 s to 90 s. Its wait is the recall's: a failure may
     # cost a quarter of the time since the last refusal, and that time has passed.
-    limiter = RequestRate(37.0, 2.8)
-    limiter._start = -0.236 * 2.8
-    site = Shifting(limiter, [(23.0, 0.48), (38.0, 1.2)])
+    site = Shifting(RequestRate(37.0, 2.8, _start=-0.236 * 2.8), [(23.0, 0.48), (38.0, 1.2)])
     await crawl(site, 100.0, latency=0.02)
     assert site.rate(23.0, 38.0) <= 6.3  # it followed the limit down
     assert site.rate(60.0, 90.0) >= 11.5  # was 9.0
@@ -248,9 +244,7 @@ async def test_a_recall_whose_step_holds_over_a_rate_refused_since_the_fall_clim
     # limit had refused since the fall: it had risen, yet the search went on by halves to the 38/s held
     # before the fall (32.8, 35.3, 38/s, one step of 3.8 s each), and probed past it only at 61.8 s. The
     # limit came back, so the level it had is the likeliest place: the next step goes there.
-    limiter = RequestRate(101.0, 2.2)
-    limiter._start = -0.366 * 2.2
-    site = Shifting(limiter, [(17.0, 0.5), (33.0, 1.3)])
+    site = Shifting(RequestRate(101.0, 2.2, _start=-0.366 * 2.2), [(17.0, 0.5), (33.0, 1.3)])
     await crawl(site, 70.0, latency=0.02)
     assert site.rate(17.0, 33.0) <= 23.0  # it followed the limit down
     assert site.rate(50.0, 62.0) >= 36.5  # was 34.3

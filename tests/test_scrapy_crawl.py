@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import sys
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,6 +28,7 @@ from .deadlines import CHILD
 
 #: The crawl process: one spider fetching a list of URLs, recording each outcome and Scrapy's stats.
 RUNNER = '''
+import asyncio
 import json
 import sys
 
@@ -43,6 +45,34 @@ class StricterParser(scrapy.robotstxt.ProtegoRobotParser):
 
     def crawl_delay(self, user_agent):
         return 0.3
+
+
+class HoldUntilRefused:
+    """A downloader middleware (before crawlpace's) that holds the requests whose path is in
+    HOLD_UNTIL_REFUSED until a 429 has come back through it: a request admitted by the scheduler
+    reaches the network after a sibling's Retry-After was heard (a slow middleware, a busy loop)."""
+
+    def __init__(self, paths):
+        self.paths, self.refused, self.held = set(paths), None, set()
+
+    @classmethod
+    def from_crawler(cls, crawler):
+        return cls(crawler.settings.getlist("HOLD_UNTIL_REFUSED"))
+
+    async def process_request(self, request, spider=None):
+        path = request.url.split("/", 3)[-1]
+        if "/" + path in self.paths and request.url not in self.held:
+            self.held.add(request.url)
+            if self.refused is None:
+                self.refused = asyncio.Event()
+            await self.refused.wait()
+
+    def process_response(self, request, response, spider=None):
+        if response.status == 429:
+            if self.refused is None:
+                self.refused = asyncio.Event()
+            self.refused.set()
+        return response
 
 
 class Pages(scrapy.Spider):
@@ -64,6 +94,10 @@ class Pages(scrapy.Spider):
     def failed(self, failure):
         records.append({"url": failure.request.url, "error": type(failure.value).__name__})
 
+
+if "stale_after" in config:  # how long a scheduler's admission stays good on its way to the network
+    import crawlpace.scrapy._runtime
+    crawlpace.scrapy._runtime.STALE_AFTER = config["stale_after"]
 
 settings = {"ADDONS": {"crawlpace.scrapy.Addon": 100}, "LOG_LEVEL": "INFO",
             "TELNETCONSOLE_ENABLED": False, **config["settings"]}
@@ -105,13 +139,18 @@ class Crawl:
         return {record["url"]: record for record in self.records}
 
 
-async def crawl(tmp_path: Path, urls: list[str], settings: dict[str, Any], name: str = "crawl") -> Crawl:
-    """Run the spider in a new process and wait for it (the farm keeps serving meanwhile)."""
+async def crawl(tmp_path: Path, urls: list[str], settings: dict[str, Any], name: str = "crawl", *,
+                stale_after: float | None = None) -> Crawl:
+    """Run the spider in a new process and wait for it (the farm keeps serving meanwhile).
+
+    ``stale_after``: the seconds a scheduler's admission stays good on its way to the network
+    (``crawlpace.scrapy._runtime.STALE_AFTER``), when not the add-on's own."""
     runner = tmp_path / "runner.py"
     runner.write_text(RUNNER, encoding="utf-8")
     output, log = tmp_path / f"{name}.json", tmp_path / f"{name}.log"
     config = tmp_path / f"{name}.config.json"
-    config.write_text(json.dumps({"urls": urls, "settings": settings, "output": str(output)}),
+    extra = {} if stale_after is None else {"stale_after": stale_after}
+    config.write_text(json.dumps({"urls": urls, "settings": settings, "output": str(output), **extra}),
                       encoding="utf-8")
     with log.open("wb") as sink:
         process = await asyncio.create_subprocess_exec(
@@ -270,3 +309,49 @@ async def test_invalid_settings_stop_the_crawl_at_start_up(tmp_path: Path) -> No
     assert "BACKOFF_MAX_DELAY: expected a number of seconds, got 'long' (str)" in result.log
     if SCRAPY_VERSION >= (2, 19):
         assert result.returncode != 0  # older Scrapy logs the failure but exits with 0
+
+
+class RefusesFirst:
+    """A site that answers the first request for ``/page/1`` with a 429 and ``Retry-After: HOLD``, and
+    every other request with a page; it notes when each request arrived (the server's own clock)."""
+
+    HOLD = 2
+
+    def __init__(self) -> None:
+        self.arrivals: list[tuple[str, float]] = []
+        self.refused_at: float | None = None
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        now = time.monotonic()
+        path = str(scope["path"])
+        self.arrivals.append((path, now))
+        headers = [(b"content-type", b"text/html"), (b"content-length", b"2")]
+        status = 200
+        if path == "/page/1" and self.refused_at is None:
+            self.refused_at, status = now, 429
+            headers.append((b"retry-after", str(self.HOLD).encode()))
+        await send({"type": "http.response.start", "status": status, "headers": headers})
+        await send({"type": "http.response.body", "body": b"ok"})
+
+    def first(self, path: str) -> float:
+        return next(at for seen, at in self.arrivals if seen == path)
+
+
+async def test_a_request_admitted_before_a_retry_after_is_not_sent_inside_it(tmp_path: Path) -> None:
+    # The scheduler admits /page/1-3 at once (4 per site, no delay). A middleware of the crawl's own
+    # holds /page/2 on its way until /page/1's 429 (Retry-After: 2) has come back through the add-on;
+    # its admission, granted before the refusal, is still fresh (the runner lets admissions stay good
+    # for 10 s, so that a loaded machine's slower round trip does not re-admit it for being late).
+    # Before the add-on's last look, /page/2 was sent at once, into the site's quiet time.
+    site = RefusesFirst()
+    settings = {**FAST, "ROBOTSTXT_OBEY": False, "CONCURRENT_REQUESTS_PER_DOMAIN": 4, "DOWNLOAD_DELAY": 0,
+                "DOWNLOAD_DELAY_PER_SLOT": 0, "DOWNLOADER_MIDDLEWARES": {"__main__.HoldUntilRefused": 800},
+                "HOLD_UNTIL_REFUSED": ["/page/2"]}
+    async with SimServer(site, "127.0.0.41") as server:
+        urls = [f"{server.url}/page/{n}" for n in (1, 2, 3)]
+        result = await crawl(tmp_path, urls, settings, stale_after=10.0)
+    assert result.returncode == 0, result.log[-3000:]
+    assert {record["url"]: record.get("status") for record in result.records} == dict.fromkeys(urls, 200)
+    assert site.refused_at is not None
+    assert site.first("/page/2") >= site.refused_at + RefusesFirst.HOLD, site.arrivals
+    assert result.stats["throttling/readmitted/held"] == 1

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import gc
 import logging
 from collections.abc import Callable, Iterable
@@ -94,6 +95,37 @@ async def test_a_retry_waits_for_retry_after_while_other_sites_go_on(clock: Mock
     assert strict[1] >= 30.0
     assert max(engine.times("https://other.example")) < 1.0
     assert engine.stats.get("throttling/holds") == 1
+
+
+async def test_an_admission_older_than_a_retry_after_is_neither_sent_nor_lent(clock: MockClock) -> None:
+    """The last look: a page the scheduler admitted before a sibling's Retry-After came back is admitted
+    again when it reaches the network, and its permit is not lent to robots.txt meanwhile."""
+    engine = FakeEngine({"DOWNLOAD_DELAY": 0.0, "DOWNLOAD_DELAY_PER_SLOT": 0.0,
+                         "CONCURRENT_REQUESTS_PER_DOMAIN": 4}, clock)
+    scheduler, middleware = engine.scheduler, engine.middleware
+    for n in range(2):
+        scheduler.enqueue_request(Request(f"https://held.example/{n}"))
+    refused, late = scheduler.next_request(), scheduler.next_request()  # both admitted at 0.0
+    assert refused is not None
+    assert late is not None
+    await middleware.process_request(refused)
+    await clock.sleep(0.01)
+    await middleware.process_response(refused, status(429, **{"Retry-After": "5"})(refused))
+
+    async def sent_at(request: Request, after: float) -> float:
+        await clock.sleep(after)
+        await middleware.process_request(request)
+        return clock.now()
+
+    robots = Request("https://held.example/robots.txt", meta={"dont_obey_robotstxt": True})
+    # robots.txt (outside the scheduler) at 0.02, the late page on the network at 0.03: its admission is
+    # younger than the 50 ms after which it would be redone anyway. Both went at once before.
+    robots_at, late_at = await asyncio.gather(sent_at(robots, 0.01), sent_at(late, 0.02))
+    assert robots_at >= 5.01
+    assert late_at >= 5.01
+    assert engine.stats.get("throttling/readmitted/held") == 1
+    assert engine.stats.get("throttling/permits/lent") == 0
+    await engine.runtime.aclose()
 
 
 async def test_rate_limit_headers_pace_the_scope(clock: MockClock) -> None:

@@ -3,7 +3,9 @@
 It sits last before the download handlers (priority 950, after Scrapy's
 HTTP cache, so cached answers are never throttled), and there:
 
-* a request the scheduler admitted is sent under its permit; one that
+* a request the scheduler admitted is sent under its permit, unless a hold
+  the crawl heard since (a sibling's ``Retry-After``) still runs: the last
+  look (:meth:`~crawlpace.scrapy._runtime.Runtime.claim`) admits it again; one that
   arrives without a usable permit (robots.txt fetches, ``engine.download``,
   requests of a spider that keeps Scrapy's scheduler) waits for its scopes
   here, in memory, counted against ``DELAYED_REQUESTS_WARN_THRESHOLD``;

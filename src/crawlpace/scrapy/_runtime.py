@@ -4,6 +4,12 @@ The scheduler grants permits, the downloader middleware sends requests under
 them and feeds the outcome back, the extension reports and applies
 Crawl-Delay: all through one :class:`Runtime` per Scrapy crawler, which owns
 the :class:`~crawlpace.Throttler` and the tickets of the requests in flight.
+
+The runtime also takes the crawl's last look (:mod:`crawlpace._clients._last_look`,
+the rule ``crawlpace crawl`` and the library clients use): every released
+permit's hold (``Retry-After``, a spent RateLimit budget) is noted, and a
+scheduler's admission that reaches the network after a hold heard since it was
+granted is not used: the request is admitted again, and waits for the hold.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import weakref
 from collections.abc import Callable
 from typing import Any
 
+from .._clients._last_look import LastLook, NotSent
 from .._exceptions import PermitError
 from .._redact import redact
 from .._scoping._manager import scopes_without_await
@@ -83,6 +90,8 @@ class Runtime:
         self._nowait = scopes_without_await(self.manager)
         self.report = ScopeReport(config.settings, lambda: self.stats, stats_scopes=config.stats_scopes)
         self.crawl_delays = CrawlDelays(config, lambda: self.throttler, lambda: self.stats, self._parked)
+        #: The holds this crawl's answers announced, for the last look of the requests admitted before.
+        self.look = LastLook()
 
     @classmethod
     def register(cls, crawler: Any, config: AddonConfig) -> Runtime:
@@ -241,12 +250,15 @@ class Runtime:
             return ticket
         if ticket.state is State.PARKED:
             self._parked.pop(ticket, None)
-            lag = self.clock_now - ticket.permit.granted_at
+            now = self.clock_now
+            lag = now - ticket.permit.granted_at
             self.stats.max_value("throttling/send_lag_ms/max", int(lag * 1000))
             if lag <= STALE_AFTER and not ticket.outdated:
-                ticket.state = State.SENT
-                request.meta[APPLIED_SCOPES_KEY] = ticket.scopes
-                return ticket
+                if not self.held_since_granted(ticket, now):
+                    ticket.state = State.SENT
+                    request.meta[APPLIED_SCOPES_KEY] = ticket.scopes
+                    return ticket
+                self.stats.inc_value("throttling/readmitted/held")
             self.stats.inc_value("throttling/readmitted")
             await self._give_back(ticket)
         del request.meta[TICKET_KEY]
@@ -274,8 +286,9 @@ class Runtime:
         if isinstance(first, Permit):
             return self.issue(request, first, "direct")
         names = tuple(name for name, _ in demands)
+        now = self.clock_now
         for parked in self._parked:
-            if parked.covers(names) and not parked.outdated:
+            if parked.covers(names) and not parked.outdated and not self.held_since_granted(parked, now):
                 del self._parked[parked]
                 parked.state = State.LENT
                 self._live.pop(parked, None)
@@ -293,6 +306,16 @@ class Runtime:
         permit = await throttler.acquire(view, scopes=spec)
         stats.inc_value("throttling/wait_time_ms/direct", int((self.clock_now - started) * 1000))
         return self.issue(request, permit, "direct")
+
+    def held_since_granted(self, ticket: Ticket, now: float) -> bool:
+        """The last look: whether a hold this crawl heard after the ticket's permit was granted still
+        runs on one of its scopes (its request must not reach the network under that permit)."""
+        try:
+            self.look.check(ticket.permit, now)
+        except NotSent as exc:
+            logger.debug("an admission of %s is not used: %s", "+".join(ticket.scopes), exc)
+            return True
+        return False
 
     async def settle(self, request: Any, *, response: Any = None, exception: BaseException | None = None,
                      latency: float | None = None, blocked: bool = False) -> None:
@@ -361,6 +384,8 @@ class Runtime:
 
     async def _released(self, permit: Permit, *, soft_block: bool = False) -> None:
         outcome = permit.outcome
+        # Its hold (Retry-After), for the last look of the requests admitted before it came.
+        self.look.note(permit, self.clock_now)
         self.report.count_release(outcome, soft_block=soft_block)
         scopes = permit.scopes
         for listener in self._release_listeners:
