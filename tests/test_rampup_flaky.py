@@ -270,7 +270,8 @@ async def crawl_pages(*, pages: int, errors: float, status: int, page: float, se
     (the random farm's active period)."""
     clock = MockClock(autojump=True)
     rng = random.Random(seed)
-    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "CONCURRENT_REQUESTS": 16})
+    settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
+                                     "CONCURRENT_REQUESTS": 16})
     todo = list(range(pages))
     out = 0
     sends: list[float] = []
