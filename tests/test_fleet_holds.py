@@ -23,7 +23,7 @@ import pytest
 
 from crawlpace import Settings
 from crawlpace._clients._last_look import WRITING, LastLook, Writing
-from crawlpace.crawl._fetch import LOOK_AFTER, RELOOKS, STALE_LOOK, AiohttpFetcher
+from crawlpace.crawl._fetch import LOOK_AFTER, RELOOKS, AiohttpFetcher
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, open_store
 from crawlpace.stores.redis import RedisStore
@@ -199,55 +199,6 @@ async def test_a_write_held_by_the_store_looks_again_before_it_goes() -> None:
     assert len(seen) == 2
     assert asked[3:] == [0.2] * (RELOOKS + 1)
     assert slept[2:] == [0.2] * (RELOOKS + 1)
-
-
-async def test_a_look_whose_reply_came_back_late_asks_the_store_once_more() -> None:
-    """A loaded worker reads the store's reply to its last look well after the server ran it; another
-    worker's refusal may have landed its hold in between (traced: 7 of 15 Retry-After violations of a
-    fleet of 8). A look that found no hold but took longer than STALE_LOOK is asked once more, and the
-    write waits out the hold it finds (main: one look, written at once, inside the hold). A quick
-    look that found nothing is not repeated, and a late one is repeated once only."""
-    clock = [0.0]
-    asked: list[float] = []
-    slept: list[float] = []
-    replies: list[tuple[float, float]] = []  # per look: (seconds it takes, hold it reports)
-
-    async def held_for(scopes: tuple[str, ...]) -> float:
-        took, hold = replies[len(asked)] if len(asked) < len(replies) else (0.0, 0.0)
-        asked.append(hold)
-        clock[0] += took  # the reply read this long after the look was asked
-        return hold
-
-    async def sleep(seconds: float) -> None:
-        slept.append(seconds)
-        clock[0] += seconds
-
-    seen: list[bytes] = []
-    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
-    cases = [
-        # late, no hold; then the hold that landed meanwhile; then over
-        ([(2 * STALE_LOOK, 0.0), (0.001, 0.6), (0.001, 0.0)], [0.0, 0.6, 0.0], [0.6]),
-        ([(STALE_LOOK / 2, 0.0)], [0.0], []),  # quick: nothing to ask again
-        ([(2 * STALE_LOOK, 0.0), (2 * STALE_LOOK, 0.0)], [0.0, 0.0], []),  # late twice: asked twice only
-    ]
-    async with server(answering(head, b"ok", seen=seen)) as base:
-        http = AiohttpFetcher(user_agent="crawlpace-test/1", timeout=5.0, max_connections=4, trust_env=False,
-                              clock=time.monotonic, sleep=sleep)
-        try:
-            for script, looks, waits in cases:
-                replies[:], asked[:], slept[:] = script, [], []
-                permit = _Permit(("site",), clock[0] - 0.2)  # admitted a while ago: it asks the store
-                token = WRITING.set(Writing(permit, LastLook(), lambda: clock[0], held_for))
-                try:
-                    page = await http.get(f"{base}/a", 100)
-                finally:
-                    WRITING.reset(token)
-                assert page.status == 200
-                assert asked == looks  # main: [0.0] each time
-                assert slept == waits  # main: the first write went at once, inside the 0.6 s hold
-        finally:
-            await http.aclose()
-    assert len(seen) == len(cases)
 
 
 @pytest.mark.redis

@@ -72,15 +72,6 @@ CATCH_UP_TURNS = 3
 #: Looks again at the store's holds after waiting one out, at most: a refusal drawn meanwhile by a
 #: request already on its way may have held the scope longer (each look is a round trip).
 RELOOKS = 4
-#: Seconds: a look at the store's holds that took longer than this (asked to answer read) saw no
-#: hold as of the server's reading, long before the write it clears; it is asked once more. On a
-#: loaded machine a reply waits in the socket for its worker's loop (median 62 ms after Redis ran
-#: it, fleet of 8, load 13-17), and another worker's refusal lands in the store in that time (its
-#: hold landed a median 48 ms after that worker read the 429): 7 of 15 traced Retry-After
-#: violations were writes cleared by a look whose reply was read after the hold had landed. An
-#: idle loopback store answers in well under a millisecond, so only a loaded loop pays the second
-#: round trip (bench/results/fleetholds1.md).
-STALE_LOOK = 0.05
 
 #: Seconds the request :meth:`AiohttpFetcher.get` is sending waited in its last look, and of them
 #: the seconds spent asking a shared store: left out of its latency, which is the server's and the
@@ -269,17 +260,8 @@ class AiohttpFetcher:
     @staticmethod
     async def _ask(held_for: Callable[[tuple[str, ...]], Awaitable[float]], scopes: tuple[str, ...],
                    now: Callable[[], float], entered: float) -> float:
-        """The store's hold on ``scopes``, in seconds; the round trip is noted as the crawler's.
-
-        A look that found no hold but whose reply came back more than :data:`STALE_LOOK` after it
-        was asked is asked once more: the reply tells how the store stood when the server ran it,
-        and a hold another worker took there since (its 429 read meanwhile) would go unseen by a
-        write made at once on that reply.
-        """
-        sent = now()
+        """The store's hold on ``scopes``, in seconds; the round trip is noted as the crawler's."""
         hold = await held_for(scopes)
-        if hold <= 0.0 and now() - sent > STALE_LOOK:
-            hold = await held_for(scopes)
         # The round trip is the crawler's (a loaded machine's store and loop: 50-150 ms against
         # sites answering in 2 ms), not the site's: out of the latency, into the lag.
         asked = now() - entered
