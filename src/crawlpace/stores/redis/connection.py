@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..._redact import redact
-from .._check import CRAWLPACE_OPTIONS, with_timeouts
+from .._check import CRAWLPACE_OPTIONS, DEFAULT_SOCKET_TIMEOUT, with_timeouts
 from . import _cluster
 from ._batch import BATCH as _BATCH
 from ._batch import FAILED as _FAILED
@@ -248,9 +248,13 @@ class RedisConnection:
             return await self.call_now(name, keys, args)
         if self._eager is None:
             await self.client()  # the scripts' sources are final once the main client is open
+        if self._eager is None:  # (another first call may have opened it meanwhile)
             parts = urlsplit(with_timeouts(self.url))
             options = parse_qsl(parts.query, keep_blank_values=True)
-            self._eager_timeout = float(dict(options)["socket_timeout"])
+            try:
+                self._eager_timeout = float(dict(options)["socket_timeout"])
+            except ValueError:  # not a number of seconds: redis-py's own reading does not apply here
+                self._eager_timeout = DEFAULT_SOCKET_TIMEOUT
             query = urlencode([(key, value) for key, value in options if key != "socket_timeout"])
             eager = aioredis.from_url(urlunsplit(parts._replace(query=query)), decode_responses=self._decode,
                                       socket_timeout=None)  # (redis-py's default is not None)
