@@ -374,9 +374,17 @@ class RedisStore:
             await self._stamped(lease)
         refused = _refusal(lease, outcome)
         if refused:
-            await self._hold_first(lease, outcome)
-        if refused or _ends_episode(lease, outcome, self._policies):
-            lease = await self._at_answer(lease, inflight=refused and bool(lease.inflight))
+            # The counts' read goes at the loop's next turn; the hold is written before this task
+            # yields, ahead of every callback the loop has queued (_hold_first).
+            counts = asyncio.ensure_future(self._at_answer(lease, inflight=bool(lease.inflight)))
+            try:
+                await self._hold_first(lease, outcome)
+            except BaseException:  # cancelled: the counts are not wanted either
+                counts.cancel()
+                raise
+            lease = await counts
+        elif _ends_episode(lease, outcome, self._policies):
+            lease = await self._at_answer(lease, inflight=False)
         keys, args, pending, given_up = release_call(lease, outcome, self._server_now(), self._idle_arg,
                                                      self._policies, self._factory, self._writer, self._keys,
                                                      full=self.cluster)
@@ -500,7 +508,7 @@ class RedisStore:
         groups = [scopes] if not self.cluster else [(name,) for name in scopes]
         try:
             now = await self._now_arg()
-            replies = [await self._conn.call_now("look", [self._keys(name)[0] for name in group], [now])
+            replies = [await self._conn.call_eager("look", [self._keys(name)[0] for name in group], [now])
                        for group in groups]
         except self._down:
             return 0.0
@@ -577,10 +585,14 @@ class RedisStore:
 
         The release carries the hold as well, but it comes after a round trip or more (this
         worker's earlier releases, then the counts); meanwhile another worker was admitted and
-        wrote into the hold. Not awaited: it leaves at the loop's next turn on a connection of its
-        own, ahead of the reads and of any batch call in flight. The hold's length is the policy's
-        (``ScopePolicy.hold_for``), its end the server's time (``lua/hold.lua``; both scripts keep
-        the later end).
+        wrote into the hold. The call goes on a connection of its own, ahead of any batch call in
+        flight, and is awaited here, in the releasing task: its command is written before the task
+        first yields. Sent as a task of its own, it waited for every callback the loop had queued
+        before it: a median 1 ms, but 66-78 ms for one hold in ten and up to 3.6 s in a fleet of 8
+        at a load of 15-30, while the other workers' writes went into the hold (traced,
+        bench/results/fleetholds1.md). Its failure is only logged: the release carries the hold.
+        The hold's length is the policy's (``ScopePolicy.hold_for``), its end the server's time
+        (``lua/hold.lua``; both scripts keep the later end).
         """
         if self.cluster or not self._conn.connected:
             return  # (a cluster's scopes may span slots; the release carries the hold)
@@ -600,8 +612,10 @@ class RedisStore:
             return
         # On a connection of its own, at once: queued, it waited for the batch in flight to be
         # answered and read (a round trip and a turn of a loaded loop), while other workers wrote.
-        reply = asyncio.ensure_future(self._conn.call_now("hold", keys, args))
-        self._keep(reply, "a refusal's hold")
+        try:
+            await self._conn.call_eager("hold", keys, args)
+        except Exception as exc:  # whatever it was: the release after it carries the hold
+            logger.debug("a refusal's hold did not reach the server ahead of its release: %r", exc)
 
     def _keep(self, reply: asyncio.Future[Any], what: str) -> None:
         """Keep a call sent ahead until it is answered (a task nothing refers to may be collected

@@ -32,7 +32,7 @@ from typing import Any
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from ..._redact import redact
-from .._check import CRAWLPACE_OPTIONS, with_timeouts
+from .._check import CRAWLPACE_OPTIONS, DEFAULT_SOCKET_TIMEOUT, with_timeouts
 from . import _cluster
 from ._batch import BATCH as _BATCH
 from ._batch import FAILED as _FAILED
@@ -170,6 +170,10 @@ class RedisConnection:
         self._decode = decode_responses
         self._client: Any = None
         self._scripts: dict[str, Any] = {}
+        # The client of call_eager (its commands written before the caller yields), and its scripts.
+        self._eager: Any = None
+        self._eager_scripts: dict[str, Any] = {}
+        self._eager_timeout = 0.0
         self._connecting = asyncio.Lock()
         self._queue: list[_Call] = []
         self._pump: asyncio.Task[None] | None = None
@@ -196,6 +200,9 @@ class RedisConnection:
         client = self._client
         if client is not None:
             self._scripts = {name: client.register_script(src) for name, src in self._sources.items()}
+        eager = self._eager
+        if eager is not None:
+            self._eager_scripts = {name: eager.register_script(src) for name, src in self._sources.items()}
 
     @property
     def connected(self) -> bool:
@@ -221,6 +228,41 @@ class RedisConnection:
         await self.client()
         try:
             return await self._scripts[name](keys=list(keys), args=list(args))
+        except ResponseError as exc:
+            raise _as_down(exc) from exc
+
+    async def call_eager(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
+        """:meth:`call_now`, its command written before the calling task first yields (one server only).
+
+        redis-py writes a command through ``asyncio.wait_for`` when its connection has a socket
+        timeout, and on Python 3.11 that wraps the write in a task of its own: the command leaves
+        only after every callback the loop had queued. A starved fleet worker's loop has many
+        (answers read at once after a stall), and a refusal's hold waited behind them for tens of
+        milliseconds, at worst seconds, while the other workers wrote into it. This call goes on a
+        client of its own with no socket timeout, under a timeout of its own
+        (:func:`asyncio.timeout`, which needs no task), so it is written at once when the client
+        has a connection ready (the first call opens one). A timeout raises ``TimeoutError``, one
+        of :data:`DOWN`.
+        """
+        if self.cluster:
+            return await self.call_now(name, keys, args)
+        if self._eager is None:
+            await self.client()  # the scripts' sources are final once the main client is open
+        if self._eager is None:  # (another first call may have opened it meanwhile)
+            parts = urlsplit(with_timeouts(self.url))
+            options = parse_qsl(parts.query, keep_blank_values=True)
+            try:
+                self._eager_timeout = float(dict(options)["socket_timeout"])
+            except ValueError:  # not a number of seconds: redis-py's own reading does not apply here
+                self._eager_timeout = DEFAULT_SOCKET_TIMEOUT
+            query = urlencode([(key, value) for key, value in options if key != "socket_timeout"])
+            eager = aioredis.from_url(urlunsplit(parts._replace(query=query)), decode_responses=self._decode,
+                                      socket_timeout=None)  # (redis-py's default is not None)
+            self._eager_scripts = {name: eager.register_script(src) for name, src in self._sources.items()}
+            self._eager = eager
+        try:
+            async with asyncio.timeout(self._eager_timeout):
+                return await self._eager_scripts[name](keys=list(keys), args=list(args))
         except ResponseError as exc:
             raise _as_down(exc) from exc
 
@@ -336,3 +378,6 @@ class RedisConnection:
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
+        eager, self._eager = self._eager, None
+        if eager is not None:
+            await eager.aclose()
