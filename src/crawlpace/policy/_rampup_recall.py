@@ -215,21 +215,20 @@ class LevelRecall:
         The fit is of one counter that never changed, so it reads every refusal as an overshoot past
         that counter. A refusal under a level held longer than a lock-out before it (the memory, proven:
         :data:`_PROVEN`) is the other reading's evidence: the limit fell under a level the site had
-        carried, and the sends since are the lower limit's, which the fit mixes with those before. The
-        memory survives it (a limit that falls comes back where it was as often as anywhere): capped
-        at ``high``, the fastest counter that fits, even where that is near the rate now (the fall's
-        lock-out fit takes the rate lower still), or kept as it is over a pinned counter. A memory of
-        this refusal's own level or lower (a search's overshoot past a counter that stays put, a
-        window's count letting a step through) is capped at ``high`` only while that is a step above
-        the rate, else forgotten, as the fit says.
+        carried, and the sends since are the lower limit's, which the fit mixes with those before: its
+        counters bound the mixture, not the level before the fall. The memory survives the fit as it
+        was (a limit that falls comes back where it was as often as anywhere), a recall's search under
+        way ended. A memory of this refusal's own level or lower (a search's overshoot past a counter
+        that stays put, a window's count letting a step through) is the fit's to judge: capped at
+        ``high`` while that is a step above the rate, else forgotten, and forgotten under a pin.
         """
-        fell = self._recall_span == _PROVEN and self._recall > refused * (1.0 + T.tolerance)
-        if high <= 0.0:
-            if not fell:
-                self._recall = self._recall_wait = 0.0
+        if self._recall_span == _PROVEN and self._recall > refused * (1.0 + T.tolerance):
+            # (Capped at ``high`` instead, a counter of 10 per 3.1 s that fell to 2.1/s and rose to
+            # 3.9/s kept 1.97/s, within one cut of the rate: no recall, and the hold rule's probe 80 s on.)
             self._recall_from = 0.0
-        elif fell:
-            self._recall = min(self._recall, high)
+            return
+        if high <= 0.0:
+            self._recall = self._recall_wait = self._recall_from = 0.0
         else:
             self._recall = high if high > self.rate * (1.0 + T.tolerance) else 0.0
 
