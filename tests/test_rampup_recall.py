@@ -249,3 +249,36 @@ async def test_a_recall_whose_step_holds_over_a_rate_refused_since_the_fall_clim
     assert site.rate(17.0, 33.0) <= 23.0  # it followed the limit down
     assert site.rate(50.0, 62.0) >= 36.5  # was 34.3
     assert len(site.refused) <= 26  # was 17: the quicker probe past 38/s found the limit within the crawl
+
+
+async def test_a_level_carried_before_a_fall_outlives_a_counter_fit_near_the_level() -> None:
+    # HAProxy-style, 52 per 11 s (4.7/s), falling to 1.5/s at 16 s and rising to 4.0/s at 31 s, 20 ms
+    # answers (seed 310's shifting07 of the random farm). The fall's first refusal fitted counters letting
+    # at most 4.8/s through, and the scope was at 4.75/s then: the memory of the level carried before the
+    # fall was forgotten as "no step above the level", the lock-out's fit paced at 1.58/s, and the hold
+    # rule's wait (a twentieth of the crawl per probe) kept it there to the end (1.58/s from 28 s on). A
+    # level carried longer than a lock-out survives the fit, capped at its fastest counter.
+    limiter = RequestRate(52.0, 11.0)
+    limiter._start = -0.289 * 11.0
+    site = Shifting(limiter, [(16.0, 0.32), (31.0, 0.85)])
+    await crawl(site, 70.0, latency=0.02)
+    assert site.rate(16.0, 31.0) <= 2.0  # it followed the limit down
+    assert site.rate(42.0, 56.0) >= 3.0  # was 1.6
+    assert len(site.refused) <= 24  # was 18
+
+
+async def test_a_level_carried_before_a_fall_outlives_a_pinned_counter() -> None:
+    # HAProxy-style, 85 per 8.8 s (9.7/s), falling to 5.7/s at 18 s and back to 9.7/s at 41 s, 20 ms
+    # answers (seed 102's shifting02 of the random farm). The recall's first step, at 34.8 s while the
+    # limit was still low, was refused, and every send fitted one counter, 88 per 18.6 s: pinned at
+    # 4.6/s, the 7.7/s held before the fall forgotten, the next probe 370 s away (the hold rule, a
+    # failed probe costing a period): 4.6/s to the end. The refusal came under the level carried before
+    # it, so that level survives the pin, and the recall tries it again once a failure would cost a
+    # quarter of the wait (a lock-out of 18.6 s: 74 s after the refusal).
+    limiter = RequestRate(85.0, 8.8)
+    limiter._start = -0.662 * 8.8
+    site = Shifting(limiter, [(18.0, 0.59), (41.0, 1.0)])
+    await crawl(site, 112.0, latency=0.02)
+    assert site.rate(18.0, 41.0) <= 5.9  # it followed the limit down
+    assert site.rate(98.0, 112.0) >= 6.5  # was 4.6
+    assert len(site.refused) <= 20  # was 18

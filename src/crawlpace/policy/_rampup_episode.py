@@ -177,6 +177,7 @@ class _EpisodeState(Protocol):
     _recall: float
     _recall_wait: float
     _recall_from: float
+    last_pushback_rate: float | None
     _rests: bool
     _sent_at: float
 
@@ -192,6 +193,7 @@ class _EpisodeState(Protocol):
     def _probe_gap(self) -> float: ...
     def _draining(self, now: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
+    def _recall_fitted(self, refused: float, high: float) -> None: ...
 
 
 class Episodes:
@@ -356,13 +358,14 @@ class Episodes:
         self._counter_lo, self._counter_hi, self._counter_open = fit.low.rate, fit.high, fit.opens
         if not fit.pinned:
             return False
-        counter = fit.low
+        counter, refused = fit.low, self.rate
         level = max(self.min_rate, min(self.max_rate, T.fit_share * counter.rate))
         opens = counter_open(counter, (at for at, _ in sends), now)
         self._pinned = self.rate = self.ceiling = self._cycle_rate = level
         self._top, self._cut_rate, self._fitted = 0.0, 0.0, True
-        # The refused levels were over the counter, not a limit that fell: nothing to recall.
-        self._recall = self._recall_wait = self._recall_from = 0.0
+        # The refused levels were over the counter, not a limit that fell: nothing to recall, unless a
+        # level carried longer than a lock-out before a fall outlives the fit (_rampup_recall).
+        self._recall_fitted(refused, 0.0)
         self.hold_learned = max(self.hold_learned, counter.period)
         self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
         self._ep_since, self._ep_gap, self._ep_drain = now, max(1.0 / level, opens - self._sent_at), 0.0
@@ -389,7 +392,7 @@ class Episodes:
         if self._top > high:
             self._top = high if high > self.rate * (1.0 + T.tolerance) else 0.0
         if self._recall > high:
-            self._recall = high if high > self.rate * (1.0 + T.tolerance) else 0.0
+            self._recall_fitted(self.last_pushback_rate or self.rate, high)
 
     def _episode_cut(self: _EpisodeState, quick: bool = False, sent_at: float | None = None) -> None:
         """After the cut that opened an episode: probes go at the cut rate until one is refused, the

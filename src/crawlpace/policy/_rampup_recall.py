@@ -208,6 +208,30 @@ class LevelRecall:
             # site took over the span it counts over, before this refusal.
             self._recall_next, self._recall_next_span = min(cycle, self._recall), _PROVEN
 
+    def _recall_fitted(self: _RecallState, refused: float, high: float) -> None:
+        """A request-rate counter fit binds every send, at a refusal of a send at ``refused``/s: pinned
+        (``high`` 0), or letting no more than ``high`` through.
+
+        The fit is of one counter that never changed, so it reads every refusal as an overshoot past
+        that counter. A refusal under a level held longer than a lock-out before it (the memory, proven:
+        :data:`_PROVEN`) is the other reading's evidence: the limit fell under a level the site had
+        carried, and the sends since are the lower limit's, which the fit mixes with those before: its
+        counters bound the mixture, not the level before the fall. The memory survives the fit as it
+        was (a limit that falls comes back where it was as often as anywhere), a recall's search under
+        way ended. A memory of this refusal's own level or lower (a search's overshoot past a counter
+        that stays put, a window's count letting a step through) is the fit's to judge: capped at
+        ``high`` while that is a step above the rate, else forgotten, and forgotten under a pin.
+        """
+        if self._recall_span == _PROVEN and self._recall > refused * (1.0 + T.tolerance):
+            # (Capped at ``high`` instead, a counter of 10 per 3.1 s that fell to 2.1/s and rose to
+            # 3.9/s kept 1.97/s, within one cut of the rate: no recall, and the hold rule's probe 80 s on.)
+            self._recall_from = 0.0
+            return
+        if high <= 0.0:
+            self._recall = self._recall_wait = self._recall_from = 0.0
+        else:
+            self._recall = high if high > self.rate * (1.0 + T.tolerance) else 0.0
+
     def _memory_weak(self: _RecallState) -> bool:
         """Whether the remembered level was held for less time than a lock-out lasted (a window's
         count or a counter's allowance let it through, which says nothing of the limit)."""
