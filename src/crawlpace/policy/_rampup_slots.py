@@ -165,7 +165,7 @@ class SlotSizing:
     def _most_slots(self: _SlotSizingState) -> int:
         """The user's cap on requests in flight (``max_concurrency``) as slots: and the whole slots the
         crawler's own time holds at the learned rate (:meth:`_note_held`), which carry no request to
-        the site. (None in one process, whose slots are held only while their requests are out.)"""
+        the site. (None in one process, whose slots are held about as long as their requests are out.)"""
         return self.max_concurrency + int(self.rate * self._held_over)
 
     def _note_held(self: _SlotSizingState, now: float, sent_at: float | None, latency: float | None) -> None:
@@ -224,8 +224,9 @@ class SlotSizing:
 
     def slot_limit(self: _SlotSizingState) -> int:
         """The most slots the rate may call for now: ``T.open_slots`` and those opened past it on evidence
-        (:meth:`_open_slot`), never past ``max_concurrency`` (the user's cap). The load fit's hold is
-        bound by ``max_concurrency`` alone: it is evidence itself."""
+        (:meth:`_open_slot`), never past ``max_concurrency`` (the user's cap) and the slots the crawler's
+        own time holds (:meth:`_most_slots`). The load fit's hold is bound by that alone: it is
+        evidence itself."""
         return min(self._most_slots(), T.open_slots + self._slots_open)
 
     def _open_slot(self: _SlotSizingState, now: float, inflight: int | None, level: int,
