@@ -18,6 +18,7 @@ from typing import Protocol
 from ._load_errors import CROWD, crowded, scattered, tallied
 from ._rampup_latency import LOAD_COUNTS
 from ._rampup_tuning import TUNING as T
+from ._shared_rules import LATENCY_WEIGHT
 
 _NEVER = float("-inf")
 
@@ -50,6 +51,7 @@ class _SlotSizingState(Protocol):
     _crowd_quick: tuple[float, ...]
     _slot_ok: tuple[float, ...]
     _slot_refused: tuple[float, ...]
+    _held_over: float
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -78,6 +80,9 @@ class _SlotSizingState(Protocol):
     def best_load(self) -> int | None: ...
     def throughput(self, inflight: int) -> float | None: ...
     def _forget_load(self, inflight: int) -> None: ...
+    def _note_held(self, now: float, sent_at: float | None, latency: float | None) -> None: ...
+    def _most_slots(self) -> int: ...
+    def _out_span(self) -> float | None: ...
     def _slot_reused(self, inflight: int) -> bool: ...
     def _met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
     def _outlier_span(self, early: bool = False) -> float | None: ...
@@ -121,7 +126,7 @@ class SlotSizing:
             return 1  # robots.txt's door lets one send through, not a slot per worker
         if self._knee_hold > 0:
             # The load fit holds a count in flight (:meth:`_judge_load`): the slots, not the rate, pace.
-            return max(1, min(self.max_concurrency, self._knee_hold, int(min(self.slot_cap, 1e9))))
+            return max(1, min(self._most_slots(), self._knee_hold, int(min(self.slot_cap, 1e9))))
         base = self.baseline()
         if base is not None:
             span = T.knee * base
@@ -132,6 +137,9 @@ class SlotSizing:
             # (a server taking seconds per page would otherwise get one request at a time
             # until its first answer, whatever the rate allows).
             span = T.round
+        # A slot is held longer than its request is at the site (:meth:`_note_held`): by Little's law
+        # the slots that carry ``rate`` hold that time too.
+        span += self._held_over
         # Slots held by hangs: their count in flight is Poisson, so its mean plus two deviations,
         # or a few hangs at once leave no slot free and the scope falls silent till they time out.
         # At the learned rate, not the one allowed now: hangs holding the slots slow the sends, and
@@ -152,7 +160,29 @@ class SlotSizing:
         # Nor against the most slots: at 100/s a site hanging 3 % of its requests for 10 s has about
         # 30 out, and counted against 16 they left the pages a few (0.53 of the clean pace). Only the
         # crawl-wide cap on requests in flight (the throttler's) bounds them.
-        return max(1, min(slots, self.max_concurrency + hung))
+        return max(1, min(slots, self._most_slots() + hung))
+
+    def _most_slots(self: _SlotSizingState) -> int:
+        """The user's cap on requests in flight (``max_concurrency``) as slots: and the whole slots the
+        crawler's own time holds at the learned rate (:meth:`_note_held`), which carry no request to
+        the site. (None in one process, whose slots are held about as long as their requests are out.)"""
+        return self.max_concurrency + int(self.rate * self._held_over)
+
+    def _note_held(self: _SlotSizingState, now: float, sent_at: float | None, latency: float | None) -> None:
+        """An accepted answer at ``now`` to a request admitted at ``sent_at`` that the site held ``latency``:
+        the slot was held the difference more (the admission to the write, the answer to the release).
+
+        One process writes and releases at once, and its slots hold their requests' latency. A fleet's
+        worker waits for the store's grant to come back before it writes and releases through the
+        store after its answer: on a loaded machine each slot was held 0.1-0.25 s past a 0.19 s page.
+        Its requests at the site are the slots times the share of the slot's time they are there, so
+        slots sized for a rate by the latency alone held the site at about half of it (a soft knee of
+        11 at 0.19 s: 0.25 of its capacity through slots held 0.2 s longer, no refusal to say why).
+        """
+        if sent_at is None or latency is None or latency < 0.0:
+            return
+        over = max(0.0, now - sent_at - latency)
+        self._held_over += LATENCY_WEIGHT * (over - self._held_over)
 
     def hung_out(self: _SlotSizingState, now: float) -> tuple[int, float]:
         """The requests out at ``now`` for longer than one answer may take without moving the latency
@@ -162,7 +192,7 @@ class SlotSizing:
         read as hung opened slots up to its hard limit), nor a request out for a whole window (an
         outcome never reported, as ``_count_stragglers`` drops it).
         """
-        span = self._outlier_span(early=True)
+        span = self._out_span()
         if span is None or self._level or self._merged or self._slow_last:
             # (A fleet's record of the requests out merges every worker's, and keeps some already
             # answered until a window has passed: read as hung, they lifted a cap of 6 to 10 refusals.)
@@ -177,6 +207,15 @@ class SlotSizing:
                 due = min(due, at + span)
         return count, due
 
+    def _out_span(self: _SlotSizingState) -> float | None:
+        """How long a request may be out (from its admission) before it counts as hung: the longest
+        answer that does not move the latency past the knee (``_outlier_span``), and the crawler's
+        own time a slot is held past its answer (:meth:`_note_held`). Without the latter, a fleet's
+        requests held 0.2 s past 0.155 s pages read hung while they waited for their worker, and a
+        refusal at 9 in flight counted 6 of them out: a hard limit of 6 was capped at 3."""
+        span = self._outlier_span(early=True)
+        return None if span is None else span + self._held_over
+
     def note_hung(self: _SlotSizingState, now: float) -> bool:
         """Count the requests out far too long at ``now`` (:meth:`hung_out`); True when the count changed."""
         count = self.hung_out(now)[0]
@@ -185,9 +224,10 @@ class SlotSizing:
 
     def slot_limit(self: _SlotSizingState) -> int:
         """The most slots the rate may call for now: ``T.open_slots`` and those opened past it on evidence
-        (:meth:`_open_slot`), never past ``max_concurrency`` (the user's cap). The load fit's hold is
-        bound by ``max_concurrency`` alone: it is evidence itself."""
-        return min(self.max_concurrency, T.open_slots + self._slots_open)
+        (:meth:`_open_slot`), never past ``max_concurrency`` (the user's cap) and the slots the crawler's
+        own time holds (:meth:`_most_slots`). The load fit's hold is bound by that alone: it is
+        evidence itself."""
+        return min(self._most_slots(), T.open_slots + self._slots_open)
 
     def _open_slot(self: _SlotSizingState, now: float, inflight: int | None, level: int,
                    sample: float | None) -> None:
@@ -207,7 +247,7 @@ class SlotSizing:
         goes, for a window.
         """
         limit = self.slot_limit()
-        if (level != 0 or inflight is None or inflight < limit or limit >= self.max_concurrency
+        if (level != 0 or inflight is None or inflight < limit or limit >= self._most_slots()
                 or self._knee_hold > 0 or self.slot_cap <= limit):
             return
         base = self.baseline()
@@ -324,7 +364,7 @@ class SlotSizing:
         which the next hangs held: seconds of silence each, 0.01 of the oracle. None while the latest
         answer was past the knee line, as in :meth:`hung_out`.
         """
-        span = self._outlier_span(early=True)
+        span = self._out_span()
         if sent_at is None or span is None or self._slow_last:
             return 0
         return sum(1 for at in self._outstanding if at < sent_at - span)

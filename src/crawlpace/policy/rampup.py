@@ -328,6 +328,10 @@ class RampupState:
     # past the cap, however many were once read accepted at it (_rampup_slots' _miscounted).
     _slot_ok: tuple[float, ...] = (0.0,) * CROWD
     _slot_refused: tuple[float, ...] = (0.0,) * CROWD
+    # -- fleetknee1 -- the mean seconds a slot is held past its request's time at the site: the
+    # crawler's own, from the admission to the write and from the answer to the release (a fleet's
+    # worker: a store round trip and a busy event loop each way). The slots a rate needs count it.
+    _held_over: float = 0.0
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
     # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
     _acc_base: int = 0
@@ -582,6 +586,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # (Sent when written: the answer's own latency, where shorter, tells when; a fleet's grant
             # comes a moment before it.)
             written = sent_at if latency is None or sent_at is None else max(sent_at, now - latency)
+            self._note_held(now, sent_at, latency)
             self._note_inflight(now, inflight, written)
             self._lag_accepted(sent_at)
             self._episode_answer(now, now if sent_at is None else sent_at)
@@ -598,6 +603,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # quickly, are stragglers: the slots make room for them before they end (or the first few
             # hangs silence the scope). None while latency shows load.
             span = self._outlier_span()
+            span = None if span is None else span + self._held_over  # (from the admission: _out_span)
             self._stragglers = self._count_stragglers(now, self._quick_sent, span) \
                 if span is not None and level == 0 else 0
             if level > 0 and now < self._line_until:
