@@ -19,36 +19,18 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import random
 import statistics
-import sys
 import time
 from dataclasses import dataclass
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 from crawlpace.sim._limits import ClockWindow, RequestRate, SlidingWindow
 from crawlpace.sim._random import draw_farm
 from crawlpace.sim._site import retry_after_value
 from crawlpace.sim._stats import SiteStats
-
-
-def _harness() -> ModuleType:
-    """The harness of ``tests/test_rampup_limiters.py`` (one source of truth, as limiter_kinds.py)."""
-    path = Path(__file__).resolve().parent.parent / "tests" / "test_rampup_limiters.py"
-    spec = importlib.util.spec_from_file_location("test_rampup_limiters", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load the harness from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _harness()
+from limiter_kinds import harness  # the test harness's models, loaded once (one source of truth)
 
 #: The seeds of the stop-47 random farm (r1, r2, r3), whose one-process crawl put 7 of 90 sites over
 #: their limit + 1 (bench/results/stop47.md).
