@@ -282,17 +282,3 @@ async def test_a_level_carried_before_a_fall_outlives_a_pinned_counter() -> None
     assert site.rate(18.0, 41.0) <= 5.9  # it followed the limit down
     assert site.rate(98.0, 112.0) >= 6.5  # was 4.6
     assert len(site.refused) <= 20  # was 18
-
-
-async def test_a_probe_past_the_level_that_held_a_lock_outs_cycle_climbs_quickly() -> None:
-    # A fixed window of 11 per 1.8 s (6.1/s) with refusals counted, down to 4.2/s at 14 s and up to
-    # 7.9/s at 29 s, 20 ms answers (seed 307's shifting07 of the random farm). The first lock-out's fit
-    # paced at 4.19/s, which the fall never refused; the hold rule's probe began at 38 s and climbed at
-    # the pace made for a limit that stays put (a tenth of the level in 45 s): 4.2/s to 70 s on main. A
-    # probe that has gone a whole lock-out cycle past the level with no refusal is past anything the
-    # window's count lets through: it climbs on at the quick pace, and finds the 7.9/s by 55 s.
-    site = Shifting(ClockWindow(11, 1.8), [(14.0, 0.69), (29.0, 1.3)])
-    await crawl(site, 70.0, latency=0.02)
-    assert site.rate(14.0, 29.0) <= 4.4  # it kept under the fallen limit
-    assert site.rate(55.0, 70.0) >= 7.0  # was 4.2
-    assert len(site.refused) <= 12  # was 6: the quick probe's overshoot, one lock-out

@@ -77,13 +77,6 @@ count lets anything through for less), and the memory held at least as long
 as the step (the start phase's last round, a bucket's burst in it, is weaker
 evidence than the step). A limit that came back part-way refuses the climb,
 which the ordinary cut answers; the memory stays for the next try.
-
-**A probe past a lock-out's cycle.** Where no memory is left (the fall was read
-as an overshoot, or nothing was refused at the level held), the probe above the
-level is what finds a rise, and its ordinary climb is made for a limit that
-stays put. Once it has gone a whole fitted cycle past the level with no refusal,
-the level is no bound (a window's count or a counter's allowance lets a rate
-through for free only within its cycle), and it climbs on at the quick pace.
 """
 
 from __future__ import annotations
@@ -114,7 +107,6 @@ class _RecallState(Protocol):
     _climb: float
     _top: float
     last_pushback_rate: float | None
-    above_since: float
     _probe_c: float
     _probe_after: float
     _recall: float
@@ -134,7 +126,6 @@ class _RecallState(Protocol):
     def _climb_time(self, *, fast: bool) -> float: ...
     def _search_step(self, now: float) -> bool: ...
     def _rose(self, now: float) -> bool: ...
-    def _probe_past_cycle(self, now: float) -> None: ...
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _took(self, at: float) -> float: ...
@@ -257,7 +248,6 @@ class LevelRecall:
 
     def _recall_step(self: _RecallState, now: float) -> None:
         """With no pushback for the recall age: search from the rate now up to the remembered level."""
-        self._probe_past_cycle(now)
         recall = self._recall
         if self._top > 0.0:
             if self._recall_from > 0.0 and now >= self._epoch + self._k:
@@ -343,32 +333,6 @@ class LevelRecall:
         self._decide(now, f"recall: no pushback for {now - last if last != NEVER else 0.0:.3g}s; "
                      f"searching back up to {recall:.3g}/s, the level held before the limit fell")
         self._search_step(now)
-
-    def _probe_past_cycle(self: _RecallState, now: float) -> None:
-        """A probe past the level that has gone a whole lock-out cycle with no refusal: quicker from here.
-
-        After a lock-out the limiter is known to count over a span (the fitted cycle, ``_fit_span``)
-        and a refusal there costs a lock-out (``hold_learned``). A probe above the level that has
-        gone that long with no refusal is past the span in which a window's count or a counter's
-        allowance could let it through: the level under it is no bound (the fit was low, or the
-        limit rose), and the ordinary probe (a fifth of the level in a slow climb's time: 45 s by
-        default) would take a minute to find a limit a third higher. From the rate reached it
-        climbs at the quick pace (``fast_climb`` times quicker), once per probe; a failure costs
-        one lock-out, as the slow probe's would.
-        """
-        span = max(self.hold_learned, self._fit_span)
-        ceiling = self.ceiling or 0.0
-        if (self._fit_span <= 0.0 or self.above_since == NEVER or now - self.above_since < span
-                or self.rate <= ceiling or self._top > 0.0 or self._recall_from > 0.0):
-            return
-        if self._probe_c >= ceiling * (1.0 - T.cut) / self._climb_time(fast=True) ** 3 * (1.0 - T.tolerance):
-            return  # (quick already: this rule's, or the recall's probe past its level)
-        quick = self.rate * (1.0 - T.cut) / self._climb_time(fast=True) ** 3
-        self.ceiling = self.rate
-        self._epoch, self._k = now, 0.0
-        self._probe_c = quick
-        self._decide(now, f"probe: {self.rate:.3g}/s, past {ceiling:.3g}/s, held a lock-out's cycle "
-                     f"({span:.3g}s) with no refusal; probing on quickly")
 
     def _rose(self: _RecallState, now: float) -> bool:
         """A recall's search held a level above the rate of the last refusal: the limit rose.
