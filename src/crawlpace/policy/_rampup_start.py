@@ -45,16 +45,11 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   next keeps the starting gap after it (``SendRecord.door_gap``).
 
 *The ceiling*: gaps pace sends only down to the timing slack (``T.knee_slack``, 10 ms): past 100/s
-only the slots pace, and they need a latency to go by (:meth:`StartPhase._slots_known`): ``T.confirm``
-answers' lowest, however quick, since a slot serves at most one request per answer (a site with no
-limit answering in 3 ms is bound by its slots, not by a rate; at a 100/s cap it took 13.7 s of virtual
-time for 1,000 pages, and 6.4 s past it). Until then the start ends at 100/s
-(:meth:`StartPhase._rate_cap`). Past it the start keeps doubling up to what its slots serve at its
-lowest latency (``slot_limit() / latency``; a slot opens on evidence: every slot in use, latency flat,
-nothing refused), or the user's cap, and its start stays open there: a site whose window of one is
-known once per round trip, as TCP's slow start does; a quicker one in its half-second rounds (a
-window's allowance hides its limit past 100/s as under it: doubling per round trip, a window of 84 per
-5.25 s drew 17 refusals where the cap drew 7). A refusal of a start past 100/s is cut from
+only the slots pace, and they need a latency to go by. A site answering in under
+``T.latency_signal`` ends its start at 100/s (:meth:`StartPhase._rate_cap`); one whose window of one
+is known keeps doubling, once per round trip as TCP's slow start does, up to what its slots serve at
+its lowest latency (``slot_limit() / latency``; a slot opens on evidence: every slot in use, latency
+flat, nothing refused), and its start stays open there. A refusal of a start past 100/s is cut from
 100/s (:meth:`StartPhase._start_past_gaps`): the rate past it was the doubling's, and a limiter with
 an allowance (a request-rate counter) lets it through until the allowance is spent. An unlimited site
 answering in 30 ms is sent about 1,450 pages in its first 5 s of virtual time where a 100/s cap sent 459.
@@ -143,7 +138,6 @@ class _StartPhaseState(Protocol):
     def _start_floor(self, door: bool = True) -> float: ...
     def _door_open(self) -> bool: ...
     def _window_known(self) -> bool: ...
-    def _slots_known(self) -> bool: ...
     def _rate_cap(self) -> float: ...
     def slot_limit(self) -> int: ...
     def _arrival_jitter(self) -> float: ...
@@ -181,22 +175,9 @@ class StartPhase:
         """The highest rate the start phase doubles to and the climb reaches: the configured cap
         (``max_rate``), and where the site's latency is under ``T.latency_signal`` (or not yet
         confirmed), no more than gaps can pace (:func:`_gap_cap`, 100/s): see the module's *ceiling*."""
-        if self._slots_known():
+        if self._window_known():
             return min(self.max_rate, max(_gap_cap(), self.slot_limit() / self._low_latency))
         return min(self.max_rate, _gap_cap())
-
-    def _slots_known(self: _StartPhaseState) -> bool:
-        """Whether the slots can pace the start past the gap cap: a latency is known to size them by.
-
-        A window of one known (:meth:`_window_known`), or a quick site (under ``T.latency_signal``)
-        whose lowest latency ``T.confirm`` answers have shown. Such a latency says nothing of the
-        server's load, but a slot still serves at most one request per answer: the slots bound the
-        requests in flight whatever the rate, and a site with no limit answering in 3 ms is bound by
-        them, not by a rate.
-        """
-        if self._window_known():
-            return True
-        return self._low_latency > 0.0 and self._samples >= T.confirm
 
     def _start_past_gaps(self: _StartPhaseState, sent: float) -> float:
         """The rate a refusal in the start phase is cut from, given the rate it answers (``sent``): at

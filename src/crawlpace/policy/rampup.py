@@ -133,7 +133,7 @@ from ._rampup_search import SearchClimb
 from ._rampup_sends import NEVER as _NEVER
 from ._rampup_sends import SendRecord
 from ._rampup_slots import SlotSizing
-from ._rampup_start import StartPhase, _gap_cap
+from ._rampup_start import StartPhase
 from ._rampup_tuning import TUNING as T
 from ._shared_rules import LATENCY_WEIGHT
 
@@ -654,9 +654,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             cap = self._rate_cap()
             if self.rate < cap:
                 self._start_grow(now, step, self._start_round(), cap)
-            # Past the gap cap the start stays open, at the user's cap too: a refusal there is cut from
-            # the gap cap (_start_past_gaps), where a steady scope's cut would start from the doubling's.
-            if self.rate >= cap and (not self._slots_known() or self.max_rate <= cap <= _gap_cap()):
+            if self.rate >= cap and (cap >= self.max_rate or not self._window_known()):
                 self._decide(now, f"start: reached the cap of {cap:.3g}/s")
                 self._enter_steady(now, self.rate)
             return
