@@ -44,7 +44,8 @@ up to under the shorter one; it only ever lowers the level.
 A refusal within half a cycle's length of a lock-out's end, while the level is
 the fitted one (no probe above it yet), opens an episode without a cut: a counter
 that blends its last period into the current one (HAProxy's) lets a probe
-through before it has drained. (Later in the cycle a refusal at the level is the
+through before it has drained. Its first probe waits two of the level's gaps
+(``_DRAIN_COUNTS``): the counter reads over its limit with that refusal counted. (Later in the cycle a refusal at the level is the
 level's own: a limit that fell under the fit.) So does a refusal soon after a cut, within the
 last lock-out's cycle, with the rate not grown past the cut: the overshoot is
 still being counted. But a counter judges a level only once a period has been
@@ -239,7 +240,10 @@ class Episodes:
                 return False  # sent before the last episode ended, answered since: its tail
             self._ep_since, self._ep_drain = now, 0.0
             if self._draining(now):
-                self._ep_gap = 1.0 / max(self.rate, self.min_rate)
+                # (A counter that counts refusals reads over its limit with this one counted and lets a
+                # send through two counts lower: two of the level's gaps at most, as it drains at its own
+                # rate, over the level. A probe one gap away was refused in pairs, 100 per 10 s.)
+                self._ep_gap = _DRAIN_COUNTS / max(self.rate, self.min_rate)
                 return False
             self._drain_until = NEVER  # (a refusal that cuts is no lock-out's drain)
             self._ep_gap = 0.0  # set from the cut rate (_episode_cut)
