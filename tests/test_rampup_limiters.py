@@ -650,8 +650,7 @@ class PeakRequestRate(RequestRate):
     # 3 a second: 8 refusals, and the lock-out ran to 7.6 s. After it the counter was still full until
     # its period turned at 8.7 s; the level's refusal there cut again, and that 1.5 s cycle was fitted as
     # a bucket's refill, 0.93/s for ten seconds. Was 0.32 / 12, the busiest reading 97.1 (limit 93); now
-    # 0.77 / 9, 95.2 (the drain's first probe after the lock-out waits two of the level's gaps; at one
-    # gap, 0.766 / 10).
+    # 0.76 / 9, 95.1 (the drain's probes after the lock-out still go at the level's gap, doubling).
     pytest.param(93.0, 5.4, -2.079, 0.7, 10, 96.0, id="probed-after-its-drain"),
     # stop 42's reqrate17 (seed 788307211, 20 s a site): 10 per 2 s, 0.39 of a period in at the first
     # request, 429s at once. The start's refusal at 3.14 s waited the drain (0.29 s) and that probe
@@ -702,8 +701,8 @@ class LoggedRequestRate(RequestRate):
 
 async def test_a_refusal_read_as_a_counters_drain_is_probed_two_counts_later() -> None:
     # HAProxy's 100 per 10 s for 50 s (bench/limiter_kinds.py --quick), 429s after the page's 50 ms.
-    # After the first lock-out's fit (9.2/s) and the search's cut, each refusal at the level is read
-    # as the counter's drain (no cut), and its probe went one level gap (0.11 s) later: refused too,
+    # After the first lock-out's fit (9.2/s) and the search's cut, each refusal at the cut level is read
+    # as the overshoot's drain (no cut), and its probe went one level gap (0.11 s) later: refused too,
     # the counter reading over its limit with the first refusal counted, as it does until it has
     # drained two counts (_DRAIN_COUNTS), two of the level's gaps at most. Refused pairs 0.12 s apart
     # at 28.1 and 29.5 s; was 0.926 of capacity / 24 refusals, now 0.93 / 22, one pair (the cut's).
