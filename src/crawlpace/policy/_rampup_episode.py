@@ -47,10 +47,12 @@ that blends its last period into the current one (HAProxy's) lets a probe
 through before it has drained. (Later in the cycle a refusal at the level is the
 level's own: a limit that fell under the fit.) So does a refusal soon after a cut, within the
 last lock-out's cycle, with the rate not grown past the cut: the overshoot is
-still being counted. But a counter judges a level only once a period has been
-sent at it: a level refused sooner than the fitted cycle after the last episode
-ended may be far over (a counter whose periods began before the crawl ends its
-first lock-out early, and its fit overshoots), and after its cut one refusal is
+still being counted; that episode's first probe waits two of the level's gaps
+(``_DRAIN_COUNTS``): the counter reads over its limit with the refusal counted.
+But a counter judges a level only once a period has been sent at it: a level
+refused sooner than the fitted cycle after the last episode ended may be far
+over (a counter whose periods began before the crawl ends its first lock-out
+early, and its fit overshoots), and after its cut one refusal is
 excused as the drain, not more: a drain at an even rate only falls, so a refusal
 after the excused one's probe got through is the cut rate's own. Nor is a
 refusal the drain at a level over the slowest request-rate counter that fits
@@ -239,7 +241,13 @@ class Episodes:
                 return False  # sent before the last episode ended, answered since: its tail
             self._ep_since, self._ep_drain = now, 0.0
             if self._draining(now):
-                self._ep_gap = 1.0 / max(self.rate, self.min_rate)
+                # After a cut (_draining noted it in _drain_at), a counter that counts refusals reads over
+                # its limit with this one counted and lets a send through two counts lower: two of the
+                # level's gaps at most, as it drains at its own rate, over the cut level. A probe one gap
+                # away was refused in pairs (100 per 10 s). (Not at the fitted level: there a limit that
+                # fell under the fit never drains, and the longer wait drew 33 -> 38 refusals.)
+                counts = _DRAIN_COUNTS if self._drain_at == now else 1.0
+                self._ep_gap = counts / max(self.rate, self.min_rate)
                 return False
             self._drain_until = NEVER  # (a refusal that cuts is no lock-out's drain)
             self._ep_gap = 0.0  # set from the cut rate (_episode_cut)
