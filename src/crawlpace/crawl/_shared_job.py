@@ -105,7 +105,8 @@ class SharedSource:
         self._job: JobParts | None = None
         # The URLs claimed and not yet answered, and the loop that claims more.
         self._claims = ClaimLoop(self.frontier, settings, now=lambda: self.throttler.clock.now(), poll=_POLL,
-                                 wording=_WORDING, logger=_log)
+                                 wording=_WORDING, logger=_log,
+                                 waiting=lambda scope: self.scheduler.queued_on_host(scope))
         self._held = self._claims.held
         self._acks: dict[str, list[int]] = defaultdict(list)  # outcome -> ids, waiting to be sent
         self._claimed = asyncio.Event()  # the feeder handed over URLs, or found the frontier drained

@@ -106,6 +106,7 @@ class Scheduler(RobotsGating):
         self._nowait = not self._shared
         self.queued = 0
         self._per_scope: dict[str, int] = {}  # pages queued per scope (see queued_for)
+        self._per_host: dict[str, int] = {}  # pages queued per host (see queued_on_host)
 
     # -- adding work -----------------------------------------------------------
 
@@ -202,17 +203,23 @@ class Scheduler(RobotsGating):
         """
         return self._per_scope.get(scope, 0)
 
+    def queued_on_host(self, host: str) -> int:
+        """Pages of ``host`` queued, not yet sent: what a shared-frontier worker holds of the host and
+        is still waiting to send (the frontier's scopes are hosts; see ``frontier/_claim_loop.py``)."""
+        return self._per_host.get(host, 0)
+
     def _count(self, task: Task, step: int) -> None:
-        """Count ``task`` in (``step`` 1) or out (-1) of :meth:`queued_for` (pages only)."""
+        """Count ``task`` in (``step`` 1) or out (-1) of :meth:`queued_for` and :meth:`queued_on_host`
+        (pages only)."""
         if task.kind != "page" or not task.scopes:
             return
-        counts = self._per_scope
-        for scope in task.scopes:
-            left = counts.get(scope, 0) + step
-            if left > 0:
-                counts[scope] = left
-            else:
-                counts.pop(scope, None)  # (a site done with: nothing kept for it)
+        for counts, keys in ((self._per_scope, task.scopes), (self._per_host, (task.host,))):
+            for key in keys:
+                left = counts.get(key, 0) + step
+                if left > 0:
+                    counts[key] = left
+                else:
+                    counts.pop(key, None)  # (a site done with: nothing kept for it)
 
     def scope_sizes(self) -> dict[str, int]:
         """Queued tasks per queue, those waiting for robots.txt included."""

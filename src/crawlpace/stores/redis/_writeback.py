@@ -138,10 +138,14 @@ class PolicyWriter:
         """Apply again, to the newer stored policies, the outcomes whose write-backs another worker beat."""
         for index, result in beaten.items():
             name, use = lease.demands[index]
-            # Another worker wrote first: apply this outcome to the newer policy.
+            # Another worker wrote first: apply this outcome to the newer policy. Each lost write
+            # below reads the version that beat it and the policy again (write()); the version of
+            # the release's reply is not read again: once another write lands, it is stale for
+            # good, and every try guarded by it lost (8 reads, decodes and writes for nothing on a
+            # fleet's busy scope, then the outcome dropped; bench/results/fleetpace1.md).
             signal, generation = pending[index]
+            self.policies.know(name, int(result), await self._fetch(name))
             for _ in range(WRITE_TRIES):
-                self.policies.know(name, int(result), await self._fetch(name))
                 now = self._server_now()
                 policy, version = self.apply(name, now, signal, generation, lease, index, use)
                 if await self.write(name, version, policy, now):
