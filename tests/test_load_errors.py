@@ -243,10 +243,12 @@ def test_an_error_soon_after_refusals_judged_stopped_is_the_sites_own() -> None:
     for t in range(16):
         errors.record("s", sent_at=float(t), error=t % 4 == 3)
     errors.slowed(16.0, None, at_once=True, quick=True)
-    assert errors.judging and errors.quick == JUDGE
+    assert errors.judging
+    assert errors.quick == JUDGE
     for t in range(JUDGE):
         errors.record("s", sent_at=17.0 + t, error=False)
-    assert errors.slows() and not errors.plain  # about load
+    assert errors.slows()  # about load
+    assert not errors.plain
     for t in range(3):
         errors.record("s", sent_at=30.0 + t, error=False)
     errors.record("s", sent_at=33.0, error=True)

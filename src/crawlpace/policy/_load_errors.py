@@ -180,7 +180,8 @@ class LoadErrors:
             stopping was chance, and the cut is judged again with it (0: none watched).
     """
 
-    __slots__ = ("after_bad", "after_n", "before", "before_n", "doubt", "judging", "learned_bad", "learned_n", "plain",
+    __slots__ = ("after_bad", "after_n", "before", "before_n", "doubt", "judging", "learned_bad", "learned_n",
+                 "plain",
                  "quick", "recent", "recent_n", "share", "since", "tolerable")
 
     def __init__(self) -> None:
