@@ -35,6 +35,10 @@ refusal on arrival with several requests in flight is not weighed here: it is a 
 in flight, whose refusals a slower rate does not lower (the scope policy leaves it out), nor is one
 that may be a cap's whose slot is freed late (``Rampup.held_late``).
 
+A cut judged load because its quick refusals stopped (``slowed``'s ``quick``) is watched too: an error
+among as many outcomes again, sent after the cut, judges it afresh with them (``doubt``): a limiter below
+its rate refuses nothing, the site's own errors recur at their share.
+
 A site judged flaky is watched: once the share of its last :data:`MEMORY`
 outcomes is clearly above :data:`RETURN` times the share learned (by two
 standard deviations), the errors are believed again and the next cut is
