@@ -233,3 +233,37 @@ def test_quick_errors_that_follow_the_count_in_flight_are_a_caps() -> None:
     few = _tally([(1, False)] * 20 + [(7, True)] * (EARLY - 1))
     assert not crowded(*few, 7)
     assert not scattered(*few, 7)
+
+
+def test_an_error_soon_after_refusals_judged_stopped_is_the_sites_own() -> None:
+    # A quick 503 in 4 of 16 outcomes, none in the ten after the cut: "about load" (at that share, none
+    # in ten is a rarity of 6 %; at a true share of 15 %, of 20 %). An error among as many outcomes
+    # again, sent after the cut at the slower pace, is no limiter's below its rate: the site's own.
+    errors = LoadErrors()
+    for t in range(16):
+        errors.record("s", sent_at=float(t), error=t % 4 == 3)
+    errors.slowed(16.0, None, at_once=True, quick=True)
+    assert errors.judging
+    assert errors.quick == JUDGE
+    for t in range(JUDGE):
+        errors.record("s", sent_at=17.0 + t, error=False)
+    assert errors.slows()  # about load: neither plain nor judging
+    for t in range(3):
+        errors.record("s", sent_at=30.0 + t, error=False)
+    errors.record("s", sent_at=33.0, error=True)
+    assert errors.plain  # judged again with it: 1 of 14 after, a quarter before, not clearly fewer
+    assert not errors.slows()
+
+
+def test_refusals_that_stay_stopped_are_still_load() -> None:
+    # The same cut, but the refusals do not come back while watched: load it stays, and an error long
+    # after (the pace climbed back to the limiter's rate) slows the scope as load does.
+    errors = LoadErrors()
+    for t in range(16):
+        errors.record("s", sent_at=float(t), error=t % 4 == 3)
+    errors.slowed(16.0, None, at_once=True, quick=True)
+    for t in range(2 * JUDGE):
+        errors.record("s", sent_at=17.0 + t, error=False)
+    errors.record("s", sent_at=40.0, error=True)
+    assert not errors.plain
+    assert errors.slows()

@@ -35,6 +35,10 @@ refusal on arrival with several requests in flight is not weighed here: it is a 
 in flight, whose refusals a slower rate does not lower (the scope policy leaves it out), nor is one
 that may be a cap's whose slot is freed late (``Rampup.held_late``).
 
+A cut judged load because its quick refusals stopped (``slowed``'s ``quick``) is watched too: an error
+among as many outcomes again, sent after the cut, judges it afresh with them (``doubt``): a limiter below
+its rate refuses nothing, the site's own errors recur at their share.
+
 A site judged flaky is watched: once the share of its last :data:`MEMORY`
 outcomes is clearly above :data:`RETURN` times the share learned (by two
 standard deviations), the errors are believed again and the next cut is
@@ -175,9 +179,13 @@ class LoadErrors:
         after_n, after_bad: outcomes and errors of requests sent after it.
         quick: that cut was drawn by a refusal on arrival on a share before that makes its stopping
             telling: the outcomes after it with no error that make it load (0: no such rule).
+        doubt: outcomes after a cut judged load because its refusals stopped (``quick``) that are
+            still watched: an error among them (sent after the cut, at the slower pace) says the
+            stopping was chance, and the cut is judged again with it (0: none watched).
     """
 
-    __slots__ = ("after_bad", "after_n", "before", "before_n", "judging", "learned_bad", "learned_n", "plain",
+    __slots__ = ("after_bad", "after_n", "before", "before_n", "doubt", "judging", "learned_bad", "learned_n",
+                 "plain",
                  "quick", "recent", "recent_n", "share", "since", "tolerable")
 
     def __init__(self) -> None:
@@ -192,6 +200,7 @@ class LoadErrors:
         self.before_n = 0
         self.after_n = self.after_bad = 0
         self.quick = 0
+        self.doubt = 0
         self.recent = 0
         self.recent_n = 0
 
@@ -222,6 +231,18 @@ class LoadErrors:
             if (self.after_n >= JUDGE and (self.after_bad or self.after_n >= self.quick)) or (
                     self.after_n >= EARLY and not self._fell(self.after_bad, JUDGE)
                     and (self.after_bad or not self.quick)):
+                self._judge(scope)
+        elif self.doubt and sent_at >= self.since:
+            # A verdict of load because the refusals stopped is one sequential test's first
+            # stop, not its last: at a share of 15 % none in ten comes one time in five. While the
+            # pace is still the cut's, a limiter below its rate refuses nothing; the site's own
+            # errors come at their share. One error among as many outcomes again ends the doubt
+            # the other way: the cut is judged again with every outcome after it.
+            self.doubt -= 1
+            self.after_n += 1
+            self.after_bad += error
+            if error:
+                self.doubt = self.quick = 0
                 self._judge(scope)
         elif self.plain and self.learned_n < _KNOWN:
             # A share learned on a few outcomes is no share yet: two 503s first are a share of 1,
@@ -282,7 +303,7 @@ class LoadErrors:
         if before is None:
             return  # nothing to compare with: the next cut is judged
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
-        self.after_n = self.after_bad = 0
+        self.after_n = self.after_bad = self.doubt = 0
         # The outcomes after the cut in which none would be a rarity (STOPPED) at the share before, if
         # at most 3 * JUDGE: a backend failing 3 % of its requests at once has none in ten three times
         # in four, and each such cut would stand. (0: the rule does not apply.)
@@ -338,5 +359,7 @@ class LoadErrors:
                             "down to be clearly lower: not about load; they no longer slow the scope", scope,
                             100 * self.before, self.before_n)
         else:
+            # Stopped refusals: watched for as many outcomes again (see record).
+            self.doubt = self.quick if stopped else 0
             logger.debug("scope %s: errors at %.0f%% after slowing down, %.0f%% before: about load", scope,
                          100 * after, 100 * self.before)

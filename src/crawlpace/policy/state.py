@@ -74,7 +74,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "a": ("delay",),  # AutoThrottle
     "q": ("_credit", "_at"),  # the quota bucket
     "k": ("_state", "_open_until", "_opened_at", "_half_open_since", "_probe_out", "_buckets", "_total",
-          "_failed",
+          "_failed", "_probe_at",
           "consecutive_failures", "_recent", "_recent_n", "_next_pause", "_opened_share", "_opened_n",
           "tolerated_share", "_sampling"),  # the circuit breaker
     "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
@@ -105,7 +105,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     # every worker's outcomes, as one process makes it from its own (each worker judging alone cut a
     # flaky site's shared rate once per worker, and few outcomes each left most workers no verdict).
     "e": ("plain", "share", "learned_n", "learned_bad", "tolerable", "judging", "since", "before", "before_n",
-          "after_n", "after_bad", "recent", "recent_n", "quick"),
+          "after_n", "after_bad", "recent", "recent_n", "quick", "doubt"),
     # The window log (policy/budget.py): every worker's answers of a window's budget, so that a fleet's
     # log brackets the window's length and gates the sends from all of them, as one process's log does
     # from its own (kept per worker, it never gated: a fleet of one got 0.55-0.69 of a site one
