@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from crawlpace.policy._rampup_bucket import belief_of, best_level, bucket_fit, chance
+from crawlpace.policy.rampup import Rampup
 from crawlpace.sim._limits import TokenBucket
 
 
@@ -102,3 +103,51 @@ def test_a_hold_promises_one_token_per_hold() -> None:
     assert chance(belief_of(fits), least) < 0.6
     level, _ = best_level(belief_of(fits, least), hold=59.0, work=17.0)
     assert level > 0.14  # was 0.097
+
+
+def test_a_record_cut_short_before_the_first_hold_still_starts_from_a_full_bucket() -> None:
+    # A bucket of 4 at 18/s, full at the first send, met by sends ever closer: 94 accepted, then one
+    # refused. The record keeps the last 64 accepted; the 30 left off took a token each from the full
+    # bucket and none was refused, so the replay may start a burst of b with b - 30 tokens. From one
+    # token (the least a bucket that accepts a send holds), the refusal fits every burst over 30 at any
+    # rate up to 12.9/s: the belief that the bucket refills 12/s or more is 0.64, where the whole
+    # record makes it 0.49.
+    bucket = TokenBucket(18.0, 4.0)
+    sends: list[float] = []
+    at, gap = 0.0, 0.25
+    while len(sends) < 200:
+        sends.append(at)
+        at += gap
+        gap = max(0.02, gap * 0.98)
+    accepted, refused = replay(bucket, sends)
+    assert refused
+    assert len(accepted) == 94
+    dropped = len(accepted) - 64
+    known = bucket_fit(accepted[dropped:], refused, first=False, dropped=dropped, slack=0.0)
+    unknown = bucket_fit(accepted[dropped:], refused, first=False, slack=0.0)
+    full = bucket_fit(accepted, refused, first=True, slack=0.0)
+    tops = {b: hi for b, _, hi, _ in unknown}
+    assert all(hi <= tops[b] for b, _, hi, _ in known)
+    assert [b for b, _, hi, _ in known if hi < tops[b]] == [37, 46, 57, 64]
+    assert any(b == 4 and lo <= 18.0 <= hi for b, lo, hi, _ in known)
+    truth = chance(belief_of(full), 12.0)
+    assert abs(chance(belief_of(known), 12.0) - truth) < abs(chance(belief_of(unknown), 12.0) - truth) - 0.04
+
+
+def test_a_step_refused_under_a_hold_narrows_the_belief_whichever_rule_answers() -> None:
+    # A fitted level of 46/s stepped to 54/s; the step drew a 9 s hold, and the refusal came 20 ms
+    # after an accepted send, which the jitter rule forgives (no cut, so the fit never hears of it).
+    # The belief must still learn that the limit is under 54/s, or the same step is weighed again
+    # after every hold (holds11: eight holds where two did).
+    ramp = Rampup(start_rate=60.0, min_rate=1 / 300, max_rate=100.0, max_concurrency=8, window=60.0,
+                  target=(1.0, 1.0))
+    ramp.phase, ramp.rate, ramp.ceiling = "steady", 54.0, 54.0
+    ramp._kept = 46.0
+    ramp._belief = (30.0, 1.0, 46.0, 0.95, 54.0, 0.79, 80.0, 0.0)
+    ramp._note_refusal_held(10.42, 10.40, 19.42)
+    assert chance(ramp._belief, 54.0) == 0.0
+    assert chance(ramp._belief, 46.0) > 0.7
+    # A refusal at the pace kept up says nothing of the limit (a bunched send): the belief stands.
+    ramp._belief, ramp.rate, ramp.ceiling = (30.0, 1.0, 46.0, 0.95, 54.0, 0.79, 80.0, 0.0), 46.0, 46.0
+    ramp._note_refusal_held(30.42, 30.40, 39.42)
+    assert chance(ramp._belief, 54.0) == pytest.approx(0.79)
