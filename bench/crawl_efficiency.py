@@ -189,9 +189,11 @@ QUICK_LIMIT = 15.0
 #: Seconds between SIGTERM and SIGKILL for a contender past its limit.
 GRACE = 5.0
 QUICK_GRACE = 2.0
-#: Seconds the farm may take to start serving, and to stop and write its figures (and plot).
-SIM_START = 30.0
-SIM_STOP = 30.0
+#: Seconds the farm may take to start serving, and to stop and write its figures (and plot). Only a
+#: guard against a farm that never answers: at load 40 on two cores a 30-site farm took over 30 s to
+#: start or stop, and every round of four developers' runs was lost to a 30 s guard.
+SIM_START = 120.0
+SIM_STOP = 120.0
 #: The contender every other one is measured against.
 REFERENCE = "crawlpace-rampup"
 #: The second comparison: crawlpace's Scrapy add-on against Scrapy's own AutoThrottle.
