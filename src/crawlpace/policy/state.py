@@ -74,7 +74,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "a": ("delay",),  # AutoThrottle
     "q": ("_credit", "_at"),  # the quota bucket
     "k": ("_state", "_open_until", "_opened_at", "_half_open_since", "_probe_out", "_buckets", "_total",
-          "_failed", "_probe_at",
+          "_failed",
           "consecutive_failures", "_recent", "_recent_n", "_next_pause", "_opened_share", "_opened_n",
           "tolerated_share", "_sampling"),  # the circuit breaker
     "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
