@@ -178,6 +178,36 @@ def _manager_fields(manager: object) -> dict[str, StateValue]:
     return out
 
 
+# How each field travels, worked out once per part from the tables above (not per call): the field's
+# name, its key in the mapping, and its way (_WORD: an index in its words; _LIMITS_WAY: a Limits as
+# five numbers; _GROUP: tuples stored flat; _INT: a whole number whose fresh value is None; _PLAIN:
+# a number, None, or a sequence of numbers).
+_PLAIN, _WORD, _LIMITS_WAY, _GROUP, _INT = range(5)
+_Plan = tuple[tuple[str, str, int, Any], ...]
+
+
+def _plan(prefix: str) -> _Plan:
+    steps: list[tuple[str, str, int, Any]] = []
+    for name in FIELDS[prefix]:
+        key = f"{prefix}.{name}"
+        if key in WORDS:
+            steps.append((name, key, _WORD, WORDS[key]))
+        elif key in _LIMITS:
+            steps.append((name, key, _LIMITS_WAY, None))
+        elif key in _GROUPED:
+            steps.append((name, key, _GROUP, _GROUPED[key]))
+        elif key in _INTS:
+            steps.append((name, key, _INT, None))
+        else:
+            steps.append((name, key, _PLAIN, None))
+    return tuple(steps)
+
+
+_PLANS: dict[str, _Plan] = {prefix: _plan(prefix) for prefix in FIELDS}
+_SEQUENCES = (deque, list, tuple)
+_SCALARS = frozenset({float, int, bool, type(None)})
+
+
 def export_state(policy: ScopePolicy) -> dict[str, StateValue]:
     """The learned state of ``policy`` as a flat mapping (see the module's docstring)."""
     out: dict[str, StateValue] = {}
@@ -187,25 +217,26 @@ def export_state(policy: ScopePolicy) -> dict[str, StateValue]:
         if prefix == "m":
             out.update({f"m.{name}": value for name, value in _manager_fields(part).items()})
             continue
-        for name in FIELDS[prefix]:
-            key = f"{prefix}.{name}"
+        for name, key, way, extra in _PLANS[prefix]:
             value = getattr(part, name)
-            if key in WORDS:
-                words = WORDS[key]
-                if value not in words:
+            if way in (_PLAIN, _INT):
+                if type(value) in _SCALARS:
+                    out[key] = value
+                elif isinstance(value, _SEQUENCES):
+                    out[key] = tuple(map(float, value))
+                else:
+                    out[key] = value
+            elif way == _WORD:
+                if value not in extra:
                     logger.error("state field %s holds %r, which policy/state.py WORDS does not list: "
                                  "left out of the shared state", key, value)
                     continue
-                out[key] = words.index(value)
-            elif key in _LIMITS:
+                out[key] = extra.index(value)
+            elif way == _LIMITS_WAY:
                 out[key] = (float(value.concurrency), value.delay, value.delay_per_slot, value.floor,
                             value.rest)
-            elif key in _GROUPED:
-                out[key] = tuple(float(x) for item in value for x in item)
-            elif isinstance(value, deque | list | tuple):
-                out[key] = tuple(float(x) for x in value)
             else:
-                out[key] = value
+                out[key] = tuple(float(x) for item in value for x in item)
     return out
 
 
@@ -220,42 +251,67 @@ def _coerce(current: object, value: StateValue) -> object:
     return float(value)
 
 
-def _restore_part(prefix: str, part: object, state: Mapping[str, StateValue]) -> None:
-    for name in FIELDS[prefix]:
-        key = f"{prefix}.{name}"
-        if key not in state:
-            continue  # written by a version without this field: the fresh value stays
-        value = state[key]
-        current = getattr(part, name)
-        if key in WORDS:
-            words = WORDS[key]
-            if not isinstance(value, int | float) or not 0 <= int(value) < len(words):
+# Each field's step by its key, for a restore that walks the stored fields (a policy stores only
+# those that differ from a new one: a few dozen of the 250 or so).
+_STEPS: dict[str, tuple[str, str, int, Any]] = {
+    key: (prefix, name, way, extra) for prefix, plan in _PLANS.items() for name, key, way, extra in plan}
+
+
+def _restore_fields(parts: Mapping[str, object], state: Mapping[str, StateValue]) -> None:
+    # A field the bytes lack (written by a version without it) keeps the fresh value.
+    steps = _STEPS
+    for key, value in state.items():
+        step = steps.get(key)
+        if step is None:
+            continue  # a custom manager's ("m."), or a newer version's: ignored
+        prefix, name, way, extra = step
+        part = parts[prefix]
+        if part is None:
+            continue
+        if way == _PLAIN:
+            current = getattr(part, name)
+            kind = type(current)
+            if value is None or type(value) is tuple:
+                if kind is deque:
+                    if value is not None:
+                        current.clear()
+                        current.extend(value)
+                else:
+                    setattr(part, name, value)
+            elif kind is float:
+                setattr(part, name, float(value))  # type: ignore[arg-type]
+            elif kind is not deque:  # (a number where a history belongs: the fresh value stays)
+                setattr(part, name, _coerce(current, value))
+        elif way == _WORD:
+            if not isinstance(value, int | float) or not 0 <= int(value) < len(extra):
                 logger.warning("state field %s: %r names no known word; the fresh value stays", key, value)
                 continue
-            setattr(part, name, words[int(value)])
-        elif key in _LIMITS:
+            setattr(part, name, extra[int(value)])
+        elif way == _LIMITS_WAY:
             # (Four values: written before the rest after an answer was stored; no rest.)
             if isinstance(value, tuple) and len(value) in (4, 5):
                 setattr(part, name, Limits(int(value[0]), *value[1:]))
-        elif key in _GROUPED:
+        elif way == _GROUP:
             if isinstance(value, tuple):
-                kinds = _GROUPED[key]
-                width = len(kinds)
-                items = [tuple(kind(x) for kind, x in zip(kinds, value[i:i + width], strict=True))
+                current = getattr(part, name)
+                width = len(extra)
+                items = [tuple(kind(x) for kind, x in zip(extra, value[i:i + width], strict=True))
                          for i in range(0, len(value) - width + 1, width)]
                 if isinstance(current, deque):
                     current.clear()
                     current.extend(items)
                 else:
                     setattr(part, name, items)
-        elif isinstance(current, deque):
-            if isinstance(value, tuple):
-                current.clear()
-                current.extend(value)
-        elif key in _INTS and isinstance(value, int | float):
-            setattr(part, name, int(value))
-        else:
-            setattr(part, name, _coerce(current, value))
+        else:  # _INT
+            current = getattr(part, name)
+            if isinstance(current, deque):
+                if isinstance(value, tuple):
+                    current.clear()
+                    current.extend(value)
+            elif isinstance(value, int | float):
+                setattr(part, name, int(value))
+            else:
+                setattr(part, name, _coerce(current, value))
 
 
 def restore_state(policy: ScopePolicy, state: Mapping[str, StateValue]) -> ScopePolicy:
@@ -281,20 +337,18 @@ def restore_state(policy: ScopePolicy, state: Mapping[str, StateValue]) -> Scope
         policy.load_errors = LoadErrors()
     if "w" in prefixes and policy.window_log is None:
         policy.window_log = WindowLog()
-    for prefix, part in _parts(policy).items():
-        if part is None or prefix not in prefixes:
-            continue
-        if prefix == "m":
-            restore = getattr(part, "restore", None)
-            fields = {key[2:]: value for key, value in state.items() if key.startswith("m.")}
-            if callable(restore):
-                restore(fields)
-            else:
-                for name, value in fields.items():
-                    if hasattr(part, name):
-                        setattr(part, name, _coerce(getattr(part, name), value))
-            continue
-        _restore_part(prefix, part, state)
+    parts = _parts(policy)
+    manager = parts["m"]
+    if manager is not None and "m" in prefixes:
+        restore = getattr(manager, "restore", None)
+        fields = {key[2:]: value for key, value in state.items() if key.startswith("m.")}
+        if callable(restore):
+            restore(fields)
+        else:
+            for name, value in fields.items():
+                if hasattr(manager, name):
+                    setattr(manager, name, _coerce(getattr(manager, name), value))
+    _restore_fields(parts, state)
     breaker = policy.breaker
     if breaker is not None and breaker.state == "given_up" and not breaker.reason:
         breaker.reason = "given up by another worker's circuit breaker"
@@ -310,27 +364,48 @@ def is_fresh(policy: ScopePolicy, fresh: ScopePolicy) -> bool:
 # -- mapping <-> bytes -------------------------------------------------------------
 
 
+_DOUBLE = struct.Struct("<d")
+_COUNT = struct.Struct("<H")
+# A field name's framing (length byte and ASCII), and the name read back from it: worked out once
+# per name. Bounded, so names a newer version adds (read and ignored) cannot grow them for ever.
+_NAMES_KEPT = 4096
+_FRAMED: dict[str, bytes] = {}
+_READ: dict[bytes, str] = {}
+
+
+def _framed(key: str) -> bytes:
+    framed = _FRAMED.get(key)
+    if framed is None:
+        name = key.encode("ascii")
+        framed = bytes([len(name)]) + name
+        if len(_FRAMED) < _NAMES_KEPT:
+            _FRAMED[key] = framed
+    return framed
+
+
 def encode(state: Mapping[str, StateValue]) -> bytes:
     """The mapping as bytes in layout :data:`LAYOUT` (module docstring)."""
     out = bytearray(_MAGIC)
     out.append(LAYOUT)
     pack = struct.pack
+    double = _DOUBLE.pack
     for key, value in state.items():
-        name = key.encode("ascii")
-        out.append(len(name))
-        out += name
-        if value is None:
+        out += _FRAMED.get(key) or _framed(key)
+        if type(value) is float:
+            out.append(1)
+            out += double(value)
+        elif value is None:
             out.append(0)
         elif isinstance(value, tuple):
             out.append(2)
-            out += pack("<H", len(value))
+            out += _COUNT.pack(len(value))
             out += pack(f"<{len(value)}d", *value)
         elif isinstance(value, int) and 0 <= value <= 255:
             out.append(3)
             out.append(int(value))
         else:
             out.append(1)
-            out += pack("<d", value)
+            out += double(value)
     return bytes(out)
 
 
@@ -350,32 +425,45 @@ def decode(data: bytes) -> dict[str, StateValue]:
                                "it another namespace")
     out: dict[str, StateValue] = {}
     at, end = 3, len(data)
+    names = _READ
+    double = _DOUBLE.unpack_from
+    unpack_from = struct.unpack_from
+    nans = []
     try:
         while at < end:
             length = data[at]
-            key = data[at + 1:at + 1 + length].decode("ascii")
+            raw = data[at + 1:at + 1 + length]
+            key = names.get(raw)
+            if key is None:
+                if len(raw) != length:
+                    raise IndexError("a field name is cut short")
+                key = raw.decode("ascii")
+                if len(names) < _NAMES_KEPT:
+                    names[raw] = key
             at += 1 + length
             kind = data[at]
             at += 1
-            if kind == 0:
-                out[key] = None
-            elif kind == 1:
-                (number,) = struct.unpack_from("<d", data, at)
+            if kind == 1:
+                (number,) = double(data, at)
+                if number != number:  # NaN
+                    nans.append(key)
                 out[key] = number
                 at += 8
-            elif kind == 2:
-                (count,) = struct.unpack_from("<H", data, at)
-                out[key] = struct.unpack_from(f"<{count}d", data, at + 2)
-                at += 2 + 8 * count
             elif kind == 3:
                 out[key] = data[at]
                 at += 1
+            elif kind == 2:
+                (count,) = _COUNT.unpack_from(data, at)
+                out[key] = unpack_from(f"<{count}d", data, at + 2)
+                at += 2 + 8 * count
+            elif kind == 0:
+                out[key] = None
             else:
                 raise StateFormatError(f"stored policy state: field {key!r} has unknown kind {kind}")
     except (IndexError, struct.error, UnicodeDecodeError) as exc:
         raise StateFormatError(f"stored policy state is cut short or damaged: {exc}") from exc
-    for key, value in list(out.items()):
-        if isinstance(value, float) and math.isnan(value):
+    for key in nans:
+        if key in out and isinstance(out[key], float) and math.isnan(out[key]):  # type: ignore[arg-type]
             logger.warning("stored policy state: field %s is not a number; the fresh value stays", key)
             del out[key]
     return out
