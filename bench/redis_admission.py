@@ -404,14 +404,9 @@ async def worker(url: str, index: int, scopes: int) -> None:
 
 def start_server() -> RedisServer:
     sys.path.insert(0, str(ROOT))
-    from tests.redis_server import RedisServer, redis_binary
+    from tests.redis_server import started_server
 
-    binary = redis_binary()
-    if binary is None:
-        raise SystemExit("redis_admission: no redis-server (or valkey-server) on PATH")
-    server = RedisServer(binary)
-    server.start()
-    return server
+    return started_server("redis_admission")
 
 
 class Worker:

@@ -40,10 +40,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from crawlpace import Settings
 from crawlpace._clock import AsyncioClock
-from crawlpace.policy.scope import ScopePolicy
-from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.policy.state import decode, encode, export_state, restore_state
 from crawlpace.stores import Store, open_store
 from crawlpace.stores._policies import PolicyFactory, dump_policy, load_policy
@@ -53,28 +50,10 @@ if TYPE_CHECKING:
     from tests.redis_server import RedisServer
 
 ROOT = Path(__file__).resolve().parents[1]
-SCOPE = "bench.example"
-
-
-def settings() -> Settings:
-    """Rampup, the breaker and a window log's reading on: every part of the shared state in use."""
-    return Settings.from_scrapy({"DOWNLOAD_DELAY": 0, "RANDOMIZE_DOWNLOAD_DELAY": False,
-                                 "BREAKER_ENABLED": True, "CONCURRENT_REQUESTS_PER_DOMAIN": 16,
-                                 "THROTTLING_SCOPE_DEFAULTS": {"rampup": True}})
-
-
-def learned_policy(factory: PolicyFactory, outcomes: int) -> ScopePolicy:
-    """A policy after ``outcomes`` answers at 10/s on a fake clock, one refusal in 40."""
-    policy = factory.new(SCOPE)
-    ok = ScopeFeedback(failed=False, status=200, latency=0.12)
-    slow = ScopeFeedback(failed=False, status=429, backoff=True)
-    for i in range(outcomes):
-        now = 1.0 + i * 0.1
-        policy.gate(now, 0.0)
-        policy.on_admit(now, 1.0)
-        policy.on_outcome(now + 0.12, slow if i % 40 == 39 else ok, generation=policy.generation,
-                          sent_at=now, expected_use=1.0)
-    return policy
+sys.path.insert(0, str(ROOT))
+# The policy measured is the one the codec's tests round-trip: every part of the shared state in use,
+# rampup's logs full (one source for both).
+from tests.test_state_codec import SCOPE, learned, settings  # noqa: E402
 
 
 def per_call(work: Callable[[], object], calls: int) -> float:
@@ -90,7 +69,7 @@ def per_call(work: Callable[[], object], calls: int) -> float:
 
 def codec_figures(outcomes: int, calls: int) -> dict[str, Any]:
     factory = PolicyFactory(settings())
-    policy = learned_policy(factory, outcomes)
+    policy = learned(factory, outcomes)
     blob = dump_policy(policy, factory)
     state = export_state(policy)
     back = load_policy(blob, factory, SCOPE)
@@ -109,14 +88,9 @@ def codec_figures(outcomes: int, calls: int) -> dict[str, Any]:
 
 def start_server() -> RedisServer:
     sys.path.insert(0, str(ROOT))
-    from tests.redis_server import RedisServer, redis_binary
+    from tests.redis_server import started_server
 
-    binary = redis_binary()
-    if binary is None:
-        raise SystemExit("state_codec: no redis-server (or valkey-server) on PATH")
-    server = RedisServer(binary)
-    server.start()
-    return server
+    return started_server("state_codec")
 
 
 async def release_path(url: str, pages: int, scopes: int) -> dict[str, Any]:

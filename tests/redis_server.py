@@ -120,6 +120,17 @@ class RedisServer:
         shutil.rmtree(self._dir, ignore_errors=True)
 
 
+def started_server(who: str) -> RedisServer:
+    """A private redis-server (or valkey-server) on a free loopback port, started for bench ``who``;
+    exits with a message naming ``who`` when neither binary is on PATH."""
+    binary = redis_binary()
+    if binary is None:
+        raise SystemExit(f"{who}: no redis-server (or valkey-server) on PATH")
+    server = RedisServer(binary)
+    server.start()
+    return server
+
+
 async def delivered(*stores: object) -> None:
     """Wait until the releases each shared store made have reached its server.
 

@@ -728,6 +728,16 @@ async def test_a_servers_hold_is_no_gap_in_the_shared_send_record(redis_url: str
         await store.aclose()
 
 
+async def admitted_on(store: Store, clock: MockClock) -> Lease:
+    """A lease of scope "site" from ``store``, the fake clock advanced to each send the store names."""
+    for _ in range(2000):
+        got = await store.acquire((("site", 1.0),))
+        if isinstance(got, Lease):
+            return got
+        clock.advance(max((got.ready_at or 0.0) - clock.now(), 0.01))
+    raise AssertionError("never admitted")
+
+
 @pytest.mark.redis
 async def test_after_a_hold_every_workers_accepted_sends_reach_the_shared_bucket_record(
         redis_url: str) -> None:
@@ -742,17 +752,9 @@ async def test_after_a_hold_every_workers_accepted_sends_reach_the_shared_bucket
     a, b, reader = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2, 3))
     assert isinstance(reader, RedisStore)
 
-    async def admitted(store: Store) -> Lease:
-        for _ in range(2000):
-            got = await store.acquire((("site", 1.0),))
-            if isinstance(got, Lease):
-                return got
-            clock.advance(max((got.ready_at or 0.0) - clock.now(), 0.01))
-        raise AssertionError("never admitted")
-
     try:
         await crawl([a, b], clock, latency=0.05, seconds=4.0)
-        lease = await admitted(a)
+        lease = await admitted_on(a, clock)
         clock.advance(0.05)
         refused = ScopeFeedback(backoff=True, status=429, latency=0.05, hold=5.0)
         await a.release(lease, Outcome(status=429, latency=0.05, feedback=(refused,)))
@@ -761,7 +763,7 @@ async def test_after_a_hold_every_workers_accepted_sends_reach_the_shared_bucket
         sent: list[float] = []
         for n in range(12):  # the two workers take turns after the hold, one send out at a time
             store = (a, b)[n % 2]
-            lease = await admitted(store)
+            lease = await admitted_on(store, clock)
             assert isinstance(lease, RedisLease)
             sent.append(lease.server_granted_at)
             clock.advance(0.01)

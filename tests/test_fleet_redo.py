@@ -16,12 +16,12 @@ import random
 import uuid
 
 from crawlpace.policy.signals import ScopeFeedback
-from crawlpace.stores import Lease, Outcome, Store, open_store
+from crawlpace.stores import Outcome, open_store
 from crawlpace.stores.redis import RedisLease, RedisStore
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered
-from .test_fleet_learning import SETTINGS
+from .test_fleet_learning import SETTINGS, admitted_on
 
 OK = ScopeFeedback(status=200, latency=0.05)
 
@@ -32,14 +32,6 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
     a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
     assert isinstance(a, RedisStore)
 
-    async def admitted(store: Store) -> Lease:
-        for _ in range(2000):
-            got = await store.acquire((("site", 1.0),))
-            if isinstance(got, Lease):
-                return got
-            clock.advance(max((got.ready_at or 0.0) - clock.now(), 0.01))
-        raise AssertionError("never admitted")
-
     async def stored_version() -> int:
         client = await a._conn.client()
         return int(await client.hget(a._keys("site")[0], "ver") or 0)
@@ -47,11 +39,11 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
     try:
         for n in range(4):  # both workers answer: the scope's state is stored, and written by each
             store = (a, b)[n % 2]
-            lease = await admitted(store)
+            lease = await admitted_on(store, clock)
             clock.advance(0.05)
             await store.release(lease, Outcome(status=200, latency=0.05, feedback=(OK,)))
             await delivered(store)
-        lease = await admitted(a)
+        lease = await admitted_on(a, clock)
         assert isinstance(lease, RedisLease)
         clock.advance(0.05)
         version = await stored_version()
