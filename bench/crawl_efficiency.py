@@ -178,6 +178,9 @@ from urllib.parse import urlsplit
 from crawlpace.sim import PRIVATE_PREFIX
 from crawlpace.sim._random import DEFAULT_SECONDS, RANDOM_KINDS, draw_farm, farm_toml
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _spawn_env import pin_pythonpath
+
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "_peers"
 #: Pages per site and longest hang of a ``flaky`` site in the ``--quick`` farm.
@@ -1792,6 +1795,7 @@ def stop_on_signals() -> None:
 
 
 def main(argv: list[str] | None = None) -> None:
+    pin_pythonpath()  # the crawls it starts run this tree's crawlpace (bench/_spawn_env.py)
     stop_on_signals()
     args = parse_args(argv)
     if args.farm == "random" and not Path(args.farm).exists():

@@ -74,6 +74,9 @@ from typing import Any
 
 import httpx
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _spawn_env import pin_pythonpath
+
 HERE = Path(__file__).resolve().parent
 #: Seconds a crawl may take at most; past it the contender is stopped and the run counts as cut.
 LIMIT, QUICK_LIMIT = 120.0, 6.0
@@ -622,6 +625,7 @@ def fmt(value: float | None, digits: int = 2) -> str:
 
 
 def main(argv: list[str] | None = None) -> None:
+    pin_pythonpath()  # the crawls it starts run this tree's crawlpace (bench/_spawn_env.py)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true",
                         help=f"a few pages per case, only {', '.join(QUICK_CASES)} (under a minute)")
