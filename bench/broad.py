@@ -75,6 +75,9 @@ from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _spawn_env import pin_pythonpath
+
 HERE = Path(__file__).resolve().parent
 PEERS = HERE / "_peers"
 CONCURRENCY = 64
@@ -454,6 +457,7 @@ def print_table(table: dict[str, Any], names: list[str], farms: list[int], pages
 
 
 def main(argv: list[str] | None = None) -> None:
+    pin_pythonpath()  # the crawls it starts run this tree's crawlpace (bench/_spawn_env.py)
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--quick", action="store_true", help="10,000 pages, 2 s windows, 1 round")
     parser.add_argument("--json", action="store_true", help="end with one line of JSON")

@@ -50,6 +50,9 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _spawn_env import pin_pythonpath
+
 ROOT = Path(__file__).resolve().parent
 SPIDER = ROOT / "_peers" / "scrapy_list_spider.py"
 #: The add-on with rampup on for every host, from its defaults (the spider's own AutoThrottle and
@@ -219,6 +222,7 @@ async def one_round(args: argparse.Namespace, redis: Redis, folder: Path) -> dic
 
 
 async def main() -> None:
+    pin_pythonpath()  # the crawls it starts run this tree's crawlpace (bench/_spawn_env.py)
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--farm", default="mixed")
     parser.add_argument("--rounds", type=int, default=3)
