@@ -39,7 +39,7 @@ from ._redis_lease import RedisLease
 from ._redis_parts import RedisParts
 from ._script_args import RELEASE
 from ._shared_policy import SharedPolicies
-from ._writeback import PolicyWriter
+from ._writeback import Pending, PolicyWriter
 from .connection import RedisConnection
 
 __all__ = ["ReleaseSender", "release_call"]
@@ -54,7 +54,7 @@ _NO_WRITE, _NO_CHARGE = [""] * 11, [""] * 3
 def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, policies: SharedPolicies,
                  factory: PolicyFactory, writer: PolicyWriter,
                  keys_of: Callable[[str], tuple[str, str, str, str]], *, full: bool
-                 ) -> tuple[list[str], list[Any], dict[int, tuple[ScopeFeedback | None, int]], list[str]]:
+                 ) -> tuple[list[str], list[Any], Pending, list[str]]:
     """Apply ``outcome`` to this worker's policies and build the release script call that carries it.
 
     The common answer (one that only the scope's breaker window hears of)
@@ -67,13 +67,13 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
 
     Returns:
         The keys, the arguments, the write-backs awaiting their reply (scope
-        index -> feedback and generation), and the scopes given up.
+        index -> feedback, generation and the time it was applied at), and the scopes given up.
     """
     feedback: tuple[ScopeFeedback | None, ...] = outcome.feedback or (
         outcome.plain_feedback(),) * len(lease.demands)
     generations = lease.generations or (0,) * len(lease.demands)
     given_up: list[str] = []
-    pending: dict[int, tuple[ScopeFeedback | None, int]] = {}
+    pending: Pending = {}
     args: list[Any] = ["", lease.lease_id, idle, str(len(lease.demands))]
     keys: list[str] = []
     handover: float | None = None  # a mean gap for the store to take (one scope only)
@@ -110,7 +110,7 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
             if policy.summary() != before if stored else not is_fresh(policy, factory):
                 _blob, values = policies.writeback(policy, now)
                 write = [str(version), *values]
-                pending[index] = (signal, generation)
+                pending[index] = (signal, generation, now)
                 rampup = policy.rampup
                 if own and rampup is not None and not rampup.own_mean() and rampup.mean_gap is not None:
                     # The quick start is over: the store's mean gap (every new gap weighed by a
