@@ -100,7 +100,7 @@ async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redi
         clock.advance(0.05)
         await b.release(other, Outcome(status=200, latency=0.05, feedback=(OK,)))
         await delivered(b)  # written: a's copy is a version behind, its write-back below loses
-        a._writer._fetch = slow_fetch  # type: ignore[method-assign,assignment]
+        a._writer._fetch = slow_fetch  # type: ignore[assignment]
         await a.release(mine, Outcome(status=200, latency=0.05, feedback=(OK,)))
         await delivered(a)
         assert redone == 1

@@ -60,6 +60,9 @@ class PolicyWriter:
         self.idle = parts.idle
         #: Outcomes not written back because other workers kept updating the scope first.
         self.unshared = 0
+        #: The mean seconds from a release's call to its reply (ReleaseSender: it rides with this
+        #: worker's next call): the store holds the lease that much past the answer's apply.
+        self.release_after = 0.0
 
     def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
               lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
@@ -105,6 +108,12 @@ class PolicyWriter:
                    and signal.accepted else None)
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use, inflight=inflight)
+        if (policy.rampup is not None and signal is not None and signal.accepted
+                and signal.latency is not None and signal.latency >= 0.0):
+            # The slot rampup just timed (held past its answer until this apply) stays in the store's
+            # lease set until the release reaches the server: the count in flight other answers
+            # come with counts it that much longer.
+            policy.rampup.note_released_after(self.release_after)
         if policy.window_log is not None:
             # The fleet's window log: every worker's answers, with the fleet's requests in flight.
             policy.window_log.shared()
