@@ -27,7 +27,8 @@ LATENCY = 0.05
 OK = ScopeFeedback(status=200, latency=LATENCY)
 
 
-async def test_a_release_that_reaches_the_store_late_counts_in_the_time_its_slot_is_held(redis_url: str) -> None:
+async def test_a_release_that_reaches_the_store_late_counts_in_the_time_its_slot_is_held(
+        redis_url: str) -> None:
     clock = MockClock()
     url = redis_url.split("?")[0] + f"?namespace=r{uuid.uuid4().hex[:10]}&time=local"
     store = open_store(url, SETTINGS, clock, random.Random(1))
