@@ -59,11 +59,56 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
 
         a._writer.write = counted  # type: ignore[method-assign]
         generation = a._policies.policy("site").generation
-        await a._writer.redo(lease, {0: version - 1}, {0: (OK, generation)})
+        await a._writer.redo(lease, {0: version - 1}, {0: (OK, generation, a._server_now())})
         # Main: eight writes guarded by version - 1, every one refused, and the outcome dropped.
         assert a._writer.unshared == 0
         assert writes == 2  # the stale version's, then the one on the version that beat it
         assert await stored_version() == version + 1
+    finally:
+        for store in (a, b):
+            await store.aclose()
+
+
+async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redis_url: str) -> None:
+    # A redo reads the newer policy first: on a loaded machine a busy scope's redos came 2.2 s
+    # (median) after the answer, up to 6.6 s. Applied at the redo's time, that wait was read as the
+    # request's: its slot held seconds past its answer (rampup's held time twice the real one on a
+    # real-HTTP fleet of 4, bench/results/fleetheld3.md). Here the read takes 2 s of the fake clock.
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=h{uuid.uuid4().hex[:10]}&time=local"
+    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    assert isinstance(a, RedisStore)
+    redone = 0
+    fetch = a._writer._fetch
+
+    async def slow_fetch(name: str) -> object:
+        nonlocal redone
+        redone += 1
+        got = await fetch(name)
+        clock.advance(2.0)
+        return got
+
+    try:
+        for n in range(4):  # both workers answer: the scope's state is stored, and written by each
+            store = (a, b)[n % 2]
+            lease = await admitted_on(store, clock)
+            clock.advance(0.05)
+            await store.release(lease, Outcome(status=200, latency=0.05, feedback=(OK,)))
+            await delivered(store)
+        mine = await admitted_on(a, clock)
+        other = await admitted_on(b, clock)
+        clock.advance(0.05)
+        await b.release(other, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(b)  # written: a's copy is a version behind, its write-back below loses
+        a._writer._fetch = slow_fetch  # type: ignore[assignment]
+        await a.release(mine, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(a)
+        assert redone == 1
+        rampup = a._policies.policy("site").rampup
+        assert rampup is not None
+        # Answered 0.05 s after its admission, in 0.05 s: held no longer than the admissions before
+        # it (main: 0.2 x the redo's 2 s more, 0.4 s).
+        assert rampup._held_over < 0.1
     finally:
         for store in (a, b):
             await store.aclose()
