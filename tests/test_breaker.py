@@ -45,11 +45,12 @@ def test_dead_site_at_concurrency_one_is_given_up_within_two_minutes() -> None:
     assert breaker.reason == "5 of 5 outcomes failed in the last 60s; paused 60s"
     assert breaker.blocked_until(30.0) == 90.0
     assert breaker.blocked_until(89.9) == 90.0
-    # The pause is over: one probe may go, and then nothing until it answers.
+    # The pause is over: one probe may go, and then nothing until it answers or has been out as
+    # long as the pause it followed.
     assert breaker.blocked_until(90.0) == -INF
     assert breaker.state == HALF_OPEN
     breaker.on_send(90.0)
-    assert breaker.blocked_until(90.0) is None
+    assert breaker.blocked_until(90.0) == 150.0
     assert fail(breaker, 90.0, sent_at=90.0) is True
     assert breaker.state == GIVEN_UP
     assert breaker.consecutive_failures == 6  # the sixth request
@@ -237,10 +238,10 @@ def test_stragglers_neither_close_nor_reopen_a_half_open_breaker() -> None:
     breaker.on_send(11.0)  # the probe
     assert succeed(breaker, 12.0, sent_at=0.0) is False  # a late success
     assert breaker.state == HALF_OPEN
-    assert breaker.blocked_until(12.0) is None
+    assert breaker.blocked_until(12.0) == 21.0  # the probe's wait: the pause it followed
     assert fail(breaker, 13.0, sent_at=0.0) is False  # a late failure
     assert breaker.state == HALF_OPEN
-    assert breaker.blocked_until(13.0) is None
+    assert breaker.blocked_until(13.0) == 21.0
     snap = breaker.snapshot(13.0)  # both were still counted in the window
     assert snap.consecutive_failures == 0  # but a failure sent before the opening is old news for the run
     assert snap.outcomes == 3
@@ -258,13 +259,13 @@ def test_straggler_failures_while_open_do_not_extend_the_pause() -> None:
 def test_abandoning_the_probe_frees_the_probe_slot() -> None:
     breaker = open_at_zero()
     breaker.on_send(60.0)
-    assert breaker.blocked_until(60.5) is None
+    assert breaker.blocked_until(60.5) == 120.0
     breaker.on_abandon(59.0)  # a straggler abandoned: the probe is still out
-    assert breaker.blocked_until(60.5) is None
+    assert breaker.blocked_until(60.5) == 120.0
     breaker.on_abandon(60.0)
     assert breaker.blocked_until(60.5) == -INF
     breaker.on_send(60.5)
-    assert breaker.blocked_until(60.5) is None
+    assert breaker.blocked_until(60.5) == 120.5
     assert succeed(breaker, 61.0, sent_at=60.5) is False
     assert breaker.state == CLOSED
 
@@ -405,7 +406,8 @@ def test_invariants_hold_under_any_sequence(config: dict[str, float], actions: l
             assert until == snap.open_until > now
             half_open_start = snap.open_until
         elif snap.state == HALF_OPEN:
-            assert until in (-INF, None)
+            # Free, waiting for the probe, or until it has been out as long as its pause.
+            assert until is None or until == -INF or until > now
             assert snap.open_until is None
             if config["pause"] > 0:
                 assert breaker.half_open_since == half_open_start
@@ -650,3 +652,34 @@ def test_a_share_after_the_pause_not_clearly_lower_is_the_sites_own() -> None:
         breaker.on_send(now)
         breaker.on_outcome(now, failed=i % 20 in (0, 7, 13), sent_at=now)
     assert breaker.tolerated_share > 0.15
+
+
+def test_a_probe_out_longer_than_its_pause_lets_another_go() -> None:
+    # A flaky site's first pause is a short sample (a tenth of the first pause); a probe that hangs
+    # 5 s held the site for the hang, 6 s in all. After the pause's length another probe may go; the
+    # first one's answer, when it comes, still counts as a probe's.
+    breaker = Breaker(min_requests=1, pause=60.0, first_pause=10.0)
+    assert not succeed(breaker, 0.0)
+    t = 0.0
+    while breaker.state != OPEN:
+        t += 1.0
+        fail(breaker, t)
+    assert breaker.blocked_until(t) == t + 1.0  # the sample pause
+    breaker.on_send(t + 1.0)  # the probe, which hangs
+    assert breaker.blocked_until(t + 1.5) == t + 2.0
+    assert breaker.blocked_until(t + 2.0) == -INF
+    breaker.on_send(t + 2.0)  # a second probe
+    assert breaker.blocked_until(t + 2.5) == t + 3.0
+    assert succeed(breaker, t + 2.1, sent_at=t + 2.0) is False
+    assert breaker.state == CLOSED
+
+
+def test_a_hung_probe_of_a_site_that_is_down_still_gives_it_up() -> None:
+    breaker = Breaker(pause=10.0)
+    for t in range(5):
+        fail(breaker, float(t))
+    assert breaker.state == OPEN
+    breaker.on_send(14.0)  # the probe, which times out at 30
+    breaker.on_send(24.0)  # out 10 s, as long as the pause: a second one
+    assert fail(breaker, 30.0, sent_at=14.0) is True
+    assert breaker.state == GIVEN_UP

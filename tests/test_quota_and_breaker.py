@@ -225,3 +225,24 @@ async def test_an_uncounted_probe_outcome_frees_the_probe(clock: MockClock,
     assert clock.now() == 10.0  # the first pause: a sixth of BREAKER_PAUSE
     # The next request is the new probe; it must not wait forever.
     assert await send(throttler, "flaky.example") == 10.0
+
+
+async def test_a_probe_that_hangs_holds_the_scope_no_longer_than_its_pause(
+        clock: MockClock, make_throttler: ThrottlerFactory) -> None:
+    throttler = make_throttler({**FAST, "BACKOFF_HTTP_CODES": [], "CONCURRENT_REQUESTS_PER_DOMAIN": 4})
+    for _ in range(5):
+        await send(throttler, "flaky.example", 500)
+    assert clock.now() == 0.0
+
+    async def hung_probe() -> float:
+        async with throttler.slot(scopes="flaky.example") as permit:
+            sent = permit.granted_at
+            await clock.sleep(60.0)  # a hang the crawl's timeout ends much later
+            permit.feedback(status=200, latency=60.0)
+        return sent
+
+    probe = asyncio.create_task(hung_probe())
+    await clock.sleep(0.001)
+    # The probe went at 10 (the first pause); out as long as that pause, it lets another go.
+    assert await send(throttler, "flaky.example") == 20.0
+    assert await probe == 10.0

@@ -336,6 +336,37 @@ async def test_workers_on_one_redis_share_what_they_learn(redis_url: str) -> Non
         await one.aclose()
         await two.aclose()
 
+async def test_a_probe_out_as_long_as_its_pause_lets_another_go(
+        store_and_clock: tuple[Store, MockClock]) -> None:
+    # A probe that hangs held a flaky site for the hang (30 % 503s, 1 % hangs of 5 s: 6 s after a
+    # pause of 1 s). Out as long as the pause it followed, it lets one more probe go, on every store:
+    # the Redis store's probe gate (acquire.lua) keeps the breaker's rule (Breaker.blocked_until).
+    store, clock = store_and_clock
+    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
+    for _ in range(3):
+        lease = await store.acquire((("reopen", 1.0),))
+        assert isinstance(lease, Lease)
+        await store.release(lease, failure)
+        clock.advance(0.1)
+    pause = 10.0 / 6  # the first pause: a sixth of the pause
+    clock.advance(pause)
+    hung = await store.acquire((("reopen", 1.0),))
+    assert isinstance(hung, Lease)
+    sent = clock.now()
+    clock.advance(pause / 2)
+    blocked = await store.acquire((("reopen", 1.0),))
+    assert isinstance(blocked, Blocked)
+    assert blocked.ready_at == pytest.approx(sent + pause)  # not "until its answer" (None)
+    clock.advance(pause / 2)
+    second = await store.acquire((("reopen", 1.0),))
+    assert isinstance(second, Lease)
+    assert isinstance(await store.acquire((("reopen", 1.0),)), Blocked)  # one probe at a time again
+    await store.release(second, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+    snap = await store.snapshot("reopen")
+    assert snap is not None
+    assert snap.breaker == "closed"
+    await store.release(hung, Outcome(status=200, feedback=(ScopeFeedback(status=200),)))
+
 
 @pytest.mark.redis
 async def test_only_one_worker_probes_a_half_open_scope(redis_url: str) -> None:

@@ -143,7 +143,7 @@ class Breaker:
     __slots__ = ("_buckets", "_error_share", "_failed", "_first_pause", "_give_up_after", "_half_open_since",
                  "_min_requests", "_next_pause", "_open_until", "_opened_at", "_opened_n", "_opened_share",
                  "_pause",
-                 "_probe_out",
+                 "_probe_at", "_probe_out",
                  "_recent", "_recent_n", "_sampling", "_state", "_total", "_width", "_window",
                  "consecutive_failures",
                  "reason", "tolerated_share")
@@ -195,6 +195,7 @@ class Breaker:
         self._opened_at = _NEVER
         self._half_open_since = _NEVER
         self._probe_out = False
+        self._probe_at = _NEVER  # when the probe out was sent (-inf: not known here)
         # Whether the current opening is a sample (SAMPLE_PAUSE_SHARE): the first of a site that
         # mostly answers, and the probes after it while its recent outcomes still mostly succeed.
         self._sampling = False
@@ -237,8 +238,9 @@ class Breaker:
 
         Returns:
             -inf when a send may go now; the end of the pause while open;
-            ``None`` while the probe is out (only its outcome can unblock);
-            +inf once the scope is given up.
+            while the probe is out, the end of its wait (:meth:`probe_wait`: then another
+            probe may go), or ``None`` when its send time is not known here (only its outcome
+            can unblock); +inf once the scope is given up.
         """
         self._advance(now)
         state = self._state
@@ -247,8 +249,25 @@ class Breaker:
         if state == OPEN:
             return self._open_until
         if state == HALF_OPEN:
-            return None if self._probe_out else _NEVER
+            if not self._probe_out:
+                return _NEVER
+            if self._probe_at == _NEVER or self.probe_wait <= 0.0:
+                return None
+            until = self._probe_at + self.probe_wait
+            return _NEVER if now >= until else until
         return _FOREVER
+
+    @property
+    def probe_wait(self) -> float:
+        """How long a probe may be out before another may go: the pause it followed.
+
+        A probe that hangs is no answer: the pause asked for one request after that long a rest,
+        and a site whose answers take far less is not told more by waiting for this one. Held for
+        the hang, a flaky site (30 % 503s, 1 % hangs of 5 s) paused for 1 s waited 6 s. Its answer,
+        when it comes, still counts as the probe's (a failure of a site that is down and hangs
+        still reopens the breaker and may give the scope up).
+        """
+        return max(0.0, self._open_until - self._opened_at)
 
     def is_idle(self, now: float) -> bool:
         """True when the breaker behaves exactly like a fresh one and can be dropped."""
@@ -300,7 +319,7 @@ class Breaker:
         """Record that a request of the scope was admitted; in half-open it is the probe."""
         self._advance(now)
         if self._state == HALF_OPEN:
-            self._probe_out = True
+            self._probe_out, self._probe_at = True, now
 
     def on_abandon(self, sent_at: float) -> None:
         """Forget a request released without an outcome; an abandoned probe frees the probe slot.

@@ -76,7 +76,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
     "k": ("_state", "_open_until", "_opened_at", "_half_open_since", "_probe_out", "_buckets", "_total",
           "_failed",
           "consecutive_failures", "_recent", "_recent_n", "_next_pause", "_opened_share", "_opened_n",
-          "tolerated_share", "_sampling"),  # the circuit breaker
+          "tolerated_share", "_sampling", "_probe_at"),  # the circuit breaker
     "r": ("rate", "phase", "generation", "ceiling", "last_pushback_rate", "latency", "above_since",
           "_pushbacks", "_gap", "_sent_at", "_last_growth", "_cut_rate", "_epoch", "_k", "_climb",
           "_probe_c", "_baseline", "_window_min", "_window_start", "_samples", "_quiet_until", "_level",

@@ -12,7 +12,9 @@
 -- A scope whose breaker opened has "brk" (the end of the pause) in its hash:
 --   once "now" passes it, one admission records its lease id as "probe", and
 --   the scope answers "full" while that lease lives (the release script, or
---   the write-back that closes or reopens the breaker, clears it).
+--   the write-back that closes or reopens the breaker, clears it), or, when the
+--   pause's length is stored ("pwait"), until it has been out that long ("pat":
+--   its send time): then the next admission is a probe too (policy/breaker.py).
 -- Returns {1, now, slot_ready..., generation..., version..., gap..., now...}
 --   when admitted (gap: the mean gap between the scope's sends, "" after one),
 --   {0, now, ready...} when not (ready "-1": every slot busy),
@@ -92,9 +94,20 @@ for i = 1, n do
   if brk then
     if brk > at then at = brk end
     if now >= brk and not full then
-      local probe = redis.call("HGET", a, "probe")
+      local p = redis.call("HMGET", a, "probe", "pat", "pwait")
+      local probe = p[1]
       if probe and redis.call("ZSCORE", l, probe) then
-        full = true  -- a probe is out: only its answer lets more through
+        -- A probe is out: its answer lets more through, or, once it has been out as long as
+        -- the pause it followed ("pwait"), another probe may go (policy/breaker.py's
+        -- blocked_until and probe_wait: a probe that hangs held a flaky site for the hang).
+        local sent, wait = tonumber(p[2]), tonumber(p[3])
+        if not sent or not wait or wait <= 0 then
+          full = true
+        elseif now >= sent + wait then
+          probing = true
+        elseif sent + wait > at then
+          at = sent + wait
+        end
       else
         probing = true
       end
@@ -175,7 +188,7 @@ for i = 1, n do
     set[#set + 1] = math.floor(now)  -- whole seconds: a smaller hash
   end
   redis.call("HSET", a, unpack(set))
-  if s[12] then redis.call("HSET", a, "probe", id) end
+  if s[12] then redis.call("HSET", a, "probe", id, "pat", snow) end
   if s[14] and s[13] > 0 then
     local qcap, qrate, credit, qa = s[14], s[15], s[16], s[17]
     credit, qa = refill(credit, qa, qcap, qrate, now)

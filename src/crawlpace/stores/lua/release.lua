@@ -12,7 +12,8 @@
 --   the latency ("" if none), the policy version the write-back was computed
 --   from ("" for no write-back), the new policy blob, concurrency, delay,
 --   delay per slot, floor, hold-until and generation, "1" when given up, and
---   the breaker's pause: its end while open, "h" while half-open, "" when
+--   the breaker's pause: its end while open (then ",", and how long its probe
+--   may be out before another may go: "pwait"), "h" while half-open, "" when
 --   closed or off (a new end, or "", clears the recorded probe), and the rest
 --   a slot takes after its answer (policy/admission.py's Limits.rest, stored
 --   with the limits: every later release of the scope rests its slot so, by
@@ -158,12 +159,17 @@ for i = 1, n do
                  "gen", ARGV[base + 13], "dead", ARGV[base + 14], "rest", ARGV[base + 16])
       local brk = ARGV[base + 15]
       if brk == "" then
-        redis.call("HDEL", a, "brk", "probe")
+        redis.call("HDEL", a, "brk", "probe", "pat", "pwait")
       elseif brk == "h" then
         if redis.call("HEXISTS", a, "brk") == 0 then redis.call("HSET", a, "brk", num(now)) end
-      elseif redis.call("HGET", a, "brk") ~= brk then
-        redis.call("HSET", a, "brk", brk)
-        redis.call("HDEL", a, "probe")
+      else
+        -- "end,wait": the pause's end, and how long its probe may be out before another may go.
+        local till, wait = string.match(brk, "^([^,]*),?(.*)$")
+        if redis.call("HGET", a, "brk") ~= till then
+          redis.call("HSET", a, "brk", till)
+          redis.call("HDEL", a, "probe", "pat")
+          if wait ~= "" then redis.call("HSET", a, "pwait", wait) else redis.call("HDEL", a, "pwait") end
+        end
       end
     end
   end

@@ -63,15 +63,17 @@ class Cached:
 def pause_arg(policy: ScopePolicy, now: float) -> str:
     """The breaker's pause as the release script stores it (call after ``policy.gate(now, ...)``).
 
-    The end of the pause while open, ``"h"`` while half-open (the stored end
-    stays, and so does a recorded probe), ``""`` when closed, given up or off.
+    The end of the pause while open, then after a comma how long its probe may be out before
+    another may go (:attr:`Breaker.probe_wait`, the pause's length: acquire.lua's probe gate keeps
+    the same rule as :meth:`Breaker.blocked_until`); ``"h"`` while half-open (the stored end stays,
+    and so does a recorded probe), ``""`` when closed, given up or off.
     """
     breaker = policy.breaker
     if breaker is None:
         return ""
     if breaker.state == "open":
         until = breaker.snapshot(now).open_until
-        return "" if until is None else repr(until)
+        return "" if until is None else f"{until!r},{breaker.probe_wait!r}"
     return "h" if breaker.state == "half_open" else ""
 
 
