@@ -550,7 +550,7 @@ class BucketFit:
             return False
         level = self.ceiling or self.rate
         self._kept = max(self._kept, level)
-        step, sure = best_level(self._weighed(held), held, self._work(now), floor=level)
+        step, sure = best_level(self._belief, held, self._work(now), floor=level)
         if step <= level * (1.0 + T.tolerance):
             self._probe_after = now + T.round  # weighed again a round later
             return False
@@ -569,9 +569,15 @@ class BucketFit:
         belief = self._narrowed(held)
         if not belief:
             return False
-        step, sure = best_level(belief, held, self._work(now))
+        work = self._work(now)
+        step, sure = best_level(belief, held, work)
         level = self.ceiling or self.rate
         if T.fit_share * step <= level * (1.0 + T.tolerance):
+            return False
+        if T.fit_share * best_level(self._belief, held, work)[0] > level * (1.0 + T.tolerance):
+            # The fit's own belief picks a higher pace as well: the work ahead grew, the sends showed
+            # nothing new; that step waits for the level to be shown (a burst of one at twice the
+            # limit, as likely to the fit as before the sends, was stepped to and drew a second hold).
             return False
         self._set_level(now, step, held, sure)
         return True
