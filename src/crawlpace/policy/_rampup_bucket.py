@@ -375,7 +375,6 @@ class _BucketState(Protocol):
     def allowed_rate(self, now: float) -> float: ...
     def _record_fit(self) -> list[tuple[int, float, float, float]]: ...
     def _refit(self) -> list[tuple[int, float, float, float]]: ...
-    def _weighed(self, held: float) -> tuple[float, ...]: ...
     def _narrowed(self, held: float) -> tuple[float, ...]: ...
     def _early_step(self, now: float, held: float) -> bool: ...
 
@@ -595,11 +594,6 @@ class BucketFit:
         belief = belief_of(fits, 1.0 / held)
         gone = [r for r, c in zip(self._belief[0::2], self._belief[1::2], strict=True) if c <= 0.0]
         return _below(belief, min(gone)) if gone else belief
-
-    def _weighed(self: _BucketState, held: float) -> tuple[float, ...]:
-        """The belief a step is weighed on: the fit's, or once the refusal has left the record, the fit's
-        narrowed by the sends since (:meth:`_narrowed`)."""
-        return self._narrowed(held) or self._belief
 
     def _level_shown(self: _BucketState, now: float) -> bool:
         """Whether the sends on record, refitted (once a round), show the bucket likelier than not to
