@@ -151,3 +151,40 @@ def test_a_step_refused_under_a_hold_narrows_the_belief_whichever_rule_answers()
     ramp._belief, ramp.rate, ramp.ceiling = (30.0, 1.0, 46.0, 0.95, 54.0, 0.79, 80.0, 0.0), 46.0, 46.0
     ramp._note_refusal_held(30.42, 30.40, 39.42)
     assert chance(ramp._belief, 54.0) == pytest.approx(0.79)
+
+
+def test_the_fit_made_at_a_hold_outlasts_the_refusal_on_record() -> None:
+    # A bucket of 4 at 18/s, met at a start that doubles its pace: the refusal comes after 35 accepted
+    # sends, and a 20 s hold follows. After it the scope paces at 12/s; the record keeps the last 64
+    # accepted sends, so 7 s later the refusal has left it and the record alone fits no bucket (nothing
+    # on it bounds the rate from above): the level was never shown to hold, and no step came for two
+    # holds' lengths. The fit made at the hold, narrowed by the sends since, still fits.
+    bucket = TokenBucket(18.0, 4.0)
+    sends = [k + i / 2 ** (k + 2) for k in range(4) for i in range(2 ** (k + 2))]  # 4/s, 8/s, 16/s, 32/s
+    accepted, refused = replay(bucket, sends)
+    assert refused
+    held = bucket_fit(accepted, refused, first=True)
+    assert len(accepted) == 35
+    assert max(hi for _, _, hi, _ in held) < 50.0
+    ramp = Rampup(start_rate=2.0, min_rate=1 / 300, max_rate=100.0, max_concurrency=8, window=60.0,
+                  target=(1.0, 1.0))
+    ramp.phase, ramp.rate, ramp.ceiling = "steady", 12.0, 12.0
+    ramp.hold_learned = 20.0
+    ramp._held_refusals.append(refused[0])
+    ramp._held_fit = tuple(x for fit in held for x in fit)
+    resume = refused[0] + 20.0
+    after = [resume + i / 12.0 for i in range(84)]
+    assert all(bucket.take(at) == 0.0 for at in after)
+    ramp._ok_count = len(accepted) + len(after)
+    ramp._ok_sends.extend(after)
+    assert ramp._record_fit() == []
+    fits = ramp._refit()
+    assert fits
+    tops = {b: hi for b, _, hi, _ in held}
+    assert all(hi <= tops[b] for b, _, hi, _ in fits)
+    assert any(b == 4 and lo <= 18.0 <= hi for b, lo, hi, _ in fits)
+    # The sends since rule out the large bursts' low rates: the pace kept up is shown (a chance of
+    # 0.66 at the hold, 0.96 with the sends since).
+    assert chance(belief_of(held, 1 / 20.0), 0.9 * 12.0) < 0.7
+    assert chance(belief_of(fits, 1 / 20.0), 0.9 * 12.0) > 0.9
+    assert ramp._level_shown(after[-1])
