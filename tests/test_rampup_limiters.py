@@ -415,17 +415,6 @@ async def test_a_slow_start_does_not_make_a_large_burst_the_likely_fit(
     assert out.refused <= (2 if hold < 20 else 1)
 
 
-async def test_a_pace_kept_up_after_a_long_hold_is_stepped_from_once_the_sends_show_it() -> None:
-    # 11.33/s, no burst, 17 s holds, pages in 3 ms: the fit after the start's hold paced under half the
-    # limit, and some 6 s later the refusal had left the record of the last 64 accepted sends; the
-    # record alone fitted no bucket, so the level was never shown and never stepped from before the
-    # minute was out (0.287 of the limit). The fit made at the hold, narrowed by the sends since, shows
-    # the large bursts' low rates ruled out, and weighs a step on them before a hold's length.
-    out = await crawl(Bucket(11.33, 1.0, 17), 60.0, latency=0.003)
-    assert out.share >= 0.4  # was 0.287
-    assert out.refused == 1  # the start's overshoot only
-
-
 async def test_short_holds_are_fitted_from_the_second() -> None:
     # 7.43/s, burst 8, 3 s holds: each hold refills the burst, which carried a pace twice the rate for a
     # second, and the ordinary cuts (x0.9, x0.8) took six holds to come down to it. From the second

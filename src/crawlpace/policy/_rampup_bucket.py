@@ -192,45 +192,6 @@ def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bo
     return fits
 
 
-def narrowed_fit(fit: Sequence[float], accepted: Sequence[float], refused: Sequence[float], *,
-                 least: float = 0.0, slack: float = FIT_SLACK) -> list[tuple[int, float, float, float]]:
-    """A fit made at a hold (flat: ``burst, lo, hi, weight, ...``) narrowed by the sends on record since.
-
-    The record alone fits no bucket once the refusal that started the hold has left it (nothing on
-    record bounds the rate from above), but the fit made then still holds what the sends before the
-    refusal showed: each burst's highest rate. The sends since put a floor under each burst's rate
-    (the bucket held at most its burst at the record's first send, and every accepted send found a
-    token), as they do in :func:`bucket_fit`. The fit's belief is the prior, and each burst keeps
-    its weight times the share of its rates (log scale, from ``least`` up as :func:`_least` reads
-    them) the floor leaves: a burst whose rates the sends since mostly ruled out is mostly ruled out
-    (kept whole, a burst of one, fitted up to 30/s, gave a step from 12.4 to 14.7/s a chance of
-    0.85 after 7 s at 12.4/s, and drew a second hold). Returns the bursts whose interval is left, as
-    :func:`bucket_fit` does."""
-    kept = [(round(fit[i]), fit[i + 1], fit[i + 2], fit[i + 3]) for i in range(0, len(fit) - 3, 4)]
-    if not accepted:
-        return kept
-    oks = sorted(accepted)
-    events = sorted([(at, True) for at in oks] + [(at, False) for at in refused if at > oks[0]])
-    shortest = min((b[0] - a[0] for a, b in pairwise(events) if b[0] > a[0]), default=1.0)
-    top = 2.0 * len(events) / max(shortest, 1e-4)
-    out = []
-    for burst, lo, hi, weight in kept:
-        floor = _bound(events, burst, float(burst), top, slack, floor=True)
-        if floor > hi:
-            continue
-        low = _least(lo, hi, least)
-        if floor > low:
-            weight *= math.log(hi / floor) / math.log(hi / low)
-        out.append((burst, max(lo, floor), hi, weight))
-    return out
-
-
-def _clipped(fit: Sequence[float], rate: float) -> tuple[float, ...]:
-    """A flat fit (``burst, lo, hi, weight, ...``) told the rate is under ``rate``."""
-    return tuple(x for i in range(0, len(fit) - 3, 4) if fit[i + 1] < rate
-                 for x in (fit[i], fit[i + 1], min(fit[i + 2], rate), fit[i + 3]))
-
-
 def _least(lo: float, hi: float, least: float) -> float:
     """The lowest rate a burst's interval ``[lo, hi]`` keeps: no lower than three decades under its
     top, nor than ``least``, the hold's promise (one token per hold), unless no rate of the interval
@@ -352,7 +313,6 @@ class _BucketState(Protocol):
     _hold_end: float
     _belief: tuple[float, ...]
     _kept: float
-    _held_fit: tuple[float, ...]
     _refit_at: float
     _sustained: float
     _top: float
@@ -374,9 +334,6 @@ class _BucketState(Protocol):
     def _work(self, now: float) -> float: ...
     def allowed_rate(self, now: float) -> float: ...
     def _record_fit(self) -> list[tuple[int, float, float, float]]: ...
-    def _refit(self) -> list[tuple[int, float, float, float]]: ...
-    def _narrowed(self, held: float) -> tuple[float, ...]: ...
-    def _early_step(self, now: float, held: float) -> bool: ...
 
 
 class BucketFit:
@@ -400,7 +357,6 @@ class BucketFit:
             # send, and then the fit never hears of it, and weighed the same step again after every
             # hold: eight holds where two did, bench/results/holds11.md).
             self._belief = _below(self._belief, pace)
-            self._held_fit = _clipped(self._held_fit, pace)
 
     def _record_fit(self: _BucketState) -> list[tuple[int, float, float, float]]:
         """:func:`bucket_fit` of the scope's record. Once more sends were accepted than the record
@@ -414,19 +370,6 @@ class BucketFit:
         dropped = self._ok_count - len(oks)
         known = bool(oks) and len(held) < REFUSALS_KEPT and all(at > oks[0] for at in held)
         return bucket_fit(oks, held, first=dropped <= 0, dropped=dropped if known else None)
-
-    def _refit(self: _BucketState) -> list[tuple[int, float, float, float]]:
-        """The buckets that fit the scope's sends: the record's fit (:meth:`_record_fit`), or once the
-        refusal that started the last hold has left the record (it keeps the last accepted sends
-        only: at 6.8/s, 9 s after the hold), the fit made at that hold narrowed by the sends since
-        (:func:`narrowed_fit`). Without it no bucket fitted from then on, and a level was never shown
-        to hold: an 18.45/s bucket with 53 s holds was paced at 6.8/s to the end of the crawl
-        (bench/results/holds12.md)."""
-        fits = self._record_fit()
-        if fits or not self._held_fit:
-            return fits
-        least = 1.0 / max(self.hold_learned, T.hold_long)
-        return narrowed_fit(self._held_fit, self._ok_sends, self._held_refusals, least=least)
 
     def _note_ok_send(self: _BucketState, sent: float) -> None:
         """An accepted send at ``sent`` (kept in ``_ok_sends`` by the episodes' record)."""
@@ -489,7 +432,6 @@ class BucketFit:
         if kept > 0.0 and refused > kept and belief:
             # A step above a pace kept up was refused: back to that pace; the limit is under the step.
             self._belief = _below(belief, refused)
-            self._held_fit = _clipped(self._held_fit, refused)
             self._set_level(now, kept / T.fit_share, held, 1.0)
             return True
         fits = self._record_fit()
@@ -506,8 +448,6 @@ class BucketFit:
             # BACKOFF_MAX_DELAY (a live site left for 300 s): the ordinary cut answers instead.
             return False
         self._belief = belief
-        flat = tuple(x for fit in fits for x in fit)
-        self._held_fit = _clipped(flat, refused) if refused > 0.0 else flat
         # A pace kept up for a whole hold's length before (_rampup_episode's note) held; a refusal at
         # it or under is a send the crawler's own delays bunched, or a limit that moved down: the
         # ordinary cut under it, so that a limit that fell is followed down hold by hold.
@@ -543,9 +483,7 @@ class BucketFit:
         if not self._belief or self.phase != "steady" or self._ep_since != NEVER:
             return False
         held = max(self.hold_learned, T.hold_long)
-        if now < self._probe_after - held:
-            return self._early_step(now, held)
-        if now < self._probe_after and not self._level_shown(now):
+        if now < self._probe_after and (now < self._probe_after - held or not self._level_shown(now)):
             return False
         level = self.ceiling or self.rate
         self._kept = max(self._kept, level)
@@ -555,45 +493,6 @@ class BucketFit:
             return False
         self._set_level(now, step / T.fit_share, held, sure)
         return True
-
-    def _early_step(self: _BucketState, now: float, held: float) -> bool:
-        """Before a hold's length, once the refusal has left the record: step when the fit made at the
-        hold, narrowed by the sends since (:meth:`_narrowed`), makes a higher pace the one that finishes
-        the work soonest. Weighed on that belief alone, not told the level holds (so a belief the sends
-        have not moved picks the level it picked at the hold), and the level is not taken as kept up: a
-        refused early step is refitted, not sent back to a level never shown."""
-        if now < self._refit_at or now < self._resumed_at or not self._held_fit:
-            return False
-        self._refit_at = now + T.round
-        belief = self._narrowed(held)
-        if not belief:
-            return False
-        work = self._work(now)
-        step, sure = best_level(belief, held, work)
-        level = self.ceiling or self.rate
-        if T.fit_share * step <= level * (1.0 + T.tolerance):
-            return False
-        if T.fit_share * best_level(self._belief, held, work)[0] > level * (1.0 + T.tolerance):
-            # The fit's own belief picks a higher pace as well: the work ahead grew, the sends showed
-            # nothing new; that step waits for the level to be shown (a burst of one at twice the
-            # limit, as likely to the fit as before the sends, was stepped to and drew a second hold).
-            return False
-        self._set_level(now, step, held, sure)
-        return True
-
-    def _narrowed(self: _BucketState, held: float) -> tuple[float, ...]:
-        """The belief of the fit made at the last hold narrowed by the sends since (:func:`narrowed_fit`),
-        told of the paces refused since (as the fit's own belief is); empty while the refusal is still on
-        record (the record's fit answers then) or nothing fits."""
-        if not self._held_fit or self._record_fit():
-            return ()
-        least = 1.0 / max(self.hold_learned, T.hold_long)
-        fits = narrowed_fit(self._held_fit, self._ok_sends, self._held_refusals, least=least)
-        if not fits:
-            return ()
-        belief = belief_of(fits, 1.0 / held)
-        gone = [r for r, c in zip(self._belief[0::2], self._belief[1::2], strict=True) if c <= 0.0]
-        return _below(belief, min(gone)) if gone else belief
 
     def _level_shown(self: _BucketState, now: float) -> bool:
         """Whether the sends on record, refitted (once a round), show the bucket likelier than not to
@@ -607,6 +506,6 @@ class BucketFit:
         if now < self._refit_at:
             return False
         self._refit_at = now + T.round
-        fits = self._refit()
+        fits = self._record_fit()
         least = 1.0 / max(self.hold_learned, T.hold_long)
         return bool(fits) and chance(belief_of(fits, least), (1.0 - T.tolerance) * self.rate) >= 0.5
