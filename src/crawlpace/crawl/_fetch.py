@@ -113,10 +113,8 @@ class Page:
         stalled: seconds of that latency during which this process's event loop was
             known to run late (``crawl/_stalls.py``): the crawler's own share, not the server's.
         asked: seconds the last look spent asking a shared store for its holds before the
-            write (a fleet's write that lags its admission): not in :attr:`latency`.
-        held: seconds the last look held the write back in all (:attr:`asked` included: a
-            Crawl-delay's wait, a hold's turn): not in :attr:`latency`, but part of the delay from
-            the admission to the write (``ScopeFeedback.lag``), which moves the request's arrival.
+            write (a fleet's write that lags its admission): not in :attr:`latency`, but part
+            of the delay from the admission to the write (``ScopeFeedback.lag``).
     """
 
     status: int | None
@@ -126,7 +124,6 @@ class Page:
     error: BaseException | None = None
     stalled: float = 0.0
     asked: float = 0.0
-    held: float = 0.0
 
     @property
     def status_code(self) -> int | None:
@@ -313,7 +310,7 @@ class AiohttpFetcher:
                     flying[scope] = left
                 else:
                     del flying[scope]
-        page.asked, page.held = held[1], held[0]
+        page.asked = held[1]
         if page.latency is not None:
             sent = loop_started + held[0]
             page.stalled = self._stalls.within(sent, sent + page.latency)

@@ -395,9 +395,8 @@ class CrawlJob(JobOutcomes):
         rule = None
         if task.kind == "page" and page.status is not None:
             rule = self.blocks.match(page.status, page.headers or {}, page.body)
-        # The last look came after the lag above and before the write: its round trip to a fleet's
-        # store, and its waits (a Crawl-delay's, a hold's turn): the request reached the site that late.
-        lag += page.held
+        # The last look's round trip to a fleet's store came after the lag above and before the write.
+        lag += page.asked
         permit.feedback(page, latency=page.latency, blocked=rule is not None, stalled=stalled, lag=lag)
         return Answer(page.status, page.location, page.body, page.latency, None, rule)
 

@@ -395,23 +395,6 @@ class RampupState:
     _undo_void: bool = False
 
 
-def _arrival(sent_at: float | None, lag: float) -> float | None:
-    """When a request sent (admitted) at ``sent_at`` reached the site: ``lag`` later (the caller's own
-    delay before the write, ``ScopeFeedback.lag``); None when the send time is not known.
-
-    A limiter judges the gaps between arrivals, so rampup's record of gaps (the shortest one
-    accepted, a refused one's gap to the last accepted send) counts them there. One process writes
-    at once, and its arrivals are its sends. A fleet's worker writes its request a varying while
-    after the store's admission (its loop's turn, the last look, a hold's turn): traced on a loaded
-    machine, two sends admitted 0.42 s apart reached a bucket of 1.67/s with no burst 2.5 s apart,
-    and the 0.42 s taken for a gap the site accepted paced the fleet under it, refused after every
-    hold (bench/results/fleetviol2.md).
-    """
-    if sent_at is None or not math.isfinite(lag) or lag <= 0.0:
-        return sent_at
-    return sent_at + lag
-
-
 def _copied(value: object) -> object:
     """A value of the controller's state as it is now (a deque is copied: the state goes on moving it)."""
     return deque(value, maxlen=value.maxlen) if isinstance(value, deque) else value
@@ -515,8 +498,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         # A failure answers the rate its request was sent at: a timeout comes long after,
         # perhaps after a silence forced by slots that hangs held (see _cut).
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
-        # When the request reached the site: the gaps a limiter judges are between arrivals (_arrival).
-        arrived = _arrival(sent_at, lag)
         outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at,
                                                  alone=inflight is not None and inflight <= 1)
         self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
@@ -533,7 +514,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             inflight = self._met(inflight, sent_at, elapsed)  # (the count it met, not the one at its answer)
             if answered and not passed:
                 self._note_refusal_held(now, sent_at, self._resumed_at)
-                self._note_refused_gap(arrived)
+                self._note_refused_gap(sent_at)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)
@@ -570,7 +551,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self._let_through(now, now if sent_at is None else sent_at)
             if can_cut:
                 self._cut(now, reason="pushback", sent_at=sent_at)
-        elif pushback and can_cut and answered and self._jitter_refused(now, arrived):
+        elif pushback and can_cut and answered and self._jitter_refused(now, sent_at):
             self._episode_cut()  # (no cut: probes at the level until one is accepted)
         elif pushback:
             if can_cut:
@@ -582,8 +563,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._recall_refused(now)
                 self._close_slot(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
-                    self._strict_fit(now, arrived)
-                self._episode_cut(self._quick(answered, elapsed), arrived)
+                    self._strict_fit(now, sent_at)
+                self._episode_cut(self._quick(answered, elapsed), sent_at)
                 self._counter_bound(now)
             elif self._quick(answered, elapsed):
                 # Refused on arrival in the quiet after a slot cut, with too few in flight to be read as
@@ -594,13 +575,13 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._slot_cut_missed(now, sent_at, inflight)
         else:
             shortest = self._gap_ok
-            self._note_accepted(now if arrived is None else arrived)
+            self._note_accepted(now if sent_at is None else sent_at)
             if self._door_refused(sent_at):
                 # The page robots.txt let go at once: its gap to robots.txt is none of the limiter's
                 # (a site seldom counts robots.txt), and as the shortest accepted gap it hid every
                 # strict bucket's gap (15 ms on a bucket of 23/s: no refusal was ever "just under" it).
                 self._gap_ok = shortest
-            self._note_latency(now if arrived is None else arrived, latency, lag)
+            self._note_latency(now if sent_at is None else sent_at, latency, lag)
             self._note_ok_send(now if sent_at is None else sent_at)
             # (Sent when written: the answer's own latency, where shorter, tells when; a fleet's grant
             # comes a moment before it.)
