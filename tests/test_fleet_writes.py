@@ -186,10 +186,9 @@ async def measure(url: str, workers: int, *, rate: float, hold: float, seconds: 
 async def test_a_fleets_writes_of_a_bucket_with_no_burst_keep_its_gap_whatever_their_lag(
         redis_url: str) -> None:
     # Four workers on a bucket of 5/s with no burst (Retry-After: 1), each write lagging its grant by
-    # 0-0.3 s and one in ten by 0.5-2.5 s. Grants a gap apart reached the site closer than its gap, and
-    # gaps the site accepted between late arrivals were taken for gaps between the grants: 0.38 of the
-    # rate from 20 s on, 27 refusals and 8 writes into a hold. Every write taking its turn a gap after
-    # the scope's previous one by any worker, and the gaps counted between arrivals: 0.9, 8 and 3.
+    # 0-0.3 s and one in ten by 0.5-2.5 s. Grants a gap apart reached the site closer than its gap:
+    # 0.38 of the rate from 20 s on, 27 refusals and 8 writes into a hold. Every write taking its turn
+    # the pace's gap after the scope's previous one by any worker: 0.835, 7 and 2.
     run = await measure(redis_url.split("?")[0], 4, rate=5.0, hold=1.0, seconds=60.0, seed=3)
     assert run.per_second(20.0, 60.0) >= 0.8 * 5.0, run.per_second(20.0, 60.0)
     assert run.refused <= 14, run.refused

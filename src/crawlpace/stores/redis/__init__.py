@@ -506,15 +506,17 @@ class RedisStore:
 
         For a scope whose site showed a bucket with no burst (``Rampup.no_burst``): such a
         bucket refuses any two arrivals closer than its own gap, and takes any two that are not.
-        The gap is the shortest the site accepted, or the scope's pace where that is shorter
-        (a search probing under it must be let through): the writes then reach the site spaced
-        as the admissions were, whatever each worker's lag between its grant and its write.
+        The gap is the scope's pace (the gap between its grants): the writes then reach the
+        site spaced as the admissions were, whatever each worker's lag between its grant and its
+        write. Not the shortest gap the site accepted: rampup records a fleet's sends at their
+        grants, and a grant's write that lagged seconds made that gap 0.17-0.22 s on a bucket
+        whose gap is 0.6 s (bench/results/fleetstrict1.md).
         """
         policy = self._policies.policy(name)
         rampup = policy.rampup
         if rampup is None or policy.crawl_delay is not None or not rampup.no_burst:
             return 0.0
-        gap = min(rampup.shortest_ok_gap, policy.limits.delay)
+        gap = policy.limits.delay
         return gap if math.isfinite(gap) and gap > 0.0 else 0.0
 
     def spaced(self, scopes: tuple[str, ...]) -> bool:
@@ -524,7 +526,7 @@ class RedisStore:
 
     async def write_turn(self, scopes: tuple[str, ...]) -> float:
         """Seconds until this write's turn: the hold's, as :meth:`held_for`, and for a scope whose site
-        showed a bucket with no burst, its gap (:meth:`_write_gap`) after the latest write given a
+        showed a bucket with no burst, its pace's gap (:meth:`_write_gap`) after the latest write given a
         turn by any worker (``lua/look.lua``, "wrt"). The turn is this write's from then on.
 
         The store admits such a scope's requests a gap apart, but each worker writes a varying
