@@ -184,11 +184,6 @@ class Writing:
     #: written (``HeldStore.wrote``).
     write_after: Callable[[tuple[str, ...]], float] | None = None
     wrote: Callable[[tuple[str, ...]], None] | None = None
-    #: A shared store's write spacing for a bucket with no burst: whether the scopes keep a gap between
-    #: their writes (``HeldStore.spaced``), and the look that gives this write its turn
-    #: (``HeldStore.write_turn``, a hold's wait included).
-    spaced: Callable[[tuple[str, ...]], bool] | None = None
-    write_turn: Callable[[tuple[str, ...]], Awaitable[float]] | None = None
 
 
 #: The request this task (or thread) is sending now; set by the retry loop around each send

@@ -232,15 +232,12 @@ class AiohttpFetcher:
             _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
         held_for = writing.held_for
         lagged = writing.now() - permit.granted_at >= LOOK_AFTER
-        # A bucket with no burst: every write takes its turn, a gap after the scope's previous one
-        # by any worker (writes lag their grants unevenly, and two grants a gap apart arrived closer).
-        turn = writing.write_turn if writing.spaced is not None and writing.spaced(permit.scopes) else None
-        if held_for is not None and (lagged or turn is not None) and not look.paced(permit):
+        if held_for is not None and lagged and not look.paced(permit):
             # A fleet: another worker's Retry-After may have reached the store since this was
             # admitted (writes lagging their grants by 0.1-0.25 s on a loaded machine broke them).
             # Not for a Crawl-delay scope: its one slot leaves nothing in flight to hold, and
             # the round trip would lag this write behind its grant more than the next one's.
-            hold = await self._ask(held_for if turn is None else turn, permit.scopes, writing.now, entered)
+            hold = await self._ask(held_for, permit.scopes, writing.now, entered)
             looks = 1
             while hold > wait:
                 _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
@@ -250,8 +247,7 @@ class AiohttpFetcher:
                 if looks > RELOOKS:
                     break
                 # While this one waited, a request already on its way may have drawn a refusal whose
-                # hold ends later (a site's quiet time grows with every refusal it gives), or whose
-                # hold began (a turn's wait is the refused worker's time to read its 429): look again.
+                # hold ends later (a site's quiet time grows with every refusal it gives): look again.
                 looks += 1
                 hold = await self._ask(held_for, permit.scopes, writing.now, writing.now())
         if wait > 0.0:

@@ -680,12 +680,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         """The shortest gap between two accepted sends the site took (inf before two)."""
         return self._gap_ok
 
-    @property
-    def no_burst(self) -> bool:
-        """Whether the site has shown a bucket with no burst: a refusal came just under the shortest
-        gap it accepted (``_note_refused_gap``), or the strict fit paced at that gap (``_strict_fit``)."""
-        return self._no_burst or math.isfinite(self._strict_gap)
-
     def door_page_accepted(self, shortest: float) -> None:
         """The page robots.txt let go at once was accepted, and :meth:`on_response` could not tell
         (a fleet's copy, which hears of the other workers' sends through the store, may have taken

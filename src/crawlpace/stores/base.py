@@ -205,13 +205,6 @@ class HeldStore(Protocol):
     async def held_for(self, scopes: tuple[str, ...]) -> float:
         """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none)."""
 
-    def spaced(self, scopes: tuple[str, ...]) -> bool:
-        """Whether every write of ``scopes`` takes a turn (:meth:`write_turn`), however punctual."""
-
-    async def write_turn(self, scopes: tuple[str, ...]) -> float:
-        """Seconds until this write's turn: after any hold (as :meth:`held_for`) and, for a scope
-        whose site showed a bucket with no burst, a gap after the scope's previous write."""
-
     def write_after(self, scopes: tuple[str, ...]) -> float:
         """The time before which the request just admitted for ``scopes`` may not be written: a
         Crawl-delay after the latest write of them any worker noted (``-inf``: none)."""

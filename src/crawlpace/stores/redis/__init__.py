@@ -499,46 +499,6 @@ class RedisStore:
         worker's estimate of it (from replies read late on a loaded machine) may run ahead
         of it by more than a site's tolerance, and the write would then land inside the hold.
         """
-        return await self._look(scopes, space=False)
-
-    def _write_gap(self, name: str) -> float:
-        """The gap kept between the writes of ``name`` by every worker (0.0: none).
-
-        For a scope whose site showed a bucket with no burst (``Rampup.no_burst``): such a
-        bucket refuses any two arrivals closer than its own gap, and takes any two that are not.
-        The gap is the scope's pace (the gap between its grants): the writes then reach the
-        site spaced as the admissions were, whatever each worker's lag between its grant and its
-        write. Not the shortest gap the site accepted: rampup records a fleet's sends at their
-        grants, and a grant's write that lagged seconds made that gap 0.17-0.22 s on a bucket
-        whose gap is 0.6 s (bench/results/fleetstrict1.md).
-        """
-        policy = self._policies.policy(name)
-        rampup = policy.rampup
-        if rampup is None or policy.crawl_delay is not None or not rampup.no_burst:
-            return 0.0
-        gap = policy.limits.delay
-        return gap if math.isfinite(gap) and gap > 0.0 else 0.0
-
-    def spaced(self, scopes: tuple[str, ...]) -> bool:
-        """Whether a write of ``scopes`` keeps a gap after the scope's previous write by any worker
-        (:meth:`write_turn`): a scope whose site showed a bucket with no burst."""
-        return not self._outage.skip() and any(self._write_gap(name) > 0.0 for name in scopes)
-
-    async def write_turn(self, scopes: tuple[str, ...]) -> float:
-        """Seconds until this write's turn: the hold's, as :meth:`held_for`, and for a scope whose site
-        showed a bucket with no burst, its pace's gap (:meth:`_write_gap`) after the latest write given a
-        turn by any worker (``lua/look.lua``, "wrt"). The turn is this write's from then on.
-
-        The store admits such a scope's requests a gap apart, but each worker writes a varying
-        while after its grant (its loop's turn, the look itself; 1-2.5 s in a fleet of 8 on a
-        loaded machine): two grants a gap apart reached the site 0.2-0.4 s apart and were refused
-        (bench/results/fleetviol2.md). Asked by every write of the scope, punctual or not.
-        """
-        return await self._look(scopes, space=True)
-
-    async def _look(self, scopes: tuple[str, ...], *, space: bool) -> float:
-        """One ``look.lua`` call for ``scopes`` (a Crawl-delay scope's are left out); with ``space``,
-        each scope's write gap is kept too."""
         if self._outage.skip():
             return 0.0
         scopes = tuple(name for name in scopes if self._policies.policy(name).crawl_delay is None)
@@ -548,10 +508,8 @@ class RedisStore:
         groups = [scopes] if not self.cluster else [(name,) for name in scopes]
         try:
             now = await self._now_arg()
-            replies = [await self._conn.call_eager(
-                "look", [self._keys(name)[0] for name in group],
-                [now, *(repr(self._write_gap(name) if space else 0.0) for name in group)])
-                for group in groups]
+            replies = [await self._conn.call_eager("look", [self._keys(name)[0] for name in group], [now])
+                       for group in groups]
         except self._down:
             return 0.0
         return max(max(float(reply[1]) for reply in replies), 0.0)
