@@ -16,7 +16,7 @@ import random
 import uuid
 
 from crawlpace.policy.signals import ScopeFeedback
-from crawlpace.stores import Outcome, open_store
+from crawlpace.stores import Outcome, Store, open_store
 from crawlpace.stores.redis import RedisLease, RedisStore
 from crawlpace.testing import MockClock
 
@@ -24,6 +24,16 @@ from .redis_server import delivered
 from .test_fleet_learning import SETTINGS, admitted_on
 
 OK = ScopeFeedback(status=200, latency=0.05)
+
+
+async def answered_by_both(a: Store, b: Store, clock: MockClock) -> None:
+    """Four requests of the scope, answered in turn by the workers ``a`` and ``b``."""
+    for n in range(4):
+        store = (a, b)[n % 2]
+        lease = await admitted_on(store, clock)
+        clock.advance(0.05)
+        await store.release(lease, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(store)
 
 
 async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url: str) -> None:
@@ -37,12 +47,7 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
         return int(await client.hget(a._keys("site")[0], "ver") or 0)
 
     try:
-        for n in range(4):  # both workers answer: the scope's state is stored, and written by each
-            store = (a, b)[n % 2]
-            lease = await admitted_on(store, clock)
-            clock.advance(0.05)
-            await store.release(lease, Outcome(status=200, latency=0.05, feedback=(OK,)))
-            await delivered(store)
+        await answered_by_both(a, b, clock)  # the scope's state is stored, and written by each
         lease = await admitted_on(a, clock)
         assert isinstance(lease, RedisLease)
         clock.advance(0.05)
@@ -89,12 +94,7 @@ async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redi
         return got
 
     try:
-        for n in range(4):  # both workers answer: the scope's state is stored, and written by each
-            store = (a, b)[n % 2]
-            lease = await admitted_on(store, clock)
-            clock.advance(0.05)
-            await store.release(lease, Outcome(status=200, latency=0.05, feedback=(OK,)))
-            await delivered(store)
+        await answered_by_both(a, b, clock)  # the scope's state is stored, and written by each
         mine = await admitted_on(a, clock)
         other = await admitted_on(b, clock)
         clock.advance(0.05)

@@ -61,6 +61,18 @@ async def store_and_clock(request: pytest.FixtureRequest) -> AsyncIterator[tuple
     await store.aclose()
 
 
+FAILURE = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
+
+
+async def fail_three(store: Store, clock: MockClock, scope: str) -> None:
+    """Three failed requests of ``scope``, 0.1 s apart: its breaker opens for its first pause."""
+    for _ in range(3):
+        lease = await store.acquire(((scope, 1.0),))
+        assert isinstance(lease, Lease)
+        await store.release(lease, FAILURE)
+        clock.advance(0.1)
+
+
 async def test_admits_then_says_when(store_and_clock: tuple[Store, MockClock]) -> None:
     store, _clock = store_and_clock
     lease = await store.acquire((("a", 1.0),))
@@ -198,12 +210,7 @@ async def test_an_announced_pace_spaces_sends_until_it_runs_out(
 async def test_the_breaker_opens_lets_one_probe_through_and_closes(
         store_and_clock: tuple[Store, MockClock]) -> None:
     store, clock = store_and_clock
-    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
-    for _ in range(3):
-        lease = await store.acquire((("brk", 1.0),))
-        assert isinstance(lease, Lease)
-        await store.release(lease, failure)
-        clock.advance(0.1)
+    await fail_three(store, clock, "brk")
     snap = await store.snapshot("brk")
     assert snap is not None
     assert snap.breaker == "open"
@@ -245,16 +252,11 @@ async def test_a_failed_probe_opens_the_breaker_again_for_a_longer_pause(
     # A shared store admits the probe in its script: the worker's own copy of the breaker still
     # said "open" for a pause that was over, so the reopening went unwritten (seed 19 of the trace).
     store, clock = store_and_clock
-    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
-    for _ in range(3):
-        lease = await store.acquire((("reopen", 1.0),))
-        assert isinstance(lease, Lease)
-        await store.release(lease, failure)
-        clock.advance(0.1)
+    await fail_three(store, clock, "reopen")
     clock.advance(10.0 / 6)
     probe = await store.acquire((("reopen", 1.0),))
     assert isinstance(probe, Lease)
-    await store.release(probe, failure)
+    await store.release(probe, FAILURE)
     snap = await store.snapshot("reopen")
     assert snap is not None
     assert snap.breaker == "open"
@@ -342,12 +344,7 @@ async def test_a_probe_out_as_long_as_its_pause_lets_another_go(
     # pause of 1 s). Out as long as the pause it followed, it lets one more probe go, on every store:
     # the Redis store's probe gate (acquire.lua) keeps the breaker's rule (Breaker.blocked_until).
     store, clock = store_and_clock
-    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
-    for _ in range(3):
-        lease = await store.acquire((("reopen", 1.0),))
-        assert isinstance(lease, Lease)
-        await store.release(lease, failure)
-        clock.advance(0.1)
+    await fail_three(store, clock, "reopen")
     pause = 10.0 / 6  # the first pause: a sixth of the pause
     clock.advance(pause)
     hung = await store.acquire((("reopen", 1.0),))
@@ -373,13 +370,8 @@ async def test_only_one_worker_probes_a_half_open_scope(redis_url: str) -> None:
     clock = MockClock()
     url = redis_url + "&time=local"
     one, two = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
-    failure = Outcome(status=500, feedback=(ScopeFeedback(failed=True, status=500),))
     try:
-        for _ in range(3):
-            lease = await one.acquire((("brk", 1.0),))
-            assert isinstance(lease, Lease)
-            await one.release(lease, failure)
-            clock.advance(0.1)
+        await fail_three(one, clock, "brk")
         # A release is sent without waiting for its reply: the other worker's next call may reach
         # the server first. Wait until the server has them (what a worker sees across processes).
         await delivered(one)
