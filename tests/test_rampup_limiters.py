@@ -516,22 +516,6 @@ async def test_the_start_refused_by_a_strict_bucket_searches_past_its_ceiling_wi
     assert out.refused <= 3
 
 
-@pytest.mark.parametrize(("limiter", "share", "refused"), [
-    (Bucket(10.0, 1.0), 0.87, 3), (Bucket(25.0, 1.0), 0.87, 3),  # main: 0.837 / 2, 0.851 / 2 (0.880, 0.879)
-    (Bucket(18.0, 2.0), 0.865, 2), (Bucket(7.0, 2.0), 0.88, 3),  # main: 0.869 / 2, 0.886 / 3 (0.870, 0.890)
-], ids=["strict-10", "strict-25", "burst-2-at-18", "burst-2-at-7"])
-async def test_the_start_probe_tells_a_strict_bucket_from_a_burst_of_two(limiter: Bucket, share: float,
-                                                                         refused: int) -> None:
-    # nginx limit_req with no burst, and buckets with a burst of 2 whose start refusal leaves the same
-    # record (nginxstart1: a strict 25/s and an 18/s with a burst of 2 both fit "level 24.2/s"). The start
-    # halved both and climbed back for 7.5 s. Now a silence, two sends half a refused gap apart and, if
-    # the second is refused, one more at the fit's gap: a strict bucket is paced at its fit at once (one
-    # refusal more), a burst takes both and keeps the halving.
-    out = await crawl(limiter, 30.0, latency=0.003, robots=0.005, instant=True)
-    assert out.share >= share
-    assert out.refused <= refused
-
-
 @pytest.mark.parametrize("rate", [19.0, 29.0])
 async def test_a_strict_bucket_that_asks_for_a_second_after_its_start_refusal_is_fitted(rate: float) -> None:
     # The random farm's strict buckets answer a 429 with the wait for the next token, rounded up:

@@ -52,7 +52,6 @@ class _SendRecordState(Protocol):
     _cycle_ok: int
     _acc_base: int
     _acc_cycle: float
-    _trial_stage: int
 
     def sent_rate(self, now: float) -> float: ...
     def door_gap(self, gap: float, announced: bool = False) -> float: ...
@@ -60,8 +59,6 @@ class _SendRecordState(Protocol):
     def hold(self, until: float) -> None: ...
     def _start_floor(self, door: bool = True) -> float: ...
     def _episode_cap(self, allowed: float) -> float: ...
-    def _probe_sent(self, now: float) -> None: ...
-    def _probe_rate(self) -> float: ...
 
 
 class SendRecord:
@@ -99,8 +96,6 @@ class SendRecord:
     def allowed_rate(self: _SendRecordState, now: float) -> float:
         """The rate the scope may send at now: :attr:`rate`, capped by what it has been sending,
         and never under the start phase's floor (``_rampup_start``: one request in flight back to back)."""
-        if self._trial_stage in (1, 2, 4):
-            return self._episode_cap(self._probe_rate())  # the start's probe: a silence, then two sends
         cap = max(self.start_rate, T.sent_cap * self.sent_rate(now))
         allowed = self.rate if self.rate <= cap else cap
         floor = self._start_floor()
@@ -168,11 +163,8 @@ class SendRecord:
             if gap < 0.0:
                 gap = 0.0
             weight = self._sent_weight()  # GAP_WEIGHT but in a quick start phase
-            if self._trial_stage not in (1, 2, 4):  # (the start's probe sets its own gaps: no rate sent at)
-                self._gap = gap if mean is None else mean + weight * (gap - mean)
+            self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
-        if self._trial_stage:
-            self._probe_sent(now)
 
     def out(self: _SendRecordState, sent_at: float) -> None:
         """A request sent at ``sent_at`` is out until :meth:`settled` (its scope tells both ends)."""

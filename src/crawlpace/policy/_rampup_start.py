@@ -130,13 +130,6 @@ class _StartPhaseState(Protocol):
     ceiling: float | None
     _gap_ok: float
     _top: float
-    _cut_rate: float
-    _trial_stage: int
-    _trial_at: float
-    _trial_rate: float
-    _trial_gap: float
-    _trial_level: float
-    _trial_top: float
 
     def allowed_rate(self, now: float) -> float: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
@@ -148,8 +141,6 @@ class _StartPhaseState(Protocol):
     def _rate_cap(self) -> float: ...
     def slot_limit(self) -> int: ...
     def _arrival_jitter(self) -> float: ...
-    def _decide(self, now: float, decision: str) -> None: ...
-    def _probe_answer(self, sent_at: float | None) -> bool: ...
 
 
 class StartPhase:
@@ -429,72 +420,5 @@ class StartPhase:
         self.ceiling, self._top = level, top
         self._start_climb(now, fast=True)
         search = f", then searching up to {top:.3g}/s" if top else ""
-        probe = ""
-        if top and self.rate > 0.0:
-            # The probe (_start_probed): a silence of two halved gaps, then two sends one refused gap apart.
-            self._trial_stage, self._trial_at, self._trial_rate = 1, now, self.rate
-            self._trial_gap, self._trial_level, self._trial_top = refused / 2.0, level, top
-            probe = f"; probing with two sends {refused / 2.0:.4g}s apart after {2.0 / self.rate:.3g}s"
         return (f"; a bucket with no burst fits the gaps (refused {refused:.4g}s, accepted {shortest:.4g}s): "
-                f"level {level:.3g}/s{search}{probe}")
-
-    def _probe_sent(self: _StartPhaseState, now: float) -> None:
-        """A send while the start's probe is under way (see :meth:`_start_probed`): note which it was."""
-        stage = self._trial_stage
-        if stage in (2, 4):
-            self._trial_at = now  # its answer is awaited (stage 3 or 5)
-        if stage in (1, 2, 4):
-            self._trial_stage = stage + 1
-
-    def _probe_rate(self: _StartPhaseState) -> float:
-        """The rate the start's probe sends at while it sets the gap (0: it does not): half the halving's
-        rate for the silence before its first send, the inverse of its gap for the second, the fit's level
-        for the third."""
-        stage = self._trial_stage
-        if stage == 1:
-            return self._trial_rate / 2.0
-        if stage == 2:
-            return 1.0 / self._trial_gap
-        return self._trial_level if stage == 4 else 0.0
-
-    def _probe_answer(self: _StartPhaseState, sent_at: float | None) -> bool:
-        """Whether an answer to a send at ``sent_at`` is the one the start's probe awaits."""
-        return (self._trial_stage in (3, 5) and sent_at is not None
-                and sent_at >= self._trial_at - DOOR_SLACK)
-
-    def _start_probed(self: _StartPhaseState, now: float, sent_at: float | None, refused: bool) -> str:
-        """An answer while the start's probe is under way, to a send at ``sent_at`` (``refused``: a
-        refusal); returns what it decided ("": nothing, and a refusal is cut as usual).
-
-        The probe: a silence of two of the halving's gaps, a send, and one more half a refused gap after
-        it. A bucket with a burst of two or more has refilled in the silence and takes both: the halving
-        stands (its debt). A bucket with no burst refuses the second (that refusal cuts nothing), and takes
-        a third sent one gap of the fit's level after it: paced at that level from then on, searching up
-        to the refused gap's rate. A counter or a window still full refuses the third too, and that
-        refusal is cut as usual. Any other refusal ends the probe.
-        """
-        stage = self._trial_stage
-        if not self._probe_answer(sent_at):
-            if refused:
-                self._trial_stage = 0
-            return ""
-        if stage == 3 and not refused:
-            self._trial_stage = 0
-            self._decide(now, f"probe: two sends {self._trial_gap:.4g}s apart were taken: a burst, "
-                              f"climbing back from {self.rate:.3g}/s as the halving set")
-            return ""
-        if stage == 3:
-            self._trial_stage = 4
-            decision = (f"probe: the second of two sends {self._trial_gap:.4g}s apart was refused; "
-                        f"one more at {self._trial_level:.3g}/s")
-            self._decide(now, decision)
-            return decision
-        self._trial_stage = 0
-        if refused:
-            return ""  # a counter or a window still full: cut as usual
-        self.rate, self.ceiling, self._top = self._trial_level, self._trial_level, self._trial_top
-        self._cut_rate = self._trial_rate
-        self._start_climb(now, fast=True)
-        self._decide(now, f"probe: a bucket with no burst (refused a gap of {self._trial_gap:.4g}s, took the "
-                          f"fit's); paced at {self.rate:.3g}/s, searching up to {self._top:.3g}/s")
-        return ""
+                f"level {level:.3g}/s{search}")

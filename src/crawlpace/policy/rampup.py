@@ -155,8 +155,7 @@ OK_SENDS_KEPT = 64
 _PACE = ("rate", "phase", "ceiling", "last_pushback_rate", "above_since", "_pushbacks", "_cut_rate",
          "_gentle", "_good_rate", "_epoch", "_k", "_climb", "_probe_c", "_top", "_probe_after", "_ep_since",
          "_ep_gap", "_fitted", "_fit_span", "_strict_gap", "_no_burst", "_recall", "_recall_wait",
-         "_recall_from", "_recall_span", "_recall_last", "_recall_next", "_recall_next_span", "_trial_stage",
-         "_trial_at", "_trial_rate", "_trial_gap", "_trial_level", "_trial_top")
+         "_recall_from", "_recall_span", "_recall_last", "_recall_next", "_recall_next_span")
 
 
 @dataclass(frozen=True, slots=True)
@@ -394,16 +393,6 @@ class RampupState:
     # since (its evidence is newer, and stands). This process's own, not shared.
     _undo: tuple[object, ...] = ()
     _undo_void: bool = False
-    # -- start12 -- the probe after the start's strict fit (_rampup_start's _start_probe): its stage (0:
-    # none; 1: the silence before its first send; 2: its second send due one refused gap after the
-    # first; 3: the second's answer awaited), when its latest send went, the rate the start's halving
-    # set (put back after the probe), the refused gap, and the fit's level and search top.
-    _trial_stage: int = 0
-    _trial_at: float = _NEVER
-    _trial_rate: float = 0.0
-    _trial_gap: float = 0.0
-    _trial_level: float = 0.0
-    _trial_top: float = 0.0
 
 
 def _copied(value: object) -> object:
@@ -518,8 +507,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         # refused probe, a backend's 502 doubled an episode's probe gap, and the lock-out fit paced a
         # bucket of 3/s at 1.5/s (with 20 % of its pages failing: 0.67 of its capacity, 0.98 without).
         passed = pushback and error and answered and self._limited
-        if self._trial_stage and not pushback:
-            self._start_probed(now, sent_at, False)  # (the start's probe: its send taken)
         if answered:
             self._note_counted(now if sent_at is None else sent_at, not pushback or passed)
         if pushback:
@@ -527,8 +514,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             inflight = self._met(inflight, sent_at, elapsed)  # (the count it met, not the one at its answer)
             if answered and not passed:
                 self._note_refusal_held(now, sent_at, self._resumed_at)
-                if not self._probe_answer(sent_at):  # (the start's probe asked for that gap's refusal)
-                    self._note_refused_gap(sent_at)
+                self._note_refused_gap(sent_at)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)
@@ -543,8 +529,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # No gap was sent yet: a cut would halve a rate the site never saw (_rampup_start).
             self._decide(now, "first: the scope's first send was refused; no rate was sent yet, "
                          "nothing to cut")
-        elif pushback and self._trial_stage and self._start_probed(now, sent_at, True):
-            pass  # (the start's probe: its second send refused, as a bucket with no burst refuses it)
         elif pushback and answered and not passed and self._counter_pinned(now):
             pass  # (paced under the counter every send fits, after its reading falls: no cut)
         elif pushback and answered and not passed and not self._episode_opens(now, can_cut, sent_at):
