@@ -394,6 +394,21 @@ async def test_a_fleets_slots_count_the_time_its_workers_hold_them_past_each_pag
 
 
 @pytest.mark.redis
+async def test_a_fleets_cap_on_requests_at_the_site_is_read_in_requests_at_the_site_not_leases(
+        redis_url: str) -> None:
+    # A server taking 6 at a time at 0.155 s (38.7/s), 4 workers each taking 0.03 s between a grant and
+    # its write and again between the answer and the release: a lease is held 0.215 s for a 0.155 s page,
+    # so about 8 leases carry 6 requests at the site. Its refusals came "at 9 or 10 in flight" (the
+    # leases), which capped the slots at 4-5 leases and the fleet at 0.47 of the cap's pace (34
+    # refusals). Counted at the site, the cap is 6 requests, held by 8 leases: 0.91, 5 refusals.
+    cap = 6.0 / 0.155
+    run = await measure(redis_url.split("?")[0], 4, latency=0.155, seconds=30.0, site=Slots(0.155, 6),
+                        lag=0.03)
+    assert run.ok_per_second(5.0, 30.0) >= 0.8 * cap
+    assert run.refused <= 10
+
+
+@pytest.mark.redis
 async def test_a_fleet_fits_an_overshoot_to_every_workers_accepted_answers(
         redis_url: str, caplog: pytest.LogCaptureFixture) -> None:
     # A sliding window of 113 per 5.1 s (22/s) that counts refusals, whose limit halves at 20 s.
