@@ -82,9 +82,6 @@ class _SlotSizingState(Protocol):
     def _forget_load(self, inflight: int) -> None: ...
     def _note_held(self, now: float, sent_at: float | None, latency: float | None) -> None: ...
     def _most_slots(self) -> int: ...
-    def _site_share(self) -> float: ...
-    def _leases(self, count: float, *, reach: bool = False) -> float: ...
-    def at_site(self, inflight: int | None) -> int | None: ...
     def _out_span(self) -> float | None: ...
     def _slot_reused(self, inflight: int) -> bool: ...
     def _met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
@@ -129,9 +126,7 @@ class SlotSizing:
             return 1  # robots.txt's door lets one send through, not a slot per worker
         if self._knee_hold > 0:
             # The load fit holds a count in flight (:meth:`_judge_load`): the slots, not the rate, pace.
-            # (Both counted at the site: as slots, each with the crawler's own time, _leases.)
-            held = min(self._leases(self.slot_cap), self._leases(self._knee_hold, reach=True))
-            return max(1, min(self._most_slots(), int(min(held, 1e9))))
+            return max(1, min(self._most_slots(), self._knee_hold, int(min(self.slot_cap, 1e9))))
         base = self.baseline()
         if base is not None:
             span = T.knee * base
@@ -160,11 +155,8 @@ class SlotSizing:
         hung = 0 if self._level else self._hung
         known = float(max(self._stragglers, hung))
         stuck = 0.0 if self._level else max(stuck + 2.0 * math.sqrt(stuck), known)
-        # (The caps count requests at the site: each is that many slots and the held time's, _leases.)
-        most = int(self._leases(self.slot_limit(), reach=True))
-        slots = min(most + hung, math.ceil(rate * span + stuck) + 1)
-        cap = self._leases(self.slot_cap)
-        slots = slots if slots <= cap + hung else int(cap) + hung
+        slots = min(self.slot_limit() + hung, math.ceil(rate * span + stuck) + 1)
+        slots = slots if slots <= self.slot_cap + hung else int(self.slot_cap) + hung
         # Nor against the most slots: at 100/s a site hanging 3 % of its requests for 10 s has about
         # 30 out, and counted against 16 they left the pages a few (0.53 of the clean pace). Only the
         # crawl-wide cap on requests in flight (the throttler's) bounds them.
@@ -175,47 +167,6 @@ class SlotSizing:
         crawler's own time holds at the learned rate (:meth:`_note_held`), which carry no request to
         the site. (None in one process, whose slots are held about as long as their requests are out.)"""
         return self.max_concurrency + int(self.rate * self._held_over)
-
-    def _site_share(self: _SlotSizingState) -> float:
-        """The share of a slot's time its request is at the site: the latency over the latency and the
-        crawler's own time past it (:meth:`_note_held`); 1 in one process, whose slots hold their
-        requests' latency alone."""
-        latency, held = self.latency, self._held_over
-        if latency is None or latency <= 0.0 or held <= 0.0:
-            return 1.0
-        return latency / (latency + held)
-
-    def at_site(self: _SlotSizingState, inflight: int | None) -> int | None:
-        """The requests at the site an answer came with, from ``inflight``, the slots held then (itself
-        included): itself, and of the others the share of their time a slot's request is at the site
-        (:meth:`_site_share`). Every rule on counts in flight reads this (caps, the most accepted, the
-        knee's tallies, the load fit), so they are in the site's units, which its limits are in.
-
-        A fleet's count is its leases (the store's), each held from the grant to the release: with
-        0.03 s each way past 0.155 s pages, 9 leases carry about 7 requests at the site. Read as 9, a
-        refusal by a cap of 6 at 9 capped 8 leases' slots at 5 (0.47 of the cap's pace)."""
-        share = self._site_share()
-        if inflight is None or share >= 1.0:
-            return inflight
-        return max(1, round(1.0 + (inflight - 1) * share))
-
-    def _leases(self: _SlotSizingState, count: float, *, reach: bool = False) -> float:
-        """The slots that hold ``count`` requests at the site: each request's slot is held its latency and
-        the crawler's own time past it (Little's law), ``count`` over the share of a slot's time its
-        request is at the site (:meth:`_site_share`); ``count`` itself in one process.
-
-        A cap read from refusals is a bound: whole slots, rounded down, keep the requests at the site
-        under it on average (a cap of 4 freed late, given the 5 slots that reach it, drew refusals and
-        fell to 0.71 of its pace). A count the slots are to reach (``reach``: the load fit's hold, the
-        slots opened on evidence) takes the fewest slots whose answers :meth:`at_site` reads at it:
-        rounded down, a fit holding 5 at the site held 5 slots, which carried 4 there, the count it
-        waited to measure never came, and a hard knee of 14 stayed at 0.51 of its capacity."""
-        share = self._site_share()
-        if share >= 1.0 or not math.isfinite(count) or count <= 1.0:
-            return count
-        if reach:
-            return 1.0 + math.ceil((count - 1.5) / share)
-        return float(math.floor(count / share + 1e-9))
 
     def _note_held(self: _SlotSizingState, now: float, sent_at: float | None, latency: float | None) -> None:
         """An accepted answer at ``now`` to a request admitted at ``sent_at`` that the site held ``latency``:
@@ -282,11 +233,10 @@ class SlotSizing:
 
     def slot_limit(self: _SlotSizingState) -> int:
         """The most slots the rate may call for now: ``T.open_slots`` and those opened past it on evidence
-        (:meth:`_open_slot`), never past ``max_concurrency`` (the user's cap). Counted at the site
-        (:meth:`at_site`), as the counts that open them are: :meth:`concurrency` takes it in slots, with
-        the crawler's own time (:meth:`_leases`), no more than :meth:`_most_slots`. The load fit's hold
-        is bound by that alone: it is evidence itself."""
-        return min(self.max_concurrency, T.open_slots + self._slots_open)
+        (:meth:`_open_slot`), never past ``max_concurrency`` (the user's cap) and the slots the crawler's
+        own time holds (:meth:`_most_slots`). The load fit's hold is bound by that alone: it is
+        evidence itself."""
+        return min(self._most_slots(), T.open_slots + self._slots_open)
 
     def _open_slot(self: _SlotSizingState, now: float, inflight: int | None, level: int,
                    sample: float | None) -> None:
@@ -306,7 +256,7 @@ class SlotSizing:
         goes, for a window.
         """
         limit = self.slot_limit()
-        if (level != 0 or inflight is None or inflight < limit or limit >= self.max_concurrency
+        if (level != 0 or inflight is None or inflight < limit or limit >= self._most_slots()
                 or self._knee_hold > 0 or self.slot_cap <= limit):
             return
         base = self.baseline()
@@ -388,9 +338,7 @@ class SlotSizing:
             return None
         before = sum(1 for at in self._outstanding if at < sent_at)
         since = sum(1 for at in self._answers if sent_at < at <= now)
-        # (``before`` counts slots, the scope's sends out: at the site, as ``inflight`` is, see at_site. As
-        # slots, a fleet of 8's quick 503s from a cap of 6 met "3-5" and were judged the site's own: 737.)
-        return max(1, min(inflight + since, (self.at_site(1 + before) or 1) + since) - self._hung_at(sent_at))
+        return max(1, min(inflight + since, 1 + before + since) - self._hung_at(sent_at))
 
     def tally_crowd(self: _SlotSizingState, met: int, quick: bool) -> None:
         """Count an answer to a request that met ``met`` in flight (:meth:`met_at_send`), and whether it was

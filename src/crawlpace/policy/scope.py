@@ -345,25 +345,22 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # after an answer that a slot freed late explains it (held_late), none of a cap's: the site's
         # own errors come at any count, and rampup reads no cap on requests in flight from them.
         crowded = scattered = False
-        # Rampup counts the requests at the site, not the slots held then (a fleet's leases, held from
-        # the grant to the release): SlotSizing.at_site. Once, here, for every rule it has on counts.
-        at_site = rampup.at_site(inflight) if rampup is not None else inflight
         if rampup is not None and feedback.status is not None:
-            met = rampup.met_at_send(at_site, sent_at, now)
+            met = rampup.met_at_send(inflight, sent_at, now)
             if met is not None:
                 quick = is_error(feedback) and rampup._quick(True, took)
                 rampup.tally_crowd(met, quick)
                 crowded = quick and rampup.crowded(met)
                 scattered = (quick and not crowded and rampup.scattered(met)
-                             and not rampup.held_late(True, took, at_site, now - took))
+                             and not rampup.held_late(True, took, inflight, now - took))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
         if rampup is not None and feedback.backoff:
             # (From the write: the refusal met what was out then, see SlotSizing._met.)
-            rampup.note_refusal(feedback.status is not None, took, at_site, sent_at=now - took)
+            rampup.note_refusal(feedback.status is not None, took, inflight, sent_at=now - took)
         error = is_error(feedback) and not (
             rampup is not None and feedback.backoff and not own and not scattered
-            and (rampup.refused_on_arrival(feedback.status is not None, took, at_site, sent_at=now - took)
-                 or rampup.held_late(feedback.status is not None, took, at_site, now - took)))
+            and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took)
+                 or rampup.held_late(feedback.status is not None, took, inflight, now - took)))
         # A refusal on arrival not read as a cap's (one alone in flight): a rate limiter's as likely as
         # the site's own; the cut it makes is judged by whether any recurs (_load_errors' slowed).
         quick = error and rampup is not None and rampup._quick(feedback.status is not None, took)
@@ -426,7 +423,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             elif feedback.backoff or (feedback.status is not None and not feedback.failed):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
-                                   elapsed=now - sent_at, inflight=None if scattered else at_site,
+                                   elapsed=now - sent_at, inflight=None if scattered else inflight,
                                    lag=feedback.lag, error=is_error(feedback))
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation

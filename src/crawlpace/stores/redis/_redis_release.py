@@ -81,8 +81,6 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
     for index, ((name, use), signal, generation) in enumerate(
             zip(lease.demands, feedback, generations, strict=True)):
         keys += keys_of(name)
-        # A lease released unsent held its slot with no request at the site (PolicyWriter.note_unsent).
-        writer.note_unsent(name, now - lease.server_granted_at if signal is None else None)
         # Response, error, latency: counted only for a release with an outcome.
         counts = ["0", "0", ""]
         if signal is not None:

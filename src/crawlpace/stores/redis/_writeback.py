@@ -15,7 +15,6 @@ import logging
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from ...policy._shared_rules import LATENCY_WEIGHT
 from ...policy.admission import Demand
 from ...policy.scope import ScopePolicy
 from ...policy.signals import ScopeFeedback
@@ -34,9 +33,6 @@ Pending = dict[int, tuple[ScopeFeedback | None, int, float]]
 
 #: Write-backs tried before an outcome's lesson is dropped (many workers racing).
 WRITE_TRIES = 8
-
-#: Scopes whose unsent leases a writer keeps a mean for (the oldest go first past it).
-_UNSENT_SCOPES = 1024
 
 Run = Callable[[str, list[str], list[Any]], Awaitable[Any]]
 
@@ -67,30 +63,6 @@ class PolicyWriter:
         #: The mean seconds from a release's call to its reply (ReleaseSender: it rides with this
         #: worker's next call): the store holds the lease that much past the answer's apply.
         self.release_after = 0.0
-        #: Per scope: the seconds the store held leases released unsent (no request went out)
-        #: since the scope's last answer, and their mean per answer (:meth:`note_unsent`).
-        self._unsent: dict[str, float] = {}
-        self.unsent_after: dict[str, float] = {}
-
-    def note_unsent(self, name: str, seconds: float | None) -> None:
-        """A lease of ``name`` released with no outcome (``seconds`` since its grant; None: an answer).
-
-        A lease the store held without a request at the site (the last look's ``NotSent``, an
-        admission left unused): the store's count of leases, which every answer comes with, holds it
-        too. Each answer takes the seconds of those released since the one before (their mean per
-        answer, ``unsent_after``); an accepted one adds them to the time rampup counts its slot held
-        past its request, as the release's way to the store is (:meth:`apply`). Traced on real HTTP
-        (a fleet of 4, bench/results/fleetheld3.md): 19 % of the leases, a median 0.2 s each.
-        """
-        if seconds is not None:
-            self._unsent[name] = self._unsent.get(name, 0.0) + max(0.0, seconds)
-            return
-        mean = self.unsent_after.pop(name, 0.0)
-        self.unsent_after[name] = mean + LATENCY_WEIGHT * (self._unsent.pop(name, 0.0) - mean)
-        if len(self.unsent_after) > _UNSENT_SCOPES:
-            del self.unsent_after[next(iter(self.unsent_after))]
-        if len(self._unsent) > _UNSENT_SCOPES:
-            del self._unsent[next(iter(self._unsent))]
 
     def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
               lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
@@ -141,8 +113,7 @@ class PolicyWriter:
             # The slot rampup just timed (held past its answer until this apply) stays in the store's
             # lease set until the release reaches the server: the count in flight other answers
             # come with counts it that much longer.
-            # (And the leases released unsent since the last answer, which it held as long: note_unsent.)
-            policy.rampup.note_released_after(self.release_after + self.unsent_after.get(name, 0.0))
+            policy.rampup.note_released_after(self.release_after)
         if policy.window_log is not None:
             # The fleet's window log: every worker's answers, with the fleet's requests in flight.
             policy.window_log.shared()
