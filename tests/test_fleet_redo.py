@@ -193,3 +193,47 @@ async def test_a_refusals_redo_outlasts_the_cap_that_drops_a_plain_answers(redis
     finally:
         for store in (a, b):
             await store.aclose()
+
+
+async def test_an_answer_released_while_its_scope_is_redone_joins_the_redos_write(redis_url: str) -> None:
+    # A worker redoes a lost write-back of the scope (its read of the newer policy takes a while) when
+    # another of its requests is answered. That answer's own write-back, guarded by the version the
+    # worker's copy was read at, raced the redo: two writes, each a compare-and-set other workers'
+    # writes contend with. It joins the redo instead: both outcomes in one write.
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=j{uuid.uuid4().hex[:10]}&time=local"
+    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    assert isinstance(a, RedisStore)
+    gate = asyncio.Event()
+    fetch = a._writer._fetch
+
+    async def slow_fetch(name: str) -> object:
+        await gate.wait()
+        return await fetch(name)
+
+    try:
+        await answered_by_both(a, b, clock)
+        first, second = await admitted_on(a, clock), await admitted_on(a, clock)
+        other = await admitted_on(b, clock)
+        clock.advance(0.05)
+        await b.release(other, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(b)  # written: a's copy is a version behind, its next write-back loses
+        client = await a._conn.client()
+        key = a._keys("site")[0]
+        version = int(await client.hget(key, "ver") or 0)
+        a._writer._fetch = slow_fetch  # type: ignore[assignment]
+        await a.release(first, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await a._releases.sent()
+        for _ in range(5):
+            await asyncio.sleep(0)  # the redo starts, and waits for the newer policy
+        await a.release(second, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await a._releases.sent()
+        gate.set()
+        await delivered(a)
+        assert a._writer.unshared == 0
+        # One write carried both outcomes (main: the second's own lost too, and was redone: two).
+        assert int(await client.hget(key, "ver") or 0) == version + 1
+        assert a._writer.joined == 1
+    finally:
+        for store in (a, b):
+            await store.aclose()

@@ -81,6 +81,8 @@ class PolicyWriter:
         self.unshared = 0
         #: Outcomes applied again after their write-back lost (each counted once per write tried).
         self.redone = 0
+        #: New outcomes written with a running redo of their scope, not on their own (:meth:`joins`).
+        self.joined = 0
         #: Per scope being redone: the lost outcomes its redo writes next (see :meth:`redo`).
         self._redoing: dict[str, list[Lesson]] = {}
         #: The mean seconds from a release's call to its reply (ReleaseSender: it rides with this
@@ -195,6 +197,21 @@ class PolicyWriter:
                 await self._redo_scope(name, int(result), waiting)
             finally:
                 del self._redoing[name]
+
+    def joins(self, name: str, lesson: Lesson) -> bool:
+        """Add a new outcome's write-back to the running redo of its scope, if this worker has one.
+
+        The outcome is then written with the redo's next write instead of on its own. A
+        refusal is not: its write-back carries the hold that stands even when it loses
+        (``release.lua``, "3"), so it goes with its release as before. Returns whether
+        the outcome joined.
+        """
+        waiting = self._redoing.get(name)
+        if waiting is None or lesson.signal is None or lesson.refusal:
+            return False
+        waiting.append(lesson)
+        self.joined += 1
+        return True
 
     async def _redo_scope(self, name: str, version: int, waiting: list[Lesson]) -> None:
         """Write back the outcomes in ``waiting`` (which grows meanwhile) on the stored policy of ``name``."""
