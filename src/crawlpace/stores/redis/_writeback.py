@@ -81,6 +81,8 @@ class PolicyWriter:
         self.unshared = 0
         #: Outcomes applied again after their write-back lost (each counted once per write tried).
         self.redone = 0
+        #: Lost outcomes that changed nothing other workers must see once applied to the newer policy.
+        self.absorbed = 0
         #: New outcomes written with a running redo of their scope, not on their own (:meth:`joins`).
         self.joined = 0
         #: Per scope being redone: the lost outcomes its redo writes next (see :meth:`redo`).
@@ -236,6 +238,7 @@ class PolicyWriter:
                     return
             batch = len(waiting)
             policy, at = self.policies.policy(name), self.policies.entry(name).version
+            before = policy.summary()
             for lesson in waiting[:batch]:
                 # Each outcome is applied at its answer's time, as the write that lost applied it: at
                 # the redo's time, each redo's round trips (a busy fleet's scope: 2.2 s median, 6.6 s
@@ -245,6 +248,12 @@ class PolicyWriter:
                 policy, at = self.apply(name, lesson.answered, lesson.signal, lesson.generation,
                                         lesson.lease, lesson.index, lesson.use)
             self.redone += batch
+            if policy.summary() == before and not any(lesson.refusal for lesson in waiting[:batch]):
+                # Nothing other workers must see changed (the rule of a release's first write-back,
+                # release_call): the newer policy had learned what these answers teach. No write.
+                self.absorbed += batch
+                del waiting[:batch]
+                continue
             if await self.write(name, at, policy, self._server_now()):
                 del waiting[:batch]
                 if waiting:
