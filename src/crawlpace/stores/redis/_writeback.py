@@ -50,10 +50,14 @@ class Lesson:
     use: float
 
     @property
-    def refusal(self) -> bool:
-        """Whether the outcome is a refusal (never dropped with the plain ones, see ``redo``)."""
+    def plain(self) -> bool:
+        """Whether the outcome is a plain accepted answer: no refusal, hold or failure.
+
+        Only these join another write (:meth:`PolicyWriter.joins`), or are dropped when
+        other workers keep writing first; a refusal or a failure is tried as long again.
+        """
         signal = self.signal
-        return signal is not None and (signal.backoff or (signal.hold is not None and signal.hold > 0.0))
+        return signal is not None and signal.accepted and not (signal.hold is not None and signal.hold > 0.0)
 
 
 class PolicyWriter:
@@ -203,13 +207,13 @@ class PolicyWriter:
     def joins(self, name: str, lesson: Lesson) -> bool:
         """Add a new outcome's write-back to the running redo of its scope, if this worker has one.
 
-        The outcome is then written with the redo's next write instead of on its own. A
-        refusal is not: its write-back carries the hold that stands even when it loses
-        (``release.lua``, "3"), so it goes with its release as before. Returns whether
-        the outcome joined.
+        The outcome is then written with the redo's next write instead of on its own. Only a
+        plain accepted answer joins: a refusal's write-back carries the hold that stands even
+        when it loses (``release.lua``, "3"), and a failure's may open the breaker or give the
+        scope up, which every worker must see at once. Returns whether the outcome joined.
         """
         waiting = self._redoing.get(name)
-        if waiting is None or lesson.signal is None or lesson.refusal:
+        if waiting is None or not lesson.plain:
             return False
         waiting.append(lesson)
         self.joined += 1
@@ -226,9 +230,9 @@ class PolicyWriter:
         while waiting:
             if tries <= 0:
                 # Normal contention between busy workers: counted, and summed up once at close. A
-                # refusal is not dropped with the plain outcomes: its lesson (a cut) is tried once
-                # as long again.
-                kept = [lesson for lesson in waiting if lesson.refusal] if again else []
+                # refusal or a failure is not dropped with the plain answers: its lesson (a cut, a
+                # breaker's count) is tried once as long again.
+                kept = [lesson for lesson in waiting if not lesson.plain] if again else []
                 self.unshared += len(waiting) - len(kept)
                 logger.debug("scope %s: %d outcome(s) not shared: other workers kept writing first",
                               name, len(waiting) - len(kept))
@@ -248,7 +252,7 @@ class PolicyWriter:
                 policy, at = self.apply(name, lesson.answered, lesson.signal, lesson.generation,
                                         lesson.lease, lesson.index, lesson.use)
             self.redone += batch
-            if policy.summary() == before and not any(lesson.refusal for lesson in waiting[:batch]):
+            if policy.summary() == before and all(lesson.plain for lesson in waiting[:batch]):
                 # Nothing other workers must see changed (the rule of a release's first write-back,
                 # release_call): the newer policy had learned what these answers teach. No write.
                 self.absorbed += batch
