@@ -12,6 +12,7 @@ was about 1.8 redos per release, most of the workers' CPU. A real redis-server.
 
 from __future__ import annotations
 
+import asyncio
 import random
 import uuid
 
@@ -109,6 +110,130 @@ async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redi
         # Answered 0.05 s after its admission, in 0.05 s: held no longer than the admissions before
         # it (main: 0.2 x the redo's 2 s more, 0.4 s).
         assert rampup._held_over < 0.1
+    finally:
+        for store in (a, b):
+            await store.aclose()
+
+
+async def test_a_workers_lost_write_backs_of_one_scope_are_redone_in_one_write(redis_url: str) -> None:
+    # A busy scope: many releases of one worker lose their write-backs at once (each computed from
+    # the version the worker knew, which another worker's write made stale), and each reply starts
+    # a redo. Redone each on its own, they raced: one landed per round, every other read the
+    # policy again and lost again, and those past eight rounds were dropped (on real HTTP 3.5-4.6
+    # applies per lease, 6-24 % of a busy scope's outcomes dropped, bench/results/fleetwb1.md).
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=b{uuid.uuid4().hex[:10]}&time=local"
+    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    assert isinstance(a, RedisStore)
+    lost = 12
+    try:
+        await answered_by_both(a, b, clock)  # the scope's state is stored, and written by each
+        lease = await admitted_on(a, clock)
+        assert isinstance(lease, RedisLease)
+        clock.advance(0.05)
+        client = await a._conn.client()
+        version = int(await client.hget(a._keys("site")[0], "ver") or 0)
+        writes = 0
+        write = a._writer.write
+
+        async def counted(*args: object, **kwargs: object) -> bool:
+            nonlocal writes
+            writes += 1
+            return await write(*args, **kwargs)  # type: ignore[arg-type]
+
+        a._writer.write = counted  # type: ignore[method-assign]
+        generation = a._policies.policy("site").generation
+        # Twelve replies that each said "version - 1 stood there instead", redone side by side as
+        # the release sender's background tasks redo them.
+        await asyncio.gather(*(a._writer.redo(lease, {0: version - 1}, {0: (OK, generation, a._server_now())})
+                               for _ in range(lost)))
+        # Main: 69 writes, and four of the twelve outcomes dropped after eight lost tries each.
+        assert a._writer.unshared == 0
+        assert writes <= 3  # the stale version's, then all twelve in one write on the version that beat it
+        assert int(await client.hget(a._keys("site")[0], "ver") or 0) <= version + 2
+    finally:
+        for store in (a, b):
+            await store.aclose()
+
+
+async def test_a_refusals_redo_outlasts_the_cap_that_drops_a_plain_answers(redis_url: str) -> None:
+    # Other workers write the scope first, eight times running, while a worker redoes a lost
+    # write-back. A plain answer's lesson is then dropped (counted in ``unshared``); a refusal's (a
+    # cut of the rate, and what the fleet learns from it) is tried as long again. Main dropped both.
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=r{uuid.uuid4().hex[:10]}&time=local"
+    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    assert isinstance(a, RedisStore)
+    refused = ScopeFeedback(status=429, backoff=True, latency=0.05)
+    try:
+        await answered_by_both(a, b, clock)
+        lease = await admitted_on(a, clock)
+        assert isinstance(lease, RedisLease)
+        clock.advance(0.05)
+        client = await a._conn.client()
+        key = a._keys("site")[0]
+        writes = 0
+        write = a._writer.write
+
+        async def beaten_eight_times(*args: object, **kwargs: object) -> bool:
+            nonlocal writes
+            writes += 1
+            if writes <= 8:
+                await client.hincrby(key, "ver", 1)  # another worker wrote first
+            return await write(*args, **kwargs)  # type: ignore[arg-type]
+
+        a._writer.write = beaten_eight_times  # type: ignore[method-assign]
+        generation = a._policies.policy("site").generation
+        for signal, dropped, tries in ((OK, 1, 8), (refused, 0, 9)):
+            writes, unshared = 0, a._writer.unshared
+            version = int(await client.hget(key, "ver") or 0)
+            await a._writer.redo(lease, {0: version}, {0: (signal, generation, a._server_now())})
+            assert a._writer.unshared - unshared == dropped  # main: the refusal dropped too
+            assert writes == tries  # the refusal's ninth try landed
+    finally:
+        for store in (a, b):
+            await store.aclose()
+
+
+async def test_an_answer_released_while_its_scope_is_redone_joins_the_redos_write(redis_url: str) -> None:
+    # A worker redoes a lost write-back of the scope (its read of the newer policy takes a while) when
+    # another of its requests is answered. That answer's own write-back, guarded by the version the
+    # worker's copy was read at, raced the redo: two writes, each a compare-and-set other workers'
+    # writes contend with. It joins the redo instead: both outcomes in one write.
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=j{uuid.uuid4().hex[:10]}&time=local"
+    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    assert isinstance(a, RedisStore)
+    gate = asyncio.Event()
+    fetch = a._writer._fetch
+
+    async def slow_fetch(name: str) -> object:
+        await gate.wait()
+        return await fetch(name)
+
+    try:
+        await answered_by_both(a, b, clock)
+        first, second = await admitted_on(a, clock), await admitted_on(a, clock)
+        other = await admitted_on(b, clock)
+        clock.advance(0.05)
+        await b.release(other, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(b)  # written: a's copy is a version behind, its next write-back loses
+        client = await a._conn.client()
+        key = a._keys("site")[0]
+        version = int(await client.hget(key, "ver") or 0)
+        a._writer._fetch = slow_fetch  # type: ignore[assignment]
+        await a.release(first, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await a._releases.sent()
+        for _ in range(5):
+            await asyncio.sleep(0)  # the redo starts, and waits for the newer policy
+        await a.release(second, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await a._releases.sent()
+        gate.set()
+        await delivered(a)
+        assert a._writer.unshared == 0
+        # One write carried both outcomes (main: the second's own lost too, and was redone: two).
+        assert int(await client.hget(key, "ver") or 0) == version + 1
+        assert a._writer.joined == 1
     finally:
         for store in (a, b):
             await store.aclose()

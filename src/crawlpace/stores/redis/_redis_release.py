@@ -40,7 +40,7 @@ from ._redis_lease import RedisLease
 from ._redis_parts import RedisParts
 from ._script_args import RELEASE
 from ._shared_policy import SharedPolicies
-from ._writeback import Pending, PolicyWriter
+from ._writeback import Lesson, Pending, PolicyWriter
 from .connection import RedisConnection
 
 __all__ = ["ReleaseSender", "release_call"]
@@ -109,16 +109,21 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
                 given_up.append(name)
             # Write only what matters: a change, or a first lesson a new policy would not know.
             if policy.summary() != before if stored else not is_fresh(policy, factory):
-                _blob, values = policies.writeback(policy, now)
-                write = [str(version), *values]
-                pending[index] = (signal, generation, now)
                 rampup = policy.rampup
-                if own and rampup is not None and not rampup.own_mean() and rampup.mean_gap is not None:
-                    # The quick start is over: the store's mean gap (every new gap weighed by a
-                    # quarter all through the start) lags the start's quick gaps, which this
-                    # copy weighed more, as one process does. The store takes this mean, or the
-                    # fleet's first cuts measured 2/s where one process measured 3.5/s.
-                    handover = rampup.mean_gap
+                # The quick start is over: the store's mean gap (every new gap weighed by a
+                # quarter all through the start) lags the start's quick gaps, which this copy
+                # weighed more, as one process does. The store takes this mean, or the fleet's
+                # first cuts measured 2/s where one process measured 3.5/s.
+                gap = (rampup.mean_gap if own and rampup is not None and not rampup.own_mean() else None)
+                # While this worker redoes the scope's lost write-backs, an answer joins that redo's
+                # next write (PolicyWriter.joins): its own, guarded by the version this copy was
+                # read at, would race the redo's and mostly lose (bench/results/fleetwb1.md).
+                lesson = Lesson(signal, generation, now, lease, index, use)
+                if gap is not None or not writer.joins(name, lesson):
+                    _blob, values = policies.writeback(policy, now)
+                    write = [str(version), *values]
+                    pending[index] = (signal, generation, now)
+                    handover = gap if gap is not None else handover
         # A refusal that holds the scope ("3") keeps its hold even if another worker writes first.
         free = "3" if pending.get(index) and signal is not None and (
             signal.backoff or (signal.hold is not None and signal.hold > 0.0)) else "1"
