@@ -9,7 +9,9 @@ also on 127.0.0.1. Faults, switched on and off while it runs:
   either; ``new=True`` freezes new connections too (a partition), otherwise
   new ones flow (connections left half-open by a NAT or a failover);
 - :meth:`thaw`: frozen connections are closed (as their peers would find
-  after a timeout) and traffic flows again.
+  after a timeout) and traffic flows again;
+- :meth:`hold_replies`: the server's bytes wait in the proxy (requests still
+  pass) until :meth:`pass_replies` (a reply slow on its way back).
 """
 
 from __future__ import annotations
@@ -48,6 +50,8 @@ class FaultProxy:
         self._server: asyncio.Server | None = None
         self._tasks: set[asyncio.Task[None]] = set()
         self._closed = False
+        self._replies = asyncio.Event()  # cleared while the server's replies are held back
+        self._replies.set()
 
     @property
     def port(self) -> int:
@@ -88,6 +92,14 @@ class FaultProxy:
             self._links.discard(link)
         self.freeze_new = False
 
+    def hold_replies(self) -> None:
+        """Keep what the server sends in the proxy; what the clients send still passes."""
+        self._replies.clear()
+
+    def pass_replies(self) -> None:
+        """Pass on the replies held back, and those that come after."""
+        self._replies.set()
+
     async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self.connections += 1
         # Tracked like the pumps: a connection accepted while close() runs is cancelled with them (the
@@ -112,12 +124,13 @@ class FaultProxy:
         if self.freeze_new:
             link.flow.clear()
         self._links.add(link)
-        for source, sink in ((reader, up_writer), (up_reader, writer)):
-            task = asyncio.ensure_future(self._pump(link, source, sink))
+        for source, sink, reply in ((reader, up_writer, False), (up_reader, writer, True)):
+            task = asyncio.ensure_future(self._pump(link, source, sink, reply))
             self._tasks.add(task)
             task.add_done_callback(self._tasks.discard)
 
-    async def _pump(self, link: _Link, source: asyncio.StreamReader, sink: asyncio.StreamWriter) -> None:
+    async def _pump(self, link: _Link, source: asyncio.StreamReader, sink: asyncio.StreamWriter,
+                    reply: bool) -> None:
         try:
             while True:
                 chunk = await source.read(65536)
@@ -126,6 +139,8 @@ class FaultProxy:
                 if self.latency:
                     await asyncio.sleep(self.latency)
                 await link.flow.wait()  # frozen: a half-open connection, the bytes go nowhere
+                if reply:
+                    await self._replies.wait()
                 sink.write(chunk)
                 await sink.drain()
         except (OSError, asyncio.IncompleteReadError):

@@ -211,16 +211,16 @@ async def test_a_refusals_hold_does_not_wait_for_the_batch_call_in_flight(redis_
     refused, other = (open_store(url, SETTINGS, clock, random.Random(seed)) for seed in (1, 2))
     assert isinstance(refused, RedisStore)
     answered = asyncio.Event()
-    exchange = refused._conn._exchange
+    read = refused._conn._read
 
-    async def slow_exchange(client: Any, batch: list[_Call]) -> list[Any]:
+    async def slow_read(pipe: Any, batch: list[_Call], before: asyncio.Task[None] | None) -> None:
         await answered.wait()  # the batch in flight, its reply not read yet
-        return await exchange(client, batch)
+        await read(pipe, batch, before)
 
     try:
         lease = await refused.acquire(SCOPE)
         assert isinstance(lease, Lease)
-        refused._conn._exchange = slow_exchange  # type: ignore[method-assign]
+        refused._conn._read = slow_read  # type: ignore[method-assign]
         busy = asyncio.ensure_future(refused.acquire((("elsewhere", 1.0),)))  # the batch in flight
         await asyncio.sleep(0.01)
         feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=2.0)

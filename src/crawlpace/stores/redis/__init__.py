@@ -7,10 +7,12 @@ string (``_redis_options.py``). Needs the ``redis`` extra. See ``docs/redis.md``
 * Admission is two Lua scripts called by SHA: ``acquire`` admits a request to
   all of its scopes or to none, ``release`` gives its slots back. Both read
   ``now`` from the server's ``TIME``, so the workers' clocks never have to
-  agree. Calls made while another is in flight share one batch script call
-  (``connection.py``); a release is not awaited but rides with the
-  worker's next call (``_redis_release.py``). What each call sends, and how
-  its reply reads, is in ``_redis_admit.py`` and ``_redis_release.py``.
+  agree. Calls made in one turn of the loop share one batch script call,
+  written at once even while earlier batches wait for their replies
+  (``connection.py``); a release is not awaited but leaves at the loop's
+  next turn, with the worker's next call if it makes one (``_redis_release.py``).
+  What each call sends, and how its reply reads, is in ``_redis_admit.py`` and
+  ``_redis_release.py``.
 * Slots are leases, renewed while their requests run (``connection.py``);
   a worker killed with SIGKILL stops renewing and its slots come back. On a
   busy plain scope a worker keeps a few as an allotment and admits from it

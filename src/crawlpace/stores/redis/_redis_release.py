@@ -3,9 +3,10 @@
 A release gives slots back and carries what the outcome taught the policy.
 Nothing the releasing task does next depends on the server's answer (which
 scopes were given up is known locally), so a release is queued on the
-connection and not awaited: it rides with the worker's next script call,
-typically the same task's next acquire, or leaves at the loop's next turn on
-its own. A lone task thus pays one round trip per admission, not two, and
+connection and not awaited: it leaves at the loop's next turn with the
+calls made in that turn, typically the same task's next acquire, and does not
+wait for the reply of a batch already out (``connection.py`` pipelines the
+batches). A lone task thus pays one round trip per admission, not two, and
 every guarantee stays: calls of one connection reach the server in the order
 they were made (the release before the acquire that follows it), a release
 that finds the server unreachable is kept and sent again (``_pending.py``),
@@ -197,7 +198,7 @@ class ReleaseSender:
         return True
 
     async def send(self, item: PendingRelease) -> None:
-        """Send a release: queued to ride with the next call (awaited on a cluster)."""
+        """Send a release: queued to leave with the calls of the loop's next turn (awaited on a cluster)."""
         _lease, keys, args, _pending = item.payload
         try:
             if self.unreleased:

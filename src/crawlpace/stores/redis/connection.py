@@ -8,12 +8,14 @@ this module, so that these rules are written once:
   Redis Cluster (``cluster=1``), opened on first use; crawlpace's own options
   are split off the URL by :func:`parse_url`.
 * **Scripts.** Lua scripts are registered once and called by SHA. Calls made
-  while another is in flight are queued and sent together as one pipeline
-  when it returns (:meth:`RedisConnection.call`), so a process with many
-  requests in flight pays about one round trip per batch, not per call:
-  acquires, and the releases that carry outcomes, ride together. The batch is
-  packed here and written on one pooled connection (cheaper per argument than
-  redis-py's generic pipeline).
+  in one turn of the loop are sent together as one batch (:meth:`RedisConnection.call`),
+  so a process with many requests in flight pays about one script call per
+  batch, not per call: acquires, and the releases that carry outcomes, ride
+  together. The batch is packed here (cheaper per argument than redis-py's
+  generic pipeline) and written at once on one connection kept for batches,
+  without waiting for the replies of the batches before it (pipelined): they
+  are read in the order they were written, and the server runs the calls in
+  that order too.
 * **Unreachable.** :data:`DOWN` lists the errors that mean "the server
   cannot be reached"; :class:`Retry` is the growing wait between two
   attempts while it stays away.
@@ -145,6 +147,17 @@ class _Call:
 
 
 
+def _answer(batch: Sequence[_Call], replies: Sequence[Any]) -> None:
+    """Give each call of ``batch`` its reply (an exception is raised to its caller)."""
+    for item, reply in zip(batch, replies, strict=True):
+        if item.done.done():  # its caller was cancelled meanwhile
+            continue
+        if isinstance(reply, BaseException):
+            item.done.set_exception(reply)
+        else:
+            item.done.set_result(reply)
+
+
 class RedisConnection:
     """A lazily opened client with registered scripts; script calls made meanwhile go out as one batch.
 
@@ -177,6 +190,10 @@ class RedisConnection:
         self._connecting = asyncio.Lock()
         self._queue: list[_Call] = []
         self._pump: asyncio.Task[None] | None = None
+        # The connection batches are written on (held, not pooled), and the task reading the
+        # reply of the batch written last (each reading task first waits for the one before it).
+        self._pipe: Any = None
+        self._reading: asyncio.Task[None] | None = None
         self.batches = 0
 
     def __repr__(self) -> str:
@@ -246,6 +263,15 @@ class RedisConnection:
         """
         if self.cluster:
             return await self.call_now(name, keys, args)
+        await self._eager_client()
+        try:
+            async with asyncio.timeout(self._eager_timeout):
+                return await self._eager_scripts[name](keys=list(keys), args=list(args))
+        except ResponseError as exc:
+            raise _as_down(exc) from exc
+
+    async def _eager_client(self) -> Any:
+        """The client without redis-py's socket timeout (:meth:`call_eager`, the batches' connection)."""
         if self._eager is None:
             await self.client()  # the scripts' sources are final once the main client is open
         if self._eager is None:  # (another first call may have opened it meanwhile)
@@ -260,11 +286,7 @@ class RedisConnection:
                                       socket_timeout=None)  # (redis-py's default is not None)
             self._eager_scripts = {name: eager.register_script(src) for name, src in self._sources.items()}
             self._eager = eager
-        try:
-            async with asyncio.timeout(self._eager_timeout):
-                return await self._eager_scripts[name](keys=list(keys), args=list(args))
-        except ResponseError as exc:
-            raise _as_down(exc) from exc
+        return self._eager
 
     async def call(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> Any:
         """Call a script; while another call is in flight, wait to go out with the next batch.
@@ -279,8 +301,10 @@ class RedisConnection:
     def submit(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> asyncio.Future[Any]:
         """Queue a script call without waiting for it: it goes out with the next batch (one server only).
 
-        The batch leaves at the loop's next turn at the latest, so a call
-        queued by a task that goes on to make another call rides with it.
+        The batch leaves at the loop's next turn, whether or not an earlier
+        batch is still waiting for its reply, so a call queued by a task that
+        goes on to make another call rides with it, and a release queued while
+        the worker's acquires are out reaches the server a round trip sooner.
 
         Returns:
             The reply's future (it raises what the call raised).
@@ -291,8 +315,13 @@ class RedisConnection:
 
     async def drain(self) -> None:
         """Wait until every queued call has been answered."""
-        while self._pump is not None and not self._pump.done():
-            await asyncio.shield(self._pump)
+        while True:
+            if self._pump is not None and not self._pump.done():
+                await asyncio.shield(self._pump)
+            elif self._reading is not None and not self._reading.done():
+                await asyncio.shield(self._reading)
+            else:
+                return
 
     def _enqueue(self, item: _Call) -> None:
         self._queue.append(item)
@@ -300,62 +329,109 @@ class RedisConnection:
             self._pump = asyncio.get_running_loop().create_task(self._send_all())
 
     async def _send_all(self) -> None:
+        """Write what is queued, batch after batch, each without waiting for the replies before it."""
         while self._queue:
             batch, self._queue = self._queue[:_BATCH_MAX], self._queue[_BATCH_MAX:]
             # A caller cancelled before its call went out: it is not sent at all.
             batch = [item for item in batch if not item.done.done()]
             if not batch:
                 continue
+            if len(batch) > 1:
+                self.batches += 1
             try:
-                replies = await self._send(batch)
-            except Exception as exc:  # the whole batch failed (the server is away, say)
-                replies = [exc] * len(batch)
-            for item, reply in zip(batch, replies, strict=True):
-                if item.done.done():  # its caller was cancelled meanwhile
-                    continue
-                if isinstance(reply, BaseException):
-                    item.done.set_exception(reply)
-                else:
-                    item.done.set_result(reply)
+                pipe = await self._write(batch)
+            except Exception as exc:  # the batch could not be written (the server is away, say)
+                _answer(batch, [exc] * len(batch))
+                continue
+            self._reading = asyncio.get_running_loop().create_task(self._read(pipe, batch, self._reading))
 
-    async def _send(self, batch: list[_Call]) -> list[Any]:
-        client = await self.client()
-        if len(batch) > 1:
-            self.batches += 1
-        replies = await self._exchange(client, batch)
-        missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
-        if missing:  # the server restarted or was flushed: load the scripts, then send those again
-            for script in self._scripts.values():
-                await client.script_load(script.script)
-            again = await self._exchange(client, [batch[i] for i in missing])
-            for i, reply in zip(missing, again, strict=True):
-                replies[i] = reply
-        return replies
+    async def _write(self, batch: list[_Call]) -> Any:
+        """Write ``batch`` on the batches' connection (opened if needed) and return that connection.
 
-    async def _exchange(self, client: Any, batch: list[_Call]) -> list[Any]:
-        """Send ``batch`` as one script call (the batch script, for more than one call) and read the replies.
-
-        The command is packed here (``_pack``) rather than by redis-py, which
-        costs several times as much per argument; the reply is read by
-        redis-py's parser on a pooled connection. A call's own error is its
-        caller's reply; a broken connection fails the whole batch and is not
-        reused.
+        The connection belongs to a client without redis-py's socket timeout, whose write would go
+        through a task of its own on Python 3.11 and leave only after every callback the loop had
+        queued (:meth:`call_eager`); this write is bounded by a timeout of its own instead.
         """
+        await self._eager_client()
+        pipe = self._pipe
+        if pipe is None:
+            pipe = self._pipe = await self._eager.connection_pool.get_connection()
+        try:
+            async with asyncio.timeout(self._eager_timeout):
+                await pipe.send_packed_command(_pack((self._command(batch),)))
+        except BaseException:
+            await self._drop(pipe)
+            raise
+        return pipe
+
+    async def _read(self, pipe: Any, batch: list[_Call], before: asyncio.Task[None] | None) -> None:
+        """Read the reply of ``batch``, written on ``pipe`` after the batch ``before`` reads the reply of."""
+        if before is not None:
+            await asyncio.wait((before,))  # replies come in the order the batches were written
+        try:
+            if pipe is not self._pipe:  # it broke under an earlier batch: this reply is lost
+                raise RedisConnectionError("the connection to the Redis server was lost")
+            try:
+                async with asyncio.timeout(self._eager_timeout):
+                    reply = await pipe.read_response()
+            except ResponseError as exc:  # the batch itself failed (NOSCRIPT, say): every call
+                replies: list[Any] = [_as_down(exc)] * len(batch)
+            except BaseException:
+                await self._drop(pipe)
+                raise
+            else:
+                replies = self._replies(batch, reply)
+            missing = [i for i, reply in enumerate(replies) if isinstance(reply, NoScriptError)]
+            if missing:  # the server restarted or was flushed: load the scripts, then send those again
+                client = await self.client()
+                for script in self._scripts.values():
+                    await client.script_load(script.script)
+                again = await self._exchange(client, [batch[i] for i in missing])
+                for i, reply in zip(missing, again, strict=True):
+                    replies[i] = reply
+        except Exception as exc:  # the whole batch failed (the server is away, say)
+            replies = [exc] * len(batch)
+        _answer(batch, replies)
+
+    async def _drop(self, pipe: Any) -> None:
+        """The batches' connection broke: close it (the next batch opens another)."""
+        if self._pipe is pipe:
+            self._pipe = None
+            with contextlib.suppress(Exception):
+                await pipe.disconnect()
+                await self._eager.connection_pool.release(pipe)
+
+    def _command(self, batch: list[_Call]) -> Sequence[Any]:
+        """``batch`` as one script call: the script itself for one call, else the batch script."""
         if len(batch) == 1:
             item = batch[0]
-            command: Sequence[Any] = ("EVALSHA", self._scripts[item.name].sha, str(len(item.keys)),
-                                      *item.keys, *item.args)
-        else:
-            keys = [key for item in batch for key in item.keys]
-            head: list[Any] = [str(len(batch))]  # all text: packed in one pass
-            for item in batch:
-                head += [item.name, str(len(item.keys)), str(len(item.args))]
-            command = ("EVALSHA", self._scripts[_BATCH].sha, str(len(keys)), *keys, *head,
-                       *[arg for item in batch for arg in item.args])
+            return ("EVALSHA", self._scripts[item.name].sha, str(len(item.keys)), *item.keys, *item.args)
+        keys = [key for item in batch for key in item.keys]
+        head: list[Any] = [str(len(batch))]  # all text: packed in one pass
+        for item in batch:
+            head += [item.name, str(len(item.keys)), str(len(item.args))]
+        return ("EVALSHA", self._scripts[_BATCH].sha, str(len(keys)), *keys, *head,
+                *[arg for item in batch for arg in item.args])
+
+    @staticmethod
+    def _replies(batch: list[_Call], reply: Any) -> list[Any]:
+        """Each call's reply in the reply of ``batch`` (a call that raised gets its error)."""
+        if len(batch) == 1:
+            return [reply]
+        failed = (_FAILED.encode(), _FAILED)
+        return [_as_down(ResponseError(_text(r[1]))) if isinstance(r, list) and len(r) == 2 and r[0] in failed
+                else r for r in reply]
+
+    async def _exchange(self, client: Any, batch: list[_Call]) -> list[Any]:
+        """Send ``batch`` as one script call on a pooled connection and read the replies (calls sent again).
+
+        A call's own error is its caller's reply; a broken connection fails the
+        whole batch and is not reused.
+        """
         pool = client.connection_pool
         connection = await pool.get_connection()
         try:
-            await connection.send_packed_command(_pack((command,)))
+            await connection.send_packed_command(_pack((self._command(batch),)))
             try:
                 reply = await connection.read_response()
             except ResponseError as exc:
@@ -365,16 +441,17 @@ class RedisConnection:
             raise
         finally:
             await pool.release(connection)
-        if len(batch) == 1:
-            return [reply]
-        failed = (_FAILED.encode(), _FAILED)
-        return [_as_down(ResponseError(_text(r[1]))) if isinstance(r, list) and len(r) == 2 and r[0] in failed
-                else r for r in reply]
+        return self._replies(batch, reply)
 
     async def aclose(self) -> None:
         """Answer what is queued (or fail it), then close the client."""
         with contextlib.suppress(Exception):
             await self.drain()
+        pipe = self._pipe
+        if pipe is not None:
+            self._pipe = None
+            with contextlib.suppress(Exception):
+                await self._eager.connection_pool.release(pipe)
         client, self._client = self._client, None
         if client is not None:
             await client.aclose()
