@@ -716,6 +716,25 @@ async def test_a_refusal_read_as_a_counters_drain_is_probed_two_counts_later() -
     assert out.share >= 0.92
 
 
+@pytest.mark.parametrize("seed", [1, 2])
+@pytest.mark.parametrize(("limit", "period", "start"), [(24.0, 1.7, -0.255), (10.0, 1.6, -1.341)],
+                         ids=["24-per-1.7s", "10-per-1.6s"])
+async def test_a_counters_first_refusal_on_arrival_waits_its_drain_before_the_next_send(
+        limit: float, period: float, start: float, seed: int) -> None:
+    # Two random-farm counters of bench/over_limit.py (r1:reqrate09, r3:reqrate12), 429s at once, 50 ms
+    # pages. The start's first refusal came back on arrival with several in flight: the slot cut took
+    # it and opened no episode, so the next send went at the cut rate 60-70 ms later, refused and
+    # counted, and the episode's probes after it: the counter read 26 on 24 (12 on 10), over the limit
+    # + 1 a farm allows. A 429 on arrival before any lock-out now waits the counter's drain (two of the
+    # cycle's mean accepted gaps) before its first probe. Was 26 / 7 refused / 0.715 of capacity and
+    # 12 / 5 / 0.747-0.768; now 24 / 3 / 0.748-0.772 and 10 / 3 / 0.752-0.773.
+    limiter = PeakRequestRate(limit, period, _start=start)
+    out = await crawl(limiter, 30.0, seed=seed, instant=True, robots=0.005)
+    assert math.floor(limiter.peak) <= limit + 1
+    assert out.refused <= 4
+    assert out.share >= 0.74
+
+
 async def test_a_counter_fit_on_a_record_too_short_for_its_period_gives_no_fit() -> None:
     # 245 per 6.49 s, periods 2.2 s before the crawl, pages in 4 ms, 429s at once. At the refusal after
     # the first lock-out the record (the last 256 sends, older ones dropped: its first two periods are

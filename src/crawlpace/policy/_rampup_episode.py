@@ -298,6 +298,33 @@ class Episodes:
         self._ep_since, self._ep_drain = now, 0.0
         self._ep_gap = 2.0 / max(self.rate, self.min_rate)
 
+    def _slot_cut_drain(self: _EpisodeState, now: float, sent_at: float | None) -> None:
+        """A rate's refusal (a 429) on arrival that cut the slots, before any lock-out: wait out the drain.
+
+        The slot cut answers a cap on requests in flight and opens no episode, so the next send went at
+        the cut rate, a gap later (68 ms on a counter of 10 per 2 s). A request-rate counter that counts
+        refused requests (HAProxy's ``http_req_rate``) read over its limit with the refusal counted, and
+        it counted that send too: the second refusal put it at its limit + 2 before any probe (4 of the 5
+        counters ``bench/over_limit.py`` flags; HAProxy's 100 per 10 s refused at once 20 ms apart). Such a
+        counter lets a send through once it has drained two counts, which takes no less than two of
+        the cycle's mean accepted gaps (``_drain_gap``, the bound the ordinary cut of a refusal on arrival
+        waits). So this opens an episode whose first probe waits that drain, at the cut rate's gap: a
+        probe refused doubles it as any episode's does, and one accepted ends the episode with no
+        lock-out (a probe gap of one cut-rate gap is no lock-out's). A cap's refusal (a 503, which is
+        what caps on requests in flight answer: nginx ``limit_conn``, HAProxy ``conn_cur`` deny) does not
+        come here; waiting after one lowered the rate its next cut started from (0.89 -> 0.86 of a
+        cap of 8 freed 50 ms late, six seeds). Once a lock-out was fitted, the counter's own rules
+        (``_draining``, ``_counter_bound``) answer.
+        """
+        if sent_at is None or self._fit_span > 0.0 or self._ep_since != NEVER:
+            return
+        self._ep_since = now  # (the drain is reckoned over the cycle up to this refusal)
+        drain = self._drain_gap(sent_at)
+        if drain <= 0.0:
+            self._ep_since = NEVER  # (too few accepted sends in the cycle to tell a pace)
+            return
+        self._ep_drain, self._ep_gap = drain, 1.0 / max(self.rate, self.min_rate)
+
     def _draining(self: _EpisodeState, now: float) -> bool:
         """Whether a refusal now is the last lock-out still draining: it comes within half the fitted
         cycle's length of the lock-out's end, at the fitted level, before any probe above it. A counter

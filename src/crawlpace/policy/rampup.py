@@ -547,6 +547,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 # they do: a cap of 6 refusing a second send at 7, accepted once, opened an episode, and
                 # its end was fitted as a lock-out at half what the 6 serve.)
                 self._slot_cut_missed(now, sent_at, inflight)
+            elif can_cut and answered and not error:
+                # A 429 on arrival, a rate's refusal: before any lock-out it may be a counter's that
+                # counts refusals, still over its limit (_rampup_episode's _slot_cut_drain).
+                self._slot_cut_drain(now, sent_at)
         elif passed:
             self._let_through(now, now if sent_at is None else sent_at)
             if can_cut:
