@@ -394,12 +394,22 @@ class RedisConnection:
         _answer(batch, replies)
 
     async def _drop(self, pipe: Any) -> None:
-        """The batches' connection broke: close it (the next batch opens another)."""
+        """The batches' connection broke: close it (the next batch opens another).
+
+        The server may have gone away (a restart, say), so the idle connections both clients keep
+        in their pools are closed too: after a restart the scripts are loaded again on the main
+        client, whose connections sat idle while the batches' one failed and would answer that
+        load with "Connection closed by server".
+        """
         if self._pipe is pipe:
             self._pipe = None
             with contextlib.suppress(Exception):
                 await pipe.disconnect()
                 await self._eager.connection_pool.release(pipe)
+            for client in (self._client, self._eager):
+                if client is not None:
+                    with contextlib.suppress(Exception):
+                        await client.connection_pool.disconnect(inuse_connections=False)
 
     def _command(self, batch: list[_Call]) -> Sequence[Any]:
         """``batch`` as one script call: the script itself for one call, else the batch script."""
