@@ -164,7 +164,8 @@ def test_a_fit_at_a_later_hold_keeps_out_the_bursts_an_earlier_one_ruled_out() -
     first = bucket_fit(accepted, refused, first=True)
     assert {b for b, *_ in first} <= {1, 2}
     more, again = replay(bucket, [58.1 + i / 7.62 for i in range(400)])
-    assert again and len(more) > 64
+    assert again
+    assert len(more) > 64
     record = bucket_fit(more[-64:], refused + again, first=False)
     assert max(b for b, *_ in record) > 20
     joined = joined_fit(record, tuple(x for fit in first for x in fit))
