@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlpace.policy._rampup_bucket import belief_of, best_level, bucket_fit, chance, joined_fit
+from crawlpace.policy._rampup_bucket import belief_of, best_level, bucket_fit, chance
 from crawlpace.policy.rampup import Rampup
 from crawlpace.sim._limits import TokenBucket
 
@@ -151,28 +151,3 @@ def test_a_step_refused_under_a_hold_narrows_the_belief_whichever_rule_answers()
     ramp._belief, ramp.rate, ramp.ceiling = (30.0, 1.0, 46.0, 0.95, 54.0, 0.79, 80.0, 0.0), 46.0, 46.0
     ramp._note_refusal_held(30.42, 30.40, 39.42)
     assert chance(ramp._belief, 54.0) == pytest.approx(0.79)
-
-
-def test_a_fit_at_a_later_hold_keeps_out_the_bursts_an_earlier_one_ruled_out() -> None:
-    # A start refused after two sends from a full bucket: a bucket of at most two. 58 s later the scope
-    # paces a little over the rate, and 87 accepted sends later it is refused again. The record keeps
-    # the last 64 accepted sends, so the first refusal has left it and the record alone fits every
-    # burst up to 64, each at a lower rate; the fit made at the first hold still rules them out.
-    bucket = TokenBucket(7.55, 2.0)
-    accepted, refused = replay(bucket, [0.0, 0.05, 0.1])
-    assert len(accepted) == 2
-    first = bucket_fit(accepted, refused, first=True)
-    assert {b for b, *_ in first} <= {1, 2}
-    more, again = replay(bucket, [58.1 + i / 7.62 for i in range(400)])
-    assert again
-    assert len(more) > 64
-    record = bucket_fit(more[-64:], refused + again, first=False)
-    assert max(b for b, *_ in record) > 20
-    joined = joined_fit(record, tuple(x for fit in first for x in fit))
-    assert {b for b, *_ in joined} <= {1, 2}
-    assert any(lo <= 7.55 <= hi for _, lo, hi, _ in joined)
-    # The pace worth keeping on the record alone is under half the rate; joined, near it.
-    assert chance(belief_of(record, 1 / 58), 0.9 * 7.55) < 0.5
-    assert chance(belief_of(joined, 1 / 58), 0.9 * 7.55) > 0.9
-    # A limit that moved fits neither: the record's fit is read alone (the caller's fallback).
-    assert joined_fit(record, (1.0, 20.0, 30.0, 1.0)) == []

@@ -134,14 +134,3 @@ async def test_a_step_after_a_hold_is_not_bet_on_pages_the_crawl_does_not_have(
     assert guessed.holds == 2
     assert told.holds == 1
     assert took_told < 0.75 * took_guessed
-
-
-async def test_the_fit_at_a_second_hold_keeps_out_the_bursts_the_first_ruled_out() -> None:
-    # 7.55/s, burst 2, 58 s holds, answers in 50 ms: the start is refused after two sends (a bucket of
-    # at most two), and the fit after that hold paces a little over the rate, refused 87 accepted sends
-    # later. Refitted from the record of the last 64 alone, every burst up to 64 fitted and the crawl
-    # went on at 3.37/s (146.5 s); the fit made at the first hold keeps them out: 7.32/s.
-    site = holds_battery.HeldBucket(7.55, 2.0, 58)
-    took, _ = await holds_battery.crawl_pages(site, 151, 0.05)
-    assert site.holds == 2
-    assert took < 140.0  # oracle 19.8 s, and two holds

@@ -192,37 +192,6 @@ def bucket_fit(accepted: Sequence[float], refused: Sequence[float], *, first: bo
     return fits
 
 
-def _clipped(fit: Sequence[float], rate: float) -> tuple[float, ...]:
-    """A flat fit (``burst, lo, hi, weight, ...``) told the rate is under ``rate``."""
-    return tuple(x for i in range(0, len(fit) - 3, 4) if fit[i + 1] < rate
-                 for x in (fit[i], fit[i + 1], min(fit[i + 2], rate), fit[i + 3]))
-
-
-def joined_fit(fits: Sequence[tuple[int, float, float, float]],
-               earlier: Sequence[float]) -> list[tuple[int, float, float, float]]:
-    """The record's fit (``fits``) joined with a fit made at an earlier hold (flat: ``burst, lo, hi,
-    weight, ...``): a bucket must fit both, so a burst the earlier fit left out stays out and each
-    burst keeps the rates both intervals hold. The record keeps only the last accepted sends, and the
-    refusal of a start that was refused after two sends (a bucket of at most two) leaves it with
-    them: refitted from the record alone, the second hold of a 7.55/s bucket of 2 was read as any
-    burst up to 64 and paced at 3.37/s. Bursts over :data:`EVERY_BURST` are sampled, and a sample
-    stands for the bursts up to the next: one of the earlier fit within that step of a burst counts
-    as it. Empty when no bucket fits both (a limit that moved: the caller reads the record alone)."""
-    before = [(round(earlier[i]), earlier[i + 1], earlier[i + 2]) for i in range(0, len(earlier) - 3, 4)]
-    if not before:
-        return list(fits)
-    out = []
-    for burst, lo, hi, weight in fits:
-        same = [(b_lo, b_hi) for b, b_lo, b_hi in before
-                if b == burst or (burst > EVERY_BURST and b > EVERY_BURST and b <= burst < 1.25 * b + 1)]
-        if not same:
-            continue
-        low, high = max(lo, min(x for x, _ in same)), min(hi, max(x for _, x in same))
-        if low <= high:
-            out.append((burst, low, high, weight))
-    return out
-
-
 def _least(lo: float, hi: float, least: float) -> float:
     """The lowest rate a burst's interval ``[lo, hi]`` keeps: no lower than three decades under its
     top, nor than ``least``, the hold's promise (one token per hold), unless no rate of the interval
@@ -344,7 +313,6 @@ class _BucketState(Protocol):
     _hold_end: float
     _belief: tuple[float, ...]
     _kept: float
-    _held_fit: tuple[float, ...]
     _refit_at: float
     _sustained: float
     _top: float
@@ -389,7 +357,6 @@ class BucketFit:
             # send, and then the fit never hears of it, and weighed the same step again after every
             # hold: eight holds where two did, bench/results/holds11.md).
             self._belief = _below(self._belief, pace)
-            self._held_fit = _clipped(self._held_fit, pace)
 
     def _record_fit(self: _BucketState) -> list[tuple[int, float, float, float]]:
         """:func:`bucket_fit` of the scope's record. Once more sends were accepted than the record
@@ -465,15 +432,11 @@ class BucketFit:
         if kept > 0.0 and refused > kept and belief:
             # A step above a pace kept up was refused: back to that pace; the limit is under the step.
             self._belief = _below(belief, refused)
-            self._held_fit = _clipped(self._held_fit, refused)
             self._set_level(now, kept / T.fit_share, held, 1.0)
             return True
         fits = self._record_fit()
         if not fits:
             return False
-        # What the fits at earlier holds ruled out stays out: the record keeps the last accepted sends
-        # only, and the sends it let go may have been all that bounded the burst.
-        fits = joined_fit(fits, self._held_fit) or fits
         # The pace that drew the refusal, kept up, would draw it again: the limit is under it. The
         # hold promises a send through at its end: at least one token per hold.
         fitted = belief_of(fits, 1.0 / max(held, self.hold_learned, T.hold_long))
@@ -485,8 +448,6 @@ class BucketFit:
             # BACKOFF_MAX_DELAY (a live site left for 300 s): the ordinary cut answers instead.
             return False
         self._belief = belief
-        flat = tuple(x for fit in fits for x in fit)
-        self._held_fit = _clipped(flat, refused) if refused > 0.0 else flat
         # A pace kept up for a whole hold's length before (_rampup_episode's note) held; a refusal at
         # it or under is a send the crawler's own delays bunched, or a limit that moved down: the
         # ordinary cut under it, so that a limit that fell is followed down hold by hold.

@@ -381,10 +381,6 @@ class RampupState:
     _belief: tuple[float, ...] = ()
     _refit_at: float = _NEVER
     _kept: float = 0.0
-    # The fit made at the last hold, per burst (burst, lowest rate, highest rate, weight, ...): the
-    # sends before the refusal that bound each burst's rate from above, kept once the record of
-    # accepted sends has rolled past them (_rampup_bucket).
-    _held_fit: tuple[float, ...] = ()
     # The scope's requests the caller still held to send at the last answer (-1: not told), and whether
     # more may come (the count is then a floor): the work a step after a hold is weighed for
     # (_rampup_bucket). This process's own queue, not shared: a fleet's worker holds a part of it.
