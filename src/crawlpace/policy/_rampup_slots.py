@@ -338,14 +338,7 @@ class SlotSizing:
             return None
         before = sum(1 for at in self._outstanding if at < sent_at)
         since = sum(1 for at in self._answers if sent_at < at <= now)
-        # Sends the record holds past the count in flight are not out: a fleet's record hears of
-        # other workers' sends (``also_out``) and of their ends only through outcomes that reached
-        # it, and an outcome whose write-back was dropped leaves its send in the record for good.
-        # Such sends are the oldest, so they would pass for hangs and take the count to 1: every
-        # refusal of a fleet's cap then met "1 in flight", none was ever crowded, and once the
-        # site's errors were judged its own the cap's 503s no longer slowed the fleet.
-        stale = max(0, before - (inflight - 1))
-        return max(1, min(inflight + since, 1 + before + since) - max(0, self._hung_at(sent_at) - stale))
+        return max(1, min(inflight + since, 1 + before + since) - self._hung_at(sent_at))
 
     def tally_crowd(self: _SlotSizingState, met: int, quick: bool) -> None:
         """Count an answer to a request that met ``met`` in flight (:meth:`met_at_send`), and whether it was
