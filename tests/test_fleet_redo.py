@@ -27,6 +27,20 @@ from .test_fleet_learning import SETTINGS, admitted_on
 OK = ScopeFeedback(status=200, latency=0.05)
 
 
+def two_workers(redis_url: str, clock: MockClock) -> tuple[RedisStore, Store]:
+    """Two workers' stores on a fresh namespace of ``redis_url``, both on ``clock``."""
+    url = redis_url.split("?")[0] + f"?namespace=w{uuid.uuid4().hex[:10]}&time=local"
+    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    assert isinstance(a, RedisStore)
+    return a, b
+
+
+async def closed(*stores: Store) -> None:
+    """Close every store of ``stores``."""
+    for store in stores:
+        await store.aclose()
+
+
 async def answered_by_both(a: Store, b: Store, clock: MockClock) -> None:
     """Four requests of the scope, answered in turn by the workers ``a`` and ``b``."""
     for n in range(4):
@@ -39,9 +53,7 @@ async def answered_by_both(a: Store, b: Store, clock: MockClock) -> None:
 
 async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url: str) -> None:
     clock = MockClock()
-    url = redis_url.split("?")[0] + f"?namespace=w{uuid.uuid4().hex[:10]}&time=local"
-    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
-    assert isinstance(a, RedisStore)
+    a, b = two_workers(redis_url, clock)
 
     async def stored_version() -> int:
         client = await a._conn.client()
@@ -71,8 +83,7 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
         assert writes == 2  # the stale version's, then the one on the version that beat it
         assert await stored_version() == version + 1
     finally:
-        for store in (a, b):
-            await store.aclose()
+        await closed(a, b)
 
 
 async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redis_url: str) -> None:
@@ -81,9 +92,7 @@ async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redi
     # request's: its slot held seconds past its answer (rampup's held time twice the real one on a
     # real-HTTP fleet of 4, bench/results/fleetheld3.md). Here the read takes 2 s of the fake clock.
     clock = MockClock()
-    url = redis_url.split("?")[0] + f"?namespace=h{uuid.uuid4().hex[:10]}&time=local"
-    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
-    assert isinstance(a, RedisStore)
+    a, b = two_workers(redis_url, clock)
     redone = 0
     fetch = a._writer._fetch
 
@@ -111,8 +120,7 @@ async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redi
         # it (main: 0.2 x the redo's 2 s more, 0.4 s).
         assert rampup._held_over < 0.1
     finally:
-        for store in (a, b):
-            await store.aclose()
+        await closed(a, b)
 
 
 async def test_a_workers_lost_write_backs_of_one_scope_are_redone_in_one_write(redis_url: str) -> None:
@@ -122,9 +130,7 @@ async def test_a_workers_lost_write_backs_of_one_scope_are_redone_in_one_write(r
     # policy again and lost again, and those past eight rounds were dropped (on real HTTP 3.5-4.6
     # applies per lease, 6-24 % of a busy scope's outcomes dropped, bench/results/fleetwb1.md).
     clock = MockClock()
-    url = redis_url.split("?")[0] + f"?namespace=b{uuid.uuid4().hex[:10]}&time=local"
-    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
-    assert isinstance(a, RedisStore)
+    a, b = two_workers(redis_url, clock)
     lost = 12
     try:
         await answered_by_both(a, b, clock)  # the scope's state is stored, and written by each
@@ -152,8 +158,7 @@ async def test_a_workers_lost_write_backs_of_one_scope_are_redone_in_one_write(r
         assert writes <= 3  # the stale version's, then all twelve in one write on the version that beat it
         assert int(await client.hget(a._keys("site")[0], "ver") or 0) <= version + 2
     finally:
-        for store in (a, b):
-            await store.aclose()
+        await closed(a, b)
 
 
 async def test_a_refusals_redo_outlasts_the_cap_that_drops_a_plain_answers(redis_url: str) -> None:
@@ -161,9 +166,7 @@ async def test_a_refusals_redo_outlasts_the_cap_that_drops_a_plain_answers(redis
     # write-back. A plain answer's lesson is then dropped (counted in ``unshared``); a refusal's (a
     # cut of the rate, and what the fleet learns from it) is tried as long again. Main dropped both.
     clock = MockClock()
-    url = redis_url.split("?")[0] + f"?namespace=r{uuid.uuid4().hex[:10]}&time=local"
-    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
-    assert isinstance(a, RedisStore)
+    a, b = two_workers(redis_url, clock)
     refused = ScopeFeedback(status=429, backoff=True, latency=0.05)
     try:
         await answered_by_both(a, b, clock)
@@ -191,8 +194,7 @@ async def test_a_refusals_redo_outlasts_the_cap_that_drops_a_plain_answers(redis
             assert a._writer.unshared - unshared == dropped  # main: the refusal dropped too
             assert writes == tries  # the refusal's ninth try landed
     finally:
-        for store in (a, b):
-            await store.aclose()
+        await closed(a, b)
 
 
 async def test_an_answer_released_while_its_scope_is_redone_joins_the_redos_write(redis_url: str) -> None:
@@ -201,9 +203,7 @@ async def test_an_answer_released_while_its_scope_is_redone_joins_the_redos_writ
     # worker's copy was read at, raced the redo: two writes, each a compare-and-set other workers'
     # writes contend with. It joins the redo instead: both outcomes in one write.
     clock = MockClock()
-    url = redis_url.split("?")[0] + f"?namespace=j{uuid.uuid4().hex[:10]}&time=local"
-    a, b = (open_store(url, SETTINGS, clock, random.Random(n)) for n in (1, 2))
-    assert isinstance(a, RedisStore)
+    a, b = two_workers(redis_url, clock)
     gate = asyncio.Event()
     fetch = a._writer._fetch
 
@@ -235,5 +235,4 @@ async def test_an_answer_released_while_its_scope_is_redone_joins_the_redos_writ
         assert int(await client.hget(key, "ver") or 0) == version + 1
         assert a._writer.joined == 1
     finally:
-        for store in (a, b):
-            await store.aclose()
+        await closed(a, b)
