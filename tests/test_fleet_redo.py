@@ -35,6 +35,19 @@ def two_workers(redis_url: str, clock: MockClock) -> tuple[RedisStore, Store]:
     return a, b
 
 
+def count_writes(store: RedisStore) -> list[int]:
+    """Count ``store``'s policy write-backs from now on: the returned list's one item."""
+    writes = [0]
+    write = store._writer.write
+
+    async def counted(*args: object, **kwargs: object) -> bool:
+        writes[0] += 1
+        return await write(*args, **kwargs)  # type: ignore[arg-type]
+
+    store._writer.write = counted  # type: ignore[method-assign]
+    return writes
+
+
 async def closed(*stores: Store) -> None:
     """Close every store of ``stores``."""
     for store in stores:
@@ -67,20 +80,12 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
         version = await stored_version()
         assert version >= 2
         # The release's reply said version - 1 was stored; another worker wrote once more since.
-        writes = 0
-        write = a._writer.write
-
-        async def counted(*args: object, **kwargs: object) -> bool:
-            nonlocal writes
-            writes += 1
-            return await write(*args, **kwargs)  # type: ignore[arg-type]
-
-        a._writer.write = counted  # type: ignore[method-assign]
+        writes = count_writes(a)
         generation = a._policies.policy("site").generation
         await a._writer.redo(lease, {0: version - 1}, {0: (OK, generation, a._server_now())})
         # Main: eight writes guarded by version - 1, every one refused, and the outcome dropped.
         assert a._writer.unshared == 0
-        assert writes == 2  # the stale version's, then the one on the version that beat it
+        assert writes[0] == 2  # the stale version's, then the one on the version that beat it
         assert await stored_version() == version + 1
     finally:
         await closed(a, b)
@@ -139,15 +144,7 @@ async def test_a_workers_lost_write_backs_of_one_scope_are_redone_in_one_write(r
         clock.advance(0.05)
         client = await a._conn.client()
         version = int(await client.hget(a._keys("site")[0], "ver") or 0)
-        writes = 0
-        write = a._writer.write
-
-        async def counted(*args: object, **kwargs: object) -> bool:
-            nonlocal writes
-            writes += 1
-            return await write(*args, **kwargs)  # type: ignore[arg-type]
-
-        a._writer.write = counted  # type: ignore[method-assign]
+        writes = count_writes(a)
         generation = a._policies.policy("site").generation
         # Twelve replies that each said "version - 1 stood there instead", redone side by side as
         # the release sender's background tasks redo them.
@@ -155,7 +152,7 @@ async def test_a_workers_lost_write_backs_of_one_scope_are_redone_in_one_write(r
                                for _ in range(lost)))
         # Main: 69 writes, and four of the twelve outcomes dropped after eight lost tries each.
         assert a._writer.unshared == 0
-        assert writes <= 3  # the stale version's, then all twelve in one write on the version that beat it
+        assert writes[0] <= 3  # the stale version's, then all twelve in one write on the version that beat it
         assert int(await client.hget(a._keys("site")[0], "ver") or 0) <= version + 2
     finally:
         await closed(a, b)
