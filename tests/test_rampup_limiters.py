@@ -828,7 +828,8 @@ async def test_a_page_sent_at_once_on_a_slow_robots_txt_refused_by_a_strict_buck
     # refused that page. The door's rule did not apply (the gap was longer than the starting one), and
     # the cut read it as a limit of about one a second: 0.95/s for 40 s, 0.36 of the oracle. Was 0.44,
     # 0.16, 0.065 of capacity here.
-    out = await crawl(Bucket(rate, 1.0), 30.0, latency=0.003, instant=True, robots=robots, robots_counted=True)
+    out = await crawl(Bucket(rate, 1.0), 30.0, latency=0.003, instant=True, robots=robots,
+                      robots_counted=True)
     assert out.share >= 0.75
     assert out.refused <= 3
 

@@ -42,7 +42,9 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   is refused (nginx's ``limit_req`` with no burst refuses a page 9 ms after
   robots.txt), that refusal is about its gap, not the rate: it cuts nothing.
   The page through the door is the one extra request of the polite start: the
-  next keeps the starting gap after it (``SendRecord.door_gap``).
+  next keeps the starting gap after it (``SendRecord.door_gap``). A page
+  sent at once on a first answer that took long (the window of one's, not
+  the door's) is read the same way when refused (:meth:`StartPhase._early_refused`).
 
 *The ceiling*: gaps pace sends only down to the timing slack (``T.knee_slack``, 10 ms): past 100/s
 only the slots pace, and they need a latency to go by. A site answering in under
