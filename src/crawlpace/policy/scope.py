@@ -362,7 +362,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             rampup is not None and feedback.backoff and not own and not scattered
             and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took)
                  or rampup.held_late(feedback.status is not None, took, inflight, now - took)
-                 or rampup.line_full(feedback.status is not None, took, sent_at, now)))
+                 or rampup.line_full(feedback.status is not None, sent_at, now)))
         # A refusal on arrival not read as a cap's (one alone in flight): a rate limiter's as likely as
         # the site's own; the cut it makes is judged by whether any recurs (_load_errors' slowed).
         quick = error and rampup is not None and rampup._quick(feedback.status is not None, took)
