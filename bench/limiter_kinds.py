@@ -2,7 +2,7 @@
 
 The cases of ``tests/test_rampup_limiters.py`` (the throttler with rampup on, as
 ``crawlpace crawl`` runs it, against token buckets with and without holds,
-windows aligned to the clock, HAProxy's request-rate counter and connection
+windows aligned to the clock, nginx's limit_req line, HAProxy's request-rate counter and connection
 cap, a latency knee), with their figures printed rather than asserted, so two
 trees can be compared case by case. Deterministic: no sockets, no sleeping.
 
@@ -59,6 +59,10 @@ CASES: list[tuple[str, Any, float, dict[str, Any]]] = [
      {"latency": 0.2, "instant": True}),
     ("knee 7 in flight, 0.2 s, throughput falls past it", harness.Knee(7, 0.2, 2.0, 21), 60.0, {}),
     ("knee 4 in flight, 0.3 s, throughput falls past it", harness.Knee(4, 0.3, 2.0, 12), 60.0, {}),
+    ("nginx line 15.6/s burst 3 delay 2, 503 as quick as a page", harness.Queue(15.6, 3, 2), 45.0,
+     {"latency": 0.002, "instant": True, "robots": 0.005, "refusal_as_page": True}),
+    ("nginx line 18/s burst 1, 503 as quick as a page", harness.Queue(18.0, 1), 45.0,
+     {"latency": 0.002, "instant": True, "robots": 0.005, "refusal_as_page": True}),
 ]
 
 

@@ -32,6 +32,15 @@ the answers leaving at the rate *are* the limit. The watch reads the rate off th
 time plus latency, in send order) of the recent answers that waited, when they left in turn, evenly
 spaced, at a spacing the sends' own did not set; rampup then paces at that rate (just under it
 while the line drains) instead of cutting by a share.
+
+**The full line** (:meth:`LatencyWatch.line_full`). Such a line refuses a request that finds it full
+(nginx's 503 by default), at once. Where the site's pages cost nothing (static files, a simulated
+site on loopback) that refusal takes as long as a page, no quicker, so it is no refusal on arrival
+by its time, and the errors rule weighed it as one of the site's own 5xx. The line shows in what was
+out with it instead: the latest accepted answer waited past the knee line, and the latest request
+sent before the refused one is still out past it (waiting its turn). A backend's own 5xx come
+whether or not anything waits; these come only when something does. Such a refusal is load, rampup's
+to answer, as a cap's refusal on arrival is.
 """
 
 from __future__ import annotations
@@ -91,6 +100,7 @@ class _LatencyWatchState(Protocol):
     _k: float
     _climb: float
     _line_until: float
+    _outstanding: deque[float]
 
     def baseline(self) -> float | None: ...
     def queue_fit(self) -> tuple[float, float] | None: ...
@@ -294,6 +304,25 @@ class LatencyWatch:
         if min(gaps) < -spacing / 4.0 or max(abs(gap - spacing) for gap in gaps) > spacing / 2.0:
             return None
         return 1.0 / spacing, max(left[-1] - run[-1][0] - base, 0.0)
+
+    def line_full(self: _LatencyWatchState, answered: bool, sent_at: float, now: float) -> bool:
+        """Whether a refusal of a request sent at ``sent_at``, answered at ``now``, is a full line's (see
+        the module): the latest accepted answer waited past the knee line over the baseline, and the
+        latest request sent before it is still out past that line at the refusal (waiting in the line,
+        overtaken by the refusal). The refusal's own time is no part of it: a loaded crawler reads a
+        2-ms refusal 29 ms late, past a knee line of 16 ms.
+
+        On a line of 15.6/s whose third request waits (nginx's ``burst=3 delay=2``), pages and refusals
+        alike in 2 ms: every 503 came so, each was weighed as the site's own error, the first judged
+        so at once (1 of 22 outcomes: no share after a cut could be clearly lower), and the breaker
+        paused the site for 10 s again and again: 0.02-0.11 of its rate.
+        """
+        base = self.baseline()
+        if not answered or base is None or not self._slow_last:
+            return False
+        line = T.knee * base + T.knee_slack
+        before = [at for at in self._outstanding if at < sent_at]
+        return bool(before) and now - max(before) > line
 
     def _pace_queue(self: _LatencyWatchState, now: float, served: float, wait: float) -> None:
         """Pace at ``served``, the rate a line in front of the site serves at (:meth:`queue_fit`), where

@@ -325,7 +325,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             self.window_log.on_abandon()
         # Errors whose share does not fall with the pace are not pushback (_load_errors), except a
         # refusal on arrival with several in flight: a cap on them is load, which rampup caps the
-        # slots for (a cut of the rate would not lower such refusals, and they would seem the site's).
+        # slots for (a cut of the rate would not lower such refusals, and they would seem the site's);
+        # nor a full line's refusal, which comes only while a request waits in it (line_full).
         # Once the site's 5xx are judged its own, a quick one is one of them too: a flaky backend
         # fails at once whatever is in flight (a 502 at 3 in flight capped such a site at 2 slots,
         # which its hangs then filled). Should the share climb clearly past the one learned, the
@@ -360,7 +361,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         error = is_error(feedback) and not (
             rampup is not None and feedback.backoff and not own and not scattered
             and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took)
-                 or rampup.held_late(feedback.status is not None, took, inflight, now - took)))
+                 or rampup.held_late(feedback.status is not None, took, inflight, now - took)
+                 or rampup.line_full(feedback.status is not None, sent_at, now)))
         # A refusal on arrival not read as a cap's (one alone in flight): a rate limiter's as likely as
         # the site's own; the cut it makes is judged by whether any recurs (_load_errors' slowed).
         quick = error and rampup is not None and rampup._quick(feedback.status is not None, took)
