@@ -331,15 +331,14 @@ async def test_refusals_that_stopped_by_chance_are_judged_again_when_one_recurs(
     assert active <= 4.5, active
 
 
-@pytest.mark.parametrize("seed", [1, 3, 6])
+@pytest.mark.parametrize("seed", [3, 5, 7])
 async def test_quick_5xx_at_a_count_just_reached_are_no_cap(seed: int) -> None:
     # 22 % 503s at once, 28-ms pages, no limit (the random farm's errors05 of seed 12). A count in flight
     # just reached shows its quick 5xx first (answered in 1 ms, the pages sent beside them still out):
     # two of its first three answers 503s read as a cap on requests in flight (two standard deviations
     # of a share on three answers), the slots were capped and the pace held at 90/s where the site's
-    # slots served 300/s, for the rest of the crawl (55cd895: 5.19, 4.77, 5.02 s). The requests still
-    # out count as passed at the count they met, the test is exact, and a cap the evidence at its count
-    # no longer supports goes with its cut.
+    # slots served 300/s, for the rest of the crawl (55cd895: 4.77, 5.30, 10.84 s). The requests still
+    # out count as passed at the count they met, and the test is the exact binomial tail.
     active = await crawl_pages(pages=276, errors=0.22, status=503, page=0.028, seed=seed)
     assert active <= 3.5, active
 

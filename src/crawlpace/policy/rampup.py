@@ -759,32 +759,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         self._decide(now, "start: the errors that cut the rate are the site's own, not load; "
                      "doubling again from here")
 
-    def uncrowd(self, now: float, met: int) -> None:
-        """A quick 5xx that met ``met`` in flight is the site's own (``_load_errors.scattered``: from that
-        count on the site's quick 5xx do not follow the count), and its errors are judged not about load:
-        a slot cap read from quick refusals at that count or above is none of a cap's, and goes with the
-        cut it made (as :meth:`forgive` drops such a cap at the verdict).
-
-        The crowding test reads a cap from a few answers (three past the count, two of them quick 5xx,
-        against a handful under it), and a backend failing a fifth of its requests at once shows that
-        by chance one test in eight; the cap it set kept the site at 90/s where its slots served 300/s,
-        for the rest of the crawl, while the evidence at that count went on to show the site's own share.
-        A cap read from latency (a queue) stays; so does one where a limiter's 429s cut the rate (only the
-        slot cap goes: the pace is the limiter's).
-        """
-        cap = self.slot_cap
-        if self._queue_cap or not math.isfinite(cap) or met > cap or self.crowded(int(cap)) or (
-                self.crowded(int(cap) + 1)):
-            return
-        if self._limited or self._undo:
-            self.slot_cap = math.inf
-            self._decide(now, f"slots: the quick 5xx at {met} in flight are the site's own, not a cap's; "
-                         "slots uncapped")
-            return
-        self.forgive(now)
-        self._decide(now, f"start: the quick 5xx at {met} in flight are the site's own, not a cap's; slots "
-                     f"uncapped, doubling again from {self.rate:.3g}/s")
-
     def let_through(self, now: float, sent_at: float) -> None:
         """A 5xx judged the site's own (no pushback), answered at ``now`` to a send at ``sent_at``: where
         the site's limiter refuses with 429s, it let this request through (see :meth:`on_response`).

@@ -354,8 +354,6 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 scattered = (quick and not crowded and rampup.scattered(met)
                              and not rampup.held_late(True, took, inflight, now - took))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
-        if scattered and met is not None and errors is not None and errors.plain and rampup is not None:
-            rampup.uncrowd(now, met)  # (a cap read from such refusals goes: _load_errors' scattered)
         if rampup is not None and feedback.backoff:
             # (From the write: the refusal met what was out then, see SlotSizing._met.)
             rampup.note_refusal(feedback.status is not None, took, inflight, sent_at=now - took)
