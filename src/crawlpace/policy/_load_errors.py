@@ -87,6 +87,9 @@ RETURN = 2.0
 #: The chance, at the share before a cut, of no error in the outcomes after it (:data:`JUDGE` or more, up
 #: to three times as many) under which refusals on arrival that stopped are load (:meth:`LoadErrors.slowed`).
 STOPPED = 0.1
+# The chance of a normal draw past two standard deviations above its mean: the level of the exact test
+# :func:`crowded` makes where the two deviations of a share are no measure (three answers past a count).
+_TWO_SD = 0.5 * math.erfc(2.0 / math.sqrt(2.0))
 # Outcomes known before the share in memory is used rather than the breaker's window.
 _KNOWN = 10
 #: Counts in flight told apart by the crowding test (:meth:`LoadErrors.crowded`); the last stands for
@@ -112,8 +115,15 @@ def crowded(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> b
     """Whether quick 5xx follow the count in flight from ``met`` on, by the answers (``answers``) and
     quick 5xx (``quick``) counted at each count in flight their requests met (:func:`tallied`): the
     requests that met ``met`` or more were refused on arrival mostly (at least half: a cap refuses
-    every request past it) and clearly more often than those that met fewer (by two standard
-    deviations, the two shares pooled), on at least :data:`EARLY` answers each side.
+    every request past it) and clearly more often than those that met fewer: as many quick 5xx among
+    them would come by chance, at the share of all the answers, less often than a normal draw lands
+    two standard deviations above its mean (the binomial tail, :func:`_tail`), on at least
+    :data:`EARLY` answers each side.
+
+    (Two standard deviations of a share on three answers are no measure of it: two quick 503s among
+    the first three answers at a count, against 7 in 51 under it, passed them, which a site failing
+    22 % of its requests at once shows one time in eight at each count it reaches; the exact tail of
+    2 in 3 at the pooled share is 7 %. A real cap's 3 in 3 still passes at once.)
 
     The site's own errors come at one share whatever is in flight; a cap on requests in flight (a
     server's door, a connection cap) refuses past its count and seldom under it. The verdict of
@@ -124,9 +134,9 @@ def crowded(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> b
     is their own evidence.
     """
     n_hi, n_lo, q_hi, q_lo = _split(answers, quick, met)
-    if n_hi < EARLY or n_lo < EARLY:
+    if n_hi < EARLY or n_lo < EARLY or q_hi / n_hi < 0.5:
         return False
-    return q_hi / n_hi >= 0.5 and q_hi / n_hi - q_lo / n_lo > _spread(n_hi, n_lo, q_hi, q_lo)
+    return _tail(round(n_hi), round(q_hi), (q_hi + q_lo) / (n_hi + n_lo)) < _TWO_SD
 
 
 def scattered(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> bool:
@@ -148,6 +158,12 @@ def scattered(answers: tuple[float, ...], quick: tuple[float, ...], met: int) ->
     if n_hi < _KNOWN or q_lo < 1 or q_hi / n_hi >= 0.5 - 1.0 / math.sqrt(n_hi):
         return False
     return q_hi / n_hi - q_lo / n_lo <= _spread(n_hi, n_lo, q_hi, q_lo)
+
+
+def _tail(n: int, k: int, share: float) -> float:
+    """The chance of ``k`` or more errors among ``n`` outcomes, each an error at ``share``: how often a
+    site whose quick 5xx come at one share whatever is in flight shows as many past a count by chance."""
+    return sum(math.comb(n, i) * share**i * (1.0 - share) ** (n - i) for i in range(max(k, 0), n + 1))
 
 
 def _split(answers: tuple[float, ...], quick: tuple[float, ...],
@@ -265,7 +281,7 @@ class LoadErrors:
                                 self.recent_n, 100 * self.share)
 
     def slowed(self, now: float, breaker_share: float | None, breaker_n: int = 0, scope: str = "",
-               *, at_once: bool = False, quick: bool = False) -> None:
+               *, at_once: bool = False, quick: bool = False, unrisen: bool = False) -> None:
         """An error slowed the scope at ``now``: judge the cut by the outcomes of sends after it.
 
         With ``at_once`` (rampup's cuts), when the share before rests on so few outcomes that no
@@ -282,6 +298,11 @@ class LoadErrors:
             breaker_n: the outcomes that share was measured on.
             scope: the scope's name, for the log.
             at_once: give a verdict that is known at the cut at once.
+            unrisen: the error answers a send at the start phase's polite starting pace, before
+                any rise (``StartPhase.start_unrisen``): the verdict comes at once, the site's own.
+                A limiter refusing the starting pace is none a polite crawler can meet, and judged
+                by whether the errors stopped at half that pace the cut took ten outcomes at 0.5/s
+                (a 3 ms site with 15 % of its answers 503 at once: 0.01-0.02 of its clean sends in 8 s).
             quick: the error was a refusal on arrival (a rate limiter's, or a backend failing at
                 once). With too few outcomes before for any share after to be clearly lower, the
                 share alone can tell nothing, and the verdict is not given at once: the errors are
@@ -309,7 +330,10 @@ class LoadErrors:
         # in four, and each such cut would stand. (0: the rule does not apply.)
         needed = math.ceil(math.log(STOPPED) / math.log1p(-before)) if 0.0 < before < 1.0 else JUDGE
         self.quick = max(JUDGE, needed) if quick and needed <= 3 * JUDGE else 0
-        if at_once and not self.quick and not self._fell(0, JUDGE):
+        if at_once and unrisen:
+            logger.debug("scope %s: a 5xx at the starting pace, before any rise: no evidence of load", scope)
+            self._judge(scope)
+        elif at_once and not self.quick and not self._fell(0, JUDGE):
             self._judge(scope)
 
     def _fell(self, bad: int, n: int) -> bool:

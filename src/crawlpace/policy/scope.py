@@ -351,7 +351,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if met is not None:
                 quick = is_error(feedback) and rampup._quick(True, took)
                 rampup.tally_crowd(met, quick)
-                crowded = quick and rampup.crowded(met)
+                crowded = quick and rampup.crowded(met, now)
                 scattered = (quick and not crowded and rampup.scattered(met)
                              and not rampup.held_late(True, took, inflight, now - took))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
@@ -368,6 +368,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         quick = error and rampup is not None and rampup._quick(feedback.status is not None, took)
         if error and feedback.backoff and errors is None:
             errors = self.load_errors = LoadErrors()
+        # A 5xx at the start's polite pace, before any rise: its cut is no evidence of load (judged at once).
+        unrisen = error and rampup is not None and rampup.start_unrisen(now, sent_at)
         # (Before the record: the verdict falls in it, and what turned plain here is what to forgive.)
         was_plain = errors is not None and errors.plain
         if errors is not None:
@@ -447,7 +449,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             seen = None if breaker is None else breaker.snapshot(now)
             errors.slowed(now, None if seen is None else (seen.error_share or 0.0),
                           0 if seen is None else seen.outcomes, self.scope, at_once=rampup is not None,
-                          quick=quick)
+                          quick=quick, unrisen=unrisen)
             if rampup is not None and not (errors.judging or errors.plain):
                 rampup.keep_cuts()  # a cut not judged (nothing to compare with) has nothing to put back
         if errors is not None and errors.plain and not was_plain:
