@@ -119,6 +119,13 @@ class PolicyWriter:
             # tell the shared record of no send, so without them no worker's stragglers counted,
             # and the slots made no room for hangs as one process's do.
             policy.rampup.also_out(self.policies.out(name))
+            if lease.out:
+                # Read from the store's lease set as the answer came (RedisStore._at_answer): every
+                # worker's sends out then, and no send that ended. Merged from write-backs alone,
+                # the record kept each send whose end no write-back carried (a plain answer writes
+                # nothing, a lost write-back drops its end), and a fleet of 8 on a cap of 6 read
+                # every refusal at 1 in flight, the rest being "hung" (bench/results/storm2.md).
+                policy.rampup.fleet_out(lease.out[index])
         # The fleet's requests in flight when this one went; for a refusal, when its answer came
         # (RedisStore._at_answer), as the memory store counts them. (The memory store counts an
         # accepted answer's at the answer: see bench/results/fleet3.md for why they still differ.)
