@@ -185,19 +185,6 @@ class SendRecord:
             out.clear()
             out.extend(merged)  # the newest ``maxlen`` stay
 
-    def fleet_out(self: _SendRecordState, sends: Sequence[float]) -> None:
-        """Requests sent at ``sends`` are every request out (a fleet's store counted them): no other is.
-
-        The fleet's store holds a lease for each request out over every worker
-        and takes it back at the request's release, whether or not its outcome
-        was written back to the shared policy. The record of sends out, merged
-        from write-backs (:meth:`also_out`), hears of an end only through one.
-        """
-        self._merged = True
-        out = self._outstanding
-        out.clear()
-        out.extend(sorted(sends))  # oldest first; the newest ``maxlen`` stay
-
     def settled(self: _SendRecordState, sent_at: float) -> None:
         """The request sent at ``sent_at`` is over (answered, failed or abandoned): it is out no more."""
         out = self._outstanding
