@@ -805,8 +805,8 @@ async def test_a_fleet_of_8_on_a_cap_reads_its_refusals_at_the_count_they_met_no
     # a lost write-back drops its end. Those sends stayed, the oldest first, and passed for hangs:
     # each refusal "met 1 in flight", none was a cap's (the errors rule's crowding needs counts
     # under it), the cap's 503s were judged the site's own errors, and the fleet sent on past the
-    # cap: 751 refusals of 1695 sends in 30 s. Read from the store's lease set at the refusal (every
-    # worker's sends out, each settled by its release), the record holds the sends out: 5 refusals.
+    # cap: 751 refusals of 1695 sends in 30 s. A refusal now counts what it met from the store's lease
+    # set as it came (every worker's sends out, each settled by its release): 5 refusals.
     run = await measure(redis_url.split("?")[0], 8, latency=0.0, seconds=30.0, site=Slots(0.155, 6), lag=0.03)
     assert run.refused <= 60
     assert run.ok_per_second(5.0, 30.0) >= 0.55 * 6 / 0.155

@@ -634,8 +634,8 @@ class RedisStore:
         the requests in flight is the rate that was sent), and the memory store counts them at
         the answer: a burst of eight answered in 40 ms was sent at 200 a second, whatever the
         first of them saw at its admission. Rampup's overshoot fit reads the accepted answers
-        (``Rampup.sync_accepted``). The lease set's sends out then become the shared record of
-        sends out (``Rampup.fleet_out``: its readers weigh a refusal by the requests it met).
+        (``Rampup.sync_accepted``). The lease set's sends out then give the requests a refusal
+        met (``Rampup.met_at_send``), which the shared record of sends out does not know.
         Read for a refusal, or an answer that may end an overshoot episode, only; what the lease
         holds stands when the server does not answer.
         """
@@ -657,7 +657,7 @@ class RedisStore:
         accepted = tuple(int(reply or 0) for reply in replies[1::2])
         held = [[score - self.lease for _member, score in reply] for reply in replies[0::2]]
         # The sends out over every worker, as the release script settles each (its lease taken
-        # out of the set): the shared record of sends out hears of their ends through no
+        # out of the set): the shared record of sends out hears of an end only through a
         # write-back of the stored policy, which a plain answer does not make.
         lease = replace(lease, out=tuple(tuple(sorted(sends)) for sends in held))
         if inflight:

@@ -28,7 +28,7 @@ class RedisLease(Lease):
             a cycle's answers from it (``Rampup.sync_accepted``).
         out: per scope, when each request still out over every worker was sent, this one
             included, read from the scope's lease set as the answer came (empty when not read):
-            the shared record of sends out is these (``Rampup.fleet_out``).
+            rampup counts the requests a refusal met from them (``Rampup.met_at_send``).
     """
 
     lease_id: str = ""
