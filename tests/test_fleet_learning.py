@@ -795,3 +795,18 @@ async def test_a_fleet_gates_a_window_announced_in_headers_by_one_log_of_every_w
     run = await measure(store_url, workers, latency=0.1, seconds=40.0, site=window)
     assert run.per_second(0.0, 40.0) >= 0.9 * 3 / 4.0
     assert run.refused == 0
+
+
+@pytest.mark.redis
+async def test_a_fleet_of_8_on_a_cap_reads_its_refusals_at_the_count_they_met_not_1(redis_url: str) -> None:
+    # A cap of 6 at 0.155 s a page, 8 workers each 0.03 s between grant and write (and answer and
+    # release). The shared record of sends out heard of other workers' sends (their releases merge
+    # them) but of an end only through a write-back of the stored policy: a plain answer writes none,
+    # a lost write-back drops its end. Those sends stayed, the oldest first, and passed for hangs:
+    # each refusal "met 1 in flight", none was a cap's (the errors rule's crowding needs counts
+    # under it), the cap's 503s were judged the site's own errors, and the fleet sent on past the
+    # cap: 751 refusals of 1695 sends in 30 s. A refusal now counts what it met from the store's lease
+    # set as it came (every worker's sends out, each settled by its release): 5 refusals.
+    run = await measure(redis_url.split("?")[0], 8, latency=0.0, seconds=30.0, site=Slots(0.155, 6), lag=0.03)
+    assert run.refused <= 60
+    assert run.ok_per_second(5.0, 30.0) >= 0.55 * 6 / 0.155

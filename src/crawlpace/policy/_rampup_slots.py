@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Iterable, Sequence
 from typing import Protocol
 
 from ._load_errors import CROWD, crowded, scattered, tallied
 from ._rampup_latency import LOAD_COUNTS
+from ._rampup_sends import _SAME_SEND
 from ._rampup_tuning import TUNING as T
 from ._shared_rules import LATENCY_WEIGHT
 
@@ -86,7 +88,7 @@ class _SlotSizingState(Protocol):
     def _slot_reused(self, inflight: int) -> bool: ...
     def _met(self, inflight: int | None, sent_at: float | None, elapsed: float | None) -> int | None: ...
     def _outlier_span(self, early: bool = False) -> float | None: ...
-    def _hung_at(self, sent_at: float | None) -> int: ...
+    def _hung_at(self, sent_at: float | None, sends: Iterable[float] | None = None) -> int: ...
     def hung_out(self, now: float) -> tuple[int, float]: ...
     def _rest_before(self, sent: float, held: int = 1) -> float | None: ...
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
@@ -326,7 +328,8 @@ class SlotSizing:
             return False
         return self._quick(answered, elapsed)
 
-    def met_at_send(self: _SlotSizingState, inflight: int | None, sent_at: float, now: float) -> int | None:
+    def met_at_send(self: _SlotSizingState, inflight: int | None, sent_at: float, now: float,
+                    out: Sequence[float] | None = None) -> int | None:
         """The requests in flight that a request sent at ``sent_at`` met (itself included), as its
         outcome comes at ``now`` (once it is out no more): those sent before it and still out, and those
         accepted since its send (``_met``'s count), no more than the count at its answer with the
@@ -334,12 +337,19 @@ class SlotSizing:
 
         The count an answer came with holds the requests sent after it too: for a page that takes
         its time, many more than it met. The errors rule weighs quick 5xx by this count
-        (``LoadErrors.crowded``): a cap refuses past its count, the site's own errors come at any."""
+        (``LoadErrors.crowded``): a cap refuses past its count, the site's own errors come at any.
+
+        ``out``: a fleet's sends out as the answer came, read from its store (each settled by its
+        release), in place of the record of sends out. A fleet's record hears of an end only through
+        a write-back of the shared policy, which a plain answer does not make: it kept 15-44 sends,
+        10-40 of them long answered and read as hangs, and a fleet of 8 on a cap of 6 read every
+        refusal at 1 in flight, none a cap's: 751 refusals in 30 s (5 so)."""
         if inflight is None:
             return None
-        before = sum(1 for at in self._outstanding if at < sent_at)
+        sends = self._outstanding if out is None else [at for at in out if at < sent_at - _SAME_SEND]
+        before = sum(1 for at in sends if at < sent_at)
         since = sum(1 for at in self._answers if sent_at < at <= now)
-        return max(1, min(inflight + since, 1 + before + since) - self._hung_at(sent_at))
+        return max(1, min(inflight + since, 1 + before + since) - self._hung_at(sent_at, sends))
 
     def tally_crowd(self: _SlotSizingState, met: int, quick: bool) -> None:
         """Count an answer to a request that met ``met`` in flight (:meth:`met_at_send`), and whether it was
@@ -387,7 +397,7 @@ class SlotSizing:
         (refused after a rest longer than a page takes)."""
         return self.slot_rest() <= 0.0 and scattered(self._crowd_n, self._crowd_quick, met)
 
-    def _hung_at(self: _SlotSizingState, sent_at: float | None) -> int:
+    def _hung_at(self: _SlotSizingState, sent_at: float | None, sends: Iterable[float] | None = None) -> int:
         """Requests that were out at ``sent_at`` for longer than one answer may take without moving the
         latency past the knee (``_outlier_span``): hangs, whose answers may never come.
 
@@ -400,7 +410,7 @@ class SlotSizing:
         span = self._out_span()
         if sent_at is None or span is None or self._slow_last:
             return 0
-        return sum(1 for at in self._outstanding if at < sent_at - span)
+        return sum(1 for at in (self._outstanding if sends is None else sends) if at < sent_at - span)
 
     def _slot_reused(self: _SlotSizingState, inflight: int) -> bool:
         """Whether a refusal with ``inflight`` in flight fits a cap of one or two whose slot is freed late:

@@ -26,6 +26,7 @@ import dataclasses
 import functools
 import logging
 import math
+from collections.abc import Sequence
 
 from .._settings._config_types import AutoThrottleConfig, ScopeConfig
 from ._gradual_slots import GradualSlots, in_force
@@ -291,13 +292,16 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 self.budget.on_send()
 
     def on_outcome(self, now: float, feedback: ScopeFeedback | None, *, generation: int,
-                   sent_at: float, expected_use: float, inflight: int | None = None) -> bool:
+                   sent_at: float, expected_use: float, inflight: int | None = None,
+                   out: Sequence[float] | None = None) -> bool:
         """Apply one outcome of a request sent at ``sent_at`` under ``generation``.
 
         ``feedback`` is ``None`` for a request released without an outcome
         (cancelled): only its probe slot, if it was the breaker's probe, frees.
         ``inflight`` is the scope's requests in flight as it came, this one
         included, when the store knows it (rampup learns a limit on them).
+        ``out``: when each request out over a fleet was sent, this one included,
+        read from the shared store as the answer came (``None`` when not read).
 
         Returns:
             True when this outcome made the circuit breaker give the scope up.
@@ -347,7 +351,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # own errors come at any count, and rampup reads no cap on requests in flight from them.
         crowded = scattered = False
         if rampup is not None and feedback.status is not None:
-            met = rampup.met_at_send(inflight, sent_at, now)
+            met = rampup.met_at_send(inflight, sent_at, now, out)
             if met is not None:
                 quick = is_error(feedback) and rampup._quick(True, took)
                 rampup.tally_crowd(met, quick)

@@ -634,8 +634,10 @@ class RedisStore:
         the requests in flight is the rate that was sent), and the memory store counts them at
         the answer: a burst of eight answered in 40 ms was sent at 200 a second, whatever the
         first of them saw at its admission. Rampup's overshoot fit reads the accepted answers
-        (``Rampup.sync_accepted``). Read for a refusal, or an answer that may end an overshoot
-        episode, only; what the lease holds stands when the server does not answer.
+        (``Rampup.sync_accepted``). The lease set's sends out then give the requests a refusal
+        met (``Rampup.met_at_send``), which the shared record of sends out does not know.
+        Read for a refusal, or an answer that may end an overshoot episode, only; what the lease
+        holds stands when the server does not answer.
         """
         try:
             await self._releases.sent()  # this worker's answers before this one, released first
@@ -645,16 +647,21 @@ class RedisStore:
             async with client.pipeline(transaction=False) as pipe:
                 for name, _use in lease.demands:
                     keys = self._keys(name)
-                    if inflight:
-                        pipe.zcount(keys[1], f"({now!r}", "+inf")
+                    # The leases held (an expiry past now), scored by their expiry: a lease's send
+                    # is that less the lease's seconds (renewed, its last renewal's time).
+                    pipe.zrangebyscore(keys[1], f"({now!r}", "+inf", withscores=True)
                     pipe.hget(keys[0], "acc")
                 replies = await pipe.execute()
         except self._down:
             return lease
-        step = 2 if inflight else 1
-        accepted = tuple(int(reply or 0) for reply in replies[step - 1::step])
+        accepted = tuple(int(reply or 0) for reply in replies[1::2])
+        held = [[score - self.lease for _member, score in reply] for reply in replies[0::2]]
+        # The sends out over every worker, as the release script settles each (its lease taken
+        # out of the set): the shared record of sends out hears of an end only through a
+        # write-back of the stored policy, which a plain answer does not make.
+        lease = replace(lease, out=tuple(tuple(sorted(sends)) for sends in held))
         if inflight:
-            lease = replace(lease, inflight=tuple(max(int(count), 1) for count in replies[0::2]))
+            lease = replace(lease, inflight=tuple(max(len(sends), 1) for sends in held))
         return replace(lease, accepted=accepted)
 
     async def _fetch_blob(self, name: str) -> bytes | None:

@@ -26,6 +26,9 @@ class RedisLease(Lease):
         accepted: per scope, its answers accepted over every worker before this lease's
             answer, read as it came (empty when not read): rampup's overshoot fit counts
             a cycle's answers from it (``Rampup.sync_accepted``).
+        out: per scope, when each request still out over every worker was sent, this one
+            included, read from the scope's lease set as the answer came (empty when not read):
+            rampup counts the requests a refusal met from them (``Rampup.met_at_send``).
     """
 
     lease_id: str = ""
@@ -35,3 +38,4 @@ class RedisLease(Lease):
     inflight: tuple[int, ...] = ()
     spacings: tuple[float | None, ...] = ()
     accepted: tuple[int, ...] = ()
+    out: tuple[tuple[float, ...], ...] = ()

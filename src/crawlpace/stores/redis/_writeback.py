@@ -137,8 +137,13 @@ class PolicyWriter:
         # window of one sends nothing before that answer, takes no gap from it.
         door_ok = (policy.rampup.shortest_ok_gap if policy.rampup is not None and door and signal is not None
                    and signal.accepted else None)
+        # The fleet's sends out as the answer came, read from the store's lease set (RedisStore._at_answer),
+        # where each release settles its own: the shared record of sends out hears of an end only through
+        # a write-back (a plain answer makes none, a lost one drops it), and its sends long answered passed
+        # for hangs: a fleet of 8 on a cap of 6 read every refusal at 1 in flight (bench/results/storm2.md).
+        out = lease.out[index] if lease.out else None
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
-                          expected_use=use, inflight=inflight)
+                          expected_use=use, inflight=inflight, out=out)
         if (policy.rampup is not None and signal is not None and signal.accepted
                 and signal.latency is not None and signal.latency >= 0.0):
             # The slot rampup just timed (held past its answer until this apply) stays in the store's
