@@ -60,13 +60,15 @@ async def test_a_call_is_written_while_the_reply_before_it_is_on_its_way(redis_s
 
     proxy = FaultProxy(redis_server.port)
     await proxy.start()
-    conn = RedisConnection(f"redis://127.0.0.1:{proxy.port}/0", {"put": PUT}, decode_responses=True)
+    # "put" is written at once (as the store's releases are), "wait" like an acquire.
+    conn = RedisConnection(f"redis://127.0.0.1:{proxy.port}/0", {"put": PUT, "wait": PUT},
+                           decode_responses=True, at_once=("put",))
     direct = aioredis.from_url(redis_server.url, decode_responses=True)
     first, second = f"p{uuid.uuid4().hex[:10]}", f"p{uuid.uuid4().hex[:10]}"
     try:
         assert await conn.call("put", [first], ["0"]) == 1  # connected, the scripts loaded
         proxy.hold_replies()
-        one = conn.submit("put", [first], ["1"])
+        one = conn.submit("wait", [first], ["1"])
         assert await reached(lambda: direct.exists(first))
         assert await direct.get(first) == "1"
         # The first call ran; its reply waits in the proxy. The next call goes out anyway.
@@ -126,4 +128,45 @@ async def test_a_release_frees_its_slot_while_the_workers_acquire_is_on_its_way(
         proxy.pass_replies()
         await here.aclose()
         await there.aclose()
+        await proxy.close()
+
+
+async def test_calls_made_while_an_awaited_reply_is_out_go_out_together_when_it_is_read(
+        redis_server: RedisServer) -> None:
+    """Nagle's rule: while a batch with an awaited call (an acquire) is out, the calls made in
+    later turns are held and leave as one batch once its reply is read; a call of ``at_once``
+    (a release) is not held. A broad crawl wrote its calls turn by turn in batches of 1-3 and
+    spent about 30 % more CPU per page (bench/results/batch1.md)."""
+    import redis.asyncio as aioredis
+
+    proxy = FaultProxy(redis_server.port)
+    await proxy.start()
+    conn = RedisConnection(f"redis://127.0.0.1:{proxy.port}/0", {"put": PUT, "go": PUT},
+                           decode_responses=True, at_once=("go",))
+    direct = aioredis.from_url(redis_server.url, decode_responses=True)
+    keys = [f"p{uuid.uuid4().hex[:10]}" for _ in range(4)]
+    try:
+        assert await conn.call("put", [keys[0]], ["0"]) == 1  # connected, the scripts loaded
+        proxy.hold_replies()
+        one = conn.submit("put", [keys[0]], ["1"])
+        assert await reached(lambda: direct.exists(keys[0]))
+        two = conn.submit("put", [keys[1]], ["2"])
+        for _ in range(3):
+            await asyncio.sleep(0)
+        three = conn.submit("put", [keys[2]], ["3"])
+        go = conn.submit("go", [keys[3]], ["4"])  # a release: it leaves, the held calls stay
+        assert await reached(lambda: direct.exists(keys[3]), within=2.0)
+        # Held in the worker while the first reply is out (main wrote each at the next turn).
+        assert not await direct.exists(keys[1])
+        assert not await direct.exists(keys[2])
+        assert conn.batches == 0
+        proxy.pass_replies()
+        for reply in (one, go, two, three):
+            assert await asyncio.wait_for(reply, 5.0) == 1
+        assert await direct.get(keys[2]) == "3"
+        assert conn.batches == 1  # the two held calls went out as one batch
+    finally:
+        proxy.pass_replies()
+        await conn.aclose()
+        await direct.aclose()
         await proxy.close()

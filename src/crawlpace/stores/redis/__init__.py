@@ -174,7 +174,7 @@ class RedisStore:
         # Idle scopes expire, but not before any delay they hold could have run out.
         self.idle = int(max(3600.0, 10.0 * longest))
         self._lease_arg, self._idle_arg = repr(self.lease), str(self.idle)  # as the scripts take them
-        self._conn = RedisConnection(self._url, _SCRIPTS, cluster=self.cluster)
+        self._conn = RedisConnection(self._url, _SCRIPTS, cluster=self.cluster, at_once=("release",))
         self._down = self._conn.down
         self._offset = 0.0  # server time minus this worker's clock
         self._synced_at = -math.inf

@@ -12,10 +12,12 @@ this module, so that these rules are written once:
   so a process with many requests in flight pays about one script call per
   batch, not per call: acquires, and the releases that carry outcomes, ride
   together. The batch is packed here (cheaper per argument than redis-py's
-  generic pipeline) and written at once on one connection kept for batches,
-  without waiting for the replies of the batches before it (pipelined): they
-  are read in the order they were written, and the server runs the calls in
-  that order too.
+  generic pipeline) and written on one connection kept for batches. While a
+  batch with a call someone waits for (an acquire) is out, the calls made
+  meanwhile are held and go out together when its reply is read (Nagle's rule,
+  no timer); the calls named ``at_once`` (the store's releases) are not held:
+  they are written at once, pipelined behind it. Replies are read in the order
+  the batches were written.
 * **Unreachable.** :data:`DOWN` lists the errors that mean "the server
   cannot be reached"; :class:`Retry` is the growing wait between two
   attempts while it stays away.
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -147,6 +150,11 @@ class _Call:
 
 
 
+def _open(gate: asyncio.Future[None], _reading: asyncio.Task[None]) -> None:
+    if not gate.done():
+        gate.set_result(None)
+
+
 def _answer(batch: Sequence[_Call], replies: Sequence[Any]) -> None:
     """Give each call of ``batch`` its reply (an exception is raised to its caller)."""
     for item, reply in zip(batch, replies, strict=True):
@@ -167,14 +175,19 @@ class RedisConnection:
         cluster: a Redis Cluster (calls are then sent one by one: each may
             go to another node).
         decode_responses: redis-py's option of the same name.
+        at_once: scripts whose calls are written at once even while a batch
+            waits for its reply (the others wait for it, then go out together).
 
     Attributes:
         batches: pipelines sent with more than one call (for tests and benches).
     """
 
     def __init__(self, url: str, scripts: Mapping[str, str], *, cluster: bool = False,
-                 decode_responses: bool = False) -> None:
+                 decode_responses: bool = False, at_once: Collection[str] = ()) -> None:
         self.url = url
+        #: Scripts whose calls are written at the loop's next turn even while a batch is in flight
+        #: (the store's releases: the slot they free is held in the store until they run).
+        self.at_once = frozenset(at_once)
         self.cluster = cluster
         self.down = DOWN + _CLUSTER_DOWN if cluster else DOWN
         self._sources = dict(scripts)
@@ -194,6 +207,11 @@ class RedisConnection:
         # reply of the batch written last (each reading task first waits for the one before it).
         self._pipe: Any = None
         self._reading: asyncio.Task[None] | None = None
+        # A queued call of :attr:`at_once`, and the future the pump waits on while a batch is out.
+        self._hurry = False
+        self._gate: asyncio.Future[None] | None = None
+        # The reading task of the last batch written with a call not of :attr:`at_once`.
+        self._awaited: asyncio.Task[None] | None = None
         self.batches = 0
 
     def __repr__(self) -> str:
@@ -301,10 +319,12 @@ class RedisConnection:
     def submit(self, name: str, keys: Sequence[str], args: Sequence[Any]) -> asyncio.Future[Any]:
         """Queue a script call without waiting for it: it goes out with the next batch (one server only).
 
-        The batch leaves at the loop's next turn, whether or not an earlier
-        batch is still waiting for its reply, so a call queued by a task that
-        goes on to make another call rides with it, and a release queued while
-        the worker's acquires are out reaches the server a round trip sooner.
+        The batch leaves at the loop's next turn, so a call queued by a task
+        that goes on to make another call rides with it; while a batch with a
+        call not of :attr:`at_once` waits for its reply, the call waits for it
+        too and goes out with the calls made meanwhile, unless it is of
+        :attr:`at_once` (a release: it is written at once, pipelined, and
+        frees its slot a round trip sooner).
 
         Returns:
             The reply's future (it raises what the call raised).
@@ -325,13 +345,40 @@ class RedisConnection:
 
     def _enqueue(self, item: _Call) -> None:
         self._queue.append(item)
+        if item.name in self.at_once:
+            self._hurry = True
+            gate = self._gate
+            if gate is not None and not gate.done():
+                gate.set_result(None)
         if self._pump is None or self._pump.done():
             self._pump = asyncio.get_running_loop().create_task(self._send_all())
 
     async def _send_all(self) -> None:
-        """Write what is queued, batch after batch, each without waiting for the replies before it."""
+        """Write what is queued, batch after batch; while a batch is out, only the calls of :attr:`at_once`.
+
+        Nagle's rule without a timer: while a batch with a call someone waits for (an acquire)
+        waits for its reply, the calls made meanwhile are held, then go out together when it
+        is read. A busy worker's acquires so keep to a few large batches, and the tasks their
+        replies wake run in one turn (written turn by turn, a broad crawl's batches held 1-3
+        calls, and it spent about 30 % more CPU per page). The calls of :attr:`at_once` (the
+        releases) are not held: they leave at once in a batch of their own, pipelined behind
+        the one in flight, and do not hold the next ones (their reply wakes no task).
+        """
+        loop = asyncio.get_running_loop()
         while self._queue:
-            batch, self._queue = self._queue[:_BATCH_MAX], self._queue[_BATCH_MAX:]
+            awaited = self._awaited
+            if awaited is not None and not awaited.done():
+                if not self._hurry:
+                    gate = self._gate = loop.create_future()
+                    awaited.add_done_callback(functools.partial(_open, gate))
+                    await gate
+                    continue
+                at_once = self.at_once
+                batch = [item for item in self._queue if item.name in at_once]
+                self._queue = [item for item in self._queue if item.name not in at_once]
+            else:
+                batch, self._queue = self._queue[:_BATCH_MAX], self._queue[_BATCH_MAX:]
+            self._hurry = False
             # A caller cancelled before its call went out: it is not sent at all.
             batch = [item for item in batch if not item.done.done()]
             if not batch:
@@ -343,7 +390,9 @@ class RedisConnection:
             except Exception as exc:  # the batch could not be written (the server is away, say)
                 _answer(batch, [exc] * len(batch))
                 continue
-            self._reading = asyncio.get_running_loop().create_task(self._read(pipe, batch, self._reading))
+            reading = self._reading = loop.create_task(self._read(pipe, batch, self._reading))
+            if not self.at_once.issuperset([item.name for item in batch]):
+                self._awaited = reading
 
     async def _write(self, batch: list[_Call]) -> Any:
         """Write ``batch`` on the batches' connection (opened if needed) and return that connection.
@@ -366,7 +415,7 @@ class RedisConnection:
 
     async def _read(self, pipe: Any, batch: list[_Call], before: asyncio.Task[None] | None) -> None:
         """Read the reply of ``batch``, written on ``pipe`` after the batch ``before`` reads the reply of."""
-        if before is not None:
+        if before is not None and not before.done():
             await asyncio.wait((before,))  # replies come in the order the batches were written
         try:
             if pipe is not self._pipe:  # it broke under an earlier batch: this reply is lost
