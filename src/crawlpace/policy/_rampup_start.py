@@ -42,9 +42,7 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   is refused (nginx's ``limit_req`` with no burst refuses a page 9 ms after
   robots.txt), that refusal is about its gap, not the rate: it cuts nothing.
   The page through the door is the one extra request of the polite start: the
-  next keeps the starting gap after it (``SendRecord.door_gap``). A page
-  sent at once on a first answer that took long (the window of one's, not
-  the door's) is read the same way when refused (:meth:`StartPhase._early_refused`).
+  next keeps the starting gap after it (``SendRecord.door_gap``).
 
 *The ceiling*: gaps pace sends only down to the timing slack (``T.knee_slack``, 10 ms): past 100/s
 only the slots pace, and they need a latency to go by. A site answering in under
@@ -137,7 +135,6 @@ class _StartPhaseState(Protocol):
     _door: float
     start_rate: float
     _ok_sends: deque[float]
-    _answers: tuple[float, ...]
     ceiling: float | None
     _gap_ok: float
     _top: float
@@ -235,24 +232,6 @@ class StartPhase:
         """Whether a refusal answers the send that went through the door (the latest send, which
         went sooner than the rate allowed because robots.txt had just been answered)."""
         return self._door != NEVER and sent_at is not None and sent_at >= self._sent_at - DOOR_SLACK
-
-    def _early_refused(self: _StartPhaseState, sent_at: float | None) -> bool:
-        """Whether a refusal answers the scope's second send, made at once on its first answer (within
-        ``T.knee_slack``): the site may have seen the two back to back, whatever that answer took.
-
-        The first answer's time is no gap the site saw: a loaded crawler's first connection (robots.txt
-        answered in 1.7 s, nginx logging it 18 ms before the page that followed) spends it on the way
-        there, and the second request then arrives right behind the first. A bucket with no burst
-        refuses that as it refuses the page through robots.txt's door (:meth:`_door_refused`, which
-        covers a first answer quicker than the starting gap only): about its gap, not the rate. Cut, it
-        was read as a limit of about one a second (the first answer's pace): nginx ``limit_req`` with
-        no burst at 10/s crawled at 0.95/s for 40 s, 0.36 of the oracle.
-        """
-        if self.phase != "start" or sent_at is None or sent_at < self._sent_at - DOOR_SLACK:
-            return False
-        before = [at for at in self._ok_sends if at < sent_at]
-        answers = [at for at in self._answers if at <= sent_at]
-        return len(before) == 1 and len(answers) == 1 and sent_at - answers[0] <= T.knee_slack
 
     def _first_refused(self: _StartPhaseState, sent_at: float | None) -> bool:
         """Whether a refusal answers the scope's first send, with nothing answered before it: no gap
