@@ -193,6 +193,8 @@ class Site:
             nonlocal status
             if message.get("type") == "http.response.start":
                 status = int(message["status"])
+                if not exempt:
+                    self.stats.answered(now, status)
                 # Only a refusal asks for quiet: Flask-Limiter, say, sends Retry-After with every answer.
                 wait = _announced_wait(message) if status >= 400 else None
                 if wait is not None:
