@@ -108,10 +108,10 @@ class WindowSite:
         return self.stats.peak_per_window
 
     @property
-    def busiest_after(self) -> int | None:
-        """The same, counted from the end of the first lock-out on (None: no lock-out ended; see
-        ``SiteStats.peak_per_window_after_lockout``)."""
-        return self.stats.peak_per_window_after_lockout
+    def busiest_without_lockout(self) -> int | None:
+        """The same with the first lock-out's refusals left out (None: no lock-out ended; see
+        ``SiteStats.peak_per_window_without_lockout``)."""
+        return self.stats.peak_per_window_without_lockout
 
 
 def window_sites(seed: int, kinds: tuple[str, ...]) -> list[dict[str, Any]]:
@@ -160,9 +160,10 @@ async def run(entry: dict[str, Any], seconds: float, latency: float, harness_see
     # Goodput over the crawl's own time (to its last page when it ran out of pages), over capacity.
     span = site.done_at if site.done_at is not None else seconds
     share = site.served / max(span, 1e-9) / site.capacity
-    after = site.busiest_after
+    without = site.busiest_without_lockout
     return {"busiest": site.busiest, "limit": judged, "over": site.busiest > judged + 1,
-            "busiest_after": after, "over_after": after is not None and after > judged + 1,
+            "busiest_without_lockout": without,
+            "over_without_lockout": without is not None and without > judged + 1,
             "share": round(share, 3), "refused": out.refused, "pages": site.served}
 
 
@@ -187,7 +188,7 @@ def main() -> None:
     seeds = (1,) if args.quick else HARNESS_SEEDS
     started = time.perf_counter()
     rows: list[dict[str, Any]] = []
-    print("| site | limit / window | latency | seed | busiest window | after the first lock-out | refused "
+    print("| site | limit / window | latency | seed | busiest window | without the first lock-out | refused "
           "| goodput / capacity |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")
     for number, farm_seed in enumerate(int(seed) for seed in args.seeds.split(",") if seed):
@@ -202,7 +203,8 @@ def main() -> None:
                     span = entry.get("period", entry.get("window"))
                     print(f"| {row['site']} | {row['limit']} / {span} s | {latency:g} | {harness_seed} | "
                           f"{row['busiest']}{' !' if row['over'] else ''} | "
-                          f"{row['busiest_after']}{' !' if row['over_after'] else ''} | {row['refused']} | "
+                          f"{row['busiest_without_lockout']}{' !' if row['over_without_lockout'] else ''} | "
+                          f"{row['refused']} | "
                           f"{row['share']:.2f} |")
     over = sorted({row["site"] for row in rows if row["over"]})
     summary = {
@@ -210,8 +212,8 @@ def main() -> None:
         "runs_over_limit": sum(1 for row in rows if row["over"]),
         "sites": len({row["site"] for row in rows}),
         "sites_over_limit": over,
-        "runs_over_after_lockout": sum(1 for row in rows if row["over_after"]),
-        "sites_over_after_lockout": sorted({row["site"] for row in rows if row["over_after"]}),
+        "runs_over_without_lockout": sum(1 for row in rows if row["over_without_lockout"]),
+        "sites_over_without_lockout": sorted({row["site"] for row in rows if row["over_without_lockout"]}),
         "mean_share": round(statistics.fmean(row["share"] for row in rows), 3) if rows else None,
         "refused": sum(row["refused"] for row in rows),
         "worst_excess": max((row["busiest"] - row["limit"] for row in rows), default=0),
@@ -219,8 +221,8 @@ def main() -> None:
     print(f"\nover limit + 1 ('!'): {summary['runs_over_limit']} of {summary['runs']} runs; sites: "
           f"{', '.join(over) or 'none'}; mean goodput/capacity {summary['mean_share']}; "
           f"refused {summary['refused']}; worst excess +{summary['worst_excess']}")
-    print(f"after the first lock-out: {summary['runs_over_after_lockout']} runs over; sites: "
-          f"{', '.join(summary['sites_over_after_lockout']) or 'none'}")
+    print(f"without the first lock-out's refusals: {summary['runs_over_without_lockout']} runs over; sites: "
+          f"{', '.join(summary['sites_over_without_lockout']) or 'none'}")
     if args.json:
         print(json.dumps({"benchmark": "over_limit", "quick": args.quick, "seconds": seconds,
                           "farm_seeds": args.seeds, "kinds": list(kinds), "summary": summary, "rows": rows,
