@@ -4,15 +4,19 @@
 the site counts: any span of its length for a moving window, per window aligned to the clock for a
 fixed one, the counter's reading for HAProxy's request-rate counter), it saw more than its limit plus
 one requests, refused ones included. This script replays the random farm's window sites
-(``reqrate``, ``sliding``, ``fixed``; those that send no RateLimit header) on the fake-clock harness
+(``reqrate``, ``sliding``, ``fixed``, and ``shifting`` on a counter or a window; those that send no
+RateLimit header) on the fake-clock harness
 of ``tests/test_rampup_limiters.py`` (the throttler with rampup on, as ``crawlpace crawl`` runs it),
 each against the simulator's own limiter (``crawlpace.sim._limits``) and judged by the simulator's
 own books (``crawlpace.sim._stats.SiteStats``): exact and fast, where a real-HTTP round of the farm
 takes minutes and its timing drifts with the machine's load. Each site runs at two page latencies
-(3 ms and 50 ms) and several harness seeds. Deterministic: no sockets, no sleeping.
+(3 ms and 50 ms) and several harness seeds. Deterministic: no sockets, no sleeping. Beside the
+verdict, each row has the busiest window without the first lock-out's refusals (the simulator's
+``peak_per_window_without_lockout``): what the crawl sent besides the probes no pacer that does not
+know the window keeps within the limit.
 
     PYTHONPATH=src python bench/over_limit.py [--seeds 228096579,883305661,1051141758]
-        [--kinds reqrate,sliding,fixed] [--sites reqrate17,fixed10] [--seconds 60] [--quick] [--json]
+        [--kinds reqrate,sliding,fixed,shifting] [--sites reqrate17,fixed10] [--seconds 60] [--quick] [--json]
 """
 
 from __future__ import annotations
