@@ -518,6 +518,9 @@ class SiteFigures:
     busiest_window: int | None = None
     window: float | None = None
     window_limit: float | None = None
+    #: The same busiest window with the first lock-out's refusals left out (the simulator's
+    #: ``peak_per_window_without_lockout``): None before one ended, or from a farm that does not report it.
+    busiest_window_without_lockout: int | None = None
 
     @property
     def judged(self) -> tuple[float, float] | None:
@@ -534,6 +537,14 @@ class SiteFigures:
         """True when the busiest second (or window, see :attr:`judged`) passed the site's limit plus one."""
         judged = self.judged
         return judged is not None and judged[0] > judged[1] + 1
+
+    @property
+    def over_limit_without_lockout(self) -> bool:
+        """True when the site's own window passed its limit plus one with the first lock-out's refused
+        probes left out, which no crawler that does not know the window keeps within the limit (a
+        second figure beside :attr:`over_limit`, which stays the verdict)."""
+        return (self.window_limit is not None and self.busiest_window_without_lockout is not None
+                and self.busiest_window_without_lockout > self.window_limit + 1)
 
 
 @dataclass
@@ -586,6 +597,11 @@ class Run:
     def sites_over_limit(self) -> list[str]:
         """The sites whose busiest second (or window) passed their limit plus one."""
         return [name for name, site in self.sites.items() if site.over_limit]
+
+    @property
+    def sites_over_limit_without_lockout(self) -> list[str]:
+        """The sites whose own window passed their limit plus one without their first lock-out's refusals."""
+        return [name for name, site in self.sites.items() if site.over_limit_without_lockout]
 
     @property
     def median_ratio(self) -> float | None:
@@ -801,7 +817,8 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
             busiest_second=site.get("peak_limited_per_second", site.get("peak_per_second")),
             second_limit=second_limit(site, specs[name]) if name in specs else None,
             busiest_window=site.get("peak_per_window"), window=site.get("window"),
-            window_limit=window_limit(site))
+            window_limit=window_limit(site),
+            busiest_window_without_lockout=site.get("peak_per_window_without_lockout"))
     if run.total("requests") == 0:
         tail = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         run.error = f"no request reached the farm (exit {run.exit_code}); its stderr ends: " + (
@@ -1566,8 +1583,12 @@ def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
         "pages_done": sum(run.total("done") for run in mine_runs.values()),
         "pages": sum(run.total("pages") for run in mine_runs.values()),
         "sites_over_limit": sum(len(run.sites_over_limit) for run in mine_runs.values()),
+        "sites_over_limit_without_lockout": sum(len(run.sites_over_limit_without_lockout)
+                                              for run in mine_runs.values()),
         "over_limit_sites": [f"r{run.round}:{name}" for run in mine_runs.values()
                              for name in run.sites_over_limit],
+        "over_limit_without_lockout_sites": [f"r{run.round}:{name}" for run in mine_runs.values()
+                                           for name in run.sites_over_limit_without_lockout],
         "worst_excess": worst_excess(list(mine_runs.values())),
         "startup": median_of([run.startup for run in mine_runs.values()]),
         "cut_runs": sum(run.cut for run in mine_runs.values()),
@@ -1639,6 +1660,9 @@ def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, 
         if summaries[c.key]["over_limit_sites"]:
             print(f"  {c.key}: over their limit + 1 (per second, or per window): "
                   + ", ".join(summaries[c.key]["over_limit_sites"]))
+            after = summaries[c.key]["over_limit_without_lockout_sites"]
+            print(f"  {c.key}: of those, over it without their first lock-out's refusals: "
+                  + (", ".join(after) or "none"))
         if c.key != ORACLE and summaries[c.key]["worst_sites"]:
             print(f"  {c.key}: worst sites " + ", ".join(
                 f"{item['site']} {item['over_oracle']:.2f}" for item in summaries[c.key]["worst_sites"]))

@@ -286,6 +286,51 @@ def test_a_counter_site_is_judged_on_its_own_periods() -> None:
     assert site.stats.peak_per_window <= limit
 
 
+def test_the_first_lock_out_is_read_in_arrival_order_not_answer_order() -> None:
+    # A page that arrived at 1.0 s is answered after the refusal of 1.01 s (a page takes longer than a
+    # refusal): it did not end the lock-out, so the refused probe of 1.2 s is still the lock-out's.
+    stats = SiteStats(1.0)
+    stats.watch_window(10.0, "sliding")
+    for at in (0.0, 0.5, 1.0, 1.01):
+        stats.limited(at)
+    stats.answered(0.0, 200)
+    stats.answered(0.5, 200)
+    stats.answered(1.01, 429)
+    stats.answered(1.0, 200)
+    stats.limited(1.2)
+    stats.answered(1.2, 429)
+    assert stats.as_dict()["peak_per_window_without_lockout"] is None  # (not ended yet)
+    stats.limited(3.0)
+    stats.answered(3.0, 200)
+    stats.limited(3.5)
+    stats.answered(3.5, 429)  # after the lock-out: counted
+    assert stats.peak_per_window == 7
+    assert stats.peak_per_window_without_lockout == 5  # (1.01 and 1.2 left out)
+    stats.limited(4.0)
+    stats.answered(4.0, 0)  # never answered: counted, as the site's own count has it
+    assert stats.peak_per_window_without_lockout == 6
+
+
+def test_the_judges_second_figure_leaves_the_first_lock_out_out() -> None:
+    # r1:reqrate18 of stop 52 on the fake clock: 353 in its 345 per 39 s with the first lock-out's
+    # probes, 19 after it: over its limit + 1 (the verdict), not over once the lock-out had ended.
+    figures = bench.SiteFigures(pages=357, done=357, requests=372, ok=357, throttled=15, violations=0,
+                                violation_kinds={}, goodput=20.0, capacity=345 / 39, goodput_ratio=2.3,
+                                last_request=20.0, busiest_window=353, window=39.0, window_limit=345.0,
+                                busiest_window_without_lockout=19)
+    assert figures.over_limit
+    assert not figures.over_limit_without_lockout
+    figures.busiest_window_without_lockout = 347
+    assert figures.over_limit_without_lockout
+    site = farm_site(peak_per_window_without_lockout=19)
+    assert site["peak_per_window_without_lockout"] == 19
+    older = bench.SiteFigures(pages=1, done=1, requests=1, ok=1, throttled=0, violations=0,
+                              violation_kinds={}, goodput=None, capacity=None, goodput_ratio=None,
+                              last_request=None, busiest_window=400, window=39.0, window_limit=345.0)
+    assert older.over_limit
+    assert not older.over_limit_without_lockout  # (a farm that does not report it)
+
+
 @pytest.mark.parametrize(("burst", "delay", "inflight"),
                          [(12, 0, 4), (5, 0, 4), (3, 0, 2), (1, 0, 1), (6, 4, 1)])
 def test_the_oracle_keeps_nginxs_line_busy_without_filling_it(burst: int, delay: int, inflight: int) -> None:

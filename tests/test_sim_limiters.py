@@ -267,6 +267,56 @@ async def test_reqrate_site_refuses_without_a_hint_and_keeps_counting() -> None:
     assert site.capacity == 3.0
 
 
+async def test_a_counters_busiest_window_without_its_first_lock_outs_refusals() -> None:
+    # A counter of 3 per 10 s: 3 accepted, the overshoot and two probes refused (reading 6), then the
+    # period turns, its weight drains (6 x 0.1 + 1 at 19 s) and the next sends pass. Left out of the
+    # second figure: the lock-out's three refusals, which the counter counted; the rest reads 3.
+    clock = MockClock(0.0)
+    site = RequestRateSite(limit=3, period=10.0, clock=clock.now)
+    async with live(site) as client:
+        statuses = []
+        for at in (0.0, 0.1, 0.2, 0.3, 1.0, 3.0):
+            clock.advance(at - clock.now())
+            statuses.append((await client.get("/page/1")).status_code)
+        assert site.stats.as_dict()["peak_per_window_without_lockout"] is None  # (the lock-out has not ended)
+        for at in (19.0, 19.1):
+            clock.advance(at - clock.now())
+            statuses.append((await client.get("/page/1")).status_code)
+        assert statuses == [200, 200, 200, 429, 429, 429, 200, 200]
+        clock.advance(0.1)
+        await client.get("/robots.txt")  # no limited request: it counts in neither figure
+    assert site.stats.as_dict()["peak_per_window"] == 6
+    assert site.stats.as_dict()["peak_per_window_without_lockout"] == 3
+
+
+async def test_a_burst_after_a_lock_out_into_a_moving_window_still_full_is_counted() -> None:
+    # 3 per 10 s, moving, refusals not counted (sliding25 of stop 52, scaled down): the start's 3, two
+    # refused probes, then at 10.05 s the crawl sends as if the window were empty. Two pass as the
+    # first sends leave, two more are refused: with the lock-out's probes left out, (0.17, 10.17] still
+    # holds the start's last send and four after the lock-out: 5, over 3 + 1. Counting only from the
+    # lock-out's end (10.05) would read 4 and hide it.
+    clock = MockClock(0.0)
+    site = WindowSite(limit=3, window=10.0, kind="sliding", retry_after="none", clock=clock.now)
+    async with live(site) as client:
+        statuses = []
+        for at in (0.0, 0.1, 0.2, 0.3, 1.0, 10.05, 10.15, 10.16, 10.17):
+            clock.advance(at - clock.now())
+            statuses.append((await client.get("/page/1")).status_code)
+    assert statuses == [200, 200, 200, 429, 429, 200, 200, 429, 429]
+    assert site.stats.as_dict()["peak_per_window"] == 7
+    assert site.stats.as_dict()["peak_per_window_without_lockout"] == 5
+
+
+async def test_a_site_that_never_refused_reports_no_figure_without_a_lock_out() -> None:
+    clock = MockClock(0.0)
+    site = WindowSite(limit=5, window=2.0, kind="sliding", clock=clock.now)
+    async with live(site) as client:
+        for _ in range(3):
+            assert (await client.get("/page/1")).status_code == 200
+    assert site.stats.as_dict()["peak_per_window"] == 3
+    assert site.stats.as_dict()["peak_per_window_without_lockout"] is None
+
+
 async def test_conncap_site_frees_its_slot_after_the_answer() -> None:
     clock = MockClock(0.0)
 

@@ -188,11 +188,15 @@ class Site:
         if self.private and str(scope.get("path", "")).startswith(PRIVATE_PREFIX):
             self.stats.violation("disallow")  # robots.txt forbids it; served all the same
         status: int | None = None
+        told = exempt  # (the stats hear each limited request's answer once: see SiteStats.answered)
 
         async def watch(message: Message) -> None:
-            nonlocal status
+            nonlocal status, told
             if message.get("type") == "http.response.start":
                 status = int(message["status"])
+                if not told:
+                    told = True
+                    self.stats.answered(now, status)
                 # Only a refusal asks for quiet: Flask-Limiter, say, sends Retry-After with every answer.
                 wait = _announced_wait(message) if status >= 400 else None
                 if wait is not None:
@@ -213,6 +217,8 @@ class Site:
                 status = 500  # what the server will answer
             raise
         finally:
+            if not told:
+                self.stats.answered(now, status or 0)  # never answered (0), or failed before it was
             path = scope.get("path")
             self.stats.depart(self.clock(), status, reset=reset, challenge=bool(scope.get(CHALLENGE_KEY)),
                               path=path if isinstance(path, str) else None)

@@ -30,6 +30,8 @@ WINDOW = 1.0
 WINDOW_KINDS = ("sliding", "clock", "chained", "started", "counter")
 #: The width, in seconds, of one bin of the timeline kept for plots.
 BIN = 1.0
+#: The most limited arrivals kept waiting for their answer (see :meth:`SiteStats.answered`).
+_PENDING = 100_000
 #: The most timeline bins kept (a week of seconds); later events go in the last bin.
 MAX_BINS = 7 * 86400
 
@@ -74,6 +76,13 @@ class SiteStats:
             (``sliding``), per window aligned to the clock (``clock``) or per
             window following the first limited arrival's (``chained``); for a
             request-rate counter (``counter``), its highest reading, rounded up.
+        peak_per_window_without_lockout: the same count with the refused requests
+            of the first lock-out left out: from the first limited request refused (a
+            429 or 503) to the first accepted (a 200) that arrived after it. None
+            until that lock-out has ended. A crawler that does not know the window
+            cannot keep that lock-out's probes within the limit (a limiter that counts
+            refusals counts each one); everything else it sent, before and after, is
+            counted as the site counts it.
         first: arrival time of the first request, None before any.
         last: arrival time of the latest request, None before any.
         statuses: responses per status code.
@@ -111,6 +120,13 @@ class SiteStats:
         self._window_origin: float | None = None
         self._window_index: int | None = None
         self._counter: RequestRate | None = None  # a counter site's shadow, read the site's way
+        #: The same books fed every limited arrival but the first lock-out's refusals, in arrival
+        #: order as each is answered; ``_lockout``: 0 before the first refusal, 1 in that lock-out,
+        #: 2 once it ended. ``_pending``: limited arrivals, ``[time, status]``, status None until told.
+        self._without: SiteStats | None = None
+        self._is_without = False
+        self._lockout = 0
+        self._pending: deque[list[float | int | None]] = deque(maxlen=_PENDING)
         self._arrivals: list[int] = []
         self._ok: list[int] = []
         self._refused: list[int] = []
@@ -175,6 +191,11 @@ class SiteStats:
             raise ValueError(f"window seconds must be a finite number > 0, got {seconds!r}")
         self.window = (float(seconds), kind)
         self._counter = RequestRate(1, seconds, phase) if kind == "counter" else None
+        if not self._is_without:
+            without = SiteStats()
+            without._is_without = True
+            without.watch_window(seconds, kind, phase)
+            self._without = without
 
     def limited(self, now: float) -> None:
         """Record that the request arrived at ``now`` meets the site's limit (robots.txt is exempt)."""
@@ -186,6 +207,8 @@ class SiteStats:
         self.peak_limited_per_second = max(self.peak_limited_per_second, len(recent))
         if self.window is None:
             return
+        if self._without is not None:
+            self._pending.append([now, None])
         seconds, kind = self.window
         times = self._window_times
         if self._counter is not None:
@@ -211,6 +234,38 @@ class SiteStats:
                 times.clear()
             times.append(now)
         self.peak_per_window = max(self.peak_per_window, len(times))
+
+    @property
+    def peak_per_window_without_lockout(self) -> int | None:
+        """See the class's attributes: None until the first lock-out has ended."""
+        return None if self._without is None or self._lockout < 2 else self._without.peak_per_window
+
+    def answered(self, arrived: float, status: int) -> None:
+        """The limited request that arrived at ``arrived`` was answered ``status`` (0: never answered).
+
+        Arrivals are handed on to the books without the first lock-out's refusals in arrival order, each
+        once it and every one before it have been answered (a page answers after its latency, a refusal
+        at once): the first refusal opens the first lock-out, and its refusals are left out up to the
+        first arrival accepted after it."""
+        if self._without is None:
+            return
+        pending = self._pending
+        for entry in pending:
+            if entry[1] is None and entry[0] == arrived:
+                entry[1] = status
+                break
+        while pending and pending[0][1] is not None:
+            at, told = pending.popleft()
+            refused = told in (429, 503)
+            if self._lockout == 0 and refused:
+                self._lockout = 1
+                continue
+            if self._lockout == 1:
+                if refused:
+                    continue
+                if told == 200:
+                    self._lockout = 2
+            self._without.limited(float(at or 0.0))
 
     def depart(self, now: float, status: int | None, *, reset: bool = False, challenge: bool = False,
                path: str | None = None) -> None:
@@ -331,7 +386,8 @@ class SiteStats:
         }
         if self.window is not None:  # only a site that counts per window has these
             figures.update(window=self.window[0], window_kind=self.window[1],
-                           peak_per_window=self.peak_per_window)
+                           peak_per_window=self.peak_per_window,
+                           peak_per_window_without_lockout=self.peak_per_window_without_lockout)
         if timeline:
             figures["timeline"] = self.timeline()
         return figures
