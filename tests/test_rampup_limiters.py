@@ -830,14 +830,16 @@ async def test_a_page_sent_at_once_on_a_slow_robots_txt_refused_by_a_strict_buck
     # refused that page. The door's rule did not apply (the gap was longer than the starting one), and
     # the cut read it as a limit of about one a second: 0.95/s for 40 s, 0.36 of the oracle. Was 0.44,
     # 0.16, 0.065 of capacity here.
-    out = await crawl(Bucket(rate, 1.0), 30.0, latency=0.003, instant=True, robots=robots, robots_counted=True)
+    out = await crawl(Bucket(rate, 1.0), 30.0, latency=0.003, instant=True, robots=robots,
+                      robots_counted=True)
     assert out.share >= 0.75
     assert out.refused <= 3
 
 
 @pytest.mark.parametrize(("rate", "latency", "seed"), [(0.8, 0.05, 1), (1.0, 0.07, 1), (1.5, 0.05, 1),
                                                     (2.0, 0.1, 1)])
-async def test_a_slow_strict_bucket_is_no_counter_to_pace_at_least_at(rate: float, latency: float, seed: int) -> None:
+async def test_a_slow_strict_bucket_is_no_counter_to_pace_at_least_at(rate: float, latency: float,
+                                                                     seed: int) -> None:
     # A bucket with no burst of 1/s before 70 ms pages: its sparse sends also fit request-rate counters
     # letting 1.75 to 3/s through (a counter lets a few through back to back), and the counter's floor
     # lifted every cut back to 1.7/s, over the strict fit's 0.93-1.16/s: 23 refused for 21 accepted in
