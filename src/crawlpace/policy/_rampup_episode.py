@@ -413,7 +413,12 @@ class Episodes:
         """After the cut of a refusal that request-rate counters fit (:meth:`_counter_pinned`): the level
         is not under the slowest of them, neither the search nor the recall climbs past the fastest, and
         the episode's first probe waits until half of them let a send through again (a counter still
-        draining an overshoot refuses the level it is cut to, and counts each refusal)."""
+        draining an overshoot refuses the level it is cut to, and counts each refusal).
+
+        No floor once a bucket with no burst fits the refusals (``_strict_gap``, its level set by
+        ``_strict_fit``): such a bucket's sparse sends fit counters too, faster than its rate (a counter
+        lets a few through back to back), and a floor at them lifted every cut of a 1/s bucket back to
+        1.7/s, one refusal per cycle (23 refused for 21 accepted in 30 s)."""
         low, high = self._counter_lo, self._counter_hi
         if low <= 0.0:
             return

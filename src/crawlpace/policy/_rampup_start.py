@@ -245,6 +245,11 @@ class StartPhase:
         covers a first answer quicker than the starting gap only): about its gap, not the rate. Cut, it
         was read as a limit of about one a second (the first answer's pace): nginx ``limit_req`` with
         no burst at 10/s crawled at 0.95/s for 40 s, 0.36 of the oracle.
+
+        Only after a first answer that took ``T.latency_signal + T.latency_noise`` or more: a quicker
+        one is the door's, whose own record (``_door``, which keeps the starting gap after the page)
+        excuses it. A fleet worker whose copy missed the door's write cut that refusal; excused here
+        instead, nothing kept the gap, and a fleet sent 7 requests in a second to a bucket of 1/s.
         """
         if self.phase != "start" or sent_at is None or sent_at < self._sent_at - DOOR_SLACK:
             return False
