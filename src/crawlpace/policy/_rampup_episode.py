@@ -425,7 +425,7 @@ class Episodes:
         if self._ep_since != NEVER and self._counter_open > now:
             self._ep_gap = max(self._ep_gap, self._counter_open - self._sent_at)
         floor = max(self.min_rate, min(self.max_rate, T.fit_share * low))
-        if floor > self.rate and not math.isfinite(self._strict_gap):
+        if floor > self.rate and floor * self._gap_ok <= 1.0:
             self.rate = self.ceiling = floor
             self._decide(now, f"counter: every send fits a counter letting {low:.3g} to {high:.3g}/s "
                          f"through; pacing at {floor:.3g}/s at least")
