@@ -415,10 +415,11 @@ class Episodes:
         the episode's first probe waits until half of them let a send through again (a counter still
         draining an overshoot refuses the level it is cut to, and counts each refusal).
 
-        No floor once a bucket with no burst fits the refusals (``_strict_gap``, its level set by
-        ``_strict_fit``): such a bucket's sparse sends fit counters too, faster than its rate (a counter
-        lets a few through back to back), and a floor at them lifted every cut of a 1/s bucket back to
-        1.7/s, one refusal per cycle (23 refused for 21 accepted in 30 s)."""
+        No floor whose gap is shorter than any gap the site ever accepted (``_gap_ok``): a counter of
+        that rate would have let such gaps through. A bucket with no burst never accepts a gap under
+        its own, and its sparse sends fit counters faster than its rate (a counter lets a few through
+        back to back): a floor at them lifted every cut of a 1/s bucket back to 1.7/s, one refusal per
+        cycle (23 refused for 21 accepted in 30 s). A counter's start sends it gaps of milliseconds."""
         low, high = self._counter_lo, self._counter_hi
         if low <= 0.0:
             return
