@@ -413,14 +413,20 @@ class Episodes:
         """After the cut of a refusal that request-rate counters fit (:meth:`_counter_pinned`): the level
         is not under the slowest of them, neither the search nor the recall climbs past the fastest, and
         the episode's first probe waits until half of them let a send through again (a counter still
-        draining an overshoot refuses the level it is cut to, and counts each refusal)."""
+        draining an overshoot refuses the level it is cut to, and counts each refusal).
+
+        No floor whose gap is shorter than any gap the site ever accepted (``_gap_ok``): a counter of
+        that rate would have let such gaps through. A bucket with no burst never accepts a gap under
+        its own, and its sparse sends fit counters faster than its rate (a counter lets a few through
+        back to back): a floor at them lifted every cut of a 1/s bucket back to 1.7/s, one refusal per
+        cycle (23 refused for 21 accepted in 30 s). A counter's start sends it gaps of milliseconds."""
         low, high = self._counter_lo, self._counter_hi
         if low <= 0.0:
             return
         if self._ep_since != NEVER and self._counter_open > now:
             self._ep_gap = max(self._ep_gap, self._counter_open - self._sent_at)
         floor = max(self.min_rate, min(self.max_rate, T.fit_share * low))
-        if floor > self.rate:
+        if floor > self.rate and floor * self._gap_ok <= 1.0:
             self.rate = self.ceiling = floor
             self._decide(now, f"counter: every send fits a counter letting {low:.3g} to {high:.3g}/s "
                          f"through; pacing at {floor:.3g}/s at least")

@@ -135,6 +135,7 @@ class _StartPhaseState(Protocol):
     _door: float
     start_rate: float
     _ok_sends: deque[float]
+    _answers: tuple[float, ...]
     ceiling: float | None
     _gap_ok: float
     _top: float
@@ -232,6 +233,30 @@ class StartPhase:
         """Whether a refusal answers the send that went through the door (the latest send, which
         went sooner than the rate allowed because robots.txt had just been answered)."""
         return self._door != NEVER and sent_at is not None and sent_at >= self._sent_at - DOOR_SLACK
+
+    def _early_refused(self: _StartPhaseState, sent_at: float | None) -> bool:
+        """Whether a refusal answers the scope's second send, made at once on its first answer (within
+        ``T.knee_slack``): the site may have seen the two back to back, whatever that answer took.
+
+        The first answer's time is no gap the site saw: a loaded crawler's first connection (robots.txt
+        answered in 1.7 s, nginx logging it 18 ms before the page that followed) spends it on the way
+        there, and the second request then arrives right behind the first. A bucket with no burst
+        refuses that as it refuses the page through robots.txt's door (:meth:`_door_refused`, which
+        covers a first answer quicker than the starting gap only): about its gap, not the rate. Cut, it
+        was read as a limit of about one a second (the first answer's pace): nginx ``limit_req`` with
+        no burst at 10/s crawled at 0.95/s for 40 s, 0.36 of the oracle.
+
+        Only after a first answer that took ``T.latency_signal + T.latency_noise`` or more: a quicker
+        one is the door's, whose own record (``_door``, which keeps the starting gap after the page)
+        excuses it. A fleet worker whose copy missed the door's write cut that refusal; excused here
+        instead, nothing kept the gap, and a fleet sent 7 requests in a second to a bucket of 1/s.
+        """
+        if self.phase != "start" or sent_at is None or sent_at < self._sent_at - DOOR_SLACK:
+            return False
+        before = [at for at in self._ok_sends if at < sent_at]
+        answers = [at for at in self._answers if at <= sent_at]
+        return (len(before) == 1 and len(answers) == 1 and sent_at - answers[0] <= T.knee_slack
+                and answers[0] - before[0] >= T.latency_signal + T.latency_noise)
 
     def _first_refused(self: _StartPhaseState, sent_at: float | None) -> bool:
         """Whether a refusal answers the scope's first send, with nothing answered before it: no gap

@@ -525,6 +525,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # too short for a limit with no room for a burst, which says nothing of the rate.
             self._decide(now, "door: the page sent at once after robots.txt was refused; its gap, "
                          "not the rate, was too short")
+        elif pushback and answered and self._early_refused(sent_at):
+            # The same for the send made at once on a first answer that took long (_rampup_start).
+            self._decide(now, "early: the send made at once on the first answer was refused; its gap as "
+                         "the site saw it is unknown, nothing to cut")
         elif pushback and answered and self._first_refused(sent_at):
             # No gap was sent yet: a cut would halve a rate the site never saw (_rampup_start).
             self._decide(now, "first: the scope's first send was refused; no rate was sent yet, "
