@@ -492,7 +492,9 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        stuck = pushback and not answered and self._samples >= T.confirm and self._level == 0
+        # (At the start's polite pace a hang is the site's own however few answers came: _rampup_start.)
+        stuck = pushback and not answered and self._level == 0 and (
+            self._samples >= T.confirm or self.start_unanswered(now))
         # A slow answer among quick ones hung at the site and then answered: it held its slot as a
         # hang does, and its latency is no load (_rampup_latency).
         # A failure answers the rate its request was sent at: a timeout comes long after,
