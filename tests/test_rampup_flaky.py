@@ -370,3 +370,13 @@ async def test_a_hang_at_the_starting_pace_is_no_pushback(seed: int) -> None:
     assert not flaky.given_up
     after = sum(t >= 10.0 for t in flaky.sends)
     assert after >= 0.8 * len(clean.sends), (after, len(clean.sends))
+
+
+async def test_a_site_whose_every_request_hangs_gets_no_slots_for_its_hangs() -> None:
+    # Every request times out at 10 s: no answer ever shows the site serves. A timeout at the starting
+    # pace cuts nothing (above), but slots grown for hangs with no answer to go by sent such a site 20
+    # requests in 31 s where 86388b3 sent 8: the hangs make room for more only once the site answers.
+    down = await crawl(errors=0.0, hangs=1.0, hang=10.0, seconds=300.0,
+                       breaker={"BREAKER_PAUSE": 6.0, "BREAKER_GIVE_UP_AFTER": 5})
+    assert down.given_up
+    assert len(down.sends) <= 10, len(down.sends)

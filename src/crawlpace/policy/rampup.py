@@ -502,7 +502,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
         outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at,
                                                  alone=inflight is not None and inflight <= 1)
-        self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
+        # (A hang before any answer makes no room for more: nothing shows the site answers at all, and
+        # a site whose every request hangs was sent 20 in 31 s by slots grown for hangs, 8 without.)
+        held = stuck and self._samples > 0
+        self._stuck_share += T.stuck_share_weight * ((held or outlier) - self._stuck_share)
         # A 5xx answered by a site whose limiter refuses with 429s: the limiter let the request through
         # and the backend failed it. The limiter's books count it accepted (a probe it ends an episode,
         # its gap was allowed), and its cut is a plain one, which the error rule judges: taken for a
