@@ -492,7 +492,9 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until
-        stuck = pushback and not answered and self._samples >= T.confirm and self._level == 0
+        # (At the start's polite pace a hang is the site's own however few answers came: _rampup_start.)
+        stuck = pushback and not answered and self._level == 0 and (
+            self._samples >= T.confirm or self.start_unanswered(now))
         # A slow answer among quick ones hung at the site and then answered: it held its slot as a
         # hang does, and its latency is no load (_rampup_latency).
         # A failure answers the rate its request was sent at: a timeout comes long after,
@@ -500,7 +502,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         sent_at = now - elapsed if elapsed is not None and math.isfinite(elapsed) and elapsed > 0.0 else None
         outlier = not pushback and self._outlier(latency, now if sent_at is None else sent_at,
                                                  alone=inflight is not None and inflight <= 1)
-        self._stuck_share += T.stuck_share_weight * ((stuck or outlier) - self._stuck_share)
+        # (A hang before any answer makes no room for more: nothing shows the site answers at all, and
+        # a site whose every request hangs was sent 20 in 31 s by slots grown for hangs, 8 without.)
+        held = stuck and self._samples > 0
+        self._stuck_share += T.stuck_share_weight * ((held or outlier) - self._stuck_share)
         # A 5xx answered by a site whose limiter refuses with 429s: the limiter let the request through
         # and the backend failed it. The limiter's books count it accepted (a probe it ends an episode,
         # its gap was allowed), and its cut is a plain one, which the error rule judges: taken for a
