@@ -50,6 +50,7 @@ from ..base import Blocked, Lease, Outcome, ScopeSnapshot
 from . import _cluster, _fallback, _keys
 from ._allot import Allotments
 from ._lua import load_scripts
+from ._offset import OffsetBound
 from ._outage import Outage
 from ._pending import PendingRelease
 from ._redis_admit import (
@@ -177,6 +178,7 @@ class RedisStore:
         self._conn = RedisConnection(self._url, _SCRIPTS, cluster=self.cluster, at_once=("release",))
         self._down = self._conn.down
         self._offset = 0.0  # server time minus this worker's clock
+        self._offset_high = OffsetBound()  # an offset surely not below the truth (a Crawl-delay write's note)
         self._synced_at = -math.inf
         self._renewer = LeaseRenewer(self._conn, clock.sleep, lambda: self._server_now() + self.lease,
                                      self.lease / 3.0, lambda scope: self._keys(scope)[1])
@@ -236,6 +238,17 @@ class RedisStore:
     def _server_now(self) -> float:
         return self._clock.now() + self._offset
 
+    def _write_time(self) -> float:
+        """Now on the server's clock, never behind it: with ``time=server`` the least offset the
+        replies allow (:class:`OffsetBound`), else :meth:`_server_now` (the worker's own clock or
+        a synced one, whose error the replies' lag does not enter)."""
+        now = self._clock.now()
+        if self.time == "server":
+            high = self._offset_high.high(now)
+            if math.isfinite(high):
+                return now + high
+        return now + self._offset
+
     def _local(self, server_time: float) -> float:
         return server_time - self._offset
 
@@ -260,7 +273,9 @@ class RedisStore:
     def _heard(self, server_now: float, sent: float) -> None:
         """Follow the server's clock from a reply's ``now`` (server mode)."""
         if self.time == "server":
-            self._offset = server_now - (sent + self._clock.now()) / 2.0
+            read = self._clock.now()
+            self._offset = server_now - (sent + read) / 2.0
+            self._offset_high.heard(server_now, sent, read)
 
     # -- connection ---------------------------------------------------------------
 
@@ -573,8 +588,10 @@ class RedisStore:
         groups = [paced] if not self.cluster else [[name] for name in paced]
         # The write's own time on the server's clock, as this worker estimates it: the server's time
         # when the note arrives would add the note's queueing (100 ms and more on a loaded worker)
-        # to every next write that waits for it.
-        now = repr(self._server_now())
+        # to every next write that waits for it. Never behind the server's clock: the midpoint
+        # estimate ran up to 69 ms behind on a loaded fleet (replies read late), and the next write
+        # kept the delay after a time earlier than this one's (_offset.py).
+        now = repr(self._write_time())
         for group in groups:
             keys = [self._keys(name)[0] for name in group]
             reply = asyncio.ensure_future(self._conn.call_now("stamp", keys, [now]))
