@@ -134,3 +134,14 @@ async def test_a_step_after_a_hold_is_not_bet_on_pages_the_crawl_does_not_have(
     assert guessed.holds == 2
     assert told.holds == 1
     assert took_told < 0.75 * took_guessed
+
+
+async def test_a_refused_step_refits_the_bucket_not_back_to_the_pace_kept() -> None:
+    # The random farm's seed 16 holds12: 1.27/s, a burst of 2, 18 s holds, 59 pages; 50 ms answers.
+    # The second fit paced it at 0.99/s and its step to 1.43/s was refused (the third hold). Back to
+    # the pace kept, 0.99/s, it crawled the rest at 78 % of the rate (107.2 s). The step's stretch
+    # pins the bucket: refitted, it paces at 1.22/s, with no hold more (102.1 s).
+    site = holds_battery.HeldBucket(1.27, 2.0, 18)
+    took, _ = await holds_battery.crawl_pages(site, 59, 0.05)
+    assert site.holds == 3
+    assert took < 104.5

@@ -429,17 +429,30 @@ class BucketFit:
             True when the fit set the level.
         """
         kept, belief = self._kept, self._belief
+        # The hold promises a send through at its end: at least one token per hold.
+        least = 1.0 / max(held, self.hold_learned, T.hold_long)
         if kept > 0.0 and refused > kept and belief:
-            # A step above a pace kept up was refused: back to that pace; the limit is under the step.
+            # A step above a pace kept up was refused: the limit is under the step, and the pace kept
+            # held. The step's own stretch (the burst spent at a pace over the rate, then the refusal)
+            # pins the bucket far better than the belief the step was weighed on: the record refitted
+            # is the belief from here, and the scope paces at the least rate every bucket of the refit
+            # keeps, if that is above the kept pace (a sure level, not a new bet: the next step is
+            # weighed as before, on the refit). Back to the kept pace itself, as before, left a 1.27/s
+            # bucket of 2 (18 s holds) whose step to 1.43/s was refused paced at 0.99/s for the rest
+            # of its crawl; the refit shows 1.22/s (bench/results/holds16.md).
             self._belief = _below(belief, refused)
-            self._set_level(now, kept / T.fit_share, held, 1.0)
+            refit = self._record_fit()
+            after = _below(belief_of(refit, least), refused) if refit else ()
+            sure = 0.0
+            if after and chance(after, kept) > 0.0:
+                self._belief, sure = after, after[0]
+            self._set_level(now, max(kept / T.fit_share, sure), held, 1.0)
             return True
         fits = self._record_fit()
         if not fits:
             return False
-        # The pace that drew the refusal, kept up, would draw it again: the limit is under it. The
-        # hold promises a send through at its end: at least one token per hold.
-        fitted = belief_of(fits, 1.0 / max(held, self.hold_learned, T.hold_long))
+        # The pace that drew the refusal, kept up, would draw it again: the limit is under it.
+        fitted = belief_of(fits, least)
         belief = _below(fitted, refused) if refused > 0.0 else fitted
         if not belief:
             # Every bucket that fits the record refills faster than the pace refused: no bucket
