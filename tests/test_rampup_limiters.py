@@ -394,22 +394,25 @@ async def test_bursty_buckets_with_retry_after_holds(rate: float, burst: float, 
     assert out.refused <= refusals
 
 
-@pytest.mark.parametrize(("rate", "burst", "hold", "seconds", "share"),
-                         [(12.2, 8.0, 8, 60.0, 0.65),    # was 0.50 / 6: a second hold, then a halving
-                          (6.22, 3.0, 13, 60.0, 0.48),   # was 0.27 / 4
-                          (10.0, 5.0, 30, 90.0, 0.25)])  # was 0.05 / 5: two 30 s holds after the first
+@pytest.mark.parametrize(("rate", "burst", "hold", "seconds", "share", "refusals"),
+                         [(12.2, 8.0, 8, 60.0, 0.6, 5),    # was 0.50 / 6: a second hold, then a halving
+                          (6.22, 3.0, 13, 60.0, 0.44, 4),  # was 0.27 / 4
+                          (10.0, 5.0, 30, 90.0, 0.25, 4)])  # was 0.05 / 5: two 30 s holds after the first
 async def test_buckets_with_long_holds_are_paced_at_the_fit_after_one_hold(
-        rate: float, burst: float, hold: int, seconds: float, share: float) -> None:
+        rate: float, burst: float, hold: int, seconds: float, share: float, refusals: int) -> None:
     # After the first hold the sends go at the pace the bucket fit makes worth keeping (a second hold
     # costs as much as the first), and step above it only once a step is likelier to hold than not.
+    # The first hold's log-uniform prior (holds16) gains 7-17 % of crawl time over the random farm's
+    # holds sites and gives some back here: 12.2/s b8 0.624 with a second hold (0.65 / 4 before),
+    # 6.22/s b3 0.456 (0.48 before).
     out = await crawl(Bucket(rate, burst, hold), seconds)
     assert out.share >= share
-    assert out.refused <= 4  # the start's trip, its lock-out's probe, the one hold (with the start's rules)
+    assert out.refused <= refusals  # the start's trip, its lock-out's probe, the one hold (the start's rules)
 
 
 @pytest.mark.parametrize(("rate", "burst", "hold", "share"),
                          [(6.22, 3.0, 17, 0.4),    # was 0.24: paced at 3.6/s for the rest of the minute
-                          (5.54, 3.0, 31, 0.25)])  # was 0.13: 1.4/s
+                          (5.54, 3.0, 31, 0.24)])  # was 0.13: 1.4/s (0.25 before holds16's prior: 0.2497)
 async def test_a_slow_start_does_not_make_a_large_burst_the_likely_fit(
         rate: float, burst: float, hold: int, share: float) -> None:
     # Answers in milliseconds: the start doubles once a second and some 20 sends are accepted before the
@@ -436,7 +439,10 @@ async def test_the_recall_does_not_search_back_to_a_pace_the_bucket_fit_refused(
     # and the fit paces at 11.3/s. The recall took 13.1/s for a level held before a fall and searched
     # back up to it at 44 s, which drew a third 8 s hold.
     out = await crawl(Bucket(12.2, 8.0, 8), 60.0)
-    assert out.refused <= 3  # the start's overshoot and its probe, the step's hold (was 4)
+    # The start's overshoot and its probe, the step's hold (was 4). The log-uniform prior of the
+    # first hold's fit (bench/results/holds16.md) bets bolder here and draws 2 more: 5, where it gains
+    # 7-17 % of crawl time over the random farm's holds sites.
+    assert out.refused <= 5
 
 
 async def test_a_bucket_with_no_burst_and_holds_on_a_loaded_machine() -> None:

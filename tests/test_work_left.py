@@ -133,7 +133,9 @@ async def test_a_step_after_a_hold_is_not_bet_on_pages_the_crawl_does_not_have(
     took_told, _ = await holds_battery.crawl_pages(told, pages, 0.003, count_work=True)
     assert guessed.holds == 2
     assert told.holds == 1
-    assert took_told < 0.75 * took_guessed
+    # (0.75 before holds15: the first hold's fit weighs each burst by its evidence and both crawls
+    # resume more cautiously, so the second hold is a smaller share of the guessed crawl.)
+    assert took_told < 0.8 * took_guessed
 
 
 async def test_a_refused_step_refits_the_bucket_not_back_to_the_pace_kept() -> None:
@@ -143,5 +145,16 @@ async def test_a_refused_step_refits_the_bucket_not_back_to_the_pace_kept() -> N
     # pins the bucket: refitted, it paces at 1.22/s, with no hold more (102.1 s).
     site = holds_battery.HeldBucket(1.27, 2.0, 18)
     took, _ = await holds_battery.crawl_pages(site, 59, 0.05)
-    assert site.holds == 3
-    assert took < 104.5
+    assert site.holds <= 3
+    assert took < 104.5  # (the first hold's prior: 2 holds)
+
+
+async def test_the_first_hold_does_not_bet_a_second_on_the_starts_few_sends() -> None:
+    # The random farm's seed 17 holds06: 0.808/s, a burst of 4, 50 s holds, 37 pages; 50 ms answers.
+    # The start's four sends through fitted bursts of 2 and 3 at 7-17/s by 1 / b: paced at 3.4/s
+    # (a stated chance of 0.88), refused after the hold, and a second 50 s hold (213 s; the oracle's
+    # 41 s). Weighed by the rates each burst keeps (bench/results/holds15.md), one hold.
+    site = holds_battery.HeldBucket(0.808, 4.0, 50)
+    took, _ = await holds_battery.crawl_pages(site, 37, 0.05)
+    assert site.holds == 1
+    assert took < 120.0
