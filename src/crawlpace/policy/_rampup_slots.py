@@ -94,7 +94,7 @@ class _SlotSizingState(Protocol):
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None, *,
-                           sent_at: float | None = None) -> bool: ...
+                           sent_at: float | None = None, out: Sequence[float] | None = None) -> bool: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
@@ -106,8 +106,8 @@ class _SlotSizingState(Protocol):
     def _note_late(self, sent: float, inflight: int) -> None: ...
     def _miscounted(self, inflight: int) -> bool: ...
     def concurrency(self, rate: float) -> int: ...
-    def crowded(self, met: int, now: float | None = None) -> bool: ...
-    def _passed(self, now: float) -> tuple[float, ...]: ...
+    def crowded(self, met: int, now: float | None = None, out: Sequence[float] | None = None) -> bool: ...
+    def _passed(self, now: float, out: Sequence[float] | None = None) -> tuple[float, ...]: ...
 
 
 class SlotSizing:
@@ -305,17 +305,23 @@ class SlotSizing:
         return inflight + sum(1 for at in self._answers if sent_at < at <= sent_at + elapsed)
 
     def refused_on_arrival(self: _SlotSizingState, answered: bool, elapsed: float | None,
-                           inflight: int | None, *, sent_at: float | None = None) -> bool:
+                           inflight: int | None, *, sent_at: float | None = None,
+                           out: Sequence[float] | None = None) -> bool:
         """Whether a refusal came at once with several in flight: a cap on requests in flight, which
         is load by its nature (the errors-not-about-load rule leaves such refusals to rampup).
 
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
+
+        ``out``: a fleet's sends out as the answer came, from its store (as :meth:`met_at_send` takes
+        them): the hangs are counted from them, not from the shared record of sends out, which keeps
+        sends long answered (a fleet of 4 on a cap of 6 read a refusal at 8 in flight as 55 hangs
+        and 1 in flight, the site's own error: 129 refusals in 30 s).
         """
         inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None:
             return False
-        inflight = max(1, inflight - self._hung_at(sent_at))
+        inflight = max(1, inflight - self._hung_at(sent_at, out))
         if (self._lone_refused or (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
                 and not 1 <= self._inflight_ok < inflight)) and not self.crowded(inflight):
@@ -358,13 +364,14 @@ class SlotSizing:
         if quick:
             self._crowd_quick = tallied(self._crowd_quick, met)
 
-    def crowded(self: _SlotSizingState, met: int, now: float | None = None) -> bool:
+    def crowded(self: _SlotSizingState, met: int, now: float | None = None,
+                out: Sequence[float] | None = None) -> bool:
         """Whether the site's quick 5xx follow the count in flight from ``met`` on (``_load_errors.crowded``):
         a cap's refusals, whatever the verdict on the site's other errors. At ``now``, the requests still
-        out count too (:meth:`_passed`)."""
-        return crowded(self._crowd_n if now is None else self._passed(now), self._crowd_quick, met)
+        out count too (:meth:`_passed`; a fleet's from ``out``, its store's sends out)."""
+        return crowded(self._crowd_n if now is None else self._passed(now, out), self._crowd_quick, met)
 
-    def _passed(self: _SlotSizingState, now: float) -> tuple[float, ...]:
+    def _passed(self: _SlotSizingState, now: float, out: Sequence[float] | None = None) -> tuple[float, ...]:
         """The answers by count in flight (:meth:`tally_crowd`), with the requests still out at ``now`` for
         longer than a refusal on arrival takes, each at the count it met (:meth:`met_at_send`'s count, as
         if answered now): a cap refuses on arrival, so these passed it.
@@ -379,11 +386,14 @@ class SlotSizing:
         answers = self._crowd_n
         if base is None:
             return answers
-        for before, at in enumerate(self._outstanding):
+        # (A fleet's from its store's sends out: the shared record keeps sends long answered, each of
+        # which passed here as one more request through the cap at a count it never met.)
+        sends = self._outstanding if out is None else sorted(out)
+        for before, at in enumerate(sends):
             if now - at >= T.quick_refusal * base:
                 # (as met_at_send counts it: those sent before it still out, and those answered since)
                 since = sum(1 for done in self._answers if at < done <= now)
-                answers = tallied(answers, max(1, 1 + before + since - self._hung_at(at)))
+                answers = tallied(answers, max(1, 1 + before + since - self._hung_at(at, sends)))
         return answers
 
     def scattered(self: _SlotSizingState, met: int) -> bool:
@@ -506,12 +516,13 @@ class SlotSizing:
                 self.slot_cap = math.inf
 
     def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
-                       inflight: int | None) -> bool:
-        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
+                       inflight: int | None, out: Sequence[float] | None = None) -> bool:
+        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots.
+        (``out``: a fleet's sends out from its store, whose hangs count, as there.)"""
         if inflight is None:
             return False
         if elapsed is not None:  # (the count the cap saw: see refused_on_arrival)
-            inflight = max(1, inflight - self._hung_at(now - elapsed))
+            inflight = max(1, inflight - self._hung_at(now - elapsed, out))
         quick = elapsed is not None and self._quick(answered, elapsed)
         late = inflight <= self._inflight_ok and not (quick and self._miscounted(inflight))
         if late and elapsed is not None and quick:
