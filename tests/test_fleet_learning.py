@@ -820,7 +820,7 @@ async def test_a_fleet_of_4_on_a_cap_counts_a_refusals_hangs_from_the_store_not_
     # the shared record of sends out, which keeps sends long answered: a refusal at 8 in flight 17 s in
     # read 55 hangs, so 1 in flight, the site's own error; the errors rule then judged the cap's 503s
     # the site's own, and no refusal after it cut or capped anything: 129 refusals in 30 s. The hangs
-    # are now counted from the lease set's sends too: 2 refusals.
+    # the errors rule's reading takes off are now counted from the lease set's sends too: 2 refusals.
     run = await measure(redis_url.split("?")[0], 4, latency=0.0, seconds=30.0, site=Slots(0.155, 6), lag=0.05)
     assert run.refused <= 30
     assert run.ok_per_second(5.0, 30.0) >= 0.5 * 6 / 0.155

@@ -106,8 +106,8 @@ class _SlotSizingState(Protocol):
     def _note_late(self, sent: float, inflight: int) -> None: ...
     def _miscounted(self, inflight: int) -> bool: ...
     def concurrency(self, rate: float) -> int: ...
-    def crowded(self, met: int, now: float | None = None, out: Sequence[float] | None = None) -> bool: ...
-    def _passed(self, now: float, out: Sequence[float] | None = None) -> tuple[float, ...]: ...
+    def crowded(self, met: int, now: float | None = None) -> bool: ...
+    def _passed(self, now: float) -> tuple[float, ...]: ...
 
 
 class SlotSizing:
@@ -364,14 +364,13 @@ class SlotSizing:
         if quick:
             self._crowd_quick = tallied(self._crowd_quick, met)
 
-    def crowded(self: _SlotSizingState, met: int, now: float | None = None,
-                out: Sequence[float] | None = None) -> bool:
+    def crowded(self: _SlotSizingState, met: int, now: float | None = None) -> bool:
         """Whether the site's quick 5xx follow the count in flight from ``met`` on (``_load_errors.crowded``):
         a cap's refusals, whatever the verdict on the site's other errors. At ``now``, the requests still
-        out count too (:meth:`_passed`; a fleet's from ``out``, its store's sends out)."""
-        return crowded(self._crowd_n if now is None else self._passed(now, out), self._crowd_quick, met)
+        out count too (:meth:`_passed`)."""
+        return crowded(self._crowd_n if now is None else self._passed(now), self._crowd_quick, met)
 
-    def _passed(self: _SlotSizingState, now: float, out: Sequence[float] | None = None) -> tuple[float, ...]:
+    def _passed(self: _SlotSizingState, now: float) -> tuple[float, ...]:
         """The answers by count in flight (:meth:`tally_crowd`), with the requests still out at ``now`` for
         longer than a refusal on arrival takes, each at the count it met (:meth:`met_at_send`'s count, as
         if answered now): a cap refuses on arrival, so these passed it.
@@ -386,14 +385,11 @@ class SlotSizing:
         answers = self._crowd_n
         if base is None:
             return answers
-        # (A fleet's from its store's sends out: the shared record keeps sends long answered, each of
-        # which passed here as one more request through the cap at a count it never met.)
-        sends = self._outstanding if out is None else sorted(out)
-        for before, at in enumerate(sends):
+        for before, at in enumerate(self._outstanding):
             if now - at >= T.quick_refusal * base:
                 # (as met_at_send counts it: those sent before it still out, and those answered since)
                 since = sum(1 for done in self._answers if at < done <= now)
-                answers = tallied(answers, max(1, 1 + before + since - self._hung_at(at, sends)))
+                answers = tallied(answers, max(1, 1 + before + since - self._hung_at(at)))
         return answers
 
     def scattered(self: _SlotSizingState, met: int) -> bool:
@@ -516,13 +512,12 @@ class SlotSizing:
                 self.slot_cap = math.inf
 
     def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
-                       inflight: int | None, out: Sequence[float] | None = None) -> bool:
-        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots.
-        (``out``: a fleet's sends out from its store, whose hangs count, as there.)"""
+                       inflight: int | None) -> bool:
+        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
         if inflight is None:
             return False
         if elapsed is not None:  # (the count the cap saw: see refused_on_arrival)
-            inflight = max(1, inflight - self._hung_at(now - elapsed, out))
+            inflight = max(1, inflight - self._hung_at(now - elapsed))
         quick = elapsed is not None and self._quick(answered, elapsed)
         late = inflight <= self._inflight_ok and not (quick and self._miscounted(inflight))
         if late and elapsed is not None and quick:
