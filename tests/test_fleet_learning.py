@@ -810,3 +810,17 @@ async def test_a_fleet_of_8_on_a_cap_reads_its_refusals_at_the_count_they_met_no
     run = await measure(redis_url.split("?")[0], 8, latency=0.0, seconds=30.0, site=Slots(0.155, 6), lag=0.03)
     assert run.refused <= 60
     assert run.ok_per_second(5.0, 30.0) >= 0.55 * 6 / 0.155
+
+
+@pytest.mark.redis
+async def test_a_fleet_of_4_on_a_cap_counts_a_refusals_hangs_from_the_store_not_the_shared_record(
+        redis_url: str) -> None:
+    # The same cap of 6, 4 workers each 0.05 s between grant and write (and answer and release). The
+    # count a refusal met came from the store's lease set, but the hangs taken off it still came from
+    # the shared record of sends out, which keeps sends long answered: a refusal at 8 in flight 17 s in
+    # read 55 hangs, so 1 in flight, the site's own error; the errors rule then judged the cap's 503s
+    # the site's own, and no refusal after it cut or capped anything: 129 refusals in 30 s. The hangs
+    # the errors rule's reading takes off are now counted from the lease set's sends too: 2 refusals.
+    run = await measure(redis_url.split("?")[0], 4, latency=0.0, seconds=30.0, site=Slots(0.155, 6), lag=0.05)
+    assert run.refused <= 30
+    assert run.ok_per_second(5.0, 30.0) >= 0.5 * 6 / 0.155

@@ -94,7 +94,7 @@ class _SlotSizingState(Protocol):
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None, *,
-                           sent_at: float | None = None) -> bool: ...
+                           sent_at: float | None = None, out: Sequence[float] | None = None) -> bool: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
@@ -305,17 +305,23 @@ class SlotSizing:
         return inflight + sum(1 for at in self._answers if sent_at < at <= sent_at + elapsed)
 
     def refused_on_arrival(self: _SlotSizingState, answered: bool, elapsed: float | None,
-                           inflight: int | None, *, sent_at: float | None = None) -> bool:
+                           inflight: int | None, *, sent_at: float | None = None,
+                           out: Sequence[float] | None = None) -> bool:
         """Whether a refusal came at once with several in flight: a cap on requests in flight, which
         is load by its nature (the errors-not-about-load rule leaves such refusals to rampup).
 
         Before a baseline is known, the lowest latency seen stands in for it, so
         that a slow site limiting what it holds is told apart at its first refusal.
+
+        ``out``: a fleet's sends out as the answer came, from its store (as :meth:`met_at_send` takes
+        them): the hangs are counted from them, not from the shared record of sends out, which keeps
+        sends long answered (a fleet of 4 on a cap of 6 read a refusal at 8 in flight as 55 hangs
+        and 1 in flight, the site's own error: 129 refusals in 30 s).
         """
         inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None:
             return False
-        inflight = max(1, inflight - self._hung_at(sent_at))
+        inflight = max(1, inflight - self._hung_at(sent_at, out))
         if (self._lone_refused or (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
                 and not 1 <= self._inflight_ok < inflight)) and not self.crowded(inflight):

@@ -364,7 +364,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
             rampup.note_refusal(feedback.status is not None, took, inflight, sent_at=now - took)
         error = is_error(feedback) and not (
             rampup is not None and feedback.backoff and not own and not scattered
-            and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took)
+            and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took,
+                                           out=out)
                  or rampup.held_late(feedback.status is not None, took, inflight, now - took)
                  or rampup.line_full(feedback.status is not None, sent_at, now)))
         # A refusal on arrival not read as a cap's (one alone in flight): a rate limiter's as likely as
