@@ -435,13 +435,12 @@ async def test_short_holds_are_fitted_from_the_second() -> None:
 
 
 async def test_the_recall_does_not_search_back_to_a_pace_the_bucket_fit_refused() -> None:
-    # The worked timeline of docs/concepts/rampup.md: the step to 13.1/s draws the second hold at 19.6 s
-    # and the fit paces at 11.3/s. The recall took 13.1/s for a level held before a fall and searched
-    # back up to it at 44 s, which drew a third 8 s hold.
+    # The worked timeline of docs/concepts/rampup-fits.md. Before the bucket fit's prior, the step to
+    # 13.1/s drew the second hold at 19.6 s and the fit paced at 11.3/s; the recall took 13.1/s for a
+    # level held before a fall and searched back up to it at 44 s, which drew a third 8 s hold (4).
     out = await crawl(Bucket(12.2, 8.0, 8), 60.0)
-    # The start's overshoot and its probe, the step's hold (was 4). The log-uniform prior of the
-    # first hold's fit (bench/results/holds16.md) bets bolder here and draws 2 more: 5, where it gains
-    # 7-17 % of crawl time over the random farm's holds sites.
+    # With the log-uniform prior of the first hold's fit (bench/results/holds16.md) the first bet is
+    # bolder and the step comes later: the start's overshoot and its probe, three holds, and no recall.
     assert out.refused <= 5
 
 
