@@ -36,13 +36,19 @@ SETTINGS = Settings.from_scrapy({
 DELAY = 0.5
 
 
-@pytest.mark.redis
-async def test_a_crawl_delay_spaces_the_fleets_writes_not_only_its_admissions(redis_url: str) -> None:
-    clock = MockClock()
+def two_workers(redis_url: str, clock: MockClock) -> tuple[RedisStore, RedisStore]:
+    """Two workers' stores on one fresh namespace, on the local clock."""
     url = redis_url.split("?")[0] + f"?namespace=c{uuid.uuid4().hex[:10]}&time=local"
     first, second = (open_store(url, SETTINGS, clock, random.Random(seed)) for seed in (1, 2))
     assert isinstance(first, RedisStore)
     assert isinstance(second, RedisStore)
+    return first, second
+
+
+@pytest.mark.redis
+async def test_a_crawl_delay_spaces_the_fleets_writes_not_only_its_admissions(redis_url: str) -> None:
+    clock = MockClock()
+    first, second = two_workers(redis_url, clock)
     try:
         await first.set_crawl_delay("site", DELAY)
         lease = await admitted(first, clock)
@@ -137,10 +143,7 @@ def test_rampup_lets_a_scope_whose_sends_go_late_send_at_its_rate() -> None:
 @pytest.mark.redis
 async def test_a_write_is_noted_when_only_the_store_knows_the_scopes_crawl_delay(redis_url: str) -> None:
     clock = MockClock()
-    url = redis_url.split("?")[0] + f"?namespace=c{uuid.uuid4().hex[:10]}&time=local"
-    first, second = (open_store(url, SETTINGS, clock, random.Random(seed)) for seed in (1, 2))
-    assert isinstance(first, RedisStore)
-    assert isinstance(second, RedisStore)
+    first, second = two_workers(redis_url, clock)
     seen: list[bytes] = []
     head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
     try:
