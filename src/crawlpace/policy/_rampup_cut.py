@@ -84,6 +84,7 @@ class _CutState(Protocol):
     _k: float
     _gap_ok: float
     _ok_lat: deque[float]
+    _ok_sends: deque[float]
     _no_burst: bool
 
     def allowed_rate(self, now: float) -> float: ...
@@ -122,6 +123,15 @@ class CutRules:
         varying while after it, so sends granted a full gap apart reach the site closer; without
         the lag no refusal of a strict bucket looked explained by a late arrival, and each was cut.
         """
+        if len(self._ok_sends) <= 1:
+            # The scope's first accepted answer is robots.txt's in a crawl (a static file, answered
+            # well before a page is), or a first page over a new connection: neither is a page's
+            # usual time. Kept as the quickest, it made every page look that much late (45 ms of a
+            # 50 ms page after a 5 ms robots.txt), and a clock window's refusal at the pace, a gap
+            # no shorter than one it accepted, was taken for the arrivals' jitter: the next send
+            # went a gap later, into the same window, and was refused too (fixed25 of seed
+            # 1132014971: 5 requests in a window of 3 per second).
+            return
         if latency is not None and math.isfinite(latency) and latency >= 0.0:
             self._ok_lat.extend((sent, latency + (lag if math.isfinite(lag) and lag > 0.0 else 0.0)))
 
