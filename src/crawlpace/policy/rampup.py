@@ -545,8 +545,16 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                          f"{self._ep_gap:.3g}s, until one is accepted")
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
+                steady = self.phase == "steady"
                 self._cut(now, reason="slots", sent_at=sent_at)
                 self._slots_pace(now, inflight)
+                if steady and answered and not error:
+                    # A 429 on arrival at a gap just under the shortest accepted one fits a bucket with
+                    # no burst as well as a cap: nginx limit_req in front of pages of 30-70 ms answers
+                    # its refusals at once, with a page in flight. Cut as a cap only, the level was the
+                    # measured rate's share (6/s on 10/s) for the rest of the crawl; the strict fit lifts
+                    # it to the accepted gap's rate (the slot cap stays, for a cap's own refusals).
+                    self._strict_fit(now, sent_at)
             # A cap on requests in flight, not a rate's overshoot: the slot cap answers it at once, so
             # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
             # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
