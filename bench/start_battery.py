@@ -20,6 +20,11 @@ limit (a bucket's burst at once, a window's count at its start, a counter's allo
 unlimited site at one page per answer on 16 connections (far quicker than any polite start: compare
 two trees' ``mean s``, not the shares, on the unlimited kinds). Deterministic.
 
+What the start costs (``start s``, ``start cost s``): the seconds from the first page to the start's end
+(a limited site's first refusal; an unlimited one's first quarter second at 0.9 of 100/s, the pace its
+start ends at), and those seconds less the pages answered by then over the site's capacity (its limit,
+or 100/s): the time a crawl told the limit at once would have saved. Negative where a burst gave more.
+
 The limiter models are those of ``tests/test_rampup_limiters.py`` (loaded as ``bench/limiter_kinds.py``
 loads them), the crawl loop is ``bench/holds_battery.py``'s: one copy of each.
 
@@ -31,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import json
 import math
 import random
@@ -45,6 +51,8 @@ from limiter_kinds import harness
 KINDS = ("none", "errors", "bucket", "strict", "holds", "fixed", "reqrate")
 WORKERS = 16
 PARAMS = ("rate", "burst", "hold", "limit", "window", "period")
+#: The pace an unlimited quick site's start ends at (the gap cap, ``_rampup_start``'s ``_gap_cap``).
+NO_LIMIT_PACE = 100.0
 
 
 @dataclass
@@ -101,6 +109,53 @@ def draw(kind: str, rng: random.Random, seconds: float) -> tuple[Site, int, floa
     raise ValueError(kind)
 
 
+@dataclass
+class Logged:
+    """A site whose arrivals are noted (time, status), to find where the start ended."""
+
+    site: Site
+    log: list[tuple[float, int]] = field(default_factory=list)
+
+    def arrive(self, now: float) -> Answered:
+        answer = self.site.arrive(now)
+        self.log.append((now, answer.status_code))
+        return answer
+
+
+def capacity(kind: str, params: dict[str, Any]) -> float:
+    """Pages a second the site allows once the start is over: its limit, or for the unlimited kinds the
+    100/s the start reaches on its own (past it the gap cap, not the start, paces a quick site)."""
+    if kind in ("none", "errors"):
+        return NO_LIMIT_PACE
+    if kind in ("bucket", "strict", "holds"):
+        return float(params["rate"])
+    if kind == "fixed":
+        return float(params["limit"]) / float(params["window"])
+    return float(params["limit"]) / float(params["period"])
+
+
+def start_cost(kind: str, params: dict[str, Any], log: list[tuple[float, int]]) -> tuple[float, float]:
+    """(seconds from the first page to the start's end, seconds the start cost).
+
+    The start ends at the first refusal on a limited site, and on an unlimited one at the first quarter
+    second sent at 0.9 of ``NO_LIMIT_PACE``. Its cost is that time less the pages answered by then
+    over the site's :func:`capacity` (negative where a burst gave more than the rate)."""
+    if not log:
+        return 0.0, 0.0
+    first = log[0][0]
+    end = log[-1][0]
+    if kind in ("none", "errors"):
+        times = [at for at, _ in log]
+        for i, at in enumerate(times):
+            if bisect.bisect_left(times, at + 0.25) - i >= 0.9 * NO_LIMIT_PACE * 0.25:
+                end = at
+                break
+    else:
+        end = next((at for at, status in log if status != 200), end)
+    answered = sum(1 for at, status in log if at <= end and (status == 200 or kind == "errors"))
+    return end - first, end - first - answered / capacity(kind, params)
+
+
 def jobs(seeds: list[int], latencies: list[float], seconds: float) -> list[tuple[str, int, float, float]]:
     """Every kind at every latency for every seed."""
     return [(kind, seed, latency, seconds) for seed in seeds for kind in KINDS for latency in latencies]
@@ -111,13 +166,16 @@ def one(job: tuple[str, int, float, float]) -> dict[str, Any]:
     kind, seed, latency, seconds = job
     rng = random.Random(f"{kind}-{seed}")
     site, pages, oracle, params = draw(kind, rng, seconds)
-    took, sent, refused = asyncio.run(crawl_site(site, pages, latency, workers=WORKERS, cap=300.0, seed=seed,
-                                                 robots=True, refusals_at_once=True,
+    logged = Logged(site)
+    took, sent, refused = asyncio.run(crawl_site(logged, pages, latency, workers=WORKERS, cap=300.0,
+                                                 seed=seed, robots=True, refusals_at_once=True,
                                                  stop_when_all_out=True))
     if kind in ("none", "errors"):
         oracle = math.ceil(pages / (1.0 - params["errors"]) / WORKERS) * latency
     oracle = max(oracle, latency)
-    return {"kind": kind, "seed": seed, "latency": latency, "pages": pages, **params,
+    start, cost = start_cost(kind, params, logged.log)
+    return {"start": round(start, 3), "start_cost": round(cost, 3),
+            "kind": kind, "seed": seed, "latency": latency, "pages": pages, **params,
             "seconds": round(took, 3), "oracle": round(oracle, 3), "sent": sent, "refused": refused,
             "share": min(1.0, oracle / took)}
 
@@ -131,7 +189,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "refused": round(statistics.mean(r["refused"] for r in rows), 2),
             "refused_share": round(sum(r["refused"] for r in rows) / max(1, sent), 4),
             "time_x_oracle": round(sum(r["seconds"] for r in rows) / max(1e-9, oracle), 3),
-            "seconds": round(statistics.mean(r["seconds"] for r in rows), 2)}
+            "seconds": round(statistics.mean(r["seconds"] for r in rows), 2),
+            "start_s": round(statistics.mean(r.get("start", 0.0) for r in rows), 2),
+            "start_cost_s": round(statistics.mean(r.get("start_cost", 0.0) for r in rows), 2)}
 
 
 def _seeds(text: str) -> list[int]:
@@ -161,11 +221,13 @@ def main(argv: list[str] | None = None) -> int:
     result["all"] = summary(rows)
     result["limited"] = summary([r for r in rows if r["kind"] not in ("none", "errors")])
     if not args.json:
-        print("| kind | sites | mean | p10 | refused/site | refused % | time x oracle | mean s |")
-        print("|---|--:|--:|--:|--:|--:|--:|--:|")
+        print("| kind | sites | mean | p10 | refused/site | refused % | time x oracle | mean s | start s "
+              "| start cost s |")
+        print("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|")
         for kind, s in result.items():
             print(f"| {kind} | {s['sites']} | {s['mean']:.3f} | {s['p10']:.3f} | {s['refused']:.2f} | "
-                  f"{100 * s['refused_share']:.1f} | {s['time_x_oracle']:.2f} | {s['seconds']:.2f} |")
+                  f"{100 * s['refused_share']:.1f} | {s['time_x_oracle']:.2f} | {s['seconds']:.2f} | "
+                  f"{s['start_s']:.2f} | {s['start_cost_s']:.2f} |")
     if args.against:
         with open(args.against, encoding="utf-8") as f:
             before = json.load(f)
