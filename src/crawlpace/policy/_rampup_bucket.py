@@ -371,7 +371,7 @@ class _BucketState(Protocol):
     _hold_end: float
     _belief: tuple[float, ...]
     _fits: tuple[float, ...]
-    _ok_since: int
+    _ok_after_hold: int
     _kept: float
     _refit_at: float
     _sustained: float
@@ -411,7 +411,7 @@ class BucketFit:
             return
         if self._held_refusals:
             self._joint_fit()  # the stretch since the last hold, kept before its count starts again
-        self._ok_since = 0
+        self._ok_after_hold = 0
         self._held_refusals.append(sent)
         self._hold_end = hold_end
         pace = self.allowed_rate(sent)
@@ -441,13 +441,13 @@ class BucketFit:
         fits = joint_fit(self._record_fit(), self._fits)
         oks = self._ok_sends
         since = self._hold_end if self._hold_end != NEVER else self._first_send
-        if fits and oks and self._ok_since > 0 and since != NEVER:
+        if fits and oks and self._ok_after_hold > 0 and since != NEVER:
             # The stretch since the hold: at most ``b`` tokens at its start, then ``n`` sends in ``t``
             # seconds. A pace kept up is no proof of the rate (a bucket of 8 at 12.2/s keeps 12.4/s
             # for 40 s): each burst's rate is at least ``(n - b) / t``.
             span = max(oks) + FIT_SLACK - since
             if span > 0.0:
-                shown = [(b, max(lo, (self._ok_since - b) / span), hi, w) for b, lo, hi, w in fits]
+                shown = [(b, max(lo, (self._ok_after_hold - b) / span), hi, w) for b, lo, hi, w in fits]
                 fits = [fit for fit in shown if fit[1] <= fit[2]] or fits
         if fits:
             self._fits = flat_fits(fits)
@@ -457,7 +457,7 @@ class BucketFit:
         """An accepted send at ``sent`` (kept in ``_ok_sends`` by the episodes' record)."""
         self._ok_count += 1
         if sent >= self._hold_end:
-            self._ok_since += 1
+            self._ok_after_hold += 1
         if self._first_send == NEVER:
             self._first_send = sent
 

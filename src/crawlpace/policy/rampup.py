@@ -394,7 +394,7 @@ class RampupState:
     _fits: tuple[float, ...] = ()
     # The accepted sends stamped since the last hold's end (all of them before the first hold): a bucket
     # holds at most its burst then, so ``n`` sends in ``t`` seconds show a rate of at least ``(n - b) / t``.
-    _ok_since: int = 0
+    _ok_after_hold: int = 0
     # The pace before the first cut drawn by 5xx on a limited scope (_load_errors), which a verdict "not
     # load" puts back (forgive): empty when none is pending; and whether a limiter's refusal cut the rate
     # since (its evidence is newer, and stands). This process's own, not shared.
