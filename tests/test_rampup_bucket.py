@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from crawlpace.policy._rampup_bucket import belief_of, best_level, bucket_fit, chance
+from crawlpace.policy._rampup_bucket import belief_of, best_level, bucket_fit, chance, flat_fits, joint_fit
 from crawlpace.policy.rampup import Rampup
 from crawlpace.sim._limits import TokenBucket
 
@@ -168,3 +168,30 @@ def test_the_first_hold_weighs_each_burst_by_the_rates_the_start_leaves_it() -> 
     weighed = belief_of(fits, least, evidence=True)
     assert chance(weighed, 2.0) < 0.3
     assert chance(weighed, 0.5) < 0.6
+
+
+def test_a_stretch_the_record_has_forgotten_still_narrows_the_fit() -> None:
+    # The random farm's holds01 (seed 2032204775): 28.5/s, a burst of 5, 37 s holds. The start's
+    # overshoot (40/s from a full bucket) fits one narrow band of rates per burst. After the hold, a pace
+    # of 30.4/s runs the burst down in 2.6 s, and the record keeps its last 64 sends only: alone, they
+    # fit every burst up to 64, each with a lower rate, and a pace of 28/s holds with a chance of about
+    # a half (paced at 13.7/s after the second hold). Both stretches together leave the burst of 5 (and
+    # one of 64 under 3/s, which the start's overshoot fits as its largest).
+    bucket = TokenBucket(28.5, 5.0)
+    accepted, refused = replay(bucket, [i / 40.0 for i in range(40)])
+    first = bucket_fit(accepted, refused, first=True, slack=0.0)
+    resumed = refused[0] + 37.0
+    more, refused_more = replay(bucket, [resumed + i / 30.4 for i in range(200)])
+    assert len(more) > 64
+    second = bucket_fit(more[-64:], refused + refused_more, first=False, slack=0.0)
+    assert max(b for b, *_ in second) == 64
+    least = 1.0 / 37.0
+    assert chance(belief_of(second, least, exact=True), 28.0) < 0.6
+    joint = joint_fit(second, flat_fits(first))
+    assert [b for b, *_ in joint] == [5, 64]
+    assert chance(belief_of(joint, least, exact=True), 28.0) > 0.9
+    # Eight even knots over 0.03-28.6/s cannot hold the band [28.48, 28.56]/s: the exact belief keeps
+    # its ends (the even knots read a chance under 0.1 at 28/s).
+    assert chance(belief_of(joint, least), 28.0) < 0.1
+    # A burst no rate fits both times (the limit moved): the record now stands alone.
+    assert joint_fit(second, flat_fits([(5, 60.0, 70.0, 0.2)])) == second

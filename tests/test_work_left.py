@@ -149,6 +149,19 @@ async def test_a_refused_step_refits_the_bucket_not_back_to_the_pace_kept() -> N
     assert took < 104.5  # (the first hold's prior: 2 holds)
 
 
+async def test_the_fit_after_a_second_hold_keeps_what_the_first_stretch_showed() -> None:
+    # The random farm's seed 2032204775 holds01: 28.5/s, a burst of 5, 37 s holds (800 of its 1,500
+    # pages), 3 ms answers. The first fit's bet, 30.4/s, drew the second hold 3.4 s after the first one
+    # ended; the record's 64 sends span those 2 s only and fitted every burst up to 64, so the second
+    # fit paced at 13.7/s, 48 % of the rate, to the end (127.5 s; the oracle's 28 s). Narrowed by what
+    # the start showed, the fit leaves the burst of 5 at 28.5-29.4/s, and the belief keeps that band's
+    # ends as knots (106.4 s).
+    site = holds_battery.HeldBucket(28.5, 5.0, 37)
+    took, _ = await holds_battery.crawl_pages(site, 800, 0.003)
+    assert site.holds <= 2
+    assert took < 115.0
+
+
 async def test_the_first_hold_does_not_bet_a_second_on_the_starts_few_sends() -> None:
     # The random farm's seed 17 holds06: 0.808/s, a burst of 4, 50 s holds, 37 pages; 50 ms answers.
     # The start's four sends through fitted bursts of 2 and 3 at 7-17/s by 1 / b: paced at 3.4/s

@@ -203,6 +203,41 @@ def _least(lo: float, hi: float, least: float) -> float:
     return max(low, least) if least < hi else low
 
 
+def joint_fit(fits: Sequence[tuple[int, float, float, float]],
+              before: Sequence[float]) -> list[tuple[int, float, float, float]]:
+    """The buckets that fit both the record now (``fits``) and every stretch before it (``before``:
+    the intervals left then, flattened as ``(burst, lo, hi, weight, ...)``).
+
+    A bucket's rate and burst do not change between holds, so each burst's rates are those both
+    intervals keep. A record of :data:`OK_SENDS_KEPT` accepted sends spans two seconds at 30/s: at the
+    second hold of a 28.5/s bucket of 5 it held only the step's last sends, which fit every burst
+    up to 64, each with a lower rate, and the pace after it was 14.7/s where the start's stretch had
+    left the burst of 5 alone with the second's. A burst larger than any the earlier fit kept is
+    read as its largest (a record too short to tell large bursts apart fits them alike: the start's
+    36 sends, refused at the 37th, leave a burst of 64 no rate the burst of 36 would not have had).
+    When no burst fits both, the limit moved: the record now stands alone.
+    """
+    if not before:
+        return list(fits)
+    earlier = {round(before[i]): (before[i + 1], before[i + 2]) for i in range(0, len(before) - 3, 4)}
+    most = max(earlier)
+    joint = []
+    for burst, lo, hi, weight in fits:
+        if burst in earlier or burst > most:
+            was_lo, was_hi = earlier[min(burst, most)]
+            lo, hi = max(lo, was_lo), min(hi, was_hi)
+        else:
+            continue  # tried then, and no rate fitted it
+        if lo <= hi:
+            joint.append((burst, lo, hi, weight))
+    return joint or list(fits)
+
+
+def flat_fits(fits: Sequence[tuple[int, float, float, float]]) -> tuple[float, ...]:
+    """``fits`` flattened for the scope's state (:func:`joint_fit` reads them back)."""
+    return tuple(float(x) for fit in fits for x in fit)
+
+
 def _chance_at_least(fits: Sequence[tuple[int, float, float, float]], rate: float,
                      least: float = 0.0, *, evidence: bool = False) -> float:
     """The chance the refill rate is at least ``rate``: each burst that fits by its weight, and
@@ -223,7 +258,7 @@ def _chance_at_least(fits: Sequence[tuple[int, float, float, float]], rate: floa
 
 
 def belief_of(fits: Sequence[tuple[int, float, float, float]], least: float = 0.0, *,
-              evidence: bool = False) -> tuple[float, ...]:
+              evidence: bool = False, exact: bool = False) -> tuple[float, ...]:
     """The chance the refill rate is at least each of :data:`KNOTS` rates over the fits' span, as
     ``(rate, chance, rate, chance, ...)``, the lowest rate first (a compact, shareable summary).
     ``least``: one token per hold, the rate a server's hold promises (:func:`_least`).
@@ -241,9 +276,15 @@ def belief_of(fits: Sequence[tuple[int, float, float, float]], least: float = 0.
     hi = max(high for _, _, high, _ in fits)
     if hi <= lo:
         return (lo, 1.0)
+    rates = {lo * (hi / lo) ** (i / (KNOTS - 1)) for i in range(KNOTS)}
+    if exact:
+        # The chance is log-linear between the ends of the bursts' intervals: knots there keep a
+        # narrow band whole. Two stretches pinned a 28.5/s bucket of 5 to [27.9, 29.7]/s beside a
+        # burst of 64 under 0.25/s; the even knots (0.03, ..., 10.9, 29.7/s) read a chance of 0.06 at
+        # 27.9/s where it was 0.93, and the pace after the second hold was 13.7/s.
+        rates.update(x for _, low, high, _ in fits for x in (_least(low, high, least), high) if lo < x < hi)
     out: list[float] = []
-    for i in range(KNOTS):
-        rate = lo * (hi / lo) ** (i / (KNOTS - 1))
+    for rate in sorted(rates):
         out += [rate, _chance_at_least(fits, rate, least, evidence=evidence)]
     return tuple(out)
 
@@ -329,6 +370,8 @@ class _BucketState(Protocol):
     _first_send: float
     _hold_end: float
     _belief: tuple[float, ...]
+    _fits: tuple[float, ...]
+    _ok_after_hold: int
     _kept: float
     _refit_at: float
     _sustained: float
@@ -351,6 +394,7 @@ class _BucketState(Protocol):
     def _work(self, now: float) -> float: ...
     def allowed_rate(self, now: float) -> float: ...
     def _record_fit(self) -> list[tuple[int, float, float, float]]: ...
+    def _joint_fit(self) -> list[tuple[int, float, float, float]]: ...
 
 
 class BucketFit:
@@ -365,6 +409,9 @@ class BucketFit:
         sent = now if sent_at is None else sent_at
         if hold_end - now < T.hold_long or sent < self._hold_end:
             return
+        if self._held_refusals:
+            self._joint_fit()  # the stretch since the last hold, kept before its count starts again
+        self._ok_after_hold = 0
         self._held_refusals.append(sent)
         self._hold_end = hold_end
         pace = self.allowed_rate(sent)
@@ -388,9 +435,29 @@ class BucketFit:
         known = bool(oks) and len(held) < REFUSALS_KEPT and all(at > oks[0] for at in held)
         return bucket_fit(oks, held, first=dropped <= 0, dropped=dropped if known else None)
 
+    def _joint_fit(self: _BucketState) -> list[tuple[int, float, float, float]]:
+        """:meth:`_record_fit` narrowed by every fit before it (:func:`joint_fit`), and kept as the
+        scope's fits from here: each stretch the record has held is evidence on the same bucket."""
+        fits = joint_fit(self._record_fit(), self._fits)
+        oks = self._ok_sends
+        since = self._hold_end if self._hold_end != NEVER else self._first_send
+        if fits and oks and self._ok_after_hold > 0 and since != NEVER:
+            # The stretch since the hold: at most ``b`` tokens at its start, then ``n`` sends in ``t``
+            # seconds. A pace kept up is no proof of the rate (a bucket of 8 at 12.2/s keeps 12.4/s
+            # for 40 s): each burst's rate is at least ``(n - b) / t``.
+            span = max(oks) + FIT_SLACK - since
+            if span > 0.0:
+                shown = [(b, max(lo, (self._ok_after_hold - b) / span), hi, w) for b, lo, hi, w in fits]
+                fits = [fit for fit in shown if fit[1] <= fit[2]] or fits
+        if fits:
+            self._fits = flat_fits(fits)
+        return fits
+
     def _note_ok_send(self: _BucketState, sent: float) -> None:
         """An accepted send at ``sent`` (kept in ``_ok_sends`` by the episodes' record)."""
         self._ok_count += 1
+        if sent >= self._hold_end:
+            self._ok_after_hold += 1
         if self._first_send == NEVER:
             self._first_send = sent
 
@@ -458,21 +525,22 @@ class BucketFit:
             # bucket of 2 (18 s holds) whose step to 1.43/s was refused paced at 0.99/s for the rest
             # of its crawl; the refit shows 1.22/s (bench/results/holds16.md).
             self._belief = _below(belief, refused)
-            refit = self._record_fit()
-            after = _below(belief_of(refit, least), refused) if refit else ()
+            refit = self._joint_fit()
+            after = _below(belief_of(refit, least, exact=True), refused) if refit else ()
             sure = 0.0
             if after and chance(after, kept) > 0.0:
                 self._belief, sure = after, after[0]
             self._set_level(now, max(kept / T.fit_share, sure), held, 1.0)
             return True
-        fits = self._record_fit()
+        fits = self._joint_fit()
         if not fits:
             return False
         # The pace that drew the refusal, kept up, would draw it again: the limit is under it.
         # At the first hold the record is the start's sends: each burst weighed by its evidence too
         # (belief_of). From the second, two stretches at different paces pin the bursts, and the
         # evidence weights there kept timid paces (holds10/11's HW).
-        fitted = belief_of(fits, least, evidence=len(self._held_refusals) <= 1)
+        first = len(self._held_refusals) <= 1
+        fitted = belief_of(fits, least, evidence=first, exact=not first)
         belief = _below(fitted, refused) if refused > 0.0 else fitted
         if not belief:
             # Every bucket that fits the record refills faster than the pace refused: no bucket
@@ -539,6 +607,6 @@ class BucketFit:
         if now < self._refit_at:
             return False
         self._refit_at = now + T.round
-        fits = self._record_fit()
+        fits = self._joint_fit()
         least = 1.0 / max(self.hold_learned, T.hold_long)
         return bool(fits) and chance(belief_of(fits, least), (1.0 - T.tolerance) * self.rate) >= 0.5

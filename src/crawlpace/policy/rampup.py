@@ -388,6 +388,13 @@ class RampupState:
     _more: bool = True
     # -- errors7 -- a refusal that is no 5xx (a 429) cut the rate: a limiter's, whatever the errors are.
     _limited: bool = False
+    # -- holds17 -- each burst's interval of rates the bucket fits have left, (burst, lo, hi, weight, ...):
+    # every stretch on record narrows it, so a record of 64 sends (two seconds at 30/s) no longer
+    # forgets what the stretches before it showed (_rampup_bucket).
+    _fits: tuple[float, ...] = ()
+    # The accepted sends stamped since the last hold's end (all of them before the first hold): a bucket
+    # holds at most its burst then, so ``n`` sends in ``t`` seconds show a rate of at least ``(n - b) / t``.
+    _ok_after_hold: int = 0
     # The pace before the first cut drawn by 5xx on a limited scope (_load_errors), which a verdict "not
     # load" puts back (forgive): empty when none is pending; and whether a limiter's refusal cut the rate
     # since (its evidence is newer, and stands). This process's own, not shared.

@@ -98,7 +98,8 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_slots_open", "_opened_at", "_answers", "_lag_lo", "_lag_hi", "_lag_probe", "_lag_gap",
           "_lag_at", "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since", "_crowd_n", "_crowd_quick",
           "_slot_ok", "_slot_refused", "_held_over",
-          "_pinned", "_counter_lo", "_counter_hi", "_counter_span", "_counter_open", "_limited"),  # rampup
+          "_pinned", "_counter_lo", "_counter_hi", "_counter_span", "_counter_open", "_limited",
+          "_fits", "_ok_after_hold"),  # rampup
     "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
     # The verdict on the scope's errors (policy/_load_errors.py): one judgement for a fleet, made from
