@@ -43,6 +43,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 
 from ..frontier._scheduler import Task
+from ._fetch import CATCH_UP_TURNS
 
 __all__ = ["HEDGE_FACTOR", "HEDGE_FLOOR", "MIN_ANSWERS", "RECORD", "HedgeBook"]
 
@@ -226,6 +227,10 @@ class HedgeBook:
         """The job's timer: wake when the next page may be due, queue the hedges (until cancelled)."""
         while True:
             self._wake.clear()
+            # A few turns first: answers already received (the hung send's own, a sibling's 429) are
+            # read before a page is taken for hung (as the fetcher's last look does after a stall).
+            for _ in range(CATCH_UP_TURNS):
+                await asyncio.sleep(0)
             wake = self.due(self._now())
             if math.isinf(wake):
                 await self._wake.wait()
