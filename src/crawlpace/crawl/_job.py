@@ -58,6 +58,7 @@ from ..frontier._scheduler import Scheduler, Task
 from ..stores.base import HeldStore
 from ._answer import Answer
 from ._fetch import AiohttpFetcher, Fetcher
+from ._hedge import HedgeBook
 from ._journal_source import JournalSource
 from ._options import CrawlOptions
 from ._output import ResultBatch
@@ -124,6 +125,10 @@ class CrawlJob(JobOutcomes):
         #: The error that stopped the crawl's writes (a full disk), None while the output file takes them.
         self.write_error: OSError | None = None
         self._refusals = RefusalTracker()
+        #: Pages out far longer than their site's answers take are sent once more (crawl/_hedge.py).
+        self.hedges = HedgeBook(now=self.throttler.clock.now, sleep=self.throttler.clock.sleep,
+                                retries=options.retries, idle=self._host_idle, hedge=self._hedge)
+        self._hedge_news: asyncio.Future[None] | None = None
         self.source.bind(self)
         # Each scope hears the work the crawl still holds for it (rampup weighs a step after a hold by it).
         self.throttler.count_work(self._work_left)
@@ -173,6 +178,17 @@ class CrawlJob(JobOutcomes):
         held = self.source.unloaded(scope)
         return self.scheduler.queued_for(scope) + (held or 0), held is None
 
+    def _host_idle(self, host: str) -> bool:
+        """Whether ``host`` has nothing else to send: nothing queued, nothing the source holds back."""
+        return self.scheduler.queued_for(host) == 0 and not self.source.unloaded(host)
+
+    def _hedge(self, task: Task) -> None:
+        """Queue ``task``'s second send (its first is still out), at the head of its host's queue."""
+        self.scheduler.push(task, front=True)
+        news = self._hedge_news
+        if news is not None and not news.done():
+            news.set_result(None)  # the dispatcher may be waiting for a fetch to end: wake it
+
     def _make_fetcher(self) -> Fetcher:
         options = self.options
         return AiohttpFetcher(user_agent=options.user_agent, timeout=options.timeout,
@@ -217,6 +233,7 @@ class CrawlJob(JobOutcomes):
         self.source.start_background()
         slots = asyncio.Semaphore(self.settings.concurrent_requests)
         stop_wait = asyncio.ensure_future(self._stop.wait())
+        hedger = asyncio.ensure_future(self.hedges.run())
         try:
             while not self.stopping:
                 await slots.acquire()
@@ -238,6 +255,8 @@ class CrawlJob(JobOutcomes):
                 fetch.add_done_callback(self._fetches.discard)
         finally:
             stop_wait.cancel()
+            hedger.cancel()
+            await asyncio.gather(hedger, return_exceptions=True)
             await self.source.stop_background()
 
     def _finished(self) -> bool:
@@ -285,6 +304,7 @@ class CrawlJob(JobOutcomes):
     async def _await_news(self, stop_wait: asyncio.Future[Any]) -> None:
         """Nothing is queued: wait until a fetch ends or the source brings new URLs."""
         news = self.source.wait_for_urls()
+        hedged = self._hedge_news = asyncio.get_running_loop().create_future()
         if news is None:
             if not self._fetches:
                 # Nothing can bring work any more, yet the source is not exhausted: a bug, but
@@ -294,12 +314,18 @@ class CrawlJob(JobOutcomes):
                            self.source)
                 self.stop()
                 return
-            await asyncio.wait({*self._fetches, stop_wait}, return_when=asyncio.FIRST_COMPLETED)
+            try:
+                await asyncio.wait({*self._fetches, stop_wait, hedged}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                hedged.cancel()
+                self._hedge_news = None
             return
         try:
-            await asyncio.wait({*self._fetches, stop_wait, news}, return_when=asyncio.FIRST_COMPLETED)
+            await asyncio.wait({*self._fetches, stop_wait, news, hedged}, return_when=asyncio.FIRST_COMPLETED)
         finally:
             news.cancel()
+            hedged.cancel()
+            self._hedge_news = None
 
     # -- one fetch ------------------------------------------------------------------------
 
@@ -332,6 +358,8 @@ class CrawlJob(JobOutcomes):
     async def _fetch_one(self, task: Task, permit: Permit) -> None:
         released = False
         try:
+            if self.hedges.stale(task):
+                return  # a hedge whose page its first send answered meanwhile: the permit goes back unused
             task.attempts += 1
             tally = self._tally(task.host)
             tally.requests += 1
@@ -344,6 +372,14 @@ class CrawlJob(JobOutcomes):
             released = True
             # Its hold (Retry-After), for the last look of the requests admitted before it came.
             self.look.note(permit, self.throttler.clock.now())
+            if self.hedges.racing(task) and not self._final(task, permit, outcome):
+                # Its other send (a hedge, or the hung first one) is still out and decides: this
+                # answer would be sent again, and that send is already on its way.
+                _log.debug("%s: %s while its other send is out; that one decides", task.target,
+                           outcome.status if outcome.error is None else type(outcome.error).__name__)
+                self.hedges.lost(task)
+                return
+            self.hedges.settled(task)
             self._settle(task, permit, outcome)
         except NotSent as exc:
             # Not written (the fetcher's last look): a hold this crawl heard after the permit was
@@ -355,11 +391,14 @@ class CrawlJob(JobOutcomes):
             task.attempts -= 1
             self._tally(task.host).requests -= 1
             self.summary.requests -= 1
+            self.hedges.requeued(task)
             self.scheduler.push(task, front=True)
         except Exception:  # a bug, or an error no layer below turned into an answer
             # The task must not vanish: a shared worker would hold its claim forever and never end.
             _log.exception("%s: unexpected error while fetching it", task.target)
-            self._retry_or_fail(task)
+            if not self.hedges.racing(task):
+                self.hedges.settled(task)
+                self._retry_or_fail(task)
         finally:
             if not released:
                 await permit.release()
@@ -380,10 +419,14 @@ class CrawlJob(JobOutcomes):
         # From the admission to the fetch: a fleet worker's wait for the store's reply and its own
         # loop's turn. The fetch's latency starts after it; the scopes learn it apart (Permit.feedback).
         lag = self.throttler.clock.now() - permit.granted_at
+        send = self.hedges.going(task)
+        page = None
         try:
             page = await fetcher.get(task.target, limit)
         finally:
             WRITING.reset(token)
+            # (Cancelled: the page's other send settled it; no feedback, the permit goes back untaught.)
+            self.hedges.back(task, send, None if page is None else page.latency)
         # A latency mostly spent waiting for this process's own event loop (a worker starved
         # of CPU) says nothing of the server: the throttler does not learn from it.
         stalled = local_share_dominates(page.latency, page.stalled)

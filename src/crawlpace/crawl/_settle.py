@@ -23,6 +23,7 @@ from .._throttle._permit import Permit
 from .._throttle._throttler import Throttler
 from ..frontier._scheduler import Dropped, Scheduler, Task
 from ._answer import Answer, redirect_target, transient
+from ._hedge import HedgeBook
 from ._options import CrawlOptions
 from ._output import ResultBatch
 from ._refusals import RefusalTracker
@@ -48,6 +49,7 @@ class JobOutcomes:
     _results: ResultBatch[tuple[Task, str]]
     _refusals: RefusalTracker
     _robots_answers: RobotsAnswers | None
+    hedges: HedgeBook
 
     def _settle(self, task: Task, permit: Permit, answer: Answer) -> None:
         refused = self._refusals.note(task.host, answer.error)
@@ -92,6 +94,14 @@ class JobOutcomes:
         self._finish(task, kind, status=answer.status, error=error, size=len(answer.body),
                      latency=answer.latency, block_rule=answer.block_rule)
 
+    @staticmethod
+    def _final(task: Task, permit: Permit, answer: Answer) -> bool:
+        """Whether ``answer`` is one :meth:`_settle` would not send again, retries left or not: not a
+        backoff answer, not a transient failure (a page's hedge race: the first such answer wins)."""
+        outcome = permit.outcome
+        backoff = outcome is not None and any(item.backoff for item in outcome.feedback)
+        return task.kind == "page" and not backoff and not transient(answer)
+
     def _follow_redirect(self, task: Task, answer: Answer, max_hops: int | None = None) -> bool:
         """Queue the next hop of a redirect, under its own host; False when there is none to follow."""
         target = redirect_target(task, answer, self.options.max_redirects if max_hops is None else max_hops)
@@ -102,6 +112,8 @@ class JobOutcomes:
         return True
 
     def _dropped(self, task: Task, why: Dropped, detail: str) -> None:
+        if self.hedges.dropped(task):
+            return  # a hedge: the page's first send is still out and writes its line
         if task.kind == "robots" and self._robots_answers is not None:
             self._robots_answers.dropped(task, detail)
             return
