@@ -824,20 +824,3 @@ async def test_a_fleet_of_4_on_a_cap_counts_a_refusals_hangs_from_the_store_not_
     run = await measure(redis_url.split("?")[0], 4, latency=0.0, seconds=30.0, site=Slots(0.155, 6), lag=0.05)
     assert run.refused <= 30
     assert run.ok_per_second(5.0, 30.0) >= 0.5 * 6 / 0.155
-
-
-@pytest.mark.redis
-async def test_a_fleet_reads_a_caps_counts_at_the_site_not_with_the_requests_in_transit(
-        redis_url: str) -> None:
-    # A cap of 10 at 0.288 s a page whose slot is freed 0.092 s after its answer (the random farm's
-    # conncap06), 8 workers each 0.05 s between grant and write (and answer and release). The store's
-    # lease set counts a request from its grant to its release: 0.1 s of each lease is on its way to
-    # the site or back, so at the site's 8 the lease set counted 10-11. The most accepted (10 "in
-    # flight") and the counts refusals met were both lease counts, the slots were capped at 5-7 of
-    # them on a refusal at 11 (a cap of 4-5 at the site): 0.63 of the capacity, 8 refusals in 30 s.
-    # Both are counted at the site now (the lease's share there, latency / (latency + held over)),
-    # and the cap is lifted back to lease counts for the admission: capped at 8 at the site, 10 leases.
-    site = LateSlots(0.288, 10, 0.092)
-    run = await measure(redis_url.split("?")[0], 8, latency=0.0, seconds=30.0, site=site, lag=0.05)
-    assert run.refused <= 4
-    assert run.ok_per_second(5.0, 30.0) >= 0.8 * 10 / (0.288 + 0.092)

@@ -1260,18 +1260,3 @@ def test_slots_past_eight_open_only_while_every_slot_is_used_and_a_rate_refusal_
     capped = controller(start_rate=100.0, max_concurrency=8)
     now = _fill_slots(capped, 0.0, 30.0)
     assert capped.concurrency(capped.allowed_rate(now)) == 8
-
-
-def test_a_fleets_lease_count_is_read_at_the_site_and_a_cap_lifted_back_for_the_admission() -> None:
-    # A fleet's lease is held 0.1 s past a 0.3 s page (the grant to the write, the answer to the
-    # release): the site holds a request 3/4 of its lease, so 9 leases (one request's own and 8 others)
-    # are 1 + 8 x 0.75 = 7 at the site, and a cap of 7 there is 9 leases. One process: as counted.
-    rampup = controller()
-    rampup.latency, rampup._held_over = 0.3, 0.1
-    assert rampup._at_site(9) == 9
-    assert rampup._in_leases(7.0) == 7.0
-    rampup._merged = True
-    assert rampup._at_site(9) == 7
-    assert rampup._at_site(1) == 1
-    assert rampup._in_leases(7.0) == 9.0
-    assert rampup._in_leases(math.inf) == math.inf

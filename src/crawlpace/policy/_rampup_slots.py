@@ -106,11 +106,8 @@ class _SlotSizingState(Protocol):
     def _note_late(self, sent: float, inflight: int) -> None: ...
     def _miscounted(self, inflight: int) -> bool: ...
     def concurrency(self, rate: float) -> int: ...
-    def crowded(self, met: int, now: float | None = None, out: Sequence[float] | None = None) -> bool: ...
-    def _passed(self, now: float, out: Sequence[float] | None = None) -> tuple[float, ...]: ...
-    def _transit_share(self) -> float: ...
-    def _at_site(self, count: int) -> int: ...
-    def _in_leases(self, count: float) -> float: ...
+    def crowded(self, met: int, now: float | None = None) -> bool: ...
+    def _passed(self, now: float) -> tuple[float, ...]: ...
 
 
 class SlotSizing:
@@ -162,10 +159,7 @@ class SlotSizing:
         known = float(max(self._stragglers, hung))
         stuck = 0.0 if self._level else max(stuck + 2.0 * math.sqrt(stuck), known)
         slots = min(self.slot_limit() + hung, math.ceil(rate * span + stuck) + 1)
-        # (A cap read from refusals counts the requests at the site: a fleet's lease set holds those in
-        # transit too, :meth:`_at_site`.)
-        cap = self._in_leases(self.slot_cap)
-        slots = slots if slots <= cap + hung else int(cap) + hung
+        slots = slots if slots <= self.slot_cap + hung else int(self.slot_cap) + hung
         # Nor against the most slots: at 100/s a site hanging 3 % of its requests for 10 s has about
         # 30 out, and counted against 16 they left the pages a few (0.53 of the clean pace). Only the
         # crawl-wide cap on requests in flight (the throttler's) bounds them.
@@ -176,31 +170,6 @@ class SlotSizing:
         crawler's own time holds at the learned rate (:meth:`_note_held`), which carry no request to
         the site. (None in one process, whose slots are held about as long as their requests are out.)"""
         return self.max_concurrency + int(self.rate * self._held_over)
-
-    def _transit_share(self: _SlotSizingState) -> float:
-        """The share of a fleet's lease that its request spends at the site (0 < share <= 1; 1 in one
-        process): a lease is held from the store's grant to its release, the site holds the request its
-        latency of that, the rest (:meth:`_note_held`, ``_held_over``) it is on its way there or back."""
-        latency = self.latency
-        if not self._merged or latency is None or latency <= 0.0 or self._held_over <= 0.0:
-            return 1.0
-        return latency / (latency + self._held_over)
-
-    def _at_site(self: _SlotSizingState, count: int) -> int:
-        """A fleet's count in flight from its lease set (``count``, one request's own included) as the
-        site holds them: by Little's law the others are at the site the share of their lease's time
-        they are there (:meth:`_transit_share`), the rest in transit. One process: ``count``."""
-        share = self._transit_share()
-        return count if share >= 1.0 or count <= 1 else max(1, 1 + round((count - 1) * share))
-
-    def _in_leases(self: _SlotSizingState, count: float) -> float:
-        """A count at the site (a slot cap read from :meth:`_at_site` counts) as the lease set's count
-        that holds it: the inverse of :meth:`_at_site`. (Rounded down, a fleet of 4 on a cap of 6
-        at 0.155 s pages 0.03 s behind was held to 0.67 of its capacity, 0.78 so, refusals 2 and 3.)"""
-        share = self._transit_share()
-        if share >= 1.0 or count <= 1.0 or math.isinf(count):
-            return count
-        return float(1 + round((count - 1.0) / share))
 
     def _note_held(self: _SlotSizingState, now: float, sent_at: float | None, latency: float | None) -> None:
         """An accepted answer at ``now`` to a request admitted at ``sent_at`` that the site held ``latency``:
@@ -291,7 +260,7 @@ class SlotSizing:
         """
         limit = self.slot_limit()
         if (level != 0 or inflight is None or inflight < limit or limit >= self._most_slots()
-                or self._knee_hold > 0 or self._in_leases(self.slot_cap) <= limit):
+                or self._knee_hold > 0 or self.slot_cap <= limit):
             return
         base = self.baseline()
         if (base is None or now - self._opened_at < max(T.round, 2.0 * base) or self.pushbacks(now) > 0
@@ -353,8 +322,6 @@ class SlotSizing:
         if inflight is None:
             return False
         inflight = max(1, inflight - self._hung_at(sent_at, out))
-        if out is not None:
-            inflight = self._at_site(inflight)
         if (self._lone_refused or (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
                 and not 1 <= self._inflight_ok < inflight)) and not self.crowded(inflight):
@@ -388,8 +355,7 @@ class SlotSizing:
         sends = self._outstanding if out is None else [at for at in out if at < sent_at - _SAME_SEND]
         before = sum(1 for at in sends if at < sent_at)
         since = sum(1 for at in self._answers if sent_at < at <= now)
-        met = max(1, min(inflight + since, 1 + before + since) - self._hung_at(sent_at, sends))
-        return met if out is None else self._at_site(met)
+        return max(1, min(inflight + since, 1 + before + since) - self._hung_at(sent_at, sends))
 
     def tally_crowd(self: _SlotSizingState, met: int, quick: bool) -> None:
         """Count an answer to a request that met ``met`` in flight (:meth:`met_at_send`), and whether it was
@@ -398,14 +364,13 @@ class SlotSizing:
         if quick:
             self._crowd_quick = tallied(self._crowd_quick, met)
 
-    def crowded(self: _SlotSizingState, met: int, now: float | None = None,
-                out: Sequence[float] | None = None) -> bool:
+    def crowded(self: _SlotSizingState, met: int, now: float | None = None) -> bool:
         """Whether the site's quick 5xx follow the count in flight from ``met`` on (``_load_errors.crowded``):
         a cap's refusals, whatever the verdict on the site's other errors. At ``now``, the requests still
-        out count too (:meth:`_passed`; a fleet's from ``out``, its store's sends out)."""
-        return crowded(self._crowd_n if now is None else self._passed(now, out), self._crowd_quick, met)
+        out count too (:meth:`_passed`)."""
+        return crowded(self._crowd_n if now is None else self._passed(now), self._crowd_quick, met)
 
-    def _passed(self: _SlotSizingState, now: float, out: Sequence[float] | None = None) -> tuple[float, ...]:
+    def _passed(self: _SlotSizingState, now: float) -> tuple[float, ...]:
         """The answers by count in flight (:meth:`tally_crowd`), with the requests still out at ``now`` for
         longer than a refusal on arrival takes, each at the count it met (:meth:`met_at_send`'s count, as
         if answered now): a cap refuses on arrival, so these passed it.
@@ -420,15 +385,11 @@ class SlotSizing:
         answers = self._crowd_n
         if base is None:
             return answers
-        # (A fleet's from its store's sends out: the shared record keeps sends long answered, each of
-        # which passed here as one more request through the cap at a count it never met.)
-        sends = self._outstanding if out is None else sorted(out)
-        for before, at in enumerate(sends):
+        for before, at in enumerate(self._outstanding):
             if now - at >= T.quick_refusal * base:
                 # (as met_at_send counts it: those sent before it still out, and those answered since)
                 since = sum(1 for done in self._answers if at < done <= now)
-                met = max(1, 1 + before + since - self._hung_at(at, sends))
-                answers = tallied(answers, met if out is None else self._at_site(met))
+                answers = tallied(answers, max(1, 1 + before + since - self._hung_at(at)))
         return answers
 
     def scattered(self: _SlotSizingState, met: int) -> bool:
@@ -551,15 +512,12 @@ class SlotSizing:
                 self.slot_cap = math.inf
 
     def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
-                       inflight: int | None, out: Sequence[float] | None = None) -> bool:
-        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots.
-        (``out``: a fleet's sends out from its store, whose hangs count, as there.)"""
+                       inflight: int | None) -> bool:
+        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
         if inflight is None:
             return False
         if elapsed is not None:  # (the count the cap saw: see refused_on_arrival)
-            inflight = max(1, inflight - self._hung_at(now - elapsed, out))
-        if out is not None:
-            inflight = self._at_site(inflight)  # (a fleet's refusal: the site's count, as accepted ones)
+            inflight = max(1, inflight - self._hung_at(now - elapsed))
         quick = elapsed is not None and self._quick(answered, elapsed)
         late = inflight <= self._inflight_ok and not (quick and self._miscounted(inflight))
         if late and elapsed is not None and quick:
@@ -741,8 +699,6 @@ class SlotSizing:
         a 20 s crawl. A refusal at or under the most accepted is a slot freed late: the cut's spacing
         answers that, so the rate stays cut (a cap freed late serves less than its slots at the
         baseline latency; neither is the first refusal's rate lifted past that)."""
-        if inflight is not None:
-            inflight = self._at_site(inflight)  # (as the most accepted counts it)
         base = self.baseline()
         if inflight is None or base is None or base < T.latency_noise:
             return  # (pages answered in milliseconds: a rate limiter's quick refusals, no count to hold)
@@ -775,8 +731,6 @@ class SlotSizing:
         """An accepted answer at ``now`` with ``inflight`` in flight (this one included), to a request
         sent at ``sent_at``: the most seen, and how soon after an answer such a request may leave
         (``_ok_since``, counted afresh when the most rises)."""
-        if inflight is not None:
-            inflight = self._at_site(inflight)  # (a fleet's lease count holds requests in transit)
         if inflight is not None and inflight > self._inflight_ok:
             self._ok_below, self._ok_at = self._inflight_ok, now
             self._inflight_ok, self._ok_since = inflight, math.inf

@@ -118,7 +118,6 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .._jitter import Jitter
@@ -451,7 +450,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
 
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
                     answered: bool = True, elapsed: float | None = None, inflight: int | None = None,
-                    lag: float = 0.0, error: bool = False, out: Sequence[float] | None = None) -> bool:
+                    lag: float = 0.0, error: bool = False) -> bool:
         """Take one outcome.
 
         Args:
@@ -467,8 +466,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 arrival came that much later (the arrivals' spread, ``_rampup_cut``).
             error: the pushback is a 5xx or a failure, whose cut the scope's error rule may judge
                 not about load (``_load_errors``), not a limiter's refusal (a 429): see :meth:`forgive`.
-            out: a fleet's sends out as the answer came, read from its store (each settled by its
-                release): a refusal's hangs are counted from them (``SlotSizing._slots_refused``).
 
         Returns:
             True when :attr:`rate` changed.
@@ -477,7 +474,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         undo = pushback and error and self._limited and not self._undo
         pace = tuple(_copied(getattr(self, name)) for name in _PACE) if undo else ()
         self._on_response(now, pushback=pushback, current=current, latency=latency, answered=answered,
-                          elapsed=elapsed, inflight=inflight, lag=lag, error=error, out=out)
+                          elapsed=elapsed, inflight=inflight, lag=lag, error=error)
         if self.generation != generation and pushback:
             if pace:
                 self._undo = pace  # the first cut of the errors under judgement
@@ -489,7 +486,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
 
     def _on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
                      answered: bool, elapsed: float | None, inflight: int | None, lag: float,
-                     error: bool, out: Sequence[float] | None = None) -> None:
+                     error: bool) -> None:
         if self.phase == "start" and not pushback:  # a refusal on arrival says nothing of service time
             self._start_latency(latency)
         # Like TCP, cut at most once per round trip: answers to requests that were
@@ -546,7 +543,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         elif pushback and answered and not passed and not self._episode_opens(now, can_cut, sent_at):
             self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
                          f"{self._ep_gap:.3g}s, until one is accepted")
-        elif pushback and self._slots_refused(now, answered, elapsed, inflight, out):
+        elif pushback and self._slots_refused(now, answered, elapsed, inflight):
             if can_cut:
                 self._cut(now, reason="slots", sent_at=sent_at)
                 self._slots_pace(now, inflight)

@@ -355,7 +355,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             if met is not None:
                 quick = is_error(feedback) and rampup._quick(True, took)
                 rampup.tally_crowd(met, quick)
-                crowded = quick and rampup.crowded(met, now, out)
+                crowded = quick and rampup.crowded(met, now)
                 scattered = (quick and not crowded and rampup.scattered(met)
                              and not rampup.held_late(True, took, inflight, now - took))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
@@ -433,7 +433,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
                                    elapsed=now - sent_at, inflight=None if scattered else inflight,
-                                   lag=feedback.lag, error=is_error(feedback), out=out)
+                                   lag=feedback.lag, error=is_error(feedback))
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
