@@ -16,7 +16,11 @@ verdict, each row has the busiest window without the first lock-out's refusals (
 know the window keeps within the limit.
 
     PYTHONPATH=src python bench/over_limit.py [--seeds 228096579,883305661,1051141758]
-        [--kinds reqrate,sliding,fixed,shifting] [--sites reqrate17,fixed10] [--seconds 60] [--quick] [--json]
+        [--kinds reqrate,sliding,fixed,shifting] [--sites reqrate17,fixed10] [--seconds 60] [--lag 0.05]
+        [--quick] [--json]
+
+``--lag``: each request reaches the site up to that many seconds after its send (the harness's
+``lag``: a loaded crawler machine's own delays, as on a real-HTTP round at load 20-40).
 """
 
 from __future__ import annotations
@@ -157,10 +161,12 @@ def build(entry: dict[str, Any], harness_seed: int) -> WindowSite:
     return WindowSite(entry["name"], limiter, limit, window, "clock", retry, offset, stats, pages)
 
 
-async def run(entry: dict[str, Any], seconds: float, latency: float, harness_seed: int) -> dict[str, Any]:
+async def run(entry: dict[str, Any], seconds: float, latency: float, harness_seed: int,
+              lag: float = 0.0) -> dict[str, Any]:
     site = build(entry, harness_seed)
     judged = site.judged_limit
-    out = await harness.crawl(site, seconds, seed=harness_seed, latency=latency, instant=True, robots=0.005)
+    out = await harness.crawl(site, seconds, seed=harness_seed, latency=latency, instant=True, robots=0.005,
+                              lag=lag)
     # Goodput over the crawl's own time (to its last page when it ran out of pages), over capacity.
     span = site.done_at if site.done_at is not None else seconds
     share = site.served / max(span, 1e-9) / site.capacity
@@ -179,6 +185,8 @@ def main() -> None:
                         help="site kinds, of reqrate, sliding, fixed, shifting")
     parser.add_argument("--sites", default="", help="only these site names (e.g. reqrate17,fixed10)")
     parser.add_argument("--seconds", type=float, default=60.0, help="virtual seconds per crawl")
+    parser.add_argument("--lag", type=float, default=0.0,
+                        help="each request reaches the site up to this many seconds after its send")
     parser.add_argument("--quick", action="store_true",
                         help="30 virtual seconds, one harness seed, the 50 ms latency only (under a minute)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
@@ -201,7 +209,7 @@ def main() -> None:
                 continue
             for latency in latencies:
                 for harness_seed in seeds:
-                    row = asyncio.run(run(entry, seconds, latency, harness_seed))
+                    row = asyncio.run(run(entry, seconds, latency, harness_seed, args.lag))
                     row.update(site=f"r{number + 1}:{entry['name']}", latency=latency, seed=harness_seed)
                     rows.append(row)
                     span = entry.get("period", entry.get("window"))
@@ -228,7 +236,7 @@ def main() -> None:
     print(f"without the first lock-out's refusals: {summary['runs_over_without_lockout']} runs over; sites: "
           f"{', '.join(summary['sites_over_without_lockout']) or 'none'}")
     if args.json:
-        print(json.dumps({"benchmark": "over_limit", "quick": args.quick, "seconds": seconds,
+        print(json.dumps({"benchmark": "over_limit", "quick": args.quick, "seconds": seconds, "lag": args.lag,
                           "farm_seeds": args.seeds, "kinds": list(kinds), "summary": summary, "rows": rows,
                           "wall": round(time.perf_counter() - started, 1)}))
 
