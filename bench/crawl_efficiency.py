@@ -144,6 +144,12 @@ verdict compares medians). ``--plot-dir DIR`` (default ``bench/out/crawl_efficie
 site's requests and 200s per second over time against its hidden capacity, with the
 seconds that drew a 429 or a 503 marked.
 
+``--farm random`` draws a fresh farm per round and holds every site against the oracle's
+in the same round; its table adds **to last page x**, a second makespan to the first 200
+of each live site's last page (the simulator's ``last_page``). The makespan stops at the
+last request; a page whose first send hangs is done when it is first served, and a
+contender that sends it again is done sooner than one that waits the hang out.
+
 ``--quick`` crawls a smaller copy of the farm written on the fly: every site keeps its
 profile and limits but serves at most 5 pages, and a ``flaky`` site hangs for at most
 3 s (20 s in ``mixed``).
