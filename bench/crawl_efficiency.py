@@ -144,6 +144,12 @@ verdict compares medians). ``--plot-dir DIR`` (default ``bench/out/crawl_efficie
 site's requests and 200s per second over time against its hidden capacity, with the
 seconds that drew a 429 or a 503 marked.
 
+``--farm random`` draws a fresh farm per round and holds every site against the oracle's
+in the same round; its table adds **to last page x**, a second makespan to the first 200
+of each live site's last page (the simulator's ``last_page``). The makespan stops at the
+last request; a page whose first send hangs is done when it is first served, and a
+contender that sends it again is done sooner than one that waits the hang out.
+
 ``--quick`` crawls a smaller copy of the farm written on the fly: every site keeps its
 profile and limits but serves at most 5 pages, and a ``flaky`` site hangs for at most
 3 s (20 s in ``mixed``).
@@ -521,6 +527,9 @@ class SiteFigures:
     #: The same busiest window with the first lock-out's refusals left out (the simulator's
     #: ``peak_per_window_without_lockout``): None before one ended, or from a farm that does not report it.
     busiest_window_without_lockout: int | None = None
+    #: Seconds from the contender's start to the first 200 of the site's last page to get one (the
+    #: simulator's ``last_page``): when the site was done, which a hung send answered later does not move.
+    last_page: float | None = None
 
     @property
     def judged(self) -> tuple[float, float] | None:
@@ -578,6 +587,15 @@ class Run:
         """Seconds to the last request to a site that is not dead (capacity 0)."""
         times = [site.last_request for site in self.sites.values()
                  if site.capacity != 0 and site.last_request is not None]
+        return max(times) if times else None
+
+    @property
+    def last_live_page(self) -> float | None:
+        """Seconds to the last page served to a site that is not dead: the crawl's end as a user waits for
+        it, where :attr:`last_live_request` is the last send (a page sent again because its first send
+        hung is done at its first answer, the hung send's tail aside)."""
+        times = [site.last_page for site in self.sites.values()
+                 if site.capacity != 0 and site.last_page is not None]
         return max(times) if times else None
 
     @property
@@ -818,7 +836,8 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
             second_limit=second_limit(site, specs[name]) if name in specs else None,
             busiest_window=site.get("peak_per_window"), window=site.get("window"),
             window_limit=window_limit(site),
-            busiest_window_without_lockout=site.get("peak_per_window_without_lockout"))
+            busiest_window_without_lockout=site.get("peak_per_window_without_lockout"),
+            last_page=None if site.get("last_page") is None else round(float(site["last_page"]) - started, 3))
     if run.total("requests") == 0:
         tail = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         run.error = f"no request reached the farm (exit {run.exit_code}); its stderr ends: " + (
@@ -841,7 +860,7 @@ def median_of(values: Sequence[float | None]) -> float | None:
 
 
 SITE_KEYS = ("pages", "done", "requests", "ok", "throttled", "violations", "goodput_ratio", "last_request",
-             "busiest_second", "second_limit", "busiest_window", "window", "window_limit")
+             "last_page", "busiest_second", "second_limit", "busiest_window", "window", "window_limit")
 
 
 def site_medians(runs: list[Run], site: str) -> dict[str, float | None]:
@@ -864,6 +883,7 @@ def total_medians(runs: list[Run]) -> dict[str, float | None]:
         "live_pages": median_of([run.live_pages[1] for run in runs]),
         "wall": median_of([run.wall for run in runs]),
         "last_live_request": median_of([run.last_live_request for run in runs]),
+        "last_live_page": median_of([run.last_live_page for run in runs]),
         "startup": median_of([run.startup for run in runs]),
         "cut_runs": sum(run.cut for run in runs),
         # The worst round: a site over its limit + 1 (per second, or per its own window) in any round counts.
@@ -1213,6 +1233,8 @@ def oracle_targets(names: list[str], contenders: list[Contender], sites: dict[st
                          "violation_kinds": {kind: mine[f"violations_{kind}"] for kind in VIOLATION_KINDS},
                          "live_done": done,
                          "live_pages": pages, "makespan_over_oracle": makespan, "targets": checks,
+                         "pages_makespan_over_oracle": over_oracle(mine["last_live_page"],
+                                                                   oracle["last_live_page"]),
                          "startup": startup, "makespan_with_startup_over_oracle": with_startup,
                          "sites_over_limit": int(mine["over_limit"] or 0),
                          "targets_met": sum(checks.values()), "targets_total": len(checks)}
@@ -1492,7 +1514,7 @@ def own_share(site: SiteFigures) -> float | None:
 
 #: The figures of one round that ``--repeats`` also gives as medians over the rounds.
 ROUND_KEYS = ("mean_over_oracle", "p10_over_oracle", "pushback_share", "makespan_over_oracle",
-              "own_share_mean", "own_share_p10")
+              "pages_makespan_over_oracle", "own_share_mean", "own_share_p10")
 
 
 def round_figures(run: Run, oracle: Run) -> dict[str, Any]:
@@ -1514,6 +1536,7 @@ def round_figures(run: Run, oracle: Run) -> dict[str, Any]:
         "p10_over_oracle": rounded(percentile(known, LOW_PERCENTILE)),
         "pushback_share": round(run.total("throttled") / requests, 4) if requests else None,
         "makespan_over_oracle": over_oracle(run.last_live_request, oracle.last_live_request),
+        "pages_makespan_over_oracle": over_oracle(run.last_live_page, oracle.last_live_page),
         "own_share_mean": rounded(statistics.fmean(owned)) if owned else None,
         "own_share_p10": rounded(percentile(owned, LOW_PERCENTILE)),
     }
@@ -1578,6 +1601,8 @@ def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
                             for kind in VIOLATION_KINDS},
         "makespan_over_oracle": median_of(makespans),
         "makespans_over_oracle": makespans,
+        "pages_makespan_over_oracle": median_of([figures["pages_makespan_over_oracle"]
+                                                 for figures in per_round]),
         "per_round": per_round,
         "round_medians": {key: median_of([figures[key] for figures in per_round]) for key in ROUND_KEYS},
         "pages_done": sum(run.total("done") for run in mine_runs.values()),
@@ -1621,15 +1646,16 @@ def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, 
           "pages done that it did, pooled over the rounds; own share: goodput/capacity capped at 1 times "
           "the share of its pages done, whatever the oracle got")
     headers = ("contender", "sites", "mean x oracle", "p10 x oracle", "own share mean / p10", "429+503 %",
-               "violations", "makespan x oracle", "start-up s", "pages done", "over limit", "worst excess",
-               "cut")
+               "violations", "makespan x oracle", "to last page x", "start-up s", "pages done", "over limit",
+               "worst excess", "cut")
     rows = []
     for c in chosen:
         t = summaries[c.key]
         rows.append([c.key, fmt(t["sites"]), fmt(t["mean_over_oracle"], "x"), fmt(t["p10_over_oracle"], "x"),
                      share_cell(t["own_share_mean"], t["own_share_p10"]),
                      "-" if t["pushback_share"] is None else f"{100 * t['pushback_share']:.1f}",
-                     fmt(t["violations"]), fmt(t["makespan_over_oracle"], "x"), fmt(t["startup"], "s"),
+                     fmt(t["violations"]), fmt(t["makespan_over_oracle"], "x"),
+                     fmt(t["pages_makespan_over_oracle"], "x"), fmt(t["startup"], "s"),
                      f"{t['pages_done']}/{t['pages']}", fmt(t["sites_over_limit"]),
                      excess_cell(t["worst_excess"]), fmt(t["cut_runs"])])
     print("\n".join(pipe_table(headers, rows)))
@@ -1643,9 +1669,9 @@ def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, 
             rows.append([c.key, fmt(m["mean_over_oracle"], "x"), fmt(m["p10_over_oracle"], "x"),
                          share_cell(m["own_share_mean"], m["own_share_p10"]),
                          "-" if m["pushback_share"] is None else f"{100 * m['pushback_share']:.1f}",
-                         fmt(m["makespan_over_oracle"], "x")])
+                         fmt(m["makespan_over_oracle"], "x"), fmt(m["pages_makespan_over_oracle"], "x")])
         print("\n".join(pipe_table(("contender", "mean x oracle", "p10 x oracle", "own share mean / p10",
-                                     "429+503 %", "makespan x oracle"), rows)))
+                                     "429+503 %", "makespan x oracle", "to last page x"), rows)))
     kinds = sorted({kind for c in chosen for kind in summaries[c.key]["by_kind"]})
     if kinds:
         print()
@@ -1667,7 +1693,8 @@ def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, 
             print(f"  {c.key}: worst sites " + ", ".join(
                 f"{item['site']} {item['over_oracle']:.2f}" for item in summaries[c.key]["worst_sites"]))
     print("  p10: the 10th percentile of the sites; makespan: the median over the rounds of the seconds "
-          "to the last request to a live site over the oracle's; over limit: site-rounds whose busiest "
+          "to the last request to a live site over the oracle's; to last page: the same to the first 200 of "
+          "each live site's last page (a hung send's tail aside); over limit: site-rounds whose busiest "
           "second (own window, for a site that counts per window) passed their limit + 1; worst excess: "
           "the largest busiest second (window) minus that "
           "limit (target at most +1), with the site-round, busiest and limit; the sites are named after "

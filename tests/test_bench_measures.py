@@ -168,10 +168,10 @@ def test_a_bucket_is_still_judged_per_second() -> None:
 
 
 def run(contender: str, round_no: int, ratios: dict[str, float], throttled: int = 0,
-        last: float = 10.0) -> Any:
+        last: float = 10.0, page: float | None = None) -> Any:
     sites = {name: bench.SiteFigures(pages=10, done=10, requests=10 + throttled, ok=10, throttled=throttled,
                                      violations=0, violation_kinds={}, goodput=ratio, capacity=1.0,
-                                     goodput_ratio=ratio, last_request=last)
+                                     goodput_ratio=ratio, last_request=last, last_page=page)
              for name, ratio in ratios.items()}
     return bench.Run(contender=contender, round=round_no, wall=last, exit_code=0, cut=False, sites=sites)
 
@@ -196,6 +196,22 @@ def test_repeats_give_medians_over_rounds_beside_the_pooled_figures() -> None:
     assert summary["own_share_by_kind"]["conncap"] == pytest.approx(statistics.fmean([0.6, 0.8, 0.5]),
                                                                     abs=1e-3)
     assert summary["oracle_share_by_kind"] == {"bucket": 1.0, "conncap": 0.8}
+
+
+def test_the_makespan_to_the_last_page_is_read_apart_from_the_last_send() -> None:
+    # Both sent their last request at 10 s; the oracle waited for a hung page until 19.9 s, the crawl sent
+    # it again and had it at 10.5 s. The makespan (last send) cannot tell them apart; the pages' one can.
+    runs = [run("crawlpace-rampup", 1, {"errors01": 1.0}, page=10.5),
+            run("oracle", 1, {"errors01": 1.0}, page=19.9)]
+    dead = bench.SiteFigures(pages=5, done=0, requests=9, ok=0, throttled=0, violations=0,
+                             violation_kinds={}, goodput=None, capacity=0.0, goodput_ratio=None,
+                             last_request=40.0, last_page=40.0)
+    for each in runs:
+        each.sites["dead01"] = dead  # a dead site's end counts in neither makespan
+    summary = bench.random_summary("crawlpace-rampup", runs)
+    assert summary["makespan_over_oracle"] == pytest.approx(1.0)
+    assert summary["pages_makespan_over_oracle"] == pytest.approx(10.5 / 19.9, abs=1e-3)
+    assert summary["per_round"][0]["pages_makespan_over_oracle"] == summary["pages_makespan_over_oracle"]
 
 
 # -- the oracle's pacing ------------------------------------------------------------------

@@ -92,6 +92,7 @@ async def test_a_hung_page_is_sent_once_more_and_the_first_answer_counts_once(tm
     assert summary.outcomes["ok"] == 13
     assert summary.outcomes.total() == 13
     assert summary.requests == 12 + sends + app.arrivals["/robots.txt"]
+    assert summary.as_dict()["hedges"] == summary.hedges == sends - 1  # every send after the first
     assert summary.complete
 
 
@@ -104,6 +105,7 @@ async def test_retries_zero_sends_no_hedge(tmp_path: Path) -> None:
     assert all(line["attempts"] == 1 and line["status"] == 200 for line in lines)
     assert summary.outcomes["ok"] == 13
     assert summary.requests == 13 + app.arrivals["/robots.txt"]
+    assert summary.hedges == 0
 
 
 @pytest.mark.parametrize(("latencies", "span"), [

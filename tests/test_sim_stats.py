@@ -171,6 +171,24 @@ def test_a_path_last_answered_with_a_challenge_is_listed_until_its_content_goes_
     assert figures["challenged_paths"] == ["/b"]  # /a got its content in the end; /b never did
 
 
+def test_a_sites_last_page_is_each_pages_first_200_not_a_hung_send_that_ends_later() -> None:
+    # /a hangs from 0.0 and is sent again at 1.0 (answered at once); the hung send ends with its 200 at 9.9,
+    # when the client had /a already. /b's 503 at 2.0 and its 200 at 2.5: the site was done at 2.5.
+    stats = SiteStats()
+    assert stats.as_dict()["last_page"] is None
+    for arrived in (0.0, 1.0, 2.0, 2.4):
+        stats.arrive(arrived)
+    stats.depart(1.0, 200, path="/a")
+    stats.depart(2.0, 503, path="/b")
+    stats.depart(2.5, 200, path="/b")
+    stats.depart(9.9, 200, path="/a")
+    assert stats.as_dict()["last_page"] == 2.5
+    assert (stats.last, stats.ok) == (2.4, 3)
+    stats.arrive(12.0)
+    stats.depart(12.0, 200, challenge=True, path="/c")  # a challenge page is not the page
+    assert stats.last_page == 2.5
+
+
 def test_the_judged_peak_per_second_leaves_robots_txt_out() -> None:
     # A bucket of 2/s, burst 1: robots.txt (which no limiter of the farm counts) and two pages within a
     # second are within its rules, but every arrival together reads 3, over its limit of 2. The figure

@@ -167,6 +167,7 @@ class CrawlJob(JobOutcomes):
         finally:
             await self._shutdown()
             self.summary.seconds = time.monotonic() - started
+            self.summary.hedges = self.hedges.hedges
             self.summary.interrupted = self.stopping
         return self.summary
 

@@ -26,6 +26,8 @@ class CrawlSummary:
     requests: int = 0
     #: Requests sent again for a URL already tried (its second send and later).
     retries: int = 0
+    #: Second sends of hung pages (see ``crawl/_hedge.py``), each also one of ``retries``.
+    hedges: int = 0
     #: Bytes of the bodies of the answers written (after decompression).
     bytes: int = 0
     seconds: float = 0.0
@@ -61,7 +63,8 @@ class CrawlSummary:
         """The figures as a JSON-ready dict."""
         return {
             "urls": self.urls, "answered": self.answered, "unfinished": self.unfinished,
-            "requests": self.requests, "retries": self.retries, "bytes": self.bytes,
+            "requests": self.requests, "retries": self.retries, "hedges": self.hedges,
+            "bytes": self.bytes,
             "seconds": round(self.seconds, 3), "interrupted": self.interrupted,
             "complete": self.complete, "resumed_from": self.resumed_from, "lost": self.lost,
             "outcomes": dict(sorted(self.outcomes.items())),

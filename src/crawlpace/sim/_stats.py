@@ -102,6 +102,10 @@ class SiteStats:
         self.peak_per_second = 0
         self.first: float | None = None
         self.last: float | None = None
+        #: When the latest page (a path) got its first 200, and the paths served one: a client that sends a
+        #: hung page again is done with it at the first 200, whenever the hung send ends.
+        self.last_page: float | None = None
+        self._served: set[str] = set()
         self.statuses: Counter[int] = Counter()
         self.aborted = 0
         #: 200s that were challenge pages, not the content (counted as refusals).
@@ -295,6 +299,9 @@ class SiteStats:
                 _bin(self._ok, self._index(now))
                 if path is not None:
                     self.challenged_paths.discard(path)
+                    if path not in self._served:
+                        self._served.add(path)
+                        self.last_page = now if self.last_page is None else max(self.last_page, now)
             elif status in (429, 503):
                 _bin(self._refused, self._index(now))
 
@@ -379,6 +386,7 @@ class SiteStats:
             "peak_limited_per_second": self.peak_limited_per_second,
             "first": self.first,
             "last": self.last,
+            "last_page": self.last_page,
             "active": self.active,
             "goodput": self.goodput,
             "capacity": self.capacity,
