@@ -19,6 +19,10 @@ figures. The contenders:
 Per contender and latency: the sends per second after the start phase (seconds 10 to the
 end), that over the reference's, the 429s drawn over the whole run, and the busiest one
 second of sends (the bucket lets 34 through in one).
+
+A second table puts the same contenders on moving windows that announce their budget
+(``RateLimit-Policy`` and ``RateLimit``, or the draft-07 dictionary; ``--quick``: 5 per 3 s
+only): the sends per second over the run, that over the window's limit, and the 429s.
 """
 
 from __future__ import annotations
@@ -35,9 +39,30 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.redis_server import RedisServer, redis_binary  # noqa: E402
-from tests.test_fleet_learning import measure  # noqa: E402
+from tests.test_fleet_learning import Announced, measure  # noqa: E402
 
 CONTENDERS = (("memory", 1), ("redis-1", 1), ("redis-4", 4), ("redis-8", 8))
+
+#: Moving windows that announce their budget (limit, seconds, header style): a spent budget's
+#: answers say 0 left and a reset in whole seconds from now (bench/results/fleetstrict2.md).
+ANNOUNCED = ((5, 3.0, "ietf"), (16, 12.0, "draft07"), (3, 1.0, "ietf"))
+
+
+async def announced(url: str, windows: tuple[tuple[int, float, str], ...],
+                    seconds: float) -> list[dict[str, Any]]:
+    """Each contender on each announced moving window (pages in 0.04 s, robots.txt first): the
+    sends per second over the whole run, that over the window's limit, and the 429s."""
+    rows: list[dict[str, Any]] = []
+    for limit, length, style in windows:
+        for name, workers in CONTENDERS:
+            site = Announced(limit, length, latency=0.04, style=style)
+            result = await measure("memory://" if name == "memory" else url, workers, latency=0.04,
+                                   seconds=seconds, site=site, robots=True)
+            rate = result.per_second(0.0, seconds)
+            rows.append({"window": f"{limit} per {length:g}s ({style})", "contender": name,
+                         "rate": round(rate, 3), "over_limit": round(rate * length / limit, 3),
+                         "refused": result.refused})
+    return rows
 
 
 async def run(url: str, latencies: tuple[float, ...], seconds: float) -> list[dict[str, Any]]:
@@ -72,6 +97,7 @@ def main() -> None:
     server.start()
     try:
         rows = asyncio.run(run(server.url, latencies, seconds))
+        windows = asyncio.run(announced(server.url, ANNOUNCED[:1] if args.quick else ANNOUNCED, seconds))
     finally:
         server.close()
     print(f"fleet learning: a 25/s token bucket (burst 10), rampup on, {seconds:g} s of fake time; "
@@ -81,8 +107,15 @@ def main() -> None:
     for row in rows:
         print(f"| {row['latency']:g} | {row['contender']} | {row['steady_rate']:.1f} | "
               f"{row['over_memory']:.2f} | {row['refused']} | {row['busiest_second']} | {row['wall']:.1f} |")
+    print(f"announced moving windows, {seconds:g} s of fake time: sends per second over the run")
+    print("| window | contender | sends /s | x limit | 429s |")
+    print("|:---|:---|---:|---:|---:|")
+    for row in windows:
+        print(f"| {row['window']} | {row['contender']} | {row['rate']:.2f} | {row['over_limit']:.2f} | "
+              f"{row['refused']} |")
     if args.json:
-        print(json.dumps({"benchmark": "fleet_learning", "seconds": seconds, "rows": rows}, sort_keys=True))
+        print(json.dumps({"benchmark": "fleet_learning", "seconds": seconds, "rows": rows,
+                          "announced": windows}, sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -100,10 +100,12 @@ class HeaderBudget:
         edge_hi: ... and the latest (``-inf``/``inf``: not known yet).
         last_left: the remaining count of the latest answer taken (-1: none).
         last_sent: when the request of that answer was sent.
-        answers: when this process's latest answers came, refusals too, at most ``usable`` of
-            them (its own, never shared: a fleet's other sends are not in it).
-        sends_seen: True once the store reported a send (:meth:`on_send`): one process's
-            store, which reports each one, so its answers and requests in flight are all.
+        answers: when the scope's latest answers came, refusals too, at most ``usable`` of
+            them, oldest first: one process's own, or a fleet's, every worker's (the scope's
+            shared state in a shared store, while ``quota`` is at most :data:`SHARED_LIMIT`).
+        sends_seen: True once the answers and the requests in flight are all the scope's: one
+            process's store reports each send (:meth:`on_send`); a shared store counts the
+            fleet's requests in flight with each answer and keeps the answers shared (:meth:`shared`).
     """
 
     __slots__ = ("answers", "edge_hi", "edge_lo", "last_left", "last_sent", "quota", "sends_seen", "usable",
@@ -123,6 +125,16 @@ class HeaderBudget:
     def on_send(self) -> None:
         """The store reported a send of the scope (one process's store reports each one)."""
         self.sends_seen = True
+
+    def shared(self) -> None:
+        """A shared store applied an answer: its answers log is the fleet's and each answer comes with
+        the fleet's requests in flight, so a spent budget they explain comes back as in one process
+        (:meth:`_oldest_counted`). A budget above :data:`SHARED_LIMIT` keeps no log in the shared
+        state: its spent budget waits for the header's reset, as it did per worker."""
+        if self.quota <= SHARED_LIMIT:
+            self.sends_seen = True
+        else:
+            self.answers.clear()
 
     # -- the window's edge -----------------------------------------------------
 
@@ -186,7 +198,13 @@ class HeaderBudget:
             self.usable = min(self.usable, max(1.0, quota - remaining))
         usable = min(self.usable, quota)
         answers = self.answers
-        answers.append(now)  # a refusal too: a moving window may count it
+        if answers and now < answers[-1]:
+            # (A fleet's worker may apply its answer after another's later one: kept in time order.)
+            ordered = sorted((*answers, now))
+            answers.clear()
+            answers.extend(ordered)
+        else:
+            answers.append(now)  # a refusal too: a moving window may count it
         while len(answers) > usable:
             answers.popleft()
         left = remaining - (quota - usable)

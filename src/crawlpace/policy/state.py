@@ -100,7 +100,11 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_slot_ok", "_slot_refused", "_held_over",
           "_pinned", "_counter_lo", "_counter_hi", "_counter_span", "_counter_open", "_limited",
           "_fits", "_ok_after_hold"),  # rampup
-    "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent"),  # announced budget
+    # The announced budget; its answers are the fleet's, every worker's, so that a spent budget those
+    # answers explain comes back once the oldest leaves the window, in a fleet as in one process (kept
+    # per worker, a fleet, even of one, held each spent budget to the header's whole-second reset:
+    # 1 per s on a moving window of 5 per 3 s, bench/results/fleetstrict2.md).
+    "h": ("quota", "window", "usable", "edge_lo", "edge_hi", "last_left", "last_sent", "answers"),
     "c": ("limit", "length", "start", "trusted", "early_until"),  # a whole-second reset, narrowed
     # The verdict on the scope's errors (policy/_load_errors.py): one judgement for a fleet, made from
     # every worker's outcomes, as one process makes it from its own (each worker judging alone cut a
@@ -132,7 +136,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
           "_counted", "_counted_n", "_left", "_more", "_undo", "_undo_void"),  # (this process's own sends,
     # for the counter fit, its own queue: the work a step after a hold is weighed for, and the pace its
     # errors' cut would put back)
-    "h": ("answers", "sends_seen"),  # this process's own answers: a fleet's other sends are not in them
+    "h": ("sends_seen",),  # (a shared store sets it once its answers are the fleet's: HeaderBudget.shared)
     "c": (),
     "e": (),
     "w": (),

@@ -142,6 +142,8 @@ class PolicyWriter:
         # a write-back (a plain answer makes none, a lost one drops it), and its sends long answered passed
         # for hangs: a fleet of 8 on a cap of 6 read every refusal at 1 in flight (bench/results/storm2.md).
         out = lease.out[index] if lease.out else None
+        if policy.budget is not None:
+            policy.budget.shared()  # (a copy read from the store: its answers are the fleet's)
         policy.on_outcome(now, signal, generation=generation, sent_at=lease.server_granted_at,
                           expected_use=use, inflight=inflight, out=out)
         if (policy.rampup is not None and signal is not None and signal.accepted
@@ -153,6 +155,9 @@ class PolicyWriter:
         if policy.window_log is not None:
             # The fleet's window log: every worker's answers, with the fleet's requests in flight.
             policy.window_log.shared()
+        if policy.budget is not None:
+            # The fleet's announced budget: every worker's answers, with the fleet's requests in flight.
+            policy.budget.shared()
         if door_ok is not None and policy.rampup is not None:
             policy.rampup.door_page_accepted(door_ok)
         if policy.rampup is not None and accepted is not None:
