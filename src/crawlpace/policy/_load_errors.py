@@ -47,7 +47,10 @@ no share from them (two 503s first are a share of 1, which no share is twice
 of, and their errors were what made the cut): its share is learned from the
 error that made the cut and the outcomes after the verdict, until it rests on
 :data:`_KNOWN`, and until then a quick refusal with several requests in flight
-is still a cap's (``learned``), not one of the site's own errors. A site whose
+is still a cap's (``learned``), not one of the site's own errors; but from the
+verdict on, not a slot freed late (the scope policy): a verdict is a sequential
+test's, and one quick 5xx sent right after an answer is evidence of a slot still
+held by no more than one over the share against it. A site whose
 answers are nearly all errors is the circuit breaker's: it never tolerates a
 share of :data:`~.breaker.STEADY_MAX` or more, so it still pauses, probes and
 gives up such a site (seed 003).
@@ -222,7 +225,8 @@ class LoadErrors:
 
     def learned(self) -> bool:
         """Whether the errors are judged the site's own on a share that rests on enough outcomes
-        (:data:`_KNOWN`): until then a quick refusal with several in flight may still be a cap's."""
+        (:data:`_KNOWN`): until then a quick refusal with several in flight may still be a cap's
+        (though no longer a slot freed late: see the module)."""
         return self.plain and self.learned_n >= _KNOWN
 
     def slows(self) -> bool:
