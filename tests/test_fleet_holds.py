@@ -501,15 +501,16 @@ async def test_a_write_of_a_scope_in_its_start_waits_while_a_sibling_is_overdue(
     clock = MockClock()
     a, b = await fleet_of(redis_url, clock, 2)
     try:
-        assert a.holding(("site",))  # in its start: every write looks
-        assert b.holding(("site",))
-        # The site answers in 10 ms (a worker measured it on an accepted answer).
+        assert not a.holding(("site",))  # no answer measured yet
+        # The site answers in 10 ms (each worker measured it on an accepted answer).
         warm = await admitted(a, clock)
         assert await look_at(a, warm) == 0.0
         await a.release(warm, Outcome(status=200, latency=0.01))
         await b.release(await admitted(b, clock), Outcome(status=200, latency=0.01))
         await a.flush()
         await b.flush()
+        assert a.holding(("site",))  # in its start, on a quick site: every write looks
+        assert b.holding(("site",))
         clock.advance(1.0)
         first, second = await admitted(a, clock), await admitted(b, clock)
         assert await look_at(a, first) == 0.0  # A writes; the site will refuse it (its first hold)
@@ -539,6 +540,10 @@ async def test_a_site_that_answers_slowly_keeps_its_writes_side_by_side(redis_ur
         for store in fleet:  # each worker has measured the site's 300 ms answers
             await store.release(await admitted(store, clock), Outcome(status=200, latency=0.3))
             await store.flush()
+        slow = await fleet_of(redis_url, clock, 1)
+        await slow[0].release(await admitted(slow[0], clock), Outcome(status=200, latency=0.3))
+        await slow[0].aclose()
+        assert not slow[0].holding(("site",))  # in its start, but slow: its writes do not look
         # The scope has held once (a short hold, over by now): every write is guarded.
         # (Its hold alone, as a refusal's reaches the store: the fixed policy's cut of its slots is
         # not what this test is about.)
