@@ -594,12 +594,13 @@ class RedisStore:
     def _starting(self, scope: str) -> bool:
         """Whether the scope is guarded for its first hold: this worker's copy of its policy is a
         rampup still in its start, and the site answers within :data:`TOGETHER` (the quickest
-        accepted answer this worker measured). On such a site a sibling is overdue soon after its
-        write, and a refusal read late is the only way into a hold. A slower site is left as it
-        was until it holds: a look's round trip on each write holds a slot that much longer, and
-        at a load of 35-85 that cost 20-40 % of the pace of sites answering in 0.1-0.4 s (retry3.md)."""
+        accepted answer this worker measured; before any, it may: a first hold comes among a
+        site's first pages, traced). On such a site a sibling is overdue soon after its write,
+        and a refusal read late is the only way into a hold. A slower site is left as it was
+        until it holds: a look's round trip on each write holds a slot that much longer, and at
+        a load of 35-85 that cost 20-40 % of the pace of sites answering in 0.1-0.4 s (retry3.md)."""
         floor = self._answer_floor.get(scope)
-        if floor is None or floor >= TOGETHER:
+        if floor is not None and floor >= TOGETHER:
             return False
         rampup = self._policies.policy(scope).rampup
         return rampup is not None and rampup.phase == "start"
