@@ -27,7 +27,7 @@ from crawlpace._clients._last_look import WRITING, LastLook, Writing
 from crawlpace.crawl._fetch import LOOK_AFTER, RELOOKS, AiohttpFetcher
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, open_store
-from crawlpace.stores.redis import RedisStore
+from crawlpace.stores.redis import RedisLease, RedisStore, _keys
 from crawlpace.stores.redis.connection import _Call
 from crawlpace.testing import MockClock
 
@@ -91,7 +91,7 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
     asked: list[tuple[str, ...]] = []
     slept: list[float] = []
 
-    async def held_for(scopes: tuple[str, ...]) -> float:  # another worker's Retry-After, in the store
+    async def held_for(scopes: tuple[str, ...], lease_id: str = "") -> float:  # another worker's Retry-After
         asked.append(scopes)
         return 0.75 if len(asked) == 1 else 0.0  # over once waited out
 
@@ -134,6 +134,42 @@ async def test_a_write_that_lags_its_admission_waits_out_the_stores_hold() -> No
     assert LOOK_AFTER <= 0.05  # well within the sites' tolerance for requests already on their way
 
 
+async def test_a_punctual_write_of_a_scope_that_held_asks_the_store_under_its_lease() -> None:
+    """A write that follows its admission at once skips the store's round trip, unless its scope has
+    held: then every write is noted, and may have to wait for a sibling still out (the store says
+    when to look again). main: such a write went without asking, and its siblings never saw it."""
+    asked: list[tuple[tuple[str, ...], str]] = []
+    slept: list[float] = []
+
+    async def held_for(scopes: tuple[str, ...], lease_id: str = "") -> float:
+        asked.append((scopes, lease_id))
+        return 0.02 if len(asked) == 1 else 0.0  # a sibling out, then answered
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+
+    seen: list[bytes] = []
+    head = b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\n"
+    async with server(answering(head, b"ok", seen=seen)) as base:
+        http = AiohttpFetcher(user_agent="crawlpace-test/1", timeout=5.0, max_connections=4, trust_env=False,
+                              clock=time.monotonic, sleep=sleep)
+        try:
+            for scope in ("held", "plain"):  # just admitted, each
+                token = WRITING.set(Writing(_Permit((scope,), time.monotonic() + 60.0), LastLook(),
+                                            time.monotonic, held_for, holding=lambda s: s == ("held",),
+                                            lease_id=f"{scope}-1"))
+                try:
+                    page = await http.get(f"{base}/a", 100)
+                finally:
+                    WRITING.reset(token)
+                assert page.status == 200
+        finally:
+            await http.aclose()
+    assert len(seen) == 2
+    assert asked == [(("held",), "held-1"), (("held",), "held-1")]  # the plain scope's write: no look
+    assert slept == [0.02]
+
+
 @pytest.mark.redis
 async def test_the_last_look_reads_the_hold_on_the_servers_clock_not_a_workers_estimate(
         redis_url: str) -> None:
@@ -173,7 +209,7 @@ async def test_a_write_held_by_the_store_looks_again_before_it_goes() -> None:
     asked: list[float] = []
     slept: list[float] = []
 
-    async def held_for(scopes: tuple[str, ...]) -> float:
+    async def held_for(scopes: tuple[str, ...], lease_id: str = "") -> float:
         asked.append(holds[len(asked)] if len(asked) < len(holds) else 0.2)
         return asked[-1]
 
@@ -337,4 +373,194 @@ async def test_the_writes_a_hold_caught_go_one_by_one_after_it_then_the_admissio
             await store.release(lease, Outcome(status=200, latency=0.01))
     finally:
         for each in stores:
+            await each.aclose()
+
+
+@pytest.mark.redis
+async def test_a_write_waits_while_an_earlier_sibling_of_a_scope_that_held_is_out(redis_url: str) -> None:
+    """The race a fleet of 8 broke Retry-After with (bench/results/retry2.md): worker A's request
+    is refused, but A's loaded loop reads the 429 (and sends its hold) 40-150 ms later; meanwhile
+    worker C looked at the store, found no hold, and wrote into it. Now a scope that has held
+    notes each write, and a write waits while a sibling written more than TOGETHER before it is
+    still out; it goes once the sibling is answered, or waits out the sibling's hold. main: C's
+    look found nothing to wait for and wrote at once."""
+    from crawlpace.stores.redis import LOOK_AGAIN, TOGETHER
+
+    clock = MockClock()
+    url = redis_url.split("?")[0] + f"?namespace=s{uuid.uuid4().hex[:10]}&time=local"
+    stores = [open_store(url, SETTINGS, clock, random.Random(seed)) for seed in (1, 2, 3)]
+    redis_stores = [store for store in stores if isinstance(store, RedisStore)]
+    assert len(redis_stores) == 3
+    a, b, c = redis_stores
+
+    async def look(store: RedisStore, lease: Lease) -> float:
+        """The last look's wait before writing ``lease`` (0.0: it goes, and is noted)."""
+        assert isinstance(lease, RedisLease)
+        return await store.held_for(("site",), lease.lease_id)
+
+    def named(lease: Lease) -> str:
+        assert isinstance(lease, RedisLease)
+        return lease.lease_id
+
+    try:
+        # Before any hold, nothing is noted: a write never waits for a sibling.
+        first = await admitted(a, clock)
+        assert await look(a, first) == 0.0
+        assert not a.holding(("site",))
+        clock.advance(1.0)
+        assert await look(c, await admitted(c, clock)) == 0.0
+        client = await a._conn.client()
+        notes = _keys.writes_key(a._prefix, "site")
+        assert not await client.exists(notes)
+        # The scope holds once (a short Retry-After, over by the time the race starts).
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=0.5)
+        await a.release(first, Outcome(status=429, latency=0.01, feedback=(feedback,)))
+        await a.flush()
+        assert a.holding(("site",))
+        clock.advance(2.0)
+        sibling, together, late = [await admitted(store, clock) for store in (a, b, c)]
+        assert not c.holding(("site",))  # not yet heard of the hold
+        assert await look(a, sibling) == 0.0  # A writes; the site will refuse it
+        assert await client.zscore(notes, named(sibling)) is not None
+        clock.advance(TOGETHER / 2)
+        assert await look(b, together) == 0.0  # B's write reaches the site with A's: it goes
+        clock.advance(TOGETHER)
+        # C's comes after: A's answer may be a refusal A has not read yet.
+        assert await look(c, late) == LOOK_AGAIN  # main: 0.0, written into the hold A had not sent
+        assert c.holding(("site",))  # heard from its look: its next writes look even when punctual
+        assert await client.zscore(notes, named(late)) is None  # not written: not noted
+        # A reads its 429 and holds the scope; C's next look waits the hold out.
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=2.0)
+        await a.release(sibling, Outcome(status=429, latency=0.01, feedback=(feedback,)))
+        await a.flush()
+        assert await look(c, late) >= 1.9
+        clock.advance(2.5)
+        # After the hold: B's request is still out (written long ago), so C waits for it too.
+        assert await look(c, late) == LOOK_AGAIN
+        await b.release(together, Outcome(status=200, latency=0.01))
+        await b.flush()
+        assert await look(c, late) == 0.0  # every sibling answered: it goes
+        assert await client.zscore(notes, named(late)) is not None
+        await c.release(late, Outcome(status=200, latency=0.01))
+        await c.flush()
+        # A look's reply read late (a loaded worker): the sibling it found too young to wait for is
+        # older than TOGETHER by the time the write leaves, so the write looks again.
+        clock.advance(5.0)
+        sibling, slow = [await admitted(store, clock) for store in (a, b)]
+        assert await look(a, sibling) == 0.0
+        clock.advance(TOGETHER / 2)
+        eager = b._conn.call_eager
+
+        async def read_late(name: str, keys: Any, args: Any) -> Any:
+            reply = await eager(name, keys, args)
+            clock.advance(TOGETHER)
+            return reply
+
+        b._conn.call_eager = read_late  # type: ignore[method-assign]
+        assert await look(b, slow) == LOOK_AGAIN
+        b._conn.call_eager = eager  # type: ignore[method-assign]
+        assert await look(b, slow) == LOOK_AGAIN  # the sibling is out, and old enough to wait for now
+        for store, lease in ((a, sibling), (b, slow)):
+            await store.release(lease, Outcome(status=200, latency=0.01))
+    finally:
+        for each in stores:
+            await each.aclose()
+
+
+RAMPUP = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "CONCURRENT_REQUESTS": 16})
+WIDE = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"concurrency": 8, "delay": 0.0},
+                             "CONCURRENT_REQUESTS": 16})
+
+
+async def fleet_of(redis_url: str, clock: MockClock, workers: int,
+                   settings: Settings = RAMPUP) -> list[RedisStore]:
+    """``workers`` stores of one namespace on ``clock`` (every scope paced by rampup by default)."""
+    url = redis_url.split("?")[0] + f"?namespace=f{uuid.uuid4().hex[:10]}&time=local"
+    stores = [open_store(url, settings, clock, random.Random(seed)) for seed in range(workers)]
+    fleet = [store for store in stores if isinstance(store, RedisStore)]
+    assert len(fleet) == workers
+    return fleet
+
+
+async def look_at(store: RedisStore, lease: Lease) -> float:
+    """The last look's wait before writing ``lease`` (0.0: it goes, and is noted)."""
+    assert isinstance(lease, RedisLease)
+    return await store.held_for(("site",), lease.lease_id)
+
+
+@pytest.mark.redis
+async def test_a_write_of_a_scope_in_its_start_waits_while_a_sibling_is_overdue(redis_url: str) -> None:
+    """A scope's FIRST hold (bench/results/retry3.md): the start climbs above anything the site has
+    shown, the site refuses worker A, and A's loaded loop reads the 429 late; worker B looked at the
+    store meanwhile and wrote into the hold (fleet8 at stop 54: both broken rules were first holds).
+    A scope still in its start is guarded as one that has held: a write waits while a sibling is
+    overdue (out longer than TOGETHER plus the scope's answer time after its write). main: B's look
+    found nothing to wait for (the scope had never held) and wrote at once."""
+    from crawlpace.stores.redis import LOOK_AGAIN, TOGETHER
+
+    clock = MockClock()
+    a, b = await fleet_of(redis_url, clock, 2)
+    try:
+        # The site answers in 10 ms (each worker measured it on an accepted answer).
+        warm = await admitted(a, clock)
+        assert await look_at(a, warm) == 0.0
+        await a.release(warm, Outcome(status=200, latency=0.01))
+        await b.release(await admitted(b, clock), Outcome(status=200, latency=0.01))
+        await a.flush()
+        await b.flush()
+        assert a.holding(("site",))  # in its start, on a quick site: every write looks
+        assert b.holding(("site",))
+        clock.advance(1.0)
+        first, second = await admitted(a, clock), await admitted(b, clock)
+        assert await look_at(a, first) == 0.0  # A writes; the site will refuse it (its first hold)
+        clock.advance(TOGETHER + 0.01 + 0.005)  # A's answer left the site more than TOGETHER ago
+        assert await look_at(b, second) == LOOK_AGAIN  # main: 0.0, into the hold A had not sent
+        feedback = ScopeFeedback(backoff=True, status=429, latency=0.01, hold=2.0)
+        await a.release(first, Outcome(status=429, latency=0.01, feedback=(feedback,)))
+        await a.flush()
+        assert await look_at(b, second) >= 1.9  # A's hold has landed: B waits it out
+    finally:
+        for each in (a, b):
+            await each.aclose()
+
+
+@pytest.mark.redis
+async def test_a_site_that_answers_slowly_keeps_its_writes_side_by_side(redis_url: str) -> None:
+    """The wait is bounded by the scope's answer time: on a site answering in 300 ms, a sibling out
+    less than that plus TOGETHER cannot have been refused and read, so nobody waits for it, and the
+    fleet keeps several requests in flight (retry2's rule made every write wait while a sibling
+    written 50 ms before it was out: one request per answer time after a single hold). Only a
+    sibling overdue (out longer than its answer time plus TOGETHER) holds a write back."""
+    from crawlpace.stores.redis import LOOK_AGAIN, TOGETHER
+
+    clock = MockClock()
+    fleet = await fleet_of(redis_url, clock, 4, WIDE)
+    try:
+        for store in fleet:  # each worker has measured the site's 300 ms answers
+            await store.release(await admitted(store, clock), Outcome(status=200, latency=0.3))
+            await store.flush()
+        slow = await fleet_of(redis_url, clock, 1)
+        await slow[0].release(await admitted(slow[0], clock), Outcome(status=200, latency=0.3))
+        await slow[0].aclose()
+        assert not slow[0].holding(("site",))  # in its start, but slow: its writes do not look
+        # The scope has held once (a short hold, over by now): every write is guarded.
+        # (Its hold alone, as a refusal's reaches the store: the fixed policy's cut of its slots is
+        # not what this test is about.)
+        first = fleet[0]
+        await first._conn.call_eager("hold", [first._keys("site")[0]], [await first._now_arg(), "0.5"])
+        clock.advance(2.0)
+        leases = [await admitted(store, clock) for store in fleet]
+        for store, lease in zip(fleet, leases, strict=True):  # one write every 80 ms: all go
+            assert await look_at(store, lease) == 0.0
+            assert store.holding(("site",))  # (the first look's reply said the scope has held)
+            clock.advance(0.08)
+        # The first sibling has been out 320 ms: not yet overdue (300 ms + TOGETHER).
+        clock.advance(TOGETHER)  # now the first is overdue: a fifth write waits for it
+        late = await admitted(fleet[1], clock)
+        assert await look_at(fleet[1], late) == LOOK_AGAIN
+        await fleet[0].release(leases[0], Outcome(status=200, latency=0.3))
+        await fleet[0].flush()
+        assert await look_at(fleet[1], late) == 0.0
+    finally:
+        for each in fleet:
             await each.aclose()

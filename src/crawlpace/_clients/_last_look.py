@@ -178,12 +178,17 @@ class Writing:
     now: Callable[[], float]
     #: A shared store's holds (:meth:`~crawlpace.stores.base.HeldStore.held_for`), for the crawl's
     #: last look: another worker's refusal reaches this one only through the store.
-    held_for: Callable[[tuple[str, ...]], Awaitable[float]] | None = None
+    held_for: Callable[[tuple[str, ...], str], Awaitable[float]] | None = None
     #: A shared store's time before which the request may not be written (a Crawl-delay after
     #: another worker's latest write: ``HeldStore.write_after``), and the note that it is being
     #: written (``HeldStore.wrote``).
     write_after: Callable[[tuple[str, ...]], float] | None = None
     wrote: Callable[[tuple[str, ...]], None] | None = None
+    #: Whether every write of the scopes must look at the shared store, even one that follows its
+    #: admission at once (``HeldStore.holding``: a scope that has held notes each write), and the
+    #: store's name for the request's admission, under which its write is noted.
+    holding: Callable[[tuple[str, ...]], bool] | None = None
+    lease_id: str = ""
 
 
 #: The request this task (or thread) is sending now; set by the retry loop around each send

@@ -66,6 +66,12 @@ class Permit:
         return self._lease.granted_at
 
     @property
+    def lease_id(self) -> str:
+        """The shared store's name for this admission ("" for a store that keeps none): a fleet's
+        last look notes the request's write under it (``RedisStore.held_for``)."""
+        return str(getattr(self._lease, "lease_id", ""))
+
+    @property
     def released(self) -> bool:
         """True once the slots went back to the throttler."""
         return self._released

@@ -235,12 +235,16 @@ class AiohttpFetcher:
             _log.debug("%s: %.3f s more before writing it, for the Crawl-delay", params.url, wait)
         held_for = writing.held_for
         lagged = writing.now() - permit.granted_at >= LOOK_AFTER
-        if held_for is not None and lagged and not look.paced(permit):
+        if (held_for is not None and not look.paced(permit)
+                and (lagged or (writing.holding is not None and writing.holding(permit.scopes)))):
             # A fleet: another worker's Retry-After may have reached the store since this was
             # admitted (writes lagging their grants by 0.1-0.25 s on a loaded machine broke them).
             # Not for a Crawl-delay scope: its one slot leaves nothing in flight to hold, and
             # the round trip would lag this write behind its grant more than the next one's.
-            hold = await self._ask(held_for, permit.scopes, writing.now, entered)
+            # A scope that has held asks at every write: a sibling's refusal may be on its way to
+            # another worker's loop, and the store holds this write until that sibling is answered
+            # (the look notes the write as it lets it go; the reply says when to look again).
+            hold = await self._ask(held_for, permit.scopes, writing.lease_id, writing.now, entered)
             looks = 1
             while hold > wait:
                 _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
@@ -252,7 +256,7 @@ class AiohttpFetcher:
                 # While this one waited, a request already on its way may have drawn a refusal whose
                 # hold ends later (a site's quiet time grows with every refusal it gives): look again.
                 looks += 1
-                hold = await self._ask(held_for, permit.scopes, writing.now, writing.now())
+                hold = await self._ask(held_for, permit.scopes, writing.lease_id, writing.now, writing.now())
         if wait > 0.0:
             await self._wait(writing.now, wait)
         look.wrote(permit, writing.now())
@@ -262,10 +266,10 @@ class AiohttpFetcher:
             writing.wrote(permit.scopes)
 
     @staticmethod
-    async def _ask(held_for: Callable[[tuple[str, ...]], Awaitable[float]], scopes: tuple[str, ...],
-                   now: Callable[[], float], entered: float) -> float:
+    async def _ask(held_for: Callable[[tuple[str, ...], str], Awaitable[float]], scopes: tuple[str, ...],
+                   lease_id: str, now: Callable[[], float], entered: float) -> float:
         """The store's hold on ``scopes``, in seconds; the round trip is noted as the crawler's."""
-        hold = await held_for(scopes)
+        hold = await held_for(scopes, lease_id)
         # The round trip is the crawler's (a loaded machine's store and loop: 50-150 ms against
         # sites answering in 2 ms), not the site's: out of the latency, into the lag.
         asked = now() - entered

@@ -416,7 +416,8 @@ class CrawlJob(JobOutcomes):
         token = WRITING.set(Writing(permit, self.look, self.throttler.clock.now,
                                     None if shared is None else shared.held_for,
                                     None if shared is None else shared.write_after,
-                                    None if shared is None else shared.wrote))
+                                    None if shared is None else shared.wrote,
+                                    None if shared is None else shared.holding, permit.lease_id))
         # From the admission to the fetch: a fleet worker's wait for the store's reply and its own
         # loop's turn. The fetch's latency starts after it; the scopes learn it apart (Permit.feedback).
         lag = self.throttler.clock.now() - permit.granted_at

@@ -202,8 +202,14 @@ class HeldStore(Protocol):
     other workers' writes of a scope paced by a Crawl-delay.
     """
 
-    async def held_for(self, scopes: tuple[str, ...]) -> float:
-        """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none)."""
+    async def held_for(self, scopes: tuple[str, ...], lease_id: str = "") -> float:
+        """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none), or until
+        this write (admitted as ``lease_id``) should look again: a sibling written a while before
+        it, of a scope that has held, is still out, and its answer may be a refusal not yet read."""
+
+    def holding(self, scopes: tuple[str, ...]) -> bool:
+        """Whether every write of ``scopes`` must look (:meth:`held_for`), even one that follows
+        its admission at once: one of them has held, and the store notes its writes."""
 
     def write_after(self, scopes: tuple[str, ...]) -> float:
         """The time before which the request just admitted for ``scopes`` may not be written: a

@@ -79,6 +79,13 @@ logger = logging.getLogger(__name__)
 
 # Seconds between two readings of the server's clock in "synced" mode.
 _SYNC_EVERY = 1.0
+#: Seconds apart two writes of a scope reach a site together: a sibling written closer than this
+#: before a write cannot have been answered, and a refusal read, in between (``lua/look.lua``).
+#: A site lets a request in flight as its refusal leaves pass (the simulator forgives 50 ms).
+TOGETHER = 0.05
+#: Seconds a write waits before it looks again while a sibling written before it is still out:
+#: about a loaded fleet's round trip to the store, so looking again costs it little more.
+LOOK_AGAIN = 0.02
 
 try:  # the driver is optional: the ``redis`` extra
     from redis.exceptions import ResponseError
@@ -211,6 +218,12 @@ class RedisStore:
         # written (the latest write any worker noted, plus the delay; write_after).
         self._write_after: dict[str, float] = {}
         self._stamps: dict[str, asyncio.Future[Any]] = {}  # their writes' notes on their way (wrote)
+        # Scopes that have held (a refusal's Retry-After reached the store): every write of them looks,
+        # and is noted (held_for, lua/look.lua). Few: only scopes that refused with a hold.
+        self._noting: set[str] = set()
+        # Per scope, the quickest accepted answer this worker measured (seconds): a sibling of a guarded
+        # scope still out this long plus TOGETHER after its write is overdue (held_for, lua/look.lua).
+        self._answer_floor: dict[str, float] = {}
 
     @property
     def url(self) -> str:
@@ -382,8 +395,12 @@ class RedisStore:
             if self._fallback is not None:  # granted by the fallback while the server was away
                 return self._fallback.release_nowait(lease, outcome)
             raise TypeError("a RedisStore can only release its own leases")
+        latency = outcome.latency if outcome.ok else None
+        floors = self._answer_floor
         for name, _use in lease.demands:
             self._policies.answered(name, lease.server_granted_at)
+            if latency is not None and latency < floors.get(name, math.inf):
+                floors[name] = latency  # (held_for: when a sibling's answer is overdue)
         if len(lease.demands) == 1 and self._allotting and self._allot.keep(lease, outcome):
             return ()  # the slot stays in this worker's allotment; the counts go with its next refresh
         self._renewer.drop(lease.lease_id)
@@ -499,7 +516,7 @@ class RedisStore:
         await self._renewer.aclose()
         await self._conn.aclose()
 
-    async def held_for(self, scopes: tuple[str, ...]) -> float:
+    async def held_for(self, scopes: tuple[str, ...], lease_id: str = "") -> float:
         """Seconds until this write's turn after the hold the server keeps on ``scopes`` (0.0: none held).
 
         The last look before a request is written (``crawl/_fetch.py``): a lease granted
@@ -511,6 +528,16 @@ class RedisStore:
         not asked about: its one slot leaves no other request in flight to hold, and the
         round trip would lag this write behind its grant more than the next one's (the
         fleet's spacing at the site is the spacing of its grants).
+
+        A guarded scope (one that has held, or is still in its start: :meth:`holding`) keeps a
+        note of each write (``lease_id``, the request's lease), and a write waits while a
+        sibling is overdue: still out though written more than :data:`TOGETHER` plus the scope's
+        answer time (the quickest accepted answer this worker measured) before it. Its answer
+        may be a refusal whose hold has not landed yet (the refused worker reads it tens of
+        milliseconds late on a loaded machine). The reply then says :data:`LOOK_AGAIN`, and the
+        last look asks again after it, a few times at most (``crawl/_fetch.py``, ``RELOOKS``).
+        A sibling not yet overdue is not waited for: a site answering in 300 ms keeps its
+        requests in flight side by side.
 
         The wait is counted on the server's clock (``time=server``, the default): this
         worker's estimate of it (from replies read late on a loaded machine) may run ahead
@@ -525,11 +552,65 @@ class RedisStore:
         groups = [scopes] if not self.cluster else [(name,) for name in scopes]
         try:
             now = await self._now_arg()
-            replies = [await self._conn.call_eager("look", [self._keys(name)[0] for name in group], [now])
-                       for group in groups]
+            head = [now, lease_id, repr(TOGETHER), self._idle_arg, repr(LOOK_AGAIN)]
+            sent = self._clock.now()
+            replies = [await self._conn.call_eager(
+                "look", [key for name in group for key in self._look_keys(name)],
+                head + [arg for name in group for arg in self._guard_args(name)]) for group in groups]
         except self._down:
             return 0.0
-        return max(max(float(reply[1]) for reply in replies), 0.0)
+        for group, reply in zip(groups, replies, strict=True):
+            flags = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
+            self._noting.update(name for name, flag in zip(group, flags, strict=False) if flag == "1")
+        wait = max(max(float(reply[1]) for reply in replies), 0.0)
+        if wait == 0.0:
+            # The write leaves only now, as late after the look as its reply was read: a sibling
+            # the look found not yet overdue may be by the time this write reaches the site (a
+            # loaded worker reads replies 40-100 ms late). Look again.
+            # (The round trip bounds the lateness; the next look notes the write anew.)
+            late = self._clock.now() - sent
+            margin = min((float(reply[2]) for reply in replies if reply[2] not in ("", b"")),
+                         default=math.inf)
+            if late > margin:
+                wait = LOOK_AGAIN
+        return wait
+
+    def _look_keys(self, scope: str) -> tuple[str, str, str]:
+        """The keys ``lua/look.lua`` reads of ``scope``: its hash, lease set and writes set."""
+        keys = self._keys(scope)
+        return keys[0], keys[1], _keys.writes_key(self._prefix, scope)
+
+    def holding(self, scopes: tuple[str, ...]) -> bool:
+        """Whether a write of ``scopes`` must look at the store even when it follows its admission
+        at once: one of them is guarded (:meth:`held_for` notes its writes and holds a write while
+        a sibling is overdue). A scope is guarded once it has held (a refusal's hold reached the
+        store, as this worker heard it from its own refusal or a look's reply; a spent header
+        budget's hold does not count: no refusal) and while its rampup is in its start, where the
+        first hold comes: the climb probes above anything the site has shown, and a sibling's
+        refusal is then the likeliest. A set look-up and this worker's copy of the policy."""
+        noting = self._noting
+        return any(name in noting or self._starting(name) for name in scopes)
+
+    def _starting(self, scope: str) -> bool:
+        """Whether the scope is guarded for its first hold: this worker's copy of its policy is a
+        rampup still in its start, and the site answers within :data:`TOGETHER` (the quickest
+        accepted answer this worker measured; before any, it may: a first hold comes among a
+        site's first pages, traced). On such a site a sibling is overdue soon after its write,
+        and a refusal read late is the only way into a hold. A slower site is left as it was
+        until it holds: a look's round trip on each write holds a slot that much longer, and at
+        a load of 35-85 that cost 20-40 % of the pace of sites answering in 0.1-0.4 s (retry3.md)."""
+        floor = self._answer_floor.get(scope)
+        if floor is not None and floor >= TOGETHER:
+            return False
+        rampup = self._policies.policy(scope).rampup
+        return rampup is not None and rampup.phase == "start"
+
+    def _guard_args(self, scope: str) -> tuple[str, str]:
+        """``lua/look.lua``'s two values for ``scope``: "1" to guard it though it has not held
+        (:meth:`holding`), and its answer time, the quickest accepted answer this worker measured
+        ("" before any: a sibling is then overdue :data:`TOGETHER` after its write)."""
+        floor = self._answer_floor.get(scope)
+        return "1" if self._starting(scope) else "", "" if floor is None else repr(floor)
 
     def _note_written(self, demands: tuple[Demand, ...], written: tuple[float | None, ...],
                       server_now: float) -> None:
@@ -624,6 +705,9 @@ class RedisStore:
                 args.append(repr(self._policies.policy(name).hold_for(signal.hold)))
         if not keys:
             return
+        # Its writes are noted from now on (lua/look.lua): every write of it looks.
+        self._noting.update(name for (name, _use), signal in zip(lease.demands, feedback, strict=True)
+                            if signal is not None and signal.hold is not None and signal.hold > 0.0)
         try:
             if self.time != "server":
                 args[0] = await self._now_arg()

@@ -2,7 +2,7 @@
 
 Every key of a namespace starts with ``cp:<namespace>:``, then one of three
 families: a scope's admission keys carry the scope as their hash tag
-(``cp:<ns>:{<scope>}:a`` and ``:l``, ``:r``, ``:p``), so on a Redis Cluster a
+(``cp:<ns>:{<scope>}:a`` and ``:l``, ``:r``, ``:p``, ``:w``), so on a Redis Cluster a
 scope lives in one slot; the shared frontier's keys carry the namespace as
 theirs (``cp:<ns>:frontier:{<ns>}:...``); a shared guard's brake carries its
 name (``cp:<ns>:guard:{<name>}...``). A namespace holds no colon: ``job``'s
@@ -24,12 +24,13 @@ from typing import Any
 
 __all__ = ["SCOPE_SUFFIXES", "check_namespace", "count_learned", "frontier_prefix", "glob_escape",
            "guard_prefix", "learned_prefix", "list_scopes", "namespace_pattern", "owned", "prefix", "purge",
-           "purge_learned", "scope_keys", "scope_pattern"]
+           "purge_learned", "scope_keys", "scope_pattern", "writes_key"]
 
 logger = logging.getLogger(__name__)
 
-#: A scope's keys: its admission hash, its lease set, its resting-slot set and its learned policy.
-SCOPE_SUFFIXES = ("a", "l", "r", "p")
+#: A scope's keys: its admission hash, its lease set, its resting-slot set, its learned policy and,
+#: once it has held, the notes of its writes (:func:`writes_key`).
+SCOPE_SUFFIXES = ("a", "l", "r", "p", "w")
 # Keys deleted per UNLINK while purging.
 _PURGE_BATCH = 500
 
@@ -84,6 +85,11 @@ def scope_keys(namespace_prefix: str, scope: str) -> tuple[str, str, str, str]:
     """The admission hash, lease set, resting set and policy key of ``scope``."""
     base = f"{namespace_prefix}{{{scope}}}"
     return f"{base}:a", f"{base}:l", f"{base}:r", f"{base}:p"
+
+
+def writes_key(namespace_prefix: str, scope: str) -> str:
+    """The set of ``scope``'s writes still out, each lease scored by its write's time (``lua/look.lua``)."""
+    return f"{namespace_prefix}{{{scope}}}:w"
 
 
 def scope_pattern(namespace_prefix: str) -> str:
