@@ -1,0 +1,122 @@
+"""Fleets on connection caps and knees, on a fake clock: goodput over capacity and refusals per cell.
+
+Run it as ``python bench/fleet_caps.py`` (``--quick`` for four cells, ``--json`` for a
+machine-readable last line; ``--sites``, ``--workers``, ``--lags`` pick the grid).
+
+The grid storm1-storm5 measured (bench/results/storm5.md), kept here, not in /tmp: each site is a
+port of a random farm's cap or knee (seed 883305661's ``--kinds softknee,hardknee,conncap``,
+``slots6`` the test harness's cap of 6, ``cc10`` a port of a random farm's conncap06, ``cc1`` the cap of 1 of
+seed 342453864), crawled through ``tests/test_fleet_learning.measure`` by N workers, each on its own
+``RedisStore`` on one private ``redis-server``, with ``lag`` seconds between each grant and the
+request's write, and again between its answer and its release (a loaded machine's event loops). The
+figures per cell: accepted pages a second from 5 s to the end over the site's capacity, and the
+refusals drawn in the whole run. Events run one at a time in time order: the same cell gives the same
+figures on any machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from tests.redis_server import RedisServer, redis_binary  # noqa: E402
+from tests.test_fleet_learning import Knee, LateSlots, Slots, measure  # noqa: E402
+
+
+class HardKnee(Knee):
+    """A random farm's ``hardknee`` (``sim/_load.py`` with no knee): ``latency`` plus ``per`` for each
+    other request in flight, and 503 at once past ``limit`` in flight. (A :class:`Knee` for the
+    harness's types; its own answers.)"""
+
+    def __init__(self, latency: float, per: float, limit: int) -> None:
+        super().__init__(latency, limit, limit)
+        self.per = per
+
+    def capacity(self) -> float:
+        return self.limit / (self.latency + self.per * (self.limit - 1))
+
+    def answer(self, at: float, inflight: int) -> tuple[int, float]:
+        if inflight > self.limit:
+            return 503, 0.002
+        return 200, self.latency + self.per * (inflight - 1)
+
+
+Site = Slots | LateSlots | Knee
+
+#: name -> (a fresh site, its capacity in pages a second)
+SITES: dict[str, tuple[Callable[[], Site], float]] = {
+    "cc10": (lambda: LateSlots(0.288, 10, 0.092), 10 / (0.288 + 0.092)),
+    "slots6": (lambda: Slots(0.155, 6), 6 / 0.155),
+    "softknee01": (lambda: Knee(0.186, 11, 33), 11 / 0.186),
+    "hardknee02": (lambda: HardKnee(0.155, 0.0102, 6), HardKnee(0.155, 0.0102, 6).capacity()),
+    "conncap03": (lambda: LateSlots(0.279, 4, 0.0845), 4 / (0.279 + 0.0845)),
+    "softknee04": (lambda: Knee(0.326, 4, 12), 4 / 0.326),
+    "conncap05": (lambda: LateSlots(0.188, 9, 0.0286), 9 / (0.188 + 0.0286)),
+    "hardknee06": (lambda: HardKnee(0.221, 0.0248, 14), HardKnee(0.221, 0.0248, 14).capacity()),
+    "cc1": (lambda: LateSlots(0.124, 1, 0.022), 1 / (0.124 + 0.022)),
+}
+GRID = ("cc10", "slots6", "hardknee02", "conncap03", "conncap05", "hardknee06", "cc1")
+QUICK = (("slots6", 4, 0.02), ("cc1", 4, 0.05), ("cc10", 8, 0.05), ("conncap03", 8, 0.05))
+
+
+async def run(url: str, cells: list[tuple[str, int, float]], seconds: float) -> list[dict[str, Any]]:
+    rows: list[dict[str, Any]] = []
+    for name, workers, lag in cells:
+        make, capacity = SITES[name]
+        started = time.monotonic()
+        result = await measure(url, workers, latency=0.0, seconds=seconds, site=make(), lag=lag)
+        rows.append({"site": name, "workers": workers, "lag": lag,
+                     "goodput": round(result.ok_per_second(5.0, seconds) / capacity, 3),
+                     "refused": result.refused, "sends": len(result.sends),
+                     "wall": round(time.monotonic() - started, 1)})
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--quick", action="store_true", help=f"four cells only: {QUICK}")
+    parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
+    parser.add_argument("--sites", default=",".join(GRID), help=f"comma-separated, of: {', '.join(SITES)}")
+    parser.add_argument("--workers", default="4,8", help="comma-separated fleet sizes (default 4,8)")
+    parser.add_argument("--lags", default="0.02,0.03,0.05", help="comma-separated lags in seconds")
+    parser.add_argument("--seconds", type=float, default=30.0, help="fake seconds per cell (default 30)")
+    args = parser.parse_args()
+    if args.quick:
+        cells = list(QUICK)
+    else:
+        unknown = [name for name in args.sites.split(",") if name not in SITES]
+        if unknown:
+            sys.exit(f"fleet_caps: unknown sites {unknown}; use {', '.join(SITES)}")
+        cells = [(name, int(workers), float(lag)) for lag in args.lags.split(",")
+                 for name in args.sites.split(",") for workers in args.workers.split(",")]
+    binary = redis_binary()
+    if binary is None:
+        sys.exit("fleet_caps: no redis-server (or valkey-server) on PATH")
+    server = RedisServer(binary)
+    server.start()
+    try:
+        rows = asyncio.run(run(server.url.split("?")[0], cells, args.seconds))
+    finally:
+        server.close()
+    print(f"fleet caps: {args.seconds:g} s of fake time per cell; goodput = accepted pages a second "
+          "from 5 s on over the site's capacity")
+    print("| site | workers | lag s | goodput | refused | sends | wall s |")
+    print("|:---|---:|---:|---:|---:|---:|---:|")
+    for row in rows:
+        print(f"| {row['site']} | {row['workers']} | {row['lag']:g} | {row['goodput']:.2f} "
+              f"| {row['refused']} | {row['sends']} | {row['wall']:g} |")
+    if args.json:
+        print(json.dumps({"seconds": args.seconds, "rows": rows}))
+
+
+if __name__ == "__main__":
+    main()
