@@ -581,15 +581,6 @@ class SlotSizing:
             self._decide(now, f"slots: refused at {inflight} in flight, past the {self.slot_cap:g} slots the "
                          "cap holds now; the cap answers it, no cut")
             return True
-        if (inflight == self.slot_cap == self._inflight_ok and self._lag_seen == 1 and self._lag_lo >= 0.0
-                and self.slot_rest() <= 0.0):
-            # At the cap's full count, the first slot freed late since the model (re)started: the next
-            # such refusal rests the slots (slot_rest) and paces by them; a cut now left them at 0.87 of
-            # what they serve, with no second refusal to start the rest. A rate limiter behind the cap
-            # refuses after rests of any length: the first half a page long drops the model, and cuts.
-            self._decide(now, f"slots: refused at the cap's {inflight} in flight, a slot freed "
-                         f"{self._lag_lo * 1e3:.0f} ms or more after its answer; the cap answers it, no cut")
-            return True
         return False
 
     def _miscounted(self: _SlotSizingState, inflight: int) -> bool:
