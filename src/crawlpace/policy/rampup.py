@@ -527,6 +527,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             if answered and not passed:
                 self._note_refusal_held(now, sent_at, self._resumed_at)
                 self._note_refused_gap(sent_at)
+        cap, most = self.slot_cap, self._inflight_ok  # (before a refusal's slot event: _slot_explained)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
             self._note_stuck(now, elapsed)
@@ -551,7 +552,8 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
                          f"{self._ep_gap:.3g}s, until one is accepted")
         elif pushback and self._slots_refused(now, answered, elapsed, inflight):
-            if can_cut:
+            explained = self._slot_explained(now, elapsed, inflight, cap, most)
+            if can_cut and not explained:  # (explained: past the cap the slots hold now, the rate stays)
                 steady = self.phase == "steady"
                 self._cut(now, reason="slots", sent_at=sent_at)
                 self._slots_pace(now, inflight)
@@ -571,7 +573,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 # they do: a cap of 6 refusing a second send at 7, accepted once, opened an episode, and
                 # its end was fitted as a lock-out at half what the 6 serve.)
                 self._slot_cut_missed(now, sent_at, inflight)
-            elif can_cut and answered and not error:
+            elif can_cut and answered and not error and not explained:
                 # A 429 on arrival, a rate's refusal: before any lock-out it may be a counter's that
                 # counts refusals, still over its limit (_rampup_episode's _slot_cut_drain).
                 self._slot_cut_drain(now, sent_at)
