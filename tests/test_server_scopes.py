@@ -206,7 +206,9 @@ async def test_with_host_scopes_the_same_server_gets_twice_the_pace(tmp_path: Pa
 
 
 async def test_the_scrapy_addon_honours_concurrent_requests_per_ip(tmp_path: Path) -> None:
-    site = RateLimitSite(rate=5.0, burst=1, pages=5)
+    # 10/s with no burst: sends 0.5 s apart have a margin of 0.4 s over the server's 0.1 s gap
+    # (with 5/s, one connection reaching the server 0.3 s late at load 28 drew a 429).
+    site = RateLimitSite(rate=10.0, burst=1, pages=5)
     async with SimServer(site, "127.0.0.1") as server:
         urls = [f"http://{name}:{server.port}/page/{n}"
                 for n in range(1, 6) for name in ("localhost", "127.0.0.1")]
