@@ -148,7 +148,14 @@ seconds that drew a 429 or a 503 marked.
 in the same round; its table adds **to last page x**, a second makespan to the first 200
 of each live site's last page (the simulator's ``last_page``). The makespan stops at the
 last request; a page whose first send hangs is done when it is first served, and a
-contender that sends it again is done sooner than one that waits the hang out.
+contender that sends it again is done sooner than one that waits the hang out. Under the
+tables, one line per contender and round names the site that set its makespan (its end, the
+oracle's end on that site, and the site that set the oracle's), each one's first request
+(seconds from its start to its first arrival at the farm: its start-up, the same cost for the
+oracle, which reads robots.txt from the farm file and so sends none), and the makespan counted
+from each one's first request (``paced_makespan_over_oracle`` in the JSON): pacing alone, with
+the start-ups left out on both sides, also for a fleet, whose makespan counts from its enqueue
+while the oracle's counts from its start.
 
 ``--quick`` crawls a smaller copy of the farm written on the fly: every site keeps its
 profile and limits but serves at most 5 pages, and a ``flaky`` site hangs for at most
