@@ -148,7 +148,14 @@ seconds that drew a 429 or a 503 marked.
 in the same round; its table adds **to last page x**, a second makespan to the first 200
 of each live site's last page (the simulator's ``last_page``). The makespan stops at the
 last request; a page whose first send hangs is done when it is first served, and a
-contender that sends it again is done sooner than one that waits the hang out.
+contender that sends it again is done sooner than one that waits the hang out. Under the
+tables, one line per contender and round names the site that set its makespan (its end, the
+oracle's end on that site, and the site that set the oracle's), each one's first request
+(seconds from its start to its first arrival at the farm: its start-up, the same cost for the
+oracle, which reads robots.txt from the farm file and so sends none), and the makespan counted
+from each one's first request (``paced_makespan_over_oracle`` in the JSON): pacing alone, with
+the start-ups left out on both sides, also for a fleet, whose makespan counts from its enqueue
+while the oracle's counts from its start.
 
 ``--quick`` crawls a smaller copy of the farm written on the fly: every site keeps its
 profile and limits but serves at most 5 pages, and a ``flaky`` site hangs for at most
@@ -530,6 +537,9 @@ class SiteFigures:
     #: Seconds from the contender's start to the first 200 of the site's last page to get one (the
     #: simulator's ``last_page``): when the site was done, which a hung send answered later does not move.
     last_page: float | None = None
+    #: Seconds from the contender's start (a fleet's enqueue) to the site's first arrival, robots.txt
+    #: included: how long the contender took to reach the site at all (its start-up, for the first site).
+    first_request: float | None = None
 
     @property
     def judged(self) -> tuple[float, float] | None:
@@ -597,6 +607,20 @@ class Run:
         times = [site.last_page for site in self.sites.values()
                  if site.capacity != 0 and site.last_page is not None]
         return max(times) if times else None
+
+    @property
+    def first_live_request(self) -> float | None:
+        """Seconds to the first request to a site that is not dead: the contender's start-up (its
+        interpreter, imports, set-up) before any pacing; a fleet's counts from its enqueue."""
+        times = [site.first_request for site in self.sites.values()
+                 if site.capacity != 0 and site.first_request is not None]
+        return min(times) if times else None
+
+    def last_live_site(self) -> str | None:
+        """The live site whose last request came last: the one that set :attr:`last_live_request`."""
+        ends = {name: site.last_request for name, site in self.sites.items()
+                if site.capacity != 0 and site.last_request is not None}
+        return max(ends, key=lambda name: ends[name]) if ends else None
 
     @property
     def mean_capped(self) -> float | None:
@@ -837,7 +861,8 @@ def tally(run: Run, contender: Contender, folder: Path, url_file: Path, figures:
             busiest_window=site.get("peak_per_window"), window=site.get("window"),
             window_limit=window_limit(site),
             busiest_window_without_lockout=site.get("peak_per_window_without_lockout"),
-            last_page=None if site.get("last_page") is None else round(float(site["last_page"]) - started, 3))
+            last_page=None if site.get("last_page") is None else round(float(site["last_page"]) - started, 3),
+            first_request=None if site.get("first") is None else round(float(site["first"]) - started, 3))
     if run.total("requests") == 0:
         tail = (folder / "stderr.txt").read_text(encoding="utf-8", errors="replace").strip().splitlines()[-5:]
         run.error = f"no request reached the farm (exit {run.exit_code}); its stderr ends: " + (
@@ -1514,7 +1539,27 @@ def own_share(site: SiteFigures) -> float | None:
 
 #: The figures of one round that ``--repeats`` also gives as medians over the rounds.
 ROUND_KEYS = ("mean_over_oracle", "p10_over_oracle", "pushback_share", "makespan_over_oracle",
-              "pages_makespan_over_oracle", "own_share_mean", "own_share_p10")
+              "pages_makespan_over_oracle", "paced_makespan_over_oracle", "own_share_mean", "own_share_p10")
+
+
+def paced_span(run: Run) -> float | None:
+    """Seconds from the first request to a live site to the last: the makespan with the contender's
+    start-up left out, the same for every contender (the oracle's included, and a fleet's)."""
+    first, last = run.first_live_request, run.last_live_request
+    return None if first is None or last is None else last - first
+
+
+def makespan_setter(run: Run, oracle: Run) -> dict[str, Any] | None:
+    """Which live site set the run's makespan and which set the oracle's, with their ends (seconds from
+    each one's start), the oracle's end on the run's site, and each one's first request (its start-up)."""
+    name, theirs = run.last_live_site(), oracle.last_live_site()
+    if name is None or theirs is None:
+        return None
+    there = oracle.sites.get(name)
+    return {"site": name, "end": run.last_live_request,
+            "oracle_end_there": None if there is None else there.last_request,
+            "oracle_site": theirs, "oracle_end": oracle.last_live_request,
+            "first_request": run.first_live_request, "oracle_first_request": oracle.first_live_request}
 
 
 def round_figures(run: Run, oracle: Run) -> dict[str, Any]:
@@ -1537,6 +1582,8 @@ def round_figures(run: Run, oracle: Run) -> dict[str, Any]:
         "pushback_share": round(run.total("throttled") / requests, 4) if requests else None,
         "makespan_over_oracle": over_oracle(run.last_live_request, oracle.last_live_request),
         "pages_makespan_over_oracle": over_oracle(run.last_live_page, oracle.last_live_page),
+        "paced_makespan_over_oracle": over_oracle(paced_span(run), paced_span(oracle)),
+        "makespan_site": makespan_setter(run, oracle),
         "own_share_mean": rounded(statistics.fmean(owned)) if owned else None,
         "own_share_p10": rounded(percentile(owned, LOW_PERCENTILE)),
     }
@@ -1565,7 +1612,8 @@ def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
         if oracle is None:
             continue
         figures = round_figures(run, oracle)
-        per_round.append({"round": round_no, **{key: figures[key] for key in ROUND_KEYS}})
+        per_round.append({"round": round_no, **{key: figures[key] for key in ROUND_KEYS},
+                          "makespan_site": figures["makespan_site"]})
         for name, ratio in figures["ratios"].items():
             share, theirs = figures["shares"][name], own_share(oracle.sites[name])
             if share is not None:
@@ -1603,6 +1651,9 @@ def random_summary(contender: str, runs: list[Run]) -> dict[str, Any]:
         "makespans_over_oracle": makespans,
         "pages_makespan_over_oracle": median_of([figures["pages_makespan_over_oracle"]
                                                  for figures in per_round]),
+        "paced_makespan_over_oracle": median_of([figures["paced_makespan_over_oracle"]
+                                                 for figures in per_round]),
+        "first_request": median_of([run.first_live_request for run in mine_runs.values()]),
         "per_round": per_round,
         "round_medians": {key: median_of([figures[key] for figures in per_round]) for key in ROUND_KEYS},
         "pages_done": sum(run.total("done") for run in mine_runs.values()),
@@ -1692,6 +1743,11 @@ def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, 
         if c.key != ORACLE and summaries[c.key]["worst_sites"]:
             print(f"  {c.key}: worst sites " + ", ".join(
                 f"{item['site']} {item['over_oracle']:.2f}" for item in summaries[c.key]["worst_sites"]))
+        if c.key != ORACLE:
+            for figures in summaries[c.key]["per_round"]:
+                line = makespan_line(figures)
+                if line:
+                    print(f"  {c.key}: {line}")
     print("  p10: the 10th percentile of the sites; makespan: the median over the rounds of the seconds "
           "to the last request to a live site over the oracle's; to last page: the same to the first 200 of "
           "each live site's last page (a hung send's tail aside); over limit: site-rounds whose busiest "
@@ -1699,6 +1755,20 @@ def print_random_report(chosen: list[Contender], summaries: dict[str, dict[str, 
           "the largest busiest second (window) minus that "
           "limit (target at most +1), with the site-round, busiest and limit; the sites are named after "
           "their kind (see crawlpace.sim._random)")
+
+
+def makespan_line(figures: dict[str, Any]) -> str:
+    """``r1: makespan set by bucket05 at 153.8 s (...)``: the site that ended a round last, against the
+    oracle's end there and its own last site, and both start-ups ('' without the figures)."""
+    where = figures.get("makespan_site")
+    if not where:
+        return ""
+    end, there, own = (fmt(where[key], "s") for key in ("end", "oracle_end_there", "oracle_end"))
+    first, theirs = fmt(where["first_request"], "s"), fmt(where["oracle_first_request"], "s")
+    return (f"r{figures['round']}: makespan set by {where['site']} at {end} s (the oracle's there {there} s; "
+            f"its own set by {where['oracle_site']} at {own} s); first request {first} s after the start "
+            f"(the oracle's {theirs} s); makespan from the first request "
+            f"{fmt(figures.get('paced_makespan_over_oracle'), 'x')} x oracle")
 
 
 def random_seeds(args: argparse.Namespace, repeats: int) -> list[int]:

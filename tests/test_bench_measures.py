@@ -214,6 +214,32 @@ def test_the_makespan_to_the_last_page_is_read_apart_from_the_last_send() -> Non
     assert summary["per_round"][0]["pages_makespan_over_oracle"] == summary["pages_makespan_over_oracle"]
 
 
+def test_the_makespan_names_the_site_that_set_it_and_is_also_read_from_the_first_request() -> None:
+    # The crawl took 5 s to start and ended bucket02 last, at 80 s; the oracle started in 1 s and ended
+    # bucket01 last, at 60 s, bucket02 at 40 s. From the start: 80 / 60; from each one's first request
+    # (the start-up of both left out): 75 / 59.
+    def site(first: float, last: float) -> Any:
+        return bench.SiteFigures(pages=10, done=10, requests=10, ok=10, throttled=0, violations=0,
+                                 violation_kinds={}, goodput=1.0, capacity=1.0, goodput_ratio=1.0,
+                                 last_request=last, last_page=last, first_request=first)
+
+    mine = bench.Run(contender="crawlpace-rampup", round=1, wall=81.0, exit_code=0, cut=False,
+                     sites={"bucket01": site(5.0, 50.0), "bucket02": site(5.2, 80.0)})
+    oracle = bench.Run(contender="oracle", round=1, wall=61.0, exit_code=0, cut=False,
+                       sites={"bucket01": site(1.0, 60.0), "bucket02": site(1.1, 40.0)})
+    summary = bench.random_summary("crawlpace-rampup", [mine, oracle])
+    assert summary["makespan_over_oracle"] == pytest.approx(80 / 60, abs=1e-3)
+    assert summary["paced_makespan_over_oracle"] == pytest.approx(75 / 59, abs=1e-3)
+    assert summary["first_request"] == pytest.approx(5.0)
+    where = summary["per_round"][0]["makespan_site"]
+    assert where == {"site": "bucket02", "end": 80.0, "oracle_end_there": 40.0, "oracle_site": "bucket01",
+                     "oracle_end": 60.0, "first_request": 5.0, "oracle_first_request": 1.0}
+    line = bench.makespan_line(summary["per_round"][0])
+    assert line.startswith("r1: makespan set by bucket02 at 80.0 s (the oracle's there 40.0 s; its own set "
+                           "by bucket01 at 60.0 s); first request 5.0 s")
+    assert line.endswith("(the oracle's 1.0 s); makespan from the first request 1.27 x oracle")
+
+
 # -- the oracle's pacing ------------------------------------------------------------------
 
 
