@@ -243,3 +243,32 @@ async def test_a_fleet_makes_room_for_a_hang_past_a_cap_of_one_slot_as_one_proce
     fleet = await pages_during_the_hang(redis_url.split("?")[0], workers)
     assert alone >= 15.0  # of about 20 a second before the hang
     assert fleet >= 0.9 * alone
+
+
+def test_a_workers_hangs_join_the_fleets_shared_ones_once_and_leave_when_they_end() -> None:
+    # Pages answered in 13 ms, one at a time; then this worker has two requests out, one sent 2 s ago
+    # (hung) and one just now, and the stored record holds another worker's hang. This worker's count
+    # is both hangs; applied again (a write-back redone on a newer copy) it adds nothing twice; once its
+    # own hang ends, its entry leaves the record and the other worker's stays.
+    policy = PolicyFactory(SETTINGS).new("site")
+    rampup = policy.rampup
+    assert rampup is not None
+    for i in range(20):
+        sent = i * 0.05
+        policy.on_admit(sent, 1.0)
+        ok = ScopeFeedback(backoff=False, status=200, latency=0.013)
+        policy.on_outcome(sent + 0.013, ok, generation=policy.generation, sent_at=sent, expected_use=1.0,
+                          inflight=1)
+    out: list[float] = [1.0, 2.999]
+    mine: list[float] = []
+    rampup.own_sends(out, mine)
+    rampup._hung_sends = (1.5,)  # another worker's, from the stored policy
+    assert rampup.hung_out(3.0)[0] == 2  # its own hang (1.0) and the other worker's; 2.999 is not late
+    rampup.note_hung(3.0)
+    assert rampup._hung_sends == (1.0, 1.5)
+    rampup.note_hung(3.0)
+    assert rampup._hung_sends == (1.0, 1.5)
+    out.remove(1.0)  # answered (``SharedPolicies.answered``)
+    rampup.note_hung(3.1)
+    assert rampup._hung_sends == (1.5,)
+    assert rampup.hung_out(3.1)[0] == 1
