@@ -262,13 +262,14 @@ def test_a_workers_hangs_join_the_fleets_shared_ones_once_and_leave_when_they_en
     out: list[float] = [1.0, 2.999]
     mine: list[float] = []
     rampup.own_sends(out, mine)
-    rampup._hung_sends = (1.5,)  # another worker's, from the stored policy
+    stored: tuple[float, ...] = (1.5,)  # another worker's hang, in the stored policy
+    rampup._hung_sends = stored
     assert rampup.hung_out(3.0)[0] == 2  # its own hang (1.0) and the other worker's; 2.999 is not late
     rampup.note_hung(3.0)
-    assert rampup._hung_sends == (1.0, 1.5)
+    assert list(rampup._hung_sends) == [1.0, 1.5]
     rampup.note_hung(3.0)
-    assert rampup._hung_sends == (1.0, 1.5)
+    assert list(rampup._hung_sends) == [1.0, 1.5]
     out.remove(1.0)  # answered (``SharedPolicies.answered``)
     rampup.note_hung(3.1)
-    assert rampup._hung_sends == (1.5,)
+    assert list(rampup._hung_sends) == [1.5]
     assert rampup.hung_out(3.1)[0] == 1
