@@ -33,7 +33,7 @@ from crawlpace.stores._policies import PolicyFactory
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered
-from .test_fleet_learning import Bucket, LateSlots
+from .test_fleet_learning import Bucket, LateSlots, Run
 from .test_fleet_learning import measure as crawl_fleet
 
 SETTINGS = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True}, "CONCURRENT_REQUESTS": 16})
@@ -198,3 +198,78 @@ def test_a_lone_refusal_sooner_after_an_answer_than_any_accepted_send_is_a_slot_
     policy.on_outcome(sent + 0.002, refused, generation=policy.generation, sent_at=sent, expected_use=1.0,
                       inflight=1)
     assert (policy.load_errors is None) is cap
+
+
+class HangPastACapOfOne(Bucket):
+    """A site taking one request at a time (13 ms pages; a request that finds the last one unanswered is
+    refused with 503 at once), whose ``nth`` request hangs 10 s, answered 200 then, without holding the
+    one slot (a backend's own stall, as a flaky site's hangs are: the others still get answers)."""
+
+    def __init__(self, nth: int) -> None:
+        super().__init__(0.013)
+        self.busy_until, self.count, self.nth = -1.0, 0, nth
+        self.hung_at: float | None = None
+
+    def answer(self, at: float, inflight: int) -> tuple[int, float]:
+        if at < self.busy_until:
+            return 503, 0.002
+        self.count += 1
+        if self.count == self.nth:
+            self.hung_at = at
+            return 200, 10.0
+        self.busy_until = at + 0.013
+        return 200, 0.013
+
+
+async def pages_during_the_hang(url: str, workers: int) -> float:
+    site = HangPastACapOfOne(100)
+    run: Run = await crawl_fleet(url, workers, latency=0.013, seconds=15.0, site=site)
+    assert site.hung_at is not None
+    return run.ok_per_second(site.hung_at + 0.5, site.hung_at + 9.5)
+
+
+# A scope learned to take one request at a time (a cap of one slot: a flaky site's quick 5xx at two in
+# flight read so, errors02 of seed 1464465244), and a request hangs. One process counts it hung once it is
+# out longer than the site's answers take (``Rampup.hung_out``, at the wake the send set) and gives it a
+# slot of its own. A fleet's shared record of sends out keeps sends long answered, so no worker counted
+# hangs: the hang held the one slot and every worker fell silent until it ended (0 pages in those 9 s;
+# 10 s per timed-out hang, a flaky site crawled 5 times slower). Now the worker whose request hangs counts
+# it from its own record, at the wake its send set, and shares it with the fleet (``_hung_sends``).
+@pytest.mark.redis
+@pytest.mark.parametrize("workers", [2, 4])
+async def test_a_fleet_makes_room_for_a_hang_past_a_cap_of_one_slot_as_one_process_does(
+        redis_url: str, workers: int) -> None:
+    alone = await pages_during_the_hang("memory://", 1)
+    fleet = await pages_during_the_hang(redis_url.split("?")[0], workers)
+    assert alone >= 15.0  # of about 20 a second before the hang
+    assert fleet >= 0.9 * alone
+
+
+def test_a_workers_hangs_join_the_fleets_shared_ones_once_and_leave_when_they_end() -> None:
+    # Pages answered in 13 ms, one at a time; then this worker has two requests out, one sent 2 s ago
+    # (hung) and one just now, and the stored record holds another worker's hang. This worker's count
+    # is both hangs; applied again (a write-back redone on a newer copy) it adds nothing twice; once its
+    # own hang ends, its entry leaves the record and the other worker's stays.
+    policy = PolicyFactory(SETTINGS).new("site")
+    rampup = policy.rampup
+    assert rampup is not None
+    for i in range(20):
+        sent = i * 0.05
+        policy.on_admit(sent, 1.0)
+        ok = ScopeFeedback(backoff=False, status=200, latency=0.013)
+        policy.on_outcome(sent + 0.013, ok, generation=policy.generation, sent_at=sent, expected_use=1.0,
+                          inflight=1)
+    out: list[float] = [1.0, 2.999]
+    mine: list[float] = []
+    rampup.own_sends(out, mine)
+    stored: tuple[float, ...] = (1.5,)  # another worker's hang, in the stored policy
+    rampup._hung_sends = stored
+    assert rampup.hung_out(3.0)[0] == 2  # its own hang (1.0) and the other worker's; 2.999 is not late
+    rampup.note_hung(3.0)
+    assert list(rampup._hung_sends) == [1.0, 1.5]
+    rampup.note_hung(3.0)
+    assert list(rampup._hung_sends) == [1.0, 1.5]
+    out.remove(1.0)  # answered (``SharedPolicies.answered``)
+    rampup.note_hung(3.1)
+    assert list(rampup._hung_sends) == [1.5]
+    assert rampup.hung_out(3.1)[0] == 1

@@ -77,6 +77,8 @@ class _SlotSizingState(Protocol):
     _hung: int
     _merged: bool
     _slow_last: bool
+    _hung_sends: tuple[float, ...]
+    _own: tuple[list[float], list[float]] | None
 
     def baseline(self) -> float | None: ...
     def best_load(self) -> int | None: ...
@@ -90,6 +92,7 @@ class _SlotSizingState(Protocol):
     def _outlier_span(self, early: bool = False) -> float | None: ...
     def _hung_at(self, sent_at: float | None, sends: Iterable[float] | None = None) -> int: ...
     def hung_out(self, now: float) -> tuple[int, float]: ...
+    def _others_hung(self, now: float) -> list[float]: ...
     def _rest_before(self, sent: float, held: int = 1) -> float | None: ...
     def _hold_load(self, now: float, hold: int, best: int | None) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
@@ -205,12 +208,14 @@ class SlotSizing:
         outcome never reported, as ``_count_stragglers`` drops it).
         """
         span = self._out_span()
-        if span is None or self._level or self._merged or self._slow_last:
+        own = self._own
+        if span is None or self._level or (self._merged and own is None) or self._slow_last:
             # (A fleet's record of the requests out merges every worker's, and keeps some already
-            # answered until a window has passed: read as hung, they lifted a cap of 6 to 10 refusals.)
+            # answered until a window has passed: read as hung, they lifted a cap of 6 to 10 refusals.
+            # A fleet's worker reads its own sends out instead, and the others' hangs they shared.)
             return 0, math.inf
-        count, due = 0, math.inf
-        for at in self._outstanding:
+        count, due = (0, math.inf) if own is None else (len(self._others_hung(now)), math.inf)
+        for at in self._outstanding if own is None else own[0]:  # (this worker's own: exact)
             if at <= now - self.window:
                 continue
             if at + span <= now:  # (the same sum as the due time: a wake at it counts the request)
@@ -229,10 +234,45 @@ class SlotSizing:
         return None if span is None else span + self._held_over
 
     def note_hung(self: _SlotSizingState, now: float) -> bool:
-        """Count the requests out far too long at ``now`` (:meth:`hung_out`); True when the count changed."""
-        count = self.hung_out(now)[0]
+        """Count the requests out far too long at ``now`` (:meth:`hung_out`); True when the count changed.
+
+        A fleet's worker (``_own`` set by its store) counts its own sends out, which only it knows
+        exactly (the shared record keeps sends long answered: see :meth:`hung_out`), and shares those
+        it finds hung (``_hung_sends``): every worker's slots then make room for every worker's hangs.
+        The merge is a set's, so a write-back redone on a newer policy adds nothing twice: the shared
+        record keeps the other workers' entries, drops this worker's that ended, and adds its hangs now.
+        Without it, a hang of a worker whose scope had one or two slots held them all, and the whole
+        fleet fell silent until it timed out (10 s a hang: errors02 of seed 1464465244, 5x slower).
+        """
+        count, _due = self.hung_out(now)
+        own = self._own
+        if own is not None:
+            out, mine = own
+            others = self._others_hung(now)
+            span = self._out_span()
+            # (Its own hung sends are those hung_out counted: none when it counts none of its own.)
+            hung = [] if span is None or count <= len(others) else [
+                at for at in out if now - self.window < at and at + span <= now]
+            mine[:] = [at for at in mine if at > now - self.window and at not in hung] + hung
+            self._hung_sends = tuple(sorted([*others, *hung]))
         changed, self._hung = count != self._hung, count
         return changed
+
+    def own_sends(self: _SlotSizingState, out: list[float], hung: list[float]) -> None:
+        """A fleet's worker: ``out`` is its own record of its sends still out (kept up by its store),
+        ``hung`` those of them it shares as hung (:meth:`note_hung` keeps it)."""
+        own: tuple[list[float], list[float]] | None = (out, hung)
+        self._own = own
+
+    def _others_hung(self: _SlotSizingState, now: float) -> list[float]:
+        """The hangs other workers of a fleet shared (:meth:`note_hung`) and still within a window: an
+        entry this worker put there, or a send it has out, is its own to count."""
+        own = self._own
+        if own is None:
+            return []
+        out, mine = own
+        return [at for at in self._hung_sends if at > now - self.window
+                and not any(abs(at - known) <= _SAME_SEND for known in (*mine, *out))]
 
     def slot_limit(self: _SlotSizingState) -> int:
         """The most slots the rate may call for now: ``T.open_slots`` and those opened past it on evidence

@@ -400,6 +400,12 @@ class RampupState:
     # since (its evidence is newer, and stands). This process's own, not shared.
     _undo: tuple[object, ...] = ()
     _undo_void: bool = False
+    # -- fleeterr2 -- a fleet's hangs (_rampup_slots.hung_out): the send times of the requests its workers
+    # found hung, shared (each worker adds and takes out its own); and, not shared, this worker's own
+    # record, set by a shared store (None in one process, whose ``_outstanding`` is exact): the requests
+    # it has out (the store's live list) and those it has put among the hung.
+    _hung_sends: tuple[float, ...] = ()
+    _own: tuple[list[float], list[float]] | None = None
 
 
 def _copied(value: object) -> object:

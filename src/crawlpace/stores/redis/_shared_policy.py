@@ -58,6 +58,9 @@ class Cached:
     #: each release (:meth:`SharedPolicies.out`), as one process's scope tells rampup of
     #: each send; the requests still out are how rampup sees its stragglers.
     out: list[float] = field(default_factory=list)
+    #: The sends of :attr:`out` this worker put among the fleet's hangs (rampup's ``_hung_sends``),
+    #: whether still out or not: the entries of the shared record that are its own to take out.
+    hung: list[float] = field(default_factory=list)
 
 
 def pause_arg(policy: ScopePolicy, now: float) -> str:
@@ -139,7 +142,7 @@ class SharedPolicies:
         self._cache[scope] = new = Cached(version, blob)
         if old is not None:  # what this worker saw of the scope's sends stays
             new.seen, new.seen_gap, new.every = old.seen, old.seen_gap, old.every
-            new.door_sent, new.out = old.door_sent, old.out
+            new.door_sent, new.out, new.hung = old.door_sent, old.out, old.hung
         self._cache.move_to_end(scope)
         if len(self._cache) > self.limit:
             self._cache.popitem(last=False)
@@ -152,10 +155,16 @@ class SharedPolicies:
 
     def sent(self, scope: str, at: float) -> None:
         """This worker sent a request of ``scope`` at ``at`` (server time), out until :meth:`answered`."""
-        out = self.entry(scope).out
+        cached = self.entry(scope)
+        out = cached.out
         out.append(at)
         if len(out) > OUT_KEPT:
             del out[0]  # a request never released (abandoned) must not be remembered for ever
+        policy = cached.policy
+        if policy is not None and policy.rampup is not None:
+            # When this send may hang (one process's ``ScopePolicy.on_admit``): this worker writes its
+            # slots back then (``PolicyWriter.refresh_due``), or no other worker knows of the hang.
+            policy.wake_at = min(policy.wake_at, policy.rampup.hung_out(at)[1])
 
     def answered(self, scope: str, at: float) -> None:
         """This worker's request of ``scope`` sent at ``at`` is over (released, whatever came of it)."""
@@ -214,6 +223,10 @@ class SharedPolicies:
                 except PolicyFormatError as exc:
                     logger.warning("scope %s: %s; starting from a fresh policy", scope, exc)
                     cached.policy = self.factory.new(scope)
+            if cached.policy.rampup is not None:
+                # Rampup counts this worker's own requests out far too long as hung, and shares them:
+                # the shared record of sends out keeps sends long answered (``Rampup.hung_out``).
+                cached.policy.rampup.own_sends(cached.out, cached.hung)
         return cached.policy
 
     def stored(self, scope: str) -> bool:
