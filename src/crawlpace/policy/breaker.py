@@ -75,6 +75,8 @@ import logging
 import math
 from dataclasses import dataclass
 
+from ._load_errors import _TWO_SD, _tail
+
 __all__ = ["BUCKETS", "CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "RECENT", "SAMPLE_PAUSE_SHARE", "Breaker",
            "BreakerSnapshot"]
 
@@ -356,9 +358,12 @@ class Breaker:
                               "errors do not depend on the pace; tolerating up to %.0f%%", bad, total,
                               100 * self._opened_share, 100 * self.tolerated_share)
                 if verdict != "wait" and self._too_many(total, bad):
-                    # A first opening while successes outnumber failures is a sample, not a verdict:
-                    # a short pause tells errors that fall with the pace from the site's own.
-                    self._sampling = self._opened_share < 0.0 and not _looks_down(bad, total)
+                    # An opening while the site is not clearly down is a sample, not a verdict: a
+                    # short pause tells errors that fall with the pace from the site's own. Not only
+                    # the first: a reopening compares with a share the trip itself picked (4 of 5 on
+                    # a site failing 13 %, whose 23 of 153 after the pause then read as a fall and
+                    # cost it the full pause, 10 s of a 15 s crawl); its length is the "down" test's.
+                    self._sampling = not _looks_down(bad, total)
                     self._opened_share, self._opened_n = bad / total, total
                     self._next_pause = self._first_pause
                     self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
@@ -392,12 +397,12 @@ class Breaker:
                 and bad >= min(_MIN_FAILURES, self._min_requests))
 
     def _mostly_failing(self) -> bool:
-        """At least half of the last ``RECENT`` outcomes failed; with fewer known, clearly more (two
-        standard deviations): a flaky site may fail five of its first nine, a dead one fails all."""
+        """At least half of the last ``RECENT`` outcomes failed; with fewer known, clearly more
+        (:func:`_clearly_most`): a flaky site may fail five of its first nine, a dead one fails all."""
         known, failed = self._recent_n, self._recent.bit_count()
         if known >= _RECENT:
             return 2 * failed >= known
-        return known > 0 and failed / known - 2.0 * math.sqrt(0.25 / known) >= 0.5
+        return _clearly_most(failed, known)
 
     def _after_pause(self, share: float) -> str:
         """Whether failures that came back after a pause look like the site's own errors.
@@ -411,8 +416,8 @@ class Breaker:
         if opened <= 0.0 or self._half_open_since == _NEVER:
             return "down"  # no pause yet: nothing to compare with
         total = self._total
-        # "Most requests fail" must be clear, not a small sample's luck: two standard deviations.
-        if share - 2.0 * math.sqrt(STEADY_MAX * (1.0 - STEADY_MAX) / total) >= STEADY_MAX:
+        # "Most requests fail" must be clear, not a small sample's luck (_clearly_most).
+        if _clearly_most(self._failed, total):
             return "down"
         if total < STEADY_OUTCOMES:
             return "wait"
@@ -491,5 +496,16 @@ class Breaker:
 
 def _looks_down(failed: int, known: int) -> bool:
     """Whether ``failed`` of ``known`` outcomes say the site is down: every one failed, or clearly more
-    than half (by two standard deviations)."""
-    return known > 0 and (failed >= known or failed / known - 2.0 * math.sqrt(0.25 / known) >= 0.5)
+    than half (:func:`_clearly_most`)."""
+    return known > 0 and (failed >= known or _clearly_most(failed, known))
+
+
+def _clearly_most(failed: int, known: int) -> bool:
+    """Whether ``failed`` of ``known`` outcomes are clearly more than :data:`STEADY_MAX` (half) of them:
+    a site failing half of its requests would show as many less often than a normal draw lands two
+    standard deviations above its mean (the exact binomial tail, as ``_load_errors.crowded`` weighs
+    quick 5xx). Two standard deviations of a share on a handful of outcomes are no measure of it: 7
+    failures of 8 passed them, which a site failing half of its requests shows 3.5 % of the time
+    (and a site failing 28 % did, right after its errors were judged its own: paused 10 s of a 16 s
+    crawl); now 8 of 9 or 6 of 6 are needed, and with 20 known the give-up test counts half."""
+    return known > 0 and _tail(known, failed, STEADY_MAX) < _TWO_SD
