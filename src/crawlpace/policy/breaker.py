@@ -112,8 +112,9 @@ STEADY_MARGIN = 1.5
 STEADY_MAX = 0.5
 #: Outcomes since the pause needed before failures can be judged the site's own.
 STEADY_OUTCOMES = 10
-#: The pause of an opening while the site is not clearly down, as a share of ``first_pause``: long enough for the rate to fall to zero and be compared with after, short
-#: enough not to cost a flaky site with no limit most of its crawl (issue 30: 10 s of a 3 s crawl).
+#: The pause of an opening while the site is not clearly down, as a share of ``first_pause``: long
+#: enough for the rate to fall to zero and be compared with after, short enough not to cost a flaky
+#: site with no limit most of its crawl (issue 30: 10 s of a 3 s crawl).
 SAMPLE_PAUSE_SHARE = 0.1
 
 #: Buckets a window is counted in.
