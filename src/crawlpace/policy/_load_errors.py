@@ -169,15 +169,6 @@ def _tail(n: int, k: int, share: float) -> float:
     return sum(math.comb(n, i) * share**i * (1.0 - share) ** (n - i) for i in range(max(k, 0), n + 1))
 
 
-def _fewer(before_bad: int, before_n: int, bad: int, n: int) -> float:
-    """Fisher's exact test, one-sided: the chance that ``n`` outcomes drawn from the ``before_n + n``
-    (of which ``before_bad + bad`` are errors) hold ``bad`` errors or fewer, as they would if the
-    errors came at one share before and after a cut."""
-    total, errors = before_n + n, before_bad + bad
-    return sum(math.comb(errors, i) * math.comb(total - errors, n - i)
-               for i in range(max(0, n - (total - errors)), min(bad, errors) + 1)) / math.comb(total, n)
-
-
 def _split(answers: tuple[float, ...], quick: tuple[float, ...],
            met: int) -> tuple[float, float, float, float]:
     """Answers and quick 5xx to requests that met ``met`` or more in flight, then to those that met fewer."""
@@ -361,14 +352,8 @@ class LoadErrors:
         if self.before_n < EARLY:
             return False
         after, before = bad / n, self.before
-        if not after < SAME * before:
-            return False
-        # "Clearly" by Fisher's exact test at the level of two standard deviations (_TWO_SD), not by
-        # two standard deviations of shares on a handful of outcomes: 3 errors of 4 before a cut and 2
-        # of 10 after passed those (75 % against 20 %), a split that a site failing 29 % of its
-        # requests whatever the pace shows one time in ten: "about load", and a random farm's errors
-        # site was held under a ceiling of 2.5/s for 3 s more (8.6 s where its clean crawl takes 1.8).
-        return _fewer(round(before * self.before_n), self.before_n, bad, n) < _TWO_SD
+        spread = 2.0 * math.sqrt(before * (1.0 - before) / self.before_n + after * (1.0 - after) / n)
+        return after < SAME * before and before - after > spread
 
     def _judge(self, scope: str) -> None:
         self.judging = False
