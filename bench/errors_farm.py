@@ -78,7 +78,9 @@ async def crawl(site: dict[str, Any], seed: int, variant: str, verbose: bool = F
     hang, page = float(site["hang"]), float(site["latency"])
     status, pages = int(site["status"]), int(site["pages"])
     clock = MockClock(autojump=True)
-    rng = random.Random(seed * 1000003 + pages)
+    # A string seed is hashed (SHA-512): nearby integer seeds start Python's generator on correlated
+    # draws (seed * 1000003 + pages gave crawl seed 2 a first draw under 0.31 on six sites of six).
+    rng = random.Random(f"{site['seed']}:{seed}")
     settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
                                      "CONCURRENT_REQUESTS": 16})
     events = _Events()
