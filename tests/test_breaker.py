@@ -775,3 +775,26 @@ def test_a_flaky_site_whose_failures_cluster_round_failed_probes_is_not_given_up
         assert breaker.pause_end - now <= 1.1  # still a sample's pause
     assert breaker.consecutive_failures >= 5
     assert breaker.state == OPEN
+
+
+def test_the_quick_failures_first_after_a_close_are_no_sign_of_down() -> None:
+    # A random farm's site failing 17 % of its requests with 500s at once, 31 ms pages: its breaker's
+    # sample closed on a probe's success, the scope sent a burst, and the six failures answered in 1 ms
+    # came back before any 200 sent beside them: "6 of 6 failed", every one, and a 10 s pause (13.7 s
+    # where its clean crawl takes 1.6). The probe that closed the breaker is one of the outcomes since.
+    breaker = Breaker(pause=60.0, first_pause=10.0)
+    now = 0.0
+    for i in range(103):  # 17 of 103: clearly above 10 %, a sample
+        breaker.on_outcome(now, failed=i % 6 == 0, sent_at=now)
+        now += 0.01
+        if breaker.state == OPEN:
+            break
+    assert breaker.state == OPEN
+    now = breaker.pause_end
+    breaker.on_send(now)
+    succeed(breaker, now + 0.03, sent_at=now)
+    assert breaker.state == CLOSED
+    for i in range(6):  # the quick 5xx of the burst, before its 200s
+        fail(breaker, now + 0.031 + 0.001 * i)
+    # 6 of 7 since the pause: not down, and too few to compare with the share before it.
+    assert breaker.state == CLOSED
