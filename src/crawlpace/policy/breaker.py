@@ -59,7 +59,9 @@ Two more rules tell a site that is down from one that merely fails now and then:
   sample the next rule compares with, not yet a sign that the site is down.
   So does every later opening from closed that does not look down: the share
   that first opened the breaker was picked by the trip itself, and a share
-  after the pause "clearly lower" than it is no sign of load. Failed probes
+  after the pause "clearly lower" than it is no sign of load; and after a
+  close, the probe's success is one of the outcomes "down" is judged on (the
+  quick failures of a burst arrive before its 200s). Failed probes
   pause as briefly while the recent outcomes are not clearly mostly failures;
   after that, ``first_pause`` and escalation go on as usual. A dead site is
   thus probed early and given up early (with the scope policy's defaults, ten seconds after
