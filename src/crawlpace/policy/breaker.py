@@ -14,8 +14,9 @@ The breaker has four states:
 * ``half_open``: one request, the probe, may go. Its success closes the breaker
   with an empty window; its failure either opens it again for another pause or
   gives the scope up, when ``give_up_after`` consecutive failures have piled up
-  *and* at least half of the last 20 outcomes failed (clearly more than half,
-  by two standard deviations, while fewer than 20 are known).
+  *and* the last 20 outcomes (all of them while fewer are known) say the site
+  is down: every one failed, or clearly more than half did, by the exact
+  binomial tail at the level of two standard deviations (15 of 20).
 * ``given_up``: terminal. Nothing is ever sent again.
 
 Outcomes of requests sent before the current half-open period began
@@ -32,11 +33,16 @@ breaker: giving up needs failures on both sides of a full pause.
 
 The second condition keeps a site with a steady share of transient errors
 from being given up by bad luck: at 10 % errors, five failures in a row and a
-failed probe happen about once in 20,000 requests, while ten failures among
-twenty outcomes practically never do (five of a first nine is chance). A
-site dead from the start fails every request and passes both tests at its
-first failed probe; a site that dies in the middle of a crawl needs a few
-more failed probes, until failures make up half of its recent outcomes.
+failed probe happen about once in 20,000 requests, while fifteen failures
+among twenty outcomes practically never do (five of a first nine is chance).
+It is the test that sets a pause's length (below), so a site that is given no
+full pause is given up neither: with "half of the last 20", a random farm's
+site failing 24 % of its requests was given up with 218 of its 265 pages left
+(a cluster of failures, then three unlucky probes: 11 of 20, five in a row).
+A site dead from the start fails every request and passes both tests at its
+first failed probe; a site that dies in the middle of a crawl needs more
+failed probes (each after a short pause while it does not look down), until
+failures make up three quarters of its recent outcomes.
 
 The window is kept as counts per bucket of ``window / 12`` seconds, so its size
 does not depend on the request rate: an outcome counts for between eleven and
@@ -45,15 +51,20 @@ twelve twelfths of the window.
 Two more rules tell a site that is down from one that merely fails now and then:
 
 * Pauses escalate. The first pause after a close lasts ``first_pause``; each
-  failed probe doubles it, up to ``pause``. The very first opening of a site
-  that is not clearly down (some outcome succeeded and not clearly more than
-  half failed, by two standard deviations: three failures among five outcomes
-  are a flaky site's luck as often as not) pauses only ``SAMPLE_PAUSE_SHARE`` of
-  ``first_pause``: it is the sample the next rule compares with, not yet a sign
-  that the site is down. Its failed probes pause as briefly while the recent
-  outcomes are not clearly mostly failures; after that, ``first_pause`` and
-  escalation go on as usual. A dead site is thus probed early and
-  given up early (with the scope policy's defaults, ten seconds after
+  failed probe doubles it, up to ``pause``. An opening of a site that is not
+  clearly down (some outcome succeeded and not clearly more than half failed,
+  by the exact binomial tail: three failures among five outcomes are a flaky
+  site's luck as often as not, and seven of eight are a half-failing site's one
+  time in 28) pauses only ``SAMPLE_PAUSE_SHARE`` of ``first_pause``: it is the
+  sample the next rule compares with, not yet a sign that the site is down.
+  So does every later opening from closed that does not look down: the share
+  that first opened the breaker was picked by the trip itself, and a share
+  after the pause "clearly lower" than it is no sign of load; and after a
+  close, the probe's success is one of the outcomes "down" is judged on (the
+  quick failures of a burst arrive before its 200s). Failed probes
+  pause as briefly while the recent outcomes are not clearly mostly failures;
+  after that, ``first_pause`` and escalation go on as usual. A dead site is
+  thus probed early and given up early (with the scope policy's defaults, ten seconds after
   it opened), while a site that keeps failing after a few probes waits the full
   pause between them.
 * Errors that do not depend on the pace are tolerated. A pause brings the rate
@@ -74,6 +85,8 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
+
+from ._load_errors import _TWO_SD, _tail
 
 __all__ = ["BUCKETS", "CLOSED", "GIVEN_UP", "HALF_OPEN", "OPEN", "RECENT", "SAMPLE_PAUSE_SHARE", "Breaker",
            "BreakerSnapshot"]
@@ -101,9 +114,9 @@ STEADY_MARGIN = 1.5
 STEADY_MAX = 0.5
 #: Outcomes since the pause needed before failures can be judged the site's own.
 STEADY_OUTCOMES = 10
-#: The very first pause of a site whose successes outnumber its failures, as a share of
-#: ``first_pause``: long enough for the rate to fall to zero and be compared with after, short
-#: enough not to cost a flaky site with no limit most of its crawl (issue 30: 10 s of a 3 s crawl).
+#: The pause of an opening while the site is not clearly down, as a share of ``first_pause``: long
+#: enough for the rate to fall to zero and be compared with after, short enough not to cost a flaky
+#: site with no limit most of its crawl (issue 30: 10 s of a 3 s crawl).
 SAMPLE_PAUSE_SHARE = 0.1
 
 #: Buckets a window is counted in.
@@ -196,8 +209,8 @@ class Breaker:
         self._half_open_since = _NEVER
         self._probe_out = False
         self._probe_at = _NEVER  # when the probe out was sent (-inf: not known here)
-        # Whether the current opening is a sample (SAMPLE_PAUSE_SHARE): the first of a site that
-        # mostly answers, and the probes after it while its recent outcomes still mostly succeed.
+        # Whether the current opening is a sample (SAMPLE_PAUSE_SHARE): one of a site not clearly
+        # down, and the probes after it while its recent outcomes are not clearly mostly failures.
         self._sampling = False
         # (bucket number, outcomes, failures), oldest first; at most _BUCKETS entries.
         self._buckets: list[tuple[float, int, int]] = []
@@ -356,9 +369,12 @@ class Breaker:
                               "errors do not depend on the pace; tolerating up to %.0f%%", bad, total,
                               100 * self._opened_share, 100 * self.tolerated_share)
                 if verdict != "wait" and self._too_many(total, bad):
-                    # A first opening while successes outnumber failures is a sample, not a verdict:
-                    # a short pause tells errors that fall with the pace from the site's own.
-                    self._sampling = self._opened_share < 0.0 and not _looks_down(bad, total)
+                    # An opening while the site is not clearly down is a sample, not a verdict: a
+                    # short pause tells errors that fall with the pace from the site's own. Not only
+                    # the first: a reopening compares with a share the trip itself picked (4 of 5 on
+                    # a site failing 13 %, whose 23 of 153 after the pause then read as a fall and
+                    # cost it the full pause, 10 s of a 15 s crawl); its length is the "down" test's.
+                    self._sampling = not _looks_down(bad, total + self._closed_ok())
                     self._opened_share, self._opened_n = bad / total, total
                     self._next_pause = self._first_pause
                     self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
@@ -371,7 +387,7 @@ class Breaker:
                 self._total = self._failed = 0
                 _log.debug("breaker closed: the probe succeeded")
             elif self._give_up_after and self.consecutive_failures >= self._give_up_after \
-                    and self._mostly_failing():
+                    and _looks_down(self._recent.bit_count(), self._recent_n):
                 self._state = GIVEN_UP
                 self.reason = (f"gave up after {self.consecutive_failures} consecutive failures, "
                                f"the last one a probe")
@@ -391,13 +407,13 @@ class Breaker:
         return (total >= self._min_requests and bad > self._threshold(total)
                 and bad >= min(_MIN_FAILURES, self._min_requests))
 
-    def _mostly_failing(self) -> bool:
-        """At least half of the last ``RECENT`` outcomes failed; with fewer known, clearly more (two
-        standard deviations): a flaky site may fail five of its first nine, a dead one fails all."""
-        known, failed = self._recent_n, self._recent.bit_count()
-        if known >= _RECENT:
-            return 2 * failed >= known
-        return known > 0 and failed / known - 2.0 * math.sqrt(0.25 / known) >= 0.5
+    def _closed_ok(self) -> int:
+        """The success that closed the breaker, if one did (1 once it was ever half-open: only a probe's
+        success closes it), for the "down" test of the outcomes since: the window is emptied at the
+        close, and the first outcomes after it are the quick failures (a 5xx at once arrives before the
+        200s sent beside it), so 6 failures of 6 read as "every one failed" and paused sites failing
+        14-29 % of their requests for 10 s (3 of 405 crawls of ``bench/errors_farm.py``)."""
+        return 0 if self._half_open_since == _NEVER else 1
 
     def _after_pause(self, share: float) -> str:
         """Whether failures that came back after a pause look like the site's own errors.
@@ -411,8 +427,8 @@ class Breaker:
         if opened <= 0.0 or self._half_open_since == _NEVER:
             return "down"  # no pause yet: nothing to compare with
         total = self._total
-        # "Most requests fail" must be clear, not a small sample's luck: two standard deviations.
-        if share - 2.0 * math.sqrt(STEADY_MAX * (1.0 - STEADY_MAX) / total) >= STEADY_MAX:
+        # "Most requests fail" must be clear, not a small sample's luck (_clearly_most).
+        if _clearly_most(self._failed, total + self._closed_ok()):
             return "down"
         if total < STEADY_OUTCOMES:
             return "wait"
@@ -491,5 +507,16 @@ class Breaker:
 
 def _looks_down(failed: int, known: int) -> bool:
     """Whether ``failed`` of ``known`` outcomes say the site is down: every one failed, or clearly more
-    than half (by two standard deviations)."""
-    return known > 0 and (failed >= known or failed / known - 2.0 * math.sqrt(0.25 / known) >= 0.5)
+    than half (:func:`_clearly_most`)."""
+    return known > 0 and (failed >= known or _clearly_most(failed, known))
+
+
+def _clearly_most(failed: int, known: int) -> bool:
+    """Whether ``failed`` of ``known`` outcomes are clearly more than :data:`STEADY_MAX` (half) of them:
+    a site failing half of its requests would show as many less often than a normal draw lands two
+    standard deviations above its mean (the exact binomial tail, as ``_load_errors.crowded`` weighs
+    quick 5xx). Two standard deviations of a share on a handful of outcomes are no measure of it: 7
+    failures of 8 passed them, which a site failing half of its requests shows 3.5 % of the time
+    (and a site failing 28 % did, right after its errors were judged its own: paused 10 s of a 16 s
+    crawl); now 8 of 9 or 6 of 6 are needed, and with 20 known the give-up test counts half."""
+    return known > 0 and _tail(known, failed, STEADY_MAX) < _TWO_SD
