@@ -54,6 +54,8 @@ class _SlotSizingState(Protocol):
     _slot_ok: tuple[float, ...]
     _slot_refused: tuple[float, ...]
     _held_over: float
+    _lease_on: float
+    _lease_all: float
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -95,6 +97,8 @@ class _SlotSizingState(Protocol):
     def _decide(self, now: float, decision: str) -> None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None, *,
                            sent_at: float | None = None, out: Sequence[float] | None = None) -> bool: ...
+    def _refused_at(self, answered: bool, elapsed: float | None, inflight: int) -> bool: ...
+    def _accepted_leases(self, count: int | None) -> int | None: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
@@ -195,6 +199,40 @@ class SlotSizing:
         holds the slot until then. Traced on real HTTP (a fleet of 4, a loaded machine), 0.14-0.21 s
         more past a 0.26-0.30 s held time."""
         self._held_over += LATENCY_WEIGHT * max(0.0, seconds)
+
+    def note_lease(self: _SlotSizingState, held: float, refused: bool, latency: float | None) -> None:
+        """A fleet worker's answer whose lease in the store's set was held ``held`` seconds (grant to
+        release), ``refused`` with ``latency``: a refusal on arrival (:meth:`_quick`) held its lease in
+        transit only, never a slot at the site. Noted after the answer's own count was read (it was
+        in no count it met). One process does nothing: its counts are the site's."""
+        if not self._merged or held <= 0.0:
+            return
+        on = 0.0 if refused and self._quick(latency is not None, latency) else held
+        self._lease_all += LATENCY_WEIGHT * (held - self._lease_all)
+        self._lease_on += LATENCY_WEIGHT * (on - self._lease_on)
+
+    def _accepted_leases(self: _SlotSizingState, count: int | None) -> int | None:
+        """A fleet's lease count (``count``, the request's own included) less the refusals in transit in it.
+
+        A lease runs from the store's grant to the release; a refusal on arrival holds one for its whole
+        round trip (grant, write, the site's instant 503, read, release) and no slot at the site. While a
+        cap refuses, such leases fill the set, and every count read there holds them: an accepted answer's
+        (at its grant) and a refusal's (at its answer). By Little's law the share of the set that the
+        other leases fill is their share of the lease time (:meth:`note_lease`); the rest of the other
+        ``count - 1`` are refusals in transit, taken off in whole requests only (rounded down: a fraction
+        of one is none, and with no refusal lately every count is the store's, as before). Both counts
+        are read so, the accepted ones and the refused, in one unit: the requests that hold slots.
+
+        Counted whole, a fleet of 4 on a cap of 1 read accepted answers "with 4-10 in flight" among the
+        refusals in transit, the most accepted rose to 10, slots opened to 11, and no refusal after that
+        was read as the cap's: 436 refusals in 30 s (bench/results/storm5.md). Scaled by the share and
+        rounded to the nearest, a second refusal at 9 leases past 8 accepted read 8 (one refusal in
+        transit's 0.8 of a request taken off), a slot freed late, where it was past the cap: the rate
+        stayed cut (a hard knee of 6: 0.87 -> 0.77 of its capacity, storm5)."""
+        if count is None or count <= 1 or not self._merged or self._lease_all <= 0.0:
+            return count
+        transit = (count - 1) * max(0.0, 1.0 - self._lease_on / self._lease_all)
+        return count - math.floor(transit + 1e-9)
 
     def hung_out(self: _SlotSizingState, now: float) -> tuple[int, float]:
         """The requests out at ``now`` for longer than one answer may take without moving the latency
@@ -321,7 +359,11 @@ class SlotSizing:
         inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None:
             return False
-        inflight = max(1, inflight - self._hung_at(sent_at, out))
+        inflight = self._accepted_leases(max(1, inflight - self._hung_at(sent_at, out)))
+        return self._refused_at(answered, elapsed, inflight or 1)
+
+    def _refused_at(self: _SlotSizingState, answered: bool, elapsed: float | None, inflight: int) -> bool:
+        """:meth:`refused_on_arrival` of a refusal whose count met (``inflight``) is read already."""
         if (self._lone_refused or (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
                 and not 1 <= self._inflight_ok < inflight)) and not self.crowded(inflight):
@@ -459,6 +501,7 @@ class SlotSizing:
         can show no fall), and the verdict, shared, stopped every worker cutting for the cap's
         refusals: 8 workers drew 87-105 refusals of 150 requests.
         """
+        inflight = self._accepted_leases(inflight)  # (as the most accepted is counted)
         if inflight is None or inflight < 1 or self._inflight_ok < 1 or not self._quick(answered, elapsed):
             return False
         base = self.baseline()
@@ -522,7 +565,7 @@ class SlotSizing:
         late = inflight <= self._inflight_ok and not (quick and self._miscounted(inflight))
         if late and elapsed is not None and quick:
             self._note_late(now - elapsed, inflight)  # (first: a lag dropped here reads it as main does)
-        if not self.refused_on_arrival(answered, elapsed, inflight):
+        if not self._refused_at(answered, elapsed, inflight):
             return False
         self._slot_refused = tallied(self._slot_refused, inflight)
         if inflight <= self._inflight_ok and not late:

@@ -58,6 +58,10 @@ class Cached:
     #: each release (:meth:`SharedPolicies.out`), as one process's scope tells rampup of
     #: each send; the requests still out are how rampup sees its stragglers.
     out: list[float] = field(default_factory=list)
+    #: This worker's smoothed lease time per answer of the scope, and the same with a refusal on
+    #: arrival's counted as 0 (``Rampup.note_lease``): its own, not shared, so kept here across the
+    #: versions it reads (in the shared policy, each newer version read lost the refusals noted).
+    leases: tuple[float, float] = (0.0, 0.0)
 
 
 def pause_arg(policy: ScopePolicy, now: float) -> str:
@@ -139,7 +143,7 @@ class SharedPolicies:
         self._cache[scope] = new = Cached(version, blob)
         if old is not None:  # what this worker saw of the scope's sends stays
             new.seen, new.seen_gap, new.every = old.seen, old.seen_gap, old.every
-            new.door_sent, new.out = old.door_sent, old.out
+            new.door_sent, new.out, new.leases = old.door_sent, old.out, old.leases
         self._cache.move_to_end(scope)
         if len(self._cache) > self.limit:
             self._cache.popitem(last=False)

@@ -96,11 +96,14 @@ class PolicyWriter:
         self.release_after = 0.0
 
     def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
-              lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
+              lease: RedisLease, index: int, use: float, *, again: bool = False) -> tuple[ScopePolicy, int]:
         """The scope's policy after ``signal``, and the version it was computed from (also for an
-        outcome applied again, to a newer stored policy, after its first write-back lost)."""
+        outcome applied ``again``, to a newer stored policy, after its first write-back lost)."""
         policy = self.policies.policy(name)
         version = self.policies.entry(name).version
+        if policy.rampup is not None:
+            # This worker's own lease times (Rampup.note_lease): a copy read from the store has none.
+            policy.rampup._lease_on, policy.rampup._lease_all = self.policies.entry(name).leases
         door = False
         if policy.rampup is not None and lease.sends:
             own, cached = lease.sends[index], self.policies.entry(name)
@@ -152,6 +155,11 @@ class PolicyWriter:
             # lease set until the release reaches the server: the count in flight other answers
             # come with counts it that much longer.
             policy.rampup.note_released_after(self.release_after)
+        if policy.rampup is not None and signal is not None and not again:
+            # The lease this answer held, to its release: after the answer's own count was read.
+            policy.rampup.note_lease(now - lease.server_granted_at + self.release_after,
+                                     signal.backoff and signal.status is not None, signal.latency)
+            self.policies.entry(name).leases = (policy.rampup._lease_on, policy.rampup._lease_all)
         if policy.window_log is not None:
             # The fleet's window log: every worker's answers, with the fleet's requests in flight.
             policy.window_log.shared()
@@ -260,7 +268,7 @@ class PolicyWriter:
                 # much longer past its answer (bench/results/fleetheld3.md). The write itself
                 # carries the time it is written at.
                 policy, at = self.apply(name, lesson.answered, lesson.signal, lesson.generation,
-                                        lesson.lease, lesson.index, lesson.use)
+                                        lesson.lease, lesson.index, lesson.use, again=True)
             self.redone += batch
             if policy.summary() == before and all(lesson.plain for lesson in waiting[:batch]):
                 # Nothing other workers must see changed (the rule of a release's first write-back,
