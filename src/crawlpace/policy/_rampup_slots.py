@@ -208,6 +208,11 @@ class SlotSizing:
         if not self._merged or held <= 0.0:
             return
         on = 0.0 if refused and self._quick(latency is not None, latency) else held
+        if on <= 0.0 and self._lease_all <= 0.0:
+            # (Nothing accepted noted yet: no share to weigh a refusal against. Taken from a worker's
+            # first noted answer, a refusal, the share was 0, its count of 8 leases read as 1 in flight,
+            # not a cap's, and the cap's 503s were judged the site's own: 277 refusals in 30 s.)
+            return
         self._lease_all += LATENCY_WEIGHT * (held - self._lease_all)
         self._lease_on += LATENCY_WEIGHT * (on - self._lease_on)
 
