@@ -1273,11 +1273,11 @@ def test_a_fleets_lease_count_leaves_out_its_refusals_in_transit_in_whole_reques
     fleet.also_out([])  # (a fleet's worker: its record of requests out merges every worker's)
     for ramp in (fleet, alone):
         for _ in range(20):
-            ramp.note_lease(0.3, False, 0.2)  # a 0.2 s page whose lease was held 0.3 s
+            ramp.note_lease(1.0, 0.3, False, 0.2)  # a 0.2 s page whose lease was held 0.3 s
     assert fleet._accepted_leases(9) == 9
     for _ in range(3):
-        fleet.note_lease(0.1, True, 0.002)  # refusals on arrival, 0.1 s each in transit
-        alone.note_lease(0.1, True, 0.002)
+        fleet.note_lease(2.0, 0.1, True, 0.002)  # refusals on arrival, 0.1 s each in transit
+        alone.note_lease(2.0, 0.1, True, 0.002)
     share = fleet._lease_on / fleet._lease_all
     assert 0.5 < share < 0.9
     assert fleet._accepted_leases(9) == 9 - math.floor(8 * (1.0 - share)) < 9
@@ -1289,10 +1289,13 @@ def test_a_fleets_lease_count_leaves_out_its_refusals_in_transit_in_whole_reques
     slow._low_latency = 0.2
     slow.also_out([])
     for _ in range(20):
-        slow.note_lease(0.3, True, 0.2)
+        slow.note_lease(1.0, 0.3, True, 0.2)
     assert slow._accepted_leases(9) == 9
+    # Read a lease's time or more after the latest answer noted, the refusals it saw have left the set.
+    assert fleet._accepted_leases(9, 2.0) == fleet._accepted_leases(9) == 9 - math.floor(8 * (1.0 - share))
+    assert fleet._accepted_leases(9, 2.0 + 5.0 * fleet._lease_all) == 9
     # The accepted answer's count is read so: the most accepted at once.
-    fleet.on_response(10.0, pushback=False, current=True, latency=0.2, elapsed=0.3, inflight=9)
+    fleet.on_response(2.0, pushback=False, current=True, latency=0.2, elapsed=0.3, inflight=9)
     assert fleet._inflight_ok == 9 - math.floor(8 * (1.0 - fleet._lease_on / fleet._lease_all)) < 9
     # One process notes nothing: its counts are the site's.
     assert alone._lease_all == 0.0

@@ -56,6 +56,7 @@ class _SlotSizingState(Protocol):
     _held_over: float
     _lease_on: float
     _lease_all: float
+    _lease_at: float
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -98,7 +99,7 @@ class _SlotSizingState(Protocol):
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None, *,
                            sent_at: float | None = None, out: Sequence[float] | None = None) -> bool: ...
     def _refused_at(self, answered: bool, elapsed: float | None, inflight: int) -> bool: ...
-    def _accepted_leases(self, count: int | None) -> int | None: ...
+    def _accepted_leases(self, count: int | None, at: float | None = None) -> int | None: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
@@ -200,11 +201,12 @@ class SlotSizing:
         more past a 0.26-0.30 s held time."""
         self._held_over += LATENCY_WEIGHT * max(0.0, seconds)
 
-    def note_lease(self: _SlotSizingState, held: float, refused: bool, latency: float | None) -> None:
-        """A fleet worker's answer whose lease in the store's set was held ``held`` seconds (grant to
-        release), ``refused`` with ``latency``: a refusal on arrival (:meth:`_quick`) held its lease in
-        transit only, never a slot at the site. Noted after the answer's own count was read (it was
-        in no count it met). One process does nothing: its counts are the site's."""
+    def note_lease(self: _SlotSizingState, now: float, held: float, refused: bool,
+                   latency: float | None) -> None:
+        """A fleet worker's answer at ``now`` whose lease in the store's set was held ``held`` seconds
+        (grant to release), ``refused`` with ``latency``: a refusal on arrival (:meth:`_quick`) held its
+        lease in transit only, never a slot at the site. Noted after the answer's own count was read (it
+        was in no count it met). One process does nothing: its counts are the site's."""
         if not self._merged or held <= 0.0:
             return
         on = 0.0 if refused and self._quick(latency is not None, latency) else held
@@ -215,9 +217,11 @@ class SlotSizing:
             return
         self._lease_all += LATENCY_WEIGHT * (held - self._lease_all)
         self._lease_on += LATENCY_WEIGHT * (on - self._lease_on)
+        self._lease_at = max(self._lease_at, now)
 
-    def _accepted_leases(self: _SlotSizingState, count: int | None) -> int | None:
-        """A fleet's lease count (``count``, the request's own included) less the refusals in transit in it.
+    def _accepted_leases(self: _SlotSizingState, count: int | None, at: float | None = None) -> int | None:
+        """A fleet's lease count (``count``, the request's own included, read at ``at``) less the refusals
+        in transit in it.
 
         A lease runs from the store's grant to the release; a refusal on arrival holds one for its whole
         round trip (grant, write, the site's instant 503, read, release) and no slot at the site. While a
@@ -233,11 +237,21 @@ class SlotSizing:
         was read as the cap's: 436 refusals in 30 s (bench/results/storm5.md). Scaled by the share and
         rounded to the nearest, a second refusal at 9 leases past 8 accepted read 8 (one refusal in
         transit's 0.8 of a request taken off), a slot freed late, where it was past the cap: the rate
-        stayed cut (a hard knee of 6: 0.87 -> 0.77 of its capacity, storm5)."""
+        stayed cut (a hard knee of 6: 0.87 -> 0.77 of its capacity, storm5).
+
+        The share is the worker's latest answers', which stand for the set's company for a lease's time
+        (the mean noted, ``_lease_all``): the other workers' answers come between. Read later than that
+        after its latest noted answer, the refusals it saw have left the set, and the share fades. (A
+        worker refused three times in a burst, then with no answer for 0.24 s, read a refusal at 8
+        leases past 8 accepted as 7, a slot freed late: a hard knee of 6 capped at 7 leases where its
+        8 serve more, 0.87 -> 0.82 of its capacity. Faded from the latest answer on, the share of a
+        cap of 1's refusals, 0.07 s apart for a worker of 4, fell under a request's: 394 refusals.)"""
         if count is None or count <= 1 or not self._merged or self._lease_all <= 0.0:
             return count
-        transit = (count - 1) * max(0.0, 1.0 - self._lease_on / self._lease_all)
-        return count - math.floor(transit + 1e-9)
+        transit = max(0.0, 1.0 - self._lease_on / self._lease_all)
+        if at is not None and at > self._lease_at + self._lease_all:
+            transit *= math.exp(-(at - self._lease_at - self._lease_all) / self._lease_all)
+        return count - math.floor((count - 1) * transit + 1e-9)
 
     def hung_out(self: _SlotSizingState, now: float) -> tuple[int, float]:
         """The requests out at ``now`` for longer than one answer may take without moving the latency
@@ -364,7 +378,8 @@ class SlotSizing:
         inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None:
             return False
-        inflight = self._accepted_leases(max(1, inflight - self._hung_at(sent_at, out)))
+        at = None if sent_at is None or elapsed is None else sent_at + elapsed  # (its answer)
+        inflight = self._accepted_leases(max(1, inflight - self._hung_at(sent_at, out)), at)
         return self._refused_at(answered, elapsed, inflight or 1)
 
     def _refused_at(self: _SlotSizingState, answered: bool, elapsed: float | None, inflight: int) -> bool:
@@ -506,7 +521,8 @@ class SlotSizing:
         can show no fall), and the verdict, shared, stopped every worker cutting for the cap's
         refusals: 8 workers drew 87-105 refusals of 150 requests.
         """
-        inflight = self._accepted_leases(inflight)  # (as the most accepted is counted)
+        # (As the most accepted is counted; read at the answer.)
+        inflight = self._accepted_leases(inflight, None if elapsed is None else sent + elapsed)
         if inflight is None or inflight < 1 or self._inflight_ok < 1 or not self._quick(answered, elapsed):
             return False
         base = self.baseline()

@@ -338,6 +338,7 @@ class RampupState:
     # kept by its store across the versions it reads (Cached.leases).
     _lease_on: float = 0.0
     _lease_all: float = 0.0
+    _lease_at: float = _NEVER  # (its latest answer noted)
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
     # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
     _acc_base: int = 0
@@ -502,7 +503,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                      error: bool) -> None:
         if self.phase == "start" and not pushback:  # a refusal on arrival says nothing of service time
             self._start_latency(latency)
-        inflight = self._accepted_leases(inflight)  # (a fleet's lease count less its refusals in transit)
+        inflight = self._accepted_leases(inflight, now)  # (a fleet's lease count less refusals in transit)
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until

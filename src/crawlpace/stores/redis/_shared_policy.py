@@ -58,10 +58,11 @@ class Cached:
     #: each release (:meth:`SharedPolicies.out`), as one process's scope tells rampup of
     #: each send; the requests still out are how rampup sees its stragglers.
     out: list[float] = field(default_factory=list)
-    #: This worker's smoothed lease time per answer of the scope, and the same with a refusal on
-    #: arrival's counted as 0 (``Rampup.note_lease``): its own, not shared, so kept here across the
-    #: versions it reads (in the shared policy, each newer version read lost the refusals noted).
-    leases: tuple[float, float] = (0.0, 0.0)
+    #: This worker's smoothed lease time per answer of the scope, the same with a refusal on arrival's
+    #: counted as 0, and when it noted the latest (``Rampup.note_lease``): its own, not shared, so kept
+    #: here across the versions it reads (in the shared policy, each newer version read lost the
+    #: refusals noted).
+    leases: tuple[float, float, float] = (0.0, 0.0, -math.inf)
 
 
 def pause_arg(policy: ScopePolicy, now: float) -> str:

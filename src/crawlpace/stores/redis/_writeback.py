@@ -31,7 +31,7 @@ logger = logging.getLogger(__name__)
 # The write-backs of a release awaiting their reply: scope index -> the feedback, the generation it
 # was sent under, the server time its answer was applied at (a redo applies it at that time), and the
 # worker's lease times before it (a redo reads its count with them, as the first apply did).
-Pending = dict[int, tuple[ScopeFeedback | None, int, float, tuple[float, float]]]
+Pending = dict[int, tuple[ScopeFeedback | None, int, float, tuple[float, float, float]]]
 
 #: Write-backs tried before an outcome's lesson is dropped (many workers racing).
 WRITE_TRIES = 8
@@ -49,7 +49,7 @@ class Lesson:
     lease: RedisLease
     index: int  # the scope's place in the lease
     use: float
-    leases: tuple[float, float] | None = None  # the worker's lease times before it (Cached.leases)
+    leases: tuple[float, float, float] | None = None  # the worker's lease times before it (Cached.leases)
 
     @property
     def plain(self) -> bool:
@@ -99,7 +99,7 @@ class PolicyWriter:
 
     def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
               lease: RedisLease, index: int, use: float, *, again: bool = False,
-              leases: tuple[float, float] | None = None) -> tuple[ScopePolicy, int]:
+              leases: tuple[float, float, float] | None = None) -> tuple[ScopePolicy, int]:
         """The scope's policy after ``signal``, and the version it was computed from (also for an
         outcome applied ``again``, to a newer stored policy, after its first write-back lost, with
         ``leases``, the worker's lease times it was first applied with)."""
@@ -111,7 +111,7 @@ class PolicyWriter:
             # refusal's count of 8 as 7, and capped a cap of 6 refused at 8 leases at 6 where the
             # first apply and main capped it at 7.)
             kept = self.policies.entry(name).leases if leases is None else leases
-            policy.rampup._lease_on, policy.rampup._lease_all = kept
+            policy.rampup._lease_on, policy.rampup._lease_all, policy.rampup._lease_at = kept
         door = False
         if policy.rampup is not None and lease.sends:
             own, cached = lease.sends[index], self.policies.entry(name)
@@ -165,9 +165,10 @@ class PolicyWriter:
             policy.rampup.note_released_after(self.release_after)
         if policy.rampup is not None and signal is not None and not again:
             # The lease this answer held, to its release: after the answer's own count was read.
-            policy.rampup.note_lease(now - lease.server_granted_at + self.release_after,
+            policy.rampup.note_lease(now, now - lease.server_granted_at + self.release_after,
                                      signal.backoff and signal.status is not None, signal.latency)
-            self.policies.entry(name).leases = (policy.rampup._lease_on, policy.rampup._lease_all)
+            rampup = policy.rampup
+            self.policies.entry(name).leases = (rampup._lease_on, rampup._lease_all, rampup._lease_at)
         if policy.window_log is not None:
             # The fleet's window log: every worker's answers, with the fleet's requests in flight.
             policy.window_log.shared()
