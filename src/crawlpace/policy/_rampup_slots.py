@@ -531,7 +531,11 @@ class SlotSizing:
         # Counted from the request's own write, or from the scope's latest send as the shared record
         # knows it (a fleet's copy may have heard late of the answers before its own send: from the
         # write alone, 8 workers on a cap of 2 freed 83 ms late drew 471 refusals, 56 with both).
-        held = max(1, self._inflight_ok - inflight + 1)
+        # (A fleet's: the latest answer. Its most accepted holds an accepted request's transit, a grant
+        # before the release of the one before: 2 leases on a cap of 1 freed 91 ms late, whose refusal
+        # sent 82 ms after the latest answer met 1 lease, so the second latest answer was weighed, 0.35 s
+        # before; the errors rule judged the cap's 503s the site's own at once: 70 refusals in 30 s.)
+        held = 1 if self._merged else max(1, self._inflight_ok - inflight + 1)
         rests = [r for r in (self._rest_before(sent, held), self._rest_before(self._sent_at, held))
                  if r is not None]
         return bool(rests) and min(rests) < min(base, self._ok_since)
