@@ -842,3 +842,24 @@ async def test_a_fleet_of_4_on_a_cap_counts_a_refusals_hangs_from_the_store_not_
     run = await measure(redis_url.split("?")[0], 4, latency=0.0, seconds=30.0, site=Slots(0.155, 6), lag=0.05)
     assert run.refused <= 30
     assert run.ok_per_second(5.0, 30.0) >= 0.5 * 6 / 0.155
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("workers", [4, 8])
+async def test_a_fleet_on_a_cap_of_1_freed_late_neither_counts_its_refusals_in_transit_nor_judges_them(
+        redis_url: str, workers: int) -> None:
+    # A cap of 1 at 0.124 s a page, its slot freed 22 ms after each answer (a random farm's conncap),
+    # each worker 0.05 s between grant and write (and answer and release). The fleet paces the cap
+    # with no refusal until a probe's refusal at 15.8 s: it met 1 lease (itself), sent 22 ms after the
+    # latest answer, but the most accepted was 2 leases (an accepted request's transit), so the slot
+    # freed late was looked for behind the second latest answer, none was found, and the errors rule
+    # judged the probe's cut the site's own at once. Then the refusals in transit filled the lease set,
+    # accepted answers granted among them came "with 4-10 in flight", the most accepted rose to 10 on a
+    # cap of 1, slots opened to 11, and no refusal after that was read as the cap's: 436 refusals in
+    # 30 s with 4 workers, 740 with 8. A fleet's refusal sent within a slot's rest of the latest answer
+    # now rests no verdict, and its counts leave out the share of the lease set the refusals in transit
+    # fill (their share of the lease time): 4 and 4.
+    run = await measure(redis_url.split("?")[0], workers, latency=0.0, seconds=30.0,
+                        site=LateSlots(0.124, 1, 0.022), lag=0.05)
+    assert run.refused <= 30
+    assert run.ok_per_second(5.0, 30.0) >= 0.85 / (0.124 + 0.022)

@@ -19,12 +19,14 @@ import uuid
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Outcome, Store, open_store
 from crawlpace.stores.redis import RedisLease, RedisStore
+from crawlpace.stores.redis._shared_policy import Cached
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered
 from .test_fleet_learning import SETTINGS, admitted_on
 
 OK = ScopeFeedback(status=200, latency=0.05)
+NO_LEASES = Cached(0, None).leases  # (a worker's lease times before any answer)
 
 
 def two_workers(redis_url: str, clock: MockClock) -> tuple[RedisStore, Store]:
@@ -82,7 +84,7 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
         # The release's reply said version - 1 was stored; another worker wrote once more since.
         writes = count_writes(a)
         generation = a._policies.policy("site").generation
-        await a._writer.redo(lease, {0: version - 1}, {0: (OK, generation, a._server_now())})
+        await a._writer.redo(lease, {0: version - 1}, {0: (OK, generation, a._server_now(), NO_LEASES)})
         # Main: eight writes guarded by version - 1, every one refused, and the outcome dropped.
         assert a._writer.unshared == 0
         assert writes[0] == 2  # the stale version's, then the one on the version that beat it
@@ -148,7 +150,8 @@ async def test_a_workers_lost_write_backs_of_one_scope_are_redone_in_one_write(r
         generation = a._policies.policy("site").generation
         # Twelve replies that each said "version - 1 stood there instead", redone side by side as
         # the release sender's background tasks redo them.
-        await asyncio.gather(*(a._writer.redo(lease, {0: version - 1}, {0: (OK, generation, a._server_now())})
+        await asyncio.gather(*(a._writer.redo(lease, {0: version - 1},
+                                              {0: (OK, generation, a._server_now(), NO_LEASES)})
                                for _ in range(lost)))
         # Main: 69 writes, and four of the twelve outcomes dropped after eight lost tries each.
         assert a._writer.unshared == 0
@@ -187,7 +190,7 @@ async def test_a_refusals_redo_outlasts_the_cap_that_drops_a_plain_answers(redis
         for signal, dropped, tries in ((OK, 1, 8), (refused, 0, 9)):
             writes, unshared = 0, a._writer.unshared
             version = int(await client.hget(key, "ver") or 0)
-            await a._writer.redo(lease, {0: version}, {0: (signal, generation, a._server_now())})
+            await a._writer.redo(lease, {0: version}, {0: (signal, generation, a._server_now(), NO_LEASES)})
             assert a._writer.unshared - unshared == dropped  # main: the refusal dropped too
             assert writes == tries  # the refusal's ninth try landed
     finally:

@@ -1260,3 +1260,43 @@ def test_slots_past_eight_open_only_while_every_slot_is_used_and_a_rate_refusal_
     capped = controller(start_rate=100.0, max_concurrency=8)
     now = _fill_slots(capped, 0.0, 30.0)
     assert capped.concurrency(capped.allowed_rate(now)) == 8
+
+
+def test_a_fleets_lease_count_leaves_out_its_refusals_in_transit_in_whole_requests() -> None:
+    # A fleet's counts in flight come from its store's lease set, where a refusal on arrival holds a
+    # lease for its round trip and no slot at the site: the share of the lease time that the other
+    # answers held says how much of a count they are. Taken off in whole requests only: with no
+    # refusal lately, or less than one in a count, every count is the store's.
+    fleet, alone = controller(), controller()
+    for ramp in (fleet, alone):
+        ramp._low_latency = 0.2  # (a refusal in 2 ms is quick against it)
+    fleet.also_out([])  # (a fleet's worker: its record of requests out merges every worker's)
+    for ramp in (fleet, alone):
+        for _ in range(20):
+            ramp.note_lease(1.0, 0.3, False, 0.2)  # a 0.2 s page whose lease was held 0.3 s
+    assert fleet._accepted_leases(9) == 9
+    for _ in range(3):
+        fleet.note_lease(2.0, 0.1, True, 0.002)  # refusals on arrival, 0.1 s each in transit
+        alone.note_lease(2.0, 0.1, True, 0.002)
+    share = fleet._lease_on / fleet._lease_all
+    assert 0.5 < share < 0.9
+    assert fleet._accepted_leases(9) == 9 - math.floor(8 * (1.0 - share)) < 9
+    assert fleet._accepted_leases(2) == 2  # (a fraction of a refusal in transit is none)
+    assert fleet._accepted_leases(1) == 1
+    assert fleet._accepted_leases(None) is None
+    # A 5xx that took a page's time held its slot: no refusal in transit.
+    slow = controller()
+    slow._low_latency = 0.2
+    slow.also_out([])
+    for _ in range(20):
+        slow.note_lease(1.0, 0.3, True, 0.2)
+    assert slow._accepted_leases(9) == 9
+    # Read a lease's time or more after the latest answer noted, the refusals it saw have left the set.
+    assert fleet._accepted_leases(9, 2.0) == fleet._accepted_leases(9) == 9 - math.floor(8 * (1.0 - share))
+    assert fleet._accepted_leases(9, 2.0 + 5.0 * fleet._lease_all) == 9
+    # The accepted answer's count is read so: the most accepted at once.
+    fleet.on_response(2.0, pushback=False, current=True, latency=0.2, elapsed=0.3, inflight=9)
+    assert fleet._inflight_ok == 9 - math.floor(8 * (1.0 - fleet._lease_on / fleet._lease_all)) < 9
+    # One process notes nothing: its counts are the site's.
+    assert alone._lease_all == 0.0
+    assert alone._accepted_leases(9) == 9

@@ -54,6 +54,9 @@ class _SlotSizingState(Protocol):
     _slot_ok: tuple[float, ...]
     _slot_refused: tuple[float, ...]
     _held_over: float
+    _lease_on: float
+    _lease_all: float
+    _lease_at: float
     _outstanding: deque[float]
     _stuck_share: float
     _stuck_time: float
@@ -98,6 +101,8 @@ class _SlotSizingState(Protocol):
     def _decide(self, now: float, decision: str) -> None: ...
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None, *,
                            sent_at: float | None = None, out: Sequence[float] | None = None) -> bool: ...
+    def _refused_at(self, answered: bool, elapsed: float | None, inflight: int) -> bool: ...
+    def _accepted_leases(self, count: int | None, at: float | None = None) -> int | None: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
     def sent_rate(self, now: float) -> float: ...
@@ -198,6 +203,58 @@ class SlotSizing:
         holds the slot until then. Traced on real HTTP (a fleet of 4, a loaded machine), 0.14-0.21 s
         more past a 0.26-0.30 s held time."""
         self._held_over += LATENCY_WEIGHT * max(0.0, seconds)
+
+    def note_lease(self: _SlotSizingState, now: float, held: float, refused: bool,
+                   latency: float | None) -> None:
+        """A fleet worker's answer at ``now`` whose lease in the store's set was held ``held`` seconds
+        (grant to release), ``refused`` with ``latency``: a refusal on arrival (:meth:`_quick`) held its
+        lease in transit only, never a slot at the site. Noted after the answer's own count was read (it
+        was in no count it met). One process does nothing: its counts are the site's."""
+        if not self._merged or held <= 0.0:
+            return
+        on = 0.0 if refused and self._quick(latency is not None, latency) else held
+        if on <= 0.0 and self._lease_all <= 0.0:
+            # (Nothing accepted noted yet: no share to weigh a refusal against. Taken from a worker's
+            # first noted answer, a refusal, the share was 0, its count of 8 leases read as 1 in flight,
+            # not a cap's, and the cap's 503s were judged the site's own: 277 refusals in 30 s.)
+            return
+        self._lease_all += LATENCY_WEIGHT * (held - self._lease_all)
+        self._lease_on += LATENCY_WEIGHT * (on - self._lease_on)
+        self._lease_at = max(self._lease_at, now)
+
+    def _accepted_leases(self: _SlotSizingState, count: int | None, at: float | None = None) -> int | None:
+        """A fleet's lease count (``count``, the request's own included, read at ``at``) less the refusals
+        in transit in it.
+
+        A lease runs from the store's grant to the release; a refusal on arrival holds one for its whole
+        round trip (grant, write, the site's instant 503, read, release) and no slot at the site. While a
+        cap refuses, such leases fill the set, and every count read there holds them: an accepted answer's
+        (at its grant) and a refusal's (at its answer). By Little's law the share of the set that the
+        other leases fill is their share of the lease time (:meth:`note_lease`); the rest of the other
+        ``count - 1`` are refusals in transit, taken off in whole requests only (rounded down: a fraction
+        of one is none, and with no refusal lately every count is the store's, as before). Both counts
+        are read so, the accepted ones and the refused, in one unit: the requests that hold slots.
+
+        Counted whole, a fleet of 4 on a cap of 1 read accepted answers "with 4-10 in flight" among the
+        refusals in transit, the most accepted rose to 10, slots opened to 11, and no refusal after that
+        was read as the cap's: 436 refusals in 30 s (bench/results/storm5.md). Scaled by the share and
+        rounded to the nearest, a second refusal at 9 leases past 8 accepted read 8 (one refusal in
+        transit's 0.8 of a request taken off), a slot freed late, where it was past the cap: the rate
+        stayed cut (a hard knee of 6: 0.87 -> 0.77 of its capacity, storm5).
+
+        The share is the worker's latest answers', which stand for the set's company for a lease's time
+        (the mean noted, ``_lease_all``): the other workers' answers come between. Read later than that
+        after its latest noted answer, the refusals it saw have left the set, and the share fades. (A
+        worker refused three times in a burst, then with no answer for 0.24 s, read a refusal at 8
+        leases past 8 accepted as 7, a slot freed late: a hard knee of 6 capped at 7 leases where its
+        8 serve more, 0.87 -> 0.82 of its capacity. Faded from the latest answer on, the share of a
+        cap of 1's refusals, 0.07 s apart for a worker of 4, fell under a request's: 394 refusals.)"""
+        if count is None or count <= 1 or not self._merged or self._lease_all <= 0.0:
+            return count
+        transit = max(0.0, 1.0 - self._lease_on / self._lease_all)
+        if at is not None and at > self._lease_at + self._lease_all:
+            transit *= math.exp(-(at - self._lease_at - self._lease_all) / self._lease_all)
+        return count - math.floor((count - 1) * transit + 1e-9)
 
     def hung_out(self: _SlotSizingState, now: float) -> tuple[int, float]:
         """The requests out at ``now`` for longer than one answer may take without moving the latency
@@ -361,7 +418,12 @@ class SlotSizing:
         inflight = self._met(inflight, sent_at, elapsed)
         if inflight is None:
             return False
-        inflight = max(1, inflight - self._hung_at(sent_at, out))
+        at = None if sent_at is None or elapsed is None else sent_at + elapsed  # (its answer)
+        inflight = self._accepted_leases(max(1, inflight - self._hung_at(sent_at, out)), at)
+        return self._refused_at(answered, elapsed, inflight or 1)
+
+    def _refused_at(self: _SlotSizingState, answered: bool, elapsed: float | None, inflight: int) -> bool:
+        """:meth:`refused_on_arrival` of a refusal whose count met (``inflight``) is read already."""
         if (self._lone_refused or (inflight < T.confirm and not self._slot_reused(inflight)
                 and not (self.slot_rest() > 0.0 and inflight <= self._inflight_ok)
                 and not 1 <= self._inflight_ok < inflight)) and not self.crowded(inflight):
@@ -499,6 +561,8 @@ class SlotSizing:
         can show no fall), and the verdict, shared, stopped every worker cutting for the cap's
         refusals: 8 workers drew 87-105 refusals of 150 requests.
         """
+        # (As the most accepted is counted; read at the answer.)
+        inflight = self._accepted_leases(inflight, None if elapsed is None else sent + elapsed)
         if inflight is None or inflight < 1 or self._inflight_ok < 1 or not self._quick(answered, elapsed):
             return False
         base = self.baseline()
@@ -507,7 +571,11 @@ class SlotSizing:
         # Counted from the request's own write, or from the scope's latest send as the shared record
         # knows it (a fleet's copy may have heard late of the answers before its own send: from the
         # write alone, 8 workers on a cap of 2 freed 83 ms late drew 471 refusals, 56 with both).
-        held = max(1, self._inflight_ok - inflight + 1)
+        # (A fleet's: the latest answer. Its most accepted holds an accepted request's transit, a grant
+        # before the release of the one before: 2 leases on a cap of 1 freed 91 ms late, whose refusal
+        # sent 82 ms after the latest answer met 1 lease, so the second latest answer was weighed, 0.35 s
+        # before; the errors rule judged the cap's 503s the site's own at once: 70 refusals in 30 s.)
+        held = 1 if self._merged else max(1, self._inflight_ok - inflight + 1)
         rests = [r for r in (self._rest_before(sent, held), self._rest_before(self._sent_at, held))
                  if r is not None]
         return bool(rests) and min(rests) < min(base, self._ok_since)
@@ -562,7 +630,7 @@ class SlotSizing:
         late = inflight <= self._inflight_ok and not (quick and self._miscounted(inflight))
         if late and elapsed is not None and quick:
             self._note_late(now - elapsed, inflight)  # (first: a lag dropped here reads it as main does)
-        if not self.refused_on_arrival(answered, elapsed, inflight):
+        if not self._refused_at(answered, elapsed, inflight):
             return False
         self._slot_refused = tallied(self._slot_refused, inflight)
         if inflight <= self._inflight_ok and not late:

@@ -332,6 +332,13 @@ class RampupState:
     # crawler's own, from the admission to the write and from the answer to the release (a fleet's
     # worker: a store round trip and a busy event loop each way). The slots a rate needs count it.
     _held_over: float = 0.0
+    # -- storm6 -- a fleet worker's own smoothed lease time per answer (grant to release), and the same
+    # with a refusal on arrival's counted as 0: their ratio is the share of the store's lease set that
+    # requests held at the site fill (_rampup_slots' _accepted_leases). The worker's, not shared state:
+    # kept by its store across the versions it reads (Cached.leases).
+    _lease_on: float = 0.0
+    _lease_all: float = 0.0
+    _lease_at: float = _NEVER  # (its latest answer noted)
     # A shared store's count of the scope's accepted answers at the cycle's start, and the
     # cycle it belongs to (NEVER: none yet): see _rampup_sends' sync_accepted.
     _acc_base: int = 0
@@ -502,6 +509,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                      error: bool) -> None:
         if self.phase == "start" and not pushback:  # a refusal on arrival says nothing of service time
             self._start_latency(latency)
+        inflight = self._accepted_leases(inflight, now)  # (a fleet's lease count less refusals in transit)
         # Like TCP, cut at most once per round trip: answers to requests that were
         # sent before the server saw the last cut take effect still say "too fast".
         can_cut = current and now >= self._quiet_until

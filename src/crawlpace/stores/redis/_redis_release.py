@@ -105,6 +105,7 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
             stored = policies.stored(name)
             before = policy.summary()
             own = policy.rampup is not None and policy.rampup.own_mean()
+            leases = policies.entry(name).leases  # (before this outcome's: a redo reads it with them)
             policy, version = writer.apply(name, now, signal, generation, lease, index, use)
             if policy.given_up:
                 given_up.append(name)
@@ -119,11 +120,11 @@ def release_call(lease: RedisLease, outcome: Outcome, now: float, idle: str, pol
                 # While this worker redoes the scope's lost write-backs, an answer joins that redo's
                 # next write (PolicyWriter.joins): its own, guarded by the version this copy was
                 # read at, would race the redo's and mostly lose (bench/results/fleetwb1.md).
-                lesson = Lesson(signal, generation, now, lease, index, use)
+                lesson = Lesson(signal, generation, now, lease, index, use, leases)
                 if gap is not None or not writer.joins(name, lesson):
                     _blob, values = policies.writeback(policy, now)
                     write = [str(version), *values]
-                    pending[index] = (signal, generation, now)
+                    pending[index] = (signal, generation, now, leases)
                     handover = gap if gap is not None else handover
         # A refusal that holds the scope ("3") keeps its hold even if another worker writes first.
         free = "3" if pending.get(index) and signal is not None and (

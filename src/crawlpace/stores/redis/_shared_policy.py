@@ -61,6 +61,11 @@ class Cached:
     #: The sends of :attr:`out` this worker put among the fleet's hangs (rampup's ``_hung_sends``),
     #: whether still out or not: the entries of the shared record that are its own to take out.
     hung: list[float] = field(default_factory=list)
+    #: This worker's smoothed lease time per answer of the scope, the same with a refusal on arrival's
+    #: counted as 0, and when it noted the latest (``Rampup.note_lease``): its own, not shared, so kept
+    #: here across the versions it reads (in the shared policy, each newer version read lost the
+    #: refusals noted).
+    leases: tuple[float, float, float] = (0.0, 0.0, -math.inf)
 
 
 def pause_arg(policy: ScopePolicy, now: float) -> str:
@@ -142,7 +147,7 @@ class SharedPolicies:
         self._cache[scope] = new = Cached(version, blob)
         if old is not None:  # what this worker saw of the scope's sends stays
             new.seen, new.seen_gap, new.every = old.seen, old.seen_gap, old.every
-            new.door_sent, new.out, new.hung = old.door_sent, old.out, old.hung
+            new.door_sent, new.out, new.hung, new.leases = old.door_sent, old.out, old.hung, old.leases
         self._cache.move_to_end(scope)
         if len(self._cache) > self.limit:
             self._cache.popitem(last=False)

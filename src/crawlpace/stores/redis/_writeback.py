@@ -29,8 +29,9 @@ __all__ = ["WRITE_TRIES", "Lesson", "PolicyWriter"]
 logger = logging.getLogger(__name__)
 
 # The write-backs of a release awaiting their reply: scope index -> the feedback, the generation it
-# was sent under, and the server time its answer was applied at (a redo applies it at that time).
-Pending = dict[int, tuple[ScopeFeedback | None, int, float]]
+# was sent under, the server time its answer was applied at (a redo applies it at that time), and the
+# worker's lease times before it (a redo reads its count with them, as the first apply did).
+Pending = dict[int, tuple[ScopeFeedback | None, int, float, tuple[float, float, float]]]
 
 #: Write-backs tried before an outcome's lesson is dropped (many workers racing).
 WRITE_TRIES = 8
@@ -48,6 +49,7 @@ class Lesson:
     lease: RedisLease
     index: int  # the scope's place in the lease
     use: float
+    leases: tuple[float, float, float] | None = None  # the worker's lease times before it (Cached.leases)
 
     @property
     def plain(self) -> bool:
@@ -96,11 +98,20 @@ class PolicyWriter:
         self.release_after = 0.0
 
     def apply(self, name: str, now: float, signal: ScopeFeedback | None, generation: int,
-              lease: RedisLease, index: int, use: float) -> tuple[ScopePolicy, int]:
+              lease: RedisLease, index: int, use: float, *, again: bool = False,
+              leases: tuple[float, float, float] | None = None) -> tuple[ScopePolicy, int]:
         """The scope's policy after ``signal``, and the version it was computed from (also for an
-        outcome applied again, to a newer stored policy, after its first write-back lost)."""
+        outcome applied ``again``, to a newer stored policy, after its first write-back lost, with
+        ``leases``, the worker's lease times it was first applied with)."""
         policy = self.policies.policy(name)
         version = self.policies.entry(name).version
+        if policy.rampup is not None:
+            # This worker's own lease times (Rampup.note_lease): a copy read from the store has none.
+            # (A redo's, as before its outcome: with its own refusal's lease noted, a redo read the
+            # refusal's count of 8 as 7, and capped a cap of 6 refused at 8 leases at 6 where the
+            # first apply and main capped it at 7.)
+            kept = self.policies.entry(name).leases if leases is None else leases
+            policy.rampup._lease_on, policy.rampup._lease_all, policy.rampup._lease_at = kept
         door = False
         if policy.rampup is not None and lease.sends:
             own, cached = lease.sends[index], self.policies.entry(name)
@@ -152,6 +163,12 @@ class PolicyWriter:
             # lease set until the release reaches the server: the count in flight other answers
             # come with counts it that much longer.
             policy.rampup.note_released_after(self.release_after)
+        if policy.rampup is not None and signal is not None and not again:
+            # The lease this answer held, to its release: after the answer's own count was read.
+            policy.rampup.note_lease(now, now - lease.server_granted_at + self.release_after,
+                                     signal.backoff and signal.status is not None, signal.latency)
+            rampup = policy.rampup
+            self.policies.entry(name).leases = (rampup._lease_on, rampup._lease_all, rampup._lease_at)
         if policy.window_log is not None:
             # The fleet's window log: every worker's answers, with the fleet's requests in flight.
             policy.window_log.shared()
@@ -198,8 +215,8 @@ class PolicyWriter:
         """
         for index, result in beaten.items():
             name, use = lease.demands[index]
-            signal, generation, answered = pending[index]
-            lesson = Lesson(signal, generation, answered, lease, index, use)
+            signal, generation, answered, leases = pending[index]
+            lesson = Lesson(signal, generation, answered, lease, index, use, leases)
             waiting = self._redoing.get(name)
             if waiting is not None:
                 # This worker redoes the scope already: the outcome rides with its next write. (Each
@@ -260,7 +277,8 @@ class PolicyWriter:
                 # much longer past its answer (bench/results/fleetheld3.md). The write itself
                 # carries the time it is written at.
                 policy, at = self.apply(name, lesson.answered, lesson.signal, lesson.generation,
-                                        lesson.lease, lesson.index, lesson.use)
+                                        lesson.lease, lesson.index, lesson.use, again=True,
+                                        leases=lesson.leases)
             self.redone += batch
             if policy.summary() == before and all(lesson.plain for lesson in waiting[:batch]):
                 # Nothing other workers must see changed (the rule of a release's first write-back,
