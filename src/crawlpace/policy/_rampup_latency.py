@@ -304,6 +304,12 @@ class LatencyWatch:
         """
         if self._lat_cut_at == NEVER:
             return False
+        if self._lat_held:
+            # Held until the latency is down or a refusal comes: the answers kept soon all postdate the
+            # cut, and a run judged anew from them cut a spell's 0.1-s answers six more times.
+            self._knee_slots(now)
+            self._freeze(now)
+            return True
         kept = list(self._ok_lat)
         before = [latency for sent, latency in zip(kept[0::2], kept[1::2], strict=False)
                   if sent < self._lat_cut_at]
