@@ -12,6 +12,13 @@ that a later send overtook (answered quickly before it) is an outlier
 was held by the site, not by a queue. It stays out of the smoothed latency, and
 the slots make room for such answers as they do for hangs.
 
+**A cut that the latency does not follow** (:meth:`LatencyWatch._latency_unmoved`). A knee's latency
+follows the rate: cut it, fewer requests are in flight, and the next answers come quicker. A server
+slowed by others (its other clients, a loaded machine) answers as slowly at any rate. So a latency cut
+goes on only while the answers sent since the last one come quicker than those sent just before it;
+otherwise the rate holds until the latency is down (then climbs back quickly to where the cuts began:
+:meth:`LatencyWatch._latency_back`) or a refusal comes (the limit's: the ordinary rules answer it).
+
 **The load fit.** Latency that grows with the requests in flight is not overload
 by itself: a server that serves each request a little slower the more it holds
 may still serve more of them per second. By Little's law a scope holding ``n``
