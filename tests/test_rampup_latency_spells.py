@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 
 import pytest
 
+from crawlpace.policy.rampup import Rampup
+
+from .test_rampup import controller, drive, send_and_answer
 from .test_rampup_limiters import Bucket, HardKnee, Response, crawl
 
 
@@ -75,3 +78,41 @@ async def test_slow_spells_the_rate_does_not_cause_hold_the_rate_instead_of_cutt
     # After the last spell (from 90 s) the rate climbs back to where the cuts started, not from their floor.
     tail = sum(1 for at in site.accepted_at if at >= SECONDS - 8.0) / 8.0 / site.rate
     assert tail >= tail_share
+
+
+def _drive_knee(ramp: Rampup, start: float, end: float, knee_rate: float) -> float:
+    """Send as fast as allowed; each answer takes 50 ms, times (rate / ``knee_rate``) squared past it."""
+    now = start
+    while now < end:
+        rate = ramp.allowed_rate(now)
+        send_and_answer(ramp, now, latency=0.05 * max(1.0, rate / knee_rate) ** 2)
+        now += 1.0 / rate
+    return now
+
+
+def test_a_knee_whose_latency_follows_the_rate_is_cut_until_it_is_down(
+        caplog: pytest.LogCaptureFixture) -> None:
+    ramp = controller(start_rate=8.0, max_concurrency=16)
+    drive(ramp, 0.0, 2.0, latency=0.05)
+    send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
+    end = drive(ramp, 2.0, 30.0, latency=0.05)
+    top = ramp.allowed_rate(end)
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        end = _drive_knee(ramp, end, end + 10.0, knee_rate=top / 2.0)
+    # Cut while the answers since each cut came quicker, down under the cut line (as on main: 40 -> 32/s).
+    assert caplog.text.count("cut: latency") >= 2
+    assert "did not fall" not in caplog.text
+    assert ramp.allowed_rate(end) <= top * 0.85
+
+
+def test_a_refusal_ends_a_held_run_of_latency_cuts(caplog: pytest.LogCaptureFixture) -> None:
+    ramp = controller(start_rate=8.0, max_concurrency=16)
+    drive(ramp, 0.0, 2.0, latency=0.05)
+    send_and_answer(ramp, 2.0, pushback=True)
+    end = drive(ramp, 2.0, 30.0, latency=0.05)
+    end = drive(ramp, end, end + 2.0, latency=0.4)  # slow at any rate: one cut, then held
+    assert "did not fall with the last cut" in ramp.decision
+    send_and_answer(ramp, end, pushback=True, latency=0.4)  # the limit's: the run ends
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        drive(ramp, end + 0.5, end + 3.0, latency=0.05)
+    assert "climbing back to" not in caplog.text
