@@ -673,14 +673,18 @@ def test_latency_past_the_knee_ends_the_start_phase_and_holds_the_rate() -> None
     assert ramp.rate == frozen
 
 
-def test_latency_far_above_the_baseline_cuts_the_rate() -> None:
+def test_latency_far_above_the_baseline_cuts_the_rate(caplog: pytest.LogCaptureFixture) -> None:
     ramp = controller(start_rate=4.0)
     drive(ramp, 0.0, 2.0, latency=0.05)
     generation = ramp.generation
-    drive(ramp, 2.0, 2.5, latency=0.3)
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        drive(ramp, 2.0, 2.5, latency=0.3)
     assert ramp.generation > generation
-    assert "cut: latency" in ramp.decision
+    assert "cut: latency" in caplog.text
     assert ramp.last_pushback_rate is None  # a slow answer is not a refusal
+    # The answers since the cut came no quicker (0.3 s at any rate): no further cut, the rate holds.
+    assert "did not fall with the last cut" in ramp.decision
+    assert ramp.generation == generation + 1
 
 
 def test_the_slots_follow_the_rate_and_the_latency_within_the_cap() -> None:
@@ -957,7 +961,8 @@ def test_a_server_past_its_knee_is_brought_back_to_it_not_starved() -> None:
     assert sorted(latencies)[len(latencies) // 2] <= 0.2 * 1.5  # mostly at the knee, not queueing
 
 
-def test_a_latency_cut_caps_the_slots_at_what_the_rate_needs_unqueued() -> None:
+def test_a_latency_cut_caps_the_slots_at_what_the_rate_needs_unqueued(
+        caplog: pytest.LogCaptureFixture) -> None:
     ramp = controller(start_rate=8.0, max_concurrency=16)
     drive(ramp, 0.0, 2.0, latency=0.2)
     send_and_answer(ramp, 2.0, pushback=True)  # ends the start phase
@@ -965,8 +970,9 @@ def test_a_latency_cut_caps_the_slots_at_what_the_rate_needs_unqueued() -> None:
     sent = ramp.sent_rate(end)
     assert ramp.slot_cap == math.inf
     assert ramp.concurrency(ramp.allowed_rate(end)) > round(sent * 0.2)
-    end = drive(ramp, end, end + 2.0, latency=0.7)  # the server queues: far past the knee
-    assert "cut: latency" in ramp.decision
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        end = drive(ramp, end, end + 2.0, latency=0.7)  # the server queues: far past the knee
+    assert "cut: latency" in caplog.text
     # Little's law at the baseline: the requests the rate keeps in flight unqueued.
     assert ramp.slot_cap == max(3, round(sent * 0.2))
     assert ramp.concurrency(50.0) == ramp.slot_cap
@@ -975,15 +981,17 @@ def test_a_latency_cut_caps_the_slots_at_what_the_rate_needs_unqueued() -> None:
     assert ramp.slot_cap == max(3, round(sent * 0.2)) + 1
 
 
-def test_a_site_answering_in_milliseconds_gets_no_slot_cap_from_latency() -> None:
+def test_a_site_answering_in_milliseconds_gets_no_slot_cap_from_latency(
+        caplog: pytest.LogCaptureFixture) -> None:
     # Its latency swings are the crawler's own machine (a loaded loop adds tens of ms),
     # not a queue at the server: three slots at 100 ms would hold a 25/s site to 30/s.
     ramp = controller(start_rate=8.0, max_concurrency=16)
     drive(ramp, 0.0, 2.0, latency=0.002)
     send_and_answer(ramp, 2.0, pushback=True)
     end = drive(ramp, 2.0, 40.0, latency=0.002)
-    drive(ramp, end, end + 2.0, latency=0.2)
-    assert "cut: latency" in ramp.decision
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        drive(ramp, end, end + 2.0, latency=0.2)
+    assert "cut: latency" in caplog.text
     assert ramp.slot_cap == math.inf
 
 

@@ -84,6 +84,9 @@ class _CutState(Protocol):
     _k: float
     _gap_ok: float
     _ok_lat: deque[float]
+    _lat_cut_at: float
+    _lat_from: float
+    _lat_held: bool
     _ok_sends: deque[float]
     _no_burst: bool
 
@@ -256,6 +259,8 @@ class CutRules:
         refused = reason in ("pushback", "slots")
         if refused:
             self._pushbacks.append(now)
+            # A refusal is the limit's: the latency cuts before it were not spells (_rampup_latency).
+            self._lat_cut_at, self._lat_from, self._lat_held = NEVER, 0.0, False
         count = self.pushbacks(now)
         low, high = self.target
         # A slow answer is a hint, not a refusal: it never cuts deep.

@@ -12,6 +12,13 @@ that a later send overtook (answered quickly before it) is an outlier
 was held by the site, not by a queue. It stays out of the smoothed latency, and
 the slots make room for such answers as they do for hangs.
 
+**A cut that the latency does not follow** (:meth:`LatencyWatch._latency_unmoved`). A knee's latency
+follows the rate: cut it, fewer requests are in flight, and the next answers come quicker. A server
+slowed by others (its other clients, a loaded machine) answers as slowly at any rate. So a latency cut
+goes on only while the answers sent since the last one come quicker than those sent just before it;
+otherwise the rate holds until the latency is down (then climbs back quickly to where the cuts began:
+:meth:`LatencyWatch._latency_back`) or a refusal comes (the limit's: the ordinary rules answer it).
+
 **The load fit.** Latency that grows with the requests in flight is not overload
 by itself: a server that serves each request a little slower the more it holds
 may still serve more of them per second. By Little's law a scope holding ``n``
@@ -61,6 +68,13 @@ __all__ = ["LOAD_COUNTS", "LatencyWatch"]
 LOAD_COUNTS = 64
 
 
+def _median(values: list[float]) -> float:
+    """The median of a non-empty list."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2.0
+
+
 def _put(values: tuple[float, ...], index: int, value: float) -> tuple[float, ...]:
     """``values`` with ``value`` at ``index`` (the fit's tables are tuples: the shared state stores them)."""
     return (*values[:index], value, *values[index + 1:])
@@ -85,6 +99,9 @@ class _LatencyWatchState(Protocol):
     _knee_hold: int
     _held_over: float
     _ok_lat: deque[float]
+    _lat_cut_at: float
+    _lat_from: float
+    _lat_held: bool
 
     rate: float
     phase: str
@@ -109,6 +126,8 @@ class _LatencyWatchState(Protocol):
     def _decide(self, now: float, decision: str) -> None: ...
     def _outlier_span(self, early: bool = False) -> float | None: ...
     def throughput(self, inflight: int) -> float | None: ...
+    def _freeze(self, now: float) -> None: ...
+    def _knee_slots(self, now: float) -> None: ...
 
 
 class LatencyWatch:
@@ -269,6 +288,74 @@ class LatencyWatch:
                 best, top = n, got
         return best
 
+
+    def _note_latency_cut(self: _LatencyWatchState, now: float) -> None:
+        """A latency cut at ``now``: the sends from then on meet the lower rate; the first of a run keeps
+        the rate it cut from, to climb back to if the latency turns out not to follow the rate."""
+        self._lat_cut_at = now
+        if self._lat_from <= 0.0:
+            self._lat_from = self.rate
+
+    def _latency_unmoved(self: _LatencyWatchState, now: float) -> bool:
+        """Whether the answers to the sends made since the last latency cut came no quicker than the
+        answers to those made just before it (the median of each, as many before as after, at least
+        ``T.confirm`` of each): the cut lowered the rate, not the latency. While fewer than that came since
+        the cut, it holds too (the cut's effect is not known yet); with fewer before it, False.
+
+        At a knee the latency follows the load: fewer requests sent, fewer in flight, and the next
+        answers come quicker (a server slower with each request it holds, one whose latency grows
+        past a count in flight). A server slowed by others (its other clients, a loaded machine)
+        answers as slowly at any rate: every further cut costs rate and buys nothing, and a spell of
+        seconds cut a bucket of 44/s seven times, to 8/s (bench/latency_spells.py). Noted once per
+        run of cuts: the run then holds, and climbs back once the latency is down (:meth:`_latency_back`).
+        """
+        if self._lat_cut_at == NEVER:
+            return False
+        if self._lat_held:
+            # Held until the latency is down or a refusal comes: the answers kept soon all postdate the
+            # cut, and a run judged anew from them cut a spell's 0.1-s answers six more times.
+            self._knee_slots(now)
+            self._freeze(now)
+            return True
+        kept = list(self._ok_lat)
+        before = [latency for sent, latency in zip(kept[0::2], kept[1::2], strict=False)
+                  if sent < self._lat_cut_at]
+        after = [latency for sent, latency in zip(kept[0::2], kept[1::2], strict=False)
+                 if sent >= self._lat_cut_at]
+        if len(before) < T.confirm:
+            return False
+        if len(after) < T.confirm:
+            # The last cut's answers are not in yet: no evidence that another cut is needed, none
+            # that it is not (three cuts of a spell 2 ms apart, each before any answer to its rate).
+            self._knee_slots(now)
+            self._freeze(now)
+            return True
+        before = before[-len(after):]
+        if _median(after) < _median(before):
+            return False
+        if not self._lat_held:
+            self._lat_held = True
+            self._decide(now, f"hold: latency {self.latency or 0.0:.3f}s did not fall with the last cut "
+                         f"(answers since {_median(after):.3f}s, before it {_median(before):.3f}s): not "
+                         f"this rate's; no further cut (back to {self._lat_from:.3g}/s once it falls)")
+        self._knee_slots(now)
+        self._freeze(now)
+        return True
+
+    def _latency_back(self: _LatencyWatchState, now: float) -> None:
+        """The latency back under the knee line: a run of latency cuts ends. Where the latency did not
+        follow the cuts (:meth:`_latency_unmoved`) and no refusal came since, the rate climbs back to
+        where the run started, on the quick climb (the cuts were not the limit's)."""
+        if self._lat_from <= 0.0:
+            return
+        back, held = self._lat_from, self._lat_held
+        self._lat_cut_at, self._lat_from, self._lat_held = NEVER, 0.0, False
+        if not held or back <= self.rate:
+            return
+        self.ceiling = back if self.ceiling is None else max(self.ceiling, back)
+        self._start_climb(now, fast=True)
+        self._decide(now, f"latency back at {self.latency or 0.0:.3f}s after cuts it did not follow, with no "
+                     f"refusal: climbing back to {back:.3g}/s in {self._k:.3g}s")
 
     def queue_fit(self: _LatencyWatchState) -> tuple[float, float] | None:
         """The rate a line in front of the site serves at, and the last answer's wait in it, read off

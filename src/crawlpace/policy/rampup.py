@@ -231,6 +231,12 @@ class RampupState:
     _level: int = 0
     _quick_sent: float = _NEVER  # the latest send answered under the knee (_rampup_latency)
     _line_until: float = _NEVER  # a line's backlog drains until then, its wait no load (_rampup_latency)
+    # The latest latency cut (sends from then on met its rate), the rate before the run of latency cuts
+    # it belongs to (0: none), and whether the answers since one of them came no quicker: latency the
+    # rate does not cause, held rather than cut, and climbed back from once it is gone (_rampup_latency).
+    _lat_cut_at: float = _NEVER
+    _lat_from: float = 0.0
+    _lat_held: bool = False
     # The send times of the requests still out, and how many of them were stragglers (out far longer
     # than the site's answers take) at the last quick answer (_rampup_sends, _rampup_slots).
     _outstanding: deque[float] = field(default_factory=lambda: deque(maxlen=OK_SENDS_KEPT))
@@ -660,7 +666,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 # not load a cut would relieve. Hold the rate instead (latency2: a strict bucket in
                 # a loaded fleet was cut from 3.8/s to 0.32/s this way, one request in flight).
                 level = 1
-            if level == 2 and can_cut:
+            # Answers sent since the last latency cut no quicker than those just before it: the latency
+            # does not follow the rate, so no further cut would bring it down (_rampup_latency).
+            unmoved = level == 2 and self._latency_unmoved(now)
+            if level == 2 and can_cut and not unmoved:
                 # A line in front of a fixed rate (nginx's limit_req with a burst) spaces its answers at
                 # that rate: pace at it rather than cut a share (_rampup_latency).
                 line = self.queue_fit()
@@ -668,8 +677,10 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                     self._pace_queue(now, *line)
                 else:
                     self._cap_queue(now)
+                    self._note_latency_cut(now)
                     self._cut(now, reason="latency")
             elif level == 0:
+                self._latency_back(now)
                 self._grow(now)
                 if not outlier:
                     self._open_slot(now, inflight, level, latency)

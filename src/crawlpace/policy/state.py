@@ -89,7 +89,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_inflight_ok",
           "_sustained", "_lone_refused",
           "_quick_sent", "_outstanding", "_stragglers", "_hung", "_merged", "_slow_last", "_load_latency",
-          "_line_until",
+          "_line_until", "_lat_cut_at", "_lat_from", "_lat_held",
           "_load_count", "_load_n",
           "_load_since", "_knee_hold", "_knee_at", "_answered_at", "_acc_base",
           "_acc_cycle", "_recall", "_recall_wait", "_recall_from", "_recall_span", "_recall_last",
