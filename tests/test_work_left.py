@@ -171,15 +171,3 @@ async def test_the_first_hold_does_not_bet_a_second_on_the_starts_few_sends() ->
     took, _ = await holds_battery.crawl_pages(site, 37, 0.05)
     assert site.holds == 1
     assert took < 120.0
-
-
-async def test_a_pace_the_refilled_burst_carried_is_no_floor_over_the_fit() -> None:
-    # The random farm's seed 1074 holds03: 0.825/s, a burst of 3, 8 s holds, 39 pages, 3 ms answers.
-    # After the first hold the bucket, full again, carried 1.065/s for the hold's length: noted as a
-    # pace kept up. The second hold's fit pinned the burst of 3 to 0.797-0.829/s, yet that pace (cut
-    # to 0.958/s) was the floor the level was weighed from: paced at 0.933/s "with a chance of
-    # 1.00", and a third hold (62.8 s). The fit under the pace: two holds (59.7 s).
-    site = holds_battery.HeldBucket(0.825, 3.0, 8)
-    took, _ = await holds_battery.crawl_pages(site, 39, 0.003)
-    assert site.holds == 2
-    assert took < 61.0

@@ -91,9 +91,6 @@ KNOTS = 8
 #: The log-width given an interval of one rate (a burst the record pins exactly): the bisection's
 #: own precision, 0.1 % (:data:`_STEPS`).
 _NARROWEST = 1e-3
-#: A chance under this is zero read through floating point (a belief cut under a refused pace keeps
-#: ``1e-15`` at the knots above the fit, where the chance was zero before the cut).
-_RESIDUE = 1e-9
 #: Refusals that started a hold kept on record (a refusal older than the accepted sends kept says
 #: nothing the fit can use).
 REFUSALS_KEPT = 8
@@ -558,13 +555,6 @@ class BucketFit:
         kept = self._sustained
         if refused <= kept * (1.0 + T.tolerance):
             kept = T.cut * min(kept, refused)
-        if chance(self._belief, kept) < _RESIDUE:
-            # No bucket that fits the record refills at the pace kept up: the burst the hold refilled
-            # carried it (a pace kept for a hold's length ``H`` shows only ``p - b / H``, and the fit
-            # already holds that stretch). Taken as proof anyway, it was the floor over the whole fit:
-            # a 0.825/s bucket of 3 with 8 s holds, pinned to 0.797-0.829/s at its second hold, was
-            # paced at 0.933/s "with a chance of 1.00" and drew a third (bench/results/holds18.md).
-            kept = 0.0
         self._kept = kept
         level, sure = best_level(self._belief, held, self._work(now), floor=kept)
         self._set_level(now, level, held, sure)
