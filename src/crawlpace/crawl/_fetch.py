@@ -71,8 +71,8 @@ LOOK_AFTER = 0.01
 CATCH_UP_TURNS = 3
 #: Looks again at the store's holds after waiting one out, at most: a refusal drawn meanwhile by a
 #: request already on its way may have held the scope longer (each look is a round trip). A write
-#: waits for its siblings still out this often at most; its looks after that wait out holds only,
-#: as often again (a hold found then is a sibling's refusal that landed: each is waited out).
+#: waits for its siblings still out after RELOOKS + 1 looks at most; its RELOOKS looks after that
+#: wait out holds only (a hold found then is a sibling's refusal that landed: each is waited out).
 RELOOKS = 4
 
 #: Seconds the request :meth:`AiohttpFetcher.get` is sending waited in its last look, and of them
