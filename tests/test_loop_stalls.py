@@ -84,7 +84,7 @@ async def test_a_fleets_last_look_at_the_store_is_not_the_sites_latency() -> Non
     and over (fleet6: 307 latency cuts in one fleet of 8). It is the admission's lag, not the site's."""
     clock = MockClock(100.0)
 
-    async def held_for(scopes: tuple[str, ...], lease_id: str = "") -> float:
+    async def held_for(scopes: tuple[str, ...], lease_id: str = "", siblings: bool = True) -> float:
         clock.advance(0.12)  # a slow reply of a loaded store; no hold
         return 0.0
 

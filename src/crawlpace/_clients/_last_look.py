@@ -178,7 +178,8 @@ class Writing:
     now: Callable[[], float]
     #: A shared store's holds (:meth:`~crawlpace.stores.base.HeldStore.held_for`), for the crawl's
     #: last look: another worker's refusal reaches this one only through the store.
-    held_for: Callable[[tuple[str, ...], str], Awaitable[float]] | None = None
+    #: Called with the scopes, the lease id and whether to wait for siblings still out.
+    held_for: Callable[[tuple[str, ...], str, bool], Awaitable[float]] | None = None
     #: A shared store's time before which the request may not be written (a Crawl-delay after
     #: another worker's latest write: ``HeldStore.write_after``), and the note that it is being
     #: written (``HeldStore.wrote``).

@@ -70,7 +70,9 @@ LOOK_AFTER = 0.01
 #: loop is just out of a stall: an answer's bytes read in one turn reach its release in the next.
 CATCH_UP_TURNS = 3
 #: Looks again at the store's holds after waiting one out, at most: a refusal drawn meanwhile by a
-#: request already on its way may have held the scope longer (each look is a round trip).
+#: request already on its way may have held the scope longer (each look is a round trip). A write
+#: waits for its siblings still out after RELOOKS + 1 looks at most; its RELOOKS looks after that
+#: wait out holds only (a hold found then is a sibling's refusal that landed: each is waited out).
 RELOOKS = 4
 
 #: Seconds the request :meth:`AiohttpFetcher.get` is sending waited in its last look, and of them
@@ -244,19 +246,24 @@ class AiohttpFetcher:
             # A scope that has held asks at every write: a sibling's refusal may be on its way to
             # another worker's loop, and the store holds this write until that sibling is answered
             # (the look notes the write as it lets it go; the reply says when to look again).
-            hold = await self._ask(held_for, permit.scopes, writing.lease_id, writing.now, entered)
+            hold = await self._ask(held_for, permit.scopes, writing.lease_id, True, writing.now, entered)
             looks = 1
             while hold > wait:
                 _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
                            params.url, hold)
                 await self._wait(writing.now, hold)
                 wait = 0.0
-                if looks > RELOOKS:
+                if looks > 2 * RELOOKS:
                     break
                 # While this one waited, a request already on its way may have drawn a refusal whose
                 # hold ends later (a site's quiet time grows with every refusal it gives): look again.
+                # Past RELOOKS + 1 looks the write no longer waits for siblings still out, but it still
+                # looks before it goes: the sibling it waited for may be the refusal whose hold
+                # landed while it waited (traced: writes that went on their fifth wait without a look,
+                # 20-50 ms after that hold reached the store; bench/results/retry4.md).
                 looks += 1
-                hold = await self._ask(held_for, permit.scopes, writing.lease_id, writing.now, writing.now())
+                hold = await self._ask(held_for, permit.scopes, writing.lease_id, looks <= RELOOKS + 1,
+                                       writing.now, writing.now())
         if wait > 0.0:
             await self._wait(writing.now, wait)
         look.wrote(permit, writing.now())
@@ -266,10 +273,12 @@ class AiohttpFetcher:
             writing.wrote(permit.scopes)
 
     @staticmethod
-    async def _ask(held_for: Callable[[tuple[str, ...], str], Awaitable[float]], scopes: tuple[str, ...],
-                   lease_id: str, now: Callable[[], float], entered: float) -> float:
-        """The store's hold on ``scopes``, in seconds; the round trip is noted as the crawler's."""
-        hold = await held_for(scopes, lease_id)
+    async def _ask(held_for: Callable[[tuple[str, ...], str, bool], Awaitable[float]],
+                   scopes: tuple[str, ...], lease_id: str, siblings: bool, now: Callable[[], float],
+                   entered: float) -> float:
+        """The store's hold on ``scopes``, in seconds (and, with ``siblings``, a wait for a sibling
+        still out); the round trip is noted as the crawler's."""
+        hold = await held_for(scopes, lease_id, siblings)
         # The round trip is the crawler's (a loaded machine's store and loop: 50-150 ms against
         # sites answering in 2 ms), not the site's: out of the latency, into the lag.
         asked = now() - entered

@@ -202,10 +202,11 @@ class HeldStore(Protocol):
     other workers' writes of a scope paced by a Crawl-delay.
     """
 
-    async def held_for(self, scopes: tuple[str, ...], lease_id: str = "") -> float:
+    async def held_for(self, scopes: tuple[str, ...], lease_id: str = "", siblings: bool = True) -> float:
         """Seconds until the latest hold the store keeps on ``scopes`` ends (0.0: none), or until
         this write (admitted as ``lease_id``) should look again: a sibling written a while before
-        it, of a scope that has held, is still out, and its answer may be a refusal not yet read."""
+        it, of a scope that has held, is still out, and its answer may be a refusal not yet read.
+        With ``siblings`` False, holds only: the write has waited for its siblings long enough."""
 
     def holding(self, scopes: tuple[str, ...]) -> bool:
         """Whether every write of ``scopes`` must look (:meth:`held_for`), even one that follows

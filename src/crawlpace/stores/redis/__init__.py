@@ -516,7 +516,7 @@ class RedisStore:
         await self._renewer.aclose()
         await self._conn.aclose()
 
-    async def held_for(self, scopes: tuple[str, ...], lease_id: str = "") -> float:
+    async def held_for(self, scopes: tuple[str, ...], lease_id: str = "", siblings: bool = True) -> float:
         """Seconds until this write's turn after the hold the server keeps on ``scopes`` (0.0: none held).
 
         The last look before a request is written (``crawl/_fetch.py``): a lease granted
@@ -537,7 +537,11 @@ class RedisStore:
         milliseconds late on a loaded machine). The reply then says :data:`LOOK_AGAIN`, and the
         last look asks again after it, a few times at most (``crawl/_fetch.py``, ``RELOOKS``).
         A sibling not yet overdue is not waited for: a site answering in 300 ms keeps its
-        requests in flight side by side.
+        requests in flight side by side. With ``siblings`` False the look waits out holds only
+        (``lua/look.lua`` is asked to look again after 0 s, which is no wait) and notes the write:
+        the last look's final one, once it has waited for its siblings as often as it may, so that
+        a write never goes on a wait for a sibling alone (that sibling's refusal may have landed
+        meanwhile: traced, bench/results/retry4.md).
 
         The wait is counted on the server's clock (``time=server``, the default): this
         worker's estimate of it (from replies read late on a loaded machine) may run ahead
@@ -552,7 +556,7 @@ class RedisStore:
         groups = [scopes] if not self.cluster else [(name,) for name in scopes]
         try:
             now = await self._now_arg()
-            head = [now, lease_id, repr(TOGETHER), self._idle_arg, repr(LOOK_AGAIN)]
+            head = [now, lease_id, repr(TOGETHER), self._idle_arg, repr(LOOK_AGAIN if siblings else 0.0)]
             sent = self._clock.now()
             replies = [await self._conn.call_eager(
                 "look", [key for name in group for key in self._look_keys(name)],
@@ -563,7 +567,7 @@ class RedisStore:
             flags = reply[3].decode() if isinstance(reply[3], bytes) else str(reply[3])
             self._noting.update(name for name, flag in zip(group, flags, strict=False) if flag == "1")
         wait = max(max(float(reply[1]) for reply in replies), 0.0)
-        if wait == 0.0:
+        if wait == 0.0 and siblings:
             # The write leaves only now, as late after the look as its reply was read: a sibling
             # the look found not yet overdue may be by the time this write reaches the site (a
             # loaded worker reads replies 40-100 ms late). Look again.
