@@ -1,0 +1,104 @@
+"""Rampup against token buckets with no burst (and bursty look-alikes) on a fake clock: share and refusals.
+
+The grids of bench/results/strict4.md, over ``tests/test_rampup_limiters.py``'s harness (one source of
+truth for the crawl and the limiter models). Three styles of strict bucket: ``nginx`` (429 at once,
+robots.txt counted, so the page the door lets go is refused), ``sim`` (429 at once, robots.txt not
+counted) and ``simwait`` (the simulator's ``Retry-After`` with the wait for the next token, rounded up).
+Each send reaches the site up to a few milliseconds late, told as the permit's lag. Deterministic: no
+sockets, no sleeping; compare two trees by running each with its own ``PYTHONPATH``.
+
+    PYTHONPATH=src python bench/strict_buckets.py [--grid strict|slow|slowburst|bursty|fresh|freshburst|other]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import importlib.util
+import statistics
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+
+def _harness() -> ModuleType:
+    path = Path(__file__).resolve().parent.parent / "tests" / "test_rampup_limiters.py"
+    spec = importlib.util.spec_from_file_location("test_rampup_limiters", path)
+    if spec is None or spec.loader is None:
+        raise SystemExit(f"cannot load the harness from {path}")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    spec.loader.exec_module(module)
+    return module
+
+
+harness = _harness()
+STYLES = ("nginx", "sim", "simwait")
+
+
+def _options(style: str, latency: float, seed: int, lag: float) -> dict[str, Any]:
+    options: dict[str, Any] = {"latency": latency, "seed": seed, "lag": lag, "told": True, "robots": 0.005,
+                               "instant": True, "robots_unmeasured": True}
+    if style == "nginx":
+        options["robots_counted"] = True
+    return options
+
+
+def cases(grid: str) -> Iterator[tuple[str, Any, float, dict[str, Any]]]:
+    """(name, limiter, seconds, the harness's options) for every crawl of ``grid``."""
+    if grid in ("strict", "bursty"):
+        shapes = ([(rate, 1.0) for rate in (2.0, 5.0, 10.0, 16.0, 25.0)] if grid == "strict" else
+                  [(18.0, 2.0), (8.0, 3.0), (15.0, 5.0), (5.0, 2.0), (25.0, 3.0), (3.0, 2.0)])
+        for rate, burst in shapes:
+            for latency in (0.003, 0.05):
+                for style in STYLES if grid == "strict" else STYLES[1:]:
+                    for seed in (1, 2):
+                        yield (f"{rate:g}/s burst {burst:g} {style} {latency:g} s s{seed}",
+                               harness.Bucket(rate, burst, wait=style == "simwait"), 20.0,
+                               _options(style, latency, seed, 0.002))
+    elif grid in ("slow", "slowburst", "fresh", "freshburst", "unseen", "unseenburst"):
+        fresh = grid.startswith(("fresh", "unseen"))
+        burst = 1.0 if grid in ("slow", "fresh", "unseen") else 3.0 if grid == "slowburst" else 2.0
+        rates = ((3.5, 5.5, 7.3, 9.1, 13.0, 21.0) if grid.startswith("fresh") else
+                 (2.7, 4.4, 6.0, 11.5, 17.0) if fresh else (3.0, 4.0, 5.0, 6.5, 8.0))
+        latencies = ((0.03, 0.07, 0.15) if grid.startswith("fresh") else (0.01, 0.04, 0.12) if fresh else
+                     (0.02, 0.05, 0.1, 0.2))
+        seeds = (7, 8) if grid.startswith("fresh") else (11, 12) if fresh else (1, 2)
+        for rate in rates:
+            for latency in latencies:
+                for style in STYLES:
+                    for seed in seeds:
+                        yield (f"{rate:g}/s burst {burst:g} {style} {latency:g} s s{seed}",
+                               harness.Bucket(rate, burst, wait=style == "simwait"), 30.0 if fresh else 20.0,
+                               _options(style, latency, seed, 0.003 if fresh else 0.002))
+    elif grid == "other":
+        others: list[tuple[str, Any, tuple[float, float], float]] = [
+            ("window 11/1 s", harness.ClockWindow, (11, 1.0), 0.003),
+            ("counter 30/3 s", harness.RequestRate, (30.0, 3.0), 0.003),
+            ("window 20/2 s", harness.ClockWindow, (20, 2.0), 0.05),
+            ("counter 10/1 s", harness.RequestRate, (10.0, 1.0), 0.05)]
+        for seed in (1, 2):
+            for name, kind, shape, latency in others:  # (a limiter keeps its state: a fresh one per crawl)
+                options = {"latency": latency, "seed": seed, "instant": True}
+                yield f"{name} s{seed}", kind(*shape), 20.0, options
+    else:
+        raise SystemExit(f"unknown grid {grid!r}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    parser.add_argument("--grid", default="strict")
+    args = parser.parse_args()
+    shares, refused = [], 0
+    for name, limiter, seconds, options in cases(args.grid):
+        out = asyncio.run(harness.crawl(limiter, seconds, **options))
+        shares.append(out.share)
+        refused += out.refused
+        print(f"{name:42s} {out.share:.3f} {out.refused}", flush=True)
+    print(f"MEAN {statistics.mean(shares):.4f} REFUSED {refused} n {len(shares)}")
+
+
+if __name__ == "__main__":
+    main()
