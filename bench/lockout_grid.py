@@ -22,28 +22,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
-import sys
 import time
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
-
-def _harness() -> ModuleType:
-    """The harness and limiter models of ``tests/test_rampup_limiters.py`` (one source of truth)."""
-    path = Path(__file__).resolve().parent.parent / "tests" / "test_rampup_limiters.py"
-    spec = importlib.util.spec_from_file_location("test_rampup_limiters", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load the harness from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _harness()
+from limiter_kinds import harness  # the test harness's models, loaded once (one source of truth)
 
 STARTS = (0.0, -1.1, -2.8, -4.7, -6.0, -8.5)
 SHORT = ((11, 1.0), (5, 1.0), (20, 2.0))

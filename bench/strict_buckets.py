@@ -14,27 +14,12 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import statistics
-import sys
 from collections.abc import Iterator
-from pathlib import Path
-from types import ModuleType
 from typing import Any
 
+from limiter_kinds import harness  # the test harness's models, loaded once (one source of truth)
 
-def _harness() -> ModuleType:
-    path = Path(__file__).resolve().parent.parent / "tests" / "test_rampup_limiters.py"
-    spec = importlib.util.spec_from_file_location("test_rampup_limiters", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load the harness from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
-
-
-harness = _harness()
 STYLES = ("nginx", "sim", "simwait")
 
 
