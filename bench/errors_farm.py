@@ -193,9 +193,14 @@ def main() -> None:
     parser.add_argument("--site", help="only this site, 'seed:name' (e.g. 9:errors08)")
     parser.add_argument("--rows", help="write one JSON line per crawl to this file")
     parser.add_argument("--against", help="compare with rows another run wrote")
+    parser.add_argument("--quick", action="store_true", help="farm seeds 1-2 and crawl seed 1 only")
+    parser.add_argument("--json", action="store_true",
+                        help="end with one JSON line of totals (each crawl's row is a JSON line anyway)")
     parser.add_argument("-v", "--verbose", action="store_true",
                         help="log crawlpace at DEBUG with the fake time, and each send, on stderr")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.crawl_seeds = "1-2", "1"
     if args.verbose:
         handler = logging.StreamHandler(sys.stderr)
         handler.setFormatter(logging.Formatter("%(name)s: %(message)s"))
@@ -210,6 +215,14 @@ def main() -> None:
     if args.against:
         with open(args.against, encoding="utf-8") as file:
             compare(rows, [json.loads(line) for line in file if line.strip()])
+    if args.json:
+        variants = sorted({row["variant"] for row in rows})
+        print(json.dumps({"benchmark": "errors_farm", "quick": args.quick, "seeds": args.seeds,
+                          "crawl_seeds": args.crawl_seeds, "crawls": len(rows),
+                          "active_s": {v: round(sum(r["active"] for r in rows if r["variant"] == v), 3)
+                                       for v in variants},
+                          "given_up": {v: sum(bool(r["given_up"]) for r in rows if r["variant"] == v)
+                                       for v in variants}}))
 
 
 if __name__ == "__main__":

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import json
 import statistics
 from collections.abc import Iterator
 from typing import Any
@@ -21,6 +22,8 @@ from typing import Any
 from limiter_kinds import harness  # the test harness's models, loaded once (one source of truth)
 
 STYLES = ("nginx", "sim", "simwait")
+#: Crawls run with ``--quick``.
+QUICK = 6
 
 
 def _options(style: str, latency: float, seed: int, lag: float) -> dict[str, Any]:
@@ -75,14 +78,22 @@ def cases(grid: str) -> Iterator[tuple[str, Any, float, dict[str, Any]]]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--grid", default="strict")
+    parser.add_argument("--quick", action="store_true", help=f"the grid's first {QUICK} crawls only")
+    parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
     args = parser.parse_args()
-    shares, refused = [], 0
-    for name, limiter, seconds, options in cases(args.grid):
+    shares, refused, rows = [], 0, []
+    for index, (name, limiter, seconds, options) in enumerate(cases(args.grid)):
+        if args.quick and index >= QUICK:
+            break
         out = asyncio.run(harness.crawl(limiter, seconds, **options))
         shares.append(out.share)
         refused += out.refused
+        rows.append({"crawl": name, "share": round(out.share, 4), "refused": out.refused})
         print(f"{name:42s} {out.share:.3f} {out.refused}", flush=True)
     print(f"MEAN {statistics.mean(shares):.4f} REFUSED {refused} n {len(shares)}")
+    if args.json:
+        print(json.dumps({"benchmark": "strict_buckets", "grid": args.grid, "quick": args.quick,
+                          "mean_share": round(statistics.mean(shares), 4), "refused": refused, "rows": rows}))
 
 
 if __name__ == "__main__":
