@@ -222,6 +222,15 @@ class SlotSizing:
         self._lease_on += LATENCY_WEIGHT * (on - self._lease_on)
         self._lease_at = max(self._lease_at, now)
 
+    def lease_times(self: _SlotSizingState) -> tuple[float, float, float]:
+        """This worker's lease times as :meth:`note_lease` keeps them (accepted, all, when the latest was
+        noted): its own, which its store keeps across the policy versions it reads."""
+        return self._lease_on, self._lease_all, self._lease_at
+
+    def set_lease_times(self: _SlotSizingState, times: tuple[float, float, float]) -> None:
+        """Restore :meth:`lease_times` on a copy read from the store (which keeps none)."""
+        self._lease_on, self._lease_all, self._lease_at = times
+
     def _accepted_leases(self: _SlotSizingState, count: int | None, at: float | None = None) -> int | None:
         """A fleet's lease count (``count``, the request's own included, read at ``at``) less the refusals
         in transit in it.

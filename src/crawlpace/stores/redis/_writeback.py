@@ -110,8 +110,7 @@ class PolicyWriter:
             # (A redo's, as before its outcome: with its own refusal's lease noted, a redo read the
             # refusal's count of 8 as 7, and capped a cap of 6 refused at 8 leases at 6 where the
             # first apply and main capped it at 7.)
-            kept = self.policies.entry(name).leases if leases is None else leases
-            policy.rampup._lease_on, policy.rampup._lease_all, policy.rampup._lease_at = kept
+            policy.rampup.set_lease_times(self.policies.entry(name).leases if leases is None else leases)
         door = False
         if policy.rampup is not None and lease.sends:
             own, cached = lease.sends[index], self.policies.entry(name)
@@ -167,8 +166,7 @@ class PolicyWriter:
             # The lease this answer held, to its release: after the answer's own count was read.
             policy.rampup.note_lease(now, now - lease.server_granted_at + self.release_after,
                                      signal.backoff and signal.status is not None, signal.latency)
-            rampup = policy.rampup
-            self.policies.entry(name).leases = (rampup._lease_on, rampup._lease_all, rampup._lease_at)
+            self.policies.entry(name).leases = policy.rampup.lease_times()
         if policy.window_log is not None:
             # The fleet's window log: every worker's answers, with the fleet's requests in flight.
             policy.window_log.shared()
