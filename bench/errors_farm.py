@@ -10,7 +10,8 @@ pacing alone), ``clean`` (errors 0 too: what the same crawl gets from the site w
 figure is each crawl's active period, first send to last; deterministic, whatever the load.
 
 Besides, each crawl counts what the scope logs: breaker openings and the seconds they paused, the
-errors rule's verdicts ("about load", "not about load") and a give-up. (verdict1's, errors14's and
+breaker's samples taken without a pause (under rampup), the errors rule's verdicts ("about load",
+"not about load") and a give-up. (verdict1's, errors14's and
 hedge1's harness, kept here: theirs lived in /tmp.)
 
     python bench/errors_farm.py --seeds 1-40 --crawl-seeds 1,2,3 --variants nohang,clean --rows main.jsonl
@@ -57,11 +58,13 @@ class _Events(logging.Handler):
 
     def __init__(self) -> None:
         super().__init__(logging.DEBUG)
-        self.counts: dict[str, float] = {"opens": 0, "paused": 0.0, "load": 0, "own": 0}
+        self.counts: dict[str, float] = {"opens": 0, "paused": 0.0, "samples": 0, "load": 0, "own": 0}
 
     def emit(self, record: logging.LogRecord) -> None:
         message = record.getMessage()
-        if "breaker opened" in message:
+        if "sampled without a pause" in message:  # the breaker's own log (under rampup: no pause)
+            self.counts["samples"] += 1
+        elif "breaker opened" in message and record.name == "crawlpace.policy.scope":
             self.counts["opens"] += 1
             found = _PAUSED.search(message)
             self.counts["paused"] += float(found.group(1)) if found else 0.0
@@ -84,9 +87,11 @@ async def crawl(site: dict[str, Any], seed: int, variant: str, verbose: bool = F
     settings = Settings.from_scrapy({"THROTTLING_SCOPE_DEFAULTS": {"rampup": True},
                                      "CONCURRENT_REQUESTS": 16})
     events = _Events()
-    log = logging.getLogger("crawlpace.policy.scope")
+    log, own = logging.getLogger("crawlpace.policy.scope"), logging.getLogger("crawlpace.policy.breaker")
     log.addHandler(events)
     log.setLevel(logging.DEBUG)
+    own.addHandler(events)
+    own.setLevel(logging.DEBUG)
     todo = list(range(pages))
     out = 0
     sends: list[float] = []
@@ -131,6 +136,7 @@ async def crawl(site: dict[str, Any], seed: int, variant: str, verbose: bool = F
             await asyncio.gather(*(worker() for _ in range(16)))
     finally:
         log.removeHandler(events)
+        own.removeHandler(events)
     return {"active": sends[-1] - sends[0] if sends else 0.0, "sends": len(sends), "given_up": given_up,
             "left": len(todo), **events.counts}
 
@@ -208,6 +214,7 @@ def main() -> None:
         logging.getLogger("crawlpace").setLevel(logging.DEBUG)
     else:  # counted, not printed (Python's last resort would print the breaker's warnings)
         logging.getLogger("crawlpace.policy.scope").propagate = False
+        logging.getLogger("crawlpace.policy.breaker").propagate = False
     rows = asyncio.run(crawl_all(args))
     if args.rows:
         with open(args.rows, "w", encoding="utf-8") as file:

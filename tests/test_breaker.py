@@ -798,3 +798,89 @@ def test_the_quick_failures_first_after_a_close_are_no_sign_of_down() -> None:
         fail(breaker, now + 0.031 + 0.001 * i)
     # 6 of 7 since the pause: not down, and too few to compare with the share before it.
     assert breaker.state == CLOSED
+
+
+# -- (j) a sample without a pause (in_place: a scope whose pace rampup measures) ---------------
+
+
+def steady_run(breaker: Breaker, share: float, seed: int, seconds: float = 60.0) -> float:
+    """Ten requests a second to a site failing ``share`` of them whatever the pace: the seconds paused."""
+    rng = random.Random(seed)
+    now, paused = 0.0, 0.0
+    while now < seconds:
+        until = breaker.blocked_until(now)
+        assert until is not None
+        if until > now:
+            paused += until - now
+            now = until
+        breaker.on_send(now)
+        breaker.on_outcome(now, failed=rng.random() < share, sent_at=now)
+        now += 0.1
+    return paused
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_an_in_place_sample_of_a_flaky_site_pauses_nothing_and_learns_its_share(seed: int) -> None:
+    # A site failing a quarter of its requests whatever the pace: the sample that opened the breaker
+    # with its 1 s pause is taken in place, and the share after it, about the same, is learned as the
+    # site's own, as it was after the pause.
+    breaker = Breaker(pause=60.0, first_pause=10.0, in_place=True)
+    assert steady_run(breaker, 0.25, seed) == 0.0
+    assert breaker.state == CLOSED
+    assert 0.25 <= breaker.tolerated_share <= 0.5
+    # The same site's breaker without in_place (a fixed delay, AutoThrottle): the 1 s sample pause.
+    assert steady_run(Breaker(pause=60.0, first_pause=10.0), 0.25, seed) >= 0.8  # (sends 0.1 s apart)
+
+
+def test_an_in_place_sample_is_the_sample_and_the_comparison_follows() -> None:
+    breaker = Breaker(pause=60.0, first_pause=10.0, min_requests=5, in_place=True)
+    now = 0.0
+    for failed in (False, True, False, True, True):  # 3 of 5: not down, a sample
+        breaker.on_send(now)
+        breaker.on_outcome(now, failed=failed, sent_at=now)
+        now += 0.1
+    assert breaker.state == CLOSED
+    assert breaker.blocked_until(now) == -INF
+    assert breaker.reason == "3 of 5 outcomes failed in the last 60s; sampled without a pause"
+    assert breaker.snapshot(now).outcomes == 0  # the outcomes from here on are the ones after it
+    for i in range(12):  # 6 of 12 after it, against 3 of 5: steady, learned (at most a half)
+        breaker.on_outcome(now, failed=i % 2 == 0, sent_at=now)
+        now += 0.1
+    assert breaker.state == CLOSED
+    assert breaker.tolerated_share == 0.5
+
+
+def test_a_dead_site_is_paused_probed_and_given_up_in_place_or_not() -> None:
+    # A site that is down looks down at its first opening: the full pause, whether or not samples are
+    # taken in place, and given up at its first failed probe (seed 003).
+    for in_place in (False, True):
+        breaker = Breaker(pause=60.0, first_pause=10.0, in_place=in_place)
+        for i in range(5):
+            fail(breaker, 0.1 * i)
+        assert breaker.state == OPEN
+        assert breaker.pause_end == pytest.approx(10.4)
+        breaker.on_send(10.4)
+        assert fail(breaker, 10.5, sent_at=10.4) is True
+        assert breaker.state == GIVEN_UP
+
+
+def test_a_site_that_dies_after_an_in_place_sample_is_still_paused_and_given_up() -> None:
+    breaker = Breaker(pause=60.0, first_pause=10.0, in_place=True)
+    now = 0.0
+    for i in range(40):  # a flaky start: a fifth of the requests fail, a sample taken in place
+        breaker.on_outcome(now, failed=i % 5 == 0 or i in (11, 12, 13), sent_at=now)
+        now += 0.1
+    assert breaker.reason.endswith("sampled without a pause")
+    while breaker.state == CLOSED:  # then it dies: 8 of 9 since the sample look down
+        fail(breaker, now)
+        now += 0.1
+    assert breaker.state == OPEN
+    assert breaker.pause_end - now >= 9.0  # the full first pause, not a sample's
+    for _ in range(10):
+        if breaker.state == GIVEN_UP:
+            break
+        now = breaker.pause_end
+        breaker.on_send(now)
+        fail(breaker, now + 0.01, sent_at=now)
+        now += 0.01
+    assert breaker.state == GIVEN_UP

@@ -58,7 +58,8 @@ class ScopeGates:
             breaker = self.breaker = Breaker(window=cfg.window, error_share=cfg.error_share,
                                              min_requests=cfg.min_requests, pause=cfg.pause,
                                              give_up_after=cfg.give_up_after,
-                                             first_pause=cfg.pause * FIRST_PAUSE_SHARE)
+                                             first_pause=cfg.pause * FIRST_PAUSE_SHARE,
+                                             in_place=self.rampup is not None)
         return breaker
 
     def _update_gated(self: _GateState) -> None:

@@ -61,7 +61,9 @@ Two more rules tell a site that is down from one that merely fails now and then:
   that first opened the breaker was picked by the trip itself, and a share
   after the pause "clearly lower" than it is no sign of load; and after a
   close, the probe's success is one of the outcomes "down" is judged on (the
-  quick failures of a burst arrive before its 200s). Failed probes
+  quick failures of a burst arrive before its 200s). With ``in_place`` (a scope
+  under rampup) such a sample is taken without a pause: the outcomes from then
+  on are the ones after it, while the sends go on. Failed probes
   pause as briefly while the recent outcomes are not clearly mostly failures;
   after that, ``first_pause`` and escalation go on as usual. A dead site is
   thus probed early and given up early (with the scope policy's defaults, ten seconds after
@@ -151,6 +153,15 @@ class Breaker:
     Attributes:
         consecutive_failures: failures since the last success, stragglers included.
         reason: why the breaker last opened or gave up; empty until then.
+        in_place: an opening that is a sample (the site does not look down) takes it without a
+            pause: the outcomes from then on are compared with the share that opened it, as after
+            a pause, while sends go on. For a scope under rampup (``ScopePolicy.ensure_breaker``):
+            the pace after a breaker's pause is the one from before it (rampup holds it through the
+            pause), so the pause compared the share at the same pace anyway, and the pace is
+            rampup's to measure (its pushback, the errors rule's cut at half the pace, its hangs);
+            a 500 it lets through as the site's own. A pause of 1 s each cost the random farm's
+            errors sites 110 s of 1158 (``bench/errors_farm.py``, seeds 1-40). An opening of a site
+            that looks down pauses as ever.
     """
 
     __slots__ = ("_buckets", "_error_share", "_failed", "_first_pause", "_give_up_after", "_half_open_since",
@@ -158,11 +169,12 @@ class Breaker:
                  "_pause",
                  "_probe_at", "_probe_out",
                  "_recent", "_recent_n", "_sampling", "_state", "_total", "_width", "_window",
-                 "consecutive_failures",
+                 "consecutive_failures", "in_place",
                  "reason", "tolerated_share")
 
     def __init__(self, *, window: float = 60.0, error_share: float = 0.1, min_requests: int = 5,
-                 pause: float = 60.0, give_up_after: int = 5, first_pause: float | None = None) -> None:
+                 pause: float = 60.0, give_up_after: int = 5, first_pause: float | None = None,
+                 in_place: bool = False) -> None:
         """Set up a closed breaker.
 
         Args:
@@ -174,6 +186,7 @@ class Breaker:
                 failures in a row have been seen; 0 never gives up.
             first_pause: the pause after the breaker opens from closed; each
                 failed probe doubles it, up to ``pause``. ``None``: ``pause``.
+            in_place: take an opening's sample without a pause (see :attr:`in_place`).
 
         Raises:
             ValueError: when an argument is out of range.
@@ -203,6 +216,7 @@ class Breaker:
         self._opened_share = -1.0
         self._opened_n = 0  # the outcomes that share was measured on
         self.tolerated_share = 0.0
+        self.in_place = in_place
         self._state = CLOSED
         self._open_until = _NEVER
         self._opened_at = _NEVER
@@ -377,7 +391,11 @@ class Breaker:
                     self._sampling = not _looks_down(bad, total + self._closed_ok())
                     self._opened_share, self._opened_n = bad / total, total
                     self._next_pause = self._first_pause
-                    self._open(now, f"{bad} of {total} outcomes failed in the last {self._window:g}s")
+                    why = f"{bad} of {total} outcomes failed in the last {self._window:g}s"
+                    if self._sampling and self.in_place:
+                        self._sample(now, why)
+                    else:
+                        self._open(now, why)
         elif state == HALF_OPEN and sent_at >= self._half_open_since:
             self._probe_out = False
             if not failed:
@@ -469,6 +487,16 @@ class Breaker:
         self._open_until = now + pause
         self.reason = f"{why}; paused {pause:g}s"
         _log.debug("breaker opened: %s", self.reason)
+
+    def _sample(self, now: float, why: str) -> None:
+        """Take an opening's sample without a pause (:attr:`in_place`): the outcomes from ``now`` on are
+        the ones after it, as after a pause that a probe's success ended at once."""
+        self._sampling = False
+        self._half_open_since = now
+        self._buckets = []
+        self._total = self._failed = 0
+        self.reason = f"{why}; sampled without a pause"
+        _log.info("breaker: %s", self.reason)
 
     def _prune(self, bucket: float) -> None:
         """Drop the buckets that fell out of the window ending in ``bucket``."""

@@ -131,7 +131,7 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "a": ("max_delay", "min_delay", "target_concurrency"),
     "q": ("_capacity", "_quota", "_rate", "_window"),
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
-          "reason"),
+          "in_place", "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window",
           "_counted", "_counted_n", "_left", "_more", "_undo", "_undo_void", "_own", "_lease_on",
           "_lease_all", "_lease_at"),
