@@ -12,6 +12,12 @@ request's write, and again between its answer and its release (a loaded machine'
 figures per cell: accepted pages a second from 5 s to the end over the site's capacity, and the
 refusals drawn in the whole run. Events run one at a time in time order: the same cell gives the same
 figures on any machine.
+
+``--sigma S --seeds A,B`` draws each request's two lags apart (``tests/test_fleet_learning.Lags``: a
+seeded lognormal of median ``lag`` and shape S), a loaded machine's uneven lags, under which fleets
+storm where fixed lags do not (bench/results/storm7.md: ``--sites cc1,s715cc06,s1588cc06,conncap03,
+hardknee02,s1588cc02,slots6,s715hk07 --lags 0.05,0.1 --sigma 1 --seeds 1,2``). Without it every lag is
+``lag``, as before.
 """
 
 from __future__ import annotations
@@ -70,7 +76,6 @@ SITES: dict[str, tuple[Callable[[], Site], float]] = {
     "s1588cc02": (lambda: LateSlots(0.115, 6, 0.0341), 6 / (0.115 + 0.0341)),
     "s1588cc06": (lambda: Slots(0.309, 4), 4 / 0.309),
 }
-PORTS = ("s715cc06", "s715hk07", "s1588hk08", "s1588cc02", "s1588cc06")
 GRID = ("cc10", "slots6", "hardknee02", "conncap03", "conncap05", "hardknee06", "cc1")
 QUICK = (("slots6", 4, 0.02), ("cc1", 4, 0.05), ("cc10", 8, 0.05), ("conncap03", 8, 0.05))
 
