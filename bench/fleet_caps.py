@@ -12,6 +12,12 @@ request's write, and again between its answer and its release (a loaded machine'
 figures per cell: accepted pages a second from 5 s to the end over the site's capacity, and the
 refusals drawn in the whole run. Events run one at a time in time order: the same cell gives the same
 figures on any machine.
+
+``--sigma S --seeds A,B`` draws each request's two lags apart (``tests/test_fleet_learning.Lags``: a
+seeded lognormal of median ``lag`` and shape S), a loaded machine's uneven lags, under which fleets
+storm where fixed lags do not (bench/results/storm7.md: ``--sites cc1,s715cc06,s1588cc06,conncap03,
+hardknee02,s1588cc02,slots6,s715hk07 --lags 0.05,0.1 --sigma 1 --seeds 1,2``). Without it every lag is
+``lag``, as before.
 """
 
 from __future__ import annotations
@@ -29,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.redis_server import RedisServer, redis_binary  # noqa: E402
-from tests.test_fleet_learning import Knee, LateSlots, Slots, measure  # noqa: E402
+from tests.test_fleet_learning import Knee, Lags, LateSlots, Slots, measure  # noqa: E402
 
 
 class HardKnee(Knee):
@@ -63,18 +69,26 @@ SITES: dict[str, tuple[Callable[[], Site], float]] = {
     "conncap05": (lambda: LateSlots(0.188, 9, 0.0286), 9 / (0.188 + 0.0286)),
     "hardknee06": (lambda: HardKnee(0.221, 0.0248, 14), HardKnee(0.221, 0.0248, 14).capacity()),
     "cc1": (lambda: LateSlots(0.124, 1, 0.022), 1 / (0.124 + 0.022)),
+    # storm6's ports of the real storms' sites (seeds 715309124 and 1588231097, never tuned on there)
+    "s715cc06": (lambda: LateSlots(0.167, 1, 0.0913), 1 / (0.167 + 0.0913)),
+    "s715hk07": (lambda: HardKnee(0.211, 0.00988, 4), HardKnee(0.211, 0.00988, 4).capacity()),
+    "s1588hk08": (lambda: HardKnee(0.185, 0.0362, 2), HardKnee(0.185, 0.0362, 2).capacity()),
+    "s1588cc02": (lambda: LateSlots(0.115, 6, 0.0341), 6 / (0.115 + 0.0341)),
+    "s1588cc06": (lambda: Slots(0.309, 4), 4 / 0.309),
 }
 GRID = ("cc10", "slots6", "hardknee02", "conncap03", "conncap05", "hardknee06", "cc1")
 QUICK = (("slots6", 4, 0.02), ("cc1", 4, 0.05), ("cc10", 8, 0.05), ("conncap03", 8, 0.05))
 
 
-async def run(url: str, cells: list[tuple[str, int, float]], seconds: float) -> list[dict[str, Any]]:
+async def run(url: str, cells: list[tuple[str, int, float, int]], seconds: float,
+              sigma: float) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
-    for name, workers, lag in cells:
+    for name, workers, lag, seed in cells:
         make, capacity = SITES[name]
         started = time.monotonic()
-        result = await measure(url, workers, latency=0.0, seconds=seconds, site=make(), lag=lag)
-        rows.append({"site": name, "workers": workers, "lag": lag,
+        lags: float | Lags = Lags(lag, sigma, seed) if sigma > 0.0 else lag
+        result = await measure(url, workers, latency=0.0, seconds=seconds, site=make(), lag=lags)
+        rows.append({"site": name, "workers": workers, "lag": lag, "seed": seed,
                      "goodput": round(result.ok_per_second(5.0, seconds) / capacity, 3),
                      "refused": result.refused, "sends": len(result.sends),
                      "wall": round(time.monotonic() - started, 1)})
@@ -89,33 +103,39 @@ def main() -> None:
     parser.add_argument("--workers", default="4,8", help="comma-separated fleet sizes (default 4,8)")
     parser.add_argument("--lags", default="0.02,0.03,0.05", help="comma-separated lags in seconds")
     parser.add_argument("--seconds", type=float, default=30.0, help="fake seconds per cell (default 30)")
+    parser.add_argument("--sigma", type=float, default=0.0,
+                        help="draw each request's two lags from a lognormal of median LAG and this shape "
+                             "(tests/test_fleet_learning.Lags); 0 (default): every lag is LAG")
+    parser.add_argument("--seeds", default="1", help="with --sigma: comma-separated seeds of the lag draws")
     args = parser.parse_args()
+    seeds = [int(seed) for seed in args.seeds.split(",")] if args.sigma > 0.0 else [0]
     if args.quick:
-        cells = list(QUICK)
+        cells = [(name, workers, lag, seed) for name, workers, lag in QUICK for seed in seeds]
     else:
         unknown = [name for name in args.sites.split(",") if name not in SITES]
         if unknown:
             sys.exit(f"fleet_caps: unknown sites {unknown}; use {', '.join(SITES)}")
-        cells = [(name, int(workers), float(lag)) for lag in args.lags.split(",")
-                 for name in args.sites.split(",") for workers in args.workers.split(",")]
+        cells = [(name, int(workers), float(lag), seed) for lag in args.lags.split(",")
+                 for name in args.sites.split(",") for workers in args.workers.split(",") for seed in seeds]
     binary = redis_binary()
     if binary is None:
         sys.exit("fleet_caps: no redis-server (or valkey-server) on PATH")
     server = RedisServer(binary)
     server.start()
     try:
-        rows = asyncio.run(run(server.url.split("?")[0], cells, args.seconds))
+        rows = asyncio.run(run(server.url.split("?")[0], cells, args.seconds, args.sigma))
     finally:
         server.close()
+    drawn = f"; lags drawn per request (lognormal, shape {args.sigma:g})" if args.sigma > 0.0 else ""
     print(f"fleet caps: {args.seconds:g} s of fake time per cell; goodput = accepted pages a second "
-          "from 5 s on over the site's capacity")
-    print("| site | workers | lag s | goodput | refused | sends | wall s |")
-    print("|:---|---:|---:|---:|---:|---:|---:|")
+          f"from 5 s on over the site's capacity{drawn}")
+    print("| site | workers | lag s | seed | goodput | refused | sends | wall s |")
+    print("|:---|---:|---:|---:|---:|---:|---:|---:|")
     for row in rows:
-        print(f"| {row['site']} | {row['workers']} | {row['lag']:g} | {row['goodput']:.2f} "
+        print(f"| {row['site']} | {row['workers']} | {row['lag']:g} | {row['seed']} | {row['goodput']:.2f} "
               f"| {row['refused']} | {row['sends']} | {row['wall']:g} |")
     if args.json:
-        print(json.dumps({"seconds": args.seconds, "rows": rows}))
+        print(json.dumps({"seconds": args.seconds, "sigma": args.sigma, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -12,6 +12,7 @@ from __future__ import annotations
 import heapq
 import itertools
 import logging
+import math
 import random
 import re
 import uuid
@@ -201,9 +202,28 @@ class Announced:
         return (200 if allowed else 429), self.latency
 
 
+class Lags:
+    """Each request's own lags, drawn on a seeded generator: its grant to its write, and its answer to
+    its release (a loaded machine's event loops are late by uneven amounts, not a fixed ``lag``).
+
+    ``lag = low + a lognormal draw of median median - low and shape sigma`` (a scheduler's delays:
+    most small, a long tail), each of the two lags drawn apart. ``low`` is the least any hop takes.
+    """
+
+    def __init__(self, median: float, sigma: float, seed: int, low: float = 0.002) -> None:
+        self.median, self.sigma, self.low = median, sigma, low
+        self.draws = random.Random(seed)
+
+    def draw(self) -> float:
+        return self.low + (self.median - self.low) * math.exp(self.draws.gauss(0.0, self.sigma))
+
+    def __repr__(self) -> str:
+        return f"Lags(median={self.median:g}, sigma={self.sigma:g})"
+
+
 async def crawl(stores: list[Store], clock: MockClock, *, latency: float, seconds: float,
                 site: Bucket | Slots | LateSlots | Knee | Window | Front | Announced | None = None,
-                robots: bool = False, pages: list[int] | None = None, lag: float = 0.0) -> Run:
+                robots: bool = False, pages: list[int] | None = None, lag: float | Lags = 0.0) -> Run:
     """Each worker sends while it has a free slot (of ``SLOTS``) and the store admits; the site
     answers (by default a :class:`Bucket`: 200 while it has a token, 429 past it). With
     ``robots``, the first send is a robots.txt fetch, answered in ``ROBOTS_TOOK`` with no
@@ -217,7 +237,9 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
     ``lag``: seconds a busy worker takes between its grant and the request's write, and again between
     the answer and its release (a loaded machine's event loops: 0.05-0.25 s). The store then holds
     each lease that much longer than the site holds its request, and the site counts in flight only
-    the requests that reached it and are not answered yet.
+    the requests that reached it and are not answered yet. With :class:`Lags`, each request draws its
+    own two lags: a request reaches the site (and is answered) at its own arrival, in time order with
+    the others', so one granted later may arrive first.
     """
     builder = FeedbackBuilder(SETTINGS, wall_clock=lambda: EPOCH + clock.now())
     run = Run()
@@ -225,8 +247,11 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
     order = itertools.count()
     # With robots.txt, one worker fetches it and the pages wait for its answer.
     begin = clock.now()
-    events: list[tuple[float, int, int, tuple[Lease, int, float, dict[str, str] | None] | None]] = [
+    events: list[tuple[float, int, int, tuple[Lease, int, float, dict[str, str] | None] | Lease | None]] = [
         (begin, next(order), worker, None) for worker in range(1 if robots else len(stores))]
+    drawn, fixed = (lag, 0.0) if isinstance(lag, Lags) else (None, lag)
+    assert drawn is None or not robots, "drawn lags with robots.txt are not modelled"
+    backs: dict[int, float] = {}  # with drawn lags: each arriving lease's answer-to-release lag
     heapq.heapify(events)
     inflight, trying = [0] * len(stores), [True] * len(stores)
     first: Lease | None = None
@@ -246,6 +271,18 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
             continue  # moved earlier by a release
         clock.advance(max(at - clock.now(), 0.0))
         store = stores[worker]
+        if isinstance(answer, Lease):  # a drawn lag's request reaches the site
+            at_site[:] = [leaves for leaves in at_site if leaves > at]
+            status, took = server.answer(at, len(at_site) + 1)
+            at_site.append(at + took)
+            if status != 200:
+                run.refused += 1
+            else:
+                run.accepted.append(at)
+            headers = server.headers if isinstance(server, Announced) else None
+            heapq.heappush(events, (at + took + backs.pop(number), next(order), worker,
+                                    (answer, status, took, headers)))
+            continue
         if answer is not None:
             lease, status, took, headers = answer
             measured = None if robots and lease is first else took
@@ -284,10 +321,16 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
         run.sends.append(at)
         run.by_worker[worker] = run.by_worker.get(worker, 0) + 1
         inflight[worker] += 1
-        if lag > 0.0:
-            at_site[:] = [leaves for leaves in at_site if leaves > at + lag]
-            status, took = server.answer(at + lag, len(at_site) + 1)
-            at_site.append(at + lag + took)
+        if drawn is not None:
+            arrival = next(order)
+            backs[arrival] = drawn.draw()
+            heapq.heappush(events, (at + drawn.draw(), arrival, worker, got))
+            retry(worker, at)
+            continue
+        if fixed > 0.0:
+            at_site[:] = [leaves for leaves in at_site if leaves > at + fixed]
+            status, took = server.answer(at + fixed, len(at_site) + 1)
+            at_site.append(at + fixed + took)
         else:
             status, took = server.answer(at, sum(inflight))
         fetching = robots and first is None
@@ -300,7 +343,7 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
         else:
             run.accepted.append(at)
         headers = server.headers if isinstance(server, Announced) else None
-        heapq.heappush(events, (at + took + 2.0 * lag, next(order), worker, (got, status, took, headers)))
+        heapq.heappush(events, (at + took + 2.0 * fixed, next(order), worker, (got, status, took, headers)))
         if not fetching:
             retry(worker, at)
     return run
@@ -309,7 +352,7 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
 async def measure(url: str, workers: int, *, latency: float, seconds: float = 20.0,
                   site: Bucket | Slots | LateSlots | Knee | Window | Front | Announced | None = None,
                   robots: bool = False,
-                  pages: list[int] | None = None, lag: float = 0.0) -> Run:
+                  pages: list[int] | None = None, lag: float | Lags = 0.0) -> Run:
     clock = MockClock()
     if url != "memory://":
         url += f"?namespace=f{uuid.uuid4().hex[:10]}&time=local"
@@ -369,6 +412,34 @@ async def test_a_fleet_learns_a_limit_on_requests_in_flight_as_one_process_does(
     assert alone.per_second(20.0, 40.0) >= 0.95 * 4.0
     assert fleet.per_second(20.0, 40.0) >= 0.95 * alone.per_second(20.0, 40.0)
     assert fleet.refused <= alone.refused + 1
+
+
+class Arrivals(Slots):
+    """A :class:`Slots` that notes when each request reached it."""
+
+    def __init__(self, latency: float, limit: int) -> None:
+        super().__init__(latency, limit)
+        self.arrivals: list[float] = []
+
+    def answer(self, at: float, inflight: int) -> tuple[int, float]:
+        self.arrivals.append(at)
+        return super().answer(at, inflight)
+
+
+async def test_drawn_lags_bring_requests_to_the_site_in_time_order_the_same_for_a_seed() -> None:
+    # Each request draws its own two lags (grant to write, answer to release): a request granted later
+    # may reach the site first, and the site must see them in the order they arrive, with the count
+    # in flight of those that arrived. The draws are seeded: a seed's run is the same every time.
+    runs = []
+    for seed in (5, 5, 6):
+        site = Arrivals(0.124, 1)
+        run = await measure("memory://", 1, latency=0.0, seconds=10.0, site=site, lag=Lags(0.05, 1.0, seed))
+        runs.append((run, site.arrivals))
+    (first, arrivals), (again, arrivals_again), (other, _) = runs
+    assert len(arrivals) == len(first.sends) > 20
+    assert arrivals == sorted(arrivals)  # answered in the order they arrived
+    assert (first.sends, first.refused, arrivals) == (again.sends, again.refused, arrivals_again)
+    assert first.sends != other.sends
 
 
 async def test_slots_held_past_their_pages_by_the_crawler_still_carry_a_knees_load() -> None:
