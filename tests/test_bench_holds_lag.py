@@ -1,0 +1,36 @@
+"""``bench/holds_battery.py``'s ``lag``: sends reach the site late, so paced sends can arrive bunched."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from .bench_scripts import load_bench
+
+holds_battery = load_bench("holds_battery", "holds_battery.py")
+
+
+@dataclass
+class Arrivals:
+    """A site with no limit that notes when each request reached it."""
+
+    at: list[float] = field(default_factory=list)
+
+    def arrive(self, now: float) -> object:
+        self.at.append(now)
+        return holds_battery.Answer(200)
+
+
+async def test_a_crawl_with_lag_reaches_the_site_late_and_bunched() -> None:
+    plain, lagged = Arrivals(), Arrivals()
+    took, sent, refused = await holds_battery.crawl_site(plain, 40, 0.003)
+    took_lagged, _, _ = await holds_battery.crawl_site(lagged, 40, 0.003, lag=0.2)
+    assert (sent, refused) == (40, 0)
+    # The first send goes at 0: without lag it arrives then, with it a drawn time later.
+    assert plain.at[0] == 0.0
+    assert lagged.at[0] > 0.0
+    assert took_lagged > took
+    # Paced sends arrive as they went without lag (the start's one a second, then quicker, never
+    # closer than the pacing lets them); with it some arrive closer together than any two did.
+    plain_gaps = [b - a for a, b in zip(plain.at, plain.at[1:], strict=False)]
+    gaps = [b - a for a, b in zip(lagged.at, lagged.at[1:], strict=False)]
+    assert min(gaps) < min(plain_gaps)
