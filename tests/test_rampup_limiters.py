@@ -682,20 +682,6 @@ async def test_a_counter_whose_periods_started_before_the_crawl(limit: float, pe
     assert out.refused <= refusals
 
 
-async def test_a_first_lockout_fit_refused_at_its_own_level_is_not_recalled_as_held() -> None:
-    # 100 per 10 s, periods 6 s before the crawl, pages in 20 ms, 429s at once, a minute (counters19's
-    # worst row of bench/lockout_grid.py at 60 s). The first lock-out ends at the counter's boundary,
-    # 1.4 s long, and the crawl's first cycle is fitted at 16.8/s (102 through in 6.19 s), refused
-    # 0.12 s later and locked out again. The refusal that cut it came after that second lock-out's
-    # probes, which are no pushbacks: the level was taken as held since the first refusal (3.5 s, over
-    # a lock-out's length) and recalled twice, 17.6/s, a second deep lock-out fitted at 1.18/s after it.
-    # Was 0.607 of capacity / 21 refusals; now 0.74 / 15.
-    out = await crawl(RequestRate(100.0, 10.0, _start=-6.0), 60.0, latency=0.02, instant=True, seed=1,
-                      robots=0.005, robots_counted=True, robots_unmeasured=True)
-    assert out.share >= 0.7
-    assert out.refused <= 17
-
-
 @dataclass
 class PeakRequestRate(RequestRate):
     """A :class:`RequestRate` that keeps its highest reading, refused requests counted (the random

@@ -120,8 +120,6 @@ class _RecallState(Protocol):
     hold_learned: float
     _fit_span: float
     _cycle_rate: float
-    _lock_end: float
-    _counted: deque[tuple[float, bool]]
 
     @property
     def _pushbacks(self) -> deque[float]: ...
@@ -176,18 +174,8 @@ class LevelRecall:
             held, since = took, at - T.round
         else:
             return  # the same fall's refusals, or a climb's
-        # The refusals of an episode (a lock-out's probes) are no pushbacks, yet no level was held across
-        # one: the span starts at the last refused send before this one. And a lock-out's fit stands for
-        # the limit only once its level ran that lock-out's length with none: a counter whose periods
-        # began before the crawl ends the first lock-out early, at its boundary, and the crawl's first
-        # cycle, a lower bound on the period, overshoots as a rate (102 through in 6.19 s paced at
-        # 16.8/s on 10/s, refused 0.12 s later; taken as held since the lock-out's first refusal and
-        # recalled twice, the scope lost 40 % of a minute's crawl).
-        end, refused = self._lock_end, [sent for sent, ok in self._counted if not ok and sent < at]
-        since = max([since, *refused])
         span = now - since
-        fit_held = not any(end < sent < end + self.hold_learned for sent in refused)
-        if fit_held and span < self.hold_learned <= self._fit_span and self._cycle_rate > 0.0:
+        if span < self.hold_learned <= self._fit_span and self._cycle_rate > 0.0:
             # A level a search above a lock-out's fit reached only briefly: the fit is what the site
             # took over its whole cycle, longer than the lock-out, and that is the evidence of the
             # limit before this fall (a counter of 275 per 7.2 s fitted at 35/s fell by a third as
