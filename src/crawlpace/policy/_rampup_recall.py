@@ -232,6 +232,28 @@ class LevelRecall:
         else:
             self._recall = high if high > self.rate * (1.0 + T.tolerance) else 0.0
 
+    def _fit_fell(self: _RecallState, fit: float, before: float) -> None:
+        """A lock-out's fit of ``fit``/s, where the cycle before it let ``before``/s through (not the
+        scope's first lock-out: the start phase's cycle is its doubling's).
+
+        A limiter that stays put gives cycles that agree within what counting refusals explains: a
+        counter that counts them lets through over a cycle at least half its rate (``_counter_fit``'s
+        divisor is at most 2), the doubling step rampup tells rates apart by (``T.cut_deep``). A fit
+        under that share of the cycle before is no steady limiter's: the limit fell. Where no memory is left (the counter fit judges the fall's refusal, at the level the
+        scope had climbed to, an overshoot past a counter that stays put, and forgets it), the last
+        fitted cycle's rate becomes the memory, held a whole cycle that ended in a lock-out (no
+        allowance explains it): the recall does the rest, its wait, its search, and forgetting it
+        after the try that waited a window. (A counter of 85 per 13 s, x0.55 at 24 s: the fall's
+        lock-out fitted 2.2/s where 7.1/s had been fitted, no memory was left, and the hold rule's wait,
+        a twentieth of the crawl per probe after a lock-out of 7.4 s, kept it at 2.2/s to the end of
+        the crawl after the limit rose to 8.5/s at 44 s.)
+        """
+        if self._recall > 0.0 or self.phase != "steady" or fit >= T.cut_deep * before:
+            return
+        self._recall, self._recall_span = before, _PROVEN
+        self._recall_next = self._recall_next_span = 0.0
+        self._recall_wait = self._climb_time(fast=True)
+
     def _memory_weak(self: _RecallState) -> bool:
         """Whether the remembered level was held for less time than a lock-out lasted (a window's
         count or a counter's allowance let it through, which says nothing of the limit)."""
