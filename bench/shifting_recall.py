@@ -7,7 +7,9 @@ drawn phase) whose limit follows the drawn changes (``Shifting`` of
 ``tests/test_rampup_recall.py``). The crawl runs the harness's workers until the site's
 pages are done (or three times the oracle's time), and reports per site: the oracle's time
 to the pages over the crawl's (the limits in force known), refusals, the first recall after
-the rise and when the accepted rate first reached 0.85 of the risen capacity.
+the rise, when the accepted rate first reached 0.85 of the risen capacity, and the seconds lost
+in each phase of the limit (``lost``: before the fall, at the lower limit, after the rise; the
+summary sums them over the sites).
 
     PYTHONPATH=src python bench/shifting_recall.py --seeds 101-110 --sites 9 [--json]
     PYTHONPATH=src python bench/shifting_recall.py --kinds bucket,strict,fixed,reqrate --seconds 30 ...
@@ -20,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import bisect
 import importlib.util
 import json
 import logging
@@ -37,6 +40,8 @@ _TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
 def _load(name: str) -> ModuleType:
+    if f"tests.{name}" in sys.modules:  # (imported already, by pytest: one module, not two copies)
+        return sys.modules[f"tests.{name}"]
     spec = importlib.util.spec_from_file_location(f"tests.{name}", _TESTS / f"{name}.py")
     if spec is None or spec.loader is None:
         raise SystemExit(f"cannot load {name}")
@@ -121,6 +126,27 @@ class Site:
         return t
 
 
+def lost_by_phase(site: Site, done: float) -> dict[str, float]:
+    """Seconds lost in each phase of the limit up to ``done``: before the fall, at the lower limit,
+    after the rise. A phase's loss is the pages the capacity in force allowed in it less the pages
+    accepted in it, over that capacity: the time the crawl would need at the limit to make them up.
+    (Negative where the crawl beat the capacity: a counter's first period, a bucket's burst.)"""
+    edges = [at for at, _ in site.steps][:2]
+    bounds = [0.0, *edges, math.inf][:4]
+    names = ("before", "low", "after")
+    accepted = sorted(site.shifting.accepted)
+    lost: dict[str, float] = {}
+    for name, start, end in zip(names, bounds, bounds[1:], strict=False):
+        end = min(end, done)
+        if end <= start:
+            lost[name] = 0.0
+            continue
+        capacity = site.capacity_at(start)
+        got = bisect.bisect_left(accepted, end) - bisect.bisect_left(accepted, start)
+        lost[name] = round((capacity * (end - start) - got) / capacity, 2)
+    return lost
+
+
 async def run_site(spec: dict[str, Any]) -> dict[str, Any]:
     site = Site(spec)
     oracle = site.oracle_time()
@@ -156,7 +182,7 @@ async def run_site(spec: dict[str, Any]) -> dict[str, Any]:
             "fall": fall, "rise": rise, "rise_seen": rise < done, "recalls": len(recalls),
             "jumps": sum("the limit rose; climbing quickly" in msg for _, msg in handler.seen),
             "first_recall_after_rise": None if not after else round(after[0], 2),
-            "reach85": None if reached is None else round(reached, 2)}
+            "reach85": None if reached is None else round(reached, 2), "lost": lost_by_phase(site, done)}
 
 
 def _seeds(text: str) -> list[int]:
@@ -203,7 +229,10 @@ def main() -> None:
         "first_recall_median": round(statistics.median(firsts), 2) if firsts else None,
         "no_recall_after_rise": len(seen) - len(firsts),
         "reach85_median": round(statistics.median(reach), 2) if reach else None,
-        "never_reach85": len(seen) - len(reach), "wall": round(time.perf_counter() - started, 1)}
+        "never_reach85": len(seen) - len(reach),
+        "lost": {name: round(sum(row["lost"].get(name, 0.0) for row in rows), 1)
+                 for name in ("before", "low", "after")},
+        "wall": round(time.perf_counter() - started, 1)}
     if args.json:
         print(json.dumps({**summary, "rows": rows}))
     else:

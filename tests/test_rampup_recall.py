@@ -282,3 +282,19 @@ async def test_a_level_carried_before_a_fall_outlives_a_pinned_counter() -> None
     assert site.rate(18.0, 41.0) <= 5.9  # it followed the limit down
     assert site.rate(98.0, 112.0) >= 6.5  # was 4.6
     assert len(site.refused) <= 20  # was 18
+
+
+async def test_a_lock_out_fit_far_under_the_cycle_before_is_a_fall_recalled_at_that_cycle() -> None:
+    # HAProxy-style, 85 per 13 s (6.5/s), falling to 3.6/s at 24 s and rising to 8.5/s at 44 s, 20 ms
+    # answers (seed 311's shifting07 of the random farm). The fall's refusal came at 6.8/s, where the
+    # scope had climbed over the counter, and the counter fit forgot it as an overshoot; the fall's
+    # lock-out fitted 2.2/s where the cycle before had let 7.3/s through, and with no memory left the hold
+    # rule (a twentieth of the crawl per probe, after a lock-out of 7.4 s) kept it at 2.2/s to the end.
+    # A fit under half the cycle before is no steady counter's: that cycle's rate is recalled.
+    limiter = RequestRate(85.0, 13.0)
+    limiter._start = -0.128 * 13.0
+    site = Shifting(limiter, [(24.0, 0.55), (44.0, 1.3)])
+    await crawl(site, 70.0, latency=0.02)
+    assert site.rate(24.0, 44.0) <= 3.6  # it followed the limit down
+    assert site.rate(50.0, 70.0) >= 6.5  # was 2.2
+    assert len(site.refused) <= 22  # was 20

@@ -196,6 +196,7 @@ class _EpisodeState(Protocol):
     def _draining(self, now: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _recall_fitted(self, refused: float, high: float) -> None: ...
+    def _fit_fell(self, fit: float, before: float) -> None: ...
 
 
 class Episodes:
@@ -577,6 +578,8 @@ class Episodes:
             # as rarely as after a hold that long (_rampup_search's hold rule).
             self.hold_learned = now - since
             self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
+        if lockout and self._fit_span > 0.0:
+            self._fit_fell(fit, saturated)  # (the recall's: a fit far under the last cycle's is a fall)
         self._fitted = trusted
         if lockout:
             self._fit_span = span  # the span a lock-out's limiter counts over, at most

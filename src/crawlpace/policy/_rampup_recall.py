@@ -34,7 +34,10 @@ not by the one that refusal opens: after a fall a counter's reading drains to
 the lower limit, so that lock-out lasts longer than any before it, and judged
 by it the level before the fall was forgotten. Beside a memory a lock-out may
 yet discard stands the rate of the last fitted cycle, which ended in a
-lock-out (no allowance explains it).
+lock-out (no allowance explains it). And where a lock-out's fit comes out
+under half the rate of the cycle before it (more than a counter's reading of
+its refusals explains), with no memory left, the limit fell under that cycle,
+whose rate is remembered.
 
 **The recall.** The refusals that lowered the rate are evidence of the lower
 limit, and evidence ages. Once the scope has gone a *recall age* with no
@@ -231,6 +234,28 @@ class LevelRecall:
             self._recall = self._recall_wait = self._recall_from = 0.0
         else:
             self._recall = high if high > self.rate * (1.0 + T.tolerance) else 0.0
+
+    def _fit_fell(self: _RecallState, fit: float, before: float) -> None:
+        """A lock-out's fit of ``fit``/s, where the cycle before it let ``before``/s through (not the
+        scope's first lock-out: the start phase's cycle is its doubling's).
+
+        A limiter that stays put gives cycles that agree within what counting refusals explains: a
+        counter that counts them lets through over a cycle at least half its rate (``_counter_fit``'s
+        divisor is at most 2), the doubling step rampup tells rates apart by (``T.cut_deep``). A fit
+        under that share of the cycle before is no steady limiter's: the limit fell. Where no memory
+        is left (the counter fit judged the fall's refusal, at the level the scope had climbed to, an
+        overshoot past a counter that stays put, and forgot it), the rate of the cycle before becomes
+        the memory, held a whole cycle: the recall does the rest, its wait, its search, and
+        forgetting it after the try that waited a window. (A counter of 85 per 13 s, x0.55 at 24 s:
+        the fall's lock-out fitted 2.2/s where the cycle before had let 7.3/s through, no memory was
+        left, and the hold rule's wait, a twentieth of the crawl per probe after a lock-out of 7.4 s,
+        kept it at 2.2/s to the end after the limit rose to 8.5/s at 44 s.)
+        """
+        if self._recall > 0.0 or self.phase != "steady" or fit >= T.cut_deep * before:
+            return
+        self._recall, self._recall_span = before, _PROVEN
+        self._recall_next = self._recall_next_span = 0.0
+        self._recall_wait = self._climb_time(fast=True)
 
     def _memory_weak(self: _RecallState) -> bool:
         """Whether the remembered level was held for less time than a lock-out lasted (a window's
