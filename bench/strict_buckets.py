@@ -7,7 +7,8 @@ counted) and ``simwait`` (the simulator's ``Retry-After`` with the wait for the 
 Each send reaches the site up to a few milliseconds late, told as the permit's lag. Deterministic: no
 sockets, no sleeping; compare two trees by running each with its own ``PYTHONPATH``.
 
-    PYTHONPATH=src python bench/strict_buckets.py [--grid strict|slow|slowburst|bursty|fresh|freshburst|other]
+    PYTHONPATH=src python bench/strict_buckets.py [--grid strict|slow|slowburst|bursty|fresh|freshburst|
+        unseen|unseenburst|fresh5|fresh5burst|fresh6|other]
 """
 
 from __future__ import annotations
@@ -61,6 +62,17 @@ def cases(grid: str) -> Iterator[tuple[str, Any, float, dict[str, Any]]]:
                         yield (f"{rate:g}/s burst {burst:g} {style} {latency:g} s s{seed}",
                                harness.Bucket(rate, burst, wait=style == "simwait"), 30.0 if fresh else 20.0,
                                _options(style, latency, seed, 0.003 if fresh else 0.002))
+    elif grid in ("fresh5", "fresh5burst", "fresh6"):
+        # strict5's grids, each drawn before any of it was run: rates, pages and seeds no earlier grid used.
+        burst = 2.0 if grid == "fresh5burst" else 1.0
+        six = grid == "fresh6"
+        for rate in (2.9, 4.2, 5.6, 8.8, 14.0) if six else (2.3, 3.3, 4.7, 7.7, 12.5, 19.0):
+            for latency in (0.035, 0.055, 0.11) if six else (0.015, 0.06, 0.09):
+                for style in STYLES:
+                    for seed in (41, 42) if six else (31, 32):
+                        yield (f"{rate:g}/s burst {burst:g} {style} {latency:g} s s{seed}",
+                               harness.Bucket(rate, burst, wait=style == "simwait"), 30.0,
+                               _options(style, latency, seed, 0.003))
     elif grid == "other":
         others: list[tuple[str, Any, tuple[float, float], float]] = [
             ("window 11/1 s", harness.ClockWindow, (11, 1.0), 0.003),

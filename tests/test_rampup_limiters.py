@@ -882,6 +882,47 @@ async def test_a_page_sent_at_once_on_a_slow_robots_txt_refused_by_a_strict_buck
     assert out.refused <= 3
 
 
+async def test_a_start_refusal_far_under_the_accepted_gap_still_fits_a_strict_bucket() -> None:
+    # nginx limit_req with no burst at 8/s (robots.txt counted): the start's doubling went from a gap of
+    # 0.150 s accepted straight to 0.112 s refused, under 0.76 of it, so the start's strict fit did not
+    # apply and the start's ceiling (6.87/s) held with only the slow probe above it: 0.77 of the limit
+    # in 30 s. (On real nginx at 10/s: 0.165 s, then 0.098 s refused; 0.68 of the limit for 45 s.)
+    shares = []
+    for seed in (1, 2):
+        out = await crawl(Bucket(8.0, 1.0), 30.0, latency=0.003, seed=seed, lag=0.002, told=True,
+                          instant=True, robots=0.005, robots_counted=True, robots_unmeasured=True)
+        shares.append(out.share)
+        assert out.refused <= 3, seed
+    assert min(shares) >= 0.81, shares
+
+async def test_a_refused_step_of_a_strict_fits_search_goes_back_to_the_fit() -> None:
+    # A bucket of 3/s with no burst, Retry-After: ceil(wait), pages of 50 ms: the strict fit paced at
+    # 2.85/s (0.342 s accepted, 0.331 s refused), the search above it stepped to 3.78/s and was refused
+    # 0.324 s after an accepted send. The refusal is the step's: the fit's gap held. Cut by the
+    # ordinary share instead, the scope sat at 2.29/s, under the fit it had held for 8 s: 0.733 of the
+    # limit in 20 s on four seeds (0.767-0.783 back at the fit), with as many refusals.
+    shares = []
+    for seed in (1, 2, 3, 4):
+        out = await crawl(Bucket(3.0, 1.0, wait=True), 20.0, latency=0.05, seed=seed, lag=0.002, told=True,
+                          instant=True, robots=0.005, robots_unmeasured=True)
+        shares.append(out.share)
+        assert out.refused <= 4, seed
+    assert sum(shares) / len(shares) >= 0.755, shares
+
+
+async def test_a_refused_search_step_of_nginx_with_no_burst_keeps_the_fit() -> None:
+    # nginx limit_req with no burst at 4/s before pages of 100 ms (robots.txt counted): fitted at 3.87/s
+    # (0.252 s accepted, 0.166 s refused), the search's step to 4.64/s was refused, and the x0.8 cut
+    # left 3.15/s for the rest of the crawl on seed 2: 0.787 of the limit, 0.9 back at the fit.
+    shares = []
+    for seed in (1, 2, 3, 4):
+        out = await crawl(Bucket(4.0, 1.0), 20.0, latency=0.1, seed=seed, lag=0.002, told=True, instant=True,
+                          robots=0.005, robots_counted=True, robots_unmeasured=True)
+        shares.append(out.share)
+        assert out.refused <= 4, seed
+    assert sum(shares) / len(shares) >= 0.88, shares
+
+
 @pytest.mark.parametrize(("rate", "latency", "seed"), [(0.8, 0.05, 1), (1.0, 0.07, 1), (1.5, 0.05, 1),
                                                     (2.0, 0.1, 1)])
 async def test_a_slow_strict_bucket_is_no_counter_to_pace_at_least_at(rate: float, latency: float,

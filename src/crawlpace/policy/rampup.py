@@ -607,13 +607,13 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             if can_cut:
                 # (Not in the start phase: its doubling shortens every gap, so a bursty bucket's
                 # first refusal looks strict too.)
-                steady = self.phase == "steady"
+                steady, step = self.phase == "steady", self.ceiling or 0.0
                 self._note_fall(now, sent_at)
                 self._cut(now, reason="pushback", sent_at=sent_at)
                 self._recall_refused(now)
                 self._close_slot(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
-                    self._strict_fit(now, sent_at)
+                    self._strict_fit(now, sent_at, step)
                 self._episode_cut(self._quick(answered, elapsed), sent_at)
                 self._counter_bound(now)
             elif self._quick(answered, elapsed):
