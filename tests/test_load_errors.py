@@ -261,6 +261,16 @@ def test_a_sites_own_errors_seen_at_every_quick_5xx_pass_the_crowding_test_no_mo
     assert passed <= 2
 
 
+def test_the_crowding_test_weighs_thousands_of_answers_past_a_count() -> None:
+    # A cap of 2 behind 20 % of quick 5xx: past a thousand answers at its count, the binomial tail's
+    # coefficients outgrew a float and the scope's outcome raised OverflowError.
+    below = [(1, n % 5 == 0) for n in range(100)]
+    cap = _tally(below + [(3, n % 10 != 0) for n in range(2400)])  # 90 % refused past it
+    assert crowded(*cap, 3)
+    even = _tally(below + [(3, n % 2 == 0) for n in range(2400)])  # half: within chance of the pooled share
+    assert not crowded(*even, 3)
+
+
 def test_an_error_soon_after_refusals_judged_stopped_is_the_sites_own() -> None:
     # A quick 503 in 4 of 16 outcomes, none in the ten after the cut: "about load" (at that share, none
     # in ten is a rarity of 6 %; at a true share of 15 %, of 20 %). An error among as many outcomes
