@@ -139,17 +139,7 @@ def crowded(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> b
     n_hi, n_lo, q_hi, q_lo = _split(answers, quick, met)
     if n_hi < EARLY or n_lo < EARLY or q_hi / n_hi < 0.5:
         return False
-    # The test is made again at each quick 5xx from ``met`` on, on a tally that grows: its level is shared
-    # among the doublings of that tally (``1 + log2`` of the quick 5xx counted), one share each. Looks at
-    # one growing tally are not independent (the tail at the n-th differs little from the one before); a
-    # fresh chance of a pass comes with each doubling of it. At one level for every look, a site failing
-    # 28 % of its requests at once showed 7 quick 502s among 11 answers at 2 in flight (5 among 35 at 1:
-    # a tail of 1 %) at the 7th look, and read as a cap of 1 its slots and rate were cut until a lock-out
-    # fit held it at 11/s (20.3 s where the same crawl without errors took 1.6 s). A cap refuses every
-    # request past it: one more refusal passes the shared level (4 in 4 where 3 in 3 did). (Shared among
-    # the looks themselves, a cap with a thousand answers past its count no longer passed at all.)
-    looks = 1.0 + math.log2(max(1.0, q_hi))
-    return _tail(round(n_hi), round(q_hi), (q_hi + q_lo) / (n_hi + n_lo)) < _TWO_SD / looks
+    return _tail(round(n_hi), round(q_hi), (q_hi + q_lo) / (n_hi + n_lo)) < _TWO_SD
 
 
 def scattered(answers: tuple[float, ...], quick: tuple[float, ...], met: int) -> bool:
@@ -178,8 +168,8 @@ def _tail(n: int, k: int, share: float) -> float:
     site whose quick 5xx come at one share whatever is in flight shows as many past a count by chance.
 
     Each term is taken through its logarithm: ``math.comb`` past about 1,030 outcomes is an integer too
-    large for a float (a cap of 2 behind 20 % of quick 5xx, with more than a thousand answers past its
-    count, raised ``OverflowError`` in the scope's outcome)."""
+    large for a float: a site answering half of its requests with a quick 5xx at every count, after
+    more than a thousand answers at 2 or more in flight, raised ``OverflowError`` in the scope's outcome."""
     k = max(k, 0)
     if k == 0 or share >= 1.0:
         return 1.0 if k <= n else 0.0
