@@ -235,6 +235,17 @@ def test_quick_errors_that_follow_the_count_in_flight_are_a_caps() -> None:
     assert not scattered(*few, 7)
 
 
+def test_the_crowding_test_weighs_thousands_of_answers_past_a_count() -> None:
+    # Past a thousand answers at a count (the tally is kept for the whole crawl), the binomial tail's
+    # coefficients outgrew a float and the scope's outcome raised OverflowError (a site failing half
+    # of its requests at once, whatever the count, on a long crawl).
+    below = [(1, n % 5 == 0) for n in range(100)]
+    cap = _tally(below + [(3, n % 10 != 0) for n in range(2400)])  # 90 % refused past it
+    assert crowded(*cap, 3)
+    even = _tally(below + [(3, n % 2 == 0) for n in range(2400)])  # half: within chance of the pooled share
+    assert not crowded(*even, 3)
+
+
 def test_an_error_soon_after_refusals_judged_stopped_is_the_sites_own() -> None:
     # A quick 503 in 4 of 16 outcomes, none in the ten after the cut: "about load" (at that share, none
     # in ten is a rarity of 6 %; at a true share of 15 %, of 20 %). An error among as many outcomes

@@ -165,8 +165,19 @@ def scattered(answers: tuple[float, ...], quick: tuple[float, ...], met: int) ->
 
 def _tail(n: int, k: int, share: float) -> float:
     """The chance of ``k`` or more errors among ``n`` outcomes, each an error at ``share``: how often a
-    site whose quick 5xx come at one share whatever is in flight shows as many past a count by chance."""
-    return sum(math.comb(n, i) * share**i * (1.0 - share) ** (n - i) for i in range(max(k, 0), n + 1))
+    site whose quick 5xx come at one share whatever is in flight shows as many past a count by chance.
+
+    Each term is taken through its logarithm: ``math.comb`` past about 1,030 outcomes is an integer too
+    large for a float: a site answering half of its requests with a quick 5xx at every count, after
+    more than a thousand answers at 2 or more in flight, raised ``OverflowError`` in the scope's outcome."""
+    k = max(k, 0)
+    if k == 0 or share >= 1.0:
+        return 1.0 if k <= n else 0.0
+    if share <= 0.0:
+        return 0.0
+    log_p, log_q, log_n = math.log(share), math.log1p(-share), math.lgamma(n + 1)
+    return sum(math.exp(log_n - math.lgamma(i + 1) - math.lgamma(n - i + 1) + i * log_p + (n - i) * log_q)
+               for i in range(k, n + 1))
 
 
 def _split(answers: tuple[float, ...], quick: tuple[float, ...],
