@@ -158,9 +158,11 @@ class Releaser:
             except BaseException:
                 await self.give_back(lease, NO_OUTCOME)
                 raise
-        if heard is not None:
-            heard(outcome)
-        await self.give_back(lease, outcome)
+        try:
+            if heard is not None:
+                heard(outcome)
+        finally:  # (the slots go back whatever the caller's hook did)
+            await self.give_back(lease, outcome)
         return outcome
 
     # -- classification ------------------------------------------------------------
