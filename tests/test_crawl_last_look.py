@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import random
 import time
 from pathlib import Path
 from types import SimpleNamespace
@@ -22,15 +23,18 @@ import pytest
 from multidict import CIMultiDict
 from yarl import URL
 
-from crawlpace import Throttler
+from crawlpace import Settings, Throttler
 from crawlpace._clients._last_look import WRITING, LastLook, NotSent, Writing
+from crawlpace._scoping._scopes import Demand
 from crawlpace.crawl import CrawlJob, CrawlOptions, CrawlSummary
 from crawlpace.crawl._fetch import AiohttpFetcher, Page
 from crawlpace.sim import CrawlDelaySite, RetryAfterSite, SimServer, Site
 from crawlpace.sim._asgi import Receive, Scope, Send
+from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome
+from crawlpace.stores.base import LocalStore, ScopeSnapshot
 from crawlpace.testing import MockClock
 
-from .conftest import ThrottlerFactory
+from .conftest import EXACT, ThrottlerFactory
 
 HOST = "127.0.0.2"
 
@@ -146,3 +150,58 @@ async def test_a_write_just_after_a_stall_lets_answers_already_received_be_read_
             WRITING.reset(token)
     finally:
         await fetcher.aclose()
+
+
+class FarStore:
+    """A memory store behind a slow link: each release reaches it ``trip`` seconds after it was made
+    (a loaded fleet's hold call, its read of the counts and its earlier releases before it), so a
+    refusal's hold lands that late, as with a shared store. Not a local store: releases are awaited."""
+
+    shared = True
+
+    def __init__(self, settings: Settings, clock: MockClock, trip: float) -> None:
+        self.inner = MemoryStore(settings, clock)
+        self.clock, self.trip = clock, trip
+
+    async def acquire(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
+        return await self.inner.acquire(demands)
+
+    async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
+        await self.clock.sleep(self.trip)
+        return await self.inner.release(lease, outcome)
+
+    async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
+        await self.inner.set_crawl_delay(scope, delay)
+
+    async def snapshot(self, scope: str) -> ScopeSnapshot | None:
+        return await self.inner.snapshot(scope)
+
+    async def scopes(self) -> list[str]:
+        return await self.inner.scopes()
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+async def test_the_refused_workers_own_write_hears_the_hold_before_the_release_reaches_the_store(
+        tmp_path: Path, clock: MockClock) -> None:
+    """A fleet's refused worker told its last look of the hold only once the release had reached the
+    store (a round trip or more: 30-300 ms on a loaded fleet). Its own other request of the scope,
+    admitted before the hold landed and written meanwhile, went on the store's word alone, into the
+    hold (traced, bench/results/retry4.md). Now the hold is noted as soon as the answer is classified,
+    before the release. main: /page/3, written 0.3 s after its admission while the 429's release
+    was still on its way (0.5 s), reached the site inside the 5 s hold."""
+    site = NotingHolds(rate=1.0, embargo=5, pages=3, clock=clock.now)
+    site.arrivals = []
+    settings = Settings.from_scrapy({**EXACT, "CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0.0,
+                                     "DOWNLOAD_DELAY_PER_SLOT": 0.0})
+    store = FarStore(settings, clock, 0.5)
+    assert not isinstance(store, LocalStore)
+    async with Throttler(settings, store=store, clock=clock, rng=random.Random(1)) as throttler:
+        summary = await crawl_three_pages(tmp_path, clock, throttler, site,
+                                          SlowFirstWrite(clock, 0.3, "/page/3"), retries=5)
+    assert summary.complete
+    assert not site.stats.violations, site.arrivals
+    first = next(at for path, at in site.arrivals if path == "/page/3")
+    assert first >= 5.0, site.arrivals
+    assert summary.requests == site.stats.requests  # the request stopped unwritten is not counted

@@ -18,12 +18,16 @@ import random
 import time
 import uuid
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
+import aiohttp
 import pytest
+from multidict import CIMultiDict
+from yarl import URL
 
 from crawlpace import Settings
-from crawlpace._clients._last_look import WRITING, LastLook, Writing
+from crawlpace._clients._last_look import WRITING, LastLook, NotSent, Writing
 from crawlpace.crawl._fetch import LOOK_AFTER, RELOOKS, AiohttpFetcher
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, open_store
@@ -644,3 +648,45 @@ async def test_a_site_that_answers_slowly_keeps_its_writes_side_by_side(redis_ur
     finally:
         for each in fleet:
             await each.aclose()
+
+
+@pytest.mark.parametrize("heard_during", ["look", "wait"])
+async def test_a_hold_this_worker_hears_while_its_write_asks_the_store_stops_the_write(
+        heard_during: str) -> None:
+    """A fleet's write of a guarded scope asks the store and may wait for a sibling (20 ms at a time);
+    meanwhile this worker reads a sibling's refusal and notes its hold, while the hold's call to the
+    store is still on its way. The write went on the store's word (main: its local look was read only
+    before the first look); now it reads it again after every look and every wait, and is not written."""
+    look = LastLook()
+    granted = time.monotonic() - 0.2
+    refusal = Outcome(status=429, feedback=(ScopeFeedback(backoff=True, hold=5.0),))
+    refused = _Permit(("site",), granted, refusal)
+    asked: list[bool] = []
+    slept: list[float] = []
+
+    async def held_for(scopes: tuple[str, ...], lease_id: str = "", siblings: bool = True) -> float:
+        asked.append(siblings)
+        if heard_during == "look":
+            look.note(refused, time.monotonic())  # read while the look's reply was on its way
+            return 0.0  # the store has no hold yet: go
+        return 0.02 if len(asked) == 1 else 0.0  # a sibling overdue, then answered
+
+    async def sleep(seconds: float) -> None:
+        slept.append(seconds)
+        look.note(refused, time.monotonic())  # read during the wait
+
+    fetcher = AiohttpFetcher(user_agent="test", timeout=5.0, max_connections=4, trust_env=False,
+                             clock=time.monotonic, sleep=sleep)
+    try:
+        params = aiohttp.TraceRequestHeadersSentParams("GET", URL("http://127.0.0.1/page/2"), CIMultiDict())
+        token = WRITING.set(Writing(_Permit(("site",), granted), look, time.monotonic, held_for,
+                                    holding=lambda s: True, lease_id="site-2"))
+        try:
+            with pytest.raises(NotSent):
+                await fetcher._last_look(fetcher._session, SimpleNamespace(), params)
+        finally:
+            WRITING.reset(token)
+    finally:
+        await fetcher.aclose()
+    assert asked == [True]  # stopped at once, no further look
+    assert slept == ([] if heard_during == "look" else [0.02])

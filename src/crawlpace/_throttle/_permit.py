@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import math
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from types import TracebackType
 
@@ -122,13 +122,29 @@ class Permit:
         lag = lag if math.isfinite(lag) and lag > 0.0 else 0.0
         self._raw = RawFeedback(response, status, exception, latency, consumed_quota, blocked, stalled, lag)
 
-    async def release(self) -> None:
-        """Give the slots back and apply the feedback; later calls do nothing."""
+    async def release(self, *, heard: Callable[[Permit], None] | None = None) -> None:
+        """Give the slots back and apply the feedback; later calls do nothing.
+
+        Args:
+            heard: called with this permit as soon as its :attr:`outcome` is known, before the
+                store is told. A shared store's release takes a round trip or more (a loaded
+                fleet's: tens to hundreds of milliseconds), and a hold the answer announced
+                (``Retry-After``) runs from the answer: the caller's other requests of the
+                scope that are about to be written can hear of it from here (the crawl's last look).
+        """
         if self._released:
             return
         self._released = True
-        outcome = await self._releaser.release(self._lease, self.request, self._raw)
+        known = None if heard is None else self._hearing(heard)
+        outcome = await self._releaser.release(self._lease, self.request, self._raw, known)
         self._outcome = None if outcome is NO_OUTCOME else outcome
+
+    def _hearing(self, heard: Callable[[Permit], None]) -> Callable[[Outcome], None]:
+        """What the releaser calls with the outcome before the store's release: keep it, tell ``heard``."""
+        def known(outcome: Outcome) -> None:
+            self._outcome = None if outcome is NO_OUTCOME else outcome
+            heard(self)
+        return known
 
     def release_nowait(self) -> bool:
         """:meth:`release` as a plain call, when it needs no await (a local store, no

@@ -143,8 +143,13 @@ class Releaser:
             self.give_back_nowait(lease, outcome)
         return outcome
 
-    async def release(self, lease: Lease, request: object, raw: RawFeedback | None) -> Outcome:
-        """Classify the feedback (awaiting the manager's hooks if it has any) and release."""
+    async def release(self, lease: Lease, request: object, raw: RawFeedback | None,
+                      heard: Callable[[Outcome], None] | None = None) -> Outcome:
+        """Classify the feedback (awaiting the manager's hooks if it has any) and release.
+
+        ``heard``, when given, is called with the outcome once it is known, before the store is
+        told (a shared store's release is a round trip or more).
+        """
         outcome = self._outcome_nowait(lease, request, raw)
         if outcome is None:
             assert raw is not None
@@ -153,7 +158,11 @@ class Releaser:
             except BaseException:
                 await self.give_back(lease, NO_OUTCOME)
                 raise
-        await self.give_back(lease, outcome)
+        try:
+            if heard is not None:
+                heard(outcome)
+        finally:  # (the slots go back whatever the caller's hook did)
+            await self.give_back(lease, outcome)
         return outcome
 
     # -- classification ------------------------------------------------------------

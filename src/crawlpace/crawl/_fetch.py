@@ -247,11 +247,16 @@ class AiohttpFetcher:
             # another worker's loop, and the store holds this write until that sibling is answered
             # (the look notes the write as it lets it go; the reply says when to look again).
             hold = await self._ask(held_for, permit.scopes, writing.lease_id, True, writing.now, entered)
+            # The look's round trip (and each wait below) leaves time for this worker's own answers
+            # to be read: a sibling's refusal heard meanwhile stops the write here, whatever the
+            # store says (its hold may still be on its way there).
+            look.check(permit, writing.now())
             looks = 1
             while hold > wait:
                 _log.debug("%s: %.3f s more before writing it, held by another worker's refusal",
                            params.url, hold)
                 await self._wait(writing.now, hold)
+                look.check(permit, writing.now())
                 wait = 0.0
                 if looks > 2 * RELOOKS:
                     break
@@ -264,8 +269,10 @@ class AiohttpFetcher:
                 looks += 1
                 hold = await self._ask(held_for, permit.scopes, writing.lease_id, looks <= RELOOKS + 1,
                                        writing.now, writing.now())
+                look.check(permit, writing.now())
         if wait > 0.0:
             await self._wait(writing.now, wait)
+            look.check(permit, writing.now())
         look.wrote(permit, writing.now())
         if writing.wrote is not None:
             # A fleet: the next write of the scope, by any worker, keeps the delay after this one
