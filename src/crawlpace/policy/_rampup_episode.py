@@ -196,6 +196,7 @@ class _EpisodeState(Protocol):
     def _draining(self, now: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _recall_fitted(self, refused: float, high: float) -> None: ...
+    def _late_by(self, took: float | None) -> float: ...
 
 
 class Episodes:
@@ -643,11 +644,23 @@ class Episodes:
                 return at
         return None
 
-    def _note_accepted(self: _EpisodeState, sent: float) -> None:
-        """An accepted send at ``sent``: its gap to the accepted send before it may be the shortest."""
+    def _note_accepted(self: _EpisodeState, sent: float, took: float | None = None) -> None:
+        """An accepted send at ``sent``, answered ``took`` after it (latency and lag, when known): the
+        longest gap its arrival may have had to the accepted send before it may be the shortest.
+
+        The site saw arrivals, not sends. A send that reached it late (a loaded machine, a fleet's
+        worker, the network) arrived as much as its answer's delay past the quickest on record
+        after its stamp (:meth:`_late_by`), and the one before it no sooner than its own stamp: the
+        arrivals' gap was at most the stamps' gap plus that delay, and only that much is known to
+        be accepted. (Read from the stamps alone, two sends 70 ms apart under a mean lag of 0.1 s
+        made a bucket of 4.26/s with no burst look like one that took 14/s, and the jitter rule
+        forgave its refusals at 40/s: bench/results/lag1.md.)
+        """
         before = self._last_ok_before(sent)
-        if before is not None and sent - before < self._gap_ok:
-            self._gap_ok = sent - before
+        if before is not None:
+            gap = sent - before + self._late_by(took)
+            if gap < self._gap_ok:
+                self._gap_ok = gap
         self._ok_sends.append(sent)
 
     def _strict_fit(self: _EpisodeState, now: float, sent_at: float | None) -> None:
