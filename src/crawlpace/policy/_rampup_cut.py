@@ -108,6 +108,7 @@ class _CutState(Protocol):
     def _page_latencies(self) -> list[float]: ...
     def _latency_of(self, sent: float) -> float | None: ...
     def _late_by(self, took: float | None) -> float: ...
+    def _just_under(self, sent_at: float | None, took: float | None) -> bool: ...
 
 
 class CutRules:
@@ -171,17 +172,22 @@ class CutRules:
         bucket whose burst let shorter gaps through, show none, and their refusals are not taken
         for the arrivals' jitter.
         """
+        if self._just_under(sent_at, took):
+            self._no_burst = True
+
+    def _just_under(self: _CutState, sent_at: float | None, took: float | None) -> bool:
+        """Whether a refused send made at ``sent_at`` and answered ``took`` after it reached the site just
+        under the shortest accepted gap after the last accepted send (at least :data:`T.strict_near`
+        of it), as the site saw it: the refused send may have arrived as late as its own delay, the
+        accepted one before it as late as its delay (:meth:`_late_by`); only a gap that lay there
+        whatever the delays were counts."""
         shortest = self._gap_ok
         before = None if sent_at is None else self._last_ok_before(sent_at)
         if sent_at is None or before is None or not math.isfinite(shortest):
-            return
-        # As the site saw it: the refused send may have arrived as late as its own delay, the accepted
-        # one before it as late as its delay (_late_by); only a gap under the shortest accepted and
-        # near it whatever the delays were is the sign.
+            return False
         gap = sent_at - before
-        if T.strict_near * shortest <= gap - self._late_by(self._latency_of(before)) and (
-                gap + self._late_by(took) < shortest):
-            self._no_burst = True
+        return (T.strict_near * shortest <= gap - self._late_by(self._latency_of(before))
+                and gap + self._late_by(took) < shortest)
 
     def _late_by(self: _CutState, took: float | None) -> float:
         """How much later than its stamp a send answered ``took`` after it (latency and lag) may have

@@ -622,7 +622,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._close_slot(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at)
-                self._episode_cut(self._quick(answered, elapsed), sent_at)
+                self._episode_cut(self._quick(answered, elapsed), sent_at, _took(latency, lag))
                 self._counter_bound(now)
             elif self._quick(answered, elapsed):
                 # Refused on arrival in the quiet after a slot cut, with too few in flight to be read as
