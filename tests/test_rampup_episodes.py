@@ -244,3 +244,43 @@ def test_a_lock_out_after_sends_at_a_pace_is_fitted_as_before() -> None:
     answer(ramp, now)
     assert "a lock-out" in ramp.decision
     assert ramp.rate >= TUNING.fit_share * 5 / (now + 0.01)
+
+
+def test_an_accepted_gap_is_the_longest_the_arrivals_may_have_had() -> None:
+    # Sends stamped 70 ms apart, the second answered 0.2 s later than the quickest answer: it may have
+    # reached the site that much late, so the site is known to have accepted no gap under 0.27 s, and
+    # the shortest accepted gap stays the 0.2 s of the even pace (from the stamps it read 70 ms).
+    ramp = controller()
+    now = steady(ramp, 5.0, 5.0)
+    answer(ramp, now)
+    answer(ramp, now + 0.07, latency=0.21)
+    assert ramp.shortest_ok_gap == pytest.approx(0.2)
+
+
+def test_an_answer_within_a_timers_slack_moves_no_accepted_gap() -> None:
+    # The site's own spread (an answer 5 ms slower than the quickest) is no late arrival.
+    ramp = controller()
+    now = steady(ramp, 5.0, 5.0)
+    answer(ramp, now)
+    answer(ramp, now + 0.07, latency=0.015)
+    assert ramp.shortest_ok_gap == pytest.approx(0.07)
+
+
+def test_a_refusal_that_may_have_arrived_past_the_shortest_accepted_gap_is_no_bucket_with_no_burst() -> None:
+    # Gaps of 0.111 s accepted; a send 0.1 s after the last is refused, but its answer came 50 ms late:
+    # it may have reached the site 0.15 s after the accepted one, longer than any gap accepted, so it
+    # is no sign of a bucket with no burst, which lets the jitter rule forgive later refusals whose
+    # delays lie within the arrivals' usual spread. (Read from the stamps, it was.)
+    ramp = controller()
+    now = steady(ramp, 9.0, 5.0)
+    ramp.rate = 9.5
+    last = now - 1.0 / 9.0
+    answer(ramp, last + 0.1, refused=True, latency=0.06)
+    assert not ramp._no_burst
+    # The same refusal answered as quickly as the others is the sign.
+    ramp = controller()
+    now = steady(ramp, 9.0, 5.0)
+    ramp.rate = 9.5
+    last = now - 1.0 / 9.0
+    answer(ramp, last + 0.1, refused=True)
+    assert ramp._no_burst

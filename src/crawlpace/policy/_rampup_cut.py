@@ -107,6 +107,8 @@ class _CutState(Protocol):
     def _arrival_jitter(self) -> float: ...
     def _page_latencies(self) -> list[float]: ...
     def _latency_of(self, sent: float) -> float | None: ...
+    def _late_by(self, took: float | None) -> float: ...
+    def _just_under(self, sent_at: float | None, took: float | None) -> bool: ...
 
 
 class CutRules:
@@ -160,8 +162,9 @@ class CutRules:
         quickest = min(latencies)
         return 2.0 * sum(lat - quickest for lat in latencies) / len(latencies)
 
-    def _note_refused_gap(self: _CutState, sent_at: float | None) -> None:
-        """A refusal of a send made at ``sent_at``: whether it is a sign of a bucket with no burst.
+    def _note_refused_gap(self: _CutState, sent_at: float | None, took: float | None = None) -> None:
+        """A refusal of a send made at ``sent_at``, answered ``took`` after it (latency and lag, when
+        known): whether it is a sign of a bucket with no burst.
 
         It is when its gap to the last accepted send was just under the shortest one accepted (at
         least :data:`T.strict_near` of it): such a bucket refuses the first gap shorter than its
@@ -169,11 +172,36 @@ class CutRules:
         bucket whose burst let shorter gaps through, show none, and their refusals are not taken
         for the arrivals' jitter.
         """
+        if self._just_under(sent_at, took):
+            self._no_burst = True
+
+    def _just_under(self: _CutState, sent_at: float | None, took: float | None) -> bool:
+        """Whether a refused send made at ``sent_at`` and answered ``took`` after it reached the site just
+        under the shortest accepted gap after the last accepted send (at least :data:`T.strict_near`
+        of it), as the site saw it: the refused send may have arrived as late as its own delay, the
+        accepted one before it as late as its delay (:meth:`_late_by`); only a gap that lay there
+        whatever the delays were counts."""
         shortest = self._gap_ok
         before = None if sent_at is None else self._last_ok_before(sent_at)
-        if sent_at is not None and before is not None and math.isfinite(shortest) and (
-                T.strict_near * shortest <= sent_at - before < shortest):
-            self._no_burst = True
+        if sent_at is None or before is None or not math.isfinite(shortest):
+            return False
+        gap = sent_at - before
+        return (T.strict_near * shortest <= gap - self._late_by(self._latency_of(before))
+                and gap + self._late_by(took) < shortest)
+
+    def _late_by(self: _CutState, took: float | None) -> float:
+        """How much later than its stamp a send answered ``took`` after it (latency and lag) may have
+        reached the site: its delay past the quickest recent answer, when that is more than a timer's
+        slack (``T.knee_slack``, the slack the fits already read a stamp with), else 0.
+
+        The answer's whole delay bounds the way in, since no part of the way back or of the site's
+        service can be told from it. Within the slack it is the site's own spread (3-ms pages that
+        vary by 10 %), which counted shifted a bucket of 25/s with no burst's fit by 0.5 ms a gap.
+        """
+        if took is None or not math.isfinite(took):
+            return 0.0
+        late = took - min(self._page_latencies(), default=took)
+        return late if late > T.knee_slack else 0.0
 
     def _latency_of(self: _CutState, sent: float) -> float | None:
         """The latency of the accepted send made at ``sent``, if it is still on record."""

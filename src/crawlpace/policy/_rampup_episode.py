@@ -192,12 +192,14 @@ class _EpisodeState(Protocol):
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
     def _arrival_jitter(self) -> float: ...
-    def _drain_gap(self, sent_at: float | None) -> float: ...
+    def _drain_gap(self, sent_at: float | None, took: float | None = None) -> float: ...
     def _probe_gap(self) -> float: ...
     def _draining(self, now: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _recall_fitted(self, refused: float, high: float) -> None: ...
     def _fit_fell(self, fit: float, before: float) -> None: ...
+    def _late_by(self, took: float | None) -> float: ...
+    def _just_under(self, sent_at: float | None, took: float | None) -> bool: ...
 
 
 class Episodes:
@@ -437,27 +439,26 @@ class Episodes:
         if self._recall > high:
             self._recall_fitted(self.last_pushback_rate or self.rate, high)
 
-    def _episode_cut(self: _EpisodeState, quick: bool = False, sent_at: float | None = None) -> None:
+    def _episode_cut(self: _EpisodeState, quick: bool = False, sent_at: float | None = None,
+                     took: float | None = None) -> None:
         """After the cut that opened an episode: probes go at the cut rate until one is refused, the
         first no sooner than the overshoot's drain after a refusal on arrival (``quick``) of a send
-        made at ``sent_at``."""
+        made at ``sent_at`` and answered ``took`` after it."""
         if self._ep_since != NEVER and self._ep_gap <= 0.0 and self.rate > 0.0:
             self._ep_gap = 1.0 / self.rate
-            self._ep_drain = self._drain_gap(sent_at) if quick else 0.0
+            self._ep_drain = self._drain_gap(sent_at, took) if quick else 0.0
 
-    def _drain_gap(self: _EpisodeState, sent_at: float | None) -> float:
-        """The earliest a probe after an overshoot's refusal of a send made at ``sent_at`` can pass: two
-        mean gaps of the cycle's accepted sends (0 when the cycle has too few to tell), one where the
-        refused send came just under the shortest gap accepted (a bucket with no burst fits it: its next
-        token comes one gap after)."""
+    def _drain_gap(self: _EpisodeState, sent_at: float | None, took: float | None = None) -> float:
+        """The earliest a probe after an overshoot's refusal of a send made at ``sent_at`` (answered
+        ``took`` after it) can pass: two mean gaps of the cycle's accepted sends (0 when the cycle has
+        too few to tell), one where the refused send reached the site just under the shortest gap
+        accepted, whatever its delay (``_just_under``; a bucket with no burst fits it: its next token
+        comes one gap after)."""
         start, accepted = self._cycle_start, self._cycle_ok
         if start == NEVER or accepted < _DRAIN_SENDS or self._ep_since <= start:
             return 0.0
         counts = _DRAIN_COUNTS
-        before = None if sent_at is None else self._last_ok_before(sent_at)
-        shortest = self._gap_ok
-        if (self.phase == "steady" and sent_at is not None and before is not None and math.isfinite(shortest)
-                and T.strict_near * shortest <= sent_at - before < shortest):
+        if self.phase == "steady" and self._just_under(sent_at, took):
             counts = 1.0
         return counts * (self._ep_since - start) / accepted
 
@@ -647,11 +648,23 @@ class Episodes:
                 return at
         return None
 
-    def _note_accepted(self: _EpisodeState, sent: float) -> None:
-        """An accepted send at ``sent``: its gap to the accepted send before it may be the shortest."""
+    def _note_accepted(self: _EpisodeState, sent: float, took: float | None = None) -> None:
+        """An accepted send at ``sent``, answered ``took`` after it (latency and lag, when known): the
+        longest gap its arrival may have had to the accepted send before it may be the shortest.
+
+        The site saw arrivals, not sends. A send that reached it late (a loaded machine, a fleet's
+        worker, the network) arrived as much as its answer's delay past the quickest on record
+        after its stamp (:meth:`_late_by`), and the one before it no sooner than its own stamp: the
+        arrivals' gap was at most the stamps' gap plus that delay, and only that much is known to
+        be accepted. (Read from the stamps alone, two sends 70 ms apart under a mean lag of 0.1 s
+        made a bucket of 4.26/s with no burst look like one that took 14/s, and the jitter rule
+        forgave its refusals at 40/s: bench/results/lag1.md.)
+        """
         before = self._last_ok_before(sent)
-        if before is not None and sent - before < self._gap_ok:
-            self._gap_ok = sent - before
+        if before is not None:
+            gap = sent - before + self._late_by(took)
+            if gap < self._gap_ok:
+                self._gap_ok = gap
         self._ok_sends.append(sent)
 
     def _strict_fit(self: _EpisodeState, now: float, sent_at: float | None, step: float = 0.0) -> None:

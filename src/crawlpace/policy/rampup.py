@@ -421,6 +421,14 @@ class RampupState:
     _own: tuple[list[float], list[float]] | None = None
 
 
+def _took(latency: float | None, lag: float) -> float | None:
+    """The time from a send the scope recorded to its answer: the latency and the caller's lag before
+    the fetch (as the arrivals' record keeps it, ``_rampup_cut``); None without a latency."""
+    if latency is None or not math.isfinite(latency):
+        return None
+    return latency + (lag if math.isfinite(lag) and lag > 0.0 else 0.0)
+
+
 def _copied(value: object) -> object:
     """A value of the controller's state as it is now (a deque is copied: the state goes on moving it)."""
     return deque(value, maxlen=value.maxlen) if isinstance(value, deque) else value
@@ -546,7 +554,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             inflight = self._met(inflight, sent_at, elapsed)  # (the count it met, not the one at its answer)
             if answered and not passed:
                 self._note_refusal_held(now, sent_at, self._resumed_at)
-                self._note_refused_gap(sent_at)
+                self._note_refused_gap(sent_at, _took(latency, lag))
         cap, most = self.slot_cap, self._inflight_ok  # (before a refusal's slot event: _slot_explained)
         if stuck:
             # No answer, yet the answers that do come are as quick as ever: not overload.
@@ -614,7 +622,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._close_slot(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
                     self._strict_fit(now, sent_at, step)
-                self._episode_cut(self._quick(answered, elapsed), sent_at)
+                self._episode_cut(self._quick(answered, elapsed), sent_at, _took(latency, lag))
                 self._counter_bound(now)
             elif self._quick(answered, elapsed):
                 # Refused on arrival in the quiet after a slot cut, with too few in flight to be read as
@@ -625,7 +633,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._slot_cut_missed(now, sent_at, inflight)
         else:
             shortest = self._gap_ok
-            self._note_accepted(now if sent_at is None else sent_at)
+            self._note_accepted(now if sent_at is None else sent_at, _took(latency, lag))
             if self._door_refused(sent_at):
                 # The page robots.txt let go at once: its gap to robots.txt is none of the limiter's
                 # (a site seldom counts robots.txt), and as the shortest accepted gap it hid every
