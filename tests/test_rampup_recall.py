@@ -9,7 +9,6 @@ lower rate for a minute or more after the limit had come back.
 
 from __future__ import annotations
 
-import logging
 import random
 from dataclasses import dataclass, field
 
@@ -299,20 +298,3 @@ async def test_a_lock_out_fit_far_under_the_cycle_before_is_a_fall_recalled_at_t
     assert site.rate(24.0, 44.0) <= 3.6  # it followed the limit down
     assert site.rate(50.0, 70.0) >= 6.5  # was 2.2
     assert len(site.refused) <= 22  # was 20
-
-
-# Slow buckets with no burst (nginx-style, the simulator's 429, its Retry-After wait), 30 s: the start's
-# overshoot paced the sends at about twice the limit for a second or two while the bucket took one a
-# second. Remembered as a level held before a fall (2.24/s on 1.2/s, 2.04/s on 1.5/s, 4.75/s on 2.4/s),
-# it drew a recall's search back up to it twice in the crawl, each refused at the limit that never moved
-# (bench/results/recall1.md): 9, 6 and 5 refusals where there are now 8, 5 and 3.
-@pytest.mark.parametrize(("rate", "style", "latency", "most"),
-                         [(1.2, "nginx", 0.03, 8), (1.5, "sim", 0.07, 5), (2.4, "simwait", 0.07, 3)])
-async def test_a_strict_buckets_start_leaves_no_memory_above_what_the_site_took(
-        rate: float, style: str, latency: float, most: int, caplog: pytest.LogCaptureFixture) -> None:
-    bucket = Bucket(rate, 1.0, wait=style == "simwait")
-    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
-        out = await crawl(bucket, 30.0, latency=latency, seed=1, lag=0.003, told=True, robots=0.005,
-                          instant=True, robots_unmeasured=True, robots_counted=style == "nginx")
-    assert "searching back up to" not in caplog.text
-    assert out.refused <= most

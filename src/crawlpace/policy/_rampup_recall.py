@@ -132,7 +132,6 @@ class _RecallState(Protocol):
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _took(self, at: float) -> float: ...
-    def _accepted(self, since: float, at: float) -> float: ...
     def _memory_weak(self) -> bool: ...
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
@@ -170,13 +169,8 @@ class LevelRecall:
             held = ceiling  # the climb had reached its level, and no pushback came since
             since = max(self._epoch + self._k, last)
         elif last == NEVER or now - last >= T.round:
-            # Climbing still, but the rate had gone a round with no pushback: held as far as the site
-            # took it. The pace the sends were allowed is no level held where the site accepted fewer
-            # (a strict bucket of 1.2/s after the start's overshoot: paced at 2.24/s for 1.8 s, one
-            # send a second accepted; remembered at 2.24/s, the recall searched back up to it, refused,
-            # every 8-15 s, at a limit that never moved).
+            held = sent  # climbing still, but the rate had gone a round with no pushback
             since = self._epoch if last == NEVER else last
-            held = min(sent, self._accepted(since, at))
         elif sent <= took * (1.0 + T.tolerance):
             # Soon after another refusal, yet the site had taken this rate for the round before the send:
             # the limit fell under what it took (the start phase's first refusal may be the fall itself).
@@ -267,17 +261,6 @@ class LevelRecall:
         """Whether the remembered level was held for less time than a lock-out lasted (a window's
         count or a counter's allowance let it through, which says nothing of the limit)."""
         return self._fit_span > 0.0 and self.hold_learned > self._recall_span
-
-    def _accepted(self: _RecallState, since: float, at: float) -> float:
-        """The rate of the accepted sends from ``since`` to ``at`` (at least a round), as far as the
-        record reaches back."""
-        span = max(at - since, T.round)
-        count = 0
-        for sent in reversed(self._ok_sends):
-            if sent < at - span:
-                break
-            count += sent < at
-        return count / span
 
     def _took(self: _RecallState, at: float) -> float:
         """The rate of the accepted sends in the round before ``at``, as far as the record reaches back."""
