@@ -8,7 +8,7 @@ Each send reaches the site up to a few milliseconds late, told as the permit's l
 sockets, no sleeping; compare two trees by running each with its own ``PYTHONPATH``.
 
     PYTHONPATH=src python bench/strict_buckets.py [--grid strict|slow|slowburst|bursty|fresh|freshburst|
-        unseen|unseenburst|fresh5|fresh5burst|fresh6|other]
+        unseen|unseenburst|fresh5|fresh5burst|fresh6|slowrates|slowrates2|other]
 """
 
 from __future__ import annotations
@@ -72,6 +72,17 @@ def cases(grid: str) -> Iterator[tuple[str, Any, float, dict[str, Any]]]:
                     for seed in (41, 42) if six else (31, 32):
                         yield (f"{rate:g}/s burst {burst:g} {style} {latency:g} s s{seed}",
                                harness.Bucket(rate, burst, wait=style == "simwait"), 30.0,
+                               _options(style, latency, seed, 0.003))
+    elif grid in ("slowrates", "slowrates2"):
+        # Slow strict buckets (strict5's scratch grid, and recall1's unseen one drawn before it was run):
+        # the recall's searches back to a level no strict bucket ever held.
+        unseen = grid == "slowrates2"
+        for rate in (1.1, 1.35, 1.65, 2.1) if unseen else (1.2, 1.5, 1.8, 2.4):
+            for latency in (0.045, 0.09, 0.18) if unseen else (0.03, 0.07, 0.15):
+                for style in STYLES:
+                    for seed in (51, 52) if unseen else (1, 2):
+                        yield (f"{rate:g}/s burst 1 {style} {latency:g} s s{seed}",
+                               harness.Bucket(rate, 1.0, wait=style == "simwait"), 30.0,
                                _options(style, latency, seed, 0.003))
     elif grid == "other":
         others: list[tuple[str, Any, tuple[float, float], float]] = [
