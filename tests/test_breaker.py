@@ -471,19 +471,8 @@ def test_a_close_resets_the_pause_to_the_first() -> None:
 
 def flaky_run(share: float, seed: int, seconds: float = 600.0) -> tuple[Breaker, float]:
     """Ten requests a second to a site failing ``share`` of them whatever the pace; the time spent paused."""
-    rng = random.Random(seed)
     breaker = Breaker(pause=60.0, first_pause=15.0)
-    now, paused = 0.0, 0.0
-    while now < seconds:
-        until = breaker.blocked_until(now)
-        assert until is not None
-        if until > now:
-            paused += until - now
-            now = until
-        breaker.on_send(now)
-        breaker.on_outcome(now, failed=rng.random() < share, sent_at=now)
-        now += 0.1
-    return breaker, paused
+    return breaker, steady_run(breaker, share, seed, seconds)
 
 
 def test_a_steady_quarter_of_errors_costs_one_pause_not_one_a_minute() -> None:
