@@ -25,16 +25,15 @@ from yarl import URL
 
 from crawlpace import Settings, Throttler
 from crawlpace._clients._last_look import WRITING, LastLook, NotSent, Writing
-from crawlpace._scoping._scopes import Demand
 from crawlpace.crawl import CrawlJob, CrawlOptions, CrawlSummary
 from crawlpace.crawl._fetch import AiohttpFetcher, Page
 from crawlpace.sim import CrawlDelaySite, RetryAfterSite, SimServer, Site
 from crawlpace.sim._asgi import Receive, Scope, Send
-from crawlpace.stores import Blocked, Lease, MemoryStore, Outcome
-from crawlpace.stores.base import LocalStore, ScopeSnapshot
+from crawlpace.stores.base import LocalStore
 from crawlpace.testing import MockClock
 
 from .conftest import EXACT, ThrottlerFactory
+from .far_store import FarStore
 
 HOST = "127.0.0.2"
 
@@ -150,37 +149,6 @@ async def test_a_write_just_after_a_stall_lets_answers_already_received_be_read_
             WRITING.reset(token)
     finally:
         await fetcher.aclose()
-
-
-class FarStore:
-    """A memory store behind a slow link: each release reaches it ``trip`` seconds after it was made
-    (a loaded fleet's hold call, its read of the counts and its earlier releases before it), so a
-    refusal's hold lands that late, as with a shared store. Not a local store: releases are awaited."""
-
-    shared = True
-
-    def __init__(self, settings: Settings, clock: MockClock, trip: float) -> None:
-        self.inner = MemoryStore(settings, clock)
-        self.clock, self.trip = clock, trip
-
-    async def acquire(self, demands: tuple[Demand, ...]) -> Lease | Blocked:
-        return await self.inner.acquire(demands)
-
-    async def release(self, lease: Lease, outcome: Outcome) -> tuple[str, ...]:
-        await self.clock.sleep(self.trip)
-        return await self.inner.release(lease, outcome)
-
-    async def set_crawl_delay(self, scope: str, delay: float | None) -> None:
-        await self.inner.set_crawl_delay(scope, delay)
-
-    async def snapshot(self, scope: str) -> ScopeSnapshot | None:
-        return await self.inner.snapshot(scope)
-
-    async def scopes(self) -> list[str]:
-        return await self.inner.scopes()
-
-    async def aclose(self) -> None:
-        await self.inner.aclose()
 
 
 async def test_the_refused_workers_own_write_hears_the_hold_before_the_release_reaches_the_store(

@@ -12,16 +12,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import itertools
+import random
 from typing import Any
 
 import httpx
+import pytest
 
+from crawlpace import Settings, Throttler
 from crawlpace.http import ATTEMPTS_EXTENSION, throttled_client
 from crawlpace.sim import CrawlDelaySite, RetryAfterSite, SimServer
 from crawlpace.sim._asgi import Receive, Scope, Send, respond
 from crawlpace.testing import MockClock
 
-from .conftest import ThrottlerFactory
+from .conftest import EXACT, ThrottlerFactory
+from .far_store import FarStore
 
 HOST = "127.0.0.2"
 EIGHT: dict[str, Any] = {"CONCURRENT_REQUESTS_PER_DOMAIN": 8, "DOWNLOAD_DELAY": 0.0,
@@ -72,6 +76,30 @@ async def test_a_request_admitted_before_a_retry_after_is_not_written_inside_it(
     assert not site.stats.violations
     assert [path for path, _ in inner.written] == ["/page/3", "/page/1", "/page/2"], inner.written
     assert inner.written[2][1] >= 5.0
+
+
+@pytest.mark.parametrize("trip", [0.0, 0.5])
+async def test_a_hold_is_heard_before_the_release_reaches_a_shared_store(clock: MockClock,
+                                                                          trip: float) -> None:
+    """The same race behind a shared store whose release takes ``trip`` seconds (a fleet's round trips).
+    The client noted the 429's hold only once the release was back: /page/2, written 0.3 s after its
+    admission, went on the store's word into the 5 s hold (main: written at 0.3 s with ``trip`` 0.5).
+    Now the hold is noted as soon as the answer is known, before the store is told."""
+    site = RetryAfterSite(rate=1.0, embargo=5, clock=clock.now)
+    inner = SlowConnections(clock, 0.3, {"/page/2"})
+    settings = Settings.from_scrapy({**EXACT, **EIGHT})
+    store = FarStore(settings, clock, trip)
+    async with Throttler(settings, store=store, clock=clock, rng=random.Random(1)) as throttler, \
+            SimServer(site, HOST) as server, throttled_client(
+            throttler=throttler, transport=inner, retries=0, base_url=server.url, trust_env=False) as client:
+        assert (await client.get("/page/3")).status_code == 200  # the bucket's one token
+        refused, late = await asyncio.gather(client.get("/page/1"), client.get("/page/2"))
+    assert refused.status_code == 429
+    assert late.status_code == 200
+    assert late.extensions[ATTEMPTS_EXTENSION] == 1  # stopped unwritten: no attempt used up
+    assert not site.stats.violations, inner.written
+    assert [path for path, _ in inner.written] == ["/page/3", "/page/1", "/page/2"], inner.written
+    assert inner.written[2][1] >= inner.written[1][1] + 5.0, inner.written
 
 
 async def test_a_crawl_delay_is_kept_between_the_writes_not_only_the_admissions(

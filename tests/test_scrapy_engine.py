@@ -11,6 +11,7 @@ import it; real Scrapy crawls are in ``test_scrapy_crawl.py``.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
@@ -85,6 +86,8 @@ class FakeEngine:
     respond: Respond = ok
     after: Callable[[Request, Outcome], Iterable[Request]] | None = None
     manager: Any = None
+    #: Builds the store from the crawl's settings and the clock (default: the one the settings name).
+    store: Callable[[Any, MockClock], Any] | None = None
     sends: list[Send] = field(default_factory=list)
     outcomes: list[tuple[str, str]] = field(default_factory=list)
     peak_inflight: Counter[str] = field(default_factory=Counter)
@@ -95,6 +98,8 @@ class FakeEngine:
             values["THROTTLING_MANAGER"] = self.manager
         config = read_config(ScrapySettings(values), lambda cls: cls(), clock=self.clock,
                              rng=random.Random(1))
+        if self.store is not None:
+            config = dataclasses.replace(config, store=self.store(config.settings, self.clock))
         self.stats = DictStats()
         self.wakeup = asyncio.Event()
         self.runtime = Runtime(config, stats=self.stats, wake=self.wakeup.set)

@@ -18,6 +18,7 @@ from crawlpace.scrapy import APPLIED_SCOPES_KEY, RequestRefused
 from crawlpace.scrapy._extension import ThrottlingExtension
 from crawlpace.testing import MockClock
 
+from .far_store import FarStore
 from .test_scrapy_engine import FakeEngine, Outcome, clock
 
 __all__ = ["clock"]
@@ -125,6 +126,41 @@ async def test_an_admission_older_than_a_retry_after_is_neither_sent_nor_lent(cl
     assert late_at >= 5.01
     assert engine.stats.get("throttling/readmitted/held") == 1
     assert engine.stats.get("throttling/permits/lent") == 0
+    await engine.runtime.aclose()
+
+
+async def test_a_hold_is_heard_before_the_release_reaches_a_shared_store(clock: MockClock) -> None:
+    """The same race behind a shared store whose release takes 0.5 s (a fleet's round trips): the add-on
+    noted the 429's hold once the release was back (0.51 s), so the late page, on the network at 0.03 s
+    before that, went into the hold. Now the hold is noted as soon as the answer is known."""
+    engine = FakeEngine({"DOWNLOAD_DELAY": 0.0, "DOWNLOAD_DELAY_PER_SLOT": 0.0,
+                         "CONCURRENT_REQUESTS_PER_DOMAIN": 4}, clock,
+                        store=lambda settings, clock: FarStore(settings, clock, 0.5))
+    scheduler, middleware = engine.scheduler, engine.middleware
+    for n in range(2):
+        scheduler.enqueue_request(Request(f"https://held.example/{n}"))
+    admitted: list[Request] = []
+    for _ in range(50):  # a shared store admits on the loop, not within next_request
+        request = scheduler.next_request()
+        if request is not None:
+            admitted.append(request)
+        if len(admitted) == 2:
+            break
+        await asyncio.sleep(0)
+    refused, late = admitted  # both admitted at 0.0
+    assert clock.now() == 0.0
+    await middleware.process_request(refused)
+    await clock.sleep(0.01)
+
+    async def sent_at(request: Request, after: float) -> float:
+        await clock.sleep(after)
+        await middleware.process_request(request)
+        return clock.now()
+
+    answered = middleware.process_response(refused, status(429, **{"Retry-After": "5"})(refused))
+    late_at, _ = await asyncio.gather(sent_at(late, 0.02), answered)
+    assert late_at >= 5.01
+    assert engine.stats.get("throttling/readmitted/held") == 1
     await engine.runtime.aclose()
 
 

@@ -136,6 +136,22 @@ def test_an_exception_in_the_block_is_fed_back() -> None:
         assert permit.outcome.error == "TimeoutError"
 
 
+def test_a_blocking_client_hears_a_hold_before_its_release_reaches_the_store(
+        redis_server: RedisServer) -> None:
+    """The blocking clients' release (``SyncPermit._report``) tells the last look of a refusal's hold once
+    its outcome is known, before a shared store's round trips: there, a hold heard only after the
+    release let the client's other threads write into it (the async clients' race, in threads)."""
+    store = f"{redis_server.url}?namespace=t{uuid.uuid4().hex[:12]}"
+    heard: list[float | None] = []
+    with SyncThrottler(FAST, store=store) as throttler:
+        permit = throttler.acquire("http://127.0.0.2/")
+        answer = httpx.Response(429, headers={"Retry-After": "5"})
+        permit._report(answer, latency=0.01, heard=lambda inner: heard.append(
+            inner.outcome.feedback[0].hold if inner.outcome is not None else None))
+        assert permit.released
+    assert heard == [5.0]
+
+
 def test_try_acquire_never_waits() -> None:
     with SyncThrottler(paced(30.0)) as throttler:
         first = throttler.try_acquire("http://127.0.0.2/")

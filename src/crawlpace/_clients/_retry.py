@@ -88,6 +88,20 @@ def _settle(log: logging.Logger, method: str, url: str, permit: Granted, respons
     return False
 
 
+def _noting(look: LastLook, now: Callable[[], float]) -> Callable[[Granted], None]:
+    """What a release calls once its outcome is known, before a shared store is told: note the
+    answer's hold (``Retry-After``) in ``look`` at once.
+
+    A shared store's release takes a round trip or more, and the client's other requests of the
+    scope, admitted before the hold reached the store, may be written meanwhile: noted here, their
+    last look stops them. The note after the release stays (it stops a request the store admitted
+    before the hold landed there).
+    """
+    def heard(permit: Granted) -> None:
+        look.note(permit, now())
+    return heard
+
+
 async def send_async(throttler: Throttler, method: str, url: str, scopes: object, attempts: int,
                      send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
                      log: logging.Logger = logger, *, request: object = None,
@@ -129,6 +143,7 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
     """
     clock = throttler.clock
     subject = url if request is None else request
+    heard = None if look is None else _noting(look, clock.now)
     attempt = 0
     while attempt < attempts:
         attempt += 1
@@ -148,7 +163,7 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
         except Exception as exc:
             error = exc
             permit.feedback(exception=exc, latency=clock.now() - started)
-            await permit.release()
+            await permit.release(heard=heard)
         except BaseException:
             # Cancelled or interrupted: free the slot, teach the scopes nothing.
             await permit.release()
@@ -158,7 +173,7 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
             try:
                 blocked = judge is not None and await judge(response)
                 permit.feedback(response, latency=latency, blocked=blocked)
-                await permit.release()
+                await permit.release(heard=heard)
             except BaseException:
                 await permit.release()
                 await discard(response)
@@ -189,6 +204,7 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
     (:class:`~crawlpace._clients._last_look.NotSent`) goes back to the throttler
     without using up an attempt. The send runs in the calling thread.
     """
+    heard = None if look is None else _noting(look, throttler.now)
     attempt = 0
     while attempt < attempts:
         attempt += 1
@@ -206,7 +222,7 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
             continue
         except Exception as exc:
             error = exc
-            permit._report(exception=exc, latency=throttler.now() - started)
+            permit._report(exception=exc, latency=throttler.now() - started, heard=heard)
         except BaseException:
             permit.release()
             raise
@@ -214,7 +230,7 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
             latency = throttler.now() - started
             try:
                 blocked = judge is not None and judge(response)
-                permit._report(response, latency=latency, blocked=blocked)
+                permit._report(response, latency=latency, blocked=blocked, heard=heard)
             except BaseException:
                 permit.release()
                 discard(response)

@@ -101,13 +101,15 @@ class SyncPermit:
         self._owner._call(record())
 
     def _report(self, response: object = None, *, exception: BaseException | None = None,
-                latency: float | None = None, blocked: bool = False) -> None:
-        """Feed back and release in one trip to the loop (the adapters' hot path)."""
+                latency: float | None = None, blocked: bool = False,
+                heard: Callable[[Permit], None] | None = None) -> None:
+        """Feed back and release in one trip to the loop (the adapters' hot path); ``heard`` as in
+        :meth:`Permit.release <crawlpace.Permit.release>` (called on the loop's thread)."""
         permit = self._permit
 
         async def report() -> None:
             permit.feedback(response, exception=exception, latency=latency, blocked=blocked)
-            await permit.release()
+            await permit.release(heard=heard)
 
         self._owner._call(report())
 

@@ -357,7 +357,9 @@ class Runtime:
             ticket.finalizer.detach()
         permit = ticket.permit
         try:
-            await permit.release()
+            # Its hold noted as soon as the outcome is known: a shared store's release is a round
+            # trip or more, and this crawl's other requests of the scope may be written meanwhile.
+            await permit.release(heard=self._heard)
         except PermitError:  # pragma: no cover - released through another path already
             return
         await self._released(permit, soft_block=soft_block)
@@ -381,6 +383,10 @@ class Runtime:
                      "+".join(ticket.scopes))
         self.stats.inc_value("throttling/released_abandoned")
         loop.call_soon_threadsafe(self._schedule_give_back, ticket)
+
+    def _heard(self, permit: Permit) -> None:
+        """Note the hold (``Retry-After``) of ``permit``'s answer before its release reaches the store."""
+        self.look.note(permit, self.clock_now)
 
     async def _released(self, permit: Permit, *, soft_block: bool = False) -> None:
         outcome = permit.outcome
