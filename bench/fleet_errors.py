@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.redis_server import RedisServer, delivered, redis_binary  # noqa: E402
+from tests.test_fleet_learning import Lags  # noqa: E402
 
 from crawlpace import Settings  # noqa: E402
 from crawlpace._responses._feedback import FeedbackBuilder  # noqa: E402
@@ -49,6 +50,10 @@ TIMEOUT = 10.0  # a crawl's per-request timeout (the bench's 10 s)
 RESENDS = 3  # a crawl's resends of a failed page
 QUICK = 0.001  # seconds a 5xx takes (the site answers it at once)
 LIMIT = 300.0  # seconds of fake time a crawl may take at most
+#: With ``--lag``: whether the latency a crawl measures counts the answer-to-release lag (a loaded
+#: event loop reads the answer late, and a crawl's latency is the time to its reading); set by
+#: ``--lag-in-latency``.
+LAG_IN_LATENCY = False
 
 
 @dataclass
@@ -57,10 +62,15 @@ class Crawl:
     sends: int
     pages: int
     left: int  # pages never answered 200 (resends spent, or the limit)
+    blocked: int  # the store's refusals to admit (each a look at the store: a call to Redis in a fleet)
     log: list[tuple[float, int, int | None]]  # each send's time, worker and status (None: a timeout)
 
 
-async def crawl(stores: list[Store], clock: MockClock, site: dict[str, Any], seed: int) -> Crawl:
+async def crawl(stores: list[Store], clock: MockClock, site: dict[str, Any], seed: int,
+                lag: Lags | None = None) -> Crawl:
+    """Crawl ``site`` to its last page through ``stores`` (one per worker). ``lag``: each request's two
+    lags (grant to write, answer to release; a loaded machine's event loops), drawn per request; the
+    site draws its answer at the request's arrival and the release comes that much after the answer."""
     builder = FeedbackBuilder(SETTINGS, wall_clock=clock.now)
     rng = random.Random(seed)  # the site's draws, in the order the sends reach it
     mix = random.Random(7)  # spreads the workers' attempts, as their own event loops would
@@ -73,7 +83,7 @@ async def crawl(stores: list[Store], clock: MockClock, site: dict[str, Any], see
     events: list[Event] = [(0.0, next(order), w, None) for w in range(len(stores))]
     inflight = [0] * len(stores)
     idle = [False] * len(stores)
-    sends, last = 0, 0.0
+    sends, last, looks = 0, 0.0, 0
     log: list[tuple[float, int, int | None]] = []
 
     def wake_all(at: float) -> None:
@@ -118,6 +128,7 @@ async def crawl(stores: list[Store], clock: MockClock, site: dict[str, Any], see
             continue
         got = await store.acquire((("site", 1.0),))
         if isinstance(got, Blocked):
+            looks += 1
             again = got.ready_at if got.ready_at is not None else at + POLL
             heapq.heappush(events, (max(again, at) + mix.uniform(0.0, 0.002), next(order), worker, None))
             continue
@@ -125,6 +136,8 @@ async def crawl(stores: list[Store], clock: MockClock, site: dict[str, Any], see
         tries[page] += 1
         sends += 1
         inflight[worker] += 1
+        there = lag.draw() if lag is not None else 0.0  # the grant to the request's write
+        back = lag.draw() if lag is not None else 0.0  # the answer to its release
         draw = rng.random()
         if draw < site["errors"]:
             status, took = site["status"], QUICK
@@ -133,41 +146,64 @@ async def crawl(stores: list[Store], clock: MockClock, site: dict[str, Any], see
         else:
             status, took = 200, max(site["latency"], QUICK)
         log.append((round(at, 4), worker, status))
-        heapq.heappush(events, (at + took, next(order), worker, (got, page, status, took)))
+        seen = took + back if LAG_IN_LATENCY else took  # a crawl reads its answer late by ``back``
+        heapq.heappush(events, (at + there + took + back, next(order), worker, (got, page, status, seen)))
         heapq.heappush(events, (at, next(order), worker, None))  # the next page at once
-    return Crawl(done=round(last, 3), sends=sends, pages=site["pages"], left=len(left), log=log)
+    return Crawl(done=round(last, 3), sends=sends, pages=site["pages"], left=len(left), blocked=looks,
+                 log=log)
 
 
-async def measure(url: str, workers: int, site: dict[str, Any], seed: int) -> Crawl:
+async def measure(url: str, workers: int, site: dict[str, Any], seed: int, lag: Lags | None = None) -> Crawl:
     clock = MockClock()
     if url != "memory://":
         url += f"?namespace=e{uuid.uuid4().hex[:10]}&time=local"
     stores = [open_store(url, SETTINGS, clock, random.Random(n)) for n in range(workers)]
     try:
-        return await crawl(stores, clock, site, seed)
+        return await crawl(stores, clock, site, seed, lag)
     finally:
         for store in stores:
             await store.aclose()
 
 
+def errors_sites(seed: int, farm: int) -> list[dict[str, Any]]:
+    """The ``errors`` sites of a seed: of ``draw_farm(seed, 8, kinds=["errors"])``, or with ``farm``
+    of the random farm of that many sites of every kind that ``crawl_efficiency --farm random`` draws."""
+    if farm:
+        drawn = draw_farm(seed, farm, seconds=60.0)["site"]
+        return [site for site in drawn if site["profile"] == "flaky"]
+    return list(draw_farm(seed, 8, kinds=["errors"])["site"])
+
+
+def busiest(log: list[tuple[float, int, int | None]]) -> int:
+    """The most sends in one second of the crawl (whole seconds from its first send)."""
+    seconds: dict[int, int] = {}
+    for at, _, _ in log:
+        seconds[int(at - log[0][0])] = seconds.get(int(at - log[0][0]), 0) + 1
+    return max(seconds.values(), default=0)
+
+
 async def run(url: str, seeds: list[int], workers: list[int], names: set[str] | None,
-              as_json: bool) -> None:
+              as_json: bool, farm: int = 0, lag: tuple[float, float] | None = None) -> None:
     totals: dict[int, float] = dict.fromkeys(workers, 0.0)
     for seed in seeds:
-        for site in draw_farm(seed, 8, kinds=["errors"])["site"]:
+        for site in errors_sites(seed, farm):
             if names and site["name"] not in names:
                 continue
             row: dict[str, Any] = {"seed": seed, "site": site["name"], "errors": site["errors"],
                                    "hangs": site["hangs"], "pages": site["pages"]}
             for n in workers:
-                result = await measure("memory://" if n == 1 else url, n, site, site["seed"])
+                lags = Lags(lag[0], lag[1], site["seed"]) if lag is not None else None
+                result = await measure("memory://" if n == 1 else url, n, site, site["seed"], lags)
                 row[f"w{n}"] = result.done
                 row[f"w{n}_sends"] = result.sends
                 row[f"w{n}_left"] = result.left
+                row[f"w{n}_busiest"] = busiest(result.log)
+                row[f"w{n}_blocked"] = result.blocked
                 totals[n] += result.done
             print(json.dumps(row) if as_json else
                   f"{seed} {site['name']} e={site['errors']} h={site['hangs']} pages={site['pages']}: "
-                  + ", ".join(f"{n}w {row[f'w{n}']:.2f}s/{row[f'w{n}_sends']}" for n in workers), flush=True)
+                  + ", ".join(f"{n}w {row[f'w{n}']:.2f}s/{row[f'w{n}_sends']} ({row[f'w{n}_busiest']}/s)"
+                              for n in workers), flush=True)
     print(json.dumps({"totals": {str(n): round(t, 3) for n, t in totals.items()}}))
 
 
@@ -182,7 +218,18 @@ def main() -> None:
     parser.add_argument("--sites", default="", help="only these site names (comma-separated)")
     parser.add_argument("--quick", action="store_true", help=f"one process and 4 workers, on {QUICK_SITES}")
     parser.add_argument("--json", action="store_true", help="a JSON line per site; the totals last")
+    parser.add_argument("--farm", type=int, default=0,
+                        help="the errors sites of the random farm of this many sites (crawl_efficiency's "
+                             "--farm random --sites N), not of 8 errors sites")
+    parser.add_argument("--lag", type=float, default=0.0,
+                        help="each request's two lags (grant to write, answer to release), drawn from a "
+                             "lognormal of this median (tests/test_fleet_learning.Lags); 0: none")
+    parser.add_argument("--sigma", type=float, default=1.0, help="with --lag: the lognormal's shape")
+    parser.add_argument("--lag-in-latency", action="store_true",
+                        help="with --lag: the latency measured counts the answer-to-release lag")
     args = parser.parse_args()
+    global LAG_IN_LATENCY
+    LAG_IN_LATENCY = args.lag_in_latency
     seeds = [int(s) for s in args.seeds.split(",")]
     workers = [int(w) for w in args.workers.split(",")]
     names = set(args.sites.split(",")) if args.sites else None
@@ -195,7 +242,8 @@ def main() -> None:
     server = RedisServer(binary)
     server.start()
     try:
-        asyncio.run(run(server.url.split("?")[0], seeds, workers, names, args.json))
+        asyncio.run(run(server.url.split("?")[0], seeds, workers, names, args.json, args.farm,
+                        (args.lag, args.sigma) if args.lag > 0.0 else None))
     finally:
         server.close()
 

@@ -35,6 +35,7 @@ import ctypes
 import importlib.util
 import json
 import os
+import resource
 import shutil
 import signal
 import socket
@@ -136,6 +137,30 @@ def cpu_seconds(pid: int) -> float | None:
     return None
 
 
+def command_calls(store: str) -> dict[str, int]:
+    """The server's calls per command so far (``INFO commandstats``: ``evalsha`` is every script call,
+    an admission's, a release's or an allotment's); empty where the server does not answer."""
+    port = int(store.rsplit(":", 1)[1].split("/", 1)[0])
+    calls: dict[str, int] = {}
+    with (contextlib.suppress(OSError, ValueError),
+          socket.create_connection(("127.0.0.1", port), timeout=2.0) as conn):
+        conn.sendall(b"INFO commandstats\r\n")
+        reply = b""
+        while b"\r\n" not in reply:
+            reply += conn.recv(65536)
+        head, _, body = reply.partition(b"\r\n")  # a bulk string: $LENGTH, then the text
+        while len(body) < int(head[1:]):
+            chunk = conn.recv(65536)
+            if not chunk:
+                break
+            body += chunk
+        for line in body.decode(errors="replace").splitlines():
+            if line.startswith("cmdstat_"):  # cmdstat_evalsha:calls=12,usec=...
+                name, _, stats = line[len("cmdstat_"):].partition(":")
+                calls[name] = int(stats.split(",", 1)[0].split("=", 1)[1])
+    return calls
+
+
 def wait_all(crawlers: list[subprocess.Popen[bytes]], stopping: list[float]) -> list[int]:
     """Wait for every worker to end; once a SIGTERM came, kill those still running after ``STOP_GRACE``."""
     while any(crawler.poll() is None for crawler in crawlers):
@@ -167,16 +192,25 @@ def main(urls: Path, output: Path, workers: int) -> int:
         if spec is not None and spec.submodule_search_locations:
             subprocess.run([sys.executable, "-m", "compileall", "-q", *spec.submodule_search_locations],
                            check=False, stdout=subprocess.DEVNULL)
+        used = resource.getrusage(resource.RUSAGE_CHILDREN)  # compileall's, not the workers'
+        before = used.ru_utime + used.ru_stime
         for n, out in enumerate(outputs):
             with (folder / f"worker{n}.stderr").open("wb") as err:
                 crawlers.append(subprocess.Popen(
                     [sys.executable, "-m", "crawlpace", "crawl", "-o", str(out), "--redis", store, "--quiet",
                      "--json", "--wait-for-urls", str(WAIT_FOR_URLS), *WORKER_FLAGS],
                     stdout=subprocess.DEVNULL, stderr=err, preexec_fn=die_with_parent))
+        timing: dict[str, object] | None = None
         if not stopping:
             timing = asyncio.run(fill_when_ready(store, urls, crawlers, started))
             (folder / "fleet.json").write_text(json.dumps(timing), encoding="utf-8")
         codes = wait_all(crawlers, stopping)
+        if timing is not None:
+            # The store's work and the workers' CPU seconds (all of them, waited for) for the crawl.
+            timing["calls"] = command_calls(store)
+            used = resource.getrusage(resource.RUSAGE_CHILDREN)
+            timing["workers_cpu"] = round(used.ru_utime + used.ru_stime - before, 3)
+            (folder / "fleet.json").write_text(json.dumps(timing), encoding="utf-8")
     finally:
         for crawler in crawlers:
             if crawler.poll() is None:
