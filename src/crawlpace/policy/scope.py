@@ -357,6 +357,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # after an answer that a slot freed late explains it (held_late), none of a cap's: the site's
         # own errors come at any count, and rampup reads no cap on requests in flight from them.
         crowded = scattered = False
+        met: int | None = None
         if rampup is not None and feedback.status is not None:
             met = rampup.met_at_send(inflight, sent_at, now, out)
             if met is not None:
@@ -374,6 +375,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took,
                                            out=out)
                  or (late and rampup.held_late(feedback.status is not None, took, inflight, now - took))
+                 or (late and rampup.cap_in_transit(feedback.status is not None, took, met))
                  or rampup.line_full(feedback.status is not None, sent_at, now)))
         # A refusal on arrival not read as a cap's (one alone in flight): a rate limiter's as likely as
         # the site's own; the cut it makes is judged by whether any recurs (_load_errors' slowed).
