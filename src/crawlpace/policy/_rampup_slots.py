@@ -590,7 +590,8 @@ class SlotSizing:
                  if r is not None]
         return bool(rests) and min(rests) < min(base, self._ok_since)
 
-    def cap_in_transit(self: _SlotSizingState, answered: bool, elapsed: float | None, met: int | None) -> bool:
+    def cap_in_transit(self: _SlotSizingState, answered: bool, elapsed: float | None,
+                       met: int | None) -> bool:
         """Whether a fleet's quick refusal that met ``met`` leases at its send (:meth:`met_at_send`: those out
         at its grant and those answered since, itself included) may be a cap's whose holder was still in
         transit, so that no verdict on the site's errors may rest on it: at least one other lease, and no
@@ -603,7 +604,10 @@ class SlotSizing:
         other at the site and released only 70 ms after the refusal was read: under the 3 in flight a
         refusal on arrival needs and under the most accepted, it was weighed by the errors rule against
         1 error in 16 and judged the site's own at once; the doubling drew 293 refusals in 30 s with 4
-        workers (bench/results/storm8.md)."""
+        workers. Nor is such a refusal one of the site's scattered errors (``scattered``, whose counts
+        are leases here): a cap of 4 freed 85 ms late had many requests accepted "at 6 leases or more"
+        (their own transit) and quick 503s at fewer (holders on their way back), and a refusal at 6 was
+        judged the site's own at once: 180 refusals (bench/results/storm8.md)."""
         return (self._merged and met is not None and met >= 2 and not self._lone_refused
                 and self._quick(answered, elapsed))
 

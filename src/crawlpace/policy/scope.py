@@ -355,7 +355,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # refused mostly, and clearly more often, from some count on, they are a cap's, however the
         # site's own errors were judged; at a count whose requests mostly passed, and not sent so soon
         # after an answer that a slot freed late explains it (held_late), none of a cap's: the site's
-        # own errors come at any count, and rampup reads no cap on requests in flight from them.
+        # own errors come at any count, and rampup reads no cap on requests in flight from them. (Nor a
+        # fleet's with another lease out at its send, until the site refuses one alone: cap_in_transit.)
         crowded = scattered = False
         met: int | None = None
         if rampup is not None and feedback.status is not None:
@@ -365,7 +366,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 rampup.tally_crowd(met, quick)
                 crowded = quick and rampup.crowded(met, now)
                 scattered = (quick and not crowded and rampup.scattered(met)
-                             and not rampup.held_late(True, took, inflight, now - took))
+                             and not rampup.held_late(True, took, inflight, now - took)
+                             and not rampup.cap_in_transit(True, took, met))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
         if rampup is not None and feedback.backoff:
             # (From the write: the refusal met what was out then, see SlotSizing._met.)
