@@ -13,8 +13,7 @@ a request sent after that refusal is accepted, the episode lasts, and every
 refusal in it is part of the same evidence: none cuts again. Instead the scope
 *probes*: its sends are spaced at least ``probe gap`` apart, a gap that starts
 at the cut rate's and doubles with every refused probe (a request sent inside
-the episode), up to :data:`T.probe_gap_max` (once a lock-out was fitted, :data:`T.late_share`
-of its length where that is shorter), :data:`T.lockout_gaps` gaps at the
+the episode), up to :data:`T.probe_gap_max`, :data:`T.lockout_gaps` gaps at the
 cut rate or :data:`T.late_share` of the episode so far, whichever is longer. A
 lock-out of unknown length (a window's rest, a counter draining) costs a few
 probes, not a cascade of cuts, a counter that counts refusals is not kept full
@@ -265,14 +264,8 @@ class Episodes:
         if sent >= self._ep_since:
             gap = self._probe_gap() if self._ep_gap > 0.0 else 1.0 / max(self.rate, self.min_rate)
             # (At least a lock-out's worth of gaps at the rate: probes at a slow limit's own pace would
-            # keep a counter that counts them full.) Once a lock-out was fitted, the gap grows past a
-            # quarter of its length only as this episode outlasts it: the same limiter locks out about
-            # as long again (a window aligned to the clock for at most its period, the first lock-out
-            # at most one period too), and its end is seen at most that share late, not a whole
-            # probe_gap_max (30 per 10 s: the next window entered 1.9 s late, 6 of its 30 lost).
-            learned = self._fit_span > 0.0 and self.hold_learned > 0.0
-            first = min(T.probe_gap_max, T.late_share * self.hold_learned) if learned else T.probe_gap_max
-            longest = max(first, T.late_share * (now - self._ep_since),
+            # keep a counter that counts them full.)
+            longest = max(T.probe_gap_max, T.late_share * (now - self._ep_since),
                           T.lockout_gaps / max(self.rate, self.min_rate))
             self._ep_gap = max(gap, min(2.0 * gap, longest))
         return False
