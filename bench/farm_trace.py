@@ -102,7 +102,10 @@ def main() -> None:
     parser.add_argument("--kinds", default="reqrate",
                         help="the kinds the farm was drawn from (default reqrate; as shifting_recall.py)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
+    parser.add_argument("--quick", action="store_true", help="20 s at capacity (a shorter trace)")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds = min(args.seconds, 20.0)
     out = trace(args.seed, args.site, args.sites, args.seconds, args.kinds)
     print(out["spec"])
     print(f"capacity {out['capacity']}/s, even pace {out['even_pace']}; oracle {out['oracle']} s, "

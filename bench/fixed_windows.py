@@ -110,7 +110,10 @@ def main() -> None:
     parser.add_argument("--rows", help="write every crawl's figures to this JSON file")
     parser.add_argument("--against", help="a --rows file of the same crawls (another tree): compare")
     parser.add_argument("--json", action="store_true", help="print the summary as JSON on the last line")
+    parser.add_argument("--quick", action="store_true", help="seeds 1-4 at 50 ms only (under a minute)")
     args = parser.parse_args()
+    if args.quick:
+        args.seeds, args.latencies = "1-4", "0.05"
     started = time.perf_counter()
     latencies = [float(x) for x in args.latencies.split(",") if x]
     rows: list[dict[str, Any]] = []

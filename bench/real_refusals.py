@@ -133,7 +133,10 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=1, help="crawls, one after the other")
     parser.add_argument("--workdir", default=None, help="keep every log here (default: a temporary folder)")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
+    parser.add_argument("--quick", action="store_true", help="one crawl of 8 s (under a minute)")
     args = parser.parse_args()
+    if args.quick:
+        args.seconds, args.runs = min(args.seconds, 8.0), 1
     root = Path(args.workdir).resolve() if args.workdir else Path(tempfile.mkdtemp(prefix="real_refusals_"))
     runs = []
     for number in range(1, args.runs + 1):
