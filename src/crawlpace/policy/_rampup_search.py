@@ -98,13 +98,6 @@ class SearchClimb:
             # past the level it held before (a site that asks for silence is not probed).
             top = max(top, T.ceiling_share * allowed)
             deep = True
-        elif deep and refused and steady:
-            # The refused send went out somewhere between the measured send rate and the rate allowed:
-            # the measured rate lags the allowed one while the climb outruns the answers (a fleet's
-            # workers, each late by its own lag: 7.2/s measured, 18.6/s allowed, at a bucket of 13.6/s
-            # with no burst). The search bisects up to the allowed rate's top, so a limit above the
-            # measured one is found in a few steps, not by the slow probe past a top set under it.
-            top = max(top, T.ceiling_share * allowed)
         self._top = top if deep and refused and ceiling < top * (1.0 - T.tolerance) else 0.0
         if not refused:
             return
