@@ -17,7 +17,8 @@ figures on any machine.
 seeded lognormal of median ``lag`` and shape S), a loaded machine's uneven lags, under which fleets
 storm where fixed lags do not (bench/results/storm7.md: ``--sites cc1,s715cc06,s1588cc06,conncap03,
 hardknee02,s1588cc02,slots6,s715hk07 --lags 0.05,0.1 --sigma 1 --seeds 1,2``). Without it every lag is
-``lag``, as before.
+``lag``, as before. ``--told`` (with ``--sigma``): the workers tell rampup each request's two lags as a
+crawl measures them (``tests/test_fleet_learning.crawl``'s ``told``); without it they tell none.
 """
 
 from __future__ import annotations
@@ -35,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.redis_server import RedisServer, redis_binary  # noqa: E402
-from tests.test_fleet_learning import Knee, Lags, LateSlots, Slots, measure  # noqa: E402
+from tests.test_fleet_learning import Front, Knee, Lags, LateSlots, Slots, measure  # noqa: E402
 
 
 class HardKnee(Knee):
@@ -56,7 +57,7 @@ class HardKnee(Knee):
         return 200, self.latency + self.per * (inflight - 1)
 
 
-Site = Slots | LateSlots | Knee
+Site = Slots | LateSlots | Knee | Front
 
 #: name -> (a fresh site, its capacity in pages a second)
 SITES: dict[str, tuple[Callable[[], Site], float]] = {
@@ -75,19 +76,25 @@ SITES: dict[str, tuple[Callable[[], Site], float]] = {
     "s1588hk08": (lambda: HardKnee(0.185, 0.0362, 2), HardKnee(0.185, 0.0362, 2).capacity()),
     "s1588cc02": (lambda: LateSlots(0.115, 6, 0.0341), 6 / (0.115 + 0.0341)),
     "s1588cc06": (lambda: Slots(0.309, 4), 4 / 0.309),
+    # strict buckets (no burst) with pages of a few ms, the random farms' ``strict`` kind (strict6):
+    # seed 301981447's strict09 (13.6/s) and strict25 (11.4/s), seed 1327435007's strict09 (25.4/s)
+    "strict13": (lambda: Front(13.6, 0.003), 13.6),
+    "strict11": (lambda: Front(11.4, 0.003), 11.4),
+    "strict25": (lambda: Front(25.4, 0.003), 25.4),
 }
 GRID = ("cc10", "slots6", "hardknee02", "conncap03", "conncap05", "hardknee06", "cc1")
 QUICK = (("slots6", 4, 0.02), ("cc1", 4, 0.05), ("cc10", 8, 0.05), ("conncap03", 8, 0.05))
 
 
 async def run(url: str, cells: list[tuple[str, int, float, int]], seconds: float,
-              sigma: float) -> list[dict[str, Any]]:
+              sigma: float, told: bool = False) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     for name, workers, lag, seed in cells:
         make, capacity = SITES[name]
         started = time.monotonic()
         lags: float | Lags = Lags(lag, sigma, seed) if sigma > 0.0 else lag
-        result = await measure(url, workers, latency=0.0, seconds=seconds, site=make(), lag=lags)
+        result = await measure(url, workers, latency=0.0, seconds=seconds, site=make(), lag=lags,
+                               told=told)
         rows.append({"site": name, "workers": workers, "lag": lag, "seed": seed,
                      "goodput": round(result.ok_per_second(5.0, seconds) / capacity, 3),
                      "refused": result.refused, "sends": len(result.sends),
@@ -107,6 +114,9 @@ def main() -> None:
                         help="draw each request's two lags from a lognormal of median LAG and this shape "
                              "(tests/test_fleet_learning.Lags); 0 (default): every lag is LAG")
     parser.add_argument("--seeds", default="1", help="with --sigma: comma-separated seeds of the lag draws")
+    parser.add_argument("--told", action="store_true",
+                        help="with --sigma: the workers tell rampup each request's lags as a crawl measures "
+                             "them (the way in as the feedback's lag, the way back in its latency)")
     args = parser.parse_args()
     seeds = [int(seed) for seed in args.seeds.split(",")] if args.sigma > 0.0 else [0]
     if args.quick:
@@ -123,10 +133,12 @@ def main() -> None:
     server = RedisServer(binary)
     server.start()
     try:
-        rows = asyncio.run(run(server.url.split("?")[0], cells, args.seconds, args.sigma))
+        rows = asyncio.run(run(server.url.split("?")[0], cells, args.seconds, args.sigma,
+                               args.told and args.sigma > 0.0))
     finally:
         server.close()
     drawn = f"; lags drawn per request (lognormal, shape {args.sigma:g})" if args.sigma > 0.0 else ""
+    drawn += ", told" if args.told and args.sigma > 0.0 else ""
     print(f"fleet caps: {args.seconds:g} s of fake time per cell; goodput = accepted pages a second "
           f"from 5 s on over the site's capacity{drawn}")
     print("| site | workers | lag s | seed | goodput | refused | sends | wall s |")
@@ -135,7 +147,7 @@ def main() -> None:
         print(f"| {row['site']} | {row['workers']} | {row['lag']:g} | {row['seed']} | {row['goodput']:.2f} "
               f"| {row['refused']} | {row['sends']} | {row['wall']:g} |")
     if args.json:
-        print(json.dumps({"seconds": args.seconds, "sigma": args.sigma, "rows": rows}))
+        print(json.dumps({"seconds": args.seconds, "sigma": args.sigma, "told": args.told, "rows": rows}))
 
 
 if __name__ == "__main__":

@@ -223,7 +223,8 @@ class Lags:
 
 async def crawl(stores: list[Store], clock: MockClock, *, latency: float, seconds: float,
                 site: Bucket | Slots | LateSlots | Knee | Window | Front | Announced | None = None,
-                robots: bool = False, pages: list[int] | None = None, lag: float | Lags = 0.0) -> Run:
+                robots: bool = False, pages: list[int] | None = None, lag: float | Lags = 0.0,
+                told: bool = False) -> Run:
     """Each worker sends while it has a free slot (of ``SLOTS``) and the store admits; the site
     answers (by default a :class:`Bucket`: 200 while it has a token, 429 past it). With
     ``robots``, the first send is a robots.txt fetch, answered in ``ROBOTS_TOOK`` with no
@@ -239,7 +240,9 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
     each lease that much longer than the site holds its request, and the site counts in flight only
     the requests that reached it and are not answered yet. With :class:`Lags`, each request draws its
     own two lags: a request reaches the site (and is answered) at its own arrival, in time order with
-    the others', so one granted later may arrive first.
+    the others', so one granted later may arrive first. ``told`` (drawn lags only): each worker tells
+    rampup what a crawl measures of them (``crawl/_job.py``): the way in as the feedback's ``lag``
+    (admission to write), the way back in its ``latency`` (the answer is read that much later).
     """
     builder = FeedbackBuilder(SETTINGS, wall_clock=lambda: EPOCH + clock.now())
     run = Run()
@@ -252,6 +255,8 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
     drawn, fixed = (lag, 0.0) if isinstance(lag, Lags) else (None, lag)
     assert drawn is None or not robots, "drawn lags with robots.txt are not modelled"
     backs: dict[int, float] = {}  # with drawn lags: each arriving lease's answer-to-release lag
+    hops: dict[int, tuple[float, float]] = {}  # with ``told``: each answer's two lags, by its event
+    ways_in: dict[int, float] = {}  # with drawn lags: each arriving lease's grant-to-write lag
     heapq.heapify(events)
     inflight, trying = [0] * len(stores), [True] * len(stores)
     first: Lease | None = None
@@ -280,13 +285,17 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
             else:
                 run.accepted.append(at)
             headers = server.headers if isinstance(server, Announced) else None
-            heapq.heappush(events, (at + took + backs.pop(number), next(order), worker,
-                                    (answer, status, took, headers)))
+            back, due = backs.pop(number), next(order)
+            if told:
+                hops[due] = (ways_in.pop(number), back)
+            heapq.heappush(events, (at + took + back, due, worker, (answer, status, took, headers)))
             continue
         if answer is not None:
             lease, status, took, headers = answer
             measured = None if robots and lease is first else took
-            feedback = ScopeFeedback(backoff=status in (429, 503), status=status, latency=measured)
+            way_in, way_back = hops.pop(number, (0.0, 0.0))
+            feedback = ScopeFeedback(backoff=status in (429, 503), status=status,
+                                     latency=None if measured is None else measured + way_back, lag=way_in)
             if headers is not None:
                 hint = builder.hint(Response(status, headers))
                 feedback = builder.for_response(lease.demands, status=status, latency=measured,
@@ -324,7 +333,8 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
         if drawn is not None:
             arrival = next(order)
             backs[arrival] = drawn.draw()
-            heapq.heappush(events, (at + drawn.draw(), arrival, worker, got))
+            ways_in[arrival] = way_in = drawn.draw()
+            heapq.heappush(events, (at + way_in, arrival, worker, got))
             retry(worker, at)
             continue
         if fixed > 0.0:
@@ -352,14 +362,14 @@ async def crawl(stores: list[Store], clock: MockClock, *, latency: float, second
 async def measure(url: str, workers: int, *, latency: float, seconds: float = 20.0,
                   site: Bucket | Slots | LateSlots | Knee | Window | Front | Announced | None = None,
                   robots: bool = False,
-                  pages: list[int] | None = None, lag: float | Lags = 0.0) -> Run:
+                  pages: list[int] | None = None, lag: float | Lags = 0.0, told: bool = False) -> Run:
     clock = MockClock()
     if url != "memory://":
         url += f"?namespace=f{uuid.uuid4().hex[:10]}&time=local"
     stores = [open_store(url, SETTINGS, clock, random.Random(n)) for n in range(workers)]
     try:
         return await crawl(stores, clock, latency=latency, seconds=seconds, site=site, robots=robots,
-                           pages=pages, lag=lag)
+                           pages=pages, lag=lag, told=told)
     finally:
         for store in stores:
             await store.aclose()
@@ -440,6 +450,44 @@ async def test_drawn_lags_bring_requests_to_the_site_in_time_order_the_same_for_
     assert arrivals == sorted(arrivals)  # answered in the order they arrived
     assert (first.sends, first.refused, arrivals) == (again.sends, again.refused, arrivals_again)
     assert first.sends != other.sends
+
+
+class Told:
+    """A memory store that notes the feedback each release tells rampup (a crawl's, with ``told``)."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self.told: list[ScopeFeedback] = []
+
+    async def acquire(self, demands: tuple[tuple[str, float], ...]) -> Lease | Blocked:
+        return await self.store.acquire(demands)
+
+    async def release(self, lease: Lease, outcome: Outcome) -> None:
+        self.told.extend(feedback for feedback in outcome.feedback or () if feedback is not None)
+        await self.store.release(lease, outcome)
+
+
+async def test_told_drawn_lags_reach_rampup_as_a_crawl_measures_them() -> None:
+    # A crawl tells rampup the way in (admission to write) as the feedback's lag and reads the answer
+    # the way back late, inside its latency (crawl/_job.py). With ``told`` the harness's drawn lags
+    # do the same: every release tells a lag of its own, and a latency over the page's by the way
+    # back; without it a release tells the page's latency alone, as before.
+    for told in (True, False):
+        clock = MockClock()
+        store = Told(open_store("memory://", SETTINGS, clock, random.Random(0)))
+        run = await crawl([store], clock, latency=0.0, seconds=10.0, site=Front(10.0, 0.003),  # type: ignore[list-item]
+                          lag=Lags(0.05, 1.0, 3), told=told)
+        assert len(store.told) == len(run.sends) > 20
+        lags = [feedback.lag for feedback in store.told]
+        pages = [feedback.latency for feedback in store.told if feedback.status == 200]
+        if told:
+            assert min(lags) >= 0.002
+            assert len(set(lags)) == len(lags)
+            assert all(latency is not None and latency >= 0.003 + 0.002 for latency in pages)
+            assert len(set(pages)) == len(pages)
+        else:
+            assert set(lags) == {0.0}
+            assert set(pages) == {0.003}
 
 
 async def test_slots_held_past_their_pages_by_the_crawler_still_carry_a_knees_load() -> None:
