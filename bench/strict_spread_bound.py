@@ -8,11 +8,13 @@ accepted among the shares ``f`` whose refusals stay under the cap: no pacer that
 stamps does better (a fleet's sends are at best evenly spaced too). bench/results/strict6.md, section 3.
 
     python bench/strict_spread_bound.py [--shapes 0.5,1] [--rates 13.6,25.4] [--medians 0.02,0.05]
+                                        [--quick] [--json]
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import random
 
@@ -41,17 +43,28 @@ def best(rate: float, median: float, shape: float, cap: float) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--shapes", default="0.5,1")
-    parser.add_argument("--rates", default="13.6,25.4")
-    parser.add_argument("--medians", default="0.02,0.05")
+    parser.add_argument("--shapes", default="0.5,1", help="spreads of the lag's logarithm")
+    parser.add_argument("--rates", default="13.6,25.4", help="the buckets' rates, per second")
+    parser.add_argument("--medians", default="0.02,0.05", help="the lags' medians, in seconds")
+    parser.add_argument("--quick", action="store_true", help="one shape, rate and median")
+    parser.add_argument("--json", action="store_true", help="print every row as JSON on the last line")
     args = parser.parse_args()
+    if args.quick:
+        args.shapes, args.rates, args.medians = "0.5", "13.6", "0.02"
+    rows = []
     print("| shape | rate | median s | best share, <= 2 % refused | <= 5 % |")
     print("|--:|--:|--:|--:|--:|")
     for shape in (float(x) for x in args.shapes.split(",")):
         for rate in (float(x) for x in args.rates.split(",")):
             for median in (float(x) for x in args.medians.split(",")):
-                print(f"| {shape:g} | {rate:g} | {median:g} | {best(rate, median, shape, 0.02):.2f} "
-                      f"| {best(rate, median, shape, 0.05):.2f} |", flush=True)
+                row = {"shape": shape, "rate": rate, "median": median,
+                       "best_2pct": round(best(rate, median, shape, 0.02), 4),
+                       "best_5pct": round(best(rate, median, shape, 0.05), 4)}
+                rows.append(row)
+                print(f"| {shape:g} | {rate:g} | {median:g} | {row['best_2pct']:.2f} "
+                      f"| {row['best_5pct']:.2f} |", flush=True)
+    if args.json:
+        print(json.dumps({"benchmark": "strict_spread_bound", "rows": rows}))
 
 
 if __name__ == "__main__":
