@@ -146,7 +146,7 @@ def main() -> None:
               f"{d['end_its_probes_left']} | {a['refused']}, {a['accepted_at']} "
               f"| {s['refused']}, {s['accepted_at']} |")
     if args.json:
-        print(json.dumps(rows))
+        print(json.dumps({"benchmark": "lockout_bound", "cases": rows}))
 
 
 if __name__ == "__main__":
