@@ -71,6 +71,8 @@ class _SlotSizingState(Protocol):
     _slots_open: int
     _opened_at: float
     max_rate: float
+    ceiling: float | None
+    _belief: tuple[float, ...]
 
     rate: float
     _samples: int
@@ -1003,7 +1005,14 @@ class SlotSizing:
         # a cut: a refusal at a limit past the count held caps the slots, and a hardknee of 9 whose
         # rate was cut under what 9 serve stayed there, at 0.83 of it, for the rest of the crawl).
         serves = got * max(1.0, hold / (best or hold))
-        self.rate = max(self.rate, min(self.max_rate, T.knee * serves))
+        lift = min(self.max_rate, T.knee * serves)
+        if self._belief and self.ceiling is not None:
+            # A bucket fitted after a hold sets the level (_rampup_bucket): a pace past it buys the next
+            # hold, whatever the slots hold. Under lag (a loaded machine, a fleet) a bucket's pages look
+            # slow, and this lift paced a 5.44/s bucket fitted at 2.3/s at 43/s after every hold, one
+            # hold each 11 s for the rest of the crawl (bench/results/lag2.md).
+            lift = min(lift, max(self.rate, self.ceiling))
+        self.rate = max(self.rate, lift)
         if hold == self._knee_hold:
             return
         before, self._knee_hold = self._knee_hold, hold
