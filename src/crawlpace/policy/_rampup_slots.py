@@ -1008,9 +1008,10 @@ class SlotSizing:
         serves = got * max(1.0, hold / (best or hold))
         lift = min(self.max_rate, T.knee * serves)
         if (self._belief or self.hold_learned > 0.0) and self.ceiling is not None:
-            # A site that asked for quiet (a Retry-After hold) limits the rate, and the level its refusals
-            # set (a bucket fitted after a hold, _rampup_bucket, or the cut) is what it takes: a pace past
-            # it buys the next hold, whatever the slots hold. Under lag (a loaded machine, a fleet) the
+            # A site that has held the scope off (a Retry-After hold, or a lock-out waited out: both set
+            # hold_learned) limits the rate, and the level its refusals set (a bucket fitted after a hold,
+            # _rampup_bucket, or the cut) is what it takes: a pace past it buys the next hold, whatever
+            # the slots hold. Under lag (a loaded machine, a fleet) the
             # pages look slow, and this lift paced a 5.44/s bucket fitted at 2.3/s at 43/s after every
             # hold, one hold each 11 s for the rest of the crawl (bench/results/lag2.md).
             lift = min(lift, max(self.rate, self.ceiling))
