@@ -34,3 +34,15 @@ async def test_a_crawl_with_lag_reaches_the_site_late_and_bunched() -> None:
     plain_gaps = [b - a for a, b in zip(plain.at, plain.at[1:], strict=False)]
     gaps = [b - a for a, b in zip(lagged.at, lagged.at[1:], strict=False)]
     assert min(gaps) < min(plain_gaps)
+
+
+async def test_a_bucket_fitted_after_a_hold_is_not_paced_past_its_fit_by_the_slots() -> None:
+    # A 5.44/s bucket of 1 whose refusals ask for 11 s of quiet, 50 ms pages, each send 50 ms late on
+    # average: under lag the pages look slow, and the load fit's slots lifted the rate past what the
+    # count they held serves, 43/s, right after each hold's fit paced it at 2.3/s; every hold's end drew
+    # the next hold (53 holds, 600 s, the cap). Held under the fit, the crawl draws a few.
+    site = holds_battery.HeldBucket(5.44, 1.0, 11)
+    took, _, refused = await holds_battery.crawl_site(site, 109, 0.05, lag=0.05)
+    assert site.holds <= 6
+    assert refused <= 10
+    assert took < 150.0

@@ -284,3 +284,23 @@ def test_a_refusal_that_may_have_arrived_past_the_shortest_accepted_gap_is_no_bu
     last = now - 1.0 / 9.0
     answer(ramp, last + 0.1, refused=True)
     assert ramp._no_burst
+
+
+def test_a_steady_refusal_that_may_have_arrived_past_the_shortest_accepted_gap_fits_no_strict_gap() -> None:
+    # Gaps of 0.2 s accepted; a send 0.19 s after the last is refused, its answer 60 ms late: it may have
+    # reached the site 0.24 s after the accepted one, longer than any gap accepted, so the cut stands
+    # and the level is not lifted to the accepted gap's rate. (Read from the stamps, it was: under lag
+    # a 5.44/s bucket with holds was paced "evenly" at twice its fit after the hold.)
+    ramp = controller()
+    now = steady(ramp, 5.0, 5.0)
+    last = now - 0.2
+    answer(ramp, last + 0.19, refused=True, latency=0.07)
+    assert "no burst" not in ramp.decision
+    assert ramp.rate < TUNING.fit_share / 0.2
+    # The same refusal answered as quickly as the others fits a bucket with no burst.
+    ramp = controller()
+    now = steady(ramp, 5.0, 5.0)
+    last = now - 0.2
+    answer(ramp, last + 0.19, refused=True)
+    assert "a bucket with no burst" in ramp.decision
+    assert ramp.rate == pytest.approx(TUNING.fit_share / 0.2)

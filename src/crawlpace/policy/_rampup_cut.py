@@ -349,7 +349,11 @@ class CutRules:
         capped = f"refused on arrival, slots capped at {self.slot_cap:g}"
         what = {"pushback": "pushback near the last one's rate" if gentle else "pushback",
                 "slots": capped}.get(reason, f"latency {self.latency or 0.0:.3f}s")
-        resumed = " (the hold is the cut: at the level after it)" if self.rate > rate else ""
+        # The rules after the cut (a hold's bucket fit, a relapse's halving) may leave the rate under the
+        # cut's own: said, since the cut's figure alone read as the pace raised hold after hold under lag
+        # when the fit had set it lower (bench/results/lag2.md).
+        resumed = (" (the hold is the cut: at the level after it)" if self.rate > rate
+                   else f"; {self.rate:.3g}/s after the hold's rules" if self.rate < rate else "")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
                      f"{low:g}-{high:g}); rate x{beta:.3g} -> {rate:.3g}/s{resumed}, ceiling {ceiling:.3g}/s"
                      f"{fitted}")

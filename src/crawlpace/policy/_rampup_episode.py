@@ -667,7 +667,8 @@ class Episodes:
                 self._gap_ok = gap
         self._ok_sends.append(sent)
 
-    def _strict_fit(self: _EpisodeState, now: float, sent_at: float | None, step: float = 0.0) -> None:
+    def _strict_fit(self: _EpisodeState, now: float, sent_at: float | None, step: float = 0.0,
+                    took: float | None = None) -> None:
         """After a cut: a refusal just under the shortest accepted gap lifts the level to that gap's rate.
 
         ``step``: the level the scope was climbing to when the refusal came, before the cut. The same
@@ -681,6 +682,13 @@ class Episodes:
         longer than the shortest accepted in the crawler's stamps, by the arrivals' spread (sends a
         few milliseconds late arrived closer); a longer one is no strict bucket's (a clock window's
         refusal, which the level must not outlast).
+
+        ``took``: the refused send's latency and lag, when known. Its request may have reached the site
+        as late as its delay past the quickest answer (:meth:`_late_by`), so its gap as the site saw it
+        may have been that much longer: only a refusal under the shortest accepted gap whatever that
+        delay was fits a bucket with no burst (the sign's rule, :meth:`_just_under`, reads it so too).
+        Read from the stamps, a send 0.1 s late under a mean lag of 0.05 s made a 5.44/s bucket with
+        holds look strict at 4.81/s, twice its fit after the hold (bench/results/lag2.md).
         """
         shortest = self._gap_ok
         if sent_at is None or not math.isfinite(shortest):
@@ -698,7 +706,7 @@ class Episodes:
                 self._decide(now, f"fit: the search's step to {step:.3g}/s refused, {refused:.4g}s after "
                              f"an accepted send; back at {fit:.3g}/s, the gap accepted ({shortest:.4g}s)")
             return
-        if not 0.0 < refused < shortest:
+        if refused <= 0.0 or refused + self._late_by(took) >= shortest:
             return
         if refused < T.strict_near * shortest:
             # Far under it: the limit's gap lies somewhere between the two. The accepted gap's rate is a

@@ -71,6 +71,9 @@ class _SlotSizingState(Protocol):
     _slots_open: int
     _opened_at: float
     max_rate: float
+    ceiling: float | None
+    _belief: tuple[float, ...]
+    hold_learned: float
 
     rate: float
     _samples: int
@@ -1003,7 +1006,16 @@ class SlotSizing:
         # a cut: a refusal at a limit past the count held caps the slots, and a hardknee of 9 whose
         # rate was cut under what 9 serve stayed there, at 0.83 of it, for the rest of the crawl).
         serves = got * max(1.0, hold / (best or hold))
-        self.rate = max(self.rate, min(self.max_rate, T.knee * serves))
+        lift = min(self.max_rate, T.knee * serves)
+        if (self._belief or self.hold_learned > 0.0) and self.ceiling is not None:
+            # A site that has held the scope off (a Retry-After hold, or a lock-out waited out: both set
+            # hold_learned) limits the rate, and the level its refusals set (a bucket fitted after a hold,
+            # _rampup_bucket, or the cut) is what it takes: a pace past it buys the next hold, whatever
+            # the slots hold. Under lag (a loaded machine, a fleet) the
+            # pages look slow, and this lift paced a 5.44/s bucket fitted at 2.3/s at 43/s after every
+            # hold, one hold each 11 s for the rest of the crawl (bench/results/lag2.md).
+            lift = min(lift, max(self.rate, self.ceiling))
+        self.rate = max(self.rate, lift)
         if hold == self._knee_hold:
             return
         before, self._knee_hold = self._knee_hold, hold

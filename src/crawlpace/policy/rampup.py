@@ -591,7 +591,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                     # its refusals at once, with a page in flight. Cut as a cap only, the level was the
                     # measured rate's share (6/s on 10/s) for the rest of the crawl; the strict fit lifts
                     # it to the accepted gap's rate (the slot cap stays, for a cap's own refusals).
-                    self._strict_fit(now, sent_at)
+                    self._strict_fit(now, sent_at, took=_took(latency, lag))
             # A cap on requests in flight, not a rate's overshoot: the slot cap answers it at once, so
             # no episode probes after it, and its cycle is no lock-out to pace at (a conncap of 7 at
             # 0.4 s was paced at 11/s, the start phase's mean, for the rest of the crawl).
@@ -621,7 +621,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 self._recall_refused(now)
                 self._close_slot(now)
                 if steady and answered:  # (a timeout says nothing of a gap)
-                    self._strict_fit(now, sent_at, step)
+                    self._strict_fit(now, sent_at, step, _took(latency, lag))
                 self._episode_cut(self._quick(answered, elapsed), sent_at, _took(latency, lag))
                 self._counter_bound(now)
             elif self._quick(answered, elapsed):
