@@ -171,6 +171,17 @@ class LevelRecall:
         elif last == NEVER or now - last >= T.round:
             held = sent  # climbing still, but the rate had gone a round with no pushback
             since = self._epoch if last == NEVER else last
+            if took < T.cut_deep * sent:
+                # The site took under half that pace in the round before: a pace the sends were allowed,
+                # not a level held (a strict bucket of 1.5/s paced at 2.04/s after the start's overshoot
+                # took one send a second; remembered at 2.04/s, the recall searched back up to it twice
+                # in 30 s, refused each time at a limit that never moved). What it took is the level, or
+                # what the last fitted cycle let through, where a lock-out was fitted: a round that ends a
+                # lock-out holds few sends for want of time, not of room (a counter's start lock-out
+                # fitted 28.7/s over 9.2 s, the search from it refused 0.2 s on; remembered at the 6/s of
+                # that round, the recall after the limit rose to 11.7/s stopped at 6/s).
+                cycle = self._cycle_rate if self._fit_span > 0.0 else 0.0
+                held = min(sent, max(took, cycle))
         elif sent <= took * (1.0 + T.tolerance):
             # Soon after another refusal, yet the site had taken this rate for the round before the send:
             # the limit fell under what it took (the start phase's first refusal may be the fall itself).
