@@ -19,7 +19,10 @@ refusal, and in the round before the start phase's first refusal: a fall that
 lands with the end of the doubling (the random farm's ``shifting`` sites fall
 at a fifth of the run) leaves no level held, only the rate the site took. A
 false memory (a bucket's burst swells the start's last round) costs one
-refused try, below. A
+refused try, below. A pace the scope was still climbing to counts only as far
+as the site took it in the round before: under half that pace, what it took, or
+the last fitted lock-out cycle's rate (a round that ends a lock-out holds few
+sends for want of time). A
 level held for less time than a lock-out lasted (``hold_learned``, with a
 lock-out fitted) is forgotten: a window's count or a counter's allowance let
 it through, which says nothing of the limit; a level a search above a
