@@ -9,6 +9,7 @@ lower rate for a minute or more after the limit had come back.
 
 from __future__ import annotations
 
+import logging
 import random
 from dataclasses import dataclass, field
 
@@ -298,3 +299,34 @@ async def test_a_lock_out_fit_far_under_the_cycle_before_is_a_fall_recalled_at_t
     assert site.rate(24.0, 44.0) <= 3.6  # it followed the limit down
     assert site.rate(50.0, 70.0) >= 6.5  # was 2.2
     assert len(site.refused) <= 22  # was 20
+
+
+# Slow buckets with no burst, 30 s (the simulator's 429 at 70 ms; its Retry-After wait at 70 ms): after
+# the start's overshoot the scope paced at 2.0/s and 4.75/s for a round and more with no refusal, while
+# the bucket took one send a second (1.5/s and 2.4/s). Remembered as the level held before a fall, that
+# pace drew the recall's search back up to it twice, each try refused at a limit that never moved
+# (bench/results/recall1.md and recall2.md). What the site took in the round is the level.
+@pytest.mark.parametrize(("rate", "style", "most"), [(1.5, "sim", 5), (2.4, "simwait", 3)])
+async def test_a_pace_the_site_took_under_half_of_is_remembered_at_what_it_took(
+        rate: float, style: str, most: int, caplog: pytest.LogCaptureFixture) -> None:
+    bucket = Bucket(rate, 1.0, wait=style == "simwait")
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        out = await crawl(bucket, 30.0, latency=0.07, seed=1, lag=0.003, told=True, robots=0.005,
+                          instant=True, robots_unmeasured=True)
+    assert "searching back up to" not in caplog.text  # two searches each before
+    assert out.refused <= most  # 6 and 5 before
+
+
+async def test_a_round_that_ends_a_lock_out_leaves_the_cycles_rate_as_the_memory() -> None:
+    # A request-rate counter of 258 per 31 s, its first period mostly spent (seed 310's shifting03 of the
+    # random farm), x0.68 at 17 s, x1.4 at 30 s (11.7/s), 20 ms answers. The start's lock-out fitted
+    # 28.7/s over its 9.2 s cycle; the search from there was refused 0.2 s later, in a round that was
+    # mostly the lock-out's end: the site took 6 sends of it, not for want of room. Remembered at those
+    # 6/s, the recall after the rise stopped there (4.1/s from 30 s to 50 s); the cycle's rate is what
+    # the site took over a whole cycle, and the recall finds the rise.
+    limiter = RequestRate(258.0, 31.0)
+    limiter._start = -0.829 * 31.0
+    site = Shifting(limiter, [(17.0, 0.68), (30.0, 1.4)])
+    await crawl(site, 50.0, latency=0.02)
+    assert site.rate(30.0, 50.0) >= 10.0
+    assert len(site.refused) <= 30  # 29

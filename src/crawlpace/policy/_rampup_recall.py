@@ -19,7 +19,10 @@ refusal, and in the round before the start phase's first refusal: a fall that
 lands with the end of the doubling (the random farm's ``shifting`` sites fall
 at a fifth of the run) leaves no level held, only the rate the site took. A
 false memory (a bucket's burst swells the start's last round) costs one
-refused try, below. A
+refused try, below. A pace the scope was still climbing to counts only as far
+as the site took it in the round before: under half that pace, what it took, or
+the last fitted lock-out cycle's rate (a round that ends a lock-out holds few
+sends for want of time). A
 level held for less time than a lock-out lasted (``hold_learned``, with a
 lock-out fitted) is forgotten: a window's count or a counter's allowance let
 it through, which says nothing of the limit; a level a search above a
@@ -171,6 +174,17 @@ class LevelRecall:
         elif last == NEVER or now - last >= T.round:
             held = sent  # climbing still, but the rate had gone a round with no pushback
             since = self._epoch if last == NEVER else last
+            if took < T.cut_deep * sent:
+                # The site took under half that pace in the round before: a pace the sends were allowed,
+                # not a level held (a strict bucket of 1.5/s paced at 2.04/s after the start's overshoot
+                # took one send a second; remembered at 2.04/s, the recall searched back up to it twice
+                # in 30 s, refused each time at a limit that never moved). What it took is the level, or
+                # what the last fitted cycle let through, where a lock-out was fitted: a round that ends a
+                # lock-out holds few sends for want of time, not of room (a counter's start lock-out
+                # fitted 28.7/s over 9.2 s, the search from it refused 0.2 s on; remembered at the 6/s of
+                # that round, the recall after the limit rose to 11.7/s stopped at 6/s).
+                cycle = self._cycle_rate if self._fit_span > 0.0 else 0.0
+                held = min(sent, max(took, cycle))
         elif sent <= took * (1.0 + T.tolerance):
             # Soon after another refusal, yet the site had taken this rate for the round before the send:
             # the limit fell under what it took (the start phase's first refusal may be the fall itself).
