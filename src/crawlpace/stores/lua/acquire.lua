@@ -135,7 +135,8 @@ for i = 1, n do
     if n == 1 and mode == "" then
       local step = delay
       if floor > step then step = floor end
-      local last_turn, write = take_turn(now, at, step, tonumber(f[18]), tonumber(ARGV[7 + 8 * n]))
+      local last_turn, write = take_turn(now, at, step, tonumber(f[12]), tonumber(f[18]),
+                                        tonumber(ARGV[7 + 8 * n]))
       t = last_turn
       if write then redis.call("HSET", a, "wq", num(t)) end
     end
