@@ -45,8 +45,8 @@ def test_a_refusal_takes_the_next_turn_of_the_line() -> None:
     assert take_turn(10.0, 10.1, step, step, 10.1, 10.1) == (10.1, False)
     # Its turn gone by (a send went later than the turn), refused within NEAR_MISS of a step of the
     # next send: told the next send itself, not sent to the end of the line.
-    assert take_turn(10.3, 10.3 + 0.9 * NEAR_MISS * step, step, step, 10.6, 10.3) == (10.3 + 0.9 * NEAR_MISS * step,
-                                                                                   False)
+    near = 10.3 + 0.9 * NEAR_MISS * step
+    assert take_turn(10.3, near, step, step, 10.6, 10.3) == (near, False)
     # A turn no longer in the line (it started again lower) is no place to keep.
     assert take_turn(10.0, 10.1, step, step, 10.2, 10.5) == pytest.approx((10.3, True))
     # A pace that moved lately (its mean gap off its delay by more than STEADY of it), or is not known

@@ -9,8 +9,8 @@ Lua arithmetic on a real server and compares it with the Python functions.
 
 from __future__ import annotations
 
-__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "NEAR_MISS", "STEADY", "TURN_LINE", "due_at", "lua_prelude", "refill",
-           "rested", "spacing", "take_turn"]
+__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "NEAR_MISS", "STEADY", "TURN_LINE", "due_at", "lua_prelude",
+           "refill", "rested", "spacing", "take_turn"]
 
 #: Weight of the newest latency in a scope's mean latency (an exponential moving
 #: average): the memory store, a Redis release (``release.lua``) and an allotment's
