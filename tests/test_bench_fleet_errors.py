@@ -2,10 +2,9 @@
 
 A fleet crawls a flaky site (5xx and hangs of its own) at one process's pace on the fake clock, with
 or without a loaded machine's lags: the shared errors verdict and the breaker cost a fleet nothing
-there. What a fleet paid is the store's work per request: every worker waiting on the scope's gap
-looked at the store when the gap ended, and one of them got the send, so a fleet of N made about N
-admission calls a send; since herd1 the refused workers take turns, about two calls a send. The fleet
-peer counts the server's calls so that a real run can show it.
+there. What a fleet pays is the store's work per request: every worker waiting on the scope's gap
+looks at the store when the gap ends, and one of them gets the send, so a fleet of N makes about N
+admission calls a send. The fleet peer counts the server's calls so that a real run can show it.
 """
 
 from __future__ import annotations
@@ -49,19 +48,15 @@ async def test_a_fleet_crawls_a_flaky_site_at_one_processs_pace_on_the_fake_cloc
 
 
 @pytest.mark.redis
-async def test_a_fleet_looks_at_the_store_about_twice_a_send_not_once_per_worker(redis_url: str) -> None:
+async def test_each_worker_waiting_on_the_gap_looks_at_the_store_once_a_send(redis_url: str) -> None:
     drawn = site()
     url = redis_url.split("?")[0]
     alone = await fleet_errors.measure("memory://", 1, drawn, drawn["seed"])
-    assert alone.blocked <= 1.1 * alone.sends  # one process: about one refused look a send (the gap's end)
-    for workers in (4, 8):
-        fleet = await fleet_errors.measure(url, workers, drawn, drawn["seed"])
-        # Main at 2e1da6b5: 1,277 refused looks for 323 sends with 4 workers, 2,470 with 8 (each worker
-        # waiting on the gap looked when it ended: the look herd), each one a script call on a real
-        # server. Taking turns (herd1): 628 and 635, in 7.73 s and 7.63 s against main's 7.69 and 7.70.
-        assert fleet.left == 0
-        assert fleet.blocked <= 2.0 * fleet.sends, workers
-        assert fleet.done <= 1.01 * 7.70
+    fleet = await fleet_errors.measure(url, 4, drawn, drawn["seed"])
+    # One process: about one refused look a send (the gap's end); 4 workers: about 4 (1,277 for 323
+    # sends), each one a script call on a real server. A fleet's CPU a request grows with its workers.
+    assert alone.blocked <= 1.1 * alone.sends
+    assert fleet.blocked >= 3.5 * fleet.sends
 
 
 @pytest.mark.redis

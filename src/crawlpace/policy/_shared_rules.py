@@ -9,8 +9,7 @@ Lua arithmetic on a real server and compares it with the Python functions.
 
 from __future__ import annotations
 
-__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "NEAR_MISS", "STEADY", "TURN_LINE", "due_at", "lua_prelude",
-           "refill", "rested", "spacing", "take_turn"]
+__all__ = ["GAP_WEIGHT", "LATENCY_WEIGHT", "due_at", "lua_prelude", "refill", "rested", "spacing"]
 
 #: Weight of the newest latency in a scope's mean latency (an exponential moving
 #: average): the memory store, a Redis release (``release.lua``) and an allotment's
@@ -20,25 +19,6 @@ LATENCY_WEIGHT = 0.2
 #: measured send rate, the Redis admission (``acquire.lua``) and a worker's view of
 #: its own sends (``stores/redis/_shared_policy.py``).
 GAP_WEIGHT = 0.25
-#: Turns a scope's line of refused workers holds at most past the scope's next send (:func:`take_turn`):
-#: a line longer than that starts again at the next send. It bounds what turns nobody comes back for
-#: cost (a worker gone, or one asking again before its turn without the turn it held) to that many
-#: of the scope's gaps, and still seats a fleet of 8 workers (the bench's largest) in one line.
-TURN_LINE = 8
-#: Share of the scope's gap within which a refused worker is told the scope's next send itself,
-#: not a turn at the end of the line (:func:`take_turn`). A worker refused that close to the next send
-#: came for its turn and found the send later than the turn: each send spaces the next from when it
-#: went, not from when it was due, so turns drift ahead of the sends by the workers' lateness in
-#: taking them (on the fake clock, up to 2 ms a turn of 5 ms). Sent to the end of the line, it left
-#: the send to no one: the line's 2.5-3.6 refused looks a send at 4-8 workers fell to 1.7-2.2.
-NEAR_MISS = 0.5
-#: Share of the scope's delay by which its mean gap between sends may stray from the delay for
-#: :func:`take_turn` to hand out turns. A pace that moved lately (a backoff after errors, a release
-#: that shortened the delay) leaves turns spaced by the old one too early or too late: a flaky
-#: site's fleet of 8 under 50-ms lags, every refused worker holding a turn spaced by a backoff's
-#: long delay once the delay came back down, took 6.3 s where main's herd took 3.35 s. Off a steady
-#: pace, the refused are told the next send, as before turns (and look for it as a herd).
-STEADY = 0.25
 
 
 def refill(credit: float, at: float, capacity: float, rate: float, now: float) -> float:
@@ -94,39 +74,6 @@ def due_at(next_send: float, taken: int, concurrency: int) -> float | None:
     return next_send if taken + 1 < concurrency else None
 
 
-def take_turn(now: float, at: float, step: float, mean: float | None, last: float | None,
-              mine: float | None) -> tuple[float, bool]:
-    """When a worker refused at ``now`` by a scope's pace should ask again, and whether that is a new turn.
-
-    ``at`` is the scope's next send time (after ``now``), ``step`` its gap between sends (its delay, at
-    least its floor), ``mean`` its mean gap between sends (None: not known), ``last`` the latest turn
-    handed out (None: none), ``mine`` the turn this worker
-    holds from its previous refusal (None: none). Told ``at`` every one, a fleet's workers waiting on a
-    scope all asked again at ``at``; one got the send, the others were refused again: about one
-    admission call per worker per send (the look herd). Instead each refusal takes the next turn of a
-    line, a step after the line's last; the line starts at ``at`` once its last turn is a step or more
-    behind ``at`` (its turns came and went with the sends), or past :data:`TURN_LINE` steps after it.
-
-    Returns the time to ask again and True when it is a new turn (the store keeps it as the line's last).
-    A worker asking again before the turn it holds (a release of its own woke its queue) keeps the turn;
-    one refused within :data:`NEAR_MISS` of a step before ``at`` is told ``at`` (see there). A scope not
-    paced by a gap (``step`` 0: a resting slot, a quota, a hold with no delay), or whose mean gap strays
-    from its delay by more than :data:`STEADY` of it, hands out no turns.
-
-    The Redis admission (``acquire.lua``) applies it; one process's scheduler has no herd to spread.
-    """
-    if step <= 0.0 or mean is None or abs(mean - step) > STEADY * step:
-        return at, False
-    if (mine is not None and now < mine and at <= mine < at + TURN_LINE * step
-            and (mine == at or (last is not None and mine <= last))):
-        return mine, False
-    if at - now < NEAR_MISS * step:
-        return at, False
-    if last is not None and at < last + step and last < at + TURN_LINE * step:
-        return last + step, True
-    return at, True
-
-
 # The Lua of rested(): a rest not stored (nil) is none.
 _RESTED_LUA = """\
 local function rested(slot_ready, now, rest)
@@ -160,27 +107,9 @@ end
 """
 
 
-# The Lua of take_turn(): ``mean``, ``last`` and ``mine`` nil for none.
-_TURN_LUA = """\
-local function take_turn(now, at, step, mean, last, mine)
-  if step <= 0 or not mean or math.abs(mean - step) > STEADY * step then return at, false end
-  if mine and now < mine and at <= mine and mine < at + TURN_LINE * step
-     and (mine == at or (last and mine <= last)) then
-    return mine, false
-  end
-  if at - now < NEAR_MISS * step then return at, false end
-  if last and at < last + step and last < at + TURN_LINE * step then return last + step, true end
-  return at, true
-end
-"""
-
-
 def lua_prelude() -> str:
     """The Lua lines that define these rules for a script (prepended at load time)."""
     return (f"-- Generated from crawlpace/policy/_shared_rules.py when the script is loaded.\n"
             f"local LATENCY_WEIGHT = {LATENCY_WEIGHT!r}\n"
             f"local GAP_WEIGHT = {GAP_WEIGHT!r}\n"
-            f"local TURN_LINE = {TURN_LINE!r}\n"
-            f"local NEAR_MISS = {NEAR_MISS!r}\n"
-            f"local STEADY = {STEADY!r}\n"
-            + _REFILL_LUA + _RESTED_LUA + _SPACING_LUA + _TURN_LUA)
+            + _REFILL_LUA + _RESTED_LUA + _SPACING_LUA)

@@ -8,8 +8,7 @@
 --   scope's quota bucket: its capacity and refill rate per second ("" for a
 --   scope without a quota); then, optionally, a mode (Redis Cluster, for a
 --   request whose scopes span slots): "probe" only answers whether the scopes
---   could admit now, "undo" admits and also returns what a rollback restores; then, optionally,
---   the turn this worker was given by its last refusal of the scope (one scope only; see take_turn()).
+--   could admit now, "undo" admits and also returns what a rollback restores.
 -- A scope whose breaker opened has "brk" (the end of the pause) in its hash:
 --   once "now" passes it, one admission records its lease id as "probe", and
 --   the scope answers "full" while that lease lives (the release script, or
@@ -35,7 +34,7 @@
 -- ARGV layout (stores/redis/_script_args.py):
 --   head: now lease_id lease_seconds idle_seconds scope_count
 --   each scope: concurrency delay delay_per_slot floor jitter_factor quota_use quota_capacity quota_rate
---   tail: mode turn
+--   tail: mode
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
 local mode = ARGV[6 + 8 * n] or ""
 local ready, state = {}, {}
@@ -45,7 +44,7 @@ for i = 1, n do
   local base = 5 + 8 * (i - 1)
   -- Every field read costs the server: the probe and the quota's two are read only when in use.
   local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
-                      "brk", "last", "gap", "sends", "rmax", "exp", "turn", "act", "wq")
+                      "brk", "last", "gap", "sends", "rmax", "exp", "turn", "act")
   local conc = tonumber(f[1]) or tonumber(ARGV[base + 1])
   local delay = tonumber(f[2]) or tonumber(ARGV[base + 2])
   local pslot = tonumber(f[3]) or tonumber(ARGV[base + 3])
@@ -125,22 +124,7 @@ for i = 1, n do
     ready[i] = "-1"
     blocked = true
   elseif at > now then
-    -- The look herd: every worker refused while the scope waited for "at" was told "at", so all of
-    -- them looked again then, one got the send and each other was refused again: a fleet of N made
-    -- about N admission calls per send. A refusal now takes a turn in a line instead (take_turn() in
-    -- policy/_shared_rules.py says which; "wq" keeps the line's last turn, and "turn" the caller's
-    -- turn held, if any). One scope only: a request of several comes back at the latest of their
-    -- times, and would leave the others' turns unused; no turn for a Cluster's probe.
-    local t = at
-    if n == 1 and mode == "" then
-      local step = delay
-      if floor > step then step = floor end
-      local last_turn, write = take_turn(now, at, step, tonumber(f[12]), tonumber(f[18]),
-                                        tonumber(ARGV[7 + 8 * n]))
-      t = last_turn
-      if write then redis.call("HSET", a, "wq", num(t)) end
-    end
-    ready[i] = num(t)
+    ready[i] = num(at)
     blocked = true
   else
     ready[i] = "0"

@@ -371,11 +371,9 @@ class RedisStore:
             policy = policies.policy(name)
             raise ScopeGivenUp(name, policy.breaker.reason if policy.breaker else "")
         if status == 0:
-            waits = blocked(demands, reply, server_now, self._local, policies)
+            waits = blocked(demands, reply, server_now, self._local)
             return sooner(waits, policies, self._clock.now(), server_now)
         got = granted(reply, len(demands))
-        if len(demands) == 1:
-            policies.entry(demands[0][0]).turn = None  # a turn held is spent
         # The lease is granted from here on: renew it before anything else can fail.
         self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
         await learn_versions(policies, demands, got, self._fetch_blob, self._down)

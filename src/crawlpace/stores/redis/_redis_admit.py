@@ -39,9 +39,7 @@ def acquire_call(policies: SharedPolicies, keys_of: Callable[[str], tuple[str, s
     Every argument is text (``lease`` and ``idle`` come formatted): the batch
     is then packed in one pass. Unless ``full`` (a cluster, which splits the
     arguments by scope), a lone scope without a quota leaves its two empty
-    quota values out: each argument costs the server about a field read. A
-    lone scope whose last refusal gave this worker a turn (``Cached.turn``)
-    sends it last, after an empty mode (``_shared_rules.take_turn``).
+    quota values out: each argument costs the server about a field read.
 
     Raises:
         QuotaError: a request expects more quota units than the scope's whole quota.
@@ -56,12 +54,8 @@ def acquire_call(policies: SharedPolicies, keys_of: Callable[[str], tuple[str, s
         factor = jitter.factor(rng) if jitter.enabled else 1.0
         args += [str(limits.concurrency), repr(limits.delay), repr(limits.delay_per_slot),
                  repr(limits.floor), repr(factor), *quota_args(policy, name, use)]
-    if len(demands) == 1:
-        held = policies.entry(demands[0][0]).turn
-        if held is not None:
-            args += ["", repr(held)]
-        elif not full and args[-1] == "":
-            del args[-2:]
+    if not full and len(demands) == 1 and args[-1] == "":
+        del args[-2:]
     return keys, args
 
 
@@ -163,15 +157,8 @@ def _starting(policies: SharedPolicies, name: str, server_now: float) -> bool:
 
 
 def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float,
-            local: Callable[[float], float], policies: SharedPolicies | None = None) -> Blocked:
-    """Why the acquire script refused: each scope's ready time in this worker's clock (``local``).
-
-    With ``policies``, a lone scope's ready time is kept as the turn this worker holds
-    (``Cached.turn``): its next admission of the scope sends it back (``_shared_rules.take_turn``).
-    """
-    if policies is not None and len(demands) == 1:
-        at = float(reply[2])
-        policies.entry(demands[0][0]).turn = at if at > server_now else None
+            local: Callable[[float], float]) -> Blocked:
+    """Why the acquire script refused: each scope's ready time in this worker's clock (``local``)."""
     waiting: list[tuple[str, float | None]] = []
     for (name, _use), value in zip(demands, reply[2:2 + len(demands)], strict=True):
         at = float(value)

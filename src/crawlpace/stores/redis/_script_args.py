@@ -57,7 +57,7 @@ ACQUIRE = Layout(
     head=("now", "lease_id", "lease_seconds", "idle_seconds", "scope_count"),
     each=("concurrency", "delay", "delay_per_slot", "floor", "jitter_factor", "quota_use",
           "quota_capacity", "quota_rate"),
-    tail=("mode", "turn"),
+    tail=("mode",),
     keys=("admission", "leases", "resting"),
 )
 

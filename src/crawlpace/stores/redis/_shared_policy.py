@@ -51,10 +51,6 @@ class Cached:
     seen: float = -math.inf
     seen_gap: float | None = None
     every: float | None = None
-    #: The turn the scope's latest refusal gave this worker (server time; ``_shared_rules.take_turn``), sent
-    #: back with its next admission of the scope so that asking again before it keeps its place; None
-    #: once admitted, or when the refusal gave none.
-    turn: float | None = None
     #: When this worker sent through the scope's start-phase door (server time; -inf: never).
     door_sent: float = -math.inf
     #: This worker's own sends of the scope still out (server time, oldest first): their
@@ -150,7 +146,7 @@ class SharedPolicies:
         old = self._cache.get(scope)
         self._cache[scope] = new = Cached(version, blob)
         if old is not None:  # what this worker saw of the scope's sends stays
-            new.seen, new.seen_gap, new.every, new.turn = old.seen, old.seen_gap, old.every, old.turn
+            new.seen, new.seen_gap, new.every = old.seen, old.seen_gap, old.every
             new.door_sent, new.out, new.hung, new.leases = old.door_sent, old.out, old.hung, old.leases
         self._cache.move_to_end(scope)
         if len(self._cache) > self.limit:
