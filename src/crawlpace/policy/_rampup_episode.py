@@ -32,7 +32,8 @@ before that cut.
 A cycle the scope did not send through at that rate (the start phase's ramp) is a floor, and so is any
 cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
 starts at the counter's estimate and searches up (see ``_episode_answer``), after the start's ramp
-at least to the pace the limiter took over the lock-out's length before it refused. The
+on to the pace the limiter took over the lock-out's length before it refused once the search's first
+step is held (``SearchClimb._lifted``). The
 lock-out's silence is the limiter's, left out of the send record. A cycle whose accepted sends all
 went within the timing slack of each other (a burst: the start's window of one at the gap cap) spent
 its tokens at once: its count over its length bounds the rate from above only, one send per
@@ -610,14 +611,15 @@ class Episodes:
         """The pace the limiter took over a lock-out's length before the refusal at ``refused_at`` that
         opened it, a lock-out that lasted ``locked`` seconds (at ``T.fit_share``; 0 for no lock-out).
 
-        A limiter that refuses for that long after an overshoot counts over a span about that long (a
-        request-rate counter's period, refusals counted; a window's rest), and every send of that span
-        before the refusal was let through: their count over it is the limiter's own rate, as far as
-        one lock-out tells. It is no bound (a counter whose period turned during the lock-out ends it
-        early, and that count over a short span overshoots), so it only lifts the top a start's ramp
-        searches to, never above the cut rate: the geometric middle of the ramp's floor and that rate
-        left a counter of 10 per 1.4 s searched to 4.74/s, where its even pace is 6.43/s, and held
-        there for the hold rule's wait (26 s) before any probe above it (bench/results/counters21.md).
+        A request-rate counter that refuses for that long after an overshoot counts over a span about
+        that long (its period, refusals counted), and every send of that span before the refusal was let
+        through: their count over it is the counter's own rate, as far as one lock-out tells. It is no
+        bound (a counter whose period turned during the lock-out ends it early, that count over a short
+        span overshoots, and a clock window's lock-out is only its window's rest), so it only lifts the
+        top a start's ramp searches to, never above the cut rate, once the search's first step is held
+        (``SearchClimb._lifted``). The geometric middle of the ramp's floor and that rate left a counter
+        of 10 per 1.4 s searched to 4.74/s, where its even pace is 6.43/s, and held there for the hold
+        rule's wait (26 s) before any probe above it (bench/results/counters21.md).
         """
         if locked <= 0.0:
             return 0.0

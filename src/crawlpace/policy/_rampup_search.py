@@ -162,9 +162,11 @@ class SearchClimb:
 
         The pace a start's ramp had the limiter take over its lock-out's length is a counter's rate, but
         a clock window's lock-out is the rest of its window, and the count over that rest is the ramp's
-        own pace (50 per 5 s read 31 to 63/s). A window searched to it at once refilled in the first
-        steps' haste and locked out longer, its late probe lowering the next fit (50 per 5 s at phase
-        0: 0.987 -> 0.917 of its capacity): the first step, held, shows a search with room above it.
+        own pace (50 per 5 s read 31 to 63/s). Searched to it at once, 50 per 5 s at phase 0 took a
+        first step of 17.3/s, not 13.1/s, filled its next window sooner, locked out longer, and its
+        later probe lowered the next fit to 9.07/s, the level it was then held at (0.987 -> 0.917 of
+        its capacity, bench/results/counters23.md). The first step goes to the middle as before, and a
+        refusal there (a cut: a new generation) drops the lift.
         """
         generation, first, lift = self._lift
         if generation != self.generation or lift <= top:
