@@ -31,7 +31,9 @@ length (within the stretch since the last lock-out): the limiter still counted t
 before that cut.
 A cycle the scope did not send through at that rate (the start phase's ramp) is a floor, and so is any
 cycle of a counter that counts refused requests (:func:`_counter_fit`): the level
-starts at the counter's estimate and searches up (see ``_episode_answer``). The
+starts at the counter's estimate and searches up (see ``_episode_answer``), after the start's ramp
+on to the pace the limiter took over the lock-out's length before it refused once the search's first
+step is held (``SearchClimb._lifted``). The
 lock-out's silence is the limiter's, left out of the send record. A cycle whose accepted sends all
 went within the timing slack of each other (a burst: the start's window of one at the gap cap) spent
 its tokens at once: its count over its length bounds the rate from above only, one send per
@@ -153,6 +155,7 @@ class _EpisodeState(Protocol):
     _quiet_until: float
     _resumed_at: float
     _top: float
+    _lift: tuple[int, float, float]
     _cut_rate: float
     _probe_after: float
     _fitted: bool
@@ -188,6 +191,7 @@ class _EpisodeState(Protocol):
     def baseline(self) -> float | None: ...
     def _lockout_resume(self, now: float) -> None: ...
     def _at_once(self, start: float, end: float) -> int: ...
+    def _lockout_pace(self, refused_at: float, locked: float) -> float: ...
 
     def _start_climb(self, now: float, *, fast: bool) -> None: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
@@ -541,7 +545,7 @@ class Episodes:
             self._cycle_rate = self.rate
             return
         fit = max(self.min_rate, min(self.max_rate, T.fit_share * accepted / span))
-        trusted, top = lockout, 0.0
+        trusted, top, lift = lockout, 0.0, 0.0
         if refill:
             # Its one request came due between the last refused probe and the accepted one: pace at the
             # geometric middle of the two gaps, and search up to under the shorter.
@@ -560,6 +564,11 @@ class Episodes:
                 # the counter's estimate bounds, taking the end as early as the last refused probe.
                 early = T.fit_share * accepted / max(span - late, 0.5 * span)
                 top = min(top, _counter_fit(early, accepted, refused))
+            elif saturated <= 0.0:
+                # The start's ramp, whose cycle is only a floor: once the search's first step is held,
+                # search on to the pace the limiter took over the lock-out's length before it refused
+                # (_lockout_pace; not at once: see SearchClimb._lifted).
+                lift = min(self.rate, self._lockout_pace(since, now - since))
             fit = min(top, _counter_fit(fit, accepted, refused))
             trusted = False
         if spent and lockout:
@@ -590,11 +599,32 @@ class Episodes:
             self.rate = self.ceiling = fit
             # No search above a trusted fit; a refusal above it is no cascade.
             self._top, self._cut_rate = (top if top > fit * (1.0 + T.tolerance) else 0.0), 0.0
+            self._lift = ((self.generation, math.sqrt(fit * self._top), lift)
+                          if lift > self._top * (1.0 + T.tolerance) > 0.0 else (0, 0.0, 0.0))
             self._lockout_resume(now)
             self._start_climb(now, fast=False)
             at_once = f", {spent + 1} of them at once" if spent else ""
             self._decide(now, f"fit: the last cycle let {accepted} through in {span:.3g}s{at_once}"
                          f"{' (a lock-out)' if lockout else ''}; pacing at {fit:.3g}/s")
+
+    def _lockout_pace(self: _EpisodeState, refused_at: float, locked: float) -> float:
+        """The pace the limiter took over a lock-out's length before the refusal at ``refused_at`` that
+        opened it, a lock-out that lasted ``locked`` seconds (at ``T.fit_share``; 0 for no lock-out).
+
+        A request-rate counter that refuses for that long after an overshoot counts over a span about
+        that long (its period, refusals counted), and every send of that span before the refusal was let
+        through: their count over it is the counter's own rate, as far as one lock-out tells. It is no
+        bound (a counter whose period turned during the lock-out ends it early, that count over a short
+        span overshoots, and a clock window's lock-out is only its window's rest), so it only lifts the
+        top a start's ramp searches to, never above the cut rate, once the search's first step is held
+        (``SearchClimb._lifted``). The geometric middle of the ramp's floor and that rate left a counter
+        of 10 per 1.4 s searched to 4.74/s, where its even pace is 6.43/s, and held there for the hold
+        rule's wait (26 s) before any probe above it (bench/results/counters21.md).
+        """
+        if locked <= 0.0:
+            return 0.0
+        seen = sum(1 for at in self._ok_sends if refused_at - locked <= at < refused_at)
+        return T.fit_share * seen / locked
 
     def _at_once(self: _EpisodeState, start: float, end: float) -> int:
         """The accepted sends on record in ``[start, end)`` after the first, when each went within the

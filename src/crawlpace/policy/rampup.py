@@ -153,9 +153,9 @@ OK_SENDS_KEPT = 64
 #: remembered before a fall. Not what the answers showed (latency, the sends and their gaps), nor the
 #: generation (feedback from before the cut still counts once).
 _PACE = ("rate", "phase", "ceiling", "last_pushback_rate", "above_since", "_pushbacks", "_cut_rate",
-         "_gentle", "_good_rate", "_epoch", "_k", "_climb", "_probe_c", "_top", "_probe_after", "_ep_since",
-         "_ep_gap", "_fitted", "_fit_span", "_strict_gap", "_no_burst", "_recall", "_recall_wait",
-         "_recall_from", "_recall_span", "_recall_last", "_recall_next", "_recall_next_span")
+         "_gentle", "_good_rate", "_epoch", "_k", "_climb", "_probe_c", "_top", "_lift", "_probe_after",
+         "_ep_since", "_ep_gap", "_fitted", "_fit_span", "_strict_gap", "_no_burst", "_recall",
+         "_recall_wait", "_recall_from", "_recall_span", "_recall_last", "_recall_next", "_recall_next_span")
 
 
 @dataclass(frozen=True, slots=True)
@@ -258,6 +258,8 @@ class RampupState:
     _cap_at: float = _NEVER
     # The search's top after a deep cut (0: no search), and the hold rule (_rampup_search).
     _top: float = 0.0
+    # A top past the search's, to search on to once that is held (_rampup_episode's lock-out pace).
+    _lift: tuple[int, float, float] = (0, 0.0, 0.0)
     _probe_after: float = _NEVER
     hold_learned: float = 0.0
     _queue_cap: bool = False  # the slot cap came from latency (_cap_queue), not from refusals
@@ -804,7 +806,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             self.slot_cap = math.inf
         self._pushbacks.clear()
         self.ceiling = self.last_pushback_rate = None
-        self._top, self._probe_after = 0.0, _NEVER
+        self._top, self._lift, self._probe_after = 0.0, (0, 0.0, 0.0), _NEVER
         self._ep_since, self._ep_gap = _NEVER, 0.0
         # Their cuts undone: back to the start phase's good rate, if they had cut under it, or to
         # the starting rate when no send was answered yet (two 503s first: doubling from half the
