@@ -73,7 +73,7 @@ class _SlotSizingState(Protocol):
     max_rate: float
     ceiling: float | None
     _belief: tuple[float, ...]
-    _hold_end: float
+    _held_asked: bool
 
     rate: float
     _samples: int
@@ -1007,10 +1007,10 @@ class SlotSizing:
         # rate was cut under what 9 serve stayed there, at 0.83 of it, for the rest of the crawl).
         serves = got * max(1.0, hold / (best or hold))
         lift = min(self.max_rate, T.knee * serves)
-        if (self._belief or self._hold_end != _NEVER) and self.ceiling is not None:
-            # A site that asked for silence (a refusal that started a hold of at least T.hold_long,
-            # _rampup_bucket's _note_refusal_held: a Retry-After, a spent budget's reset) limits the
-            # rate, and the level its refusals set (a bucket fitted after a hold, _rampup_bucket, or the
+        if (self._belief or self._held_asked) and self.ceiling is not None:
+            # A site that asked for silence (a refusal came while a hold was in force, _rampup_search's
+            # _held_asked: a Retry-After, a spent budget's reset, even of one second) limits the rate,
+            # and the level its refusals set (a bucket fitted after a hold, _rampup_bucket, or the
             # cut) is what it takes: a pace past it buys the next hold, whatever the slots hold. Under
             # lag (a loaded machine, a fleet) the pages look slow, and this lift paced a 5.44/s bucket
             # fitted at 2.3/s at 43/s after every hold, one hold each 11 s for the rest of the crawl
