@@ -115,3 +115,25 @@ def test_the_load_fit_enters_at_the_count_the_answer_shows_not_a_low_best() -> N
     assert ramp._knee_hold == 8
     ramp._judge_load(10.1, 1, 8, 0.26)
     assert ramp._knee_hold == 8
+
+
+@pytest.mark.parametrize("asked", [False, True])
+def test_the_load_fit_lifts_past_a_lock_outs_level_but_not_past_a_held_sites(asked: bool) -> None:
+    # The scope was cut to 2/s and has waited out a lock-out of its own (hold_learned; a hardknee's
+    # 503s past its count draw one in a fleet): the slots, not a rate, are that limit, and the load fit
+    # lifts the rate over what the count it holds serves. (Capped at the level, a hardknee of 14 in a
+    # fleet of 4 lost 0.80 -> 0.76 of its capacity.) A site whose refusal came in a hold it asked for limits
+    # the rate: the lift stops at the level its refusals set.
+    ramp = controller()
+    fill(ramp, {1: 0.2, 2: 0.2})
+    ramp._baseline.append(0.2)
+    ramp.latency = 0.32
+    if asked:
+        ramp.hold(6.0)  # Retry-After: 1, the least a header says, in force when the refusal's cut comes
+        ramp._after_cut(5.0, sent=2.5, allowed=2.5, cascade=False, steady=False, refused=True)
+    else:
+        ramp.hold_learned = 0.5  # a lock-out's length (_rampup_episode), no hold asked
+    ramp.rate = ramp.ceiling = 2.0
+    ramp._judge_load(20.0, 1, 13, 0.32)
+    assert ramp._knee_hold == 8
+    assert ramp.rate == 2.0 if asked else ramp.rate >= 8 / 0.32

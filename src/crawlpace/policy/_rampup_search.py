@@ -54,6 +54,7 @@ class _SearchState(Protocol):
     rate: float
     ceiling: float | None
     hold_learned: float
+    _held_asked: bool
     _held_refusals: deque[float]
     _top: float
     _lift: tuple[int, float, float]
@@ -105,7 +106,7 @@ class SearchClimb:
         if not refused:
             return
         if held > 0.0:
-            self.hold_learned = held
+            self.hold_learned, self._held_asked = held, True
         if self.hold_learned > 0.0:
             self._probe_after = max(self._probe_after, now + self.hold_learned / T.tolerance)
         if steady and held >= T.hold_long and self._held_short(now, held, pace):

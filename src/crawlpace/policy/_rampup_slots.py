@@ -73,7 +73,7 @@ class _SlotSizingState(Protocol):
     max_rate: float
     ceiling: float | None
     _belief: tuple[float, ...]
-    hold_learned: float
+    _held_asked: bool
 
     rate: float
     _samples: int
@@ -1007,13 +1007,16 @@ class SlotSizing:
         # rate was cut under what 9 serve stayed there, at 0.83 of it, for the rest of the crawl).
         serves = got * max(1.0, hold / (best or hold))
         lift = min(self.max_rate, T.knee * serves)
-        if (self._belief or self.hold_learned > 0.0) and self.ceiling is not None:
-            # A site that has held the scope off (a Retry-After hold, or a lock-out waited out: both set
-            # hold_learned) limits the rate, and the level its refusals set (a bucket fitted after a hold,
-            # _rampup_bucket, or the cut) is what it takes: a pace past it buys the next hold, whatever
-            # the slots hold. Under lag (a loaded machine, a fleet) the
-            # pages look slow, and this lift paced a 5.44/s bucket fitted at 2.3/s at 43/s after every
-            # hold, one hold each 11 s for the rest of the crawl (bench/results/lag2.md).
+        if (self._belief or self._held_asked) and self.ceiling is not None:
+            # A site that asked for silence (a refusal came while a hold was in force, _rampup_search's
+            # _held_asked: a Retry-After, a spent budget's reset, even of one second) limits the rate,
+            # and the level its refusals set (a bucket fitted after a hold, _rampup_bucket, or the
+            # cut) is what it takes: a pace past it buys the next hold, whatever the slots hold. Under
+            # lag (a loaded machine, a fleet) the pages look slow, and this lift paced a 5.44/s bucket
+            # fitted at 2.3/s at 43/s after every hold, one hold each 11 s for the rest of the crawl
+            # (bench/results/lag2.md). Not after a lock-out the scope waited out on its own (hold_learned):
+            # a knee's or a cap's 503s draw those, and there the slots, not a rate, are the limit
+            # (a hardknee of 14 in a fleet of 4 lost 0.80 -> 0.76 of its capacity, bench/results/lag3.md).
             lift = min(lift, max(self.rate, self.ceiling))
         self.rate = max(self.rate, lift)
         if hold == self._knee_hold:

@@ -262,6 +262,7 @@ class RampupState:
     _lift: tuple[int, float, float] = (0, 0.0, 0.0)
     _probe_after: float = _NEVER
     hold_learned: float = 0.0
+    _held_asked: bool = False  # a refusal came while a hold was in force (Retry-After; _rampup_search)
     _queue_cap: bool = False  # the slot cap came from latency (_cap_queue), not from refusals
     # The overshoot episode under way (since its first refusal; NEVER: none) and its probe gap,
     # and the cycle since the last episode ended: when, and the answers accepted (_rampup_episode).

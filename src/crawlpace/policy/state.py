@@ -99,7 +99,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_lag_at", "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since", "_crowd_n", "_crowd_quick",
           "_slot_ok", "_slot_refused", "_held_over",
           "_pinned", "_counter_lo", "_counter_hi", "_counter_span", "_counter_open", "_limited",
-          "_fits", "_ok_after_hold", "_hung_sends", "_lift"),  # rampup
+          "_fits", "_ok_after_hold", "_hung_sends", "_lift", "_held_asked"),  # rampup
     # The announced budget; its answers are the fleet's, every worker's, so that a spent budget those
     # answers explain comes back once the oldest leaves the window, in a fleet as in one process (kept
     # per worker, a fleet, even of one, held each spent budget to the header's whole-second reset:
