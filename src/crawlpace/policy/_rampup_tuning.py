@@ -143,7 +143,9 @@ class RampupTuning:
     #: little on average but may draw a hold as long as the work is not taken: a crawl is as long as
     #: its slowest site, and a second hold is what makes a holds site the slowest. Measured on the
     #: holds battery (seeds 1-4, 3 ms, bench/results/holds20.md): 1 gave 2.216 x the oracle with 2.12
-    #: holds a bucket, 2 gave 2.143 with 1.96, 3 gave 2.269 with 1.85 (too timid again).
+    #: holds a bucket, 2 gave 2.143 with 1.96, 3 gave 2.269 with 1.85 (too timid again). With a failed
+    #: pace charged the next fit's bet (holds21), 1 gave 2.230 on unseen seeds 41-50 but 2.26 holds a
+    #: bucket against main's 2.14, and a second hold on holds18 and holds07; 2 gave 2.309 with 2.13.
     fit_risk: float = 2.0
     #: Windows of smoothed-latency minimums the baseline is the minimum of: the baseline's memory; a
     #: server slower for this many windows in a row (loaded by others, or slower for good) raises it,
