@@ -171,15 +171,3 @@ async def test_the_first_hold_does_not_bet_a_second_on_the_starts_few_sends() ->
     took, _ = await holds_battery.crawl_pages(site, 37, 0.05)
     assert site.holds == 1
     assert took < 120.0
-
-
-async def test_the_first_fit_charges_a_failed_pace_the_next_fits_bet() -> None:
-    # The holds battery's 3/s bucket of 8 with 10 s holds (seeds 1-4), 60 pages, 3 ms answers. Weighed
-    # by the chance the rate is at least it (best_level), the first fit paced over the rate and drew a
-    # second 10 s hold (36.4 s; the oracle's 17.3 s). Played out bucket by bucket on the pages left,
-    # a failed pace followed by the next fit's own bet, not by the bucket's exact rate (best_pace,
-    # bench/results/holds21.md): one hold, 26.3 s.
-    site = holds_battery.HeldBucket(3.0, 8.0, 10)
-    took, _ = await holds_battery.crawl_pages(site, 60, 0.003)
-    assert site.holds == 1
-    assert took < 31.0

@@ -63,18 +63,17 @@ and the ordinary held rules (``_rampup_search``, ``_rampup_start``) stand.
 
 from __future__ import annotations
 
-import bisect
 import math
 from collections import deque
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from itertools import pairwise
 from typing import Protocol
 
 from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
 
-__all__ = ["FIT_SLACK", "KNOTS", "REFUSALS_KEPT", "BucketFit", "belief_of", "best_level", "best_pace",
-           "bucket_fit", "chance"]
+__all__ = ["FIT_SLACK", "KNOTS", "REFUSALS_KEPT", "BucketFit", "belief_of", "best_level", "bucket_fit",
+           "chance"]
 
 #: Seconds: an accepted send may reach the server this long after the crawler stamped it (the
 #: connection's own latency, a loaded machine's delays), so it is read this much later: the
@@ -355,102 +354,6 @@ def best_level(belief: Sequence[float], hold: float, work: float,
     return best, held
 
 
-#: Rates tried per burst's interval by :func:`best_pace` (log-spaced; the expectation over a rate
-#: log-uniform in the interval, by the midpoint rule).
-_RATES_PER_BURST = 12
-
-
-def _pinned(rate: float) -> Callable[[float], float]:
-    """Seconds to send what is left at ``T.fit_share`` of a bucket's own rate (the fit pinned it)."""
-    return lambda left: left / (T.fit_share * rate)
-
-
-def best_pace(fits: Sequence[tuple[int, float, float, float]], least: float, hold: float, work: float,
-              *, under: float = 0.0, evidence: bool = False) -> tuple[float, float]:
-    """The level whose pace finishes ``work`` sends soonest on average over the buckets that fit.
-
-    Unlike :func:`best_level`, which weighs a pace by the chance the refill rate is at least it, each
-    bucket ``(b, r)`` is played out: the hold refilled ``k = min(b, r * hold)`` tokens (at least
-    one), so a pace ``q`` over ``r`` is carried ``k / (q - r)`` seconds before the next refusal, and
-    its sends in that time count. The level is paced at ``(1 - T.tolerance)`` of itself on average
-    (:meth:`_set_level`'s share and the one-sided jitter). A failed pace is followed by the hold and
-    by the next fit, which is another bet, not the bucket's own rate: the pace this same rule picks
-    over the buckets under the failed pace, played out on the bucket (one level down; a failure
-    there is followed by ``T.fit_share`` of the bucket's rate, as three stretches pin it).
-    ``under``: the refused pace (rates at or over it are left out, as :func:`_below` leaves them);
-    ``evidence``: each burst weighed by its interval's log-width too (:func:`belief_of`).
-
-    Returns:
-        ``(level, chance)``: the level, and the chance its pace draws no hold in ``work`` sends.
-    """
-    buckets: list[tuple[float, float, float]] = []  # (burst, rate, weight)
-    for burst, lo, hi, weight in fits:
-        low = _least(lo, hi, least)
-        if under > 0.0:
-            hi = min(hi, under)
-        if hi < low or hi <= 0.0:
-            continue
-        width = math.log(hi / low) if hi > low > 0.0 else 0.0
-        if evidence:
-            weight *= max(width, _NARROWEST)
-        for i in range(_RATES_PER_BURST):
-            rate = low * math.exp(width * (i + 0.5) / _RATES_PER_BURST)
-            buckets.append((float(burst), rate, weight / _RATES_PER_BURST))
-    total = sum(w for _, _, w in buckets)
-    if not buckets or total <= 0.0:
-        return 0.0, 0.0
-    buckets.sort(key=lambda bucket: bucket[1])
-    work = max(work, 1.0)
-    share = 1.0 - T.tolerance
-    rates = [r for _, r, _ in buckets]
-
-    def played(pace: float, size: float, r: float, left: float,
-               after: Callable[[float], float]) -> tuple[float, bool]:
-        """Seconds to send ``left`` at ``pace`` on bucket ``(size, r)``, ``after(left)`` once it fails."""
-        if pace <= r:
-            return left / pace, True
-        carried = max(1.0, min(size, r * hold)) / (pace - r)
-        if pace * carried >= left:
-            return left / pace, True
-        return carried + hold + after(left - pace * carried), False
-
-    # One level down: the pace picked over the buckets under each failed pace (a prefix of the sorted
-    # rates), each failure there followed by the bucket's pinned rate.
-    n = len(buckets)
-    cost = [[0.0] * n for _ in range(n)]  # cost[c][j]: bucket j's time at rates[c], pinned after
-    for c in range(n):
-        pace = share * rates[c]
-        for j, (size, r, w) in enumerate(buckets):
-            time, _ = played(pace, size, r, work, _pinned(r))
-            cost[c][j] = w * time ** T.fit_risk
-    # next_of[k]: the next fit's rate index over the buckets 0..k-1 (-1: none, the pinned rate).
-    next_of = [-1] * (n + 1)
-    sums = [0.0] * n  # sums[c]: cost of rates[c] summed over the prefix so far
-    for k in range(1, n + 1):
-        for c in range(k):
-            sums[c] += cost[c][k - 1]
-        next_of[k] = min(range(k), key=sums.__getitem__)
-    best, sure, time_best = rates[0], 1.0, math.inf
-    for rate in rates:
-        pace = share * rate
-        below = next_of[bisect.bisect_left(rates, pace)]
-        expected = held = 0.0
-        for size, r, w in buckets:
-            then = share * rates[below] if below >= 0 else 0.0
-
-            def after(left: float, r: float = r, size: float = size, then: float = then) -> float:
-                if then <= 0.0:
-                    return left / (T.fit_share * r)
-                return played(then, size, r, left, _pinned(r))[0]
-
-            time, kept = played(pace, size, r, work, after)
-            expected += w * time ** T.fit_risk
-            held += w if kept else 0.0
-        if expected < time_best:
-            time_best, best, sure = expected, rate, held / total
-    return best, sure
-
-
 class _BucketState(Protocol):
     """What the methods of :class:`BucketFit` use of the controller."""
 
@@ -653,15 +556,7 @@ class BucketFit:
         if refused <= kept * (1.0 + T.tolerance):
             kept = T.cut * min(kept, refused)
         self._kept = kept
-        work = self._work(now)
-        level, sure = 0.0, 0.0
-        if first and self._left >= 0 and not self._more:
-            # The crawl told the pages left: each bucket that fits is played out on them (best_pace).
-            level, sure = best_pace(fits, least, held, work, under=refused, evidence=first)
-            if level < kept or level <= 0.0:
-                level, sure = kept, 1.0
-        if level <= 0.0:
-            level, sure = best_level(self._belief, held, work, floor=kept)
+        level, sure = best_level(self._belief, held, self._work(now), floor=kept)
         self._set_level(now, level, held, sure)
         return True
 

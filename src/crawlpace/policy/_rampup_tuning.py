@@ -138,15 +138,6 @@ class RampupTuning:
     #: slack: the server may see the send that much later). (Measured: ``latency_signal``, 20 ms,
     #: took a server with a knee from 0.670 to 0.646 of its capacity.)
     knee_slack: float = 0.010
-    #: The power of a crawl's time that the bucket fit's pace minimises on average (``best_pace``): 1
-    #: is the mean time, 2 the mean square (the mean plus the spread over it), so a bet that saves a
-    #: little on average but may draw a hold as long as the work is not taken: a crawl is as long as
-    #: its slowest site, and a second hold is what makes a holds site the slowest. Measured on the
-    #: holds battery (seeds 1-4, 3 ms, bench/results/holds20.md): 1 gave 2.216 x the oracle with 2.12
-    #: holds a bucket, 2 gave 2.143 with 1.96, 3 gave 2.269 with 1.85 (too timid again). With a failed
-    #: pace charged the next fit's bet (holds21), 1 gave 2.230 on unseen seeds 41-50 but 2.26 holds a
-    #: bucket against main's 2.14, and a second hold on holds18 and holds07; 2 gave 2.309 with 2.13.
-    fit_risk: float = 2.0
     #: Windows of smoothed-latency minimums the baseline is the minimum of: the baseline's memory; a
     #: server slower for this many windows in a row (loaded by others, or slower for good) raises it,
     #: and the knee line with it. (Measured: ``confirm``, 3, was tried as its formula; on a server 8 in
