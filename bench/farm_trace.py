@@ -19,7 +19,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import importlib.util
 import json
 import logging
 import sys
@@ -27,19 +26,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _modules import load_file
+
 
 def _recall_bench() -> ModuleType:
     """``bench/shifting_recall.py`` (its site models and harness: one source of truth)."""
-    if "_bench_shifting_recall" in sys.modules:
-        return sys.modules["_bench_shifting_recall"]
-    path = Path(__file__).resolve().parent / "shifting_recall.py"
-    spec = importlib.util.spec_from_file_location("_bench_shifting_recall", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file("_bench_shifting_recall", Path(__file__).resolve().parent / "shifting_recall.py")
 
 
 def windows(accepted: list[float], refused: list[float], end: float, width: float) -> list[dict[str, float]]:

@@ -25,7 +25,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import copy
-import importlib.util
 import json
 import math
 import sys
@@ -34,17 +33,13 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _modules import load_file
+
 
 def _model() -> ModuleType:
     """``bench/lockout_model.py`` (its windows, bounds and harness: one source of truth)."""
-    path = Path(__file__).resolve().parent / "lockout_model.py"
-    spec = importlib.util.spec_from_file_location("_lockout_model", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    return load_file("_lockout_model", Path(__file__).resolve().parent / "lockout_model.py")
 
 
 model = _model()

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import importlib.util
 import json
 import math
 import sys
@@ -36,17 +35,14 @@ from typing import Any
 
 from crawlpace.policy._rampup_counter import fit_counter
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _modules import load_file
+
 
 def _harness() -> ModuleType:
     """The harness and limiter models of ``tests/test_rampup_limiters.py`` (one source of truth)."""
-    path = Path(__file__).resolve().parent.parent / "tests" / "test_rampup_limiters.py"
-    spec = importlib.util.spec_from_file_location("test_rampup_limiters", path)
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load the harness from {path}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # its dataclasses look their module up there
-    spec.loader.exec_module(module)
-    return module
+    tests = Path(__file__).resolve().parent.parent / "tests"
+    return load_file("test_rampup_limiters", tests / "test_rampup_limiters.py")
 
 
 harness = _harness()

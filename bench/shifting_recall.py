@@ -23,7 +23,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import bisect
-import importlib.util
 import json
 import logging
 import math
@@ -36,19 +35,15 @@ from typing import Any
 
 from crawlpace.sim._random import draw_farm
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from _modules import load_file
+
 _TESTS = Path(__file__).resolve().parent.parent / "tests"
 
 
 def _load(name: str) -> ModuleType:
-    if f"tests.{name}" in sys.modules:  # (imported already, by pytest: one module, not two copies)
-        return sys.modules[f"tests.{name}"]
-    spec = importlib.util.spec_from_file_location(f"tests.{name}", _TESTS / f"{name}.py")
-    if spec is None or spec.loader is None:
-        raise SystemExit(f"cannot load {name}")
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
-    spec.loader.exec_module(module)
-    return module
+    """``tests/<name>.py`` as ``tests.<name>`` (the module pytest imports: one copy, not two)."""
+    return load_file(f"tests.{name}", _TESTS / f"{name}.py")
 
 
 sys.path.insert(0, str(_TESTS.parent))
