@@ -140,6 +140,20 @@ class LastLook:
                     _, until = self._held.get(scope, (now, now))
                     self._held[scope] = (now, max(until, now + hold))
 
+    def hearing(self, now: Callable[[], float]) -> Callable[[Granted], None]:
+        """What a permit's release calls once its outcome is known (``Permit.release(heard=)``): note
+        the answer's hold at once, on the clock ``now``, before a shared store is told.
+
+        A shared store's release takes a round trip or more (the hold's own call, the counts', the
+        worker's earlier releases: 30-300 ms in a loaded fleet); noted only after it, the caller's
+        other requests of the scope, admitted before the hold reached the store, were written on the
+        store's word alone (traced, bench/results/retry4.md). The note after the release stays: a
+        request the store admitted before the hold landed there is stopped by it too.
+        """
+        def heard(permit: Granted) -> None:
+            self.note(permit, now())
+        return heard
+
     def check(self, permit: Granted, now: float) -> None:
         """Raise :class:`NotSent` when one of the permit's scopes was held after it was granted.
 

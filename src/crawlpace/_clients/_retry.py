@@ -88,20 +88,6 @@ def _settle(log: logging.Logger, method: str, url: str, permit: Granted, respons
     return False
 
 
-def _noting(look: LastLook, now: Callable[[], float]) -> Callable[[Granted], None]:
-    """What a release calls once its outcome is known, before a shared store is told: note the
-    answer's hold (``Retry-After``) in ``look`` at once.
-
-    A shared store's release takes a round trip or more, and the client's other requests of the
-    scope, admitted before the hold reached the store, may be written meanwhile: noted here, their
-    last look stops them. The note after the release stays (it stops a request the store admitted
-    before the hold landed there).
-    """
-    def heard(permit: Granted) -> None:
-        look.note(permit, now())
-    return heard
-
-
 async def send_async(throttler: Throttler, method: str, url: str, scopes: object, attempts: int,
                      send: Callable[[], Awaitable[R]], discard: Callable[[R], Awaitable[None]],
                      log: logging.Logger = logger, *, request: object = None,
@@ -143,7 +129,7 @@ async def send_async(throttler: Throttler, method: str, url: str, scopes: object
     """
     clock = throttler.clock
     subject = url if request is None else request
-    heard = None if look is None else _noting(look, clock.now)
+    heard = None if look is None else look.hearing(clock.now)
     attempt = 0
     while attempt < attempts:
         attempt += 1
@@ -204,7 +190,7 @@ def send_sync(throttler: SyncThrottler, method: str, url: str, scopes: object, a
     (:class:`~crawlpace._clients._last_look.NotSent`) goes back to the throttler
     without using up an attempt. The send runs in the calling thread.
     """
-    heard = None if look is None else _noting(look, throttler.now)
+    heard = None if look is None else look.hearing(throttler.now)
     attempt = 0
     while attempt < attempts:
         attempt += 1

@@ -371,7 +371,7 @@ class CrawlJob(JobOutcomes):
             if not permit.release_nowait():
                 # A shared store's release is a round trip or more (the hold's, the counts'); the
                 # hold is heard before it, for this worker's own writes of the scope meanwhile.
-                await permit.release(heard=self._heard)
+                await permit.release(heard=self.look.hearing(self.throttler.clock.now))
             released = True
             # Its hold (Retry-After), for the last look of the requests admitted before it came.
             self.look.note(permit, self.throttler.clock.now())
@@ -407,19 +407,6 @@ class CrawlJob(JobOutcomes):
                 await permit.release()
             self.scheduler.released(permit.scopes, task.key)
             self.source.refill()
-
-    def _heard(self, permit: Permit) -> None:
-        """Note the hold (``Retry-After``) of ``permit``'s answer as soon as it is known, before its
-        release reaches a shared store.
-
-        The release then takes a round trip or more (the hold's own call, the counts', this
-        worker's earlier releases: 30-300 ms in a loaded fleet), and the note after it came that
-        late: meanwhile this worker's other requests of the scope, admitted before the hold reached
-        the store, were written on the store's word alone (traced, bench/results/retry4.md). The
-        note after the release stays: a request the store admitted before the hold landed is
-        stopped by it too.
-        """
-        self.look.note(permit, self.throttler.clock.now())
 
     async def _send(self, task: Task, permit: Permit) -> Answer:
         fetcher = self._fetcher

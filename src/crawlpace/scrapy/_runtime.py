@@ -359,7 +359,7 @@ class Runtime:
         try:
             # Its hold noted as soon as the outcome is known: a shared store's release is a round
             # trip or more, and this crawl's other requests of the scope may be written meanwhile.
-            await permit.release(heard=self._heard)
+            await permit.release(heard=self.look.hearing(self.config.clock.now))
         except PermitError:  # pragma: no cover - released through another path already
             return
         await self._released(permit, soft_block=soft_block)
@@ -383,10 +383,6 @@ class Runtime:
                      "+".join(ticket.scopes))
         self.stats.inc_value("throttling/released_abandoned")
         loop.call_soon_threadsafe(self._schedule_give_back, ticket)
-
-    def _heard(self, permit: Permit) -> None:
-        """Note the hold (``Retry-After``) of ``permit``'s answer before its release reaches the store."""
-        self.look.note(permit, self.clock_now)
 
     async def _released(self, permit: Permit, *, soft_block: bool = False) -> None:
         outcome = permit.outcome
