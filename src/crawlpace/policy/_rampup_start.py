@@ -46,24 +46,25 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
 
 *The ceiling*: gaps pace sends only down to the timing slack (``T.knee_slack``, 10 ms): past 100/s
 only the slots pace, and they need a latency to go by. A scope's start doubles past 100/s
-(:meth:`StartPhase._slot_paced`) up to what its slots serve at its lowest latency
-(``slot_limit() / latency``; a slot opens on evidence: every slot in use, latency flat, nothing
-refused), and its start stays open there, once its latency is measured: its window of one is known
-(20 ms and more), or, on a site answering under ``T.latency_signal``, ``T.confirm`` answers have
-shown its latency and nothing it sent was refused. A site that refuses nothing is paced by its
-slots: 8 in flight at 5 ms are 1,600/s, the pace an unlimited site takes, where a 100/s cap kept it
-(a 5 ms site with no limit: 1,582 pages in its first 7 s of virtual time, 326 at the cap). A site
-with a window of one doubles past 100/s once per round trip, as TCP's slow start does; a quick one
-keeps its half-second rounds (``T.min_round``), since a burst or an allowance hides a limit until it
-is spent, and a rate doubling every few milliseconds is far past it by then. A refusal of a start
-past 100/s is cut from 100/s (:meth:`StartPhase._start_past_gaps`): the rate past it was the
-doubling's, and a limiter with an allowance (a request-rate counter) lets it through until the
-allowance is spent. From then on a quick site stays under the gap cap, as before: its climb back and
-any start again end at 100/s (a refusal stands). An unlimited site answering in 30 ms is sent about
-1,450 pages in its first 5 s of virtual time where a 100/s cap sent 459. The cost is on a quick site
-with a limit past 100/s, which the cap kept from ever being refused: one refusal more, and the cut
-from 100/s to half of it (a bucket of 150/s with no burst: 1 refusal and 0.565 of its capacity in
-30 s, 0 and 0.586 at the cap).
+(:meth:`StartPhase._slot_paced`) up to what its slots serve at its lowest latency (``slot_limit() /
+latency``; a slot opens on evidence: every slot in use, latency flat, nothing refused), and its
+start stays open there, once its latency is measured: its window of one is known (20 ms and more),
+or, on a site answering under ``T.latency_signal``, ``T.confirm`` answers have shown its latency and
+nothing it sent was refused. A site that refuses nothing is paced by its slots: 8 in flight at 5 ms
+serve 1,600/s (within ``max_rate``, 1,000/s by default) where a 100/s cap kept it (a 5 ms site with
+no limit: 1,582 pages in its first 7 s of virtual time, 326 at the cap). A site with a window of one
+doubles past 100/s once per round trip, as TCP's slow start does; a quick one keeps its half-second
+rounds (``T.min_round``), since a burst or an allowance hides a limit until it is spent, and a rate
+doubling every few milliseconds is far past it by then. A refusal of a start past 100/s is cut from
+100/s (:meth:`StartPhase._start_past_gaps`): the rate past it was the doubling's, and a limiter with
+an allowance (a request-rate counter) lets it through until the allowance is spent. From then on a
+quick site stays under the gap cap, as before: its climb back and any start again end at 100/s (a
+refusal stands). An unlimited site answering in 30 ms is sent about 1,450 pages in its first 5 s of
+virtual time where a 100/s cap sent 459. The cost is on a quick site whose limit lies past 100/s,
+which the cap kept from ever being refused: it now draws one refusal or more, and the cut from 100/s
+to half of it (fake clock, 5 ms pages, 30 s: buckets of 120-300/s 1-2 refusals and 0.00-0.05 less of
+their capacity; with 2 s holds 0.59 -> 0.46; HAProxy's 300 per 2 s 0.59 -> 0.38 with 7 refusals,
+1500 per 10 s 0.59 -> 0.90 with 21; bench/results/errors18.md).
 
 *The first send*: a refusal of a scope's first send, answered before anything else was, cuts
 nothing (:meth:`StartPhase._first_refused`). No gap was sent yet, so it says nothing of a rate, and
