@@ -1,10 +1,10 @@
 """Quick sites whose limit lies past 100/s, on a fake clock: share of capacity and refusals.
 
-Rampup's start used to stop at 100/s on a site answering under 20 ms (the gap cap), so a limiter past
-that pace never refused it. Since a quick site that has refused nothing is paced past 100/s by its
-slots (``_rampup_start``'s *ceiling*), such limiters meet the start's overshoot: this runs one crawl
-per case and seed with the limiter models of ``tests/test_rampup_limiters.py`` (loaded as
-``bench/limiter_kinds.py`` loads them), so two trees can be compared case by case. Deterministic.
+Rampup's start stops at 100/s on a site answering under 20 ms (the gap cap, ``_rampup_start``), so a
+limiter past that pace never refuses it. A start paced past 100/s by its slots (errors18's patch,
+bench/results/errors18.md) meets such limiters' overshoot: this runs one crawl per case and seed with
+the limiter models of ``tests/test_rampup_limiters.py`` (loaded as ``bench/limiter_kinds.py`` loads
+them), so two trees can be compared case by case. Deterministic.
 
     PYTHONPATH=src python bench/quick_limits.py [--seconds 30] [--seeds 1,2] [--json]
 """

@@ -45,26 +45,14 @@ Two floors make the first round trips count (:meth:`StartPhase._start_floor`):
   next keeps the starting gap after it (``SendRecord.door_gap``).
 
 *The ceiling*: gaps pace sends only down to the timing slack (``T.knee_slack``, 10 ms): past 100/s
-only the slots pace, and they need a latency to go by. A scope's start doubles past 100/s
-(:meth:`StartPhase._slot_paced`) up to what its slots serve at its lowest latency (``slot_limit() /
-latency``; a slot opens on evidence: every slot in use, latency flat, nothing refused), and its
-start stays open there, once its latency is measured: its window of one is known (20 ms and more),
-or, on a site answering under ``T.latency_signal``, ``T.confirm`` answers have shown its latency and
-nothing it sent was refused. A site that refuses nothing is paced by its slots: 8 in flight at 5 ms
-serve 1,600/s (within ``max_rate``, 1,000/s by default) where a 100/s cap kept it (a 5 ms site with
-no limit: 1,582 pages in its first 7 s of virtual time, 326 at the cap). A site with a window of one
-doubles past 100/s once per round trip, as TCP's slow start does; a quick one keeps its half-second
-rounds (``T.min_round``), since a burst or an allowance hides a limit until it is spent, and a rate
-doubling every few milliseconds is far past it by then. A refusal of a start past 100/s is cut from
+only the slots pace, and they need a latency to go by. A site answering in under
+``T.latency_signal`` ends its start at 100/s (:meth:`StartPhase._rate_cap`); one whose window of one
+is known keeps doubling, once per round trip as TCP's slow start does, up to what its slots serve at
+its lowest latency (``slot_limit() / latency``; a slot opens on evidence: every slot in use, latency
+flat, nothing refused), and its start stays open there. A refusal of a start past 100/s is cut from
 100/s (:meth:`StartPhase._start_past_gaps`): the rate past it was the doubling's, and a limiter with
-an allowance (a request-rate counter) lets it through until the allowance is spent. From then on a
-quick site stays under the gap cap, as before: its climb back and any start again end at 100/s (a
-refusal stands). An unlimited site answering in 30 ms is sent about 1,450 pages in its first 5 s of
-virtual time where a 100/s cap sent 459. The cost is on a quick site whose limit lies past 100/s,
-which the cap kept from ever being refused: it now draws one refusal or more, and the cut from 100/s
-to half of it (fake clock, 5 ms pages, 30 s: buckets of 120-300/s 1-2 refusals and 0.00-0.05 less of
-their capacity; with 2 s holds 0.59 -> 0.46; HAProxy's 300 per 2 s 0.59 -> 0.38 with 7 refusals,
-1500 per 10 s 0.59 -> 0.90 with 21; bench/results/errors18.md).
+an allowance (a request-rate counter) lets it through until the allowance is spent. An unlimited site
+answering in 30 ms is sent about 1,450 pages in its first 5 s of virtual time where a 100/s cap sent 459.
 
 *The first send*: a refusal of a scope's first send, answered before anything else was, cuts
 nothing (:meth:`StartPhase._first_refused`). No gap was sent yet, so it says nothing of a rate, and
@@ -162,7 +150,6 @@ class _StartPhaseState(Protocol):
     ceiling: float | None
     _gap_ok: float
     _top: float
-    last_pushback_rate: float | None
 
     def allowed_rate(self, now: float) -> float: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
@@ -172,7 +159,6 @@ class _StartPhaseState(Protocol):
     def _door_open(self) -> bool: ...
     def _first_refused(self, sent_at: float | None) -> bool: ...
     def _window_known(self) -> bool: ...
-    def _slot_paced(self) -> bool: ...
     def _unrisen_below(self) -> float: ...
     def _rate_cap(self) -> float: ...
     def slot_limit(self) -> int: ...
@@ -196,10 +182,7 @@ class StartPhase:
         doubling waits for ``T.confirm`` answers at the pace it doubles, the evidence that
         the pace holds. Under ``T.confirm`` per second that is the whole one-second round
         (a limit of a few per second, perhaps one that holds seconds after a refusal, is
-        met no sooner than before); above it the climb speeds up to half-second rounds, and
-        stays at them past the gap cap, where its slots pace it (:meth:`_slot_paced`): doubling
-        per round trip of a few milliseconds ran past a 150/s bucket's burst of 10 to 1,600/s
-        before its first refusal came back (11 refusals in 30 s where half-second rounds drew 1).
+        met no sooner than before); above it the climb speeds up to half-second rounds.
         """
         low = self._low_latency
         if low <= 0.0:  # nothing answered with a latency yet
@@ -213,9 +196,8 @@ class StartPhase:
     def _rate_cap(self: _StartPhaseState) -> float:
         """The highest rate the start phase doubles to and the climb reaches: the configured cap
         (``max_rate``), and where the site's latency is under ``T.latency_signal`` (or not yet
-        confirmed), no more than gaps can pace (:func:`_gap_cap`, 100/s), unless its slots may pace it
-        (:meth:`_slot_paced`): see the module's *ceiling*."""
-        if self._slot_paced():
+        confirmed), no more than gaps can pace (:func:`_gap_cap`, 100/s): see the module's *ceiling*."""
+        if self._window_known():
             return min(self.max_rate, max(_gap_cap(), self.slot_limit() / self._low_latency))
         return min(self.max_rate, _gap_cap())
 
@@ -389,25 +371,6 @@ class StartPhase:
         if low < T.latency_signal:
             return False
         return self._samples >= T.confirm or low >= T.latency_signal + T.latency_noise
-
-    def _slot_paced(self: _StartPhaseState) -> bool:
-        """Whether the start may double past what gaps pace (:func:`_gap_cap`), its slots pacing it at
-        its lowest latency (``slot_limit() / latency``): its window of one is known
-        (:meth:`_window_known`), or ``T.confirm`` answers have shown its latency and nothing it sent
-        was refused (no pushback stands: ``last_pushback_rate`` is unset, as it is again once a
-        verdict of the errors rule undoes the site's own 5xx).
-
-        A site answering under ``T.latency_signal`` has no window of one, but its slots pace it all
-        the same: the requests in flight are the bound (``T.open_slots`` until evidence opens more),
-        whatever the latency. ``T.confirm`` answers are the least count rampup takes for a latency
-        anywhere (the baseline, the window of one); a latency read from fewer may be a connection's
-        set-up, and the cap it gives only matters once the climb has reached the gap cap, several
-        rounds later. A refusal keeps the gap cap: the refused rate's cut starts from it
-        (:meth:`_start_past_gaps`) and the climb back stays under it, as before.
-        """
-        if self._window_known():
-            return True
-        return self._low_latency > 0.0 and self._samples >= T.confirm and self.last_pushback_rate is None
 
     def _start_used(self: _StartPhaseState, rate: float) -> float:
         """The send rate below which the start phase does not grow: the sends lag one doubling."""

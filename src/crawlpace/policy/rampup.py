@@ -720,7 +720,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             cap = self._rate_cap()
             if self.rate < cap:
                 self._start_grow(now, step, self._start_round(), cap)
-            if self.rate >= cap and (cap >= self.max_rate or not self._slot_paced()):
+            if self.rate >= cap and (cap >= self.max_rate or not self._window_known()):
                 self._decide(now, f"start: reached the cap of {cap:.3g}/s")
                 self._enter_steady(now, self.rate)
             return
