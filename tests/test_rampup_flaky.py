@@ -334,6 +334,18 @@ async def test_quick_errors_alone_in_flight_are_no_cap_freed_late_once_its_lag_i
     assert active <= 4.5, active
 
 
+@pytest.mark.parametrize("seed", [4, 7, 12])  # 99429fb7: 8.98, 6.23, 4.80 s (errors19: 4.18, 3.11, 2.50)
+async def test_a_quick_5xx_alone_after_a_shorter_rest_than_one_accepted_alone_is_no_cap_freed_late(
+        seed: int) -> None:
+    # 10 % 503s at once, 40-ms pages, no limit. The start's window of one sends each page the moment the
+    # one before is answered, and those pass. A later quick 503 alone in flight, sent 19 ms after an
+    # answer, fitted a cap of one whose slot is freed late (SlotSizing._slot_reused): the slots were
+    # capped at one and the rate cut x0.9, the cut kept under a ceiling until the errors rule had a cut
+    # of its own to judge. A cap of one freed late would have refused the sends made at 0 ms too.
+    active = await crawl_pages(pages=200, errors=0.1, status=503, page=0.04, seed=seed)
+    assert active <= 4.5, active
+
+
 @pytest.mark.parametrize("seed", [5, 16])
 async def test_refusals_that_stopped_by_chance_are_judged_again_when_one_recurs(seed: int) -> None:
     # 10 % 502s at once, 40-ms pages, no limit. A quick 502 alone in flight cut the pace, and the ten
