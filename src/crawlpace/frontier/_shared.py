@@ -29,6 +29,7 @@ URL) the whole frontier of a namespace lives in one slot.
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -52,7 +53,7 @@ from ..stores.redis.connection import (
 )
 
 __all__ = ["Claim", "ClaimedUrl", "EnqueueReport", "EnqueueStopped", "FrontierCounts", "RobotsCopy",
-           "SharedFrontier",
+           "SharedFrontier", "ack_counts",
            "frontier_unreachable"]
 
 _log = logging.getLogger(__name__)
@@ -65,6 +66,9 @@ _BATCH = 500
 _NAMES = ("enqueue", "claim", "ack", "touch", "give_back", "defer", "robots_get", "robots_put")
 _SCRIPTS = load_scripts("crawlpace.frontier", _NAMES,
                         clocked=set(_NAMES) - {"ack", "robots_get", "robots_put"})
+#: Scripts called in the connection's batches (:meth:`SharedFrontier.ack_later`): the claim, which the
+#: acknowledgements queued just before it ride with. The others go alone, on the main client.
+_BATCHED = frozenset({"claim"})
 _KEEP = load_scripts("crawlpace.frontier", ("keep",), clocked=())["keep"]
 #: Tokens of unanswered claims kept to name in the next claim (the server keeps one per worker).
 _LOST_MAX = 8
@@ -74,6 +78,12 @@ DEFAULT_IDLE = 7 * 24 * 3600.0
 def frontier_unreachable(exc: BaseException) -> bool:
     """Whether ``exc`` means the server could not be reached (worth retrying)."""
     return unreachable(exc)
+
+
+def ack_counts(reply: Sequence[Any]) -> tuple[int, int]:
+    """The ack script's reply read: (finished now, already finished by another worker)."""
+    done, dups, _late = reply
+    return int(done), int(dups)
 
 
 @dataclass(frozen=True, slots=True)
@@ -263,6 +273,10 @@ class SharedFrontier:
         return await self._conn.client()
 
     async def _run(self, name: str, args: Sequence[Any]) -> Any:
+        if name in _BATCHED:
+            # In the connection's next batch (one server; a cluster's call goes alone): the calls
+            # queued in the same turn of the loop (ack_later) ride with it.
+            return await self._conn.call(name, [self._ready], args)
         return await self._conn.call_now(name, [self._ready], args)
 
     # -- filling ----------------------------------------------------------------
@@ -360,8 +374,21 @@ class SharedFrontier:
         """
         if not ids:
             return 0, 0
-        done, dups, _late = await self._run("ack", ["", self._prefix, self.worker, outcome, *ids])
-        return int(done), int(dups)
+        return ack_counts(await self._run("ack", ["", self._prefix, self.worker, outcome, *ids]))
+
+    def ack_later(self, ids: Sequence[int], outcome: str) -> asyncio.Future[Any] | None:
+        """:meth:`ack`, queued for the connection's next batch and not awaited (one server only).
+
+        The acknowledgement leaves at the loop's next turn with the calls made in this one: a
+        worker that acknowledges its answers just before it claims (``crawl/_shared_job.py``) pays
+        one round trip and one script call for both, not two, and the server runs the
+        acknowledgement first, so the claim's counts see it, as when it was awaited before.
+        Returns the reply's future (:func:`ack_counts` reads it), or None on a cluster, where
+        calls go one by one and their order is not kept: call :meth:`ack` there.
+        """
+        if self.cluster or not ids:
+            return None
+        return self._conn.submit("ack", [self._ready], ["", self._prefix, self.worker, outcome, *ids])
 
     async def touch(self, ids: Sequence[int]) -> list[int]:
         """Extend the visibility of held URLs; returns those this worker no longer owns."""
