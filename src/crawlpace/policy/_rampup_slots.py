@@ -632,12 +632,18 @@ class SlotSizing:
                 self.slot_cap = math.inf
 
     def _slots_refused(self: _SlotSizingState, now: float, answered: bool, elapsed: float | None,
-                       inflight: int | None) -> bool:
-        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots."""
+                       inflight: int | None, out: Sequence[float] | None = None) -> bool:
+        """A refusal on arrival with several in flight (:meth:`refused_on_arrival`): cap the slots.
+
+        ``out``: a fleet's sends out as it came, from its store, whose hangs are counted as
+        :meth:`refused_on_arrival` counts them. The shared record of sends out keeps sends long
+        answered (it hears of an end only through a write-back of the shared policy): read as hangs,
+        a fleet of 4 on a cap of 13 took 4 of the 14 leases a refusal met off its count and capped
+        the slots at 10 for the rest of the crawl (0.65 of the cap's capacity, one refusal in 30 s)."""
         if inflight is None:
             return False
         if elapsed is not None:  # (the count the cap saw: see refused_on_arrival)
-            inflight = max(1, inflight - self._hung_at(now - elapsed))
+            inflight = max(1, inflight - self._hung_at(now - elapsed, out))
         quick = elapsed is not None and self._quick(answered, elapsed)
         late = inflight <= self._inflight_ok and not (quick and self._miscounted(inflight))
         if late and elapsed is not None and quick:

@@ -440,7 +440,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
                                    elapsed=now - sent_at, inflight=None if scattered else inflight,
-                                   lag=feedback.lag, error=is_error(feedback))
+                                   lag=feedback.lag, error=is_error(feedback), out=out)
                 self._base = self._compute_base(now)
             ramp_generation = rampup.generation
         manager = self.manager
