@@ -76,6 +76,10 @@ SITES: dict[str, tuple[Callable[[], Site], float]] = {
     "s1588hk08": (lambda: HardKnee(0.185, 0.0362, 2), HardKnee(0.185, 0.0362, 2).capacity()),
     "s1588cc02": (lambda: LateSlots(0.115, 6, 0.0341), 6 / (0.115 + 0.0341)),
     "s1588cc06": (lambda: Slots(0.309, 4), 4 / 0.309),
+    # storm9's ports of stop 58's wide caps freed at once (seed 1877489519's conncap14 and conncap18), where
+    # real fleets of 4 and 8 ran at 0.38-0.56 of the capacity with 1-2 refusals
+    "s1877cc14": (lambda: Slots(0.33, 13), 13 / 0.33),
+    "s1877cc18": (lambda: Slots(0.306, 13), 13 / 0.306),
     # strict buckets (no burst) with pages of a few ms, the random farms' ``strict`` kind (strict6):
     # seed 301981447's strict09 (13.6/s) and strict25 (11.4/s), seed 1327435007's strict09 (25.4/s)
     "strict13": (lambda: Front(13.6, 0.003), 13.6),
