@@ -490,6 +490,25 @@ async def test_told_drawn_lags_reach_rampup_as_a_crawl_measures_them() -> None:
             assert set(pages) == {0.003}
 
 
+async def test_a_bucket_with_no_burst_under_a_wide_spread_is_cut_no_deeper_than_the_spreads_pace(
+        caplog: pytest.LogCaptureFixture) -> None:
+    # One process on a 13.6/s bucket with no burst, each request told its drawn lags (median 0.05 s,
+    # shape 1: arrivals spread 0.15-0.3 s against a gap of 0.074 s). A refusal the previous cut did not
+    # prevent was halved, 3.94/s -> 1.97/s (seed 2), where the spread's pace (the shortest accepted gap
+    # plus the spread) allowed an ordinary cut's 3.55/s: the halving's premise, a doubling too high, is
+    # not a refusal the spread explains.
+    shares, refused = [], 0
+    with caplog.at_level(logging.DEBUG, logger="crawlpace.policy.rampup"):
+        for seed in (2, 3):
+            run = await measure("memory://", 1, latency=0.0, seconds=30.0, site=Front(13.6, 0.003),
+                                lag=Lags(0.05, 1.0, seed), told=True)
+            shares.append(run.ok_per_second(5.0, 30.0) / 13.6)
+            refused += run.refused
+    assert "no deeper than the arrivals' spread paces" in caplog.text
+    assert sum(shares) / len(shares) >= 0.27  # main: 0.244 and 0.259
+    assert refused <= 26  # main: 10 and 16
+
+
 async def test_slots_held_past_their_pages_by_the_crawler_still_carry_a_knees_load() -> None:
     # A soft knee of 11 at 0.19 s (58/s at 11 in flight), the crawler taking 0.1 s of its own between
     # each grant and its write and again between the answer and the release (a loaded machine): each

@@ -105,6 +105,7 @@ class _CutState(Protocol):
     def _decide(self, now: float, decision: str) -> None: ...
     def _last_ok_before(self, sent: float) -> float | None: ...
     def _arrival_jitter(self) -> float: ...
+    def _spread_pace(self) -> float: ...
     def _page_latencies(self) -> list[float]: ...
     def _latency_of(self, sent: float) -> float | None: ...
     def _late_by(self, took: float | None) -> float: ...
@@ -252,6 +253,15 @@ class CutRules:
                      f"no cut, paced at {self.rate:.3g}/s (arrivals spread {jitter:.3g}s)")
         return True
 
+    def _spread_pace(self: _CutState) -> float:
+        """The pace a bucket with no burst refuses only for the arrivals' spread: one shortest accepted
+        gap plus that spread (0.0: no such bucket shown, or no spread measured)."""
+        shortest = self._gap_ok
+        jitter = self._arrival_jitter()
+        if not self._no_burst or not math.isfinite(shortest) or jitter <= 0.0:
+            return 0.0
+        return 1.0 / (shortest + jitter)
+
     def _cut(self: _CutState, now: float, *, reason: str, sent_at: float | None = None) -> None:
         """Cut the rate for a pushback (``reason``: ``pushback``, ``slots``) or a slow answer (``latency``).
 
@@ -326,6 +336,15 @@ class CutRules:
         if refused:
             self.last_pushback_rate = sent
         rate = max(self.min_rate, min(self.max_rate, sent * beta))
+        spread = min(sent * T.cut, self._spread_pace()) if cascade and steady else 0.0
+        halved = rate
+        if spread > rate:
+            # A bucket with no burst under a wide spread of arrivals: the halving's premise (the rate is
+            # a doubling too high) fails where the spread alone explains the refusal at this pace. The
+            # cut stops at the pace the spread leaves room for, as the jitter rule paces, and never
+            # stops shallower than an ordinary cut (bench/results/strict8.md).
+            rate = spread
+            ceiling = max(ceiling, rate)
         if self.phase == "start" and refused and not slots:
             ceiling = self._start_ceiling(now, sent, rate, ceiling)  # at most under the good rate
             rate = self._start_resume(now, rate, ceiling)  # a hold pays the burst's debt
@@ -352,8 +371,11 @@ class CutRules:
         # The rules after the cut (a hold's bucket fit, a relapse's halving) may leave the rate under the
         # cut's own: said, since the cut's figure alone read as the pace raised hold after hold under lag
         # when the fit had set it lower (bench/results/lag2.md).
+        floor = (f", {rate:.3g}/s: no deeper than the arrivals' spread paces (the shortest accepted gap plus "
+                 f"{self._arrival_jitter():.3g}s)") if rate > halved else ""
         resumed = (" (the hold is the cut: at the level after it)" if self.rate > rate
                    else f"; {self.rate:.3g}/s after the hold's rules" if self.rate < rate else "")
         self._decide(now, f"cut: {what} at {sent:.3g}/s ({count} in the window, band "
-                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {rate:.3g}/s{resumed}, ceiling {ceiling:.3g}/s"
+                     f"{low:g}-{high:g}); rate x{beta:.3g} -> {halved:.3g}/s{floor}{resumed}, ceiling "
+                     f"{ceiling:.3g}/s"
                      f"{fitted}")
