@@ -89,6 +89,7 @@ class _CutState(Protocol):
     _lat_held: bool
     _ok_sends: deque[float]
     _no_burst: bool
+    hold_learned: float
 
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
@@ -255,10 +256,12 @@ class CutRules:
 
     def _spread_pace(self: _CutState) -> float:
         """The pace a bucket with no burst refuses only for the arrivals' spread: one shortest accepted
-        gap plus that spread (0.0: no such bucket shown, or no spread measured)."""
+        gap plus that spread (0.0: no such bucket shown, no spread measured, or the site holds)."""
         shortest = self._gap_ok
         jitter = self._arrival_jitter()
-        if not self._no_burst or not math.isfinite(shortest) or jitter <= 0.0:
+        if not self._no_burst or not math.isfinite(shortest) or jitter <= 0.0 or self.hold_learned > 0.0:
+            # (A site that asks for quiet charges a hold for each refusal: there the halving stands. Held
+            # at the spread's pace, buckets of 1-2 with holds drew more of them: bench/results/strict8.md.)
             return 0.0
         return 1.0 / (shortest + jitter)
 
