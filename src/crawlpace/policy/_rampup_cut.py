@@ -18,7 +18,12 @@ levels out at:
   just under it (a token bucket paying back the burst that let the rate pass
   its limit), and a halving would leave the scope at half its rate while the
   search climbs back. A second refusal the gentle cut did not prevent is deep,
-  unless it comes once the climb has held its level (then it is ordinary);
+  unless it comes once the climb has held its level (then it is ordinary).
+  A deep cut in the steady phase of a scope that has shown a bucket with no
+  burst, from a site that has never held it, goes no deeper than the pace the
+  arrivals' spread leaves room for (the shortest accepted gap plus
+  :meth:`CutRules._arrival_jitter`), nor shallower than an ordinary cut: under
+  a wide spread such a refusal is the spread's, not a rate a doubling too high;
 * a refusal on arrival with several in flight (the slots were too many): the
   ordinary depth, the slot cap does the rest;
 * latency past the cut line: deeper the further past the knee it is
