@@ -266,7 +266,8 @@ class CutRules:
         jitter = self._arrival_jitter()
         if not self._no_burst or not math.isfinite(shortest) or jitter <= 0.0 or self.hold_learned > 0.0:
             # (A site that asks for quiet charges a hold for each refusal: there the halving stands. Held
-            # at the spread's pace, buckets of 1-2 with holds drew more of them: bench/results/strict8.md.)
+            # at the spread's pace, buckets with bursts of 3-10 and holds under 8 s, whose refusals had
+            # looked just under a gap, drew 3.33 holds a crawl, not 2.87: bench/results/strict8.md.)
             return 0.0
         return 1.0 / (shortest + jitter)
 
