@@ -18,6 +18,8 @@ cut rate or :data:`T.late_share` of the episode so far, whichever is longer. A
 lock-out of unknown length (a window's rest, a counter draining) costs a few
 probes, not a cascade of cuts, a counter that counts refusals is not kept full
 by them, and the end of a lock-out is seen at most a quarter of its length late.
+Where every send fits a window aligned to the clock (``_rampup_window``), a refused probe's next one
+goes just after its predicted boundary instead (``_window_probe``).
 
 **The fit.** The stretch between the end of one episode and the end of the
 next is a *cycle*; the answers accepted in it over its length are the rate the
@@ -289,9 +291,14 @@ class Episodes:
         fit = fit_window(sorted(self._counted), sent, slack, T.late_share, complete=False)
         if fit is None:
             return
-        _, latest, width = fit
+        earliest, latest, width = fit
         if latest - sent > width:
             return  # (the refused send was not in the window the fit places it in)
+        # Where the fits place the boundary further apart than the episode's late share of the wait,
+        # the probe goes halfway between: refused, it rules out every fit whose boundary came before it
+        # (its period would hold a refusal and no N accepted), and the next one is placed again.
+        if latest - earliest > T.late_share * (latest - sent):
+            latest = 0.5 * (earliest + latest)
         self._ep_gap = max(latest + slack - self._sent_at, 1.0 / max(self.rate, self.min_rate, 1e-9))
         self._decide(sent, f"a clock window of {width:.3g}s fits every send: probing at its boundary "
                            f"{latest - sent:.3g}s after the refusal")

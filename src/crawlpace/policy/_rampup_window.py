@@ -141,7 +141,7 @@ def fit_window(sends: Sequence[tuple[float, bool]], after: float, slack: float, 
     """The clock windows that fit ``sends`` (sorted by time; ``complete``: from the crawl's first):
     the earliest and the latest next boundary after ``after`` over them, and the shortest ``W``.
     None when no window fits, the sends show fewer than two boundaries, the windows that fit differ in
-    ``N``, or their next boundaries are more than ``late_share`` of a period apart."""
+    ``N``, or their next boundaries are further apart than ``late_share`` of the wait for the latest."""
     ends, refusals, most = _evidence(sends, slack, complete)
     if most <= 0 or len(ends) + len(refusals) < 2:
         return None
@@ -182,7 +182,7 @@ def fit_window(sends: Sequence[tuple[float, bool]], after: float, slack: float, 
         return None  # (no window fits, or windows of different N: the sends do not tell which)
     earliest, latest, shortest = min(boundaries), max(boundaries), min(widths)
     if latest - earliest > late_share * shortest:
-        return None  # (the fits place the boundary too far apart for a probe at the latest to gain)
+        return None  # (the fits place the boundary too far apart to say where the period turns)
     return earliest, latest, shortest
 
 
