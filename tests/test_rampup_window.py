@@ -26,7 +26,7 @@ def _clock_window(limit: int, window: float, phase: float) -> Callable[[float], 
 
 
 def _request_rate(limit: float, period: float) -> Callable[[float], bool]:
-    """HAProxy's ``http_req_rate``: every request counted, refused ones too, the previous period blended in."""
+    """HAProxy's ``http_req_rate``: every request counted, refused ones too, the last period blended in."""
     state = {"start": 0.0, "current": 0, "previous": 0}
 
     def arrive(now: float) -> bool:
