@@ -8,15 +8,18 @@ every lock-out ends at a boundary. Refused probes change nothing there, where a 
 that counts refusals (HAProxy's) is kept locked by each one: its periods with a refusal accept
 varying counts, and its refusals and acceptances interleave. So the sends tell the two apart.
 
-:func:`fit_window` takes the answered sends (the send time, accepted or not) and finds every
-``(W, phase)`` that fits them, from the lock-outs' ends: each is a boundary between the last
-refused send and the accepted one after it. With two such ends or more, the boundaries'
-integer spacings bound ``W`` exactly (pairwise, which is enough for intervals on a line); a few
-``W`` across each bound are then checked send by send for the counts. The fit answers with the
-earliest and the latest next boundary after a time over the fits that pass, or None when none
-does (a counter, a bucket, too few lock-outs). A probe sent at the latest boundary is accepted by
-any window that fits; one refused there rules the fit out of the next call (its period then has a
-refusal and no ``N`` accepted).
+:func:`fit_window` takes the answered sends (the send time, accepted or not) and finds the
+``(N, W, phase)`` that fit them. ``N`` is the fewest accepted between a lock-out's end and the next
+refusal. The boundaries lie in known spans: each lock-out's end (between the last refused send and
+the accepted one after it), and the start of each period with a refusal (between the send before
+the ``N`` accepted that preceded that refusal and the first of them). Two distinct spans or more
+bound ``W`` by their whole-number spacings (pairwise, which is enough for intervals on a line);
+``W`` is then sampled across each bound, longest first, at three phases each, and each point is
+checked send by send for the counts. The fit answers with the earliest and the latest next boundary
+after a time over the points that fit, or None when none does (a counter, a bucket, a crawl slower
+than the window, too few lock-outs) or the fits disagree by more than a share of the period. A
+probe refused at a predicted boundary rules out of the next call every fit that placed a boundary
+before it (its period would hold a refusal and no ``N`` accepted).
 """
 
 from __future__ import annotations
@@ -30,9 +33,11 @@ __all__ = ["COUNTS", "SAMPLES", "fit_window"]
 #: The most ``W`` values checked send by send across each bound the lock-outs' ends leave (an
 #: implementation bound on the cost, on the event loop; the bound is narrow once three ends are seen).
 SAMPLES = 256
-#: Boundaries the sends must show for a window to be fitted: two fix a period up to its whole
-#: divisors (and a window of another ``N`` at the same rate may fit as well: then no fit is taken).
-_BOUNDARIES = 2
+#: Boundaries the sends must show for a window to be fitted: two fix a period only up to its whole
+#: divisors, and a HAProxy counter of 42 per 12 s falling to 18 fitted a window of 6.4 s on two (its
+#: lock-out's probes at the fits' boundaries were refused and counted: 21 refusals for 17); a third
+#: is the first check on the other two.
+_BOUNDARIES = 3
 #: The most windows whose counts are read send by send in one fit (an implementation bound: it runs
 #: on the event loop, about 0.1 ms a read over 256 sends). A record that needs more is too loose to
 #: act on: no fit (as the counter fit's ``SCANS``).
