@@ -18,6 +18,8 @@ cut rate or :data:`T.late_share` of the episode so far, whichever is longer. A
 lock-out of unknown length (a window's rest, a counter draining) costs a few
 probes, not a cascade of cuts, a counter that counts refusals is not kept full
 by them, and the end of a lock-out is seen at most a quarter of its length late.
+Where every send fits a window aligned to the clock (``_rampup_window``), a refused probe's next one
+goes just after its predicted boundary instead (``_window_probe``).
 
 **The fit.** The stretch between the end of one episode and the end of the
 next is a *cycle*; the answers accepted in it over its length are the rate the
@@ -107,6 +109,7 @@ from typing import Protocol
 from ._rampup_counter import SENDS_KEPT, counter_open, fit_counter
 from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
+from ._rampup_window import fit_window
 
 __all__ = ["Episodes"]
 
@@ -198,6 +201,7 @@ class _EpisodeState(Protocol):
     def _arrival_jitter(self) -> float: ...
     def _drain_gap(self, sent_at: float | None, took: float | None = None) -> float: ...
     def _probe_gap(self) -> float: ...
+    def _window_probe(self, sent: float) -> None: ...
     def _draining(self, now: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _recall_fitted(self, refused: float, high: float) -> None: ...
@@ -272,7 +276,32 @@ class Episodes:
             longest = max(T.probe_gap_max, T.late_share * (now - self._ep_since),
                           T.lockout_gaps / max(self.rate, self.min_rate))
             self._ep_gap = max(gap, min(2.0 * gap, longest))
+            self._window_probe(sent)
         return False
+
+    def _window_probe(self: _EpisodeState, sent: float) -> None:
+        """A refused send at ``sent`` inside an episode: where every send fits a window aligned to the
+        clock (:func:`fit_window`), the next probe goes just after its next boundary, the latest over the
+        windows that fit, not a doubled gap later (up to 2 s late: 30 per 10 s entered its next window
+        1.9 s late, 6 of its 30 lost) nor sooner (a refused probe more). A counter that counts refusals
+        fits no window, so its probes double as before."""
+        slack = T.knee_slack + self._arrival_jitter()
+        # (The record's first period is taken as partial even from the crawl's first send: robots.txt,
+        # which no limiter may count, opens it.)
+        fit = fit_window(sorted(self._counted), sent, slack, T.late_share, complete=False)
+        if fit is None:
+            return
+        earliest, latest, width = fit
+        if latest - sent > width:
+            return  # (the refused send was not in the window the fit places it in)
+        # Where the fits place the boundary further apart than the episode's late share of the wait,
+        # the probe goes halfway between: refused, it rules out every fit whose boundary came before it
+        # (its period would hold a refusal and no N accepted), and the next one is placed again.
+        if latest - earliest > T.late_share * (latest - sent):
+            latest = 0.5 * (earliest + latest)
+        self._ep_gap = max(latest + slack - self._sent_at, 1.0 / max(self.rate, self.min_rate, 1e-9))
+        self._decide(sent, f"a clock window of {width:.3g}s fits every send: probing at its boundary "
+                           f"{latest - sent:.3g}s after the refusal")
 
     def _slot_cut_missed(self: _EpisodeState, now: float, sent_at: float | None,
                          inflight: int | None) -> None:
