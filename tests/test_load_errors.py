@@ -283,19 +283,21 @@ def test_refusals_that_stay_stopped_are_still_load() -> None:
 
 
 
-@pytest.mark.parametrize(("bad", "n", "clean"), [(3, 33, 25), (2, 12, 13)])
-def test_a_few_quick_errors_that_stop_after_a_cut_are_weighed_as_two_samples(bad: int, n: int, clean: int) -> None:
-    # 3 quick 502s in 33 outcomes (9 %), then 25 clean ones after the cut, were "about load": at 9 %
-    # taken as known, none in 25 is a rarity of a tenth. Both are samples of a share: with every error
-    # as likely in either, all three fall among the first 33 of 58 one time in six, and a site failing
+@pytest.mark.parametrize(("bad", "n", "clean"), [(2, 5, 10), (3, 33, 25), (2, 12, 13)])
+def test_a_few_quick_errors_that_stop_after_a_cut_are_weighed_as_two_samples(
+        bad: int, n: int, clean: int) -> None:
+    # Two quick 502s in a site's first five outcomes, then ten clean ones after the cut, were "about
+    # load": at 40 % taken as known, none in ten is a rarity (0.6 %); so were 25 clean after 3 in 33 and
+    # 13 after 2 in 12 (a tenth each). Both shares are samples: with every outcome as likely to be an
+    # error, all the errors fall among the outcomes before one time in ten, six and five. A site failing
     # 11 % of its requests (5123:errors26) was fitted a bucket at 2-4/s and took 23 s (1.4 s clean).
-    # Two in twelve, then thirteen clean: one time in five. The verdict waits for the outcomes that
-    # tell (or, where no crawl's patience would, is the site's own at once).
+    # The verdict waits for the outcomes that tell (or, where no patience would, is the site's own).
     errors = LoadErrors()
     for t in range(n):
         errors.record("s", sent_at=float(t), error=t % (n // bad) == n // bad - 1 and t < bad * (n // bad))
     assert errors.recent.bit_count() == bad
-    errors.slowed(float(n), None, at_once=True, quick=True)
+    # The breaker's share before (under ten outcomes the rule's own memory is no share yet).
+    errors.slowed(float(n), (bad - 1) / (n - 1), n - 1, at_once=True, quick=True)
     for t in range(clean):
         errors.record("s", sent_at=n + 1.0 + t, error=False)
     assert not errors.slows()  # not "about load" on so few
