@@ -303,3 +303,15 @@ def test_a_few_quick_errors_that_stop_after_a_cut_are_weighed_as_two_samples(
     assert not errors.slows()  # not "about load" on so few
     errors.record("s", sent_at=n + 1.0 + clean, error=True)  # the site's own errors recur at its share
     assert errors.plain
+
+
+def test_quick_errors_no_clean_run_could_tell_from_chance_are_the_sites_own_at_once() -> None:
+    # 4 quick 503s in 40 outcomes (10 %): at 10 % taken as known, 22 clean outcomes after the cut were
+    # "load", and a Wald test calls 0 of 10 after clearly fewer; all four fall among the first 40 of 62
+    # one time in six, and no run of 30 clean ones makes that a rarity: the verdict is known at the cut.
+    errors = LoadErrors()
+    for t in range(40):
+        errors.record("s", sent_at=float(t), error=t % 10 == 9)
+    errors.slowed(40.0, None, at_once=True, quick=True)
+    assert errors.plain
+    assert not errors.judging

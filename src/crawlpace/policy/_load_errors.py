@@ -35,6 +35,10 @@ refusal on arrival with several requests in flight is not weighed here: it is a 
 in flight, whose refusals a slower rate does not lower (the scope policy leaves it out), nor is one
 that may be a cap's whose slot is freed late (``Rampup.held_late``).
 
+Refusals on arrival that stopped after a cut are load only once the clean outcomes after it tell the
+errors before it from chance, both shares samples (:func:`_none_after`, the exact conditional test of two
+binomial shares): two quick 502s in a site's first five outcomes ask for 26 clean ones, not ten; where no
+patience of ``3 * JUDGE`` outcomes could tell (3 errors in 33), the verdict is the site's own at once.
 A cut judged load because its quick refusals stopped (``slowed``'s ``quick``) is watched too: an error
 among as many outcomes again, sent after the cut, judges it afresh with them (``doubt``): a limiter below
 its rate refuses nothing, the site's own errors recur at their share.
@@ -352,7 +356,9 @@ class LoadErrors:
                 about load if none recurs in the outcomes after the cut, as many as a site failing
                 at the share before would have none in only by chance (:data:`STOPPED`; at least
                 :data:`JUDGE`, and the rule holds only where at most three times that many do:
-                a share before of 1 in 13 or more). A rate
+                a share before of 1 in 13 or more; with two errors or more before, also as many as
+                tell them from chance, both shares samples (:func:`_none_after`), and where none
+                within ``3 * JUDGE`` could, the verdict comes at once). A rate
                 limiter refuses a client alone in flight as quickly, and only above its rate
                 (nginx's ``limit_req`` answers 503 by default): its first refusal, 1 of 4 outcomes,
                 was judged the site's own at once, the pace climbed with no ceiling, and 64-68 %
@@ -373,12 +379,17 @@ class LoadErrors:
         # in four, and each such cut would stand. (0: the rule does not apply.)
         needed = math.ceil(math.log(STOPPED) / math.log1p(-before)) if 0.0 < before < 1.0 else JUDGE
         # Both shares are samples: as many again as tell the errors before from chance (_none_after).
-        needed = max(needed, _none_after(round(before * before_n), before_n))
+        told = _none_after(round(before * before_n), before_n)
+        needed = max(needed, told)
         self.quick = max(JUDGE, needed) if quick and needed <= 3 * JUDGE else 0
+        # Quick errors before that no clean run within that patience could tell from chance: the
+        # verdict is known (the test of the shares, _fell, would call 0 of 10 after 4 of 40 before
+        # clearly fewer, where all four fall before by chance 40 % of the time).
+        hopeless = quick and told > 3 * JUDGE
         if at_once and unrisen:
             logger.debug("scope %s: a 5xx at the starting pace, before any rise: no evidence of load", scope)
             self._judge(scope)
-        elif at_once and not self.quick and not self._fell(0, JUDGE):
+        elif at_once and (hopeless or (not self.quick and not self._fell(0, JUDGE))):
             self._judge(scope)
 
     def _fell(self, bad: int, n: int) -> bool:
