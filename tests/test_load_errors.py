@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import pytest
+
 from crawlpace import Throttler
 from crawlpace.policy._load_errors import CROWD, EARLY, JUDGE, LoadErrors, crowded, scattered, tallied
 from crawlpace.testing import MockClock
@@ -247,22 +249,22 @@ def test_the_crowding_test_weighs_thousands_of_answers_past_a_count() -> None:
 
 
 def test_an_error_soon_after_refusals_judged_stopped_is_the_sites_own() -> None:
-    # A quick 503 in 4 of 16 outcomes, none in the ten after the cut: "about load" (at that share, none
-    # in ten is a rarity of 6 %; at a true share of 15 %, of 20 %). An error among as many outcomes
+    # A quick 503 in 4 of 16 outcomes, none in the 23 after the cut: "about load" (all four errors of
+    # 39 outcomes among the first 16 by chance: 2 %). An error among as many outcomes
     # again, sent after the cut at the slower pace, is no limiter's below its rate: the site's own.
     errors = LoadErrors()
     for t in range(16):
         errors.record("s", sent_at=float(t), error=t % 4 == 3)
     errors.slowed(16.0, None, at_once=True, quick=True)
     assert errors.judging
-    assert errors.quick == JUDGE
-    for t in range(JUDGE):
+    assert errors.quick == 23
+    for t in range(errors.quick):
         errors.record("s", sent_at=17.0 + t, error=False)
     assert errors.slows()  # about load: neither plain nor judging
     for t in range(3):
-        errors.record("s", sent_at=30.0 + t, error=False)
-    errors.record("s", sent_at=33.0, error=True)
-    assert errors.plain  # judged again with it: 1 of 14 after, a quarter before, not clearly fewer
+        errors.record("s", sent_at=40.0 + t, error=False)
+    errors.record("s", sent_at=43.0, error=True)
+    assert errors.plain  # judged again with it: 1 of 27 after, a quarter before, not clearly fewer
     assert not errors.slows()
 
 
@@ -273,8 +275,43 @@ def test_refusals_that_stay_stopped_are_still_load() -> None:
     for t in range(16):
         errors.record("s", sent_at=float(t), error=t % 4 == 3)
     errors.slowed(16.0, None, at_once=True, quick=True)
-    for t in range(2 * JUDGE):
+    for t in range(2 * errors.quick):
         errors.record("s", sent_at=17.0 + t, error=False)
-    errors.record("s", sent_at=40.0, error=True)
+    errors.record("s", sent_at=50.0, error=True)
     assert not errors.plain
     assert errors.slows()
+
+
+
+@pytest.mark.parametrize(("bad", "n", "clean"), [(2, 5, 10), (3, 33, 25), (2, 12, 13)])
+def test_a_few_quick_errors_that_stop_after_a_cut_are_weighed_as_two_samples(
+        bad: int, n: int, clean: int) -> None:
+    # Two quick 502s in a site's first five outcomes, then ten clean ones after the cut, were "about
+    # load": at 40 % taken as known, none in ten is a rarity (0.6 %); so were 25 clean after 3 in 33 and
+    # 13 after 2 in 12 (a tenth each). Both shares are samples: with every outcome as likely to be an
+    # error, all the errors fall among the outcomes before one time in ten, six and five. A site failing
+    # 11 % of its requests (5123:errors26) was fitted a bucket at 2-4/s and took 23 s (1.4 s clean).
+    # The verdict waits for the outcomes that tell (or, where no patience would, is the site's own).
+    errors = LoadErrors()
+    for t in range(n):
+        errors.record("s", sent_at=float(t), error=t % (n // bad) == n // bad - 1 and t < bad * (n // bad))
+    assert errors.recent.bit_count() == bad
+    # The breaker's share before (under ten outcomes the rule's own memory is no share yet).
+    errors.slowed(float(n), (bad - 1) / (n - 1), n - 1, at_once=True, quick=True)
+    for t in range(clean):
+        errors.record("s", sent_at=n + 1.0 + t, error=False)
+    assert not errors.slows()  # not "about load" on so few
+    errors.record("s", sent_at=n + 1.0 + clean, error=True)  # the site's own errors recur at its share
+    assert errors.plain
+
+
+def test_quick_errors_no_clean_run_could_tell_from_chance_are_the_sites_own_at_once() -> None:
+    # 4 quick 503s in 40 outcomes (10 %): at 10 % taken as known, 22 clean outcomes after the cut were
+    # "load", and a Wald test calls 0 of 10 after clearly fewer; all four fall among the first 40 of 62
+    # one time in six, and no run of 30 clean ones makes that a rarity: the verdict is known at the cut.
+    errors = LoadErrors()
+    for t in range(40):
+        errors.record("s", sent_at=float(t), error=t % 10 == 9)
+    errors.slowed(40.0, None, at_once=True, quick=True)
+    assert errors.plain
+    assert not errors.judging
