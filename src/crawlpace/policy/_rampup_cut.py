@@ -241,15 +241,8 @@ class CutRules:
         # own service times spread too, and a counter's refusal at the pace cap is no one's jitter).
         if not shortest <= refused < shortest + delayed or not (self._no_burst or delayed > jitter):
             return False
-        # A delay within a timer's slack (``_late_by`` reads none) spaces no next send (Rampup.spaced_until),
-        # so the pace keeps the margin: a refused gap no shorter than one accepted measures how far the
-        # stamps stray from the site's own spacing, at least ``refused - shortest`` either way, and the
-        # pace's gap leaves that much past the refused one (on real nginx at load 10, refusals at 100-103
-        # ms stamp gaps, 99 ms in nginx's log, recurred at a pace of 102.7 ms from an accepted 100 ms:
-        # bench/results/real4.md). A longer delay is a stall's, which the spacing answers. Never deeper
-        # than an ordinary cut: a jitter that large is the refusal's cause only seldom.
-        spread = jitter if self._late_by(late) > 0.0 else max(jitter, 2.0 * (refused - shortest))
-        rate = max(self.min_rate, T.cut * self.rate, min(self.rate, 1.0 / (shortest + spread)))
+        # Never deeper than an ordinary cut: a jitter that large is the refusal's cause only seldom.
+        rate = max(self.min_rate, T.cut * self.rate, min(self.rate, 1.0 / (shortest + jitter)))
         self.last_pushback_rate = 1.0 / refused
         self._spaced = True  # (the site counts arrival gaps: late answers space the next send, spaced_until)
         if rate < self.rate:
@@ -258,7 +251,7 @@ class CutRules:
             self._start_climb(now, fast=False)
         self._decide(now, f"jitter: refused {refused:.4g}s after an accepted send whose answer took "
                      f"{delayed:.3g}s longer than the quickest; the site accepted {shortest:.4g}s: "
-                     f"no cut, paced at {self.rate:.3g}/s (arrivals spread {spread:.3g}s)")
+                     f"no cut, paced at {self.rate:.3g}/s (arrivals spread {jitter:.3g}s)")
         return True
 
     def _cut(self: _CutState, now: float, *, reason: str, sent_at: float | None = None) -> None:
