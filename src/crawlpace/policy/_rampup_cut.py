@@ -89,6 +89,7 @@ class _CutState(Protocol):
     _lat_held: bool
     _ok_sends: deque[float]
     _no_burst: bool
+    _spaced: bool
 
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
@@ -243,6 +244,7 @@ class CutRules:
         # Never deeper than an ordinary cut: a jitter that large is the refusal's cause only seldom.
         rate = max(self.min_rate, T.cut * self.rate, min(self.rate, 1.0 / (shortest + jitter)))
         self.last_pushback_rate = 1.0 / refused
+        self._spaced = True  # (the site counts arrival gaps: late answers space the next send, spaced_until)
         if rate < self.rate:
             self.rate = rate
             self.ceiling = rate if self.ceiling is None else min(self.ceiling, rate)

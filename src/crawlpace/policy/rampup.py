@@ -375,6 +375,9 @@ class RampupState:
     # (_rampup_cut).
     _ok_lat: deque[float] = field(default_factory=lambda: deque(maxlen=2 * LATENCIES_KEPT))
     _no_burst: bool = False  # a refusal came just under the shortest accepted gap (_rampup_cut)
+    # A refusal the arrivals' jitter explained (_rampup_cut): the site counts the gaps between arrivals,
+    # so a late answer spaces the next send from the late arrival (:meth:`spaced_until`).
+    _spaced: bool = False
     # A level held before the limit fell under it (0: none), the quiet before the next search
     # back up to it, and the level that search started from (_rampup_recall).
     _recall: float = 0.0
@@ -520,6 +523,24 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 # A limiter's refusal cut since: the pace before the errors is no better.
                 self._undo_void = bool(self._undo)
         return self.rate != before
+
+    def spaced_until(self, sent_at: float, latency: float | None, lag: float = 0.0) -> float:
+        """The earliest next send after an accepted send made at ``sent_at`` (``-inf``: no bound).
+
+        Once a refusal came that the arrivals' jitter explains (``_jitter_refused``: a site that counts
+        the gaps between arrivals, nginx's ``limit_req`` with no burst), an accepted answer that came
+        late (its latency and lag past the quickest recent answer, more than a timer's slack:
+        ``_late_by``) says its request may have reached the site that much later than sent; the next
+        send then goes one gap of the pace after that arrival, not after the stamp. On real nginx at
+        load 24, every refusal in the steady phase followed an accepted send whose answer came 18-260 ms
+        late, known before the refused send went, and nginx's own log put that request as late on the
+        way in (bench/results/real4.md): the site saw the two 35-96 ms apart where the pace was 106 ms.
+        The bound costs a late answer's delay on the next gap only, where the delay was on the way back.
+        """
+        if not self._spaced or self.rate <= 0.0:
+            return -math.inf
+        late = self._late_by(_took(latency, lag))
+        return sent_at + late + 1.0 / self.rate if late > 0.0 else -math.inf
 
     def _on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
                      answered: bool, elapsed: float | None, inflight: int | None, lag: float,

@@ -442,6 +442,13 @@ class ScopePolicy(ScopeGates, GradualSlots):
                                    elapsed=now - sent_at, inflight=None if scattered else inflight,
                                    lag=feedback.lag, error=is_error(feedback))
                 self._base = self._compute_base(now)
+                if not feedback.backoff:
+                    # A late answer at a site that counts arrival gaps: the next send waits a gap
+                    # after the late arrival (Rampup.spaced_until), held as a server's hold is.
+                    until = rampup.spaced_until(sent_at, feedback.latency, feedback.lag)
+                    if until > now and until > self.hold_until:
+                        self.hold_until = until
+                        self._update_gated()
             ramp_generation = rampup.generation
         manager = self.manager
         if feedback.budget is not None and feedback.backoff and (

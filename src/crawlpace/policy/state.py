@@ -83,7 +83,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_stuck_share", "_stuck_time", "_resumed_at", "slot_cap", "_cap_at", "_good_rate", "_door",
           "_low_latency", "_top", "_probe_after", "hold_learned", "_queue_cap", "_gentle", "_ep_since",
           "_ep_gap", "_cycle_start", "_cycle_ok", "_cycle_rate", "_cycle_refused", "_ok_sends", "_gap_ok",
-          "_strict_gap", "_ok_lat", "_no_burst",
+          "_strict_gap", "_ok_lat", "_no_burst", "_spaced",
           "_fitted", "_fit_span", "_early_cut", "_drain_at", "_ep_drain", "_drain_until", "_drain_passed",
           "_lock_end", "_lock_ok",
           "_inflight_ok",
