@@ -1001,3 +1001,32 @@ async def test_a_fleet_on_a_cap_of_1_freed_late_neither_counts_its_refusals_in_t
                         site=LateSlots(0.124, 1, 0.022), lag=0.05)
     assert run.refused <= 30
     assert run.ok_per_second(5.0, 30.0) >= 0.85 / (0.124 + 0.022)
+
+
+@pytest.mark.redis
+async def test_a_fleet_under_uneven_lags_takes_a_caps_refusal_at_two_leases_for_no_error_of_the_site(
+        redis_url: str) -> None:
+    # The cap of 1 freed 22 ms late, 4 workers whose lags are drawn per request (median 0.1 s, a
+    # loaded machine's long tail). At 4.19 s a quick 503 that met 2 leases at its send (itself and one
+    # at the site, released only 70 ms after the refusal was read) was under the 3 in flight a refusal
+    # on arrival needs and under the 5 leases once accepted at once (the accepted requests' own
+    # transit): the errors rule weighed it against 1 error in 16, judged the cap's 503s the site's own
+    # at once, and the start doubled again: 293 refusals in 30 s. A fleet's quick refusal with another
+    # lease out at its send rests no verdict until the site refuses a request alone: 36.
+    run = await measure(redis_url.split("?")[0], 4, latency=0.0, seconds=30.0,
+                        site=LateSlots(0.124, 1, 0.022), lag=Lags(0.1, 1.0, 1))
+    assert run.refused <= 80
+
+
+@pytest.mark.redis
+async def test_a_fleet_under_uneven_lags_takes_no_caps_refusals_for_scattered_errors_of_the_site(
+        redis_url: str) -> None:
+    # A cap of 4 at 0.279 s a page freed 85 ms late, 4 workers, lags drawn per request (median 0.1 s).
+    # Counted in leases, the cap's refusals looked scattered: a lease spans both hops, so requests
+    # accepted "at 6 or more" were many (their own transit) and quick 503s came at fewer (a holder
+    # on its way back), and at 12.9 s a refusal at 6 leases was taken for the site's own error,
+    # weighed against 1 in 67 and judged so at once: 180 refusals in 30 s. A fleet's quick refusal
+    # with another lease out at its send is no scattered error until the site refuses one alone: 10.
+    run = await measure(redis_url.split("?")[0], 4, latency=0.0, seconds=30.0,
+                        site=LateSlots(0.279, 4, 0.0845), lag=Lags(0.1, 1.0, 1))
+    assert run.refused <= 60

@@ -105,6 +105,7 @@ class _SlotSizingState(Protocol):
     def refused_on_arrival(self, answered: bool, elapsed: float | None, inflight: int | None, *,
                            sent_at: float | None = None, out: Sequence[float] | None = None) -> bool: ...
     def _refused_at(self, answered: bool, elapsed: float | None, inflight: int) -> bool: ...
+    def cap_in_transit(self, answered: bool, elapsed: float | None, met: int | None) -> bool: ...
     def _accepted_leases(self, count: int | None, at: float | None = None) -> int | None: ...
     def _quick(self, answered: bool, elapsed: float | None) -> bool: ...
     def _door_open(self) -> bool: ...
@@ -591,6 +592,27 @@ class SlotSizing:
         rests = [r for r in (self._rest_before(sent, held), self._rest_before(self._sent_at, held))
                  if r is not None]
         return bool(rests) and min(rests) < min(base, self._ok_since)
+
+    def cap_in_transit(self: _SlotSizingState, answered: bool, elapsed: float | None,
+                       met: int | None) -> bool:
+        """Whether a fleet's quick refusal that met ``met`` leases at its send (:meth:`met_at_send`: those out
+        at its grant and those answered since, itself included) may be a cap's whose holder was still in
+        transit, so that no verdict on the site's errors may rest on it: at least one other lease, and no
+        quick refusal of this site has come alone in flight (``_lone_refused``: a backend failing at once
+        does so soon). One process: never (its counts are the site's, :meth:`refused_on_arrival` reads them).
+
+        A lease spans both hops, so a fleet's counts are no site's: the most accepted rises with the
+        accepted requests' own transit (5 leases on a cap of 1), and a slot's holder may be on its way
+        back when a refusal is read. A cap of 1 freed 22 ms late refused a send that met 2 leases, the
+        other at the site and released only 70 ms after the refusal was read: under the 3 in flight a
+        refusal on arrival needs and under the most accepted, it was weighed by the errors rule against
+        1 error in 16 and judged the site's own at once; the doubling drew 293 refusals in 30 s with 4
+        workers. Nor is such a refusal one of the site's scattered errors (``scattered``, whose counts
+        are leases here): a cap of 4 freed 85 ms late had many requests accepted "at 6 leases or more"
+        (their own transit) and quick 503s at fewer (holders on their way back), and a refusal at 6 was
+        judged the site's own at once: 180 refusals (bench/results/storm8.md)."""
+        return (self._merged and met is not None and met >= 2 and not self._lone_refused
+                and self._quick(answered, elapsed))
 
     def _rest_before(self: _SlotSizingState, sent: float, held: int = 1) -> float | None:
         """How long after the ``held``-th latest accepted answer before it a request left at ``sent``
