@@ -127,6 +127,24 @@ class Knee:
         return 200, self.latency * max(1.0, inflight / self.knee) ** 2
 
 
+class HardKnee(Knee):
+    """A random farm's ``hardknee`` (``sim/_load.py`` with no knee): ``latency`` plus ``per`` for each
+    other request in flight, and 503 at once past ``limit`` in flight. (A :class:`Knee` for the
+    harness's types; its own answers.)"""
+
+    def __init__(self, latency: float, per: float, limit: int) -> None:
+        super().__init__(latency, limit, limit)
+        self.per = per
+
+    def capacity(self) -> float:
+        return self.limit / (self.latency + self.per * (self.limit - 1))
+
+    def answer(self, at: float, inflight: int) -> tuple[int, float]:
+        if inflight > self.limit:
+            return 503, 0.002
+        return 200, self.latency + self.per * (inflight - 1)
+
+
 class Window:
     """A sliding window of ``limit`` requests per ``length`` seconds that counts refused ones too,
     whose limit falls to ``limit * share`` at ``shift`` seconds (a random farm's ``shifting``)."""
@@ -1030,3 +1048,18 @@ async def test_a_fleet_under_uneven_lags_takes_no_caps_refusals_for_scattered_er
     run = await measure(redis_url.split("?")[0], 4, latency=0.0, seconds=30.0,
                         site=LateSlots(0.279, 4, 0.0845), lag=Lags(0.1, 1.0, 1))
     assert run.refused <= 60
+
+
+@pytest.mark.redis
+async def test_a_fleet_whose_slot_cap_is_read_right_takes_no_knees_refusals_for_errors_of_the_site(
+        redis_url: str) -> None:
+    # A hard limit of 6 in flight (0.155 s a page, 10 ms more for each other request, 503 at once
+    # past 6), 8 workers, every lag 0.03 s. At 8.7 s a quick 503 that met other leases was judged
+    # the site's own errors and the slot cap forgiven; once the slot cap counted a refusal's hangs
+    # from the lease set (not stale sends, which had capped it at 6 by accident), every later verdict
+    # forgave it again: 597 refusals in 30 s. A fleet's quick refusal with another lease out at its
+    # send rests no verdict until the site refuses one alone: 18, and 0.91 of the capacity.
+    site = HardKnee(0.155, 0.0102, 6)
+    run = await measure(redis_url.split("?")[0], 8, latency=0.0, seconds=30.0, site=site, lag=0.03)
+    assert run.refused <= 60
+    assert run.ok_per_second(5.0, 30.0) >= 0.8 * site.capacity()
