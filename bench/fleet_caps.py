@@ -36,26 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from tests.redis_server import RedisServer, redis_binary  # noqa: E402
-from tests.test_fleet_learning import Front, Knee, Lags, LateSlots, Slots, measure  # noqa: E402
-
-
-class HardKnee(Knee):
-    """A random farm's ``hardknee`` (``sim/_load.py`` with no knee): ``latency`` plus ``per`` for each
-    other request in flight, and 503 at once past ``limit`` in flight. (A :class:`Knee` for the
-    harness's types; its own answers.)"""
-
-    def __init__(self, latency: float, per: float, limit: int) -> None:
-        super().__init__(latency, limit, limit)
-        self.per = per
-
-    def capacity(self) -> float:
-        return self.limit / (self.latency + self.per * (self.limit - 1))
-
-    def answer(self, at: float, inflight: int) -> tuple[int, float]:
-        if inflight > self.limit:
-            return 503, 0.002
-        return 200, self.latency + self.per * (inflight - 1)
-
+from tests.test_fleet_learning import Front, HardKnee, Knee, Lags, LateSlots, Slots, measure  # noqa: E402
 
 Site = Slots | LateSlots | Knee | Front
 

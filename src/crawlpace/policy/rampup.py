@@ -118,6 +118,7 @@ from __future__ import annotations
 import logging
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from .._jitter import Jitter
@@ -490,7 +491,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
 
     def on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
                     answered: bool = True, elapsed: float | None = None, inflight: int | None = None,
-                    lag: float = 0.0, error: bool = False) -> bool:
+                    lag: float = 0.0, error: bool = False, out: Sequence[float] | None = None) -> bool:
         """Take one outcome.
 
         Args:
@@ -506,6 +507,9 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
                 arrival came that much later (the arrivals' spread, ``_rampup_cut``).
             error: the pushback is a 5xx or a failure, whose cut the scope's error rule may judge
                 not about load (``_load_errors``), not a limiter's refusal (a 429): see :meth:`forgive`.
+            out: a fleet's sends out as it came, read from its store (``ScopePolicy.on_outcome``'s): a
+                refusal on arrival's hangs are counted from them (:meth:`_slots_refused`). None in one
+                process, whose record of sends out is exact.
 
         Returns:
             True when :attr:`rate` changed.
@@ -514,7 +518,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         undo = pushback and error and self._limited and not self._undo
         pace = tuple(_copied(getattr(self, name)) for name in _PACE) if undo else ()
         self._on_response(now, pushback=pushback, current=current, latency=latency, answered=answered,
-                          elapsed=elapsed, inflight=inflight, lag=lag, error=error)
+                          elapsed=elapsed, inflight=inflight, lag=lag, error=error, out=out)
         if self.generation != generation and pushback:
             if pace:
                 self._undo = pace  # the first cut of the errors under judgement
@@ -544,7 +548,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
 
     def _on_response(self, now: float, *, pushback: bool, current: bool, latency: float | None,
                      answered: bool, elapsed: float | None, inflight: int | None, lag: float,
-                     error: bool) -> None:
+                     error: bool, out: Sequence[float] | None = None) -> None:
         if self.phase == "start" and not pushback:  # a refusal on arrival says nothing of service time
             self._start_latency(latency)
         inflight = self._accepted_leases(inflight, now)  # (a fleet's lease count less refusals in transit)
@@ -603,7 +607,7 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         elif pushback and answered and not passed and not self._episode_opens(now, can_cut, sent_at):
             self._decide(now, "episode: a refusal of the same overshoot; probing, one send per "
                          f"{self._ep_gap:.3g}s, until one is accepted")
-        elif pushback and self._slots_refused(now, answered, elapsed, inflight):
+        elif pushback and self._slots_refused(now, answered, elapsed, inflight, out):
             explained = self._slot_explained(now, elapsed, inflight, cap, most)
             if can_cut and not explained:  # (explained: past the cap the slots hold now, the rate stays)
                 steady = self.phase == "steady"

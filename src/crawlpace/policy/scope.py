@@ -355,8 +355,10 @@ class ScopePolicy(ScopeGates, GradualSlots):
         # refused mostly, and clearly more often, from some count on, they are a cap's, however the
         # site's own errors were judged; at a count whose requests mostly passed, and not sent so soon
         # after an answer that a slot freed late explains it (held_late), none of a cap's: the site's
-        # own errors come at any count, and rampup reads no cap on requests in flight from them.
+        # own errors come at any count, and rampup reads no cap on requests in flight from them. (Nor a
+        # fleet's with another lease out at its send, until the site refuses one alone: cap_in_transit.)
         crowded = scattered = False
+        met: int | None = None
         if rampup is not None and feedback.status is not None:
             met = rampup.met_at_send(inflight, sent_at, now, out)
             if met is not None:
@@ -364,7 +366,8 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 rampup.tally_crowd(met, quick)
                 crowded = quick and rampup.crowded(met, now)
                 scattered = (quick and not crowded and rampup.scattered(met)
-                             and not rampup.held_late(True, took, inflight, now - took))
+                             and not rampup.held_late(True, took, inflight, now - took)
+                             and not rampup.cap_in_transit(True, took, met))
         own = errors is not None and errors.learned() and is_error(feedback) and not crowded
         if rampup is not None and feedback.backoff:
             # (From the write: the refusal met what was out then, see SlotSizing._met.)
@@ -374,6 +377,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
             and (rampup.refused_on_arrival(feedback.status is not None, took, inflight, sent_at=now - took,
                                            out=out)
                  or (late and rampup.held_late(feedback.status is not None, took, inflight, now - took))
+                 or (late and rampup.cap_in_transit(feedback.status is not None, took, met))
                  or rampup.line_full(feedback.status is not None, sent_at, now)))
         # A refusal on arrival not read as a cap's (one alone in flight): a rate limiter's as likely as
         # the site's own; the cut it makes is judged by whether any recurs (_load_errors' slowed).
@@ -440,7 +444,7 @@ class ScopePolicy(ScopeGates, GradualSlots):
                 rampup.on_response(now, pushback=feedback.backoff, current=generation == self.generation,
                                    latency=feedback.latency, answered=feedback.status is not None,
                                    elapsed=now - sent_at, inflight=None if scattered else inflight,
-                                   lag=feedback.lag, error=is_error(feedback))
+                                   lag=feedback.lag, error=is_error(feedback), out=out)
                 self._base = self._compute_base(now)
                 if not feedback.backoff:
                     # A late answer at a site that counts arrival gaps: the next send waits a gap
