@@ -44,7 +44,7 @@ class Lost:
     """A write-back another worker beat: the policy stored instead, as ``release.lua`` read it.
 
     The version and the blob come from the same script step, so they always match (a worker
-    read the blob with a ``GET`` of its own after the reply: one more round trip, 0.5-1 a
+    read the blob with a ``GET`` of its own after the reply: one more round trip, 0.2-1.1 a
     request on a fleet's errors and bucket sites, and a blob that could be newer than the
     version beside it, bench/results/calls2.md).
     """
