@@ -20,6 +20,7 @@ from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Outcome, Store, open_store
 from crawlpace.stores.redis import RedisLease, RedisStore
 from crawlpace.stores.redis._shared_policy import Cached
+from crawlpace.stores.redis._writeback import Lesson, Lost
 from crawlpace.testing import MockClock
 
 from .redis_server import delivered
@@ -48,6 +49,26 @@ def count_writes(store: RedisStore) -> list[int]:
 
     store._writer.write = counted  # type: ignore[method-assign]
     return writes
+
+
+async def stored_blob(store: RedisStore) -> bytes | None:
+    """The policy blob stored for the scope "site" (what a lost write-back's reply carries)."""
+    client = await store._conn.client()
+    blob: bytes | None = await client.get(store._keys("site")[3])
+    return blob
+
+
+def count_reads(store: RedisStore) -> list[int]:
+    """Count ``store``'s plain reads of a policy blob (``_fetch_blob``) from now on: the list's one item."""
+    reads = [0]
+    fetch = store._fetch_blob
+
+    async def counted(name: str) -> bytes | None:
+        reads[0] += 1
+        return await fetch(name)
+
+    store._fetch_blob = counted  # type: ignore[method-assign]
+    return reads
 
 
 async def closed(*stores: Store) -> None:
@@ -84,7 +105,8 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
         # The release's reply said version - 1 was stored; another worker wrote once more since.
         writes = count_writes(a)
         generation = a._policies.policy("site").generation
-        await a._writer.redo(lease, {0: version - 1}, {0: (OK, generation, a._server_now(), NO_LEASES)})
+        stale = Lost(version - 1, await stored_blob(a))
+        await a._writer.redo(lease, {0: stale}, {0: (OK, generation, a._server_now(), NO_LEASES)})
         # Main: eight writes guarded by version - 1, every one refused, and the outcome dropped.
         assert a._writer.unshared == 0
         assert writes[0] == 2  # the stale version's, then the one on the version that beat it
@@ -94,21 +116,22 @@ async def test_a_lost_write_back_is_redone_on_the_version_that_beat_it(redis_url
 
 
 async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redis_url: str) -> None:
-    # A redo reads the newer policy first: on a loaded machine a busy scope's redos came 2.2 s
-    # (median) after the answer, up to 6.6 s. Applied at the redo's time, that wait was read as the
-    # request's: its slot held seconds past its answer (rampup's held time twice the real one on a
-    # real-HTTP fleet of 4, bench/results/fleetheld3.md). Here the read takes 2 s of the fake clock.
+    # On a loaded machine a busy scope's redos came 2.2 s (median) after the answer, up to 6.6 s.
+    # Applied at the redo's time, that wait was read as the request's: its slot held seconds past its
+    # answer (rampup's held time twice the real one on a real-HTTP fleet of 4,
+    # bench/results/fleetheld3.md). Here the redo starts 2 s of the fake clock late. (It was the
+    # redo's own read of the newer policy that took the 2 s; the lost write's reply carries that
+    # policy now, calls2, so the delay is put at the redo's start.)
     clock = MockClock()
     a, b = two_workers(redis_url, clock)
     redone = 0
-    fetch = a._writer._fetch
+    redo_scope = a._writer._redo_scope
 
-    async def slow_fetch(name: str) -> object:
+    async def slow_redo(name: str, stored: Lost, waiting: list[Lesson]) -> None:
         nonlocal redone
         redone += 1
-        got = await fetch(name)
         clock.advance(2.0)
-        return got
+        await redo_scope(name, stored, waiting)
 
     try:
         await answered_by_both(a, b, clock)  # the scope's state is stored, and written by each
@@ -117,7 +140,7 @@ async def test_a_redo_applies_the_outcome_at_its_answers_time_not_the_redos(redi
         clock.advance(0.05)
         await b.release(other, Outcome(status=200, latency=0.05, feedback=(OK,)))
         await delivered(b)  # written: a's copy is a version behind, its write-back below loses
-        a._writer._fetch = slow_fetch  # type: ignore[assignment]
+        a._writer._redo_scope = slow_redo  # type: ignore[method-assign]
         await a.release(mine, Outcome(status=200, latency=0.05, feedback=(OK,)))
         await delivered(a)
         assert redone == 1
@@ -150,7 +173,8 @@ async def test_a_workers_lost_write_backs_of_one_scope_are_redone_in_one_write(r
         generation = a._policies.policy("site").generation
         # Twelve replies that each said "version - 1 stood there instead", redone side by side as
         # the release sender's background tasks redo them.
-        await asyncio.gather(*(a._writer.redo(lease, {0: version - 1},
+        stale = Lost(version - 1, await stored_blob(a))
+        await asyncio.gather(*(a._writer.redo(lease, {0: stale},
                                               {0: (OK, generation, a._server_now(), NO_LEASES)})
                                for _ in range(lost)))
         # Main: 69 writes, and four of the twelve outcomes dropped after eight lost tries each.
@@ -190,7 +214,8 @@ async def test_a_refusals_redo_outlasts_the_cap_that_drops_a_plain_answers(redis
         for signal, dropped, tries in ((OK, 1, 8), (refused, 0, 9)):
             writes, unshared = 0, a._writer.unshared
             version = int(await client.hget(key, "ver") or 0)
-            await a._writer.redo(lease, {0: version}, {0: (signal, generation, a._server_now(), NO_LEASES)})
+            await a._writer.redo(lease, {0: Lost(version, await stored_blob(a))},
+                                 {0: (signal, generation, a._server_now(), NO_LEASES)})
             assert a._writer.unshared - unshared == dropped  # main: the refusal dropped too
             assert writes == tries  # the refusal's ninth try landed
     finally:
@@ -198,18 +223,19 @@ async def test_a_refusals_redo_outlasts_the_cap_that_drops_a_plain_answers(redis
 
 
 async def test_an_answer_released_while_its_scope_is_redone_joins_the_redos_write(redis_url: str) -> None:
-    # A worker redoes a lost write-back of the scope (its read of the newer policy takes a while) when
-    # another of its requests is answered. That answer's own write-back, guarded by the version the
-    # worker's copy was read at, raced the redo: two writes, each a compare-and-set other workers'
-    # writes contend with. It joins the redo instead: both outcomes in one write.
+    # A worker redoes a lost write-back of the scope (held here at its start; it was its read of the
+    # newer policy before the lost write's reply carried it, calls2) when another of its requests is
+    # answered. That answer's own write-back, guarded by the version the worker's copy was read at,
+    # raced the redo: two writes, each a compare-and-set other workers' writes contend with. It joins
+    # the redo instead: both outcomes in one write.
     clock = MockClock()
     a, b = two_workers(redis_url, clock)
     gate = asyncio.Event()
-    fetch = a._writer._fetch
+    redo_scope = a._writer._redo_scope
 
-    async def slow_fetch(name: str) -> object:
+    async def slow_redo(name: str, stored: Lost, waiting: list[Lesson]) -> None:
         await gate.wait()
-        return await fetch(name)
+        await redo_scope(name, stored, waiting)
 
     try:
         await answered_by_both(a, b, clock)
@@ -221,7 +247,7 @@ async def test_an_answer_released_while_its_scope_is_redone_joins_the_redos_writ
         client = await a._conn.client()
         key = a._keys("site")[0]
         version = int(await client.hget(key, "ver") or 0)
-        a._writer._fetch = slow_fetch  # type: ignore[assignment]
+        a._writer._redo_scope = slow_redo  # type: ignore[method-assign]
         await a.release(first, Outcome(status=200, latency=0.05, feedback=(OK,)))
         await a._releases.sent()
         for _ in range(5):
@@ -234,5 +260,59 @@ async def test_an_answer_released_while_its_scope_is_redone_joins_the_redos_writ
         # One write carried both outcomes (main: the second's own lost too, and was redone: two).
         assert int(await client.hget(key, "ver") or 0) == version + 1
         assert a._writer.joined == 1
+    finally:
+        await closed(a, b)
+
+
+async def test_a_lost_write_back_is_redone_on_the_policy_its_reply_carried(redis_url: str) -> None:
+    # The release whose write-back lost used to cost a plain GET of the newer policy before its redo,
+    # and each lost write of the redo one more (0.96 reads a request on a fleet of 4's errors and bucket
+    # sites, bench/results/calls1.md). release.lua now returns the stored version and blob with the
+    # lost result, read in the same step: the redo lands with no read of its own.
+    clock = MockClock()
+    a, b = two_workers(redis_url, clock)
+    try:
+        await answered_by_both(a, b, clock)
+        mine = await admitted_on(a, clock)
+        other = await admitted_on(b, clock)
+        clock.advance(0.05)
+        await b.release(other, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(b)  # written: a's copy is a version behind, its write-back below loses
+        client = await a._conn.client()
+        version = int(await client.hget(a._keys("site")[0], "ver") or 0)
+        reads, writes = count_reads(a), count_writes(a)
+        redone, absorbed = a._writer.redone, a._writer.absorbed
+        await a.release(mine, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(a)
+        assert a._writer.redone - redone == 1  # the write-back lost and was redone
+        assert reads[0] == 0  # main: one GET of the newer blob before the redo
+        # Written once on the version that beat it, or absorbed by it (nothing new to share).
+        assert writes[0] + a._writer.absorbed - absorbed == 1
+        stored = int(await client.hget(a._keys("site")[0], "ver") or 0)
+        assert stored == version + writes[0]
+        entry = a._policies.entry("site")
+        assert (entry.version, entry.blob) == (stored, await stored_blob(a))  # the copy is the stored policy
+        assert a._writer.unshared == 0
+    finally:
+        await closed(a, b)
+
+
+async def test_a_lost_write_takes_the_policy_that_beat_it_from_its_reply(redis_url: str) -> None:
+    # PolicyWriter.write guarded by a stale version: it loses, and this worker's copy becomes the stored
+    # policy (version and blob of the same step) without a read; the next write on it lands.
+    clock = MockClock()
+    a, b = two_workers(redis_url, clock)
+    try:
+        await answered_by_both(a, b, clock)
+        client = await a._conn.client()
+        version = int(await client.hget(a._keys("site")[0], "ver") or 0)
+        reads = count_reads(a)
+        policy = a._policies.policy("site")
+        assert not await a._writer.write("site", version - 1, policy, a._server_now())
+        assert reads[0] == 0  # main: a GET of the blob that beat it
+        entry = a._policies.entry("site")
+        assert (entry.version, entry.blob) == (version, await stored_blob(a))
+        assert await a._writer.write("site", version, a._policies.policy("site"), a._server_now())
+        assert int(await client.hget(a._keys("site")[0], "ver") or 0) == version + 1
     finally:
         await closed(a, b)

@@ -24,8 +24,10 @@
 --   optionally, the mean gap between sends to store with a write-back (one
 --   scope: the send through the start phase's door, see stores/redis/_writeback.py).
 -- Returns {"", result...} (the first value is a place holder: formatting "now"
---   cost more than anything read it for): per scope "ok", or the current version when it no
---   longer matched (the write-back was not done: compute it again).
+--   cost more than anything read it for): per scope "ok", or, when the version no longer
+--   matched (the write-back was not done: compute it again), {current version, stored blob}
+--   (the blob nil when none is stored): the worker redoes it on that pair with no read of its
+--   own (stores/redis/_writeback.py, lost()).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
 -- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill) from policy/_shared_rules.py after it.
 -- ARGV layout (stores/redis/_script_args.py):
@@ -115,7 +117,8 @@ for i = 1, n do
     local version = w[1] or "0"
     local fhold = tonumber(w[5])
     if version ~= ARGV[base + 6] then
-      result = version
+      -- The policy that won, read in this same step: the version and blob always match.
+      result = {version, redis.call("GET", p)}
       -- A refusal's hold stands although its write-back lost (clock.lua: take_hold).
       local h = tonumber(ARGV[base + 12])
       if ARGV[base + 2] == "3" and h and h > now then take_hold(a, h, fhold) end

@@ -24,7 +24,7 @@ from ._redis_parts import RedisParts
 from ._script_args import RELEASE
 from ._shared_policy import Cached, SharedPolicies
 
-__all__ = ["WRITE_TRIES", "Lesson", "PolicyWriter"]
+__all__ = ["WRITE_TRIES", "Lesson", "Lost", "PolicyWriter", "lost"]
 
 logger = logging.getLogger(__name__)
 
@@ -37,6 +37,26 @@ Pending = dict[int, tuple[ScopeFeedback | None, int, float, tuple[float, float, 
 WRITE_TRIES = 8
 
 Run = Callable[[str, list[str], list[Any]], Awaitable[Any]]
+
+
+@dataclass(slots=True, frozen=True)
+class Lost:
+    """A write-back another worker beat: the policy stored instead, as ``release.lua`` read it.
+
+    The version and the blob come from the same script step, so they always match (a worker
+    read the blob with a ``GET`` of its own after the reply: one more round trip, 0.2-1.1 a
+    request on a fleet's errors and bucket sites, and a blob that could be newer than the
+    version beside it, bench/results/calls2.md).
+    """
+
+    version: int
+    blob: bytes | None  # None: no policy stored
+
+
+def lost(result: Any) -> Lost:
+    """Read a lost write-back's result in a release reply: ``{version, blob}`` (``release.lua``)."""
+    version, blob = result
+    return Lost(int(version), blob if blob is None or isinstance(blob, bytes) else str(blob).encode())
 
 
 @dataclass(slots=True, frozen=True)
@@ -71,7 +91,6 @@ class PolicyWriter:
         now_arg: the scripts' ``now`` argument.
         server_now: the server's time as this worker estimates it.
         keys: a scope's four keys.
-        fetch: reads a scope's stored policy bytes.
         idle: seconds a scope's keys live without use.
     """
 
@@ -81,7 +100,6 @@ class PolicyWriter:
         self._now_arg = parts.now_arg
         self._server_now = parts.server_now
         self._keys = parts.keys_of
-        self._fetch = parts.fetch_blob
         self.idle = parts.idle
         #: Outcomes not written back because other workers kept updating the scope first.
         self.unshared = 0
@@ -185,13 +203,13 @@ class PolicyWriter:
         await self.redo(lease, self.record(lease, reply, pending, args), pending)
 
     def record(self, lease: RedisLease, reply: Any, pending: Pending,
-               args: list[Any]) -> dict[int, int]:
+               args: list[Any]) -> dict[int, Lost]:
         """Record the write-backs of a release that landed; return those another worker beat.
 
         Returns:
-            Scope index -> the version stored instead (pass to :meth:`redo`).
+            Scope index -> the policy stored instead (pass to :meth:`redo`).
         """
-        beaten: dict[int, int] = {}
+        beaten: dict[int, Lost] = {}
         for index, result in enumerate(reply[1:]):
             if index not in pending:
                 continue
@@ -199,17 +217,18 @@ class PolicyWriter:
                 self.policies.written(lease.demands[index][0], int(args[RELEASE.at(index, "version")]),
                                       args[RELEASE.at(index, "policy_blob")])
             else:
-                beaten[index] = int(result)
+                beaten[index] = lost(result)
         return beaten
 
-    async def redo(self, lease: RedisLease, beaten: dict[int, int],
+    async def redo(self, lease: RedisLease, beaten: dict[int, Lost],
                    pending: Pending) -> None:
         """Apply again, to the newer stored policies, the outcomes whose write-backs another worker beat.
 
         One redo runs per scope at a time, and it takes every lost outcome of the scope
         this worker has: a lost outcome whose scope is being redone joins that redo's
-        next write and this call returns. Each try reads the stored policy once, applies
-        the outcomes waiting (oldest first) and writes them in one write-back.
+        next write and this call returns. Each try applies the outcomes waiting (oldest
+        first) to the stored policy the lost write's reply carried, and writes them in one
+        write-back.
         """
         for index, result in beaten.items():
             name, use = lease.demands[index]
@@ -225,7 +244,7 @@ class PolicyWriter:
                 continue
             self._redoing[name] = waiting = [lesson]
             try:
-                await self._redo_scope(name, int(result), waiting)
+                await self._redo_scope(name, result, waiting)
             finally:
                 del self._redoing[name]
 
@@ -244,13 +263,13 @@ class PolicyWriter:
         self.joined += 1
         return True
 
-    async def _redo_scope(self, name: str, version: int, waiting: list[Lesson]) -> None:
+    async def _redo_scope(self, name: str, stored: Lost, waiting: list[Lesson]) -> None:
         """Write back the outcomes in ``waiting`` (which grows meanwhile) on the stored policy of ``name``."""
-        # Another worker wrote first: read the newer policy. Each lost write below reads the
-        # version that beat it and the policy again (write()); the version of the release's reply
-        # is not read again: once another write lands, it is stale for good, and every try
-        # guarded by it lost (bench/results/fleetpace1.md).
-        self.policies.know(name, version, await self._fetch(name))
+        # Another worker wrote first: the release's reply carried the newer policy. Each lost write
+        # below takes the policy that beat it from its own reply (write()); the release's is not
+        # used again: once another write lands, it is stale for good, and every try guarded by it
+        # lost (bench/results/fleetpace1.md).
+        self.policies.know(name, stored.version, stored.blob)
         tries, again = WRITE_TRIES, True
         while waiting:
             if tries <= 0:
@@ -310,7 +329,8 @@ class PolicyWriter:
         if reply[1] in (b"ok", "ok"):
             self.policies.written(name, version, blob)
             return True
-        self.policies.know(name, int(reply[1]), await self._fetch(name))
+        beaten = lost(reply[1])
+        self.policies.know(name, beaten.version, beaten.blob)
         return False
 
     async def pass_door(self, name: str, at: float) -> float | None:
