@@ -30,3 +30,11 @@ def load_file(name: str, path: Path) -> ModuleType:
     sys.modules[name] = module
     spec.loader.exec_module(module)
     return module
+
+
+def seed_list(text: str) -> list[int]:
+    """Seeds written as a range ``"1-20"`` or a list ``"3,7,9"``."""
+    if "-" in text:
+        low, high = text.split("-")
+        return list(range(int(low), int(high) + 1))
+    return [int(part) for part in text.split(",")]

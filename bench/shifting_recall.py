@@ -36,7 +36,7 @@ from typing import Any
 from crawlpace.sim._random import draw_farm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _modules import load_file
+from _modules import load_file, seed_list
 
 _TESTS = Path(__file__).resolve().parent.parent / "tests"
 
@@ -180,12 +180,6 @@ async def run_site(spec: dict[str, Any]) -> dict[str, Any]:
             "reach85": None if reached is None else round(reached, 2), "lost": lost_by_phase(site, done)}
 
 
-def _seeds(text: str) -> list[int]:
-    if "-" in text:
-        low, high = text.split("-")
-        return list(range(int(low), int(high) + 1))
-    return [int(part) for part in text.split(",")]
-
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -203,7 +197,7 @@ def main() -> None:
         args.seeds, args.sites, args.seconds = "101", 4, 30.0
     started = time.perf_counter()
     rows = []
-    for seed in _seeds(args.seeds):
+    for seed in seed_list(args.seeds):
         farm = draw_farm(seed, args.sites, seconds=args.seconds, kinds=tuple(args.kinds.split(",")))
         for spec in farm["site"]:
             row = asyncio.run(run_site(spec))

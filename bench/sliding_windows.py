@@ -24,15 +24,7 @@ from typing import Any
 from crawlpace.sim._random import RANDOM_KINDS, draw_farm
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from _modules import load_file
-
-
-def seeds(text: str) -> list[int]:
-    """``"1-20"`` or ``"3,7,9"`` as a list of seeds."""
-    if "-" in text:
-        low, high = text.split("-")
-        return list(range(int(low), int(high) + 1))
-    return [int(part) for part in text.split(",")]
+from _modules import load_file, seed_list
 
 
 def main() -> None:
@@ -44,11 +36,11 @@ def main() -> None:
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
     args = parser.parse_args()
     if args.quick:
-        args.seeds = ",".join(str(seed) for seed in list(seeds(args.seeds))[:3])
+        args.seeds = ",".join(str(seed) for seed in list(seed_list(args.seeds))[:3])
     trace = load_file("_bench_farm_trace", Path(__file__).resolve().parent / "farm_trace.py")
     kinds = ",".join(RANDOM_KINDS)
     rows: list[dict[str, Any]] = []
-    for seed in seeds(args.seeds):
+    for seed in seed_list(args.seeds):
         for spec in draw_farm(seed, args.sites)["site"]:
             sliding = spec.get("profile") == "window" and spec.get("kind") == "sliding"
             if not sliding or spec.get("style") != "none":
