@@ -37,12 +37,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from _modules import load_file  # noqa: E402
-
 from tests.redis_server import RedisServer, delivered, redis_binary  # noqa: E402
 from tests.test_fleet_learning import Lags  # noqa: E402
 from tests.test_rampup_limiters import Response  # noqa: E402
 
+from _modules import load_file  # noqa: E402
 from crawlpace import Settings  # noqa: E402
 from crawlpace._responses._feedback import FeedbackBuilder  # noqa: E402
 from crawlpace.sim._random import draw_farm  # noqa: E402
@@ -199,9 +198,11 @@ async def crawl(stores: list[Store], clock: MockClock, spec: dict[str, Any], lat
             refused += 1
         log.append((round(at, 4), worker, status))
         heapq.heappush(events, (at + there + took + back, next(order), worker,
-                                (got, page, status, dict(reply.headers), took + back if LAG_IN_LATENCY else took)))
+                                (got, page, status, dict(reply.headers),
+                                 took + back if LAG_IN_LATENCY else took)))
         retry(worker, at)  # the next page at once
-    return Crawl(done=round(last, 3), sends=sends, refused=refused, holds=getattr(site, "holds", 0), looks=looks, log=log)
+    return Crawl(done=round(last, 3), sends=sends, refused=refused, holds=getattr(site, "holds", 0),
+                 looks=looks, log=log)
 
 
 async def measure(url: str, workers: int, spec: dict[str, Any], latency: float, lag: Lags | None,
@@ -239,7 +240,8 @@ async def run(url: str, seeds: list[int], sites: int, workers: list[int], names:
             oracle = oracle_time(spec, latency)
             row: dict[str, Any] = {"seed": seed, "site": spec["name"], "pages": spec["pages"],
                                    "oracle": round(oracle, 3),
-                                   "spec": {k: v for k, v in spec.items() if k not in ("name", "seed", "pages")}}
+                                   "spec": {k: v for k, v in spec.items()
+                                            if k not in ("name", "seed", "pages")}}
             for n in workers:
                 lags = Lags(lag[0], lag[1], int(spec["seed"])) if lag is not None else None
                 got = await measure("memory://" if n == 1 else url, n, spec, latency, lags, work)
@@ -288,7 +290,7 @@ def main() -> None:
     parser.add_argument("--work", choices=("none", "crawl", "shared"), default="none",
                         help="the work left each release tells rampup: none (every contender guesses), "
                              "crawl (as crawlpace crawl: one process its exact pages left, a fleet's worker "
-                             "a floor with more to come), shared (every contender the frontier's exact count)")
+                             "a floor with more to come), shared (every contender the frontier's count)")
     parser.add_argument("--quick", action="store_true", help=f"seed {QUICK_SEEDS}, 3 sites, 1 and 4 workers")
     parser.add_argument("--json", action="store_true", help="a JSON line per site; the totals last")
     args = parser.parse_args()

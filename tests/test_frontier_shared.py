@@ -66,7 +66,8 @@ async def test_a_claim_takes_one_url_per_ready_scope_in_queue_order(frontiers: F
     assert sorted(item.url for item in second.urls) == ["http://a.test/page/1", "http://b.test/page/1"]
 
 
-async def test_each_claimed_url_says_how_many_of_its_scope_the_frontier_still_queues(frontiers: Factory) -> None:
+async def test_each_claimed_url_says_how_many_of_its_scope_the_frontier_still_queues(
+        frontiers: Factory) -> None:
     # What a fleet's worker tells its throttler of a host's work left (crawl/_shared_job.py
     # ``unloaded``): the URLs no worker has claimed yet, counted in the claim's own step.
     worker, other = frontiers("w1"), frontiers("w2")
