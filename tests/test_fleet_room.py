@@ -104,3 +104,28 @@ def test_without_a_waiting_count_every_url_held_counts_as_before() -> None:
         loop.hold(fid, f"s{fid}.test")
     assert loop.room() == 1
     assert loop.full_scopes() == []
+
+
+async def test_a_workers_work_left_of_a_host_counts_the_urls_the_frontier_still_queues(
+        redis_url: str, tmp_path: Path) -> None:
+    """What a fleet's worker tells its throttler of a host's work (``crawl/_job.py`` ``_work_left``):
+    its own queued URLs and those the frontier still held at its last claim, none more to come, as one
+    process tells its own; unknown (a floor, more to come) before it claimed any of the host."""
+    filler = SharedFrontier(redis_url, worker="filler")
+    frontier = SharedFrontier(redis_url, worker="one")
+    job = SharedCrawlJob(SETTINGS, CrawlOptions(output=tmp_path / "out.jsonl", store=redis_url),
+                         frontier=frontier)
+    source = job.source
+    assert isinstance(source, SharedSource)
+    try:
+        await filler.enqueue(site("a.test", 9))
+        assert source.unloaded("a.test") is None
+        assert job._work_left("a.test") == (0, True)
+        source._take(await frontier.claim(1, spacing=0.0))
+        await filler.claim(3, spacing=0.0)  # another worker takes one: seen at this worker's next claim
+        assert source.unloaded("a.test") == 8
+        assert job._work_left("a.test") == (9, False)
+    finally:
+        await filler.aclose()
+        await frontier.aclose()
+        await job.throttler.aclose()

@@ -66,6 +66,19 @@ async def test_a_claim_takes_one_url_per_ready_scope_in_queue_order(frontiers: F
     assert sorted(item.url for item in second.urls) == ["http://a.test/page/1", "http://b.test/page/1"]
 
 
+async def test_each_claimed_url_says_how_many_of_its_scope_the_frontier_still_queues(
+        frontiers: Factory) -> None:
+    # What a fleet's worker tells its throttler of a host's work left (crawl/_shared_job.py
+    # ``unloaded``): the URLs no worker has claimed yet, counted in the claim's own step.
+    worker, other = frontiers("w1"), frontiers("w2")
+    await worker.enqueue(site("a.test", 5) + site("b.test", 1))
+    claim = await worker.claim(10, spacing=0.0)
+    assert {item.scope: item.left for item in claim.urls} == {"a.test": 4, "b.test": 0}
+    await other.claim(10, spacing=0.0)  # another worker takes a.test/page/1
+    again = await worker.claim(10, spacing=0.0)
+    assert [(item.url, item.left) for item in again.urls] == [("http://a.test/page/2", 2)]
+
+
 async def test_spacing_serves_the_other_scopes_first(frontiers: Factory) -> None:
     frontier = frontiers()
     await frontier.enqueue(site("big.test", 50))

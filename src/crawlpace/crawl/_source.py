@@ -113,7 +113,8 @@ class UrlSource(Protocol):
 
     def unloaded(self, scope: str) -> int | None:
         """URLs of ``scope`` this source still holds back from the scheduler; ``None`` when more of
-        them may come that it cannot count (a shared frontier, a scope that is not a host)."""
+        them may come that it cannot count (a scope that is not a host; on a shared frontier, a host
+        none of whose URLs this worker has claimed yet)."""
 
     def wait_for_urls(self) -> asyncio.Future[None] | None:
         """A future done when new URLs arrive, or ``None`` when only finished fetches bring any."""

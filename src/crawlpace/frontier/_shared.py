@@ -95,12 +95,15 @@ class ClaimedUrl:
         url: the URL as enqueued.
         scope: the scope it was queued under (its host).
         tries: how many times it was handed out, this time included.
+        left: the URLs of its scope the frontier still queued once it was handed out
+            (those no worker has claimed yet).
     """
 
     id: int
     url: str
     scope: str
     tries: int
+    left: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -359,8 +362,8 @@ class SharedFrontier:
                 self._lost = [*self._lost[-(_LOST_MAX - 1):], token]
             raise
         self._lost = []
-        urls = tuple(ClaimedUrl(int(reply[i]), reply[i + 1], reply[i + 2], int(reply[i + 3]))
-                     for i in range(5, len(reply), 4))
+        urls = tuple(ClaimedUrl(int(reply[i]), reply[i + 1], reply[i + 2], int(reply[i + 3]),
+                                int(reply[i + 4])) for i in range(5, len(reply), 5))
         next_in = float(reply[2]) if reply[2] != "" else None
         return Claim(urls=urls, queued=int(reply[0]), claimed=int(reply[1]), next_in=next_in,
                      requeued=int(reply[3]), last_id=int(reply[4]))

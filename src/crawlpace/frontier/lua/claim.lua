@@ -25,7 +25,9 @@
 --   whose replies were lost, space-separated ("" for none), then scopes to skip.
 -- Returns {queued, claimed, next ready in seconds ("" when nothing is queued),
 --   requeued, the id of the last URL ever enqueued ("0": none, or the frontier
---   vanished), then id, url, scope, tries for each URL handed out}.
+--   vanished), then id, url, scope, tries and left for each URL handed out}: left is
+--   how many URLs of its scope the frontier still queues (the work the fleet has not
+--   yet claimed, which a worker tells its throttler as one process tells its own).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded.
 local p, worker = ARGV[2], ARGV[3]
 local n, vis, spacing = tonumber(ARGV[4]), tonumber(ARGV[5]), tonumber(ARGV[6])
@@ -69,6 +71,7 @@ if lost ~= "" then
           out[#out + 1] = redis.call("HGET", p .. "url", id) or ""
           out[#out + 1] = redis.call("HGET", p .. "scope", id) or ""
           out[#out + 1] = redis.call("HGET", p .. "tries", id) or "1"
+          out[#out + 1] = tostring(redis.call("LLEN", p .. "q:" .. (out[#out - 1])))
           ids[#ids + 1] = id
         end
       end
@@ -83,6 +86,7 @@ if n > 0 then
     if not skip[scope] then
       local queue = p .. "q:" .. scope
       local id = redis.call("LPOP", queue)
+      local left = redis.call("LLEN", queue)
       if id then
         redis.call("ZADD", claimed, num(now + vis), id)
         redis.call("HSET", p .. "owner", id, worker)
@@ -91,10 +95,11 @@ if n > 0 then
         out[#out + 1] = redis.call("HGET", p .. "url", id) or ""
         out[#out + 1] = scope
         out[#out + 1] = tostring(tries)
+        out[#out + 1] = tostring(left)
         ids[#ids + 1] = id
         given = given + 1
       end
-      if redis.call("LLEN", queue) == 0 then
+      if left == 0 then
         redis.call("ZREM", ready, scope)
       else
         redis.call("ZADD", ready, num(now + spacing), scope)
