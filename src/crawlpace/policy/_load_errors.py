@@ -389,6 +389,9 @@ class LoadErrors:
         if before is None and breaker_share is not None:
             # The breaker has not counted the error that made the cut yet: it belongs to the sample.
             before, before_n = (breaker_share * breaker_n + 1.0) / (breaker_n + 1), breaker_n + 1
+        if before is None and at_once and unrisen:
+            # No outcome known but the error itself: the verdict at the starting pace needs none (below).
+            before, before_n = 1.0, 1
         if before is None:
             return  # nothing to compare with: the next cut is judged
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
