@@ -339,8 +339,7 @@ class LoadErrors:
             share = self.recent_share()
             if share is not None:
                 limit = RETURN * self.share
-                spread = 2.0 * math.sqrt(max(limit * (1.0 - limit), 0.0) / self.recent_n)
-                if share - spread > limit:
+                if limit < 1.0 and _tail(self.recent_n, self.recent.bit_count(), limit) < _TWO_SD:
                     self.plain = False
                     logger.info("scope %s: errors at %.0f%% of the last %d outcomes, above the %.0f%% "
                                 "learned: believed to be about load again", scope, 100 * share,
