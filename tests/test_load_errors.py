@@ -336,7 +336,8 @@ def test_a_share_after_of_none_is_weighed_as_a_sample_too() -> None:
     overloaded.slowed(40.0, None)
     for n in range(JUDGE):
         overloaded.record("s", sent_at=41.0 + n, error=False)
-    assert not (overloaded.judging or overloaded.plain)
+    assert not overloaded.judging
+    assert not overloaded.plain
 
 
 def test_a_failure_at_the_starting_pace_with_nothing_known_before_it_is_judged_at_once() -> None:
@@ -353,7 +354,8 @@ def test_a_failure_at_the_starting_pace_with_nothing_known_before_it_is_judged_a
     errors = LoadErrors()
     errors.record("s", sent_at=1.0, error=True)
     errors.slowed(1.0, None, 0, at_once=True)
-    assert not (errors.plain or errors.judging)
+    assert not errors.plain
+    assert not errors.judging
 
 
 def test_a_burst_at_the_share_learned_is_not_believed_again() -> None:
