@@ -184,13 +184,33 @@ def _tail(n: int, k: int, share: float) -> float:
                for i in range(k, n + 1))
 
 
+def _fewer_after(bad: int, n: int, bad_after: int, m: int) -> float:
+    """The chance of ``bad_after`` errors or fewer among the ``m`` outcomes after a cut, given ``bad``
+    among the ``n`` before it, for a site failing at one share whatever the pace: both shares are
+    samples. With every outcome of both samples as likely to be an error, the errors after are a
+    hypergeometric draw of ``m`` from ``n + m`` holding ``bad + bad_after`` (the exact conditional test
+    of two binomial shares, one-sided); each term is taken through its logarithm, as in :func:`_tail`.
+
+    With none after it is ``C(n, bad) / C(n + m, bad)``: all ``bad`` fall among the first ``n``.
+    """
+    total, whole = bad + bad_after, n + m
+    if total <= 0 or m <= 0:
+        return 1.0
+
+    def log_comb(a: int, b: int) -> float:
+        return math.lgamma(a + 1) - math.lgamma(b + 1) - math.lgamma(a - b + 1)
+
+    log_all = log_comb(whole, total)
+    return min(1.0, sum(math.exp(log_comb(m, i) + log_comb(n, total - i) - log_all)
+                        for i in range(max(0, total - n), min(bad_after, m) + 1)))
+
+
 def _none_after(bad: int, n: int) -> int:
     """The outcomes after a cut, none of them an error, that tell ``bad`` errors among the ``n`` before
-    it from chance, for a site failing at one share whatever the pace: the share before is a sample too.
-    With every outcome of both samples as likely to be an error, all ``bad`` fall among the first ``n``
-    of ``n + m`` with the chance ``C(n, bad) / C(n + m, bad)`` (the exact conditional test of two
-    binomial shares); clearly, where that is under what a normal draw two standard deviations past its
-    mean has (:data:`_TWO_SD`, the level of :meth:`LoadErrors._fell` and :func:`crowded`).
+    it from chance, for a site failing at one share whatever the pace: the share before is a sample too
+    (:func:`_fewer_after` with none after); clearly, where that chance is under what a normal draw two
+    standard deviations past its mean has (:data:`_TWO_SD`, the level of :meth:`LoadErrors._fell` and
+    :func:`crowded`).
 
     The share before taken as known (:data:`STOPPED`) asked for far fewer: two 502s in a site's first
     five outcomes (40 %) made ten clean ones after the cut "about load" (0.6 % at 40 %), which all
@@ -207,8 +227,7 @@ def _none_after(bad: int, n: int) -> int:
     chance, m = 1.0, 0
     while chance >= _TWO_SD and m <= 3 * JUDGE:
         m += 1
-        chance = math.exp(math.lgamma(n + 1) - math.lgamma(n - bad + 1)
-                          - math.lgamma(n + m + 1) + math.lgamma(n + m - bad + 1))
+        chance = _fewer_after(bad, n, 0, m)
     return m
 
 
@@ -320,8 +339,7 @@ class LoadErrors:
             share = self.recent_share()
             if share is not None:
                 limit = RETURN * self.share
-                spread = 2.0 * math.sqrt(max(limit * (1.0 - limit), 0.0) / self.recent_n)
-                if share - spread > limit:
+                if limit < 1.0 and _tail(self.recent_n, self.recent.bit_count(), limit) < _TWO_SD:
                     self.plain = False
                     logger.info("scope %s: errors at %.0f%% of the last %d outcomes, above the %.0f%% "
                                 "learned: believed to be about load again", scope, 100 * share,
@@ -370,6 +388,9 @@ class LoadErrors:
         if before is None and breaker_share is not None:
             # The breaker has not counted the error that made the cut yet: it belongs to the sample.
             before, before_n = (breaker_share * breaker_n + 1.0) / (breaker_n + 1), breaker_n + 1
+        if before is None and at_once and unrisen:
+            # No outcome known but the error itself: the verdict at the starting pace needs none (below).
+            before, before_n = 1.0, 1
         if before is None:
             return  # nothing to compare with: the next cut is judged
         self.judging, self.since, self.before, self.before_n = True, now, before, before_n
@@ -393,19 +414,23 @@ class LoadErrors:
             self._judge(scope)
 
     def _fell(self, bad: int, n: int) -> bool:
-        """Whether ``bad`` errors among ``n`` outcomes after the cut are clearly fewer than before it.
+        """Whether ``bad`` errors among ``n`` outcomes after the cut are clearly fewer than before it:
+        under :data:`SAME` of the share before, and fewer than chance would make them with both shares
+        samples (:func:`_fewer_after` under :data:`_TWO_SD`, the test :func:`_none_after` makes).
 
         Never against a share on fewer than :data:`EARLY` outcomes: its spread is no share's. Two
         errors in a row among a site's first sends are a share of 1 with a spread of 0, which one
         error in the ten after the cut "clearly" beat (by Fisher's exact test, one flaky site in
         twenty does as much by chance; one with a fifth of its answers errors has two in a row
-        first once in 25): the cut stood at 0.5/s, 12 sends in 15 s.
+        first once in 25): the cut stood at 0.5/s, 12 sends in 15 s. (Two standard deviations of
+        the shares, the test this was, are none either where the share after is 0: 0 of 10 after 4
+        of 40 was "clearly fewer", which all four errors falling before shows 40 % of the time.)
         """
         if self.before_n < EARLY:
             return False
-        after, before = bad / n, self.before
-        spread = 2.0 * math.sqrt(before * (1.0 - before) / self.before_n + after * (1.0 - after) / n)
-        return after < SAME * before and before - after > spread
+        before = self.before
+        return (bad / n < SAME * before
+                and _fewer_after(round(before * self.before_n), self.before_n, bad, n) < _TWO_SD)
 
     def _judge(self, scope: str) -> None:
         self.judging = False
