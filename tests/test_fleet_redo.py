@@ -316,3 +316,64 @@ async def test_a_lost_write_takes_the_policy_that_beat_it_from_its_reply(redis_u
         assert int(await client.hget(a._keys("site")[0], "ver") or 0) == version + 1
     finally:
         await closed(a, b)
+
+
+async def test_a_stale_grant_takes_the_newer_policy_from_the_acquires_reply(redis_url: str) -> None:
+    # After an admission whose reply showed a newer stored version, the worker read the blob with a
+    # plain GET (learn_versions): 0.76 reads a send on fleet_errors.py --farm 30, one round trip each
+    # in the grant's path. The acquire now sends the copy's version and its reply carries the stored
+    # blob, read by the script with the version beside it, whenever the two differ.
+    clock = MockClock()
+    a, b = two_workers(redis_url, clock)
+    try:
+        await answered_by_both(a, b, clock)
+        other = await admitted_on(b, clock)
+        clock.advance(0.05)
+        await b.release(other, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(b)  # b wrote: a's copy is a version behind
+        client = await a._conn.client()
+        version = int(await client.hget(a._keys("site")[0], "ver") or 0)
+        assert a._policies.entry("site").version < version
+        reads = count_reads(a)
+        lease = await admitted_on(a, clock)
+        assert reads[0] == 0  # main: one GET of the newer blob after the grant
+        entry = a._policies.entry("site")
+        assert (entry.version, entry.blob) == (version, await stored_blob(a))
+        clock.advance(0.05)
+        await a.release(lease, Outcome(status=200, latency=0.05, feedback=(OK,)))
+        await delivered(a)
+        assert a._writer.redone == 0  # its write-back was guarded by the version it read: it landed
+    finally:
+        await closed(a, b)
+
+
+async def test_an_acquire_reply_carries_the_blob_only_when_the_copys_version_is_not_the_stored_one(
+        redis_url: str) -> None:
+    # acquire.lua reads the policy key only for a scope whose stored version differs from the one
+    # the call sent: a current copy costs the server no read and the reply no blob.
+    from crawlpace.stores.redis._redis_admit import acquire_call, granted, known_versions
+    from crawlpace.stores.redis._script_args import ACQUIRE
+
+    clock = MockClock()
+    a, b = two_workers(redis_url, clock)
+    try:
+        await answered_by_both(a, b, clock)
+        await delivered(a)
+        client = await a._conn.client()
+        version = int(await client.hget(a._keys("site")[0], "ver") or 0)
+        assert version > 0
+        for known, want in ((version, b""), (version - 1, await stored_blob(a)), (0, await stored_blob(a))):
+            clock.advance(60.0)  # the slot is free again
+            keys, args = acquire_call(a._policies, a._keys, random.Random(1), (("site", 1.0),),
+                                      await a._now_arg(), "x", "30", "3600", full=False)
+            args[ACQUIRE.at(0, "known_version")] = str(known)
+            assert known_versions(args, 1) == (known,)
+            reply = await a._conn.call("acquire", keys, args)
+            assert int(reply[0]) == 1
+            assert reply[-1] == want
+            got = granted(reply, 1)
+            assert got.versions == (version,)
+            assert got.blobs == (want,)
+            await client.zrem(a._keys("site")[1], "x")
+    finally:
+        await closed(a, b)

@@ -36,7 +36,8 @@ from crawlpace.frontier._shared import SharedFrontier
 from crawlpace.policy.signals import ScopeFeedback
 from crawlpace.stores import Blocked, Lease, Outcome, open_store
 from crawlpace.stores.redis import RedisLease, RedisStore
-from crawlpace.stores.redis._cluster import SlotAdmission, slot_of
+from crawlpace.stores.redis._cluster import SlotAdmission, _part, groups, slot_of
+from crawlpace.stores.redis._script_args import ACQUIRE
 from crawlpace.testing import MockClock
 
 from .deadlines import REACH
@@ -569,10 +570,67 @@ async def test_an_unreachable_cluster_fails_closed(caplog: pytest.LogCaptureFixt
 
 
 def test_slot_admission_spans() -> None:
-    keys = [f"cp:n:{{{name}}}:{suffix}" for name in ("a", "b") for suffix in "alr"]
-    assert SlotAdmission.spans(keys, 3)
-    assert not SlotAdmission.spans(keys[:3], 3)
-    assert not SlotAdmission.spans([f"cp:n:{{a}}:{suffix}" for suffix in "alralr"], 3)
+    # An acquire sends four keys a scope, the policy key last (acquire.lua reads it when the worker's
+    # copy is stale: bench/results/calls3.md); it sent three.
+    per_scope = len(ACQUIRE.keys)
+    assert per_scope == 4
+    keys = [f"cp:n:{{{name}}}:{suffix}" for name in ("a", "b") for suffix in "alrp"]
+    assert SlotAdmission.spans(keys, per_scope)
+    assert not SlotAdmission.spans(keys[:per_scope], per_scope)
+    assert not SlotAdmission.spans([f"cp:n:{{a}}:{suffix}" for suffix in "alrpalrp"], per_scope)
+
+
+def test_a_slot_groups_acquire_takes_each_of_its_scopes_keys_and_values_whole() -> None:
+    # _part cuts a whole request's acquire call by the layout: four keys and nine values a scope (the
+    # known policy version among them), the head's scope count made the group's.
+    names = ["a", "b"]
+    keys = [f"cp:n:{{{name}}}:{suffix}" for name in names for suffix in "alrp"]
+    each = [[f"{name}{i}" for i in range(len(ACQUIRE.each))] for name in names]
+    args = ["now", "id", "30", "3600", "2", *each[0], *each[1]]
+    for group in groups(names, keys, len(ACQUIRE.keys)):
+        [index] = group.indexes
+        sub_keys, sub_args = _part(keys, args, group, per_key=len(ACQUIRE.keys), head=len(ACQUIRE.head),
+                                   each=len(ACQUIRE.each))
+        assert sub_keys == keys[4 * index:4 * index + 4]
+        assert sub_args == ["now", "id", "30", "3600", 1, *each[index]]
+        assert sub_args[ACQUIRE.at(0, "known_version")] == f"{names[index]}{ACQUIRE.offset('known_version')}"
+
+
+async def test_a_stale_grant_reads_a_policy_only_when_its_request_spans_slots(
+        cluster_url: str, trips: Counter[str]) -> None:
+    # One slot: the acquire's reply carries the policy another worker wrote (acquire.lua), no read
+    # follows. Several: the merged reply of the slot groups carries none, and the worker reads the
+    # newer policy as before (learn_versions), one round trip per stale scope.
+    clock = MockClock()
+    one, two = (open_store(cluster_url + "&time=local", SETTINGS, clock, random.Random(n)) for n in (1, 2))
+    assert isinstance(one, RedisStore)
+    assert isinstance(two, RedisStore)
+    try:
+        for names in (("b",), ("a", "b")):  # every script loaded, every connection open
+            lease = await one.acquire(tuple((name, 1.0) for name in names))
+            assert isinstance(lease, Lease)
+            await one.release(lease, Outcome())
+            clock.advance(2.0)
+        for name in ("a", "b"):
+            await two.set_crawl_delay(name, 0.5)  # a newer policy of each: one's copies are stale
+        versions = {name: two._policies.entry(name).version for name in ("a", "b")}
+        assert min(versions.values()) > max(one._policies.entry(name).version for name in ("a", "b"))
+        trips.clear()
+        lease = await one.acquire((("b", 1.0),))
+        assert isinstance(lease, Lease)
+        assert trips["sent"] == 1  # main: 2, the acquire and a GET of b's policy
+        assert one._policies.entry("b").version == versions["b"]
+        await one.release(lease, Outcome())
+        clock.advance(2.0)
+        trips.clear()
+        both = await one.acquire((("a", 1.0), ("b", 1.0)))
+        assert isinstance(both, Lease)
+        assert trips["sent"] == 3  # a reservation per slot group, and the read of a's policy
+        assert one._policies.entry("a").version == versions["a"]
+        await one.release(both, Outcome())
+    finally:
+        await one.aclose()
+        await two.aclose()
 
 
 async def test_the_shared_frontier_works_on_the_cluster(cluster_url: str) -> None:

@@ -473,10 +473,19 @@ async def test_the_memory_fallback_admits_slowly_while_redis_is_down(
 
 
 async def test_a_server_lost_between_an_admission_and_its_policy_read_keeps_the_permit(
-        own_server: RedisServer) -> None:
+        own_server: RedisServer, monkeypatch: pytest.MonkeyPatch) -> None:
     # The soak's crashed workers: an acquire answered, then the server went away before this worker
     # could read the newer policy another worker had written. The permit was granted: it must come
     # back as one (renewed, released later), not as redis-py's ConnectionError out of acquire().
+    # An acquire's reply now carries the newer policy (acquire.lua), so the read is left only where a
+    # reply carries none: a cluster's request whose scopes span slots, whose merged reply is played
+    # here (the blobs taken out of the reply) to keep the read this test cuts the server under.
+    from dataclasses import replace
+
+    from crawlpace.stores import redis as redis_store
+    from crawlpace.stores.redis._redis_admit import granted
+
+    monkeypatch.setattr(redis_store, "granted", lambda reply, n: replace(granted(reply, n), blobs=()))
     clock = AsyncioClock()
     settings = Settings.from_scrapy(FULL_RAW)
     url = f"{own_server.url}?namespace=between"

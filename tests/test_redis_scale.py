@@ -139,9 +139,11 @@ async def test_a_failing_script_in_a_batch_fails_only_its_caller(redis_url: str)
     try:
         conn = store._conn
         await store._connect()
-        good = conn.call("acquire", store._keys("ok")[:3],
-                         ["", "id-1", 30, 3600, 1, 1, "0", "0", "0", "1", "0", "", ""])
-        bad = conn.call("acquire", store._keys("bad")[:3], ["", "id-2", 30, 3600, 1])  # ARGV cut short
+        # (Each scope: four keys, the policy's last; its limits, jitter factor, known policy version
+        # and quota, as _script_args.ACQUIRE lays them out.)
+        good = conn.call("acquire", list(store._keys("ok")),
+                         ["", "id-1", 30, 3600, 1, 1, "0", "0", "0", "1", "0", "0", "", ""])
+        bad = conn.call("acquire", list(store._keys("bad")), ["", "id-2", 30, 3600, 1])  # ARGV cut short
         results = await asyncio.gather(good, bad, return_exceptions=True)
         assert not isinstance(results[0], BaseException)
         assert int(results[0][0]) == 1

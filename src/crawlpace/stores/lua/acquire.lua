@@ -1,10 +1,11 @@
 -- Admit one request to every scope it names, or to none (crawlpace Redis store).
 --
--- KEYS: per scope, its admission hash, its lease set and its resting-slot set.
+-- KEYS: per scope, its admission hash, its lease set, its resting-slot set and its policy blob.
 -- ARGV: 1 now ("" = the server's TIME), 2 lease id, 3 lease seconds, 4 idle
---   seconds (key expiry), 5 scope count, then per scope 8 values: concurrency,
+--   seconds (key expiry), 5 scope count, then per scope 9 values: concurrency,
 --   delay, delay per slot and floor for a scope not seen before, the jitter
---   factor of this send, the quota units this request expects to use, and the
+--   factor of this send, the policy version the worker's copy has ("" for no
+--   copy), the quota units this request expects to use, and the
 --   scope's quota bucket: its capacity and refill rate per second ("" for a
 --   scope without a quota); then, optionally, a mode (Redis Cluster, for a
 --   request whose scopes span slots): "probe" only answers whether the scopes
@@ -28,20 +29,23 @@
 --   flight), then per scope the seconds since the scope's previous send ("" for none),
 --   which rampup's quick start weighs more than the mean gap does, then per scope the time of the
 --   latest write of a request of it ("act", stamp.lua: kept for a scope paced by a Crawl-delay,
---   "" for none), which the admitted request's write keeps the delay after.
+--   "" for none), which the admitted request's write keeps the delay after, then per scope the
+--   stored policy blob when the stored version is not the worker's (false when none is stored,
+--   "" when the worker's copy is current or no policy is stored), read in this same step with
+--   the version beside it, so that the worker needs no read of its own (redis_admit.learn_versions).
 -- `now` and `num` come from clock.lua, prepended when the script is loaded, and the shared
 -- rules (LATENCY_WEIGHT, GAP_WEIGHT, refill, due_at, spacing) from policy/_shared_rules.py after it.
 -- ARGV layout (stores/redis/_script_args.py):
 --   head: now lease_id lease_seconds idle_seconds scope_count
---   each scope: concurrency delay delay_per_slot floor jitter_factor quota_use quota_capacity quota_rate
+--   each scope: concurrency delay delay_per_slot floor jitter_factor known_version quota_use quota_capacity quota_rate
 --   tail: mode
 local id, lease, idle, n = ARGV[2], tonumber(ARGV[3]), tonumber(ARGV[4]), tonumber(ARGV[5])
-local mode = ARGV[6 + 8 * n] or ""
+local mode = ARGV[6 + 9 * n] or ""
 local ready, state = {}, {}
 local blocked = false
 for i = 1, n do
-  local a, l, r = KEYS[3 * i - 2], KEYS[3 * i - 1], KEYS[3 * i]
-  local base = 5 + 8 * (i - 1)
+  local a, l, r = KEYS[4 * i - 3], KEYS[4 * i - 2], KEYS[4 * i - 1]
+  local base = 5 + 9 * (i - 1)
   -- Every field read costs the server: the probe and the quota's two are read only when in use.
   local f = redis.call("HMGET", a, "conc", "delay", "pslot", "floor", "next", "hold", "dead", "gen", "ver",
                       "brk", "last", "gap", "sends", "rmax", "exp", "turn", "act")
@@ -74,7 +78,7 @@ for i = 1, n do
   -- time "qa" (neither: full since forever). A request waits until the credit
   -- covers its use (at most the capacity); the answer depends on the stored
   -- state only, so asking again at the time it gives admits.
-  local use, qcap, qrate = tonumber(ARGV[base + 6]) or 0, tonumber(ARGV[base + 7]), tonumber(ARGV[base + 8])
+  local use, qcap, qrate = tonumber(ARGV[base + 7]) or 0, tonumber(ARGV[base + 8]), tonumber(ARGV[base + 9])
   local credit, qa = nil, nil
   if qcap and use > 0 then
     local q = redis.call("HMGET", a, "qc", "qa")
@@ -132,7 +136,8 @@ for i = 1, n do
   state[i] = {a, l, r, conc, delay, pslot, floor, tonumber(f[8]) or 0, tonumber(f[9]) or 0,
               tonumber(ARGV[base + 5]), f[1] == false, probing, use, qcap, qrate,
               credit, qa, f[5], f[11], f[12], (tonumber(f[13]) or 0) + 1, resting,
-              inflight, not f[15] or now - tonumber(f[15]) > idle / 2, hold, f[17]}
+              inflight, not f[15] or now - tonumber(f[15]) > idle / 2, hold, f[17],
+              tonumber(ARGV[base + 6])}
 end
 if blocked or mode == "probe" then
   local out = {0, num(now)}
@@ -227,4 +232,10 @@ end
 for i = 1, n do out[#out + 1] = state[i][23] + 1 end
 for i = 1, n do out[#out + 1] = spaced[i] end
 for i = 1, n do out[#out + 1] = state[i][26] or "" end
+-- The policy the worker's copy lacks: read only when the versions differ (most admissions read nothing).
+for i = 1, n do
+  local blob = ""
+  if vers[i] ~= 0 and vers[i] ~= state[i][27] then blob = redis.call("GET", KEYS[4 * i]) end
+  out[#out + 1] = blob
+end
 return out

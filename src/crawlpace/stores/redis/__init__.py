@@ -58,6 +58,7 @@ from ._redis_admit import (
     blocked,
     door_open,
     granted,
+    known_versions,
     learn_versions,
     pass_doors,
     quota_known,
@@ -69,6 +70,7 @@ from ._redis_options import TimeSource, read_options
 from ._redis_parts import RedisParts
 from ._redis_release import ReleaseSender, release_call
 from ._redis_snapshot import fetch_snapshot
+from ._script_args import ACQUIRE
 from ._shared_policy import SharedPolicies
 from ._writeback import WRITE_TRIES, PolicyWriter
 from .connection import LeaseRenewer, RedisConnection, parse_url
@@ -347,7 +349,7 @@ class RedisStore:
             known = quota_known(policies, demands)
             keys, args = acquire_call(policies, self._keys, self._rng, demands, now_arg, lease_id,
                                       self._lease_arg, self._idle_arg, full=self.cluster)
-            if self._slots is not None and self._slots.spans(keys, 3):
+            if self._slots is not None and self._slots.spans(keys, len(ACQUIRE.keys)):
                 reply, sent = await self._slots.acquire([name for name, _ in demands], keys, args)
             elif self.cluster:
                 sent = self._clock.now()
@@ -376,7 +378,8 @@ class RedisStore:
         got = granted(reply, len(demands))
         # The lease is granted from here on: renew it before anything else can fail.
         self._renewer.hold(lease_id, (demands[0][0],) if len(demands) == 1 else tuple(n for n, _ in demands))
-        await learn_versions(policies, demands, got, self._fetch_blob, self._down)
+        await learn_versions(policies, demands, got, known_versions(args, len(demands)), self._fetch_blob,
+                             self._down)
         demands = uncharged(policies, demands, known)
         if any(door_open(policies, name) for name, _use in demands):
             got = await pass_doors(self._writer, demands, got, self._down)

@@ -8,6 +8,9 @@ limits a worker would start it with (used only by a scope the server has not
 seen), this send's jitter factor and its quota use; the script answers with
 the server's ``now`` and, per scope, the slot's ready time, the generation, the
 policy version and the scope's sends (``lua/acquire.lua`` documents the layout).
+Each scope also sends the policy version this worker's copy has, and an admitting
+reply carries the stored policy of each scope whose version is another, read by the
+script with the version beside it (:func:`learn_versions` needs no read of its own).
 A send that went through the start phase's open door is written back at once
 (:func:`pass_doors`), so that the fleet paces the next one as one process would.
 """
@@ -22,11 +25,12 @@ from typing import Any
 
 from ...policy.admission import Demand
 from ..base import Blocked
+from ._script_args import ACQUIRE
 from ._shared_policy import SharedPolicies, quota_args
 from ._writeback import PolicyWriter
 
 __all__ = ["START_RECHECK", "START_RECHECK_PAST", "Granted", "acquire_call", "blocked", "door_open",
-           "granted", "learn_versions", "pass_doors", "quota_known", "sooner", "uncharged"]
+           "granted", "known_versions", "learn_versions", "pass_doors", "quota_known", "sooner", "uncharged"]
 
 logger = logging.getLogger(__name__)
 
@@ -40,6 +44,8 @@ def acquire_call(policies: SharedPolicies, keys_of: Callable[[str], tuple[str, s
     is then packed in one pass. Unless ``full`` (a cluster, which splits the
     arguments by scope), a lone scope without a quota leaves its two empty
     quota values out: each argument costs the server about a field read.
+    Each scope sends its four keys (the policy blob's last: the script reads it when
+    the stored version is not the copy's) and the version of this worker's copy.
 
     Raises:
         QuotaError: a request expects more quota units than the scope's whole quota.
@@ -47,13 +53,15 @@ def acquire_call(policies: SharedPolicies, keys_of: Callable[[str], tuple[str, s
     args: list[Any] = [now_arg, lease_id, lease, idle, str(len(demands))]
     keys: list[str] = []
     for name, use in demands:
-        keys += keys_of(name)[:3]
-        policy = policies.policy(name)
+        keys += keys_of(name)
+        policy = policies.policy(name)  # (the copy exists from here on: version 0 when none was known)
+        cached = policies.peek(name)
         limits = policy.limits
         jitter = policy.jitter
         factor = jitter.factor(rng) if jitter.enabled else 1.0
         args += [str(limits.concurrency), repr(limits.delay), repr(limits.delay_per_slot),
-                 repr(limits.floor), repr(factor), *quota_args(policy, name, use)]
+                 repr(limits.floor), repr(factor), str(cached.version) if cached is not None else "",
+                 *quota_args(policy, name, use)]
     if not full and len(demands) == 1 and args[-1] == "":
         del args[-2:]
     return keys, args
@@ -74,6 +82,10 @@ class Granted:
             for its first); empty when the reply does not say.
         written: each scope's latest write noted by a worker (server time, ``None`` for none:
             only a scope paced by a Crawl-delay notes them); empty when the reply does not say.
+        blobs: each scope's stored policy blob, read with :attr:`versions` in the script's step;
+            it means something only for a scope whose version is not the one the call sent
+            (``None``: none stored), and is empty when the reply does not say (a cluster's
+            request that spans slots: :func:`learn_versions` reads the blob then).
     """
 
     slot_ready: tuple[float, ...]
@@ -83,6 +95,14 @@ class Granted:
     inflight: tuple[int, ...] = ()
     spacings: tuple[float | None, ...] = ()
     written: tuple[float | None, ...] = ()
+    blobs: tuple[bytes | None, ...] = ()
+
+
+def known_versions(args: Sequence[Any], n: int) -> tuple[int | None, ...]:
+    """Per scope, the policy version an acquire call of ``n`` scopes sent as this worker's
+    (``None``: no copy), read from its arguments by the layout (``_script_args.ACQUIRE``)."""
+    sent = [args[ACQUIRE.at(i, "known_version")] for i in range(n)]
+    return tuple(None if value == "" else int(value) for value in sent)
 
 
 def granted(reply: Sequence[Any], n: int) -> Granted:
@@ -100,15 +120,19 @@ def granted(reply: Sequence[Any], n: int) -> Granted:
     return Granted(slot_ready, generations, versions, sends, *_tail(reply, 2 + 5 * n, n))
 
 
-def _tail(reply: Sequence[Any], end: int,
-          n: int) -> tuple[tuple[int, ...], tuple[float | None, ...], tuple[float | None, ...]]:
-    """The in-flight counts, spacings and latest writes that close a plain reply (a cluster's
-    merged one has none)."""
-    if len(reply) != end + 3 * n:
-        return (), (), ()
+_Tail = tuple[tuple[int, ...], tuple[float | None, ...], tuple[float | None, ...], tuple[bytes | None, ...]]
+
+
+def _tail(reply: Sequence[Any], end: int, n: int) -> _Tail:
+    """The in-flight counts, spacings, latest writes and policy blobs that close a plain reply (a
+    cluster's merged one has none)."""
+    if len(reply) != end + 4 * n:
+        return (), (), (), ()
     return (tuple(int(v) for v in reply[end:end + n]),
             tuple(None if v in (b"", "") else float(v) for v in reply[end + n:end + 2 * n]),
-            tuple(None if v in (b"", "") else float(v) for v in reply[end + 2 * n:end + 3 * n]))
+            tuple(None if v in (b"", "") else float(v) for v in reply[end + 2 * n:end + 3 * n]),
+            tuple(None if v is None else v.encode() if isinstance(v, str) else v
+                  for v in reply[end + 3 * n:end + 4 * n]))
 
 
 #: Seconds after which a worker asks again about a scope in rampup's start phase that the
@@ -175,13 +199,26 @@ def blocked(demands: tuple[Demand, ...], reply: Sequence[Any], server_now: float
 
 
 async def learn_versions(policies: SharedPolicies, demands: tuple[Demand, ...], got: Granted,
+                         known: tuple[int | None, ...],
                          fetch_blob: Callable[[str], Awaitable[bytes | None]],
                          down: tuple[type[Exception], ...]) -> None:
-    """After an admission: read the policies other workers wrote since, and record the sends."""
-    for (name, _use), version, (gap, at) in zip(demands, got.versions, got.sends, strict=True):
+    """After an admission: take the policies other workers wrote since, and record the sends.
+
+    ``known`` is the version of each scope's copy the call sent (:func:`known_versions`). Where
+    the stored version is another, the reply carries the stored blob, read by the script with
+    that version, and no read is made. A blob is read (one round trip) only when the reply
+    carries none (a cluster's request that spans slots), or when this worker's copy changed
+    while the call was out (another of its replies taught it meanwhile, or the copy was forgotten).
+    """
+    for index, ((name, _use), version, (gap, at)) in enumerate(
+            zip(demands, got.versions, got.sends, strict=True)):
         cached = policies.peek(name)
         if cached is None or cached.version != version:
-            # Another worker wrote the policy since (or this one forgot it): read it once.
+            # Another worker wrote the policy since (or this one forgot it).
+            if got.blobs and version != known[index]:
+                policies.know(name, version, got.blobs[index] if version else None)
+                policies.saw_send(name, gap, at)
+                continue
             try:
                 policies.know(name, version, await fetch_blob(name) if version else None)
             except down as exc:

@@ -55,10 +55,10 @@ class Layout:
 ACQUIRE = Layout(
     "acquire",
     head=("now", "lease_id", "lease_seconds", "idle_seconds", "scope_count"),
-    each=("concurrency", "delay", "delay_per_slot", "floor", "jitter_factor", "quota_use",
+    each=("concurrency", "delay", "delay_per_slot", "floor", "jitter_factor", "known_version", "quota_use",
           "quota_capacity", "quota_rate"),
     tail=("mode",),
-    keys=("admission", "leases", "resting"),
+    keys=("admission", "leases", "resting", "policy"),
 )
 
 RELEASE = Layout(
