@@ -20,7 +20,7 @@ import pytest
 
 from crawlpace import Settings, Throttler
 from crawlpace._throttle._release import DONT_ADJUST_KEY
-from crawlpace.sim._limits import Embargo, FixedWindow, RequestQueue, SlidingWindow, TokenBucket
+from crawlpace.sim._limits import Embargo, FixedWindow, LoopClock, RequestQueue, SlidingWindow, TokenBucket
 from crawlpace.sim._rates import budget_headers
 from crawlpace.testing import MockClock
 
@@ -31,6 +31,7 @@ URL = "https://site.example/page"
 class Response:
     status_code: int
     headers: dict[str, str] = field(default_factory=dict)
+    late: float = 0.0  # seconds the site took to read the request (its loop's wake): the answer is that late
 
 
 class Limiter(Protocol):
@@ -277,6 +278,40 @@ class Queue:
         pass
 
 
+@dataclass
+class NginxReq:
+    """nginx's ``limit_req rate=R`` with no ``burst`` (or ``burst=B nodelay``), refusing with 429 at once,
+    as nginx runs it: the arithmetic of :class:`~crawlpace.sim._limits.RequestQueue` (whole milliseconds,
+    thousandths of a request) on the time of its event loop's turn (:class:`~crawlpace.sim._limits.LoopClock`),
+    each turn waking up to ``stale`` seconds after its arrival; the answer leaves after that wake.
+    ``log``: (arrival, stamp in ms, status) of every request."""
+
+    rate: float
+    burst: int = 0
+    stale: float = 0.0
+    seed: int = 0
+    line: RequestQueue = field(init=False)
+    clock: LoopClock = field(init=False)
+    log: list[tuple[float, int, int]] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.line = RequestQueue(self.rate, self.burst, self.burst)
+        self.clock = LoopClock(self.stale, self.seed)
+
+    @property
+    def capacity(self) -> float:
+        return self.rate
+
+    def arrive(self, now: float) -> Response:
+        wake = self.clock.wake(now)
+        status = 429 if self.line.take(wake) is None else 200
+        self.log.append((now, math.floor(wake * 1000 + 1e-6), status))
+        return Response(status, late=wake - now)
+
+    def leave(self, now: float) -> None:
+        pass
+
+
 class _Unmeasured:
     """A request whose latency the throttler does not learn (the crawl's robots.txt fetch)."""
 
@@ -369,7 +404,8 @@ async def crawl(limiter: Limiter, seconds: float, *, latency: float = 0.05, work
                     refused_at_once = answer.status_code == 503 or (instant and answer.status_code != 200)
                     service = limiter.service() if isinstance(limiter, Knee | HardKnee) else latency
                     at_once = (refused_at_once and not refusal_as_page) or (failed and errors_at_once)
-                    took = 0.001 if at_once else service * rng.uniform(0.9, 1.1)
+                    # (a site whose loop read the request late answers that much later: ``answer.late``)
+                    took = (0.001 if at_once else service * rng.uniform(0.9, 1.1)) + answer.late
                     if isinstance(limiter, Queue) and answer.status_code == 200:
                         took += limiter.wait  # held in the line before the page is served
                     await clock.sleep(took)
