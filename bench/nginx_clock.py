@@ -33,10 +33,14 @@ QUICK = 6
 
 def cases(grid: str) -> Iterator[tuple[str, int, float, float, int, float]]:
     """(name, rate, stale, page latency, seed, seconds) for every crawl of ``grid``."""
+    rates: tuple[int, ...]
+    stales: tuple[float, ...]
     if grid == "traced":  # real4's case (10 r/s, nginx's own pages) and its neighbours
-        rates, stales, latencies, seeds, seconds = (10, 5, 25), (0.0, 0.002, 0.004, 0.008), (0.003, 0.03), (1, 2), 30.0
+        rates, stales, seconds = (10, 5, 25), (0.0, 0.002, 0.004, 0.008), 30.0
+        latencies, seeds = (0.003, 0.03), (1, 2)
     elif grid == "fresh":  # drawn before any rule was measured on it
-        rates, stales, latencies, seeds, seconds = (4, 8, 12, 20), (0.003, 0.006), (0.01, 0.05), (21, 22), 40.0
+        rates, stales, seconds = (4, 8, 12, 20), (0.003, 0.006), 40.0
+        latencies, seeds = (0.01, 0.05), (21, 22)
     else:
         raise SystemExit(f"unknown grid {grid!r}")
     for stale in stales:
@@ -75,7 +79,8 @@ def main() -> None:
         row = {"crawl": name, **crawl(rate, stale, latency, seed, seconds)}
         rows.append(row)
         gaps = " ".join(f"{gap:g}->{stamp}" for gap, stamp in row["hair_gaps"])
-        print(f"{name:36s} {row['share']:.3f} refused {row['refused']} hairs {row['hairs']}  {gaps}", flush=True)
+        print(f"{name:36s} {row['share']:.3f} refused {row['refused']} hairs {row['hairs']}  {gaps}",
+              flush=True)
     mean = statistics.mean(row["share"] for row in rows)
     refused, hairs = sum(row["refused"] for row in rows), sum(row["hairs"] for row in rows)
     print(f"MEAN {mean:.4f} REFUSED {refused} HAIRS {hairs} n {len(rows)}")

@@ -282,8 +282,9 @@ class Queue:
 class NginxReq:
     """nginx's ``limit_req rate=R`` with no ``burst`` (or ``burst=B nodelay``), refusing with 429 at once,
     as nginx runs it: the arithmetic of :class:`~crawlpace.sim._limits.RequestQueue` (whole milliseconds,
-    thousandths of a request) on the time of its event loop's turn (:class:`~crawlpace.sim._limits.LoopClock`),
-    each turn waking up to ``stale`` seconds after its arrival; the answer leaves after that wake.
+    thousandths of a request) on the time of its event loop's turn
+    (:class:`~crawlpace.sim._limits.LoopClock`), each turn waking up to ``stale`` seconds after its
+    arrival; the answer leaves after that wake.
     ``log``: (arrival, stamp in ms, status) of every request."""
 
     rate: float

@@ -11,8 +11,8 @@ import math
 import random
 from collections import deque
 
-__all__ = ["ClockWindow", "Embargo", "FixedWindow", "LoopClock", "RequestQueue", "RequestRate", "SlidingWindow",
-           "SlotCap", "Spacing", "TokenBucket"]
+__all__ = ["ClockWindow", "Embargo", "FixedWindow", "LoopClock", "RequestQueue", "RequestRate",
+           "SlidingWindow", "SlotCap", "Spacing", "TokenBucket"]
 
 
 def _count(name: str, value: int) -> int:
