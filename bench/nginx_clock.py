@@ -31,29 +31,39 @@ from limiter_kinds import harness  # the test harness's models, loaded once (one
 QUICK = 6
 
 
-def cases(grid: str) -> Iterator[tuple[str, int, float, float, int, float]]:
-    """(name, rate, stale, page latency, seed, seconds) for every crawl of ``grid``."""
+def cases(grid: str) -> Iterator[tuple[str, int, float, bool, float, int, float]]:
+    """(name, rate, stale, tail, page latency, seed, seconds) for every crawl of ``grid``.
+
+    A loop's wake ``stale`` is drawn evenly up to it, or with ``tail`` from an exponential law of that
+    mean (mostly short, now and then several times as long: the law whose hairs recur at the pace the
+    arrivals' spread sets, as on real nginx at load 8-12, bench/results/real5.md).
+    """
     rates: tuple[int, ...]
-    stales: tuple[float, ...]
+    stales: tuple[tuple[float, bool], ...]
     if grid == "traced":  # real4's case (10 r/s, nginx's own pages) and its neighbours
-        rates, stales, seconds = (10, 5, 25), (0.0, 0.002, 0.004, 0.008), 30.0
-        latencies, seeds = (0.003, 0.03), (1, 2)
+        rates, seconds, latencies, seeds = (10, 5, 25), 30.0, (0.003, 0.03), (1, 2)
+        stales = ((0.0, False), (0.002, False), (0.004, False), (0.008, False),
+                  (0.001, True), (0.002, True), (0.004, True))
     elif grid == "fresh":  # drawn before any rule was measured on it
-        rates, stales, seconds = (4, 8, 12, 20), (0.003, 0.006), 40.0
-        latencies, seeds = (0.01, 0.05), (21, 22)
+        rates, seconds, latencies, seeds = (4, 8, 12, 20), 40.0, (0.01, 0.05), (21, 22)
+        stales = ((0.003, False), (0.006, False))
+    elif grid == "fresh2":  # drawn before real5's margin rule was written, run after
+        rates, seconds, latencies, seeds = (6, 15, 30), 40.0, (0.005, 0.02), (31, 32)
+        stales = ((0.0015, True), (0.003, True), (0.005, True))
     else:
         raise SystemExit(f"unknown grid {grid!r}")
-    for stale in stales:
+    for stale, tail in stales:
         for rate in rates:
             for latency in latencies:
                 for seed in seeds:
-                    name = f"{rate}/s stale {stale * 1000:g} ms pages {latency:g} s s{seed}"
-                    yield name, rate, stale, latency, seed, seconds
+                    law = "tail" if tail else "stale"
+                    name = f"{rate}/s {law} {stale * 1000:g} ms pages {latency:g} s s{seed}"
+                    yield name, rate, stale, tail, latency, seed, seconds
 
 
-def crawl(rate: int, stale: float, latency: float, seed: int, seconds: float) -> dict[str, Any]:
+def crawl(rate: int, stale: float, tail: bool, latency: float, seed: int, seconds: float) -> dict[str, Any]:
     """One crawl: share, refusals, hairs and each hair's arrival gap and stamp gap (ms)."""
-    limiter = harness.NginxReq(rate, 0, stale, seed)
+    limiter = harness.NginxReq(rate, 0, stale, seed, tail=tail)
     out = asyncio.run(harness.crawl(limiter, seconds, latency=latency, seed=seed, lag=0.002, told=True,
                                     instant=True, robots=0.005, robots_counted=True, robots_unmeasured=True))
     hairs = []
@@ -68,18 +78,18 @@ def crawl(rate: int, stale: float, latency: float, seed: int, seconds: float) ->
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    parser.add_argument("--grid", default="traced", help="traced (real4's case and neighbours) or fresh")
+    parser.add_argument("--grid", default="traced", help="traced, fresh or fresh2")
     parser.add_argument("--quick", action="store_true", help=f"the grid's first {QUICK} crawls only")
     parser.add_argument("--json", action="store_true", help="print every figure as JSON on the last line")
     args = parser.parse_args()
     rows = []
-    for index, (name, rate, stale, latency, seed, seconds) in enumerate(cases(args.grid)):
+    for index, (name, rate, stale, tail, latency, seed, seconds) in enumerate(cases(args.grid)):
         if args.quick and index >= QUICK:
             break
-        row = {"crawl": name, **crawl(rate, stale, latency, seed, seconds)}
+        row = {"crawl": name, **crawl(rate, stale, tail, latency, seed, seconds)}
         rows.append(row)
         gaps = " ".join(f"{gap:g}->{stamp}" for gap, stamp in row["hair_gaps"])
-        print(f"{name:36s} {row['share']:.3f} refused {row['refused']} hairs {row['hairs']}  {gaps}",
+        print(f"{name:38s} {row['share']:.3f} refused {row['refused']} hairs {row['hairs']}  {gaps}",
               flush=True)
     mean = statistics.mean(row["share"] for row in rows)
     refused, hairs = sum(row["refused"] for row in rows), sum(row["hairs"] for row in rows)

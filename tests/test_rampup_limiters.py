@@ -291,13 +291,14 @@ class NginxReq:
     burst: int = 0
     stale: float = 0.0
     seed: int = 0
+    tail: bool = False
     line: RequestQueue = field(init=False)
     clock: LoopClock = field(init=False)
     log: list[tuple[float, int, int]] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.line = RequestQueue(self.rate, self.burst, self.burst)
-        self.clock = LoopClock(self.stale, self.seed)
+        self.clock = LoopClock(self.stale, self.seed, tail=self.tail)
 
     @property
     def capacity(self) -> float:

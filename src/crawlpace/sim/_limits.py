@@ -149,30 +149,41 @@ class LoopClock:
     and stamps every request that turn handles with that time, in whole milliseconds. A request is
     therefore stamped when the loop woke for it, not when it came, and on a loaded machine the loop
     wakes late: each turn here wakes up to ``stale`` seconds after the arrival that woke it (a
-    uniform draw), and an arrival that comes before that wake is handled in the same turn and
-    gets the same stamp. Two sends spaced just over a limiter's gap can thus be read just under it
-    (the earlier stamped late, the later on time), and the answer to each leaves only after the wake,
-    so the client sees that delay in its latency.
+    uniform draw; with ``tail``, an exponential one of mean ``stale``, unbounded), and an arrival
+    that comes before that wake is handled in the same turn and gets the same stamp. Two sends
+    spaced just over a limiter's gap can thus be read just under it (the earlier stamped late, the
+    later on time), and the answer to each leaves only after the wake, so the client sees that delay
+    in its latency.
 
     Args:
         stale: the longest wait of a turn's wake after its first arrival (0: a clock read at once).
         seed: the draws' seed.
+        tail: draw each wake's delay from an exponential law of mean ``stale`` (mostly short, now and
+            then several times as long), not evenly up to ``stale``.
     """
 
-    __slots__ = ("_rng", "_wake", "stale")
+    __slots__ = ("_rng", "_wake", "stale", "tail")
 
-    def __init__(self, stale: float = 0.0, seed: int = 0) -> None:
+    def __init__(self, stale: float = 0.0, seed: int = 0, *, tail: bool = False) -> None:
         if isinstance(stale, bool) or not (isinstance(stale, int | float) and 0.0 <= stale < math.inf):
             raise ValueError(f"stale must be a finite number of at least 0, got {stale!r}")
         self.stale = float(stale)
+        self.tail = tail
         self._rng = random.Random(seed)
         self._wake = -math.inf
 
     def wake(self, now: float) -> float:
         """The time the loop reads for a request arriving at ``now`` (its turn's wake, at least ``now``)."""
         if now > self._wake:
-            self._wake = now + (self._rng.uniform(0.0, self.stale) if self.stale else 0.0)
+            self._wake = now + self._draw()
         return self._wake
+
+    def _draw(self) -> float:
+        if not self.stale:
+            return 0.0
+        if self.tail:  # mostly short, now and then several times as long (a loaded machine's scheduler)
+            return self._rng.expovariate(1.0 / self.stale)
+        return self._rng.uniform(0.0, self.stale)
 
 
 class FixedWindow:
