@@ -1757,3 +1757,31 @@ async def test_a_strict_bucket_that_stalls_often_spaces_the_send_after_a_late_an
     out = await crawl(Bucket(rate, 1.0), 60.0, latency=0.002, hiccups=stalls, hiccup=hiccup)
     assert out.refused <= 5
     assert out.share >= 0.88
+
+
+# nginx's limit_req with no burst read on its loop's cached millisecond clock (bench/results/real5.md,
+# bench/nginx_clock.py): real nginx refused sends 100-104 ms apart that its clock read as 97-99 ms
+# (real4.md). A token bucket on exact times makes no such refusal; the loop's late wakes do, and rampup
+# answers them as it answers the real ones (the arrivals' jitter rule), at a pace the wakes' spread sets.
+@pytest.mark.parametrize(("stale", "tail", "seed", "hairs", "share"), [
+    (0.0, False, 1, 0, 0.83),  # 0 hairs, 0.840, 3 refused
+    (0.004, False, 1, 1, 0.81),  # 1 hair (101.2 ms read 99 ms), 0.820
+    (0.002, True, 2, 1, 0.80),  # 2 hairs (jitter refusals at 104.7 and 105.4 ms), 0.817
+])
+async def test_nginx_on_its_loop_clock_refuses_sends_just_over_its_gap(
+        stale: float, tail: bool, seed: int, hairs: int, share: float) -> None:
+    limiter = NginxReq(10, 0, stale, seed, tail=tail)
+    out = await crawl(limiter, 30.0, latency=0.003, seed=seed, lag=0.002, told=True, instant=True,
+                      robots=0.005, robots_counted=True, robots_unmeasured=True)
+    last: tuple[float, int] | None = None
+    found = []
+    for arrival, stamp, status in limiter.log:
+        if status == 200:
+            last = (arrival, stamp)
+        elif last is not None and arrival - last[0] >= 0.1:  # came a whole gap after: only the clock refused
+            found.append(stamp - last[1])
+            assert stamp - last[1] < 100
+    assert len(found) >= hairs
+    assert hairs or not found
+    assert out.share >= share
+    assert out.refused <= 3 + len(found)
