@@ -1786,14 +1786,3 @@ async def test_nginx_on_its_loop_clock_refuses_sends_just_over_its_gap(
     assert out.share >= share
     assert out.refused <= 3 + len(found)
 
-
-async def test_a_hair_refusal_ends_the_search_above_a_strict_buckets_level() -> None:
-    # nginx at 10 r/s whose loop wakes 4 ms late on average (exponential): the start's fit searched up
-    # to 10.6/s (its refused gap); each step past 9.1/s met a hair refusal the jitter rule forgave, the
-    # search went on, and the fourth was cut x0.8 to 7.52/s for the rest of the crawl (0.743, 6 refused).
-    # A gap the site accepted, refused through the arrivals' spread, ends the search: 0.82, 4 refused.
-    limiter = NginxReq(10, 0, 0.004, 2, tail=True)
-    out = await crawl(limiter, 30.0, latency=0.003, seed=2, lag=0.002, told=True, instant=True,
-                      robots=0.005, robots_counted=True, robots_unmeasured=True)
-    assert out.share >= 0.8
-    assert out.refused <= 4

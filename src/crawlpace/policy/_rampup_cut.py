@@ -38,11 +38,9 @@ shortest gap, says nothing of the level, when that delay was a stall (longer tha
 arrivals' usual spread) or the scope has shown a bucket with no burst (a refusal just under
 the shortest gap accepted): the limit's gap is still at most the shortest one accepted. The
 pace keeps its level, spaced at least that shortest gap plus the arrivals' measured jitter
-(:meth:`CutRules._arrival_jitter`), and no probe wait follows; but the search above the level
-ends, since pacing faster than a gap the spread already made the site refuse finds only more
-such refusals. A bucket with a burst, a window or a counter accepts gaps far shorter than the
-ones they refuse, so their refusals are seldom explained this way (a stall longer than the gap
-they refused), and cut as before.
+(:meth:`CutRules._arrival_jitter`), and no probe wait follows. A bucket with a burst, a window
+or a counter accepts gaps far shorter than the ones they refuse, so their refusals are seldom
+explained this way (a stall longer than the gap they refused), and cut as before.
 
 An answer's delay counts from the send the scope recorded (its admission): the latency plus the
 caller's ``lag`` before the fetch (``ScopeFeedback.lag``), which in a fleet is each worker's wait
@@ -92,7 +90,6 @@ class _CutState(Protocol):
     _ok_sends: deque[float]
     _no_burst: bool
     _spaced: bool
-    _top: float
 
     def allowed_rate(self, now: float) -> float: ...
     def sent_rate(self, now: float) -> float: ...
@@ -247,11 +244,6 @@ class CutRules:
         # Never deeper than an ordinary cut: a jitter that large is the refusal's cause only seldom.
         rate = max(self.min_rate, T.cut * self.rate, min(self.rate, 1.0 / (shortest + jitter)))
         self.last_pushback_rate = 1.0 / refused
-        # The search above the level ends: a gap the site accepted was just refused through the arrivals'
-        # spread, so a faster pace only meets the same refusals, whatever the limit (a search up to the
-        # start's refused gap drew one such refusal after another at 10/s, then an ordinary cut x0.8:
-        # bench/results/real5.md). The climb's own probe above the level still runs.
-        self._top = 0.0
         self._spaced = True  # (the site counts arrival gaps: late answers space the next send, spaced_until)
         if rate < self.rate:
             self.rate = rate
