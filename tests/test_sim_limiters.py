@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
+import statistics
 from collections.abc import AsyncIterator
 
 import httpx
@@ -22,7 +23,7 @@ from crawlpace.sim import (
     SlotCapSite,
     WindowSite,
 )
-from crawlpace.sim._limits import ClockWindow, RequestQueue, RequestRate, SlidingWindow, SlotCap
+from crawlpace.sim._limits import ClockWindow, LoopClock, RequestQueue, RequestRate, SlidingWindow, SlotCap
 from crawlpace.sim._rates import budget_headers
 from crawlpace.testing import MockClock
 
@@ -433,3 +434,27 @@ async def test_the_flask_kind_answers_as_flask_limiter_does(kind: str, strategy:
                 "x-ratelimit-limit", "x-ratelimit-remaining", "x-ratelimit-reset", "retry-after"))))
     assert sim == real
     assert any(answer[0] == "429" and answer[4] == "0" for answer in real)  # the script meets the "0"
+
+
+def test_request_queue_with_no_burst_refuses_a_stamp_gap_under_the_rate_and_a_loop_clock_reads_late() -> None:
+    # nginx's limit_req with no burst= (its default): at 10 r/s a request 99 ms after the last one
+    # counted is refused (excess 0.010), one 100 ms after it let in, in whole milliseconds.
+    queue = RequestQueue(10.0, 0)
+    assert queue.take(1.0) == 0.0
+    assert queue.take(1.0999) is None  # read as 99 ms
+    assert queue.take(1.1) == 0.0
+    # The loop's clock: the stamp is its turn's wake, which an arrival before that wake shares.
+    clock = LoopClock(0.004, seed=1)
+    wake = clock.wake(2.0)
+    assert 2.0 <= wake <= 2.004
+    assert clock.wake(wake) == wake
+    assert clock.wake(wake + 0.001) >= wake + 0.001
+    assert LoopClock().wake(3.0) == 3.0
+    tails = LoopClock(0.002, seed=1, tail=True)
+    delays = [tails.wake(t) - t for t in range(1, 2001)]
+    assert statistics.mean(delays) == pytest.approx(0.002, rel=0.1)
+    assert max(delays) > 0.008  # now and then several times the mean
+    with pytest.raises(ValueError, match="burst"):
+        RequestQueue(1.0, -1)
+    with pytest.raises(ValueError, match="stale"):
+        LoopClock(-0.001)

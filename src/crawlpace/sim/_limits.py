@@ -8,10 +8,11 @@ use them can be tested by scripting times.
 from __future__ import annotations
 
 import math
+import random
 from collections import deque
 
-__all__ = ["ClockWindow", "Embargo", "FixedWindow", "RequestQueue", "RequestRate", "SlidingWindow", "SlotCap",
-           "Spacing", "TokenBucket"]
+__all__ = ["ClockWindow", "Embargo", "FixedWindow", "LoopClock", "RequestQueue", "RequestRate",
+           "SlidingWindow", "SlotCap", "Spacing", "TokenBucket"]
 
 
 def _count(name: str, value: int) -> int:
@@ -88,20 +89,24 @@ class RequestQueue:
     ``excess / R`` seconds later, so that requests sent faster than the rate leave nginx one
     ``1 / R`` apart, the rest of the burst waiting in line. With ``delay = D`` (nginx's ``delay=``)
     the first ``D`` of the excess go at once and only the rest wait, ``(excess - D) / R``; ``D >= B``
-    is ``nodelay`` (then it refuses as a :class:`TokenBucket` of ``B + 1`` does). The arithmetic
-    is nginx's (``ngx_http_limit_req_module``): whole milliseconds and thousandths of a request,
-    so that a request exactly at the end of the line is let in, as nginx lets it.
+    is ``nodelay`` (then it refuses as a :class:`TokenBucket` of ``B + 1`` does). ``B = 0`` is
+    nginx's default (no ``burst=``): a request closer than ``1 / R`` to the last one counted is
+    refused, nothing waits. The arithmetic is nginx's (``ngx_http_limit_req_module``): whole
+    milliseconds and thousandths of a request, so that a request exactly at the end of the line is
+    let in, as nginx lets it. nginx reads ``now`` from its cached clock (:class:`LoopClock`).
 
     Args:
         rate: requests per second served.
-        burst: requests that may wait beyond the one being served, at least 1.
+        burst: requests that may wait beyond the one being served (0: none).
         delay: the excess served without waiting (0: all of it waits).
     """
 
     __slots__ = ("_excess", "_last", "_rate", "burst", "delay")
 
     def __init__(self, rate: float, burst: int, delay: int = 0) -> None:
-        self.burst = _count("burst", burst)
+        if isinstance(burst, bool) or not isinstance(burst, int) or burst < 0:
+            raise ValueError(f"burst must be an integer of at least 0, got {burst!r}")
+        self.burst = burst
         if isinstance(delay, bool) or not isinstance(delay, int) or delay < 0:
             raise ValueError(f"delay must be an integer of at least 0, got {delay!r}")
         self.delay = delay
@@ -135,6 +140,50 @@ class RequestQueue:
     def set_rate(self, now: float, rate: float) -> None:
         """Serve at ``rate`` from ``now`` on, the excess kept."""
         self._rate = self._milli(rate)
+
+
+class LoopClock:
+    """A server's cached clock, read once per turn of its event loop (nginx's ``ngx_current_msec``).
+
+    nginx does not read the time for each request: it updates its clock when its event loop wakes
+    and stamps every request that turn handles with that time, in whole milliseconds. A request is
+    therefore stamped when the loop woke for it, not when it came, and on a loaded machine the loop
+    wakes late: each turn here wakes up to ``stale`` seconds after the arrival that woke it (a
+    uniform draw; with ``tail``, an exponential one of mean ``stale``, unbounded), and an arrival
+    that comes before that wake is handled in the same turn and gets the same stamp. Two sends
+    spaced just over a limiter's gap can thus be read just under it (the earlier stamped late, the
+    later on time), and the answer to each leaves only after the wake, so the client sees that delay
+    in its latency.
+
+    Args:
+        stale: the longest wait of a turn's wake after its first arrival (0: a clock read at once).
+        seed: the draws' seed.
+        tail: draw each wake's delay from an exponential law of mean ``stale`` (mostly short, now and
+            then several times as long), not evenly up to ``stale``.
+    """
+
+    __slots__ = ("_rng", "_wake", "stale", "tail")
+
+    def __init__(self, stale: float = 0.0, seed: int = 0, *, tail: bool = False) -> None:
+        if isinstance(stale, bool) or not (isinstance(stale, int | float) and 0.0 <= stale < math.inf):
+            raise ValueError(f"stale must be a finite number of at least 0, got {stale!r}")
+        self.stale = float(stale)
+        self.tail = tail
+        self._rng = random.Random(seed)
+        self._wake = -math.inf
+
+    def wake(self, now: float) -> float:
+        """The time the loop reads for a request arriving at ``now`` (its turn's wake, at least ``now``)."""
+        if now > self._wake:
+            self._wake = now + self._draw()
+        return self._wake
+
+    def _draw(self) -> float:
+        if not self.stale:
+            return 0.0
+        if self.tail:  # mostly short, now and then several times as long (a loaded machine's scheduler)
+            return self._rng.expovariate(1.0 / self.stale)
+        return self._rng.uniform(0.0, self.stale)
 
 
 class FixedWindow:
