@@ -7,7 +7,8 @@ pages in 20 ms, a model's own service time for the in-flight kinds), until its p
 The models: ``bucket``/``strict`` a token bucket (``Retry-After`` of the next token where drawn),
 ``holds`` a bucket whose 429 demands its embargo, ``fixed``/``flask``/``sliding`` the simulator's own
 windows (``FixedWindow`` chained, ``SlidingWindow`` counting refusals where drawn; ``Retry-After`` as
-drawn; only the windows with no budget header: a header paces a window from the first answer), ``reqrate`` HAProxy's counter at its drawn phase, ``conncap`` a cap freed ``lag`` late, ``softknee``/
+drawn; only the windows with no budget header: a header paces a window from the first answer),
+``reqrate`` HAProxy's counter at its drawn phase, ``conncap`` a cap freed ``lag`` late, ``softknee``/
 ``hardknee`` the knee servers, ``queue`` nginx's line. ``errors`` is ``bench/start_bound.py``'s;
 ``flask``, ``headers``, ``shifting``, ``challenge`` and ``crawldelay`` are left out (headers, a moving limit,
 a browser check, robots.txt).
@@ -39,9 +40,9 @@ from multiprocessing import Pool
 from pathlib import Path
 from typing import Any
 
-from crawlpace.sim._rates import budget_headers
 from crawlpace.sim._limits import FixedWindow, SlidingWindow
 from crawlpace.sim._random import draw_farm
+from crawlpace.sim._rates import budget_headers
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from _modules import load_file, seed_list
@@ -50,7 +51,8 @@ _TESTS = Path(__file__).resolve().parent.parent / "tests"
 sys.path.insert(0, str(_TESTS.parent))
 limiters = load_file("tests.test_rampup_limiters", _TESTS / "test_rampup_limiters.py")
 
-KINDS = ("bucket", "strict", "holds", "fixed", "sliding", "reqrate", "conncap", "softknee", "hardknee", "queue")
+KINDS = ("bucket", "strict", "holds", "fixed", "sliding", "reqrate", "conncap", "softknee", "hardknee",
+         "queue")
 #: A page's answer time where the model has none of its own (``farm_trace.py``'s).
 LATENCY = 0.02
 
@@ -90,7 +92,8 @@ def model(spec: dict[str, Any]) -> tuple[Any, float]:
     """The limiter model of a site, and its page time."""
     kind = kind_of(spec)
     if kind in ("bucket", "strict"):
-        return limiters.Bucket(float(spec["rate"]), float(spec["burst"]), wait=bool(spec["retry_after"])), LATENCY
+        wait = bool(spec["retry_after"])
+        return limiters.Bucket(float(spec["rate"]), float(spec["burst"]), wait=wait), LATENCY
     if kind == "holds":
         return limiters.Bucket(float(spec["rate"]), float(spec["burst"]), hold=int(spec["embargo"])), LATENCY
     if kind in ("fixed", "flask", "sliding", "headers"):
@@ -166,7 +169,8 @@ class _Decisions(logging.Handler):
 
 def per_second(accepted: list[float], end: float) -> list[dict[str, float]]:
     """Accepted sends in each second up to ``end``."""
-    return [{"at": float(t), "rate": float(bisect.bisect_left(accepted, t + 1.0) - bisect.bisect_left(accepted, t))}
+    return [{"at": float(t),
+             "rate": float(bisect.bisect_left(accepted, t + 1.0) - bisect.bisect_left(accepted, t))}
             for t in range(math.ceil(end))]
 
 
@@ -232,8 +236,9 @@ def table(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
         before = statistics.mean(r["loss_before"] for r in some)
         after = statistics.mean(r["loss_after"] for r in some)
         lost = sum(max(0.0, r["loss_before"]) + max(0.0, r["loss_after"]) for r in some)
+        start = sum(max(0.0, r["loss_before"]) for r in some)
         out[kind] = {"sites": len(some), "before": round(before, 2), "after": round(after, 2),
-                     "start_share": round(sum(max(0.0, r["loss_before"]) for r in some) / lost, 2) if lost else 0.0,
+                     "start_share": round(start / lost, 2) if lost else 0.0,
                      "ratio": round(statistics.mean(r["ratio"] for r in some), 3),
                      "fit_s": round(statistics.mean(r["first_fit"] for r in some), 2),
                      "refused": round(statistics.mean(r["refused"] for r in some), 2)}
@@ -243,10 +248,10 @@ def table(rows: list[dict[str, Any]]) -> dict[str, dict[str, float]]:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", default="5101-5106", help="farm seeds, 'A-B' or 'A,B' (default 5101-5106)")
-    parser.add_argument("--kinds", default=",".join(KINDS), help="kinds to crawl (default: every modelled one)")
+    parser.add_argument("--kinds", default=",".join(KINDS), help="kinds to crawl (default: all modelled)")
     parser.add_argument("--rows", help="write every site's figures to this JSON file")
     parser.add_argument("--against", help="rows an earlier run wrote: compare site by site")
-    parser.add_argument("--quick", action="store_true", help="one seed, the rate-limited kinds (under a minute)")
+    parser.add_argument("--quick", action="store_true", help="one seed, the rate-limited kinds (a minute)")
     parser.add_argument("--json", action="store_true", help="print the table as JSON on the last line")
     parser.add_argument("--trace", help="SEED:SITE: crawl that one site and print rampup's decisions")
     args = parser.parse_args(argv)
@@ -264,13 +269,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.rows:
         Path(args.rows).write_text(json.dumps(rows), encoding="utf-8")
     result = table(rows)
-    print("| kind | sites | first fit s | lost before s | lost after s | start's share | x capacity | refused |")
+    print("| kind | sites | first fit s | lost before s | lost after s | start's share | x capacity "
+          "| refused |")
     print("|---|--:|--:|--:|--:|--:|--:|--:|")
     for kind, s in result.items():
         print(f"| {kind} | {s['sites']:g} | {s['fit_s']:.2f} | {s['before']:.2f} | {s['after']:.2f} | "
               f"{s['start_share']:.2f} | {s['ratio']:.3f} | {s['refused']:.2f} |")
     if args.against:
-        before = {(r["seed"], r["site"]): r for r in json.loads(Path(args.against).read_text(encoding="utf-8"))}
+        earlier = json.loads(Path(args.against).read_text(encoding="utf-8"))
+        before = {(r["seed"], r["site"]): r for r in earlier}
         moved = [(before[(r["seed"], r["site"])], r) for r in rows if (r["seed"], r["site"]) in before
                  and abs(before[(r["seed"], r["site"])]["crawl"] - r["crawl"]) > 1e-9]
         print(f"against {len(before)} sites: {len(moved)} moved")
