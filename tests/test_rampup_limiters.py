@@ -621,22 +621,6 @@ async def test_a_strict_bucket_that_asks_for_a_second_after_its_start_refusal_is
     assert out.refused == 1  # the start's only: a search would risk another hold
 
 
-@pytest.mark.parametrize(("rate", "latency", "share"),
-                         [(19.0, 0.003, 0.72), (29.0, 0.003, 0.72), (19.0, 0.02, 0.69), (8.0, 0.02, 0.715)])
-async def test_a_strict_bucket_whose_start_refusal_held_a_gap_resumes_at_the_fit(
-        rate: float, latency: float, share: float) -> None:
-    # Retry-After: 1 after the start's refusal (the wait for the next token, rounded up), a refusal that
-    # fits a bucket with no burst. The rate was halved as for a window's or a counter's debt and climbed
-    # back to the fit over seconds: 0.700, 0.702, 0.676 and 0.700 of the limit in 20 s. The hold spans
-    # one of the fit's gaps, so the bucket holds a token when it ends and the fit's gaps never find it
-    # empty: the rate resumes at the fit (0.729, 0.735, 0.703, 0.725), with no refusal more. (29/s
-    # behind 20 ms pages refuses a gap within the arrivals' spread of the one accepted: that may be a
-    # burst's drain, and the halving stays.)
-    out = await crawl(Bucket(rate, 1.0, wait=True), 20.0, latency=latency, robots=0.005)
-    assert out.share >= share
-    assert out.refused == 1
-
-
 @pytest.mark.parametrize("rate", [19.0, 25.0])
 async def test_the_start_strict_search_stops_short_of_the_refused_gap_by_the_spread(rate: float) -> None:
     # Pages in 20 ms, each send reaching the site up to 5 ms late (told as the permit's lag, as the crawl

@@ -96,18 +96,7 @@ A refusal whose gap to the last accepted send is just under the shortest gap acc
 bucket with no burst, whose rate lies between the two gaps': the climb back then levels out at the
 accepted gap's fit and searches up to the refused gap's rate from there, within seconds
 (:meth:`StartPhase._start_strict`). The halving stays: every start's refusal fits (its doubling
-shortens each gap), a burst's, a window's or a counter's too, and those owe a debt first. Unless the
-server held the scope for one of the fit's gaps or longer (a strict bucket's ``Retry-After: 1``, its
-wait for the next token rounded up): a bucket refuses only when empty and a refused send takes
-nothing, so when the hold ends a bucket with no burst holds a token, and gaps no shorter than one it
-accepted never find it empty. The rate resumes at the accepted gap's fit then (the climb goes on to
-the level), not at half the refused rate, whose climb back took seconds (a 19/s bucket: 0.700 ->
-0.729 of its limit in 20 s). A limiter that owed a debt refuses the fit, and that refusal is the
-steady phase's, cut as usual (one more hold). Only where the refused gap was shorter than the accepted
-one by more than the arrivals' spread (a bracket wide enough to search): a bucket with a burst refuses
-its drained tokens at the pace it accepted, a gap within that spread of the accepted one (a 17.7/s
-bucket of burst 14: refused 17.9 ms, accepted 18.3 ms, a fit at 2.8 times its rate), and resumed there
-it drew a refusal more and lost 0.07 of its limit over random farms.
+shortens each gap), a burst's, a window's or a counter's too, and those owe a debt first.
 
 The state is two numbers on the controller: the good rate (``_good_rate``) and
 the lowest latency seen (``_low_latency``, 0 for none); the send record
@@ -487,9 +476,7 @@ class StartPhase:
         0.83 of their limit, for the rest of a 20 s crawl): the level is the accepted gap's fit, with
         no search above it, since each step refused would cost another hold (searching, the fake
         clock's buckets of 9-29/s gained as much as they lost, and a loaded crawl drew one or two
-        refusals more per site). Where that hold spans one of the fit's gaps and the bracket is wide
-        enough to search, the rate resumes at the fit, not at the halving's rate: the bucket holds a
-        token when the hold ends (see the module's docstring).
+        refusals more per site).
         """
         shortest = self._gap_ok
         before = None if sent_at is None else self._last_ok_before(sent_at)
@@ -504,21 +491,12 @@ class StartPhase:
         fit = min(cap, T.fit_share / shortest, 1.0 / (shortest + jitter))
         top = min(cap, 1.0 / (refused + jitter))
         level = max(self.ceiling or 0.0, fit)
-        # Held for at least one of the fit's gaps: a bucket with no burst holds a token again when the
-        # hold ends, and the fit's gaps (no shorter than one it accepted) never find it empty. Only where
-        # the refused gap was shorter than the accepted one by more than the arrivals' spread (a bracket
-        # wide enough to search): within it, the two may have reached the site at the same gap, as a
-        # bucket with a burst refuses one, its tokens drained at the pace it had accepted.
-        resume = (self.rate < fit and 1.0 / fit <= self._resumed_at - now
-                  and top > fit * (1.0 + T.tolerance))
         if self._resumed_at > now or top <= level * (1.0 + T.tolerance):
             # Held (a step refused costs another hold), or too narrow to search: the level is the fit.
-            if level <= (self.ceiling or 0.0) and not resume:
+            if level <= (self.ceiling or 0.0):
                 return ""
             top = 0.0
         self.ceiling, self._top = level, top
-        if resume:
-            self.rate = fit
         self._start_climb(now, fast=True)
         search = f", then searching up to {top:.3g}/s" if top else ""
         return (f"; a bucket with no burst fits the gaps (refused {refused:.4g}s, accepted {shortest:.4g}s): "
