@@ -324,7 +324,8 @@ def test_a_share_after_of_none_is_weighed_as_a_sample_too() -> None:
     for n in range(40):
         errors.record("s", sent_at=n, error=n % 10 == 0)
     errors.slowed(40.0, None)
-    assert errors.judging
+    waits_for_its_sample = errors.judging
+    assert waits_for_its_sample
     for n in range(JUDGE):
         errors.record("s", sent_at=41.0 + n, error=False)
     assert not errors.judging
