@@ -664,7 +664,9 @@ class Episodes:
         not its send's, and the rate fit has been refused by then)."""
         if not self._rests or self._win_since != NEVER or not 2 <= accepted <= WINDOW_SENDS_KEPT:
             return
-        width = sent - started
+        # (No slower than the fitted level over a stretch of N: a counter's fit may lift the level above
+        # what one lock-out's span shows, and the rule then paced 10 per 1 s at 0.43 of it.)
+        width = min(sent - started, accepted / max(self.rate, self.min_rate))
         if width <= 0.0:
             return
         self._win_n, self._win_w, self._win_level, self._win_since = accepted, width, self.rate, now
@@ -680,7 +682,9 @@ class Episodes:
         self._win_n = 0
         if self.rate > self._win_level > 0.0:
             self.rate = self.ceiling = self._win_level
-        self._cycle_refused += 1
+        # (The cycle under the rule sent bursts, no rate: the next fit counts from here. A cycle of the
+        # rule's 117 sends in 7.4 s, fitted at this refusal's lock-out, paced 60 per 6 s at 15.5/s.)
+        self._cycle_start, self._cycle_ok, self._cycle_refused, self._cycle_rate = now, 0, 1, self.rate
         if self._ep_since == NEVER:
             self._ep_since, self._ep_drain = now, 0.0
             self._ep_gap = _DRAIN_COUNTS / max(self.rate, self.min_rate)

@@ -68,6 +68,7 @@ class _SendRecordState(Protocol):
     def _start_floor(self, door: bool = True) -> float: ...
     def _episode_cap(self, allowed: float) -> float: ...
     def _arrival_jitter(self) -> float: ...
+    def _window_rate(self) -> float: ...
 
 
 class SendRecord:
@@ -119,10 +120,7 @@ class SendRecord:
         fastest the start was answered at where there is none): the start's burst is sent again as it
         leaves the window, not spread over it."""
         at_once = self.max_rate if math.isfinite(self.max_rate) else max(self.rate, self._good_rate)
-        # (No slower than the level over a stretch of N: the search above the rate fit goes on under
-        # the rule, and a counter's level may be above what one lock-out's span shows.)
-        width = min(self._win_w, self._win_n / max(self.rate, self.min_rate))
-        opens = window_opens(self._win_sends, self._win_n, width)
+        opens = window_opens(self._win_sends, self._win_n, self._win_w)
         wait = opens + T.knee_slack + self._arrival_jitter() - self._sent_at
         return at_once if wait * at_once <= 1.0 else 1.0 / wait
 

@@ -134,11 +134,11 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
           "in_place", "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window",
-          "_counted", "_counted_n", "_win_sends", "_left", "_more", "_undo", "_undo_void", "_own", "_lease_on",
-          "_lease_all", "_lease_at"),
-    # (this process's own sends, for the counter fit, its own queue: the work a step after a hold is
-    # weighed for, the pace its errors' cut would put back, a fleet worker's own sends out and its own
-    # lease times)
+          "_counted", "_counted_n", "_win_sends", "_left", "_more", "_undo", "_undo_void", "_own",
+          "_lease_on", "_lease_all", "_lease_at"),
+    # (this process's own sends, for the counter fit and the window's rule, its own queue: the work a
+    # step after a hold is weighed for, the pace its errors' cut would put back, a fleet worker's own
+    # sends out and its own lease times)
     "h": ("sends_seen",),  # (a shared store sets it once its answers are the fleet's: HeaderBudget.shared)
     "c": (),
     "e": (),
