@@ -561,34 +561,6 @@ async def test_a_clock_windows_lockout_end_is_probed_at_its_fitted_boundary(seed
     assert out.refused <= 20
 
 
-class MovingWindow:
-    """``limit`` requests in any ``window`` seconds (a moving log, ``limits``' moving window), no headers;
-    with ``counted``, refused requests count too (each one pushes the window's end on)."""
-
-    def __init__(self, limit: int, window: float, counted: bool) -> None:
-        self.log = SlidingWindow(limit, window, count_refused=counted)
-        self.capacity = limit / window
-
-    def arrive(self, now: float) -> Response:
-        return Response(200 if self.log.take(now) else 429)
-
-    def leave(self, now: float) -> None:
-        pass
-
-
-@pytest.mark.parametrize(("limit", "window", "counted"),
-                         [(60, 6.0, True), (60, 6.0, False), (200, 10.0, False)])
-async def test_a_moving_windows_burst_is_sent_again_as_it_leaves_the_window(limit: int, window: float,
-                                                                           counted: bool) -> None:
-    # After the first lock-out, a moving window was fitted as a rate (0.94 N over the cycle's span) and
-    # paced evenly, where the window lets the start's burst through again as it leaves (364a7f42: 0.873,
-    # 0.913 and 0.932 of capacity, 21, 18 and 24 refused). By the window's own rule (each send once fewer
-    # than N sends fell in the last W, W the lock-out's span): 0.993, 0.993 and 1.0, 16, 16 and 18 refused.
-    out = await crawl(MovingWindow(limit, window, counted), 30.0, seed=1)
-    assert out.share >= 0.97
-    assert out.refused <= 18
-
-
 @dataclass
 class CountedClockWindow(ClockWindow):
     """A clock window with every arrival counted per window, refused ones too (the busiest window the

@@ -109,7 +109,7 @@ from typing import Protocol
 from ._rampup_counter import SENDS_KEPT, counter_open, fit_counter
 from ._rampup_sends import NEVER
 from ._rampup_tuning import TUNING as T
-from ._rampup_window import WINDOW_SENDS_KEPT, fit_window
+from ._rampup_window import fit_window
 
 __all__ = ["Episodes"]
 
@@ -188,10 +188,6 @@ class _EpisodeState(Protocol):
     last_pushback_rate: float | None
     _rests: bool
     _sent_at: float
-    _win_n: int
-    _win_w: float
-    _win_level: float
-    _win_since: float
 
     def hold(self, until: float) -> None: ...
     def slot_rest(self) -> float: ...
@@ -206,8 +202,6 @@ class _EpisodeState(Protocol):
     def _drain_gap(self, sent_at: float | None, took: float | None = None) -> float: ...
     def _probe_gap(self) -> float: ...
     def _window_probe(self, sent: float) -> None: ...
-    def _window_rule(self, now: float, sent: float, started: float, accepted: int) -> None: ...
-    def _window_left(self, now: float) -> None: ...
     def _draining(self, now: float) -> bool: ...
     def _decide(self, now: float, decision: str) -> None: ...
     def _recall_fitted(self, refused: float, high: float) -> None: ...
@@ -524,7 +518,6 @@ class Episodes:
             self._cycle_ok += 1
             return
         span, accepted, since = now - self._cycle_start, self._cycle_ok, self._ep_since
-        first, started = self._lock_end == NEVER, self._cycle_start  # (for the window's rule, below)
         # A lock-out: probes were refused for T.lockout_gaps gaps at the cut rate, and no hold the
         # server asked for explains the silence (a hold is a penalty; a cycle counting it says little).
         gap = 1.0 / max(self.rate, self.min_rate)
@@ -642,54 +635,6 @@ class Episodes:
             at_once = f", {spent + 1} of them at once" if spent else ""
             self._decide(now, f"fit: the last cycle let {accepted} through in {span:.3g}s{at_once}"
                          f"{' (a lock-out)' if lockout else ''}; pacing at {fit:.3g}/s")
-        if lockout and first and not refill and 2.0 * (now - since) >= span:
-            self._window_rule(now, sent_at, started, accepted)
-
-    def _window_rule(self: _EpisodeState, now: float, sent: float, started: float, accepted: int) -> None:
-        """The first lock-out outlasted the sending before it, ``accepted`` sends let through from the
-        cycle's first to the probe that ended it, ``width`` seconds later: a window's (a counter's lasts
-        as long). Pace by the window's own rule from here (``_rampup_sends``' ``_window_rate``): each
-        send once fewer than ``accepted`` sends, refused ones too, fell in the last ``width`` seconds.
-
-        A moving window of ``N`` per ``W`` let the cycle's ``N`` through within ``W`` and ended the
-        lock-out as the first of them left it, ``W`` after it at the earliest: so no stretch of
-        ``width`` holds more than it takes, and the start's burst is sent again as it leaves the window
-        (at the rate fit, ``0.94 N / width`` spread evenly, sliding windows of 1-3 periods' pages took
-        0.86 of the oracle's time; by this rule 0.91: bench/results/sliding1.md). A clock window of
-        ``W`` or less obeys the rule as well (each period lies in some stretch of ``width``). A
-        request-rate counter still weighing its last period, or a bucket, refuses the replayed burst:
-        the rule's first refusal leaves it for good (:meth:`_window_left`), back to the rate fit.
-        Only in a process that sees every send (a fleet's worker sees its own: its count would let
-        each worker send ``N``); only the first lock-out's (a later cycle's start is an answer's time,
-        not its send's, and the rate fit has been refused by then)."""
-        if not self._rests or self._win_since != NEVER or not 2 <= accepted <= WINDOW_SENDS_KEPT:
-            return
-        # (No slower than the fitted level over a stretch of N: a counter's fit may lift the level above
-        # what one lock-out's span shows, and the rule then paced 10 per 1 s at 0.43 of it.)
-        width = min(sent - started, accepted / max(self.rate, self.min_rate))
-        if width <= 0.0:
-            return
-        self._win_n, self._win_w, self._win_level, self._win_since = accepted, width, self.rate, now
-        self._decide(now, f"window: at most {accepted} sends in any {width:.3g}s; each send once one "
-                          "leaves it, the rate fit's level kept for its first refusal")
-
-    def _window_left(self: _EpisodeState, now: float) -> None:
-        """A refusal of a send made under the window's own rule: the limiter is no such window (a counter
-        still weighing its last period, a bucket). Back to the rate fit's level (no search the rule
-        allowed above it), for good. The refusal answers the burst, not the level: no cut, but an episode
-        whose first probe waits the overshoot's drain (two of the level's gaps, ``_DRAIN_COUNTS``), as a
-        refusal soon after a lock-out's end does (:meth:`_draining`); refused, it doubles as any probe."""
-        self._win_n = 0
-        if self.rate > self._win_level > 0.0:
-            self.rate = self.ceiling = self._win_level
-        # (The cycle under the rule sent bursts, no rate: the next fit counts from here. A cycle of the
-        # rule's 117 sends in 7.4 s, fitted at this refusal's lock-out, paced 60 per 6 s at 15.5/s.)
-        self._cycle_start, self._cycle_ok, self._cycle_refused, self._cycle_rate = now, 0, 1, self.rate
-        if self._ep_since == NEVER:
-            self._ep_since, self._ep_drain = now, 0.0
-            self._ep_gap = _DRAIN_COUNTS / max(self.rate, self.min_rate)
-        self._decide(now, "window: a send under the window's rule was refused; back to the rate fit "
-                          f"at {self.rate:.3g}/s")
 
     def _lockout_pace(self: _EpisodeState, refused_at: float, locked: float) -> float:
         """The pace the limiter took over a lock-out's length before the refusal at ``refused_at`` that

@@ -18,7 +18,6 @@ from collections.abc import Sequence
 from typing import Protocol
 
 from ._rampup_tuning import TUNING as T
-from ._rampup_window import window_opens
 from ._shared_rules import GAP_WEIGHT, spacing
 
 __all__ = ["NEVER", "SendRecord"]
@@ -53,13 +52,6 @@ class _SendRecordState(Protocol):
     _cycle_ok: int
     _acc_base: int
     _acc_cycle: float
-    max_rate: float
-    min_rate: float
-    _good_rate: float
-    _ep_since: float
-    _win_n: int
-    _win_w: float
-    _win_sends: deque[float]
 
     def sent_rate(self, now: float) -> float: ...
     def door_gap(self, gap: float, announced: bool = False) -> float: ...
@@ -67,8 +59,6 @@ class _SendRecordState(Protocol):
     def hold(self, until: float) -> None: ...
     def _start_floor(self, door: bool = True) -> float: ...
     def _episode_cap(self, allowed: float) -> float: ...
-    def _arrival_jitter(self) -> float: ...
-    def _window_rate(self) -> float: ...
 
 
 class SendRecord:
@@ -109,20 +99,7 @@ class SendRecord:
         cap = max(self.start_rate, T.sent_cap * self.sent_rate(now))
         allowed = self.rate if self.rate <= cap else cap
         floor = self._start_floor()
-        if self._win_n > 0 and self._ep_since == NEVER:
-            return self._window_rate()
         return self._episode_cap(floor if floor > allowed else allowed)
-
-    def _window_rate(self: _SendRecordState) -> float:
-        """Under the window's own rule (``Episodes._window_rule``): the next send goes once fewer than
-        ``N`` of the sends on record fell in the last ``W`` seconds (:func:`window_opens`, plus the
-        arrivals' spread), as a rate from the last send; at once before that (at the gap cap, or the
-        fastest the start was answered at where there is none): the start's burst is sent again as it
-        leaves the window, not spread over it."""
-        at_once = self.max_rate if math.isfinite(self.max_rate) else max(self.rate, self._good_rate)
-        opens = window_opens(self._win_sends, self._win_n, self._win_w)
-        wait = opens + T.knee_slack + self._arrival_jitter() - self._sent_at
-        return at_once if wait * at_once <= 1.0 else 1.0 / wait
 
 
     def door_gap(self: _SendRecordState, gap: float, announced: bool = False) -> float:
@@ -188,7 +165,6 @@ class SendRecord:
             weight = self._sent_weight()  # GAP_WEIGHT but in a quick start phase
             self._gap = gap if mean is None else mean + weight * (gap - mean)
         self._sent_at = now
-        self._win_sends.append(now)
 
     def out(self: _SendRecordState, sent_at: float) -> None:
         """A request sent at ``sent_at`` is out until :meth:`settled` (its scope tells both ends)."""

@@ -20,13 +20,6 @@ after a time over the points that fit, or None when none does (a counter, a buck
 than the window, too few lock-outs) or the fits disagree by more than a share of the period. A
 probe refused at a predicted boundary rules out of the next call every fit that placed a boundary
 before it (its period would hold a refusal and no ``N`` accepted).
-
-The window's own rule (:func:`window_opens`) is the model both kinds share: a window of ``N`` per
-``W`` seconds lets a send through while fewer than ``N`` sends fell in the last ``W`` seconds. A
-moving window is that rule itself; a clock window of ``W`` or less obeys it too, as each of its
-periods lies inside some stretch of ``W`` seconds. Rampup paces by it after a first lock-out read as
-a window (``Episodes._window_rule``), where a rate of ``N / W`` spread evenly would leave the start's
-burst unreplayed as it leaves the window.
 """
 
 from __future__ import annotations
@@ -35,7 +28,7 @@ import math
 from collections.abc import Sequence
 from itertools import pairwise
 
-__all__ = ["COUNTS", "SAMPLES", "WINDOW_SENDS_KEPT", "fit_window", "window_opens"]
+__all__ = ["COUNTS", "SAMPLES", "fit_window"]
 
 #: The most ``W`` values checked send by send across each bound the lock-outs' ends leave (an
 #: implementation bound on the cost, on the event loop; the bound is narrow once three ends are seen).
@@ -49,21 +42,9 @@ _BOUNDARIES = 3
 #: on the event loop, about 0.1 ms a read over 256 sends). A record that needs more is too loose to
 #: act on: no fit (as the counter fit's ``SCANS``).
 COUNTS = 200
-#: Sends kept for the window's own rule (a memory bound: a window of more than this many is paced by its
-#: lock-out's rate fit, as before).
-WINDOW_SENDS_KEPT = 1024
 #: The most periods between the first and the last lock-out end tried (an implementation bound: 256
 #: sends kept rarely span more).
 _MOST_PERIODS = 64
-
-
-def window_opens(sends: Sequence[float], limit: int, width: float) -> float:
-    """When a window of ``limit`` per ``width`` seconds lets the next send through after ``sends``
-    (every send it may have counted, oldest first): once the ``limit``-th newest has left it, that is
-    ``width`` after it was sent (``-inf``: fewer than ``limit`` were ever sent, at once)."""
-    if limit <= 0 or len(sends) < limit:
-        return -math.inf
-    return sends[-limit] + width
 
 
 def _evidence(sends: Sequence[tuple[float, bool]], slack: float, complete: bool,

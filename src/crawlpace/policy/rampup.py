@@ -136,7 +136,6 @@ from ._rampup_sends import SendRecord
 from ._rampup_slots import SlotSizing
 from ._rampup_start import StartPhase
 from ._rampup_tuning import TUNING as T
-from ._rampup_window import WINDOW_SENDS_KEPT
 from ._shared_rules import LATENCY_WEIGHT
 
 __all__ = ["RAMPUP_JITTER", "Rampup", "RampupState", "RampupStats"]
@@ -157,8 +156,7 @@ OK_SENDS_KEPT = 64
 _PACE = ("rate", "phase", "ceiling", "last_pushback_rate", "above_since", "_pushbacks", "_cut_rate",
          "_gentle", "_good_rate", "_epoch", "_k", "_climb", "_probe_c", "_top", "_lift", "_probe_after",
          "_ep_since", "_ep_gap", "_fitted", "_fit_span", "_strict_gap", "_no_burst", "_recall",
-         "_recall_wait", "_recall_from", "_recall_span", "_recall_last", "_recall_next", "_recall_next_span",
-         "_win_n", "_win_level", "_win_since")
+         "_recall_wait", "_recall_from", "_recall_span", "_recall_last", "_recall_next", "_recall_next_span")
 
 
 @dataclass(frozen=True, slots=True)
@@ -300,16 +298,6 @@ class RampupState:
     _counted: deque[tuple[float, bool]] = field(default_factory=lambda: deque(maxlen=SENDS_KEPT))
     _counted_n: int = 0
     _pinned: float = 0.0
-    # -- sliding2 -- the window's own rule after a first lock-out read as a window (_rampup_episode's
-    # _window_rule): at most ``_win_n`` sends in any ``_win_w`` seconds (0: not under it), the level it
-    # falls back to at its first refusal, and when it was taken (NEVER: never; it is taken once). Its
-    # record: this process's sends, refused ones too, oldest dropped (not shared: a fleet's worker sees
-    # only its own, and never takes the rule).
-    _win_n: int = 0
-    _win_w: float = 0.0
-    _win_level: float = 0.0
-    _win_since: float = _NEVER
-    _win_sends: deque[float] = field(default_factory=lambda: deque(maxlen=WINDOW_SENDS_KEPT))
     _counter_lo: float = 0.0  # the slowest and fastest counters that fit the last refusal, per second
     _counter_hi: float = 0.0
     _counter_span: float = 0.0  # the longest lock-out cycle seen: the periods the fit tries follow it
@@ -589,7 +577,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
         passed = pushback and error and answered and self._limited
         if answered:
             self._note_counted(now if sent_at is None else sent_at, not pushback or passed)
-        left = pushback and answered and self._win_n > 0 and (sent_at is None or sent_at >= self._win_since)
         if pushback:
             self.note_refusal(answered, elapsed, inflight, sent_at=sent_at)
             inflight = self._met(inflight, sent_at, elapsed)  # (the count it met, not the one at its answer)
@@ -615,8 +602,6 @@ class Rampup(RampupState, SendRecord, SlotSizing, CubicClimb, CutRules, LatencyW
             # No gap was sent yet: a cut would halve a rate the site never saw (_rampup_start).
             self._decide(now, "first: the scope's first send was refused; no rate was sent yet, "
                          "nothing to cut")
-        elif left:
-            self._window_left(now)  # (the window's rule's first refusal: back to the rate fit, no cut)
         elif pushback and answered and not passed and self._counter_pinned(now):
             pass  # (paced under the counter every send fits, after its reading falls: no cut)
         elif pushback and answered and not passed and not self._episode_opens(now, can_cut, sent_at):

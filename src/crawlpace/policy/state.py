@@ -99,8 +99,7 @@ FIELDS: dict[str, tuple[str, ...]] = {
           "_lag_at", "_rests", "_lag_seen", "_ok_at", "_ok_below", "_ok_since", "_crowd_n", "_crowd_quick",
           "_slot_ok", "_slot_refused", "_held_over",
           "_pinned", "_counter_lo", "_counter_hi", "_counter_span", "_counter_open", "_limited",
-          "_fits", "_ok_after_hold", "_hung_sends", "_lift", "_held_asked",
-          "_win_n", "_win_w", "_win_level", "_win_since"),  # rampup
+          "_fits", "_ok_after_hold", "_hung_sends", "_lift", "_held_asked"),  # rampup
     # The announced budget; its answers are the fleet's, every worker's, so that a spent budget those
     # answers explain comes back once the oldest leaves the window, in a fleet as in one process (kept
     # per worker, a fleet, even of one, held each spent budget to the header's whole-second reset:
@@ -134,11 +133,11 @@ SETTINGS: dict[str, tuple[str, ...]] = {
     "k": ("_error_share", "_first_pause", "_give_up_after", "_min_requests", "_pause", "_width", "_window",
           "in_place", "reason"),
     "r": ("decision", "max_concurrency", "max_rate", "min_rate", "scope", "start_rate", "target", "window",
-          "_counted", "_counted_n", "_win_sends", "_left", "_more", "_undo", "_undo_void", "_own",
-          "_lease_on", "_lease_all", "_lease_at"),
-    # (this process's own sends, for the counter fit and the window's rule, its own queue: the work a
-    # step after a hold is weighed for, the pace its errors' cut would put back, a fleet worker's own
-    # sends out and its own lease times)
+          "_counted", "_counted_n", "_left", "_more", "_undo", "_undo_void", "_own", "_lease_on",
+          "_lease_all", "_lease_at"),
+    # (this process's own sends, for the counter fit, its own queue: the work a step after a hold is
+    # weighed for, the pace its errors' cut would put back, a fleet worker's own sends out and its own
+    # lease times)
     "h": ("sends_seen",),  # (a shared store sets it once its answers are the fleet's: HeaderBudget.shared)
     "c": (),
     "e": (),
